@@ -1,1 +1,11 @@
+//! Types both programs speak: the launch spec, the run records, GPU profiles, and the one YAML
+//! entry point. Versioned; no secret values ever live in these types.
+
+pub mod gpu;
+pub mod launch;
+pub mod records;
 pub mod yaml;
+
+pub use gpu::{GpuInfo, GpuProfile, GpuProfiles};
+pub use launch::{LaunchSpec, SPEC_VERSION};
+pub use records::{OutcomeClass, Phase, RunStatus};
