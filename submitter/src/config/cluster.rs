@@ -1,0 +1,326 @@
+//! Cluster profiles, `clusters/<name>.yaml` (SPEC §3.1): everything that differs per cluster.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterProfile {
+    pub name: String,
+    #[serde(default)]
+    pub aliases: Vec<String>,
+    #[serde(default)]
+    pub description: Option<String>,
+    pub slurm: SlurmSettings,
+    pub hardware: Hardware,
+    /// Named Python environment prefixes (the old `conda_envs`): payload runs `<prefix>/bin/…`
+    /// with PATH/LD_LIBRARY_PATH set, never `conda activate`.
+    #[serde(default)]
+    pub environments: BTreeMap<String, PathBuf>,
+    pub engine: EngineSettings,
+    pub harbor: HarborSettings,
+    pub paths: Paths,
+    #[serde(default)]
+    pub network: Network,
+    #[serde(default)]
+    pub secrets: Secrets,
+    #[serde(default)]
+    pub limits: Limits,
+    #[serde(default)]
+    pub pre_download: PreDownload,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmSettings {
+    pub partition: String,
+    #[serde(default)]
+    pub account: Option<String>,
+    #[serde(default)]
+    pub qos: Option<String>,
+    #[serde(default)]
+    pub reservation: Option<String>,
+    /// Default `--time` (`HH:MM:SS` or `D-HH:MM:SS`); a preset's `slurm_time` wins.
+    pub time: String,
+    /// `false` where GPUs are not gres-tracked (Vista): request `--nodes` instead of `--gres`.
+    #[serde(default = "yes")]
+    pub gpu_gres: bool,
+    /// Further sbatch arguments, one argv element each.
+    #[serde(default)]
+    pub extra_args: Vec<String>,
+    /// Slurm's KillWait on this cluster (seconds between TERM and KILL); payload's grace fits inside.
+    #[serde(default = "default_kill_wait")]
+    pub kill_wait_s: u64,
+    /// The batch script (relative paths are from the repository root).
+    #[serde(default = "default_script")]
+    pub script: PathBuf,
+    /// Optional prelude sourced by the script, for `module load` lines only.
+    #[serde(default)]
+    pub prelude: Option<PathBuf>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_kill_wait() -> u64 {
+    30
+}
+
+fn default_script() -> PathBuf {
+    PathBuf::from("sbatch/payload.sbatch")
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Arch {
+    X86_64,
+    Aarch64,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hardware {
+    pub gpus_per_node: u32,
+    pub cpus_per_node: u32,
+    pub mem_per_node_mb: u64,
+    pub arch: Arch,
+    /// Registry variant name used on this cluster: `default`, `gh200`, `gh200-65k`, ….
+    #[serde(default = "default_profile")]
+    pub hardware_profile: String,
+    /// Cluster override of the GPU profile's gpu-memory ceiling (below an operator override).
+    #[serde(default)]
+    pub gpu_memory_utilization: Option<f64>,
+    #[serde(default)]
+    pub cuda_home: Option<PathBuf>,
+}
+
+fn default_profile() -> String {
+    crate::registry::DEFAULT_PROFILE.to_string()
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineSettings {
+    /// vLLM executable name or path, resolved in the environment's `bin/` then PATH.
+    #[serde(default = "default_vllm")]
+    pub program: String,
+    /// Environment (key of `environments`) used when the registry names none.
+    pub default_environment: String,
+    /// Whether the installed vLLM still has `--swap-space` (newer versions dropped it).
+    #[serde(default)]
+    pub supports_swap_space: bool,
+    #[serde(default = "default_health_timeout")]
+    pub health_timeout_s: u64,
+    /// Extra non-secret environment for vLLM on this cluster.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+fn default_vllm() -> String {
+    "vllm".to_string()
+}
+
+fn default_health_timeout() -> u64 {
+    3600
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HarborSettings {
+    #[serde(default = "default_harbor")]
+    pub program: String,
+    /// Environment (key of `environments`) Harbor runs from.
+    pub environment: String,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+fn default_harbor() -> String {
+    "harbor".to_string()
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Paths {
+    pub jobs_dir: PathBuf,
+    pub logs_dir: PathBuf,
+    #[serde(default)]
+    pub hf_cache: Option<PathBuf>,
+    /// Where datasets (task dirs) live: `<dir>/<org>_<name>` or `<dir>/<name>`.
+    #[serde(default)]
+    pub datasets_dirs: Vec<PathBuf>,
+    /// Ledger, locks and listener state.
+    pub state_dir: PathBuf,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Network {
+    #[serde(default)]
+    pub internet: bool,
+    /// SOCKS egress through a login node, for nodes without internet.
+    #[serde(default)]
+    pub proxy: Option<Proxy>,
+    /// Pinggy pairs for installed-harness agents.
+    #[serde(default)]
+    pub pinggy: Vec<PinggyPair>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Proxy {
+    pub login_node: String,
+    #[serde(default)]
+    pub user: Option<String>,
+    #[serde(default)]
+    pub identity_file: Option<PathBuf>,
+    #[serde(default)]
+    pub ssh_port: Option<u16>,
+    /// `env` (proxy variables) or `proxychains` (generated config).
+    #[serde(default = "default_proxy_mode")]
+    pub mode: String,
+    #[serde(default)]
+    pub proxychains_bin: Option<String>,
+}
+
+fn default_proxy_mode() -> String {
+    "env".to_string()
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PinggyPair {
+    pub url: String,
+    /// Name of the secret holding the token; never the token itself.
+    pub token_secret: String,
+    #[serde(default = "default_pinggy_host")]
+    pub host: String,
+}
+
+fn default_pinggy_host() -> String {
+    "pro.pinggy.io".to_string()
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Secrets {
+    /// The secrets env file; default `$DC_AGENT_SECRET_ENV`, else `~/secrets.env` (resolved on the node).
+    #[serde(default)]
+    pub file: Option<PathBuf>,
+    /// Secret names handed to Harbor besides the Daytona key (e.g. `HF_TOKEN`).
+    #[serde(default)]
+    pub pass_to_harbor: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    #[serde(default = "default_max_in_flight")]
+    pub max_jobs_in_flight: u32,
+    #[serde(default = "default_delay")]
+    pub submission_delay_s: f64,
+    #[serde(default = "default_n_concurrent")]
+    pub n_concurrent: u32,
+    /// Upper bound on Harbor's concurrency on this cluster (Vista: 8).
+    #[serde(default)]
+    pub n_concurrent_ceiling: Option<u32>,
+    /// Lead of the walltime warning signal (`--signal=B:USR1@<lead>`).
+    #[serde(default = "default_walltime_lead")]
+    pub walltime_lead_s: u64,
+    /// Attempts per (model, benchmark family) before `too many failures`.
+    #[serde(default = "default_max_attempts")]
+    pub max_attempts: u32,
+    /// Pending longer than this with the job still queued → cancel and resubmit.
+    #[serde(default = "default_stale_pending_h")]
+    pub stale_pending_hours: f64,
+}
+
+fn default_max_in_flight() -> u32 {
+    20
+}
+fn default_delay() -> f64 {
+    1.0
+}
+fn default_n_concurrent() -> u32 {
+    32
+}
+fn default_walltime_lead() -> u64 {
+    900
+}
+fn default_max_attempts() -> u32 {
+    3
+}
+fn default_stale_pending_h() -> f64 {
+    48.0
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_jobs_in_flight: default_max_in_flight(),
+            submission_delay_s: default_delay(),
+            n_concurrent: default_n_concurrent(),
+            n_concurrent_ceiling: None,
+            walltime_lead_s: default_walltime_lead(),
+            max_attempts: default_max_attempts(),
+            stale_pending_hours: default_stale_pending_h(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PreDownload {
+    #[serde(default)]
+    pub enabled: bool,
+    /// Command (argv) run on the login node; `{model}` and `{cache}` are substituted per element.
+    #[serde(default)]
+    pub command: Vec<String>,
+    #[serde(default = "default_pre_download_timeout")]
+    pub timeout_s: u64,
+}
+
+fn default_pre_download_timeout() -> u64 {
+    600
+}
+
+impl ClusterProfile {
+    /// Problems within the profile itself (cross-file checks live in `registry check`).
+    pub fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.hardware.gpus_per_node == 0 {
+            problems.push("hardware.gpus_per_node must be ≥ 1".to_string());
+        }
+        for (field, env) in [
+            ("engine.default_environment", &self.engine.default_environment),
+            ("harbor.environment", &self.harbor.environment),
+        ] {
+            if !self.environments.contains_key(env) {
+                problems.push(format!(
+                    "{field} `{env}` is not in `environments` (known: {})",
+                    self.environments.keys().cloned().collect::<Vec<_>>().join(", ")
+                ));
+            }
+        }
+        if let Some(util) = self.hardware.gpu_memory_utilization
+            && !(util > 0.0 && util <= 1.0)
+        {
+            problems.push(format!("hardware.gpu_memory_utilization {util} must be in (0, 1]"));
+        }
+        if self.limits.walltime_lead_s < 60 {
+            problems.push("limits.walltime_lead_s should be ≥ 60: Slurm may deliver the signal up to 60 s early".into());
+        }
+        if super::parse_slurm_time(&self.slurm.time).is_none() {
+            problems.push(format!("slurm.time `{}` is not a Slurm time (HH:MM:SS or D-HH:MM:SS)", self.slurm.time));
+        }
+        if let Some(proxy) = &self.network.proxy
+            && !["env", "proxychains"].contains(&proxy.mode.as_str())
+        {
+            problems.push(format!("network.proxy.mode `{}` must be `env` or `proxychains`", proxy.mode));
+        }
+        problems
+    }
+}

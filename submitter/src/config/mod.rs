@@ -1,0 +1,182 @@
+//! Typed configuration: the one place that reads cluster profiles, GPU profiles, presets and lists.
+//! Every YAML file goes through `launch_spec::yaml` (strict: unknown keys and wrong types are
+//! errors naming file, line and column).
+
+pub mod cluster;
+pub mod lists;
+pub mod preset;
+
+use std::path::{Path, PathBuf};
+
+use launch_spec::GpuProfiles;
+use launch_spec::yaml::{YamlError, from_yaml_file};
+
+pub use cluster::ClusterProfile;
+pub use preset::Preset;
+
+pub const GPU_PROFILES_FILE: &str = "gpus.yaml";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{0}")]
+    Yaml(#[from] YamlError),
+    #[error("unknown cluster `{name}`: valid clusters are {valid} (profiles live in {dir})")]
+    UnknownCluster { name: String, valid: String, dir: PathBuf },
+    #[error("unknown preset `{name}`: valid presets are {valid} (presets live in {dir})")]
+    UnknownPreset { name: String, valid: String, dir: PathBuf },
+    #[error("{path}: cannot read directory: {source}")]
+    Dir { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {problem}")]
+    Invalid { path: PathBuf, problem: String },
+    #[error("cannot find the configuration root (a directory with clusters/gpus.yaml): run from the repository, or set SUBMITTER_HOME")]
+    NoRoot,
+}
+
+/// Where configuration lives: `<root>/clusters`, `<root>/presets`, `<root>/model_config`.
+#[derive(Debug, Clone)]
+pub struct ConfigRoot {
+    pub root: PathBuf,
+}
+
+impl ConfigRoot {
+    /// `$SUBMITTER_HOME`, else the nearest ancestor of the working directory, else of the
+    /// executable, that holds `clusters/gpus.yaml`.
+    pub fn discover() -> Result<ConfigRoot, ConfigError> {
+        if let Some(home) = std::env::var_os("SUBMITTER_HOME") {
+            return Ok(ConfigRoot { root: PathBuf::from(home) });
+        }
+        let starts = [std::env::current_dir().ok(), std::env::current_exe().ok()];
+        starts
+            .into_iter()
+            .flatten()
+            .find_map(|start| {
+                start.ancestors().find(|dir| dir.join("clusters").join(GPU_PROFILES_FILE).is_file()).map(Path::to_path_buf)
+            })
+            .map(|root| ConfigRoot { root })
+            .ok_or(ConfigError::NoRoot)
+    }
+
+    pub fn clusters_dir(&self) -> PathBuf {
+        self.root.join("clusters")
+    }
+    pub fn presets_dir(&self) -> PathBuf {
+        self.root.join("presets")
+    }
+    pub fn registry_dir(&self) -> PathBuf {
+        self.root.join("model_config")
+    }
+    pub fn harbor_configs_dir(&self) -> PathBuf {
+        self.presets_dir().join("harbor")
+    }
+}
+
+fn yaml_files(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+    let read = std::fs::read_dir(dir).map_err(|source| ConfigError::Dir { path: dir.to_path_buf(), source })?;
+    let mut files: Vec<PathBuf> = read
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && p.extension().is_some_and(|ext| ext == "yaml"))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+fn stem(path: &Path) -> String {
+    path.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string()
+}
+
+/// Every cluster profile in `dir` (all `*.yaml` but `gpus.yaml`), with its file.
+pub fn load_clusters(dir: &Path) -> Result<Vec<(PathBuf, ClusterProfile)>, ConfigError> {
+    yaml_files(dir)?
+        .into_iter()
+        .filter(|path| path.file_name().is_some_and(|n| n != GPU_PROFILES_FILE))
+        .map(|path| {
+            let profile: ClusterProfile = from_yaml_file(&path)?;
+            if profile.name != stem(&path) {
+                return Err(ConfigError::Invalid {
+                    path: path.clone(),
+                    problem: format!("name `{}` differs from the file name: rename one of them", profile.name),
+                });
+            }
+            Ok((path, profile))
+        })
+        .collect()
+}
+
+/// The cluster called `name` or aliased so (`tacc` → `vista`).
+pub fn load_cluster(dir: &Path, name: &str) -> Result<ClusterProfile, ConfigError> {
+    let clusters = load_clusters(dir)?;
+    if let Some((_, found)) =
+        clusters.iter().find(|(_, c)| c.name == name || c.aliases.iter().any(|a| a == name))
+    {
+        return Ok(found.clone());
+    }
+    let valid = clusters
+        .iter()
+        .map(|(_, c)| {
+            if c.aliases.is_empty() { c.name.clone() } else { format!("{} (alias {})", c.name, c.aliases.join(", ")) }
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    Err(ConfigError::UnknownCluster { name: name.to_string(), valid, dir: dir.to_path_buf() })
+}
+
+pub fn load_gpu_profiles(clusters_dir: &Path) -> Result<GpuProfiles, ConfigError> {
+    let path = clusters_dir.join(GPU_PROFILES_FILE);
+    let profiles: GpuProfiles = from_yaml_file(&path)?;
+    if let Some(problem) = profiles.problems().into_iter().next() {
+        return Err(ConfigError::Invalid { path, problem });
+    }
+    Ok(profiles)
+}
+
+/// Every preset in `dir`, named by file stem.
+pub fn load_presets(dir: &Path) -> Result<Vec<(String, PathBuf, Preset)>, ConfigError> {
+    yaml_files(dir)?
+        .into_iter()
+        .map(|path| Ok((stem(&path), path.clone(), from_yaml_file::<Preset>(&path)?)))
+        .collect()
+}
+
+pub fn load_preset(dir: &Path, name: &str) -> Result<Preset, ConfigError> {
+    let path = dir.join(format!("{name}.yaml"));
+    if path.is_file() {
+        return Ok(from_yaml_file(&path)?);
+    }
+    let valid = yaml_files(dir)?.iter().map(|p| stem(p)).collect::<Vec<_>>().join(", ");
+    Err(ConfigError::UnknownPreset { name: name.to_string(), valid, dir: dir.to_path_buf() })
+}
+
+/// Parses Slurm's `--time` forms (`MM`, `MM:SS`, `HH:MM:SS`, `D-HH`, `D-HH:MM`, `D-HH:MM:SS`) to seconds.
+pub fn parse_slurm_time(text: &str) -> Option<u64> {
+    let (days, rest) = match text.split_once('-') {
+        Some((d, rest)) => (d.parse::<u64>().ok()?, rest),
+        None => (0, text),
+    };
+    let parts: Vec<u64> = rest.split(':').map(|p| p.parse().ok()).collect::<Option<_>>()?;
+    let seconds = match (text.contains('-'), parts.as_slice()) {
+        (false, [m]) => m * 60,
+        (false, [m, s]) => m * 60 + s,
+        (_, [h, m, s]) => h * 3600 + m * 60 + s,
+        (true, [h]) => h * 3600,
+        (true, [h, m]) => h * 3600 + m * 60,
+        _ => return None,
+    };
+    Some(days * 86400 + seconds)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slurm_times() {
+        assert_eq!(parse_slurm_time("12:00:00"), Some(43200));
+        assert_eq!(parse_slurm_time("23:59:00"), Some(86340));
+        assert_eq!(parse_slurm_time("48:00:00"), Some(172800));
+        assert_eq!(parse_slurm_time("1-00:00:00"), Some(86400));
+        assert_eq!(parse_slurm_time("30"), Some(1800));
+        assert_eq!(parse_slurm_time("2-12"), Some(216000));
+        assert_eq!(parse_slurm_time("soon"), None);
+        assert_eq!(parse_slurm_time("1:2:3:4"), None);
+    }
+}

@@ -1,0 +1,110 @@
+//! Presets, `presets/<name>.yaml` (SPEC §3.4): one benchmark setup, same keys and meaning as the
+//! replaced system's presets, so its files load unchanged.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Preset {
+    /// Dataset repos (`org/name`) or absolute task directories.
+    pub datasets: Vec<String>,
+    /// Short tag used in job names and logs (`tb2`, `v2`, `swebench`, …).
+    #[serde(default)]
+    pub log_suffix: Option<String>,
+    #[serde(default)]
+    pub n_concurrent: Option<u32>,
+    #[serde(default)]
+    pub n_attempts: Option<u32>,
+    /// Operator override of the GPU-profile ceiling (rarely right in a preset; kept for compatibility).
+    #[serde(default)]
+    pub gpu_memory_util: Option<f64>,
+    /// Errors (excluding benign types) above which results are not accepted.
+    #[serde(default)]
+    pub error_threshold: Option<u32>,
+    /// The replaced scripts' health-poll count; payload polls sub-second with a deadline instead.
+    #[serde(default)]
+    pub vllm_max_retries: Option<u32>,
+    #[serde(default)]
+    pub agent_parser: Option<String>,
+    /// `key=value` kwargs; never thinking (thinking is per model).
+    #[serde(default)]
+    pub agent_kwargs: Vec<String>,
+    #[serde(default)]
+    pub auto_snapshot: Option<bool>,
+    /// Harbor job config YAML, by file name (looked up in `presets/harbor/`) or path.
+    #[serde(default)]
+    pub config_yaml: Option<String>,
+    #[serde(default)]
+    pub slurm_time: Option<String>,
+    #[serde(default)]
+    pub slurm_partition: Option<String>,
+    #[serde(default)]
+    pub slurm_account: Option<String>,
+    #[serde(default)]
+    pub tp_size: Option<u32>,
+    #[serde(default)]
+    pub agent_name: Option<String>,
+    #[serde(default)]
+    pub sbatch_script: Option<PathBuf>,
+    #[serde(default)]
+    pub check_hf_exists: Option<bool>,
+    #[serde(default)]
+    pub harbor_config: Option<String>,
+    /// `NAME` (copy the variable) or `NAME=SOURCE` (SOURCE's value, else the literal), comma-separated.
+    #[serde(default)]
+    pub agent_envs: Option<String>,
+}
+
+pub const DEFAULT_HARBOR_CONFIG: &str = "dcagent_eval_config_no_override.yaml";
+
+impl Preset {
+    /// The benchmark name of a dataset: its repo basename (`DCAgent2/terminal_bench_2` → `terminal_bench_2`).
+    pub fn benchmark_of(dataset: &str) -> String {
+        dataset.trim_end_matches('/').rsplit('/').next().unwrap_or(dataset).to_string()
+    }
+
+    pub fn agent_envs(&self) -> Vec<launch_spec::launch::AgentEnv> {
+        self.agent_envs
+            .iter()
+            .flat_map(|list| list.split(','))
+            .map(str::trim)
+            .filter(|item| !item.is_empty())
+            .map(|item| match item.split_once('=') {
+                Some((name, source)) => launch_spec::launch::AgentEnv {
+                    name: name.to_string(),
+                    from: Some(source.to_string()),
+                    value: Some(source.to_string()),
+                },
+                None => launch_spec::launch::AgentEnv { name: item.to_string(), from: Some(item.to_string()), value: None },
+            })
+            .collect()
+    }
+
+    pub fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.datasets.is_empty() {
+            problems.push("datasets is empty: name at least one dataset".to_string());
+        }
+        for kwarg in &self.agent_kwargs {
+            if !kwarg.contains('=') {
+                problems.push(format!("agent_kwargs item `{kwarg}` is not key=value"));
+            }
+            if kwarg.contains("enable_thinking") {
+                problems.push(format!("agent_kwargs item `{kwarg}`: thinking is per model (registry), never in a preset"));
+            }
+        }
+        if let Some(util) = self.gpu_memory_util
+            && !(util > 0.0 && util <= 1.0)
+        {
+            problems.push(format!("gpu_memory_util {util} must be in (0, 1]"));
+        }
+        if let Some(time) = &self.slurm_time
+            && super::parse_slurm_time(time).is_none()
+        {
+            problems.push(format!("slurm_time `{time}` is not a Slurm time"));
+        }
+        problems
+    }
+}

@@ -1,0 +1,391 @@
+//! The model registry: loading `model_config/` and resolving serve settings (SPEC §3.3, §4).
+//!
+//! Resolution keeps the replaced system's semantics exactly (reference/registry-semantics.md):
+//! exact entry (variants replace wholesale) else first matching pattern else size default; the
+//! matched config is used as it is, never layered.
+
+pub mod files;
+pub mod names;
+pub mod size;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use launch_spec::yaml::{YamlError, from_yaml_file};
+use regex::Regex;
+use serde::Serialize;
+
+use files::{ModelFile, PatternsFile, ServeFields};
+
+pub const DEFAULT_PROFILE: &str = "default";
+pub const PATTERNS_FILE: &str = "_patterns.yaml";
+/// `max_num_seqs` for the Qwen3.5/3.6 family when the entry sets none (SPEC §4.1 rule 5).
+pub const QWEN35_MAX_NUM_SEQS: u32 = 256;
+pub const DEFAULT_MAX_OUTPUT_TOKENS: u64 = 16384;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error("{0}")]
+    Yaml(#[from] YamlError),
+    #[error("{path}: cannot read registry directory: {source} (pass --registry DIR pointing at a model_config/ tree)")]
+    Dir { path: PathBuf, source: std::io::Error },
+    #[error("{path}: pattern #{index} `{pattern}` is not a valid regular expression: {message}")]
+    BadRegex { path: PathBuf, index: usize, pattern: String, message: String },
+}
+
+/// One model's registry file after loading.
+#[derive(Debug, Clone)]
+pub struct ModelEntry {
+    pub id: String,
+    pub file: PathBuf,
+    /// Base fields overlaid by `subsystems.eval` (eval wins), without variants.
+    pub base: ServeFields,
+    /// `subsystems.eval.variants`, each verbatim.
+    pub variants: Vec<(String, ServeFields)>,
+}
+
+impl ModelEntry {
+    /// The exact entry on `profile`, or `None` when the model has none there (SPEC §4.1 rule 2).
+    pub fn on_profile(&self, profile: &str) -> Option<&ServeFields> {
+        let variant = self.variants.iter().find(|(name, _)| name == profile).map(|(_, f)| f);
+        let entry = match variant {
+            // A variant replaces the entry wholesale; `variants.default` does so on `default` too.
+            Some(fields) => fields,
+            None if profile == DEFAULT_PROFILE => &self.base,
+            None => return None,
+        };
+        (!entry.is_empty()).then_some(entry)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Pattern {
+    pub index: usize,
+    pub text: String,
+    pub regex: Option<Regex>,
+    pub profiles: Option<Vec<String>>,
+    pub fields: ServeFields,
+    pub variants: Vec<(String, ServeFields)>,
+}
+
+impl Pattern {
+    pub fn applies_to(&self, profile: &str) -> bool {
+        self.profiles.as_ref().is_none_or(|list| list.iter().any(|p| p == profile))
+    }
+
+    /// The pattern's fields on `profile`: its own `variants.<profile>` shallow-merged on top.
+    pub fn fields_on(&self, profile: &str) -> ServeFields {
+        match self.variants.iter().find(|(name, _)| name == profile) {
+            Some((_, variant)) => self.fields.overlaid_with(variant),
+            None => self.fields.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Registry {
+    pub root: PathBuf,
+    pub models: HashMap<String, ModelEntry>,
+    /// Files in load order, for `registry check`.
+    pub files: Vec<PathBuf>,
+    pub patterns: Vec<Pattern>,
+    pub patterns_file: Option<PathBuf>,
+}
+
+impl Registry {
+    /// Loads `root` like the replaced generator: org dirs sorted (skipping `_`/`.` names), `*.yaml`
+    /// sorted inside, no recursion, files without `model:` skipped, a later duplicate id wins.
+    pub fn load(root: &Path) -> Result<Registry, RegistryError> {
+        let mut registry = Registry { root: root.to_path_buf(), ..Registry::default() };
+        for org in sorted_entries(root)? {
+            let name = file_name(&org);
+            if name.starts_with('_') || name.starts_with('.') || !org.is_dir() {
+                continue;
+            }
+            for file in sorted_entries(&org)? {
+                if !file.is_file() || file.extension().is_none_or(|ext| ext != "yaml") {
+                    continue;
+                }
+                let parsed: ModelFile = from_yaml_file(&file)?;
+                registry.files.push(file.clone());
+                if let Some(entry) = model_entry(parsed, &file) {
+                    registry.models.insert(entry.id.clone(), entry);
+                }
+            }
+        }
+        let patterns_path = root.join(PATTERNS_FILE);
+        if patterns_path.exists() {
+            let parsed: PatternsFile = from_yaml_file(&patterns_path)?;
+            registry.patterns = parsed
+                .patterns
+                .into_iter()
+                .enumerate()
+                .map(|(index, item)| Pattern {
+                    index,
+                    regex: if item.match_.is_empty() { None } else { Regex::new(&item.match_).ok() },
+                    text: item.match_.clone(),
+                    profiles: item.profiles.clone(),
+                    fields: item.serve_fields(),
+                    variants: item
+                        .variants
+                        .iter()
+                        .flatten()
+                        .map(|(name, v)| (name.clone(), v.serve_fields()))
+                        .collect(),
+                })
+                .collect();
+            if let Some(bad) = registry.patterns.iter().find(|p| p.regex.is_none() && !p.text.is_empty()) {
+                return Err(RegistryError::BadRegex {
+                    path: patterns_path,
+                    index: bad.index + 1,
+                    pattern: bad.text.clone(),
+                    message: Regex::new(&bad.text).err().map(|e| one_line(&e.to_string())).unwrap_or_default(),
+                });
+            }
+            registry.patterns_file = Some(patterns_path);
+        }
+        Ok(registry)
+    }
+
+    /// The matched config for `id` on `profile`: exact entry, else first applicable pattern.
+    pub fn lookup(&self, id: &str, profile: &str) -> (Rule, ServeFields) {
+        if let Some(fields) = self.models.get(id).and_then(|entry| entry.on_profile(profile)) {
+            return (Rule::Exact, fields.clone());
+        }
+        for pattern in &self.patterns {
+            // An empty `match` is skipped, not a match-all (as in the replaced system).
+            let Some(regex) = &pattern.regex else { continue };
+            if pattern.applies_to(profile) && regex.is_match(id) {
+                return (Rule::Pattern(pattern.text.clone()), pattern.fields_on(profile));
+            }
+        }
+        (Rule::SizeDefault, ServeFields::default())
+    }
+
+    /// Resolves serve settings for one model (SPEC §4.1–4.4).
+    pub fn resolve(&self, id: &str, profile: &str, gpus_per_node: u32, overrides: &Overrides) -> Resolved {
+        let (rule, fields) = self.lookup(id, profile);
+        let total = size::total_size(id);
+        let tensor_parallel_size =
+            fields.tensor_parallel_size.unwrap_or(if total.is_some_and(|s| s > 14.0) { 2 } else { 1 });
+        let data_parallel_size = fields
+            .data_parallel_size
+            .unwrap_or_else(|| (gpus_per_node / tensor_parallel_size.max(1)).max(1));
+        let max_num_seqs = fields
+            .max_num_seqs
+            .or_else(|| is_qwen35_family(id).then_some(QWEN35_MAX_NUM_SEQS));
+        let (timeout_multiplier, timeout_source) = timeout_multiplier(id, overrides.timeout_multiplier, fields.timeout_multiplier);
+        let model_kwargs = fields.agent_kwargs.clone().unwrap_or_default();
+        let agent_kwargs = merge_agent_kwargs(&[&overrides.cli_agent_kwargs, &model_kwargs, &overrides.preset_agent_kwargs]);
+        Resolved {
+            tensor_parallel_size,
+            data_parallel_size,
+            max_model_len: fields.max_model_len,
+            swap_space: fields.swap_space,
+            trust_remote_code: fields.trust_remote_code,
+            tool_call_parser: non_empty(fields.tool_call_parser),
+            reasoning_parser: non_empty(fields.reasoning_parser),
+            hf_overrides: non_empty(fields.hf_overrides),
+            limit_mm_per_prompt: non_empty(fields.limit_mm_per_prompt),
+            max_num_seqs,
+            extra_args: non_empty(fields.extra_args),
+            conda_env: non_empty(fields.conda_env),
+            agent_kwargs,
+            max_output_tokens: fields.max_output_tokens,
+            timeout_multiplier,
+            rule: rule.to_string(),
+            timeout_source,
+        }
+    }
+}
+
+fn model_entry(parsed: ModelFile, file: &Path) -> Option<ModelEntry> {
+    let id = parsed.model.clone()?;
+    let eval = parsed.subsystems.as_ref().and_then(|s| s.eval.clone()).unwrap_or_default();
+    let base = parsed.serve_fields().overlaid_with(&eval.serve_fields());
+    let variants = eval
+        .variants
+        .iter()
+        .flatten()
+        .map(|(name, block)| (name.clone(), block.serve_fields()))
+        .collect();
+    Some(ModelEntry { id, file: file.to_path_buf(), base, variants })
+}
+
+fn sorted_entries(dir: &Path) -> Result<Vec<PathBuf>, RegistryError> {
+    let read = std::fs::read_dir(dir).map_err(|source| RegistryError::Dir { path: dir.to_path_buf(), source })?;
+    let mut entries: Vec<PathBuf> = read.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    // Python's sorted() on names: code-point order, which byte order of UTF-8 preserves.
+    entries.sort_by(|a, b| file_name(a).cmp(file_name(b)));
+    Ok(entries)
+}
+
+fn file_name(path: &Path) -> &str {
+    path.file_name().and_then(|n| n.to_str()).unwrap_or_default()
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn non_empty(value: Option<String>) -> Option<String> {
+    value.filter(|v| !v.is_empty())
+}
+
+/// Which rule produced a resolution.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rule {
+    Exact,
+    Pattern(String),
+    SizeDefault,
+}
+
+impl std::fmt::Display for Rule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Rule::Exact => write!(f, "exact"),
+            Rule::Pattern(text) => write!(f, "pattern:{text}"),
+            Rule::SizeDefault => write!(f, "size-default"),
+        }
+    }
+}
+
+/// Inputs from outside the registry that take part in resolution.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub timeout_multiplier: Option<f64>,
+    pub cli_agent_kwargs: Vec<String>,
+    pub preset_agent_kwargs: Vec<String>,
+}
+
+/// Resolved serve settings: the JSON object of `registry resolve --json` (field order is the interface).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Resolved {
+    pub tensor_parallel_size: u32,
+    pub data_parallel_size: u32,
+    pub max_model_len: Option<u64>,
+    pub swap_space: Option<u32>,
+    pub trust_remote_code: Option<bool>,
+    pub tool_call_parser: Option<String>,
+    pub reasoning_parser: Option<String>,
+    pub hf_overrides: Option<String>,
+    pub limit_mm_per_prompt: Option<String>,
+    pub max_num_seqs: Option<u32>,
+    pub extra_args: Option<String>,
+    pub conda_env: Option<String>,
+    pub agent_kwargs: Vec<String>,
+    pub max_output_tokens: Option<u64>,
+    pub timeout_multiplier: f64,
+    pub rule: String,
+    /// Where the timeout came from; `unknown-size` earns a warning. Not part of the JSON.
+    #[serde(skip)]
+    pub timeout_source: TimeoutSource,
+}
+
+impl Resolved {
+    pub fn gpus(&self) -> u32 {
+        self.tensor_parallel_size * self.data_parallel_size
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TimeoutSource {
+    Cli,
+    Registry,
+    Size,
+    #[default]
+    Fallback,
+}
+
+/// SPEC §4.3: CLI override; the entry's value; active size (else total) ≤ 14 → 2.0,
+/// 28 ≤ size ≤ 42 → 16.0; else 1.0 (the caller warns on `Fallback`).
+pub fn timeout_multiplier(id: &str, cli: Option<f64>, entry: Option<f64>) -> (f64, TimeoutSource) {
+    if let Some(value) = cli {
+        return (value, TimeoutSource::Cli);
+    }
+    if let Some(value) = entry {
+        return (value, TimeoutSource::Registry);
+    }
+    match size::active_size(id).or_else(|| size::total_size(id)) {
+        Some(size) if size <= 14.0 => (2.0, TimeoutSource::Size),
+        Some(size) if (28.0..=42.0).contains(&size) => (16.0, TimeoutSource::Size),
+        _ => (1.0, TimeoutSource::Fallback),
+    }
+}
+
+/// `(?i)qwen[\s\-_]?3[._][56]`, searched anywhere in the id; written by hand to keep it cheap.
+pub fn is_qwen35_family(id: &str) -> bool {
+    let lower: Vec<char> = id.to_lowercase().chars().collect();
+    (0..lower.len()).any(|start| {
+        let rest = &lower[start..];
+        if rest.len() < 4 || rest[..4] != ['q', 'w', 'e', 'n'] {
+            return false;
+        }
+        let mut i = 4;
+        if i < rest.len() && (rest[i].is_whitespace() || rest[i] == '-' || rest[i] == '_') {
+            i += 1;
+        }
+        rest.len() >= i + 3 && rest[i] == '3' && matches!(rest[i + 1], '.' | '_') && matches!(rest[i + 2], '5' | '6')
+    })
+}
+
+/// Merges `key=value` lists in precedence order: the first occurrence of a key wins (SPEC §4.4).
+pub fn merge_agent_kwargs(lists: &[&Vec<String>]) -> Vec<String> {
+    let mut seen = std::collections::HashSet::new();
+    let mut merged = Vec::new();
+    for item in lists.iter().flat_map(|list| list.iter()) {
+        let key = item.split_once('=').map_or(item.as_str(), |(k, _)| k);
+        if seen.insert(key.to_string()) {
+            merged.push(item.clone());
+        }
+    }
+    merged
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeout_table() {
+        let cases = [
+            ("x-0.5B", 2.0),
+            ("x-14B", 2.0),
+            ("x-14.5B", 1.0),
+            ("x-27B", 1.0),
+            ("x-28B", 16.0),
+            ("x-42B", 16.0),
+            ("x-43B", 1.0),
+            ("x-70B", 1.0),
+            ("x-80B-A3B", 2.0),
+            ("x-235B-A22B", 1.0),
+            ("x-480B-A35B", 16.0),
+            ("x-106B-A12B", 2.0),
+            ("Mixtral-8x7B", 1.0),
+        ];
+        for (id, expected) in cases {
+            assert_eq!(timeout_multiplier(id, None, None).0, expected, "{id}");
+        }
+        assert_eq!(timeout_multiplier("x-8B", Some(3.0), Some(5.0)).0, 3.0);
+        assert_eq!(timeout_multiplier("x-8B", None, Some(5.0)).0, 5.0);
+    }
+
+    #[test]
+    fn qwen35_family() {
+        for id in ["Qwen/Qwen3.5-9B", "probe/Qwen3.6-27B", "probe/qwen3_5-9b", "x/Qwen-3.5", "x/qwen 3.6"] {
+            assert!(is_qwen35_family(id), "{id}");
+        }
+        for id in ["Qwen/Qwen3-8B", "allenai/tmax-9b", "Qwen3.4", "qwen35"] {
+            assert!(!is_qwen35_family(id), "{id}");
+        }
+    }
+
+    #[test]
+    fn kwargs_first_key_wins() {
+        let model = vec!["a=1".to_string(), "a=2".to_string(), "b=3".to_string()];
+        assert_eq!(merge_agent_kwargs(&[&vec![], &model, &vec![]]), vec!["a=1", "b=3"]);
+        let cli = vec!["b=9".to_string()];
+        let preset = vec!["c=1".to_string(), "a=7".to_string()];
+        assert_eq!(merge_agent_kwargs(&[&cli, &model, &preset]), vec!["b=9", "a=1", "c=1"]);
+    }
+}
