@@ -1,0 +1,58 @@
+//! Command implementations: turn parsed arguments into a resolved configuration once, call the
+//! library, print. Errors carry context (`anyhow`) and become one line on stderr.
+
+pub mod registry;
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::Result;
+use submitter::config::ConfigRoot;
+
+use crate::ConfigDirs;
+
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SUBMITTER_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).without_time().init();
+}
+
+/// One line: `error: <outermost context>: <cause>: …`.
+pub fn report_error(err: &anyhow::Error) {
+    let chain: Vec<String> = err.chain().map(|c| c.to_string()).collect();
+    let _ = writeln!(std::io::stderr(), "error: {}", chain.join(": "));
+}
+
+pub struct Dirs {
+    pub registry: PathBuf,
+    pub clusters: PathBuf,
+    pub presets: PathBuf,
+}
+
+impl ConfigDirs {
+    /// Explicit flags win; otherwise the discovered configuration root's directories.
+    pub fn resolve(&self) -> Result<Dirs> {
+        let root = if self.registry.is_some() && self.clusters.is_some() && self.presets.is_some() {
+            None
+        } else {
+            Some(ConfigRoot::discover()?)
+        };
+        let pick = |flag: &Option<PathBuf>, default: fn(&ConfigRoot) -> PathBuf| {
+            flag.clone().unwrap_or_else(|| default(root.as_ref().expect("root discovered when a flag is missing")))
+        };
+        Ok(Dirs {
+            registry: pick(&self.registry, ConfigRoot::registry_dir),
+            clusters: pick(&self.clusters, ConfigRoot::clusters_dir),
+            presets: pick(&self.presets, ConfigRoot::presets_dir),
+        })
+    }
+}
+
+/// Writes to stdout, treating a closed pipe (`| head`) as success.
+pub fn print(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
+}

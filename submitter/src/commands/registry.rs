@@ -1,0 +1,166 @@
+//! `submitter registry resolve|check`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use submitter::config::{self, lists};
+use submitter::lint::{self, Severity};
+use submitter::registry::{Overrides, Registry, Resolved, TimeoutSource};
+
+use crate::{ConfigDirs, EXIT_PROBLEMS};
+
+#[derive(clap::Args)]
+pub struct ResolveArgs {
+    /// Model registry directory (default: model_config/ of the configuration root).
+    #[arg(long, value_name = "DIR")]
+    registry: Option<PathBuf>,
+    /// Hardware profile (registry variant name). Default: the cluster's, else `default`.
+    #[arg(long)]
+    profile: Option<String>,
+    /// GPUs per node, for the data-parallel default. Default: the cluster's.
+    #[arg(long, value_name = "N")]
+    gpus_per_node: Option<u32>,
+    /// Take the profile and GPUs per node from this cluster profile.
+    #[arg(long)]
+    cluster: Option<String>,
+    /// Override the timeout multiplier for every model.
+    #[arg(long, value_name = "X")]
+    timeout_multiplier: Option<f64>,
+    /// Print one JSON object keyed by model id.
+    #[arg(long)]
+    json: bool,
+    /// A file of model ids, one per line (`#` comments allowed).
+    #[arg(long, value_name = "FILE", conflicts_with = "models")]
+    models_file: Option<PathBuf>,
+    /// Model ids.
+    #[arg(value_name = "MODEL", required_unless_present = "models_file")]
+    models: Vec<String>,
+}
+
+#[derive(clap::Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    dirs: ConfigDirs,
+    /// Also print warnings' count only (errors are always listed).
+    #[arg(long)]
+    quiet: bool,
+}
+
+pub fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
+    let dirs = ConfigDirs { registry: args.registry.clone(), ..ConfigDirs::default() };
+    let (profile, gpus_per_node) = match &args.cluster {
+        Some(name) => {
+            let clusters = dirs.clone().resolve()?.clusters;
+            let cluster = config::load_cluster(&clusters, name)?;
+            (
+                args.profile.clone().unwrap_or(cluster.hardware.hardware_profile),
+                args.gpus_per_node.unwrap_or(cluster.hardware.gpus_per_node),
+            )
+        }
+        None => {
+            let Some(gpus) = args.gpus_per_node else {
+                bail!("give --gpus-per-node N (GPUs on one node, for the data-parallel default) or --cluster NAME");
+            };
+            (args.profile.clone().unwrap_or_else(|| submitter::registry::DEFAULT_PROFILE.to_string()), gpus)
+        }
+    };
+    if gpus_per_node == 0 {
+        bail!("--gpus-per-node must be at least 1");
+    }
+    let registry_dir = match &args.registry {
+        Some(dir) => dir.clone(),
+        None => dirs.resolve()?.registry,
+    };
+    let registry = Registry::load(&registry_dir).with_context(|| format!("loading registry {}", registry_dir.display()))?;
+    let models = match &args.models_file {
+        Some(file) => lists::read_model_list(file)?,
+        None => args.models.clone(),
+    };
+    let overrides = Overrides { timeout_multiplier: args.timeout_multiplier, ..Overrides::default() };
+    let mut resolved: Vec<(String, Resolved)> = Vec::with_capacity(models.len());
+    for model in models {
+        let settings = registry.resolve(&model, &profile, gpus_per_node, &overrides);
+        if settings.gpus() > gpus_per_node {
+            bail!(
+                "model `{model}` resolves to TP {} × DP {} = {} GPUs but a node has {gpus_per_node} on profile `{profile}` (rule {}): set tensor_parallel_size/data_parallel_size for it in the registry, or use a profile/cluster with more GPUs per node",
+                settings.tensor_parallel_size,
+                settings.data_parallel_size,
+                settings.gpus(),
+                settings.rule
+            );
+        }
+        if settings.timeout_source == TimeoutSource::Fallback {
+            tracing::warn!("no timeout multiplier inferred for {model} (size unknown or outside the 2.0/16.0 bands); using 1.0");
+        }
+        resolved.push((model, settings));
+    }
+    let text = if args.json { to_json(&resolved) } else { to_table(&resolved, &profile, gpus_per_node) };
+    super::print(&text)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn to_json(resolved: &[(String, Resolved)]) -> String {
+    let map: serde_json::Map<String, serde_json::Value> = resolved
+        .iter()
+        .map(|(model, settings)| (model.clone(), serde_json::to_value(settings).expect("resolved settings serialise")))
+        .collect();
+    let mut text = serde_json::to_string_pretty(&serde_json::Value::Object(map)).expect("json");
+    text.push('\n');
+    text
+}
+
+fn to_table(resolved: &[(String, Resolved)], profile: &str, gpus: u32) -> String {
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "-".to_string());
+    let rows: Vec<[String; 9]> = resolved
+        .iter()
+        .map(|(model, r)| {
+            [
+                model.clone(),
+                format!("{}x{}", r.tensor_parallel_size, r.data_parallel_size),
+                opt(r.max_model_len.map(|v| v.to_string())),
+                opt(r.swap_space.map(|v| v.to_string())),
+                opt(match (&r.tool_call_parser, &r.reasoning_parser) {
+                    (None, None) => None,
+                    (t, re) => Some(format!("{}/{}", t.as_deref().unwrap_or("-"), re.as_deref().unwrap_or("-"))),
+                }),
+                opt(r.conda_env.clone()),
+                format!("{:.1}", r.timeout_multiplier),
+                opt(r.max_num_seqs.map(|v| v.to_string())),
+                r.rule.clone(),
+            ]
+        })
+        .collect();
+    let header = ["MODEL", "TPxDP", "MAX_LEN", "SWAP", "PARSERS", "ENV", "TIMEOUT", "SEQS", "RULE"];
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join("  ").trim_end().to_string() + "\n"
+    };
+    let mut out = format!("# profile {profile}, {gpus} GPUs per node\n");
+    out += &line(header.to_vec());
+    for row in &rows {
+        out += &line(row.iter().map(String::as_str).collect());
+    }
+    out
+}
+
+pub fn check(args: &CheckArgs) -> Result<ExitCode> {
+    let dirs = args.dirs.resolve()?;
+    let findings = lint::check(&lint::LintInputs { registry: &dirs.registry, clusters: &dirs.clusters, presets: &dirs.presets });
+    let errors = findings.iter().filter(|f| f.severity == Severity::Error).count();
+    let warnings = findings.len() - errors;
+    let mut out = String::new();
+    for finding in &findings {
+        if finding.severity == Severity::Error || !args.quiet {
+            out += &format!("{finding}\n");
+        }
+    }
+    out += &format!("{errors} error(s), {warnings} warning(s)\n");
+    super::print(&out)?;
+    Ok(if errors > 0 { ExitCode::from(EXIT_PROBLEMS) } else { ExitCode::SUCCESS })
+}

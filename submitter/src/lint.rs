@@ -1,0 +1,336 @@
+//! `submitter registry check`: lints registry, patterns, presets, GPU and cluster profiles together
+//! and lists every problem (errors fail the check; warnings explain surprising but kept semantics).
+
+use std::path::{Path, PathBuf};
+
+use launch_spec::yaml::from_yaml_file;
+use regex::Regex;
+
+use crate::config::{self, ClusterProfile, Preset};
+use crate::registry::files::{ModelFile, PatternsFile, ServeFields};
+use crate::registry::{PATTERNS_FILE, Registry};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Severity {
+    Warning,
+    Error,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    pub severity: Severity,
+    /// `file` or `file:line:col` or a logical place (`cluster leonardo`).
+    pub place: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let level = match self.severity {
+            Severity::Warning => "warning",
+            Severity::Error => "error",
+        };
+        write!(f, "{level}: {}: {}", self.place, self.message)
+    }
+}
+
+pub struct LintInputs<'a> {
+    pub registry: &'a Path,
+    pub clusters: &'a Path,
+    pub presets: &'a Path,
+}
+
+#[derive(Default)]
+struct Findings(Vec<Finding>);
+
+impl Findings {
+    fn error(&mut self, place: impl ToString, message: impl ToString) {
+        self.0.push(Finding { severity: Severity::Error, place: place.to_string(), message: message.to_string() });
+    }
+    fn warn(&mut self, place: impl ToString, message: impl ToString) {
+        self.0.push(Finding { severity: Severity::Warning, place: place.to_string(), message: message.to_string() });
+    }
+}
+
+/// Runs every check; never stops at the first problem.
+pub fn check(inputs: &LintInputs) -> Vec<Finding> {
+    let mut findings = Findings::default();
+    check_registry_files(inputs.registry, &mut findings);
+    let clusters = check_clusters(inputs.clusters, &mut findings);
+    check_presets(inputs.presets, &mut findings);
+    // Cross-file checks need a registry that loads.
+    match Registry::load(inputs.registry) {
+        Ok(registry) => check_against_clusters(&registry, &clusters, &mut findings),
+        Err(err) => findings.error(inputs.registry.display(), format!("registry does not load, cross-checks skipped: {err}")),
+    }
+    findings.0.sort_by(|a, b| b.severity.cmp(&a.severity).then(a.place.cmp(&b.place)));
+    findings.0
+}
+
+fn check_registry_files(root: &Path, findings: &mut Findings) {
+    let Ok(orgs) = std::fs::read_dir(root) else {
+        findings.error(root.display(), "cannot read the registry directory");
+        return;
+    };
+    let mut files: Vec<PathBuf> = orgs
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_dir() && !p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(['_', '.'])))
+        .flat_map(|org| std::fs::read_dir(org).into_iter().flatten().filter_map(|e| e.ok().map(|e| e.path())))
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
+        .collect();
+    files.sort();
+    let mut seen_ids: std::collections::HashMap<String, PathBuf> = std::collections::HashMap::new();
+    for file in &files {
+        if file.extension().is_some_and(|e| e == "yml") {
+            findings.warn(file.display(), "`.yml` files are not read: rename to `.yaml`");
+            continue;
+        }
+        match from_yaml_file::<ModelFile>(file) {
+            Err(err) => findings.error(file.display(), err.message.clone() + &location_suffix(&err)),
+            Ok(model) => {
+                let Some(id) = model.model.clone() else {
+                    findings.warn(file.display(), "no `model:` key: the file is skipped");
+                    continue;
+                };
+                if let Some(previous) = seen_ids.insert(id.clone(), file.clone()) {
+                    findings.warn(file.display(), format!("model `{id}` is also declared in {}; this later file wins wholesale", previous.display()));
+                }
+                let eval = model.subsystems.as_ref().and_then(|s| s.eval.clone()).unwrap_or_default();
+                check_fields(&file.display().to_string(), &model.serve_fields(), findings);
+                check_fields(&format!("{} (subsystems.eval)", file.display()), &eval.serve_fields(), findings);
+                for (profile, variant) in eval.variants.iter().flatten() {
+                    let place = format!("{} (variants.{profile})", file.display());
+                    check_fields(&place, &variant.serve_fields(), findings);
+                    let base = model.serve_fields().overlaid_with(&eval.serve_fields());
+                    let dropped: Vec<&str> = [
+                        ("tool_call_parser", base.tool_call_parser.is_some() && variant.tool_call_parser.is_none()),
+                        ("reasoning_parser", base.reasoning_parser.is_some() && variant.reasoning_parser.is_none()),
+                        ("agent_kwargs", base.agent_kwargs.is_some() && variant.agent_kwargs.is_none()),
+                        ("conda_env", base.conda_env.is_some() && variant.conda_env.is_none()),
+                    ]
+                    .into_iter()
+                    .filter_map(|(name, lost)| lost.then_some(name))
+                    .collect();
+                    if !dropped.is_empty() {
+                        findings.warn(place, format!("the variant replaces the entry wholesale and drops {}", dropped.join(", ")));
+                    }
+                }
+            }
+        }
+    }
+    let patterns = root.join(PATTERNS_FILE);
+    if !patterns.exists() {
+        findings.warn(patterns.display(), "no patterns file: models without an exact entry get the size default");
+        return;
+    }
+    match from_yaml_file::<PatternsFile>(&patterns) {
+        Err(err) => findings.error(patterns.display(), err.message.clone() + &location_suffix(&err)),
+        Ok(parsed) => {
+            for (index, item) in parsed.patterns.iter().enumerate() {
+                let place = format!("{} (pattern #{} `{}`)", patterns.display(), index + 1, item.match_);
+                if item.match_.is_empty() {
+                    findings.warn(&place, "empty `match` is skipped, not a match-all");
+                } else if let Err(err) = Regex::new(&item.match_) {
+                    findings.error(&place, format!("bad regular expression: {}", err.to_string().split_whitespace().collect::<Vec<_>>().join(" ")));
+                }
+                if item.profiles.as_ref().is_some_and(Vec::is_empty) {
+                    findings.warn(&place, "`profiles: []` never applies");
+                }
+                check_fields(&place, &item.serve_fields(), findings);
+            }
+        }
+    }
+}
+
+fn location_suffix(err: &launch_spec::yaml::YamlError) -> String {
+    match (err.line, err.column) {
+        (Some(line), Some(col)) => format!(" (line {line}, column {col})"),
+        _ => String::new(),
+    }
+}
+
+fn check_fields(place: &str, fields: &ServeFields, findings: &mut Findings) {
+    for (name, value) in [("hf_overrides", &fields.hf_overrides), ("limit_mm_per_prompt", &fields.limit_mm_per_prompt)] {
+        if let Some(text) = value
+            && let Err(err) = serde_json::from_str::<serde_json::Value>(text)
+        {
+            findings.error(place, format!("{name} is not valid JSON ({err}): write it as a single-quoted JSON string"));
+        }
+    }
+    for kwarg in fields.agent_kwargs.iter().flatten() {
+        if !kwarg.contains('=') {
+            findings.error(place, format!("agent_kwargs item `{kwarg}` is not key=value"));
+        }
+    }
+    if let Some(extra) = &fields.extra_args
+        && let Err(err) = shell_split(extra)
+    {
+        findings.error(place, format!("extra_args cannot be split into arguments: {err}"));
+    }
+    if fields.tensor_parallel_size == Some(0) || fields.data_parallel_size == Some(0) {
+        findings.error(place, "tensor_parallel_size and data_parallel_size must be ≥ 1");
+    }
+}
+
+/// Shell-style splitting of `extra_args` (quotes honoured, no expansion), as payload does.
+pub fn shell_split(text: &str) -> Result<Vec<String>, String> {
+    shell_words::split(text).map_err(|err| err.to_string())
+}
+
+fn check_clusters(dir: &Path, findings: &mut Findings) -> Vec<ClusterProfile> {
+    match config::load_gpu_profiles(dir) {
+        Ok(_) => {}
+        Err(err) => findings.error(dir.join(config::GPU_PROFILES_FILE).display(), err),
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        findings.error(dir.display(), "cannot read the clusters directory");
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml") && p.file_name().is_some_and(|n| n != config::GPU_PROFILES_FILE))
+        .collect();
+    files.sort();
+    let mut clusters = Vec::new();
+    let mut names = std::collections::HashMap::new();
+    for file in files {
+        match from_yaml_file::<ClusterProfile>(&file) {
+            Err(err) => findings.error(file.display(), err.message.clone() + &location_suffix(&err)),
+            Ok(profile) => {
+                for problem in profile.problems() {
+                    findings.error(file.display(), problem);
+                }
+                for name in std::iter::once(&profile.name).chain(&profile.aliases) {
+                    if let Some(other) = names.insert(name.clone(), file.clone()) {
+                        findings.error(file.display(), format!("cluster name or alias `{name}` is also used by {}", other.display()));
+                    }
+                }
+                clusters.push(profile);
+            }
+        }
+    }
+    clusters
+}
+
+fn check_presets(dir: &Path, findings: &mut Findings) {
+    let harbor_dir = dir.join("harbor");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        findings.error(dir.display(), "cannot read the presets directory");
+        return;
+    };
+    let mut files: Vec<PathBuf> =
+        entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|e| e == "yaml")).collect();
+    files.sort();
+    for file in files {
+        match from_yaml_file::<Preset>(&file) {
+            Err(err) => findings.error(file.display(), err.message.clone() + &location_suffix(&err)),
+            Ok(preset) => {
+                for problem in preset.problems() {
+                    findings.error(file.display(), problem);
+                }
+                let config_yaml = preset.config_yaml.as_deref().unwrap_or(crate::config::preset::DEFAULT_HARBOR_CONFIG);
+                let path = if Path::new(config_yaml).is_absolute() { PathBuf::from(config_yaml) } else { harbor_dir.join(config_yaml) };
+                if !path.is_file() {
+                    findings.error(file.display(), format!("config_yaml `{config_yaml}` not found (looked for {})", path.display()));
+                }
+            }
+        }
+    }
+}
+
+/// Environment names and parallelism as each cluster will see them.
+fn check_against_clusters(registry: &Registry, clusters: &[ClusterProfile], findings: &mut Findings) {
+    for cluster in clusters {
+        let profile = &cluster.hardware.hardware_profile;
+        let mut ids: Vec<&String> = registry.models.keys().collect();
+        ids.sort();
+        for id in ids {
+            let entry = &registry.models[id];
+            let Some(fields) = entry.on_profile(profile) else { continue };
+            check_fields_on_cluster(&entry.file.display().to_string(), id, fields, cluster, findings);
+        }
+        for pattern in registry.patterns.iter().filter(|p| p.applies_to(profile)) {
+            let place = format!("pattern #{} `{}`", pattern.index + 1, pattern.text);
+            check_fields_on_cluster(&place, "", &pattern.fields_on(profile), cluster, findings);
+        }
+        if profile != crate::registry::DEFAULT_PROFILE {
+            let falling: usize = registry
+                .models
+                .values()
+                .filter(|entry| entry.on_profile(profile).is_none() && !entry.base.is_empty())
+                .count();
+            if falling > 0 {
+                findings.warn(
+                    format!("cluster {}", cluster.name),
+                    format!("{falling} registry model(s) have no `{profile}` variant and fall through to the patterns on this cluster (their parsers, kwargs and conda env do not apply)"),
+                );
+            }
+        }
+    }
+    for entry in registry.models.values() {
+        if let Some(fields) = entry.on_profile(crate::registry::DEFAULT_PROFILE)
+            && fields.max_model_len.is_none()
+            && fields.extra_args.is_none()
+            && registry.patterns.iter().any(|p| p.applies_to(crate::registry::DEFAULT_PROFILE) && p.regex.as_ref().is_some_and(|r| r.is_match(&entry.id)))
+        {
+            findings.warn(entry.file.display(), format!("thin exact entry for `{}` blocks every field of the pattern it would otherwise match", entry.id));
+        }
+    }
+    check_shadowing(registry, findings);
+}
+
+/// Ids that reveal pattern-order surprises: every registry id plus probes for the known cases
+/// (`(?i)3[02][Bb]` also matches "130B" and every 30B/32B name before `131k|-lc$` is reached).
+const SHADOW_PROBES: &[&str] =
+    &["probe/Foo-30B-A3B-lc", "probe/Foo-130B-131k", "probe/foo-32b-131k", "probe/Foo-7B-lc", "probe/Foo-32B"];
+
+fn check_shadowing(registry: &Registry, findings: &mut Findings) {
+    let mut probes: Vec<&str> = registry.models.keys().map(String::as_str).collect();
+    probes.extend_from_slice(SHADOW_PROBES);
+    probes.sort_unstable();
+    for (later_index, later) in registry.patterns.iter().enumerate() {
+        let Some(later_regex) = &later.regex else { continue };
+        for earlier in &registry.patterns[..later_index] {
+            let Some(earlier_regex) = &earlier.regex else { continue };
+            let shares_profile = match (&earlier.profiles, &later.profiles) {
+                (Some(a), Some(b)) => a.iter().any(|p| b.contains(p)),
+                _ => true,
+            };
+            if !shares_profile {
+                continue;
+            }
+            if let Some(probe) = probes.iter().find(|id| later_regex.is_match(id) && earlier_regex.is_match(id)) {
+                findings.warn(
+                    format!("pattern #{} `{}`", later.index + 1, later.text),
+                    format!("shadowed by earlier pattern #{} `{}` for ids like `{probe}` (first match wins)", earlier.index + 1, earlier.text),
+                );
+            }
+        }
+    }
+}
+
+fn check_fields_on_cluster(place: &str, id: &str, fields: &ServeFields, cluster: &ClusterProfile, findings: &mut Findings) {
+    let gpus = cluster.hardware.gpus_per_node;
+    if let Some(env) = &fields.conda_env
+        && !cluster.environments.contains_key(env)
+    {
+        findings.error(place, format!("environment `{env}` is not defined on cluster {} (add it under `environments:` in clusters/{}.yaml)", cluster.name, cluster.name));
+    }
+    let tp = fields.tensor_parallel_size.unwrap_or_else(|| if crate::registry::size::total_size(id).is_some_and(|s| s > 14.0) { 2 } else { 1 });
+    let dp = fields.data_parallel_size.unwrap_or_else(|| (gpus / tp.max(1)).max(1));
+    if tp * dp > gpus {
+        findings.error(place, format!("TP {tp} × DP {dp} = {} GPUs exceeds cluster {}'s {gpus} GPUs per node", tp * dp, cluster.name));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shell_split;
+
+    #[test]
+    fn splits_like_a_shell_without_expansion() {
+        assert_eq!(shell_split("--a 1  --b 'x y' \"q\\\"z\"").unwrap(), vec!["--a", "1", "--b", "x y", "q\"z"]);
+        assert_eq!(shell_split("--x ${DCFT}/p").unwrap(), vec!["--x", "${DCFT}/p"]);
+        assert!(shell_split("'open").is_err());
+    }
+}
