@@ -1,0 +1,1 @@
+//! Slurm client: being written.
