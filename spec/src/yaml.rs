@@ -59,7 +59,7 @@ pub fn from_yaml_str<T: DeserializeOwned>(text: &str, path: &Path) -> Result<T, 
             path: path.to_path_buf(),
             line,
             column,
-            message: explain(&bare_message(&err)),
+            message: with_key(explain(&bare_message(&err)), text, line),
         }
     })
 }
@@ -98,6 +98,30 @@ fn explain(message: &str) -> String {
         }
     }
     message.to_string()
+}
+
+/// Names the key on the error's line and says in words what a scalar type expects.
+fn with_key(message: String, text: &str, line: Option<u64>) -> String {
+    let plain = match message.as_str() {
+        "invalid u8" | "invalid u16" | "invalid u32" | "invalid u64" | "invalid usize" => "expected a whole number ≥ 0",
+        "invalid i32" | "invalid i64" => "expected a whole number",
+        "invalid f32" | "invalid f64" => "expected a number",
+        "invalid bool" | "invalid boolean" => "expected true or false",
+        _ => "",
+    };
+    let message = if plain.is_empty() { message } else { plain.to_string() };
+    if message.contains('`') {
+        return message;
+    }
+    let key = line
+        .and_then(|l| text.lines().nth(usize::try_from(l).ok()?.checked_sub(1)?))
+        .and_then(|source| source.trim_start().trim_start_matches("- ").split_once(':'))
+        .map(|(key, _)| key.trim().to_string())
+        .filter(|key| !key.is_empty() && !key.contains(' '));
+    match key {
+        Some(key) => format!("`{key}`: {message}"),
+        None => message,
+    }
 }
 
 /// The closest candidate to `input`, if it is close enough to be a plausible typo.

@@ -24,6 +24,9 @@ pub struct ResolveArgs {
     /// Take the profile and GPUs per node from this cluster profile.
     #[arg(long)]
     cluster: Option<String>,
+    /// Cluster profiles directory (default: clusters/ of the configuration root).
+    #[arg(long, value_name = "DIR")]
+    clusters: Option<PathBuf>,
     /// Override the timeout multiplier for every model.
     #[arg(long, value_name = "X")]
     timeout_multiplier: Option<f64>,
@@ -48,10 +51,13 @@ pub struct CheckArgs {
 }
 
 pub fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
-    let dirs = ConfigDirs { registry: args.registry.clone(), ..ConfigDirs::default() };
+    let dirs = ConfigDirs { registry: args.registry.clone(), clusters: args.clusters.clone(), ..ConfigDirs::default() };
     let (profile, gpus_per_node) = match &args.cluster {
         Some(name) => {
-            let clusters = dirs.clone().resolve()?.clusters;
+            let clusters = match &args.clusters {
+                Some(dir) => dir.clone(),
+                None => dirs.resolve()?.clusters,
+            };
             let cluster = config::load_cluster(&clusters, name)?;
             (
                 args.profile.clone().unwrap_or(cluster.hardware.hardware_profile),

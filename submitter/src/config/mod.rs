@@ -18,7 +18,7 @@ pub const GPU_PROFILES_FILE: &str = "gpus.yaml";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("{0}")]
+    #[error(transparent)]
     Yaml(#[from] YamlError),
     #[error("unknown cluster `{name}`: valid clusters are {valid} (profiles live in {dir})")]
     UnknownCluster { name: String, valid: String, dir: PathBuf },

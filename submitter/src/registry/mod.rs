@@ -25,7 +25,7 @@ pub const DEFAULT_MAX_OUTPUT_TOKENS: u64 = 16384;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
-    #[error("{0}")]
+    #[error(transparent)]
     Yaml(#[from] YamlError),
     #[error("{path}: cannot read registry directory: {source} (pass --registry DIR pointing at a model_config/ tree)")]
     Dir { path: PathBuf, source: std::io::Error },

@@ -1,0 +1,131 @@
+//! The corpus of broken inputs (`tests/corpus/<case>/`): every one gets a one-line error that
+//! names the file (with line and column where there is one) and the fix, exit code 2, no panic.
+
+use std::path::PathBuf;
+
+use crate::support::{stderr, stdout, submitter, workspace_root};
+
+fn corpus(case: &str) -> PathBuf {
+    workspace_root().join("submitter/tests/corpus").join(case)
+}
+
+/// Runs `args`, expects exit 2 and a single `error:` line containing every `needles` item.
+fn fails_with(args: &[&str], needles: &[&str]) {
+    let out = submitter(args);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "args {args:?}\nstderr: {err}\nstdout: {}", stdout(&out));
+    assert!(!err.contains("panicked"), "{err}");
+    let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "exactly one error line: {err}");
+    for needle in needles {
+        assert!(errors[0].contains(needle), "`{needle}` missing from: {}", errors[0]);
+    }
+    assert!(stdout(&out).is_empty(), "nothing half-written to stdout: {}", stdout(&out));
+}
+
+fn resolve_on(case: &str, model: &str) -> Vec<String> {
+    let registry = corpus(case).join("model_config");
+    ["registry", "resolve", "--gpus-per-node", "4", "--json", "--registry", registry.to_str().unwrap(), model]
+        .map(str::to_string)
+        .to_vec()
+}
+
+fn run_resolve(case: &str, needles: &[&str]) {
+    let args = resolve_on(case, "org/Model-8B");
+    fails_with(&args.iter().map(String::as_str).collect::<Vec<_>>(), needles);
+}
+
+#[test]
+fn unknown_key_suggests_the_right_one() {
+    run_resolve("typo-key", &["org/m.yaml:4:", "unknown field `tensor_paralel_size`", "did you mean `tensor_parallel_size`"]);
+}
+
+#[test]
+fn wrong_type_names_line_and_column() {
+    run_resolve("wrong-type", &["org/m.yaml:2:", "max_model_len"]);
+}
+
+#[test]
+fn bad_regex_names_the_pattern() {
+    run_resolve("bad-regex", &["_patterns.yaml", "pattern #1 `(?i)qwen(3`", "not a valid regular expression"]);
+}
+
+#[test]
+fn duplicate_key_is_rejected() {
+    run_resolve("duplicate-key", &["org/m.yaml:3:", "duplicate"]);
+}
+
+#[test]
+fn non_mapping_file_is_rejected() {
+    run_resolve("not-a-mapping", &["org/m.yaml"]);
+}
+
+#[test]
+fn missing_registry_dir() {
+    run_resolve("does-not-exist", &["cannot read registry directory", "--registry"]);
+}
+
+#[test]
+fn impossible_parallelism_names_the_model_and_fix() {
+    let args = resolve_on("impossible-parallelism", "org/Huge-400B");
+    fails_with(&args.iter().map(String::as_str).collect::<Vec<_>>(), &["org/Huge-400B", "TP 8", "4", "tensor_parallel_size"]);
+}
+
+#[test]
+fn unknown_cluster_lists_valid_ones() {
+    fails_with(&["registry", "resolve", "--cluster", "leonardoo", "Qwen/Qwen3-8B"], &["unknown cluster `leonardoo`", "leonardo", "vista (alias tacc)", "local"]);
+}
+
+#[test]
+fn cluster_with_wrong_type() {
+    let clusters = corpus("bad-cluster").join("clusters");
+    fails_with(
+        &["registry", "resolve", "--clusters", clusters.to_str().unwrap(), "--cluster", "mini", "Qwen/Qwen3-8B"],
+        &["mini.yaml:6:", "gpus_per_node"],
+    );
+}
+
+#[test]
+fn missing_models_file() {
+    fails_with(&["registry", "resolve", "--gpus-per-node", "4", "--models-file", "/nonexistent/list.txt"], &["/nonexistent/list.txt", "cannot read model list"]);
+}
+
+#[test]
+fn missing_gpus_per_node_says_what_to_give() {
+    fails_with(&["registry", "resolve", "Qwen/Qwen3-8B"], &["--gpus-per-node", "--cluster"]);
+}
+
+/// `registry check` lists every problem of a broken tree and exits 1.
+#[test]
+fn check_lists_every_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = dir.path().join("model_config");
+    for case in ["typo-key", "wrong-type", "bad-json"] {
+        let target = registry.join(case);
+        std::fs::create_dir_all(&target).unwrap();
+        std::fs::copy(corpus(case).join("model_config/org/m.yaml"), target.join("m.yaml")).unwrap();
+    }
+    std::fs::copy(corpus("bad-regex").join("model_config/_patterns.yaml"), registry.join("_patterns.yaml")).unwrap();
+    let clusters = corpus("bad-cluster").join("clusters");
+    let presets = corpus("bad-preset").join("presets");
+    let out = submitter(&[
+        "registry", "check", "--registry", registry.to_str().unwrap(), "--clusters", clusters.to_str().unwrap(),
+        "--presets", presets.to_str().unwrap(),
+    ]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
+    for needle in [
+        "typo-key/m.yaml: unknown field `tensor_paralel_size`",
+        "wrong-type/m.yaml",
+        "bad-json/m.yaml: hf_overrides is not valid JSON",
+        "bad regular expression",
+        "mini.yaml",
+        "broken.yaml",
+    ] {
+        assert!(text.contains(needle), "`{needle}` missing:\n{text}");
+    }
+    let gpus = corpus("bad-gpus").join("clusters");
+    let out = submitter(&["registry", "check", "--clusters", gpus.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stdout(&out).contains("did you mean `gpu_memory_utilization`"), "{}", stdout(&out));
+}

@@ -1,0 +1,5 @@
+//! The submitter's single integration-test binary (one link on 2 cores); modules by concern.
+
+mod broken;
+mod registry;
+mod support;

@@ -1,0 +1,220 @@
+//! `registry resolve` on the real registry from the replaced system: the worked examples of
+//! reference/registry-semantics.md §12 and every real model id.
+
+use serde_json::{Value, json};
+
+use crate::support::{fixtures, stderr, stdout, submitter};
+
+const THINK: &str = r#"extra_body={"chat_template_kwargs":{"enable_thinking":true}}"#;
+const YARN: &str = r#"{"rope_scaling":{"rope_type":"yarn","factor":4.0,"original_max_position_embeddings":32768}}"#;
+const KEYS: [&str; 16] = [
+    "tensor_parallel_size",
+    "data_parallel_size",
+    "max_model_len",
+    "swap_space",
+    "trust_remote_code",
+    "tool_call_parser",
+    "reasoning_parser",
+    "hf_overrides",
+    "limit_mm_per_prompt",
+    "max_num_seqs",
+    "extra_args",
+    "conda_env",
+    "agent_kwargs",
+    "max_output_tokens",
+    "timeout_multiplier",
+    "rule",
+];
+
+fn resolve(registry: &str, profile: &str, gpus: &str, models: &[&str]) -> Value {
+    let mut args = vec!["registry", "resolve", "--registry", registry, "--profile", profile, "--gpus-per-node", gpus, "--json"];
+    args.extend_from_slice(models);
+    let out = submitter(&args);
+    assert!(out.status.success(), "resolve failed: {}", stderr(&out));
+    serde_json::from_str(&stdout(&out)).expect("resolve --json prints JSON")
+}
+
+/// Builds the expected object: every key null/empty unless given.
+fn expect(fields: Value) -> Value {
+    let mut full = serde_json::Map::new();
+    for key in KEYS {
+        full.insert(key.to_string(), if key == "agent_kwargs" { json!([]) } else { Value::Null });
+    }
+    for (key, value) in fields.as_object().unwrap() {
+        assert!(full.contains_key(key), "unknown key {key} in expectation");
+        full.insert(key.clone(), value.clone());
+    }
+    Value::Object(full)
+}
+
+#[test]
+fn worked_examples_default_profile() {
+    let Some(fixtures) = fixtures() else { return };
+    let registry = fixtures.join("model_config");
+    let got = resolve(
+        registry.to_str().unwrap(),
+        "default",
+        "4",
+        &[
+            "Qwen/Qwen3-32B",
+            "Qwen/Qwen3-8B",
+            "Qwen/Qwen3-30B-A3B-Thinking-2507",
+            "probe/Foo-30B-A3B-lc",
+            "probe/foo-32b-131k",
+            "allenai/tmax-9b",
+            "probe/Qwen3-Coder-480B-A35B-Instruct",
+            "probe/Qwen3-235B-A22B",
+            "probe/Mixtral-8x7B",
+            "laion/Qwen3-32B-OpenThoughts-Agent-SFT-10K-axolotl-step250",
+            "hosted_vllm/Qwen/Qwen3-8B",
+            "probe/Qwen3.6-27B",
+            "probe/Qwen3.5-9B-finetune",
+        ],
+    );
+    let cases = [
+        ("Qwen/Qwen3-32B", json!({"tensor_parallel_size": 2, "data_parallel_size": 2, "max_model_len": 32768, "swap_space": 32,
+            "trust_remote_code": true, "tool_call_parser": "hermes", "reasoning_parser": "qwen3", "extra_args": "--enable-prefix-caching",
+            "agent_kwargs": [THINK], "timeout_multiplier": 16.0, "rule": "exact"})),
+        ("Qwen/Qwen3-8B", json!({"tensor_parallel_size": 1, "data_parallel_size": 4, "trust_remote_code": true,
+            "tool_call_parser": "hermes", "reasoning_parser": "qwen3", "agent_kwargs": [THINK], "timeout_multiplier": 2.0, "rule": "exact"})),
+        // Read directly from model_config/ (like the regenerated mono-file): exact with only hermes.
+        ("Qwen/Qwen3-30B-A3B-Thinking-2507", json!({"tensor_parallel_size": 2, "data_parallel_size": 2, "tool_call_parser": "hermes",
+            "timeout_multiplier": 2.0, "rule": "exact"})),
+        ("probe/Foo-30B-A3B-lc", json!({"tensor_parallel_size": 4, "data_parallel_size": 1, "max_model_len": 32768, "swap_space": 32,
+            "trust_remote_code": true, "extra_args": "--enable-prefix-caching --enforce-eager", "timeout_multiplier": 2.0,
+            "rule": "pattern:(?i)3[02][Bb]"})),
+        ("probe/foo-32b-131k", json!({"tensor_parallel_size": 2, "data_parallel_size": 2, "max_model_len": 131072, "swap_space": 32,
+            "trust_remote_code": true, "hf_overrides": YARN, "extra_args": "--enable-prefix-caching", "timeout_multiplier": 16.0,
+            "rule": "pattern:(?i)(?:32b.*(131k|-lc)|(131k|-lc).*32b)"})),
+        ("allenai/tmax-9b", json!({"tensor_parallel_size": 4, "data_parallel_size": 1, "max_model_len": 32768, "swap_space": 32,
+            "limit_mm_per_prompt": "{\"image\":0,\"video\":0}", "conda_env": "eval-qwen35", "agent_kwargs": [THINK],
+            "timeout_multiplier": 2.0, "rule": "exact"})),
+        ("probe/Qwen3-Coder-480B-A35B-Instruct", json!({"tensor_parallel_size": 2, "data_parallel_size": 2, "timeout_multiplier": 16.0, "rule": "size-default"})),
+        ("probe/Qwen3-235B-A22B", json!({"tensor_parallel_size": 2, "data_parallel_size": 2, "timeout_multiplier": 1.0, "rule": "size-default"})),
+        ("probe/Mixtral-8x7B", json!({"tensor_parallel_size": 1, "data_parallel_size": 4, "timeout_multiplier": 1.0, "rule": "size-default"})),
+        // Only a gh200 variant: no entry on default, so the 3[02]B pattern applies.
+        ("laion/Qwen3-32B-OpenThoughts-Agent-SFT-10K-axolotl-step250", json!({"tensor_parallel_size": 4, "data_parallel_size": 1,
+            "max_model_len": 32768, "swap_space": 32, "trust_remote_code": true, "extra_args": "--enable-prefix-caching --enforce-eager",
+            "timeout_multiplier": 16.0, "rule": "pattern:(?i)3[02][Bb]"})),
+        // No normalisation: the hosted_vllm/ prefix misses the exact entry.
+        ("hosted_vllm/Qwen/Qwen3-8B", json!({"tensor_parallel_size": 1, "data_parallel_size": 4, "timeout_multiplier": 2.0, "rule": "size-default"})),
+        // Family default 256 without the qwen3.5 pattern's conda env (3.6 has no literal "3.5").
+        ("probe/Qwen3.6-27B", json!({"tensor_parallel_size": 2, "data_parallel_size": 2, "max_num_seqs": 256, "timeout_multiplier": 1.0, "rule": "size-default"})),
+        ("probe/Qwen3.5-9B-finetune", json!({"tensor_parallel_size": 1, "data_parallel_size": 4, "max_model_len": 32768, "trust_remote_code": true,
+            "conda_env": "otagent2-fix", "extra_args": "--enable-prefix-caching", "max_num_seqs": 256, "timeout_multiplier": 2.0,
+            "rule": "pattern:(?i)qwen3\\.5"})),
+    ];
+    for (model, fields) in cases {
+        assert_eq!(got[model], expect(fields), "{model}");
+    }
+}
+
+#[test]
+fn worked_examples_gh200_profile() {
+    let Some(fixtures) = fixtures() else { return };
+    let registry = fixtures.join("model_config");
+    let got = resolve(
+        registry.to_str().unwrap(),
+        "gh200",
+        "1",
+        &["Qwen/Qwen3-32B", "GAIR/OpenSWE-32B", "Qwen/Qwen3.5-35B-A3B", "probe/Mixtral-8x7B", "QuantTrio/GLM-4.7-AWQ"],
+    );
+    let cases = [
+        ("Qwen/Qwen3-32B", json!({"tensor_parallel_size": 1, "data_parallel_size": 1, "max_model_len": 32768, "swap_space": 32,
+            "trust_remote_code": true, "extra_args": "--enable-prefix-caching", "timeout_multiplier": 16.0, "rule": "exact"})),
+        ("GAIR/OpenSWE-32B", json!({"tensor_parallel_size": 1, "data_parallel_size": 1, "max_model_len": 32768, "swap_space": 32,
+            "trust_remote_code": true, "extra_args": "--enable-prefix-caching", "timeout_multiplier": 16.0, "rule": "pattern:(?i)32[Bb]"})),
+        ("Qwen/Qwen3.5-35B-A3B", json!({"tensor_parallel_size": 1, "data_parallel_size": 1, "max_model_len": 32768, "swap_space": 32,
+            "trust_remote_code": true, "limit_mm_per_prompt": "{\"image\":0,\"video\":0}", "max_num_seqs": 256,
+            "extra_args": "--enable-prefix-caching --max-num-seqs 512", "agent_kwargs": [THINK], "timeout_multiplier": 2.0, "rule": "exact"})),
+        ("probe/Mixtral-8x7B", json!({"tensor_parallel_size": 1, "data_parallel_size": 1, "max_model_len": 32768, "trust_remote_code": true,
+            "extra_args": "--enable-prefix-caching", "timeout_multiplier": 1.0, "rule": "pattern:.*"})),
+        ("QuantTrio/GLM-4.7-AWQ", json!({"tensor_parallel_size": 1, "data_parallel_size": 1, "max_model_len": 32768, "trust_remote_code": true,
+            "extra_args": "--enable-prefix-caching", "timeout_multiplier": 1.0, "rule": "pattern:.*"})),
+    ];
+    for (model, fields) in cases {
+        assert_eq!(got[model], expect(fields), "{model}");
+    }
+}
+
+/// Every real model id resolves on both profiles; the distributions match the replaced system's
+/// facts that hold for any id set (gh200: TP1 everywhere, never a parser or an environment).
+#[test]
+fn every_real_model_id_resolves() {
+    let Some(fixtures) = fixtures() else { return };
+    let registry = fixtures.join("model_config");
+    let names = fixtures.join("model-names.txt");
+    for (profile, gpus) in [("default", "4"), ("gh200", "1")] {
+        let out = submitter(&[
+            "registry", "resolve", "--registry", registry.to_str().unwrap(), "--profile", profile,
+            "--gpus-per-node", gpus, "--json", "--models-file", names.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let got: Value = serde_json::from_str(&stdout(&out)).unwrap();
+        let map = got.as_object().unwrap();
+        assert!(map.len() >= 970, "expected ~976 ids, got {}", map.len());
+        for (model, settings) in map {
+            let keys: Vec<&str> = settings.as_object().unwrap().keys().map(String::as_str).collect();
+            assert_eq!(keys, KEYS, "{model}: keys and order");
+            let tp = settings["tensor_parallel_size"].as_u64().unwrap();
+            let dp = settings["data_parallel_size"].as_u64().unwrap();
+            assert!(tp * dp <= gpus.parse().unwrap(), "{model}: {tp}x{dp}");
+            let timeout = settings["timeout_multiplier"].as_f64().unwrap();
+            assert!([1.0, 2.0, 16.0].contains(&timeout), "{model}: timeout {timeout}");
+            if profile == "gh200" {
+                assert_eq!(tp, 1, "{model}");
+                assert!(settings["tool_call_parser"].is_null() && settings["reasoning_parser"].is_null(), "{model}");
+                assert!(settings["conda_env"].is_null(), "{model}");
+            }
+        }
+        if profile == "default" {
+            let tp4 = map.values().filter(|s| s["tensor_parallel_size"] == 4).count();
+            let by_rule = |rule: &str| map.values().filter(|s| s["rule"] == rule).count();
+            assert!(tp4 > 200, "the 3[02]B pattern gives TP4 to hundreds of real ids, got {tp4}");
+            assert!(by_rule("exact") > 20 && by_rule("size-default") > 500, "rule distribution");
+        }
+    }
+}
+
+#[test]
+fn readable_table_without_json() {
+    let out = submitter(&["registry", "resolve", "--gpus-per-node", "4", "Qwen/Qwen3-32B", "probe/Foo-7B"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.lines().nth(1).unwrap().starts_with("MODEL"), "{text}");
+    assert!(text.contains("Qwen/Qwen3-32B") && text.contains("2x2") && text.contains("exact"), "{text}");
+    assert!(text.contains("probe/Foo-7B") && text.contains("size-default"), "{text}");
+}
+
+#[test]
+fn cluster_supplies_profile_and_gpus() {
+    // Vista is gh200 with one GPU per node: the shipped gh200 variant gives TP1 without parsers.
+    let out = submitter(&["registry", "resolve", "--cluster", "tacc", "--json", "Qwen/Qwen3-32B"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let got: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(got["Qwen/Qwen3-32B"]["tensor_parallel_size"], 1);
+    assert_eq!(got["Qwen/Qwen3-32B"]["tool_call_parser"], Value::Null);
+}
+
+#[test]
+fn registry_check_passes_on_shipped_and_fixture_configuration() {
+    let out = submitter(&["registry", "check"]);
+    assert!(out.status.success(), "shipped configuration must lint clean: {}", stdout(&out));
+    let Some(fixtures) = fixtures() else { return };
+    let registry = fixtures.join("model_config");
+    let presets = fixtures.join("eval/presets");
+    let out = submitter(&["registry", "check", "--registry", registry.to_str().unwrap()]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}");
+    // The consequences worth a warning, observed on the real registry.
+    assert!(text.contains("drops tool_call_parser"), "{text}");
+    assert!(text.contains("fall through to the patterns"), "{text}");
+    assert!(text.contains("shadowed by earlier pattern #3 `(?i)3[02][Bb]`"), "{text}");
+    assert!(text.contains("thin exact entry"), "{text}");
+    // The replaced system's presets load unchanged with our preset type.
+    for entry in std::fs::read_dir(&presets).unwrap() {
+        let path = entry.unwrap().path();
+        let parsed = launch_spec::yaml::from_yaml_file::<submitter::config::Preset>(&path);
+        assert!(parsed.is_ok(), "{}: {:?}", path.display(), parsed.err());
+    }
+}
