@@ -85,6 +85,7 @@ pub fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
     };
     let overrides = Overrides { timeout_multiplier: args.timeout_multiplier, ..Overrides::default() };
     let mut resolved: Vec<(String, Resolved)> = Vec::with_capacity(models.len());
+    let mut fallback = Vec::new();
     for model in models {
         let settings = registry.resolve(&model, &profile, gpus_per_node, &overrides);
         if settings.gpus() > gpus_per_node {
@@ -97,13 +98,27 @@ pub fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
             );
         }
         if settings.timeout_source == TimeoutSource::Fallback {
-            tracing::warn!("no timeout multiplier inferred for {model} (size unknown or outside the 2.0/16.0 bands); using 1.0");
+            fallback.push(model.clone());
         }
         resolved.push((model, settings));
     }
+    warn_timeout_fallback(&fallback);
     let text = if args.json { to_json(&resolved) } else { to_table(&resolved, &profile, gpus_per_node) };
     super::print(&text)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// One warning line for all models whose timeout multiplier fell back to 1.0.
+fn warn_timeout_fallback(models: &[String]) {
+    match models {
+        [] => {}
+        [one] => tracing::warn!("no timeout multiplier inferred for {one} (size unknown or outside the 2.0/16.0 bands); using 1.0"),
+        many => tracing::warn!(
+            "no timeout multiplier inferred for {} models (size unknown or outside the 2.0/16.0 bands), e.g. {}; using 1.0",
+            many.len(),
+            many.iter().take(3).cloned().collect::<Vec<_>>().join(", ")
+        ),
+    }
 }
 
 fn to_json(resolved: &[(String, Resolved)]) -> String {
