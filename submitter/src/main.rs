@@ -24,6 +24,9 @@ enum Command {
     /// Model registry: resolve serve settings, lint the configuration.
     #[command(subcommand)]
     Registry(RegistryCommand),
+    /// Write the launch spec for one (model, benchmark) without submitting anything (for
+    /// `payload run --spec` by hand inside `salloc`).
+    Spec(commands::spec::SpecArgs),
 }
 
 #[derive(Subcommand)]
@@ -40,6 +43,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Registry(RegistryCommand::Resolve(args)) => commands::registry::resolve(&args),
         Command::Registry(RegistryCommand::Check(args)) => commands::registry::check(&args),
+        Command::Spec(args) => commands::spec::spec(&args),
     };
     match result {
         Ok(code) => code,

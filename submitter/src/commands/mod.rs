@@ -2,6 +2,7 @@
 //! library, print. Errors carry context (`anyhow`) and become one line on stderr.
 
 pub mod registry;
+pub mod spec;
 
 use std::io::Write;
 use std::path::PathBuf;

@@ -3,3 +3,4 @@
 mod broken;
 mod registry;
 mod support;
+mod slurm_real;

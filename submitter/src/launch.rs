@@ -1,0 +1,253 @@
+//! Building the launch spec for one (model, benchmark): registry + preset + cluster profile +
+//! operator overrides → `LaunchSpec` (SPEC §5). Pure apart from reading the environment for
+//! `${VAR}` expansion and probing dataset directories.
+
+use std::path::{Path, PathBuf};
+
+use launch_spec::launch::{HarborSpec, Limits, ModelSpec, PortPolicy, SecretsSpec, ServeInvocation, ServeSpec, TunnelSpec};
+use launch_spec::{GpuProfiles, LaunchSpec, SPEC_VERSION};
+
+use crate::config::preset::DEFAULT_HARBOR_CONFIG;
+use crate::config::{ClusterProfile, Preset};
+use crate::registry::{Overrides, Registry, Resolved, names};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error("cluster {cluster}: {field} uses ${{{var}}}, which is not set in the environment (export it, or edit clusters/{cluster}.yaml)")]
+    UnsetVariable { cluster: String, field: String, var: String },
+    #[error("cluster {cluster}: environment `{env}` (wanted by {wanted_by}) is not defined; known: {known} (add it under `environments:` in clusters/{cluster}.yaml)")]
+    UnknownEnvironment { cluster: String, env: String, wanted_by: String, known: String },
+    #[error("model `{model}` needs TP {tp} × DP {dp} = {gpus} GPUs but cluster {cluster} has {per_node} per node: set tensor_parallel_size/data_parallel_size for it in the registry")]
+    TooManyGpus { model: String, tp: u32, dp: u32, gpus: u32, cluster: String, per_node: u32 },
+    #[error("preset dataset `{dataset}` is not one of the preset's datasets ({known})")]
+    UnknownDataset { dataset: String, known: String },
+}
+
+/// Operator choices on the command line; they win over registry, preset and cluster.
+#[derive(Debug, Clone, Default)]
+pub struct LaunchOverrides {
+    pub timeout_multiplier: Option<f64>,
+    pub agent_kwargs: Vec<String>,
+    pub gpu_memory_utilization: Option<f64>,
+    pub n_concurrent: Option<u32>,
+    /// One of the preset's datasets; default the first.
+    pub dataset: Option<String>,
+}
+
+/// Everything needed to build specs, resolved once.
+pub struct LaunchContext<'a> {
+    pub cluster: &'a ClusterProfile,
+    pub gpu_profiles: &'a GpuProfiles,
+    pub registry: &'a Registry,
+    /// Directory holding Harbor job configs named by presets (`presets/harbor`).
+    pub harbor_configs_dir: &'a Path,
+    /// The configuration root (repository), for relative paths and `${SUBMITTER_HOME}`.
+    pub root: &'a Path,
+}
+
+impl LaunchContext<'_> {
+    /// Expands `~` and `${VAR}` in a cluster path; `${SUBMITTER_HOME}` defaults to the config root.
+    pub fn expand(&self, field: &str, text: &Path) -> Result<PathBuf, LaunchError> {
+        let text = text.to_string_lossy();
+        let lookup = |var: &str| match std::env::var(var) {
+            Ok(value) => Some(value),
+            Err(_) if var == "SUBMITTER_HOME" => Some(self.root.display().to_string()),
+            Err(_) => None,
+        };
+        expand_vars(&text, lookup)
+            .map(PathBuf::from)
+            .map_err(|var| LaunchError::UnsetVariable { cluster: self.cluster.name.clone(), field: field.to_string(), var })
+    }
+
+    fn environment(&self, name: &str, wanted_by: &str) -> Result<PathBuf, LaunchError> {
+        let prefix = self.cluster.environments.get(name).ok_or_else(|| LaunchError::UnknownEnvironment {
+            cluster: self.cluster.name.clone(),
+            env: name.to_string(),
+            wanted_by: wanted_by.to_string(),
+            known: self.cluster.environments.keys().cloned().collect::<Vec<_>>().join(", "),
+        })?;
+        self.expand(&format!("environments.{name}"), prefix)
+    }
+
+    /// Resolves serve settings on this cluster's hardware profile.
+    pub fn resolve(&self, model: &str, preset: &Preset, overrides: &LaunchOverrides) -> Result<Resolved, LaunchError> {
+        let registry_overrides = Overrides {
+            timeout_multiplier: overrides.timeout_multiplier,
+            cli_agent_kwargs: overrides.agent_kwargs.clone(),
+            preset_agent_kwargs: preset.agent_kwargs.clone(),
+        };
+        let hardware = &self.cluster.hardware;
+        let resolved = self.registry.resolve(model, &hardware.hardware_profile, hardware.gpus_per_node, &registry_overrides);
+        if resolved.gpus() > hardware.gpus_per_node {
+            return Err(LaunchError::TooManyGpus {
+                model: model.to_string(),
+                tp: resolved.tensor_parallel_size,
+                dp: resolved.data_parallel_size,
+                gpus: resolved.gpus(),
+                cluster: self.cluster.name.clone(),
+                per_node: hardware.gpus_per_node,
+            });
+        }
+        Ok(resolved)
+    }
+
+    /// The dataset's task directory: an absolute path as given, else the first existing
+    /// `<datasets_dir>/<org>_<name>` or `<datasets_dir>/<name>`, else the first candidate.
+    pub fn dataset_dir(&self, dataset: &str) -> Result<PathBuf, LaunchError> {
+        if Path::new(dataset).is_absolute() {
+            return Ok(PathBuf::from(dataset));
+        }
+        let safe = dataset.replace(['/', ':'], "_");
+        let name = Preset::benchmark_of(dataset);
+        let mut candidates = Vec::new();
+        for (i, dir) in self.cluster.paths.datasets_dirs.iter().enumerate() {
+            let dir = self.expand(&format!("paths.datasets_dirs[{i}]"), dir)?;
+            candidates.push(dir.join(&safe));
+            candidates.push(dir.join(&name));
+        }
+        Ok(candidates.iter().find(|c| c.is_dir()).or(candidates.first()).cloned().unwrap_or_else(|| PathBuf::from(dataset)))
+    }
+
+    /// Builds the launch spec for one (model, preset dataset).
+    pub fn build(&self, model: &str, preset: &Preset, overrides: &LaunchOverrides) -> Result<LaunchSpec, LaunchError> {
+        let dataset = match &overrides.dataset {
+            Some(d) if preset.datasets.contains(d) => d.clone(),
+            Some(d) => return Err(LaunchError::UnknownDataset { dataset: d.clone(), known: preset.datasets.join(", ") }),
+            None => preset.datasets.first().cloned().unwrap_or_default(),
+        };
+        let resolved = self.resolve(model, preset, overrides)?;
+        let cluster = self.cluster;
+        let benchmark = Preset::benchmark_of(&dataset);
+        let run_tag = names::run_tag(&benchmark, model);
+        let jobs_dir = self.expand("paths.jobs_dir", &cluster.paths.jobs_dir)?;
+        let serve_env_name = resolved.conda_env.clone().unwrap_or_else(|| cluster.engine.default_environment.clone());
+        let wanted_by = if resolved.conda_env.is_some() { format!("model {model}") } else { "engine.default_environment".to_string() };
+        let serve_prefix = self.environment(&serve_env_name, &wanted_by)?;
+        let harbor_prefix = self.environment(&cluster.harbor.environment, "harbor.environment")?;
+        let config_name = preset.config_yaml.as_deref().unwrap_or(DEFAULT_HARBOR_CONFIG);
+        let harbor_config =
+            if Path::new(config_name).is_absolute() { PathBuf::from(config_name) } else { self.harbor_configs_dir.join(config_name) };
+        let mut n_concurrent = overrides.n_concurrent.or(preset.n_concurrent).unwrap_or(cluster.limits.n_concurrent);
+        if let Some(ceiling) = cluster.limits.n_concurrent_ceiling {
+            n_concurrent = n_concurrent.min(ceiling);
+        }
+        let mut harbor_extra = Vec::new();
+        if let Some(auto_snapshot) = preset.auto_snapshot {
+            harbor_extra.extend(["--environment-kwarg".to_string(), format!("auto_snapshot={auto_snapshot}")]);
+        }
+        let secrets_file = match &cluster.secrets.file {
+            Some(file) => Some(self.expand("secrets.file", file)?),
+            None => None,
+        };
+        Ok(LaunchSpec {
+            version: SPEC_VERSION,
+            run_dir: jobs_dir.join(&run_tag),
+            run_tag,
+            jobs_dir,
+            cluster: cluster.name.clone(),
+            benchmark,
+            ledger_job_id: None,
+            model: ModelSpec { hf_id: model.to_string(), served_name: names::served_name(model), local_path: None },
+            serve: ServeSpec {
+                program: cluster.engine.program.clone(),
+                env_prefix: Some(serve_prefix),
+                invocation: ServeInvocation::Serve,
+                host: "127.0.0.1".to_string(),
+                tensor_parallel_size: resolved.tensor_parallel_size,
+                data_parallel_size: resolved.data_parallel_size,
+                max_model_len: resolved.max_model_len,
+                max_num_seqs: resolved.max_num_seqs,
+                swap_space: resolved.swap_space,
+                supports_swap_space: cluster.engine.supports_swap_space,
+                trust_remote_code: resolved.trust_remote_code.unwrap_or(false),
+                tool_call_parser: resolved.tool_call_parser.clone(),
+                reasoning_parser: resolved.reasoning_parser.clone(),
+                hf_overrides: resolved.hf_overrides.clone(),
+                limit_mm_per_prompt: resolved.limit_mm_per_prompt.clone(),
+                extra_args: resolved.extra_args.clone(),
+                env: cluster.engine.env.clone(),
+                port: PortPolicy::default(),
+                gpu_memory_utilization: overrides.gpu_memory_utilization.or(preset.gpu_memory_util),
+                cluster_gpu_memory_utilization: cluster.hardware.gpu_memory_utilization,
+                health_timeout_s: cluster.engine.health_timeout_s,
+                declared_gpus: Some(resolved.gpus()),
+                allow_no_gpu: false,
+                ready_needs_completion: false,
+            },
+            gpu_profiles: self.gpu_profiles.clone(),
+            tunnel: TunnelSpec::None,
+            harbor: HarborSpec {
+                program: cluster.harbor.program.clone(),
+                env_prefix: Some(harbor_prefix),
+                config: harbor_config,
+                dataset: self.dataset_dir(&dataset)?,
+                agent: preset.agent_name.clone().unwrap_or_else(|| "terminus-2".to_string()),
+                n_concurrent,
+                n_attempts: preset_n_attempts(preset),
+                timeout_multiplier: resolved.timeout_multiplier,
+                agent_kwargs: resolved.agent_kwargs.clone(),
+                agent_parser: preset.agent_parser.clone().filter(|p| !p.is_empty()),
+                agent_envs: preset.agent_envs(),
+                max_output_tokens: resolved.max_output_tokens,
+                resume_filter_error_types: launch_spec::launch::INFRA_ERROR_TYPES.iter().map(|s| (*s).to_string()).collect(),
+                extra_args: harbor_extra,
+                env: cluster.harbor.env.clone(),
+            },
+            secrets: SecretsSpec { file: secrets_file, daytona: true, pass_to_harbor: cluster.secrets.pass_to_harbor.clone() },
+            limits: Limits {
+                // The grace plus the final sweep must fit inside Slurm's KillWait.
+                teardown_grace_s: (cluster.slurm.kill_wait_s.saturating_sub(10)).clamp(1, 20) as f64,
+                walltime_lead_s: cluster.limits.walltime_lead_s,
+                ..Limits::default()
+            },
+        })
+    }
+}
+
+fn preset_n_attempts(preset: &Preset) -> u32 {
+    preset.n_attempts.unwrap_or(3)
+}
+
+/// Expands `~` (leading) and `${NAME}`; returns the name of the first unset variable.
+pub fn expand_vars(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut out = String::new();
+    let text = match text.strip_prefix("~/") {
+        Some(rest) => {
+            out.push_str(&lookup("HOME").ok_or("HOME")?);
+            out.push('/');
+            rest
+        }
+        None => text,
+    };
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let Some(end) = rest[start..].find('}') else {
+            out.push_str(&rest[start..]);
+            return Ok(out);
+        };
+        let name = &rest[start + 2..start + end];
+        out.push_str(&lookup(name).ok_or_else(|| name.to_string())?);
+        rest = &rest[start + end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::expand_vars;
+
+    #[test]
+    fn expands_home_and_braced_variables() {
+        let lookup = |name: &str| match name {
+            "HOME" => Some("/home/u".to_string()),
+            "WORK" => Some("/work/p".to_string()),
+            _ => None,
+        };
+        assert_eq!(expand_vars("~/secrets.env", lookup).unwrap(), "/home/u/secrets.env");
+        assert_eq!(expand_vars("${WORK}/jobs/${WORK}", lookup).unwrap(), "/work/p/jobs//work/p");
+        assert_eq!(expand_vars("${NOPE}/x", lookup).unwrap_err(), "NOPE");
+        assert_eq!(expand_vars("/plain", lookup).unwrap(), "/plain");
+    }
+}
