@@ -1,0 +1,242 @@
+//! The dedup decision per (model, benchmark family), SPEC §7.3, as a pure function of a ledger
+//! snapshot and a Slurm snapshot. Fail-closed handling of errors happens before this is called:
+//! without both snapshots there is no decision at all.
+
+use serde::Serialize;
+
+/// What the ledger knows about one pair: its latest attempt and how many attempts failed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PairHistory {
+    pub latest: Option<LatestAttempt>,
+    pub failed_attempts: u32,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct LatestAttempt {
+    pub id: i64,
+    pub status: AttemptStatus,
+    pub slurm_job_id: Option<String>,
+    /// Seconds since submission (for pending staleness and "in progress" age).
+    pub age_s: u64,
+    pub has_metrics: bool,
+    /// Whether the attempt ran under the config that would be used now (timeout, overrides).
+    pub config_matches: bool,
+    /// Whether payload recorded an outcome for it (status.json `outcome`).
+    pub has_recorded_outcome: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptStatus {
+    Pending,
+    Started,
+    Finished,
+    Failed,
+    Cancelled,
+}
+
+/// What Slurm says about the attempt's job right now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlurmView {
+    /// Pending in the queue.
+    Queued,
+    /// Running (or completing).
+    Running,
+    /// Slurm no longer lists it, or lists it as ended.
+    Gone,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    pub max_failed_attempts: u32,
+    pub stale_pending_s: u64,
+    /// Resubmit finished pairs whose config differs from now (SPEC: only when asked).
+    pub config_aware: bool,
+    /// `--force`: bypass everything for the explicitly selected pairs.
+    pub force: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Submit,
+    Skip,
+    Resubmit,
+}
+
+/// Side effects the caller performs before submitting (recorded in the ledger first).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "action")]
+pub enum Prerequisite {
+    /// The latest attempt vanished from Slurm without an outcome: mark it failed (`vanished`).
+    MarkVanished { attempt_id: i64 },
+    /// The latest attempt has been pending too long: cancel its job, mark it cancelled.
+    CancelStale { attempt_id: i64, slurm_job_id: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Decision {
+    pub decision: Verdict,
+    pub reason: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prerequisite: Option<Prerequisite>,
+}
+
+impl Decision {
+    fn new(decision: Verdict, reason: impl Into<String>) -> Self {
+        Decision { decision, reason: reason.into(), prerequisite: None }
+    }
+
+    fn with(mut self, prerequisite: Prerequisite) -> Self {
+        self.prerequisite = Some(prerequisite);
+        self
+    }
+}
+
+fn age(seconds: u64) -> String {
+    match seconds {
+        s if s < 120 => format!("{s}s"),
+        s if s < 7200 => format!("{}m", s / 60),
+        s => format!("{:.1}h", s as f64 / 3600.0),
+    }
+}
+
+/// Decides one pair. `slurm` is the job's state when the latest attempt has a job id.
+pub fn decide(history: &PairHistory, slurm: Option<SlurmView>, policy: &Policy) -> Decision {
+    if policy.force {
+        return Decision::new(Verdict::Submit, "forced (--force)");
+    }
+    let Some(latest) = &history.latest else {
+        return Decision::new(Verdict::Submit, "no previous attempt");
+    };
+    let too_many = || history.failed_attempts >= policy.max_failed_attempts;
+    match latest.status {
+        AttemptStatus::Finished if !latest.has_metrics => Decision::new(Verdict::Resubmit, "finished but metrics cleared"),
+        AttemptStatus::Finished if policy.config_aware && !latest.config_matches => {
+            Decision::new(Verdict::Resubmit, "finished under a different config")
+        }
+        AttemptStatus::Finished => Decision::new(Verdict::Skip, "finished"),
+        AttemptStatus::Pending | AttemptStatus::Started => {
+            let job = latest.slurm_job_id.clone().unwrap_or_else(|| "?".to_string());
+            match slurm {
+                Some(SlurmView::Queued) if latest.status == AttemptStatus::Pending && latest.age_s > policy.stale_pending_s => {
+                    Decision::new(Verdict::Resubmit, format!("stale pending (job {job} queued for {})", age(latest.age_s)))
+                        .with(Prerequisite::CancelStale { attempt_id: latest.id, slurm_job_id: job })
+                }
+                Some(SlurmView::Queued | SlurmView::Running) => {
+                    Decision::new(Verdict::Skip, format!("in progress (job {job}, {})", age(latest.age_s)))
+                }
+                // Gone without a recorded outcome (or never got a job id and Slurm has no job
+                // with its run tag): the job is dead — no waiting 24–48 h for a stale row.
+                Some(SlurmView::Gone) | None if !latest.has_recorded_outcome => {
+                    // Marking it failed adds one more failure to the pair.
+                    if history.failed_attempts + 1 >= policy.max_failed_attempts {
+                        return Decision::new(Verdict::Skip, format!("too many failures ({})", history.failed_attempts + 1))
+                            .with(Prerequisite::MarkVanished { attempt_id: latest.id });
+                    }
+                    Decision::new(Verdict::Resubmit, format!("vanished (job {job} no longer in Slurm, no outcome)"))
+                        .with(Prerequisite::MarkVanished { attempt_id: latest.id })
+                }
+                // An outcome exists but sync has not folded it yet: wait for sync, never guess.
+                Some(SlurmView::Gone) | None => Decision::new(Verdict::Skip, "ended, awaiting sync"),
+            }
+        }
+        AttemptStatus::Failed | AttemptStatus::Cancelled if too_many() => {
+            Decision::new(Verdict::Skip, format!("too many failures ({})", history.failed_attempts))
+        }
+        AttemptStatus::Failed => Decision::new(Verdict::Resubmit, "previous attempt failed"),
+        AttemptStatus::Cancelled => Decision::new(Verdict::Resubmit, "previous attempt cancelled"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> Policy {
+        Policy { max_failed_attempts: 3, stale_pending_s: 3600, config_aware: false, force: false }
+    }
+
+    fn latest(status: AttemptStatus) -> LatestAttempt {
+        LatestAttempt {
+            id: 7,
+            status,
+            slurm_job_id: Some("42".into()),
+            age_s: 60,
+            has_metrics: true,
+            config_matches: true,
+            has_recorded_outcome: false,
+        }
+    }
+
+    fn history(latest: Option<LatestAttempt>, failed: u32) -> PairHistory {
+        PairHistory { latest, failed_attempts: failed }
+    }
+
+    #[test]
+    fn none_submits() {
+        assert_eq!(decide(&history(None, 0), None, &policy()).decision, Verdict::Submit);
+    }
+
+    #[test]
+    fn finished_skips_unless_metrics_cleared_or_config_aware() {
+        let h = history(Some(latest(AttemptStatus::Finished)), 0);
+        assert_eq!(decide(&h, None, &policy()).decision, Verdict::Skip);
+        let mut cleared = latest(AttemptStatus::Finished);
+        cleared.has_metrics = false;
+        assert_eq!(decide(&history(Some(cleared), 0), None, &policy()).decision, Verdict::Resubmit);
+        let mut other = latest(AttemptStatus::Finished);
+        other.config_matches = false;
+        assert_eq!(decide(&history(Some(other.clone()), 0), None, &policy()).decision, Verdict::Skip);
+        let aware = Policy { config_aware: true, ..policy() };
+        assert_eq!(decide(&history(Some(other), 0), None, &aware).decision, Verdict::Resubmit);
+    }
+
+    #[test]
+    fn active_in_slurm_skips_and_vanished_resubmits_at_once() {
+        let h = history(Some(latest(AttemptStatus::Started)), 0);
+        let d = decide(&h, Some(SlurmView::Running), &policy());
+        assert_eq!(d.decision, Verdict::Skip);
+        assert!(d.reason.contains("job 42"), "{}", d.reason);
+        let d = decide(&h, Some(SlurmView::Gone), &policy());
+        assert_eq!(d.decision, Verdict::Resubmit);
+        assert_eq!(d.prerequisite, Some(Prerequisite::MarkVanished { attempt_id: 7 }));
+    }
+
+    #[test]
+    fn stale_pending_is_cancelled_and_resubmitted() {
+        let mut old = latest(AttemptStatus::Pending);
+        old.age_s = 7200;
+        let d = decide(&history(Some(old), 0), Some(SlurmView::Queued), &policy());
+        assert_eq!(d.decision, Verdict::Resubmit);
+        assert_eq!(d.prerequisite, Some(Prerequisite::CancelStale { attempt_id: 7, slurm_job_id: "42".into() }));
+        // Started rows are never "stale pending", however old.
+        let mut running = latest(AttemptStatus::Started);
+        running.age_s = 7200;
+        assert_eq!(decide(&history(Some(running), 0), Some(SlurmView::Queued), &policy()).decision, Verdict::Skip);
+    }
+
+    #[test]
+    fn failures_are_bounded() {
+        let h = history(Some(latest(AttemptStatus::Failed)), 2);
+        assert_eq!(decide(&h, None, &policy()).decision, Verdict::Resubmit);
+        let h = history(Some(latest(AttemptStatus::Failed)), 3);
+        let d = decide(&h, None, &policy());
+        assert_eq!(d.decision, Verdict::Skip);
+        assert!(d.reason.starts_with("too many failures"));
+    }
+
+    #[test]
+    fn outcome_recorded_but_not_synced_waits() {
+        let mut l = latest(AttemptStatus::Started);
+        l.has_recorded_outcome = true;
+        assert_eq!(decide(&history(Some(l), 0), Some(SlurmView::Gone), &policy()).decision, Verdict::Skip);
+    }
+
+    #[test]
+    fn force_bypasses_everything() {
+        let h = history(Some(latest(AttemptStatus::Started)), 9);
+        let force = Policy { force: true, ..policy() };
+        assert_eq!(decide(&h, Some(SlurmView::Running), &force).decision, Verdict::Submit);
+    }
+}
