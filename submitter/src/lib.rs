@@ -2,6 +2,7 @@
 //! `main.rs` only wires commands; everything reusable lives here.
 
 pub mod config;
+pub mod decide;
 pub mod launch;
 pub mod registry;
 pub mod lint;
