@@ -1,1 +1,152 @@
-fn main() {}
+//! `payload` CLI: parses arguments and wires commands; everything else lives in the library.
+//! Exit codes: docs/exit-codes.md (one per outcome class, 128+n for signals).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use launch_spec::{LaunchSpec, OutcomeClass};
+
+#[derive(Parser)]
+#[command(name = "payload", version, about = "Runs one evaluation inside a Slurm job: vLLM + Harbor, supervised")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the job described by a launch spec (the sbatch script execs this).
+    Run {
+        /// The launch spec (launch.json).
+        #[arg(long)]
+        spec: PathBuf,
+    },
+    /// Show everything `run` would do, without doing it.
+    Plan {
+        #[arg(long)]
+        spec: PathBuf,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The GPU inventory (NVML, or $PAYLOAD_GPU_FIXTURE) and the matched GPU profile.
+    Gpus {
+        #[arg(long)]
+        json: bool,
+        /// GPU profiles file (clusters/gpus.yaml); default $PAYLOAD_GPU_PROFILES, else inventory only.
+        #[arg(long, env = "PAYLOAD_GPU_PROFILES")]
+        profiles: Option<PathBuf>,
+    },
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PAYLOAD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .json()
+        .with_current_span(false)
+        .with_span_list(false)
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn exit(code: i32) -> ExitCode {
+    ExitCode::from(code.clamp(0, 255) as u8)
+}
+
+fn plan(spec_path: &std::path::Path, json: bool) -> anyhow::Result<i32> {
+    let spec = match LaunchSpec::from_file(spec_path) {
+        Ok(spec) => spec,
+        Err(err) => {
+            tracing::error!(class = "spec", error = %err, "bad launch spec");
+            writeln!(std::io::stderr(), "error: {err}")?;
+            return Ok(OutcomeClass::Spec.exit_code());
+        }
+    };
+    let plan = payload::plan::build(spec_path, &spec, &payload::run::parent_env());
+    let mut out = std::io::stdout().lock();
+    if json {
+        serde_json::to_writer_pretty(&mut out, &plan).context("writing the plan")?;
+        writeln!(out)?;
+    } else {
+        payload::plan::render(&plan, &mut out).context("writing the plan")?;
+    }
+    Ok(payload::plan::exit_code(&plan))
+}
+
+fn gpus(json: bool, profiles: Option<PathBuf>) -> anyhow::Result<i32> {
+    let parent = payload::run::parent_env();
+    let env_fn = payload::run::lookup(&parent);
+    let profiles = match profiles {
+        Some(path) => match payload::gpu::load_profiles(&path) {
+            Ok(p) => Some(p),
+            Err(err) => {
+                writeln!(std::io::stderr(), "error: {err}")?;
+                return Ok(OutcomeClass::Spec.exit_code());
+            }
+        },
+        None => None,
+    };
+    let probe = payload::gpu::probe_from_env(&env_fn);
+    let inventory = match probe.probe() {
+        Ok(list) => list,
+        Err(err) => {
+            writeln!(std::io::stderr(), "error: {err}")?;
+            return Ok(OutcomeClass::Gpu.exit_code());
+        }
+    };
+    let rows: Vec<serde_json::Value> = inventory
+        .iter()
+        .map(|g| {
+            let profile = profiles.as_ref().and_then(|p| p.select(g));
+            serde_json::json!({
+                "index": g.index,
+                "uuid": g.uuid,
+                "name": g.name,
+                "memory_total_bytes": g.memory_total_bytes,
+                "profile": profile.map(|p| p.name.clone()),
+                "gpu_memory_utilization": profile.map(|p| p.gpu_memory_utilization),
+            })
+        })
+        .collect();
+    let mut out = std::io::stdout().lock();
+    if json {
+        let doc = serde_json::json!({ "probe": probe.describe(), "gpus": rows });
+        serde_json::to_writer_pretty(&mut out, &doc)?;
+        writeln!(out)?;
+    } else {
+        writeln!(out, "probe: {}", probe.describe())?;
+        writeln!(out, "{:<5} {:<42} {:<28} {:>10}  profile", "index", "uuid", "name", "memory")?;
+        for (g, row) in inventory.iter().zip(&rows) {
+            let profile = match (&row["profile"], &row["gpu_memory_utilization"]) {
+                (serde_json::Value::String(name), util) => format!("{name} (gpu_memory_utilization {util})"),
+                _ if profiles.is_some() => "no match".to_string(),
+                _ => "-".to_string(),
+            };
+            writeln!(out, "{:<5} {:<42} {:<28} {:>6.1} GiB  {profile}", g.index, g.uuid, g.name, g.memory_total_gib())?;
+        }
+    }
+    Ok(0)
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let result = match cli.command {
+        Command::Run { spec } => Ok(payload::run::run(&spec).await),
+        Command::Plan { spec, json } => plan(&spec, json),
+        Command::Gpus { json, profiles } => gpus(json, profiles),
+    };
+    match result {
+        Ok(code) => exit(code),
+        Err(err) => {
+            let _ = writeln!(std::io::stderr(), "error: {err:#}");
+            exit(1)
+        }
+    }
+}

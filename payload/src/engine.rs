@@ -1,0 +1,383 @@
+//! The engine (vLLM): argv (SPEC §6.3), readiness (§6.2 step 6), start-failure classification.
+//!
+//! argv is a vector, never a shell string: JSON flags are one element each, the registry's extra
+//! args are `${VAR}`-expanded from payload's environment and then split shell-style.
+
+use std::io::{Read, Seek, SeekFrom};
+use std::path::Path;
+use std::time::Duration;
+
+use launch_spec::LaunchSpec;
+use launch_spec::OutcomeClass;
+use launch_spec::launch::ServeInvocation;
+
+use crate::failure::Failure;
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ArgvError {
+    #[error("serve.extra_args references ${{{0}}}, which is not set in payload's environment: export it in the job or remove it")]
+    UnsetVariable(String),
+    #[error("serve.extra_args has an unterminated `${{`: write ${{NAME}}")]
+    Unterminated,
+    #[error("serve.extra_args cannot be split shell-style ({0}): check its quotes")]
+    Split(String),
+}
+
+impl From<ArgvError> for Failure {
+    fn from(err: ArgvError) -> Self {
+        Failure::new(OutcomeClass::Spec, err.to_string())
+    }
+}
+
+/// Expands `${NAME}` from `env`; other `$` stay as written.
+pub fn expand_vars(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, ArgvError> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(pos) = rest.find("${") {
+        out.push_str(&rest[..pos]);
+        let after = &rest[pos + 2..];
+        let end = after.find('}').ok_or(ArgvError::Unterminated)?;
+        let name = &after[..end];
+        let value = env(name).ok_or_else(|| ArgvError::UnsetVariable(name.to_string()))?;
+        out.push_str(&value);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// Formats the ceiling as vLLM expects it (`0.85`, not `0.8500000001`).
+pub fn format_utilization(value: f64) -> String {
+    let text = format!("{value:.4}");
+    let text = text.trim_end_matches('0');
+    text.strip_suffix('.').map(|t| format!("{t}.0")).unwrap_or_else(|| text.to_string())
+}
+
+/// The model argument: the pre-downloaded path when set, else the HF id.
+pub fn model_arg(spec: &LaunchSpec) -> String {
+    match &spec.model.local_path {
+        Some(path) => path.display().to_string(),
+        None => spec.model.hf_id.clone(),
+    }
+}
+
+/// vLLM's argv, program first (SPEC §6.3).
+pub fn argv(
+    spec: &LaunchSpec,
+    program: &str,
+    port: u16,
+    gpu_memory_utilization: f64,
+    profile_extra_args: &[String],
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<String>, ArgvError> {
+    let serve = &spec.serve;
+    let mut a: Vec<String> = vec![program.to_string()];
+    let mut push = |items: &[&str]| a.extend(items.iter().map(|s| (*s).to_string()));
+    match serve.invocation {
+        ServeInvocation::Serve => push(&["serve", &model_arg(spec)]),
+        ServeInvocation::ApiServerModule => push(&["-m", "vllm.entrypoints.openai.api_server", "--model", &model_arg(spec)]),
+    }
+    push(&["--host", &serve.host]);
+    push(&["--port", &port.to_string()]);
+    push(&["--served-model-name", &spec.model.served_name]);
+    push(&["--tensor-parallel-size", &serve.tensor_parallel_size.to_string()]);
+    if serve.data_parallel_size > 1 {
+        push(&["--data-parallel-size", &serve.data_parallel_size.to_string()]);
+    }
+    push(&["--gpu-memory-utilization", &format_utilization(gpu_memory_utilization)]);
+    if let Some(len) = serve.max_model_len {
+        push(&["--max-model-len", &len.to_string()]);
+    }
+    if let Some(seqs) = serve.max_num_seqs {
+        push(&["--max-num-seqs", &seqs.to_string()]);
+    }
+    if let Some(swap) = serve.swap_space
+        && serve.supports_swap_space
+    {
+        push(&["--swap-space", &swap.to_string()]);
+    }
+    if serve.trust_remote_code {
+        push(&["--trust-remote-code"]);
+    }
+    if let Some(parser) = &serve.tool_call_parser {
+        push(&["--enable-auto-tool-choice", "--tool-call-parser", parser]);
+    }
+    if let Some(parser) = &serve.reasoning_parser {
+        push(&["--reasoning-parser", parser]);
+    }
+    if let Some(json) = &serve.hf_overrides {
+        push(&["--hf-overrides", json]);
+    }
+    if let Some(json) = &serve.limit_mm_per_prompt {
+        push(&["--limit-mm-per-prompt", json]);
+    }
+    a.extend(profile_extra_args.iter().cloned());
+    if let Some(extra) = serve.extra_args.as_deref().filter(|s| !s.trim().is_empty()) {
+        let expanded = expand_vars(extra, env)?;
+        let words = shell_words::split(&expanded).map_err(|e| ArgvError::Split(e.to_string()))?;
+        a.extend(words);
+    }
+    Ok(a)
+}
+
+/// Why vLLM exited during start-up, from its log (SPEC §6.2 step 6).
+pub fn classify_start_failure(lines: &[String]) -> &'static str {
+    for line in lines.iter().rev() {
+        let l = line.to_lowercase();
+        if l.contains("larger than the maximum number of tokens that can be stored in kv cache")
+            || l.contains("kv cache is needed, which is larger than the available kv cache memory")
+            || l.contains("no available memory for the cache blocks")
+        {
+            return "kv_cache";
+        }
+        if l.contains("outofmemoryerror") || l.contains("cuda out of memory") || l.contains("cuda error: out of memory") {
+            return "oom";
+        }
+        if l.contains("world size") && (l.contains("larger than") || l.contains("greater than") || l.contains(" > "))
+            || l.contains("exceeds the total number of available gpus")
+        {
+            return "world_size";
+        }
+        if l.contains("does not recognize this architecture")
+            || l.contains("unrecognized model")
+            || l.contains("model architectures") && l.contains("are not supported")
+            || l.contains("should have a `model_type` key")
+        {
+            return "model_type";
+        }
+    }
+    "other"
+}
+
+/// The last `n` lines of a log file (reads at most the last 64 KiB).
+pub fn log_tail(path: &Path, n: usize) -> Vec<String> {
+    let Ok(mut file) = std::fs::File::open(path) else { return Vec::new() };
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let start = len.saturating_sub(64 * 1024);
+    if file.seek(SeekFrom::Start(start)).is_err() {
+        return Vec::new();
+    }
+    let mut buf = Vec::new();
+    if file.read_to_end(&mut buf).is_err() {
+        return Vec::new();
+    }
+    let text = String::from_utf8_lossy(&buf);
+    let mut lines: Vec<String> = text.lines().map(|l| l.to_string()).collect();
+    if start > 0 && !lines.is_empty() {
+        lines.remove(0);
+    }
+    let skip = lines.len().saturating_sub(n);
+    lines.split_off(skip)
+}
+
+/// Readiness as observed by one probe round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Readiness {
+    /// Nothing answers, or `/health` is not 200.
+    Down,
+    /// `/health` is 200 but `/v1/models` does not list the served name yet.
+    HealthOnly,
+    Ready,
+}
+
+/// HTTP client for loopback probes: short timeouts, no proxy (a node's `http_proxy` must not
+/// capture 127.0.0.1).
+pub fn http_client(timeout: Duration) -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(timeout)
+        .connect_timeout(timeout)
+        .pool_max_idle_per_host(2)
+        .build()
+        .expect("HTTP client builds")
+}
+
+/// `GET /health` → 200?
+pub async fn health_ok(client: &reqwest::Client, base_url: &str) -> bool {
+    matches!(client.get(format!("{base_url}/health")).send().await, Ok(resp) if resp.status().as_u16() == 200)
+}
+
+/// `/health` 200 AND `/v1/models` lists `served_name`.
+pub async fn probe_ready(client: &reqwest::Client, base_url: &str, served_name: &str) -> Readiness {
+    if !health_ok(client, base_url).await {
+        return Readiness::Down;
+    }
+    let Ok(resp) = client.get(format!("{base_url}/v1/models")).send().await else { return Readiness::HealthOnly };
+    if !resp.status().is_success() {
+        return Readiness::HealthOnly;
+    }
+    match resp.json::<serde_json::Value>().await {
+        Ok(body) if models_list(&body, served_name) => Readiness::Ready,
+        _ => Readiness::HealthOnly,
+    }
+}
+
+/// Whether an OpenAI `/v1/models` body lists `served_name`.
+pub fn models_list(body: &serde_json::Value, served_name: &str) -> bool {
+    body.get("data")
+        .and_then(|d| d.as_array())
+        .is_some_and(|items| items.iter().any(|m| m.get("id").and_then(|i| i.as_str()) == Some(served_name)))
+}
+
+/// One real chat completion (`serve.ready_needs_completion`, vec-inf #142).
+pub async fn completion_ok(client: &reqwest::Client, base_url: &str, served_name: &str) -> bool {
+    let body = serde_json::json!({
+        "model": served_name,
+        "messages": [{"role": "user", "content": "ping"}],
+        "max_tokens": 1,
+    });
+    matches!(
+        client.post(format!("{base_url}/v1/chat/completions")).json(&body).send().await,
+        Ok(resp) if resp.status().is_success()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::spec;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn minimal_argv_exact() {
+        let a = argv(&spec(), "/env/bin/vllm", 23456, 0.85, &[], &no_env).unwrap();
+        assert_eq!(
+            a,
+            s(&[
+                "/env/bin/vllm", "serve", "Qwen/Qwen3-8B", "--host", "127.0.0.1", "--port", "23456",
+                "--served-model-name", "Qwen3-8B", "--tensor-parallel-size", "1",
+                "--gpu-memory-utilization", "0.85",
+            ])
+        );
+    }
+
+    #[test]
+    fn full_argv_exact_with_json_as_one_element_and_extra_split() {
+        let mut spec = spec();
+        spec.model.local_path = Some("/models/qwen".into());
+        let serve = &mut spec.serve;
+        serve.tensor_parallel_size = 2;
+        serve.data_parallel_size = 2;
+        serve.max_model_len = Some(32768);
+        serve.max_num_seqs = Some(256);
+        serve.swap_space = Some(32);
+        serve.supports_swap_space = true;
+        serve.trust_remote_code = true;
+        serve.tool_call_parser = Some("hermes".into());
+        serve.reasoning_parser = Some("qwen3".into());
+        serve.hf_overrides = Some(r#"{"rope_scaling": {"type": "yarn", "factor": 4.0}}"#.into());
+        serve.limit_mm_per_prompt = Some(r#"{"image": 0}"#.into());
+        serve.extra_args = Some(r#"--enforce-eager --chat-template "${TPL_DIR}/my tpl.jinja""#.into());
+        let env = |k: &str| (k == "TPL_DIR").then(|| "/tpl".to_string());
+        let a = argv(&spec, "vllm", 20001, 0.9, &s(&["--disable-custom-all-reduce"]), &env).unwrap();
+        assert_eq!(
+            a,
+            s(&[
+                "vllm", "serve", "/models/qwen", "--host", "127.0.0.1", "--port", "20001",
+                "--served-model-name", "Qwen3-8B", "--tensor-parallel-size", "2", "--data-parallel-size", "2",
+                "--gpu-memory-utilization", "0.9", "--max-model-len", "32768", "--max-num-seqs", "256",
+                "--swap-space", "32", "--trust-remote-code", "--enable-auto-tool-choice", "--tool-call-parser",
+                "hermes", "--reasoning-parser", "qwen3", "--hf-overrides",
+                r#"{"rope_scaling": {"type": "yarn", "factor": 4.0}}"#, "--limit-mm-per-prompt", r#"{"image": 0}"#,
+                "--disable-custom-all-reduce", "--enforce-eager", "--chat-template", "/tpl/my tpl.jinja",
+            ])
+        );
+    }
+
+    #[test]
+    fn swap_space_only_with_capability() {
+        let mut spec = spec();
+        spec.serve.swap_space = Some(16);
+        let a = argv(&spec, "vllm", 1, 0.8, &[], &no_env).unwrap();
+        assert!(!a.contains(&"--swap-space".to_string()));
+        spec.serve.supports_swap_space = true;
+        let a = argv(&spec, "vllm", 1, 0.8, &[], &no_env).unwrap();
+        assert!(a.windows(2).any(|w| w == ["--swap-space", "16"]));
+    }
+
+    #[test]
+    fn api_server_module_form() {
+        let mut spec = spec();
+        spec.serve.invocation = ServeInvocation::ApiServerModule;
+        let a = argv(&spec, "/env/bin/python", 9, 0.8, &[], &no_env).unwrap();
+        assert_eq!(&a[..5], &s(&["/env/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", "Qwen/Qwen3-8B"])[..]);
+    }
+
+    #[test]
+    fn extra_args_errors_name_the_problem() {
+        let mut spec = spec();
+        spec.serve.extra_args = Some("--x ${NOPE}".into());
+        assert_eq!(argv(&spec, "v", 1, 0.8, &[], &no_env), Err(ArgvError::UnsetVariable("NOPE".into())));
+        spec.serve.extra_args = Some("--x 'unclosed".into());
+        assert!(matches!(argv(&spec, "v", 1, 0.8, &[], &no_env), Err(ArgvError::Split(_))));
+        assert_eq!(expand_vars("a $HOME ${X}b", &|_| Some("1".into())).unwrap(), "a $HOME 1b");
+    }
+
+    #[test]
+    fn utilization_formatting() {
+        assert_eq!(format_utilization(0.85), "0.85");
+        assert_eq!(format_utilization(0.9), "0.9");
+        assert_eq!(format_utilization(1.0), "1.0");
+        assert_eq!(format_utilization(0.92500001), "0.925");
+    }
+
+    fn lines(text: &str) -> Vec<String> {
+        text.lines().map(|l| l.to_string()).collect()
+    }
+
+    #[test]
+    fn classifies_real_vllm_errors() {
+        let oom = "INFO 07-17 10:00:01 [gpu_model_runner.py:1234] Starting to load model\n\
+            ERROR 07-17 10:00:09 [core.py:586] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.02 GiB. GPU 0 has a total capacity of 63.43 GiB of which 512.00 MiB is free.";
+        assert_eq!(classify_start_failure(&lines(oom)), "oom");
+        let oom_old = "RuntimeError: CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported";
+        assert_eq!(classify_start_failure(&lines(oom_old)), "oom");
+        let kv = "ERROR 07-17 [core.py:586] ValueError: The model's max seq len (131072) is larger than the maximum number of tokens that can be stored in KV cache (48864). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.";
+        assert_eq!(classify_start_failure(&lines(kv)), "kv_cache");
+        let kv_v1 = "ValueError: To serve at least one request with the models's max seq len (131072), (16.00 GiB KV cache is needed, which is larger than the available KV cache memory (9.50 GiB). Based on the available memory, the estimated maximum model length is 77664.";
+        assert_eq!(classify_start_failure(&lines(kv_v1)), "kv_cache");
+        let ws = "ValueError: World size (4) is larger than the number of available GPUs (1) in this node. If this is intentional, please use Ray.";
+        assert_eq!(classify_start_failure(&lines(ws)), "world_size");
+        let mt = "ValueError: The checkpoint you are trying to load has model type `qwen3_5` but Transformers does not recognize this architecture. This could be because of an issue with the checkpoint, or because your version of Transformers is out of date.";
+        assert_eq!(classify_start_failure(&lines(mt)), "model_type");
+        let arch = "ValueError: Model architectures ['FooForCausalLM'] are not supported for now.";
+        assert_eq!(classify_start_failure(&lines(arch)), "model_type");
+        assert_eq!(classify_start_failure(&lines("Traceback\nKeyError: 'x'")), "other");
+        assert_eq!(classify_start_failure(&[]), "other");
+    }
+
+    #[test]
+    fn last_matching_line_wins() {
+        let text = "torch.OutOfMemoryError: CUDA out of memory (retrying with smaller batch)\n\
+            ValueError: World size (8) is larger than the number of available GPUs (4)";
+        assert_eq!(classify_start_failure(&lines(text)), "world_size");
+    }
+
+    #[test]
+    fn tail_reads_last_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("vllm.log");
+        let text: String = (0..100).map(|i| format!("line {i}\n")).collect();
+        std::fs::write(&path, text).unwrap();
+        let tail = log_tail(&path, 30);
+        assert_eq!(tail.len(), 30);
+        assert_eq!(tail[0], "line 70");
+        assert_eq!(tail[29], "line 99");
+        assert!(log_tail(&dir.path().join("none"), 5).is_empty());
+    }
+
+    #[test]
+    fn models_body() {
+        let body = serde_json::json!({"object":"list","data":[{"id":"Qwen3-8B","object":"model"}]});
+        assert!(models_list(&body, "Qwen3-8B"));
+        assert!(!models_list(&body, "other"));
+        assert!(!models_list(&serde_json::json!({}), "Qwen3-8B"));
+    }
+}

@@ -1,0 +1,127 @@
+//! The engine's port (SPEC §6.2 step 4): the spec's fixed port, or one derived from the Slurm job
+//! id inside the spec's `[base, base+span)`, checked free by binding, stepping to the next free one.
+//! Co-located jobs get different starting points; the bind check catches the rest. The port is
+//! passed to vLLM as `--port` only: payload never exports `VLLM_PORT`.
+
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+
+use launch_spec::OutcomeClass;
+use launch_spec::launch::PortPolicy;
+
+use crate::failure::Failure;
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum PortError {
+    #[error("fixed port {port} (serve.port.fixed) is already in use on this node: free it or drop serve.port.fixed")]
+    FixedTaken { port: u16 },
+    #[error("no free port in [{base}, {end}) (serve.port.base/span): widen the range")]
+    Exhausted { base: u16, end: u32 },
+}
+
+impl From<PortError> for Failure {
+    fn from(err: PortError) -> Self {
+        Failure::new(OutcomeClass::EngineStart, err.to_string()).with_cause("port")
+    }
+}
+
+/// The first port tried: `base + (job id mod span)`. Non-numeric ids are hashed.
+pub fn derived_start(policy: &PortPolicy, job_id: &str) -> u16 {
+    let span = u64::from(policy.span.max(1));
+    let n: u64 = job_id.parse().unwrap_or_else(|_| {
+        job_id.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100000001b3))
+    });
+    let max_span = u64::from(u16::MAX) - u64::from(policy.base) + 1;
+    let span = span.min(max_span);
+    (u64::from(policy.base) + n % span) as u16
+}
+
+/// Candidates in order: the derived start, then upwards, wrapping to `base`.
+pub fn candidates(policy: &PortPolicy, job_id: &str) -> Vec<u16> {
+    if let Some(port) = policy.fixed {
+        return vec![port];
+    }
+    let base = u32::from(policy.base);
+    let end = (base + u32::from(policy.span.max(1))).min(u32::from(u16::MAX) + 1);
+    let start = u32::from(derived_start(policy, job_id));
+    (start..end).chain(base..start).map(|p| p as u16).collect()
+}
+
+/// Free = bindable both on the wildcard address and on `host` (a listener on either conflicts).
+pub fn is_free(port: u16, host: &str) -> bool {
+    let wildcard = SocketAddr::from((Ipv4Addr::UNSPECIFIED, port));
+    if TcpListener::bind(wildcard).is_err() {
+        return false;
+    }
+    match host.parse::<std::net::IpAddr>() {
+        Ok(ip) if !ip.is_unspecified() => TcpListener::bind(SocketAddr::new(ip, port)).is_ok(),
+        _ => true,
+    }
+}
+
+/// Chooses the port; `free` is the check (injectable for tests).
+pub fn choose_with(policy: &PortPolicy, job_id: &str, free: impl Fn(u16) -> bool) -> Result<u16, PortError> {
+    let list = candidates(policy, job_id);
+    if let Some(port) = policy.fixed {
+        return if free(port) { Ok(port) } else { Err(PortError::FixedTaken { port }) };
+    }
+    list.into_iter().find(|p| *p != 0 && free(*p)).ok_or(PortError::Exhausted {
+        base: policy.base,
+        end: u32::from(policy.base) + u32::from(policy.span),
+    })
+}
+
+pub fn choose(policy: &PortPolicy, job_id: &str, host: &str) -> Result<u16, PortError> {
+    choose_with(policy, job_id, |p| is_free(p, host))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(base: u16, span: u16) -> PortPolicy {
+        PortPolicy { fixed: None, base, span }
+    }
+
+    #[test]
+    fn derived_from_job_id_within_range() {
+        let p = policy(20000, 20000);
+        assert_eq!(derived_start(&p, "12345"), 32345);
+        assert_eq!(derived_start(&p, "40001"), 20001);
+        let hashed = derived_start(&p, "not-a-number");
+        assert!((20000..40000).contains(&hashed));
+        let high = policy(65000, 20000);
+        assert!(derived_start(&high, "999") >= 65000);
+    }
+
+    #[test]
+    fn co_located_jobs_start_apart() {
+        let p = policy(20000, 20000);
+        assert_ne!(derived_start(&p, "1001"), derived_start(&p, "1002"));
+    }
+
+    #[test]
+    fn skips_a_taken_port_and_wraps() {
+        let p = policy(30000, 4);
+        assert_eq!(candidates(&p, "3"), vec![30003, 30000, 30001, 30002]);
+        assert_eq!(choose_with(&p, "3", |port| port != 30003).unwrap(), 30000);
+        assert_eq!(choose_with(&p, "1", |port| port != 30001).unwrap(), 30002);
+        assert!(matches!(choose_with(&p, "1", |_| false), Err(PortError::Exhausted { .. })));
+    }
+
+    #[test]
+    fn fixed_port_is_used_or_refused() {
+        let p = PortPolicy { fixed: Some(8000), base: 20000, span: 10 };
+        assert_eq!(choose_with(&p, "5", |_| true).unwrap(), 8000);
+        assert_eq!(choose_with(&p, "5", |_| false), Err(PortError::FixedTaken { port: 8000 }));
+    }
+
+    #[test]
+    fn real_bind_check_sees_a_listener() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        assert!(!is_free(port, "127.0.0.1"));
+        let p = PortPolicy { fixed: None, base: port, span: 2 };
+        let chosen = choose(&p, "0", "127.0.0.1").unwrap();
+        assert_ne!(chosen, port);
+    }
+}

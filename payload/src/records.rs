@@ -1,0 +1,368 @@
+//! Records in the run dir (SPEC §6.8): `status.json` replaced atomically (temp file + rename in the
+//! run dir), `events.jsonl` append-only, and the heartbeat counters. Everything payload writes in
+//! the run dir is a plain file — Harbor deletes subdirectories without `result.json` on resume.
+
+use std::collections::BTreeMap;
+use std::fs::OpenOptions;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use launch_spec::records::{EVENTS_FILE, Event, Heartbeat, Outcome, Phase, RunStatus, STATUS_FILE};
+
+/// RFC 3339 UTC with milliseconds, e.g. `2026-07-17T10:00:00.123Z`.
+pub fn rfc3339(t: SystemTime) -> String {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs();
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = if month <= 2 { y + 1 } else { y };
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        d.subsec_millis()
+    )
+}
+
+pub fn now() -> String {
+    rfc3339(SystemTime::now())
+}
+
+/// Writes `status.json` and `events.jsonl`. Write errors are logged, never fatal: the run goes on.
+pub struct Recorder {
+    run_dir: PathBuf,
+    pub status: RunStatus,
+}
+
+impl Recorder {
+    pub fn new(run_dir: &Path, run_tag: &str) -> Self {
+        let at = now();
+        Self {
+            run_dir: run_dir.to_path_buf(),
+            status: RunStatus {
+                version: launch_spec::SPEC_VERSION,
+                run_tag: run_tag.to_string(),
+                phase: Phase::Preparing,
+                started_at: at.clone(),
+                updated_at: at,
+                slurm_job_id: None,
+                node: None,
+                gpu: None,
+                port: None,
+                pids: BTreeMap::new(),
+                resume: None,
+                heartbeat: None,
+                outcome: None,
+            },
+        }
+    }
+
+    pub fn run_dir(&self) -> &Path {
+        &self.run_dir
+    }
+
+    /// Replaces `status.json` atomically.
+    pub fn write_status(&mut self) {
+        self.status.updated_at = now();
+        let mut text = serde_json::to_string_pretty(&self.status).expect("status serialises");
+        text.push('\n');
+        let tmp = self.run_dir.join(format!(".{STATUS_FILE}.tmp"));
+        let result = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, self.run_dir.join(STATUS_FILE)));
+        if let Err(err) = result {
+            tracing::warn!(error = %err, "cannot write status.json");
+        }
+    }
+
+    pub fn set_phase(&mut self, phase: Phase) {
+        self.status.phase = phase;
+        self.write_status();
+        self.event("phase", serde_json::json!({ "phase": phase }));
+    }
+
+    pub fn set_outcome(&mut self, outcome: Outcome) {
+        self.status.outcome = Some(outcome);
+        self.status.phase = Phase::Done;
+        self.write_status();
+    }
+
+    /// Appends one event line; `fields` must be a JSON object (other values are wrapped).
+    pub fn event(&self, name: &str, fields: serde_json::Value) {
+        let fields = match fields {
+            serde_json::Value::Object(map) => map,
+            serde_json::Value::Null => serde_json::Map::new(),
+            other => {
+                let mut map = serde_json::Map::new();
+                map.insert("value".into(), other);
+                map
+            }
+        };
+        let event = Event { at: now(), event: name.to_string(), fields };
+        let mut line = serde_json::to_string(&event).expect("event serialises");
+        line.push('\n');
+        let result = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.run_dir.join(EVENTS_FILE))
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+        if let Err(err) = result {
+            tracing::warn!(error = %err, "cannot append to events.jsonl");
+        }
+    }
+}
+
+/// Completion counts by status class.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Completions {
+    pub ok: u64,
+    pub c4xx: u64,
+    pub c5xx: u64,
+}
+
+/// Sums vLLM's `http_requests_total{handler="/v1/chat/completions",status="2xx|4xx|5xx"}`.
+/// `None` when the text has no such counter (older vLLM, or metrics disabled).
+pub fn completions_from_metrics(text: &str) -> Option<Completions> {
+    let mut out = Completions::default();
+    let mut seen = false;
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("http_requests_total{") else { continue };
+        let Some((labels, value)) = rest.split_once('}') else { continue };
+        if !labels.contains(r#"handler="/v1/chat/completions""#) {
+            continue;
+        }
+        let value: f64 = value.split_whitespace().next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
+        let value = value.max(0.0) as u64;
+        seen = true;
+        if labels.contains(r#"status="2xx""#) {
+            out.ok += value;
+        } else if labels.contains(r#"status="4xx""#) {
+            out.c4xx += value;
+        } else if labels.contains(r#"status="5xx""#) {
+            out.c5xx += value;
+        }
+    }
+    seen.then_some(out)
+}
+
+/// Counts uvicorn access lines `"POST /v1/chat/completions HTTP/1.1" 200` in `vllm.log`,
+/// incrementally (keeps the offset; only complete lines are counted).
+#[derive(Debug, Default)]
+pub struct AccessLogCounter {
+    offset: u64,
+    pub counts: Completions,
+}
+
+impl AccessLogCounter {
+    pub fn update(&mut self, path: &Path) -> Completions {
+        let Ok(mut file) = std::fs::File::open(path) else { return self.counts };
+        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        if len < self.offset {
+            self.offset = 0;
+            self.counts = Completions::default();
+        }
+        if file.seek(SeekFrom::Start(self.offset)).is_err() {
+            return self.counts;
+        }
+        let mut buf = Vec::new();
+        if file.read_to_end(&mut buf).is_err() {
+            return self.counts;
+        }
+        let complete = buf.iter().rposition(|b| *b == b'\n').map(|i| i + 1).unwrap_or(0);
+        for line in String::from_utf8_lossy(&buf[..complete]).lines() {
+            if let Some(code) = access_line_status(line) {
+                match code / 100 {
+                    2 => self.counts.ok += 1,
+                    4 => self.counts.c4xx += 1,
+                    5 => self.counts.c5xx += 1,
+                    _ => {}
+                }
+            }
+        }
+        self.offset += complete as u64;
+        self.counts
+    }
+}
+
+/// The status code of a uvicorn access line for a chat completion, e.g.
+/// `INFO:     127.0.0.1:5000 - "POST /v1/chat/completions HTTP/1.1" 200 OK`.
+pub fn access_line_status(line: &str) -> Option<u16> {
+    let idx = line.find("\"POST /v1/chat/completions HTTP/")?;
+    let rest = &line[idx + 1..];
+    let close = rest.find('"')?;
+    rest[close + 1..].split_whitespace().next()?.parse().ok()
+}
+
+/// Trials in the run dir: subdirectories = started; with `result.json` = finished; a `result.json`
+/// whose `exception_info` is not null = errored.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Trials {
+    pub started: u64,
+    pub finished: u64,
+    pub errored: u64,
+}
+
+pub fn count_trials(run_dir: &Path) -> Trials {
+    let mut t = Trials::default();
+    let Ok(entries) = std::fs::read_dir(run_dir) else { return t };
+    for entry in entries.flatten() {
+        if !entry.file_type().is_ok_and(|ft| ft.is_dir()) {
+            continue;
+        }
+        t.started += 1;
+        let result = entry.path().join("result.json");
+        let Ok(text) = std::fs::read_to_string(&result) else { continue };
+        t.finished += 1;
+        let errored = serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| v.get("exception_info").map(|e| !e.is_null()))
+            .unwrap_or(false);
+        if errored {
+            t.errored += 1;
+        }
+    }
+    t
+}
+
+/// Keeps the heartbeat and its `last_progress_at`.
+#[derive(Debug, Default)]
+pub struct HeartbeatState {
+    pub access: AccessLogCounter,
+    last: Option<(Completions, Trials)>,
+    last_progress_at: Option<String>,
+}
+
+impl HeartbeatState {
+    pub fn next(&mut self, metrics: Option<Completions>, engine_log: &Path, run_dir: &Path, engine_healthy: bool) -> Heartbeat {
+        let from_log = self.access.update(engine_log);
+        let completions = metrics.unwrap_or(from_log);
+        let trials = count_trials(run_dir);
+        let at = now();
+        if self.last != Some((completions, trials)) {
+            if self.last.is_some() || completions != Completions::default() || trials != Trials::default() {
+                self.last_progress_at = Some(at.clone());
+            }
+            self.last = Some((completions, trials));
+        }
+        Heartbeat {
+            at,
+            completions_ok: completions.ok,
+            completions_4xx: completions.c4xx,
+            completions_5xx: completions.c5xx,
+            trials_started: trials.started,
+            trials_finished: trials.finished,
+            trials_errored: trials.errored,
+            last_progress_at: self.last_progress_at.clone(),
+            engine_healthy,
+        }
+    }
+}
+
+/// Moves an existing log aside (`vllm.log` → `vllm.log.prev`, a plain file) so a resumed run's
+/// counters and failure tail read only this run's lines.
+pub fn rotate_log(path: &Path) {
+    if path.exists() {
+        let mut prev = path.as_os_str().to_owned();
+        prev.push(".prev");
+        let _ = std::fs::rename(path, PathBuf::from(prev));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn rfc3339_known_instants() {
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(UNIX_EPOCH + Duration::from_millis(951_782_400_123)), "2000-02-29T00:00:00.123Z");
+        assert_eq!(rfc3339(UNIX_EPOCH + Duration::from_secs(1_784_246_399)), "2026-07-16T23:59:59.000Z");
+    }
+
+    #[test]
+    fn metrics_parsing() {
+        let text = r#"# HELP http_requests_total Total number of requests by method, status and handler.
+# TYPE http_requests_total counter
+http_requests_total{handler="/v1/chat/completions",method="POST",status="2xx"} 41.0
+http_requests_total{handler="/v1/chat/completions",method="POST",status="4xx"} 3.0
+http_requests_total{handler="/v1/chat/completions",method="POST",status="5xx"} 1.0
+http_requests_total{handler="/health",method="GET",status="2xx"} 900.0
+"#;
+        assert_eq!(completions_from_metrics(text), Some(Completions { ok: 41, c4xx: 3, c5xx: 1 }));
+        assert_eq!(completions_from_metrics("vllm:num_requests_running 0\n"), None);
+    }
+
+    #[test]
+    fn access_log_counting_is_incremental() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("vllm.log");
+        std::fs::write(
+            &path,
+            "INFO:     127.0.0.1:51234 - \"POST /v1/chat/completions HTTP/1.1\" 200 OK\n\
+             INFO:     127.0.0.1:51234 - \"GET /health HTTP/1.1\" 200 OK\n\
+             INFO:     127.0.0.1:51235 - \"POST /v1/chat/completions HTTP/1.1\" 400 Bad Request\n\
+             INFO:     127.0.0.1:51236 - \"POST /v1/chat/completions HTTP/1.1\" 200",
+        )
+        .unwrap();
+        let mut c = AccessLogCounter::default();
+        assert_eq!(c.update(&path), Completions { ok: 1, c4xx: 1, c5xx: 0 });
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(b" OK\nINFO: x - \"POST /v1/chat/completions HTTP/1.1\" 500 Internal Server Error\n").unwrap();
+        assert_eq!(c.update(&path), Completions { ok: 2, c4xx: 1, c5xx: 1 });
+    }
+
+    #[test]
+    fn trial_counting() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path();
+        std::fs::write(run.join("config.json"), "{}").unwrap();
+        for (name, result) in [
+            ("t1", Some(r#"{"exception_info": null}"#)),
+            ("t2", Some(r#"{"exception_info": {"exception_type": "DaytonaError"}}"#)),
+            ("t3", None),
+        ] {
+            std::fs::create_dir(run.join(name)).unwrap();
+            if let Some(r) = result {
+                std::fs::write(run.join(name).join("result.json"), r).unwrap();
+            }
+        }
+        assert_eq!(count_trials(run), Trials { started: 3, finished: 2, errored: 1 });
+    }
+
+    #[test]
+    fn status_is_replaced_atomically_and_events_append() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut rec = Recorder::new(dir.path(), "tag");
+        rec.set_phase(Phase::Serving);
+        rec.event("x", serde_json::json!({"a": 1}));
+        let status: RunStatus = serde_json::from_str(&std::fs::read_to_string(dir.path().join(STATUS_FILE)).unwrap()).unwrap();
+        assert_eq!(status.phase, Phase::Serving);
+        let events = std::fs::read_to_string(dir.path().join(EVENTS_FILE)).unwrap();
+        assert_eq!(events.lines().count(), 2);
+        let names: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        assert!(names.iter().all(|n| !n.ends_with(".tmp")), "{names:?}");
+        assert!(std::fs::read_dir(dir.path()).unwrap().all(|e| e.unwrap().file_type().unwrap().is_file()));
+    }
+
+    #[test]
+    fn heartbeat_progress_time_moves_only_on_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("vllm.log");
+        let mut hb = HeartbeatState::default();
+        let first = hb.next(None, &log, dir.path(), true);
+        assert!(first.last_progress_at.is_none());
+        let second = hb.next(Some(Completions { ok: 1, c4xx: 0, c5xx: 0 }), &log, dir.path(), true);
+        assert!(second.last_progress_at.is_some());
+        assert_eq!(second.completions_ok, 1);
+    }
+}

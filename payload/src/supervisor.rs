@@ -1,0 +1,655 @@
+//! Supervision (SPEC §6.7), all in this one module:
+//!
+//! - payload is a **child subreaper** (`prctl`), so double-forked grandchildren re-parent to it;
+//! - every child (vLLM, Harbor, tunnel) runs in **its own process group** (`process_group(0)`),
+//!   and all signalling goes to the group (`killpg`);
+//! - the runtime is tokio's **current-thread** flavour (see `main.rs`), so every fork comes from
+//!   the main thread;
+//! - **signal handlers** (TERM, INT, HUP, USR1, CONT) are registered before anything is spawned;
+//! - the in-run **watchdog**: engine exit, or `limits.health_failures` consecutive failed `/health`
+//!   probes, ends the run (`engine_died`);
+//! - **teardown**: TERM to Harbor first (it cancels trials and cleans its sandboxes), then vLLM, then
+//!   the tunnel, inside `limits.teardown_grace_s` (which must fit inside Slurm's KillWait); then
+//!   SIGKILL to every group and a **sweep** of every remaining descendant (walk `/proc`, kill, reap
+//!   our direct children by pid — never a blanket `waitpid(-1)` beside tokio's reaper). A second
+//!   TERM/INT during teardown means kill now. SIGCONT (sent by Slurm with every signal) is ignored.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::OpenOptions;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::sys::wait::{WaitPidFlag, waitpid};
+use nix::unistd::Pid;
+use tokio::process::{Child, Command};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::task::JoinHandle;
+use tokio::time::{MissedTickBehavior, interval, sleep, sleep_until};
+
+use crate::records::Completions;
+
+/// Makes payload the reaper of orphaned descendants (`PR_SET_CHILD_SUBREAPER`).
+pub fn become_subreaper() -> Result<(), nix::Error> {
+    nix::sys::prctl::set_child_subreaper(true)
+}
+
+/// What a received signal means for the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignalEvent {
+    /// TERM, INT, HUP: tear down and exit 128+n.
+    Shutdown(Signal),
+    /// USR1 (`--signal=B:USR1@<lead>`): the walltime is near — wind down gracefully.
+    Walltime,
+}
+
+/// The signal streams, registered once at start-up (before any child exists). Once registered,
+/// tokio never restores the default disposition, so payload always exits by itself.
+pub struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+    usr1: tokio::signal::unix::Signal,
+    cont: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    pub fn register() -> std::io::Result<Self> {
+        Ok(Self {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+            usr1: signal(SignalKind::user_defined1())?,
+            cont: signal(SignalKind::from_raw(libc::SIGCONT))?,
+        })
+    }
+
+    /// The next meaningful signal (SIGCONT is swallowed). Cancel-safe.
+    pub async fn recv(&mut self) -> SignalEvent {
+        loop {
+            tokio::select! {
+                _ = self.term.recv() => return SignalEvent::Shutdown(Signal::SIGTERM),
+                _ = self.int.recv() => return SignalEvent::Shutdown(Signal::SIGINT),
+                _ = self.hup.recv() => return SignalEvent::Shutdown(Signal::SIGHUP),
+                _ = self.usr1.recv() => return SignalEvent::Walltime,
+                _ = self.cont.recv() => tracing::debug!("SIGCONT ignored"),
+            }
+        }
+    }
+}
+
+/// The supervised children, in teardown order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Role {
+    Harbor,
+    Engine,
+    Tunnel,
+}
+
+impl Role {
+    pub const TEARDOWN_ORDER: [Role; 3] = [Role::Harbor, Role::Engine, Role::Tunnel];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Harbor => "harbor",
+            Role::Engine => "engine",
+            Role::Tunnel => "tunnel",
+        }
+    }
+}
+
+/// What to start: the resolved program, its argv (argv[0] shown in records), an explicit
+/// environment (the child gets nothing else), and the log file (stdout and stderr, appended).
+#[derive(Debug, Clone)]
+pub struct ChildSpec {
+    pub program: PathBuf,
+    pub argv: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub log: PathBuf,
+    pub cwd: Option<PathBuf>,
+}
+
+/// One supervised child: the leader of its own process group (pgid = pid).
+pub struct Managed {
+    pub role: Role,
+    pub pid: u32,
+    child: Child,
+    status: Option<ExitStatus>,
+}
+
+impl Managed {
+    /// Waits for the group leader; cancel-safe, and returns the cached status once known.
+    pub async fn wait(&mut self) -> ExitStatus {
+        if let Some(status) = self.status {
+            return status;
+        }
+        let status = match self.child.wait().await {
+            Ok(status) => status,
+            Err(err) => {
+                tracing::warn!(role = self.role.as_str(), error = %err, "wait failed");
+                std::os::unix::process::ExitStatusExt::from_raw(255 << 8)
+            }
+        };
+        self.status = Some(status);
+        status
+    }
+
+    pub fn try_status(&mut self) -> Option<ExitStatus> {
+        if self.status.is_none()
+            && let Ok(Some(status)) = self.child.try_wait()
+        {
+            self.status = Some(status);
+        }
+        self.status
+    }
+
+    pub fn pgid(&self) -> Pid {
+        Pid::from_raw(self.pid as i32)
+    }
+
+    pub fn signal_group(&self, sig: Signal) {
+        match killpg(self.pgid(), sig) {
+            Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
+            Err(err) => tracing::warn!(role = self.role.as_str(), signal = %sig, error = %err, "killpg failed"),
+        }
+    }
+
+    /// Gone = leader reaped and no live process left in its group.
+    pub fn gone(&mut self, table: &[ProcInfo]) -> bool {
+        self.try_status().is_some() && !group_alive(table, self.pid as i32)
+    }
+}
+
+/// Waits on an optional child; pends forever when there is none (for `select!`).
+pub async fn wait_opt(managed: Option<&mut Managed>) -> ExitStatus {
+    match managed {
+        Some(m) => m.wait().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Exit code for a status: the code, or 128+n for a signal.
+pub fn status_code(status: ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+pub fn describe_status(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit code {code}"),
+        (None, Some(sig)) => {
+            let name = Signal::try_from(sig).map(|s| s.as_str().to_string()).unwrap_or_else(|_| sig.to_string());
+            format!("killed by {name}")
+        }
+        _ => "unknown status".to_string(),
+    }
+}
+
+/// One line of `/proc/<pid>/stat`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcInfo {
+    pub pid: i32,
+    pub ppid: i32,
+    pub pgrp: i32,
+    pub state: char,
+}
+
+/// Parses `/proc/<pid>/stat` text (the command may contain spaces and parentheses).
+pub fn parse_stat(text: &str) -> Option<ProcInfo> {
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let pid = text[..open].trim().parse().ok()?;
+    let mut rest = text[close + 1..].split_whitespace();
+    let state = rest.next()?.chars().next()?;
+    let ppid = rest.next()?.parse().ok()?;
+    let pgrp = rest.next()?.parse().ok()?;
+    Some(ProcInfo { pid, ppid, pgrp, state })
+}
+
+/// Every process visible in `/proc`.
+pub fn proc_table() -> Vec<ProcInfo> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
+        .filter_map(|text| parse_stat(&text))
+        .collect()
+}
+
+/// Whether any live (non-zombie) process is in group `pgid`.
+pub fn group_alive(table: &[ProcInfo], pgid: i32) -> bool {
+    table.iter().any(|p| p.pgrp == pgid && p.state != 'Z' && p.state != 'X')
+}
+
+/// Every descendant of `root` (children, grandchildren, …), zombies included.
+pub fn descendants(table: &[ProcInfo], root: i32) -> Vec<ProcInfo> {
+    let mut by_parent: HashMap<i32, Vec<ProcInfo>> = HashMap::new();
+    for p in table {
+        by_parent.entry(p.ppid).or_default().push(*p);
+    }
+    let mut out = Vec::new();
+    let mut stack = vec![root];
+    let mut seen = HashSet::new();
+    while let Some(pid) = stack.pop() {
+        for child in by_parent.get(&pid).map(Vec::as_slice).unwrap_or(&[]) {
+            if seen.insert(child.pid) {
+                out.push(*child);
+                stack.push(child.pid);
+            }
+        }
+    }
+    out
+}
+
+/// How teardown should go.
+#[derive(Debug, Clone, Copy)]
+pub struct ShutdownPlan {
+    /// Total grace between the first TERM and SIGKILL (`limits.teardown_grace_s`).
+    pub grace: Duration,
+    /// Harbor's share. Normally `grace` minus a reserve for vLLM; longer for a walltime wind-down.
+    pub harbor_grace: Duration,
+    /// A TERM/INT/HUP started this teardown, so the next one means kill now.
+    pub signalled: bool,
+}
+
+impl ShutdownPlan {
+    /// The reserve kept for vLLM and the tunnel after Harbor: a quarter of the grace, at most 5 s.
+    pub fn reserve(grace: Duration) -> Duration {
+        (grace / 4).min(Duration::from_secs(5))
+    }
+
+    pub fn normal(grace: Duration, signalled: bool) -> Self {
+        Self { grace, harbor_grace: grace - Self::reserve(grace), signalled }
+    }
+
+    /// USR1: Harbor gets until the walltime is close (half the lead, at least the normal share).
+    pub fn walltime(grace: Duration, walltime_lead: Duration) -> Self {
+        let normal = grace - Self::reserve(grace);
+        Self { grace, harbor_grace: normal.max(walltime_lead / 2), signalled: false }
+    }
+}
+
+/// What teardown did.
+#[derive(Debug, Clone, Default)]
+pub struct ShutdownReport {
+    /// A second TERM/INT cut the grace short.
+    pub forced: bool,
+    /// Signals received during teardown (besides the one that started it).
+    pub signals: Vec<Signal>,
+    /// Groups that needed SIGKILL.
+    pub killed_groups: Vec<Role>,
+    /// Descendants killed by the sweep (pids).
+    pub swept: Vec<i32>,
+    pub elapsed: Duration,
+    /// Whether every descendant is gone.
+    pub clean: bool,
+}
+
+/// Owns the children.
+pub struct Supervisor {
+    pub harbor: Option<Managed>,
+    pub engine: Option<Managed>,
+    pub tunnel: Option<Managed>,
+    my_pid: i32,
+}
+
+impl Default for Supervisor {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Supervisor {
+    pub fn new() -> Self {
+        Self { harbor: None, engine: None, tunnel: None, my_pid: std::process::id() as i32 }
+    }
+
+    fn slot(&mut self, role: Role) -> &mut Option<Managed> {
+        match role {
+            Role::Harbor => &mut self.harbor,
+            Role::Engine => &mut self.engine,
+            Role::Tunnel => &mut self.tunnel,
+        }
+    }
+
+    pub fn get_mut(&mut self, role: Role) -> Option<&mut Managed> {
+        self.slot(role).as_mut()
+    }
+
+    fn managed_pids(&self) -> Vec<i32> {
+        [&self.harbor, &self.engine, &self.tunnel].iter().filter_map(|m| m.as_ref().map(|m| m.pid as i32)).collect()
+    }
+
+    /// Starts `spec` as `role` in a new process group with exactly `spec.env`.
+    pub fn spawn(&mut self, role: Role, spec: &ChildSpec) -> std::io::Result<u32> {
+        let log = OpenOptions::new().create(true).append(true).open(&spec.log)?;
+        let mut cmd = Command::new(&spec.program);
+        cmd.args(spec.argv.iter().skip(1))
+            .env_clear()
+            .envs(&spec.env)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log))
+            .process_group(0)
+            .kill_on_drop(false);
+        if let Some(cwd) = &spec.cwd {
+            cmd.current_dir(cwd);
+        }
+        let child = cmd.spawn()?;
+        let pid = child.id().unwrap_or(0);
+        *self.slot(role) = Some(Managed { role, pid, child, status: None });
+        Ok(pid)
+    }
+
+    /// Reaps zombies that re-parented to payload (never a managed child, never `waitpid(-1)`).
+    pub fn reap_orphans(&self) -> usize {
+        let managed = self.managed_pids();
+        let mut n = 0;
+        for p in proc_table() {
+            if p.ppid == self.my_pid && p.state == 'Z' && !managed.contains(&p.pid) {
+                if let Ok(status) = waitpid(Pid::from_raw(p.pid), Some(WaitPidFlag::WNOHANG)) {
+                    tracing::debug!(pid = p.pid, ?status, "reaped orphan");
+                }
+                n += 1;
+            }
+        }
+        n
+    }
+
+    fn all_gone(&mut self, roles: &[Role]) -> bool {
+        let table = proc_table();
+        roles.iter().all(|r| self.slot(*r).as_mut().is_none_or(|m| m.gone(&table)))
+    }
+
+    fn term(&mut self, roles: &[Role]) {
+        for role in roles {
+            if let Some(m) = self.slot(*role).as_mut() {
+                tracing::info!(role = role.as_str(), pgid = m.pid, "sending SIGTERM to group");
+                m.signal_group(Signal::SIGTERM);
+            }
+        }
+    }
+
+    /// Waits until `roles` are gone, `deadline` passes, or a signal arrives that forces (returns
+    /// `false` then). A first shutdown signal when none started this teardown pulls `deadline`
+    /// in to `now + grace_left` via `on_first`.
+    async fn wait_gone(
+        &mut self,
+        roles: &[Role],
+        deadline: &mut Instant,
+        signals: &mut Signals,
+        state: &mut TeardownState,
+    ) -> bool {
+        loop {
+            if self.all_gone(roles) {
+                return true;
+            }
+            if Instant::now() >= *deadline {
+                return true;
+            }
+            tokio::select! {
+                _ = sleep(Duration::from_millis(20)) => {}
+                _ = sleep_until((*deadline).into()) => {}
+                ev = signals.recv() => {
+                    if let SignalEvent::Shutdown(sig) = ev {
+                        state.report.signals.push(sig);
+                        if state.signalled {
+                            tracing::warn!(signal = %sig, "second signal during teardown: killing now");
+                            state.report.forced = true;
+                            return false;
+                        }
+                        state.signalled = true;
+                        state.t0 = Instant::now();
+                        let cut = state.t0 + state.plan.grace - ShutdownPlan::reserve(state.plan.grace);
+                        if cut < *deadline {
+                            *deadline = cut;
+                        }
+                        tracing::info!(signal = %sig, "signal during wind-down: grace shortened");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Tears everything down: Harbor → vLLM → tunnel, grace, SIGKILL, sweep.
+    pub async fn shutdown(&mut self, signals: &mut Signals, plan: ShutdownPlan) -> ShutdownReport {
+        let start = Instant::now();
+        let mut state = TeardownState { plan, signalled: plan.signalled, t0: start, report: ShutdownReport::default() };
+        let mut go_on = true;
+
+        // Stage 1: Harbor alone, so it cancels its trials while the model still answers.
+        if self.harbor.is_some() {
+            self.term(&[Role::Harbor]);
+            let mut deadline = start + plan.harbor_grace;
+            go_on = self.wait_gone(&[Role::Harbor], &mut deadline, signals, &mut state).await;
+            if go_on && !self.all_gone(&[Role::Harbor]) {
+                self.kill_groups(&[Role::Harbor], &mut state.report);
+            }
+        }
+        // Stage 2: vLLM, then the tunnel.
+        if go_on {
+            self.term(&[Role::Engine, Role::Tunnel]);
+            let reserve = ShutdownPlan::reserve(plan.grace);
+            let mut deadline = (state.t0 + plan.grace).max(Instant::now() + reserve);
+            go_on = self.wait_gone(&[Role::Engine, Role::Tunnel], &mut deadline, signals, &mut state).await;
+        }
+        let _ = go_on;
+        // Stage 3: SIGKILL whatever is left of every group, then sweep descendants.
+        let left: Vec<Role> = Role::TEARDOWN_ORDER.into_iter().filter(|r| !self.all_gone(&[*r])).collect();
+        self.kill_groups(&left, &mut state.report);
+        self.sweep(&mut state.report).await;
+        state.report.elapsed = start.elapsed();
+        state.report
+    }
+
+    fn kill_groups(&mut self, roles: &[Role], report: &mut ShutdownReport) {
+        for role in roles {
+            if let Some(m) = self.slot(*role).as_mut() {
+                tracing::warn!(role = role.as_str(), pgid = m.pid, "grace over: SIGKILL to group");
+                m.signal_group(Signal::SIGKILL);
+                if !report.killed_groups.contains(role) {
+                    report.killed_groups.push(*role);
+                }
+            }
+        }
+    }
+
+    /// Kills every remaining descendant of payload (whatever its group or session) and reaps our
+    /// direct children: managed ones through tokio, re-parented orphans by pid.
+    async fn sweep(&mut self, report: &mut ShutdownReport) {
+        let until = Instant::now() + Duration::from_secs(5);
+        let managed = self.managed_pids();
+        loop {
+            let table = proc_table();
+            let desc = descendants(&table, self.my_pid);
+            for p in desc.iter().filter(|p| p.state != 'Z' && p.state != 'X') {
+                if kill(Pid::from_raw(p.pid), Signal::SIGKILL).is_ok() && !report.swept.contains(&p.pid) && !managed.contains(&p.pid) {
+                    report.swept.push(p.pid);
+                }
+            }
+            for role in Role::TEARDOWN_ORDER {
+                if let Some(m) = self.slot(role).as_mut() {
+                    m.try_status();
+                }
+            }
+            for p in desc.iter().filter(|p| p.ppid == self.my_pid && !managed.contains(&p.pid)) {
+                let _ = waitpid(Pid::from_raw(p.pid), Some(WaitPidFlag::WNOHANG));
+            }
+            if desc.is_empty() {
+                report.clean = true;
+                break;
+            }
+            if Instant::now() >= until {
+                tracing::error!(left = desc.len(), "descendants still present after the sweep");
+                break;
+            }
+            sleep(Duration::from_millis(10)).await;
+        }
+        // Reap the managed leaders (already SIGKILLed if they were alive).
+        for role in Role::TEARDOWN_ORDER {
+            if let Some(m) = self.slot(role).as_mut()
+                && m.try_status().is_none()
+            {
+                let _ = tokio::time::timeout(Duration::from_secs(2), m.wait()).await;
+            }
+        }
+    }
+}
+
+struct TeardownState {
+    plan: ShutdownPlan,
+    signalled: bool,
+    t0: Instant,
+    report: ShutdownReport,
+}
+
+/// The in-run watchdog's settings.
+#[derive(Debug, Clone)]
+pub struct WatchConfig {
+    pub base_url: String,
+    pub probe_interval: Duration,
+    pub health_failures: u32,
+    pub heartbeat_interval: Duration,
+}
+
+/// What ended (or interrupted) a watch.
+#[derive(Debug)]
+pub enum WatchEvent {
+    HarborExited(ExitStatus),
+    EngineExited(ExitStatus),
+    /// `health_failures` consecutive failed probes.
+    EngineUnhealthy { failures: u32 },
+    Signal(SignalEvent),
+    /// Time for a heartbeat; carries vLLM's `/metrics` counts when it answered.
+    Heartbeat(Option<Completions>),
+}
+
+/// The in-run watchdog: child exits, health probes, heartbeat ticks and signals in one `select!`.
+/// Probes run as tasks, so a slow probe never delays noticing an exit or a signal.
+pub struct Watch {
+    cfg: WatchConfig,
+    client: reqwest::Client,
+    probe_tick: tokio::time::Interval,
+    heartbeat_tick: tokio::time::Interval,
+    probe: Option<JoinHandle<bool>>,
+    metrics: Option<JoinHandle<Option<Completions>>>,
+    consecutive_failures: u32,
+    pub last_healthy: bool,
+}
+
+impl Watch {
+    pub fn new(cfg: WatchConfig) -> Self {
+        let probe_timeout = cfg.probe_interval.clamp(Duration::from_millis(200), Duration::from_secs(5));
+        let mut probe_tick = interval(cfg.probe_interval);
+        probe_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut heartbeat_tick = interval(cfg.heartbeat_interval);
+        heartbeat_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        Self {
+            client: crate::engine::http_client(probe_timeout),
+            cfg,
+            probe_tick,
+            heartbeat_tick,
+            probe: None,
+            metrics: None,
+            consecutive_failures: 0,
+            last_healthy: true,
+        }
+    }
+
+    pub async fn next(&mut self, sup: &mut Supervisor, signals: &mut Signals) -> WatchEvent {
+        loop {
+            tokio::select! {
+                status = wait_opt(sup.harbor.as_mut()) => return WatchEvent::HarborExited(status),
+                status = wait_opt(sup.engine.as_mut()) => return WatchEvent::EngineExited(status),
+                ev = signals.recv() => return WatchEvent::Signal(ev),
+                _ = self.probe_tick.tick(), if self.probe.is_none() => {
+                    let client = self.client.clone();
+                    let base = self.cfg.base_url.clone();
+                    self.probe = Some(tokio::spawn(async move { crate::engine::health_ok(&client, &base).await }));
+                }
+                ok = async { self.probe.as_mut().expect("guarded").await.unwrap_or(false) }, if self.probe.is_some() => {
+                    self.probe = None;
+                    self.last_healthy = ok;
+                    if ok {
+                        self.consecutive_failures = 0;
+                    } else {
+                        self.consecutive_failures += 1;
+                        tracing::warn!(failures = self.consecutive_failures, "engine health probe failed");
+                        if self.consecutive_failures >= self.cfg.health_failures.max(1) {
+                            return WatchEvent::EngineUnhealthy { failures: self.consecutive_failures };
+                        }
+                    }
+                }
+                _ = self.heartbeat_tick.tick(), if self.metrics.is_none() => {
+                    let client = self.client.clone();
+                    let url = format!("{}/metrics", self.cfg.base_url);
+                    self.metrics = Some(tokio::spawn(async move {
+                        let text = client.get(url).send().await.ok()?.text().await.ok()?;
+                        crate::records::completions_from_metrics(&text)
+                    }));
+                }
+                counts = async { self.metrics.as_mut().expect("guarded").await.ok().flatten() }, if self.metrics.is_some() => {
+                    self.metrics = None;
+                    sup.reap_orphans();
+                    return WatchEvent::Heartbeat(counts);
+                }
+            }
+        }
+    }
+
+    /// Stops outstanding probe tasks.
+    pub fn stop(&mut self) {
+        if let Some(h) = self.probe.take() {
+            h.abort();
+        }
+        if let Some(h) = self.metrics.take() {
+            h.abort();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_stat_with_odd_command_names() {
+        let p = parse_stat("1234 (vllm (worker) 1) S 1000 1234 1234 0 -1 4194560 ...").unwrap();
+        assert_eq!(p, ProcInfo { pid: 1234, ppid: 1000, pgrp: 1234, state: 'S' });
+        assert!(parse_stat("garbage").is_none());
+    }
+
+    #[test]
+    fn descendants_walk_the_tree() {
+        let t = |pid, ppid, pgrp, state| ProcInfo { pid, ppid, pgrp, state };
+        let table = vec![t(10, 1, 10, 'S'), t(11, 10, 11, 'S'), t(12, 11, 11, 'S'), t(13, 12, 99, 'Z'), t(20, 1, 20, 'S')];
+        let mut d: Vec<i32> = descendants(&table, 10).iter().map(|p| p.pid).collect();
+        d.sort();
+        assert_eq!(d, vec![11, 12, 13]);
+        assert!(group_alive(&table, 11));
+        assert!(!group_alive(&table, 99));
+    }
+
+    #[test]
+    fn plans_fit_the_grace() {
+        let p = ShutdownPlan::normal(Duration::from_secs(20), true);
+        assert_eq!(p.harbor_grace, Duration::from_secs(15));
+        let p = ShutdownPlan::normal(Duration::from_secs(2), false);
+        assert_eq!(p.harbor_grace, Duration::from_millis(1500));
+        let w = ShutdownPlan::walltime(Duration::from_secs(20), Duration::from_secs(900));
+        assert_eq!(w.harbor_grace, Duration::from_secs(450));
+        let w = ShutdownPlan::walltime(Duration::from_secs(20), Duration::from_secs(2));
+        assert_eq!(w.harbor_grace, Duration::from_secs(15));
+    }
+
+    #[test]
+    fn status_codes() {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status_code(ExitStatus::from_raw(3 << 8)), 3);
+        assert_eq!(status_code(ExitStatus::from_raw(9)), 137);
+        assert_eq!(describe_status(ExitStatus::from_raw(9)), "killed by SIGKILL");
+    }
+}
