@@ -440,6 +440,7 @@ impl SlurmCli {
     ) -> Result<CommandOutput, SlurmError> {
         let program = self.program(name);
         let command_line = render_command(program.as_os_str(), args);
+        tracing::debug!(command = %command_line, "running Slurm command");
         let mut command = Command::new(&program);
         command
             .args(args)
@@ -494,6 +495,10 @@ impl Slurm for SlurmCli {
         let output = self.run("sbatch", &args, &request.export)?;
         if !output.status.success() {
             return Err(output.failure());
+        }
+        if !output.stderr.trim().is_empty() {
+            // sbatch accepts some questionable requests with only a warning; keep it visible.
+            tracing::warn!(command = %output.command_line, stderr = %one_line(&output.stderr), "sbatch warned");
         }
         parse_parsable_submit(&output.stdout).map_err(|problem| output.unexpected(problem))
     }

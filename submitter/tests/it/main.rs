@@ -2,5 +2,5 @@
 
 mod broken;
 mod registry;
-mod support;
 mod slurm_real;
+mod support;
