@@ -502,7 +502,7 @@ impl Run {
                 self.rec.event("signal", json!({ "signal": name }));
                 tracing::warn!(signal = name, "signal received: tearing down");
             }
-            End::Failed(f) => tracing::error!(class = f.class.as_str(), cause = ?f.cause, error = %f.message, "run failed"),
+            End::Failed(f) => tracing::error!(class = f.class.as_str(), cause = f.cause.as_deref().unwrap_or("-"), error = %f.message, "run failed"),
             End::HarborExited(_) => {}
         }
         self.rec.set_phase(Phase::Stopping);
@@ -575,7 +575,7 @@ impl Run {
         };
         let code = outcome.exit_code;
         self.rec.event("outcome", serde_json::to_value(&outcome).unwrap_or_default());
-        tracing::info!(class = outcome.class.as_str(), exit_code = code, cause = ?outcome.cause, message = %outcome.message, "payload done");
+        tracing::info!(class = outcome.class.as_str(), exit_code = code, cause = outcome.cause.as_deref().unwrap_or("-"), message = %outcome.message, "payload done");
         self.rec.set_outcome(outcome);
         code
     }

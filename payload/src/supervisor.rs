@@ -365,17 +365,20 @@ impl Supervisor {
     }
 
     fn term(&mut self, roles: &[Role]) {
+        let table = proc_table();
         for role in roles {
-            if let Some(m) = self.slot(*role).as_mut() {
+            if let Some(m) = self.slot(*role).as_mut()
+                && !m.gone(&table)
+            {
                 tracing::info!(role = role.as_str(), pgid = m.pid, "sending SIGTERM to group");
                 m.signal_group(Signal::SIGTERM);
             }
         }
     }
 
-    /// Waits until `roles` are gone, `deadline` passes, or a signal arrives that forces (returns
-    /// `false` then). A first shutdown signal when none started this teardown pulls `deadline`
-    /// in to `now + grace_left` via `on_first`.
+    /// Waits until `roles` are gone or `deadline` passes (returns `true`), or a second shutdown
+    /// signal forces (returns `false`). A first TERM/INT/HUP during a teardown that no signal
+    /// started (a fault, or a walltime wind-down) pulls `deadline` in to the normal grace.
     async fn wait_gone(
         &mut self,
         roles: &[Role],
