@@ -59,6 +59,10 @@ pub struct SlurmSettings {
     /// Optional prelude sourced by the script, for `module load` lines only.
     #[serde(default)]
     pub prelude: Option<PathBuf>,
+    /// Names of the submitter's environment variables passed to the job (`sbatch --export`), besides
+    /// payload's own. Never secrets: payload reads those from the secrets file on the node.
+    #[serde(default)]
+    pub export_env: Vec<String>,
 }
 
 fn yes() -> bool {

@@ -1,0 +1,156 @@
+//! Turning a launch spec into an `sbatch` request (SPEC §7.4): resources from TP×DP and the cluster
+//! profile, an explicit `--export` list, output in the run dir. Pure: no process is started here.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use launch_spec::LaunchSpec;
+
+use crate::config::{ClusterProfile, parse_slurm_time};
+use crate::registry::names;
+use crate::slurm::{SbatchOptions, SignalSpec, SubmitRequest};
+
+/// The batch job's own output file, a plain file in the run dir (Harbor deletes subdirectories).
+pub const SLURM_OUTPUT: &str = "slurm-%j.out";
+
+#[derive(Clone)]
+pub struct JobInputs<'a> {
+    pub cluster: &'a ClusterProfile,
+    pub spec: &'a LaunchSpec,
+    /// Where the spec was written (`<run_dir>/launch.json`).
+    pub spec_path: &'a Path,
+    /// The batch script and the payload binary as seen from the compute node.
+    pub script: &'a Path,
+    pub payload_bin: &'a Path,
+    /// Slurm `--time` (a preset's `slurm_time`, else the cluster's).
+    pub time: &'a str,
+    /// Short benchmark tag for the job name (`tb2`, `v2`, …).
+    pub benchmark_short: &'a str,
+    pub dependency: Option<String>,
+    /// The submitter's environment, for the cluster's `export_env` names.
+    pub environment: &'a dyn Fn(&str) -> Option<String>,
+}
+
+/// Builds the request. Errors name the field to fix.
+pub fn sbatch_request(inputs: &JobInputs) -> Result<SubmitRequest, String> {
+    let cluster = inputs.cluster;
+    let hardware = &cluster.hardware;
+    let gpus = inputs.spec.gpus_needed();
+    let per_node = hardware.gpus_per_node.max(1);
+    let time = parse_slurm_time(inputs.time)
+        .ok_or_else(|| format!("slurm time `{}` is not a Slurm time (HH:MM:SS or D-HH:MM:SS)", inputs.time))?;
+    let mut options = SbatchOptions {
+        job_name: Some(names::job_name(inputs.benchmark_short, &inputs.spec.model.hf_id)),
+        partition: Some(cluster.slurm.partition.clone()),
+        account: cluster.slurm.account.clone(),
+        qos: cluster.slurm.qos.clone(),
+        reservation: cluster.slurm.reservation.clone(),
+        time_limit: Some(Duration::from_secs(time)),
+        signal: Some(SignalSpec {
+            signal: "USR1".to_string(),
+            seconds_before_limit: u32::try_from(inputs.spec.limits.walltime_lead_s).unwrap_or(u32::MAX),
+            batch_only: true,
+        }),
+        output: Some(inputs.spec.run_dir.join(SLURM_OUTPUT)),
+        dependency: inputs.dependency.clone(),
+        extra_args: cluster.slurm.extra_args.clone(),
+        ..SbatchOptions::default()
+    };
+    if cluster.slurm.gpu_gres {
+        // CPUs and memory in proportion to the share of the node's GPUs.
+        options.gpus_per_node = Some(gpus);
+        options.cpus_per_task = Some((u64::from(hardware.cpus_per_node) * u64::from(gpus) / u64::from(per_node)).max(1) as u32);
+        options.mem_mb = Some((hardware.mem_per_node_mb * u64::from(gpus) / u64::from(per_node)).max(1));
+    } else {
+        // GPUs not gres-tracked (Vista): whole nodes.
+        options.nodes = Some(gpus.div_ceil(per_node));
+    }
+    let mut export = vec![("PAYLOAD_BIN".to_string(), inputs.payload_bin.display().to_string())];
+    if let Some(prelude) = &cluster.slurm.prelude {
+        export.push(("PAYLOAD_PRELUDE".to_string(), prelude.display().to_string()));
+    }
+    for name in &cluster.slurm.export_env {
+        if let Some(value) = (inputs.environment)(name) {
+            export.push((name.clone(), value));
+        }
+    }
+    Ok(SubmitRequest {
+        script: inputs.script.to_path_buf(),
+        script_args: vec![inputs.spec_path.display().to_string()],
+        options,
+        export,
+    })
+}
+
+/// The run dir's spec path.
+pub fn spec_path(spec: &LaunchSpec) -> PathBuf {
+    spec.run_dir.join(launch_spec::records::SPEC_FILE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{self, ConfigRoot};
+    use crate::launch::{LaunchContext, LaunchOverrides};
+    use crate::registry::Registry;
+    use crate::slurm::build_sbatch_args;
+
+    fn args_for(cluster_name: &str, model: &str) -> Vec<String> {
+        let root = ConfigRoot { root: Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf() };
+        let mut cluster = config::load_cluster(&root.clusters_dir(), cluster_name).unwrap();
+        // Site paths use ${WORK}/${SCRATCH}/${PROJECT}; pin them so the test needs no environment.
+        for prefix in cluster.environments.values_mut() {
+            *prefix = PathBuf::from("/site/env");
+        }
+        cluster.paths.jobs_dir = PathBuf::from("/site/jobs");
+        cluster.paths.datasets_dirs = vec![PathBuf::from("/site/datasets")];
+        cluster.secrets.file = None;
+        let gpus = config::load_gpu_profiles(&root.clusters_dir()).unwrap();
+        let preset = config::load_preset(&root.presets_dir(), "tb2").unwrap();
+        let registry = Registry::load(&root.registry_dir()).unwrap();
+        let harbor = root.harbor_configs_dir();
+        let context = LaunchContext { cluster: &cluster, gpu_profiles: &gpus, registry: &registry, harbor_configs_dir: &harbor, root: &root.root };
+        let spec = context.build(model, &preset, &LaunchOverrides::default()).unwrap();
+        let env = |name: &str| (name == "PAYLOAD_GPU_FIXTURE").then(|| "/tmp/gpus.json".to_string());
+        let request = sbatch_request(&JobInputs {
+            cluster: &cluster,
+            spec: &spec,
+            spec_path: &spec_path(&spec),
+            script: Path::new("/repo/sbatch/payload.sbatch"),
+            payload_bin: Path::new("/repo/bin/payload"),
+            time: &cluster.slurm.time,
+            benchmark_short: "tb2",
+            dependency: None,
+            environment: &env,
+        })
+        .unwrap();
+        build_sbatch_args(&request).unwrap().into_iter().map(|a| a.to_string_lossy().into_owned()).collect()
+    }
+
+    #[test]
+    fn local_cluster_requests_gres_and_exports_named_variables_only() {
+        let args = args_for("local", "Qwen/Qwen3-32B").join(" ");
+        assert!(args.contains("--gres=gpu:4") || args.contains("--gres gpu:4"), "{args}");
+        assert!(args.contains("--partition=debug") || args.contains("--partition debug"), "{args}");
+        assert!(args.contains("B:USR1@60"), "{args}");
+        assert!(args.contains("PAYLOAD_BIN") && args.contains("PAYLOAD_GPU_FIXTURE"), "{args}");
+        assert!(args.contains("slurm-%j.out"), "{args}");
+        assert!(args.ends_with("launch.json"), "{args}");
+        assert!(!args.contains("DAYTONA"), "{args}");
+    }
+
+    #[test]
+    fn leonardo_scales_cpus_and_memory_with_gpus() {
+        // Qwen3-8B: TP1 × DP4 on 4 GPUs → the whole node; a TP2 × DP2 32B also.
+        let args = args_for("leonardo", "Qwen/Qwen3-8B").join(" ");
+        assert!(args.contains("gpu:4") && args.contains("32") && args.contains("490000"), "{args}");
+        assert!(args.contains("AIFAC_L01_028") && args.contains("B:USR1@900"), "{args}");
+    }
+
+    #[test]
+    fn vista_requests_whole_nodes_not_gres() {
+        let args = args_for("vista", "Qwen/Qwen3-32B").join(" ");
+        assert!(!args.contains("--gres"), "{args}");
+        assert!(args.contains("--nodes=1") || args.contains("--nodes 1"), "{args}");
+    }
+}
