@@ -1,1 +1,3 @@
 //! test support
+
+pub mod standin;
