@@ -1,0 +1,985 @@
+//! End-to-end tests of the real `payload` binary with real processes and real signals: the vLLM and
+//! Harbor stand-ins, a GPU fixture (`PAYLOAD_GPU_FIXTURE`), specs in temp dirs. The real-Slurm tests
+//! at the bottom run payload inside a job of the local cluster; they skip without one (fail in CI).
+//!
+//! Every child payload starts carries `PAYLOAD_RUN_ID=<run_tag>-<payload pid>`; after payload exits,
+//! `/proc/*/environ` is scanned for that marker: nothing may survive, whatever ended the run.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::collections::BTreeSet;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const VLLM: &str = env!("CARGO_BIN_EXE_vllm-standin");
+const HARBOR: &str = env!("CARGO_BIN_EXE_harbor-standin");
+
+// ------------------------------------------------------------------------------------------ harness
+
+/// `target/<profile>/payload`, next to this test executable's parent dir; built once per test
+/// process with `cargo build -p payload` (a no-op when it is fresh).
+fn payload_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let exe = std::env::current_exe().expect("test executable path");
+        let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>").to_path_buf();
+        let bin = profile_dir.join("payload");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "-q", "-p", "payload", "--bin", "payload"]);
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("run cargo build -p payload");
+        assert!(status.success() && bin.is_file(), "cargo build -p payload failed; {} missing", bin.display());
+        bin
+    })
+}
+
+fn unique() -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    format!("{}{:x}{}", std::process::id(), nanos, N.fetch_add(1, Ordering::SeqCst))
+}
+
+const GPU_FIXTURE: &str = r#"[
+  {"index": 0, "uuid": "GPU-aaaa0000-0000-4000-8000-000000000000", "name": "NVIDIA A100-SXM-64GB", "memory_total_bytes": 68719476736},
+  {"index": 1, "uuid": "GPU-aaaa0000-0000-4000-8000-000000000001", "name": "NVIDIA A100-SXM-64GB", "memory_total_bytes": 68719476736}
+]"#;
+
+const HARBOR_YAML: &str = "orchestrator:\n  type: local\n  n_concurrent_trials: 2\n  quiet: true\nenvironment:\n  type: daytona\n  delete: true\nverifier:\n  max_timeout_sec: 600\n";
+
+/// One test's world: a temp dir with an environment prefix (`bin/vllm`, `bin/harbor` → stand-ins),
+/// a dataset, a Harbor config, a 0600 secrets file with unique values, a GPU fixture, a jobs dir.
+struct Fx {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    tag: String,
+    org1: String,
+    org2: String,
+    hf: String,
+}
+
+impl Fx {
+    fn new(name: &str) -> Self {
+        Self::with_tasks(name, 3)
+    }
+
+    fn with_tasks(name: &str, tasks: usize) -> Self {
+        let tmp = tempfile::Builder::new().prefix("payload-e2e-").tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
+        let id = unique();
+        let tag = format!("{name}-{id}");
+        std::fs::create_dir_all(root.join("env/bin")).unwrap();
+        std::os::unix::fs::symlink(VLLM, root.join("env/bin/vllm")).unwrap();
+        std::os::unix::fs::symlink(HARBOR, root.join("env/bin/harbor")).unwrap();
+        for t in 0..tasks {
+            let dir = root.join(format!("data/task-{t}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("instruction.md"), format!("Solve task {t}.\n")).unwrap();
+            std::fs::write(dir.join("reward"), "1.0\n").unwrap();
+        }
+        std::fs::create_dir_all(root.join("jobs")).unwrap();
+        std::fs::write(root.join("harbor.yaml"), HARBOR_YAML).unwrap();
+        std::fs::write(root.join("gpus.json"), GPU_FIXTURE).unwrap();
+        let fx = Self {
+            root,
+            tag,
+            org1: format!("sekrit-org1-{id}"),
+            org2: format!("sekrit-org2-{id}"),
+            hf: format!("sekrit-hf-{id}"),
+            _tmp: tmp,
+        };
+        fx.write_secrets(
+            &format!("# test secrets\nexport DAYTONA_API_KEY={}\nDAYTONA_DATA_API_KEY=\"{}\"\nHF_TOKEN='{}'\n", fx.org1, fx.org2, fx.hf),
+            0o600,
+        );
+        fx
+    }
+
+    fn secrets_path(&self) -> PathBuf {
+        self.root.join("secrets.env")
+    }
+
+    fn write_secrets(&self, text: &str, mode: u32) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(self.secrets_path(), text).unwrap();
+        std::fs::set_permissions(self.secrets_path(), std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    fn run_dir(&self) -> PathBuf {
+        self.root.join("jobs").join(&self.tag)
+    }
+
+    fn secret_values(&self) -> [&str; 3] {
+        [&self.org1, &self.org2, &self.hf]
+    }
+
+    /// A spec with small timeouts; tests edit the JSON.
+    fn spec(&self) -> Value {
+        json!({
+            "version": 1,
+            "run_tag": self.tag,
+            "run_dir": self.run_dir(),
+            "jobs_dir": self.root.join("jobs"),
+            "cluster": "local",
+            "benchmark": "e2e",
+            "model": {"hf_id": "Qwen/Qwen3-8B", "served_name": "Qwen3-8B"},
+            "serve": {
+                "program": "vllm",
+                "env_prefix": self.root.join("env"),
+                "tensor_parallel_size": 1,
+                "data_parallel_size": 2,
+                "max_model_len": 8192,
+                "max_num_seqs": 64,
+                "health_timeout_s": 30,
+                "env": {"STANDIN_LOAD_SECONDS": "0.2", "STANDIN_GPUS": "2"}
+            },
+            "gpu_profiles": {"profiles": [
+                {"name": "a100-64gb", "name_contains": "A100", "min_memory_gib": 60.0, "max_memory_gib": 66.0, "gpu_memory_utilization": 0.85},
+                {"name": "default", "gpu_memory_utilization": 0.8}
+            ]},
+            "harbor": {
+                "program": "harbor",
+                "env_prefix": self.root.join("env"),
+                "config": self.root.join("harbor.yaml"),
+                "dataset": self.root.join("data"),
+                "n_concurrent": 2,
+                "n_attempts": 1,
+                "timeout_multiplier": 1.0,
+                "env": {"STANDIN_TRIAL_SECONDS": "0.05"}
+            },
+            "secrets": {"file": self.secrets_path(), "pass_to_harbor": ["HF_TOKEN"]},
+            "limits": {"teardown_grace_s": 1.5, "heartbeat_interval_s": 0.3, "health_probe_interval_s": 0.3,
+                       "health_failures": 3, "walltime_lead_s": 4}
+        })
+    }
+
+    fn write_spec(&self, spec: &Value) -> PathBuf {
+        let path = self.root.join("launch-in.json");
+        std::fs::write(&path, serde_json::to_string_pretty(spec).unwrap()).unwrap();
+        path
+    }
+
+    /// payload with a minimal environment plus canaries that must never reach a child.
+    fn command(&self, args: &[&str], extra_env: &[(&str, &str)]) -> Command {
+        let mut cmd = Command::new(payload_bin());
+        cmd.args(args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()))
+            .env("HOME", &self.root)
+            .env("PAYLOAD_GPU_FIXTURE", self.root.join("gpus.json"))
+            .env("STANDIN_FAIL_AT_START", "oom")
+            .env("DAYTONA_DATA_API_KEY", "parent-env-canary")
+            .stdin(Stdio::null());
+        for (k, v) in extra_env {
+            cmd.env(k, v);
+        }
+        cmd
+    }
+
+    fn start(&self, spec: &Value, extra_env: &[(&str, &str)]) -> Run {
+        let path = self.write_spec(spec);
+        let stderr = std::fs::File::create(self.root.join("payload.stderr")).unwrap();
+        let child = self
+            .command(&["run", "--spec", path.to_str().unwrap()], extra_env)
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn payload");
+        let pid = child.id() as i32;
+        Run { pid, child, started: Instant::now(), marker: format!("PAYLOAD_RUN_ID={}-{pid}", self.tag) }
+    }
+
+    fn status(&self) -> Value {
+        read_json(&self.run_dir().join("status.json")).unwrap_or(Value::Null)
+    }
+
+    fn events(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.run_dir().join("events.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("events.jsonl line is JSON"))
+            .collect()
+    }
+
+    fn event(&self, name: &str) -> Option<Value> {
+        self.events().into_iter().find(|e| e["event"] == name)
+    }
+
+    /// The latest event of that name (events.jsonl is append-only across runs of one run dir).
+    fn last_event(&self, name: &str) -> Option<Value> {
+        self.events().into_iter().rev().find(|e| e["event"] == name)
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(self.root.join("payload.stderr")).unwrap_or_default()
+    }
+
+    /// Waits until `pred(status)` holds (polling status.json).
+    fn wait_status(&self, what: &str, timeout: Duration, pred: impl Fn(&Value) -> bool) {
+        let until = Instant::now() + timeout;
+        loop {
+            let s = self.status();
+            if pred(&s) {
+                return;
+            }
+            assert!(Instant::now() < until, "timed out waiting for {what}; status: {s:#}\nstderr:\n{}", self.stderr());
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    fn wait_phase(&self, phase: &str, timeout: Duration) {
+        self.wait_status(&format!("phase {phase}"), timeout, |s| s["phase"] == phase);
+    }
+
+    /// Secret values found in any file under the fixture (run dir, trials, logs, payload's stderr).
+    fn secret_hits_in_files(&self) -> Vec<String> {
+        let mut hits = Vec::new();
+        let mut stack = vec![self.root.join("jobs"), self.root.join("payload.stderr")];
+        while let Some(p) = stack.pop() {
+            if p.is_dir() {
+                for e in std::fs::read_dir(&p).unwrap().flatten() {
+                    stack.push(e.path());
+                }
+            } else if let Ok(bytes) = std::fs::read(&p) {
+                let text = String::from_utf8_lossy(&bytes);
+                for s in self.secret_values() {
+                    if text.contains(s) {
+                        hits.push(format!("{} contains {s}", p.display()));
+                    }
+                }
+            }
+        }
+        hits
+    }
+}
+
+fn read_json(path: &Path) -> Option<Value> {
+    serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+}
+
+/// A signal name for kill(1).
+#[derive(Clone, Copy)]
+struct Signal(&'static str);
+
+#[allow(non_upper_case_globals)]
+impl Signal {
+    const SIGTERM: Signal = Signal("TERM");
+    const SIGINT: Signal = Signal("INT");
+    const SIGUSR1: Signal = Signal("USR1");
+    const SIGCONT: Signal = Signal("CONT");
+}
+
+struct Run {
+    child: Child,
+    pid: i32,
+    started: Instant,
+    marker: String,
+}
+
+impl Run {
+    /// Sends a real signal with kill(1) (the e2e crate needs no nix/unsafe for it).
+    fn signal(&self, sig: Signal) {
+        let status = Command::new("kill").args(["-s", sig.0, &self.pid.to_string()]).status().expect("run kill");
+        assert!(status.success(), "kill -s {} {} failed", sig.0, self.pid);
+    }
+
+    /// Waits for payload's exit code (panics after `timeout`, killing it).
+    fn wait(&mut self, timeout: Duration) -> i32 {
+        let until = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code().unwrap_or_else(|| {
+                    use std::os::unix::process::ExitStatusExt;
+                    128 + status.signal().unwrap_or(0)
+                });
+            }
+            if Instant::now() >= until {
+                let _ = self.child.kill();
+                panic!("payload did not exit within {timeout:?}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Processes still carrying this run's marker (must be none once payload has exited).
+    fn survivors(&self) -> Vec<String> {
+        marker_processes(&self.marker)
+    }
+}
+
+fn marker_processes(marker: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let needle = format!("{marker}\0");
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if name.parse::<u32>().is_err() {
+            continue;
+        }
+        let Ok(env) = std::fs::read(e.path().join("environ")) else { continue };
+        if String::from_utf8_lossy(&env).contains(&needle) {
+            let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+            out.push(format!("pid {name}: {} [{}]", String::from_utf8_lossy(&cmd).replace('\0', " "), stat.trim()));
+        }
+    }
+    out
+}
+
+fn assert_no_survivors(run: &Run) {
+    let left = run.survivors();
+    assert!(left.is_empty(), "processes survived payload: {left:#?}");
+}
+
+/// Descendants of `root` (pid, ppid) from /proc.
+fn descendants(root: i32) -> Vec<i32> {
+    let mut table = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else { continue };
+        let Some(close) = stat.rfind(')') else { continue };
+        let ppid: i32 = stat[close + 1..].split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+        table.push((pid, ppid));
+    }
+    let mut out = Vec::new();
+    let mut stack = vec![root];
+    while let Some(p) = stack.pop() {
+        for (pid, ppid) in &table {
+            if *ppid == p && !out.contains(pid) {
+                out.push(*pid);
+                stack.push(*pid);
+            }
+        }
+    }
+    out
+}
+
+fn environ_of(pid: u32) -> Vec<(String, String)> {
+    let raw = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    String::from_utf8_lossy(&raw)
+        .split('\0')
+        .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+        .collect()
+}
+
+fn outcome(fx: &Fx) -> Value {
+    fx.status()["outcome"].clone()
+}
+
+fn ms_between(a: &Value, b: &Value) -> i64 {
+    fn ms(v: &Value) -> i64 {
+        // "2026-11-30T05:54:29.997Z" → milliseconds within the day (tests never span midnight by much)
+        let t = v["at"].as_str().unwrap();
+        let time = &t[11..23];
+        let h: i64 = time[0..2].parse().unwrap();
+        let m: i64 = time[3..5].parse().unwrap();
+        let s: i64 = time[6..8].parse().unwrap();
+        let ms: i64 = time[9..12].parse().unwrap();
+        ((h * 60 + m) * 60 + s) * 1000 + ms
+    }
+    ms(b) - ms(a)
+}
+
+// ------------------------------------------------------------------------------------------ tests
+
+#[test]
+fn fresh_run_finishes_with_records_and_explicit_environments() {
+    let fx = Fx::new("fresh");
+    let mut spec = fx.spec();
+    spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("0.4");
+    let mut run = fx.start(&spec, &[]);
+    fx.wait_phase("running", Duration::from_secs(15));
+    // Children's environments are explicit: the chosen Daytona key, no parent canaries, no VLLM_PORT.
+    let st = fx.status();
+    let engine_pid = st["pids"]["engine"].as_u64().unwrap() as u32;
+    let harbor_pid = st["pids"]["harbor"].as_u64().unwrap() as u32;
+    let engine_env = environ_of(engine_pid);
+    let harbor_env = environ_of(harbor_pid);
+    let get = |env: &[(String, String)], k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    assert_eq!(get(&engine_env, "STANDIN_LOAD_SECONDS").as_deref(), Some("0.2"), "serve.env reaches vLLM");
+    assert!(get(&engine_env, "STANDIN_FAIL_AT_START").is_none(), "payload's own STANDIN_* leaked into vLLM");
+    assert!(get(&engine_env, "DAYTONA_API_KEY").is_none() && get(&engine_env, "DAYTONA_DATA_API_KEY").is_none());
+    assert!(get(&engine_env, "VLLM_PORT").is_none());
+    assert!(get(&engine_env, "PATH").unwrap().starts_with(&fx.root.join("env/bin").display().to_string()));
+    assert!(get(&engine_env, "LD_LIBRARY_PATH").unwrap().starts_with(&fx.root.join("env/lib").display().to_string()));
+    let key = get(&harbor_env, "DAYTONA_API_KEY").expect("Harbor gets DAYTONA_API_KEY");
+    assert!(key == fx.org1 || key == fx.org2, "Harbor's DAYTONA_API_KEY is one of the orgs' keys");
+    assert!(get(&harbor_env, "DAYTONA_DATA_API_KEY").is_none(), "only the chosen key is handed over");
+    assert_eq!(get(&harbor_env, "HF_TOKEN").as_deref(), Some(fx.hf.as_str()), "pass_to_harbor");
+    assert_eq!(get(&harbor_env, "PAYLOAD_RUN_ID").unwrap(), format!("{}-{}", fx.tag, run.pid));
+    // No secret in any live descendant's argv.
+    for pid in descendants(run.pid) {
+        let cmdline = String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default()).to_string();
+        for s in fx.secret_values() {
+            assert!(!cmdline.contains(s), "secret in argv of pid {pid}: {cmdline}");
+        }
+    }
+    let code = run.wait(Duration::from_secs(30));
+    assert_eq!(code, 0, "stderr:\n{}", fx.stderr());
+    assert_no_survivors(&run);
+
+    let st = fx.status();
+    assert_eq!(st["phase"], "done");
+    assert_eq!(st["outcome"]["class"], "finished");
+    assert_eq!(st["outcome"]["harbor_exit_code"], 0);
+    assert_eq!(st["gpu"]["profile"], "a100-64gb");
+    assert_eq!(st["gpu"]["gpu_memory_utilization"], 0.85);
+    assert_eq!(st["resume"], false);
+    let hb = &st["heartbeat"];
+    assert_eq!(hb["trials_started"], 3, "{hb}");
+    assert_eq!(hb["trials_finished"], 3, "{hb}");
+    assert_eq!(hb["trials_errored"], 0, "{hb}");
+    assert!(hb["completions_ok"].as_u64().unwrap() >= 6, "2 turns × 3 trials: {hb}");
+    // Phases in order, argv exactly as SPEC §6.3/§6.4.
+    let phases: Vec<String> =
+        fx.events().iter().filter(|e| e["event"] == "phase").map(|e| e["fields"]["phase"].as_str().unwrap().to_string()).collect();
+    assert_eq!(phases, ["serving", "ready", "running", "stopping"]);
+    let port = st["port"].as_u64().unwrap().to_string();
+    let argv: Vec<String> = serde_json::from_value(fx.event("engine_spawned").unwrap()["fields"]["argv"].clone()).unwrap();
+    let vllm = fx.root.join("env/bin/vllm").display().to_string();
+    assert_eq!(
+        argv,
+        [&vllm, "serve", "Qwen/Qwen3-8B", "--host", "127.0.0.1", "--port", &port, "--served-model-name", "Qwen3-8B",
+         "--tensor-parallel-size", "1", "--data-parallel-size", "2", "--gpu-memory-utilization", "0.85",
+         "--max-model-len", "8192", "--max-num-seqs", "64"]
+    );
+    let hargv: Vec<String> = serde_json::from_value(fx.event("harbor_spawned").unwrap()["fields"]["argv"].clone()).unwrap();
+    assert_eq!(&hargv[1..4], ["jobs", "start", "-p"]);
+    assert!(hargv.contains(&format!("api_base=http://127.0.0.1:{port}/v1")));
+    assert!(hargv.contains(&r#"model_info={"max_input_tokens":8192,"max_output_tokens":4096,"input_cost_per_token":0,"output_cost_per_token":0}"#.to_string()));
+    // Payload's own files are plain files; Harbor's trial dirs are the only subdirectories.
+    for name in ["status.json", "events.jsonl", "launch.json", "vllm.log", "harbor.log"] {
+        assert!(fx.run_dir().join(name).is_file(), "{name} missing");
+    }
+    for e in std::fs::read_dir(fx.run_dir()).unwrap().flatten() {
+        if e.file_type().unwrap().is_dir() {
+            assert!(e.path().join("config.json").is_file(), "unexpected subdirectory {}", e.path().display());
+        }
+    }
+    let hits = fx.secret_hits_in_files();
+    assert!(hits.is_empty(), "{hits:#?}");
+}
+
+#[test]
+fn engine_crash_at_start_is_classified_within_a_second() {
+    let causes = ["oom", "kv_cache", "world_size", "model_type", "other"];
+    std::thread::scope(|s| {
+        for cause in causes {
+            s.spawn(move || {
+                let fx = Fx::new(&format!("crash-{cause}"));
+                let mut spec = fx.spec();
+                spec["serve"]["env"]["STANDIN_FAIL_AT_START"] = json!(cause);
+                if cause == "world_size" {
+                    spec["serve"]["env"]["STANDIN_GPUS"] = json!("1");
+                    spec["serve"]["data_parallel_size"] = json!(1);
+                    spec["serve"]["tensor_parallel_size"] = json!(2);
+                }
+                let mut run = fx.start(&spec, &[]);
+                let code = run.wait(Duration::from_secs(15));
+                assert_eq!(code, 10, "{cause}: stderr:\n{}", fx.stderr());
+                assert_no_survivors(&run);
+                let o = outcome(&fx);
+                assert_eq!(o["class"], "engine_start", "{cause}: {o}");
+                assert_eq!(o["cause"], cause, "{cause}: {o}");
+                let tail = o["engine_log_tail"].as_array().unwrap();
+                assert!(!tail.is_empty() && tail.len() <= 30, "{cause}: tail of {} lines", tail.len());
+                let exited = fx.event("engine_exited").unwrap();
+                let done = fx.event("outcome").unwrap();
+                assert!(ms_between(&exited, &done) < 1000, "{cause}: outcome {} ms after the crash", ms_between(&exited, &done));
+                let spawned = fx.event("engine_spawned").unwrap();
+                assert!(ms_between(&spawned, &exited) < 3000, "{cause}: crash noticed {} ms after spawn", ms_between(&spawned, &exited));
+                assert!(fx.event("harbor_spawned").is_none());
+            });
+        }
+    });
+}
+
+#[test]
+fn health_timeout_is_engine_timeout() {
+    let fx = Fx::new("timeout");
+    let mut spec = fx.spec();
+    spec["serve"]["env"]["STANDIN_LOAD_SECONDS"] = json!("60");
+    spec["serve"]["health_timeout_s"] = json!(1);
+    let mut run = fx.start(&spec, &[]);
+    let code = run.wait(Duration::from_secs(15));
+    assert_eq!(code, 11, "stderr:\n{}", fx.stderr());
+    assert!(run.elapsed() < Duration::from_secs(6), "took {:?}", run.elapsed());
+    assert_no_survivors(&run);
+    assert_eq!(outcome(&fx)["class"], "engine_timeout");
+}
+
+#[test]
+fn engine_killed_mid_run_stops_harbor_as_engine_died() {
+    let fx = Fx::with_tasks("enginedies", 4);
+    let mut spec = fx.spec();
+    spec["serve"]["env"]["STANDIN_DIE_AFTER_REQUESTS"] = json!("3");
+    spec["serve"]["env"]["STANDIN_DIE_MODE"] = json!("kill");
+    spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("0.5");
+    let mut run = fx.start(&spec, &[]);
+    let code = run.wait(Duration::from_secs(20));
+    assert_eq!(code, 12, "stderr:\n{}", fx.stderr());
+    assert_no_survivors(&run);
+    let o = outcome(&fx);
+    assert_eq!(o["class"], "engine_died", "{o}");
+    assert!(o["harbor_exit_code"].is_i64(), "Harbor was running and was stopped: {o}");
+    let died = fx.event("engine_exited").unwrap();
+    let td = fx.event("teardown_done").unwrap();
+    assert!(ms_between(&died, &td) < 3000, "teardown took {} ms", ms_between(&died, &td));
+}
+
+#[test]
+fn hung_engine_fails_health_probes_as_engine_died() {
+    let fx = Fx::with_tasks("enginehangs", 4);
+    let mut spec = fx.spec();
+    spec["serve"]["env"]["STANDIN_HANG_AFTER_REQUESTS"] = json!("2");
+    spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("0.3");
+    spec["harbor"]["env"]["STANDIN_REQUEST_TIMEOUT"] = json!("30");
+    let mut run = fx.start(&spec, &[]);
+    let code = run.wait(Duration::from_secs(20));
+    assert_eq!(code, 12, "stderr:\n{}", fx.stderr());
+    assert_no_survivors(&run);
+    let o = outcome(&fx);
+    assert_eq!(o["class"], "engine_died", "{o}");
+    assert_eq!(o["cause"], "unhealthy", "{o}");
+}
+
+#[test]
+fn harbor_crash_surfaces_its_exit_code() {
+    let fx = Fx::new("harborcrash");
+    let mut spec = fx.spec();
+    spec["harbor"]["env"]["STANDIN_CRASH"] = json!("7");
+    let mut run = fx.start(&spec, &[]);
+    let code = run.wait(Duration::from_secs(15));
+    assert_eq!(code, 14, "stderr:\n{}", fx.stderr());
+    assert_no_survivors(&run);
+    let o = outcome(&fx);
+    assert_eq!(o["class"], "harbor");
+    assert_eq!(o["harbor_exit_code"], 7);
+}
+
+#[test]
+fn secrets_problems_name_the_file_or_variable_only() {
+    // Missing file.
+    let fx = Fx::new("secrets-missing");
+    std::fs::remove_file(fx.secrets_path()).unwrap();
+    let mut run = fx.start(&fx.spec(), &[]);
+    assert_eq!(run.wait(Duration::from_secs(10)), 3);
+    let msg = outcome(&fx)["message"].as_str().unwrap().to_string();
+    assert!(msg.contains(&fx.secrets_path().display().to_string()), "{msg}");
+    assert!(fx.event("engine_spawned").is_none(), "nothing starts without secrets");
+    assert_no_survivors(&run);
+
+    // Readable by group/others.
+    let fx = Fx::new("secrets-mode");
+    fx.write_secrets(&format!("DAYTONA_API_KEY={}\nDAYTONA_DATA_API_KEY={}\n", fx.org1, fx.org2), 0o644);
+    let mut run = fx.start(&fx.spec(), &[]);
+    assert_eq!(run.wait(Duration::from_secs(10)), 3);
+    let o = outcome(&fx);
+    assert_eq!(o["class"], "secrets");
+    let msg = o["message"].as_str().unwrap();
+    assert!(msg.contains(&fx.secrets_path().display().to_string()) && msg.contains("0644"), "{msg}");
+    assert!(fx.secret_hits_in_files().is_empty(), "{:?}", fx.secret_hits_in_files());
+
+    // A required key missing: the variable is named, no value anywhere.
+    let fx = Fx::new("secrets-key");
+    fx.write_secrets(&format!("DAYTONA_API_KEY={}\nHF_TOKEN={}\n", fx.org1, fx.hf), 0o600);
+    let mut run = fx.start(&fx.spec(), &[]);
+    assert_eq!(run.wait(Duration::from_secs(10)), 3);
+    let msg = outcome(&fx)["message"].as_str().unwrap().to_string();
+    assert!(msg.contains("DAYTONA_DATA_API_KEY"), "{msg}");
+    let hits = fx.secret_hits_in_files();
+    assert!(hits.is_empty(), "{hits:#?}");
+}
+
+#[test]
+fn bad_spec_exits_2_with_one_line_naming_the_problem() {
+    let fx = Fx::new("badspec");
+    let cases: Vec<(String, &str)> = vec![
+        ("{not json".to_string(), "invalid launch spec"),
+        ({
+            let mut s = fx.spec();
+            s["serve"]["tensor_paralel_size"] = json!(1);
+            s.to_string()
+        }, "tensor_paralel_size"),
+        ({
+            let mut s = fx.spec();
+            s["version"] = json!(99);
+            s.to_string()
+        }, "version 99"),
+        ({
+            let mut s = fx.spec();
+            s["model"]["served_name"] = json!("org/name");
+            s.to_string()
+        }, "model.served_name"),
+    ];
+    for (text, needle) in cases {
+        let path = fx.root.join("bad.json");
+        std::fs::write(&path, text).unwrap();
+        let out = fx.command(&["run", "--spec", path.to_str().unwrap()], &[]).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{needle}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{needle}: {err}");
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+    }
+    // A spec whose dataset does not exist: class spec in status.json.
+    let mut s = fx.spec();
+    s["harbor"]["dataset"] = json!(fx.root.join("no-such-dataset"));
+    let mut run = fx.start(&s, &[]);
+    assert_eq!(run.wait(Duration::from_secs(10)), 2);
+    let o = outcome(&fx);
+    assert_eq!(o["class"], "spec");
+    assert!(o["message"].as_str().unwrap().contains("harbor.dataset"), "{o}");
+}
+
+#[test]
+fn taken_port_is_skipped() {
+    let fx = Fx::new("port");
+    // Find a job id whose derived port we can occupy.
+    let (job_id, listener) = (0..200u32)
+        .find_map(|i| {
+            let job = 31_000 + i * 7 + (std::process::id() % 1000);
+            let port = 20_000 + (job % 20_000) as u16;
+            TcpListener::bind(("0.0.0.0", port)).ok().map(|l| (job, l))
+        })
+        .expect("a bindable port");
+    let taken = listener.local_addr().unwrap().port();
+    let job = job_id.to_string();
+    let mut run = fx.start(&fx.spec(), &[("SLURM_JOB_ID", &job)]);
+    assert_eq!(run.wait(Duration::from_secs(20)), 0, "stderr:\n{}", fx.stderr());
+    let port = fx.status()["port"].as_u64().unwrap() as u16;
+    assert_ne!(port, taken, "payload used the occupied port");
+    assert_eq!(fx.status()["slurm_job_id"], job.as_str());
+    drop(listener);
+}
+
+#[test]
+fn sigterm_during_load_tears_down() {
+    let fx = Fx::new("termload");
+    let mut spec = fx.spec();
+    spec["serve"]["env"]["STANDIN_LOAD_SECONDS"] = json!("60");
+    let mut run = fx.start(&spec, &[]);
+    fx.wait_phase("serving", Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    run.signal(Signal::SIGTERM);
+    let code = run.wait(Duration::from_secs(10));
+    assert_eq!(code, 143);
+    assert!(t.elapsed() < Duration::from_secs(3), "teardown took {:?}", t.elapsed());
+    assert_no_survivors(&run);
+    let o = outcome(&fx);
+    assert_eq!(o["class"], "interrupted");
+    assert_eq!(o["signal"], "SIGTERM");
+}
+
+#[test]
+fn sigterm_during_run_stops_harbor_first() {
+    let fx = Fx::new("termrun");
+    let mut spec = fx.spec();
+    spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("30");
+    let mut run = fx.start(&spec, &[]);
+    fx.wait_phase("running", Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(300));
+    run.signal(Signal::SIGCONT); // Slurm sends CONT with TERM: a no-op.
+    run.signal(Signal::SIGTERM);
+    let code = run.wait(Duration::from_secs(10));
+    assert_eq!(code, 143, "stderr:\n{}", fx.stderr());
+    assert_no_survivors(&run);
+    let o = outcome(&fx);
+    assert_eq!(o["class"], "interrupted");
+    assert_eq!(o["harbor_exit_code"], 1, "Harbor turned TERM into KeyboardInterrupt: {o}");
+    // Harbor cancelled its running trials and wrote their results.
+    let cancelled = std::fs::read_dir(fx.run_dir())
+        .unwrap()
+        .flatten()
+        .filter_map(|e| read_json(&e.path().join("result.json")))
+        .filter(|r| r.pointer("/exception_info/exception_type") == Some(&json!("CancelledError")))
+        .count();
+    assert!(cancelled >= 1, "no CancelledError trial results");
+}
+
+#[test]
+fn usr1_winds_down_as_walltime() {
+    let fx = Fx::new("usr1");
+    let mut spec = fx.spec();
+    spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("30");
+    let mut run = fx.start(&spec, &[]);
+    fx.wait_phase("running", Duration::from_secs(10));
+    run.signal(Signal::SIGCONT);
+    run.signal(Signal::SIGUSR1);
+    let code = run.wait(Duration::from_secs(10));
+    assert_eq!(code, 15, "stderr:\n{}", fx.stderr());
+    assert_no_survivors(&run);
+    let o = outcome(&fx);
+    assert_eq!(o["class"], "walltime");
+    assert_eq!(o["signal"], "SIGUSR1");
+    assert_eq!(o["harbor_exit_code"], 1);
+}
+
+#[test]
+fn double_forked_term_ignoring_grandchild_is_gone_afterwards() {
+    let fx = Fx::new("orphan");
+    let pidfile = fx.root.join("grandchild.pid");
+    let mut spec = fx.spec();
+    spec["serve"]["env"]["STANDIN_DOUBLE_FORK"] = json!("1");
+    spec["serve"]["env"]["STANDIN_DOUBLE_FORK_PIDFILE"] = json!(pidfile);
+    spec["serve"]["env"]["STANDIN_IGNORE_SIGTERM"] = json!("1");
+    spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("30");
+    spec["harbor"]["env"]["STANDIN_IGNORE_SIGTERM"] = json!("1");
+    let mut run = fx.start(&spec, &[]);
+    fx.wait_phase("running", Duration::from_secs(10));
+    let gc: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    assert!(Path::new(&format!("/proc/{gc}")).exists());
+    assert!(!marker_processes(&run.marker).is_empty());
+    run.signal(Signal::SIGTERM);
+    let code = run.wait(Duration::from_secs(10));
+    assert_eq!(code, 143, "stderr:\n{}", fx.stderr());
+    assert!(!Path::new(&format!("/proc/{gc}")).exists(), "grandchild {gc} survived");
+    assert_no_survivors(&run);
+    let td = fx.event("teardown_done").unwrap();
+    let killed: BTreeSet<String> =
+        td["fields"]["killed_groups"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+    assert!(killed.contains("harbor") && killed.contains("engine"), "{td}");
+    assert!(td["fields"]["swept"].as_array().unwrap().contains(&json!(gc)), "{td}");
+}
+
+#[test]
+fn second_sigterm_kills_at_once() {
+    let fx = Fx::new("twice");
+    let mut spec = fx.spec();
+    spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("30");
+    spec["harbor"]["env"]["STANDIN_IGNORE_SIGTERM"] = json!("1");
+    spec["limits"]["teardown_grace_s"] = json!(20.0);
+    let mut run = fx.start(&spec, &[]);
+    fx.wait_phase("running", Duration::from_secs(10));
+    run.signal(Signal::SIGTERM);
+    std::thread::sleep(Duration::from_millis(400));
+    let t = Instant::now();
+    run.signal(Signal::SIGINT);
+    let code = run.wait(Duration::from_secs(10));
+    assert!(t.elapsed() < Duration::from_secs(2), "second signal took {:?}", t.elapsed());
+    assert_eq!(code, 143);
+    assert_no_survivors(&run);
+    assert!(outcome(&fx)["message"].as_str().unwrap().contains("second signal"));
+}
+
+#[test]
+fn resume_rewrites_api_base_in_job_and_every_trial_config() {
+    let fx = Fx::with_tasks("resume", 4);
+    // Run 1: interrupted after some trials finished.
+    let mut spec = fx.spec();
+    spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("0.6");
+    spec["harbor"]["n_concurrent"] = json!(1);
+    let mut run = fx.start(&spec, &[("SLURM_JOB_ID", "4242")]);
+    fx.wait_status("a finished trial", Duration::from_secs(20), |s| s["heartbeat"]["trials_finished"].as_u64().unwrap_or(0) >= 1);
+    run.signal(Signal::SIGTERM);
+    assert_eq!(run.wait(Duration::from_secs(10)), 143);
+    let old_port = fx.status()["port"].as_u64().unwrap();
+    assert!(fx.run_dir().join("config.json").is_file());
+
+    // Run 2: another job id → another port; payload must rewrite api_base before `jobs resume`.
+    spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("0.05");
+    let mut run = fx.start(&spec, &[("SLURM_JOB_ID", "4243")]);
+    let code = run.wait(Duration::from_secs(30));
+    assert_eq!(code, 0, "stderr:\n{}\nharbor.log:\n{}", fx.stderr(), std::fs::read_to_string(fx.run_dir().join("harbor.log")).unwrap_or_default());
+    assert_no_survivors(&run);
+    let st = fx.status();
+    assert_eq!(st["resume"], true);
+    let new_port = st["port"].as_u64().unwrap();
+    assert_ne!(new_port, old_port);
+    let new_base = format!("http://127.0.0.1:{new_port}/v1");
+    let rewritten = fx.event("resume_configs_rewritten").unwrap();
+    let files = rewritten["fields"]["files"].as_array().unwrap();
+    assert!(files.len() >= 2, "job config plus at least one trial: {rewritten}");
+    let hargv: Vec<String> = serde_json::from_value(fx.last_event("harbor_spawned").unwrap()["fields"]["argv"].clone()).unwrap();
+    assert_eq!(&hargv[1..5], ["jobs", "resume", "-p", fx.run_dir().to_str().unwrap()]);
+    assert_eq!(hargv.iter().filter(|a| *a == "--filter-error-type").count(), 12);
+    // Every config.json (job and trials) now points at the new server.
+    let job = read_json(&fx.run_dir().join("config.json")).unwrap();
+    assert_eq!(job.pointer("/agents/0/kwargs/api_base").and_then(Value::as_str), Some(new_base.as_str()), "{job:#}");
+    let mut trials = 0;
+    for e in std::fs::read_dir(fx.run_dir()).unwrap().flatten() {
+        if e.file_type().unwrap().is_dir() {
+            let c = read_json(&e.path().join("config.json")).unwrap();
+            assert_eq!(c.pointer("/agent/kwargs/api_base").and_then(Value::as_str), Some(new_base.as_str()), "{}", e.path().display());
+            trials += 1;
+        }
+    }
+    assert_eq!(trials, 4);
+    assert_eq!(st["heartbeat"]["trials_finished"], 4);
+    // The previous run's logs were kept aside as plain files.
+    assert!(fx.run_dir().join("vllm.log.prev").is_file());
+}
+
+#[test]
+fn plan_shows_argv_env_and_mode_without_secrets() {
+    let fx = Fx::new("plan");
+    let spec_path = fx.write_spec(&fx.spec());
+    let out = fx.command(&["plan", "--spec", spec_path.to_str().unwrap(), "--json"], &[]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    for s in fx.secret_values() {
+        assert!(!text.contains(s), "secret in plan output");
+    }
+    let plan: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(plan["gpu"]["profile"], "a100-64gb");
+    assert_eq!(plan["harbor"]["mode"], "fresh");
+    assert_eq!(plan["harbor"]["env"]["DAYTONA_API_KEY"], "<redacted>");
+    assert_eq!(plan["harbor"]["env"]["HF_TOKEN"], "<redacted>");
+    assert_eq!(plan["engine"]["argv"][1], "serve");
+    assert_eq!(plan["tunnel"]["kind"], "none");
+    assert!(plan["problems"].as_array().unwrap().is_empty(), "{}", plan["problems"]);
+    assert!(!fx.run_dir().join("status.json").exists(), "plan changes nothing");
+
+    // With a job config.json present the plan is a resume.
+    std::fs::create_dir_all(fx.run_dir()).unwrap();
+    std::fs::write(fx.run_dir().join("config.json"), "{}").unwrap();
+    let out = fx.command(&["plan", "--spec", spec_path.to_str().unwrap()], &[]).output().unwrap();
+    let human = String::from_utf8_lossy(&out.stdout);
+    assert!(human.contains("Harbor (resume)"), "{human}");
+    assert!(human.contains("--filter-error-type CancelledError"), "{human}");
+    assert!(!human.contains(&fx.org1) && !human.contains(&fx.org2));
+
+    // Without NVML (and no fixture) the plan still works, for the declared GPUs.
+    let mut spec = fx.spec();
+    spec["serve"]["declared_gpus"] = json!(4);
+    let spec_path = fx.write_spec(&spec);
+    let mut cmd = fx.command(&["plan", "--spec", spec_path.to_str().unwrap(), "--json"], &[]);
+    cmd.env_remove("PAYLOAD_GPU_FIXTURE");
+    let out = cmd.output().unwrap();
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let probe = plan["gpu"]["probe"].as_str().unwrap();
+    if probe.starts_with("no NVML") {
+        assert_eq!(plan["gpu"]["count"], 4, "{plan:#}");
+        assert_eq!(plan["gpu"]["profile"], "default");
+    } else {
+        eprintln!("NVML present ({probe}): no-NVML plan not checked here");
+    }
+}
+
+#[test]
+fn gpus_lists_inventory_and_profiles() {
+    let fx = Fx::new("gpus");
+    let profiles = fx.root.join("gpus.yaml");
+    std::fs::write(
+        &profiles,
+        "profiles:\n  - name: a100-64gb\n    name_contains: A100\n    min_memory_gib: 60\n    max_memory_gib: 66\n    gpu_memory_utilization: 0.85\n  - name: default\n    gpu_memory_utilization: 0.8\n",
+    )
+    .unwrap();
+    let out = fx.command(&["gpus", "--json", "--profiles", profiles.to_str().unwrap()], &[]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let gpus = doc["gpus"].as_array().unwrap();
+    assert_eq!(gpus.len(), 2);
+    assert_eq!(gpus[0]["profile"], "a100-64gb");
+    assert_eq!(gpus[1]["uuid"], "GPU-aaaa0000-0000-4000-8000-000000000001");
+    let out = fx.command(&["gpus"], &[("PAYLOAD_GPU_PROFILES", profiles.to_str().unwrap())]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("NVIDIA A100-SXM-64GB") && text.contains("a100-64gb"), "{text}");
+    // A bad profiles file: one line naming file:line:column.
+    std::fs::write(&profiles, "profiles:\n  - name: x\n    gpu_memory_utilisation: 0.8\n").unwrap();
+    let out = fx.command(&["gpus", "--profiles", profiles.to_str().unwrap()], &[]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("gpus.yaml:3:"), "{err}");
+}
+
+// ------------------------------------------------------------------------------------------ Slurm
+
+fn slurm_available() -> bool {
+    let up = Command::new("scontrol").arg("ping").output().map(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("UP")).unwrap_or(false);
+    if !up {
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("CI=true but `scontrol ping` fails: the local Slurm cluster must be up (scripts/services.sh up)");
+        }
+        eprintln!("skipping: no local Slurm");
+    }
+    up
+}
+
+fn sbatch(fx: &Fx, spec_path: &Path) -> String {
+    let out = Command::new("sbatch")
+        .args([
+            "--parsable",
+            "--job-name",
+            &format!("payload-e2e-{}", fx.tag),
+            "--time=10",
+            "--signal=B:USR1@300",
+            "--output",
+            fx.root.join("slurm-%j.out").to_str().unwrap(),
+            "--export=PAYLOAD_BIN,PAYLOAD_GPU_FIXTURE,HOME",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/../sbatch/payload.sbatch"),
+            spec_path.to_str().unwrap(),
+        ])
+        .env("PAYLOAD_BIN", payload_bin())
+        .env("PAYLOAD_GPU_FIXTURE", fx.root.join("gpus.json"))
+        .env("HOME", &fx.root)
+        .output()
+        .expect("run sbatch");
+    assert!(out.status.success(), "sbatch failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().split(';').next().unwrap().to_string()
+}
+
+fn slurm_case(name: &str, cancel: &[&str], class: &str, code: i64) {
+    let fx = Fx::new(name);
+    let mut spec = fx.spec();
+    spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("60");
+    spec["limits"]["teardown_grace_s"] = json!(3.0);
+    let spec_path = fx.write_spec(&spec);
+    let job = sbatch(&fx, &spec_path);
+    let cancel_and_dump = |why: &str| -> String {
+        let _ = Command::new("scancel").arg(&job).status();
+        let out = std::fs::read_to_string(fx.root.join(format!("slurm-{job}.out"))).unwrap_or_default();
+        format!("{why}; slurm output:\n{out}")
+    };
+    let until = Instant::now() + Duration::from_secs(120);
+    while fx.status()["phase"] != "running" {
+        if Instant::now() > until {
+            panic!("{}", cancel_and_dump("job never reached phase running"));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let payload_pid = fx.status()["pids"]["payload"].as_u64().unwrap();
+    assert_eq!(fx.status()["slurm_job_id"], job.as_str());
+    let status = Command::new("scancel").args(cancel).arg(&job).status().unwrap();
+    assert!(status.success());
+    let until = Instant::now() + Duration::from_secs(60);
+    while fx.status()["outcome"].is_null() {
+        if Instant::now() > until {
+            panic!("{}", cancel_and_dump("no outcome after scancel"));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let o = outcome(&fx);
+    assert_eq!(o["class"], class, "{o}");
+    assert_eq!(o["exit_code"], code, "{o}");
+    // Nothing of the run survives the job (linuxproc would let a double-forked orphan escape).
+    std::thread::sleep(Duration::from_millis(300));
+    let left = marker_processes(&format!("PAYLOAD_RUN_ID={}-{payload_pid}", fx.tag));
+    assert!(left.is_empty(), "{left:#?}");
+}
+
+#[test]
+fn slurm_scancel_term_path() {
+    if !slurm_available() {
+        return;
+    }
+    slurm_case("slurm-term", &[], "interrupted", 143);
+}
+
+#[test]
+fn slurm_scancel_usr1_batch_is_walltime() {
+    if !slurm_available() {
+        return;
+    }
+    slurm_case("slurm-usr1", &["--signal=USR1", "--batch"], "walltime", 15);
+}
