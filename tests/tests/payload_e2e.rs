@@ -931,8 +931,12 @@ fn sbatch(fx: &Fx, spec_path: &Path) -> String {
 
 fn slurm_case(name: &str, cancel: &[&str], class: &str, code: i64) {
     let fx = Fx::new(name);
+    let pidfile = fx.root.join("grandchild.pid");
     let mut spec = fx.spec();
     spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("60");
+    // A double-forked, TERM-ignoring grandchild: under proctrack/linuxproc Slurm itself lets it escape.
+    spec["serve"]["env"]["STANDIN_DOUBLE_FORK"] = json!("1");
+    spec["serve"]["env"]["STANDIN_DOUBLE_FORK_PIDFILE"] = json!(pidfile);
     spec["limits"]["teardown_grace_s"] = json!(3.0);
     let spec_path = fx.write_spec(&spec);
     let job = sbatch(&fx, &spec_path);
@@ -966,6 +970,22 @@ fn slurm_case(name: &str, cancel: &[&str], class: &str, code: i64) {
     std::thread::sleep(Duration::from_millis(300));
     let left = marker_processes(&format!("PAYLOAD_RUN_ID={}-{payload_pid}", fx.tag));
     assert!(left.is_empty(), "{left:#?}");
+    let gc = std::fs::read_to_string(&pidfile).unwrap();
+    assert!(!Path::new(&format!("/proc/{}", gc.trim())).exists(), "double-forked grandchild {} survived the job", gc.trim());
+    // Slurm saw payload's exit code (the batch script execs payload).
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = Command::new("scontrol").args(["-o", "show", "job", &job]).output().unwrap();
+        let line = String::from_utf8_lossy(&out.stdout).to_string();
+        if !line.contains("JobState=RUNNING") && !line.contains("JobState=COMPLETING") {
+            if class == "walltime" {
+                assert!(line.contains(&format!("ExitCode={code}:0")), "{line}");
+            }
+            break;
+        }
+        assert!(Instant::now() < until, "job {job} still running: {line}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 #[test]
