@@ -742,6 +742,7 @@ struct Job {
     live: Mutex<BTreeMap<String, Arc<Mutex<TrialRec>>>>,
     cancel: AtomicBool,
     crash: Mutex<Option<String>>,
+    create_lock: Mutex<()>,
     log: Mutex<Option<std::fs::File>>,
     quiet: bool,
 }
@@ -997,6 +998,9 @@ fn run_trial(job: &Job, plan: &Plan) -> TrialEnd {
     let cfg = &plan.config;
     let name = cfg["trial_name"].as_str().unwrap_or("").to_string();
     let dir = job.job_dir.join(&name);
+    // Trial.__init__ runs without an await point: the directory, lock.json and
+    // trial.log appear together (the main thread takes this lock before exiting).
+    let creating = job.create_lock.lock().unwrap_or_else(|e| e.into_inner());
     for sub in ["agent", "verifier", "artifacts"] {
         let _ = std::fs::create_dir_all(dir.join(sub));
     }
@@ -1004,6 +1008,7 @@ fn run_trial(job: &Job, plan: &Plan) -> TrialEnd {
         &dir.join("lock.json"),
         &json!({"harbor": {"version": HARBOR_VERSION}, "trial_name": name, "task": {"path": cfg["task"]["path"], "source": cfg["task"]["source"]}}),
     );
+    let _ = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("trial.log"));
     let agent = cfg["agent"].clone();
     let agent_name = agent["name"].as_str().unwrap_or("oracle").to_string();
     if !AGENT_NAMES.contains(&agent_name.as_str()) && agent["import_path"].is_null() {
@@ -1028,6 +1033,7 @@ fn run_trial(job: &Job, plan: &Plan) -> TrialEnd {
             _ => {}
         }
     }
+    drop(creating);
     let (provider, parsed_model) = match &model_name {
         Some(m) => {
             let (p, n) = split_model(m);
@@ -1426,6 +1432,7 @@ fn run_job(cfg: Value, is_resume: bool) -> ! {
         live: Mutex::new(BTreeMap::new()),
         cancel: AtomicBool::new(false),
         crash: Mutex::new(None),
+        create_lock: Mutex::new(()),
         log: Mutex::new(log),
         quiet,
     });
@@ -1464,12 +1471,14 @@ fn run_job(cfg: Value, is_resume: bool) -> ! {
     loop {
         if let Some(msg) = job.crash.lock().unwrap_or_else(|e| e.into_inner()).clone() {
             job.cancel.store(true, Ordering::SeqCst);
+            let _quiesce = job.create_lock.lock().unwrap_or_else(|e| e.into_inner());
             job.cancel_live();
             eprint!("{}", exception_group(&msg));
             std::process::exit(1);
         }
         if c::pending_signal().is_some() {
             job.cancel.store(true, Ordering::SeqCst);
+            let _quiesce = job.create_lock.lock().unwrap_or_else(|e| e.into_inner());
             job.cancel_live();
             job.jlog("Job cancelled (KeyboardInterrupt)");
             eprintln!();

@@ -1126,15 +1126,43 @@ fn main() {
         fail_engine(&cfg, &log, "kv_cache");
     }
     let kv_tokens = (cfg.gpu_mem_util * 500_000.0) as u64;
-    log.engine(cfg.dp, 0, "INFO", "kv_cache_utils.py", 1144, &format!("GPU KV cache size: {kv_tokens} tokens"));
-    log.engine(
-        cfg.dp,
-        0,
-        "INFO",
-        "kv_cache_utils.py",
-        1149,
-        &format!("Maximum concurrency for {} tokens per request: {:.2}x", cfg.max_model_len, kv_tokens as f64 / cfg.max_model_len.max(1) as f64),
-    );
+    let commas = |n: u64| {
+        let d = n.to_string();
+        let mut out = String::new();
+        for (i, ch) in d.chars().enumerate() {
+            if i > 0 && (d.len() - i).is_multiple_of(3) {
+                out.push(',');
+            }
+            out.push(ch);
+        }
+        out
+    };
+    let concurrency = kv_tokens as f64 / cfg.max_model_len.max(1) as f64;
+    match style {
+        Style::Current => log.engine(
+            cfg.dp,
+            0,
+            "INFO",
+            "kv_cache_utils.py",
+            1147,
+            &format!(
+                "GPU KV cache size: {} tokens, Maximum concurrency for {} tokens per request: {concurrency:.2}x",
+                commas(kv_tokens),
+                commas(cfg.max_model_len)
+            ),
+        ),
+        Style::Legacy => {
+            log.engine(cfg.dp, 0, "INFO", "kv_cache_utils.py", 716, &format!("GPU KV cache size: {} tokens", commas(kv_tokens)));
+            log.engine(
+                cfg.dp,
+                0,
+                "INFO",
+                "kv_cache_utils.py",
+                720,
+                &format!("Maximum concurrency for {} tokens per request: {concurrency:.2}x", commas(cfg.max_model_len)),
+            );
+        }
+    }
     log.engine(cfg.dp, 0, "INFO", "core.py", 413, "init engine (profile, create kv cache, warmup model) took 21.43 s");
 
     // build_and_serve.
