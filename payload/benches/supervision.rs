@@ -1,0 +1,330 @@
+//! Supervision figures for `payload` (printed, not asserted): `cargo bench -p payload`.
+//!
+//! Each figure is the median over several runs of the real binary with the e2e stand-ins
+//! (`target/debug/{vllm,harbor}-standin`, built on demand with `cargo build -p e2e --bins`):
+//!
+//! - readiness detection: stand-in `/health` first answers 200 (polled every 2 ms by this bench)
+//!   → `harbor_spawned` in `events.jsonl`;
+//! - crash detection: the engine process exits (a wrapper stamps the instant) → payload has exited
+//!   with class `engine_start`;
+//! - teardown: SIGTERM → payload exited with every group and a double-forked, TERM-ignoring
+//!   grandchild gone (cooperative vLLM; and vLLM ignoring TERM, which is bound by the grace);
+//! - payload's peak RSS (VmHWM) while supervising, and its CPU use while idle-supervising.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+
+const PAYLOAD: &str = env!("CARGO_BIN_EXE_payload");
+const RUNS: usize = 10;
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// The stand-ins, built (debug) if needed.
+fn standins() -> (PathBuf, PathBuf) {
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["build", "-q", "-p", "e2e", "--bin", "vllm-standin", "--bin", "harbor-standin"])
+        .current_dir(workspace_root())
+        .status()
+        .expect("cargo build -p e2e");
+    assert!(status.success());
+    let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| workspace_root().join("target"));
+    (target.join("debug/vllm-standin"), target.join("debug/harbor-standin"))
+}
+
+fn now_ms() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64() * 1000.0
+}
+
+/// RFC 3339 "…T05:54:29.997Z" → ms since the epoch (UTC, this day arithmetic is enough here).
+fn event_ms(at: &str) -> f64 {
+    let (date, time) = at.split_once('T').unwrap();
+    let d: Vec<i64> = date.split('-').map(|x| x.parse().unwrap()).collect();
+    let (y, m, day) = (d[0], d[1], d[2]);
+    let y2 = if m <= 2 { y - 1 } else { y };
+    let era = y2.div_euclid(400);
+    let yoe = y2 - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let t = time.trim_end_matches('Z');
+    let h: f64 = t[0..2].parse().unwrap();
+    let mi: f64 = t[3..5].parse().unwrap();
+    let s: f64 = t[6..].parse().unwrap();
+    (days as f64 * 86_400.0 + h * 3600.0 + mi * 60.0 + s) * 1000.0
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let n = v.len();
+    if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
+}
+
+struct Fx {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    tag: String,
+}
+
+impl Fx {
+    fn new(vllm: &Path, harbor: &Path, i: usize) -> Self {
+        let tmp = tempfile::Builder::new().prefix("payload-bench-").tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
+        std::fs::create_dir_all(root.join("env/bin")).unwrap();
+        std::os::unix::fs::symlink(vllm, root.join("env/bin/vllm-real")).unwrap();
+        std::os::unix::fs::symlink(harbor, root.join("env/bin/harbor")).unwrap();
+        // A wrapper that stamps the instant the engine process ends (crash detection).
+        let wrapper = root.join("env/bin/vllm");
+        std::fs::write(
+            &wrapper,
+            format!("#!/bin/sh\n{}/env/bin/vllm-real \"$@\"\nrc=$?\ndate +%s.%N > {}/engine-exit\nexit $rc\n", root.display(), root.display()),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+        for t in 0..2 {
+            let dir = root.join(format!("data/task-{t}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("instruction.md"), "Solve it.\n").unwrap();
+        }
+        std::fs::create_dir_all(root.join("jobs")).unwrap();
+        std::fs::write(root.join("harbor.yaml"), "orchestrator:\n  type: local\n  n_concurrent_trials: 2\n  quiet: true\n").unwrap();
+        std::fs::write(
+            root.join("gpus.json"),
+            r#"[{"index":0,"uuid":"GPU-b","name":"NVIDIA H200","memory_total_bytes":151397597184}]"#,
+        )
+        .unwrap();
+        std::fs::write(root.join("secrets.env"), "DAYTONA_API_KEY=a1\nDAYTONA_DATA_API_KEY=a2\n").unwrap();
+        std::fs::set_permissions(root.join("secrets.env"), std::fs::Permissions::from_mode(0o600)).unwrap();
+        Self { _tmp: tmp, tag: format!("bench-{}-{i}", std::process::id()), root }
+    }
+
+    fn run_dir(&self) -> PathBuf {
+        self.root.join("jobs").join(&self.tag)
+    }
+
+    fn spec(&self, serve_env: Value, harbor_env: Value, limits: Value) -> PathBuf {
+        let spec = json!({
+            "version": 1, "run_tag": self.tag, "run_dir": self.run_dir(), "jobs_dir": self.root.join("jobs"),
+            "cluster": "local", "benchmark": "bench",
+            "model": {"hf_id": "Qwen/Qwen3-8B", "served_name": "Qwen3-8B"},
+            "serve": {"program": "vllm", "env_prefix": self.root.join("env"), "tensor_parallel_size": 1,
+                      "data_parallel_size": 1, "health_timeout_s": 60, "env": serve_env},
+            "gpu_profiles": {"profiles": [{"name": "default", "gpu_memory_utilization": 0.9}]},
+            "harbor": {"program": "harbor", "env_prefix": self.root.join("env"), "config": self.root.join("harbor.yaml"),
+                       "dataset": self.root.join("data"), "n_concurrent": 2, "n_attempts": 1, "timeout_multiplier": 1.0,
+                       "env": harbor_env},
+            "secrets": {"file": self.root.join("secrets.env")},
+            "limits": limits,
+        });
+        let path = self.root.join("spec.json");
+        std::fs::write(&path, spec.to_string()).unwrap();
+        path
+    }
+
+    fn start(&self, spec: &Path) -> Child {
+        Command::new(PAYLOAD)
+            .args(["run", "--spec", spec.to_str().unwrap()])
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", &self.root)
+            .env("PAYLOAD_GPU_FIXTURE", self.root.join("gpus.json"))
+            .env("PAYLOAD_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
+    fn status(&self) -> Value {
+        std::fs::read_to_string(self.run_dir().join("status.json")).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or(Value::Null)
+    }
+
+    fn events(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.run_dir().join("events.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    fn wait_phase(&self, phase: &str) {
+        let until = Instant::now() + Duration::from_secs(30);
+        while self.status()["phase"] != phase {
+            assert!(Instant::now() < until, "no phase {phase}");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+fn health_200(port: u64) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port as u16)) else { return false };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
+    if s.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 32];
+    matches!(s.read(&mut buf), Ok(n) if n >= 12 && &buf[9..12] == b"200")
+}
+
+fn limits(heartbeat: f64, probe: f64, grace: f64) -> Value {
+    json!({"teardown_grace_s": grace, "heartbeat_interval_s": heartbeat, "health_probe_interval_s": probe, "health_failures": 3})
+}
+
+fn marker_left(marker: &str) -> usize {
+    let needle = format!("{marker}\0");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter(|e| std::fs::read(e.path().join("environ")).is_ok_and(|b| String::from_utf8_lossy(&b).contains(&needle)))
+        .count()
+}
+
+fn wait_exit(child: &mut Child) -> (i32, f64) {
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return (st.code().unwrap_or(-1), now_ms());
+        }
+        std::thread::sleep(Duration::from_micros(500));
+    }
+}
+
+fn readiness(vllm: &Path, harbor: &Path) -> Vec<f64> {
+    (0..RUNS)
+        .map(|i| {
+            let fx = Fx::new(vllm, harbor, i);
+            let spec = fx.spec(json!({"STANDIN_LOAD_SECONDS": "1.0"}), json!({"STANDIN_TRIAL_SECONDS": "0.05"}), limits(15.0, 10.0, 5.0));
+            let mut child = fx.start(&spec);
+            let until = Instant::now() + Duration::from_secs(20);
+            let port = loop {
+                if let Some(p) = fx.status()["port"].as_u64() {
+                    break p;
+                }
+                assert!(Instant::now() < until);
+                std::thread::sleep(Duration::from_millis(2));
+            };
+            let healthy_at = loop {
+                if health_200(port) {
+                    break now_ms();
+                }
+                assert!(Instant::now() < until, "stand-in never healthy");
+                std::thread::sleep(Duration::from_millis(2));
+            };
+            let (code, _) = wait_exit(&mut child);
+            assert_eq!(code, 0);
+            let ev = fx.events().into_iter().find(|e| e["event"] == "harbor_spawned").unwrap();
+            event_ms(ev["at"].as_str().unwrap()) - healthy_at
+        })
+        .collect()
+}
+
+fn crash(vllm: &Path, harbor: &Path) -> Vec<f64> {
+    (0..RUNS)
+        .map(|i| {
+            let fx = Fx::new(vllm, harbor, i);
+            let spec = fx.spec(json!({"STANDIN_FAIL_AT_START": "oom"}), json!({}), limits(15.0, 10.0, 5.0));
+            let mut child = fx.start(&spec);
+            let (code, exited_at) = wait_exit(&mut child);
+            assert_eq!(code, 10);
+            assert_eq!(fx.status()["outcome"]["class"], "engine_start");
+            let stamp: f64 = std::fs::read_to_string(fx.root.join("engine-exit")).unwrap().trim().parse().unwrap();
+            exited_at - stamp * 1000.0
+        })
+        .collect()
+}
+
+/// (TERM → exit ms, VmHWM kB) per run.
+fn teardown(vllm: &Path, harbor: &Path, ignore_term: bool) -> Vec<(f64, f64)> {
+    (0..RUNS)
+        .map(|i| {
+            let fx = Fx::new(vllm, harbor, i);
+            let mut serve_env = json!({"STANDIN_LOAD_SECONDS": "0.1", "STANDIN_DOUBLE_FORK": "1"});
+            if ignore_term {
+                serve_env["STANDIN_IGNORE_SIGTERM"] = json!("1");
+            }
+            let spec = fx.spec(serve_env, json!({"STANDIN_TRIAL_SECONDS": "60"}), limits(0.3, 0.3, 1.0));
+            let mut child = fx.start(&spec);
+            fx.wait_phase("running");
+            std::thread::sleep(Duration::from_millis(1000));
+            let pid = child.id();
+            let hwm = std::fs::read_to_string(format!("/proc/{pid}/status"))
+                .unwrap()
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:").map(|v| v.trim().trim_end_matches(" kB").trim().parse::<f64>().unwrap()))
+                .unwrap();
+            let t = now_ms();
+            Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap();
+            let (code, exited_at) = wait_exit(&mut child);
+            assert_eq!(code, 143);
+            let left = marker_left(&format!("PAYLOAD_RUN_ID={}-{pid}", fx.tag));
+            assert_eq!(left, 0, "processes survived");
+            (exited_at - t, hwm)
+        })
+        .collect()
+}
+
+/// CPU % of one core over a window of idle supervision (Harbor busy in long trials).
+fn idle_cpu(vllm: &Path, harbor: &Path, heartbeat: f64, probe: f64, window: Duration, runs: usize) -> Vec<f64> {
+    let tck: f64 = String::from_utf8(Command::new("getconf").arg("CLK_TCK").output().unwrap().stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap_or(100.0);
+    (0..runs)
+        .map(|i| {
+            let fx = Fx::new(vllm, harbor, i);
+            let spec = fx.spec(json!({"STANDIN_LOAD_SECONDS": "0.1"}), json!({"STANDIN_TRIAL_SECONDS": "120"}), limits(heartbeat, probe, 1.0));
+            let mut child = fx.start(&spec);
+            fx.wait_phase("running");
+            std::thread::sleep(Duration::from_millis(500));
+            let pid = child.id();
+            let ticks = || -> f64 {
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+                let rest = &stat[stat.rfind(')').unwrap() + 2..];
+                let f: Vec<&str> = rest.split_whitespace().collect();
+                f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap()
+            };
+            let (t0, c0) = (Instant::now(), ticks());
+            std::thread::sleep(window);
+            let (dt, dc) = (t0.elapsed().as_secs_f64(), ticks() - c0);
+            Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap();
+            let _ = wait_exit(&mut child);
+            100.0 * dc / tck / dt
+        })
+        .collect()
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return; // `cargo test --benches` / `--list` probing: nothing to list.
+    }
+    let (vllm, harbor) = standins();
+    println!("payload supervision figures (median of {RUNS} runs unless noted; payload = {PAYLOAD})");
+    let r = readiness(&vllm, &harbor);
+    println!("readiness detection  stand-in /health 200 → Harbor spawned: {:>7.1} ms  (min {:.1}, max {:.1})", median(r.clone()), r.iter().cloned().fold(f64::MAX, f64::min), r.iter().cloned().fold(0.0, f64::max));
+    let c = crash(&vllm, &harbor);
+    println!("crash detection      engine exit → payload exited (engine_start): {:>7.1} ms  (min {:.1}, max {:.1})", median(c.clone()), c.iter().cloned().fold(f64::MAX, f64::min), c.iter().cloned().fold(0.0, f64::max));
+    let t = teardown(&vllm, &harbor, false);
+    let hwm: Vec<f64> = t.iter().map(|x| x.1).collect();
+    println!("teardown             SIGTERM → all gone (cooperative vLLM, TERM-ignoring double-forked grandchild): {:>7.1} ms", median(t.iter().map(|x| x.0).collect()));
+    let t2 = teardown(&vllm, &harbor, true);
+    println!("teardown             SIGTERM → all gone (vLLM ignores TERM; grace 1.0 s): {:>7.1} ms", median(t2.iter().map(|x| x.0).collect()));
+    println!("peak RSS             payload VmHWM while supervising: {:>7.0} kB", median(hwm));
+    let cpu_fast = idle_cpu(&vllm, &harbor, 0.5, 0.5, Duration::from_secs(3), 5);
+    println!("idle CPU             heartbeat 0.5 s, health probe 0.5 s (median of 5 × 3 s): {:>6.2} % of one core", median(cpu_fast));
+    let cpu_default = idle_cpu(&vllm, &harbor, 15.0, 10.0, Duration::from_secs(10), 3);
+    println!("idle CPU             defaults: heartbeat 15 s, probe 10 s (median of 3 × 10 s): {:>6.2} % of one core", median(cpu_default));
+}
