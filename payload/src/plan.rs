@@ -187,7 +187,12 @@ pub fn build(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, String)]) -
             how: match spec.serve.port.fixed {
                 Some(_) => "fixed (serve.port.fixed), free now".to_string(),
                 None => format!(
-                    "derived from job id {job_id} in [{}, {}), free now; re-checked at run time",
+                    "derived from {} in [{}, {}), free now; re-checked at run time",
+                    if env_fn("SLURM_JOB_ID").is_some() {
+                        format!("job id {job_id}")
+                    } else {
+                        format!("pid {job_id} (no SLURM_JOB_ID)")
+                    },
                     spec.serve.port.base,
                     u32::from(spec.serve.port.base) + u32::from(spec.serve.port.span)
                 ),
@@ -295,7 +300,8 @@ pub fn render(plan: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
     write!(out, "secrets: {}", s.file.as_ref().map(|f| f.display().to_string()).unwrap_or_else(|| "(none)".into()))?;
     write!(out, " — {}", s.status)?;
     if let Some(org) = s.daytona_org {
-        write!(out, "; Daytona {org:?} ({}) handed to Harbor as DAYTONA_API_KEY", org.variable())?;
+        let n = if org == secrets::DaytonaOrg::Org1 { 1 } else { 2 };
+        write!(out, "; Daytona org {n} ({}) handed to Harbor as DAYTONA_API_KEY", org.variable())?;
     }
     writeln!(out)?;
     writeln!(out, "tunnel: {} — {}", plan.tunnel.kind, plan.tunnel.description)?;
