@@ -62,7 +62,6 @@ fn plan(spec_path: &std::path::Path, json: bool) -> anyhow::Result<i32> {
     let spec = match LaunchSpec::from_file(spec_path) {
         Ok(spec) => spec,
         Err(err) => {
-            tracing::error!(class = "spec", error = %err, "bad launch spec");
             writeln!(std::io::stderr(), "error: {err}")?;
             return Ok(OutcomeClass::Spec.exit_code());
         }

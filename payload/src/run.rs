@@ -257,6 +257,12 @@ impl Run {
                     "slurm_job_id": self.rec.status.slurm_job_id, "node": self.rec.status.node }),
         );
         tracing::info!(run_tag = %self.spec.run_tag, run_dir = %self.spec.run_dir.display(), "payload run starting");
+        if self.spec.limits.teardown_grace_s >= 30.0 {
+            tracing::warn!(
+                teardown_grace_s = self.spec.limits.teardown_grace_s,
+                "limits.teardown_grace_s does not fit inside Slurm's default KillWait (30 s): SIGKILL may hit payload before its sweep"
+            );
+        }
 
         // 2. Tunnel kind, paths, secrets, programs.
         tunnel::check(&self.spec.tunnel).map_err(Failure::from)?;
