@@ -288,6 +288,60 @@ mod tests {
     }
 
     #[test]
+    fn decide_counts_precedence_and_no_nvml() {
+        let mut spec = crate::testutil::spec();
+        spec.gpu_profiles = profiles();
+        spec.serve.tensor_parallel_size = 2;
+        let two = vec![gpu(0, "NVIDIA A100-SXM-64GB", 64), gpu(1, "NVIDIA A100-SXM-64GB", 64)];
+        let d = decide(&spec, "fixture", Ok(two.clone()), None, false).unwrap();
+        assert_eq!((d.count, d.gpu_memory_utilization, d.source.as_str()), (2, 0.85, "GPU profile"));
+        spec.serve.cluster_gpu_memory_utilization = Some(0.8);
+        assert_eq!(decide(&spec, "f", Ok(two.clone()), None, false).unwrap().source, "cluster override");
+        spec.serve.gpu_memory_utilization = Some(0.7);
+        let d = decide(&spec, "f", Ok(two.clone()), None, false).unwrap();
+        assert_eq!((d.gpu_memory_utilization, d.source.as_str()), (0.7, "launch spec override"));
+        assert_eq!(decide(&spec, "f", Ok(two.clone()), Some("1"), false), Err(GpuError::TooFew { have: 1, need: 2 }));
+        spec.serve.data_parallel_size = 2;
+        assert_eq!(decide(&spec, "f", Ok(two), None, false), Err(GpuError::TooFew { have: 2, need: 4 }));
+        let none = || Err(GpuError::NoNvml("no driver".into()));
+        assert!(matches!(decide(&spec, "nvml", none(), None, false), Err(GpuError::NoNvml(_))));
+        spec.serve.declared_gpus = Some(8);
+        let d = decide(&spec, "nvml", none(), None, true).unwrap();
+        assert_eq!(d.count, 8);
+        assert!(d.probe.starts_with("no NVML"));
+        spec.serve.allow_no_gpu = true;
+        assert!(decide(&spec, "nvml", none(), None, false).is_ok());
+    }
+
+    /// On a machine without the NVIDIA driver, NVML is a clean `gpu`-class "no NVML" error.
+    #[test]
+    fn nvml_without_driver_is_a_clean_error() {
+        match NvmlProbe.probe() {
+            Err(err @ GpuError::NoNvml(_)) => {
+                let failure = Failure::from(err);
+                assert_eq!(failure.class, OutcomeClass::Gpu);
+                assert_eq!(failure.cause.as_deref(), Some("no_nvml"));
+                assert!(failure.message.starts_with("no NVML"), "{}", failure.message);
+            }
+            Err(other) => panic!("unexpected NVML error without a driver: {other}"),
+            Ok(gpus) => eprintln!("NVML present ({} GPUs): no-driver path not checked here", gpus.len()),
+        }
+    }
+
+    /// The real NVML path, opt-in on a GPU machine: `cargo test -p payload -- --ignored nvml_real`.
+    #[test]
+    #[ignore = "needs an NVIDIA GPU and driver"]
+    fn nvml_real_inventory() {
+        let gpus = NvmlProbe.probe().expect("NVML inventory");
+        assert!(!gpus.is_empty());
+        for g in &gpus {
+            assert!(g.uuid.starts_with("GPU-") || g.uuid.starts_with("MIG-"), "{g:?}");
+            assert!(g.memory_total_bytes > 1 << 30, "{g:?}");
+            eprintln!("[{}] {} {} {:.1} GiB", g.index, g.uuid, g.name, g.memory_total_gib());
+        }
+    }
+
+    #[test]
     fn fixture_probe_reads_json_and_reports_bad_files() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("gpus.json");
