@@ -244,6 +244,7 @@ pub fn load_profiles(path: &Path) -> Result<GpuProfiles, launch_spec::yaml::Yaml
 }
 
 #[cfg(test)]
+#[allow(clippy::print_stderr)]
 mod tests {
     use super::*;
 
