@@ -523,6 +523,7 @@ impl Run {
                 "swept": report.swept,
                 "clean": report.clean,
                 "signals": report.signals.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
+                "steps": report.steps.iter().map(|s| json!({ "ms": s.ms, "action": s.action, "role": s.role.as_str() })).collect::<Vec<_>>(),
             }),
         );
         let harbor_code = self.sup.harbor.as_mut().and_then(|m| m.try_status()).map(status_code);

@@ -286,6 +286,22 @@ pub struct ShutdownReport {
     pub elapsed: Duration,
     /// Whether every descendant is gone.
     pub clean: bool,
+    /// What happened when, in order (ms since teardown began).
+    pub steps: Vec<TeardownStep>,
+}
+
+/// One teardown step: `term` (SIGTERM sent to the group), `gone` (group empty), `kill` (SIGKILL).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TeardownStep {
+    pub ms: u64,
+    pub action: &'static str,
+    pub role: Role,
+}
+
+impl ShutdownReport {
+    fn step(&mut self, start: Instant, action: &'static str, role: Role) {
+        self.steps.push(TeardownStep { ms: start.elapsed().as_millis() as u64, action, role });
+    }
 }
 
 /// Owns the children.
@@ -364,7 +380,7 @@ impl Supervisor {
         roles.iter().all(|r| self.slot(*r).as_mut().is_none_or(|m| m.gone(&table)))
     }
 
-    fn term(&mut self, roles: &[Role]) {
+    fn term(&mut self, roles: &[Role], report: &mut ShutdownReport, start: Instant) {
         let table = proc_table();
         for role in roles {
             if let Some(m) = self.slot(*role).as_mut()
@@ -372,6 +388,16 @@ impl Supervisor {
             {
                 tracing::info!(role = role.as_str(), pgid = m.pid, "sending SIGTERM to group");
                 m.signal_group(Signal::SIGTERM);
+                report.step(start, "term", *role);
+            }
+        }
+    }
+
+    fn note_gone(&mut self, roles: &[Role], report: &mut ShutdownReport, start: Instant) {
+        for role in roles {
+            let termed = report.steps.iter().any(|s| s.role == *role && s.action == "term");
+            if termed && self.all_gone(&[*role]) {
+                report.step(start, "gone", *role);
             }
         }
     }
@@ -425,34 +451,37 @@ impl Supervisor {
 
         // Stage 1: Harbor alone, so it cancels its trials while the model still answers.
         if self.harbor.is_some() {
-            self.term(&[Role::Harbor]);
+            self.term(&[Role::Harbor], &mut state.report, start);
             let mut deadline = start + plan.harbor_grace;
             go_on = self.wait_gone(&[Role::Harbor], &mut deadline, signals, &mut state).await;
+            self.note_gone(&[Role::Harbor], &mut state.report, start);
             if go_on && !self.all_gone(&[Role::Harbor]) {
-                self.kill_groups(&[Role::Harbor], &mut state.report);
+                self.kill_groups(&[Role::Harbor], &mut state.report, start);
             }
         }
         // Stage 2: vLLM, then the tunnel.
         if go_on {
-            self.term(&[Role::Engine, Role::Tunnel]);
+            self.term(&[Role::Engine, Role::Tunnel], &mut state.report, start);
             let reserve = ShutdownPlan::reserve(plan.grace);
             let mut deadline = (state.t0 + plan.grace).max(Instant::now() + reserve);
             go_on = self.wait_gone(&[Role::Engine, Role::Tunnel], &mut deadline, signals, &mut state).await;
+            self.note_gone(&[Role::Engine, Role::Tunnel], &mut state.report, start);
         }
         let _ = go_on;
         // Stage 3: SIGKILL whatever is left of every group, then sweep descendants.
         let left: Vec<Role> = Role::TEARDOWN_ORDER.into_iter().filter(|r| !self.all_gone(&[*r])).collect();
-        self.kill_groups(&left, &mut state.report);
+        self.kill_groups(&left, &mut state.report, start);
         self.sweep(&mut state.report).await;
         state.report.elapsed = start.elapsed();
         state.report
     }
 
-    fn kill_groups(&mut self, roles: &[Role], report: &mut ShutdownReport) {
+    fn kill_groups(&mut self, roles: &[Role], report: &mut ShutdownReport, start: Instant) {
         for role in roles {
             if let Some(m) = self.slot(*role).as_mut() {
                 tracing::warn!(role = role.as_str(), pgid = m.pid, "grace over: SIGKILL to group");
                 m.signal_group(Signal::SIGKILL);
+                report.step(start, "kill", *role);
                 if !report.killed_groups.contains(role) {
                     report.killed_groups.push(*role);
                 }

@@ -705,6 +705,18 @@ fn sigterm_during_run_stops_harbor_first() {
         .filter(|r| r.pointer("/exception_info/exception_type") == Some(&json!("CancelledError")))
         .count();
     assert!(cancelled >= 1, "no CancelledError trial results");
+    // Order: TERM Harbor, Harbor gone, then TERM vLLM (SPEC §6.7: Harbor → vLLM → tunnel).
+    let td = fx.event("teardown_done").unwrap();
+    let steps: Vec<(String, String)> = td["fields"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["action"].as_str().unwrap().to_string(), s["role"].as_str().unwrap().to_string()))
+        .collect();
+    let pos = |a: &str, r: &str| steps.iter().position(|s| s.0 == a && s.1 == r).unwrap_or_else(|| panic!("no {a} {r}: {steps:?}"));
+    assert!(pos("term", "harbor") < pos("gone", "harbor"), "{steps:?}");
+    assert!(pos("gone", "harbor") < pos("term", "engine"), "{steps:?}");
+    assert!(!steps.iter().any(|s| s.0 == "kill"), "cooperative children need no SIGKILL: {steps:?}");
 }
 
 #[test]
