@@ -4,6 +4,7 @@
 pub mod config;
 pub mod decide;
 pub mod launch;
+pub mod ledger;
 pub mod queue;
 pub mod registry;
 pub mod lint;

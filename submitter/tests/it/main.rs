@@ -4,3 +4,4 @@ mod broken;
 mod registry;
 mod slurm_real;
 mod support;
+mod ledger;

@@ -1,0 +1,59 @@
+-- 0001 initial schema (SPEC §7.2), SQLite dialect. Keep in step with 0001_initial.postgres.sql:
+-- the same tables, columns, constraints and indexes; only the types differ (TEXT timestamps in
+-- fixed-width RFC 3339 UTC, so text order is time order; TEXT JSON checked with json_valid).
+
+CREATE TABLE attempts (
+    -- AUTOINCREMENT: ids are never reused, so a higher id is always a later insert.
+    id               INTEGER PRIMARY KEY AUTOINCREMENT,
+    model            TEXT    NOT NULL,
+    benchmark        TEXT    NOT NULL,
+    benchmark_family TEXT    NOT NULL,
+    cluster          TEXT    NOT NULL,
+    username         TEXT    NOT NULL,
+    run_tag          TEXT    NOT NULL,
+    slurm_job_id     TEXT,
+    status           TEXT    NOT NULL
+        CHECK (status IN ('pending', 'started', 'finished', 'failed', 'cancelled')),
+    reason           TEXT    NOT NULL DEFAULT '',
+    config           TEXT    NOT NULL DEFAULT '{}' CHECK (json_valid(config)),
+    metrics          TEXT    CHECK (metrics IS NULL OR json_valid(metrics)),
+    attempt          INTEGER NOT NULL CHECK (attempt >= 1),
+    submitted_at     TEXT    NOT NULL CHECK (submitted_at GLOB '????-??-??T??:??:??.??????Z'),
+    started_at       TEXT    CHECK (started_at IS NULL OR started_at GLOB '????-??-??T??:??:??.??????Z'),
+    ended_at         TEXT    CHECK (ended_at IS NULL OR ended_at GLOB '????-??-??T??:??:??.??????Z'),
+    updated_at       TEXT    NOT NULL CHECK (updated_at GLOB '????-??-??T??:??:??.??????Z')
+);
+
+-- The dedup guarantee: at most one active attempt per (model, family), enforced here so that two
+-- submitters racing on one pair cannot both insert.
+CREATE UNIQUE INDEX attempts_one_active ON attempts (model, benchmark_family)
+    WHERE status IN ('pending', 'started');
+
+-- Each pair's newest attempt (latest_per_pair's probe), attempts_for, the next attempt number.
+CREATE INDEX attempts_pair_recency ON attempts (model, benchmark_family, submitted_at DESC, id DESC);
+
+-- Covering for latest_per_pair's per-pair counts and for unevaluated's "finished in this family?".
+CREATE INDEX attempts_pair_status ON attempts (model, benchmark_family, status);
+
+CREATE INDEX attempts_run_tag ON attempts (run_tag);
+
+CREATE TABLE models (
+    id            TEXT PRIMARY KEY,
+    size_class    TEXT,
+    registered_at TEXT NOT NULL CHECK (registered_at GLOB '????-??-??T??:??:??.??????Z'),
+    base_model    TEXT
+);
+
+CREATE INDEX models_registered ON models (registered_at, id);
+
+-- benchmark → family; a benchmark without a row is its own family.
+CREATE TABLE benchmark_families (
+    benchmark TEXT PRIMARY KEY,
+    family    TEXT NOT NULL
+);
+
+INSERT INTO benchmark_families (benchmark, family) VALUES
+    ('dev_set_v2', 'dev_set_v2'),
+    ('DCAgent_dev_set_v2', 'dev_set_v2'),
+    ('dev_set_v2_2.0x', 'dev_set_v2'),
+    ('openthoughts-tblite', 'dev_set_v2');

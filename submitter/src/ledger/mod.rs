@@ -1,0 +1,604 @@
+//! The results ledger (SPEC §7.2): one row per submission attempt, the model catalogue and the
+//! benchmark families, behind one [`Ledger`] trait with two backends and one schema — an embedded
+//! SQLite file (the default, nothing to run) and PostgreSQL by URL (shared by submitters on several
+//! clusters; Supabase's TLS connection strings work).
+//!
+//! The guarantee dedup rests on lives in the schema, not in this code: a unique partial index
+//! allows at most one active (pending or started) attempt per (model, benchmark family), so of two
+//! submitters racing on one pair exactly one inserts and the other gets
+//! [`LedgerError::AlreadyActive`]. Every error fails closed: nothing here turns a database problem
+//! into "no previous attempt" (the replaced system's fail-open bug, ot-agent §2.4).
+//!
+//! Open a ledger with [`open_ledger`]: `sqlite:PATH`, a plain `PATH`, or a `postgres://` /
+//! `postgresql://` URL. Migrations run on open. Messages and `Debug` output never contain the
+//! password of a URL ([`redact_url`]).
+
+mod migrations;
+mod postgres;
+mod sqlite;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use chrono::{DateTime, SubsecRound, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use self::migrations::latest_version as latest_schema_version;
+pub use self::postgres::PgLedger;
+pub use self::sqlite::SqliteLedger;
+
+/// Every timestamp in the ledger: a UTC instant with microsecond resolution (PostgreSQL's), stored
+/// as `timestamptz` there and as fixed-width RFC 3339 text (`2026-01-02T03:04:05.000006Z`) in SQLite.
+pub type Timestamp = DateTime<Utc>;
+
+/// The file name of the default ledger inside a cluster's state dir.
+pub const DEFAULT_FILE_NAME: &str = "ledger.sqlite";
+
+/// Benchmarks that count as one benchmark for dedup, seeded by the first migration (the old
+/// `duplicate_of`, SPEC §7.2). A benchmark not listed is its own family.
+pub const DEFAULT_FAMILIES: &[(&str, &str)] = &[
+    ("dev_set_v2", "dev_set_v2"),
+    ("DCAgent_dev_set_v2", "dev_set_v2"),
+    ("dev_set_v2_2.0x", "dev_set_v2"),
+    ("openthoughts-tblite", "dev_set_v2"),
+];
+
+pub type Result<T, E = LedgerError> = std::result::Result<T, E>;
+
+/// The ledger API both backends implement. Sync on purpose: the submitter is a sync program.
+/// Every method is one short transaction; the backends serialise calls on their one connection.
+pub trait Ledger: Send + Sync {
+    /// Where this ledger lives, safe to print (no password).
+    fn location(&self) -> &str;
+
+    /// A round trip to the database.
+    fn ping(&self) -> Result<()>;
+
+    /// The schema version applied (after open, always [`latest_schema_version`]).
+    fn schema_version(&self) -> Result<i64>;
+
+    /// The family `benchmark` counts toward: its `benchmark_families` row, else itself.
+    fn family_of(&self, benchmark: &str) -> Result<String>;
+
+    /// Maps `benchmark` to `family` and moves its existing attempts along, so dedup sees them
+    /// under the new family. Refused with [`LedgerError::AlreadyActive`] when that would leave two
+    /// active attempts on one pair.
+    fn set_family(&self, benchmark: &str, family: &str) -> Result<()>;
+
+    /// All `(benchmark, family)` rows, by benchmark.
+    fn families(&self) -> Result<Vec<(String, String)>>;
+
+    /// Records a new `pending` attempt — before `sbatch`, so a crash leaves a row to repair rather
+    /// than a job nobody knows about. Its family and attempt number are resolved here, in the same
+    /// transaction. Fails with [`LedgerError::AlreadyActive`] when the pair has an active attempt.
+    fn insert_pending(&self, new: &NewAttempt) -> Result<AttemptId>;
+
+    /// Sets the Slurm job id once `sbatch` answered. Setting the same id again is a no-op; a
+    /// different one is [`LedgerError::JobIdConflict`].
+    fn set_job_id(&self, id: AttemptId, slurm_job_id: &str) -> Result<()>;
+
+    /// Moves an attempt to `to` with `reason`. `started` stamps `started_at`, a terminal status
+    /// stamps `ended_at` (each only once). `metrics: None` leaves them unchanged;
+    /// `Some(&Value::Null)` clears them. Re-entering the current status updates reason and metrics;
+    /// anything [`Status::can_become`] forbids is [`LedgerError::IllegalTransition`].
+    fn transition(&self, id: AttemptId, to: Status, reason: &str, metrics: Option<&Value>) -> Result<()>;
+
+    /// One attempt by id.
+    fn attempt(&self, id: AttemptId) -> Result<Option<Attempt>>;
+
+    /// Every attempt of a pair, oldest first. `family` may also be a member benchmark's name.
+    fn attempts_for(&self, model: &str, family: &str) -> Result<Vec<Attempt>>;
+
+    /// For every (model, family) with attempts: the latest (by `submitted_at`, then id) with the
+    /// pair's failed and total counts, ordered by model then family (byte order). One query, the
+    /// planner's input.
+    fn latest_per_pair(&self) -> Result<Vec<PairState>>;
+
+    /// The pending and started attempts (what sync reconciles with Slurm), oldest first.
+    fn active(&self) -> Result<Vec<Attempt>>;
+
+    /// Attempts with this run tag, oldest first (crash repair: the row exists, the job id not).
+    fn find_by_run_tag(&self, run_tag: &str) -> Result<Vec<Attempt>>;
+
+    /// Bulk-inserts historical attempts in one transaction (migrating an old ledger; benchmarks).
+    /// Families and attempt numbers are assigned as for [`Ledger::insert_pending`], in
+    /// `submitted_at` order; the one-active-per-pair rule holds. Returns the rows inserted.
+    fn import_attempts(&self, rows: &[ImportedAttempt]) -> Result<usize>;
+
+    /// Adds a model to the catalogue (size class from its id's size token). Idempotent: `Ok(false)`
+    /// when it was already there; a given `base_model` then fills in or replaces the known one.
+    fn add_model(&self, id: &str, base_model: Option<&str>) -> Result<bool>;
+
+    /// The catalogue in registration order.
+    fn list_models(&self) -> Result<Vec<Model>>;
+
+    /// Catalogue models with no `finished` attempt in `family` (a member benchmark's name resolves
+    /// to its family), optionally of one size class (`"8"`, `"32"`), in registration order.
+    fn unevaluated(&self, family: &str, size_class: Option<&str>) -> Result<Vec<String>>;
+}
+
+/// Opens (creating and migrating as needed) the ledger that `spec` names:
+/// `sqlite:PATH`, a plain `PATH`, or a `postgres://…` / `postgresql://…` URL.
+pub fn open_ledger(spec: &str) -> Result<Box<dyn Ledger>> {
+    Ok(match LedgerSpec::parse(spec)? {
+        LedgerSpec::Sqlite(path) => Box::new(SqliteLedger::open(&path)?),
+        LedgerSpec::Postgres(url) => Box::new(PgLedger::connect(&url)?),
+    })
+}
+
+/// The default ledger of a cluster: [`DEFAULT_FILE_NAME`] in its state dir.
+pub fn default_path(state_dir: &Path) -> PathBuf {
+    state_dir.join(DEFAULT_FILE_NAME)
+}
+
+/// A parsed ledger spec. `Debug` and `Display` show the redacted location only.
+#[derive(Clone, PartialEq, Eq)]
+pub enum LedgerSpec {
+    Sqlite(PathBuf),
+    /// The full URL as given; it may hold a password, so it is never printed.
+    Postgres(String),
+}
+
+impl LedgerSpec {
+    pub fn parse(spec: &str) -> Result<Self> {
+        let spec = spec.trim();
+        let bad = |detail: &str| LedgerError::BadSpec { spec: redact_url(spec), detail: detail.to_string() };
+        if spec.is_empty() {
+            return Err(bad("empty"));
+        }
+        if spec.starts_with("postgres://") || spec.starts_with("postgresql://") {
+            return Ok(LedgerSpec::Postgres(spec.to_string()));
+        }
+        if let Some(rest) = spec.strip_prefix("sqlite:") {
+            // `sqlite:///abs/path` and `sqlite://rel` are accepted as well as `sqlite:PATH`.
+            let path = rest.strip_prefix("//").unwrap_or(rest);
+            if path.is_empty() {
+                return Err(bad("no path after sqlite:"));
+            }
+            return Ok(LedgerSpec::Sqlite(PathBuf::from(path)));
+        }
+        if let Some((scheme, _)) = spec.split_once("://") {
+            return Err(bad(&format!("unknown scheme {scheme:?}")));
+        }
+        Ok(LedgerSpec::Sqlite(PathBuf::from(spec)))
+    }
+
+    /// Where the ledger is, safe to print: `sqlite:PATH` or `postgres://user@host:port/db`.
+    pub fn location(&self) -> String {
+        match self {
+            LedgerSpec::Sqlite(path) => format!("sqlite:{}", path.display()),
+            LedgerSpec::Postgres(url) => postgres_location(url),
+        }
+    }
+}
+
+impl fmt::Debug for LedgerSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LedgerSpec({})", self.location())
+    }
+}
+
+impl fmt::Display for LedgerSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.location())
+    }
+}
+
+/// `url` with its password replaced by `***`, in the user-info part and in any `password=`
+/// query parameter. User info runs to the last `@` before the query (or, when a pasted password
+/// holds a raw `?`, the last `@` at all), so unencoded `@`, `/` or `?` in a password stay hidden.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return redact_password_params(url);
+    };
+    let (userinfo, after) = split_userinfo(rest);
+    let userinfo = match userinfo.map(|info| info.split_once(':')) {
+        Some(Some((user, _password))) => format!("{user}:***"),
+        Some(None) => userinfo.unwrap_or_default().to_string(),
+        None => String::new(),
+    };
+    let (host, query) = after.split_at(after.find('?').unwrap_or(after.len()));
+    format!("{scheme}://{userinfo}{host}{}", redact_password_params(query))
+}
+
+/// Splits what follows `scheme://` into user info (without the `@`) and the rest (from the `@`).
+fn split_userinfo(rest: &str) -> (Option<&str>, &str) {
+    let head_end = rest.find('?').unwrap_or(rest.len());
+    match rest[..head_end].rfind('@').or_else(|| rest.rfind('@')) {
+        Some(at) => (Some(&rest[..at]), &rest[at..]),
+        None => (None, rest),
+    }
+}
+
+/// The password in a URL's user info, as written.
+pub(crate) fn url_password(url: &str) -> Option<&str> {
+    let (_, rest) = url.split_once("://")?;
+    split_userinfo(rest).0?.split_once(':').map(|(_, password)| password)
+}
+
+fn redact_password_params(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(pos) = rest.find("password=") {
+        let at_param_start = pos == 0 || matches!(rest.as_bytes()[pos - 1], b'?' | b'&' | b' ');
+        out.push_str(&rest[..pos + "password=".len()]);
+        rest = &rest[pos + "password=".len()..];
+        if at_param_start {
+            out.push_str("***");
+            rest = &rest[rest.find(['&', ' ']).unwrap_or(rest.len())..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `postgres://user@host:port/db`: the redacted URL without password and query string.
+fn postgres_location(url: &str) -> String {
+    let redacted = redact_url(url);
+    let without_query = redacted.split('?').next().unwrap_or(&redacted);
+    without_query.replacen(":***@", "@", 1)
+}
+
+/// Scrubs every given secret (raw and percent-decoded password forms) out of a driver message.
+pub(crate) fn scrub(message: impl fmt::Display, secrets: &[String]) -> String {
+    let mut text = message.to_string();
+    for secret in secrets.iter().filter(|s| !s.is_empty()) {
+        text = text.replace(secret.as_str(), "***");
+    }
+    // Driver messages can run over several lines (DETAIL/HINT); errors here are one line.
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// An attempt's id (the `attempts.id` primary key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct AttemptId(pub i64);
+
+impl fmt::Display for AttemptId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// An attempt's status. Active: `pending` (row written, job queued or being submitted) and
+/// `started` (payload is running). Terminal: `finished`, `failed`, `cancelled`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Pending,
+    Started,
+    Finished,
+    Failed,
+    Cancelled,
+}
+
+impl Status {
+    pub const ALL: [Status; 5] = [Status::Pending, Status::Started, Status::Finished, Status::Failed, Status::Cancelled];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pending => "pending",
+            Status::Started => "started",
+            Status::Finished => "finished",
+            Status::Failed => "failed",
+            Status::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn is_active(self) -> bool {
+        matches!(self, Status::Pending | Status::Started)
+    }
+
+    pub fn is_terminal(self) -> bool {
+        !self.is_active()
+    }
+
+    /// Legal moves: forward only (pending → started → a terminal status, or pending straight to
+    /// one), plus re-entering the current status (an idempotent sync updating reason or metrics).
+    /// A terminal status is final: a new try is a new attempt row, never a revived one.
+    pub fn can_become(self, to: Status) -> bool {
+        self == to
+            || match self {
+                Status::Pending => true,
+                Status::Started => to.is_terminal(),
+                Status::Finished | Status::Failed | Status::Cancelled => false,
+            }
+    }
+
+    /// The statuses from which `to` may be entered.
+    pub(crate) fn sources_of(to: Status) -> Vec<Status> {
+        Status::ALL.into_iter().filter(|from| from.can_become(to)).collect()
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Status {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Status::ALL
+            .into_iter()
+            .find(|status| status.as_str() == s)
+            .ok_or_else(|| format!("unknown attempt status {s:?}"))
+    }
+}
+
+/// What the submitter knows when it is about to submit one (model, benchmark).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewAttempt {
+    pub model: String,
+    pub benchmark: String,
+    pub cluster: String,
+    pub username: String,
+    pub run_tag: String,
+    /// Why it is submitted (the dedup decision's reason).
+    pub reason: String,
+    /// The config actually used: timeout multiplier, harbor config, agent, overrides. Opaque here.
+    pub config: Value,
+}
+
+/// One row of `attempts`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Attempt {
+    pub id: AttemptId,
+    pub model: String,
+    pub benchmark: String,
+    pub benchmark_family: String,
+    pub cluster: String,
+    pub username: String,
+    pub run_tag: String,
+    pub slurm_job_id: Option<String>,
+    pub status: Status,
+    pub reason: String,
+    pub config: Value,
+    /// Harbor's result summary, once finished (None when never set or cleared).
+    pub metrics: Option<Value>,
+    /// 1 for the pair's first attempt, 2 for the next, …
+    pub attempt: u32,
+    pub submitted_at: Timestamp,
+    pub started_at: Option<Timestamp>,
+    pub ended_at: Option<Timestamp>,
+    pub updated_at: Timestamp,
+}
+
+/// A historical attempt for [`Ledger::import_attempts`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImportedAttempt {
+    pub model: String,
+    pub benchmark: String,
+    pub cluster: String,
+    pub username: String,
+    pub run_tag: String,
+    pub slurm_job_id: Option<String>,
+    pub status: Status,
+    pub reason: String,
+    pub config: Value,
+    pub metrics: Option<Value>,
+    pub submitted_at: Timestamp,
+    pub started_at: Option<Timestamp>,
+    pub ended_at: Option<Timestamp>,
+}
+
+/// The planner's view of one (model, family).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PairState {
+    pub model: String,
+    pub family: String,
+    pub latest: Attempt,
+    pub failed_attempts: u32,
+    pub total_attempts: u32,
+}
+
+/// One catalogue entry.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Model {
+    pub id: String,
+    /// The total size token (`"8"`, `"32"`, `"1.5"`), None when the id has none.
+    pub size_class: Option<String>,
+    pub registered_at: Timestamp,
+    pub base_model: Option<String>,
+}
+
+/// The size class of a model id: its total size token as written without a trailing `.0`.
+pub fn size_class(model: &str) -> Option<String> {
+    crate::registry::size::total_size(model).map(|size| format!("{size}"))
+}
+
+/// The current time at the ledger's resolution.
+pub fn now() -> Timestamp {
+    Utc::now().trunc_subsecs(6)
+}
+
+/// Ledger errors: one line each, naming the ledger (never with a password) and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error("ledger spec {spec:?} not understood: {detail} — use sqlite:PATH, a file path, or postgres://user@host:port/db")]
+    BadSpec { spec: String, detail: String },
+
+    #[error("ledger {location} unreachable: {detail} — {hint}")]
+    Unreachable { location: String, detail: String, hint: &'static str },
+
+    #[error("ledger {location} refused the connection: {detail} — {hint}")]
+    Rejected { location: String, detail: String, hint: &'static str },
+
+    #[error(
+        "{model} already has an active attempt {existing_id} on benchmark family {family} — \
+         let it finish, or cancel it first"
+    )]
+    AlreadyActive { model: String, family: String, existing_id: AttemptId },
+
+    #[error("ledger {location}: no attempt {id}")]
+    NotFound { location: String, id: AttemptId },
+
+    #[error("ledger {location}: attempt {id} cannot go from {from} to {to} — terminal statuses are final; submit a new attempt")]
+    IllegalTransition { location: String, id: AttemptId, from: Status, to: Status },
+
+    #[error("ledger {location}: attempt {id} already has Slurm job {existing}, not {requested} — one job per attempt row")]
+    JobIdConflict { location: String, id: AttemptId, existing: String, requested: String },
+
+    #[error("ledger {location} has schema version {found}, newer than this submitter's {supported} — upgrade submitter")]
+    SchemaTooNew { location: String, found: i64, supported: i64 },
+
+    #[error("ledger {location}: migration {version} failed: {detail}")]
+    Migration { location: String, version: i64, detail: String },
+
+    #[error("ledger {location}: {operation} failed: {detail}")]
+    Backend { location: String, operation: &'static str, detail: String },
+
+    #[error("ledger {location}: import refused: {detail}")]
+    InvalidImport { location: String, detail: String },
+
+    #[error("ledger {location}: unreadable row: {detail} — was it written by another tool?")]
+    Corrupt { location: String, detail: String },
+}
+
+/// `status IN (…)` for a fixed set of statuses (static names, no user input).
+pub(crate) fn sql_status_list(statuses: &[Status]) -> String {
+    let quoted: Vec<String> = statuses.iter().map(|s| format!("'{}'", s.as_str())).collect();
+    format!("({})", quoted.join(", "))
+}
+
+/// The attempt columns every attempt query selects, in the order the backends read them.
+pub(crate) const ATTEMPT_COLUMNS: &str = "id, model, benchmark, benchmark_family, cluster, username, run_tag, \
+     slurm_job_id, status, reason, config, metrics, attempt, submitted_at, started_at, ended_at, updated_at";
+
+/// The planner's query, the same on both backends: per-pair counts from one covering scan of
+/// `attempts_pair_status`, then each pair's newest row by one probe of `attempts_pair_recency`.
+/// (A window over all rows was 10–20× slower on SQLite: it drags every full row through the
+/// window.) Each backend appends its ORDER BY, byte order on both.
+pub(crate) const LATEST_PER_PAIR_SQL: &str = "\
+    SELECT a.id, a.model, a.benchmark, a.benchmark_family, a.cluster, a.username, a.run_tag, a.slurm_job_id, \
+           a.status, a.reason, a.config, a.metrics, a.attempt, a.submitted_at, a.started_at, a.ended_at, \
+           a.updated_at, pair.failed_attempts, pair.total_attempts \
+    FROM (SELECT model, benchmark_family, COUNT(*) AS total_attempts, \
+                 SUM(CASE WHEN status = 'failed' THEN 1 ELSE 0 END) AS failed_attempts \
+          FROM attempts GROUP BY model, benchmark_family) pair \
+    JOIN attempts a ON a.id = (SELECT latest.id FROM attempts latest \
+                               WHERE latest.model = pair.model AND latest.benchmark_family = pair.benchmark_family \
+                               ORDER BY latest.submitted_at DESC, latest.id DESC LIMIT 1)";
+
+/// Assigns families and attempt numbers for an import: per pair, continuing from what the ledger
+/// already has, in `submitted_at` order. Returns, per input row, (family, attempt number). Refuses
+/// a batch that itself holds two active attempts for one pair.
+pub(crate) fn number_imports(
+    location: &str,
+    rows: &[ImportedAttempt],
+    family_of: impl Fn(&str) -> String,
+    mut existing_max: impl FnMut(&str, &str) -> Result<u32>,
+) -> Result<Vec<(String, u32)>> {
+    use std::collections::{HashMap, HashSet};
+    let families: Vec<String> = rows.iter().map(|r| family_of(&r.benchmark)).collect();
+    let mut active = HashSet::new();
+    for (row, family) in rows.iter().zip(&families).filter(|(row, _)| row.status.is_active()) {
+        if !active.insert((row.model.as_str(), family.as_str())) {
+            return Err(LedgerError::InvalidImport {
+                location: location.to_string(),
+                detail: format!("two active attempts for {} on benchmark family {family}", row.model),
+            });
+        }
+    }
+    let mut order: Vec<usize> = (0..rows.len()).collect();
+    order.sort_by_key(|&i| rows[i].submitted_at); // stable: equal times keep input order
+    let mut next: HashMap<(&str, &str), u32> = HashMap::new();
+    let mut numbers = vec![0u32; rows.len()];
+    for i in order {
+        let key = (rows[i].model.as_str(), families[i].as_str());
+        let counter = match next.get_mut(&key) {
+            Some(counter) => counter,
+            None => next.entry(key).or_insert(existing_max(key.0, key.1)?),
+        };
+        *counter += 1;
+        numbers[i] = *counter;
+    }
+    Ok(families.into_iter().zip(numbers).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs() {
+        assert_eq!(LedgerSpec::parse("sqlite:/x/l.sqlite").unwrap(), LedgerSpec::Sqlite("/x/l.sqlite".into()));
+        assert_eq!(LedgerSpec::parse("sqlite:///x/l.sqlite").unwrap(), LedgerSpec::Sqlite("/x/l.sqlite".into()));
+        assert_eq!(LedgerSpec::parse("state/ledger.sqlite").unwrap(), LedgerSpec::Sqlite("state/ledger.sqlite".into()));
+        assert!(matches!(LedgerSpec::parse("postgresql://u@h/db").unwrap(), LedgerSpec::Postgres(_)));
+        assert!(matches!(LedgerSpec::parse("mysql://u:pw@h/db"), Err(LedgerError::BadSpec { .. })));
+        assert!(matches!(LedgerSpec::parse(" "), Err(LedgerError::BadSpec { .. })));
+        let err = LedgerSpec::parse("mysql://u:hunter2@h/db").unwrap_err().to_string();
+        assert!(!err.contains("hunter2"), "{err}");
+    }
+
+    #[test]
+    fn redaction() {
+        let url = "postgres://postgres.abc:s3cr@t/pw@aws-0-eu.pooler.supabase.com:5432/postgres?sslmode=require";
+        let redacted = redact_url(url);
+        assert_eq!(redacted, "postgres://postgres.abc:***@aws-0-eu.pooler.supabase.com:5432/postgres?sslmode=require");
+        assert_eq!(
+            postgres_location(url),
+            "postgres://postgres.abc@aws-0-eu.pooler.supabase.com:5432/postgres"
+        );
+        assert_eq!(redact_url("postgres://u@h/db?password=x1&sslmode=require"), "postgres://u@h/db?password=***&sslmode=require");
+        assert_eq!(redact_url("postgres://h/db?user=u&password=x1"), "postgres://h/db?user=u&password=***");
+        assert_eq!(redact_url("postgres://u:pa?ss@h/db?sslmode=require"), "postgres://u:***@h/db?sslmode=require");
+        assert_eq!(url_password("postgres://u:pa?ss@h/db?sslmode=require"), Some("pa?ss"));
+        assert_eq!(url_password("postgres://u@h/db"), None);
+        assert_eq!(redact_url("postgres://h/db?application_name=nopassword=1"), "postgres://h/db?application_name=nopassword=1");
+        assert_eq!(format!("{:?}", LedgerSpec::parse(url).unwrap()), "LedgerSpec(postgres://postgres.abc@aws-0-eu.pooler.supabase.com:5432/postgres)");
+        assert_eq!(scrub("auth failed for pw s3cr@t/pw\n  DETAIL: x", &["s3cr@t/pw".into()]), "auth failed for pw *** DETAIL: x");
+    }
+
+    #[test]
+    fn transitions() {
+        use Status::*;
+        assert!(Pending.can_become(Started) && Pending.can_become(Failed) && Started.can_become(Finished));
+        assert!(Started.can_become(Started) && Finished.can_become(Finished));
+        assert!(!Finished.can_become(Started) && !Failed.can_become(Pending) && !Started.can_become(Pending));
+        assert!(!Cancelled.can_become(Finished) && !Failed.can_become(Finished));
+        assert_eq!(Status::sources_of(Started), vec![Pending, Started]);
+        for status in Status::ALL {
+            assert_eq!(status.as_str().parse::<Status>().unwrap(), status);
+            assert_eq!(serde_json::to_value(status).unwrap(), Value::from(status.as_str()));
+        }
+    }
+
+    #[test]
+    fn size_classes() {
+        assert_eq!(size_class("org/Qwen3-8B-sft").as_deref(), Some("8"));
+        assert_eq!(size_class("Qwen3-30B-A3B").as_deref(), Some("30"));
+        assert_eq!(size_class("x/Qwen2.5-1.5B").as_deref(), Some("1.5"));
+        assert_eq!(size_class("Mixtral-8x7B"), None);
+    }
+
+    #[test]
+    fn import_numbering_follows_submission_time_per_pair() {
+        let at = |s: i64| DateTime::from_timestamp(1_700_000_000 + s, 0).unwrap();
+        let row = |model: &str, benchmark: &str, t: i64| ImportedAttempt {
+            model: model.into(),
+            benchmark: benchmark.into(),
+            cluster: "c".into(),
+            username: "u".into(),
+            run_tag: "t".into(),
+            slurm_job_id: None,
+            status: Status::Failed,
+            reason: String::new(),
+            config: Value::Null,
+            metrics: None,
+            submitted_at: at(t),
+            started_at: None,
+            ended_at: None,
+        };
+        let rows = [row("m", "b", 30), row("m", "b2", 10), row("m", "b", 20), row("n", "b", 5)];
+        let family = |b: &str| if b == "b2" { "b".to_string() } else { b.to_string() };
+        let numbered = number_imports("x", &rows, family, |model, _| Ok(if model == "m" { 4 } else { 0 })).unwrap();
+        let numbers: Vec<u32> = numbered.iter().map(|(_, n)| *n).collect();
+        assert_eq!(numbers, vec![7, 5, 6, 1]);
+    }
+}

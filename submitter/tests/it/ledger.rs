@@ -1,0 +1,668 @@
+//! The ledger's behaviour, written once against `&dyn Ledger` and run on both backends: SQLite on a
+//! temporary file, PostgreSQL in a fresh schema per test (so tests run in parallel) on the server
+//! named by `EVAL_TEST_PG_URL` (default: the local one `scripts/services.sh up` starts). Without a
+//! reachable PostgreSQL the PostgreSQL half prints `skipping: no PostgreSQL` — and fails in CI.
+
+#![allow(clippy::print_stderr, clippy::print_stdout)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+use submitter::ledger::{
+    AttemptId, DEFAULT_FAMILIES, ImportedAttempt, Ledger, LedgerError, NewAttempt, Status, latest_schema_version,
+    now, open_ledger,
+};
+use tempfile::TempDir;
+
+const DEFAULT_PG_URL: &str = "postgres://evaltest:evaltest@127.0.0.1:5432/evaltest";
+
+// ------------------------------------------------------------------------------------ stores
+
+/// A fresh, empty ledger for one test that can be opened any number of times (several
+/// connections, several processes). Dropping it removes the file or the schema.
+struct Store {
+    spec: String,
+    _dir: Option<TempDir>,
+    pg_schema: Option<PgSchema>,
+}
+
+struct PgSchema {
+    admin_url: String,
+    name: String,
+}
+
+impl Drop for PgSchema {
+    fn drop(&mut self) {
+        if let Ok(mut admin) = ::postgres::Client::connect(&self.admin_url, ::postgres::NoTls) {
+            let _ = admin.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
+        }
+    }
+}
+
+fn pg_url() -> String {
+    std::env::var("EVAL_TEST_PG_URL").unwrap_or_else(|_| DEFAULT_PG_URL.to_string())
+}
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// `url` with `name=value` appended to its query string.
+fn with_param(url: &str, param: &str) -> String {
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}{param}")
+}
+
+fn pg_admin() -> Option<::postgres::Client> {
+    let mut config: ::postgres::Config = pg_url().parse().expect("EVAL_TEST_PG_URL is a PostgreSQL URL");
+    config.connect_timeout(Duration::from_secs(5));
+    match config.connect(::postgres::NoTls) {
+        Ok(client) => Some(client),
+        Err(error) if in_ci() => panic!("PostgreSQL unreachable at {} in CI: {error}", redact(&pg_url())),
+        Err(_) => {
+            eprintln!("skipping: no PostgreSQL");
+            None
+        }
+    }
+}
+
+fn redact(url: &str) -> String {
+    submitter::ledger::redact_url(url)
+}
+
+impl Store {
+    fn sqlite() -> Store {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let spec = format!("sqlite:{}", dir.path().join("state/ledger.sqlite").display());
+        Store { spec, _dir: Some(dir), pg_schema: None }
+    }
+
+    fn postgres(test: &str) -> Option<Store> {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let mut admin = pg_admin()?;
+        let short: String = test.chars().take(32).collect();
+        let name = format!("ledger_{short}_{}_{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+        admin.batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name}")).expect("create schema");
+        // The schema is selected per connection through the startup `options`, like any URL user
+        // could.
+        let spec = with_param(&pg_url(), &format!("options=-c%20search_path%3D{name}"));
+        Some(Store { spec, _dir: None, pg_schema: Some(PgSchema { admin_url: pg_url(), name }) })
+    }
+
+    fn open(&self) -> Box<dyn Ledger> {
+        open_ledger(&self.spec).unwrap_or_else(|e| panic!("open {}: {e}", redact(&self.spec)))
+    }
+
+    fn is_postgres(&self) -> bool {
+        self.pg_schema.is_some()
+    }
+}
+
+/// Generates `ledger::sqlite::NAME` and `ledger::postgres::NAME` for each test function:
+/// `ledger:` functions take `&dyn Ledger`, `store:` functions take the `&Store` (several opens).
+macro_rules! on_both_backends {
+    (ledger: $($ledger_test:ident),* ; store: $($store_test:ident),* $(;)?) => {
+        mod sqlite {
+            $( #[test] fn $ledger_test() { super::$ledger_test(&*super::Store::sqlite().open()); } )*
+            $( #[test] fn $store_test() { super::$store_test(&super::Store::sqlite()); } )*
+        }
+        mod postgres {
+            $( #[test] fn $ledger_test() {
+                if let Some(store) = super::Store::postgres(stringify!($ledger_test)) {
+                    super::$ledger_test(&*store.open());
+                }
+            } )*
+            $( #[test] fn $store_test() {
+                if let Some(store) = super::Store::postgres(stringify!($store_test)) {
+                    super::$store_test(&store);
+                }
+            } )*
+        }
+    };
+}
+
+on_both_backends! {
+    ledger: lifecycle_with_utc_timestamps, second_active_attempt_is_refused, families_count_as_one_benchmark,
+            set_family_moves_attempts_and_refuses_merging_active_ones, latest_per_pair_picks_latest_and_counts,
+            catalogue_and_unevaluated, lookups_by_run_tag_and_active, import_keeps_the_active_rule;
+    store: migrations_are_idempotent, racing_threads_one_wins, racing_processes_one_wins, tls_require_and_verify,
+           wrong_password_is_a_clear_error;
+}
+
+// ------------------------------------------------------------------------------------ helpers
+
+fn new_attempt(model: &str, benchmark: &str) -> NewAttempt {
+    NewAttempt {
+        model: model.to_string(),
+        benchmark: benchmark.to_string(),
+        cluster: "jupiter".to_string(),
+        username: "alice".to_string(),
+        run_tag: format!("{benchmark}__{}", model.replace('/', "__")),
+        reason: "no previous attempt".to_string(),
+        config: json!({"timeout_multiplier": 2.0, "agent": "terminus-2", "overrides": {"override_cpus": 4}}),
+    }
+}
+
+fn imported(model: &str, benchmark: &str, status: Status, submitted_at: DateTime<Utc>) -> ImportedAttempt {
+    ImportedAttempt {
+        model: model.to_string(),
+        benchmark: benchmark.to_string(),
+        cluster: "leonardo".to_string(),
+        username: "bob".to_string(),
+        run_tag: format!("{benchmark}__{model}"),
+        slurm_job_id: Some("4242".to_string()),
+        status,
+        reason: "imported".to_string(),
+        config: json!({"timeout_multiplier": 1.0}),
+        metrics: (status == Status::Finished).then(|| json!({"mean_reward": 0.5})),
+        submitted_at,
+        started_at: None,
+        ended_at: None,
+    }
+}
+
+fn at(seconds: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp(1_767_225_600 + seconds, 0).unwrap()
+}
+
+/// Asserts `t` is within a few seconds of the window [before, after] (the PostgreSQL backend
+/// stamps with the server's clock; here that is this machine's).
+fn assert_near(t: DateTime<Utc>, before: DateTime<Utc>, after: DateTime<Utc>) {
+    let slack = chrono::Duration::seconds(5);
+    assert!(t >= before - slack && t <= after + slack, "{t} not within [{before}, {after}]");
+}
+
+// ------------------------------------------------------------------------------------ tests
+
+fn migrations_are_idempotent(store: &Store) {
+    let first = store.open();
+    assert_eq!(first.schema_version().unwrap(), latest_schema_version());
+    first.insert_pending(&new_attempt("org/M-8B", "terminal_bench_2")).unwrap();
+    drop(first);
+    // Reopening applies nothing again: the seeded families are not duplicated, rows survive.
+    let second = store.open();
+    assert_eq!(second.schema_version().unwrap(), latest_schema_version());
+    assert_eq!(second.families().unwrap().len(), DEFAULT_FAMILIES.len());
+    assert_eq!(second.active().unwrap().len(), 1);
+    // Concurrent openers of a migrated store, and of a brand-new one, all succeed.
+    let fresh = if store.is_postgres() { Store::postgres("fresh_concurrent_open") } else { Some(Store::sqlite()) };
+    for target in [Some(store), fresh.as_ref()].into_iter().flatten() {
+        std::thread::scope(|scope| {
+            let openers: Vec<_> = (0..4).map(|_| scope.spawn(|| target.open().schema_version())).collect();
+            for opener in openers {
+                assert_eq!(opener.join().unwrap().unwrap(), latest_schema_version());
+            }
+        });
+        assert_eq!(target.open().families().unwrap().len(), DEFAULT_FAMILIES.len());
+    }
+}
+
+fn lifecycle_with_utc_timestamps(ledger: &dyn Ledger) {
+    ledger.ping().unwrap();
+    let new = new_attempt("laion/Qwen3-8B-sft", "dev_set_v2_2.0x");
+    let before = now();
+    let id = ledger.insert_pending(&new).unwrap();
+    let after = now();
+
+    let row = ledger.attempt(id).unwrap().expect("inserted row");
+    assert_eq!(row.status, Status::Pending);
+    assert_eq!(row.benchmark, "dev_set_v2_2.0x");
+    assert_eq!(row.benchmark_family, "dev_set_v2");
+    assert_eq!((row.cluster.as_str(), row.username.as_str()), ("jupiter", "alice"));
+    assert_eq!(row.run_tag, new.run_tag);
+    assert_eq!(row.config, new.config);
+    assert_eq!(row.reason, "no previous attempt");
+    assert_eq!(row.attempt, 1);
+    assert_eq!(row.slurm_job_id, None);
+    assert_eq!((row.started_at, row.ended_at, row.metrics.as_ref()), (None, None, None));
+    assert_near(row.submitted_at, before, after);
+    assert_eq!(row.updated_at, row.submitted_at);
+    // UTC on the wire too: RFC 3339 with `Z`.
+    let json = serde_json::to_value(&row).unwrap();
+    assert!(json["submitted_at"].as_str().unwrap().ends_with('Z'), "{json}");
+    assert_eq!(json["status"], "pending");
+
+    ledger.set_job_id(id, "123456").unwrap();
+    ledger.set_job_id(id, "123456").unwrap(); // same id again: a no-op
+    let conflict = ledger.set_job_id(id, "999").unwrap_err();
+    assert!(matches!(&conflict, LedgerError::JobIdConflict { existing, .. } if existing == "123456"), "{conflict}");
+
+    ledger.transition(id, Status::Started, "payload running", None).unwrap();
+    let started = ledger.attempt(id).unwrap().unwrap();
+    assert_eq!((started.status, started.slurm_job_id.as_deref()), (Status::Started, Some("123456")));
+    let started_at = started.started_at.expect("started_at stamped");
+    assert_near(started_at, before, now());
+    assert!(started_at >= started.submitted_at);
+
+    // Re-entering `started` (a repeated sync) keeps the first stamp.
+    ledger.transition(id, Status::Started, "still running", None).unwrap();
+    assert_eq!(ledger.attempt(id).unwrap().unwrap().started_at, Some(started_at));
+
+    let metrics = json!({"mean_reward": 0.41, "n_trials": 100, "n_errors": 2});
+    ledger.transition(id, Status::Finished, "harbor finished", Some(&metrics)).unwrap();
+    let finished = ledger.attempt(id).unwrap().unwrap();
+    assert_eq!(finished.status, Status::Finished);
+    assert_eq!(finished.metrics.as_ref(), Some(&metrics));
+    assert_eq!(finished.reason, "harbor finished");
+    let ended_at = finished.ended_at.expect("ended_at stamped");
+    assert!(ended_at >= started_at && finished.updated_at >= ended_at);
+
+    // Terminal is final.
+    let illegal = ledger.transition(id, Status::Started, "resurrect", None).unwrap_err();
+    assert!(
+        matches!(illegal, LedgerError::IllegalTransition { from: Status::Finished, to: Status::Started, .. }),
+        "{illegal}"
+    );
+    let illegal = ledger.transition(id, Status::Failed, "late failure", None).unwrap_err();
+    assert!(matches!(illegal, LedgerError::IllegalTransition { from: Status::Finished, .. }), "{illegal}");
+    // Re-entering `finished` may clear the metrics (`Some(Null)`); `None` leaves them.
+    ledger.transition(id, Status::Finished, "metrics cleared: infra errors", Some(&Value::Null)).unwrap();
+    let cleared = ledger.attempt(id).unwrap().unwrap();
+    assert_eq!((cleared.metrics, cleared.ended_at), (None, Some(ended_at)));
+
+    let missing = AttemptId(id.0 + 1000);
+    assert!(matches!(ledger.transition(missing, Status::Failed, "x", None), Err(LedgerError::NotFound { .. })));
+    assert!(matches!(ledger.set_job_id(missing, "1"), Err(LedgerError::NotFound { .. })));
+    assert_eq!(ledger.attempt(missing).unwrap(), None);
+
+    // Pending straight to failed (sbatch refused): ended, never started.
+    let second = ledger.insert_pending(&new).unwrap();
+    ledger.transition(second, Status::Failed, "sbatch: invalid account", None).unwrap();
+    let failed = ledger.attempt(second).unwrap().unwrap();
+    assert_eq!((failed.started_at, failed.attempt), (None, 2));
+    assert!(failed.ended_at.is_some());
+}
+
+fn second_active_attempt_is_refused(ledger: &dyn Ledger) {
+    let first = ledger.insert_pending(&new_attempt("org/A-32B", "dev_set_v2")).unwrap();
+    let refused = ledger.insert_pending(&new_attempt("org/A-32B", "dev_set_v2")).unwrap_err();
+    match &refused {
+        LedgerError::AlreadyActive { model, family, existing_id } => {
+            assert_eq!((model.as_str(), family.as_str(), *existing_id), ("org/A-32B", "dev_set_v2", first));
+        }
+        other => panic!("expected AlreadyActive, got {other}"),
+    }
+    assert!(refused.to_string().contains("org/A-32B"), "{refused}");
+    // Another member of the family is the same pair; started blocks like pending.
+    ledger.transition(first, Status::Started, "running", None).unwrap();
+    let refused = ledger.insert_pending(&new_attempt("org/A-32B", "openthoughts-tblite")).unwrap_err();
+    assert!(matches!(refused, LedgerError::AlreadyActive { existing_id, .. } if existing_id == first), "{refused}");
+    // Other models and other families are independent.
+    ledger.insert_pending(&new_attempt("org/B-32B", "dev_set_v2")).unwrap();
+    ledger.insert_pending(&new_attempt("org/A-32B", "terminal_bench_2")).unwrap();
+    // Once the active attempt ends, the next one goes in — numbered per pair.
+    ledger.transition(first, Status::Failed, "vanished", None).unwrap();
+    let second = ledger.insert_pending(&new_attempt("org/A-32B", "DCAgent_dev_set_v2")).unwrap();
+    ledger.transition(second, Status::Finished, "done", Some(&json!({"mean_reward": 1.0}))).unwrap();
+    let third = ledger.insert_pending(&new_attempt("org/A-32B", "dev_set_v2")).unwrap();
+    let numbers: Vec<u32> = ledger.attempts_for("org/A-32B", "dev_set_v2").unwrap().iter().map(|a| a.attempt).collect();
+    assert_eq!(numbers, vec![1, 2, 3]);
+    assert_eq!(ledger.attempt(third).unwrap().unwrap().attempt, 3);
+    assert_eq!(ledger.active().unwrap().len(), 3);
+}
+
+fn families_count_as_one_benchmark(ledger: &dyn Ledger) {
+    for (benchmark, family) in DEFAULT_FAMILIES {
+        assert_eq!(ledger.family_of(benchmark).unwrap(), *family);
+    }
+    assert_eq!(ledger.family_of("dev_set_v2_2.0x").unwrap(), "dev_set_v2");
+    assert_eq!(ledger.family_of("terminal_bench_2").unwrap(), "terminal_bench_2");
+    let mut families = ledger.families().unwrap();
+    families.sort();
+    let mut expected: Vec<(String, String)> =
+        DEFAULT_FAMILIES.iter().map(|(b, f)| (b.to_string(), f.to_string())).collect();
+    expected.sort();
+    assert_eq!(families, expected);
+
+    ledger.set_family("swebench-verified-random-100-folders", "swebench-verified-random-100").unwrap();
+    assert_eq!(ledger.family_of("swebench-verified-random-100-folders").unwrap(), "swebench-verified-random-100");
+    // Changing a mapping is an upsert.
+    ledger.set_family("swebench-verified-random-100-folders", "swe").unwrap();
+    assert_eq!(ledger.family_of("swebench-verified-random-100-folders").unwrap(), "swe");
+    // attempts_for and unevaluated accept a member benchmark for its family.
+    let id = ledger.insert_pending(&new_attempt("m", "dev_set_v2_2.0x")).unwrap();
+    assert_eq!(ledger.attempts_for("m", "DCAgent_dev_set_v2").unwrap()[0].id, id);
+}
+
+fn set_family_moves_attempts_and_refuses_merging_active_ones(ledger: &dyn Ledger) {
+    let old = ledger.insert_pending(&new_attempt("m", "tb2_hard")).unwrap();
+    ledger.transition(old, Status::Failed, "x", None).unwrap();
+    ledger.insert_pending(&new_attempt("m", "tb2_hard")).unwrap();
+    ledger.insert_pending(&new_attempt("m", "terminal_bench_2")).unwrap();
+    // Both pairs have an active attempt: merging them would break the one-active rule.
+    let refused = ledger.set_family("tb2_hard", "terminal_bench_2").unwrap_err();
+    assert!(matches!(refused, LedgerError::AlreadyActive { .. }), "{refused}");
+    assert_eq!(ledger.family_of("tb2_hard").unwrap(), "tb2_hard", "refused change must roll back");
+    for attempt in ledger.active().unwrap() {
+        if attempt.benchmark == "terminal_bench_2" {
+            ledger.transition(attempt.id, Status::Cancelled, "make room", None).unwrap();
+        }
+    }
+    ledger.set_family("tb2_hard", "terminal_bench_2").unwrap();
+    let moved = ledger.attempts_for("m", "terminal_bench_2").unwrap();
+    assert_eq!(moved.len(), 3);
+    assert!(moved.iter().all(|a| a.benchmark_family == "terminal_bench_2"));
+    assert!(ledger.attempts_for("m", "tb2_hard").unwrap().len() == 3, "tb2_hard now resolves to its family");
+}
+
+fn latest_per_pair_picks_latest_and_counts(ledger: &dyn Ledger) {
+    assert!(ledger.latest_per_pair().unwrap().is_empty());
+    // History with out-of-order submission times: latest is by submitted_at, not insertion order.
+    ledger
+        .import_attempts(&[
+            imported("m1", "dev_set_v2", Status::Failed, at(100)),
+            imported("m1", "dev_set_v2_2.0x", Status::Finished, at(300)),
+            imported("m1", "DCAgent_dev_set_v2", Status::Failed, at(200)),
+            imported("m1", "terminal_bench_2", Status::Cancelled, at(50)),
+            imported("m2", "dev_set_v2", Status::Failed, at(10)),
+            imported("m2", "dev_set_v2", Status::Failed, at(20)),
+        ])
+        .unwrap();
+    // Ties on submitted_at go to the higher id.
+    ledger
+        .import_attempts(&[
+            imported("m3", "swe", Status::Failed, at(500)),
+            imported("m3", "swe", Status::Finished, at(500)),
+        ])
+        .unwrap();
+    // A live attempt is newer than all history.
+    let live = ledger.insert_pending(&new_attempt("m2", "dev_set_v2")).unwrap();
+
+    let pairs = ledger.latest_per_pair().unwrap();
+    let summary: Vec<(&str, &str, Status, u32, u32)> = pairs
+        .iter()
+        .map(|p| (p.model.as_str(), p.family.as_str(), p.latest.status, p.failed_attempts, p.total_attempts))
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            ("m1", "dev_set_v2", Status::Finished, 2, 3),
+            ("m1", "terminal_bench_2", Status::Cancelled, 0, 1),
+            ("m2", "dev_set_v2", Status::Pending, 2, 3),
+            ("m3", "swe", Status::Finished, 1, 2),
+        ]
+    );
+    assert_eq!(pairs[0].latest.benchmark, "dev_set_v2_2.0x");
+    assert_eq!(pairs[0].latest.submitted_at, at(300));
+    assert_eq!(pairs[0].latest.attempt, 3, "attempt numbers follow submission time");
+    assert_eq!(pairs[0].latest.metrics, Some(json!({"mean_reward": 0.5})));
+    assert_eq!(pairs[2].latest.id, live);
+    assert_eq!(pairs[2].latest.attempt, 3);
+}
+
+fn catalogue_and_unevaluated(ledger: &dyn Ledger) {
+    assert!(ledger.add_model("org/Alpha-8B", None).unwrap());
+    assert!(ledger.add_model("org/Beta-32B-sft", Some("Qwen/Qwen3-32B")).unwrap());
+    assert!(ledger.add_model("org/Gamma-8B-v2", None).unwrap());
+    assert!(ledger.add_model("org/no-size-token", None).unwrap());
+    assert!(ledger.add_model("org/Qwen3-30B-A3B-x", None).unwrap());
+    // Idempotent; a base model given later fills in.
+    assert!(!ledger.add_model("org/Alpha-8B", None).unwrap());
+    assert!(!ledger.add_model("org/Alpha-8B", Some("Qwen/Qwen3-8B")).unwrap());
+    assert!(!ledger.add_model("org/Alpha-8B", None).unwrap());
+
+    let models = ledger.list_models().unwrap();
+    let ids: Vec<&str> = models.iter().map(|m| m.id.as_str()).collect();
+    assert_eq!(ids, ["org/Alpha-8B", "org/Beta-32B-sft", "org/Gamma-8B-v2", "org/no-size-token", "org/Qwen3-30B-A3B-x"]);
+    let sizes: Vec<Option<&str>> = models.iter().map(|m| m.size_class.as_deref()).collect();
+    assert_eq!(sizes, [Some("8"), Some("32"), Some("8"), None, Some("30")]);
+    assert_eq!(models[0].base_model.as_deref(), Some("Qwen/Qwen3-8B"));
+    assert_eq!(models[1].base_model.as_deref(), Some("Qwen/Qwen3-32B"));
+    assert!(models.windows(2).all(|w| w[0].registered_at <= w[1].registered_at));
+
+    // Alpha finished on a family member; Gamma only failed; Beta is running.
+    let alpha = ledger.insert_pending(&new_attempt("org/Alpha-8B", "dev_set_v2_2.0x")).unwrap();
+    ledger.transition(alpha, Status::Finished, "done", Some(&json!({"mean_reward": 0.3}))).unwrap();
+    let gamma = ledger.insert_pending(&new_attempt("org/Gamma-8B-v2", "dev_set_v2")).unwrap();
+    ledger.transition(gamma, Status::Failed, "oom", None).unwrap();
+    ledger.insert_pending(&new_attempt("org/Beta-32B-sft", "dev_set_v2")).unwrap();
+
+    assert_eq!(
+        ledger.unevaluated("dev_set_v2", None).unwrap(),
+        ["org/Beta-32B-sft", "org/Gamma-8B-v2", "org/no-size-token", "org/Qwen3-30B-A3B-x"]
+    );
+    assert_eq!(ledger.unevaluated("dev_set_v2", Some("8")).unwrap(), ["org/Gamma-8B-v2"]);
+    assert_eq!(ledger.unevaluated("openthoughts-tblite", Some("8")).unwrap(), ["org/Gamma-8B-v2"]);
+    assert_eq!(ledger.unevaluated("dev_set_v2", Some("32")).unwrap(), ["org/Beta-32B-sft"]);
+    assert_eq!(ledger.unevaluated("terminal_bench_2", Some("8")).unwrap(), ["org/Alpha-8B", "org/Gamma-8B-v2"]);
+    assert!(ledger.unevaluated("dev_set_v2", Some("70")).unwrap().is_empty());
+}
+
+fn lookups_by_run_tag_and_active(ledger: &dyn Ledger) {
+    let new = new_attempt("org/M-8B", "terminal_bench_2");
+    let first = ledger.insert_pending(&new).unwrap();
+    ledger.transition(first, Status::Failed, "vanished", None).unwrap();
+    let second = ledger.insert_pending(&new).unwrap();
+    ledger.insert_pending(&new_attempt("org/N-8B", "terminal_bench_2")).unwrap();
+    let by_tag: Vec<AttemptId> = ledger.find_by_run_tag(&new.run_tag).unwrap().iter().map(|a| a.id).collect();
+    assert_eq!(by_tag, [first, second]);
+    assert!(ledger.find_by_run_tag("no-such-tag").unwrap().is_empty());
+    let active: Vec<(String, Status)> = ledger.active().unwrap().into_iter().map(|a| (a.model, a.status)).collect();
+    assert_eq!(active, [("org/M-8B".to_string(), Status::Pending), ("org/N-8B".to_string(), Status::Pending)]);
+}
+
+fn import_keeps_the_active_rule(ledger: &dyn Ledger) {
+    let live = ledger.insert_pending(&new_attempt("m", "dev_set_v2")).unwrap();
+    let clash = ledger.import_attempts(&[
+        imported("other", "x", Status::Finished, at(1)),
+        imported("m", "dev_set_v2_2.0x", Status::Started, at(2)),
+    ]);
+    assert!(matches!(clash, Err(LedgerError::AlreadyActive { existing_id, .. }) if existing_id == live), "{clash:?}");
+    let twice =
+        ledger.import_attempts(&[imported("n", "x", Status::Pending, at(1)), imported("n", "x", Status::Started, at(2))]);
+    assert!(matches!(twice, Err(LedgerError::InvalidImport { .. })), "{twice:?}");
+    // All or nothing: the refused batches left no rows.
+    assert!(ledger.attempts_for("other", "x").unwrap().is_empty());
+    assert!(ledger.attempts_for("n", "x").unwrap().is_empty());
+    assert_eq!(ledger.import_attempts(&[imported("n", "x", Status::Started, at(1))]).unwrap(), 1);
+    assert_eq!(ledger.import_attempts(&[]).unwrap(), 0);
+}
+
+/// Threads, each with its own connection, insert the same pair at once, round after round.
+fn racing_threads_one_wins(store: &Store) {
+    const RACERS: usize = 6;
+    let ledgers: Vec<Box<dyn Ledger>> = (0..RACERS).map(|_| store.open()).collect();
+    for round in 0..5 {
+        let barrier = Arc::new(Barrier::new(RACERS));
+        let results: Vec<_> = std::thread::scope(|scope| {
+            let handles: Vec<_> = ledgers
+                .iter()
+                .map(|ledger| {
+                    let barrier = Arc::clone(&barrier);
+                    scope.spawn(move || {
+                        barrier.wait();
+                        ledger.insert_pending(&new_attempt("org/Race-8B", "dev_set_v2"))
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let winners: Vec<AttemptId> = results.iter().filter_map(|r| r.as_ref().ok().copied()).collect();
+        assert_eq!(winners.len(), 1, "round {round}: {results:?}");
+        for result in &results {
+            match result {
+                Ok(_) => {}
+                Err(LedgerError::AlreadyActive { existing_id, .. }) => assert_eq!(*existing_id, winners[0]),
+                Err(other) => panic!("round {round}: unexpected {other}"),
+            }
+        }
+        ledgers[0].transition(winners[0], Status::Failed, "next round", None).unwrap();
+    }
+    assert_eq!(ledgers[0].attempts_for("org/Race-8B", "dev_set_v2").unwrap().len(), 5);
+}
+
+/// The same race across processes: this test binary re-runs itself as `race_child`.
+fn racing_processes_one_wins(store: &Store) {
+    const RACERS: usize = 4;
+    drop(store.open()); // migrate first so the children race on the insert, not on the schema
+    let dir = tempfile::tempdir().unwrap();
+    let children: Vec<_> = (0..RACERS)
+        .map(|n| {
+            Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "ledger::race_child", "--nocapture", "--test-threads=1", "--quiet"])
+                .env("LEDGER_RACE_SPEC", &store.spec)
+                .env("LEDGER_RACE_DIR", dir.path())
+                .env("LEDGER_RACE_INDEX", n.to_string())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while (0..RACERS).any(|n| !dir.path().join(format!("ready-{n}")).exists()) {
+        assert!(Instant::now() < deadline, "race children did not get ready");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::fs::write(dir.path().join("go"), b"").unwrap();
+    let mut won = Vec::new();
+    let mut lost = Vec::new();
+    for child in children {
+        let output = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let line = stdout.lines().find_map(|l| l.split_once("RACE-RESULT ").map(|(_, r)| r)).unwrap_or_else(|| {
+            panic!("no result from child: {stdout}\n{}", String::from_utf8_lossy(&output.stderr))
+        });
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["won", id, ..] => won.push(id.to_string()),
+            ["lost", id, ..] => lost.push(id.to_string()),
+            _ => panic!("child failed: {line}"),
+        }
+    }
+    assert_eq!(won.len(), 1, "won {won:?}, lost {lost:?}");
+    assert!(lost.iter().all(|id| *id == won[0]), "won {won:?}, lost {lost:?}");
+    assert_eq!(store.open().active().unwrap().len(), 1);
+}
+
+/// The child half of `racing_processes_one_wins`; a no-op when run as an ordinary test.
+#[test]
+fn race_child() {
+    let (Ok(spec), Ok(dir), Ok(index)) = (
+        std::env::var("LEDGER_RACE_SPEC"),
+        std::env::var("LEDGER_RACE_DIR"),
+        std::env::var("LEDGER_RACE_INDEX"),
+    ) else {
+        return;
+    };
+    let dir = PathBuf::from(dir);
+    let ledger = open_ledger(&spec).unwrap();
+    ledger.ping().unwrap();
+    std::fs::write(dir.join(format!("ready-{index}")), b"").unwrap();
+    while !dir.join("go").exists() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    match ledger.insert_pending(&new_attempt("org/Race-8B", "dev_set_v2")) {
+        Ok(id) => println!("RACE-RESULT won {id}"),
+        Err(LedgerError::AlreadyActive { existing_id, .. }) => println!("RACE-RESULT lost {existing_id}"),
+        Err(other) => println!("RACE-RESULT error {other}"),
+    }
+}
+
+/// `sslmode=require` encrypts against the local server's self-signed certificate (as libpq does);
+/// `verify-full` must refuse that certificate. SQLite has no TLS: nothing to check.
+fn tls_require_and_verify(store: &Store) {
+    if !store.is_postgres() {
+        return;
+    }
+    let mut admin = pg_admin().unwrap();
+    let ssl: String = admin.query_one("SHOW ssl", &[]).unwrap().get(0);
+    if ssl != "on" {
+        eprintln!("note: the PostgreSQL server has ssl off; TLS not exercised");
+        return;
+    }
+    let name = format!("ledger_tls_{}", std::process::id());
+    let require = open_ledger(&with_param(&store.spec, &format!("sslmode=require&application_name={name}"))).unwrap();
+    require.ping().unwrap();
+    let encrypted: Option<bool> = admin
+        .query_one(
+            "SELECT bool_and(s.ssl) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid)
+             WHERE a.application_name = $1",
+            &[&name],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(encrypted, Some(true), "the ledger connection is not encrypted");
+    let verify = open_ledger(&with_param(&store.spec, "sslmode=verify-full&sslrootcert=system"));
+    let error = verify.err().expect("verify-full must reject a self-signed certificate");
+    assert!(matches!(error, LedgerError::Unreachable { .. }), "{error}");
+    assert!(error.to_string().contains("sslmode"), "{error}");
+}
+
+fn wrong_password_is_a_clear_error(store: &Store) {
+    if !store.is_postgres() {
+        return;
+    }
+    let url = pg_url();
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+    let user = rest.rsplit_once('@').and_then(|(info, _)| info.split(':').next()).unwrap_or("evaltest");
+    let error = open_ledger(&format!("{scheme}://{user}:Wr0ng-Pa55word@{host}")).err().expect("bad password refused");
+    assert!(matches!(error, LedgerError::Rejected { .. }), "{error}");
+    let (text, debug) = (error.to_string(), format!("{error:?}"));
+    assert!(!text.contains("Wr0ng-Pa55word") && !debug.contains("Wr0ng-Pa55word"), "{text} / {debug}");
+    assert!(text.contains("password"), "{text}");
+}
+
+// ------------------------------------------------------------------------------------ down
+
+#[test]
+fn postgres_down_is_a_clear_error_without_the_password() {
+    // Port 1 on loopback: nothing listens, the connection is refused at once.
+    let started = Instant::now();
+    let error = open_ledger("postgres://alice:S3cretPa55@127.0.0.1:1/ledger?sslmode=require")
+        .err()
+        .expect("nothing listens on port 1");
+    assert!(started.elapsed() < Duration::from_secs(15), "took {:?}", started.elapsed());
+    let (text, debug) = (error.to_string(), format!("{error:?}"));
+    assert!(matches!(error, LedgerError::Unreachable { .. }), "{text}");
+    assert!(text.starts_with("ledger postgres://alice@127.0.0.1:1/ledger unreachable: "), "{text}");
+    assert!(text.contains("is PostgreSQL running"), "{text}");
+    assert!(!text.contains('\n'), "{text}");
+    assert!(!text.contains("S3cretPa55") && !debug.contains("S3cretPa55"), "{text} / {debug}");
+}
+
+#[test]
+fn bad_specs_are_clear_errors_without_the_password() {
+    for spec in ["mysql://u:S3cretPa55@h/db", "postgres://u:S3cretPa55@h:notaport/db", ""] {
+        let error = open_ledger(spec).err().expect("refused");
+        let (text, debug) = (error.to_string(), format!("{error:?}"));
+        assert!(matches!(error, LedgerError::BadSpec { .. }), "{spec}: {text}");
+        assert!(!text.contains("S3cretPa55") && !debug.contains("S3cretPa55"), "{text} / {debug}");
+    }
+}
+
+#[test]
+fn sqlite_in_an_unusable_place_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("not-a-dir");
+    std::fs::write(&file, b"x").unwrap();
+    let error = open_ledger(&format!("sqlite:{}/ledger.sqlite", file.display())).err().expect("refused");
+    let text = error.to_string();
+    assert!(matches!(error, LedgerError::Unreachable { .. }), "{text}");
+    assert!(text.contains("not-a-dir/ledger.sqlite") && text.contains("writable"), "{text}");
+
+    // A file that is not a database is refused on open, not on first use.
+    let junk = dir.path().join("junk.sqlite");
+    std::fs::write(&junk, vec![7u8; 4096]).unwrap();
+    let error = open_ledger(junk.to_str().unwrap()).err().expect("refused");
+    assert!(error.to_string().contains("junk.sqlite"), "{error}");
+}
+
+#[test]
+fn sqlite_default_location_is_in_the_state_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = submitter::ledger::default_path(&dir.path().join("state"));
+    assert!(path.ends_with("state/ledger.sqlite"));
+    let ledger = open_ledger(path.to_str().unwrap()).unwrap();
+    assert!(Path::new(&path).is_file());
+    assert_eq!(ledger.location(), format!("sqlite:{}", path.display()));
+    let memory = open_ledger(":memory:").unwrap();
+    memory.insert_pending(&new_attempt("m", "b")).unwrap();
+    assert_eq!(memory.active().unwrap().len(), 1);
+}
