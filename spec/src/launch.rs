@@ -178,42 +178,221 @@ impl Default for PortPolicy {
     }
 }
 
-/// How Harbor's agent reaches the model and how the node reaches the internet.
+/// How Harbor's agent reaches the model and how the node reaches the internet (SPEC §6.5,
+/// docs/tunnels.md). JSON: `{"kind": "none"}`, `{"kind": "pinggy", …}`, `{"kind": "socks", …}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+#[serde(tag = "kind", rename_all = "snake_case")]
 pub enum TunnelSpec {
     /// terminus-2 and other local agents call vLLM on the node.
     #[default]
     None,
     /// Reverse tunnel for installed-harness agents that run inside the remote sandbox.
-    Pinggy {
-        host: String,
-        #[serde(default = "default_pinggy_port")]
-        port: u16,
-        /// The persistent public URL, e.g. `https://abc.a.pinggy.link`.
-        public_url: String,
-        /// Name of the secret (in the secrets file) holding the token; never the token.
-        token_secret: String,
-        #[serde(default = "default_restarts")]
-        max_restarts: u32,
-    },
+    Pinggy(PinggySpec),
     /// SOCKS egress proxy for compute nodes without internet.
-    Socks {
-        login_node: String,
-        #[serde(default)]
-        user: Option<String>,
-        #[serde(default)]
-        identity_file: Option<PathBuf>,
-        #[serde(default)]
-        ssh_port: Option<u16>,
-        /// How Harbor uses it: proxy environment variables or a proxychains config.
-        #[serde(default)]
-        mode: ProxyMode,
-        #[serde(default)]
-        proxychains_bin: Option<String>,
-        #[serde(default = "default_restarts")]
-        max_restarts: u32,
-    },
+    Socks(SocksSpec),
+}
+
+/// Agents that run on the compute node and call vLLM over loopback; every other Harbor agent is an
+/// installed harness that runs inside the remote sandbox and needs the model on a public URL.
+/// (The replaced system's list: terminus*, oracle, nop, mini-swe-agent, swe-agent.)
+pub const LOCAL_AGENTS: &[&str] = &["terminus", "terminus-1", "terminus-2", "terminus-kira", "oracle", "nop", "mini-swe-agent", "swe-agent"];
+
+/// Whether `agent` runs inside the remote sandbox (and so needs a Pinggy tunnel).
+pub fn is_installed_agent(agent: &str) -> bool {
+    !(LOCAL_AGENTS.contains(&agent) || agent.starts_with("terminus"))
+}
+
+/// One (public URL, token secret) pair of the operator's Pinggy bank.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PinggyPair {
+    /// The persistent public URL the token owns, e.g. `https://abc.a.pinggy.link`.
+    pub public_url: String,
+    /// Name of the secret (in the secrets file) holding the token; never the token.
+    pub token_secret: String,
+    /// Server host for this pair; default the spec's `host`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PinggySpec {
+    /// `pro.pinggy.io` for persistent tokens.
+    pub host: String,
+    #[serde(default = "default_pinggy_port")]
+    pub port: u16,
+    /// The persistent public URL of the first pair, e.g. `https://abc.a.pinggy.link`.
+    pub public_url: String,
+    /// Name of the secret (in the secrets file) holding the first pair's token; never the token.
+    pub token_secret: String,
+    /// Further pairs, tried (in a rotation derived from the job id) when a pair is leased by another
+    /// job or Pinggy reports its token already active.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bank: Vec<PinggyPair>,
+    /// Shared directory (the cluster's `<state_dir>/pinggy`) with one lease file per pair, so two
+    /// live jobs never hold the same pair. Without it, only Pinggy's lock message steers the choice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock_dir: Option<PathBuf>,
+    /// A lease not refreshed for this long belongs to a dead job and may be taken over.
+    #[serde(default = "default_lease_ttl")]
+    pub lease_ttl_s: u64,
+    /// Remote port asked for (`-R<remote_port>:…`); Pinggy ignores it and assigns the public URL.
+    /// Generic SSH reverse-tunnel servers (and the tests' sshd) honour it.
+    #[serde(default)]
+    pub remote_port: u16,
+    /// Client key; Pinggy needs none (the token is the user name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity_file: Option<PathBuf>,
+    /// Pinned host keys (`StrictHostKeyChecking yes`); default: accept-new into a run-private file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub known_hosts: Option<PathBuf>,
+    /// Restarts of a dropped tunnel (consecutive; the count resets after a stable period).
+    #[serde(default = "default_restarts")]
+    pub max_restarts: u32,
+    /// First restart delay; doubled per consecutive restart, capped at 30 s.
+    #[serde(default = "default_backoff")]
+    pub restart_backoff_s: f64,
+    /// On a restart of a pair this job already held, add Pinggy's `force` keyword so a stale
+    /// session of our own (still active on Pinggy's side) is disconnected instead of locking us out.
+    #[serde(default = "yes_default")]
+    pub force_on_restart: bool,
+    /// How long to wait for the server's banner (or a live connection) before retrying.
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout_s: f64,
+    /// End-to-end check: `GET <public_url>/v1/models` must list the served name.
+    #[serde(default = "default_verify_attempts")]
+    pub verify_attempts: u32,
+    #[serde(default = "default_verify_interval")]
+    pub verify_interval_s: f64,
+    /// HTTP client used for the check (TLS to the public URL): an absolute path or a name on PATH.
+    #[serde(default = "default_verify_program")]
+    pub verify_program: String,
+    #[serde(default = "default_alive_interval")]
+    pub server_alive_interval_s: u32,
+    #[serde(default = "default_alive_count")]
+    pub server_alive_count_max: u32,
+}
+
+impl PinggySpec {
+    /// Every pair, the first one (`public_url`/`token_secret`) first.
+    pub fn pairs(&self) -> Vec<PinggyPair> {
+        let mut pairs = vec![PinggyPair { public_url: self.public_url.clone(), token_secret: self.token_secret.clone(), host: None }];
+        pairs.extend(self.bank.iter().cloned());
+        pairs
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SocksSpec {
+    pub login_node: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Key for the login node; an OpenSSH certificate `<identity_file>-cert.pub` beside it (step-ca
+    /// on Leonardo) is used automatically by ssh.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity_file: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh_port: Option<u16>,
+    /// Pinned host keys (`StrictHostKeyChecking yes`); default: accept-new into a run-private file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub known_hosts: Option<PathBuf>,
+    /// How Harbor uses it: proxy environment variables or a proxychains config.
+    #[serde(default)]
+    pub mode: ProxyMode,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxychains_bin: Option<String>,
+    /// The local SOCKS port: fixed, or derived from the job id in [base, base+span) and checked free.
+    #[serde(default = "default_socks_ports")]
+    pub port: PortPolicy,
+    /// One request through the proxy before Harbor starts: a SOCKS5 CONNECT to this URL's host and
+    /// port (for `http://` also a GET that must answer with an HTTP status line).
+    #[serde(default = "default_socks_verify")]
+    pub verify_url: String,
+    #[serde(default = "default_verify_attempts")]
+    pub verify_attempts: u32,
+    #[serde(default = "default_socks_verify_interval")]
+    pub verify_interval_s: f64,
+    /// Extra `NO_PROXY` entries (loopback and private ranges are always excluded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub no_proxy: Vec<String>,
+    #[serde(default = "default_restarts")]
+    pub max_restarts: u32,
+    #[serde(default = "default_backoff")]
+    pub restart_backoff_s: f64,
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout_s: f64,
+    #[serde(default = "default_alive_interval")]
+    pub server_alive_interval_s: u32,
+    #[serde(default = "default_alive_count")]
+    pub server_alive_count_max: u32,
+}
+
+fn is_http_url(url: &str) -> bool {
+    let rest = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://"));
+    rest.is_some_and(|r| !r.is_empty() && !r.contains(char::is_whitespace))
+}
+
+fn is_var_name(name: &str) -> bool {
+    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') && !name.starts_with(|c: char| c.is_ascii_digit())
+}
+
+/// A host name or address for a generated ssh config line (no spaces, quotes or `%` tokens).
+fn is_config_word(word: &str) -> bool {
+    !word.is_empty() && word.chars().all(|c| c.is_ascii_alphanumeric() || "._-:@[]".contains(c))
+}
+
+impl TunnelSpec {
+    /// The first problem with the tunnel settings, as (field, problem).
+    pub fn problem(&self) -> Result<(), (&'static str, String)> {
+        match self {
+            TunnelSpec::None => Ok(()),
+            TunnelSpec::Pinggy(p) => {
+                if !is_config_word(&p.host) {
+                    return Err(("tunnel.host", format!("`{}` is not a host name", p.host)));
+                }
+                let mut seen = std::collections::BTreeSet::new();
+                for pair in p.pairs() {
+                    if !is_http_url(&pair.public_url) {
+                        return Err(("tunnel.public_url", format!("`{}` must be an http:// or https:// URL", pair.public_url)));
+                    }
+                    if !is_var_name(&pair.token_secret) {
+                        return Err(("tunnel.token_secret", format!("`{}` must be the name of a secret ([A-Za-z_][A-Za-z0-9_]*), never the token", pair.token_secret)));
+                    }
+                    if let Some(host) = &pair.host
+                        && !is_config_word(host)
+                    {
+                        return Err(("tunnel.bank", format!("host `{host}` is not a host name")));
+                    }
+                    if !seen.insert(pair.public_url.trim_end_matches('/').to_string()) {
+                        return Err(("tunnel.bank", format!("public URL {} is listed twice", pair.public_url)));
+                    }
+                }
+                if p.verify_attempts == 0 {
+                    return Err(("tunnel.verify_attempts", "must be ≥ 1".to_string()));
+                }
+                Ok(())
+            }
+            TunnelSpec::Socks(s) => {
+                if !is_config_word(&s.login_node) {
+                    return Err(("tunnel.login_node", format!("`{}` is not a host name", s.login_node)));
+                }
+                if let Some(user) = &s.user
+                    && !is_config_word(user)
+                {
+                    return Err(("tunnel.user", format!("`{user}` is not a user name")));
+                }
+                if !is_http_url(&s.verify_url) {
+                    return Err(("tunnel.verify_url", format!("`{}` must be an http:// or https:// URL", s.verify_url)));
+                }
+                if s.verify_attempts == 0 {
+                    return Err(("tunnel.verify_attempts", "must be ≥ 1".to_string()));
+                }
+                Ok(())
+            }
+        }
+    }
 }
 
 fn default_pinggy_port() -> u16 {
@@ -222,6 +401,54 @@ fn default_pinggy_port() -> u16 {
 
 fn default_restarts() -> u32 {
     3
+}
+
+fn default_backoff() -> f64 {
+    2.0
+}
+
+fn default_lease_ttl() -> u64 {
+    600
+}
+
+fn yes_default() -> bool {
+    true
+}
+
+fn default_connect_timeout() -> f64 {
+    30.0
+}
+
+fn default_verify_attempts() -> u32 {
+    12
+}
+
+fn default_verify_interval() -> f64 {
+    5.0
+}
+
+fn default_socks_verify_interval() -> f64 {
+    2.0
+}
+
+fn default_verify_program() -> String {
+    "curl".to_string()
+}
+
+fn default_alive_interval() -> u32 {
+    30
+}
+
+fn default_alive_count() -> u32 {
+    3
+}
+
+fn default_socks_ports() -> PortPolicy {
+    PortPolicy { fixed: None, base: 40000, span: 10000 }
+}
+
+fn default_socks_verify() -> String {
+    "https://huggingface.co/".to_string()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -437,11 +664,70 @@ impl LaunchSpec {
         if self.limits.teardown_grace_s < 0.0 || self.limits.heartbeat_interval_s <= 0.0 {
             return Err(field("limits", "teardown_grace_s must be ≥ 0 and heartbeat_interval_s > 0"));
         }
+        self.tunnel.problem().map_err(|(name, problem)| field(name, &problem))?;
         Ok(())
     }
 
     /// GPUs the engine needs on this node.
     pub fn gpus_needed(&self) -> u32 {
         self.serve.tensor_parallel_size * self.serve.data_parallel_size
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tunnel_json_is_tagged_and_strict() {
+        let none: TunnelSpec = serde_json::from_str(r#"{"kind": "none"}"#).unwrap();
+        assert_eq!(none, TunnelSpec::None);
+        let p: TunnelSpec = serde_json::from_str(
+            r#"{"kind": "pinggy", "host": "pro.pinggy.io", "public_url": "https://a.a.pinggy.link", "token_secret": "PINGGY_TOKEN",
+                "bank": [{"public_url": "https://b.a.pinggy.link", "token_secret": "PINGGY_TOKEN_2"}]}"#,
+        )
+        .unwrap();
+        let TunnelSpec::Pinggy(ref spec) = p else { panic!("{p:?}") };
+        assert_eq!(spec.port, 443);
+        assert_eq!(spec.max_restarts, 3);
+        assert_eq!(spec.pairs().len(), 2);
+        assert!(p.problem().is_ok());
+        let text = serde_json::to_string(&p).unwrap();
+        assert!(text.starts_with(r#"{"kind":"pinggy""#), "{text}");
+        assert_eq!(serde_json::from_str::<TunnelSpec>(&text).unwrap(), p);
+        let unknown = serde_json::from_str::<TunnelSpec>(
+            r#"{"kind": "pinggy", "host": "h", "public_url": "https://a", "token_secret": "T", "token": "oops"}"#,
+        );
+        assert!(unknown.unwrap_err().to_string().contains("unknown field `token`"));
+        let s: TunnelSpec = serde_json::from_str(r#"{"kind": "socks", "login_node": "login05", "mode": "proxychains"}"#).unwrap();
+        let TunnelSpec::Socks(ref socks) = s else { panic!() };
+        assert_eq!(socks.mode, ProxyMode::Proxychains);
+        assert_eq!(socks.port.base, 40000);
+        assert!(s.problem().is_ok());
+    }
+
+    #[test]
+    fn tunnel_problems_name_the_field() {
+        let mut p: PinggySpec = serde_json::from_str(r#"{"host": "pro.pinggy.io", "public_url": "https://a", "token_secret": "T"}"#).unwrap();
+        p.token_secret = "tok en".into();
+        assert_eq!(TunnelSpec::Pinggy(p.clone()).problem().unwrap_err().0, "tunnel.token_secret");
+        p.token_secret = "T".into();
+        p.bank.push(PinggyPair { public_url: "https://a/".into(), token_secret: "U".into(), host: None });
+        assert_eq!(TunnelSpec::Pinggy(p.clone()).problem().unwrap_err().0, "tunnel.bank");
+        p.bank.clear();
+        p.public_url = "ftp://x".into();
+        assert_eq!(TunnelSpec::Pinggy(p).problem().unwrap_err().0, "tunnel.public_url");
+        let s: SocksSpec = serde_json::from_str(r#"{"login_node": "login 05"}"#).unwrap();
+        assert_eq!(TunnelSpec::Socks(s).problem().unwrap_err().0, "tunnel.login_node");
+    }
+
+    #[test]
+    fn installed_agents() {
+        for local in ["terminus-2", "terminus", "terminus-kira", "oracle", "nop", "mini-swe-agent", "swe-agent"] {
+            assert!(!is_installed_agent(local), "{local}");
+        }
+        for installed in ["openhands", "opencode", "claude-code", "codex"] {
+            assert!(is_installed_agent(installed), "{installed}");
+        }
     }
 }
