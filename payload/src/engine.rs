@@ -192,6 +192,25 @@ pub fn http_client(timeout: Duration) -> reqwest::Client {
         .expect("HTTP client builds")
 }
 
+/// The loopback client with `Authorization: Bearer <key>` on every request, for a vLLM started
+/// with `VLLM_API_KEY` (its `/v1` routes then need the key; `/health` and `/metrics` stay open).
+pub fn http_client_with_key(timeout: Duration, api_key: Option<&str>) -> reqwest::Client {
+    let Some(key) = api_key else { return http_client(timeout) };
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Ok(mut value) = reqwest::header::HeaderValue::from_str(&format!("Bearer {key}")) {
+        value.set_sensitive(true);
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+    }
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(timeout)
+        .connect_timeout(timeout)
+        .pool_max_idle_per_host(2)
+        .default_headers(headers)
+        .build()
+        .expect("HTTP client builds")
+}
+
 /// `GET /health` → 200?
 pub async fn health_ok(client: &reqwest::Client, base_url: &str) -> bool {
     matches!(client.get(format!("{base_url}/health")).send().await, Ok(resp) if resp.status().as_u16() == 200)

@@ -76,6 +76,8 @@ pub struct ProcessSection {
 #[derive(Debug, Serialize)]
 pub struct HarborSection {
     pub mode: &'static str,
+    /// What the agent calls: vLLM on this node, or the tunnel's public URL for installed agents.
+    pub api_base: String,
     #[serde(flatten)]
     pub process: ProcessSection,
     /// On resume: the `config.json` files whose `api_base` would be rewritten.
@@ -92,9 +94,6 @@ pub fn build(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, String)]) -
     let mut problem = |f: Failure| problems.push(Problem { class: f.class, message: f.message });
     let run_id = format!("{}-<pid>", spec.run_tag);
 
-    if let Err(e) = tunnel::check(&spec.tunnel) {
-        problem(e.into());
-    }
     if let Err(f) = run::check_paths(spec) {
         problem(f);
     }
@@ -207,8 +206,31 @@ pub fn build(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, String)]) -
     let port = port_section.port.unwrap_or(spec.serve.port.fixed.unwrap_or(spec.serve.port.base));
     let base = run::base_url(&spec.serve.host, port);
 
+    // Tunnel.
+    let tunnel_env = childenv::build(parent, None, &BTreeMap::new(), &run_id);
+    let mut tunnel_problems = Vec::new();
+    let tunnel_plan = tunnel::plan(
+        &spec.tunnel,
+        &tunnel::PlanInputs {
+            secrets: &loaded,
+            job_id: &job_id,
+            engine_host: &spec.serve.host,
+            engine_port: port,
+            served_name: &spec.model.served_name,
+            node: run::node_name(&env_fn).unwrap_or_default(),
+            child_path: &tunnel_env["PATH"],
+        },
+        &mut tunnel_problems,
+    );
+    for f in tunnel_problems {
+        problem(f);
+    }
+
     // Engine.
-    let engine_env = childenv::build(parent, spec.serve.env_prefix.as_deref(), &spec.serve.env, &run_id);
+    let mut engine_env = childenv::build(parent, spec.serve.env_prefix.as_deref(), &spec.serve.env, &run_id);
+    if tunnel::exposes_model(&spec.tunnel) {
+        engine_env.insert(tunnel::VLLM_KEY_VAR.to_string(), tunnel::GENERATED.to_string());
+    }
     let engine_program = match childenv::resolve_program(&spec.serve.program, spec.serve.env_prefix.as_deref(), &engine_env["PATH"]) {
         Ok(p) => p.display().to_string(),
         Err(e) => {
@@ -237,11 +259,21 @@ pub fn build(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, String)]) -
         }
     };
     let resume = harbor::is_resume(&spec.run_dir);
-    let (mode, harbor_argv, rewrites) = if resume {
+    let api_base = match &tunnel_plan.public_url {
+        Some(url) => format!("{url}/v1"),
+        None => format!("{base}/v1"),
+    };
+    let (mode, mut harbor_argv, rewrites) = if resume {
         ("resume", harbor::resume_argv(spec, &harbor_program), harbor::config_files(&spec.run_dir))
     } else {
-        ("fresh", harbor::fresh_argv(spec, &harbor_program, &format!("{base}/v1"), &agent_envs.args), Vec::new())
+        ("fresh", harbor::fresh_argv(spec, &harbor_program, &api_base, &agent_envs.args), Vec::new())
     };
+    harbor_env.extend(tunnel_plan.harbor_env.clone());
+    let mut harbor_program = harbor_program;
+    if !tunnel_plan.harbor_prefix.is_empty() {
+        harbor_program = tunnel_plan.harbor_prefix[0].clone();
+        harbor_argv.splice(0..0, tunnel_plan.harbor_prefix.clone());
+    }
 
     let redact = |items: Vec<String>| items.into_iter().map(|s| loaded.redact(&s)).collect::<Vec<_>>();
     let redact_env = |env: BTreeMap<String, String>| env.into_iter().map(|(k, v)| (k, loaded.redact(&v))).collect();
@@ -252,10 +284,11 @@ pub fn build(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, String)]) -
         gpu: gpu_section,
         port: port_section,
         secrets: secrets_section,
-        tunnel: tunnel::plan(&spec.tunnel),
+        tunnel: tunnel_plan,
         engine: ProcessSection { program: engine_program, argv: redact(engine_argv), env: redact_env(engine_env) },
         harbor: HarborSection {
             mode,
+            api_base,
             process: ProcessSection { program: harbor_program, argv: redact(harbor_argv), env: redact_env(harbor_env) },
             rewrites,
             warnings: agent_envs.warnings,
@@ -304,7 +337,26 @@ pub fn render(plan: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
         write!(out, "; Daytona org {n} ({}) handed to Harbor as DAYTONA_API_KEY", org.variable())?;
     }
     writeln!(out)?;
-    writeln!(out, "tunnel: {} — {}", plan.tunnel.kind, plan.tunnel.description)?;
+    let t = &plan.tunnel;
+    writeln!(out, "tunnel: {} — {}", t.kind, t.description)?;
+    if !t.argv.is_empty() {
+        writeln!(out, "  argv: {}", shell_words::join(&t.argv))?;
+    }
+    if let Some(config) = &t.ssh_config {
+        writeln!(out, "  ssh config (0600, in a private directory outside the run dir):")?;
+        for line in config.lines().filter(|l| !l.starts_with('#')) {
+            writeln!(out, "    {line}")?;
+        }
+    }
+    if !t.pairs.is_empty() {
+        writeln!(out, "  bank, in this job's order:")?;
+        for p in &t.pairs {
+            writeln!(out, "    {p}")?;
+        }
+    }
+    if let Some(v) = &t.verify {
+        writeln!(out, "  verify: {v}")?;
+    }
     writeln!(out)?;
     writeln!(out, "vLLM:")?;
     writeln!(out, "  argv: {}", shell_words::join(&plan.engine.argv))?;
@@ -313,7 +365,7 @@ pub fn render(plan: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
         writeln!(out, "    {k}={v}")?;
     }
     writeln!(out)?;
-    writeln!(out, "Harbor ({}):", plan.harbor.mode)?;
+    writeln!(out, "Harbor ({}), api_base {}:", plan.harbor.mode, plan.harbor.api_base)?;
     if !plan.harbor.rewrites.is_empty() {
         writeln!(out, "  resume: api_base rewritten in {} config.json file(s):", plan.harbor.rewrites.len())?;
         for f in &plan.harbor.rewrites {

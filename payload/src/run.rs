@@ -6,8 +6,11 @@
 //! 4. port;
 //! 5. vLLM in its own group (`serving`), logging to `vllm.log`;
 //! 6. readiness (`/health` 200 and the served name in `/v1/models`), polled every 150 ms while
-//!    watching the process; meanwhile (7) the Harbor side is prepared (resume rewrites);
-//! 8. Harbor in its own group (`running`), logging to `harbor.log`;
+//!    watching the process; meanwhile (7) the tunnel, if any, is started and checked (Pinggy's
+//!    end-to-end check needs vLLM, so it completes after readiness);
+//! 8. Harbor in its own group (`running`), logging to `harbor.log` (resume rewrites first; `api_base`
+//!    is the tunnel's public URL for installed agents; proxy variables or a proxychains prefix for
+//!    SOCKS egress);
 //! 9. watchdog + heartbeat until Harbor exits, a fault or a signal; teardown (`stopping`);
 //!    outcome (`done`); exit with the documented code.
 
@@ -31,12 +34,15 @@ use crate::supervisor::{
     self, ChildSpec, Role, ShutdownPlan, SignalEvent, Signals, Supervisor, Watch, WatchConfig, WatchEvent, describe_status,
     status_code, wait_opt,
 };
-use crate::{childenv, gpu, ports, tunnel};
+use crate::tunnel::{self, Tunnel, TunnelPoll};
+use crate::{childenv, gpu, ports};
 
 /// Readiness poll period (sub-second: a server that crashed in its first second fails at once).
 pub const READY_POLL: Duration = Duration::from_millis(150);
 /// Lines of `vllm.log` kept in an engine failure's outcome.
 pub const LOG_TAIL_LINES: usize = 30;
+/// How often the tunnel's state machine is advanced.
+pub const TUNNEL_POLL: Duration = Duration::from_millis(200);
 
 /// How the run ended, before teardown.
 #[derive(Debug)]
@@ -83,6 +89,7 @@ pub fn needs_secrets(spec: &LaunchSpec) -> bool {
     spec.secrets.daytona
         || !spec.secrets.pass_to_harbor.is_empty()
         || spec.harbor.agent_envs.iter().any(|e| e.value.is_none())
+        || !tunnel::secret_names(&spec.tunnel).is_empty()
 }
 
 /// `http://127.0.0.1:<port>`: the agent runs on this node, so a wildcard listen address is reached
@@ -162,7 +169,15 @@ pub fn harbor_env(
         env.insert(k.clone(), v.clone());
     }
     if spec.secrets.daytona {
-        let (chosen, key) = secrets::daytona_key(secrets, org_job_id)?;
+        let (mut chosen, mut key) = secrets::daytona_key(secrets, org_job_id)?;
+        // Installed-harness agents always use org 2 (SPEC §6.6).
+        if launch_spec::launch::is_installed_agent(&spec.harbor.agent)
+            && chosen == secrets::DaytonaOrg::Org1
+            && let Some(org2) = secrets.get(secrets::DAYTONA_ORG2)
+        {
+            chosen = secrets::DaytonaOrg::Org2;
+            key = org2;
+        }
         env.insert(secrets::DAYTONA_ORG1.to_string(), key.to_string());
         env.remove(secrets::DAYTONA_ORG2);
         org = Some(chosen);
@@ -179,6 +194,7 @@ struct Run {
     parent: Vec<(String, String)>,
     run_id: String,
     heartbeat: HeartbeatState,
+    tunnel: Option<Tunnel>,
 }
 
 /// Runs the job; returns payload's exit code.
@@ -216,6 +232,7 @@ pub async fn run(spec_path: &Path) -> i32 {
         parent: parent_env(),
         run_id,
         heartbeat: HeartbeatState::default(),
+        tunnel: None,
     };
     let end = match run.sequence().await {
         Ok(status) => End::HarborExited(status),
@@ -264,8 +281,7 @@ impl Run {
             );
         }
 
-        // 2. Tunnel kind, paths, secrets, programs.
-        tunnel::check(&self.spec.tunnel).map_err(Failure::from)?;
+        // 2. Paths, secrets, programs (the tunnel's too).
         check_paths(&self.spec)?;
         let secrets = load_secrets(&self.spec, &env_fn).map_err(Failure::from)?;
         let org_id = org_job_id(&self.spec, &env_fn);
@@ -273,14 +289,29 @@ impl Run {
         for w in &agent_envs.warnings {
             tracing::warn!(warning = %w, "agent env");
         }
-        let (harbor_env, org) =
+        let (mut harbor_env, org) =
             harbor_env(&self.spec, &self.parent, &self.run_id, &secrets, &org_id, &agent_envs.harbor_env)
                 .map_err(Failure::from)?;
         self.rec.event(
             "secrets_loaded",
             json!({ "file": secrets.path(), "names": secrets.names().collect::<Vec<_>>(), "daytona_org": org }),
         );
-        let engine_env = childenv::build(&self.parent, self.spec.serve.env_prefix.as_deref(), &self.spec.serve.env, &self.run_id);
+        let mut engine_env = childenv::build(&self.parent, self.spec.serve.env_prefix.as_deref(), &self.spec.serve.env, &self.run_id);
+        let tunnel_env = childenv::build(&self.parent, None, &BTreeMap::new(), &self.run_id);
+        let tunnel_programs = tunnel::programs(&self.spec.tunnel, &tunnel_env["PATH"]).map_err(Failure::from)?;
+        // A model reachable from outside gets a per-job key: vLLM reads it from its environment, the
+        // agent from Harbor's (never argv, never a file).
+        let api_key = if tunnel::exposes_model(&self.spec.tunnel) {
+            let key = tunnel::random_key()
+                .map_err(|e| Failure::new(OutcomeClass::Tunnel, format!("cannot read /dev/urandom for the API key: {e}")).with_cause("api_key"))?;
+            engine_env.insert(tunnel::VLLM_KEY_VAR.to_string(), key.clone());
+            for name in tunnel::AGENT_KEY_VARS {
+                harbor_env.insert((*name).to_string(), key.clone());
+            }
+            Some(key)
+        } else {
+            None
+        };
         for name in childenv::dropped_names(&self.spec.serve.env).into_iter().chain(childenv::dropped_names(&self.spec.harbor.env)) {
             tracing::warn!(variable = name, "dropped from the child environment (never exported by payload)");
         }
@@ -304,6 +335,29 @@ impl Run {
         self.rec.event("port", json!({ "port": port }));
         let base = base_url(&self.spec.serve.host, port);
 
+        // The tunnel (started by the first poll, while vLLM loads).
+        if let Some(programs) = tunnel_programs {
+            self.tunnel = Tunnel::new(tunnel::Start {
+                spec: &self.spec.tunnel,
+                programs,
+                secrets: &secrets,
+                run_dir: &self.spec.run_dir,
+                run_tag: &self.spec.run_tag,
+                job_id: &port_job_id(&env_fn),
+                slurm_job_id: env_fn("SLURM_JOB_ID"),
+                node: node_name(&env_fn).unwrap_or_else(|| "unknown".into()),
+                engine_host: &self.spec.serve.host,
+                engine_port: port,
+                served_name: &self.spec.model.served_name,
+                api_key: api_key.clone(),
+                child_env: tunnel_env.clone(),
+                tmp_root: env_fn("TMPDIR").filter(|t| !t.is_empty()).map(PathBuf::from).unwrap_or_else(std::env::temp_dir),
+            })?;
+            if let Some(t) = &self.tunnel {
+                self.rec.event("tunnel_prepared", json!({ "kind": t.kind(), "socks_port": t.socks_port() }));
+            }
+        }
+
         // 5. vLLM.
         let argv = engine::argv(&self.spec, &engine_program.display().to_string(), port, decision.gpu_memory_utilization, decision.extra_vllm_args(), &env_fn)
             .map_err(Failure::from)?;
@@ -324,11 +378,19 @@ impl Run {
         self.rec.set_phase(Phase::Serving);
         tracing::info!(pid, port, "vLLM started; waiting for readiness");
 
-        // 7. While vLLM loads: the Harbor side (resume rewrites, argv).
-        let api_base = format!("{base}/v1");
         let resume = harbor::is_resume(&self.spec.run_dir);
         self.rec.status.resume = Some(resume);
-        let harbor_argv = if resume {
+
+        // 6. Readiness (7. the tunnel advances meanwhile), then the tunnel's end-to-end check.
+        self.wait_ready(&base, started, api_key.as_deref()).await?;
+        self.wait_tunnel().await?;
+
+        // 8. Harbor: api_base (the public URL for installed agents), resume rewrites, argv.
+        let api_base = match self.tunnel.as_ref().and_then(Tunnel::public_url) {
+            Some(url) => format!("{url}/v1"),
+            None => format!("{base}/v1"),
+        };
+        let mut harbor_argv = if resume {
             let rewritten = harbor::rewrite_api_base(&self.spec.run_dir, &api_base).map_err(Failure::from)?;
             let files: Vec<_> = rewritten.iter().map(|(p, n)| json!({ "file": p, "changed": n })).collect();
             self.rec.event("resume_configs_rewritten", json!({ "api_base": api_base, "files": files }));
@@ -336,11 +398,14 @@ impl Run {
         } else {
             harbor::fresh_argv(&self.spec, &harbor_program.display().to_string(), &api_base, &agent_envs.args)
         };
-
-        // 6. Readiness.
-        self.wait_ready(&base, started).await?;
-
-        // 8. Harbor.
+        let mut harbor_program = harbor_program;
+        if let Some(t) = &self.tunnel {
+            harbor_env.extend(t.harbor_env());
+            if let Some(prefix) = t.harbor_prefix() {
+                harbor_program = PathBuf::from(&prefix[0]);
+                harbor_argv.splice(0..0, prefix);
+            }
+        }
         if let Some(ev) = self.pending_signal().await {
             return Err(End::Signal(ev));
         }
@@ -349,7 +414,13 @@ impl Run {
             Failure::new(OutcomeClass::Harbor, format!("cannot start {}: {e}", child.program.display())).with_cause("spawn")
         })?;
         self.rec.status.pids.insert("harbor".into(), pid);
-        self.rec.event("harbor_spawned", json!({ "pid": pid, "argv": harbor_argv, "mode": if resume { "resume" } else { "fresh" } }));
+        self.rec.event(
+            "harbor_spawned",
+            json!({ "pid": pid, "argv": harbor_argv, "mode": if resume { "resume" } else { "fresh" }, "api_base": api_base }),
+        );
+        if let Some(t) = self.tunnel.as_mut() {
+            t.commit();
+        }
         self.rec.set_phase(Phase::Running);
         tracing::info!(pid, resume, "Harbor started");
 
@@ -360,6 +431,7 @@ impl Run {
             probe_interval: Duration::from_secs_f64(limits.health_probe_interval_s.max(0.05)),
             health_failures: limits.health_failures,
             heartbeat_interval: Duration::from_secs_f64(limits.heartbeat_interval_s.clamp(0.05, 30.0)),
+            tunnel_poll: self.tunnel.is_some().then_some(TUNNEL_POLL),
         });
         let result = loop {
             match watch.next(&mut self.sup, &mut self.signals).await {
@@ -393,6 +465,13 @@ impl Run {
                     ));
                 }
                 WatchEvent::Signal(ev) => break Err(End::Signal(ev)),
+                WatchEvent::TunnelTick => {
+                    if let Some(t) = self.tunnel.as_mut()
+                        && let TunnelPoll::Failed(f) = t.poll(&mut self.sup, &mut self.rec, true).await
+                    {
+                        break Err(End::Failed(f));
+                    }
+                }
             }
         };
         watch.stop();
@@ -400,9 +479,12 @@ impl Run {
     }
 
     /// Polls readiness every [`READY_POLL`] while watching the engine, signals and the deadline.
-    async fn wait_ready(&mut self, base: &str, started: Instant) -> Result<(), End> {
+    async fn wait_ready(&mut self, base: &str, started: Instant, api_key: Option<&str>) -> Result<(), End> {
         let deadline = started + Duration::from_secs(self.spec.serve.health_timeout_s);
-        let client = engine::http_client(Duration::from_secs(1));
+        let client = engine::http_client_with_key(Duration::from_secs(1), api_key);
+        let mut tunnel_tick = interval(TUNNEL_POLL);
+        tunnel_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let has_tunnel = self.tunnel.is_some();
         let mut tick = interval(READY_POLL);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut heartbeat = interval(Duration::from_secs_f64(self.spec.limits.heartbeat_interval_s.clamp(0.05, 30.0)));
@@ -471,6 +553,56 @@ impl Run {
                     self.rec.status.heartbeat = Some(hb);
                     self.rec.write_status();
                 }
+                _ = tunnel_tick.tick(), if has_tunnel => {
+                    if let Some(t) = self.tunnel.as_mut()
+                        && let TunnelPoll::Failed(f) = t.poll(&mut self.sup, &mut self.rec, false).await
+                    {
+                        if let Some(h) = probe.take() { h.abort(); }
+                        return Err(End::Failed(f));
+                    }
+                }
+            }
+        }
+    }
+
+    /// After readiness: the tunnel must be up and checked end to end before Harbor starts.
+    async fn wait_tunnel(&mut self) -> Result<(), End> {
+        if self.tunnel.is_none() {
+            return Ok(());
+        }
+        let mut tick = interval(TUNNEL_POLL);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut heartbeat = interval(Duration::from_secs_f64(self.spec.limits.heartbeat_interval_s.clamp(0.05, 30.0)));
+        heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let engine_log = self.log_path(ENGINE_LOG);
+        loop {
+            tokio::select! {
+                biased;
+                status = wait_opt(self.sup.engine.as_mut()) => {
+                    let tail = engine::log_tail(&engine_log, LOG_TAIL_LINES);
+                    let cause = engine::classify_start_failure(&tail);
+                    self.rec.event("engine_exited", json!({ "status": describe_status(status), "cause": cause, "during": "tunnel" }));
+                    return Err(End::Failed(
+                        Failure::new(OutcomeClass::EngineDied, format!("vLLM exited while the tunnel was being checked ({})", describe_status(status)))
+                            .with_cause(cause)
+                            .with_log_tail(tail),
+                    ));
+                }
+                ev = self.signals.recv() => return Err(End::Signal(ev)),
+                _ = tick.tick() => {
+                    if let Some(t) = self.tunnel.as_mut() {
+                        match t.poll(&mut self.sup, &mut self.rec, true).await {
+                            TunnelPoll::Up => return Ok(()),
+                            TunnelPoll::Failed(f) => return Err(End::Failed(f)),
+                            TunnelPoll::Pending => {}
+                        }
+                    }
+                }
+                _ = heartbeat.tick() => {
+                    let hb = self.heartbeat.next(None, &engine_log, &self.spec.run_dir, true);
+                    self.rec.status.heartbeat = Some(hb);
+                    self.rec.write_status();
+                }
             }
         }
     }
@@ -526,6 +658,9 @@ impl Run {
                 "steps": report.steps.iter().map(|s| json!({ "ms": s.ms, "action": s.action, "role": s.role.as_str() })).collect::<Vec<_>>(),
             }),
         );
+        if let Some(t) = self.tunnel.as_mut() {
+            t.cleanup(&self.rec);
+        }
         let harbor_code = self.sup.harbor.as_mut().and_then(|m| m.try_status()).map(status_code);
         let outcome = match end {
             End::HarborExited(status) => {

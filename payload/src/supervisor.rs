@@ -545,6 +545,9 @@ pub struct WatchConfig {
     pub probe_interval: Duration,
     pub health_failures: u32,
     pub heartbeat_interval: Duration,
+    /// With a tunnel: how often to hand control back ([`WatchEvent::TunnelTick`]) so the run can
+    /// advance the tunnel's state machine (restarts, checks, lease refresh).
+    pub tunnel_poll: Option<Duration>,
 }
 
 /// What ended (or interrupted) a watch.
@@ -557,6 +560,8 @@ pub enum WatchEvent {
     Signal(SignalEvent),
     /// Time for a heartbeat; carries vLLM's `/metrics` counts when it answered.
     Heartbeat(Option<Completions>),
+    /// Time to poll the tunnel (only with `tunnel_poll`).
+    TunnelTick,
 }
 
 /// The in-run watchdog: child exits, health probes, heartbeat ticks and signals in one `select!`.
@@ -566,6 +571,7 @@ pub struct Watch {
     client: reqwest::Client,
     probe_tick: tokio::time::Interval,
     heartbeat_tick: tokio::time::Interval,
+    tunnel_tick: Option<tokio::time::Interval>,
     probe: Option<JoinHandle<bool>>,
     metrics: Option<JoinHandle<Option<Completions>>>,
     consecutive_failures: u32,
@@ -579,11 +585,17 @@ impl Watch {
         probe_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut heartbeat_tick = interval(cfg.heartbeat_interval);
         heartbeat_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let tunnel_tick = cfg.tunnel_poll.map(|period| {
+            let mut t = interval(period);
+            t.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            t
+        });
         Self {
             client: crate::engine::http_client(probe_timeout),
             cfg,
             probe_tick,
             heartbeat_tick,
+            tunnel_tick,
             probe: None,
             metrics: None,
             consecutive_failures: 0,
@@ -597,6 +609,9 @@ impl Watch {
                 status = wait_opt(sup.harbor.as_mut()) => return WatchEvent::HarborExited(status),
                 status = wait_opt(sup.engine.as_mut()) => return WatchEvent::EngineExited(status),
                 ev = signals.recv() => return WatchEvent::Signal(ev),
+                _ = async { self.tunnel_tick.as_mut().expect("guarded").tick().await }, if self.tunnel_tick.is_some() => {
+                    return WatchEvent::TunnelTick;
+                }
                 _ = self.probe_tick.tick(), if self.probe.is_none() => {
                     let client = self.client.clone();
                     let base = self.cfg.base_url.clone();
