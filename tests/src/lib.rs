@@ -1,3 +1,4 @@
 //! test support
 
 pub mod standin;
+pub mod sshd;
