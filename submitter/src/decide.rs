@@ -4,6 +4,8 @@
 
 use serde::Serialize;
 
+pub use crate::ledger::Status as AttemptStatus;
+
 /// What the ledger knows about one pair: its latest attempt and how many attempts failed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PairHistory {
@@ -25,15 +27,9 @@ pub struct LatestAttempt {
     pub has_recorded_outcome: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AttemptStatus {
-    Pending,
-    Started,
-    Finished,
-    Failed,
-    Cancelled,
-}
+/// Seconds a pending row may lack a job id before it counts as an interrupted submission (another
+/// submitter may be between its insert and its sbatch right now).
+pub const MISSING_JOB_GRACE_S: u64 = 120;
 
 /// What Slurm says about the attempt's job right now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,6 +112,10 @@ pub fn decide(history: &PairHistory, slurm: Option<SlurmView>, policy: &Policy) 
             Decision::new(Verdict::Resubmit, "finished under a different config")
         }
         AttemptStatus::Finished => Decision::new(Verdict::Skip, "finished"),
+        // Another submitter is between its ledger insert and its sbatch: leave it alone.
+        AttemptStatus::Pending if latest.slurm_job_id.is_none() && latest.age_s <= MISSING_JOB_GRACE_S => {
+            Decision::new(Verdict::Skip, format!("being submitted (attempt {}, no job id yet)", latest.id))
+        }
         AttemptStatus::Pending | AttemptStatus::Started => {
             let job = latest.slurm_job_id.clone().unwrap_or_else(|| "?".to_string());
             match slurm {
@@ -231,6 +231,16 @@ mod tests {
         let mut l = latest(AttemptStatus::Started);
         l.has_recorded_outcome = true;
         assert_eq!(decide(&history(Some(l), 0), Some(SlurmView::Gone), &policy()).decision, Verdict::Skip);
+    }
+
+    #[test]
+    fn a_row_being_submitted_elsewhere_is_left_alone() {
+        let mut l = latest(AttemptStatus::Pending);
+        l.slurm_job_id = None;
+        l.age_s = 5;
+        assert_eq!(decide(&history(Some(l.clone()), 0), None, &policy()).decision, Verdict::Skip);
+        l.age_s = MISSING_JOB_GRACE_S + 1;
+        assert_eq!(decide(&history(Some(l), 0), None, &policy()).decision, Verdict::Resubmit);
     }
 
     #[test]

@@ -4,7 +4,10 @@
 
 use std::path::{Path, PathBuf};
 
-use launch_spec::launch::{HarborSpec, Limits, ModelSpec, PortPolicy, SecretsSpec, ServeInvocation, ServeSpec, TunnelSpec};
+use launch_spec::launch::{
+    HarborSpec, Limits, ModelSpec, PinggyPair, PinggySpec, PortPolicy, ProxyMode, SecretsSpec, ServeInvocation, ServeSpec, SocksSpec,
+    TunnelSpec,
+};
 use launch_spec::{GpuProfiles, LaunchSpec, SPEC_VERSION};
 
 use crate::config::preset::DEFAULT_HARBOR_CONFIG;
@@ -21,6 +24,10 @@ pub enum LaunchError {
     TooManyGpus { model: String, tp: u32, dp: u32, gpus: u32, cluster: String, per_node: u32 },
     #[error("preset dataset `{dataset}` is not one of the preset's datasets ({known})")]
     UnknownDataset { dataset: String, known: String },
+    #[error("agent `{agent}` runs inside the remote sandbox and needs a Pinggy tunnel, but cluster {cluster} has no `network.pinggy` pairs (add them to clusters/{cluster}.yaml, see docs/tunnels.md)")]
+    NoPinggyBank { agent: String, cluster: String },
+    #[error("agent `{agent}` needs a Pinggy tunnel, but cluster {cluster} has no internet on compute nodes: payload runs one tunnel per job (SOCKS egress or Pinggy), so installed-harness agents need a cluster with direct egress (docs/tunnels.md)")]
+    TunnelNeedsEgress { agent: String, cluster: String },
 }
 
 /// Operator choices on the command line; they win over registry, preset and cluster.
@@ -135,6 +142,8 @@ impl LaunchContext<'_> {
         if let Some(auto_snapshot) = preset.auto_snapshot {
             harbor_extra.extend(["--environment-kwarg".to_string(), format!("auto_snapshot={auto_snapshot}")]);
         }
+        let agent = preset.agent_name.clone().unwrap_or_else(|| "terminus-2".to_string());
+        let tunnel = tunnel_spec(cluster, &agent, &|field, path| self.expand(field, path))?;
         let secrets_file = match &cluster.secrets.file {
             Some(file) => Some(self.expand("secrets.file", file)?),
             None => None,
@@ -175,13 +184,13 @@ impl LaunchContext<'_> {
                 ready_needs_completion: false,
             },
             gpu_profiles: self.gpu_profiles.clone(),
-            tunnel: TunnelSpec::None,
+            tunnel,
             harbor: HarborSpec {
                 program: cluster.harbor.program.clone(),
                 env_prefix: Some(harbor_prefix),
                 config: harbor_config,
                 dataset: self.dataset_dir(&dataset)?,
-                agent: preset.agent_name.clone().unwrap_or_else(|| "terminus-2".to_string()),
+                agent,
                 n_concurrent,
                 n_attempts: preset_n_attempts(preset),
                 timeout_multiplier: resolved.timeout_multiplier,
@@ -201,6 +210,56 @@ impl LaunchContext<'_> {
                 ..Limits::default()
             },
         })
+    }
+}
+
+/// The tunnel for `agent` on `cluster` (docs/tunnels.md): Pinggy for installed-harness agents (the
+/// whole bank goes into the spec with `<state_dir>/pinggy` as the lease directory — payload picks
+/// a free pair on the node); SOCKS egress when compute nodes have no internet and a proxy is set;
+/// otherwise none.
+pub fn tunnel_spec(
+    cluster: &ClusterProfile,
+    agent: &str,
+    expand: &dyn Fn(&str, &Path) -> Result<PathBuf, LaunchError>,
+) -> Result<TunnelSpec, LaunchError> {
+    let network = &cluster.network;
+    if launch_spec::launch::is_installed_agent(agent) {
+        if !network.internet {
+            return Err(LaunchError::TunnelNeedsEgress { agent: agent.to_string(), cluster: cluster.name.clone() });
+        }
+        let Some((first, rest)) = network.pinggy.split_first() else {
+            return Err(LaunchError::NoPinggyBank { agent: agent.to_string(), cluster: cluster.name.clone() });
+        };
+        let mut spec: PinggySpec = serde_json::from_value(serde_json::json!({
+            "host": first.host, "public_url": first.url, "token_secret": first.token_secret,
+        }))
+        .expect("minimal Pinggy spec");
+        spec.bank = rest
+            .iter()
+            .map(|p| PinggyPair {
+                public_url: p.url.clone(),
+                token_secret: p.token_secret.clone(),
+                host: (p.host != first.host).then(|| p.host.clone()),
+            })
+            .collect();
+        spec.lock_dir = Some(expand("paths.state_dir", &cluster.paths.state_dir)?.join("pinggy"));
+        return Ok(TunnelSpec::Pinggy(spec));
+    }
+    match (&network.proxy, network.internet) {
+        (Some(proxy), false) => {
+            let mut spec: SocksSpec =
+                serde_json::from_value(serde_json::json!({ "login_node": proxy.login_node })).expect("minimal SOCKS spec");
+            spec.user = proxy.user.clone();
+            spec.identity_file = match &proxy.identity_file {
+                Some(key) => Some(expand("network.proxy.identity_file", key)?),
+                None => None,
+            };
+            spec.ssh_port = proxy.ssh_port;
+            spec.mode = if proxy.mode == "proxychains" { ProxyMode::Proxychains } else { ProxyMode::Env };
+            spec.proxychains_bin = proxy.proxychains_bin.clone();
+            Ok(TunnelSpec::Socks(spec))
+        }
+        _ => Ok(TunnelSpec::None),
     }
 }
 
@@ -236,7 +295,37 @@ pub fn expand_vars(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Resul
 
 #[cfg(test)]
 mod tests {
-    use super::expand_vars;
+    use super::*;
+
+    fn cluster(name: &str) -> ClusterProfile {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../clusters");
+        crate::config::load_cluster(&dir, name).unwrap()
+    }
+
+    fn expand(_: &str, p: &Path) -> Result<PathBuf, LaunchError> {
+        Ok(PathBuf::from(p.to_string_lossy().replace("${WORK}", "/w").replace("${SCRATCH}", "/s").replace('~', "/home/u")))
+    }
+
+    #[test]
+    fn tunnels_follow_the_profile_and_the_agent() {
+        let leo = cluster("leonardo");
+        let TunnelSpec::Socks(socks) = tunnel_spec(&leo, "terminus-2", &expand).unwrap() else { panic!("leonardo needs SOCKS") };
+        assert_eq!(socks.login_node, leo.network.proxy.as_ref().unwrap().login_node);
+        assert!(socks.identity_file.is_some_and(|k| !k.to_string_lossy().contains('~')));
+        assert!(matches!(tunnel_spec(&leo, "openhands", &expand), Err(LaunchError::TunnelNeedsEgress { .. })));
+        let mut vista = cluster("vista");
+        assert_eq!(tunnel_spec(&vista, "terminus-2", &expand).unwrap(), TunnelSpec::None);
+        assert!(matches!(tunnel_spec(&vista, "openhands", &expand), Err(LaunchError::NoPinggyBank { .. })));
+        let bank = "- {url: https://a.a.pinggy.link, token_secret: PINGGY_TOKEN_1}\n- {url: https://b.a.pinggy.link, token_secret: PINGGY_TOKEN_2, host: ap.pro.pinggy.io}\n";
+        vista.network.pinggy = launch_spec::yaml::from_yaml_str(bank, Path::new("bank.yaml")).unwrap();
+        let TunnelSpec::Pinggy(p) = tunnel_spec(&vista, "openhands", &expand).unwrap() else { panic!() };
+        assert_eq!((p.host.as_str(), p.public_url.as_str(), p.token_secret.as_str()), ("pro.pinggy.io", "https://a.a.pinggy.link", "PINGGY_TOKEN_1"));
+        assert_eq!(p.bank.len(), 1);
+        assert_eq!(p.bank[0].host.as_deref(), Some("ap.pro.pinggy.io"));
+        assert_eq!(p.lock_dir.unwrap(), PathBuf::from("/s/eval_state/pinggy"));
+        // terminus-2 never tunnels, whatever the bank.
+        assert_eq!(tunnel_spec(&vista, "terminus-2", &expand).unwrap(), TunnelSpec::None);
+    }
 
     #[test]
     fn expands_home_and_braced_variables() {

@@ -14,23 +14,52 @@ pub const EXIT_BAD_INPUT: u8 = 2;
 
 #[derive(Parser)]
 #[command(name = "submitter", version, about = "Plan, submit and verify agentic LLM evaluations on Slurm")]
-struct Cli {
+pub struct Cli {
     #[command(subcommand)]
-    command: Command,
+    pub command: Command,
 }
 
 #[derive(Subcommand)]
-enum Command {
+pub enum Command {
     /// Model registry: resolve serve settings, lint the configuration.
     #[command(subcommand)]
     Registry(RegistryCommand),
     /// Write the launch spec for one (model, benchmark) without submitting anything (for
     /// `payload run --spec` by hand inside `salloc`).
     Spec(commands::spec::SpecArgs),
+    /// The decisions per (model, benchmark): submit, skip or resubmit, with the reason. Changes nothing.
+    Plan(commands::launch::PlanArgs),
+    /// Sync, plan and submit: once, or as a listener (--watch --interval D).
+    Launch(commands::launch::LaunchArgs),
+    /// Fold payload records and Slurm state into the ledger.
+    Sync(commands::launch::SyncArgs),
+    /// Active attempts joined with Slurm state and payload heartbeats: one verdict per job
+    /// (starting, healthy, stalled, dead, misconfigured, finished, failed) with the evidence.
+    Status(commands::launch::StatusArgs),
+    /// The launch checks (tunnel, api_base, completions, trials) from a run dir's files alone.
+    /// Exit 0: no failure; 1: a check failed (--strict: or warned); 2: not a run dir.
+    Check(commands::verify::CheckArgs),
+    /// The models × benchmarks score matrix from the ledger.
+    Results(commands::verify::ResultsArgs),
+    /// A self-contained HTML report: score matrix, in-flight jobs and their evidence.
+    Report(commands::verify::ReportArgs),
+    /// Show a job's log: the Slurm output (default), --engine, --harbor or --tunnel.
+    Logs(commands::verify::LogsArgs),
+    /// Cancel by job id or model/benchmark, updating the ledger.
+    Cancel(commands::launch::CancelArgs),
+    /// The ledger's model catalogue.
+    #[command(subcommand)]
+    Models(commands::catalogue::ModelsCommand),
+    /// A priority list of catalogue models not yet evaluated on a benchmark family.
+    Unevaluated(commands::catalogue::UnevaluatedArgs),
+    /// The Slurm-native listener: a small CPU job that runs one `launch --once` iteration and
+    /// re-queues itself (survives login nodes that kill long-running processes).
+    #[command(subcommand)]
+    Listener(commands::listener::ListenerCommand),
 }
 
 #[derive(Subcommand)]
-enum RegistryCommand {
+pub enum RegistryCommand {
     /// Resolved serve settings per model, and which rule matched.
     Resolve(commands::registry::ResolveArgs),
     /// Lint registry, patterns, presets, GPU and cluster profiles together; exit 1 on any error.
@@ -44,6 +73,18 @@ fn main() -> ExitCode {
         Command::Registry(RegistryCommand::Resolve(args)) => commands::registry::resolve(&args),
         Command::Registry(RegistryCommand::Check(args)) => commands::registry::check(&args),
         Command::Spec(args) => commands::spec::spec(&args),
+        Command::Plan(args) => commands::launch::plan_command(&args),
+        Command::Launch(args) => commands::launch::launch_command(&args),
+        Command::Sync(args) => commands::launch::sync_command(&args),
+        Command::Status(args) => commands::launch::status_command(&args),
+        Command::Cancel(args) => commands::launch::cancel_command(&args),
+        Command::Check(args) => commands::verify::check(&args),
+        Command::Results(args) => commands::verify::results(&args),
+        Command::Report(args) => commands::verify::report(&args),
+        Command::Logs(args) => commands::verify::logs(&args),
+        Command::Models(command) => commands::catalogue::models(&command),
+        Command::Unevaluated(args) => commands::catalogue::unevaluated(&args),
+        Command::Listener(command) => commands::listener::listener(command),
     };
     match result {
         Ok(code) => code,
@@ -58,12 +99,12 @@ fn main() -> ExitCode {
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct ConfigDirs {
     /// Model registry directory (model_config/).
-    #[arg(long, value_name = "DIR")]
-    pub registry: Option<PathBuf>,
+    #[arg(long = "registry", value_name = "DIR")]
+    pub registry_dir: Option<PathBuf>,
     /// Cluster profiles directory (clusters/).
-    #[arg(long, value_name = "DIR")]
-    pub clusters: Option<PathBuf>,
+    #[arg(long = "clusters", value_name = "DIR")]
+    pub clusters_dir: Option<PathBuf>,
     /// Presets directory (presets/).
-    #[arg(long, value_name = "DIR")]
-    pub presets: Option<PathBuf>,
+    #[arg(long = "presets", value_name = "DIR")]
+    pub presets_dir: Option<PathBuf>,
 }

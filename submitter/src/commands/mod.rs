@@ -1,8 +1,13 @@
 //! Command implementations: turn parsed arguments into a resolved configuration once, call the
 //! library, print. Errors carry context (`anyhow`) and become one line on stderr.
 
+pub mod catalogue;
+pub mod launch;
+pub mod listener;
 pub mod registry;
+pub mod session;
 pub mod spec;
+pub mod verify;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -33,7 +38,7 @@ pub struct Dirs {
 impl ConfigDirs {
     /// Explicit flags win; otherwise the discovered configuration root's directories.
     pub fn resolve(&self) -> Result<Dirs> {
-        let root = if self.registry.is_some() && self.clusters.is_some() && self.presets.is_some() {
+        let root = if self.registry_dir.is_some() && self.clusters_dir.is_some() && self.presets_dir.is_some() {
             None
         } else {
             Some(ConfigRoot::discover()?)
@@ -42,9 +47,9 @@ impl ConfigDirs {
             flag.clone().unwrap_or_else(|| default(root.as_ref().expect("root discovered when a flag is missing")))
         };
         Ok(Dirs {
-            registry: pick(&self.registry, ConfigRoot::registry_dir),
-            clusters: pick(&self.clusters, ConfigRoot::clusters_dir),
-            presets: pick(&self.presets, ConfigRoot::presets_dir),
+            registry: pick(&self.registry_dir, ConfigRoot::registry_dir),
+            clusters: pick(&self.clusters_dir, ConfigRoot::clusters_dir),
+            presets: pick(&self.presets_dir, ConfigRoot::presets_dir),
         })
     }
 }

@@ -51,7 +51,7 @@ pub struct CheckArgs {
 }
 
 pub fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
-    let dirs = ConfigDirs { registry: args.registry.clone(), clusters: args.clusters.clone(), ..ConfigDirs::default() };
+    let dirs = ConfigDirs { registry_dir: args.registry.clone(), clusters_dir: args.clusters.clone(), ..ConfigDirs::default() };
     let (profile, gpus_per_node) = match &args.cluster {
         Some(name) => {
             let clusters = match &args.clusters {

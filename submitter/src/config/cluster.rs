@@ -30,6 +30,15 @@ pub struct ClusterProfile {
     pub limits: Limits,
     #[serde(default)]
     pub pre_download: PreDownload,
+    /// The ledger: a PostgreSQL URL shared by several clusters, or a SQLite path; default
+    /// `<paths.state_dir>/ledger.sqlite`. Never put a password here: use `--ledger` or
+    /// `$SUBMITTER_LEDGER` (or a `.pgpass`).
+    #[serde(default)]
+    pub ledger: Option<String>,
+    /// Launch verification: thresholds of `check`/`status` and the watch loop's cancel policy
+    /// (docs/verification.md). Every key is optional.
+    #[serde(default)]
+    pub verify: VerifySettings,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -275,6 +284,97 @@ impl Default for Limits {
     }
 }
 
+/// Thresholds of the launch checks and verdicts (SPEC §8), and what `status --watch` may do about a
+/// job that stays dead or stalled. Defaults follow the replaced system's 15-minute infra check.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct VerifySettings {
+    /// No status.json update for this long while Slurm says RUNNING → `dead` (payload writes
+    /// one every 15 s).
+    pub heartbeat_timeout_s: u64,
+    /// Slurm RUNNING this long without any status.json → `dead` (the batch script never reached payload).
+    pub no_status_after_s: u64,
+    /// No completion and no trial progress for this long → `stalled`.
+    pub stall_after_s: u64,
+    /// Harbor running this long with zero 200 completions → `misconfigured` (broken agent setup,
+    /// e.g. missing `model_info`).
+    pub zero_ok_after_s: u64,
+    /// Share of 400 answers above which the run is `misconfigured` (context overflow).
+    pub bad_request_share: f64,
+    /// Share of 5xx answers above which `check` warns.
+    pub server_error_share: f64,
+    /// Fewest completions a share is computed from.
+    pub min_requests: u64,
+    /// All trials done but the job still running for this long → `stalled` (zombie).
+    pub zombie_after_s: u64,
+    /// Trials active but no new `result.json` for this long → `check` fails (stalled).
+    pub no_result_after_s: u64,
+    /// A trial that finished within this many seconds of its start with no output tokens is an
+    /// instant failure.
+    pub instant_fail_s: f64,
+    /// Share of finished trials that may be instant failures before `check` fails.
+    pub instant_fail_share: f64,
+    /// Completion audit: valid trials needed, as a share of n_tasks × n_attempts.
+    pub min_valid_share: f64,
+    /// Completion audit: largest acceptable share of errored trials.
+    pub max_error_share: f64,
+    /// `status --watch` cancels jobs that stay `dead` or `stalled` past these bounds (off when absent).
+    pub auto_cancel: Option<AutoCancel>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AutoCancel {
+    /// Cancel a job `dead` for this long.
+    #[serde(default)]
+    pub dead_after_s: Option<u64>,
+    /// Cancel a job `stalled` for this long.
+    #[serde(default)]
+    pub stalled_after_s: Option<u64>,
+}
+
+impl Default for VerifySettings {
+    fn default() -> Self {
+        Self {
+            heartbeat_timeout_s: 120,
+            no_status_after_s: 600,
+            stall_after_s: 1800,
+            zero_ok_after_s: 540,
+            bad_request_share: 0.15,
+            server_error_share: 0.15,
+            min_requests: 20,
+            zombie_after_s: 600,
+            no_result_after_s: 3600,
+            instant_fail_s: 5.0,
+            instant_fail_share: 0.25,
+            min_valid_share: 0.9,
+            max_error_share: 0.1,
+            auto_cancel: None,
+        }
+    }
+}
+
+impl VerifySettings {
+    pub fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        for (key, share) in [
+            ("bad_request_share", self.bad_request_share),
+            ("server_error_share", self.server_error_share),
+            ("instant_fail_share", self.instant_fail_share),
+            ("min_valid_share", self.min_valid_share),
+            ("max_error_share", self.max_error_share),
+        ] {
+            if !(0.0..=1.0).contains(&share) {
+                problems.push(format!("verify.{key} {share} must be a share in [0, 1]"));
+            }
+        }
+        if self.heartbeat_timeout_s == 0 {
+            problems.push("verify.heartbeat_timeout_s must be > 0".to_string());
+        }
+        problems
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PreDownload {
@@ -320,6 +420,7 @@ impl ClusterProfile {
         if super::parse_slurm_time(&self.slurm.time).is_none() {
             problems.push(format!("slurm.time `{}` is not a Slurm time (HH:MM:SS or D-HH:MM:SS)", self.slurm.time));
         }
+        problems.extend(self.verify.problems());
         if let Some(proxy) = &self.network.proxy
             && !["env", "proxychains"].contains(&proxy.mode.as_str())
         {

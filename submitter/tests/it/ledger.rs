@@ -25,8 +25,8 @@ const DEFAULT_PG_URL: &str = "postgres://evaltest:evaltest@127.0.0.1:5432/evalte
 
 /// A fresh, empty ledger for one test that can be opened any number of times (several
 /// connections, several processes). Dropping it removes the file or the schema.
-struct Store {
-    spec: String,
+pub(crate) struct Store {
+    pub(crate) spec: String,
     _dir: Option<TempDir>,
     pg_schema: Option<PgSchema>,
 }
@@ -76,13 +76,13 @@ fn redact(url: &str) -> String {
 }
 
 impl Store {
-    fn sqlite() -> Store {
+    pub(crate) fn sqlite() -> Store {
         let dir = tempfile::tempdir().expect("temp dir");
         let spec = format!("sqlite:{}", dir.path().join("state/ledger.sqlite").display());
         Store { spec, _dir: Some(dir), pg_schema: None }
     }
 
-    fn postgres(test: &str) -> Option<Store> {
+    pub(crate) fn postgres(test: &str) -> Option<Store> {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let mut admin = pg_admin()?;
         let short: String = test.chars().take(32).collect();

@@ -5,3 +5,5 @@ mod registry;
 mod slurm_real;
 mod support;
 mod ledger;
+mod queueing;
+mod verify;

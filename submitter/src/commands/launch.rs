@@ -1,0 +1,263 @@
+//! `submitter plan|launch|sync|status|cancel`: the queueing loop against one ledger and Slurm.
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use submitter::decide::{Policy, SlurmView, Verdict};
+use submitter::ledger::{AttemptId, Status};
+use submitter::plan::{self, Executables, LedgerView, PlannedJob, SubmitSettings};
+use submitter::slurm::Slurm;
+use submitter::sync::{self, SyncReport};
+
+use super::session::{LedgerArgs, Selection, Session};
+
+#[derive(clap::Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    ledger: LedgerArgs,
+    #[command(flatten)]
+    selection: Selection,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+pub struct LaunchArgs {
+    #[command(flatten)]
+    ledger: LedgerArgs,
+    #[command(flatten)]
+    selection: Selection,
+    /// One iteration: sync, plan, submit.
+    #[arg(long, conflicts_with = "watch")]
+    once: bool,
+    /// The long-running listener: iterate every --interval, re-reading the lists each time.
+    #[arg(long, requires = "interval")]
+    watch: bool,
+    /// Time between iterations (`30s`, `10m`, `1h`).
+    #[arg(long, value_parser = parse_duration)]
+    interval: Option<Duration>,
+    /// Chain submissions in batches of N with --dependency=afterany (0 = off).
+    #[arg(long, default_value_t = 0)]
+    chain_batch: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+pub struct SyncArgs {
+    #[command(flatten)]
+    ledger: LedgerArgs,
+    #[arg(long)]
+    json: bool,
+}
+
+/// `status` lives in `commands/verify.rs` (launch verification).
+pub use super::verify::StatusArgs;
+
+#[derive(clap::Args)]
+pub struct CancelArgs {
+    #[command(flatten)]
+    ledger: LedgerArgs,
+    /// Slurm job ids to cancel.
+    #[arg(long = "job", value_name = "ID")]
+    jobs: Vec<String>,
+    /// Cancel the active attempts of these models (all benchmarks unless --benchmark).
+    #[arg(long = "model", value_name = "M")]
+    models: Vec<String>,
+    #[arg(long = "benchmark", value_name = "B")]
+    benchmarks: Vec<String>,
+}
+
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
+    let value: u64 = number.parse().map_err(|_| format!("`{text}` is not a duration like 30s, 10m, 1h"))?;
+    let seconds = match unit {
+        "" | "s" => value,
+        "m" => value * 60,
+        "h" => value * 3600,
+        _ => return Err(format!("`{text}` is not a duration like 30s, 10m, 1h")),
+    };
+    Ok(Duration::from_secs(seconds))
+}
+
+fn policy(session: &Session, selection: &Selection) -> Policy {
+    Policy {
+        max_failed_attempts: session.cluster.limits.max_attempts,
+        stale_pending_s: (session.cluster.limits.stale_pending_hours * 3600.0) as u64,
+        config_aware: selection.config_aware,
+        force: selection.force,
+    }
+}
+
+/// Slurm's view of every active attempt's job, read in one `squeue` call (no writes).
+fn job_views(session: &Session) -> Result<HashMap<String, SlurmView>> {
+    let active = session.ledger.active()?;
+    let ids: Vec<_> = active.iter().filter(|a| a.cluster == session.cluster.name).filter_map(|a| a.slurm_job_id.as_deref()?.parse().ok()).collect();
+    let jobs = if ids.is_empty() { Vec::new() } else { session.slurm.jobs(&ids)? };
+    Ok(jobs.iter().map(|j| (j.id.to_string(), sync::view_of(Some(j)))).collect())
+}
+
+fn plan_table(planned: &[PlannedJob]) -> String {
+    let mut out = String::new();
+    for job in planned {
+        out += &format!(
+            "{:<9} {:<48} {:<34} {}x{} {:>5.1}x  {}\n",
+            format!("{:?}", job.decision).to_lowercase(),
+            job.model,
+            job.benchmark,
+            job.resources.tensor_parallel_size,
+            job.resources.data_parallel_size,
+            job.timeout_multiplier,
+            job.reason
+        );
+    }
+    let count = |v: Verdict| planned.iter().filter(|j| j.decision == v).count();
+    out += &format!("{} submit, {} resubmit, {} skip\n", count(Verdict::Submit), count(Verdict::Resubmit), count(Verdict::Skip));
+    out
+}
+
+pub fn plan_command(args: &PlanArgs) -> Result<ExitCode> {
+    args.selection.check()?;
+    let session = Session::open(&args.ledger)?;
+    let presets = args.selection.presets(&session.presets_dir)?;
+    let models = args.selection.models(session.ledger.as_ref())?;
+    let view = LedgerView::read(session.ledger.as_ref())?;
+    let views = job_views(&session)?;
+    let planned = plan::plan(&session.context(), &presets, &models, &args.selection.overrides(), &view, &views, &policy(&session, &args.selection))?;
+    super::print(&if args.json { serde_json::to_string_pretty(&planned)? + "\n" } else { plan_table(&planned) })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One iteration: sync, re-read lists, plan, submit. Any ledger/Slurm error ends it (fail closed).
+fn iterate(session: &Session, args: &LaunchArgs, executables: &Executables) -> Result<String> {
+    let report = sync::sync(session.ledger.as_ref(), &session.slurm, &session.cluster.name).context("sync")?;
+    let presets = args.selection.presets(&session.presets_dir)?;
+    let models = args.selection.models(session.ledger.as_ref())?;
+    let view = LedgerView::read(session.ledger.as_ref())?;
+    let overrides = args.selection.overrides();
+    let planned = plan::plan(&session.context(), &presets, &models, &overrides, &view, &report.job_views, &policy(session, &args.selection))?;
+    let environment = |name: &str| std::env::var(name).ok();
+    let pre_download = |model: &str| pre_download(session, model);
+    let settings = SubmitSettings {
+        max_in_flight: session.cluster.limits.max_jobs_in_flight,
+        delay: Duration::from_secs_f64(session.cluster.limits.submission_delay_s.max(0.0)),
+        username: std::env::var("USER").unwrap_or_else(|_| "unknown".to_string()),
+        executables,
+        overrides: &overrides,
+        chain_batch: args.chain_batch,
+        environment: &environment,
+        pre_download: &pre_download,
+    };
+    let submitted = plan::submit(&session.context(), &presets, &planned, session.ledger.as_ref(), &session.slurm, &settings)?;
+    if args.json {
+        return Ok(serde_json::to_string(&serde_json::json!({"sync": report, "submitted": submitted}))? + "\n");
+    }
+    let mut out = sync_text(&report);
+    for s in &submitted {
+        out += &format!("{:<48} {:<34} {}{}\n", s.model, s.benchmark, s.outcome, s.job_id.as_ref().map(|j| format!(" job {j}")).unwrap_or_default());
+    }
+    let skipped = planned.iter().filter(|j| j.decision == Verdict::Skip).count();
+    out += &format!("{} submitted, {} skipped by dedup\n", submitted.iter().filter(|s| s.job_id.is_some()).count(), skipped);
+    Ok(out)
+}
+
+fn pre_download(session: &Session, model: &str) -> Result<(), String> {
+    let settings = &session.cluster.pre_download;
+    if !settings.enabled || settings.command.is_empty() {
+        return Ok(());
+    }
+    let cache = session.cluster.paths.hf_cache.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+    let argv: Vec<String> = settings.command.iter().map(|a| a.replace("{model}", model).replace("{cache}", &cache)).collect();
+    tracing::info!("pre-downloading {model}: {}", argv.join(" "));
+    let mut child = std::process::Command::new(&argv[0]).args(&argv[1..]).spawn().map_err(|e| format!("{}: {e}", argv[0]))?;
+    let deadline = Instant::now() + Duration::from_secs(settings.timeout_s);
+    loop {
+        match child.try_wait().map_err(|e| e.to_string())? {
+            Some(status) if status.success() => return Ok(()),
+            Some(status) => return Err(format!("{} exited with {status}", argv[0])),
+            None if Instant::now() > deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("timed out after {} s", settings.timeout_s));
+            }
+            None => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+}
+
+fn executables(session: &Session) -> Result<Executables> {
+    let payload_bin = match std::env::var_os("PAYLOAD_BIN") {
+        Some(bin) => bin.into(),
+        None => std::env::current_exe()?.with_file_name("payload"),
+    };
+    if !payload_bin.is_file() {
+        bail!("payload binary not found at {} (build it, or set PAYLOAD_BIN)", payload_bin.display());
+    }
+    let script = session.root.join(&session.cluster.slurm.script);
+    if !script.is_file() {
+        bail!("batch script {} not found (clusters/{}.yaml slurm.script)", script.display(), session.cluster.name);
+    }
+    Ok(Executables { payload_bin, script })
+}
+
+pub fn launch_command(args: &LaunchArgs) -> Result<ExitCode> {
+    args.selection.check()?;
+    if !args.once && !args.watch {
+        bail!("say --once (one iteration) or --watch --interval D (the listener)");
+    }
+    let session = Session::open(&args.ledger)?;
+    let _lock = session.lock()?;
+    let executables = executables(&session)?;
+    loop {
+        let text = iterate(&session, args, &executables)?;
+        super::print(&text)?;
+        if args.once {
+            return Ok(ExitCode::SUCCESS);
+        }
+        std::thread::sleep(args.interval.unwrap_or(Duration::from_secs(600)));
+    }
+}
+
+fn sync_text(report: &SyncReport) -> String {
+    report
+        .changes
+        .iter()
+        .map(|c| format!("sync: attempt {} {} {} → {} ({})\n", c.attempt, c.model, c.benchmark, c.to, c.reason))
+        .collect()
+}
+
+pub fn sync_command(args: &SyncArgs) -> Result<ExitCode> {
+    let session = Session::open(&args.ledger)?;
+    let report = sync::sync(session.ledger.as_ref(), &session.slurm, &session.cluster.name)?;
+    super::print(&if args.json { serde_json::to_string_pretty(&report)? + "\n" } else { sync_text(&report) + &format!("{} change(s)\n", report.changes.len()) })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn status_command(args: &StatusArgs) -> Result<ExitCode> {
+    super::verify::status(args)
+}
+
+pub fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
+    if args.jobs.is_empty() && args.models.is_empty() {
+        bail!("say what to cancel: --job ID… or --model M… [--benchmark B…]");
+    }
+    let session = Session::open(&args.ledger)?;
+    let mut cancelled = 0;
+    for attempt in session.ledger.active()?.into_iter().filter(|a| a.cluster == session.cluster.name) {
+        let by_job = attempt.slurm_job_id.as_ref().is_some_and(|j| args.jobs.contains(j));
+        let by_model = args.models.contains(&attempt.model) && (args.benchmarks.is_empty() || args.benchmarks.contains(&attempt.benchmark));
+        if !(by_job || by_model) {
+            continue;
+        }
+        if let Some(id) = attempt.slurm_job_id.as_deref().and_then(|j| j.parse().ok()) {
+            session.slurm.cancel(id, None, false)?;
+        }
+        session.ledger.transition(AttemptId(attempt.id.0), Status::Cancelled, "cancelled by operator", None)?;
+        super::print(&format!("cancelled attempt {} ({} on {}), job {}\n", attempt.id, attempt.model, attempt.benchmark, attempt.slurm_job_id.as_deref().unwrap_or("-")))?;
+        cancelled += 1;
+    }
+    super::print(&format!("{cancelled} attempt(s) cancelled\n"))?;
+    Ok(ExitCode::SUCCESS)
+}

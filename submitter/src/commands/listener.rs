@@ -1,0 +1,247 @@
+//! `submitter listener start|status|stop|tick`: the self-re-queuing listener job.
+//!
+//! `start` records the launch arguments in `<state_dir>/listener.json` and submits the first job;
+//! each job (`tick`) first queues its successor (`--begin=now+interval`, `--dependency=singleton`,
+//! same name) unless one is already pending, then runs one `launch --once` iteration. `stop` marks
+//! the state stopped and cancels every job of that name.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use serde::{Deserialize, Serialize};
+use submitter::slurm::{JobState, SbatchOptions, Slurm, SlurmCli, SubmitRequest};
+
+use super::launch::parse_duration;
+use super::session::{LedgerArgs, Session};
+
+pub const STATE_FILE: &str = "listener.json";
+
+#[derive(clap::Subcommand)]
+pub enum ListenerCommand {
+    /// Submit the listener job: every --interval it runs `launch --once` with the given arguments.
+    Start {
+        #[command(flatten)]
+        ledger: LedgerArgs,
+        #[arg(long, value_parser = parse_duration)]
+        interval: Duration,
+        /// Time limit of each listener job.
+        #[arg(long, default_value = "00:30:00")]
+        time: String,
+        /// `launch` selection arguments after `--`, e.g. `-- --preset tb2 --models-file list.txt`.
+        #[arg(last = true, required = true)]
+        launch_args: Vec<String>,
+    },
+    /// The listener's state and its queued/running jobs.
+    Status {
+        #[command(flatten)]
+        ledger: LedgerArgs,
+    },
+    /// Stop the listener: no more iterations, its jobs cancelled.
+    Stop {
+        #[command(flatten)]
+        ledger: LedgerArgs,
+    },
+    /// One iteration (what the listener job runs).
+    #[command(hide = true)]
+    Tick {
+        #[arg(long)]
+        state_file: PathBuf,
+    },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct ListenerState {
+    cluster: String,
+    job_name: String,
+    interval_s: u64,
+    time: String,
+    partition: String,
+    account: Option<String>,
+    qos: Option<String>,
+    output: PathBuf,
+    script: PathBuf,
+    /// Full `launch` arguments (cluster, state dir, selection), without `--once`.
+    launch_args: Vec<String>,
+    /// Variables the listener job gets (`--export`): binaries and config root, never secrets.
+    export: Vec<(String, String)>,
+    stopped: bool,
+    iterations: u64,
+}
+
+fn job_name(cluster: &str) -> String {
+    format!("eval-listener-{cluster}")
+}
+
+fn read_state(path: &Path) -> Result<ListenerState> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{}: not a listener state file", path.display()))
+}
+
+fn write_state(path: &Path, state: &ListenerState) -> Result<()> {
+    super::spec::write_atomically(path, &(serde_json::to_string_pretty(state)? + "\n")).with_context(|| format!("writing {}", path.display()))
+}
+
+fn submit(slurm: &dyn Slurm, state: &ListenerState, state_file: &Path, begin: Option<String>) -> Result<String> {
+    let request = SubmitRequest {
+        script: state.script.clone(),
+        script_args: vec![state_file.display().to_string()],
+        options: SbatchOptions {
+            job_name: Some(state.job_name.clone()),
+            partition: Some(state.partition.clone()),
+            account: state.account.clone(),
+            qos: state.qos.clone(),
+            time_limit: submitter::config::parse_slurm_time(&state.time).map(Duration::from_secs),
+            cpus_per_task: Some(1),
+            mem_mb: Some(1000),
+            output: Some(state.output.clone()),
+            dependency: Some("singleton".to_string()),
+            begin,
+            ..SbatchOptions::default()
+        },
+        export: state.export.clone(),
+    };
+    Ok(slurm.submit(&request)?.to_string())
+}
+
+/// Jobs of the listener's name that are queued or running, except `except`.
+fn live_jobs(slurm: &dyn Slurm, name: &str, except: Option<&str>) -> Result<Vec<(String, JobState)>> {
+    Ok(slurm
+        .find_by_name(name)?
+        .into_iter()
+        .filter(|j| j.state.is_active() && Some(j.id.to_string().as_str()) != except)
+        .map(|j| (j.id.to_string(), j.state))
+        .collect())
+}
+
+pub fn listener(command: ListenerCommand) -> Result<ExitCode> {
+    match command {
+        ListenerCommand::Start { ledger, interval, time, launch_args } => start(&ledger, interval, &time, launch_args),
+        ListenerCommand::Status { ledger } => status(&ledger),
+        ListenerCommand::Stop { ledger } => stop(&ledger),
+        ListenerCommand::Tick { state_file } => tick(&state_file),
+    }
+}
+
+fn start(ledger: &LedgerArgs, interval: Duration, time: &str, launch_args: Vec<String>) -> Result<ExitCode> {
+    if ledger.ledger.as_deref().is_some_and(|l| submitter::ledger::redact_url(l) != l) {
+        bail!("the listener job cannot carry a ledger password: put it in ~/.pgpass and pass the URL without it");
+    }
+    let session = Session::open(ledger)?;
+    if launch_args.iter().any(|a| a == "--once" || a == "--watch") {
+        bail!("give only the selection after `--`; the listener adds --once itself");
+    }
+    let name = job_name(&session.cluster.name);
+    let live = live_jobs(&session.slurm, &name, None)?;
+    if !live.is_empty() {
+        bail!("a listener for {} is already queued or running (job {}): `submitter listener stop --cluster {}` first", session.cluster.name, live[0].0, session.cluster.name);
+    }
+    let mut args = vec!["--cluster".to_string(), session.cluster.name.clone(), "--state-dir".to_string(), session.state_dir.display().to_string()];
+    if let Some(l) = &ledger.ledger {
+        args.extend(["--ledger".to_string(), l.clone()]);
+    }
+    // The job runs elsewhere: carry explicit configuration directories as absolute paths.
+    for (flag, dir) in [("--registry", &ledger.dirs.registry_dir), ("--clusters", &ledger.dirs.clusters_dir), ("--presets", &ledger.dirs.presets_dir)] {
+        if let Some(dir) = dir {
+            args.extend([flag.to_string(), std::path::absolute(dir)?.display().to_string()]);
+        }
+    }
+    args.extend(launch_args);
+    let exe = std::env::current_exe()?;
+    let mut export = vec![
+        ("SUBMITTER_BIN".to_string(), exe.display().to_string()),
+        ("SUBMITTER_HOME".to_string(), session.root.display().to_string()),
+        ("PAYLOAD_BIN".to_string(), std::env::var("PAYLOAD_BIN").unwrap_or_else(|_| exe.with_file_name("payload").display().to_string())),
+    ];
+    for name in &session.cluster.slurm.export_env {
+        if let Ok(value) = std::env::var(name) {
+            export.push((name.clone(), value));
+        }
+    }
+    let state = ListenerState {
+        cluster: session.cluster.name.clone(),
+        job_name: name.clone(),
+        interval_s: interval.as_secs(),
+        time: time.to_string(),
+        partition: session.cluster.slurm.partition.clone(),
+        account: session.cluster.slurm.account.clone(),
+        qos: session.cluster.slurm.qos.clone(),
+        output: session.state_dir.join("listener-%j.out"),
+        script: session.root.join("sbatch/listener.sbatch"),
+        launch_args: args,
+        export,
+        stopped: false,
+        iterations: 0,
+    };
+    let state_file = session.state_dir.join(STATE_FILE);
+    write_state(&state_file, &state)?;
+    let job = submit(&session.slurm, &state, &state_file, None)?;
+    super::print(&format!("listener {name} started as job {job}; every {} s; state {}\n", state.interval_s, state_file.display()))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn status(ledger: &LedgerArgs) -> Result<ExitCode> {
+    let session = Session::open(ledger)?;
+    let state_file = session.state_dir.join(STATE_FILE);
+    let name = job_name(&session.cluster.name);
+    let live = live_jobs(&session.slurm, &name, None)?;
+    let mut out = match read_state(&state_file) {
+        Ok(state) => format!(
+            "listener {name}: {}, {} iteration(s), every {} s\n",
+            if state.stopped { "stopped" } else { "active" },
+            state.iterations,
+            state.interval_s
+        ),
+        Err(_) => format!("listener {name}: never started on this state dir\n"),
+    };
+    for (id, state) in &live {
+        out += &format!("  job {id} {state}\n");
+    }
+    super::print(&out)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn stop(ledger: &LedgerArgs) -> Result<ExitCode> {
+    let session = Session::open(ledger)?;
+    let state_file = session.state_dir.join(STATE_FILE);
+    if let Ok(mut state) = read_state(&state_file) {
+        state.stopped = true;
+        write_state(&state_file, &state)?;
+    }
+    let name = job_name(&session.cluster.name);
+    let live = live_jobs(&session.slurm, &name, None)?;
+    for (id, _) in &live {
+        session.slurm.cancel(id.parse()?, None, false)?;
+    }
+    super::print(&format!("listener {name} stopped; {} job(s) cancelled\n", live.len()))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn tick(state_file: &Path) -> Result<ExitCode> {
+    let mut state = read_state(state_file)?;
+    if state.stopped {
+        super::print("listener stopped; not re-queuing\n")?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let slurm = SlurmCli::new();
+    let me = std::env::var("SLURM_JOB_ID").ok();
+    // Queue the successor first, so a failing iteration does not end the chain; never a second
+    // queued copy.
+    let pending: Vec<_> = live_jobs(&slurm, &state.job_name, me.as_deref())?;
+    if pending.is_empty() {
+        let next = submit(&slurm, &state, state_file, Some(format!("now+{}", state.interval_s.max(1))))?;
+        super::print(&format!("next listener iteration queued as job {next}\n"))?;
+    }
+    state.iterations += 1;
+    write_state(state_file, &state)?;
+    let mut argv = vec!["submitter".to_string(), "launch".to_string()];
+    argv.extend(state.launch_args.clone());
+    argv.push("--once".to_string());
+    let cli = crate::Cli::try_parse_from(&argv).context("the stored launch arguments no longer parse")?;
+    match cli.command {
+        crate::Command::Launch(args) => super::launch::launch_command(&args),
+        _ => bail!("stored arguments are not a launch"),
+    }
+}

@@ -1,0 +1,190 @@
+//! What every ledger-touching command resolves once from its arguments: configuration, cluster,
+//! registry, ledger, Slurm client, the state dir and its lock.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use launch_spec::GpuProfiles;
+use submitter::config::{self, ClusterProfile, ConfigRoot, lists};
+use submitter::launch::{LaunchContext, LaunchOverrides};
+use submitter::ledger::{self, Ledger};
+use submitter::plan::SelectedPreset;
+use submitter::registry::Registry;
+use submitter::slurm::SlurmCli;
+
+use crate::ConfigDirs;
+
+/// `--cluster`, `--ledger`, `--state-dir` and the config directories.
+#[derive(clap::Args, Clone, Debug)]
+pub struct LedgerArgs {
+    /// Cluster profile name or alias.
+    #[arg(long)]
+    pub cluster: String,
+    /// Ledger: `postgres://…` URL or SQLite path (default: the profile's, else <state dir>/ledger.sqlite).
+    #[arg(long, env = "SUBMITTER_LEDGER", hide_env_values = true)]
+    pub ledger: Option<String>,
+    /// State dir (ledger, lock) instead of the profile's `paths.state_dir`.
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub dirs: ConfigDirs,
+}
+
+/// The model and benchmark selection shared by `plan` and `launch`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct Selection {
+    /// Presets (repeatable); `ID` means swebench, v2 and tb2 together.
+    #[arg(long = "preset", value_name = "P")]
+    pub presets: Vec<String>,
+    /// Datasets (instead of presets), with default settings.
+    #[arg(long = "datasets", value_name = "D", num_args = 1..)]
+    pub datasets: Vec<String>,
+    /// The priority list: models to consider, in priority order. Re-read on every iteration.
+    #[arg(long, value_name = "FILE")]
+    pub models_file: Option<PathBuf>,
+    /// Explicit model ids (also a priority list).
+    #[arg(long = "model", value_name = "M")]
+    pub models: Vec<String>,
+    /// Instead of a list: every model in the ledger's catalogue.
+    #[arg(long, conflicts_with_all = ["models_file", "models"])]
+    pub all_models: bool,
+    /// Models never to submit (beats the list). Re-read on every iteration.
+    #[arg(long, value_name = "FILE")]
+    pub blacklist: Option<PathBuf>,
+    /// Bypass dedup for the selected pairs (needs an explicit model list: --model or --models-file).
+    #[arg(long)]
+    pub force: bool,
+    /// Resubmit finished pairs whose config (timeout multiplier, overrides) differs from now.
+    #[arg(long)]
+    pub config_aware: bool,
+    #[arg(long, value_name = "X")]
+    pub timeout_multiplier: Option<f64>,
+    #[arg(long = "agent-kwarg", value_name = "K=V")]
+    pub agent_kwargs: Vec<String>,
+    #[arg(long, value_name = "F")]
+    pub gpu_memory_utilization: Option<f64>,
+    #[arg(long, value_name = "N")]
+    pub n_concurrent: Option<u32>,
+}
+
+pub struct Session {
+    pub root: PathBuf,
+    pub cluster: ClusterProfile,
+    pub gpu_profiles: GpuProfiles,
+    pub registry: Registry,
+    pub presets_dir: PathBuf,
+    pub harbor_dir: PathBuf,
+    pub state_dir: PathBuf,
+    pub ledger: Box<dyn Ledger>,
+    pub slurm: SlurmCli,
+}
+
+impl Session {
+    pub fn open(args: &LedgerArgs) -> Result<Session> {
+        let dirs = args.dirs.resolve()?;
+        let root = ConfigRoot::discover().map(|r| r.root).unwrap_or_else(|_| dirs.clusters.join(".."));
+        let cluster = config::load_cluster(&dirs.clusters, &args.cluster)?;
+        let gpu_profiles = config::load_gpu_profiles(&dirs.clusters)?;
+        let registry = Registry::load(&dirs.registry).with_context(|| format!("loading registry {}", dirs.registry.display()))?;
+        let harbor_dir = dirs.presets.join("harbor");
+        let context = LaunchContext { cluster: &cluster, gpu_profiles: &gpu_profiles, registry: &registry, harbor_configs_dir: &harbor_dir, root: &root };
+        let state_dir = match &args.state_dir {
+            Some(dir) => dir.clone(),
+            None => context.expand("paths.state_dir", &cluster.paths.state_dir)?,
+        };
+        std::fs::create_dir_all(&state_dir).with_context(|| format!("creating state dir {}", state_dir.display()))?;
+        let ledger_spec = args
+            .ledger
+            .clone()
+            .or_else(|| cluster.ledger.clone())
+            .unwrap_or_else(|| ledger::default_path(&state_dir).display().to_string());
+        let ledger = ledger::open_ledger(&ledger_spec)?;
+        Ok(Session { root, cluster, gpu_profiles, registry, harbor_dir, presets_dir: dirs.presets, state_dir, ledger, slurm: SlurmCli::new() })
+    }
+
+    pub fn context(&self) -> LaunchContext<'_> {
+        LaunchContext {
+            cluster: &self.cluster,
+            gpu_profiles: &self.gpu_profiles,
+            registry: &self.registry,
+            harbor_configs_dir: &self.harbor_dir,
+            root: &self.root,
+        }
+    }
+
+    /// One submitter per state dir at a time (advisory lock), besides the ledger's guarantee.
+    pub fn lock(&self) -> Result<File> {
+        let path = self.state_dir.join("submitter.lock");
+        let file = File::options().create(true).truncate(false).write(true).open(&path).with_context(|| format!("opening {}", path.display()))?;
+        match file.try_lock() {
+            Ok(()) => Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                bail!("another submitter holds {} — one submitter per state dir; wait for it or stop it", path.display())
+            }
+            Err(std::fs::TryLockError::Error(err)) => Err(err).with_context(|| format!("locking {}", path.display())),
+        }
+    }
+}
+
+impl Selection {
+    pub fn presets(&self, presets_dir: &Path) -> Result<Vec<SelectedPreset>> {
+        let mut selected = Vec::new();
+        for name in &self.presets {
+            let names: Vec<&str> = if name == "ID" { vec!["swebench", "v2", "tb2"] } else { vec![name.as_str()] };
+            for name in names {
+                selected.push(SelectedPreset { name: name.to_string(), preset: config::load_preset(presets_dir, name)? });
+            }
+        }
+        if !self.datasets.is_empty() {
+            let preset: config::Preset = launch_spec::yaml::from_yaml_str(
+                &format!("datasets: {}\n", serde_json::to_string(&self.datasets)?),
+                Path::new("--datasets"),
+            )?;
+            selected.push(SelectedPreset { name: "datasets".to_string(), preset });
+        }
+        if selected.is_empty() {
+            bail!("select benchmarks with --preset P (repeatable) or --datasets D…");
+        }
+        Ok(selected)
+    }
+
+    /// The models to consider, in priority order. No list means no submissions, unless
+    /// `--all-models` explicitly selects the ledger's catalogue.
+    pub fn models(&self, ledger: &dyn Ledger) -> Result<Vec<String>> {
+        let mut models = self.models.clone();
+        if let Some(file) = &self.models_file {
+            models.extend(lists::read_model_list(file)?);
+        }
+        if self.all_models {
+            models = ledger.list_models()?.into_iter().map(|m| m.id).collect();
+        }
+        let blacklist = match &self.blacklist {
+            Some(file) => lists::read_model_list(file)?,
+            None => Vec::new(),
+        };
+        let mut seen = std::collections::HashSet::new();
+        models.retain(|m| seen.insert(m.clone()));
+        Ok(lists::filter_models(&models, &blacklist))
+    }
+
+    pub fn overrides(&self) -> LaunchOverrides {
+        LaunchOverrides {
+            timeout_multiplier: self.timeout_multiplier,
+            agent_kwargs: self.agent_kwargs.clone(),
+            gpu_memory_utilization: self.gpu_memory_utilization,
+            n_concurrent: self.n_concurrent,
+            dataset: None,
+        }
+    }
+
+    pub fn check(&self) -> Result<()> {
+        if self.force && self.models.is_empty() && self.models_file.is_none() {
+            bail!("--force needs an explicit model list (--model or --models-file): it bypasses dedup for those pairs only");
+        }
+        if self.models.is_empty() && self.models_file.is_none() && !self.all_models {
+            bail!("no priority list: give --models-file FILE or --model M (a model not on the list is never submitted), or --all-models for the ledger's catalogue");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,472 @@
+//! `submitter check|status|results|report|logs`: launch verification (SPEC §8, docs/verification.md).
+
+use std::io::{IsTerminal, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use chrono::Utc;
+use submitter::config;
+use submitter::ledger::Ledger;
+use submitter::slurm::{JobId, Slurm, SlurmCli};
+use submitter::sync::run_dir_of;
+use submitter::verify::check::{self, RunCheck};
+use submitter::verify::report::{self, ReportInput, RunEvidence};
+use submitter::verify::results::{self, Matrix};
+use submitter::verify::status::{self, Collect};
+use submitter::verify::verdict::StatusRow;
+use submitter::verify::{Level, VerifySettings};
+
+use super::launch::parse_duration;
+use super::session::{LedgerArgs, Session};
+use crate::{ConfigDirs, EXIT_PROBLEMS};
+
+#[derive(clap::Args)]
+pub struct CheckArgs {
+    /// Run directories (Harbor job dirs; payload's or the old scripts').
+    #[arg(value_name = "RUN_DIR", required = true)]
+    pub run_dirs: Vec<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+    /// Exit 1 on warnings too, not only on failures.
+    #[arg(long)]
+    pub strict: bool,
+    /// Take the thresholds from this cluster profile's `verify:` section (default: built-in).
+    #[arg(long)]
+    pub cluster: Option<String>,
+    #[command(flatten)]
+    pub dirs: ConfigDirs,
+}
+
+#[derive(clap::Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub ledger: LedgerArgs,
+    /// Also list attempts that ended within the last N hours (0: active only).
+    #[arg(long, default_value_t = 24)]
+    pub hours: u64,
+    #[arg(long)]
+    pub json: bool,
+    /// Refresh in place every --interval; applies the profile's `verify.auto_cancel` policy.
+    #[arg(long)]
+    pub watch: bool,
+    /// Time between refreshes with --watch (`10s`, `1m`).
+    #[arg(long, value_parser = parse_duration, default_value = "15s")]
+    pub interval: Duration,
+    /// Show every job's evidence, not only the unhealthy ones'.
+    #[arg(long, short)]
+    pub verbose: bool,
+}
+
+#[derive(clap::Args)]
+pub struct ResultsArgs {
+    #[command(flatten)]
+    pub ledger: LedgerArgs,
+    #[arg(long, conflicts_with = "csv")]
+    pub json: bool,
+    #[arg(long)]
+    pub csv: bool,
+    /// The binary benchmark models are ranked on (default terminal_bench_2, else swebench-100).
+    #[arg(long, value_name = "BENCHMARK")]
+    pub rank_by: Option<String>,
+}
+
+#[derive(clap::Args)]
+pub struct ReportArgs {
+    #[command(flatten)]
+    pub ledger: LedgerArgs,
+    /// Where to write the page.
+    #[arg(long, value_name = "FILE")]
+    pub html: PathBuf,
+    #[arg(long, default_value = "Evaluation report")]
+    pub title: String,
+    /// Also show attempts that ended within the last N hours among the jobs.
+    #[arg(long, default_value_t = 0)]
+    pub hours: u64,
+    #[arg(long, value_name = "BENCHMARK")]
+    pub rank_by: Option<String>,
+    /// Skip `check` on each run dir (faster with hundreds of runs).
+    #[arg(long)]
+    pub no_check: bool,
+}
+
+#[derive(clap::Args)]
+pub struct LogsArgs {
+    /// A run dir, a run tag, or a Slurm job id (looked up in the ledger, else in Slurm).
+    #[arg(value_name = "RUN|JOB")]
+    pub target: String,
+    /// vLLM's log (`vllm.log`).
+    #[arg(long, group = "which")]
+    pub engine: bool,
+    /// Harbor's log (`harbor.log`).
+    #[arg(long, group = "which")]
+    pub harbor: bool,
+    /// The tunnel's log (`tunnel.log`, or the old scripts' `pinggy_*.log`).
+    #[arg(long, group = "which")]
+    pub tunnel: bool,
+    /// Keep printing what is appended (like `tail -f`).
+    #[arg(long, short)]
+    pub follow: bool,
+    /// Only the last N lines (with -f: default 20).
+    #[arg(long, short = 'n', value_name = "N")]
+    pub tail: Option<usize>,
+    /// Cluster profile, for run tags and job ids (the ledger lookup).
+    #[arg(long)]
+    pub cluster: Option<String>,
+    #[arg(long, env = "SUBMITTER_LEDGER", hide_env_values = true)]
+    pub ledger: Option<String>,
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub dirs: ConfigDirs,
+}
+
+fn settings_for(cluster: Option<&str>, dirs: &ConfigDirs) -> Result<VerifySettings> {
+    let Some(name) = cluster else { return Ok(VerifySettings::default()) };
+    let dirs = dirs.resolve()?;
+    Ok(config::load_cluster(&dirs.clusters, name)?.verify)
+}
+
+/// `submitter check RUN_DIR…`. Exit 0: no failure (warnings allowed); 1: a check failed (or,
+/// with --strict, warned); 2: a path is not a run dir.
+pub fn check(args: &CheckArgs) -> Result<ExitCode> {
+    let settings = settings_for(args.cluster.as_deref(), &args.dirs)?;
+    let now = Utc::now();
+    let mut checks = Vec::new();
+    for dir in &args.run_dirs {
+        checks.push(check::check_run_dir(dir, &settings, now)?);
+    }
+    if args.json {
+        let worst = checks.iter().map(|c| c.verdict).max().unwrap_or(Level::Ok);
+        super::print(&(serde_json::to_string_pretty(&serde_json::json!({"verdict": worst, "runs": checks}))? + "\n"))?;
+    } else {
+        super::print(&check::render_text(&checks))?;
+    }
+    let worst = checks.iter().map(|c| c.verdict).max().unwrap_or(Level::Ok);
+    let bad = worst == Level::Fail || (args.strict && worst == Level::Warn);
+    Ok(if bad { ExitCode::from(EXIT_PROBLEMS) } else { ExitCode::SUCCESS })
+}
+
+fn collect(session: &Session, hours: u64, persist: bool) -> Result<Vec<StatusRow>> {
+    let opts = Collect {
+        cluster: &session.cluster.name,
+        state_dir: &session.state_dir,
+        settings: &session.cluster.verify,
+        ended_within_h: (hours > 0).then_some(hours),
+        now: Utc::now(),
+        persist,
+    };
+    Ok(status::collect(session.ledger.as_ref(), &session.slurm, &opts)?)
+}
+
+/// `submitter status [--json] [--watch]`. Exit 0; 1 when an active job is dead, stalled or
+/// misconfigured (without --watch); 2 on ledger/Slurm errors.
+pub fn status(args: &StatusArgs) -> Result<ExitCode> {
+    let session = Session::open(&args.ledger)?;
+    let tty = std::io::stdout().is_terminal();
+    loop {
+        let mut rows = collect(&session, args.hours, true)?;
+        let mut cancelled = Vec::new();
+        if args.watch {
+            cancelled = status::apply_auto_cancel(&mut rows, session.ledger.as_ref(), &session.slurm, session.cluster.verify.auto_cancel.as_ref(), Utc::now())?;
+        }
+        let text = if args.json {
+            if args.watch { serde_json::to_string(&rows)? + "\n" } else { serde_json::to_string_pretty(&rows)? + "\n" }
+        } else {
+            let mut t = String::new();
+            if args.watch {
+                if tty {
+                    t.push_str("\x1b[H\x1b[2J");
+                }
+                t += &format!("{}  every {}s, Ctrl-C to stop\n", Utc::now().format("%Y-%m-%d %H:%M:%S UTC"), args.interval.as_secs());
+            }
+            t += &status::render_table(&rows, &session.cluster.name, Utc::now(), args.verbose);
+            for line in &cancelled {
+                t += &format!("{line}\n");
+            }
+            t
+        };
+        super::print(&text)?;
+        if !args.watch {
+            let bad = rows.iter().any(|r| r.ledger_status.is_active() && r.verdict.verdict.is_bad());
+            return Ok(if bad { ExitCode::from(EXIT_PROBLEMS) } else { ExitCode::SUCCESS });
+        }
+        std::thread::sleep(args.interval);
+    }
+}
+
+fn matrix(session: &Session, rank_by: Option<&str>) -> Result<Matrix> {
+    let attempts = results::finished_attempts(session.ledger.as_ref())?;
+    Ok(results::build_matrix(&attempts, rank_by, &session.cluster.verify)?)
+}
+
+/// `submitter results [--json|--csv]`.
+pub fn results(args: &ResultsArgs) -> Result<ExitCode> {
+    let session = Session::open(&args.ledger)?;
+    let m = matrix(&session, args.rank_by.as_deref())?;
+    let text = if args.json {
+        serde_json::to_string_pretty(&m)? + "\n"
+    } else if args.csv {
+        results::render_csv(&m)
+    } else {
+        results::render_text(&m)
+    };
+    super::print(&text)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn score_lines(metrics: Option<&serde_json::Value>, settings: &VerifySettings) -> Vec<String> {
+    let Some(m) = metrics.filter(|m| !m.is_null()) else { return Vec::new() };
+    let s = results::summary_from_metrics(m);
+    let audit = results::audit_of(&s, settings);
+    let mut lines = vec![format!(
+        "mean reward {} over {} trials: {} valid, {} errored ({} infra{})",
+        s.mean_reward.map_or("-".into(), |v| format!("{v:.3}")),
+        s.n_trials,
+        s.n_valid,
+        s.n_errors,
+        s.n_infra_errors,
+        if s.infra_errors.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", s.infra_errors.iter().map(|(k, v)| format!("{k} × {v}")).collect::<Vec<_>>().join(", "))
+        }
+    )];
+    lines.push(if audit.complete {
+        format!("audit: complete ({} valid of {} expected)", audit.valid, audit.expected.map_or("?".into(), |e| e.to_string()))
+    } else {
+        format!("audit: INCOMPLETE — {} — resume rather than accept", audit.reasons.join("; "))
+    });
+    lines
+}
+
+fn check_of(run_dir: Option<&str>, settings: &VerifySettings, skip: bool) -> Option<RunCheck> {
+    if skip {
+        return None;
+    }
+    let dir = Path::new(run_dir?);
+    check::check_run_dir(dir, settings, Utc::now()).ok()
+}
+
+/// `submitter report --html FILE`.
+pub fn report(args: &ReportArgs) -> Result<ExitCode> {
+    let session = Session::open(&args.ledger)?;
+    let settings = &session.cluster.verify;
+    let m = matrix(&session, args.rank_by.as_deref())?;
+    let jobs = collect(&session, args.hours, false)?;
+    let mut runs = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for job in &jobs {
+        let attempt = session.ledger.attempt(submitter::ledger::AttemptId(job.attempt))?;
+        seen.insert(job.attempt);
+        runs.push(RunEvidence {
+            attempt: job.attempt,
+            model: job.model.clone(),
+            benchmark: job.benchmark.clone(),
+            cluster: job.cluster.clone(),
+            run_tag: job.run_tag.clone(),
+            run_dir: job.run_dir.clone(),
+            slurm_job_id: job.slurm_job_id.clone(),
+            ledger_status: job.ledger_status.to_string(),
+            reason: job.ledger_reason.clone(),
+            verdict: Some(job.clone()),
+            check: check_of(job.run_dir.as_deref(), settings, args.no_check),
+            score: score_lines(attempt.as_ref().and_then(|a| a.metrics.as_ref()), settings),
+        });
+    }
+    for cell in &m.cells {
+        if !seen.insert(cell.attempt_id.0) {
+            continue;
+        }
+        let attempt = session.ledger.attempt(cell.attempt_id)?;
+        runs.push(RunEvidence {
+            attempt: cell.attempt_id.0,
+            model: cell.model.clone(),
+            benchmark: cell.benchmark.clone(),
+            cluster: cell.cluster.clone(),
+            run_tag: cell.run_tag.clone(),
+            run_dir: cell.run_dir.clone(),
+            slurm_job_id: attempt.as_ref().and_then(|a| a.slurm_job_id.clone()),
+            ledger_status: attempt.as_ref().map_or("finished".into(), |a| a.status.to_string()),
+            reason: attempt.as_ref().map_or(String::new(), |a| a.reason.clone()),
+            verdict: None,
+            check: check_of(cell.run_dir.as_deref(), settings, args.no_check),
+            score: score_lines(attempt.as_ref().and_then(|a| a.metrics.as_ref()), settings),
+        });
+    }
+    let html = report::render_html(&ReportInput { title: &args.title, generated_at: Utc::now(), matrix: &m, jobs: &jobs, runs: &runs });
+    if let Some(parent) = args.html.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    }
+    std::fs::write(&args.html, html).with_context(|| format!("writing {}", args.html.display()))?;
+    super::print(&format!(
+        "wrote {} ({} model(s) × {} benchmark(s), {} job(s))\n",
+        args.html.display(),
+        m.models.len(),
+        m.benchmarks.len(),
+        jobs.len()
+    ))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Where `logs` looks: the run dir and, when known, the Slurm job id.
+fn resolve_target(args: &LogsArgs) -> Result<(PathBuf, Option<String>)> {
+    let path = Path::new(&args.target);
+    if path.is_dir() {
+        return Ok((path.to_path_buf(), None));
+    }
+    let session = match &args.cluster {
+        Some(cluster) => Some(Session::open(&LedgerArgs {
+            cluster: cluster.clone(),
+            ledger: args.ledger.clone(),
+            state_dir: args.state_dir.clone(),
+            dirs: args.dirs.clone(),
+        })?),
+        None => None,
+    };
+    let is_job = !args.target.is_empty() && args.target.chars().all(|c| c.is_ascii_digit());
+    if is_job {
+        if let Some(session) = &session {
+            let ledger: &dyn Ledger = session.ledger.as_ref();
+            let mut candidates = ledger.active()?;
+            candidates.extend(ledger.latest_per_pair()?.into_iter().map(|p| p.latest));
+            if let Some(dir) = candidates.iter().find(|a| a.slurm_job_id.as_deref() == Some(&args.target)).and_then(run_dir_of) {
+                return Ok((dir, Some(args.target.clone())));
+            }
+        }
+        let id: JobId = args.target.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
+        if let Some(out) = SlurmCli::new().show(id)?.and_then(|info| info.std_out)
+            && let Some(dir) = out.parent()
+        {
+            return Ok((dir.to_path_buf(), Some(args.target.clone())));
+        }
+        bail!("job {} is neither in the ledger{} nor known to Slurm", args.target, if session.is_none() { " (give --cluster to search it)" } else { "" });
+    }
+    let Some(session) = &session else {
+        bail!("{}: not a directory; give --cluster C to look up the run tag in the ledger", args.target);
+    };
+    let attempts = session.ledger.find_by_run_tag(&args.target)?;
+    if let Some(a) = attempts.last() {
+        let dir = run_dir_of(a).with_context(|| format!("attempt {} records no run dir", a.id))?;
+        return Ok((dir, a.slurm_job_id.clone()));
+    }
+    let jobs_dir = session.context().expand("paths.jobs_dir", &session.cluster.paths.jobs_dir)?;
+    let dir = jobs_dir.join(&args.target);
+    if dir.is_dir() {
+        return Ok((dir, None));
+    }
+    bail!("no run dir or ledger attempt for run tag {} (looked in {})", args.target, jobs_dir.display())
+}
+
+fn file_for(dir: &Path, job: Option<&str>, args: &LogsArgs) -> Result<PathBuf> {
+    let newest = |prefix: &str, suffix: &str| -> Option<PathBuf> {
+        std::fs::read_dir(dir)
+            .ok()?
+            .flatten()
+            .filter(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                n.starts_with(prefix) && n.ends_with(suffix) && !n.ends_with(".prev")
+            })
+            .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
+            .map(|e| e.path())
+    };
+    let (what, found) = if args.engine {
+        ("engine log", Some(dir.join(launch_spec::records::ENGINE_LOG)).filter(|p| p.is_file()).or_else(|| newest("vllm", ".log")))
+    } else if args.harbor {
+        ("Harbor log", Some(dir.join(launch_spec::records::HARBOR_LOG)).filter(|p| p.is_file()))
+    } else if args.tunnel {
+        ("tunnel log", check::find_tunnel_log(dir))
+    } else {
+        let by_job = job.map(|j| dir.join(format!("slurm-{j}.out"))).filter(|p| p.is_file());
+        ("Slurm output (payload's log)", by_job.or_else(|| newest("slurm-", ".out")))
+    };
+    if let Some(path) = found {
+        return Ok(path);
+    }
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| rd.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_file())).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    files.sort();
+    bail!("no {what} in {} (files: {})", dir.display(), if files.is_empty() { "none".into() } else { files.join(", ") })
+}
+
+/// `submitter logs RUN|JOB [--engine|--harbor|--tunnel] [-f]`.
+pub fn logs(args: &LogsArgs) -> Result<ExitCode> {
+    let (dir, job) = resolve_target(args)?;
+    let path = file_for(&dir, job.as_deref(), args)?;
+    let mut file = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
+    let tail = args.tail.or(if args.follow { Some(20) } else { None });
+    let mut offset = match tail {
+        Some(n) => start_of_last_lines(&mut file, n)?,
+        None => 0,
+    };
+    let mut out = std::io::stdout().lock();
+    offset += copy_from(&mut file, offset, &mut out)?;
+    if !args.follow {
+        return Ok(ExitCode::SUCCESS);
+    }
+    loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        if len < offset {
+            // Truncated or replaced: start over.
+            file = std::fs::File::open(&path)?;
+            offset = 0;
+        }
+        offset += copy_from(&mut file, offset, &mut out)?;
+    }
+}
+
+/// Copies from `offset` to the end; a closed pipe ends quietly.
+fn copy_from(file: &mut std::fs::File, offset: u64, out: &mut impl Write) -> Result<u64> {
+    file.seek(SeekFrom::Start(offset))?;
+    let mut buf = vec![0u8; 1 << 16];
+    let mut copied = 0u64;
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        match out.write_all(&buf[..n]) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+            other => other?,
+        }
+        copied += n as u64;
+    }
+    match out.flush() {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        other => other?,
+    }
+    Ok(copied)
+}
+
+/// The offset where the last `n` lines start.
+fn start_of_last_lines(file: &mut std::fs::File, n: usize) -> Result<u64> {
+    let len = file.metadata()?.len();
+    let mut pos = len;
+    let mut newlines = 0usize;
+    let mut buf = vec![0u8; 1 << 16];
+    // A trailing newline ends the last line; it does not start a new one.
+    let mut skip_last = true;
+    while pos > 0 {
+        let step = (buf.len() as u64).min(pos);
+        pos -= step;
+        file.seek(SeekFrom::Start(pos))?;
+        file.read_exact(&mut buf[..step as usize])?;
+        for i in (0..step as usize).rev() {
+            if buf[i] == b'\n' {
+                if skip_last && pos + i as u64 == len - 1 {
+                    skip_last = false;
+                    continue;
+                }
+                newlines += 1;
+                if newlines == n {
+                    return Ok(pos + i as u64 + 1);
+                }
+            }
+        }
+        skip_last = false;
+    }
+    Ok(0)
+}

@@ -1,0 +1,148 @@
+//! Sync: fold payload's records (`status.json`, Harbor's `result.json`) and Slurm's state into the
+//! ledger (SPEC §7.2–7.3). A job Slurm no longer has, with no recorded outcome, becomes `failed`
+//! (`vanished`) at once; a pending row without a job id is repaired by finding its job in Slurm.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use launch_spec::records::{OutcomeClass, RunStatus, STATUS_FILE};
+use serde_json::Value;
+
+use crate::decide::{MISSING_JOB_GRACE_S, SlurmView};
+use crate::ledger::{Attempt, Ledger, LedgerError, Status, now};
+use crate::slurm::{JobId, JobInfo, JobState, Slurm, SlurmError};
+
+
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error(transparent)]
+    Slurm(#[from] SlurmError),
+}
+
+/// What one sync changed, for the operator.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct SyncReport {
+    pub changes: Vec<Change>,
+    /// Slurm's view of every active attempt's job, for the planner.
+    #[serde(skip)]
+    pub job_views: HashMap<String, SlurmView>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Change {
+    pub attempt: i64,
+    pub model: String,
+    pub benchmark: String,
+    pub to: Status,
+    pub reason: String,
+}
+
+/// The run dir an attempt recorded in its config.
+pub fn run_dir_of(attempt: &Attempt) -> Option<PathBuf> {
+    attempt.config.get("run_dir").and_then(Value::as_str).map(PathBuf::from)
+}
+
+pub fn read_status(run_dir: &Path) -> Option<RunStatus> {
+    let text = std::fs::read_to_string(run_dir.join(STATUS_FILE)).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// A resubmission reuses the run dir (so Harbor resumes): a `status.json` is this attempt's only
+/// when it names this attempt's Slurm job.
+pub fn belongs_to(status: &RunStatus, attempt: &Attempt) -> bool {
+    attempt.slurm_job_id.is_some() && status.slurm_job_id == attempt.slurm_job_id
+}
+
+pub fn view_of(job: Option<&JobInfo>) -> SlurmView {
+    match job {
+        Some(info) if info.state == JobState::Pending => SlurmView::Queued,
+        Some(info) if info.state.is_active() => SlurmView::Running,
+        _ => SlurmView::Gone,
+    }
+}
+
+/// Harbor's `result.json` summarised for the ledger: mean reward, trials valid/errored, errors and
+/// infrastructure errors by type, and the completion audit (`audit.status` = `incomplete` when
+/// fewer than 90% of n_tasks × n_attempts are valid or more than 10% errored). See
+/// [`crate::verify::results`]. `None` without a result.json holding `stats`.
+pub fn harbor_metrics(run_dir: &Path) -> Option<Value> {
+    use crate::verify::results;
+    let summary = results::score_summary(run_dir)?;
+    let audit = results::audit_of(&summary, &crate::verify::VerifySettings::default());
+    Some(results::metrics_json(&summary, &audit))
+}
+
+/// Syncs every active attempt of `cluster`. Any ledger or Slurm error stops the sync (fail closed).
+pub fn sync(ledger: &dyn Ledger, slurm: &dyn Slurm, cluster: &str) -> Result<SyncReport, SyncError> {
+    let active: Vec<Attempt> = ledger.active()?.into_iter().filter(|a| a.cluster == cluster).collect();
+    let ids: Vec<JobId> = active.iter().filter_map(|a| a.slurm_job_id.as_deref()?.parse().ok()).collect();
+    let jobs: HashMap<String, JobInfo> =
+        if ids.is_empty() { HashMap::new() } else { slurm.jobs(&ids)?.into_iter().map(|j| (j.id.to_string(), j)).collect() };
+    let mut report = SyncReport::default();
+    for attempt in &active {
+        let run_dir = run_dir_of(attempt);
+        let status = run_dir.as_deref().and_then(read_status).filter(|s| belongs_to(s, attempt));
+        let outcome = status.as_ref().and_then(|s| s.outcome.clone());
+        let mut change = |to: Status, reason: String, metrics: Option<Value>| -> Result<(), SyncError> {
+            ledger.transition(attempt.id, to, &reason, metrics.as_ref())?;
+            report.changes.push(Change { attempt: attempt.id.0, model: attempt.model.clone(), benchmark: attempt.benchmark.clone(), to, reason });
+            Ok(())
+        };
+        if let Some(outcome) = outcome {
+            if outcome.class == OutcomeClass::Finished {
+                let metrics = run_dir.as_deref().and_then(harbor_metrics);
+                change(Status::Finished, "finished".to_string(), metrics)?;
+            } else {
+                let cause = outcome.cause.map(|c| format!("/{c}")).unwrap_or_default();
+                change(Status::Failed, format!("{}{cause}: {}", outcome.class.as_str(), outcome.message), None)?;
+            }
+            continue;
+        }
+        let Some(job_id) = attempt.slurm_job_id.clone() else {
+            // Crash between the ledger insert and sbatch, or sbatch still running elsewhere.
+            if let Some(found) = find_job_for(slurm, attempt)? {
+                ledger.set_job_id(attempt.id, &found.to_string())?;
+                report.changes.push(Change {
+                    attempt: attempt.id.0,
+                    model: attempt.model.clone(),
+                    benchmark: attempt.benchmark.clone(),
+                    to: attempt.status,
+                    reason: format!("repaired: job {found} found in Slurm"),
+                });
+            } else if (now() - attempt.submitted_at).num_seconds() > MISSING_JOB_GRACE_S as i64 {
+                change(Status::Failed, "submission interrupted: no Slurm job for this attempt".to_string(), None)?;
+            }
+            continue;
+        };
+        let view = view_of(jobs.get(&job_id));
+        report.job_views.insert(job_id.clone(), view);
+        match view {
+            SlurmView::Running if attempt.status == Status::Pending => {
+                change(Status::Started, format!("running as job {job_id}"), None)?;
+            }
+            SlurmView::Queued | SlurmView::Running => {}
+            SlurmView::Gone => {
+                let state = jobs.get(&job_id).map_or("no longer listed".to_string(), |j| j.state.to_string());
+                change(Status::Failed, format!("vanished (job {job_id}: {state}, no outcome recorded)"), None)?;
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// The job of an attempt that has no job id yet: same job name, output in the attempt's run dir.
+fn find_job_for(slurm: &dyn Slurm, attempt: &Attempt) -> Result<Option<JobId>, SlurmError> {
+    let (Some(name), Some(run_dir)) = (attempt.config.get("job_name").and_then(Value::as_str), run_dir_of(attempt)) else {
+        return Ok(None);
+    };
+    for job in slurm.find_by_name(name)? {
+        if let Some(info) = slurm.show(job.id)?
+            && info.std_out.as_deref().is_some_and(|out| out.starts_with(&run_dir))
+        {
+            return Ok(Some(job.id));
+        }
+    }
+    Ok(None)
+}

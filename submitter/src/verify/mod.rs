@@ -1,0 +1,195 @@
+//! Launch verification (SPEC §8): "no job may look RUNNING while it is dead".
+//!
+//! - [`check`]: the four checks (tunnel, `api_base`, engine completions, trials) plus payload's
+//!   outcome and the completion audit, from the files of any run directory — payload's, or one the
+//!   old scripts left (Harbor's layout, a `vllm.log` with uvicorn access lines, `pinggy_*.log`).
+//! - [`logscan`]: the engine log scanner behind the completions check (memchr line scanning).
+//! - [`verdict`]: one verdict per job from payload's heartbeat, Slurm's state and the previous
+//!   observation — a pure function — and the per-attempt observation files.
+//! - [`results`]: the score summary folded into the ledger, the completion audit, and the
+//!   models × benchmarks matrix.
+//! - [`status`]: the ledger joined with Slurm and payload's records, one verdict per job.
+//! - [`report`]: the self-contained HTML report.
+//!
+//! Thresholds live in the cluster profile's `verify:` section
+//! ([`crate::config::cluster::VerifySettings`]); docs/verification.md lists them.
+
+pub mod check;
+pub mod logscan;
+pub mod report;
+pub mod results;
+pub mod status;
+pub mod verdict;
+
+use std::path::Path;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+pub use crate::config::cluster::VerifySettings;
+
+/// How bad one finding is. Ordered: `Ok < Warn < Fail`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    Ok,
+    Warn,
+    Fail,
+}
+
+impl Level {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Level::Ok => "ok",
+            Level::Warn => "warn",
+            Level::Fail => "fail",
+        }
+    }
+}
+
+impl std::fmt::Display for Level {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One result of one check: a verdict, the numbers and lines that back it, and what to do.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Finding {
+    /// The check it belongs to: `tunnel`, `api_base`, `engine`, `trials`, `outcome`, `audit`.
+    pub check: &'static str,
+    /// A stable id within the check, e.g. `engine.bad_requests`, `trials.zombie`.
+    pub id: &'static str,
+    pub level: Level,
+    /// One line for humans.
+    pub summary: String,
+    /// Numbers, files and log lines behind the verdict.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<String>,
+    /// What to do about it (absent when nothing is to be done).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
+}
+
+impl Finding {
+    pub fn new(check: &'static str, id: &'static str, level: Level, summary: impl Into<String>) -> Self {
+        Finding { check, id, level, summary: summary.into(), evidence: Vec::new(), action: None }
+    }
+
+    pub fn evidence(mut self, line: impl Into<String>) -> Self {
+        self.evidence.push(line.into());
+        self
+    }
+
+    pub fn action(mut self, action: impl Into<String>) -> Self {
+        self.action = Some(action.into());
+        self
+    }
+}
+
+/// Parses an RFC 3339 instant (`…Z` or with an offset); a naive `YYYY-MM-DDTHH:MM:SS[.f]` is read
+/// as UTC (Harbor writes job timestamps in naive local time: use those for differences only).
+pub fn parse_time(text: &str) -> Option<DateTime<Utc>> {
+    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
+        return Some(t.with_timezone(&Utc));
+    }
+    chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S%.f").ok().map(|n| n.and_utc())
+}
+
+/// `42s`, `12m`, `3.5h`.
+pub fn human_duration(seconds: i64) -> String {
+    let s = seconds.max(0);
+    match s {
+        s if s < 120 => format!("{s}s"),
+        s if s < 7200 => format!("{}m", s / 60),
+        s => format!("{:.1}h", s as f64 / 3600.0),
+    }
+}
+
+/// `12.5%`.
+pub fn percent(share: f64) -> String {
+    format!("{:.1}%", share * 100.0)
+}
+
+/// A file's modification time.
+pub fn mtime(path: &Path) -> Option<DateTime<Utc>> {
+    std::fs::metadata(path).ok()?.modified().ok().map(DateTime::<Utc>::from)
+}
+
+/// The agents that run inside the remote sandbox (installed harnesses) and so call the model back
+/// over a public URL; terminus-2 and the model-free agents run on the node.
+pub fn is_installed_agent(agent: &str) -> bool {
+    let agent = agent.to_ascii_lowercase();
+    !(agent.is_empty() || agent.starts_with("terminus") || agent == "oracle" || agent == "nop")
+}
+
+/// Whether a URL's host is private: loopback, RFC 1918, link-local, CGNAT, `localhost`, or a bare
+/// host name without a dot (cluster-internal). An installed agent cannot reach such an address.
+pub fn is_private_url(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = if let Some(v6) = authority.strip_prefix('[') {
+        v6.split(']').next().unwrap_or("")
+    } else {
+        authority.rsplit_once(':').map_or(authority, |(h, p)| if p.chars().all(|c| c.is_ascii_digit()) { h } else { authority })
+    };
+    let host = host.to_ascii_lowercase();
+    if host == "localhost" || host.ends_with(".localhost") || host.ends_with(".local") || host.ends_with(".internal") {
+        return true;
+    }
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        return match ip {
+            std::net::IpAddr::V4(v4) => {
+                let o = v4.octets();
+                v4.is_private() || v4.is_loopback() || v4.is_link_local() || v4.is_unspecified() || (o[0] == 100 && (64..128).contains(&o[1]))
+            }
+            std::net::IpAddr::V6(v6) => v6.is_loopback() || v6.is_unspecified() || (v6.segments()[0] & 0xfe00) == 0xfc00,
+        };
+    }
+    !host.contains('.')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn private_urls() {
+        for url in [
+            "http://10.1.2.3:8000/v1",
+            "http://127.0.0.1:8000/v1",
+            "http://192.168.0.5/v1",
+            "http://172.20.0.1:80/v1",
+            "http://100.64.1.1/v1",
+            "http://localhost:8000/v1",
+            "http://lrdn0123:8000/v1",
+            "http://[::1]:8000/v1",
+        ] {
+            assert!(is_private_url(url), "{url}");
+        }
+        for url in ["https://abc123.a.pinggy.link/v1", "https://8.8.8.8/v1", "https://user@x.example.org:443/v1"] {
+            assert!(!is_private_url(url), "{url}");
+        }
+    }
+
+    #[test]
+    fn installed_agents() {
+        assert!(!is_installed_agent("terminus-2"));
+        assert!(!is_installed_agent("oracle"));
+        assert!(is_installed_agent("openhands"));
+        assert!(is_installed_agent("claude-code"));
+    }
+
+    #[test]
+    fn times() {
+        assert!(parse_time("2026-11-30T06:14:33.058135Z").is_some());
+        assert!(parse_time("2026-11-30T06:14:33.058135").is_some());
+        assert!(parse_time("2026-11-30T06:14:33+02:00").is_some());
+        assert!(parse_time("yesterday").is_none());
+        assert_eq!(human_duration(90), "90s");
+        assert_eq!(human_duration(600), "10m");
+        assert_eq!(human_duration(5400), "90m");
+        assert_eq!(human_duration(9000), "2.5h");
+    }
+}

@@ -1,0 +1,303 @@
+//! `submitter report --html FILE`: one self-contained page (inline CSS and a few lines of inline
+//! script, no external asset): the models × benchmarks score matrix as a colour-scaled table whose
+//! cells link to their run's evidence further down the page, and the in-flight jobs with their
+//! verdicts. The inline script only checks the page: it marks `<body data-anchors-ok="1">` when
+//! every in-page link has its target (the browser test reads it).
+
+use std::fmt::Write as _;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::Level;
+use super::check::RunCheck;
+use super::results::{BenchKind, Matrix, short_name};
+use super::verdict::{StatusRow, VerdictKind};
+
+/// The evidence section of one run (a matrix cell or an in-flight job).
+#[derive(Debug, Clone, Serialize)]
+pub struct RunEvidence {
+    pub attempt: i64,
+    pub model: String,
+    pub benchmark: String,
+    pub cluster: String,
+    pub run_tag: String,
+    pub run_dir: Option<String>,
+    pub slurm_job_id: Option<String>,
+    pub ledger_status: String,
+    pub reason: String,
+    /// `status`'s verdict, for in-flight jobs.
+    pub verdict: Option<StatusRow>,
+    /// `check`'s findings on the run dir, when it is readable from here.
+    pub check: Option<RunCheck>,
+    /// Score lines (mean, trials, errors, audit).
+    pub score: Vec<String>,
+}
+
+pub struct ReportInput<'a> {
+    pub title: &'a str,
+    pub generated_at: DateTime<Utc>,
+    pub matrix: &'a Matrix,
+    pub jobs: &'a [StatusRow],
+    pub runs: &'a [RunEvidence],
+}
+
+pub fn anchor(attempt: i64) -> String {
+    format!("run-{attempt}")
+}
+
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Red (0) → amber → green (1).
+fn colour(score: f64) -> String {
+    let hue = (score.clamp(0.0, 1.0) * 120.0).round();
+    format!("hsl({hue}, 65%, 78%)")
+}
+
+fn verdict_class(v: VerdictKind) -> &'static str {
+    match v {
+        VerdictKind::Healthy | VerdictKind::Finished => "good",
+        VerdictKind::Starting => "neutral",
+        VerdictKind::Stalled => "warn",
+        VerdictKind::Dead | VerdictKind::Misconfigured | VerdictKind::Failed => "bad",
+    }
+}
+
+fn level_class(l: Level) -> &'static str {
+    match l {
+        Level::Ok => "good",
+        Level::Warn => "warn",
+        Level::Fail => "bad",
+    }
+}
+
+const STYLE: &str = r#"
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 24px 32px; color: #1b1f24; background: #fafbfc; }
+h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 18px; margin: 28px 0 8px; border-bottom: 1px solid #d0d7de; padding-bottom: 4px; }
+h3 { font-size: 15px; margin: 18px 0 6px; }
+.meta { color: #57606a; margin-bottom: 16px; }
+table { border-collapse: collapse; background: #fff; }
+th, td { border: 1px solid #d0d7de; padding: 5px 9px; text-align: left; vertical-align: top; }
+th { background: #f0f3f6; font-weight: 600; }
+td.score { text-align: center; min-width: 110px; font-variant-numeric: tabular-nums; }
+td.score a { color: #1b1f24; text-decoration: none; display: block; }
+td.score a:hover { text-decoration: underline; }
+td.empty { color: #8c959f; text-align: center; }
+td.incomplete { outline: 2px dashed #9a6700; outline-offset: -4px; }
+.se { color: #424a53; font-size: 12px; }
+.kind { display: block; font-weight: 400; font-size: 11px; color: #57606a; }
+.badge { display: inline-block; padding: 1px 8px; border-radius: 10px; font-size: 12px; font-weight: 600; }
+.good { background: #dafbe1; color: #116329; } .warn { background: #fff8c5; color: #7d4e00; }
+.bad { background: #ffebe9; color: #a40e26; } .neutral { background: #ddf4ff; color: #0a3069; }
+section.run { background: #fff; border: 1px solid #d0d7de; border-radius: 6px; padding: 10px 16px; margin: 12px 0; }
+section.run:target { border-color: #0969da; box-shadow: 0 0 0 3px rgba(9,105,218,.25); }
+ul.evidence { margin: 4px 0 8px 0; padding-left: 22px; color: #424a53; }
+.action { color: #0a3069; }
+code { font: 12px ui-monospace, SFMono-Regular, Menlo, monospace; background: #f0f3f6; padding: 1px 4px; border-radius: 4px; word-break: break-all; }
+.legend span { display: inline-block; width: 18px; height: 12px; vertical-align: middle; margin: 0 1px; }
+"#;
+
+/// The page. Deterministic for a given input.
+pub fn render_html(input: &ReportInput) -> String {
+    let m = input.matrix;
+    let mut h = String::new();
+    let _ = write!(
+        h,
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n",
+        escape(input.title)
+    );
+    let _ = write!(
+        h,
+        "<h1>{}</h1>\n<div class=\"meta\">Generated {} · {} model(s) × {} benchmark(s) · {} in-flight job(s)</div>\n",
+        escape(input.title),
+        input.generated_at.format("%Y-%m-%d %H:%M:%S UTC"),
+        m.models.len(),
+        m.benchmarks.len(),
+        input.jobs.len()
+    );
+
+    // The matrix.
+    h.push_str("<h2 id=\"scores\">Scores</h2>\n");
+    if m.models.is_empty() {
+        h.push_str("<p>No finished evaluations yet.</p>\n");
+    } else {
+        h.push_str("<table id=\"matrix\">\n<thead><tr><th>model</th>");
+        for b in &m.benchmarks {
+            let kind = match m.kinds.get(b) {
+                Some(BenchKind::Binary) => "binary · mean ± s.e.",
+                Some(BenchKind::PartialCredit) => "partial credit · mean",
+                _ => "mean",
+            };
+            let _ = write!(h, "<th title=\"{}\">{}<span class=\"kind\">{kind}</span></th>", escape(b), escape(&short_name(b)));
+        }
+        let _ = write!(
+            h,
+            "<th>ID mean<span class=\"kind\">swebench-100, tb2, dev_set_v2</span></th><th>rank<span class=\"kind\">{}</span></th></tr></thead>\n<tbody>\n",
+            m.rank_by.as_deref().map(|r| format!("on {}", escape(&short_name(r)))).unwrap_or_else(|| "no binary benchmark".into())
+        );
+        for model in &m.models {
+            let _ = write!(h, "<tr><th>{}</th>", escape(model));
+            for b in &m.benchmarks {
+                match m.cell(model, b) {
+                    None => h.push_str("<td class=\"empty\">–</td>"),
+                    Some(c) => {
+                        let style = c.mean.map(|v| format!(" style=\"background:{}\"", colour(v))).unwrap_or_default();
+                        let class = if c.incomplete { "score incomplete" } else { "score" };
+                        let title = format!(
+                            "{} on {}: {} valid of {} expected, {} errored{}",
+                            c.model,
+                            c.benchmark,
+                            c.n_valid,
+                            c.n_expected.map_or("?".into(), |e| e.to_string()),
+                            c.n_errors,
+                            if c.incomplete { format!(" — incomplete: {}", c.audit_reasons.join("; ")) } else { String::new() }
+                        );
+                        let mean = c.mean.map_or("–".into(), |v| format!("{v:.3}"));
+                        let se = c.stderr.map(|s| format!(" <span class=\"se\">±{s:.3}</span>")).unwrap_or_default();
+                        let mark = if c.incomplete { " ⚠" } else { "" };
+                        let _ = write!(
+                            h,
+                            "<td class=\"{class}\"{style} data-model=\"{}\" data-benchmark=\"{}\"><a href=\"#{}\" title=\"{}\">{mean}{se}{mark}</a></td>",
+                            escape(model),
+                            escape(b),
+                            anchor(c.attempt_id.0),
+                            escape(&title)
+                        );
+                    }
+                }
+            }
+            let id = m.id_mean.get(model).map(|v| format!("<td class=\"score\" style=\"background:{}\">{v:.3}</td>", colour(*v)));
+            h.push_str(&id.unwrap_or_else(|| "<td class=\"empty\">–</td>".into()));
+            let _ = writeln!(h, "<td>{}</td></tr>", m.ranks.get(model).map_or("–".into(), |r| r.to_string()));
+        }
+        h.push_str("</tbody>\n</table>\n");
+        h.push_str(
+            "<p class=\"legend\">0 <span style=\"background:hsl(0,65%,78%)\"></span><span style=\"background:hsl(30,65%,78%)\"></span><span style=\"background:hsl(60,65%,78%)\"></span><span style=\"background:hsl(90,65%,78%)\"></span><span style=\"background:hsl(120,65%,78%)\"></span> 1 \
+             · ± standard error √(p(1−p)/n), binary benchmarks only · dev_set_v2 is partial-credit: mean only, counts toward the ID mean, never ranks · ⚠ incomplete: resume rather than accept</p>\n",
+        );
+    }
+
+    // In-flight jobs.
+    h.push_str("<h2 id=\"jobs\">In-flight jobs</h2>\n");
+    if input.jobs.is_empty() {
+        h.push_str("<p>None.</p>\n");
+    } else {
+        h.push_str("<table id=\"inflight\">\n<thead><tr><th>job</th><th>model</th><th>benchmark</th><th>Slurm</th><th>phase</th><th>trials</th><th>rate</th><th>verdict</th><th>why</th></tr></thead>\n<tbody>\n");
+        for j in input.jobs {
+            let v = &j.verdict;
+            let trials = match (v.trials_finished, v.trials_expected) {
+                (Some(f), Some(e)) => format!("{f}/{e}"),
+                (Some(f), None) => f.to_string(),
+                _ => "–".into(),
+            };
+            let rate = v.rate.as_ref().map_or("–".into(), |r| format!("{:.1}/min", r.per_min));
+            let _ = writeln!(
+                h,
+                "<tr data-verdict=\"{}\"><td><a href=\"#{}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{trials}</td><td>{rate}</td><td><span class=\"badge {}\">{}</span></td><td>{}</td></tr>",
+                v.verdict,
+                anchor(j.attempt),
+                escape(j.slurm_job_id.as_deref().unwrap_or("–")),
+                escape(&j.model),
+                escape(&short_name(&j.benchmark)),
+                escape(&j.slurm),
+                escape(&j.phase),
+                verdict_class(v.verdict),
+                v.verdict,
+                escape(&v.summary)
+            );
+        }
+        h.push_str("</tbody>\n</table>\n");
+    }
+
+    // Evidence per run.
+    h.push_str("<h2 id=\"runs\">Runs: status and evidence</h2>\n");
+    for r in input.runs {
+        let _ = write!(
+            h,
+            "<section class=\"run\" id=\"{}\">\n<h3>{} · {}</h3>\n<div>attempt {} · {} · job {} · ledger <b>{}</b>{} · run tag <code>{}</code>{}</div>\n",
+            anchor(r.attempt),
+            escape(&r.model),
+            escape(&r.benchmark),
+            r.attempt,
+            escape(&r.cluster),
+            escape(r.slurm_job_id.as_deref().unwrap_or("–")),
+            escape(&r.ledger_status),
+            if r.reason.is_empty() { String::new() } else { format!(" ({})", escape(&r.reason)) },
+            escape(&r.run_tag),
+            r.run_dir.as_ref().map(|d| format!(" · run dir <code>{}</code>", escape(d))).unwrap_or_default()
+        );
+        if !r.score.is_empty() {
+            h.push_str("<ul class=\"evidence\">");
+            for line in &r.score {
+                let _ = write!(h, "<li>{}</li>", escape(line));
+            }
+            h.push_str("</ul>\n");
+        }
+        if let Some(row) = &r.verdict {
+            let v = &row.verdict;
+            let _ = writeln!(h, "<p>Verdict <span class=\"badge {}\">{}</span> {}</p>", verdict_class(v.verdict), v.verdict, escape(&v.summary));
+            if !v.evidence.is_empty() {
+                h.push_str("<ul class=\"evidence\">");
+                for e in &v.evidence {
+                    let _ = write!(h, "<li>{}</li>", escape(e));
+                }
+                h.push_str("</ul>\n");
+            }
+            if let Some(a) = &v.action {
+                let _ = writeln!(h, "<p class=\"action\">→ {}</p>", escape(a));
+            }
+        }
+        if let Some(c) = &r.check {
+            let _ = write!(h, "<p>Checks: <span class=\"badge {}\">{}</span></p>\n<table class=\"findings\"><tbody>\n", level_class(c.verdict), c.verdict);
+            for f in &c.findings {
+                let mut detail = String::new();
+                for e in &f.evidence {
+                    let _ = write!(detail, "<br><code>{}</code>", escape(e));
+                }
+                if let Some(a) = &f.action {
+                    let _ = write!(detail, "<br><span class=\"action\">→ {}</span>", escape(a));
+                }
+                let _ = writeln!(
+                    h,
+                    "<tr><td><span class=\"badge {}\">{}</span></td><td>{}</td><td>{}{detail}</td></tr>",
+                    level_class(f.level),
+                    f.level,
+                    f.check,
+                    escape(&f.summary)
+                );
+            }
+            h.push_str("</tbody></table>\n");
+        }
+        h.push_str("</section>\n");
+    }
+    h.push_str(
+        "<script>\n(function () {\n  var links = document.querySelectorAll('a[href^=\"#\"]');\n  var missing = 0;\n  for (var i = 0; i < links.length; i++) {\n    if (!document.getElementById(links[i].getAttribute('href').slice(1))) { missing++; }\n  }\n  document.body.setAttribute('data-links', String(links.length));\n  document.body.setAttribute('data-anchors-ok', missing === 0 ? '1' : '0');\n})();\n</script>\n</body>\n</html>\n",
+    );
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaping_and_colours() {
+        assert_eq!(escape("<a href=\"x\">&'"), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;");
+        assert_eq!(colour(0.0), "hsl(0, 65%, 78%)");
+        assert_eq!(colour(1.0), "hsl(120, 65%, 78%)");
+        assert_eq!(colour(7.0), "hsl(120, 65%, 78%)");
+    }
+}

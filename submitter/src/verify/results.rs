@@ -1,0 +1,549 @@
+//! Scores: the summary of Harbor's `result.json` that sync folds into the ledger, the completion
+//! audit, and the models × benchmarks matrix of `submitter results` and the report.
+//!
+//! Scoring rules (SPEC §8): swebench-verified-random-100 and terminal_bench_2 are binary (reward 0
+//! or 1 per trial): mean with its standard error √(p(1−p)/n). dev_set_v2 is partial-credit: mean
+//! only; it counts toward the "ID mean" over {swebench-100, tb2, dev_set_v2} and is never used to
+//! rank models (ranking is on a binary benchmark).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::VerifySettings;
+use crate::ledger::{Attempt, AttemptId, Status, Timestamp};
+
+/// Harbor's result.json, summarised.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ScoreSummary {
+    /// Harbor's mean metric (errored trials count as 0), averaged over evals.
+    pub mean_reward: Option<f64>,
+    pub n_trials: u64,
+    pub n_errors: u64,
+    /// Trials with a numeric reward.
+    pub n_valid: u64,
+    /// Harbor's `n_total_trials` (what it planned).
+    pub n_total_trials: Option<u64>,
+    /// n_tasks × n_attempts, the audit's denominator.
+    pub n_expected: Option<u64>,
+    pub errors_by_type: BTreeMap<String, u64>,
+    /// The errors whose type is an infrastructure error (`INFRA_ERROR_TYPES`), by type.
+    pub infra_errors: BTreeMap<String, u64>,
+    pub n_infra_errors: u64,
+    /// Reward value → number of trials.
+    pub rewards: BTreeMap<String, u64>,
+    /// Harbor wrote `finished_at`.
+    pub harbor_finished: bool,
+}
+
+/// The completion audit: enough valid trials, not too many errors.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Audit {
+    pub complete: bool,
+    /// `complete` or `incomplete`.
+    pub status: &'static str,
+    pub valid: u64,
+    pub expected: Option<u64>,
+    /// Valid trials needed (⌈min_valid_share × expected⌉).
+    pub needed: Option<u64>,
+    pub errored: u64,
+    pub error_share: f64,
+    pub reasons: Vec<String>,
+}
+
+/// Summarises a Harbor job `result.json`. `expected` = n_tasks × n_attempts when known.
+pub fn summary_from_result(result: &Value, expected: Option<u64>) -> ScoreSummary {
+    let mut s = ScoreSummary {
+        n_total_trials: result.get("n_total_trials").and_then(Value::as_u64),
+        harbor_finished: result.get("finished_at").is_some_and(|f| !f.is_null()),
+        ..ScoreSummary::default()
+    };
+    let mut means = Vec::new();
+    let stats = result.get("stats");
+    for eval in stats.and_then(|s| s.get("evals")).and_then(Value::as_object).into_iter().flat_map(|m| m.values()) {
+        if let Some(mean) = eval.pointer("/metrics/0/mean").and_then(Value::as_f64) {
+            means.push(mean);
+        }
+        s.n_trials += eval.get("n_trials").and_then(Value::as_u64).unwrap_or(0);
+        s.n_errors += eval.get("n_errors").and_then(Value::as_u64).unwrap_or(0);
+        for (kind, ids) in eval.get("exception_stats").and_then(Value::as_object).into_iter().flatten() {
+            *s.errors_by_type.entry(kind.clone()).or_default() += ids.as_array().map_or(0, |a| a.len() as u64);
+        }
+        for (value, ids) in eval.pointer("/reward_stats/reward").and_then(Value::as_object).into_iter().flatten() {
+            let n = ids.as_array().map_or(0, |a| a.len() as u64);
+            *s.rewards.entry(value.clone()).or_default() += n;
+            s.n_valid += n;
+        }
+    }
+    // Pre-0.2x Harbor: top-level stats.n_trials / n_errors only.
+    if s.n_trials == 0 {
+        s.n_trials = stats.and_then(|st| st.get("n_trials")).and_then(Value::as_u64).unwrap_or(0);
+        s.n_errors = stats.and_then(|st| st.get("n_errors")).and_then(Value::as_u64).unwrap_or(0);
+    }
+    s.mean_reward = (!means.is_empty()).then(|| means.iter().sum::<f64>() / means.len() as f64);
+    for (kind, n) in &s.errors_by_type {
+        if launch_spec::launch::INFRA_ERROR_TYPES.contains(&kind.as_str()) {
+            s.infra_errors.insert(kind.clone(), *n);
+            s.n_infra_errors += n;
+        }
+    }
+    s.n_expected = expected.or(s.n_total_trials);
+    s
+}
+
+/// The summary of a run dir's `result.json`; `None` without one.
+pub fn score_summary(run_dir: &Path) -> Option<ScoreSummary> {
+    let text = std::fs::read(run_dir.join("result.json")).ok()?;
+    let result: Value = serde_json::from_slice(&text).ok()?;
+    result.get("stats")?;
+    let expected = super::check::expected_trials_in(run_dir, Some(&result));
+    Some(summary_from_result(&result, expected))
+}
+
+/// Valid trials ≥ `min_valid_share` × expected and errors ≤ `max_error_share` of the trials.
+pub fn audit_of(summary: &ScoreSummary, settings: &VerifySettings) -> Audit {
+    let expected = summary.n_expected;
+    let needed = expected.map(|e| (e as f64 * settings.min_valid_share - 1e-9).ceil().max(0.0) as u64);
+    let denominator = summary.n_trials.max(expected.unwrap_or(0)).max(1);
+    let error_share = summary.n_errors as f64 / denominator as f64;
+    let mut reasons = Vec::new();
+    if let (Some(needed), Some(expected)) = (needed, expected)
+        && summary.n_valid < needed
+    {
+        reasons.push(format!(
+            "{} valid trials of {expected} expected, fewer than {}",
+            summary.n_valid,
+            super::percent(settings.min_valid_share)
+        ));
+    }
+    if expected.is_none() && summary.n_trials == 0 {
+        reasons.push("no trials".to_string());
+    }
+    if error_share > settings.max_error_share {
+        reasons.push(format!("{} errored trials ({}, more than {})", summary.n_errors, super::percent(error_share), super::percent(settings.max_error_share)));
+    }
+    let complete = reasons.is_empty();
+    Audit {
+        complete,
+        status: if complete { "complete" } else { "incomplete" },
+        valid: summary.n_valid,
+        expected,
+        needed,
+        errored: summary.n_errors,
+        error_share,
+        reasons,
+    }
+}
+
+/// The ledger's `metrics` for a finished run: the summary plus its audit. Keeps the original keys
+/// (`mean_reward`, `n_trials`, `n_errors`, `n_total_trials`, `errors_by_type`).
+pub fn metrics_json(summary: &ScoreSummary, audit: &Audit) -> Value {
+    json!({
+        "mean_reward": summary.mean_reward,
+        "n_trials": summary.n_trials,
+        "n_errors": summary.n_errors,
+        "n_valid": summary.n_valid,
+        "n_total_trials": summary.n_total_trials,
+        "n_expected": summary.n_expected,
+        "errors_by_type": summary.errors_by_type,
+        "infra_errors": summary.infra_errors,
+        "n_infra_errors": summary.n_infra_errors,
+        "rewards": summary.rewards,
+        "harbor_finished": summary.harbor_finished,
+        "audit": audit,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// The matrix
+
+/// How a benchmark is scored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BenchKind {
+    /// Reward 0/1 per trial: mean ± standard error; may rank models.
+    Binary,
+    /// Partial credit: mean only; counts toward the ID mean, never ranks.
+    PartialCredit,
+    /// Anything else: mean only.
+    Other,
+}
+
+/// The three in-distribution benchmarks of the ID mean, in display order.
+pub const ID_BENCHMARKS: [&str; 3] = ["swebench-verified-random-100-folders", "terminal_bench_2", "dev_set_v2"];
+
+pub fn bench_kind(family: &str) -> BenchKind {
+    let f = family.to_ascii_lowercase();
+    if f.contains("swebench-verified-random-100") || f.contains("terminal_bench_2") || f.contains("terminal-bench-2") {
+        BenchKind::Binary
+    } else if f.contains("dev_set_v2") {
+        BenchKind::PartialCredit
+    } else {
+        BenchKind::Other
+    }
+}
+
+/// Which ID slot a family fills (0 swebench-100, 1 tb2, 2 dev_set_v2).
+fn id_slot(family: &str) -> Option<usize> {
+    let f = family.to_ascii_lowercase();
+    if f.contains("swebench-verified-random-100") {
+        Some(0)
+    } else if f.contains("terminal_bench_2") || f.contains("terminal-bench-2") {
+        Some(1)
+    } else if f.contains("dev_set_v2") {
+        Some(2)
+    } else {
+        None
+    }
+}
+
+/// A short column label.
+pub fn short_name(family: &str) -> String {
+    match id_slot(family) {
+        Some(0) => "swebench-100".into(),
+        Some(1) => "tb2".into(),
+        Some(2) => "dev_set_v2".into(),
+        _ => family.to_string(),
+    }
+}
+
+/// One (model, benchmark) result.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Cell {
+    pub model: String,
+    pub benchmark: String,
+    pub attempt_id: AttemptId,
+    pub run_tag: String,
+    pub run_dir: Option<String>,
+    pub cluster: String,
+    pub mean: Option<f64>,
+    /// √(p(1−p)/n) over the trials; binary benchmarks only.
+    pub stderr: Option<f64>,
+    pub n_trials: u64,
+    pub n_valid: u64,
+    pub n_expected: Option<u64>,
+    pub n_errors: u64,
+    pub infra_errors: BTreeMap<String, u64>,
+    pub incomplete: bool,
+    pub audit_reasons: Vec<String>,
+    pub ended_at: Option<Timestamp>,
+}
+
+/// Models × benchmarks.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Matrix {
+    pub models: Vec<String>,
+    pub benchmarks: Vec<String>,
+    pub kinds: BTreeMap<String, BenchKind>,
+    pub cells: Vec<Cell>,
+    /// Mean over swebench-100, tb2 and dev_set_v2, when the model has all three.
+    pub id_mean: BTreeMap<String, f64>,
+    /// The binary benchmark models are ranked on, and each ranked model's rank (ties share one).
+    pub rank_by: Option<String>,
+    pub ranks: BTreeMap<String, usize>,
+}
+
+impl Matrix {
+    pub fn cell(&self, model: &str, benchmark: &str) -> Option<&Cell> {
+        self.cells.iter().find(|c| c.model == model && c.benchmark == benchmark)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MatrixError {
+    #[error("cannot rank on {0}: it is partial-credit (dev_set_v2 never ranks models) — rank on a binary benchmark (terminal_bench_2, swebench-verified-random-100-folders)")]
+    PartialCreditRank(String),
+    #[error("cannot rank on {0}: not a binary benchmark (terminal_bench_2, swebench-verified-random-100-folders)")]
+    NotBinary(String),
+}
+
+/// Builds the matrix from attempts: per (model, benchmark family), the latest finished attempt
+/// with metrics. `rank_by`: a binary benchmark family (default terminal_bench_2 when present, else
+/// swebench-100). Audits are recomputed with `settings`.
+pub fn build_matrix(attempts: &[Attempt], rank_by: Option<&str>, settings: &VerifySettings) -> Result<Matrix, MatrixError> {
+    if let Some(r) = rank_by {
+        match bench_kind(r) {
+            BenchKind::Binary => {}
+            BenchKind::PartialCredit => return Err(MatrixError::PartialCreditRank(r.to_string())),
+            BenchKind::Other => return Err(MatrixError::NotBinary(r.to_string())),
+        }
+    }
+    let mut latest: BTreeMap<(String, String), &Attempt> = BTreeMap::new();
+    for a in attempts.iter().filter(|a| a.status == Status::Finished && a.metrics.as_ref().is_some_and(|m| !m.is_null())) {
+        let key = (a.model.clone(), a.benchmark_family.clone());
+        let newer = latest.get(&key).is_none_or(|b| (a.ended_at, a.submitted_at, a.id) > (b.ended_at, b.submitted_at, b.id));
+        if newer {
+            latest.insert(key, a);
+        }
+    }
+    let mut cells = Vec::new();
+    let mut models = BTreeSet::new();
+    let mut benches = BTreeSet::new();
+    for ((model, bench), a) in &latest {
+        let m = a.metrics.as_ref().expect("filtered");
+        let summary = summary_from_metrics(m);
+        let audit = audit_of(&summary, settings);
+        let kind = bench_kind(bench);
+        let stderr = match (kind, summary.mean_reward) {
+            (BenchKind::Binary, Some(p)) if summary.n_trials > 0 => Some((p * (1.0 - p) / summary.n_trials as f64).max(0.0).sqrt()),
+            _ => None,
+        };
+        models.insert(model.clone());
+        benches.insert(bench.clone());
+        cells.push(Cell {
+            model: model.clone(),
+            benchmark: bench.clone(),
+            attempt_id: a.id,
+            run_tag: a.run_tag.clone(),
+            run_dir: a.config.get("run_dir").and_then(Value::as_str).map(str::to_string),
+            cluster: a.cluster.clone(),
+            mean: summary.mean_reward,
+            stderr,
+            n_trials: summary.n_trials,
+            n_valid: summary.n_valid,
+            n_expected: summary.n_expected,
+            n_errors: summary.n_errors,
+            infra_errors: summary.infra_errors.clone(),
+            incomplete: !audit.complete,
+            audit_reasons: audit.reasons,
+            ended_at: a.ended_at,
+        });
+    }
+    let mut benchmarks: Vec<String> = benches.into_iter().collect();
+    benchmarks.sort_by_key(|b| (id_slot(b).unwrap_or(usize::MAX), b.clone()));
+    let models: Vec<String> = models.into_iter().collect();
+    let kinds = benchmarks.iter().map(|b| (b.clone(), bench_kind(b))).collect();
+    let mut id_mean = BTreeMap::new();
+    for model in &models {
+        let mut slots: [Option<f64>; 3] = [None; 3];
+        for c in cells.iter().filter(|c| &c.model == model) {
+            if let (Some(slot), Some(mean)) = (id_slot(&c.benchmark), c.mean) {
+                slots[slot] = Some(mean);
+            }
+        }
+        if let [Some(a), Some(b), Some(c)] = slots {
+            id_mean.insert(model.clone(), (a + b + c) / 3.0);
+        }
+    }
+    let rank_by = rank_by.map(str::to_string).or_else(|| {
+        let binary: Vec<&String> = benchmarks.iter().filter(|b| bench_kind(b) == BenchKind::Binary).collect();
+        binary.iter().find(|b| id_slot(b) == Some(1)).or(binary.first()).map(|b| (*b).clone())
+    });
+    let mut ranks = BTreeMap::new();
+    if let Some(bench) = &rank_by {
+        let mut scored: Vec<(&str, f64)> =
+            cells.iter().filter(|c| &c.benchmark == bench).filter_map(|c| Some((c.model.as_str(), c.mean?))).collect();
+        scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
+        let mut rank = 0;
+        let mut last: Option<f64> = None;
+        for (i, (model, mean)) in scored.iter().enumerate() {
+            if last != Some(*mean) {
+                rank = i + 1;
+                last = Some(*mean);
+            }
+            ranks.insert((*model).to_string(), rank);
+        }
+    }
+    Ok(Matrix { models, benchmarks, kinds, cells, id_mean, rank_by, ranks })
+}
+
+/// The attempts the matrix is built from: per (model, family), the latest attempt when it is
+/// finished, else the pair's finished attempts (a resubmission may be running on top of a result).
+pub fn finished_attempts(ledger: &dyn crate::ledger::Ledger) -> Result<Vec<Attempt>, crate::ledger::LedgerError> {
+    let mut out = Vec::new();
+    for pair in ledger.latest_per_pair()? {
+        if pair.latest.status == Status::Finished {
+            out.push(pair.latest);
+        } else if pair.total_attempts > 1 {
+            out.extend(ledger.attempts_for(&pair.model, &pair.family)?.into_iter().filter(|a| a.status == Status::Finished));
+        }
+    }
+    Ok(out)
+}
+
+/// A [`ScoreSummary`] back from ledger metrics (older rows lack the newer keys).
+pub fn summary_from_metrics(m: &Value) -> ScoreSummary {
+    let map = |key: &str| -> BTreeMap<String, u64> {
+        m.get(key).and_then(Value::as_object).map(|o| o.iter().map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0))).collect()).unwrap_or_default()
+    };
+    let n_trials = m.get("n_trials").and_then(Value::as_u64).unwrap_or(0);
+    let n_errors = m.get("n_errors").and_then(Value::as_u64).unwrap_or(0);
+    let errors_by_type = map("errors_by_type");
+    let infra_errors: BTreeMap<String, u64> = if m.get("infra_errors").is_some() {
+        map("infra_errors")
+    } else {
+        errors_by_type.iter().filter(|(k, _)| launch_spec::launch::INFRA_ERROR_TYPES.contains(&k.as_str())).map(|(k, v)| (k.clone(), *v)).collect()
+    };
+    ScoreSummary {
+        mean_reward: m.get("mean_reward").and_then(Value::as_f64),
+        n_trials,
+        n_errors,
+        n_valid: m.get("n_valid").and_then(Value::as_u64).unwrap_or(n_trials.saturating_sub(n_errors)),
+        n_total_trials: m.get("n_total_trials").and_then(Value::as_u64),
+        n_expected: m.get("n_expected").and_then(Value::as_u64).or_else(|| m.get("n_total_trials").and_then(Value::as_u64)),
+        n_infra_errors: infra_errors.values().sum(),
+        infra_errors,
+        errors_by_type,
+        rewards: map("rewards"),
+        harbor_finished: m.get("harbor_finished").and_then(Value::as_bool).unwrap_or(true),
+    }
+}
+
+fn fmt_mean(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.3}"))
+}
+
+/// The matrix as a text table.
+pub fn render_text(m: &Matrix) -> String {
+    let width = m.models.iter().map(|s| s.len()).max().unwrap_or(5).max(5);
+    let mut out = format!("{:<width$}", "model");
+    for b in &m.benchmarks {
+        out += &format!("  {:>16}", short_name(b));
+    }
+    out += &format!("  {:>8}  {:>4}\n", "ID mean", "rank");
+    for model in &m.models {
+        out += &format!("{model:<width$}");
+        for b in &m.benchmarks {
+            let text = match m.cell(model, b) {
+                None => "-".to_string(),
+                Some(c) => {
+                    let mut t = match c.stderr {
+                        Some(se) => format!("{} ±{:.3}", fmt_mean(c.mean), se),
+                        None => fmt_mean(c.mean),
+                    };
+                    if c.incomplete {
+                        t.push('!');
+                    }
+                    t
+                }
+            };
+            out += &format!("  {text:>16}");
+        }
+        out += &format!("  {:>8}  {:>4}\n", fmt_mean(m.id_mean.get(model).copied()), m.ranks.get(model).map_or("-".into(), |r| r.to_string()));
+    }
+    out += &format!(
+        "± standard error (binary benchmarks only); dev_set_v2 is partial-credit: mean only, never ranked; ! = incomplete (resume, don't accept){}\n",
+        m.rank_by.as_ref().map(|r| format!("; ranked on {}", short_name(r))).unwrap_or_default()
+    );
+    out
+}
+
+/// The matrix as CSV: one row per model; per benchmark its mean and (binary) standard error.
+pub fn render_csv(m: &Matrix) -> String {
+    let quote = |s: &str| if s.contains([',', '"', '\n']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.to_string() };
+    let mut header = vec!["model".to_string()];
+    for b in &m.benchmarks {
+        header.push(quote(b));
+        if m.kinds.get(b) == Some(&BenchKind::Binary) {
+            header.push(quote(&format!("{b}_stderr")));
+        }
+        header.push(quote(&format!("{b}_incomplete")));
+    }
+    header.extend(["id_mean".to_string(), "rank".to_string()]);
+    let mut out = header.join(",") + "\n";
+    let num = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.6}"));
+    for model in &m.models {
+        let mut row = vec![quote(model)];
+        for b in &m.benchmarks {
+            let cell = m.cell(model, b);
+            row.push(num(cell.and_then(|c| c.mean)));
+            if m.kinds.get(b) == Some(&BenchKind::Binary) {
+                row.push(num(cell.and_then(|c| c.stderr)));
+            }
+            row.push(cell.map_or(String::new(), |c| c.incomplete.to_string()));
+        }
+        row.push(num(m.id_mean.get(model).copied()));
+        row.push(m.ranks.get(model).map_or(String::new(), |r| r.to_string()));
+        out += &(row.join(",") + "\n");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::DateTime;
+
+    fn result(mean: f64, rewards: &[(&str, usize)], errors: &[(&str, usize)], total: u64) -> Value {
+        let reward_stats: serde_json::Map<String, Value> =
+            rewards.iter().map(|(k, n)| (k.to_string(), json!((0..*n).map(|i| format!("t{i}")).collect::<Vec<_>>()))).collect();
+        let exception_stats: serde_json::Map<String, Value> =
+            errors.iter().map(|(k, n)| (k.to_string(), json!((0..*n).map(|i| format!("e{i}")).collect::<Vec<_>>()))).collect();
+        let n_errors: usize = errors.iter().map(|e| e.1).sum();
+        let n_trials: usize = rewards.iter().map(|r| r.1).sum::<usize>() + n_errors;
+        json!({"n_total_trials": total, "finished_at": "2026-01-01T00:00:00", "stats": {"evals": {"a__m__d": {
+            "n_trials": n_trials, "n_errors": n_errors, "metrics": [{"mean": mean}],
+            "reward_stats": {"reward": reward_stats}, "exception_stats": exception_stats}}}})
+    }
+
+    #[test]
+    fn summary_and_audit() {
+        let r = result(0.5, &[("1.0", 140), ("0.0", 130)], &[("DaytonaError", 20), ("AgentTimeoutError", 10)], 300);
+        let s = summary_from_result(&r, None);
+        assert_eq!((s.n_trials, s.n_errors, s.n_valid, s.n_expected), (300, 30, 270, Some(300)));
+        assert_eq!(s.infra_errors, BTreeMap::from([("DaytonaError".to_string(), 20)]));
+        let audit = audit_of(&s, &VerifySettings::default());
+        assert!(audit.complete, "{audit:?}");
+        assert_eq!(audit.needed, Some(270));
+        let r = result(0.5, &[("1.0", 140), ("0.0", 120)], &[("DaytonaError", 40)], 300);
+        let audit = audit_of(&summary_from_result(&r, None), &VerifySettings::default());
+        assert!(!audit.complete);
+        assert_eq!(audit.reasons.len(), 2, "{:?}", audit.reasons);
+        let m = metrics_json(&summary_from_result(&r, None), &audit);
+        assert_eq!(m["audit"]["status"], "incomplete");
+        assert_eq!(summary_from_metrics(&m), summary_from_result(&r, None));
+    }
+
+    fn attempt(id: i64, model: &str, family: &str, mean: f64, n: u64) -> Attempt {
+        let t = DateTime::from_timestamp(1_700_000_000 + id, 0).unwrap();
+        Attempt {
+            id: AttemptId(id),
+            model: model.into(),
+            benchmark: family.into(),
+            benchmark_family: family.into(),
+            cluster: "c".into(),
+            username: "u".into(),
+            run_tag: format!("{family}__{model}"),
+            slurm_job_id: Some(id.to_string()),
+            status: Status::Finished,
+            reason: "finished".into(),
+            config: json!({"run_dir": "/r"}),
+            metrics: Some(json!({"mean_reward": mean, "n_trials": n, "n_errors": 0, "n_valid": n, "n_expected": n})),
+            attempt: 1,
+            submitted_at: t,
+            started_at: Some(t),
+            ended_at: Some(t),
+            updated_at: t,
+        }
+    }
+
+    #[test]
+    fn matrix_stderr_id_mean_and_rank() {
+        let attempts = vec![
+            attempt(1, "a", "terminal_bench_2", 0.5, 100),
+            attempt(2, "a", "swebench-verified-random-100-folders", 0.2, 300),
+            attempt(3, "a", "dev_set_v2", 0.8, 300),
+            attempt(4, "b", "terminal_bench_2", 0.7, 100),
+            attempt(5, "b", "dev_set_v2", 0.9, 300),
+            attempt(6, "a", "terminal_bench_2", 0.6, 100), // newer attempt wins
+        ];
+        let m = build_matrix(&attempts, None, &VerifySettings::default()).unwrap();
+        assert_eq!(m.benchmarks, vec!["swebench-verified-random-100-folders", "terminal_bench_2", "dev_set_v2"]);
+        let tb2 = m.cell("a", "terminal_bench_2").unwrap();
+        assert_eq!(tb2.mean, Some(0.6));
+        assert!((tb2.stderr.unwrap() - (0.6f64 * 0.4 / 100.0).sqrt()).abs() < 1e-12);
+        assert_eq!(m.cell("a", "dev_set_v2").unwrap().stderr, None, "partial credit: no standard error");
+        assert!((m.id_mean["a"] - (0.2 + 0.6 + 0.8) / 3.0).abs() < 1e-12);
+        assert!(!m.id_mean.contains_key("b"), "b lacks swebench");
+        assert_eq!(m.rank_by.as_deref(), Some("terminal_bench_2"));
+        assert_eq!(m.ranks["b"], 1);
+        assert_eq!(m.ranks["a"], 2);
+        assert!(matches!(build_matrix(&attempts, Some("dev_set_v2"), &VerifySettings::default()), Err(MatrixError::PartialCreditRank(_))));
+        let csv = render_csv(&m);
+        assert!(csv.starts_with("model,swebench-verified-random-100-folders,swebench-verified-random-100-folders_stderr,"), "{csv}");
+        assert!(!csv.contains("dev_set_v2_stderr"));
+        assert!(render_text(&m).contains("±"));
+    }
+}

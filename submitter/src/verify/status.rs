@@ -1,0 +1,199 @@
+//! `submitter status`: the ledger's attempts joined with Slurm's state and payload's records, one
+//! verdict per job ([`super::verdict::judge`]), and the watch loop's cancel policy.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use super::verdict::{self, Inputs, StatusRow, VerdictKind};
+use super::{VerifySettings, check, human_duration, results};
+use crate::config::cluster::AutoCancel;
+use crate::ledger::{Attempt, AttemptId, Ledger, Status};
+use crate::slurm::{JobId, JobInfo, Slurm};
+use crate::sync::{SyncError, belongs_to, read_status, run_dir_of, view_of};
+
+/// What to collect.
+pub struct Collect<'a> {
+    pub cluster: &'a str,
+    /// Observation files live here (`<state dir>/observations/`).
+    pub state_dir: &'a Path,
+    pub settings: &'a VerifySettings,
+    /// Also list attempts of this cluster that ended within this many hours.
+    pub ended_within_h: Option<u64>,
+    pub now: DateTime<Utc>,
+    /// Write the observations back (`status` does; the report only reads them).
+    pub persist: bool,
+}
+
+/// Every active attempt of the cluster (plus recently ended ones), with its verdict. One `squeue`
+/// call for all jobs. Ledger and Slurm errors stop it.
+pub fn collect(ledger: &dyn Ledger, slurm: &dyn Slurm, opts: &Collect) -> Result<Vec<StatusRow>, SyncError> {
+    let mut attempts: Vec<Attempt> = ledger.active()?.into_iter().filter(|a| a.cluster == opts.cluster).collect();
+    if let Some(hours) = opts.ended_within_h {
+        let cutoff = opts.now - chrono::Duration::hours(hours as i64);
+        let active: std::collections::HashSet<AttemptId> = attempts.iter().map(|a| a.id).collect();
+        for pair in ledger.latest_per_pair()? {
+            let a = pair.latest;
+            if a.cluster == opts.cluster && a.status.is_terminal() && a.ended_at.is_some_and(|t| t >= cutoff) && !active.contains(&a.id) {
+                attempts.push(a);
+            }
+        }
+    }
+    let ids: Vec<JobId> = attempts.iter().filter(|a| a.status.is_active()).filter_map(|a| a.slurm_job_id.as_deref()?.parse().ok()).collect();
+    let jobs: HashMap<String, JobInfo> =
+        if ids.is_empty() { HashMap::new() } else { slurm.jobs(&ids)?.into_iter().map(|j| (j.id.to_string(), j)).collect() };
+    let mut rows = Vec::with_capacity(attempts.len());
+    for attempt in &attempts {
+        rows.push(row_for(attempt, jobs.get(attempt.slurm_job_id.as_deref().unwrap_or("")), opts));
+    }
+    Ok(rows)
+}
+
+fn row_for(attempt: &Attempt, job: Option<&JobInfo>, opts: &Collect) -> StatusRow {
+    let run_dir = run_dir_of(attempt);
+    let status = run_dir.as_deref().and_then(read_status).filter(|s| belongs_to(s, attempt));
+    let slurm_view = attempt.slurm_job_id.as_ref().map(|_| view_of(job));
+    let running = status.as_ref().is_some_and(|s| s.phase == launch_spec::records::Phase::Running && s.outcome.is_none());
+    let (running_since, expected, problems) = match run_dir.as_deref() {
+        Some(dir) if attempt.status.is_active() => {
+            let result: Option<Value> = std::fs::read(dir.join("result.json")).ok().and_then(|t| serde_json::from_slice(&t).ok());
+            (
+                check::running_since(dir, status.as_ref()),
+                check::expected_trials_in(dir, result.as_ref()),
+                if running { check::config_problems(dir) } else { Vec::new() },
+            )
+        }
+        _ => (None, None, Vec::new()),
+    };
+    let audit = attempt.metrics.as_ref().filter(|m| !m.is_null()).map(|m| results::audit_of(&results::summary_from_metrics(m), opts.settings));
+    let previous = if attempt.status.is_active() { verdict::load_observation(opts.state_dir, attempt.id.0) } else { None };
+    let (v, obs) = verdict::judge(&Inputs {
+        status: status.as_ref(),
+        slurm: slurm_view,
+        slurm_state: job.map(|j| j.state.to_string()),
+        job_id: attempt.slurm_job_id.clone(),
+        attempt_status: attempt.status,
+        attempt_reason: &attempt.reason,
+        started_at: attempt.started_at,
+        running_since,
+        expected_trials: expected,
+        config_problems: &problems,
+        audit: audit.as_ref(),
+        previous: previous.as_ref(),
+        now: opts.now,
+        settings: opts.settings,
+    });
+    if opts.persist {
+        if attempt.status.is_active() {
+            if let Err(err) = verdict::save_observation(opts.state_dir, attempt.id.0, &obs) {
+                tracing::warn!("cannot keep the observation of attempt {}: {err}", attempt.id);
+            }
+        } else {
+            verdict::remove_observation(opts.state_dir, attempt.id.0);
+        }
+    }
+    StatusRow {
+        attempt: attempt.id.0,
+        model: attempt.model.clone(),
+        benchmark: attempt.benchmark.clone(),
+        cluster: attempt.cluster.clone(),
+        run_tag: attempt.run_tag.clone(),
+        run_dir: run_dir.map(|d| d.display().to_string()),
+        ledger_status: attempt.status,
+        ledger_reason: attempt.reason.clone(),
+        slurm_job_id: attempt.slurm_job_id.clone(),
+        slurm: match (&attempt.slurm_job_id, job) {
+            (None, _) => "-".into(),
+            (Some(_), Some(j)) => j.state.to_string(),
+            (Some(_), None) if attempt.status.is_active() => "gone".into(),
+            (Some(_), None) => "-".into(),
+        },
+        slurm_view,
+        phase: status.as_ref().map_or("-".into(), |s| format!("{:?}", s.phase).to_lowercase()),
+        verdict: v,
+        cancelled: None,
+    }
+}
+
+/// The watch loop's policy: cancels jobs that stayed `dead` / `stalled` past the profile's bounds
+/// and marks their attempts `failed` with the reason, so the next launch resubmits them through
+/// the normal dedup (bounded by `limits.max_attempts`). Returns one line per cancelled job.
+pub fn apply_auto_cancel(
+    rows: &mut [StatusRow],
+    ledger: &dyn Ledger,
+    slurm: &dyn Slurm,
+    policy: Option<&AutoCancel>,
+    now: DateTime<Utc>,
+) -> Result<Vec<String>, SyncError> {
+    let mut done = Vec::new();
+    for row in rows.iter_mut().filter(|r| r.ledger_status.is_active()) {
+        let Some(reason) = verdict::cancel_due(&row.verdict, row.slurm_view, policy, now) else { continue };
+        let Some(job) = row.slurm_job_id.as_deref().and_then(|j| j.parse::<JobId>().ok()) else { continue };
+        slurm.cancel(job, None, false)?;
+        let why = format!("cancelled by status --watch: {reason}");
+        ledger.transition(AttemptId(row.attempt), Status::Failed, &why, None)?;
+        done.push(format!("cancelled job {job} ({} on {}): {reason}", row.model, row.benchmark));
+        row.ledger_status = Status::Failed;
+        row.ledger_reason = why;
+        row.cancelled = Some(reason);
+    }
+    Ok(done)
+}
+
+fn truncate(text: &str, width: usize) -> String {
+    if text.chars().count() <= width { text.to_string() } else { text.chars().take(width.saturating_sub(1)).collect::<String>() + "…" }
+}
+
+/// The table of `status`.
+pub fn render_table(rows: &[StatusRow], cluster: &str, now: DateTime<Utc>, verbose: bool) -> String {
+    let mut out = format!(
+        "{:<8} {:<34} {:<22} {:<10} {:<9} {:>9} {:>8}  {:<13} {}\n",
+        "job", "model", "benchmark", "slurm", "phase", "trials", "rate", "verdict", "why"
+    );
+    for r in rows {
+        let v = &r.verdict;
+        let trials = match (v.trials_finished, v.trials_expected) {
+            (Some(f), Some(e)) => format!("{f}/{e}"),
+            (Some(f), None) => f.to_string(),
+            _ => "-".into(),
+        };
+        let rate = v.rate.as_ref().map_or("-".into(), |r| format!("{:.1}/m", r.per_min));
+        let held = if v.verdict.is_bad() { format!(" [{}]", human_duration((now - v.since).num_seconds())) } else { String::new() };
+        out += &format!(
+            "{:<8} {:<34} {:<22} {:<10} {:<9} {:>9} {:>8}  {:<13} {}{held}\n",
+            r.slurm_job_id.as_deref().unwrap_or("-"),
+            truncate(&r.model, 34),
+            truncate(&results::short_name(&r.benchmark), 22),
+            truncate(&r.slurm, 10),
+            r.phase,
+            trials,
+            rate,
+            v.verdict.as_str(),
+            v.summary
+        );
+        if verbose || v.verdict.is_bad() {
+            for e in &v.evidence {
+                out += &format!("{:>10}· {e}\n", "");
+            }
+            if let Some(a) = &v.action {
+                out += &format!("{:>10}→ {a}\n", "");
+            }
+        }
+        if let Some(c) = &r.cancelled {
+            out += &format!("{:>10}✗ cancelled: {c}\n", "");
+        }
+    }
+    let count = |k: VerdictKind| rows.iter().filter(|r| r.verdict.verdict == k).count();
+    let active = rows.iter().filter(|r| r.ledger_status.is_active()).count();
+    out += &format!(
+        "{active} active attempt(s) on {cluster}: {} healthy, {} starting, {} stalled, {} dead, {} misconfigured\n",
+        count(VerdictKind::Healthy),
+        count(VerdictKind::Starting),
+        count(VerdictKind::Stalled),
+        count(VerdictKind::Dead),
+        count(VerdictKind::Misconfigured)
+    );
+    out
+}

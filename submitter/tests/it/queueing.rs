@@ -1,0 +1,454 @@
+//! Queueing on the real local Slurm (SPEC §7.3–7.4): jobs really submitted through `submitter
+//! launch`, really running `payload` with the stand-ins, really cancelled; the same scenarios on a
+//! SQLite ledger and on PostgreSQL. Without a reachable Slurm these print `skipping: no local Slurm`
+//! (and fail in CI).
+
+#![allow(clippy::print_stderr)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use submitter::ledger::{Ledger, Status, open_ledger};
+use tempfile::TempDir;
+
+use crate::ledger::Store;
+use crate::support::{SUBMITTER, workspace_root};
+
+/// Small models: size default TP1; with `gpus_per_node: 1` each job takes one of the node's 4 GPUs.
+const MODELS: [&str; 3] = ["test/Tiny-1B", "test/Small-3B", "test/Mini-7B"];
+
+fn slurm_up() -> bool {
+    let up = Command::new("scontrol").arg("ping").output().is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("UP"));
+    if !up {
+        assert!(std::env::var("CI").map_or(true, |v| v != "true"), "no local Slurm in CI: scripts/services.sh up must start it");
+        eprintln!("skipping: no local Slurm");
+    }
+    up
+}
+
+/// The workspace's debug binaries (payload and the stand-ins), built on demand.
+fn binaries() -> PathBuf {
+    let dir = PathBuf::from(SUBMITTER).parent().unwrap().to_path_buf();
+    if !dir.join("payload").is_file() || !dir.join("vllm-standin").is_file() || !dir.join("harbor-standin").is_file() {
+        let status = Command::new(env!("CARGO")).args(["build", "-p", "payload", "-p", "e2e", "--bins"]).current_dir(workspace_root()).status().unwrap();
+        assert!(status.success(), "building payload and the stand-ins");
+    }
+    dir
+}
+
+/// One isolated cluster profile on the real local Slurm: its own jobs/state/dataset dirs, an
+/// environment prefix holding the stand-ins, a 0600 secrets file.
+struct TestCluster {
+    dir: TempDir,
+    name: String,
+}
+
+impl TestCluster {
+    fn new(name: &str, tweak: impl Fn(&mut String)) -> TestCluster {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let bins = binaries();
+        std::fs::create_dir_all(root.join("env/bin")).unwrap();
+        std::os::unix::fs::symlink(bins.join("vllm-standin"), root.join("env/bin/vllm")).unwrap();
+        std::os::unix::fs::symlink(bins.join("harbor-standin"), root.join("env/bin/harbor")).unwrap();
+        for dataset in ["DCAgent2_terminal_bench_2", "DCAgent_dev_set_v2", "DCAgent2_swebench-verified-random-100-folders"] {
+            for task in ["t1", "t2"] {
+                let task_dir = root.join("datasets").join(dataset).join(task);
+                std::fs::create_dir_all(&task_dir).unwrap();
+                std::fs::write(task_dir.join("instruction.md"), "Say hello.\n").unwrap();
+            }
+        }
+        std::fs::create_dir_all(root.join("clusters")).unwrap();
+        std::fs::copy(workspace_root().join("clusters/gpus.yaml"), root.join("clusters/gpus.yaml")).unwrap();
+        let secrets = root.join("secrets.env");
+        std::fs::write(&secrets, "DAYTONA_API_KEY=org1-secret-value-aaaa\nDAYTONA_DATA_API_KEY=org2-secret-value-bbbb\n").unwrap();
+        std::fs::set_permissions(&secrets, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        let r = root.display();
+        let mut profile = format!(
+            "name: {name}
+slurm:
+  partition: debug
+  time: \"00:10:00\"
+  export_env: [PAYLOAD_GPU_FIXTURE]
+hardware:
+  gpus_per_node: 1
+  cpus_per_node: 1
+  mem_per_node_mb: 400
+  arch: x86_64
+environments:
+  otagent: {r}/env
+engine:
+  default_environment: otagent
+  health_timeout_s: 60
+  env:
+    STANDIN_LOAD_SECONDS: \"0.3\"
+harbor:
+  environment: otagent
+  env:
+    STANDIN_TRIAL_SECONDS: \"0.05\"
+paths:
+  jobs_dir: {r}/jobs
+  logs_dir: {r}/logs
+  datasets_dirs:
+    - {r}/datasets
+  state_dir: {r}/state
+secrets:
+  file: {r}/secrets.env
+limits:
+  max_jobs_in_flight: 20
+  submission_delay_s: 0
+  n_concurrent: 2
+  walltime_lead_s: 60
+  max_attempts: 3
+"
+        );
+        tweak(&mut profile);
+        std::fs::write(root.join("clusters").join(format!("{name}.yaml")), profile).unwrap();
+        TestCluster { dir, name: name.to_string() }
+    }
+
+    fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn models_file(&self, models: &[&str]) -> PathBuf {
+        let path = self.root().join("models.txt");
+        std::fs::write(&path, models.join("\n") + "\n").unwrap();
+        path
+    }
+
+    /// Runs `submitter <command> --cluster <name> --clusters … --ledger … <args>` with a clean,
+    /// explicit environment plus `extra_env`.
+    fn run(&self, command: &[&str], ledger: &str, args: &[&str], extra_env: &[(&str, &str)]) -> Output {
+        let mut cmd = Command::new(SUBMITTER);
+        cmd.args(command)
+            .args(["--cluster", &self.name, "--clusters"])
+            .arg(self.root().join("clusters"))
+            .args(["--ledger", ledger])
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap())
+            .env("HOME", std::env::var("HOME").unwrap_or_else(|_| "/root".into()))
+            .env("USER", "tester")
+            .env("SUBMITTER_HOME", workspace_root())
+            .env("PAYLOAD_GPU_FIXTURE", workspace_root().join("tests/fixtures/gpus-4x-a100-64gb.json"))
+            .current_dir(self.root());
+        for (k, v) in extra_env {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    }
+
+    fn launch(&self, ledger: &str, selection: &[&str]) -> Output {
+        let models = self.models_file(&MODELS);
+        let mut args = vec!["--once", "--models-file", models.to_str().unwrap()];
+        args.extend_from_slice(selection);
+        self.run(&["launch"], ledger, &args, &[])
+    }
+}
+
+fn text(output: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
+}
+
+fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn scancel(job: &str) {
+    let _ = Command::new("scancel").arg(job).status();
+}
+
+/// Cancels every job an attempt in this ledger still holds (test hygiene).
+fn cancel_all(ledger: &dyn Ledger) {
+    for attempt in ledger.active().unwrap_or_default() {
+        if let Some(job) = attempt.slurm_job_id {
+            scancel(&job);
+        }
+    }
+}
+
+fn counts(ledger: &dyn Ledger) -> BTreeMap<(String, String), usize> {
+    let mut map = BTreeMap::new();
+    for pair in ledger.latest_per_pair().unwrap() {
+        map.insert((pair.model.clone(), pair.family.clone()), pair.total_attempts as usize);
+    }
+    map
+}
+
+/// Runs `scenario` on SQLite and, when reachable, PostgreSQL.
+fn on_both(test: &str, scenario: fn(&TestCluster, &str)) {
+    if !slurm_up() {
+        return;
+    }
+    let sqlite = Store::sqlite();
+    let cluster = TestCluster::new(&format!("{test}-sq"), |_| {});
+    scenario(&cluster, &sqlite.spec);
+    cancel_all(&*open_ledger(&sqlite.spec).unwrap());
+    if let Some(pg) = Store::postgres(test) {
+        let cluster = TestCluster::new(&format!("{test}-pg"), |_| {});
+        scenario(&cluster, &pg.spec);
+        cancel_all(&*open_ledger(&pg.spec).unwrap());
+    }
+}
+
+/// Three models × the three ID presets are submitted once and only once; a second launch while
+/// they run submits nothing; `scancel` of one → the next launch marks it vanished and resubmits it.
+fn once_and_only_once(cluster: &TestCluster, ledger_spec: &str) {
+    let slow = [("STANDIN_LOAD_SECONDS", "300")];
+    let _ = slow; // the engine loads slowly through the profile below
+    let first = cluster.launch(ledger_spec, &["--preset", "ID"]);
+    assert!(first.status.success(), "{}", text(&first));
+    let ledger = open_ledger(ledger_spec).unwrap();
+    let active = ledger.active().unwrap();
+    assert_eq!(active.len(), 9, "3 models × 3 benchmarks: {}", text(&first));
+    assert!(active.iter().all(|a| a.slurm_job_id.is_some()), "every row has its job id");
+    let second = cluster.launch(ledger_spec, &["--preset", "ID"]);
+    assert!(second.status.success(), "{}", text(&second));
+    assert!(text(&second).contains("0 submitted, 9 skipped"), "{}", text(&second));
+    assert!(counts(&*ledger).values().all(|&n| n == 1), "{:?}", counts(&*ledger));
+    // Cancel one job behind the submitter's back.
+    let victim = active[0].clone();
+    scancel(victim.slurm_job_id.as_deref().unwrap());
+    wait_until("the cancelled job to leave the queue", Duration::from_secs(60), || {
+        let out = Command::new("squeue").args(["-h", "-j", victim.slurm_job_id.as_deref().unwrap(), "-o", "%T"]).output().unwrap();
+        !String::from_utf8_lossy(&out.stdout).contains("PENDING") && !String::from_utf8_lossy(&out.stdout).contains("RUNNING")
+    });
+    let third = cluster.launch(ledger_spec, &["--preset", "ID"]);
+    let out = text(&third);
+    assert!(third.status.success(), "{out}");
+    assert!(out.contains("vanished"), "{out}");
+    assert!(out.contains("1 submitted"), "{out}");
+    let old = ledger.attempt(victim.id).unwrap().unwrap();
+    assert_eq!(old.status, Status::Failed);
+    assert!(old.reason.contains("vanished"), "{}", old.reason);
+    let history = ledger.attempts_for(&victim.model, &victim.benchmark_family).unwrap();
+    assert_eq!(history.len(), 2, "resubmitted once");
+}
+
+#[test]
+fn three_models_times_id_presets_once_and_only_once() {
+    // Slow engines keep every job active while the second launch runs.
+    on_both("once", |cluster, ledger| {
+        let profile = cluster.root().join("clusters").join(format!("{}.yaml", cluster.name));
+        let text = std::fs::read_to_string(&profile).unwrap().replace("STANDIN_LOAD_SECONDS: \"0.3\"", "STANDIN_LOAD_SECONDS: \"300\"");
+        std::fs::write(&profile, text).unwrap();
+        once_and_only_once(cluster, ledger);
+    });
+}
+
+/// Two `launch` processes started at the same moment on one ledger (separate state dirs, so only
+/// the database arbitrates): every pair is submitted exactly once.
+#[test]
+fn two_concurrent_launches_submit_each_pair_once() {
+    on_both("race", |cluster, ledger_spec| {
+        let profile = cluster.root().join("clusters").join(format!("{}.yaml", cluster.name));
+        let text_profile = std::fs::read_to_string(&profile).unwrap().replace("STANDIN_LOAD_SECONDS: \"0.3\"", "STANDIN_LOAD_SECONDS: \"300\"");
+        std::fs::write(&profile, text_profile).unwrap();
+        let models = cluster.models_file(&MODELS);
+        let spawn = |state: &str| {
+            Command::new(SUBMITTER)
+                .args(["launch", "--once", "--preset", "tb2", "--preset", "v2", "--cluster", &cluster.name, "--clusters"])
+                .arg(cluster.root().join("clusters"))
+                .args(["--ledger", ledger_spec, "--state-dir"])
+                .arg(cluster.root().join(state))
+                .arg("--models-file")
+                .arg(&models)
+                .env("SUBMITTER_HOME", workspace_root())
+                .env("PAYLOAD_GPU_FIXTURE", workspace_root().join("tests/fixtures/gpus-4x-a100-64gb.json"))
+                .spawn()
+                .unwrap()
+        };
+        let (a, b) = (spawn("state-a"), spawn("state-b"));
+        let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+        assert!(a.status.success() && b.status.success(), "{}\n{}", text(&a), text(&b));
+        let ledger = open_ledger(ledger_spec).unwrap();
+        let per_pair = counts(&*ledger);
+        assert_eq!(per_pair.len(), 6, "{per_pair:?}");
+        let rows: Vec<String> = per_pair
+            .keys()
+            .flat_map(|(m, f)| ledger.attempts_for(m, f).unwrap())
+            .map(|a| format!("{} {} {} {:?} {}", a.id, a.model, a.benchmark, a.status, a.reason))
+            .collect();
+        assert!(per_pair.values().all(|&n| n == 1), "each pair exactly once: {per_pair:?}\n{}\n{}\n{}", rows.join("\n"), text(&a), text(&b));
+        assert_eq!(ledger.active().unwrap().len(), 6);
+    });
+}
+
+/// Ledger down → nothing submitted, a clear one-line error, non-zero exit.
+#[test]
+fn ledger_down_submits_nothing() {
+    if !slurm_up() {
+        return;
+    }
+    let cluster = TestCluster::new("down", |_| {});
+    let before = Command::new("squeue").args(["-h", "-n", "tb2_Tiny-1B", "-o", "%i"]).output().unwrap();
+    let out = cluster.launch("postgres://evaltest:hunter2@127.0.0.1:1/evaltest", &["--preset", "tb2"]);
+    let message = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{message}");
+    assert!(message.contains("unreachable") && message.contains("127.0.0.1:1"), "{message}");
+    assert!(!message.contains("hunter2"), "password leaked: {message}");
+    let after = Command::new("squeue").args(["-h", "-n", "tb2_Tiny-1B", "-o", "%i"]).output().unwrap();
+    assert_eq!(before.stdout, after.stdout, "nothing was submitted");
+}
+
+/// sbatch rejects the job (bad partition) → the row is failed with sbatch's reason and does not
+/// block the pair: the next launch with a good partition submits it.
+#[test]
+fn sbatch_failure_does_not_block_the_pair() {
+    on_both("badpart", |cluster, ledger_spec| {
+        let profile = cluster.root().join("clusters").join(format!("{}.yaml", cluster.name));
+        let good = std::fs::read_to_string(&profile).unwrap();
+        std::fs::write(&profile, good.replace("partition: debug", "partition: no-such-partition")).unwrap();
+        let out = cluster.run(&["launch"], ledger_spec, &["--once", "--preset", "tb2", "--model", "test/Tiny-1B"], &[]);
+        assert!(out.status.success(), "{}", text(&out));
+        assert!(text(&out).contains("sbatch failed"), "{}", text(&out));
+        let ledger = open_ledger(ledger_spec).unwrap();
+        assert!(ledger.active().unwrap().is_empty(), "no blocking row");
+        std::fs::write(&profile, good).unwrap();
+        let out = cluster.run(&["launch"], ledger_spec, &["--once", "--preset", "tb2", "--model", "test/Tiny-1B"], &[]);
+        assert!(text(&out).contains("1 submitted"), "{}", text(&out));
+    });
+}
+
+/// A finished attempt with metrics is skipped; a failed pair past the attempt bound is skipped
+/// with that reason.
+#[test]
+fn finished_is_skipped_and_failures_are_bounded() {
+    on_both("done", |cluster, ledger_spec| {
+        let model = ["--model", "test/Tiny-1B"];
+        let out = cluster.run(&["launch"], ledger_spec, &[&["--once", "--preset", "tb2"][..], &model].concat(), &[]);
+        assert!(text(&out).contains("1 submitted"), "{}", text(&out));
+        let ledger = open_ledger(ledger_spec).unwrap();
+        wait_until("the job to finish and sync", Duration::from_secs(120), || {
+            cluster.run(&["sync"], ledger_spec, &[], &[]);
+            ledger.active().unwrap().is_empty()
+        });
+        let attempt = &ledger.attempts_for("test/Tiny-1B", "terminal_bench_2").unwrap()[0];
+        assert_eq!(attempt.status, Status::Finished, "{}", attempt.reason);
+        assert!(attempt.metrics.as_ref().is_some_and(|m| m["n_trials"].as_u64() > Some(0)), "{:?}", attempt.metrics);
+        let plan = cluster.run(&["plan"], ledger_spec, &[&["--preset", "tb2", "--json"][..], &model].concat(), &[]);
+        let decisions: Value = serde_json::from_slice(&plan.stdout).unwrap();
+        assert_eq!(decisions[0]["decision"], "skip");
+        assert_eq!(decisions[0]["reason"], "finished");
+
+        // A benchmark whose dataset is missing fails every attempt; after max_attempts: skip.
+        let profile = cluster.root().join("clusters").join(format!("{}.yaml", cluster.name));
+        let text_profile = std::fs::read_to_string(&profile).unwrap().replace("max_attempts: 3", "max_attempts: 2");
+        std::fs::write(&profile, text_profile).unwrap();
+        std::fs::remove_dir_all(cluster.root().join("datasets/DCAgent_dev_set_v2")).unwrap();
+        for _ in 0..2 {
+            cluster.run(&["launch"], ledger_spec, &[&["--once", "--preset", "v2"][..], &model].concat(), &[]);
+            wait_until("the failing job to end and sync", Duration::from_secs(90), || {
+                cluster.run(&["sync"], ledger_spec, &[], &[]);
+                ledger.active().unwrap().is_empty()
+            });
+        }
+        let plan = cluster.run(&["plan"], ledger_spec, &[&["--preset", "v2", "--json"][..], &model].concat(), &[]);
+        let decisions: Value = serde_json::from_slice(&plan.stdout).unwrap();
+        assert_eq!(decisions[0]["decision"], "skip", "{decisions}");
+        assert!(decisions[0]["reason"].as_str().unwrap().starts_with("too many failures"), "{decisions}");
+    });
+}
+
+/// A pending attempt older than the stale-pending limit whose job is still queued is cancelled
+/// and resubmitted.
+#[test]
+fn stale_pending_is_cancelled_and_resubmitted() {
+    if !slurm_up() {
+        return;
+    }
+    let store = Store::sqlite();
+    let cluster = TestCluster::new("stale", |p| {
+        // Jobs held in the queue for an hour; "stale" after 2 seconds.
+        *p = p.replace("  export_env:", "  extra_args: [\"--begin=now+3600\"]\n  export_env:");
+        *p = p.replace("  max_attempts: 3", "  max_attempts: 3\n  stale_pending_hours: 0.0005");
+    });
+    let model = ["--once", "--preset", "tb2", "--model", "test/Tiny-1B"];
+    assert!(text(&cluster.run(&["launch"], &store.spec, &model, &[])).contains("1 submitted"));
+    let ledger = open_ledger(&store.spec).unwrap();
+    let first = ledger.active().unwrap()[0].clone();
+    std::thread::sleep(Duration::from_secs(3));
+    let out = cluster.run(&["launch"], &store.spec, &model, &[]);
+    assert!(text(&out).contains("stale pending") && text(&out).contains("1 submitted"), "{}", text(&out));
+    assert_eq!(ledger.attempt(first.id).unwrap().unwrap().status, Status::Cancelled);
+    let state = Command::new("squeue").args(["-h", "--states=all", "-j", first.slurm_job_id.as_deref().unwrap(), "-o", "%T"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&state.stdout).contains("CANCELLED"), "{:?}", state);
+    cancel_all(&*ledger);
+}
+
+/// Inside the job: no secret and none of the submitter's unrelated variables.
+#[test]
+fn job_environment_has_no_secrets_or_unrelated_variables() {
+    if !slurm_up() {
+        return;
+    }
+    let store = Store::sqlite();
+    let dump = tempfile::tempdir().unwrap();
+    let script = dump.path().join("dump-env.sbatch");
+    std::fs::write(&script, format!("#!/bin/bash\nenv > {}/env.txt\n", dump.path().display())).unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let cluster = TestCluster::new("envcheck", |p| {
+        *p = p.replace("  time: \"00:10:00\"", &format!("  time: \"00:10:00\"\n  script: {}", script.display()));
+    });
+    let out = cluster.run(
+        &["launch"],
+        &store.spec,
+        &["--once", "--preset", "tb2", "--model", "test/Tiny-1B"],
+        &[("DAYTONA_API_KEY", "leaky-daytona-value"), ("SUBMITTER_UNRELATED_SETTING", "should-not-travel")],
+    );
+    assert!(text(&out).contains("1 submitted"), "{}", text(&out));
+    let env_file = dump.path().join("env.txt");
+    wait_until("the job to dump its environment", Duration::from_secs(60), || env_file.exists() && std::fs::metadata(&env_file).is_ok_and(|m| m.len() > 0));
+    std::thread::sleep(Duration::from_millis(300));
+    let env = std::fs::read_to_string(&env_file).unwrap();
+    assert!(env.contains("PAYLOAD_BIN="), "{env}");
+    assert!(!env.contains("leaky-daytona-value") && !env.contains("DAYTONA"), "secret in the job environment:\n{env}");
+    assert!(!env.contains("SUBMITTER_UNRELATED_SETTING"), "unrelated variable travelled:\n{env}");
+    cancel_all(&*open_ledger(&store.spec).unwrap());
+}
+
+/// The self-re-queuing listener runs two iterations on the local Slurm, never has two copies
+/// queued, and stops on command.
+#[test]
+fn listener_requeues_itself_and_stops() {
+    if !slurm_up() {
+        return;
+    }
+    let store = Store::sqlite();
+    let cluster = TestCluster::new("lsn", |_| {});
+    let models = cluster.models_file(&["test/Tiny-1B"]);
+    let out = cluster.run(&["listener", "start"], &store.spec, &["--interval", "3s", "--", "--preset", "tb2", "--models-file", models.to_str().unwrap()], &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let name = format!("eval-listener-{}", cluster.name);
+    let state = cluster.root().join("state/listener.json");
+    let mut max_pending = 0;
+    wait_until("two listener iterations", Duration::from_secs(120), || {
+        let queued = Command::new("squeue").args(["-h", "-n", &name, "-t", "PENDING", "-o", "%i"]).output().unwrap();
+        max_pending = max_pending.max(String::from_utf8_lossy(&queued.stdout).lines().count());
+        std::fs::read_to_string(&state).ok().and_then(|t| serde_json::from_str::<Value>(&t).ok()).is_some_and(|s| s["iterations"].as_u64() >= Some(2))
+    });
+    assert!(max_pending <= 1, "never two queued copies (saw {max_pending})");
+    // The iterations really launched: the model's tb2 attempt exists.
+    let ledger = open_ledger(&store.spec).unwrap();
+    let outputs: String = std::fs::read_dir(cluster.root().join("state"))
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("listener-")))
+        .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+        .collect();
+    assert_eq!(ledger.attempts_for("test/Tiny-1B", "terminal_bench_2").unwrap().len(), 1, "submitted once across iterations:\n{outputs}");
+    let out = cluster.run(&["listener", "stop"], &store.spec, &[], &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    std::thread::sleep(Duration::from_secs(1));
+    let left = Command::new("squeue").args(["-h", "-n", &name, "-o", "%i"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&left.stdout).trim().is_empty(), "listener jobs left: {}", String::from_utf8_lossy(&left.stdout));
+    cancel_all(&*ledger);
+}
