@@ -1,6 +1,7 @@
 //! The submitter's single integration-test binary (one link on 2 cores); modules by concern.
 
 mod broken;
+mod catalogue;
 mod registry;
 mod slurm_real;
 mod support;
