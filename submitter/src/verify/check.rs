@@ -121,6 +121,9 @@ struct Launch {
     dataset: Option<PathBuf>,
     n_attempts: Option<u64>,
     agent: Option<String>,
+    /// The Pinggy pair payload took (last `tunnel_pair` event): with a pair bank it may differ
+    /// from the spec's first pair.
+    held_url: Option<String>,
 }
 
 /// Checks one run dir at `now`.
@@ -193,9 +196,18 @@ fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Option<T> {
 }
 
 fn read_launch(dir: &Path) -> Launch {
-    let Some(spec) = read_json::<Value>(&dir.join(SPEC_FILE)) else { return Launch::default() };
+    let held_url = std::fs::read_to_string(dir.join(EVENTS_FILE)).ok().and_then(|text| {
+        text.lines()
+            .filter(|l| l.contains("\"tunnel_pair\""))
+            .filter_map(|l| serde_json::from_str::<launch_spec::records::Event>(l).ok())
+            .filter(|e| e.event == "tunnel_pair")
+            .filter_map(|e| e.fields.get("public_url").and_then(Value::as_str).map(str::to_string))
+            .next_back()
+    });
+    let Some(spec) = read_json::<Value>(&dir.join(SPEC_FILE)) else { return Launch { held_url, ..Launch::default() } };
     let s = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
     Launch {
+        held_url,
         run_tag: s(spec.get("run_tag")),
         tunnel_kind: s(spec.pointer("/tunnel/kind")),
         public_url: s(spec.pointer("/tunnel/public_url")),
@@ -485,8 +497,13 @@ pub struct TunnelLog {
     pub path: PathBuf,
     pub authenticated: Option<String>,
     pub not_authenticated: Option<String>,
+    /// The lock message that is still in force at the end of the log.
     pub locked: Option<String>,
+    /// A lock message followed by a working session (payload moved to the next pair, or forced).
+    pub recovered_lock: Option<String>,
     pub allocated: Option<String>,
+    /// payload's end-to-end check passed (`[…] payload: verified: …`).
+    pub verified: Option<String>,
     pub public_url: Option<String>,
     pub errors: Vec<String>,
     /// (first, last, samples) of each counter seen (`RB:`, `SB:`, `TC:`).
@@ -506,21 +523,43 @@ pub fn parse_tunnel_log(path: &Path, text: &str) -> TunnelLog {
             continue;
         }
         let lower = line.to_ascii_lowercase();
-        if log.locked.is_none() && (lower.contains("already active") || lower.contains("same token")) {
-            log.locked = Some(line.to_string());
+        // payload's own notes (`[time] payload: …`): only "verified" and "giving up" count.
+        if let Some((_, note)) = line.split_once("] payload: ") {
+            if note.starts_with("verified") {
+                log.verified = Some(line.to_string());
+                if let Some(lock) = log.locked.take() {
+                    log.recovered_lock = Some(lock);
+                }
+            } else if note.starts_with("giving up") && log.errors.len() < 5 {
+                log.errors.push(line.to_string());
+            }
+            continue;
         }
-        if lower.contains("you are not authenticated") {
-            log.not_authenticated.get_or_insert_with(|| line.to_string());
-        } else if lower.contains("you are authenticated") {
-            log.authenticated.get_or_insert_with(|| line.to_string());
+        if lower.contains("already active") || (lower.contains("same token") && (lower.contains("already") || lower.contains("active"))) {
+            log.locked = Some(line.to_string());
+            continue;
+        }
+        let mut up = false;
+        if lower.contains("not authenticated") {
+            log.not_authenticated = Some(line.to_string());
+        } else if lower.contains("you are authenticated") || lower.contains("authenticated as") {
+            log.authenticated = Some(line.to_string());
+            log.not_authenticated = None;
+            up = true;
         }
         if lower.contains("allocated port") {
-            log.allocated.get_or_insert_with(|| line.to_string());
+            log.allocated = Some(line.to_string());
+            up = true;
         }
+        // The last URL announced is the one in use; a Pinggy URL beats any other.
         if let Some(m) = url.find(line)
-            && log.public_url.as_ref().is_none_or(|u| !u.contains(".pinggy.") && m.as_str().contains(".pinggy."))
+            && (m.as_str().contains(".pinggy.") || log.public_url.as_ref().is_none_or(|u| !u.contains(".pinggy.")))
         {
-            log.public_url = Some(m.as_str().to_string());
+            log.public_url = Some(m.as_str().trim_end_matches(['.', ',', ')']).to_string());
+            up = true;
+        }
+        if up && let Some(lock) = log.locked.take() {
+            log.recovered_lock = Some(lock);
         }
         if (lower.contains("permission denied")
             || lower.contains("connection refused")
@@ -599,7 +638,7 @@ fn tunnel_findings(dir: &Path, agent: &Agent, launch: &Launch, findings: &mut Ve
         );
         return Some(log);
     }
-    let established = log.authenticated.is_some() || log.allocated.is_some() || log.public_url.is_some();
+    let established = log.authenticated.is_some() || log.allocated.is_some() || log.public_url.is_some() || log.verified.is_some();
     if !established {
         let mut f = Finding::new("tunnel", "tunnel.not_established", if needed { Level::Fail } else { Level::Warn }, "the tunnel never came up (no `You are authenticated`, no URL, no allocated port)");
         for e in &log.errors {
@@ -614,6 +653,12 @@ fn tunnel_findings(dir: &Path, agent: &Agent, launch: &Launch, findings: &mut Ve
     }
     if let Some(url) = &log.public_url {
         ok = ok.evidence(format!("public URL {url}"));
+    }
+    if let Some(line) = &log.verified {
+        ok = ok.evidence(format!("{file}: {line}"));
+    }
+    if let Some(lock) = &log.recovered_lock {
+        ok = ok.evidence(format!("an earlier session was locked and payload moved on: {lock}"));
     }
     if let Some(line) = &log.not_authenticated {
         ok.level = Level::Warn;
@@ -672,7 +717,7 @@ fn api_base_findings(agent: &Agent, launch: &Launch, trials: &TrialScan, tunnel:
         }
         findings.push(f.action("pass --agent-kwarg model_info={max_input_tokens, max_output_tokens, input/output_cost_per_token} (payload does this), or upgrade Harbor"));
     }
-    let public = launch.public_url.clone().or_else(|| tunnel.and_then(|t| t.public_url.clone()));
+    let public = launch.held_url.clone().or_else(|| tunnel.and_then(|t| t.public_url.clone())).or_else(|| launch.public_url.clone());
     let mut bad = false;
     let judge = |url: &str, place: String, count: u64| -> Option<Finding> {
         if installed && is_private_url(url) {
@@ -1077,5 +1122,17 @@ mod tests {
         assert_eq!(log.counters["RB"], (10.0, 1500.0, 2));
         let locked = parse_tunnel_log(Path::new("t"), "A tunnel with the same token is already active\n");
         assert!(locked.locked.is_some());
+        // A pair bank: the first pair is locked, payload moves on and the next one works.
+        let moved = parse_tunnel_log(
+            Path::new("t"),
+            "[2026-01-01T00:00:00.000Z] payload: attempt 1: ssh -F cfg pro.pinggy.io (public URL https://one.a.pinggy.link)\n\
+             A tunnel with the same token is already active.\n\
+             [2026-01-01T00:00:01.000Z] payload: pair https://one.a.pinggy.link is unusable (token_locked); moving to the next free pair\n\
+             You are authenticated as ops\nhttps://two.a.pinggy.link\n\
+             [2026-01-01T00:00:03.000Z] payload: verified: GET https://two.a.pinggy.link/v1/models → 200\n",
+        );
+        assert!(moved.locked.is_none() && moved.recovered_lock.is_some(), "{moved:?}");
+        assert_eq!(moved.public_url.as_deref(), Some("https://two.a.pinggy.link"));
+        assert!(moved.verified.is_some());
     }
 }
