@@ -148,6 +148,8 @@ fn main() {
         report.verdict,
         report.findings.len()
     );
+    let levels: Vec<String> = report.findings.iter().map(|f| format!("{} {}", f.id, f.level)).collect();
+    println!("                 findings: {}", levels.join(", "));
     let exe = std::env::current_exe().unwrap();
     let bin = exe.parent().and_then(Path::parent).map(|d| d.join("submitter")).filter(|p| p.is_file());
     if let Some(bin) = bin {
