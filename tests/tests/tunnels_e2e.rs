@@ -453,6 +453,8 @@ fn pinggy_killed_tunnel_is_restarted_then_given_up_when_the_server_is_gone() {
     let rport = sshd::free_port();
     let mut spec = fx.spec("openhands", pinggy_tunnel(&sshd, &[(rport, "PINGGY_TOKEN")], None));
     spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("60");
+    // Room for one extra failed reconnect while sshd still holds the dead session's forward.
+    spec["tunnel"]["max_restarts"] = json!(3);
     let mut run = fx.start(&spec, "12");
     fx.wait("phase running", Duration::from_secs(30), |fx| fx.status()["phase"] == "running");
     let first = pid_of(&fx, "tunnel");
@@ -596,7 +598,9 @@ fn socks_proxychains_mode_runs_harbor_under_the_generated_config() {
     let fx = Fx::new("pchains", &[]);
     // The real proxychains4 when installed; else a recorder with its command line that checks the
     // config and execs the rest (the argv and config contract is what payload owns).
-    let bin = match sshd::which("proxychains4") {
+    // (`E2E_FAKE_PROXYCHAINS=1` forces the recorder, to check that path where proxychains4 is installed.)
+    let real = if std::env::var_os("E2E_FAKE_PROXYCHAINS").is_some() { None } else { sshd::which("proxychains4") };
+    let bin = match real {
         Some(real) => real,
         None => {
             let fake = fx.root.join("fake-proxychains4");
