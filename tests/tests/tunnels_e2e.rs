@@ -145,7 +145,8 @@ impl Fx {
             .stderr(stderr)
             .spawn()
             .expect("spawn payload");
-        Run { child }
+        let marker = format!("PAYLOAD_RUN_ID={}-{}\0", self.tag, child.id());
+        Run { child, marker }
     }
 
     fn status(&self) -> Value {
@@ -224,6 +225,7 @@ fn tail(text: &str, n: usize) -> String {
 
 struct Run {
     child: Child,
+    marker: String,
 }
 
 impl Run {
@@ -231,6 +233,15 @@ impl Run {
         let until = Instant::now() + timeout;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
+                // No child of the run (vLLM, Harbor, ssh, curl) survives payload.
+                let survivors: Vec<String> = std::fs::read_dir("/proc")
+                    .unwrap()
+                    .flatten()
+                    .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+                    .filter(|e| std::fs::read(e.path().join("environ")).is_ok_and(|env| String::from_utf8_lossy(&env).contains(&self.marker)))
+                    .map(|e| e.file_name().to_string_lossy().to_string())
+                    .collect();
+                assert!(survivors.is_empty(), "processes survived payload: {survivors:?}\n{}", fx.diag());
                 return status.code().unwrap_or(-1);
             }
             if Instant::now() >= until {
