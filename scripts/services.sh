@@ -26,7 +26,7 @@ PG_DATABASE=evaltest
 SLURM_UP_TIMEOUT_S=60
 
 # procps (pgrep) is not in a minimal Debian image.
-APT_PACKAGES=(munge slurmctld slurmd slurm-client postgresql openssh-server procps)
+APT_PACKAGES=(munge slurmctld slurmd slurm-client postgresql openssh-server openssh-client procps proxychains4 curl)
 OPTIONAL_APT_PACKAGES=(chromium)
 
 log() { printf '[services %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
