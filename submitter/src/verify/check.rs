@@ -90,6 +90,8 @@ pub struct TrialScan {
     pub instant_failures: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub instant_example: Option<String>,
+    /// Exception types of the instant failures.
+    pub instant_types: BTreeMap<String, u64>,
     /// The newest `result.json` (modification time) and its trial.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_result_at: Option<DateTime<Utc>>,
@@ -169,7 +171,7 @@ pub fn check_run_dir(dir: &Path, settings: &VerifySettings, now: DateTime<Utc>) 
     let tunnel = tunnel_findings(dir, &agent, &launch, &mut findings);
     api_base_findings(&agent, &launch, &trials, tunnel.as_ref(), &mut findings);
     let per_min = engine_findings(log.as_ref(), status.as_ref(), engine_log_path.as_deref(), state, running_since, &trials, settings, now, &mut findings);
-    trial_findings(&trials, expected, state, status.as_ref(), settings, now, &mut findings);
+    trial_findings(&trials, expected, state, status.as_ref(), running_since, settings, now, &mut findings);
     outcome_findings(status.as_ref(), harbor_result.as_ref(), state, settings, now, &mut findings);
     let audit = harbor_result.as_ref().map(|r| results::audit_of(&results::summary_from_result(r, expected), settings));
     if let Some(audit) = &audit
@@ -453,6 +455,8 @@ pub fn scan_trials(dir: &Path, instant_fail_s: f64) -> std::io::Result<TrialScan
         };
         if no_output && took.is_some_and(|t| t <= instant_fail_s) {
             scan.instant_failures += 1;
+            let kind = result.exception_info.as_ref().and_then(|e| e.exception_type.clone()).unwrap_or_else(|| "none".into());
+            *scan.instant_types.entry(kind).or_default() += 1;
             if scan.instant_example.is_none() {
                 let kind = result.exception_info.as_ref().and_then(|e| e.exception_type.clone()).unwrap_or_else(|| "no exception".into());
                 scan.instant_example =
@@ -928,11 +932,13 @@ fn engine_findings(
 // ---------------------------------------------------------------------------------------------
 // Trials
 
+#[allow(clippy::too_many_arguments)]
 fn trial_findings(
     trials: &TrialScan,
     expected: Option<u64>,
     state: RunState,
     status: Option<&RunStatus>,
+    running_since: Option<DateTime<Utc>>,
     settings: &VerifySettings,
     now: DateTime<Utc>,
     findings: &mut Vec<Finding>,
@@ -971,7 +977,15 @@ fn trial_findings(
         if let Some(e) = &trials.instant_example {
             f = f.evidence(e.clone());
         }
-        findings.push(f.action("the agent never talked to the model: check api_base, model_info and the sandbox provider (Daytona) errors"));
+        let types: Vec<String> = trials.instant_types.iter().map(|(k, v)| format!("{k} × {v}")).collect();
+        f = f.evidence(format!("by exception: {}", types.join(", ")));
+        let overflow: u64 =
+            trials.instant_types.iter().filter(|(k, _)| k.contains("ContextLength") || k.contains("BadRequest")).map(|(_, v)| v).sum();
+        findings.push(f.action(if overflow * 2 > trials.instant_failures {
+            "they died on their first request's 400 (context overflow): lower max_model_len / the output budget, see the engine check"
+        } else {
+            "the agent never got an answer from the model: check api_base, model_info and the sandbox provider (Daytona) errors"
+        }));
     }
     if trials.unconstructed > 0 && trials.model_info_warnings > 0 {
         let mut f = Finding::new(
@@ -988,13 +1002,26 @@ fn trial_findings(
     let all_done = expected.is_some_and(|e| trials.done >= e) && trials.active == 0;
     if state == RunState::Running {
         let quiet = since_last.unwrap_or(i64::MAX);
+        // payload's heartbeat knows when any counter (completions, trials) last moved.
+        let progress = status.and_then(|s| s.heartbeat.as_ref()).and_then(|h| h.last_progress_at.as_deref()).and_then(parse_time);
+        let no_progress = progress.or(running_since).map(|t| (now - t).num_seconds());
         if all_done && since_last.is_some_and(|s| s >= settings.zombie_after_s as i64) {
             findings.push(
                 Finding::new("trials", "trials.zombie", Level::Fail, format!("all {} trials are done but the job still runs (zombie)", trials.done))
                     .evidence(format!("last result.json {} ago; payload phase {}", human_duration(quiet), status.map_or("-".into(), |s| format!("{:?}", s.phase).to_lowercase())))
                     .action("Harbor is hung after its last trial: cancel the job (`submitter cancel --job ID`); its results are complete"),
             );
-        } else if trials.active > 0 && trials.done > 0 && quiet >= settings.no_result_after_s as i64 {
+        } else if !all_done && no_progress.is_some_and(|q| q >= settings.stall_after_s as i64) {
+            let q = no_progress.unwrap_or(0);
+            findings.push(
+                Finding::new("trials", "trials.stalled", Level::Fail, format!("no completion and no trial progress for {} while {} trials are active (stalled)", human_duration(q), trials.active))
+                    .evidence(format!(
+                        "status.json heartbeat: last progress at {}",
+                        progress.map_or_else(|| "never (since Harbor started)".to_string(), |t| t.to_rfc3339())
+                    ))
+                    .action("look at an active trial's trial.log and the engine log; cancel and resubmit (resume) if nothing moves"),
+            );
+        } else if trials.active > 0 && quiet.min(running_since.map_or(i64::MAX, |t| (now - t).num_seconds())) >= settings.no_result_after_s as i64 {
             findings.push(
                 Finding::new("trials", "trials.stalled", Level::Fail, format!("no new result.json for {} while {} trials are active (stalled)", human_duration(quiet), trials.active))
                     .evidence(format!("last result.json: {}", trials.last_result_trial.as_deref().unwrap_or("?")))

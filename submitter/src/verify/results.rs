@@ -20,7 +20,11 @@ use crate::ledger::{Attempt, AttemptId, Status, Timestamp};
 pub struct ScoreSummary {
     /// Harbor's mean metric (errored trials count as 0), averaged over evals.
     pub mean_reward: Option<f64>,
+    /// Finished trials (Harbor's `stats.n_completed_trials`): the mean's denominator.
     pub n_trials: u64,
+    /// Trials the verifier ran on (Harbor's per-eval `n_trials`).
+    pub n_verified: u64,
+    /// Trials with an exception (Harbor's per-eval `n_errors`).
     pub n_errors: u64,
     /// Trials with a numeric reward.
     pub n_valid: u64,
@@ -66,7 +70,7 @@ pub fn summary_from_result(result: &Value, expected: Option<u64>) -> ScoreSummar
         if let Some(mean) = eval.pointer("/metrics/0/mean").and_then(Value::as_f64) {
             means.push(mean);
         }
-        s.n_trials += eval.get("n_trials").and_then(Value::as_u64).unwrap_or(0);
+        s.n_verified += eval.get("n_trials").and_then(Value::as_u64).unwrap_or(0);
         s.n_errors += eval.get("n_errors").and_then(Value::as_u64).unwrap_or(0);
         for (kind, ids) in eval.get("exception_stats").and_then(Value::as_object).into_iter().flatten() {
             *s.errors_by_type.entry(kind.clone()).or_default() += ids.as_array().map_or(0, |a| a.len() as u64);
@@ -77,11 +81,14 @@ pub fn summary_from_result(result: &Value, expected: Option<u64>) -> ScoreSummar
             s.n_valid += n;
         }
     }
+    let stat = |key: &str| stats.and_then(|st| st.get(key)).and_then(Value::as_u64);
     // Pre-0.2x Harbor: top-level stats.n_trials / n_errors only.
-    if s.n_trials == 0 {
-        s.n_trials = stats.and_then(|st| st.get("n_trials")).and_then(Value::as_u64).unwrap_or(0);
-        s.n_errors = stats.and_then(|st| st.get("n_errors")).and_then(Value::as_u64).unwrap_or(0);
+    if s.n_verified == 0 && s.n_errors == 0 {
+        s.n_verified = stat("n_trials").unwrap_or(0);
+        s.n_errors = stat("n_errors").unwrap_or(0);
     }
+    // Finished trials: Harbor's count, else at least the verified and the valid+errored ones.
+    s.n_trials = stat("n_completed_trials").unwrap_or_else(|| stat("n_trials").unwrap_or(s.n_verified).max(s.n_valid + s.n_errors).max(s.n_verified));
     s.mean_reward = (!means.is_empty()).then(|| means.iter().sum::<f64>() / means.len() as f64);
     for (kind, n) in &s.errors_by_type {
         if launch_spec::launch::INFRA_ERROR_TYPES.contains(&kind.as_str()) {
@@ -143,6 +150,7 @@ pub fn metrics_json(summary: &ScoreSummary, audit: &Audit) -> Value {
     json!({
         "mean_reward": summary.mean_reward,
         "n_trials": summary.n_trials,
+        "n_verified": summary.n_verified,
         "n_errors": summary.n_errors,
         "n_valid": summary.n_valid,
         "n_total_trials": summary.n_total_trials,
@@ -379,6 +387,7 @@ pub fn summary_from_metrics(m: &Value) -> ScoreSummary {
     ScoreSummary {
         mean_reward: m.get("mean_reward").and_then(Value::as_f64),
         n_trials,
+        n_verified: m.get("n_verified").and_then(Value::as_u64).unwrap_or(n_trials),
         n_errors,
         n_valid: m.get("n_valid").and_then(Value::as_u64).unwrap_or(n_trials.saturating_sub(n_errors)),
         n_total_trials: m.get("n_total_trials").and_then(Value::as_u64),
@@ -494,6 +503,21 @@ mod tests {
         let m = metrics_json(&summary_from_result(&r, None), &audit);
         assert_eq!(m["audit"]["status"], "incomplete");
         assert_eq!(summary_from_metrics(&m), summary_from_result(&r, None));
+    }
+
+    #[test]
+    fn harbor_counts_verified_trials_per_eval_and_finished_ones_per_job() {
+        // harbor 0.25: an eval's n_trials counts the trials the verifier ran on; errored trials
+        // that never reached it are only in n_errors, and the mean is over all finished trials.
+        let names = |p: &str, n: usize| (0..n).map(|i| format!("{p}{i}")).collect::<Vec<_>>();
+        let r = json!({"n_total_trials": 60, "stats": {"n_completed_trials": 60, "n_errored_trials": 46, "evals": {"e": {
+            "n_trials": 14, "n_errors": 46, "metrics": [{"mean": 8.0 / 60.0}],
+            "reward_stats": {"reward": {"1.0": names("a", 8), "0.0": names("b", 6)}}, "exception_stats": {"ContextLengthExceededError": names("c", 46)}}}}});
+        let s = summary_from_result(&r, None);
+        assert_eq!((s.n_trials, s.n_verified, s.n_valid, s.n_errors), (60, 14, 14, 46));
+        let audit = audit_of(&s, &VerifySettings::default());
+        assert!(!audit.complete);
+        assert!((audit.error_share - 46.0 / 60.0).abs() < 1e-12);
     }
 
     fn attempt(id: i64, model: &str, family: &str, mean: f64, n: u64) -> Attempt {

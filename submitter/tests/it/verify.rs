@@ -354,6 +354,16 @@ fn stalled_trials_fail_when_no_result_arrives_for_an_hour() {
     let (report, code, _) = check(&[&run.dir], &[]);
     assert_eq!(code, Some(1), "{report:#}");
     let f = finding(&report, "trials.stalled").expect("trials.stalled");
+    assert!(f["summary"].as_str().unwrap().contains("no completion and no trial progress for 2.0h while 4 trials are active"), "{f:#}");
+    assert!(evidence(f).contains("status.json heartbeat: last progress at"), "{f:#}");
+    // The old scripts' layout (no payload records; Harbor's result.json just rewritten): the
+    // time since the last trial result.json decides.
+    std::fs::remove_file(run.dir.join("status.json")).unwrap();
+    std::fs::remove_file(run.dir.join("events.jsonl")).unwrap();
+    run.harbor_result(10, false);
+    let (report, code, _) = check(&[&run.dir], &[]);
+    assert_eq!(code, Some(1), "{report:#}");
+    let f = finding(&report, "trials.stalled").expect("trials.stalled");
     assert!(f["summary"].as_str().unwrap().contains("no new result.json for 2.0h while 4 trials are active"), "{f:#}");
 }
 
@@ -745,7 +755,7 @@ impl LiveCluster {
         std::fs::write(&control, "normal\n").unwrap();
         let r = root.display();
         let extra = format!(
-            "  datasets_dirs:\n    - {r}/datasets\nsecrets:\n  file: {r}/secrets.env\nlimits:\n  max_jobs_in_flight: 4\n  submission_delay_s: 0\n  n_concurrent: 2\n  walltime_lead_s: 60\n"
+            "  datasets_dirs:\n    - {r}/datasets\nsecrets:\n  file: {r}/secrets.env\nlimits:\n  max_jobs_in_flight: 4\n  submission_delay_s: 0\n  n_concurrent: 2\n  n_concurrent_ceiling: 2\n  walltime_lead_s: 60\n"
         );
         let clusters = profile_dir(root, name, &extra);
         let profile = clusters.join(format!("{name}.yaml"));
