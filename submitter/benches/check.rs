@@ -32,9 +32,9 @@ fn write_log(path: &Path, target_bytes: u64) -> (u64, u64) {
         let (h, m, s) = ((second / 3600) % 24, (second / 60) % 60, second % 60);
         let day = 1 + (second / 86_400) % 28;
         line.clear();
-        write!(
+        writeln!(
             line,
-            "(APIServer pid=4242) INFO 11-{day:02} {h:02}:{m:02}:{s:02} [loggers.py:248] Engine 000: Avg prompt throughput: 8123.4 tokens/s, Avg generation throughput: 912.0 tokens/s, Running: 32 reqs, Waiting: 0 reqs, GPU KV cache usage: 41.2%, Prefix cache hit rate: 67.0%\n"
+            "(APIServer pid=4242) INFO 11-{day:02} {h:02}:{m:02}:{s:02} [loggers.py:248] Engine 000: Avg prompt throughput: 8123.4 tokens/s, Avg generation throughput: 912.0 tokens/s, Running: 32 reqs, Waiting: 0 reqs, GPU KV cache usage: 41.2%, Prefix cache hit rate: 67.0%"
         )
         .unwrap();
         for _ in 0..100 {
@@ -44,7 +44,7 @@ fn write_log(path: &Path, target_bytes: u64) -> (u64, u64) {
                 1..=4 => (400, "Bad Request"),
                 _ => (200, "OK"),
             };
-            write!(line, "INFO:     127.0.0.1:{} - \"POST /v1/chat/completions HTTP/1.1\" {code} {reason}\n", 30000 + n % 30000).unwrap();
+            writeln!(line, "INFO:     127.0.0.1:{} - \"POST /v1/chat/completions HTTP/1.1\" {code} {reason}", 30000 + n % 30000).unwrap();
         }
         out.write_all(&line).unwrap();
         written += line.len() as u64;
