@@ -168,7 +168,7 @@ pub fn check_run_dir(dir: &Path, settings: &VerifySettings, now: DateTime<Utc>) 
     let running_since = running_since(dir, status.as_ref());
 
     let mut findings = Vec::new();
-    let tunnel = tunnel_findings(dir, &agent, &launch, &mut findings);
+    let tunnel = tunnel_findings(dir, &agent, &launch, TUNNEL_TAIL_CHECK, &mut findings);
     api_base_findings(&agent, &launch, &trials, tunnel.as_ref(), &mut findings);
     let per_min = engine_findings(log.as_ref(), status.as_ref(), engine_log_path.as_deref(), state, running_since, &trials, settings, now, &mut findings);
     trial_findings(&trials, expected, state, status.as_ref(), running_since, settings, now, &mut findings);
@@ -311,7 +311,7 @@ pub fn config_problems(dir: &Path) -> Vec<Finding> {
     let config: Option<Value> = read_json(&dir.join("config.json"));
     let agent = agent_of(config.as_ref(), &launch);
     let mut findings = Vec::new();
-    let tunnel = tunnel_findings(dir, &agent, &launch, &mut findings);
+    let tunnel = tunnel_findings(dir, &agent, &launch, TUNNEL_TAIL_STATUS, &mut findings);
     let trials = TrialScan::default();
     if config.is_some() {
         api_base_findings(&agent, &launch, &trials, tunnel.as_ref(), &mut findings);
@@ -617,7 +617,11 @@ fn strip_ansi(line: &str) -> String {
     out
 }
 
-fn tunnel_findings(dir: &Path, agent: &Agent, launch: &Launch, findings: &mut Vec<Finding>) -> Option<TunnelLog> {
+/// How much of the tunnel log's end `check` reads, and `status` (every job, every refresh).
+const TUNNEL_TAIL_CHECK: u64 = 4 << 20;
+const TUNNEL_TAIL_STATUS: u64 = 256 << 10;
+
+fn tunnel_findings(dir: &Path, agent: &Agent, launch: &Launch, tail: u64, findings: &mut Vec<Finding>) -> Option<TunnelLog> {
     let agent_name = agent.name.clone().unwrap_or_else(|| "terminus-2".into());
     let needed = launch.tunnel_kind.as_deref() == Some("pinggy") || is_installed_agent(&agent_name);
     let path = find_tunnel_log(dir);
@@ -631,7 +635,7 @@ fn tunnel_findings(dir: &Path, agent: &Agent, launch: &Launch, findings: &mut Ve
         });
         return None;
     };
-    let text = String::from_utf8_lossy(&tail_bytes(&path, 4 << 20)).into_owned();
+    let text = String::from_utf8_lossy(&tail_bytes(&path, tail)).into_owned();
     let log = parse_tunnel_log(&path, &text);
     let file = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     if let Some(line) = &log.locked {

@@ -48,6 +48,10 @@ pub fn collect(ledger: &dyn Ledger, slurm: &dyn Slurm, opts: &Collect) -> Result
     for attempt in &attempts {
         rows.push(row_for(attempt, jobs.get(attempt.slurm_job_id.as_deref().unwrap_or("")), opts));
     }
+    if opts.persist {
+        let active: std::collections::HashSet<i64> = attempts.iter().filter(|a| a.status.is_active()).map(|a| a.id.0).collect();
+        verdict::prune_observations(opts.state_dir, &active);
+    }
     Ok(rows)
 }
 

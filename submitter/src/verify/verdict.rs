@@ -544,6 +544,18 @@ pub fn remove_observation(state_dir: &Path, attempt: i64) {
     let _ = std::fs::remove_file(observation_path(state_dir, attempt));
 }
 
+/// Removes the observation files of attempts not in `keep` (they ended since they were last seen).
+pub fn prune_observations(state_dir: &Path, keep: &std::collections::HashSet<i64>) {
+    let Ok(entries) = std::fs::read_dir(state_dir.join("observations")) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let id = name.strip_prefix("attempt-").and_then(|n| n.strip_suffix(".json")).and_then(|n| n.parse::<i64>().ok());
+        if id.is_some_and(|id| !keep.contains(&id)) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -744,8 +756,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (_, obs) = Case::new(Some(status(Phase::Running, 100, Some(hb(100, 5, 0, 1, 100)))), 101).judge();
         save_observation(dir.path(), 9, &obs).unwrap();
-        assert_eq!(load_observation(dir.path(), 9), Some(obs));
+        assert_eq!(load_observation(dir.path(), 9), Some(obs.clone()));
         remove_observation(dir.path(), 9);
         assert_eq!(load_observation(dir.path(), 9), None);
+        save_observation(dir.path(), 9, &obs).unwrap();
+        save_observation(dir.path(), 10, &obs).unwrap();
+        prune_observations(dir.path(), &std::collections::HashSet::from([10]));
+        assert_eq!(load_observation(dir.path(), 9), None);
+        assert!(load_observation(dir.path(), 10).is_some());
     }
 }
