@@ -21,6 +21,8 @@ pub struct LatestAttempt {
     /// Seconds since submission (for pending staleness and "in progress" age).
     pub age_s: u64,
     pub has_metrics: bool,
+    /// The completion audit found too few valid trials or too many errors: resume, don't accept.
+    pub incomplete: bool,
     /// Whether the attempt ran under the config that would be used now (timeout, overrides).
     pub config_matches: bool,
     /// Whether payload recorded an outcome for it (status.json `outcome`).
@@ -108,6 +110,10 @@ pub fn decide(history: &PairHistory, slurm: Option<SlurmView>, policy: &Policy) 
     let too_many = || history.failed_attempts >= policy.max_failed_attempts;
     match latest.status {
         AttemptStatus::Finished if !latest.has_metrics => Decision::new(Verdict::Resubmit, "finished but metrics cleared"),
+        // Same run tag, so payload resumes the Harbor job and re-runs only what is missing.
+        AttemptStatus::Finished if latest.incomplete => {
+            Decision::new(Verdict::Resubmit, "finished but incomplete (completion audit): resume")
+        }
         AttemptStatus::Finished if policy.config_aware && !latest.config_matches => {
             Decision::new(Verdict::Resubmit, "finished under a different config")
         }
@@ -164,6 +170,7 @@ mod tests {
             slurm_job_id: Some("42".into()),
             age_s: 60,
             has_metrics: true,
+            incomplete: false,
             config_matches: true,
             has_recorded_outcome: false,
         }
@@ -190,6 +197,15 @@ mod tests {
         assert_eq!(decide(&history(Some(other.clone()), 0), None, &policy()).decision, Verdict::Skip);
         let aware = Policy { config_aware: true, ..policy() };
         assert_eq!(decide(&history(Some(other), 0), None, &aware).decision, Verdict::Resubmit);
+    }
+
+    #[test]
+    fn incomplete_finished_run_is_resumed() {
+        let mut l = latest(AttemptStatus::Finished);
+        l.incomplete = true;
+        let d = decide(&history(Some(l), 0), None, &policy());
+        assert_eq!(d.decision, Verdict::Resubmit);
+        assert!(d.reason.contains("incomplete"), "{}", d.reason);
     }
 
     #[test]

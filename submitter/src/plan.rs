@@ -161,6 +161,7 @@ fn pair_history(pair: Option<&PairState>, timeout_multiplier: f64, overrides: &L
             slurm_job_id: latest.slurm_job_id.clone(),
             age_s: u64::try_from((now() - latest.submitted_at).num_seconds()).unwrap_or(0),
             has_metrics: latest.metrics.as_ref().is_some_and(|m| !m.is_null()),
+            incomplete: latest.metrics.as_ref().is_some_and(|m| m.pointer("/audit/status").and_then(Value::as_str) == Some("incomplete")),
             config_matches,
             has_recorded_outcome,
         }),
