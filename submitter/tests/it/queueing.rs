@@ -15,29 +15,12 @@ use submitter::ledger::{Ledger, Status, open_ledger};
 use tempfile::TempDir;
 
 use crate::ledger::Store;
-use crate::support::{SUBMITTER, workspace_root};
+use crate::support::{binaries, slurm_up, SUBMITTER, workspace_root};
 
 /// Small models: size default TP1; with `gpus_per_node: 1` each job takes one of the node's 4 GPUs.
 const MODELS: [&str; 3] = ["test/Tiny-1B", "test/Small-3B", "test/Mini-7B"];
 
-fn slurm_up() -> bool {
-    let up = Command::new("scontrol").arg("ping").output().is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("UP"));
-    if !up {
-        assert!(std::env::var("CI").map_or(true, |v| v != "true"), "no local Slurm in CI: scripts/services.sh up must start it");
-        eprintln!("skipping: no local Slurm");
-    }
-    up
-}
 
-/// The workspace's debug binaries (payload and the stand-ins), built on demand.
-fn binaries() -> PathBuf {
-    let dir = PathBuf::from(SUBMITTER).parent().unwrap().to_path_buf();
-    if !dir.join("payload").is_file() || !dir.join("vllm-standin").is_file() || !dir.join("harbor-standin").is_file() {
-        let status = Command::new(env!("CARGO")).args(["build", "-p", "payload", "-p", "e2e", "--bins"]).current_dir(workspace_root()).status().unwrap();
-        assert!(status.success(), "building payload and the stand-ins");
-    }
-    dir
-}
 
 /// One isolated cluster profile on the real local Slurm: its own jobs/state/dataset dirs, an
 /// environment prefix holding the stand-ins, a 0600 secrets file.

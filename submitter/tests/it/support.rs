@@ -41,3 +41,29 @@ pub fn stdout(output: &Output) -> String {
 pub fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
+
+/// Whether the local Slurm answers; in CI it must (`scripts/services.sh up` starts it), elsewhere a
+/// test without it prints `skipping: no local Slurm`.
+#[allow(clippy::print_stderr)]
+pub fn slurm_up() -> bool {
+    let up = Command::new("scontrol").arg("ping").output().is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("UP"));
+    if !up {
+        assert!(std::env::var("CI").map_or(true, |v| v != "true"), "no local Slurm in CI: scripts/services.sh up must start it");
+        eprintln!("skipping: no local Slurm");
+    }
+    up
+}
+
+/// The workspace's debug binaries (payload and the vLLM/Harbor stand-ins), built on demand.
+pub fn binaries() -> PathBuf {
+    let dir = PathBuf::from(SUBMITTER).parent().expect("target dir").to_path_buf();
+    if !dir.join("payload").is_file() || !dir.join("vllm-standin").is_file() || !dir.join("harbor-standin").is_file() {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-p", "payload", "-p", "e2e", "--bins"])
+            .current_dir(workspace_root())
+            .status()
+            .expect("run cargo");
+        assert!(status.success(), "building payload and the stand-ins");
+    }
+    dir
+}

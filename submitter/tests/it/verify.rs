@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use submitter::ledger::{ImportedAttempt, Status, open_ledger};
 
-use crate::support::{SUBMITTER, workspace_root};
+use crate::support::{binaries, slurm_up, SUBMITTER, workspace_root};
 
 // ---------------------------------------------------------------------------------------------
 // Run-dir fixtures
@@ -707,24 +707,7 @@ fn report_renders_in_a_real_browser() {
 // ---------------------------------------------------------------------------------------------
 // Live: the local Slurm, payload and the stand-ins
 
-fn slurm_up() -> bool {
-    let up = Command::new("scontrol").arg("ping").output().is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("UP"));
-    if !up {
-        assert!(std::env::var("CI").map_or(true, |v| v != "true"), "no local Slurm in CI: scripts/services.sh up must start it");
-        eprintln!("skipping: no local Slurm");
-    }
-    up
-}
 
-/// payload and the stand-ins, built on demand.
-fn binaries() -> PathBuf {
-    let dir = PathBuf::from(SUBMITTER).parent().unwrap().to_path_buf();
-    if !dir.join("payload").is_file() || !dir.join("vllm-standin").is_file() || !dir.join("harbor-standin").is_file() {
-        let status = Command::new(env!("CARGO")).args(["build", "-p", "payload", "-p", "e2e", "--bins"]).current_dir(workspace_root()).status().unwrap();
-        assert!(status.success(), "building payload and the stand-ins");
-    }
-    dir
-}
 
 /// A cluster on the local Slurm whose engine reads a control file and whose dataset is long
 /// enough (1,000 tasks × 0.6 s, 2 at a time) to outlast the test.
