@@ -1,4 +1,5 @@
 //! test support
 
+pub mod harness;
 pub mod standin;
 pub mod sshd;

@@ -10,42 +10,18 @@ use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+
+use e2e::harness::{payload_bin, unique};
 
 const VLLM: &str = env!("CARGO_BIN_EXE_vllm-standin");
 const HARBOR: &str = env!("CARGO_BIN_EXE_harbor-standin");
 
 // ------------------------------------------------------------------------------------------ harness
 
-/// `target/<profile>/payload`, next to this test executable's parent dir; built once per test
-/// process with `cargo build -p payload` (a no-op when it is fresh).
-fn payload_bin() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let exe = std::env::current_exe().expect("test executable path");
-        let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>").to_path_buf();
-        let bin = profile_dir.join("payload");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-        let mut cmd = Command::new(cargo);
-        cmd.args(["build", "-q", "-p", "payload", "--bin", "payload"]);
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            cmd.arg("--release");
-        }
-        let status = cmd.status().expect("run cargo build -p payload");
-        assert!(status.success() && bin.is_file(), "cargo build -p payload failed; {} missing", bin.display());
-        bin
-    })
-}
 
-fn unique() -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
-    format!("{}{:x}{}", std::process::id(), nanos, N.fetch_add(1, Ordering::SeqCst))
-}
 
 const GPU_FIXTURE: &str = r#"[
   {"index": 0, "uuid": "GPU-aaaa0000-0000-4000-8000-000000000000", "name": "NVIDIA A100-SXM-64GB", "memory_total_bytes": 68719476736},
