@@ -435,3 +435,39 @@ fn listener_requeues_itself_and_stops() {
     assert!(String::from_utf8_lossy(&left.stdout).trim().is_empty(), "listener jobs left: {}", String::from_utf8_lossy(&left.stdout));
     cancel_all(&*ledger);
 }
+
+/// Pre-download on the login node: a failing command does not submit that job; chaining puts
+/// `afterany:` on the next job; one submitter per state dir (advisory lock).
+#[test]
+fn pre_download_gate_chaining_and_state_dir_lock() {
+    if !slurm_up() {
+        return;
+    }
+    let store = Store::sqlite();
+    // The pre-download command fails for one model only (its id is in the argv).
+    let cluster = TestCluster::new("predl", |p| {
+        *p = p.replace("  STANDIN_LOAD_SECONDS: \"0.3\"", "  STANDIN_LOAD_SECONDS: \"300\"");
+        p.push_str("pre_download:\n  enabled: true\n  command: [sh, -c, 'test \"$0\" != test/Small-3B', \"{model}\"]\n  timeout_s: 20\n");
+    });
+    let models = cluster.models_file(&MODELS);
+    let out = cluster.run(&["launch"], &store.spec, &["--once", "--preset", "tb2", "--chain-batch", "1", "--models-file", models.to_str().unwrap()], &[]);
+    let printed = text(&out);
+    assert!(out.status.success(), "{printed}");
+    assert!(printed.contains("not submitted: pre-download failed"), "{printed}");
+    assert!(printed.contains("2 submitted"), "{printed}");
+    let ledger = open_ledger(&store.spec).unwrap();
+    assert!(ledger.attempts_for("test/Small-3B", "terminal_bench_2").unwrap().is_empty(), "no row for the failed pre-download");
+    let mut jobs: Vec<String> = ledger.active().unwrap().into_iter().filter_map(|a| a.slurm_job_id).collect();
+    jobs.sort_by_key(|j| j.parse::<u64>().unwrap());
+    let show = Command::new("scontrol").args(["-o", "show", "job", &jobs[1]]).output().unwrap();
+    assert!(String::from_utf8_lossy(&show.stdout).contains(&format!("Dependency=afterany:{}", jobs[0])), "{}", String::from_utf8_lossy(&show.stdout));
+
+    // A second submitter on the same state dir is refused while the first holds the lock.
+    let lock = std::fs::File::options().create(true).truncate(false).write(true).open(cluster.root().join("state/submitter.lock")).unwrap();
+    lock.lock().unwrap();
+    let out = cluster.launch(&store.spec, &["--preset", "tb2"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("another submitter holds"), "{}", text(&out));
+    drop(lock);
+    cancel_all(&*ledger);
+}
