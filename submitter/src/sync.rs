@@ -25,9 +25,6 @@ pub enum SyncError {
 #[derive(Debug, Default, Clone, serde::Serialize)]
 pub struct SyncReport {
     pub changes: Vec<Change>,
-    /// Slurm's view of every active attempt's job, for the planner.
-    #[serde(skip)]
-    pub job_views: HashMap<String, SlurmView>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -117,7 +114,6 @@ pub fn sync(ledger: &dyn Ledger, slurm: &dyn Slurm, cluster: &str) -> Result<Syn
             continue;
         };
         let view = view_of(jobs.get(&job_id));
-        report.job_views.insert(job_id.clone(), view);
         match view {
             SlurmView::Running if attempt.status == Status::Pending => {
                 change(Status::Started, format!("running as job {job_id}"), None)?;

@@ -91,10 +91,17 @@ fn policy(session: &Session, selection: &Selection) -> Policy {
     }
 }
 
-/// Slurm's view of every active attempt's job, read in one `squeue` call (no writes).
-fn job_views(session: &Session) -> Result<HashMap<String, SlurmView>> {
-    let active = session.ledger.active()?;
-    let ids: Vec<_> = active.iter().filter(|a| a.cluster == session.cluster.name).filter_map(|a| a.slurm_job_id.as_deref()?.parse().ok()).collect();
+/// Slurm's view of the jobs of the active attempts in `view`, read in one `squeue` call (no
+/// writes). Taken after the ledger snapshot, so every job id in it was submitted before Slurm is
+/// asked: a job another submitter just queued is never mistaken for a vanished one.
+fn job_views(session: &Session, view: &LedgerView) -> Result<HashMap<String, SlurmView>> {
+    let ids: Vec<_> = view
+        .pairs
+        .values()
+        .map(|pair| &pair.latest)
+        .filter(|a| a.status.is_active() && a.cluster == session.cluster.name)
+        .filter_map(|a| a.slurm_job_id.as_deref()?.parse().ok())
+        .collect();
     let jobs = if ids.is_empty() { Vec::new() } else { session.slurm.jobs(&ids)? };
     Ok(jobs.iter().map(|j| (j.id.to_string(), sync::view_of(Some(j)))).collect())
 }
@@ -124,7 +131,7 @@ pub fn plan_command(args: &PlanArgs) -> Result<ExitCode> {
     let presets = args.selection.presets(&session.presets_dir)?;
     let models = args.selection.models(session.ledger.as_ref())?;
     let view = LedgerView::read(session.ledger.as_ref())?;
-    let views = job_views(&session)?;
+    let views = job_views(&session, &view)?;
     let planned = plan::plan(&session.context(), &presets, &models, &args.selection.overrides(), &view, &views, &policy(&session, &args.selection))?;
     super::print(&if args.json { serde_json::to_string_pretty(&planned)? + "\n" } else { plan_table(&planned) })?;
     Ok(ExitCode::SUCCESS)
@@ -136,8 +143,9 @@ fn iterate(session: &Session, args: &LaunchArgs, executables: &Executables) -> R
     let presets = args.selection.presets(&session.presets_dir)?;
     let models = args.selection.models(session.ledger.as_ref())?;
     let view = LedgerView::read(session.ledger.as_ref())?;
+    let views = job_views(session, &view)?;
     let overrides = args.selection.overrides();
-    let planned = plan::plan(&session.context(), &presets, &models, &overrides, &view, &report.job_views, &policy(session, &args.selection))?;
+    let planned = plan::plan(&session.context(), &presets, &models, &overrides, &view, &views, &policy(session, &args.selection))?;
     let environment = |name: &str| std::env::var(name).ok();
     let pre_download = |model: &str| pre_download(session, model);
     let settings = SubmitSettings {
