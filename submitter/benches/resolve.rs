@@ -3,6 +3,8 @@
 //! Run: `cargo bench -p submitter --bench resolve` (uses ../shared/fixtures when present, else the
 //! shipped registry with synthetic ids).
 
+#![allow(clippy::print_stdout)]
+
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 

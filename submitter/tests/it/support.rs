@@ -11,6 +11,7 @@ pub fn workspace_root() -> PathBuf {
 
 /// `../shared/fixtures/otagent`: required in CI (the test fails there without it), skipped with a
 /// printed note elsewhere. Never copied into the repository.
+#[allow(clippy::print_stderr)]
 pub fn fixtures() -> Option<PathBuf> {
     let dir = std::env::var_os("EVAL_FIXTURES")
         .map(PathBuf::from)
