@@ -243,6 +243,10 @@ pub fn tunnel_spec(
             })
             .collect();
         spec.lock_dir = Some(expand("paths.state_dir", &cluster.paths.state_dir)?.join("pinggy"));
+        spec.known_hosts = match &first.known_hosts {
+            Some(file) => Some(expand("network.pinggy[0].known_hosts", file)?),
+            None => None,
+        };
         return Ok(TunnelSpec::Pinggy(spec));
     }
     match (&network.proxy, network.internet) {
@@ -257,6 +261,10 @@ pub fn tunnel_spec(
             spec.ssh_port = proxy.ssh_port;
             spec.mode = if proxy.mode == "proxychains" { ProxyMode::Proxychains } else { ProxyMode::Env };
             spec.proxychains_bin = proxy.proxychains_bin.clone();
+            spec.known_hosts = match &proxy.known_hosts {
+                Some(file) => Some(expand("network.proxy.known_hosts", file)?),
+                None => None,
+            };
             Ok(TunnelSpec::Socks(spec))
         }
         _ => Ok(TunnelSpec::None),

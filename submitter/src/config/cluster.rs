@@ -197,6 +197,9 @@ pub struct Proxy {
     pub mode: String,
     #[serde(default)]
     pub proxychains_bin: Option<String>,
+    /// A known_hosts file pinning the login node's host key (default: accept-new in a per-job file).
+    #[serde(default)]
+    pub known_hosts: Option<PathBuf>,
 }
 
 fn default_proxy_mode() -> String {
@@ -211,6 +214,9 @@ pub struct PinggyPair {
     pub token_secret: String,
     #[serde(default = "default_pinggy_host")]
     pub host: String,
+    /// A known_hosts file pinning Pinggy's host key (applies to the whole bank; first pair's wins).
+    #[serde(default)]
+    pub known_hosts: Option<PathBuf>,
 }
 
 fn default_pinggy_host() -> String {
