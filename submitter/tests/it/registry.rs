@@ -218,3 +218,33 @@ fn registry_check_passes_on_shipped_and_fixture_configuration() {
         assert!(parsed.is_ok(), "{}: {:?}", path.display(), parsed.err());
     }
 }
+
+/// `submitter spec` writes the launch spec with the field names operators and tests rely on.
+#[test]
+fn spec_command_writes_the_stable_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_file = dir.path().join("launch.json");
+    let out = submitter(&["spec", "--cluster", "local", "--preset", "tb2", "--model", "Qwen/Qwen3-32B", "--out", out_file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let spec: Value = serde_json::from_str(&std::fs::read_to_string(&out_file).unwrap()).unwrap();
+    for pointer in ["/run_dir", "/jobs_dir", "/run_tag", "/serve/program", "/harbor/program", "/harbor/dataset", "/secrets/file"] {
+        assert!(spec.pointer(pointer).is_some_and(|v| !v.is_null()), "{pointer} missing: {spec:#}");
+    }
+    assert_eq!(spec["run_tag"], "terminal_bench_2__Qwen__Qwen3-32B");
+    assert_eq!(spec["model"]["served_name"], "Qwen3-32B");
+    assert_eq!(spec["serve"]["tensor_parallel_size"], 2);
+    assert_eq!(spec["harbor"]["timeout_multiplier"], 16.0);
+    let text = std::fs::read_to_string(&out_file).unwrap();
+    assert!(!text.contains("DAYTONA_API_KEY="), "no secret values in a spec");
+    // The spec round-trips through payload's reader.
+    launch_spec::LaunchSpec::from_file(&out_file).expect("payload can read it");
+}
+
+#[test]
+fn spec_command_rejects_an_unknown_preset_listing_valid_ones() {
+    let out = submitter(&["spec", "--cluster", "local", "--preset", "tb3", "--model", "Qwen/Qwen3-8B"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("unknown preset `tb3`") && err.contains("tb2") && err.contains("swebench_full"), "{err}");
+    assert!(stdout(&out).is_empty());
+}
