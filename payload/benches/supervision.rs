@@ -35,7 +35,8 @@ fn standins() -> (PathBuf, PathBuf) {
         .status()
         .expect("cargo build -p e2e");
     assert!(status.success());
-    let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| workspace_root().join("target"));
+    let target =
+        std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| workspace_root().join("target"));
     (target.join("debug/vllm-standin"), target.join("debug/harbor-standin"))
 }
 
@@ -88,7 +89,11 @@ impl Fx {
         let wrapper = root.join("env/bin/vllm");
         std::fs::write(
             &wrapper,
-            format!("#!/bin/sh\n{}/env/bin/vllm-real \"$@\"\nrc=$?\ndate +%s.%N > {}/engine-exit\nexit $rc\n", root.display(), root.display()),
+            format!(
+                "#!/bin/sh\n{}/env/bin/vllm-real \"$@\"\nrc=$?\ndate +%s.%N > {}/engine-exit\nexit $rc\n",
+                root.display(),
+                root.display()
+            ),
         )
         .unwrap();
         use std::os::unix::fs::PermissionsExt;
@@ -99,7 +104,11 @@ impl Fx {
             std::fs::write(dir.join("instruction.md"), "Solve it.\n").unwrap();
         }
         std::fs::create_dir_all(root.join("jobs")).unwrap();
-        std::fs::write(root.join("harbor.yaml"), "orchestrator:\n  type: local\n  n_concurrent_trials: 2\n  quiet: true\n").unwrap();
+        std::fs::write(
+            root.join("harbor.yaml"),
+            "orchestrator:\n  type: local\n  n_concurrent_trials: 2\n  quiet: true\n",
+        )
+        .unwrap();
         std::fs::write(
             root.join("gpus.json"),
             r#"[{"index":0,"uuid":"GPU-b","name":"NVIDIA H200","memory_total_bytes":151397597184}]"#,
@@ -149,7 +158,10 @@ impl Fx {
     }
 
     fn status(&self) -> Value {
-        std::fs::read_to_string(self.run_dir().join("status.json")).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or(Value::Null)
+        std::fs::read_to_string(self.run_dir().join("status.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or(Value::Null)
     }
 
     fn events(&self) -> Vec<Value> {
@@ -189,7 +201,9 @@ fn marker_left(marker: &str) -> usize {
         .unwrap()
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
-        .filter(|e| std::fs::read(e.path().join("environ")).is_ok_and(|b| String::from_utf8_lossy(&b).contains(&needle)))
+        .filter(|e| {
+            std::fs::read(e.path().join("environ")).is_ok_and(|b| String::from_utf8_lossy(&b).contains(&needle))
+        })
         .count()
 }
 
@@ -206,7 +220,11 @@ fn readiness(vllm: &Path, harbor: &Path) -> Vec<f64> {
     (0..RUNS)
         .map(|i| {
             let fx = Fx::new(vllm, harbor, i);
-            let spec = fx.spec(json!({"STANDIN_LOAD_SECONDS": "1.0"}), json!({"STANDIN_TRIAL_SECONDS": "0.05"}), limits(15.0, 10.0, 5.0));
+            let spec = fx.spec(
+                json!({"STANDIN_LOAD_SECONDS": "1.0"}),
+                json!({"STANDIN_TRIAL_SECONDS": "0.05"}),
+                limits(15.0, 10.0, 5.0),
+            );
             let mut child = fx.start(&spec);
             let until = Instant::now() + Duration::from_secs(20);
             let port = loop {
@@ -263,7 +281,9 @@ fn teardown(vllm: &Path, harbor: &Path, ignore_term: bool) -> Vec<(f64, f64)> {
             let hwm = std::fs::read_to_string(format!("/proc/{pid}/status"))
                 .unwrap()
                 .lines()
-                .find_map(|l| l.strip_prefix("VmHWM:").map(|v| v.trim().trim_end_matches(" kB").trim().parse::<f64>().unwrap()))
+                .find_map(|l| {
+                    l.strip_prefix("VmHWM:").map(|v| v.trim().trim_end_matches(" kB").trim().parse::<f64>().unwrap())
+                })
                 .unwrap();
             let t = now_ms();
             Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap();
@@ -286,7 +306,11 @@ fn idle_cpu(vllm: &Path, harbor: &Path, heartbeat: f64, probe: f64, window: Dura
     (0..runs)
         .map(|i| {
             let fx = Fx::new(vllm, harbor, i);
-            let spec = fx.spec(json!({"STANDIN_LOAD_SECONDS": "0.1"}), json!({"STANDIN_TRIAL_SECONDS": "120"}), limits(heartbeat, probe, 1.0));
+            let spec = fx.spec(
+                json!({"STANDIN_LOAD_SECONDS": "0.1"}),
+                json!({"STANDIN_TRIAL_SECONDS": "120"}),
+                limits(heartbeat, probe, 1.0),
+            );
             let mut child = fx.start(&spec);
             fx.wait_phase("running");
             std::thread::sleep(Duration::from_millis(500));
@@ -314,17 +338,39 @@ fn main() {
     let (vllm, harbor) = standins();
     println!("payload supervision figures (median of {RUNS} runs unless noted; payload = {PAYLOAD})");
     let r = readiness(&vllm, &harbor);
-    println!("readiness detection  stand-in /health 200 → Harbor spawned: {:>7.1} ms  (min {:.1}, max {:.1})", median(r.clone()), r.iter().cloned().fold(f64::MAX, f64::min), r.iter().cloned().fold(0.0, f64::max));
+    println!(
+        "readiness detection  stand-in /health 200 → Harbor spawned: {:>7.1} ms  (min {:.1}, max {:.1})",
+        median(r.clone()),
+        r.iter().cloned().fold(f64::MAX, f64::min),
+        r.iter().cloned().fold(0.0, f64::max)
+    );
     let c = crash(&vllm, &harbor);
-    println!("crash detection      engine exit → payload exited (engine_start): {:>7.1} ms  (min {:.1}, max {:.1})", median(c.clone()), c.iter().cloned().fold(f64::MAX, f64::min), c.iter().cloned().fold(0.0, f64::max));
+    println!(
+        "crash detection      engine exit → payload exited (engine_start): {:>7.1} ms  (min {:.1}, max {:.1})",
+        median(c.clone()),
+        c.iter().cloned().fold(f64::MAX, f64::min),
+        c.iter().cloned().fold(0.0, f64::max)
+    );
     let t = teardown(&vllm, &harbor, false);
     let hwm: Vec<f64> = t.iter().map(|x| x.1).collect();
-    println!("teardown             SIGTERM → all gone (cooperative vLLM, TERM-ignoring double-forked grandchild): {:>7.1} ms", median(t.iter().map(|x| x.0).collect()));
+    println!(
+        "teardown             SIGTERM → all gone (cooperative vLLM, TERM-ignoring double-forked grandchild): {:>7.1} ms",
+        median(t.iter().map(|x| x.0).collect())
+    );
     let t2 = teardown(&vllm, &harbor, true);
-    println!("teardown             SIGTERM → all gone (vLLM ignores TERM; grace 1.0 s): {:>7.1} ms", median(t2.iter().map(|x| x.0).collect()));
+    println!(
+        "teardown             SIGTERM → all gone (vLLM ignores TERM; grace 1.0 s): {:>7.1} ms",
+        median(t2.iter().map(|x| x.0).collect())
+    );
     println!("peak RSS             payload VmHWM while supervising: {:>7.0} kB", median(hwm));
     let cpu_fast = idle_cpu(&vllm, &harbor, 0.5, 0.5, Duration::from_secs(3), 5);
-    println!("idle CPU             heartbeat 0.5 s, health probe 0.5 s (median of 5 × 3 s): {:>6.2} % of one core", median(cpu_fast));
+    println!(
+        "idle CPU             heartbeat 0.5 s, health probe 0.5 s (median of 5 × 3 s): {:>6.2} % of one core",
+        median(cpu_fast)
+    );
     let cpu_default = idle_cpu(&vllm, &harbor, 15.0, 10.0, Duration::from_secs(10), 3);
-    println!("idle CPU             defaults: heartbeat 15 s, probe 10 s (median of 3 × 10 s): {:>6.2} % of one core", median(cpu_default));
+    println!(
+        "idle CPU             defaults: heartbeat 15 s, probe 10 s (median of 3 × 10 s): {:>6.2} % of one core",
+        median(cpu_default)
+    );
 }

@@ -118,11 +118,9 @@ pub fn resolve_program(program: &str, prefix: Option<&Path>, child_path: &str) -
             return Ok(found);
         }
     }
-    which::which_in(program, Some(child_path), &cwd).map_err(|_| {
-        match prefix {
-            Some(prefix) => format!("`{program}` is neither in {}/bin nor on PATH", prefix.display()),
-            None => format!("`{program}` is not on PATH"),
-        }
+    which::which_in(program, Some(child_path), &cwd).map_err(|_| match prefix {
+        Some(prefix) => format!("`{program}` is neither in {}/bin nor on PATH", prefix.display()),
+        None => format!("`{program}` is not on PATH"),
     })
 }
 

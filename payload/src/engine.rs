@@ -15,7 +15,9 @@ use crate::failure::Failure;
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ArgvError {
-    #[error("serve.extra_args references ${{{0}}}, which is not set in payload's environment: export it in the job or remove it")]
+    #[error(
+        "serve.extra_args references ${{{0}}}, which is not set in payload's environment: export it in the job or remove it"
+    )]
     UnsetVariable(String),
     #[error("serve.extra_args has an unterminated `${{`: write ${{NAME}}")]
     Unterminated,
@@ -75,7 +77,9 @@ pub fn argv(
     let mut push = |items: &[&str]| a.extend(items.iter().map(|s| (*s).to_string()));
     match serve.invocation {
         ServeInvocation::Serve => push(&["serve", &model_arg(spec)]),
-        ServeInvocation::ApiServerModule => push(&["-m", "vllm.entrypoints.openai.api_server", "--model", &model_arg(spec)]),
+        ServeInvocation::ApiServerModule => {
+            push(&["-m", "vllm.entrypoints.openai.api_server", "--model", &model_arg(spec)])
+        }
     }
     push(&["--host", &serve.host]);
     push(&["--port", &port.to_string()]);
@@ -130,7 +134,8 @@ pub fn classify_start_failure(lines: &[String]) -> &'static str {
         {
             return "kv_cache";
         }
-        if l.contains("outofmemoryerror") || l.contains("cuda out of memory") || l.contains("cuda error: out of memory") {
+        if l.contains("outofmemoryerror") || l.contains("cuda out of memory") || l.contains("cuda error: out of memory")
+        {
             return "oom";
         }
         if l.contains("world size") && (l.contains("larger than") || l.contains("greater than") || l.contains(" > "))
@@ -270,9 +275,19 @@ mod tests {
         assert_eq!(
             a,
             s(&[
-                "/env/bin/vllm", "serve", "Qwen/Qwen3-8B", "--host", "127.0.0.1", "--port", "23456",
-                "--served-model-name", "Qwen3-8B", "--tensor-parallel-size", "1",
-                "--gpu-memory-utilization", "0.85",
+                "/env/bin/vllm",
+                "serve",
+                "Qwen/Qwen3-8B",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "23456",
+                "--served-model-name",
+                "Qwen3-8B",
+                "--tensor-parallel-size",
+                "1",
+                "--gpu-memory-utilization",
+                "0.85",
             ])
         );
     }
@@ -299,13 +314,41 @@ mod tests {
         assert_eq!(
             a,
             s(&[
-                "vllm", "serve", "/models/qwen", "--host", "127.0.0.1", "--port", "20001",
-                "--served-model-name", "Qwen3-8B", "--tensor-parallel-size", "2", "--data-parallel-size", "2",
-                "--gpu-memory-utilization", "0.9", "--max-model-len", "32768", "--max-num-seqs", "256",
-                "--swap-space", "32", "--trust-remote-code", "--enable-auto-tool-choice", "--tool-call-parser",
-                "hermes", "--reasoning-parser", "qwen3", "--hf-overrides",
-                r#"{"rope_scaling": {"type": "yarn", "factor": 4.0}}"#, "--limit-mm-per-prompt", r#"{"image": 0}"#,
-                "--disable-custom-all-reduce", "--enforce-eager", "--chat-template", "/tpl/my tpl.jinja",
+                "vllm",
+                "serve",
+                "/models/qwen",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "20001",
+                "--served-model-name",
+                "Qwen3-8B",
+                "--tensor-parallel-size",
+                "2",
+                "--data-parallel-size",
+                "2",
+                "--gpu-memory-utilization",
+                "0.9",
+                "--max-model-len",
+                "32768",
+                "--max-num-seqs",
+                "256",
+                "--swap-space",
+                "32",
+                "--trust-remote-code",
+                "--enable-auto-tool-choice",
+                "--tool-call-parser",
+                "hermes",
+                "--reasoning-parser",
+                "qwen3",
+                "--hf-overrides",
+                r#"{"rope_scaling": {"type": "yarn", "factor": 4.0}}"#,
+                "--limit-mm-per-prompt",
+                r#"{"image": 0}"#,
+                "--disable-custom-all-reduce",
+                "--enforce-eager",
+                "--chat-template",
+                "/tpl/my tpl.jinja",
             ])
         );
     }
@@ -326,7 +369,10 @@ mod tests {
         let mut spec = spec();
         spec.serve.invocation = ServeInvocation::ApiServerModule;
         let a = argv(&spec, "/env/bin/python", 9, 0.8, &[], &no_env).unwrap();
-        assert_eq!(&a[..5], &s(&["/env/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", "Qwen/Qwen3-8B"])[..]);
+        assert_eq!(
+            &a[..5],
+            &s(&["/env/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", "Qwen/Qwen3-8B"])[..]
+        );
     }
 
     #[test]

@@ -25,9 +25,13 @@ pub enum GpuError {
     Nvml(String),
     #[error("GPU fixture {path}: {message}")]
     Fixture { path: PathBuf, message: String },
-    #[error("{have} GPU(s) visible but the engine needs {need} (tensor_parallel_size × data_parallel_size): request {need} GPUs or lower TP/DP")]
+    #[error(
+        "{have} GPU(s) visible but the engine needs {need} (tensor_parallel_size × data_parallel_size): request {need} GPUs or lower TP/DP"
+    )]
     TooFew { have: u32, need: u32 },
-    #[error("no GPU profile matches `{gpu}` and the spec sets no gpu_memory_utilization: add a final catch-all profile to clusters/gpus.yaml")]
+    #[error(
+        "no GPU profile matches `{gpu}` and the spec sets no gpu_memory_utilization: add a final catch-all profile to clusters/gpus.yaml"
+    )]
     NoProfile { gpu: String },
 }
 
@@ -56,7 +60,9 @@ impl GpuProbe for NvmlProbe {
     fn probe(&self) -> Result<Vec<GpuInfo>, GpuError> {
         use nvml_wrapper::error::NvmlError;
         let nvml = nvml_wrapper::Nvml::init().map_err(|err| match err {
-            NvmlError::LibloadingError(e) => GpuError::NoNvml(format!("cannot load libnvidia-ml.so.1 ({e}); is the NVIDIA driver installed on this node?")),
+            NvmlError::LibloadingError(e) => GpuError::NoNvml(format!(
+                "cannot load libnvidia-ml.so.1 ({e}); is the NVIDIA driver installed on this node?"
+            )),
             NvmlError::DriverNotLoaded => GpuError::NoNvml("the NVIDIA driver is not loaded".to_string()),
             NvmlError::LibraryNotFound => GpuError::NoNvml("libnvidia-ml not found".to_string()),
             other => GpuError::Nvml(other.to_string()),
@@ -159,7 +165,11 @@ impl GpuDecision {
 
 /// The profile for the GPUs used: among the first `need` visible GPUs, the matched profile with
 /// the lowest ceiling (mixed nodes are rare; the safe value wins).
-pub fn select_profile<'a>(profiles: &'a GpuProfiles, gpus: &[GpuInfo], need: usize) -> Result<&'a GpuProfile, GpuError> {
+pub fn select_profile<'a>(
+    profiles: &'a GpuProfiles,
+    gpus: &[GpuInfo],
+    need: usize,
+) -> Result<&'a GpuProfile, GpuError> {
     let mut best: Option<&GpuProfile> = None;
     for gpu in gpus.iter().take(need.max(1)) {
         let profile = profiles.select(gpu).ok_or_else(|| GpuError::NoProfile { gpu: gpu.name.clone() })?;
@@ -231,7 +241,9 @@ pub fn decide(
                 profile,
                 gpu_memory_utilization: util,
                 source: source.to_string(),
-                note: Some(format!("{why_mode}: assuming {count} GPU(s) (serve.declared_gpus or TP×DP) and the catch-all profile")),
+                note: Some(format!(
+                    "{why_mode}: assuming {count} GPU(s) (serve.declared_gpus or TP×DP) and the catch-all profile"
+                )),
             })
         }
         Err(err) => Err(err),
@@ -346,7 +358,8 @@ mod tests {
     fn fixture_probe_reads_json_and_reports_bad_files() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("gpus.json");
-        std::fs::write(&path, r#"[{"index":0,"uuid":"GPU-a","name":"NVIDIA H200","memory_total_bytes":151397597184}]"#).unwrap();
+        std::fs::write(&path, r#"[{"index":0,"uuid":"GPU-a","name":"NVIDIA H200","memory_total_bytes":151397597184}]"#)
+            .unwrap();
         let probe = FixtureProbe { path: path.clone() };
         assert_eq!(probe.probe().unwrap()[0].name, "NVIDIA H200");
         std::fs::write(&path, r#"[{"index":0}]"#).unwrap();

@@ -19,7 +19,9 @@ pub const DEFAULT_MAX_INPUT_TOKENS: u64 = 32768;
 pub enum HarborError {
     #[error("cannot read {path}: {reason}")]
     Read { path: PathBuf, reason: String },
-    #[error("{path} is not valid JSON ({reason}): Harbor cannot resume this job; move the run dir aside to start fresh")]
+    #[error(
+        "{path} is not valid JSON ({reason}): Harbor cannot resume this job; move the run dir aside to start fresh"
+    )]
     Json { path: PathBuf, reason: String },
     #[error("cannot write {path}: {reason}")]
     Write { path: PathBuf, reason: String },
@@ -209,8 +211,8 @@ pub fn rewrite_api_base(run_dir: &Path, new: &str) -> Result<Vec<(PathBuf, usize
     for path in config_files(run_dir) {
         let text = std::fs::read_to_string(&path)
             .map_err(|e| HarborError::Read { path: path.clone(), reason: e.to_string() })?;
-        let mut value: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| HarborError::Json { path: path.clone(), reason: e.to_string() })?;
+        let mut value: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| HarborError::Json { path: path.clone(), reason: e.to_string() })?;
         let changed = rewrite_api_base_value(&mut value, new);
         if changed > 0 {
             write_json_atomic(&path, &value)?;
@@ -226,10 +228,8 @@ fn write_json_atomic(path: &Path, value: &serde_json::Value) -> Result<(), Harbo
     let formatter = serde_json::ser::PrettyFormatter::with_indent(b"    ");
     let mut ser = serde_json::Serializer::with_formatter(&mut buf, formatter);
     value.serialize(&mut ser).map_err(|e| HarborError::Write { path: path.to_path_buf(), reason: e.to_string() })?;
-    let tmp = path.with_file_name(format!(
-        ".{}.payload-tmp",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("config.json")
-    ));
+    let tmp = path
+        .with_file_name(format!(".{}.payload-tmp", path.file_name().and_then(|n| n.to_str()).unwrap_or("config.json")));
     std::fs::write(&tmp, &buf)
         .and_then(|()| std::fs::rename(&tmp, path))
         .map_err(|e| HarborError::Write { path: path.to_path_buf(), reason: e.to_string() })
@@ -268,21 +268,55 @@ mod tests {
         spec.harbor.agent_kwargs = s(&["temperature=0.7", "api_base=http://evil/v1", r#"extra_body={"a":1}"#]);
         spec.harbor.agent_parser = Some("xml".into());
         spec.harbor.extra_args = s(&["--export-traces", "--ek", "auto_snapshot=true"]);
-        let a = fresh_argv(&spec, "/env/bin/harbor", "http://127.0.0.1:23456/v1", &s(&["MODEL_FOR_TOOLS=openai/gpt", "KEY=${KEY}"]));
+        let a = fresh_argv(
+            &spec,
+            "/env/bin/harbor",
+            "http://127.0.0.1:23456/v1",
+            &s(&["MODEL_FOR_TOOLS=openai/gpt", "KEY=${KEY}"]),
+        );
         assert_eq!(
             a,
             s(&[
-                "/env/bin/harbor", "jobs", "start", "-p", "/data/tb2", "--n-concurrent", "32", "--n-attempts", "3",
-                "--job-name", "tb2_qwen3-8b", "--jobs-dir", "/jobs", "--config", "/cfg/eval.yaml", "--env", "daytona",
-                "--agent", "terminus-2", "--model", "hosted_vllm/Qwen3-8B",
-                "--agent-kwarg", "api_base=http://127.0.0.1:23456/v1",
+                "/env/bin/harbor",
+                "jobs",
+                "start",
+                "-p",
+                "/data/tb2",
+                "--n-concurrent",
+                "32",
+                "--n-attempts",
+                "3",
+                "--job-name",
+                "tb2_qwen3-8b",
+                "--jobs-dir",
+                "/jobs",
+                "--config",
+                "/cfg/eval.yaml",
+                "--env",
+                "daytona",
+                "--agent",
+                "terminus-2",
+                "--model",
+                "hosted_vllm/Qwen3-8B",
+                "--agent-kwarg",
+                "api_base=http://127.0.0.1:23456/v1",
                 "--agent-kwarg",
                 r#"model_info={"max_input_tokens":32768,"max_output_tokens":16384,"input_cost_per_token":0,"output_cost_per_token":0}"#,
-                "--timeout-multiplier", "2.0",
-                "--agent-kwarg", "temperature=0.7", "--agent-kwarg", r#"extra_body={"a":1}"#,
-                "--agent-kwarg", "parser=xml",
-                "--ae", "MODEL_FOR_TOOLS=openai/gpt", "--ae", "KEY=${KEY}",
-                "--export-traces", "--ek", "auto_snapshot=true",
+                "--timeout-multiplier",
+                "2.0",
+                "--agent-kwarg",
+                "temperature=0.7",
+                "--agent-kwarg",
+                r#"extra_body={"a":1}"#,
+                "--agent-kwarg",
+                "parser=xml",
+                "--ae",
+                "MODEL_FOR_TOOLS=openai/gpt",
+                "--ae",
+                "KEY=${KEY}",
+                "--export-traces",
+                "--ek",
+                "auto_snapshot=true",
             ])
         );
     }
@@ -308,7 +342,8 @@ mod tests {
 
     #[test]
     fn agent_envs_keep_secrets_out_of_argv() {
-        let secrets = Secrets::from_pairs(Path::new("/s.env"), [("SERPAPI_API_KEY".to_string(), "serp-secret".to_string())]);
+        let secrets =
+            Secrets::from_pairs(Path::new("/s.env"), [("SERPAPI_API_KEY".to_string(), "serp-secret".to_string())]);
         let list = vec![
             AgentEnv { name: "SERPAPI_API_KEY".into(), from: None, value: None },
             AgentEnv { name: "MODEL_FOR_TOOLS".into(), from: None, value: Some("openai/gpt-5.2".into()) },
@@ -317,7 +352,10 @@ mod tests {
         ];
         let env = |k: &str| (k == "REGION").then(|| "eu".to_string());
         let plan = agent_envs(&list, &secrets, &env);
-        assert_eq!(plan.args, s(&["SERPAPI_API_KEY=${SERPAPI_API_KEY}", "MODEL_FOR_TOOLS=openai/gpt-5.2", "REGION=eu"]));
+        assert_eq!(
+            plan.args,
+            s(&["SERPAPI_API_KEY=${SERPAPI_API_KEY}", "MODEL_FOR_TOOLS=openai/gpt-5.2", "REGION=eu"])
+        );
         assert_eq!(plan.harbor_env["SERPAPI_API_KEY"], "serp-secret");
         assert_eq!(plan.warnings.len(), 1);
         assert!(plan.warnings[0].contains("OPENAI_API_KEY"));
@@ -343,15 +381,19 @@ mod tests {
         let changed = rewrite_api_base(run, "http://127.0.0.1:40000/v1").unwrap();
         assert_eq!(changed.len(), 3);
         assert!(changed.iter().all(|(_, n)| *n == 1));
-        let job: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(run.join("config.json")).unwrap()).unwrap();
+        let job: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(run.join("config.json")).unwrap()).unwrap();
         assert_eq!(job["agents"][0]["kwargs"]["api_base"], "http://127.0.0.1:40000/v1");
         assert_eq!(job["note"], "api_base http://localhost:8000/v1 stays in text");
         assert_eq!(job["agents"][0]["kwargs"]["model_info"]["max_input_tokens"], 1);
         for t in ["task-a__1", "task-b__2"] {
-            let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(run.join(t).join("config.json")).unwrap()).unwrap();
+            let v: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(run.join(t).join("config.json")).unwrap()).unwrap();
             assert_eq!(v["agent"]["kwargs"]["api_base"], "http://127.0.0.1:40000/v1");
         }
-        assert!(std::fs::read_dir(run).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().contains("payload-tmp")));
+        assert!(
+            std::fs::read_dir(run).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().contains("payload-tmp"))
+        );
         let again = rewrite_api_base(run, "http://127.0.0.1:40000/v1").unwrap();
         assert!(again.iter().all(|(_, n)| *n == 0));
     }

@@ -231,13 +231,14 @@ pub fn build(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, String)]) -
     if tunnel::exposes_model(&spec.tunnel) {
         engine_env.insert(tunnel::VLLM_KEY_VAR.to_string(), tunnel::GENERATED.to_string());
     }
-    let engine_program = match childenv::resolve_program(&spec.serve.program, spec.serve.env_prefix.as_deref(), &engine_env["PATH"]) {
-        Ok(p) => p.display().to_string(),
-        Err(e) => {
-            problem(Failure::new(OutcomeClass::Spec, format!("field `serve.program`: {e}")));
-            spec.serve.program.clone()
-        }
-    };
+    let engine_program =
+        match childenv::resolve_program(&spec.serve.program, spec.serve.env_prefix.as_deref(), &engine_env["PATH"]) {
+            Ok(p) => p.display().to_string(),
+            Err(e) => {
+                problem(Failure::new(OutcomeClass::Spec, format!("field `serve.program`: {e}")));
+                spec.serve.program.clone()
+            }
+        };
     let (util, extra) = match &decision {
         Ok(d) => (d.gpu_memory_utilization, d.extra_vllm_args().to_vec()),
         Err(_) => (spec.serve.gpu_memory_utilization.unwrap_or(0.0), Vec::new()),
@@ -251,13 +252,14 @@ pub fn build(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, String)]) -
     };
 
     // Harbor.
-    let harbor_program = match childenv::resolve_program(&spec.harbor.program, spec.harbor.env_prefix.as_deref(), &harbor_env["PATH"]) {
-        Ok(p) => p.display().to_string(),
-        Err(e) => {
-            problem(Failure::new(OutcomeClass::Spec, format!("field `harbor.program`: {e}")));
-            spec.harbor.program.clone()
-        }
-    };
+    let harbor_program =
+        match childenv::resolve_program(&spec.harbor.program, spec.harbor.env_prefix.as_deref(), &harbor_env["PATH"]) {
+            Ok(p) => p.display().to_string(),
+            Err(e) => {
+                problem(Failure::new(OutcomeClass::Spec, format!("field `harbor.program`: {e}")));
+                spec.harbor.program.clone()
+            }
+        };
     let resume = harbor::is_resume(&spec.run_dir);
     let api_base = match &tunnel_plan.public_url {
         Some(url) => format!("{url}/v1"),

@@ -64,10 +64,9 @@ pub fn choose_with(policy: &PortPolicy, job_id: &str, free: impl Fn(u16) -> bool
     if let Some(port) = policy.fixed {
         return if free(port) { Ok(port) } else { Err(PortError::FixedTaken { port }) };
     }
-    list.into_iter().find(|p| *p != 0 && free(*p)).ok_or(PortError::Exhausted {
-        base: policy.base,
-        end: u32::from(policy.base) + u32::from(policy.span),
-    })
+    list.into_iter()
+        .find(|p| *p != 0 && free(*p))
+        .ok_or(PortError::Exhausted { base: policy.base, end: u32::from(policy.base) + u32::from(policy.span) })
 }
 
 pub fn choose(policy: &PortPolicy, job_id: &str, host: &str) -> Result<u16, PortError> {

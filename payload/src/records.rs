@@ -242,7 +242,13 @@ pub struct HeartbeatState {
 }
 
 impl HeartbeatState {
-    pub fn next(&mut self, metrics: Option<Completions>, engine_log: &Path, run_dir: &Path, engine_healthy: bool) -> Heartbeat {
+    pub fn next(
+        &mut self,
+        metrics: Option<Completions>,
+        engine_log: &Path,
+        run_dir: &Path,
+        engine_healthy: bool,
+    ) -> Heartbeat {
         let from_log = self.access.update(engine_log);
         let completions = metrics.unwrap_or(from_log);
         let trials = count_trials(run_dir);
@@ -345,11 +351,15 @@ http_requests_total{handler="/health",method="GET",status="2xx"} 900.0
         let mut rec = Recorder::new(dir.path(), "tag");
         rec.set_phase(Phase::Serving);
         rec.event("x", serde_json::json!({"a": 1}));
-        let status: RunStatus = serde_json::from_str(&std::fs::read_to_string(dir.path().join(STATUS_FILE)).unwrap()).unwrap();
+        let status: RunStatus =
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join(STATUS_FILE)).unwrap()).unwrap();
         assert_eq!(status.phase, Phase::Serving);
         let events = std::fs::read_to_string(dir.path().join(EVENTS_FILE)).unwrap();
         assert_eq!(events.lines().count(), 2);
-        let names: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
         assert!(names.iter().all(|n| !n.ends_with(".tmp")), "{names:?}");
         assert!(std::fs::read_dir(dir.path()).unwrap().all(|e| e.unwrap().file_type().unwrap().is_file()));
     }

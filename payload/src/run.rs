@@ -31,8 +31,8 @@ use crate::harbor;
 use crate::records::{HeartbeatState, Recorder, rotate_log};
 use crate::secrets::{self, Secrets};
 use crate::supervisor::{
-    self, ChildSpec, Role, ShutdownPlan, SignalEvent, Signals, Supervisor, Watch, WatchConfig, WatchEvent, describe_status,
-    status_code, wait_opt,
+    self, ChildSpec, Role, ShutdownPlan, SignalEvent, Signals, Supervisor, Watch, WatchConfig, WatchEvent,
+    describe_status, status_code, wait_opt,
 };
 use crate::tunnel::{self, Tunnel, TunnelPoll};
 use crate::{childenv, gpu, ports};
@@ -60,9 +60,7 @@ impl From<Failure> for End {
 
 /// Payload's own environment, read once.
 pub fn parent_env() -> Vec<(String, String)> {
-    std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-        .collect()
+    std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect()
 }
 
 pub fn lookup(env: &[(String, String)]) -> impl Fn(&str) -> Option<String> + '_ {
@@ -71,7 +69,8 @@ pub fn lookup(env: &[(String, String)]) -> impl Fn(&str) -> Option<String> + '_ 
 
 /// The node name: `SLURMD_NODENAME`, else the kernel's hostname.
 pub fn node_name(env: &dyn Fn(&str) -> Option<String>) -> Option<String> {
-    env("SLURMD_NODENAME").or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|s| s.trim().to_string()))
+    env("SLURMD_NODENAME")
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|s| s.trim().to_string()))
 }
 
 /// The id that drives the Daytona org choice: the Slurm job id, else the ledger id, else the run tag.
@@ -124,16 +123,24 @@ pub fn check_paths(spec: &LaunchSpec) -> Result<(), Failure> {
     if !spec.harbor.dataset.exists() {
         return Err(Failure::new(
             OutcomeClass::Spec,
-            format!("field `harbor.dataset`: {} does not exist (pre-download the dataset)", spec.harbor.dataset.display()),
+            format!(
+                "field `harbor.dataset`: {} does not exist (pre-download the dataset)",
+                spec.harbor.dataset.display()
+            ),
         ));
     }
-    for (field, prefix) in [("serve.env_prefix", &spec.serve.env_prefix), ("harbor.env_prefix", &spec.harbor.env_prefix)] {
+    for (field, prefix) in
+        [("serve.env_prefix", &spec.serve.env_prefix), ("harbor.env_prefix", &spec.harbor.env_prefix)]
+    {
         if let Some(prefix) = prefix
             && !prefix.join("bin").is_dir()
         {
             return Err(Failure::new(
                 OutcomeClass::Spec,
-                format!("field `{field}`: {}/bin does not exist (name an existing environment prefix)", prefix.display()),
+                format!(
+                    "field `{field}`: {}/bin does not exist (name an existing environment prefix)",
+                    prefix.display()
+                ),
             ));
         }
     }
@@ -296,14 +303,17 @@ impl Run {
             "secrets_loaded",
             json!({ "file": secrets.path(), "names": secrets.names().collect::<Vec<_>>(), "daytona_org": org }),
         );
-        let mut engine_env = childenv::build(&self.parent, self.spec.serve.env_prefix.as_deref(), &self.spec.serve.env, &self.run_id);
+        let mut engine_env =
+            childenv::build(&self.parent, self.spec.serve.env_prefix.as_deref(), &self.spec.serve.env, &self.run_id);
         let tunnel_env = childenv::build(&self.parent, None, &BTreeMap::new(), &self.run_id);
         let tunnel_programs = tunnel::programs(&self.spec.tunnel, &tunnel_env["PATH"]).map_err(Failure::from)?;
         // A model reachable from outside gets a per-job key: vLLM reads it from its environment, the
         // agent from Harbor's (never argv, never a file).
         let api_key = if tunnel::exposes_model(&self.spec.tunnel) {
-            let key = tunnel::random_key()
-                .map_err(|e| Failure::new(OutcomeClass::Tunnel, format!("cannot read /dev/urandom for the API key: {e}")).with_cause("api_key"))?;
+            let key = tunnel::random_key().map_err(|e| {
+                Failure::new(OutcomeClass::Tunnel, format!("cannot read /dev/urandom for the API key: {e}"))
+                    .with_cause("api_key")
+            })?;
             engine_env.insert(tunnel::VLLM_KEY_VAR.to_string(), key.clone());
             for name in tunnel::AGENT_KEY_VARS {
                 harbor_env.insert((*name).to_string(), key.clone());
@@ -312,13 +322,24 @@ impl Run {
         } else {
             None
         };
-        for name in childenv::dropped_names(&self.spec.serve.env).into_iter().chain(childenv::dropped_names(&self.spec.harbor.env)) {
+        for name in childenv::dropped_names(&self.spec.serve.env)
+            .into_iter()
+            .chain(childenv::dropped_names(&self.spec.harbor.env))
+        {
             tracing::warn!(variable = name, "dropped from the child environment (never exported by payload)");
         }
-        let engine_program = childenv::resolve_program(&self.spec.serve.program, self.spec.serve.env_prefix.as_deref(), &engine_env["PATH"])
-            .map_err(|e| Failure::new(OutcomeClass::Spec, format!("field `serve.program`: {e}")))?;
-        let harbor_program = childenv::resolve_program(&self.spec.harbor.program, self.spec.harbor.env_prefix.as_deref(), &harbor_env["PATH"])
-            .map_err(|e| Failure::new(OutcomeClass::Spec, format!("field `harbor.program`: {e}")))?;
+        let engine_program = childenv::resolve_program(
+            &self.spec.serve.program,
+            self.spec.serve.env_prefix.as_deref(),
+            &engine_env["PATH"],
+        )
+        .map_err(|e| Failure::new(OutcomeClass::Spec, format!("field `serve.program`: {e}")))?;
+        let harbor_program = childenv::resolve_program(
+            &self.spec.harbor.program,
+            self.spec.harbor.env_prefix.as_deref(),
+            &harbor_env["PATH"],
+        )
+        .map_err(|e| Failure::new(OutcomeClass::Spec, format!("field `harbor.program`: {e}")))?;
 
         // 3. GPUs.
         let probe = gpu::probe_from_env(&env_fn);
@@ -330,7 +351,8 @@ impl Run {
         tracing::info!(profile = %decision.choice().profile, count = decision.count, util = decision.gpu_memory_utilization, source = %decision.source, "GPU profile chosen");
 
         // 4. Port.
-        let port = ports::choose(&self.spec.serve.port, &port_job_id(&env_fn), &self.spec.serve.host).map_err(Failure::from)?;
+        let port = ports::choose(&self.spec.serve.port, &port_job_id(&env_fn), &self.spec.serve.host)
+            .map_err(Failure::from)?;
         self.rec.status.port = Some(port);
         self.rec.event("port", json!({ "port": port }));
         let base = base_url(&self.spec.serve.host, port);
@@ -351,7 +373,10 @@ impl Run {
                 served_name: &self.spec.model.served_name,
                 api_key: api_key.clone(),
                 child_env: tunnel_env.clone(),
-                tmp_root: env_fn("TMPDIR").filter(|t| !t.is_empty()).map(PathBuf::from).unwrap_or_else(std::env::temp_dir),
+                tmp_root: env_fn("TMPDIR")
+                    .filter(|t| !t.is_empty())
+                    .map(PathBuf::from)
+                    .unwrap_or_else(std::env::temp_dir),
             })?;
             if let Some(t) = &self.tunnel {
                 self.rec.event("tunnel_prepared", json!({ "kind": t.kind(), "socks_port": t.socks_port() }));
@@ -359,8 +384,15 @@ impl Run {
         }
 
         // 5. vLLM.
-        let argv = engine::argv(&self.spec, &engine_program.display().to_string(), port, decision.gpu_memory_utilization, decision.extra_vllm_args(), &env_fn)
-            .map_err(Failure::from)?;
+        let argv = engine::argv(
+            &self.spec,
+            &engine_program.display().to_string(),
+            port,
+            decision.gpu_memory_utilization,
+            decision.extra_vllm_args(),
+            &env_fn,
+        )
+        .map_err(Failure::from)?;
         if let Some(ev) = self.pending_signal().await {
             return Err(End::Signal(ev));
         }
@@ -368,10 +400,17 @@ impl Run {
         rotate_log(&engine_log);
         rotate_log(&self.log_path(HARBOR_LOG));
         rotate_log(&self.log_path(TUNNEL_LOG));
-        let child = ChildSpec { program: engine_program, argv: argv.clone(), env: engine_env, log: engine_log.clone(), cwd: None };
+        let child = ChildSpec {
+            program: engine_program,
+            argv: argv.clone(),
+            env: engine_env,
+            log: engine_log.clone(),
+            cwd: None,
+        };
         let started = Instant::now();
         let pid = self.sup.spawn(Role::Engine, &child).map_err(|e| {
-            Failure::new(OutcomeClass::EngineStart, format!("cannot start {}: {e}", child.program.display())).with_cause("spawn")
+            Failure::new(OutcomeClass::EngineStart, format!("cannot start {}: {e}", child.program.display()))
+                .with_cause("spawn")
         })?;
         self.rec.status.pids.insert("engine".into(), pid);
         self.rec.event("engine_spawned", json!({ "pid": pid, "argv": argv, "port": port }));
@@ -409,9 +448,16 @@ impl Run {
         if let Some(ev) = self.pending_signal().await {
             return Err(End::Signal(ev));
         }
-        let child = ChildSpec { program: harbor_program, argv: harbor_argv.clone(), env: harbor_env, log: self.log_path(HARBOR_LOG), cwd: None };
+        let child = ChildSpec {
+            program: harbor_program,
+            argv: harbor_argv.clone(),
+            env: harbor_env,
+            log: self.log_path(HARBOR_LOG),
+            cwd: None,
+        };
         let pid = self.sup.spawn(Role::Harbor, &child).map_err(|e| {
-            Failure::new(OutcomeClass::Harbor, format!("cannot start {}: {e}", child.program.display())).with_cause("spawn")
+            Failure::new(OutcomeClass::Harbor, format!("cannot start {}: {e}", child.program.display()))
+                .with_cause("spawn")
         })?;
         self.rec.status.pids.insert("harbor".into(), pid);
         self.rec.event(
@@ -441,7 +487,10 @@ impl Run {
                     self.rec.write_status();
                 }
                 WatchEvent::HarborExited(status) => {
-                    self.rec.event("harbor_exited", json!({ "status": describe_status(status), "code": status_code(status) }));
+                    self.rec.event(
+                        "harbor_exited",
+                        json!({ "status": describe_status(status), "code": status_code(status) }),
+                    );
                     tracing::info!(status = %describe_status(status), "Harbor exited");
                     break Ok(status);
                 }
@@ -450,18 +499,24 @@ impl Run {
                     let cause = engine::classify_start_failure(&tail);
                     self.rec.event("engine_exited", json!({ "status": describe_status(status), "cause": cause }));
                     break Err(End::Failed(
-                        Failure::new(OutcomeClass::EngineDied, format!("vLLM exited during the run ({}); Harbor stopped", describe_status(status)))
-                            .with_cause(cause)
-                            .with_log_tail(tail),
+                        Failure::new(
+                            OutcomeClass::EngineDied,
+                            format!("vLLM exited during the run ({}); Harbor stopped", describe_status(status)),
+                        )
+                        .with_cause(cause)
+                        .with_log_tail(tail),
                     ));
                 }
                 WatchEvent::EngineUnhealthy { failures } => {
                     let tail = engine::log_tail(&engine_log, LOG_TAIL_LINES);
                     self.rec.event("engine_unhealthy", json!({ "consecutive_failures": failures }));
                     break Err(End::Failed(
-                        Failure::new(OutcomeClass::EngineDied, format!("vLLM failed {failures} consecutive /health probes; Harbor stopped"))
-                            .with_cause("unhealthy")
-                            .with_log_tail(tail),
+                        Failure::new(
+                            OutcomeClass::EngineDied,
+                            format!("vLLM failed {failures} consecutive /health probes; Harbor stopped"),
+                        )
+                        .with_cause("unhealthy")
+                        .with_log_tail(tail),
                     ));
                 }
                 WatchEvent::Signal(ev) => break Err(End::Signal(ev)),
@@ -640,11 +695,16 @@ impl Run {
                 self.rec.event("signal", json!({ "signal": name }));
                 tracing::warn!(signal = name, "signal received: tearing down");
             }
-            End::Failed(f) => tracing::error!(class = f.class.as_str(), cause = f.cause.as_deref().unwrap_or("-"), error = %f.message, "run failed"),
+            End::Failed(f) => {
+                tracing::error!(class = f.class.as_str(), cause = f.cause.as_deref().unwrap_or("-"), error = %f.message, "run failed")
+            }
             End::HarborExited(_) => {}
         }
         self.rec.set_phase(Phase::Stopping);
-        self.rec.event("teardown_started", json!({ "grace_s": grace.as_secs_f64(), "harbor_grace_s": plan.harbor_grace.as_secs_f64() }));
+        self.rec.event(
+            "teardown_started",
+            json!({ "grace_s": grace.as_secs_f64(), "harbor_grace_s": plan.harbor_grace.as_secs_f64() }),
+        );
         let report = self.sup.shutdown(&mut self.signals, plan).await;
         self.rec.event(
             "teardown_done",
@@ -709,7 +769,11 @@ impl Run {
                 class: OutcomeClass::Interrupted,
                 cause: None,
                 exit_code: 128 + sig as i32,
-                message: format!("interrupted by {}{}", sig.as_str(), if report.forced { " (second signal: killed at once)" } else { "" }),
+                message: format!(
+                    "interrupted by {}{}",
+                    sig.as_str(),
+                    if report.forced { " (second signal: killed at once)" } else { "" }
+                ),
                 harbor_exit_code: harbor_code,
                 signal: Some(sig.as_str().to_string()),
                 engine_log_tail: Vec::new(),
@@ -738,7 +802,10 @@ mod tests {
     #[test]
     fn harbor_env_carries_chosen_key_only() {
         let spec = spec();
-        let parent = vec![("PATH".to_string(), "/bin".to_string()), ("DAYTONA_DATA_API_KEY".to_string(), "from-parent".to_string())];
+        let parent = vec![
+            ("PATH".to_string(), "/bin".to_string()),
+            ("DAYTONA_DATA_API_KEY".to_string(), "from-parent".to_string()),
+        ];
         let secrets = Secrets::from_pairs(
             Path::new("/s.env"),
             [
@@ -765,7 +832,11 @@ mod tests {
         assert!(needs_secrets(&s));
         s.secrets.daytona = false;
         assert!(!needs_secrets(&s));
-        s.harbor.agent_envs.push(launch_spec::launch::AgentEnv { name: "X".into(), from: None, value: Some("1".into()) });
+        s.harbor.agent_envs.push(launch_spec::launch::AgentEnv {
+            name: "X".into(),
+            from: None,
+            value: Some("1".into()),
+        });
         assert!(!needs_secrets(&s));
         s.harbor.agent_envs.push(launch_spec::launch::AgentEnv { name: "Y".into(), from: None, value: None });
         assert!(needs_secrets(&s));

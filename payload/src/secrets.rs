@@ -21,7 +21,9 @@ pub const DAYTONA_ORG2: &str = "DAYTONA_DATA_API_KEY";
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum SecretsError {
-    #[error("secrets file {path} does not exist: create it (mode 0600) or point secrets.file / $DC_AGENT_SECRET_ENV at it")]
+    #[error(
+        "secrets file {path} does not exist: create it (mode 0600) or point secrets.file / $DC_AGENT_SECRET_ENV at it"
+    )]
     Missing { path: PathBuf },
     #[error("cannot read secrets file {path}: {reason}")]
     Read { path: PathBuf, reason: String },
@@ -282,18 +284,14 @@ mod tests {
 
     #[test]
     fn missing_daytona_key_names_only_the_variable() {
-        let secrets = Secrets::from_pairs(
-            Path::new("/s.env"),
-            [(DAYTONA_ORG1.to_string(), "org1-secret-value".to_string())],
-        );
+        let secrets =
+            Secrets::from_pairs(Path::new("/s.env"), [(DAYTONA_ORG1.to_string(), "org1-secret-value".to_string())]);
         let err = daytona_key(&secrets, "123").unwrap_err();
         let text = err.to_string();
         assert!(text.contains(DAYTONA_ORG2), "{text}");
         assert!(!text.contains("org1-secret-value"), "{text}");
-        let secrets = Secrets::from_pairs(
-            Path::new("/s.env"),
-            [(DAYTONA_ORG2.to_string(), "org2-secret-value".to_string())],
-        );
+        let secrets =
+            Secrets::from_pairs(Path::new("/s.env"), [(DAYTONA_ORG2.to_string(), "org2-secret-value".to_string())]);
         let text = daytona_key(&secrets, "123").unwrap_err().to_string();
         assert!(text.contains("lacks DAYTONA_API_KEY"), "{text}");
         assert!(!text.contains("org2-secret-value"));

@@ -498,7 +498,10 @@ impl Supervisor {
             let table = proc_table();
             let desc = descendants(&table, self.my_pid);
             for p in desc.iter().filter(|p| p.state != 'Z' && p.state != 'X') {
-                if kill(Pid::from_raw(p.pid), Signal::SIGKILL).is_ok() && !report.swept.contains(&p.pid) && !managed.contains(&p.pid) {
+                if kill(Pid::from_raw(p.pid), Signal::SIGKILL).is_ok()
+                    && !report.swept.contains(&p.pid)
+                    && !managed.contains(&p.pid)
+                {
                     report.swept.push(p.pid);
                 }
             }
@@ -556,7 +559,9 @@ pub enum WatchEvent {
     HarborExited(ExitStatus),
     EngineExited(ExitStatus),
     /// `health_failures` consecutive failed probes.
-    EngineUnhealthy { failures: u32 },
+    EngineUnhealthy {
+        failures: u32,
+    },
     Signal(SignalEvent),
     /// Time for a heartbeat; carries vLLM's `/metrics` counts when it answered.
     Heartbeat(Option<Completions>),
@@ -672,7 +677,8 @@ mod tests {
     #[test]
     fn descendants_walk_the_tree() {
         let t = |pid, ppid, pgrp, state| ProcInfo { pid, ppid, pgrp, state };
-        let table = vec![t(10, 1, 10, 'S'), t(11, 10, 11, 'S'), t(12, 11, 11, 'S'), t(13, 12, 99, 'Z'), t(20, 1, 20, 'S')];
+        let table =
+            vec![t(10, 1, 10, 'S'), t(11, 10, 11, 'S'), t(12, 11, 11, 'S'), t(13, 12, 99, 'Z'), t(20, 1, 20, 'S')];
         let mut d: Vec<i32> = descendants(&table, 10).iter().map(|p| p.pid).collect();
         d.sort();
         assert_eq!(d, vec![11, 12, 13]);

@@ -75,4 +75,3 @@ pub fn spec() -> LaunchSpec {
         limits: Limits::default(),
     }
 }
-

@@ -50,8 +50,8 @@ pub struct GpuProfile {
 
 impl GpuProfile {
     pub fn matches(&self, gpu: &GpuInfo) -> bool {
-        let name_ok = self.name_contains.is_empty()
-            || gpu.name.to_lowercase().contains(&self.name_contains.to_lowercase());
+        let name_ok =
+            self.name_contains.is_empty() || gpu.name.to_lowercase().contains(&self.name_contains.to_lowercase());
         let gib = gpu.memory_total_gib();
         let min_ok = self.min_memory_gib.is_none_or(|min| gib >= min);
         let max_ok = self.max_memory_gib.is_none_or(|max| gib <= max);

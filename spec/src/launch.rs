@@ -195,7 +195,8 @@ pub enum TunnelSpec {
 /// Agents that run on the compute node and call vLLM over loopback; every other Harbor agent is an
 /// installed harness that runs inside the remote sandbox and needs the model on a public URL.
 /// (The replaced system's list: terminus*, oracle, nop, mini-swe-agent, swe-agent.)
-pub const LOCAL_AGENTS: &[&str] = &["terminus", "terminus-1", "terminus-2", "terminus-kira", "oracle", "nop", "mini-swe-agent", "swe-agent"];
+pub const LOCAL_AGENTS: &[&str] =
+    &["terminus", "terminus-1", "terminus-2", "terminus-kira", "oracle", "nop", "mini-swe-agent", "swe-agent"];
 
 /// Whether `agent` runs inside the remote sandbox (and so needs a Pinggy tunnel).
 pub fn is_installed_agent(agent: &str) -> bool {
@@ -277,7 +278,11 @@ pub struct PinggySpec {
 impl PinggySpec {
     /// Every pair, the first one (`public_url`/`token_secret`) first.
     pub fn pairs(&self) -> Vec<PinggyPair> {
-        let mut pairs = vec![PinggyPair { public_url: self.public_url.clone(), token_secret: self.token_secret.clone(), host: None }];
+        let mut pairs = vec![PinggyPair {
+            public_url: self.public_url.clone(),
+            token_secret: self.token_secret.clone(),
+            host: None,
+        }];
         pairs.extend(self.bank.iter().cloned());
         pairs
     }
@@ -335,7 +340,9 @@ fn is_http_url(url: &str) -> bool {
 }
 
 fn is_var_name(name: &str) -> bool {
-    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') && !name.starts_with(|c: char| c.is_ascii_digit())
+    !name.is_empty()
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !name.starts_with(|c: char| c.is_ascii_digit())
 }
 
 /// A host name or address for a generated ssh config line (no spaces, quotes or `%` tokens).
@@ -355,10 +362,19 @@ impl TunnelSpec {
                 let mut seen = std::collections::BTreeSet::new();
                 for pair in p.pairs() {
                     if !is_http_url(&pair.public_url) {
-                        return Err(("tunnel.public_url", format!("`{}` must be an http:// or https:// URL", pair.public_url)));
+                        return Err((
+                            "tunnel.public_url",
+                            format!("`{}` must be an http:// or https:// URL", pair.public_url),
+                        ));
                     }
                     if !is_var_name(&pair.token_secret) {
-                        return Err(("tunnel.token_secret", format!("`{}` must be the name of a secret ([A-Za-z_][A-Za-z0-9_]*), never the token", pair.token_secret)));
+                        return Err((
+                            "tunnel.token_secret",
+                            format!(
+                                "`{}` must be the name of a secret ([A-Za-z_][A-Za-z0-9_]*), never the token",
+                                pair.token_secret
+                            ),
+                        ));
                     }
                     if let Some(host) = &pair.host
                         && !is_config_word(host)
@@ -384,7 +400,10 @@ impl TunnelSpec {
                     return Err(("tunnel.user", format!("`{user}` is not a user name")));
                 }
                 if !is_http_url(&s.verify_url) {
-                    return Err(("tunnel.verify_url", format!("`{}` must be an http:// or https:// URL", s.verify_url)));
+                    return Err((
+                        "tunnel.verify_url",
+                        format!("`{}` must be an http:// or https:// URL", s.verify_url),
+                    ));
                 }
                 if s.verify_attempts == 0 {
                     return Err(("tunnel.verify_attempts", "must be ≥ 1".to_string()));
@@ -591,7 +610,9 @@ pub enum SpecError {
     Read { path: PathBuf, source: std::io::Error },
     #[error("{path}:{line}:{column}: invalid launch spec: {message}")]
     Parse { path: PathBuf, line: usize, column: usize, message: String },
-    #[error("{path}: launch spec version {found} is not supported (this payload reads version {SPEC_VERSION}); regenerate it with `submitter spec`")]
+    #[error(
+        "{path}: launch spec version {found} is not supported (this payload reads version {SPEC_VERSION}); regenerate it with `submitter spec`"
+    )]
     Version { path: PathBuf, found: u32 },
     #[error("{path}: field `{field}` {problem}")]
     Field { path: PathBuf, field: &'static str, problem: String },
@@ -599,8 +620,8 @@ pub enum SpecError {
 
 impl LaunchSpec {
     pub fn from_file(path: &Path) -> Result<Self, SpecError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| SpecError::Read { path: path.to_path_buf(), source })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| SpecError::Read { path: path.to_path_buf(), source })?;
         Self::from_json(&text, path)
     }
 
@@ -630,9 +651,7 @@ impl LaunchSpec {
         if self.version != SPEC_VERSION {
             return Err(SpecError::Version { path: path.to_path_buf(), found: self.version });
         }
-        if self.run_tag.is_empty()
-            || !self.run_tag.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
-        {
+        if self.run_tag.is_empty() || !self.run_tag.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
             return Err(field("run_tag", "must be non-empty and use only [A-Za-z0-9._-]"));
         }
         if self.serve.program.is_empty() {
@@ -699,7 +718,8 @@ mod tests {
             r#"{"kind": "pinggy", "host": "h", "public_url": "https://a", "token_secret": "T", "token": "oops"}"#,
         );
         assert!(unknown.unwrap_err().to_string().contains("unknown field `token`"));
-        let s: TunnelSpec = serde_json::from_str(r#"{"kind": "socks", "login_node": "login05", "mode": "proxychains"}"#).unwrap();
+        let s: TunnelSpec =
+            serde_json::from_str(r#"{"kind": "socks", "login_node": "login05", "mode": "proxychains"}"#).unwrap();
         let TunnelSpec::Socks(ref socks) = s else { panic!() };
         assert_eq!(socks.mode, ProxyMode::Proxychains);
         assert_eq!(socks.port.base, 40000);
@@ -708,7 +728,9 @@ mod tests {
 
     #[test]
     fn tunnel_problems_name_the_field() {
-        let mut p: PinggySpec = serde_json::from_str(r#"{"host": "pro.pinggy.io", "public_url": "https://a", "token_secret": "T"}"#).unwrap();
+        let mut p: PinggySpec =
+            serde_json::from_str(r#"{"host": "pro.pinggy.io", "public_url": "https://a", "token_secret": "T"}"#)
+                .unwrap();
         p.token_secret = "tok en".into();
         assert_eq!(TunnelSpec::Pinggy(p.clone()).problem().unwrap_err().0, "tunnel.token_secret");
         p.token_secret = "T".into();

@@ -150,8 +150,7 @@ mod tests {
 
     #[test]
     fn unknown_key_names_file_line_column_and_suggestion() {
-        let err = from_yaml_str::<Sample>("name: x\ntensor_paralel_size: 2\n", Path::new("m.yaml"))
-            .unwrap_err();
+        let err = from_yaml_str::<Sample>("name: x\ntensor_paralel_size: 2\n", Path::new("m.yaml")).unwrap_err();
         let text = err.to_string();
         assert!(text.starts_with("m.yaml:2:"), "{text}");
         assert!(text.contains("did you mean `tensor_parallel_size`"), "{text}");
@@ -160,8 +159,7 @@ mod tests {
 
     #[test]
     fn wrong_type_is_an_error_with_location() {
-        let err = from_yaml_str::<Sample>("tensor_parallel_size: two\n", Path::new("m.yaml"))
-            .unwrap_err();
+        let err = from_yaml_str::<Sample>("tensor_parallel_size: two\n", Path::new("m.yaml")).unwrap_err();
         assert_eq!(err.line, Some(1));
         assert!(err.to_string().starts_with("m.yaml:1:"), "{err}");
     }

@@ -44,7 +44,12 @@ fn write_log(path: &Path, target_bytes: u64) -> (u64, u64) {
                 1..=4 => (400, "Bad Request"),
                 _ => (200, "OK"),
             };
-            writeln!(line, "INFO:     127.0.0.1:{} - \"POST /v1/chat/completions HTTP/1.1\" {code} {reason}", 30000 + n % 30000).unwrap();
+            writeln!(
+                line,
+                "INFO:     127.0.0.1:{} - \"POST /v1/chat/completions HTTP/1.1\" {code} {reason}",
+                30000 + n % 30000
+            )
+            .unwrap();
         }
         out.write_all(&line).unwrap();
         written += line.len() as u64;
@@ -78,7 +83,11 @@ fn write_trials(run: &Path, n: u64) {
             "{{\n    \"id\": \"{i}\",\n    \"task_name\": \"task-{i:05}\",\n    \"trial_name\": \"{name}\",\n    \"config\": {cfg},\n    \"agent_info\": {{\"name\": \"terminus-2\", \"version\": \"2.0.0\", \"model_info\": {{\"name\": \"Model-8B\", \"provider\": \"hosted_vllm\"}}}},\n    \"agent_result\": {{\"n_input_tokens\": 48211, \"n_cache_tokens\": 0, \"n_output_tokens\": {}, \"cost_usd\": 0.0}},\n    \"verifier_result\": {},\n    \"exception_info\": {},\n    \"started_at\": \"2026-11-30T05:{:02}:00.000000Z\",\n    \"finished_at\": \"2026-11-30T05:{:02}:{}.000000Z\",\n    \"agent_execution\": {{\"started_at\": \"2026-11-30T05:00:01.000000Z\", \"finished_at\": \"2026-11-30T05:00:50.000000Z\"}}\n}}\n",
             if failed { "null".to_string() } else { "1874".to_string() },
             if failed { "null".to_string() } else { format!("{{\"rewards\": {{\"reward\": {}.0}}}}", i % 2) },
-            if failed { "{\"exception_type\": \"DaytonaError\", \"exception_message\": \"sandbox\", \"exception_traceback\": \"\", \"occurred_at\": \"2026-11-30T05:00:00Z\"}".to_string() } else { "null".to_string() },
+            if failed {
+                "{\"exception_type\": \"DaytonaError\", \"exception_message\": \"sandbox\", \"exception_traceback\": \"\", \"occurred_at\": \"2026-11-30T05:00:00Z\"}".to_string()
+            } else {
+                "null".to_string()
+            },
             i % 50,
             i % 50,
             if failed { "00" } else { "45" }
@@ -106,7 +115,10 @@ fn time<T>(runs: usize, mut f: impl FnMut() -> T) -> (Duration, T) {
 fn main() {
     let log_mb = env_u64("CHECK_BENCH_LOG_MB", 1024);
     let n_trials = env_u64("CHECK_BENCH_TRIALS", 10_000);
-    let tmp = tempfile::tempdir_in(std::env::var_os("CHECK_BENCH_DIR").unwrap_or_else(|| std::env::temp_dir().into_os_string())).unwrap();
+    let tmp = tempfile::tempdir_in(
+        std::env::var_os("CHECK_BENCH_DIR").unwrap_or_else(|| std::env::temp_dir().into_os_string()),
+    )
+    .unwrap();
     let run = tmp.path().join("terminal_bench_2__org__Model-8B");
     std::fs::create_dir_all(&run).unwrap();
     let started = Instant::now();
@@ -140,7 +152,14 @@ fn main() {
         scanned.c5xx
     );
     let (trials_t, trials) = time(3, || check::scan_trials(&run, settings.instant_fail_s).unwrap());
-    println!("trial scan:      {:>7.3} s  ({} dirs: {} done, {} active, {} errored)", trials_t.as_secs_f64(), trials.dirs, trials.done, trials.active, trials.errored);
+    println!(
+        "trial scan:      {:>7.3} s  ({} dirs: {} done, {} active, {} errored)",
+        trials_t.as_secs_f64(),
+        trials.dirs,
+        trials.done,
+        trials.active,
+        trials.errored
+    );
     let (check_t, report) = time(3, || check::check_run_dir(&run, &settings, chrono::Utc::now()).unwrap());
     println!(
         "check (library): {:>7.3} s  (verdict {}, {} findings; target ≤ 2 s)",
@@ -153,7 +172,8 @@ fn main() {
     let exe = std::env::current_exe().unwrap();
     let bin = exe.parent().and_then(Path::parent).map(|d| d.join("submitter")).filter(|p| p.is_file());
     if let Some(bin) = bin {
-        let (cli_t, status) = time(3, || Command::new(&bin).arg("check").arg(&run).arg("--json").output().unwrap().status);
+        let (cli_t, status) =
+            time(3, || Command::new(&bin).arg("check").arg(&run).arg("--json").output().unwrap().status);
         println!("submitter check: {:>7.3} s  (release binary, exit {:?})", cli_t.as_secs_f64(), status.code());
     }
     let (grep_t, grep_out) = time(3, || {

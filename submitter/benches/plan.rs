@@ -99,10 +99,19 @@ fn main() {
     let gpus = config::load_gpu_profiles(&root.clusters_dir()).unwrap();
     let registry = Registry::load(&registry_dir).unwrap();
     let harbor = root.harbor_configs_dir();
-    let context = LaunchContext { cluster: &cluster, gpu_profiles: &gpus, registry: &registry, harbor_configs_dir: &harbor, root: &root.root };
+    let context = LaunchContext {
+        cluster: &cluster,
+        gpu_profiles: &gpus,
+        registry: &registry,
+        harbor_configs_dir: &harbor,
+        root: &root.root,
+    };
     let presets: Vec<SelectedPreset> = ["swebench", "v2", "tb2"]
         .iter()
-        .map(|name| SelectedPreset { name: name.to_string(), preset: config::load_preset(&root.presets_dir(), name).unwrap() })
+        .map(|name| SelectedPreset {
+            name: name.to_string(),
+            preset: config::load_preset(&root.presets_dir(), name).unwrap(),
+        })
         .collect();
     let policy = Policy { max_failed_attempts: 3, stale_pending_s: 172_800, config_aware: false, force: false };
     let overrides = LaunchOverrides::default();
@@ -111,7 +120,8 @@ fn main() {
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
-    let pg_url = std::env::var("EVAL_TEST_PG_URL").unwrap_or_else(|_| "postgres://evaltest:evaltest@127.0.0.1:5432/evaltest".into());
+    let pg_url = std::env::var("EVAL_TEST_PG_URL")
+        .unwrap_or_else(|_| "postgres://evaltest:evaltest@127.0.0.1:5432/evaltest".into());
     println!("plan: {} model ids × 3 presets = {} pairs", models.len(), models.len() * 3);
     for &rows in &sizes {
         let dir = tempfile::tempdir().unwrap();
@@ -121,7 +131,10 @@ fn main() {
         if let Ok(mut admin) = ::postgres::Client::connect(&pg_url, ::postgres::NoTls) {
             admin.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}")).unwrap();
             let sep = if pg_url.contains('?') { '&' } else { '?' };
-            backends.push(("postgres".into(), open_ledger(&format!("{pg_url}{sep}options=-c%20search_path%3D{schema}")).unwrap()));
+            backends.push((
+                "postgres".into(),
+                open_ledger(&format!("{pg_url}{sep}options=-c%20search_path%3D{schema}")).unwrap(),
+            ));
         } else {
             println!("note: PostgreSQL unreachable at {}; SQLite only", submitter::ledger::redact_url(&pg_url));
         }
@@ -133,12 +146,17 @@ fn main() {
                 .map(|_| {
                     let start = Instant::now();
                     let view = LedgerView::read(ledger.as_ref()).unwrap();
-                    let planned = plan::plan(&context, &presets, &models, &overrides, &view, &HashMap::new(), &policy).unwrap();
+                    let planned =
+                        plan::plan(&context, &presets, &models, &overrides, &view, &HashMap::new(), &policy).unwrap();
                     std::hint::black_box(planned.len());
                     start.elapsed()
                 })
                 .collect();
-            println!("{name:<8} {rows:>8} rows: fill {:>9}, plan median {:>9} (5 runs; target ≤ 1 s at 100k)", ms(filled), ms(median(samples)));
+            println!(
+                "{name:<8} {rows:>8} rows: fill {:>9}, plan median {:>9} (5 runs; target ≤ 1 s at 100k)",
+                ms(filled),
+                ms(median(samples))
+            );
         }
         if let Ok(mut admin) = ::postgres::Client::connect(&pg_url, ::postgres::NoTls) {
             let _ = admin.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
@@ -151,12 +169,19 @@ fn main() {
     let mut local = cluster.clone();
     local.paths.jobs_dir = dir.path().join("jobs");
     local.limits.max_jobs_in_flight = 10_000;
-    let context = LaunchContext { cluster: &local, gpu_profiles: &gpus, registry: &registry, harbor_configs_dir: &harbor, root: &root.root };
+    let context = LaunchContext {
+        cluster: &local,
+        gpu_profiles: &gpus,
+        registry: &registry,
+        harbor_configs_dir: &harbor,
+        root: &root.root,
+    };
     let view = LedgerView::read(ledger.as_ref()).unwrap();
     let few: Vec<String> = models.iter().take(200).cloned().collect();
     let tb2 = &presets[2..];
     let planned = plan::plan(&context, tb2, &few, &overrides, &view, &HashMap::new(), &policy).unwrap();
-    let executables = Executables { payload_bin: PathBuf::from("/bin/true"), script: root.root.join("sbatch/payload.sbatch") };
+    let executables =
+        Executables { payload_bin: PathBuf::from("/bin/true"), script: root.root.join("sbatch/payload.sbatch") };
     let environment = |_: &str| None;
     let no_download = |_: &str| Ok(());
     let settings = SubmitSettings {
@@ -173,5 +198,9 @@ fn main() {
     let start = Instant::now();
     let submitted = plan::submit(&context, tb2, &planned, ledger.as_ref(), &slurm, &settings).unwrap();
     let per_job = start.elapsed() / submitted.len().max(1) as u32;
-    println!("submission loop: {} jobs, {} per job beyond delay and sbatch (target ≤ 10 ms)", submitted.len(), ms(per_job));
+    println!(
+        "submission loop: {} jobs, {} per job beyond delay and sbatch (target ≤ 10 ms)",
+        submitted.len(),
+        ms(per_job)
+    );
 }

@@ -109,7 +109,9 @@ pub fn decide(history: &PairHistory, slurm: Option<SlurmView>, policy: &Policy) 
     };
     let too_many = || history.failed_attempts >= policy.max_failed_attempts;
     match latest.status {
-        AttemptStatus::Finished if !latest.has_metrics => Decision::new(Verdict::Resubmit, "finished but metrics cleared"),
+        AttemptStatus::Finished if !latest.has_metrics => {
+            Decision::new(Verdict::Resubmit, "finished but metrics cleared")
+        }
         // Same run tag, so payload resumes the Harbor job and re-runs only what is missing.
         AttemptStatus::Finished if latest.incomplete => {
             Decision::new(Verdict::Resubmit, "finished but incomplete (completion audit): resume")
@@ -125,9 +127,14 @@ pub fn decide(history: &PairHistory, slurm: Option<SlurmView>, policy: &Policy) 
         AttemptStatus::Pending | AttemptStatus::Started => {
             let job = latest.slurm_job_id.clone().unwrap_or_else(|| "?".to_string());
             match slurm {
-                Some(SlurmView::Queued) if latest.status == AttemptStatus::Pending && latest.age_s > policy.stale_pending_s => {
-                    Decision::new(Verdict::Resubmit, format!("stale pending (job {job} queued for {})", age(latest.age_s)))
-                        .with(Prerequisite::CancelStale { attempt_id: latest.id, slurm_job_id: job })
+                Some(SlurmView::Queued)
+                    if latest.status == AttemptStatus::Pending && latest.age_s > policy.stale_pending_s =>
+                {
+                    Decision::new(
+                        Verdict::Resubmit,
+                        format!("stale pending (job {job} queued for {})", age(latest.age_s)),
+                    )
+                    .with(Prerequisite::CancelStale { attempt_id: latest.id, slurm_job_id: job })
                 }
                 Some(SlurmView::Queued | SlurmView::Running) => {
                     Decision::new(Verdict::Skip, format!("in progress (job {job}, {})", age(latest.age_s)))
@@ -137,8 +144,11 @@ pub fn decide(history: &PairHistory, slurm: Option<SlurmView>, policy: &Policy) 
                 Some(SlurmView::Gone) | None if !latest.has_recorded_outcome => {
                     // Marking it failed adds one more failure to the pair.
                     if history.failed_attempts + 1 >= policy.max_failed_attempts {
-                        return Decision::new(Verdict::Skip, format!("too many failures ({})", history.failed_attempts + 1))
-                            .with(Prerequisite::MarkVanished { attempt_id: latest.id });
+                        return Decision::new(
+                            Verdict::Skip,
+                            format!("too many failures ({})", history.failed_attempts + 1),
+                        )
+                        .with(Prerequisite::MarkVanished { attempt_id: latest.id });
                     }
                     Decision::new(Verdict::Resubmit, format!("vanished (job {job} no longer in Slurm, no outcome)"))
                         .with(Prerequisite::MarkVanished { attempt_id: latest.id })

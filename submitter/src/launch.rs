@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use launch_spec::launch::{
-    HarborSpec, Limits, ModelSpec, PinggyPair, PinggySpec, PortPolicy, ProxyMode, SecretsSpec, ServeInvocation, ServeSpec, SocksSpec,
-    TunnelSpec,
+    HarborSpec, Limits, ModelSpec, PinggyPair, PinggySpec, PortPolicy, ProxyMode, SecretsSpec, ServeInvocation,
+    ServeSpec, SocksSpec, TunnelSpec,
 };
 use launch_spec::{GpuProfiles, LaunchSpec, SPEC_VERSION};
 
@@ -16,17 +16,27 @@ use crate::registry::{Overrides, Registry, Resolved, names};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
-    #[error("cluster {cluster}: {field} uses ${{{var}}}, which is not set in the environment (export it, or edit clusters/{cluster}.yaml)")]
+    #[error(
+        "cluster {cluster}: {field} uses ${{{var}}}, which is not set in the environment (export it, or edit clusters/{cluster}.yaml)"
+    )]
     UnsetVariable { cluster: String, field: String, var: String },
-    #[error("cluster {cluster}: environment `{env}` (wanted by {wanted_by}) is not defined; known: {known} (add it under `environments:` in clusters/{cluster}.yaml)")]
+    #[error(
+        "cluster {cluster}: environment `{env}` (wanted by {wanted_by}) is not defined; known: {known} (add it under `environments:` in clusters/{cluster}.yaml)"
+    )]
     UnknownEnvironment { cluster: String, env: String, wanted_by: String, known: String },
-    #[error("model `{model}` needs TP {tp} × DP {dp} = {gpus} GPUs but cluster {cluster} has {per_node} per node: set tensor_parallel_size/data_parallel_size for it in the registry")]
+    #[error(
+        "model `{model}` needs TP {tp} × DP {dp} = {gpus} GPUs but cluster {cluster} has {per_node} per node: set tensor_parallel_size/data_parallel_size for it in the registry"
+    )]
     TooManyGpus { model: String, tp: u32, dp: u32, gpus: u32, cluster: String, per_node: u32 },
     #[error("preset dataset `{dataset}` is not one of the preset's datasets ({known})")]
     UnknownDataset { dataset: String, known: String },
-    #[error("agent `{agent}` runs inside the remote sandbox and needs a Pinggy tunnel, but cluster {cluster} has no `network.pinggy` pairs (add them to clusters/{cluster}.yaml, see docs/tunnels.md)")]
+    #[error(
+        "agent `{agent}` runs inside the remote sandbox and needs a Pinggy tunnel, but cluster {cluster} has no `network.pinggy` pairs (add them to clusters/{cluster}.yaml, see docs/tunnels.md)"
+    )]
     NoPinggyBank { agent: String, cluster: String },
-    #[error("agent `{agent}` needs a Pinggy tunnel, but cluster {cluster} has no internet on compute nodes: payload runs one tunnel per job (SOCKS egress or Pinggy), so installed-harness agents need a cluster with direct egress (docs/tunnels.md)")]
+    #[error(
+        "agent `{agent}` needs a Pinggy tunnel, but cluster {cluster} has no internet on compute nodes: payload runs one tunnel per job (SOCKS egress or Pinggy), so installed-harness agents need a cluster with direct egress (docs/tunnels.md)"
+    )]
     TunnelNeedsEgress { agent: String, cluster: String },
 }
 
@@ -61,9 +71,11 @@ impl LaunchContext<'_> {
             Err(_) if var == "SUBMITTER_HOME" => Some(self.root.display().to_string()),
             Err(_) => None,
         };
-        expand_vars(&text, lookup)
-            .map(PathBuf::from)
-            .map_err(|var| LaunchError::UnsetVariable { cluster: self.cluster.name.clone(), field: field.to_string(), var })
+        expand_vars(&text, lookup).map(PathBuf::from).map_err(|var| LaunchError::UnsetVariable {
+            cluster: self.cluster.name.clone(),
+            field: field.to_string(),
+            var,
+        })
     }
 
     fn environment(&self, name: &str, wanted_by: &str) -> Result<PathBuf, LaunchError> {
@@ -84,7 +96,8 @@ impl LaunchContext<'_> {
             preset_agent_kwargs: preset.agent_kwargs.clone(),
         };
         let hardware = &self.cluster.hardware;
-        let resolved = self.registry.resolve(model, &hardware.hardware_profile, hardware.gpus_per_node, &registry_overrides);
+        let resolved =
+            self.registry.resolve(model, &hardware.hardware_profile, hardware.gpus_per_node, &registry_overrides);
         if resolved.gpus() > hardware.gpus_per_node {
             return Err(LaunchError::TooManyGpus {
                 model: model.to_string(),
@@ -112,14 +125,21 @@ impl LaunchContext<'_> {
             candidates.push(dir.join(&safe));
             candidates.push(dir.join(&name));
         }
-        Ok(candidates.iter().find(|c| c.is_dir()).or(candidates.first()).cloned().unwrap_or_else(|| PathBuf::from(dataset)))
+        Ok(candidates
+            .iter()
+            .find(|c| c.is_dir())
+            .or(candidates.first())
+            .cloned()
+            .unwrap_or_else(|| PathBuf::from(dataset)))
     }
 
     /// Builds the launch spec for one (model, preset dataset).
     pub fn build(&self, model: &str, preset: &Preset, overrides: &LaunchOverrides) -> Result<LaunchSpec, LaunchError> {
         let dataset = match &overrides.dataset {
             Some(d) if preset.datasets.contains(d) => d.clone(),
-            Some(d) => return Err(LaunchError::UnknownDataset { dataset: d.clone(), known: preset.datasets.join(", ") }),
+            Some(d) => {
+                return Err(LaunchError::UnknownDataset { dataset: d.clone(), known: preset.datasets.join(", ") });
+            }
             None => preset.datasets.first().cloned().unwrap_or_default(),
         };
         let resolved = self.resolve(model, preset, overrides)?;
@@ -128,12 +148,19 @@ impl LaunchContext<'_> {
         let run_tag = names::run_tag(&benchmark, model);
         let jobs_dir = self.expand("paths.jobs_dir", &cluster.paths.jobs_dir)?;
         let serve_env_name = resolved.conda_env.clone().unwrap_or_else(|| cluster.engine.default_environment.clone());
-        let wanted_by = if resolved.conda_env.is_some() { format!("model {model}") } else { "engine.default_environment".to_string() };
+        let wanted_by = if resolved.conda_env.is_some() {
+            format!("model {model}")
+        } else {
+            "engine.default_environment".to_string()
+        };
         let serve_prefix = self.environment(&serve_env_name, &wanted_by)?;
         let harbor_prefix = self.environment(&cluster.harbor.environment, "harbor.environment")?;
         let config_name = preset.config_yaml.as_deref().unwrap_or(DEFAULT_HARBOR_CONFIG);
-        let harbor_config =
-            if Path::new(config_name).is_absolute() { PathBuf::from(config_name) } else { self.harbor_configs_dir.join(config_name) };
+        let harbor_config = if Path::new(config_name).is_absolute() {
+            PathBuf::from(config_name)
+        } else {
+            self.harbor_configs_dir.join(config_name)
+        };
         let mut n_concurrent = overrides.n_concurrent.or(preset.n_concurrent).unwrap_or(cluster.limits.n_concurrent);
         if let Some(ceiling) = cluster.limits.n_concurrent_ceiling {
             n_concurrent = n_concurrent.min(ceiling);
@@ -198,11 +225,18 @@ impl LaunchContext<'_> {
                 agent_parser: preset.agent_parser.clone().filter(|p| !p.is_empty()),
                 agent_envs: preset.agent_envs(),
                 max_output_tokens: resolved.max_output_tokens,
-                resume_filter_error_types: launch_spec::launch::INFRA_ERROR_TYPES.iter().map(|s| (*s).to_string()).collect(),
+                resume_filter_error_types: launch_spec::launch::INFRA_ERROR_TYPES
+                    .iter()
+                    .map(|s| (*s).to_string())
+                    .collect(),
                 extra_args: harbor_extra,
                 env: cluster.harbor.env.clone(),
             },
-            secrets: SecretsSpec { file: secrets_file, daytona: true, pass_to_harbor: cluster.secrets.pass_to_harbor.clone() },
+            secrets: SecretsSpec {
+                file: secrets_file,
+                daytona: true,
+                pass_to_harbor: cluster.secrets.pass_to_harbor.clone(),
+            },
             limits: Limits {
                 // The grace plus the final sweep must fit inside Slurm's KillWait.
                 teardown_grace_s: (cluster.slurm.kill_wait_s.saturating_sub(10)).clamp(1, 20) as f64,
@@ -251,8 +285,8 @@ pub fn tunnel_spec(
     }
     match (&network.proxy, network.internet) {
         (Some(proxy), false) => {
-            let mut spec: SocksSpec =
-                serde_json::from_value(serde_json::json!({ "login_node": proxy.login_node })).expect("minimal SOCKS spec");
+            let mut spec: SocksSpec = serde_json::from_value(serde_json::json!({ "login_node": proxy.login_node }))
+                .expect("minimal SOCKS spec");
             spec.user = proxy.user.clone();
             spec.identity_file = match &proxy.identity_file {
                 Some(key) => Some(expand("network.proxy.identity_file", key)?),
@@ -311,13 +345,17 @@ mod tests {
     }
 
     fn expand(_: &str, p: &Path) -> Result<PathBuf, LaunchError> {
-        Ok(PathBuf::from(p.to_string_lossy().replace("${WORK}", "/w").replace("${SCRATCH}", "/s").replace('~', "/home/u")))
+        Ok(PathBuf::from(
+            p.to_string_lossy().replace("${WORK}", "/w").replace("${SCRATCH}", "/s").replace('~', "/home/u"),
+        ))
     }
 
     #[test]
     fn tunnels_follow_the_profile_and_the_agent() {
         let leo = cluster("leonardo");
-        let TunnelSpec::Socks(socks) = tunnel_spec(&leo, "terminus-2", &expand).unwrap() else { panic!("leonardo needs SOCKS") };
+        let TunnelSpec::Socks(socks) = tunnel_spec(&leo, "terminus-2", &expand).unwrap() else {
+            panic!("leonardo needs SOCKS")
+        };
         assert_eq!(socks.login_node, leo.network.proxy.as_ref().unwrap().login_node);
         assert!(socks.identity_file.is_some_and(|k| !k.to_string_lossy().contains('~')));
         assert!(matches!(tunnel_spec(&leo, "openhands", &expand), Err(LaunchError::TunnelNeedsEgress { .. })));
@@ -327,7 +365,10 @@ mod tests {
         let bank = "- {url: https://a.a.pinggy.link, token_secret: PINGGY_TOKEN_1}\n- {url: https://b.a.pinggy.link, token_secret: PINGGY_TOKEN_2, host: ap.pro.pinggy.io}\n";
         vista.network.pinggy = launch_spec::yaml::from_yaml_str(bank, Path::new("bank.yaml")).unwrap();
         let TunnelSpec::Pinggy(p) = tunnel_spec(&vista, "openhands", &expand).unwrap() else { panic!() };
-        assert_eq!((p.host.as_str(), p.public_url.as_str(), p.token_secret.as_str()), ("pro.pinggy.io", "https://a.a.pinggy.link", "PINGGY_TOKEN_1"));
+        assert_eq!(
+            (p.host.as_str(), p.public_url.as_str(), p.token_secret.as_str()),
+            ("pro.pinggy.io", "https://a.a.pinggy.link", "PINGGY_TOKEN_1")
+        );
         assert_eq!(p.bank.len(), 1);
         assert_eq!(p.bank[0].host.as_deref(), Some("ap.pro.pinggy.io"));
         assert_eq!(p.lock_dir.unwrap(), PathBuf::from("/s/eval_state/pinggy"));

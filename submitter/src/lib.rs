@@ -4,11 +4,11 @@
 pub mod config;
 pub mod decide;
 pub mod launch;
-pub mod plan;
 pub mod ledger;
+pub mod lint;
+pub mod plan;
 pub mod queue;
 pub mod registry;
-pub mod lint;
 pub mod slurm;
 pub mod sync;
 pub mod verify;

@@ -61,7 +61,9 @@ pub fn check(inputs: &LintInputs) -> Vec<Finding> {
     // Cross-file checks need a registry that loads.
     match Registry::load(inputs.registry) {
         Ok(registry) => check_against_clusters(&registry, &clusters, &mut findings),
-        Err(err) => findings.error(inputs.registry.display(), format!("registry does not load, cross-checks skipped: {err}")),
+        Err(err) => {
+            findings.error(inputs.registry.display(), format!("registry does not load, cross-checks skipped: {err}"))
+        }
     }
     findings.0.sort_by(|a, b| b.severity.cmp(&a.severity).then(a.place.cmp(&b.place)));
     findings.0
@@ -93,7 +95,13 @@ fn check_registry_files(root: &Path, findings: &mut Findings) {
                     continue;
                 };
                 if let Some(previous) = seen_ids.insert(id.clone(), file.clone()) {
-                    findings.warn(file.display(), format!("model `{id}` is also declared in {}; this later file wins wholesale", previous.display()));
+                    findings.warn(
+                        file.display(),
+                        format!(
+                            "model `{id}` is also declared in {}; this later file wins wholesale",
+                            previous.display()
+                        ),
+                    );
                 }
                 let eval = model.subsystems.as_ref().and_then(|s| s.eval.clone()).unwrap_or_default();
                 check_fields(&file.display().to_string(), &model.serve_fields(), findings);
@@ -112,7 +120,10 @@ fn check_registry_files(root: &Path, findings: &mut Findings) {
                     .filter_map(|(name, lost)| lost.then_some(name))
                     .collect();
                     if !dropped.is_empty() {
-                        findings.warn(place, format!("the variant replaces the entry wholesale and drops {}", dropped.join(", ")));
+                        findings.warn(
+                            place,
+                            format!("the variant replaces the entry wholesale and drops {}", dropped.join(", ")),
+                        );
                     }
                 }
             }
@@ -131,7 +142,13 @@ fn check_registry_files(root: &Path, findings: &mut Findings) {
                 if item.match_.is_empty() {
                     findings.warn(&place, "empty `match` is skipped, not a match-all");
                 } else if let Err(err) = Regex::new(&item.match_) {
-                    findings.error(&place, format!("bad regular expression: {}", err.to_string().split_whitespace().collect::<Vec<_>>().join(" ")));
+                    findings.error(
+                        &place,
+                        format!(
+                            "bad regular expression: {}",
+                            err.to_string().split_whitespace().collect::<Vec<_>>().join(" ")
+                        ),
+                    );
                 }
                 if item.profiles.as_ref().is_some_and(Vec::is_empty) {
                     findings.warn(&place, "`profiles: []` never applies");
@@ -150,7 +167,8 @@ fn location_suffix(err: &launch_spec::yaml::YamlError) -> String {
 }
 
 fn check_fields(place: &str, fields: &ServeFields, findings: &mut Findings) {
-    for (name, value) in [("hf_overrides", &fields.hf_overrides), ("limit_mm_per_prompt", &fields.limit_mm_per_prompt)] {
+    for (name, value) in [("hf_overrides", &fields.hf_overrides), ("limit_mm_per_prompt", &fields.limit_mm_per_prompt)]
+    {
         if let Some(text) = value
             && let Err(err) = serde_json::from_str::<serde_json::Value>(text)
         {
@@ -188,7 +206,9 @@ fn check_clusters(dir: &Path, findings: &mut Findings) -> Vec<ClusterProfile> {
     };
     let mut files: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml") && p.file_name().is_some_and(|n| n != config::GPU_PROFILES_FILE))
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == "yaml") && p.file_name().is_some_and(|n| n != config::GPU_PROFILES_FILE)
+        })
         .collect();
     files.sort();
     let mut clusters = Vec::new();
@@ -202,7 +222,10 @@ fn check_clusters(dir: &Path, findings: &mut Findings) -> Vec<ClusterProfile> {
                 }
                 for name in std::iter::once(&profile.name).chain(&profile.aliases) {
                     if let Some(other) = names.insert(name.clone(), file.clone()) {
-                        findings.error(file.display(), format!("cluster name or alias `{name}` is also used by {}", other.display()));
+                        findings.error(
+                            file.display(),
+                            format!("cluster name or alias `{name}` is also used by {}", other.display()),
+                        );
                     }
                 }
                 clusters.push(profile);
@@ -218,8 +241,10 @@ fn check_presets(dir: &Path, findings: &mut Findings) {
         findings.error(dir.display(), "cannot read the presets directory");
         return;
     };
-    let mut files: Vec<PathBuf> =
-        entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|e| e == "yaml")).collect();
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
     files.sort();
     for file in files {
         match from_yaml_file::<Preset>(&file) {
@@ -229,9 +254,16 @@ fn check_presets(dir: &Path, findings: &mut Findings) {
                     findings.error(file.display(), problem);
                 }
                 let config_yaml = preset.config_yaml.as_deref().unwrap_or(crate::config::preset::DEFAULT_HARBOR_CONFIG);
-                let path = if Path::new(config_yaml).is_absolute() { PathBuf::from(config_yaml) } else { harbor_dir.join(config_yaml) };
+                let path = if Path::new(config_yaml).is_absolute() {
+                    PathBuf::from(config_yaml)
+                } else {
+                    harbor_dir.join(config_yaml)
+                };
                 if !path.is_file() {
-                    findings.error(file.display(), format!("config_yaml `{config_yaml}` not found (looked for {})", path.display()));
+                    findings.error(
+                        file.display(),
+                        format!("config_yaml `{config_yaml}` not found (looked for {})", path.display()),
+                    );
                 }
             }
         }
@@ -271,9 +303,18 @@ fn check_against_clusters(registry: &Registry, clusters: &[ClusterProfile], find
         if let Some(fields) = entry.on_profile(crate::registry::DEFAULT_PROFILE)
             && fields.max_model_len.is_none()
             && fields.extra_args.is_none()
-            && registry.patterns.iter().any(|p| p.applies_to(crate::registry::DEFAULT_PROFILE) && p.regex.as_ref().is_some_and(|r| r.is_match(&entry.id)))
+            && registry.patterns.iter().any(|p| {
+                p.applies_to(crate::registry::DEFAULT_PROFILE)
+                    && p.regex.as_ref().is_some_and(|r| r.is_match(&entry.id))
+            })
         {
-            findings.warn(entry.file.display(), format!("thin exact entry for `{}` blocks every field of the pattern it would otherwise match", entry.id));
+            findings.warn(
+                entry.file.display(),
+                format!(
+                    "thin exact entry for `{}` blocks every field of the pattern it would otherwise match",
+                    entry.id
+                ),
+            );
         }
     }
     check_shadowing(registry, findings);
@@ -302,24 +343,45 @@ fn check_shadowing(registry: &Registry, findings: &mut Findings) {
             if let Some(probe) = probes.iter().find(|id| later_regex.is_match(id) && earlier_regex.is_match(id)) {
                 findings.warn(
                     format!("pattern #{} `{}`", later.index + 1, later.text),
-                    format!("shadowed by earlier pattern #{} `{}` for ids like `{probe}` (first match wins)", earlier.index + 1, earlier.text),
+                    format!(
+                        "shadowed by earlier pattern #{} `{}` for ids like `{probe}` (first match wins)",
+                        earlier.index + 1,
+                        earlier.text
+                    ),
                 );
             }
         }
     }
 }
 
-fn check_fields_on_cluster(place: &str, id: &str, fields: &ServeFields, cluster: &ClusterProfile, findings: &mut Findings) {
+fn check_fields_on_cluster(
+    place: &str,
+    id: &str,
+    fields: &ServeFields,
+    cluster: &ClusterProfile,
+    findings: &mut Findings,
+) {
     let gpus = cluster.hardware.gpus_per_node;
     if let Some(env) = &fields.conda_env
         && !cluster.environments.contains_key(env)
     {
-        findings.error(place, format!("environment `{env}` is not defined on cluster {} (add it under `environments:` in clusters/{}.yaml)", cluster.name, cluster.name));
+        findings.error(
+            place,
+            format!(
+                "environment `{env}` is not defined on cluster {} (add it under `environments:` in clusters/{}.yaml)",
+                cluster.name, cluster.name
+            ),
+        );
     }
-    let tp = fields.tensor_parallel_size.unwrap_or_else(|| if crate::registry::size::total_size(id).is_some_and(|s| s > 14.0) { 2 } else { 1 });
+    let tp = fields
+        .tensor_parallel_size
+        .unwrap_or_else(|| if crate::registry::size::total_size(id).is_some_and(|s| s > 14.0) { 2 } else { 1 });
     let dp = fields.data_parallel_size.unwrap_or_else(|| (gpus / tp.max(1)).max(1));
     if tp * dp > gpus {
-        findings.error(place, format!("TP {tp} × DP {dp} = {} GPUs exceeds cluster {}'s {gpus} GPUs per node", tp * dp, cluster.name));
+        findings.error(
+            place,
+            format!("TP {tp} × DP {dp} = {} GPUs exceeds cluster {}'s {gpus} GPUs per node", tp * dp, cluster.name),
+        );
     }
 }
 

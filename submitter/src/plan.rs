@@ -71,7 +71,12 @@ impl LedgerView {
 }
 
 /// The config recorded with an attempt and compared for config-aware dedup.
-pub fn attempt_config(spec: &launch_spec::LaunchSpec, preset: &str, job_name: &str, overrides: &LaunchOverrides) -> Value {
+pub fn attempt_config(
+    spec: &launch_spec::LaunchSpec,
+    preset: &str,
+    job_name: &str,
+    overrides: &LaunchOverrides,
+) -> Value {
     json!({
         "run_dir": spec.run_dir,
         "spec": spec_path(spec),
@@ -115,7 +120,9 @@ pub fn plan(
                 let history = pair_history(pair, resolved.timeout_multiplier, overrides);
                 let slurm = pair.and_then(|p| p.latest.slurm_job_id.as_ref()).and_then(|id| job_views.get(id).copied());
                 let slurm = match (pair, slurm) {
-                    (Some(p), None) if p.latest.status.is_active() && p.latest.slurm_job_id.is_some() => Some(SlurmView::Gone),
+                    (Some(p), None) if p.latest.status.is_active() && p.latest.slurm_job_id.is_some() => {
+                        Some(SlurmView::Gone)
+                    }
                     (_, view) => view,
                 };
                 let Decision { decision, reason, prerequisite } = decide::decide(&history, slurm, policy);
@@ -151,9 +158,10 @@ fn pair_history(pair: Option<&PairState>, timeout_multiplier: f64, overrides: &L
     let stored_timeout = latest.config.get("timeout_multiplier").and_then(Value::as_f64);
     let stored_overrides = latest.config.get("overrides").cloned().unwrap_or(Value::Null);
     let config_matches = stored_timeout == Some(timeout_multiplier) && stored_overrides == overrides_json(overrides);
-    let has_recorded_outcome =
-        latest.status.is_active()
-        && run_dir_of(latest).and_then(|dir| read_status(&dir)).is_some_and(|s| belongs_to(&s, latest) && s.outcome.is_some());
+    let has_recorded_outcome = latest.status.is_active()
+        && run_dir_of(latest)
+            .and_then(|dir| read_status(&dir))
+            .is_some_and(|s| belongs_to(&s, latest) && s.outcome.is_some());
     PairHistory {
         latest: Some(LatestAttempt {
             id: latest.id.0,
@@ -161,7 +169,10 @@ fn pair_history(pair: Option<&PairState>, timeout_multiplier: f64, overrides: &L
             slurm_job_id: latest.slurm_job_id.clone(),
             age_s: u64::try_from((now() - latest.submitted_at).num_seconds()).unwrap_or(0),
             has_metrics: latest.metrics.as_ref().is_some_and(|m| !m.is_null()),
-            incomplete: latest.metrics.as_ref().is_some_and(|m| m.pointer("/audit/status").and_then(Value::as_str) == Some("incomplete")),
+            incomplete: latest
+                .metrics
+                .as_ref()
+                .is_some_and(|m| m.pointer("/audit/status").and_then(Value::as_str) == Some("incomplete")),
             config_matches,
             has_recorded_outcome,
         }),
@@ -227,12 +238,23 @@ pub fn submit(
     let mut chain: Vec<JobId> = Vec::new();
     for job in planned.iter().filter(|j| j.decision != Verdict::Skip) {
         let mut record = |outcome: String, attempt: Option<i64>, job_id: Option<String>| {
-            results.push(Submitted { model: job.model.clone(), benchmark: job.benchmark.clone(), attempt, job_id, outcome });
+            results.push(Submitted {
+                model: job.model.clone(),
+                benchmark: job.benchmark.clone(),
+                attempt,
+                job_id,
+                outcome,
+            });
         };
         // A vanished attempt is failed whatever happens next; a stale one is cancelled only when
         // there is a slot to resubmit it into.
         if let Some(Prerequisite::MarkVanished { attempt_id }) = &job.prerequisite {
-            ledger.transition(crate::ledger::AttemptId(*attempt_id), Status::Failed, "vanished (no Slurm job, no outcome)", None)?;
+            ledger.transition(
+                crate::ledger::AttemptId(*attempt_id),
+                Status::Failed,
+                "vanished (no Slurm job, no outcome)",
+                None,
+            )?;
         }
         if slots == 0 {
             record(format!("throttled: {in_flight} attempts in flight (max {})", settings.max_in_flight), None, None);
@@ -242,7 +264,12 @@ pub fn submit(
             if let Ok(id) = slurm_job_id.parse() {
                 slurm.cancel(id, None, false)?;
             }
-            ledger.transition(crate::ledger::AttemptId(*attempt_id), Status::Cancelled, "stale pending: cancelled for resubmission", None)?;
+            ledger.transition(
+                crate::ledger::AttemptId(*attempt_id),
+                Status::Cancelled,
+                "stale pending: cancelled for resubmission",
+                None,
+            )?;
         }
         let Some(selected) = presets.iter().find(|p| p.name == job.preset) else { continue };
         if let Err(why) = (settings.pre_download)(&job.model) {

@@ -59,7 +59,8 @@ pub fn sbatch_request(inputs: &JobInputs) -> Result<SubmitRequest, String> {
     if cluster.slurm.gpu_gres {
         // CPUs and memory in proportion to the share of the node's GPUs.
         options.gpus_per_node = Some(gpus);
-        options.cpus_per_task = Some((u64::from(hardware.cpus_per_node) * u64::from(gpus) / u64::from(per_node)).max(1) as u32);
+        options.cpus_per_task =
+            Some((u64::from(hardware.cpus_per_node) * u64::from(gpus) / u64::from(per_node)).max(1) as u32);
         options.mem_mb = Some((hardware.mem_per_node_mb * u64::from(gpus) / u64::from(per_node)).max(1));
     } else {
         // GPUs not gres-tracked (Vista): whole nodes.
@@ -109,7 +110,13 @@ mod tests {
         let preset = config::load_preset(&root.presets_dir(), "tb2").unwrap();
         let registry = Registry::load(&root.registry_dir()).unwrap();
         let harbor = root.harbor_configs_dir();
-        let context = LaunchContext { cluster: &cluster, gpu_profiles: &gpus, registry: &registry, harbor_configs_dir: &harbor, root: &root.root };
+        let context = LaunchContext {
+            cluster: &cluster,
+            gpu_profiles: &gpus,
+            registry: &registry,
+            harbor_configs_dir: &harbor,
+            root: &root.root,
+        };
         let spec = context.build(model, &preset, &LaunchOverrides::default()).unwrap();
         let env = |name: &str| (name == "PAYLOAD_GPU_FIXTURE").then(|| "/tmp/gpus.json".to_string());
         let request = sbatch_request(&JobInputs {

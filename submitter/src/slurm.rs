@@ -42,10 +42,7 @@ impl FromStr for JobId {
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         let trimmed = text.trim();
-        trimmed
-            .parse::<u64>()
-            .map(JobId)
-            .map_err(|_| ParseError(format!("not a job id: {trimmed:?}")))
+        trimmed.parse::<u64>().map(JobId).map_err(|_| ParseError(format!("not a job id: {trimmed:?}")))
     }
 }
 
@@ -111,11 +108,7 @@ impl JobState {
     /// Parses a state name. Only the first word counts, because some Slurm versions print
     /// `CANCELLED by 0`; unknown names become [`JobState::Other`].
     pub fn parse(text: &str) -> JobState {
-        let word = text
-            .split_whitespace()
-            .next()
-            .unwrap_or("")
-            .to_ascii_uppercase();
+        let word = text.split_whitespace().next().unwrap_or("").to_ascii_uppercase();
         // squeue's short codes are not used here, but "CANCELLED+" appears in sacct output.
         let word = word.trim_end_matches('+');
         Self::NAMES
@@ -129,11 +122,7 @@ impl JobState {
     pub fn as_str(&self) -> &str {
         match self {
             JobState::Other(name) => name,
-            known => Self::NAMES
-                .iter()
-                .find(|(_, state)| state == known)
-                .map(|(name, _)| *name)
-                .unwrap_or("UNKNOWN"),
+            known => Self::NAMES.iter().find(|(_, state)| state == known).map(|(name, _)| *name).unwrap_or("UNKNOWN"),
         }
     }
 
@@ -197,10 +186,7 @@ impl FromStr for JobExit {
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         let bad = || ParseError(format!("not an exit code (want CODE:SIGNAL): {text:?}"));
         let (code, signal) = text.trim().split_once(':').ok_or_else(bad)?;
-        Ok(JobExit {
-            code: code.parse().map_err(|_| bad())?,
-            signal: signal.parse().map_err(|_| bad())?,
-        })
+        Ok(JobExit { code: code.parse().map_err(|_| bad())?, signal: signal.parse().map_err(|_| bad())? })
     }
 }
 
@@ -256,20 +242,12 @@ impl FromStr for SignalSpec {
             Some(rest) => (true, rest),
             None => (false, text),
         };
-        let (signal, seconds) = rest
-            .split_once('@')
-            .ok_or_else(|| bad("want [B:]SIG@SECONDS"))?;
+        let (signal, seconds) = rest.split_once('@').ok_or_else(|| bad("want [B:]SIG@SECONDS"))?;
         if signal.is_empty() || !signal.chars().all(|c| c.is_ascii_alphanumeric()) {
             return Err(bad("signal must be a name like USR1 or a number"));
         }
-        let seconds_before_limit = seconds
-            .parse()
-            .map_err(|_| bad("seconds must be a number"))?;
-        Ok(SignalSpec {
-            signal: signal.to_string(),
-            seconds_before_limit,
-            batch_only,
-        })
+        let seconds_before_limit = seconds.parse().map_err(|_| bad("seconds must be a number"))?;
+        Ok(SignalSpec { signal: signal.to_string(), seconds_before_limit, batch_only })
     }
 }
 
@@ -333,11 +311,7 @@ pub enum SlurmError {
         source: std::io::Error,
     },
     #[error("`{command}` failed ({status}): {stderr}")]
-    Failed {
-        command: String,
-        status: String,
-        stderr: String,
-    },
+    Failed { command: String, status: String, stderr: String },
     #[error("`{command}` did not finish within {}s and was killed", timeout.as_secs())]
     TimedOut { command: String, timeout: Duration },
     #[error("`{command}` printed something unexpected: {problem}")]
@@ -397,11 +371,7 @@ impl SlurmCli {
             .collect();
         // Fixed, parseable timestamps whatever the site sets.
         base_env.push(("SLURM_TIME_FORMAT".into(), "standard".into()));
-        SlurmCli {
-            bin_dir: None,
-            command_timeout: Duration::from_secs(60),
-            base_env,
-        }
+        SlurmCli { bin_dir: None, command_timeout: Duration::from_secs(60), base_env }
     }
 
     /// Runs `<dir>/sbatch` etc. instead of looking them up on `PATH` (tests use fake commands).
@@ -432,12 +402,7 @@ impl SlurmCli {
     }
 
     /// Runs `name args` with the base environment plus `extra_env`, capturing output.
-    fn run(
-        &self,
-        name: &str,
-        args: &[OsString],
-        extra_env: &[(String, String)],
-    ) -> Result<CommandOutput, SlurmError> {
+    fn run(&self, name: &str, args: &[OsString], extra_env: &[(String, String)]) -> Result<CommandOutput, SlurmError> {
         let program = self.program(name);
         let command_line = render_command(program.as_os_str(), args);
         tracing::debug!(command = %command_line, "running Slurm command");
@@ -450,27 +415,16 @@ impl SlurmCli {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let child = spawn_retrying_busy(&mut command).map_err(|source| SlurmError::Spawn {
-            command: command_line.clone(),
-            source,
-        })?;
+        let child = spawn_retrying_busy(&mut command)
+            .map_err(|source| SlurmError::Spawn { command: command_line.clone(), source })?;
         wait_with_timeout(child, self.command_timeout)
             .map_err(|failure| match failure {
-                WaitFailure::TimedOut => SlurmError::TimedOut {
-                    command: command_line.clone(),
-                    timeout: self.command_timeout,
-                },
-                WaitFailure::Io(source) => SlurmError::Spawn {
-                    command: command_line.clone(),
-                    source,
-                },
+                WaitFailure::TimedOut => {
+                    SlurmError::TimedOut { command: command_line.clone(), timeout: self.command_timeout }
+                }
+                WaitFailure::Io(source) => SlurmError::Spawn { command: command_line.clone(), source },
             })
-            .map(|(status, stdout, stderr)| CommandOutput {
-                command_line,
-                status,
-                stdout,
-                stderr,
-            })
+            .map(|(status, stdout, stderr)| CommandOutput { command_line, status, stdout, stderr })
     }
 
     fn squeue(&self, selection: &[OsString]) -> Result<Vec<JobInfo>, SlurmError> {
@@ -507,23 +461,14 @@ impl Slurm for SlurmCli {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let id_list = ids
-            .iter()
-            .map(JobId::to_string)
-            .collect::<Vec<_>>()
-            .join(",");
+        let id_list = ids.iter().map(JobId::to_string).collect::<Vec<_>>().join(",");
         let mut found = self.squeue(&[format!("--jobs={id_list}").into()])?;
         found.retain(|job| ids.contains(&job.id));
         Ok(found)
     }
 
     fn show(&self, id: JobId) -> Result<Option<JobInfo>, SlurmError> {
-        let args: Vec<OsString> = vec![
-            "-o".into(),
-            "show".into(),
-            "job".into(),
-            id.to_string().into(),
-        ];
+        let args: Vec<OsString> = vec!["-o".into(), "show".into(), "job".into(), id.to_string().into()];
         let output = self.run("scontrol", &args, &[])?;
         if !output.status.success() {
             if is_invalid_job_id(&output.stderr) {
@@ -532,8 +477,7 @@ impl Slurm for SlurmCli {
             return Err(output.failure());
         }
         for line in output.stdout.lines().filter(|line| !line.trim().is_empty()) {
-            let job =
-                parse_scontrol_show_job(line).map_err(|problem| output.unexpected(problem))?;
+            let job = parse_scontrol_show_job(line).map_err(|problem| output.unexpected(problem))?;
             if job.id == id {
                 return Ok(Some(job));
             }
@@ -544,11 +488,8 @@ impl Slurm for SlurmCli {
     fn find_by_name(&self, name: &str) -> Result<Vec<JobInfo>, SlurmError> {
         // --name takes a comma-separated list, so a name with a comma cannot be asked for
         // directly; list everything and filter instead.
-        let selection: Vec<OsString> = if name.contains(',') || name.is_empty() {
-            Vec::new()
-        } else {
-            vec![format!("--name={name}").into()]
-        };
+        let selection: Vec<OsString> =
+            if name.contains(',') || name.is_empty() { Vec::new() } else { vec![format!("--name={name}").into()] };
         let mut found = self.squeue(&selection)?;
         found.retain(|job| job.name == name);
         Ok(found)
@@ -558,9 +499,7 @@ impl Slurm for SlurmCli {
         let mut args: Vec<OsString> = Vec::new();
         if let Some(signal) = signal {
             if signal.is_empty() || !signal.chars().all(|c| c.is_ascii_alphanumeric()) {
-                return Err(SlurmError::InvalidRequest(format!(
-                    "bad signal name {signal:?}"
-                )));
+                return Err(SlurmError::InvalidRequest(format!("bad signal name {signal:?}")));
             }
             args.push(format!("--signal={signal}").into());
         }
@@ -616,9 +555,7 @@ pub fn build_sbatch_args(request: &SubmitRequest) -> Result<Vec<OsString>, Slurm
         };
         push("gres", &gres);
     } else if options.gpu_type.is_some() {
-        return Err(SlurmError::InvalidRequest(
-            "gpu_type given without gpus_per_node".into(),
-        ));
+        return Err(SlurmError::InvalidRequest("gpu_type given without gpus_per_node".into()));
     }
     if let Some(cpus) = options.cpus_per_task {
         push("cpus-per-task", &cpus.to_string());
@@ -629,11 +566,7 @@ pub fn build_sbatch_args(request: &SubmitRequest) -> Result<Vec<OsString>, Slurm
     if let Some(signal) = &options.signal {
         push("signal", &signal.to_string());
     }
-    let path_options = [
-        ("output", &options.output),
-        ("error", &options.error),
-        ("chdir", &options.chdir),
-    ];
+    let path_options = [("output", &options.output), ("error", &options.error), ("chdir", &options.chdir)];
     for (flag, value) in path_options {
         if let Some(path) = value {
             push(flag, path);
@@ -656,10 +589,7 @@ fn export_list(export: &[(String, String)]) -> Result<String, SlurmError> {
     }
     let mut names: Vec<&str> = Vec::with_capacity(export.len());
     for (name, _) in export {
-        let valid = name
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        let valid = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
             && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !valid {
             return Err(SlurmError::InvalidRequest(format!(
@@ -667,9 +597,7 @@ fn export_list(export: &[(String, String)]) -> Result<String, SlurmError> {
             )));
         }
         if names.contains(&name.as_str()) {
-            return Err(SlurmError::InvalidRequest(format!(
-                "variable {name} exported twice"
-            )));
+            return Err(SlurmError::InvalidRequest(format!("variable {name} exported twice")));
         }
         names.push(name);
     }
@@ -678,9 +606,7 @@ fn export_list(export: &[(String, String)]) -> Result<String, SlurmError> {
 
 fn reject_unprintable(what: &str, value: &str) -> Result<(), SlurmError> {
     if value.is_empty() || value.chars().any(char::is_control) {
-        return Err(SlurmError::InvalidRequest(format!(
-            "{what} {value:?} is empty or has control characters"
-        )));
+        return Err(SlurmError::InvalidRequest(format!("{what} {value:?} is empty or has control characters")));
     }
     Ok(())
 }
@@ -706,27 +632,12 @@ pub fn parse_parsable_submit(stdout: &str) -> Result<JobId, ParseError> {
 
 /// Parses `squeue -h --format=`[`SQUEUE_FORMAT`] output, one job per line.
 pub fn parse_squeue_output(stdout: &str) -> Result<Vec<JobInfo>, ParseError> {
-    stdout
-        .lines()
-        .filter(|line| !line.trim().is_empty())
-        .map(parse_squeue_line)
-        .collect()
+    stdout.lines().filter(|line| !line.trim().is_empty()).map(parse_squeue_line).collect()
 }
 
 fn parse_squeue_line(line: &str) -> Result<JobInfo, ParseError> {
     let fields: Vec<&str> = line.splitn(SQUEUE_FIELD_COUNT, '|').collect();
-    let [
-        id,
-        state,
-        reason,
-        submit,
-        start,
-        end,
-        nodes,
-        partition,
-        name,
-    ] = fields[..]
-    else {
+    let [id, state, reason, submit, start, end, nodes, partition, name] = fields[..] else {
         return Err(ParseError(format!(
             "squeue line has {} fields, want {SQUEUE_FIELD_COUNT}: {line:?}",
             fields.len()
@@ -752,10 +663,8 @@ fn parse_squeue_line(line: &str) -> Result<JobInfo, ParseError> {
 pub fn parse_scontrol_show_job(line: &str) -> Result<JobInfo, ParseError> {
     let details = split_scontrol_fields(line);
     let field = |key: &str| details.get(key).map(String::as_str);
-    let id = field("JobId")
-        .ok_or_else(|| ParseError(format!("no JobId in scontrol output: {line:?}")))?;
-    let state = field("JobState")
-        .ok_or_else(|| ParseError(format!("no JobState in scontrol output: {line:?}")))?;
+    let id = field("JobId").ok_or_else(|| ParseError(format!("no JobId in scontrol output: {line:?}")))?;
+    let state = field("JobState").ok_or_else(|| ParseError(format!("no JobState in scontrol output: {line:?}")))?;
     let exit = match field("ExitCode").and_then(present) {
         Some(text) => Some(text.parse()?),
         None => None,
@@ -802,9 +711,7 @@ pub fn split_scontrol_fields(line: &str) -> BTreeMap<String, String> {
 
 fn looks_like_scontrol_key(key: &str) -> bool {
     key.chars().next().is_some_and(|c| c.is_ascii_uppercase())
-        && key
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | ':' | '/'))
+        && key.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | ':' | '/'))
 }
 
 /// Slurm's spellings of "no value" become `None`.
@@ -826,15 +733,8 @@ fn render_command(program: &OsStr, args: &[OsString]) -> String {
         .chain(args.iter().map(OsString::as_os_str))
         .map(|word| {
             let word = word.to_string_lossy();
-            let plain = !word.is_empty()
-                && word
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_=/.,:@%+".contains(c));
-            if plain {
-                word.into_owned()
-            } else {
-                format!("'{}'", word.replace('\'', r"'\''"))
-            }
+            let plain = !word.is_empty() && word.chars().all(|c| c.is_ascii_alphanumeric() || "-_=/.,:@%+".contains(c));
+            if plain { word.into_owned() } else { format!("'{}'", word.replace('\'', r"'\''")) }
         })
         .collect::<Vec<_>>()
         .join(" ")
@@ -842,17 +742,8 @@ fn render_command(program: &OsStr, args: &[OsString]) -> String {
 
 /// Collapses multi-line stderr into one line.
 fn one_line(text: &str) -> String {
-    let joined = text
-        .lines()
-        .map(str::trim)
-        .filter(|line| !line.is_empty())
-        .collect::<Vec<_>>()
-        .join("; ");
-    if joined.is_empty() {
-        "(no stderr)".to_string()
-    } else {
-        joined
-    }
+    let joined = text.lines().map(str::trim).filter(|line| !line.is_empty()).collect::<Vec<_>>().join("; ");
+    if joined.is_empty() { "(no stderr)".to_string() } else { joined }
 }
 
 struct CommandOutput {
@@ -872,10 +763,7 @@ impl CommandOutput {
     }
 
     fn unexpected(&self, problem: ParseError) -> SlurmError {
-        SlurmError::UnexpectedOutput {
-            command: self.command_line.clone(),
-            problem,
-        }
+        SlurmError::UnexpectedOutput { command: self.command_line.clone(), problem }
     }
 }
 
@@ -902,10 +790,7 @@ enum WaitFailure {
 
 /// Waits for `child`, reading its output on helper threads so a full pipe cannot stall it,
 /// and kills it after `timeout`.
-fn wait_with_timeout(
-    mut child: Child,
-    timeout: Duration,
-) -> Result<(ExitStatus, String, String), WaitFailure> {
+fn wait_with_timeout(mut child: Child, timeout: Duration) -> Result<(ExitStatus, String, String), WaitFailure> {
     fn drain(pipe: Option<impl Read + Send + 'static>) -> thread::JoinHandle<Vec<u8>> {
         thread::spawn(move || {
             let mut bytes = Vec::new();
@@ -939,9 +824,8 @@ fn wait_with_timeout(
             }
         }
     };
-    let text = |reader: thread::JoinHandle<Vec<u8>>| {
-        String::from_utf8_lossy(&reader.join().unwrap_or_default()).into_owned()
-    };
+    let text =
+        |reader: thread::JoinHandle<Vec<u8>>| String::from_utf8_lossy(&reader.join().unwrap_or_default()).into_owned();
     Ok((status, text(stdout_reader), text(stderr_reader)))
 }
 
@@ -951,11 +835,7 @@ mod tests {
     use std::path::Path;
 
     fn read_lines(path: &Path) -> Vec<String> {
-        std::fs::read_to_string(path)
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_string)
-            .collect()
+        std::fs::read_to_string(path).unwrap_or_default().lines().map(str::to_string).collect()
     }
 
     // ---- Outputs recorded from Slurm 22.05.8 (Debian 12) on the CI single-node cluster.
@@ -1000,13 +880,12 @@ mod tests {
     const SCONTROL_KILLED_BY_SIGNAL: &str = "JobId=4 JobName=probe running UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=4294901756 Nice=0 Account=(null) QOS=(null) JobState=FAILED Reason=JobLaunchFailure Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:10 RunTime=00:00:15 TimeLimit=365-00:00:00 TimeMin=N/A SubmitTime=2026-11-30T05:44:41 EligibleTime=2026-11-30T05:44:41 AccrueTime=2026-11-30T05:44:41 StartTime=2026-11-30T05:44:42 EndTime=2026-11-30T05:44:57 Deadline=N/A SuspendTime=None SecsPreSuspend=0 LastSchedEval=2026-11-30T05:44:42 Scheduler=Backfill Partition=debug AllocNode:Sid=localhost:5606 ReqNodeList=(null) ExcNodeList=(null) NodeList=vm BatchHost=vm NumNodes=1 NumCPUs=1 NumTasks=1 CPUs/Task=1 ReqB:S:C:T=0:0:*:* TRES=cpu=1,mem=256M,node=1,billing=1 Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=* MinCPUsNode=1 MinMemoryCPU=256M MinTmpDiskNode=0 Features=(null) DelayBoot=00:00:00 OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null) Command=/tmp/probe/job.sh 300 WorkDir=/tmp/probe StdErr=/tmp/probe/4.out StdIn=/dev/null StdOut=/tmp/probe/4.out Power= ";
 
     const SBATCH_BAD_PARTITION: &str = "sbatch: error: invalid partition specified: nosuch\nsbatch: error: Batch job submission failed: Invalid partition name specified\n";
-    const SBATCH_TOO_MANY_GPUS: &str = "sbatch: error: Batch job submission failed: Requested node configuration is not available\n";
+    const SBATCH_TOO_MANY_GPUS: &str =
+        "sbatch: error: Batch job submission failed: Requested node configuration is not available\n";
     const SCONTROL_INVALID_ID: &str = "slurm_load_jobs error: Invalid job id specified\n";
 
     fn job_in(jobs: &[JobInfo], id: u64) -> &JobInfo {
-        jobs.iter()
-            .find(|job| job.id == JobId(id))
-            .expect("job listed")
+        jobs.iter().find(|job| job.id == JobId(id)).expect("job listed")
     }
 
     #[test]
@@ -1063,15 +942,8 @@ mod tests {
         // A submission rejected by sbatch still leaves a FAILED record behind.
         assert_eq!(job_in(&jobs, 10).state, JobState::Failed);
         assert_eq!(job_in(&jobs, 10).reason.as_deref(), Some("BadConstraints"));
-        assert_eq!(
-            job_in(&jobs, 6).reason.as_deref(),
-            Some("DependencyNeverSatisfied")
-        );
-        assert!(
-            jobs.iter()
-                .filter(|job| job.id != JobId(6))
-                .all(|job| job.state.is_terminal())
-        );
+        assert_eq!(job_in(&jobs, 6).reason.as_deref(), Some("DependencyNeverSatisfied"));
+        assert!(jobs.iter().filter(|job| job.id != JobId(6)).all(|job| job.state.is_terminal()));
     }
 
     #[test]
@@ -1099,17 +971,11 @@ mod tests {
         assert_eq!(job.node_list, None);
         assert_eq!(job.exit, Some(JobExit { code: 0, signal: 0 }));
         assert_eq!(job.std_out, Some(PathBuf::from("/tmp/probe/5.out")));
-        assert_eq!(
-            job.details.get("TimeLimit").map(String::as_str),
-            Some("UNLIMITED")
-        );
+        assert_eq!(job.details.get("TimeLimit").map(String::as_str), Some("UNLIMITED"));
 
         let dependent = parse_scontrol_show_job(SCONTROL_PENDING_DEPENDENCY).unwrap();
         assert_eq!(dependent.start_time, None);
-        assert_eq!(
-            dependent.details.get("Dependency").map(String::as_str),
-            Some("afterok:4(unfulfilled)")
-        );
+        assert_eq!(dependent.details.get("Dependency").map(String::as_str), Some("afterok:4(unfulfilled)"));
     }
 
     #[test]
@@ -1119,18 +985,9 @@ mod tests {
         assert_eq!(job.state, JobState::Running);
         assert_eq!(job.reason, None);
         assert_eq!(job.node_list.as_deref(), Some("vm"));
-        assert_eq!(
-            job.details.get("Command").map(String::as_str),
-            Some("/tmp/probe/job.sh 300")
-        );
-        assert_eq!(
-            job.details.get("AllocNode:Sid").map(String::as_str),
-            Some("localhost:5606")
-        );
-        assert_eq!(
-            job.details.get("TRES").map(String::as_str),
-            Some("cpu=1,mem=256M,node=1,billing=1")
-        );
+        assert_eq!(job.details.get("Command").map(String::as_str), Some("/tmp/probe/job.sh 300"));
+        assert_eq!(job.details.get("AllocNode:Sid").map(String::as_str), Some("localhost:5606"));
+        assert_eq!(job.details.get("TRES").map(String::as_str), Some("cpu=1,mem=256M,node=1,billing=1"));
         assert_eq!(job.details.get("Power").map(String::as_str), Some(""));
     }
 
@@ -1148,57 +1005,29 @@ mod tests {
         let timed_out = parse_scontrol_show_job(SCONTROL_TIMEOUT).unwrap();
         assert_eq!(timed_out.state, JobState::Timeout);
         assert_eq!(timed_out.reason.as_deref(), Some("TimeLimit"));
-        assert_eq!(
-            timed_out.exit,
-            Some(JobExit {
-                code: 0,
-                signal: 15
-            })
-        );
+        assert_eq!(timed_out.exit, Some(JobExit { code: 0, signal: 15 }));
 
         let cancelled = parse_scontrol_show_job(SCONTROL_CANCELLED_RUNNING).unwrap();
         assert_eq!(cancelled.state, JobState::Cancelled);
-        assert_eq!(
-            cancelled.exit,
-            Some(JobExit {
-                code: 0,
-                signal: 15
-            })
-        );
+        assert_eq!(cancelled.exit, Some(JobExit { code: 0, signal: 15 }));
 
         let cancelled_pending = parse_scontrol_show_job(SCONTROL_CANCELLED_PENDING).unwrap();
         assert_eq!(cancelled_pending.state, JobState::Cancelled);
         assert_eq!(cancelled_pending.node_list, None);
-        assert_eq!(
-            cancelled_pending
-                .details
-                .get("TresPerNode")
-                .map(String::as_str),
-            Some("gres:gpu:1")
-        );
+        assert_eq!(cancelled_pending.details.get("TresPerNode").map(String::as_str), Some("gres:gpu:1"));
 
         let signalled = parse_scontrol_show_job(SCONTROL_KILLED_BY_SIGNAL).unwrap();
         assert_eq!(signalled.state, JobState::Failed);
         assert_eq!(signalled.reason.as_deref(), Some("JobLaunchFailure"));
-        assert_eq!(
-            signalled.exit,
-            Some(JobExit {
-                code: 0,
-                signal: 10
-            })
-        );
+        assert_eq!(signalled.exit, Some(JobExit { code: 0, signal: 10 }));
     }
 
     #[test]
     fn scontrol_first_key_wins_over_lookalike_arguments() {
-        let line =
-            "JobId=7 JobName=x JobState=RUNNING Reason=None Command=/x.sh JobState=COMPLETED a=b";
+        let line = "JobId=7 JobName=x JobState=RUNNING Reason=None Command=/x.sh JobState=COMPLETED a=b";
         let job = parse_scontrol_show_job(line).unwrap();
         assert_eq!(job.state, JobState::Running);
-        assert_eq!(
-            job.details.get("Command").map(String::as_str),
-            Some("/x.sh JobState=COMPLETED a=b")
-        );
+        assert_eq!(job.details.get("Command").map(String::as_str), Some("/x.sh JobState=COMPLETED a=b"));
     }
 
     #[test]
@@ -1214,14 +1043,8 @@ mod tests {
         for (name, state) in JobState::NAMES {
             assert_eq!(&JobState::parse(name), state);
             assert_eq!(state.as_str(), *name);
-            assert!(
-                !(state.is_active() && state.is_terminal()),
-                "{name} cannot be both active and terminal"
-            );
-            assert!(
-                state.is_active() || state.is_terminal(),
-                "{name} must be classified"
-            );
+            assert!(!(state.is_active() && state.is_terminal()), "{name} cannot be both active and terminal");
+            assert!(state.is_active() || state.is_terminal(), "{name} must be classified");
         }
         assert_eq!(JobState::parse("CANCELLED by 0"), JobState::Cancelled);
         assert_eq!(JobState::parse("running"), JobState::Running);
@@ -1234,14 +1057,7 @@ mod tests {
     #[test]
     fn signal_spec_round_trips() {
         let spec: SignalSpec = "B:USR1@600".parse().unwrap();
-        assert_eq!(
-            spec,
-            SignalSpec {
-                signal: "USR1".into(),
-                seconds_before_limit: 600,
-                batch_only: true
-            }
-        );
+        assert_eq!(spec, SignalSpec { signal: "USR1".into(), seconds_before_limit: 600, batch_only: true });
         assert_eq!(spec.to_string(), "B:USR1@600");
         assert_eq!("10@30".parse::<SignalSpec>().unwrap().to_string(), "10@30");
         assert!("B:USR1".parse::<SignalSpec>().is_err());
@@ -1254,16 +1070,11 @@ mod tests {
         assert_eq!(format_time_limit(Duration::from_secs(1)), "0-00:01:00");
         assert_eq!(format_time_limit(Duration::from_secs(3600)), "0-01:00:00");
         assert_eq!(format_time_limit(Duration::from_secs(3601)), "0-01:01:00");
-        assert_eq!(
-            format_time_limit(Duration::from_secs(2 * 86400 + 5 * 3600)),
-            "2-05:00:00"
-        );
+        assert_eq!(format_time_limit(Duration::from_secs(2 * 86400 + 5 * 3600)), "2-05:00:00");
     }
 
     fn strings(args: &[OsString]) -> Vec<String> {
-        args.iter()
-            .map(|arg| arg.to_string_lossy().into_owned())
-            .collect()
+        args.iter().map(|arg| arg.to_string_lossy().into_owned()).collect()
     }
 
     #[test]
@@ -1291,10 +1102,7 @@ mod tests {
                 begin: Some("now+60".into()),
                 extra_args: vec!["--exclusive".into()],
             },
-            export: vec![
-                ("EVAL_RUN_ID".into(), "r1".into()),
-                ("HF_HOME".into(), "/hf".into()),
-            ],
+            export: vec![("EVAL_RUN_ID".into(), "r1".into()), ("HF_HOME".into(), "/hf".into())],
         };
         assert_eq!(
             strings(&build_sbatch_args(&request).unwrap()),
@@ -1327,14 +1135,8 @@ mod tests {
 
     #[test]
     fn sbatch_args_minimal_request_exports_nothing() {
-        let request = SubmitRequest {
-            script: "job.sh".into(),
-            ..Default::default()
-        };
-        assert_eq!(
-            strings(&build_sbatch_args(&request).unwrap()),
-            ["--parsable", "--export=NONE", "job.sh"]
-        );
+        let request = SubmitRequest { script: "job.sh".into(), ..Default::default() };
+        assert_eq!(strings(&build_sbatch_args(&request).unwrap()), ["--parsable", "--export=NONE", "job.sh"]);
     }
 
     #[test]
@@ -1345,10 +1147,7 @@ mod tests {
             ..Default::default()
         };
         for bad_name in ["", "1ABC", "A,B", "A=B", "A B"] {
-            assert!(
-                build_sbatch_args(&with_export(bad_name)).is_err(),
-                "{bad_name:?} accepted"
-            );
+            assert!(build_sbatch_args(&with_export(bad_name)).is_err(), "{bad_name:?} accepted");
         }
         let twice = SubmitRequest {
             script: "job.sh".into(),
@@ -1359,19 +1158,13 @@ mod tests {
         assert!(build_sbatch_args(&SubmitRequest::default()).is_err());
         let newline_name = SubmitRequest {
             script: "job.sh".into(),
-            options: SbatchOptions {
-                job_name: Some("a\nb".into()),
-                ..Default::default()
-            },
+            options: SbatchOptions { job_name: Some("a\nb".into()), ..Default::default() },
             ..Default::default()
         };
         assert!(build_sbatch_args(&newline_name).is_err());
         let type_without_count = SubmitRequest {
             script: "job.sh".into(),
-            options: SbatchOptions {
-                gpu_type: Some("a100".into()),
-                ..Default::default()
-            },
+            options: SbatchOptions { gpu_type: Some("a100".into()), ..Default::default() },
             ..Default::default()
         };
         assert!(build_sbatch_args(&type_without_count).is_err());
@@ -1380,10 +1173,7 @@ mod tests {
     #[test]
     fn failure_messages_are_one_line_with_command_and_status() {
         let error = SlurmError::Failed {
-            command: render_command(
-                OsStr::new("sbatch"),
-                &["--partition=nosuch".into(), "my job.sh".into()],
-            ),
+            command: render_command(OsStr::new("sbatch"), &["--partition=nosuch".into(), "my job.sh".into()]),
             status: "exit status: 1".into(),
             stderr: one_line(SBATCH_BAD_PARTITION),
         };
@@ -1396,10 +1186,7 @@ mod tests {
         );
         assert!(!message.contains('\n'));
         assert_eq!(one_line(""), "(no stderr)");
-        assert!(
-            one_line(SBATCH_TOO_MANY_GPUS)
-                .contains("Requested node configuration is not available")
-        );
+        assert!(one_line(SBATCH_TOO_MANY_GPUS).contains("Requested node configuration is not available"));
         assert!(is_invalid_job_id(SCONTROL_INVALID_ID));
     }
 
@@ -1429,23 +1216,13 @@ mod tests {
         let request = SubmitRequest {
             script: "/x/job.sh".into(),
             script_args: vec!["a b".into(), "$HOME".into()],
-            options: SbatchOptions {
-                job_name: Some("n".into()),
-                ..Default::default()
-            },
+            options: SbatchOptions { job_name: Some("n".into()), ..Default::default() },
             export: vec![("EVAL_TOKEN".into(), "s3cret value".into())],
         };
         assert_eq!(cli.submit(&request).unwrap(), JobId(77));
         assert_eq!(
             read_lines(&argv_file),
-            [
-                "--parsable",
-                "--job-name=n",
-                "--export=EVAL_TOKEN",
-                "/x/job.sh",
-                "a b",
-                "$HOME"
-            ]
+            ["--parsable", "--job-name=n", "--export=EVAL_TOKEN", "/x/job.sh", "a b", "$HOME"]
         );
         let env = read_lines(&env_file);
         assert!(env.contains(&"EVAL_TOKEN=s3cret value".to_string()));
@@ -1466,28 +1243,16 @@ mod tests {
         fake_command(
             dir.path(),
             "sbatch",
-            &format!(
-                "printf '{}' >&2\nexit 1",
-                SBATCH_BAD_PARTITION.replace('\n', "\\n")
-            ),
+            &format!("printf '{}' >&2\nexit 1", SBATCH_BAD_PARTITION.replace('\n', "\\n")),
         );
         let cli = SlurmCli::new().with_bin_dir(dir.path());
-        let request = SubmitRequest {
-            script: "job.sh".into(),
-            ..Default::default()
-        };
+        let request = SubmitRequest { script: "job.sh".into(), ..Default::default() };
         let error = cli.submit(&request).unwrap_err();
         assert!(matches!(error, SlurmError::Failed { .. }), "{error:?}");
         let message = error.to_string();
-        assert!(
-            message.contains("sbatch --parsable --export=NONE job.sh"),
-            "{message}"
-        );
+        assert!(message.contains("sbatch --parsable --export=NONE job.sh"), "{message}");
         assert!(message.contains("exit status: 1"), "{message}");
-        assert!(
-            message.contains("Invalid partition name specified"),
-            "{message}"
-        );
+        assert!(message.contains("Invalid partition name specified"), "{message}");
         assert!(!message.contains('\n'));
     }
 
@@ -1507,53 +1272,32 @@ mod tests {
     fn cli_show_and_find_by_name_parse_recorded_output() {
         let dir = tempfile::tempdir().unwrap();
         let args_file = dir.path().join("args");
-        fake_command(
-            dir.path(),
-            "scontrol",
-            &format!("cat <<'EOF'\n{SCONTROL_FAILED}\nEOF"),
-        );
+        fake_command(dir.path(), "scontrol", &format!("cat <<'EOF'\n{SCONTROL_FAILED}\nEOF"));
         fake_command(
             dir.path(),
             "squeue",
-            &format!(
-                "echo \"$@\" > '{}'\ncat <<'EOF'\n{SQUEUE_RECORDED}EOF",
-                args_file.display()
-            ),
+            &format!("echo \"$@\" > '{}'\ncat <<'EOF'\n{SQUEUE_RECORDED}EOF", args_file.display()),
         );
         let cli = SlurmCli::new().with_bin_dir(dir.path());
         let shown = cli.show(JobId(7)).unwrap().unwrap();
         assert_eq!(shown.exit, Some(JobExit { code: 3, signal: 0 }));
-        assert_eq!(
-            cli.show(JobId(8)).unwrap(),
-            None,
-            "a different job in the output is not ours"
-        );
+        assert_eq!(cli.show(JobId(8)).unwrap(), None, "a different job in the output is not ours");
 
         let found = cli.find_by_name("probe running").unwrap();
-        assert_eq!(
-            found.iter().map(|job| job.id).collect::<Vec<_>>(),
-            [JobId(4)]
-        );
+        assert_eq!(found.iter().map(|job| job.id).collect::<Vec<_>>(), [JobId(4)]);
         assert_eq!(
             std::fs::read_to_string(&args_file).unwrap().trim(),
             format!("-h --states=all --name=probe running --format={SQUEUE_FORMAT}")
         );
         let listed = cli.jobs(&[JobId(3), JobId(5), JobId(1000)]).unwrap();
-        assert_eq!(
-            listed.iter().map(|job| job.id).collect::<Vec<_>>(),
-            [JobId(5), JobId(3)]
-        );
+        assert_eq!(listed.iter().map(|job| job.id).collect::<Vec<_>>(), [JobId(5), JobId(3)]);
     }
 
     #[test]
     fn cli_cancel_builds_signal_arguments() {
         let dir = tempfile::tempdir().unwrap();
         let args_file = dir.path().join("args");
-        fake_command(
-            dir.path(),
-            "scancel",
-            &format!("echo \"$@\" >> '{}'", args_file.display()),
-        );
+        fake_command(dir.path(), "scancel", &format!("echo \"$@\" >> '{}'", args_file.display()));
         let cli = SlurmCli::new().with_bin_dir(dir.path());
         cli.cancel(JobId(5), None, false).unwrap();
         cli.cancel(JobId(6), Some("USR1"), true).unwrap();
@@ -1580,17 +1324,9 @@ mod tests {
     fn cli_ping_reads_scontrol_answer() {
         let dir = tempfile::tempdir().unwrap();
         let cli = SlurmCli::new().with_bin_dir(dir.path());
-        fake_command(
-            dir.path(),
-            "scontrol",
-            "echo 'Slurmctld(primary) at vm is UP'",
-        );
+        fake_command(dir.path(), "scontrol", "echo 'Slurmctld(primary) at vm is UP'");
         assert!(cli.ping().unwrap());
-        fake_command(
-            dir.path(),
-            "scontrol",
-            "echo 'Slurmctld(primary) at vm is DOWN'\nexit 1",
-        );
+        fake_command(dir.path(), "scontrol", "echo 'Slurmctld(primary) at vm is DOWN'\nexit 1");
         assert!(!cli.ping().unwrap());
     }
 }

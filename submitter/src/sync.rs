@@ -12,7 +12,6 @@ use crate::decide::{MISSING_JOB_GRACE_S, SlurmView};
 use crate::ledger::{Attempt, Ledger, LedgerError, Status, now};
 use crate::slurm::{JobId, JobInfo, JobState, Slurm, SlurmError};
 
-
 #[derive(Debug, thiserror::Error)]
 pub enum SyncError {
     #[error(transparent)]
@@ -75,8 +74,11 @@ pub fn harbor_metrics(run_dir: &Path) -> Option<Value> {
 pub fn sync(ledger: &dyn Ledger, slurm: &dyn Slurm, cluster: &str) -> Result<SyncReport, SyncError> {
     let active: Vec<Attempt> = ledger.active()?.into_iter().filter(|a| a.cluster == cluster).collect();
     let ids: Vec<JobId> = active.iter().filter_map(|a| a.slurm_job_id.as_deref()?.parse().ok()).collect();
-    let jobs: HashMap<String, JobInfo> =
-        if ids.is_empty() { HashMap::new() } else { slurm.jobs(&ids)?.into_iter().map(|j| (j.id.to_string(), j)).collect() };
+    let jobs: HashMap<String, JobInfo> = if ids.is_empty() {
+        HashMap::new()
+    } else {
+        slurm.jobs(&ids)?.into_iter().map(|j| (j.id.to_string(), j)).collect()
+    };
     let mut report = SyncReport::default();
     for attempt in &active {
         let run_dir = run_dir_of(attempt);
@@ -84,7 +86,13 @@ pub fn sync(ledger: &dyn Ledger, slurm: &dyn Slurm, cluster: &str) -> Result<Syn
         let outcome = status.as_ref().and_then(|s| s.outcome.clone());
         let mut change = |to: Status, reason: String, metrics: Option<Value>| -> Result<(), SyncError> {
             ledger.transition(attempt.id, to, &reason, metrics.as_ref())?;
-            report.changes.push(Change { attempt: attempt.id.0, model: attempt.model.clone(), benchmark: attempt.benchmark.clone(), to, reason });
+            report.changes.push(Change {
+                attempt: attempt.id.0,
+                model: attempt.model.clone(),
+                benchmark: attempt.benchmark.clone(),
+                to,
+                reason,
+            });
             Ok(())
         };
         if let Some(outcome) = outcome {
@@ -130,7 +138,8 @@ pub fn sync(ledger: &dyn Ledger, slurm: &dyn Slurm, cluster: &str) -> Result<Syn
 
 /// The job of an attempt that has no job id yet: same job name, output in the attempt's run dir.
 fn find_job_for(slurm: &dyn Slurm, attempt: &Attempt) -> Result<Option<JobId>, SlurmError> {
-    let (Some(name), Some(run_dir)) = (attempt.config.get("job_name").and_then(Value::as_str), run_dir_of(attempt)) else {
+    let (Some(name), Some(run_dir)) = (attempt.config.get("job_name").and_then(Value::as_str), run_dir_of(attempt))
+    else {
         return Ok(None);
     };
     for job in slurm.find_by_name(name)? {

@@ -39,7 +39,8 @@ impl Drop for RestartOnDrop {
 #[test]
 fn postgres_stopped_means_nothing_submitted() {
     let in_ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    let slurm = Command::new("scontrol").arg("ping").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("UP"));
+    let slurm =
+        Command::new("scontrol").arg("ping").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("UP"));
     let controllable = Command::new("pg_ctlcluster").arg("--help").output().is_ok();
     if !(pg_ready() && slurm && controllable) {
         assert!(!in_ci, "CI must provide PostgreSQL (pg_ctlcluster) and Slurm");
@@ -52,7 +53,19 @@ fn postgres_stopped_means_nothing_submitted() {
     let model = format!("down/Probe-{}-1B", std::process::id());
     let launch = || {
         Command::new(SUBMITTER)
-            .args(["launch", "--once", "--cluster", "local", "--preset", "tb2", "--model", &model, "--ledger", &url, "--state-dir"])
+            .args([
+                "launch",
+                "--once",
+                "--cluster",
+                "local",
+                "--preset",
+                "tb2",
+                "--model",
+                &model,
+                "--ledger",
+                &url,
+                "--state-dir",
+            ])
             .arg(state.path())
             .env("SUBMITTER_HOME", root)
             .output()

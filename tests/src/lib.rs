@@ -1,5 +1,5 @@
 //! test support
 
 pub mod harness;
-pub mod standin;
 pub mod sshd;
+pub mod standin;

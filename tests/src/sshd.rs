@@ -21,7 +21,10 @@ pub const SSHD: &str = "/usr/sbin/sshd";
 pub fn available_or_skip() -> bool {
     let ok = Path::new(SSHD).is_file() && which("ssh").is_some() && which("ssh-keygen").is_some();
     if !ok {
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "sshd/ssh/ssh-keygen missing in CI: run scripts/services.sh install");
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "sshd/ssh/ssh-keygen missing in CI: run scripts/services.sh install"
+        );
         #[allow(clippy::print_stderr)]
         {
             eprintln!("skipping: no sshd");

@@ -21,8 +21,6 @@ const HARBOR: &str = env!("CARGO_BIN_EXE_harbor-standin");
 
 // ------------------------------------------------------------------------------------------ harness
 
-
-
 const GPU_FIXTURE: &str = r#"[
   {"index": 0, "uuid": "GPU-aaaa0000-0000-4000-8000-000000000000", "name": "NVIDIA A100-SXM-64GB", "memory_total_bytes": 68719476736},
   {"index": 1, "uuid": "GPU-aaaa0000-0000-4000-8000-000000000001", "name": "NVIDIA A100-SXM-64GB", "memory_total_bytes": 68719476736}
@@ -72,7 +70,10 @@ impl Fx {
             _tmp: tmp,
         };
         fx.write_secrets(
-            &format!("# test secrets\nexport DAYTONA_API_KEY={}\nDAYTONA_DATA_API_KEY=\"{}\"\nHF_TOKEN='{}'\n", fx.org1, fx.org2, fx.hf),
+            &format!(
+                "# test secrets\nexport DAYTONA_API_KEY={}\nDAYTONA_DATA_API_KEY=\"{}\"\nHF_TOKEN='{}'\n",
+                fx.org1, fx.org2, fx.hf
+            ),
             0o600,
         );
         fx
@@ -395,7 +396,8 @@ fn fresh_run_finishes_with_records_and_explicit_environments() {
     assert_eq!(get(&harbor_env, "PAYLOAD_RUN_ID").unwrap(), format!("{}-{}", fx.tag, run.pid));
     // No secret in any live descendant's argv.
     for pid in descendants(run.pid) {
-        let cmdline = String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default()).to_string();
+        let cmdline =
+            String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default()).to_string();
         for s in fx.secret_values() {
             assert!(!cmdline.contains(s), "secret in argv of pid {pid}: {cmdline}");
         }
@@ -417,19 +419,43 @@ fn fresh_run_finishes_with_records_and_explicit_environments() {
     assert_eq!(hb["trials_errored"], 0, "{hb}");
     assert!(hb["completions_ok"].as_u64().unwrap() >= 6, "2 turns × 3 trials: {hb}");
     // Phases in order, argv exactly as SPEC §6.3/§6.4.
-    let phases: Vec<String> =
-        fx.events().iter().filter(|e| e["event"] == "phase").map(|e| e["fields"]["phase"].as_str().unwrap().to_string()).collect();
+    let phases: Vec<String> = fx
+        .events()
+        .iter()
+        .filter(|e| e["event"] == "phase")
+        .map(|e| e["fields"]["phase"].as_str().unwrap().to_string())
+        .collect();
     assert_eq!(phases, ["serving", "ready", "running", "stopping"]);
     let port = st["port"].as_u64().unwrap().to_string();
-    let argv: Vec<String> = serde_json::from_value(fx.event("engine_spawned").unwrap()["fields"]["argv"].clone()).unwrap();
+    let argv: Vec<String> =
+        serde_json::from_value(fx.event("engine_spawned").unwrap()["fields"]["argv"].clone()).unwrap();
     let vllm = fx.root.join("env/bin/vllm").display().to_string();
     assert_eq!(
         argv,
-        [&vllm, "serve", "Qwen/Qwen3-8B", "--host", "127.0.0.1", "--port", &port, "--served-model-name", "Qwen3-8B",
-         "--tensor-parallel-size", "1", "--data-parallel-size", "2", "--gpu-memory-utilization", "0.85",
-         "--max-model-len", "8192", "--max-num-seqs", "64"]
+        [
+            &vllm,
+            "serve",
+            "Qwen/Qwen3-8B",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port,
+            "--served-model-name",
+            "Qwen3-8B",
+            "--tensor-parallel-size",
+            "1",
+            "--data-parallel-size",
+            "2",
+            "--gpu-memory-utilization",
+            "0.85",
+            "--max-model-len",
+            "8192",
+            "--max-num-seqs",
+            "64"
+        ]
     );
-    let hargv: Vec<String> = serde_json::from_value(fx.event("harbor_spawned").unwrap()["fields"]["argv"].clone()).unwrap();
+    let hargv: Vec<String> =
+        serde_json::from_value(fx.event("harbor_spawned").unwrap()["fields"]["argv"].clone()).unwrap();
     assert_eq!(&hargv[1..4], ["jobs", "start", "-p"]);
     assert!(hargv.contains(&format!("api_base=http://127.0.0.1:{port}/v1")));
     assert!(hargv.contains(&r#"model_info={"max_input_tokens":8192,"max_output_tokens":4096,"input_cost_per_token":0,"output_cost_per_token":0}"#.to_string()));
@@ -471,9 +497,17 @@ fn engine_crash_at_start_is_classified_within_a_second() {
                 assert!(!tail.is_empty() && tail.len() <= 30, "{cause}: tail of {} lines", tail.len());
                 let exited = fx.event("engine_exited").unwrap();
                 let done = fx.event("outcome").unwrap();
-                assert!(ms_between(&exited, &done) < 1000, "{cause}: outcome {} ms after the crash", ms_between(&exited, &done));
+                assert!(
+                    ms_between(&exited, &done) < 1000,
+                    "{cause}: outcome {} ms after the crash",
+                    ms_between(&exited, &done)
+                );
                 let spawned = fx.event("engine_spawned").unwrap();
-                assert!(ms_between(&spawned, &exited) < 3000, "{cause}: crash noticed {} ms after spawn", ms_between(&spawned, &exited));
+                assert!(
+                    ms_between(&spawned, &exited) < 3000,
+                    "{cause}: crash noticed {} ms after spawn",
+                    ms_between(&spawned, &exited)
+                );
                 assert!(fx.event("harbor_spawned").is_none());
             });
         }
@@ -582,21 +616,30 @@ fn bad_spec_exits_2_with_one_line_naming_the_problem() {
     let fx = Fx::new("badspec");
     let cases: Vec<(String, &str)> = vec![
         ("{not json".to_string(), "invalid launch spec"),
-        ({
-            let mut s = fx.spec();
-            s["serve"]["tensor_paralel_size"] = json!(1);
-            s.to_string()
-        }, "tensor_paralel_size"),
-        ({
-            let mut s = fx.spec();
-            s["version"] = json!(99);
-            s.to_string()
-        }, "version 99"),
-        ({
-            let mut s = fx.spec();
-            s["model"]["served_name"] = json!("org/name");
-            s.to_string()
-        }, "model.served_name"),
+        (
+            {
+                let mut s = fx.spec();
+                s["serve"]["tensor_paralel_size"] = json!(1);
+                s.to_string()
+            },
+            "tensor_paralel_size",
+        ),
+        (
+            {
+                let mut s = fx.spec();
+                s["version"] = json!(99);
+                s.to_string()
+            },
+            "version 99",
+        ),
+        (
+            {
+                let mut s = fx.spec();
+                s["model"]["served_name"] = json!("org/name");
+                s.to_string()
+            },
+            "model.served_name",
+        ),
     ];
     for (text, needle) in cases {
         let path = fx.root.join("bad.json");
@@ -689,7 +732,9 @@ fn sigterm_during_run_stops_harbor_first() {
         .iter()
         .map(|s| (s["action"].as_str().unwrap().to_string(), s["role"].as_str().unwrap().to_string()))
         .collect();
-    let pos = |a: &str, r: &str| steps.iter().position(|s| s.0 == a && s.1 == r).unwrap_or_else(|| panic!("no {a} {r}: {steps:?}"));
+    let pos = |a: &str, r: &str| {
+        steps.iter().position(|s| s.0 == a && s.1 == r).unwrap_or_else(|| panic!("no {a} {r}: {steps:?}"))
+    };
     assert!(pos("term", "harbor") < pos("gone", "harbor"), "{steps:?}");
     assert!(pos("gone", "harbor") < pos("term", "engine"), "{steps:?}");
     assert!(!steps.iter().any(|s| s.0 == "kill"), "cooperative children need no SIGKILL: {steps:?}");
@@ -768,7 +813,9 @@ fn resume_rewrites_api_base_in_job_and_every_trial_config() {
     spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("0.6");
     spec["harbor"]["n_concurrent"] = json!(1);
     let mut run = fx.start(&spec, &[("SLURM_JOB_ID", "4242")]);
-    fx.wait_status("a finished trial", Duration::from_secs(20), |s| s["heartbeat"]["trials_finished"].as_u64().unwrap_or(0) >= 1);
+    fx.wait_status("a finished trial", Duration::from_secs(20), |s| {
+        s["heartbeat"]["trials_finished"].as_u64().unwrap_or(0) >= 1
+    });
     run.signal(Signal::SIGTERM);
     assert_eq!(run.wait(Duration::from_secs(10)), 143);
     let old_port = fx.status()["port"].as_u64().unwrap();
@@ -778,7 +825,13 @@ fn resume_rewrites_api_base_in_job_and_every_trial_config() {
     spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("0.05");
     let mut run = fx.start(&spec, &[("SLURM_JOB_ID", "4243")]);
     let code = run.wait(Duration::from_secs(30));
-    assert_eq!(code, 0, "stderr:\n{}\nharbor.log:\n{}", fx.stderr(), std::fs::read_to_string(fx.run_dir().join("harbor.log")).unwrap_or_default());
+    assert_eq!(
+        code,
+        0,
+        "stderr:\n{}\nharbor.log:\n{}",
+        fx.stderr(),
+        std::fs::read_to_string(fx.run_dir().join("harbor.log")).unwrap_or_default()
+    );
     assert_no_survivors(&run);
     let st = fx.status();
     assert_eq!(st["resume"], true);
@@ -788,7 +841,8 @@ fn resume_rewrites_api_base_in_job_and_every_trial_config() {
     let rewritten = fx.event("resume_configs_rewritten").unwrap();
     let files = rewritten["fields"]["files"].as_array().unwrap();
     assert!(files.len() >= 2, "job config plus at least one trial: {rewritten}");
-    let hargv: Vec<String> = serde_json::from_value(fx.last_event("harbor_spawned").unwrap()["fields"]["argv"].clone()).unwrap();
+    let hargv: Vec<String> =
+        serde_json::from_value(fx.last_event("harbor_spawned").unwrap()["fields"]["argv"].clone()).unwrap();
     assert_eq!(&hargv[1..5], ["jobs", "resume", "-p", fx.run_dir().to_str().unwrap()]);
     assert_eq!(hargv.iter().filter(|a| *a == "--filter-error-type").count(), 12);
     // Every config.json (job and trials) now points at the new server.
@@ -798,7 +852,12 @@ fn resume_rewrites_api_base_in_job_and_every_trial_config() {
     for e in std::fs::read_dir(fx.run_dir()).unwrap().flatten() {
         if e.file_type().unwrap().is_dir() {
             let c = read_json(&e.path().join("config.json")).unwrap();
-            assert_eq!(c.pointer("/agent/kwargs/api_base").and_then(Value::as_str), Some(new_base.as_str()), "{}", e.path().display());
+            assert_eq!(
+                c.pointer("/agent/kwargs/api_base").and_then(Value::as_str),
+                Some(new_base.as_str()),
+                "{}",
+                e.path().display()
+            );
             trials += 1;
         }
     }
@@ -884,7 +943,11 @@ fn gpus_lists_inventory_and_profiles() {
 // ------------------------------------------------------------------------------------------ Slurm
 
 fn slurm_available() -> bool {
-    let up = Command::new("scontrol").arg("ping").output().map(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("UP")).unwrap_or(false);
+    let up = Command::new("scontrol")
+        .arg("ping")
+        .output()
+        .map(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("UP"))
+        .unwrap_or(false);
     if !up {
         if std::env::var("CI").as_deref() == Ok("true") {
             panic!("CI=true but `scontrol ping` fails: the local Slurm cluster must be up (scripts/services.sh up)");
@@ -959,7 +1022,11 @@ fn slurm_case(name: &str, cancel: &[&str], class: &str, code: i64) {
     let left = marker_processes(&format!("PAYLOAD_RUN_ID={}-{payload_pid}", fx.tag));
     assert!(left.is_empty(), "{left:#?}");
     let gc = std::fs::read_to_string(&pidfile).unwrap();
-    assert!(!Path::new(&format!("/proc/{}", gc.trim())).exists(), "double-forked grandchild {} survived the job", gc.trim());
+    assert!(
+        !Path::new(&format!("/proc/{}", gc.trim())).exists(),
+        "double-forked grandchild {} survived the job",
+        gc.trim()
+    );
     // Slurm saw payload's exit code (the batch script execs payload).
     let until = Instant::now() + Duration::from_secs(30);
     loop {

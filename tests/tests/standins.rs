@@ -1,7 +1,7 @@
 //! Tests of the vLLM and Harbor stand-ins themselves (test support programs).
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -27,14 +27,23 @@ impl Vllm {
         let out = dir.join(format!("vllm-{port}.out"));
         let err = dir.join(format!("vllm-{port}.err"));
         let mut cmd = Command::new(VLLM);
-        cmd.args(["serve", "Qwen/Qwen3-8B", "--host", "127.0.0.1", "--port", &port.to_string(), "--served-model-name", "q8"])
-            .args(extra)
-            .env_remove("VLLM_API_KEY")
-            .env_remove("CUDA_VISIBLE_DEVICES")
-            .env("STANDIN_LOAD_SECONDS", "0.05")
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&out).unwrap())
-            .stderr(std::fs::File::create(&err).unwrap());
+        cmd.args([
+            "serve",
+            "Qwen/Qwen3-8B",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--served-model-name",
+            "q8",
+        ])
+        .args(extra)
+        .env_remove("VLLM_API_KEY")
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .env("STANDIN_LOAD_SECONDS", "0.05")
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap());
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -92,7 +101,11 @@ impl Drop for Vllm {
 }
 
 fn agent(timeout: f64) -> ureq::Agent {
-    ureq::Agent::config_builder().timeout_global(Some(Duration::from_secs_f64(timeout))).http_status_as_error(false).build().into()
+    ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs_f64(timeout)))
+        .http_status_as_error(false)
+        .build()
+        .into()
 }
 
 fn get(url: &str, key: Option<&str>) -> Option<(u16, String)> {
@@ -115,7 +128,12 @@ fn post(url: &str, key: Option<&str>, body: &Value, timeout: f64) -> Option<(u16
 }
 
 fn chat(v: &Vllm, key: Option<&str>) -> Option<(u16, Value)> {
-    post(&format!("{}/v1/chat/completions", v.base()), key, &json!({"model": "q8", "messages": [{"role": "user", "content": "hi"}]}), 3.0)
+    post(
+        &format!("{}/v1/chat/completions", v.base()),
+        key,
+        &json!({"model": "q8", "messages": [{"role": "user", "content": "hi"}]}),
+        3.0,
+    )
 }
 
 fn run(bin: &str, args: &[&str], env: &[(&str, &str)], cwd: &Path) -> (i32, String, String) {
@@ -125,7 +143,11 @@ fn run(bin: &str, args: &[&str], env: &[(&str, &str)], cwd: &Path) -> (i32, Stri
         cmd.env(k, v);
     }
     let out = cmd.output().unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 fn read_json(p: &Path) -> Value {
@@ -142,7 +164,8 @@ fn dataset(dir: &Path, tasks: &[&str]) -> PathBuf {
 }
 
 fn trial_dirs(job: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(job).unwrap().filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_dir()).collect();
+    let mut v: Vec<PathBuf> =
+        std::fs::read_dir(job).unwrap().filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_dir()).collect();
     v.sort();
     v
 }
@@ -152,7 +175,11 @@ fn trial_dirs(job: &Path) -> Vec<PathBuf> {
 #[test]
 fn vllm_serves_vllm_shapes_and_logs() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut v = Vllm::start(tmp.path(), &["--max-model-len", "4096", "--hf-overrides", r#"{"rope_scaling":null}"#, "-tp", "2"], &[("VLLM_API_KEY", "sek")]);
+    let mut v = Vllm::start(
+        tmp.path(),
+        &["--max-model-len", "4096", "--hf-overrides", r#"{"rope_scaling":null}"#, "-tp", "2"],
+        &[("VLLM_API_KEY", "sek")],
+    );
     v.wait_ready();
     let (s, body) = get(&format!("{}/health", v.base()), None).unwrap();
     assert_eq!((s, body.as_str()), (200, ""));
@@ -175,8 +202,17 @@ fn vllm_serves_vllm_shapes_and_logs() {
     assert_eq!(r["choices"][0]["message"]["role"], "assistant");
     assert_eq!(r["choices"][0]["finish_reason"], "stop");
     let u = &r["usage"];
-    assert_eq!(u["total_tokens"].as_u64().unwrap(), u["prompt_tokens"].as_u64().unwrap() + u["completion_tokens"].as_u64().unwrap());
-    let (s, r) = post(&format!("{}/v1/completions", v.base()), Some("sek"), &json!({"model": "q8", "prompt": "hello", "max_tokens": 4}), 3.0).unwrap();
+    assert_eq!(
+        u["total_tokens"].as_u64().unwrap(),
+        u["prompt_tokens"].as_u64().unwrap() + u["completion_tokens"].as_u64().unwrap()
+    );
+    let (s, r) = post(
+        &format!("{}/v1/completions", v.base()),
+        Some("sek"),
+        &json!({"model": "q8", "prompt": "hello", "max_tokens": 4}),
+        3.0,
+    )
+    .unwrap();
     assert_eq!(s, 200);
     assert_eq!(r["object"], "text_completion");
     assert_eq!(r["usage"]["completion_tokens"], 4);
@@ -196,7 +232,9 @@ fn vllm_serves_vllm_shapes_and_logs() {
     assert_eq!(s, 400);
     assert!(r["error"]["message"].as_str().unwrap().contains("However, your prompt contains"));
     // Unknown model: 404 NotFoundError.
-    let (s, r) = post(&format!("{}/v1/chat/completions", v.base()), Some("sek"), &json!({"model": "nope", "messages": []}), 3.0).unwrap();
+    let (s, r) =
+        post(&format!("{}/v1/chat/completions", v.base()), Some("sek"), &json!({"model": "nope", "messages": []}), 3.0)
+            .unwrap();
     assert_eq!(s, 404);
     assert_eq!(r["error"]["type"], "NotFoundError");
     // Prometheus metrics with vLLM's names.
@@ -221,11 +259,20 @@ fn vllm_serves_vllm_shapes_and_logs() {
     let out = v.stdout();
     let err = v.stderr();
     let re_prefix = format!("(APIServer pid={}) INFO ", v.child.id());
-    assert!(out.lines().any(|l| l.starts_with(&re_prefix) && l.contains("[startup.py:33] vLLM server version 0.33.0, serving model Qwen/Qwen3-8B")), "{out}");
+    assert!(
+        out.lines().any(|l| l.starts_with(&re_prefix)
+            && l.contains("[startup.py:33] vLLM server version 0.33.0, serving model Qwen/Qwen3-8B")),
+        "{out}"
+    );
     assert!(out.contains(&format!("Starting vLLM server on http://127.0.0.1:{}", v.port)));
     assert!(out.contains("'hf_overrides': {\"rope_scaling\":null}"));
     assert!(err.contains("INFO:     Application startup complete."));
-    assert!(out.lines().any(|l| l.starts_with("INFO:     127.0.0.1:") && l.ends_with("- \"POST /v1/chat/completions HTTP/1.1\" 200 OK")), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("INFO:     127.0.0.1:")
+                && l.ends_with("- \"POST /v1/chat/completions HTTP/1.1\" 200 OK")),
+        "{out}"
+    );
     assert!(out.lines().any(|l| l.ends_with("\"POST /v1/chat/completions HTTP/1.1\" 400 Bad Request")));
     assert!(out.lines().any(|l| l.ends_with("\"GET /v1/models HTTP/1.1\" 401 Unauthorized")));
     // SIGTERM: shutdown lines, exit 0.
@@ -260,7 +307,8 @@ fn vllm_argparse_errors() {
     let (code, _, err) = run(VLLM, &["serve", "m", "--enable-auto-tool-choice"], &[], tmp.path());
     assert_eq!(code, 1);
     assert!(err.ends_with("TypeError: Error: --enable-auto-tool-choice requires --tool-call-parser\n"));
-    let (code, _, err) = run(VLLM, &["serve", "m", "--enable-auto-tool-choice", "--tool-call-parser", "nonsense"], &[], tmp.path());
+    let (code, _, err) =
+        run(VLLM, &["serve", "m", "--enable-auto-tool-choice", "--tool-call-parser", "nonsense"], &[], tmp.path());
     assert_eq!(code, 1);
     assert!(err.contains("KeyError: 'invalid tool call parser: nonsense (chose from {"));
 }
@@ -272,7 +320,10 @@ fn vllm_start_failures_print_real_errors() {
         ("oom", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB."),
         ("kv_cache", "KV cache is needed, which is larger than the available KV cache memory"),
         ("world_size", "World size (1) is larger than the number of available GPUs"),
-        ("model_type", "The checkpoint you are trying to load has model type `qwen3_5` but Transformers does not recognize this architecture."),
+        (
+            "model_type",
+            "The checkpoint you are trying to load has model type `qwen3_5` but Transformers does not recognize this architecture.",
+        ),
         ("other", "RuntimeError: Engine core initialization failed. See root cause above."),
     ];
     for (mode, needle) in cases {
@@ -282,17 +333,37 @@ fn vllm_start_failures_print_real_errors() {
         assert_eq!(code, 1, "{mode}");
         assert!(out.contains(needle) || err.contains(needle), "{mode}: {out}\n{err}");
     }
-    let (code, _, err) = run(VLLM, &["serve", "m", "--port", &free_port().to_string()], &[("STANDIN_FAIL_AT_START", "kv_cache"), ("STANDIN_VLLM_STYLE", "legacy"), ("STANDIN_LOAD_SECONDS", "0")], tmp.path());
+    let (code, _, err) = run(
+        VLLM,
+        &["serve", "m", "--port", &free_port().to_string()],
+        &[("STANDIN_FAIL_AT_START", "kv_cache"), ("STANDIN_VLLM_STYLE", "legacy"), ("STANDIN_LOAD_SECONDS", "0")],
+        tmp.path(),
+    );
     assert_eq!(code, 1);
     assert!(err.contains("ValueError: The model's max seq len (32768) is larger than the maximum number of tokens that can be stored in KV cache (16384). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."));
     // TP against CUDA_VISIBLE_DEVICES, DP shards against the visible devices.
-    let (code, _, err) = run(VLLM, &["serve", "m", "-tp", "4", "--port", &free_port().to_string()], &[("CUDA_VISIBLE_DEVICES", "0")], tmp.path());
+    let (code, _, err) = run(
+        VLLM,
+        &["serve", "m", "-tp", "4", "--port", &free_port().to_string()],
+        &[("CUDA_VISIBLE_DEVICES", "0")],
+        tmp.path(),
+    );
     assert_eq!(code, 1);
     assert!(err.contains("World size (4) is larger than the number of available GPUs (1) in this node."));
-    let (code, _, err) = run(VLLM, &["serve", "m", "-tp", "2", "-dp", "2", "--port", &free_port().to_string()], &[("CUDA_VISIBLE_DEVICES", "0,1")], tmp.path());
+    let (code, _, err) = run(
+        VLLM,
+        &["serve", "m", "-tp", "2", "-dp", "2", "--port", &free_port().to_string()],
+        &[("CUDA_VISIBLE_DEVICES", "0,1")],
+        tmp.path(),
+    );
     assert_eq!(code, 1);
     assert!(err.contains("Error computing device indices for CUDA_VISIBLE_DEVICES: local range: [2, 4)"));
-    let (code, _, _) = run(VLLM, &["serve", "m", "-tp", "8", "--port", &free_port().to_string()], &[("STANDIN_GPUS", "8"), ("STANDIN_LOAD_SECONDS", "0"), ("STANDIN_FAIL_AT_START", "oom")], tmp.path());
+    let (code, _, _) = run(
+        VLLM,
+        &["serve", "m", "-tp", "8", "--port", &free_port().to_string()],
+        &[("STANDIN_GPUS", "8"), ("STANDIN_LOAD_SECONDS", "0"), ("STANDIN_FAIL_AT_START", "oom")],
+        tmp.path(),
+    );
     assert_eq!(code, 1);
     // Port already taken.
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -314,7 +385,8 @@ fn vllm_refuses_connections_while_loading() {
 #[test]
 fn vllm_bad_request_after_and_die_after() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut v = Vllm::start(tmp.path(), &[], &[("STANDIN_BAD_REQUEST_AFTER", "1"), ("STANDIN_DIE_AFTER_REQUESTS", "3")]);
+    let mut v =
+        Vllm::start(tmp.path(), &[], &[("STANDIN_BAD_REQUEST_AFTER", "1"), ("STANDIN_DIE_AFTER_REQUESTS", "3")]);
     v.wait_ready();
     assert_eq!(chat(&v, None).unwrap().0, 200);
     let (s, r) = chat(&v, None).unwrap();
@@ -363,11 +435,18 @@ fn vllm_double_fork_and_ignored_sigterm() {
     let mut v = Vllm::start(
         tmp.path(),
         &[],
-        &[("STANDIN_DOUBLE_FORK", "1"), ("STANDIN_DOUBLE_FORK_PIDFILE", pidfile.to_str().unwrap()), ("STANDIN_IGNORE_SIGTERM", "1")],
+        &[
+            ("STANDIN_DOUBLE_FORK", "1"),
+            ("STANDIN_DOUBLE_FORK_PIDFILE", pidfile.to_str().unwrap()),
+            ("STANDIN_IGNORE_SIGTERM", "1"),
+        ],
     );
     v.wait_ready();
     let gpid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
-    let alive = |pid: i32| Path::new(&format!("/proc/{pid}")).exists() && !std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(") Z ");
+    let alive = |pid: i32| {
+        Path::new(&format!("/proc/{pid}")).exists()
+            && !std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(") Z ")
+    };
     assert!(alive(gpid));
     let stat = std::fs::read_to_string(format!("/proc/{gpid}/stat")).unwrap();
     let after = &stat[stat.rfind(')').unwrap() + 2..];
@@ -415,10 +494,39 @@ fn harbor_rejects_unknown_options_like_click() {
 
 fn start_args<'a>(ds: &'a str, base: &'a str, job: &'a str) -> Vec<&'a str> {
     vec![
-        "jobs", "start", "-p", ds, "--n-concurrent", "2", "--env", "daytona", "--agent", "terminus-2", "--model", "hosted_vllm/q8",
-        "--agent-kwarg", base, "--agent-kwarg", "key=fake_key", "--agent-kwarg", MODEL_INFO, "--n-attempts", "2", "--job-name", job,
-        "--jobs-dir", "jobs", "--timeout-multiplier", "2.0", "--override-memory-mb", "2048", "--export-traces", "--debug",
-        "--no-force-build", "--ek", "auto_snapshot=true",
+        "jobs",
+        "start",
+        "-p",
+        ds,
+        "--n-concurrent",
+        "2",
+        "--env",
+        "daytona",
+        "--agent",
+        "terminus-2",
+        "--model",
+        "hosted_vllm/q8",
+        "--agent-kwarg",
+        base,
+        "--agent-kwarg",
+        "key=fake_key",
+        "--agent-kwarg",
+        MODEL_INFO,
+        "--n-attempts",
+        "2",
+        "--job-name",
+        job,
+        "--jobs-dir",
+        "jobs",
+        "--timeout-multiplier",
+        "2.0",
+        "--override-memory-mb",
+        "2048",
+        "--export-traces",
+        "--debug",
+        "--no-force-build",
+        "--ek",
+        "auto_snapshot=true",
     ]
 }
 
@@ -442,7 +550,10 @@ fn harbor_runs_a_job_against_vllm_and_writes_harbors_layout() {
     assert_eq!(cfg["n_attempts"], 2);
     assert_eq!(cfg["timeout_multiplier"], 2.0);
     assert_eq!(cfg["n_concurrent_trials"], 2);
-    assert_eq!(cfg["environment"], json!({"type": "daytona", "override_memory_mb": 2048, "kwargs": {"auto_snapshot": true}}));
+    assert_eq!(
+        cfg["environment"],
+        json!({"type": "daytona", "override_memory_mb": 2048, "kwargs": {"auto_snapshot": true}})
+    );
     assert_eq!(cfg["agents"][0]["name"], "terminus-2");
     assert_eq!(cfg["agents"][0]["model_name"], "hosted_vllm/q8");
     assert_eq!(cfg["agents"][0]["kwargs"]["api_base"], format!("{}/v1", v.base()));
@@ -490,7 +601,10 @@ fn harbor_runs_a_job_against_vllm_and_writes_harbors_layout() {
     }
     // 2 turns per trial reached vLLM with the key.
     let (_, m) = get(&format!("{}/metrics", v.base()), None).unwrap();
-    assert!(m.contains("http_requests_total{handler=\"/v1/chat/completions\",method=\"POST\",status=\"2xx\"} 12.0"), "{m}");
+    assert!(
+        m.contains("http_requests_total{handler=\"/v1/chat/completions\",method=\"POST\",status=\"2xx\"} 12.0"),
+        "{m}"
+    );
 }
 
 #[test]
@@ -500,19 +614,41 @@ fn harbor_hosted_vllm_rules() {
     // No model_info: the trial dies at agent construction, before any request.
     let (code, _, err) = run(
         HARBOR,
-        &["jobs", "start", "-p", "ds", "-a", "terminus-2", "-m", "hosted_vllm/q8", "--ak", "api_base=http://127.0.0.1:9/v1", "--job-name", "nomi", "-o", "jobs"],
+        &[
+            "jobs",
+            "start",
+            "-p",
+            "ds",
+            "-a",
+            "terminus-2",
+            "-m",
+            "hosted_vllm/q8",
+            "--ak",
+            "api_base=http://127.0.0.1:9/v1",
+            "--job-name",
+            "nomi",
+            "-o",
+            "jobs",
+        ],
         &[],
         tmp.path(),
     );
     assert_eq!(code, 1);
-    assert!(err.contains("ValueError: hosted_vllm models require `model_info` specifying token limits and costs."), "{err}");
+    assert!(
+        err.contains("ValueError: hosted_vllm models require `model_info` specifying token limits and costs."),
+        "{err}"
+    );
     let job = tmp.path().join("jobs/nomi");
     assert!(job.join("config.json").exists());
     let res = read_json(&job.join("result.json"));
     assert!(res["finished_at"].is_null());
     for t in trial_dirs(&job) {
         assert!(!t.join("result.json").exists());
-        assert!(std::fs::read_to_string(t.join("trial.log")).unwrap().contains("Model info is required when using hosted_vllm models."));
+        assert!(
+            std::fs::read_to_string(t.join("trial.log"))
+                .unwrap()
+                .contains("Model info is required when using hosted_vllm models.")
+        );
     }
     // Names: one '/', [A-Za-z0-9._-]{1,64}.
     for (i, (model, needle)) in [
@@ -533,7 +669,27 @@ fn harbor_hosted_vllm_rules() {
         assert!(err.contains(needle), "{err}");
     }
     let long = format!("hosted_vllm/{}", "a".repeat(65));
-    let (code, _, _) = run(HARBOR, &["jobs", "start", "-p", "ds", "-a", "terminus-2", "-m", &long, "--ak", MODEL_INFO, "-o", "jobs", "--job-name", "long"], &[], tmp.path());
+    let (code, _, _) = run(
+        HARBOR,
+        &[
+            "jobs",
+            "start",
+            "-p",
+            "ds",
+            "-a",
+            "terminus-2",
+            "-m",
+            &long,
+            "--ak",
+            MODEL_INFO,
+            "-o",
+            "jobs",
+            "--job-name",
+            "long",
+        ],
+        &[],
+        tmp.path(),
+    );
     assert_eq!(code, 1);
     // Unknown agent names are refused up front.
     let (code, out, _) = run(HARBOR, &["jobs", "start", "-p", "ds", "-a", "terminus-9", "-o", "jobs"], &[], tmp.path());
@@ -579,7 +735,12 @@ datasets:
 "#;
     std::fs::write(tmp.path().join("cfg.yaml"), yaml).unwrap();
     let base = format!("api_base={}/v1", v.base());
-    let (code, out, err) = run(HARBOR, &["jobs", "start", "-c", "cfg.yaml", "--ak", &base, "--job-name", "Y", "-o", "jobs", "-q"], &[("STANDIN_TRIAL_SECONDS", "0")], tmp.path());
+    let (code, out, err) = run(
+        HARBOR,
+        &["jobs", "start", "-c", "cfg.yaml", "--ak", &base, "--job-name", "Y", "-o", "jobs", "-q"],
+        &[("STANDIN_TRIAL_SECONDS", "0")],
+        tmp.path(),
+    );
     assert_eq!(code, 0, "{out}{err}");
     let cfg = read_json(&tmp.path().join("jobs/Y/config.json"));
     assert_eq!(cfg["n_concurrent_trials"], 3, "orchestrator migrated to the top level");
@@ -640,7 +801,8 @@ fn harbor_resume_uses_stored_api_base_and_filters_errors() {
     }
     // A trial directory without result.json is deleted by harbor on resume.
     std::fs::create_dir_all(job.join("stray/agent")).unwrap();
-    let (code, out, err) = run(HARBOR, &["jobs", "resume", "-p", "jobs/R", "-f", "APIConnectionError"], &env, tmp.path());
+    let (code, out, err) =
+        run(HARBOR, &["jobs", "resume", "-p", "jobs/R", "-f", "APIConnectionError"], &env, tmp.path());
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("Removing trial directory with APIConnectionError"));
     assert!(!job.join("stray").exists());
@@ -659,7 +821,24 @@ fn harbor_context_overflow_becomes_trial_exception() {
     let base = format!("api_base={}/v1", v.base());
     let (code, _, _) = run(
         HARBOR,
-        &["jobs", "start", "-p", "ds", "-a", "terminus-2", "-m", "hosted_vllm/q8", "--ak", &base, "--ak", MODEL_INFO, "--job-name", "C", "-o", "jobs"],
+        &[
+            "jobs",
+            "start",
+            "-p",
+            "ds",
+            "-a",
+            "terminus-2",
+            "-m",
+            "hosted_vllm/q8",
+            "--ak",
+            &base,
+            "--ak",
+            MODEL_INFO,
+            "--job-name",
+            "C",
+            "-o",
+            "jobs",
+        ],
         &[("STANDIN_TRIAL_SECONDS", "0")],
         tmp.path(),
     );
@@ -678,7 +857,26 @@ fn harbor_sigterm_cancels_running_trials() {
     v.wait_ready();
     let base = format!("api_base={}/v1", v.base());
     let child = Command::new(HARBOR)
-        .args(["jobs", "start", "-p", "ds", "-n", "2", "-a", "terminus-2", "-m", "hosted_vllm/q8", "--ak", &base, "--ak", MODEL_INFO, "--job-name", "S", "-o", "jobs"])
+        .args([
+            "jobs",
+            "start",
+            "-p",
+            "ds",
+            "-n",
+            "2",
+            "-a",
+            "terminus-2",
+            "-m",
+            "hosted_vllm/q8",
+            "--ak",
+            &base,
+            "--ak",
+            MODEL_INFO,
+            "--job-name",
+            "S",
+            "-o",
+            "jobs",
+        ])
         .env("STANDIN_TRIAL_SECONDS", "5")
         .current_dir(tmp.path())
         .stdout(Stdio::null())
@@ -717,14 +915,24 @@ fn trial_dirs_with_config(job: &Path) -> usize {
 fn harbor_crash_knob_exits_after_config() {
     let tmp = tempfile::tempdir().unwrap();
     dataset(tmp.path(), &["t1"]);
-    let (code, _, err) = run(HARBOR, &["jobs", "start", "-p", "ds", "-a", "oracle", "--job-name", "K", "-o", "jobs"], &[("STANDIN_CRASH", "3")], tmp.path());
+    let (code, _, err) = run(
+        HARBOR,
+        &["jobs", "start", "-p", "ds", "-a", "oracle", "--job-name", "K", "-o", "jobs"],
+        &[("STANDIN_CRASH", "3")],
+        tmp.path(),
+    );
     assert_eq!(code, 3);
     assert!(err.starts_with("Traceback (most recent call last):"));
     let job = tmp.path().join("jobs/K");
     assert!(job.join("config.json").exists());
     assert!(trial_dirs(&job).is_empty());
     // The oracle agent needs no model and scores 1.
-    let (code, out, err) = run(HARBOR, &["run", "-p", "ds", "-a", "oracle", "--job-name", "O", "-o", "jobs"], &[("STANDIN_TRIAL_SECONDS", "0")], tmp.path());
+    let (code, out, err) = run(
+        HARBOR,
+        &["run", "-p", "ds", "-a", "oracle", "--job-name", "O", "-o", "jobs"],
+        &[("STANDIN_TRIAL_SECONDS", "0")],
+        tmp.path(),
+    );
     assert_eq!(code, 0, "{out}{err}");
     let res = read_json(&tmp.path().join("jobs/O/result.json"));
     assert_eq!(res["stats"]["evals"]["oracle__ds"]["metrics"][0]["mean"], 1.0);

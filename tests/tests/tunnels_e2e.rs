@@ -15,8 +15,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use e2e::sshd::{self, Sshd, TokenUser};
@@ -27,10 +27,9 @@ use e2e::harness::{payload_bin, unique};
 const VLLM: &str = env!("CARGO_BIN_EXE_vllm-standin");
 const HARBOR: &str = env!("CARGO_BIN_EXE_harbor-standin");
 
-
-
 const GPU_FIXTURE: &str = r#"[{"index": 0, "uuid": "GPU-aaaa0000-0000-4000-8000-000000000000", "name": "NVIDIA A100-SXM-64GB", "memory_total_bytes": 68719476736}]"#;
-const HARBOR_YAML: &str = "orchestrator:\n  type: local\n  n_concurrent_trials: 2\n  quiet: true\nenvironment:\n  type: daytona\n";
+const HARBOR_YAML: &str =
+    "orchestrator:\n  type: local\n  n_concurrent_trials: 2\n  quiet: true\nenvironment:\n  type: daytona\n";
 
 /// One test's world (like payload_e2e's): env prefix with the stand-ins, dataset, Harbor config,
 /// 0600 secrets (Daytona keys + the test tokens), GPU fixture, jobs dir, a TMPDIR of its own.
@@ -130,7 +129,10 @@ impl Fx {
     }
 
     fn status(&self) -> Value {
-        std::fs::read_to_string(self.run_dir().join("status.json")).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or(Value::Null)
+        std::fs::read_to_string(self.run_dir().join("status.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or(Value::Null)
     }
 
     fn events(&self) -> Vec<Value> {
@@ -165,7 +167,12 @@ impl Fx {
     }
 
     fn diag(&self) -> String {
-        format!("status: {:#}\ntunnel.log:\n{}\nstderr (tail):\n{}", self.status(), self.tunnel_log(), tail(&self.stderr(), 15))
+        format!(
+            "status: {:#}\ntunnel.log:\n{}\nstderr (tail):\n{}",
+            self.status(),
+            self.tunnel_log(),
+            tail(&self.stderr(), 15)
+        )
     }
 
     fn wait(&self, what: &str, timeout: Duration, pred: impl Fn(&Fx) -> bool) {
@@ -179,7 +186,12 @@ impl Fx {
     /// Files under the fixture (run dir, trials, logs, TMPDIR, state) containing any of `needles`.
     fn files_containing(&self, needles: &[String]) -> Vec<String> {
         let mut hits = Vec::new();
-        let mut stack = vec![self.root.join("jobs"), self.root.join("tmp"), self.root.join("state"), self.root.join("payload.stderr")];
+        let mut stack = vec![
+            self.root.join("jobs"),
+            self.root.join("tmp"),
+            self.root.join("state"),
+            self.root.join("payload.stderr"),
+        ];
         while let Some(p) = stack.pop() {
             if p.is_dir() {
                 for e in std::fs::read_dir(&p).unwrap().flatten() {
@@ -218,7 +230,10 @@ impl Run {
                     .unwrap()
                     .flatten()
                     .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
-                    .filter(|e| std::fs::read(e.path().join("environ")).is_ok_and(|env| String::from_utf8_lossy(&env).contains(&self.marker)))
+                    .filter(|e| {
+                        std::fs::read(e.path().join("environ"))
+                            .is_ok_and(|env| String::from_utf8_lossy(&env).contains(&self.marker))
+                    })
                     .map(|e| e.file_name().to_string_lossy().to_string())
                     .collect();
                 assert!(survivors.is_empty(), "processes survived payload: {survivors:?}\n{}", fx.diag());
@@ -250,7 +265,11 @@ fn pid_of(fx: &Fx, role: &str) -> u64 {
 }
 
 fn curl(args: &[&str]) -> (String, String) {
-    let out = Command::new("curl").args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5"]).args(args).output().expect("curl");
+    let out = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5"])
+        .args(args)
+        .output()
+        .expect("curl");
     (String::from_utf8_lossy(&out.stdout).to_string(), String::from_utf8_lossy(&out.stderr).to_string())
 }
 
@@ -323,7 +342,8 @@ fn pinggy_tunnel_carries_the_run_hides_the_token_and_resume_rewrites_the_url() {
     assert_eq!(fx.events_named("harbor_spawned")[0]["api_base"], format!("{public}/v1"));
     let vllm_log = std::fs::read_to_string(fx.run_dir().join("vllm.log")).unwrap();
     assert!(vllm_log.contains("\"POST /v1/chat/completions HTTP/1.1\" 200 OK"), "no completions reached vLLM");
-    let result: Value = serde_json::from_str(&std::fs::read_to_string(fx.run_dir().join("result.json")).unwrap()).unwrap();
+    let result: Value =
+        serde_json::from_str(&std::fs::read_to_string(fx.run_dir().join("result.json")).unwrap()).unwrap();
     assert_eq!(result["stats"]["n_errored_trials"], 0, "{result:#}");
     // tunnel.log: Pinggy's lines, the token redacted.
     let log = fx.tunnel_log();
@@ -379,7 +399,8 @@ fn pinggy_bank_skips_a_leased_pair_and_a_locked_token() {
     let lease = lock_dir.join(lease_name(&a_url));
     std::fs::write(&lease, json!({"run_tag": "other-job", "slurm_job_id": "77", "node": node, "pid": std::process::id(), "public_url": a_url}).to_string()).unwrap();
     sshd.lock(&u2.name);
-    let tunnel = pinggy_tunnel(&sshd, &[(ports[0], "TOK_A"), (ports[1], "TOK_B"), (ports[2], "TOK_C")], Some(&lock_dir));
+    let tunnel =
+        pinggy_tunnel(&sshd, &[(ports[0], "TOK_A"), (ports[1], "TOK_B"), (ports[2], "TOK_C")], Some(&lock_dir));
     let mut spec = fx.spec("openhands", tunnel);
     // Pinggy ignores the requested remote port; the stand-in (OpenSSH) honours one per session, so each
     // pair's URL only works when that pair's port is asked for: use C's port for the session.
@@ -618,8 +639,12 @@ fn socks_proxychains_mode_runs_harbor_under_the_generated_config() {
     assert_eq!(argv[2], "-f");
     assert!(argv[3].as_str().unwrap().ends_with("/proxychains.conf"));
     assert!(argv[4].as_str().unwrap().ends_with("/harbor"), "{argv:#}");
-    let result: Value = serde_json::from_str(&std::fs::read_to_string(fx.run_dir().join("result.json")).unwrap()).unwrap();
-    assert_eq!(result["stats"]["n_errored_trials"], 0, "loopback api_base must stay local under proxychains: {result:#}");
+    let result: Value =
+        serde_json::from_str(&std::fs::read_to_string(fx.run_dir().join("result.json")).unwrap()).unwrap();
+    assert_eq!(
+        result["stats"]["n_errored_trials"], 0,
+        "loopback api_base must stay local under proxychains: {result:#}"
+    );
 }
 
 #[test]

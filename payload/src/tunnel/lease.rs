@@ -138,11 +138,7 @@ impl Lease {
         if !self.still_ours() {
             return false;
         }
-        std::fs::File::options()
-            .write(true)
-            .open(&self.path)
-            .and_then(|f| f.set_modified(SystemTime::now()))
-            .is_ok()
+        std::fs::File::options().write(true).open(&self.path).and_then(|f| f.set_modified(SystemTime::now())).is_ok()
     }
 
     /// Removes the file if it is still ours.
@@ -158,7 +154,14 @@ mod tests {
     use super::*;
 
     fn owner(pid: u32, tag: &str) -> Owner {
-        Owner { run_tag: tag.into(), slurm_job_id: Some("7".into()), node: "n1".into(), pid, public_url: "https://a".into(), acquired_at: String::new() }
+        Owner {
+            run_tag: tag.into(),
+            slurm_job_id: Some("7".into()),
+            node: "n1".into(),
+            pid,
+            public_url: "https://a".into(),
+            acquired_at: String::new(),
+        }
     }
 
     #[test]
@@ -188,7 +191,9 @@ mod tests {
         let dead = owner(0x3fff_fff0, "dead");
         let Acquire::Acquired(old) = try_acquire(dir.path(), "https://a", &dead, ttl).unwrap() else { panic!() };
         let me = owner(std::process::id(), "me");
-        let Acquire::Acquired(mine) = try_acquire(dir.path(), "https://a", &me, ttl).unwrap() else { panic!("stale lease not taken over") };
+        let Acquire::Acquired(mine) = try_acquire(dir.path(), "https://a", &me, ttl).unwrap() else {
+            panic!("stale lease not taken over")
+        };
         assert!(!old.still_ours());
         assert!(!old.refresh());
         old.release();

@@ -186,7 +186,11 @@ fn reverse_arg(remote_port: u16, engine_host: &str, engine_port: u16) -> String 
         "0.0.0.0" | "::" | "" => "127.0.0.1",
         h => h,
     };
-    if host.contains(':') { format!("{remote_port}:[{host}]:{engine_port}") } else { format!("{remote_port}:{host}:{engine_port}") }
+    if host.contains(':') {
+        format!("{remote_port}:[{host}]:{engine_port}")
+    } else {
+        format!("{remote_port}:{host}:{engine_port}")
+    }
 }
 
 /// ssh's argv (program first) for a Pinggy attempt.
@@ -312,7 +316,9 @@ pub fn plan(spec: &TunnelSpec, inp: &PlanInputs<'_>, problems: &mut Vec<Failure>
                 } else if let Some(dir) = &p.lock_dir {
                     let path = lease::lease_path(dir, &pair.public_url);
                     if let Ok(text) = std::fs::read_to_string(&path) {
-                        let holder = serde_json::from_str::<lease::Owner>(&text).map(|o| o.describe()).unwrap_or_else(|_| "?".into());
+                        let holder = serde_json::from_str::<lease::Owner>(&text)
+                            .map(|o| o.describe())
+                            .unwrap_or_else(|_| "?".into());
                         note = format!(" — leased now by {holder} ({})", path.display());
                     }
                 }
@@ -368,7 +374,10 @@ pub fn plan(spec: &TunnelSpec, inp: &PlanInputs<'_>, problems: &mut Vec<Failure>
             plan.argv = socks_argv(&ssh, cfg, port);
             let known = PathBuf::from("<private dir>/known_hosts");
             plan.ssh_config = sshconf::render(&socks_block(s, &known)).ok();
-            plan.verify = Some(format!("one request to {} through socks5h://127.0.0.1:{port} before Harbor starts", s.verify_url));
+            plan.verify = Some(format!(
+                "one request to {} through socks5h://127.0.0.1:{port} before Harbor starts",
+                s.verify_url
+            ));
             let how = match s.mode {
                 ProxyMode::Env => {
                     plan.harbor_env = socks5::proxy_env(port, &s.no_proxy);
@@ -381,7 +390,10 @@ pub fn plan(spec: &TunnelSpec, inp: &PlanInputs<'_>, problems: &mut Vec<Failure>
                         .map(|p| p.display().to_string())
                         .unwrap_or_else(|| s.proxychains_bin.clone().unwrap_or_else(|| "proxychains4".into()));
                     plan.harbor_prefix = vec![bin, "-q".into(), "-f".into(), "<generated proxychains.conf>".into()];
-                    format!("Harbor runs under {} with a generated config (strict_chain, local networks excluded)", shell_words::join(&plan.harbor_prefix))
+                    format!(
+                        "Harbor runs under {} with a generated config (strict_chain, local networks excluded)",
+                        shell_words::join(&plan.harbor_prefix)
+                    )
                 }
             };
             plan.description = format!(
@@ -409,7 +421,8 @@ pub struct PrivateDir {
 
 impl PrivateDir {
     pub fn create(root: &Path, tag: &str) -> std::io::Result<Self> {
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
         let path = root.join(format!("payload-tunnel-{}-{}-{nanos:x}", tag, std::process::id()));
         std::fs::DirBuilder::new().recursive(false).mode(0o700).create(&path)?;
         Ok(Self { path })
@@ -611,7 +624,8 @@ impl Tunnel {
             TunnelSpec::Socks(sp) => {
                 let port = socks_port(sp, s.job_id, s.engine_port).map_err(TunnelError::Port)?;
                 let text = sshconf::render(&socks_block(sp, &known_hosts)).map_err(TunnelError::Config)?;
-                dir.write("ssh_config", &text).map_err(|e| TunnelError::PrivateDir { dir: dir.path.clone(), reason: e.to_string() })?;
+                dir.write("ssh_config", &text)
+                    .map_err(|e| TunnelError::PrivateDir { dir: dir.path.clone(), reason: e.to_string() })?;
                 let prefix = match (&sp.mode, &s.programs.proxychains) {
                     (ProxyMode::Proxychains, Some(bin)) => {
                         let conf = dir
@@ -621,7 +635,14 @@ impl Tunnel {
                     }
                     _ => None,
                 };
-                (Rt::Socks(Box::new(SocksRt { spec: sp.clone(), port, prefix })), sp.max_restarts, sp.restart_backoff_s, sp.connect_timeout_s, sp.verify_attempts, sp.verify_interval_s)
+                (
+                    Rt::Socks(Box::new(SocksRt { spec: sp.clone(), port, prefix })),
+                    sp.max_restarts,
+                    sp.restart_backoff_s,
+                    sp.connect_timeout_s,
+                    sp.verify_attempts,
+                    sp.verify_interval_s,
+                )
             }
         };
         let now = Instant::now();
@@ -714,7 +735,11 @@ impl Tunnel {
     }
 
     fn append_log(&self, text: &str) {
-        let result = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).and_then(|mut f| f.write_all(text.as_bytes()));
+        let result = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .and_then(|mut f| f.write_all(text.as_bytes()));
         if let Err(err) = result {
             tracing::warn!(error = %err, "cannot append to tunnel.log");
         }
@@ -776,8 +801,12 @@ impl Tunnel {
             let pair = p.pairs[p.order[p.cursor]].clone();
             p.cursor += 1;
             let Some(token) = p.tokens.get(&pair.token_secret).cloned() else {
-                p.skipped.push((pair.public_url.clone(), format!("secret {} not in the secrets file", pair.token_secret)));
-                rec.event("tunnel_pair_skipped", json!({ "public_url": pair.public_url, "reason": "missing_secret", "secret": pair.token_secret }));
+                p.skipped
+                    .push((pair.public_url.clone(), format!("secret {} not in the secrets file", pair.token_secret)));
+                rec.event(
+                    "tunnel_pair_skipped",
+                    json!({ "public_url": pair.public_url, "reason": "missing_secret", "secret": pair.token_secret }),
+                );
                 continue;
             };
             let mut lease = None;
@@ -788,7 +817,10 @@ impl Tunnel {
                     Ok(lease::Acquire::Acquired(l)) => lease = Some(l),
                     Ok(lease::Acquire::Held(holder)) => {
                         p.skipped.push((pair.public_url.clone(), format!("leased by {}", holder.describe())));
-                        rec.event("tunnel_pair_skipped", json!({ "public_url": pair.public_url, "reason": "leased", "holder": holder }));
+                        rec.event(
+                            "tunnel_pair_skipped",
+                            json!({ "public_url": pair.public_url, "reason": "leased", "holder": holder }),
+                        );
                         continue;
                     }
                     Err(e) => {
@@ -818,7 +850,8 @@ impl Tunnel {
                     match held {
                         Some(h) => p.held = Some(h),
                         None => {
-                            let tried = p.skipped.iter().map(|(u, why)| format!("{u}: {why}")).collect::<Vec<_>>().join("; ");
+                            let tried =
+                                p.skipped.iter().map(|(u, why)| format!("{u}: {why}")).collect::<Vec<_>>().join("; ");
                             let cause = if p.skipped.iter().any(|(_, w)| w == "token_locked") {
                                 "token_locked"
                             } else if p.skipped.iter().any(|(_, w)| w == "not_authenticated") {
@@ -838,12 +871,22 @@ impl Tunnel {
                     Err(e) => return self.fail(rec, "config", e.to_string()),
                 };
                 if let Err(e) = self.dir.write("ssh_config", &text) {
-                    return self.fail(rec, "private_dir", format!("cannot write the ssh config in {}: {e}", self.dir.path.display()));
+                    return self.fail(
+                        rec,
+                        "private_dir",
+                        format!("cannot write the ssh config in {}: {e}", self.dir.path.display()),
+                    );
                 }
                 pinggy_argv(&ssh, &config, &p.spec, &p.engine_host, p.engine_port)
             }
         };
-        let child = ChildSpec { program: self.ssh.clone(), argv: argv.clone(), env: self.env.clone(), log: self.raw_log.clone(), cwd: None };
+        let child = ChildSpec {
+            program: self.ssh.clone(),
+            argv: argv.clone(),
+            env: self.env.clone(),
+            log: self.raw_log.clone(),
+            cwd: None,
+        };
         match sup.spawn(Role::Tunnel, &child) {
             Ok(pid) => {
                 self.attempts += 1;
@@ -886,7 +929,9 @@ impl Tunnel {
                 let url = self.public_url().unwrap_or_default();
                 let key = p.api_key.clone();
                 let served = p.served_name.clone();
-                tokio::spawn(async move { verify::models(&program, &env, &url, key.as_deref(), &served, VERIFY_TIMEOUT).await })
+                tokio::spawn(async move {
+                    verify::models(&program, &env, &url, key.as_deref(), &served, VERIFY_TIMEOUT).await
+                })
             }
         }
     }
@@ -904,7 +949,11 @@ impl Tunnel {
             "tunnel_exited",
             json!({ "kind": self.kind(), "status": describe_status(status), "cause": cause, "attempt": self.attempts, "detail": detail }),
         );
-        self.note(&format!("ssh exited ({}), cause {cause}{}", describe_status(status), detail.as_ref().map(|d| format!(": {d}")).unwrap_or_default()));
+        self.note(&format!(
+            "ssh exited ({}), cause {cause}{}",
+            describe_status(status),
+            detail.as_ref().map(|d| format!(": {d}")).unwrap_or_default()
+        ));
         let committed = self.committed;
         if let Rt::Pinggy(p) = &mut self.rt
             && !committed
@@ -949,7 +998,13 @@ impl Tunnel {
         let wait = backoff(self.backoff_s, self.restarts);
         rec.event("tunnel_restart", json!({ "kind": self.kind(), "restart": self.restarts, "max_restarts": self.max_restarts, "in_s": wait.as_secs_f64(), "cause": cause }));
         self.note(&format!("restart {}/{} in {:.1} s", self.restarts, self.max_restarts, wait.as_secs_f64()));
-        tracing::warn!(kind = self.kind(), restart = self.restarts, max = self.max_restarts, cause, "tunnel down; restarting");
+        tracing::warn!(
+            kind = self.kind(),
+            restart = self.restarts,
+            max = self.max_restarts,
+            cause,
+            "tunnel down; restarting"
+        );
         self.state = State::Backoff { until: Instant::now() + wait };
         TunnelPoll::Pending
     }
@@ -998,14 +1053,20 @@ impl Tunnel {
                     if let Some(url) = self.public_url() {
                         let host = url.split("://").nth(1).unwrap_or(&url).to_string();
                         if !urls.is_empty() && !urls.iter().any(|u| u.contains(&host)) {
-                            self.note(&format!("warning: the server announced {} but this pair's public URL is {url}", urls.join(", ")));
+                            self.note(&format!(
+                                "warning: the server announced {} but this pair's public URL is {url}",
+                                urls.join(", ")
+                            ));
                             rec.event("tunnel_url_mismatch", json!({ "announced": urls, "public_url": url }));
                         }
                     }
                     State::VerifyWait { until: now, attempt: 0 }
                 } else if elapsed > self.connect_timeout {
                     self.seen.imposed = Some("connect_timeout");
-                    self.note(&format!("no connection within {:.0} s; stopping this attempt", self.connect_timeout.as_secs_f64()));
+                    self.note(&format!(
+                        "no connection within {:.0} s; stopping this attempt",
+                        self.connect_timeout.as_secs_f64()
+                    ));
                     self.term(sup);
                     State::Starting { since, connected: false }
                 } else {
@@ -1035,7 +1096,11 @@ impl Tunnel {
                         let attempt = attempt + 1;
                         self.note(&format!("check {attempt}/{} failed: {e}", self.verify_attempts));
                         if attempt >= self.verify_attempts {
-                            return self.fail(rec, "verify_failed", format!("{} tunnel check failed {attempt} time(s); last: {e}", self.kind()));
+                            return self.fail(
+                                rec,
+                                "verify_failed",
+                                format!("{} tunnel check failed {attempt} time(s); last: {e}", self.kind()),
+                            );
                         }
                         State::VerifyWait { until: now + self.verify_interval, attempt }
                     }
@@ -1110,7 +1175,8 @@ mod tests {
     #[test]
     fn plan_shows_no_token() {
         let spec = TunnelSpec::Pinggy(pinggy());
-        let secrets = Secrets::from_pairs(Path::new("/s.env"), [("PINGGY_TOKEN_2".to_string(), "tok-secret-2".to_string())]);
+        let secrets =
+            Secrets::from_pairs(Path::new("/s.env"), [("PINGGY_TOKEN_2".to_string(), "tok-secret-2".to_string())]);
         let mut problems = Vec::new();
         let inp = PlanInputs {
             secrets: &secrets,
@@ -1126,7 +1192,11 @@ mod tests {
         assert!(!text.contains("tok-secret"), "{text}");
         // Pair a's secret is missing: b is the one the job would use.
         assert_eq!(plan.public_url.as_deref(), Some("https://b.a.pinggy.link"));
-        assert!(plan.pairs.iter().any(|p| p.starts_with("https://a.") && p.contains("not in the secrets file")), "{:?}", plan.pairs);
+        assert!(
+            plan.pairs.iter().any(|p| p.starts_with("https://a.") && p.contains("not in the secrets file")),
+            "{:?}",
+            plan.pairs
+        );
         assert!(plan.ssh_config.as_deref().unwrap().contains("User <token from secret PINGGY_TOKEN_2>"));
         assert!(plan.description.starts_with("pinggy: "), "{}", plan.description);
         assert_eq!(plan.harbor_env["HOSTED_VLLM_API_KEY"], GENERATED);

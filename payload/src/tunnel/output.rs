@@ -161,7 +161,10 @@ mod tests {
         assert_eq!(classify("Error: remote port forwarding failed for listen port 443"), Line::ForwardFailed);
         assert_eq!(classify("bind [127.0.0.1]:40000: Address already in use"), Line::ForwardFailed);
         assert_eq!(classify("Host key verification failed."), Line::HostKey);
-        assert_eq!(classify("Warning: Permanently added '[127.0.0.1]:2222' (ED25519) to the list of known hosts."), Line::Other);
+        assert_eq!(
+            classify("Warning: Permanently added '[127.0.0.1]:2222' (ED25519) to the list of known hosts."),
+            Line::Other
+        );
     }
 
     #[test]

@@ -13,8 +13,16 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
 /// Loopback and private ranges: never through the proxy (the agent's `api_base` is loopback).
-pub const NO_PROXY_BASE: &[&str] =
-    &["localhost", "127.0.0.1", "::1", "127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16"];
+pub const NO_PROXY_BASE: &[&str] = &[
+    "localhost",
+    "127.0.0.1",
+    "::1",
+    "127.0.0.0/8",
+    "10.0.0.0/8",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "169.254.0.0/16",
+];
 
 /// `(scheme, host, port, path)` of an http(s) URL.
 pub fn parse_url(url: &str) -> Option<(&str, String, u16, String)> {
@@ -64,7 +72,9 @@ fn reply_text(code: u8) -> &'static str {
 
 /// Opens a CONNECT to `host:port` through the SOCKS5 proxy on `127.0.0.1:proxy_port`.
 pub async fn connect(proxy_port: u16, host: &str, port: u16) -> Result<TcpStream, String> {
-    let mut s = TcpStream::connect(("127.0.0.1", proxy_port)).await.map_err(|e| format!("proxy 127.0.0.1:{proxy_port}: {e}"))?;
+    let mut s = TcpStream::connect(("127.0.0.1", proxy_port))
+        .await
+        .map_err(|e| format!("proxy 127.0.0.1:{proxy_port}: {e}"))?;
     s.write_all(&[5, 1, 0]).await.map_err(|e| format!("SOCKS greeting: {e}"))?;
     let mut hello = [0u8; 2];
     s.read_exact(&mut hello).await.map_err(|e| format!("SOCKS greeting reply: {e}"))?;
@@ -122,7 +132,9 @@ pub async fn check(proxy_port: u16, url: &str, timeout: Duration) -> Result<Stri
         if scheme == "https" {
             return Ok(format!("SOCKS5 CONNECT {host}:{port} through 127.0.0.1:{proxy_port} succeeded"));
         }
-        let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: payload-tunnel-check\r\nConnection: close\r\n\r\n");
+        let req = format!(
+            "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: payload-tunnel-check\r\nConnection: close\r\n\r\n"
+        );
         s.write_all(req.as_bytes()).await.map_err(|e| format!("HTTP request through the proxy: {e}"))?;
         let mut line = String::new();
         BufReader::new(s).read_line(&mut line).await.map_err(|e| format!("HTTP answer through the proxy: {e}"))?;
@@ -139,7 +151,8 @@ pub async fn check(proxy_port: u16, url: &str, timeout: Duration) -> Result<Stri
 /// The proxy variables for Harbor (`env` mode): upper and lower case, since tools disagree.
 pub fn proxy_env(port: u16, extra_no_proxy: &[String]) -> BTreeMap<String, String> {
     let proxy = format!("socks5h://127.0.0.1:{port}");
-    let no_proxy = NO_PROXY_BASE.iter().map(|s| s.to_string()).chain(extra_no_proxy.iter().cloned()).collect::<Vec<_>>().join(",");
+    let no_proxy =
+        NO_PROXY_BASE.iter().map(|s| s.to_string()).chain(extra_no_proxy.iter().cloned()).collect::<Vec<_>>().join(",");
     let mut env = BTreeMap::new();
     for name in ["ALL_PROXY", "HTTPS_PROXY", "HTTP_PROXY"] {
         env.insert(name.to_string(), proxy.clone());
@@ -177,7 +190,10 @@ mod tests {
     #[test]
     fn urls() {
         assert_eq!(parse_url("https://huggingface.co/"), Some(("https", "huggingface.co".into(), 443, "/".into())));
-        assert_eq!(parse_url("http://127.0.0.1:8080/ok?x=1"), Some(("http", "127.0.0.1".into(), 8080, "/ok?x=1".into())));
+        assert_eq!(
+            parse_url("http://127.0.0.1:8080/ok?x=1"),
+            Some(("http", "127.0.0.1".into(), 8080, "/ok?x=1".into()))
+        );
         assert_eq!(parse_url("http://[::1]:81"), Some(("http", "::1".into(), 81, "/".into())));
         assert_eq!(parse_url("ftp://x"), None);
         assert_eq!(parse_url("http://:80/"), None);
@@ -232,7 +248,8 @@ mod tests {
                 }
             }
         });
-        let summary = check(socks_port, &format!("http://127.0.0.1:{http_port}/x"), Duration::from_secs(5)).await.unwrap();
+        let summary =
+            check(socks_port, &format!("http://127.0.0.1:{http_port}/x"), Duration::from_secs(5)).await.unwrap();
         assert!(summary.contains("HTTP/1.1 204"), "{summary}");
         let refused = check(socks_port, "http://127.0.0.1:1/", Duration::from_secs(2)).await.unwrap_err();
         assert!(refused.contains("connection refused (code 5)"), "{refused}");

@@ -36,7 +36,9 @@ pub struct HostBlock<'a> {
 /// Why a value cannot go into the config.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ConfigError {
-    #[error("the value of secret {0} contains whitespace, quotes, `#` or control characters: it cannot be an ssh user name")]
+    #[error(
+        "the value of secret {0} contains whitespace, quotes, `#` or control characters: it cannot be an ssh user name"
+    )]
     BadUser(String),
     #[error("path {0} contains a double quote or a newline")]
     BadPath(String),

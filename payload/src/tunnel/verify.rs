@@ -79,7 +79,8 @@ pub async fn models(
         let snippet: String = body.chars().take(120).collect();
         return Err(format!("GET {url}: HTTP {code} {snippet}"));
     }
-    let listed = serde_json::from_str::<serde_json::Value>(body).is_ok_and(|v| crate::engine::models_list(&v, served_name));
+    let listed =
+        serde_json::from_str::<serde_json::Value>(body).is_ok_and(|v| crate::engine::models_list(&v, served_name));
     if listed {
         Ok(format!("GET {url}: 200, lists {served_name}"))
     } else {
@@ -94,7 +95,10 @@ mod tests {
     #[test]
     fn config_quotes_and_carries_the_key_off_argv() {
         let c = curl_config("https://a.a.pinggy.link/v1/models", Some("k\"1"));
-        assert_eq!(c, "url = \"https://a.a.pinggy.link/v1/models\"\nwrite-out = \"\\n%{http_code}\"\nheader = \"Authorization: Bearer k\\\"1\"\n");
+        assert_eq!(
+            c,
+            "url = \"https://a.a.pinggy.link/v1/models\"\nwrite-out = \"\\n%{http_code}\"\nheader = \"Authorization: Bearer k\\\"1\"\n"
+        );
         assert!(!curl_config("http://x", None).contains("header"));
     }
 }

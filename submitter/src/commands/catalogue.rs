@@ -68,7 +68,11 @@ pub fn models(command: &ModelsCommand) -> Result<ExitCode> {
             for model in &models {
                 added += usize::from(session.ledger.add_model(model, None)?);
             }
-            super::print(&format!("{added} model(s) added from {}, {} already known\n", file.display(), models.len() - added))?;
+            super::print(&format!(
+                "{added} model(s) added from {}, {} already known\n",
+                file.display(),
+                models.len() - added
+            ))?;
         }
         ModelsCommand::List { ledger, json } => {
             let session = Session::open(ledger)?;

@@ -121,7 +121,12 @@ fn plan_table(planned: &[PlannedJob]) -> String {
         );
     }
     let count = |v: Verdict| planned.iter().filter(|j| j.decision == v).count();
-    out += &format!("{} submit, {} resubmit, {} skip\n", count(Verdict::Submit), count(Verdict::Resubmit), count(Verdict::Skip));
+    out += &format!(
+        "{} submit, {} resubmit, {} skip\n",
+        count(Verdict::Submit),
+        count(Verdict::Resubmit),
+        count(Verdict::Skip)
+    );
     out
 }
 
@@ -132,7 +137,15 @@ pub fn plan_command(args: &PlanArgs) -> Result<ExitCode> {
     let models = args.selection.models(session.ledger.as_ref())?;
     let view = LedgerView::read(session.ledger.as_ref())?;
     let views = job_views(&session, &view)?;
-    let planned = plan::plan(&session.context(), &presets, &models, &args.selection.overrides(), &view, &views, &policy(&session, &args.selection))?;
+    let planned = plan::plan(
+        &session.context(),
+        &presets,
+        &models,
+        &args.selection.overrides(),
+        &view,
+        &views,
+        &policy(&session, &args.selection),
+    )?;
     super::print(&if args.json { serde_json::to_string_pretty(&planned)? + "\n" } else { plan_table(&planned) })?;
     Ok(ExitCode::SUCCESS)
 }
@@ -145,7 +158,15 @@ fn iterate(session: &Session, args: &LaunchArgs, executables: &Executables) -> R
     let view = LedgerView::read(session.ledger.as_ref())?;
     let views = job_views(session, &view)?;
     let overrides = args.selection.overrides();
-    let planned = plan::plan(&session.context(), &presets, &models, &overrides, &view, &views, &policy(session, &args.selection))?;
+    let planned = plan::plan(
+        &session.context(),
+        &presets,
+        &models,
+        &overrides,
+        &view,
+        &views,
+        &policy(session, &args.selection),
+    )?;
     let environment = |name: &str| std::env::var(name).ok();
     let pre_download = |model: &str| pre_download(session, model);
     let settings = SubmitSettings {
@@ -158,16 +179,27 @@ fn iterate(session: &Session, args: &LaunchArgs, executables: &Executables) -> R
         environment: &environment,
         pre_download: &pre_download,
     };
-    let submitted = plan::submit(&session.context(), &presets, &planned, session.ledger.as_ref(), &session.slurm, &settings)?;
+    let submitted =
+        plan::submit(&session.context(), &presets, &planned, session.ledger.as_ref(), &session.slurm, &settings)?;
     if args.json {
         return Ok(serde_json::to_string(&serde_json::json!({"sync": report, "submitted": submitted}))? + "\n");
     }
     let mut out = sync_text(&report);
     for s in &submitted {
-        out += &format!("{:<48} {:<34} {}{}\n", s.model, s.benchmark, s.outcome, s.job_id.as_ref().map(|j| format!(" job {j}")).unwrap_or_default());
+        out += &format!(
+            "{:<48} {:<34} {}{}\n",
+            s.model,
+            s.benchmark,
+            s.outcome,
+            s.job_id.as_ref().map(|j| format!(" job {j}")).unwrap_or_default()
+        );
     }
     let skipped = planned.iter().filter(|j| j.decision == Verdict::Skip).count();
-    out += &format!("{} submitted, {} skipped by dedup\n", submitted.iter().filter(|s| s.job_id.is_some()).count(), skipped);
+    out += &format!(
+        "{} submitted, {} skipped by dedup\n",
+        submitted.iter().filter(|s| s.job_id.is_some()).count(),
+        skipped
+    );
     Ok(out)
 }
 
@@ -177,9 +209,11 @@ fn pre_download(session: &Session, model: &str) -> Result<(), String> {
         return Ok(());
     }
     let cache = session.cluster.paths.hf_cache.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
-    let argv: Vec<String> = settings.command.iter().map(|a| a.replace("{model}", model).replace("{cache}", &cache)).collect();
+    let argv: Vec<String> =
+        settings.command.iter().map(|a| a.replace("{model}", model).replace("{cache}", &cache)).collect();
     tracing::info!("pre-downloading {model}: {}", argv.join(" "));
-    let mut child = std::process::Command::new(&argv[0]).args(&argv[1..]).spawn().map_err(|e| format!("{}: {e}", argv[0]))?;
+    let mut child =
+        std::process::Command::new(&argv[0]).args(&argv[1..]).spawn().map_err(|e| format!("{}: {e}", argv[0]))?;
     let deadline = Instant::now() + Duration::from_secs(settings.timeout_s);
     loop {
         match child.try_wait().map_err(|e| e.to_string())? {
@@ -239,7 +273,11 @@ fn sync_text(report: &SyncReport) -> String {
 pub fn sync_command(args: &SyncArgs) -> Result<ExitCode> {
     let session = Session::open(&args.ledger)?;
     let report = sync::sync(session.ledger.as_ref(), &session.slurm, &session.cluster.name)?;
-    super::print(&if args.json { serde_json::to_string_pretty(&report)? + "\n" } else { sync_text(&report) + &format!("{} change(s)\n", report.changes.len()) })?;
+    super::print(&if args.json {
+        serde_json::to_string_pretty(&report)? + "\n"
+    } else {
+        sync_text(&report) + &format!("{} change(s)\n", report.changes.len())
+    })?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -255,7 +293,8 @@ pub fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
     let mut cancelled = 0;
     for attempt in session.ledger.active()?.into_iter().filter(|a| a.cluster == session.cluster.name) {
         let by_job = attempt.slurm_job_id.as_ref().is_some_and(|j| args.jobs.contains(j));
-        let by_model = args.models.contains(&attempt.model) && (args.benchmarks.is_empty() || args.benchmarks.contains(&attempt.benchmark));
+        let by_model = args.models.contains(&attempt.model)
+            && (args.benchmarks.is_empty() || args.benchmarks.contains(&attempt.benchmark));
         if !(by_job || by_model) {
             continue;
         }
@@ -263,7 +302,13 @@ pub fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
             session.slurm.cancel(id, None, false)?;
         }
         session.ledger.transition(AttemptId(attempt.id.0), Status::Cancelled, "cancelled by operator", None)?;
-        super::print(&format!("cancelled attempt {} ({} on {}), job {}\n", attempt.id, attempt.model, attempt.benchmark, attempt.slurm_job_id.as_deref().unwrap_or("-")))?;
+        super::print(&format!(
+            "cancelled attempt {} ({} on {}), job {}\n",
+            attempt.id,
+            attempt.model,
+            attempt.benchmark,
+            attempt.slurm_job_id.as_deref().unwrap_or("-")
+        ))?;
         cancelled += 1;
     }
     super::print(&format!("{cancelled} attempt(s) cancelled\n"))?;

@@ -81,7 +81,8 @@ fn read_state(path: &Path) -> Result<ListenerState> {
 }
 
 fn write_state(path: &Path, state: &ListenerState) -> Result<()> {
-    super::spec::write_atomically(path, &(serde_json::to_string_pretty(state)? + "\n")).with_context(|| format!("writing {}", path.display()))
+    super::spec::write_atomically(path, &(serde_json::to_string_pretty(state)? + "\n"))
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 fn submit(slurm: &dyn Slurm, state: &ListenerState, state_file: &Path, begin: Option<String>) -> Result<String> {
@@ -136,14 +137,28 @@ fn start(ledger: &LedgerArgs, interval: Duration, time: &str, launch_args: Vec<S
     let name = job_name(&session.cluster.name);
     let live = live_jobs(&session.slurm, &name, None)?;
     if !live.is_empty() {
-        bail!("a listener for {} is already queued or running (job {}): `submitter listener stop --cluster {}` first", session.cluster.name, live[0].0, session.cluster.name);
+        bail!(
+            "a listener for {} is already queued or running (job {}): `submitter listener stop --cluster {}` first",
+            session.cluster.name,
+            live[0].0,
+            session.cluster.name
+        );
     }
-    let mut args = vec!["--cluster".to_string(), session.cluster.name.clone(), "--state-dir".to_string(), session.state_dir.display().to_string()];
+    let mut args = vec![
+        "--cluster".to_string(),
+        session.cluster.name.clone(),
+        "--state-dir".to_string(),
+        session.state_dir.display().to_string(),
+    ];
     if let Some(l) = &ledger.ledger {
         args.extend(["--ledger".to_string(), l.clone()]);
     }
     // The job runs elsewhere: carry explicit configuration directories as absolute paths.
-    for (flag, dir) in [("--registry", &ledger.dirs.registry_dir), ("--clusters", &ledger.dirs.clusters_dir), ("--presets", &ledger.dirs.presets_dir)] {
+    for (flag, dir) in [
+        ("--registry", &ledger.dirs.registry_dir),
+        ("--clusters", &ledger.dirs.clusters_dir),
+        ("--presets", &ledger.dirs.presets_dir),
+    ] {
         if let Some(dir) = dir {
             args.extend([flag.to_string(), std::path::absolute(dir)?.display().to_string()]);
         }
@@ -153,7 +168,10 @@ fn start(ledger: &LedgerArgs, interval: Duration, time: &str, launch_args: Vec<S
     let mut export = vec![
         ("SUBMITTER_BIN".to_string(), exe.display().to_string()),
         ("SUBMITTER_HOME".to_string(), session.root.display().to_string()),
-        ("PAYLOAD_BIN".to_string(), std::env::var("PAYLOAD_BIN").unwrap_or_else(|_| exe.with_file_name("payload").display().to_string())),
+        (
+            "PAYLOAD_BIN".to_string(),
+            std::env::var("PAYLOAD_BIN").unwrap_or_else(|_| exe.with_file_name("payload").display().to_string()),
+        ),
     ];
     for name in &session.cluster.slurm.export_env {
         if let Ok(value) = std::env::var(name) {
@@ -178,7 +196,11 @@ fn start(ledger: &LedgerArgs, interval: Duration, time: &str, launch_args: Vec<S
     let state_file = session.state_dir.join(STATE_FILE);
     write_state(&state_file, &state)?;
     let job = submit(&session.slurm, &state, &state_file, None)?;
-    super::print(&format!("listener {name} started as job {job}; every {} s; state {}\n", state.interval_s, state_file.display()))?;
+    super::print(&format!(
+        "listener {name} started as job {job}; every {} s; state {}\n",
+        state.interval_s,
+        state_file.display()
+    ))?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -20,7 +20,12 @@ use crate::ConfigDirs;
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SUBMITTER_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).without_time().init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .without_time()
+        .init();
 }
 
 /// One line: `error: <outermost context>: <cause>: …`.

@@ -51,7 +51,11 @@ pub struct CheckArgs {
 }
 
 pub fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
-    let dirs = ConfigDirs { registry_dir: args.registry.clone(), clusters_dir: args.clusters.clone(), ..ConfigDirs::default() };
+    let dirs = ConfigDirs {
+        registry_dir: args.registry.clone(),
+        clusters_dir: args.clusters.clone(),
+        ..ConfigDirs::default()
+    };
     let (profile, gpus_per_node) = match &args.cluster {
         Some(name) => {
             let clusters = match &args.clusters {
@@ -78,7 +82,8 @@ pub fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
         Some(dir) => dir.clone(),
         None => dirs.resolve()?.registry,
     };
-    let registry = Registry::load(&registry_dir).with_context(|| format!("loading registry {}", registry_dir.display()))?;
+    let registry =
+        Registry::load(&registry_dir).with_context(|| format!("loading registry {}", registry_dir.display()))?;
     let models = match &args.models_file {
         Some(file) => lists::read_model_list(file)?,
         None => args.models.clone(),
@@ -112,7 +117,9 @@ pub fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
 fn warn_timeout_fallback(models: &[String]) {
     match models {
         [] => {}
-        [one] => tracing::warn!("no timeout multiplier inferred for {one} (size unknown or outside the 2.0/16.0 bands); using 1.0"),
+        [one] => tracing::warn!(
+            "no timeout multiplier inferred for {one} (size unknown or outside the 2.0/16.0 bands); using 1.0"
+        ),
         many => tracing::warn!(
             "no timeout multiplier inferred for {} models (size unknown or outside the 2.0/16.0 bands), e.g. {}; using 1.0",
             many.len(),
@@ -160,7 +167,8 @@ fn to_table(resolved: &[(String, Resolved)], profile: &str, gpus: u32) -> String
         }
     }
     let line = |cells: Vec<&str>| {
-        cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join("  ").trim_end().to_string() + "\n"
+        cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join("  ").trim_end().to_string()
+            + "\n"
     };
     let mut out = format!("# profile {profile}, {gpus} GPUs per node\n");
     out += &line(header.to_vec());
@@ -172,7 +180,8 @@ fn to_table(resolved: &[(String, Resolved)], profile: &str, gpus: u32) -> String
 
 pub fn check(args: &CheckArgs) -> Result<ExitCode> {
     let dirs = args.dirs.resolve()?;
-    let findings = lint::check(&lint::LintInputs { registry: &dirs.registry, clusters: &dirs.clusters, presets: &dirs.presets });
+    let findings =
+        lint::check(&lint::LintInputs { registry: &dirs.registry, clusters: &dirs.clusters, presets: &dirs.presets });
     let errors = findings.iter().filter(|f| f.severity == Severity::Error).count();
     let warnings = findings.len() - errors;
     let mut out = String::new();

@@ -86,9 +86,16 @@ impl Session {
         let root = ConfigRoot::discover().map(|r| r.root).unwrap_or_else(|_| dirs.clusters.join(".."));
         let cluster = config::load_cluster(&dirs.clusters, &args.cluster)?;
         let gpu_profiles = config::load_gpu_profiles(&dirs.clusters)?;
-        let registry = Registry::load(&dirs.registry).with_context(|| format!("loading registry {}", dirs.registry.display()))?;
+        let registry =
+            Registry::load(&dirs.registry).with_context(|| format!("loading registry {}", dirs.registry.display()))?;
         let harbor_dir = dirs.presets.join("harbor");
-        let context = LaunchContext { cluster: &cluster, gpu_profiles: &gpu_profiles, registry: &registry, harbor_configs_dir: &harbor_dir, root: &root };
+        let context = LaunchContext {
+            cluster: &cluster,
+            gpu_profiles: &gpu_profiles,
+            registry: &registry,
+            harbor_configs_dir: &harbor_dir,
+            root: &root,
+        };
         let state_dir = match &args.state_dir {
             Some(dir) => dir.clone(),
             None => context.expand("paths.state_dir", &cluster.paths.state_dir)?,
@@ -100,7 +107,17 @@ impl Session {
             .or_else(|| cluster.ledger.clone())
             .unwrap_or_else(|| ledger::default_path(&state_dir).display().to_string());
         let ledger = ledger::open_ledger(&ledger_spec)?;
-        Ok(Session { root, cluster, gpu_profiles, registry, harbor_dir, presets_dir: dirs.presets, state_dir, ledger, slurm: SlurmCli::new() })
+        Ok(Session {
+            root,
+            cluster,
+            gpu_profiles,
+            registry,
+            harbor_dir,
+            presets_dir: dirs.presets,
+            state_dir,
+            ledger,
+            slurm: SlurmCli::new(),
+        })
     }
 
     pub fn context(&self) -> LaunchContext<'_> {
@@ -116,11 +133,19 @@ impl Session {
     /// One submitter per state dir at a time (advisory lock), besides the ledger's guarantee.
     pub fn lock(&self) -> Result<File> {
         let path = self.state_dir.join("submitter.lock");
-        let file = File::options().create(true).truncate(false).write(true).open(&path).with_context(|| format!("opening {}", path.display()))?;
+        let file = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
         match file.try_lock() {
             Ok(()) => Ok(file),
             Err(std::fs::TryLockError::WouldBlock) => {
-                bail!("another submitter holds {} — one submitter per state dir; wait for it or stop it", path.display())
+                bail!(
+                    "another submitter holds {} — one submitter per state dir; wait for it or stop it",
+                    path.display()
+                )
             }
             Err(std::fs::TryLockError::Error(err)) => Err(err).with_context(|| format!("locking {}", path.display())),
         }
@@ -133,7 +158,8 @@ impl Selection {
         for name in &self.presets {
             let names: Vec<&str> = if name == "ID" { vec!["swebench", "v2", "tb2"] } else { vec![name.as_str()] };
             for name in names {
-                selected.push(SelectedPreset { name: name.to_string(), preset: config::load_preset(presets_dir, name)? });
+                selected
+                    .push(SelectedPreset { name: name.to_string(), preset: config::load_preset(presets_dir, name)? });
             }
         }
         if !self.datasets.is_empty() {
@@ -180,10 +206,14 @@ impl Selection {
 
     pub fn check(&self) -> Result<()> {
         if self.force && self.models.is_empty() && self.models_file.is_none() {
-            bail!("--force needs an explicit model list (--model or --models-file): it bypasses dedup for those pairs only");
+            bail!(
+                "--force needs an explicit model list (--model or --models-file): it bypasses dedup for those pairs only"
+            );
         }
         if self.models.is_empty() && self.models_file.is_none() && !self.all_models {
-            bail!("no priority list: give --models-file FILE or --model M (a model not on the list is never submitted), or --all-models for the ledger's catalogue");
+            bail!(
+                "no priority list: give --models-file FILE or --model M (a model not on the list is never submitted), or --all-models for the ledger's catalogue"
+            );
         }
         Ok(())
     }

@@ -49,9 +49,16 @@ pub fn spec(args: &SpecArgs) -> Result<ExitCode> {
     let cluster = config::load_cluster(&dirs.clusters, &args.cluster)?;
     let gpu_profiles = config::load_gpu_profiles(&dirs.clusters)?;
     let preset = config::load_preset(&dirs.presets, &args.preset)?;
-    let registry = Registry::load(&dirs.registry).with_context(|| format!("loading registry {}", dirs.registry.display()))?;
+    let registry =
+        Registry::load(&dirs.registry).with_context(|| format!("loading registry {}", dirs.registry.display()))?;
     let harbor_configs = dirs.presets.join("harbor");
-    let context = LaunchContext { cluster: &cluster, gpu_profiles: &gpu_profiles, registry: &registry, harbor_configs_dir: &harbor_configs, root: &root };
+    let context = LaunchContext {
+        cluster: &cluster,
+        gpu_profiles: &gpu_profiles,
+        registry: &registry,
+        harbor_configs_dir: &harbor_configs,
+        root: &root,
+    };
     let overrides = LaunchOverrides {
         timeout_multiplier: args.timeout_multiplier,
         agent_kwargs: args.agent_kwargs.clone(),
@@ -72,7 +79,11 @@ pub fn spec(args: &SpecArgs) -> Result<ExitCode> {
 pub fn write_atomically(path: &std::path::Path, text: &str) -> std::io::Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
     std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(".{}.tmp-{}", path.file_name().and_then(|n| n.to_str()).unwrap_or("spec"), std::process::id()));
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("spec"),
+        std::process::id()
+    ));
     std::fs::write(&tmp, text)?;
     std::fs::rename(&tmp, path)
 }

@@ -169,7 +169,13 @@ pub fn status(args: &StatusArgs) -> Result<ExitCode> {
         let mut rows = collect(&session, args.hours, true)?;
         let mut cancelled = Vec::new();
         if args.watch {
-            cancelled = status::apply_auto_cancel(&mut rows, session.ledger.as_ref(), &session.slurm, session.cluster.verify.auto_cancel.as_ref(), Utc::now())?;
+            cancelled = status::apply_auto_cancel(
+                &mut rows,
+                session.ledger.as_ref(),
+                &session.slurm,
+                session.cluster.verify.auto_cancel.as_ref(),
+                Utc::now(),
+            )?;
         }
         let text = if args.json {
             if args.watch { serde_json::to_string(&rows)? + "\n" } else { serde_json::to_string_pretty(&rows)? + "\n" }
@@ -179,7 +185,11 @@ pub fn status(args: &StatusArgs) -> Result<ExitCode> {
                 if tty {
                     t.push_str("\x1b[H\x1b[2J");
                 }
-                t += &format!("{}  every {}s, Ctrl-C to stop\n", Utc::now().format("%Y-%m-%d %H:%M:%S UTC"), args.interval.as_secs());
+                t += &format!(
+                    "{}  every {}s, Ctrl-C to stop\n",
+                    Utc::now().format("%Y-%m-%d %H:%M:%S UTC"),
+                    args.interval.as_secs()
+                );
             }
             t += &status::render_table(&rows, &session.cluster.name, Utc::now(), args.verbose);
             for line in &cancelled {
@@ -234,7 +244,11 @@ fn score_lines(metrics: Option<&serde_json::Value>, settings: &VerifySettings) -
         }
     )];
     lines.push(if audit.complete {
-        format!("audit: complete ({} valid of {} expected)", audit.valid, audit.expected.map_or("?".into(), |e| e.to_string()))
+        format!(
+            "audit: complete ({} valid of {} expected)",
+            audit.valid,
+            audit.expected.map_or("?".into(), |e| e.to_string())
+        )
     } else {
         format!("audit: INCOMPLETE — {} — resume rather than accept", audit.reasons.join("; "))
     });
@@ -295,7 +309,13 @@ pub fn report(args: &ReportArgs) -> Result<ExitCode> {
             score: score_lines(attempt.as_ref().and_then(|a| a.metrics.as_ref()), settings),
         });
     }
-    let html = report::render_html(&ReportInput { title: &args.title, generated_at: Utc::now(), matrix: &m, jobs: &jobs, runs: &runs });
+    let html = report::render_html(&ReportInput {
+        title: &args.title,
+        generated_at: Utc::now(),
+        matrix: &m,
+        jobs: &jobs,
+        runs: &runs,
+    });
     if let Some(parent) = args.html.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
     }
@@ -331,7 +351,9 @@ fn resolve_target(args: &LogsArgs) -> Result<(PathBuf, Option<String>)> {
             let ledger: &dyn Ledger = session.ledger.as_ref();
             let mut candidates = ledger.active()?;
             candidates.extend(ledger.latest_per_pair()?.into_iter().map(|p| p.latest));
-            if let Some(dir) = candidates.iter().find(|a| a.slurm_job_id.as_deref() == Some(&args.target)).and_then(run_dir_of) {
+            if let Some(dir) =
+                candidates.iter().find(|a| a.slurm_job_id.as_deref() == Some(&args.target)).and_then(run_dir_of)
+            {
                 return Ok((dir, Some(args.target.clone())));
             }
         }
@@ -341,7 +363,11 @@ fn resolve_target(args: &LogsArgs) -> Result<(PathBuf, Option<String>)> {
         {
             return Ok((dir.to_path_buf(), Some(args.target.clone())));
         }
-        bail!("job {} is neither in the ledger{} nor known to Slurm", args.target, if session.is_none() { " (give --cluster to search it)" } else { "" });
+        bail!(
+            "job {} is neither in the ledger{} nor known to Slurm",
+            args.target,
+            if session.is_none() { " (give --cluster to search it)" } else { "" }
+        );
     }
     let Some(session) = &session else {
         bail!("{}: not a directory; give --cluster C to look up the run tag in the ledger", args.target);
@@ -372,7 +398,10 @@ fn file_for(dir: &Path, job: Option<&str>, args: &LogsArgs) -> Result<PathBuf> {
             .map(|e| e.path())
     };
     let (what, found) = if args.engine {
-        ("engine log", Some(dir.join(launch_spec::records::ENGINE_LOG)).filter(|p| p.is_file()).or_else(|| newest("vllm", ".log")))
+        (
+            "engine log",
+            Some(dir.join(launch_spec::records::ENGINE_LOG)).filter(|p| p.is_file()).or_else(|| newest("vllm", ".log")),
+        )
     } else if args.harbor {
         ("Harbor log", Some(dir.join(launch_spec::records::HARBOR_LOG)).filter(|p| p.is_file()))
     } else if args.tunnel {
@@ -385,7 +414,12 @@ fn file_for(dir: &Path, job: Option<&str>, args: &LogsArgs) -> Result<PathBuf> {
         return Ok(path);
     }
     let mut files: Vec<String> = std::fs::read_dir(dir)
-        .map(|rd| rd.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_file())).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
         .unwrap_or_default();
     files.sort();
     bail!("no {what} in {} (files: {})", dir.display(), if files.is_empty() { "none".into() } else { files.join(", ") })

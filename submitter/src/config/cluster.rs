@@ -421,7 +421,8 @@ impl ClusterProfile {
             problems.push(format!("hardware.gpu_memory_utilization {util} must be in (0, 1]"));
         }
         if self.limits.walltime_lead_s < 60 {
-            problems.push("limits.walltime_lead_s should be ≥ 60: Slurm may deliver the signal up to 60 s early".into());
+            problems
+                .push("limits.walltime_lead_s should be ≥ 60: Slurm may deliver the signal up to 60 s early".into());
         }
         if super::parse_slurm_time(&self.slurm.time).is_none() {
             problems.push(format!("slurm.time `{}` is not a Slurm time (HH:MM:SS or D-HH:MM:SS)", self.slurm.time));

@@ -28,7 +28,9 @@ pub enum ConfigError {
     Dir { path: PathBuf, source: std::io::Error },
     #[error("{path}: {problem}")]
     Invalid { path: PathBuf, problem: String },
-    #[error("cannot find the configuration root (a directory with clusters/gpus.yaml): run from the repository, or set SUBMITTER_HOME")]
+    #[error(
+        "cannot find the configuration root (a directory with clusters/gpus.yaml): run from the repository, or set SUBMITTER_HOME"
+    )]
     NoRoot,
 }
 
@@ -50,7 +52,10 @@ impl ConfigRoot {
             .into_iter()
             .flatten()
             .find_map(|start| {
-                start.ancestors().find(|dir| dir.join("clusters").join(GPU_PROFILES_FILE).is_file()).map(Path::to_path_buf)
+                start
+                    .ancestors()
+                    .find(|dir| dir.join("clusters").join(GPU_PROFILES_FILE).is_file())
+                    .map(Path::to_path_buf)
             })
             .map(|root| ConfigRoot { root })
             .ok_or(ConfigError::NoRoot)
@@ -105,18 +110,21 @@ pub fn load_clusters(dir: &Path) -> Result<Vec<(PathBuf, ClusterProfile)>, Confi
 /// The cluster called `name` or aliased so (`tacc` → `vista`).
 pub fn load_cluster(dir: &Path, name: &str) -> Result<ClusterProfile, ConfigError> {
     let clusters = load_clusters(dir)?;
-    if let Some((_, found)) =
-        clusters.iter().find(|(_, c)| c.name == name || c.aliases.iter().any(|a| a == name))
-    {
+    if let Some((_, found)) = clusters.iter().find(|(_, c)| c.name == name || c.aliases.iter().any(|a| a == name)) {
         return Ok(found.clone());
     }
-    let valid = clusters
-        .iter()
-        .map(|(_, c)| {
-            if c.aliases.is_empty() { c.name.clone() } else { format!("{} (alias {})", c.name, c.aliases.join(", ")) }
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
+    let valid =
+        clusters
+            .iter()
+            .map(|(_, c)| {
+                if c.aliases.is_empty() {
+                    c.name.clone()
+                } else {
+                    format!("{} (alias {})", c.name, c.aliases.join(", "))
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
     Err(ConfigError::UnknownCluster { name: name.to_string(), valid, dir: dir.to_path_buf() })
 }
 
@@ -131,10 +139,7 @@ pub fn load_gpu_profiles(clusters_dir: &Path) -> Result<GpuProfiles, ConfigError
 
 /// Every preset in `dir`, named by file stem.
 pub fn load_presets(dir: &Path) -> Result<Vec<(String, PathBuf, Preset)>, ConfigError> {
-    yaml_files(dir)?
-        .into_iter()
-        .map(|path| Ok((stem(&path), path.clone(), from_yaml_file::<Preset>(&path)?)))
-        .collect()
+    yaml_files(dir)?.into_iter().map(|path| Ok((stem(&path), path.clone(), from_yaml_file::<Preset>(&path)?))).collect()
 }
 
 pub fn load_preset(dir: &Path, name: &str) -> Result<Preset, ConfigError> {

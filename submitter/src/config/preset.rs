@@ -77,7 +77,9 @@ impl Preset {
                     from: Some(source.to_string()),
                     value: Some(source.to_string()),
                 },
-                None => launch_spec::launch::AgentEnv { name: item.to_string(), from: Some(item.to_string()), value: None },
+                None => {
+                    launch_spec::launch::AgentEnv { name: item.to_string(), from: Some(item.to_string()), value: None }
+                }
             })
             .collect()
     }
@@ -92,7 +94,8 @@ impl Preset {
                 problems.push(format!("agent_kwargs item `{kwarg}` is not key=value"));
             }
             if kwarg.contains("enable_thinking") {
-                problems.push(format!("agent_kwargs item `{kwarg}`: thinking is per model (registry), never in a preset"));
+                problems
+                    .push(format!("agent_kwargs item `{kwarg}`: thinking is per model (registry), never in a preset"));
             }
         }
         if let Some(util) = self.gpu_memory_util

@@ -275,7 +275,8 @@ pub enum Status {
 }
 
 impl Status {
-    pub const ALL: [Status; 5] = [Status::Pending, Status::Started, Status::Finished, Status::Failed, Status::Cancelled];
+    pub const ALL: [Status; 5] =
+        [Status::Pending, Status::Started, Status::Finished, Status::Failed, Status::Cancelled];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -419,7 +420,9 @@ pub fn now() -> Timestamp {
 /// Ledger errors: one line each, naming the ledger (never with a password) and what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
-    #[error("ledger spec {spec:?} not understood: {detail} — use sqlite:PATH, a file path, or postgres://user@host:port/db")]
+    #[error(
+        "ledger spec {spec:?} not understood: {detail} — use sqlite:PATH, a file path, or postgres://user@host:port/db"
+    )]
     BadSpec { spec: String, detail: String },
 
     #[error("ledger {location} unreachable: {detail} — {hint}")]
@@ -437,13 +440,19 @@ pub enum LedgerError {
     #[error("ledger {location}: no attempt {id}")]
     NotFound { location: String, id: AttemptId },
 
-    #[error("ledger {location}: attempt {id} cannot go from {from} to {to} — terminal statuses are final; submit a new attempt")]
+    #[error(
+        "ledger {location}: attempt {id} cannot go from {from} to {to} — terminal statuses are final; submit a new attempt"
+    )]
     IllegalTransition { location: String, id: AttemptId, from: Status, to: Status },
 
-    #[error("ledger {location}: attempt {id} already has Slurm job {existing}, not {requested} — one job per attempt row")]
+    #[error(
+        "ledger {location}: attempt {id} already has Slurm job {existing}, not {requested} — one job per attempt row"
+    )]
     JobIdConflict { location: String, id: AttemptId, existing: String, requested: String },
 
-    #[error("ledger {location} has schema version {found}, newer than this submitter's {supported} — upgrade submitter")]
+    #[error(
+        "ledger {location} has schema version {found}, newer than this submitter's {supported} — upgrade submitter"
+    )]
     SchemaTooNew { location: String, found: i64, supported: i64 },
 
     #[error("ledger {location}: migration {version} failed: {detail}")]
@@ -541,18 +550,27 @@ mod tests {
         let url = "postgres://postgres.abc:s3cr@t/pw@aws-0-eu.pooler.supabase.com:5432/postgres?sslmode=require";
         let redacted = redact_url(url);
         assert_eq!(redacted, "postgres://postgres.abc:***@aws-0-eu.pooler.supabase.com:5432/postgres?sslmode=require");
+        assert_eq!(postgres_location(url), "postgres://postgres.abc@aws-0-eu.pooler.supabase.com:5432/postgres");
         assert_eq!(
-            postgres_location(url),
-            "postgres://postgres.abc@aws-0-eu.pooler.supabase.com:5432/postgres"
+            redact_url("postgres://u@h/db?password=x1&sslmode=require"),
+            "postgres://u@h/db?password=***&sslmode=require"
         );
-        assert_eq!(redact_url("postgres://u@h/db?password=x1&sslmode=require"), "postgres://u@h/db?password=***&sslmode=require");
         assert_eq!(redact_url("postgres://h/db?user=u&password=x1"), "postgres://h/db?user=u&password=***");
         assert_eq!(redact_url("postgres://u:pa?ss@h/db?sslmode=require"), "postgres://u:***@h/db?sslmode=require");
         assert_eq!(url_password("postgres://u:pa?ss@h/db?sslmode=require"), Some("pa?ss"));
         assert_eq!(url_password("postgres://u@h/db"), None);
-        assert_eq!(redact_url("postgres://h/db?application_name=nopassword=1"), "postgres://h/db?application_name=nopassword=1");
-        assert_eq!(format!("{:?}", LedgerSpec::parse(url).unwrap()), "LedgerSpec(postgres://postgres.abc@aws-0-eu.pooler.supabase.com:5432/postgres)");
-        assert_eq!(scrub("auth failed for pw s3cr@t/pw\n  DETAIL: x", &["s3cr@t/pw".into()]), "auth failed for pw *** DETAIL: x");
+        assert_eq!(
+            redact_url("postgres://h/db?application_name=nopassword=1"),
+            "postgres://h/db?application_name=nopassword=1"
+        );
+        assert_eq!(
+            format!("{:?}", LedgerSpec::parse(url).unwrap()),
+            "LedgerSpec(postgres://postgres.abc@aws-0-eu.pooler.supabase.com:5432/postgres)"
+        );
+        assert_eq!(
+            scrub("auth failed for pw s3cr@t/pw\n  DETAIL: x", &["s3cr@t/pw".into()]),
+            "auth failed for pw *** DETAIL: x"
+        );
     }
 
     #[test]

@@ -32,9 +32,8 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::migrations::{self, Migration};
 use super::{
-    ATTEMPT_COLUMNS, Attempt, AttemptId, ImportedAttempt, LATEST_PER_PAIR_SQL, Ledger, LedgerError, Model,
-    NewAttempt, PairState, Result, Status, number_imports, postgres_location, scrub, size_class, sql_status_list,
-    url_password,
+    ATTEMPT_COLUMNS, Attempt, AttemptId, ImportedAttempt, LATEST_PER_PAIR_SQL, Ledger, LedgerError, Model, NewAttempt,
+    PairState, Result, Status, number_imports, postgres_location, scrub, size_class, sql_status_list, url_password,
 };
 
 /// Used when the URL sets no `connect_timeout`: an unroutable host fails in seconds, not minutes.
@@ -231,15 +230,19 @@ fn open_client(config: &Config, tls: &MakeRustlsConnect, location: &str, secrets
         let detail = scrub(db_message(&error), secrets);
         let location = location.to_string();
         match error.code() {
-            Some(code) if *code == SqlState::INVALID_PASSWORD || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION => {
+            Some(code)
+                if *code == SqlState::INVALID_PASSWORD || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION =>
+            {
                 LedgerError::Rejected { location, detail, hint: "check the user and password in the URL" }
             }
             Some(code) if *code == SqlState::INVALID_CATALOG_NAME => {
                 LedgerError::Rejected { location, detail, hint: "create the database, or fix its name in the URL" }
             }
-            Some(code) if *code == SqlState::TOO_MANY_CONNECTIONS => {
-                LedgerError::Rejected { location, detail, hint: "the server is at its connection limit; try again later" }
-            }
+            Some(code) if *code == SqlState::TOO_MANY_CONNECTIONS => LedgerError::Rejected {
+                location,
+                detail,
+                hint: "the server is at its connection limit; try again later",
+            },
             Some(_) => LedgerError::Rejected { location, detail, hint: "check the URL and the server's pg_hba.conf" },
             None if is_tls_failure(&detail) => {
                 LedgerError::Unreachable { location, detail, hint: "check sslmode and sslrootcert in the URL" }
@@ -276,9 +279,9 @@ fn is_tls_failure(message: &str) -> bool {
 }
 
 fn is_active_index_violation(error: &::postgres::Error) -> bool {
-    error.as_db_error().is_some_and(|db| {
-        *db.code() == SqlState::UNIQUE_VIOLATION && db.constraint() == Some("attempts_one_active")
-    })
+    error
+        .as_db_error()
+        .is_some_and(|db| *db.code() == SqlState::UNIQUE_VIOLATION && db.constraint() == Some("attempts_one_active"))
 }
 
 /// The URL's password as written and percent-decoded (drivers may echo either).
@@ -812,9 +815,8 @@ impl Ledger for PgLedger {
         // then the planner's index-only scans visit the heap (≈4× slower at 100k rows). Do it now.
         // The rows are committed either way, so a failure here (not the table's owner) only warns.
         if imported >= IMPORT_CHUNK
-            && let Err(error) = self.with_client("vacuum after import", |client| {
-                Ok(client.batch_execute("VACUUM (ANALYZE) attempts")?)
-            })
+            && let Err(error) =
+                self.with_client("vacuum after import", |client| Ok(client.batch_execute("VACUUM (ANALYZE) attempts")?))
         {
             tracing::warn!("{error}");
         }
@@ -935,7 +937,9 @@ mod tests {
     fn libpq_tls_parameters_are_mapped_for_the_driver() {
         let s = TlsSettings::from_url("postgres://u:p@h:6543/postgres?sslmode=require");
         assert_eq!(s.driver_url, "postgres://u:p@h:6543/postgres?sslmode=require");
-        let s = TlsSettings::from_url("postgres://u@h/db?sslmode=verify-full&sslrootcert=%2Ftmp%2Fca.crt&application_name=x");
+        let s = TlsSettings::from_url(
+            "postgres://u@h/db?sslmode=verify-full&sslrootcert=%2Ftmp%2Fca.crt&application_name=x",
+        );
         assert_eq!(s.driver_url, "postgres://u@h/db?application_name=x&sslmode=require");
         assert_eq!(s.verification, Verification::Full);
         assert_eq!(s.root_cert, Some(PathBuf::from("/tmp/ca.crt")));

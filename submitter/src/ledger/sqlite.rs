@@ -17,8 +17,8 @@ use serde_json::Value;
 
 use super::migrations::{self, Migration};
 use super::{
-    ATTEMPT_COLUMNS, Attempt, AttemptId, ImportedAttempt, LATEST_PER_PAIR_SQL, Ledger, LedgerError, Model,
-    NewAttempt, PairState, Result, Status, Timestamp, number_imports, size_class, sql_status_list,
+    ATTEMPT_COLUMNS, Attempt, AttemptId, ImportedAttempt, LATEST_PER_PAIR_SQL, Ledger, LedgerError, Model, NewAttempt,
+    PairState, Result, Status, Timestamp, number_imports, size_class, sql_status_list,
 };
 
 /// How long a write waits for another process's transaction before giving up.
@@ -169,9 +169,7 @@ fn format_ts(ts: Timestamp) -> String {
 }
 
 fn parse_ts(text: &str) -> std::result::Result<Timestamp, String> {
-    chrono::DateTime::parse_from_rfc3339(text)
-        .map(|t| t.to_utc())
-        .map_err(|e| format!("timestamp {text:?}: {e}"))
+    chrono::DateTime::parse_from_rfc3339(text).map(|t| t.to_utc()).map_err(|e| format!("timestamp {text:?}: {e}"))
 }
 
 fn parse_json(text: &str) -> std::result::Result<Value, String> {
@@ -342,25 +340,26 @@ impl Ledger for SqliteLedger {
         self.write("insert a pending attempt", |tx| {
             let family = family_of(tx, &new.benchmark)?;
             let now = format_ts(super::now());
-            let inserted = tx.prepare_cached(
-                "INSERT INTO attempts (model, benchmark, benchmark_family, cluster, username, run_tag, status,
+            let inserted = tx
+                .prepare_cached(
+                    "INSERT INTO attempts (model, benchmark, benchmark_family, cluster, username, run_tag, status,
                                        reason, config, attempt, submitted_at, updated_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?8,
                          (SELECT COALESCE(MAX(attempt), 0) + 1 FROM attempts
                           WHERE model = ?1 AND benchmark_family = ?3),
                          ?9, ?9)",
-            )?
-            .execute(params![
-                new.model,
-                new.benchmark,
-                family,
-                new.cluster,
-                new.username,
-                new.run_tag,
-                new.reason,
-                new.config.to_string(),
-                now,
-            ]);
+                )?
+                .execute(params![
+                    new.model,
+                    new.benchmark,
+                    family,
+                    new.cluster,
+                    new.username,
+                    new.run_tag,
+                    new.reason,
+                    new.config.to_string(),
+                    now,
+                ]);
             match inserted {
                 Ok(_) => Ok(AttemptId(tx.last_insert_rowid())),
                 // The partial unique index said no: the pair has an active attempt.
@@ -388,9 +387,8 @@ impl Ledger for SqliteLedger {
             if updated == 1 {
                 return Ok(());
             }
-            let existing: Option<Option<String>> = tx
-                .query_row("SELECT slurm_job_id FROM attempts WHERE id = ?1", [id.0], |row| row.get(0))
-                .optional()?;
+            let existing: Option<Option<String>> =
+                tx.query_row("SELECT slurm_job_id FROM attempts WHERE id = ?1", [id.0], |row| row.get(0)).optional()?;
             Err(match existing {
                 None => LedgerError::NotFound { location: self.location.clone(), id },
                 Some(existing) => LedgerError::JobIdConflict {
@@ -475,9 +473,7 @@ impl Ledger for SqliteLedger {
     }
 
     fn active(&self) -> Result<Vec<Attempt>> {
-        self.read("read active attempts", |conn| {
-            self.attempts_where(conn, "status IN ('pending', 'started')", &[])
-        })
+        self.read("read active attempts", |conn| self.attempts_where(conn, "status IN ('pending', 'started')", &[]))
     }
 
     fn find_by_run_tag(&self, run_tag: &str) -> Result<Vec<Attempt>> {

@@ -168,15 +168,14 @@ impl Registry {
         let total = size::total_size(id);
         let tensor_parallel_size =
             fields.tensor_parallel_size.unwrap_or(if total.is_some_and(|s| s > 14.0) { 2 } else { 1 });
-        let data_parallel_size = fields
-            .data_parallel_size
-            .unwrap_or_else(|| (gpus_per_node / tensor_parallel_size.max(1)).max(1));
-        let max_num_seqs = fields
-            .max_num_seqs
-            .or_else(|| is_qwen35_family(id).then_some(QWEN35_MAX_NUM_SEQS));
-        let (timeout_multiplier, timeout_source) = timeout_multiplier(id, overrides.timeout_multiplier, fields.timeout_multiplier);
+        let data_parallel_size =
+            fields.data_parallel_size.unwrap_or_else(|| (gpus_per_node / tensor_parallel_size.max(1)).max(1));
+        let max_num_seqs = fields.max_num_seqs.or_else(|| is_qwen35_family(id).then_some(QWEN35_MAX_NUM_SEQS));
+        let (timeout_multiplier, timeout_source) =
+            timeout_multiplier(id, overrides.timeout_multiplier, fields.timeout_multiplier);
         let model_kwargs = fields.agent_kwargs.clone().unwrap_or_default();
-        let agent_kwargs = merge_agent_kwargs(&[&overrides.cli_agent_kwargs, &model_kwargs, &overrides.preset_agent_kwargs]);
+        let agent_kwargs =
+            merge_agent_kwargs(&[&overrides.cli_agent_kwargs, &model_kwargs, &overrides.preset_agent_kwargs]);
         Resolved {
             tensor_parallel_size,
             data_parallel_size,
@@ -203,12 +202,7 @@ fn model_entry(parsed: ModelFile, file: &Path) -> Option<ModelEntry> {
     let id = parsed.model.clone()?;
     let eval = parsed.subsystems.as_ref().and_then(|s| s.eval.clone()).unwrap_or_default();
     let base = parsed.serve_fields().overlaid_with(&eval.serve_fields());
-    let variants = eval
-        .variants
-        .iter()
-        .flatten()
-        .map(|(name, block)| (name.clone(), block.serve_fields()))
-        .collect();
+    let variants = eval.variants.iter().flatten().map(|(name, block)| (name.clone(), block.serve_fields())).collect();
     Some(ModelEntry { id, file: file.to_path_buf(), base, variants })
 }
 

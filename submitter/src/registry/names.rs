@@ -12,9 +12,7 @@ fn sha1_hex8(text: &str) -> String {
 }
 
 fn sanitise(text: &str) -> String {
-    text.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '-' })
-        .collect()
+    text.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '-' }).collect()
 }
 
 /// Keeps `text` when it fits, else its first `max - 9` characters + `-` + 8 hex of sha1(`full`).

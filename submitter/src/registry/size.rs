@@ -25,11 +25,8 @@ fn scan(id: &str, active: bool) -> Option<f64> {
     let mut best: Option<f64> = None;
     for start in 0..chars.len() {
         // With `active`, the token starts with `A`/`a`; the look-behind applies before it.
-        let (prefix_ok, number_start) = if active {
-            (matches!(chars[start], 'A' | 'a'), start + 1)
-        } else {
-            (true, start)
-        };
+        let (prefix_ok, number_start) =
+            if active { (matches!(chars[start], 'A' | 'a'), start + 1) } else { (true, start) };
         if !prefix_ok || (start > 0 && blocks_before(chars[start - 1])) {
             continue;
         }

@@ -20,7 +20,9 @@ use serde_json::Value;
 
 use super::logscan::{self, EngineLog};
 use super::results::{self, Audit};
-use super::{Finding, Level, VerifySettings, human_duration, is_installed_agent, is_private_url, mtime, parse_time, percent};
+use super::{
+    Finding, Level, VerifySettings, human_duration, is_installed_agent, is_private_url, mtime, parse_time, percent,
+};
 
 /// Why a path cannot be checked (exit code 2).
 #[derive(Debug, thiserror::Error)]
@@ -170,7 +172,17 @@ pub fn check_run_dir(dir: &Path, settings: &VerifySettings, now: DateTime<Utc>) 
     let mut findings = Vec::new();
     let tunnel = tunnel_findings(dir, &agent, &launch, TUNNEL_TAIL_CHECK, &mut findings);
     api_base_findings(&agent, &launch, &trials, tunnel.as_ref(), &mut findings);
-    let per_min = engine_findings(log.as_ref(), status.as_ref(), engine_log_path.as_deref(), state, running_since, &trials, settings, now, &mut findings);
+    let per_min = engine_findings(
+        log.as_ref(),
+        status.as_ref(),
+        engine_log_path.as_deref(),
+        state,
+        running_since,
+        &trials,
+        settings,
+        now,
+        &mut findings,
+    );
     trial_findings(&trials, expected, state, status.as_ref(), running_since, settings, now, &mut findings);
     outcome_findings(status.as_ref(), harbor_result.as_ref(), state, settings, now, &mut findings);
     let audit = harbor_result.as_ref().map(|r| results::audit_of(&results::summary_from_result(r, expected), settings));
@@ -253,14 +265,22 @@ fn agent_of(config: Option<&Value>, launch: &Launch) -> Agent {
             name: agent.get("name").and_then(Value::as_str).map(str::to_string),
             model_name: agent.get("model_name").and_then(Value::as_str).map(str::to_string),
             api_base: kwargs.and_then(|k| k.get("api_base")).and_then(Value::as_str).map(str::to_string),
-            has_model_info: kwargs.and_then(|k| k.get("model_info")).is_some_and(|m| m.as_object().is_some_and(|o| !o.is_empty())),
+            has_model_info: kwargs
+                .and_then(|k| k.get("model_info"))
+                .is_some_and(|m| m.as_object().is_some_and(|o| !o.is_empty())),
             from: "config.json",
         };
     }
     Agent { name: launch.agent.clone(), from: "launch.json", ..Agent::default() }
 }
 
-fn run_state(status: Option<&RunStatus>, result: Option<&Value>, dir: &Path, settings: &VerifySettings, now: DateTime<Utc>) -> RunState {
+fn run_state(
+    status: Option<&RunStatus>,
+    result: Option<&Value>,
+    dir: &Path,
+    settings: &VerifySettings,
+    now: DateTime<Utc>,
+) -> RunState {
     if let Some(status) = status {
         if status.outcome.is_some() {
             return RunState::Ended;
@@ -271,7 +291,8 @@ fn run_state(status: Option<&RunStatus>, result: Option<&Value>, dir: &Path, set
     if result.and_then(|r| r.get("finished_at")).is_some_and(|f| !f.is_null()) {
         return RunState::Ended;
     }
-    let recent = mtime(&dir.join("result.json")).is_some_and(|t| (now - t).num_seconds() <= settings.heartbeat_timeout_s as i64);
+    let recent =
+        mtime(&dir.join("result.json")).is_some_and(|t| (now - t).num_seconds() <= settings.heartbeat_timeout_s as i64);
     if recent { RunState::Running } else { RunState::Unknown }
 }
 
@@ -294,7 +315,9 @@ pub fn running_since(dir: &Path, status: Option<&RunStatus>) -> Option<DateTime<
             .next_back()
     });
     from_events.or_else(|| {
-        status.filter(|s| matches!(s.phase, launch_spec::records::Phase::Running)).and_then(|s| parse_time(&s.started_at))
+        status
+            .filter(|s| matches!(s.phase, launch_spec::records::Phase::Running))
+            .and_then(|s| parse_time(&s.started_at))
     })
 }
 
@@ -325,10 +348,12 @@ fn expected_trials(result: Option<&Value>, launch: &Launch, config: Option<&Valu
     if let Some(n) = result.and_then(|r| r.get("n_total_trials")).and_then(Value::as_u64).filter(|n| *n > 0) {
         return Some(n);
     }
-    let dataset = launch.dataset.clone().or_else(|| {
-        config.and_then(|c| c.pointer("/datasets/0/path")).and_then(Value::as_str).map(PathBuf::from)
-    })?;
-    let attempts = launch.n_attempts.or_else(|| config.and_then(|c| c.get("n_attempts")).and_then(Value::as_u64)).unwrap_or(1);
+    let dataset = launch
+        .dataset
+        .clone()
+        .or_else(|| config.and_then(|c| c.pointer("/datasets/0/path")).and_then(Value::as_str).map(PathBuf::from))?;
+    let attempts =
+        launch.n_attempts.or_else(|| config.and_then(|c| c.get("n_attempts")).and_then(Value::as_u64)).unwrap_or(1);
     let tasks = count_tasks(&dataset)?;
     Some(tasks * attempts)
 }
@@ -394,11 +419,15 @@ pub fn scan_trials(dir: &Path, instant_fail_s: f64) -> std::io::Result<TrialScan
         let name = entry.file_name().to_string_lossy().into_owned();
         let result_path = trial.join("result.json");
         let result_file = std::fs::File::open(&result_path).ok();
-        let config = read_into(&trial.join("config.json"), &mut buf).then(|| {
-            api_base_key.find(&buf).map(|at| json_string_after(&buf[at + 10..]))
-        });
+        let config = read_into(&trial.join("config.json"), &mut buf)
+            .then(|| api_base_key.find(&buf).map(|at| json_string_after(&buf[at + 10..])));
         let has_agent = result_file.is_none() && trial.join("agent").is_dir();
-        if result_file.is_none() && config.is_none() && !has_agent && !trial.join("trial.log").is_file() && !trial.join("lock.json").is_file() {
+        if result_file.is_none()
+            && config.is_none()
+            && !has_agent
+            && !trial.join("trial.log").is_file()
+            && !trial.join("lock.json").is_file()
+        {
             continue; // not a trial directory
         }
         scan.dirs += 1;
@@ -410,7 +439,9 @@ pub fn scan_trials(dir: &Path, instant_fail_s: f64) -> std::io::Result<TrialScan
             Some(_) => {}
             None if result_file.is_none() => {
                 scan.unconstructed += 1;
-                if read_into(&trial.join("trial.log"), &mut buf) && let Some(at) = model_info_warning.find(&buf) {
+                if read_into(&trial.join("trial.log"), &mut buf)
+                    && let Some(at) = model_info_warning.find(&buf)
+                {
                     scan.model_info_warnings += 1;
                     if scan.model_info_example.is_none() {
                         let end = memchr::memchr(b'\n', &buf[at..]).map_or(buf.len(), |e| at + e);
@@ -443,24 +474,40 @@ pub fn scan_trials(dir: &Path, instant_fail_s: f64) -> std::io::Result<TrialScan
         let Ok(result) = serde_json::from_slice::<TrialResult>(&buf) else { continue };
         if let Some(info) = &result.exception_info {
             scan.errored += 1;
-            *scan.errors_by_type.entry(info.exception_type.clone().unwrap_or_else(|| "Unknown".into())).or_default() += 1;
+            *scan.errors_by_type.entry(info.exception_type.clone().unwrap_or_else(|| "Unknown".into())).or_default() +=
+                1;
         }
-        if result.verifier_result.as_ref().and_then(|v| v.rewards.as_ref()).is_some_and(|r| r.values().any(Value::is_number)) {
+        if result
+            .verifier_result
+            .as_ref()
+            .and_then(|v| v.rewards.as_ref())
+            .is_some_and(|r| r.values().any(Value::is_number))
+        {
             scan.valid += 1;
         }
         let no_output = result.agent_result.as_ref().and_then(|a| a.n_output_tokens).is_none_or(|n| n <= 0.0);
-        let took = match (result.started_at.as_deref().and_then(parse_time), result.finished_at.as_deref().and_then(parse_time)) {
+        let took = match (
+            result.started_at.as_deref().and_then(parse_time),
+            result.finished_at.as_deref().and_then(parse_time),
+        ) {
             (Some(s), Some(f)) => Some((f - s).num_milliseconds() as f64 / 1000.0),
             _ => None,
         };
         if no_output && took.is_some_and(|t| t <= instant_fail_s) {
             scan.instant_failures += 1;
-            let kind = result.exception_info.as_ref().and_then(|e| e.exception_type.clone()).unwrap_or_else(|| "none".into());
+            let kind =
+                result.exception_info.as_ref().and_then(|e| e.exception_type.clone()).unwrap_or_else(|| "none".into());
             *scan.instant_types.entry(kind).or_default() += 1;
             if scan.instant_example.is_none() {
-                let kind = result.exception_info.as_ref().and_then(|e| e.exception_type.clone()).unwrap_or_else(|| "no exception".into());
-                scan.instant_example =
-                    Some(format!("{name}/result.json: n_output_tokens null, finished {:.1}s after start ({kind})", took.unwrap_or(0.0)));
+                let kind = result
+                    .exception_info
+                    .as_ref()
+                    .and_then(|e| e.exception_type.clone())
+                    .unwrap_or_else(|| "no exception".into());
+                scan.instant_example = Some(format!(
+                    "{name}/result.json: n_output_tokens null, finished {:.1}s after start ({kind})",
+                    took.unwrap_or(0.0)
+                ));
             }
         }
     }
@@ -539,7 +586,9 @@ pub fn parse_tunnel_log(path: &Path, text: &str) -> TunnelLog {
             }
             continue;
         }
-        if lower.contains("already active") || (lower.contains("same token") && (lower.contains("already") || lower.contains("active"))) {
+        if lower.contains("already active")
+            || (lower.contains("same token") && (lower.contains("already") || lower.contains("active")))
+        {
             log.locked = Some(line.to_string());
             continue;
         }
@@ -621,17 +670,33 @@ fn strip_ansi(line: &str) -> String {
 const TUNNEL_TAIL_CHECK: u64 = 4 << 20;
 const TUNNEL_TAIL_STATUS: u64 = 256 << 10;
 
-fn tunnel_findings(dir: &Path, agent: &Agent, launch: &Launch, tail: u64, findings: &mut Vec<Finding>) -> Option<TunnelLog> {
+fn tunnel_findings(
+    dir: &Path,
+    agent: &Agent,
+    launch: &Launch,
+    tail: u64,
+    findings: &mut Vec<Finding>,
+) -> Option<TunnelLog> {
     let agent_name = agent.name.clone().unwrap_or_else(|| "terminus-2".into());
     let needed = launch.tunnel_kind.as_deref() == Some("pinggy") || is_installed_agent(&agent_name);
     let path = find_tunnel_log(dir);
     let Some(path) = path else {
         findings.push(if needed {
-            Finding::new("tunnel", "tunnel.missing", Level::Fail, format!("{agent_name} runs in the sandbox and needs a public tunnel, but there is no tunnel log"))
-                .evidence(format!("no {TUNNEL_LOG} or pinggy_*.log in {}", dir.display()))
-                .action("configure a Pinggy pair for this cluster (network.pinggy) and resubmit")
+            Finding::new(
+                "tunnel",
+                "tunnel.missing",
+                Level::Fail,
+                format!("{agent_name} runs in the sandbox and needs a public tunnel, but there is no tunnel log"),
+            )
+            .evidence(format!("no {TUNNEL_LOG} or pinggy_*.log in {}", dir.display()))
+            .action("configure a Pinggy pair for this cluster (network.pinggy) and resubmit")
         } else {
-            Finding::new("tunnel", "tunnel.not_needed", Level::Ok, format!("not needed: {agent_name} calls vLLM on the node"))
+            Finding::new(
+                "tunnel",
+                "tunnel.not_needed",
+                Level::Ok,
+                format!("not needed: {agent_name} calls vLLM on the node"),
+            )
         });
         return None;
     };
@@ -646,13 +711,20 @@ fn tunnel_findings(dir: &Path, agent: &Agent, launch: &Launch, tail: u64, findin
         );
         return Some(log);
     }
-    let established = log.authenticated.is_some() || log.allocated.is_some() || log.public_url.is_some() || log.verified.is_some();
+    let established =
+        log.authenticated.is_some() || log.allocated.is_some() || log.public_url.is_some() || log.verified.is_some();
     if !established {
-        let mut f = Finding::new("tunnel", "tunnel.not_established", if needed { Level::Fail } else { Level::Warn }, "the tunnel never came up (no `You are authenticated`, no URL, no allocated port)");
+        let mut f = Finding::new(
+            "tunnel",
+            "tunnel.not_established",
+            if needed { Level::Fail } else { Level::Warn },
+            "the tunnel never came up (no `You are authenticated`, no URL, no allocated port)",
+        );
         for e in &log.errors {
             f = f.evidence(format!("{file}: {e}"));
         }
-        findings.push(f.action("read the tunnel log; check the token secret and that port 443 egress works from the node"));
+        findings
+            .push(f.action("read the tunnel log; check the token secret and that port 443 egress works from the node"));
         return Some(log);
     }
     let mut ok = Finding::new("tunnel", "tunnel.authenticated", Level::Ok, "tunnel up");
@@ -671,17 +743,27 @@ fn tunnel_findings(dir: &Path, agent: &Agent, launch: &Launch, tail: u64, findin
     if let Some(line) = &log.not_authenticated {
         ok.level = Level::Warn;
         ok.summary = "tunnel up, but not authenticated: a free tunnel expires after 60 minutes".into();
-        ok = ok.evidence(format!("{file}: {line}")).action("use a persistent token (pro.pinggy.io) for runs longer than an hour");
+        ok = ok
+            .evidence(format!("{file}: {line}"))
+            .action("use a persistent token (pro.pinggy.io) for runs longer than an hour");
     }
     findings.push(ok);
     if !log.counters.is_empty() {
-        let growing: Vec<String> =
-            log.counters.iter().filter(|(_, (first, last, _))| last > first).map(|(k, (f, l, _))| format!("{k}: {f} → {l}")).collect();
+        let growing: Vec<String> = log
+            .counters
+            .iter()
+            .filter(|(_, (first, last, _))| last > first)
+            .map(|(k, (f, l, _))| format!("{k}: {f} → {l}"))
+            .collect();
         let samples = log.counters.values().map(|c| c.2).max().unwrap_or(0);
         if !growing.is_empty() {
-            findings.push(Finding::new("tunnel", "tunnel.traffic", Level::Ok, "traffic counters growing").evidence(growing.join(", ")));
+            findings.push(
+                Finding::new("tunnel", "tunnel.traffic", Level::Ok, "traffic counters growing")
+                    .evidence(growing.join(", ")),
+            );
         } else if samples >= 2 && needed {
-            let flat: Vec<String> = log.counters.iter().map(|(k, (_, l, n))| format!("{k}: {l} ({n} readings)")).collect();
+            let flat: Vec<String> =
+                log.counters.iter().map(|(k, (_, l, n))| format!("{k}: {l} ({n} readings)")).collect();
             findings.push(
                 Finding::new("tunnel", "tunnel.traffic", Level::Warn, "no traffic through the tunnel: counters flat")
                     .evidence(flat.join(", "))
@@ -708,24 +790,47 @@ fn tail_bytes(path: &Path, max: u64) -> Vec<u8> {
 // ---------------------------------------------------------------------------------------------
 // api_base and model_info
 
-fn api_base_findings(agent: &Agent, launch: &Launch, trials: &TrialScan, tunnel: Option<&TunnelLog>, findings: &mut Vec<Finding>) {
+fn api_base_findings(
+    agent: &Agent,
+    launch: &Launch,
+    trials: &TrialScan,
+    tunnel: Option<&TunnelLog>,
+    findings: &mut Vec<Finding>,
+) {
     let agent_name = agent.name.clone().unwrap_or_else(|| "terminus-2".into());
     let installed = launch.tunnel_kind.as_deref() == Some("pinggy") || is_installed_agent(&agent_name);
     let hosted = agent.model_name.as_deref().is_some_and(|m| m.to_ascii_lowercase().starts_with("hosted_vllm/"));
     if agent.from != "config.json" {
         if trials.dirs == 0 {
-            findings.push(Finding::new("api_base", "api_base.unknown", Level::Ok, "Harbor has not written its job config.json yet"));
+            findings.push(Finding::new(
+                "api_base",
+                "api_base.unknown",
+                Level::Ok,
+                "Harbor has not written its job config.json yet",
+            ));
             return;
         }
     } else if hosted && !agent.has_model_info {
-        let mut f = Finding::new("api_base", "api_base.model_info", Level::Fail, "model_info missing from the agent kwargs: every hosted_vllm trial dies before its first request")
-            .evidence(format!("config.json: agents[0].model_name {} has no kwargs.model_info", agent.model_name.as_deref().unwrap_or("?")));
+        let mut f = Finding::new(
+            "api_base",
+            "api_base.model_info",
+            Level::Fail,
+            "model_info missing from the agent kwargs: every hosted_vllm trial dies before its first request",
+        )
+        .evidence(format!(
+            "config.json: agents[0].model_name {} has no kwargs.model_info",
+            agent.model_name.as_deref().unwrap_or("?")
+        ));
         if let Some(line) = &trials.model_info_example {
             f = f.evidence(line.clone());
         }
         findings.push(f.action("pass --agent-kwarg model_info={max_input_tokens, max_output_tokens, input/output_cost_per_token} (payload does this), or upgrade Harbor"));
     }
-    let public = launch.held_url.clone().or_else(|| tunnel.and_then(|t| t.public_url.clone())).or_else(|| launch.public_url.clone());
+    let public = launch
+        .held_url
+        .clone()
+        .or_else(|| tunnel.and_then(|t| t.public_url.clone()))
+        .or_else(|| launch.public_url.clone());
     let mut bad = false;
     let judge = |url: &str, place: String, count: u64| -> Option<Finding> {
         if installed && is_private_url(url) {
@@ -754,9 +859,14 @@ fn api_base_findings(agent: &Agent, launch: &Launch, trials: &TrialScan, tunnel:
         }
     } else if agent.from == "config.json" && hosted {
         findings.push(
-            Finding::new("api_base", "api_base.missing", Level::Fail, "no api_base in the agent kwargs: the agent cannot reach vLLM")
-                .evidence("config.json: agents[0].kwargs has no api_base")
-                .action("pass --agent-kwarg api_base=<server>/v1 (payload does this)"),
+            Finding::new(
+                "api_base",
+                "api_base.missing",
+                Level::Fail,
+                "no api_base in the agent kwargs: the agent cannot reach vLLM",
+            )
+            .evidence("config.json: agents[0].kwargs has no api_base")
+            .action("pass --agent-kwarg api_base=<server>/v1 (payload does this)"),
         );
         bad = true;
     }
@@ -777,11 +887,16 @@ fn api_base_findings(agent: &Agent, launch: &Launch, trials: &TrialScan, tunnel:
     }
     if !bad {
         let url = agent.api_base.clone().or_else(|| trials.api_bases.keys().next().cloned());
-        let mut f = Finding::new("api_base", "api_base.ok", Level::Ok, match &url {
-            Some(u) if installed => format!("api_base {u} is the public tunnel URL"),
-            Some(u) => format!("api_base {u} ({agent_name} calls vLLM on the node)"),
-            None => "no api_base recorded yet".to_string(),
-        });
+        let mut f = Finding::new(
+            "api_base",
+            "api_base.ok",
+            Level::Ok,
+            match &url {
+                Some(u) if installed => format!("api_base {u} is the public tunnel URL"),
+                Some(u) => format!("api_base {u} ({agent_name} calls vLLM on the node)"),
+                None => "no api_base recorded yet".to_string(),
+            },
+        );
         if !trials.api_bases.is_empty() {
             let n: u64 = trials.api_bases.values().map(|v| v.0).sum();
             f = f.evidence(format!("{n} trial config(s) agree with the job config"));
@@ -805,7 +920,10 @@ fn engine_findings(
     now: DateTime<Utc>,
     findings: &mut Vec<Finding>,
 ) -> Option<f64> {
-    let file = log_path.and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| ENGINE_LOG.into());
+    let file = log_path
+        .and_then(|p| p.file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| ENGINE_LOG.into());
     let beat = status.and_then(|s| s.heartbeat.as_ref());
     // Counts: the access log when it has any, else payload's heartbeat (vLLM's /metrics).
     let (ok, c4xx, c5xx, source) = match (log, beat) {
@@ -813,15 +931,29 @@ fn engine_findings(
         (_, Some(b)) => (b.completions_ok, b.completions_4xx, b.completions_5xx, "status.json heartbeat".to_string()),
         (Some(l), None) => (l.ok, l.c4xx, l.c5xx, format!("{file} access lines")),
         (None, None) => {
-            findings.push(Finding::new("engine", "engine.no_log", if trials.dirs > 0 { Level::Warn } else { Level::Ok }, "no engine log and no heartbeat: completions cannot be checked")
-                .evidence("no vllm.log and no status.json in the run dir"));
+            findings.push(
+                Finding::new(
+                    "engine",
+                    "engine.no_log",
+                    if trials.dirs > 0 { Level::Warn } else { Level::Ok },
+                    "no engine log and no heartbeat: completions cannot be checked",
+                )
+                .evidence("no vllm.log and no status.json in the run dir"),
+            );
             return None;
         }
     };
     let total = ok + c4xx + c5xx;
     // How long the engine has served: Harbor's running time (payload) or the log's own span.
     let served_s = running_since
-        .map(|t| (if state == RunState::Running { now } else { status.and_then(|s| parse_time(&s.updated_at)).unwrap_or(now) } - t).num_seconds())
+        .map(|t| {
+            (if state == RunState::Running {
+                now
+            } else {
+                status.and_then(|s| parse_time(&s.updated_at)).unwrap_or(now)
+            } - t)
+                .num_seconds()
+        })
         .or_else(|| log.and_then(EngineLog::anchored_span_s))
         .or_else(|| {
             let p = log_path?;
@@ -830,7 +962,9 @@ fn engine_findings(
             Some((DateTime::<Utc>::from(meta.modified().ok()?) - born).num_seconds())
         });
     let per_min = match (log.and_then(EngineLog::anchored_span_s), served_s) {
-        (Some(span), _) if span >= 60 && log.is_some_and(|l| l.completions() > 0) => Some(log.map_or(0, EngineLog::completions) as f64 / (span as f64 / 60.0)),
+        (Some(span), _) if span >= 60 && log.is_some_and(|l| l.completions() > 0) => {
+            Some(log.map_or(0, EngineLog::completions) as f64 / (span as f64 / 60.0))
+        }
         (_, Some(s)) if s >= 60 => Some(total as f64 / (s as f64 / 60.0)),
         _ => None,
     };
@@ -853,7 +987,8 @@ fn engine_findings(
     }
     let rate_text = per_min.map(|r| format!(", {r:.1}/min")).unwrap_or_default();
     let span_text = served_s.map(|s| format!(" over {}", human_duration(s))).unwrap_or_default();
-    let counts = format!("{total} completions{span_text}{rate_text}: {ok} × 2xx, {c4xx} × 4xx, {c5xx} × 5xx ({source})");
+    let counts =
+        format!("{total} completions{span_text}{rate_text}: {ok} × 2xx, {c4xx} × 4xx, {c5xx} × 5xx ({source})");
     let share = |n: u64| if total > 0 { n as f64 / total as f64 } else { 0.0 };
     // The recent window catches a run that went bad midway.
     let recent = log.map(EngineLog::recent_counts).filter(|r| r.0 >= settings.min_requests);
@@ -891,23 +1026,37 @@ fn engine_findings(
             "engine",
             "engine.zero_ok",
             Level::Fail,
-            format!("{} served with zero 200 completions: broken agent setup (missing model_info, or an old Harbor)", human_duration(zero_ok_for)),
+            format!(
+                "{} served with zero 200 completions: broken agent setup (missing model_info, or an old Harbor)",
+                human_duration(zero_ok_for)
+            ),
         )
         .evidence(counts.clone());
         if let Some(line) = &trials.model_info_example {
             f = f.evidence(line.clone());
         }
-        findings.push(f.action("check the agent kwargs (model_info, api_base) in config.json and Harbor's version, then resubmit"));
+        findings.push(f.action(
+            "check the agent kwargs (model_info, api_base) in config.json and Harbor's version, then resubmit",
+        ));
     } else if !bad_overall && !bad_recent {
         let c5 = share(c5xx);
         if total >= settings.min_requests && c5 > settings.server_error_share {
-            let mut f = Finding::new("engine", "engine.server_errors", Level::Warn, format!("{} of completions failed with 5xx", percent(c5))).evidence(counts.clone());
+            let mut f = Finding::new(
+                "engine",
+                "engine.server_errors",
+                Level::Warn,
+                format!("{} of completions failed with 5xx", percent(c5)),
+            )
+            .evidence(counts.clone());
             if let Some(line) = log.and_then(|l| l.example_5xx.clone()) {
                 f = f.evidence(format!("{file}: {line}"));
             }
             findings.push(f.action("read vllm.log around the errors (`submitter logs RUN --engine`)"));
         } else {
-            let slow = state == RunState::Running && trials.active > 0 && per_min.is_some_and(|r| r < 1.0) && served_s.is_some_and(|s| s >= 600);
+            let slow = state == RunState::Running
+                && trials.active > 0
+                && per_min.is_some_and(|r| r < 1.0)
+                && served_s.is_some_and(|s| s >= 600);
             let mut f = Finding::new(
                 "engine",
                 "engine.completions",
@@ -915,7 +1064,11 @@ fn engine_findings(
                 if total == 0 {
                     "no completions yet".to_string()
                 } else if slow {
-                    format!("completions arrive slowly ({}/min) while {} trials are active", per_min.map_or("?".into(), |r| format!("{r:.2}")), trials.active)
+                    format!(
+                        "completions arrive slowly ({}/min) while {} trials are active",
+                        per_min.map_or("?".into(), |r| format!("{r:.2}")),
+                        trials.active
+                    )
                 } else {
                     format!("completions arriving, {} answered 200", percent(share(ok)))
                 },
@@ -958,7 +1111,10 @@ fn trial_findings(
         "trials",
         "trials.progress",
         Level::Ok,
-        format!("{} done{expected_text}, {} active, {} errored ({infra} infra)", trials.done, trials.active, trials.errored),
+        format!(
+            "{} done{expected_text}, {} active, {} errored ({infra} infra)",
+            trials.done, trials.active, trials.errored
+        ),
     );
     if !trials.errors_by_type.is_empty() {
         let types: Vec<String> = trials.errors_by_type.iter().map(|(k, v)| format!("{k} × {v}")).collect();
@@ -971,20 +1127,28 @@ fn trial_findings(
     findings.push(progress);
 
     if trials.instant_failures > 0 {
-        let fail = trials.instant_failures >= 3 && trials.instant_failures as f64 > settings.instant_fail_share * trials.done.max(1) as f64;
+        let fail = trials.instant_failures >= 3
+            && trials.instant_failures as f64 > settings.instant_fail_share * trials.done.max(1) as f64;
         let mut f = Finding::new(
             "trials",
             "trials.instant_fail",
             if fail { Level::Fail } else { Level::Warn },
-            format!("{} of {} finished trials failed instantly (no output tokens, finished ≈ started)", trials.instant_failures, trials.done),
+            format!(
+                "{} of {} finished trials failed instantly (no output tokens, finished ≈ started)",
+                trials.instant_failures, trials.done
+            ),
         );
         if let Some(e) = &trials.instant_example {
             f = f.evidence(e.clone());
         }
         let types: Vec<String> = trials.instant_types.iter().map(|(k, v)| format!("{k} × {v}")).collect();
         f = f.evidence(format!("by exception: {}", types.join(", ")));
-        let overflow: u64 =
-            trials.instant_types.iter().filter(|(k, _)| k.contains("ContextLength") || k.contains("BadRequest")).map(|(_, v)| v).sum();
+        let overflow: u64 = trials
+            .instant_types
+            .iter()
+            .filter(|(k, _)| k.contains("ContextLength") || k.contains("BadRequest"))
+            .map(|(_, v)| v)
+            .sum();
         findings.push(f.action(if overflow * 2 > trials.instant_failures {
             "they died on their first request's 400 (context overflow): lower max_model_len / the output budget, see the engine check"
         } else {
@@ -996,7 +1160,10 @@ fn trial_findings(
             "trials",
             "trials.never_started",
             Level::Fail,
-            format!("{} trial dir(s) were never constructed: the agent rejected its configuration", trials.unconstructed),
+            format!(
+                "{} trial dir(s) were never constructed: the agent rejected its configuration",
+                trials.unconstructed
+            ),
         );
         if let Some(e) = &trials.model_info_example {
             f = f.evidence(e.clone());
@@ -1007,7 +1174,8 @@ fn trial_findings(
     if state == RunState::Running {
         let quiet = since_last.unwrap_or(i64::MAX);
         // payload's heartbeat knows when any counter (completions, trials) last moved.
-        let progress = status.and_then(|s| s.heartbeat.as_ref()).and_then(|h| h.last_progress_at.as_deref()).and_then(parse_time);
+        let progress =
+            status.and_then(|s| s.heartbeat.as_ref()).and_then(|h| h.last_progress_at.as_deref()).and_then(parse_time);
         let no_progress = progress.or(running_since).map(|t| (now - t).num_seconds());
         if all_done && since_last.is_some_and(|s| s >= settings.zombie_after_s as i64) {
             findings.push(
@@ -1025,7 +1193,10 @@ fn trial_findings(
                     ))
                     .action("look at an active trial's trial.log and the engine log; cancel and resubmit (resume) if nothing moves"),
             );
-        } else if trials.active > 0 && quiet.min(running_since.map_or(i64::MAX, |t| (now - t).num_seconds())) >= settings.no_result_after_s as i64 {
+        } else if trials.active > 0
+            && quiet.min(running_since.map_or(i64::MAX, |t| (now - t).num_seconds()))
+                >= settings.no_result_after_s as i64
+        {
             findings.push(
                 Finding::new("trials", "trials.stalled", Level::Fail, format!("no new result.json for {} while {} trials are active (stalled)", human_duration(quiet), trials.active))
                     .evidence(format!("last result.json: {}", trials.last_result_trial.as_deref().unwrap_or("?")))
@@ -1034,37 +1205,71 @@ fn trial_findings(
         }
     } else if state == RunState::Unknown && all_done && trials.done > 0 {
         findings.push(
-            Finding::new("trials", "trials.done_unrecorded", Level::Warn, "all trials are done but no outcome was recorded")
-                .evidence("no payload outcome and no finished_at in result.json")
-                .action("check `squeue`: a job still RUNNING is a zombie (cancel it); a gone one died after its last trial"),
+            Finding::new(
+                "trials",
+                "trials.done_unrecorded",
+                Level::Warn,
+                "all trials are done but no outcome was recorded",
+            )
+            .evidence("no payload outcome and no finished_at in result.json")
+            .action(
+                "check `squeue`: a job still RUNNING is a zombie (cancel it); a gone one died after its last trial",
+            ),
         );
     }
 }
 
-fn outcome_findings(status: Option<&RunStatus>, result: Option<&Value>, state: RunState, settings: &VerifySettings, now: DateTime<Utc>, findings: &mut Vec<Finding>) {
+fn outcome_findings(
+    status: Option<&RunStatus>,
+    result: Option<&Value>,
+    state: RunState,
+    settings: &VerifySettings,
+    now: DateTime<Utc>,
+    findings: &mut Vec<Finding>,
+) {
     let Some(status) = status else {
         if let Some(finished) = result.and_then(|r| r.get("finished_at")).and_then(Value::as_str) {
-            findings.push(Finding::new("outcome", "outcome.harbor_finished", Level::Ok, format!("Harbor finished at {finished}")));
+            findings.push(Finding::new(
+                "outcome",
+                "outcome.harbor_finished",
+                Level::Ok,
+                format!("Harbor finished at {finished}"),
+            ));
         }
         return;
     };
     match &status.outcome {
         Some(o) if o.class == launch_spec::records::OutcomeClass::Finished => {
-            findings.push(Finding::new("outcome", "outcome.finished", Level::Ok, format!("payload: finished ({})", o.message)));
+            findings.push(Finding::new(
+                "outcome",
+                "outcome.finished",
+                Level::Ok,
+                format!("payload: finished ({})", o.message),
+            ));
         }
         Some(o) => {
             let mut f = Finding::new(
                 "outcome",
                 "outcome.failed",
                 Level::Fail,
-                format!("payload: {}{} (exit {}): {}", o.class.as_str(), o.cause.as_ref().map(|c| format!("/{c}")).unwrap_or_default(), o.exit_code, o.message),
+                format!(
+                    "payload: {}{} (exit {}): {}",
+                    o.class.as_str(),
+                    o.cause.as_ref().map(|c| format!("/{c}")).unwrap_or_default(),
+                    o.exit_code,
+                    o.message
+                ),
             );
             for line in o.engine_log_tail.iter().rev().take(3).rev() {
                 f = f.evidence(format!("vllm.log: {line}"));
             }
             findings.push(f.action(match o.class {
-                launch_spec::records::OutcomeClass::Walltime | launch_spec::records::OutcomeClass::Interrupted => "resubmit: Harbor resumes the run",
-                launch_spec::records::OutcomeClass::EngineStart => "fix the serve settings for this model (registry) before resubmitting",
+                launch_spec::records::OutcomeClass::Walltime | launch_spec::records::OutcomeClass::Interrupted => {
+                    "resubmit: Harbor resumes the run"
+                }
+                launch_spec::records::OutcomeClass::EngineStart => {
+                    "fix the serve settings for this model (registry) before resubmitting"
+                }
                 _ => "read the logs (`submitter logs RUN`), fix the cause, resubmit",
             }));
         }
@@ -1072,7 +1277,12 @@ fn outcome_findings(status: Option<&RunStatus>, result: Option<&Value>, state: R
             let age = status_age_s(status, now).unwrap_or(i64::MAX);
             let phase = format!("{:?}", status.phase).to_lowercase();
             if state == RunState::Running {
-                findings.push(Finding::new("outcome", "outcome.running", Level::Ok, format!("payload phase {phase}, last status {} ago", human_duration(age))));
+                findings.push(Finding::new(
+                    "outcome",
+                    "outcome.running",
+                    Level::Ok,
+                    format!("payload phase {phase}, last status {} ago", human_duration(age)),
+                ));
             } else {
                 findings.push(
                     Finding::new("outcome", "outcome.silent", Level::Warn, format!("payload stopped writing status.json {} ago without an outcome", human_duration(age)))

@@ -258,11 +258,14 @@ impl Scanner {
                 self.log.server_start = self.anchor;
             }
         }
-        if self.log.context_error.is_none() && (self.context.find(line).is_some() || self.context2.find(line).is_some()) {
+        if self.log.context_error.is_none() && (self.context.find(line).is_some() || self.context2.find(line).is_some())
+        {
             self.log.context_error = Some(clip(line));
         }
         if self.log.fatal.is_none()
-            && (self.dead.find(line).is_some() || self.init_failed.find(line).is_some() || self.oom.find(line).is_some())
+            && (self.dead.find(line).is_some()
+                || self.init_failed.find(line).is_some()
+                || self.oom.find(line).is_some())
         {
             self.log.fatal = Some(clip(line));
         }
@@ -375,7 +378,11 @@ INFO:     127.0.0.1:54325 - \"POST /v1/chat/completions HTTP/1.1\" 200";
             if i % 97 == 0 {
                 text += &format!("(APIServer pid=1) INFO 12-31 23:{:02}:00 [x.py:1] tick\n", (i / 97) % 60);
             }
-            text += &format!("INFO:     127.0.0.1:{} - \"POST /v1/chat/completions HTTP/1.1\" {} OK\n", 1000 + i, if i % 10 == 0 { 400 } else { 200 });
+            text += &format!(
+                "INFO:     127.0.0.1:{} - \"POST /v1/chat/completions HTTP/1.1\" {} OK\n",
+                1000 + i,
+                if i % 10 == 0 { 400 } else { 200 }
+            );
         }
         std::fs::write(&path, &text).unwrap();
         let from_file = scan_file(&path).unwrap().unwrap();

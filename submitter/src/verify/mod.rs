@@ -132,7 +132,9 @@ pub fn is_private_url(url: &str) -> bool {
     let host = if let Some(v6) = authority.strip_prefix('[') {
         v6.split(']').next().unwrap_or("")
     } else {
-        authority.rsplit_once(':').map_or(authority, |(h, p)| if p.chars().all(|c| c.is_ascii_digit()) { h } else { authority })
+        authority
+            .rsplit_once(':')
+            .map_or(authority, |(h, p)| if p.chars().all(|c| c.is_ascii_digit()) { h } else { authority })
     };
     let host = host.to_ascii_lowercase();
     if host == "localhost" || host.ends_with(".localhost") || host.ends_with(".local") || host.ends_with(".internal") {
@@ -142,9 +144,15 @@ pub fn is_private_url(url: &str) -> bool {
         return match ip {
             std::net::IpAddr::V4(v4) => {
                 let o = v4.octets();
-                v4.is_private() || v4.is_loopback() || v4.is_link_local() || v4.is_unspecified() || (o[0] == 100 && (64..128).contains(&o[1]))
+                v4.is_private()
+                    || v4.is_loopback()
+                    || v4.is_link_local()
+                    || v4.is_unspecified()
+                    || (o[0] == 100 && (64..128).contains(&o[1]))
             }
-            std::net::IpAddr::V6(v6) => v6.is_loopback() || v6.is_unspecified() || (v6.segments()[0] & 0xfe00) == 0xfc00,
+            std::net::IpAddr::V6(v6) => {
+                v6.is_loopback() || v6.is_unspecified() || (v6.segments()[0] & 0xfe00) == 0xfc00
+            }
         };
     }
     !host.contains('.')

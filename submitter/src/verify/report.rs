@@ -141,12 +141,20 @@ pub fn render_html(input: &ReportInput) -> String {
                 Some(BenchKind::PartialCredit) => "partial credit · mean",
                 _ => "mean",
             };
-            let _ = write!(h, "<th title=\"{}\">{}<span class=\"kind\">{kind}</span></th>", escape(b), escape(&short_name(b)));
+            let _ = write!(
+                h,
+                "<th title=\"{}\">{}<span class=\"kind\">{kind}</span></th>",
+                escape(b),
+                escape(&short_name(b))
+            );
         }
         let _ = write!(
             h,
             "<th>ID mean<span class=\"kind\">swebench-100, tb2, dev_set_v2</span></th><th>rank<span class=\"kind\">{}</span></th></tr></thead>\n<tbody>\n",
-            m.rank_by.as_deref().map(|r| format!("on {}", escape(&short_name(r)))).unwrap_or_else(|| "no binary benchmark".into())
+            m.rank_by
+                .as_deref()
+                .map(|r| format!("on {}", escape(&short_name(r))))
+                .unwrap_or_else(|| "no binary benchmark".into())
         );
         for model in &m.models {
             let _ = write!(h, "<tr><th>{}</th>", escape(model));
@@ -163,7 +171,11 @@ pub fn render_html(input: &ReportInput) -> String {
                             c.n_valid,
                             c.n_expected.map_or("?".into(), |e| e.to_string()),
                             c.n_errors,
-                            if c.incomplete { format!(" — incomplete: {}", c.audit_reasons.join("; ")) } else { String::new() }
+                            if c.incomplete {
+                                format!(" — incomplete: {}", c.audit_reasons.join("; "))
+                            } else {
+                                String::new()
+                            }
                         );
                         let mean = c.mean.map_or("–".into(), |v| format!("{v:.3}"));
                         let se = c.stderr.map(|s| format!(" <span class=\"se\">±{s:.3}</span>")).unwrap_or_default();
@@ -179,7 +191,10 @@ pub fn render_html(input: &ReportInput) -> String {
                     }
                 }
             }
-            let id = m.id_mean.get(model).map(|v| format!("<td class=\"score\" style=\"background:{}\">{v:.3}</td>", colour(*v)));
+            let id = m
+                .id_mean
+                .get(model)
+                .map(|v| format!("<td class=\"score\" style=\"background:{}\">{v:.3}</td>", colour(*v)));
             h.push_str(&id.unwrap_or_else(|| "<td class=\"empty\">–</td>".into()));
             let _ = writeln!(h, "<td>{}</td></tr>", m.ranks.get(model).map_or("–".into(), |r| r.to_string()));
         }
@@ -248,7 +263,13 @@ pub fn render_html(input: &ReportInput) -> String {
         }
         if let Some(row) = &r.verdict {
             let v = &row.verdict;
-            let _ = writeln!(h, "<p>Verdict <span class=\"badge {}\">{}</span> {}</p>", verdict_class(v.verdict), v.verdict, escape(&v.summary));
+            let _ = writeln!(
+                h,
+                "<p>Verdict <span class=\"badge {}\">{}</span> {}</p>",
+                verdict_class(v.verdict),
+                v.verdict,
+                escape(&v.summary)
+            );
             if !v.evidence.is_empty() {
                 h.push_str("<ul class=\"evidence\">");
                 for e in &v.evidence {
@@ -261,7 +282,12 @@ pub fn render_html(input: &ReportInput) -> String {
             }
         }
         if let Some(c) = &r.check {
-            let _ = write!(h, "<p>Checks: <span class=\"badge {}\">{}</span></p>\n<table class=\"findings\"><tbody>\n", level_class(c.verdict), c.verdict);
+            let _ = write!(
+                h,
+                "<p>Checks: <span class=\"badge {}\">{}</span></p>\n<table class=\"findings\"><tbody>\n",
+                level_class(c.verdict),
+                c.verdict
+            );
             for f in &c.findings {
                 let mut detail = String::new();
                 for e in &f.evidence {

@@ -88,7 +88,8 @@ pub fn summary_from_result(result: &Value, expected: Option<u64>) -> ScoreSummar
         s.n_errors = stat("n_errors").unwrap_or(0);
     }
     // Finished trials: Harbor's count, else at least the verified and the valid+errored ones.
-    s.n_trials = stat("n_completed_trials").unwrap_or_else(|| stat("n_trials").unwrap_or(s.n_verified).max(s.n_valid + s.n_errors).max(s.n_verified));
+    s.n_trials = stat("n_completed_trials")
+        .unwrap_or_else(|| stat("n_trials").unwrap_or(s.n_verified).max(s.n_valid + s.n_errors).max(s.n_verified));
     s.mean_reward = (!means.is_empty()).then(|| means.iter().sum::<f64>() / means.len() as f64);
     for (kind, n) in &s.errors_by_type {
         if launch_spec::launch::INFRA_ERROR_TYPES.contains(&kind.as_str()) {
@@ -129,7 +130,12 @@ pub fn audit_of(summary: &ScoreSummary, settings: &VerifySettings) -> Audit {
         reasons.push("no trials".to_string());
     }
     if error_share > settings.max_error_share {
-        reasons.push(format!("{} errored trials ({}, more than {})", summary.n_errors, super::percent(error_share), super::percent(settings.max_error_share)));
+        reasons.push(format!(
+            "{} errored trials ({}, more than {})",
+            summary.n_errors,
+            super::percent(error_share),
+            super::percent(settings.max_error_share)
+        ));
     }
     let complete = reasons.is_empty();
     Audit {
@@ -261,7 +267,9 @@ impl Matrix {
 
 #[derive(Debug, thiserror::Error)]
 pub enum MatrixError {
-    #[error("cannot rank on {0}: it is partial-credit (dev_set_v2 never ranks models) — rank on a binary benchmark (terminal_bench_2, swebench-verified-random-100-folders)")]
+    #[error(
+        "cannot rank on {0}: it is partial-credit (dev_set_v2 never ranks models) — rank on a binary benchmark (terminal_bench_2, swebench-verified-random-100-folders)"
+    )]
     PartialCreditRank(String),
     #[error("cannot rank on {0}: not a binary benchmark (terminal_bench_2, swebench-verified-random-100-folders)")]
     NotBinary(String),
@@ -270,7 +278,11 @@ pub enum MatrixError {
 /// Builds the matrix from attempts: per (model, benchmark family), the latest finished attempt
 /// with metrics. `rank_by`: a binary benchmark family (default terminal_bench_2 when present, else
 /// swebench-100). Audits are recomputed with `settings`.
-pub fn build_matrix(attempts: &[Attempt], rank_by: Option<&str>, settings: &VerifySettings) -> Result<Matrix, MatrixError> {
+pub fn build_matrix(
+    attempts: &[Attempt],
+    rank_by: Option<&str>,
+    settings: &VerifySettings,
+) -> Result<Matrix, MatrixError> {
     if let Some(r) = rank_by {
         match bench_kind(r) {
             BenchKind::Binary => {}
@@ -279,9 +291,12 @@ pub fn build_matrix(attempts: &[Attempt], rank_by: Option<&str>, settings: &Veri
         }
     }
     let mut latest: BTreeMap<(String, String), &Attempt> = BTreeMap::new();
-    for a in attempts.iter().filter(|a| a.status == Status::Finished && a.metrics.as_ref().is_some_and(|m| !m.is_null())) {
+    for a in
+        attempts.iter().filter(|a| a.status == Status::Finished && a.metrics.as_ref().is_some_and(|m| !m.is_null()))
+    {
         let key = (a.model.clone(), a.benchmark_family.clone());
-        let newer = latest.get(&key).is_none_or(|b| (a.ended_at, a.submitted_at, a.id) > (b.ended_at, b.submitted_at, b.id));
+        let newer =
+            latest.get(&key).is_none_or(|b| (a.ended_at, a.submitted_at, a.id) > (b.ended_at, b.submitted_at, b.id));
         if newer {
             latest.insert(key, a);
         }
@@ -295,7 +310,9 @@ pub fn build_matrix(attempts: &[Attempt], rank_by: Option<&str>, settings: &Veri
         let audit = audit_of(&summary, settings);
         let kind = bench_kind(bench);
         let stderr = match (kind, summary.mean_reward) {
-            (BenchKind::Binary, Some(p)) if summary.n_trials > 0 => Some((p * (1.0 - p) / summary.n_trials as f64).max(0.0).sqrt()),
+            (BenchKind::Binary, Some(p)) if summary.n_trials > 0 => {
+                Some((p * (1.0 - p) / summary.n_trials as f64).max(0.0).sqrt())
+            }
             _ => None,
         };
         models.insert(model.clone());
@@ -365,7 +382,9 @@ pub fn finished_attempts(ledger: &dyn crate::ledger::Ledger) -> Result<Vec<Attem
         if pair.latest.status == Status::Finished {
             out.push(pair.latest);
         } else if pair.total_attempts > 1 {
-            out.extend(ledger.attempts_for(&pair.model, &pair.family)?.into_iter().filter(|a| a.status == Status::Finished));
+            out.extend(
+                ledger.attempts_for(&pair.model, &pair.family)?.into_iter().filter(|a| a.status == Status::Finished),
+            );
         }
     }
     Ok(out)
@@ -374,7 +393,10 @@ pub fn finished_attempts(ledger: &dyn crate::ledger::Ledger) -> Result<Vec<Attem
 /// A [`ScoreSummary`] back from ledger metrics (older rows lack the newer keys).
 pub fn summary_from_metrics(m: &Value) -> ScoreSummary {
     let map = |key: &str| -> BTreeMap<String, u64> {
-        m.get(key).and_then(Value::as_object).map(|o| o.iter().map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0))).collect()).unwrap_or_default()
+        m.get(key)
+            .and_then(Value::as_object)
+            .map(|o| o.iter().map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0))).collect())
+            .unwrap_or_default()
     };
     let n_trials = m.get("n_trials").and_then(Value::as_u64).unwrap_or(0);
     let n_errors = m.get("n_errors").and_then(Value::as_u64).unwrap_or(0);
@@ -382,7 +404,11 @@ pub fn summary_from_metrics(m: &Value) -> ScoreSummary {
     let infra_errors: BTreeMap<String, u64> = if m.get("infra_errors").is_some() {
         map("infra_errors")
     } else {
-        errors_by_type.iter().filter(|(k, _)| launch_spec::launch::INFRA_ERROR_TYPES.contains(&k.as_str())).map(|(k, v)| (k.clone(), *v)).collect()
+        errors_by_type
+            .iter()
+            .filter(|(k, _)| launch_spec::launch::INFRA_ERROR_TYPES.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), *v))
+            .collect()
     };
     ScoreSummary {
         mean_reward: m.get("mean_reward").and_then(Value::as_f64),
@@ -391,7 +417,10 @@ pub fn summary_from_metrics(m: &Value) -> ScoreSummary {
         n_errors,
         n_valid: m.get("n_valid").and_then(Value::as_u64).unwrap_or(n_trials.saturating_sub(n_errors)),
         n_total_trials: m.get("n_total_trials").and_then(Value::as_u64),
-        n_expected: m.get("n_expected").and_then(Value::as_u64).or_else(|| m.get("n_total_trials").and_then(Value::as_u64)),
+        n_expected: m
+            .get("n_expected")
+            .and_then(Value::as_u64)
+            .or_else(|| m.get("n_total_trials").and_then(Value::as_u64)),
         n_infra_errors: infra_errors.values().sum(),
         infra_errors,
         errors_by_type,
@@ -430,7 +459,11 @@ pub fn render_text(m: &Matrix) -> String {
             };
             out += &format!("  {text:>16}");
         }
-        out += &format!("  {:>8}  {:>4}\n", fmt_mean(m.id_mean.get(model).copied()), m.ranks.get(model).map_or("-".into(), |r| r.to_string()));
+        out += &format!(
+            "  {:>8}  {:>4}\n",
+            fmt_mean(m.id_mean.get(model).copied()),
+            m.ranks.get(model).map_or("-".into(), |r| r.to_string())
+        );
     }
     out += &format!(
         "± standard error (binary benchmarks only); dev_set_v2 is partial-credit: mean only, never ranked; ! = incomplete (resume, don't accept){}\n",
@@ -441,7 +474,8 @@ pub fn render_text(m: &Matrix) -> String {
 
 /// The matrix as CSV: one row per model; per benchmark its mean and (binary) standard error.
 pub fn render_csv(m: &Matrix) -> String {
-    let quote = |s: &str| if s.contains([',', '"', '\n']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.to_string() };
+    let quote =
+        |s: &str| if s.contains([',', '"', '\n']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.to_string() };
     let mut header = vec!["model".to_string()];
     for b in &m.benchmarks {
         header.push(quote(b));
@@ -476,10 +510,14 @@ mod tests {
     use chrono::DateTime;
 
     fn result(mean: f64, rewards: &[(&str, usize)], errors: &[(&str, usize)], total: u64) -> Value {
-        let reward_stats: serde_json::Map<String, Value> =
-            rewards.iter().map(|(k, n)| (k.to_string(), json!((0..*n).map(|i| format!("t{i}")).collect::<Vec<_>>()))).collect();
-        let exception_stats: serde_json::Map<String, Value> =
-            errors.iter().map(|(k, n)| (k.to_string(), json!((0..*n).map(|i| format!("e{i}")).collect::<Vec<_>>()))).collect();
+        let reward_stats: serde_json::Map<String, Value> = rewards
+            .iter()
+            .map(|(k, n)| (k.to_string(), json!((0..*n).map(|i| format!("t{i}")).collect::<Vec<_>>())))
+            .collect();
+        let exception_stats: serde_json::Map<String, Value> = errors
+            .iter()
+            .map(|(k, n)| (k.to_string(), json!((0..*n).map(|i| format!("e{i}")).collect::<Vec<_>>())))
+            .collect();
         let n_errors: usize = errors.iter().map(|e| e.1).sum();
         let n_trials: usize = rewards.iter().map(|r| r.1).sum::<usize>() + n_errors;
         json!({"n_total_trials": total, "finished_at": "2026-01-01T00:00:00", "stats": {"evals": {"a__m__d": {
@@ -564,9 +602,15 @@ mod tests {
         assert_eq!(m.rank_by.as_deref(), Some("terminal_bench_2"));
         assert_eq!(m.ranks["b"], 1);
         assert_eq!(m.ranks["a"], 2);
-        assert!(matches!(build_matrix(&attempts, Some("dev_set_v2"), &VerifySettings::default()), Err(MatrixError::PartialCreditRank(_))));
+        assert!(matches!(
+            build_matrix(&attempts, Some("dev_set_v2"), &VerifySettings::default()),
+            Err(MatrixError::PartialCreditRank(_))
+        ));
         let csv = render_csv(&m);
-        assert!(csv.starts_with("model,swebench-verified-random-100-folders,swebench-verified-random-100-folders_stderr,"), "{csv}");
+        assert!(
+            csv.starts_with("model,swebench-verified-random-100-folders,swebench-verified-random-100-folders_stderr,"),
+            "{csv}"
+        );
         assert!(!csv.contains("dev_set_v2_stderr"));
         assert!(render_text(&m).contains("±"));
     }

@@ -36,20 +36,32 @@ pub fn collect(ledger: &dyn Ledger, slurm: &dyn Slurm, opts: &Collect) -> Result
         let active: std::collections::HashSet<AttemptId> = attempts.iter().map(|a| a.id).collect();
         for pair in ledger.latest_per_pair()? {
             let a = pair.latest;
-            if a.cluster == opts.cluster && a.status.is_terminal() && a.ended_at.is_some_and(|t| t >= cutoff) && !active.contains(&a.id) {
+            if a.cluster == opts.cluster
+                && a.status.is_terminal()
+                && a.ended_at.is_some_and(|t| t >= cutoff)
+                && !active.contains(&a.id)
+            {
                 attempts.push(a);
             }
         }
     }
-    let ids: Vec<JobId> = attempts.iter().filter(|a| a.status.is_active()).filter_map(|a| a.slurm_job_id.as_deref()?.parse().ok()).collect();
-    let jobs: HashMap<String, JobInfo> =
-        if ids.is_empty() { HashMap::new() } else { slurm.jobs(&ids)?.into_iter().map(|j| (j.id.to_string(), j)).collect() };
+    let ids: Vec<JobId> = attempts
+        .iter()
+        .filter(|a| a.status.is_active())
+        .filter_map(|a| a.slurm_job_id.as_deref()?.parse().ok())
+        .collect();
+    let jobs: HashMap<String, JobInfo> = if ids.is_empty() {
+        HashMap::new()
+    } else {
+        slurm.jobs(&ids)?.into_iter().map(|j| (j.id.to_string(), j)).collect()
+    };
     let mut rows = Vec::with_capacity(attempts.len());
     for attempt in &attempts {
         rows.push(row_for(attempt, jobs.get(attempt.slurm_job_id.as_deref().unwrap_or("")), opts));
     }
     if opts.persist {
-        let active: std::collections::HashSet<i64> = attempts.iter().filter(|a| a.status.is_active()).map(|a| a.id.0).collect();
+        let active: std::collections::HashSet<i64> =
+            attempts.iter().filter(|a| a.status.is_active()).map(|a| a.id.0).collect();
         verdict::prune_observations(opts.state_dir, &active);
     }
     Ok(rows)
@@ -59,10 +71,12 @@ fn row_for(attempt: &Attempt, job: Option<&JobInfo>, opts: &Collect) -> StatusRo
     let run_dir = run_dir_of(attempt);
     let status = run_dir.as_deref().and_then(read_status).filter(|s| belongs_to(s, attempt));
     let slurm_view = attempt.slurm_job_id.as_ref().map(|_| view_of(job));
-    let running = status.as_ref().is_some_and(|s| s.phase == launch_spec::records::Phase::Running && s.outcome.is_none());
+    let running =
+        status.as_ref().is_some_and(|s| s.phase == launch_spec::records::Phase::Running && s.outcome.is_none());
     let (running_since, expected, problems) = match run_dir.as_deref() {
         Some(dir) if attempt.status.is_active() => {
-            let result: Option<Value> = std::fs::read(dir.join("result.json")).ok().and_then(|t| serde_json::from_slice(&t).ok());
+            let result: Option<Value> =
+                std::fs::read(dir.join("result.json")).ok().and_then(|t| serde_json::from_slice(&t).ok());
             (
                 check::running_since(dir, status.as_ref()),
                 check::expected_trials_in(dir, result.as_ref()),
@@ -71,8 +85,13 @@ fn row_for(attempt: &Attempt, job: Option<&JobInfo>, opts: &Collect) -> StatusRo
         }
         _ => (None, None, Vec::new()),
     };
-    let audit = attempt.metrics.as_ref().filter(|m| !m.is_null()).map(|m| results::audit_of(&results::summary_from_metrics(m), opts.settings));
-    let previous = if attempt.status.is_active() { verdict::load_observation(opts.state_dir, attempt.id.0) } else { None };
+    let audit = attempt
+        .metrics
+        .as_ref()
+        .filter(|m| !m.is_null())
+        .map(|m| results::audit_of(&results::summary_from_metrics(m), opts.settings));
+    let previous =
+        if attempt.status.is_active() { verdict::load_observation(opts.state_dir, attempt.id.0) } else { None };
     let (v, obs) = verdict::judge(&Inputs {
         status: status.as_ref(),
         slurm: slurm_view,
@@ -147,7 +166,11 @@ pub fn apply_auto_cancel(
 }
 
 fn truncate(text: &str, width: usize) -> String {
-    if text.chars().count() <= width { text.to_string() } else { text.chars().take(width.saturating_sub(1)).collect::<String>() + "…" }
+    if text.chars().count() <= width {
+        text.to_string()
+    } else {
+        text.chars().take(width.saturating_sub(1)).collect::<String>() + "…"
+    }
 }
 
 /// The table of `status`.
@@ -164,7 +187,11 @@ pub fn render_table(rows: &[StatusRow], cluster: &str, now: DateTime<Utc>, verbo
             _ => "-".into(),
         };
         let rate = v.rate.as_ref().map_or("-".into(), |r| format!("{:.1}/m", r.per_min));
-        let held = if v.verdict.is_bad() { format!(" [{}]", human_duration((now - v.since).num_seconds())) } else { String::new() };
+        let held = if v.verdict.is_bad() {
+            format!(" [{}]", human_duration((now - v.since).num_seconds()))
+        } else {
+            String::new()
+        };
         out += &format!(
             "{:<8} {:<34} {:<22} {:<10} {:<9} {:>9} {:>8}  {:<13} {}{held}\n",
             r.slurm_job_id.as_deref().unwrap_or("-"),

@@ -293,7 +293,8 @@ fn decide(inputs: &Inputs, obs: &Observation, current: Option<&Sample>) -> (Draf
     let status = inputs.status;
     if let Some(outcome) = status.and_then(|st| st.outcome.as_ref()) {
         let d = if outcome.class == OutcomeClass::Finished {
-            draft(VerdictKind::Finished, format!("finished (payload: {})", outcome.message)).act("`submitter sync` folds the scores into the ledger")
+            draft(VerdictKind::Finished, format!("finished (payload: {})", outcome.message))
+                .act("`submitter sync` folds the scores into the ledger")
         } else {
             let cause = outcome.cause.as_ref().map(|c| format!("/{c}")).unwrap_or_default();
             let mut d = draft(VerdictKind::Failed, format!("{}{cause}: {}", outcome.class.as_str(), outcome.message))
@@ -325,13 +326,24 @@ fn decide(inputs: &Inputs, obs: &Observation, current: Option<&Sample>) -> (Draf
         let for_s = (now - seen_running).num_seconds();
         if for_s >= s.no_status_after_s as i64 {
             return (
-                draft(VerdictKind::Dead, format!("RUNNING for {} without a status.json: the batch script never reached payload", human_duration(for_s)))
-                    .ev(format!("job {job}: no status.json in the run dir"))
-                    .act(format!("read the job's Slurm output (`submitter logs {job}`); cancel and fix the script or prelude")),
+                draft(
+                    VerdictKind::Dead,
+                    format!(
+                        "RUNNING for {} without a status.json: the batch script never reached payload",
+                        human_duration(for_s)
+                    ),
+                )
+                .ev(format!("job {job}: no status.json in the run dir"))
+                .act(format!(
+                    "read the job's Slurm output (`submitter logs {job}`); cancel and fix the script or prelude"
+                )),
                 None,
             );
         }
-        return (draft(VerdictKind::Starting, format!("job {job} running, waiting for payload's first status.json")), None);
+        return (
+            draft(VerdictKind::Starting, format!("job {job} running, waiting for payload's first status.json")),
+            None,
+        );
     };
     let age = super::check::status_age_s(status, now).unwrap_or(i64::MAX);
     if age > s.heartbeat_timeout_s as i64 {
@@ -345,13 +357,19 @@ fn decide(inputs: &Inputs, obs: &Observation, current: Option<&Sample>) -> (Draf
     }
     match status.phase {
         Phase::Preparing | Phase::Serving | Phase::Ready => {
-            let since = parse_time(&status.started_at).map(|t| human_duration((now - t).num_seconds())).unwrap_or_else(|| "?".into());
-            return (draft(VerdictKind::Starting, format!("payload {} (started {since} ago)", phase_name(status.phase))), None);
+            let since = parse_time(&status.started_at)
+                .map(|t| human_duration((now - t).num_seconds()))
+                .unwrap_or_else(|| "?".into());
+            return (
+                draft(VerdictKind::Starting, format!("payload {} (started {since} ago)", phase_name(status.phase))),
+                None,
+            );
         }
         Phase::Stopping => return (draft(VerdictKind::Healthy, "stopping: payload is tearing down"), None),
         Phase::Done => {
             return (
-                draft(VerdictKind::Failed, "payload finished without recording an outcome").ev(format!("status.json updated_at {}", status.updated_at)),
+                draft(VerdictKind::Failed, "payload finished without recording an outcome")
+                    .ev(format!("status.json updated_at {}", status.updated_at)),
                 None,
             );
         }
@@ -386,7 +404,9 @@ fn decide(inputs: &Inputs, obs: &Observation, current: Option<&Sample>) -> (Draf
     if !current.healthy {
         let mut d = draft(VerdictKind::Dead, "the engine fails its /health probe")
             .ev(format!("heartbeat at {}: engine_healthy false", current.at.to_rfc3339()))
-            .act(format!("payload ends the run after its consecutive-failure limit; if the job stays RUNNING, cancel job {job}"));
+            .act(format!(
+                "payload ends the run after its consecutive-failure limit; if the job stays RUNNING, cancel job {job}"
+            ));
         if let Some(prev) = obs.samples.iter().rev().find(|p| p.healthy) {
             d = d.ev(format!("last healthy heartbeat at {}", prev.at.to_rfc3339()));
         }
@@ -425,9 +445,15 @@ fn decide(inputs: &Inputs, obs: &Observation, current: Option<&Sample>) -> (Draf
     let harbor_for = (now - harbor_since).num_seconds();
     if current.ok == 0 && harbor_for >= s.zero_ok_after_s as i64 {
         return (
-            draft(VerdictKind::Misconfigured, format!("Harbor running for {} with zero 200 completions: broken agent setup (missing model_info?)", human_duration(harbor_for)))
-                .ev(counts)
-                .act("check the agent kwargs (model_info, api_base) with `submitter check RUN_DIR`; cancel and resubmit"),
+            draft(
+                VerdictKind::Misconfigured,
+                format!(
+                    "Harbor running for {} with zero 200 completions: broken agent setup (missing model_info?)",
+                    human_duration(harbor_for)
+                ),
+            )
+            .ev(counts)
+            .act("check the agent kwargs (model_info, api_base) with `submitter check RUN_DIR`; cancel and resubmit"),
             Some(rate),
         );
     }
@@ -459,11 +485,18 @@ fn decide(inputs: &Inputs, obs: &Observation, current: Option<&Sample>) -> (Draf
             Some(rate),
         );
     }
-    let progress = inputs.expected_trials.map(|e| format!(", trials {}/{e}", current.trials_finished)).unwrap_or_else(|| format!(", {} trials done", current.trials_finished));
+    let progress = inputs
+        .expected_trials
+        .map(|e| format!(", trials {}/{e}", current.trials_finished))
+        .unwrap_or_else(|| format!(", {} trials done", current.trials_finished));
     let summary = if current.total() == 0 {
         format!("Harbor running for {}, no completions yet{progress}", human_duration(harbor_for))
     } else {
-        let ok_share = if rate.completions > 0 { rate.ok as f64 / rate.completions as f64 } else { current.ok as f64 / current.total().max(1) as f64 };
+        let ok_share = if rate.completions > 0 {
+            rate.ok as f64 / rate.completions as f64
+        } else {
+            current.ok as f64 / current.total().max(1) as f64
+        };
         format!("{:.1} completions/min, {} answered 200{progress}", rate.per_min, percent(ok_share))
     };
     (draft(VerdictKind::Healthy, summary).ev(rate_text(&rate)).ev(counts), Some(rate))
@@ -473,7 +506,12 @@ fn decide(inputs: &Inputs, obs: &Observation, current: Option<&Sample>) -> (Draf
 /// in it (else the oldest reading), or from Harbor's start with zero counts.
 fn window(obs: &Observation, current: &Sample, harbor_since: DateTime<Utc>, min_requests: u64) -> Rate {
     let earlier: Vec<&Sample> = obs.samples.iter().filter(|p| p.at < current.at).collect();
-    let base = earlier.iter().rev().find(|p| current.total().saturating_sub(p.total()) >= min_requests).or(earlier.first()).copied();
+    let base = earlier
+        .iter()
+        .rev()
+        .find(|p| current.total().saturating_sub(p.total()) >= min_requests)
+        .or(earlier.first())
+        .copied();
     let (from, ok, c4xx, c5xx, trials, previous) = match base {
         Some(p) => (
             p.at,
@@ -505,7 +543,12 @@ fn phase_name(phase: Phase) -> String {
 
 /// Whether the watch loop should cancel the job now, and why: the job is still RUNNING in Slurm
 /// and has been `dead` / `stalled` longer than the profile's bound.
-pub fn cancel_due(verdict: &JobVerdict, slurm: Option<SlurmView>, policy: Option<&AutoCancel>, now: DateTime<Utc>) -> Option<String> {
+pub fn cancel_due(
+    verdict: &JobVerdict,
+    slurm: Option<SlurmView>,
+    policy: Option<&AutoCancel>,
+    now: DateTime<Utc>,
+) -> Option<String> {
     let policy = policy?;
     if slurm != Some(SlurmView::Running) {
         return None;
@@ -516,7 +559,8 @@ pub fn cancel_due(verdict: &JobVerdict, slurm: Option<SlurmView>, policy: Option
         _ => return None,
     };
     let held = (now - verdict.since).num_seconds();
-    (held >= bound as i64).then(|| format!("{} for {} (bound {}s): {}", verdict.verdict, human_duration(held), bound, verdict.summary))
+    (held >= bound as i64)
+        .then(|| format!("{} for {} (bound {}s): {}", verdict.verdict, human_duration(held), bound, verdict.summary))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -549,7 +593,8 @@ pub fn prune_observations(state_dir: &Path, keep: &std::collections::HashSet<i64
     let Ok(entries) = std::fs::read_dir(state_dir.join("observations")) else { return };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let id = name.strip_prefix("attempt-").and_then(|n| n.strip_suffix(".json")).and_then(|n| n.parse::<i64>().ok());
+        let id =
+            name.strip_prefix("attempt-").and_then(|n| n.strip_suffix(".json")).and_then(|n| n.parse::<i64>().ok());
         if id.is_some_and(|id| !keep.contains(&id)) {
             let _ = std::fs::remove_file(entry.path());
         }
@@ -609,7 +654,15 @@ mod tests {
 
     impl Case {
         fn new(status: Option<RunStatus>, now: i64) -> Case {
-            Case { status, slurm: Some(SlurmView::Running), attempt: Status::Started, previous: None, now, expected: None, problems: Vec::new() }
+            Case {
+                status,
+                slurm: Some(SlurmView::Running),
+                attempt: Status::Started,
+                previous: None,
+                now,
+                expected: None,
+                problems: Vec::new(),
+            }
         }
 
         fn judge(&self) -> (JobVerdict, Observation) {
@@ -716,7 +769,10 @@ mod tests {
     #[test]
     fn config_problems_make_it_misconfigured() {
         let mut case = Case::new(Some(status(Phase::Running, 100, Some(hb(100, 50, 0, 10, 100)))), 100);
-        case.problems = vec![Finding::new("api_base", "api_base.private", super::super::Level::Fail, "private api_base").evidence("config.json: 10.0.0.1")];
+        case.problems = vec![
+            Finding::new("api_base", "api_base.private", super::super::Level::Fail, "private api_base")
+                .evidence("config.json: 10.0.0.1"),
+        ];
         let (v, _) = case.judge();
         assert_eq!(v.verdict, VerdictKind::Misconfigured);
         assert_eq!(v.evidence, vec!["config.json: 10.0.0.1"]);
@@ -745,7 +801,10 @@ mod tests {
         let (v2, _) = later.judge();
         assert_eq!(v2.since, t(300), "the dead verdict holds since its first observation");
         let policy = AutoCancel { dead_after_s: Some(600), stalled_after_s: None };
-        assert!(cancel_due(&v2, Some(SlurmView::Running), Some(&policy), t(1000)).is_some_and(|r| r.starts_with("dead for")));
+        assert!(
+            cancel_due(&v2, Some(SlurmView::Running), Some(&policy), t(1000))
+                .is_some_and(|r| r.starts_with("dead for"))
+        );
         assert!(cancel_due(&v2, Some(SlurmView::Running), Some(&policy), t(800)).is_none());
         assert!(cancel_due(&v2, Some(SlurmView::Gone), Some(&policy), t(1000)).is_none());
         assert!(cancel_due(&v2, Some(SlurmView::Running), None, t(1000)).is_none());

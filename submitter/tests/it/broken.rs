@@ -37,7 +37,10 @@ fn run_resolve(case: &str, needles: &[&str]) {
 
 #[test]
 fn unknown_key_suggests_the_right_one() {
-    run_resolve("typo-key", &["org/m.yaml:4:", "unknown field `tensor_paralel_size`", "did you mean `tensor_parallel_size`"]);
+    run_resolve(
+        "typo-key",
+        &["org/m.yaml:4:", "unknown field `tensor_paralel_size`", "did you mean `tensor_parallel_size`"],
+    );
 }
 
 #[test]
@@ -68,12 +71,18 @@ fn missing_registry_dir() {
 #[test]
 fn impossible_parallelism_names_the_model_and_fix() {
     let args = resolve_on("impossible-parallelism", "org/Huge-400B");
-    fails_with(&args.iter().map(String::as_str).collect::<Vec<_>>(), &["org/Huge-400B", "TP 8", "4", "tensor_parallel_size"]);
+    fails_with(
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        &["org/Huge-400B", "TP 8", "4", "tensor_parallel_size"],
+    );
 }
 
 #[test]
 fn unknown_cluster_lists_valid_ones() {
-    fails_with(&["registry", "resolve", "--cluster", "leonardoo", "Qwen/Qwen3-8B"], &["unknown cluster `leonardoo`", "leonardo", "vista (alias tacc)", "local"]);
+    fails_with(
+        &["registry", "resolve", "--cluster", "leonardoo", "Qwen/Qwen3-8B"],
+        &["unknown cluster `leonardoo`", "leonardo", "vista (alias tacc)", "local"],
+    );
 }
 
 #[test]
@@ -87,7 +96,10 @@ fn cluster_with_wrong_type() {
 
 #[test]
 fn missing_models_file() {
-    fails_with(&["registry", "resolve", "--gpus-per-node", "4", "--models-file", "/nonexistent/list.txt"], &["/nonexistent/list.txt", "cannot read model list"]);
+    fails_with(
+        &["registry", "resolve", "--gpus-per-node", "4", "--models-file", "/nonexistent/list.txt"],
+        &["/nonexistent/list.txt", "cannot read model list"],
+    );
 }
 
 #[test]
@@ -109,8 +121,14 @@ fn check_lists_every_problem() {
     let clusters = corpus("bad-cluster").join("clusters");
     let presets = corpus("bad-preset").join("presets");
     let out = submitter(&[
-        "registry", "check", "--registry", registry.to_str().unwrap(), "--clusters", clusters.to_str().unwrap(),
-        "--presets", presets.to_str().unwrap(),
+        "registry",
+        "check",
+        "--registry",
+        registry.to_str().unwrap(),
+        "--clusters",
+        clusters.to_str().unwrap(),
+        "--presets",
+        presets.to_str().unwrap(),
     ]);
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));

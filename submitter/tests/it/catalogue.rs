@@ -38,7 +38,9 @@ fn catalogue_and_unevaluated_list() {
 
     // Alpha finished on a member of the dev_set_v2 family; Gamma only failed there.
     let ledger = open_ledger(&format!("sqlite:{}", state.join("ledger.sqlite").display())).unwrap();
-    for (model, benchmark, to) in [("org/Alpha-8B", "dev_set_v2_2.0x", Status::Finished), ("org/Gamma-8B", "dev_set_v2", Status::Failed)] {
+    for (model, benchmark, to) in
+        [("org/Alpha-8B", "dev_set_v2_2.0x", Status::Finished), ("org/Gamma-8B", "dev_set_v2", Status::Failed)]
+    {
         let id = ledger
             .insert_pending(&NewAttempt {
                 model: model.into(),
@@ -53,8 +55,15 @@ fn catalogue_and_unevaluated_list() {
         ledger.transition(id, to, "test", Some(&json!({"mean_reward": 0.5}))).unwrap();
     }
     let out_file = dir.path().join("todo.txt");
-    let out = run(&state, &["unevaluated", "--benchmark", "DCAgent_dev_set_v2", "--size", "8", "-o", out_file.to_str().unwrap()]);
+    let out = run(
+        &state,
+        &["unevaluated", "--benchmark", "DCAgent_dev_set_v2", "--size", "8", "-o", out_file.to_str().unwrap()],
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     let todo = submitter::config::lists::read_model_list(&out_file).unwrap();
-    assert_eq!(todo, vec!["org/Gamma-8B", "org/Delta-8B"], "8B models without a finished dev_set_v2-family attempt, in registration order");
+    assert_eq!(
+        todo,
+        vec!["org/Gamma-8B", "org/Delta-8B"],
+        "8B models without a finished dev_set_v2-family attempt, in registration order"
+    );
 }

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use submitter::ledger::{
-    AttemptId, DEFAULT_FAMILIES, ImportedAttempt, Ledger, LedgerError, NewAttempt, Status, latest_schema_version,
-    now, open_ledger,
+    AttemptId, DEFAULT_FAMILIES, ImportedAttempt, Ledger, LedgerError, NewAttempt, Status, latest_schema_version, now,
+    open_ledger,
 };
 use tempfile::TempDir;
 
@@ -87,7 +87,9 @@ impl Store {
         let mut admin = pg_admin()?;
         let short: String = test.chars().take(32).collect();
         let name = format!("ledger_{short}_{}_{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
-        admin.batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name}")).expect("create schema");
+        admin
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name}"))
+            .expect("create schema");
         // The schema is selected per connection through the startup `options`, like any URL user
         // could.
         let spec = with_param(&pg_url(), &format!("options=-c%20search_path%3D{name}"));
@@ -408,7 +410,10 @@ fn catalogue_and_unevaluated(ledger: &dyn Ledger) {
 
     let models = ledger.list_models().unwrap();
     let ids: Vec<&str> = models.iter().map(|m| m.id.as_str()).collect();
-    assert_eq!(ids, ["org/Alpha-8B", "org/Beta-32B-sft", "org/Gamma-8B-v2", "org/no-size-token", "org/Qwen3-30B-A3B-x"]);
+    assert_eq!(
+        ids,
+        ["org/Alpha-8B", "org/Beta-32B-sft", "org/Gamma-8B-v2", "org/no-size-token", "org/Qwen3-30B-A3B-x"]
+    );
     let sizes: Vec<Option<&str>> = models.iter().map(|m| m.size_class.as_deref()).collect();
     assert_eq!(sizes, [Some("8"), Some("32"), Some("8"), None, Some("30")]);
     assert_eq!(models[0].base_model.as_deref(), Some("Qwen/Qwen3-8B"));
@@ -453,8 +458,8 @@ fn import_keeps_the_active_rule(ledger: &dyn Ledger) {
         imported("m", "dev_set_v2_2.0x", Status::Started, at(2)),
     ]);
     assert!(matches!(clash, Err(LedgerError::AlreadyActive { existing_id, .. }) if existing_id == live), "{clash:?}");
-    let twice =
-        ledger.import_attempts(&[imported("n", "x", Status::Pending, at(1)), imported("n", "x", Status::Started, at(2))]);
+    let twice = ledger
+        .import_attempts(&[imported("n", "x", Status::Pending, at(1)), imported("n", "x", Status::Started, at(2))]);
     assert!(matches!(twice, Err(LedgerError::InvalidImport { .. })), "{twice:?}");
     // All or nothing: the refused batches left no rows.
     assert!(ledger.attempts_for("other", "x").unwrap().is_empty());
@@ -525,9 +530,10 @@ fn racing_processes_one_wins(store: &Store) {
     for child in children {
         let output = child.wait_with_output().unwrap();
         let stdout = String::from_utf8_lossy(&output.stdout);
-        let line = stdout.lines().find_map(|l| l.split_once("RACE-RESULT ").map(|(_, r)| r)).unwrap_or_else(|| {
-            panic!("no result from child: {stdout}\n{}", String::from_utf8_lossy(&output.stderr))
-        });
+        let line = stdout
+            .lines()
+            .find_map(|l| l.split_once("RACE-RESULT ").map(|(_, r)| r))
+            .unwrap_or_else(|| panic!("no result from child: {stdout}\n{}", String::from_utf8_lossy(&output.stderr)));
         let words: Vec<&str> = line.split_whitespace().collect();
         match words.as_slice() {
             ["won", id, ..] => won.push(id.to_string()),
@@ -543,11 +549,9 @@ fn racing_processes_one_wins(store: &Store) {
 /// The child half of `racing_processes_one_wins`; a no-op when run as an ordinary test.
 #[test]
 fn race_child() {
-    let (Ok(spec), Ok(dir), Ok(index)) = (
-        std::env::var("LEDGER_RACE_SPEC"),
-        std::env::var("LEDGER_RACE_DIR"),
-        std::env::var("LEDGER_RACE_INDEX"),
-    ) else {
+    let (Ok(spec), Ok(dir), Ok(index)) =
+        (std::env::var("LEDGER_RACE_SPEC"), std::env::var("LEDGER_RACE_DIR"), std::env::var("LEDGER_RACE_INDEX"))
+    else {
         return;
     };
     let dir = PathBuf::from(dir);

@@ -2,9 +2,9 @@
 
 mod broken;
 mod catalogue;
+mod ledger;
+mod queueing;
 mod registry;
 mod slurm_real;
 mod support;
-mod ledger;
-mod queueing;
 mod verify;

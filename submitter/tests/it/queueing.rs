@@ -15,12 +15,10 @@ use submitter::ledger::{Ledger, Status, open_ledger};
 use tempfile::TempDir;
 
 use crate::ledger::Store;
-use crate::support::{binaries, slurm_up, SUBMITTER, workspace_root};
+use crate::support::{SUBMITTER, binaries, slurm_up, workspace_root};
 
 /// Small models: size default TP1; with `gpus_per_node: 1` each job takes one of the node's 4 GPUs.
 const MODELS: [&str; 3] = ["test/Tiny-1B", "test/Small-3B", "test/Mini-7B"];
-
-
 
 /// One isolated cluster profile on the real local Slurm: its own jobs/state/dataset dirs, an
 /// environment prefix holding the stand-ins, a 0600 secrets file.
@@ -37,7 +35,9 @@ impl TestCluster {
         std::fs::create_dir_all(root.join("env/bin")).unwrap();
         std::os::unix::fs::symlink(bins.join("vllm-standin"), root.join("env/bin/vllm")).unwrap();
         std::os::unix::fs::symlink(bins.join("harbor-standin"), root.join("env/bin/harbor")).unwrap();
-        for dataset in ["DCAgent2_terminal_bench_2", "DCAgent_dev_set_v2", "DCAgent2_swebench-verified-random-100-folders"] {
+        for dataset in
+            ["DCAgent2_terminal_bench_2", "DCAgent_dev_set_v2", "DCAgent2_swebench-verified-random-100-folders"]
+        {
             for task in ["t1", "t2"] {
                 let task_dir = root.join("datasets").join(dataset).join(task);
                 std::fs::create_dir_all(&task_dir).unwrap();
@@ -47,7 +47,11 @@ impl TestCluster {
         std::fs::create_dir_all(root.join("clusters")).unwrap();
         std::fs::copy(workspace_root().join("clusters/gpus.yaml"), root.join("clusters/gpus.yaml")).unwrap();
         let secrets = root.join("secrets.env");
-        std::fs::write(&secrets, "DAYTONA_API_KEY=org1-secret-value-aaaa\nDAYTONA_DATA_API_KEY=org2-secret-value-bbbb\n").unwrap();
+        std::fs::write(
+            &secrets,
+            "DAYTONA_API_KEY=org1-secret-value-aaaa\nDAYTONA_DATA_API_KEY=org2-secret-value-bbbb\n",
+        )
+        .unwrap();
         std::fs::set_permissions(&secrets, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
         let r = root.display();
         let mut profile = format!(
@@ -201,8 +205,12 @@ fn once_and_only_once(cluster: &TestCluster, ledger_spec: &str) {
     let victim = active[0].clone();
     scancel(victim.slurm_job_id.as_deref().unwrap());
     wait_until("the cancelled job to leave the queue", Duration::from_secs(60), || {
-        let out = Command::new("squeue").args(["-h", "-j", victim.slurm_job_id.as_deref().unwrap(), "-o", "%T"]).output().unwrap();
-        !String::from_utf8_lossy(&out.stdout).contains("PENDING") && !String::from_utf8_lossy(&out.stdout).contains("RUNNING")
+        let out = Command::new("squeue")
+            .args(["-h", "-j", victim.slurm_job_id.as_deref().unwrap(), "-o", "%T"])
+            .output()
+            .unwrap();
+        !String::from_utf8_lossy(&out.stdout).contains("PENDING")
+            && !String::from_utf8_lossy(&out.stdout).contains("RUNNING")
     });
     let third = cluster.launch(ledger_spec, &["--preset", "ID"]);
     let out = text(&third);
@@ -221,7 +229,9 @@ fn three_models_times_id_presets_once_and_only_once() {
     // Slow engines keep every job active while the second launch runs.
     on_both("once", |cluster, ledger| {
         let profile = cluster.root().join("clusters").join(format!("{}.yaml", cluster.name));
-        let text = std::fs::read_to_string(&profile).unwrap().replace("STANDIN_LOAD_SECONDS: \"0.3\"", "STANDIN_LOAD_SECONDS: \"300\"");
+        let text = std::fs::read_to_string(&profile)
+            .unwrap()
+            .replace("STANDIN_LOAD_SECONDS: \"0.3\"", "STANDIN_LOAD_SECONDS: \"300\"");
         std::fs::write(&profile, text).unwrap();
         once_and_only_once(cluster, ledger);
     });
@@ -233,12 +243,24 @@ fn three_models_times_id_presets_once_and_only_once() {
 fn two_concurrent_launches_submit_each_pair_once() {
     on_both("race", |cluster, ledger_spec| {
         let profile = cluster.root().join("clusters").join(format!("{}.yaml", cluster.name));
-        let text_profile = std::fs::read_to_string(&profile).unwrap().replace("STANDIN_LOAD_SECONDS: \"0.3\"", "STANDIN_LOAD_SECONDS: \"300\"");
+        let text_profile = std::fs::read_to_string(&profile)
+            .unwrap()
+            .replace("STANDIN_LOAD_SECONDS: \"0.3\"", "STANDIN_LOAD_SECONDS: \"300\"");
         std::fs::write(&profile, text_profile).unwrap();
         let models = cluster.models_file(&MODELS);
         let spawn = |state: &str| {
             Command::new(SUBMITTER)
-                .args(["launch", "--once", "--preset", "tb2", "--preset", "v2", "--cluster", &cluster.name, "--clusters"])
+                .args([
+                    "launch",
+                    "--once",
+                    "--preset",
+                    "tb2",
+                    "--preset",
+                    "v2",
+                    "--cluster",
+                    &cluster.name,
+                    "--clusters",
+                ])
                 .arg(cluster.root().join("clusters"))
                 .args(["--ledger", ledger_spec, "--state-dir"])
                 .arg(cluster.root().join(state))
@@ -260,7 +282,13 @@ fn two_concurrent_launches_submit_each_pair_once() {
             .flat_map(|(m, f)| ledger.attempts_for(m, f).unwrap())
             .map(|a| format!("{} {} {} {:?} {}", a.id, a.model, a.benchmark, a.status, a.reason))
             .collect();
-        assert!(per_pair.values().all(|&n| n == 1), "each pair exactly once: {per_pair:?}\n{}\n{}\n{}", rows.join("\n"), text(&a), text(&b));
+        assert!(
+            per_pair.values().all(|&n| n == 1),
+            "each pair exactly once: {per_pair:?}\n{}\n{}\n{}",
+            rows.join("\n"),
+            text(&a),
+            text(&b)
+        );
         assert_eq!(ledger.active().unwrap().len(), 6);
     });
 }
@@ -362,7 +390,10 @@ fn stale_pending_is_cancelled_and_resubmitted() {
     let out = cluster.run(&["launch"], &store.spec, &model, &[]);
     assert!(text(&out).contains("stale pending") && text(&out).contains("1 submitted"), "{}", text(&out));
     assert_eq!(ledger.attempt(first.id).unwrap().unwrap().status, Status::Cancelled);
-    let state = Command::new("squeue").args(["-h", "--states=all", "-j", first.slurm_job_id.as_deref().unwrap(), "-o", "%T"]).output().unwrap();
+    let state = Command::new("squeue")
+        .args(["-h", "--states=all", "-j", first.slurm_job_id.as_deref().unwrap(), "-o", "%T"])
+        .output()
+        .unwrap();
     assert!(String::from_utf8_lossy(&state.stdout).contains("CANCELLED"), "{:?}", state);
     cancel_all(&*ledger);
 }
@@ -389,7 +420,9 @@ fn job_environment_has_no_secrets_or_unrelated_variables() {
     );
     assert!(text(&out).contains("1 submitted"), "{}", text(&out));
     let env_file = dump.path().join("env.txt");
-    wait_until("the job to dump its environment", Duration::from_secs(60), || env_file.exists() && std::fs::metadata(&env_file).is_ok_and(|m| m.len() > 0));
+    wait_until("the job to dump its environment", Duration::from_secs(60), || {
+        env_file.exists() && std::fs::metadata(&env_file).is_ok_and(|m| m.len() > 0)
+    });
     std::thread::sleep(Duration::from_millis(300));
     let env = std::fs::read_to_string(&env_file).unwrap();
     assert!(env.contains("PAYLOAD_BIN="), "{env}");
@@ -408,7 +441,12 @@ fn listener_requeues_itself_and_stops() {
     let store = Store::sqlite();
     let cluster = TestCluster::new("lsn", |_| {});
     let models = cluster.models_file(&["test/Tiny-1B"]);
-    let out = cluster.run(&["listener", "start"], &store.spec, &["--interval", "3s", "--", "--preset", "tb2", "--models-file", models.to_str().unwrap()], &[]);
+    let out = cluster.run(
+        &["listener", "start"],
+        &store.spec,
+        &["--interval", "3s", "--", "--preset", "tb2", "--models-file", models.to_str().unwrap()],
+        &[],
+    );
     assert!(out.status.success(), "{}", text(&out));
     let name = format!("eval-listener-{}", cluster.name);
     let state = cluster.root().join("state/listener.json");
@@ -416,7 +454,10 @@ fn listener_requeues_itself_and_stops() {
     wait_until("two listener iterations", Duration::from_secs(120), || {
         let queued = Command::new("squeue").args(["-h", "-n", &name, "-t", "PENDING", "-o", "%i"]).output().unwrap();
         max_pending = max_pending.max(String::from_utf8_lossy(&queued.stdout).lines().count());
-        std::fs::read_to_string(&state).ok().and_then(|t| serde_json::from_str::<Value>(&t).ok()).is_some_and(|s| s["iterations"].as_u64() >= Some(2))
+        std::fs::read_to_string(&state)
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .is_some_and(|s| s["iterations"].as_u64() >= Some(2))
     });
     assert!(max_pending <= 1, "never two queued copies (saw {max_pending})");
     // The iterations really launched: the model's tb2 attempt exists.
@@ -427,12 +468,20 @@ fn listener_requeues_itself_and_stops() {
         .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("listener-")))
         .map(|p| std::fs::read_to_string(p).unwrap_or_default())
         .collect();
-    assert_eq!(ledger.attempts_for("test/Tiny-1B", "terminal_bench_2").unwrap().len(), 1, "submitted once across iterations:\n{outputs}");
+    assert_eq!(
+        ledger.attempts_for("test/Tiny-1B", "terminal_bench_2").unwrap().len(),
+        1,
+        "submitted once across iterations:\n{outputs}"
+    );
     let out = cluster.run(&["listener", "stop"], &store.spec, &[], &[]);
     assert!(out.status.success(), "{}", text(&out));
     std::thread::sleep(Duration::from_secs(1));
     let left = Command::new("squeue").args(["-h", "-n", &name, "-o", "%i"]).output().unwrap();
-    assert!(String::from_utf8_lossy(&left.stdout).trim().is_empty(), "listener jobs left: {}", String::from_utf8_lossy(&left.stdout));
+    assert!(
+        String::from_utf8_lossy(&left.stdout).trim().is_empty(),
+        "listener jobs left: {}",
+        String::from_utf8_lossy(&left.stdout)
+    );
     cancel_all(&*ledger);
 }
 
@@ -450,20 +499,37 @@ fn pre_download_gate_chaining_and_state_dir_lock() {
         p.push_str("pre_download:\n  enabled: true\n  command: [sh, -c, 'test \"$0\" != test/Small-3B', \"{model}\"]\n  timeout_s: 20\n");
     });
     let models = cluster.models_file(&MODELS);
-    let out = cluster.run(&["launch"], &store.spec, &["--once", "--preset", "tb2", "--chain-batch", "1", "--models-file", models.to_str().unwrap()], &[]);
+    let out = cluster.run(
+        &["launch"],
+        &store.spec,
+        &["--once", "--preset", "tb2", "--chain-batch", "1", "--models-file", models.to_str().unwrap()],
+        &[],
+    );
     let printed = text(&out);
     assert!(out.status.success(), "{printed}");
     assert!(printed.contains("not submitted: pre-download failed"), "{printed}");
     assert!(printed.contains("2 submitted"), "{printed}");
     let ledger = open_ledger(&store.spec).unwrap();
-    assert!(ledger.attempts_for("test/Small-3B", "terminal_bench_2").unwrap().is_empty(), "no row for the failed pre-download");
+    assert!(
+        ledger.attempts_for("test/Small-3B", "terminal_bench_2").unwrap().is_empty(),
+        "no row for the failed pre-download"
+    );
     let mut jobs: Vec<String> = ledger.active().unwrap().into_iter().filter_map(|a| a.slurm_job_id).collect();
     jobs.sort_by_key(|j| j.parse::<u64>().unwrap());
     let show = Command::new("scontrol").args(["-o", "show", "job", &jobs[1]]).output().unwrap();
-    assert!(String::from_utf8_lossy(&show.stdout).contains(&format!("Dependency=afterany:{}", jobs[0])), "{}", String::from_utf8_lossy(&show.stdout));
+    assert!(
+        String::from_utf8_lossy(&show.stdout).contains(&format!("Dependency=afterany:{}", jobs[0])),
+        "{}",
+        String::from_utf8_lossy(&show.stdout)
+    );
 
     // A second submitter on the same state dir is refused while the first holds the lock.
-    let lock = std::fs::File::options().create(true).truncate(false).write(true).open(cluster.root().join("state/submitter.lock")).unwrap();
+    let lock = std::fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(cluster.root().join("state/submitter.lock"))
+        .unwrap();
     lock.lock().unwrap();
     let out = cluster.launch(&store.spec, &["--preset", "tb2"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));

@@ -27,7 +27,8 @@ const KEYS: [&str; 16] = [
 ];
 
 fn resolve(registry: &str, profile: &str, gpus: &str, models: &[&str]) -> Value {
-    let mut args = vec!["registry", "resolve", "--registry", registry, "--profile", profile, "--gpus-per-node", gpus, "--json"];
+    let mut args =
+        vec!["registry", "resolve", "--registry", registry, "--profile", profile, "--gpus-per-node", gpus, "--json"];
     args.extend_from_slice(models);
     let out = submitter(&args);
     assert!(out.status.success(), "resolve failed: {}", stderr(&out));
@@ -72,37 +73,76 @@ fn worked_examples_default_profile() {
         ],
     );
     let cases = [
-        ("Qwen/Qwen3-32B", json!({"tensor_parallel_size": 2, "data_parallel_size": 2, "max_model_len": 32768, "swap_space": 32,
+        (
+            "Qwen/Qwen3-32B",
+            json!({"tensor_parallel_size": 2, "data_parallel_size": 2, "max_model_len": 32768, "swap_space": 32,
             "trust_remote_code": true, "tool_call_parser": "hermes", "reasoning_parser": "qwen3", "extra_args": "--enable-prefix-caching",
-            "agent_kwargs": [THINK], "timeout_multiplier": 16.0, "rule": "exact"})),
-        ("Qwen/Qwen3-8B", json!({"tensor_parallel_size": 1, "data_parallel_size": 4, "trust_remote_code": true,
-            "tool_call_parser": "hermes", "reasoning_parser": "qwen3", "agent_kwargs": [THINK], "timeout_multiplier": 2.0, "rule": "exact"})),
+            "agent_kwargs": [THINK], "timeout_multiplier": 16.0, "rule": "exact"}),
+        ),
+        (
+            "Qwen/Qwen3-8B",
+            json!({"tensor_parallel_size": 1, "data_parallel_size": 4, "trust_remote_code": true,
+            "tool_call_parser": "hermes", "reasoning_parser": "qwen3", "agent_kwargs": [THINK], "timeout_multiplier": 2.0, "rule": "exact"}),
+        ),
         // Read directly from model_config/ (like the regenerated mono-file): exact with only hermes.
-        ("Qwen/Qwen3-30B-A3B-Thinking-2507", json!({"tensor_parallel_size": 2, "data_parallel_size": 2, "tool_call_parser": "hermes",
-            "timeout_multiplier": 2.0, "rule": "exact"})),
-        ("probe/Foo-30B-A3B-lc", json!({"tensor_parallel_size": 4, "data_parallel_size": 1, "max_model_len": 32768, "swap_space": 32,
+        (
+            "Qwen/Qwen3-30B-A3B-Thinking-2507",
+            json!({"tensor_parallel_size": 2, "data_parallel_size": 2, "tool_call_parser": "hermes",
+            "timeout_multiplier": 2.0, "rule": "exact"}),
+        ),
+        (
+            "probe/Foo-30B-A3B-lc",
+            json!({"tensor_parallel_size": 4, "data_parallel_size": 1, "max_model_len": 32768, "swap_space": 32,
             "trust_remote_code": true, "extra_args": "--enable-prefix-caching --enforce-eager", "timeout_multiplier": 2.0,
-            "rule": "pattern:(?i)3[02][Bb]"})),
-        ("probe/foo-32b-131k", json!({"tensor_parallel_size": 2, "data_parallel_size": 2, "max_model_len": 131072, "swap_space": 32,
+            "rule": "pattern:(?i)3[02][Bb]"}),
+        ),
+        (
+            "probe/foo-32b-131k",
+            json!({"tensor_parallel_size": 2, "data_parallel_size": 2, "max_model_len": 131072, "swap_space": 32,
             "trust_remote_code": true, "hf_overrides": YARN, "extra_args": "--enable-prefix-caching", "timeout_multiplier": 16.0,
-            "rule": "pattern:(?i)(?:32b.*(131k|-lc)|(131k|-lc).*32b)"})),
-        ("allenai/tmax-9b", json!({"tensor_parallel_size": 4, "data_parallel_size": 1, "max_model_len": 32768, "swap_space": 32,
+            "rule": "pattern:(?i)(?:32b.*(131k|-lc)|(131k|-lc).*32b)"}),
+        ),
+        (
+            "allenai/tmax-9b",
+            json!({"tensor_parallel_size": 4, "data_parallel_size": 1, "max_model_len": 32768, "swap_space": 32,
             "limit_mm_per_prompt": "{\"image\":0,\"video\":0}", "conda_env": "eval-qwen35", "agent_kwargs": [THINK],
-            "timeout_multiplier": 2.0, "rule": "exact"})),
-        ("probe/Qwen3-Coder-480B-A35B-Instruct", json!({"tensor_parallel_size": 2, "data_parallel_size": 2, "timeout_multiplier": 16.0, "rule": "size-default"})),
-        ("probe/Qwen3-235B-A22B", json!({"tensor_parallel_size": 2, "data_parallel_size": 2, "timeout_multiplier": 1.0, "rule": "size-default"})),
-        ("probe/Mixtral-8x7B", json!({"tensor_parallel_size": 1, "data_parallel_size": 4, "timeout_multiplier": 1.0, "rule": "size-default"})),
+            "timeout_multiplier": 2.0, "rule": "exact"}),
+        ),
+        (
+            "probe/Qwen3-Coder-480B-A35B-Instruct",
+            json!({"tensor_parallel_size": 2, "data_parallel_size": 2, "timeout_multiplier": 16.0, "rule": "size-default"}),
+        ),
+        (
+            "probe/Qwen3-235B-A22B",
+            json!({"tensor_parallel_size": 2, "data_parallel_size": 2, "timeout_multiplier": 1.0, "rule": "size-default"}),
+        ),
+        (
+            "probe/Mixtral-8x7B",
+            json!({"tensor_parallel_size": 1, "data_parallel_size": 4, "timeout_multiplier": 1.0, "rule": "size-default"}),
+        ),
         // Only a gh200 variant: no entry on default, so the 3[02]B pattern applies.
-        ("laion/Qwen3-32B-OpenThoughts-Agent-SFT-10K-axolotl-step250", json!({"tensor_parallel_size": 4, "data_parallel_size": 1,
+        (
+            "laion/Qwen3-32B-OpenThoughts-Agent-SFT-10K-axolotl-step250",
+            json!({"tensor_parallel_size": 4, "data_parallel_size": 1,
             "max_model_len": 32768, "swap_space": 32, "trust_remote_code": true, "extra_args": "--enable-prefix-caching --enforce-eager",
-            "timeout_multiplier": 16.0, "rule": "pattern:(?i)3[02][Bb]"})),
+            "timeout_multiplier": 16.0, "rule": "pattern:(?i)3[02][Bb]"}),
+        ),
         // No normalisation: the hosted_vllm/ prefix misses the exact entry.
-        ("hosted_vllm/Qwen/Qwen3-8B", json!({"tensor_parallel_size": 1, "data_parallel_size": 4, "timeout_multiplier": 2.0, "rule": "size-default"})),
+        (
+            "hosted_vllm/Qwen/Qwen3-8B",
+            json!({"tensor_parallel_size": 1, "data_parallel_size": 4, "timeout_multiplier": 2.0, "rule": "size-default"}),
+        ),
         // Family default 256 without the qwen3.5 pattern's conda env (3.6 has no literal "3.5").
-        ("probe/Qwen3.6-27B", json!({"tensor_parallel_size": 2, "data_parallel_size": 2, "max_num_seqs": 256, "timeout_multiplier": 1.0, "rule": "size-default"})),
-        ("probe/Qwen3.5-9B-finetune", json!({"tensor_parallel_size": 1, "data_parallel_size": 4, "max_model_len": 32768, "trust_remote_code": true,
+        (
+            "probe/Qwen3.6-27B",
+            json!({"tensor_parallel_size": 2, "data_parallel_size": 2, "max_num_seqs": 256, "timeout_multiplier": 1.0, "rule": "size-default"}),
+        ),
+        (
+            "probe/Qwen3.5-9B-finetune",
+            json!({"tensor_parallel_size": 1, "data_parallel_size": 4, "max_model_len": 32768, "trust_remote_code": true,
             "conda_env": "otagent2-fix", "extra_args": "--enable-prefix-caching", "max_num_seqs": 256, "timeout_multiplier": 2.0,
-            "rule": "pattern:(?i)qwen3\\.5"})),
+            "rule": "pattern:(?i)qwen3\\.5"}),
+        ),
     ];
     for (model, fields) in cases {
         assert_eq!(got[model], expect(fields), "{model}");
@@ -120,17 +160,32 @@ fn worked_examples_gh200_profile() {
         &["Qwen/Qwen3-32B", "GAIR/OpenSWE-32B", "Qwen/Qwen3.5-35B-A3B", "probe/Mixtral-8x7B", "QuantTrio/GLM-4.7-AWQ"],
     );
     let cases = [
-        ("Qwen/Qwen3-32B", json!({"tensor_parallel_size": 1, "data_parallel_size": 1, "max_model_len": 32768, "swap_space": 32,
-            "trust_remote_code": true, "extra_args": "--enable-prefix-caching", "timeout_multiplier": 16.0, "rule": "exact"})),
-        ("GAIR/OpenSWE-32B", json!({"tensor_parallel_size": 1, "data_parallel_size": 1, "max_model_len": 32768, "swap_space": 32,
-            "trust_remote_code": true, "extra_args": "--enable-prefix-caching", "timeout_multiplier": 16.0, "rule": "pattern:(?i)32[Bb]"})),
-        ("Qwen/Qwen3.5-35B-A3B", json!({"tensor_parallel_size": 1, "data_parallel_size": 1, "max_model_len": 32768, "swap_space": 32,
+        (
+            "Qwen/Qwen3-32B",
+            json!({"tensor_parallel_size": 1, "data_parallel_size": 1, "max_model_len": 32768, "swap_space": 32,
+            "trust_remote_code": true, "extra_args": "--enable-prefix-caching", "timeout_multiplier": 16.0, "rule": "exact"}),
+        ),
+        (
+            "GAIR/OpenSWE-32B",
+            json!({"tensor_parallel_size": 1, "data_parallel_size": 1, "max_model_len": 32768, "swap_space": 32,
+            "trust_remote_code": true, "extra_args": "--enable-prefix-caching", "timeout_multiplier": 16.0, "rule": "pattern:(?i)32[Bb]"}),
+        ),
+        (
+            "Qwen/Qwen3.5-35B-A3B",
+            json!({"tensor_parallel_size": 1, "data_parallel_size": 1, "max_model_len": 32768, "swap_space": 32,
             "trust_remote_code": true, "limit_mm_per_prompt": "{\"image\":0,\"video\":0}", "max_num_seqs": 256,
-            "extra_args": "--enable-prefix-caching --max-num-seqs 512", "agent_kwargs": [THINK], "timeout_multiplier": 2.0, "rule": "exact"})),
-        ("probe/Mixtral-8x7B", json!({"tensor_parallel_size": 1, "data_parallel_size": 1, "max_model_len": 32768, "trust_remote_code": true,
-            "extra_args": "--enable-prefix-caching", "timeout_multiplier": 1.0, "rule": "pattern:.*"})),
-        ("QuantTrio/GLM-4.7-AWQ", json!({"tensor_parallel_size": 1, "data_parallel_size": 1, "max_model_len": 32768, "trust_remote_code": true,
-            "extra_args": "--enable-prefix-caching", "timeout_multiplier": 1.0, "rule": "pattern:.*"})),
+            "extra_args": "--enable-prefix-caching --max-num-seqs 512", "agent_kwargs": [THINK], "timeout_multiplier": 2.0, "rule": "exact"}),
+        ),
+        (
+            "probe/Mixtral-8x7B",
+            json!({"tensor_parallel_size": 1, "data_parallel_size": 1, "max_model_len": 32768, "trust_remote_code": true,
+            "extra_args": "--enable-prefix-caching", "timeout_multiplier": 1.0, "rule": "pattern:.*"}),
+        ),
+        (
+            "QuantTrio/GLM-4.7-AWQ",
+            json!({"tensor_parallel_size": 1, "data_parallel_size": 1, "max_model_len": 32768, "trust_remote_code": true,
+            "extra_args": "--enable-prefix-caching", "timeout_multiplier": 1.0, "rule": "pattern:.*"}),
+        ),
     ];
     for (model, fields) in cases {
         assert_eq!(got[model], expect(fields), "{model}");
@@ -146,8 +201,17 @@ fn every_real_model_id_resolves() {
     let names = fixtures.join("model-names.txt");
     for (profile, gpus) in [("default", "4"), ("gh200", "1")] {
         let out = submitter(&[
-            "registry", "resolve", "--registry", registry.to_str().unwrap(), "--profile", profile,
-            "--gpus-per-node", gpus, "--json", "--models-file", names.to_str().unwrap(),
+            "registry",
+            "resolve",
+            "--registry",
+            registry.to_str().unwrap(),
+            "--profile",
+            profile,
+            "--gpus-per-node",
+            gpus,
+            "--json",
+            "--models-file",
+            names.to_str().unwrap(),
         ]);
         assert!(out.status.success(), "{}", stderr(&out));
         let got: Value = serde_json::from_str(&stdout(&out)).unwrap();
@@ -224,10 +288,22 @@ fn registry_check_passes_on_shipped_and_fixture_configuration() {
 fn spec_command_writes_the_stable_fields() {
     let dir = tempfile::tempdir().unwrap();
     let out_file = dir.path().join("launch.json");
-    let out = submitter(&["spec", "--cluster", "local", "--preset", "tb2", "--model", "Qwen/Qwen3-32B", "--out", out_file.to_str().unwrap()]);
+    let out = submitter(&[
+        "spec",
+        "--cluster",
+        "local",
+        "--preset",
+        "tb2",
+        "--model",
+        "Qwen/Qwen3-32B",
+        "--out",
+        out_file.to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let spec: Value = serde_json::from_str(&std::fs::read_to_string(&out_file).unwrap()).unwrap();
-    for pointer in ["/run_dir", "/jobs_dir", "/run_tag", "/serve/program", "/harbor/program", "/harbor/dataset", "/secrets/file"] {
+    for pointer in
+        ["/run_dir", "/jobs_dir", "/run_tag", "/serve/program", "/harbor/program", "/harbor/dataset", "/secrets/file"]
+    {
         assert!(spec.pointer(pointer).is_some_and(|v| !v.is_null()), "{pointer} missing: {spec:#}");
     }
     assert_eq!(spec["run_tag"], "terminal_bench_2__Qwen__Qwen3-32B");

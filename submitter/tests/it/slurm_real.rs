@@ -4,9 +4,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use submitter::slurm::{
-    JobExit, JobId, JobInfo, JobState, SbatchOptions, Slurm, SlurmCli, SubmitRequest,
-};
+use submitter::slurm::{JobExit, JobId, JobInfo, JobState, SbatchOptions, Slurm, SlurmCli, SubmitRequest};
 
 /// Jobs queue behind whatever else the suite runs on 2 cores, so waits are generous.
 const WAIT_FOR_END: Duration = Duration::from_secs(240);
@@ -32,9 +30,7 @@ fn reachable_slurm() -> Option<SlurmCli> {
 }
 
 fn unique_name(purpose: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| since.as_nanos());
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |since| since.as_nanos());
     format!("evalci-it-{purpose}-{}-{nanos}", std::process::id())
 }
 
@@ -49,9 +45,7 @@ fn write_script(dir: &Path, name: &str, body: &str) -> std::path::PathBuf {
 fn base_options(job_name: &str, output: &Path) -> SbatchOptions {
     SbatchOptions {
         job_name: Some(job_name.to_string()),
-        partition: std::env::var("EVAL_TEST_SLURM_PARTITION")
-            .ok()
-            .filter(|p| !p.is_empty()),
+        partition: std::env::var("EVAL_TEST_SLURM_PARTITION").ok().filter(|p| !p.is_empty()),
         time_limit: Some(Duration::from_secs(300)),
         cpus_per_task: Some(1),
         mem_mb: Some(64),
@@ -61,29 +55,18 @@ fn base_options(job_name: &str, output: &Path) -> SbatchOptions {
 }
 
 /// Polls `jobs` until `done` accepts the job's state, then returns `show`'s fuller view.
-fn wait_for(
-    cli: &SlurmCli,
-    id: JobId,
-    limit: Duration,
-    done: impl Fn(&JobState) -> bool,
-) -> JobInfo {
+fn wait_for(cli: &SlurmCli, id: JobId, limit: Duration, done: impl Fn(&JobState) -> bool) -> JobInfo {
     let deadline = Instant::now() + limit;
     let mut last_seen = None;
     loop {
         let listed = cli.jobs(&[id]).expect("squeue");
         if let Some(job) = listed.into_iter().find(|job| job.id == id) {
             if done(&job.state) {
-                return cli
-                    .show(id)
-                    .expect("scontrol show job")
-                    .expect("job still known");
+                return cli.show(id).expect("scontrol show job").expect("job still known");
             }
             last_seen = Some(job);
         }
-        assert!(
-            Instant::now() < deadline,
-            "job {id} did not get there within {limit:?}; last seen {last_seen:?}"
-        );
+        assert!(Instant::now() < deadline, "job {id} did not get there within {limit:?}; last seen {last_seen:?}");
         std::thread::sleep(POLL_EVERY);
     }
 }
@@ -122,23 +105,13 @@ fn real_job_sees_only_the_exported_variable_and_completes() {
 
     let seen = std::fs::read_to_string(&output).expect("job output");
     assert!(seen.contains("args=first arg second"), "{seen}");
-    assert!(
-        seen.lines()
-            .any(|line| line == format!("{EXPORTED_VARIABLE}={token}")),
-        "{seen}"
-    );
+    assert!(seen.lines().any(|line| line == format!("{EXPORTED_VARIABLE}={token}")), "{seen}");
     assert!(
         std::env::var_os(UNRELATED_VARIABLE).is_some(),
         "cargo test should set {UNRELATED_VARIABLE} in this process"
     );
-    assert!(
-        !seen.contains(&format!("{UNRELATED_VARIABLE}=")),
-        "leaked into the job: {seen}"
-    );
-    assert!(
-        !seen.contains("CARGO_"),
-        "cargo's environment leaked into the job: {seen}"
-    );
+    assert!(!seen.contains(&format!("{UNRELATED_VARIABLE}=")), "leaked into the job: {seen}");
+    assert!(!seen.contains("CARGO_"), "cargo's environment leaked into the job: {seen}");
 
     let by_name = cli.find_by_name(&name).expect("squeue --name");
     assert_eq!(by_name.iter().map(|job| job.id).collect::<Vec<_>>(), [id]);
@@ -151,11 +124,7 @@ fn real_job_is_cancelled() {
     let script = write_script(dir.path(), "sleep.sh", "echo started\nexec sleep 600");
     let output = dir.path().join("sleep.out");
     let name = unique_name("cancel");
-    let request = SubmitRequest {
-        script,
-        options: base_options(&name, &output),
-        ..Default::default()
-    };
+    let request = SubmitRequest { script, options: base_options(&name, &output), ..Default::default() };
 
     let id = cli.submit(&request).expect("sbatch");
     let _guard = CancelOnDrop(&cli, id);
@@ -163,10 +132,7 @@ fn real_job_is_cancelled() {
     // is cancelled all the same.
     let deadline = Instant::now() + WAIT_FOR_START;
     while Instant::now() < deadline {
-        let state = cli
-            .show(id)
-            .expect("scontrol show job")
-            .map(|job| job.state);
+        let state = cli.show(id).expect("scontrol show job").map(|job| job.state);
         if state != Some(JobState::Pending) {
             break;
         }
@@ -190,26 +156,11 @@ fn real_sbatch_rejection_is_a_one_line_error() {
     let script = write_script(dir.path(), "never.sh", "exit 0");
     let mut options = base_options(&unique_name("reject"), &dir.path().join("never.out"));
     options.partition = Some("no-such-partition-evalci".into());
-    let request = SubmitRequest {
-        script,
-        options,
-        ..Default::default()
-    };
-    let error = cli
-        .submit(&request)
-        .expect_err("bad partition must be refused");
+    let request = SubmitRequest { script, options, ..Default::default() };
+    let error = cli.submit(&request).expect_err("bad partition must be refused");
     let message = error.to_string();
-    assert!(
-        message.contains("--partition=no-such-partition-evalci"),
-        "{message}"
-    );
-    assert!(
-        message.contains("Invalid partition name specified"),
-        "{message}"
-    );
+    assert!(message.contains("--partition=no-such-partition-evalci"), "{message}");
+    assert!(message.contains("Invalid partition name specified"), "{message}");
     assert!(!message.contains('\n'), "{message}");
-    assert_eq!(
-        cli.show(JobId(u64::from(u32::MAX) - 1)).expect("scontrol"),
-        None
-    );
+    assert_eq!(cli.show(JobId(u64::from(u32::MAX) - 1)).expect("scontrol"), None);
 }

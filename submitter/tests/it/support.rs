@@ -47,9 +47,15 @@ pub fn stderr(output: &Output) -> String {
 /// test without it prints `skipping: no local Slurm`.
 #[allow(clippy::print_stderr)]
 pub fn slurm_up() -> bool {
-    let up = Command::new("scontrol").arg("ping").output().is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("UP"));
+    let up = Command::new("scontrol")
+        .arg("ping")
+        .output()
+        .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("UP"));
     if !up {
-        assert!(std::env::var("CI").map_or(true, |v| v != "true"), "no local Slurm in CI: scripts/services.sh up must start it");
+        assert!(
+            std::env::var("CI").map_or(true, |v| v != "true"),
+            "no local Slurm in CI: scripts/services.sh up must start it"
+        );
         eprintln!("skipping: no local Slurm");
     }
     up

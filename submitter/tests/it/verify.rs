@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use submitter::ledger::{ImportedAttempt, Status, open_ledger};
 
-use crate::support::{binaries, slurm_up, SUBMITTER, workspace_root};
+use crate::support::{SUBMITTER, binaries, slurm_up, workspace_root};
 
 // ---------------------------------------------------------------------------------------------
 // Run-dir fixtures
@@ -140,7 +140,10 @@ impl Run {
         let mut port = 40000;
         for m in 0..=minutes {
             let t = start + chrono::Duration::seconds(30 + m * 60);
-            text += &format!("(APIServer pid=4242) INFO {} [loggers.py:248] Engine 000: Avg prompt throughput: 812.4 tokens/s, Running: 4 reqs, Waiting: 0 reqs\n", stamp(t));
+            text += &format!(
+                "(APIServer pid=4242) INFO {} [loggers.py:248] Engine 000: Avg prompt throughput: 812.4 tokens/s, Running: 4 reqs, Waiting: 0 reqs\n",
+                stamp(t)
+            );
             text += "INFO:     127.0.0.1:39999 - \"GET /health HTTP/1.1\" 200 OK\n";
             for code in per_minute {
                 port += 1;
@@ -149,9 +152,13 @@ impl Run {
                     400 => "Bad Request",
                     _ => "Internal Server Error",
                 };
-                text += &format!("INFO:     127.0.0.1:{port} - \"POST /v1/chat/completions HTTP/1.1\" {code} {reason}\n");
+                text +=
+                    &format!("INFO:     127.0.0.1:{port} - \"POST /v1/chat/completions HTTP/1.1\" {code} {reason}\n");
                 if *code == 400 && port % 7 == 0 {
-                    text += &format!("(APIServer pid=4242) ERROR {} [serving_chat.py:212] Error in preprocessing prompt inputs: VLLMValidationError: This model's maximum context length is 32768 tokens. However, your request has 40123 input tokens.\n", stamp(t));
+                    text += &format!(
+                        "(APIServer pid=4242) ERROR {} [serving_chat.py:212] Error in preprocessing prompt inputs: VLLMValidationError: This model's maximum context length is 32768 tokens. However, your request has 40123 input tokens.\n",
+                        stamp(t)
+                    );
                 }
             }
         }
@@ -159,7 +166,14 @@ impl Run {
     }
 
     /// payload's status.json (+ events.jsonl) for a run in phase `running` since `running_s`.
-    fn payload_status(&self, running_s: i64, updated_ago_s: i64, counters: (u64, u64, u64), trials: (u64, u64, u64), progress_ago_s: i64) {
+    fn payload_status(
+        &self,
+        running_s: i64,
+        updated_ago_s: i64,
+        counters: (u64, u64, u64),
+        trials: (u64, u64, u64),
+        progress_ago_s: i64,
+    ) {
         let at = iso(ago(updated_ago_s));
         write_json(
             &self.dir.join("status.json"),
@@ -190,13 +204,21 @@ fn finding<'a>(report: &'a Value, id: &str) -> Option<&'a Value> {
 }
 
 fn evidence(f: &Value) -> String {
-    f["evidence"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join("\n")).unwrap_or_default()
+    f["evidence"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join("\n"))
+        .unwrap_or_default()
 }
 
 fn healthy_trials(run: &Run, n: usize) {
     for i in 0..n {
         let name = format!("task-{i}__abc{i:04}");
-        run.trial(Trial { name: &name, api_base: None, result: Some(ok_result(if i % 2 == 0 { 1.0 } else { 0.0 })), finished_ago_s: 60 + i as i64 });
+        run.trial(Trial {
+            name: &name,
+            api_base: None,
+            result: Some(ok_result(if i % 2 == 0 { 1.0 } else { 0.0 })),
+            finished_ago_s: 60 + i as i64,
+        });
     }
 }
 
@@ -262,7 +284,11 @@ fn working_tunnel_with_traffic_is_ok_and_flat_counters_warn() {
 #[test]
 fn private_api_base_for_an_installed_agent_fails() {
     let run = Run::new("openhands", "http://10.12.0.7:8000/v1");
-    std::fs::write(run.dir.join("tunnel.log"), "You are authenticated as ops@example.org\nhttps://abc123.a.pinggy.link\n").unwrap();
+    std::fs::write(
+        run.dir.join("tunnel.log"),
+        "You are authenticated as ops@example.org\nhttps://abc123.a.pinggy.link\n",
+    )
+    .unwrap();
     run.trial(Trial { name: "task-0__aaa0001", api_base: None, result: None, finished_ago_s: 0 });
     let (report, code, _) = check(&[&run.dir], &[]);
     assert_eq!(code, Some(1));
@@ -279,7 +305,12 @@ fn private_api_base_for_an_installed_agent_fails() {
 fn stale_api_base_in_trial_configs_fails() {
     let run = Run::new("terminus-2", "http://127.0.0.1:8123/v1");
     healthy_trials(&run, 3);
-    run.trial(Trial { name: "task-9__old0001", api_base: Some("http://127.0.0.1:8000/v1"), result: None, finished_ago_s: 0 });
+    run.trial(Trial {
+        name: "task-9__old0001",
+        api_base: Some("http://127.0.0.1:8000/v1"),
+        result: None,
+        finished_ago_s: 0,
+    });
     let (report, code, _) = check(&[&run.dir], &[]);
     assert_eq!(code, Some(1));
     let f = finding(&report, "api_base.stale").expect("api_base.stale");
@@ -310,7 +341,8 @@ fn a_run_that_goes_bad_midway_is_caught_by_the_recent_window() {
     run.engine_log(19, &[200; 50]);
     let mut text = std::fs::read_to_string(run.dir.join("vllm.log")).unwrap();
     for i in 0..100 {
-        text += &format!("INFO:     127.0.0.1:{} - \"POST /v1/chat/completions HTTP/1.1\" 400 Bad Request\n", 50000 + i);
+        text +=
+            &format!("INFO:     127.0.0.1:{} - \"POST /v1/chat/completions HTTP/1.1\" 400 Bad Request\n", 50000 + i);
     }
     std::fs::write(run.dir.join("vllm.log"), text).unwrap();
     let (report, _, _) = check(&[&run.dir], &[]);
@@ -354,7 +386,13 @@ fn stalled_trials_fail_when_no_result_arrives_for_an_hour() {
     let (report, code, _) = check(&[&run.dir], &[]);
     assert_eq!(code, Some(1), "{report:#}");
     let f = finding(&report, "trials.stalled").expect("trials.stalled");
-    assert!(f["summary"].as_str().unwrap().contains("no completion and no trial progress for 2.0h while 4 trials are active"), "{f:#}");
+    assert!(
+        f["summary"]
+            .as_str()
+            .unwrap()
+            .contains("no completion and no trial progress for 2.0h while 4 trials are active"),
+        "{f:#}"
+    );
     assert!(evidence(f).contains("status.json heartbeat: last progress at"), "{f:#}");
     // The old scripts' layout (no payload records; Harbor's result.json just rewritten): the
     // time since the last trial result.json decides.
@@ -420,7 +458,8 @@ fn silent_payload_and_failed_outcome() {
     let (report, _, _) = check(&[&run.dir], &[]);
     assert_eq!(report["runs"][0]["state"], "unknown");
     assert_eq!(finding(&report, "outcome.silent").unwrap()["level"], "warn", "{report:#}");
-    let mut status: Value = serde_json::from_str(&std::fs::read_to_string(run.dir.join("status.json")).unwrap()).unwrap();
+    let mut status: Value =
+        serde_json::from_str(&std::fs::read_to_string(run.dir.join("status.json")).unwrap()).unwrap();
     status["phase"] = json!("done");
     status["outcome"] = json!({"class": "engine_died", "cause": "unhealthy", "exit_code": 12,
                                "message": "vLLM failed 3 consecutive /health probes; Harbor stopped", "engine_log_tail": ["last engine line"]});
@@ -489,10 +528,20 @@ fn logs_picks_the_right_file_and_follows() {
     std::fs::remove_file(run.dir.join("harbor.log")).unwrap();
     let missing = logs(&["--harbor"]);
     assert_eq!(missing.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&missing.stderr).contains("no Harbor log"), "{}", String::from_utf8_lossy(&missing.stderr));
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("no Harbor log"),
+        "{}",
+        String::from_utf8_lossy(&missing.stderr)
+    );
 
     // -f prints what is appended.
-    let mut child = Command::new(SUBMITTER).arg("logs").arg(&run.dir).args(["--engine", "-f"]).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let mut child = Command::new(SUBMITTER)
+        .arg("logs")
+        .arg(&run.dir)
+        .args(["--engine", "-f"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     std::thread::sleep(Duration::from_millis(500));
     let mut f = std::fs::OpenOptions::new().append(true).open(run.dir.join("vllm.log")).unwrap();
     std::io::Write::write_all(&mut f, b"APPENDED-LINE\n").unwrap();
@@ -548,8 +597,10 @@ fn finished(model: &str, benchmark: &str, mean: f64, n: u64, errors: u64, run_di
         status: Status::Finished,
         reason: "finished".into(),
         config: json!({"run_dir": run_dir.map(|d| d.display().to_string())}),
-        metrics: Some(json!({"mean_reward": mean, "n_trials": n, "n_errors": errors, "n_valid": valid, "n_expected": n,
-                             "errors_by_type": {"DaytonaError": errors}, "infra_errors": {"DaytonaError": errors}})),
+        metrics: Some(
+            json!({"mean_reward": mean, "n_trials": n, "n_errors": errors, "n_valid": valid, "n_expected": n,
+                             "errors_by_type": {"DaytonaError": errors}, "infra_errors": {"DaytonaError": errors}}),
+        ),
         submitted_at: t,
         started_at: Some(t),
         ended_at: Some(t + chrono::Duration::minutes(40)),
@@ -618,7 +669,12 @@ fn results_matrix_in_text_json_and_csv() {
     assert_eq!(m["benchmarks"], json!(["swebench-verified-random-100-folders", "terminal_bench_2", "dev_set_v2"]));
     assert_eq!(m["rank_by"], "terminal_bench_2");
     assert_eq!(m["ranks"], json!({"org/Alpha-8B": 2, "org/Beta-32B": 1, "org/Gamma-7B": 3}));
-    let cell = m["cells"].as_array().unwrap().iter().find(|c| c["model"] == "org/Beta-32B" && c["benchmark"] == "dev_set_v2").unwrap();
+    let cell = m["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["model"] == "org/Beta-32B" && c["benchmark"] == "dev_set_v2")
+        .unwrap();
     assert!(cell["stderr"].is_null(), "dev_set_v2 has no standard error");
     assert_eq!(cell["incomplete"], true, "60 of 300 errored");
     let id = m["id_mean"]["org/Alpha-8B"].as_f64().unwrap();
@@ -641,14 +697,24 @@ fn chromium() -> Option<PathBuf> {
             return Some(PathBuf::from(candidate));
         }
     }
-    assert!(std::env::var("CI").map_or(true, |v| v != "true"), "chromium missing in CI: scripts/services.sh install installs it");
+    assert!(
+        std::env::var("CI").map_or(true, |v| v != "true"),
+        "chromium missing in CI: scripts/services.sh install installs it"
+    );
     eprintln!("skipping: chromium not installed (scripts/services.sh install)");
     None
 }
 
 fn headless(browser: &Path, profile: &Path, args: &[&str], page: &Path) -> Output {
     Command::new(browser)
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking"])
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+        ])
         .args(["--disable-component-update", "--disable-sync", "--hide-scrollbars", "--enable-logging=stderr", "--v=0"])
         .arg(format!("--user-data-dir={}", profile.display()))
         .args(args)
@@ -684,17 +750,28 @@ fn report_renders_in_a_real_browser() {
     assert!(!log.contains("Uncaught"), "script error on the page: {log}");
     assert!(dump.contains("data-anchors-ok=\"1\""), "every in-page link must have its target:\n{dump}");
     assert!(dump.contains("<title>Nightly evals</title>"));
-    for expected in ["0.420", "±0.052", "0.610", "0.700", "org/Gamma-7B", "swebench-100", "In-flight jobs", "starting"] {
+    for expected in ["0.420", "±0.052", "0.610", "0.700", "org/Gamma-7B", "swebench-100", "In-flight jobs", "starting"]
+    {
         assert!(dump.contains(expected), "`{expected}` missing from the rendered page");
     }
     // The Alpha tb2 cell links to its run's evidence, which holds `check`'s findings.
-    let alpha = dump.split("data-model=\"org/Alpha-8B\" data-benchmark=\"terminal_bench_2\"").nth(1).expect("Alpha tb2 cell");
+    let alpha =
+        dump.split("data-model=\"org/Alpha-8B\" data-benchmark=\"terminal_bench_2\"").nth(1).expect("Alpha tb2 cell");
     let target = alpha.split("href=\"#").nth(1).unwrap().split('"').next().unwrap();
     let section = dump.split(&format!("id=\"{target}\"")).nth(1).expect("the cell's section");
-    assert!(section.contains("Checks:") && section.contains("completions"), "evidence section: {}", &section[..section.len().min(2000)]);
+    assert!(
+        section.contains("Checks:") && section.contains("completions"),
+        "evidence section: {}",
+        &section[..section.len().min(2000)]
+    );
 
     let png = fx.tmp.path().join("report.png");
-    let shot = headless(&browser, profile.path(), &[&format!("--screenshot={}", png.display()), "--window-size=1280,900"], &page);
+    let shot = headless(
+        &browser,
+        profile.path(),
+        &[&format!("--screenshot={}", png.display()), "--window-size=1280,900"],
+        &page,
+    );
     assert!(shot.status.success(), "{}", String::from_utf8_lossy(&shot.stderr));
     let bytes = std::fs::read(&png).expect("screenshot written");
     assert_eq!(png_size(&bytes), Some((1280, 900)));
@@ -706,8 +783,6 @@ fn report_renders_in_a_real_browser() {
 
 // ---------------------------------------------------------------------------------------------
 // Live: the local Slurm, payload and the stand-ins
-
-
 
 /// A cluster on the local Slurm whose engine reads a control file and whose dataset is long
 /// enough (1,000 tasks × 0.6 s, 2 at a time) to outlast the test.
@@ -732,7 +807,11 @@ impl LiveCluster {
             std::fs::write(dir.join("instruction.md"), "Say hello.\n").unwrap();
         }
         let secrets = root.join("secrets.env");
-        std::fs::write(&secrets, "DAYTONA_API_KEY=org1-secret-value-aaaa\nDAYTONA_DATA_API_KEY=org2-secret-value-bbbb\n").unwrap();
+        std::fs::write(
+            &secrets,
+            "DAYTONA_API_KEY=org1-secret-value-aaaa\nDAYTONA_DATA_API_KEY=org2-secret-value-bbbb\n",
+        )
+        .unwrap();
         std::fs::set_permissions(&secrets, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
         let control = root.join("engine-control");
         std::fs::write(&control, "normal\n").unwrap();
@@ -784,12 +863,18 @@ impl LiveCluster {
     /// One `status --json` row.
     fn status(&self) -> Value {
         let out = self.run("status", &["--json", "--hours", "0"]);
-        let rows: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+        let rows: Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
         rows[0].clone()
     }
 
     /// Polls `status` until `done` holds; returns the row, the time it took and every verdict seen.
-    fn wait_status(&self, what: &str, timeout: Duration, done: impl Fn(&Value) -> bool) -> (Value, Duration, Vec<String>) {
+    fn wait_status(
+        &self,
+        what: &str,
+        timeout: Duration,
+        done: impl Fn(&Value) -> bool,
+    ) -> (Value, Duration, Vec<String>) {
         let start = Instant::now();
         let mut seen = Vec::new();
         loop {
@@ -801,7 +886,10 @@ impl LiveCluster {
             if done(&row) {
                 return (row, start.elapsed(), seen);
             }
-            assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}; verdicts seen {seen:?}; last row {row:#}");
+            assert!(
+                start.elapsed() < timeout,
+                "timed out after {timeout:?} waiting for {what}; verdicts seen {seen:?}; last row {row:#}"
+            );
             std::thread::sleep(Duration::from_secs(1));
         }
     }
@@ -833,7 +921,8 @@ fn live_status_flips_to_misconfigured_when_400s_start() {
     });
     assert_eq!(row["slurm_job_id"], job.as_str());
     std::fs::write(&cluster.control, "bad_request\n").unwrap();
-    let (row, took, seen) = cluster.wait_status("misconfigured", Duration::from_secs(60), |r| r["verdict"]["verdict"] == "misconfigured");
+    let (row, took, seen) =
+        cluster.wait_status("misconfigured", Duration::from_secs(60), |r| r["verdict"]["verdict"] == "misconfigured");
     eprintln!("misconfigured after {took:?} (verdicts {seen:?})");
     assert!(took <= Duration::from_secs(2 * 15 + 5), "took {took:?}: more than two heartbeats");
     let summary = row["verdict"]["summary"].as_str().unwrap();
@@ -860,7 +949,8 @@ fn live_hung_engine_ends_as_engine_died_and_a_failed_row() {
     cluster.launch();
     cluster.wait_status("a healthy run", Duration::from_secs(120), |r| r["verdict"]["verdict"] == "healthy");
     std::fs::write(&cluster.control, "hang\n").unwrap();
-    let (row, took, seen) = cluster.wait_status("the run to end", Duration::from_secs(180), |r| r["verdict"]["verdict"] == "failed");
+    let (row, took, seen) =
+        cluster.wait_status("the run to end", Duration::from_secs(180), |r| r["verdict"]["verdict"] == "failed");
     eprintln!("failed after {took:?} (verdicts {seen:?})");
     assert!(seen.iter().any(|v| v == "dead"), "the hung engine shows as dead before payload ends the run: {seen:?}");
     assert!(row["verdict"]["summary"].as_str().unwrap().starts_with("engine_died/unhealthy"), "{row:#}");
@@ -876,7 +966,11 @@ fn live_hung_engine_ends_as_engine_died_and_a_failed_row() {
     assert_eq!(rows[0]["verdict"]["verdict"], "failed");
     // `logs JOB` finds the job's files through the ledger.
     let out = cluster.run("logs", &[attempt.slurm_job_id.as_deref().unwrap(), "--engine"]);
-    assert!(String::from_utf8_lossy(&out.stdout).contains("Starting vLLM server"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("Starting vLLM server"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// `status --watch` with `verify.auto_cancel`: a job that stays dead is cancelled and its attempt
@@ -892,7 +986,9 @@ fn live_watch_cancels_a_job_that_stays_dead() {
     std::fs::write(&script, "#!/bin/bash\nsleep 300\n").unwrap();
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let profile = cluster.tmp.path().join("clusters/vfycancel.yaml");
-    let text = std::fs::read_to_string(&profile).unwrap().replace("  time: \"00:10:00\"\n", &format!("  time: \"00:10:00\"\n  script: {}\n", script.display()))
+    let text = std::fs::read_to_string(&profile)
+        .unwrap()
+        .replace("  time: \"00:10:00\"\n", &format!("  time: \"00:10:00\"\n  script: {}\n", script.display()))
         + "verify:\n  no_status_after_s: 0\n  auto_cancel:\n    dead_after_s: 2\n";
     std::fs::write(&profile, text).unwrap();
     let job = cluster.launch();

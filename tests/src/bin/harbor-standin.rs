@@ -33,11 +33,11 @@
 //! handler in harbor 0.25, so SIGTERM kills it outright (faithfully).
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
-use e2e::standin::click::{self, ClickExit, CParsed};
+use e2e::standin::click::{self, CParsed, ClickExit};
 use e2e::standin::common as c;
 use e2e::standin::harbor_model as hm;
 use e2e::standin::harbor_opts::{RESUME_OPTS, START_OPTS};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -49,17 +49,91 @@ const HARBOR_VERSION: &str = "0.25.0";
 const SITE: &str = "/opt/harbor/.venv/lib/python3.12/site-packages/harbor";
 
 const AGENT_NAMES: &[&str] = &[
-    "oracle", "nop", "acp", "claude-code", "cline-cli", "cortex-code", "terminus", "terminus-1", "terminus-2", "aider", "codex",
-    "cursor-cli", "gemini-cli", "antigravity-cli", "rovodev-cli", "goose", "grok-build", "hermes", "junie", "mini-swe-agent",
-    "nemo-agent", "swe-agent", "opencode", "openclaw", "openhands", "openhands-sdk", "antigravity-sdk", "kimi-code", "kimi-cli",
-    "langgraph", "deerflow", "mimo", "mcode", "pi", "qwen-coder", "copilot-cli", "code-puppy", "devin", "trae-agent", "computer-1",
-    "eve", "fx", "fx-dev", "dspy-rlm", "vibe", "muse-code", "strands", "fabric",
+    "oracle",
+    "nop",
+    "acp",
+    "claude-code",
+    "cline-cli",
+    "cortex-code",
+    "terminus",
+    "terminus-1",
+    "terminus-2",
+    "aider",
+    "codex",
+    "cursor-cli",
+    "gemini-cli",
+    "antigravity-cli",
+    "rovodev-cli",
+    "goose",
+    "grok-build",
+    "hermes",
+    "junie",
+    "mini-swe-agent",
+    "nemo-agent",
+    "swe-agent",
+    "opencode",
+    "openclaw",
+    "openhands",
+    "openhands-sdk",
+    "antigravity-sdk",
+    "kimi-code",
+    "kimi-cli",
+    "langgraph",
+    "deerflow",
+    "mimo",
+    "mcode",
+    "pi",
+    "qwen-coder",
+    "copilot-cli",
+    "code-puppy",
+    "devin",
+    "trae-agent",
+    "computer-1",
+    "eve",
+    "fx",
+    "fx-dev",
+    "dspy-rlm",
+    "vibe",
+    "muse-code",
+    "strands",
+    "fabric",
 ];
 
 const ENV_TYPES: &[&str] = &[
-    "docker", "sbx", "podman", "daytona", "e2b", "modal", "runloop", "langsmith", "ec2", "gke", "ack", "openshift", "novita",
-    "apple-container", "singularity", "islo", "tensorlake", "cwsandbox", "use-computer", "cua-cloud", "blaxel", "opensandbox",
-    "beam", "skypilot", "hf-sandbox", "hyperbrowser", "vercel", "runta", "prime", "kata", "mosaic", "smol", "sail", "kernel",
+    "docker",
+    "sbx",
+    "podman",
+    "daytona",
+    "e2b",
+    "modal",
+    "runloop",
+    "langsmith",
+    "ec2",
+    "gke",
+    "ack",
+    "openshift",
+    "novita",
+    "apple-container",
+    "singularity",
+    "islo",
+    "tensorlake",
+    "cwsandbox",
+    "use-computer",
+    "cua-cloud",
+    "blaxel",
+    "opensandbox",
+    "beam",
+    "skypilot",
+    "hf-sandbox",
+    "hyperbrowser",
+    "vercel",
+    "runta",
+    "prime",
+    "kata",
+    "mosaic",
+    "smol",
+    "sail",
+    "kernel",
 ];
 
 fn prog() -> String {
@@ -109,7 +183,9 @@ fn main() {
     let strs: Vec<&str> = args.iter().map(String::as_str).collect();
     match strs.as_slice() {
         [] | ["-h"] | ["--help"] => {
-            println!("Usage: {p} [OPTIONS] COMMAND [ARGS]...\n\nCommands:\n  run   Start a job. Alias for `harbor job start`.\n  job   Manage jobs.");
+            println!(
+                "Usage: {p} [OPTIONS] COMMAND [ARGS]...\n\nCommands:\n  run   Start a job. Alias for `harbor job start`.\n  job   Manage jobs."
+            );
         }
         ["jobs" | "job"] | ["jobs" | "job", "-h" | "--help"] => {
             println!("Usage: {p} {} [OPTIONS] COMMAND [ARGS]...\n\nCommands:\n  start\n  resume", strs[0]);
@@ -121,7 +197,9 @@ fn main() {
             let path = format!("{p} {}", strs[0]);
             usage_exit(&format!("{path} [OPTIONS] COMMAND [ARGS]..."), &path, &format!("No such command '{other}'."));
         }
-        [other, ..] => usage_exit(&format!("{p} [OPTIONS] COMMAND [ARGS]..."), &p, &format!("No such command '{other}'.")),
+        [other, ..] => {
+            usage_exit(&format!("{p} [OPTIONS] COMMAND [ARGS]..."), &p, &format!("No such command '{other}'."))
+        }
     }
 }
 
@@ -177,14 +255,17 @@ fn red_error(msg: &str) -> ! {
 }
 
 fn deep_merge(base: &mut Value, layer: &Value, path: &mut Vec<String>) {
-    const APPEND: [&str; 7] = ["agents", "datasets", "tasks", "metrics", "extra_instruction_paths", "extra_instructions", "artifacts"];
+    const APPEND: [&str; 7] =
+        ["agents", "datasets", "tasks", "metrics", "extra_instruction_paths", "extra_instructions", "artifacts"];
     match (base, layer) {
         (Value::Object(b), Value::Object(l)) => {
             for (k, v) in l {
                 path.push(k.clone());
                 let top_append = path.len() == 1 && APPEND.contains(&k.as_str());
                 match (b.get_mut(k), v) {
-                    (Some(Value::Array(existing)), Value::Array(new)) if top_append && !new.is_empty() => existing.extend(new.iter().cloned()),
+                    (Some(Value::Array(existing)), Value::Array(new)) if top_append && !new.is_empty() => {
+                        existing.extend(new.iter().cloned())
+                    }
                     (Some(existing @ Value::Object(_)), Value::Object(_)) => deep_merge(existing, v, path),
                     _ => {
                         b.insert(k.clone(), v.clone());
@@ -205,24 +286,34 @@ fn build_job_config(o: &CParsed, path: &str) -> Value {
     if o.flag("public").is_some() && o.flag("upload") != Some(true) {
         red_error("Error: --public / --private requires --upload.");
     }
-    if (o.list("share_org").is_some() || o.list("share_user").is_some()) && o.flag("upload") != Some(true) && o.flag("launch") != Some(true) {
+    if (o.list("share_org").is_some() || o.list("share_user").is_some())
+        && o.flag("upload") != Some(true)
+        && o.flag("launch") != Some(true)
+    {
         red_error("Error: --share / --share-user requires --upload or --launch.");
     }
     if o.str("org").is_some() && o.flag("upload") != Some(true) && o.flag("launch") != Some(true) {
         red_error("Error: --org requires --upload or --launch.");
     }
-    for (dest, flag) in [("one_off_secret", "--one-off-secret"), ("stored_secret", "--stored-secret"), ("registry_credential", "--registry-secret")] {
+    for (dest, flag) in [
+        ("one_off_secret", "--one-off-secret"),
+        ("stored_secret", "--stored-secret"),
+        ("registry_credential", "--registry-secret"),
+    ] {
         if o.list(dest).is_some() && o.flag("launch") != Some(true) {
             red_error(&format!("Error: {flag} requires --launch."));
         }
     }
     if o.flag("launch") == Some(true) || o.flag("upload") == Some(true) {
-        red_error("Error: harbor-standin cannot reach Harbor Hub (--launch/--upload are not supported by the stand-in).");
+        red_error(
+            "Error: harbor-standin cannot reach Harbor Hub (--launch/--upload are not supported by the stand-in).",
+        );
     }
     if let Some(f) = o.str("env_file")
-        && !Path::new(&f).exists() {
-            red_error(&format!("❌ Env file not found: {f}"));
-        }
+        && !Path::new(&f).exists()
+    {
+        red_error(&format!("❌ Env file not found: {f}"));
+    }
     let mut data = json!({});
     for src in o.list("config_path").unwrap_or_default() {
         let text = match std::fs::read_to_string(&src) {
@@ -255,7 +346,13 @@ fn build_job_config(o: &CParsed, path: &str) -> Value {
     if let Some(v) = o.int("n_attempts") {
         set(&mut cfg, "n_attempts", json!(v));
     }
-    for k in ["timeout_multiplier", "agent_timeout_multiplier", "verifier_timeout_multiplier", "agent_setup_timeout_multiplier", "environment_build_timeout_multiplier"] {
+    for k in [
+        "timeout_multiplier",
+        "agent_timeout_multiplier",
+        "verifier_timeout_multiplier",
+        "agent_setup_timeout_multiplier",
+        "environment_build_timeout_multiplier",
+    ] {
         if let Some(v) = o.float(k) {
             set(&mut cfg, k, json!(v));
         }
@@ -307,50 +404,57 @@ fn build_job_config(o: &CParsed, path: &str) -> Value {
         };
         set(&mut cfg, "agents", Value::Array(agents));
     } else if (!kwargs.is_empty() || !env.is_empty() || !skills.is_empty() || !hosts.is_empty())
-        && let Some(Value::Array(agents)) = cfg.get_mut("agents") {
-            for a in agents.iter_mut() {
-                if !a.is_object() {
-                    *a = json!({});
-                }
-                if !kwargs.is_empty() {
-                    let k = a.as_object_mut().map(|m| m.entry("kwargs").or_insert(json!({}))).filter(|k| k.is_object());
-                    if let Some(Value::Object(km)) = k {
-                        for (key, v) in &kwargs {
-                            km.insert(key.clone(), v.clone());
-                        }
+        && let Some(Value::Array(agents)) = cfg.get_mut("agents")
+    {
+        for a in agents.iter_mut() {
+            if !a.is_object() {
+                *a = json!({});
+            }
+            if !kwargs.is_empty() {
+                let k = a.as_object_mut().map(|m| m.entry("kwargs").or_insert(json!({}))).filter(|k| k.is_object());
+                if let Some(Value::Object(km)) = k {
+                    for (key, v) in &kwargs {
+                        km.insert(key.clone(), v.clone());
                     }
                 }
-                if !env.is_empty()
-                    && let Some(Value::Object(em)) = a.as_object_mut().map(|m| m.entry("env").or_insert(json!({}))) {
-                        for (key, v) in &env {
-                            em.insert(key.clone(), v.clone());
-                        }
-                    }
+            }
+            if !env.is_empty()
+                && let Some(Value::Object(em)) = a.as_object_mut().map(|m| m.entry("env").or_insert(json!({})))
+            {
+                for (key, v) in &env {
+                    em.insert(key.clone(), v.clone());
+                }
             }
         }
-    for (dest, key) in [("base_url", "base_url"), ("api_key_name", "model_api_key_name"), ("api_format", "model_api_format")] {
+    }
+    for (dest, key) in
+        [("base_url", "base_url"), ("api_key_name", "model_api_key_name"), ("api_format", "model_api_format")]
+    {
         if let Some(v) = o.str(dest)
-            && let Some(Value::Array(agents)) = cfg.get_mut("agents") {
-                for a in agents.iter_mut() {
-                    a[key] = json!(v);
-                }
+            && let Some(Value::Array(agents)) = cfg.get_mut("agents")
+        {
+            for a in agents.iter_mut() {
+                a[key] = json!(v);
             }
+        }
     }
     if let Some(e) = o.str("effort")
-        && let Some(Value::Array(agents)) = cfg.get_mut("agents") {
-            for a in agents.iter_mut() {
-                if !a["kwargs"].is_object() {
-                    a["kwargs"] = json!({});
-                }
-                a["kwargs"]["reasoning_effort"] = json!(e);
+        && let Some(Value::Array(agents)) = cfg.get_mut("agents")
+    {
+        for a in agents.iter_mut() {
+            if !a["kwargs"].is_object() {
+                a["kwargs"] = json!({});
             }
+            a["kwargs"]["reasoning_effort"] = json!(e);
         }
+    }
     if let Some(n) = o.int("n_concurrent_agents")
-        && let Some(Value::Array(agents)) = cfg.get_mut("agents") {
-            for a in agents.iter_mut() {
-                a["n_concurrent"] = json!(n);
-            }
+        && let Some(Value::Array(agents)) = cfg.get_mut("agents")
+    {
+        for a in agents.iter_mut() {
+            a["n_concurrent"] = json!(n);
         }
+    }
     if let Some(env_type) = o.str("environment") {
         if env_type.contains(':') {
             cfg["environment"]["type"] = Value::Null;
@@ -445,7 +549,11 @@ fn build_job_config(o: &CParsed, path: &str) -> Value {
             set(&mut cfg, "datasets", json!([]));
         } else {
             set(&mut cfg, "tasks", json!([]));
-            set(&mut cfg, "datasets", json!([{"path": p, "task_names": task_names, "exclude_task_names": exclude, "n_tasks": n_tasks}]));
+            set(
+                &mut cfg,
+                "datasets",
+                json!([{"path": p, "task_names": task_names, "exclude_task_names": exclude, "n_tasks": n_tasks}]),
+            );
         }
     } else if let Some(d) = o.str("dataset_name_version") {
         let (name, version) = match d.split_once('@') {
@@ -456,10 +564,21 @@ fn build_job_config(o: &CParsed, path: &str) -> Value {
         if name.contains('/') {
             set(&mut cfg, "datasets", json!([{"name": name, "ref": version.unwrap_or_else(|| "latest".into())}]));
         } else {
-            set(&mut cfg, "datasets", json!([{"name": name, "version": version, "registry_url": o.str("registry_url")}]));
+            set(
+                &mut cfg,
+                "datasets",
+                json!([{"name": name, "version": version, "registry_url": o.str("registry_url")}]),
+            );
         }
-    } else if task_names.is_some() || exclude.is_some() || n_tasks.is_some() || o.str("registry_url").is_some() || o.str("registry_path").is_some() {
-        red_error("Cannot specify --registry-url, --registry-path, --include-task-name, or --exclude-task-name without also specifying --dataset, --task, or --path.");
+    } else if task_names.is_some()
+        || exclude.is_some()
+        || n_tasks.is_some()
+        || o.str("registry_url").is_some()
+        || o.str("registry_path").is_some()
+    {
+        red_error(
+            "Cannot specify --registry-url, --registry-path, --include-task-name, or --exclude-task-name without also specifying --dataset, --task, or --path.",
+        );
     }
     Value::Object(cfg)
 }
@@ -504,10 +623,14 @@ fn resolve_tasks(cfg: &Value) -> Result<Vec<(Value, PathBuf, String)>, String> {
             ));
         };
         let dir = PathBuf::from(path);
-        let entries = std::fs::read_dir(&dir).map_err(|_| format!("FileNotFoundError: [Errno 2] No such file or directory: '{path}'"))?;
+        let entries = std::fs::read_dir(&dir)
+            .map_err(|_| format!("FileNotFoundError: [Errno 2] No such file or directory: '{path}'"))?;
         let mut children: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
         children.sort();
-        let source = std::fs::canonicalize(&dir).ok().and_then(|p| p.file_name().map(|f| f.to_string_lossy().to_string())).unwrap_or_default();
+        let source = std::fs::canonicalize(&dir)
+            .ok()
+            .and_then(|p| p.file_name().map(|f| f.to_string_lossy().to_string()))
+            .unwrap_or_default();
         let mut ids: Vec<PathBuf> = children.into_iter().filter(|c| is_task_dir(c)).collect();
         let name_of = |p: &PathBuf| p.file_name().map(|f| f.to_string_lossy().to_string()).unwrap_or_default();
         if let Some(pats) = ds["task_names"].as_array() {
@@ -541,7 +664,10 @@ fn resolve_tasks(cfg: &Value) -> Result<Vec<(Value, PathBuf, String)>, String> {
     for t in cfg["tasks"].as_array().cloned().unwrap_or_default() {
         let Some(path) = t["path"].as_str() else { continue };
         let p = PathBuf::from(path);
-        let name = std::fs::canonicalize(&p).ok().and_then(|c| c.file_name().map(|f| f.to_string_lossy().to_string())).unwrap_or_default();
+        let name = std::fs::canonicalize(&p)
+            .ok()
+            .and_then(|c| c.file_name().map(|f| f.to_string_lossy().to_string()))
+            .unwrap_or_default();
         let mut task = t.clone();
         if task.get("source").is_none() {
             task["source"] = Value::Null;
@@ -609,7 +735,9 @@ fn validate_hosted_vllm(model: &str, model_info: &Value) -> Result<(), String> {
         return Err(format!("hosted_vllm model names must contain exactly one '/'. Got '{model}'."));
     }
     let canonical = &model["hosted_vllm/".len()..];
-    let ok = !canonical.is_empty() && canonical.chars().count() <= 64 && canonical.chars().all(|ch| ch.is_ascii_alphanumeric() || "._-".contains(ch));
+    let ok = !canonical.is_empty()
+        && canonical.chars().count() <= 64
+        && canonical.chars().all(|ch| ch.is_ascii_alphanumeric() || "._-".contains(ch));
     if !ok {
         return Err(format!(
             "hosted_vllm canonical model names may only contain letters, numbers, '.', '-', '_' and must be fewer than 64 characters with no spaces. Got '{canonical}'."
@@ -629,7 +757,10 @@ fn validate_hosted_vllm(model: &str, model_info: &Value) -> Result<(), String> {
         match model_info.get(f) {
             None | Some(Value::Null) => return Err(format!("hosted_vllm model_info missing '{f}'.")),
             Some(v) if v.as_f64().is_none() && v.as_str().and_then(|s| s.parse::<f64>().ok()).is_none() => {
-                return Err(format!("hosted_vllm model_info field '{f}' must be a number. Got '{}'.", v.as_str().map(str::to_string).unwrap_or(v.to_string())));
+                return Err(format!(
+                    "hosted_vllm model_info field '{f}' must be a number. Got '{}'.",
+                    v.as_str().map(str::to_string).unwrap_or(v.to_string())
+                ));
             }
             _ => {}
         }
@@ -638,7 +769,10 @@ fn validate_hosted_vllm(model: &str, model_info: &Value) -> Result<(), String> {
         match model_info.get(f) {
             None | Some(Value::Null) => return Err(format!("hosted_vllm model_info missing '{f}'.")),
             Some(v) if v.as_f64().is_none() && v.as_str().and_then(|s| s.parse::<f64>().ok()).is_none() => {
-                return Err(format!("hosted_vllm model_info field '{f}' must be a float. Got '{}'.", v.as_str().map(str::to_string).unwrap_or(v.to_string())));
+                return Err(format!(
+                    "hosted_vllm model_info field '{f}' must be a float. Got '{}'.",
+                    v.as_str().map(str::to_string).unwrap_or(v.to_string())
+                ));
             }
             _ => {}
         }
@@ -664,7 +798,9 @@ fn classify_status(status: u16, body: &str) -> CallErr {
         "input is too long for requested model",
     ];
     let (typ, prefix) = match status {
-        400 if ctx.iter().any(|p| lower.contains(p)) => return CallErr { typ: "ContextLengthExceededError".into(), msg: String::new(), retriable: false },
+        400 if ctx.iter().any(|p| lower.contains(p)) => {
+            return CallErr { typ: "ContextLengthExceededError".into(), msg: String::new(), retriable: false };
+        }
         400 => ("BadRequestError", "litellm.BadRequestError: Hosted_vllmException"),
         401 => ("AuthenticationError", "litellm.AuthenticationError: AuthenticationError: Hosted_vllmException"),
         403 => ("PermissionDeniedError", "litellm.PermissionDeniedError: Hosted_vllmException"),
@@ -692,7 +828,8 @@ enum CallOutcome {
 }
 
 fn call_model(url: &str, key: &str, body: &Value, timeout: Duration) -> CallOutcome {
-    let agent: ureq::Agent = ureq::Agent::config_builder().timeout_global(Some(timeout)).http_status_as_error(false).build().into();
+    let agent: ureq::Agent =
+        ureq::Agent::config_builder().timeout_global(Some(timeout)).http_status_as_error(false).build().into();
     match agent.post(url).header("Authorization", &format!("Bearer {key}")).send_json(body) {
         Ok(mut r) => {
             let status = r.status().as_u16();
@@ -763,9 +900,10 @@ fn write_json(path: &Path, v: &Value) {
 
 fn reward_for(task_dir: &Path, task_name: &str) -> f64 {
     if let Ok(s) = std::fs::read_to_string(task_dir.join("reward"))
-        && let Ok(v) = s.trim().parse::<f64>() {
-            return v;
-        }
+        && let Ok(v) = s.trim().parse::<f64>()
+    {
+        return v;
+    }
     let h = task_name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
     if h % 2 == 0 { 1.0 } else { 0.0 }
 }
@@ -793,7 +931,8 @@ impl Job {
         let mut rewards_by_eval: BTreeMap<String, Vec<Option<f64>>> = BTreeMap::new();
         let mut per_task: BTreeMap<String, BTreeMap<String, Vec<Option<f64>>>> = BTreeMap::new();
         let (mut completed, mut errored, mut cancelled) = (0u64, 0u64, 0u64);
-        let (mut tin, mut tout, mut tcache, mut cost): (Option<u64>, Option<u64>, Option<u64>, Option<f64>) = (None, None, None, None);
+        let (mut tin, mut tout, mut tcache, mut cost): (Option<u64>, Option<u64>, Option<u64>, Option<f64>) =
+            (None, None, None, None);
         for name in &acc.order {
             let Some(r) = acc.results.get(name) else { continue };
             completed += 1;
@@ -832,7 +971,12 @@ impl Job {
                 e["exception_stats"] = stats;
             }
             rewards_by_eval.entry(key.clone()).or_default().push(reward);
-            per_task.entry(key).or_default().entry(r["task_name"].as_str().unwrap_or("").to_string()).or_default().push(reward);
+            per_task
+                .entry(key)
+                .or_default()
+                .entry(r["task_name"].as_str().unwrap_or("").to_string())
+                .or_default()
+                .push(reward);
             if let Some(ar) = r.get("agent_result").filter(|v| v.is_object()) {
                 if let Some(v) = ar["n_input_tokens"].as_u64() {
                     tin = Some(tin.unwrap_or(0) + v);
@@ -939,8 +1083,11 @@ impl Job {
                 acc.order.push(name.to_string());
             }
             acc.done = acc.results.len();
-            let rewards: Vec<f64> =
-                acc.results.values().map(|r| r.pointer("/verifier_result/rewards/reward").and_then(Value::as_f64).unwrap_or(0.0)).collect();
+            let rewards: Vec<f64> = acc
+                .results
+                .values()
+                .map(|r| r.pointer("/verifier_result/rewards/reward").and_then(Value::as_f64).unwrap_or(0.0))
+                .collect();
             (acc.done, rewards.iter().sum::<f64>() / rewards.len().max(1) as f64)
         };
         self.write_result(false);
@@ -969,7 +1116,10 @@ impl Job {
                 r.result["agent_execution"]["finished_at"] = json!(c::iso_utc(now()));
             }
             r.result["finished_at"] = json!(c::iso_utc(now()));
-            let _ = std::fs::write(r.dir.join("exception.txt"), r.result["exception_info"]["exception_traceback"].as_str().unwrap_or(""));
+            let _ = std::fs::write(
+                r.dir.join("exception.txt"),
+                r.result["exception_info"]["exception_traceback"].as_str().unwrap_or(""),
+            );
             write_json(&r.dir.join("result.json"), &r.result);
             trial_log(&r.dir, &format!("Trial {name} cancelled"));
             r.finalized = true;
@@ -1012,7 +1162,9 @@ fn run_trial(job: &Job, plan: &Plan) -> TrialEnd {
     let agent = cfg["agent"].clone();
     let agent_name = agent["name"].as_str().unwrap_or("oracle").to_string();
     if !AGENT_NAMES.contains(&agent_name.as_str()) && agent["import_path"].is_null() {
-        return TrialEnd::Crash(format!("ValueError: Unknown agent type: {agent_name}. This could be because the agent is not registered in the AgentFactory or because the agent name is invalid."));
+        return TrialEnd::Crash(format!(
+            "ValueError: Unknown agent type: {agent_name}. This could be because the agent is not registered in the AgentFactory or because the agent name is invalid."
+        ));
     }
     let model_name = agent["model_name"].as_str().map(str::to_string);
     let kwargs = agent["kwargs"].clone();
@@ -1020,11 +1172,19 @@ fn run_trial(job: &Job, plan: &Plan) -> TrialEnd {
     // validates hosted_vllm names and model_info (harbor/llms/lite_llm.py).
     if !is_model_free(&agent_name) {
         match &model_name {
-            None => return TrialEnd::Crash(format!("ValueError: model_name is required for {}", if agent_name == "terminus-2" { "Terminus 2" } else { agent_name.as_str() })),
+            None => {
+                return TrialEnd::Crash(format!(
+                    "ValueError: model_name is required for {}",
+                    if agent_name == "terminus-2" { "Terminus 2" } else { agent_name.as_str() }
+                ));
+            }
             Some(m) if m.to_ascii_lowercase().contains("hosted_vllm") => {
                 let info = kwargs.get("model_info").cloned().unwrap_or(Value::Null);
                 if info.is_null() || info.as_object().is_some_and(|o| o.is_empty()) {
-                    trial_log(&dir, "Model info is required when using hosted_vllm models. Please set `model_info` in your Terminus 2 configuration with `max_input_tokens`, `max_output_tokens`, and cost fields. Falling back to LiteLLM defaults, which may cause context or pricing issues.");
+                    trial_log(
+                        &dir,
+                        "Model info is required when using hosted_vllm models. Please set `model_info` in your Terminus 2 configuration with `max_input_tokens`, `max_output_tokens`, and cost fields. Falling back to LiteLLM defaults, which may cause context or pricing issues.",
+                    );
                 }
                 if let Err(e) = validate_hosted_vllm(m, &info) {
                     return TrialEnd::Crash(format!("ValueError: {e}"));
@@ -1048,7 +1208,10 @@ fn run_trial(job: &Job, plan: &Plan) -> TrialEnd {
     let checksum = {
         let mut h = String::new();
         for i in 0..4u64 {
-            let x = plan.task_name.bytes().fold(0xcbf2_9ce4_8422_2325u64 ^ i, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+            let x = plan
+                .task_name
+                .bytes()
+                .fold(0xcbf2_9ce4_8422_2325u64 ^ i, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
             h.push_str(&format!("{x:016x}"));
         }
         h
@@ -1090,8 +1253,7 @@ fn run_trial(job: &Job, plan: &Plan) -> TrialEnd {
         return TrialEnd::Cancelled;
     }
     set_phase(&rec, "agent_execution", "started_at");
-    rec.lock().unwrap_or_else(|e| e.into_inner()).result["agent_result"] =
-        json!({"n_input_tokens": null, "n_cache_tokens": null, "n_output_tokens": null, "cost_usd": null, "model_usage": null, "rollout_details": null, "metadata": null});
+    rec.lock().unwrap_or_else(|e| e.into_inner()).result["agent_result"] = json!({"n_input_tokens": null, "n_cache_tokens": null, "n_output_tokens": null, "cost_usd": null, "model_usage": null, "rollout_details": null, "metadata": null});
     let mult = cfg["agent_timeout_multiplier"].as_f64().or_else(|| cfg["timeout_multiplier"].as_f64()).unwrap_or(1.0);
     let agent_timeout = c::env_f64("STANDIN_AGENT_TIMEOUT", 600.0) * mult;
     let agent_started = Instant::now();
@@ -1127,7 +1289,10 @@ fn run_trial(job: &Job, plan: &Plan) -> TrialEnd {
                 return TrialEnd::Cancelled;
             }
             let Some(base) = api_base.clone() else {
-                failure = Some(("APIConnectionError".into(), "litellm.APIConnectionError: Hosted_vllmException - Connection error.".into()));
+                failure = Some((
+                    "APIConnectionError".into(),
+                    "litellm.APIConnectionError: Hosted_vllmException - Connection error.".into(),
+                ));
                 break;
             };
             let url = format!("{}/chat/completions", base.trim_end_matches('/'));
@@ -1149,7 +1314,12 @@ fn run_trial(job: &Job, plan: &Plan) -> TrialEnd {
                     break 'turns;
                 }
                 trial_log(&dir, &format!("turn {turn}: POST {url} (attempt {attempt})"));
-                match call_model(&url, &key, &body, Duration::from_secs_f64(remaining.min(c::env_f64("STANDIN_REQUEST_TIMEOUT", 600.0)))) {
+                match call_model(
+                    &url,
+                    &key,
+                    &body,
+                    Duration::from_secs_f64(remaining.min(c::env_f64("STANDIN_REQUEST_TIMEOUT", 600.0))),
+                ) {
                     CallOutcome::Ok(ok) => {
                         any_ok = true;
                         tin += ok.prompt;
@@ -1160,8 +1330,10 @@ fn run_trial(job: &Job, plan: &Plan) -> TrialEnd {
                         r.result["agent_result"]["n_input_tokens"] = json!(tin);
                         r.result["agent_result"]["n_cache_tokens"] = json!(0);
                         r.result["agent_result"]["n_output_tokens"] = json!(tout);
-                        let ic = kwargs.pointer("/model_info/input_cost_per_token").and_then(Value::as_f64).unwrap_or(0.0);
-                        let oc = kwargs.pointer("/model_info/output_cost_per_token").and_then(Value::as_f64).unwrap_or(0.0);
+                        let ic =
+                            kwargs.pointer("/model_info/input_cost_per_token").and_then(Value::as_f64).unwrap_or(0.0);
+                        let oc =
+                            kwargs.pointer("/model_info/output_cost_per_token").and_then(Value::as_f64).unwrap_or(0.0);
                         r.result["agent_result"]["cost_usd"] = json!(tin as f64 * ic + tout as f64 * oc);
                         break;
                     }
@@ -1200,12 +1372,29 @@ fn run_trial(job: &Job, plan: &Plan) -> TrialEnd {
     set_phase(&rec, "agent_execution", "finished_at");
     let _ = std::fs::write(
         dir.join("agent").join("trajectory.json"),
-        c::json_pretty4(&json!({"schema_version": "ATIF-v1.5", "session_id": format!("{name}__agent"), "agent": {"name": agent_name, "model_name": model_name}, "steps": []})),
+        c::json_pretty4(
+            &json!({"schema_version": "ATIF-v1.5", "session_id": format!("{name}__agent"), "agent": {"name": agent_name, "model_name": model_name}, "steps": []}),
+        ),
     );
     let agent_frames = [
-        (concat!("/opt/harbor/.venv/lib/python3.12/site-packages/harbor", "/trial/trial.py"), 612u32, "run", "await self._run()"),
-        ("/opt/harbor/.venv/lib/python3.12/site-packages/harbor/agents/terminus_2/terminus_2.py", 1228, "_query_llm", "llm_response = await chat.chat("),
-        ("/opt/harbor/.venv/lib/python3.12/site-packages/harbor/llms/lite_llm.py", 654, "_handle_litellm_error", "raise e"),
+        (
+            concat!("/opt/harbor/.venv/lib/python3.12/site-packages/harbor", "/trial/trial.py"),
+            612u32,
+            "run",
+            "await self._run()",
+        ),
+        (
+            "/opt/harbor/.venv/lib/python3.12/site-packages/harbor/agents/terminus_2/terminus_2.py",
+            1228,
+            "_query_llm",
+            "llm_response = await chat.chat(",
+        ),
+        (
+            "/opt/harbor/.venv/lib/python3.12/site-packages/harbor/llms/lite_llm.py",
+            654,
+            "_handle_litellm_error",
+            "raise e",
+        ),
     ];
     if let Some((typ, msg)) = failure {
         let mut r = rec.lock().unwrap_or_else(|e| e.into_inner());
@@ -1213,23 +1402,37 @@ fn run_trial(job: &Job, plan: &Plan) -> TrialEnd {
             return TrialEnd::Cancelled;
         }
         r.result["exception_info"] = exception_info(&typ, &msg, &agent_frames);
-        let _ = std::fs::write(dir.join("exception.txt"), r.result["exception_info"]["exception_traceback"].as_str().unwrap_or(""));
+        let _ = std::fs::write(
+            dir.join("exception.txt"),
+            r.result["exception_info"]["exception_traceback"].as_str().unwrap_or(""),
+        );
         trial_log(&dir, &format!("Trial {name} failed: {typ}: {msg}"));
     } else {
         if timed_out {
             let mut r = rec.lock().unwrap_or_else(|e| e.into_inner());
             let msg = format!("Agent execution timed out after {} seconds", hm::py_float(agent_timeout));
             r.result["exception_info"] = exception_info("AgentTimeoutError", &msg, &agent_frames[..1]);
-            let _ = std::fs::write(dir.join("exception.txt"), r.result["exception_info"]["exception_traceback"].as_str().unwrap_or(""));
+            let _ = std::fs::write(
+                dir.join("exception.txt"),
+                r.result["exception_info"]["exception_traceback"].as_str().unwrap_or(""),
+            );
         }
-        let disabled = cfg["verifier"]["disable"].as_bool() == Some(true) || cfg["install_only"].as_bool() == Some(true);
+        let disabled =
+            cfg["verifier"]["disable"].as_bool() == Some(true) || cfg["install_only"].as_bool() == Some(true);
         if !disabled {
             set_phase(&rec, "verifier", "started_at");
             c::sleep_secs(total * 0.2);
-            let reward = if agent_name == "nop" { 0.0 } else if agent_name == "oracle" { 1.0 } else { reward_for(&plan.task_dir, &plan.task_name) };
+            let reward = if agent_name == "nop" {
+                0.0
+            } else if agent_name == "oracle" {
+                1.0
+            } else {
+                reward_for(&plan.task_dir, &plan.task_name)
+            };
             let _ = std::fs::write(dir.join("verifier").join("reward.txt"), format!("{}\n", hm::py_float(reward)));
             set_phase(&rec, "verifier", "finished_at");
-            rec.lock().unwrap_or_else(|e| e.into_inner()).result["verifier_result"] = json!({"rewards": {"reward": reward}});
+            rec.lock().unwrap_or_else(|e| e.into_inner()).result["verifier_result"] =
+                json!({"rewards": {"reward": reward}});
         }
     }
     let mut r = rec.lock().unwrap_or_else(|e| e.into_inner());
@@ -1249,13 +1452,15 @@ fn run_trial(job: &Job, plan: &Plan) -> TrialEnd {
 fn should_retry(cfg: &Value, typ: &str) -> bool {
     let retry = &cfg["retry"];
     if let Some(ex) = retry["exclude_exceptions"].as_array()
-        && ex.iter().any(|v| v.as_str() == Some(typ)) {
-            return false;
-        }
+        && ex.iter().any(|v| v.as_str() == Some(typ))
+    {
+        return false;
+    }
     if let Some(inc) = retry["include_exceptions"].as_array()
-        && !inc.iter().any(|v| v.as_str() == Some(typ)) {
-            return false;
-        }
+        && !inc.iter().any(|v| v.as_str() == Some(typ))
+    {
+        return false;
+    }
     true
 }
 
@@ -1278,8 +1483,9 @@ fn run_with_retries(job: &Job, plan: &Plan) -> Option<String> {
                 }
                 let _ = std::fs::remove_dir_all(job.job_dir.join(&name));
                 let r = &job.cfg["retry"];
-                let delay = (r["min_wait_sec"].as_f64().unwrap_or(1.0) * r["wait_multiplier"].as_f64().unwrap_or(1.0).powi(attempt as i32))
-                    .min(r["max_wait_sec"].as_f64().unwrap_or(60.0));
+                let delay = (r["min_wait_sec"].as_f64().unwrap_or(1.0)
+                    * r["wait_multiplier"].as_f64().unwrap_or(1.0).powi(attempt as i32))
+                .min(r["max_wait_sec"].as_f64().unwrap_or(60.0));
                 job.jlog(&format!("Trial {name} failed with exception {typ}. Retrying in {delay:.2} seconds..."));
                 c::sleep_secs(delay * scale);
                 attempt += 1;
@@ -1309,12 +1515,18 @@ fn print_tables(stats: &Value) {
             _ => key.clone(),
         };
         println!("{title}");
-        let mut cols = vec![("Trials".to_string(), e["n_trials"].to_string()), ("Exceptions".to_string(), e["n_errors"].to_string())];
+        let mut cols = vec![
+            ("Trials".to_string(), e["n_trials"].to_string()),
+            ("Exceptions".to_string(), e["n_errors"].to_string()),
+        ];
         if let Some(m) = e["metrics"].as_array() {
             for metric in m {
                 if let Some(o) = metric.as_object() {
                     for (k, v) in o {
-                        cols.push((format!("{}{}", k[..1].to_uppercase(), &k[1..]), format!("{:.3}", v.as_f64().unwrap_or(0.0))));
+                        cols.push((
+                            format!("{}{}", k[..1].to_uppercase(), &k[1..]),
+                            format!("{:.3}", v.as_f64().unwrap_or(0.0)),
+                        ));
                     }
                 }
             }
@@ -1329,9 +1541,15 @@ fn print_tables(stats: &Value) {
             format!("{l}{}{r}", widths.iter().map(|w| fill.repeat(w + 2)).collect::<Vec<_>>().join(m))
         };
         println!("{}", line("┏", "┳", "┓", "━"));
-        println!("┃{}┃", cols.iter().zip(&widths).map(|((h, _), w)| format!(" {h:>w$} ")).collect::<Vec<_>>().join("┃"));
+        println!(
+            "┃{}┃",
+            cols.iter().zip(&widths).map(|((h, _), w)| format!(" {h:>w$} ")).collect::<Vec<_>>().join("┃")
+        );
         println!("{}", line("┡", "╇", "┩", "━"));
-        println!("│{}│", cols.iter().zip(&widths).map(|((_, v), w)| format!(" {v:>w$} ")).collect::<Vec<_>>().join("│"));
+        println!(
+            "│{}│",
+            cols.iter().zip(&widths).map(|((_, v), w)| format!(" {v:>w$} ")).collect::<Vec<_>>().join("│")
+        );
         println!("{}", line("└", "┴", "┘", "─"));
         if let Some(exc) = e["exception_stats"].as_object().filter(|m| !m.is_empty()) {
             println!("Exception │ Count");
@@ -1356,7 +1574,12 @@ fn run_job(cfg: Value, is_resume: bool) -> ! {
     let job_name = cfg["job_name"].as_str().unwrap_or("").to_string();
     let job_dir = jobs_dir.join(&job_name);
     let frames_create = [
-        (concat!("/opt/harbor/.venv/lib/python3.12/site-packages/harbor", "/cli/jobs.py"), 2392u32, "_execute_job", "job, job_result = run_async(_run_job())"),
+        (
+            concat!("/opt/harbor/.venv/lib/python3.12/site-packages/harbor", "/cli/jobs.py"),
+            2392u32,
+            "_execute_job",
+            "job, job_result = run_async(_run_job())",
+        ),
         ("/opt/harbor/.venv/lib/python3.12/site-packages/harbor/job.py", 205, "create", "job = cls("),
     ];
     let tasks = match resolve_tasks(&cfg) {
@@ -1366,22 +1589,37 @@ fn run_job(cfg: Value, is_resume: bool) -> ! {
     if tasks.is_empty() {
         die_with_traceback(&frames_create, "ValueError: No datasets or tasks remain after resolution.");
     }
-    let existing_result: Option<Value> = std::fs::read_to_string(job_dir.join("result.json")).ok().and_then(|t| serde_json::from_str(&t).ok());
+    let existing_result: Option<Value> =
+        std::fs::read_to_string(job_dir.join("result.json")).ok().and_then(|t| serde_json::from_str(&t).ok());
     let job_id = existing_result.as_ref().and_then(|r| r["id"].as_str().map(str::to_string)).unwrap_or_else(c::uuid4);
     let mut plans = build_trial_configs(&cfg, &job_dir, &job_id, &tasks);
     let _ = std::fs::create_dir_all(&job_dir);
-    let log = std::fs::OpenOptions::new().create(true).append(existing_result.is_some()).write(true).truncate(existing_result.is_none()).open(job_dir.join("job.log")).ok();
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(existing_result.is_some())
+        .write(true)
+        .truncate(existing_result.is_none())
+        .open(job_dir.join("job.log"))
+        .ok();
     // _maybe_init_existing_job.
     let mut existing: Vec<(String, Value, Value)> = Vec::new();
     if job_dir.join("config.json").exists() {
-        let stored: Value = std::fs::read_to_string(job_dir.join("config.json")).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or(Value::Null);
+        let stored: Value = std::fs::read_to_string(job_dir.join("config.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or(Value::Null);
         if !hm::same_job(&stored, &cfg) {
             die_with_traceback(
                 &frames_create,
-                &format!("FileExistsError: Job directory {} already exists and cannot be resumed with a different config.", job_dir.display()),
+                &format!(
+                    "FileExistsError: Job directory {} already exists and cannot be resumed with a different config.",
+                    job_dir.display()
+                ),
             );
         }
-        let mut dirs: Vec<PathBuf> = std::fs::read_dir(&job_dir).map(|r| r.filter_map(|e| e.ok().map(|e| e.path())).collect()).unwrap_or_default();
+        let mut dirs: Vec<PathBuf> = std::fs::read_dir(&job_dir)
+            .map(|r| r.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default();
         dirs.sort();
         for d in dirs.into_iter().filter(|d| d.is_dir()) {
             let rp = d.join("result.json");
@@ -1394,7 +1632,10 @@ fn run_job(cfg: Value, is_resume: bool) -> ! {
                 continue;
             }
             let Ok(result) = serde_json::from_str::<Value>(&text) else { continue };
-            let tc: Value = std::fs::read_to_string(d.join("config.json")).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or(Value::Null);
+            let tc: Value = std::fs::read_to_string(d.join("config.json"))
+                .ok()
+                .and_then(|t| serde_json::from_str(&t).ok())
+                .unwrap_or(Value::Null);
             let name = result["trial_name"].as_str().unwrap_or("").to_string();
             existing.push((name, tc, result));
         }
@@ -1403,7 +1644,8 @@ fn run_job(cfg: Value, is_resume: bool) -> ! {
     let mut matched = vec![false; existing.len()];
     let mut remaining = Vec::new();
     for plan in plans.drain(..) {
-        let hit = existing.iter().enumerate().position(|(i, (_, tc, _))| !matched[i] && hm::same_trial(tc, &plan.config));
+        let hit =
+            existing.iter().enumerate().position(|(i, (_, tc, _))| !matched[i] && hm::same_trial(tc, &plan.config));
         match hit {
             Some(i) => matched[i] = true,
             None => remaining.push(plan),
@@ -1411,12 +1653,21 @@ fn run_job(cfg: Value, is_resume: bool) -> ! {
     }
     let n_total = remaining.len() + existing.len();
     if matched.iter().any(|m| !m) {
-        let frames = [("/opt/harbor/.venv/lib/python3.12/site-packages/harbor/job.py", 422u32, "_init_remaining_trial_configs", "raise ValueError(\"Existing trial config does not match planned job config.\")")];
+        let frames = [(
+            "/opt/harbor/.venv/lib/python3.12/site-packages/harbor/job.py",
+            422u32,
+            "_init_remaining_trial_configs",
+            "raise ValueError(\"Existing trial config does not match planned job config.\")",
+        )];
         die_with_traceback(&frames, "ValueError: Existing trial config does not match planned job config.");
     }
     let quiet = cfg["quiet"].as_bool() == Some(true);
-    let started_at = existing_result.as_ref().and_then(|r| r["started_at"].as_str().map(str::to_string)).unwrap_or_else(|| c::iso_local(now()));
-    let n_retries = existing_result.as_ref().and_then(|r| r.pointer("/stats/n_retries").and_then(Value::as_u64)).unwrap_or(0);
+    let started_at = existing_result
+        .as_ref()
+        .and_then(|r| r["started_at"].as_str().map(str::to_string))
+        .unwrap_or_else(|| c::iso_local(now()));
+    let n_retries =
+        existing_result.as_ref().and_then(|r| r.pointer("/stats/n_retries").and_then(Value::as_u64)).unwrap_or(0);
     let mut acc = Acc { results: BTreeMap::new(), order: Vec::new(), running: BTreeSet::new(), n_retries, done: 0 };
     for (name, _, result) in &existing {
         acc.results.insert(name.clone(), result.clone());
@@ -1441,7 +1692,10 @@ fn run_job(cfg: Value, is_resume: bool) -> ! {
         let code: i32 = code.trim().parse().unwrap_or(1);
         eprint!(
             "{}",
-            traceback_text(&frames_create, &format!("RuntimeError: harbor-standin crash requested (STANDIN_CRASH={code})"))
+            traceback_text(
+                &frames_create,
+                &format!("RuntimeError: harbor-standin crash requested (STANDIN_CRASH={code})")
+            )
         );
         std::process::exit(code);
     }
@@ -1455,15 +1709,17 @@ fn run_job(cfg: Value, is_resume: bool) -> ! {
     for _ in 0..workers {
         let job = job.clone();
         let queue = queue.clone();
-        handles.push(std::thread::spawn(move || loop {
-            if job.cancel.load(Ordering::SeqCst) {
-                return;
-            }
-            let Some(plan) = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front() else { return };
-            if let Some(msg) = run_with_retries(&job, &plan) {
-                job.crash.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(msg);
-                job.cancel.store(true, Ordering::SeqCst);
-                return;
+        handles.push(std::thread::spawn(move || {
+            loop {
+                if job.cancel.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Some(plan) = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front() else { return };
+                if let Some(msg) = run_with_retries(&job, &plan) {
+                    job.crash.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(msg);
+                    job.cancel.store(true, Ordering::SeqCst);
+                    return;
+                }
             }
         }));
     }
@@ -1532,16 +1788,19 @@ fn start(args: &[String], path: &str) -> ! {
     let mut cfg = build_job_config(&o, path);
     if cfg.get("job_name").is_none_or(Value::is_null) {
         let t = c::local_now();
-        cfg["job_name"] = json!(format!("{:04}-{:02}-{:02}__{:02}-{:02}-{:02}", t.year, t.month, t.day, t.hour, t.minute, t.second));
+        cfg["job_name"] =
+            json!(format!("{:04}-{:02}-{:02}__{:02}-{:02}-{:02}", t.year, t.month, t.day, t.hour, t.minute, t.second));
     }
     let norm = hm::normalize_job(&cfg);
     // Preflight: agent names (AgentFactory), as start() prints ValueErrors in red and exits 1.
     for a in norm["agents"].as_array().cloned().unwrap_or_default() {
         if let Some(n) = a["name"].as_str()
-            && !AGENT_NAMES.contains(&n) && a["import_path"].is_null() {
-                let list: Vec<String> = AGENT_NAMES.iter().map(|x| format!("'{x}'")).collect();
-                red_error(&format!("Agent name {n} is not valid. Valid agent names: {{{}}}", list.join(", ")));
-            }
+            && !AGENT_NAMES.contains(&n)
+            && a["import_path"].is_null()
+        {
+            let list: Vec<String> = AGENT_NAMES.iter().map(|x| format!("'{x}'")).collect();
+            red_error(&format!("Agent name {n} is not valid. Valid agent names: {{{}}}", list.join(", ")));
+        }
     }
     if norm["datasets"].as_array().is_none_or(Vec::is_empty) && norm["tasks"].as_array().is_none_or(Vec::is_empty) {
         red_error("No datasets or tasks specified: pass -p/--path, -d/--dataset or a config with datasets/tasks.");
@@ -1582,9 +1841,12 @@ fn resume(args: &[String], path: &str) -> ! {
         red_error("Error: harbor-standin cannot reach Harbor Hub (--upload is not supported by the stand-in).");
     }
     let job_dir = PathBuf::from(o.str("job_path").unwrap_or_default());
-    let frames = [
-        (concat!("/opt/harbor/.venv/lib/python3.12/site-packages/harbor", "/cli/jobs.py"), 2576u32, "resume", "raise ValueError(f\"Job directory does not exist: {job_dir}\")"),
-    ];
+    let frames = [(
+        concat!("/opt/harbor/.venv/lib/python3.12/site-packages/harbor", "/cli/jobs.py"),
+        2576u32,
+        "resume",
+        "raise ValueError(f\"Job directory does not exist: {job_dir}\")",
+    )];
     if !job_dir.exists() {
         die_with_traceback(&frames, &format!("ValueError: Job directory does not exist: {}", job_dir.display()));
     }
@@ -1592,26 +1854,37 @@ fn resume(args: &[String], path: &str) -> ! {
     if !config_path.exists() {
         die_with_traceback(&frames, &format!("ValueError: Config file not found: {}", config_path.display()));
     }
-    let filters: BTreeSet<String> = o.list("filter_error_types").unwrap_or_else(|| vec!["CancelledError".into()]).into_iter().collect();
+    let filters: BTreeSet<String> =
+        o.list("filter_error_types").unwrap_or_else(|| vec!["CancelledError".into()]).into_iter().collect();
     if !filters.is_empty() {
-        let mut dirs: Vec<PathBuf> = std::fs::read_dir(&job_dir).map(|r| r.filter_map(|e| e.ok().map(|e| e.path())).collect()).unwrap_or_default();
+        let mut dirs: Vec<PathBuf> = std::fs::read_dir(&job_dir)
+            .map(|r| r.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default();
         dirs.sort();
         for d in dirs.into_iter().filter(|d| d.is_dir()) {
             let Ok(text) = std::fs::read_to_string(d.join("result.json")) else { continue };
             let Ok(r) = serde_json::from_str::<Value>(&text) else { continue };
             if let Some(t) = r.pointer("/exception_info/exception_type").and_then(Value::as_str)
-                && filters.contains(t) {
-                    println!("Removing trial directory with {t}: {}", d.file_name().map(|f| f.to_string_lossy().to_string()).unwrap_or_default());
-                    let _ = std::fs::remove_dir_all(&d);
-                }
+                && filters.contains(t)
+            {
+                println!(
+                    "Removing trial directory with {t}: {}",
+                    d.file_name().map(|f| f.to_string_lossy().to_string()).unwrap_or_default()
+                );
+                let _ = std::fs::remove_dir_all(&d);
+            }
         }
     }
     let mut cfg: Value = match std::fs::read_to_string(&config_path).ok().and_then(|t| serde_json::from_str(&t).ok()) {
         Some(v) => v,
-        None => die_with_traceback(&frames, "pydantic_core._pydantic_core.ValidationError: 1 validation error for JobConfig\n  Invalid JSON"),
+        None => die_with_traceback(
+            &frames,
+            "pydantic_core._pydantic_core.ValidationError: 1 validation error for JobConfig\n  Invalid JSON",
+        ),
     };
     let parent = job_dir.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
-    cfg["jobs_dir"] = json!(if parent.as_os_str().is_empty() { ".".to_string() } else { parent.to_string_lossy().to_string() });
+    cfg["jobs_dir"] =
+        json!(if parent.as_os_str().is_empty() { ".".to_string() } else { parent.to_string_lossy().to_string() });
     cfg["job_name"] = json!(job_dir.file_name().map(|f| f.to_string_lossy().to_string()).unwrap_or_default());
     run_job(cfg, true)
 }

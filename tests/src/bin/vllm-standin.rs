@@ -39,7 +39,7 @@
 use e2e::standin::argparse::{self, Parsed};
 use e2e::standin::common as c;
 use e2e::standin::vllm_flags::{Kind, LEGACY_FLAGS, REASONING_PARSERS, SERVE_FLAGS, TOOL_PARSERS};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -140,13 +140,29 @@ const SITE: &str = "/opt/venv/lib/python3.12/site-packages";
 fn main_frames() -> Vec<(&'static str, u32, &'static str, &'static str)> {
     vec![
         ("/opt/venv/bin/vllm", 10, "<module>", "sys.exit(main())"),
-        ("/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/cli/main.py", 122, "main", "args.dispatch_function(args)"),
-        ("/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/cli/serve.py", 263, "cmd", "uvloop.run(run_server(args))"),
+        (
+            "/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/cli/main.py",
+            122,
+            "main",
+            "args.dispatch_function(args)",
+        ),
+        (
+            "/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/cli/serve.py",
+            263,
+            "cmd",
+            "uvloop.run(run_server(args))",
+        ),
     ]
 }
 
 fn python_repr(v: &str) -> String {
-    if v.parse::<i64>().is_ok() || v.parse::<f64>().is_ok() || v.starts_with('{') || v.starts_with('[') || v == "True" || v == "False" {
+    if v.parse::<i64>().is_ok()
+        || v.parse::<f64>().is_ok()
+        || v.starts_with('{')
+        || v.starts_with('[')
+        || v == "True"
+        || v == "False"
+    {
         v.to_string()
     } else {
         format!("'{}'", v.replace('\'', "\\'"))
@@ -186,7 +202,9 @@ fn parse_cli(argv: &[String], style: Style) -> Cfg {
     } else {
         eprintln!("usage: vllm [-h] [-v] {{chat,complete,serve,bench,collect-env,run-batch}} ...");
         match argv.first() {
-            Some(cmd) => eprintln!("vllm: error: argument subparser: invalid choice: '{cmd}' (choose from chat, complete, serve, bench, collect-env, run-batch)"),
+            Some(cmd) => eprintln!(
+                "vllm: error: argument subparser: invalid choice: '{cmd}' (choose from chat, complete, serve, bench, collect-env, run-batch)"
+            ),
             None => eprintln!("vllm: error: a subcommand is required"),
         }
         std::process::exit(2);
@@ -224,7 +242,10 @@ fn parse_cli(argv: &[String], style: Style) -> Cfg {
             && rest.iter().any(|a| a.starts_with("--served-model-name") || a.starts_with("--served_model_name"))
             && !rest.iter().any(|a| a == "--config" || a.starts_with("--config="))
         {
-            traceback(&[("/opt/venv/bin/vllm", 10, "<module>", "sys.exit(main())")], "ValueError: `model` should be provided as the first positional argument when using `vllm serve`. i.e. `vllm serve <model> --<arg> <value>`.");
+            traceback(
+                &[("/opt/venv/bin/vllm", 10, "<module>", "sys.exit(main())")],
+                "ValueError: `model` should be provided as the first positional argument when using `vllm serve`. i.e. `vllm serve <model> --<arg> <value>`.",
+            );
             std::process::exit(1);
         }
     }
@@ -240,7 +261,10 @@ fn parse_cli(argv: &[String], style: Style) -> Cfg {
         match p.one(dest) {
             None => default,
             Some(v) => v.trim().parse::<u64>().unwrap_or_else(|_| {
-                arg_error(&prog, &format!("argument {}: invalid int value: '{v}'", argparse::display_names(&table, dest)))
+                arg_error(
+                    &prog,
+                    &format!("argument {}: invalid int value: '{v}'", argparse::display_names(&table, dest)),
+                )
             }),
         }
     };
@@ -258,30 +282,48 @@ fn parse_cli(argv: &[String], style: Style) -> Cfg {
     let gpu_mem_util = match p.one("gpu_memory_utilization") {
         None => 0.9,
         Some(v) => v.trim().parse::<f64>().unwrap_or_else(|_| {
-            arg_error(&prog, &format!("argument --gpu-memory-utilization/--device-memory-utilization: invalid float value: '{v}'"))
+            arg_error(
+                &prog,
+                &format!("argument --gpu-memory-utilization/--device-memory-utilization: invalid float value: '{v}'"),
+            )
         }),
     };
     if let Some(v) = p.one("swap_space")
-        && v.trim().parse::<f64>().is_err() {
-            arg_error(&prog, &format!("argument --swap-space: invalid float value: '{v}'"));
-        }
+        && v.trim().parse::<f64>().is_err()
+    {
+        arg_error(&prog, &format!("argument --swap-space: invalid float value: '{v}'"));
+    }
     let model_len = c::env_u64("STANDIN_MODEL_MAX_LEN").unwrap_or(32768);
     let max_model_len = match p.one("max_model_len") {
         None => model_len,
         Some(v) => match parse_len(&v) {
             Some(Some(n)) => n,
             Some(None) => model_len,
-            None => arg_error(&prog, &format!("argument --max-model-len: Value {v} cannot be converted to <function human_readable_int_or_auto at 0x7f2c4a1b3e20>.")),
+            None => arg_error(
+                &prog,
+                &format!(
+                    "argument --max-model-len: Value {v} cannot be converted to <function human_readable_int_or_auto at 0x7f2c4a1b3e20>."
+                ),
+            ),
         },
     };
     // JSON-valued options (argparse type json.loads / union_dict_and_str).
-    for (dest, strict) in [("hf_overrides", false), ("limit_mm_per_prompt", true), ("override_generation_config", true), ("model_loader_extra_config", true), ("default_chat_template_kwargs", true)] {
+    for (dest, strict) in [
+        ("hf_overrides", false),
+        ("limit_mm_per_prompt", true),
+        ("override_generation_config", true),
+        ("model_loader_extra_config", true),
+        ("default_chat_template_kwargs", true),
+    ] {
         if let Some(v) = p.one(dest) {
             let looks = v.trim_start().starts_with('{') && v.trim_end().ends_with('}');
             if (strict || looks) && serde_json::from_str::<Value>(&v).is_err() {
                 arg_error(
                     &prog,
-                    &format!("argument {}: Value {v} cannot be converted to <function loads at 0x7f2c4d6b1d00>.", argparse::display_names(&table, dest)),
+                    &format!(
+                        "argument {}: Value {v} cannot be converted to <function loads at 0x7f2c4d6b1d00>.",
+                        argparse::display_names(&table, dest)
+                    ),
                 );
             }
         }
@@ -291,23 +333,34 @@ fn parse_cli(argv: &[String], style: Style) -> Cfg {
     if !levels.contains(&uvicorn_level.as_str()) {
         arg_error(
             &prog,
-            &format!("argument --uvicorn-log-level: invalid choice: '{uvicorn_level}' (choose from {})", levels.map(|l| format!("'{l}'")).join(", ")),
+            &format!(
+                "argument --uvicorn-log-level: invalid choice: '{uvicorn_level}' (choose from {})",
+                levels.map(|l| format!("'{l}'")).join(", ")
+            ),
         );
     }
     // validate_parsed_serve_args (before logging is decorated).
     if p.flag("enable_auto_tool_choice") == Some(true) && p.one("tool_call_parser").is_none() {
         let mut frames = main_frames();
         frames.truncate(2);
-        frames[1] = ("/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/cli/main.py", 118, "main", "cmd.validate(args)");
-        frames.push(("/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/common/cli_args.py", 554, "validate_parsed_serve_args", "raise TypeError(\"Error: --enable-auto-tool-choice requires --tool-call-parser\")"));
+        frames[1] =
+            ("/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/cli/main.py", 118, "main", "cmd.validate(args)");
+        frames.push((
+            "/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/common/cli_args.py",
+            554,
+            "validate_parsed_serve_args",
+            "raise TypeError(\"Error: --enable-auto-tool-choice requires --tool-call-parser\")",
+        ));
         traceback(&frames, "TypeError: Error: --enable-auto-tool-choice requires --tool-call-parser");
         std::process::exit(1);
     }
-    let mut api_keys: Vec<String> = p.many("api_key").unwrap_or_default().into_iter().filter(|k| !k.is_empty()).collect();
+    let mut api_keys: Vec<String> =
+        p.many("api_key").unwrap_or_default().into_iter().filter(|k| !k.is_empty()).collect();
     if api_keys.is_empty()
-        && let Some(k) = c::env_str("VLLM_API_KEY") {
-            api_keys.push(k);
-        }
+        && let Some(k) = c::env_str("VLLM_API_KEY")
+    {
+        api_keys.push(k);
+    }
     let served = p.many("served_model_name").unwrap_or_else(|| vec![model.clone()]);
     // "non-default args" as vLLM logs them (api_key redacted in the current style).
     let mut non_default = Vec::new();
@@ -315,15 +368,26 @@ fn parse_cli(argv: &[String], style: Style) -> Cfg {
         non_default.push(("model_tag".to_string(), python_repr(t)));
     }
     for (names, _) in &table {
-        let dest = names.iter().find(|n| n.starts_with("--")).unwrap_or(&names[0]).trim_start_matches('-').replace('-', "_");
+        let dest =
+            names.iter().find(|n| n.starts_with("--")).unwrap_or(&names[0]).trim_start_matches('-').replace('-', "_");
         let Some(v) = p.values.get(&dest) else { continue };
         let shown = match v {
-            argparse::Val::Bool(b) => if *b { "True".into() } else { "False".into() },
+            argparse::Val::Bool(b) => {
+                if *b {
+                    "True".into()
+                } else {
+                    "False".into()
+                }
+            }
             argparse::Val::One(Some(s)) => python_repr(s),
             argparse::Val::One(None) => "True".into(),
             argparse::Val::Many(v) => format!("[{}]", v.iter().map(|s| python_repr(s)).collect::<Vec<_>>().join(", ")),
         };
-        let shown = if style == Style::Current && ["api_key", "hf_token"].contains(&dest.as_str()) { "'***'".to_string() } else { shown };
+        let shown = if style == Style::Current && ["api_key", "hf_token"].contains(&dest.as_str()) {
+            "'***'".to_string()
+        } else {
+            shown
+        };
         non_default.push((dest, shown));
     }
     if p.model_tag.is_some() || p.one("model").is_some() {
@@ -341,12 +405,16 @@ fn parse_cli(argv: &[String], style: Style) -> Cfg {
         }
     }
     if let Some(r) = p.one("reasoning_parser")
-        && !r.is_empty() && !r.eq_ignore_ascii_case("none") && p.one("reasoning_parser_plugin").is_none() && !REASONING_PARSERS.contains(&r.as_str()) {
-            INVALID_PARSER.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(format!(
-                "KeyError: 'invalid reasoning parser: {r} (chose from {{ {} }})'",
-                REASONING_PARSERS.join(",")
-            ));
-        }
+        && !r.is_empty()
+        && !r.eq_ignore_ascii_case("none")
+        && p.one("reasoning_parser_plugin").is_none()
+        && !REASONING_PARSERS.contains(&r.as_str())
+    {
+        INVALID_PARSER.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(format!(
+            "KeyError: 'invalid reasoning parser: {r} (chose from {{ {} }})'",
+            REASONING_PARSERS.join(",")
+        ));
+    }
     Cfg {
         style,
         model,
@@ -377,14 +445,20 @@ fn interruptible_sleep(log: &Log, secs: f64) {
     let deadline = Instant::now() + Duration::from_secs_f64(secs.max(0.0));
     loop {
         if let Some(sig) = c::pending_signal()
-            && !(sig == libc::SIGTERM && c::env_flag("STANDIN_IGNORE_SIGTERM")) {
-                let _ = log;
-                let mut frames = main_frames();
-                frames.push(("/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/launchers/api_server/entry.py", 186, "_interrupt_init", "raise KeyboardInterrupt(\"terminated\")"));
-                let msg = if sig == libc::SIGTERM { "KeyboardInterrupt: terminated" } else { "KeyboardInterrupt" };
-                traceback(&frames, msg);
-                c::raise_signal(libc::SIGINT);
-            }
+            && !(sig == libc::SIGTERM && c::env_flag("STANDIN_IGNORE_SIGTERM"))
+        {
+            let _ = log;
+            let mut frames = main_frames();
+            frames.push((
+                "/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/launchers/api_server/entry.py",
+                186,
+                "_interrupt_init",
+                "raise KeyboardInterrupt(\"terminated\")",
+            ));
+            let msg = if sig == libc::SIGTERM { "KeyboardInterrupt: terminated" } else { "KeyboardInterrupt" };
+            traceback(&frames, msg);
+            c::raise_signal(libc::SIGINT);
+        }
         let now = Instant::now();
         if now >= deadline {
             return;
@@ -412,9 +486,24 @@ fn validation_error(class: &str, msg: &str) -> String {
 fn config_frames() -> Vec<(&'static str, u32, &'static str, &'static str)> {
     let mut f = main_frames();
     f.extend([
-        ("/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/launchers/api_server/entry.py", 198, "run_server_worker", "async with build_async_engine_client("),
-        ("/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/launchers/api_server/entry.py", 82, "build_async_engine_client_from_engine_args", "vllm_config = engine_args.create_engine_config(usage_context=usage_context)"),
-        ("/opt/venv/lib/python3.12/site-packages/vllm/engine/arg_utils.py", 2141, "create_engine_config", "parallel_config = ParallelConfig("),
+        (
+            "/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/launchers/api_server/entry.py",
+            198,
+            "run_server_worker",
+            "async with build_async_engine_client(",
+        ),
+        (
+            "/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/launchers/api_server/entry.py",
+            82,
+            "build_async_engine_client_from_engine_args",
+            "vllm_config = engine_args.create_engine_config(usage_context=usage_context)",
+        ),
+        (
+            "/opt/venv/lib/python3.12/site-packages/vllm/engine/arg_utils.py",
+            2141,
+            "create_engine_config",
+            "parallel_config = ParallelConfig(",
+        ),
     ]);
     f
 }
@@ -501,9 +590,24 @@ fn fail_engine(cfg: &Cfg, log: &Log, kind: &str) -> ! {
         _ => "RuntimeError: CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.".to_string(),
     };
     let frames: Vec<(&str, u32, &str, &str)> = vec![
-        ("/opt/venv/lib/python3.12/site-packages/vllm/v1/engine/core.py", 1540, "run_engine_core", "engine_core = EngineCoreProc(*args, engine_index=dp_rank, **kwargs)"),
-        ("/opt/venv/lib/python3.12/site-packages/vllm/v1/engine/core.py", 131, "__init__", "num_gpu_blocks, num_cpu_blocks, kv_cache_config = self._initialize_kv_caches("),
-        ("/opt/venv/lib/python3.12/site-packages/vllm/v1/worker/gpu_worker.py", 402, "determine_available_memory", "self.model_runner.profile_run()"),
+        (
+            "/opt/venv/lib/python3.12/site-packages/vllm/v1/engine/core.py",
+            1540,
+            "run_engine_core",
+            "engine_core = EngineCoreProc(*args, engine_index=dp_rank, **kwargs)",
+        ),
+        (
+            "/opt/venv/lib/python3.12/site-packages/vllm/v1/engine/core.py",
+            131,
+            "__init__",
+            "num_gpu_blocks, num_cpu_blocks, kv_cache_config = self._initialize_kv_caches(",
+        ),
+        (
+            "/opt/venv/lib/python3.12/site-packages/vllm/v1/worker/gpu_worker.py",
+            402,
+            "determine_available_memory",
+            "self.model_runner.profile_run()",
+        ),
     ];
     match cfg.style {
         Style::Current => {
@@ -517,14 +621,29 @@ fn fail_engine(cfg: &Cfg, log: &Log, kind: &str) -> ! {
             eprintln!("Process {name}:");
             let mut mp = vec![
                 ("/usr/lib/python3.12/multiprocessing/process.py", 314, "_bootstrap", "self.run()"),
-                ("/usr/lib/python3.12/multiprocessing/process.py", 108, "run", "self._target(*self._args, **self._kwargs)"),
+                (
+                    "/usr/lib/python3.12/multiprocessing/process.py",
+                    108,
+                    "run",
+                    "self._target(*self._args, **self._kwargs)",
+                ),
             ];
             mp.extend(frames.iter().copied());
             traceback(&mp, &exc);
             let mut api = config_frames();
             api.truncate(5);
-            api.push(("/opt/venv/lib/python3.12/site-packages/vllm/v1/engine/utils.py", 1474, "wait_for_engine_startup", "raise RuntimeError("));
-            traceback(&api, &format!("RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {{'{name}': 1}}"));
+            api.push((
+                "/opt/venv/lib/python3.12/site-packages/vllm/v1/engine/utils.py",
+                1474,
+                "wait_for_engine_startup",
+                "raise RuntimeError(",
+            ));
+            traceback(
+                &api,
+                &format!(
+                    "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {{'{name}': 1}}"
+                ),
+            );
         }
         Style::Legacy => {
             let mut f = main_frames();
@@ -558,7 +677,12 @@ fn bind_socket(host: &str, port: u16) -> std::io::Result<i32> {
                 sa.sin_family = libc::AF_INET as libc::sa_family_t;
                 sa.sin_port = a.port().to_be();
                 sa.sin_addr = libc::in_addr { s_addr: u32::from_ne_bytes(a.ip().octets()) };
-                if libc::bind(fd, (&sa as *const libc::sockaddr_in).cast(), std::mem::size_of::<libc::sockaddr_in>() as u32) != 0 {
+                if libc::bind(
+                    fd,
+                    (&sa as *const libc::sockaddr_in).cast(),
+                    std::mem::size_of::<libc::sockaddr_in>() as u32,
+                ) != 0
+                {
                     let e = std::io::Error::last_os_error();
                     libc::close(fd);
                     return Err(e);
@@ -575,7 +699,12 @@ fn bind_socket(host: &str, port: u16) -> std::io::Result<i32> {
                 sa.sin6_family = libc::AF_INET6 as libc::sa_family_t;
                 sa.sin6_port = a.port().to_be();
                 sa.sin6_addr = libc::in6_addr { s6_addr: a.ip().octets() };
-                if libc::bind(fd, (&sa as *const libc::sockaddr_in6).cast(), std::mem::size_of::<libc::sockaddr_in6>() as u32) != 0 {
+                if libc::bind(
+                    fd,
+                    (&sa as *const libc::sockaddr_in6).cast(),
+                    std::mem::size_of::<libc::sockaddr_in6>() as u32,
+                ) != 0
+                {
                     let e = std::io::Error::last_os_error();
                     libc::close(fd);
                     return Err(e);
@@ -696,7 +825,9 @@ fn error_json(style: Style, message: &str, typ: &str, param: Option<&str>, code:
 fn text_of(content: &Value) -> String {
     match content {
         Value::String(s) => s.clone(),
-        Value::Array(parts) => parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join(""),
+        Value::Array(parts) => {
+            parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("")
+        }
         Value::Null => String::new(),
         other => other.to_string(),
     }
@@ -758,18 +889,29 @@ fn completion(st: &State, body: &Value, chat: bool, mode: &str) -> Reply {
     let cfg = &st.cfg;
     let n = st.completions.fetch_add(1, Ordering::SeqCst) + 1;
     if let Some(h) = c::env_u64("STANDIN_HANG_AFTER_REQUESTS")
-        && n > h {
-            st.hung.store(true, Ordering::SeqCst);
-            hang_forever();
-        }
+        && n > h
+    {
+        st.hung.store(true, Ordering::SeqCst);
+        hang_forever();
+    }
     let model = body.get("model").and_then(Value::as_str);
     if let Some(m) = model
-        && !cfg.served.iter().any(|s| s == m) {
-            let msg = format!("The model `{m}` does not exist. Valid aliases: {}.", cfg.served.join(", "));
-            return Reply::json(404, error_json(cfg.style, &msg, "NotFoundError", Some("model"), 404));
-        }
+        && !cfg.served.iter().any(|s| s == m)
+    {
+        let msg = format!("The model `{m}` does not exist. Valid aliases: {}.", cfg.served.join(", "));
+        return Reply::json(404, error_json(cfg.style, &msg, "NotFoundError", Some("model"), 404));
+    }
     if chat && body.get("messages").and_then(Value::as_array).is_none() {
-        return Reply::json(400, error_json(cfg.style, "[{'type': 'missing', 'loc': ('body', 'messages'), 'msg': 'Field required', 'input': {}}]", "BadRequestError", None, 400));
+        return Reply::json(
+            400,
+            error_json(
+                cfg.style,
+                "[{'type': 'missing', 'loc': ('body', 'messages'), 'msg': 'Field required', 'input': {}}]",
+                "BadRequestError",
+                None,
+                400,
+            ),
+        );
     }
     let prompt = prompt_tokens(body, chat);
     let max_tokens = body
@@ -781,7 +923,11 @@ fn completion(st: &State, body: &Value, chat: bool, mode: &str) -> Reply {
         || c::env_u64("STANDIN_BAD_REQUEST_AFTER").is_some_and(|k| st.successes.load(Ordering::SeqCst) >= k);
     let overflow = prompt > cfg.max_model_len || max_tokens.is_some_and(|mt| prompt + mt > cfg.max_model_len);
     if forced || overflow {
-        let (msg, param) = overflow_message(cfg.max_model_len, prompt, if forced && !overflow { Some(max_tokens.unwrap_or(cfg.max_model_len)) } else { max_tokens });
+        let (msg, param) = overflow_message(
+            cfg.max_model_len,
+            prompt,
+            if forced && !overflow { Some(max_tokens.unwrap_or(cfg.max_model_len)) } else { max_tokens },
+        );
         if cfg.style == Style::Legacy {
             st.log.api("ERROR", "serving_chat.py", 222, &format!("Error in preprocessing prompt inputs\nTraceback (most recent call last):\n  File \"{SITE}/vllm/entrypoints/openai/serving_chat.py\", line 205, in create_chat_completion\n    ) = await self._preprocess_chat(\nValueError: {msg}"));
         }
@@ -798,10 +944,11 @@ fn completion(st: &State, body: &Value, chat: bool, mode: &str) -> Reply {
     let mut ntok = want.min(room);
     let mut reason = "stop";
     if let Some(mt) = max_tokens
-        && mt < ntok {
-            ntok = mt;
-            reason = "length";
-        }
+        && mt < ntok
+    {
+        ntok = mt;
+        reason = "length";
+    }
     if ntok < want && reason == "stop" {
         reason = "length";
     }
@@ -855,10 +1002,24 @@ fn completion(st: &State, body: &Value, chat: bool, mode: &str) -> Reply {
         let id = reply["id"].clone();
         let obj = if chat { "chat.completion.chunk" } else { "text_completion" };
         let mut sse = String::new();
-        let delta = if chat { json!({"index": 0, "delta": {"role": "assistant", "content": text}, "logprobs": null, "finish_reason": null}) } else { json!({"index": 0, "text": text, "logprobs": null, "finish_reason": null}) };
-        sse.push_str(&format!("data: {}\n\n", json!({"id": id, "object": obj, "created": created, "model": reply["model"], "choices": [delta]})));
-        let fin = if chat { json!({"index": 0, "delta": {"content": ""}, "logprobs": null, "finish_reason": reason, "stop_reason": null}) } else { json!({"index": 0, "text": "", "logprobs": null, "finish_reason": reason, "stop_reason": null}) };
-        sse.push_str(&format!("data: {}\n\n", json!({"id": id, "object": obj, "created": created, "model": reply["model"], "choices": [fin]})));
+        let delta = if chat {
+            json!({"index": 0, "delta": {"role": "assistant", "content": text}, "logprobs": null, "finish_reason": null})
+        } else {
+            json!({"index": 0, "text": text, "logprobs": null, "finish_reason": null})
+        };
+        sse.push_str(&format!(
+            "data: {}\n\n",
+            json!({"id": id, "object": obj, "created": created, "model": reply["model"], "choices": [delta]})
+        ));
+        let fin = if chat {
+            json!({"index": 0, "delta": {"content": ""}, "logprobs": null, "finish_reason": reason, "stop_reason": null})
+        } else {
+            json!({"index": 0, "text": "", "logprobs": null, "finish_reason": reason, "stop_reason": null})
+        };
+        sse.push_str(&format!(
+            "data: {}\n\n",
+            json!({"id": id, "object": obj, "created": created, "model": reply["model"], "choices": [fin]})
+        ));
         if body.pointer("/stream_options/include_usage").and_then(Value::as_bool) == Some(true) {
             sse.push_str(&format!("data: {}\n\n", json!({"id": id, "object": obj, "created": created, "model": reply["model"], "choices": [], "usage": usage})));
         }
@@ -879,7 +1040,8 @@ fn metrics_text(st: &State) -> String {
     let model = cfg.served.first().cloned().unwrap_or_default();
     let engines: Vec<u64> = (0..cfg.dp.max(1)).collect();
     let lbl = |engine: u64, extra: &[(&str, String)]| -> String {
-        let mut pairs: Vec<(String, String)> = vec![("model_name".into(), model.clone()), ("engine".into(), engine.to_string())];
+        let mut pairs: Vec<(String, String)> =
+            vec![("model_name".into(), model.clone()), ("engine".into(), engine.to_string())];
         pairs.extend(extra.iter().map(|(k, v)| (k.to_string(), v.clone())));
         if multiproc {
             pairs.sort();
@@ -895,14 +1057,41 @@ fn metrics_text(st: &State) -> String {
             s.push_str(&format!("{base}{labels} {}\n", fmt_f(v)));
         }
     };
-    let per_engine = |v0: f64| -> Vec<(String, f64)> { engines.iter().map(|e| (lbl(*e, &[]), if *e == 0 { v0 } else { 0.0 })).collect() };
-    family("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", per_engine(m.running.max(0) as f64));
+    let per_engine = |v0: f64| -> Vec<(String, f64)> {
+        engines.iter().map(|e| (lbl(*e, &[]), if *e == 0 { v0 } else { 0.0 })).collect()
+    };
+    family(
+        "vllm:num_requests_running",
+        "gauge",
+        "Number of requests in model execution batches.",
+        per_engine(m.running.max(0) as f64),
+    );
     family("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", per_engine(0.0));
     let kv_name = if cfg.style == Style::Legacy { "vllm:gpu_cache_usage_perc" } else { "vllm:kv_cache_usage_perc" };
-    family(kv_name, "gauge", "KV-cache usage. 1 means 100 percent usage.", per_engine(if m.running > 0 { 0.01 } else { 0.0 }));
-    family("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.", per_engine(0.0));
-    family("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", per_engine(m.prompt_tokens as f64));
-    family("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.", per_engine(m.generation_tokens as f64));
+    family(
+        kv_name,
+        "gauge",
+        "KV-cache usage. 1 means 100 percent usage.",
+        per_engine(if m.running > 0 { 0.01 } else { 0.0 }),
+    );
+    family(
+        "vllm:num_preemptions_total",
+        "counter",
+        "Cumulative number of preemption from the engine.",
+        per_engine(0.0),
+    );
+    family(
+        "vllm:prompt_tokens_total",
+        "counter",
+        "Number of prefill tokens processed.",
+        per_engine(m.prompt_tokens as f64),
+    );
+    family(
+        "vllm:generation_tokens_total",
+        "counter",
+        "Number of generation tokens processed.",
+        per_engine(m.generation_tokens as f64),
+    );
     let mut succ = Vec::new();
     for e in &engines {
         for r in FINISH_REASONS {
@@ -919,7 +1108,10 @@ fn metrics_text(st: &State) -> String {
             let cnt = obs.iter().filter(|x| **x <= b).count() as f64;
             hist.push((format!("vllm:e2e_request_latency_seconds_bucket{}", lbl(*e, &[("le", fmt_f(b))])), cnt));
         }
-        hist.push((format!("vllm:e2e_request_latency_seconds_bucket{}", lbl(*e, &[("le", "+Inf".into())])), obs.len() as f64));
+        hist.push((
+            format!("vllm:e2e_request_latency_seconds_bucket{}", lbl(*e, &[("le", "+Inf".into())])),
+            obs.len() as f64,
+        ));
         hist.push((format!("vllm:e2e_request_latency_seconds_count{}", lbl(*e, &[])), obs.len() as f64));
         hist.push((format!("vllm:e2e_request_latency_seconds_sum{}", lbl(*e, &[])), obs.iter().sum()));
     }
@@ -967,9 +1159,13 @@ fn handle(st: Arc<State>, mut req: tiny_http::Request) {
     } else {
         match (method.as_str(), path.as_str()) {
             ("GET", "/health") => Reply { status: 200, body: String::new(), content_type: "application/json" },
-            ("GET", "/ping") | ("POST", "/ping") => Reply { status: 200, body: String::new(), content_type: "application/json" },
+            ("GET", "/ping") | ("POST", "/ping") => {
+                Reply { status: 200, body: String::new(), content_type: "application/json" }
+            }
             ("GET", "/version") => Reply::json(200, json!({"version": version(cfg.style)})),
-            ("GET", "/metrics") => Reply { status: 200, body: metrics_text(&st), content_type: "text/plain; version=0.0.4; charset=utf-8" },
+            ("GET", "/metrics") => {
+                Reply { status: 200, body: metrics_text(&st), content_type: "text/plain; version=0.0.4; charset=utf-8" }
+            }
             ("GET", "/v1/models") => {
                 let created = c::unix_seconds();
                 let data: Vec<Value> = cfg
@@ -987,10 +1183,12 @@ fn handle(st: Arc<State>, mut req: tiny_http::Request) {
                     .collect();
                 Reply::json(200, json!({"object": "list", "data": data}))
             }
-            ("POST", "/v1/chat/completions") | ("POST", "/v1/completions") => match serde_json::from_str::<Value>(&body) {
-                Ok(v) if v.is_object() => completion(&st, &v, path.ends_with("chat/completions"), &mode),
-                _ => Reply::json(400, error_json(cfg.style, "JSON decode error", "BadRequestError", None, 400)),
-            },
+            ("POST", "/v1/chat/completions") | ("POST", "/v1/completions") => {
+                match serde_json::from_str::<Value>(&body) {
+                    Ok(v) if v.is_object() => completion(&st, &v, path.ends_with("chat/completions"), &mode),
+                    _ => Reply::json(400, error_json(cfg.style, "JSON decode error", "BadRequestError", None, 400)),
+                }
+            }
             (_, "/health" | "/metrics" | "/v1/models" | "/v1/chat/completions" | "/v1/completions" | "/version") => {
                 Reply::json(405, json!({"detail": "Method Not Allowed"}))
             }
@@ -1016,13 +1214,19 @@ fn handle(st: Arc<State>, mut req: tiny_http::Request) {
     }
     let _ = req.respond(resp);
     if cfg.access_log && uvicorn_info(&cfg) {
-        println!("INFO:     {peer} - \"{method} {url} HTTP/{}.{}\" {status} {}", version.0, version.1, status_phrase(status));
+        println!(
+            "INFO:     {peer} - \"{method} {url} HTTP/{}.{}\" {status} {}",
+            version.0,
+            version.1,
+            status_phrase(status)
+        );
     }
     if is_completion
         && let Some(n) = c::env_u64("STANDIN_DIE_AFTER_REQUESTS")
-            && st.completions.load(Ordering::SeqCst) >= n {
-                die(&st);
-            }
+        && st.completions.load(Ordering::SeqCst) >= n
+    {
+        die(&st);
+    }
 }
 
 fn shutdown(st: &State) -> ! {
@@ -1032,7 +1236,12 @@ fn shutdown(st: &State) -> ! {
     match st.cfg.style {
         Style::Current => {
             st.log.api("INFO", "launcher.py", 256, "[shutdown] API server: shutdown triggered");
-            st.log.api("INFO", "launcher.py", 268, "[shutdown] API server: stopping engine client mode=abort timeout=0s");
+            st.log.api(
+                "INFO",
+                "launcher.py",
+                268,
+                "[shutdown] API server: stopping engine client mode=abort timeout=0s",
+            );
             st.log.api("INFO", "launcher.py", 276, "[shutdown] API server: engine client stopped");
             st.log.api("INFO", "launcher.py", 279, "[shutdown] API server: signalling HTTP server shutdown");
         }
@@ -1063,7 +1272,12 @@ fn main() {
 
     // setup_server: version, non-default args, parser validation, socket.
     match style {
-        Style::Current => log.api("INFO", "startup.py", 33, &format!("vLLM server version {VERSION_CURRENT}, serving model {}", cfg.model)),
+        Style::Current => log.api(
+            "INFO",
+            "startup.py",
+            33,
+            &format!("vLLM server version {VERSION_CURRENT}, serving model {}", cfg.model),
+        ),
         Style::Legacy => log.api("INFO", "api_server.py", 1805, &format!("vLLM API server version {VERSION_LEGACY}")),
     }
     let nd = cfg.non_default.iter().map(|(k, v)| format!("'{k}': {v}")).collect::<Vec<_>>().join(", ");
@@ -1071,7 +1285,12 @@ fn main() {
     log.api("INFO", file, line, &format!("non-default args: {{{nd}}}"));
     if let Some(e) = INVALID_PARSER.lock().unwrap_or_else(|e| e.into_inner()).clone() {
         let mut f = main_frames();
-        f.push(("/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/launchers/launcher.py", 370, "setup_server", "validate_api_server_args(args)"));
+        f.push((
+            "/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/launchers/launcher.py",
+            370,
+            "setup_server",
+            "validate_api_server_args(args)",
+        ));
         traceback(&f, &e);
         std::process::exit(1);
     }
@@ -1080,7 +1299,12 @@ fn main() {
         Ok(fd) => fd,
         Err(e) => {
             let mut f = main_frames();
-            f.push(("/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/launchers/launcher.py", 353, "create_server_socket", "sock.bind(addr)"));
+            f.push((
+                "/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/launchers/launcher.py",
+                353,
+                "create_server_socket",
+                "sock.bind(addr)",
+            ));
             let errno = e.raw_os_error().unwrap_or(0);
             let text = if errno == libc::EADDRINUSE { "Address already in use".to_string() } else { e.to_string() };
             traceback(&f, &format!("OSError: [Errno {errno}] {text}"));
@@ -1092,7 +1316,10 @@ fn main() {
     // create_engine_config: parallelism and model config checks.
     let (gpus, cvd) = gpu_count();
     if gpus == 0 {
-        traceback(&config_frames(), "RuntimeError: Failed to infer device type, please set the environment variable `VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging to help debug the issue.");
+        traceback(
+            &config_frames(),
+            "RuntimeError: Failed to infer device type, please set the environment variable `VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging to help debug the issue.",
+        );
         std::process::exit(1);
     }
     if fail == "world_size" || cfg.tp * cfg.pp > gpus {
@@ -1121,7 +1348,14 @@ fn main() {
     }
     interruptible_sleep(&log, c::env_f64("STANDIN_LOAD_SECONDS", 0.2));
     let weights_gib = 15.27;
-    log.engine(cfg.dp, 0, "INFO", "gpu_model_runner.py", 5089, &format!("Model loading took {weights_gib} GiB memory and 12.345678 seconds"));
+    log.engine(
+        cfg.dp,
+        0,
+        "INFO",
+        "gpu_model_runner.py",
+        5089,
+        &format!("Model loading took {weights_gib} GiB memory and 12.345678 seconds"),
+    );
     if fail == "kv_cache" {
         fail_engine(&cfg, &log, "kv_cache");
     }
@@ -1152,7 +1386,14 @@ fn main() {
             ),
         ),
         Style::Legacy => {
-            log.engine(cfg.dp, 0, "INFO", "kv_cache_utils.py", 716, &format!("GPU KV cache size: {} tokens", commas(kv_tokens)));
+            log.engine(
+                cfg.dp,
+                0,
+                "INFO",
+                "kv_cache_utils.py",
+                716,
+                &format!("GPU KV cache size: {} tokens", commas(kv_tokens)),
+            );
             log.engine(
                 cfg.dp,
                 0,
@@ -1166,7 +1407,13 @@ fn main() {
     log.engine(cfg.dp, 0, "INFO", "core.py", 413, "init engine (profile, create kv cache, warmup model) took 21.43 s");
 
     // build_and_serve.
-    let shown_host = if host.is_empty() { "0.0.0.0".to_string() } else if host.contains(':') { format!("[{host}]") } else { host.clone() };
+    let shown_host = if host.is_empty() {
+        "0.0.0.0".to_string()
+    } else if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.clone()
+    };
     let address = format!("http://{shown_host}:{}", cfg.port);
     match style {
         Style::Current => {
@@ -1205,7 +1452,8 @@ fn main() {
         log.uvicorn("Waiting for application startup.");
         log.uvicorn("Application startup complete.");
     }
-    let start = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+    let start =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
     let st = Arc::new(State {
         cfg,
         log,
@@ -1218,12 +1466,15 @@ fn main() {
     // Signal watcher: graceful shutdown on SIGTERM/SIGINT.
     {
         let st = st.clone();
-        std::thread::spawn(move || loop {
-            if let Some(sig) = c::pending_signal()
-                && (sig == libc::SIGINT || sig == libc::SIGTERM) {
+        std::thread::spawn(move || {
+            loop {
+                if let Some(sig) = c::pending_signal()
+                    && (sig == libc::SIGINT || sig == libc::SIGTERM)
+                {
                     shutdown(&st);
                 }
-            std::thread::sleep(Duration::from_millis(20));
+                std::thread::sleep(Duration::from_millis(20));
+            }
         });
     }
     loop {

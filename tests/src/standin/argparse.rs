@@ -135,7 +135,8 @@ pub fn parse(args: &[String], table: &[(&[&str], Kind)]) -> Result<Parsed, ArgEr
         let entry = match lookup.get(&name) {
             Some(e) => Some((name.clone(), e.clone())),
             None if name.starts_with("--") => {
-                let cands: Vec<&String> = lookup.keys().filter(|k| k.starts_with("--") && k.starts_with(name.as_str())).collect();
+                let cands: Vec<&String> =
+                    lookup.keys().filter(|k| k.starts_with("--") && k.starts_with(name.as_str())).collect();
                 match cands.len() {
                     0 => None,
                     1 => Some((cands[0].clone(), lookup[cands[0]].clone())),
@@ -157,7 +158,10 @@ pub fn parse(args: &[String], table: &[(&[&str], Kind)]) -> Result<Parsed, ArgEr
         match kind {
             Kind::Flag | Kind::BoolOpt => {
                 if attached.is_some() {
-                    return Err(ArgError(format!("argument {opt}: ignored explicit argument '{}'", attached.unwrap_or_default())));
+                    return Err(ArgError(format!(
+                        "argument {opt}: ignored explicit argument '{}'",
+                        attached.unwrap_or_default()
+                    )));
                 }
                 out.values.insert(dest, Val::Bool(!negated));
             }
@@ -169,7 +173,10 @@ pub fn parse(args: &[String], table: &[(&[&str], Kind)]) -> Result<Parsed, ArgEr
                             i += 1;
                             args[i - 1].clone()
                         } else {
-                            return Err(ArgError(format!("argument {}: expected one argument", display_names(table, &dest))));
+                            return Err(ArgError(format!(
+                                "argument {}: expected one argument",
+                                display_names(table, &dest)
+                            )));
                         }
                     }
                 };
@@ -197,7 +204,10 @@ pub fn parse(args: &[String], table: &[(&[&str], Kind)]) -> Result<Parsed, ArgEr
                     }
                 }
                 if vals.is_empty() {
-                    return Err(ArgError(format!("argument {}: expected at least one argument", display_names(table, &dest))));
+                    return Err(ArgError(format!(
+                        "argument {}: expected at least one argument",
+                        display_names(table, &dest)
+                    )));
                 }
                 out.values.insert(dest, Val::Many(vals));
             }
@@ -238,7 +248,9 @@ mod tests {
 
     #[test]
     fn parses_like_argparse() {
-        let p = parse(&s(&["m", "--port=8001", "--served_model_name", "a", "b", "-tp", "2", "--no-trust-remote-code"]), T).unwrap();
+        let p =
+            parse(&s(&["m", "--port=8001", "--served_model_name", "a", "b", "-tp", "2", "--no-trust-remote-code"]), T)
+                .unwrap();
         assert_eq!(p.model_tag.as_deref(), Some("m"));
         assert_eq!(p.one("port").as_deref(), Some("8001"));
         assert_eq!(p.many("served_model_name").unwrap(), vec!["a", "b"]);
@@ -249,7 +261,12 @@ mod tests {
     #[test]
     fn errors_like_argparse() {
         assert_eq!(parse(&s(&["m", "--foo", "1"]), T).unwrap_err().0, "unrecognized arguments: --foo 1");
-        assert!(parse(&s(&["m", "--max-num", "3"]), T).unwrap_err().0.starts_with("ambiguous option: --max-num could match"));
+        assert!(
+            parse(&s(&["m", "--max-num", "3"]), T)
+                .unwrap_err()
+                .0
+                .starts_with("ambiguous option: --max-num could match")
+        );
         assert_eq!(parse(&s(&["m", "--port"]), T).unwrap_err().0, "argument --port: expected one argument");
         assert_eq!(parse(&s(&["m", "--max-num-s", "3"]), T).unwrap().one("max_num_seqs").as_deref(), Some("3"));
     }

@@ -140,7 +140,13 @@ pub fn parse(args: &[String], opts: &[Opt]) -> Result<CParsed, ClickExit> {
     let mut i = 0;
     let mut only_positional = false;
     // Apply one option occurrence; `value` is the attached value if any.
-    let apply = |idx: usize, primary: bool, name: &str, attached: Option<String>, i: &mut usize, out: &mut CParsed| -> Result<(), ClickExit> {
+    let apply = |idx: usize,
+                 primary: bool,
+                 name: &str,
+                 attached: Option<String>,
+                 i: &mut usize,
+                 out: &mut CParsed|
+     -> Result<(), ClickExit> {
         let o = &opts[idx];
         match o.kind {
             OKind::Flag | OKind::Pair => {
@@ -217,7 +223,8 @@ pub fn parse(args: &[String], opts: &[Opt]) -> Result<CParsed, ClickExit> {
         }
     }
     if !extras.is_empty() {
-        let quoted: Vec<String> = extras.iter().map(|e| if e.contains(' ') { format!("'{e}'") } else { e.clone() }).collect();
+        let quoted: Vec<String> =
+            extras.iter().map(|e| if e.contains(' ') { format!("'{e}'") } else { e.clone() }).collect();
         let word = if extras.len() == 1 { "argument" } else { "arguments" };
         return Err(ClickExit::Usage(format!("Got unexpected extra {word} ({})", quoted.join(" "))));
     }
@@ -267,10 +274,34 @@ mod tests {
     use super::*;
 
     const OPTS: &[Opt] = &[
-        Opt { dest: "job_name", names: &["--job-name"], secondary: &[], kind: OKind::Value(VType::Str), required: false },
-        Opt { dest: "n", names: &["-n", "--n-concurrent"], secondary: &[], kind: OKind::Value(VType::Int), required: false },
-        Opt { dest: "ak", names: &["--ak", "--agent-kwarg"], secondary: &[], kind: OKind::Multi(VType::Str), required: false },
-        Opt { dest: "fb", names: &["--force-build"], secondary: &["--no-force-build"], kind: OKind::Pair, required: false },
+        Opt {
+            dest: "job_name",
+            names: &["--job-name"],
+            secondary: &[],
+            kind: OKind::Value(VType::Str),
+            required: false,
+        },
+        Opt {
+            dest: "n",
+            names: &["-n", "--n-concurrent"],
+            secondary: &[],
+            kind: OKind::Value(VType::Int),
+            required: false,
+        },
+        Opt {
+            dest: "ak",
+            names: &["--ak", "--agent-kwarg"],
+            secondary: &[],
+            kind: OKind::Multi(VType::Str),
+            required: false,
+        },
+        Opt {
+            dest: "fb",
+            names: &["--force-build"],
+            secondary: &["--no-force-build"],
+            kind: OKind::Pair,
+            required: false,
+        },
         Opt { dest: "q", names: &["-q", "--quiet"], secondary: &[], kind: OKind::Flag, required: false },
         Opt { dest: "y", names: &["-y", "--yes"], secondary: &[], kind: OKind::Flag, required: false },
     ];
@@ -281,7 +312,9 @@ mod tests {
 
     #[test]
     fn parses_like_click() {
-        let p = parse(&s(&["--job-name=x", "-n4", "--ak", "a=1", "--agent-kwarg", "b=2", "--no-force-build", "-qy"]), OPTS).unwrap();
+        let p =
+            parse(&s(&["--job-name=x", "-n4", "--ak", "a=1", "--agent-kwarg", "b=2", "--no-force-build", "-qy"]), OPTS)
+                .unwrap();
         assert_eq!(p.str("job_name").as_deref(), Some("x"));
         assert_eq!(p.int("n"), Some(4));
         assert_eq!(p.list("ak").unwrap(), vec!["a=1", "b=2"]);
@@ -301,8 +334,14 @@ mod tests {
             parse(&s(&["-n", "x"]), OPTS).unwrap_err(),
             ClickExit::Usage("Invalid value for '-n' / '--n-concurrent': 'x' is not a valid integer.".into())
         );
-        assert_eq!(parse(&s(&["--job-name"]), OPTS).unwrap_err(), ClickExit::Usage("Option '--job-name' requires an argument.".into()));
-        assert_eq!(parse(&s(&["extra"]), OPTS).unwrap_err(), ClickExit::Usage("Got unexpected extra argument (extra)".into()));
+        assert_eq!(
+            parse(&s(&["--job-name"]), OPTS).unwrap_err(),
+            ClickExit::Usage("Option '--job-name' requires an argument.".into())
+        );
+        assert_eq!(
+            parse(&s(&["extra"]), OPTS).unwrap_err(),
+            ClickExit::Usage("Got unexpected extra argument (extra)".into())
+        );
         assert!(render_usage_error("harbor jobs start", "No such option: --foo").contains("│ No such option: --foo"));
     }
 }

@@ -3,8 +3,8 @@
 //! pydantic's layout, environment knobs, and difflib-style close matches (click's
 //! "Did you mean" suggestions). Test support only.
 
-use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Broken-down local time (libc `localtime_r`), with microseconds.
@@ -58,20 +58,14 @@ pub fn vllm_timestamp() -> String {
 /// pydantic's serialisation of an aware UTC datetime: `2026-11-30T05:40:01.123456Z`.
 pub fn iso_utc(t: SystemTime) -> String {
     let b = broken_down(t, true);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
-        b.year, b.month, b.day, b.hour, b.minute, b.second, b.micros
-    )
+    format!("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z", b.year, b.month, b.day, b.hour, b.minute, b.second, b.micros)
 }
 
 /// pydantic's serialisation of a naive local datetime (`datetime.now()`):
 /// `2026-11-30T05:40:01.123456`.
 pub fn iso_local(t: SystemTime) -> String {
     let b = broken_down(t, false);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}",
-        b.year, b.month, b.day, b.hour, b.minute, b.second, b.micros
-    )
+    format!("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}", b.year, b.month, b.day, b.hour, b.minute, b.second, b.micros)
 }
 
 /// Seconds since the epoch, as an integer (OpenAI `created`).
@@ -283,10 +277,7 @@ pub fn env_u64(name: &str) -> Option<u64> {
 
 /// A boolean knob: `1`, `true`, `yes`, `on` (any case) are true.
 pub fn env_flag(name: &str) -> bool {
-    matches!(
-        std::env::var(name).unwrap_or_default().trim().to_ascii_lowercase().as_str(),
-        "1" | "true" | "yes" | "on"
-    )
+    matches!(std::env::var(name).unwrap_or_default().trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on")
 }
 
 /// A non-empty string knob.
@@ -343,11 +334,8 @@ pub fn similarity(a: &str, b: &str) -> f64 {
 
 /// difflib's `get_close_matches(word, possibilities, n=3, cutoff=0.6)`.
 pub fn close_matches(word: &str, possibilities: &[String]) -> Vec<String> {
-    let mut scored: Vec<(f64, &String)> = possibilities
-        .iter()
-        .map(|p| (similarity(p, word), p))
-        .filter(|(s, _)| *s >= 0.6)
-        .collect();
+    let mut scored: Vec<(f64, &String)> =
+        possibilities.iter().map(|p| (similarity(p, word), p)).filter(|(s, _)| *s >= 0.6).collect();
     scored.sort_by(|x, y| y.0.partial_cmp(&x.0).unwrap_or(std::cmp::Ordering::Equal).then(y.1.cmp(x.1)));
     scored.into_iter().take(3).map(|(_, p)| p.clone()).collect()
 }
@@ -372,6 +360,9 @@ mod tests {
     #[test]
     fn difflib_ratio() {
         assert!((similarity("abcd", "bcde") - 0.75).abs() < 1e-9);
-        assert_eq!(close_matches("--jobsdir", &["--jobs-dir".into(), "--debug".into()]), vec!["--jobs-dir".to_string()]);
+        assert_eq!(
+            close_matches("--jobsdir", &["--jobs-dir".into(), "--debug".into()]),
+            vec!["--jobs-dir".to_string()]
+        );
     }
 }

@@ -5,7 +5,7 @@
 //! `orchestrator` migrated, `model_dump_json(exclude_defaults=True)`, equality
 //! that ignores identity fields), and `JobStats` bookkeeping. Test support only.
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 
 /// Retry exceptions excluded by default (`RetryConfig.exclude_exceptions`).
 pub const RETRY_EXCLUDE_DEFAULT: [&str; 10] = [
@@ -121,9 +121,10 @@ fn coerce_floats(m: &mut Map<String, Value>) {
     }
     for k in ["max_timeout_sec", "override_timeout_sec", "override_setup_timeout_sec"] {
         if let Some(v) = m.get_mut(k)
-            && let Some(f) = v.as_f64() {
-                *v = json!(f);
-            }
+            && let Some(f) = v.as_f64()
+        {
+            *v = json!(f);
+        }
     }
 }
 
@@ -173,17 +174,19 @@ fn normalize_retry(v: &Value) -> Value {
 pub fn migrate_legacy(mut m: Map<String, Value>) -> Map<String, Value> {
     m.shift_remove("plugins");
     if let Some(orch) = m.shift_remove("orchestrator")
-        && let Some(o) = orch.as_object() {
-            if !m.contains_key("n_concurrent_trials") {
-                m.insert("n_concurrent_trials".into(), o.get("n_concurrent_trials").cloned().unwrap_or(json!(4)));
-            }
-            for k in ["quiet", "retry"] {
-                if let Some(v) = o.get(k)
-                    && !m.contains_key(k) {
-                        m.insert(k.into(), v.clone());
-                    }
+        && let Some(o) = orch.as_object()
+    {
+        if !m.contains_key("n_concurrent_trials") {
+            m.insert("n_concurrent_trials".into(), o.get("n_concurrent_trials").cloned().unwrap_or(json!(4)));
+        }
+        for k in ["quiet", "retry"] {
+            if let Some(v) = o.get(k)
+                && !m.contains_key(k)
+            {
+                m.insert(k.into(), v.clone());
             }
         }
+    }
     m
 }
 
@@ -196,10 +199,21 @@ pub fn normalize_job(v: &Value) -> Value {
     m.insert("verifier".into(), Value::Object(fill(&m["verifier"], &verifier_defaults())));
     let agents: Vec<Value> = m["agents"].as_array().cloned().unwrap_or_default().iter().map(normalize_agent).collect();
     m.insert("agents".into(), Value::Array(agents));
-    let datasets: Vec<Value> =
-        m["datasets"].as_array().cloned().unwrap_or_default().iter().map(|d| Value::Object(fill(d, &dataset_defaults()))).collect();
+    let datasets: Vec<Value> = m["datasets"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|d| Value::Object(fill(d, &dataset_defaults())))
+        .collect();
     m.insert("datasets".into(), Value::Array(datasets));
-    let tasks: Vec<Value> = m["tasks"].as_array().cloned().unwrap_or_default().iter().map(|d| Value::Object(fill(d, &task_defaults()))).collect();
+    let tasks: Vec<Value> = m["tasks"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|d| Value::Object(fill(d, &task_defaults())))
+        .collect();
     m.insert("tasks".into(), Value::Array(tasks));
     Value::Object(m)
 }
@@ -231,7 +245,12 @@ fn prune_agent(a: &Value) -> Value {
     Value::Object(prune_map(a.as_object().unwrap_or(&Map::new()), &agent_defaults()))
 }
 
-fn prune_nested(m: &mut Map<String, Value>, key: &str, defaults: Map<String, Value>, extra_default: Option<(&str, Value)>) {
+fn prune_nested(
+    m: &mut Map<String, Value>,
+    key: &str,
+    defaults: Map<String, Value>,
+    extra_default: Option<(&str, Value)>,
+) {
     if let Some(Value::Object(inner)) = m.get(key).cloned() {
         let mut d = defaults;
         if let Some((k, v)) = extra_default {
@@ -274,7 +293,8 @@ pub fn dump_job(full: &Value) -> Value {
     }
     for (key, d) in [("datasets", dataset_defaults()), ("tasks", task_defaults())] {
         if let Some(Value::Array(a)) = m.get(key).cloned() {
-            let pruned: Vec<Value> = a.iter().map(|x| Value::Object(prune_map(x.as_object().unwrap_or(&Map::new()), &d))).collect();
+            let pruned: Vec<Value> =
+                a.iter().map(|x| Value::Object(prune_map(x.as_object().unwrap_or(&Map::new()), &d))).collect();
             m.insert(key.into(), Value::Array(pruned));
         }
     }
