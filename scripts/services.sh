@@ -20,8 +20,10 @@ SLURM_CONF_DIR=/etc/slurm
 SLURM_PARTITION=debug
 # Fake GPUs advertised by the node, so tests can request --gres=gpu:N without hardware.
 SLURM_FAKE_GPUS=4
+# The test role's password is generated on first use and kept only in this 0600 file (with the
+# URL tests connect to); it is never committed, printed or put in an argv.
+SECRETS_FILE=${EVALCI_SECRETS_FILE:-/etc/evalci/secrets.env}
 PG_ROLE=evaltest
-PG_PASSWORD=evaltest
 PG_DATABASE=evaltest
 SLURM_UP_TIMEOUT_S=60
 
@@ -351,7 +353,10 @@ postgres_up() {
     log "postgresql: creating superuser role root (Unix-socket access for root)"
     runuser -u postgres -- createuser -s root
   fi
-  # TCP on 127.0.0.1 uses scram passwords, so tests connect as a password role.
+  # TCP on 127.0.0.1 uses scram passwords, so tests connect as a password role. The password
+  # travels on psql's stdin only.
+  local PG_PASSWORD
+  PG_PASSWORD=$(test_pg_password)
   as_postgres_psql <<SQL
 DO \$\$
 BEGIN
@@ -368,10 +373,27 @@ SQL
     runuser -u postgres -- createdb -O "$PG_ROLE" "$PG_DATABASE"
   fi
   pg_isready -q -h 127.0.0.1 -p 5432 || die "postgresql: not reachable on 127.0.0.1:5432"
-  log "postgresql: ready ($(pg_url))"
+  log "postgresql: ready (postgres://$PG_ROLE@127.0.0.1:5432/$PG_DATABASE; password and URL in $SECRETS_FILE)"
 }
 
-pg_url() { echo "postgres://$PG_ROLE:$PG_PASSWORD@127.0.0.1:5432/$PG_DATABASE"; }
+# The test role's password from $SECRETS_FILE, created (random, mode 0600) when missing.
+test_pg_password() {
+  local password
+  if [[ -f $SECRETS_FILE ]]; then
+    chmod 600 "$SECRETS_FILE"
+    password=$(sed -n 's/^EVAL_TEST_PG_PASSWORD=//p' "$SECRETS_FILE")
+  fi
+  if [[ -z ${password:-} ]]; then
+    password=$(head -c 48 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' | head -c 32)
+    install -d -m 0700 "$(dirname "$SECRETS_FILE")"
+    (
+      umask 077
+      printf 'EVAL_TEST_PG_PASSWORD=%s\nEVAL_TEST_PG_URL=postgres://%s:%s@127.0.0.1:5432/%s\n' \
+        "$password" "$PG_ROLE" "$password" "$PG_DATABASE" >"$SECRETS_FILE"
+    )
+  fi
+  printf '%s' "$password"
+}
 
 postgres_down() {
   local cluster
@@ -398,7 +420,7 @@ write_env_file() {
   local partition
   partition=$(slurm_default_partition)
   cat >"$ENV_FILE" <<ENV
-EVAL_TEST_PG_URL=$(pg_url)
+EVAL_TEST_PG_SECRETS_FILE=$SECRETS_FILE
 EVAL_TEST_SLURM_PARTITION=$partition
 ENV
   log "wrote $ENV_FILE"
@@ -453,7 +475,7 @@ cmd_status() {
     echo "slurmctld: down"
   fi
   if pgrep -x slurmd >/dev/null; then echo "slurmd: running"; else echo "slurmd: not running"; fi
-  if pg_ready; then echo "postgresql: up ($(pg_url))"; else echo "postgresql: down"; fi
+  if pg_ready; then echo "postgresql: up (postgres://$PG_ROLE@127.0.0.1:5432/$PG_DATABASE, credentials in $SECRETS_FILE)"; else echo "postgresql: down"; fi
   if [[ -x /usr/sbin/sshd ]]; then echo "sshd: binary present (tests start their own)"; else echo "sshd: missing"; fi
   if command -v chromium >/dev/null; then echo "chromium: installed"; else echo "chromium: missing"; fi
   echo "started by services.sh: ${started:-nothing}"

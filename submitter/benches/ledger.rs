@@ -18,7 +18,8 @@ use submitter::ledger::{ImportedAttempt, Ledger, NewAttempt, Status, open_ledger
 const MODELS: usize = 1_000;
 const BENCHMARKS: [&str; 3] = ["dev_set_v2", "terminal_bench_2", "swebench-verified-random-100"];
 const IMPORT_BATCH: usize = 50_000;
-const DEFAULT_PG_URL: &str = "postgres://evaltest:evaltest@127.0.0.1:5432/evaltest";
+#[path = "../tests/common/pg.rs"]
+mod pg;
 
 fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
@@ -146,7 +147,7 @@ fn bench_postgres(url: &str, rows: usize) -> bool {
 }
 
 fn main() {
-    let url = std::env::var("EVAL_TEST_PG_URL").unwrap_or_else(|_| DEFAULT_PG_URL.to_string());
+    let url = pg::test_pg_url().unwrap_or_default();
     println!("ledger bench: {MODELS} models × {} families; medians of latest_per_pair()", BENCHMARKS.len());
     for rows in sizes() {
         bench_sqlite(rows);

@@ -7,6 +7,9 @@
 
 #![allow(clippy::print_stdout)]
 
+#[path = "../tests/common/pg.rs"]
+mod pg;
+
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -120,8 +123,7 @@ fn main() {
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
-    let pg_url = std::env::var("EVAL_TEST_PG_URL")
-        .unwrap_or_else(|_| "postgres://evaltest:evaltest@127.0.0.1:5432/evaltest".into());
+    let pg_url = pg::test_pg_url().unwrap_or_default();
     println!("plan: {} model ids × 3 presets = {} pairs", models.len(), models.len() * 3);
     for &rows in &sizes {
         let dir = tempfile::tempdir().unwrap();

@@ -1,6 +1,7 @@
 //! The ledger's behaviour, written once against `&dyn Ledger` and run on both backends: SQLite on a
 //! temporary file, PostgreSQL in a fresh schema per test (so tests run in parallel) on the server
-//! named by `EVAL_TEST_PG_URL` (default: the local one `scripts/services.sh up` starts). Without a
+//! named by `EVAL_TEST_PG_URL` (default: the local one `scripts/services.sh up` starts, whose URL is in
+//! its 0600 secrets file — see `tests/common/pg.rs`). Without a
 //! reachable PostgreSQL the PostgreSQL half prints `skipping: no PostgreSQL` — and fails in CI.
 
 #![allow(clippy::print_stderr, clippy::print_stdout)]
@@ -18,8 +19,6 @@ use submitter::ledger::{
     open_ledger,
 };
 use tempfile::TempDir;
-
-const DEFAULT_PG_URL: &str = "postgres://evaltest:evaltest@127.0.0.1:5432/evaltest";
 
 // ------------------------------------------------------------------------------------ stores
 
@@ -44,8 +43,10 @@ impl Drop for PgSchema {
     }
 }
 
+/// The test server's URL (from the environment or the 0600 secrets file, never the source); without
+/// one, a password-less URL that fails to connect, so the PostgreSQL half skips (or fails in CI).
 fn pg_url() -> String {
-    std::env::var("EVAL_TEST_PG_URL").unwrap_or_else(|_| DEFAULT_PG_URL.to_string())
+    crate::pg::test_pg_url().unwrap_or_else(|| "postgres://evaltest@127.0.0.1:5432/evaltest".to_string())
 }
 
 fn in_ci() -> bool {

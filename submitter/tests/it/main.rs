@@ -3,6 +3,8 @@
 mod broken;
 mod catalogue;
 mod ledger;
+#[path = "../common/pg.rs"]
+mod pg;
 mod queueing;
 mod registry;
 mod slurm_real;
