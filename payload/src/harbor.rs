@@ -228,10 +228,7 @@ fn write_json_atomic(path: &Path, value: &serde_json::Value) -> Result<(), Harbo
     let formatter = serde_json::ser::PrettyFormatter::with_indent(b"    ");
     let mut ser = serde_json::Serializer::with_formatter(&mut buf, formatter);
     value.serialize(&mut ser).map_err(|e| HarborError::Write { path: path.to_path_buf(), reason: e.to_string() })?;
-    let tmp = path
-        .with_file_name(format!(".{}.payload-tmp", path.file_name().and_then(|n| n.to_str()).unwrap_or("config.json")));
-    std::fs::write(&tmp, &buf)
-        .and_then(|()| std::fs::rename(&tmp, path))
+    launch_spec::records::write_atomically(path, &buf)
         .map_err(|e| HarborError::Write { path: path.to_path_buf(), reason: e.to_string() })
 }
 

@@ -77,9 +77,7 @@ impl Recorder {
         self.status.updated_at = now();
         let mut text = serde_json::to_string_pretty(&self.status).expect("status serialises");
         text.push('\n');
-        let tmp = self.run_dir.join(format!(".{STATUS_FILE}.tmp"));
-        let result = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, self.run_dir.join(STATUS_FILE)));
-        if let Err(err) = result {
+        if let Err(err) = launch_spec::records::write_atomically(&self.run_dir.join(STATUS_FILE), text.as_bytes()) {
             tracing::warn!(error = %err, "cannot write status.json");
         }
     }

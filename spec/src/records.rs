@@ -2,6 +2,7 @@
 //! All plain files: Harbor deletes run-dir subdirectories without a `result.json` on resume.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
@@ -11,6 +12,20 @@ pub const SPEC_FILE: &str = "launch.json";
 pub const ENGINE_LOG: &str = "vllm.log";
 pub const HARBOR_LOG: &str = "harbor.log";
 pub const TUNNEL_LOG: &str = "tunnel.log";
+
+/// Replaces `path` with `contents` atomically: a temp file in the same directory (so the rename
+/// stays on one filesystem), then a rename, so a reader — submitter reading payload's records, payload
+/// reading a spec — never sees half a file. Creates the parent directory when missing.
+pub fn write_atomically(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    std::fs::write(&tmp, contents)?;
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -173,6 +188,16 @@ pub struct Event {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn atomic_write_replaces_whole_files_and_leaves_no_temp() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/status.json");
+        write_atomically(&path, b"one").unwrap();
+        write_atomically(&path, b"two").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"two");
+        assert_eq!(std::fs::read_dir(dir.path().join("sub")).unwrap().count(), 1, "no temp file left");
+    }
 
     #[test]
     fn exit_codes_are_distinct_per_class() {

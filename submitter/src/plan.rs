@@ -338,12 +338,6 @@ pub fn submit(
 }
 
 fn write_spec(path: &Path, text: &str) -> Result<(), SubmitError> {
-    let write = || -> std::io::Result<()> {
-        let dir = path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir)?;
-        let tmp = dir.join(format!(".launch.json.tmp-{}", std::process::id()));
-        std::fs::write(&tmp, text)?;
-        std::fs::rename(&tmp, path)
-    };
-    write().map_err(|source| SubmitError::Write { path: path.to_path_buf(), source })
+    launch_spec::records::write_atomically(path, text.as_bytes())
+        .map_err(|source| SubmitError::Write { path: path.to_path_buf(), source })
 }

@@ -109,7 +109,8 @@ pub fn unevaluated(args: &UnevaluatedArgs) -> Result<ExitCode> {
     }
     match &args.output {
         Some(path) => {
-            super::spec::write_atomically(path, &text).with_context(|| format!("writing {}", path.display()))?;
+            launch_spec::records::write_atomically(path, text.as_bytes())
+                .with_context(|| format!("writing {}", path.display()))?;
             super::print(&format!("{} model(s) written to {}\n", models.len(), path.display()))?;
         }
         None => super::print(&text)?,

@@ -81,7 +81,7 @@ fn read_state(path: &Path) -> Result<ListenerState> {
 }
 
 fn write_state(path: &Path, state: &ListenerState) -> Result<()> {
-    super::spec::write_atomically(path, &(serde_json::to_string_pretty(state)? + "\n"))
+    launch_spec::records::write_atomically(path, (serde_json::to_string_pretty(state)? + "\n").as_bytes())
         .with_context(|| format!("writing {}", path.display()))
 }
 

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
+use launch_spec::records::write_atomically;
 use submitter::config::{self, ConfigRoot};
 use submitter::launch::{LaunchContext, LaunchOverrides};
 use submitter::registry::Registry;
@@ -70,20 +71,7 @@ pub fn spec(args: &SpecArgs) -> Result<ExitCode> {
     let json = spec.to_json();
     match &args.out {
         None => super::print(&json)?,
-        Some(path) => write_atomically(path, &json).with_context(|| format!("writing {}", path.display()))?,
+        Some(path) => write_atomically(path, json.as_bytes()).with_context(|| format!("writing {}", path.display()))?,
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Temp file in the same directory, then rename: a reader never sees half a spec.
-pub fn write_atomically(path: &std::path::Path, text: &str) -> std::io::Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("spec"),
-        std::process::id()
-    ));
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path)
 }

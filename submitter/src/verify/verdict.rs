@@ -577,11 +577,8 @@ pub fn load_observation(state_dir: &Path, attempt: i64) -> Option<Observation> {
 
 /// Replaces the observation file atomically (two `status` processes may run at once).
 pub fn save_observation(state_dir: &Path, attempt: i64, obs: &Observation) -> std::io::Result<()> {
-    let path = observation_path(state_dir, attempt);
-    std::fs::create_dir_all(path.parent().expect("has a parent"))?;
-    let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
-    std::fs::write(&tmp, serde_json::to_vec(obs).expect("observation serialises"))?;
-    std::fs::rename(&tmp, &path)
+    let json = serde_json::to_vec(obs).expect("observation serialises");
+    launch_spec::records::write_atomically(&observation_path(state_dir, attempt), &json)
 }
 
 pub fn remove_observation(state_dir: &Path, attempt: i64) {
