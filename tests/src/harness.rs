@@ -1,5 +1,6 @@
 //! Helpers the end-to-end test files share.
 
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -29,4 +30,32 @@ pub fn unique() -> String {
     static N: AtomicU64 = AtomicU64::new(0);
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
     format!("{}{:x}{}", std::process::id(), nanos, N.fetch_add(1, Ordering::SeqCst))
+}
+
+/// Every descendant of `root` (by `/proc/<pid>/stat` ppid).
+pub fn descendants(root: i32) -> Vec<i32> {
+    let mut table = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else { continue };
+        let Some(close) = stat.rfind(')') else { continue };
+        let ppid = stat[close + 1..].split_whitespace().nth(1).and_then(|p| p.parse::<i32>().ok()).unwrap_or(0);
+        table.push((pid, ppid));
+    }
+    let mut out = Vec::new();
+    let mut stack = vec![root];
+    while let Some(p) = stack.pop() {
+        for (pid, ppid) in &table {
+            if *ppid == p && !out.contains(pid) {
+                out.push(*pid);
+                stack.push(*pid);
+            }
+        }
+    }
+    out
+}
+
+/// A port free on loopback right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }

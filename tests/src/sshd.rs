@@ -8,7 +8,7 @@
 //! traffic. Pinggy's token is the ssh user name, so each test token is a real (temporary) local
 //! account created with `useradd` and removed on drop.
 
-use std::net::TcpListener;
+use crate::harness::{descendants, free_port};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -35,10 +35,6 @@ pub fn available_or_skip() -> bool {
 
 pub fn which(program: &str) -> Option<PathBuf> {
     std::env::var("PATH").ok()?.split(':').map(|d| Path::new(d).join(program)).find(|p| p.is_file())
-}
-
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 fn run(cmd: &mut Command) {
@@ -216,29 +212,6 @@ impl Drop for Sshd {
         self.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-/// Every descendant of `root` (by `/proc/<pid>/stat` ppid).
-pub fn descendants(root: i32) -> Vec<i32> {
-    let mut table = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
-        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else { continue };
-        let Some(close) = stat.rfind(')') else { continue };
-        let ppid = stat[close + 1..].split_whitespace().nth(1).and_then(|p| p.parse::<i32>().ok()).unwrap_or(0);
-        table.push((pid, ppid));
-    }
-    let mut out = Vec::new();
-    let mut stack = vec![root];
-    while let Some(p) = stack.pop() {
-        for (pid, ppid) in &table {
-            if *ppid == p && !out.contains(pid) {
-                out.push(*pid);
-                stack.push(*pid);
-            }
-        }
-    }
-    out
 }
 
 /// Processes (other than `exclude`) whose command line contains `needle`: `pid: cmdline`.

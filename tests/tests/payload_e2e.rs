@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use e2e::harness::{payload_bin, unique};
+use e2e::harness::{descendants, payload_bin, unique};
 
 const VLLM: &str = env!("CARGO_BIN_EXE_vllm-standin");
 const HARBOR: &str = env!("CARGO_BIN_EXE_harbor-standin");
@@ -316,29 +316,6 @@ fn marker_processes(marker: &str) -> Vec<String> {
 fn assert_no_survivors(run: &Run) {
     let left = run.survivors();
     assert!(left.is_empty(), "processes survived payload: {left:#?}");
-}
-
-/// Descendants of `root` (pid, ppid) from /proc.
-fn descendants(root: i32) -> Vec<i32> {
-    let mut table = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
-        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else { continue };
-        let Some(close) = stat.rfind(')') else { continue };
-        let ppid: i32 = stat[close + 1..].split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-        table.push((pid, ppid));
-    }
-    let mut out = Vec::new();
-    let mut stack = vec![root];
-    while let Some(p) = stack.pop() {
-        for (pid, ppid) in &table {
-            if *ppid == p && !out.contains(pid) {
-                out.push(*pid);
-                stack.push(*pid);
-            }
-        }
-    }
-    out
 }
 
 fn environ_of(pid: u32) -> Vec<(String, String)> {

@@ -1,6 +1,7 @@
 //! Tests of the vLLM and Harbor stand-ins themselves (test support programs).
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+use e2e::harness::free_port;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -9,10 +10,6 @@ use std::time::{Duration, Instant};
 const VLLM: &str = env!("CARGO_BIN_EXE_vllm-standin");
 const HARBOR: &str = env!("CARGO_BIN_EXE_harbor-standin");
 const MODEL_INFO: &str = r#"model_info={"max_input_tokens":4096,"max_output_tokens":1024,"input_cost_per_token":0,"output_cost_per_token":0}"#;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 struct Vllm {
     child: Child,

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use e2e::sshd::{self, Sshd, TokenUser};
 use serde_json::{Value, json};
 
-use e2e::harness::{payload_bin, unique};
+use e2e::harness::{free_port, payload_bin, unique};
 
 const VLLM: &str = env!("CARGO_BIN_EXE_vllm-standin");
 const HARBOR: &str = env!("CARGO_BIN_EXE_harbor-standin");
@@ -306,7 +306,7 @@ fn pinggy_tunnel_carries_the_run_hides_the_token_and_resume_rewrites_the_url() {
     let user = TokenUser::create();
     let sshd = Sshd::pinggy();
     let fx = Fx::new("pinggy", &[("PINGGY_TOKEN", &user.name)]);
-    let rport = sshd::free_port();
+    let rport = free_port();
     let lock_dir = fx.root.join("state/pinggy");
     let mut spec = fx.spec("openhands", pinggy_tunnel(&sshd, &[(rport, "PINGGY_TOKEN")], Some(&lock_dir)));
     spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("1.2");
@@ -360,7 +360,7 @@ fn pinggy_tunnel_carries_the_run_hides_the_token_and_resume_rewrites_the_url() {
     assert!(!spec_text.contains(&user.name));
 
     // Resume with another public URL: the job's and every trial's config.json get it.
-    let rport2 = sshd::free_port();
+    let rport2 = free_port();
     let public2 = format!("http://127.0.0.1:{rport2}");
     let mut spec2 = fx.spec("openhands", pinggy_tunnel(&sshd, &[(rport2, "PINGGY_TOKEN")], Some(&lock_dir)));
     spec2["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("0.05");
@@ -390,7 +390,7 @@ fn pinggy_bank_skips_a_leased_pair_and_a_locked_token() {
     let (u1, u2, u3) = (TokenUser::create(), TokenUser::create(), TokenUser::create());
     let sshd = Sshd::pinggy();
     let fx = Fx::new("bank", &[("TOK_A", &u1.name), ("TOK_B", &u2.name), ("TOK_C", &u3.name)]);
-    let ports = [sshd::free_port(), sshd::free_port(), sshd::free_port()];
+    let ports = [free_port(), free_port(), free_port()];
     let lock_dir = fx.root.join("state/pinggy");
     // Pair A is leased by a live job on this node (this test process); B's token is locked at Pinggy.
     std::fs::create_dir_all(&lock_dir).unwrap();
@@ -443,7 +443,7 @@ fn pinggy_single_locked_pair_fails_as_token_locked() {
     let sshd = Sshd::pinggy();
     sshd.lock(&user.name);
     let fx = Fx::new("locked", &[("PINGGY_TOKEN", &user.name)]);
-    let spec = fx.spec("openhands", pinggy_tunnel(&sshd, &[(sshd::free_port(), "PINGGY_TOKEN")], None));
+    let spec = fx.spec("openhands", pinggy_tunnel(&sshd, &[(free_port(), "PINGGY_TOKEN")], None));
     let mut run = fx.start(&spec, "11");
     let code = run.wait(&fx, Duration::from_secs(30));
     assert_eq!(code, 13, "{}", fx.diag());
@@ -462,7 +462,7 @@ fn pinggy_killed_tunnel_is_restarted_then_given_up_when_the_server_is_gone() {
     let user = TokenUser::create();
     let mut sshd = Sshd::pinggy();
     let fx = Fx::new("drop", &[("PINGGY_TOKEN", &user.name)]);
-    let rport = sshd::free_port();
+    let rport = free_port();
     let mut spec = fx.spec("openhands", pinggy_tunnel(&sshd, &[(rport, "PINGGY_TOKEN")], None));
     spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("60");
     // Room for one extra failed reconnect while sshd still holds the dead session's forward.
@@ -496,9 +496,9 @@ fn pinggy_public_url_that_never_answers_fails_the_check() {
     let user = TokenUser::create();
     let sshd = Sshd::pinggy();
     let fx = Fx::new("verify", &[("PINGGY_TOKEN", &user.name)]);
-    let mut tunnel = pinggy_tunnel(&sshd, &[(sshd::free_port(), "PINGGY_TOKEN")], None);
+    let mut tunnel = pinggy_tunnel(&sshd, &[(free_port(), "PINGGY_TOKEN")], None);
     // The session forwards one port; the "public URL" names another where nothing listens.
-    tunnel["public_url"] = json!(format!("http://127.0.0.1:{}", sshd::free_port()));
+    tunnel["public_url"] = json!(format!("http://127.0.0.1:{}", free_port()));
     tunnel["verify_attempts"] = json!(3);
     let spec = fx.spec("openhands", tunnel);
     let mut run = fx.start(&spec, "13");

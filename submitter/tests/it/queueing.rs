@@ -15,7 +15,7 @@ use submitter::ledger::{Ledger, Status, open_ledger};
 use tempfile::TempDir;
 
 use crate::ledger::Store;
-use crate::support::{SUBMITTER, binaries, slurm_up, workspace_root};
+use crate::support::{SUBMITTER, slurm_up, standin_environment, test_secrets_file, workspace_root, write_tasks};
 
 /// Small models: size default TP1; with `gpus_per_node: 1` each job takes one of the node's 4 GPUs.
 const MODELS: [&str; 3] = ["test/Tiny-1B", "test/Small-3B", "test/Mini-7B"];
@@ -31,28 +31,15 @@ impl TestCluster {
     fn new(name: &str, tweak: impl Fn(&mut String)) -> TestCluster {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
-        let bins = binaries();
-        std::fs::create_dir_all(root.join("env/bin")).unwrap();
-        std::os::unix::fs::symlink(bins.join("vllm-standin"), root.join("env/bin/vllm")).unwrap();
-        std::os::unix::fs::symlink(bins.join("harbor-standin"), root.join("env/bin/harbor")).unwrap();
+        standin_environment(root);
         for dataset in
             ["DCAgent2_terminal_bench_2", "DCAgent_dev_set_v2", "DCAgent2_swebench-verified-random-100-folders"]
         {
-            for task in ["t1", "t2"] {
-                let task_dir = root.join("datasets").join(dataset).join(task);
-                std::fs::create_dir_all(&task_dir).unwrap();
-                std::fs::write(task_dir.join("instruction.md"), "Say hello.\n").unwrap();
-            }
+            write_tasks(&root.join("datasets").join(dataset), ["t1", "t2"]);
         }
         std::fs::create_dir_all(root.join("clusters")).unwrap();
         std::fs::copy(workspace_root().join("clusters/gpus.yaml"), root.join("clusters/gpus.yaml")).unwrap();
-        let secrets = root.join("secrets.env");
-        std::fs::write(
-            &secrets,
-            "DAYTONA_API_KEY=org1-secret-value-aaaa\nDAYTONA_DATA_API_KEY=org2-secret-value-bbbb\n",
-        )
-        .unwrap();
-        std::fs::set_permissions(&secrets, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        test_secrets_file(root);
         let r = root.display();
         let mut profile = format!(
             "name: {name}

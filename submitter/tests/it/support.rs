@@ -74,3 +74,29 @@ pub fn binaries() -> PathBuf {
     }
     dir
 }
+
+/// `<root>/env/bin/{vllm,harbor}` pointing at the stand-ins: the environment prefix of a test
+/// cluster profile (`environments: {otagent: <root>/env}`).
+pub fn standin_environment(root: &Path) {
+    let bins = binaries();
+    std::fs::create_dir_all(root.join("env/bin")).expect("env/bin");
+    std::os::unix::fs::symlink(bins.join("vllm-standin"), root.join("env/bin/vllm")).expect("vllm link");
+    std::os::unix::fs::symlink(bins.join("harbor-standin"), root.join("env/bin/harbor")).expect("harbor link");
+}
+
+/// `<root>/secrets.env`, mode 0600, with made-up keys for both Daytona orgs.
+pub fn test_secrets_file(root: &Path) {
+    let secrets = root.join("secrets.env");
+    std::fs::write(&secrets, "DAYTONA_API_KEY=org1-secret-value-aaaa\nDAYTONA_DATA_API_KEY=org2-secret-value-bbbb\n")
+        .expect("secrets file");
+    std::fs::set_permissions(&secrets, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod 600");
+}
+
+/// One Harbor task directory (with an `instruction.md`) per name under `dataset`.
+pub fn write_tasks<S: AsRef<str>>(dataset: &Path, tasks: impl IntoIterator<Item = S>) {
+    for task in tasks {
+        let dir = dataset.join(task.as_ref());
+        std::fs::create_dir_all(&dir).expect("task dir");
+        std::fs::write(dir.join("instruction.md"), "Say hello.\n").expect("instruction.md");
+    }
+}

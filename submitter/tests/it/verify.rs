@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use submitter::ledger::{ImportedAttempt, Status, open_ledger};
 
-use crate::support::{SUBMITTER, binaries, slurm_up, workspace_root};
+use crate::support::{SUBMITTER, slurm_up, standin_environment, test_secrets_file, workspace_root, write_tasks};
 
 // ---------------------------------------------------------------------------------------------
 // Run-dir fixtures
@@ -797,22 +797,9 @@ impl LiveCluster {
     fn new(name: &str) -> LiveCluster {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path();
-        let bins = binaries();
-        std::fs::create_dir_all(root.join("env/bin")).unwrap();
-        std::os::unix::fs::symlink(bins.join("vllm-standin"), root.join("env/bin/vllm")).unwrap();
-        std::os::unix::fs::symlink(bins.join("harbor-standin"), root.join("env/bin/harbor")).unwrap();
-        for task in 0..1000 {
-            let dir = root.join("datasets/DCAgent2_terminal_bench_2").join(format!("task-{task:03}"));
-            std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(dir.join("instruction.md"), "Say hello.\n").unwrap();
-        }
-        let secrets = root.join("secrets.env");
-        std::fs::write(
-            &secrets,
-            "DAYTONA_API_KEY=org1-secret-value-aaaa\nDAYTONA_DATA_API_KEY=org2-secret-value-bbbb\n",
-        )
-        .unwrap();
-        std::fs::set_permissions(&secrets, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        standin_environment(root);
+        write_tasks(&root.join("datasets/DCAgent2_terminal_bench_2"), (0..1000).map(|task| format!("task-{task:03}")));
+        test_secrets_file(root);
         let control = root.join("engine-control");
         std::fs::write(&control, "normal\n").unwrap();
         let r = root.display();
