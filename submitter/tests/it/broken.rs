@@ -147,3 +147,46 @@ fn check_lists_every_problem() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stdout(&out).contains("did you mean `gpu_memory_utilization`"), "{}", stdout(&out));
 }
+
+/// Selection mistakes stop before anything touches the ledger or Slurm.
+#[test]
+fn no_priority_list_means_no_submissions() {
+    fails_with(
+        &["plan", "--cluster", "local", "--preset", "tb2"],
+        &["no priority list", "--models-file", "--all-models"],
+    );
+}
+
+#[test]
+fn force_needs_an_explicit_model_list() {
+    fails_with(
+        &["launch", "--once", "--cluster", "local", "--preset", "tb2", "--all-models", "--force"],
+        &["--force needs an explicit model list"],
+    );
+}
+
+#[test]
+fn launch_needs_once_or_watch() {
+    fails_with(&["launch", "--cluster", "local", "--preset", "tb2", "--model", "org/M-8B"], &["--once", "--watch"]);
+}
+
+#[test]
+fn listener_refuses_a_ledger_password_without_echoing_it() {
+    let out = submitter(&[
+        "listener",
+        "start",
+        "--cluster",
+        "local",
+        "--interval",
+        "1m",
+        "--ledger",
+        "postgres://evaltest:not-a-real-password@127.0.0.1:5432/evaltest",
+        "--",
+        "--preset",
+        "tb2",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("~/.pgpass"), "{err}");
+    assert!(!err.contains("not-a-real-password"), "{err}");
+}

@@ -441,6 +441,14 @@ fn listener_requeues_itself_and_stops() {
         &[],
     );
     assert!(out.status.success(), "{}", text(&out));
+    let again = cluster.run(
+        &["listener", "start"],
+        &store.spec,
+        &["--interval", "3s", "--", "--preset", "tb2", "--models-file", models.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(again.status.code(), Some(2), "a second listener is refused: {}", text(&again));
+    assert!(text(&again).contains("already queued or running"), "{}", text(&again));
     let name = format!("eval-listener-{}", cluster.name);
     let state = cluster.root().join("state/listener.json");
     let mut max_pending = 0;
