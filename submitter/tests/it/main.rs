@@ -9,4 +9,5 @@ mod queueing;
 mod registry;
 mod slurm_real;
 mod support;
+mod team;
 mod verify;

@@ -22,13 +22,13 @@ const MODELS: [&str; 3] = ["test/Tiny-1B", "test/Small-3B", "test/Mini-7B"];
 
 /// One isolated cluster profile on the real local Slurm: its own jobs/state/dataset dirs, an
 /// environment prefix holding the stand-ins, a 0600 secrets file.
-struct TestCluster {
+pub(crate) struct TestCluster {
     dir: TempDir,
     name: String,
 }
 
 impl TestCluster {
-    fn new(name: &str, tweak: impl Fn(&mut String)) -> TestCluster {
+    pub(crate) fn new(name: &str, tweak: impl Fn(&mut String)) -> TestCluster {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         standin_environment(root);
@@ -88,7 +88,7 @@ limits:
         self.dir.path()
     }
 
-    fn models_file(&self, models: &[&str]) -> PathBuf {
+    pub(crate) fn models_file(&self, models: &[&str]) -> PathBuf {
         let path = self.root().join("models.txt");
         std::fs::write(&path, models.join("\n") + "\n").unwrap();
         path
@@ -96,7 +96,7 @@ limits:
 
     /// Runs `submitter <command> --cluster <name> --clusters … --ledger … <args>` with a clean,
     /// explicit environment plus `extra_env`.
-    fn run(&self, command: &[&str], ledger: &str, args: &[&str], extra_env: &[(&str, &str)]) -> Output {
+    pub(crate) fn run(&self, command: &[&str], ledger: &str, args: &[&str], extra_env: &[(&str, &str)]) -> Output {
         let mut cmd = Command::new(SUBMITTER);
         cmd.args(command)
             .args(["--cluster", &self.name, "--clusters"])
@@ -124,7 +124,7 @@ limits:
     }
 }
 
-fn text(output: &Output) -> String {
+pub(crate) fn text(output: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
 }
 

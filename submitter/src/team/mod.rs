@@ -1,0 +1,31 @@
+//! The team's database: the replaced system's PostgreSQL (Supabase) schema — `models`,
+//! `benchmarks`, `sandbox_jobs` — that the team's dashboards and scoring scripts read
+//! (`docs/ledger.md`, "The team's database"). [`import`] folds its history into the ledger
+//! (read-only on the source); [`mirror`] publishes this submitter's own attempts into it.
+
+pub mod import;
+
+use crate::ledger::LedgerError;
+
+/// The cluster name imported attempts carry: the team's history does not say where a job ran.
+pub const TEAM_CLUSTER: &str = "ot-agent";
+
+/// Where the team database URL is read from when no flag gives it (it holds a password, and argv
+/// is visible to every user of a login node).
+pub const TEAM_DB_ENV: &str = "SUBMITTER_TEAM_DB";
+
+#[derive(Debug, thiserror::Error)]
+pub enum TeamError {
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error("team database {location}: {operation} failed: {detail}")]
+    Source { location: String, operation: &'static str, detail: String },
+}
+
+/// Maps a driver error of the team database to [`TeamError::Source`], without the password.
+pub(crate) fn source_error<'a>(
+    redactor: &'a crate::ledger::Redactor,
+    operation: &'static str,
+) -> impl Fn(::postgres::Error) -> TeamError + 'a {
+    move |error| TeamError::Source { location: redactor.location.clone(), operation, detail: redactor.describe(&error) }
+}
