@@ -4,6 +4,7 @@
 //! (read-only on the source); [`mirror`] publishes this submitter's own attempts into it.
 
 pub mod import;
+pub mod mirror;
 
 use crate::ledger::LedgerError;
 
@@ -20,6 +21,20 @@ pub enum TeamError {
     Ledger(#[from] LedgerError),
     #[error("team database {location}: {operation} failed: {detail}")]
     Source { location: String, operation: &'static str, detail: String },
+}
+
+/// Runs a mirror step and reports its failure as a warning: publishing never stops the ledger's
+/// own work.
+pub fn publish<T>(
+    mirror: Option<&mirror::Mirror>,
+    what: &str,
+    step: impl FnOnce(&mirror::Mirror) -> Result<T, TeamError>,
+) {
+    if let Some(mirror) = mirror
+        && let Err(error) = step(mirror)
+    {
+        tracing::warn!("mirror: {what} not published: {error}");
+    }
 }
 
 /// Maps a driver error of the team database to [`TeamError::Source`], without the password.

@@ -328,3 +328,89 @@ fn import_of_100k_attempts_is_fast_postgres() {
         import_100k(&store.spec, "pg");
     }
 }
+
+/// `launch --mirror` / `sync --mirror` on the real local Slurm: the attempt appears in the team's
+/// `sandbox_jobs` as Pending (before sbatch, then with its job id) and ends Finished with its
+/// metrics and infra-error counts; another user's row for the same model, benchmark and run tag
+/// is never touched; a later import knows the row is this ledger's own.
+fn mirrored_run(ledger_spec: &str, tag: &str) {
+    let Some(mut team) = TeamDb::new(&format!("mirror{tag}")) else { return };
+    team.exec(HISTORY);
+    let run_tag = submitter::registry::names::run_tag("terminal_bench_2", "test/Tiny-1B");
+    team.exec(&format!(
+        "INSERT INTO models (id, name, created_by) VALUES ('00000000-0000-0000-0000-000000000009', 'test/Tiny-1B', 'carol');
+         INSERT INTO sandbox_jobs (id, job_name, username, job_status, submitted_at, started_at, slurm_job_id, config,
+                                   model_id, benchmark_id)
+         VALUES ('20000000-0000-0000-0000-000000000009', '{run_tag}', 'carol', 'Started', now() - interval '1 day',
+                 now() - interval '1 day', '5150', '{{\"agent\": \"terminus-2\"}}',
+                 '00000000-0000-0000-0000-000000000009', '10000000-0000-0000-0000-000000000001');"
+    ));
+    let carol = |team: &mut TeamDb| -> String {
+        let sql = "SELECT string_agg(t::text, '|' ORDER BY id) FROM sandbox_jobs t WHERE username <> 'tester'";
+        team.client.query_one(sql, &[]).unwrap().get(0)
+    };
+    let carol_before = carol(&mut team);
+    let ours = |team: &mut TeamDb| {
+        team.client
+            .query(
+                "SELECT job_status, slurm_job_id, metrics, stats, ended_at IS NOT NULL, job_name, config
+                 FROM sandbox_jobs WHERE username = 'tester'",
+                &[],
+            )
+            .unwrap()
+    };
+    let cluster = TestCluster::new(&format!("mirror-{tag}"), |_| {});
+    let url = team.url.clone();
+    let env = [("SUBMITTER_TEAM_DB", url.as_str())];
+    let model = ["--model", "test/Tiny-1B"];
+    let out =
+        cluster.run(&["launch"], ledger_spec, &[&["--once", "--preset", "tb2", "--mirror"][..], &model].concat(), &env);
+    assert!(text(&out).contains("1 submitted"), "{}", text(&out));
+    let ledger = open_ledger(ledger_spec).unwrap();
+    let attempt = ledger.active().unwrap().remove(0);
+    let rows = ours(&mut team);
+    assert_eq!(rows.len(), 1, "one row of ours");
+    let status: String = rows[0].get(0);
+    let job: String = rows[0].get(1);
+    let config: Value = rows[0].get(6);
+    assert!(status == "Pending", "{status}");
+    assert_eq!(Some(job.as_str()), attempt.slurm_job_id.as_deref(), "the real job id replaced \"pending\"");
+    assert_eq!(rows[0].get::<_, String>(5), run_tag);
+    assert_eq!(config["submitter"]["attempt"], attempt.id.0);
+
+    crate::queueing::wait_until("the job to finish and sync", std::time::Duration::from_secs(120), || {
+        cluster.run(&["sync"], ledger_spec, &["--mirror"], &env);
+        ledger.active().unwrap().is_empty()
+    });
+    let finished = ledger.attempt(attempt.id).unwrap().unwrap();
+    assert_eq!(finished.status, Status::Finished, "{}", finished.reason);
+    let rows = ours(&mut team);
+    let status: String = rows[0].get(0);
+    let metrics: Value = rows[0].get(2);
+    let stats: Value = rows[0].get(3);
+    assert_eq!(status, "Finished");
+    assert!(rows[0].get::<_, bool>(4), "ended_at set");
+    let mean = finished.metrics.as_ref().unwrap()["mean_reward"].as_f64();
+    assert!(mean.is_some());
+    assert_eq!(metrics[0]["mean"].as_f64(), mean, "{metrics}");
+    assert!(stats["n_infra_errors"].is_number() && stats["infra_errors"].is_object(), "{stats}");
+    assert_eq!(stats["n_trials"], finished.metrics.as_ref().unwrap()["n_trials"]);
+    assert_eq!(carol(&mut team), carol_before, "another user's row is never touched");
+
+    // Importing the team's history now: the mirrored row is already this ledger's.
+    let out = run(&cluster, ledger_spec, &["import"], &["--json"], &team.url);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", text(&out)));
+    assert_eq!(report["skipped_own"], 1, "{report}");
+    assert_eq!(ledger.attempts_for("test/Tiny-1B", "terminal_bench_2").unwrap().len(), 2, "ours + carol's");
+}
+
+#[test]
+fn mirrored_run_appears_in_the_team_schema() {
+    if !crate::support::slurm_up() {
+        return;
+    }
+    mirrored_run(&Store::sqlite().spec, "sq");
+    if let Some(store) = Store::postgres("teammirror") {
+        mirrored_run(&store.spec, "pg");
+    }
+}
