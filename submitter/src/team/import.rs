@@ -102,7 +102,7 @@ pub struct ImportReport {
 /// Reads the source (one read-only transaction) and folds it into `ledger`.
 pub fn import(ledger: &dyn Ledger, url: &str, full: bool) -> Result<ImportReport, TeamError> {
     let started = Instant::now();
-    let mut connection = PgConnection::open(url)?;
+    let mut connection = super::connect(url)?;
     let source = connection.location.clone();
     let since = if full {
         None

@@ -49,7 +49,7 @@ pub fn team_metrics(metrics: &Value) -> Value {
 
 impl Mirror {
     pub fn connect(url: &str, username: &str, ledger: &str) -> Result<Mirror, TeamError> {
-        let connection = PgConnection::open(url)?;
+        let connection = super::connect(url)?;
         Ok(Mirror { connection: Mutex::new(connection), username: username.to_string(), ledger: ledger.to_string() })
     }
 

@@ -19,8 +19,18 @@ pub const TEAM_DB_ENV: &str = "SUBMITTER_TEAM_DB";
 pub enum TeamError {
     #[error(transparent)]
     Ledger(#[from] LedgerError),
+    /// Opening the team database failed (the connection error, worded for it).
+    #[error("{0}")]
+    Connect(String),
     #[error("team database {location}: {operation} failed: {detail}")]
     Source { location: String, operation: &'static str, detail: String },
+}
+
+/// Opens the team database with the ledger's URL, TLS and password handling; its errors name the
+/// team database rather than a ledger.
+pub(crate) fn connect(url: &str) -> Result<crate::ledger::PgConnection, TeamError> {
+    crate::ledger::PgConnection::open(url)
+        .map_err(|error| TeamError::Connect(error.to_string().replacen("ledger ", "team database ", 1)))
 }
 
 /// Runs a mirror step and reports its failure as a warning: publishing never stops the ledger's
