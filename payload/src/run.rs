@@ -420,6 +420,11 @@ impl Run {
             &env_fn,
         )
         .map_err(Failure::from)?;
+        // A resume's inputs are checked now, not after the engine has loaded.
+        let resume = harbor::is_resume(&self.spec.run_dir);
+        if resume {
+            harbor::check_resume_configs(&self.spec.run_dir).map_err(Failure::from)?;
+        }
         if let Some(ev) = self.pending_signal().await {
             return Err(End::Signal(ev));
         }
@@ -444,7 +449,6 @@ impl Run {
         self.rec.set_phase(Phase::Serving);
         tracing::info!(pid, port, "vLLM started; waiting for readiness");
 
-        let resume = harbor::is_resume(&self.spec.run_dir);
         self.rec.status.resume = Some(resume);
 
         // 6. Readiness (7. the tunnel advances meanwhile), then the tunnel's end-to-end check.
