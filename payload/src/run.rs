@@ -5,7 +5,7 @@
 //! 3. GPUs → profile → gpu-memory ceiling;
 //! 4. port;
 //! 5. vLLM in its own group (`serving`), logging to `vllm.log`;
-//! 6. readiness (`/health` 200 and the served name in `/v1/models`), polled every 150 ms while
+//! 6. readiness (`/health` 200 and the served name in `/v1/models`), polled every 25 ms while
 //!    watching the process; meanwhile (7) the tunnel, if any, is started and checked (Pinggy's
 //!    end-to-end check needs vLLM, so it completes after readiness);
 //! 8. Harbor in its own group (`running`), logging to `harbor.log` (resume rewrites first; `api_base`
@@ -38,8 +38,9 @@ use crate::timings::{self, Timings};
 use crate::tunnel::{self, Tunnel, TunnelPoll};
 use crate::{childenv, gpu, ports, runlock};
 
-/// Readiness poll period (sub-second: a server that crashed in its first second fails at once).
-pub const READY_POLL: Duration = Duration::from_millis(150);
+/// Readiness poll period: a loopback probe costs well under a millisecond (a refused connect while
+/// vLLM loads even less), so polling often keeps "ready → Harbor spawned" short.
+pub const READY_POLL: Duration = Duration::from_millis(25);
 /// Lines of `vllm.log` kept in an engine failure's outcome.
 pub const LOG_TAIL_LINES: usize = 30;
 /// How often the tunnel's state machine is advanced.
