@@ -435,7 +435,8 @@ impl Run {
             self.rec.event("resume_configs_rewritten", json!({ "api_base": api_base, "files": files }));
             harbor::resume_argv(&self.spec, &harbor_program.display().to_string())
         } else {
-            harbor::fresh_argv(&self.spec, &harbor_program.display().to_string(), &api_base, &agent_envs.args)
+            harbor::prepare_fresh(&self.spec, &harbor_program.display().to_string(), &api_base, &agent_envs.args)
+                .map_err(Failure::from)?
         };
         let mut harbor_program = harbor_program;
         if let Some(t) = &self.tunnel {
