@@ -235,6 +235,120 @@ pub fn resume_argv(spec: &LaunchSpec, program: &str) -> Vec<String> {
     a
 }
 
+/// What Harbor's own `--print-config` said about the fresh-run argv.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConfigCheck {
+    /// Not asked: the dialect has no `--print-config`, or the check could not run (the reason).
+    Skipped(String),
+    /// Harbor resolved the job config; the agents' model and kwargs are what payload meant.
+    Passed { agents: usize },
+    /// Harbor (or the resolved config) refuses the argv: its message, one line.
+    Rejected(String),
+}
+
+/// How long Harbor may take to print its config (imports dominate: seconds).
+pub const CONFIG_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Judges Harbor's `jobs start … --print-config` (exit code, stdout, stderr) against the spec:
+/// Harbor itself must accept the argv (options, config layers, JobConfig), every agent must carry
+/// the model and `api_base`, and a terminus-2's kwargs must be options of the dialect's schema —
+/// what Harbor's preflight refuses later ("Invalid kwargs for agent 'terminus-2': Unknown option").
+pub fn judge_print_config(spec: &LaunchSpec, code: Option<i32>, stdout: &str, stderr: &str) -> ConfigCheck {
+    let last_line = |text: &str| text.lines().map(str::trim).filter(|l| !l.is_empty()).last().map(str::to_string);
+    if code != Some(0) {
+        let why = last_line(stderr).or_else(|| last_line(stdout)).unwrap_or_else(|| "no output".to_string());
+        return ConfigCheck::Rejected(format!("harbor --print-config exited {code:?}: {why}"));
+    }
+    let Some(config) = stdout.find('{').and_then(|i| serde_json::from_str::<serde_json::Value>(&stdout[i..]).ok())
+    else {
+        return ConfigCheck::Rejected("harbor --print-config printed no JSON job config".to_string());
+    };
+    let model = format!("hosted_vllm/{}", spec.model.served_name);
+    let agents = config.get("agents").and_then(|a| a.as_array()).cloned().unwrap_or_default();
+    if agents.is_empty() {
+        return ConfigCheck::Rejected("Harbor's resolved job config has no agents".to_string());
+    }
+    for agent in &agents {
+        let name = agent.get("name").and_then(|n| n.as_str()).unwrap_or("?");
+        if agent.get("model_name").and_then(|m| m.as_str()) != Some(model.as_str()) {
+            return ConfigCheck::Rejected(format!("Harbor's resolved agent `{name}` does not use model {model}"));
+        }
+        let kwargs = agent.get("kwargs").and_then(|k| k.as_object()).cloned().unwrap_or_default();
+        if !kwargs.contains_key("api_base") {
+            return ConfigCheck::Rejected(format!("Harbor's resolved agent `{name}` has no kwargs.api_base"));
+        }
+        if name == "terminus-2"
+            && let Some(known) = spec.harbor.dialect.terminus2_options()
+            && let Some(bad) = kwargs.keys().find(|k| !known.contains(&k.as_str()))
+        {
+            return ConfigCheck::Rejected(format!(
+                "Invalid kwargs for agent 'terminus-2': Unknown option '{bad}' (Harbor {} refuses it at start; fix the registry's agent_kwargs or the job config {})",
+                spec.harbor.dialect.as_str(),
+                spec.harbor.config.display()
+            ));
+        }
+    }
+    ConfigCheck::Passed { agents: agents.len() }
+}
+
+/// Runs the installed Harbor's `jobs start … --print-config` on the fresh-run argv (config file
+/// `config`, written beforehand) with Harbor's environment, bounded by [`CONFIG_CHECK_TIMEOUT`],
+/// and judges it. Blocking; the child is killed if it overruns.
+pub fn check_with_print_config(
+    spec: &LaunchSpec,
+    argv: &[String],
+    env: &BTreeMap<String, String>,
+) -> ConfigCheck {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    if !spec.harbor.dialect.has_print_config() {
+        return ConfigCheck::Skipped(format!("Harbor dialect {} has no --print-config", spec.harbor.dialect.as_str()));
+    }
+    let Some((program, args)) = argv.split_first() else { return ConfigCheck::Skipped("empty argv".to_string()) };
+    let mut child = match Command::new(program)
+        .args(args)
+        .arg("--print-config")
+        .env_clear()
+        .envs(env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(e) => return ConfigCheck::Skipped(format!("cannot run {program}: {e}")),
+    };
+    // Read both pipes on threads so a chatty Harbor cannot block on a full pipe.
+    let read = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_string(&mut text);
+            }
+            text
+        })
+    };
+    let out = read(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let err = read(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let deadline = std::time::Instant::now() + CONFIG_CHECK_TIMEOUT;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if std::time::Instant::now() < deadline => std::thread::sleep(std::time::Duration::from_millis(50)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+        }
+    };
+    let (stdout, stderr) = (out.join().unwrap_or_default(), err.join().unwrap_or_default());
+    match status {
+        None => ConfigCheck::Skipped(format!("harbor --print-config did not finish within {CONFIG_CHECK_TIMEOUT:?}")),
+        Some(status) => judge_print_config(spec, status.code(), &stdout, &stderr),
+    }
+}
+
 /// Sets every `api_base` string field, at any depth, to `new`. Returns how many changed.
 pub fn rewrite_api_base_value(value: &mut serde_json::Value, new: &str) -> usize {
     match value {

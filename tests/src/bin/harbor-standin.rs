@@ -23,6 +23,7 @@
 //! | `STANDIN_RETRY_SCALE` | factor applied to harbor's retry back-off and litellm's 4–15 s waits (default 0.01) |
 //! | `STANDIN_CRASH=<code>` | exit with that code right after writing the job's config.json, with a Python traceback |
 //! | `STANDIN_IGNORE_SIGTERM=1` | ignore SIGTERM |
+//! | `STANDIN_IGNORE_SIGINT=1` | ignore SIGINT (a Harbor that does not stop; payload stops Harbor with SIGINT) |
 //! | `STANDIN_LEGACY_RESULT=1` | also write the pre-0.2x top-level `stats.n_trials` / `stats.n_errors` in the job result.json |
 //!
 //! The reward of a trial is read from a `reward` file in the task directory
@@ -31,6 +32,9 @@
 //! result files are written, `Aborted.` goes to stderr, exit 1 — what typer
 //! does with harbor's KeyboardInterrupt. `jobs resume` installs no SIGTERM
 //! handler in harbor 0.25, so SIGTERM kills it outright (faithfully).
+//! Before running, terminus-2's kwargs are checked against its 0.25 option schema ("Invalid kwargs
+//! for agent 'terminus-2': Unknown option 'x'.", exit 1), and the job's `lock.json` (one entry per
+//! planned trial, full agent config included) must equal the stored one on resume, as in harbor.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use e2e::standin::click::{self, CParsed, ClickExit};
@@ -1901,7 +1905,7 @@ fn start(args: &[String], path: &str) -> ! {
     } else {
         c::catch_signal(libc::SIGTERM);
     }
-    c::catch_signal(libc::SIGINT);
+    catch_or_ignore_sigint();
     let mut cfg = build_job_config(&o, path);
     if cfg.get("job_name").is_none_or(Value::is_null) {
         let t = c::local_now();
@@ -1937,6 +1941,15 @@ fn start(args: &[String], path: &str) -> ! {
     run_job(cfg, false)
 }
 
+/// SIGINT raises KeyboardInterrupt in both commands (Python's default handler).
+fn catch_or_ignore_sigint() {
+    if c::env_flag("STANDIN_IGNORE_SIGINT") {
+        c::ignore_signal(libc::SIGINT);
+    } else {
+        c::catch_signal(libc::SIGINT);
+    }
+}
+
 static EXPORT_TRACES: AtomicBool = AtomicBool::new(false);
 
 fn resume(args: &[String], path: &str) -> ! {
@@ -1945,7 +1958,7 @@ fn resume(args: &[String], path: &str) -> ! {
     if c::env_flag("STANDIN_IGNORE_SIGTERM") {
         c::ignore_signal(libc::SIGTERM);
     }
-    c::catch_signal(libc::SIGINT);
+    catch_or_ignore_sigint();
     if o.flag("public").is_some() && o.flag("upload") != Some(true) {
         red_error("Error: --public / --private requires --upload.");
     }
