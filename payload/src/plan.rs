@@ -80,7 +80,10 @@ pub struct HarborSection {
     pub api_base: String,
     #[serde(flatten)]
     pub process: ProcessSection,
-    /// On resume: the `config.json` files whose `api_base` would be rewritten.
+    /// Fresh: the agent entries of the merged job config (`--config`), model included.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agents: Option<serde_json::Value>,
+    /// On resume: the `config.json` and `lock.json` files whose `api_base` would be rewritten.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rewrites: Vec<PathBuf>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -272,10 +275,21 @@ pub fn build(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, String)]) -
         Some(url) => format!("{url}/v1"),
         None => format!("{base}/v1"),
     };
+    let mut merged_agents = None;
     let (mode, mut harbor_argv, rewrites) = if resume {
         ("resume", harbor::resume_argv(spec, &harbor_program), harbor::config_files(&spec.run_dir))
     } else {
-        ("fresh", harbor::fresh_argv(spec, &harbor_program, &api_base, &agent_envs.args), Vec::new())
+        match harbor::merged_job_config(spec) {
+            Ok(config) => merged_agents = Some(config["agents"].clone()),
+            Err(e) => problem(e.into()),
+        }
+        let merged = spec.run_dir.join(harbor::MERGED_CONFIG_FILE);
+        let argv =
+            harbor::fresh_argv(spec, &harbor_program, &api_base, &agent_envs.args, &merged).unwrap_or_else(|e| {
+                problem(e.into());
+                Vec::new()
+            });
+        ("fresh", argv, Vec::new())
     };
     harbor_env.extend(tunnel_plan.harbor_env.clone());
     let mut harbor_program = harbor_program;
@@ -302,6 +316,7 @@ pub fn build(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, String)]) -
             mode,
             api_base,
             process: ProcessSection { program: harbor_program, argv: redact(harbor_argv), env: redact_env(harbor_env) },
+            agents: merged_agents,
             rewrites,
             warnings: agent_envs.warnings,
         },
@@ -379,12 +394,15 @@ pub fn render(plan: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(out)?;
     writeln!(out, "Harbor ({}), api_base {}:", plan.harbor.mode, plan.harbor.api_base)?;
     if !plan.harbor.rewrites.is_empty() {
-        writeln!(out, "  resume: api_base rewritten in {} config.json file(s):", plan.harbor.rewrites.len())?;
+        writeln!(out, "  resume: api_base rewritten in {} config.json/lock.json file(s):", plan.harbor.rewrites.len())?;
         for f in &plan.harbor.rewrites {
             writeln!(out, "    {}", f.display())?;
         }
     }
     writeln!(out, "  argv: {}", shell_words::join(&plan.harbor.process.argv))?;
+    if let Some(agents) = &plan.harbor.agents {
+        writeln!(out, "  agents (merged job config {}): {agents}", harbor::MERGED_CONFIG_FILE)?;
+    }
     writeln!(out, "  env (nothing else is inherited):")?;
     for (k, v) in &plan.harbor.process.env {
         writeln!(out, "    {k}={v}")?;

@@ -749,7 +749,8 @@ fn double_forked_term_ignoring_grandchild_is_gone_afterwards() {
     spec["serve"]["env"]["STANDIN_DOUBLE_FORK_PIDFILE"] = json!(pidfile);
     spec["serve"]["env"]["STANDIN_IGNORE_SIGTERM"] = json!("1");
     spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("30");
-    spec["harbor"]["env"]["STANDIN_IGNORE_SIGTERM"] = json!("1");
+    // payload stops Harbor with SIGINT: a Harbor that ignores it needs the SIGKILL.
+    spec["harbor"]["env"]["STANDIN_IGNORE_SIGINT"] = json!("1");
     let mut run = fx.start(&spec, &[]);
     fx.wait_phase("running", Duration::from_secs(10));
     let gc: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
@@ -772,7 +773,7 @@ fn second_sigterm_kills_at_once() {
     let fx = Fx::new("twice");
     let mut spec = fx.spec();
     spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("30");
-    spec["harbor"]["env"]["STANDIN_IGNORE_SIGTERM"] = json!("1");
+    spec["harbor"]["env"]["STANDIN_IGNORE_SIGINT"] = json!("1");
     spec["limits"]["teardown_grace_s"] = json!(20.0);
     let mut run = fx.start(&spec, &[]);
     fx.wait_phase("running", Duration::from_secs(10));
@@ -826,7 +827,15 @@ fn resume_rewrites_api_base_in_job_and_every_trial_config() {
     let hargv: Vec<String> =
         serde_json::from_value(fx.last_event("harbor_spawned").unwrap()["fields"]["argv"].clone()).unwrap();
     assert_eq!(&hargv[1..5], ["jobs", "resume", "-p", fx.run_dir().to_str().unwrap()]);
-    assert_eq!(hargv.iter().filter(|a| *a == "--filter-error-type").count(), 12);
+    assert_eq!(hargv.iter().filter(|a| *a == "--filter-error-type").count(), 13);
+    // The job's lock.json too: Harbor compares its trials' agent config (kwargs.api_base) on resume.
+    assert!(files.iter().any(|f| f["file"].as_str().is_some_and(|p| p.ends_with("/lock.json"))), "{rewritten}");
+    let lock = read_json(&fx.run_dir().join("lock.json")).unwrap();
+    let lock_trials = lock["trials"].as_array().unwrap();
+    assert_eq!(lock_trials.len(), 4, "{lock:#}");
+    for t in lock_trials {
+        assert_eq!(t.pointer("/agent/kwargs/api_base").and_then(Value::as_str), Some(new_base.as_str()), "{t}");
+    }
     // Every config.json (job and trials) now points at the new server.
     let job = read_json(&fx.run_dir().join("config.json")).unwrap();
     assert_eq!(job.pointer("/agents/0/kwargs/api_base").and_then(Value::as_str), Some(new_base.as_str()), "{job:#}");
