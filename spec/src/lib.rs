@@ -5,6 +5,7 @@ pub mod fsread;
 pub mod gpu;
 pub mod launch;
 pub mod records;
+pub mod validate;
 mod strict_de;
 pub mod yaml;
 

@@ -274,6 +274,7 @@ mod tests {
         let ok = typed("flag: false\ncount: 16\nshare: 0.5\ntext: \"123\"\nlist: [1, 2]\n").unwrap();
         assert_eq!((ok.flag, ok.count, ok.share, ok.text.as_deref()), (Some(false), Some(16), Some(0.5), Some("123")));
         assert_eq!(typed("share: 1\n").unwrap().share, Some(1.0));
+        assert_eq!(typed("list: [1, 2]\n").unwrap().list, vec![1, 2]);
         assert_eq!(typed("text: Qwen/Qwen3-8B\n").unwrap().text.as_deref(), Some("Qwen/Qwen3-8B"));
     }
 
