@@ -389,7 +389,12 @@ impl TunnelSpec {
                 if p.verify_attempts == 0 {
                     return Err(("tunnel.verify_attempts", "must be ≥ 1".to_string()));
                 }
-                tunnel_timing(p.restart_backoff_s, p.connect_timeout_s, p.verify_interval_s, p.server_alive_interval_s)?;
+                tunnel_timing(
+                    p.restart_backoff_s,
+                    p.connect_timeout_s,
+                    p.verify_interval_s,
+                    p.server_alive_interval_s,
+                )?;
                 v::whole_seconds(p.lease_ttl_s, true).map_err(|e| ("tunnel.lease_ttl_s", e))?;
                 Ok(())
             }
@@ -711,7 +716,10 @@ impl LaunchSpec {
             v::port(fixed).map_err(fail("serve.port.fixed"))?;
         }
         v::port_range(self.serve.port.base, self.serve.port.span).map_err(fail("serve.port"))?;
-        for (field, value) in [("serve.max_model_len", self.serve.max_model_len), ("harbor.max_output_tokens", self.harbor.max_output_tokens)] {
+        for (field, value) in [
+            ("serve.max_model_len", self.serve.max_model_len),
+            ("harbor.max_output_tokens", self.harbor.max_output_tokens),
+        ] {
             if let Some(value) = value {
                 v::at_least_one(value).map_err(fail(field))?;
             }

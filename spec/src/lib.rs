@@ -5,8 +5,8 @@ pub mod fsread;
 pub mod gpu;
 pub mod launch;
 pub mod records;
-pub mod validate;
 mod strict_de;
+pub mod validate;
 pub mod yaml;
 
 pub use gpu::{GpuInfo, GpuProfile, GpuProfiles};

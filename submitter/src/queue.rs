@@ -88,6 +88,33 @@ pub fn spec_path(spec: &LaunchSpec) -> PathBuf {
     spec.run_dir.join(launch_spec::records::SPEC_FILE)
 }
 
+/// Whether `spec` may be written into its run dir: a run dir holding another (model, benchmark)'s
+/// spec is never reused (a resubmission of the same pair resumes it). Errors say whose it is.
+pub fn run_dir_free_for(spec: &LaunchSpec) -> Result<(), String> {
+    use launch_spec::fsread::{self, Links};
+    let path = spec_path(spec);
+    let text = match fsread::read_text_capped(&path, fsread::RECORD_CAP, Links::Refuse) {
+        Ok(text) => text,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(err) => return Err(format!("{}: {err}: move it aside", path.display())),
+    };
+    let existing: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|err| format!("{}: not a launch spec ({err}): move the run dir aside", path.display()))?;
+    let model = existing.pointer("/model/hf_id").and_then(serde_json::Value::as_str);
+    let benchmark = existing.get("benchmark").and_then(serde_json::Value::as_str);
+    if model == Some(spec.model.hf_id.as_str()) && benchmark == Some(spec.benchmark.as_str()) {
+        return Ok(());
+    }
+    Err(format!(
+        "run dir {} holds the spec of model {} on {}, not {} on {}: never overwritten (move it aside)",
+        spec.run_dir.display(),
+        model.unwrap_or("?"),
+        benchmark.unwrap_or("?"),
+        spec.model.hf_id,
+        spec.benchmark
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,7 +28,7 @@ pub struct ResolveArgs {
     #[arg(long, value_name = "DIR")]
     clusters: Option<PathBuf>,
     /// Override the timeout multiplier for every model.
-    #[arg(long, value_name = "X")]
+    #[arg(long, value_name = "X", value_parser = config::args::multiplier)]
     timeout_multiplier: Option<f64>,
     /// Print one JSON object keyed by model id.
     #[arg(long)]
@@ -37,7 +37,7 @@ pub struct ResolveArgs {
     #[arg(long, value_name = "FILE", conflicts_with = "models")]
     models_file: Option<PathBuf>,
     /// Model ids.
-    #[arg(value_name = "MODEL", required_unless_present = "models_file")]
+    #[arg(value_name = "MODEL", required_unless_present = "models_file", value_parser = config::args::model)]
     models: Vec<String>,
 }
 

@@ -44,7 +44,7 @@ pub struct Selection {
     #[arg(long, value_name = "FILE")]
     pub models_file: Option<PathBuf>,
     /// Explicit model ids (also a priority list).
-    #[arg(long = "model", value_name = "M")]
+    #[arg(long = "model", value_name = "M", value_parser = submitter::config::args::model)]
     pub models: Vec<String>,
     /// Instead of a list: every model in the ledger's catalogue.
     #[arg(long, conflicts_with_all = ["models_file", "models"])]
@@ -58,13 +58,13 @@ pub struct Selection {
     /// Resubmit finished pairs whose config (timeout multiplier, overrides) differs from now.
     #[arg(long)]
     pub config_aware: bool,
-    #[arg(long, value_name = "X")]
+    #[arg(long, value_name = "X", value_parser = submitter::config::args::multiplier)]
     pub timeout_multiplier: Option<f64>,
     #[arg(long = "agent-kwarg", value_name = "K=V")]
     pub agent_kwargs: Vec<String>,
-    #[arg(long, value_name = "F")]
+    #[arg(long, value_name = "F", value_parser = submitter::config::args::fraction)]
     pub gpu_memory_utilization: Option<f64>,
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = submitter::config::args::count)]
     pub n_concurrent: Option<u32>,
 }
 

@@ -20,7 +20,7 @@ pub struct SpecArgs {
     #[arg(long)]
     preset: String,
     /// Hugging Face model id.
-    #[arg(long)]
+    #[arg(long, value_parser = config::args::model)]
     model: String,
     /// One of the preset's datasets (default: its first).
     #[arg(long)]
@@ -29,16 +29,16 @@ pub struct SpecArgs {
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
     /// Operator override of the timeout multiplier.
-    #[arg(long, value_name = "X")]
+    #[arg(long, value_name = "X", value_parser = config::args::multiplier)]
     timeout_multiplier: Option<f64>,
     /// Agent kwarg `key=value` (repeatable); wins over registry and preset.
     #[arg(long = "agent-kwarg", value_name = "K=V")]
     agent_kwargs: Vec<String>,
     /// Operator override of the GPU-memory ceiling (wins over cluster and GPU profile).
-    #[arg(long, value_name = "F")]
+    #[arg(long, value_name = "F", value_parser = config::args::fraction)]
     gpu_memory_utilization: Option<f64>,
     /// Harbor concurrency (clamped to the cluster's ceiling).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = config::args::count)]
     n_concurrent: Option<u32>,
     #[command(flatten)]
     dirs: ConfigDirs,
