@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -39,10 +40,14 @@ pub fn now() -> String {
     rfc3339(SystemTime::now())
 }
 
-/// Writes `status.json` and `events.jsonl`. Write errors are logged, never fatal: the run goes on.
+/// Writes `status.json` and `events.jsonl`. Write errors are counted and logged, never fatal: the
+/// run goes on (a full disk must not stop the teardown).
 pub struct Recorder {
     run_dir: PathBuf,
     pub status: RunStatus,
+    /// Failed writes of `status.json` / `events.jsonl` so far.
+    pub failed_status_writes: u64,
+    pub failed_event_writes: std::cell::Cell<u64>,
 }
 
 impl Recorder {
@@ -65,6 +70,8 @@ impl Recorder {
                 heartbeat: None,
                 outcome: None,
             },
+            failed_status_writes: 0,
+            failed_event_writes: std::cell::Cell::new(0),
         }
     }
 
@@ -78,7 +85,8 @@ impl Recorder {
         let mut text = serde_json::to_string_pretty(&self.status).expect("status serialises");
         text.push('\n');
         if let Err(err) = launch_spec::records::write_atomically(&self.run_dir.join(STATUS_FILE), text.as_bytes()) {
-            tracing::warn!(error = %err, "cannot write status.json");
+            self.failed_status_writes += 1;
+            tracing::warn!(error = %err, failures = self.failed_status_writes, "cannot write status.json");
         }
     }
 
@@ -108,13 +116,16 @@ impl Recorder {
         let event = Event { at: now(), event: name.to_string(), fields };
         let mut line = serde_json::to_string(&event).expect("event serialises");
         line.push('\n');
+        // O_NOFOLLOW: a symlink planted as events.jsonl is refused, its target never appended to.
         let result = OpenOptions::new()
             .create(true)
             .append(true)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(self.run_dir.join(EVENTS_FILE))
             .and_then(|mut f| f.write_all(line.as_bytes()));
         if let Err(err) = result {
-            tracing::warn!(error = %err, "cannot append to events.jsonl");
+            self.failed_event_writes.set(self.failed_event_writes.get() + 1);
+            tracing::warn!(error = %err, failures = self.failed_event_writes.get(), "cannot append to events.jsonl");
         }
     }
 }

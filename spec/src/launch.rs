@@ -642,8 +642,9 @@ pub enum SpecError {
 
 impl LaunchSpec {
     pub fn from_file(path: &Path) -> Result<Self, SpecError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|source| SpecError::Read { path: path.to_path_buf(), source })?;
+        // A regular file of bounded size: a FIFO fails at once instead of hanging the reader.
+        let text = crate::records::read_regular(path, crate::records::MAX_INPUT_BYTES)
+            .map_err(|source| SpecError::Read { path: path.to_path_buf(), source })?;
         Self::from_json(&text, path)
     }
 
