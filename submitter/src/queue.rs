@@ -182,6 +182,33 @@ mod tests {
     }
 
     #[test]
+    fn a_run_dir_holding_another_pairs_spec_is_never_reused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let spec_for = |model: &str| {
+            let mut spec: LaunchSpec = serde_json::from_value(serde_json::json!({
+                "version": 1, "run_tag": "t", "run_dir": tmp.path(), "jobs_dir": "/j", "cluster": "c",
+                "benchmark": "terminal_bench_2", "model": {"hf_id": model, "served_name": "m"},
+                "serve": {"program": "vllm", "tensor_parallel_size": 1, "data_parallel_size": 1},
+                "gpu_profiles": {"profiles": []},
+                "harbor": {"program": "h", "config": "/c", "dataset": "/d", "n_concurrent": 1, "n_attempts": 1, "timeout_multiplier": 1.0},
+                "secrets": {}
+            }))
+            .unwrap();
+            spec.run_dir = tmp.path().to_path_buf();
+            spec
+        };
+        let first = spec_for("a/b__c-8B");
+        assert!(run_dir_free_for(&first).is_ok(), "empty run dir");
+        std::fs::write(spec_path(&first), first.to_json()).unwrap();
+        assert!(run_dir_free_for(&first).is_ok(), "the same pair resumes");
+        let err = run_dir_free_for(&spec_for("a__b/c-8B")).unwrap_err();
+        assert!(err.contains("a/b__c-8B") && err.contains("never overwritten"), "{err}");
+        std::fs::remove_file(spec_path(&first)).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", spec_path(&first)).unwrap();
+        assert!(run_dir_free_for(&first).unwrap_err().contains("symlink"));
+    }
+
+    #[test]
     fn vista_requests_whole_nodes_not_gres() {
         let args = args_for("vista", "Qwen/Qwen3-32B").join(" ");
         assert!(!args.contains("--gres"), "{args}");

@@ -37,7 +37,7 @@ pub struct ResolveArgs {
     #[arg(long, value_name = "FILE", conflicts_with = "models")]
     models_file: Option<PathBuf>,
     /// Model ids.
-    #[arg(value_name = "MODEL", required_unless_present = "models_file", value_parser = config::args::model)]
+    #[arg(value_name = "MODEL", required_unless_present = "models_file")]
     models: Vec<String>,
 }
 
@@ -86,7 +86,11 @@ pub fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
         Registry::load(&registry_dir).with_context(|| format!("loading registry {}", registry_dir.display()))?;
     let models = match &args.models_file {
         Some(file) => lists::read_model_list(file)?,
-        None => args.models.clone(),
+        None => args
+            .models
+            .iter()
+            .map(|m| config::args::model(m).map_err(|e| anyhow::anyhow!("MODEL: {e}")))
+            .collect::<Result<_>>()?,
     };
     let overrides = Overrides { timeout_multiplier: args.timeout_multiplier, ..Overrides::default() };
     let mut resolved: Vec<(String, Resolved)> = Vec::with_capacity(models.len());

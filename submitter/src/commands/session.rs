@@ -44,7 +44,7 @@ pub struct Selection {
     #[arg(long, value_name = "FILE")]
     pub models_file: Option<PathBuf>,
     /// Explicit model ids (also a priority list).
-    #[arg(long = "model", value_name = "M", value_parser = submitter::config::args::model)]
+    #[arg(long = "model", value_name = "M")]
     pub models: Vec<String>,
     /// Instead of a list: every model in the ledger's catalogue.
     #[arg(long, conflicts_with_all = ["models_file", "models"])]
@@ -178,7 +178,11 @@ impl Selection {
     /// The models to consider, in priority order. No list means no submissions, unless
     /// `--all-models` explicitly selects the ledger's catalogue.
     pub fn models(&self, ledger: &dyn Ledger) -> Result<Vec<String>> {
-        let mut models = self.models.clone();
+        let mut models: Vec<String> = self
+            .models
+            .iter()
+            .map(|m| submitter::config::args::model(m).map_err(|e| anyhow::anyhow!("--model: {e}")))
+            .collect::<Result<_>>()?;
         if let Some(file) = &self.models_file {
             models.extend(lists::read_model_list(file)?);
         }

@@ -20,7 +20,7 @@ pub struct SpecArgs {
     #[arg(long)]
     preset: String,
     /// Hugging Face model id.
-    #[arg(long, value_parser = config::args::model)]
+    #[arg(long)]
     model: String,
     /// One of the preset's datasets (default: its first).
     #[arg(long)]
@@ -45,6 +45,8 @@ pub struct SpecArgs {
 }
 
 pub fn spec(args: &SpecArgs) -> Result<ExitCode> {
+    // Checked here rather than by clap, whose message would echo a newline in the id raw.
+    config::args::model(&args.model).map_err(|e| anyhow::anyhow!("--model: {e}"))?;
     let dirs = args.dirs.resolve()?;
     let root = ConfigRoot::discover().map(|r| r.root).unwrap_or_else(|_| dirs.clusters.join(".."));
     let cluster = config::load_cluster(&dirs.clusters, &args.cluster)?;

@@ -3,7 +3,8 @@
 
 use launch_spec::validate as v;
 
-/// `--model`: a model id (`validate::model_id`).
+/// `--model`: a model id (`validate::model_id`). Called by the commands after parsing (not as a
+/// clap value parser: clap would echo a control character in the id raw).
 pub fn model(text: &str) -> Result<String, String> {
     v::model_id(text).map(str::to_string)
 }
