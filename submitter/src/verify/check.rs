@@ -469,7 +469,10 @@ pub fn scan_trials(dir: &Path, instant_fail_s: f64) -> std::io::Result<TrialScan
             scan.last_result_trial = Some(name.clone());
         }
         buf.clear();
-        if std::io::Read::read_to_end(&mut std::io::Read::take(&mut file, fsread::RECORD_CAP + 1), &mut buf).is_err()
+        // An oversized result is not read at all (fstat on the open file), and never past the cap.
+        if file.metadata().is_ok_and(|m| m.len() > fsread::RECORD_CAP)
+            || std::io::Read::read_to_end(&mut std::io::Read::take(&mut file, fsread::RECORD_CAP + 1), &mut buf)
+                .is_err()
             || buf.len() as u64 > fsread::RECORD_CAP
         {
             continue;
