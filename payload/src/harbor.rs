@@ -294,11 +294,7 @@ pub fn judge_print_config(spec: &LaunchSpec, code: Option<i32>, stdout: &str, st
 /// Runs the installed Harbor's `jobs start … --print-config` on the fresh-run argv (config file
 /// `config`, written beforehand) with Harbor's environment, bounded by [`CONFIG_CHECK_TIMEOUT`],
 /// and judges it. Blocking; the child is killed if it overruns.
-pub fn check_with_print_config(
-    spec: &LaunchSpec,
-    argv: &[String],
-    env: &BTreeMap<String, String>,
-) -> ConfigCheck {
+pub fn check_with_print_config(spec: &LaunchSpec, argv: &[String], env: &BTreeMap<String, String>) -> ConfigCheck {
     use std::io::Read;
     use std::process::{Command, Stdio};
     if !spec.harbor.dialect.has_print_config() {
@@ -334,7 +330,9 @@ pub fn check_with_print_config(
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break Some(status),
-            Ok(None) if std::time::Instant::now() < deadline => std::thread::sleep(std::time::Duration::from_millis(50)),
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(50))
+            }
             _ => {
                 let _ = child.kill();
                 let _ = child.wait();

@@ -1801,11 +1801,15 @@ fn run_job(cfg: Value, is_resume: bool) -> ! {
     let lock_path = job_dir.join("lock.json");
     let mut job_lock = job_lock;
     if lock_path.exists() {
-        let existing: Option<Value> = std::fs::read_to_string(&lock_path).ok().and_then(|t| serde_json::from_str(&t).ok());
+        let existing: Option<Value> =
+            std::fs::read_to_string(&lock_path).ok().and_then(|t| serde_json::from_str(&t).ok());
         let Some(existing) = existing else {
             die_with_traceback(
                 &frames_create,
-                &format!("ValueError: Existing lock file at {} could not be parsed; refusing to overwrite it.", lock_path.display()),
+                &format!(
+                    "ValueError: Existing lock file at {} could not be parsed; refusing to overwrite it.",
+                    lock_path.display()
+                ),
             )
         };
         job_lock["created_at"] = existing["created_at"].clone();
