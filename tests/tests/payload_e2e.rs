@@ -129,7 +129,7 @@ impl Fx {
                 "n_concurrent": 2,
                 "n_attempts": 1,
                 "timeout_multiplier": 1.0,
-                "env": {"STANDIN_TRIAL_SECONDS": "0.05"}
+                "env": {"STANDIN_TRIAL_SECONDS": "0.05", "STANDIN_EXTRAS": "daytona"}
             },
             "secrets": {"file": self.secrets_path(), "pass_to_harbor": ["HF_TOKEN"]},
             "limits": {"teardown_grace_s": 1.5, "heartbeat_interval_s": 0.3, "health_probe_interval_s": 0.3,
