@@ -586,6 +586,35 @@ mod tests {
     }
 
     #[test]
+    fn print_config_verdicts() {
+        let spec = spec();
+        let printed = |kwargs: serde_json::Value| {
+            serde_json::json!({"job_name": "x", "agents": [{"name": "terminus-2", "model_name": "hosted_vllm/Qwen3-8B", "kwargs": kwargs}]})
+                .to_string()
+        };
+        let ok = printed(serde_json::json!({"api_base": "http://h/v1", "parser_name": "xml"}));
+        assert_eq!(judge_print_config(&spec, Some(0), &ok, ""), ConfigCheck::Passed { agents: 1 });
+        let bad = printed(serde_json::json!({"api_base": "http://h/v1", "extra_body": {}}));
+        let ConfigCheck::Rejected(why) = judge_print_config(&spec, Some(0), &bad, "") else { panic!() };
+        assert!(why.contains("Unknown option 'extra_body'"), "{why}");
+        let no_base = printed(serde_json::json!({}));
+        assert!(
+            matches!(judge_print_config(&spec, Some(0), &no_base, ""), ConfigCheck::Rejected(w) if w.contains("api_base"))
+        );
+        let other_model = ok.replace("hosted_vllm/Qwen3-8B", "openai/gpt");
+        assert!(
+            matches!(judge_print_config(&spec, Some(0), &other_model, ""), ConfigCheck::Rejected(w) if w.contains("model"))
+        );
+        let ConfigCheck::Rejected(why) =
+            judge_print_config(&spec, Some(2), "", "Usage: harbor jobs start\nError: No such option: --swap\n")
+        else {
+            panic!()
+        };
+        assert!(why.contains("exited Some(2)") && why.contains("No such option: --swap"), "{why}");
+        assert!(matches!(judge_print_config(&spec, Some(0), "not json", ""), ConfigCheck::Rejected(_)));
+    }
+
+    #[test]
     fn shipped_yaml_holds_only_options_terminus2_025_accepts() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../presets/harbor/dcagent_eval_config_no_override.yaml");
         let v: serde_json::Value = launch_spec::yaml::from_yaml_file(&path).unwrap();

@@ -1139,3 +1139,25 @@ fn sigterm_during_resume_records_the_trials_in_flight() {
         .count();
     assert!(cancelled >= 1, "the resumed trial in flight has no result.json");
 }
+
+#[test]
+fn plan_check_harbor_asks_the_installed_harbor() {
+    let fx = Fx::new("planchk");
+    let mut spec = fx.spec();
+    let run_plan = |spec: &Value| {
+        let path = fx.write_spec(spec);
+        let out =
+            fx.command(&["plan", "--spec", path.to_str().unwrap(), "--json", "--check-harbor"], &[]).output().unwrap();
+        let plan: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        (out.status.code(), plan)
+    };
+    let (code, plan) = run_plan(&spec);
+    assert_eq!(code, Some(0), "{plan:#}");
+    assert!(plan["harbor"]["config_check"].as_str().unwrap().starts_with("Passed"), "{plan:#}");
+    assert!(!fx.run_dir().join("harbor-job-config.json").exists(), "plan writes nothing into the run dir");
+    spec["harbor"]["agent_kwargs"] = json!(["collect_engine_metrics=false"]);
+    let (code, plan) = run_plan(&spec);
+    assert_eq!(code, Some(14), "{plan:#}");
+    let problems = plan["problems"].to_string();
+    assert!(problems.contains("Unknown option 'collect_engine_metrics'"), "{problems}");
+}
