@@ -692,7 +692,7 @@ fn sigterm_during_run_stops_harbor_first() {
     assert_no_survivors(&run);
     let o = outcome(&fx);
     assert_eq!(o["class"], "interrupted");
-    assert_eq!(o["harbor_exit_code"], 1, "Harbor turned TERM into KeyboardInterrupt: {o}");
+    assert_eq!(o["harbor_exit_code"], 130, "Harbor took SIGINT as KeyboardInterrupt: {o}");
     // Harbor cancelled its running trials and wrote their results.
     let cancelled = std::fs::read_dir(fx.run_dir())
         .unwrap()
@@ -732,7 +732,7 @@ fn usr1_winds_down_as_walltime() {
     let o = outcome(&fx);
     assert_eq!(o["class"], "walltime");
     assert_eq!(o["signal"], "SIGUSR1");
-    assert_eq!(o["harbor_exit_code"], 1);
+    assert_eq!(o["harbor_exit_code"], 130, "SIGINT: KeyboardInterrupt");
 }
 
 #[test]
@@ -1130,7 +1130,7 @@ fn sigterm_during_resume_records_the_trials_in_flight() {
     assert_no_survivors(&run);
     assert_eq!(fx.status()["resume"], true);
     let o = outcome(&fx);
-    assert_eq!(o["harbor_exit_code"], 1, "Harbor's resume took KeyboardInterrupt: {o}");
+    assert_eq!(o["harbor_exit_code"], 130, "Harbor's resume took KeyboardInterrupt: {o}");
     let cancelled = std::fs::read_dir(fx.run_dir())
         .unwrap()
         .flatten()

@@ -23,14 +23,15 @@
 //! | `STANDIN_RETRY_SCALE` | factor applied to harbor's retry back-off and litellm's 4–15 s waits (default 0.01) |
 //! | `STANDIN_CRASH=<code>` | exit with that code right after writing the job's config.json, with a Python traceback |
 //! | `STANDIN_IGNORE_SIGTERM=1` | ignore SIGTERM |
+//! | `STANDIN_EXTRAS=daytona` | extras of this "install" (`harbor[daytona]`); without `daytona`, every `--env daytona` trial fails to construct its environment with `MissingExtraError` |
 //! | `STANDIN_IGNORE_SIGINT=1` | ignore SIGINT (a Harbor that does not stop; payload stops Harbor with SIGINT) |
 //! | `STANDIN_LEGACY_RESULT=1` | also write the pre-0.2x top-level `stats.n_trials` / `stats.n_errors` in the job result.json |
 //!
 //! The reward of a trial is read from a `reward` file in the task directory
 //! (a number), else it is 1.0 or 0.0 from a hash of the task name.
 //! SIGTERM (jobs start) and SIGINT: running trials end as `CancelledError`,
-//! result files are written, `Aborted.` goes to stderr, exit 1 — what typer
-//! does with harbor's KeyboardInterrupt. `jobs resume` installs no SIGTERM
+//! result files are written, exit 130 with nothing more printed — what the real
+//! harbor does with its KeyboardInterrupt. `jobs resume` installs no SIGTERM
 //! handler in harbor 0.25, so SIGTERM kills it outright (faithfully).
 //! Before running, terminus-2's kwargs are checked against its 0.25 option schema ("Invalid kwargs
 //! for agent 'terminus-2': Unknown option 'x'.", exit 1), and the job's `lock.json` (one entry per
@@ -837,6 +838,11 @@ fn host_var_template(value: &str) -> Option<(String, Option<String>)> {
 /// end of input (payload's stdin is /dev/null) is typer's `Aborted.`, exit 1.
 fn confirm_host_env_access(cfg: &Value, yes: bool) {
     let Ok(tasks) = resolve_tasks(cfg) else { return };
+    // Job.create ran first: the job dir and its job.log exist whatever the answer.
+    if let Some(job_dir) = cfg["jobs_dir"].as_str().zip(cfg["job_name"].as_str()).map(|(d, n)| Path::new(d).join(n)) {
+        let _ = std::fs::create_dir_all(&job_dir);
+        let _ = std::fs::OpenOptions::new().create(true).append(true).open(job_dir.join("job.log"));
+    }
     let explicit = |section: &str| -> BTreeSet<String> {
         cfg[section]["env"].as_object().map(|m| m.keys().cloned().collect()).unwrap_or_default()
     };
@@ -1974,9 +1980,9 @@ fn run_job(cfg: Value, is_resume: bool) -> ! {
             let _quiesce = job.create_lock.lock().unwrap_or_else(|e| e.into_inner());
             job.cancel_live();
             job.jlog("Job cancelled (KeyboardInterrupt)");
-            eprintln!();
-            eprintln!("Aborted.");
-            std::process::exit(1);
+            // harbor 0.25 exits 130 after a KeyboardInterrupt and prints nothing more
+            // (docs/harbor-facts.md, observed with the real program).
+            std::process::exit(130);
         }
         if handles.iter().all(|h| h.is_finished()) {
             break;
