@@ -301,11 +301,7 @@ pub fn judge_print_config(spec: &LaunchSpec, code: Option<i32>, stdout: &str, st
 /// Runs the installed Harbor's `jobs start … --print-config` on the fresh-run argv (config file
 /// `config`, written beforehand) with Harbor's environment, bounded by [`CONFIG_CHECK_TIMEOUT`],
 /// and judges it. Blocking; the child is killed if it overruns.
-pub fn check_with_print_config(
-    spec: &LaunchSpec,
-    argv: &[String],
-    env: &BTreeMap<String, String>,
-) -> ConfigCheck {
+pub fn check_with_print_config(spec: &LaunchSpec, argv: &[String], env: &BTreeMap<String, String>) -> ConfigCheck {
     use std::io::Read;
     use std::process::{Command, Stdio};
     if !spec.harbor.dialect.has_print_config() {
@@ -341,7 +337,9 @@ pub fn check_with_print_config(
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break Some(status),
-            Ok(None) if std::time::Instant::now() < deadline => std::thread::sleep(std::time::Duration::from_millis(50)),
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(50))
+            }
             _ => {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -606,6 +604,35 @@ mod tests {
         assert_eq!(v["agents"], serde_json::json!([{"name": "openhands", "model_name": "hosted_vllm/Qwen3-8B"}]));
         spec.harbor.config = dir.path().join("missing.yaml");
         assert!(merged_job_config(&spec).unwrap_err().to_string().contains("missing.yaml"));
+    }
+
+    #[test]
+    fn print_config_verdicts() {
+        let spec = spec();
+        let printed = |kwargs: serde_json::Value| {
+            serde_json::json!({"job_name": "x", "agents": [{"name": "terminus-2", "model_name": "hosted_vllm/Qwen3-8B", "kwargs": kwargs}]})
+                .to_string()
+        };
+        let ok = printed(serde_json::json!({"api_base": "http://h/v1", "parser_name": "xml"}));
+        assert_eq!(judge_print_config(&spec, Some(0), &ok, ""), ConfigCheck::Passed { agents: 1 });
+        let bad = printed(serde_json::json!({"api_base": "http://h/v1", "extra_body": {}}));
+        let ConfigCheck::Rejected(why) = judge_print_config(&spec, Some(0), &bad, "") else { panic!() };
+        assert!(why.contains("Unknown option 'extra_body'"), "{why}");
+        let no_base = printed(serde_json::json!({}));
+        assert!(
+            matches!(judge_print_config(&spec, Some(0), &no_base, ""), ConfigCheck::Rejected(w) if w.contains("api_base"))
+        );
+        let other_model = ok.replace("hosted_vllm/Qwen3-8B", "openai/gpt");
+        assert!(
+            matches!(judge_print_config(&spec, Some(0), &other_model, ""), ConfigCheck::Rejected(w) if w.contains("model"))
+        );
+        let ConfigCheck::Rejected(why) =
+            judge_print_config(&spec, Some(2), "", "Usage: harbor jobs start\nError: No such option: --swap\n")
+        else {
+            panic!()
+        };
+        assert!(why.contains("exited Some(2)") && why.contains("No such option: --swap"), "{why}");
+        assert!(matches!(judge_print_config(&spec, Some(0), "not json", ""), ConfigCheck::Rejected(_)));
     }
 
     #[test]

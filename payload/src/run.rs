@@ -456,8 +456,12 @@ impl Run {
         // then): a refusal ends the run before Harbor would start and fail.
         let mut config_check = (!resume).then(|| {
             let (spec, env) = (self.spec.clone(), harbor_env.clone());
-            let argv =
-                harbor::prepare_fresh(&spec, &harbor_program.display().to_string(), &format!("{base}/v1"), &agent_envs.args);
+            let argv = harbor::prepare_fresh(
+                &spec,
+                &harbor_program.display().to_string(),
+                &format!("{base}/v1"),
+                &agent_envs.args,
+            );
             tokio::task::spawn_blocking(move || match argv {
                 Ok(argv) => harbor::check_with_print_config(&spec, &argv, &env),
                 Err(e) => harbor::ConfigCheck::Rejected(e.to_string()),
@@ -484,7 +488,8 @@ impl Run {
         if let Some(check) = config_check.take()
             && verdict.is_none()
         {
-            verdict = Some(check.await.unwrap_or_else(|e| harbor::ConfigCheck::Skipped(format!("check task failed: {e}"))));
+            verdict =
+                Some(check.await.unwrap_or_else(|e| harbor::ConfigCheck::Skipped(format!("check task failed: {e}"))));
         }
         if let Some(v) = verdict {
             self.rec.event("harbor_config_check", json!({ "result": format!("{v:?}") }));

@@ -555,3 +555,59 @@ impl ClusterProfile {
         problems
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use launch_spec::versions::{HarborDialect, VERIFIED_VLLM};
+    use std::path::Path;
+
+    const LOCAL: &str = include_str!("../../../clusters/local.yaml");
+
+    fn parse(text: &str) -> Result<ClusterProfile, launch_spec::yaml::YamlError> {
+        launch_spec::yaml::from_yaml_str(text, std::path::Path::new("clusters/x.yaml"))
+    }
+
+    #[test]
+    fn environments_declare_versions_or_take_the_verified_ones() {
+        let profile = parse(LOCAL).unwrap();
+        let env = &profile.environments["otagent"];
+        assert_eq!(env.vllm, Some(VERIFIED_VLLM));
+        assert_eq!(env.harbor_dialect(), HarborDialect::Harbor025);
+        let old_form = LOCAL.replace(
+            "  otagent:\n    path: ${SUBMITTER_HOME}/.local-env\n    vllm: \"0.33.0\"\n    harbor: \"0.25.0\"\n",
+            "  otagent: /envs/otagent\n",
+        );
+        let profile = parse(&old_form).unwrap();
+        let env = &profile.environments["otagent"];
+        assert_eq!((env.path.as_path(), env.vllm, env.vllm()), (Path::new("/envs/otagent"), None, VERIFIED_VLLM));
+        let fork = LOCAL.replacen("harbor: \"0.25.0\"", "harbor: extra-body-fork", 1).replacen(
+            "vllm: \"0.33.0\"",
+            "vllm: \"0.10.1.post1\"",
+            1,
+        );
+        let profile = parse(&fork).unwrap();
+        let env = &profile.environments["otagent"];
+        assert_eq!(env.harbor_dialect(), HarborDialect::ExtraBodyFork);
+        assert!(launch_spec::versions::vllm_has_swap_space(env.vllm()));
+    }
+
+    #[test]
+    fn bad_declarations_and_the_retired_key_are_refused_with_the_fix() {
+        let err = parse(&LOCAL.replacen("harbor: \"0.25.0\"", "harbor: \"0.9.0\"", 1)).unwrap_err().to_string();
+        assert!(err.contains("clusters/x.yaml:") && err.contains("older than 0.25.0"), "{err}");
+        let err = parse(&LOCAL.replacen("vllm: \"0.33.0\"", "vllm: latest", 1)).unwrap_err().to_string();
+        assert!(err.contains("`latest` is not a version"), "{err}");
+        let err = parse(&LOCAL.replace("engine:\n", "engine:\n  supports_swap_space: true\n")).unwrap_err().to_string();
+        assert!(err.contains("engine.supports_swap_space is replaced") && err.contains("vllm:"), "{err}");
+    }
+
+    #[test]
+    fn retired_vllm_env_is_a_problem_where_the_declared_vllm_no_longer_knows_it() {
+        let with_env = LOCAL.replace("engine:\n", "engine:\n  env:\n    VLLM_USE_V1: \"1\"\n");
+        let problems = parse(&with_env).unwrap().problems();
+        assert!(problems.iter().any(|p| p.contains("VLLM_USE_V1 is unknown to vLLM 0.33.0")), "{problems:?}");
+        let older = with_env.replace("vllm: \"0.33.0\"", "vllm: \"0.10.1\"");
+        assert!(parse(&older).unwrap().problems().is_empty());
+    }
+}
