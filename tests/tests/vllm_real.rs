@@ -13,6 +13,7 @@
 //! the vLLM venv is absent (`scripts/install-vllm.sh`; CI installs it).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -38,6 +39,13 @@ const GPU_FIXTURES: &[(&str, &str)] = &[
 const BASE_PRESET: &str = "tb2";
 /// Concurrent `submitter spec` processes while building the argvs.
 const SPEC_WORKERS: usize = 3;
+
+/// Writes straight to stderr: libtest captures `eprintln!` of passing tests, and the counts belong in
+/// CI's log either way.
+fn say(text: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{text}");
+}
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
@@ -71,14 +79,14 @@ fn checker() -> Option<MutexGuard<'static, Checker>> {
         let venv = match vllm_oracle::venv(VERIFIED_VLLM) {
             Ok(v) => v,
             Err(why) => {
-                eprintln!("SKIP: the real vLLM is not installed: {why}");
+                say(&format!("SKIP: the real vLLM is not installed: {why}"));
                 return None;
             }
         };
         let started = std::time::Instant::now();
         let checker = Checker::start(&venv).unwrap_or_else(|e| panic!("vLLM checker: {e}"));
         assert_eq!(checker.version, VERIFIED_VLLM, "the venv's vLLM version");
-        eprintln!("vLLM {} checker ready in {:.1}s", checker.version, started.elapsed().as_secs_f64());
+        say(&format!("vLLM {} checker ready in {:.1}s", checker.version, started.elapsed().as_secs_f64()));
         Some(Mutex::new(checker))
     });
     slot.as_ref().map(|m| m.lock().unwrap_or_else(|e| e.into_inner()))
@@ -126,7 +134,7 @@ fn build_corpus() -> Corpus {
     if shared.is_dir() {
         registries.push(("otagent".to_string(), shared));
     } else {
-        eprintln!("NOTE: {} is absent: only our own registry is checked", shared.display());
+        say(&format!("NOTE: {} is absent: only our own registry is checked", shared.display()));
     }
     let clusters = submitter::config::load_clusters(&root.join("clusters")).expect("clusters/*.yaml load");
     let presets = submitter::config::load_presets(&root.join("presets")).expect("presets/*.yaml load");
@@ -181,7 +189,7 @@ fn build_corpus() -> Corpus {
 
     let submitter_bin = workspace_bin("submitter", "submitter");
     let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<(usize, Result<Case, (bool, String)>)>> = Mutex::new(Vec::new());
+    let results: Mutex<Vec<(usize, Built)>> = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
         for _ in 0..SPEC_WORKERS {
             scope.spawn(|| {
@@ -208,9 +216,12 @@ fn build_corpus() -> Corpus {
     corpus
 }
 
+/// A case, or (refused by submitter?, why).
+type Built = Result<Case, (bool, String)>;
+
 /// `submitter spec`, then payload's plan: the argv. Err((true, why)) when submitter refuses the
 /// combination, Err((false, why)) when payload cannot build an argv.
-fn build_case(submitter: &Path, root: &Path, tmp: &Path, index: usize, job: &Job) -> Result<Case, (bool, String)> {
+fn build_case(submitter: &Path, root: &Path, tmp: &Path, index: usize, job: &Job) -> Built {
     let home = tmp.join("home");
     let spec_path = tmp.join(format!("spec-{index}.json"));
     let mut cmd = Command::new(submitter);
@@ -298,11 +309,11 @@ fn every_registry_argv_is_accepted_by_real_vllm() {
     let Some(mut checker) = checker() else { return };
     let corpus = corpus();
     if !corpus.refused.is_empty() {
-        eprintln!(
+        say(&format!(
             "NOTE: {} combinations are refused by submitter (never launched, so not checked):{}",
             corpus.refused.len(),
             grouped(&corpus.refused)
-        );
+        ));
     }
     let total = corpus.cases.len() + corpus.unbuildable.len();
     let mut rejected: Vec<(String, String)> =
@@ -325,21 +336,21 @@ fn every_registry_argv_is_accepted_by_real_vllm() {
         }
     }
     for (warning, count) in &warnings {
-        eprintln!("vLLM warned ({count} argv): {warning}");
+        say(&format!("vLLM warned ({count} argv): {warning}"));
     }
-    eprintln!(
+    say(&format!(
         "vLLM conformance: {} argv from {} registry models × {} cluster profiles, checked by vLLM {VERIFIED_VLLM}",
         total, corpus.models, corpus.clusters
-    );
+    ));
     if !unverifiable.is_empty() {
-        eprintln!(
+        say(&format!(
             "NOTE: {} argv pass every check but the name of a parser that a site plugin registers (counted as accepted):{}",
             unverifiable.len(),
             grouped(&unverifiable)
-        );
+        ));
     }
-    eprintln!("vLLM conformance: {}/{total} argv accepted", total - rejected.len());
-    eprintln!("vLLM conformance: {}/{total} engine environments known to vLLM", total - unknown_env.len());
+    say(&format!("vLLM conformance: {}/{total} argv accepted", total - rejected.len()));
+    say(&format!("vLLM conformance: {}/{total} engine environments known to vLLM", total - unknown_env.len()));
     assert!(total > 0, "no argv was built");
     assert!(
         rejected.is_empty() && unknown_env.is_empty(),
@@ -426,11 +437,11 @@ fn standin_option_table_is_real_vllms() {
     };
     compare("tool-call parsers", TOOL_PARSERS, &real["tool_parsers"], &mut problems);
     compare("reasoning parsers", REASONING_PARSERS, &real["reasoning_parsers"], &mut problems);
-    eprintln!(
+    say(&format!(
         "vLLM stand-in option table: {} option strings in vLLM {VERIFIED_VLLM}'s serve parser, {} in the stand-in's",
         real_strings.len(),
         standin.len()
-    );
+    ));
     assert!(
         problems.is_empty(),
         "the vLLM stand-in (tests/src/standin/vllm_flags.rs) drifted from vLLM {VERIFIED_VLLM}:\n  {}",
@@ -509,11 +520,11 @@ fn standin_accepts_and_rejects_like_real_vllm() {
             ));
         }
     }
-    eprintln!(
+    say(&format!(
         "vLLM stand-in contract: {}/{} argv ({samples} samples + {} conformance argv) get vLLM {VERIFIED_VLLM}'s verdict",
         argvs.len() - differ.len(),
         argvs.len(),
         argvs.len() - samples
-    );
+    ));
     assert!(differ.is_empty(), "the vLLM stand-in and vLLM {VERIFIED_VLLM} disagree:\n  {}", differ.join("\n  "));
 }
