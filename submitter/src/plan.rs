@@ -13,7 +13,7 @@ use crate::config::Preset;
 use crate::decide::{self, Decision, Elsewhere, LatestAttempt, PairHistory, Policy, Prerequisite, SlurmView, Verdict};
 use crate::launch::{LaunchContext, LaunchError, LaunchOverrides};
 use crate::ledger::{Heartbeat, Ledger, LedgerError, NewAttempt, PairState, Status, now};
-use crate::queue::{JobInputs, sbatch_request, spec_path};
+use crate::queue::{JobInputs, run_dir_free_for, sbatch_request, spec_path};
 use crate::registry::names;
 use crate::slurm::{JobId, Slurm};
 use crate::sync::{belongs_to, read_status, run_dir_of};
@@ -321,6 +321,10 @@ pub fn submit(
         let short = selected.preset.log_suffix.clone().unwrap_or_else(|| selected.name.clone());
         let job_name = names::job_name(&short, &job.model);
         let spec_file = spec_path(&spec);
+        if let Err(why) = run_dir_free_for(&spec) {
+            record(format!("not submitted: {why}"), None, None);
+            continue;
+        }
         // Ledger row first: it reserves the pair (the database refuses a second active attempt).
         let new = NewAttempt {
             model: job.model.clone(),

@@ -43,8 +43,8 @@ pub fn run_dir_of(attempt: &Attempt) -> Option<PathBuf> {
 }
 
 pub fn read_status(run_dir: &Path) -> Option<RunStatus> {
-    let text = std::fs::read_to_string(run_dir.join(STATUS_FILE)).ok()?;
-    serde_json::from_str(&text).ok()
+    // A regular file of bounded size, never through a symlink: a FIFO never hangs sync or status.
+    crate::verify::read_record(&run_dir.join(STATUS_FILE))
 }
 
 /// A resubmission reuses the run dir (so Harbor resumes): a `status.json` is this attempt's only
