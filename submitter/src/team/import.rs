@@ -119,12 +119,7 @@ pub fn import(ledger: &dyn Ledger, url: &str, full: bool) -> Result<ImportReport
         .filter_map(|s| s.source_id.strip_prefix(&prefix).map(str::to_string))
         .collect();
     let history = read_history(&mut connection, since, &active)?;
-    tracing::info!(
-        "read {} job(s) from {source} in {:.2} s at {:?}",
-        history.jobs.len(),
-        started.elapsed().as_secs_f64(),
-        std::time::SystemTime::now()
-    );
+    tracing::info!("read {} job(s) from {source} in {:.2} s", history.jobs.len(), started.elapsed().as_secs_f64(),);
     let mut report = apply(ledger, &source, &history)?;
     tracing::info!("written by {:.2} s", started.elapsed().as_secs_f64());
     // Only a completed import moves the mark (and keeps the old one when nothing was read).
