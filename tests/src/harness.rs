@@ -7,10 +7,14 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// `target/<profile>/payload`, next to this test executable's parent dir; built once per test
-/// process with `cargo build -p payload` (a no-op when it is fresh).
+/// process with `cargo build -p payload` (a no-op when it is fresh). `$E2E_PAYLOAD_BIN` names
+/// another binary instead (e.g. an older build, to see a test fail before its fix).
 pub fn payload_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
+        if let Some(bin) = std::env::var_os("E2E_PAYLOAD_BIN").filter(|b| !b.is_empty()) {
+            return PathBuf::from(bin);
+        }
         let exe = std::env::current_exe().expect("test executable path");
         let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>").to_path_buf();
         let bin = profile_dir.join("payload");

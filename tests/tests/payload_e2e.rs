@@ -1070,6 +1070,27 @@ fn wait_no_marker(marker: &str, timeout: Duration) {
     }
 }
 
+/// Runs payload with `args` to its end, killing it after `timeout` (a hang fails the test instead
+/// of stalling the suite): (exit code, stderr).
+fn run_within(fx: &Fx, args: &[&str], timeout: Duration) -> (i32, String) {
+    let err_path = fx.root.join(format!("payload-{}.stderr", unique()));
+    let stderr = std::fs::File::create(&err_path).unwrap();
+    let mut child = fx.command(args, &[]).stdout(Stdio::null()).stderr(stderr).spawn().unwrap();
+    let until = Instant::now() + timeout;
+    let code = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st.code().unwrap_or(-1);
+        }
+        if Instant::now() >= until {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("payload {args:?} still running after {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    (code, std::fs::read_to_string(&err_path).unwrap_or_default())
+}
+
 fn write_failures(fx: &Fx) -> Value {
     fx.last_event("write_failures").map(|e| e["fields"].clone()).unwrap_or(Value::Null)
 }
@@ -1233,9 +1254,8 @@ fn second_payload_on_a_live_run_dir_exits_5_and_changes_nothing() {
     fx.wait_phase("running", Duration::from_secs(20));
     let events_before = fx.events().len();
     let path = fx.write_spec(&spec);
-    let out = fx.command(&["run", "--spec", path.to_str().unwrap()], &[]).output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(5), "{err}");
+    let (code, err) = run_within(&fx, &["run", "--spec", path.to_str().unwrap()], Duration::from_secs(10));
+    assert_eq!(code, 5, "{err}");
     assert!(err.contains("in use by another payload") && err.contains(&format!("pid {}", first.pid)), "{err}");
     let st = fx.status();
     assert_eq!(st["phase"], "running");
@@ -1275,11 +1295,9 @@ fn fifo_spec_or_secrets_fails_at_once() {
     let fifo = fx.root.join("spec.fifo");
     assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
     for cmd in ["run", "plan"] {
-        let t = Instant::now();
-        let out = fx.command(&[cmd, "--spec", fifo.to_str().unwrap()], &[]).output().unwrap();
-        assert_eq!(out.status.code(), Some(2), "{cmd}: {}", String::from_utf8_lossy(&out.stderr));
-        assert!(t.elapsed() < Duration::from_secs(5), "{cmd} hung on a FIFO spec");
-        assert!(String::from_utf8_lossy(&out.stderr).contains("not a regular file"));
+        let (code, err) = run_within(&fx, &[cmd, "--spec", fifo.to_str().unwrap()], Duration::from_secs(5));
+        assert_eq!(code, 2, "{cmd}: {err}");
+        assert!(err.contains("not a regular file"), "{err}");
     }
     std::fs::remove_file(fx.secrets_path()).unwrap();
     assert!(Command::new("mkfifo").args(["-m", "600"]).arg(fx.secrets_path()).status().unwrap().success());
