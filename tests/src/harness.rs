@@ -7,10 +7,14 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// `target/<profile>/payload`, next to this test executable's parent dir; built once per test
-/// process with `cargo build -p payload` (a no-op when it is fresh).
+/// process with `cargo build -p payload` (a no-op when it is fresh). `$E2E_PAYLOAD_BIN` names
+/// another binary instead (e.g. an older build, to see a test fail before its fix).
 pub fn payload_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| workspace_bin("payload", "payload"))
+    BIN.get_or_init(|| match std::env::var_os("E2E_PAYLOAD_BIN").filter(|b| !b.is_empty()) {
+        Some(bin) => PathBuf::from(bin),
+        None => workspace_bin("payload", "payload"),
+    })
 }
 
 /// `target/<profile>/<bin>` of workspace package `package`, built with `cargo build -p` (a no-op
