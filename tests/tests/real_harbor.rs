@@ -156,7 +156,8 @@ impl Fx {
                 "timeout_multiplier": 1.0,
                 // Last --env wins in Harbor: the host environment instead of a cloud sandbox.
                 "extra_args": ["--env", "host_env:HostEnvironment"],
-                "env": {"PYTHONPATH": self.root.join("py")}
+                // The wrapper shows Harbor only /tmp and these: the repo holds the shipped YAMLs.
+                "env": {"PYTHONPATH": self.root.join("py"), "EVALCI_HARBOR_BINDS": repo()}
             },
             "secrets": {"file": self.root.join("secrets.env")},
             "limits": {"teardown_grace_s": 20.0, "heartbeat_interval_s": 0.5, "health_probe_interval_s": 0.5,
@@ -317,6 +318,10 @@ impl Run {
         let left = marker_processes(&self.marker);
         assert!(left.is_empty(), "processes survived payload: {left:#?}");
     }
+}
+
+fn repo() -> PathBuf {
+    Path::new(REPO).canonicalize().unwrap()
 }
 
 fn read_json(path: &Path) -> Option<Value> {
@@ -526,7 +531,7 @@ fn shipped_yaml_agent_settings_reach_harbors_job_config() {
     let shipped = "presets/harbor/dcagent_eval_config_no_override.yaml";
     let yaml = yaml_file(shipped);
     let mut spec = fx.spec();
-    spec["harbor"]["config"] = json!(Path::new(REPO).join(shipped));
+    spec["harbor"]["config"] = json!(repo().join(shipped));
     let mut run = fx.start(&spec, "5601");
     assert_finished(&fx, &mut run);
     all_scored(&fx, &[("yaml", 1.0)]);
