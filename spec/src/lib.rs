@@ -4,6 +4,7 @@
 pub mod gpu;
 pub mod launch;
 pub mod records;
+pub mod versions;
 pub mod yaml;
 
 pub use gpu::{GpuInfo, GpuProfile, GpuProfiles};

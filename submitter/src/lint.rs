@@ -181,18 +181,17 @@ fn check_fields(place: &str, fields: &ServeFields, findings: &mut Findings) {
         }
     }
     if let Some(extra) = &fields.extra_args
-        && let Err(err) = shell_split(extra)
+        && extra.contains(['\'', '"'])
+        && !extra.contains('{')
     {
-        findings.error(place, format!("extra_args cannot be split into arguments: {err}"));
+        findings.warn(
+            place,
+            "extra_args has quotes: they reach vLLM as written (extra_args is split on whitespace only, like the old scripts' unquoted $EVAL_VLLM_EXTRA_ARGS)",
+        );
     }
     if fields.tensor_parallel_size == Some(0) || fields.data_parallel_size == Some(0) {
         findings.error(place, "tensor_parallel_size and data_parallel_size must be ≥ 1");
     }
-}
-
-/// Shell-style splitting of `extra_args` (quotes honoured, no expansion), as payload does.
-pub fn shell_split(text: &str) -> Result<Vec<String>, String> {
-    shell_words::split(text).map_err(|err| err.to_string())
 }
 
 fn check_clusters(dir: &Path, findings: &mut Findings) -> Vec<ClusterProfile> {
@@ -373,6 +372,28 @@ fn check_fields_on_cluster(
             ),
         );
     }
+    // The kwargs as the cluster's Harbor will get them (translated at spec time), checked against
+    // terminus-2's options where that Harbor's schema is known.
+    if let Some(kwargs) = &fields.agent_kwargs
+        && let Some(env) = cluster.environments.get(&cluster.harbor.environment)
+    {
+        let dialect = env.harbor_dialect();
+        match launch_spec::versions::translate_agent_kwargs(kwargs, dialect) {
+            Err(err) => findings.error(place, format!("on cluster {} ({}): {err}", cluster.name, dialect.as_str())),
+            Ok(translated) => {
+                for key in launch_spec::versions::unknown_terminus2_options(&translated, dialect) {
+                    findings.error(
+                        place,
+                        format!(
+                            "agent kwarg `{key}` is unknown to terminus-2 of {} on cluster {} (Harbor refuses it: \"Unknown option '{key}'\"); remove it or use one of its options (docs/real-programs.md)",
+                            dialect.as_str(),
+                            cluster.name
+                        ),
+                    );
+                }
+            }
+        }
+    }
     let tp = fields
         .tensor_parallel_size
         .unwrap_or_else(|| if crate::registry::size::total_size(id).is_some_and(|s| s > 14.0) { 2 } else { 1 });
@@ -382,17 +403,5 @@ fn check_fields_on_cluster(
             place,
             format!("TP {tp} × DP {dp} = {} GPUs exceeds cluster {}'s {gpus} GPUs per node", tp * dp, cluster.name),
         );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::shell_split;
-
-    #[test]
-    fn splits_like_a_shell_without_expansion() {
-        assert_eq!(shell_split("--a 1  --b 'x y' \"q\\\"z\"").unwrap(), vec!["--a", "1", "--b", "x y", "q\"z"]);
-        assert_eq!(shell_split("--x ${DCFT}/p").unwrap(), vec!["--x", "${DCFT}/p"]);
-        assert!(shell_split("'open").is_err());
     }
 }
