@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use e2e::harness::{descendants, payload_bin, unique};
+use e2e::harness::{descendants, marker_processes, payload_bin, unique};
 
 const VLLM: &str = env!("CARGO_BIN_EXE_vllm-standin");
 const HARBOR: &str = env!("CARGO_BIN_EXE_harbor-standin");
@@ -298,24 +298,6 @@ impl Run {
     fn survivors(&self) -> Vec<String> {
         marker_processes(&self.marker)
     }
-}
-
-fn marker_processes(marker: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let needle = format!("{marker}\0");
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let name = e.file_name().to_string_lossy().to_string();
-        if name.parse::<u32>().is_err() {
-            continue;
-        }
-        let Ok(env) = std::fs::read(e.path().join("environ")) else { continue };
-        if String::from_utf8_lossy(&env).contains(&needle) {
-            let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-            out.push(format!("pid {name}: {} [{}]", String::from_utf8_lossy(&cmd).replace('\0', " "), stat.trim()));
-        }
-    }
-    out
 }
 
 fn assert_no_survivors(run: &Run) {
