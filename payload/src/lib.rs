@@ -13,6 +13,7 @@ pub mod harbor;
 pub mod logsink;
 pub mod plan;
 pub mod ports;
+pub mod postrun;
 pub mod records;
 pub mod run;
 pub mod runlock;

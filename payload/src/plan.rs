@@ -29,6 +29,9 @@ pub struct Plan {
     pub tunnel: tunnel::TunnelPlan,
     pub engine: ProcessSection,
     pub harbor: HarborSection,
+    /// The post-run step (after Harbor exits 0), when the spec has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub post_run: Option<PostRunSection>,
     /// What would stop `run`, with its outcome class.
     pub problems: Vec<Problem>,
 }
@@ -71,6 +74,18 @@ pub struct ProcessSection {
     pub program: String,
     pub argv: Vec<String>,
     pub env: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PostRunSection {
+    #[serde(flatten)]
+    pub process: ProcessSection,
+    pub timeout_s: u64,
+    pub log: PathBuf,
+    /// Why it could not start, or named secrets the file lacks: never a problem (the step never
+    /// fails the run), shown so they are fixed before the run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -301,6 +316,35 @@ pub fn build(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, String)]) -
         harbor_argv.splice(0..0, tunnel_plan.harbor_prefix.clone());
     }
 
+    // Post-run step: the secrets it is handed are redacted by name as well as by value.
+    let post_run =
+        spec.post_run.as_ref().zip(crate::postrun::prepare(spec, parent, &run_id, &loaded)).map(|(p, step)| {
+            let argv = p.resolved_argv(&spec.run_dir, &spec.run_tag);
+            let (program, mut env, mut warnings) = match step {
+                Ok(step) => {
+                    let warnings =
+                        step.missing_secrets.iter().map(|n| format!("secret {n} is not in the secrets file")).collect();
+                    (step.child.program.display().to_string(), step.child.env, warnings)
+                }
+                Err(e) => (
+                    argv.first().cloned().unwrap_or_default(),
+                    childenv::build(parent, p.env_prefix.as_deref(), &p.env, &run_id),
+                    vec![e],
+                ),
+            };
+            for name in &p.secrets {
+                if let Some(v) = env.get_mut(name) {
+                    *v = REDACTED.into();
+                }
+            }
+            PostRunSection {
+                process: ProcessSection { program, argv, env },
+                timeout_s: p.timeout_s,
+                log: spec.run_dir.join(launch_spec::records::POST_RUN_LOG),
+                warnings,
+            }
+        });
+
     // By whole value: the secrets file's values and the agent-env sources taken from the environment.
     let hidden: Vec<&str> = loaded.values().chain(agent_envs.harbor_env.values().map(String::as_str)).collect();
     let redact = |items: Vec<String>| items.into_iter().map(|s| secrets::redact_whole(&s, &hidden)).collect::<Vec<_>>();
@@ -324,6 +368,11 @@ pub fn build(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, String)]) -
             rewrites,
             warnings: agent_envs.warnings,
         },
+        post_run: post_run.map(|mut p| {
+            p.process.argv = redact(p.process.argv);
+            p.process.env = redact_env(p.process.env);
+            p
+        }),
         problems,
     }
 }
@@ -457,6 +506,19 @@ pub fn render(plan: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
         writeln!(out, "  warning: {w}")?;
     }
     writeln!(out)?;
+    if let Some(p) = &plan.post_run {
+        writeln!(out, "post-run step (after Harbor exits 0; never changes the outcome), timeout {} s:", p.timeout_s)?;
+        writeln!(out, "  argv: {}", shell_words::join(&p.process.argv))?;
+        writeln!(out, "  cwd: {}; log: {}", plan.run_dir.display(), p.log.display())?;
+        writeln!(out, "  env (nothing else is inherited):")?;
+        for (k, v) in &p.process.env {
+            writeln!(out, "    {k}={v}")?;
+        }
+        for w in &p.warnings {
+            writeln!(out, "  warning: {w}")?;
+        }
+        writeln!(out)?;
+    }
     if plan.problems.is_empty() {
         writeln!(out, "problems: none")?;
     } else {

@@ -69,6 +69,7 @@ impl Recorder {
                 resume: None,
                 heartbeat: None,
                 outcome: None,
+                post_run: None,
             },
             failed_status_writes: 0,
             failed_event_writes: std::cell::Cell::new(0),

@@ -12,7 +12,8 @@
 //!    is the tunnel's public URL for installed agents; proxy variables or a proxychains prefix for
 //!    SOCKS egress);
 //! 9. watchdog + heartbeat until Harbor exits, a fault or a signal; teardown (`stopping`);
-//!    outcome (`done`); exit with the documented code.
+//!    after Harbor exited 0, the optional post-run step (crate::postrun), which never changes the
+//!    outcome; outcome (`done`); exit with the documented code.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -36,7 +37,7 @@ use crate::supervisor::{
 };
 use crate::timings::{self, Timings};
 use crate::tunnel::{self, Tunnel, TunnelPoll};
-use crate::{childenv, gpu, ports, runlock};
+use crate::{childenv, gpu, ports, postrun, runlock};
 
 /// Readiness poll period: a loopback probe costs well under a millisecond (a refused connect while
 /// vLLM loads even less), so polling often keeps "ready → Harbor spawned" short.
@@ -91,6 +92,7 @@ pub fn needs_secrets(spec: &LaunchSpec) -> bool {
         || !spec.secrets.pass_to_harbor.is_empty()
         || spec.harbor.agent_envs.iter().any(|e| e.value.is_none())
         || !tunnel::secret_names(&spec.tunnel).is_empty()
+        || spec.post_run.as_ref().is_some_and(|p| !p.secrets.is_empty())
 }
 
 /// `http://127.0.0.1:<port>`: the agent runs on this node, so a wildcard listen address is reached
@@ -205,6 +207,8 @@ struct Run {
     heartbeat: HeartbeatState,
     tunnel: Option<Tunnel>,
     timings: Timings,
+    /// The post-run step, prepared with the other children's environments (crate::postrun).
+    post_run: Option<Result<postrun::Step, String>>,
 }
 
 /// Runs the job; returns payload's exit code.
@@ -264,6 +268,7 @@ pub async fn run(spec_path: &Path) -> i32 {
         heartbeat: HeartbeatState::default(),
         tunnel: None,
         timings,
+        post_run: None,
     };
     let end = match run.sequence().await {
         Ok(status) => End::HarborExited(status),
@@ -327,6 +332,7 @@ impl Run {
         let (mut harbor_env, org) =
             harbor_env(&self.spec, &self.parent, &self.run_id, &secrets, &org_id, &agent_envs.harbor_env)
                 .map_err(Failure::from)?;
+        self.post_run = postrun::prepare(&self.spec, &self.parent, &self.run_id, &secrets);
         self.rec.event(
             "secrets_loaded",
             json!({ "file": secrets.path(), "names": secrets.names().collect::<Vec<_>>(), "daytona_org": org }),
@@ -794,6 +800,20 @@ impl Run {
         );
         if let Some(t) = self.tunnel.as_mut() {
             t.cleanup(&self.rec);
+        }
+        // The post-run step, only for a finished eval (the replaced job uploaded only after Harbor
+        // exited 0; a walltime wind-down resumes later and runs it then). Its result is recorded
+        // beside the outcome and never changes it.
+        if let Some(step) = self.post_run.take() {
+            if matches!(end, End::HarborExited(status) if status.success()) {
+                let record = postrun::run(step, &mut self.sup, &mut self.signals, &mut self.rec, &self.timings).await;
+                self.rec.status.post_run = Some(record);
+            } else {
+                self.rec.event(
+                    "post_run_skipped",
+                    json!({ "reason": "the run did not finish (the step runs after Harbor exits 0)" }),
+                );
+            }
         }
         let harbor_code = self.sup.harbor.as_mut().and_then(|m| m.try_status()).map(status_code);
         let outcome = match end {

@@ -111,16 +111,20 @@ pub enum Role {
     Harbor,
     Engine,
     Tunnel,
+    /// The post-run step (crate::postrun): started only after the others are torn down, so a
+    /// teardown that meets it alive has only it to stop (stage 2).
+    PostRun,
 }
 
 impl Role {
-    pub const TEARDOWN_ORDER: [Role; 3] = [Role::Harbor, Role::Engine, Role::Tunnel];
+    pub const TEARDOWN_ORDER: [Role; 4] = [Role::Harbor, Role::Engine, Role::Tunnel, Role::PostRun];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Role::Harbor => "harbor",
             Role::Engine => "engine",
             Role::Tunnel => "tunnel",
+            Role::PostRun => "post_run",
         }
     }
 
@@ -130,7 +134,7 @@ impl Role {
     pub fn stop_signal(self) -> Signal {
         match self {
             Role::Harbor => Signal::SIGINT,
-            Role::Engine | Role::Tunnel => Signal::SIGTERM,
+            Role::Engine | Role::Tunnel | Role::PostRun => Signal::SIGTERM,
         }
     }
 }
@@ -346,6 +350,7 @@ pub struct Supervisor {
     pub harbor: Option<Managed>,
     pub engine: Option<Managed>,
     pub tunnel: Option<Managed>,
+    pub post_run: Option<Managed>,
     my_pid: i32,
 }
 
@@ -357,7 +362,7 @@ impl Default for Supervisor {
 
 impl Supervisor {
     pub fn new() -> Self {
-        Self { harbor: None, engine: None, tunnel: None, my_pid: std::process::id() as i32 }
+        Self { harbor: None, engine: None, tunnel: None, post_run: None, my_pid: std::process::id() as i32 }
     }
 
     fn slot(&mut self, role: Role) -> &mut Option<Managed> {
@@ -365,6 +370,7 @@ impl Supervisor {
             Role::Harbor => &mut self.harbor,
             Role::Engine => &mut self.engine,
             Role::Tunnel => &mut self.tunnel,
+            Role::PostRun => &mut self.post_run,
         }
     }
 
@@ -373,7 +379,10 @@ impl Supervisor {
     }
 
     fn managed_pids(&self) -> Vec<i32> {
-        [&self.harbor, &self.engine, &self.tunnel].iter().filter_map(|m| m.as_ref().map(|m| m.pid as i32)).collect()
+        [&self.harbor, &self.engine, &self.tunnel, &self.post_run]
+            .iter()
+            .filter_map(|m| m.as_ref().map(|m| m.pid as i32))
+            .collect()
     }
 
     /// Starts `spec` as `role` in a new process group with exactly `spec.env`.
@@ -520,14 +529,15 @@ impl Supervisor {
                 self.kill_groups(&[Role::Harbor], &mut state.report, start);
             }
         }
-        // Stage 2: vLLM, then the tunnel.
+        // Stage 2: vLLM, then the tunnel (and the post-run step, alone when it runs).
+        const STAGE_2: [Role; 3] = [Role::Engine, Role::Tunnel, Role::PostRun];
         if go_on {
-            self.term(&[Role::Engine, Role::Tunnel], &mut state.report, start);
+            self.term(&STAGE_2, &mut state.report, start);
             let reserve = ShutdownPlan::reserve(plan.grace);
             let mut deadline =
                 crate::timings::deadline(state.t0, plan.grace).max(crate::timings::deadline(Instant::now(), reserve));
-            go_on = self.wait_gone(&[Role::Engine, Role::Tunnel], &mut deadline, signals, &mut state).await;
-            self.note_gone(&[Role::Engine, Role::Tunnel], &mut state.report, start);
+            go_on = self.wait_gone(&STAGE_2, &mut deadline, signals, &mut state).await;
+            self.note_gone(&STAGE_2, &mut state.report, start);
         }
         let _ = go_on;
         // Stage 3: SIGKILL whatever is left of every group, then sweep descendants.
@@ -778,6 +788,7 @@ mod tests {
         assert_eq!(Role::Harbor.stop_signal(), Signal::SIGINT);
         assert_eq!(Role::Engine.stop_signal(), Signal::SIGTERM);
         assert_eq!(Role::Tunnel.stop_signal(), Signal::SIGTERM);
+        assert_eq!(Role::PostRun.stop_signal(), Signal::SIGTERM);
     }
 
     #[test]

@@ -59,6 +59,58 @@ pub struct LaunchSpec {
     pub secrets: SecretsSpec,
     #[serde(default)]
     pub limits: Limits,
+    /// An optional step payload runs after Harbor finished (e.g. a trace upload), docs/payload.md.
+    /// Absent from older specs (read as none) and left out when none, so a spec without it reads
+    /// the same in an older payload; an older payload refuses a spec that has one (unknown field)
+    /// rather than silently skipping it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub post_run: Option<PostRunSpec>,
+}
+
+/// The placeholders payload replaces in each element of [`PostRunSpec::argv`].
+pub const POST_RUN_PLACEHOLDERS: &[&str] = &["{run_dir}", "{run_tag}"];
+
+/// The post-run step: one program with its argv (never a shell string), run in the run dir after
+/// Harbor exited 0, its time bounded, its outcome recorded but never the run's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostRunSpec {
+    /// `argv[0]` is the program: a path, or a name resolved in `<env_prefix>/bin`, then PATH. In
+    /// every element `{run_dir}` and `{run_tag}` are replaced by the run's values.
+    pub argv: Vec<String>,
+    /// Wall-clock bound: at this point its process group gets SIGTERM, then SIGKILL after
+    /// `limits.teardown_grace_s`.
+    pub timeout_s: u64,
+    /// Python environment prefix put on PATH/LD_LIBRARY_PATH (never activated).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_prefix: Option<PathBuf>,
+    /// Extra non-secret environment.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Names of secrets (from the secrets file) handed to the step, e.g. `HF_TOKEN`; no other secret is.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
+}
+
+impl PostRunSpec {
+    /// `argv` with the placeholders replaced (only the known ones; other braces stay as written).
+    pub fn resolved_argv(&self, run_dir: &Path, run_tag: &str) -> Vec<String> {
+        let run_dir = run_dir.display().to_string();
+        self.argv.iter().map(|a| a.replace("{run_dir}", &run_dir).replace("{run_tag}", run_tag)).collect()
+    }
+
+    /// The first problem, as (field, problem).
+    pub fn problem(&self) -> Result<(), (&'static str, String)> {
+        crate::validate::post_run_argv(&self.argv).map_err(|p| ("post_run.argv", p))?;
+        crate::validate::whole_seconds(self.timeout_s, true).map_err(|p| ("post_run.timeout_s", p))?;
+        if let Some(name) = self.secrets.iter().chain(self.env.keys()).find(|n| !is_var_name(n)) {
+            return Err((
+                "post_run.secrets",
+                format!("`{name}` is not a variable name ([A-Za-z_][A-Za-z0-9_]*): name the secret, never its value"),
+            ));
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -754,6 +806,9 @@ impl LaunchSpec {
         v::seconds(limits.health_probe_interval_s, true).map_err(fail("limits.health_probe_interval_s"))?;
         v::whole_seconds(limits.walltime_lead_s, false).map_err(fail("limits.walltime_lead_s"))?;
         v::at_least_one(limits.health_failures.into()).map_err(fail("limits.health_failures"))?;
+        if let Some(post_run) = &self.post_run {
+            post_run.problem()?;
+        }
         self.tunnel.problem()
     }
 
@@ -864,6 +919,39 @@ mod tests {
         let mut tunnel = minimal();
         tunnel["tunnel"] = serde_json::json!({"kind": "socks", "login_node": "l", "restart_backoff_s": 1e20});
         assert!(read(&tunnel).unwrap_err().to_string().contains("tunnel.restart_backoff_s"));
+    }
+
+    #[test]
+    fn post_run_is_optional_validated_and_its_placeholders_resolve() {
+        let read = |spec: &serde_json::Value| LaunchSpec::from_json(&spec.to_string(), Path::new("launch.json"));
+        let old = read(&minimal()).unwrap();
+        assert_eq!(old.post_run, None);
+        assert!(!old.to_json().contains("post_run"), "none is left out, so older payloads still read it");
+        let mut spec = minimal();
+        spec["post_run"] = serde_json::json!({"argv": ["upload", "--dir={run_dir}", "{run_tag}", "{other}"], "timeout_s": 60,
+                                              "secrets": ["HF_TOKEN"]});
+        let step = read(&spec).unwrap().post_run.unwrap();
+        assert_eq!(
+            step.resolved_argv(Path::new("/j/x"), "x"),
+            ["upload", "--dir=/j/x", "x", "{other}"].map(String::from).to_vec()
+        );
+        let cases: &[(serde_json::Value, &str)] = &[
+            (serde_json::json!({"argv": [], "timeout_s": 60}), "post_run.argv"),
+            (serde_json::json!({"argv": [""], "timeout_s": 60}), "post_run.argv"),
+            (serde_json::json!({"argv": ["up", "a\nb"], "timeout_s": 60}), "post_run.argv"),
+            (serde_json::json!({"argv": ["up"], "timeout_s": 0}), "post_run.timeout_s"),
+            (serde_json::json!({"argv": ["up"], "timeout_s": u64::MAX}), "post_run.timeout_s"),
+            (serde_json::json!({"argv": ["up"], "timeout_s": 5, "secrets": ["hf_abc123 token"]}), "post_run.secrets"),
+        ];
+        for (value, field) in cases {
+            let mut spec = minimal();
+            spec["post_run"] = value.clone();
+            let err = read(&spec).expect_err(field).to_string();
+            assert!(err.starts_with(&format!("launch.json: field `{field}`")) && err.lines().count() == 1, "{err}");
+        }
+        let mut unknown = minimal();
+        unknown["post_run"] = serde_json::json!({"argv": ["up"], "timeout_s": 5, "shell": "up && rm"});
+        assert!(read(&unknown).unwrap_err().to_string().contains("unknown field `shell`"));
     }
 
     #[test]

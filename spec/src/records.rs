@@ -12,6 +12,8 @@ pub const SPEC_FILE: &str = "launch.json";
 pub const ENGINE_LOG: &str = "vllm.log";
 pub const HARBOR_LOG: &str = "harbor.log";
 pub const TUNNEL_LOG: &str = "tunnel.log";
+/// The post-run step's stdout and stderr.
+pub const POST_RUN_LOG: &str = "post_run.log";
 
 /// Replaces `path` with `contents` atomically: a temp file in the same directory (so the rename
 /// stays on one filesystem), then a rename, so a reader — submitter reading payload's records, payload
@@ -208,6 +210,31 @@ pub struct RunStatus {
     pub heartbeat: Option<Heartbeat>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<Outcome>,
+    /// What the post-run step did (absent when the spec has none or it did not run). Never
+    /// changes `outcome`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub post_run: Option<PostRunRecord>,
+}
+
+/// The post-run step's result, in `status.json` and the `post_run_finished` event.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PostRunRecord {
+    /// Exited by itself with code 0.
+    pub ok: bool,
+    /// Its exit code (128+n when a signal ended it); absent when it never started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// `exit code N`, `killed by SIGKILL`, or why it could not start.
+    pub status: String,
+    pub duration_ms: u64,
+    /// Stopped at `post_run.timeout_s`.
+    pub timed_out: bool,
+    /// A signal to payload that stopped it (`SIGTERM`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_by: Option<String>,
+    /// Its group needed SIGKILL after the grace.
+    #[serde(default)]
+    pub killed: bool,
 }
 
 /// One line of `events.jsonl`.

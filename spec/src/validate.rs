@@ -129,6 +129,23 @@ pub fn model_id(id: &str) -> Result<&str, String> {
     }
 }
 
+/// The argv of a configured command (the post-run step): at least the program, no empty program,
+/// no control characters (a newline would split log lines and records). Never a shell string:
+/// each element is passed to the program as it is.
+pub fn post_run_argv(argv: &[String]) -> Result<(), String> {
+    match argv.first() {
+        None => return Err("is empty: give [program, args…] (one element per argument, no shell)".to_string()),
+        Some(program) if program.trim().is_empty() => {
+            return Err("has an empty program (argv[0]): name the executable".to_string());
+        }
+        Some(_) => {}
+    }
+    if let Some((i, _)) = argv.iter().enumerate().find(|(_, a)| a.chars().any(char::is_control)) {
+        return Err(format!("element {i} contains a control character or newline"));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use launch_spec::launch::{
-    HarborSpec, Limits, ModelSpec, PinggyPair, PinggySpec, PortPolicy, ProxyMode, SecretsSpec, ServeInvocation,
-    ServeSpec, SocksSpec, TunnelSpec,
+    HarborSpec, Limits, ModelSpec, PinggyPair, PinggySpec, PortPolicy, PostRunSpec, ProxyMode, SecretsSpec,
+    ServeInvocation, ServeSpec, SocksSpec, TunnelSpec,
 };
 use launch_spec::{GpuProfiles, LaunchSpec, SPEC_VERSION};
 
@@ -73,13 +73,17 @@ pub struct LaunchContext<'a> {
 impl LaunchContext<'_> {
     /// Expands `~` and `${VAR}` in a cluster path; `${SUBMITTER_HOME}` defaults to the config root.
     pub fn expand(&self, field: &str, text: &Path) -> Result<PathBuf, LaunchError> {
-        let text = text.to_string_lossy();
+        self.expand_text(field, &text.to_string_lossy()).map(PathBuf::from)
+    }
+
+    /// [`Self::expand`] for any profile text (a leading `~/`, `${VAR}`).
+    pub fn expand_text(&self, field: &str, text: &str) -> Result<String, LaunchError> {
         let lookup = |var: &str| match std::env::var(var) {
             Ok(value) => Some(value),
             Err(_) if var == "SUBMITTER_HOME" => Some(self.root.display().to_string()),
             Err(_) => None,
         };
-        expand_vars(&text, lookup).map(PathBuf::from).map_err(|var| LaunchError::UnsetVariable {
+        expand_vars(text, lookup).map_err(|var| LaunchError::UnsetVariable {
             cluster: self.cluster.name.clone(),
             field: field.to_string(),
             var,
@@ -205,6 +209,7 @@ impl LaunchContext<'_> {
             Some(file) => Some(self.expand("secrets.file", file)?),
             None => None,
         };
+        let post_run = self.post_run_spec()?;
         Ok(LaunchSpec {
             version: SPEC_VERSION,
             run_dir: jobs_dir.join(&run_tag),
@@ -274,7 +279,31 @@ impl LaunchContext<'_> {
                 walltime_lead_s: cluster.limits.walltime_lead_s,
                 ..Limits::default()
             },
+            post_run,
         })
+    }
+
+    /// The profile's post-run step: `${VAR}` expanded in every argv element (as in profile paths;
+    /// payload's `{run_dir}`/`{run_tag}` have no `$` and pass through) and the environment's prefix.
+    fn post_run_spec(&self) -> Result<Option<PostRunSpec>, LaunchError> {
+        let Some(step) = &self.cluster.post_run else { return Ok(None) };
+        let argv = step
+            .argv
+            .iter()
+            .enumerate()
+            .map(|(i, arg)| self.expand_text(&format!("post_run.argv[{i}]"), arg))
+            .collect::<Result<Vec<_>, _>>()?;
+        let env_prefix = match &step.environment {
+            Some(name) => Some(self.environment(name, "post_run.environment")?.0),
+            None => None,
+        };
+        Ok(Some(PostRunSpec {
+            argv,
+            timeout_s: step.timeout_s,
+            env_prefix,
+            env: step.env.clone(),
+            secrets: step.secrets.clone(),
+        }))
     }
 }
 

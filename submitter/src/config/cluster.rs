@@ -40,6 +40,33 @@ pub struct ClusterProfile {
     /// (docs/verification.md). Every key is optional.
     #[serde(default)]
     pub verify: VerifySettings,
+    /// An optional step payload runs after Harbor finished (e.g. a trace upload); docs/payload.md.
+    #[serde(default)]
+    pub post_run: Option<PostRun>,
+}
+
+/// `post_run:` — one program and its arguments (never a shell string). `${VAR}` in any element is
+/// expanded when the spec is built, like profile paths; `{run_dir}` and `{run_tag}` are replaced by
+/// payload on the node.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostRun {
+    pub argv: Vec<String>,
+    #[serde(default = "default_post_run_timeout")]
+    pub timeout_s: u64,
+    /// Key of `environments` whose prefix goes on the step's PATH (default: none).
+    #[serde(default)]
+    pub environment: Option<String>,
+    /// Extra non-secret environment.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Names of secrets from the secrets file handed to the step (e.g. `HF_TOKEN`).
+    #[serde(default)]
+    pub secrets: Vec<String>,
+}
+
+fn default_post_run_timeout() -> u64 {
+    600
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -547,10 +574,40 @@ impl ClusterProfile {
                 ));
             }
         }
+        if let Some(post_run) = &self.post_run {
+            problems.extend(self.post_run_problems(post_run));
+        }
         if let Some(proxy) = &self.network.proxy
             && !["env", "proxychains"].contains(&proxy.mode.as_str())
         {
             problems.push(format!("network.proxy.mode `{}` must be `env` or `proxychains`", proxy.mode));
+        }
+        problems
+    }
+}
+
+impl ClusterProfile {
+    /// The post-run step's problems: the launch spec's own checks (so what the profile accepts the
+    /// spec reader accepts) plus the environment name.
+    fn post_run_problems(&self, post_run: &PostRun) -> Vec<String> {
+        let mut problems = Vec::new();
+        let as_spec = launch_spec::launch::PostRunSpec {
+            argv: post_run.argv.clone(),
+            timeout_s: post_run.timeout_s,
+            env_prefix: None,
+            env: post_run.env.clone(),
+            secrets: post_run.secrets.clone(),
+        };
+        if let Err((field, problem)) = as_spec.problem() {
+            problems.push(format!("{field} {problem}"));
+        }
+        if let Some(env) = &post_run.environment
+            && !self.environments.contains_key(env)
+        {
+            problems.push(format!(
+                "post_run.environment `{env}` is not in `environments` (known: {})",
+                self.environments.keys().cloned().collect::<Vec<_>>().join(", ")
+            ));
         }
         problems
     }
@@ -600,6 +657,30 @@ mod tests {
         assert!(err.contains("`latest` is not a version"), "{err}");
         let err = parse(&LOCAL.replace("engine:\n", "engine:\n  supports_swap_space: true\n")).unwrap_err().to_string();
         assert!(err.contains("engine.supports_swap_space is replaced") && err.contains("vllm:"), "{err}");
+    }
+
+    #[test]
+    fn post_run_is_validated_at_load() {
+        let with = |block: &str| format!("{LOCAL}post_run:\n{block}");
+        let ok = parse(&with("  argv: [\"${SUBMITTER_HOME}/bin/upload\", \"{run_dir}\"]\n  environment: otagent\n  secrets: [HF_TOKEN]\n")).unwrap();
+        assert!(ok.problems().is_empty(), "{:?}", ok.problems());
+        let step = ok.post_run.unwrap();
+        assert_eq!((step.timeout_s, step.environment.as_deref()), (600, Some("otagent")));
+        for (block, want) in [
+            ("  argv: []\n", "post_run.argv is empty"),
+            ("  argv: [\"\"]\n", "post_run.argv has an empty program"),
+            ("  argv: [up]\n  timeout_s: 0\n", "post_run.timeout_s 0 must be between 1"),
+            ("  argv: [up]\n  timeout_s: 99999999999\n", "post_run.timeout_s"),
+            ("  argv: [up]\n  environment: nope\n", "post_run.environment `nope` is not in `environments`"),
+            ("  argv: [up]\n  secrets: [\"hf_x y\"]\n", "post_run.secrets"),
+        ] {
+            let problems = parse(&with(block)).unwrap().problems();
+            assert!(problems.iter().any(|p| p.starts_with(want) && p.lines().count() == 1), "{block}: {problems:?}");
+        }
+        let err = parse(&with("  argv: up && rm -rf /\n")).unwrap_err().to_string();
+        assert!(err.contains("clusters/x.yaml:") && err.contains("`argv`"), "{err}");
+        let err = parse(&with("  command: up\n")).unwrap_err().to_string();
+        assert!(err.contains("unknown field `command`"), "{err}");
     }
 
     #[test]

@@ -621,6 +621,7 @@ mod tests {
             resume: None,
             heartbeat: hb,
             outcome: None,
+            post_run: None,
         }
     }
 
