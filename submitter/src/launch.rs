@@ -437,6 +437,39 @@ mod tests {
     }
 
     #[test]
+    fn post_run_reaches_the_spec_expanded_with_payloads_placeholders_kept() {
+        use crate::config::{self, ConfigRoot};
+        let root = ConfigRoot { root: Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf() };
+        let mut local = cluster("local");
+        let yaml = "argv: [\"${SUBMITTER_HOME}/bin/upload\", \"--dir={run_dir}\", \"DCAgent3/{run_tag}\"]\ntimeout_s: 120\nenvironment: otagent\nsecrets: [HF_TOKEN]\n";
+        local.post_run = Some(launch_spec::yaml::from_yaml_str(yaml, Path::new("post_run.yaml")).unwrap());
+        let gpus = config::load_gpu_profiles(&root.clusters_dir()).unwrap();
+        let preset = config::load_preset(&root.presets_dir(), "tb2").unwrap();
+        let registry = Registry::load(&root.registry_dir()).unwrap();
+        let harbor = root.harbor_configs_dir();
+        let context = LaunchContext {
+            cluster: &local,
+            gpu_profiles: &gpus,
+            registry: &registry,
+            harbor_configs_dir: &harbor,
+            root: &root.root,
+        };
+        let home = std::env::var("SUBMITTER_HOME").unwrap_or_else(|_| root.root.display().to_string());
+        let spec = context.build("Qwen/Qwen3-8B", &preset, &LaunchOverrides::default()).unwrap();
+        let step = spec.post_run.as_ref().unwrap();
+        assert_eq!(step.argv, [format!("{home}/bin/upload"), "--dir={run_dir}".into(), "DCAgent3/{run_tag}".into()]);
+        assert_eq!((step.timeout_s, step.secrets.as_slice()), (120, ["HF_TOKEN".to_string()].as_slice()));
+        assert_eq!(step.env_prefix, spec.harbor.env_prefix, "the otagent environment's prefix");
+        let json = spec.to_json();
+        assert_eq!(LaunchSpec::from_json(&json, Path::new("launch.json")).unwrap(), spec, "payload reads it back");
+        let mut unset = local.clone();
+        unset.post_run.as_mut().unwrap().argv.push("${NO_SUCH_VAR_FOR_POST_RUN}".into());
+        let context = LaunchContext { cluster: &unset, ..context };
+        let err = context.build("Qwen/Qwen3-8B", &preset, &LaunchOverrides::default()).unwrap_err().to_string();
+        assert!(err.contains("post_run.argv[3] uses ${NO_SUCH_VAR_FOR_POST_RUN}"), "{err}");
+    }
+
+    #[test]
     fn expands_home_and_braced_variables() {
         let lookup = |name: &str| match name {
             "HOME" => Some("/home/u".to_string()),
