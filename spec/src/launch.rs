@@ -938,7 +938,7 @@ mod tests {
         let cases: &[(serde_json::Value, &str)] = &[
             (serde_json::json!({"argv": [], "timeout_s": 60}), "post_run.argv"),
             (serde_json::json!({"argv": [""], "timeout_s": 60}), "post_run.argv"),
-            (serde_json::json!({"argv": ["up", "a\nb"], "timeout_s": 60}), "post_run.argv"),
+            (serde_json::json!({"argv": ["up", "a\u{0}b"], "timeout_s": 60}), "post_run.argv"),
             (serde_json::json!({"argv": ["up"], "timeout_s": 0}), "post_run.timeout_s"),
             (serde_json::json!({"argv": ["up"], "timeout_s": u64::MAX}), "post_run.timeout_s"),
             (serde_json::json!({"argv": ["up"], "timeout_s": 5, "secrets": ["hf_abc123 token"]}), "post_run.secrets"),

@@ -130,8 +130,8 @@ pub fn model_id(id: &str) -> Result<&str, String> {
 }
 
 /// The argv of a configured command (the post-run step): at least the program, no empty program,
-/// no control characters (a newline would split log lines and records). Never a shell string:
-/// each element is passed to the program as it is.
+/// no NUL byte (exec cannot pass one). Never a shell string: each element reaches the program as
+/// written (newlines included, e.g. a `python -c` body).
 pub fn post_run_argv(argv: &[String]) -> Result<(), String> {
     match argv.first() {
         None => return Err("is empty: give [program, args…] (one element per argument, no shell)".to_string()),
@@ -140,8 +140,8 @@ pub fn post_run_argv(argv: &[String]) -> Result<(), String> {
         }
         Some(_) => {}
     }
-    if let Some((i, _)) = argv.iter().enumerate().find(|(_, a)| a.chars().any(char::is_control)) {
-        return Err(format!("element {i} contains a control character or newline"));
+    if let Some((i, _)) = argv.iter().enumerate().find(|(_, a)| a.contains('\0')) {
+        return Err(format!("element {i} contains a NUL byte, which no program can receive"));
     }
     Ok(())
 }

@@ -1547,3 +1547,142 @@ fn corrupt_trial_config_on_resume_is_found_before_the_engine_starts() {
     assert!(o["message"].as_str().unwrap().contains("task-0__abc"), "{o}");
     assert!(fx.event("engine_spawned").is_none(), "the engine was started first");
 }
+
+// ------------------------------------------------------------------------------ post-run step
+
+/// A spec whose post-run step is `sh -c SCRIPT post-run {run_dir} {run_tag}` (the run dir and tag
+/// arrive as `$1`/`$2`), handed `HF_TOKEN` from the secrets file.
+fn post_run_spec(fx: &Fx, script: &str, timeout_s: u64) -> Value {
+    let mut spec = fx.spec();
+    spec["post_run"] = json!({
+        "argv": ["sh", "-c", script, "post-run", "{run_dir}", "{run_tag}"],
+        "timeout_s": timeout_s,
+        "env": {"UPLOAD_ORG": "DCAgent3"},
+        "secrets": ["HF_TOKEN"]
+    });
+    spec
+}
+
+fn names(fx: &Fx) -> Vec<String> {
+    fx.events().iter().map(|e| e["event"].as_str().unwrap_or_default().to_string()).collect()
+}
+
+#[test]
+fn post_run_step_runs_after_harbor_in_the_run_dir_with_its_log() {
+    let fx = Fx::new("postok");
+    let script = r#"echo "cwd=$PWD dir=$1 tag=$2 org=$UPLOAD_ORG"
+test -f "$1/harbor.log" && echo "sees harbor.log"
+test -n "$HF_TOKEN" && echo "has HF_TOKEN"
+test -z "$DAYTONA_API_KEY$DAYTONA_DATA_API_KEY" && echo "no Daytona key""#;
+    let spec = post_run_spec(&fx, script, 60);
+    let mut run = fx.start(&spec, &[]);
+    assert_eq!(run.wait(Duration::from_secs(60)), 0, "stderr:\n{}", fx.stderr());
+    assert_no_survivors(&run);
+    let log = std::fs::read_to_string(fx.run_dir().join("post_run.log")).unwrap();
+    let dir = fx.run_dir().display().to_string();
+    assert!(log.contains(&format!("cwd={dir} dir={dir} tag={} org=DCAgent3", fx.tag)), "{log}");
+    for line in ["sees harbor.log", "has HF_TOKEN", "no Daytona key"] {
+        assert!(log.contains(line), "{line} missing from post_run.log:\n{log}");
+    }
+    let o = outcome(&fx);
+    assert_eq!((o["class"].as_str(), o["exit_code"].as_i64()), (Some("finished"), Some(0)), "{o}");
+    let record = &fx.status()["post_run"];
+    assert_eq!((record["ok"].as_bool(), record["exit_code"].as_i64()), (Some(true), Some(0)), "{record}");
+    // After teardown (vLLM is gone), before the outcome.
+    let order = names(&fx);
+    let pos = |name: &str| order.iter().position(|n| n == name).unwrap_or_else(|| panic!("no {name}: {order:?}"));
+    assert!(pos("teardown_done") < pos("post_run_started"), "{order:?}");
+    assert!(pos("post_run_started") < pos("post_run_finished") && pos("post_run_finished") < pos("outcome"));
+    let started = fx.event("post_run_started").unwrap();
+    assert_eq!(started["fields"]["argv"][4], dir.as_str(), "{started}");
+    assert!(fx.secret_hits_in_files().is_empty(), "{:?}", fx.secret_hits_in_files());
+
+    // `payload plan` shows it, the named secret redacted.
+    let spec_path = fx.write_spec(&spec);
+    let out = fx.command(&["plan", "--spec", spec_path.to_str().unwrap()], &[]).output().unwrap();
+    let human = String::from_utf8_lossy(&out.stdout);
+    assert!(human.contains("post-run step (after Harbor exits 0"), "{human}");
+    assert!(human.contains(&format!("post-run {dir} {}", fx.tag)), "{human}");
+    assert!(human.contains("HF_TOKEN=<redacted>") && !human.contains(&fx.hf), "{human}");
+}
+
+#[test]
+fn failing_post_run_step_is_recorded_and_the_run_still_finishes() {
+    let fx = Fx::new("postfail");
+    let mut run = fx.start(&post_run_spec(&fx, "echo upload refused >&2; exit 3", 60), &[]);
+    assert_eq!(run.wait(Duration::from_secs(60)), 0, "stderr:\n{}", fx.stderr());
+    assert_no_survivors(&run);
+    assert_eq!(outcome(&fx)["class"], "finished");
+    let finished = fx.event("post_run_finished").unwrap();
+    let f = &finished["fields"];
+    assert_eq!(
+        (f["ok"].as_bool(), f["exit_code"].as_i64(), f["timed_out"].as_bool()),
+        (Some(false), Some(3), Some(false))
+    );
+    assert_eq!(fx.status()["post_run"]["exit_code"], 3);
+    assert!(std::fs::read_to_string(fx.run_dir().join("post_run.log")).unwrap().contains("upload refused"));
+
+    // A program that does not exist: recorded, not started, the run still finished.
+    let fx = Fx::new("postmissing");
+    let mut spec = post_run_spec(&fx, "true", 60);
+    spec["post_run"]["argv"][0] = json!("no-such-uploader-e2e");
+    let mut run = fx.start(&spec, &[]);
+    assert_eq!(run.wait(Duration::from_secs(60)), 0, "stderr:\n{}", fx.stderr());
+    assert_eq!(outcome(&fx)["class"], "finished");
+    let f = fx.event("post_run_finished").unwrap()["fields"].clone();
+    assert!(f["status"].as_str().unwrap().contains("no-such-uploader-e2e") && f["exit_code"].is_null(), "{f}");
+    assert!(fx.event("post_run_started").is_none());
+}
+
+#[test]
+fn post_run_step_is_skipped_when_harbor_fails() {
+    let fx = Fx::new("postskip");
+    let mut spec = post_run_spec(&fx, "echo ran > ran.txt", 60);
+    spec["harbor"]["env"]["STANDIN_CRASH"] = json!("7");
+    let mut run = fx.start(&spec, &[]);
+    let code = run.wait(Duration::from_secs(60));
+    assert_eq!(outcome(&fx)["class"], "harbor", "stderr:\n{}", fx.stderr());
+    assert_eq!(code, 14);
+    assert!(fx.event("post_run_skipped").is_some() && fx.event("post_run_started").is_none());
+    assert!(!fx.run_dir().join("ran.txt").exists());
+}
+
+#[test]
+fn hanging_post_run_step_is_killed_at_its_timeout_with_its_descendants() {
+    let fx = Fx::new("posthang");
+    // Ignores SIGTERM, with a child in its group and a grandchild in a session of its own.
+    let script = r#"trap '' TERM; sleep 600 & setsid sleep 600 & echo hanging; wait"#;
+    let mut run = fx.start(&post_run_spec(&fx, script, 1), &[]);
+    assert_eq!(run.wait(Duration::from_secs(60)), 0, "stderr:\n{}", fx.stderr());
+    assert_no_survivors(&run);
+    assert_eq!(outcome(&fx)["class"], "finished");
+    let f = fx.event("post_run_finished").unwrap()["fields"].clone();
+    assert_eq!(
+        (f["timed_out"].as_bool(), f["killed"].as_bool(), f["ok"].as_bool()),
+        (Some(true), Some(true), Some(false)),
+        "{f}"
+    );
+    assert_eq!(f["exit_code"], 137, "SIGKILL after the grace: {f}");
+    assert_eq!(f["clean"], true, "{f}");
+}
+
+#[test]
+fn sigterm_during_the_post_run_step_stops_it_and_leaves_no_orphan() {
+    let fx = Fx::new("postterm");
+    let mut run = fx.start(&post_run_spec(&fx, "echo uploading; sleep 600 & wait", 300), &[]);
+    let until = Instant::now() + Duration::from_secs(60);
+    while fx.event("post_run_started").is_none() {
+        assert!(Instant::now() < until, "post-run step never started; stderr:\n{}", fx.stderr());
+        assert!(run.child.try_wait().unwrap().is_none(), "payload exited early; stderr:\n{}", fx.stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let t = Instant::now();
+    run.signal(Signal::SIGTERM);
+    let code = run.wait(Duration::from_secs(30));
+    assert!(t.elapsed() < Duration::from_secs(15), "stopping the step took {:?}", t.elapsed());
+    assert_no_survivors(&run);
+    // The eval had finished: the outcome and exit code stay those of a finished run.
+    assert_eq!((code, outcome(&fx)["class"].clone()), (0, json!("finished")), "stderr:\n{}", fx.stderr());
+    let f = fx.event("post_run_finished").unwrap()["fields"].clone();
+    assert_eq!((f["stopped_by"].as_str(), f["ok"].as_bool()), (Some("SIGTERM"), Some(false)), "{f}");
+}
