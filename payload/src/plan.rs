@@ -320,7 +320,7 @@ pub fn build(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, String)]) -
     let post_run =
         spec.post_run.as_ref().zip(crate::postrun::prepare(spec, parent, &run_id, &loaded)).map(|(p, step)| {
             let argv = p.resolved_argv(&spec.run_dir, &spec.run_tag);
-            let (program, mut env, mut warnings) = match step {
+            let (program, mut env, warnings) = match step {
                 Ok(step) => {
                     let warnings =
                         step.missing_secrets.iter().map(|n| format!("secret {n} is not in the secrets file")).collect();

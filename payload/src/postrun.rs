@@ -56,7 +56,8 @@ pub fn prepare(
     let argv = step.resolved_argv(&spec.run_dir, &spec.run_tag);
     let Some(first) = argv.first() else { return Some(Err("field `post_run.argv` is empty".to_string())) };
     let program = match childenv::resolve_program(first, step.env_prefix.as_deref(), &env["PATH"]) {
-        Ok(program) => program,
+        // Absolute: the step runs in the run dir, where a relative path would name another file.
+        Ok(program) => std::path::absolute(&program).unwrap_or(program),
         Err(e) => return Some(Err(format!("field `post_run.argv[0]`: {e}"))),
     };
     let timeout = Duration::from_secs(step.timeout_s.min(timings::MAX_SECONDS));

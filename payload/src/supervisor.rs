@@ -13,6 +13,8 @@
 //!   SIGKILL to every group and a **sweep** of every remaining descendant (walk `/proc`, kill, reap
 //!   our direct children by pid — never a blanket `waitpid(-1)` beside tokio's reaper). A second
 //!   TERM/INT during teardown means kill now. SIGCONT (sent by Slurm with every signal) is ignored.
+//! - the **post-run step** (crate::postrun) starts only after that teardown, as the one child left;
+//!   the same teardown (stage 2) stops it at its timeout or a signal.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::OpenOptions;
