@@ -1666,16 +1666,21 @@ fn hanging_post_run_step_is_killed_at_its_timeout_with_its_descendants() {
     assert_eq!(f["clean"], true, "{f}");
 }
 
-#[test]
-fn sigterm_during_the_post_run_step_stops_it_and_leaves_no_orphan() {
-    let fx = Fx::new("postterm");
-    let mut run = fx.start(&post_run_spec(&fx, "echo uploading; sleep 600 & wait", 300), &[]);
+/// Waits for the `post_run_started` event (payload must still be running).
+fn wait_post_run_started(fx: &Fx, run: &mut Run) {
     let until = Instant::now() + Duration::from_secs(60);
     while fx.event("post_run_started").is_none() {
         assert!(Instant::now() < until, "post-run step never started; stderr:\n{}", fx.stderr());
         assert!(run.child.try_wait().unwrap().is_none(), "payload exited early; stderr:\n{}", fx.stderr());
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+#[test]
+fn sigterm_during_the_post_run_step_stops_it_and_leaves_no_orphan() {
+    let fx = Fx::new("postterm");
+    let mut run = fx.start(&post_run_spec(&fx, "echo uploading; sleep 600 & wait", 300), &[]);
+    wait_post_run_started(&fx, &mut run);
     let t = Instant::now();
     run.signal(Signal::SIGTERM);
     let code = run.wait(Duration::from_secs(30));
@@ -1685,4 +1690,19 @@ fn sigterm_during_the_post_run_step_stops_it_and_leaves_no_orphan() {
     assert_eq!((code, outcome(&fx)["class"].clone()), (0, json!("finished")), "stderr:\n{}", fx.stderr());
     let f = fx.event("post_run_finished").unwrap()["fields"].clone();
     assert_eq!((f["stopped_by"].as_str(), f["ok"].as_bool()), (Some("SIGTERM"), Some(false)), "{f}");
+}
+
+#[test]
+fn usr1_during_the_post_run_step_pulls_its_deadline_in() {
+    let fx = Fx::new("postusr1");
+    // walltime_lead_s is 4 in these specs: the step keeps 2 s of its 300 s.
+    let mut run = fx.start(&post_run_spec(&fx, "sleep 600 & wait", 300), &[]);
+    wait_post_run_started(&fx, &mut run);
+    run.signal(Signal::SIGUSR1);
+    assert_eq!(run.wait(Duration::from_secs(60)), 0, "stderr:\n{}", fx.stderr());
+    assert_no_survivors(&run);
+    assert_eq!(outcome(&fx)["class"], "finished");
+    let f = fx.event("post_run_finished").unwrap()["fields"].clone();
+    assert_eq!((f["timed_out"].as_bool(), f["stopped_by"].as_str()), (Some(true), Some("SIGUSR1")), "{f}");
+    assert!(f["duration_ms"].as_u64().unwrap() < 60_000, "{f}");
 }
