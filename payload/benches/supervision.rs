@@ -86,7 +86,11 @@ struct Fx {
 
 impl Fx {
     fn new(vllm: &Path, harbor: &Path, i: usize) -> Self {
-        let tmp = tempfile::Builder::new().prefix("payload-bench-").tempdir().unwrap();
+        Self::new_in(vllm, harbor, i, &std::env::temp_dir())
+    }
+
+    fn new_in(vllm: &Path, harbor: &Path, i: usize, parent: &Path) -> Self {
+        let tmp = tempfile::Builder::new().prefix("payload-bench-").tempdir_in(parent).unwrap();
         let root = tmp.path().to_path_buf();
         std::fs::create_dir_all(root.join("env/bin")).unwrap();
         std::os::unix::fs::symlink(vllm, root.join("env/bin/vllm-real")).unwrap();
@@ -348,7 +352,10 @@ fn vm_hwm_kb(pid: u32) -> f64 {
 /// (VmHWM kB, /health 200 → Harbor spawned ms, SIGTERM → all gone ms) under a 1 GB `vllm.log`
 /// burst and `trials` finished trial dirs.
 fn under_load(vllm: &Path, harbor: &Path, trials: usize, burst_bytes: usize, grace: f64) -> (f64, f64, f64) {
-    let fx = Fx::new(vllm, harbor, 0);
+    // On a RAM-backed filesystem when there is one (node-local scratch; 100k dirs on a shared disk
+    // take minutes to create).
+    let shm = Path::new("/dev/shm");
+    let fx = Fx::new_in(vllm, harbor, 0, if shm.is_dir() { shm } else { Path::new("/tmp") });
     let run = fx.run_dir();
     for i in 0..trials {
         let dir = run.join(format!("task-{i}__bench"));
