@@ -1216,7 +1216,8 @@ fn full_filesystem_for_the_run_dir_is_counted_not_fatal() {
 
 #[test]
 fn out_of_range_numbers_fail_as_spec_before_anything_starts() {
-    let cases: Vec<(&str, Box<dyn Fn(&mut Value) + Send + Sync>)> = vec![
+    type Edit = Box<dyn Fn(&mut Value) + Send + Sync>;
+    let cases: Vec<(&str, Edit)> = vec![
         ("limits.health_probe_interval_s", Box::new(|s| s["limits"]["health_probe_interval_s"] = json!(1e20))),
         ("limits.teardown_grace_s", Box::new(|s| s["limits"]["teardown_grace_s"] = json!(1e20))),
         ("serve.health_timeout_s", Box::new(|s| s["serve"]["health_timeout_s"] = json!(u64::MAX))),
@@ -1354,7 +1355,8 @@ fn agent_env_values_from_variables_never_reach_argv_or_records() {
     let mut run = fx.start(&spec, &env);
     fx.wait_phase("running", Duration::from_secs(20));
     let harbor = fx.status()["pids"]["harbor"].as_u64().unwrap() as u32;
-    let cmdline = String::from_utf8_lossy(&std::fs::read(format!("/proc/{harbor}/cmdline")).unwrap()).replace('\0', " ");
+    let cmdline =
+        String::from_utf8_lossy(&std::fs::read(format!("/proc/{harbor}/cmdline")).unwrap()).replace('\0', " ");
     assert!(!cmdline.contains(&edgar) && !cmdline.contains(&openai), "secret in argv: {cmdline}");
     assert!(cmdline.contains("MODEL_FOR_TOOLS=openai/gpt-5.2"), "{cmdline}");
     let henv: std::collections::BTreeMap<String, String> = environ_of(harbor).into_iter().collect();
