@@ -26,7 +26,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
-const PAYLOAD: &str = env!("CARGO_BIN_EXE_payload");
+const PAYLOAD_BUILT: &str = env!("CARGO_BIN_EXE_payload");
+
+/// The payload binary measured: this build, or `$BENCH_PAYLOAD_BIN` (an older build, for A/B figures
+/// on the same loaded machine).
+fn payload() -> String {
+    std::env::var("BENCH_PAYLOAD_BIN").ok().filter(|p| !p.is_empty()).unwrap_or_else(|| PAYLOAD_BUILT.to_string())
+}
 const RUNS: usize = 10;
 
 fn workspace_root() -> PathBuf {
@@ -153,7 +159,7 @@ impl Fx {
     }
 
     fn start(&self, spec: &Path) -> Child {
-        Command::new(PAYLOAD)
+        Command::new(payload())
             .args(["run", "--spec", spec.to_str().unwrap()])
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -428,7 +434,9 @@ fn main() {
         );
         return;
     }
-    println!("payload supervision figures (median of {RUNS} runs unless noted; payload = {PAYLOAD})");
+    println!("payload supervision figures (median of {RUNS} runs unless noted; payload = {})", payload());
+    // `BENCH_ONLY=latency`: just readiness → Harbor spawned and engine exit → payload exited.
+    let only_latency = std::env::var("BENCH_ONLY").as_deref() == Ok("latency");
     let r = readiness(&vllm, &harbor);
     println!(
         "readiness detection  stand-in /health 200 → Harbor spawned: {:>7.1} ms  (min {:.1}, max {:.1})",
@@ -443,6 +451,9 @@ fn main() {
         c.iter().cloned().fold(f64::MAX, f64::min),
         c.iter().cloned().fold(0.0, f64::max)
     );
+    if only_latency {
+        return;
+    }
     let t = teardown(&vllm, &harbor, false);
     let hwm: Vec<f64> = t.iter().map(|x| x.1).collect();
     println!(
