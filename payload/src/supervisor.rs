@@ -125,6 +125,16 @@ impl Role {
             Role::Tunnel => "tunnel",
         }
     }
+
+    /// The signal that asks the role to stop. Harbor: SIGINT, the one signal both `jobs start`
+    /// and `jobs resume` turn into KeyboardInterrupt (cancel the trials, record them, exit);
+    /// Harbor 0.25's `resume` has no SIGTERM handler, so SIGTERM kills it with trials unrecorded.
+    pub fn stop_signal(self) -> Signal {
+        match self {
+            Role::Harbor => Signal::SIGINT,
+            Role::Engine | Role::Tunnel => Signal::SIGTERM,
+        }
+    }
 }
 
 /// What to start: the resolved program, its argv (argv[0] shown in records), an explicit
@@ -318,7 +328,8 @@ pub struct ShutdownReport {
     pub steps: Vec<TeardownStep>,
 }
 
-/// One teardown step: `term` (SIGTERM sent to the group), `gone` (group empty), `kill` (SIGKILL).
+/// One teardown step: `term` (the role's stop signal sent to the group: SIGINT for Harbor, SIGTERM
+/// otherwise), `gone` (group empty), `kill` (SIGKILL).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TeardownStep {
     pub ms: u64,
@@ -437,8 +448,9 @@ impl Supervisor {
             if let Some(m) = self.slot(*role).as_mut()
                 && !m.gone(&table)
             {
-                tracing::info!(role = role.as_str(), pgid = m.pid, "sending SIGTERM to group");
-                m.signal_group(Signal::SIGTERM);
+                let sig = role.stop_signal();
+                tracing::info!(role = role.as_str(), pgid = m.pid, signal = %sig, "sending stop signal to group");
+                m.signal_group(sig);
                 report.step(start, "term", *role);
             }
         }
@@ -761,6 +773,13 @@ mod tests {
         assert_eq!(d, vec![11, 12, 13]);
         assert!(group_alive(&table, 11));
         assert!(!group_alive(&table, 99));
+    }
+
+    #[test]
+    fn harbor_is_stopped_with_sigint() {
+        assert_eq!(Role::Harbor.stop_signal(), Signal::SIGINT);
+        assert_eq!(Role::Engine.stop_signal(), Signal::SIGTERM);
+        assert_eq!(Role::Tunnel.stop_signal(), Signal::SIGTERM);
     }
 
     #[test]

@@ -13,8 +13,9 @@ use launch_spec::{LaunchSpec, OutcomeClass};
 
 use crate::failure::Failure;
 
-/// The largest duration any field may hold: 30 days, longer than any Slurm time limit.
-pub const MAX_SECONDS: u64 = 30 * 24 * 3600;
+/// The largest duration any field may hold: 30 days, longer than any Slurm time limit (the
+/// bound the spec reader and every config loader apply, `launch_spec::validate`).
+pub const MAX_SECONDS: u64 = launch_spec::validate::MAX_SECONDS;
 
 /// The heartbeat period is clamped into this range (a spec value outside it is not an error).
 pub const HEARTBEAT_MIN: Duration = Duration::from_millis(50);

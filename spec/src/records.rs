@@ -47,34 +47,18 @@ pub fn write_atomically(path: &Path, contents: &[u8]) -> std::io::Result<()> {
 }
 
 /// Largest input file [`read_regular`] callers usually allow (specs, secrets, configs).
-pub const MAX_INPUT_BYTES: u64 = 16 << 20;
+pub const MAX_INPUT_BYTES: u64 = crate::fsread::RECORD_CAP;
 
 /// Opens `path` for reading only if it is a regular file: opened non-blocking (a FIFO cannot hang
 /// the open) and type-checked with `fstat` on the open descriptor (no race with a swap). Symlinks
-/// are followed (a spec may be linked); the file they name must be regular.
+/// are followed (a spec may be linked); the file they name must be regular. See [`crate::fsread`].
 pub fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
-    let meta = file.metadata()?;
-    if !meta.file_type().is_file() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "not a regular file (a FIFO, device, socket or directory)",
-        ));
-    }
-    Ok(file)
+    crate::fsread::open_regular(path, crate::fsread::Links::Follow)
 }
 
 /// Reads a regular file ([`open_regular`]) of at most `max` bytes as UTF-8.
 pub fn read_regular(path: &Path, max: u64) -> std::io::Result<String> {
-    use std::io::Read;
-    let file = open_regular(path)?;
-    let mut text = String::new();
-    file.take(max + 1).read_to_string(&mut text)?;
-    if text.len() as u64 > max {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("larger than {max} bytes")));
-    }
-    Ok(text)
+    crate::fsread::read_text_capped(path, max, crate::fsread::Links::Follow)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
