@@ -31,6 +31,10 @@ enum Command {
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
+        /// Also run the installed Harbor's `--print-config` on the Harbor argv (fails, exit 14,
+        /// where Harbor would refuse it); skipped when Harbor cannot be run here.
+        #[arg(long)]
+        check_harbor: bool,
     },
     /// The GPU inventory (NVML, or $PAYLOAD_GPU_FIXTURE) and the matched GPU profile.
     Gpus {
@@ -59,7 +63,7 @@ fn exit(code: i32) -> ExitCode {
     ExitCode::from(code.clamp(0, 255) as u8)
 }
 
-fn plan(spec_path: &std::path::Path, json: bool) -> anyhow::Result<i32> {
+fn plan(spec_path: &std::path::Path, json: bool, check_harbor: bool) -> anyhow::Result<i32> {
     let spec = match LaunchSpec::from_file(spec_path) {
         Ok(spec) => spec,
         Err(err) => {
@@ -67,7 +71,10 @@ fn plan(spec_path: &std::path::Path, json: bool) -> anyhow::Result<i32> {
             return Ok(OutcomeClass::Spec.exit_code());
         }
     };
-    let plan = payload::plan::build(spec_path, &spec, &payload::run::parent_env());
+    let mut plan = payload::plan::build(spec_path, &spec, &payload::run::parent_env());
+    if check_harbor {
+        payload::plan::check_harbor(&spec, &mut plan);
+    }
     let mut out = std::io::stdout().lock();
     if json {
         serde_json::to_writer_pretty(&mut out, &plan).context("writing the plan")?;
@@ -145,7 +152,7 @@ async fn main() -> ExitCode {
     }));
     let result = match cli.command {
         Command::Run { spec } => Ok(payload::run::run(&spec).await),
-        Command::Plan { spec, json } => plan(&spec, json),
+        Command::Plan { spec, json, check_harbor } => plan(&spec, json, check_harbor),
         Command::Gpus { json, profiles } => gpus(json, profiles),
     };
     match result {

@@ -5,7 +5,7 @@
 //! 3. GPUs → profile → gpu-memory ceiling;
 //! 4. port;
 //! 5. vLLM in its own group (`serving`), logging to `vllm.log`;
-//! 6. readiness (`/health` 200 and the served name in `/v1/models`), polled every 150 ms while
+//! 6. readiness (`/health` 200 and the served name in `/v1/models`), polled every 25 ms while
 //!    watching the process; meanwhile (7) the tunnel, if any, is started and checked (Pinggy's
 //!    end-to-end check needs vLLM, so it completes after readiness);
 //! 8. Harbor in its own group (`running`), logging to `harbor.log` (resume rewrites first; `api_base`
@@ -38,8 +38,9 @@ use crate::timings::{self, Timings};
 use crate::tunnel::{self, Tunnel, TunnelPoll};
 use crate::{childenv, gpu, ports, runlock};
 
-/// Readiness poll period (sub-second: a server that crashed in its first second fails at once).
-pub const READY_POLL: Duration = Duration::from_millis(150);
+/// Readiness poll period: a loopback probe costs well under a millisecond (a refused connect while
+/// vLLM loads even less), so polling often keeps "ready → Harbor spawned" short.
+pub const READY_POLL: Duration = Duration::from_millis(25);
 /// Lines of `vllm.log` kept in an engine failure's outcome.
 pub const LOG_TAIL_LINES: usize = 30;
 /// How often the tunnel's state machine is advanced.
@@ -451,8 +452,51 @@ impl Run {
 
         self.rec.status.resume = Some(resume);
 
+        // Harbor's own `--print-config` on the fresh-run argv, while vLLM loads (it costs nothing
+        // then): a refusal ends the run before Harbor would start and fail.
+        let mut config_check = (!resume).then(|| {
+            let (spec, env) = (self.spec.clone(), harbor_env.clone());
+            let argv = harbor::prepare_fresh(
+                &spec,
+                &harbor_program.display().to_string(),
+                &format!("{base}/v1"),
+                &agent_envs.args,
+            );
+            tokio::task::spawn_blocking(move || match argv {
+                Ok(argv) => harbor::check_with_print_config(&spec, &argv, &env),
+                Err(e) => harbor::ConfigCheck::Rejected(e.to_string()),
+            })
+        });
+
         // 6. Readiness (7. the tunnel advances meanwhile), then the tunnel's end-to-end check.
-        self.wait_ready(&base, started, api_key.as_deref()).await?;
+        let mut verdict = None;
+        {
+            let ready = self.wait_ready(&base, started, api_key.as_deref());
+            tokio::pin!(ready);
+            loop {
+                tokio::select! {
+                    r = &mut ready => { r?; break; }
+                    v = async { config_check.as_mut().expect("guarded").await }, if config_check.is_some() && verdict.is_none() => {
+                        let v = v.unwrap_or_else(|e| harbor::ConfigCheck::Skipped(format!("check task failed: {e}")));
+                        let rejected = matches!(v, harbor::ConfigCheck::Rejected(_));
+                        verdict = Some(v);
+                        if rejected { break; }
+                    }
+                }
+            }
+        }
+        if let Some(check) = config_check.take()
+            && verdict.is_none()
+        {
+            verdict =
+                Some(check.await.unwrap_or_else(|e| harbor::ConfigCheck::Skipped(format!("check task failed: {e}"))));
+        }
+        if let Some(v) = verdict {
+            self.rec.event("harbor_config_check", json!({ "result": format!("{v:?}") }));
+            if let harbor::ConfigCheck::Rejected(why) = v {
+                return Err(Failure::new(OutcomeClass::Harbor, why).with_cause("config_rejected").into());
+            }
+        }
         self.wait_tunnel().await?;
 
         // 8. Harbor: api_base (the public URL for installed agents), resume rewrites, argv.
@@ -466,7 +510,8 @@ impl Run {
             self.rec.event("resume_configs_rewritten", json!({ "api_base": api_base, "files": files }));
             harbor::resume_argv(&self.spec, &harbor_program.display().to_string())
         } else {
-            harbor::fresh_argv(&self.spec, &harbor_program.display().to_string(), &api_base, &agent_envs.args)
+            harbor::prepare_fresh(&self.spec, &harbor_program.display().to_string(), &api_base, &agent_envs.args)
+                .map_err(Failure::from)?
         };
         let mut harbor_program = harbor_program;
         if let Some(t) = &self.tunnel {

@@ -40,13 +40,18 @@ static GROUPS: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
 /// Never blocks on the registry lock (a panic while it is held skips the groups; the sweep of
 /// descendants still runs).
 pub fn emergency_teardown() {
-    if let Ok(groups) = GROUPS.try_lock() {
-        for pgid in groups.iter() {
-            let _ = killpg(Pid::from_raw(*pgid), Signal::SIGKILL);
-        }
+    let groups = GROUPS.try_lock().map(|g| g.clone()).unwrap_or_default();
+    kill_now(&groups, std::process::id() as i32);
+}
+
+/// SIGKILL to each group in `groups` and to every descendant of `root` (listed first, so a child
+/// whose parent dies meanwhile is not lost to re-parenting).
+pub fn kill_now(groups: &[i32], root: i32) {
+    let before = descendants(&proc_table(), root);
+    for pgid in groups {
+        let _ = killpg(Pid::from_raw(*pgid), Signal::SIGKILL);
     }
-    let me = std::process::id() as i32;
-    for p in descendants(&proc_table(), me) {
+    for p in before.iter().chain(descendants(&proc_table(), root).iter()) {
         let _ = kill(Pid::from_raw(p.pid), Signal::SIGKILL);
     }
 }
@@ -116,6 +121,16 @@ impl Role {
             Role::Harbor => "harbor",
             Role::Engine => "engine",
             Role::Tunnel => "tunnel",
+        }
+    }
+
+    /// The signal that asks the role to stop. Harbor: SIGINT, the one signal both `jobs start`
+    /// and `jobs resume` turn into KeyboardInterrupt (cancel the trials, record them, exit);
+    /// Harbor 0.25's `resume` has no SIGTERM handler, so SIGTERM kills it with trials unrecorded.
+    pub fn stop_signal(self) -> Signal {
+        match self {
+            Role::Harbor => Signal::SIGINT,
+            Role::Engine | Role::Tunnel => Signal::SIGTERM,
         }
     }
 }
@@ -311,7 +326,8 @@ pub struct ShutdownReport {
     pub steps: Vec<TeardownStep>,
 }
 
-/// One teardown step: `term` (SIGTERM sent to the group), `gone` (group empty), `kill` (SIGKILL).
+/// One teardown step: `term` (the role's stop signal sent to the group: SIGINT for Harbor, SIGTERM
+/// otherwise), `gone` (group empty), `kill` (SIGKILL).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TeardownStep {
     pub ms: u64,
@@ -430,8 +446,9 @@ impl Supervisor {
             if let Some(m) = self.slot(*role).as_mut()
                 && !m.gone(&table)
             {
-                tracing::info!(role = role.as_str(), pgid = m.pid, "sending SIGTERM to group");
-                m.signal_group(Signal::SIGTERM);
+                let sig = role.stop_signal();
+                tracing::info!(role = role.as_str(), pgid = m.pid, signal = %sig, "sending stop signal to group");
+                m.signal_group(sig);
                 report.step(start, "term", *role);
             }
         }
@@ -713,6 +730,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn kill_now_takes_a_group_and_its_detached_descendants_down() {
+        use std::os::unix::process::CommandExt;
+        // A group leader with a child in its group and a grandchild in a group of its own.
+        let mut leader = std::process::Command::new("sh")
+            .args(["-c", "sleep 60 & setsid sleep 60 & wait"])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pid = leader.id() as i32;
+        let until = Instant::now() + Duration::from_secs(5);
+        while descendants(&proc_table(), pid).len() < 2 {
+            assert!(Instant::now() < until, "children never started");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let kids: Vec<i32> = descendants(&proc_table(), pid).iter().map(|p| p.pid).collect();
+        kill_now(&[pid], pid);
+        let _ = leader.wait();
+        let until = Instant::now() + Duration::from_secs(5);
+        while kids.iter().any(|k| proc_table().iter().any(|p| p.pid == *k && p.state != 'Z')) {
+            assert!(Instant::now() < until, "a descendant survived: {kids:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
     fn parses_stat_with_odd_command_names() {
         let p = parse_stat("1234 (vllm (worker) 1) S 1000 1234 1234 0 -1 4194560 ...").unwrap();
         assert_eq!(p, ProcInfo { pid: 1234, ppid: 1000, pgrp: 1234, state: 'S' });
@@ -729,6 +771,13 @@ mod tests {
         assert_eq!(d, vec![11, 12, 13]);
         assert!(group_alive(&table, 11));
         assert!(!group_alive(&table, 99));
+    }
+
+    #[test]
+    fn harbor_is_stopped_with_sigint() {
+        assert_eq!(Role::Harbor.stop_signal(), Signal::SIGINT);
+        assert_eq!(Role::Engine.stop_signal(), Signal::SIGTERM);
+        assert_eq!(Role::Tunnel.stop_signal(), Signal::SIGTERM);
     }
 
     #[test]

@@ -15,20 +15,24 @@ use crate::gpu::GpuProfiles;
 /// Bumped on any incompatible change; payload refuses specs with another major version.
 pub const SPEC_VERSION: u32 = 1;
 
-/// The infra error types Harbor re-runs on resume (`--filter-error-type`), SPEC §6.4.
+/// The infra error types Harbor re-runs on resume (`--filter-error-type`): the exception class
+/// names Harbor 0.25.0 records in a trial's `exception_info.exception_type` for faults of the
+/// sandbox or the harness rather than the model. The Daytona ones are the `daytona` SDK's classes
+/// (`DaytonaAuthorizationError` is an alias there, recorded as `DaytonaForbiddenError`).
 pub const INFRA_ERROR_TYPES: &[&str] = &[
     "DaytonaError",
     "DaytonaAuthenticationError",
-    "DaytonaAuthorizationError",
+    "DaytonaForbiddenError",
     "DaytonaNotFoundError",
     "DaytonaRateLimitError",
     "EnvironmentStartTimeoutError",
     "CancelledError",
     "SandboxBuildFailedError",
-    "AgentEnvironmentTimeoutError",
-    "VerificationNotCompletedError",
-    "TrialNotScoredError",
     "AddTestsDirError",
+    "AgentSetupTimeoutError",
+    "SandboxLikelyOutOfMemoryError",
+    "HealthcheckError",
+    "NetworkConnectionError",
 ];
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -100,7 +104,8 @@ pub struct ServeSpec {
     pub max_num_seqs: Option<u32>,
     #[serde(default)]
     pub swap_space: Option<u32>,
-    /// Whether the installed vLLM still has `--swap-space` (a profile capability, not a `--help` probe).
+    /// Whether the installed vLLM still has `--swap-space`: follows from the environment's declared
+    /// vLLM version (crate::versions), never a `--help` probe.
     #[serde(default)]
     pub supports_swap_space: bool,
     #[serde(default)]
@@ -116,7 +121,7 @@ pub struct ServeSpec {
     #[serde(default)]
     pub limit_mm_per_prompt: Option<String>,
     /// Registry extra args as written; `${VAR}` expanded by payload from its environment, then split
-    /// shell-style (never run through a shell).
+    /// on whitespace with no quote processing ([`split_extra_args`]; never run through a shell).
     #[serde(default)]
     pub extra_args: Option<String>,
     /// Extra environment for vLLM (non-secret).
@@ -142,6 +147,14 @@ pub struct ServeSpec {
     /// Also require one real chat completion before declaring the engine ready (vec-inf #142).
     #[serde(default)]
     pub ready_needs_completion: bool,
+}
+
+/// The registry's `extra_args` as argv words: split on whitespace, quotes kept as written. The old
+/// scripts expanded `$EVAL_VLLM_EXTRA_ARGS` unquoted, so bash word-split it without quote removal;
+/// registry entries rely on that (`--override-generation-config {"temperature":0.7,…}` stays one
+/// word with its quotes, which a shell-style split would strip).
+pub fn split_extra_args(text: &str) -> Vec<String> {
+    text.split_whitespace().map(str::to_string).collect()
 }
 
 fn default_host() -> String {
@@ -535,6 +548,10 @@ pub struct HarborSpec {
     /// Extra non-secret environment for Harbor.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// What the installed Harbor speaks (from the environment's declared Harbor version or
+    /// flavour): the terminus-2 kwarg form, `--yes`, `--print-config`.
+    #[serde(default)]
+    pub dialect: crate::versions::HarborDialect,
 }
 
 fn default_agent() -> String {

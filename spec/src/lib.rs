@@ -7,6 +7,7 @@ pub mod launch;
 pub mod records;
 mod strict_de;
 pub mod validate;
+pub mod versions;
 pub mod yaml;
 
 pub use gpu::{GpuInfo, GpuProfile, GpuProfiles};

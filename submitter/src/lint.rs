@@ -173,11 +173,15 @@ fn check_fields(place: &str, fields: &ServeFields, findings: &mut Findings) {
     for problem in fields.problems() {
         findings.error(place, problem);
     }
-}
-
-/// Shell-style splitting of `extra_args` (quotes honoured, no expansion), as payload does.
-pub fn shell_split(text: &str) -> Result<Vec<String>, String> {
-    shell_words::split(text).map_err(|err| err.to_string())
+    if let Some(extra) = &fields.extra_args
+        && extra.contains(['\'', '"'])
+        && !extra.contains('{')
+    {
+        findings.warn(
+            place,
+            "extra_args has quotes: they reach vLLM as written (extra_args is split on whitespace only, like the old scripts' unquoted $EVAL_VLLM_EXTRA_ARGS)",
+        );
+    }
 }
 
 fn check_clusters(dir: &Path, findings: &mut Findings) -> Vec<ClusterProfile> {
@@ -346,6 +350,28 @@ fn check_fields_on_cluster(
             ),
         );
     }
+    // The kwargs as the cluster's Harbor will get them (translated at spec time), checked against
+    // terminus-2's options where that Harbor's schema is known.
+    if let Some(kwargs) = &fields.agent_kwargs
+        && let Some(env) = cluster.environments.get(&cluster.harbor.environment)
+    {
+        let dialect = env.harbor_dialect();
+        match launch_spec::versions::translate_agent_kwargs(kwargs, dialect) {
+            Err(err) => findings.error(place, format!("on cluster {} ({}): {err}", cluster.name, dialect.as_str())),
+            Ok(translated) => {
+                for key in launch_spec::versions::unknown_terminus2_options(&translated, dialect) {
+                    findings.error(
+                        place,
+                        format!(
+                            "agent kwarg `{key}` is unknown to terminus-2 of {} on cluster {} (Harbor refuses it: \"Unknown option '{key}'\"); remove it or use one of its options (docs/real-programs.md)",
+                            dialect.as_str(),
+                            cluster.name
+                        ),
+                    );
+                }
+            }
+        }
+    }
     let tp = fields
         .tensor_parallel_size
         .unwrap_or_else(|| if crate::registry::size::total_size(id).is_some_and(|s| s > 14.0) { 2 } else { 1 });
@@ -359,17 +385,5 @@ fn check_fields_on_cluster(
                 cluster.name
             ),
         );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::shell_split;
-
-    #[test]
-    fn splits_like_a_shell_without_expansion() {
-        assert_eq!(shell_split("--a 1  --b 'x y' \"q\\\"z\"").unwrap(), vec!["--a", "1", "--b", "x y", "q\"z"]);
-        assert_eq!(shell_split("--x ${DCFT}/p").unwrap(), vec!["--x", "${DCFT}/p"]);
-        assert!(shell_split("'open").is_err());
     }
 }

@@ -127,8 +127,8 @@ mod tests {
         let root = ConfigRoot { root: Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf() };
         let mut cluster = config::load_cluster(&root.clusters_dir(), cluster_name).unwrap();
         // Site paths use ${WORK}/${SCRATCH}/${PROJECT}; pin them so the test needs no environment.
-        for prefix in cluster.environments.values_mut() {
-            *prefix = PathBuf::from("/site/env");
+        for env in cluster.environments.values_mut() {
+            env.path = PathBuf::from("/site/env");
         }
         cluster.paths.jobs_dir = PathBuf::from("/site/jobs");
         cluster.paths.datasets_dirs = vec![PathBuf::from("/site/datasets")];

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use launch_spec::GpuProfiles;
 use launch_spec::yaml::{YamlError, from_yaml_file};
 
-pub use cluster::ClusterProfile;
+pub use cluster::{ClusterProfile, Environment};
 pub use preset::Preset;
 
 pub const GPU_PROFILES_FILE: &str = "gpus.yaml";
