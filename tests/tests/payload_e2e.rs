@@ -1161,3 +1161,36 @@ fn plan_check_harbor_asks_the_installed_harbor() {
     let problems = plan["problems"].to_string();
     assert!(problems.contains("Unknown option 'collect_engine_metrics'"), "{problems}");
 }
+
+#[test]
+fn harbor_gets_sigint_at_its_default_even_when_payload_inherited_it_ignored() {
+    // A batch step started in the background of a non-interactive shell inherits SIGINT ignored;
+    // Python (Harbor) then never installs its KeyboardInterrupt handler. payload must not pass
+    // that on, or its SIGINT wind-down would be ignored until the SIGKILL.
+    let fx = Fx::new("sigintign");
+    let mut spec = fx.spec();
+    spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("30");
+    spec["limits"]["teardown_grace_s"] = json!(6.0);
+    let path = fx.write_spec(&spec);
+    let stderr = std::fs::File::create(fx.root.join("payload.stderr")).unwrap();
+    let base = fx.command(&["run", "--spec", path.to_str().unwrap()], &[]);
+    // `trap '' INT` then exec: payload starts with SIGINT ignored, as such a batch step would.
+    let mut cmd = Command::new("/bin/sh");
+    cmd.env_clear().stdin(Stdio::null());
+    for (k, v) in base.get_envs() {
+        if let Some(v) = v {
+            cmd.env(k, v);
+        }
+    }
+    cmd.args(["-c", "trap '' INT; exec \"$0\" \"$@\""]).arg(base.get_program()).args(base.get_args());
+    let child = cmd.stdout(Stdio::null()).stderr(stderr).spawn().unwrap();
+    let pid = child.id() as i32;
+    let mut run = Run { pid, child, started: Instant::now(), marker: format!("PAYLOAD_RUN_ID={}-{pid}", fx.tag) };
+    fx.wait_phase("running", Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(300));
+    run.signal(Signal::SIGTERM);
+    assert_eq!(run.wait(Duration::from_secs(15)), 143, "stderr:\n{}", fx.stderr());
+    assert_no_survivors(&run);
+    let o = outcome(&fx);
+    assert_eq!(o["harbor_exit_code"], 130, "Harbor wound down on SIGINT, not SIGKILL: {o}");
+}
