@@ -2,7 +2,8 @@
 # Installs and runs the real services the test suite talks to (SPEC §10):
 # munge + a single-node Slurm cluster, PostgreSQL, and the sshd binary.
 #
-#   scripts/services.sh install        apt-get install whatever is missing
+#   scripts/services.sh install        apt-get install whatever is missing; the real vLLM's venv
+#                                      (scripts/install-vllm.sh, cached outside the clone)
 #   scripts/services.sh up             start what is not running; reuse what is
 #   scripts/services.sh down [SVC...]  stop what `up` started (all recorded, or only SVC...)
 #   scripts/services.sh status         one line per service
@@ -485,7 +486,7 @@ main() {
   local command=${1:-}
   [[ $# -gt 0 ]] && shift
   case $command in
-    install) cmd_install "$@" ;;
+    install) cmd_install "$@" && "$(dirname "$0")/install-vllm.sh" ;;
     up) cmd_up "$@" ;;
     down) cmd_down "$@" ;;
     status) cmd_status "$@" ;;
