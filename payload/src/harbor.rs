@@ -266,8 +266,10 @@ pub fn judge_print_config(spec: &LaunchSpec, code: Option<i32>, stdout: &str, st
         let why = last_line(stderr).or_else(|| last_line(stdout)).unwrap_or_else(|| "no output".to_string());
         return ConfigCheck::Rejected(format!("harbor --print-config exited {code:?}: {why}"));
     }
-    let Some(config) = stdout.find('{').and_then(|i| serde_json::from_str::<serde_json::Value>(&stdout[i..]).ok())
-    else {
+    // The first JSON value on stdout (Harbor may print a line before it or after it).
+    let first_json =
+        |i: usize| serde_json::Deserializer::from_str(&stdout[i..]).into_iter::<serde_json::Value>().next();
+    let Some(config) = stdout.find('{').and_then(first_json).and_then(Result::ok) else {
         return ConfigCheck::Rejected("harbor --print-config printed no JSON job config".to_string());
     };
     let model = format!("hosted_vllm/{}", spec.model.served_name);
@@ -633,6 +635,8 @@ mod tests {
         };
         assert!(why.contains("exited Some(2)") && why.contains("No such option: --swap"), "{why}");
         assert!(matches!(judge_print_config(&spec, Some(0), "not json", ""), ConfigCheck::Rejected(_)));
+        let chatty = format!("Loading config…\n{ok}\nDone.\n");
+        assert_eq!(judge_print_config(&spec, Some(0), &chatty, ""), ConfigCheck::Passed { agents: 1 });
     }
 
     #[test]
