@@ -1325,6 +1325,8 @@ fn yaml_agent_settings_thinking_and_parser_kwargs_reach_harbors_job_config() {
     // The registry's form (what the old Harbor fork took); payload passes Harbor 0.25's form.
     spec["harbor"]["agent_kwargs"] = json!([r#"extra_body={"chat_template_kwargs":{"enable_thinking":true}}"#]);
     spec["harbor"]["agent_parser"] = json!("xml");
+    let requests = fx.root.join("requests.jsonl");
+    spec["serve"]["env"]["STANDIN_REQUEST_LOG"] = json!(requests);
     let mut run = fx.start(&spec, &[]);
     let code = run.wait(Duration::from_secs(30));
     assert_eq!(
@@ -1353,6 +1355,21 @@ fn yaml_agent_settings_thinking_and_parser_kwargs_reach_harbors_job_config() {
     assert_eq!(a["kwargs"]["parser_name"], "xml", "{job:#}");
     assert_eq!(a["kwargs"]["llm_call_kwargs"]["extra_body"]["chat_template_kwargs"]["enable_thinking"], true);
     assert!(a["kwargs"].get("extra_body").is_none() && a["kwargs"].get("parser").is_none(), "{job:#}");
+    // Every completion the agent sent asked for thinking.
+    let sent: Vec<Value> = std::fs::read_to_string(&requests)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("/chat/completions") || l.contains("messages"))
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert!(!sent.is_empty());
+    for body in &sent {
+        let body = body.get("body").unwrap_or(body);
+        if body.get("messages").is_some() && body["messages"].to_string().contains("ping") {
+            continue; // payload's own readiness completion
+        }
+        assert_eq!(body.pointer("/chat_template_kwargs/enable_thinking"), Some(&json!(true)), "{body}");
+    }
 }
 
 #[test]
