@@ -1513,6 +1513,13 @@ fn run_trial(job: &Job, plan: &Plan) -> TrialEnd {
             if let Some(t) = kwargs.get("temperature").filter(|v| !v.is_null()) {
                 body["temperature"] = t.clone();
             }
+            // terminus-2 passes `llm_call_kwargs` to every LiteLLM call; LiteLLM merges its
+            // `extra_body` into the top level of the request (`chat_template_kwargs` …).
+            if let Some(Value::Object(extra)) = kwargs.pointer("/llm_call_kwargs/extra_body") {
+                for (k, v) in extra {
+                    body[k.as_str()] = v.clone();
+                }
+            }
             // LiteLLM.call: 3 attempts, exponential wait 4..15 s, no retry on
             // context-length and authentication errors.
             let mut attempt = 0;
@@ -2067,9 +2074,11 @@ fn start(args: &[String], path: &str) -> ! {
     run_job(cfg, false)
 }
 
-/// SIGINT raises KeyboardInterrupt in both commands (Python's default handler).
+/// SIGINT raises KeyboardInterrupt in both commands (Python's default handler) — unless SIGINT
+/// was already ignored when harbor started: Python then installs no handler and SIGINT stays
+/// ignored (docs/harbor-facts.md), so whoever starts Harbor must hand it SIGINT at its default.
 fn catch_or_ignore_sigint() {
-    if c::env_flag("STANDIN_IGNORE_SIGINT") {
+    if c::env_flag("STANDIN_IGNORE_SIGINT") || c::signal_ignored(libc::SIGINT) {
         c::ignore_signal(libc::SIGINT);
     } else {
         c::catch_signal(libc::SIGINT);
