@@ -3,7 +3,8 @@
 # munge + a single-node Slurm cluster, PostgreSQL, and the sshd binary; `install` also installs
 # the real Harbor the tests use as the oracle (scripts/install-harbor.sh).
 #
-#   scripts/services.sh install        apt-get install whatever is missing
+#   scripts/services.sh install        apt-get install whatever is missing; the real vLLM's venv
+#                                      (scripts/install-vllm.sh, cached outside the clone)
 #   scripts/services.sh up             start what is not running; reuse what is
 #   scripts/services.sh down [SVC...]  stop what `up` started (all recorded, or only SVC...)
 #   scripts/services.sh status         one line per service
@@ -486,7 +487,10 @@ main() {
   local command=${1:-}
   [[ $# -gt 0 ]] && shift
   case $command in
-    install) cmd_install "$@" && "$(dirname "${BASH_SOURCE[0]}")/install-harbor.sh" ;;
+    install)
+      cmd_install "$@" && "$(dirname "${BASH_SOURCE[0]}")/install-harbor.sh" \
+        && "$(dirname "${BASH_SOURCE[0]}")/install-vllm.sh"
+      ;;
     up) cmd_up "$@" ;;
     down) cmd_down "$@" ;;
     status) cmd_status "$@" ;;

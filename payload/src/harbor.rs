@@ -66,26 +66,33 @@ pub fn is_resume(run_dir: &Path) -> bool {
 pub struct AgentEnvPlan {
     /// `NAME=VALUE` items, one `--ae` each.
     pub args: Vec<String>,
-    /// Secret sources, handed to Harbor's environment (never argv): `--ae NAME=${SOURCE}`.
+    /// Sources, handed to Harbor's environment (never argv): `--ae NAME=${SOURCE}`.
     pub harbor_env: BTreeMap<String, String>,
     pub warnings: Vec<String>,
 }
 
-/// Resolves agent envs: a literal `value`; else `from` (default: the name) taken from the secrets
-/// file — then argv carries the template `${SOURCE}` and Harbor's environment the value, so the
-/// secret never reaches argv or Harbor's stored `config.json` — or from payload's environment.
+/// Resolves agent envs with the old scripts' semantics: a source variable (`from`, default: the
+/// name) set in the secrets file or else in payload's environment gives its value; otherwise the
+/// literal `value` (`MODEL_API_KEY=OPENAI_API_KEY` is the key when `OPENAI_API_KEY` is set, the text
+/// otherwise). A value from a variable never reaches argv: argv carries the template `${SOURCE}`
+/// and Harbor's environment the value (Harbor 0.25 resolves `${VAR}` agent-env templates from its
+/// own environment when it builds the agent, and stores the template, not the value, in the job's
+/// `config.json`). Only a literal is written into argv.
 pub fn agent_envs(list: &[AgentEnv], secrets: &Secrets, env: &dyn Fn(&str) -> Option<String>) -> AgentEnvPlan {
     let mut plan = AgentEnvPlan::default();
     for item in list {
-        if let Some(value) = &item.value {
-            plan.args.push(format!("{}={value}", item.name));
-            continue;
-        }
-        let source = item.from.as_deref().unwrap_or(&item.name);
-        if let Some(secret) = secrets.get(source) {
+        let source = match (&item.from, &item.value) {
+            (None, Some(value)) => {
+                plan.args.push(format!("{}={value}", item.name));
+                continue;
+            }
+            (Some(from), _) => from.as_str(),
+            (None, None) => item.name.as_str(),
+        };
+        if let Some(value) = secrets.get(source).map(str::to_string).or_else(|| env(source)) {
             plan.args.push(format!("{}=${{{source}}}", item.name));
-            plan.harbor_env.insert(source.to_string(), secret.to_string());
-        } else if let Some(value) = env(source) {
+            plan.harbor_env.insert(source.to_string(), value);
+        } else if let Some(value) = &item.value {
             plan.args.push(format!("{}={value}", item.name));
         } else {
             plan.warnings.push(format!(
@@ -259,8 +266,10 @@ pub fn judge_print_config(spec: &LaunchSpec, code: Option<i32>, stdout: &str, st
         let why = last_line(stderr).or_else(|| last_line(stdout)).unwrap_or_else(|| "no output".to_string());
         return ConfigCheck::Rejected(format!("harbor --print-config exited {code:?}: {why}"));
     }
-    let Some(config) = stdout.find('{').and_then(|i| serde_json::from_str::<serde_json::Value>(&stdout[i..]).ok())
-    else {
+    // The first JSON value on stdout (Harbor may print a line before it or after it).
+    let first_json =
+        |i: usize| serde_json::Deserializer::from_str(&stdout[i..]).into_iter::<serde_json::Value>().next();
+    let Some(config) = stdout.find('{').and_then(first_json).and_then(Result::ok) else {
         return ConfigCheck::Rejected("harbor --print-config printed no JSON job config".to_string());
     };
     let model = format!("hosted_vllm/{}", spec.model.served_name);
@@ -423,10 +432,7 @@ fn rewrite_lock_api_base(lock: &mut serde_json::Value, new: &str) -> usize {
 pub fn rewrite_api_base(run_dir: &Path, new: &str) -> Result<Vec<(PathBuf, usize)>, HarborError> {
     let mut out = Vec::new();
     for path in config_files(run_dir) {
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| HarborError::Read { path: path.clone(), reason: e.to_string() })?;
-        let mut value: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| HarborError::Json { path: path.clone(), reason: e.to_string() })?;
+        let mut value = read_config(&path)?;
         let changed = if path.file_name().is_some_and(|n| n == LOCK_FILE) {
             rewrite_lock_api_base(&mut value, new)
         } else {
@@ -438,6 +444,23 @@ pub fn rewrite_api_base(run_dir: &Path, new: &str) -> Result<Vec<(PathBuf, usize
         out.push((path, changed));
     }
     Ok(out)
+}
+
+/// One `config.json`: a regular file of bounded size, parsed as JSON.
+fn read_config(path: &Path) -> Result<serde_json::Value, HarborError> {
+    let text = launch_spec::records::read_regular(path, launch_spec::records::MAX_INPUT_BYTES)
+        .map_err(|e| HarborError::Read { path: path.to_path_buf(), reason: e.to_string() })?;
+    serde_json::from_str(&text).map_err(|e| HarborError::Json { path: path.to_path_buf(), reason: e.to_string() })
+}
+
+/// Checks, before the engine starts, that every `config.json` a resume rewrites can be read and
+/// parsed (a corrupt trial config found only after a 20–30 min cold load wastes the allocation).
+pub fn check_resume_configs(run_dir: &Path) -> Result<usize, HarborError> {
+    let files = config_files(run_dir);
+    for path in &files {
+        read_config(path)?;
+    }
+    Ok(files.len())
 }
 
 fn write_json_atomic(path: &Path, value: &serde_json::Value) -> Result<(), HarborError> {
@@ -612,6 +635,8 @@ mod tests {
         };
         assert!(why.contains("exited Some(2)") && why.contains("No such option: --swap"), "{why}");
         assert!(matches!(judge_print_config(&spec, Some(0), "not json", ""), ConfigCheck::Rejected(_)));
+        let chatty = format!("Loading config…\n{ok}\nDone.\n");
+        assert_eq!(judge_print_config(&spec, Some(0), &chatty, ""), ConfigCheck::Passed { agents: 1 });
     }
 
     #[test]
@@ -658,18 +683,40 @@ mod tests {
             AgentEnv { name: "SERPAPI_API_KEY".into(), from: None, value: None },
             AgentEnv { name: "MODEL_FOR_TOOLS".into(), from: None, value: Some("openai/gpt-5.2".into()) },
             AgentEnv { name: "MODEL_API_KEY".into(), from: Some("OPENAI_API_KEY".into()), value: None },
-            AgentEnv { name: "REGION".into(), from: None, value: None },
+            AgentEnv { name: "SEC_EDGAR_API_KEY".into(), from: Some("SEC_EDGAR_API_KEY".into()), value: None },
         ];
-        let env = |k: &str| (k == "REGION").then(|| "eu".to_string());
+        let env = |k: &str| (k == "SEC_EDGAR_API_KEY").then(|| "edgar-secret".to_string());
         let plan = agent_envs(&list, &secrets, &env);
         assert_eq!(
             plan.args,
-            s(&["SERPAPI_API_KEY=${SERPAPI_API_KEY}", "MODEL_FOR_TOOLS=openai/gpt-5.2", "REGION=eu"])
+            s(&[
+                "SERPAPI_API_KEY=${SERPAPI_API_KEY}",
+                "MODEL_FOR_TOOLS=openai/gpt-5.2",
+                "SEC_EDGAR_API_KEY=${SEC_EDGAR_API_KEY}"
+            ])
         );
         assert_eq!(plan.harbor_env["SERPAPI_API_KEY"], "serp-secret");
+        assert_eq!(plan.harbor_env["SEC_EDGAR_API_KEY"], "edgar-secret");
         assert_eq!(plan.warnings.len(), 1);
         assert!(plan.warnings[0].contains("OPENAI_API_KEY"));
-        assert!(!plan.args.iter().any(|a| a.contains("serp-secret")));
+        assert!(!plan.args.iter().any(|a| a.contains("serp-secret") || a.contains("edgar-secret")));
+    }
+
+    #[test]
+    fn name_equals_variable_takes_the_value_else_the_literal() {
+        // The preset's `MODEL_API_KEY=OPENAI_API_KEY` (submitter writes from and value).
+        let item = AgentEnv {
+            name: "MODEL_API_KEY".into(),
+            from: Some("OPENAI_API_KEY".into()),
+            value: Some("OPENAI_API_KEY".into()),
+        };
+        let with = Secrets::from_pairs(Path::new("/s.env"), [("OPENAI_API_KEY".to_string(), "sk-1".to_string())]);
+        let plan = agent_envs(std::slice::from_ref(&item), &with, &|_| None);
+        assert_eq!(plan.args, s(&["MODEL_API_KEY=${OPENAI_API_KEY}"]));
+        assert_eq!(plan.harbor_env["OPENAI_API_KEY"], "sk-1");
+        let plan = agent_envs(std::slice::from_ref(&item), &Secrets::none(), &|_| None);
+        assert_eq!(plan.args, s(&["MODEL_API_KEY=OPENAI_API_KEY"]));
+        assert!(plan.harbor_env.is_empty() && plan.warnings.is_empty());
     }
 
     #[test]

@@ -54,7 +54,8 @@ fn init_logging() {
         .with_current_span(false)
         .with_span_list(false)
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| payload::logsink::Stderr)
+        .log_internal_errors(false)
         .init();
 }
 
@@ -66,7 +67,7 @@ fn plan(spec_path: &std::path::Path, json: bool, check_harbor: bool) -> anyhow::
     let spec = match LaunchSpec::from_file(spec_path) {
         Ok(spec) => spec,
         Err(err) => {
-            writeln!(std::io::stderr(), "error: {err}")?;
+            payload::logsink::line(&format!("error: {err}"));
             return Ok(OutcomeClass::Spec.exit_code());
         }
     };
@@ -91,7 +92,7 @@ fn gpus(json: bool, profiles: Option<PathBuf>) -> anyhow::Result<i32> {
         Some(path) => match payload::gpu::load_profiles(&path) {
             Ok(p) => Some(p),
             Err(err) => {
-                writeln!(std::io::stderr(), "error: {err}")?;
+                payload::logsink::line(&format!("error: {err}"));
                 return Ok(OutcomeClass::Spec.exit_code());
             }
         },
@@ -101,7 +102,7 @@ fn gpus(json: bool, profiles: Option<PathBuf>) -> anyhow::Result<i32> {
     let inventory = match probe.probe() {
         Ok(list) => list,
         Err(err) => {
-            writeln!(std::io::stderr(), "error: {err}")?;
+            payload::logsink::line(&format!("error: {err}"));
             return Ok(OutcomeClass::Gpu.exit_code());
         }
     };
@@ -143,6 +144,12 @@ fn gpus(json: bool, profiles: Option<PathBuf>) -> anyhow::Result<i32> {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
+    // A panic (a bug) still takes every child group down with it; the default report follows.
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        payload::supervisor::emergency_teardown();
+        report(info);
+    }));
     let result = match cli.command {
         Command::Run { spec } => Ok(payload::run::run(&spec).await),
         Command::Plan { spec, json, check_harbor } => plan(&spec, json, check_harbor),
@@ -151,7 +158,7 @@ async fn main() -> ExitCode {
     match result {
         Ok(code) => exit(code),
         Err(err) => {
-            let _ = writeln!(std::io::stderr(), "error: {err:#}");
+            payload::logsink::line(&format!("error: {err:#}"));
             exit(1)
         }
     }

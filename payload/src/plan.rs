@@ -103,6 +103,9 @@ pub fn build(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, String)]) -
     if let Err(f) = run::check_paths(spec) {
         problem(f);
     }
+    if let Err(f) = crate::timings::check(spec_path, spec) {
+        problem(f);
+    }
 
     // Secrets (names only).
     let org_id = run::org_job_id(spec, &env_fn);
@@ -153,7 +156,8 @@ pub fn build(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, String)]) -
     let probe = gpu::probe_from_env(&env_fn);
     let cuda_visible = env_fn("CUDA_VISIBLE_DEVICES");
     let probed = probe.probe();
-    let inventory = probed.as_ref().map(|v| gpu::visible(v, cuda_visible.as_deref())).unwrap_or_default();
+    let inventory =
+        probed.as_ref().ok().and_then(|v| gpu::visible(v, cuda_visible.as_deref()).ok()).unwrap_or_default();
     let decision = gpu::decide(spec, &probe.describe(), probed.clone(), cuda_visible.as_deref(), true);
     let gpu_section = match &decision {
         Ok(d) => GpuSection {
@@ -267,6 +271,9 @@ pub fn build(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, String)]) -
             }
         };
     let resume = harbor::is_resume(&spec.run_dir);
+    if resume && let Err(e) = harbor::check_resume_configs(&spec.run_dir) {
+        problem(e.into());
+    }
     let api_base = match &tunnel_plan.public_url {
         Some(url) => format!("{url}/v1"),
         None => format!("{base}/v1"),
@@ -294,8 +301,11 @@ pub fn build(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, String)]) -
         harbor_argv.splice(0..0, tunnel_plan.harbor_prefix.clone());
     }
 
-    let redact = |items: Vec<String>| items.into_iter().map(|s| loaded.redact(&s)).collect::<Vec<_>>();
-    let redact_env = |env: BTreeMap<String, String>| env.into_iter().map(|(k, v)| (k, loaded.redact(&v))).collect();
+    // By whole value: the secrets file's values and the agent-env sources taken from the environment.
+    let hidden: Vec<&str> = loaded.values().chain(agent_envs.harbor_env.values().map(String::as_str)).collect();
+    let redact = |items: Vec<String>| items.into_iter().map(|s| secrets::redact_whole(&s, &hidden)).collect::<Vec<_>>();
+    let redact_env =
+        |env: BTreeMap<String, String>| env.into_iter().map(|(k, v)| (k, secrets::redact_whole(&v, &hidden))).collect();
     Plan {
         spec: spec_path.to_path_buf(),
         run_tag: spec.run_tag.clone(),

@@ -16,6 +16,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::OpenOptions;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -29,6 +30,31 @@ use tokio::task::JoinHandle;
 use tokio::time::{MissedTickBehavior, interval, sleep, sleep_until};
 
 use crate::records::Completions;
+
+/// Process groups of the children spawned so far, for [`emergency_teardown`] (a panic hook cannot
+/// reach the [`Supervisor`]).
+static GROUPS: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+
+/// Last resort when payload panics: SIGKILL every child group and every remaining descendant, at
+/// once and synchronously (the panic hook calls it; the orderly teardown cannot run any more).
+/// Never blocks on the registry lock (a panic while it is held skips the groups; the sweep of
+/// descendants still runs).
+pub fn emergency_teardown() {
+    let groups = GROUPS.try_lock().map(|g| g.clone()).unwrap_or_default();
+    kill_now(&groups, std::process::id() as i32);
+}
+
+/// SIGKILL to each group in `groups` and to every descendant of `root` (listed first, so a child
+/// whose parent dies meanwhile is not lost to re-parenting).
+pub fn kill_now(groups: &[i32], root: i32) {
+    let before = descendants(&proc_table(), root);
+    for pgid in groups {
+        let _ = killpg(Pid::from_raw(*pgid), Signal::SIGKILL);
+    }
+    for p in before.iter().chain(descendants(&proc_table(), root).iter()) {
+        let _ = kill(Pid::from_raw(p.pid), Signal::SIGKILL);
+    }
+}
 
 /// Makes payload the reaper of orphaned descendants (`PR_SET_CHILD_SUBREAPER`).
 pub fn become_subreaper() -> Result<(), nix::Error> {
@@ -352,7 +378,8 @@ impl Supervisor {
 
     /// Starts `spec` as `role` in a new process group with exactly `spec.env`.
     pub fn spawn(&mut self, role: Role, spec: &ChildSpec) -> std::io::Result<u32> {
-        let log = OpenOptions::new().create(true).append(true).open(&spec.log)?;
+        // Never through a symlink planted in the run dir.
+        let log = OpenOptions::new().create(true).append(true).custom_flags(libc::O_NOFOLLOW).open(&spec.log)?;
         let mut cmd = Command::new(&spec.program);
         cmd.args(spec.argv.iter().skip(1))
             .env_clear()
@@ -365,8 +392,30 @@ impl Supervisor {
         if let Some(cwd) = &spec.cwd {
             cmd.current_dir(cwd);
         }
+        let parent = nix::unistd::getpid();
+        // The one `unsafe` in payload: a `pre_exec` hook, run in the forked child before exec. It
+        // sets the parent-death signal so the child is SIGKILLed when payload dies, even by a
+        // SIGKILL that leaves no chance to tear down; then it checks the parent is still payload
+        // (had payload died between fork and prctl, the signal would never come). Sound because the
+        // closure only makes two async-signal-safe syscalls (prctl, getppid) and builds its error
+        // from an errno without allocating. The death signal fires when the *thread* that forked
+        // exits: payload forks only from the main thread (tokio's current-thread runtime in
+        // main.rs runs every task there), which lives as long as the process.
+        #[allow(unsafe_code)]
+        unsafe {
+            cmd.pre_exec(move || {
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
+                if nix::unistd::getppid() != parent {
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                Ok(())
+            });
+        }
         let child = cmd.spawn()?;
         let pid = child.id().unwrap_or(0);
+        if let Ok(mut groups) = GROUPS.lock() {
+            groups.push(pid as i32);
+        }
         *self.slot(role) = Some(Managed { role, pid, child, status: None });
         Ok(pid)
     }
@@ -444,7 +493,7 @@ impl Supervisor {
                         }
                         state.signalled = true;
                         state.t0 = Instant::now();
-                        let cut = state.t0 + state.plan.grace - ShutdownPlan::reserve(state.plan.grace);
+                        let cut = crate::timings::deadline(state.t0, state.plan.grace - ShutdownPlan::reserve(state.plan.grace));
                         if cut < *deadline {
                             *deadline = cut;
                         }
@@ -464,7 +513,7 @@ impl Supervisor {
         // Stage 1: Harbor alone, so it cancels its trials while the model still answers.
         if self.harbor.is_some() {
             self.term(&[Role::Harbor], &mut state.report, start);
-            let mut deadline = start + plan.harbor_grace;
+            let mut deadline = crate::timings::deadline(start, plan.harbor_grace);
             go_on = self.wait_gone(&[Role::Harbor], &mut deadline, signals, &mut state).await;
             self.note_gone(&[Role::Harbor], &mut state.report, start);
             if go_on && !self.all_gone(&[Role::Harbor]) {
@@ -475,7 +524,8 @@ impl Supervisor {
         if go_on {
             self.term(&[Role::Engine, Role::Tunnel], &mut state.report, start);
             let reserve = ShutdownPlan::reserve(plan.grace);
-            let mut deadline = (state.t0 + plan.grace).max(Instant::now() + reserve);
+            let mut deadline =
+                crate::timings::deadline(state.t0, plan.grace).max(crate::timings::deadline(Instant::now(), reserve));
             go_on = self.wait_gone(&[Role::Engine, Role::Tunnel], &mut deadline, signals, &mut state).await;
             self.note_gone(&[Role::Engine, Role::Tunnel], &mut state.report, start);
         }
@@ -678,6 +728,31 @@ impl Watch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kill_now_takes_a_group_and_its_detached_descendants_down() {
+        use std::os::unix::process::CommandExt;
+        // A group leader with a child in its group and a grandchild in a group of its own.
+        let mut leader = std::process::Command::new("sh")
+            .args(["-c", "sleep 60 & setsid sleep 60 & wait"])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pid = leader.id() as i32;
+        let until = Instant::now() + Duration::from_secs(5);
+        while descendants(&proc_table(), pid).len() < 2 {
+            assert!(Instant::now() < until, "children never started");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let kids: Vec<i32> = descendants(&proc_table(), pid).iter().map(|p| p.pid).collect();
+        kill_now(&[pid], pid);
+        let _ = leader.wait();
+        let until = Instant::now() + Duration::from_secs(5);
+        while kids.iter().any(|k| proc_table().iter().any(|p| p.pid == *k && p.state != 'Z')) {
+            assert!(Instant::now() < until, "a descendant survived: {kids:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
 
     #[test]
     fn parses_stat_with_odd_command_names() {

@@ -78,6 +78,7 @@ fn fill(ledger: &dyn Ledger, models: &[String], rows: usize) {
             submitted_at: base + chrono::Duration::milliseconds(i as i64),
             started_at: None,
             ended_at: None,
+            source_id: None,
         });
         if batch.len() == 50_000 {
             ledger.import_attempts(&batch).expect("import");
@@ -195,6 +196,7 @@ fn main() {
         chain_batch: 0,
         environment: &environment,
         pre_download: &no_download,
+        mirror: None,
     };
     let slurm = InstantSlurm(Cell::new(0));
     let start = Instant::now();

@@ -28,6 +28,12 @@ pub enum LaunchError {
         "model `{model}` needs TP {tp} × DP {dp} = {gpus} GPUs but cluster {cluster} has {per_node} per node: set tensor_parallel_size/data_parallel_size for it in the registry"
     )]
     TooManyGpus { model: String, tp: u32, dp: u32, gpus: u32, cluster: String, per_node: u32 },
+    #[error("{0}")]
+    BadModel(String),
+    #[error(
+        "model `{model}`: the launch spec would have field `{field}` {problem} (fix the value in the cluster profile, preset, registry or command line that sets it)"
+    )]
+    InvalidSpec { model: String, field: &'static str, problem: String },
     #[error("preset dataset `{dataset}` is not one of the preset's datasets ({known})")]
     UnknownDataset { dataset: String, known: String },
     #[error(
@@ -92,6 +98,7 @@ impl LaunchContext<'_> {
 
     /// Resolves serve settings on this cluster's hardware profile.
     pub fn resolve(&self, model: &str, preset: &Preset, overrides: &LaunchOverrides) -> Result<Resolved, LaunchError> {
+        launch_spec::validate::model_id(model).map_err(LaunchError::BadModel)?;
         let registry_overrides = Overrides {
             timeout_multiplier: overrides.timeout_multiplier,
             cli_agent_kwargs: overrides.agent_kwargs.clone(),
@@ -136,7 +143,25 @@ impl LaunchContext<'_> {
     }
 
     /// Builds the launch spec for one (model, preset dataset).
+    /// The spec passes the same validation payload's reader applies (`LaunchSpec::problem`), so
+    /// nothing is written or submitted that payload would refuse.
     pub fn build(&self, model: &str, preset: &Preset, overrides: &LaunchOverrides) -> Result<LaunchSpec, LaunchError> {
+        let spec = self.build_unchecked(model, preset, overrides)?;
+        spec.problem().map_err(|(field, problem)| LaunchError::InvalidSpec {
+            model: model.to_string(),
+            field,
+            problem,
+        })?;
+        Ok(spec)
+    }
+
+    fn build_unchecked(
+        &self,
+        model: &str,
+        preset: &Preset,
+        overrides: &LaunchOverrides,
+    ) -> Result<LaunchSpec, LaunchError> {
+        launch_spec::validate::model_id(model).map_err(LaunchError::BadModel)?;
         let dataset = match &overrides.dataset {
             Some(d) if preset.datasets.contains(d) => d.clone(),
             Some(d) => {

@@ -11,6 +11,8 @@ use serde_json::Value;
 use crate::decide::{MISSING_JOB_GRACE_S, SlurmView};
 use crate::ledger::{Attempt, Ledger, LedgerError, Status, now};
 use crate::slurm::{JobId, JobInfo, JobState, Slurm, SlurmError};
+use crate::team::mirror::Mirror;
+use crate::team::publish;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SyncError {
@@ -41,8 +43,8 @@ pub fn run_dir_of(attempt: &Attempt) -> Option<PathBuf> {
 }
 
 pub fn read_status(run_dir: &Path) -> Option<RunStatus> {
-    let text = std::fs::read_to_string(run_dir.join(STATUS_FILE)).ok()?;
-    serde_json::from_str(&text).ok()
+    // A regular file of bounded size, never through a symlink: a FIFO never hangs sync or status.
+    crate::verify::read_record(&run_dir.join(STATUS_FILE))
 }
 
 /// A resubmission reuses the run dir (so Harbor resumes): a `status.json` is this attempt's only
@@ -70,8 +72,44 @@ pub fn harbor_metrics(run_dir: &Path) -> Option<Value> {
     Some(results::metrics_json(&summary, &audit))
 }
 
+/// The staleness bound a submitter records with its heartbeat unless told otherwise: an attempt of
+/// a cluster whose submitters have all been quiet for longer is flagged on the other clusters.
+pub const DEFAULT_STALE_AFTER_S: u64 = 3600;
+
+/// Who is reconciling: `user@host` (one heartbeat row per submitter and cluster).
+pub fn submitter_identity() -> String {
+    let user = std::env::var("USER").unwrap_or_else(|_| "unknown".to_string());
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "unknown-host".to_string());
+    format!("{user}@{host}")
+}
+
+/// [`sync`], then the heartbeat that tells the other clusters this cluster's attempts are
+/// attended (only after a sync that succeeded: a submitter that cannot reach its Slurm must go stale).
+pub fn sync_and_heartbeat(
+    ledger: &dyn Ledger,
+    slurm: &dyn Slurm,
+    cluster: &str,
+    stale_after_s: u64,
+    mirror: Option<&Mirror>,
+) -> Result<SyncReport, SyncError> {
+    let report = sync(ledger, slurm, cluster, mirror)?;
+    ledger.record_heartbeat(cluster, &submitter_identity(), stale_after_s)?;
+    Ok(report)
+}
+
 /// Syncs every active attempt of `cluster`. Any ledger or Slurm error stops the sync (fail closed).
-pub fn sync(ledger: &dyn Ledger, slurm: &dyn Slurm, cluster: &str) -> Result<SyncReport, SyncError> {
+/// With `mirror`, every change is also published to the team's database (failures only warn).
+pub fn sync(
+    ledger: &dyn Ledger,
+    slurm: &dyn Slurm,
+    cluster: &str,
+    mirror: Option<&Mirror>,
+) -> Result<SyncReport, SyncError> {
     let active: Vec<Attempt> = ledger.active()?.into_iter().filter(|a| a.cluster == cluster).collect();
     let ids: Vec<JobId> = active.iter().filter_map(|a| a.slurm_job_id.as_deref()?.parse().ok()).collect();
     let jobs: HashMap<String, JobInfo> = if ids.is_empty() {
@@ -86,6 +124,9 @@ pub fn sync(ledger: &dyn Ledger, slurm: &dyn Slurm, cluster: &str) -> Result<Syn
         let outcome = status.as_ref().and_then(|s| s.outcome.clone());
         let mut change = |to: Status, reason: String, metrics: Option<Value>| -> Result<(), SyncError> {
             ledger.transition(attempt.id, to, &reason, metrics.as_ref())?;
+            publish(mirror, &format!("attempt {} → {to}", attempt.id), |m| {
+                m.transition(attempt.id, to, metrics.as_ref())
+            });
             report.changes.push(Change {
                 attempt: attempt.id.0,
                 model: attempt.model.clone(),

@@ -3,3 +3,4 @@
 pub mod harness;
 pub mod sshd;
 pub mod standin;
+pub mod vllm_oracle;

@@ -10,6 +10,7 @@ use submitter::ledger::{AttemptId, Status};
 use submitter::plan::{self, Executables, LedgerView, PlannedJob, SubmitSettings};
 use submitter::slurm::Slurm;
 use submitter::sync::{self, SyncReport};
+use submitter::team::mirror::Mirror;
 
 use super::session::{LedgerArgs, Selection, Session};
 
@@ -41,6 +42,15 @@ pub struct LaunchArgs {
     /// Chain submissions in batches of N with --dependency=afterany (0 = off).
     #[arg(long, default_value_t = 0)]
     chain_batch: usize,
+    /// The staleness bound recorded with this submitter's heartbeat: other clusters flag this
+    /// cluster's attempts when no sync refreshed them for longer (default 1h; with --watch at
+    /// least 3 × --interval).
+    #[arg(long, value_parser = parse_duration, value_name = "D")]
+    stale_after: Option<Duration>,
+    /// Publish this submitter's attempts to the team's database (OT-Agent `sandbox_jobs`): the
+    /// URL, or alone to take it from $SUBMITTER_TEAM_DB (where a password must be).
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
+    mirror: Option<String>,
     #[arg(long)]
     json: bool,
 }
@@ -49,8 +59,31 @@ pub struct LaunchArgs {
 pub struct SyncArgs {
     #[command(flatten)]
     ledger: LedgerArgs,
+    /// The staleness bound recorded with this submitter's heartbeat (default 1h).
+    #[arg(long, value_parser = parse_duration, value_name = "D")]
+    stale_after: Option<Duration>,
+    /// Publish Started/Finished to the team's database, as for `launch --mirror`.
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
+    mirror: Option<String>,
     #[arg(long)]
     json: bool,
+}
+
+/// The `--mirror` connection, when asked for. Connecting is checked up front (a wrong URL is an
+/// error before anything is submitted); later publishing failures only warn.
+fn open_mirror(flag: Option<&str>, session: &Session) -> Result<Option<Mirror>> {
+    let Some(flag) = flag else { return Ok(None) };
+    let url = super::team::team_url(Some(flag).filter(|f| !f.is_empty()), "--mirror")?;
+    let username = std::env::var("USER").unwrap_or_else(|_| "unknown".to_string());
+    Ok(Some(Mirror::connect(&url, &username, session.ledger.location()).context("--mirror")?))
+}
+
+/// The staleness bound to record: the flag, else the default, never under 3 intervals of a watch.
+fn stale_after_s(flag: Option<Duration>, interval: Option<Duration>) -> u64 {
+    match flag {
+        Some(bound) => bound.as_secs(),
+        None => sync::DEFAULT_STALE_AFTER_S.max(interval.map_or(0, |i| 3 * i.as_secs())),
+    }
 }
 
 /// `status` lives in `commands/verify.rs` (launch verification).
@@ -120,6 +153,11 @@ fn plan_table(planned: &[PlannedJob]) -> String {
             job.reason
         );
     }
+    for job in planned {
+        if let Some(flag) = &job.flag {
+            out += &format!("flagged   {} {}: {flag}\n", job.model, job.benchmark);
+        }
+    }
     let count = |v: Verdict| planned.iter().filter(|j| j.decision == v).count();
     out += &format!(
         "{} submit, {} resubmit, {} skip\n",
@@ -151,8 +189,11 @@ pub fn plan_command(args: &PlanArgs) -> Result<ExitCode> {
 }
 
 /// One iteration: sync, re-read lists, plan, submit. Any ledger/Slurm error ends it (fail closed).
-fn iterate(session: &Session, args: &LaunchArgs, executables: &Executables) -> Result<String> {
-    let report = sync::sync(session.ledger.as_ref(), &session.slurm, &session.cluster.name).context("sync")?;
+fn iterate(session: &Session, args: &LaunchArgs, executables: &Executables, mirror: Option<&Mirror>) -> Result<String> {
+    let stale_after = stale_after_s(args.stale_after, args.interval.filter(|_| args.watch));
+    let report =
+        sync::sync_and_heartbeat(session.ledger.as_ref(), &session.slurm, &session.cluster.name, stale_after, mirror)
+            .context("sync")?;
     let presets = args.selection.presets(&session.presets_dir)?;
     let models = args.selection.models(session.ledger.as_ref())?;
     let view = LedgerView::read(session.ledger.as_ref())?;
@@ -178,11 +219,16 @@ fn iterate(session: &Session, args: &LaunchArgs, executables: &Executables) -> R
         chain_batch: args.chain_batch,
         environment: &environment,
         pre_download: &pre_download,
+        mirror,
     };
     let submitted =
         plan::submit(&session.context(), &presets, &planned, session.ledger.as_ref(), &session.slurm, &settings)?;
+    let elsewhere: Vec<&PlannedJob> = planned.iter().filter(|j| j.reason.starts_with("in progress on ")).collect();
     if args.json {
-        return Ok(serde_json::to_string(&serde_json::json!({"sync": report, "submitted": submitted}))? + "\n");
+        let flagged: Vec<_> = planned.iter().filter(|j| j.flag.is_some()).collect();
+        let json =
+            serde_json::json!({"sync": report, "submitted": submitted, "elsewhere": elsewhere, "flagged": flagged});
+        return Ok(serde_json::to_string(&json)? + "\n");
     }
     let mut out = sync_text(&report);
     for s in &submitted {
@@ -193,6 +239,14 @@ fn iterate(session: &Session, args: &LaunchArgs, executables: &Executables) -> R
             s.outcome,
             s.job_id.as_ref().map(|j| format!(" job {j}")).unwrap_or_default()
         );
+    }
+    for job in &elsewhere {
+        out += &format!("{:<48} {:<34} skipped: {}\n", job.model, job.benchmark, job.reason);
+    }
+    for job in &planned {
+        if let Some(flag) = &job.flag {
+            out += &format!("flagged   {} {}: {flag}\n", job.model, job.benchmark);
+        }
     }
     let skipped = planned.iter().filter(|j| j.decision == Verdict::Skip).count();
     out += &format!(
@@ -252,8 +306,9 @@ pub fn launch_command(args: &LaunchArgs) -> Result<ExitCode> {
     let session = Session::open(&args.ledger)?;
     let _lock = session.lock()?;
     let executables = executables(&session)?;
+    let mirror = open_mirror(args.mirror.as_deref(), &session)?;
     loop {
-        let text = iterate(&session, args, &executables)?;
+        let text = iterate(&session, args, &executables, mirror.as_ref())?;
         super::print(&text)?;
         if args.once {
             return Ok(ExitCode::SUCCESS);
@@ -272,7 +327,14 @@ fn sync_text(report: &SyncReport) -> String {
 
 pub fn sync_command(args: &SyncArgs) -> Result<ExitCode> {
     let session = Session::open(&args.ledger)?;
-    let report = sync::sync(session.ledger.as_ref(), &session.slurm, &session.cluster.name)?;
+    let mirror = open_mirror(args.mirror.as_deref(), &session)?;
+    let report = sync::sync_and_heartbeat(
+        session.ledger.as_ref(),
+        &session.slurm,
+        &session.cluster.name,
+        stale_after_s(args.stale_after, None),
+        mirror.as_ref(),
+    )?;
     super::print(&if args.json {
         serde_json::to_string_pretty(&report)? + "\n"
     } else {

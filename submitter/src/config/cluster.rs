@@ -428,20 +428,38 @@ impl Default for VerifySettings {
 
 impl VerifySettings {
     pub fn problems(&self) -> Vec<String> {
+        use launch_spec::validate as v;
         let mut problems = Vec::new();
-        for (key, share) in [
+        for (key, value) in [
             ("bad_request_share", self.bad_request_share),
             ("server_error_share", self.server_error_share),
             ("instant_fail_share", self.instant_fail_share),
             ("min_valid_share", self.min_valid_share),
             ("max_error_share", self.max_error_share),
         ] {
-            if !(0.0..=1.0).contains(&share) {
-                problems.push(format!("verify.{key} {share} must be a share in [0, 1]"));
+            if let Err(problem) = v::share(value) {
+                problems.push(format!("verify.{key} {problem}"));
             }
         }
-        if self.heartbeat_timeout_s == 0 {
-            problems.push("verify.heartbeat_timeout_s must be > 0".to_string());
+        if let Err(problem) = v::seconds(self.instant_fail_s, false) {
+            problems.push(format!("verify.instant_fail_s {problem}"));
+        }
+        let auto = self.auto_cancel.clone().unwrap_or_default();
+        for (key, value, positive) in [
+            ("heartbeat_timeout_s", Some(self.heartbeat_timeout_s), true),
+            ("no_status_after_s", Some(self.no_status_after_s), false),
+            ("stall_after_s", Some(self.stall_after_s), false),
+            ("zero_ok_after_s", Some(self.zero_ok_after_s), false),
+            ("zombie_after_s", Some(self.zombie_after_s), false),
+            ("no_result_after_s", Some(self.no_result_after_s), false),
+            ("auto_cancel.dead_after_s", auto.dead_after_s, false),
+            ("auto_cancel.stalled_after_s", auto.stalled_after_s, false),
+        ] {
+            if let Some(value) = value
+                && let Err(problem) = v::whole_seconds(value, positive)
+            {
+                problems.push(format!("verify.{key} {problem}"));
+            }
         }
         problems
     }
@@ -464,8 +482,10 @@ fn default_pre_download_timeout() -> u64 {
 }
 
 impl ClusterProfile {
-    /// Problems within the profile itself (cross-file checks live in `registry check`).
+    /// Problems within the profile itself (cross-file checks live in `registry check`). Loading a
+    /// cluster for `spec`, `plan` or `launch` refuses a profile with any (config::load_cluster).
     pub fn problems(&self) -> Vec<String> {
+        use launch_spec::validate as v;
         let mut problems = Vec::new();
         if self.hardware.gpus_per_node == 0 {
             problems.push("hardware.gpus_per_node must be ≥ 1".to_string());
@@ -482,13 +502,36 @@ impl ClusterProfile {
             }
         }
         if let Some(util) = self.hardware.gpu_memory_utilization
-            && !(util > 0.0 && util <= 1.0)
+            && let Err(problem) = v::fraction(util)
         {
-            problems.push(format!("hardware.gpu_memory_utilization {util} must be in (0, 1]"));
+            problems.push(format!("hardware.gpu_memory_utilization {problem}"));
         }
         if self.limits.walltime_lead_s < 60 {
             problems
                 .push("limits.walltime_lead_s should be ≥ 60: Slurm may deliver the signal up to 60 s early".into());
+        }
+        let limits = &self.limits;
+        let mut check = |field: &str, result: Result<(), String>| {
+            if let Err(problem) = result {
+                problems.push(format!("{field} {problem}"));
+            }
+        };
+        check("engine.health_timeout_s", v::whole_seconds(self.engine.health_timeout_s, true).map(drop));
+        check("slurm.kill_wait_s", v::whole_seconds(self.slurm.kill_wait_s, false).map(drop));
+        check("limits.walltime_lead_s", v::whole_seconds(limits.walltime_lead_s, false).map(drop));
+        check("limits.submission_delay_s", v::seconds(limits.submission_delay_s, false).map(drop));
+        check("limits.stale_pending_hours", v::seconds(limits.stale_pending_hours * 3600.0, true).map(drop));
+        check("limits.n_concurrent", v::at_least_one(limits.n_concurrent.into()).map(drop));
+        check("limits.max_jobs_in_flight", v::at_least_one(limits.max_jobs_in_flight.into()).map(drop));
+        check("limits.max_attempts", v::at_least_one(limits.max_attempts.into()).map(drop));
+        if let Some(ceiling) = limits.n_concurrent_ceiling {
+            check("limits.n_concurrent_ceiling", v::at_least_one(ceiling.into()).map(drop));
+        }
+        if self.pre_download.enabled {
+            check("pre_download.timeout_s", v::whole_seconds(self.pre_download.timeout_s, true).map(drop));
+        }
+        if let Some(port) = self.network.proxy.as_ref().and_then(|p| p.ssh_port) {
+            check("network.proxy.ssh_port", v::port(port).map(drop));
         }
         if super::parse_slurm_time(&self.slurm.time).is_none() {
             problems.push(format!("slurm.time `{}` is not a Slurm time (HH:MM:SS or D-HH:MM:SS)", self.slurm.time));

@@ -2,6 +2,7 @@
 
 mod broken;
 mod catalogue;
+mod edge;
 mod ledger;
 #[path = "../common/pg.rs"]
 mod pg;
@@ -9,4 +10,5 @@ mod queueing;
 mod registry;
 mod slurm_real;
 mod support;
+mod team;
 mod verify;

@@ -2067,9 +2067,11 @@ fn start(args: &[String], path: &str) -> ! {
     run_job(cfg, false)
 }
 
-/// SIGINT raises KeyboardInterrupt in both commands (Python's default handler).
+/// SIGINT raises KeyboardInterrupt in both commands (Python's default handler) — unless SIGINT
+/// was already ignored when harbor started: Python then installs no handler and SIGINT stays
+/// ignored (docs/harbor-facts.md), so whoever starts Harbor must hand it SIGINT at its default.
 fn catch_or_ignore_sigint() {
-    if c::env_flag("STANDIN_IGNORE_SIGINT") {
+    if c::env_flag("STANDIN_IGNORE_SIGINT") || c::signal_ignored(libc::SIGINT) {
         c::ignore_signal(libc::SIGINT);
     } else {
         c::catch_signal(libc::SIGINT);

@@ -30,6 +30,7 @@
 //! | `STANDIN_CHAT_AGENT=terminus` | chat completions answer as a terminus-2 agent would (below) instead of `tok0 tok1 …` |
 //! | `STANDIN_REQUEST_LOG` | a file each completion request body is appended to, one JSON line per request |
 //! | `STANDIN_CONTROL_FILE` | a file re-read on every request: `normal`, `bad_request`, `hang` or `die` switch behaviour at run time |
+//! | `STANDIN_VLLM_ARGS_ONLY=1` | stop after the argument checks vLLM does before binding the port: exit 0 when they pass (the stand-in contract test compares this with the real parser) |
 //!
 //! **terminus-2 replies.** With `STANDIN_CHAT_AGENT=terminus` a chat reply follows terminus-2's
 //! response format — JSON (`analysis`/`plan`/`commands`/`task_complete`) or, when the system prompt
@@ -48,7 +49,7 @@
 
 use e2e::standin::argparse::{self, Parsed};
 use e2e::standin::common as c;
-use e2e::standin::vllm_flags::{Kind, LEGACY_FLAGS, REASONING_PARSERS, SERVE_FLAGS, TOOL_PARSERS};
+use e2e::standin::vllm_flags::{CHOICES, Kind, LEGACY_FLAGS, REASONING_PARSERS, SERVE_FLAGS, TOOL_PARSERS};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -339,17 +340,22 @@ fn parse_cli(argv: &[String], style: Style) -> Cfg {
             }
         }
     }
-    let uvicorn_level = p.one("uvicorn_log_level").unwrap_or_else(|| "info".into());
-    let levels = ["critical", "error", "warning", "info", "debug", "trace"];
-    if !levels.contains(&uvicorn_level.as_str()) {
-        arg_error(
-            &prog,
-            &format!(
-                "argument --uvicorn-log-level: invalid choice: '{uvicorn_level}' (choose from {})",
-                levels.map(|l| format!("'{l}'")).join(", ")
-            ),
-        );
+    for (option, choices) in CHOICES {
+        let dest = option.trim_start_matches('-').replace('-', "_");
+        if let Some(v) = p.one(&dest)
+            && !choices.contains(&v.as_str())
+        {
+            arg_error(
+                &prog,
+                &format!(
+                    "argument {}: invalid choice: '{v}' (choose from {})",
+                    argparse::display_names(&table, &dest),
+                    choices.iter().map(|c| format!("'{c}'")).collect::<Vec<_>>().join(", ")
+                ),
+            );
+        }
     }
+    let uvicorn_level = p.one("uvicorn_log_level").unwrap_or_else(|| "info".into());
     // validate_parsed_serve_args (before logging is decorated).
     if p.flag("enable_auto_tool_choice") == Some(true) && p.one("tool_call_parser").is_none() {
         let mut frames = main_frames();
@@ -363,6 +369,20 @@ fn parse_cli(argv: &[String], style: Style) -> Cfg {
             "raise TypeError(\"Error: --enable-auto-tool-choice requires --tool-call-parser\")",
         ));
         traceback(&frames, "TypeError: Error: --enable-auto-tool-choice requires --tool-call-parser");
+        std::process::exit(1);
+    }
+    if p.flag("enable_log_outputs") == Some(true) && p.flag("enable_log_requests") != Some(true) {
+        let mut frames = main_frames();
+        frames.truncate(2);
+        frames[1] =
+            ("/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/cli/main.py", 118, "main", "cmd.validate(args)");
+        frames.push((
+            "/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/common/cli_args.py",
+            557,
+            "validate_parsed_serve_args",
+            "raise TypeError(\"Error: --enable-log-outputs requires --enable-log-requests\")",
+        ));
+        traceback(&frames, "TypeError: Error: --enable-log-outputs requires --enable-log-requests");
         std::process::exit(1);
     }
     let mut api_keys: Vec<String> =
@@ -1354,6 +1374,10 @@ fn main() {
         ));
         traceback(&f, &e);
         std::process::exit(1);
+    }
+    if c::env_flag("STANDIN_VLLM_ARGS_ONLY") {
+        // Everything vLLM checks before it binds the port and loads the model has passed.
+        std::process::exit(0);
     }
     let host = cfg.host.clone().unwrap_or_default();
     let fd = match bind_socket(&host, cfg.port) {

@@ -94,19 +94,44 @@ fn normalise(arg: &str) -> String {
     }
 }
 
-/// Parse `args` (everything after the subcommand) against `table`.
-pub fn parse(args: &[String], table: &[(&[&str], Kind)]) -> Result<Parsed, ArgError> {
-    // option string → (dest, kind, negated)
-    let mut lookup: BTreeMap<String, (String, Kind, bool)> = BTreeMap::new();
+/// What one accepted option string does: the dest it sets, how it consumes argv, and whether it
+/// sets a boolean to false.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OptionString {
+    pub dest: String,
+    pub kind: Kind,
+    pub negated: bool,
+}
+
+/// Every option string `table` accepts, as vLLM registers them: each name as written, and for a
+/// `BoolOpt` long name `--x` also `--no-x` (argparse's BooleanOptionalAction) and, for
+/// `--enable-x`/`--disable-x`, the counterpart `--disable-x`/`--enable-x` (vLLM's
+/// EnableDisableAction in `vllm/utils/argparse_utils.py`).
+pub fn option_strings(table: &[(&[&str], Kind)]) -> BTreeMap<String, OptionString> {
+    let mut lookup = BTreeMap::new();
     for (names, kind) in table {
         let dest = dest_of(names);
+        let mut add = |name: String, negated: bool| {
+            lookup.insert(name, OptionString { dest: dest.clone(), kind: *kind, negated });
+        };
         for n in names.iter() {
-            lookup.insert((*n).to_string(), (dest.clone(), *kind, false));
-            if *kind == Kind::BoolOpt && n.starts_with("--") {
-                lookup.insert(format!("--no-{}", &n[2..]), (dest.clone(), *kind, true));
+            add((*n).to_string(), false);
+            let Some(long) = n.strip_prefix("--").filter(|_| *kind == Kind::BoolOpt) else { continue };
+            add(format!("--no-{long}"), true);
+            if let Some(rest) = long.strip_prefix("enable-") {
+                add(format!("--disable-{rest}"), true);
+            } else if let Some(rest) = long.strip_prefix("disable-") {
+                add(format!("--enable-{rest}"), true);
             }
         }
     }
+    lookup
+}
+
+/// Parse `args` (everything after the subcommand) against `table`.
+pub fn parse(args: &[String], table: &[(&[&str], Kind)]) -> Result<Parsed, ArgError> {
+    let lookup: BTreeMap<String, (String, Kind, bool)> =
+        option_strings(table).into_iter().map(|(name, o)| (name, (o.dest, o.kind, o.negated))).collect();
     let mut out = Parsed::default();
     let mut extras: Vec<String> = Vec::new();
     let args: Vec<String> = args.iter().map(|a| normalise(a)).collect();
@@ -256,6 +281,24 @@ mod tests {
         assert_eq!(p.many("served_model_name").unwrap(), vec!["a", "b"]);
         assert_eq!(p.one("tensor_parallel_size").as_deref(), Some("2"));
         assert_eq!(p.flag("trust_remote_code"), Some(false));
+    }
+
+    #[test]
+    fn enable_and_disable_are_counterparts() {
+        const B: &[(&[&str], Kind)] = &[
+            (&["--enable-prefix-caching"], Kind::BoolOpt),
+            (&["--disable-sliding-window"], Kind::BoolOpt),
+            (&["--enable-expert-parallel", "-ep"], Kind::BoolOpt),
+        ];
+        let p = parse(&s(&["m", "--disable-prefix-caching", "--enable-sliding-window", "-ep"]), B).unwrap();
+        assert_eq!(p.flag("enable_prefix_caching"), Some(false));
+        assert_eq!(p.flag("disable_sliding_window"), Some(false));
+        assert_eq!(p.flag("enable_expert_parallel"), Some(true));
+        let p = parse(&s(&["m", "--no-enable-prefix-caching", "--no-disable-sliding-window"]), B).unwrap();
+        assert_eq!(p.flag("enable_prefix_caching"), Some(false));
+        assert_eq!(p.flag("disable_sliding_window"), Some(false));
+        assert!(parse(&s(&["m", "--no-disable-prefix-caching"]), B).is_err());
+        assert!(!option_strings(B).contains_key("--no-ep"));
     }
 
     #[test]

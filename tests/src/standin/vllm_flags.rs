@@ -4,7 +4,9 @@
 //! Each entry lists the option strings and how argparse consumes values:
 //! `Flag` (store_true), `BoolOpt` (argparse.BooleanOptionalAction: `--x` and
 //! `--no-x`), `Value` (exactly one value), `OptValue` (nargs="?"), `Multi`
-//! (nargs="+"). Test support only.
+//! (nargs="+"). A `BoolOpt` also accepts `--no-x` and, for `--enable-x`/`--disable-x`, the
+//! counterpart (`e2e::standin::argparse::option_strings`). The contract test
+//! `tests/tests/vllm_real.rs` compares all of it with the installed vLLM's parser. Test support only.
 
 /// How an option consumes argv.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -345,11 +347,23 @@ pub static SERVE_FLAGS: &[(&[&str], Kind)] = &[
     (&["--enable-flash-late-interaction"], Kind::BoolOpt),
 ];
 
+/// `choices` of the options whose values the stand-in checks, in vLLM's declared order (argparse
+/// lists them so in `invalid choice: 'x' (choose from …)`).
+pub static CHOICES: &[(&str, &[&str])] = &[
+    ("--uvicorn-log-level", &["critical", "debug", "error", "info", "trace", "warning"]),
+    ("--dtype", &["auto", "bfloat16", "float", "float16", "float32", "half"]),
+    ("--runner", &["auto", "draft", "generate", "pooling"]),
+    ("--convert", &["auto", "classify", "embed", "none"]),
+    ("--scheduling-policy", &["fcfs", "priority"]),
+    ("--chat-template-content-format", &["auto", "openai", "string"]),
+];
+
 /// Options that older vLLM releases (the V0/V1 transition, ≤ 0.10) accepted and
-/// 0.33 no longer has; accepted only with `STANDIN_VLLM_STYLE=legacy`.
+/// 0.33 no longer has; accepted only with `STANDIN_VLLM_STYLE=legacy`. (The old
+/// `--disable-log-requests` flag is not here: 0.33 accepts it as the counterpart of
+/// `--enable-log-requests`.)
 pub static LEGACY_FLAGS: &[(&[&str], Kind)] = &[
     (&["--swap-space"], Kind::Value),
-    (&["--disable-log-requests"], Kind::Flag),
     (&["--preemption-mode"], Kind::Value),
     (&["--max-seq-len-to-capture"], Kind::Value),
     (&["--num-scheduler-steps"], Kind::Value),

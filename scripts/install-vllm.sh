@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Installs the real vLLM (pinned) into a Python venv outside the clone, for the vLLM conformance
+# and stand-in contract tests (docs/real-programs.md). Only vLLM's argument parser and argument
+# checks are used; they run without a GPU (VLLM_TARGET_DEVICE=cpu HF_HUB_OFFLINE=1).
+#
+#   scripts/install-vllm.sh            install, or reuse a valid install
+#   scripts/install-vllm.sh --check    exit 0 when a valid install is present, 1 otherwise
+#
+# The venv is reused while its stamp file names the same vLLM and Python versions and vLLM still
+# imports; otherwise it is removed and rebuilt (a fresh machine has none). The stamp is written
+# last, so an interrupted install is never taken for a valid one.
+#
+# Environment: EVALCI_VLLM_VENV (default /var/cache/evalci/vllm-venv), EVALCI_VLLM_VERSION
+# (default 0.33.0, the verified version), EVALCI_VLLM_PYTHON (default python3.11).
+set -euo pipefail
+
+VLLM_VERSION=${EVALCI_VLLM_VERSION:-0.33.0}
+VENV=${EVALCI_VLLM_VENV:-/var/cache/evalci/vllm-venv}
+PYTHON=${EVALCI_VLLM_PYTHON:-python3.11}
+STAMP=$VENV/.evalci-stamp
+
+log() { printf '[install-vllm %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+command -v "$PYTHON" >/dev/null || die "$PYTHON not found on PATH (set EVALCI_VLLM_PYTHON)"
+python_version=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+expected_stamp="vllm==$VLLM_VERSION python==$python_version"
+
+# The parser's import path touches no GPU and no hub with these set.
+parser_env=(env VLLM_TARGET_DEVICE=cpu HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1)
+
+install_valid() {
+  [[ -f $STAMP && $(cat "$STAMP") == "$expected_stamp" ]] || return 1
+  "${parser_env[@]}" "$VENV/bin/python" - "$VLLM_VERSION" <<'PY' >/dev/null 2>&1
+import importlib.metadata, sys
+sys.exit(importlib.metadata.version("vllm") != sys.argv[1])
+PY
+}
+
+if [[ ${1:-} == --check ]]; then
+  install_valid
+  exit
+fi
+
+mkdir -p "$(dirname "$VENV")"
+# Two installs at once (parallel CI runs, a developer and CI) would build into the same venv.
+exec 9>"$VENV.lock"
+flock 9
+
+start=$SECONDS
+if install_valid; then
+  log "vllm $VLLM_VERSION: reusing $VENV ($expected_stamp)"
+  exit 0
+fi
+
+log "vllm $VLLM_VERSION: building $VENV with $PYTHON $python_version (about 9 GB, about 10 minutes)"
+rm -rf "$VENV"
+"$PYTHON" -m venv "$VENV"
+# uv downloads in parallel and hard-links from its cache: several times faster than pip for
+# vLLM's ~9 GB of wheels (torch, CUDA libraries). It comes from PyPI like everything else.
+"$VENV/bin/python" -m pip install --quiet --no-input uv
+# Native TLS: use the machine's CA store, as pip does here.
+UV_NATIVE_TLS=1 "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" "vllm==$VLLM_VERSION" \
+  || die "uv pip install vllm==$VLLM_VERSION failed"
+
+log "vllm $VLLM_VERSION: checking that its serve parser loads"
+"${parser_env[@]}" "$VENV/bin/python" - <<'PY' || die "vllm installed but its serve parser does not load"
+from vllm.entrypoints.cli.serve import ServeSubcommand
+from vllm.entrypoints.common.cli_args import make_arg_parser, validate_parsed_serve_args
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+make_arg_parser(FlexibleArgumentParser())
+PY
+printf '%s\n' "$expected_stamp" >"$STAMP"
+log "vllm $VLLM_VERSION: installed in $VENV in $((SECONDS - start))s"
