@@ -25,6 +25,10 @@ pub enum HarborError {
     Json { path: PathBuf, reason: String },
     #[error("cannot write {path}: {reason}")]
     Write { path: PathBuf, reason: String },
+    #[error(
+        "{path}: agent `{agent}` has no kwargs.model_info, so every hosted_vllm trial of this job would fail before its first request; move the run dir aside to start fresh (payload passes model_info on fresh runs)"
+    )]
+    NoModelInfo { path: PathBuf, agent: String },
     #[error("{0} (field `harbor.agent_kwargs` of the launch spec)")]
     Kwarg(launch_spec::versions::KwargError),
 }
@@ -455,10 +459,25 @@ fn read_config(path: &Path) -> Result<serde_json::Value, HarborError> {
 
 /// Checks, before the engine starts, that every `config.json` a resume rewrites can be read and
 /// parsed (a corrupt trial config found only after a 20–30 min cold load wastes the allocation).
+/// Also, the job's stored agents must carry `kwargs.model_info` when they call a hosted_vllm
+/// model: without it every trial dies before its first request, and a resume re-uses the stored
+/// config as it is.
 pub fn check_resume_configs(run_dir: &Path) -> Result<usize, HarborError> {
     let files = config_files(run_dir);
     for path in &files {
-        read_config(path)?;
+        let value = read_config(path)?;
+        if *path != run_dir.join("config.json") {
+            continue;
+        }
+        for agent in value.get("agents").and_then(|a| a.as_array()).into_iter().flatten() {
+            let hosted =
+                agent.get("model_name").and_then(|m| m.as_str()).is_some_and(|m| m.starts_with("hosted_vllm/"));
+            let info = agent.pointer("/kwargs/model_info").and_then(|i| i.as_object()).is_some_and(|i| !i.is_empty());
+            if hosted && !info {
+                let name = agent.get("name").and_then(|n| n.as_str()).unwrap_or("?").to_string();
+                return Err(HarborError::NoModelInfo { path: path.clone(), agent: name });
+            }
+        }
     }
     Ok(files.len())
 }
@@ -606,6 +625,20 @@ mod tests {
         assert_eq!(v["agents"], serde_json::json!([{"name": "openhands", "model_name": "hosted_vllm/Qwen3-8B"}]));
         spec.harbor.config = dir.path().join("missing.yaml");
         assert!(merged_job_config(&spec).unwrap_err().to_string().contains("missing.yaml"));
+    }
+
+    #[test]
+    fn a_resume_without_model_info_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let job = |kwargs: serde_json::Value| {
+            let v = serde_json::json!({"agents": [{"name": "terminus-2", "model_name": "hosted_vllm/Q", "kwargs": kwargs}]});
+            std::fs::write(dir.path().join("config.json"), v.to_string()).unwrap();
+        };
+        job(serde_json::json!({"api_base": "http://h/v1"}));
+        let err = check_resume_configs(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("model_info") && err.contains("config.json"), "{err}");
+        job(serde_json::json!({"api_base": "http://h/v1", "model_info": {"max_input_tokens": 1}}));
+        assert_eq!(check_resume_configs(dir.path()).unwrap(), 1);
     }
 
     #[test]

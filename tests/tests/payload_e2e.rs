@@ -1325,6 +1325,8 @@ fn yaml_agent_settings_thinking_and_parser_kwargs_reach_harbors_job_config() {
     // The registry's form (what the old Harbor fork took); payload passes Harbor 0.25's form.
     spec["harbor"]["agent_kwargs"] = json!([r#"extra_body={"chat_template_kwargs":{"enable_thinking":true}}"#]);
     spec["harbor"]["agent_parser"] = json!("xml");
+    let requests = fx.root.join("requests.jsonl");
+    spec["serve"]["env"]["STANDIN_REQUEST_LOG"] = json!(requests);
     let mut run = fx.start(&spec, &[]);
     let code = run.wait(Duration::from_secs(30));
     assert_eq!(
@@ -1353,6 +1355,21 @@ fn yaml_agent_settings_thinking_and_parser_kwargs_reach_harbors_job_config() {
     assert_eq!(a["kwargs"]["parser_name"], "xml", "{job:#}");
     assert_eq!(a["kwargs"]["llm_call_kwargs"]["extra_body"]["chat_template_kwargs"]["enable_thinking"], true);
     assert!(a["kwargs"].get("extra_body").is_none() && a["kwargs"].get("parser").is_none(), "{job:#}");
+    // Every completion the agent sent asked for thinking.
+    let sent: Vec<Value> = std::fs::read_to_string(&requests)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("/chat/completions") || l.contains("messages"))
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert!(!sent.is_empty());
+    for body in &sent {
+        let body = body.get("body").unwrap_or(body);
+        if body.get("messages").is_some() && body["messages"].to_string().contains("ping") {
+            continue; // payload's own readiness completion
+        }
+        assert_eq!(body.pointer("/chat_template_kwargs/enable_thinking"), Some(&json!(true)), "{body}");
+    }
 }
 
 #[test]
@@ -1526,7 +1543,9 @@ fn plan_redacts_by_whole_value_only() {
     let out = fx.command(&["plan", "--spec", path.to_str().unwrap(), "--json"], &[]).output().unwrap();
     let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
     let argv: Vec<&str> = plan["harbor"]["argv"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
-    assert!(argv.contains(&"hosted_vllm/Qwen3-8B"), "{argv:?}");
+    // The model goes into the merged job config's agent (no --model on the argv).
+    assert_eq!(plan["harbor"]["agents"][0]["model_name"], "hosted_vllm/Qwen3-8B", "{:#}", plan["harbor"]);
+    assert!(argv.iter().any(|a| a.ends_with("/harbor-job-config.json")), "{argv:?}");
     assert_eq!(plan["harbor"]["env"]["DAYTONA_API_KEY"], "<redacted>", "{:#}", plan["harbor"]["env"]);
     let text = serde_json::to_string(&plan["harbor"]["env"]).unwrap();
     assert!(!text.contains("\"ab\"") && !text.contains("\"Qwen3\""), "{text}");

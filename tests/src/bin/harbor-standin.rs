@@ -1513,6 +1513,13 @@ fn run_trial(job: &Job, plan: &Plan) -> TrialEnd {
             if let Some(t) = kwargs.get("temperature").filter(|v| !v.is_null()) {
                 body["temperature"] = t.clone();
             }
+            // terminus-2 passes `llm_call_kwargs` to every LiteLLM call; LiteLLM merges its
+            // `extra_body` into the top level of the request (`chat_template_kwargs` …).
+            if let Some(Value::Object(extra)) = kwargs.pointer("/llm_call_kwargs/extra_body") {
+                for (k, v) in extra {
+                    body[k.as_str()] = v.clone();
+                }
+            }
             // LiteLLM.call: 3 attempts, exponential wait 4..15 s, no retry on
             // context-length and authentication errors.
             let mut attempt = 0;
