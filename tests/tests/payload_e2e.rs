@@ -1542,10 +1542,11 @@ fn plan_redacts_by_whole_value_only() {
     let path = fx.write_spec(&fx.spec());
     let out = fx.command(&["plan", "--spec", path.to_str().unwrap(), "--json"], &[]).output().unwrap();
     let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let argv: Vec<&str> = plan["harbor"]["argv"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
-    // The model goes into the merged job config's agent (no --model on the argv).
+    // The secret `Qwen3` is a substring of the model id and served name: neither may be touched.
+    let argv: Vec<&str> = plan["engine"]["argv"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert!(argv.contains(&"Qwen3-8B") && argv.iter().any(|a| a.ends_with("Qwen/Qwen3-8B")), "{argv:?}");
+    // The model goes into the merged job config's agent (no --model on Harbor's argv).
     assert_eq!(plan["harbor"]["agents"][0]["model_name"], "hosted_vllm/Qwen3-8B", "{:#}", plan["harbor"]);
-    assert!(argv.iter().any(|a| a.ends_with("/harbor-job-config.json")), "{argv:?}");
     assert_eq!(plan["harbor"]["env"]["DAYTONA_API_KEY"], "<redacted>", "{:#}", plan["harbor"]["env"]);
     let text = serde_json::to_string(&plan["harbor"]["env"]).unwrap();
     assert!(!text.contains("\"ab\"") && !text.contains("\"Qwen3\""), "{text}");

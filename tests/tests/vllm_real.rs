@@ -202,7 +202,14 @@ fn build_corpus() -> Corpus {
             });
         }
     });
-    let _ = std::fs::remove_dir_all(&tmp);
+    // The placeholder site (`job-env`, empty files the argv names, e.g. a --chat-template vLLM
+    // checks for) must outlive the corpus: vLLM checks the argv later. Everything else goes now.
+    for entry in std::fs::read_dir(&tmp).into_iter().flatten().flatten() {
+        if entry.file_name() != "job-env" {
+            let path = entry.path();
+            let _ = if path.is_dir() { std::fs::remove_dir_all(&path) } else { std::fs::remove_file(&path) };
+        }
+    }
     let mut results = results.into_inner().unwrap_or_else(|e| e.into_inner());
     results.sort_by_key(|(index, _)| *index);
     let mut corpus = Corpus { models, clusters: clusters.len(), ..Corpus::default() };
