@@ -1551,7 +1551,9 @@ fn run_trial(job: &Job, plan: &Plan) -> TrialEnd {
                             kwargs.pointer("/model_info/input_cost_per_token").and_then(Value::as_f64).unwrap_or(0.0);
                         let oc =
                             kwargs.pointer("/model_info/output_cost_per_token").and_then(Value::as_f64).unwrap_or(0.0);
-                        r.result["agent_result"]["cost_usd"] = json!(tin as f64 * ic + tout as f64 * oc);
+                        // terminus-2 records a zero cost as null (`total_cost if total_cost > 0 else None`).
+                        let cost = tin as f64 * ic + tout as f64 * oc;
+                        r.result["agent_result"]["cost_usd"] = if cost > 0.0 { json!(cost) } else { Value::Null };
                         break;
                     }
                     CallOutcome::Timeout => {
