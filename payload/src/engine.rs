@@ -1,7 +1,8 @@
 //! The engine (vLLM): argv (SPEC §6.3), readiness (§6.2 step 6), start-failure classification.
 //!
 //! argv is a vector, never a shell string: JSON flags are one element each, the registry's extra
-//! args are `${VAR}`-expanded from payload's environment and then split shell-style.
+//! args are `${VAR}`-expanded from payload's environment and then split on whitespace with no quote
+//! processing (`launch_spec::launch::split_extra_args`, the old scripts' unquoted word-splitting).
 
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
@@ -21,8 +22,6 @@ pub enum ArgvError {
     UnsetVariable(String),
     #[error("serve.extra_args has an unterminated `${{`: write ${{NAME}}")]
     Unterminated,
-    #[error("serve.extra_args cannot be split shell-style ({0}): check its quotes")]
-    Split(String),
 }
 
 impl From<ArgvError> for Failure {
@@ -118,8 +117,7 @@ pub fn argv(
     a.extend(profile_extra_args.iter().cloned());
     if let Some(extra) = serve.extra_args.as_deref().filter(|s| !s.trim().is_empty()) {
         let expanded = expand_vars(extra, env)?;
-        let words = shell_words::split(&expanded).map_err(|e| ArgvError::Split(e.to_string()))?;
-        a.extend(words);
+        a.extend(launch_spec::launch::split_extra_args(&expanded));
     }
     Ok(a)
 }
@@ -308,7 +306,10 @@ mod tests {
         serve.reasoning_parser = Some("qwen3".into());
         serve.hf_overrides = Some(r#"{"rope_scaling": {"type": "yarn", "factor": 4.0}}"#.into());
         serve.limit_mm_per_prompt = Some(r#"{"image": 0}"#.into());
-        serve.extra_args = Some(r#"--enforce-eager --chat-template "${TPL_DIR}/my tpl.jinja""#.into());
+        serve.extra_args = Some(
+            r#"--enforce-eager --chat-template ${TPL_DIR}/tpl.jinja --override-generation-config {"temperature":0.7,"top_p":0.8}"#
+                .into(),
+        );
         let env = |k: &str| (k == "TPL_DIR").then(|| "/tpl".to_string());
         let a = argv(&spec, "vllm", 20001, 0.9, &s(&["--disable-custom-all-reduce"]), &env).unwrap();
         assert_eq!(
@@ -348,7 +349,9 @@ mod tests {
                 "--disable-custom-all-reduce",
                 "--enforce-eager",
                 "--chat-template",
-                "/tpl/my tpl.jinja",
+                "/tpl/tpl.jinja",
+                "--override-generation-config",
+                r#"{"temperature":0.7,"top_p":0.8}"#,
             ])
         );
     }
@@ -380,8 +383,10 @@ mod tests {
         let mut spec = spec();
         spec.serve.extra_args = Some("--x ${NOPE}".into());
         assert_eq!(argv(&spec, "v", 1, 0.8, &[], &no_env), Err(ArgvError::UnsetVariable("NOPE".into())));
-        spec.serve.extra_args = Some("--x 'unclosed".into());
-        assert!(matches!(argv(&spec, "v", 1, 0.8, &[], &no_env), Err(ArgvError::Split(_))));
+        // No quote processing: quotes reach vLLM as written, as with the old scripts' word-splitting.
+        spec.serve.extra_args = Some("--x 'unclosed  \t--y\n\"q\"".into());
+        let a = argv(&spec, "v", 1, 0.8, &[], &no_env).unwrap();
+        assert_eq!(&a[a.len() - 4..], &s(&["--x", "'unclosed", "--y", "\"q\""])[..]);
         assert_eq!(expand_vars("a $HOME ${X}b", &|_| Some("1".into())).unwrap(), "a $HOME 1b");
     }
 

@@ -33,6 +33,10 @@ pub enum GpuError {
         "no GPU profile matches `{gpu}` and the spec sets no gpu_memory_utilization: add a final catch-all profile to clusters/gpus.yaml"
     )]
     NoProfile { gpu: String },
+    #[error(
+        "CUDA_VISIBLE_DEVICES={value:?} names GPU {entry} more than once: list each GPU once (Slurm sets it from the job's gres)"
+    )]
+    DuplicateVisible { value: String, entry: String },
 }
 
 impl From<GpuError> for Failure {
@@ -41,6 +45,7 @@ impl From<GpuError> for Failure {
         match err {
             GpuError::NoNvml(_) => failure.with_cause("no_nvml"),
             GpuError::TooFew { .. } => failure.with_cause("too_few_gpus"),
+            GpuError::DuplicateVisible { .. } => failure.with_cause("cuda_visible_devices"),
             _ => failure,
         }
     }
@@ -116,21 +121,32 @@ pub fn probe_from_env(env: &dyn Fn(&str) -> Option<String>) -> Box<dyn GpuProbe>
 }
 
 /// The GPUs this job may use. NVML ignores `CUDA_VISIBLE_DEVICES`; Slurm sets it to indices (or
-/// `NoDevFiles` for gres without device files). UUIDs are matched by UUID; indices by NVML index
-/// unless the list already has exactly that many GPUs (cgroup-constrained nodes renumber from 0).
-pub fn visible(all: &[GpuInfo], cuda_visible_devices: Option<&str>) -> Vec<GpuInfo> {
-    let Some(spec) = cuda_visible_devices.map(str::trim).filter(|s| !s.is_empty() && *s != "NoDevFiles") else {
-        return all.to_vec();
+/// `NoDevFiles` for gres without device files). Unset (or `NoDevFiles`): every GPU. Set but empty:
+/// **no** GPU (CUDA's meaning). UUIDs are matched by UUID; indices by NVML index unless the list
+/// already has exactly that many GPUs (cgroup-constrained nodes renumber from 0). An entry listed
+/// twice (`0,0,0,0`) is an error rather than a guess: CUDA would see fewer devices than the list
+/// suggests, so the count would be wrong either way.
+pub fn visible(all: &[GpuInfo], cuda_visible_devices: Option<&str>) -> Result<Vec<GpuInfo>, GpuError> {
+    let Some(spec) = cuda_visible_devices.map(str::trim).filter(|s| *s != "NoDevFiles") else {
+        return Ok(all.to_vec());
     };
     let entries: Vec<&str> = spec.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+    for (i, e) in entries.iter().enumerate() {
+        if entries[..i].contains(e) {
+            return Err(GpuError::DuplicateVisible { value: spec.to_string(), entry: e.to_string() });
+        }
+    }
+    if entries.is_empty() {
+        return Ok(Vec::new());
+    }
     if entries.iter().all(|e| e.starts_with("GPU-") || e.starts_with("MIG-")) {
-        return all.iter().filter(|g| entries.iter().any(|e| g.uuid.starts_with(e))).cloned().collect();
+        return Ok(all.iter().filter(|g| entries.iter().any(|e| g.uuid.starts_with(e))).cloned().collect());
     }
     if entries.len() == all.len() {
-        return all.to_vec();
+        return Ok(all.to_vec());
     }
     let indices: Vec<u32> = entries.iter().filter_map(|e| e.parse().ok()).collect();
-    all.iter().filter(|g| indices.contains(&g.index)).cloned().collect()
+    Ok(all.iter().filter(|g| indices.contains(&g.index)).cloned().collect())
 }
 
 /// What payload decided about GPUs.
@@ -195,7 +211,7 @@ pub fn decide(
     let serve = &spec.serve;
     match probed {
         Ok(all) => {
-            let used = visible(&all, cuda_visible_devices);
+            let used = visible(&all, cuda_visible_devices)?;
             let have = used.len() as u32;
             if have < need {
                 return Err(GpuError::TooFew { have, need });
@@ -286,11 +302,18 @@ mod tests {
     #[test]
     fn visibility_filters() {
         let all = vec![gpu(0, "A", 80), gpu(1, "A", 80), gpu(2, "A", 80), gpu(3, "A", 80)];
-        assert_eq!(visible(&all, None).len(), 4);
-        assert_eq!(visible(&all, Some("NoDevFiles")).len(), 4);
-        assert_eq!(visible(&all, Some("2,3")).iter().map(|g| g.index).collect::<Vec<_>>(), vec![2, 3]);
-        assert_eq!(visible(&all, Some("GPU-0001")).len(), 1);
-        assert_eq!(visible(&all[..2], Some("0,1")).len(), 2);
+        let n = |v: Option<&str>| visible(&all, v).unwrap().len();
+        assert_eq!(n(None), 4);
+        assert_eq!(n(Some("NoDevFiles")), 4);
+        assert_eq!(visible(&all, Some("2,3")).unwrap().iter().map(|g| g.index).collect::<Vec<_>>(), vec![2, 3]);
+        assert_eq!(n(Some("GPU-0001")), 1);
+        assert_eq!(visible(&all[..2], Some("0,1")).unwrap().len(), 2);
+        // CUDA semantics: set but empty means no GPU.
+        assert_eq!(n(Some("")), 0);
+        assert_eq!(n(Some(" ")), 0);
+        let err = visible(&all, Some("0,0,0,0")).unwrap_err();
+        assert!(matches!(err, GpuError::DuplicateVisible { .. }), "{err}");
+        assert!(err.to_string().contains("more than once"));
     }
 
     #[test]

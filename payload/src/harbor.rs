@@ -25,6 +25,8 @@ pub enum HarborError {
     Json { path: PathBuf, reason: String },
     #[error("cannot write {path}: {reason}")]
     Write { path: PathBuf, reason: String },
+    #[error("{0} (field `harbor.agent_kwargs` of the launch spec)")]
+    Kwarg(launch_spec::versions::KwargError),
 }
 
 impl From<HarborError> for Failure {
@@ -64,26 +66,33 @@ pub fn is_resume(run_dir: &Path) -> bool {
 pub struct AgentEnvPlan {
     /// `NAME=VALUE` items, one `--ae` each.
     pub args: Vec<String>,
-    /// Secret sources, handed to Harbor's environment (never argv): `--ae NAME=${SOURCE}`.
+    /// Sources, handed to Harbor's environment (never argv): `--ae NAME=${SOURCE}`.
     pub harbor_env: BTreeMap<String, String>,
     pub warnings: Vec<String>,
 }
 
-/// Resolves agent envs: a literal `value`; else `from` (default: the name) taken from the secrets
-/// file — then argv carries the template `${SOURCE}` and Harbor's environment the value, so the
-/// secret never reaches argv or Harbor's stored `config.json` — or from payload's environment.
+/// Resolves agent envs with the old scripts' semantics: a source variable (`from`, default: the
+/// name) set in the secrets file or else in payload's environment gives its value; otherwise the
+/// literal `value` (`MODEL_API_KEY=OPENAI_API_KEY` is the key when `OPENAI_API_KEY` is set, the text
+/// otherwise). A value from a variable never reaches argv: argv carries the template `${SOURCE}`
+/// and Harbor's environment the value (Harbor 0.25 resolves `${VAR}` agent-env templates from its
+/// own environment when it builds the agent, and stores the template, not the value, in the job's
+/// `config.json`). Only a literal is written into argv.
 pub fn agent_envs(list: &[AgentEnv], secrets: &Secrets, env: &dyn Fn(&str) -> Option<String>) -> AgentEnvPlan {
     let mut plan = AgentEnvPlan::default();
     for item in list {
-        if let Some(value) = &item.value {
-            plan.args.push(format!("{}={value}", item.name));
-            continue;
-        }
-        let source = item.from.as_deref().unwrap_or(&item.name);
-        if let Some(secret) = secrets.get(source) {
+        let source = match (&item.from, &item.value) {
+            (None, Some(value)) => {
+                plan.args.push(format!("{}={value}", item.name));
+                continue;
+            }
+            (Some(from), _) => from.as_str(),
+            (None, None) => item.name.as_str(),
+        };
+        if let Some(value) = secrets.get(source).map(str::to_string).or_else(|| env(source)) {
             plan.args.push(format!("{}=${{{source}}}", item.name));
-            plan.harbor_env.insert(source.to_string(), secret.to_string());
-        } else if let Some(value) = env(source) {
+            plan.harbor_env.insert(source.to_string(), value);
+        } else if let Some(value) = &item.value {
             plan.args.push(format!("{}={value}", item.name));
         } else {
             plan.warnings.push(format!(
@@ -99,8 +108,70 @@ fn kwarg_key(kv: &str) -> &str {
     kv.split_once('=').map(|(k, _)| k).unwrap_or(kv).trim()
 }
 
-/// `harbor jobs start …` for a fresh run (SPEC §6.4), program first.
-pub fn fresh_argv(spec: &LaunchSpec, program: &str, api_base: &str, agent_env_args: &[String]) -> Vec<String> {
+/// The merged job config payload hands Harbor (`--config`), beside payload's records in the run dir.
+pub const MERGED_CONFIG_FILE: &str = "harbor-job-config.json";
+
+/// The shipped job config with the model put into its agent: `--agent`/`--model` would replace
+/// the YAML's `agents[]` and drop its agent settings (`max_timeout_sec`, kwargs, …), so payload
+/// passes neither. It keeps the YAML's entries for the spec's agent, each with
+/// `model_name = hosted_vllm/<served name>`, or one bare entry when the YAML has none for it
+/// (another agent's settings do not apply). Kwargs stay on the command line (`--agent-kwarg`),
+/// where Harbor merges them key by key into that agent's YAML kwargs.
+pub fn merged_job_config(spec: &LaunchSpec) -> Result<serde_json::Value, HarborError> {
+    let path = &spec.harbor.config;
+    let mut config: serde_json::Value = launch_spec::yaml::from_yaml_file(path)
+        .map_err(|e| HarborError::Read { path: path.clone(), reason: e.to_string() })?;
+    let Some(map) = config.as_object_mut() else {
+        return Err(HarborError::Read { path: path.clone(), reason: "must contain a mapping".to_string() });
+    };
+    let model = format!("hosted_vllm/{}", spec.model.served_name);
+    let mut agents: Vec<serde_json::Value> = map
+        .get("agents")
+        .and_then(|a| a.as_array())
+        .map(|list| {
+            list.iter()
+                .filter(|a| a.get("name").and_then(|n| n.as_str()) == Some(spec.harbor.agent.as_str()))
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    if agents.is_empty() {
+        agents.push(serde_json::json!({ "name": spec.harbor.agent }));
+    }
+    for agent in &mut agents {
+        agent["model_name"] = serde_json::Value::String(model.clone());
+    }
+    map.insert("agents".to_string(), serde_json::Value::Array(agents));
+    Ok(config)
+}
+
+/// Writes [`merged_job_config`] into the run dir and returns its path.
+pub fn write_merged_job_config(spec: &LaunchSpec) -> Result<PathBuf, HarborError> {
+    let path = spec.run_dir.join(MERGED_CONFIG_FILE);
+    write_json_atomic(&path, &merged_job_config(spec)?)?;
+    Ok(path)
+}
+
+/// The agent kwargs in the form the spec's Harbor takes (crate `launch_spec::versions`).
+pub fn agent_kwargs(spec: &LaunchSpec) -> Result<Vec<String>, HarborError> {
+    let h = &spec.harbor;
+    let mut kwargs: Vec<String> =
+        h.agent_kwargs.iter().filter(|kv| !matches!(kwarg_key(kv), "api_base" | "model_info")).cloned().collect();
+    if let Some(parser) = &h.agent_parser {
+        kwargs.push(format!("{}={parser}", h.dialect.parser_kwarg()));
+    }
+    launch_spec::versions::translate_agent_kwargs(&kwargs, h.dialect).map_err(HarborError::Kwarg)
+}
+
+/// `harbor jobs start …` for a fresh run (docs/payload.md), program first. `config` is the merged
+/// job config ([`write_merged_job_config`]); no `--agent`/`--model`, which would drop its agent.
+pub fn fresh_argv(
+    spec: &LaunchSpec,
+    program: &str,
+    api_base: &str,
+    agent_env_args: &[String],
+    config: &Path,
+) -> Result<Vec<String>, HarborError> {
     let h = &spec.harbor;
     let info = model_info(spec.serve.max_model_len, h.max_output_tokens);
     let mut a: Vec<String> = [
@@ -118,40 +189,46 @@ pub fn fresh_argv(spec: &LaunchSpec, program: &str, api_base: &str, agent_env_ar
         "--jobs-dir",
         &spec.jobs_dir.display().to_string(),
         "--config",
-        &h.config.display().to_string(),
+        &config.display().to_string(),
         "--env",
         "daytona",
-        "--agent",
-        &h.agent,
-        "--model",
-        &format!("hosted_vllm/{}", spec.model.served_name),
-        "--agent-kwarg",
-        &format!("api_base={api_base}"),
-        "--agent-kwarg",
-        &format!("model_info={}", serde_json::to_string(&info).expect("json")),
-        "--timeout-multiplier",
-        &format_multiplier(h.timeout_multiplier),
     ]
     .iter()
     .map(|s| s.to_string())
     .collect();
-    for kv in &h.agent_kwargs {
-        if matches!(kwarg_key(kv), "api_base" | "model_info") {
-            continue;
-        }
-        a.push("--agent-kwarg".to_string());
-        a.push(kv.clone());
+    if h.dialect.has_yes() {
+        // Host-variable prompts (`Proceed? (Y/n)`) abort on payload's /dev/null stdin.
+        a.push("--yes".to_string());
     }
-    if let Some(parser) = &h.agent_parser {
+    a.extend([
+        "--agent-kwarg".to_string(),
+        format!("api_base={api_base}"),
+        "--agent-kwarg".to_string(),
+        format!("model_info={}", serde_json::to_string(&info).expect("json")),
+        "--timeout-multiplier".to_string(),
+        format_multiplier(h.timeout_multiplier),
+    ]);
+    for kv in agent_kwargs(spec)? {
         a.push("--agent-kwarg".to_string());
-        a.push(format!("parser={parser}"));
+        a.push(kv);
     }
     for kv in agent_env_args {
         a.push("--ae".to_string());
         a.push(kv.clone());
     }
     a.extend(h.extra_args.iter().cloned());
-    a
+    Ok(a)
+}
+
+/// Writes the merged job config and returns the fresh-run argv that uses it.
+pub fn prepare_fresh(
+    spec: &LaunchSpec,
+    program: &str,
+    api_base: &str,
+    agent_env_args: &[String],
+) -> Result<Vec<String>, HarborError> {
+    let config = write_merged_job_config(spec)?;
+    fresh_argv(spec, program, api_base, agent_env_args, &config)
 }
 
 /// `harbor jobs resume -p <run dir> --filter-error-type T …`, program first.
@@ -163,6 +240,118 @@ pub fn resume_argv(spec: &LaunchSpec, program: &str) -> Vec<String> {
         a.push(t.clone());
     }
     a
+}
+
+/// What Harbor's own `--print-config` said about the fresh-run argv.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConfigCheck {
+    /// Not asked: the dialect has no `--print-config`, or the check could not run (the reason).
+    Skipped(String),
+    /// Harbor resolved the job config; the agents' model and kwargs are what payload meant.
+    Passed { agents: usize },
+    /// Harbor (or the resolved config) refuses the argv: its message, one line.
+    Rejected(String),
+}
+
+/// How long Harbor may take to print its config (imports dominate: seconds).
+pub const CONFIG_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Judges Harbor's `jobs start … --print-config` (exit code, stdout, stderr) against the spec:
+/// Harbor itself must accept the argv (options, config layers, JobConfig), every agent must carry
+/// the model and `api_base`, and a terminus-2's kwargs must be options of the dialect's schema —
+/// what Harbor's preflight refuses later ("Invalid kwargs for agent 'terminus-2': Unknown option").
+pub fn judge_print_config(spec: &LaunchSpec, code: Option<i32>, stdout: &str, stderr: &str) -> ConfigCheck {
+    let last_line = |text: &str| text.lines().map(str::trim).filter(|l| !l.is_empty()).last().map(str::to_string);
+    if code != Some(0) {
+        let why = last_line(stderr).or_else(|| last_line(stdout)).unwrap_or_else(|| "no output".to_string());
+        return ConfigCheck::Rejected(format!("harbor --print-config exited {code:?}: {why}"));
+    }
+    let Some(config) = stdout.find('{').and_then(|i| serde_json::from_str::<serde_json::Value>(&stdout[i..]).ok())
+    else {
+        return ConfigCheck::Rejected("harbor --print-config printed no JSON job config".to_string());
+    };
+    let model = format!("hosted_vllm/{}", spec.model.served_name);
+    let agents = config.get("agents").and_then(|a| a.as_array()).cloned().unwrap_or_default();
+    if agents.is_empty() {
+        return ConfigCheck::Rejected("Harbor's resolved job config has no agents".to_string());
+    }
+    for agent in &agents {
+        let name = agent.get("name").and_then(|n| n.as_str()).unwrap_or("?");
+        if agent.get("model_name").and_then(|m| m.as_str()) != Some(model.as_str()) {
+            return ConfigCheck::Rejected(format!("Harbor's resolved agent `{name}` does not use model {model}"));
+        }
+        let kwargs = agent.get("kwargs").and_then(|k| k.as_object()).cloned().unwrap_or_default();
+        if !kwargs.contains_key("api_base") {
+            return ConfigCheck::Rejected(format!("Harbor's resolved agent `{name}` has no kwargs.api_base"));
+        }
+        if name == "terminus-2"
+            && let Some(known) = spec.harbor.dialect.terminus2_options()
+            && let Some(bad) = kwargs.keys().find(|k| !known.contains(&k.as_str()))
+        {
+            return ConfigCheck::Rejected(format!(
+                "Invalid kwargs for agent 'terminus-2': Unknown option '{bad}' (Harbor {} refuses it at start; fix the registry's agent_kwargs or the job config {})",
+                spec.harbor.dialect.as_str(),
+                spec.harbor.config.display()
+            ));
+        }
+    }
+    ConfigCheck::Passed { agents: agents.len() }
+}
+
+/// Runs the installed Harbor's `jobs start … --print-config` on the fresh-run argv (config file
+/// `config`, written beforehand) with Harbor's environment, bounded by [`CONFIG_CHECK_TIMEOUT`],
+/// and judges it. Blocking; the child is killed if it overruns.
+pub fn check_with_print_config(spec: &LaunchSpec, argv: &[String], env: &BTreeMap<String, String>) -> ConfigCheck {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    if !spec.harbor.dialect.has_print_config() {
+        return ConfigCheck::Skipped(format!("Harbor dialect {} has no --print-config", spec.harbor.dialect.as_str()));
+    }
+    let Some((program, args)) = argv.split_first() else { return ConfigCheck::Skipped("empty argv".to_string()) };
+    let mut child = match Command::new(program)
+        .args(args)
+        .arg("--print-config")
+        .env_clear()
+        .envs(env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(e) => return ConfigCheck::Skipped(format!("cannot run {program}: {e}")),
+    };
+    // Read both pipes on threads so a chatty Harbor cannot block on a full pipe.
+    let read = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_string(&mut text);
+            }
+            text
+        })
+    };
+    let out = read(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let err = read(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let deadline = std::time::Instant::now() + CONFIG_CHECK_TIMEOUT;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(50))
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+        }
+    };
+    let (stdout, stderr) = (out.join().unwrap_or_default(), err.join().unwrap_or_default());
+    match status {
+        None => ConfigCheck::Skipped(format!("harbor --print-config did not finish within {CONFIG_CHECK_TIMEOUT:?}")),
+        Some(status) => judge_print_config(spec, status.code(), &stdout, &stderr),
+    }
 }
 
 /// Sets every `api_base` string field, at any depth, to `new`. Returns how many changed.
@@ -187,39 +376,89 @@ pub fn rewrite_api_base_value(value: &mut serde_json::Value, new: &str) -> usize
     }
 }
 
-/// The job's `config.json` and every trial's (`<run_dir>/<trial>/config.json`).
+/// The job's `config.json` and every trial's (`<run_dir>/<trial>/config.json`), then the job's
+/// `lock.json` and every trial's: Harbor 0.25 compares the job lock's trials (their full agent
+/// config, `kwargs.api_base` included) with the resumed config, and each trial's lock must equal
+/// its entry in the job lock.
 pub fn config_files(run_dir: &Path) -> Vec<PathBuf> {
-    let mut files = vec![run_dir.join("config.json")];
     let mut trials: Vec<PathBuf> = std::fs::read_dir(run_dir)
         .map(|rd| {
-            rd.filter_map(Result::ok)
-                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                .map(|e| e.path().join("config.json"))
-                .filter(|p| p.is_file())
-                .collect()
+            rd.filter_map(Result::ok).filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()).collect()
         })
         .unwrap_or_default();
     trials.sort();
-    files.extend(trials);
+    let mut files = Vec::new();
+    for name in ["config.json", LOCK_FILE] {
+        files.extend(
+            std::iter::once(run_dir.join(name)).chain(trials.iter().map(|t| t.join(name))).filter(|p| p.is_file()),
+        );
+    }
     files
 }
 
-/// Rewrites `api_base` structurally in the job's and every trial's `config.json` (parsed as JSON,
-/// written back atomically with Harbor's 4-space indent). Returns (file, fields changed) per file.
+/// Harbor's resolved-input lock file (job and trial).
+pub const LOCK_FILE: &str = "lock.json";
+
+/// `kwargs.api_base` of a lock's agent (`agent` in a trial lock, `trials[].agent` in the job lock),
+/// the only place Harbor's lock records it; every other lock field stays byte-for-byte.
+fn rewrite_lock_api_base(lock: &mut serde_json::Value, new: &str) -> usize {
+    let mut agents: Vec<&mut serde_json::Value> = Vec::new();
+    let is_job_lock = lock.get("trials").is_some_and(|t| t.is_array());
+    if is_job_lock {
+        if let Some(trials) = lock.get_mut("trials").and_then(|t| t.as_array_mut()) {
+            agents.extend(trials.iter_mut().filter_map(|t| t.get_mut("agent")));
+        }
+    } else if let Some(agent) = lock.get_mut("agent") {
+        agents.push(agent);
+    }
+    let mut n = 0;
+    for agent in agents {
+        if let Some(slot) = agent.get_mut("kwargs").and_then(|k| k.get_mut("api_base"))
+            && slot.is_string()
+            && slot.as_str() != Some(new)
+        {
+            *slot = serde_json::Value::String(new.to_string());
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Rewrites `api_base` structurally in the job's and every trial's `config.json` and `lock.json`
+/// (parsed as JSON, written back atomically with Harbor's 4-space indent, key order kept).
+/// Returns (file, fields changed) per file.
 pub fn rewrite_api_base(run_dir: &Path, new: &str) -> Result<Vec<(PathBuf, usize)>, HarborError> {
     let mut out = Vec::new();
     for path in config_files(run_dir) {
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| HarborError::Read { path: path.clone(), reason: e.to_string() })?;
-        let mut value: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| HarborError::Json { path: path.clone(), reason: e.to_string() })?;
-        let changed = rewrite_api_base_value(&mut value, new);
+        let mut value = read_config(&path)?;
+        let changed = if path.file_name().is_some_and(|n| n == LOCK_FILE) {
+            rewrite_lock_api_base(&mut value, new)
+        } else {
+            rewrite_api_base_value(&mut value, new)
+        };
         if changed > 0 {
             write_json_atomic(&path, &value)?;
         }
         out.push((path, changed));
     }
     Ok(out)
+}
+
+/// One `config.json`: a regular file of bounded size, parsed as JSON.
+fn read_config(path: &Path) -> Result<serde_json::Value, HarborError> {
+    let text = launch_spec::records::read_regular(path, launch_spec::records::MAX_INPUT_BYTES)
+        .map_err(|e| HarborError::Read { path: path.to_path_buf(), reason: e.to_string() })?;
+    serde_json::from_str(&text).map_err(|e| HarborError::Json { path: path.to_path_buf(), reason: e.to_string() })
+}
+
+/// Checks, before the engine starts, that every `config.json` a resume rewrites can be read and
+/// parsed (a corrupt trial config found only after a 20–30 min cold load wastes the allocation).
+pub fn check_resume_configs(run_dir: &Path) -> Result<usize, HarborError> {
+    let files = config_files(run_dir);
+    for path in &files {
+        read_config(path)?;
+    }
+    Ok(files.len())
 }
 
 fn write_json_atomic(path: &Path, value: &serde_json::Value) -> Result<(), HarborError> {
@@ -262,7 +501,11 @@ mod tests {
     fn fresh_argv_exact() {
         let mut spec = spec();
         spec.serve.max_model_len = Some(32768);
-        spec.harbor.agent_kwargs = s(&["temperature=0.7", "api_base=http://evil/v1", r#"extra_body={"a":1}"#]);
+        spec.harbor.agent_kwargs = s(&[
+            "temperature=0.7",
+            "api_base=http://evil/v1",
+            r#"extra_body={"chat_template_kwargs":{"enable_thinking":true}}"#,
+        ]);
         spec.harbor.agent_parser = Some("xml".into());
         spec.harbor.extra_args = s(&["--export-traces", "--ek", "auto_snapshot=true"]);
         let a = fresh_argv(
@@ -270,7 +513,9 @@ mod tests {
             "/env/bin/harbor",
             "http://127.0.0.1:23456/v1",
             &s(&["MODEL_FOR_TOOLS=openai/gpt", "KEY=${KEY}"]),
-        );
+            Path::new("/jobs/tb2_qwen3-8b/harbor-job-config.json"),
+        )
+        .unwrap();
         assert_eq!(
             a,
             s(&[
@@ -288,13 +533,10 @@ mod tests {
                 "--jobs-dir",
                 "/jobs",
                 "--config",
-                "/cfg/eval.yaml",
+                "/jobs/tb2_qwen3-8b/harbor-job-config.json",
                 "--env",
                 "daytona",
-                "--agent",
-                "terminus-2",
-                "--model",
-                "hosted_vllm/Qwen3-8B",
+                "--yes",
                 "--agent-kwarg",
                 "api_base=http://127.0.0.1:23456/v1",
                 "--agent-kwarg",
@@ -304,9 +546,9 @@ mod tests {
                 "--agent-kwarg",
                 "temperature=0.7",
                 "--agent-kwarg",
-                r#"extra_body={"a":1}"#,
+                r#"llm_call_kwargs={"extra_body":{"chat_template_kwargs":{"enable_thinking":true}}}"#,
                 "--agent-kwarg",
-                "parser=xml",
+                "parser_name=xml",
                 "--ae",
                 "MODEL_FOR_TOOLS=openai/gpt",
                 "--ae",
@@ -316,6 +558,98 @@ mod tests {
                 "auto_snapshot=true",
             ])
         );
+        assert!(!a.iter().any(|x| x == "--agent" || x == "--model"), "they would drop the YAML's agent");
+    }
+
+    #[test]
+    fn the_fork_gets_its_own_forms_and_no_yes() {
+        let mut spec = spec();
+        spec.harbor.dialect = launch_spec::versions::HarborDialect::ExtraBodyFork;
+        spec.harbor.agent_kwargs = s(&[r#"llm_call_kwargs={"extra_body":{"a":1}}"#]);
+        spec.harbor.agent_parser = Some("xml".into());
+        let a = fresh_argv(&spec, "harbor", "http://h/v1", &[], Path::new("/c.json")).unwrap();
+        assert!(!a.contains(&"--yes".to_string()));
+        assert!(a.contains(&r#"extra_body={"a":1}"#.to_string()), "{a:?}");
+        assert!(a.contains(&"parser=xml".to_string()), "{a:?}");
+        spec.harbor.agent_kwargs = s(&[r#"llm_call_kwargs={"top_k":1}"#]);
+        let err = fresh_argv(&spec, "harbor", "http://h/v1", &[], Path::new("/c.json")).unwrap_err().to_string();
+        assert!(err.contains("top_k") && err.contains("harbor.agent_kwargs"), "{err}");
+    }
+
+    #[test]
+    fn merged_config_keeps_the_yaml_agent_and_adds_the_model() {
+        let dir = tempfile::tempdir().unwrap();
+        let yaml = dir.path().join("eval.yaml");
+        std::fs::write(
+            &yaml,
+            "n_attempts: 3\nagents:\n  - name: terminus-2\n    max_timeout_sec: 7200\n    kwargs:\n      proactive_summarization_threshold: 2048\n      llm_kwargs:\n        timeout: 1800\n  - name: oracle\n",
+        )
+        .unwrap();
+        let mut spec = spec();
+        spec.harbor.config = yaml.clone();
+        spec.run_dir = dir.path().join("run");
+        std::fs::create_dir(&spec.run_dir).unwrap();
+        let path = write_merged_job_config(&spec).unwrap();
+        assert_eq!(path, spec.run_dir.join(MERGED_CONFIG_FILE));
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(v["n_attempts"], 3);
+        let agents = v["agents"].as_array().unwrap();
+        assert_eq!(agents.len(), 1, "only the spec's agent runs: {v}");
+        assert_eq!(agents[0]["model_name"], "hosted_vllm/Qwen3-8B");
+        assert_eq!(agents[0]["max_timeout_sec"], 7200);
+        assert_eq!(agents[0]["kwargs"]["llm_kwargs"]["timeout"], 1800);
+        // Another agent: the YAML's terminus-2 settings do not apply to it.
+        spec.harbor.agent = "openhands".into();
+        let v = merged_job_config(&spec).unwrap();
+        assert_eq!(v["agents"], serde_json::json!([{"name": "openhands", "model_name": "hosted_vllm/Qwen3-8B"}]));
+        spec.harbor.config = dir.path().join("missing.yaml");
+        assert!(merged_job_config(&spec).unwrap_err().to_string().contains("missing.yaml"));
+    }
+
+    #[test]
+    fn print_config_verdicts() {
+        let spec = spec();
+        let printed = |kwargs: serde_json::Value| {
+            serde_json::json!({"job_name": "x", "agents": [{"name": "terminus-2", "model_name": "hosted_vllm/Qwen3-8B", "kwargs": kwargs}]})
+                .to_string()
+        };
+        let ok = printed(serde_json::json!({"api_base": "http://h/v1", "parser_name": "xml"}));
+        assert_eq!(judge_print_config(&spec, Some(0), &ok, ""), ConfigCheck::Passed { agents: 1 });
+        let bad = printed(serde_json::json!({"api_base": "http://h/v1", "extra_body": {}}));
+        let ConfigCheck::Rejected(why) = judge_print_config(&spec, Some(0), &bad, "") else { panic!() };
+        assert!(why.contains("Unknown option 'extra_body'"), "{why}");
+        let no_base = printed(serde_json::json!({}));
+        assert!(
+            matches!(judge_print_config(&spec, Some(0), &no_base, ""), ConfigCheck::Rejected(w) if w.contains("api_base"))
+        );
+        let other_model = ok.replace("hosted_vllm/Qwen3-8B", "openai/gpt");
+        assert!(
+            matches!(judge_print_config(&spec, Some(0), &other_model, ""), ConfigCheck::Rejected(w) if w.contains("model"))
+        );
+        let ConfigCheck::Rejected(why) =
+            judge_print_config(&spec, Some(2), "", "Usage: harbor jobs start\nError: No such option: --swap\n")
+        else {
+            panic!()
+        };
+        assert!(why.contains("exited Some(2)") && why.contains("No such option: --swap"), "{why}");
+        assert!(matches!(judge_print_config(&spec, Some(0), "not json", ""), ConfigCheck::Rejected(_)));
+    }
+
+    #[test]
+    fn shipped_yaml_holds_only_options_terminus2_025_accepts() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../presets/harbor/dcagent_eval_config_no_override.yaml");
+        let v: serde_json::Value = launch_spec::yaml::from_yaml_file(&path).unwrap();
+        let known = launch_spec::versions::TERMINUS2_025_OPTIONS;
+        for agent in v["agents"].as_array().unwrap() {
+            for key in agent["kwargs"].as_object().unwrap().keys() {
+                assert!(known.contains(&key.as_str()), "{key} is unknown to terminus-2 0.25");
+            }
+            // Harbor's AgentConfig ignores unknown fields silently: only its own fields here.
+            for key in agent.as_object().unwrap().keys() {
+                assert!(["name", "max_timeout_sec", "kwargs"].contains(&key.as_str()), "agent field {key}");
+            }
+        }
+        assert!(v.get("orchestrator").is_none(), "deprecated in 0.25: top-level n_concurrent_trials/quiet/retry");
     }
 
     #[test]
@@ -327,7 +661,7 @@ mod tests {
             want.push(t.to_string());
         }
         assert_eq!(a, want);
-        assert_eq!(a.len(), 5 + 2 * 12);
+        assert_eq!(a.len(), 5 + 2 * 13);
     }
 
     #[test]
@@ -345,18 +679,40 @@ mod tests {
             AgentEnv { name: "SERPAPI_API_KEY".into(), from: None, value: None },
             AgentEnv { name: "MODEL_FOR_TOOLS".into(), from: None, value: Some("openai/gpt-5.2".into()) },
             AgentEnv { name: "MODEL_API_KEY".into(), from: Some("OPENAI_API_KEY".into()), value: None },
-            AgentEnv { name: "REGION".into(), from: None, value: None },
+            AgentEnv { name: "SEC_EDGAR_API_KEY".into(), from: Some("SEC_EDGAR_API_KEY".into()), value: None },
         ];
-        let env = |k: &str| (k == "REGION").then(|| "eu".to_string());
+        let env = |k: &str| (k == "SEC_EDGAR_API_KEY").then(|| "edgar-secret".to_string());
         let plan = agent_envs(&list, &secrets, &env);
         assert_eq!(
             plan.args,
-            s(&["SERPAPI_API_KEY=${SERPAPI_API_KEY}", "MODEL_FOR_TOOLS=openai/gpt-5.2", "REGION=eu"])
+            s(&[
+                "SERPAPI_API_KEY=${SERPAPI_API_KEY}",
+                "MODEL_FOR_TOOLS=openai/gpt-5.2",
+                "SEC_EDGAR_API_KEY=${SEC_EDGAR_API_KEY}"
+            ])
         );
         assert_eq!(plan.harbor_env["SERPAPI_API_KEY"], "serp-secret");
+        assert_eq!(plan.harbor_env["SEC_EDGAR_API_KEY"], "edgar-secret");
         assert_eq!(plan.warnings.len(), 1);
         assert!(plan.warnings[0].contains("OPENAI_API_KEY"));
-        assert!(!plan.args.iter().any(|a| a.contains("serp-secret")));
+        assert!(!plan.args.iter().any(|a| a.contains("serp-secret") || a.contains("edgar-secret")));
+    }
+
+    #[test]
+    fn name_equals_variable_takes_the_value_else_the_literal() {
+        // The preset's `MODEL_API_KEY=OPENAI_API_KEY` (submitter writes from and value).
+        let item = AgentEnv {
+            name: "MODEL_API_KEY".into(),
+            from: Some("OPENAI_API_KEY".into()),
+            value: Some("OPENAI_API_KEY".into()),
+        };
+        let with = Secrets::from_pairs(Path::new("/s.env"), [("OPENAI_API_KEY".to_string(), "sk-1".to_string())]);
+        let plan = agent_envs(std::slice::from_ref(&item), &with, &|_| None);
+        assert_eq!(plan.args, s(&["MODEL_API_KEY=${OPENAI_API_KEY}"]));
+        assert_eq!(plan.harbor_env["OPENAI_API_KEY"], "sk-1");
+        let plan = agent_envs(std::slice::from_ref(&item), &Secrets::none(), &|_| None);
+        assert_eq!(plan.args, s(&["MODEL_API_KEY=OPENAI_API_KEY"]));
+        assert!(plan.harbor_env.is_empty() && plan.warnings.is_empty());
     }
 
     #[test]
@@ -375,9 +731,31 @@ mod tests {
             std::fs::write(run.join(t).join("config.json"), serde_json::to_string(&trial).unwrap()).unwrap();
         }
         std::fs::create_dir(run.join("no-config")).unwrap();
+        // Harbor 0.25's lock shapes: JobLock.trials[].agent and a trial's TrialLock.agent.
+        let agent = serde_json::json!({"name": "terminus-2", "model_name": "hosted_vllm/Q",
+            "kwargs": {"api_base": "http://127.0.0.1:31000/v1", "parser_name": "xml"}});
+        let job_lock = serde_json::json!({"schema_version": 3, "created_at": "2026-01-01T00:00:00Z",
+            "harbor": {"version": "0.25.0"}, "n_concurrent_trials": 4, "retry": {"max_retries": 0},
+            "trials": [{"schema_version": 2, "task": {"name": "a"}, "agent": agent.clone(),
+                        "note": {"api_base": "untouched"}},
+                       {"schema_version": 2, "task": {"name": "b"}, "agent": agent.clone()}]});
+        std::fs::write(run.join("lock.json"), serde_json::to_string_pretty(&job_lock).unwrap()).unwrap();
+        let trial_lock = serde_json::json!({"schema_version": 2, "task": {"name": "a"}, "agent": agent});
+        std::fs::write(run.join("task-a__1").join("lock.json"), serde_json::to_string(&trial_lock).unwrap()).unwrap();
         let changed = rewrite_api_base(run, "http://127.0.0.1:40000/v1").unwrap();
-        assert_eq!(changed.len(), 3);
-        assert!(changed.iter().all(|(_, n)| *n == 1));
+        assert_eq!(changed.len(), 5);
+        let counts: Vec<usize> = changed.iter().map(|(_, n)| *n).collect();
+        assert_eq!(counts, [1, 1, 1, 2, 1], "{changed:?}");
+        let lock: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(run.join("lock.json")).unwrap()).unwrap();
+        assert_eq!(lock["trials"][1]["agent"]["kwargs"]["api_base"], "http://127.0.0.1:40000/v1");
+        assert_eq!(lock["trials"][0]["note"]["api_base"], "untouched", "only the fields Harbor compares");
+        assert_eq!(lock["created_at"], "2026-01-01T00:00:00Z");
+        let keys: Vec<&String> = lock.as_object().unwrap().keys().collect();
+        assert_eq!(keys[0], "schema_version", "key order kept");
+        let tl: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(run.join("task-a__1/lock.json")).unwrap()).unwrap();
+        assert_eq!(tl["agent"], lock["trials"][0]["agent"], "the trial lock equals its job-lock entry");
         let job: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(run.join("config.json")).unwrap()).unwrap();
         assert_eq!(job["agents"][0]["kwargs"]["api_base"], "http://127.0.0.1:40000/v1");

@@ -10,12 +10,15 @@ pub mod engine;
 pub mod failure;
 pub mod gpu;
 pub mod harbor;
+pub mod logsink;
 pub mod plan;
 pub mod ports;
 pub mod records;
 pub mod run;
+pub mod runlock;
 pub mod secrets;
 pub mod supervisor;
+pub mod timings;
 pub mod tunnel;
 
 #[cfg(test)]

@@ -31,6 +31,10 @@ enum Command {
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
+        /// Also run the installed Harbor's `--print-config` on the Harbor argv (fails, exit 14,
+        /// where Harbor would refuse it); skipped when Harbor cannot be run here.
+        #[arg(long)]
+        check_harbor: bool,
     },
     /// The GPU inventory (NVML, or $PAYLOAD_GPU_FIXTURE) and the matched GPU profile.
     Gpus {
@@ -50,7 +54,8 @@ fn init_logging() {
         .with_current_span(false)
         .with_span_list(false)
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| payload::logsink::Stderr)
+        .log_internal_errors(false)
         .init();
 }
 
@@ -58,15 +63,18 @@ fn exit(code: i32) -> ExitCode {
     ExitCode::from(code.clamp(0, 255) as u8)
 }
 
-fn plan(spec_path: &std::path::Path, json: bool) -> anyhow::Result<i32> {
+fn plan(spec_path: &std::path::Path, json: bool, check_harbor: bool) -> anyhow::Result<i32> {
     let spec = match LaunchSpec::from_file(spec_path) {
         Ok(spec) => spec,
         Err(err) => {
-            writeln!(std::io::stderr(), "error: {err}")?;
+            payload::logsink::line(&format!("error: {err}"));
             return Ok(OutcomeClass::Spec.exit_code());
         }
     };
-    let plan = payload::plan::build(spec_path, &spec, &payload::run::parent_env());
+    let mut plan = payload::plan::build(spec_path, &spec, &payload::run::parent_env());
+    if check_harbor {
+        payload::plan::check_harbor(&spec, &mut plan);
+    }
     let mut out = std::io::stdout().lock();
     if json {
         serde_json::to_writer_pretty(&mut out, &plan).context("writing the plan")?;
@@ -84,7 +92,7 @@ fn gpus(json: bool, profiles: Option<PathBuf>) -> anyhow::Result<i32> {
         Some(path) => match payload::gpu::load_profiles(&path) {
             Ok(p) => Some(p),
             Err(err) => {
-                writeln!(std::io::stderr(), "error: {err}")?;
+                payload::logsink::line(&format!("error: {err}"));
                 return Ok(OutcomeClass::Spec.exit_code());
             }
         },
@@ -94,7 +102,7 @@ fn gpus(json: bool, profiles: Option<PathBuf>) -> anyhow::Result<i32> {
     let inventory = match probe.probe() {
         Ok(list) => list,
         Err(err) => {
-            writeln!(std::io::stderr(), "error: {err}")?;
+            payload::logsink::line(&format!("error: {err}"));
             return Ok(OutcomeClass::Gpu.exit_code());
         }
     };
@@ -136,15 +144,21 @@ fn gpus(json: bool, profiles: Option<PathBuf>) -> anyhow::Result<i32> {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
+    // A panic (a bug) still takes every child group down with it; the default report follows.
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        payload::supervisor::emergency_teardown();
+        report(info);
+    }));
     let result = match cli.command {
         Command::Run { spec } => Ok(payload::run::run(&spec).await),
-        Command::Plan { spec, json } => plan(&spec, json),
+        Command::Plan { spec, json, check_harbor } => plan(&spec, json, check_harbor),
         Command::Gpus { json, profiles } => gpus(json, profiles),
     };
     match result {
         Ok(code) => exit(code),
         Err(err) => {
-            let _ = writeln!(std::io::stderr(), "error: {err:#}");
+            payload::logsink::line(&format!("error: {err:#}"));
             exit(1)
         }
     }

@@ -80,7 +80,13 @@ pub struct HarborSection {
     pub api_base: String,
     #[serde(flatten)]
     pub process: ProcessSection,
-    /// On resume: the `config.json` files whose `api_base` would be rewritten.
+    /// `--check-harbor`: what the installed Harbor's `--print-config` said about the argv.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config_check: Option<String>,
+    /// Fresh: the agent entries of the merged job config (`--config`), model included.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agents: Option<serde_json::Value>,
+    /// On resume: the `config.json` and `lock.json` files whose `api_base` would be rewritten.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rewrites: Vec<PathBuf>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -95,6 +101,9 @@ pub fn build(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, String)]) -
     let run_id = format!("{}-<pid>", spec.run_tag);
 
     if let Err(f) = run::check_paths(spec) {
+        problem(f);
+    }
+    if let Err(f) = crate::timings::check(spec_path, spec) {
         problem(f);
     }
 
@@ -147,7 +156,8 @@ pub fn build(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, String)]) -
     let probe = gpu::probe_from_env(&env_fn);
     let cuda_visible = env_fn("CUDA_VISIBLE_DEVICES");
     let probed = probe.probe();
-    let inventory = probed.as_ref().map(|v| gpu::visible(v, cuda_visible.as_deref())).unwrap_or_default();
+    let inventory =
+        probed.as_ref().ok().and_then(|v| gpu::visible(v, cuda_visible.as_deref()).ok()).unwrap_or_default();
     let decision = gpu::decide(spec, &probe.describe(), probed.clone(), cuda_visible.as_deref(), true);
     let gpu_section = match &decision {
         Ok(d) => GpuSection {
@@ -261,14 +271,28 @@ pub fn build(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, String)]) -
             }
         };
     let resume = harbor::is_resume(&spec.run_dir);
+    if resume && let Err(e) = harbor::check_resume_configs(&spec.run_dir) {
+        problem(e.into());
+    }
     let api_base = match &tunnel_plan.public_url {
         Some(url) => format!("{url}/v1"),
         None => format!("{base}/v1"),
     };
+    let mut merged_agents = None;
     let (mode, mut harbor_argv, rewrites) = if resume {
         ("resume", harbor::resume_argv(spec, &harbor_program), harbor::config_files(&spec.run_dir))
     } else {
-        ("fresh", harbor::fresh_argv(spec, &harbor_program, &api_base, &agent_envs.args), Vec::new())
+        match harbor::merged_job_config(spec) {
+            Ok(config) => merged_agents = Some(config["agents"].clone()),
+            Err(e) => problem(e.into()),
+        }
+        let merged = spec.run_dir.join(harbor::MERGED_CONFIG_FILE);
+        let argv =
+            harbor::fresh_argv(spec, &harbor_program, &api_base, &agent_envs.args, &merged).unwrap_or_else(|e| {
+                problem(e.into());
+                Vec::new()
+            });
+        ("fresh", argv, Vec::new())
     };
     harbor_env.extend(tunnel_plan.harbor_env.clone());
     let mut harbor_program = harbor_program;
@@ -277,8 +301,11 @@ pub fn build(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, String)]) -
         harbor_argv.splice(0..0, tunnel_plan.harbor_prefix.clone());
     }
 
-    let redact = |items: Vec<String>| items.into_iter().map(|s| loaded.redact(&s)).collect::<Vec<_>>();
-    let redact_env = |env: BTreeMap<String, String>| env.into_iter().map(|(k, v)| (k, loaded.redact(&v))).collect();
+    // By whole value: the secrets file's values and the agent-env sources taken from the environment.
+    let hidden: Vec<&str> = loaded.values().chain(agent_envs.harbor_env.values().map(String::as_str)).collect();
+    let redact = |items: Vec<String>| items.into_iter().map(|s| secrets::redact_whole(&s, &hidden)).collect::<Vec<_>>();
+    let redact_env =
+        |env: BTreeMap<String, String>| env.into_iter().map(|(k, v)| (k, secrets::redact_whole(&v, &hidden))).collect();
     Plan {
         spec: spec_path.to_path_buf(),
         run_tag: spec.run_tag.clone(),
@@ -292,11 +319,52 @@ pub fn build(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, String)]) -
             mode,
             api_base,
             process: ProcessSection { program: harbor_program, argv: redact(harbor_argv), env: redact_env(harbor_env) },
+            agents: merged_agents,
+            config_check: None,
             rewrites,
             warnings: agent_envs.warnings,
         },
         problems,
     }
+}
+
+/// `payload plan --check-harbor` (on a login node, where the cluster's Harbor is installed): runs
+/// that Harbor's `jobs start … --print-config` on the plan's fresh-run argv, with the merged job
+/// config written to a private temporary file, and records the verdict; a refusal is a problem.
+/// Skipped (with the reason) on a resume, or when Harbor cannot be run here.
+pub fn check_harbor(spec: &LaunchSpec, plan: &mut Plan) {
+    let verdict = if plan.harbor.mode != "fresh" {
+        harbor::ConfigCheck::Skipped("resume: Harbor re-reads the job's stored config".to_string())
+    } else {
+        match check_fresh_argv(spec, plan) {
+            Ok(v) => v,
+            Err(e) => harbor::ConfigCheck::Skipped(e),
+        }
+    };
+    if let harbor::ConfigCheck::Rejected(why) = &verdict {
+        plan.problems.push(Problem { class: OutcomeClass::Harbor, message: why.clone() });
+    }
+    plan.harbor.config_check = Some(format!("{verdict:?}"));
+}
+
+fn check_fresh_argv(spec: &LaunchSpec, plan: &Plan) -> Result<harbor::ConfigCheck, String> {
+    let argv = &plan.harbor.process.argv;
+    // Without a tunnel prefix (proxychains): Harbor's own argv starts one before `jobs`.
+    let start = argv.iter().position(|a| a == "jobs").and_then(|i| i.checked_sub(1)).ok_or("no harbor argv")?;
+    let mut argv = argv[start..].to_vec();
+    let config = harbor::merged_job_config(spec).map_err(|e| e.to_string())?;
+    let dir = std::env::temp_dir().join(format!("payload-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let file = dir.join(harbor::MERGED_CONFIG_FILE);
+    let written = serde_json::to_vec_pretty(&config)
+        .map_err(|e| e.to_string())
+        .and_then(|bytes| std::fs::write(&file, bytes).map_err(|e| format!("cannot write {}: {e}", file.display())));
+    if let Some(i) = argv.iter().position(|a| a == "--config") {
+        argv[i + 1] = file.display().to_string();
+    }
+    let verdict = written.map(|()| harbor::check_with_print_config(spec, &argv, &plan.harbor.process.env));
+    let _ = std::fs::remove_dir_all(&dir);
+    verdict
 }
 
 fn gib(bytes: u64) -> f64 {
@@ -369,12 +437,18 @@ pub fn render(plan: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(out)?;
     writeln!(out, "Harbor ({}), api_base {}:", plan.harbor.mode, plan.harbor.api_base)?;
     if !plan.harbor.rewrites.is_empty() {
-        writeln!(out, "  resume: api_base rewritten in {} config.json file(s):", plan.harbor.rewrites.len())?;
+        writeln!(out, "  resume: api_base rewritten in {} config.json/lock.json file(s):", plan.harbor.rewrites.len())?;
         for f in &plan.harbor.rewrites {
             writeln!(out, "    {}", f.display())?;
         }
     }
     writeln!(out, "  argv: {}", shell_words::join(&plan.harbor.process.argv))?;
+    if let Some(check) = &plan.harbor.config_check {
+        writeln!(out, "  harbor --print-config: {check}")?;
+    }
+    if let Some(agents) = &plan.harbor.agents {
+        writeln!(out, "  agents (merged job config {}): {agents}", harbor::MERGED_CONFIG_FILE)?;
+    }
     writeln!(out, "  env (nothing else is inherited):")?;
     for (k, v) in &plan.harbor.process.env {
         writeln!(out, "    {k}={v}")?;

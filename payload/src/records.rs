@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -39,10 +40,14 @@ pub fn now() -> String {
     rfc3339(SystemTime::now())
 }
 
-/// Writes `status.json` and `events.jsonl`. Write errors are logged, never fatal: the run goes on.
+/// Writes `status.json` and `events.jsonl`. Write errors are counted and logged, never fatal: the
+/// run goes on (a full disk must not stop the teardown).
 pub struct Recorder {
     run_dir: PathBuf,
     pub status: RunStatus,
+    /// Failed writes of `status.json` / `events.jsonl` so far.
+    pub failed_status_writes: u64,
+    pub failed_event_writes: std::cell::Cell<u64>,
 }
 
 impl Recorder {
@@ -65,6 +70,8 @@ impl Recorder {
                 heartbeat: None,
                 outcome: None,
             },
+            failed_status_writes: 0,
+            failed_event_writes: std::cell::Cell::new(0),
         }
     }
 
@@ -78,7 +85,8 @@ impl Recorder {
         let mut text = serde_json::to_string_pretty(&self.status).expect("status serialises");
         text.push('\n');
         if let Err(err) = launch_spec::records::write_atomically(&self.run_dir.join(STATUS_FILE), text.as_bytes()) {
-            tracing::warn!(error = %err, "cannot write status.json");
+            self.failed_status_writes += 1;
+            tracing::warn!(error = %err, failures = self.failed_status_writes, "cannot write status.json");
         }
     }
 
@@ -108,13 +116,16 @@ impl Recorder {
         let event = Event { at: now(), event: name.to_string(), fields };
         let mut line = serde_json::to_string(&event).expect("event serialises");
         line.push('\n');
+        // O_NOFOLLOW: a symlink planted as events.jsonl is refused, its target never appended to.
         let result = OpenOptions::new()
             .create(true)
             .append(true)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(self.run_dir.join(EVENTS_FILE))
             .and_then(|mut f| f.write_all(line.as_bytes()));
         if let Err(err) = result {
-            tracing::warn!(error = %err, "cannot append to events.jsonl");
+            self.failed_event_writes.set(self.failed_event_writes.get() + 1);
+            tracing::warn!(error = %err, failures = self.failed_event_writes.get(), "cannot append to events.jsonl");
         }
     }
 }
@@ -152,44 +163,98 @@ pub fn completions_from_metrics(text: &str) -> Option<Completions> {
     seen.then_some(out)
 }
 
+/// Bytes of `vllm.log` one update reads at most; the rest is read by the next heartbeats (a 1 GB
+/// burst is caught up over several beats instead of stalling supervision or filling memory).
+pub const MAX_LOG_BYTES_PER_UPDATE: u64 = 16 << 20;
+/// Longest line kept whole; a longer one (never an access line) is skipped to its end.
+pub const MAX_LINE: usize = 64 * 1024;
+const CHUNK: usize = 64 * 1024;
+/// Wall-clock budget of one heartbeat's scans (log and trials each), so the main task — readiness,
+/// signals, child exits — never waits long behind a heavy scan.
+pub const SCAN_BUDGET: std::time::Duration = std::time::Duration::from_millis(25);
+
 /// Counts uvicorn access lines `"POST /v1/chat/completions HTTP/1.1" 200` in `vllm.log`,
-/// incrementally (keeps the offset; only complete lines are counted).
+/// incrementally: it keeps the offset, streams new bytes through a fixed 64 KiB buffer (memory
+/// does not grow with the log), reads at most [`MAX_LOG_BYTES_PER_UPDATE`] or [`SCAN_BUDGET`] per
+/// update, and counts complete lines only.
 #[derive(Debug, Default)]
 pub struct AccessLogCounter {
     offset: u64,
+    /// Inside a line longer than [`MAX_LINE`]: skip to its newline.
+    skipping: bool,
     pub counts: Completions,
 }
 
 impl AccessLogCounter {
     pub fn update(&mut self, path: &Path) -> Completions {
-        let Ok(mut file) = std::fs::File::open(path) else { return self.counts };
+        let Ok(mut file) = launch_spec::records::open_regular(path) else { return self.counts };
         let len = file.metadata().map(|m| m.len()).unwrap_or(0);
         if len < self.offset {
             self.offset = 0;
+            self.skipping = false;
             self.counts = Completions::default();
         }
         if file.seek(SeekFrom::Start(self.offset)).is_err() {
             return self.counts;
         }
-        let mut buf = Vec::new();
-        if file.read_to_end(&mut buf).is_err() {
-            return self.counts;
-        }
-        let complete = buf.iter().rposition(|b| *b == b'\n').map(|i| i + 1).unwrap_or(0);
-        for line in String::from_utf8_lossy(&buf[..complete]).lines() {
-            if let Some(code) = access_line_status(line) {
-                match code / 100 {
-                    2 => self.counts.ok += 1,
-                    4 => self.counts.c4xx += 1,
-                    5 => self.counts.c5xx += 1,
-                    _ => {}
+        let until = std::time::Instant::now() + SCAN_BUDGET;
+        let mut buf = vec![0u8; CHUNK];
+        // The partial line at the end of what was read (re-read next time unless too long).
+        let mut line: Vec<u8> = Vec::new();
+        // File position of buf[0].
+        let mut pos = self.offset;
+        let end = self.offset.saturating_add(MAX_LOG_BYTES_PER_UPDATE);
+        while pos < end && std::time::Instant::now() < until {
+            let want = CHUNK.min((end - pos) as usize);
+            let n = match file.read(&mut buf[..want]) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            let mut start = 0;
+            for nl in memchr::memchr_iter(b'\n', &buf[..n]) {
+                if self.skipping {
+                    self.skipping = false;
+                } else if line.is_empty() {
+                    self.count_line(&buf[start..nl]);
+                } else {
+                    line.extend_from_slice(&buf[start..nl]);
+                    self.count_line(&line);
+                    line.clear();
                 }
+                start = nl + 1;
+                self.offset = pos + start as u64;
             }
+            if !self.skipping && line.len() + (n - start) > MAX_LINE {
+                line.clear();
+                self.skipping = true;
+            }
+            if self.skipping {
+                // Nothing of an over-long line is kept: move past what was read.
+                self.offset = pos + n as u64;
+            } else {
+                line.extend_from_slice(&buf[start..n]);
+            }
+            pos += n as u64;
         }
-        self.offset += complete as u64;
         self.counts
     }
+
+    fn count_line(&mut self, line: &[u8]) {
+        if memchr::memmem::find(line, ACCESS_NEEDLE).is_none() {
+            return;
+        }
+        if let Some(code) = access_line_status(&String::from_utf8_lossy(line)) {
+            match code / 100 {
+                2 => self.counts.ok += 1,
+                4 => self.counts.c4xx += 1,
+                5 => self.counts.c5xx += 1,
+                _ => {}
+            }
+        }
+    }
 }
+
+const ACCESS_NEEDLE: &[u8] = b"\"POST /v1/chat/completions HTTP/";
 
 /// The status code of a uvicorn access line for a chat completion, e.g.
 /// `INFO:     127.0.0.1:5000 - "POST /v1/chat/completions HTTP/1.1" 200 OK`.
@@ -209,32 +274,138 @@ pub struct Trials {
     pub errored: u64,
 }
 
-pub fn count_trials(run_dir: &Path) -> Trials {
-    let mut t = Trials::default();
-    let Ok(entries) = std::fs::read_dir(run_dir) else { return t };
-    for entry in entries.flatten() {
-        if !entry.file_type().is_ok_and(|ft| ft.is_dir()) {
-            continue;
+/// Largest `result.json` parsed (streamed, never held whole); a bigger one counts as finished.
+pub const MAX_RESULT_BYTES: u64 = 8 << 20;
+
+/// What a trial's `result.json` says (its other fields are skipped while streaming).
+#[derive(serde::Deserialize)]
+struct ResultHead {
+    #[serde(default)]
+    exception_info: Option<serde::de::IgnoredAny>,
+}
+
+/// `Some(errored)` once `result.json` exists (a regular file; a FIFO or link to a device is never
+/// opened blocking nor read unbounded); `None` while the trial runs.
+fn trial_result(trial_dir: &Path) -> Option<bool> {
+    let file = launch_spec::records::open_regular(&trial_dir.join("result.json")).ok()?;
+    let reader = std::io::BufReader::new(file.take(MAX_RESULT_BYTES));
+    let head: Option<ResultHead> = serde_json::from_reader(reader).ok();
+    Some(head.is_some_and(|h| h.exception_info.is_some()))
+}
+
+#[derive(Debug, Clone)]
+struct TrialState {
+    /// The trial dir's mtime when last looked at (`result.json` appearing changes it).
+    mtime: Option<SystemTime>,
+    /// `Some(errored)` once finished: final, never read again.
+    result: Option<bool>,
+}
+
+/// Incremental trial counting: the run dir is listed again only when its mtime changes (a trial
+/// dir created or removed); a trial is looked at again only while unfinished and only when its own
+/// mtime changes; a finished trial's `result.json` is read once, streamed and capped. Each scan
+/// stops after [`SCAN_BUDGET`] and goes on at the next heartbeat, so 100k trial dirs never stall
+/// supervision.
+#[derive(Debug, Default)]
+pub struct TrialScan {
+    dir_mtime: Option<SystemTime>,
+    trials: BTreeMap<std::ffi::OsString, TrialState>,
+    /// Where the last budget-limited pass stopped.
+    resume_after: Option<std::ffi::OsString>,
+}
+
+impl TrialScan {
+    pub fn scan(&mut self, run_dir: &Path) -> Trials {
+        let until = std::time::Instant::now() + SCAN_BUDGET;
+        let mtime = std::fs::metadata(run_dir).and_then(|m| m.modified()).ok();
+        if mtime.is_none() || mtime != self.dir_mtime {
+            self.relist(run_dir);
+            self.dir_mtime = mtime;
         }
-        t.started += 1;
-        let result = entry.path().join("result.json");
-        let Ok(text) = std::fs::read_to_string(&result) else { continue };
-        t.finished += 1;
-        let errored = serde_json::from_str::<serde_json::Value>(&text)
-            .ok()
-            .and_then(|v| v.get("exception_info").map(|e| !e.is_null()))
-            .unwrap_or(false);
-        if errored {
-            t.errored += 1;
+        let start = self.resume_after.take();
+        let mut keys: Vec<std::ffi::OsString> = Vec::new();
+        let pending = |st: &TrialState| st.result.is_none();
+        match &start {
+            Some(after) => {
+                use std::ops::Bound::{Excluded, Unbounded};
+                keys.extend(
+                    self.trials
+                        .range::<std::ffi::OsString, _>((Excluded(after), Unbounded))
+                        .filter(|(_, st)| pending(st))
+                        .map(|(k, _)| k.clone()),
+                );
+                keys.extend(
+                    self.trials
+                        .range::<std::ffi::OsString, _>(..=after.clone())
+                        .filter(|(_, st)| pending(st))
+                        .map(|(k, _)| k.clone()),
+                );
+            }
+            None => keys.extend(self.trials.iter().filter(|(_, st)| pending(st)).map(|(k, _)| k.clone())),
+        }
+        for (i, name) in keys.iter().enumerate() {
+            if i % 32 == 0 && i > 0 && std::time::Instant::now() >= until {
+                self.resume_after = Some(keys[i - 1].clone());
+                break;
+            }
+            let dir = run_dir.join(name);
+            let mtime = std::fs::symlink_metadata(&dir).and_then(|m| m.modified()).ok();
+            let Some(st) = self.trials.get_mut(name) else { continue };
+            if st.mtime.is_some() && st.mtime == mtime {
+                continue;
+            }
+            st.mtime = mtime;
+            st.result = trial_result(&dir);
+        }
+        self.totals()
+    }
+
+    fn relist(&mut self, run_dir: &Path) {
+        let Ok(entries) = std::fs::read_dir(run_dir) else {
+            self.trials.clear();
+            return;
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        for entry in entries.flatten() {
+            // d_type: no stat per entry; a symlink is not a trial.
+            if !entry.file_type().is_ok_and(|ft| ft.is_dir()) {
+                continue;
+            }
+            let name = entry.file_name();
+            self.trials.entry(name.clone()).or_insert(TrialState { mtime: None, result: None });
+            seen.insert(name);
+        }
+        self.trials.retain(|name, _| seen.contains(name));
+    }
+
+    fn totals(&self) -> Trials {
+        let mut t = Trials { started: self.trials.len() as u64, ..Trials::default() };
+        for st in self.trials.values() {
+            if let Some(errored) = st.result {
+                t.finished += 1;
+                t.errored += u64::from(errored);
+            }
+        }
+        t
+    }
+}
+
+/// All trials in one go (no budget carried over: loops until the scan is complete).
+pub fn count_trials(run_dir: &Path) -> Trials {
+    let mut scan = TrialScan::default();
+    loop {
+        let t = scan.scan(run_dir);
+        if scan.resume_after.is_none() {
+            return t;
         }
     }
-    t
 }
 
 /// Keeps the heartbeat and its `last_progress_at`.
 #[derive(Debug, Default)]
 pub struct HeartbeatState {
     pub access: AccessLogCounter,
+    pub trials: TrialScan,
     last: Option<(Completions, Trials)>,
     last_progress_at: Option<String>,
 }
@@ -249,7 +420,7 @@ impl HeartbeatState {
     ) -> Heartbeat {
         let from_log = self.access.update(engine_log);
         let completions = metrics.unwrap_or(from_log);
-        let trials = count_trials(run_dir);
+        let trials = self.trials.scan(run_dir);
         let at = now();
         if self.last != Some((completions, trials)) {
             if self.last.is_some() || completions != Completions::default() || trials != Trials::default() {
@@ -323,6 +494,50 @@ http_requests_total{handler="/health",method="GET",status="2xx"} 900.0
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
         f.write_all(b" OK\nINFO: x - \"POST /v1/chat/completions HTTP/1.1\" 500 Internal Server Error\n").unwrap();
         assert_eq!(c.update(&path), Completions { ok: 2, c4xx: 1, c5xx: 1 });
+    }
+
+    #[test]
+    fn access_log_skips_overlong_lines_and_bounds_each_update() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("vllm.log");
+        let ok = "INFO: x - \"POST /v1/chat/completions HTTP/1.1\" 200 OK\n";
+        let mut text = String::new();
+        text.push_str(ok);
+        text.push_str(&"y".repeat(MAX_LINE * 3));
+        text.push_str(" \"POST /v1/chat/completions HTTP/1.1\" 500\n");
+        text.push_str(ok);
+        std::fs::write(&path, &text).unwrap();
+        let mut c = AccessLogCounter::default();
+        assert_eq!(c.update(&path), Completions { ok: 2, c4xx: 0, c5xx: 0 });
+        // More than one update's worth: counted over several updates, never all at once.
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        let n = (MAX_LOG_BYTES_PER_UPDATE as usize / ok.len()) + 1000;
+        f.write_all(ok.repeat(n).as_bytes()).unwrap();
+        let first = c.update(&path).ok;
+        assert!(first < 2 + n as u64, "one update read everything");
+        let mut total = first;
+        for _ in 0..100 {
+            total = c.update(&path).ok;
+        }
+        assert_eq!(total, 2 + n as u64);
+    }
+
+    #[test]
+    fn trial_scan_is_incremental_and_never_blocks_on_special_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path();
+        std::fs::create_dir(run.join("t1")).unwrap();
+        std::fs::create_dir(run.join("t2")).unwrap();
+        assert!(std::process::Command::new("mkfifo").arg(run.join("t2/result.json")).status().unwrap().success());
+        let mut scan = TrialScan::default();
+        let t0 = std::time::Instant::now();
+        assert_eq!(scan.scan(run), Trials { started: 2, finished: 0, errored: 0 });
+        assert!(t0.elapsed() < std::time::Duration::from_secs(2));
+        std::fs::write(run.join("t1/result.json"), r#"{"exception_info": {"exception_type": "X"}}"#).unwrap();
+        std::fs::create_dir(run.join("t3")).unwrap();
+        assert_eq!(scan.scan(run), Trials { started: 3, finished: 1, errored: 1 });
+        std::fs::remove_dir(run.join("t3")).unwrap();
+        assert_eq!(scan.scan(run), Trials { started: 2, finished: 1, errored: 1 });
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! 3. GPUs → profile → gpu-memory ceiling;
 //! 4. port;
 //! 5. vLLM in its own group (`serving`), logging to `vllm.log`;
-//! 6. readiness (`/health` 200 and the served name in `/v1/models`), polled every 150 ms while
+//! 6. readiness (`/health` 200 and the served name in `/v1/models`), polled every 25 ms while
 //!    watching the process; meanwhile (7) the tunnel, if any, is started and checked (Pinggy's
 //!    end-to-end check needs vLLM, so it completes after readiness);
 //! 8. Harbor in its own group (`running`), logging to `harbor.log` (resume rewrites first; `api_base`
@@ -34,11 +34,13 @@ use crate::supervisor::{
     self, ChildSpec, Role, ShutdownPlan, SignalEvent, Signals, Supervisor, Watch, WatchConfig, WatchEvent,
     describe_status, status_code, wait_opt,
 };
+use crate::timings::{self, Timings};
 use crate::tunnel::{self, Tunnel, TunnelPoll};
-use crate::{childenv, gpu, ports};
+use crate::{childenv, gpu, ports, runlock};
 
-/// Readiness poll period (sub-second: a server that crashed in its first second fails at once).
-pub const READY_POLL: Duration = Duration::from_millis(150);
+/// Readiness poll period: a loopback probe costs well under a millisecond (a refused connect while
+/// vLLM loads even less), so polling often keeps "ready → Harbor spawned" short.
+pub const READY_POLL: Duration = Duration::from_millis(25);
 /// Lines of `vllm.log` kept in an engine failure's outcome.
 pub const LOG_TAIL_LINES: usize = 30;
 /// How often the tunnel's state machine is advanced.
@@ -202,6 +204,7 @@ struct Run {
     run_id: String,
     heartbeat: HeartbeatState,
     tunnel: Option<Tunnel>,
+    timings: Timings,
 }
 
 /// Runs the job; returns payload's exit code.
@@ -224,10 +227,30 @@ pub async fn run(spec_path: &Path) -> i32 {
             return OutcomeClass::Spec.exit_code();
         }
     };
+    // Every duration checked before anything is spawned (or written).
+    let timings = match timings::check(spec_path, &spec) {
+        Ok(t) => t,
+        Err(f) => {
+            tracing::error!(class = "spec", error = %f.message, "bad launch spec");
+            return OutcomeClass::Spec.exit_code();
+        }
+    };
     if let Err(err) = std::fs::create_dir_all(&spec.run_dir) {
         tracing::error!(class = "spec", run_dir = %spec.run_dir.display(), error = %err, "cannot create run dir");
         return OutcomeClass::Spec.exit_code();
     }
+    // Held until payload exits: a second payload on this run dir stops here, changing nothing.
+    let _lock = match runlock::acquire(&spec.run_dir) {
+        Ok(lock) => lock,
+        Err(err @ runlock::LockError::Busy { .. }) => {
+            tracing::error!(class = "run_dir_busy", error = %err, "run dir in use");
+            return runlock::EXIT_RUN_DIR_BUSY;
+        }
+        Err(err) => {
+            tracing::error!(class = "spec", error = %err, "cannot lock the run dir");
+            return OutcomeClass::Spec.exit_code();
+        }
+    };
     let run_id = format!("{}-{}", spec.run_tag, std::process::id());
     let rec = Recorder::new(&spec.run_dir, &spec.run_tag);
     let mut run = Run {
@@ -240,6 +263,7 @@ pub async fn run(spec_path: &Path) -> i32 {
         run_id,
         heartbeat: HeartbeatState::default(),
         tunnel: None,
+        timings,
     };
     let end = match run.sequence().await {
         Ok(status) => End::HarborExited(status),
@@ -266,9 +290,13 @@ impl Run {
         let parent = self.parent.clone();
         let env_fn = lookup(&parent);
         // 1. Records.
+        // The copy is replaced atomically (never written through a symlink planted as launch.json).
         let spec_copy = self.spec.run_dir.join(SPEC_FILE);
         let same = std::fs::canonicalize(&self.spec_path).ok() == std::fs::canonicalize(&spec_copy).ok();
-        if !same && let Err(err) = std::fs::copy(&self.spec_path, &spec_copy) {
+        if !same
+            && let Err(err) = launch_spec::records::read_regular(&self.spec_path, launch_spec::records::MAX_INPUT_BYTES)
+                .and_then(|text| launch_spec::records::write_atomically(&spec_copy, text.as_bytes()))
+        {
             tracing::warn!(error = %err, "cannot copy the spec to launch.json");
         }
         self.rec.status.slurm_job_id = env_fn("SLURM_JOB_ID");
@@ -393,6 +421,11 @@ impl Run {
             &env_fn,
         )
         .map_err(Failure::from)?;
+        // A resume's inputs are checked now, not after the engine has loaded.
+        let resume = harbor::is_resume(&self.spec.run_dir);
+        if resume {
+            harbor::check_resume_configs(&self.spec.run_dir).map_err(Failure::from)?;
+        }
         if let Some(ev) = self.pending_signal().await {
             return Err(End::Signal(ev));
         }
@@ -417,11 +450,53 @@ impl Run {
         self.rec.set_phase(Phase::Serving);
         tracing::info!(pid, port, "vLLM started; waiting for readiness");
 
-        let resume = harbor::is_resume(&self.spec.run_dir);
         self.rec.status.resume = Some(resume);
 
+        // Harbor's own `--print-config` on the fresh-run argv, while vLLM loads (it costs nothing
+        // then): a refusal ends the run before Harbor would start and fail.
+        let mut config_check = (!resume).then(|| {
+            let (spec, env) = (self.spec.clone(), harbor_env.clone());
+            let argv = harbor::prepare_fresh(
+                &spec,
+                &harbor_program.display().to_string(),
+                &format!("{base}/v1"),
+                &agent_envs.args,
+            );
+            tokio::task::spawn_blocking(move || match argv {
+                Ok(argv) => harbor::check_with_print_config(&spec, &argv, &env),
+                Err(e) => harbor::ConfigCheck::Rejected(e.to_string()),
+            })
+        });
+
         // 6. Readiness (7. the tunnel advances meanwhile), then the tunnel's end-to-end check.
-        self.wait_ready(&base, started, api_key.as_deref()).await?;
+        let mut verdict = None;
+        {
+            let ready = self.wait_ready(&base, started, api_key.as_deref());
+            tokio::pin!(ready);
+            loop {
+                tokio::select! {
+                    r = &mut ready => { r?; break; }
+                    v = async { config_check.as_mut().expect("guarded").await }, if config_check.is_some() && verdict.is_none() => {
+                        let v = v.unwrap_or_else(|e| harbor::ConfigCheck::Skipped(format!("check task failed: {e}")));
+                        let rejected = matches!(v, harbor::ConfigCheck::Rejected(_));
+                        verdict = Some(v);
+                        if rejected { break; }
+                    }
+                }
+            }
+        }
+        if let Some(check) = config_check.take()
+            && verdict.is_none()
+        {
+            verdict =
+                Some(check.await.unwrap_or_else(|e| harbor::ConfigCheck::Skipped(format!("check task failed: {e}"))));
+        }
+        if let Some(v) = verdict {
+            self.rec.event("harbor_config_check", json!({ "result": format!("{v:?}") }));
+            if let harbor::ConfigCheck::Rejected(why) = v {
+                return Err(Failure::new(OutcomeClass::Harbor, why).with_cause("config_rejected").into());
+            }
+        }
         self.wait_tunnel().await?;
 
         // 8. Harbor: api_base (the public URL for installed agents), resume rewrites, argv.
@@ -435,7 +510,8 @@ impl Run {
             self.rec.event("resume_configs_rewritten", json!({ "api_base": api_base, "files": files }));
             harbor::resume_argv(&self.spec, &harbor_program.display().to_string())
         } else {
-            harbor::fresh_argv(&self.spec, &harbor_program.display().to_string(), &api_base, &agent_envs.args)
+            harbor::prepare_fresh(&self.spec, &harbor_program.display().to_string(), &api_base, &agent_envs.args)
+                .map_err(Failure::from)?
         };
         let mut harbor_program = harbor_program;
         if let Some(t) = &self.tunnel {
@@ -474,9 +550,9 @@ impl Run {
         let limits = &self.spec.limits;
         let mut watch = Watch::new(WatchConfig {
             base_url: base.clone(),
-            probe_interval: Duration::from_secs_f64(limits.health_probe_interval_s.max(0.05)),
+            probe_interval: self.timings.probe_interval,
             health_failures: limits.health_failures,
-            heartbeat_interval: Duration::from_secs_f64(limits.heartbeat_interval_s.clamp(0.05, 30.0)),
+            heartbeat_interval: self.timings.heartbeat,
             tunnel_poll: self.tunnel.is_some().then_some(TUNNEL_POLL),
         });
         let result = loop {
@@ -535,14 +611,14 @@ impl Run {
 
     /// Polls readiness every [`READY_POLL`] while watching the engine, signals and the deadline.
     async fn wait_ready(&mut self, base: &str, started: Instant, api_key: Option<&str>) -> Result<(), End> {
-        let deadline = started + Duration::from_secs(self.spec.serve.health_timeout_s);
+        let deadline = timings::deadline(started, self.timings.health_timeout);
         let client = engine::http_client_with_key(Duration::from_secs(1), api_key);
         let mut tunnel_tick = interval(TUNNEL_POLL);
         tunnel_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let has_tunnel = self.tunnel.is_some();
         let mut tick = interval(READY_POLL);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut heartbeat = interval(Duration::from_secs_f64(self.spec.limits.heartbeat_interval_s.clamp(0.05, 30.0)));
+        let mut heartbeat = interval(self.timings.heartbeat);
         heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut probe: Option<JoinHandle<Readiness>> = None;
         let served = self.spec.model.served_name.clone();
@@ -627,7 +703,7 @@ impl Run {
         }
         let mut tick = interval(TUNNEL_POLL);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut heartbeat = interval(Duration::from_secs_f64(self.spec.limits.heartbeat_interval_s.clamp(0.05, 30.0)));
+        let mut heartbeat = interval(self.timings.heartbeat);
         heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let engine_log = self.log_path(ENGINE_LOG);
         loop {
@@ -678,12 +754,10 @@ impl Run {
             let healthy = !matches!(end, End::Failed(ref f) if f.class == OutcomeClass::EngineDied);
             self.rec.status.heartbeat = Some(self.heartbeat.next(metrics, &engine_log, &self.spec.run_dir, healthy));
         }
-        let grace = Duration::from_secs_f64(self.spec.limits.teardown_grace_s.max(0.0));
+        let grace = self.timings.teardown_grace;
         let plan = match end {
             End::Signal(SignalEvent::Shutdown(_)) => ShutdownPlan::normal(grace, true),
-            End::Signal(SignalEvent::Walltime) => {
-                ShutdownPlan::walltime(grace, Duration::from_secs(self.spec.limits.walltime_lead_s))
-            }
+            End::Signal(SignalEvent::Walltime) => ShutdownPlan::walltime(grace, self.timings.walltime_lead),
             _ => ShutdownPlan::normal(grace, false),
         };
         match &end {
@@ -780,6 +854,13 @@ impl Run {
             },
         };
         let code = outcome.exit_code;
+        // Writes that failed during the run (closed stderr, full disk): reported where it still works.
+        let failed =
+            (crate::logsink::failed_writes(), self.rec.failed_status_writes, self.rec.failed_event_writes.get());
+        if failed != (0, 0, 0) {
+            self.rec.event("write_failures", json!({ "log": failed.0, "status": failed.1, "events": failed.2 }));
+            tracing::warn!(log = failed.0, status = failed.1, events = failed.2, "some log or record writes failed");
+        }
         self.rec.event("outcome", serde_json::to_value(&outcome).unwrap_or_default());
         tracing::info!(class = outcome.class.as_str(), exit_code = code, cause = outcome.cause.as_deref().unwrap_or("-"), message = %outcome.message, "payload done");
         self.rec.set_outcome(outcome);

@@ -29,8 +29,14 @@ pub enum SecretsError {
     Read { path: PathBuf, reason: String },
     #[error("secrets file {path} has mode {mode:04o}: it is accessible by group or others; run `chmod 600 {path}`")]
     Permissions { path: PathBuf, mode: u32 },
-    #[error("secrets file {path}, line {line}: expected KEY=VALUE (optionally `export KEY=VALUE`)")]
-    Syntax { path: PathBuf, line: usize },
+    #[error("secrets file {path}, line {line}: {problem}")]
+    Syntax { path: PathBuf, line: usize, problem: &'static str },
+    #[error("secrets file {path} is not a regular file (a FIFO, device or directory): point it at the env file itself")]
+    NotRegular { path: PathBuf },
+    #[error(
+        "secrets file {path} is owned by uid {owner}, not by this user (uid {me}): only a file of your own is trusted; `chown` it or use your own copy"
+    )]
+    Owner { path: PathBuf, owner: u32, me: u32 },
     #[error("secrets file {path} lacks {name}{why}: add `{name}=...` to it")]
     MissingKey { path: PathBuf, name: String, why: String },
 }
@@ -83,20 +89,16 @@ impl Secrets {
         self.values.keys().map(String::as_str)
     }
 
-    /// Every non-trivial value, for leak checks and redaction.
+    /// Every non-empty value, for leak checks and redaction.
     pub fn values(&self) -> impl Iterator<Item = &str> {
-        self.values.values().map(String::as_str).filter(|v| v.len() >= 4)
+        self.values.values().map(String::as_str).filter(|v| !v.is_empty())
     }
 
-    /// Replaces every secret value occurring in `text` by `<redacted>`.
+    /// `<redacted>` when `text` is a secret value as a whole, or `NAME=<secret>` (an env item or
+    /// `--ae` argument); anything else unchanged. By whole value, never by substring: a secret
+    /// `Qwen3` leaves `Qwen/Qwen3-8B` alone, and a 2-character secret is still redacted.
     pub fn redact(&self, text: &str) -> String {
-        let mut out = text.to_string();
-        for value in self.values() {
-            if out.contains(value) {
-                out = out.replace(value, "<redacted>");
-            }
-        }
-        out
+        redact_whole(text, &self.values().collect::<Vec<_>>())
     }
 
     fn require(&self, name: &str, why: &str) -> Result<&str, SecretsError> {
@@ -120,78 +122,130 @@ pub fn secrets_path(spec: &SecretsSpec, env: &dyn Fn(&str) -> Option<String>) ->
     Path::new(&home).join("secrets.env")
 }
 
-/// Reads the file, refusing one accessible by group or others (like ssh does).
+/// `<redacted>` for a whole secret value or a `NAME=<secret>` item (see [`Secrets::redact`]).
+pub fn redact_whole(text: &str, secrets: &[&str]) -> String {
+    let is_secret = |v: &str| !v.is_empty() && secrets.contains(&v);
+    if is_secret(text) {
+        return crate::plan::REDACTED.to_string();
+    }
+    if let Some((name, value)) = text.split_once('=')
+        && is_secret(value)
+    {
+        return format!("{name}={}", crate::plan::REDACTED);
+    }
+    text.to_string()
+}
+
+/// The largest secrets file read.
+pub const MAX_SECRETS_BYTES: u64 = 1 << 20;
+
+/// Reads the file, refusing one that is not a regular file (opened non-blocking and checked on the
+/// open descriptor, so a FIFO fails at once), not owned by this user, or accessible by group or
+/// others (like ssh does).
 pub fn load(path: &Path) -> Result<Secrets, SecretsError> {
-    let meta = match std::fs::metadata(path) {
-        Ok(meta) => meta,
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let read_err = |err: std::io::Error| SecretsError::Read { path: path.to_path_buf(), reason: err.to_string() };
+    let file = match launch_spec::records::open_regular(path) {
+        Ok(file) => file,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
             return Err(SecretsError::Missing { path: path.to_path_buf() });
         }
-        Err(err) => return Err(SecretsError::Read { path: path.to_path_buf(), reason: err.to_string() }),
+        Err(err) if err.kind() == std::io::ErrorKind::InvalidInput => {
+            return Err(SecretsError::NotRegular { path: path.to_path_buf() });
+        }
+        Err(err) => return Err(read_err(err)),
     };
+    let meta = file.metadata().map_err(read_err)?;
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != me {
+        return Err(SecretsError::Owner { path: path.to_path_buf(), owner: meta.uid(), me });
+    }
     let mode = meta.permissions().mode() & 0o7777;
     if mode & 0o077 != 0 {
         return Err(SecretsError::Permissions { path: path.to_path_buf(), mode });
     }
-    let text = std::fs::read_to_string(path)
-        .map_err(|err| SecretsError::Read { path: path.to_path_buf(), reason: err.to_string() })?;
-    let pairs = parse(&text).map_err(|line| SecretsError::Syntax { path: path.to_path_buf(), line })?;
+    let mut text = String::new();
+    file.take(MAX_SECRETS_BYTES + 1).read_to_string(&mut text).map_err(read_err)?;
+    if text.len() as u64 > MAX_SECRETS_BYTES {
+        return Err(read_err(std::io::Error::other(format!("larger than {MAX_SECRETS_BYTES} bytes"))));
+    }
+    let pairs =
+        parse(&text).map_err(|(line, problem)| SecretsError::Syntax { path: path.to_path_buf(), line, problem })?;
     Ok(Secrets::from_pairs(path, pairs))
 }
 
-/// Parses `KEY=VALUE` lines: blank lines and `#` comments skipped, `export ` tolerated, one level
-/// of matching single or double quotes removed. Later lines win. Errors give the 1-based line.
-pub fn parse(text: &str) -> Result<Vec<(String, String)>, usize> {
+const EXPECTED_KV: &str = "expected KEY=VALUE (optionally `export KEY=VALUE`)";
+
+/// Parses `KEY=VALUE` lines the way the old scripts' `source secrets.env` (bash) read them: blank
+/// lines and `#` comments skipped, `export ` tolerated, one level of single or double quotes
+/// removed, and a ` # comment` after the value (a `#` after whitespace, outside quotes) dropped —
+/// `KEY=v # c` is `v`, while `KEY=a#b` and `KEY='v # c'` keep their `#`. Later lines win. Errors
+/// give the 1-based line and the problem, never the content; a NUL byte is one (no environment
+/// can carry it).
+pub fn parse(text: &str) -> Result<Vec<(String, String)>, (usize, &'static str)> {
     let mut out: Vec<(String, String)> = Vec::new();
     for (idx, raw) in text.lines().enumerate() {
+        let line_no = idx + 1;
+        if raw.contains('\0') {
+            return Err((line_no, "contains a NUL byte, which no environment variable can hold"));
+        }
         let line = raw.trim();
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
         let line = line.strip_prefix("export ").map(str::trim_start).unwrap_or(line);
-        let Some((key, value)) = line.split_once('=') else { return Err(idx + 1) };
+        let Some((key, value)) = line.split_once('=') else { return Err((line_no, EXPECTED_KV)) };
         let key = key.trim();
         let key_ok = key.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
             && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !key_ok {
-            return Err(idx + 1);
+            return Err((line_no, EXPECTED_KV));
         }
-        let value = unquote(value.trim());
+        let value = value_of(value.trim())
+            .ok_or((line_no, "unterminated quote, or text after the closing quote (only a `# comment` may follow)"))?;
         out.retain(|(k, _)| k != key);
         out.push((key.to_string(), value));
     }
     Ok(out)
 }
 
-fn unquote(value: &str) -> String {
-    let bytes = value.as_bytes();
-    if bytes.len() >= 2 {
-        let (first, last) = (bytes[0], bytes[bytes.len() - 1]);
-        if first == b'\'' && last == b'\'' {
-            return value[1..value.len() - 1].to_string();
-        }
-        if first == b'"' && last == b'"' {
-            let inner = &value[1..value.len() - 1];
-            let mut out = String::with_capacity(inner.len());
-            let mut chars = inner.chars();
-            while let Some(c) = chars.next() {
-                if c == '\\' {
-                    match chars.next() {
-                        Some(next @ ('"' | '\\' | '$' | '`')) => out.push(next),
-                        Some(next) => {
-                            out.push('\\');
-                            out.push(next);
-                        }
-                        None => out.push('\\'),
-                    }
-                } else {
-                    out.push(c);
-                }
-            }
-            return out;
-        }
+/// The value part of one line (already trimmed): quoted, or bare up to a ` #` comment.
+fn value_of(value: &str) -> Option<String> {
+    let rest_ok = |rest: &str| {
+        let rest = rest.trim_start();
+        rest.is_empty() || rest.starts_with('#')
+    };
+    if let Some(inner) = value.strip_prefix('\'') {
+        let close = inner.find('\'')?;
+        return rest_ok(&inner[close + 1..]).then(|| inner[..close].to_string());
     }
-    value.to_string()
+    if let Some(inner) = value.strip_prefix('"') {
+        let mut out = String::with_capacity(inner.len());
+        let mut chars = inner.char_indices();
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => match chars.next() {
+                    Some((_, next @ ('"' | '\\' | '$' | '`'))) => out.push(next),
+                    Some((_, next)) => {
+                        out.push('\\');
+                        out.push(next);
+                    }
+                    None => out.push('\\'),
+                },
+                '"' => return rest_ok(&inner[i + 1..]).then_some(out),
+                c => out.push(c),
+            }
+        }
+        return None;
+    }
+    // Bare: a `#` starts a comment only after whitespace (bash's rule for a new word).
+    let bytes = value.as_bytes();
+    let cut = (1..bytes.len()).find(|&i| bytes[i] == b'#' && bytes[i - 1].is_ascii_whitespace());
+    Some(match cut {
+        Some(i) => value[..i].trim_end().to_string(),
+        None => value.to_string(),
+    })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -247,10 +301,55 @@ mod tests {
 
     #[test]
     fn syntax_error_names_line_not_content() {
-        assert_eq!(parse("A=1\nthis is sekrit\n"), Err(2));
-        assert_eq!(parse("1BAD=x\n"), Err(1));
-        let err = SecretsError::Syntax { path: "/s.env".into(), line: 2 };
+        assert_eq!(parse("A=1\nthis is sekrit\n").unwrap_err().0, 2);
+        assert_eq!(parse("1BAD=x\n").unwrap_err().0, 1);
+        let err = SecretsError::Syntax { path: "/s.env".into(), line: 2, problem: EXPECTED_KV };
         assert!(!err.to_string().contains("sekrit"));
+    }
+
+    #[test]
+    fn comments_after_values_follow_bash() {
+        let map: BTreeMap<_, _> =
+            parse("A=v # c\nB=a#b\nC='v # c' # real comment\nD=\"x # y\"\t# c\nE=#abc\nF= spaced  value   # c\n")
+                .unwrap()
+                .into_iter()
+                .collect();
+        assert_eq!(map["A"], "v");
+        assert_eq!(map["B"], "a#b");
+        assert_eq!(map["C"], "v # c");
+        assert_eq!(map["D"], "x # y");
+        assert_eq!(map["E"], "#abc");
+        assert_eq!(map["F"], "spaced  value");
+        assert_eq!(parse("A='open\n").unwrap_err().0, 1);
+        assert_eq!(parse("A=ok\nB='x'y\n").unwrap_err().0, 2);
+    }
+
+    #[test]
+    fn nul_in_a_value_is_a_secrets_error_naming_the_line() {
+        let (line, problem) = parse("A=1\nB=x\0y\n").unwrap_err();
+        assert_eq!(line, 2);
+        assert!(problem.contains("NUL"));
+    }
+
+    #[test]
+    fn redaction_is_by_whole_value() {
+        let secrets = Secrets::from_pairs(
+            Path::new("/s.env"),
+            [("A".to_string(), "Qwen3".to_string()), ("B".to_string(), "xy".to_string())],
+        );
+        assert_eq!(secrets.redact("Qwen/Qwen3-8B"), "Qwen/Qwen3-8B");
+        assert_eq!(secrets.redact("Qwen3"), "<redacted>");
+        assert_eq!(secrets.redact("xy"), "<redacted>");
+        assert_eq!(secrets.redact("KEY=xy"), "KEY=<redacted>");
+        assert_eq!(secrets.redact("xyz"), "xyz");
+    }
+
+    #[test]
+    fn fifo_secrets_file_fails_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("secrets.env");
+        assert!(std::process::Command::new("mkfifo").args(["-m", "600"]).arg(&fifo).status().unwrap().success());
+        assert!(matches!(load(&fifo), Err(SecretsError::NotRegular { .. })));
     }
 
     fn write(dir: &Path, mode: u32, text: &str) -> PathBuf {
@@ -340,6 +439,6 @@ mod tests {
     fn debug_never_shows_values() {
         let secrets = Secrets::from_pairs(Path::new("/s.env"), [("K".to_string(), "hidden-value".to_string())]);
         assert!(!format!("{secrets:?}").contains("hidden-value"));
-        assert_eq!(secrets.redact("x hidden-value y"), "x <redacted> y");
+        assert_eq!(secrets.redact("hidden-value"), "<redacted>");
     }
 }

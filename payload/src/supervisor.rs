@@ -16,6 +16,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::OpenOptions;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -29,6 +30,26 @@ use tokio::task::JoinHandle;
 use tokio::time::{MissedTickBehavior, interval, sleep, sleep_until};
 
 use crate::records::Completions;
+
+/// Process groups of the children spawned so far, for [`emergency_teardown`] (a panic hook cannot
+/// reach the [`Supervisor`]).
+static GROUPS: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+
+/// Last resort when payload panics: SIGKILL every child group and every remaining descendant, at
+/// once and synchronously (the panic hook calls it; the orderly teardown cannot run any more).
+/// Never blocks on the registry lock (a panic while it is held skips the groups; the sweep of
+/// descendants still runs).
+pub fn emergency_teardown() {
+    if let Ok(groups) = GROUPS.try_lock() {
+        for pgid in groups.iter() {
+            let _ = killpg(Pid::from_raw(*pgid), Signal::SIGKILL);
+        }
+    }
+    let me = std::process::id() as i32;
+    for p in descendants(&proc_table(), me) {
+        let _ = kill(Pid::from_raw(p.pid), Signal::SIGKILL);
+    }
+}
 
 /// Makes payload the reaper of orphaned descendants (`PR_SET_CHILD_SUBREAPER`).
 pub fn become_subreaper() -> Result<(), nix::Error> {
@@ -95,6 +116,16 @@ impl Role {
             Role::Harbor => "harbor",
             Role::Engine => "engine",
             Role::Tunnel => "tunnel",
+        }
+    }
+
+    /// The signal that asks the role to stop. Harbor: SIGINT, the one signal both `jobs start`
+    /// and `jobs resume` turn into KeyboardInterrupt (cancel the trials, record them, exit);
+    /// Harbor 0.25's `resume` has no SIGTERM handler, so SIGTERM kills it with trials unrecorded.
+    pub fn stop_signal(self) -> Signal {
+        match self {
+            Role::Harbor => Signal::SIGINT,
+            Role::Engine | Role::Tunnel => Signal::SIGTERM,
         }
     }
 }
@@ -290,7 +321,8 @@ pub struct ShutdownReport {
     pub steps: Vec<TeardownStep>,
 }
 
-/// One teardown step: `term` (SIGTERM sent to the group), `gone` (group empty), `kill` (SIGKILL).
+/// One teardown step: `term` (the role's stop signal sent to the group: SIGINT for Harbor, SIGTERM
+/// otherwise), `gone` (group empty), `kill` (SIGKILL).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TeardownStep {
     pub ms: u64,
@@ -341,7 +373,8 @@ impl Supervisor {
 
     /// Starts `spec` as `role` in a new process group with exactly `spec.env`.
     pub fn spawn(&mut self, role: Role, spec: &ChildSpec) -> std::io::Result<u32> {
-        let log = OpenOptions::new().create(true).append(true).open(&spec.log)?;
+        // Never through a symlink planted in the run dir.
+        let log = OpenOptions::new().create(true).append(true).custom_flags(libc::O_NOFOLLOW).open(&spec.log)?;
         let mut cmd = Command::new(&spec.program);
         cmd.args(spec.argv.iter().skip(1))
             .env_clear()
@@ -354,8 +387,30 @@ impl Supervisor {
         if let Some(cwd) = &spec.cwd {
             cmd.current_dir(cwd);
         }
+        let parent = nix::unistd::getpid();
+        // The one `unsafe` in payload: a `pre_exec` hook, run in the forked child before exec. It
+        // sets the parent-death signal so the child is SIGKILLed when payload dies, even by a
+        // SIGKILL that leaves no chance to tear down; then it checks the parent is still payload
+        // (had payload died between fork and prctl, the signal would never come). Sound because the
+        // closure only makes two async-signal-safe syscalls (prctl, getppid) and builds its error
+        // from an errno without allocating. The death signal fires when the *thread* that forked
+        // exits: payload forks only from the main thread (tokio's current-thread runtime in
+        // main.rs runs every task there), which lives as long as the process.
+        #[allow(unsafe_code)]
+        unsafe {
+            cmd.pre_exec(move || {
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
+                if nix::unistd::getppid() != parent {
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                Ok(())
+            });
+        }
         let child = cmd.spawn()?;
         let pid = child.id().unwrap_or(0);
+        if let Ok(mut groups) = GROUPS.lock() {
+            groups.push(pid as i32);
+        }
         *self.slot(role) = Some(Managed { role, pid, child, status: None });
         Ok(pid)
     }
@@ -386,8 +441,9 @@ impl Supervisor {
             if let Some(m) = self.slot(*role).as_mut()
                 && !m.gone(&table)
             {
-                tracing::info!(role = role.as_str(), pgid = m.pid, "sending SIGTERM to group");
-                m.signal_group(Signal::SIGTERM);
+                let sig = role.stop_signal();
+                tracing::info!(role = role.as_str(), pgid = m.pid, signal = %sig, "sending stop signal to group");
+                m.signal_group(sig);
                 report.step(start, "term", *role);
             }
         }
@@ -432,7 +488,7 @@ impl Supervisor {
                         }
                         state.signalled = true;
                         state.t0 = Instant::now();
-                        let cut = state.t0 + state.plan.grace - ShutdownPlan::reserve(state.plan.grace);
+                        let cut = crate::timings::deadline(state.t0, state.plan.grace - ShutdownPlan::reserve(state.plan.grace));
                         if cut < *deadline {
                             *deadline = cut;
                         }
@@ -452,7 +508,7 @@ impl Supervisor {
         // Stage 1: Harbor alone, so it cancels its trials while the model still answers.
         if self.harbor.is_some() {
             self.term(&[Role::Harbor], &mut state.report, start);
-            let mut deadline = start + plan.harbor_grace;
+            let mut deadline = crate::timings::deadline(start, plan.harbor_grace);
             go_on = self.wait_gone(&[Role::Harbor], &mut deadline, signals, &mut state).await;
             self.note_gone(&[Role::Harbor], &mut state.report, start);
             if go_on && !self.all_gone(&[Role::Harbor]) {
@@ -463,7 +519,8 @@ impl Supervisor {
         if go_on {
             self.term(&[Role::Engine, Role::Tunnel], &mut state.report, start);
             let reserve = ShutdownPlan::reserve(plan.grace);
-            let mut deadline = (state.t0 + plan.grace).max(Instant::now() + reserve);
+            let mut deadline =
+                crate::timings::deadline(state.t0, plan.grace).max(crate::timings::deadline(Instant::now(), reserve));
             go_on = self.wait_gone(&[Role::Engine, Role::Tunnel], &mut deadline, signals, &mut state).await;
             self.note_gone(&[Role::Engine, Role::Tunnel], &mut state.report, start);
         }
@@ -684,6 +741,13 @@ mod tests {
         assert_eq!(d, vec![11, 12, 13]);
         assert!(group_alive(&table, 11));
         assert!(!group_alive(&table, 99));
+    }
+
+    #[test]
+    fn harbor_is_stopped_with_sigint() {
+        assert_eq!(Role::Harbor.stop_signal(), Signal::SIGINT);
+        assert_eq!(Role::Engine.stop_signal(), Signal::SIGTERM);
+        assert_eq!(Role::Tunnel.stop_signal(), Signal::SIGTERM);
     }
 
     #[test]

@@ -57,7 +57,8 @@ pub fn spec() -> LaunchSpec {
         harbor: HarborSpec {
             program: "harbor".into(),
             env_prefix: None,
-            config: "/cfg/eval.yaml".into(),
+            config: concat!(env!("CARGO_MANIFEST_DIR"), "/../presets/harbor/dcagent_eval_config_no_override.yaml")
+                .into(),
             dataset: "/data/tb2".into(),
             agent: "terminus-2".into(),
             n_concurrent: 32,
@@ -70,6 +71,7 @@ pub fn spec() -> LaunchSpec {
             resume_filter_error_types: INFRA_ERROR_TYPES.iter().map(|s| s.to_string()).collect(),
             extra_args: vec![],
             env: BTreeMap::new(),
+            dialect: Default::default(),
         },
         secrets: SecretsSpec { file: None, daytona: true, pass_to_harbor: vec![] },
         limits: Limits::default(),

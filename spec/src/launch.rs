@@ -15,20 +15,24 @@ use crate::gpu::GpuProfiles;
 /// Bumped on any incompatible change; payload refuses specs with another major version.
 pub const SPEC_VERSION: u32 = 1;
 
-/// The infra error types Harbor re-runs on resume (`--filter-error-type`), SPEC §6.4.
+/// The infra error types Harbor re-runs on resume (`--filter-error-type`): the exception class
+/// names Harbor 0.25.0 records in a trial's `exception_info.exception_type` for faults of the
+/// sandbox or the harness rather than the model. The Daytona ones are the `daytona` SDK's classes
+/// (`DaytonaAuthorizationError` is an alias there, recorded as `DaytonaForbiddenError`).
 pub const INFRA_ERROR_TYPES: &[&str] = &[
     "DaytonaError",
     "DaytonaAuthenticationError",
-    "DaytonaAuthorizationError",
+    "DaytonaForbiddenError",
     "DaytonaNotFoundError",
     "DaytonaRateLimitError",
     "EnvironmentStartTimeoutError",
     "CancelledError",
     "SandboxBuildFailedError",
-    "AgentEnvironmentTimeoutError",
-    "VerificationNotCompletedError",
-    "TrialNotScoredError",
     "AddTestsDirError",
+    "AgentSetupTimeoutError",
+    "SandboxLikelyOutOfMemoryError",
+    "HealthcheckError",
+    "NetworkConnectionError",
 ];
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -100,7 +104,8 @@ pub struct ServeSpec {
     pub max_num_seqs: Option<u32>,
     #[serde(default)]
     pub swap_space: Option<u32>,
-    /// Whether the installed vLLM still has `--swap-space` (a profile capability, not a `--help` probe).
+    /// Whether the installed vLLM still has `--swap-space`: follows from the environment's declared
+    /// vLLM version (crate::versions), never a `--help` probe.
     #[serde(default)]
     pub supports_swap_space: bool,
     #[serde(default)]
@@ -116,7 +121,7 @@ pub struct ServeSpec {
     #[serde(default)]
     pub limit_mm_per_prompt: Option<String>,
     /// Registry extra args as written; `${VAR}` expanded by payload from its environment, then split
-    /// shell-style (never run through a shell).
+    /// on whitespace with no quote processing ([`split_extra_args`]; never run through a shell).
     #[serde(default)]
     pub extra_args: Option<String>,
     /// Extra environment for vLLM (non-secret).
@@ -142,6 +147,14 @@ pub struct ServeSpec {
     /// Also require one real chat completion before declaring the engine ready (vec-inf #142).
     #[serde(default)]
     pub ready_needs_completion: bool,
+}
+
+/// The registry's `extra_args` as argv words: split on whitespace, quotes kept as written. The old
+/// scripts expanded `$EVAL_VLLM_EXTRA_ARGS` unquoted, so bash word-split it without quote removal;
+/// registry entries rely on that (`--override-generation-config {"temperature":0.7,…}` stays one
+/// word with its quotes, which a shell-style split would strip).
+pub fn split_extra_args(text: &str) -> Vec<String> {
+    text.split_whitespace().map(str::to_string).collect()
 }
 
 fn default_host() -> String {
@@ -353,6 +366,7 @@ fn is_config_word(word: &str) -> bool {
 impl TunnelSpec {
     /// The first problem with the tunnel settings, as (field, problem).
     pub fn problem(&self) -> Result<(), (&'static str, String)> {
+        use crate::validate as v;
         match self {
             TunnelSpec::None => Ok(()),
             TunnelSpec::Pinggy(p) => {
@@ -388,6 +402,13 @@ impl TunnelSpec {
                 if p.verify_attempts == 0 {
                     return Err(("tunnel.verify_attempts", "must be ≥ 1".to_string()));
                 }
+                tunnel_timing(
+                    p.restart_backoff_s,
+                    p.connect_timeout_s,
+                    p.verify_interval_s,
+                    p.server_alive_interval_s,
+                )?;
+                v::whole_seconds(p.lease_ttl_s, true).map_err(|e| ("tunnel.lease_ttl_s", e))?;
                 Ok(())
             }
             TunnelSpec::Socks(s) => {
@@ -408,10 +429,24 @@ impl TunnelSpec {
                 if s.verify_attempts == 0 {
                     return Err(("tunnel.verify_attempts", "must be ≥ 1".to_string()));
                 }
-                Ok(())
+                if let Some(fixed) = s.port.fixed {
+                    v::port(fixed).map_err(|e| ("tunnel.port.fixed", e))?;
+                }
+                v::port_range(s.port.base, s.port.span).map_err(|e| ("tunnel.port", e))?;
+                tunnel_timing(s.restart_backoff_s, s.connect_timeout_s, s.verify_interval_s, s.server_alive_interval_s)
             }
         }
     }
+}
+
+/// The tunnel's durations, as payload turns them into `Duration`s and deadlines.
+fn tunnel_timing(backoff: f64, connect: f64, verify: f64, alive: u32) -> Result<(), (&'static str, String)> {
+    use crate::validate as v;
+    v::seconds(backoff, false).map_err(|e| ("tunnel.restart_backoff_s", e))?;
+    v::seconds(connect, true).map_err(|e| ("tunnel.connect_timeout_s", e))?;
+    v::seconds(verify, false).map_err(|e| ("tunnel.verify_interval_s", e))?;
+    v::whole_seconds(alive.into(), true).map_err(|e| ("tunnel.server_alive_interval_s", e))?;
+    Ok(())
 }
 
 fn default_pinggy_port() -> u16 {
@@ -513,6 +548,10 @@ pub struct HarborSpec {
     /// Extra non-secret environment for Harbor.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// What the installed Harbor speaks (from the environment's declared Harbor version or
+    /// flavour): the terminus-2 kwarg form, `--yes`, `--print-config`.
+    #[serde(default)]
+    pub dialect: crate::versions::HarborDialect,
 }
 
 fn default_agent() -> String {
@@ -620,8 +659,9 @@ pub enum SpecError {
 
 impl LaunchSpec {
     pub fn from_file(path: &Path) -> Result<Self, SpecError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|source| SpecError::Read { path: path.to_path_buf(), source })?;
+        // A regular file of bounded size: a FIFO fails at once instead of hanging the reader.
+        let text = crate::records::read_regular(path, crate::records::MAX_INPUT_BYTES)
+            .map_err(|source| SpecError::Read { path: path.to_path_buf(), source })?;
         Self::from_json(&text, path)
     }
 
@@ -643,53 +683,85 @@ impl LaunchSpec {
     }
 
     fn validate(&self, path: &Path) -> Result<(), SpecError> {
-        let field = |field: &'static str, problem: &str| SpecError::Field {
-            path: path.to_path_buf(),
-            field,
-            problem: problem.to_string(),
-        };
         if self.version != SPEC_VERSION {
             return Err(SpecError::Version { path: path.to_path_buf(), found: self.version });
         }
-        if self.run_tag.is_empty() || !self.run_tag.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
-            return Err(field("run_tag", "must be non-empty and use only [A-Za-z0-9._-]"));
+        self.problem().map_err(|(field, problem)| SpecError::Field { path: path.to_path_buf(), field, problem })
+    }
+
+    /// The first value payload could not run with, as (field, problem). `submitter spec` calls it
+    /// on every spec it builds, so it never writes one payload refuses (crate::validate).
+    pub fn problem(&self) -> Result<(), (&'static str, String)> {
+        use crate::validate as v;
+        let fail = |field: &'static str| move |problem: String| (field, problem);
+        let run_tag_ok = !self.run_tag.is_empty()
+            && self.run_tag != "."
+            && self.run_tag != ".."
+            && !self.run_tag.starts_with('-')
+            && self.run_tag.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+        if !run_tag_ok {
+            return Err(("run_tag", "must use only [A-Za-z0-9._-], not be `.`/`..` nor start with `-`".to_string()));
         }
+        v::model_id(&self.model.hf_id).map_err(fail("model.hf_id"))?;
         if self.serve.program.is_empty() {
-            return Err(field("serve.program", "is empty: name the vLLM executable"));
+            return Err(("serve.program", "is empty: name the vLLM executable".to_string()));
         }
         if self.harbor.program.is_empty() {
-            return Err(field("harbor.program", "is empty: name the harbor executable"));
+            return Err(("harbor.program", "is empty: name the harbor executable".to_string()));
         }
-        if self.serve.tensor_parallel_size == 0 || self.serve.data_parallel_size == 0 {
-            return Err(field("serve.tensor_parallel_size", "and data_parallel_size must be ≥ 1"));
-        }
-        if self.harbor.n_concurrent == 0 || self.harbor.n_attempts == 0 {
-            return Err(field("harbor.n_concurrent", "and n_attempts must be ≥ 1"));
-        }
+        v::gpus(self.serve.tensor_parallel_size, self.serve.data_parallel_size)
+            .map_err(fail("serve.tensor_parallel_size"))?;
+        v::at_least_one(self.harbor.n_concurrent.into()).map_err(fail("harbor.n_concurrent"))?;
+        v::at_least_one(self.harbor.n_attempts.into()).map_err(fail("harbor.n_attempts"))?;
+        v::multiplier(self.harbor.timeout_multiplier).map_err(fail("harbor.timeout_multiplier"))?;
         let name_ok = !self.model.served_name.is_empty()
             && self.model.served_name.len() <= 64
             && self.model.served_name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
         if !name_ok {
-            return Err(field("model.served_name", "must match ^[A-Za-z0-9._-]{1,64}$ (Harbor's hosted_vllm rule)"));
+            return Err((
+                "model.served_name",
+                "must match ^[A-Za-z0-9._-]{1,64}$ (Harbor's hosted_vllm rule)".to_string(),
+            ));
         }
-        if let Some(util) = self.serve.gpu_memory_utilization
-            && !(util > 0.0 && util <= 1.0)
-        {
-            return Err(field("serve.gpu_memory_utilization", "must be in (0, 1]"));
+        if let Some(util) = self.serve.gpu_memory_utilization {
+            v::fraction(util).map_err(fail("serve.gpu_memory_utilization"))?;
+        }
+        if let Some(util) = self.serve.cluster_gpu_memory_utilization {
+            v::fraction(util).map_err(fail("serve.cluster_gpu_memory_utilization"))?;
+        }
+        v::whole_seconds(self.serve.health_timeout_s, true).map_err(fail("serve.health_timeout_s"))?;
+        if let Some(fixed) = self.serve.port.fixed {
+            v::port(fixed).map_err(fail("serve.port.fixed"))?;
+        }
+        v::port_range(self.serve.port.base, self.serve.port.span).map_err(fail("serve.port"))?;
+        for (field, value) in [
+            ("serve.max_model_len", self.serve.max_model_len),
+            ("harbor.max_output_tokens", self.harbor.max_output_tokens),
+        ] {
+            if let Some(value) = value {
+                v::at_least_one(value).map_err(fail(field))?;
+            }
+        }
+        if let Some(seqs) = self.serve.max_num_seqs {
+            v::at_least_one(seqs.into()).map_err(fail("serve.max_num_seqs"))?;
         }
         if self.gpu_profiles.profiles.is_empty() {
-            return Err(field("gpu_profiles", "is empty: the spec must carry the GPU profiles"));
+            return Err(("gpu_profiles", "is empty: the spec must carry the GPU profiles".to_string()));
         }
-        if self.limits.teardown_grace_s < 0.0 || self.limits.heartbeat_interval_s <= 0.0 {
-            return Err(field("limits", "teardown_grace_s must be ≥ 0 and heartbeat_interval_s > 0"));
-        }
-        self.tunnel.problem().map_err(|(name, problem)| field(name, &problem))?;
+        let limits = &self.limits;
+        v::seconds(limits.teardown_grace_s, false).map_err(fail("limits.teardown_grace_s"))?;
+        v::seconds(limits.heartbeat_interval_s, true).map_err(fail("limits.heartbeat_interval_s"))?;
+        v::seconds(limits.health_probe_interval_s, true).map_err(fail("limits.health_probe_interval_s"))?;
+        v::whole_seconds(limits.walltime_lead_s, false).map_err(fail("limits.walltime_lead_s"))?;
+        v::at_least_one(limits.health_failures.into()).map_err(fail("limits.health_failures"))?;
+        self.tunnel.problem().map_err(|(name, problem)| (name, problem))?;
         Ok(())
     }
 
     /// GPUs the engine needs on this node.
     pub fn gpus_needed(&self) -> u32 {
-        self.serve.tensor_parallel_size * self.serve.data_parallel_size
+        // Validated ≤ validate::MAX_GPUS when read; saturating keeps an unvalidated spec from panicking.
+        self.serve.tensor_parallel_size.saturating_mul(self.serve.data_parallel_size)
     }
 }
 
@@ -741,6 +813,58 @@ mod tests {
         assert_eq!(TunnelSpec::Pinggy(p).problem().unwrap_err().0, "tunnel.public_url");
         let s: SocksSpec = serde_json::from_str(r#"{"login_node": "login 05"}"#).unwrap();
         assert_eq!(TunnelSpec::Socks(s).problem().unwrap_err().0, "tunnel.login_node");
+    }
+
+    fn minimal() -> serde_json::Value {
+        serde_json::json!({
+            "version": SPEC_VERSION, "run_tag": "tb2__Qwen__Qwen3-8B", "run_dir": "/j/tb2__Qwen__Qwen3-8B",
+            "jobs_dir": "/j", "cluster": "local", "benchmark": "tb2",
+            "model": {"hf_id": "Qwen/Qwen3-8B", "served_name": "Qwen3-8B"},
+            "serve": {"program": "vllm", "tensor_parallel_size": 1, "data_parallel_size": 1},
+            "gpu_profiles": {"profiles": [{"name": "any", "gpu_memory_utilization": 0.9}]},
+            "harbor": {"program": "harbor", "config": "/c.yaml", "dataset": "/d", "n_concurrent": 1,
+                       "n_attempts": 1, "timeout_multiplier": 1.0},
+            "secrets": {}, "limits": {}
+        })
+    }
+
+    /// Every value that would panic or misbehave in payload after spawning is refused when the spec
+    /// is read, naming the field (the values of issue 11's reproductions).
+    #[test]
+    fn out_of_range_values_are_refused_by_field() {
+        let read = |spec: &serde_json::Value| LaunchSpec::from_json(&spec.to_string(), Path::new("launch.json"));
+        assert!(read(&minimal()).is_ok(), "{:?}", read(&minimal()).err());
+        let cases: &[(&str, serde_json::Value, &str)] = &[
+            ("/limits/health_probe_interval_s", 1e20.into(), "limits.health_probe_interval_s"),
+            ("/limits/teardown_grace_s", 1e20.into(), "limits.teardown_grace_s"),
+            ("/limits/walltime_lead_s", u64::MAX.into(), "limits.walltime_lead_s"),
+            ("/serve/health_timeout_s", u64::MAX.into(), "serve.health_timeout_s"),
+            ("/serve/gpu_memory_utilization", 5.0.into(), "serve.gpu_memory_utilization"),
+            ("/serve/cluster_gpu_memory_utilization", (-1.0).into(), "serve.cluster_gpu_memory_utilization"),
+            ("/serve/tensor_parallel_size", 65536.into(), "serve.tensor_parallel_size"),
+            ("/harbor/n_concurrent", 0.into(), "harbor.n_concurrent"),
+            ("/harbor/n_attempts", 0.into(), "harbor.n_attempts"),
+            ("/harbor/timeout_multiplier", (-1.0).into(), "harbor.timeout_multiplier"),
+            ("/serve/port", serde_json::json!({"fixed": 0}), "serve.port.fixed"),
+            ("/serve/port", serde_json::json!({"base": 60000, "span": 20000}), "serve.port"),
+            ("/run_tag", "..".into(), "run_tag"),
+            ("/model/hf_id", "--chat-template=/etc/passwd".into(), "model.hf_id"),
+            ("/model/hf_id", "../../etc/passwd".into(), "model.hf_id"),
+        ];
+        for (pointer, value, field) in cases {
+            let mut spec = minimal();
+            let (parent, key) = pointer.rsplit_once('/').unwrap();
+            let target = if parent.is_empty() { &mut spec } else { spec.pointer_mut(parent).unwrap() };
+            target[key] = value.clone();
+            if *pointer == "/serve/tensor_parallel_size" {
+                spec["serve"]["data_parallel_size"] = 65536.into();
+            }
+            let err = read(&spec).expect_err(pointer).to_string();
+            assert!(err.starts_with(&format!("launch.json: field `{field}`")), "{pointer}: {err}");
+        }
+        let mut tunnel = minimal();
+        tunnel["tunnel"] = serde_json::json!({"kind": "socks", "login_node": "l", "restart_backoff_s": 1e20});
+        assert!(read(&tunnel).unwrap_err().to_string().contains("tunnel.restart_backoff_s"));
     }
 
     #[test]

@@ -1,9 +1,13 @@
 //! Types both programs speak: the launch spec, the run records, GPU profiles, and the one YAML
 //! entry point. Versioned; no secret values ever live in these types.
 
+pub mod fsread;
 pub mod gpu;
 pub mod launch;
 pub mod records;
+mod strict_de;
+pub mod validate;
+pub mod versions;
 pub mod yaml;
 
 pub use gpu::{GpuInfo, GpuProfile, GpuProfiles};

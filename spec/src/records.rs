@@ -16,15 +16,49 @@ pub const TUNNEL_LOG: &str = "tunnel.log";
 /// Replaces `path` with `contents` atomically: a temp file in the same directory (so the rename
 /// stays on one filesystem), then a rename, so a reader — submitter reading payload's records, payload
 /// reading a spec — never sees half a file. Creates the parent directory when missing.
+///
+/// The temp file has an unpredictable name and is created exclusively (`O_EXCL`, the `tempfile`
+/// crate), so a name planted in the directory (a symlink, a FIFO) is never written through. An
+/// existing `path` that is a symlink is replaced (the link, never its target); one that is a device,
+/// FIFO, socket or directory is refused (`InvalidInput`), so `--out /dev/full` cannot replace a node.
 pub fn write_atomically(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if !meta.file_type().is_file() && !meta.file_type().is_symlink() => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{} exists and is not a regular file; refusing to replace it", path.display()),
+            ));
+        }
+        _ => {}
+    }
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    std::fs::write(&tmp, contents)?;
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
+    // 0666 before the umask, like `std::fs::write` (the records stay readable as before).
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".tmp")
+        .permissions(std::fs::Permissions::from_mode(0o666))
+        .tempfile_in(dir)?;
+    tmp.write_all(contents)?;
+    tmp.persist(path).map(|_| ()).map_err(|e| e.error)
+}
+
+/// Largest input file [`read_regular`] callers usually allow (specs, secrets, configs).
+pub const MAX_INPUT_BYTES: u64 = crate::fsread::RECORD_CAP;
+
+/// Opens `path` for reading only if it is a regular file: opened non-blocking (a FIFO cannot hang
+/// the open) and type-checked with `fstat` on the open descriptor (no race with a swap). Symlinks
+/// are followed (a spec may be linked); the file they name must be regular. See [`crate::fsread`].
+pub fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
+    crate::fsread::open_regular(path, crate::fsread::Links::Follow)
+}
+
+/// Reads a regular file ([`open_regular`]) of at most `max` bytes as UTF-8.
+pub fn read_regular(path: &Path, max: u64) -> std::io::Result<String> {
+    crate::fsread::read_text_capped(path, max, crate::fsread::Links::Follow)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -188,6 +222,7 @@ pub struct Event {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::FileTypeExt;
 
     #[test]
     fn atomic_write_replaces_whole_files_and_leaves_no_temp() {
@@ -197,6 +232,42 @@ mod tests {
         write_atomically(&path, b"two").unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"two");
         assert_eq!(std::fs::read_dir(dir.path().join("sub")).unwrap().count(), 1, "no temp file left");
+    }
+
+    #[test]
+    fn atomic_write_never_writes_through_links_or_nodes() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("target");
+        std::fs::write(&target, b"keep").unwrap();
+        let link = dir.path().join("status.json");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        // The old temp name, planted as a link: an exclusive, unpredictable temp never uses it.
+        let planted = dir.path().join(format!(".status.json.tmp-{}", std::process::id()));
+        std::os::unix::fs::symlink(&target, &planted).unwrap();
+        write_atomically(&link, b"new").unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"keep");
+        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_file());
+        assert_eq!(std::fs::read(&link).unwrap(), b"new");
+        let fifo = dir.path().join("fifo");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        let err = write_atomically(&fifo, b"x").unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+        assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+    }
+
+    #[test]
+    fn regular_reads_refuse_fifos_at_once_and_cap_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("spec.json");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        let t0 = std::time::Instant::now();
+        let err = read_regular(&fifo, 100).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+        assert!(t0.elapsed() < std::time::Duration::from_secs(2));
+        let big = dir.path().join("big");
+        std::fs::write(&big, vec![b'a'; 101]).unwrap();
+        assert_eq!(read_regular(&big, 100).unwrap_err().kind(), std::io::ErrorKind::InvalidData);
+        assert_eq!(read_regular(&big, 101).unwrap().len(), 101);
     }
 
     #[test]

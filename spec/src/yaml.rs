@@ -37,19 +37,38 @@ impl fmt::Display for YamlError {
 impl std::error::Error for YamlError {}
 
 /// Reads and parses a YAML file into `T`, strictly (the types decide: `deny_unknown_fields`).
+/// The file must be a regular file (a FIFO is refused instead of blocking) of at most
+/// [`crate::fsread::CONFIG_CAP`] bytes.
 pub fn from_yaml_file<T: DeserializeOwned>(path: &Path) -> Result<T, YamlError> {
-    let text = std::fs::read_to_string(path).map_err(|err| YamlError {
-        path: path.to_path_buf(),
-        line: None,
-        column: None,
-        message: format!("cannot read file: {err}"),
-    })?;
+    let text = crate::fsread::read_text_capped(path, crate::fsread::CONFIG_CAP, crate::fsread::Links::Follow).map_err(
+        |err| YamlError {
+            path: path.to_path_buf(),
+            line: None,
+            column: None,
+            message: format!("cannot read file: {err}"),
+        },
+    )?;
     from_yaml_str(&text, path)
 }
 
+/// The library's options for every config file: only `true`/`false` are booleans (`yes`, `on`
+/// are errors, not YAML 1.1 booleans), and a string field must quote text that reads as a number
+/// or boolean (`tool_call_parser: 123` is an error, not "123").
+fn options() -> serde_saphyr::Options {
+    serde_saphyr::options! { strict_booleans: true, no_schema: true }
+}
+
 /// Parses YAML text into `T`; `path` is only used to name the file in errors.
+///
+/// Strict beyond the types: a quoted scalar never fills a number or boolean (`"false"`, `"2"`:
+/// see `strict_de`), numbers are written in decimal (`0x10`, `0o17`, `1_000` are errors), and
+/// `.nan`/`.inf` are refused by the library's inference.
 pub fn from_yaml_str<T: DeserializeOwned>(text: &str, path: &Path) -> Result<T, YamlError> {
-    serde_saphyr::from_str::<T>(text).map_err(|err| {
+    non_decimal_number(text, path)?;
+    serde_saphyr::with_deserializer_from_str_with_options(text, options(), |de| {
+        T::deserialize(crate::strict_de::Strict(de))
+    })
+    .map_err(|err| {
         let location = err.location();
         let (line, column) = match location {
             Some(loc) if loc.line() > 0 => (Some(loc.line()), Some(loc.column())),
@@ -62,6 +81,35 @@ pub fn from_yaml_str<T: DeserializeOwned>(text: &str, path: &Path) -> Result<T, 
             message: with_key(explain(&bare_message(&err)), text, line),
         }
     })
+}
+
+/// The first plain scalar spelled as a non-decimal or digit-grouped number. The library reads
+/// `0x10` as 16 wherever a number is expected; nobody writes a GPU count or a port that way, so it
+/// is taken as a mistake (a string that looks like one must be quoted anyway).
+fn non_decimal_number(text: &str, path: &Path) -> Result<(), YamlError> {
+    use serde_saphyr::granit_parser::{Event, Parser, ScalarStyle};
+    for event in Parser::new_from_str(text) {
+        // Syntax errors are reported by the real parse, with its own message.
+        let Ok((Event::Scalar(value, ScalarStyle::Plain, _, None), span)) = event else { continue };
+        let body = value.trim_start_matches(['+', '-']);
+        let radix = ["0x", "0X", "0o", "0O", "0b", "0B"].iter().any(|p| body.starts_with(p));
+        let grouped = body.contains('_')
+            && body.starts_with(|c: char| c.is_ascii_digit())
+            && body.chars().all(|c| c.is_ascii_digit() || c == '_' || c == '.');
+        if (radix && body.len() > 2) || grouped {
+            let line = span.start.line() as u64;
+            return Err(YamlError {
+                path: path.to_path_buf(),
+                line: Some(line),
+                column: Some(span.start.col() as u64 + 1),
+                message: format!(
+                    "{}{value} is not a decimal number: write numbers in decimal without `_` (quote it if it is text)",
+                    key_on_line(text, Some(line)).map(|key| format!("`{key}`: ")).unwrap_or_default()
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The library's message without its own location prefix/suffix or source snippet, on one line.
@@ -102,26 +150,43 @@ fn explain(message: &str) -> String {
 
 /// Names the key on the error's line and says in words what a scalar type expects.
 fn with_key(message: String, text: &str, line: Option<u64>) -> String {
-    let plain = match message.as_str() {
-        "invalid u8" | "invalid u16" | "invalid u32" | "invalid u64" | "invalid usize" => "expected a whole number ≥ 0",
-        "invalid i32" | "invalid i64" => "expected a whole number",
-        "invalid f32" | "invalid f64" => "expected a number",
-        "invalid bool" | "invalid boolean" => "expected true or false",
-        _ => "",
-    };
-    let message = if plain.is_empty() { message } else { plain.to_string() };
-    if message.contains('`') {
+    let message = plain_words(&message).unwrap_or(message);
+    if message.contains("field `") || message.contains("variant `") {
         return message;
     }
-    let key = line
-        .and_then(|l| text.lines().nth(usize::try_from(l).ok()?.checked_sub(1)?))
-        .and_then(|source| source.trim_start().trim_start_matches("- ").split_once(':'))
-        .map(|(key, _)| key.trim().to_string())
-        .filter(|key| !key.is_empty() && !key.contains(' '));
-    match key {
+    match key_on_line(text, line) {
         Some(key) => format!("`{key}`: {message}"),
         None => message,
     }
+}
+
+/// What a scalar target expects, in words, for the library's and serde's type messages.
+fn plain_words(message: &str) -> Option<String> {
+    let expects = |ty: &str| match ty {
+        "u8" | "u16" | "u32" | "u64" | "usize" => Some("expected a whole number ≥ 0"),
+        "i8" | "i16" | "i32" | "i64" | "isize" => Some("expected a whole number"),
+        "f32" | "f64" => Some("expected a number"),
+        "bool" | "boolean" | "a boolean" => Some("expected true or false"),
+        _ => None,
+    };
+    if let Some(ty) = message.strip_prefix("invalid ")
+        && let Some(words) = expects(ty)
+    {
+        return Some(words.to_string());
+    }
+    // "invalid type: string \"2\", expected u32" (a quoted value where a number or boolean goes).
+    let rest = message.strip_prefix("invalid type: string ")?;
+    let (value, expected) = rest.rsplit_once(", expected ")?;
+    let words = expects(expected)?;
+    Some(format!("{words}, not the string {value} (write numbers and true/false without quotes)"))
+}
+
+/// The mapping key written on `line`, if that line has one.
+fn key_on_line(text: &str, line: Option<u64>) -> Option<String> {
+    line.and_then(|l| text.lines().nth(usize::try_from(l).ok()?.checked_sub(1)?))
+        .and_then(|source| source.trim_start().trim_start_matches("- ").split_once(':'))
+        .map(|(key, _)| key.trim().to_string())
+        .filter(|key| !key.is_empty() && !key.contains(' '))
 }
 
 /// The closest candidate to `input`, if it is close enough to be a plausible typo.
@@ -162,6 +227,63 @@ mod tests {
         let err = from_yaml_str::<Sample>("tensor_parallel_size: two\n", Path::new("m.yaml")).unwrap_err();
         assert_eq!(err.line, Some(1));
         assert!(err.to_string().starts_with("m.yaml:1:"), "{err}");
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Typed {
+        #[serde(default)]
+        flag: Option<bool>,
+        #[serde(default)]
+        count: Option<u32>,
+        #[serde(default)]
+        share: Option<f64>,
+        #[serde(default)]
+        text: Option<String>,
+        #[serde(default)]
+        list: Vec<u32>,
+    }
+
+    fn typed(text: &str) -> Result<Typed, YamlError> {
+        from_yaml_str::<Typed>(text, Path::new("t.yaml"))
+    }
+
+    #[test]
+    fn quoted_or_loose_scalars_never_fill_numbers_or_booleans() {
+        for (input, key) in [
+            ("flag: \"false\"\n", "flag"),
+            ("flag: 'true'\n", "flag"),
+            ("flag: yes\n", "flag"),
+            ("flag: on\n", "flag"),
+            ("count: \"2\"\n", "count"),
+            ("count: 0x10\n", "count"),
+            ("count: 0o17\n", "count"),
+            ("count: 1_000\n", "count"),
+            ("list: [1, \"2\"]\n", "list"),
+            ("share: .nan\n", "share"),
+            ("share: .inf\n", "share"),
+            ("share: \"0.5\"\n", "share"),
+            ("text: 123\n", "text"),
+            ("text: true\n", "text"),
+        ] {
+            let err = typed(input).expect_err(input).to_string();
+            assert!(err.starts_with("t.yaml:1:"), "{input}: {err}");
+            assert!(err.contains(key), "{input}: {err}");
+            assert_eq!(err.lines().count(), 1, "{err}");
+        }
+        let ok = typed("flag: false\ncount: 16\nshare: 0.5\ntext: \"123\"\nlist: [1, 2]\n").unwrap();
+        assert_eq!((ok.flag, ok.count, ok.share, ok.text.as_deref()), (Some(false), Some(16), Some(0.5), Some("123")));
+        assert_eq!(typed("share: 1\n").unwrap().share, Some(1.0));
+        assert_eq!(typed("list: [1, 2]\n").unwrap().list, vec![1, 2]);
+        assert_eq!(typed("text: Qwen/Qwen3-8B\n").unwrap().text.as_deref(), Some("Qwen/Qwen3-8B"));
+    }
+
+    #[test]
+    fn a_quoted_number_says_what_to_write() {
+        let err = typed("count: \"2\"\n").unwrap_err().to_string();
+        assert!(err.contains("`count`: expected a whole number ≥ 0, not the string \"2\""), "{err}");
+        let err = typed("flag: \"false\"\n").unwrap_err().to_string();
+        assert!(err.contains("`flag`: expected true or false"), "{err}");
     }
 
     #[test]

@@ -58,6 +58,7 @@ fn row(i: usize, base: DateTime<Utc>) -> ImportedAttempt {
         submitted_at,
         started_at: Some(submitted_at + chrono::Duration::seconds(60)),
         ended_at: Some(submitted_at + chrono::Duration::seconds(3600)),
+        source_id: None,
     }
 }
 

@@ -78,6 +78,7 @@ fn fill(ledger: &dyn Ledger, models: &[String], rows: usize) {
             submitted_at: base + chrono::Duration::milliseconds(i as i64),
             started_at: None,
             ended_at: None,
+            source_id: None,
         });
         if batch.len() == 50_000 {
             ledger.import_attempts(&batch).expect("import");

@@ -27,6 +27,18 @@ pub struct LatestAttempt {
     pub config_matches: bool,
     /// Whether payload recorded an outcome for it (status.json `outcome`).
     pub has_recorded_outcome: bool,
+    /// Set when the attempt belongs to another cluster: only that cluster's submitter can see its
+    /// Slurm job, so this one never reconciles, cancels or resubmits it.
+    pub elsewhere: Option<Elsewhere>,
+}
+
+/// Another cluster holding a pair's active attempt, and how recently its submitter refreshed it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Elsewhere {
+    pub cluster: String,
+    /// The freshest heartbeat of that cluster's submitters: (age, staleness bound) in seconds;
+    /// None when no submitter of that cluster ever recorded one.
+    pub heartbeat: Option<(u64, u64)>,
 }
 
 /// Seconds a pending row may lack a job id before it counts as an interrupted submission (another
@@ -78,11 +90,19 @@ pub struct Decision {
     pub reason: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prerequisite: Option<Prerequisite>,
+    /// Something an operator should look at (an unattended attempt on another cluster).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flag: Option<String>,
 }
 
 impl Decision {
     fn new(decision: Verdict, reason: impl Into<String>) -> Self {
-        Decision { decision, reason: reason.into(), prerequisite: None }
+        Decision { decision, reason: reason.into(), prerequisite: None, flag: None }
+    }
+
+    fn flagged(mut self, flag: String) -> Self {
+        self.flag = Some(flag);
+        self
     }
 
     fn with(mut self, prerequisite: Prerequisite) -> Self {
@@ -120,6 +140,29 @@ pub fn decide(history: &PairHistory, slurm: Option<SlurmView>, policy: &Policy) 
             Decision::new(Verdict::Resubmit, "finished under a different config")
         }
         AttemptStatus::Finished => Decision::new(Verdict::Skip, "finished"),
+        // Another cluster's attempt: its Slurm is not ours to read, so it is never reconciled,
+        // cancelled or resubmitted from here — at most flagged when its submitter went quiet.
+        AttemptStatus::Pending | AttemptStatus::Started if latest.elsewhere.is_some() => {
+            let elsewhere = latest.elsewhere.as_ref().expect("checked");
+            let cluster = &elsewhere.cluster;
+            let job = latest.slurm_job_id.as_ref().map_or("no job id yet".to_string(), |j| format!("job {j}"));
+            let skip = Decision::new(Verdict::Skip, format!("in progress on {cluster}, {job}"));
+            match elsewhere.heartbeat {
+                Some((age_s, bound)) if age_s <= bound => skip,
+                Some((age_s, bound)) => skip.flagged(format!(
+                    "attempt {} on {cluster} is unattended: its submitter last refreshed it {} ago (bound {}) — \
+                     run `submitter sync --cluster {cluster}` there, or cancel it there; it is not resubmitted from here",
+                    latest.id,
+                    age(age_s),
+                    age(bound)
+                )),
+                None => skip.flagged(format!(
+                    "attempt {} on {cluster} is unattended: no submitter of {cluster} has recorded a heartbeat — \
+                     run `submitter sync --cluster {cluster}` there, or cancel it there; it is not resubmitted from here",
+                    latest.id
+                )),
+            }
+        }
         // Another submitter is between its ledger insert and its sbatch: leave it alone.
         AttemptStatus::Pending if latest.slurm_job_id.is_none() && latest.age_s <= MISSING_JOB_GRACE_S => {
             Decision::new(Verdict::Skip, format!("being submitted (attempt {}, no job id yet)", latest.id))
@@ -183,6 +226,7 @@ mod tests {
             incomplete: false,
             config_matches: true,
             has_recorded_outcome: false,
+            elsewhere: None,
         }
     }
 
@@ -267,6 +311,24 @@ mod tests {
         assert_eq!(decide(&history(Some(l.clone()), 0), None, &policy()).decision, Verdict::Skip);
         l.age_s = MISSING_JOB_GRACE_S + 1;
         assert_eq!(decide(&history(Some(l), 0), None, &policy()).decision, Verdict::Resubmit);
+    }
+
+    #[test]
+    fn another_clusters_attempt_is_skipped_and_flagged_only_when_unattended() {
+        let mut l = latest(AttemptStatus::Pending);
+        l.slurm_job_id = Some("1007".into());
+        l.age_s = 10 * 24 * 3600; // far beyond stale_pending_s: still never ours to cancel
+        for (heartbeat, flagged) in [(Some((30, 3600)), false), (Some((7200, 3600)), true), (None, true)] {
+            l.elsewhere = Some(Elsewhere { cluster: "vista".into(), heartbeat });
+            // Slurm here knows nothing of it: that must not read as vanished.
+            for slurm in [None, Some(SlurmView::Gone)] {
+                let d = decide(&history(Some(l.clone()), 0), slurm, &policy());
+                assert_eq!(d.decision, Verdict::Skip, "{d:?}");
+                assert_eq!(d.reason, "in progress on vista, job 1007");
+                assert_eq!(d.prerequisite, None);
+                assert_eq!(d.flag.is_some(), flagged, "{heartbeat:?}: {d:?}");
+            }
+        }
     }
 
     #[test]

@@ -11,7 +11,7 @@ use launch_spec::launch::{
 use launch_spec::{GpuProfiles, LaunchSpec, SPEC_VERSION};
 
 use crate::config::preset::DEFAULT_HARBOR_CONFIG;
-use crate::config::{ClusterProfile, Preset};
+use crate::config::{ClusterProfile, Environment, Preset};
 use crate::registry::{Overrides, Registry, Resolved, names};
 
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +28,12 @@ pub enum LaunchError {
         "model `{model}` needs TP {tp} × DP {dp} = {gpus} GPUs but cluster {cluster} has {per_node} per node: set tensor_parallel_size/data_parallel_size for it in the registry"
     )]
     TooManyGpus { model: String, tp: u32, dp: u32, gpus: u32, cluster: String, per_node: u32 },
+    #[error("{0}")]
+    BadModel(String),
+    #[error(
+        "model `{model}`: the launch spec would have field `{field}` {problem} (fix the value in the cluster profile, preset, registry or command line that sets it)"
+    )]
+    InvalidSpec { model: String, field: &'static str, problem: String },
     #[error("preset dataset `{dataset}` is not one of the preset's datasets ({known})")]
     UnknownDataset { dataset: String, known: String },
     #[error(
@@ -38,6 +44,8 @@ pub enum LaunchError {
         "agent `{agent}` needs a Pinggy tunnel, but cluster {cluster} has no internet on compute nodes: payload runs one tunnel per job (SOCKS egress or Pinggy), so installed-harness agents need a cluster with direct egress (docs/tunnels.md)"
     )]
     TunnelNeedsEgress { agent: String, cluster: String },
+    #[error("model `{model}`: {reason} (fix its agent_kwargs in the registry, or --agent-kwarg)")]
+    AgentKwarg { model: String, reason: String },
 }
 
 /// Operator choices on the command line; they win over registry, preset and cluster.
@@ -78,18 +86,19 @@ impl LaunchContext<'_> {
         })
     }
 
-    fn environment(&self, name: &str, wanted_by: &str) -> Result<PathBuf, LaunchError> {
-        let prefix = self.cluster.environments.get(name).ok_or_else(|| LaunchError::UnknownEnvironment {
+    fn environment(&self, name: &str, wanted_by: &str) -> Result<(PathBuf, &Environment), LaunchError> {
+        let env = self.cluster.environments.get(name).ok_or_else(|| LaunchError::UnknownEnvironment {
             cluster: self.cluster.name.clone(),
             env: name.to_string(),
             wanted_by: wanted_by.to_string(),
             known: self.cluster.environments.keys().cloned().collect::<Vec<_>>().join(", "),
         })?;
-        self.expand(&format!("environments.{name}"), prefix)
+        Ok((self.expand(&format!("environments.{name}"), &env.path)?, env))
     }
 
     /// Resolves serve settings on this cluster's hardware profile.
     pub fn resolve(&self, model: &str, preset: &Preset, overrides: &LaunchOverrides) -> Result<Resolved, LaunchError> {
+        launch_spec::validate::model_id(model).map_err(LaunchError::BadModel)?;
         let registry_overrides = Overrides {
             timeout_multiplier: overrides.timeout_multiplier,
             cli_agent_kwargs: overrides.agent_kwargs.clone(),
@@ -134,7 +143,25 @@ impl LaunchContext<'_> {
     }
 
     /// Builds the launch spec for one (model, preset dataset).
+    /// The spec passes the same validation payload's reader applies (`LaunchSpec::problem`), so
+    /// nothing is written or submitted that payload would refuse.
     pub fn build(&self, model: &str, preset: &Preset, overrides: &LaunchOverrides) -> Result<LaunchSpec, LaunchError> {
+        let spec = self.build_unchecked(model, preset, overrides)?;
+        spec.problem().map_err(|(field, problem)| LaunchError::InvalidSpec {
+            model: model.to_string(),
+            field,
+            problem,
+        })?;
+        Ok(spec)
+    }
+
+    fn build_unchecked(
+        &self,
+        model: &str,
+        preset: &Preset,
+        overrides: &LaunchOverrides,
+    ) -> Result<LaunchSpec, LaunchError> {
+        launch_spec::validate::model_id(model).map_err(LaunchError::BadModel)?;
         let dataset = match &overrides.dataset {
             Some(d) if preset.datasets.contains(d) => d.clone(),
             Some(d) => {
@@ -153,8 +180,11 @@ impl LaunchContext<'_> {
         } else {
             "engine.default_environment".to_string()
         };
-        let serve_prefix = self.environment(&serve_env_name, &wanted_by)?;
-        let harbor_prefix = self.environment(&cluster.harbor.environment, "harbor.environment")?;
+        let (serve_prefix, serve_env) = self.environment(&serve_env_name, &wanted_by)?;
+        let (harbor_prefix, harbor_env) = self.environment(&cluster.harbor.environment, "harbor.environment")?;
+        let dialect = harbor_env.harbor_dialect();
+        let agent_kwargs = launch_spec::versions::translate_agent_kwargs(&resolved.agent_kwargs, dialect)
+            .map_err(|e| LaunchError::AgentKwarg { model: model.to_string(), reason: e.to_string() })?;
         let config_name = preset.config_yaml.as_deref().unwrap_or(DEFAULT_HARBOR_CONFIG);
         let harbor_config = if Path::new(config_name).is_absolute() {
             PathBuf::from(config_name)
@@ -194,7 +224,7 @@ impl LaunchContext<'_> {
                 max_model_len: resolved.max_model_len,
                 max_num_seqs: resolved.max_num_seqs,
                 swap_space: resolved.swap_space,
-                supports_swap_space: cluster.engine.supports_swap_space,
+                supports_swap_space: launch_spec::versions::vllm_has_swap_space(serve_env.vllm()),
                 trust_remote_code: resolved.trust_remote_code.unwrap_or(false),
                 tool_call_parser: resolved.tool_call_parser.clone(),
                 reasoning_parser: resolved.reasoning_parser.clone(),
@@ -221,7 +251,7 @@ impl LaunchContext<'_> {
                 n_concurrent,
                 n_attempts: preset_n_attempts(preset),
                 timeout_multiplier: resolved.timeout_multiplier,
-                agent_kwargs: resolved.agent_kwargs.clone(),
+                agent_kwargs,
                 agent_parser: preset.agent_parser.clone().filter(|p| !p.is_empty()),
                 agent_envs: preset.agent_envs(),
                 max_output_tokens: resolved.max_output_tokens,
@@ -231,6 +261,7 @@ impl LaunchContext<'_> {
                     .collect(),
                 extra_args: harbor_extra,
                 env: cluster.harbor.env.clone(),
+                dialect,
             },
             secrets: SecretsSpec {
                 file: secrets_file,

@@ -94,6 +94,9 @@ fn check_registry_files(root: &Path, findings: &mut Findings) {
                     findings.warn(file.display(), "no `model:` key: the file is skipped");
                     continue;
                 };
+                if let Err(problem) = launch_spec::validate::model_id(&id) {
+                    findings.error(file.display(), format!("`model`: {problem}"));
+                }
                 if let Some(previous) = seen_ids.insert(id.clone(), file.clone()) {
                     findings.warn(
                         file.display(),
@@ -167,32 +170,18 @@ fn location_suffix(err: &launch_spec::yaml::YamlError) -> String {
 }
 
 fn check_fields(place: &str, fields: &ServeFields, findings: &mut Findings) {
-    for (name, value) in [("hf_overrides", &fields.hf_overrides), ("limit_mm_per_prompt", &fields.limit_mm_per_prompt)]
-    {
-        if let Some(text) = value
-            && let Err(err) = serde_json::from_str::<serde_json::Value>(text)
-        {
-            findings.error(place, format!("{name} is not valid JSON ({err}): write it as a single-quoted JSON string"));
-        }
-    }
-    for kwarg in fields.agent_kwargs.iter().flatten() {
-        if !kwarg.contains('=') {
-            findings.error(place, format!("agent_kwargs item `{kwarg}` is not key=value"));
-        }
+    for problem in fields.problems() {
+        findings.error(place, problem);
     }
     if let Some(extra) = &fields.extra_args
-        && let Err(err) = shell_split(extra)
+        && extra.contains(['\'', '"'])
+        && !extra.contains('{')
     {
-        findings.error(place, format!("extra_args cannot be split into arguments: {err}"));
+        findings.warn(
+            place,
+            "extra_args has quotes: they reach vLLM as written (extra_args is split on whitespace only, like the old scripts' unquoted $EVAL_VLLM_EXTRA_ARGS)",
+        );
     }
-    if fields.tensor_parallel_size == Some(0) || fields.data_parallel_size == Some(0) {
-        findings.error(place, "tensor_parallel_size and data_parallel_size must be ≥ 1");
-    }
-}
-
-/// Shell-style splitting of `extra_args` (quotes honoured, no expansion), as payload does.
-pub fn shell_split(text: &str) -> Result<Vec<String>, String> {
-    shell_words::split(text).map_err(|err| err.to_string())
 }
 
 fn check_clusters(dir: &Path, findings: &mut Findings) -> Vec<ClusterProfile> {
@@ -250,20 +239,8 @@ fn check_presets(dir: &Path, findings: &mut Findings) {
         match from_yaml_file::<Preset>(&file) {
             Err(err) => findings.error(file.display(), err.message.clone() + &location_suffix(&err)),
             Ok(preset) => {
-                for problem in preset.problems() {
+                for problem in preset.problems_with(&harbor_dir) {
                     findings.error(file.display(), problem);
-                }
-                let config_yaml = preset.config_yaml.as_deref().unwrap_or(crate::config::preset::DEFAULT_HARBOR_CONFIG);
-                let path = if Path::new(config_yaml).is_absolute() {
-                    PathBuf::from(config_yaml)
-                } else {
-                    harbor_dir.join(config_yaml)
-                };
-                if !path.is_file() {
-                    findings.error(
-                        file.display(),
-                        format!("config_yaml `{config_yaml}` not found (looked for {})", path.display()),
-                    );
                 }
             }
         }
@@ -373,26 +350,40 @@ fn check_fields_on_cluster(
             ),
         );
     }
+    // The kwargs as the cluster's Harbor will get them (translated at spec time), checked against
+    // terminus-2's options where that Harbor's schema is known.
+    if let Some(kwargs) = &fields.agent_kwargs
+        && let Some(env) = cluster.environments.get(&cluster.harbor.environment)
+    {
+        let dialect = env.harbor_dialect();
+        match launch_spec::versions::translate_agent_kwargs(kwargs, dialect) {
+            Err(err) => findings.error(place, format!("on cluster {} ({}): {err}", cluster.name, dialect.as_str())),
+            Ok(translated) => {
+                for key in launch_spec::versions::unknown_terminus2_options(&translated, dialect) {
+                    findings.error(
+                        place,
+                        format!(
+                            "agent kwarg `{key}` is unknown to terminus-2 of {} on cluster {} (Harbor refuses it: \"Unknown option '{key}'\"); remove it or use one of its options (docs/real-programs.md)",
+                            dialect.as_str(),
+                            cluster.name
+                        ),
+                    );
+                }
+            }
+        }
+    }
     let tp = fields
         .tensor_parallel_size
         .unwrap_or_else(|| if crate::registry::size::total_size(id).is_some_and(|s| s > 14.0) { 2 } else { 1 });
     let dp = fields.data_parallel_size.unwrap_or_else(|| (gpus / tp.max(1)).max(1));
-    if tp * dp > gpus {
+    if tp.saturating_mul(dp) > gpus {
         findings.error(
             place,
-            format!("TP {tp} × DP {dp} = {} GPUs exceeds cluster {}'s {gpus} GPUs per node", tp * dp, cluster.name),
+            format!(
+                "TP {tp} × DP {dp} = {} GPUs exceeds cluster {}'s {gpus} GPUs per node",
+                u64::from(tp) * u64::from(dp),
+                cluster.name
+            ),
         );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::shell_split;
-
-    #[test]
-    fn splits_like_a_shell_without_expansion() {
-        assert_eq!(shell_split("--a 1  --b 'x y' \"q\\\"z\"").unwrap(), vec!["--a", "1", "--b", "x y", "q\"z"]);
-        assert_eq!(shell_split("--x ${DCFT}/p").unwrap(), vec!["--x", "${DCFT}/p"]);
-        assert!(shell_split("'open").is_err());
     }
 }

@@ -10,10 +10,10 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::config::Preset;
-use crate::decide::{self, Decision, LatestAttempt, PairHistory, Policy, Prerequisite, SlurmView, Verdict};
+use crate::decide::{self, Decision, Elsewhere, LatestAttempt, PairHistory, Policy, Prerequisite, SlurmView, Verdict};
 use crate::launch::{LaunchContext, LaunchError, LaunchOverrides};
-use crate::ledger::{Ledger, LedgerError, NewAttempt, PairState, Status, now};
-use crate::queue::{JobInputs, sbatch_request, spec_path};
+use crate::ledger::{Heartbeat, Ledger, LedgerError, NewAttempt, PairState, Status, now};
+use crate::queue::{JobInputs, run_dir_free_for, sbatch_request, spec_path};
 use crate::registry::names;
 use crate::slurm::{JobId, Slurm};
 use crate::sync::{belongs_to, read_status, run_dir_of};
@@ -40,6 +40,9 @@ pub struct PlannedJob {
     pub serve: Value,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prerequisite: Option<Prerequisite>,
+    /// For the operator: an unattended attempt on another cluster (never acted on here).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flag: Option<String>,
     #[serde(skip)]
     pub dataset: String,
 }
@@ -56,13 +59,33 @@ pub struct Resources {
 pub struct LedgerView {
     pub families: HashMap<String, String>,
     pub pairs: HashMap<(String, String), PairState>,
+    /// Per cluster, its freshest heartbeat.
+    pub heartbeats: HashMap<String, Heartbeat>,
 }
 
 impl LedgerView {
     pub fn read(ledger: &dyn Ledger) -> Result<LedgerView, LedgerError> {
         let families = ledger.families()?.into_iter().collect();
         let pairs = ledger.latest_per_pair()?.into_iter().map(|p| ((p.model.clone(), p.family.clone()), p)).collect();
-        Ok(LedgerView { families, pairs })
+        let mut heartbeats: HashMap<String, Heartbeat> = HashMap::new();
+        for beat in ledger.heartbeats()? {
+            match heartbeats.get(&beat.cluster) {
+                Some(known) if known.age_s <= beat.age_s => {}
+                _ => {
+                    heartbeats.insert(beat.cluster.clone(), beat);
+                }
+            }
+        }
+        Ok(LedgerView { families, pairs, heartbeats })
+    }
+
+    /// How `cluster` looks from `here`: None for our own cluster, else the other cluster with
+    /// the freshest heartbeat of its submitters.
+    pub fn elsewhere(&self, cluster: &str, here: &str) -> Option<Elsewhere> {
+        (cluster != here).then(|| Elsewhere {
+            cluster: cluster.to_string(),
+            heartbeat: self.heartbeats.get(cluster).map(|h| (h.age_s, h.stale_after_s)),
+        })
     }
 
     pub fn family_of(&self, benchmark: &str) -> String {
@@ -117,7 +140,9 @@ pub fn plan(
                 let benchmark = Preset::benchmark_of(dataset);
                 let family = view.family_of(&benchmark);
                 let pair = view.pairs.get(&(model.clone(), family.clone()));
-                let history = pair_history(pair, resolved.timeout_multiplier, overrides);
+                let history = pair_history(pair, resolved.timeout_multiplier, overrides, |cluster| {
+                    view.elsewhere(cluster, &context.cluster.name)
+                });
                 let slurm = pair.and_then(|p| p.latest.slurm_job_id.as_ref()).and_then(|id| job_views.get(id).copied());
                 let slurm = match (pair, slurm) {
                     (Some(p), None) if p.latest.status.is_active() && p.latest.slurm_job_id.is_some() => {
@@ -125,7 +150,7 @@ pub fn plan(
                     }
                     (_, view) => view,
                 };
-                let Decision { decision, reason, prerequisite } = decide::decide(&history, slurm, policy);
+                let Decision { decision, reason, prerequisite, flag } = decide::decide(&history, slurm, policy);
                 planned.push(PlannedJob {
                     model: model.clone(),
                     preset: selected.name.clone(),
@@ -144,6 +169,7 @@ pub fn plan(
                     rule: resolved.rule.clone(),
                     serve: serde_json::to_value(&resolved).unwrap_or(Value::Null),
                     prerequisite,
+                    flag,
                     dataset: dataset.clone(),
                 });
             }
@@ -152,7 +178,12 @@ pub fn plan(
     Ok(planned)
 }
 
-fn pair_history(pair: Option<&PairState>, timeout_multiplier: f64, overrides: &LaunchOverrides) -> PairHistory {
+fn pair_history(
+    pair: Option<&PairState>,
+    timeout_multiplier: f64,
+    overrides: &LaunchOverrides,
+    elsewhere: impl Fn(&str) -> Option<Elsewhere>,
+) -> PairHistory {
     let Some(pair) = pair else { return PairHistory { latest: None, failed_attempts: 0 } };
     let latest = &pair.latest;
     let stored_timeout = latest.config.get("timeout_multiplier").and_then(Value::as_f64);
@@ -175,6 +206,7 @@ fn pair_history(pair: Option<&PairState>, timeout_multiplier: f64, overrides: &L
                 .is_some_and(|m| m.pointer("/audit/status").and_then(Value::as_str) == Some("incomplete")),
             config_matches,
             has_recorded_outcome,
+            elsewhere: elsewhere(&latest.cluster),
         }),
         failed_attempts: pair.failed_attempts,
     }
@@ -281,6 +313,10 @@ pub fn submit(
         let short = selected.preset.log_suffix.clone().unwrap_or_else(|| selected.name.clone());
         let job_name = names::job_name(&short, &job.model);
         let spec_file = spec_path(&spec);
+        if let Err(why) = run_dir_free_for(&spec) {
+            record(format!("not submitted: {why}"), None, None);
+            continue;
+        }
         // Ledger row first: it reserves the pair (the database refuses a second active attempt).
         let new = NewAttempt {
             model: job.model.clone(),

@@ -88,6 +88,33 @@ pub fn spec_path(spec: &LaunchSpec) -> PathBuf {
     spec.run_dir.join(launch_spec::records::SPEC_FILE)
 }
 
+/// Whether `spec` may be written into its run dir: a run dir holding another (model, benchmark)'s
+/// spec is never reused (a resubmission of the same pair resumes it). Errors say whose it is.
+pub fn run_dir_free_for(spec: &LaunchSpec) -> Result<(), String> {
+    use launch_spec::fsread::{self, Links};
+    let path = spec_path(spec);
+    let text = match fsread::read_text_capped(&path, fsread::RECORD_CAP, Links::Refuse) {
+        Ok(text) => text,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(err) => return Err(format!("{}: {err}: move it aside", path.display())),
+    };
+    let existing: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|err| format!("{}: not a launch spec ({err}): move the run dir aside", path.display()))?;
+    let model = existing.pointer("/model/hf_id").and_then(serde_json::Value::as_str);
+    let benchmark = existing.get("benchmark").and_then(serde_json::Value::as_str);
+    if model == Some(spec.model.hf_id.as_str()) && benchmark == Some(spec.benchmark.as_str()) {
+        return Ok(());
+    }
+    Err(format!(
+        "run dir {} holds the spec of model {} on {}, not {} on {}: never overwritten (move it aside)",
+        spec.run_dir.display(),
+        model.unwrap_or("?"),
+        benchmark.unwrap_or("?"),
+        spec.model.hf_id,
+        spec.benchmark
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,8 +127,8 @@ mod tests {
         let root = ConfigRoot { root: Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf() };
         let mut cluster = config::load_cluster(&root.clusters_dir(), cluster_name).unwrap();
         // Site paths use ${WORK}/${SCRATCH}/${PROJECT}; pin them so the test needs no environment.
-        for prefix in cluster.environments.values_mut() {
-            *prefix = PathBuf::from("/site/env");
+        for env in cluster.environments.values_mut() {
+            env.path = PathBuf::from("/site/env");
         }
         cluster.paths.jobs_dir = PathBuf::from("/site/jobs");
         cluster.paths.datasets_dirs = vec![PathBuf::from("/site/datasets")];
@@ -152,6 +179,33 @@ mod tests {
         let args = args_for("leonardo", "Qwen/Qwen3-8B").join(" ");
         assert!(args.contains("gpu:4") && args.contains("32") && args.contains("490000"), "{args}");
         assert!(args.contains("AIFAC_L01_028") && args.contains("B:USR1@900"), "{args}");
+    }
+
+    #[test]
+    fn a_run_dir_holding_another_pairs_spec_is_never_reused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let spec_for = |model: &str| {
+            let mut spec: LaunchSpec = serde_json::from_value(serde_json::json!({
+                "version": 1, "run_tag": "t", "run_dir": tmp.path(), "jobs_dir": "/j", "cluster": "c",
+                "benchmark": "terminal_bench_2", "model": {"hf_id": model, "served_name": "m"},
+                "serve": {"program": "vllm", "tensor_parallel_size": 1, "data_parallel_size": 1},
+                "gpu_profiles": {"profiles": []},
+                "harbor": {"program": "h", "config": "/c", "dataset": "/d", "n_concurrent": 1, "n_attempts": 1, "timeout_multiplier": 1.0},
+                "secrets": {}
+            }))
+            .unwrap();
+            spec.run_dir = tmp.path().to_path_buf();
+            spec
+        };
+        let first = spec_for("a/b__c-8B");
+        assert!(run_dir_free_for(&first).is_ok(), "empty run dir");
+        std::fs::write(spec_path(&first), first.to_json()).unwrap();
+        assert!(run_dir_free_for(&first).is_ok(), "the same pair resumes");
+        let err = run_dir_free_for(&spec_for("a__b/c-8B")).unwrap_err();
+        assert!(err.contains("a/b__c-8B") && err.contains("never overwritten"), "{err}");
+        std::fs::remove_file(spec_path(&first)).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", spec_path(&first)).unwrap();
+        assert!(run_dir_free_for(&first).unwrap_err().contains("symlink"));
     }
 
     #[test]

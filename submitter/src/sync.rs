@@ -41,8 +41,8 @@ pub fn run_dir_of(attempt: &Attempt) -> Option<PathBuf> {
 }
 
 pub fn read_status(run_dir: &Path) -> Option<RunStatus> {
-    let text = std::fs::read_to_string(run_dir.join(STATUS_FILE)).ok()?;
-    serde_json::from_str(&text).ok()
+    // A regular file of bounded size, never through a symlink: a FIFO never hangs sync or status.
+    crate::verify::read_record(&run_dir.join(STATUS_FILE))
 }
 
 /// A resubmission reuses the run dir (so Harbor resumes): a `status.json` is this attempt's only
@@ -68,6 +68,35 @@ pub fn harbor_metrics(run_dir: &Path) -> Option<Value> {
     let summary = results::score_summary(run_dir)?;
     let audit = results::audit_of(&summary, &crate::verify::VerifySettings::default());
     Some(results::metrics_json(&summary, &audit))
+}
+
+/// The staleness bound a submitter records with its heartbeat unless told otherwise: an attempt of
+/// a cluster whose submitters have all been quiet for longer is flagged on the other clusters.
+pub const DEFAULT_STALE_AFTER_S: u64 = 3600;
+
+/// Who is reconciling: `user@host` (one heartbeat row per submitter and cluster).
+pub fn submitter_identity() -> String {
+    let user = std::env::var("USER").unwrap_or_else(|_| "unknown".to_string());
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "unknown-host".to_string());
+    format!("{user}@{host}")
+}
+
+/// [`sync`], then the heartbeat that tells the other clusters this cluster's attempts are
+/// attended (only after a sync that succeeded: a submitter that cannot reach its Slurm must go stale).
+pub fn sync_and_heartbeat(
+    ledger: &dyn Ledger,
+    slurm: &dyn Slurm,
+    cluster: &str,
+    stale_after_s: u64,
+) -> Result<SyncReport, SyncError> {
+    let report = sync(ledger, slurm, cluster)?;
+    ledger.record_heartbeat(cluster, &submitter_identity(), stale_after_s)?;
+    Ok(report)
 }
 
 /// Syncs every active attempt of `cluster`. Any ledger or Slurm error stops the sync (fail closed).

@@ -129,7 +129,7 @@ impl Fx {
                 "n_concurrent": 2,
                 "n_attempts": 1,
                 "timeout_multiplier": 1.0,
-                "env": {"STANDIN_TRIAL_SECONDS": "0.05"}
+                "env": {"STANDIN_TRIAL_SECONDS": "0.05", "STANDIN_EXTRAS": "daytona"}
             },
             "secrets": {"file": self.secrets_path(), "pass_to_harbor": ["HF_TOKEN"]},
             "limits": {"teardown_grace_s": 1.5, "heartbeat_interval_s": 0.3, "health_probe_interval_s": 0.3,
@@ -161,8 +161,13 @@ impl Fx {
     }
 
     fn start(&self, spec: &Value, extra_env: &[(&str, &str)]) -> Run {
-        let path = self.write_spec(spec);
         let stderr = std::fs::File::create(self.root.join("payload.stderr")).unwrap();
+        self.start_with(spec, extra_env, stderr.into())
+    }
+
+    /// Like [`Fx::start`], with payload's stderr going to `stderr`.
+    fn start_with(&self, spec: &Value, extra_env: &[(&str, &str)], stderr: Stdio) -> Run {
+        let path = self.write_spec(spec);
         let child = self
             .command(&["run", "--spec", path.to_str().unwrap()], extra_env)
             .stdout(Stdio::null())
@@ -692,7 +697,7 @@ fn sigterm_during_run_stops_harbor_first() {
     assert_no_survivors(&run);
     let o = outcome(&fx);
     assert_eq!(o["class"], "interrupted");
-    assert_eq!(o["harbor_exit_code"], 1, "Harbor turned TERM into KeyboardInterrupt: {o}");
+    assert_eq!(o["harbor_exit_code"], 130, "Harbor took SIGINT as KeyboardInterrupt: {o}");
     // Harbor cancelled its running trials and wrote their results.
     let cancelled = std::fs::read_dir(fx.run_dir())
         .unwrap()
@@ -732,7 +737,7 @@ fn usr1_winds_down_as_walltime() {
     let o = outcome(&fx);
     assert_eq!(o["class"], "walltime");
     assert_eq!(o["signal"], "SIGUSR1");
-    assert_eq!(o["harbor_exit_code"], 1);
+    assert_eq!(o["harbor_exit_code"], 130, "SIGINT: KeyboardInterrupt");
 }
 
 #[test]
@@ -744,7 +749,8 @@ fn double_forked_term_ignoring_grandchild_is_gone_afterwards() {
     spec["serve"]["env"]["STANDIN_DOUBLE_FORK_PIDFILE"] = json!(pidfile);
     spec["serve"]["env"]["STANDIN_IGNORE_SIGTERM"] = json!("1");
     spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("30");
-    spec["harbor"]["env"]["STANDIN_IGNORE_SIGTERM"] = json!("1");
+    // payload stops Harbor with SIGINT: a Harbor that ignores it needs the SIGKILL.
+    spec["harbor"]["env"]["STANDIN_IGNORE_SIGINT"] = json!("1");
     let mut run = fx.start(&spec, &[]);
     fx.wait_phase("running", Duration::from_secs(10));
     let gc: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
@@ -767,7 +773,7 @@ fn second_sigterm_kills_at_once() {
     let fx = Fx::new("twice");
     let mut spec = fx.spec();
     spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("30");
-    spec["harbor"]["env"]["STANDIN_IGNORE_SIGTERM"] = json!("1");
+    spec["harbor"]["env"]["STANDIN_IGNORE_SIGINT"] = json!("1");
     spec["limits"]["teardown_grace_s"] = json!(20.0);
     let mut run = fx.start(&spec, &[]);
     fx.wait_phase("running", Duration::from_secs(10));
@@ -821,7 +827,15 @@ fn resume_rewrites_api_base_in_job_and_every_trial_config() {
     let hargv: Vec<String> =
         serde_json::from_value(fx.last_event("harbor_spawned").unwrap()["fields"]["argv"].clone()).unwrap();
     assert_eq!(&hargv[1..5], ["jobs", "resume", "-p", fx.run_dir().to_str().unwrap()]);
-    assert_eq!(hargv.iter().filter(|a| *a == "--filter-error-type").count(), 12);
+    assert_eq!(hargv.iter().filter(|a| *a == "--filter-error-type").count(), 13);
+    // The job's lock.json too: Harbor compares its trials' agent config (kwargs.api_base) on resume.
+    assert!(files.iter().any(|f| f["file"].as_str().is_some_and(|p| p.ends_with("/lock.json"))), "{rewritten}");
+    let lock = read_json(&fx.run_dir().join("lock.json")).unwrap();
+    let lock_trials = lock["trials"].as_array().unwrap();
+    assert_eq!(lock_trials.len(), 4, "{lock:#}");
+    for t in lock_trials {
+        assert_eq!(t.pointer("/agent/kwargs/api_base").and_then(Value::as_str), Some(new_base.as_str()), "{t}");
+    }
     // Every config.json (job and trials) now points at the new server.
     let job = read_json(&fx.run_dir().join("config.json")).unwrap();
     assert_eq!(job.pointer("/agents/0/kwargs/api_base").and_then(Value::as_str), Some(new_base.as_str()), "{job:#}");
@@ -1034,4 +1048,384 @@ fn slurm_scancel_usr1_batch_is_walltime() {
         return;
     }
     slurm_case("slurm-usr1", &["--signal=USR1", "--batch"], "walltime", 15);
+}
+
+// ------------------------------------------------------------------- hostile conditions (issue 11)
+
+/// Waits until `pid` no longer exists (it is not our child: reaped by someone else).
+fn wait_pid_gone(pid: i32, timeout: Duration) {
+    let until = Instant::now() + timeout;
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| s.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')));
+        if zombie {
+            return;
+        }
+        assert!(Instant::now() < until, "pid {pid} still alive after {timeout:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until no process carries `marker` (children die asynchronously after a SIGKILL).
+fn wait_no_marker(marker: &str, timeout: Duration) {
+    let until = Instant::now() + timeout;
+    loop {
+        let left = marker_processes(marker);
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < until, "processes survived payload: {left:#?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn write_failures(fx: &Fx) -> Value {
+    fx.last_event("write_failures").map(|e| e["fields"].clone()).unwrap_or(Value::Null)
+}
+
+#[test]
+fn closed_stderr_pipe_is_counted_not_fatal() {
+    let fx = Fx::new("closedpipe");
+    let mut run = fx.start_with(&fx.spec(), &[("PAYLOAD_LOG", "debug")], Stdio::piped());
+    drop(run.child.stderr.take()); // the reader goes away (an ssh drop during salloc)
+    let code = run.wait(Duration::from_secs(30));
+    assert_eq!(code, 0, "status: {:#}", fx.status());
+    assert_no_survivors(&run);
+    assert_eq!(outcome(&fx)["class"], "finished");
+    assert!(write_failures(&fx)["log"].as_u64().unwrap_or(0) > 0, "{:#}", write_failures(&fx));
+}
+
+#[test]
+fn stderr_on_a_full_device_is_counted_not_fatal() {
+    let fx = Fx::new("devfull");
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+    let mut run = fx.start_with(&fx.spec(), &[], full.into());
+    let code = run.wait(Duration::from_secs(30));
+    assert_eq!(code, 0, "status: {:#}", fx.status());
+    assert_no_survivors(&run);
+    assert!(write_failures(&fx)["log"].as_u64().unwrap_or(0) > 0);
+}
+
+#[test]
+fn pty_hangup_is_sighup_and_everything_is_torn_down() {
+    // util-linux `script` gives payload a pseudo-terminal as its controlling terminal; SIGKILLing
+    // `script` closes the master side: a real hang-up (SIGHUP, then EIO on every write).
+    let fx = Fx::new("ptyhup");
+    let mut spec = fx.spec();
+    spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("30");
+    let path = fx.write_spec(&spec);
+    let cmd = format!("exec {} run --spec {}", payload_bin().display(), path.display());
+    let mut script = fx.command(&[], &[("SHELL", "/bin/sh"), ("PAYLOAD_LOG", "debug")]).spawn_script(&cmd);
+    fx.wait_phase("running", Duration::from_secs(20));
+    let pid = fx.status()["pids"]["payload"].as_i64().unwrap() as i32;
+    let marker = format!("PAYLOAD_RUN_ID={}-{pid}", fx.tag);
+    assert!(!marker_processes(&marker).is_empty());
+    script.kill().unwrap();
+    let _ = script.wait();
+    wait_pid_gone(pid, Duration::from_secs(15));
+    wait_no_marker(&marker, Duration::from_secs(5));
+    let o = outcome(&fx);
+    assert_eq!(o["class"], "interrupted", "{:#}", fx.status());
+    assert_eq!(o["signal"], "SIGHUP");
+    assert_eq!(o["exit_code"], 129);
+}
+
+/// `script -qfec CMD /dev/null` in place of the fixture's payload command (same environment).
+trait SpawnScript {
+    fn spawn_script(&mut self, cmd: &str) -> Child;
+}
+
+impl SpawnScript for Command {
+    fn spawn_script(&mut self, cmd: &str) -> Child {
+        let mut script = Command::new("script");
+        script.args(["-qfec", cmd, "/dev/null"]);
+        script.env_clear();
+        for (k, v) in self.get_envs() {
+            if let Some(v) = v {
+                script.env(k, v);
+            }
+        }
+        script.stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("run script(1)")
+    }
+}
+
+/// A tiny tmpfs for the jobs dir (root only; skipped with a note otherwise), unmounted on drop.
+struct TinyFs(PathBuf);
+
+impl TinyFs {
+    fn mount(at: &Path, size: &str) -> Option<Self> {
+        std::fs::create_dir_all(at).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(at)
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| Self(at.to_path_buf()))
+    }
+
+    /// Fills the filesystem until ENOSPC.
+    fn fill(&self) {
+        use std::io::Write;
+        let mut f = std::fs::File::create(self.0.join("filler")).unwrap();
+        let chunk = vec![0u8; 4096];
+        while f.write_all(&chunk).is_ok() {}
+    }
+}
+
+impl Drop for TinyFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn full_filesystem_for_the_run_dir_is_counted_not_fatal() {
+    let fx = Fx::new("fullfs");
+    let Some(tiny) = TinyFs::mount(&fx.root.join("jobs"), "2m") else {
+        eprintln!("note: cannot mount a tmpfs here (not root?): full-filesystem case not run");
+        return;
+    };
+    let mut spec = fx.spec();
+    spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("30");
+    // The Slurm output file on the same full filesystem.
+    let out = std::fs::File::create(fx.root.join("jobs/slurm.out")).unwrap();
+    let mut run = fx.start_with(&spec, &[("PAYLOAD_LOG", "debug")], out.into());
+    fx.wait_phase("running", Duration::from_secs(20));
+    tiny.fill();
+    std::thread::sleep(Duration::from_millis(800)); // heartbeats and logs now fail
+    run.signal(Signal::SIGTERM);
+    let code = run.wait(Duration::from_secs(15));
+    assert_eq!(code, 143);
+    assert_no_survivors(&run);
+    let text = std::fs::read_to_string(fx.root.join("jobs/slurm.out")).unwrap_or_default();
+    assert!(!text.contains("panicked"), "{text}");
+}
+
+#[test]
+fn out_of_range_numbers_fail_as_spec_before_anything_starts() {
+    let cases: Vec<(&str, Box<dyn Fn(&mut Value) + Send + Sync>)> = vec![
+        ("limits.health_probe_interval_s", Box::new(|s| s["limits"]["health_probe_interval_s"] = json!(1e20))),
+        ("limits.teardown_grace_s", Box::new(|s| s["limits"]["teardown_grace_s"] = json!(1e20))),
+        ("serve.health_timeout_s", Box::new(|s| s["serve"]["health_timeout_s"] = json!(u64::MAX))),
+        ("limits.walltime_lead_s", Box::new(|s| s["limits"]["walltime_lead_s"] = json!(u64::MAX))),
+        (
+            "tunnel.restart_backoff_s",
+            Box::new(|s| s["tunnel"] = json!({"kind": "socks", "login_node": "login1", "restart_backoff_s": 1e20})),
+        ),
+    ];
+    std::thread::scope(|sc| {
+        for (field, edit) in &cases {
+            sc.spawn(move || {
+                let fx = Fx::new("bignum");
+                let mut spec = fx.spec();
+                edit(&mut spec);
+                let mut run = fx.start(&spec, &[]);
+                let code = run.wait(Duration::from_secs(15));
+                assert_eq!(code, 2, "{field}: stderr:\n{}", fx.stderr());
+                let err = fx.stderr();
+                assert!(err.contains(field), "{field}: {err}");
+                assert!(!err.contains("panicked"), "{err}");
+                assert!(!fx.run_dir().join("vllm.log").exists(), "{field}: the engine was started");
+                assert_no_survivors(&run);
+            });
+        }
+    });
+}
+
+#[test]
+fn second_payload_on_a_live_run_dir_exits_5_and_changes_nothing() {
+    let fx = Fx::new("twopayloads");
+    let mut spec = fx.spec();
+    spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("30");
+    let mut first = fx.start(&spec, &[]);
+    fx.wait_phase("running", Duration::from_secs(20));
+    let events_before = fx.events().len();
+    let path = fx.write_spec(&spec);
+    let out = fx.command(&["run", "--spec", path.to_str().unwrap()], &[]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(err.contains("in use by another payload") && err.contains(&format!("pid {}", first.pid)), "{err}");
+    let st = fx.status();
+    assert_eq!(st["phase"], "running");
+    assert_eq!(st["pids"]["payload"], first.pid);
+    assert!(!fx.run_dir().join("vllm.log.prev").exists(), "the first run's logs were moved");
+    assert!(fx.events()[events_before..].iter().all(|e| e["event"] != "started"), "a second run started");
+    first.signal(Signal::SIGTERM);
+    assert_eq!(first.wait(Duration::from_secs(15)), 143);
+    assert_no_survivors(&first);
+}
+
+#[test]
+fn symlinked_records_are_never_written_through() {
+    let fx = Fx::new("symlinks");
+    std::fs::create_dir_all(fx.run_dir()).unwrap();
+    let victim = fx.root.join("victim.txt");
+    std::fs::write(&victim, "precious\n").unwrap();
+    for name in ["launch.json", "events.jsonl", "status.json", "vllm.log", "harbor.log"] {
+        std::os::unix::fs::symlink(&victim, fx.run_dir().join(name)).unwrap();
+    }
+    let mut run = fx.start(&fx.spec(), &[]);
+    let code = run.wait(Duration::from_secs(30));
+    assert_eq!(code, 0, "stderr:\n{}", fx.stderr());
+    assert_no_survivors(&run);
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    for name in ["launch.json", "status.json"] {
+        let meta = std::fs::symlink_metadata(fx.run_dir().join(name)).unwrap();
+        assert!(meta.file_type().is_file(), "{name} is a plain file now");
+    }
+    assert_eq!(fx.status()["outcome"]["class"], "finished");
+    assert!(fx.stderr().contains("cannot append to events.jsonl"), "{}", fx.stderr());
+}
+
+#[test]
+fn fifo_spec_or_secrets_fails_at_once() {
+    let fx = Fx::new("fifo");
+    let fifo = fx.root.join("spec.fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    for cmd in ["run", "plan"] {
+        let t = Instant::now();
+        let out = fx.command(&[cmd, "--spec", fifo.to_str().unwrap()], &[]).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{cmd}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(t.elapsed() < Duration::from_secs(5), "{cmd} hung on a FIFO spec");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("not a regular file"));
+    }
+    std::fs::remove_file(fx.secrets_path()).unwrap();
+    assert!(Command::new("mkfifo").args(["-m", "600"]).arg(fx.secrets_path()).status().unwrap().success());
+    let mut run = fx.start(&fx.spec(), &[]);
+    assert_eq!(run.wait(Duration::from_secs(10)), 3, "stderr:\n{}", fx.stderr());
+    assert!(run.elapsed() < Duration::from_secs(5));
+    assert!(outcome(&fx)["message"].as_str().unwrap().contains("not a regular file"), "{}", outcome(&fx));
+    assert!(!fx.run_dir().join("vllm.log").exists());
+}
+
+#[test]
+fn sigkill_of_payload_leaves_no_orphan() {
+    let fx = Fx::new("sigkill");
+    let mut spec = fx.spec();
+    spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("30");
+    let mut run = fx.start(&spec, &[]);
+    fx.wait_phase("running", Duration::from_secs(20));
+    let children = descendants(run.pid);
+    assert!(children.len() >= 2, "{children:?}");
+    run.child.kill().unwrap(); // SIGKILL: no handler, no teardown
+    let _ = run.child.wait();
+    wait_no_marker(&run.marker, Duration::from_secs(5));
+}
+
+/// A job config shaped like the shipped one: the agent's settings live in `agents[]`.
+const AGENT_YAML: &str = "n_concurrent_trials: 2\nquiet: true\nenvironment:\n  type: daytona\nverifier:\n  max_timeout_sec: 600\nagents:\n  - name: terminus-2\n    max_timeout_sec: 7200\n    kwargs:\n      proactive_summarization_threshold: 2048\n      record_terminal_session: false\n      llm_kwargs:\n        timeout: 1800\n";
+
+#[test]
+fn yaml_agent_settings_thinking_and_parser_kwargs_reach_harbors_job_config() {
+    let fx = Fx::new("agentyaml");
+    std::fs::write(fx.root.join("agent.yaml"), AGENT_YAML).unwrap();
+    let mut spec = fx.spec();
+    spec["harbor"]["config"] = json!(fx.root.join("agent.yaml"));
+    // The registry's form (what the old Harbor fork took); payload passes Harbor 0.25's form.
+    spec["harbor"]["agent_kwargs"] = json!([r#"extra_body={"chat_template_kwargs":{"enable_thinking":true}}"#]);
+    spec["harbor"]["agent_parser"] = json!("xml");
+    let mut run = fx.start(&spec, &[]);
+    let code = run.wait(Duration::from_secs(30));
+    assert_eq!(
+        code,
+        0,
+        "stderr:\n{}\nharbor.log:\n{}",
+        fx.stderr(),
+        std::fs::read_to_string(fx.run_dir().join("harbor.log")).unwrap_or_default()
+    );
+    assert_no_survivors(&run);
+    let hargv: Vec<String> =
+        serde_json::from_value(fx.last_event("harbor_spawned").unwrap()["fields"]["argv"].clone()).unwrap();
+    assert!(hargv.contains(&"--yes".to_string()), "{hargv:?}");
+    assert!(!hargv.contains(&"--agent".to_string()) && !hargv.contains(&"--model".to_string()), "{hargv:?}");
+    let check = fx.event("harbor_config_check").unwrap();
+    assert!(check["fields"]["result"].as_str().unwrap().starts_with("Passed"), "{check}");
+    // Harbor's stored job config: the YAML's agent settings, the model, and the translated kwargs.
+    let job = read_json(&fx.run_dir().join("config.json")).unwrap();
+    let agents = job["agents"].as_array().unwrap();
+    assert_eq!(agents.len(), 1, "{job:#}");
+    let a = &agents[0];
+    assert_eq!(a["model_name"], "hosted_vllm/Qwen3-8B", "{job:#}");
+    assert_eq!(a["max_timeout_sec"].as_f64(), Some(7200.0), "{job:#}");
+    assert_eq!(a["kwargs"]["proactive_summarization_threshold"], 2048, "{job:#}");
+    assert_eq!(a["kwargs"]["llm_kwargs"]["timeout"], 1800, "{job:#}");
+    assert_eq!(a["kwargs"]["parser_name"], "xml", "{job:#}");
+    assert_eq!(a["kwargs"]["llm_call_kwargs"]["extra_body"]["chat_template_kwargs"]["enable_thinking"], true);
+    assert!(a["kwargs"].get("extra_body").is_none() && a["kwargs"].get("parser").is_none(), "{job:#}");
+}
+
+#[test]
+fn unknown_agent_option_is_refused_while_the_engine_loads() {
+    let fx = Fx::new("badkwarg");
+    let mut spec = fx.spec();
+    // One of the three kwargs the old shipped YAML had that terminus-2 0.25 does not know.
+    spec["harbor"]["agent_kwargs"] = json!(["enable_episode_logging=false"]);
+    spec["serve"]["env"]["STANDIN_LOAD_SECONDS"] = json!("20");
+    let t = Instant::now();
+    let mut run = fx.start(&spec, &[]);
+    let code = run.wait(Duration::from_secs(15));
+    assert_eq!(code, 14, "stderr:\n{}", fx.stderr());
+    assert!(t.elapsed() < Duration::from_secs(15), "waited for the engine: {:?}", t.elapsed());
+    assert_no_survivors(&run);
+    let o = outcome(&fx);
+    assert_eq!(o["class"], "harbor", "{o}");
+    assert!(o["message"].as_str().unwrap().contains("Unknown option 'enable_episode_logging'"), "{o}");
+    assert!(fx.event("engine_ready").is_none(), "refused before the engine was ready");
+    assert!(fx.event("harbor_spawned").is_none(), "Harbor itself never started");
+}
+
+#[test]
+fn sigterm_during_resume_records_the_trials_in_flight() {
+    let fx = Fx::with_tasks("termresume", 4);
+    let mut spec = fx.spec();
+    spec["harbor"]["n_concurrent"] = json!(1);
+    spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("0.6");
+    let mut run = fx.start(&spec, &[("SLURM_JOB_ID", "5151")]);
+    fx.wait_status("a finished trial", Duration::from_secs(20), |s| {
+        s["heartbeat"]["trials_finished"].as_u64().unwrap_or(0) >= 1
+    });
+    run.signal(Signal::SIGTERM);
+    assert_eq!(run.wait(Duration::from_secs(10)), 143);
+    // The resume: interrupted while trials run. Harbor 0.25's resume dies on SIGTERM without
+    // recording; payload stops it with SIGINT, so the trial in flight ends as CancelledError.
+    spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("30");
+    let mut run = fx.start(&spec, &[("SLURM_JOB_ID", "5152")]);
+    fx.wait_phase("running", Duration::from_secs(15));
+    std::thread::sleep(Duration::from_millis(500));
+    run.signal(Signal::SIGTERM);
+    assert_eq!(run.wait(Duration::from_secs(10)), 143, "stderr:\n{}", fx.stderr());
+    assert_no_survivors(&run);
+    assert_eq!(fx.status()["resume"], true);
+    let o = outcome(&fx);
+    assert_eq!(o["harbor_exit_code"], 130, "Harbor's resume took KeyboardInterrupt: {o}");
+    let cancelled = std::fs::read_dir(fx.run_dir())
+        .unwrap()
+        .flatten()
+        .filter_map(|e| read_json(&e.path().join("result.json")))
+        .filter(|r| r.pointer("/exception_info/exception_type") == Some(&json!("CancelledError")))
+        .count();
+    assert!(cancelled >= 1, "the resumed trial in flight has no result.json");
+}
+
+#[test]
+fn plan_check_harbor_asks_the_installed_harbor() {
+    let fx = Fx::new("planchk");
+    let mut spec = fx.spec();
+    let run_plan = |spec: &Value| {
+        let path = fx.write_spec(spec);
+        let out =
+            fx.command(&["plan", "--spec", path.to_str().unwrap(), "--json", "--check-harbor"], &[]).output().unwrap();
+        let plan: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        (out.status.code(), plan)
+    };
+    let (code, plan) = run_plan(&spec);
+    assert_eq!(code, Some(0), "{plan:#}");
+    assert!(plan["harbor"]["config_check"].as_str().unwrap().starts_with("Passed"), "{plan:#}");
+    assert!(!fx.run_dir().join("harbor-job-config.json").exists(), "plan writes nothing into the run dir");
+    spec["harbor"]["agent_kwargs"] = json!(["collect_engine_metrics=false"]);
+    let (code, plan) = run_plan(&spec);
+    assert_eq!(code, Some(14), "{plan:#}");
+    let problems = plan["problems"].to_string();
+    assert!(problems.contains("Unknown option 'collect_engine_metrics'"), "{problems}");
 }

@@ -136,6 +136,10 @@ fn chat(v: &Vllm, key: Option<&str>) -> Option<(u16, Value)> {
 fn run(bin: &str, args: &[&str], env: &[(&str, &str)], cwd: &Path) -> (i32, String, String) {
     let mut cmd = Command::new(bin);
     cmd.args(args).current_dir(cwd).stdin(Stdio::null());
+    if bin == HARBOR {
+        // The install these tests model has the daytona extra, like the clusters' (a test may unset it).
+        cmd.env("STANDIN_EXTRAS", "daytona");
+    }
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -506,7 +510,7 @@ fn start_args<'a>(ds: &'a str, base: &'a str, job: &'a str) -> Vec<&'a str> {
         "--agent-kwarg",
         base,
         "--agent-kwarg",
-        "key=fake_key",
+        "temperature=0.7",
         "--agent-kwarg",
         MODEL_INFO,
         "--n-attempts",
@@ -796,6 +800,15 @@ fn harbor_resume_uses_stored_api_base_and_filters_errors() {
             std::fs::write(&p, serde_json::to_string_pretty(&tc).unwrap()).unwrap();
         }
     }
+    // Still refused: Harbor 0.25's job lock records every trial's agent config, api_base included.
+    let (code, _, err) = run(HARBOR, &["jobs", "resume", "-p", "jobs/R"], &env, tmp.path());
+    assert_eq!(code, 1);
+    assert!(err.contains("already has a lock.json that does not match the resolved job lock."), "{err}");
+    let mut lock = read_json(&job.join("lock.json"));
+    for t in lock["trials"].as_array_mut().unwrap() {
+        t["agent"]["kwargs"]["api_base"] = json!(live);
+    }
+    std::fs::write(job.join("lock.json"), serde_json::to_string_pretty(&lock).unwrap()).unwrap();
     // A trial directory without result.json is deleted by harbor on resume.
     std::fs::create_dir_all(job.join("stray/agent")).unwrap();
     let (code, out, err) =
@@ -887,8 +900,8 @@ fn harbor_sigterm_cancels_running_trials() {
     }
     Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
     let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("Aborted."));
+    assert_eq!(out.status.code(), Some(130), "KeyboardInterrupt: exit 130");
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("Aborted."));
     let trials = trial_dirs(&job);
     assert_eq!(trials.len(), 2, "the third trial never started");
     for t in trials {
@@ -933,4 +946,148 @@ fn harbor_crash_knob_exits_after_config() {
     assert_eq!(code, 0, "{out}{err}");
     let res = read_json(&tmp.path().join("jobs/O/result.json"));
     assert_eq!(res["stats"]["evals"]["oracle__ds"]["metrics"][0]["mean"], 1.0);
+}
+
+/// `jobs start -p ds --env daytona -a terminus-2 -m hosted_vllm/q8 --ak <base> --ak MODEL_INFO [extra…]`.
+fn small_job<'a>(base: &'a str, job: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut a = vec![
+        "jobs",
+        "start",
+        "-p",
+        "ds",
+        "--env",
+        "daytona",
+        "-a",
+        "terminus-2",
+        "-m",
+        "hosted_vllm/q8",
+        "--ak",
+        base,
+        "--ak",
+        MODEL_INFO,
+        "--job-name",
+        job,
+        "-o",
+        "jobs",
+        "-q",
+    ];
+    a.extend_from_slice(extra);
+    a
+}
+
+#[test]
+fn harbor_terminus2_refuses_unknown_options_after_print_config() {
+    let tmp = tempfile::tempdir().unwrap();
+    dataset(tmp.path(), &["t1"]);
+    let base = "api_base=http://127.0.0.1:9/v1";
+    let think = r#"extra_body={"chat_template_kwargs":{"enable_thinking":true}}"#;
+    let (code, out, err) = run(HARBOR, &small_job(base, "U", &["--ak", think, "--ak", "parser=xml"]), &[], tmp.path());
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains(
+            "Invalid kwargs for agent 'terminus-2':\n  Unknown option 'extra_body'.\n  Unknown option 'parser'.\nSee harbor agent schema terminus-2 for available options."
+        ),
+        "{out}"
+    );
+    assert!(!tmp.path().join("jobs/U").exists(), "nothing written");
+    // --print-config resolves the config before the agent preflight: it prints and exits 0.
+    let (code, out, err) = run(HARBOR, &small_job(base, "U", &["--ak", think, "--print-config"]), &[], tmp.path());
+    assert_eq!(code, 0, "{out}{err}");
+    let printed: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(printed["agents"][0]["kwargs"]["extra_body"]["chat_template_kwargs"]["enable_thinking"], true);
+    // Harbor 0.25's forms are accepted.
+    let call = r#"llm_call_kwargs={"extra_body":{"chat_template_kwargs":{"enable_thinking":true}}}"#;
+    let (code, out, _) = run(
+        HARBOR,
+        &small_job(base, "U", &["--ak", call, "--ak", "parser_name=xml", "--print-config"]),
+        &[],
+        tmp.path(),
+    );
+    assert_eq!(code, 0, "{out}");
+}
+
+#[test]
+fn harbor_resume_compares_the_job_lock() {
+    let tmp = tempfile::tempdir().unwrap();
+    dataset(tmp.path(), &["t1", "t2"]);
+    let mut v = Vllm::start(tmp.path(), &[], &[]);
+    v.wait_ready();
+    let base = format!("api_base={}/v1", v.base());
+    let (code, out, err) = run(HARBOR, &small_job(&base, "L", &[]), &[("STANDIN_TRIAL_SECONDS", "0")], tmp.path());
+    assert_eq!(code, 0, "{out}{err}");
+    let job = tmp.path().join("jobs/L");
+    let lock = read_json(&job.join("lock.json"));
+    assert_eq!(lock["schema_version"], 3);
+    let trials = lock["trials"].as_array().unwrap();
+    assert_eq!(trials.len(), 2);
+    assert_eq!(trials[0]["agent"]["kwargs"]["api_base"], format!("{}/v1", v.base()));
+    for t in trial_dirs(&job) {
+        let own = read_json(&t.join("lock.json"));
+        assert!(trials.contains(&own), "a trial lock equals its job-lock entry: {own}");
+    }
+    // The server moved and only the config.json files were rewritten: Harbor refuses the resume.
+    let moved = "http://127.0.0.1:1/v1";
+    let rewrite = |path: &Path, pointer: &str| {
+        let mut value = read_json(path);
+        if let Some(slot) = value.pointer_mut(pointer) {
+            *slot = json!(moved);
+        }
+        std::fs::write(path, serde_json::to_string_pretty(&value).unwrap()).unwrap();
+    };
+    rewrite(&job.join("config.json"), "/agents/0/kwargs/api_base");
+    for t in trial_dirs(&job) {
+        rewrite(&t.join("config.json"), "/agent/kwargs/api_base");
+    }
+    let resume = ["jobs", "resume", "-p", "jobs/L"];
+    let (code, out, err) = run(HARBOR, &resume, &[], tmp.path());
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("already has a lock.json that does not match the resolved job lock."), "{err}");
+    // Rewriting the lock's agents too (what payload does) makes the resume pass.
+    for i in 0..2 {
+        rewrite(&job.join("lock.json"), &format!("/trials/{i}/agent/kwargs/api_base"));
+    }
+    let (code, out, err) = run(HARBOR, &resume, &[], tmp.path());
+    assert_eq!(code, 0, "{out}{err}");
+}
+
+#[test]
+fn harbor_asks_before_tasks_read_host_variables() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = dataset(tmp.path(), &["t1"]);
+    std::fs::write(ds.join("t1/task.toml"), "[environment.env]\nTOKEN = \"${STANDIN_TEST_TOKEN}\"\nPLAIN = \"x\"\n")
+        .unwrap();
+    let mut v = Vllm::start(tmp.path(), &[], &[]);
+    v.wait_ready();
+    let base = format!("api_base={}/v1", v.base());
+    let env = [("STANDIN_TRIAL_SECONDS", "0"), ("STANDIN_TEST_TOKEN", "t")];
+    // stdin is /dev/null: the prompt reads end of input and typer aborts.
+    let (code, out, err) = run(HARBOR, &small_job(&base, "P", &[]), &env, tmp.path());
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("Proceed? (Y/n):") && out.contains("STANDIN_TEST_TOKEN"), "{out}");
+    assert!(err.contains("Aborted."), "{err}");
+    let left: Vec<String> = std::fs::read_dir(tmp.path().join("jobs/P"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    assert_eq!(left, ["job.log"], "the job dir holds only job.log");
+    let (code, out, err) = run(HARBOR, &small_job(&base, "P", &["--yes"]), &env, tmp.path());
+    assert_eq!(code, 0, "{out}{err}");
+    // An unset host variable without a default fails whatever --yes says.
+    let (code, out, _) = run(HARBOR, &small_job(&base, "Q", &["--yes"]), &[("STANDIN_TRIAL_SECONDS", "0")], tmp.path());
+    assert_eq!(code, 1);
+    assert!(out.contains("Missing Environment Variables") && out.contains("STANDIN_TEST_TOKEN"), "{out}");
+}
+
+#[test]
+fn harbor_daytona_environment_needs_its_extra() {
+    let tmp = tempfile::tempdir().unwrap();
+    dataset(tmp.path(), &["t1"]);
+    let mut v = Vllm::start(tmp.path(), &[], &[]);
+    v.wait_ready();
+    let base = format!("api_base={}/v1", v.base());
+    let (code, out, err) =
+        run(HARBOR, &small_job(&base, "D", &[]), &[("STANDIN_EXTRAS", ""), ("STANDIN_TRIAL_SECONDS", "0")], tmp.path());
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("MissingExtraError: The 'daytona' package is required but not installed."), "{err}");
+    assert!(err.contains("pip install 'harbor[daytona]'"), "{err}");
 }

@@ -99,7 +99,7 @@ impl Fx {
                 "program": "harbor", "env_prefix": self.root.join("env"),
                 "config": self.root.join("harbor.yaml"), "dataset": self.root.join("data"),
                 "agent": agent, "n_concurrent": 2, "n_attempts": 1, "timeout_multiplier": 1.0,
-                "env": {"STANDIN_TRIAL_SECONDS": "0.05"}
+                "env": {"STANDIN_TRIAL_SECONDS": "0.05", "STANDIN_EXTRAS": "daytona"}
             },
             "secrets": {"file": self.root.join("secrets.env")},
             "limits": {"teardown_grace_s": 1.5, "heartbeat_interval_s": 0.3, "health_probe_interval_s": 0.3,

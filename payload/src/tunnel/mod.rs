@@ -173,7 +173,8 @@ pub fn pair_order(n: usize, job_id: &str) -> Vec<usize> {
 /// Restart delay: `base · 2^(n-1)`, capped at [`MAX_BACKOFF`].
 pub fn backoff(base_s: f64, restart: u32) -> Duration {
     let secs = base_s.max(0.0) * 2f64.powi(restart.saturating_sub(1).min(16) as i32);
-    Duration::from_secs_f64(secs).min(MAX_BACKOFF)
+    // `try_from`: NaN or a huge base is the cap, never a panic (payload::timings refuses them first).
+    Duration::try_from_secs_f64(secs).unwrap_or(MAX_BACKOFF).min(MAX_BACKOFF)
 }
 
 /// The SOCKS port: the spec's policy, never the engine's port.
@@ -663,9 +664,9 @@ impl Tunnel {
             restarts: 0,
             max_restarts,
             backoff_s,
-            connect_timeout: Duration::from_secs_f64(connect_timeout.max(1.0)),
+            connect_timeout: Duration::try_from_secs_f64(connect_timeout.max(1.0)).unwrap_or(Duration::from_secs(60)),
             verify_attempts: verify_attempts.max(1),
-            verify_interval: Duration::from_secs_f64(verify_interval.max(0.05)),
+            verify_interval: Duration::try_from_secs_f64(verify_interval.max(0.05)).unwrap_or(Duration::from_secs(1)),
             attempts: 0,
             up_since: None,
             ever_up: false,
@@ -1169,6 +1170,8 @@ mod tests {
         assert!(pair_order(0, "x").is_empty());
         assert_eq!(backoff(2.0, 1), Duration::from_secs(2));
         assert_eq!(backoff(2.0, 3), Duration::from_secs(8));
+        assert_eq!(backoff(1e20, 3), MAX_BACKOFF);
+        assert_eq!(backoff(f64::NAN, 1), Duration::ZERO);
         assert_eq!(backoff(2.0, 40), MAX_BACKOFF);
     }
 

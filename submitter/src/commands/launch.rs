@@ -41,6 +41,11 @@ pub struct LaunchArgs {
     /// Chain submissions in batches of N with --dependency=afterany (0 = off).
     #[arg(long, default_value_t = 0)]
     chain_batch: usize,
+    /// The staleness bound recorded with this submitter's heartbeat: other clusters flag this
+    /// cluster's attempts when no sync refreshed them for longer (default 1h; with --watch at
+    /// least 3 × --interval).
+    #[arg(long, value_parser = parse_duration, value_name = "D")]
+    stale_after: Option<Duration>,
     #[arg(long)]
     json: bool,
 }
@@ -49,8 +54,19 @@ pub struct LaunchArgs {
 pub struct SyncArgs {
     #[command(flatten)]
     ledger: LedgerArgs,
+    /// The staleness bound recorded with this submitter's heartbeat (default 1h).
+    #[arg(long, value_parser = parse_duration, value_name = "D")]
+    stale_after: Option<Duration>,
     #[arg(long)]
     json: bool,
+}
+
+/// The staleness bound to record: the flag, else the default, never under 3 intervals of a watch.
+fn stale_after_s(flag: Option<Duration>, interval: Option<Duration>) -> u64 {
+    match flag {
+        Some(bound) => bound.as_secs(),
+        None => sync::DEFAULT_STALE_AFTER_S.max(interval.map_or(0, |i| 3 * i.as_secs())),
+    }
 }
 
 /// `status` lives in `commands/verify.rs` (launch verification).
@@ -120,6 +136,11 @@ fn plan_table(planned: &[PlannedJob]) -> String {
             job.reason
         );
     }
+    for job in planned {
+        if let Some(flag) = &job.flag {
+            out += &format!("flagged   {} {}: {flag}\n", job.model, job.benchmark);
+        }
+    }
     let count = |v: Verdict| planned.iter().filter(|j| j.decision == v).count();
     out += &format!(
         "{} submit, {} resubmit, {} skip\n",
@@ -152,7 +173,9 @@ pub fn plan_command(args: &PlanArgs) -> Result<ExitCode> {
 
 /// One iteration: sync, re-read lists, plan, submit. Any ledger/Slurm error ends it (fail closed).
 fn iterate(session: &Session, args: &LaunchArgs, executables: &Executables) -> Result<String> {
-    let report = sync::sync(session.ledger.as_ref(), &session.slurm, &session.cluster.name).context("sync")?;
+    let stale_after = stale_after_s(args.stale_after, args.interval.filter(|_| args.watch));
+    let report = sync::sync_and_heartbeat(session.ledger.as_ref(), &session.slurm, &session.cluster.name, stale_after)
+        .context("sync")?;
     let presets = args.selection.presets(&session.presets_dir)?;
     let models = args.selection.models(session.ledger.as_ref())?;
     let view = LedgerView::read(session.ledger.as_ref())?;
@@ -181,8 +204,12 @@ fn iterate(session: &Session, args: &LaunchArgs, executables: &Executables) -> R
     };
     let submitted =
         plan::submit(&session.context(), &presets, &planned, session.ledger.as_ref(), &session.slurm, &settings)?;
+    let elsewhere: Vec<&PlannedJob> = planned.iter().filter(|j| j.reason.starts_with("in progress on ")).collect();
     if args.json {
-        return Ok(serde_json::to_string(&serde_json::json!({"sync": report, "submitted": submitted}))? + "\n");
+        let flagged: Vec<_> = planned.iter().filter(|j| j.flag.is_some()).collect();
+        let json =
+            serde_json::json!({"sync": report, "submitted": submitted, "elsewhere": elsewhere, "flagged": flagged});
+        return Ok(serde_json::to_string(&json)? + "\n");
     }
     let mut out = sync_text(&report);
     for s in &submitted {
@@ -193,6 +220,14 @@ fn iterate(session: &Session, args: &LaunchArgs, executables: &Executables) -> R
             s.outcome,
             s.job_id.as_ref().map(|j| format!(" job {j}")).unwrap_or_default()
         );
+    }
+    for job in &elsewhere {
+        out += &format!("{:<48} {:<34} skipped: {}\n", job.model, job.benchmark, job.reason);
+    }
+    for job in &planned {
+        if let Some(flag) = &job.flag {
+            out += &format!("flagged   {} {}: {flag}\n", job.model, job.benchmark);
+        }
     }
     let skipped = planned.iter().filter(|j| j.decision == Verdict::Skip).count();
     out += &format!(
@@ -272,7 +307,12 @@ fn sync_text(report: &SyncReport) -> String {
 
 pub fn sync_command(args: &SyncArgs) -> Result<ExitCode> {
     let session = Session::open(&args.ledger)?;
-    let report = sync::sync(session.ledger.as_ref(), &session.slurm, &session.cluster.name)?;
+    let report = sync::sync_and_heartbeat(
+        session.ledger.as_ref(),
+        &session.slurm,
+        &session.cluster.name,
+        stale_after_s(args.stale_after, None),
+    )?;
     super::print(&if args.json {
         serde_json::to_string_pretty(&report)? + "\n"
     } else {

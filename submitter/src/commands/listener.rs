@@ -76,7 +76,12 @@ fn job_name(cluster: &str) -> String {
 }
 
 fn read_state(path: &Path) -> Result<ListenerState> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text = launch_spec::fsread::read_text_capped(
+        path,
+        launch_spec::fsread::RECORD_CAP,
+        launch_spec::fsread::Links::Refuse,
+    )
+    .with_context(|| format!("reading {}", path.display()))?;
     serde_json::from_str(&text).with_context(|| format!("{}: not a listener state file", path.display()))
 }
 

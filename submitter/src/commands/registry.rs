@@ -28,7 +28,7 @@ pub struct ResolveArgs {
     #[arg(long, value_name = "DIR")]
     clusters: Option<PathBuf>,
     /// Override the timeout multiplier for every model.
-    #[arg(long, value_name = "X")]
+    #[arg(long, value_name = "X", value_parser = config::args::multiplier)]
     timeout_multiplier: Option<f64>,
     /// Print one JSON object keyed by model id.
     #[arg(long)]
@@ -86,7 +86,11 @@ pub fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
         Registry::load(&registry_dir).with_context(|| format!("loading registry {}", registry_dir.display()))?;
     let models = match &args.models_file {
         Some(file) => lists::read_model_list(file)?,
-        None => args.models.clone(),
+        None => args
+            .models
+            .iter()
+            .map(|m| config::args::model(m).map_err(|e| anyhow::anyhow!("MODEL: {e}")))
+            .collect::<Result<_>>()?,
     };
     let overrides = Overrides { timeout_multiplier: args.timeout_multiplier, ..Overrides::default() };
     let mut resolved: Vec<(String, Resolved)> = Vec::with_capacity(models.len());

@@ -58,13 +58,13 @@ pub struct Selection {
     /// Resubmit finished pairs whose config (timeout multiplier, overrides) differs from now.
     #[arg(long)]
     pub config_aware: bool,
-    #[arg(long, value_name = "X")]
+    #[arg(long, value_name = "X", value_parser = submitter::config::args::multiplier)]
     pub timeout_multiplier: Option<f64>,
     #[arg(long = "agent-kwarg", value_name = "K=V")]
     pub agent_kwargs: Vec<String>,
-    #[arg(long, value_name = "F")]
+    #[arg(long, value_name = "F", value_parser = submitter::config::args::fraction)]
     pub gpu_memory_utilization: Option<f64>,
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = submitter::config::args::count)]
     pub n_concurrent: Option<u32>,
 }
 
@@ -178,7 +178,11 @@ impl Selection {
     /// The models to consider, in priority order. No list means no submissions, unless
     /// `--all-models` explicitly selects the ledger's catalogue.
     pub fn models(&self, ledger: &dyn Ledger) -> Result<Vec<String>> {
-        let mut models = self.models.clone();
+        let mut models: Vec<String> = self
+            .models
+            .iter()
+            .map(|m| submitter::config::args::model(m).map_err(|e| anyhow::anyhow!("--model: {e}")))
+            .collect::<Result<_>>()?;
         if let Some(file) = &self.models_file {
             models.extend(lists::read_model_list(file)?);
         }

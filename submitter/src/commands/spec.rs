@@ -29,22 +29,24 @@ pub struct SpecArgs {
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
     /// Operator override of the timeout multiplier.
-    #[arg(long, value_name = "X")]
+    #[arg(long, value_name = "X", value_parser = config::args::multiplier)]
     timeout_multiplier: Option<f64>,
     /// Agent kwarg `key=value` (repeatable); wins over registry and preset.
     #[arg(long = "agent-kwarg", value_name = "K=V")]
     agent_kwargs: Vec<String>,
     /// Operator override of the GPU-memory ceiling (wins over cluster and GPU profile).
-    #[arg(long, value_name = "F")]
+    #[arg(long, value_name = "F", value_parser = config::args::fraction)]
     gpu_memory_utilization: Option<f64>,
     /// Harbor concurrency (clamped to the cluster's ceiling).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = config::args::count)]
     n_concurrent: Option<u32>,
     #[command(flatten)]
     dirs: ConfigDirs,
 }
 
 pub fn spec(args: &SpecArgs) -> Result<ExitCode> {
+    // Checked here rather than by clap, whose message would echo a newline in the id raw.
+    config::args::model(&args.model).map_err(|e| anyhow::anyhow!("--model: {e}"))?;
     let dirs = args.dirs.resolve()?;
     let root = ConfigRoot::discover().map(|r| r.root).unwrap_or_else(|_| dirs.clusters.join(".."));
     let cluster = config::load_cluster(&dirs.clusters, &args.cluster)?;

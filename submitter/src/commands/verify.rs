@@ -429,7 +429,9 @@ fn file_for(dir: &Path, job: Option<&str>, args: &LogsArgs) -> Result<PathBuf> {
 pub fn logs(args: &LogsArgs) -> Result<ExitCode> {
     let (dir, job) = resolve_target(args)?;
     let path = file_for(&dir, job.as_deref(), args)?;
-    let mut file = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
+    // A regular file (a FIFO in the run dir would hang `logs`), never through a symlink.
+    let mut file = launch_spec::fsread::open_regular(&path, launch_spec::fsread::Links::Refuse)
+        .with_context(|| format!("opening {}", path.display()))?;
     let tail = args.tail.or(if args.follow { Some(20) } else { None });
     let mut offset = match tail {
         Some(n) => start_of_last_lines(&mut file, n)?,
@@ -445,7 +447,7 @@ pub fn logs(args: &LogsArgs) -> Result<ExitCode> {
         let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
         if len < offset {
             // Truncated or replaced: start over.
-            file = std::fs::File::open(&path)?;
+            file = launch_spec::fsread::open_regular(&path, launch_spec::fsread::Links::Refuse)?;
             offset = 0;
         }
         offset += copy_from(&mut file, offset, &mut out)?;

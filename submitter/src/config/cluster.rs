@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use launch_spec::versions::{HarborDialect, Version};
 use serde::Deserialize;
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -15,10 +16,10 @@ pub struct ClusterProfile {
     pub description: Option<String>,
     pub slurm: SlurmSettings,
     pub hardware: Hardware,
-    /// Named Python environment prefixes (the old `conda_envs`): payload runs `<prefix>/bin/…`
-    /// with PATH/LD_LIBRARY_PATH set, never `conda activate`.
+    /// Named Python environments (the old `conda_envs`): payload runs `<prefix>/bin/…` with
+    /// PATH/LD_LIBRARY_PATH set, never `conda activate`. Each declares the vLLM and Harbor it has.
     #[serde(default)]
-    pub environments: BTreeMap<String, PathBuf>,
+    pub environments: BTreeMap<String, Environment>,
     pub engine: EngineSettings,
     pub harbor: HarborSettings,
     pub paths: Paths,
@@ -78,6 +79,71 @@ fn yes() -> bool {
     true
 }
 
+/// One environment: its prefix and the program versions installed there (docs/real-programs.md,
+/// "Declared versions"). YAML: `name: PREFIX` (versions undeclared: the verified ones are assumed)
+/// or `name: {path: PREFIX, vllm: "0.33.0", harbor: "0.25.0"}`; `harbor` may name a flavour
+/// (`extra-body-fork`) instead of a release.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Environment {
+    pub path: PathBuf,
+    pub vllm: Option<Version>,
+    pub harbor: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeclaredEnvironment {
+    path: PathBuf,
+    #[serde(default)]
+    vllm: Option<Version>,
+    #[serde(default)]
+    harbor: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for Environment {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Environment;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a prefix path or {path: PREFIX, vllm: \"X.Y.Z\", harbor: \"X.Y.Z\" or a flavour}")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Environment, E> {
+                Ok(Environment { path: PathBuf::from(v), vllm: None, harbor: None })
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Environment, A::Error> {
+                let e = DeclaredEnvironment::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                if let Some(harbor) = &e.harbor {
+                    HarborDialect::from_declared(harbor).map_err(serde::de::Error::custom)?;
+                }
+                Ok(Environment { path: e.path, vllm: e.vllm, harbor: e.harbor })
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
+
+impl Environment {
+    /// The declared vLLM, else the verified one.
+    pub fn vllm(&self) -> Version {
+        self.vllm.unwrap_or(launch_spec::versions::VERIFIED_VLLM)
+    }
+
+    /// What the declared Harbor speaks (the verified release when undeclared).
+    pub fn harbor_dialect(&self) -> HarborDialect {
+        self.harbor.as_deref().and_then(|h| HarborDialect::from_declared(h).ok()).map(|(d, _)| d).unwrap_or_default()
+    }
+}
+
+/// `engine.supports_swap_space` was a guess per cluster; the capability now follows from each
+/// environment's declared vLLM. Refused with the replacement, so no command reads it differently.
+fn retired_supports_swap_space<'de, D: serde::Deserializer<'de>>(_: D) -> Result<(), D::Error> {
+    Err(serde::de::Error::custom(format!(
+        "engine.supports_swap_space is replaced by each environment's declared vLLM version: remove it and write `environments: {{NAME: {{path: PREFIX, vllm: \"X.Y.Z\"}}}}` (vLLM before {} has --swap-space)",
+        launch_spec::versions::VLLM_SWAP_SPACE_REMOVED
+    )))
+}
+
 fn default_kill_wait() -> u64 {
     30
 }
@@ -122,9 +188,9 @@ pub struct EngineSettings {
     pub program: String,
     /// Environment (key of `environments`) used when the registry names none.
     pub default_environment: String,
-    /// Whether the installed vLLM still has `--swap-space` (newer versions dropped it).
-    #[serde(default)]
-    pub supports_swap_space: bool,
+    /// Retired: refused with the replacement (`retired_supports_swap_space`).
+    #[serde(default, deserialize_with = "retired_supports_swap_space")]
+    pub supports_swap_space: (),
     #[serde(default = "default_health_timeout")]
     pub health_timeout_s: u64,
     /// Extra non-secret environment for vLLM on this cluster.
@@ -362,20 +428,38 @@ impl Default for VerifySettings {
 
 impl VerifySettings {
     pub fn problems(&self) -> Vec<String> {
+        use launch_spec::validate as v;
         let mut problems = Vec::new();
-        for (key, share) in [
+        for (key, value) in [
             ("bad_request_share", self.bad_request_share),
             ("server_error_share", self.server_error_share),
             ("instant_fail_share", self.instant_fail_share),
             ("min_valid_share", self.min_valid_share),
             ("max_error_share", self.max_error_share),
         ] {
-            if !(0.0..=1.0).contains(&share) {
-                problems.push(format!("verify.{key} {share} must be a share in [0, 1]"));
+            if let Err(problem) = v::share(value) {
+                problems.push(format!("verify.{key} {problem}"));
             }
         }
-        if self.heartbeat_timeout_s == 0 {
-            problems.push("verify.heartbeat_timeout_s must be > 0".to_string());
+        if let Err(problem) = v::seconds(self.instant_fail_s, false) {
+            problems.push(format!("verify.instant_fail_s {problem}"));
+        }
+        let auto = self.auto_cancel.clone().unwrap_or_default();
+        for (key, value, positive) in [
+            ("heartbeat_timeout_s", Some(self.heartbeat_timeout_s), true),
+            ("no_status_after_s", Some(self.no_status_after_s), false),
+            ("stall_after_s", Some(self.stall_after_s), false),
+            ("zero_ok_after_s", Some(self.zero_ok_after_s), false),
+            ("zombie_after_s", Some(self.zombie_after_s), false),
+            ("no_result_after_s", Some(self.no_result_after_s), false),
+            ("auto_cancel.dead_after_s", auto.dead_after_s, false),
+            ("auto_cancel.stalled_after_s", auto.stalled_after_s, false),
+        ] {
+            if let Some(value) = value
+                && let Err(problem) = v::whole_seconds(value, positive)
+            {
+                problems.push(format!("verify.{key} {problem}"));
+            }
         }
         problems
     }
@@ -398,8 +482,10 @@ fn default_pre_download_timeout() -> u64 {
 }
 
 impl ClusterProfile {
-    /// Problems within the profile itself (cross-file checks live in `registry check`).
+    /// Problems within the profile itself (cross-file checks live in `registry check`). Loading a
+    /// cluster for `spec`, `plan` or `launch` refuses a profile with any (config::load_cluster).
     pub fn problems(&self) -> Vec<String> {
+        use launch_spec::validate as v;
         let mut problems = Vec::new();
         if self.hardware.gpus_per_node == 0 {
             problems.push("hardware.gpus_per_node must be ≥ 1".to_string());
@@ -416,23 +502,112 @@ impl ClusterProfile {
             }
         }
         if let Some(util) = self.hardware.gpu_memory_utilization
-            && !(util > 0.0 && util <= 1.0)
+            && let Err(problem) = v::fraction(util)
         {
-            problems.push(format!("hardware.gpu_memory_utilization {util} must be in (0, 1]"));
+            problems.push(format!("hardware.gpu_memory_utilization {problem}"));
         }
         if self.limits.walltime_lead_s < 60 {
             problems
                 .push("limits.walltime_lead_s should be ≥ 60: Slurm may deliver the signal up to 60 s early".into());
         }
+        let limits = &self.limits;
+        let mut check = |field: &str, result: Result<(), String>| {
+            if let Err(problem) = result {
+                problems.push(format!("{field} {problem}"));
+            }
+        };
+        check("engine.health_timeout_s", v::whole_seconds(self.engine.health_timeout_s, true).map(drop));
+        check("slurm.kill_wait_s", v::whole_seconds(self.slurm.kill_wait_s, false).map(drop));
+        check("limits.walltime_lead_s", v::whole_seconds(limits.walltime_lead_s, false).map(drop));
+        check("limits.submission_delay_s", v::seconds(limits.submission_delay_s, false).map(drop));
+        check("limits.stale_pending_hours", v::seconds(limits.stale_pending_hours * 3600.0, true).map(drop));
+        check("limits.n_concurrent", v::at_least_one(limits.n_concurrent.into()).map(drop));
+        check("limits.max_jobs_in_flight", v::at_least_one(limits.max_jobs_in_flight.into()).map(drop));
+        check("limits.max_attempts", v::at_least_one(limits.max_attempts.into()).map(drop));
+        if let Some(ceiling) = limits.n_concurrent_ceiling {
+            check("limits.n_concurrent_ceiling", v::at_least_one(ceiling.into()).map(drop));
+        }
+        if self.pre_download.enabled {
+            check("pre_download.timeout_s", v::whole_seconds(self.pre_download.timeout_s, true).map(drop));
+        }
+        if let Some(port) = self.network.proxy.as_ref().and_then(|p| p.ssh_port) {
+            check("network.proxy.ssh_port", v::port(port).map(drop));
+        }
         if super::parse_slurm_time(&self.slurm.time).is_none() {
             problems.push(format!("slurm.time `{}` is not a Slurm time (HH:MM:SS or D-HH:MM:SS)", self.slurm.time));
         }
         problems.extend(self.verify.problems());
+        for (name, env) in &self.environments {
+            for var in
+                self.engine.env.keys().filter(|v| launch_spec::versions::vllm_retired_env(env.vllm()).any(|r| r == *v))
+            {
+                problems.push(format!(
+                    "engine.env {var} is unknown to vLLM {} (environment `{name}`): remove it",
+                    env.vllm()
+                ));
+            }
+        }
         if let Some(proxy) = &self.network.proxy
             && !["env", "proxychains"].contains(&proxy.mode.as_str())
         {
             problems.push(format!("network.proxy.mode `{}` must be `env` or `proxychains`", proxy.mode));
         }
         problems
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use launch_spec::versions::{HarborDialect, VERIFIED_VLLM};
+    use std::path::Path;
+
+    const LOCAL: &str = include_str!("../../../clusters/local.yaml");
+
+    fn parse(text: &str) -> Result<ClusterProfile, launch_spec::yaml::YamlError> {
+        launch_spec::yaml::from_yaml_str(text, std::path::Path::new("clusters/x.yaml"))
+    }
+
+    #[test]
+    fn environments_declare_versions_or_take_the_verified_ones() {
+        let profile = parse(LOCAL).unwrap();
+        let env = &profile.environments["otagent"];
+        assert_eq!(env.vllm, Some(VERIFIED_VLLM));
+        assert_eq!(env.harbor_dialect(), HarborDialect::Harbor025);
+        let old_form = LOCAL.replace(
+            "  otagent:\n    path: ${SUBMITTER_HOME}/.local-env\n    vllm: \"0.33.0\"\n    harbor: \"0.25.0\"\n",
+            "  otagent: /envs/otagent\n",
+        );
+        let profile = parse(&old_form).unwrap();
+        let env = &profile.environments["otagent"];
+        assert_eq!((env.path.as_path(), env.vllm, env.vllm()), (Path::new("/envs/otagent"), None, VERIFIED_VLLM));
+        let fork = LOCAL.replacen("harbor: \"0.25.0\"", "harbor: extra-body-fork", 1).replacen(
+            "vllm: \"0.33.0\"",
+            "vllm: \"0.10.1.post1\"",
+            1,
+        );
+        let profile = parse(&fork).unwrap();
+        let env = &profile.environments["otagent"];
+        assert_eq!(env.harbor_dialect(), HarborDialect::ExtraBodyFork);
+        assert!(launch_spec::versions::vllm_has_swap_space(env.vllm()));
+    }
+
+    #[test]
+    fn bad_declarations_and_the_retired_key_are_refused_with_the_fix() {
+        let err = parse(&LOCAL.replacen("harbor: \"0.25.0\"", "harbor: \"0.9.0\"", 1)).unwrap_err().to_string();
+        assert!(err.contains("clusters/x.yaml:") && err.contains("older than 0.25.0"), "{err}");
+        let err = parse(&LOCAL.replacen("vllm: \"0.33.0\"", "vllm: latest", 1)).unwrap_err().to_string();
+        assert!(err.contains("`latest` is not a version"), "{err}");
+        let err = parse(&LOCAL.replace("engine:\n", "engine:\n  supports_swap_space: true\n")).unwrap_err().to_string();
+        assert!(err.contains("engine.supports_swap_space is replaced") && err.contains("vllm:"), "{err}");
+    }
+
+    #[test]
+    fn retired_vllm_env_is_a_problem_where_the_declared_vllm_no_longer_knows_it() {
+        let with_env = LOCAL.replace("engine:\n", "engine:\n  env:\n    VLLM_USE_V1: \"1\"\n");
+        let problems = parse(&with_env).unwrap().problems();
+        assert!(problems.iter().any(|p| p.contains("VLLM_USE_V1 is unknown to vLLM 0.33.0")), "{problems:?}");
+        let older = with_env.replace("vllm: \"0.33.0\"", "vllm: \"0.10.1\"");
+        assert!(parse(&older).unwrap().problems().is_empty());
     }
 }

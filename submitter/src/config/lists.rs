@@ -4,26 +4,45 @@
 use std::path::Path;
 
 #[derive(Debug, thiserror::Error)]
-#[error("{path}: cannot read model list: {source} (give a file with one model id per line)")]
-pub struct ListError {
-    pub path: std::path::PathBuf,
-    pub source: std::io::Error,
+pub enum ListError {
+    #[error("{path}: cannot read model list: {source} (give a file with one model id per line)")]
+    Read { path: std::path::PathBuf, source: std::io::Error },
+    #[error("{path}:{line}: {problem}")]
+    BadId { path: std::path::PathBuf, line: usize, problem: String },
 }
 
-pub fn parse_model_list(text: &str) -> Vec<String> {
+/// The ids of a list, each with its 1-based line number.
+pub fn parse_model_list_lines(text: &str) -> Vec<(usize, String)> {
     let mut seen = std::collections::HashSet::new();
     text.lines()
-        .map(|line| line.split('#').next().unwrap_or_default().trim())
-        .filter(|line| !line.is_empty())
-        .filter(|line| seen.insert(line.to_string()))
-        .map(str::to_string)
+        .enumerate()
+        .map(|(index, line)| (index + 1, line.split('#').next().unwrap_or_default().trim()))
+        .filter(|(_, line)| !line.is_empty())
+        .filter(|(_, line)| seen.insert(line.to_string()))
+        .map(|(number, line)| (number, line.to_string()))
         .collect()
 }
 
+pub fn parse_model_list(text: &str) -> Vec<String> {
+    parse_model_list_lines(text).into_iter().map(|(_, id)| id).collect()
+}
+
+/// Reads a list (a regular file, at most 16 MiB); every id must pass `validate::model_id`.
 pub fn read_model_list(path: &Path) -> Result<Vec<String>, ListError> {
-    std::fs::read_to_string(path)
-        .map(|text| parse_model_list(&text))
-        .map_err(|source| ListError { path: path.to_path_buf(), source })
+    use launch_spec::fsread;
+    let text = fsread::read_text_capped(path, fsread::RECORD_CAP, fsread::Links::Follow)
+        .map_err(|source| ListError::Read { path: path.to_path_buf(), source })?;
+    parse_model_list_lines(&text)
+        .into_iter()
+        .map(|(line, id)| {
+            launch_spec::validate::model_id(&id).map_err(|problem| ListError::BadId {
+                path: path.to_path_buf(),
+                line,
+                problem,
+            })?;
+            Ok(id)
+        })
+        .collect()
 }
 
 /// The models to consider, in priority order: the list minus the blacklist (the blacklist wins).

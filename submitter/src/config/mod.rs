@@ -2,6 +2,7 @@
 //! Every YAML file goes through `launch_spec::yaml` (strict: unknown keys and wrong types are
 //! errors naming file, line and column).
 
+pub mod args;
 pub mod cluster;
 pub mod lists;
 pub mod preset;
@@ -11,7 +12,7 @@ use std::path::{Path, PathBuf};
 use launch_spec::GpuProfiles;
 use launch_spec::yaml::{YamlError, from_yaml_file};
 
-pub use cluster::ClusterProfile;
+pub use cluster::{ClusterProfile, Environment};
 pub use preset::Preset;
 
 pub const GPU_PROFILES_FILE: &str = "gpus.yaml";
@@ -107,11 +108,12 @@ pub fn load_clusters(dir: &Path) -> Result<Vec<(PathBuf, ClusterProfile)>, Confi
         .collect()
 }
 
-/// The cluster called `name` or aliased so (`tacc` → `vista`).
+/// The cluster called `name` or aliased so (`tacc` → `vista`); a profile with any problem
+/// `registry check` reports is refused here, so no command runs with it.
 pub fn load_cluster(dir: &Path, name: &str) -> Result<ClusterProfile, ConfigError> {
     let clusters = load_clusters(dir)?;
-    if let Some((_, found)) = clusters.iter().find(|(_, c)| c.name == name || c.aliases.iter().any(|a| a == name)) {
-        return Ok(found.clone());
+    if let Some((path, found)) = clusters.iter().find(|(_, c)| c.name == name || c.aliases.iter().any(|a| a == name)) {
+        return refuse_problems(path, found.problems()).map(|()| found.clone());
     }
     let valid =
         clusters
@@ -142,13 +144,27 @@ pub fn load_presets(dir: &Path) -> Result<Vec<(String, PathBuf, Preset)>, Config
     yaml_files(dir)?.into_iter().map(|path| Ok((stem(&path), path.clone(), from_yaml_file::<Preset>(&path)?))).collect()
 }
 
+/// The preset `presets/<name>.yaml`; one with any problem `registry check` reports is refused.
 pub fn load_preset(dir: &Path, name: &str) -> Result<Preset, ConfigError> {
     let path = dir.join(format!("{name}.yaml"));
-    if path.is_file() {
-        return Ok(from_yaml_file(&path)?);
+    let is_name = !name.is_empty() && !name.starts_with('.') && !name.contains('/');
+    if is_name && path.exists() {
+        let preset: Preset = from_yaml_file(&path)?;
+        let harbor_dir = dir.join("harbor");
+        return refuse_problems(&path, preset.problems_with(&harbor_dir)).map(|()| preset);
     }
     let valid = yaml_files(dir)?.iter().map(|p| stem(p)).collect::<Vec<_>>().join(", ");
     Err(ConfigError::UnknownPreset { name: name.to_string(), valid, dir: dir.to_path_buf() })
+}
+
+/// The first problem as the error (with how many more), none → Ok.
+fn refuse_problems(path: &Path, problems: Vec<String>) -> Result<(), ConfigError> {
+    let Some(first) = problems.first() else { return Ok(()) };
+    let more = match problems.len() {
+        1 => String::new(),
+        n => format!(" (and {} more: `submitter registry check` lists them)", n - 1),
+    };
+    Err(ConfigError::Invalid { path: path.to_path_buf(), problem: format!("{first}{more}") })
 }
 
 /// Parses Slurm's `--time` forms (`MM`, `MM:SS`, `HH:MM:SS`, `D-HH`, `D-HH:MM`, `D-HH:MM:SS`) to seconds.

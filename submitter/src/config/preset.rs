@@ -84,8 +84,46 @@ impl Preset {
             .collect()
     }
 
+    /// Problems within the preset, and its Harbor job config missing from `harbor_dir`.
+    pub fn problems_with(&self, harbor_dir: &std::path::Path) -> Vec<String> {
+        let mut problems = self.problems();
+        let config_yaml = self.config_yaml.as_deref().unwrap_or(DEFAULT_HARBOR_CONFIG);
+        let path = if std::path::Path::new(config_yaml).is_absolute() {
+            PathBuf::from(config_yaml)
+        } else {
+            harbor_dir.join(config_yaml)
+        };
+        if !path.is_file() {
+            problems.push(format!("config_yaml `{config_yaml}` not found (looked for {})", path.display()));
+        }
+        problems
+    }
+
     pub fn problems(&self) -> Vec<String> {
+        use launch_spec::validate as v;
         let mut problems = Vec::new();
+        for (field, value) in
+            [("n_concurrent", self.n_concurrent), ("n_attempts", self.n_attempts), ("tp_size", self.tp_size)]
+        {
+            if let Some(value) = value
+                && let Err(problem) = v::at_least_one(value.into())
+            {
+                problems.push(format!("{field} {problem}"));
+            }
+        }
+        for env in self.agent_envs() {
+            let valid = |name: &str| {
+                !name.is_empty()
+                    && !name.starts_with(|c: char| c.is_ascii_digit())
+                    && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            };
+            if !valid(&env.name) || env.from.as_deref().is_some_and(|from| from.is_empty()) {
+                problems.push(format!(
+                    "agent_envs item `{}` is not NAME or NAME=SOURCE with NAME a variable name ([A-Za-z_][A-Za-z0-9_]*)",
+                    env.name
+                ));
+            }
+        }
         if self.datasets.is_empty() {
             problems.push("datasets is empty: name at least one dataset".to_string());
         }
@@ -99,9 +137,9 @@ impl Preset {
             }
         }
         if let Some(util) = self.gpu_memory_util
-            && !(util > 0.0 && util <= 1.0)
+            && let Err(problem) = v::fraction(util)
         {
-            problems.push(format!("gpu_memory_util {util} must be in (0, 1]"));
+            problems.push(format!("gpu_memory_util {problem}"));
         }
         if let Some(time) = &self.slurm_time
             && super::parse_slurm_time(time).is_none()

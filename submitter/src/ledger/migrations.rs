@@ -15,12 +15,20 @@ pub(crate) struct Migration {
     pub postgres: &'static str,
 }
 
-pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "initial",
-    sqlite: include_str!("migrations/0001_initial.sqlite.sql"),
-    postgres: include_str!("migrations/0001_initial.postgres.sql"),
-}];
+pub(crate) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "initial",
+        sqlite: include_str!("migrations/0001_initial.sqlite.sql"),
+        postgres: include_str!("migrations/0001_initial.postgres.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "team",
+        sqlite: include_str!("migrations/0002_team.sqlite.sql"),
+        postgres: include_str!("migrations/0002_team.postgres.sql"),
+    },
+];
 
 /// The schema version this build writes.
 pub fn latest_version() -> i64 {
@@ -95,6 +103,8 @@ mod tests {
         let renamed = pending("sqlite:x", &[(1, "other".into())]);
         assert!(matches!(renamed, Err(LedgerError::Migration { version: 1, .. })), "{renamed:?}");
         assert_eq!(pending("sqlite:x", &[]).unwrap().len(), MIGRATIONS.len());
-        assert!(pending("sqlite:x", &[(1, "initial".into())]).unwrap().is_empty());
+        assert_eq!(pending("sqlite:x", &[(1, "initial".into())]).unwrap().len(), MIGRATIONS.len() - 1);
+        let all: Vec<(i64, String)> = MIGRATIONS.iter().map(|m| (m.version, m.name.to_string())).collect();
+        assert!(pending("sqlite:x", &all).unwrap().is_empty());
     }
 }

@@ -115,8 +115,57 @@ pub trait Ledger: Send + Sync {
     fn list_models(&self) -> Result<Vec<Model>>;
 
     /// Catalogue models with no `finished` attempt in `family` (a member benchmark's name resolves
-    /// to its family), optionally of one size class (`"8"`, `"32"`), in registration order.
+    /// to its family), optionally of one size class (`"8"`, `"32"`: bands, see [`size_matches`]),
+    /// in registration order.
     fn unevaluated(&self, family: &str, size_class: Option<&str>) -> Result<Vec<String>>;
+
+    /// Records that `submitter` has just reconciled `cluster`'s attempts with that cluster's Slurm,
+    /// and the bound (seconds) after which submitters elsewhere flag them as unattended.
+    fn record_heartbeat(&self, cluster: &str, submitter: &str, stale_after_s: u64) -> Result<()>;
+
+    /// Every heartbeat, with its age by the ledger's clock.
+    fn heartbeats(&self) -> Result<Vec<Heartbeat>>;
+
+    /// The imported attempts of `source` (their `source_id` starts with `<source>#`).
+    fn imported(&self, source: &str) -> Result<Vec<ImportedState>>;
+
+    /// Rewrites imported attempts in place from their source (status, reason, metrics, times, job
+    /// id): the source is the truth for them, so the lifecycle rules of [`Ledger::transition`] do
+    /// not apply. An update that would give a pair a second active attempt is refused.
+    fn update_imported(&self, updates: &[(AttemptId, ImportedAttempt)]) -> Result<usize>;
+
+    /// Where the last import of `source` stopped (None: never imported).
+    fn import_watermark(&self, source: &str) -> Result<Option<Timestamp>>;
+
+    /// Records an import of `source` up to `watermark`.
+    fn set_import_watermark(&self, source: &str, watermark: Option<Timestamp>) -> Result<()>;
+}
+
+/// One submitter's heartbeat on one cluster.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Heartbeat {
+    pub cluster: String,
+    pub submitter: String,
+    pub refreshed_at: Timestamp,
+    pub stale_after_s: u64,
+    /// Seconds since `refreshed_at`, by the ledger's clock.
+    pub age_s: u64,
+}
+
+impl Heartbeat {
+    pub fn is_stale(&self) -> bool {
+        self.age_s > self.stale_after_s
+    }
+}
+
+/// An imported attempt as the ledger holds it (what an incremental import compares against).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImportedState {
+    pub id: AttemptId,
+    pub source_id: String,
+    pub status: Status,
+    pub has_metrics: bool,
+    pub slurm_job_id: Option<String>,
 }
 
 /// Opens (creating and migrating as needed) the ledger that `spec` names:
@@ -385,6 +434,8 @@ pub struct ImportedAttempt {
     pub submitted_at: Timestamp,
     pub started_at: Option<Timestamp>,
     pub ended_at: Option<Timestamp>,
+    /// `<source>#<row id>` for an attempt imported from the team's history, else None.
+    pub source_id: Option<String>,
 }
 
 /// The planner's view of one (model, family).
@@ -410,6 +461,28 @@ pub struct Model {
 /// The size class of a model id: its total size token as written without a trailing `.0`.
 pub fn size_class(model: &str) -> Option<String> {
     crate::registry::size::total_size(model).map(|size| format!("{size}"))
+}
+
+/// Whether a model falls in size class `class`. `"8"` is the 8B class (total ≤ 14.5B), `"32"` the
+/// 32B class (28–42B); MoE models count by their total size (`Qwen3-30B-A3B` → 32B class). Any other
+/// number matches that exact total size. The size is the id's total size token, else the base
+/// model's.
+pub fn size_matches(class: &str, model: &str, base_model: Option<&str>) -> bool {
+    use crate::registry::size::total_size;
+    let Some(size) = total_size(model).or_else(|| base_model.and_then(total_size)) else { return false };
+    match class.trim().trim_end_matches(['b', 'B']) {
+        "8" => size <= 14.5,
+        "32" => (28.0..=42.0).contains(&size),
+        other => other.parse::<f64>().is_ok_and(|wanted| (wanted - size).abs() < 1e-9),
+    }
+}
+
+/// Keeps the `(id, base_model)` rows of `class` (all when None), returning their ids in order.
+pub(crate) fn filter_by_size(rows: Vec<(String, Option<String>)>, class: Option<&str>) -> Vec<String> {
+    rows.into_iter()
+        .filter(|(id, base)| class.is_none_or(|c| size_matches(c, id, base.as_deref())))
+        .map(|(id, _)| id)
+        .collect()
 }
 
 /// The current time at the ledger's resolution.
@@ -596,6 +669,21 @@ mod tests {
     }
 
     #[test]
+    fn size_bands_and_base_fallback() {
+        assert!(size_matches("8", "org/Qwen3-8B-sft", None));
+        assert!(size_matches("8", "org/phi-14B", None));
+        assert!(!size_matches("8", "org/Qwen3-32B", None));
+        for id in ["Qwen/Qwen3-32B", "Qwen/Qwen3-30B-A3B", "x/QwQ-32B-Preview", "x/Model-40B"] {
+            assert!(size_matches("32", id, None), "{id}");
+        }
+        assert!(!size_matches("32", "x/Model-27B", None) && !size_matches("32", "x/Model-70B", None));
+        assert!(size_matches("32", "org/my-sft-run", Some("Qwen/Qwen3-32B")));
+        assert!(!size_matches("32", "org/my-sft-run", None));
+        assert!(size_matches("8", "org/Qwen3-8B-sft", Some("Qwen/Qwen3-32B")), "the id's own token wins");
+        assert!(size_matches("1.5", "x/Qwen2.5-1.5B", None) && !size_matches("7", "x/Qwen2.5-1.5B", None));
+    }
+
+    #[test]
     fn import_numbering_follows_submission_time_per_pair() {
         let at = |s: i64| DateTime::from_timestamp(1_700_000_000 + s, 0).unwrap();
         let row = |model: &str, benchmark: &str, t: i64| ImportedAttempt {
@@ -612,6 +700,7 @@ mod tests {
             submitted_at: at(t),
             started_at: None,
             ended_at: None,
+            source_id: None,
         };
         let rows = [row("m", "b", 30), row("m", "b2", 10), row("m", "b", 20), row("n", "b", 5)];
         let family = |b: &str| if b == "b2" { "b".to_string() } else { b.to_string() };

@@ -32,8 +32,9 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::migrations::{self, Migration};
 use super::{
-    ATTEMPT_COLUMNS, Attempt, AttemptId, ImportedAttempt, LATEST_PER_PAIR_SQL, Ledger, LedgerError, Model, NewAttempt,
-    PairState, Result, Status, number_imports, postgres_location, scrub, size_class, sql_status_list, url_password,
+    ATTEMPT_COLUMNS, Attempt, AttemptId, Heartbeat, ImportedAttempt, ImportedState, LATEST_PER_PAIR_SQL, Ledger,
+    LedgerError, Model, NewAttempt, PairState, Result, Status, Timestamp, filter_by_size, number_imports,
+    postgres_location, scrub, size_class, sql_status_list, url_password,
 };
 
 /// Used when the URL sets no `connect_timeout`: an unroutable host fails in seconds, not minutes.
@@ -862,20 +863,136 @@ impl Ledger for PgLedger {
     }
 
     fn unevaluated(&self, family: &str, size_class: Option<&str>) -> Result<Vec<String>> {
-        self.with_client("list unevaluated models", |client| {
+        let rows = self.with_client("list unevaluated models", |client| {
             let sql = format!(
-                "SELECT m.id FROM models m
-                 WHERE ($2::text IS NULL OR m.size_class = $2)
-                   AND NOT EXISTS (SELECT 1 FROM attempts a
+                "SELECT m.id, m.base_model FROM models m
+                 WHERE NOT EXISTS (SELECT 1 FROM attempts a
                                    WHERE a.model = m.id AND a.benchmark_family = {FAMILY_SQL}
                                      AND a.status = 'finished')
                  ORDER BY m.registered_at, m.id"
             );
             client
-                .query_typed(&sql, &[(&family, Type::TEXT), (&size_class, Type::TEXT)])?
+                .query_typed(&sql, &[(&family, Type::TEXT)])?
                 .iter()
-                .map(|row| Ok(row.try_get(0)?))
+                .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+                .collect::<Step<Vec<(String, Option<String>)>>>()
+        })?;
+        Ok(filter_by_size(rows, size_class))
+    }
+
+    fn record_heartbeat(&self, cluster: &str, submitter: &str, stale_after_s: u64) -> Result<()> {
+        let bound = i64::try_from(stale_after_s).unwrap_or(i64::MAX);
+        self.with_client("record a heartbeat", |client| {
+            client.execute_typed(
+                "INSERT INTO heartbeats (cluster, submitter, refreshed_at, stale_after_s) VALUES ($1, $2, now(), $3)
+                 ON CONFLICT (cluster, submitter) DO UPDATE
+                 SET refreshed_at = excluded.refreshed_at, stale_after_s = excluded.stale_after_s",
+                &[(&cluster, Type::TEXT), (&submitter, Type::TEXT), (&bound, Type::INT8)],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn heartbeats(&self) -> Result<Vec<Heartbeat>> {
+        self.with_client("read heartbeats", |client| {
+            client
+                .query_typed(
+                    "SELECT cluster, submitter, refreshed_at, stale_after_s,
+                            GREATEST(0, EXTRACT(EPOCH FROM now() - refreshed_at))::int8
+                     FROM heartbeats ORDER BY cluster, submitter",
+                    &[],
+                )?
+                .iter()
+                .map(|row| {
+                    Ok(Heartbeat {
+                        cluster: row.try_get(0)?,
+                        submitter: row.try_get(1)?,
+                        refreshed_at: row.try_get(2)?,
+                        stale_after_s: u64::try_from(row.try_get::<_, i64>(3)?).unwrap_or(0),
+                        age_s: u64::try_from(row.try_get::<_, i64>(4)?).unwrap_or(0),
+                    })
+                })
                 .collect()
+        })
+    }
+
+    fn imported(&self, source: &str) -> Result<Vec<ImportedState>> {
+        let prefix = format!("{source}#");
+        self.with_client("read imported attempts", |client| {
+            client
+                .query_typed(
+                    "SELECT id, source_id, status, metrics IS NOT NULL AND metrics != 'null'::jsonb, slurm_job_id
+                     FROM attempts WHERE source_id IS NOT NULL AND left(source_id, length($1)) = $1",
+                    &[(&prefix, Type::TEXT)],
+                )?
+                .iter()
+                .map(|row| {
+                    let status: String = row.try_get(2)?;
+                    Ok(ImportedState {
+                        id: AttemptId(row.try_get(0)?),
+                        source_id: row.try_get(1)?,
+                        status: status.parse().map_err(|e| self.corrupt(e))?,
+                        has_metrics: row.try_get(3)?,
+                        slurm_job_id: row.try_get(4)?,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn update_imported(&self, updates: &[(AttemptId, ImportedAttempt)]) -> Result<usize> {
+        self.in_transaction("update imported attempts", |tx| {
+            let mut changed = 0;
+            for (id, row) in updates {
+                let result = tx.execute_typed(
+                    "UPDATE attempts SET status = $2, reason = $3, metrics = $4, slurm_job_id = $5, submitted_at = $6,
+                                         started_at = $7, ended_at = $8, config = $9, updated_at = now()
+                     WHERE id = $1 AND source_id IS NOT NULL",
+                    &[
+                        (&id.0, Type::INT8),
+                        (&row.status.as_str(), Type::TEXT),
+                        (&row.reason, Type::TEXT),
+                        (&json_param(row.metrics.as_ref()), Type::JSONB),
+                        (&row.slurm_job_id, Type::TEXT),
+                        (&row.submitted_at, Type::TIMESTAMPTZ),
+                        (&row.started_at, Type::TIMESTAMPTZ),
+                        (&row.ended_at, Type::TIMESTAMPTZ),
+                        (&row.config, Type::JSONB),
+                    ],
+                );
+                match result {
+                    Ok(n) => changed += usize::try_from(n).unwrap_or(0),
+                    // The transaction is aborted now, so the holder cannot be looked up.
+                    Err(error) if is_active_index_violation(&error) => {
+                        return Err(LedgerError::InvalidImport {
+                            location: self.location.clone(),
+                            detail: format!("{} on {} would have two active attempts", row.model, row.benchmark),
+                        }
+                        .into());
+                    }
+                    Err(error) => return Err(error.into()),
+                }
+            }
+            Ok(changed)
+        })
+    }
+
+    fn import_watermark(&self, source: &str) -> Result<Option<Timestamp>> {
+        self.with_client("read the import watermark", |client| {
+            let rows = client
+                .query_typed("SELECT watermark FROM import_sources WHERE source = $1", &[(&source, Type::TEXT)])?;
+            Ok(rows.first().map(|row| row.try_get::<_, Option<Timestamp>>(0)).transpose()?.flatten())
+        })
+    }
+
+    fn set_import_watermark(&self, source: &str, watermark: Option<Timestamp>) -> Result<()> {
+        self.with_client("record the import watermark", |client| {
+            client.execute_typed(
+                "INSERT INTO import_sources (source, watermark, imported_at) VALUES ($1, $2, now())
+                 ON CONFLICT (source) DO UPDATE SET watermark = excluded.watermark, imported_at = excluded.imported_at",
+                &[(&source, Type::TEXT), (&watermark, Type::TIMESTAMPTZ)],
+            )?;
+            Ok(())
         })
     }
 }
@@ -898,16 +1015,18 @@ fn insert_chunk(tx: &mut Transaction<'_>, rows: &[ImportedAttempt], numbers: &[(
     let submitted: Vec<DateTime<Utc>> = rows.iter().map(|r| r.submitted_at).collect();
     let started: Vec<Option<DateTime<Utc>>> = rows.iter().map(|r| r.started_at).collect();
     let ended: Vec<Option<DateTime<Utc>>> = rows.iter().map(|r| r.ended_at).collect();
+    let sources: Vec<Option<&str>> = rows.iter().map(|r| r.source_id.as_deref()).collect();
     tx.execute_typed(
         "INSERT INTO attempts (model, benchmark, benchmark_family, cluster, username, run_tag, slurm_job_id, status,
-                               reason, config, metrics, attempt, submitted_at, started_at, ended_at, updated_at)
+                               reason, config, metrics, attempt, submitted_at, started_at, ended_at, updated_at,
+                               source_id)
          SELECT model, benchmark, family, cluster, username, run_tag, job_id, status,
-                reason, config, metrics, attempt, submitted_at, started_at, ended_at, now()
+                reason, config, metrics, attempt, submitted_at, started_at, ended_at, now(), source_id
          FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
                      $8::text[], $9::text[], $10::jsonb[], $11::jsonb[], $12::int4[], $13::timestamptz[],
-                     $14::timestamptz[], $15::timestamptz[])
+                     $14::timestamptz[], $15::timestamptz[], $16::text[])
               AS r(model, benchmark, family, cluster, username, run_tag, job_id, status,
-                   reason, config, metrics, attempt, submitted_at, started_at, ended_at)",
+                   reason, config, metrics, attempt, submitted_at, started_at, ended_at, source_id)",
         &[
             (&models, Type::TEXT_ARRAY),
             (&benchmarks, Type::TEXT_ARRAY),
@@ -924,6 +1043,7 @@ fn insert_chunk(tx: &mut Transaction<'_>, rows: &[ImportedAttempt], numbers: &[(
             (&submitted, Type::TIMESTAMPTZ_ARRAY),
             (&started, Type::TIMESTAMPTZ_ARRAY),
             (&ended, Type::TIMESTAMPTZ_ARRAY),
+            (&sources, Type::TEXT_ARRAY),
         ],
     )?;
     Ok(())

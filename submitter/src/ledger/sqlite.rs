@@ -17,8 +17,9 @@ use serde_json::Value;
 
 use super::migrations::{self, Migration};
 use super::{
-    ATTEMPT_COLUMNS, Attempt, AttemptId, ImportedAttempt, LATEST_PER_PAIR_SQL, Ledger, LedgerError, Model, NewAttempt,
-    PairState, Result, Status, Timestamp, number_imports, size_class, sql_status_list,
+    ATTEMPT_COLUMNS, Attempt, AttemptId, Heartbeat, ImportedAttempt, ImportedState, LATEST_PER_PAIR_SQL, Ledger,
+    LedgerError, Model, NewAttempt, PairState, Result, Status, Timestamp, filter_by_size, number_imports, size_class,
+    sql_status_list,
 };
 
 /// How long a write waits for another process's transaction before giving up.
@@ -505,8 +506,8 @@ impl Ledger for SqliteLedger {
             let mut insert = tx.prepare_cached(
                 "INSERT INTO attempts (model, benchmark, benchmark_family, cluster, username, run_tag, slurm_job_id,
                                        status, reason, config, metrics, attempt, submitted_at, started_at,
-                                       ended_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+                                       ended_at, updated_at, source_id)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
             )?;
             for (row, (family, attempt)) in rows.iter().zip(&numbered) {
                 let inserted = insert.execute(params![
@@ -526,6 +527,7 @@ impl Ledger for SqliteLedger {
                     row.started_at.map(format_ts),
                     row.ended_at.map(format_ts),
                     now,
+                    row.source_id,
                 ]);
                 if let Err(e) = inserted {
                     if is_unique_violation(&e) {
@@ -574,18 +576,140 @@ impl Ledger for SqliteLedger {
     }
 
     fn unevaluated(&self, family: &str, size_class: Option<&str>) -> Result<Vec<String>> {
-        self.read("list unevaluated models", |conn| {
+        let rows = self.read("list unevaluated models", |conn| {
             let family = family_of(conn, family)?;
             Ok(conn
                 .prepare_cached(
-                    "SELECT m.id FROM models m
-                     WHERE (?2 IS NULL OR m.size_class = ?2)
-                       AND NOT EXISTS (SELECT 1 FROM attempts a
+                    "SELECT m.id, m.base_model FROM models m
+                     WHERE NOT EXISTS (SELECT 1 FROM attempts a
                                        WHERE a.model = m.id AND a.benchmark_family = ?1 AND a.status = 'finished')
                      ORDER BY m.registered_at, m.id",
                 )?
-                .query_map(params![family, size_class], |row| row.get(0))?
+                .query_map(params![family], |row| Ok((row.get(0)?, row.get(1)?)))?
                 .collect::<rusqlite::Result<_>>()?)
+        })?;
+        Ok(filter_by_size(rows, size_class))
+    }
+
+    fn record_heartbeat(&self, cluster: &str, submitter: &str, stale_after_s: u64) -> Result<()> {
+        let bound = i64::try_from(stale_after_s).unwrap_or(i64::MAX);
+        self.write("record a heartbeat", |tx| {
+            tx.execute(
+                "INSERT INTO heartbeats (cluster, submitter, refreshed_at, stale_after_s) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (cluster, submitter) DO UPDATE
+                 SET refreshed_at = excluded.refreshed_at, stale_after_s = excluded.stale_after_s",
+                params![cluster, submitter, format_ts(super::now()), bound],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn heartbeats(&self) -> Result<Vec<Heartbeat>> {
+        let now = super::now();
+        self.read("read heartbeats", |conn| {
+            let rows: Vec<(String, String, String, i64)> = conn
+                .prepare_cached(
+                    "SELECT cluster, submitter, refreshed_at, stale_after_s FROM heartbeats ORDER BY cluster, submitter",
+                )?
+                .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))?
+                .collect::<rusqlite::Result<_>>()?;
+            rows.into_iter()
+                .map(|(cluster, submitter, refreshed, bound)| {
+                    let refreshed_at = parse_ts(&refreshed).map_err(|e| self.corrupt(e))?;
+                    Ok(Heartbeat {
+                        cluster,
+                        submitter,
+                        refreshed_at,
+                        stale_after_s: u64::try_from(bound).unwrap_or(0),
+                        age_s: u64::try_from((now - refreshed_at).num_seconds()).unwrap_or(0),
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn imported(&self, source: &str) -> Result<Vec<ImportedState>> {
+        let prefix = format!("{source}#");
+        self.read("read imported attempts", |conn| {
+            let rows: Vec<(i64, String, String, bool, Option<String>)> = conn
+                .prepare_cached(
+                    "SELECT id, source_id, status, metrics IS NOT NULL AND metrics != 'null', slurm_job_id
+                     FROM attempts WHERE source_id IS NOT NULL AND substr(source_id, 1, length(?1)) = ?1",
+                )?
+                .query_map([&prefix], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?)))?
+                .collect::<rusqlite::Result<_>>()?;
+            rows.into_iter()
+                .map(|(id, source_id, status, has_metrics, slurm_job_id)| {
+                    Ok(ImportedState {
+                        id: AttemptId(id),
+                        source_id,
+                        status: status.parse().map_err(|e: String| self.corrupt(e))?,
+                        has_metrics,
+                        slurm_job_id,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn update_imported(&self, updates: &[(AttemptId, ImportedAttempt)]) -> Result<usize> {
+        self.write("update imported attempts", |tx| {
+            let now = format_ts(super::now());
+            let mut update = tx.prepare_cached(
+                "UPDATE attempts SET status = ?2, reason = ?3, metrics = ?4, slurm_job_id = ?5, submitted_at = ?6,
+                                     started_at = ?7, ended_at = ?8, config = ?9, updated_at = ?10
+                 WHERE id = ?1 AND source_id IS NOT NULL",
+            )?;
+            let mut changed = 0;
+            for (id, row) in updates {
+                let result = update.execute(params![
+                    id.0,
+                    row.status.as_str(),
+                    row.reason,
+                    json_text(row.metrics.as_ref()),
+                    row.slurm_job_id,
+                    format_ts(row.submitted_at),
+                    row.started_at.map(format_ts),
+                    row.ended_at.map(format_ts),
+                    row.config.to_string(),
+                    now,
+                ]);
+                match result {
+                    Ok(n) => changed += n,
+                    Err(e) if is_unique_violation(&e) => {
+                        let family = family_of(tx, &row.benchmark)?;
+                        let existing = active_id(tx, &row.model, &family)?.ok_or(Failure::Db(e))?;
+                        return Err(LedgerError::AlreadyActive {
+                            model: row.model.clone(),
+                            family,
+                            existing_id: AttemptId(existing),
+                        }
+                        .into());
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Ok(changed)
+        })
+    }
+
+    fn import_watermark(&self, source: &str) -> Result<Option<Timestamp>> {
+        self.read("read the import watermark", |conn| {
+            let text: Option<Option<String>> = conn
+                .query_row("SELECT watermark FROM import_sources WHERE source = ?1", [source], |row| row.get(0))
+                .optional()?;
+            text.flatten().map(|t| parse_ts(&t).map_err(|e| self.corrupt(e))).transpose()
+        })
+    }
+
+    fn set_import_watermark(&self, source: &str, watermark: Option<Timestamp>) -> Result<()> {
+        self.write("record the import watermark", |tx| {
+            tx.execute(
+                "INSERT INTO import_sources (source, watermark, imported_at) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (source) DO UPDATE SET watermark = excluded.watermark, imported_at = excluded.imported_at",
+                params![source, watermark.map(format_ts), format_ts(super::now())],
+            )?;
+            Ok(())
         })
     }
 }

@@ -138,6 +138,56 @@ impl ServeFields {
         }
     }
 
+    /// Values no command may use, each naming the field and the fix. `registry check` lists them;
+    /// `Registry::load` refuses a registry with any, so `spec`, `plan` and `launch` never use one.
+    pub fn problems(&self) -> Vec<String> {
+        use launch_spec::validate as v;
+        let mut problems = Vec::new();
+        for (name, value) in [("hf_overrides", &self.hf_overrides), ("limit_mm_per_prompt", &self.limit_mm_per_prompt)]
+        {
+            if let Some(text) = value
+                && let Err(err) = serde_json::from_str::<serde_json::Value>(text)
+            {
+                problems.push(format!("{name} is not valid JSON ({err}): write it as a single-quoted JSON string"));
+            }
+        }
+        for kwarg in self.agent_kwargs.iter().flatten() {
+            if !kwarg.contains('=') {
+                problems.push(format!("agent_kwargs item `{kwarg}` is not key=value"));
+            }
+        }
+        if let Some(extra) = &self.extra_args
+            && let Err(err) = shell_words::split(extra)
+        {
+            problems.push(format!("extra_args cannot be split into arguments: {err}"));
+        }
+        match (self.tensor_parallel_size, self.data_parallel_size) {
+            (None, None) => {}
+            (tp, dp) => {
+                if let Err(problem) = v::gpus(tp.unwrap_or(1), dp.unwrap_or(1)) {
+                    problems.push(problem);
+                }
+            }
+        }
+        if let Some(value) = self.timeout_multiplier
+            && let Err(problem) = v::multiplier(value)
+        {
+            problems.push(format!("timeout_multiplier {problem}"));
+        }
+        for (name, value) in [
+            ("max_model_len", self.max_model_len),
+            ("max_output_tokens", self.max_output_tokens),
+            ("max_num_seqs", self.max_num_seqs.map(u64::from)),
+        ] {
+            if let Some(value) = value
+                && let Err(problem) = v::at_least_one(value)
+            {
+                problems.push(format!("{name} {problem}"));
+            }
+        }
+        problems
+    }
+
     /// The replaced system treats an entry with no fields as no entry.
     pub fn is_empty(&self) -> bool {
         *self == ServeFields::default()

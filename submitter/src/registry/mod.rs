@@ -29,6 +29,8 @@ pub enum RegistryError {
     Yaml(#[from] YamlError),
     #[error("{path}: cannot read registry directory: {source} (pass --registry DIR pointing at a model_config/ tree)")]
     Dir { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {place}{problem} (`submitter registry check` lists every problem)")]
+    Invalid { path: PathBuf, place: String, problem: String },
     #[error("{path}: pattern #{index} `{pattern}` is not a valid regular expression: {message}")]
     BadRegex { path: PathBuf, index: usize, pattern: String, message: String },
 }
@@ -107,6 +109,7 @@ impl Registry {
                     continue;
                 }
                 let parsed: ModelFile = from_yaml_file(&file)?;
+                model_file_problem(&parsed, &file)?;
                 registry.files.push(file.clone());
                 if let Some(entry) = model_entry(parsed, &file) {
                     registry.models.insert(entry.id.clone(), entry);
@@ -116,6 +119,20 @@ impl Registry {
         let patterns_path = root.join(PATTERNS_FILE);
         if patterns_path.exists() {
             let parsed: PatternsFile = from_yaml_file(&patterns_path)?;
+            for (index, item) in parsed.patterns.iter().enumerate() {
+                let blocks = std::iter::once((String::new(), item.serve_fields())).chain(
+                    item.variants.iter().flatten().map(|(name, v)| (format!("variants.{name}: "), v.serve_fields())),
+                );
+                for (place, fields) in blocks {
+                    if let Some(problem) = fields.problems().into_iter().next() {
+                        return Err(RegistryError::Invalid {
+                            path: patterns_path,
+                            place: format!("pattern #{} `{}`: {place}", index + 1, item.match_),
+                            problem,
+                        });
+                    }
+                }
+            }
             registry.patterns = parsed
                 .patterns
                 .into_iter()
@@ -198,6 +215,28 @@ impl Registry {
     }
 }
 
+/// The first value in a model file no command may use (its id, or a field: `ServeFields::problems`).
+fn model_file_problem(parsed: &ModelFile, file: &Path) -> Result<(), RegistryError> {
+    let invalid = |place: &str, problem: String| RegistryError::Invalid {
+        path: file.to_path_buf(),
+        place: place.to_string(),
+        problem,
+    };
+    if let Some(id) = &parsed.model {
+        launch_spec::validate::model_id(id).map_err(|problem| invalid("`model`: ", problem))?;
+    }
+    let eval = parsed.subsystems.as_ref().and_then(|s| s.eval.clone()).unwrap_or_default();
+    let blocks = [(String::new(), parsed.serve_fields()), ("subsystems.eval: ".to_string(), eval.serve_fields())]
+        .into_iter()
+        .chain(eval.variants.iter().flatten().map(|(name, v)| (format!("variants.{name}: "), v.serve_fields())));
+    for (place, fields) in blocks {
+        if let Some(problem) = fields.problems().into_iter().next() {
+            return Err(invalid(&place, problem));
+        }
+    }
+    Ok(())
+}
+
 fn model_entry(parsed: ModelFile, file: &Path) -> Option<ModelEntry> {
     let id = parsed.model.clone()?;
     let eval = parsed.subsystems.as_ref().and_then(|s| s.eval.clone()).unwrap_or_default();
@@ -278,7 +317,9 @@ pub struct Resolved {
 
 impl Resolved {
     pub fn gpus(&self) -> u32 {
-        self.tensor_parallel_size * self.data_parallel_size
+        // The registry refuses sizes whose product overflows (ServeFields::problems); saturating
+        // keeps a caller that skipped loading checks from panicking.
+        self.tensor_parallel_size.saturating_mul(self.data_parallel_size)
     }
 }
 

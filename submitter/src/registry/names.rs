@@ -32,10 +32,33 @@ pub fn served_name(hf_id: &str) -> String {
     bounded(name, SERVED_NAME_MAX, hf_id)
 }
 
-/// Deterministic from (benchmark, model), so a resubmission resumes the same Harbor job dir.
+/// Deterministic from (benchmark, model), so a resubmission resumes the same Harbor job dir, and
+/// one-to-one: two (benchmark, model) pairs never share a run dir.
+///
+/// An ordinary `org/name` id keeps the tag it always had, `<benchmark>__<org>__<name>` (the
+/// ledger and existing run dirs rely on it): when the benchmark and the org hold no `__`, neither
+/// starts nor ends with `_`, the name does not start with `_` and nothing needed sanitising, the
+/// tag splits back uniquely at its first two `__`. Every other id (`a__b/c`, a bare name,
+/// `provider/org/name`, characters outside `[A-Za-z0-9._-]`) gets a hash of the exact pair as
+/// suffix, so `a/b__c-8B` and `a__b/c-8B` differ.
 pub fn run_tag(benchmark: &str, hf_id: &str) -> String {
     let raw = format!("{}__{}", benchmark, hf_id.replace('/', "__"));
-    bounded(sanitise(&raw), RUN_TAG_MAX, &raw)
+    let sanitised = sanitise(&raw);
+    let plain_part =
+        |part: &str| !part.is_empty() && !part.contains("__") && !part.starts_with('_') && !part.ends_with('_');
+    let ordinary = sanitised == raw
+        && plain_part(benchmark)
+        && match hf_id.split_once('/') {
+            Some((org, name)) => plain_part(org) && !name.is_empty() && !name.contains('/') && !name.starts_with('_'),
+            None => false,
+        };
+    if ordinary {
+        return bounded(sanitised, RUN_TAG_MAX, &raw);
+    }
+    // The hash covers the pair with a separator no id or benchmark holds, so it tells apart every
+    // pair the readable part confuses.
+    let stem: String = sanitised.chars().take(RUN_TAG_MAX - 9).collect();
+    format!("{stem}-{}", sha1_hex8(&format!("{benchmark}\n{hf_id}")))
 }
 
 /// Short, human-readable Slurm job name: `<benchmark short tag>_<model basename[:28]>`.
@@ -59,6 +82,44 @@ mod tests {
         assert_eq!(served_name(&long), name, "deterministic");
         assert_ne!(served_name(&format!("other/{}", "x".repeat(80))), name, "hash of the full id");
         assert_eq!(served_name("a/b c:d"), "b-c-d");
+    }
+
+    #[test]
+    fn run_tags_are_one_to_one() {
+        let pairs = [
+            ("terminal_bench_2", "a/b__c-8B"),
+            ("terminal_bench_2", "a__b/c-8B"),
+            ("terminal_bench_2", "Qwen/Qwen3 8B"),
+            ("terminal_bench_2", "Qwen/Qwen3-8B"),
+            ("terminal_bench_2", "Qwen/Qwen3:8B"),
+            ("terminal_bench_2", "x/y"),
+            ("terminal_bench_2", "x__y"),
+            ("terminal_bench_2__x", "y/z"),
+            ("terminal_bench_2", "x/y/z"),
+            ("terminal_bench_2", "x/y__z"),
+            ("terminal_bench_2", "x_/y"),
+            ("terminal_bench_2", "x/_y"),
+            ("t", "."),
+            ("t", ".."),
+        ];
+        let mut seen = std::collections::HashMap::new();
+        for (benchmark, id) in pairs {
+            let tag = run_tag(benchmark, id);
+            assert!(tag != "." && tag != ".." && tag.len() <= RUN_TAG_MAX, "{tag}");
+            assert!(tag.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)), "{tag}");
+            if let Some(other) = seen.insert(tag.clone(), (benchmark, id)) {
+                panic!("{other:?} and {:?} share run tag {tag}", (benchmark, id));
+            }
+        }
+        // Ordinary ids keep the tags the ledger and old run dirs have.
+        assert_eq!(
+            run_tag("terminal_bench_2", "laion/Sera-4.5A-Full-T1-v2-1000__Qwen3-8B"),
+            "terminal_bench_2__laion__Sera-4.5A-Full-T1-v2-1000__Qwen3-8B"
+        );
+        assert_eq!(
+            run_tag("dev_set_v2", "DCAgent/g1_top8_diverse_3160_32b__Qwen3-32B"),
+            "dev_set_v2__DCAgent__g1_top8_diverse_3160_32b__Qwen3-32B"
+        );
     }
 
     #[test]

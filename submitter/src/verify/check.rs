@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
+use launch_spec::fsread::{self, Links};
 use launch_spec::records::{ENGINE_LOG, EVENTS_FILE, RunStatus, SPEC_FILE, STATUS_FILE, TUNNEL_LOG};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -205,12 +206,11 @@ pub fn check_run_dir(dir: &Path, settings: &VerifySettings, now: DateTime<Utc>) 
 }
 
 fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Option<T> {
-    let text = std::fs::read(path).ok()?;
-    serde_json::from_slice(&text).ok()
+    super::read_record(path)
 }
 
 fn read_launch(dir: &Path) -> Launch {
-    let held_url = std::fs::read_to_string(dir.join(EVENTS_FILE)).ok().and_then(|text| {
+    let held_url = super::tail_lines(&dir.join(EVENTS_FILE)).and_then(|text| {
         text.lines()
             .filter(|l| l.contains("\"tunnel_pair\""))
             .filter_map(|l| serde_json::from_str::<launch_spec::records::Event>(l).ok())
@@ -307,7 +307,7 @@ pub fn status_age_s(status: &RunStatus, now: DateTime<Utc>) -> Option<i64> {
 /// When Harbor started: the last `phase: running` event of events.jsonl, else status.json's
 /// `started_at` when its phase is running.
 pub fn running_since(dir: &Path, status: Option<&RunStatus>) -> Option<DateTime<Utc>> {
-    let from_events = std::fs::read_to_string(dir.join(EVENTS_FILE)).ok().and_then(|text| {
+    let from_events = super::tail_lines(&dir.join(EVENTS_FILE)).and_then(|text| {
         text.lines()
             .filter_map(|l| serde_json::from_str::<launch_spec::records::Event>(l).ok())
             .filter(|e| e.event == "phase" && e.fields.get("phase").and_then(Value::as_str) == Some("running"))
@@ -418,7 +418,8 @@ pub fn scan_trials(dir: &Path, instant_fail_s: f64) -> std::io::Result<TrialScan
         let trial = entry.path();
         let name = entry.file_name().to_string_lossy().into_owned();
         let result_path = trial.join("result.json");
-        let result_file = std::fs::File::open(&result_path).ok();
+        // Never through a symlink, never a FIFO or device (a result.json linked to /dev/zero).
+        let result_file = fsread::open_regular(&result_path, Links::Refuse).ok();
         let config = read_into(&trial.join("config.json"), &mut buf)
             .then(|| api_base_key.find(&buf).map(|at| json_string_after(&buf[at + 10..])));
         let has_agent = result_file.is_none() && trial.join("agent").is_dir();
@@ -468,7 +469,12 @@ pub fn scan_trials(dir: &Path, instant_fail_s: f64) -> std::io::Result<TrialScan
             scan.last_result_trial = Some(name.clone());
         }
         buf.clear();
-        if std::io::Read::read_to_end(&mut file, &mut buf).is_err() {
+        // An oversized result is not read at all (fstat on the open file), and never past the cap.
+        if file.metadata().is_ok_and(|m| m.len() > fsread::RECORD_CAP)
+            || std::io::Read::read_to_end(&mut std::io::Read::take(&mut file, fsread::RECORD_CAP + 1), &mut buf)
+                .is_err()
+            || buf.len() as u64 > fsread::RECORD_CAP
+        {
             continue;
         }
         let Ok(result) = serde_json::from_slice::<TrialResult>(&buf) else { continue };
@@ -514,10 +520,12 @@ pub fn scan_trials(dir: &Path, instant_fail_s: f64) -> std::io::Result<TrialScan
     Ok(scan)
 }
 
+/// Reads a trial file (`config.json`, `trial.log`) into `buf`: a regular file, at most its first
+/// [`fsread::RECORD_CAP`] bytes (what is looked for sits at the start).
 fn read_into(path: &Path, buf: &mut Vec<u8>) -> bool {
     buf.clear();
-    match std::fs::File::open(path) {
-        Ok(mut f) => std::io::Read::read_to_end(&mut f, buf).is_ok(),
+    match fsread::open_regular(path, Links::Refuse) {
+        Ok(f) => std::io::Read::read_to_end(&mut std::io::Read::take(f, fsread::RECORD_CAP), buf).is_ok(),
         Err(_) => false,
     }
 }
@@ -776,15 +784,7 @@ fn tunnel_findings(
 
 /// The last `max` bytes of a file.
 fn tail_bytes(path: &Path, max: u64) -> Vec<u8> {
-    use std::io::{Read, Seek, SeekFrom};
-    let Ok(mut f) = std::fs::File::open(path) else { return Vec::new() };
-    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-    if len > max {
-        let _ = f.seek(SeekFrom::Start(len - max));
-    }
-    let mut buf = Vec::new();
-    let _ = f.read_to_end(&mut buf);
-    buf
+    fsread::read_tail(path, max, Links::Refuse).map(|(bytes, _)| bytes).unwrap_or_default()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1315,14 +1315,16 @@ fn audit_finding(audit: &Audit) -> Finding {
     f
 }
 
-/// The human form of a set of checks.
+use super::printable;
+
+/// The human form of a set of checks; run-dir text is printed escaped ([`printable`]).
 pub fn render_text(checks: &[RunCheck]) -> String {
     let mut out = String::new();
     for c in checks {
         out += &format!(
             "{}{}  {}  ({})\n",
-            c.run_dir.display(),
-            c.run_tag.as_ref().map(|t| format!("  [{t}]")).unwrap_or_default(),
+            printable(&c.run_dir.display().to_string()),
+            c.run_tag.as_ref().map(|t| format!("  [{}]", printable(t))).unwrap_or_default(),
             c.verdict.as_str().to_uppercase(),
             match c.state {
                 RunState::Running => "running",
@@ -1331,12 +1333,12 @@ pub fn render_text(checks: &[RunCheck]) -> String {
             }
         );
         for f in &c.findings {
-            out += &format!("  {:<4}  {:<9} {}\n", f.level.as_str(), f.check, f.summary);
+            out += &format!("  {:<4}  {:<9} {}\n", f.level.as_str(), f.check, printable(&f.summary));
             for e in &f.evidence {
-                out += &format!("              · {e}\n");
+                out += &format!("              · {}\n", printable(e));
             }
             if let Some(a) = &f.action {
-                out += &format!("              → {a}\n");
+                out += &format!("              → {}\n", printable(a));
             }
         }
     }

@@ -9,7 +9,6 @@
 //! 10 s while requests run. Each completion is counted in the minute of the last anchor before
 //! it. Anchors have no year and no time zone: they give spans and per-minute rates, not instants.
 
-use std::fs::File;
 use std::io::Read;
 use std::path::Path;
 
@@ -78,7 +77,8 @@ impl EngineLog {
 
 /// Scans `path`. `Ok(None)` when the file does not exist.
 pub fn scan_file(path: &Path) -> std::io::Result<Option<EngineLog>> {
-    let mut file = match File::open(path) {
+    // A regular file (never a FIFO or device, never through a symlink): `check` must not hang.
+    let mut file = match launch_spec::fsread::open_regular(path, launch_spec::fsread::Links::Refuse) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
@@ -86,10 +86,13 @@ pub fn scan_file(path: &Path) -> std::io::Result<Option<EngineLog>> {
     let mut scanner = Scanner::new();
     let mut buf = vec![0u8; CHUNK];
     let mut filled = 0usize;
+    // Inside a line longer than the buffer: it is skipped up to its newline (no access line is
+    // that long), so memory stays one buffer whatever the file holds.
+    let mut skipping = false;
     loop {
         let n = file.read(&mut buf[filled..])?;
         if n == 0 {
-            if filled > 0 {
+            if filled > 0 && !skipping {
                 scanner.line(&buf[..filled]);
             }
             break;
@@ -98,12 +101,14 @@ pub fn scan_file(path: &Path) -> std::io::Result<Option<EngineLog>> {
         filled += n;
         let Some(last_nl) = memchr::memrchr(b'\n', &buf[..filled]) else {
             if filled == buf.len() {
-                // One line longer than the buffer: grow.
-                buf.resize(buf.len() * 2, 0);
+                skipping = true;
+                filled = 0;
             }
             continue;
         };
-        scanner.lines(&buf[..last_nl + 1]);
+        let start = if skipping { memchr::memchr(b'\n', &buf[..filled]).map_or(0, |i| i + 1) } else { 0 };
+        skipping = false;
+        scanner.lines(&buf[start..last_nl + 1]);
         buf.copy_within(last_nl + 1..filled, 0);
         filled -= last_nl + 1;
     }

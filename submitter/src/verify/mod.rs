@@ -28,6 +28,38 @@ use serde::Serialize;
 
 pub use crate::config::cluster::VerifySettings;
 
+use launch_spec::fsread::{self, Links};
+
+/// A run-dir JSON record (`status.json`, `launch.json`, `config.json`, `result.json`): a regular
+/// file — never through a symlink, never a FIFO or device, so nothing here can hang or stream
+/// `/dev/zero` — of at most [`fsread::RECORD_CAP`] bytes. `None` when absent or unusable.
+pub fn read_record<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
+    let bytes = fsread::read_capped(path, fsread::RECORD_CAP, Links::Refuse).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// How much of an append-only run-dir file (`events.jsonl`, a tunnel log) is read: its end.
+pub const TAIL_WINDOW: u64 = 8 << 20;
+
+/// The whole lines among the last [`TAIL_WINDOW`] bytes of a run-dir file (a line cut by the
+/// window is dropped). `None` when absent or not a regular file.
+pub fn tail_lines(path: &Path) -> Option<String> {
+    let (bytes, len) = fsread::read_tail(path, TAIL_WINDOW, Links::Refuse).ok()?;
+    let start = if len > bytes.len() as u64 { memchr::memchr(b'\n', &bytes).map_or(bytes.len(), |i| i + 1) } else { 0 };
+    Some(String::from_utf8_lossy(&bytes[start..]).into_owned())
+}
+
+/// Text from a run dir as it may be printed on a terminal: control characters (ANSI escapes,
+/// carriage returns, newlines inside a value) are shown escaped, never interpreted.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    std::borrow::Cow::Owned(
+        text.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect(),
+    )
+}
+
 /// How bad one finding is. Ordered: `Ok < Warn < Fail`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -103,8 +103,7 @@ pub fn summary_from_result(result: &Value, expected: Option<u64>) -> ScoreSummar
 
 /// The summary of a run dir's `result.json`; `None` without one.
 pub fn score_summary(run_dir: &Path) -> Option<ScoreSummary> {
-    let text = std::fs::read(run_dir.join("result.json")).ok()?;
-    let result: Value = serde_json::from_slice(&text).ok()?;
+    let result: Value = super::read_record(&run_dir.join("result.json"))?;
     result.get("stats")?;
     let expected = super::check::expected_trials_in(run_dir, Some(&result));
     Some(summary_from_result(&result, expected))

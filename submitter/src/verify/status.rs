@@ -75,8 +75,7 @@ fn row_for(attempt: &Attempt, job: Option<&JobInfo>, opts: &Collect) -> StatusRo
         status.as_ref().is_some_and(|s| s.phase == launch_spec::records::Phase::Running && s.outcome.is_none());
     let (running_since, expected, problems) = match run_dir.as_deref() {
         Some(dir) if attempt.status.is_active() => {
-            let result: Option<Value> =
-                std::fs::read(dir.join("result.json")).ok().and_then(|t| serde_json::from_slice(&t).ok());
+            let result: Option<Value> = super::read_record(&dir.join("result.json"));
             (
                 check::running_since(dir, status.as_ref()),
                 check::expected_trials_in(dir, result.as_ref()),
@@ -202,14 +201,14 @@ pub fn render_table(rows: &[StatusRow], cluster: &str, now: DateTime<Utc>, verbo
             trials,
             rate,
             v.verdict.as_str(),
-            v.summary
+            super::printable(&v.summary)
         );
         if verbose || v.verdict.is_bad() {
             for e in &v.evidence {
-                out += &format!("{:>10}· {e}\n", "");
+                out += &format!("{:>10}· {}\n", "", super::printable(e));
             }
             if let Some(a) = &v.action {
-                out += &format!("{:>10}→ {a}\n", "");
+                out += &format!("{:>10}→ {}\n", "", super::printable(a));
             }
         }
         if let Some(c) = &r.cancelled {

@@ -571,8 +571,7 @@ fn observation_path(state_dir: &Path, attempt: i64) -> PathBuf {
 }
 
 pub fn load_observation(state_dir: &Path, attempt: i64) -> Option<Observation> {
-    let text = std::fs::read(observation_path(state_dir, attempt)).ok()?;
-    serde_json::from_slice(&text).ok()
+    super::read_record(&observation_path(state_dir, attempt))
 }
 
 /// Replaces the observation file atomically (two `status` processes may run at once).

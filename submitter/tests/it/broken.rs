@@ -10,7 +10,7 @@ fn corpus(case: &str) -> PathBuf {
 }
 
 /// Runs `args`, expects exit 2 and a single `error:` line containing every `needles` item.
-fn fails_with(args: &[&str], needles: &[&str]) {
+pub(crate) fn fails_with(args: &[&str], needles: &[&str]) {
     let out = submitter(args);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "args {args:?}\nstderr: {err}\nstdout: {}", stdout(&out));

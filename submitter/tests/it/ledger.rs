@@ -132,7 +132,8 @@ macro_rules! on_both_backends {
 on_both_backends! {
     ledger: lifecycle_with_utc_timestamps, second_active_attempt_is_refused, families_count_as_one_benchmark,
             set_family_moves_attempts_and_refuses_merging_active_ones, latest_per_pair_picks_latest_and_counts,
-            catalogue_and_unevaluated, lookups_by_run_tag_and_active, import_keeps_the_active_rule;
+            catalogue_and_unevaluated, lookups_by_run_tag_and_active, import_keeps_the_active_rule,
+            heartbeats_per_submitter_and_cluster, imported_rows_are_tracked_by_source;
     store: migrations_are_idempotent, racing_threads_one_wins, racing_processes_one_wins, tls_require_and_verify,
            wrong_password_is_a_clear_error;
 }
@@ -166,6 +167,7 @@ fn imported(model: &str, benchmark: &str, status: Status, submitted_at: DateTime
         submitted_at,
         started_at: None,
         ended_at: None,
+        source_id: None,
     }
 }
 
@@ -434,9 +436,73 @@ fn catalogue_and_unevaluated(ledger: &dyn Ledger) {
     );
     assert_eq!(ledger.unevaluated("dev_set_v2", Some("8")).unwrap(), ["org/Gamma-8B-v2"]);
     assert_eq!(ledger.unevaluated("openthoughts-tblite", Some("8")).unwrap(), ["org/Gamma-8B-v2"]);
-    assert_eq!(ledger.unevaluated("dev_set_v2", Some("32")).unwrap(), ["org/Beta-32B-sft"]);
+    // The 32B class is a band (28–42B, MoE by total size): the 30B-A3B MoE is in it.
+    assert_eq!(ledger.unevaluated("dev_set_v2", Some("32")).unwrap(), ["org/Beta-32B-sft", "org/Qwen3-30B-A3B-x"]);
     assert_eq!(ledger.unevaluated("terminal_bench_2", Some("8")).unwrap(), ["org/Alpha-8B", "org/Gamma-8B-v2"]);
     assert!(ledger.unevaluated("dev_set_v2", Some("70")).unwrap().is_empty());
+    // An id without a size token falls back to its base model's.
+    assert!(ledger.unevaluated("dev_set_v2", Some("32")).unwrap().iter().all(|m| m != "org/no-size-token"));
+    assert!(!ledger.add_model("org/no-size-token", Some("Qwen/Qwen2.5-32B-Instruct")).unwrap());
+    assert_eq!(
+        ledger.unevaluated("dev_set_v2", Some("32")).unwrap(),
+        ["org/Beta-32B-sft", "org/no-size-token", "org/Qwen3-30B-A3B-x"]
+    );
+}
+
+fn heartbeats_per_submitter_and_cluster(ledger: &dyn Ledger) {
+    assert!(ledger.heartbeats().unwrap().is_empty());
+    ledger.record_heartbeat("vista", "alice@login1", 3600).unwrap();
+    ledger.record_heartbeat("jupiter", "bob@jrlogin", 0).unwrap();
+    ledger.record_heartbeat("vista", "alice@login1", 7200).unwrap(); // refresh: one row, new bound
+    let beats = ledger.heartbeats().unwrap();
+    let rows: Vec<(&str, &str, u64)> =
+        beats.iter().map(|h| (h.cluster.as_str(), h.submitter.as_str(), h.stale_after_s)).collect();
+    assert_eq!(rows, [("jupiter", "bob@jrlogin", 0), ("vista", "alice@login1", 7200)]);
+    assert!(beats.iter().all(|h| h.age_s < 60), "{beats:?}");
+    assert!(!beats[1].is_stale());
+}
+
+fn imported_rows_are_tracked_by_source(ledger: &dyn Ledger) {
+    let source = "postgres://team@db:5432/postgres";
+    assert_eq!(ledger.import_watermark(source).unwrap(), None);
+    let mut done = imported("org/A-8B", "terminal_bench_2", Status::Finished, at(0));
+    done.source_id = Some(format!("{source}#1"));
+    let mut running = imported("org/B-8B", "terminal_bench_2", Status::Started, at(10));
+    running.source_id = Some(format!("{source}#2"));
+    let mut other = imported("org/C-8B", "terminal_bench_2", Status::Failed, at(20));
+    other.source_id = Some("postgres://else@db/x#1".to_string());
+    assert_eq!(ledger.import_attempts(&[done, running.clone(), other]).unwrap(), 3);
+    let mut states = ledger.imported(source).unwrap();
+    states.sort_by(|a, b| a.source_id.cmp(&b.source_id));
+    let summary: Vec<(&str, Status, bool)> =
+        states.iter().map(|s| (s.source_id.as_str(), s.status, s.has_metrics)).collect();
+    assert_eq!(
+        summary,
+        [
+            (format!("{source}#1").as_str(), Status::Finished, true),
+            (format!("{source}#2").as_str(), Status::Started, false)
+        ]
+    );
+    // The source says it finished: the row follows, metrics included.
+    let mut finished = running;
+    finished.status = Status::Finished;
+    finished.metrics = Some(json!({"mean_reward": 0.25}));
+    finished.ended_at = Some(at(100));
+    assert_eq!(ledger.update_imported(&[(states[1].id, finished)]).unwrap(), 1);
+    let row = ledger.attempt(states[1].id).unwrap().unwrap();
+    assert_eq!((row.status, row.ended_at), (Status::Finished, Some(at(100))));
+    assert_eq!(row.metrics, Some(json!({"mean_reward": 0.25})));
+    // A finished import may go back to active (the team's resume path resets rows in place), but
+    // never next to another active attempt of its pair.
+    ledger.insert_pending(&new_attempt("org/A-8B", "terminal_bench_2")).unwrap();
+    let mut reset = imported("org/A-8B", "terminal_bench_2", Status::Pending, at(200));
+    reset.source_id = Some(format!("{source}#1"));
+    assert!(ledger.update_imported(&[(states[0].id, reset)]).is_err());
+    assert_eq!(ledger.attempt(states[0].id).unwrap().unwrap().status, Status::Finished, "rolled back");
+
+    ledger.set_import_watermark(source, Some(at(100))).unwrap();
+    ledger.set_import_watermark(source, Some(at(150))).unwrap();
+    assert_eq!(ledger.import_watermark(source).unwrap(), Some(at(150)));
 }
 
 fn lookups_by_run_tag_and_active(ledger: &dyn Ledger) {

@@ -2,6 +2,7 @@
 
 mod broken;
 mod catalogue;
+mod edge;
 mod ledger;
 #[path = "../common/pg.rs"]
 mod pg;

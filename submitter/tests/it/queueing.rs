@@ -538,3 +538,111 @@ fn pre_download_gate_chaining_and_state_dir_lock() {
     drop(lock);
     cancel_all(&*ledger);
 }
+
+/// Two submitters on two clusters (two profiles with their own state, jobs and dataset dirs) share
+/// one ledger and run at the same moment: every pair is submitted exactly once across both. Each
+/// then sees the other's attempts as "in progress on <cluster>, job N" and leaves them alone — no
+/// "vanished" for a job its own Slurm view does not hold. When one cluster's submitter records a
+/// heartbeat bound it then outlives, the other flags its attempts and still does not resubmit them.
+#[test]
+fn two_clusters_one_ledger_each_pair_once() {
+    if !slurm_up() {
+        return;
+    }
+    let sqlite = Store::sqlite();
+    two_clusters(&sqlite.spec, "sq");
+    cancel_all(&*open_ledger(&sqlite.spec).unwrap());
+    if let Some(pg) = Store::postgres("twoclusters") {
+        two_clusters(&pg.spec, "pg");
+        cancel_all(&*open_ledger(&pg.spec).unwrap());
+    }
+}
+
+fn two_clusters(ledger_spec: &str, tag: &str) {
+    let slow = |profile: &mut String| {
+        *profile = profile.replace("STANDIN_LOAD_SECONDS: \"0.3\"", "STANDIN_LOAD_SECONDS: \"300\"")
+    };
+    let jupiter = TestCluster::new(&format!("jupiter-{tag}"), slow);
+    let vista = TestCluster::new(&format!("vista-{tag}"), slow);
+    // vista's list has one model more, so vista surely holds attempts of its own.
+    let only_vista = "test/OnlyVista-2B";
+    let mut vista_models = MODELS.to_vec();
+    vista_models.push(only_vista);
+    let jupiter_list = jupiter.models_file(&MODELS);
+    let vista_list = vista.models_file(&vista_models);
+    let spawn = |cluster: &TestCluster, list: &Path, extra: &[&str]| {
+        Command::new(SUBMITTER)
+            .args(["launch", "--once", "--preset", "tb2", "--preset", "v2", "--cluster", &cluster.name, "--clusters"])
+            .arg(cluster.root().join("clusters"))
+            .args(["--ledger", ledger_spec, "--models-file"])
+            .arg(list)
+            .args(extra)
+            .env("SUBMITTER_HOME", workspace_root())
+            .env("PAYLOAD_GPU_FIXTURE", workspace_root().join("tests/fixtures/gpus-4x-a100-64gb.json"))
+            .output_async()
+    };
+    let both = |extra_vista: &[&str]| {
+        let (a, b) = (spawn(&jupiter, &jupiter_list, &[]), spawn(&vista, &vista_list, extra_vista));
+        let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+        assert!(a.status.success() && b.status.success(), "{}\n{}", text(&a), text(&b));
+        (text(&a), text(&b))
+    };
+    let (a, b) = both(&[]);
+    let ledger = open_ledger(ledger_spec).unwrap();
+    let per_pair = counts(&*ledger);
+    assert_eq!(per_pair.len(), 8, "4 models × 2 benchmarks: {per_pair:?}\n{a}\n{b}");
+    assert!(per_pair.values().all(|&n| n == 1), "each pair exactly once across both: {per_pair:?}\n{a}\n{b}");
+    let active = ledger.active().unwrap();
+    assert_eq!(active.len(), 8, "{a}\n{b}");
+    assert!(active.iter().all(|x| x.slurm_job_id.is_some()));
+    let on = |cluster: &str| active.iter().filter(|x| x.cluster == cluster).count();
+    assert_eq!(on(&jupiter.name) + on(&vista.name), 8);
+    assert!(on(&vista.name) >= 2, "vista holds at least its own model's pairs");
+
+    // Second round, concurrently again: nothing new, nothing marked vanished, the other
+    // cluster's attempts named with their cluster and job.
+    let (a, b) = both(&[]);
+    assert!(a.contains("0 submitted") && b.contains("0 submitted"), "{a}\n{b}");
+    let vista_job = active.iter().find(|x| x.cluster == vista.name && x.model == only_vista).unwrap();
+    let shown = format!("in progress on {}, job {}", vista.name, vista_job.slurm_job_id.as_deref().unwrap());
+    assert!(!a.contains(&shown), "jupiter's list does not hold {only_vista}: {a}");
+    if on(&jupiter.name) > 0 {
+        assert!(b.contains(&format!("in progress on {}, job ", jupiter.name)), "{b}");
+    }
+    assert!(counts(&*ledger).values().all(|&n| n == 1), "{:?}", counts(&*ledger));
+    assert_eq!(ledger.active().unwrap().len(), 8, "no attempt closed by the other cluster:\n{a}\n{b}");
+
+    // vista's submitter records a 0 s bound and then stays quiet: jupiter (now listing vista's
+    // model too) flags vista's attempts and still submits nothing.
+    let (_, b) = both(&["--stale-after", "0s"]);
+    assert!(b.contains("0 submitted"), "{b}");
+    std::thread::sleep(Duration::from_millis(1500)); // heartbeat ages are whole seconds
+    let out =
+        jupiter.run(&["plan"], ledger_spec, &["--preset", "tb2", "--models-file", vista_list.to_str().unwrap()], &[]);
+    let plan = text(&out);
+    assert!(out.status.success(), "{plan}");
+    assert!(plan.contains(&shown), "{plan}");
+    assert!(plan.contains("flagged") && plan.contains("unattended"), "{plan}");
+    let out = jupiter.run(
+        &["launch"],
+        ledger_spec,
+        &["--once", "--preset", "tb2", "--preset", "v2", "--models-file", vista_list.to_str().unwrap()],
+        &[],
+    );
+    let launch = text(&out);
+    assert!(out.status.success() && launch.contains("0 submitted"), "{launch}");
+    assert!(launch.contains("unattended"), "{launch}");
+    assert_eq!(ledger.active().unwrap().len(), 8, "flagged, never resubmitted: {launch}");
+    assert!(counts(&*ledger).values().all(|&n| n == 1));
+}
+
+/// `Command::output` without waiting: spawn with piped output, collect later.
+trait OutputAsync {
+    fn output_async(&mut self) -> std::process::Child;
+}
+
+impl OutputAsync for Command {
+    fn output_async(&mut self) -> std::process::Child {
+        self.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap()
+    }
+}

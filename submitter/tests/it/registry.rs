@@ -324,3 +324,83 @@ fn spec_command_rejects_an_unknown_preset_listing_valid_ones() {
     assert!(err.contains("unknown preset `tb3`") && err.contains("tb2") && err.contains("swebench_full"), "{err}");
     assert!(stdout(&out).is_empty());
 }
+
+/// `registry check` reads each kwarg as the cluster's declared Harbor will get it.
+#[test]
+fn registry_check_judges_kwargs_for_the_declared_harbor() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = crate::support::workspace_root();
+    let clusters = dir.path().join("clusters");
+    std::fs::create_dir(&clusters).unwrap();
+    for name in ["gpus.yaml", "local.yaml"] {
+        std::fs::copy(root.join("clusters").join(name), clusters.join(name)).unwrap();
+    }
+    let registry = dir.path().join("model_config");
+    std::fs::create_dir_all(registry.join("Org")).unwrap();
+    std::fs::copy(root.join("model_config/_patterns.yaml"), registry.join("_patterns.yaml")).unwrap();
+    let model = |kwargs: &str| {
+        std::fs::write(
+            registry.join("Org/Think-8B.yaml"),
+            format!("model: Org/Think-8B\nsubsystems:\n  eval:\n    agent_kwargs:\n      - {kwargs}\n"),
+        )
+        .unwrap()
+    };
+    let check = || {
+        submitter(&[
+            "registry",
+            "check",
+            "--quiet",
+            "--registry",
+            registry.to_str().unwrap(),
+            "--clusters",
+            clusters.to_str().unwrap(),
+        ])
+    };
+    // Either form of the thinking kwarg is fine for Harbor 0.25 (translated at spec time) …
+    model(THINK);
+    assert!(check().status.success(), "{}", stdout(&check()));
+    // … an option terminus-2 0.25 does not have is an error naming it and the fix.
+    model("enable_episode_logging=false");
+    let out = check();
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("Org/Think-8B.yaml")
+            && text.contains("`enable_episode_logging` is unknown to terminus-2 of harbor-0.25"),
+        "{text}"
+    );
+    // The fork takes only extra_body: other llm_call_kwargs cannot be translated for it.
+    let local = std::fs::read_to_string(clusters.join("local.yaml")).unwrap();
+    std::fs::write(clusters.join("local.yaml"), local.replace("harbor: \"0.25.0\"", "harbor: extra-body-fork"))
+        .unwrap();
+    model(r#"llm_call_kwargs={"top_k":20}"#);
+    let text = stdout(&check());
+    assert!(text.contains("extra-body-fork") && text.contains("`top_k`"), "{text}");
+}
+
+/// The spec carries the kwargs in the declared Harbor's form and the capabilities of the declared vLLM.
+#[test]
+fn spec_translates_the_thinking_kwarg_for_harbor_025() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_file = dir.path().join("launch.json");
+    let out = submitter(&[
+        "spec",
+        "--cluster",
+        "local",
+        "--preset",
+        "swebench",
+        "--model",
+        "Qwen/Qwen3-8B",
+        "--out",
+        out_file.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let spec: Value = serde_json::from_str(&std::fs::read_to_string(&out_file).unwrap()).unwrap();
+    assert_eq!(spec["harbor"]["dialect"], "harbor-0.25");
+    assert_eq!(
+        spec["harbor"]["agent_kwargs"],
+        json!([r#"llm_call_kwargs={"extra_body":{"chat_template_kwargs":{"enable_thinking":true}}}"#])
+    );
+    assert_eq!(spec["harbor"]["agent_parser"], "xml");
+    assert_eq!(spec["serve"]["supports_swap_space"], false, "vLLM 0.33.0 has no --swap-space");
+}

@@ -604,6 +604,7 @@ fn finished(model: &str, benchmark: &str, mean: f64, n: u64, errors: u64, run_di
         submitted_at: t,
         started_at: Some(t),
         ended_at: Some(t + chrono::Duration::minutes(40)),
+        source_id: None,
     }
 }
 

@@ -23,14 +23,19 @@
 //! | `STANDIN_RETRY_SCALE` | factor applied to harbor's retry back-off and litellm's 4–15 s waits (default 0.01) |
 //! | `STANDIN_CRASH=<code>` | exit with that code right after writing the job's config.json, with a Python traceback |
 //! | `STANDIN_IGNORE_SIGTERM=1` | ignore SIGTERM |
+//! | `STANDIN_EXTRAS=daytona` | extras of this "install" (`harbor[daytona]`); without `daytona`, every `--env daytona` trial fails to construct its environment with `MissingExtraError` |
+//! | `STANDIN_IGNORE_SIGINT=1` | ignore SIGINT (a Harbor that does not stop; payload stops Harbor with SIGINT) |
 //! | `STANDIN_LEGACY_RESULT=1` | also write the pre-0.2x top-level `stats.n_trials` / `stats.n_errors` in the job result.json |
 //!
 //! The reward of a trial is read from a `reward` file in the task directory
 //! (a number), else it is 1.0 or 0.0 from a hash of the task name.
 //! SIGTERM (jobs start) and SIGINT: running trials end as `CancelledError`,
-//! result files are written, `Aborted.` goes to stderr, exit 1 — what typer
-//! does with harbor's KeyboardInterrupt. `jobs resume` installs no SIGTERM
+//! result files are written, exit 130 with nothing more printed — what the real
+//! harbor does with its KeyboardInterrupt. `jobs resume` installs no SIGTERM
 //! handler in harbor 0.25, so SIGTERM kills it outright (faithfully).
+//! Before running, terminus-2's kwargs are checked against its 0.25 option schema ("Invalid kwargs
+//! for agent 'terminus-2': Unknown option 'x'.", exit 1), and the job's `lock.json` (one entry per
+//! planned trial, full agent config included) must equal the stored one on resume, as in harbor.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use e2e::standin::click::{self, CParsed, ClickExit};
@@ -714,6 +719,202 @@ fn build_trial_configs(cfg: &Value, job_dir: &Path, job_id: &str, tasks: &[(Valu
     plans
 }
 
+/// A trial's entry in Harbor 0.25's lock (`TrialLock`): the fields its equality compares that
+/// the stand-in models (task, multiplier, the full agent config — `kwargs.api_base` included —,
+/// environment, verifier). The job lock lists one per planned trial; each trial's own `lock.json`
+/// equals its entry.
+fn trial_lock(tc: &Value) -> Value {
+    json!({
+        "schema_version": 2,
+        "task": {"name": tc["task"]["path"], "source": tc["task"]["source"]},
+        "timeout_multiplier": tc["timeout_multiplier"],
+        "agent": tc["agent"],
+        "environment": tc["environment"],
+        "verifier": tc["verifier"],
+    })
+}
+
+/// The comparable part of a job lock (`JobLock._equality_key`): n_concurrent_trials, retry and
+/// the unordered trial entries.
+fn job_lock_key(lock: &Value) -> (Value, Value, Vec<String>) {
+    let mut trials: Vec<String> = lock["trials"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|t| {
+                    let mut t = t.clone();
+                    if let Some(m) = t.as_object_mut() {
+                        m.remove("created_at");
+                    }
+                    serde_json::to_string(&t).unwrap_or_default()
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    trials.sort();
+    (lock["n_concurrent_trials"].clone(), lock["retry"].clone(), trials)
+}
+
+/// terminus-2 0.25's options (`Terminus2Options` + `AgentOptions`, `extra="forbid"`).
+const TERMINUS2_OPTIONS: &[&str] = &[
+    "base_url",
+    "disable_web_search",
+    "reasoning_effort",
+    "max_turns",
+    "episodes",
+    "max_episodes",
+    "parser_name",
+    "api_base",
+    "temperature",
+    "collect_rollout_details",
+    "session_id",
+    "enable_summarize",
+    "proactive_summarization_threshold",
+    "max_thinking_tokens",
+    "model_info",
+    "trajectory_config",
+    "tmux_pane_width",
+    "tmux_pane_height",
+    "store_all_messages",
+    "record_terminal_session",
+    "interleaved_thinking",
+    "suppress_max_turns_warning",
+    "use_responses_api",
+    "llm_backend",
+    "llm_kwargs",
+    "llm_call_kwargs",
+    "session_id_headers",
+];
+
+/// `_run_preflight` → `BaseAgent.parse_options`: terminus-2 refuses unknown kwargs; the CLI prints
+/// the ValueError in red and exits 1 (both `jobs start` and `jobs resume`).
+fn preflight_agent_options(cfg: &Value) {
+    for a in cfg["agents"].as_array().cloned().unwrap_or_default() {
+        if a["name"].as_str() != Some("terminus-2") {
+            continue;
+        }
+        let unknown: Vec<String> = a["kwargs"]
+            .as_object()
+            .map(|k| k.keys().filter(|k| !TERMINUS2_OPTIONS.contains(&k.as_str())).cloned().collect())
+            .unwrap_or_default();
+        if !unknown.is_empty() {
+            let details: Vec<String> = unknown.iter().map(|k| format!("  Unknown option '{k}'.")).collect();
+            red_error(&format!(
+                "Invalid kwargs for agent 'terminus-2':\n{}\nSee harbor agent schema terminus-2 for available options.",
+                details.join("\n")
+            ));
+        }
+    }
+}
+
+/// The harbor extra an environment type needs (the stand-in models the one payload uses).
+fn env_extra(env_type: &str) -> Option<&'static str> {
+    (env_type == "daytona").then_some("daytona")
+}
+
+/// Extras of this stand-in "install": `STANDIN_EXTRAS` (comma-separated, like
+/// `pip install 'harbor[daytona]'`); none when unset, as after `pip install harbor`.
+fn extra_installed(extra: &str) -> bool {
+    c::env_str("STANDIN_EXTRAS").is_some_and(|v| v.split(',').any(|e| e.trim() == extra || e.trim() == "cloud"))
+}
+
+/// `${VAR}` / `${VAR:-default}` as a whole value (`harbor.utils.env._TEMPLATE_PATTERN` fullmatch).
+fn host_var_template(value: &str) -> Option<(String, Option<String>)> {
+    let inner = value.strip_prefix("${")?.strip_suffix('}')?;
+    let end = inner.find([':', '}']).unwrap_or(inner.len());
+    let (name, rest) = inner.split_at(end);
+    if name.is_empty() {
+        return None;
+    }
+    match rest {
+        "" => Some((name.to_string(), None)),
+        _ => rest.strip_prefix(":-").map(|d| (name.to_string(), Some(d.to_string()))),
+    }
+}
+
+/// `_confirm_host_env_access` (jobs start only): tasks whose `task.toml` `[environment.env]` /
+/// `[verifier.env]` read host variables. Missing ones (no default, unset) → a table and exit 1;
+/// otherwise, without `--yes`, harbor asks `Proceed? (Y/n):` on the console — "n" exits 0, and
+/// end of input (payload's stdin is /dev/null) is typer's `Aborted.`, exit 1.
+fn confirm_host_env_access(cfg: &Value, yes: bool) {
+    let Ok(tasks) = resolve_tasks(cfg) else { return };
+    // Job.create ran first: the job dir and its job.log exist whatever the answer.
+    if let Some(job_dir) = cfg["jobs_dir"].as_str().zip(cfg["job_name"].as_str()).map(|(d, n)| Path::new(d).join(n)) {
+        let _ = std::fs::create_dir_all(&job_dir);
+        let _ = std::fs::OpenOptions::new().create(true).append(true).open(job_dir.join("job.log"));
+    }
+    let explicit = |section: &str| -> BTreeSet<String> {
+        cfg[section]["env"].as_object().map(|m| m.keys().cloned().collect()).unwrap_or_default()
+    };
+    let mut sections: Vec<(String, Vec<(String, Option<String>)>)> = Vec::new();
+    for (_, dir, _) in &tasks {
+        let Ok(text) = std::fs::read_to_string(dir.join("task.toml")) else { continue };
+        let Ok(toml) = text.parse::<toml::Table>() else { continue };
+        for section in ["environment", "verifier"] {
+            let skip = explicit(section);
+            let Some(env) = toml.get(section).and_then(|s| s.get("env")).and_then(|e| e.as_table()) else { continue };
+            let key = format!("[{section}.env]");
+            for (name, value) in env {
+                let Some(template) = value.as_str().and_then(host_var_template) else { continue };
+                if skip.contains(name) {
+                    continue;
+                }
+                let slot = match sections.iter().position(|(k, _)| *k == key) {
+                    Some(i) => &mut sections[i].1,
+                    None => {
+                        sections.push((key.clone(), Vec::new()));
+                        &mut sections.last_mut().expect("pushed").1
+                    }
+                };
+                if !slot.contains(&template) {
+                    slot.push(template);
+                }
+            }
+        }
+    }
+    if sections.is_empty() {
+        return;
+    }
+    let missing: Vec<(&String, &String)> = sections
+        .iter()
+        .flat_map(|(s, vars)| vars.iter().map(move |v| (s, v)))
+        .filter(|(_, (name, default))| default.is_none() && std::env::var_os(name).is_none())
+        .map(|(s, (name, _))| (name, s))
+        .collect();
+    if !missing.is_empty() {
+        println!();
+        println!("Missing Environment Variables");
+        for (name, section) in missing {
+            println!("  {name}  {section}");
+        }
+        println!("\nExport them in your shell or pass --env-file.");
+        std::process::exit(1);
+    }
+    if yes {
+        return;
+    }
+    println!();
+    println!("Environment Variables");
+    for (section, vars) in &sections {
+        for (name, _) in vars {
+            println!("  {name}  {section}");
+        }
+    }
+    println!();
+    print!("Tasks in this run will load these from your environment. Proceed? (Y/n): ");
+    let _ = std::io::stdout().flush();
+    let mut line = String::new();
+    match std::io::stdin().read_line(&mut line) {
+        Ok(0) | Err(_) => {
+            eprintln!();
+            eprintln!("Aborted.");
+            std::process::exit(1);
+        }
+        Ok(_) if matches!(line.trim().to_lowercase().as_str(), "n" | "no") => std::process::exit(0),
+        Ok(_) => {}
+    }
+}
+
 /// Agents that do not call a model in the stand-in.
 fn is_model_free(agent: &str) -> bool {
     matches!(agent, "oracle" | "nop")
@@ -1154,10 +1355,7 @@ fn run_trial(job: &Job, plan: &Plan) -> TrialEnd {
     for sub in ["agent", "verifier", "artifacts"] {
         let _ = std::fs::create_dir_all(dir.join(sub));
     }
-    write_json(
-        &dir.join("lock.json"),
-        &json!({"harbor": {"version": HARBOR_VERSION}, "trial_name": name, "task": {"path": cfg["task"]["path"], "source": cfg["task"]["source"]}}),
-    );
+    write_json(&dir.join("lock.json"), &trial_lock(cfg));
     let _ = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("trial.log"));
     let agent = cfg["agent"].clone();
     let agent_name = agent["name"].as_str().unwrap_or("oracle").to_string();
@@ -1192,6 +1390,15 @@ fn run_trial(job: &Job, plan: &Plan) -> TrialEnd {
             }
             _ => {}
         }
+    }
+    // Trial.__init__ → _init_agent_environment: the environment class needs its extra
+    // (`pip install 'harbor[daytona]'`); the preflight only checked credentials.
+    if let Some(extra) = env_extra(cfg["environment"]["type"].as_str().unwrap_or("docker"))
+        && !extra_installed(extra)
+    {
+        return TrialEnd::Crash(format!(
+            "harbor.utils.optional_import.MissingExtraError: The '{extra}' package is required but not installed. Install it with:\n  pip install 'harbor[{extra}]'\n  uv tool install 'harbor[{extra}]'\nOr install all cloud environments with 'harbor[cloud]'."
+        ));
     }
     drop(creating);
     let (provider, parsed_model) = match &model_name {
@@ -1593,6 +1800,14 @@ fn run_job(cfg: Value, is_resume: bool) -> ! {
         std::fs::read_to_string(job_dir.join("result.json")).ok().and_then(|t| serde_json::from_str(&t).ok());
     let job_id = existing_result.as_ref().and_then(|r| r["id"].as_str().map(str::to_string)).unwrap_or_else(c::uuid4);
     let mut plans = build_trial_configs(&cfg, &job_dir, &job_id, &tasks);
+    let job_lock = json!({
+        "schema_version": 3,
+        "created_at": c::iso_local(now()),
+        "harbor": {"version": HARBOR_VERSION},
+        "n_concurrent_trials": cfg["n_concurrent_trials"],
+        "retry": cfg["retry"],
+        "trials": plans.iter().map(|p| trial_lock(&p.config)).collect::<Vec<_>>(),
+    });
     let _ = std::fs::create_dir_all(&job_dir);
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -1699,7 +1914,35 @@ fn run_job(cfg: Value, is_resume: bool) -> ! {
         );
         std::process::exit(code);
     }
-    write_json(&job_dir.join("lock.json"), &json!({"harbor": {"version": HARBOR_VERSION}, "job_name": job_name}));
+    // Job._write_job_lock: an existing lock must equal the resolved one (created_at and harbor
+    // are taken from the existing lock), else FileExistsError.
+    let lock_path = job_dir.join("lock.json");
+    let mut job_lock = job_lock;
+    if lock_path.exists() {
+        let existing: Option<Value> =
+            std::fs::read_to_string(&lock_path).ok().and_then(|t| serde_json::from_str(&t).ok());
+        let Some(existing) = existing else {
+            die_with_traceback(
+                &frames_create,
+                &format!(
+                    "ValueError: Existing lock file at {} could not be parsed; refusing to overwrite it.",
+                    lock_path.display()
+                ),
+            )
+        };
+        job_lock["created_at"] = existing["created_at"].clone();
+        job_lock["harbor"] = existing["harbor"].clone();
+        if job_lock_key(&existing) != job_lock_key(&job_lock) {
+            die_with_traceback(
+                &frames_create,
+                &format!(
+                    "FileExistsError: Job directory {} already has a lock.json that does not match the resolved job lock.",
+                    job_dir.display()
+                ),
+            );
+        }
+    }
+    write_json(&lock_path, &job_lock);
     job.write_result(false);
     job.jlog(&format!("Job {} started: {} trials ({} remaining)", job_name, n_total, remaining.len()));
     // Run with n_concurrent_trials workers.
@@ -1737,9 +1980,9 @@ fn run_job(cfg: Value, is_resume: bool) -> ! {
             let _quiesce = job.create_lock.lock().unwrap_or_else(|e| e.into_inner());
             job.cancel_live();
             job.jlog("Job cancelled (KeyboardInterrupt)");
-            eprintln!();
-            eprintln!("Aborted.");
-            std::process::exit(1);
+            // harbor 0.25 exits 130 after a KeyboardInterrupt and prints nothing more
+            // (docs/harbor-facts.md, observed with the real program).
+            std::process::exit(130);
         }
         if handles.iter().all(|h| h.is_finished()) {
             break;
@@ -1784,7 +2027,7 @@ fn start(args: &[String], path: &str) -> ! {
     } else {
         c::catch_signal(libc::SIGTERM);
     }
-    c::catch_signal(libc::SIGINT);
+    catch_or_ignore_sigint();
     let mut cfg = build_job_config(&o, path);
     if cfg.get("job_name").is_none_or(Value::is_null) {
         let t = c::local_now();
@@ -1813,10 +2056,21 @@ fn start(args: &[String], path: &str) -> ! {
         println!("{}", serde_json::to_string_pretty(&hm::dump_job(&norm)).unwrap_or_default());
         std::process::exit(0);
     }
+    preflight_agent_options(&norm);
+    confirm_host_env_access(&norm, o.flag("yes") == Some(true));
     if o.flag("export_traces") == Some(true) {
         EXPORT_TRACES.store(true, Ordering::SeqCst);
     }
     run_job(cfg, false)
+}
+
+/// SIGINT raises KeyboardInterrupt in both commands (Python's default handler).
+fn catch_or_ignore_sigint() {
+    if c::env_flag("STANDIN_IGNORE_SIGINT") {
+        c::ignore_signal(libc::SIGINT);
+    } else {
+        c::catch_signal(libc::SIGINT);
+    }
 }
 
 static EXPORT_TRACES: AtomicBool = AtomicBool::new(false);
@@ -1827,7 +2081,7 @@ fn resume(args: &[String], path: &str) -> ! {
     if c::env_flag("STANDIN_IGNORE_SIGTERM") {
         c::ignore_signal(libc::SIGTERM);
     }
-    c::catch_signal(libc::SIGINT);
+    catch_or_ignore_sigint();
     if o.flag("public").is_some() && o.flag("upload") != Some(true) {
         red_error("Error: --public / --private requires --upload.");
     }
@@ -1886,5 +2140,6 @@ fn resume(args: &[String], path: &str) -> ! {
     cfg["jobs_dir"] =
         json!(if parent.as_os_str().is_empty() { ".".to_string() } else { parent.to_string_lossy().to_string() });
     cfg["job_name"] = json!(job_dir.file_name().map(|f| f.to_string_lossy().to_string()).unwrap_or_default());
+    preflight_agent_options(&hm::normalize_job(&cfg));
     run_job(cfg, true)
 }

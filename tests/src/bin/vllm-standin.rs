@@ -27,8 +27,18 @@
 //! | `STANDIN_DOUBLE_FORK=1` | at start, double-fork a grandchild that calls setsid(), ignores SIGTERM/SIGINT/SIGHUP and sleeps forever |
 //! | `STANDIN_DOUBLE_FORK_PIDFILE` | where the grandchild writes its pid |
 //! | `STANDIN_IGNORE_SIGTERM=1` | the server ignores SIGTERM (SIGINT still stops it) |
+//! | `STANDIN_CHAT_AGENT=terminus` | chat completions answer as a terminus-2 agent would (below) instead of `tok0 tok1 …` |
+//! | `STANDIN_REQUEST_LOG` | a file each completion request body is appended to, one JSON line per request |
 //! | `STANDIN_CONTROL_FILE` | a file re-read on every request: `normal`, `bad_request`, `hang` or `die` switch behaviour at run time |
 //! | `STANDIN_VLLM_ARGS_ONLY=1` | stop after the argument checks vLLM does before binding the port: exit 0 when they pass (the stand-in contract test compares this with the real parser) |
+//!
+//! **terminus-2 replies.** With `STANDIN_CHAT_AGENT=terminus` a chat reply follows terminus-2's
+//! response format — JSON (`analysis`/`plan`/`commands`/`task_complete`) or, when the system prompt
+//! asks for XML (`parser_name=xml`), `<response>…</response>`. The turn is the number of assistant
+//! messages already in the conversation: turn 0 runs the command the task names on a line
+//! `STANDIN-COMMAND: <command>` in its instruction (none: task_complete at once); later turns
+//! mark the task complete (terminus-2 asks to confirm once). A request carrying
+//! `chat_template_kwargs.enable_thinking: true` gets a `reasoning_content` too, like a thinking model.
 //!
 //! API key: `--api-key K…` or `VLLM_API_KEY`; then every path under `/v1`
 //! needs `Authorization: Bearer <key>` (401 `{"error":"Unauthorized"}` otherwise).
@@ -42,6 +52,7 @@ use e2e::standin::common as c;
 use e2e::standin::vllm_flags::{CHOICES, Kind, LEGACY_FLAGS, REASONING_PARSERS, SERVE_FLAGS, TOOL_PARSERS};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -905,8 +916,50 @@ fn overflow_message(max_len: u64, prompt: u64, max_tokens: Option<u64>) -> (Stri
     }
 }
 
+/// What a terminus-2 agent answers in this conversation (see the module doc): the reply text and,
+/// for a request that enables thinking, the reasoning.
+fn terminus_reply(body: &Value) -> (String, Option<String>) {
+    let msgs = body.get("messages").and_then(Value::as_array).cloned().unwrap_or_default();
+    let turn = msgs.iter().filter(|m| m.get("role").and_then(Value::as_str) == Some("assistant")).count();
+    let texts: Vec<String> = msgs.iter().map(|m| text_of(m.get("content").unwrap_or(&Value::Null))).collect();
+    let xml = texts.first().is_some_and(|t| t.contains("Format your response as XML"));
+    let command = texts
+        .iter()
+        .flat_map(|t| t.lines())
+        .find_map(|l| l.trim().strip_prefix("STANDIN-COMMAND:"))
+        .map(|c| c.trim().to_string())
+        .filter(|_| turn == 0);
+    let complete = command.is_none();
+    let analysis = if complete { "The task is done." } else { "The task names the command to run." };
+    let text = if xml {
+        let keys = command.map(|c| format!("<keystrokes duration=\"0.5\">{c}\n</keystrokes>\n")).unwrap_or_default();
+        format!(
+            "<response>\n<analysis>{analysis}</analysis>\n<plan>Run it, then confirm.</plan>\n<commands>\n{keys}</commands>\n<task_complete>{complete}</task_complete>\n</response>"
+        )
+    } else {
+        let commands: Vec<Value> =
+            command.map(|c| json!({"keystrokes": format!("{c}\n"), "duration": 0.5})).into_iter().collect();
+        json!({"analysis": analysis, "plan": "Run it, then confirm.", "commands": commands, "task_complete": complete})
+            .to_string()
+    };
+    let thinking = body.pointer("/chat_template_kwargs/enable_thinking").and_then(Value::as_bool) == Some(true);
+    (text, thinking.then(|| format!("Turn {turn}: read the task, then act.")))
+}
+
+/// Appends the request body to `STANDIN_REQUEST_LOG` (tests read what the agent really sent).
+fn log_request(body: &Value) {
+    static LOCK: Mutex<()> = Mutex::new(());
+    if let Some(path) = c::env_str("STANDIN_REQUEST_LOG") {
+        let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+            let _ = writeln!(f, "{body}");
+        }
+    }
+}
+
 fn completion(st: &State, body: &Value, chat: bool, mode: &str) -> Reply {
     let cfg = &st.cfg;
+    log_request(body);
     let n = st.completions.fetch_add(1, Ordering::SeqCst) + 1;
     if let Some(h) = c::env_u64("STANDIN_HANG_AFTER_REQUESTS")
         && n > h
@@ -972,8 +1025,16 @@ fn completion(st: &State, body: &Value, chat: bool, mode: &str) -> Reply {
     if ntok < want && reason == "stop" {
         reason = "length";
     }
-    let words: Vec<String> = (0..ntok).map(|i| format!("tok{i}")).collect();
-    let text = words.join(" ");
+    let agent_reply = (chat && c::env_str("STANDIN_CHAT_AGENT").as_deref() == Some("terminus"))
+        .then(|| terminus_reply(body));
+    let (text, reasoning) = match agent_reply {
+        Some(r) => {
+            ntok = c::approx_tokens(&r.0);
+            reason = "stop";
+            r
+        }
+        None => ((0..ntok).map(|i| format!("tok{i}")).collect::<Vec<_>>().join(" "), None),
+    };
     let created = c::unix_seconds();
     let served = model.map(str::to_string).unwrap_or_else(|| cfg.served[0].clone());
     let usage = json!({"prompt_tokens": prompt, "total_tokens": prompt + ntok, "completion_tokens": ntok, "prompt_tokens_details": null});
@@ -985,7 +1046,7 @@ fn completion(st: &State, body: &Value, chat: bool, mode: &str) -> Reply {
             "model": served,
             "choices": [{
                 "index": 0,
-                "message": {"role": "assistant", "content": text, "refusal": null, "annotations": null, "audio": null, "function_call": null, "tool_calls": [], "reasoning_content": null},
+                "message": {"role": "assistant", "content": text, "refusal": null, "annotations": null, "audio": null, "function_call": null, "tool_calls": [], "reasoning_content": reasoning},
                 "logprobs": null,
                 "finish_reason": reason,
                 "stop_reason": null

@@ -1,0 +1,149 @@
+//! Every duration payload takes from the spec, converted once with checks (`try_from_secs_f64`,
+//! `Instant::checked_add`) before anything is spawned, so an out-of-range number (`1e20`, `NaN`,
+//! `u64::MAX`) is a one-line `spec` error up front instead of a panic with children running.
+//!
+//! The spec crate's reader validates the same fields where it can; this module does not rely on
+//! it (payload must be safe with any spec it is handed).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use launch_spec::launch::TunnelSpec;
+use launch_spec::{LaunchSpec, OutcomeClass};
+
+use crate::failure::Failure;
+
+/// The largest duration any field may hold: 30 days, longer than any Slurm time limit (the
+/// bound the spec reader and every config loader apply, `launch_spec::validate`).
+pub const MAX_SECONDS: u64 = launch_spec::validate::MAX_SECONDS;
+
+/// The heartbeat period is clamped into this range (a spec value outside it is not an error).
+pub const HEARTBEAT_MIN: Duration = Duration::from_millis(50);
+pub const HEARTBEAT_MAX: Duration = Duration::from_secs(30);
+/// The in-run health probe never runs more often than this.
+pub const PROBE_MIN: Duration = Duration::from_millis(50);
+
+/// The spec's durations, checked.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timings {
+    pub health_timeout: Duration,
+    pub teardown_grace: Duration,
+    pub heartbeat: Duration,
+    pub probe_interval: Duration,
+    pub walltime_lead: Duration,
+}
+
+/// Why a number is refused, as a one-line message naming the file and the field.
+fn refuse(spec_path: &Path, field: &str, value: &str, rule: &str) -> Failure {
+    Failure::new(
+        OutcomeClass::Spec,
+        format!(
+            "{}: field `{field}` is {value}: {rule} (at most {MAX_SECONDS} s = 30 days); fix the spec or the profile it came from",
+            spec_path.display()
+        ),
+    )
+}
+
+/// Seconds as f64 → Duration: finite, ≥ 0 (or > 0 when `positive`), ≤ [`MAX_SECONDS`], and
+/// representable as an `Instant` offset from now.
+pub fn seconds_f64(spec_path: &Path, field: &str, value: f64, positive: bool) -> Result<Duration, Failure> {
+    let rule = if positive { "must be a number of seconds > 0" } else { "must be a number of seconds ≥ 0" };
+    let bad = || refuse(spec_path, field, &value.to_string(), rule);
+    if !value.is_finite() || value < 0.0 || (positive && value == 0.0) || value > MAX_SECONDS as f64 {
+        return Err(bad());
+    }
+    let d = Duration::try_from_secs_f64(value).map_err(|_| bad())?;
+    Instant::now().checked_add(d).ok_or_else(bad)?;
+    Ok(d)
+}
+
+/// Whole seconds → Duration, ≤ [`MAX_SECONDS`] (and > 0 when `positive`).
+pub fn seconds_u64(spec_path: &Path, field: &str, value: u64, positive: bool) -> Result<Duration, Failure> {
+    if value > MAX_SECONDS || (positive && value == 0) {
+        let rule = if positive { "must be whole seconds > 0" } else { "must be whole seconds" };
+        return Err(refuse(spec_path, field, &value.to_string(), rule));
+    }
+    Ok(Duration::from_secs(value))
+}
+
+/// `start + d`, saturating far in the future instead of panicking on overflow.
+pub fn deadline(start: Instant, d: Duration) -> Instant {
+    start.checked_add(d).unwrap_or_else(|| start + Duration::from_secs(MAX_SECONDS))
+}
+
+/// Checks every duration of the spec (the tunnel's too) and returns the run's.
+pub fn check(spec_path: &Path, spec: &LaunchSpec) -> Result<Timings, Failure> {
+    let l = &spec.limits;
+    let timings = Timings {
+        health_timeout: seconds_u64(spec_path, "serve.health_timeout_s", spec.serve.health_timeout_s, true)?,
+        teardown_grace: seconds_f64(spec_path, "limits.teardown_grace_s", l.teardown_grace_s, false)?,
+        heartbeat: seconds_f64(spec_path, "limits.heartbeat_interval_s", l.heartbeat_interval_s, true)?
+            .clamp(HEARTBEAT_MIN, HEARTBEAT_MAX),
+        probe_interval: seconds_f64(spec_path, "limits.health_probe_interval_s", l.health_probe_interval_s, true)?
+            .max(PROBE_MIN),
+        walltime_lead: seconds_u64(spec_path, "limits.walltime_lead_s", l.walltime_lead_s, false)?,
+    };
+    match &spec.tunnel {
+        TunnelSpec::None => {}
+        TunnelSpec::Pinggy(p) => {
+            seconds_f64(spec_path, "tunnel.restart_backoff_s", p.restart_backoff_s, false)?;
+            seconds_f64(spec_path, "tunnel.connect_timeout_s", p.connect_timeout_s, false)?;
+            seconds_f64(spec_path, "tunnel.verify_interval_s", p.verify_interval_s, false)?;
+            seconds_u64(spec_path, "tunnel.lease_ttl_s", p.lease_ttl_s, false)?;
+        }
+        TunnelSpec::Socks(s) => {
+            seconds_f64(spec_path, "tunnel.restart_backoff_s", s.restart_backoff_s, false)?;
+            seconds_f64(spec_path, "tunnel.connect_timeout_s", s.connect_timeout_s, false)?;
+            seconds_f64(spec_path, "tunnel.verify_interval_s", s.verify_interval_s, false)?;
+        }
+    }
+    Ok(timings)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::spec;
+
+    #[test]
+    fn defaults_pass() {
+        let t = check(Path::new("s.json"), &spec()).unwrap();
+        assert_eq!(t.health_timeout, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn out_of_range_numbers_are_one_line_spec_errors() {
+        let p = Path::new("/runs/launch.json");
+        let cases: Vec<(&str, Box<dyn Fn(&mut LaunchSpec)>)> = vec![
+            ("limits.health_probe_interval_s", Box::new(|s| s.limits.health_probe_interval_s = 1e20)),
+            ("limits.teardown_grace_s", Box::new(|s| s.limits.teardown_grace_s = 1e20)),
+            ("limits.teardown_grace_s", Box::new(|s| s.limits.teardown_grace_s = f64::NAN)),
+            ("limits.teardown_grace_s", Box::new(|s| s.limits.teardown_grace_s = -1.0)),
+            ("limits.heartbeat_interval_s", Box::new(|s| s.limits.heartbeat_interval_s = f64::INFINITY)),
+            ("limits.health_probe_interval_s", Box::new(|s| s.limits.health_probe_interval_s = 0.0)),
+            ("serve.health_timeout_s", Box::new(|s| s.serve.health_timeout_s = u64::MAX)),
+            ("serve.health_timeout_s", Box::new(|s| s.serve.health_timeout_s = 0)),
+            ("limits.walltime_lead_s", Box::new(|s| s.limits.walltime_lead_s = u64::MAX)),
+        ];
+        for (field, edit) in cases {
+            let mut s = spec();
+            edit(&mut s);
+            let err = check(p, &s).unwrap_err();
+            assert_eq!(err.class, OutcomeClass::Spec);
+            assert!(err.message.contains(field), "{field}: {}", err.message);
+            assert!(err.message.contains("/runs/launch.json"), "{}", err.message);
+            assert!(!err.message.contains('\n'));
+        }
+    }
+
+    #[test]
+    fn tunnel_backoff_is_checked() {
+        let mut s = spec();
+        s.tunnel = serde_json::from_value(serde_json::json!({
+            "kind": "socks", "login_node": "login1", "restart_backoff_s": 1e20
+        }))
+        .unwrap();
+        let err = check(Path::new("s.json"), &s).unwrap_err();
+        assert!(err.message.contains("tunnel.restart_backoff_s"), "{}", err.message);
+    }
+}

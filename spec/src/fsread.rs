@@ -1,0 +1,125 @@
+//! Bounded reads of files that must be regular files: configuration (every YAML file), launch specs
+//! and the run-dir records submitter reads back.
+//!
+//! A FIFO opened for reading blocks until a writer appears, and `/dev/zero` never ends, so a plain
+//! `read_to_string` can hang a command or grow it without bound. Every input is opened with
+//! `O_NONBLOCK` (an open of a FIFO returns at once), type-checked with `fstat` on the open handle
+//! (no race with a rename), and read up to a cap. Where the file lives in a directory others write
+//! (a run dir), `O_NOFOLLOW` also refuses a symlink planted in place of a record.
+
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::Path;
+
+/// Whether a symlink at the path itself is followed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Links {
+    /// Configuration: a symlinked profile or registry file is an ordinary setup.
+    Follow,
+    /// Run-dir records: written by payload and Harbor as plain files; a symlink is refused.
+    Refuse,
+}
+
+/// Cap for one configuration file (the largest real registry file is a few kB).
+pub const CONFIG_CAP: u64 = 4 << 20;
+/// Cap for one JSON record (`status.json`, `launch.json`, a trial's `result.json`/`config.json`).
+pub const RECORD_CAP: u64 = 16 << 20;
+
+/// Opens `path` for reading without blocking and without following a final symlink when `links`
+/// says so; anything but a regular file is an error naming what it is.
+pub fn open_regular(path: &Path, links: Links) -> io::Result<File> {
+    let mut flags = libc::O_NONBLOCK | libc::O_CLOEXEC;
+    if links == Links::Refuse {
+        flags |= libc::O_NOFOLLOW;
+    }
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(flags).open(path).map_err(|err| {
+        if err.raw_os_error() == Some(libc::ELOOP) && links == Links::Refuse {
+            io::Error::new(io::ErrorKind::InvalidInput, "is a symlink, not a regular file (refused)")
+        } else {
+            err
+        }
+    })?;
+    let kind = file.metadata()?.file_type();
+    if kind.is_file() {
+        return Ok(file);
+    }
+    let what = if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_dir() {
+        "a directory"
+    } else {
+        "a special file"
+    };
+    Err(io::Error::new(io::ErrorKind::InvalidInput, format!("is {what}, not a regular file")))
+}
+
+/// The whole file, at most `cap` bytes: a larger file is an error rather than a partial read.
+pub fn read_capped(path: &Path, cap: u64, links: Links) -> io::Result<Vec<u8>> {
+    let file = open_regular(path, links)?;
+    let len = file.metadata()?.len();
+    if len > cap {
+        return Err(too_large(len, cap));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    // The file may grow between fstat and read: never take more than the cap.
+    file.take(cap + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > cap {
+        return Err(too_large(bytes.len() as u64, cap));
+    }
+    Ok(bytes)
+}
+
+/// [`read_capped`] as UTF-8 text.
+pub fn read_text_capped(path: &Path, cap: u64, links: Links) -> io::Result<String> {
+    String::from_utf8(read_capped(path, cap, links)?)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "is not UTF-8 text"))
+}
+
+/// The last `window` bytes of a regular file (all of it when smaller), and the file's size.
+pub fn read_tail(path: &Path, window: u64, links: Links) -> io::Result<(Vec<u8>, u64)> {
+    let mut file = open_regular(path, links)?;
+    let len = file.metadata()?.len();
+    let start = len.saturating_sub(window);
+    file.seek(SeekFrom::Start(start))?;
+    let mut bytes = Vec::new();
+    file.take(window).read_to_end(&mut bytes)?;
+    Ok((bytes, len))
+}
+
+fn too_large(len: u64, cap: u64) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("is {len} bytes, more than the {cap}-byte limit for this file (not read)"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fifo_symlink_device_and_oversize_are_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        let err = read_capped(&fifo, 10, Links::Follow).unwrap_err();
+        assert!(err.to_string().contains("FIFO"), "{err}");
+        let link = dir.path().join("zero");
+        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+        assert!(read_capped(&link, 10, Links::Refuse).unwrap_err().to_string().contains("symlink"));
+        assert!(read_capped(&link, 10, Links::Follow).unwrap_err().to_string().contains("character device"));
+        let big = dir.path().join("big");
+        std::fs::write(&big, vec![b'x'; 100]).unwrap();
+        assert!(read_capped(&big, 10, Links::Refuse).unwrap_err().to_string().contains("limit"));
+        assert_eq!(read_capped(&big, 100, Links::Refuse).unwrap().len(), 100);
+        let (tail, len) = read_tail(&big, 7, Links::Refuse).unwrap();
+        assert_eq!((tail.len(), len), (7, 100));
+    }
+}

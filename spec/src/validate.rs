@@ -1,0 +1,191 @@
+//! The one validation of numbers and ids that enter from outside: cluster profiles, presets, the
+//! registry, the command line and the launch spec all call these functions, so what one command
+//! accepts every command accepts (and payload never meets a value that panics after spawning).
+//!
+//! Each function returns the problem in words (without the field name, which the caller knows).
+
+use std::time::Duration;
+
+/// Longest duration any setting may have: 30 days. Far above every real walltime, and small
+/// enough that `Instant::now() + d` and `Duration::from_secs_f64` can never overflow.
+pub const MAX_SECONDS: u64 = 30 * 24 * 3600;
+/// Largest timeout multiplier (the shipped values are 1, 2 and 16).
+pub const MAX_MULTIPLIER: f64 = 1000.0;
+/// Longest model id: Hugging Face allows 96 characters for a name and for an org.
+pub const MODEL_ID_MAX: usize = 200;
+/// Most GPUs one engine may ask for (TP × DP); a node has at most a few dozen.
+pub const MAX_GPUS: u32 = 1024;
+
+/// A duration in (fractional) seconds: finite, ≥ 0 (or > 0 when `positive`), at most 30 days.
+pub fn seconds(value: f64, positive: bool) -> Result<Duration, String> {
+    let low_ok = if positive { value > 0.0 } else { value >= 0.0 };
+    if !value.is_finite() || !low_ok || value > MAX_SECONDS as f64 {
+        let low = if positive { "> 0" } else { "≥ 0" };
+        return Err(format!("{value} must be a number of seconds {low} and ≤ {MAX_SECONDS} (30 days)"));
+    }
+    Ok(Duration::from_secs_f64(value))
+}
+
+/// A duration in whole seconds, at most 30 days (and ≥ 1 when `positive`).
+pub fn whole_seconds(value: u64, positive: bool) -> Result<Duration, String> {
+    if value > MAX_SECONDS || (positive && value == 0) {
+        let low = if positive { 1 } else { 0 };
+        return Err(format!("{value} must be between {low} and {MAX_SECONDS} seconds (30 days)"));
+    }
+    Ok(Duration::from_secs(value))
+}
+
+/// A share of GPU memory (or any fraction that must leave something): in (0, 1].
+pub fn fraction(value: f64) -> Result<f64, String> {
+    if value.is_finite() && value > 0.0 && value <= 1.0 {
+        Ok(value)
+    } else {
+        Err(format!("{value} must be a fraction in (0, 1], e.g. 0.9"))
+    }
+}
+
+/// A share in [0, 1] (a threshold, where 0 is meaningful).
+pub fn share(value: f64) -> Result<f64, String> {
+    if value.is_finite() && (0.0..=1.0).contains(&value) {
+        Ok(value)
+    } else {
+        Err(format!("{value} must be a share in [0, 1]"))
+    }
+}
+
+/// A timeout multiplier: finite, > 0, at most 1000.
+pub fn multiplier(value: f64) -> Result<f64, String> {
+    if value.is_finite() && value > 0.0 && value <= MAX_MULTIPLIER {
+        Ok(value)
+    } else {
+        Err(format!("{value} must be a number > 0 and ≤ {MAX_MULTIPLIER} (e.g. 1.0, 2.0, 16.0)"))
+    }
+}
+
+/// A count that must be at least one (concurrency, attempts, parallel sizes).
+pub fn at_least_one(value: u64) -> Result<u64, String> {
+    if value >= 1 { Ok(value) } else { Err(format!("{value} must be ≥ 1")) }
+}
+
+/// GPUs one engine needs: TP × DP without overflow, each ≥ 1, at most [`MAX_GPUS`].
+pub fn gpus(tensor_parallel: u32, data_parallel: u32) -> Result<u32, String> {
+    if tensor_parallel == 0 || data_parallel == 0 {
+        return Err(format!(
+            "tensor_parallel_size {tensor_parallel} × data_parallel_size {data_parallel}: both must be ≥ 1"
+        ));
+    }
+    match tensor_parallel.checked_mul(data_parallel) {
+        Some(n) if n <= MAX_GPUS => Ok(n),
+        _ => Err(format!(
+            "tensor_parallel_size {tensor_parallel} × data_parallel_size {data_parallel} is more than {MAX_GPUS} GPUs"
+        )),
+    }
+}
+
+/// A TCP port someone listens on: 1..=65535.
+pub fn port(value: u16) -> Result<u16, String> {
+    if value == 0 { Err("0 is not a port: give 1..=65535 (or leave it unset)".to_string()) } else { Ok(value) }
+}
+
+/// A port range `[base, base + span)` that stays inside 1..=65535.
+pub fn port_range(base: u16, span: u16) -> Result<(), String> {
+    if base == 0 || span == 0 || u32::from(base) + u32::from(span) - 1 > 65535 {
+        return Err(format!("base {base} + span {span} must describe ports within 1..=65535 (base ≥ 1, span ≥ 1)"));
+    }
+    Ok(())
+}
+
+/// A model id as it may enter from a list, the command line, the registry or a spec.
+///
+/// The Hugging Face shape `org/name` (and the bare names and `provider/org/name` forms that occur
+/// in real priority lists): segments of `[A-Za-z0-9._-]` joined by `/`, none empty, `.` or `..`,
+/// not starting with `-` (it would read as an option in vLLM's argv) and at most
+/// [`MODEL_ID_MAX`] characters. Local weights are never an id: they go in the spec's
+/// `model.local_path`.
+pub fn model_id(id: &str) -> Result<&str, String> {
+    let shown: String = id.chars().take(60).flat_map(char::escape_debug).collect();
+    let why = if id.trim().is_empty() {
+        Some("is empty")
+    } else if id.len() > MODEL_ID_MAX {
+        Some("is too long (more than 200 characters)")
+    } else if id.chars().any(char::is_control) {
+        Some("contains a control character or newline")
+    } else if id.chars().any(char::is_whitespace) {
+        Some("contains whitespace")
+    } else if id.starts_with('/') {
+        Some("is an absolute path (local weights go in the spec's model.local_path)")
+    } else if id.starts_with('-') {
+        Some("starts with `-` (it would read as an option)")
+    } else if id.split('/').any(|s| s.is_empty() || s == "." || s == "..") {
+        Some("has an empty, `.` or `..` path segment")
+    } else if !id.chars().all(|c| c.is_ascii_alphanumeric() || "._-/".contains(c)) {
+        Some("has characters outside [A-Za-z0-9._-/]")
+    } else {
+        None
+    };
+    match why {
+        None => Ok(id),
+        Some(why) => Err(format!("model id \"{shown}\" {why}: give a Hugging Face id like Qwen/Qwen3-8B")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_are_bounded_and_convert() {
+        assert_eq!(seconds(2.5, true).unwrap(), Duration::from_millis(2500));
+        for bad in [1e20, f64::NAN, f64::INFINITY, -1.0, 0.0] {
+            assert!(seconds(bad, true).is_err(), "{bad}");
+        }
+        assert!(seconds(0.0, false).is_ok());
+        assert!(whole_seconds(u64::MAX, false).is_err());
+        assert!(whole_seconds(0, true).is_err());
+        let far = std::time::Instant::now() + whole_seconds(MAX_SECONDS, false).unwrap();
+        assert!(far > std::time::Instant::now());
+    }
+
+    #[test]
+    fn fractions_multipliers_counts_gpus_ports() {
+        for bad in [0.0, 5.0, 7.5, -1.0, f64::NAN, f64::INFINITY] {
+            assert!(fraction(bad).is_err(), "{bad}");
+        }
+        assert!(fraction(1.0).is_ok() && fraction(0.9).is_ok());
+        for bad in [0.0, -2.0, f64::NAN, f64::INFINITY, 1e6] {
+            assert!(multiplier(bad).is_err(), "{bad}");
+        }
+        assert!(at_least_one(0).is_err());
+        assert_eq!(gpus(2, 2), Ok(4));
+        assert!(gpus(65536, 65536).is_err(), "u32 overflow to 0");
+        assert!(gpus(0, 4).is_err());
+        assert!(port(0).is_err() && port(8000).is_ok());
+        assert!(port_range(60000, 20000).is_err() && port_range(20000, 20000).is_ok());
+    }
+
+    #[test]
+    fn model_ids() {
+        for good in ["Qwen/Qwen3-8B", "r2egym-nl2bash-stack-bugsseq", "hosted_vllm/Qwen/Qwen3-8B", "a/b__c-8B"] {
+            assert!(model_id(good).is_ok(), "{good}");
+        }
+        let long = "x".repeat(10_000);
+        for bad in [
+            "",
+            " ",
+            "../../etc/passwd",
+            "/abs/path",
+            "a/../b",
+            "Qwen/Qwen3 8B",
+            "a/b\nc",
+            "a/b\u{1b}[31m",
+            "--chat-template=/etc/passwd",
+            "-x/y",
+            "a//b",
+            ".",
+            long.as_str(),
+        ] {
+            let err = model_id(bad).expect_err(bad);
+            assert_eq!(err.lines().count(), 1, "{err}");
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! Peak RSS of `submitter check` on run dirs holding one 2 GB file where a small one belongs
+//! (target ≤ 64 MB each): a job `result.json`, a trial `result.json`, a `vllm.log` without a
+//! newline, `events.jsonl` and `status.json`, and a trial `result.json` linked to `/dev/zero`.
+//! The 2 GB files are sparse (no disk is written; reading one returns zeros as fast as a cached
+//! file), so the bench is quick and needs no free space.
+//!
+//! `cargo bench -p submitter --bench check_rss`. The peak is the process's `VmHWM`, sampled from
+//! `/proc/<pid>/status` every 5 ms until it exits (the high-water mark only grows, so the last
+//! sample is within 5 ms of the end).
+
+#![allow(clippy::print_stdout)]
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const TWO_GB: u64 = 2 << 30;
+const TARGET_MB: f64 = 64.0;
+
+fn sparse(path: &Path, len: u64) {
+    std::fs::File::create(path).unwrap().set_len(len).unwrap();
+}
+
+fn run_dir(root: &Path, name: &str) -> std::path::PathBuf {
+    let dir = root.join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("config.json"),
+        r#"{"job_name": "x", "agents": [{"name": "terminus-2", "kwargs": {"api_base": "http://127.0.0.1:8000/v1"}}]}"#,
+    )
+    .unwrap();
+    dir
+}
+
+fn trial(dir: &Path) -> std::path::PathBuf {
+    let trial = dir.join("task-1__abc");
+    std::fs::create_dir_all(trial.join("agent")).unwrap();
+    trial
+}
+
+/// Runs `submitter check DIR --json`; returns (peak RSS in MB, wall time, exit code).
+fn measure(dir: &Path) -> (f64, Duration, Option<i32>) {
+    let start = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_submitter"))
+        .arg("check")
+        .arg(dir)
+        .arg("--json")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let status_file = format!("/proc/{}/status", child.id());
+    let mut peak_kb = 0u64;
+    let status = loop {
+        if let Ok(text) = std::fs::read_to_string(&status_file)
+            && let Some(kb) = text
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        {
+            peak_kb = peak_kb.max(kb);
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    (peak_kb as f64 / 1024.0, start.elapsed(), status.code())
+}
+
+fn main() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let mut cases: Vec<(&str, std::path::PathBuf)> = Vec::new();
+
+    let dir = run_dir(root, "job-result");
+    sparse(&dir.join("result.json"), TWO_GB);
+    cases.push(("2 GB job result.json", dir));
+
+    let dir = run_dir(root, "trial-result");
+    sparse(&trial(&dir).join("result.json"), TWO_GB);
+    cases.push(("2 GB trial result.json", dir));
+
+    let dir = run_dir(root, "dev-zero");
+    std::os::unix::fs::symlink("/dev/zero", trial(&dir).join("result.json")).unwrap();
+    cases.push(("trial result.json → /dev/zero", dir));
+
+    let dir = run_dir(root, "engine-log");
+    sparse(&dir.join("vllm.log"), TWO_GB);
+    cases.push(("2 GB vllm.log, no newline", dir));
+
+    let dir = run_dir(root, "records");
+    sparse(&dir.join("events.jsonl"), TWO_GB);
+    sparse(&dir.join("status.json"), TWO_GB);
+    sparse(&dir.join("launch.json"), TWO_GB);
+    cases.push(("2 GB events.jsonl, status.json, launch.json", dir));
+
+    let baseline = run_dir(root, "baseline");
+    let (base_mb, _, _) = measure(&baseline);
+    println!("check peak RSS on an empty run dir: {base_mb:.1} MB");
+    let mut worst: f64 = 0.0;
+    for (what, dir) in &cases {
+        let (mb, took, code) = measure(dir);
+        worst = worst.max(mb);
+        println!(
+            "check peak RSS, {what:<45} {mb:>6.1} MB in {:>5.2} s (exit {code:?}){}",
+            took.as_secs_f64(),
+            if mb > TARGET_MB { "  OVER TARGET" } else { "" }
+        );
+    }
+    println!("worst: {worst:.1} MB (target ≤ {TARGET_MB} MB)");
+}
