@@ -1025,8 +1025,8 @@ fn completion(st: &State, body: &Value, chat: bool, mode: &str) -> Reply {
     if ntok < want && reason == "stop" {
         reason = "length";
     }
-    let agent_reply = (chat && c::env_str("STANDIN_CHAT_AGENT").as_deref() == Some("terminus"))
-        .then(|| terminus_reply(body));
+    let agent_reply =
+        (chat && c::env_str("STANDIN_CHAT_AGENT").as_deref() == Some("terminus")).then(|| terminus_reply(body));
     let (text, reasoning) = match agent_reply {
         Some(r) => {
             ntok = c::approx_tokens(&r.0);
