@@ -589,7 +589,7 @@ fn standin_accepts_and_rejects_like_real_vllm() {
     let Some(mut checker) = checker() else { return };
     let cases: Vec<&Case> = corpus().cases.iter().filter(|c| c.vllm == verified).collect();
     let samples = sample_argvs();
-    let standin = workspace_bin("e2e", "vllm-standin");
+    let standin = env!("CARGO_BIN_EXE_vllm-standin");
     let mut differ = Vec::new();
     let mut compared = 0;
     let mut skipped = 0;
