@@ -261,7 +261,7 @@ pub const CONFIG_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_
 /// the model and `api_base`, and a terminus-2's kwargs must be options of the dialect's schema —
 /// what Harbor's preflight refuses later ("Invalid kwargs for agent 'terminus-2': Unknown option").
 pub fn judge_print_config(spec: &LaunchSpec, code: Option<i32>, stdout: &str, stderr: &str) -> ConfigCheck {
-    let last_line = |text: &str| text.lines().map(str::trim).filter(|l| !l.is_empty()).last().map(str::to_string);
+    let last_line = |text: &str| text.lines().map(str::trim).rfind(|l| !l.is_empty()).map(str::to_string);
     if code != Some(0) {
         let why = last_line(stderr).or_else(|| last_line(stdout)).unwrap_or_else(|| "no output".to_string());
         return ConfigCheck::Rejected(format!("harbor --print-config exited {code:?}: {why}"));

@@ -40,13 +40,18 @@ static GROUPS: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
 /// Never blocks on the registry lock (a panic while it is held skips the groups; the sweep of
 /// descendants still runs).
 pub fn emergency_teardown() {
-    if let Ok(groups) = GROUPS.try_lock() {
-        for pgid in groups.iter() {
-            let _ = killpg(Pid::from_raw(*pgid), Signal::SIGKILL);
-        }
+    let groups = GROUPS.try_lock().map(|g| g.clone()).unwrap_or_default();
+    kill_now(&groups, std::process::id() as i32);
+}
+
+/// SIGKILL to each group in `groups` and to every descendant of `root` (listed first, so a child
+/// whose parent dies meanwhile is not lost to re-parenting).
+pub fn kill_now(groups: &[i32], root: i32) {
+    let before = descendants(&proc_table(), root);
+    for pgid in groups {
+        let _ = killpg(Pid::from_raw(*pgid), Signal::SIGKILL);
     }
-    let me = std::process::id() as i32;
-    for p in descendants(&proc_table(), me) {
+    for p in before.iter().chain(descendants(&proc_table(), root).iter()) {
         let _ = kill(Pid::from_raw(p.pid), Signal::SIGKILL);
     }
 }
@@ -723,6 +728,31 @@ impl Watch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kill_now_takes_a_group_and_its_detached_descendants_down() {
+        use std::os::unix::process::CommandExt;
+        // A group leader with a child in its group and a grandchild in a group of its own.
+        let mut leader = std::process::Command::new("sh")
+            .args(["-c", "sleep 60 & setsid sleep 60 & wait"])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pid = leader.id() as i32;
+        let until = Instant::now() + Duration::from_secs(5);
+        while descendants(&proc_table(), pid).len() < 2 {
+            assert!(Instant::now() < until, "children never started");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let kids: Vec<i32> = descendants(&proc_table(), pid).iter().map(|p| p.pid).collect();
+        kill_now(&[pid], pid);
+        let _ = leader.wait();
+        let until = Instant::now() + Duration::from_secs(5);
+        while kids.iter().any(|k| proc_table().iter().any(|p| p.pid == *k && p.state != 'Z')) {
+            assert!(Instant::now() < until, "a descendant survived: {kids:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
 
     #[test]
     fn parses_stat_with_odd_command_names() {

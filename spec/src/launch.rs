@@ -754,8 +754,7 @@ impl LaunchSpec {
         v::seconds(limits.health_probe_interval_s, true).map_err(fail("limits.health_probe_interval_s"))?;
         v::whole_seconds(limits.walltime_lead_s, false).map_err(fail("limits.walltime_lead_s"))?;
         v::at_least_one(limits.health_failures.into()).map_err(fail("limits.health_failures"))?;
-        self.tunnel.problem().map_err(|(name, problem)| (name, problem))?;
-        Ok(())
+        self.tunnel.problem()
     }
 
     /// GPUs the engine needs on this node.

@@ -90,13 +90,22 @@ fn non_decimal_number(text: &str, path: &Path) -> Result<(), YamlError> {
     use serde_saphyr::granit_parser::{Event, Parser, ScalarStyle};
     for event in Parser::new_from_str(text) {
         // Syntax errors are reported by the real parse, with its own message.
-        let Ok((Event::Scalar(value, ScalarStyle::Plain, _, None), span)) = event else { continue };
+        let (event, span) = match event {
+            Ok(pair) => pair,
+            Err(_) => break,
+        };
+        let Event::Scalar(value, ScalarStyle::Plain, _, None) = event else { continue };
         let body = value.trim_start_matches(['+', '-']);
-        let radix = ["0x", "0X", "0o", "0O", "0b", "0B"].iter().any(|p| body.starts_with(p));
+        let radix =
+            [("0x", 16), ("0X", 16), ("0o", 8), ("0O", 8), ("0b", 2), ("0B", 2)].iter().any(|(prefix, base)| {
+                body.strip_prefix(prefix).is_some_and(|digits| {
+                    digits.chars().any(|c| c.is_digit(*base)) && digits.chars().all(|c| c.is_digit(*base) || c == '_')
+                })
+            });
         let grouped = body.contains('_')
             && body.starts_with(|c: char| c.is_ascii_digit())
             && body.chars().all(|c| c.is_ascii_digit() || c == '_' || c == '.');
-        if (radix && body.len() > 2) || grouped {
+        if radix || grouped {
             let line = span.start.line() as u64;
             return Err(YamlError {
                 path: path.to_path_buf(),
@@ -276,6 +285,9 @@ mod tests {
         assert_eq!(typed("share: 1\n").unwrap().share, Some(1.0));
         assert_eq!(typed("list: [1, 2]\n").unwrap().list, vec![1, 2]);
         assert_eq!(typed("text: Qwen/Qwen3-8B\n").unwrap().text.as_deref(), Some("Qwen/Qwen3-8B"));
+        // Text that merely starts like a radix prefix is text.
+        assert_eq!(typed("text: 0xdeadbeef-model\n").unwrap().text.as_deref(), Some("0xdeadbeef-model"));
+        assert!(typed("text: [unclosed\n").is_err(), "a syntax error ends the pre-pass");
     }
 
     #[test]

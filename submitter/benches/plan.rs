@@ -196,6 +196,7 @@ fn main() {
         chain_batch: 0,
         environment: &environment,
         pre_download: &no_download,
+        mirror: None,
     };
     let slurm = InstantSlurm(Cell::new(0));
     let start = Instant::now();

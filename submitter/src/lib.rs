@@ -11,4 +11,5 @@ pub mod queue;
 pub mod registry;
 pub mod slurm;
 pub mod sync;
+pub mod team;
 pub mod verify;

@@ -52,6 +52,12 @@ pub enum Command {
     Models(commands::catalogue::ModelsCommand),
     /// A priority list of catalogue models not yet evaluated on a benchmark family.
     Unevaluated(commands::catalogue::UnevaluatedArgs),
+    /// Import the team's history (OT-Agent schema: models, benchmarks, sandbox_jobs) into the
+    /// ledger; read-only on the source, incremental on re-runs.
+    Import(commands::team::ImportArgs),
+    /// Benchmark families: benchmarks that count as one for dedup.
+    #[command(subcommand)]
+    Families(commands::team::FamiliesCommand),
     /// The Slurm-native listener: a small CPU job that runs one `launch --once` iteration and
     /// re-queues itself (survives login nodes that kill long-running processes).
     #[command(subcommand)]
@@ -84,6 +90,8 @@ fn main() -> ExitCode {
         Command::Logs(args) => commands::verify::logs(&args),
         Command::Models(command) => commands::catalogue::models(&command),
         Command::Unevaluated(args) => commands::catalogue::unevaluated(&args),
+        Command::Import(args) => commands::team::import_command(&args),
+        Command::Families(command) => commands::team::families(&command),
         Command::Listener(command) => commands::listener::listener(command),
     };
     match result {

@@ -17,6 +17,8 @@ use crate::queue::{JobInputs, run_dir_free_for, sbatch_request, spec_path};
 use crate::registry::names;
 use crate::slurm::{JobId, Slurm};
 use crate::sync::{belongs_to, read_status, run_dir_of};
+use crate::team::mirror::Mirror;
+use crate::team::publish;
 
 /// One preset selected for this run, with its name (for job-name tags and the stored config).
 pub struct SelectedPreset {
@@ -230,6 +232,8 @@ pub struct SubmitSettings<'a> {
     pub environment: &'a dyn Fn(&str) -> Option<String>,
     /// Pre-download runner; an error means "do not submit this job".
     pub pre_download: &'a dyn Fn(&str) -> Result<(), String>,
+    /// Publish each attempt to the team's database too (`--mirror`).
+    pub mirror: Option<&'a Mirror>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -287,6 +291,8 @@ pub fn submit(
                 "vanished (no Slurm job, no outcome)",
                 None,
             )?;
+            let id = crate::ledger::AttemptId(*attempt_id);
+            publish(settings.mirror, &format!("attempt {id} (Failed)"), |m| m.transition(id, Status::Failed, None));
         }
         if slots == 0 {
             record(format!("throttled: {in_flight} attempts in flight (max {})", settings.max_in_flight), None, None);
@@ -302,6 +308,8 @@ pub fn submit(
                 "stale pending: cancelled for resubmission",
                 None,
             )?;
+            let id = crate::ledger::AttemptId(*attempt_id);
+            publish(settings.mirror, &format!("attempt {id} (Failed)"), |m| m.transition(id, Status::Cancelled, None));
         }
         let Some(selected) = presets.iter().find(|p| p.name == job.preset) else { continue };
         if let Err(why) = (settings.pre_download)(&job.model) {
@@ -336,6 +344,17 @@ pub fn submit(
             Err(err) => return Err(err.into()),
         };
         spec.ledger_job_id = Some(attempt.0.to_string());
+        // The team's row, like the ledger's, exists before sbatch.
+        publish(settings.mirror, &format!("attempt {attempt} (Pending)"), |m| {
+            if !m.pending(attempt, &new)? {
+                tracing::warn!(
+                    "mirror: {} or {} is not in the team's models/benchmarks: not published",
+                    new.model,
+                    new.benchmark
+                );
+            }
+            Ok(())
+        });
         if let Err(err) = write_spec(&spec_file, &spec.to_json()) {
             ledger.transition(attempt, Status::Failed, &format!("not submitted: {err}"), None)?;
             return Err(err);
@@ -357,6 +376,9 @@ pub fn submit(
         match submitted {
             Ok(job_id) => {
                 ledger.set_job_id(attempt, &job_id.to_string())?;
+                publish(settings.mirror, &format!("attempt {attempt} job id"), |m| {
+                    m.submitted(attempt, &job_id.to_string())
+                });
                 chain.push(job_id);
                 slots -= 1;
                 in_flight += 1;
@@ -366,6 +388,9 @@ pub fn submit(
             Err(problem) => {
                 // The row must not block the pair: it failed, with sbatch's reason.
                 ledger.transition(attempt, Status::Failed, &format!("sbatch failed: {problem}"), None)?;
+                publish(settings.mirror, &format!("attempt {attempt} (Failed)"), |m| {
+                    m.transition(attempt, Status::Failed, None)
+                });
                 record(format!("sbatch failed: {problem}"), Some(attempt.0), None);
             }
         }

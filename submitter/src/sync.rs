@@ -11,6 +11,8 @@ use serde_json::Value;
 use crate::decide::{MISSING_JOB_GRACE_S, SlurmView};
 use crate::ledger::{Attempt, Ledger, LedgerError, Status, now};
 use crate::slurm::{JobId, JobInfo, JobState, Slurm, SlurmError};
+use crate::team::mirror::Mirror;
+use crate::team::publish;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SyncError {
@@ -93,14 +95,21 @@ pub fn sync_and_heartbeat(
     slurm: &dyn Slurm,
     cluster: &str,
     stale_after_s: u64,
+    mirror: Option<&Mirror>,
 ) -> Result<SyncReport, SyncError> {
-    let report = sync(ledger, slurm, cluster)?;
+    let report = sync(ledger, slurm, cluster, mirror)?;
     ledger.record_heartbeat(cluster, &submitter_identity(), stale_after_s)?;
     Ok(report)
 }
 
 /// Syncs every active attempt of `cluster`. Any ledger or Slurm error stops the sync (fail closed).
-pub fn sync(ledger: &dyn Ledger, slurm: &dyn Slurm, cluster: &str) -> Result<SyncReport, SyncError> {
+/// With `mirror`, every change is also published to the team's database (failures only warn).
+pub fn sync(
+    ledger: &dyn Ledger,
+    slurm: &dyn Slurm,
+    cluster: &str,
+    mirror: Option<&Mirror>,
+) -> Result<SyncReport, SyncError> {
     let active: Vec<Attempt> = ledger.active()?.into_iter().filter(|a| a.cluster == cluster).collect();
     let ids: Vec<JobId> = active.iter().filter_map(|a| a.slurm_job_id.as_deref()?.parse().ok()).collect();
     let jobs: HashMap<String, JobInfo> = if ids.is_empty() {
@@ -115,6 +124,9 @@ pub fn sync(ledger: &dyn Ledger, slurm: &dyn Slurm, cluster: &str) -> Result<Syn
         let outcome = status.as_ref().and_then(|s| s.outcome.clone());
         let mut change = |to: Status, reason: String, metrics: Option<Value>| -> Result<(), SyncError> {
             ledger.transition(attempt.id, to, &reason, metrics.as_ref())?;
+            publish(mirror, &format!("attempt {} → {to}", attempt.id), |m| {
+                m.transition(attempt.id, to, metrics.as_ref())
+            });
             report.changes.push(Change {
                 attempt: attempt.id.0,
                 model: attempt.model.clone(),

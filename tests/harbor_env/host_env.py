@@ -172,17 +172,18 @@ class HostEnvironment(BaseEnvironment):
         if proc.returncode != 0:
             raise RuntimeError(f"copy {source} -> {target} failed: {stderr.decode(errors='replace').strip()}")
 
+    # Host paths may be relative to Harbor's working directory; the copies run from "/".
     async def upload_file(self, source_path: Path | str, target_path: str):
-        await self._copy(str(source_path), target_path, contents=False)
+        await self._copy(os.path.abspath(source_path), target_path, contents=False)
 
     async def upload_dir(self, source_dir: Path | str, target_dir: str):
-        await self._copy(str(source_dir), target_dir, contents=True)
+        await self._copy(os.path.abspath(source_dir), target_dir, contents=True)
 
     async def download_file(self, source_path: str, target_path: Path | str):
-        await self._copy(source_path, str(target_path), contents=False)
+        await self._copy(source_path, os.path.abspath(target_path), contents=False)
 
     async def download_dir(self, source_dir: str, target_dir: Path | str):
-        await self._copy(source_dir, str(target_dir), contents=True)
+        await self._copy(source_dir, os.path.abspath(target_dir), contents=True)
 
 
 def _kill(pid: int) -> None:

@@ -7,10 +7,14 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// `target/<profile>/payload`, next to this test executable's parent dir; built once per test
-/// process with `cargo build -p payload` (a no-op when it is fresh).
+/// process with `cargo build -p payload` (a no-op when it is fresh). `$E2E_PAYLOAD_BIN` names
+/// another binary instead (e.g. an older build, to see a test fail before its fix).
 pub fn payload_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| workspace_bin("payload", "payload"))
+    BIN.get_or_init(|| match std::env::var_os("E2E_PAYLOAD_BIN").filter(|b| !b.is_empty()) {
+        Some(bin) => PathBuf::from(bin),
+        None => workspace_bin("payload", "payload"),
+    })
 }
 
 /// `target/<profile>/<bin>` of workspace package `package`, built with `cargo build -p` (a no-op
@@ -62,4 +66,56 @@ pub fn descendants(root: i32) -> Vec<i32> {
 /// A port free on loopback right now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Processes whose environment carries `marker` (`NAME=value`), one line each: pid, argv, stat.
+/// payload gives every child `PAYLOAD_RUN_ID=<run_tag>-<payload pid>`; none may outlive payload.
+pub fn marker_processes(marker: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let needle = format!("{marker}\0");
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if name.parse::<u32>().is_err() {
+            continue;
+        }
+        let Ok(env) = std::fs::read(e.path().join("environ")) else { continue };
+        if String::from_utf8_lossy(&env).contains(&needle) {
+            let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+            out.push(format!("pid {name}: {} [{}]", String::from_utf8_lossy(&cmd).replace('\0', " "), stat.trim()));
+        }
+    }
+    out
+}
+
+/// Sends a real signal (`TERM`, `INT`, `USR1`, …) with kill(1): the e2e crate needs no unsafe for it.
+pub fn send_signal(pid: i32, sig: &str) {
+    let status = Command::new("kill").args(["-s", sig, &pid.to_string()]).status().expect("run kill");
+    assert!(status.success(), "kill -s {sig} {pid} failed");
+}
+
+/// The wrapper `scripts/install-harbor.sh` writes for the real Harbor, when it is installed.
+/// Without it the real-Harbor tests skip with a note, except under `CI=true`, where they fail:
+/// CI installs it (`scripts/services.sh install`).
+pub fn real_harbor() -> Option<PathBuf> {
+    static BIN: OnceLock<Option<PathBuf>> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let bin = PathBuf::from(
+            std::env::var("EVALCI_HARBOR_BIN").unwrap_or_else(|_| "/var/cache/evalci/bin/harbor".to_string()),
+        );
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/install-harbor.sh");
+        let installed = Command::new("bash").args([script, "--check"]).status().is_ok_and(|s| s.success());
+        if installed {
+            return Some(bin);
+        }
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("CI=true but the real Harbor is not installed at {} (scripts/services.sh install)", bin.display());
+        }
+        #[allow(clippy::print_stderr)]
+        {
+            eprintln!("skipping: the real Harbor is not installed (run scripts/install-harbor.sh as root)");
+        }
+        None
+    })
+    .clone()
 }

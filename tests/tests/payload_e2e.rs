@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use e2e::harness::{descendants, payload_bin, unique};
+use e2e::harness::{descendants, marker_processes, payload_bin, unique};
 
 const VLLM: &str = env!("CARGO_BIN_EXE_vllm-standin");
 const HARBOR: &str = env!("CARGO_BIN_EXE_harbor-standin");
@@ -298,24 +298,6 @@ impl Run {
     fn survivors(&self) -> Vec<String> {
         marker_processes(&self.marker)
     }
-}
-
-fn marker_processes(marker: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let needle = format!("{marker}\0");
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let name = e.file_name().to_string_lossy().to_string();
-        if name.parse::<u32>().is_err() {
-            continue;
-        }
-        let Ok(env) = std::fs::read(e.path().join("environ")) else { continue };
-        if String::from_utf8_lossy(&env).contains(&needle) {
-            let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-            out.push(format!("pid {name}: {} [{}]", String::from_utf8_lossy(&cmd).replace('\0', " "), stat.trim()));
-        }
-    }
-    out
 }
 
 fn assert_no_survivors(run: &Run) {
@@ -1079,6 +1061,27 @@ fn wait_no_marker(marker: &str, timeout: Duration) {
     }
 }
 
+/// Runs payload with `args` to its end, killing it after `timeout` (a hang fails the test instead
+/// of stalling the suite): (exit code, stderr).
+fn run_within(fx: &Fx, args: &[&str], timeout: Duration) -> (i32, String) {
+    let err_path = fx.root.join(format!("payload-{}.stderr", unique()));
+    let stderr = std::fs::File::create(&err_path).unwrap();
+    let mut child = fx.command(args, &[]).stdout(Stdio::null()).stderr(stderr).spawn().unwrap();
+    let until = Instant::now() + timeout;
+    let code = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st.code().unwrap_or(-1);
+        }
+        if Instant::now() >= until {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("payload {args:?} still running after {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    (code, std::fs::read_to_string(&err_path).unwrap_or_default())
+}
+
 fn write_failures(fx: &Fx) -> Value {
     fx.last_event("write_failures").map(|e| e["fields"].clone()).unwrap_or(Value::Null)
 }
@@ -1242,9 +1245,8 @@ fn second_payload_on_a_live_run_dir_exits_5_and_changes_nothing() {
     fx.wait_phase("running", Duration::from_secs(20));
     let events_before = fx.events().len();
     let path = fx.write_spec(&spec);
-    let out = fx.command(&["run", "--spec", path.to_str().unwrap()], &[]).output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(5), "{err}");
+    let (code, err) = run_within(&fx, &["run", "--spec", path.to_str().unwrap()], Duration::from_secs(10));
+    assert_eq!(code, 5, "{err}");
     assert!(err.contains("in use by another payload") && err.contains(&format!("pid {}", first.pid)), "{err}");
     let st = fx.status();
     assert_eq!(st["phase"], "running");
@@ -1284,11 +1286,9 @@ fn fifo_spec_or_secrets_fails_at_once() {
     let fifo = fx.root.join("spec.fifo");
     assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
     for cmd in ["run", "plan"] {
-        let t = Instant::now();
-        let out = fx.command(&[cmd, "--spec", fifo.to_str().unwrap()], &[]).output().unwrap();
-        assert_eq!(out.status.code(), Some(2), "{cmd}: {}", String::from_utf8_lossy(&out.stderr));
-        assert!(t.elapsed() < Duration::from_secs(5), "{cmd} hung on a FIFO spec");
-        assert!(String::from_utf8_lossy(&out.stderr).contains("not a regular file"));
+        let (code, err) = run_within(&fx, &[cmd, "--spec", fifo.to_str().unwrap()], Duration::from_secs(5));
+        assert_eq!(code, 2, "{cmd}: {err}");
+        assert!(err.contains("not a regular file"), "{err}");
     }
     std::fs::remove_file(fx.secrets_path()).unwrap();
     assert!(Command::new("mkfifo").args(["-m", "600"]).arg(fx.secrets_path()).status().unwrap().success());
@@ -1428,4 +1428,120 @@ fn plan_check_harbor_asks_the_installed_harbor() {
     assert_eq!(code, Some(14), "{plan:#}");
     let problems = plan["problems"].to_string();
     assert!(problems.contains("Unknown option 'collect_engine_metrics'"), "{problems}");
+}
+
+#[test]
+fn agent_env_values_from_variables_never_reach_argv_or_records() {
+    let fx = Fx::new("agentenv");
+    let id = unique();
+    let edgar = format!("sekrit-edgar-{id}");
+    let openai = format!("sekrit-openai-{id}");
+    fx.write_secrets(
+        &format!(
+            "DAYTONA_API_KEY={}\nDAYTONA_DATA_API_KEY={}\nHF_TOKEN={}\nOPENAI_API_KEY={openai}\n",
+            fx.org1, fx.org2, fx.hf
+        ),
+        0o600,
+    );
+    let mut spec = fx.spec();
+    // financeagent's preset: SEC_EDGAR_API_KEY from payload's environment, MODEL_API_KEY=OPENAI_API_KEY.
+    spec["harbor"]["agent_envs"] = json!([
+        {"name": "SEC_EDGAR_API_KEY", "from": "SEC_EDGAR_API_KEY"},
+        {"name": "MODEL_API_KEY", "from": "OPENAI_API_KEY", "value": "OPENAI_API_KEY"},
+        {"name": "MODEL_FOR_TOOLS", "value": "openai/gpt-5.2"}
+    ]);
+    spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("30");
+    let env = [("SEC_EDGAR_API_KEY", edgar.as_str())];
+    let path = fx.write_spec(&spec);
+    let out = fx.command(&["plan", "--spec", path.to_str().unwrap(), "--json"], &env).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains(&edgar) && !text.contains(&openai), "secret in plan: {text}");
+    assert!(text.contains("SEC_EDGAR_API_KEY=${SEC_EDGAR_API_KEY}"), "{text}");
+    assert!(text.contains("MODEL_API_KEY=${OPENAI_API_KEY}"), "{text}");
+
+    let mut run = fx.start(&spec, &env);
+    fx.wait_phase("running", Duration::from_secs(20));
+    let harbor = fx.status()["pids"]["harbor"].as_u64().unwrap() as u32;
+    let cmdline = String::from_utf8_lossy(&std::fs::read(format!("/proc/{harbor}/cmdline")).unwrap()).replace('\0', " ");
+    assert!(!cmdline.contains(&edgar) && !cmdline.contains(&openai), "secret in argv: {cmdline}");
+    assert!(cmdline.contains("MODEL_FOR_TOOLS=openai/gpt-5.2"), "{cmdline}");
+    let henv: std::collections::BTreeMap<String, String> = environ_of(harbor).into_iter().collect();
+    assert_eq!(henv.get("SEC_EDGAR_API_KEY"), Some(&edgar));
+    assert_eq!(henv.get("OPENAI_API_KEY"), Some(&openai));
+    run.signal(Signal::SIGTERM);
+    assert_eq!(run.wait(Duration::from_secs(15)), 143);
+    assert_no_survivors(&run);
+    let stored = std::fs::read_to_string(fx.run_dir().join("config.json")).unwrap();
+    assert!(stored.contains("${SEC_EDGAR_API_KEY}"), "Harbor stores the template: {stored}");
+    let mut stack = vec![fx.root.join("jobs"), fx.root.join("payload.stderr")];
+    while let Some(p) = stack.pop() {
+        if p.is_dir() {
+            stack.extend(std::fs::read_dir(&p).unwrap().flatten().map(|e| e.path()));
+        } else if let Ok(bytes) = std::fs::read(&p) {
+            let text = String::from_utf8_lossy(&bytes);
+            assert!(!text.contains(&edgar) && !text.contains(&openai), "secret in {}", p.display());
+        }
+    }
+}
+
+#[test]
+fn plan_redacts_by_whole_value_only() {
+    let fx = Fx::new("redact");
+    fx.write_secrets(&format!("DAYTONA_API_KEY=Qwen3\nDAYTONA_DATA_API_KEY=ab\nHF_TOKEN={}\n", fx.hf), 0o600);
+    let path = fx.write_spec(&fx.spec());
+    let out = fx.command(&["plan", "--spec", path.to_str().unwrap(), "--json"], &[]).output().unwrap();
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let argv: Vec<&str> = plan["harbor"]["argv"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert!(argv.contains(&"hosted_vllm/Qwen3-8B"), "{argv:?}");
+    assert_eq!(plan["harbor"]["env"]["DAYTONA_API_KEY"], "<redacted>", "{:#}", plan["harbor"]["env"]);
+    let text = serde_json::to_string(&plan["harbor"]["env"]).unwrap();
+    assert!(!text.contains("\"ab\"") && !text.contains("\"Qwen3\""), "{text}");
+}
+
+#[test]
+fn secrets_with_nul_or_a_foreign_owner_fail_as_secrets_before_the_engine() {
+    let fx = Fx::new("secretsbad");
+    fx.write_secrets(&format!("DAYTONA_API_KEY={}\nDAYTONA_DATA_API_KEY={}\nHF_TOKEN=a\0b\n", fx.org1, fx.org2), 0o600);
+    let mut run = fx.start(&fx.spec(), &[]);
+    assert_eq!(run.wait(Duration::from_secs(15)), 3, "stderr:\n{}", fx.stderr());
+    let msg = outcome(&fx)["message"].as_str().unwrap().to_string();
+    assert!(msg.contains("line 3") && msg.contains("NUL"), "{msg}");
+    assert!(!fx.run_dir().join("vllm.log").exists(), "the engine was started");
+
+    let root = String::from_utf8_lossy(&Command::new("id").arg("-u").output().unwrap().stdout).trim() == "0";
+    if !root {
+        eprintln!("note: not root: foreign-owner case not run");
+        return;
+    }
+    fx.write_secrets(&format!("DAYTONA_API_KEY={}\nDAYTONA_DATA_API_KEY={}\n", fx.org1, fx.org2), 0o600);
+    assert!(Command::new("chown").arg("65534").arg(fx.secrets_path()).status().unwrap().success());
+    let mut run = fx.start(&fx.spec(), &[]);
+    assert_eq!(run.wait(Duration::from_secs(15)), 3, "stderr:\n{}", fx.stderr());
+    let msg = outcome(&fx)["message"].as_str().unwrap().to_string();
+    assert!(msg.contains("owned by uid 65534"), "{msg}");
+}
+
+#[test]
+fn cuda_visible_devices_empty_means_no_gpu_and_duplicates_are_refused() {
+    for (value, cause) in [("", "too_few_gpus"), ("0,0", "cuda_visible_devices")] {
+        let fx = Fx::new("cudavis");
+        let mut run = fx.start(&fx.spec(), &[("CUDA_VISIBLE_DEVICES", value)]);
+        assert_eq!(run.wait(Duration::from_secs(15)), 4, "{value:?}: stderr:\n{}", fx.stderr());
+        assert_eq!(outcome(&fx)["cause"], cause, "{value:?}: {}", outcome(&fx));
+        assert!(!fx.run_dir().join("vllm.log").exists());
+    }
+}
+
+#[test]
+fn corrupt_trial_config_on_resume_is_found_before_the_engine_starts() {
+    let fx = Fx::new("badresume");
+    std::fs::create_dir_all(fx.run_dir().join("task-0__abc")).unwrap();
+    std::fs::write(fx.run_dir().join("config.json"), "{\"job_name\": \"x\"}").unwrap();
+    std::fs::write(fx.run_dir().join("task-0__abc/config.json"), "{not json").unwrap();
+    let mut run = fx.start(&fx.spec(), &[]);
+    assert_eq!(run.wait(Duration::from_secs(15)), 14, "stderr:\n{}", fx.stderr());
+    let o = outcome(&fx);
+    assert_eq!(o["cause"], "config", "{o}");
+    assert!(o["message"].as_str().unwrap().contains("task-0__abc"), "{o}");
+    assert!(fx.event("engine_spawned").is_none(), "the engine was started first");
 }

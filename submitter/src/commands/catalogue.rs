@@ -43,7 +43,8 @@ pub struct UnevaluatedArgs {
     /// Benchmark (or family name): its whole family counts, as in dedup.
     #[arg(long)]
     benchmark: String,
-    /// Only this size class (the model id's size token, e.g. 8 or 32).
+    /// Only this size class: 8 (total ≤ 14.5B) or 32 (28–42B; MoE by total size), any other number
+    /// an exact total size. The id's size token, else its base model's.
     #[arg(long)]
     size: Option<String>,
     /// Write the list here instead of stdout.

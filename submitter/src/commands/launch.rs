@@ -10,6 +10,7 @@ use submitter::ledger::{AttemptId, Status};
 use submitter::plan::{self, Executables, LedgerView, PlannedJob, SubmitSettings};
 use submitter::slurm::Slurm;
 use submitter::sync::{self, SyncReport};
+use submitter::team::mirror::Mirror;
 
 use super::session::{LedgerArgs, Selection, Session};
 
@@ -46,6 +47,10 @@ pub struct LaunchArgs {
     /// least 3 × --interval).
     #[arg(long, value_parser = parse_duration, value_name = "D")]
     stale_after: Option<Duration>,
+    /// Publish this submitter's attempts to the team's database (OT-Agent `sandbox_jobs`): the
+    /// URL, or alone to take it from $SUBMITTER_TEAM_DB (where a password must be).
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
+    mirror: Option<String>,
     #[arg(long)]
     json: bool,
 }
@@ -57,8 +62,20 @@ pub struct SyncArgs {
     /// The staleness bound recorded with this submitter's heartbeat (default 1h).
     #[arg(long, value_parser = parse_duration, value_name = "D")]
     stale_after: Option<Duration>,
+    /// Publish Started/Finished to the team's database, as for `launch --mirror`.
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
+    mirror: Option<String>,
     #[arg(long)]
     json: bool,
+}
+
+/// The `--mirror` connection, when asked for. Connecting is checked up front (a wrong URL is an
+/// error before anything is submitted); later publishing failures only warn.
+fn open_mirror(flag: Option<&str>, session: &Session) -> Result<Option<Mirror>> {
+    let Some(flag) = flag else { return Ok(None) };
+    let url = super::team::team_url(Some(flag).filter(|f| !f.is_empty()), "--mirror")?;
+    let username = std::env::var("USER").unwrap_or_else(|_| "unknown".to_string());
+    Ok(Some(Mirror::connect(&url, &username, session.ledger.location()).context("--mirror")?))
 }
 
 /// The staleness bound to record: the flag, else the default, never under 3 intervals of a watch.
@@ -172,10 +189,11 @@ pub fn plan_command(args: &PlanArgs) -> Result<ExitCode> {
 }
 
 /// One iteration: sync, re-read lists, plan, submit. Any ledger/Slurm error ends it (fail closed).
-fn iterate(session: &Session, args: &LaunchArgs, executables: &Executables) -> Result<String> {
+fn iterate(session: &Session, args: &LaunchArgs, executables: &Executables, mirror: Option<&Mirror>) -> Result<String> {
     let stale_after = stale_after_s(args.stale_after, args.interval.filter(|_| args.watch));
-    let report = sync::sync_and_heartbeat(session.ledger.as_ref(), &session.slurm, &session.cluster.name, stale_after)
-        .context("sync")?;
+    let report =
+        sync::sync_and_heartbeat(session.ledger.as_ref(), &session.slurm, &session.cluster.name, stale_after, mirror)
+            .context("sync")?;
     let presets = args.selection.presets(&session.presets_dir)?;
     let models = args.selection.models(session.ledger.as_ref())?;
     let view = LedgerView::read(session.ledger.as_ref())?;
@@ -201,6 +219,7 @@ fn iterate(session: &Session, args: &LaunchArgs, executables: &Executables) -> R
         chain_batch: args.chain_batch,
         environment: &environment,
         pre_download: &pre_download,
+        mirror,
     };
     let submitted =
         plan::submit(&session.context(), &presets, &planned, session.ledger.as_ref(), &session.slurm, &settings)?;
@@ -287,8 +306,9 @@ pub fn launch_command(args: &LaunchArgs) -> Result<ExitCode> {
     let session = Session::open(&args.ledger)?;
     let _lock = session.lock()?;
     let executables = executables(&session)?;
+    let mirror = open_mirror(args.mirror.as_deref(), &session)?;
     loop {
-        let text = iterate(&session, args, &executables)?;
+        let text = iterate(&session, args, &executables, mirror.as_ref())?;
         super::print(&text)?;
         if args.once {
             return Ok(ExitCode::SUCCESS);
@@ -307,11 +327,13 @@ fn sync_text(report: &SyncReport) -> String {
 
 pub fn sync_command(args: &SyncArgs) -> Result<ExitCode> {
     let session = Session::open(&args.ledger)?;
+    let mirror = open_mirror(args.mirror.as_deref(), &session)?;
     let report = sync::sync_and_heartbeat(
         session.ledger.as_ref(),
         &session.slurm,
         &session.cluster.name,
         stale_after_s(args.stale_after, None),
+        mirror.as_ref(),
     )?;
     super::print(&if args.json {
         serde_json::to_string_pretty(&report)? + "\n"

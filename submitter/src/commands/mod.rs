@@ -7,6 +7,7 @@ pub mod listener;
 pub mod registry;
 pub mod session;
 pub mod spec;
+pub mod team;
 pub mod verify;
 
 use std::io::Write;

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use self::migrations::latest_version as latest_schema_version;
-pub use self::postgres::PgLedger;
+pub use self::postgres::{Connection as PgConnection, PgLedger, Redactor};
 pub use self::sqlite::SqliteLedger;
 
 /// Every timestamp in the ledger: a UTC instant with microsecond resolution (PostgreSQL's), stored
@@ -110,6 +110,9 @@ pub trait Ledger: Send + Sync {
     /// Adds a model to the catalogue (size class from its id's size token). Idempotent: `Ok(false)`
     /// when it was already there; a given `base_model` then fills in or replaces the known one.
     fn add_model(&self, id: &str, base_model: Option<&str>) -> Result<bool>;
+
+    /// [`Ledger::add_model`] for many models in one transaction (an import). Returns how many were new.
+    fn add_models(&self, models: &[(String, Option<String>)]) -> Result<usize>;
 
     /// The catalogue in registration order.
     fn list_models(&self) -> Result<Vec<Model>>;

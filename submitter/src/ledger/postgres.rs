@@ -57,6 +57,55 @@ pub struct PgLedger {
     secrets: Vec<String>,
 }
 
+/// A plain connection with the ledger's URL, TLS and password handling: the ledger's own, and the
+/// team's OT-Agent database (import, mirror).
+pub struct Connection {
+    pub client: Client,
+    config: Config,
+    tls: MakeRustlsConnect,
+    /// `postgres://user@host:port/db`, safe to print.
+    pub location: String,
+    secrets: Vec<String>,
+}
+
+impl Connection {
+    pub fn open(url: &str) -> Result<Self> {
+        let location = postgres_location(url);
+        let tls_settings = TlsSettings::from_url(url);
+        let secrets = password_forms(url);
+        let bad = |detail: String| LedgerError::BadSpec { spec: location.clone(), detail };
+        let mut config: Config = tls_settings.driver_url.parse().map_err(|e| bad(scrub(db_message(&e), &secrets)))?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("submitter");
+        }
+        let tls = MakeRustlsConnect::new(tls_settings.client_config().map_err(bad)?);
+        let client = open_client(&config, &tls, &location, &secrets)?;
+        Ok(Connection { client, config, tls, location, secrets })
+    }
+
+    /// What turns this connection's driver errors into one line without the password, held apart
+    /// from the client so it can be used while a query borrows the client.
+    pub fn redactor(&self) -> Redactor {
+        Redactor { location: self.location.clone(), secrets: self.secrets.clone() }
+    }
+}
+
+#[derive(Clone)]
+pub struct Redactor {
+    pub location: String,
+    secrets: Vec<String>,
+}
+
+impl Redactor {
+    /// A driver error as one line, without the password.
+    pub fn describe(&self, error: &::postgres::Error) -> String {
+        scrub(db_message(error), &self.secrets)
+    }
+}
+
 impl std::fmt::Debug for PgLedger {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "PgLedger({})", self.location)
@@ -85,19 +134,7 @@ type Step<T> = std::result::Result<T, Failure>;
 impl PgLedger {
     /// Connects (TLS per `sslmode`) and applies pending migrations.
     pub fn connect(url: &str) -> Result<Self> {
-        let location = postgres_location(url);
-        let tls_settings = TlsSettings::from_url(url);
-        let secrets = password_forms(url);
-        let bad = |detail: String| LedgerError::BadSpec { spec: location.clone(), detail };
-        let mut config: Config = tls_settings.driver_url.parse().map_err(|e| bad(scrub(db_message(&e), &secrets)))?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(CONNECT_TIMEOUT);
-        }
-        if config.get_application_name().is_none() {
-            config.application_name("submitter");
-        }
-        let tls = MakeRustlsConnect::new(tls_settings.client_config().map_err(bad)?);
-        let client = open_client(&config, &tls, &location, &secrets)?;
+        let Connection { client, config, tls, location, secrets } = Connection::open(url)?;
         let ledger = PgLedger { client: Mutex::new(client), config, tls, location, secrets };
         ledger.migrate()?;
         Ok(ledger)
@@ -839,6 +876,28 @@ impl Ledger for PgLedger {
                 )?;
             }
             Ok(added)
+        })
+    }
+
+    fn add_models(&self, models: &[(String, Option<String>)]) -> Result<usize> {
+        let ids: Vec<&str> = models.iter().map(|(id, _)| id.as_str()).collect();
+        let sizes: Vec<Option<String>> = models.iter().map(|(id, _)| size_class(id)).collect();
+        let bases: Vec<Option<&str>> = models.iter().map(|(_, base)| base.as_deref()).collect();
+        self.in_transaction("add models", |tx| {
+            // One registration time for the batch (the catalogue's order breaks ties by id).
+            let added = tx.execute_typed(
+                "INSERT INTO models (id, size_class, registered_at, base_model)
+                 SELECT id, size, now(), base FROM unnest($1::text[], $2::text[], $3::text[]) AS m(id, size, base)
+                 ON CONFLICT (id) DO NOTHING",
+                &[(&ids, Type::TEXT_ARRAY), (&sizes, Type::TEXT_ARRAY), (&bases, Type::TEXT_ARRAY)],
+            )?;
+            tx.execute_typed(
+                "UPDATE models SET base_model = m.base
+                 FROM unnest($1::text[], $2::text[]) AS m(id, base)
+                 WHERE models.id = m.id AND m.base IS NOT NULL AND models.base_model IS DISTINCT FROM m.base",
+                &[(&ids, Type::TEXT_ARRAY), (&bases, Type::TEXT_ARRAY)],
+            )?;
+            Ok(usize::try_from(added).unwrap_or(0))
         })
     }
 

@@ -560,6 +560,27 @@ impl Ledger for SqliteLedger {
         })
     }
 
+    fn add_models(&self, models: &[(String, Option<String>)]) -> Result<usize> {
+        self.write("add models", |tx| {
+            let now = format_ts(super::now());
+            let mut insert = tx.prepare_cached(
+                "INSERT INTO models (id, size_class, registered_at, base_model) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (id) DO NOTHING",
+            )?;
+            let mut update =
+                tx.prepare_cached("UPDATE models SET base_model = ?2 WHERE id = ?1 AND base_model IS NOT ?2")?;
+            let mut added = 0;
+            for (id, base) in models {
+                if insert.execute(params![id, size_class(id), now, base])? == 1 {
+                    added += 1;
+                } else if base.is_some() {
+                    update.execute(params![id, base])?;
+                }
+            }
+            Ok(added)
+        })
+    }
+
     fn list_models(&self) -> Result<Vec<Model>> {
         self.read("list models", |conn| {
             let raws: Vec<(String, Option<String>, String, Option<String>)> = conn

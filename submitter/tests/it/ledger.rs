@@ -45,7 +45,7 @@ impl Drop for PgSchema {
 
 /// The test server's URL (from the environment or the 0600 secrets file, never the source); without
 /// one, a password-less URL that fails to connect, so the PostgreSQL half skips (or fails in CI).
-fn pg_url() -> String {
+pub(crate) fn pg_url() -> String {
     crate::pg::test_pg_url().unwrap_or_else(|| "postgres://evaltest@127.0.0.1:5432/evaltest".to_string())
 }
 
@@ -54,12 +54,12 @@ fn in_ci() -> bool {
 }
 
 /// `url` with `name=value` appended to its query string.
-fn with_param(url: &str, param: &str) -> String {
+pub(crate) fn with_param(url: &str, param: &str) -> String {
     let separator = if url.contains('?') { '&' } else { '?' };
     format!("{url}{separator}{param}")
 }
 
-fn pg_admin() -> Option<::postgres::Client> {
+pub(crate) fn pg_admin() -> Option<::postgres::Client> {
     let mut config: ::postgres::Config = pg_url().parse().expect("EVAL_TEST_PG_URL is a PostgreSQL URL");
     config.connect_timeout(Duration::from_secs(5));
     match config.connect(::postgres::NoTls) {

@@ -10,4 +10,5 @@ mod queueing;
 mod registry;
 mod slurm_real;
 mod support;
+mod team;
 mod verify;

@@ -22,13 +22,13 @@ const MODELS: [&str; 3] = ["test/Tiny-1B", "test/Small-3B", "test/Mini-7B"];
 
 /// One isolated cluster profile on the real local Slurm: its own jobs/state/dataset dirs, an
 /// environment prefix holding the stand-ins, a 0600 secrets file.
-struct TestCluster {
+pub(crate) struct TestCluster {
     dir: TempDir,
     name: String,
 }
 
 impl TestCluster {
-    fn new(name: &str, tweak: impl Fn(&mut String)) -> TestCluster {
+    pub(crate) fn new(name: &str, tweak: impl Fn(&mut String)) -> TestCluster {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         standin_environment(root);
@@ -88,7 +88,7 @@ limits:
         self.dir.path()
     }
 
-    fn models_file(&self, models: &[&str]) -> PathBuf {
+    pub(crate) fn models_file(&self, models: &[&str]) -> PathBuf {
         let path = self.root().join("models.txt");
         std::fs::write(&path, models.join("\n") + "\n").unwrap();
         path
@@ -96,7 +96,7 @@ limits:
 
     /// Runs `submitter <command> --cluster <name> --clusters … --ledger … <args>` with a clean,
     /// explicit environment plus `extra_env`.
-    fn run(&self, command: &[&str], ledger: &str, args: &[&str], extra_env: &[(&str, &str)]) -> Output {
+    pub(crate) fn run(&self, command: &[&str], ledger: &str, args: &[&str], extra_env: &[(&str, &str)]) -> Output {
         let mut cmd = Command::new(SUBMITTER);
         cmd.args(command)
             .args(["--cluster", &self.name, "--clusters"])
@@ -124,11 +124,11 @@ limits:
     }
 }
 
-fn text(output: &Output) -> String {
+pub(crate) fn text(output: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
 }
 
-fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+pub(crate) fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
     let start = Instant::now();
     while !done() {
         assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
@@ -539,8 +539,47 @@ fn pre_download_gate_chaining_and_state_dir_lock() {
     cancel_all(&*ledger);
 }
 
+/// `<dir>/bin` with `sbatch` and `squeue` wrapping the real ones so that `squeue` lists only the
+/// jobs submitted through this `sbatch`: the Slurm view of a second cluster, which cannot see the
+/// first one's jobs. (`scontrol`/`scancel` are the real ones; the first cluster uses the real Slurm
+/// unwrapped.)
+fn own_slurm_view(dir: &Path) -> PathBuf {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let view = dir.join("own-jobs");
+    std::fs::write(&view, "").unwrap();
+    let real = |name: &str| {
+        let out = Command::new("sh").args(["-c", &format!("command -v {name}")]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let (sbatch, squeue, view) = (real("sbatch"), real("squeue"), view.display().to_string());
+    let scripts = [
+        (
+            "sbatch",
+            format!(
+                "#!/bin/sh\nout=$(\"{sbatch}\" \"$@\"); rc=$?\nprintf '%s\\n' \"$out\"\n\
+                 [ $rc -eq 0 ] && printf '%s\\n' \"${{out%%;*}}\" >> \"{view}\"\nexit $rc\n"
+            ),
+        ),
+        (
+            "squeue",
+            format!(
+                "#!/bin/sh\nout=$(\"{squeue}\" \"$@\"); rc=$?\n\
+                 printf '%s\\n' \"$out\" | awk -F'|' 'NR==FNR {{ own[$1] = 1; next }} ($1 in own)' \"{view}\" -\nexit $rc\n"
+            ),
+        ),
+    ];
+    for (name, script) in scripts {
+        let path = bin.join(name);
+        std::fs::write(&path, script).unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    bin
+}
+
 /// Two submitters on two clusters (two profiles with their own state, jobs and dataset dirs) share
-/// one ledger and run at the same moment: every pair is submitted exactly once across both. Each
+/// one ledger and run at the same moment: every pair is submitted exactly once across both. vista
+/// sees its own Slurm view (`own_slurm_view`: none of jupiter's jobs), jupiter the real Slurm. Each
 /// then sees the other's attempts as "in progress on <cluster>, job N" and leaves them alone — no
 /// "vanished" for a job its own Slurm view does not hold. When one cluster's submitter records a
 /// heartbeat bound it then outlives, the other flags its attempts and still does not resubmit them.
@@ -564,14 +603,21 @@ fn two_clusters(ledger_spec: &str, tag: &str) {
     };
     let jupiter = TestCluster::new(&format!("jupiter-{tag}"), slow);
     let vista = TestCluster::new(&format!("vista-{tag}"), slow);
-    // vista's list has one model more, so vista surely holds attempts of its own.
-    let only_vista = "test/OnlyVista-2B";
+    // Each list has a model of its own, so each cluster surely holds attempts.
+    let (only_vista, only_jupiter) = ("test/OnlyVista-2B", "test/OnlyJupiter-2B");
     let mut vista_models = MODELS.to_vec();
     vista_models.push(only_vista);
-    let jupiter_list = jupiter.models_file(&MODELS);
+    let mut jupiter_models = MODELS.to_vec();
+    jupiter_models.push(only_jupiter);
+    let jupiter_list = jupiter.models_file(&jupiter_models);
     let vista_list = vista.models_file(&vista_models);
+    let vista_path = format!("{}:{}", own_slurm_view(vista.root()).display(), std::env::var("PATH").unwrap());
+    let path_of = |cluster: &TestCluster| {
+        if cluster.name == vista.name { vista_path.clone() } else { std::env::var("PATH").unwrap() }
+    };
     let spawn = |cluster: &TestCluster, list: &Path, extra: &[&str]| {
         Command::new(SUBMITTER)
+            .env("PATH", path_of(cluster))
             .args(["launch", "--once", "--preset", "tb2", "--preset", "v2", "--cluster", &cluster.name, "--clusters"])
             .arg(cluster.root().join("clusters"))
             .args(["--ledger", ledger_spec, "--models-file"])
@@ -590,14 +636,29 @@ fn two_clusters(ledger_spec: &str, tag: &str) {
     let (a, b) = both(&[]);
     let ledger = open_ledger(ledger_spec).unwrap();
     let per_pair = counts(&*ledger);
-    assert_eq!(per_pair.len(), 8, "4 models × 2 benchmarks: {per_pair:?}\n{a}\n{b}");
+    assert_eq!(per_pair.len(), 10, "5 models × 2 benchmarks: {per_pair:?}\n{a}\n{b}");
     assert!(per_pair.values().all(|&n| n == 1), "each pair exactly once across both: {per_pair:?}\n{a}\n{b}");
     let active = ledger.active().unwrap();
-    assert_eq!(active.len(), 8, "{a}\n{b}");
+    assert_eq!(active.len(), 10, "{a}\n{b}");
     assert!(active.iter().all(|x| x.slurm_job_id.is_some()));
     let on = |cluster: &str| active.iter().filter(|x| x.cluster == cluster).count();
-    assert_eq!(on(&jupiter.name) + on(&vista.name), 8);
-    assert!(on(&vista.name) >= 2, "vista holds at least its own model's pairs");
+    assert_eq!(on(&jupiter.name) + on(&vista.name), 10);
+    assert!(on(&vista.name) >= 2 && on(&jupiter.name) >= 2, "each holds at least its own model's pairs");
+    // vista's Slurm view really lacks jupiter's jobs (the real squeue lists them).
+    {
+        let theirs = active.iter().find(|x| x.cluster == jupiter.name).unwrap();
+        let job = theirs.slurm_job_id.as_deref().unwrap();
+        let listed = |path: &str| {
+            let out = Command::new("squeue")
+                .args(["-h", &format!("--jobs={job}"), "--format=%A|%T"])
+                .env("PATH", path)
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        };
+        assert!(listed(&std::env::var("PATH").unwrap()).starts_with(&format!("{job}|")));
+        assert_eq!(listed(&vista_path), "", "vista's view must not see jupiter's job {job}");
+    }
 
     // Second round, concurrently again: nothing new, nothing marked vanished, the other
     // cluster's attempts named with their cluster and job.
@@ -606,11 +667,16 @@ fn two_clusters(ledger_spec: &str, tag: &str) {
     let vista_job = active.iter().find(|x| x.cluster == vista.name && x.model == only_vista).unwrap();
     let shown = format!("in progress on {}, job {}", vista.name, vista_job.slurm_job_id.as_deref().unwrap());
     assert!(!a.contains(&shown), "jupiter's list does not hold {only_vista}: {a}");
-    if on(&jupiter.name) > 0 {
+    let jupiter_job = active.iter().find(|x| x.cluster == jupiter.name && x.model == only_jupiter).unwrap();
+    assert!(
+        !b.contains(&format!("job {}\n", jupiter_job.slurm_job_id.as_deref().unwrap())),
+        "not on vista's list: {b}"
+    );
+    if active.iter().any(|x| x.cluster == jupiter.name && x.model != only_jupiter) {
         assert!(b.contains(&format!("in progress on {}, job ", jupiter.name)), "{b}");
     }
     assert!(counts(&*ledger).values().all(|&n| n == 1), "{:?}", counts(&*ledger));
-    assert_eq!(ledger.active().unwrap().len(), 8, "no attempt closed by the other cluster:\n{a}\n{b}");
+    assert_eq!(ledger.active().unwrap().len(), 10, "no attempt closed by the other cluster:\n{a}\n{b}");
 
     // vista's submitter records a 0 s bound and then stays quiet: jupiter (now listing vista's
     // model too) flags vista's attempts and still submits nothing.
@@ -632,7 +698,7 @@ fn two_clusters(ledger_spec: &str, tag: &str) {
     let launch = text(&out);
     assert!(out.status.success() && launch.contains("0 submitted"), "{launch}");
     assert!(launch.contains("unattended"), "{launch}");
-    assert_eq!(ledger.active().unwrap().len(), 8, "flagged, never resubmitted: {launch}");
+    assert_eq!(ledger.active().unwrap().len(), 10, "flagged, never resubmitted: {launch}");
     assert!(counts(&*ledger).values().all(|&n| n == 1));
 }
 

@@ -818,8 +818,11 @@ fn extra_installed(extra: &str) -> bool {
     c::env_str("STANDIN_EXTRAS").is_some_and(|v| v.split(',').any(|e| e.trim() == extra || e.trim() == "cloud"))
 }
 
+/// A host variable a task reads: its name and `:-` default.
+type HostVar = (String, Option<String>);
+
 /// `${VAR}` / `${VAR:-default}` as a whole value (`harbor.utils.env._TEMPLATE_PATTERN` fullmatch).
-fn host_var_template(value: &str) -> Option<(String, Option<String>)> {
+fn host_var_template(value: &str) -> Option<HostVar> {
     let inner = value.strip_prefix("${")?.strip_suffix('}')?;
     let end = inner.find([':', '}']).unwrap_or(inner.len());
     let (name, rest) = inner.split_at(end);
@@ -846,7 +849,7 @@ fn confirm_host_env_access(cfg: &Value, yes: bool) {
     let explicit = |section: &str| -> BTreeSet<String> {
         cfg[section]["env"].as_object().map(|m| m.keys().cloned().collect()).unwrap_or_default()
     };
-    let mut sections: Vec<(String, Vec<(String, Option<String>)>)> = Vec::new();
+    let mut sections: Vec<(String, Vec<HostVar>)> = Vec::new();
     for (_, dir, _) in &tasks {
         let Ok(text) = std::fs::read_to_string(dir.join("task.toml")) else { continue };
         let Ok(toml) = text.parse::<toml::Table>() else { continue };

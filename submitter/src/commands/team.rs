@@ -1,0 +1,124 @@
+//! `submitter import` (the team's history into the ledger) and `submitter families add|list`.
+
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use submitter::ledger::redact_url;
+use submitter::team::{TEAM_DB_ENV, import};
+
+use super::session::{LedgerArgs, Session};
+
+#[derive(clap::Args)]
+pub struct ImportArgs {
+    #[command(flatten)]
+    ledger: LedgerArgs,
+    /// The team's PostgreSQL (OT-Agent schema), `postgres://user@host:port/db?sslmode=require`.
+    /// A URL with a password is taken only from $SUBMITTER_TEAM_DB (argv is visible to every user
+    /// of a login node); this flag may carry the URL without it when that variable holds it.
+    #[arg(long, value_name = "URL")]
+    from: Option<String>,
+    /// Re-read every row instead of only those past the last import's watermark.
+    #[arg(long)]
+    full: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Subcommand)]
+pub enum FamiliesCommand {
+    /// Count BENCHMARK toward FAMILY for dedup (its existing attempts move along).
+    Add {
+        #[command(flatten)]
+        ledger: LedgerArgs,
+        benchmark: String,
+        family: String,
+    },
+    /// Every benchmark → family mapping (a benchmark not listed is its own family).
+    List {
+        #[command(flatten)]
+        ledger: LedgerArgs,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// The team database URL: `flag`, else `$SUBMITTER_TEAM_DB`. A password is accepted only through
+/// the variable; a flag naming the same server without it picks the variable's URL.
+pub fn team_url(flag: Option<&str>, what: &str) -> Result<String> {
+    let from_env = std::env::var(TEAM_DB_ENV).ok().filter(|u| !u.trim().is_empty());
+    match (flag, from_env) {
+        (Some(url), _) if redact_url(url) != url => bail!(
+            "{what} {}: a password on the command line is visible to every user of this machine — \
+             put the URL in ${TEAM_DB_ENV} (e.g. from your 0600 secrets file) and drop it from the flag",
+            redact_url(url)
+        ),
+        (Some(url), Some(env)) if same_server(url, &env) => Ok(env),
+        (Some(url), _) => Ok(url.to_string()),
+        (None, Some(env)) => Ok(env),
+        (None, None) => {
+            bail!("{what}: no team database — give {what} postgres://user@host:port/db or set ${TEAM_DB_ENV}")
+        }
+    }
+}
+
+/// Whether two URLs name the same server and database once passwords and parameters are dropped.
+fn same_server(a: &str, b: &str) -> bool {
+    let bare = |url: &str| redact_url(url).split('?').next().unwrap_or_default().replacen(":***@", "@", 1);
+    bare(a) == bare(b)
+}
+
+pub fn import_command(args: &ImportArgs) -> Result<ExitCode> {
+    let url = team_url(args.from.as_deref(), "--from")?;
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        bail!("--from {}: the team database is PostgreSQL — give a postgres:// URL", redact_url(&url));
+    }
+    let session = Session::open(&args.ledger)?;
+    let report = import::import(session.ledger.as_ref(), &url, args.full).context("import")?;
+    super::print(&if args.json {
+        serde_json::to_string_pretty(&report)? + "\n"
+    } else {
+        format!(
+            "imported from {}: {} job(s) read, {} new, {} updated, {} unchanged; {} model(s) added, {} family \
+             mapping(s) set; skipped {} with an unknown model or benchmark, {} published by this ledger — {:.2} s\n",
+            report.source,
+            report.jobs_read,
+            report.attempts_new,
+            report.attempts_updated,
+            report.unchanged,
+            report.models_added,
+            report.families_set,
+            report.skipped_unknown,
+            report.skipped_own,
+            report.seconds
+        )
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn families(command: &FamiliesCommand) -> Result<ExitCode> {
+    match command {
+        FamiliesCommand::Add { ledger, benchmark, family } => {
+            if benchmark.trim().is_empty() || family.trim().is_empty() {
+                bail!(
+                    "families add: give a benchmark and a family name, e.g. `families add dev_set_v2_3.0x dev_set_v2`"
+                );
+            }
+            let session = Session::open(ledger)?;
+            session.ledger.set_family(benchmark, family)?;
+            super::print(&format!("{benchmark} → {family}\n"))?;
+        }
+        FamiliesCommand::List { ledger, json } => {
+            let session = Session::open(ledger)?;
+            let rows = session.ledger.families()?;
+            if *json {
+                let rows: Vec<_> = rows.iter().map(|(b, f)| serde_json::json!({"benchmark": b, "family": f})).collect();
+                super::print(&(serde_json::to_string_pretty(&rows)? + "\n"))?;
+            } else {
+                let mut out: String = rows.iter().map(|(b, f)| format!("{b:<48} {f}\n")).collect();
+                out += &format!("{} mapping(s)\n", rows.len());
+                super::print(&out)?;
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,602 @@
+//! End-to-end tests of `payload run` against the **real Harbor 0.25.0** (installed by
+//! `scripts/install-harbor.sh`; these tests skip with a note when it is absent, and fail under
+//! `CI=true`). The model server is the vLLM stand-in answering as a terminus-2 agent would
+//! (`STANDIN_CHAT_AGENT=terminus`), the trials run on the host through
+//! `tests/harbor_env/host_env.py` (`--env host_env:HostEnvironment`), and every task is a real
+//! Harbor task dir written here: `task.toml`, `instruction.md`, `tests/test.sh`. A trial is scored
+//! when Harbor's verifier ran `tests/test.sh` and wrote its reward.
+//!
+//! Every child payload starts carries `PAYLOAD_RUN_ID=<run_tag>-<payload pid>`, so do Harbor's
+//! sandboxes (the namespace holders, the tmux servers): none may survive payload.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use e2e::harness::{marker_processes, payload_bin, real_harbor, send_signal, unique};
+
+const VLLM: &str = env!("CARGO_BIN_EXE_vllm-standin");
+const HOST_ENV_PY: &str = include_str!("../harbor_env/host_env.py");
+const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+
+const GPU_FIXTURE: &str = r#"[
+  {"index": 0, "uuid": "GPU-bbbb0000-0000-4000-8000-000000000000", "name": "NVIDIA A100-SXM-64GB", "memory_total_bytes": 68719476736},
+  {"index": 1, "uuid": "GPU-bbbb0000-0000-4000-8000-000000000001", "name": "NVIDIA A100-SXM-64GB", "memory_total_bytes": 68719476736}
+]"#;
+
+const HARBOR_YAML: &str =
+    "orchestrator:\n  type: local\n  quiet: true\nenvironment:\n  type: daytona\n  delete: true\n";
+
+// Generous: the machine is loaded and a real Harbor starts in seconds, not milliseconds.
+const RUN_TIMEOUT: Duration = Duration::from_secs(240);
+
+/// One task: the agent is told to write `answer`; the verifier gives 1.0 when it equals `word`.
+struct Task {
+    name: String,
+    word: String,
+    answer: String,
+}
+
+impl Task {
+    fn solvable(name: &str) -> Self {
+        Task { name: name.to_string(), word: format!("word-{name}"), answer: format!("word-{name}") }
+    }
+
+    fn unsolvable(name: &str) -> Self {
+        Task { name: name.to_string(), word: format!("word-{name}"), answer: "something-else".to_string() }
+    }
+}
+
+/// Writes a Harbor 0.25 task dir (the format `harbor jobs start -p` reads).
+fn write_task(dataset: &Path, task: &Task, extra_toml: &str) {
+    let dir = dataset.join(&task.name);
+    std::fs::create_dir_all(dir.join("tests")).unwrap();
+    std::fs::create_dir_all(dir.join("environment")).unwrap();
+    std::fs::write(
+        dir.join("task.toml"),
+        format!(
+            "schema_version = \"1.4\"\n[metadata]\n[agent]\ntimeout_sec = 300.0\n[verifier]\ntimeout_sec = 120.0\n[environment]\nbuild_timeout_sec = 60.0\n{extra_toml}"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("instruction.md"),
+        format!(
+            "Write the word {} to /app/answer.txt.\n\nSTANDIN-COMMAND: echo {} > /app/answer.txt\n",
+            task.word, task.answer
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("tests/test.sh"),
+        format!(
+            "#!/bin/bash\nif [ \"$(cat /app/answer.txt 2>/dev/null)\" = \"{}\" ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n",
+            task.word
+        ),
+    )
+    .unwrap();
+    // Never built: the host environment runs the trial where Harbor runs.
+    std::fs::write(dir.join("environment/Dockerfile"), "FROM debian:trixie-slim\n").unwrap();
+}
+
+/// One test's world: env prefix (`bin/vllm` → stand-in, `bin/harbor` → the real Harbor), the host
+/// environment module, a dataset, a Harbor YAML, secrets, a GPU fixture, a jobs dir.
+struct Fx {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    tag: String,
+}
+
+impl Fx {
+    /// `None` (after a note) when the real Harbor is not installed.
+    fn new(name: &str, tasks: &[Task]) -> Option<Self> {
+        let harbor = real_harbor()?;
+        let tmp = tempfile::Builder::new().prefix("real-harbor-").tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
+        let tag = format!("{name}-{}", unique());
+        std::fs::create_dir_all(root.join("env/bin")).unwrap();
+        std::os::unix::fs::symlink(VLLM, root.join("env/bin/vllm")).unwrap();
+        std::os::unix::fs::symlink(&harbor, root.join("env/bin/harbor")).unwrap();
+        std::fs::create_dir_all(root.join("py")).unwrap();
+        std::fs::write(root.join("py/host_env.py"), HOST_ENV_PY).unwrap();
+        for task in tasks {
+            write_task(&root.join("data"), task, "");
+        }
+        std::fs::create_dir_all(root.join("jobs")).unwrap();
+        std::fs::write(root.join("harbor.yaml"), HARBOR_YAML).unwrap();
+        std::fs::write(root.join("gpus.json"), GPU_FIXTURE).unwrap();
+        let secrets = root.join("secrets.env");
+        std::fs::write(&secrets, format!("DAYTONA_API_KEY=unused-{tag}\nDAYTONA_DATA_API_KEY=unused2-{tag}\n"))
+            .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&secrets, std::fs::Permissions::from_mode(0o600)).unwrap();
+        Some(Self { _tmp: tmp, root, tag })
+    }
+
+    fn run_dir(&self) -> PathBuf {
+        self.root.join("jobs").join(&self.tag)
+    }
+
+    fn spec(&self) -> Value {
+        json!({
+            "version": 1,
+            "run_tag": self.tag,
+            "run_dir": self.run_dir(),
+            "jobs_dir": self.root.join("jobs"),
+            "cluster": "local",
+            "benchmark": "real-harbor",
+            "model": {"hf_id": "Qwen/Qwen3-8B", "served_name": "Qwen3-8B"},
+            "serve": {
+                "program": "vllm",
+                "env_prefix": self.root.join("env"),
+                "tensor_parallel_size": 1,
+                "data_parallel_size": 2,
+                // Large enough that terminus-2's proactive summarization (8000 free tokens) stays off.
+                "max_model_len": 32768,
+                "max_num_seqs": 64,
+                "health_timeout_s": 60,
+                "env": {
+                    "STANDIN_LOAD_SECONDS": "0.2",
+                    "STANDIN_GPUS": "2",
+                    "STANDIN_CHAT_AGENT": "terminus",
+                    "STANDIN_REQUEST_LOG": self.root.join("requests.jsonl"),
+                }
+            },
+            "gpu_profiles": {"profiles": [{"name": "default", "gpu_memory_utilization": 0.8}]},
+            "harbor": {
+                "program": "harbor",
+                "env_prefix": self.root.join("env"),
+                "config": self.root.join("harbor.yaml"),
+                "dataset": self.root.join("data"),
+                "n_concurrent": 2,
+                "n_attempts": 1,
+                "timeout_multiplier": 1.0,
+                // Last --env wins in Harbor: the host environment instead of a cloud sandbox.
+                "extra_args": ["--env", "host_env:HostEnvironment"],
+                // The wrapper shows Harbor only /tmp and these: the repo holds the shipped YAMLs.
+                "env": {"PYTHONPATH": self.root.join("py"), "EVALCI_HARBOR_BINDS": repo()}
+            },
+            "secrets": {"file": self.root.join("secrets.env")},
+            "limits": {"teardown_grace_s": 20.0, "heartbeat_interval_s": 0.5, "health_probe_interval_s": 0.5,
+                       "health_failures": 5, "walltime_lead_s": 30}
+        })
+    }
+
+    fn start(&self, spec: &Value, slurm_job_id: &str) -> Run {
+        let path = self.root.join(format!("launch-{slurm_job_id}.json"));
+        std::fs::write(&path, serde_json::to_string_pretty(spec).unwrap()).unwrap();
+        let stderr = std::fs::File::create(self.root.join(format!("payload-{slurm_job_id}.stderr"))).unwrap();
+        let child = Command::new(payload_bin())
+            .args(["run", "--spec", path.to_str().unwrap()])
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()))
+            .env("HOME", &self.root)
+            .env("PAYLOAD_GPU_FIXTURE", self.root.join("gpus.json"))
+            .env("SLURM_JOB_ID", slurm_job_id)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn payload");
+        let pid = child.id() as i32;
+        Run {
+            child,
+            pid,
+            marker: format!("PAYLOAD_RUN_ID={}-{pid}", self.tag),
+            stderr: self.root.join(format!("payload-{slurm_job_id}.stderr")),
+        }
+    }
+
+    fn status(&self) -> Value {
+        read_json(&self.run_dir().join("status.json")).unwrap_or(Value::Null)
+    }
+
+    fn events(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.run_dir().join("events.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    fn last_event(&self, name: &str) -> Option<Value> {
+        self.events().into_iter().rev().find(|e| e["event"] == name)
+    }
+
+    fn harbor_log(&self) -> String {
+        let text = std::fs::read_to_string(self.run_dir().join("harbor.log")).unwrap_or_default();
+        let mut start = text.len().saturating_sub(6000);
+        while !text.is_char_boundary(start) {
+            start += 1;
+        }
+        text[start..].to_string()
+    }
+
+    /// What a failed assertion should show: payload's stderr and the end of Harbor's log.
+    fn context(&self, run: &Run) -> String {
+        format!(
+            "payload stderr:\n{}\nharbor.log (end):\n{}",
+            std::fs::read_to_string(&run.stderr).unwrap_or_default(),
+            self.harbor_log()
+        )
+    }
+
+    /// Harbor's trial dirs in the run dir (those with a `config.json`).
+    fn trials(&self) -> Vec<Trial> {
+        let mut out: Vec<Trial> = std::fs::read_dir(self.run_dir())
+            .map(|rd| {
+                rd.flatten()
+                    .filter(|e| e.path().join("config.json").is_file())
+                    .map(|e| Trial { dir: e.path(), result: read_json(&e.path().join("result.json")) })
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.sort_by(|a, b| a.dir.cmp(&b.dir));
+        out
+    }
+
+    fn requests(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.root.join("requests.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// Waits until trials are in flight: trial dirs without `result.json` whose agent has talked
+    /// to the model since `requests_before`.
+    fn wait_in_flight(&self, run: &mut Run, requests_before: usize) -> Vec<PathBuf> {
+        let until = Instant::now() + RUN_TIMEOUT;
+        loop {
+            let running: Vec<PathBuf> =
+                self.trials().into_iter().filter(|t| t.result.is_none()).map(|t| t.dir).collect();
+            if !running.is_empty() && self.requests().len() > requests_before {
+                return running;
+            }
+            if let Some(code) = run.exited() {
+                panic!("payload exited ({code}) before any trial was in flight\n{}", self.context(run));
+            }
+            assert!(Instant::now() < until, "no trial in flight after {RUN_TIMEOUT:?}\n{}", self.context(run));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Every task has a trial scored by Harbor's verifier: the rewards by task name.
+    fn rewards(&self) -> Vec<(String, Option<f64>)> {
+        self.trials()
+            .iter()
+            .map(|t| {
+                let r = t.result.as_ref();
+                (
+                    r.and_then(|r| r["task_name"].as_str()).unwrap_or("?").to_string(),
+                    r.and_then(|r| r.pointer("/verifier_result/rewards/reward")).and_then(Value::as_f64),
+                )
+            })
+            .collect()
+    }
+}
+
+struct Trial {
+    dir: PathBuf,
+    result: Option<Value>,
+}
+
+struct Run {
+    child: Child,
+    pid: i32,
+    marker: String,
+    stderr: PathBuf,
+}
+
+impl Run {
+    fn exited(&mut self) -> Option<i32> {
+        self.child.try_wait().unwrap().map(|s| {
+            use std::os::unix::process::ExitStatusExt;
+            s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
+        })
+    }
+
+    fn wait(&mut self, fx: &Fx) -> i32 {
+        let until = Instant::now() + RUN_TIMEOUT;
+        loop {
+            if let Some(code) = self.exited() {
+                return code;
+            }
+            if Instant::now() >= until {
+                let _ = self.child.kill();
+                panic!("payload did not exit within {RUN_TIMEOUT:?}\n{}", fx.context(self));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Nothing of the run may be left: no child, no sandbox, no tmux server.
+    fn assert_no_survivors(&self) {
+        let left = marker_processes(&self.marker);
+        assert!(left.is_empty(), "processes survived payload: {left:#?}");
+    }
+}
+
+fn repo() -> PathBuf {
+    Path::new(REPO).canonicalize().unwrap()
+}
+
+fn read_json(path: &Path) -> Option<Value> {
+    serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+}
+
+fn yaml_file(path: &str) -> Value {
+    let text = std::fs::read_to_string(Path::new(REPO).join(path)).unwrap();
+    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn all_scored(fx: &Fx, want: &[(&str, f64)]) {
+    let mut got = fx.rewards();
+    got.sort_by(|a, b| a.0.cmp(&b.0));
+    let want: Vec<(String, Option<f64>)> = want.iter().map(|(n, r)| (n.to_string(), Some(*r))).collect();
+    assert_eq!(got, want, "every task scored by Harbor's verifier");
+}
+
+/// A finished run, as `payload run` should leave it.
+fn assert_finished(fx: &Fx, run: &mut Run) {
+    let code = run.wait(fx);
+    assert_eq!(code, 0, "{}", fx.context(run));
+    run.assert_no_survivors();
+    let st = fx.status();
+    assert_eq!(st["outcome"]["class"], "finished", "{st:#}");
+    assert_eq!(st["outcome"]["harbor_exit_code"], 0, "{st:#}");
+}
+
+// ------------------------------------------------------------------------------------------ tests
+
+#[test]
+fn fresh_run_scores_every_trial_with_the_real_harbor() {
+    let Some(fx) = Fx::new("rh-fresh", &[Task::solvable("alpha"), Task::unsolvable("beta")]) else { return };
+    let t = Instant::now();
+    let mut run = fx.start(&fx.spec(), "5101");
+    assert_finished(&fx, &mut run);
+    println!("real Harbor fresh run: {:.1}s", t.elapsed().as_secs_f64());
+    // The verifier really checks: the agent wrote the wrong word for beta.
+    all_scored(&fx, &[("alpha", 1.0), ("beta", 0.0)]);
+    let job = read_json(&fx.run_dir().join("result.json")).expect("Harbor's job result.json");
+    assert!(job["finished_at"].is_string(), "{job:#}");
+    let port = fx.status()["port"].as_u64().unwrap();
+    let lock = read_json(&fx.run_dir().join("lock.json")).expect("Harbor's job lock.json");
+    for trial in lock["trials"].as_array().unwrap() {
+        assert_eq!(
+            trial.pointer("/agent/kwargs/api_base").and_then(Value::as_str),
+            Some(&*format!("http://127.0.0.1:{port}/v1"))
+        );
+        assert!(trial.pointer("/agent/kwargs/model_info/max_input_tokens").is_some(), "{trial:#}");
+    }
+    // Three turns per trial (command, complete, confirm), all to the served model.
+    let requests = fx.requests();
+    assert!(requests.len() >= 6, "{} requests", requests.len());
+    assert!(requests.iter().all(|r| r["model"] == "Qwen3-8B"));
+}
+
+#[test]
+fn resume_after_the_port_changed_scores_every_trial() {
+    let tasks = [Task::solvable("one"), Task::solvable("two"), Task::solvable("three")];
+    let Some(fx) = Fx::new("rh-resume", &tasks) else { return };
+    let mut spec = fx.spec();
+    spec["harbor"]["n_concurrent"] = json!(1);
+    spec["serve"]["env"]["STANDIN_RESPONSE_SECONDS"] = json!("1");
+    let mut run = fx.start(&spec, "5201");
+    // Interrupted after one trial finished.
+    let until = Instant::now() + RUN_TIMEOUT;
+    while !fx.trials().iter().any(|t| t.result.is_some()) {
+        assert!(run.exited().is_none() && Instant::now() < until, "no trial finished\n{}", fx.context(&run));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    send_signal(run.pid, "TERM");
+    assert_eq!(run.wait(&fx), 143, "{}", fx.context(&run));
+    run.assert_no_survivors();
+    let old_port = fx.status()["port"].as_u64().unwrap();
+
+    // Another job, another port: payload must make Harbor's resume accept the new server.
+    spec["serve"]["env"]["STANDIN_RESPONSE_SECONDS"] = json!("0");
+    let mut run = fx.start(&spec, "5202");
+    assert_finished(&fx, &mut run);
+    let st = fx.status();
+    assert_eq!(st["resume"], true);
+    let new_port = st["port"].as_u64().unwrap();
+    assert_ne!(new_port, old_port);
+    all_scored(&fx, &[("one", 1.0), ("three", 1.0), ("two", 1.0)]);
+    let base = format!("http://127.0.0.1:{new_port}/v1");
+    let job = read_json(&fx.run_dir().join("config.json")).unwrap();
+    assert_eq!(job.pointer("/agents/0/kwargs/api_base").and_then(Value::as_str), Some(base.as_str()));
+    let lock = read_json(&fx.run_dir().join("lock.json")).unwrap();
+    for trial in lock["trials"].as_array().unwrap() {
+        assert_eq!(trial.pointer("/agent/kwargs/api_base").and_then(Value::as_str), Some(base.as_str()), "{trial:#}");
+    }
+}
+
+/// `TERM` or `USR1` while trials are in flight, during `jobs start` (`resume: false`) or during
+/// `jobs resume` (`resume: true`, after a first interrupted run on another port).
+fn signal_case(name: &str, sig: &str, resume: bool) {
+    let tasks = [Task::solvable("p"), Task::solvable("q"), Task::solvable("r")];
+    let Some(fx) = Fx::new(name, &tasks) else { return };
+    let mut spec = fx.spec();
+    // Each completion takes 2 s: a trial (three completions) is in flight for several seconds.
+    spec["serve"]["env"]["STANDIN_RESPONSE_SECONDS"] = json!("2");
+    let mut job_id = 5300;
+    if resume {
+        let mut first = fx.start(&spec, &job_id.to_string());
+        fx.wait_in_flight(&mut first, 0);
+        send_signal(first.pid, "TERM");
+        assert_eq!(first.wait(&fx), 143, "{}", fx.context(&first));
+        first.assert_no_survivors();
+        job_id += 1;
+    }
+    let before = fx.requests().len();
+    let mut run = fx.start(&spec, &job_id.to_string());
+    let in_flight = fx.wait_in_flight(&mut run, before);
+    let t = Instant::now();
+    send_signal(run.pid, sig);
+    let code = run.wait(&fx);
+    println!("{name}: payload exited {code} {:.1}s after SIG{sig}", t.elapsed().as_secs_f64());
+    let (want_code, want_class) = if sig == "USR1" { (15, "walltime") } else { (143, "interrupted") };
+    assert_eq!(code, want_code, "{}", fx.context(&run));
+    run.assert_no_survivors();
+    let st = fx.status();
+    assert_eq!(st["resume"], resume, "{st:#}");
+    assert_eq!(st["outcome"]["class"], want_class, "{st:#}");
+    // Harbor wound down by itself (it was not SIGKILLed) and recorded every trial it had started.
+    let td = fx.last_event("teardown_done").expect("teardown_done event");
+    let killed = td["fields"]["killed_groups"].as_array().cloned().unwrap_or_default();
+    assert!(!killed.contains(&json!("harbor")), "Harbor had to be killed: {td}\n{}", fx.context(&run));
+    for trial in fx.trials() {
+        let result = trial.result.unwrap_or_else(|| {
+            panic!("trial {} has no result.json after the wind-down\n{}", trial.dir.display(), fx.context(&run))
+        });
+        if in_flight.contains(&trial.dir) {
+            assert_eq!(
+                result.pointer("/exception_info/exception_type").and_then(Value::as_str),
+                Some("CancelledError"),
+                "{}",
+                trial.dir.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn sigterm_during_start_records_every_trial_in_flight() {
+    signal_case("rh-term-start", "TERM", false);
+}
+
+#[test]
+fn usr1_during_start_records_every_trial_in_flight() {
+    signal_case("rh-usr1-start", "USR1", false);
+}
+
+#[test]
+fn sigterm_during_resume_records_every_trial_in_flight() {
+    signal_case("rh-term-resume", "TERM", true);
+}
+
+#[test]
+fn usr1_during_resume_records_every_trial_in_flight() {
+    signal_case("rh-usr1-resume", "USR1", true);
+}
+
+#[test]
+fn thinking_model_from_the_registry_reaches_the_model_server() {
+    let Some(fx) = Fx::new("rh-think", &[Task::solvable("think")]) else { return };
+    // The agent kwargs exactly as the registry writes them for a thinking model.
+    let registry = yaml_file("model_config/Qwen/Qwen3-8B.yaml");
+    let kwargs = registry.pointer("/subsystems/eval/agent_kwargs").cloned().expect("Qwen3-8B eval agent_kwargs");
+    assert!(kwargs.to_string().contains("enable_thinking"), "{kwargs}");
+    let mut spec = fx.spec();
+    spec["harbor"]["agent_kwargs"] = kwargs;
+    let mut run = fx.start(&spec, "5401");
+    assert_finished(&fx, &mut run);
+    all_scored(&fx, &[("think", 1.0)]);
+    let requests = fx.requests();
+    assert!(!requests.is_empty());
+    for r in &requests {
+        assert_eq!(
+            r.pointer("/chat_template_kwargs/enable_thinking"),
+            Some(&json!(true)),
+            "request without thinking: {r}"
+        );
+    }
+}
+
+#[test]
+fn swebench_parser_preset_drives_the_xml_parser() {
+    let Some(fx) = Fx::new("rh-xml", &[Task::solvable("xml")]) else { return };
+    let preset = yaml_file("presets/swebench.yaml");
+    let parser = preset["agent_parser"].as_str().expect("swebench agent_parser").to_string();
+    let mut spec = fx.spec();
+    spec["harbor"]["agent_parser"] = json!(parser);
+    let mut run = fx.start(&spec, "5501");
+    assert_finished(&fx, &mut run);
+    all_scored(&fx, &[("xml", 1.0)]);
+    let first = &fx.requests()[0];
+    let prompt = first.pointer("/messages/0/content").map(Value::to_string).unwrap_or_default();
+    assert!(
+        prompt.contains("Format your response as XML"),
+        "terminus-2 did not use the {parser} parser: {prompt:.300}"
+    );
+}
+
+#[test]
+fn shipped_yaml_agent_settings_reach_harbors_job_config() {
+    let Some(fx) = Fx::new("rh-yaml", &[Task::solvable("yaml")]) else { return };
+    let shipped = "presets/harbor/dcagent_eval_config_no_override.yaml";
+    let yaml = yaml_file(shipped);
+    let mut spec = fx.spec();
+    spec["harbor"]["config"] = json!(repo().join(shipped));
+    let mut run = fx.start(&spec, "5601");
+    assert_finished(&fx, &mut run);
+    all_scored(&fx, &[("yaml", 1.0)]);
+    let job = read_json(&fx.run_dir().join("config.json")).expect("Harbor's job config.json");
+    let stored = &job["agents"][0];
+    let want = &yaml["agents"][0];
+    assert_eq!(stored["name"], want["name"], "{stored:#}");
+    assert_eq!(stored["model_name"], "hosted_vllm/Qwen3-8B", "{stored:#}");
+    assert!(stored.pointer("/kwargs/api_base").is_some() && stored.pointer("/kwargs/model_info").is_some());
+    assert_eq!(
+        stored["max_timeout_sec"].as_f64(),
+        want["max_timeout_sec"].as_f64(),
+        "{shipped}: max_timeout_sec lost: {stored:#}"
+    );
+    for (key, value) in want["kwargs"].as_object().expect("kwargs in the shipped YAML") {
+        assert_eq!(&stored["kwargs"][key], value, "{shipped}: agent kwarg {key} lost: {stored:#}");
+    }
+    // terminus-2 takes trajectory_config as a kwarg, wherever the YAML puts it.
+    let trajectory = want.get("trajectory_config").or_else(|| want["kwargs"].get("trajectory_config"));
+    if let Some(trajectory) = trajectory {
+        assert_eq!(&stored["kwargs"]["trajectory_config"], trajectory, "{shipped}: trajectory_config lost: {stored:#}");
+    }
+}
+
+#[test]
+fn missing_model_info_is_refused_before_the_engine_loads() {
+    let Some(fx) = Fx::new("rh-nomodelinfo", &[Task::solvable("mi")]) else { return };
+    let harbor = real_harbor().unwrap();
+    // A job dir the real Harbor wrote without model_info (as the old scripts did): a resume of it
+    // would lose every trial before its first request.
+    let mut harbor_run = Command::new(&harbor)
+        .args(["jobs", "start", "-p"])
+        .arg(fx.root.join("data"))
+        .args(["--job-name", &fx.tag, "--jobs-dir"])
+        .arg(fx.root.join("jobs"))
+        .arg("--config")
+        .arg(fx.root.join("harbor.yaml"))
+        .args(["--env", "host_env:HostEnvironment", "--agent", "terminus-2", "--model", "hosted_vllm/Qwen3-8B"])
+        .args(["--agent-kwarg", "api_base=http://127.0.0.1:9/v1"])
+        .env("PYTHONPATH", fx.root.join("py"))
+        .current_dir(&fx.root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Its trials cannot reach a model; once the job config is written, Harbor is stopped (SIGINT
+    // winds it down).
+    let job_config = fx.run_dir().join("config.json");
+    let until = Instant::now() + RUN_TIMEOUT;
+    while !job_config.is_file() {
+        assert!(harbor_run.try_wait().unwrap().is_none() && Instant::now() < until, "Harbor wrote no job config");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    send_signal(harbor_run.id() as i32, "INT");
+    harbor_run.wait().unwrap();
+    assert!(read_json(&job_config).unwrap().pointer("/agents/0/kwargs/model_info").is_none());
+    let before = std::fs::read(&job_config).unwrap();
+
+    let mut run = fx.start(&fx.spec(), "5701");
+    let code = run.wait(&fx);
+    assert_ne!(code, 0, "{}", fx.context(&run));
+    run.assert_no_survivors();
+    assert!(fx.last_event("engine_spawned").is_none(), "the engine was started: {}", fx.context(&run));
+    let said = format!("{}{}", std::fs::read_to_string(&run.stderr).unwrap_or_default(), fx.status()["outcome"]);
+    assert!(said.contains("model_info"), "the refusal names model_info: {said}");
+    assert_eq!(std::fs::read(&job_config).unwrap(), before, "Harbor's job config was changed");
+}
