@@ -1462,7 +1462,8 @@ fn agent_env_values_from_variables_never_reach_argv_or_records() {
     let mut run = fx.start(&spec, &env);
     fx.wait_phase("running", Duration::from_secs(20));
     let harbor = fx.status()["pids"]["harbor"].as_u64().unwrap() as u32;
-    let cmdline = String::from_utf8_lossy(&std::fs::read(format!("/proc/{harbor}/cmdline")).unwrap()).replace('\0', " ");
+    let cmdline =
+        String::from_utf8_lossy(&std::fs::read(format!("/proc/{harbor}/cmdline")).unwrap()).replace('\0', " ");
     assert!(!cmdline.contains(&edgar) && !cmdline.contains(&openai), "secret in argv: {cmdline}");
     assert!(cmdline.contains("MODEL_FOR_TOOLS=openai/gpt-5.2"), "{cmdline}");
     let henv: std::collections::BTreeMap<String, String> = environ_of(harbor).into_iter().collect();

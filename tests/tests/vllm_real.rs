@@ -541,6 +541,19 @@ fn standin_option_table_is_real_vllms() {
     );
 }
 
+/// The `prog: error: …` line of argparse's output, with `<function f at 0x…>` addresses blanked.
+fn error_line(text: &str) -> Option<String> {
+    let line = text.lines().find(|l| l.contains(": error: "))?;
+    let mut out = String::new();
+    let mut rest = line;
+    while let Some(at) = rest.find(" at 0x") {
+        out.push_str(&rest[..at + 6]);
+        rest = rest[at + 6..].trim_start_matches(|c: char| c.is_ascii_hexdigit());
+    }
+    out.push_str(rest);
+    Some(out)
+}
+
 /// Argvs whose verdicts tests rely on: what payload builds and the stand-in's own checks.
 fn sample_argvs() -> Vec<Vec<String>> {
     const M: &str = "Qwen/Qwen3-8B";
@@ -608,7 +621,7 @@ fn standin_accepts_and_rejects_like_real_vllm() {
         }
         compared += 1;
         let real_code = if verdict.ok { 0 } else { verdict.exit_code.unwrap_or(1) };
-        let out = Command::new(&standin)
+        let out = Command::new(standin)
             .args(argv)
             .env_clear()
             .env("PATH", "/usr/bin:/bin")
@@ -617,8 +630,17 @@ fn standin_accepts_and_rejects_like_real_vllm() {
             .output()
             .expect("run vllm-standin");
         let standin_code = out.status.code().unwrap_or(-1);
-        if standin_code != real_code {
-            let stderr = String::from_utf8_lossy(&out.stderr);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        // argparse's own rejections: the stand-in must print vLLM's line (function addresses aside).
+        let real_line = verdict.error.as_deref().and_then(error_line).filter(|_| real_code == 2);
+        if let Some(real_line) = real_line
+            && error_line(&stderr) != Some(real_line.clone())
+        {
+            differ.push(format!(
+                "{argv:?}: vLLM prints `{real_line}`; the stand-in `{}`",
+                error_line(&stderr).unwrap_or_default()
+            ));
+        } else if standin_code != real_code {
             differ.push(format!(
                 "{argv:?}: vLLM exits {real_code} {}; the stand-in exits {standin_code}: {}",
                 if verdict.ok { String::new() } else { verdict.message() },
