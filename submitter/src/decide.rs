@@ -119,6 +119,16 @@ fn age(seconds: u64) -> String {
     }
 }
 
+/// What refreshes another cluster's attempts: its submitter, or for the team's imported history
+/// another import.
+fn refresh_hint(cluster: &str) -> String {
+    if cluster == crate::team::TEAM_CLUSTER {
+        "re-run `submitter import` to refresh the team's history".to_string()
+    } else {
+        format!("run `submitter sync --cluster {cluster}` there, or cancel it there")
+    }
+}
+
 /// Decides one pair. `slurm` is the job's state when the latest attempt has a job id.
 pub fn decide(history: &PairHistory, slurm: Option<SlurmView>, policy: &Policy) -> Decision {
     if policy.force {
@@ -151,15 +161,17 @@ pub fn decide(history: &PairHistory, slurm: Option<SlurmView>, policy: &Policy) 
                 Some((age_s, bound)) if age_s <= bound => skip,
                 Some((age_s, bound)) => skip.flagged(format!(
                     "attempt {} on {cluster} is unattended: its submitter last refreshed it {} ago (bound {}) — \
-                     run `submitter sync --cluster {cluster}` there, or cancel it there; it is not resubmitted from here",
+                     {}; it is not resubmitted from here",
                     latest.id,
                     age(age_s),
-                    age(bound)
+                    age(bound),
+                    refresh_hint(cluster)
                 )),
                 None => skip.flagged(format!(
                     "attempt {} on {cluster} is unattended: no submitter of {cluster} has recorded a heartbeat — \
-                     run `submitter sync --cluster {cluster}` there, or cancel it there; it is not resubmitted from here",
-                    latest.id
+                     {}; it is not resubmitted from here",
+                    latest.id,
+                    refresh_hint(cluster)
                 )),
             }
         }

@@ -1207,7 +1207,8 @@ fn full_filesystem_for_the_run_dir_is_counted_not_fatal() {
 
 #[test]
 fn out_of_range_numbers_fail_as_spec_before_anything_starts() {
-    let cases: Vec<(&str, Box<dyn Fn(&mut Value) + Send + Sync>)> = vec![
+    type Edit = Box<dyn Fn(&mut Value) + Send + Sync>;
+    let cases: Vec<(&str, Edit)> = vec![
         ("limits.health_probe_interval_s", Box::new(|s| s["limits"]["health_probe_interval_s"] = json!(1e20))),
         ("limits.teardown_grace_s", Box::new(|s| s["limits"]["teardown_grace_s"] = json!(1e20))),
         ("serve.health_timeout_s", Box::new(|s| s["serve"]["health_timeout_s"] = json!(u64::MAX))),
@@ -1492,8 +1493,9 @@ fn plan_redacts_by_whole_value_only() {
     let path = fx.write_spec(&fx.spec());
     let out = fx.command(&["plan", "--spec", path.to_str().unwrap(), "--json"], &[]).output().unwrap();
     let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let argv: Vec<&str> = plan["harbor"]["argv"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
-    assert!(argv.contains(&"hosted_vllm/Qwen3-8B"), "{argv:?}");
+    // The secret `Qwen3` is a substring of the model id and served name: neither may be touched.
+    let argv: Vec<&str> = plan["engine"]["argv"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert!(argv.contains(&"Qwen3-8B") && argv.iter().any(|a| a.ends_with("Qwen/Qwen3-8B")), "{argv:?}");
     assert_eq!(plan["harbor"]["env"]["DAYTONA_API_KEY"], "<redacted>", "{:#}", plan["harbor"]["env"]);
     let text = serde_json::to_string(&plan["harbor"]["env"]).unwrap();
     assert!(!text.contains("\"ab\"") && !text.contains("\"Qwen3\""), "{text}");

@@ -109,13 +109,17 @@ pub fn import(ledger: &dyn Ledger, url: &str, full: bool) -> Result<ImportReport
     } else {
         ledger.import_watermark(&source)?.map(|mark| mark - Duration::seconds(WATERMARK_OVERLAP_S))
     };
-    let history = read_history(&mut connection, since)?;
-    tracing::info!(
-        "read {} job(s) from {source} in {:.2} s at {:?}",
-        history.jobs.len(),
-        started.elapsed().as_secs_f64(),
-        std::time::SystemTime::now()
-    );
+    // Rows still active here are re-read whatever their times: one that went stale in the source
+    // (no time moves) must still be settled.
+    let prefix = format!("{source}#");
+    let active: Vec<String> = ledger
+        .imported(&source)?
+        .into_iter()
+        .filter(|s| s.status.is_active())
+        .filter_map(|s| s.source_id.strip_prefix(&prefix).map(str::to_string))
+        .collect();
+    let history = read_history(&mut connection, since, &active)?;
+    tracing::info!("read {} job(s) from {source} in {:.2} s", history.jobs.len(), started.elapsed().as_secs_f64(),);
     let mut report = apply(ledger, &source, &history)?;
     tracing::info!("written by {:.2} s", started.elapsed().as_secs_f64());
     // Only a completed import moves the mark (and keeps the old one when nothing was read).
@@ -127,7 +131,11 @@ pub fn import(ledger: &dyn Ledger, url: &str, full: bool) -> Result<ImportReport
 
 /// Everything in one `READ ONLY` transaction: a consistent snapshot, and the server itself
 /// refuses any write.
-pub fn read_history(connection: &mut PgConnection, since: Option<Timestamp>) -> Result<TeamHistory, TeamError> {
+pub fn read_history(
+    connection: &mut PgConnection,
+    since: Option<Timestamp>,
+    also: &[String],
+) -> Result<TeamHistory, TeamError> {
     let redactor = connection.redactor();
     let mut tx = connection
         .client
@@ -178,8 +186,9 @@ pub fn read_history(connection: &mut PgConnection, since: Option<Timestamp>) -> 
              FROM sandbox_jobs
              WHERE $1::timestamptz IS NULL
                 OR GREATEST(created_at::timestamptz, submitted_at::timestamptz, started_at::timestamptz,
-                            ended_at::timestamptz) > $1",
-            &[(&since, Type::TIMESTAMPTZ)],
+                            ended_at::timestamptz) > $1
+                OR id::text = ANY($2)",
+            &[(&since, Type::TIMESTAMPTZ), (&also, Type::TEXT_ARRAY)],
         )
         .map_err(source_error(&redactor, "read sandbox_jobs"))?;
     let mut watermark: Option<Timestamp> = None;

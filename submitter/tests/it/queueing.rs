@@ -63,6 +63,7 @@ harbor:
   environment: otagent
   env:
     STANDIN_TRIAL_SECONDS: \"0.05\"
+    STANDIN_EXTRAS: daytona
 paths:
   jobs_dir: {r}/jobs
   logs_dir: {r}/logs

@@ -238,6 +238,11 @@ fn import_history(ledger_spec: &str, tag: &str) {
         (queued.status, queued.cluster.as_str(), queued.username.as_str()),
         (Status::Pending, "ot-agent", "dave")
     );
+    // A row active here is re-read even when no time of it moved (a script failed it in place).
+    team.exec("UPDATE sandbox_jobs SET job_status = 'Failed' WHERE username = 'dave'");
+    let out = run(&cluster, ledger_spec, &["import"], &[], &team.url);
+    assert!(text(&out).contains("1 updated"), "{}", text(&out));
+    assert_eq!(ledger.attempt(queued.id).unwrap().unwrap().status, Status::Failed);
     // --full re-reads everything and still writes nothing new.
     let out = run(&cluster, ledger_spec, &["import"], &["--full"], &team.url);
     assert!(text(&out).contains("7 job(s) read, 0 new, 0 updated, 7 unchanged"), "{}", text(&out));

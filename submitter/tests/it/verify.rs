@@ -816,7 +816,7 @@ impl LiveCluster {
                 "engine:\n  default_environment: otagent\n",
                 &format!("engine:\n  default_environment: otagent\n  health_timeout_s: 60\n  env:\n    STANDIN_LOAD_SECONDS: \"0.3\"\n    STANDIN_CONTROL_FILE: {}\n", control.display()),
             )
-            .replace("harbor:\n  environment: otagent\n", "harbor:\n  environment: otagent\n  env:\n    STANDIN_TRIAL_SECONDS: \"0.6\"\n    STANDIN_REQUEST_TIMEOUT: \"5\"\n");
+            .replace("harbor:\n  environment: otagent\n", "harbor:\n  environment: otagent\n  env:\n    STANDIN_TRIAL_SECONDS: \"0.6\"\n    STANDIN_REQUEST_TIMEOUT: \"5\"\n    STANDIN_EXTRAS: daytona\n");
         std::fs::write(&profile, text).unwrap();
         let ledger = format!("sqlite:{}", root.join("ledger.sqlite").display());
         LiveCluster { tmp, name: name.to_string(), ledger, control }
