@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs and runs the real services the test suite talks to (SPEC §10):
+# Installs and runs the real services the test suite talks to (docs/design.md §10):
 # munge + a single-node Slurm cluster, PostgreSQL, and the sshd binary; `install` also installs
 # the real Harbor the tests use as the oracle (scripts/install-harbor.sh).
 #
@@ -409,7 +409,7 @@ postgres_down() {
 # ---------------------------------------------------------------- sshd
 
 sshd_up() {
-  # Tests run their own sshd on loopback ports with their own config (SPEC §10);
+  # Tests run their own sshd on loopback ports with their own config (docs/design.md §10);
   # the system sshd stays off. sshd insists on its privilege-separation directory.
   [[ -x /usr/sbin/sshd ]] || die "sshd: /usr/sbin/sshd missing (run 'scripts/services.sh install')"
   install -d -m 0755 /run/sshd

@@ -1,4 +1,4 @@
-//! Harbor (SPEC §6.4): argv for a fresh run and for a resume, `model_info`, agent envs, and the
+//! Harbor (docs/design.md §6.4): argv for a fresh run and for a resume, `model_info`, agent envs, and the
 //! structural `api_base` rewrite of the job's and every trial's `config.json` on resume.
 
 use std::collections::BTreeMap;

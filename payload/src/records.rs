@@ -1,4 +1,4 @@
-//! Records in the run dir (SPEC §6.8): `status.json` replaced atomically (temp file + rename in the
+//! Records in the run dir (docs/design.md §6.8): `status.json` replaced atomically (temp file + rename in the
 //! run dir), `events.jsonl` append-only, and the heartbeat counters. Everything payload writes in
 //! the run dir is a plain file — Harbor deletes subdirectories without `result.json` on resume.
 

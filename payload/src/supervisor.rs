@@ -1,4 +1,4 @@
-//! Supervision (SPEC §6.7), all in this one module:
+//! Supervision (docs/design.md §6.7), all in this one module:
 //!
 //! - payload is a **child subreaper** (`prctl`), so double-forked grandchildren re-parent to it;
 //! - every child (vLLM, Harbor, tunnel) runs in **its own process group** (`process_group(0)`),

@@ -382,7 +382,7 @@ fn fresh_run_finishes_with_records_and_explicit_environments() {
     assert_eq!(hb["trials_finished"], 3, "{hb}");
     assert_eq!(hb["trials_errored"], 0, "{hb}");
     assert!(hb["completions_ok"].as_u64().unwrap() >= 6, "2 turns × 3 trials: {hb}");
-    // Phases in order, argv exactly as SPEC §6.3/§6.4.
+    // Phases in order, argv exactly as docs/design.md §6.3/§6.4.
     let phases: Vec<String> = fx
         .events()
         .iter()
@@ -688,7 +688,7 @@ fn sigterm_during_run_stops_harbor_first() {
         .filter(|r| r.pointer("/exception_info/exception_type") == Some(&json!("CancelledError")))
         .count();
     assert!(cancelled >= 1, "no CancelledError trial results");
-    // Order: TERM Harbor, Harbor gone, then TERM vLLM (SPEC §6.7: Harbor → vLLM → tunnel).
+    // Order: TERM Harbor, Harbor gone, then TERM vLLM (docs/design.md §6.7: Harbor → vLLM → tunnel).
     let td = fx.event("teardown_done").unwrap();
     let steps: Vec<(String, String)> = td["fields"]["steps"]
         .as_array()
