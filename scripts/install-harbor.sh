@@ -106,6 +106,7 @@ build_root() {
   mirror=$(debian_mirror)
   command -v debootstrap >/dev/null || {
     log "apt-get install debootstrap"
+    apt-get update -qq || die "apt-get update failed"
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends debootstrap >/dev/null \
       || die "apt-get install debootstrap failed"
   }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs and runs the real services the test suite talks to (SPEC §10):
-# munge + a single-node Slurm cluster, PostgreSQL, and the sshd binary.
+# Installs and runs the real services the test suite talks to (docs/design.md §10):
+# munge + a single-node Slurm cluster, PostgreSQL, and the sshd binary; `install` also installs
+# the real Harbor the tests use as the oracle (scripts/install-harbor.sh).
 #
 #   scripts/services.sh install        apt-get install whatever is missing; the real vLLM's venv
 #                                      (scripts/install-vllm.sh, cached outside the clone)
@@ -408,7 +409,7 @@ postgres_down() {
 # ---------------------------------------------------------------- sshd
 
 sshd_up() {
-  # Tests run their own sshd on loopback ports with their own config (SPEC §10);
+  # Tests run their own sshd on loopback ports with their own config (docs/design.md §10);
   # the system sshd stays off. sshd insists on its privilege-separation directory.
   [[ -x /usr/sbin/sshd ]] || die "sshd: /usr/sbin/sshd missing (run 'scripts/services.sh install')"
   install -d -m 0755 /run/sshd
@@ -486,7 +487,10 @@ main() {
   local command=${1:-}
   [[ $# -gt 0 ]] && shift
   case $command in
-    install) cmd_install "$@" && "$(dirname "$0")/install-vllm.sh" ;;
+    install)
+      cmd_install "$@" && "$(dirname "${BASH_SOURCE[0]}")/install-harbor.sh" \
+        && "$(dirname "${BASH_SOURCE[0]}")/install-vllm.sh"
+      ;;
     up) cmd_up "$@" ;;
     down) cmd_down "$@" ;;
     status) cmd_status "$@" ;;

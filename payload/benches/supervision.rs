@@ -9,7 +9,13 @@
 //!   with class `engine_start`;
 //! - teardown: SIGTERM → payload exited with every group and a double-forked, TERM-ignoring
 //!   grandchild gone (cooperative vLLM; and vLLM ignoring TERM, which is bound by the grace);
-//! - payload's peak RSS (VmHWM) while supervising, and its CPU use while idle-supervising.
+//! - payload's peak RSS (VmHWM) while supervising, and its CPU use while idle-supervising;
+//! - under load: a 1 GB access-log burst written into `vllm.log` while the engine loads and 100k
+//!   finished trial dirs in the run dir — peak RSS (target ≤ 32 MB), readiness → Harbor spawned
+//!   (within one readiness poll, 25 ms, of the unloaded figure), SIGTERM → all gone (≤ grace + 1 s).
+//!
+//! `cargo bench -p payload` builds payload in release; `cargo test -p payload --bench supervision`
+//! runs the same figures on the debug build (slower, but no release build of the workspace).
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::io::{Read, Write};
@@ -20,7 +26,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
-const PAYLOAD: &str = env!("CARGO_BIN_EXE_payload");
+const PAYLOAD_BUILT: &str = env!("CARGO_BIN_EXE_payload");
+
+/// The payload binary measured: this build, or `$BENCH_PAYLOAD_BIN` (an older build, for A/B figures
+/// on the same loaded machine).
+fn payload() -> String {
+    std::env::var("BENCH_PAYLOAD_BIN").ok().filter(|p| !p.is_empty()).unwrap_or_else(|| PAYLOAD_BUILT.to_string())
+}
 const RUNS: usize = 10;
 
 fn workspace_root() -> PathBuf {
@@ -80,7 +92,11 @@ struct Fx {
 
 impl Fx {
     fn new(vllm: &Path, harbor: &Path, i: usize) -> Self {
-        let tmp = tempfile::Builder::new().prefix("payload-bench-").tempdir().unwrap();
+        Self::new_in(vllm, harbor, i, &std::env::temp_dir())
+    }
+
+    fn new_in(vllm: &Path, harbor: &Path, i: usize, parent: &Path) -> Self {
+        let tmp = tempfile::Builder::new().prefix("payload-bench-").tempdir_in(parent).unwrap();
         let root = tmp.path().to_path_buf();
         std::fs::create_dir_all(root.join("env/bin")).unwrap();
         std::os::unix::fs::symlink(vllm, root.join("env/bin/vllm-real")).unwrap();
@@ -143,7 +159,7 @@ impl Fx {
     }
 
     fn start(&self, spec: &Path) -> Child {
-        Command::new(PAYLOAD)
+        Command::new(payload())
             .args(["run", "--spec", spec.to_str().unwrap()])
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -331,12 +347,96 @@ fn idle_cpu(vllm: &Path, harbor: &Path, heartbeat: f64, probe: f64, window: Dura
         .collect()
 }
 
+fn vm_hwm_kb(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:").map(|v| v.trim().trim_end_matches(" kB").trim().parse::<f64>().unwrap()))
+        .unwrap()
+}
+
+/// (VmHWM kB, /health 200 → Harbor spawned ms, SIGTERM → all gone ms) under a 1 GB `vllm.log`
+/// burst and `trials` finished trial dirs.
+fn under_load(vllm: &Path, harbor: &Path, trials: usize, burst_bytes: usize, grace: f64) -> (f64, f64, f64) {
+    // On a RAM-backed filesystem when there is one (node-local scratch; 100k dirs on a shared disk
+    // take minutes to create).
+    let shm = Path::new("/dev/shm");
+    let fx = Fx::new_in(vllm, harbor, 0, if shm.is_dir() { shm } else { Path::new("/tmp") });
+    let run = fx.run_dir();
+    for i in 0..trials {
+        let dir = run.join(format!("task-{i}__bench"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("result.json"), r#"{"trial_name": "t", "exception_info": null}"#).unwrap();
+    }
+    let spec = fx.spec(
+        json!({"STANDIN_LOAD_SECONDS": "4.0"}),
+        json!({"STANDIN_TRIAL_SECONDS": "120"}),
+        limits(0.3, 0.3, grace),
+    );
+    let mut child = fx.start(&spec);
+    let until = Instant::now() + Duration::from_secs(60);
+    let port = loop {
+        if let Some(p) = fx.status()["port"].as_u64()
+            && run.join("vllm.log").exists()
+        {
+            break p;
+        }
+        assert!(Instant::now() < until, "payload never spawned the engine");
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    // The burst: access lines appended to the engine's log as fast as the disk takes them.
+    let log = run.join("vllm.log");
+    let writer = std::thread::spawn(move || {
+        let line = "INFO:     127.0.0.1:51234 - \"POST /v1/chat/completions HTTP/1.1\" 200 OK\n";
+        let chunk = line.repeat((1 << 20) / line.len());
+        let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+        let mut written = 0;
+        while written < burst_bytes {
+            f.write_all(chunk.as_bytes()).unwrap();
+            written += chunk.len();
+        }
+    });
+    let healthy_at = loop {
+        if health_200(port) {
+            break now_ms();
+        }
+        assert!(Instant::now() < until, "stand-in never healthy");
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    fx.wait_phase("running");
+    let ev = fx.events().into_iter().find(|e| e["event"] == "harbor_spawned").unwrap();
+    let ready_ms = event_ms(ev["at"].as_str().unwrap()) - healthy_at;
+    writer.join().unwrap();
+    std::thread::sleep(Duration::from_secs(2)); // heartbeats go on scanning the log and the trials
+    let pid = child.id();
+    let hwm = vm_hwm_kb(pid);
+    let t = now_ms();
+    Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap();
+    let (code, exited_at) = wait_exit(&mut child);
+    assert_eq!(code, 143);
+    let left = marker_left(&format!("PAYLOAD_RUN_ID={}-{pid}", fx.tag));
+    assert_eq!(left, 0, "processes survived");
+    (hwm, ready_ms, exited_at - t)
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return; // `cargo test --benches` / `--list` probing: nothing to list.
     }
     let (vllm, harbor) = standins();
-    println!("payload supervision figures (median of {RUNS} runs unless noted; payload = {PAYLOAD})");
+    // `BENCH_ONLY=load`: just the figures under load (the slow part to set up).
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("load") {
+        let trials = std::env::var("BENCH_TRIALS").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000);
+        let burst = std::env::var("BENCH_BURST_MB").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(1024) << 20;
+        let (hwm, ready, term) = under_load(&vllm, &harbor, trials, burst, 1.0);
+        println!(
+            "under load           1 GB vllm.log burst + {trials} trial dirs: peak RSS {hwm:>7.0} kB, /health 200 → Harbor spawned {ready:>6.1} ms, SIGTERM → all gone {term:>6.1} ms (grace 1.0 s)"
+        );
+        return;
+    }
+    println!("payload supervision figures (median of {RUNS} runs unless noted; payload = {})", payload());
+    // `BENCH_ONLY=latency`: just readiness → Harbor spawned and engine exit → payload exited.
+    let only_latency = std::env::var("BENCH_ONLY").as_deref() == Ok("latency");
     let r = readiness(&vllm, &harbor);
     println!(
         "readiness detection  stand-in /health 200 → Harbor spawned: {:>7.1} ms  (min {:.1}, max {:.1})",
@@ -351,6 +451,9 @@ fn main() {
         c.iter().cloned().fold(f64::MAX, f64::min),
         c.iter().cloned().fold(0.0, f64::max)
     );
+    if only_latency {
+        return;
+    }
     let t = teardown(&vllm, &harbor, false);
     let hwm: Vec<f64> = t.iter().map(|x| x.1).collect();
     println!(
@@ -363,6 +466,11 @@ fn main() {
         median(t2.iter().map(|x| x.0).collect())
     );
     println!("peak RSS             payload VmHWM while supervising: {:>7.0} kB", median(hwm));
+    let (hwm, ready, term) = under_load(&vllm, &harbor, 100_000, 1 << 30, 1.0);
+    println!(
+        "under load           1 GB vllm.log burst + 100k trial dirs (1 run): peak RSS {:>7.0} kB (target ≤ 32768), /health 200 → Harbor spawned {:>6.1} ms, SIGTERM → all gone {:>6.1} ms (grace 1.0 s; target ≤ 2000)",
+        hwm, ready, term
+    );
     let cpu_fast = idle_cpu(&vllm, &harbor, 0.5, 0.5, Duration::from_secs(3), 5);
     println!(
         "idle CPU             heartbeat 0.5 s, health probe 0.5 s (median of 5 × 3 s): {:>6.2} % of one core",

@@ -1,4 +1,4 @@
-//! Explicit child environments (SPEC §6.6): every child starts from an empty environment
+//! Explicit child environments (docs/design.md §6.6): every child starts from an empty environment
 //! (`env_clear()`), gets a small allow-list from payload's own environment, the environment
 //! prefix on PATH / LD_LIBRARY_PATH (never `conda activate`), the spec's env map, and the run marker.
 //!

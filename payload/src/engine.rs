@@ -1,4 +1,4 @@
-//! The engine (vLLM): argv (SPEC §6.3), readiness (§6.2 step 6), start-failure classification.
+//! The engine (vLLM): argv (docs/design.md §6.3), readiness (§6.2 step 6), start-failure classification.
 //!
 //! argv is a vector, never a shell string: JSON flags are one element each, the registry's extra
 //! args are `${VAR}`-expanded from payload's environment and then split on whitespace with no quote
@@ -62,7 +62,7 @@ pub fn model_arg(spec: &LaunchSpec) -> String {
     }
 }
 
-/// vLLM's argv, program first (SPEC §6.3).
+/// vLLM's argv, program first (docs/design.md §6.3).
 pub fn argv(
     spec: &LaunchSpec,
     program: &str,
@@ -122,7 +122,7 @@ pub fn argv(
     Ok(a)
 }
 
-/// Why vLLM exited during start-up, from its log (SPEC §6.2 step 6).
+/// Why vLLM exited during start-up, from its log (docs/design.md §6.2 step 6).
 pub fn classify_start_failure(lines: &[String]) -> &'static str {
     for line in lines.iter().rev() {
         let l = line.to_lowercase();

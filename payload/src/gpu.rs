@@ -1,5 +1,5 @@
 //! GPU inventory behind [`GpuProbe`] (NVML on real nodes, a JSON fixture in tests and demos) and
-//! the choice of GPU profile and gpu-memory ceiling (SPEC §3.2, §6.2 step 3).
+//! the choice of GPU profile and gpu-memory ceiling (docs/design.md §3.2, §6.2 step 3).
 //!
 //! `PAYLOAD_GPU_FIXTURE=<file>` selects [`FixtureProbe`]: a JSON array of
 //! `{"index","uuid","name","memory_total_bytes"}` objects. It is a test/demo facility: the real

@@ -1,4 +1,4 @@
-//! Harbor (SPEC §6.4): argv for a fresh run and for a resume, `model_info`, agent envs, and the
+//! Harbor (docs/design.md §6.4): argv for a fresh run and for a resume, `model_info`, agent envs, and the
 //! structural `api_base` rewrite of the job's and every trial's `config.json` on resume.
 
 use std::collections::BTreeMap;
@@ -25,6 +25,10 @@ pub enum HarborError {
     Json { path: PathBuf, reason: String },
     #[error("cannot write {path}: {reason}")]
     Write { path: PathBuf, reason: String },
+    #[error(
+        "{path}: agent `{agent}` has no kwargs.model_info, so every hosted_vllm trial of this job would fail before its first request; move the run dir aside to start fresh (payload passes model_info on fresh runs)"
+    )]
+    NoModelInfo { path: PathBuf, agent: String },
     #[error("{0} (field `harbor.agent_kwargs` of the launch spec)")]
     Kwarg(launch_spec::versions::KwargError),
 }
@@ -266,8 +270,10 @@ pub fn judge_print_config(spec: &LaunchSpec, code: Option<i32>, stdout: &str, st
         let why = last_line(stderr).or_else(|| last_line(stdout)).unwrap_or_else(|| "no output".to_string());
         return ConfigCheck::Rejected(format!("harbor --print-config exited {code:?}: {why}"));
     }
-    let Some(config) = stdout.find('{').and_then(|i| serde_json::from_str::<serde_json::Value>(&stdout[i..]).ok())
-    else {
+    // The first JSON value on stdout (Harbor may print a line before it or after it).
+    let first_json =
+        |i: usize| serde_json::Deserializer::from_str(&stdout[i..]).into_iter::<serde_json::Value>().next();
+    let Some(config) = stdout.find('{').and_then(first_json).and_then(Result::ok) else {
         return ConfigCheck::Rejected("harbor --print-config printed no JSON job config".to_string());
     };
     let model = format!("hosted_vllm/{}", spec.model.served_name);
@@ -453,10 +459,25 @@ fn read_config(path: &Path) -> Result<serde_json::Value, HarborError> {
 
 /// Checks, before the engine starts, that every `config.json` a resume rewrites can be read and
 /// parsed (a corrupt trial config found only after a 20–30 min cold load wastes the allocation).
+/// Also, the job's stored agents must carry `kwargs.model_info` when they call a hosted_vllm
+/// model: without it every trial dies before its first request, and a resume re-uses the stored
+/// config as it is.
 pub fn check_resume_configs(run_dir: &Path) -> Result<usize, HarborError> {
     let files = config_files(run_dir);
     for path in &files {
-        read_config(path)?;
+        let value = read_config(path)?;
+        if *path != run_dir.join("config.json") {
+            continue;
+        }
+        for agent in value.get("agents").and_then(|a| a.as_array()).into_iter().flatten() {
+            let hosted =
+                agent.get("model_name").and_then(|m| m.as_str()).is_some_and(|m| m.starts_with("hosted_vllm/"));
+            let info = agent.pointer("/kwargs/model_info").and_then(|i| i.as_object()).is_some_and(|i| !i.is_empty());
+            if hosted && !info {
+                let name = agent.get("name").and_then(|n| n.as_str()).unwrap_or("?").to_string();
+                return Err(HarborError::NoModelInfo { path: path.clone(), agent: name });
+            }
+        }
     }
     Ok(files.len())
 }
@@ -607,6 +628,20 @@ mod tests {
     }
 
     #[test]
+    fn a_resume_without_model_info_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let job = |kwargs: serde_json::Value| {
+            let v = serde_json::json!({"agents": [{"name": "terminus-2", "model_name": "hosted_vllm/Q", "kwargs": kwargs}]});
+            std::fs::write(dir.path().join("config.json"), v.to_string()).unwrap();
+        };
+        job(serde_json::json!({"api_base": "http://h/v1"}));
+        let err = check_resume_configs(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("model_info") && err.contains("config.json"), "{err}");
+        job(serde_json::json!({"api_base": "http://h/v1", "model_info": {"max_input_tokens": 1}}));
+        assert_eq!(check_resume_configs(dir.path()).unwrap(), 1);
+    }
+
+    #[test]
     fn print_config_verdicts() {
         let spec = spec();
         let printed = |kwargs: serde_json::Value| {
@@ -633,6 +668,8 @@ mod tests {
         };
         assert!(why.contains("exited Some(2)") && why.contains("No such option: --swap"), "{why}");
         assert!(matches!(judge_print_config(&spec, Some(0), "not json", ""), ConfigCheck::Rejected(_)));
+        let chatty = format!("Loading config…\n{ok}\nDone.\n");
+        assert_eq!(judge_print_config(&spec, Some(0), &chatty, ""), ConfigCheck::Passed { agents: 1 });
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! payload: runs inside the Slurm job. Serves the model with vLLM, verifies it truly serves, runs
-//! Harbor, supervises all of it to the end, and leaves a machine-readable record (SPEC §6).
+//! Harbor, supervises all of it to the end, and leaves a machine-readable record (docs/design.md §6).
 //!
 //! The deciding parts are pure functions with unit tests next to them (argv building, start-failure
 //! classification, the `model_info` clamp, the Daytona org choice, port choice); the effects live

@@ -1,4 +1,4 @@
-//! The engine's port (SPEC §6.2 step 4): the spec's fixed port, or one derived from the Slurm job
+//! The engine's port (docs/design.md §6.2 step 4): the spec's fixed port, or one derived from the Slurm job
 //! id inside the spec's `[base, base+span)`, checked free by binding, stepping to the next free one.
 //! Co-located jobs get different starting points; the bind check catches the rest. The port is
 //! passed to vLLM as `--port` only: payload never exports `VLLM_PORT`.

@@ -1,4 +1,4 @@
-//! Records in the run dir (SPEC §6.8): `status.json` replaced atomically (temp file + rename in the
+//! Records in the run dir (docs/design.md §6.8): `status.json` replaced atomically (temp file + rename in the
 //! run dir), `events.jsonl` append-only, and the heartbeat counters. Everything payload writes in
 //! the run dir is a plain file — Harbor deletes subdirectories without `result.json` on resume.
 
@@ -294,89 +294,121 @@ fn trial_result(trial_dir: &Path) -> Option<bool> {
     Some(head.is_some_and(|h| h.exception_info.is_some()))
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 struct TrialState {
-    /// The trial dir's mtime when last looked at (`result.json` appearing changes it).
-    mtime: Option<SystemTime>,
+    /// The trial dir's mtime (ns since the epoch; 0 = not looked at) when last looked at
+    /// (`result.json` appearing changes it).
+    mtime_ns: u64,
     /// `Some(errored)` once finished: final, never read again.
     result: Option<bool>,
+    /// The listing that last saw this trial (a trial missing from a complete listing is gone).
+    listed: u32,
+    /// The pass over unfinished trials that last looked at it.
+    checked: u32,
 }
 
-/// Incremental trial counting: the run dir is listed again only when its mtime changes (a trial
-/// dir created or removed); a trial is looked at again only while unfinished and only when its own
-/// mtime changes; a finished trial's `result.json` is read once, streamed and capped. Each scan
-/// stops after [`SCAN_BUDGET`] and goes on at the next heartbeat, so 100k trial dirs never stall
-/// supervision.
+/// The run dir is listed again at most this often when only its mtime moved (a file such as
+/// `status.json` replaced) and not its count of subdirectories.
+pub const RELIST_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Incremental trial counting for the heartbeat. The run dir is listed again when its count of
+/// subdirectories (`st_nlink`) changes, or at most every [`RELIST_EVERY`] when only its mtime does;
+/// a listing may span heartbeats (the `ReadDir` is kept). An unfinished trial is looked at again
+/// only when its own mtime changes; a finished trial's `result.json` is read once, streamed and
+/// capped. Every step stops after [`SCAN_BUDGET`] and goes on at the next heartbeat, so 100k trial
+/// dirs never stall supervision; memory is one small entry per trial.
 #[derive(Debug, Default)]
 pub struct TrialScan {
-    dir_mtime: Option<SystemTime>,
-    trials: BTreeMap<std::ffi::OsString, TrialState>,
-    /// Where the last budget-limited pass stopped.
-    resume_after: Option<std::ffi::OsString>,
+    /// (mtime, nlink) of the run dir when the last listing started.
+    dir_stamp: Option<(SystemTime, u64)>,
+    last_list: Option<std::time::Instant>,
+    listing: Option<std::fs::ReadDir>,
+    list_gen: u32,
+    pass: u32,
+    /// Whether the last call finished its listing and its pass (the counts are complete).
+    complete: bool,
+    trials: std::collections::HashMap<Box<std::ffi::OsStr>, TrialState>,
+}
+
+fn mtime_ns(meta: &std::fs::Metadata) -> u64 {
+    meta.modified().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map(|d| d.as_nanos() as u64).unwrap_or(1)
 }
 
 impl TrialScan {
     pub fn scan(&mut self, run_dir: &Path) -> Trials {
+        use std::os::unix::fs::MetadataExt;
         let until = std::time::Instant::now() + SCAN_BUDGET;
-        let mtime = std::fs::metadata(run_dir).and_then(|m| m.modified()).ok();
-        if mtime.is_none() || mtime != self.dir_mtime {
-            self.relist(run_dir);
-            self.dir_mtime = mtime;
-        }
-        let start = self.resume_after.take();
-        let mut keys: Vec<std::ffi::OsString> = Vec::new();
-        let pending = |st: &TrialState| st.result.is_none();
-        match &start {
-            Some(after) => {
-                use std::ops::Bound::{Excluded, Unbounded};
-                keys.extend(
-                    self.trials
-                        .range::<std::ffi::OsString, _>((Excluded(after), Unbounded))
-                        .filter(|(_, st)| pending(st))
-                        .map(|(k, _)| k.clone()),
-                );
-                keys.extend(
-                    self.trials
-                        .range::<std::ffi::OsString, _>(..=after.clone())
-                        .filter(|(_, st)| pending(st))
-                        .map(|(k, _)| k.clone()),
-                );
+        if self.listing.is_none() {
+            let stamp = std::fs::metadata(run_dir).ok().and_then(|m| Some((m.modified().ok()?, m.nlink())));
+            let due = match (stamp, self.dir_stamp) {
+                (None, _) => true,
+                (Some(now), Some(before)) if now == before => false,
+                // Subdirectories counted by the filesystem (nlink > 1) and their count moved.
+                (Some(now), Some(before)) if now.1 > 1 && now.1 != before.1 => true,
+                (Some(_), Some(_)) => self.last_list.is_none_or(|t| t.elapsed() >= RELIST_EVERY),
+                (Some(_), None) => true,
+            };
+            if due {
+                self.dir_stamp = stamp;
+                self.last_list = Some(std::time::Instant::now());
+                self.list_gen = self.list_gen.wrapping_add(1);
+                match std::fs::read_dir(run_dir) {
+                    Ok(rd) => self.listing = Some(rd),
+                    Err(_) => self.trials.clear(),
+                }
             }
-            None => keys.extend(self.trials.iter().filter(|(_, st)| pending(st)).map(|(k, _)| k.clone())),
         }
-        for (i, name) in keys.iter().enumerate() {
-            if i % 32 == 0 && i > 0 && std::time::Instant::now() >= until {
-                self.resume_after = Some(keys[i - 1].clone());
+        let mut listed_all = true;
+        if let Some(rd) = self.listing.as_mut() {
+            let generation = self.list_gen;
+            // A new trial counts as not yet looked at in the current pass.
+            let unchecked = self.pass.wrapping_sub(1);
+            for (i, entry) in rd.by_ref().enumerate() {
+                // d_type: no stat per entry; a symlink is not a trial.
+                if let Ok(entry) = entry
+                    && entry.file_type().is_ok_and(|ft| ft.is_dir())
+                {
+                    let name = entry.file_name();
+                    match self.trials.get_mut(name.as_os_str()) {
+                        Some(st) => st.listed = generation,
+                        None => {
+                            let st = TrialState { mtime_ns: 0, result: None, listed: generation, checked: unchecked };
+                            self.trials.insert(name.into_boxed_os_str(), st);
+                        }
+                    }
+                }
+                if i % 64 == 63 && std::time::Instant::now() >= until {
+                    listed_all = false;
+                    break;
+                }
+            }
+            if listed_all {
+                self.listing = None;
+                self.trials.retain(|_, st| st.listed == generation);
+            }
+        }
+        let pass = self.pass;
+        let mut checked_all = true;
+        let pending = self.trials.iter_mut().filter(|(_, st)| st.result.is_none() && st.checked != pass);
+        for (i, (name, st)) in pending.enumerate() {
+            if i % 16 == 15 && std::time::Instant::now() >= until {
+                checked_all = false;
                 break;
             }
-            let dir = run_dir.join(name);
-            let mtime = std::fs::symlink_metadata(&dir).and_then(|m| m.modified()).ok();
-            let Some(st) = self.trials.get_mut(name) else { continue };
-            if st.mtime.is_some() && st.mtime == mtime {
+            st.checked = pass;
+            let dir = run_dir.join(&**name);
+            let mtime = std::fs::symlink_metadata(&dir).map(|m| mtime_ns(&m)).unwrap_or(1);
+            if st.mtime_ns == mtime {
                 continue;
             }
-            st.mtime = mtime;
+            st.mtime_ns = mtime;
             st.result = trial_result(&dir);
         }
-        self.totals()
-    }
-
-    fn relist(&mut self, run_dir: &Path) {
-        let Ok(entries) = std::fs::read_dir(run_dir) else {
-            self.trials.clear();
-            return;
-        };
-        let mut seen = std::collections::BTreeSet::new();
-        for entry in entries.flatten() {
-            // d_type: no stat per entry; a symlink is not a trial.
-            if !entry.file_type().is_ok_and(|ft| ft.is_dir()) {
-                continue;
-            }
-            let name = entry.file_name();
-            self.trials.entry(name.clone()).or_insert(TrialState { mtime: None, result: None });
-            seen.insert(name);
+        if checked_all {
+            self.pass = self.pass.wrapping_add(1);
         }
-        self.trials.retain(|name, _| seen.contains(name));
+        self.complete = listed_all && checked_all;
+        self.totals()
     }
 
     fn totals(&self) -> Trials {
@@ -391,12 +423,12 @@ impl TrialScan {
     }
 }
 
-/// All trials in one go (no budget carried over: loops until the scan is complete).
+/// All trials in one go (loops until a scan is complete).
 pub fn count_trials(run_dir: &Path) -> Trials {
     let mut scan = TrialScan::default();
     loop {
         let t = scan.scan(run_dir);
-        if scan.resume_after.is_none() {
+        if scan.complete {
             return t;
         }
     }

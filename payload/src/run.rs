@@ -1,4 +1,4 @@
-//! `payload run --spec FILE`: the sequence of SPEC §6.2, composing the other modules.
+//! `payload run --spec FILE`: the sequence of docs/design.md §6.2, composing the other modules.
 //!
 //! 1. signals + subreaper, read and validate the spec, status `preparing`;
 //! 2. tunnel kind, secrets, programs and paths;
@@ -181,7 +181,7 @@ pub fn harbor_env(
     }
     if spec.secrets.daytona {
         let (mut chosen, mut key) = secrets::daytona_key(secrets, org_job_id)?;
-        // Installed-harness agents always use org 2 (SPEC §6.6).
+        // Installed-harness agents always use org 2 (docs/design.md §6.6).
         if launch_spec::launch::is_installed_agent(&spec.harbor.agent)
             && chosen == secrets::DaytonaOrg::Org1
             && let Some(org2) = secrets.get(secrets::DAYTONA_ORG2)

@@ -1,4 +1,4 @@
-//! Secrets (SPEC §6.6): the env file, its permission check, the Daytona org split.
+//! Secrets (docs/design.md §6.6): the env file, its permission check, the Daytona org split.
 //!
 //! Values are held only in [`Secrets`], whose `Debug` prints names, never values. Errors name the
 //! file, a line number or a variable — never a value.

@@ -1,4 +1,4 @@
-//! Supervision (SPEC §6.7), all in this one module:
+//! Supervision (docs/design.md §6.7), all in this one module:
 //!
 //! - payload is a **child subreaper** (`prctl`), so double-forked grandchildren re-parent to it;
 //! - every child (vLLM, Harbor, tunnel) runs in **its own process group** (`process_group(0)`),
@@ -46,11 +46,13 @@ pub fn emergency_teardown() {
     kill_now(&groups, std::process::id() as i32);
 }
 
-/// SIGKILL to each group in `groups` and to every descendant of `root` (listed first, so a child
-/// whose parent dies meanwhile is not lost to re-parenting).
+/// SIGKILL to each group in `groups` that still has a member among `root`'s descendants (a gone
+/// group's id may belong to someone else by now), and to every descendant of `root` (listed first,
+/// so a child whose parent dies meanwhile is not lost to re-parenting).
 pub fn kill_now(groups: &[i32], root: i32) {
     let before = descendants(&proc_table(), root);
-    for pgid in groups {
+    let live: HashSet<i32> = before.iter().map(|p| p.pgrp).collect();
+    for pgid in groups.iter().filter(|g| live.contains(g)) {
         let _ = killpg(Pid::from_raw(*pgid), Signal::SIGKILL);
     }
     for p in before.iter().chain(descendants(&proc_table(), root).iter()) {

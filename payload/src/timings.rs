@@ -114,7 +114,8 @@ mod tests {
     #[test]
     fn out_of_range_numbers_are_one_line_spec_errors() {
         let p = Path::new("/runs/launch.json");
-        let cases: Vec<(&str, Box<dyn Fn(&mut LaunchSpec)>)> = vec![
+        type Edit = Box<dyn Fn(&mut LaunchSpec)>;
+        let cases: Vec<(&str, Edit)> = vec![
             ("limits.health_probe_interval_s", Box::new(|s| s.limits.health_probe_interval_s = 1e20)),
             ("limits.teardown_grace_s", Box::new(|s| s.limits.teardown_grace_s = 1e20)),
             ("limits.teardown_grace_s", Box::new(|s| s.limits.teardown_grace_s = f64::NAN)),

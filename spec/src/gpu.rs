@@ -81,11 +81,8 @@ impl GpuProfiles {
             Some(_) => {}
         }
         for profile in &self.profiles {
-            if !(profile.gpu_memory_utilization > 0.0 && profile.gpu_memory_utilization <= 1.0) {
-                problems.push(format!(
-                    "GPU profile `{}`: gpu_memory_utilization {} must be in (0, 1]",
-                    profile.name, profile.gpu_memory_utilization
-                ));
+            if let Err(problem) = crate::validate::fraction(profile.gpu_memory_utilization) {
+                problems.push(format!("GPU profile `{}`: gpu_memory_utilization {problem}", profile.name));
             }
         }
         problems

@@ -243,7 +243,7 @@ impl Default for PortPolicy {
     }
 }
 
-/// How Harbor's agent reaches the model and how the node reaches the internet (SPEC §6.5,
+/// How Harbor's agent reaches the model and how the node reaches the internet (docs/design.md §6.5,
 /// docs/tunnels.md). JSON: `{"kind": "none"}`, `{"kind": "pinggy", …}`, `{"kind": "socks", …}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(tag = "kind", rename_all = "snake_case")]

@@ -4,15 +4,19 @@
 //! The 2 GB files are sparse (no disk is written; reading one returns zeros as fast as a cached
 //! file), so the bench is quick and needs no free space.
 //!
-//! `cargo bench -p submitter --bench check_rss`. The peak is the process's `VmHWM`, sampled from
-//! `/proc/<pid>/status` every 5 ms until it exits (the high-water mark only grows, so the last
-//! sample is within 5 ms of the end).
+//! `cargo bench -p submitter --bench check_rss`. Each case runs in a fresh process (this bench
+//! re-executed with `CHECK_RSS_DIR` set) that runs the check as `submitter check --json` does —
+//! `check_run_dir`, then the JSON rendering — and prints its own high-water mark (`VmHWM` of
+//! `/proc/self/status`) before exiting, so nothing earlier in the bench counts and nothing is
+//! missed between samples.
 
 #![allow(clippy::print_stdout)]
 
 use std::path::Path;
 use std::process::{Command, Stdio};
+
 use std::time::{Duration, Instant};
+use submitter::verify::{VerifySettings, check};
 
 const TWO_GB: u64 = 2 << 30;
 const TARGET_MB: f64 = 64.0;
@@ -38,37 +42,38 @@ fn trial(dir: &Path) -> std::path::PathBuf {
     trial
 }
 
-/// Runs `submitter check DIR --json`; returns (peak RSS in MB, wall time, exit code).
-fn measure(dir: &Path) -> (f64, Duration, Option<i32>) {
+/// Runs the check of `dir` in a fresh process; returns (peak RSS in MB, wall time).
+fn measure(dir: &Path) -> (f64, Duration) {
     let start = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_submitter"))
-        .arg("check")
-        .arg(dir)
-        .arg("--json")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
+    let out = Command::new(std::env::current_exe().unwrap())
+        .env("CHECK_RSS_DIR", dir)
+        .stderr(Stdio::inherit())
+        .output()
         .unwrap();
-    let status_file = format!("/proc/{}/status", child.id());
-    let mut peak_kb = 0u64;
-    let status = loop {
-        if let Ok(text) = std::fs::read_to_string(&status_file)
-            && let Some(kb) = text
-                .lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        {
-            peak_kb = peak_kb.max(kb);
-        }
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    (peak_kb as f64 / 1024.0, start.elapsed(), status.code())
+    let text = String::from_utf8_lossy(&out.stdout);
+    let kb: u64 = text.trim().parse().unwrap_or_else(|_| panic!("child printed {text:?}"));
+    (kb as f64 / 1024.0, start.elapsed())
+}
+
+/// The child: one check, then its own peak RSS in kB on stdout.
+fn child(dir: &Path) {
+    let settings = VerifySettings::default();
+    let report = check::check_run_dir(dir, &settings, chrono::Utc::now()).unwrap();
+    let json = serde_json::to_string(&report).unwrap();
+    std::hint::black_box(json);
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap();
+    println!("{kb}");
 }
 
 fn main() {
+    if let Some(dir) = std::env::var_os("CHECK_RSS_DIR") {
+        return child(Path::new(&dir));
+    }
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
     let mut cases: Vec<(&str, std::path::PathBuf)> = Vec::new();
@@ -96,14 +101,14 @@ fn main() {
     cases.push(("2 GB events.jsonl, status.json, launch.json", dir));
 
     let baseline = run_dir(root, "baseline");
-    let (base_mb, _, _) = measure(&baseline);
+    let (base_mb, _) = measure(&baseline);
     println!("check peak RSS on an empty run dir: {base_mb:.1} MB");
     let mut worst: f64 = 0.0;
     for (what, dir) in &cases {
-        let (mb, took, code) = measure(dir);
+        let (mb, took) = measure(dir);
         worst = worst.max(mb);
         println!(
-            "check peak RSS, {what:<45} {mb:>6.1} MB in {:>5.2} s (exit {code:?}){}",
+            "check peak RSS, {what:<45} {mb:>6.1} MB in {:>5.2} s{}",
             took.as_secs_f64(),
             if mb > TARGET_MB { "  OVER TARGET" } else { "" }
         );

@@ -1,4 +1,4 @@
-//! The dedup decision per (model, benchmark family), SPEC §7.3, as a pure function of a ledger
+//! The dedup decision per (model, benchmark family), docs/design.md §7.3, as a pure function of a ledger
 //! snapshot and a Slurm snapshot. Fail-closed handling of errors happens before this is called:
 //! without both snapshots there is no decision at all.
 
@@ -60,7 +60,7 @@ pub enum SlurmView {
 pub struct Policy {
     pub max_failed_attempts: u32,
     pub stale_pending_s: u64,
-    /// Resubmit finished pairs whose config differs from now (SPEC: only when asked).
+    /// Resubmit finished pairs whose config differs from now (docs/design.md §7.3: only when asked).
     pub config_aware: bool,
     /// `--force`: bypass everything for the explicitly selected pairs.
     pub force: bool,

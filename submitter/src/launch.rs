@@ -1,5 +1,5 @@
 //! Building the launch spec for one (model, benchmark): registry + preset + cluster profile +
-//! operator overrides → `LaunchSpec` (SPEC §5). Pure apart from reading the environment for
+//! operator overrides → `LaunchSpec` (docs/design.md §5). Pure apart from reading the environment for
 //! `${VAR}` expansion and probing dataset directories.
 
 use std::path::{Path, PathBuf};

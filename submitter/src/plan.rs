@@ -1,4 +1,4 @@
-//! Planning and submitting (SPEC §7.3–7.4): for every (model, preset dataset) decide submit, skip
+//! Planning and submitting (docs/design.md §7.3–7.4): for every (model, preset dataset) decide submit, skip
 //! or resubmit against one ledger snapshot and one Slurm snapshot; then, for `launch`, carry the
 //! decisions out — ledger row first, then `sbatch`, then the job id onto the row.
 

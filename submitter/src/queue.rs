@@ -1,4 +1,4 @@
-//! Turning a launch spec into an `sbatch` request (SPEC §7.4): resources from TP×DP and the cluster
+//! Turning a launch spec into an `sbatch` request (docs/design.md §7.4): resources from TP×DP and the cluster
 //! profile, an explicit `--export` list, output in the run dir. Pure: no process is started here.
 
 use std::path::{Path, PathBuf};

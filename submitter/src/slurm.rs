@@ -4,7 +4,7 @@
 //! against a fake; [`SlurmCli`] is the real implementation and runs `sbatch`, `squeue`,
 //! `scontrol` and `scancel` with argument vectors (never a shell) and an explicit environment.
 //!
-//! Facts this module relies on, observed on Slurm 22.05 (SPEC §10):
+//! Facts this module relies on, observed on Slurm 22.05 (docs/design.md §10):
 //! - `sacct` needs slurmdbd, so job state comes from `squeue --states=all` and
 //!   `scontrol -o show job`, which both forget a job `MinJobAge` (300 s) after it ends.
 //! - `sbatch --export=NAME1,NAME2` propagates only those variables plus `SLURM_*`, but the job

@@ -1,5 +1,5 @@
 //! Sync: fold payload's records (`status.json`, Harbor's `result.json`) and Slurm's state into the
-//! ledger (SPEC §7.2–7.3). A job Slurm no longer has, with no recorded outcome, becomes `failed`
+//! ledger (docs/design.md §7.2–7.3). A job Slurm no longer has, with no recorded outcome, becomes `failed`
 //! (`vanished`) at once; a pending row without a job id is repaired by finding its job in Slurm.
 
 use std::collections::HashMap;

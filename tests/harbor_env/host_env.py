@@ -75,6 +75,9 @@ class HostEnvironment(BaseEnvironment):
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
+            # Out of Harbor's process group, as a container is: a signal to Harbor's group (how
+            # payload stops it) must not tear the sandbox down under Harbor's own wind-down.
+            start_new_session=True,
         )
         line = await self._holder.stdout.readline()
         if line.strip() != b"ready":

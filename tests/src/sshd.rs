@@ -1,4 +1,4 @@
-//! A real OpenSSH server on a loopback port for the tunnel tests (SPEC §10): `/usr/sbin/sshd -f
+//! A real OpenSSH server on a loopback port for the tunnel tests (docs/design.md §10): `/usr/sbin/sshd -f
 //! <own config> -D -e` with a generated host key, a generated client key in an `AuthorizedKeysFile`
 //! of its own, `StrictModes no`, `UsePAM no`, its own `PidFile`, public-key authentication only.
 //!

@@ -12,24 +12,29 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-/// The vLLM release the conformance and stand-in contract tests verify against.
-pub const VERIFIED_VLLM: &str = "0.33.0";
-/// Where `scripts/install-vllm.sh` puts the venv unless `EVALCI_VLLM_VENV` says otherwise.
+/// Where `scripts/install-vllm.sh` puts the verified version's venv unless `EVALCI_VLLM_VENV` says
+/// otherwise.
 pub const DEFAULT_VENV: &str = "/var/cache/evalci/vllm-venv";
 
+/// The venv for `version`: the verified version's at `EVALCI_VLLM_VENV` (default [`DEFAULT_VENV`]),
+/// any other declared version's at `/var/cache/evalci/vllm-<version>-venv`.
+pub fn venv_dir(version: &str, verified: bool) -> PathBuf {
+    match std::env::var_os("EVALCI_VLLM_VENV").filter(|_| verified) {
+        Some(dir) => PathBuf::from(dir),
+        None if verified => PathBuf::from(DEFAULT_VENV),
+        None => PathBuf::from(format!("/var/cache/evalci/vllm-{version}-venv")),
+    }
+}
+
 /// The venv, when a complete install of `version` is there (its stamp file is written last).
-pub fn venv(version: &str) -> Result<PathBuf, String> {
-    let dir = std::env::var_os("EVALCI_VLLM_VENV").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEFAULT_VENV));
+pub fn venv(version: &str, verified: bool) -> Result<PathBuf, String> {
+    let dir = venv_dir(version, verified);
+    let install = format!("EVALCI_VLLM_VERSION={version} EVALCI_VLLM_VENV={} scripts/install-vllm.sh", dir.display());
     let stamp = dir.join(".evalci-stamp");
     let text = std::fs::read_to_string(&stamp)
-        .map_err(|e| format!("no vLLM venv ({}: {e}); run scripts/install-vllm.sh", stamp.display()))?;
-    let want = format!("vllm=={version} ");
-    if !text.starts_with(&want) {
-        return Err(format!(
-            "{} holds `{}`, not vLLM {version}; run EVALCI_VLLM_VERSION={version} scripts/install-vllm.sh",
-            dir.display(),
-            text.trim()
-        ));
+        .map_err(|e| format!("no vLLM {version} venv ({}: {e}); run {install}", stamp.display()))?;
+    if !text.starts_with(&format!("vllm=={version} ")) {
+        return Err(format!("{} holds `{}`, not vLLM {version}; run {install}", dir.display(), text.trim()));
     }
     Ok(dir)
 }

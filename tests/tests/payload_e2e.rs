@@ -382,7 +382,7 @@ fn fresh_run_finishes_with_records_and_explicit_environments() {
     assert_eq!(hb["trials_finished"], 3, "{hb}");
     assert_eq!(hb["trials_errored"], 0, "{hb}");
     assert!(hb["completions_ok"].as_u64().unwrap() >= 6, "2 turns × 3 trials: {hb}");
-    // Phases in order, argv exactly as SPEC §6.3/§6.4.
+    // Phases in order, argv exactly as docs/design.md §6.3/§6.4.
     let phases: Vec<String> = fx
         .events()
         .iter()
@@ -688,7 +688,7 @@ fn sigterm_during_run_stops_harbor_first() {
         .filter(|r| r.pointer("/exception_info/exception_type") == Some(&json!("CancelledError")))
         .count();
     assert!(cancelled >= 1, "no CancelledError trial results");
-    // Order: TERM Harbor, Harbor gone, then TERM vLLM (SPEC §6.7: Harbor → vLLM → tunnel).
+    // Order: TERM Harbor, Harbor gone, then TERM vLLM (docs/design.md §6.7: Harbor → vLLM → tunnel).
     let td = fx.event("teardown_done").unwrap();
     let steps: Vec<(String, String)> = td["fields"]["steps"]
         .as_array()
@@ -1207,7 +1207,8 @@ fn full_filesystem_for_the_run_dir_is_counted_not_fatal() {
 
 #[test]
 fn out_of_range_numbers_fail_as_spec_before_anything_starts() {
-    let cases: Vec<(&str, Box<dyn Fn(&mut Value) + Send + Sync>)> = vec![
+    type Edit = Box<dyn Fn(&mut Value) + Send + Sync>;
+    let cases: Vec<(&str, Edit)> = vec![
         ("limits.health_probe_interval_s", Box::new(|s| s["limits"]["health_probe_interval_s"] = json!(1e20))),
         ("limits.teardown_grace_s", Box::new(|s| s["limits"]["teardown_grace_s"] = json!(1e20))),
         ("serve.health_timeout_s", Box::new(|s| s["serve"]["health_timeout_s"] = json!(u64::MAX))),
@@ -1325,6 +1326,8 @@ fn yaml_agent_settings_thinking_and_parser_kwargs_reach_harbors_job_config() {
     // The registry's form (what the old Harbor fork took); payload passes Harbor 0.25's form.
     spec["harbor"]["agent_kwargs"] = json!([r#"extra_body={"chat_template_kwargs":{"enable_thinking":true}}"#]);
     spec["harbor"]["agent_parser"] = json!("xml");
+    let requests = fx.root.join("requests.jsonl");
+    spec["serve"]["env"]["STANDIN_REQUEST_LOG"] = json!(requests);
     let mut run = fx.start(&spec, &[]);
     let code = run.wait(Duration::from_secs(30));
     assert_eq!(
@@ -1353,6 +1356,21 @@ fn yaml_agent_settings_thinking_and_parser_kwargs_reach_harbors_job_config() {
     assert_eq!(a["kwargs"]["parser_name"], "xml", "{job:#}");
     assert_eq!(a["kwargs"]["llm_call_kwargs"]["extra_body"]["chat_template_kwargs"]["enable_thinking"], true);
     assert!(a["kwargs"].get("extra_body").is_none() && a["kwargs"].get("parser").is_none(), "{job:#}");
+    // Every completion the agent sent asked for thinking.
+    let sent: Vec<Value> = std::fs::read_to_string(&requests)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("/chat/completions") || l.contains("messages"))
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert!(!sent.is_empty());
+    for body in &sent {
+        let body = body.get("body").unwrap_or(body);
+        if body.get("messages").is_some() && body["messages"].to_string().contains("ping") {
+            continue; // payload's own readiness completion
+        }
+        assert_eq!(body.pointer("/chat_template_kwargs/enable_thinking"), Some(&json!(true)), "{body}");
+    }
 }
 
 #[test]
@@ -1431,6 +1449,39 @@ fn plan_check_harbor_asks_the_installed_harbor() {
 }
 
 #[test]
+fn harbor_gets_sigint_at_its_default_even_when_payload_inherited_it_ignored() {
+    // A batch step started in the background of a non-interactive shell inherits SIGINT ignored;
+    // Python (Harbor) then never installs its KeyboardInterrupt handler. payload must not pass
+    // that on, or its SIGINT wind-down would be ignored until the SIGKILL.
+    let fx = Fx::new("sigintign");
+    let mut spec = fx.spec();
+    spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("30");
+    spec["limits"]["teardown_grace_s"] = json!(6.0);
+    let path = fx.write_spec(&spec);
+    let stderr = std::fs::File::create(fx.root.join("payload.stderr")).unwrap();
+    let base = fx.command(&["run", "--spec", path.to_str().unwrap()], &[]);
+    // `trap '' INT` then exec: payload starts with SIGINT ignored, as such a batch step would.
+    let mut cmd = Command::new("/bin/sh");
+    cmd.env_clear().stdin(Stdio::null());
+    for (k, v) in base.get_envs() {
+        if let Some(v) = v {
+            cmd.env(k, v);
+        }
+    }
+    cmd.args(["-c", "trap '' INT; exec \"$0\" \"$@\""]).arg(base.get_program()).args(base.get_args());
+    let child = cmd.stdout(Stdio::null()).stderr(stderr).spawn().unwrap();
+    let pid = child.id() as i32;
+    let mut run = Run { pid, child, started: Instant::now(), marker: format!("PAYLOAD_RUN_ID={}-{pid}", fx.tag) };
+    fx.wait_phase("running", Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(300));
+    run.signal(Signal::SIGTERM);
+    assert_eq!(run.wait(Duration::from_secs(15)), 143, "stderr:\n{}", fx.stderr());
+    assert_no_survivors(&run);
+    let o = outcome(&fx);
+    assert_eq!(o["harbor_exit_code"], 130, "Harbor wound down on SIGINT, not SIGKILL: {o}");
+}
+
+#[test]
 fn agent_env_values_from_variables_never_reach_argv_or_records() {
     let fx = Fx::new("agentenv");
     let id = unique();
@@ -1495,6 +1546,8 @@ fn plan_redacts_by_whole_value_only() {
     // The secret `Qwen3` is a substring of the model id and served name: neither may be touched.
     let argv: Vec<&str> = plan["engine"]["argv"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
     assert!(argv.contains(&"Qwen3-8B") && argv.iter().any(|a| a.ends_with("Qwen/Qwen3-8B")), "{argv:?}");
+    // The model goes into the merged job config's agent (no --model on Harbor's argv).
+    assert_eq!(plan["harbor"]["agents"][0]["model_name"], "hosted_vllm/Qwen3-8B", "{:#}", plan["harbor"]);
     assert_eq!(plan["harbor"]["env"]["DAYTONA_API_KEY"], "<redacted>", "{:#}", plan["harbor"]["env"]);
     let text = serde_json::to_string(&plan["harbor"]["env"]).unwrap();
     assert!(!text.contains("\"ab\"") && !text.contains("\"Qwen3\""), "{text}");

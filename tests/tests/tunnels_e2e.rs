@@ -1,4 +1,4 @@
-//! End-to-end tests of payload's tunnels (SPEC §6.5) with a real OpenSSH server on loopback
+//! End-to-end tests of payload's tunnels (docs/design.md §6.5) with a real OpenSSH server on loopback
 //! (`e2e::sshd`), the vLLM and Harbor stand-ins and the real `payload` binary:
 //!
 //! - Pinggy: the reverse tunnel really carries Harbor's model calls from the public URL (the

@@ -89,12 +89,42 @@ logging.getLogger().setLevel(logging.WARNING)
 
 
 def cli_parser():
-    """The parser `vllm` builds for `vllm serve` (cli/main.py), serve subcommand only."""
+    """The parser `vllm` builds (vllm/entrypoints/cli/main.py main), with every subcommand, so its
+    usage and errors are the real CLI's. Returns it and the serve subcommand."""
+    import vllm.entrypoints.cli.benchmark.main
+    import vllm.entrypoints.cli.collect_env
+    import vllm.entrypoints.cli.download_kernels
+    import vllm.entrypoints.cli.launch
+    import vllm.entrypoints.cli.openai
+    import vllm.entrypoints.cli.preload
+    import vllm.entrypoints.cli.run_batch
+    import vllm.entrypoints.cli.serve
+    import vllm.entrypoints.cli.snapshot
+
+    cmd_modules = [
+        vllm.entrypoints.cli.openai,
+        vllm.entrypoints.cli.serve,
+        vllm.entrypoints.cli.launch,
+        vllm.entrypoints.cli.benchmark.main,
+        vllm.entrypoints.cli.collect_env,
+        vllm.entrypoints.cli.download_kernels,
+        vllm.entrypoints.cli.preload,
+        vllm.entrypoints.cli.run_batch,
+        vllm.entrypoints.cli.snapshot,
+    ]
     parser = FlexibleArgumentParser(prog="vllm", description="vLLM CLI")
     parser.add_argument("-v", "--version", action="version", version=importlib.metadata.version("vllm"))
     subparsers = parser.add_subparsers(required=False, dest="subparser")
-    serve = ServeSubcommand()
-    serve.subparser_init(subparsers).set_defaults(dispatch_function=serve.cmd)
+    serve = None
+    for module in cmd_modules:
+        if module is vllm.entrypoints.cli.snapshot:
+            new_cmds = module.cmd_init(create_requested=False)
+        else:
+            new_cmds = module.cmd_init()
+        for cmd in new_cmds:
+            cmd.subparser_init(subparsers).set_defaults(dispatch_function=cmd.cmd)
+            if isinstance(cmd, ServeSubcommand):
+                serve = cmd
     return parser, serve
 
 

@@ -1,4 +1,4 @@
-//! Tunnels (SPEC §6.5, docs/tunnels.md): `none`; a **Pinggy** reverse tunnel for installed-harness
+//! Tunnels (docs/design.md §6.5, docs/tunnels.md): `none`; a **Pinggy** reverse tunnel for installed-harness
 //! agents (the agent runs in the remote sandbox and calls the model back over a public URL); a
 //! **SOCKS** egress proxy through a login node for compute nodes without internet.
 //!

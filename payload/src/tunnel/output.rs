@@ -1,6 +1,6 @@
 //! What the tunnel's ssh (and the server behind it) prints, classified line by line.
 //!
-//! Pinggy's lines (reference/peers.md §8, reference/ot-agent.md §4): `You are authenticated as …`
+//! Pinggy's lines (docs/tunnels.md): `You are authenticated as …`
 //! with a persistent token, `You are not authenticated.` without (or with a rejected) one, then the
 //! `http://` and `https://` URLs; a second session with the same token gets a message that a tunnel
 //! with the same token is already active. The lock wording was never captured verbatim, so the

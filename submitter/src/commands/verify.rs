@@ -1,4 +1,4 @@
-//! `submitter check|status|results|report|logs`: launch verification (SPEC §8, docs/verification.md).
+//! `submitter check|status|results|report|logs`: launch verification (docs/design.md §8, docs/verification.md).
 
 use std::io::{IsTerminal, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};

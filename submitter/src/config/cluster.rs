@@ -1,4 +1,4 @@
-//! Cluster profiles, `clusters/<name>.yaml` (SPEC §3.1): everything that differs per cluster.
+//! Cluster profiles, `clusters/<name>.yaml` (docs/design.md §3.1): everything that differs per cluster.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -383,7 +383,7 @@ impl Default for Limits {
     }
 }
 
-/// Thresholds of the launch checks and verdicts (SPEC §8), and what `status --watch` may do about a
+/// Thresholds of the launch checks and verdicts (docs/design.md §8), and what `status --watch` may do about a
 /// job that stays dead or stalled. Defaults follow the replaced system's 15-minute infra check.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]

@@ -1,4 +1,4 @@
-//! Priority lists and blacklists (SPEC §3.5): one model id per line, `#` comments and blank lines
+//! Priority lists and blacklists (docs/design.md §3.5): one model id per line, `#` comments and blank lines
 //! ignored, duplicates dropped, order is priority.
 
 use std::path::Path;

@@ -1,4 +1,4 @@
-//! Presets, `presets/<name>.yaml` (SPEC §3.4): one benchmark setup, same keys and meaning as the
+//! Presets, `presets/<name>.yaml` (docs/design.md §3.4): one benchmark setup, same keys and meaning as the
 //! replaced system's presets, so its files load unchanged.
 
 use std::path::PathBuf;

@@ -1,4 +1,4 @@
-//! The results ledger (SPEC §7.2): one row per submission attempt, the model catalogue and the
+//! The results ledger (docs/design.md §7.2): one row per submission attempt, the model catalogue and the
 //! benchmark families, behind one [`Ledger`] trait with two backends and one schema — an embedded
 //! SQLite file (the default, nothing to run) and PostgreSQL by URL (shared by submitters on several
 //! clusters; Supabase's TLS connection strings work).
@@ -37,7 +37,7 @@ pub type Timestamp = DateTime<Utc>;
 pub const DEFAULT_FILE_NAME: &str = "ledger.sqlite";
 
 /// Benchmarks that count as one benchmark for dedup, seeded by the first migration (the old
-/// `duplicate_of`, SPEC §7.2). A benchmark not listed is its own family.
+/// `duplicate_of`, docs/design.md §7.2). A benchmark not listed is its own family.
 pub const DEFAULT_FAMILIES: &[(&str, &str)] = &[
     ("dev_set_v2", "dev_set_v2"),
     ("DCAgent_dev_set_v2", "dev_set_v2"),

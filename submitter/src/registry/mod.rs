@@ -1,6 +1,6 @@
-//! The model registry: loading `model_config/` and resolving serve settings (SPEC §3.3, §4).
+//! The model registry: loading `model_config/` and resolving serve settings (docs/design.md §3.3, §4).
 //!
-//! Resolution keeps the replaced system's semantics exactly (reference/registry-semantics.md):
+//! Resolution keeps the replaced system's semantics exactly (docs/design.md §4):
 //! exact entry (variants replace wholesale) else first matching pattern else size default; the
 //! matched config is used as it is, never layered.
 
@@ -19,7 +19,7 @@ use files::{ModelFile, PatternsFile, ServeFields};
 
 pub const DEFAULT_PROFILE: &str = "default";
 pub const PATTERNS_FILE: &str = "_patterns.yaml";
-/// `max_num_seqs` for the Qwen3.5/3.6 family when the entry sets none (SPEC §4.1 rule 5).
+/// `max_num_seqs` for the Qwen3.5/3.6 family when the entry sets none (docs/design.md §4.1 rule 5).
 pub const QWEN35_MAX_NUM_SEQS: u32 = 256;
 pub const DEFAULT_MAX_OUTPUT_TOKENS: u64 = 16384;
 
@@ -47,7 +47,7 @@ pub struct ModelEntry {
 }
 
 impl ModelEntry {
-    /// The exact entry on `profile`, or `None` when the model has none there (SPEC §4.1 rule 2).
+    /// The exact entry on `profile`, or `None` when the model has none there (docs/design.md §4.1 rule 2).
     pub fn on_profile(&self, profile: &str) -> Option<&ServeFields> {
         let variant = self.variants.iter().find(|(name, _)| name == profile).map(|(_, f)| f);
         let entry = match variant {
@@ -179,7 +179,7 @@ impl Registry {
         (Rule::SizeDefault, ServeFields::default())
     }
 
-    /// Resolves serve settings for one model (SPEC §4.1–4.4).
+    /// Resolves serve settings for one model (docs/design.md §4.1–4.4).
     pub fn resolve(&self, id: &str, profile: &str, gpus_per_node: u32, overrides: &Overrides) -> Resolved {
         let (rule, fields) = self.lookup(id, profile);
         let total = size::total_size(id);
@@ -332,7 +332,7 @@ pub enum TimeoutSource {
     Fallback,
 }
 
-/// SPEC §4.3: CLI override; the entry's value; active size (else total) ≤ 14 → 2.0,
+/// docs/design.md §4.3: CLI override; the entry's value; active size (else total) ≤ 14 → 2.0,
 /// 28 ≤ size ≤ 42 → 16.0; else 1.0 (the caller warns on `Fallback`).
 pub fn timeout_multiplier(id: &str, cli: Option<f64>, entry: Option<f64>) -> (f64, TimeoutSource) {
     if let Some(value) = cli {
@@ -364,7 +364,7 @@ pub fn is_qwen35_family(id: &str) -> bool {
     })
 }
 
-/// Merges `key=value` lists in precedence order: the first occurrence of a key wins (SPEC §4.4).
+/// Merges `key=value` lists in precedence order: the first occurrence of a key wins (docs/design.md §4.4).
 pub fn merge_agent_kwargs(lists: &[&Vec<String>]) -> Vec<String> {
     let mut seen = std::collections::HashSet::new();
     let mut merged = Vec::new();

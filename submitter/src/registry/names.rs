@@ -1,4 +1,4 @@
-//! Names derived from model ids (SPEC §4.5): the served model name, the run tag, the job name.
+//! Names derived from model ids (docs/design.md §4.5): the served model name, the run tag, the job name.
 
 use sha1::{Digest, Sha1};
 

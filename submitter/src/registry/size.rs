@@ -1,4 +1,4 @@
-//! Size tokens in model ids (SPEC §4.2), scanned by hand.
+//! Size tokens in model ids (docs/design.md §4.2), scanned by hand.
 //!
 //! The replaced system used `(?<![A-Za-z0-9.])(\d+(?:\.\d+)?)\s*[bB](?![A-Za-z0-9])` (and the same
 //! with a leading `[Aa]` for the active size). The `regex` crate has no look-around, and a

@@ -1,4 +1,4 @@
-//! `submitter check`: the launch checks of SPEC §8 from the files of one run directory.
+//! `submitter check`: the launch checks of docs/design.md §8 from the files of one run directory.
 //!
 //! Works on payload's run dirs and on the ones the old scripts left: Harbor's job layout
 //! (`config.json`, `result.json`, `<task>__<id>/` trial dirs), a `vllm.log` with uvicorn access

@@ -1,4 +1,4 @@
-//! Launch verification (SPEC §8): "no job may look RUNNING while it is dead".
+//! Launch verification (docs/design.md §8): "no job may look RUNNING while it is dead".
 //!
 //! - [`check`]: the four checks (tunnel, `api_base`, engine completions, trials) plus payload's
 //!   outcome and the completion audit, from the files of any run directory — payload's, or one the

@@ -1,7 +1,7 @@
 //! Scores: the summary of Harbor's `result.json` that sync folds into the ledger, the completion
 //! audit, and the models × benchmarks matrix of `submitter results` and the report.
 //!
-//! Scoring rules (SPEC §8): swebench-verified-random-100 and terminal_bench_2 are binary (reward 0
+//! Scoring rules (docs/design.md §8): swebench-verified-random-100 and terminal_bench_2 are binary (reward 0
 //! or 1 per trial): mean with its standard error √(p(1−p)/n). dev_set_v2 is partial-credit: mean
 //! only; it counts toward the "ID mean" over {swebench-100, tb2, dev_set_v2} and is never used to
 //! rank models (ranking is on a binary benchmark).

@@ -1,4 +1,4 @@
-//! Queueing on the real local Slurm (SPEC §7.3–7.4): jobs really submitted through `submitter
+//! Queueing on the real local Slurm (docs/design.md §7.3–7.4): jobs really submitted through `submitter
 //! launch`, really running `payload` with the stand-ins, really cancelled; the same scenarios on a
 //! SQLite ledger and on PostgreSQL. Without a reachable Slurm these print `skipping: no local Slurm`
 //! (and fail in CI).

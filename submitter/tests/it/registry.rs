@@ -1,5 +1,5 @@
 //! `registry resolve` on the real registry from the replaced system: the worked examples of
-//! reference/registry-semantics.md §12 and every real model id.
+//! the replaced system's registry semantics (docs/design.md §4, asserted field by field below) and every real model id.
 
 use serde_json::{Value, json};
 

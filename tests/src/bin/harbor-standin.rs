@@ -1513,6 +1513,13 @@ fn run_trial(job: &Job, plan: &Plan) -> TrialEnd {
             if let Some(t) = kwargs.get("temperature").filter(|v| !v.is_null()) {
                 body["temperature"] = t.clone();
             }
+            // terminus-2 passes `llm_call_kwargs` to every LiteLLM call; LiteLLM merges its
+            // `extra_body` into the top level of the request (`chat_template_kwargs` …).
+            if let Some(Value::Object(extra)) = kwargs.pointer("/llm_call_kwargs/extra_body") {
+                for (k, v) in extra {
+                    body[k.as_str()] = v.clone();
+                }
+            }
             // LiteLLM.call: 3 attempts, exponential wait 4..15 s, no retry on
             // context-length and authentication errors.
             let mut attempt = 0;
@@ -1544,7 +1551,9 @@ fn run_trial(job: &Job, plan: &Plan) -> TrialEnd {
                             kwargs.pointer("/model_info/input_cost_per_token").and_then(Value::as_f64).unwrap_or(0.0);
                         let oc =
                             kwargs.pointer("/model_info/output_cost_per_token").and_then(Value::as_f64).unwrap_or(0.0);
-                        r.result["agent_result"]["cost_usd"] = json!(tin as f64 * ic + tout as f64 * oc);
+                        // terminus-2 records a zero cost as null (`total_cost if total_cost > 0 else None`).
+                        let cost = tin as f64 * ic + tout as f64 * oc;
+                        r.result["agent_result"]["cost_usd"] = if cost > 0.0 { json!(cost) } else { Value::Null };
                         break;
                     }
                     CallOutcome::Timeout => {
@@ -2067,9 +2076,11 @@ fn start(args: &[String], path: &str) -> ! {
     run_job(cfg, false)
 }
 
-/// SIGINT raises KeyboardInterrupt in both commands (Python's default handler).
+/// SIGINT raises KeyboardInterrupt in both commands (Python's default handler) — unless SIGINT
+/// was already ignored when harbor started: Python then installs no handler and SIGINT stays
+/// ignored (docs/harbor-facts.md), so whoever starts Harbor must hand it SIGINT at its default.
 fn catch_or_ignore_sigint() {
-    if c::env_flag("STANDIN_IGNORE_SIGINT") {
+    if c::env_flag("STANDIN_IGNORE_SIGINT") || c::signal_ignored(libc::SIGINT) {
         c::ignore_signal(libc::SIGINT);
     } else {
         c::catch_signal(libc::SIGINT);

@@ -4,7 +4,7 @@
 //! `vllm-standin -m vllm.entrypoints.openai.api_server --model <model> …`).
 //! It accepts the real option table of `vllm serve` (vLLM 0.33.0, see
 //! `e2e::standin::vllm_flags`), rejects anything else with argparse's real
-//! error (`vllm serve: error: unrecognized arguments: --foo`, exit 2), logs in
+//! error (`vllm: error: unrecognized arguments: --foo`, exit 2), logs in
 //! vLLM's formats, serves vLLM's HTTP API shapes and needs no GPU.
 //!
 //! Behaviour knobs (environment variables):
@@ -131,10 +131,19 @@ fn usage(prog: &str) -> String {
 }
 
 fn arg_error(prog: &str, msg: &str) -> ! {
-    eprintln!("{}", usage(prog));
-    eprintln!("{prog}: error: {msg}");
+    // Arguments the serve subparser leaves over are reported by the top-level `vllm` parser.
+    if prog == "vllm serve" && msg.starts_with("unrecognized arguments: ") {
+        eprintln!("{VLLM_USAGE}");
+        eprintln!("vllm: error: {msg}");
+    } else {
+        eprintln!("{}", usage(prog));
+        eprintln!("{prog}: error: {msg}");
+    }
     std::process::exit(2);
 }
+
+/// `vllm`'s own usage (vLLM 0.33.0's subcommands), as argparse wraps it.
+const VLLM_USAGE: &str = "usage: vllm [-h] [-v]\n            {chat,complete,serve,launch,bench,collect-env,download-kernels,preload,run-batch,snapshot}\n            ...";
 
 /// Print a Python traceback ending in `last` (which may span lines) to stderr.
 fn traceback(frames: &[(&str, u32, &str, &str)], last: &str) {
@@ -311,12 +320,9 @@ fn parse_cli(argv: &[String], style: Style) -> Cfg {
         Some(v) => match parse_len(&v) {
             Some(Some(n)) => n,
             Some(None) => model_len,
-            None => arg_error(
-                &prog,
-                &format!(
-                    "argument --max-model-len: Value {v} cannot be converted to <function human_readable_int_or_auto at 0x7f2c4a1b3e20>."
-                ),
-            ),
+            None => {
+                arg_error(&prog, &format!("argument --max-model-len: invalid human_readable_int_or_auto value: '{v}'"))
+            }
         },
     };
     // JSON-valued options (argparse type json.loads / union_dict_and_str).

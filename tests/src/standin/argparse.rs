@@ -108,28 +108,35 @@ pub struct OptionString {
 /// `--enable-x`/`--disable-x`, the counterpart `--disable-x`/`--enable-x` (vLLM's
 /// EnableDisableAction in `vllm/utils/argparse_utils.py`).
 pub fn option_strings(table: &[(&[&str], Kind)]) -> BTreeMap<String, OptionString> {
-    let mut lookup = BTreeMap::new();
+    registered(table).into_iter().collect()
+}
+
+/// [`option_strings`] in argparse's registration order (the order it lists ambiguous matches in):
+/// per entry, each name followed by its `--no-` form, then the counterparts.
+fn registered(table: &[(&[&str], Kind)]) -> Vec<(String, OptionString)> {
+    let mut out = Vec::new();
     for (names, kind) in table {
         let dest = dest_of(names);
-        let mut add = |name: String, negated: bool| {
-            lookup.insert(name, OptionString { dest: dest.clone(), kind: *kind, negated });
-        };
+        let entry = |name: String, negated: bool| (name, OptionString { dest: dest.clone(), kind: *kind, negated });
+        let mut counterparts = Vec::new();
         for n in names.iter() {
-            add((*n).to_string(), false);
+            out.push(entry((*n).to_string(), false));
             let Some(long) = n.strip_prefix("--").filter(|_| *kind == Kind::BoolOpt) else { continue };
-            add(format!("--no-{long}"), true);
+            out.push(entry(format!("--no-{long}"), true));
             if let Some(rest) = long.strip_prefix("enable-") {
-                add(format!("--disable-{rest}"), true);
+                counterparts.push(entry(format!("--disable-{rest}"), true));
             } else if let Some(rest) = long.strip_prefix("disable-") {
-                add(format!("--enable-{rest}"), true);
+                counterparts.push(entry(format!("--enable-{rest}"), true));
             }
         }
+        out.extend(counterparts);
     }
-    lookup
+    out
 }
 
 /// Parse `args` (everything after the subcommand) against `table`.
 pub fn parse(args: &[String], table: &[(&[&str], Kind)]) -> Result<Parsed, ArgError> {
+    let order: Vec<String> = registered(table).into_iter().map(|(name, _)| name).collect();
     let lookup: BTreeMap<String, (String, Kind, bool)> =
         option_strings(table).into_iter().map(|(name, o)| (name, (o.dest, o.kind, o.negated))).collect();
     let mut out = Parsed::default();
@@ -161,7 +168,7 @@ pub fn parse(args: &[String], table: &[(&[&str], Kind)]) -> Result<Parsed, ArgEr
             Some(e) => Some((name.clone(), e.clone())),
             None if name.starts_with("--") => {
                 let cands: Vec<&String> =
-                    lookup.keys().filter(|k| k.starts_with("--") && k.starts_with(name.as_str())).collect();
+                    order.iter().filter(|k| k.starts_with("--") && k.starts_with(name.as_str())).collect();
                 match cands.len() {
                     0 => None,
                     1 => Some((cands[0].clone(), lookup[cands[0]].clone())),
@@ -184,7 +191,8 @@ pub fn parse(args: &[String], table: &[(&[&str], Kind)]) -> Result<Parsed, ArgEr
             Kind::Flag | Kind::BoolOpt => {
                 if attached.is_some() {
                     return Err(ArgError(format!(
-                        "argument {opt}: ignored explicit argument '{}'",
+                        "argument {}: ignored explicit argument '{}'",
+                        display_names(table, &dest),
                         attached.unwrap_or_default()
                     )));
                 }
@@ -244,12 +252,26 @@ pub fn parse(args: &[String], table: &[(&[&str], Kind)]) -> Result<Parsed, ArgEr
     Ok(out)
 }
 
-/// argparse's rendering of an option in messages: `--port` or `--tensor-parallel-size/-tp`.
+/// argparse's rendering of an option in messages: `--port`, `--tensor-parallel-size/-tp`, a boolean
+/// as its visible strings (`--trust-remote-code/--no-trust-remote-code`,
+/// `--enable-prefix-caching/--disable-prefix-caching`: vLLM hides `--no-enable-x`).
 pub fn display_names(table: &[(&[&str], Kind)], dest: &str) -> String {
-    for (names, _) in table {
-        if dest_of(names) == dest {
+    for (names, kind) in table {
+        if dest_of(names) != dest {
+            continue;
+        }
+        if *kind != Kind::BoolOpt {
             return names.join("/");
         }
+        let strings: Vec<String> = registered(&[(*names, *kind)]).into_iter().map(|(name, _)| name).collect();
+        let counterparts = names.iter().any(|n| n.starts_with("--enable-") || n.starts_with("--disable-"));
+        let visible: Vec<&String> = strings
+            .iter()
+            .filter(|s| {
+                !counterparts || !names.iter().any(|n| n.strip_prefix("--").is_some_and(|l| **s == format!("--no-{l}")))
+            })
+            .collect();
+        return visible.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("/");
     }
     format!("--{}", dest.replace('_', "-"))
 }

@@ -149,6 +149,15 @@ pub fn catch_signal(sig: libc::c_int) {
     }
 }
 
+/// Whether `sig` was ignored (SIG_IGN) when this process started, e.g. inherited through exec.
+pub fn signal_ignored(sig: libc::c_int) -> bool {
+    // SAFETY: querying a disposition (null new action) changes nothing.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
+    }
+}
+
 /// Ignore `sig` (SIG_IGN); survives exec and fork like the real thing.
 pub fn ignore_signal(sig: libc::c_int) {
     // SAFETY: setting a disposition to SIG_IGN is always sound.

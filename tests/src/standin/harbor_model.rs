@@ -225,7 +225,24 @@ pub fn normalize_trial(v: &Value) -> Value {
     m.insert("agent".into(), normalize_agent(&m["agent"]));
     m.insert("environment".into(), normalize_env(&m["environment"]));
     m.insert("verifier".into(), Value::Object(fill(&m["verifier"], &verifier_defaults())));
+    for (section, fields) in EXCLUDED_WHEN_EMPTY {
+        if let Some(map) = m.get_mut(section).and_then(Value::as_object_mut) {
+            map.retain(|key, value| !(fields.contains(&key.as_str()) && is_empty(value)));
+        }
+    }
     Value::Object(m)
+}
+
+/// Fields Harbor 0.25's trial config models declare `exclude_if=lambda v: not v` (or `v is None`):
+/// every dump (config.json, result.json's `config`, lock.json) leaves them out when empty.
+const EXCLUDED_WHEN_EMPTY: [(&str, &[&str]); 3] = [
+    ("agent", &["include_logs", "exclude_logs", "env"]),
+    ("environment", &["env"]),
+    ("verifier", &["include_logs", "exclude_logs", "env", "import_path", "kwargs", "extra_allowed_hosts"]),
+];
+
+fn is_empty(value: &Value) -> bool {
+    value.is_null() || value.as_array().is_some_and(Vec::is_empty) || value.as_object().is_some_and(Map::is_empty)
 }
 
 fn prune_map(full: &Map<String, Value>, defaults: &Map<String, Value>) -> Map<String, Value> {

@@ -1,4 +1,4 @@
--- 0001 initial schema (SPEC §7.2), PostgreSQL dialect. Keep in step with 0001_initial.sqlite.sql:
+-- 0001 initial schema (docs/design.md §7.2), PostgreSQL dialect. Keep in step with 0001_initial.sqlite.sql:
 -- the same tables, columns, constraints and indexes; only the types differ (timestamptz, jsonb).
 
 CREATE TABLE attempts (

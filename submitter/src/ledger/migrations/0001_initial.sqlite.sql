@@ -1,4 +1,4 @@
--- 0001 initial schema (SPEC §7.2), SQLite dialect. Keep in step with 0001_initial.postgres.sql:
+-- 0001 initial schema (docs/design.md §7.2), SQLite dialect. Keep in step with 0001_initial.postgres.sql:
 -- the same tables, columns, constraints and indexes; only the types differ (TEXT timestamps in
 -- fixed-width RFC 3339 UTC, so text order is time order; TEXT JSON checked with json_valid).
 

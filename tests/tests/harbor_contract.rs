@@ -1,0 +1,466 @@
+//! Contract tests: every behaviour of the Harbor stand-in (`src/bin/harbor-standin.rs`) that other
+//! tests rely on, checked against the real Harbor 0.25.0 in the same scenario — the same argv, the
+//! same task dirs, the same vLLM stand-in. Skipped with a note when the real Harbor is not installed
+//! (`scripts/install-harbor.sh`); under `CI=true` they fail instead. The facts are written down in
+//! `docs/harbor-facts.md`.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use e2e::harness::{free_port, marker_processes, real_harbor, send_signal, unique};
+
+const VLLM: &str = env!("CARGO_BIN_EXE_vllm-standin");
+const STANDIN: &str = env!("CARGO_BIN_EXE_harbor-standin");
+const HOST_ENV_PY: &str = include_str!("../harbor_env/host_env.py");
+const TIMEOUT: Duration = Duration::from_secs(180);
+const MODEL_INFO: &str = r#"model_info={"max_input_tokens":32768,"max_output_tokens":16384,"input_cost_per_token":0,"output_cost_per_token":0}"#;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Which {
+    Real,
+    Standin,
+}
+
+const BOTH: [Which; 2] = [Which::Real, Which::Standin];
+
+/// A scenario's world, shared by both Harbors: tasks, a YAML, a vLLM stand-in answering as
+/// terminus-2, a jobs dir per Harbor.
+struct World {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    harbor: PathBuf,
+    engine: Child,
+    port: u16,
+    /// In every process started here, so that what the real Harbor leaves behind can be found.
+    marker: String,
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let _ = self.engine.kill();
+        let _ = self.engine.wait();
+        // What a killed Harbor leaves (sandboxes of `jobs resume` after SIGTERM) is ours to end.
+        for line in marker_processes(&self.marker) {
+            if let Some(pid) = line.strip_prefix("pid ").and_then(|l| l.split(':').next()) {
+                let _ = Command::new("kill").args(["-9", pid]).status();
+            }
+        }
+    }
+}
+
+impl World {
+    /// `tasks`: (name, solvable). `response_seconds`: how long each completion takes.
+    fn new(tasks: &[(&str, bool)], response_seconds: f64, extra_toml: &str) -> Option<Self> {
+        let harbor = real_harbor()?;
+        let tmp = tempfile::Builder::new().prefix("harbor-contract-").tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
+        std::fs::create_dir_all(root.join("py")).unwrap();
+        std::fs::write(root.join("py/host_env.py"), HOST_ENV_PY).unwrap();
+        for (name, solvable) in tasks {
+            let dir = root.join("data").join(name);
+            std::fs::create_dir_all(dir.join("tests")).unwrap();
+            std::fs::create_dir_all(dir.join("environment")).unwrap();
+            std::fs::write(
+                dir.join("task.toml"),
+                format!("schema_version = \"1.4\"\n[metadata]\n[agent]\ntimeout_sec = 300.0\n[verifier]\ntimeout_sec = 120.0\n{extra_toml}"),
+            )
+            .unwrap();
+            let answer = if *solvable { *name } else { "wrong" };
+            std::fs::write(
+                dir.join("instruction.md"),
+                format!("Write {name} to /app/answer.txt.\n\nSTANDIN-COMMAND: echo {answer} > /app/answer.txt\n"),
+            )
+            .unwrap();
+            std::fs::write(
+                dir.join("tests/test.sh"),
+                format!("#!/bin/bash\n[ \"$(cat /app/answer.txt)\" = {name} ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n"),
+            )
+            .unwrap();
+            std::fs::write(dir.join("environment/Dockerfile"), "FROM debian:trixie-slim\n").unwrap();
+            // The stand-in's reward: what the real verifier gives this task.
+            std::fs::write(dir.join("reward"), if *solvable { "1.0\n" } else { "0.0\n" }).unwrap();
+        }
+        std::fs::write(root.join("harbor.yaml"), "orchestrator:\n  type: local\n  quiet: true\n").unwrap();
+        let marker = format!("HARBOR_CONTRACT_RUN={}", unique());
+        let port = free_port();
+        let (key, value) = marker.split_once('=').unwrap();
+        let engine = Command::new(VLLM)
+            .args(["serve", "Qwen/Qwen3-8B", "--port", &port.to_string(), "--served-model-name", "Qwen3-8B"])
+            .args(["--max-model-len", "32768"])
+            .env("STANDIN_CHAT_AGENT", "terminus")
+            .env("STANDIN_LOAD_SECONDS", "0")
+            .env("STANDIN_RESPONSE_SECONDS", response_seconds.to_string())
+            .env(key, value)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let until = Instant::now() + Duration::from_secs(20);
+        while ureq::get(&format!("http://127.0.0.1:{port}/health")).call().is_err() {
+            assert!(Instant::now() < until, "vLLM stand-in did not come up");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(Self { _tmp: tmp, root, harbor, engine, port, marker })
+    }
+
+    fn jobs(&self, which: Which) -> PathBuf {
+        self.root.join(format!("jobs-{which:?}"))
+    }
+
+    fn job_dir(&self, which: Which, job: &str) -> PathBuf {
+        self.jobs(which).join(job)
+    }
+
+    fn command(&self, which: Which, args: &[&str]) -> Command {
+        let mut cmd = match which {
+            Which::Real => Command::new(&self.harbor),
+            Which::Standin => Command::new(STANDIN),
+        };
+        let (key, value) = self.marker.split_once('=').unwrap();
+        cmd.args(args)
+            .env("PYTHONPATH", self.root.join("py"))
+            .env(key, value)
+            .current_dir(&self.root)
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// `jobs start` of the dataset with terminus-2 on the vLLM stand-in, plus `extra`.
+    fn start_args(&self, which: Which, job: &str, extra: &[&str]) -> Vec<String> {
+        let mut a: Vec<String> = ["jobs", "start", "-p"].iter().map(|s| s.to_string()).collect();
+        a.push(self.root.join("data").display().to_string());
+        for s in ["--job-name", job, "--jobs-dir"] {
+            a.push(s.to_string());
+        }
+        a.push(self.jobs(which).display().to_string());
+        a.push("--config".into());
+        a.push(self.root.join("harbor.yaml").display().to_string());
+        for s in ["--env", "host_env:HostEnvironment", "--agent", "terminus-2", "--model", "hosted_vllm/Qwen3-8B"] {
+            a.push(s.to_string());
+        }
+        a.push("--agent-kwarg".into());
+        a.push(format!("api_base=http://127.0.0.1:{}/v1", self.port));
+        a.push("--agent-kwarg".into());
+        a.push(MODEL_INFO.into());
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    }
+
+    /// Runs to the end: (exit code, stdout + stderr).
+    fn run(&self, which: Which, args: &[String]) -> (i32, String) {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = self.command(which, &args).output().unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        (code_of(out.status), text)
+    }
+
+    fn spawn(&self, which: Which, args: &[String]) -> Child {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.command(which, &args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
+    }
+
+    /// Waits until a trial of that job is in flight (a trial dir without result.json, agent started).
+    fn wait_in_flight(&self, which: Which, job: &str, child: &mut Child) -> Vec<PathBuf> {
+        let until = Instant::now() + TIMEOUT;
+        loop {
+            let running: Vec<PathBuf> = trial_dirs(&self.job_dir(which, job))
+                .into_iter()
+                .filter(|d| !d.join("result.json").exists() && d.join("agent").is_dir())
+                .collect();
+            if !running.is_empty() {
+                // The agent's first request is on its way (each completion takes seconds).
+                std::thread::sleep(Duration::from_millis(500));
+                return running;
+            }
+            assert!(child.try_wait().unwrap().is_none(), "{which:?} Harbor exited before a trial was in flight");
+            assert!(Instant::now() < until, "{which:?}: no trial in flight");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+fn code_of(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+fn wait(child: &mut Child) -> std::process::ExitStatus {
+    let until = Instant::now() + TIMEOUT;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            panic!("Harbor did not exit within {TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn trial_dirs(job: &Path) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(job)
+        .map(|rd| rd.flatten().map(|e| e.path()).filter(|p| p.join("config.json").is_file()).collect())
+        .unwrap_or_default();
+    dirs.sort();
+    dirs
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn exception_type(trial: &Path) -> Option<String> {
+    let path = trial.join("result.json");
+    path.exists()
+        .then(|| read_json(&path))
+        .and_then(|r| r["exception_info"]["exception_type"].as_str().map(String::from))
+}
+
+/// How a trial ended: `None` without result.json, else its exception type or `finished`.
+fn record(trial: &Path) -> Option<String> {
+    trial.join("result.json").exists().then(|| exception_type(trial).unwrap_or_else(|| "finished".to_string()))
+}
+
+/// Key paths of a JSON document (objects to any depth; an array's first element stands for all).
+/// A `null` field counts as absent: readers see no difference, and Harbor omits unset fields.
+fn key_paths(value: &Value, prefix: &str, out: &mut BTreeSet<String>) {
+    match value {
+        Value::Object(map) => {
+            for (k, v) in map.iter().filter(|(_, v)| !v.is_null()) {
+                let path = format!("{prefix}/{k}");
+                out.insert(path.clone());
+                key_paths(v, &path, out);
+            }
+        }
+        Value::Array(items) => {
+            if let Some(first) = items.first() {
+                key_paths(first, &format!("{prefix}/0"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Files of a dir, relative (dirs end in `/`), without descending into `skip` dirs.
+fn listing(dir: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            let name = e.file_name().to_string_lossy().to_string();
+            if e.path().is_dir() { format!("{name}/") } else { name }
+        })
+        .collect()
+}
+
+fn rewrite_port(files: &[PathBuf], from: u16, to: u16) {
+    for f in files {
+        let text = std::fs::read_to_string(f).unwrap();
+        std::fs::write(f, text.replace(&format!(":{from}/v1"), &format!(":{to}/v1"))).unwrap();
+    }
+}
+
+// ------------------------------------------------------------------------------------------ tests
+
+#[test]
+fn unknown_cli_options_are_refused_alike() {
+    let Some(w) = World::new(&[("t", true)], 0.0, "") else { return };
+    for args in [vec!["jobs", "start", "--foo"], vec!["jobs", "resume", "-p", "x", "--bar", "1"]] {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let (real_code, real) = w.run(Which::Real, &args);
+        let (standin_code, standin) = w.run(Which::Standin, &args);
+        assert_eq!(real_code, 2, "{real}");
+        assert_eq!(standin_code, real_code, "{standin}");
+        let option = args.iter().find(|a| a.starts_with("--")).unwrap();
+        for text in [&real, &standin] {
+            assert!(text.contains(&format!("No such option: {option}")), "{text}");
+        }
+    }
+}
+
+#[test]
+fn terminus2_option_schema_refusal_is_the_same() {
+    let Some(w) = World::new(&[("t", true)], 0.0, "") else { return };
+    for (kwarg, key) in
+        [(r#"extra_body={"chat_template_kwargs":{"enable_thinking":true}}"#, "extra_body"), ("parser=xml", "parser")]
+    {
+        let mut outs = Vec::new();
+        for which in BOTH {
+            let job = format!("schema-{key}");
+            let (code, text) = w.run(which, &w.start_args(which, &job, &["--agent-kwarg", kwarg]));
+            assert_eq!(code, 1, "{which:?}: {text}");
+            for line in [
+                "Invalid kwargs for agent 'terminus-2':".to_string(),
+                format!("Unknown option '{key}'."),
+                "See harbor agent schema terminus-2 for available options.".to_string(),
+            ] {
+                assert!(text.contains(&line), "{which:?} lacks {line:?}: {text}");
+            }
+            assert!(!w.job_dir(which, &job).join("config.json").exists(), "{which:?} wrote a job");
+            outs.push(code);
+        }
+        assert_eq!(outs[0], outs[1]);
+    }
+}
+
+#[test]
+fn a_job_writes_the_same_files_and_fields() {
+    let Some(w) = World::new(&[("good", true), ("bad", false)], 0.0, "") else { return };
+    for which in BOTH {
+        let (code, text) = w.run(which, &w.start_args(which, "layout", &[]));
+        assert_eq!(code, 0, "{which:?}: {text}");
+    }
+    let real = w.job_dir(Which::Real, "layout");
+    let standin = w.job_dir(Which::Standin, "layout");
+    // The job dir: the stand-in writes what the real Harbor writes (trial dirs aside).
+    let files = |d: &Path| listing(d).into_iter().filter(|n| !n.ends_with('/')).collect::<BTreeSet<_>>();
+    assert_eq!(files(&standin), files(&real), "job dir files");
+    // Trials: the same task names, the same rewards and exception types, the stand-in's files and
+    // JSON fields a subset of the real ones.
+    let summary = |d: &Path| {
+        let mut s: Vec<(String, Value, Option<String>)> = trial_dirs(d)
+            .iter()
+            .map(|t| {
+                let r = read_json(&t.join("result.json"));
+                (
+                    r["task_name"].as_str().unwrap_or("?").to_string(),
+                    r["verifier_result"]["rewards"]["reward"].clone(),
+                    exception_type(t),
+                )
+            })
+            .collect();
+        s.sort_by(|a, b| a.0.cmp(&b.0));
+        s
+    };
+    assert_eq!(summary(&standin), summary(&real));
+    let real_trial = &trial_dirs(&real)[0];
+    for t in trial_dirs(&standin) {
+        let missing: Vec<String> = listing(&t).difference(&listing(real_trial)).cloned().collect();
+        assert!(missing.is_empty(), "stand-in trial files the real Harbor does not write: {missing:?}");
+    }
+    let mut checked = 0;
+    for (name, real_doc, standin_doc) in [
+        ("result.json", real.join("result.json"), standin.join("result.json")),
+        ("config.json", real.join("config.json"), standin.join("config.json")),
+        ("lock.json", real.join("lock.json"), standin.join("lock.json")),
+        ("trial result.json", real_trial.join("result.json"), trial_dirs(&standin)[0].join("result.json")),
+        ("trial config.json", real_trial.join("config.json"), trial_dirs(&standin)[0].join("config.json")),
+    ] {
+        let (mut r, mut s) = (BTreeSet::new(), BTreeSet::new());
+        key_paths(&read_json(&real_doc), "", &mut r);
+        key_paths(&read_json(&standin_doc), "", &mut s);
+        let extra: Vec<&String> = s.difference(&r).collect();
+        assert!(extra.is_empty(), "{name}: fields the stand-in writes and the real Harbor does not: {extra:?}");
+        checked += 1;
+    }
+    assert_eq!(checked, 5);
+}
+
+#[test]
+fn resume_compares_the_job_lock_alike() {
+    let Some(w) = World::new(&[("t", true)], 0.0, "") else { return };
+    let other = free_port();
+    for which in BOTH {
+        let (code, text) = w.run(which, &w.start_args(which, "lock", &[]));
+        assert_eq!(code, 0, "{which:?}: {text}");
+        let job = w.job_dir(which, "lock");
+        let lock = read_json(&job.join("lock.json"));
+        let base = format!("http://127.0.0.1:{}/v1", w.port);
+        assert_eq!(lock["trials"][0]["agent"]["kwargs"]["api_base"], base.as_str(), "{which:?}: {lock:#}");
+        let resume: Vec<String> =
+            ["jobs", "resume", "-p", job.to_str().unwrap()].iter().map(|s| s.to_string()).collect();
+        // Only the config.json files rewritten: the lock no longer matches.
+        let mut configs = vec![job.join("config.json")];
+        configs.extend(trial_dirs(&job).iter().map(|t| t.join("config.json")));
+        rewrite_port(&configs, w.port, other);
+        let (code, text) = w.run(which, &resume);
+        assert_eq!(code, 1, "{which:?}: {text}");
+        assert!(
+            text.contains("already has a lock.json that does not match the resolved job lock"),
+            "{which:?}: {text}"
+        );
+        // The job lock rewritten too: the resume goes through.
+        rewrite_port(&[job.join("lock.json")], w.port, other);
+        let (code, text) = w.run(which, &resume);
+        assert_eq!(code, 0, "{which:?}: {text}");
+    }
+}
+
+/// `signal` while trials are in flight; `resume`: in `jobs resume` of an interrupted job.
+/// Returns, per Harbor, (exit code or 128+signal, how the trials that were in flight ended, distinct:
+/// an exception type, `None` for no result.json). How many were in flight is timing, not contract.
+fn signal_scenario(sig: &str, resume: bool) -> Option<Vec<(i32, BTreeSet<Option<String>>)>> {
+    let w = World::new(&[("a", true), ("b", true)], 2.0, "")?;
+    let mut out = Vec::new();
+    for which in BOTH {
+        let job = "sig";
+        let start = w.start_args(which, job, &["--n-concurrent", "2"]);
+        let mut child = w.spawn(which, &start);
+        if resume {
+            w.wait_in_flight(which, job, &mut child);
+            send_signal(child.id() as i32, "INT");
+            assert_eq!(code_of(wait(&mut child)), 130, "{which:?}: the first run's SIGINT");
+            let path = w.job_dir(which, job).display().to_string();
+            child = w.spawn(which, &["jobs".into(), "resume".into(), "-p".into(), path]);
+        }
+        let in_flight = w.wait_in_flight(which, job, &mut child);
+        send_signal(child.id() as i32, sig);
+        let code = code_of(wait(&mut child));
+        // A trial seen in flight may still have finished before the signal landed: timing.
+        out.push((code, in_flight.iter().map(|t| record(t)).filter(|r| r.as_deref() != Some("finished")).collect()));
+        assert!(!in_flight.is_empty());
+    }
+    Some(out)
+}
+
+#[test]
+fn sigterm_in_start_cancels_and_records_alike() {
+    let Some(out) = signal_scenario("TERM", false) else { return };
+    assert_eq!(out[0].0, 130, "real Harbor: {out:?}");
+    assert!(out[0].1.iter().all(|t| t.as_deref() == Some("CancelledError")), "real Harbor: {out:?}");
+    assert_eq!(out[1], out[0], "stand-in vs real");
+}
+
+#[test]
+fn sigint_in_resume_cancels_and_records_alike() {
+    let Some(out) = signal_scenario("INT", true) else { return };
+    assert_eq!(out[0].0, 130, "real Harbor: {out:?}");
+    assert!(out[0].1.iter().all(|t| t.as_deref() == Some("CancelledError")), "real Harbor: {out:?}");
+    assert_eq!(out[1], out[0], "stand-in vs real");
+}
+
+#[test]
+fn sigterm_in_resume_kills_without_records_alike() {
+    let Some(out) = signal_scenario("TERM", true) else { return };
+    assert_eq!(out[0].0, 128 + 15, "real Harbor dies of SIGTERM in resume: {out:?}");
+    assert!(out[0].1.iter().all(Option::is_none), "real Harbor records nothing: {out:?}");
+    assert_eq!(out[1], out[0], "stand-in vs real");
+}
+
+#[test]
+fn host_variable_prompt_and_yes_alike() {
+    let Some(w) = World::new(&[("t", true)], 0.0, "[verifier.env]\nCONTRACT_VAR = \"${CONTRACT_VAR}\"\n") else {
+        return;
+    };
+    for which in BOTH {
+        let mut cmd = w.command(which, &[]);
+        let args = w.start_args(which, "prompt", &[]);
+        let out = cmd.args(&args).env("CONTRACT_VAR", "set").output().unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert_eq!(code_of(out.status), 1, "{which:?}: {text}");
+        assert!(text.contains("Proceed? (Y/n)") && text.contains("Aborted."), "{which:?}: {text}");
+        let job = w.job_dir(which, "prompt");
+        assert_eq!(listing(&job), BTreeSet::from(["job.log".to_string()]), "{which:?}: only job.log is left");
+        std::fs::remove_dir_all(&job).unwrap();
+        let args = w.start_args(which, "prompt", &["--yes"]);
+        let out = w.command(which, &[]).args(&args).env("CONTRACT_VAR", "set").output().unwrap();
+        assert_eq!(code_of(out.status), 0, "{which:?} with --yes: {}", String::from_utf8_lossy(&out.stdout));
+    }
+}
