@@ -139,7 +139,9 @@ impl Fx {
         self.root.join("jobs").join(&self.tag)
     }
 
-    fn spec(&self, serve_env: Value, harbor_env: Value, limits: Value) -> PathBuf {
+    fn spec(&self, serve_env: Value, mut harbor_env: Value, limits: Value) -> PathBuf {
+        // The Harbor stand-in models an install with the daytona extra, which `--env daytona` needs.
+        harbor_env["STANDIN_EXTRAS"] = json!("daytona");
         let spec = json!({
             "version": 1, "run_tag": self.tag, "run_dir": self.run_dir(), "jobs_dir": self.root.join("jobs"),
             "cluster": "local", "benchmark": "bench",
