@@ -755,36 +755,9 @@ fn job_lock_key(lock: &Value) -> (Value, Value, Vec<String>) {
     (lock["n_concurrent_trials"].clone(), lock["retry"].clone(), trials)
 }
 
-/// terminus-2 0.25's options (`Terminus2Options` + `AgentOptions`, `extra="forbid"`).
-const TERMINUS2_OPTIONS: &[&str] = &[
-    "base_url",
-    "disable_web_search",
-    "reasoning_effort",
-    "max_turns",
-    "episodes",
-    "max_episodes",
-    "parser_name",
-    "api_base",
-    "temperature",
-    "collect_rollout_details",
-    "session_id",
-    "enable_summarize",
-    "proactive_summarization_threshold",
-    "max_thinking_tokens",
-    "model_info",
-    "trajectory_config",
-    "tmux_pane_width",
-    "tmux_pane_height",
-    "store_all_messages",
-    "record_terminal_session",
-    "interleaved_thinking",
-    "suppress_max_turns_warning",
-    "use_responses_api",
-    "llm_backend",
-    "llm_kwargs",
-    "llm_call_kwargs",
-    "session_id_headers",
-];
+/// terminus-2 0.25's options (`Terminus2Options` + `AgentOptions`, `extra="forbid"`): the product's
+/// table, so the contract test against the real Harbor (`tests/harbor_contract.rs`) checks it too.
+const TERMINUS2_OPTIONS: &[&str] = launch_spec::versions::TERMINUS2_025_OPTIONS;
 
 /// `_run_preflight` → `BaseAgent.parse_options`: terminus-2 refuses unknown kwargs; the CLI prints
 /// the ValueError in red and exits 1 (both `jobs start` and `jobs resume`).
