@@ -1,9 +1,10 @@
-//! Every duration payload takes from the spec, converted once with checks (`try_from_secs_f64`,
-//! `Instant::checked_add`) before anything is spawned, so an out-of-range number (`1e20`, `NaN`,
-//! `u64::MAX`) is a one-line `spec` error up front instead of a panic with children running.
+//! Every duration payload takes from the spec, converted once before anything is spawned, so an
+//! out-of-range number (`1e20`, `NaN`, `u64::MAX`) is a one-line `spec` error up front instead of a
+//! panic with children running.
 //!
-//! The spec crate's reader validates the same fields where it can; this module does not rely on
-//! it (payload must be safe with any spec it is handed).
+//! The rule is the spec crate's (`launch_spec::validate`), the one every config loader applies;
+//! payload applies it again to each field it uses, because it must be safe with any spec it is
+//! handed, whoever wrote it.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -34,36 +35,22 @@ pub struct Timings {
 }
 
 /// Why a number is refused, as a one-line message naming the file and the field.
-fn refuse(spec_path: &Path, field: &str, value: &str, rule: &str) -> Failure {
+fn refuse(spec_path: &Path, field: &str, problem: &str) -> Failure {
     Failure::new(
         OutcomeClass::Spec,
-        format!(
-            "{}: field `{field}` is {value}: {rule} (at most {MAX_SECONDS} s = 30 days); fix the spec or the profile it came from",
-            spec_path.display()
-        ),
+        format!("{}: field `{field}`: {problem}; fix the spec or the profile it came from", spec_path.display()),
     )
 }
 
-/// Seconds as f64 → Duration: finite, ≥ 0 (or > 0 when `positive`), ≤ [`MAX_SECONDS`], and
-/// representable as an `Instant` offset from now.
+/// Seconds as f64 → Duration by the spec crate's rule (finite, ≥ 0 or > 0, ≤ [`MAX_SECONDS`]),
+/// which keeps every value representable as an `Instant` offset from now.
 pub fn seconds_f64(spec_path: &Path, field: &str, value: f64, positive: bool) -> Result<Duration, Failure> {
-    let rule = if positive { "must be a number of seconds > 0" } else { "must be a number of seconds ≥ 0" };
-    let bad = || refuse(spec_path, field, &value.to_string(), rule);
-    if !value.is_finite() || value < 0.0 || (positive && value == 0.0) || value > MAX_SECONDS as f64 {
-        return Err(bad());
-    }
-    let d = Duration::try_from_secs_f64(value).map_err(|_| bad())?;
-    Instant::now().checked_add(d).ok_or_else(bad)?;
-    Ok(d)
+    launch_spec::validate::seconds(value, positive).map_err(|problem| refuse(spec_path, field, &problem))
 }
 
-/// Whole seconds → Duration, ≤ [`MAX_SECONDS`] (and > 0 when `positive`).
+/// Whole seconds → Duration by the spec crate's rule (≤ [`MAX_SECONDS`], > 0 when `positive`).
 pub fn seconds_u64(spec_path: &Path, field: &str, value: u64, positive: bool) -> Result<Duration, Failure> {
-    if value > MAX_SECONDS || (positive && value == 0) {
-        let rule = if positive { "must be whole seconds > 0" } else { "must be whole seconds" };
-        return Err(refuse(spec_path, field, &value.to_string(), rule));
-    }
-    Ok(Duration::from_secs(value))
+    launch_spec::validate::whole_seconds(value, positive).map_err(|problem| refuse(spec_path, field, &problem))
 }
 
 /// `start + d`, saturating far in the future instead of panicking on overflow.
