@@ -623,7 +623,7 @@ mod tests {
 
     #[test]
     fn redaction() {
-        let url = "postgres://postgres.abc:s3cr@t/pw@aws-0-eu.pooler.supabase.com:5432/postgres?sslmode=require";
+        let url = "postgres://postgres.abc:pl@ce/holder@aws-0-eu.pooler.supabase.com:5432/postgres?sslmode=require";
         let redacted = redact_url(url);
         assert_eq!(redacted, "postgres://postgres.abc:***@aws-0-eu.pooler.supabase.com:5432/postgres?sslmode=require");
         assert_eq!(postgres_location(url), "postgres://postgres.abc@aws-0-eu.pooler.supabase.com:5432/postgres");
