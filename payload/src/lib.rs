@@ -17,6 +17,7 @@ pub mod postrun;
 pub mod records;
 pub mod run;
 pub mod runlock;
+pub mod scratch;
 pub mod secrets;
 pub mod supervisor;
 pub mod timings;

@@ -209,6 +209,8 @@ struct Run {
     timings: Timings,
     /// The post-run step, prepared with the other children's environments (crate::postrun).
     post_run: Option<Result<postrun::Step, String>>,
+    /// The job's scratch dir on node-local disk (crate::scratch), removed after teardown.
+    scratch: Option<crate::scratch::JobScratch>,
 }
 
 /// Runs the job; returns payload's exit code.
@@ -269,6 +271,7 @@ pub async fn run(spec_path: &Path) -> i32 {
         tunnel: None,
         timings,
         post_run: None,
+        scratch: None,
     };
     let end = match run.sequence().await {
         Ok(status) => End::HarborExited(status),
@@ -356,6 +359,14 @@ impl Run {
         } else {
             None
         };
+        // Per-job scratch on node-local disk, before the first child starts (crate::scratch).
+        if crate::scratch::wanted(&self.spec) {
+            let scratch = crate::scratch::JobScratch::create(&self.spec, &port_job_id(&env_fn))
+                .and_then(|s| s.apply(&mut engine_env).and_then(|()| s.apply(&mut harbor_env)).map(|()| s))
+                .map_err(|e| Failure::new(OutcomeClass::Spec, e).with_cause("scratch"))?;
+            self.rec.event("scratch", json!({ "dir": scratch.dir() }));
+            self.scratch = Some(scratch);
+        }
         for name in childenv::dropped_names(&self.spec.serve.env)
             .into_iter()
             .chain(childenv::dropped_names(&self.spec.harbor.env))
@@ -786,6 +797,10 @@ impl Run {
             json!({ "grace_s": grace.as_secs_f64(), "harbor_grace_s": plan.harbor_grace.as_secs_f64() }),
         );
         let report = self.sup.shutdown(&mut self.signals, plan).await;
+        // Every child is gone: nothing writes into the scratch dir any more.
+        if let Some(scratch) = self.scratch.take() {
+            scratch.remove();
+        }
         self.rec.event(
             "teardown_done",
             json!({
