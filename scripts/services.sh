@@ -30,7 +30,9 @@ PG_DATABASE=evaltest
 SLURM_UP_TIMEOUT_S=60
 
 # procps (pgrep) is not in a minimal Debian image.
-APT_PACKAGES=(munge slurmctld slurmd slurm-client postgresql openssh-server openssh-client procps proxychains4 curl)
+# lmod: the module system of the simulated site (the prelude's `module load` in the job's shell,
+# docs/site.md).
+APT_PACKAGES=(munge slurmctld slurmd slurm-client postgresql openssh-server openssh-client procps proxychains4 curl lmod)
 OPTIONAL_APT_PACKAGES=(chromium)
 
 log() { printf '[services %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }

@@ -187,6 +187,7 @@ pub fn preflight(spec: &LaunchSpec, cluster: &ClusterProfile, site: &Site) -> Re
             .map(|()| "valid (payload's reader accepts it)".to_string())
             .or_else(|(field, problem)| fail(format!("field `{field}` {problem}"))),
     );
+    report.push("weights", weights(spec));
     report.push("dataset", dataset(&spec.harbor.dataset));
     report.push("environment", prefixes(spec));
     report.push("programs", programs(spec, inputs.path));
@@ -195,6 +196,50 @@ pub fn preflight(spec: &LaunchSpec, cluster: &ClusterProfile, site: &Site) -> Re
     report.push("memory", memory(spec, inputs.cluster));
     report.push("prelude", prelude(inputs));
     report
+}
+
+/// Where the job will find the weights. Offline (`HF_HUB_OFFLINE` in the engine's env), they must
+/// be in the HF cache the job reads, as huggingface_hub lays it out:
+/// `<cache>/models--<org>--<name>/refs/main` naming a `snapshots/<commit>` dir with a
+/// `config.json` (checked against the real huggingface_hub by tests/tests/hub_contract.rs).
+fn weights(spec: &LaunchSpec) -> Result<String, Outcome> {
+    if let Some(path) = &spec.model.local_path {
+        return if path.join("config.json").is_file() {
+            Ok(format!("{} (local)", path.display()))
+        } else {
+            fail(format!("model.local_path {} has no config.json", path.display()))
+        };
+    }
+    let env = &spec.serve.env;
+    let offline = env
+        .get("HF_HUB_OFFLINE")
+        .is_some_and(|v| ["1", "ON", "YES", "TRUE"].contains(&v.to_ascii_uppercase().as_str()));
+    let cache =
+        env.get("HF_HUB_CACHE").map(PathBuf::from).or_else(|| env.get("HF_HOME").map(|h| Path::new(h).join("hub")));
+    let Some(cache) = cache else {
+        return if offline {
+            fail("HF_HUB_OFFLINE without HF_HUB_CACHE/HF_HOME: set paths.hf_cache in the profile")
+        } else {
+            Err(Outcome::Skipped("no paths.hf_cache: the job downloads into its user's default cache".into()))
+        };
+    };
+    match hf_snapshot(&cache, &spec.model.hf_id) {
+        Some(snapshot) => Ok(format!("{} (cached)", snapshot.display())),
+        None if offline => fail(format!(
+            "{} is not in {} and compute nodes have no internet: stage it (pre_download.enabled) or download it there",
+            spec.model.hf_id,
+            cache.display()
+        )),
+        None => Ok(format!("the job downloads {} into {}", spec.model.hf_id, cache.display())),
+    }
+}
+
+/// The snapshot dir huggingface_hub resolves `model` to in `cache` without the network.
+pub fn hf_snapshot(cache: &Path, model: &str) -> Option<PathBuf> {
+    let repo = cache.join(format!("models--{}", model.replace('/', "--")));
+    let revision = std::fs::read_to_string(repo.join("refs").join("main")).ok()?;
+    let snapshot = repo.join("snapshots").join(revision.trim());
+    snapshot.join("config.json").is_file().then_some(snapshot)
 }
 
 fn dataset(dir: &Path) -> Result<String, Outcome> {

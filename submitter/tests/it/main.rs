@@ -8,6 +8,7 @@ mod ledger;
 mod pg;
 mod queueing;
 mod registry;
+mod site;
 mod slurm_real;
 mod support;
 mod team;
