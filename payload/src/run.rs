@@ -360,9 +360,10 @@ impl Run {
             None
         };
         // Per-job scratch on node-local disk, before the first child starts (crate::scratch).
-        if crate::scratch::wanted(&self.spec) {
-            let scratch = crate::scratch::JobScratch::create(&self.spec, &port_job_id(&env_fn))
-                .and_then(|s| s.apply(&mut engine_env).and_then(|()| s.apply(&mut harbor_env)).map(|()| s))
+        if let Some(dir) = crate::scratch::dir(&self.spec, &port_job_id(&env_fn)) {
+            let mut inside = crate::scratch::substitute(&dir, &mut engine_env);
+            inside.extend(crate::scratch::substitute(&dir, &mut harbor_env));
+            let scratch = crate::scratch::JobScratch::create(&dir, &inside)
                 .map_err(|e| Failure::new(OutcomeClass::Spec, e).with_cause("scratch"))?;
             self.rec.event("scratch", json!({ "dir": scratch.dir() }));
             self.scratch = Some(scratch);

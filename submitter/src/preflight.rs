@@ -220,7 +220,9 @@ fn weights(spec: &LaunchSpec) -> Result<String, Outcome> {
         return if offline {
             fail("HF_HUB_OFFLINE without HF_HUB_CACHE/HF_HOME: set paths.hf_cache in the profile")
         } else {
-            Err(Outcome::Skipped("no paths.hf_cache: the job downloads into its user's default cache".into()))
+            Err(Outcome::Skipped(
+                "no paths.hf_cache: the job uses its user's default cache (and the network, if it has one)".into(),
+            ))
         };
     };
     match hf_snapshot(&cache, &spec.model.hf_id) {
@@ -561,6 +563,29 @@ impl SiteQueries for SlurmQueries<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_70b_at_tp2_does_not_fit_on_64_gib_gpus() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
+        let mut cluster = crate::config::load_cluster(&root.join("clusters"), "local").unwrap();
+        cluster.hardware.gpu_memory_gib = Some(64.0);
+        let mut spec: LaunchSpec = serde_json::from_value(serde_json::json!({
+            "version": 1, "run_tag": "t", "run_dir": "/r", "jobs_dir": "/j", "cluster": "c",
+            "benchmark": "b", "model": {"hf_id": "meta-llama/Llama-3.3-70B-Instruct", "served_name": "m"},
+            "serve": {"program": "vllm", "tensor_parallel_size": 2, "data_parallel_size": 1,
+                      "cluster_gpu_memory_utilization": 0.85},
+            "gpu_profiles": {"profiles": []},
+            "harbor": {"program": "h", "config": "/c", "dataset": "/d", "n_concurrent": 1, "n_attempts": 1, "timeout_multiplier": 1.0},
+            "secrets": {}
+        }))
+        .unwrap();
+        let Err(Outcome::Fail(why)) = memory(&spec, &cluster) else { panic!("a 70B at TP2 fits?") };
+        assert!(why.contains("weights ≈ 130 GiB vs TP 2 × 64 GiB × 0.85 = 109 GiB"), "{why}");
+        spec.serve.tensor_parallel_size = 4;
+        assert!(memory(&spec, &cluster).is_ok());
+        cluster.hardware.gpu_memory_gib = None;
+        assert!(matches!(memory(&spec, &cluster), Err(Outcome::Skipped(_))));
+    }
 
     #[test]
     fn quantized_ids_weigh_less() {

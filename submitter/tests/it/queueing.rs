@@ -508,6 +508,8 @@ fn pre_download_gate_chaining_and_state_dir_lock() {
                 p.split("jobs_dir: ").nth(1).unwrap().split("/jobs").next().unwrap()
             ),
         );
+        // The command stages nothing: with internet the job fetches what is not cached.
+        p.push_str("network:\n  internet: true\n");
         p.push_str("pre_download:\n  enabled: true\n  command: [sh, -c, 'test \"$0\" != test/Small-3B', \"{model}\"]\n  timeout_s: 20\n");
     });
     let models = cluster.models_file(&MODELS);
