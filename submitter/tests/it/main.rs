@@ -3,6 +3,7 @@
 mod broken;
 mod catalogue;
 mod edge;
+mod exit_codes;
 mod ledger;
 #[path = "../common/pg.rs"]
 mod pg;
