@@ -10,6 +10,7 @@ mod pg;
 mod queueing;
 mod registry;
 mod slurm_real;
+mod snapshots;
 mod support;
 mod team;
 mod verify;
