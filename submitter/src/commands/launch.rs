@@ -105,15 +105,7 @@ pub struct CancelArgs {
 }
 
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
-    let value: u64 = number.parse().map_err(|_| format!("`{text}` is not a duration like 30s, 10m, 1h"))?;
-    let seconds = match unit {
-        "" | "s" => value,
-        "m" => value * 60,
-        "h" => value * 3600,
-        _ => return Err(format!("`{text}` is not a duration like 30s, 10m, 1h")),
-    };
-    Ok(Duration::from_secs(seconds))
+    submitter::config::args::duration(text)
 }
 
 fn policy(session: &Session, selection: &Selection) -> Policy {

@@ -4,6 +4,8 @@ mod broken;
 mod catalogue;
 mod edge;
 mod exit_codes;
+#[path = "../../../tests/src/fresh.rs"]
+mod fresh;
 mod ledger;
 #[path = "../common/pg.rs"]
 mod pg;
