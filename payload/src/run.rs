@@ -257,9 +257,10 @@ impl<S: SignalSource> Run<S> {
             let child =
                 p.harbor.child(&self.spec, &p.local_api_base(), &BTreeMap::new(), None).map_err(Failure::from)?;
             let spec = self.spec.clone();
-            config_check = Some(tokio::task::spawn_blocking(move || {
-                harbor::check_with_print_config(&spec, &child.argv, &child.env)
-            }));
+            config_check =
+                Some(tokio::spawn(
+                    async move { harbor::check_with_print_config(&spec, &child.argv, &child.env).await },
+                ));
         }
         self.run_loop(&p, started, config_check).await
     }
