@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
+use launch_spec::layout::Layout;
 use submitter::config::{self, lists};
 use submitter::lint::{self, Severity};
 use submitter::registry::{Overrides, Registry, Resolved, TimeoutSource};
@@ -56,7 +57,7 @@ pub fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
         clusters_dir: args.clusters.clone(),
         ..ConfigDirs::default()
     };
-    let (profile, gpus_per_node) = match &args.cluster {
+    let (profile, gpus_per_node, max_nodes) = match &args.cluster {
         Some(name) => {
             let clusters = match &args.clusters {
                 Some(dir) => dir.clone(),
@@ -66,13 +67,14 @@ pub fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
             (
                 args.profile.clone().unwrap_or(cluster.hardware.hardware_profile),
                 args.gpus_per_node.unwrap_or(cluster.hardware.gpus_per_node),
+                cluster.slurm.max_nodes,
             )
         }
         None => {
             let Some(gpus) = args.gpus_per_node else {
                 bail!("give --gpus-per-node N (GPUs on one node, for the data-parallel default) or --cluster NAME");
             };
-            (args.profile.clone().unwrap_or_else(|| submitter::registry::DEFAULT_PROFILE.to_string()), gpus)
+            (args.profile.clone().unwrap_or_else(|| submitter::registry::DEFAULT_PROFILE.to_string()), gpus, 1)
         }
     };
     if gpus_per_node == 0 {
@@ -93,23 +95,17 @@ pub fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
             .collect::<Result<_>>()?,
     };
     let overrides = Overrides { timeout_multiplier: args.timeout_multiplier, ..Overrides::default() };
-    let mut resolved: Vec<(String, Resolved)> = Vec::with_capacity(models.len());
+    let mut resolved: Vec<(String, Resolved, Layout)> = Vec::with_capacity(models.len());
     let mut fallback = Vec::new();
     for model in models {
         let settings = registry.resolve(&model, &profile, gpus_per_node, &overrides);
-        if settings.gpus() > gpus_per_node {
-            bail!(
-                "model `{model}` resolves to TP {} × DP {} = {} GPUs but a node has {gpus_per_node} on profile `{profile}` (rule {}): set tensor_parallel_size/data_parallel_size for it in the registry, or use a profile/cluster with more GPUs per node",
-                settings.tensor_parallel_size,
-                settings.data_parallel_size,
-                settings.gpus(),
-                settings.rule
-            );
-        }
+        let layout = settings
+            .layout(gpus_per_node, max_nodes)
+            .map_err(|e| anyhow::anyhow!("model `{model}` on profile `{profile}` (rule {}): {e}", settings.rule))?;
         if settings.timeout_source == TimeoutSource::Fallback {
             fallback.push(model.clone());
         }
-        resolved.push((model, settings));
+        resolved.push((model, settings, layout));
     }
     warn_timeout_fallback(&fallback);
     let text = if args.json { to_json(&resolved) } else { to_table(&resolved, &profile, gpus_per_node) };
@@ -132,24 +128,31 @@ fn warn_timeout_fallback(models: &[String]) {
     }
 }
 
-fn to_json(resolved: &[(String, Resolved)]) -> String {
+fn to_json(resolved: &[(String, Resolved, Layout)]) -> String {
     let map: serde_json::Map<String, serde_json::Value> = resolved
         .iter()
-        .map(|(model, settings)| (model.clone(), serde_json::to_value(settings).expect("resolved settings serialise")))
+        .map(|(model, settings, layout)| {
+            let mut value = serde_json::to_value(settings).expect("resolved settings serialise");
+            // Only a multi-node layout is shown, so single-node output keeps its shape.
+            if layout.is_multi_node() {
+                value["layout"] = serde_json::to_value(layout).expect("layout serialises");
+            }
+            (model.clone(), value)
+        })
         .collect();
     let mut text = serde_json::to_string_pretty(&serde_json::Value::Object(map)).expect("json");
     text.push('\n');
     text
 }
 
-fn to_table(resolved: &[(String, Resolved)], profile: &str, gpus: u32) -> String {
+fn to_table(resolved: &[(String, Resolved, Layout)], profile: &str, gpus: u32) -> String {
     let opt = |v: Option<String>| v.unwrap_or_else(|| "-".to_string());
     let rows: Vec<[String; 9]> = resolved
         .iter()
-        .map(|(model, r)| {
+        .map(|(model, r, layout)| {
             [
                 model.clone(),
-                format!("{}x{}", r.tensor_parallel_size, r.data_parallel_size),
+                parallel_cell(r, layout),
                 opt(r.max_model_len.map(|v| v.to_string())),
                 opt(r.swap_space.map(|v| v.to_string())),
                 opt(match (&r.tool_call_parser, &r.reasoning_parser) {
@@ -180,6 +183,18 @@ fn to_table(resolved: &[(String, Resolved)], profile: &str, gpus: u32) -> String
         out += &line(row.iter().map(String::as_str).collect());
     }
     out
+}
+
+/// `TPxDP`, with `/ppN` when pipelined and `@N nodes (X crosses)` when multi-node.
+fn parallel_cell(r: &Resolved, layout: &Layout) -> String {
+    let mut cell = format!("{}x{}", r.tensor_parallel_size, r.data_parallel_size);
+    if r.pipeline_parallel_size > 1 {
+        cell += &format!("/pp{}", r.pipeline_parallel_size);
+    }
+    if layout.is_multi_node() {
+        cell += &format!("@{}nodes({})", layout.nodes, layout.crossing.as_str());
+    }
+    cell
 }
 
 pub fn check(args: &CheckArgs) -> Result<ExitCode> {

@@ -4,6 +4,7 @@ mod broken;
 mod catalogue;
 mod edge;
 mod ledger;
+mod multinode;
 #[path = "../common/pg.rs"]
 mod pg;
 mod queueing;
