@@ -11,6 +11,7 @@ pub mod failure;
 pub mod gpu;
 pub mod harbor;
 pub mod logsink;
+pub mod multinode;
 pub mod plan;
 pub mod ports;
 pub mod postrun;

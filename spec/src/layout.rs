@@ -5,7 +5,7 @@
 //!
 //! Pure: numbers in, a layout or a reason out.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The engine's parallel sizes (each ≥ 1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -28,7 +28,7 @@ impl Parallelism {
 }
 
 /// Which parallelism spans nodes; vLLM is started differently for each (docs/multinode.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Crossing {
     /// One node: nothing crosses.
