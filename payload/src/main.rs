@@ -79,7 +79,7 @@ fn plan(spec_path: &std::path::Path, json: bool, check_harbor: bool) -> anyhow::
             return Ok(OutcomeClass::Spec.exit_code());
         }
     };
-    let mut plan = payload::plan::build(spec_path, &spec, &payload::run::parent_env());
+    let mut plan = payload::plan::build(spec_path, &spec, &payload::prepare::parent_env());
     if check_harbor {
         payload::plan::check_harbor(&spec, &mut plan);
     }
@@ -94,8 +94,8 @@ fn plan(spec_path: &std::path::Path, json: bool, check_harbor: bool) -> anyhow::
 }
 
 fn gpus(json: bool, profiles: Option<PathBuf>) -> anyhow::Result<i32> {
-    let parent = payload::run::parent_env();
-    let env_fn = payload::run::lookup(&parent);
+    let parent = payload::prepare::parent_env();
+    let env_fn = payload::prepare::lookup(&parent);
     let profiles = match profiles {
         Some(path) => match payload::gpu::load_profiles(&path) {
             Ok(p) => Some(p),
@@ -163,8 +163,8 @@ async fn main() -> ExitCode {
         Command::Plan { spec, json, check_harbor } => plan(&spec, json, check_harbor),
         Command::Gpus { json, profiles } => gpus(json, profiles),
         Command::Rank { ranks } => {
-            let parent = payload::run::parent_env();
-            let err = payload::multinode::exec_rank(&ranks, &payload::run::lookup(&parent));
+            let parent = payload::prepare::parent_env();
+            let err = payload::multinode::exec_rank(&ranks, &payload::prepare::lookup(&parent));
             // Only a failure returns; the srun step (--kill-on-bad-exit) then ends every rank.
             Err(anyhow::Error::new(err).context("payload rank"))
         }

@@ -309,6 +309,20 @@ pub fn cancel_steps(records: &[RankRecord]) {
     }
 }
 
+/// The last lines of srun's log and of every secondary's `vllm-<node>.log`, each line prefixed
+/// with where it comes from (at most `n` in all, the newest kept).
+pub fn ranks_log_tail(run_dir: &Path, secondaries: Option<&Secondaries>, n: usize) -> Vec<String> {
+    let Some(s) = secondaries else { return Vec::new() };
+    let mut lines: Vec<String> =
+        crate::engine::log_tail(&run_dir.join(SRUN_LOG), n).into_iter().map(|l| format!("[srun] {l}")).collect();
+    for rank in &s.file.ranks[1..] {
+        let log = run_dir.join(format!("vllm-{}.log", rank.node));
+        lines.extend(crate::engine::log_tail(&log, n).into_iter().map(|l| format!("[{}] {l}", rank.node)));
+    }
+    let skip = lines.len().saturating_sub(n);
+    lines.split_off(skip)
+}
+
 /// Writes the ranks file (atomically: a rank never reads half of it).
 pub fn write_ranks_file(run_dir: &Path, file: &RanksFile) -> std::io::Result<PathBuf> {
     let path = run_dir.join(RANKS_FILE);
@@ -376,6 +390,82 @@ pub fn exec_rank(ranks_file: &Path, env: &dyn Fn(&str) -> Option<String>) -> Ran
     // exec, not spawn: the task *is* vLLM, so Slurm's step signals and kills reach it directly.
     let err = Command::new(program).args(args).exec();
     RankError::Exec { program: program.clone(), source: err }
+}
+
+/// The job's nodes as observed: from Slurm inside a job, placeholders for a plan outside one.
+#[derive(Debug, Clone)]
+pub struct Observed {
+    pub nodes: Vec<Node>,
+    pub rendezvous_port: u16,
+    /// `slurm` or `placeholders (no SLURM_JOB_NODELIST)`.
+    pub source: String,
+}
+
+/// Asks Slurm for the job's nodes and this node for a free rendezvous port; `None` for a
+/// single-node spec. A plan outside a job gets placeholders instead of an error.
+pub fn observe(
+    spec: &LaunchSpec,
+    env: &dyn Fn(&str) -> Option<String>,
+    plan: bool,
+    serve_port: Option<u16>,
+) -> Option<Result<Observed, MultiNodeError>> {
+    let layout = spec.layout().ok().filter(Layout::is_multi_node)?;
+    let job_id = crate::prepare::port_job_id(env);
+    let serve_port = serve_port.unwrap_or(0);
+    let in_job = env("SLURM_JOB_NODELIST").or_else(|| env("SLURM_NODELIST")).is_some();
+    let observed = (|| {
+        let (nodes, source) = if !in_job && plan {
+            (plan_nodes(layout.nodes), "placeholders (no SLURM_JOB_NODELIST: not inside a job)".to_string())
+        } else {
+            (discover(env, layout.nodes)?, "slurm (SLURM_JOB_NODELIST, scontrol)".to_string())
+        };
+        let rendezvous_port =
+            choose_rendezvous_port(&spec.serve.port, &job_id, serve_port, |p| crate::ports::is_free(p, "0.0.0.0"))?;
+        Ok(Observed { nodes, rendezvous_port, source })
+    })();
+    Some(observed)
+}
+
+/// The secondaries' launch, prepared: the ranks file's content and the srun child.
+#[derive(Debug, Clone)]
+pub struct Secondaries {
+    pub file: RanksFile,
+    pub srun: crate::supervisor::ChildSpec,
+    pub source: String,
+    pub nodes: Vec<Node>,
+}
+
+/// Every rank from the head's single-node argv, and the srun child that starts the others with
+/// the engine's environment. `head_argv` gets the head's flags.
+pub fn prepare(
+    spec: &LaunchSpec,
+    head_argv: &mut Vec<String>,
+    env: &BTreeMap<String, String>,
+    observed: Observed,
+    job_id: String,
+) -> Result<(Vec<Rank>, Secondaries), Failure> {
+    let layout = spec.layout().map_err(|e| Failure::new(OutcomeClass::Spec, format!("field `serve.nodes`: {e}")))?;
+    let rendezvous = Rendezvous { addr: observed.nodes[0].addr.clone(), port: observed.rendezvous_port };
+    let all = ranks(spec, &layout, head_argv, &observed.nodes, &rendezvous);
+    *head_argv = all[0].argv.clone();
+    let srun = crate::childenv::resolve_program("srun", None, &env["PATH"]).map_err(|e| {
+        Failure::new(OutcomeClass::EngineStart, format!("a multi-node engine needs srun: {e}")).with_cause("multinode")
+    })?;
+    let payload_bin = std::env::current_exe().map_err(|e| {
+        Failure::new(OutcomeClass::EngineStart, format!("cannot find payload's own binary for `payload rank`: {e}"))
+            .with_cause("multinode")
+    })?;
+    let ranks_file = spec.run_dir.join(RANKS_FILE);
+    let argv = srun_argv(&srun.display().to_string(), &payload_bin, &ranks_file, &all[1..], &spec.run_dir);
+    let child = crate::supervisor::ChildSpec {
+        program: srun,
+        argv,
+        env: env.clone(),
+        log: spec.run_dir.join(SRUN_LOG),
+        cwd: None,
+    };
+    let file = RanksFile { job_id, crossing: layout.crossing, rendezvous, ranks: all.clone() };
+    Ok((all, Secondaries { file, srun: child, source: observed.source, nodes: observed.nodes }))
 }
 
 /// The per-node view `payload plan` shows: node, address, argv and environment of every rank.

@@ -3,6 +3,7 @@
 mod broken;
 mod catalogue;
 mod edge;
+mod exit_codes;
 mod ledger;
 mod multinode;
 #[path = "../common/pg.rs"]
@@ -10,6 +11,7 @@ mod pg;
 mod queueing;
 mod registry;
 mod slurm_real;
+mod snapshots;
 mod support;
 mod team;
 mod verify;
