@@ -10,7 +10,7 @@ use crate::support::{stderr, stdout, submitter, workspace_root};
 fn resolve_json(cluster: &str, model: &str) -> Value {
     let out = submitter(&["registry", "resolve", "--cluster", cluster, "--json", model]);
     assert!(out.status.success(), "{}", stderr(&out));
-    serde_json::from_str::<Value>(&stdout(&out)).unwrap()[model].clone()
+    serde_json::from_str::<Value>(&stdout(&out)).unwrap()["models"][model].clone()
 }
 
 #[test]
