@@ -86,6 +86,9 @@ pub fn argv(
     push(&["--port", &port.to_string()]);
     push(&["--served-model-name", &spec.model.served_name]);
     push(&["--tensor-parallel-size", &serve.tensor_parallel_size.to_string()]);
+    if serve.pipeline_parallel_size > 1 {
+        push(&["--pipeline-parallel-size", &serve.pipeline_parallel_size.to_string()]);
+    }
     if serve.data_parallel_size > 1 {
         push(&["--data-parallel-size", &serve.data_parallel_size.to_string()]);
     }

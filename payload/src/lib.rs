@@ -13,6 +13,7 @@ pub mod failure;
 pub mod gpu;
 pub mod harbor;
 pub mod logsink;
+pub mod multinode;
 pub mod phases;
 pub mod plan;
 pub mod ports;

@@ -4,6 +4,7 @@
 pub mod fsread;
 pub mod gpu;
 pub mod launch;
+pub mod layout;
 pub mod records;
 mod strict_de;
 pub mod validate;
