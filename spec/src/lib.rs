@@ -5,6 +5,7 @@ pub mod fsread;
 pub mod gpu;
 pub mod launch;
 pub mod records;
+pub mod rundir;
 mod strict_de;
 pub mod validate;
 pub mod versions;

@@ -15,9 +15,9 @@
 //! ([`crate::config::cluster::VerifySettings`]); docs/verification.md lists them.
 
 pub mod check;
-pub mod logscan;
 pub mod report;
 pub mod results;
+pub mod rules;
 pub mod status;
 pub mod verdict;
 
@@ -27,6 +27,9 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 pub use crate::config::cluster::VerifySettings;
+/// The engine log scanner lives with the rest of the run-dir format.
+pub use launch_spec::rundir::enginelog as logscan;
+pub use launch_spec::rundir::parse_time;
 
 use launch_spec::fsread::{self, Links};
 
@@ -101,11 +104,15 @@ pub struct Finding {
     /// What to do about it (absent when nothing is to be done).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub action: Option<String>,
+    /// The `status` verdict this finding stands for when it is the most severe
+    /// ([`rules::Assessment::verdict`]); absent for findings that only inform.
+    #[serde(rename = "status_verdict", skip_serializing_if = "Option::is_none")]
+    pub status: Option<verdict::VerdictKind>,
 }
 
 impl Finding {
     pub fn new(check: &'static str, id: &'static str, level: Level, summary: impl Into<String>) -> Self {
-        Finding { check, id, level, summary: summary.into(), evidence: Vec::new(), action: None }
+        Finding { check, id, level, summary: summary.into(), evidence: Vec::new(), action: None, status: None }
     }
 
     pub fn evidence(mut self, line: impl Into<String>) -> Self {
@@ -117,15 +124,11 @@ impl Finding {
         self.action = Some(action.into());
         self
     }
-}
 
-/// Parses an RFC 3339 instant (`…Z` or with an offset); a naive `YYYY-MM-DDTHH:MM:SS[.f]` is read
-/// as UTC (Harbor writes job timestamps in naive local time: use those for differences only).
-pub fn parse_time(text: &str) -> Option<DateTime<Utc>> {
-    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
-        return Some(t.with_timezone(&Utc));
+    pub fn stands_for(mut self, verdict: verdict::VerdictKind) -> Self {
+        self.status = Some(verdict);
+        self
     }
-    chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S%.f").ok().map(|n| n.and_utc())
 }
 
 /// `42s`, `12m`, `3.5h`.

@@ -5,14 +5,13 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use chrono::{DateTime, Utc};
-use serde_json::Value;
 
 use super::verdict::{self, Inputs, StatusRow, VerdictKind};
 use super::{VerifySettings, check, human_duration, results};
 use crate::config::cluster::AutoCancel;
 use crate::ledger::{Attempt, AttemptId, Ledger, Status};
 use crate::slurm::{JobId, JobInfo, Slurm};
-use crate::sync::{SyncError, belongs_to, read_status, run_dir_of, view_of};
+use crate::sync::{SyncError, belongs_to, run_dir_of, view_of};
 
 /// What to collect.
 pub struct Collect<'a> {
@@ -69,21 +68,23 @@ pub fn collect(ledger: &dyn Ledger, slurm: &dyn Slurm, opts: &Collect) -> Result
 
 fn row_for(attempt: &Attempt, job: Option<&JobInfo>, opts: &Collect) -> StatusRow {
     let run_dir = run_dir_of(attempt);
-    let status = run_dir.as_deref().and_then(read_status).filter(|s| belongs_to(s, attempt));
-    let slurm_view = attempt.slurm_job_id.as_ref().map(|_| view_of(job));
-    let running =
-        status.as_ref().is_some_and(|s| s.phase == launch_spec::records::Phase::Running && s.outcome.is_none());
-    let (running_since, expected, problems) = match run_dir.as_deref() {
-        Some(dir) if attempt.status.is_active() => {
-            let result: Option<Value> = super::read_record(&dir.join("result.json"));
-            (
-                check::running_since(dir, status.as_ref()),
-                check::expected_trials_in(dir, result.as_ref()),
-                if running { check::config_problems(dir) } else { Vec::new() },
-            )
-        }
-        _ => (None, None, Vec::new()),
+    let record = run_dir.as_deref().map(launch_spec::rundir::read_status).unwrap_or_default();
+    let status_error = match &record {
+        launch_spec::rundir::StatusRecord::Unusable(e) => Some(e.clone()),
+        _ => None,
     };
+    let status = record.into_status().filter(|s| belongs_to(s, attempt));
+    let slurm_view = attempt.slurm_job_id.as_ref().map(|_| view_of(job));
+    // The run dir's records and configs, read by the same code as `check` (no log or trial scan).
+    let files = match run_dir.as_deref() {
+        Some(dir) if attempt.status.is_active() => {
+            check::evidence_from_dir(dir, opts.settings, opts.now, check::Depth::Records).ok()
+        }
+        _ => None,
+    };
+    let running_since = files.as_ref().and_then(|f| f.evidence.running_since);
+    let expected = files.as_ref().and_then(|f| f.evidence.expected_trials);
+    let problems = files.map(|f| f.evidence.config).unwrap_or_default();
     let audit = attempt
         .metrics
         .as_ref()
@@ -93,6 +94,7 @@ fn row_for(attempt: &Attempt, job: Option<&JobInfo>, opts: &Collect) -> StatusRo
         if attempt.status.is_active() { verdict::load_observation(opts.state_dir, attempt.id.0) } else { None };
     let (v, obs) = verdict::judge(&Inputs {
         status: status.as_ref(),
+        status_error: status_error.as_ref(),
         slurm: slurm_view,
         slurm_state: job.map(|j| j.state.to_string()),
         job_id: attempt.slurm_job_id.clone(),
