@@ -592,9 +592,7 @@ fn trial_findings(ev: &Evidence, s: &VerifySettings, state: RunState, judge_runn
                 if fail { Level::Fail } else { Level::Warn },
                 format!("{} of {} finished trials failed instantly (no output tokens, the agent ended ≈ when it started)", scan.instant_failures, scan.done),
             );
-            if fail && state == RunState::Running {
-                f.status = Some(VerdictKind::Misconfigured);
-            }
+            // `check`'s alone: `status` reads no trial dirs, and the verdicts must agree.
             if let Some(e) = &scan.instant_example {
                 f = f.evidence(e.clone());
             }
@@ -608,7 +606,7 @@ fn trial_findings(ev: &Evidence, s: &VerifySettings, state: RunState, judge_runn
             }));
         }
         if scan.unconstructed > 0 && scan.model_info_warnings > 0 {
-            let mut f = finding("trials", "trials.never_started", Level::Fail, VerdictKind::Misconfigured, format!("{} trial dir(s) were never constructed: the agent rejected its configuration", scan.unconstructed));
+            let mut f = Finding::new("trials", "trials.never_started", Level::Fail, format!("{} trial dir(s) were never constructed: the agent rejected its configuration", scan.unconstructed));
             if let Some(e) = &scan.model_info_example {
                 f = f.evidence(e.clone());
             }
@@ -654,7 +652,7 @@ fn trial_findings(ev: &Evidence, s: &VerifySettings, state: RunState, judge_runn
             );
         } else if active > 0 && result_quiet.or(since_start.map(|x| (now - x).num_seconds())).is_some_and(|q| q >= s.no_result_after_s as i64) && t.scan.is_some() {
             out.push(
-                finding("trials", "trials.stalled", Level::Fail, VerdictKind::Stalled, format!("no new result.json for {} while {active} trials are active (stalled)", human_duration(result_quiet.unwrap_or(0))))
+                Finding::new("trials", "trials.stalled", Level::Fail, format!("no new result.json for {} while {active} trials are active (stalled)", human_duration(result_quiet.unwrap_or(0))))
                     .evidence(basis())
                     .action("completions arrive but no trial finishes: look at an active trial's trial.log (an agent looping?); cancel and resubmit if nothing moves"),
             );

@@ -12,3 +12,4 @@ mod slurm_real;
 mod support;
 mod team;
 mod verify;
+mod verify_rundirs;

@@ -571,7 +571,7 @@ fn logs_picks_the_right_file_and_follows() {
 // results and the report (a ledger with finished attempts; no Slurm needed)
 
 /// A cluster profile dir for commands that open a session.
-fn profile_dir(root: &Path, name: &str, extra: &str) -> PathBuf {
+pub(crate) fn profile_dir(root: &Path, name: &str, extra: &str) -> PathBuf {
     let clusters = root.join("clusters");
     std::fs::create_dir_all(&clusters).unwrap();
     std::fs::copy(workspace_root().join("clusters/gpus.yaml"), clusters.join("gpus.yaml")).unwrap();
