@@ -363,7 +363,13 @@ impl TrialScan {
                     match self.trials.get_mut(name.as_os_str()) {
                         Some(st) => st.listed = generation,
                         None => {
-                            let st = TrialState { mtime_ns: 0, result: None, started: false, listed: generation, checked: unchecked };
+                            let st = TrialState {
+                                mtime_ns: 0,
+                                result: None,
+                                started: false,
+                                listed: generation,
+                                checked: unchecked,
+                            };
                             self.trials.insert(name.into_boxed_os_str(), st);
                         }
                     }
@@ -526,7 +532,8 @@ http_requests_total{handler="/health",method="GET",status="2xx"} 900.0
         let mut c = AccessLogCounter::default();
         assert_eq!(c.update(&path), Completions { ok: 1, c4xx: 1, c5xx: 0 });
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
-        f.write_all(b" OK\nINFO:     127.0.0.1:1 - \"POST /v1/chat/completions HTTP/1.1\" 500 Internal Server Error\n").unwrap();
+        f.write_all(b" OK\nINFO:     127.0.0.1:1 - \"POST /v1/chat/completions HTTP/1.1\" 500 Internal Server Error\n")
+            .unwrap();
         assert_eq!(c.update(&path), Completions { ok: 2, c4xx: 1, c5xx: 1 });
     }
 

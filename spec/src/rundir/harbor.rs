@@ -177,9 +177,8 @@ impl TrialResult {
     /// Seconds the agent ran (`agent_execution`), else — older Harbor without phase timings — the
     /// whole trial (`started_at` → `finished_at`), which includes the sandbox setup.
     pub fn agent_seconds(&self, parse: impl Fn(&str) -> Option<i64>) -> Option<(f64, bool)> {
-        let span = |s: Option<&String>, f: Option<&String>| -> Option<f64> {
-            Some((parse(f?)? - parse(s?)?) as f64 / 1000.0)
-        };
+        let span =
+            |s: Option<&String>, f: Option<&String>| -> Option<f64> { Some((parse(f?)? - parse(s?)?) as f64 / 1000.0) };
         if let Some(t) = &self.agent_execution
             && let Some(s) = span(t.started_at.as_ref(), t.finished_at.as_ref())
         {

@@ -230,7 +230,10 @@ impl EventKind {
 
 impl From<&str> for EventKind {
     fn from(name: &str) -> Self {
-        EVENT_NAMES.iter().find(|(n, _)| *n == name).map_or_else(|| EventKind::Other(name.to_string()), |(_, k)| k.clone())
+        EVENT_NAMES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or_else(|| EventKind::Other(name.to_string()), |(_, k)| k.clone())
     }
 }
 
@@ -318,7 +321,10 @@ mod tests {
 
     #[test]
     fn status_records_say_why_they_are_unusable() {
-        assert!(matches!(parse_status(b"{\"version\": 1, \"run_tag\": \"x\", \"pha"), StatusRecord::Unusable(RecordError::Unparseable { .. })));
+        assert!(matches!(
+            parse_status(b"{\"version\": 1, \"run_tag\": \"x\", \"pha"),
+            StatusRecord::Unusable(RecordError::Unparseable { .. })
+        ));
         assert!(matches!(
             parse_status(b"{\"version\": 99, \"whatever\": true}"),
             StatusRecord::Unusable(RecordError::Newer { found: 99, .. })

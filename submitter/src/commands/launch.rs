@@ -191,16 +191,15 @@ pub fn plan_command(args: &PlanArgs) -> Result<ExitCode> {
 /// One iteration: sync, re-read lists, plan, submit. Any ledger/Slurm error ends it (fail closed).
 fn iterate(session: &Session, args: &LaunchArgs, executables: &Executables, mirror: Option<&Mirror>) -> Result<String> {
     let stale_after = stale_after_s(args.stale_after, args.interval.filter(|_| args.watch));
-    let report =
-        sync::sync_and_heartbeat(
-            session.ledger.as_ref(),
-            &session.slurm,
-            &session.cluster.name,
-            stale_after,
-            &session.cluster.verify,
-            mirror,
-        )
-        .context("sync")?;
+    let report = sync::sync_and_heartbeat(
+        session.ledger.as_ref(),
+        &session.slurm,
+        &session.cluster.name,
+        stale_after,
+        &session.cluster.verify,
+        mirror,
+    )
+    .context("sync")?;
     let presets = args.selection.presets(&session.presets_dir)?;
     let models = args.selection.models(session.ledger.as_ref())?;
     let view = LedgerView::read(session.ledger.as_ref())?;

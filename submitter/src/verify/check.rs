@@ -143,7 +143,12 @@ pub struct DirEvidence {
 }
 
 /// Reads a run dir into [`Evidence`] for the reference time `now`.
-pub fn evidence_from_dir(dir: &Path, settings: &VerifySettings, now: DateTime<Utc>, depth: Depth) -> Result<DirEvidence, CheckError> {
+pub fn evidence_from_dir(
+    dir: &Path,
+    settings: &VerifySettings,
+    now: DateTime<Utc>,
+    depth: Depth,
+) -> Result<DirEvidence, CheckError> {
     let meta = std::fs::metadata(dir).map_err(|source| CheckError::Io { path: dir.to_path_buf(), source })?;
     if !meta.is_dir() {
         return Err(CheckError::NotADirectory(dir.to_path_buf()));
@@ -205,9 +210,8 @@ pub fn evidence_from_dir(dir: &Path, settings: &VerifySettings, now: DateTime<Ut
 
     let beat = status.and_then(|s| s.heartbeat.as_ref());
     let engine = engine_facts(log.as_ref(), beat, engine_log_path.as_deref(), running_since, &harbor);
-    let audit = job_result_value
-        .as_ref()
-        .map(|r| results::audit_of(&results::summary_from_result(r, expected), settings));
+    let audit =
+        job_result_value.as_ref().map(|r| results::audit_of(&results::summary_from_result(r, expected), settings));
     let evidence = Evidence {
         now: Some(now),
         running_since,
@@ -281,7 +285,9 @@ fn engine_facts(
     });
     let span = log.and_then(EngineLog::anchored_span_s);
     e.per_min = match (span, log) {
-        (Some(span), Some(l)) if span >= 60 && l.completions() > 0 => Some(l.completions() as f64 / (span as f64 / 60.0)),
+        (Some(span), Some(l)) if span >= 60 && l.completions() > 0 => {
+            Some(l.completions() as f64 / (span as f64 / 60.0))
+        }
         _ => None,
     };
     Some(e)
@@ -456,13 +462,7 @@ pub fn scan_trials(dir: &Path, instant_fail_s: f64) -> std::io::Result<TrialScan
     Ok(scan)
 }
 
-fn done_trial(
-    trial: &Path,
-    name: &str,
-    instant_fail_s: f64,
-    buf: &mut Vec<u8>,
-    scan: &mut TrialScan,
-) {
+fn done_trial(trial: &Path, name: &str, instant_fail_s: f64, buf: &mut Vec<u8>, scan: &mut TrialScan) {
     scan.done += 1;
     // Never through a symlink, never a FIFO or device (a result.json linked to /dev/zero).
     let Ok(mut file) = fsread::open_regular(&trial.join(hf::RESULT_FILE), Links::Refuse) else { return };

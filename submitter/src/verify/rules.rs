@@ -249,11 +249,23 @@ pub fn evaluate(ev: &Evidence, s: &VerifySettings) -> Assessment {
     if let Some(job) = ev.job.as_ref().filter(|_| outcome.is_none()) {
         match job.slurm {
             None => {
-                out.push(finding("job", "job.no_job_id", Level::Ok, VerdictKind::Starting, "not yet in Slurm (no job id on the row)".into()));
+                out.push(finding(
+                    "job",
+                    "job.no_job_id",
+                    Level::Ok,
+                    VerdictKind::Starting,
+                    "not yet in Slurm (no job id on the row)".into(),
+                ));
                 return done(RunState::Unknown, out);
             }
             Some(SlurmView::Queued) => {
-                out.push(finding("job", "job.queued", Level::Ok, VerdictKind::Starting, format!("queued (job {job_text})")));
+                out.push(finding(
+                    "job",
+                    "job.queued",
+                    Level::Ok,
+                    VerdictKind::Starting,
+                    format!("queued (job {job_text})"),
+                ));
                 return done(RunState::Unknown, out);
             }
             Some(SlurmView::Gone) => {
@@ -280,7 +292,13 @@ pub fn evaluate(ev: &Evidence, s: &VerifySettings) -> Assessment {
                                 .action(format!("read the job's Slurm output (`submitter logs {job_text}`); cancel and fix the script or prelude")),
                         );
                     } else {
-                        out.push(finding("job", "job.waiting", Level::Ok, VerdictKind::Starting, format!("job {job_text} running, waiting for payload's first status.json")));
+                        out.push(finding(
+                            "job",
+                            "job.waiting",
+                            Level::Ok,
+                            VerdictKind::Starting,
+                            format!("job {job_text} running, waiting for payload's first status.json"),
+                        ));
                     }
                     return done(RunState::Running, out);
                 }
@@ -318,25 +336,34 @@ pub fn evaluate(ev: &Evidence, s: &VerifySettings) -> Assessment {
         } else {
             let (kind, text) = match st.phase {
                 Phase::Preparing | Phase::Serving | Phase::Ready => {
-                    let since = parse_time(&st.started_at).map_or("?".into(), |t| human_duration((now - t).num_seconds()));
+                    let since =
+                        parse_time(&st.started_at).map_or("?".into(), |t| human_duration((now - t).num_seconds()));
                     (VerdictKind::Starting, format!("payload {} (started {since} ago)", phase_name(st.phase)))
                 }
                 Phase::Stopping => (VerdictKind::Healthy, "stopping: payload is tearing down".to_string()),
                 Phase::Done => (VerdictKind::Failed, "payload finished without recording an outcome".to_string()),
-                Phase::Running if st.heartbeat.is_none() => (VerdictKind::Starting, "Harbor started; no heartbeat yet".to_string()),
-                Phase::Running => (VerdictKind::Healthy, format!("payload phase running, last status {} ago", human_duration(age))),
+                Phase::Running if st.heartbeat.is_none() => {
+                    (VerdictKind::Starting, "Harbor started; no heartbeat yet".to_string())
+                }
+                Phase::Running => {
+                    (VerdictKind::Healthy, format!("payload phase running, last status {} ago", human_duration(age)))
+                }
             };
             let level = if kind == VerdictKind::Failed { Level::Fail } else { Level::Ok };
             out.push(finding("outcome", "outcome.running", level, kind, text));
             RunState::Running
         }
     } else if ev.harbor.finished_at.is_some() {
-        out.push(Finding::new("outcome", "outcome.harbor_finished", Level::Ok, format!("Harbor finished at {}", ev.harbor.finished_at.as_deref().unwrap_or("?"))));
+        out.push(Finding::new(
+            "outcome",
+            "outcome.harbor_finished",
+            Level::Ok,
+            format!("Harbor finished at {}", ev.harbor.finished_at.as_deref().unwrap_or("?")),
+        ));
         RunState::Ended
     } else if slurm_running {
         RunState::Running
-    } else if ev.harbor.present
-        && (ev.trials.active() > 0 || ev.expected_trials.is_some_and(|e| ev.trials.done() < e))
+    } else if ev.harbor.present && (ev.trials.active() > 0 || ev.expected_trials.is_some_and(|e| ev.trials.done() < e))
     {
         // No payload records: Harbor has not finished and trials are active or missing. Whether it
         // still moves is the stall rule's question, judged on the last completion and result.
@@ -347,8 +374,8 @@ pub fn evaluate(ev: &Evidence, s: &VerifySettings) -> Assessment {
 
     // 5. Tunnel and api_base: they decide the verdict once Harbor runs (a tunnel still coming up
     //    during startup is not yet a misconfiguration).
-    let harbor_runs = state == RunState::Running
-        && status.is_none_or(|st| st.phase == Phase::Running && st.heartbeat.is_some());
+    let harbor_runs =
+        state == RunState::Running && status.is_none_or(|st| st.phase == Phase::Running && st.heartbeat.is_some());
     for f in &ev.config {
         let mut f = f.clone();
         if f.level == Level::Fail && harbor_runs {
@@ -384,8 +411,14 @@ fn unusable_status(err: &RecordError) -> Finding {
 
 fn outcome_finding(o: &launch_spec::records::Outcome) -> Finding {
     if o.class == OutcomeClass::Finished {
-        return finding("outcome", "outcome.finished", Level::Ok, VerdictKind::Finished, format!("payload: finished ({})", o.message))
-            .action("`submitter sync` folds the scores into the ledger");
+        return finding(
+            "outcome",
+            "outcome.finished",
+            Level::Ok,
+            VerdictKind::Finished,
+            format!("payload: finished ({})", o.message),
+        )
+        .action("`submitter sync` folds the scores into the ledger");
     }
     let cause = o.cause.as_ref().map(|c| format!("/{c}")).unwrap_or_default();
     let mut f = finding(
@@ -449,9 +482,15 @@ fn engine_findings(
     if let Some((false, at, last_ok)) = &e.probe
         && state == RunState::Running
     {
-        let mut f = finding("engine", "engine.unhealthy", Level::Fail, VerdictKind::Dead, "the engine fails its /health probe".into())
-            .evidence(format!("status.json heartbeat at {at}: engine_healthy false"))
-            .action("payload ends the run after its consecutive-failure limit; if the job stays RUNNING, cancel it");
+        let mut f = finding(
+            "engine",
+            "engine.unhealthy",
+            Level::Fail,
+            VerdictKind::Dead,
+            "the engine fails its /health probe".into(),
+        )
+        .evidence(format!("status.json heartbeat at {at}: engine_healthy false"))
+        .action("payload ends the run after its consecutive-failure limit; if the job stays RUNNING, cancel it");
         if let Some(t) = last_ok {
             f = f.evidence(format!("last healthy heartbeat at {}", t.to_rfc3339()));
         }
@@ -510,11 +549,18 @@ fn engine_findings(
         if let Some(line) = ev.trials.scan.as_ref().and_then(|t| t.model_info_example.clone()) {
             f = f.evidence(line);
         }
-        out.push(f.action("check the agent kwargs (model_info, api_base) in config.json and Harbor's version, then resubmit"));
+        out.push(f.action(
+            "check the agent kwargs (model_info, api_base) in config.json and Harbor's version, then resubmit",
+        ));
     } else if !bad_overall && !bad_recent {
         if total >= s.min_requests && share(e.c5xx) > s.server_error_share {
-            let mut f = Finding::new("engine", "engine.server_errors", Level::Warn, format!("{} of completions failed with 5xx", percent(share(e.c5xx))))
-                .evidence(counts.clone());
+            let mut f = Finding::new(
+                "engine",
+                "engine.server_errors",
+                Level::Warn,
+                format!("{} of completions failed with 5xx", percent(share(e.c5xx))),
+            )
+            .evidence(counts.clone());
             if let Some(line) = &e.example_5xx {
                 f = f.evidence(format!("{file}: {line}"));
             }
@@ -522,25 +568,40 @@ fn engine_findings(
         } else {
             let active = ev.trials.active();
             let quiet = e.last_completion_at.map(|t| (now - t).num_seconds());
-            let slow = judge_running && active > 0 && e.per_min.is_some_and(|r| r < 1.0) && served_s.is_some_and(|x| x >= 600);
-            let stopped = judge_running && active > 0 && total > 0 && quiet.is_some_and(|q| q >= s.stall_after_s as i64);
+            let slow =
+                judge_running && active > 0 && e.per_min.is_some_and(|r| r < 1.0) && served_s.is_some_and(|x| x >= 600);
+            let stopped =
+                judge_running && active > 0 && total > 0 && quiet.is_some_and(|q| q >= s.stall_after_s as i64);
             let summary = if total == 0 {
                 "no completions yet".to_string()
             } else if stopped {
                 format!("no completion for {} while {active} trials are active", human_duration(quiet.unwrap_or(0)))
             } else if slow {
-                format!("completions arrive slowly ({}/min) while {active} trials are active", e.per_min.map_or("?".into(), |r| format!("{r:.2}")))
+                format!(
+                    "completions arrive slowly ({}/min) while {active} trials are active",
+                    e.per_min.map_or("?".into(), |r| format!("{r:.2}"))
+                )
             } else if state == RunState::Running {
                 format!("completions arriving, {} answered 200", percent(share(e.ok)))
             } else {
                 format!("{total} completions, {} answered 200", percent(share(e.ok)))
             };
-            let mut f = Finding::new("engine", "engine.completions", if slow || stopped { Level::Warn } else { Level::Ok }, summary).evidence(counts.clone());
+            let mut f = Finding::new(
+                "engine",
+                "engine.completions",
+                if slow || stopped { Level::Warn } else { Level::Ok },
+                summary,
+            )
+            .evidence(counts.clone());
             if let Some(r) = e.recent.as_ref().filter(|r| r.n > 0) {
                 f = f.evidence(format!("{}: {} × 2xx, {} × 4xx, {} × 5xx", r.label, r.ok, r.c4xx, r.c5xx));
             }
             if let Some(t) = e.last_completion_at {
-                f = f.evidence(format!("last completion at {} ({} before the reference time)", t.to_rfc3339(), human_duration((now - t).num_seconds())));
+                f = f.evidence(format!(
+                    "last completion at {} ({} before the reference time)",
+                    t.to_rfc3339(),
+                    human_duration((now - t).num_seconds())
+                ));
             }
             if slow || stopped {
                 f = f.action("look at the agent's trial.log files and vLLM's throughput lines");
@@ -552,12 +613,23 @@ fn engine_findings(
             Some(r) => r.ok as f64 / r.n as f64,
             None => share(e.ok),
         };
-        healthy = if total == 0 { "no completions yet".into() } else { format!("{rate}, {} answered 200", percent(ok_share)) };
+        healthy = if total == 0 {
+            "no completions yet".into()
+        } else {
+            format!("{rate}, {} answered 200", percent(ok_share))
+        };
     }
     healthy
 }
 
-fn trial_findings(ev: &Evidence, s: &VerifySettings, state: RunState, judge_running: bool, now: DateTime<Utc>, out: &mut Vec<Finding>) {
+fn trial_findings(
+    ev: &Evidence,
+    s: &VerifySettings,
+    state: RunState,
+    judge_running: bool,
+    now: DateTime<Utc>,
+    out: &mut Vec<Finding>,
+) {
     let t = &ev.trials;
     let expected = ev.expected_trials;
     let expected_text = expected.map(|e| format!(" of {e}")).unwrap_or_default();
@@ -574,23 +646,31 @@ fn trial_findings(ev: &Evidence, s: &VerifySettings, state: RunState, judge_runn
             "trials",
             "trials.progress",
             Level::Ok,
-            format!("{} done{expected_text}, {} active{queued}, {} errored ({infra} infra)", scan.done, scan.active, scan.errored),
+            format!(
+                "{} done{expected_text}, {} active{queued}, {} errored ({infra} infra)",
+                scan.done, scan.active, scan.errored
+            ),
         );
         if !scan.errors_by_type.is_empty() {
             let types: Vec<String> = scan.errors_by_type.iter().map(|(k, v)| format!("{k} × {v}")).collect();
             progress = progress.evidence(format!("errors: {}", types.join(", ")));
         }
         if let (Some(at), Some(trial)) = (scan.last_result_at, &scan.last_result_trial) {
-            progress = progress.evidence(format!("last result.json {} ago ({trial})", human_duration((now - at).num_seconds())));
+            progress = progress
+                .evidence(format!("last result.json {} ago ({trial})", human_duration((now - at).num_seconds())));
         }
         out.push(progress);
         if scan.instant_failures > 0 {
-            let fail = scan.instant_failures >= 3 && scan.instant_failures as f64 > s.instant_fail_share * scan.done.max(1) as f64;
+            let fail = scan.instant_failures >= 3
+                && scan.instant_failures as f64 > s.instant_fail_share * scan.done.max(1) as f64;
             let mut f = Finding::new(
                 "trials",
                 "trials.instant_fail",
                 if fail { Level::Fail } else { Level::Warn },
-                format!("{} of {} finished trials failed instantly (no output tokens, the agent ended ≈ when it started)", scan.instant_failures, scan.done),
+                format!(
+                    "{} of {} finished trials failed instantly (no output tokens, the agent ended ≈ when it started)",
+                    scan.instant_failures, scan.done
+                ),
             );
             // `check`'s alone: `status` reads no trial dirs, and the verdicts must agree.
             if let Some(e) = &scan.instant_example {
@@ -598,7 +678,12 @@ fn trial_findings(ev: &Evidence, s: &VerifySettings, state: RunState, judge_runn
             }
             let types: Vec<String> = scan.instant_types.iter().map(|(k, v)| format!("{k} × {v}")).collect();
             f = f.evidence(format!("by exception: {}", types.join(", ")));
-            let overflow: u64 = scan.instant_types.iter().filter(|(k, _)| k.contains("ContextLength") || k.contains("BadRequest")).map(|(_, v)| v).sum();
+            let overflow: u64 = scan
+                .instant_types
+                .iter()
+                .filter(|(k, _)| k.contains("ContextLength") || k.contains("BadRequest"))
+                .map(|(_, v)| v)
+                .sum();
             out.push(f.action(if overflow * 2 > scan.instant_failures {
                 "they died on their first request's 400 (context overflow): lower max_model_len / the output budget, see the engine check"
             } else {
@@ -606,7 +691,15 @@ fn trial_findings(ev: &Evidence, s: &VerifySettings, state: RunState, judge_runn
             }));
         }
         if scan.unconstructed > 0 && scan.model_info_warnings > 0 {
-            let mut f = Finding::new("trials", "trials.never_started", Level::Fail, format!("{} trial dir(s) were never constructed: the agent rejected its configuration", scan.unconstructed));
+            let mut f = Finding::new(
+                "trials",
+                "trials.never_started",
+                Level::Fail,
+                format!(
+                    "{} trial dir(s) were never constructed: the agent rejected its configuration",
+                    scan.unconstructed
+                ),
+            );
             if let Some(e) = &scan.model_info_example {
                 f = f.evidence(e.clone());
             }
@@ -619,7 +712,8 @@ fn trial_findings(ev: &Evidence, s: &VerifySettings, state: RunState, judge_runn
         let last_completion = ev.engine.as_ref().and_then(|e| e.last_completion_at);
         let last_result = t.last_result_at();
         let last = [t.last_progress_at, last_completion, last_result].into_iter().flatten().max();
-        let since_start = ev.running_since.or(ev.engine.as_ref().and_then(|e| e.serving_since)).or(ev.harbor.started_at);
+        let since_start =
+            ev.running_since.or(ev.engine.as_ref().and_then(|e| e.serving_since)).or(ev.harbor.started_at);
         let quiet = last.or(since_start).map(|x| (now - x).num_seconds());
         let basis = || {
             let mut parts = Vec::new();
@@ -650,7 +744,12 @@ fn trial_findings(ev: &Evidence, s: &VerifySettings, state: RunState, judge_runn
                     .evidence(basis())
                     .action("look at an active trial's trial.log and the engine log; cancel and resubmit (resume) if nothing moves"),
             );
-        } else if active > 0 && result_quiet.or(since_start.map(|x| (now - x).num_seconds())).is_some_and(|q| q >= s.no_result_after_s as i64) && t.scan.is_some() {
+        } else if active > 0
+            && result_quiet
+                .or(since_start.map(|x| (now - x).num_seconds()))
+                .is_some_and(|q| q >= s.no_result_after_s as i64)
+            && t.scan.is_some()
+        {
             out.push(
                 Finding::new("trials", "trials.stalled", Level::Fail, format!("no new result.json for {} while {active} trials are active (stalled)", human_duration(result_quiet.unwrap_or(0))))
                     .evidence(basis())
@@ -659,9 +758,16 @@ fn trial_findings(ev: &Evidence, s: &VerifySettings, state: RunState, judge_runn
         }
     } else if state == RunState::Unknown && all_done && done > 0 && ev.job.is_none() {
         out.push(
-            Finding::new("trials", "trials.done_unrecorded", Level::Warn, "all trials are done but no outcome was recorded")
-                .evidence("no payload outcome and no finished_at in result.json")
-                .action("check `squeue`: a job still RUNNING is a zombie (cancel it); a gone one died after its last trial"),
+            Finding::new(
+                "trials",
+                "trials.done_unrecorded",
+                Level::Warn,
+                "all trials are done but no outcome was recorded",
+            )
+            .evidence("no payload outcome and no finished_at in result.json")
+            .action(
+                "check `squeue`: a job still RUNNING is a zombie (cancel it); a gone one died after its last trial",
+            ),
         );
     }
 }

@@ -9,9 +9,9 @@ use chrono::{DateTime, Utc};
 use super::verdict::{self, Inputs, JobVerdict, StatusRow, VerdictKind};
 use super::{VerifySettings, check, human_duration, results};
 use crate::config::cluster::AutoCancel;
+use crate::decide::SlurmView;
 use crate::ledger::{Attempt, AttemptId, Ledger, Status};
 use crate::slurm::{JobId, JobInfo, Slurm};
-use crate::decide::SlurmView;
 use crate::sync::{SyncError, run_dir_of, view_of};
 use serde_json::Value;
 
@@ -100,18 +100,14 @@ pub fn judge_job(
     let status = record.into_status().filter(|s| job.job_id.is_some() && s.slurm_job_id.as_deref() == job.job_id);
     // The run dir's records and configs, read by the same code as `check` (no log or trial scan).
     let files = match run_dir {
-        Some(dir) if job.status.is_active() => {
-            check::evidence_from_dir(dir, settings, now, check::Depth::Records).ok()
-        }
+        Some(dir) if job.status.is_active() => check::evidence_from_dir(dir, settings, now, check::Depth::Records).ok(),
         _ => None,
     };
     let running_since = files.as_ref().and_then(|f| f.evidence.running_since);
     let expected = files.as_ref().and_then(|f| f.evidence.expected_trials);
     let problems = files.map(|f| f.evidence.config).unwrap_or_default();
-    let audit = job
-        .metrics
-        .filter(|m| !m.is_null())
-        .map(|m| results::audit_of(&results::summary_from_metrics(m), settings));
+    let audit =
+        job.metrics.filter(|m| !m.is_null()).map(|m| results::audit_of(&results::summary_from_metrics(m), settings));
     let (v, obs) = verdict::judge(&Inputs {
         status: status.as_ref(),
         status_error: status_error.as_ref(),

@@ -220,7 +220,6 @@ fn draft(verdict: VerdictKind, summary: impl Into<String>) -> Draft {
     Draft { verdict, summary: summary.into(), evidence: Vec::new(), action: None }
 }
 
-
 /// The verdict for one job and the observation to keep for the next call. Pure.
 pub fn judge(inputs: &Inputs) -> (JobVerdict, Observation) {
     let now = inputs.now;
@@ -294,11 +293,7 @@ fn decide(inputs: &Inputs, obs: &Observation, current: Option<&Sample>) -> (Draf
             }),
             per_min: r.filter(|r| r.window_s > 0).map(|r| r.per_min),
             serving_since: Some(harbor_since),
-            probe: Some((
-                c.healthy,
-                c.at.to_rfc3339(),
-                obs.samples.iter().rev().find(|p| p.healthy).map(|p| p.at),
-            )),
+            probe: Some((c.healthy, c.at.to_rfc3339(), obs.samples.iter().rev().find(|p| p.healthy).map(|p| p.at))),
             ..EngineFacts::default()
         }
     });
@@ -332,9 +327,12 @@ fn decide(inputs: &Inputs, obs: &Observation, current: Option<&Sample>) -> (Draf
     };
     let assessment = super::rules::evaluate(&evidence, s);
     let (kind, decisive) = assessment.verdict();
-    let rate = rate.filter(|_| kind != VerdictKind::Finished && kind != VerdictKind::Failed && kind != VerdictKind::Starting);
+    let rate =
+        rate.filter(|_| kind != VerdictKind::Finished && kind != VerdictKind::Failed && kind != VerdictKind::Starting);
     let mut d = match decisive.filter(|_| kind != VerdictKind::Healthy) {
-        Some(f) => Draft { verdict: kind, summary: f.summary.clone(), evidence: f.evidence.clone(), action: f.action.clone() },
+        Some(f) => {
+            Draft { verdict: kind, summary: f.summary.clone(), evidence: f.evidence.clone(), action: f.action.clone() }
+        }
         None => draft(kind, String::new()),
     };
     if kind == VerdictKind::Healthy {

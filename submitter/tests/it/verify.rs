@@ -403,7 +403,10 @@ fn stalled_trials_fail_when_no_result_arrives_for_an_hour() {
     assert_eq!(code, Some(1), "{report:#}");
     let f = finding(&report, "trials.stalled").expect("trials.stalled");
     assert!(
-        f["summary"].as_str().unwrap().contains("no completion and no trial progress for 2.0h while 4 trials are active"),
+        f["summary"]
+            .as_str()
+            .unwrap()
+            .contains("no completion and no trial progress for 2.0h while 4 trials are active"),
         "{f:#}"
     );
     assert!(evidence(f).contains("last result.json"), "{f:#}");
@@ -422,7 +425,10 @@ fn zombie_all_trials_done_while_the_job_runs() {
     let (report, code, _) = check(&[&run.dir], &[]);
     assert_eq!(code, Some(1));
     let f = finding(&report, "trials.zombie").expect("trials.zombie");
-    assert!(f["summary"].as_str().unwrap().contains("all 6 trials are done 25m ago but the job still runs (zombie)"), "{f:#}");
+    assert!(
+        f["summary"].as_str().unwrap().contains("all 6 trials are done 25m ago but the job still runs (zombie)"),
+        "{f:#}"
+    );
     assert!(evidence(f).contains("payload's last progress"), "{f:#}");
 }
 

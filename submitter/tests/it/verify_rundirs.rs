@@ -124,7 +124,14 @@ struct Done {
 }
 
 fn ok_trial() -> Done {
-    Done { setup_s: 95.0, agent_s: 240.0, output_tokens: Some(1874), usage_only: false, exception: None, reward: Some(1.0) }
+    Done {
+        setup_s: 95.0,
+        agent_s: 240.0,
+        output_tokens: Some(1874),
+        usage_only: false,
+        exception: None,
+        reward: Some(1.0),
+    }
 }
 
 /// A finished trial, its `result.json` written `finished_min` minutes before T.
@@ -162,7 +169,10 @@ fn done_trial(dir: &Path, name: &str, finished_min: f64, d: &Done) {
 /// A 400 as vLLM logs it: the access line, then an ERROR line and a multi-line traceback.
 fn traceback_400(t: DateTime<Utc>, port: u32) -> String {
     let mut s = format!("INFO:     127.0.0.1:{port} - \"POST /v1/chat/completions HTTP/1.1\" 400 Bad Request\n");
-    s += &format!("(APIServer pid=4242) ERROR {} [serving_chat.py:212] Error in preprocessing prompt inputs\n", stamp(t));
+    s += &format!(
+        "(APIServer pid=4242) ERROR {} [serving_chat.py:212] Error in preprocessing prompt inputs\n",
+        stamp(t)
+    );
     s += "(APIServer pid=4242) Traceback (most recent call last):\n";
     for (file, line, func) in [
         ("vllm/entrypoints/openai/serving_chat.py", 205, "create_chat_completion"),
@@ -170,7 +180,9 @@ fn traceback_400(t: DateTime<Utc>, port: u32) -> String {
         ("vllm/entrypoints/openai/serving_engine.py", 612, "_tokenize_prompt_input_async"),
         ("vllm/entrypoints/openai/serving_engine.py", 540, "_validate_input"),
     ] {
-        s += &format!("(APIServer pid=4242)   File \"/opt/venv/lib/python3.12/site-packages/{file}\", line {line}, in {func}\n");
+        s += &format!(
+            "(APIServer pid=4242)   File \"/opt/venv/lib/python3.12/site-packages/{file}\", line {line}, in {func}\n"
+        );
         s += "(APIServer pid=4242)     raise VLLMValidationError(\n";
     }
     s += "(APIServer pid=4242) vllm.exceptions.VLLMValidationError: This model's maximum context length is 32768 tokens. However, your request has 40123 input tokens.\n";
@@ -223,7 +235,14 @@ fn engine_log(dir: &Path, start_min: f64, busy: Option<(f64, f64)>, codes: &[u16
 }
 
 /// payload's records: Harbor running since `running_min`, a heartbeat `beat_ago_s` old.
-fn payload(dir: &Path, running_min: f64, beat_ago_s: i64, counters: (u64, u64, u64), trials: (u64, u64, u64), progress_min: f64) {
+fn payload(
+    dir: &Path,
+    running_min: f64,
+    beat_ago_s: i64,
+    counters: (u64, u64, u64),
+    trials: (u64, u64, u64),
+    progress_min: f64,
+) {
     let beat = t0() - Duration::seconds(beat_ago_s);
     write_json(
         &dir.join("status.json"),
@@ -248,8 +267,9 @@ fn payload(dir: &Path, running_min: f64, beat_ago_s: i64, counters: (u64, u64, u
 /// `check --now T --json` on one run dir: (report of the run, exit code).
 fn check(dir: &Path) -> (Value, Option<i32>) {
     let out = Command::new(SUBMITTER).arg("check").arg(dir).args(["--json", "--now", &iso(t0())]).output().unwrap();
-    let report: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("{e}: {}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    });
     (report["runs"][0].clone(), out.status.code())
 }
 
@@ -258,7 +278,8 @@ fn finding<'a>(run: &'a Value, id: &str) -> Option<&'a Value> {
 }
 
 fn text(f: &Value) -> String {
-    let ev: Vec<&str> = f["evidence"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let ev: Vec<&str> =
+        f["evidence"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
     format!("{} | {}", f["summary"].as_str().unwrap_or(""), ev.join(" | "))
 }
 
@@ -328,7 +349,14 @@ fn an_idle_engine_is_as_old_as_its_job() {
 #[test]
 fn instant_failures_are_timed_on_the_agent_not_the_sandbox_setup() {
     let d = job(60.0, 60, None);
-    let dead = Done { setup_s: 120.0, agent_s: 0.3, output_tokens: None, usage_only: false, exception: Some("BadRequestError"), reward: None };
+    let dead = Done {
+        setup_s: 120.0,
+        agent_s: 0.3,
+        output_tokens: None,
+        usage_only: false,
+        exception: Some("BadRequestError"),
+        reward: None,
+    };
     for i in 0..47 {
         done_trial(&d.path, &format!("task-{i:02}__inst{i:03}"), 10.0 + f64::from(i) * 0.1, &dead);
     }
@@ -406,7 +434,14 @@ fn harbor_025_trial_layouts_read_correctly() {
     running_trial(&d.path, "task-3__r0003", 20.0);
     running_trial(&d.path, "task-4__v0004", 25.0);
     write(&d.path.join("task-4__v0004/verifier/test-stdout.txt"), "running tests\n", at(1.0));
-    let quick = Done { setup_s: 100.0, agent_s: 3.0, output_tokens: Some(96), usage_only: true, exception: None, reward: Some(1.0) };
+    let quick = Done {
+        setup_s: 100.0,
+        agent_s: 3.0,
+        output_tokens: Some(96),
+        usage_only: true,
+        exception: None,
+        reward: Some(1.0),
+    };
     for i in 5..9 {
         done_trial(&d.path, &format!("task-{i}__d{i:04}"), 2.0 + f64::from(i), &quick);
     }
@@ -435,7 +470,10 @@ fn a_traceback_heavy_400_storm_is_misconfigured_for_both_commands() {
     engine_log(&d.path, 29.0, Some((25.0, 0.3)), &[200, 400, 400]);
     let (n, c4) = {
         let text = std::fs::read_to_string(d.path.join("vllm.log")).unwrap();
-        (text.matches("\" 200 OK").count() as u64 - text.matches("GET /health").count() as u64, text.matches("\" 400 Bad").count() as u64)
+        (
+            text.matches("\" 200 OK").count() as u64 - text.matches("GET /health").count() as u64,
+            text.matches("\" 400 Bad").count() as u64,
+        )
     };
     payload(&d.path, 25.0, 5, (n, c4, 0), (7, 6, 0), 0.3);
     let (run, code) = check(&d.path);
@@ -476,7 +514,8 @@ fn sync_audits_with_the_profiles_thresholds() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let clusters = crate::verify::profile_dir(tmp.path(), "aud", "verify:\n  min_valid_share: 0.5\n  max_error_share: 0.5\n");
+    let clusters =
+        crate::verify::profile_dir(tmp.path(), "aud", "verify:\n  min_valid_share: 0.5\n  max_error_share: 0.5\n");
     let d = job(90.0, 10, Some(1.0));
     // 6 of 10 valid, 4 errored: complete at 50 %, incomplete at the default 90 %.
     let result = json!({"id": "e113", "started_at": naive(at(90.0)), "finished_at": naive(at(1.0)), "n_total_trials": 10,
