@@ -3,25 +3,19 @@
 //! (`vanished`) at once; a pending row without a job id is repaired by finding its job in Slurm.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use launch_spec::records::{OutcomeClass, RunStatus};
 use serde_json::Value;
 
 use crate::decide::{MISSING_JOB_GRACE_S, SlurmView};
-use crate::ledger::{Attempt, Ledger, LedgerError, Status, now};
-use crate::slurm::{JobId, JobInfo, JobState, Slurm, SlurmError};
+use crate::ledger::{Attempt, Ledger, Status, now};
+use crate::slurm::{JobId, JobInfo, Slurm, SlurmError};
 use crate::team::mirror::Mirror;
 use crate::team::publish;
 use crate::verify::{VerifySettings, results};
 
-#[derive(Debug, thiserror::Error)]
-pub enum SyncError {
-    #[error(transparent)]
-    Ledger(#[from] LedgerError),
-    #[error(transparent)]
-    Slurm(#[from] SlurmError),
-}
+pub use crate::observe::{SyncError, belongs_to, run_dir_of, view_of};
 
 /// What one sync changed, for the operator.
 #[derive(Debug, Default, Clone, serde::Serialize)]
@@ -38,28 +32,9 @@ pub struct Change {
     pub reason: String,
 }
 
-/// The run dir an attempt recorded in its config.
-pub fn run_dir_of(attempt: &Attempt) -> Option<PathBuf> {
-    attempt.config.get("run_dir").and_then(Value::as_str).map(PathBuf::from)
-}
-
 pub fn read_status(run_dir: &Path) -> Option<RunStatus> {
     // A regular file of bounded size, never through a symlink: a FIFO never hangs sync or status.
     launch_spec::rundir::read_status(run_dir).into_status()
-}
-
-/// A resubmission reuses the run dir (so Harbor resumes): a `status.json` is this attempt's only
-/// when it names this attempt's Slurm job.
-pub fn belongs_to(status: &RunStatus, attempt: &Attempt) -> bool {
-    attempt.slurm_job_id.is_some() && status.slurm_job_id == attempt.slurm_job_id
-}
-
-pub fn view_of(job: Option<&JobInfo>) -> SlurmView {
-    match job {
-        Some(info) if info.state == JobState::Pending => SlurmView::Queued,
-        Some(info) if info.state.is_active() => SlurmView::Running,
-        _ => SlurmView::Gone,
-    }
 }
 
 /// Harbor's `result.json` summarised for the ledger: mean reward, trials valid/errored, errors and

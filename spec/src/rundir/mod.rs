@@ -141,6 +141,41 @@ pub fn read_launch(dir: &Path) -> Option<LaunchView> {
     harbor::read(&dir.join(SPEC_FILE)).ok().flatten()
 }
 
+/// n_tasks × n_attempts: Harbor's `n_total_trials`, else the dataset's task dirs (from
+/// `launch.json`, else the job `config.json`) × n_attempts.
+pub fn expected_trials(
+    result: Option<&harbor::JobResult>,
+    launch: Option<&LaunchView>,
+    config: Option<&harbor::JobConfig>,
+) -> Option<u64> {
+    if let Some(n) = result.and_then(|r| r.n_total_trials).filter(|n| *n > 0) {
+        return Some(n);
+    }
+    let dataset = launch
+        .and_then(|l| l.harbor.dataset.clone())
+        .or_else(|| config.and_then(|c| c.datasets.first()).and_then(|d| d.path.clone()).map(std::path::PathBuf::from))?;
+    let attempts = launch.and_then(|l| l.harbor.n_attempts).or_else(|| config.and_then(|c| c.n_attempts)).unwrap_or(1);
+    Some(count_tasks(&dataset)? * attempts)
+}
+
+/// [`expected_trials`] of a run dir, reading its files.
+pub fn expected_trials_in(dir: &Path) -> Option<u64> {
+    let result: Option<harbor::JobResult> = harbor::read(&dir.join(harbor::RESULT_FILE)).ok().flatten();
+    let config: Option<harbor::JobConfig> = harbor::read(&dir.join(harbor::CONFIG_FILE)).ok().flatten();
+    expected_trials(result.as_ref(), read_launch(dir).as_ref(), config.as_ref())
+}
+
+/// Task directories of a dataset: subdirectories holding `instruction.md` (or `task.toml`).
+pub fn count_tasks(dataset: &Path) -> Option<u64> {
+    let entries = std::fs::read_dir(dataset).ok()?;
+    let n = entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter(|e| e.path().join("instruction.md").is_file() || e.path().join("task.toml").is_file())
+        .count() as u64;
+    (n > 0).then_some(n)
+}
+
 /// What an `events.jsonl` line records. Names are the wire format (snake_case); a name this build
 /// does not know reads as [`EventKind::Other`] (a newer payload), never as an error.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -66,42 +66,7 @@ pub struct RunCheck {
     pub facts: Facts,
 }
 
-/// What the trial directories hold.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct TrialScan {
-    /// Trial directories (`<task>__<id>/` with any of Harbor's trial files).
-    pub dirs: u64,
-    /// With `result.json`.
-    pub done: u64,
-    /// Started and not done ([`TrialStage::is_active`]: `config.json`, no `result.json`).
-    pub active: u64,
-    /// Made by Harbor but its environment not started yet (`lock.json` only).
-    pub queued: u64,
-    /// With neither `config.json` nor `result.json`: the trial was never constructed.
-    pub unconstructed: u64,
-    pub errored: u64,
-    /// A numeric reward.
-    pub valid: u64,
-    pub errors_by_type: BTreeMap<String, u64>,
-    /// No output tokens and the agent's execution (`agent_execution`; older Harbor: the whole
-    /// trial) took at most `instant_fail_s`.
-    pub instant_failures: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub instant_example: Option<String>,
-    /// Exception types of the instant failures.
-    pub instant_types: BTreeMap<String, u64>,
-    /// The newest `result.json` (modification time) and its trial.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_result_at: Option<DateTime<Utc>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_result_trial: Option<String>,
-    /// `api_base` of the trial configs: value → (count, example trial).
-    pub api_bases: BTreeMap<String, (u64, String)>,
-    /// trial.log lines saying `model_info` is missing (terminus-2's warning), with one example.
-    pub model_info_warnings: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub model_info_example: Option<String>,
-}
+pub use super::rules::TrialScan;
 
 /// The agent as the job's `config.json` (or `launch.json`) names it.
 #[derive(Debug, Clone, Default)]
@@ -118,8 +83,6 @@ struct Launch {
     run_tag: Option<String>,
     tunnel_kind: Option<String>,
     public_url: Option<String>,
-    dataset: Option<PathBuf>,
-    n_attempts: Option<u64>,
     agent: Option<String>,
     /// The Pinggy pair payload took (last `tunnel_pair` event): with a pair bank it may differ
     /// from the spec's first pair.
@@ -172,7 +135,8 @@ pub fn evidence_from_dir(
     };
     let payload = rundir::read_status(dir);
     let events = rundir::read_events(dir);
-    let launch = read_launch(dir, &events);
+    let launch_view = rundir::read_launch(dir);
+    let launch = read_launch(launch_view.clone(), &events);
     let job_config: Option<JobConfig> = hf::read(&dir.join(hf::CONFIG_FILE)).ok().flatten();
     let job_result_value: Option<serde_json::Value> = hf::read(&dir.join(hf::RESULT_FILE)).ok().flatten();
     let job_result: Option<JobResult> = job_result_value.clone().and_then(|v| serde_json::from_value(v).ok());
@@ -190,7 +154,7 @@ pub fn evidence_from_dir(
     }
     let status = payload.status();
     let agent = agent_of(job_config.as_ref(), &launch);
-    let expected = expected_trials(job_result.as_ref(), &launch, job_config.as_ref());
+    let expected = rundir::expected_trials(job_result.as_ref(), launch_view.as_ref(), job_config.as_ref());
     let running_since = rundir::running_since(&events, status);
     let harbor = HarborFacts {
         started_at: job_result.as_ref().and_then(|r| r.started_at.as_deref()).and_then(parse_time),
@@ -323,17 +287,15 @@ pub fn check_run_dir(dir: &Path, settings: &VerifySettings, now: DateTime<Utc>) 
     })
 }
 
-fn read_launch(dir: &Path, events: &[rundir::Event]) -> Launch {
+fn read_launch(view: Option<LaunchView>, events: &[rundir::Event]) -> Launch {
     let held_url = events.iter().rev().find_map(|e| e.pair_url()).map(str::to_string);
-    let Some(spec) = rundir::read_launch(dir) else { return Launch { held_url, ..Launch::default() } };
+    let Some(spec) = view else { return Launch { held_url, ..Launch::default() } };
     let LaunchView { run_tag, tunnel, harbor, .. } = spec;
     Launch {
         held_url,
         run_tag,
         tunnel_kind: tunnel.kind,
         public_url: tunnel.public_url,
-        dataset: harbor.dataset,
-        n_attempts: harbor.n_attempts,
         agent: harbor.agent,
     }
 }
@@ -376,38 +338,6 @@ fn agent_of(config: Option<&JobConfig>, launch: &Launch) -> Agent {
         };
     }
     Agent { name: launch.agent.clone(), from: "launch.json", ..Agent::default() }
-}
-
-/// n_tasks × n_attempts for a run dir (see [`expected_trials`]).
-pub fn expected_trials_in(dir: &Path, result: Option<&serde_json::Value>) -> Option<u64> {
-    let config: Option<JobConfig> = hf::read(&dir.join(hf::CONFIG_FILE)).ok().flatten();
-    let result: Option<JobResult> = result.and_then(|r| serde_json::from_value(r.clone()).ok());
-    expected_trials(result.as_ref(), &read_launch(dir, &rundir::read_events(dir)), config.as_ref())
-}
-
-/// n_tasks × n_attempts: Harbor's `n_total_trials`, else the dataset's task dirs × n_attempts.
-fn expected_trials(result: Option<&JobResult>, launch: &Launch, config: Option<&JobConfig>) -> Option<u64> {
-    if let Some(n) = result.and_then(|r| r.n_total_trials).filter(|n| *n > 0) {
-        return Some(n);
-    }
-    let dataset = launch
-        .dataset
-        .clone()
-        .or_else(|| config.and_then(|c| c.datasets.first()).and_then(|d| d.path.clone()).map(PathBuf::from))?;
-    let attempts = launch.n_attempts.or_else(|| config.and_then(|c| c.n_attempts)).unwrap_or(1);
-    let tasks = count_tasks(&dataset)?;
-    Some(tasks * attempts)
-}
-
-/// Task directories of a dataset: subdirectories holding `instruction.md` (or `task.toml`).
-pub fn count_tasks(dataset: &Path) -> Option<u64> {
-    let entries = std::fs::read_dir(dataset).ok()?;
-    let n = entries
-        .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .filter(|e| e.path().join("instruction.md").is_file() || e.path().join("task.toml").is_file())
-        .count() as u64;
-    (n > 0).then_some(n)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -4,17 +4,56 @@
 //! the status verdict it stands for ([`Finding::status`]) and [`Assessment::verdict`] picks the
 //! most severe. Pure: no file, clock or Slurm is touched here; the reference time is an input.
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 use launch_spec::records::{OutcomeClass, Phase, RunStatus};
 use launch_spec::rundir::{RecordError, StatusRecord};
 use serde::Serialize;
 
-use super::check::TrialScan;
 use super::results::Audit;
-use super::verdict::VerdictKind;
 use super::{Finding, Level, VerifySettings, human_duration, parse_time, percent};
 use crate::decide::SlurmView;
 use crate::ledger::Status;
+
+pub use super::VerdictKind;
+
+/// What the trial directories hold.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TrialScan {
+    /// Trial directories (`<task>__<id>/` with any of Harbor's trial files).
+    pub dirs: u64,
+    /// With `result.json`.
+    pub done: u64,
+    /// Started and not done ([`TrialStage::is_active`]: `config.json`, no `result.json`).
+    pub active: u64,
+    /// Made by Harbor but its environment not started yet (`lock.json` only).
+    pub queued: u64,
+    /// With neither `config.json` nor `result.json`: the trial was never constructed.
+    pub unconstructed: u64,
+    pub errored: u64,
+    /// A numeric reward.
+    pub valid: u64,
+    pub errors_by_type: BTreeMap<String, u64>,
+    /// No output tokens and the agent's execution (`agent_execution`; older Harbor: the whole
+    /// trial) took at most `instant_fail_s`.
+    pub instant_failures: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instant_example: Option<String>,
+    /// Exception types of the instant failures.
+    pub instant_types: BTreeMap<String, u64>,
+    /// The newest `result.json` (modification time) and its trial.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_result_at: Option<DateTime<Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_result_trial: Option<String>,
+    /// `api_base` of the trial configs: value → (count, example trial).
+    pub api_bases: BTreeMap<String, (u64, String)>,
+    /// trial.log lines saying `model_info` is missing (terminus-2's warning), with one example.
+    pub model_info_warnings: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_info_example: Option<String>,
+}
 
 /// Whether the job that writes this run dir still runs, as far as the evidence tells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -12,7 +12,7 @@ use crate::config::cluster::AutoCancel;
 use crate::decide::SlurmView;
 use crate::ledger::{Attempt, AttemptId, Ledger, Status};
 use crate::slurm::{JobId, JobInfo, Slurm};
-use crate::sync::{SyncError, run_dir_of, view_of};
+use crate::observe::{SyncError, run_dir_of, view_of};
 use serde_json::Value;
 
 /// What to collect.

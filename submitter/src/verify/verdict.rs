@@ -23,48 +23,7 @@ use crate::config::cluster::AutoCancel;
 use crate::decide::SlurmView;
 use crate::ledger::Status;
 
-/// A job's health.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum VerdictKind {
-    /// Queued, or payload is preparing / loading the engine.
-    Starting,
-    /// Completions arriving, trials progressing.
-    Healthy,
-    /// No completions and no trial progress for `stall_after_s`, or all trials done while the job runs.
-    Stalled,
-    /// The engine fails its health probe, payload stopped writing, or Slurm lost the job.
-    Dead,
-    /// A 400 storm, zero 200s after `zero_ok_after_s`, or a wrong `api_base` / locked tunnel.
-    Misconfigured,
-    Finished,
-    Failed,
-}
-
-impl VerdictKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            VerdictKind::Starting => "starting",
-            VerdictKind::Healthy => "healthy",
-            VerdictKind::Stalled => "stalled",
-            VerdictKind::Dead => "dead",
-            VerdictKind::Misconfigured => "misconfigured",
-            VerdictKind::Finished => "finished",
-            VerdictKind::Failed => "failed",
-        }
-    }
-
-    /// The verdicts an operator must act on.
-    pub fn is_bad(self) -> bool {
-        matches!(self, VerdictKind::Stalled | VerdictKind::Dead | VerdictKind::Misconfigured)
-    }
-}
-
-impl std::fmt::Display for VerdictKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use super::VerdictKind;
 
 /// One heartbeat reading.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
