@@ -193,6 +193,12 @@ pub fn completion_status(line: &[u8]) -> Option<u16> {
     access_status(strip_process_prefix(line).strip_prefix(ACCESS_PREFIX)?)
 }
 
+/// The one access-line writer (what uvicorn prints, and what the vLLM stand-in prints):
+/// `INFO:     127.0.0.1:5000 - "POST /v1/chat/completions HTTP/1.1" 200 OK`.
+pub fn access_line(peer: &str, method: &str, path: &str, http: (u8, u8), status: u16, reason: &str) -> String {
+    format!("INFO:     {peer} - \"{method} {path} HTTP/{}.{}\" {status} {reason}", http.0, http.1)
+}
+
 /// `(APIServer pid=N) rest` → `rest` (vLLM ≥ 0.10 prefixes every line of its API process).
 #[inline]
 fn strip_process_prefix(line: &[u8]) -> &[u8] {
@@ -469,6 +475,47 @@ INFO:     127.0.0.1:54325 - \"POST /v1/chat/completions HTTP/1.1\" 200";
         assert_eq!(from_file, scan_bytes(text.as_bytes()));
         assert_eq!((from_file.ok, from_file.c400), (4500, 500));
         assert!(scan_file(&dir.path().join("missing.log")).unwrap().is_none());
+    }
+
+    #[test]
+    fn the_writer_and_the_parser_agree() {
+        let line = access_line("127.0.0.1:5000", "POST", "/v1/chat/completions", (1, 1), 400, "Bad Request");
+        assert_eq!(line, "INFO:     127.0.0.1:5000 - \"POST /v1/chat/completions HTTP/1.1\" 400 Bad Request");
+        assert_eq!(completion_status(line.as_bytes()), Some(400));
+        assert_eq!(completion_status(format!("(APIServer pid=7) {line}").as_bytes()), Some(400));
+        let health = access_line("127.0.0.1:5000", "GET", "/health", (1, 1), 200, "OK");
+        assert_eq!(completion_status(health.as_bytes()), None);
+    }
+
+    #[test]
+    fn tracebacks_are_counted_and_their_frames_passed_over() {
+        let text = "INFO:     1.2.3.4:5 - \"POST /v1/chat/completions HTTP/1.1\" 400 Bad Request\n\
+                    (APIServer pid=1) ERROR 11-30 05:41:13 [serving_chat.py:212] Error in preprocessing prompt inputs\n\
+                    (APIServer pid=1) Traceback (most recent call last):\n\
+                    (APIServer pid=1)   File \"x.py\", line 1, in f EngineDeadError\n\
+                    (APIServer pid=1)     raise VLLMValidationError(\n\
+                    (APIServer pid=1) vllm.exceptions.VLLMValidationError: This model's maximum context length is 32768 tokens\n";
+        let log = scan_bytes(text.as_bytes());
+        assert_eq!((log.c400, log.tracebacks, log.lines), (1, 1, 6));
+        assert!(log.context_error.as_deref().unwrap().contains("maximum context length"));
+        assert_eq!(log.fatal, None, "a frame line naming an error is not the engine dying");
+        assert_eq!(log.example_400.as_deref().map(|l| l.starts_with("INFO:     1.2.3.4:5")), Some(true));
+    }
+
+    #[test]
+    fn anchors_become_instants_in_the_year_the_log_was_written() {
+        let log = scan_bytes(b"INFO 12-31 23:59:00 [a.py:1] x\nINFO 01-01 00:01:00 [a.py:1] y\n");
+        let written = chrono::NaiveDate::from_ymd_opt(2027, 1, 1)
+            .unwrap()
+            .and_hms_opt(0, 5, 0)
+            .unwrap()
+            .and_local_timezone(chrono::Local)
+            .unwrap()
+            .with_timezone(&Utc);
+        let last = log.anchor_instant(log.last_anchor.unwrap(), written).unwrap();
+        let first = log.anchor_instant(log.first_anchor.unwrap(), written).unwrap();
+        assert_eq!((written - last).num_seconds(), 240);
+        assert_eq!((last - first).num_seconds(), 120, "across New Year");
     }
 
     #[test]
