@@ -149,11 +149,9 @@ pub fn merged_job_config(spec: &LaunchSpec) -> Result<serde_json::Value, HarborE
     Ok(config)
 }
 
-/// Writes [`merged_job_config`] into the run dir and returns its path.
-pub fn write_merged_job_config(spec: &LaunchSpec) -> Result<PathBuf, HarborError> {
-    let path = spec.run_dir.join(MERGED_CONFIG_FILE);
-    write_json_atomic(&path, &merged_job_config(spec)?)?;
-    Ok(path)
+/// Writes a merged job config ([`merged_job_config`]) to `path`, atomically.
+pub fn write_job_config(path: &Path, config: &serde_json::Value) -> Result<(), HarborError> {
+    write_json_atomic(path, config)
 }
 
 /// The agent kwargs in the form the spec's Harbor takes (crate `launch_spec::versions`).
@@ -168,7 +166,7 @@ pub fn agent_kwargs(spec: &LaunchSpec) -> Result<Vec<String>, HarborError> {
 }
 
 /// `harbor jobs start …` for a fresh run (docs/payload.md), program first. `config` is the merged
-/// job config ([`write_merged_job_config`]); no `--agent`/`--model`, which would drop its agent.
+/// job config ([`write_job_config`]); no `--agent`/`--model`, which would drop its agent.
 pub fn fresh_argv(
     spec: &LaunchSpec,
     program: &str,
@@ -222,17 +220,6 @@ pub fn fresh_argv(
     }
     a.extend(h.extra_args.iter().cloned());
     Ok(a)
-}
-
-/// Writes the merged job config and returns the fresh-run argv that uses it.
-pub fn prepare_fresh(
-    spec: &LaunchSpec,
-    program: &str,
-    api_base: &str,
-    agent_env_args: &[String],
-) -> Result<Vec<String>, HarborError> {
-    let config = write_merged_job_config(spec)?;
-    fresh_argv(spec, program, api_base, agent_env_args, &config)
 }
 
 /// `harbor jobs resume -p <run dir> --filter-error-type T …`, program first.
@@ -610,8 +597,8 @@ mod tests {
         spec.harbor.config = yaml.clone();
         spec.run_dir = dir.path().join("run");
         std::fs::create_dir(&spec.run_dir).unwrap();
-        let path = write_merged_job_config(&spec).unwrap();
-        assert_eq!(path, spec.run_dir.join(MERGED_CONFIG_FILE));
+        let path = spec.run_dir.join(MERGED_CONFIG_FILE);
+        write_job_config(&path, &merged_job_config(&spec).unwrap()).unwrap();
         let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(v["n_attempts"], 3);
         let agents = v["agents"].as_array().unwrap();

@@ -71,7 +71,7 @@ fn plan(spec_path: &std::path::Path, json: bool, check_harbor: bool) -> anyhow::
             return Ok(OutcomeClass::Spec.exit_code());
         }
     };
-    let mut plan = payload::plan::build(spec_path, &spec, &payload::run::parent_env());
+    let mut plan = payload::plan::build(spec_path, &spec, &payload::prepare::parent_env());
     if check_harbor {
         payload::plan::check_harbor(&spec, &mut plan);
     }
@@ -86,8 +86,8 @@ fn plan(spec_path: &std::path::Path, json: bool, check_harbor: bool) -> anyhow::
 }
 
 fn gpus(json: bool, profiles: Option<PathBuf>) -> anyhow::Result<i32> {
-    let parent = payload::run::parent_env();
-    let env_fn = payload::run::lookup(&parent);
+    let parent = payload::prepare::parent_env();
+    let env_fn = payload::prepare::lookup(&parent);
     let profiles = match profiles {
         Some(path) => match payload::gpu::load_profiles(&path) {
             Ok(p) => Some(p),

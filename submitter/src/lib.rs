@@ -7,6 +7,7 @@ pub mod launch;
 pub mod ledger;
 pub mod lint;
 pub mod observe;
+pub mod output;
 pub mod plan;
 pub mod queue;
 pub mod registry;

@@ -245,6 +245,14 @@ pub struct Submitted {
     pub outcome: String,
 }
 
+impl Submitted {
+    /// A submission that was meant to happen and did not (sbatch refused it, the pre-download or
+    /// the run dir stood in the way); throttled and already-active jobs are not failures.
+    pub fn failed(&self) -> bool {
+        self.outcome.starts_with("sbatch failed") || self.outcome.starts_with("not submitted")
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum SubmitError {
     #[error(transparent)]

@@ -84,13 +84,6 @@ pub fn secret_names(spec: &TunnelSpec) -> Vec<String> {
     }
 }
 
-/// A per-job random API key for vLLM (32 bytes from the kernel, hex).
-pub fn random_key() -> std::io::Result<String> {
-    let mut buf = [0u8; 32];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
-    Ok(format!("sk-{}", hex::encode(buf)))
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum TunnelError {
     #[error("the {kind} tunnel needs `{program}` ({why}), which is not on PATH")]
@@ -1221,12 +1214,5 @@ mod tests {
             assert_eq!(std::fs::read_to_string(&f).unwrap(), "y");
         }
         assert!(!path.exists());
-    }
-
-    #[test]
-    fn random_keys_differ() {
-        let a = random_key().unwrap();
-        assert_eq!(a.len(), 3 + 64);
-        assert_ne!(a, random_key().unwrap());
     }
 }

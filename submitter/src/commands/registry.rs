@@ -4,8 +4,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
+use serde::Serialize;
 use submitter::config::{self, lists};
 use submitter::lint::{self, Severity};
+use submitter::output::{self, FormatArgs};
 use submitter::registry::{Overrides, Registry, Resolved, TimeoutSource};
 
 use crate::{ConfigDirs, EXIT_PROBLEMS};
@@ -30,9 +32,9 @@ pub struct ResolveArgs {
     /// Override the timeout multiplier for every model.
     #[arg(long, value_name = "X", value_parser = config::args::multiplier)]
     timeout_multiplier: Option<f64>,
-    /// Print one JSON object keyed by model id.
-    #[arg(long)]
-    json: bool,
+    /// `--format json`: a `registry.resolve` document, the settings keyed by model id.
+    #[command(flatten)]
+    format: FormatArgs,
     /// A file of model ids, one per line (`#` comments allowed).
     #[arg(long, value_name = "FILE", conflicts_with = "models")]
     models_file: Option<PathBuf>,
@@ -48,6 +50,9 @@ pub struct CheckArgs {
     /// Also print warnings' count only (errors are always listed).
     #[arg(long)]
     quiet: bool,
+    /// `--format json`: a `registry.check` document with every finding.
+    #[command(flatten)]
+    format: FormatArgs,
 }
 
 pub fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
@@ -112,7 +117,11 @@ pub fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
         resolved.push((model, settings));
     }
     warn_timeout_fallback(&fallback);
-    let text = if args.json { to_json(&resolved) } else { to_table(&resolved, &profile, gpus_per_node) };
+    let text = if args.format.is_json() {
+        to_json(&resolved, &profile, gpus_per_node)
+    } else {
+        to_table(&resolved, &profile, gpus_per_node)
+    };
     super::print(&text)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -132,14 +141,69 @@ fn warn_timeout_fallback(models: &[String]) {
     }
 }
 
-fn to_json(resolved: &[(String, Resolved)]) -> String {
-    let map: serde_json::Map<String, serde_json::Value> = resolved
+/// `registry.resolve`: the profile and GPU count resolved against, and each model's settings.
+#[derive(Serialize)]
+struct ResolveOutput<'a> {
+    profile: &'a str,
+    gpus_per_node: u32,
+    /// By model id, in the order given.
+    models: serde_json::Map<String, serde_json::Value>,
+}
+
+/// One model's serve settings as `registry resolve` prints them (field order is the interface).
+#[derive(Serialize)]
+struct ServeSettingsOutput<'a> {
+    tensor_parallel_size: u32,
+    data_parallel_size: u32,
+    max_model_len: Option<u64>,
+    swap_space: Option<u32>,
+    trust_remote_code: Option<bool>,
+    tool_call_parser: Option<&'a str>,
+    reasoning_parser: Option<&'a str>,
+    hf_overrides: Option<&'a str>,
+    limit_mm_per_prompt: Option<&'a str>,
+    max_num_seqs: Option<u32>,
+    extra_args: Option<&'a str>,
+    conda_env: Option<&'a str>,
+    agent_kwargs: &'a [String],
+    max_output_tokens: Option<u64>,
+    timeout_multiplier: f64,
+    /// Which registry rule matched: `exact`, a pattern, `size-default`, ….
+    rule: &'a str,
+}
+
+impl<'a> From<&'a Resolved> for ServeSettingsOutput<'a> {
+    fn from(r: &'a Resolved) -> Self {
+        ServeSettingsOutput {
+            tensor_parallel_size: r.tensor_parallel_size,
+            data_parallel_size: r.data_parallel_size,
+            max_model_len: r.max_model_len,
+            swap_space: r.swap_space,
+            trust_remote_code: r.trust_remote_code,
+            tool_call_parser: r.tool_call_parser.as_deref(),
+            reasoning_parser: r.reasoning_parser.as_deref(),
+            hf_overrides: r.hf_overrides.as_deref(),
+            limit_mm_per_prompt: r.limit_mm_per_prompt.as_deref(),
+            max_num_seqs: r.max_num_seqs,
+            extra_args: r.extra_args.as_deref(),
+            conda_env: r.conda_env.as_deref(),
+            agent_kwargs: &r.agent_kwargs,
+            max_output_tokens: r.max_output_tokens,
+            timeout_multiplier: r.timeout_multiplier,
+            rule: &r.rule,
+        }
+    }
+}
+
+fn to_json(resolved: &[(String, Resolved)], profile: &str, gpus_per_node: u32) -> String {
+    let models = resolved
         .iter()
-        .map(|(model, settings)| (model.clone(), serde_json::to_value(settings).expect("resolved settings serialise")))
+        .map(|(model, settings)| {
+            let value = serde_json::to_value(ServeSettingsOutput::from(settings)).unwrap_or_default();
+            (model.clone(), value)
+        })
         .collect();
-    let mut text = serde_json::to_string_pretty(&serde_json::Value::Object(map)).expect("json");
-    text.push('\n');
-    text
+    output::document("registry.resolve", &ResolveOutput { profile, gpus_per_node, models })
 }
 
 fn to_table(resolved: &[(String, Resolved)], profile: &str, gpus: u32) -> String {
@@ -188,6 +252,21 @@ pub fn check(args: &CheckArgs) -> Result<ExitCode> {
         lint::check(&lint::LintInputs { registry: &dirs.registry, clusters: &dirs.clusters, presets: &dirs.presets });
     let errors = findings.iter().filter(|f| f.severity == Severity::Error).count();
     let warnings = findings.len() - errors;
+    if args.format.is_json() {
+        let findings = findings
+            .iter()
+            .map(|f| FindingOutput {
+                severity: match f.severity {
+                    Severity::Error => "error",
+                    Severity::Warning => "warning",
+                },
+                place: &f.place,
+                message: &f.message,
+            })
+            .collect();
+        super::print(&output::document("registry.check", &CheckOutput { errors, warnings, findings }))?;
+        return Ok(if errors > 0 { ExitCode::from(EXIT_PROBLEMS) } else { ExitCode::SUCCESS });
+    }
     let mut out = String::new();
     for finding in &findings {
         if finding.severity == Severity::Error || !args.quiet {
@@ -197,4 +276,21 @@ pub fn check(args: &CheckArgs) -> Result<ExitCode> {
     out += &format!("{errors} error(s), {warnings} warning(s)\n");
     super::print(&out)?;
     Ok(if errors > 0 { ExitCode::from(EXIT_PROBLEMS) } else { ExitCode::SUCCESS })
+}
+
+/// `registry.check`: the counts and every finding, errors and warnings, in lint order.
+#[derive(Serialize)]
+struct CheckOutput<'a> {
+    errors: usize,
+    warnings: usize,
+    findings: Vec<FindingOutput<'a>>,
+}
+
+#[derive(Serialize)]
+struct FindingOutput<'a> {
+    /// `error` or `warning`.
+    severity: &'static str,
+    /// `file`, `file:line:col` or a logical place (`cluster leonardo`).
+    place: &'a str,
+    message: &'a str,
 }

@@ -15,6 +15,7 @@
 
 mod migrations;
 mod postgres;
+mod sql;
 mod sqlite;
 
 use std::fmt;

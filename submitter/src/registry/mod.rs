@@ -291,7 +291,8 @@ pub struct Overrides {
     pub preset_agent_kwargs: Vec<String>,
 }
 
-/// Resolved serve settings: the JSON object of `registry resolve --json` (field order is the interface).
+/// Resolved serve settings. What `registry resolve --format json` prints is its own output type
+/// (`ServeSettingsOutput` in the command layer), built from this.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Resolved {
     pub tensor_parallel_size: u32,

@@ -3,12 +3,14 @@
 mod broken;
 mod catalogue;
 mod edge;
+mod exit_codes;
 mod ledger;
 #[path = "../common/pg.rs"]
 mod pg;
 mod queueing;
 mod registry;
 mod slurm_real;
+mod snapshots;
 mod support;
 mod team;
 mod verify;
