@@ -6,6 +6,7 @@ pub mod gpu;
 pub mod launch;
 pub mod layout;
 pub mod records;
+pub mod rundir;
 mod strict_de;
 pub mod validate;
 pub mod versions;

@@ -17,3 +17,4 @@ mod snapshots;
 mod support;
 mod team;
 mod verify;
+mod verify_rundirs;

@@ -1404,11 +1404,17 @@ fn handle(st: Arc<State>, mut req: tiny_http::Request) {
     }
     let _ = req.respond(resp);
     if cfg.access_log && uvicorn_info(&cfg) {
+        // The product's one access-line format (`launch_spec::rundir::enginelog`).
         println!(
-            "INFO:     {peer} - \"{method} {url} HTTP/{}.{}\" {status} {}",
-            version.0,
-            version.1,
-            status_phrase(status)
+            "{}",
+            launch_spec::rundir::enginelog::access_line(
+                &peer,
+                &method,
+                &url,
+                (version.0, version.1),
+                status,
+                status_phrase(status)
+            )
         );
     }
     if is_completion
