@@ -138,7 +138,7 @@ pub fn plan(
     for model in models {
         for selected in presets {
             for dataset in &selected.preset.datasets {
-                let resolved = context.resolve(model, &selected.preset, overrides)?;
+                let (resolved, _) = context.resolve(model, &selected.preset, overrides)?;
                 let benchmark = Preset::benchmark_of(dataset);
                 let family = view.family_of(&benchmark);
                 let pair = view.pairs.get(&(model.clone(), family.clone()));
@@ -255,6 +255,14 @@ pub struct Submitted {
     pub attempt: Option<i64>,
     pub job_id: Option<String>,
     pub outcome: String,
+}
+
+impl Submitted {
+    /// A submission that was meant to happen and did not (sbatch refused it, the pre-download or
+    /// the run dir stood in the way); throttled and already-active jobs are not failures.
+    pub fn failed(&self) -> bool {
+        self.outcome.starts_with("sbatch failed") || self.outcome.starts_with("not submitted")
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use submitter::decide::{Policy, SlurmView, Verdict};
 use submitter::ledger::{AttemptId, Status};
+use submitter::output::ExitStatus;
 use submitter::plan::{self, Executables, LedgerView, PlannedJob, SubmitSettings};
 use submitter::preflight;
 use submitter::slurm::Slurm;
@@ -105,15 +106,7 @@ pub struct CancelArgs {
 }
 
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
-    let value: u64 = number.parse().map_err(|_| format!("`{text}` is not a duration like 30s, 10m, 1h"))?;
-    let seconds = match unit {
-        "" | "s" => value,
-        "m" => value * 60,
-        "h" => value * 3600,
-        _ => return Err(format!("`{text}` is not a duration like 30s, 10m, 1h")),
-    };
-    Ok(Duration::from_secs(seconds))
+    submitter::config::args::duration(text)
 }
 
 fn policy(session: &Session, selection: &Selection) -> Policy {
@@ -190,11 +183,23 @@ pub fn plan_command(args: &PlanArgs) -> Result<ExitCode> {
 }
 
 /// One iteration: sync, re-read lists, plan, submit. Any ledger/Slurm error ends it (fail closed).
-fn iterate(session: &Session, args: &LaunchArgs, executables: &Executables, mirror: Option<&Mirror>) -> Result<String> {
+/// Returns the text to print and how many submissions failed.
+fn iterate(
+    session: &Session,
+    args: &LaunchArgs,
+    executables: &Executables,
+    mirror: Option<&Mirror>,
+) -> Result<(String, usize)> {
     let stale_after = stale_after_s(args.stale_after, args.interval.filter(|_| args.watch));
-    let report =
-        sync::sync_and_heartbeat(session.ledger.as_ref(), &session.slurm, &session.cluster.name, stale_after, mirror)
-            .context("sync")?;
+    let report = sync::sync_and_heartbeat(
+        session.ledger.as_ref(),
+        &session.slurm,
+        &session.cluster.name,
+        stale_after,
+        &session.cluster.verify,
+        mirror,
+    )
+    .context("sync")?;
     let presets = args.selection.presets(&session.presets_dir)?;
     let models = args.selection.models(session.ledger.as_ref())?;
     let view = LedgerView::read(session.ledger.as_ref())?;
@@ -231,12 +236,13 @@ fn iterate(session: &Session, args: &LaunchArgs, executables: &Executables, mirr
     };
     let submitted =
         plan::submit(&session.context(), &presets, &planned, session.ledger.as_ref(), &session.slurm, &settings)?;
+    let failed = submitted.iter().filter(|s| s.failed()).count();
     let elsewhere: Vec<&PlannedJob> = planned.iter().filter(|j| j.reason.starts_with("in progress on ")).collect();
     if args.json {
         let flagged: Vec<_> = planned.iter().filter(|j| j.flag.is_some()).collect();
         let json =
             serde_json::json!({"sync": report, "submitted": submitted, "elsewhere": elsewhere, "flagged": flagged});
-        return Ok(serde_json::to_string(&json)? + "\n");
+        return Ok((serde_json::to_string(&json)? + "\n", failed));
     }
     let mut out = sync_text(&report);
     for s in &submitted {
@@ -258,11 +264,12 @@ fn iterate(session: &Session, args: &LaunchArgs, executables: &Executables, mirr
     }
     let skipped = planned.iter().filter(|j| j.decision == Verdict::Skip).count();
     out += &format!(
-        "{} submitted, {} skipped by dedup\n",
+        "{} submitted, {} skipped by dedup{}\n",
         submitted.iter().filter(|s| s.job_id.is_some()).count(),
-        skipped
+        skipped,
+        if failed > 0 { format!(", {failed} failed") } else { String::new() }
     );
-    Ok(out)
+    Ok((out, failed))
 }
 
 fn executables(session: &Session) -> Result<Executables> {
@@ -300,10 +307,11 @@ pub fn launch_command(args: &LaunchArgs) -> Result<ExitCode> {
     let executables = executables(&session)?;
     let mirror = open_mirror(args.mirror.as_deref(), &session)?;
     loop {
-        let text = iterate(&session, args, &executables, mirror.as_ref())?;
+        let (text, failed) = iterate(&session, args, &executables, mirror.as_ref())?;
         super::print(&text)?;
         if args.once {
-            return Ok(ExitCode::SUCCESS);
+            // A submission that failed is an exit status, not only a line of text (docs/exit-codes.md).
+            return Ok(if failed > 0 { ExitStatus::PartialFailure } else { ExitStatus::Success }.into());
         }
         std::thread::sleep(args.interval.unwrap_or(Duration::from_secs(600)));
     }
@@ -325,6 +333,7 @@ pub fn sync_command(args: &SyncArgs) -> Result<ExitCode> {
         &session.slurm,
         &session.cluster.name,
         stale_after_s(args.stale_after, None),
+        &session.cluster.verify,
         mirror.as_ref(),
     )?;
     super::print(&if args.json {

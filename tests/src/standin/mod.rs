@@ -9,4 +9,5 @@ pub mod common;
 pub mod harbor_model;
 pub mod harbor_opts;
 pub mod hub;
+pub mod multinode;
 pub mod vllm_flags;
