@@ -349,11 +349,16 @@ fn finished_is_skipped_and_failures_are_bounded() {
         assert_eq!(decisions[0]["decision"], "skip");
         assert_eq!(decisions[0]["reason"], "finished");
 
-        // A benchmark whose dataset is missing fails every attempt; after max_attempts: skip.
+        // An engine that fails on the node fails every attempt; after max_attempts: skip. (A missing
+        // dataset no longer gets that far: staging/preflight hold the pair back, tests/it/site.rs.)
         let profile = cluster.root().join("clusters").join(format!("{}.yaml", cluster.name));
-        let text_profile = std::fs::read_to_string(&profile).unwrap().replace("max_attempts: 3", "max_attempts: 2");
+        let text_profile =
+            std::fs::read_to_string(&profile).unwrap().replace("max_attempts: 3", "max_attempts: 2").replace(
+                "    STANDIN_LOAD_SECONDS: \"0.3\"\n",
+                "    STANDIN_LOAD_SECONDS: \"0.3\"\n    STANDIN_FAIL_AT_START: other\n",
+            );
+        assert!(text_profile.contains("STANDIN_FAIL_AT_START"), "{text_profile}");
         std::fs::write(&profile, text_profile).unwrap();
-        std::fs::remove_dir_all(cluster.root().join("datasets/DCAgent_dev_set_v2")).unwrap();
         for _ in 0..2 {
             cluster.run(&["launch"], ledger_spec, &[&["--once", "--preset", "v2"][..], &model].concat(), &[]);
             wait_until("the failing job to end and sync", Duration::from_secs(90), || {

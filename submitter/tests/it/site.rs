@@ -331,7 +331,8 @@ fn two_submitters_stage_a_dataset_once() {
 /// Preflight refusals: nothing queued, no attempt counted, the why recorded in the run dir.
 #[test]
 fn preflight_refusals_queue_nothing_and_burn_no_attempt() {
-    let cases: [(&str, fn(&Site), &str); 4] = [
+    type Case = (&'static str, fn(&Site), &'static str);
+    let cases: [Case; 4] = [
         (
             "reservation",
             |site| {
