@@ -594,3 +594,29 @@ fn every_shipped_profile_passes_preflight_on_the_simulated_site() {
         eprintln!("{printed}");
     }
 }
+
+/// `submitter preflight`'s human and JSON outputs (versioned document), as snapshots: the site's
+/// temp dir and the repository are placeholders.
+#[test]
+fn preflight_outputs() {
+    let Some(site) = Site::new(|_| {}) else { return };
+    let root = site.root().display().to_string();
+    let repo = workspace_root().display().to_string();
+    for format in ["human", "json"] {
+        let out =
+            site.submitter("preflight", &["--preset", "tb2", "--model", MODEL, "--stage", "--format", format], None);
+        assert!(out.status.success(), "{}", text(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout).replace(&root, "<site>").replace(&repo, "<repo>");
+        insta::assert_snapshot!(format!("preflight_{format}"), stdout);
+    }
+    // A failed check: exit 1 (the command ran and found a problem), the same document.
+    std::fs::set_permissions(site.root().join("keys/secrets.env"), std::os::unix::fs::PermissionsExt::from_mode(0o640))
+        .unwrap();
+    let out = site.submitter("preflight", &["--preset", "tb2", "--model", MODEL, "--json"], None);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (doc["format_version"].as_u64(), doc["kind"].as_str(), doc["passed"].as_bool()),
+        (Some(1), Some("preflight"), Some(false))
+    );
+}
