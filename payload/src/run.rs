@@ -51,6 +51,8 @@ struct Run<S> {
     timings: Timings,
     /// The post-run step, prepared with the other children (crate::postrun).
     post_run: Option<Result<crate::postrun::Step, String>>,
+    /// The job's scratch dir on node-local disk (crate::scratch), removed after teardown.
+    scratch: Option<crate::scratch::JobScratch>,
 }
 
 /// Runs the job; returns payload's exit code.
@@ -109,6 +111,7 @@ pub async fn run(spec_path: &Path) -> i32 {
         tunnel: None,
         timings,
         post_run: None,
+        scratch: None,
     };
     let end = run.sequence().await;
     run.finish(end).await
@@ -201,6 +204,19 @@ impl<S: SignalSource> Run<S> {
         };
         let parent = self.parent.clone();
         let env_fn = prepare::lookup(&parent);
+        // Per-job scratch on node-local disk, before the first child starts (crate::scratch).
+        if crate::scratch::wanted(&self.spec) {
+            let scratch = crate::scratch::JobScratch::create(&self.spec, &prepare::port_job_id(&env_fn))
+                .and_then(|s| {
+                    for engine in p.engines.iter_mut().filter(|e| e.node.is_none()) {
+                        s.apply(&mut engine.child.env)?;
+                    }
+                    s.apply(&mut p.harbor.env).map(|()| s)
+                })
+                .map_err(|e| Failure::new(OutcomeClass::Spec, e).with_cause("scratch"))?;
+            self.rec.event("scratch", json!({ "dir": scratch.dir() }));
+            self.scratch = Some(scratch);
+        }
 
         // The tunnel (started by the first poll, while vLLM loads).
         if let Some(programs) = p.tunnel.programs.clone() {
@@ -486,6 +502,10 @@ impl<S: SignalSource> Run<S> {
         );
         let report = self.sup.shutdown(&mut self.signals, plan).await;
         self.cancel_rank_steps();
+        // Every child is gone: nothing writes into the scratch dir any more.
+        if let Some(scratch) = self.scratch.take() {
+            scratch.remove();
+        }
         self.rec.event(
             "teardown_done",
             json!({
