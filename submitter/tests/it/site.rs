@@ -620,3 +620,38 @@ fn preflight_outputs() {
         (Some(1), Some("preflight"), Some(false))
     );
 }
+
+/// A cluster whose compute nodes have internet (Vista's shape): nothing is staged for the model,
+/// and what the job downloads lands in the profile's cache, never under the job's `$HOME`.
+#[test]
+fn with_internet_the_job_downloads_into_the_profiles_cache_not_home() {
+    let Some(site) = Site::new(|p| {
+        *p = p
+            .replace("  internet: false", "  internet: true")
+            .replace("    STANDIN_HUB: unreachable", "    STANDIN_HUB: reachable")
+            .replace("  enabled: true\n", "  enabled: false\n");
+    }) else {
+        return;
+    };
+    std::fs::remove_dir_all(site.work().join("hf_cache")).unwrap();
+    std::fs::create_dir_all(site.work().join("hf_cache")).unwrap();
+    // The job's HOME is the user's login HOME on the node (Slurm's export rules): root's here.
+    let home_cache = PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into()))
+        .join(".cache/huggingface/hub/models--test--Tiny-1B");
+    let home_before = home_cache.exists();
+    let store = Store::sqlite();
+    let out = site.launch(&store.spec);
+    let printed = text(&out);
+    assert!(out.status.success() && printed.contains("1 submitted"), "{printed}");
+    assert!(!printed.contains("staging model"), "{printed}");
+    wait_until("the job to finish", Duration::from_secs(240), || {
+        status(&site.run_dir()).is_some_and(|s| !s["outcome"].is_null())
+    });
+    let status = status(&site.run_dir()).unwrap();
+    assert_eq!(status.pointer("/outcome/class").and_then(|c| c.as_str()), Some("finished"), "{status}");
+    let downloaded = site.work().join("hf_cache/models--test--Tiny-1B/refs/main");
+    assert!(downloaded.is_file(), "the download went to the profile's cache");
+    assert_eq!(home_cache.exists(), home_before, "nothing downloaded under $HOME");
+    let spec = launch_spec::LaunchSpec::from_file(&site.run_dir().join("launch.json")).unwrap();
+    assert!(!spec.serve.env.contains_key("HF_HUB_OFFLINE"), "online where the nodes have internet");
+}
