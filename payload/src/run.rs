@@ -66,6 +66,13 @@ pub async fn run(spec_path: &Path) -> i32 {
     if let Err(err) = supervisor::become_subreaper() {
         tracing::warn!(error = %err, "cannot become child subreaper; double-forked orphans may escape");
     }
+    run_with(spec_path, signals, prepare::parent_env()).await
+}
+
+/// The run with its signal source and payload's environment handed in: `run` passes the real
+/// signal streams and its own environment; tests pass signals they send themselves
+/// ([`supervisor::ChannelSignals`]) or none ([`supervisor::NoSignals`]).
+pub async fn run_with<S: SignalSource>(spec_path: &Path, signals: S, parent: Vec<(String, String)>) -> i32 {
     let spec = match LaunchSpec::from_file(spec_path) {
         Ok(spec) => spec,
         Err(err) => {
@@ -104,7 +111,7 @@ pub async fn run(spec_path: &Path) -> i32 {
         rec,
         signals,
         sup: Supervisor::new(),
-        parent: prepare::parent_env(),
+        parent,
         heartbeat: HeartbeatState::default(),
         tunnel: None,
         timings,
@@ -236,6 +243,8 @@ impl<S: SignalSource> Run<S> {
         rotate_log(&self.log_path(ENGINE_LOG));
         rotate_log(&self.log_path(HARBOR_LOG));
         rotate_log(&self.log_path(TUNNEL_LOG));
+        // The head serves the API here; the preparation holds no workers yet (a multi-node engine
+        // adds them to `Prepared.engines`, and they start beside the head).
         let head = p.head().child.clone();
         let started = Instant::now();
         let pid = self.sup.spawn(Role::Engine, &head).map_err(|e| {
