@@ -36,6 +36,14 @@ enum Command {
         #[arg(long)]
         check_harbor: bool,
     },
+    /// One secondary rank of a multi-node engine: a task of the srun step `payload run` starts on
+    /// the other nodes (docs/multinode.md). Records itself and execs its vLLM argv.
+    #[command(hide = true)]
+    Rank {
+        /// The ranks file the head wrote (`<run_dir>/ranks.json`).
+        #[arg(long)]
+        ranks: PathBuf,
+    },
     /// The GPU inventory (NVML, or $PAYLOAD_GPU_FIXTURE) and the matched GPU profile.
     Gpus {
         #[arg(long)]
@@ -154,6 +162,12 @@ async fn main() -> ExitCode {
         Command::Run { spec } => Ok(payload::run::run(&spec).await),
         Command::Plan { spec, json, check_harbor } => plan(&spec, json, check_harbor).await,
         Command::Gpus { json, profiles } => gpus(json, profiles),
+        Command::Rank { ranks } => {
+            let parent = payload::prepare::parent_env();
+            let err = payload::multinode::exec_rank(&ranks, &payload::prepare::lookup(&parent));
+            // Only a failure returns; the srun step (--kill-on-bad-exit) then ends every rank.
+            Err(anyhow::Error::new(err).context("payload rank"))
+        }
     };
     match result {
         Ok(code) => exit(code),

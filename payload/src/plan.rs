@@ -28,6 +28,9 @@ pub struct Plan {
     pub secrets: SecretsSection,
     pub tunnel: tunnel::TunnelPlan,
     pub engine: ProcessSection,
+    /// A multi-node engine: every node's rank, argv and environment (docs/multinode.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub layout: Option<crate::multinode::LayoutPlan>,
     pub harbor: HarborSection,
     /// The post-run step (after Harbor exits 0), when the spec has one.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -151,6 +154,36 @@ pub fn render_prepared(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, S
         env: redact_env(&child.env),
     };
     let head = &p.head().child;
+    let layout = p.secondaries.as_ref().and_then(|s| {
+        let l = spec.layout().ok()?;
+        let per_node = p
+            .engines
+            .iter()
+            .map(|e| {
+                let rank = match e.role {
+                    crate::prepare::EngineRole::Head => 0,
+                    crate::prepare::EngineRole::Worker { rank } => rank,
+                };
+                crate::multinode::NodePlan {
+                    rank,
+                    node: s.nodes.get(rank as usize).map(|n| n.name.clone()).unwrap_or_default(),
+                    addr: s.nodes.get(rank as usize).map(|n| n.addr.clone()).unwrap_or_default(),
+                    started_by: if rank == 0 { "head" } else { "srun" },
+                    argv: redact(&e.child.argv),
+                    env: redact_env(&e.child.env),
+                }
+            })
+            .collect();
+        Some(crate::multinode::LayoutPlan {
+            nodes: l.nodes,
+            gpus_per_node: l.gpus_per_node,
+            crossing: l.crossing,
+            rendezvous: s.file.rendezvous.clone(),
+            source: s.source.clone(),
+            per_node,
+            srun: redact(&s.srun.argv),
+        })
+    });
     let post_run = spec.post_run.as_ref().zip(p.post_run.as_ref()).map(|(spec_step, step)| {
         let (process, warnings) = match step {
             Ok(step) => (
@@ -217,6 +250,7 @@ pub fn render_prepared(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, S
         },
         tunnel: p.tunnel.plan.clone(),
         engine: process(head),
+        layout,
         harbor: HarborSection {
             mode: p.harbor.mode.as_str(),
             api_base,
@@ -339,6 +373,33 @@ pub fn render(plan: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(out, "  env (nothing else is inherited):")?;
     for (k, v) in &plan.engine.env {
         writeln!(out, "    {k}={v}")?;
+    }
+    if let Some(l) = &plan.layout {
+        writeln!(out)?;
+        writeln!(
+            out,
+            "Layout: {} nodes × {} GPUs, {} parallelism crosses nodes; rendezvous {}:{} (nodes: {}):",
+            l.nodes,
+            l.gpus_per_node,
+            l.crossing.as_str(),
+            l.rendezvous.addr,
+            l.rendezvous.port,
+            l.source
+        )?;
+        for n in &l.per_node {
+            let addr = if n.addr.is_empty() { String::new() } else { format!(" ({})", n.addr) };
+            writeln!(out, "  rank {} on {}{addr}, started by {}:", n.rank, n.node, n.started_by)?;
+            writeln!(out, "    argv: {}", shell_words::join(&n.argv))?;
+            if n.rank == 0 {
+                writeln!(out, "    env: as vLLM's above")?;
+            } else {
+                writeln!(out, "    env (srun --export=ALL of exactly this, plus Slurm's SLURM_* for the step):")?;
+                for (k, v) in &n.env {
+                    writeln!(out, "      {k}={v}")?;
+                }
+            }
+        }
+        writeln!(out, "  srun: {}", shell_words::join(&l.srun))?;
     }
     writeln!(out)?;
     writeln!(out, "Harbor ({}), api_base {}:", plan.harbor.mode, plan.harbor.api_base)?;

@@ -152,6 +152,8 @@ pub struct Observed {
     pub new_api_key: Result<String, String>,
     /// `<run_tag>-<payload pid>` (a plan shows `<pid>`).
     pub run_id: String,
+    /// A multi-node engine's nodes and rendezvous port (crate::multinode); `None` on one node.
+    pub multinode: Option<Result<crate::multinode::Observed, crate::multinode::MultiNodeError>>,
 }
 
 /// Harbor's inputs as read from files.
@@ -185,6 +187,7 @@ pub fn observe(spec: &LaunchSpec, env: &[(String, String)], mode: Mode) -> Obser
     };
     let probe = gpu::probe_from_env(&env_fn);
     let port = crate::ports::choose(&spec.serve.port, &port_job_id(&env_fn), &spec.serve.host);
+    let multinode = crate::multinode::observe(spec, &env_fn, mode == Mode::Plan, port.as_ref().ok().copied());
     let (new_api_key, run_id) = match mode {
         Mode::Run => (
             random_key().map_err(|e| format!("cannot get random bytes for the API key: {e}")),
@@ -203,6 +206,7 @@ pub fn observe(spec: &LaunchSpec, env: &[(String, String)], mode: Mode) -> Obser
         paths: check_paths(spec),
         new_api_key,
         run_id,
+        multinode,
     }
 }
 
@@ -337,6 +341,8 @@ pub struct Prepared {
     pub api_key: Option<String>,
     /// The engine's processes, head first.
     pub engines: Vec<EngineProcess>,
+    /// A multi-node engine's other nodes: the ranks file and the srun that starts them.
+    pub secondaries: Option<crate::multinode::Secondaries>,
     pub tunnel: TunnelLaunch,
     pub harbor: HarborLaunch,
     /// The post-run step (crate::postrun); an `Err` is recorded when the step would run.
@@ -579,12 +585,42 @@ pub fn prepare(spec_path: &Path, spec: &LaunchSpec, env: &[(String, String)], ob
         Some(d) => (d.gpu_memory_utilization, d.extra_vllm_args().to_vec()),
         None => (spec.serve.gpu_memory_utilization.unwrap_or(0.0), Vec::new()),
     };
-    let engine_argv = engine::argv(spec, &engine_program.display().to_string(), port_or_first, util, &extra, &env_fn)
-        .unwrap_or_else(|e| {
-            problems.push(e.into());
-            Vec::new()
-        });
-    let engines = vec![EngineProcess {
+    let mut engine_argv =
+        engine::argv(spec, &engine_program.display().to_string(), port_or_first, util, &extra, &env_fn).unwrap_or_else(
+            |e| {
+                problems.push(e.into());
+                Vec::new()
+            },
+        );
+    // A multi-node engine: the head's flags, and one worker per other node (crate::multinode).
+    let mut workers = Vec::new();
+    let mut secondaries = None;
+    match obs.multinode {
+        Some(Ok(observed)) if !engine_argv.is_empty() => {
+            match crate::multinode::prepare(spec, &mut engine_argv, &engine_env, observed, job_id.clone()) {
+                Ok((ranks, launch)) => {
+                    for rank in ranks.into_iter().skip(1) {
+                        workers.push(EngineProcess {
+                            role: EngineRole::Worker { rank: rank.rank },
+                            child: ChildSpec {
+                                program: engine_program.clone(),
+                                argv: rank.argv,
+                                env: engine_env.clone(),
+                                log: spec.run_dir.join(format!("vllm-{}.log", rank.node)),
+                                cwd: None,
+                            },
+                            node: Some(rank.node),
+                        });
+                    }
+                    secondaries = Some(launch);
+                }
+                Err(f) => problems.push(f),
+            }
+        }
+        Some(Ok(_)) | None => {}
+        Some(Err(e)) => problems.push(e.into()),
+    }
+    let mut engines = vec![EngineProcess {
         role: EngineRole::Head,
         node: None,
         child: ChildSpec {
@@ -595,6 +631,7 @@ pub fn prepare(spec_path: &Path, spec: &LaunchSpec, env: &[(String, String)], ob
             cwd: None,
         },
     }];
+    engines.extend(workers);
 
     // 8. Harbor (its inputs checked now, not after the engine has loaded).
     let mode_h = if obs.resume { HarborMode::Resume } else { HarborMode::Fresh };
@@ -648,6 +685,7 @@ pub fn prepare(spec_path: &Path, spec: &LaunchSpec, env: &[(String, String)], ob
         base_url,
         api_key,
         engines,
+        secondaries,
         tunnel,
         harbor,
         post_run,
@@ -680,6 +718,7 @@ mod tests {
             paths: Ok(()),
             new_api_key: Ok("sk-test-key".into()),
             run_id: format!("{}-7", spec.run_tag),
+            multinode: None,
         }
     }
 

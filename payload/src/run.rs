@@ -61,6 +61,8 @@ struct Run<S> {
     timings: Timings,
     /// The post-run step, prepared with the other children (crate::postrun).
     post_run: Option<Result<crate::postrun::Step, String>>,
+    /// The job's scratch dir on node-local disk (crate::scratch), removed after teardown.
+    scratch: Option<crate::scratch::JobScratch>,
 }
 
 /// Runs the job; returns payload's exit code.
@@ -126,6 +128,7 @@ pub async fn run_with<S: SignalSource>(spec_path: &Path, signals: S, parent: Vec
         tunnel: None,
         timings,
         post_run: None,
+        scratch: None,
     };
     let end = run.sequence().await;
     run.finish(end).await
@@ -218,6 +221,19 @@ impl<S: SignalSource> Run<S> {
         };
         let parent = self.parent.clone();
         let env_fn = prepare::lookup(&parent);
+        // Per-job scratch on node-local disk, before the first child starts (crate::scratch).
+        if crate::scratch::wanted(&self.spec) {
+            let scratch = crate::scratch::JobScratch::create(&self.spec, &prepare::port_job_id(&env_fn))
+                .and_then(|s| {
+                    for engine in p.engines.iter_mut().filter(|e| e.node.is_none()) {
+                        s.apply(&mut engine.child.env)?;
+                    }
+                    s.apply(&mut p.harbor.env).map(|()| s)
+                })
+                .map_err(|e| Failure::new(OutcomeClass::Spec, e).with_cause("scratch"))?;
+            self.rec.event("scratch", json!({ "dir": scratch.dir() }));
+            self.scratch = Some(scratch);
+        }
 
         // The tunnel (started by the first poll, while vLLM loads).
         if let Some(programs) = p.tunnel.programs.clone() {
@@ -253,8 +269,8 @@ impl<S: SignalSource> Run<S> {
         rotate_log(&self.log_path(ENGINE_LOG));
         rotate_log(&self.log_path(HARBOR_LOG));
         rotate_log(&self.log_path(TUNNEL_LOG));
-        // The head serves the API here; the preparation holds no workers yet (a multi-node engine
-        // adds them to `Prepared.engines`, and they start beside the head).
+        // The head serves the API here; a multi-node engine's workers (`Prepared.engines` after the
+        // head) start on their nodes through one srun step (crate::multinode).
         let head = p.head().child.clone();
         let started = Instant::now();
         let pid = self.sup.spawn(Role::Engine, &head).map_err(|e| {
@@ -263,6 +279,9 @@ impl<S: SignalSource> Run<S> {
         })?;
         self.rec.status.pids.insert("engine".into(), pid);
         self.rec.event("engine_spawned", json!({ "pid": pid, "argv": head.argv, "port": port }));
+        if let Some(secondaries) = &p.secondaries {
+            self.start_ranks(secondaries)?;
+        }
         self.rec.set_phase(Phase::Serving);
         tracing::info!(pid, port, "vLLM started; waiting for readiness");
         let resume = p.harbor.mode == HarborMode::Resume;
@@ -317,6 +336,7 @@ impl<S: SignalSource> Run<S> {
             let input = tokio::select! {
                 biased;
                 status = wait_opt(self.sup.engine.as_mut()) => Input::EngineExited(status),
+                status = wait_opt(self.sup.ranks.as_mut()) => Input::RanksExited(status),
                 status = wait_opt(self.sup.harbor.as_mut()) => Input::HarborExited(status),
                 ev = self.signals.recv() => Input::Signal(ev),
                 _ = sleep_until(deadline.into()), if loading => Input::ReadyDeadline,
@@ -350,11 +370,19 @@ impl<S: SignalSource> Run<S> {
                     Input::Tunnel(t.poll(&mut self.sup, &mut self.rec, !loading).await)
                 }
             };
+            // A rank on another node: its own log (and srun's) tell why, not the head's.
+            let rank_tail =
+                || crate::multinode::ranks_log_tail(&self.spec.run_dir, p.secondaries.as_ref(), LOG_TAIL_LINES);
+            let tail_of: &dyn Fn() -> Vec<String> =
+                if matches!(input, Input::RanksExited(_)) { &rank_tail } else { &tail };
             let before = machine.phase();
-            for action in machine.on(input, &tail) {
+            for action in machine.on(input, tail_of) {
                 match action {
                     Action::Event(name, fields) => self.rec.event(name, fields),
                     Action::Ready => {
+                        if let Some(s) = &p.secondaries {
+                            self.record_ranks_joined(s);
+                        }
                         let ms = started.elapsed().as_millis() as u64;
                         self.rec.event("engine_ready", json!({ "elapsed_ms": ms }));
                         self.rec.set_phase(Phase::Ready);
@@ -378,6 +406,37 @@ impl<S: SignalSource> Run<S> {
                 tunnel_tick.reset_immediately();
             }
         }
+    }
+
+    /// Which node each rank runs on, from the records every `payload rank` wrote on its node.
+    fn record_ranks_joined(&mut self, s: &crate::multinode::Secondaries) {
+        let records = crate::multinode::read_rank_records(&self.spec.run_dir, &s.file.ranks[1..]);
+        let mut ranks = vec![json!({ "rank": 0, "node": s.nodes[0].name, "pid": self.rec.status.pids.get("engine") })];
+        ranks.extend(records.iter().map(|r| json!({ "rank": r.rank, "node": r.node, "pid": r.pid, "step": r.step })));
+        let missing: Vec<u32> =
+            s.file.ranks[1..].iter().map(|r| r.rank).filter(|k| !records.iter().any(|r| r.rank == *k)).collect();
+        self.rec.event("ranks_joined", json!({ "ranks": ranks, "missing": missing }));
+    }
+
+    /// A multi-node engine's other nodes: the ranks file, then their one srun step in its own group.
+    fn start_ranks(&mut self, s: &crate::multinode::Secondaries) -> Result<(), End> {
+        let spawn_failed = |e: String| Failure::new(OutcomeClass::EngineStart, e).with_cause("multinode");
+        // Records of an earlier attempt in this run dir must not count as joined ranks.
+        let _ = std::fs::remove_dir_all(self.spec.run_dir.join(crate::multinode::RANK_RECORDS_DIR));
+        crate::multinode::write_ranks_file(&self.spec.run_dir, &s.file)
+            .map_err(|e| spawn_failed(format!("cannot write {}: {e}", crate::multinode::RANKS_FILE)))?;
+        let pid = self
+            .sup
+            .spawn(Role::Ranks, &s.srun)
+            .map_err(|e| spawn_failed(format!("cannot start {}: {e}", s.srun.program.display())))?;
+        self.rec.status.pids.insert("ranks".into(), pid);
+        let ranks: Vec<_> = s.file.ranks.iter().map(|r| json!({ "rank": r.rank, "node": r.node })).collect();
+        self.rec.event(
+            "ranks_spawned",
+            json!({ "pid": pid, "argv": s.srun.argv, "crossing": s.file.crossing, "rendezvous": s.file.rendezvous, "ranks": ranks }),
+        );
+        tracing::info!(pid, nodes = s.nodes.len(), "srun started the other nodes' ranks");
+        Ok(())
     }
 
     /// Harbor: `api_base` (the tunnel's public URL for installed agents), resume rewrites, spawn.
@@ -413,6 +472,25 @@ impl<S: SignalSource> Run<S> {
         Ok(())
     }
 
+    /// After teardown: the ranks' srun step is cancelled by its id (from the rank records), so
+    /// nothing is left on another node even if srun itself had to be SIGKILLed.
+    fn cancel_rank_steps(&mut self) {
+        let ranks_file = self.spec.run_dir.join(crate::multinode::RANKS_FILE);
+        if self.sup.ranks.is_none() || !ranks_file.exists() {
+            return;
+        }
+        let Ok(file) = std::fs::read_to_string(&ranks_file)
+            .map_err(|e| e.to_string())
+            .and_then(|t| serde_json::from_str::<crate::multinode::RanksFile>(&t).map_err(|e| e.to_string()))
+        else {
+            return;
+        };
+        let records = crate::multinode::read_rank_records(&self.spec.run_dir, &file.ranks[1..]);
+        crate::multinode::cancel_steps(&records);
+        let steps: Vec<&str> = records.iter().map(|r| r.step.as_str()).collect();
+        self.rec.event("ranks_cancelled", json!({ "steps": steps }));
+    }
+
     /// Teardown, final heartbeat, outcome, exit code.
     async fn finish(&mut self, end: End) -> i32 {
         let engine_log = self.log_path(ENGINE_LOG);
@@ -446,6 +524,11 @@ impl<S: SignalSource> Run<S> {
             json!({ "grace_s": plan.grace.as_secs_f64(), "harbor_grace_s": plan.harbor_grace.as_secs_f64() }),
         );
         let report = self.sup.shutdown(&mut self.signals, plan).await;
+        self.cancel_rank_steps();
+        // Every child is gone: nothing writes into the scratch dir any more.
+        if let Some(scratch) = self.scratch.take() {
+            scratch.remove();
+        }
         self.rec.event(
             "teardown_done",
             json!({
