@@ -181,7 +181,6 @@ pub fn count_tasks(dataset: &Path) -> Option<u64> {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum EventKind {
     Started,
-    Scratch,
     SecretsLoaded,
     Gpus,
     Port,
@@ -226,7 +225,6 @@ pub enum EventKind {
 
 const EVENT_NAMES: &[(&str, EventKind)] = &[
     ("started", EventKind::Started),
-    ("scratch", EventKind::Scratch),
     ("secrets_loaded", EventKind::SecretsLoaded),
     ("gpus", EventKind::Gpus),
     ("port", EventKind::Port),
