@@ -9,8 +9,8 @@
 //! its own, so what the plan shows is what the run spawns.
 //!
 //! `prepare` changes nothing and reads no file except where programs are (the PATH lookups of
-//! crate::childenv::resolve_program and the tunnel's programs), the Harbor job config it merges,
-//! and the tunnel bank's lease files it describes.
+//! crate::childenv::resolve_program, the tunnel's and the post-run step's programs) and the
+//! tunnel bank's lease files the tunnel plan describes.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -144,6 +144,9 @@ pub struct Observed {
     pub port: Result<u16, PortError>,
     /// `<run_dir>/config.json` exists: Harbor resumes the job.
     pub resume: bool,
+    /// What Harbor's inputs in files say: for a fresh run the merged job config (the shipped YAML
+    /// with the model put in), for a resume the job's config files checked readable.
+    pub harbor_job: HarborJob,
     pub paths: Result<(), Failure>,
     /// A fresh per-job key (a run), or a placeholder (a plan); used only when the model is exposed.
     pub new_api_key: Result<String, String>,
@@ -153,9 +156,28 @@ pub struct Observed {
     pub multinode: Option<Result<crate::multinode::Observed, crate::multinode::MultiNodeError>>,
 }
 
-/// Asks the host (reads the secrets file, probes GPUs and ports, looks at the run dir).
+/// Harbor's inputs as read from files.
+#[derive(Debug)]
+pub enum HarborJob {
+    /// The merged job config payload hands a fresh Harbor (`--config`).
+    Fresh(Result<serde_json::Value, HarborError>),
+    /// The `config.json`/`lock.json` files a resume rewrites, and whether they are readable JSON.
+    Resume { files: Vec<PathBuf>, check: Result<usize, HarborError> },
+}
+
+/// Asks the host (reads the secrets file and Harbor's job files, probes GPUs and ports, looks at
+/// the run dir).
 pub fn observe(spec: &LaunchSpec, env: &[(String, String)], mode: Mode) -> Observed {
     let env_fn = lookup(env);
+    let resume = harbor::is_resume(&spec.run_dir);
+    let harbor_job = if resume {
+        HarborJob::Resume {
+            files: harbor::config_files(&spec.run_dir),
+            check: harbor::check_resume_configs(&spec.run_dir),
+        }
+    } else {
+        HarborJob::Fresh(harbor::merged_job_config(spec))
+    };
     let (secrets_file, secrets) = if needs_secrets(spec) {
         let path = secrets::secrets_path(&spec.secrets, &env_fn);
         let loaded = secrets::load(&path);
@@ -179,7 +201,8 @@ pub fn observe(spec: &LaunchSpec, env: &[(String, String)], mode: Mode) -> Obser
         gpu_probe: probe.describe(),
         gpus: probe.probe(),
         port,
-        resume: harbor::is_resume(&spec.run_dir),
+        resume,
+        harbor_job,
         paths: check_paths(spec),
         new_api_key,
         run_id,
@@ -621,20 +644,18 @@ pub fn prepare(spec_path: &Path, spec: &LaunchSpec, env: &[(String, String)], ob
 
     // 8. Harbor (its inputs checked now, not after the engine has loaded).
     let mode_h = if obs.resume { HarborMode::Resume } else { HarborMode::Fresh };
-    let (merged_config, rewrites) = match mode_h {
-        HarborMode::Resume => {
-            if let Err(e) = harbor::check_resume_configs(&spec.run_dir) {
+    let (merged_config, rewrites) = match obs.harbor_job {
+        HarborJob::Resume { files, check } => {
+            if let Err(e) = check {
                 problems.push(e.into());
             }
-            (None, harbor::config_files(&spec.run_dir))
+            (None, files)
         }
-        HarborMode::Fresh => match harbor::merged_job_config(spec) {
-            Ok(config) => (Some(config), Vec::new()),
-            Err(e) => {
-                problems.push(e.into());
-                (None, Vec::new())
-            }
-        },
+        HarborJob::Fresh(Ok(config)) => (Some(config), Vec::new()),
+        HarborJob::Fresh(Err(e)) => {
+            problems.push(e.into());
+            (None, Vec::new())
+        }
     };
     let harbor = HarborLaunch {
         mode: mode_h,
@@ -703,6 +724,7 @@ mod tests {
             }]),
             port: Ok(23456),
             resume: false,
+            harbor_job: HarborJob::Fresh(harbor::merged_job_config(spec)),
             paths: Ok(()),
             new_api_key: Ok("sk-test-key".into()),
             run_id: format!("{}-7", spec.run_tag),

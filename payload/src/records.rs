@@ -596,13 +596,15 @@ http_requests_total{handler="/health",method="GET",status="2xx"} 900.0
         // added to `launch_spec::rundir::EventKind`, the one list readers match on.
         let sources = [
             include_str!("run.rs"),
+            include_str!("phases.rs"),
             include_str!("postrun.rs"),
             include_str!("tunnel/mod.rs"),
             include_str!("records.rs"),
         ];
         let mut names = Vec::new();
         for text in sources {
-            for (at, _) in text.match_indices("event(") {
+            // `rec.event("…")`, and the run phases' `Action::Event("…")`.
+            for (at, _) in text.match_indices("event(").chain(text.match_indices("Event(")) {
                 let rest = text[at + 6..].trim_start();
                 if let Some(name) = rest.strip_prefix('"').and_then(|r| r.split('"').next())
                     && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')

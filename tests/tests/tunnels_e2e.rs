@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use e2e::sshd::{self, Sshd, TokenUser};
 use serde_json::{Value, json};
 
-use e2e::harness::{free_port, payload_bin, unique};
+use e2e::harness::{assert_plan_is_what_ran, free_port, payload_bin, unique};
 
 const VLLM: &str = env!("CARGO_BIN_EXE_vllm-standin");
 const HARBOR: &str = env!("CARGO_BIN_EXE_harbor-standin");
@@ -682,4 +682,44 @@ fn socks_server_not_listening_fails_as_connect_failed() {
     assert_eq!(out["cause"], "connect_failed", "{out:#}");
     assert!(out["message"].as_str().unwrap().contains("could not be established"), "{out:#}");
     assert!(fx.events_named("harbor_spawned").is_empty());
+}
+
+/// With a SOCKS tunnel in `env` mode, Harbor's environment carries the proxy: what `payload plan`
+/// shows for vLLM and Harbor (the tunnel's variables included) is what `payload run` spawned.
+#[test]
+fn plan_shows_the_socks_proxy_environment_run_hands_harbor() {
+    if !sshd::available_or_skip() {
+        return;
+    }
+    let sshd = Sshd::start();
+    let (port, _hits) = http_server();
+    let fx = Fx::new("socksplan", &[]);
+    let mut spec = fx.spec("terminus-2", socks_tunnel(&sshd, &sshd.client_key, port, "env"));
+    spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("1.0");
+    spec["serve"]["port"] = json!({ "fixed": free_port() });
+    let path = fx.root.join("launch-plan.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&spec).unwrap()).unwrap();
+    // The same environment `Fx::start` gives payload (the SOCKS port derives from the job id).
+    let out = Command::new(payload_bin())
+        .args(["plan", "--spec", path.to_str().unwrap(), "--json"])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()))
+        .env("HOME", &fx.root)
+        .env("TMPDIR", fx.root.join("tmp"))
+        .env("SLURM_JOB_ID", "23")
+        .env("PAYLOAD_GPU_FIXTURE", fx.root.join("gpus.json"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(plan["harbor"]["env"]["ALL_PROXY"].as_str().is_some_and(|p| p.starts_with("socks5h://")), "{plan:#}");
+
+    let mut run = fx.start(&spec, "23");
+    fx.wait("phase running", Duration::from_secs(30), |fx| fx.status()["phase"] == "running");
+    let pid = run.child.id() as i32;
+    let engine_argv = fx.events_named("engine_spawned")[0]["argv"].clone();
+    let harbor_argv = fx.events_named("harbor_spawned")[0]["argv"].clone();
+    assert_plan_is_what_ran("vLLM", &plan["engine"], &engine_argv, pid_of(&fx, "engine") as u32, pid);
+    assert_plan_is_what_ran("Harbor", &plan["harbor"], &harbor_argv, pid_of(&fx, "harbor") as u32, pid);
+    assert_eq!(run.wait(&fx, Duration::from_secs(40)), 0, "{}", fx.diag());
 }
