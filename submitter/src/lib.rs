@@ -6,6 +6,7 @@ pub mod decide;
 pub mod launch;
 pub mod ledger;
 pub mod lint;
+pub mod observe;
 pub mod output;
 pub mod plan;
 pub mod queue;

@@ -138,7 +138,7 @@ pub fn plan(
     for model in models {
         for selected in presets {
             for dataset in &selected.preset.datasets {
-                let resolved = context.resolve(model, &selected.preset, overrides)?;
+                let (resolved, _) = context.resolve(model, &selected.preset, overrides)?;
                 let benchmark = Preset::benchmark_of(dataset);
                 let family = view.family_of(&benchmark);
                 let pair = view.pairs.get(&(model.clone(), family.clone()));

@@ -190,9 +190,15 @@ fn iterate(
     mirror: Option<&Mirror>,
 ) -> Result<(String, usize)> {
     let stale_after = stale_after_s(args.stale_after, args.interval.filter(|_| args.watch));
-    let report =
-        sync::sync_and_heartbeat(session.ledger.as_ref(), &session.slurm, &session.cluster.name, stale_after, mirror)
-            .context("sync")?;
+    let report = sync::sync_and_heartbeat(
+        session.ledger.as_ref(),
+        &session.slurm,
+        &session.cluster.name,
+        stale_after,
+        &session.cluster.verify,
+        mirror,
+    )
+    .context("sync")?;
     let presets = args.selection.presets(&session.presets_dir)?;
     let models = args.selection.models(session.ledger.as_ref())?;
     let view = LedgerView::read(session.ledger.as_ref())?;
@@ -335,6 +341,7 @@ pub fn sync_command(args: &SyncArgs) -> Result<ExitCode> {
         &session.slurm,
         &session.cluster.name,
         stale_after_s(args.stale_after, None),
+        &session.cluster.verify,
         mirror.as_ref(),
     )?;
     super::print(&if args.json {

@@ -8,6 +8,7 @@ mod exit_codes;
 mod fresh;
 mod ledger;
 mod module_graph;
+mod multinode;
 #[path = "../common/pg.rs"]
 mod pg;
 mod queueing;
@@ -17,3 +18,4 @@ mod snapshots;
 mod support;
 mod team;
 mod verify;
+mod verify_rundirs;
