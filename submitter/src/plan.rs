@@ -169,7 +169,8 @@ pub fn plan(
                     },
                     timeout_multiplier: resolved.timeout_multiplier,
                     rule: resolved.rule.clone(),
-                    serve: serde_json::to_value(&resolved).unwrap_or(Value::Null),
+                    serve: serde_json::to_value(crate::output::ServeSettings::new(&resolved, None))
+                        .unwrap_or(Value::Null),
                     prerequisite,
                     flag,
                     dataset: dataset.clone(),
