@@ -395,7 +395,14 @@ pub fn scan_trials(dir: &Path, instant_fail_s: f64) -> std::io::Result<TrialScan
     Ok(scan)
 }
 
-fn done_trial(trial: &Path, name: &str, instant_fail_s: f64, buf: &mut Vec<u8>, scan: &mut TrialScan) {
+fn done_trial(
+    file: Option<std::fs::File>,
+    trial: &Path,
+    name: &str,
+    instant_fail_s: f64,
+    buf: &mut Vec<u8>,
+    scan: &mut TrialScan,
+) {
     scan.done += 1;
     // Never through a symlink, never a FIFO or device (a result.json linked to /dev/zero).
     let Some(mut file) = file.or_else(|| fsread::open_regular(&trial.join(hf::RESULT_FILE), Links::Refuse).ok()) else {
