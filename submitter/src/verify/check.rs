@@ -291,13 +291,7 @@ fn read_launch(view: Option<LaunchView>, events: &[rundir::Event]) -> Launch {
     let held_url = events.iter().rev().find_map(|e| e.pair_url()).map(str::to_string);
     let Some(spec) = view else { return Launch { held_url, ..Launch::default() } };
     let LaunchView { run_tag, tunnel, harbor, .. } = spec;
-    Launch {
-        held_url,
-        run_tag,
-        tunnel_kind: tunnel.kind,
-        public_url: tunnel.public_url,
-        agent: harbor.agent,
-    }
+    Launch { held_url, run_tag, tunnel_kind: tunnel.kind, public_url: tunnel.public_url, agent: harbor.agent }
 }
 
 /// `vllm.log`, else another `vllm*.log` (old scripts: `vllm_<jobid>.log`), never `*.prev`.

@@ -275,7 +275,9 @@ mod tests {
                         || code.contains("crate::verify::{")
                         || code.contains("crate::verify::VerifySettings")
                 } else if child {
-                    (name != "sync" && name != "observe" && name != "verify"
+                    (name != "sync"
+                        && name != "observe"
+                        && name != "verify"
                         && (code.contains(&format!("super::{other}")) || code.contains(&format!(" {other}::"))))
                         || code.contains(&format!("crate::verify::{other}"))
                         || (name == "sync" && code.contains(&format!(", {other}}}")))
@@ -289,8 +291,7 @@ mod tests {
             }
             out
         };
-        let graph: Vec<(String, Vec<String>)> =
-            sources.iter().map(|(n, t)| (n.to_string(), deps(n, t))).collect();
+        let graph: Vec<(String, Vec<String>)> = sources.iter().map(|(n, t)| (n.to_string(), deps(n, t))).collect();
         // Depth-first search for a back edge.
         fn visit(n: &str, g: &[(String, Vec<String>)], path: &mut Vec<String>, done: &mut Vec<String>) {
             if done.iter().any(|d| d == n) {

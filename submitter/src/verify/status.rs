@@ -11,8 +11,8 @@ use super::{VerifySettings, check, human_duration, results};
 use crate::config::cluster::AutoCancel;
 use crate::decide::SlurmView;
 use crate::ledger::{Attempt, AttemptId, Ledger, Status};
-use crate::slurm::{JobId, JobInfo, Slurm};
 use crate::observe::{SyncError, run_dir_of, view_of};
+use crate::slurm::{JobId, JobInfo, Slurm};
 use serde_json::Value;
 
 /// What to collect.
