@@ -613,7 +613,7 @@ http_requests_total{handler="/health",method="GET",status="2xx"} 900.0
                 }
             }
         }
-        assert!(names.len() > 30, "{names:?}");
+        assert!(names.len() > 30 && names.iter().any(|n| n == "engine_exited"), "{names:?}");
         for name in names.iter().filter(|n| n.as_str() != "x") {
             assert!(!matches!(EventKind::from(name.as_str()), EventKind::Other(_)), "unknown event name {name:?}");
         }
