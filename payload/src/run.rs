@@ -335,11 +335,18 @@ impl<S: SignalSource> Run<S> {
                     Input::Tunnel(t.poll(&mut self.sup, &mut self.rec, !loading).await)
                 }
             };
-            // A rank on another node: its own log (and srun's) tell why, not the head's.
-            let rank_tail =
-                || crate::multinode::ranks_log_tail(&self.spec.run_dir, p.secondaries.as_ref(), LOG_TAIL_LINES);
-            let tail_of: &dyn Fn() -> Vec<String> =
-                if matches!(input, Input::RanksExited(_)) { &rank_tail } else { &tail };
+            // A multi-node engine: the other nodes' logs (and srun's) after the head's, since
+            // either side may be where it broke.
+            let all_tail = || {
+                let mut lines = tail();
+                lines.extend(crate::multinode::ranks_log_tail(
+                    &self.spec.run_dir,
+                    p.secondaries.as_ref(),
+                    LOG_TAIL_LINES,
+                ));
+                lines
+            };
+            let tail_of: &dyn Fn() -> Vec<String> = if p.secondaries.is_some() { &all_tail } else { &tail };
             for action in machine.on(input, tail_of) {
                 match action {
                     Action::Event(name, fields) => self.rec.event(name, fields),

@@ -6,6 +6,7 @@ mod edge;
 mod exit_codes;
 mod ledger;
 mod multinode;
+mod multinode_slurm;
 #[path = "../common/pg.rs"]
 mod pg;
 mod queueing;
