@@ -71,7 +71,7 @@ fn exit(code: i32) -> ExitCode {
     ExitCode::from(code.clamp(0, 255) as u8)
 }
 
-fn plan(spec_path: &std::path::Path, json: bool, check_harbor: bool) -> anyhow::Result<i32> {
+async fn plan(spec_path: &std::path::Path, json: bool, check_harbor: bool) -> anyhow::Result<i32> {
     let spec = match LaunchSpec::from_file(spec_path) {
         Ok(spec) => spec,
         Err(err) => {
@@ -81,7 +81,7 @@ fn plan(spec_path: &std::path::Path, json: bool, check_harbor: bool) -> anyhow::
     };
     let mut plan = payload::plan::build(spec_path, &spec, &payload::prepare::parent_env());
     if check_harbor {
-        payload::plan::check_harbor(&spec, &mut plan);
+        payload::plan::check_harbor(&spec, &mut plan).await;
     }
     let mut out = std::io::stdout().lock();
     if json {
@@ -160,7 +160,7 @@ async fn main() -> ExitCode {
     }));
     let result = match cli.command {
         Command::Run { spec } => Ok(payload::run::run(&spec).await),
-        Command::Plan { spec, json, check_harbor } => plan(&spec, json, check_harbor),
+        Command::Plan { spec, json, check_harbor } => plan(&spec, json, check_harbor).await,
         Command::Gpus { json, profiles } => gpus(json, profiles),
         Command::Rank { ranks } => {
             let parent = payload::prepare::parent_env();

@@ -124,13 +124,17 @@ pub fn render_prepared(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, S
     let t = &p.tunnel.plan;
     let api_base = p.api_base(t.public_url.as_deref());
     let prefix = (!t.harbor_prefix.is_empty()).then_some(t.harbor_prefix.as_slice());
-    let harbor = p.harbor.child(spec, &api_base, &t.harbor_env, prefix).unwrap_or_else(|_| ChildSpec {
+    let mut harbor = p.harbor.child(spec, &api_base, &t.harbor_env, prefix).unwrap_or_else(|_| ChildSpec {
         program: p.harbor.program.clone(),
         argv: Vec::new(),
         env: p.harbor.env.clone(),
         log: p.harbor.log.clone(),
         cwd: None,
     });
+    // Without a readable key (a problem says why) the plan still shows where it would go.
+    if spec.secrets.daytona {
+        harbor.env.entry(secrets::DAYTONA_ORG1.to_string()).or_insert_with(|| REDACTED.to_string());
+    }
     // By name (the secrets handed to children) and by whole value (the secrets file's values and
     // the agent-env sources taken from the environment).
     let hidden: Vec<&str> = p.hidden.iter().map(String::as_str).collect();
@@ -265,11 +269,11 @@ pub fn render_prepared(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, S
 /// that Harbor's `jobs start … --print-config` on the plan's fresh-run argv, with the merged job
 /// config written to a private temporary file, and records the verdict; a refusal is a problem.
 /// Skipped (with the reason) on a resume, or when Harbor cannot be run here.
-pub fn check_harbor(spec: &LaunchSpec, plan: &mut Plan) {
+pub async fn check_harbor(spec: &LaunchSpec, plan: &mut Plan) {
     let verdict = if plan.harbor.mode != "fresh" {
         harbor::ConfigCheck::Skipped("resume: Harbor re-reads the job's stored config".to_string())
     } else {
-        match check_fresh_argv(spec, plan) {
+        match check_fresh_argv(spec, plan).await {
             Ok(v) => v,
             Err(e) => harbor::ConfigCheck::Skipped(e),
         }
@@ -280,7 +284,7 @@ pub fn check_harbor(spec: &LaunchSpec, plan: &mut Plan) {
     plan.harbor.config_check = Some(format!("{verdict:?}"));
 }
 
-fn check_fresh_argv(spec: &LaunchSpec, plan: &Plan) -> Result<harbor::ConfigCheck, String> {
+async fn check_fresh_argv(spec: &LaunchSpec, plan: &Plan) -> Result<harbor::ConfigCheck, String> {
     let argv = &plan.harbor.process.argv;
     // Without a tunnel prefix (proxychains): Harbor's own argv starts one before `jobs`.
     let start = argv.iter().position(|a| a == "jobs").and_then(|i| i.checked_sub(1)).ok_or("no harbor argv")?;
@@ -295,7 +299,10 @@ fn check_fresh_argv(spec: &LaunchSpec, plan: &Plan) -> Result<harbor::ConfigChec
     if let Some(i) = argv.iter().position(|a| a == "--config") {
         argv[i + 1] = file.display().to_string();
     }
-    let verdict = written.map(|()| harbor::check_with_print_config(spec, &argv, &plan.harbor.process.env));
+    let verdict = match written {
+        Ok(()) => Ok(harbor::check_with_print_config(spec, &argv, &plan.harbor.process.env).await),
+        Err(e) => Err(e),
+    };
     let _ = std::fs::remove_dir_all(&dir);
     verdict
 }

@@ -441,11 +441,7 @@ pub fn prepare(spec_path: &Path, spec: &LaunchSpec, env: &[(String, String)], ob
             if secrets.status == "ok" {
                 problems.push(e.into());
             }
-            let mut env = childenv::build(env, spec.harbor.env_prefix.as_deref(), &spec.harbor.env, &run_id);
-            if spec.secrets.daytona {
-                env.insert(secrets::DAYTONA_ORG1.into(), crate::plan::REDACTED.into());
-            }
-            (env, None)
+            (childenv::build(env, spec.harbor.env_prefix.as_deref(), &spec.harbor.env, &run_id), None)
         }
     };
     let mut engine_env = childenv::build(env, spec.serve.env_prefix.as_deref(), &spec.serve.env, &run_id);

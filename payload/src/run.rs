@@ -36,6 +36,9 @@ use crate::tunnel::{self, Tunnel};
 
 /// Lines of `vllm.log` kept in an engine failure's outcome.
 pub const LOG_TAIL_LINES: usize = 30;
+/// How long a multi-node engine's exit waits for the signal that may have caused it (scancel
+/// signals every step at once; a secondary's death reaches the head before payload's signal).
+pub const SIGNAL_WITH_EXIT: Duration = Duration::from_millis(500);
 /// How often the tunnel's state machine is advanced.
 pub const TUNNEL_POLL: Duration = Duration::from_millis(200);
 
@@ -51,6 +54,8 @@ struct Run<S> {
     timings: Timings,
     /// The post-run step, prepared with the other children (crate::postrun).
     post_run: Option<Result<crate::postrun::Step, String>>,
+    /// The job's scratch dir on node-local disk (crate::scratch), removed after teardown.
+    scratch: Option<crate::scratch::JobScratch>,
 }
 
 /// Runs the job; returns payload's exit code.
@@ -109,6 +114,7 @@ pub async fn run(spec_path: &Path) -> i32 {
         tunnel: None,
         timings,
         post_run: None,
+        scratch: None,
     };
     let end = run.sequence().await;
     run.finish(end).await
@@ -201,6 +207,19 @@ impl<S: SignalSource> Run<S> {
         };
         let parent = self.parent.clone();
         let env_fn = prepare::lookup(&parent);
+        // Per-job scratch on node-local disk, before the first child starts (crate::scratch).
+        if crate::scratch::wanted(&self.spec) {
+            let scratch = crate::scratch::JobScratch::create(&self.spec, &prepare::port_job_id(&env_fn))
+                .and_then(|s| {
+                    for engine in p.engines.iter_mut().filter(|e| e.node.is_none()) {
+                        s.apply(&mut engine.child.env)?;
+                    }
+                    s.apply(&mut p.harbor.env).map(|()| s)
+                })
+                .map_err(|e| Failure::new(OutcomeClass::Spec, e).with_cause("scratch"))?;
+            self.rec.event("scratch", json!({ "dir": scratch.dir() }));
+            self.scratch = Some(scratch);
+        }
 
         // The tunnel (started by the first poll, while vLLM loads).
         if let Some(programs) = p.tunnel.programs.clone() {
@@ -260,9 +279,10 @@ impl<S: SignalSource> Run<S> {
             let child =
                 p.harbor.child(&self.spec, &p.local_api_base(), &BTreeMap::new(), None).map_err(Failure::from)?;
             let spec = self.spec.clone();
-            config_check = Some(tokio::task::spawn_blocking(move || {
-                harbor::check_with_print_config(&spec, &child.argv, &child.env)
-            }));
+            config_check =
+                Some(tokio::spawn(
+                    async move { harbor::check_with_print_config(&spec, &child.argv, &child.env).await },
+                ));
         }
         self.run_loop(&p, started, config_check).await
     }
@@ -334,6 +354,17 @@ impl<S: SignalSource> Run<S> {
                     let Some(t) = self.tunnel.as_mut() else { continue };
                     Input::Tunnel(t.poll(&mut self.sup, &mut self.rec, !loading).await)
                 }
+            };
+            // A multi-node engine dies on its own when Slurm signals every step at once (scancel):
+            // a signal arriving with a rank's or the head's exit is the cause, not the exit.
+            let input = match input {
+                Input::EngineExited(_) | Input::RanksExited(_) if p.secondaries.is_some() => {
+                    match tokio::time::timeout(SIGNAL_WITH_EXIT, self.signals.recv()).await {
+                        Ok(ev) => Input::Signal(ev),
+                        Err(_) => input,
+                    }
+                }
+                other => other,
             };
             // A multi-node engine: the other nodes' logs (and srun's) after the head's, since
             // either side may be where it broke.
@@ -492,6 +523,10 @@ impl<S: SignalSource> Run<S> {
         );
         let report = self.sup.shutdown(&mut self.signals, plan).await;
         self.cancel_rank_steps();
+        // Every child is gone: nothing writes into the scratch dir any more.
+        if let Some(scratch) = self.scratch.take() {
+            scratch.remove();
+        }
         self.rec.event(
             "teardown_done",
             json!({

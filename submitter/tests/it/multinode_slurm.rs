@@ -74,6 +74,8 @@ impl Mn {
                 &format!("  health_timeout_s: {health_s}\n  distributed_timeout_s: 10\n  env:\n{engine_env}"),
             );
             *p = p.replace("STANDIN_TRIAL_SECONDS: \"0.05\"", &format!("STANDIN_TRIAL_SECONDS: \"{trial_s}\""));
+            // The stand-in loads no weights: nothing to stage, so the nodes "have internet".
+            p.push_str("network:\n  internet: true\n");
         });
         let registry = registry(cluster.root());
         Mn { cluster, registry, ledger: Store::sqlite() }
