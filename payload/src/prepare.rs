@@ -615,7 +615,7 @@ pub fn prepare(spec_path: &Path, spec: &LaunchSpec, env: &[(String, String)], ob
                                 program: engine_program.clone(),
                                 argv: rank.argv,
                                 env: engine_env.clone(),
-                                log: spec.run_dir.join(format!("vllm-{}.log", rank.node)),
+                                log: crate::multinode::rank_log_path(&spec.run_dir, &rank.node),
                                 cwd: None,
                             },
                             node: Some(rank.node),

@@ -36,6 +36,9 @@ use crate::tunnel::{self, Tunnel};
 
 /// Lines of `vllm.log` kept in an engine failure's outcome.
 pub const LOG_TAIL_LINES: usize = 30;
+/// How long a multi-node engine's exit waits for the signal that may have caused it (scancel
+/// signals every step at once; a secondary's death reaches the head before payload's signal).
+pub const SIGNAL_WITH_EXIT: Duration = Duration::from_millis(500);
 /// How often the tunnel's state machine is advanced.
 pub const TUNNEL_POLL: Duration = Duration::from_millis(200);
 
@@ -363,11 +366,29 @@ impl<S: SignalSource> Run<S> {
                     Input::Tunnel(t.poll(&mut self.sup, &mut self.rec, !loading).await)
                 }
             };
-            // A rank on another node: its own log (and srun's) tell why, not the head's.
-            let rank_tail =
-                || crate::multinode::ranks_log_tail(&self.spec.run_dir, p.secondaries.as_ref(), LOG_TAIL_LINES);
-            let tail_of: &dyn Fn() -> Vec<String> =
-                if matches!(input, Input::RanksExited(_)) { &rank_tail } else { &tail };
+            // A multi-node engine dies on its own when Slurm signals every step at once (scancel):
+            // a signal arriving with a rank's or the head's exit is the cause, not the exit.
+            let input = match input {
+                Input::EngineExited(_) | Input::RanksExited(_) if p.secondaries.is_some() => {
+                    match tokio::time::timeout(SIGNAL_WITH_EXIT, self.signals.recv()).await {
+                        Ok(ev) => Input::Signal(ev),
+                        Err(_) => input,
+                    }
+                }
+                other => other,
+            };
+            // A multi-node engine: the other nodes' logs (and srun's) after the head's, since
+            // either side may be where it broke.
+            let all_tail = || {
+                let mut lines = tail();
+                lines.extend(crate::multinode::ranks_log_tail(
+                    &self.spec.run_dir,
+                    p.secondaries.as_ref(),
+                    LOG_TAIL_LINES,
+                ));
+                lines
+            };
+            let tail_of: &dyn Fn() -> Vec<String> = if p.secondaries.is_some() { &all_tail } else { &tail };
             let before = machine.phase();
             for action in machine.on(input, tail_of) {
                 match action {

@@ -191,6 +191,8 @@ pub enum EventKind {
     EngineReady,
     EngineExited,
     EngineUnhealthy,
+    /// A multi-node engine (docs/multinode.md): the other nodes' srun step started, every rank
+    /// joined (with the node each runs on), the step ended, the step cancelled at teardown.
     RanksSpawned,
     RanksJoined,
     RanksExited,
