@@ -20,6 +20,7 @@ pub mod runlock;
 pub mod secrets;
 pub mod supervisor;
 pub mod timings;
+pub mod tls;
 pub mod tunnel;
 
 #[cfg(test)]

@@ -310,6 +310,8 @@ pub fn build(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, String)]) -
         ("fresh", argv, Vec::new())
     };
     harbor_env.extend(tunnel_plan.harbor_env.clone());
+    let key = tunnel::exposes_model(&spec.tunnel).then_some(tunnel::GENERATED);
+    harbor_env.extend(launch_spec::agents::model_env(&spec.harbor.agent, &api_base, key));
     let mut harbor_program = harbor_program;
     if !tunnel_plan.harbor_prefix.is_empty() {
         harbor_program = tunnel_plan.harbor_prefix[0].clone();
@@ -456,26 +458,7 @@ pub fn render(plan: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
         write!(out, "; Daytona org {n} ({}) handed to Harbor as DAYTONA_API_KEY", org.variable())?;
     }
     writeln!(out)?;
-    let t = &plan.tunnel;
-    writeln!(out, "tunnel: {} — {}", t.kind, t.description)?;
-    if !t.argv.is_empty() {
-        writeln!(out, "  argv: {}", shell_words::join(&t.argv))?;
-    }
-    if let Some(config) = &t.ssh_config {
-        writeln!(out, "  ssh config (0600, in a private directory outside the run dir):")?;
-        for line in config.lines().filter(|l| !l.starts_with('#')) {
-            writeln!(out, "    {line}")?;
-        }
-    }
-    if !t.pairs.is_empty() {
-        writeln!(out, "  bank, in this job's order:")?;
-        for p in &t.pairs {
-            writeln!(out, "    {p}")?;
-        }
-    }
-    if let Some(v) = &t.verify {
-        writeln!(out, "  verify: {v}")?;
-    }
+    tunnel::write_plan(out, &plan.tunnel)?;
     writeln!(out)?;
     writeln!(out, "vLLM:")?;
     writeln!(out, "  argv: {}", shell_words::join(&plan.engine.argv))?;

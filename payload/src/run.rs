@@ -349,9 +349,6 @@ impl Run {
                     .with_cause("api_key")
             })?;
             engine_env.insert(tunnel::VLLM_KEY_VAR.to_string(), key.clone());
-            for name in tunnel::AGENT_KEY_VARS {
-                harbor_env.insert((*name).to_string(), key.clone());
-            }
             Some(key)
         } else {
             None
@@ -510,6 +507,8 @@ impl Run {
             Some(url) => format!("{url}/v1"),
             None => format!("{base}/v1"),
         };
+        // The agent's own base-URL and key variables (launch_spec::agents), environment only.
+        harbor_env.extend(launch_spec::agents::model_env(&self.spec.harbor.agent, &api_base, api_key.as_deref()));
         let mut harbor_argv = if resume {
             let rewritten = harbor::rewrite_api_base(&self.spec.run_dir, &api_base).map_err(Failure::from)?;
             let files: Vec<_> = rewritten.iter().map(|(p, n)| json!({ "file": p, "changed": n })).collect();

@@ -57,7 +57,8 @@ pub fn check(inputs: &LintInputs) -> Vec<Finding> {
     let mut findings = Findings::default();
     check_registry_files(inputs.registry, &mut findings);
     let clusters = check_clusters(inputs.clusters, &mut findings);
-    check_presets(inputs.presets, &mut findings);
+    let presets = check_presets(inputs.presets, &mut findings);
+    check_tunnels(&presets, &clusters, &mut findings);
     // Cross-file checks need a registry that loads.
     match Registry::load(inputs.registry) {
         Ok(registry) => check_against_clusters(&registry, &clusters, &mut findings),
@@ -224,12 +225,13 @@ fn check_clusters(dir: &Path, findings: &mut Findings) -> Vec<ClusterProfile> {
     clusters
 }
 
-fn check_presets(dir: &Path, findings: &mut Findings) {
+fn check_presets(dir: &Path, findings: &mut Findings) -> Vec<(PathBuf, Preset)> {
     let harbor_dir = dir.join("harbor");
     let Ok(entries) = std::fs::read_dir(dir) else {
         findings.error(dir.display(), "cannot read the presets directory");
-        return;
+        return Vec::new();
     };
+    let mut presets = Vec::new();
     let mut files: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
@@ -242,6 +244,27 @@ fn check_presets(dir: &Path, findings: &mut Findings) {
                 for problem in preset.problems_with(&harbor_dir) {
                     findings.error(file.display(), problem);
                 }
+                presets.push((file, preset));
+            }
+        }
+    }
+    presets
+}
+
+/// Each installed-harness preset on each cluster: the tunnels its jobs get there, or why `launch`
+/// would refuse them (no Pinggy bank; no internet and no proxy) — a warning, since the preset may
+/// be meant for another cluster.
+fn check_tunnels(presets: &[(PathBuf, Preset)], clusters: &[ClusterProfile], findings: &mut Findings) {
+    // Paths are not expanded here (lint runs without the profile's variables).
+    let as_written = |_: &str, p: &Path| Ok(p.to_path_buf());
+    for (file, preset) in presets {
+        let agent = preset.agent();
+        if !launch_spec::launch::is_installed_agent(agent) {
+            continue;
+        }
+        for cluster in clusters {
+            if let Err(e) = crate::launch::describe_tunnel(cluster, agent, &as_written) {
+                findings.warn(file.display(), format!("on cluster {}: {e}", cluster.name));
             }
         }
     }
