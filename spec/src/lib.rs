@@ -2,10 +2,13 @@
 //! entry point. Versioned; no secret values ever live in these types.
 
 pub mod agents;
+pub mod expand;
 pub mod fsread;
 pub mod gpu;
 pub mod launch;
+pub mod layout;
 pub mod records;
+pub mod rundir;
 mod strict_de;
 pub mod validate;
 pub mod versions;

@@ -8,6 +8,7 @@ use launch_spec::launch::{
     HarborSpec, Limits, ModelSpec, PinggyPair, PinggySpec, PortPolicy, PostRunSpec, ProxyMode, SecretsSpec,
     ServeInvocation, ServeSpec, SocksSpec, TunnelSpec,
 };
+use launch_spec::layout::Layout;
 use launch_spec::{GpuProfiles, LaunchSpec, SPEC_VERSION};
 
 use crate::config::preset::DEFAULT_HARBOR_CONFIG;
@@ -20,14 +21,14 @@ pub enum LaunchError {
         "cluster {cluster}: {field} uses ${{{var}}}, which is not set in the environment (export it, or edit clusters/{cluster}.yaml)"
     )]
     UnsetVariable { cluster: String, field: String, var: String },
+    #[error("cluster {cluster}: {field}: {problem} (edit clusters/{cluster}.yaml)")]
+    BadExpansion { cluster: String, field: String, problem: String },
     #[error(
         "cluster {cluster}: environment `{env}` (wanted by {wanted_by}) is not defined; known: {known} (add it under `environments:` in clusters/{cluster}.yaml)"
     )]
     UnknownEnvironment { cluster: String, env: String, wanted_by: String, known: String },
-    #[error(
-        "model `{model}` needs TP {tp} × DP {dp} = {gpus} GPUs but cluster {cluster} has {per_node} per node: set tensor_parallel_size/data_parallel_size for it in the registry"
-    )]
-    TooManyGpus { model: String, tp: u32, dp: u32, gpus: u32, cluster: String, per_node: u32 },
+    #[error("model `{model}` on cluster {cluster}: {source}")]
+    Layout { model: String, cluster: String, source: launch_spec::layout::LayoutError },
     #[error("{0}")]
     BadModel(String),
     #[error(
@@ -76,18 +77,82 @@ impl LaunchContext<'_> {
         self.expand_text(field, &text.to_string_lossy()).map(PathBuf::from)
     }
 
-    /// [`Self::expand`] for any profile text (a leading `~/`, `${VAR}`).
+    /// [`Self::expand`] for any profile text (a leading `~/`, `${VAR}`), by the one rule
+    /// (`launch_spec::expand`): an unset variable or an unterminated `${` is an error.
     pub fn expand_text(&self, field: &str, text: &str) -> Result<String, LaunchError> {
-        let lookup = |var: &str| match std::env::var(var) {
+        use launch_spec::expand::ExpandError;
+        launch_spec::expand::expand_path(text, &|var| self.variable(var)).map_err(|err| match err {
+            ExpandError::Unset(var) => {
+                LaunchError::UnsetVariable { cluster: self.cluster.name.clone(), field: field.to_string(), var }
+            }
+            other => LaunchError::BadExpansion {
+                cluster: self.cluster.name.clone(),
+                field: field.to_string(),
+                problem: other.to_string(),
+            },
+        })
+    }
+
+    /// The submitter's environment as profiles see it: `${SUBMITTER_HOME}` defaults to the config root.
+    pub fn variable(&self, var: &str) -> Option<String> {
+        match std::env::var(var) {
             Ok(value) => Some(value),
             Err(_) if var == "SUBMITTER_HOME" => Some(self.root.display().to_string()),
             Err(_) => None,
+        }
+    }
+
+    /// An env map with every value `${VAR}`-expanded (`field` names the map in errors).
+    fn expand_env(
+        &self,
+        field: &str,
+        env: &std::collections::BTreeMap<String, String>,
+    ) -> Result<std::collections::BTreeMap<String, String>, LaunchError> {
+        env.iter().map(|(k, v)| Ok((k.clone(), self.expand_text(&format!("{field}.{k}"), v)?))).collect()
+    }
+
+    /// The profile's HF cache, expanded (None when the profile has none).
+    pub fn hf_cache(&self) -> Result<Option<PathBuf>, LaunchError> {
+        match &self.cluster.paths.hf_cache {
+            Some(cache) => Ok(Some(self.expand("paths.hf_cache", cache)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The secrets file as the job must read it, resolved now (the job does not see the
+    /// submitting shell): `secrets.file`, else `$DC_AGENT_SECRET_ENV`, else `~/secrets.env`; made
+    /// absolute against the current directory.
+    pub fn secrets_file(&self) -> Result<PathBuf, LaunchError> {
+        let file = match (&self.cluster.secrets.file, self.variable("DC_AGENT_SECRET_ENV").filter(|v| !v.is_empty())) {
+            (Some(file), _) => self.expand("secrets.file", file)?,
+            (None, Some(from_shell)) => self.expand("$DC_AGENT_SECRET_ENV", Path::new(&from_shell))?,
+            (None, None) => self.expand("secrets.file (default ~/secrets.env)", Path::new("~/secrets.env"))?,
         };
-        expand_vars(text, lookup).map_err(|var| LaunchError::UnsetVariable {
-            cluster: self.cluster.name.clone(),
-            field: field.to_string(),
-            var,
-        })
+        Ok(std::path::absolute(&file).unwrap_or(file))
+    }
+
+    /// vLLM's environment: the cluster's `engine.env`, then the serving environment's `env`, then
+    /// where the weights are (docs/site.md): the profile's cache as `HF_HUB_CACHE` (never `$HOME`),
+    /// and `HF_HUB_OFFLINE=1` where compute nodes have no internet (the weights were staged).
+    fn engine_env(
+        &self,
+        serve_env_name: &str,
+        serve_env: &Environment,
+        data_parallel_size: u32,
+    ) -> Result<std::collections::BTreeMap<String, String>, LaunchError> {
+        let cluster = self.cluster;
+        let mut env = self.expand_env("engine.env", &cluster.engine.env)?;
+        env.extend(self.expand_env(&format!("environments.{serve_env_name}.env"), &serve_env.env)?);
+        if cluster.engine.torchdynamo_disable_by_dp {
+            env.insert("TORCHDYNAMO_DISABLE".into(), if data_parallel_size > 1 { "0" } else { "1" }.into());
+        }
+        if let Some(cache) = self.hf_cache()? {
+            env.insert("HF_HUB_CACHE".into(), cache.display().to_string());
+        }
+        if !cluster.network.internet {
+            env.insert("HF_HUB_OFFLINE".into(), "1".into());
+        }
+        Ok(env)
     }
 
     fn environment(&self, name: &str, wanted_by: &str) -> Result<(PathBuf, &Environment), LaunchError> {
@@ -100,8 +165,13 @@ impl LaunchContext<'_> {
         Ok((self.expand(&format!("environments.{name}"), &env.path)?, env))
     }
 
-    /// Resolves serve settings on this cluster's hardware profile.
-    pub fn resolve(&self, model: &str, preset: &Preset, overrides: &LaunchOverrides) -> Result<Resolved, LaunchError> {
+    /// Resolves serve settings on this cluster's hardware profile, with their layout on its nodes.
+    pub fn resolve(
+        &self,
+        model: &str,
+        preset: &Preset,
+        overrides: &LaunchOverrides,
+    ) -> Result<(Resolved, Layout), LaunchError> {
         launch_spec::validate::model_id(model).map_err(LaunchError::BadModel)?;
         let registry_overrides = Overrides {
             timeout_multiplier: overrides.timeout_multiplier,
@@ -111,17 +181,10 @@ impl LaunchContext<'_> {
         let hardware = &self.cluster.hardware;
         let resolved =
             self.registry.resolve(model, &hardware.hardware_profile, hardware.gpus_per_node, &registry_overrides);
-        if resolved.gpus() > hardware.gpus_per_node {
-            return Err(LaunchError::TooManyGpus {
-                model: model.to_string(),
-                tp: resolved.tensor_parallel_size,
-                dp: resolved.data_parallel_size,
-                gpus: resolved.gpus(),
-                cluster: self.cluster.name.clone(),
-                per_node: hardware.gpus_per_node,
-            });
-        }
-        Ok(resolved)
+        let layout = resolved.layout(hardware.gpus_per_node, self.cluster.slurm.max_nodes).map_err(|source| {
+            LaunchError::Layout { model: model.to_string(), cluster: self.cluster.name.clone(), source }
+        })?;
+        Ok((resolved, layout))
     }
 
     /// The dataset's task directory: an absolute path as given, else the first existing
@@ -173,7 +236,7 @@ impl LaunchContext<'_> {
             }
             None => preset.datasets.first().cloned().unwrap_or_default(),
         };
-        let resolved = self.resolve(model, preset, overrides)?;
+        let (resolved, layout) = self.resolve(model, preset, overrides)?;
         let cluster = self.cluster;
         let benchmark = Preset::benchmark_of(&dataset);
         let run_tag = names::run_tag(&benchmark, model);
@@ -205,8 +268,13 @@ impl LaunchContext<'_> {
         }
         let agent = preset.agent().to_string();
         let tunnel = tunnel_spec(cluster, &agent, &|field, path| self.expand(field, path))?;
-        let secrets_file = match &cluster.secrets.file {
-            Some(file) => Some(self.expand("secrets.file", file)?),
+        let secrets_file = Some(self.secrets_file()?);
+        let engine_env = self.engine_env(&serve_env_name, serve_env, resolved.data_parallel_size)?;
+        let mut harbor_env_vars = self.expand_env("harbor.env", &cluster.harbor.env)?;
+        harbor_env_vars
+            .extend(self.expand_env(&format!("environments.{}.env", cluster.harbor.environment), &harbor_env.env)?);
+        let scratch = match &cluster.paths.node_scratch {
+            Some(root) => Some(launch_spec::launch::ScratchSpec { root: self.expand("paths.node_scratch", root)? }),
             None => None,
         };
         let post_run = self.post_run_spec()?;
@@ -226,6 +294,11 @@ impl LaunchContext<'_> {
                 host: "127.0.0.1".to_string(),
                 tensor_parallel_size: resolved.tensor_parallel_size,
                 data_parallel_size: resolved.data_parallel_size,
+                pipeline_parallel_size: resolved.pipeline_parallel_size,
+                nodes: layout.nodes,
+                // Ranks on other nodes may load weights far slower than the head: vLLM's
+                // collective timeout gets the whole readiness budget.
+                distributed_timeout_s: layout.is_multi_node().then_some(cluster.engine.health_timeout_s),
                 max_model_len: resolved.max_model_len,
                 max_num_seqs: resolved.max_num_seqs,
                 swap_space: resolved.swap_space,
@@ -236,12 +309,12 @@ impl LaunchContext<'_> {
                 hf_overrides: resolved.hf_overrides.clone(),
                 limit_mm_per_prompt: resolved.limit_mm_per_prompt.clone(),
                 extra_args: resolved.extra_args.clone(),
-                env: cluster.engine.env.clone(),
+                env: engine_env,
                 port: PortPolicy::default(),
                 gpu_memory_utilization: overrides.gpu_memory_utilization.or(preset.gpu_memory_util),
                 cluster_gpu_memory_utilization: cluster.hardware.gpu_memory_utilization,
                 health_timeout_s: cluster.engine.health_timeout_s,
-                declared_gpus: Some(resolved.gpus()),
+                declared_gpus: Some(layout.gpus_per_node),
                 allow_no_gpu: false,
                 ready_needs_completion: false,
             },
@@ -265,7 +338,7 @@ impl LaunchContext<'_> {
                     .map(|s| (*s).to_string())
                     .collect(),
                 extra_args: harbor_extra,
-                env: cluster.harbor.env.clone(),
+                env: harbor_env_vars,
                 dialect,
             },
             secrets: SecretsSpec {
@@ -280,6 +353,7 @@ impl LaunchContext<'_> {
                 ..Limits::default()
             },
             post_run,
+            scratch,
         })
     }
 
@@ -402,32 +476,6 @@ fn preset_n_attempts(preset: &Preset) -> u32 {
     preset.n_attempts.unwrap_or(3)
 }
 
-/// Expands `~` (leading) and `${NAME}`; returns the name of the first unset variable.
-pub fn expand_vars(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<String, String> {
-    let mut out = String::new();
-    let text = match text.strip_prefix("~/") {
-        Some(rest) => {
-            out.push_str(&lookup("HOME").ok_or("HOME")?);
-            out.push('/');
-            rest
-        }
-        None => text,
-    };
-    let mut rest = text;
-    while let Some(start) = rest.find("${") {
-        out.push_str(&rest[..start]);
-        let Some(end) = rest[start..].find('}') else {
-            out.push_str(&rest[start..]);
-            return Ok(out);
-        };
-        let name = &rest[start + 2..start + end];
-        out.push_str(&lookup(name).ok_or_else(|| name.to_string())?);
-        rest = &rest[start + end + 1..];
-    }
-    out.push_str(rest);
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -511,18 +559,5 @@ mod tests {
         let context = LaunchContext { cluster: &unset, ..context };
         let err = context.build("Qwen/Qwen3-8B", &preset, &LaunchOverrides::default()).unwrap_err().to_string();
         assert!(err.contains("post_run.argv[3] uses ${NO_SUCH_VAR_FOR_POST_RUN}"), "{err}");
-    }
-
-    #[test]
-    fn expands_home_and_braced_variables() {
-        let lookup = |name: &str| match name {
-            "HOME" => Some("/home/u".to_string()),
-            "WORK" => Some("/work/p".to_string()),
-            _ => None,
-        };
-        assert_eq!(expand_vars("~/secrets.env", lookup).unwrap(), "/home/u/secrets.env");
-        assert_eq!(expand_vars("${WORK}/jobs/${WORK}", lookup).unwrap(), "/work/p/jobs//work/p");
-        assert_eq!(expand_vars("${NOPE}/x", lookup).unwrap_err(), "NOPE");
-        assert_eq!(expand_vars("/plain", lookup).unwrap(), "/plain");
     }
 }

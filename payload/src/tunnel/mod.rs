@@ -70,13 +70,6 @@ pub fn secret_names(spec: &TunnelSpec) -> Vec<String> {
     }
 }
 
-/// A per-job random API key for vLLM (32 bytes from the kernel, hex).
-pub fn random_key() -> std::io::Result<String> {
-    let mut buf = [0u8; 32];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
-    Ok(format!("sk-{}", hex::encode(buf)))
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum TunnelError {
     #[error("the {kind} tunnel needs `{program}` ({why}), which is not on PATH")]
@@ -255,7 +248,8 @@ pub struct TunnelPlan {
     /// The machine's first actions, as `run` would do them now (leases looked at, not taken).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub actions: Vec<String>,
-    /// What Harbor gets from the tunnel (proxy variables; the API key variables as `<generated per job>`).
+    /// What Harbor gets from the tunnel (SOCKS `env` mode: the proxy variables; the per-job key and
+    /// the agent's variables are crate::prepare's).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub harbor_env: BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -1089,12 +1083,5 @@ mod tests {
             assert_eq!(std::fs::read_to_string(&f).unwrap(), "y");
         }
         assert!(!path.exists());
-    }
-
-    #[test]
-    fn random_keys_differ() {
-        let a = random_key().unwrap();
-        assert_eq!(a.len(), 3 + 64);
-        assert_ne!(a, random_key().unwrap());
     }
 }

@@ -2,12 +2,14 @@
 
 use std::collections::HashMap;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use submitter::decide::{Policy, SlurmView, Verdict};
 use submitter::ledger::{AttemptId, Status};
+use submitter::output::ExitStatus;
 use submitter::plan::{self, Executables, LedgerView, PlannedJob, SubmitSettings};
+use submitter::preflight;
 use submitter::slurm::Slurm;
 use submitter::sync::{self, SyncReport};
 use submitter::team::mirror::Mirror;
@@ -104,15 +106,7 @@ pub struct CancelArgs {
 }
 
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
-    let value: u64 = number.parse().map_err(|_| format!("`{text}` is not a duration like 30s, 10m, 1h"))?;
-    let seconds = match unit {
-        "" | "s" => value,
-        "m" => value * 60,
-        "h" => value * 3600,
-        _ => return Err(format!("`{text}` is not a duration like 30s, 10m, 1h")),
-    };
-    Ok(Duration::from_secs(seconds))
+    submitter::config::args::duration(text)
 }
 
 fn policy(session: &Session, selection: &Selection) -> Policy {
@@ -194,11 +188,23 @@ pub fn plan_command(args: &PlanArgs) -> Result<ExitCode> {
 }
 
 /// One iteration: sync, re-read lists, plan, submit. Any ledger/Slurm error ends it (fail closed).
-fn iterate(session: &Session, args: &LaunchArgs, executables: &Executables, mirror: Option<&Mirror>) -> Result<String> {
+/// Returns the text to print and how many submissions failed.
+fn iterate(
+    session: &Session,
+    args: &LaunchArgs,
+    executables: &Executables,
+    mirror: Option<&Mirror>,
+) -> Result<(String, usize)> {
     let stale_after = stale_after_s(args.stale_after, args.interval.filter(|_| args.watch));
-    let report =
-        sync::sync_and_heartbeat(session.ledger.as_ref(), &session.slurm, &session.cluster.name, stale_after, mirror)
-            .context("sync")?;
+    let report = sync::sync_and_heartbeat(
+        session.ledger.as_ref(),
+        &session.slurm,
+        &session.cluster.name,
+        stale_after,
+        &session.cluster.verify,
+        mirror,
+    )
+    .context("sync")?;
     let presets = args.selection.presets(&session.presets_dir)?;
     let models = args.selection.models(session.ledger.as_ref())?;
     let view = LedgerView::read(session.ledger.as_ref())?;
@@ -214,7 +220,14 @@ fn iterate(session: &Session, args: &LaunchArgs, executables: &Executables, mirr
         &policy(session, &args.selection),
     )?;
     let environment = |name: &str| std::env::var(name).ok();
-    let pre_download = |model: &str| pre_download(session, model);
+    // Staging and preflight (docs/site.md): each model once per iteration, before any ledger row.
+    let context = session.context();
+    let stager = submitter::stage::Stager::new(&context);
+    let queries = preflight::SlurmQueries(&session.slurm);
+    let site = preflight::Site::here(&session.root, &queries);
+    let prepare = |job: &PlannedJob, spec: &launch_spec::LaunchSpec| {
+        preflight::stage_and_check(&stager, &job.dataset, spec, &session.cluster, &site).map(drop)
+    };
     let settings = SubmitSettings {
         max_in_flight: session.cluster.limits.max_jobs_in_flight,
         delay: Duration::from_secs_f64(session.cluster.limits.submission_delay_s.max(0.0)),
@@ -223,17 +236,18 @@ fn iterate(session: &Session, args: &LaunchArgs, executables: &Executables, mirr
         overrides: &overrides,
         chain_batch: args.chain_batch,
         environment: &environment,
-        pre_download: &pre_download,
+        prepare: &prepare,
         mirror,
     };
     let submitted =
         plan::submit(&session.context(), &presets, &planned, session.ledger.as_ref(), &session.slurm, &settings)?;
+    let failed = submitted.iter().filter(|s| s.failed()).count();
     let elsewhere: Vec<&PlannedJob> = planned.iter().filter(|j| j.reason.starts_with("in progress on ")).collect();
     if args.json {
         let flagged: Vec<_> = planned.iter().filter(|j| j.flag.is_some()).collect();
         let json =
             serde_json::json!({"sync": report, "submitted": submitted, "elsewhere": elsewhere, "flagged": flagged});
-        return Ok(serde_json::to_string(&json)? + "\n");
+        return Ok((serde_json::to_string(&json)? + "\n", failed));
     }
     let mut out = sync_text(&report);
     for s in &submitted {
@@ -255,37 +269,12 @@ fn iterate(session: &Session, args: &LaunchArgs, executables: &Executables, mirr
     }
     let skipped = planned.iter().filter(|j| j.decision == Verdict::Skip).count();
     out += &format!(
-        "{} submitted, {} skipped by dedup\n",
+        "{} submitted, {} skipped by dedup{}\n",
         submitted.iter().filter(|s| s.job_id.is_some()).count(),
-        skipped
+        skipped,
+        if failed > 0 { format!(", {failed} failed") } else { String::new() }
     );
-    Ok(out)
-}
-
-fn pre_download(session: &Session, model: &str) -> Result<(), String> {
-    let settings = &session.cluster.pre_download;
-    if !settings.enabled || settings.command.is_empty() {
-        return Ok(());
-    }
-    let cache = session.cluster.paths.hf_cache.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
-    let argv: Vec<String> =
-        settings.command.iter().map(|a| a.replace("{model}", model).replace("{cache}", &cache)).collect();
-    tracing::info!("pre-downloading {model}: {}", argv.join(" "));
-    let mut child =
-        std::process::Command::new(&argv[0]).args(&argv[1..]).spawn().map_err(|e| format!("{}: {e}", argv[0]))?;
-    let deadline = Instant::now() + Duration::from_secs(settings.timeout_s);
-    loop {
-        match child.try_wait().map_err(|e| e.to_string())? {
-            Some(status) if status.success() => return Ok(()),
-            Some(status) => return Err(format!("{} exited with {status}", argv[0])),
-            None if Instant::now() > deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!("timed out after {} s", settings.timeout_s));
-            }
-            None => std::thread::sleep(Duration::from_millis(200)),
-        }
-    }
+    Ok((out, failed))
 }
 
 fn executables(session: &Session) -> Result<Executables> {
@@ -300,7 +289,17 @@ fn executables(session: &Session) -> Result<Executables> {
     if !script.is_file() {
         bail!("batch script {} not found (clusters/{}.yaml slurm.script)", script.display(), session.cluster.name);
     }
-    Ok(Executables { payload_bin, script })
+    let prelude = match &session.cluster.slurm.prelude {
+        Some(prelude) => {
+            let prelude = session.root.join(prelude);
+            if !prelude.is_file() {
+                bail!("prelude {} not found (clusters/{}.yaml slurm.prelude)", prelude.display(), session.cluster.name);
+            }
+            Some(prelude)
+        }
+        None => None,
+    };
+    Ok(Executables { payload_bin, script, prelude })
 }
 
 pub fn launch_command(args: &LaunchArgs) -> Result<ExitCode> {
@@ -313,10 +312,11 @@ pub fn launch_command(args: &LaunchArgs) -> Result<ExitCode> {
     let executables = executables(&session)?;
     let mirror = open_mirror(args.mirror.as_deref(), &session)?;
     loop {
-        let text = iterate(&session, args, &executables, mirror.as_ref())?;
+        let (text, failed) = iterate(&session, args, &executables, mirror.as_ref())?;
         super::print(&text)?;
         if args.once {
-            return Ok(ExitCode::SUCCESS);
+            // A submission that failed is an exit status, not only a line of text (docs/exit-codes.md).
+            return Ok(if failed > 0 { ExitStatus::PartialFailure } else { ExitStatus::Success }.into());
         }
         std::thread::sleep(args.interval.unwrap_or(Duration::from_secs(600)));
     }
@@ -338,6 +338,7 @@ pub fn sync_command(args: &SyncArgs) -> Result<ExitCode> {
         &session.slurm,
         &session.cluster.name,
         stale_after_s(args.stale_after, None),
+        &session.cluster.verify,
         mirror.as_ref(),
     )?;
     super::print(&if args.json {

@@ -4,6 +4,7 @@
 pub mod catalogue;
 pub mod launch;
 pub mod listener;
+pub mod preflight;
 pub mod registry;
 pub mod session;
 pub mod spec;

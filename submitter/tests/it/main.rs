@@ -3,12 +3,19 @@
 mod broken;
 mod catalogue;
 mod edge;
+mod exit_codes;
+#[path = "../../../tests/src/fresh.rs"]
+mod fresh;
 mod ledger;
+mod multinode;
 #[path = "../common/pg.rs"]
 mod pg;
 mod queueing;
 mod registry;
+mod site;
 mod slurm_real;
+mod snapshots;
 mod support;
 mod team;
 mod verify;
+mod verify_rundirs;

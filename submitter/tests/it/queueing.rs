@@ -85,7 +85,7 @@ limits:
         TestCluster { dir, name: name.to_string() }
     }
 
-    fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         self.dir.path()
     }
 
@@ -297,29 +297,34 @@ fn ledger_down_submits_nothing() {
     let before = Command::new("squeue").args(["-h", "-n", "tb2_Tiny-1B", "-o", "%i"]).output().unwrap();
     let out = cluster.launch("postgres://evaltest:not-a-real-password@127.0.0.1:1/evaltest", &["--preset", "tb2"]);
     let message = text(&out);
-    assert_eq!(out.status.code(), Some(2), "{message}");
+    assert_eq!(out.status.code(), Some(3), "ledger unavailable: {message}");
     assert!(message.contains("unreachable") && message.contains("127.0.0.1:1"), "{message}");
     assert!(!message.contains("not-a-real-password"), "password leaked: {message}");
     let after = Command::new("squeue").args(["-h", "-n", "tb2_Tiny-1B", "-o", "%i"]).output().unwrap();
     assert_eq!(before.stdout, after.stdout, "nothing was submitted");
 }
 
-/// sbatch rejects the job (bad partition) → the row is failed with sbatch's reason and does not
-/// block the pair: the next launch with a good partition submits it.
+/// sbatch rejects the job (a feature no node has; a bad partition is caught by preflight before
+/// sbatch, see submitter/tests/it/site.rs) → the row is failed with sbatch's reason and does not
+/// block the pair: the next launch with a good profile submits it.
 #[test]
 fn sbatch_failure_does_not_block_the_pair() {
     on_both("badpart", |cluster, ledger_spec| {
         let profile = cluster.root().join("clusters").join(format!("{}.yaml", cluster.name));
         let good = std::fs::read_to_string(&profile).unwrap();
-        std::fs::write(&profile, good.replace("partition: debug", "partition: no-such-partition")).unwrap();
+        let bad = good
+            .replace("  partition: debug\n", "  partition: debug\n  extra_args: [\"--constraint=no-such-feature\"]\n");
+        std::fs::write(&profile, bad).unwrap();
         let out = cluster.run(&["launch"], ledger_spec, &["--once", "--preset", "tb2", "--model", "test/Tiny-1B"], &[]);
-        assert!(out.status.success(), "{}", text(&out));
-        assert!(text(&out).contains("sbatch failed"), "{}", text(&out));
+        // 6: a submission failed — not 0, as if all were well (docs/exit-codes.md).
+        assert_eq!(out.status.code(), Some(6), "{}", text(&out));
+        assert!(text(&out).contains("sbatch failed") && text(&out).contains("1 failed"), "{}", text(&out));
         let ledger = open_ledger(ledger_spec).unwrap();
         assert!(ledger.active().unwrap().is_empty(), "no blocking row");
         std::fs::write(&profile, good).unwrap();
         let out = cluster.run(&["launch"], ledger_spec, &["--once", "--preset", "tb2", "--model", "test/Tiny-1B"], &[]);
         assert!(text(&out).contains("1 submitted"), "{}", text(&out));
+        assert!(out.status.success(), "{}", text(&out));
     });
 }
 
@@ -498,6 +503,13 @@ fn pre_download_gate_chaining_and_state_dir_lock() {
     // The pre-download command fails for one model only (its id is in the argv).
     let cluster = TestCluster::new("predl", |p| {
         *p = p.replace("  STANDIN_LOAD_SECONDS: \"0.3\"", "  STANDIN_LOAD_SECONDS: \"300\"");
+        *p = p.replace(
+            "  state_dir:",
+            &format!(
+                "  hf_cache: {}/hf_cache\n  state_dir:",
+                p.split("jobs_dir: ").nth(1).unwrap().split("/jobs").next().unwrap()
+            ),
+        );
         p.push_str("pre_download:\n  enabled: true\n  command: [sh, -c, 'test \"$0\" != test/Small-3B', \"{model}\"]\n  timeout_s: 20\n");
     });
     let models = cluster.models_file(&MODELS);
@@ -508,8 +520,8 @@ fn pre_download_gate_chaining_and_state_dir_lock() {
         &[],
     );
     let printed = text(&out);
-    assert!(out.status.success(), "{printed}");
-    assert!(printed.contains("not submitted: pre-download failed"), "{printed}");
+    assert_eq!(out.status.code(), Some(6), "one pair was not submitted: {printed}");
+    assert!(printed.contains("not submitted: staging failed"), "{printed}");
     assert!(printed.contains("2 submitted"), "{printed}");
     let ledger = open_ledger(&store.spec).unwrap();
     assert!(
@@ -534,7 +546,7 @@ fn pre_download_gate_chaining_and_state_dir_lock() {
         .unwrap();
     lock.lock().unwrap();
     let out = cluster.launch(&store.spec, &["--preset", "tb2"]);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(5), "lock held: {}", text(&out));
     assert!(text(&out).contains("another submitter holds"), "{}", text(&out));
     drop(lock);
     cancel_all(&*ledger);
