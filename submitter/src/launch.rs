@@ -508,6 +508,10 @@ mod tests {
         let TunnelSpec::Pinggy(p) = tunnel_spec(&leo, "openhands", &expand).unwrap() else { panic!() };
         assert_eq!(p.egress.as_ref().map(|e| e.login_node.as_str()), Some(socks.login_node.as_str()));
         assert_eq!(p.egress.unwrap().mode, ProxyMode::Proxychains);
+        // What `plan` prints for it: both tunnels and openhands' variables.
+        let text = describe_tunnel(&leo, "openhands", &expand).unwrap();
+        assert!(text.contains("reached through the login node) + SOCKS egress via login05"), "{text}");
+        assert!(text.ends_with("agent openhands reads LLM_BASE_URL, HOSTED_VLLM_API_KEY, LLM_API_KEY"), "{text}");
         leo.network.proxy = None;
         assert!(matches!(tunnel_spec(&leo, "openhands", &expand), Err(LaunchError::TunnelNeedsEgress { .. })));
         let mut vista = cluster("vista");
