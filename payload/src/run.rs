@@ -199,24 +199,17 @@ impl<S: SignalSource> Run<S> {
     async fn execute(&mut self, mut p: Prepared) -> Result<End, End> {
         self.record_prepared(&p)?;
         self.post_run = p.post_run.take();
+        if let Some((dir, inside)) = &p.scratch {
+            let scratch = crate::scratch::JobScratch::create(dir, inside)
+                .map_err(|e| Failure::new(OutcomeClass::Spec, e).with_cause("scratch"))?;
+            self.rec.event("scratch", json!({ "dir": scratch.dir() }));
+            self.scratch = Some(scratch);
+        }
         let Some(port) = p.port.port else {
             return Err(Failure::new(OutcomeClass::EngineStart, p.port.how.clone()).with_cause("port").into());
         };
         let parent = self.parent.clone();
         let env_fn = prepare::lookup(&parent);
-        // Per-job scratch on node-local disk, before the first child starts (crate::scratch).
-        if crate::scratch::wanted(&self.spec) {
-            let scratch = crate::scratch::JobScratch::create(&self.spec, &prepare::port_job_id(&env_fn))
-                .and_then(|s| {
-                    for engine in p.engines.iter_mut().filter(|e| e.node.is_none()) {
-                        s.apply(&mut engine.child.env)?;
-                    }
-                    s.apply(&mut p.harbor.env).map(|()| s)
-                })
-                .map_err(|e| Failure::new(OutcomeClass::Spec, e).with_cause("scratch"))?;
-            self.rec.event("scratch", json!({ "dir": scratch.dir() }));
-            self.scratch = Some(scratch);
-        }
 
         // The tunnel (started by the first poll, while vLLM loads).
         if let Some(programs) = p.tunnel.programs.clone() {
@@ -501,11 +494,11 @@ impl<S: SignalSource> Run<S> {
             json!({ "grace_s": plan.grace.as_secs_f64(), "harbor_grace_s": plan.harbor_grace.as_secs_f64() }),
         );
         let report = self.sup.shutdown(&mut self.signals, plan).await;
-        self.cancel_rank_steps();
         // Every child is gone: nothing writes into the scratch dir any more.
         if let Some(scratch) = self.scratch.take() {
             scratch.remove();
         }
+        self.cancel_rank_steps();
         self.rec.event(
             "teardown_done",
             json!({

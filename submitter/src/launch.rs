@@ -133,7 +133,7 @@ impl LaunchContext<'_> {
 
     /// vLLM's environment: the cluster's `engine.env`, then the serving environment's `env`, then
     /// where the weights are (docs/site.md): the profile's cache as `HF_HUB_CACHE` (never `$HOME`),
-    /// and `HF_HUB_OFFLINE=1` where compute nodes have no internet (the weights were staged).
+    /// and with it `HF_HUB_OFFLINE=1` where compute nodes have no internet (the weights are staged there).
     fn engine_env(
         &self,
         serve_env_name: &str,
@@ -146,11 +146,13 @@ impl LaunchContext<'_> {
         if cluster.engine.torchdynamo_disable_by_dp {
             env.insert("TORCHDYNAMO_DISABLE".into(), if data_parallel_size > 1 { "0" } else { "1" }.into());
         }
+        // Offline only with a cache to read: without `paths.hf_cache` the job keeps its user's
+        // default cache and online lookups (preflight says so).
         if let Some(cache) = self.hf_cache()? {
             env.insert("HF_HUB_CACHE".into(), cache.display().to_string());
-        }
-        if !cluster.network.internet {
-            env.insert("HF_HUB_OFFLINE".into(), "1".into());
+            if !cluster.network.internet {
+                env.insert("HF_HUB_OFFLINE".into(), "1".into());
+            }
         }
         Ok(env)
     }
@@ -563,5 +565,50 @@ mod tests {
         let context = LaunchContext { cluster: &unset, ..context };
         let err = context.build("Qwen/Qwen3-8B", &preset, &LaunchOverrides::default()).unwrap_err().to_string();
         assert!(err.contains("post_run.argv[3] uses ${NO_SUCH_VAR_FOR_POST_RUN}"), "{err}");
+    }
+
+    #[test]
+    fn the_job_environment_is_resolved_at_submit_time() {
+        use crate::config::{self, ConfigRoot};
+        let root = ConfigRoot { root: Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf() };
+        let mut local = cluster("local");
+        local.engine.env.insert("SITE_CACHE".into(), "${SUBMITTER_HOME}/cache".into());
+        local.engine.env.insert("TMPDIR".into(), "{job_scratch}/tmp".into());
+        local.environments.get_mut("otagent").unwrap().env.insert("VLLM_USE_FLASHINFER_SAMPLER".into(), "0".into());
+        local.engine.torchdynamo_disable_by_dp = true;
+        local.paths.hf_cache = Some(PathBuf::from("${SUBMITTER_HOME}/hf"));
+        local.network.internet = false;
+        let gpus = config::load_gpu_profiles(&root.clusters_dir()).unwrap();
+        let preset = config::load_preset(&root.presets_dir(), "tb2").unwrap();
+        let registry = Registry::load(&root.registry_dir()).unwrap();
+        let harbor = root.harbor_configs_dir();
+        let context = LaunchContext {
+            cluster: &local,
+            gpu_profiles: &gpus,
+            registry: &registry,
+            harbor_configs_dir: &harbor,
+            root: &root.root,
+        };
+        let home = context.variable("SUBMITTER_HOME").unwrap();
+        let spec = context.build("Qwen/Qwen3-8B", &preset, &LaunchOverrides::default()).unwrap();
+        let env = &spec.serve.env;
+        assert_eq!(env["SITE_CACHE"], format!("{home}/cache"));
+        assert_eq!(env["TMPDIR"], "{job_scratch}/tmp", "payload's placeholder is kept");
+        assert_eq!(env["VLLM_USE_FLASHINFER_SAMPLER"], "0", "the environment's own variables");
+        assert_eq!(env["HF_HUB_CACHE"], format!("{home}/hf"));
+        assert_eq!(env["HF_HUB_OFFLINE"], "1");
+        let dp = spec.serve.data_parallel_size;
+        assert_eq!(env["TORCHDYNAMO_DISABLE"], if dp > 1 { "0" } else { "1" });
+        assert!(spec.secrets.file.as_ref().is_some_and(|f| f.is_absolute()));
+        for (value, want) in [
+            ("${NO_SUCH_VAR_FOR_ENGINE_ENV}", "engine.env.BROKEN uses ${NO_SUCH_VAR_FOR_ENGINE_ENV}"),
+            ("${SUBMITTER_HOME", "engine.env.BROKEN: unterminated `${`"),
+        ] {
+            let mut broken = local.clone();
+            broken.engine.env.insert("BROKEN".into(), value.into());
+            let context = LaunchContext { cluster: &broken, ..context };
+            let err = context.build("Qwen/Qwen3-8B", &preset, &LaunchOverrides::default()).unwrap_err().to_string();
+            assert!(err.contains(want), "{err}");
+        }
     }
 }

@@ -510,6 +510,8 @@ fn pre_download_gate_chaining_and_state_dir_lock() {
                 p.split("jobs_dir: ").nth(1).unwrap().split("/jobs").next().unwrap()
             ),
         );
+        // The command stages nothing: with internet the job fetches what is not cached.
+        p.push_str("network:\n  internet: true\n");
         p.push_str("pre_download:\n  enabled: true\n  command: [sh, -c, 'test \"$0\" != test/Small-3B', \"{model}\"]\n  timeout_s: 20\n");
     });
     let models = cluster.models_file(&MODELS);
@@ -520,7 +522,7 @@ fn pre_download_gate_chaining_and_state_dir_lock() {
         &[],
     );
     let printed = text(&out);
-    assert_eq!(out.status.code(), Some(6), "one pair was not submitted: {printed}");
+    assert_eq!(out.status.code(), Some(6), "one submission failed: {printed}");
     assert!(printed.contains("not submitted: staging failed"), "{printed}");
     assert!(printed.contains("2 submitted"), "{printed}");
     let ledger = open_ledger(&store.spec).unwrap();

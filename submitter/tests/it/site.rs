@@ -495,3 +495,101 @@ fn the_batch_script_initialises_the_module_system_itself() {
     assert_eq!(out.status.code(), Some(78), "{}", text(&out));
     assert!(text(&out).contains("no module system in the job's shell"), "{}", text(&out));
 }
+
+/// Done when: every shipped profile, with its site settings (environments, caches, node-local
+/// scratch, prelude, secrets location, staging commands), passes preflight on the simulated site.
+/// Only the Slurm names are mapped onto the local Slurm (partition `debug`; it has no accounting
+/// database and none of the sites' reservations): those checks are exercised above.
+#[test]
+fn every_shipped_profile_passes_preflight_on_the_simulated_site() {
+    if !slurm_up() || !lmod_installed() {
+        return;
+    }
+    let Some(hf) = real_hf() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let site = dir.path();
+    let vars = ["WORK", "SCRATCH", "PROJECT", "SUBMITTER_HOME"];
+    let var_dir = |var: &str| site.join(var.to_lowercase());
+    let bins = binaries();
+    let mut prefixes: Vec<PathBuf> = ["WORK", "SCRATCH", "PROJECT"]
+        .iter()
+        .flat_map(|var| ["otagent", "eval-qwen35", "otagent2-fix"].map(|env| var_dir(var).join("envs").join(env)))
+        .collect();
+    prefixes.push(var_dir("SUBMITTER_HOME").join(".local-env"));
+    for prefix in &prefixes {
+        let bin = prefix.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::os::unix::fs::symlink(bins.join("vllm-standin"), bin.join("vllm")).unwrap();
+        std::os::unix::fs::symlink(bins.join("harbor-standin"), bin.join("harbor")).unwrap();
+        std::os::unix::fs::symlink(&hf, bin.join("hf")).unwrap();
+    }
+    let model = "Qwen/Qwen3-8B";
+    for cache in [var_dir("WORK").join("hf_cache"), var_dir("SCRATCH").join("hf_cache")] {
+        cache_model(&cache, model);
+    }
+    for datasets in [
+        var_dir("WORK").join("data/datasets"),
+        var_dir("SCRATCH").join("datasets"),
+        var_dir("SUBMITTER_HOME").join(".local-run/datasets"),
+    ] {
+        write_tasks(&datasets.join("DCAgent2_terminal_bench_2"), ["t1"]);
+    }
+    let secrets = [
+        site.join("login-shell-secrets.env"),
+        var_dir("SCRATCH").join("keys.env"),
+        var_dir("SUBMITTER_HOME").join(".local-run/secrets.env"),
+    ];
+    for file in &secrets {
+        std::fs::write(file, "DAYTONA_API_KEY=k1\nDAYTONA_DATA_API_KEY=k2\nHF_TOKEN=t\n").unwrap();
+        std::fs::set_permissions(file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    }
+    // `${SUBMITTER_HOME}` (the local profile's paths) is a configuration root of its own, as a
+    // user's checkout is: the repository's registry, presets and batch scripts, the mapped profiles.
+    let config_root = var_dir("SUBMITTER_HOME");
+    for dir in ["model_config", "presets", "sbatch"] {
+        std::os::unix::fs::symlink(workspace_root().join(dir), config_root.join(dir)).unwrap();
+    }
+    let clusters = config_root.join("clusters");
+    std::fs::create_dir_all(&clusters).unwrap();
+    let shipped = workspace_root().join("clusters");
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(&shipped).unwrap().filter_map(Result::ok) {
+        let name = entry.file_name().to_string_lossy().to_string();
+        let text = std::fs::read_to_string(entry.path()).unwrap();
+        let mapped = if name == "gpus.yaml" {
+            text
+        } else {
+            names.push(name.trim_end_matches(".yaml").to_string());
+            text.lines()
+                .filter(|l| !l.starts_with("  account:") && !l.starts_with("  reservation:"))
+                .map(|l| if l.starts_with("  partition:") { "  partition: debug" } else { l })
+                .collect::<Vec<_>>()
+                .join("\n")
+                + "\n"
+        };
+        std::fs::write(clusters.join(&name), mapped).unwrap();
+    }
+    names.sort();
+    assert!(names.len() >= 4, "{names:?}");
+    for name in &names {
+        let mut cmd = Command::new(SUBMITTER);
+        cmd.args(["preflight", "--cluster", name, "--preset", "tb2", "--model", model, "--clusters"])
+            .arg(&clusters)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap())
+            .env("HOME", site.join("home"))
+            .env("USER", "tester")
+            .env("DC_AGENT_SECRET_ENV", &secrets[0])
+            .env("MODULEPATH", workspace_root().join("tests/site/modulefiles"))
+            .env("PAYLOAD_GPU_FIXTURE", workspace_root().join("tests/fixtures/gpus-4x-a100-64gb.json"))
+            .current_dir(workspace_root());
+        for var in vars {
+            cmd.env(var, var_dir(var));
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "clusters/{name}.yaml on the simulated site:\n{}", text(&out));
+        let printed = text(&out);
+        assert!(!printed.contains("FAIL"), "{printed}");
+        eprintln!("{printed}");
+    }
+}
