@@ -750,9 +750,12 @@ fn pinggy_and_socks_egress_run_in_one_job_for_an_installed_agent_without_interne
     assert_eq!(ups[1]["public_url"], public);
     assert_eq!(fx.events_named("harbor_spawned")[0]["api_base"], format!("{public}/v1"));
     let log = fx.tunnel_log();
-    assert!(log.contains("payload (socks): verified: GET http://127.0.0.1:"), "{log}");
-    assert!(log.contains("payload (pinggy): verified: GET"), "{log}");
-    assert!(log.contains("[pinggy] You are authenticated as <redacted>"), "{log}");
+    // The Pinggy side reads as with a single tunnel (what `submitter check` parses); the egress
+    // proxy's notes and lines are marked.
+    assert!(log.contains("payload: egress: verified: GET http://127.0.0.1:"), "{log}");
+    assert!(log.contains("payload: verified: GET"), "{log}");
+    assert!(log.contains("\nYou are authenticated as <redacted>"), "{log}");
+    assert!(log.contains("payload: egress: attempt 1: "), "{log}");
     let mut needles = fx.secrets.clone();
     needles.push(key);
     let leaks = fx.files_containing(&needles);

@@ -587,7 +587,9 @@ pub struct Start<'a> {
 /// One running instance: its machine and its I/O state.
 struct Instance {
     role: Role,
-    /// Prefix of its lines in `tunnel.log` when the job runs two instances.
+    /// The egress proxy of a job with both: its lines in `tunnel.log` start `[egress] `, its notes
+    /// `payload: egress: ` (the Pinggy side's read as with a single tunnel, which `submitter check`
+    /// parses).
     label: Option<&'static str>,
     machine: Machine,
     dir: PrivateDir,
@@ -643,7 +645,6 @@ impl Tunnel {
             served_name: s.served_name,
             socks_port,
         };
-        let two = parts.len() > 1;
         let now = Instant::now();
         let mut instances = Vec::new();
         for (role, part) in parts {
@@ -674,7 +675,7 @@ impl Tunnel {
             }
             instances.push(Instance {
                 role,
-                label: two.then_some(machine.kind()),
+                label: (role == Role::Egress).then_some("egress"),
                 raw_log: dir.path.join("ssh.out"),
                 machine,
                 dir,
@@ -953,8 +954,8 @@ impl Io {
 
     /// One line of payload's own in `tunnel.log`.
     fn note(&self, inst: &Instance, text: &str) {
-        let who = inst.label.map(|l| format!("payload ({l})")).unwrap_or_else(|| "payload".into());
-        let line = format!("[{}] {who}: {}\n", crate::records::now(), self.redacted(text));
+        let who = inst.label.map(|l| format!("{l}: ")).unwrap_or_default();
+        let line = format!("[{}] payload: {who}{}\n", crate::records::now(), self.redacted(text));
         self.append_log(&line);
     }
 
