@@ -924,9 +924,16 @@ mod tests {
         p.bank.push(PinggyPair { public_url: "https://a/".into(), token_secret: "U".into(), host: None });
         assert_eq!(TunnelSpec::Pinggy(p.clone()).problem().unwrap_err().0, "tunnel.bank");
         p.bank.clear();
-        p.public_url = "ftp://x".into();
-        assert_eq!(TunnelSpec::Pinggy(p).problem().unwrap_err().0, "tunnel.public_url");
         let s: SocksSpec = serde_json::from_str(r#"{"login_node": "login 05"}"#).unwrap();
+        // The egress proxy beside a Pinggy tunnel is checked like a SOCKS tunnel, named as its part.
+        p.egress = Some(Box::new(s.clone()));
+        let (field, problem) = TunnelSpec::Pinggy(p.clone()).problem().unwrap_err();
+        assert_eq!((field, problem.starts_with("login_node: ")), ("tunnel.egress", true), "{problem}");
+        p.egress = None;
+        for bad in ["ftp://x", "https://", "https://a b", "not a url"] {
+            p.public_url = bad.into();
+            assert_eq!(TunnelSpec::Pinggy(p.clone()).problem().unwrap_err().0, "tunnel.public_url", "{bad}");
+        }
         assert_eq!(TunnelSpec::Socks(s).problem().unwrap_err().0, "tunnel.login_node");
     }
 
