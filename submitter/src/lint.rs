@@ -460,3 +460,31 @@ pub fn weights_do_not_fit(
         )
     })
 }
+
+#[cfg(test)]
+mod tunnel_tests {
+    use super::*;
+
+    fn cluster(name: &str) -> ClusterProfile {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../clusters");
+        config::load_cluster(&dir, name).unwrap()
+    }
+
+    #[test]
+    fn an_installed_agent_preset_is_flagged_where_it_cannot_launch() {
+        let yaml = "datasets: [DCAgent2/terminal_bench_2]\nagent_name: openhands\n";
+        let preset: Preset = launch_spec::yaml::from_yaml_str(yaml, Path::new("oh.yaml")).unwrap();
+        let presets = vec![(PathBuf::from("presets/oh.yaml"), preset)];
+        let mut leo = cluster("leonardo");
+        let mut findings = Findings::default();
+        check_tunnels(&presets, std::slice::from_ref(&leo), &mut findings);
+        assert_eq!(findings.0.len(), 1, "{:?}", findings.0);
+        assert!(findings.0[0].message.contains("on cluster leonardo: agent `openhands`"), "{:?}", findings.0);
+        // With a bank, Leonardo runs both tunnels in one job: nothing to say.
+        let bank = "- {url: https://a.a.pinggy.link, token_secret: PINGGY_TOKEN_1}\n";
+        leo.network.pinggy = launch_spec::yaml::from_yaml_str(bank, Path::new("bank.yaml")).unwrap();
+        let mut findings = Findings::default();
+        check_tunnels(&presets, &[leo], &mut findings);
+        assert!(findings.0.is_empty(), "{:?}", findings.0);
+    }
+}
