@@ -349,11 +349,24 @@ fn finished_is_skipped_and_failures_are_bounded() {
         assert_eq!(decisions[0]["decision"], "skip");
         assert_eq!(decisions[0]["reason"], "finished");
 
-        // A benchmark whose dataset is missing fails every attempt; after max_attempts: skip.
+        // A missing dataset is caught on the login node (staging cannot fetch it here): nothing
+        // is submitted and no attempt is burnt.
+        let dataset = cluster.root().join("datasets/DCAgent_dev_set_v2");
+        let parked = cluster.root().join("datasets/parked_dev_set_v2");
+        std::fs::rename(&dataset, &parked).unwrap();
+        let out = cluster.run(&["launch"], ledger_spec, &[&["--once", "--preset", "v2"][..], &model].concat(), &[]);
+        assert!(text(&out).contains("not submitted: staging failed"), "{}", text(&out));
+        assert!(ledger.attempts_for("test/Tiny-1B", "dev_set_v2").unwrap().is_empty(), "preflight burnt an attempt");
+        std::fs::rename(&parked, &dataset).unwrap();
+
+        // An engine that fails on the node fails every attempt; after max_attempts: skip.
         let profile = cluster.root().join("clusters").join(format!("{}.yaml", cluster.name));
-        let text_profile = std::fs::read_to_string(&profile).unwrap().replace("max_attempts: 3", "max_attempts: 2");
+        let text_profile =
+            std::fs::read_to_string(&profile).unwrap().replace("max_attempts: 3", "max_attempts: 2").replace(
+                "STANDIN_LOAD_SECONDS: \"0.3\"",
+                "STANDIN_LOAD_SECONDS: \"0.3\"\n    STANDIN_FAIL_AT_START: other",
+            );
         std::fs::write(&profile, text_profile).unwrap();
-        std::fs::remove_dir_all(cluster.root().join("datasets/DCAgent_dev_set_v2")).unwrap();
         for _ in 0..2 {
             cluster.run(&["launch"], ledger_spec, &[&["--once", "--preset", "v2"][..], &model].concat(), &[]);
             wait_until("the failing job to end and sync", Duration::from_secs(90), || {
