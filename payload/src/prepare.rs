@@ -261,11 +261,15 @@ pub struct HarborLaunch {
     pub daytona_org: Option<DaytonaOrg>,
     pub log: PathBuf,
     pub warnings: Vec<String>,
+    /// The per-job key of an exposed model, for the agent's key variables (launch_spec::agents).
+    pub model_key: Option<String>,
 }
 
 impl HarborLaunch {
     /// Harbor's child for `api_base`, with what the tunnel adds: environment (proxy variables) and
-    /// an argv prefix (proxychains). The one place Harbor's argv and environment are put together.
+    /// an argv prefix (proxychains), and the agent's own base-URL and key variables for `api_base`
+    /// (launch_spec::agents, environment only). The one place Harbor's argv and environment are put
+    /// together.
     pub fn child(
         &self,
         spec: &LaunchSpec,
@@ -280,6 +284,7 @@ impl HarborLaunch {
         };
         let mut env = self.env.clone();
         env.extend(tunnel_env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        env.extend(launch_spec::agents::model_env(&spec.harbor.agent, api_base, self.model_key.as_deref()));
         let mut program = self.program.clone();
         if let Some(prefix) = prefix.filter(|p| !p.is_empty()) {
             program = PathBuf::from(&prefix[0]);
@@ -480,14 +485,12 @@ pub fn prepare(spec_path: &Path, spec: &LaunchSpec, env: &[(String, String)], ob
     });
 
     // The one place for the rule: a model reachable from outside gets a per-job key. vLLM reads it
-    // from its environment, the agent from Harbor's (never argv, never a file).
+    // from its environment, the agent from Harbor's (never argv, never a file): the agent's key
+    // variables are added with its base-URL variables by `HarborLaunch::child`.
     let api_key = if tunnel::exposes_model(&spec.tunnel) {
         match &obs.new_api_key {
             Ok(key) => {
                 engine_env.insert(tunnel::VLLM_KEY_VAR.to_string(), key.clone());
-                for name in tunnel::AGENT_KEY_VARS {
-                    harbor_env.insert((*name).to_string(), key.clone());
-                }
                 Some(key.clone())
             }
             Err(e) => {
@@ -668,6 +671,7 @@ pub fn prepare(spec_path: &Path, spec: &LaunchSpec, env: &[(String, String)], ob
         daytona_org,
         log: spec.run_dir.join(launch_spec::records::HARBOR_LOG),
         warnings: agent_envs.warnings.clone(),
+        model_key: api_key.clone(),
     };
     if let Err(e) = harbor.child(spec, &format!("{base_url}/v1"), &BTreeMap::new(), None) {
         problems.push(e.into());
@@ -825,7 +829,8 @@ mod tests {
         let p = prepare(Path::new("l.json"), &s, &env(), observed(&s, secrets()), Mode::Run);
         assert!(p.api_key.is_none());
         assert!(!p.head().child.env.contains_key(tunnel::VLLM_KEY_VAR));
-        assert!(tunnel::AGENT_KEY_VARS.iter().all(|v| !p.harbor.env.contains_key(*v)));
+        let child = p.harbor.child(&s, &p.api_base(None), &BTreeMap::new(), None).unwrap();
+        assert!(!child.env.contains_key(launch_spec::agents::HOSTED_VLLM_KEY));
 
         let mut s = spec();
         s.tunnel = serde_json::from_value(serde_json::json!({
@@ -835,10 +840,13 @@ mod tests {
         let p = prepare(Path::new("l.json"), &s, &env(), observed(&s, secrets()), Mode::Run);
         assert_eq!(p.api_key.as_deref(), Some("sk-test-key"));
         assert_eq!(p.head().child.env[tunnel::VLLM_KEY_VAR], "sk-test-key");
-        for v in tunnel::AGENT_KEY_VARS {
-            assert_eq!(p.harbor.env[*v], "sk-test-key");
-        }
         let child = p.harbor.child(&s, &p.api_base(Some("https://x.a.pinggy.link")), &BTreeMap::new(), None).unwrap();
+        assert_eq!(child.env[launch_spec::agents::HOSTED_VLLM_KEY], "sk-test-key");
+        // The agent's own variables (launch_spec::agents), when it is one the table knows.
+        s.harbor.agent = "openhands".into();
+        let oh = p.harbor.child(&s, "https://x.a.pinggy.link/v1", &BTreeMap::new(), None).unwrap();
+        assert_eq!(oh.env["LLM_API_KEY"], "sk-test-key");
+        assert_eq!(oh.env["LLM_BASE_URL"], "https://x.a.pinggy.link/v1");
         assert!(child.argv.iter().all(|a| !a.contains("sk-test-key")), "never in argv");
         assert!(child.argv.contains(&"api_base=https://x.a.pinggy.link/v1".to_string()));
     }

@@ -592,13 +592,16 @@ http_requests_total{handler="/health",method="GET",status="2xx"} 900.0
 
     #[test]
     fn every_event_payload_writes_is_a_known_kind() {
-        // The names passed to `Recorder::event` in payload's sources: a typo or a new event must be
-        // added to `launch_spec::rundir::EventKind`, the one list readers match on.
+        // The names passed to `Recorder::event` in payload's sources (and the tunnel machine's
+        // `Action::Event`s, which its driver records): a typo or a new event must be added to
+        // `launch_spec::rundir::EventKind`, the one list readers match on.
         let sources = [
             include_str!("run.rs"),
             include_str!("phases.rs"),
             include_str!("postrun.rs"),
             include_str!("tunnel/mod.rs"),
+            include_str!("tunnel/machine.rs"),
+            include_str!("tunnel/strategy.rs"),
             include_str!("records.rs"),
         ];
         let mut names = Vec::new();
