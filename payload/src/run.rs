@@ -36,8 +36,8 @@ use crate::tunnel::{self, Tunnel};
 
 /// Lines of `vllm.log` kept in an engine failure's outcome.
 pub const LOG_TAIL_LINES: usize = 30;
-/// How long a multi-node engine's exit waits for the signal that may have caused it (scancel
-/// signals every step at once; a secondary's death reaches the head before payload's signal).
+/// How long a child's exit that a signal may explain waits for payload's own signal (scancel
+/// signals every process of the job at once; a secondary's death reaches the head before it).
 pub const SIGNAL_WITH_EXIT: Duration = Duration::from_millis(500);
 /// How often the tunnel's state machine is advanced.
 pub const TUNNEL_POLL: Duration = Duration::from_millis(200);
@@ -366,16 +366,22 @@ impl<S: SignalSource> Run<S> {
                     Input::Tunnel(t.poll(&mut self.sup, &mut self.rec, !loading).await)
                 }
             };
-            // A multi-node engine dies on its own when Slurm signals every step at once (scancel):
-            // a signal arriving with a rank's or the head's exit is the cause, not the exit.
-            let input = match input {
-                Input::EngineExited(_) | Input::RanksExited(_) if p.secondaries.is_some() => {
-                    match tokio::time::timeout(SIGNAL_WITH_EXIT, self.signals.recv()).await {
-                        Ok(ev) => Input::Signal(ev),
-                        Err(_) => input,
-                    }
+            // Slurm signals every process of the job at once (scancel): a child that stopped as a
+            // signalled child does, or any rank of a multi-node engine, may exit just before
+            // payload's own signal is read. A signal arriving with such an exit is the cause.
+            let signal_may_explain = match &input {
+                Input::EngineExited(st) | Input::RanksExited(st) => {
+                    p.secondaries.is_some() || st.success() || stopped_by_a_signal(st)
                 }
-                other => other,
+                Input::HarborExited(st) => stopped_by_a_signal(st),
+                _ => false,
+            };
+            let input = match signal_may_explain {
+                true => match tokio::time::timeout(SIGNAL_WITH_EXIT, self.signals.recv()).await {
+                    Ok(ev) => Input::Signal(ev),
+                    Err(_) => input,
+                },
+                false => input,
             };
             // A multi-node engine: the other nodes' logs (and srun's) after the head's, since
             // either side may be where it broke.
@@ -588,4 +594,15 @@ impl<S: SignalSource> Run<S> {
         self.rec.set_outcome(outcome);
         code
     }
+}
+
+/// An exit a stop signal to the child itself explains: death by TERM/INT/HUP, or the 128+signal
+/// codes programs exit with after handling one (Harbor's KeyboardInterrupt: 130). vLLM also exits 0
+/// on SIGTERM, which the caller adds for the engine. A crash (exit 1) or SIGKILL (the OOM killer)
+/// is not, and is handled at once.
+fn stopped_by_a_signal(status: &std::process::ExitStatus) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    const STOP_SIGNALS: [i32; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
+    status.signal().is_some_and(|s| STOP_SIGNALS.contains(&s))
+        || status.code().is_some_and(|c| STOP_SIGNALS.iter().any(|s| c == 128 + s))
 }
