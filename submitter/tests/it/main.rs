@@ -9,6 +9,7 @@ mod fresh;
 mod ledger;
 mod module_graph;
 mod multinode;
+mod multinode_slurm;
 #[path = "../common/pg.rs"]
 mod pg;
 mod queueing;
