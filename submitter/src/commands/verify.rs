@@ -18,8 +18,8 @@ use submitter::verify::status::{self, Collect};
 use submitter::verify::verdict::StatusRow;
 use submitter::verify::{Level, VerifySettings};
 
-use super::launch::parse_duration;
 use super::session::{LedgerArgs, Session};
+use submitter::config::args::duration as parse_duration;
 use submitter::output::{self, FormatArgs};
 
 use crate::{ConfigDirs, EXIT_PROBLEMS};
