@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use submitter::decide::{Policy, SlurmView, Verdict};
 use submitter::ledger::{AttemptId, Status};
-use submitter::output::ExitStatus;
+use submitter::output::{self, ExitStatus, FormatArgs};
 use submitter::plan::{self, Executables, LedgerView, PlannedJob, SubmitSettings};
 use submitter::preflight;
 use submitter::slurm::Slurm;
@@ -22,8 +22,9 @@ pub struct PlanArgs {
     ledger: LedgerArgs,
     #[command(flatten)]
     selection: Selection,
-    #[arg(long)]
-    json: bool,
+    /// `--format json`: a versioned document (docs/design.md §11).
+    #[command(flatten)]
+    format: FormatArgs,
 }
 
 #[derive(clap::Args)]
@@ -53,8 +54,9 @@ pub struct LaunchArgs {
     /// URL, or alone to take it from $SUBMITTER_TEAM_DB (where a password must be).
     #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
     mirror: Option<String>,
-    #[arg(long)]
-    json: bool,
+    /// `--format json`: a versioned document (docs/design.md §11).
+    #[command(flatten)]
+    format: FormatArgs,
 }
 
 #[derive(clap::Args)]
@@ -67,8 +69,9 @@ pub struct SyncArgs {
     /// Publish Started/Finished to the team's database, as for `launch --mirror`.
     #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
     mirror: Option<String>,
-    #[arg(long)]
-    json: bool,
+    /// `--format json`: a versioned document (docs/design.md §11).
+    #[command(flatten)]
+    format: FormatArgs,
 }
 
 /// The `--mirror` connection, when asked for. Connecting is checked up front (a wrong URL is an
@@ -183,7 +186,11 @@ pub fn plan_command(args: &PlanArgs) -> Result<ExitCode> {
         &views,
         &policy(&session, &args.selection),
     )?;
-    super::print(&if args.json { serde_json::to_string_pretty(&planned)? + "\n" } else { plan_table(&planned) })?;
+    super::print(&if args.format.is_json() {
+        output::document("plan", &serde_json::json!({ "jobs": planned }))
+    } else {
+        plan_table(&planned)
+    })?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -243,11 +250,12 @@ fn iterate(
         plan::submit(&session.context(), &presets, &planned, session.ledger.as_ref(), &session.slurm, &settings)?;
     let failed = submitted.iter().filter(|s| s.failed()).count();
     let elsewhere: Vec<&PlannedJob> = planned.iter().filter(|j| j.reason.starts_with("in progress on ")).collect();
-    if args.json {
+    if args.format.is_json() {
         let flagged: Vec<_> = planned.iter().filter(|j| j.flag.is_some()).collect();
         let json =
             serde_json::json!({"sync": report, "submitted": submitted, "elsewhere": elsewhere, "flagged": flagged});
-        return Ok((serde_json::to_string(&json)? + "\n", failed));
+        // One compact document per iteration: `--watch` streams them, one per line.
+        return Ok((output::document_line("launch", &json), failed));
     }
     let mut out = sync_text(&report);
     for s in &submitted {
@@ -341,8 +349,8 @@ pub fn sync_command(args: &SyncArgs) -> Result<ExitCode> {
         &session.cluster.verify,
         mirror.as_ref(),
     )?;
-    super::print(&if args.json {
-        serde_json::to_string_pretty(&report)? + "\n"
+    super::print(&if args.format.is_json() {
+        output::document("sync", &report)
     } else {
         sync_text(&report) + &format!("{} change(s)\n", report.changes.len())
     })?;

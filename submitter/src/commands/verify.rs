@@ -18,8 +18,10 @@ use submitter::verify::status::{self, Collect};
 use submitter::verify::verdict::StatusRow;
 use submitter::verify::{Level, VerifySettings};
 
-use super::launch::parse_duration;
 use super::session::{LedgerArgs, Session};
+use submitter::config::args::duration as parse_duration;
+use submitter::output::{self, FormatArgs};
+
 use crate::{ConfigDirs, EXIT_PROBLEMS};
 
 #[derive(clap::Args)]
@@ -27,8 +29,9 @@ pub struct CheckArgs {
     /// Run directories (Harbor job dirs; payload's or the old scripts').
     #[arg(value_name = "RUN_DIR", required = true)]
     pub run_dirs: Vec<PathBuf>,
-    #[arg(long)]
-    pub json: bool,
+    /// `--format json`: a versioned document (docs/design.md §11).
+    #[command(flatten)]
+    pub format: FormatArgs,
     /// Exit 1 on warnings too, not only on failures.
     #[arg(long)]
     pub strict: bool,
@@ -57,8 +60,9 @@ pub struct StatusArgs {
     /// Also list attempts that ended within the last N hours (0: active only).
     #[arg(long, default_value_t = 24)]
     pub hours: u64,
-    #[arg(long)]
-    pub json: bool,
+    /// `--format json`: a versioned document (docs/design.md §11).
+    #[command(flatten)]
+    pub format: FormatArgs,
     /// Refresh in place every --interval; applies the profile's `verify.auto_cancel` policy.
     #[arg(long)]
     pub watch: bool,
@@ -74,9 +78,10 @@ pub struct StatusArgs {
 pub struct ResultsArgs {
     #[command(flatten)]
     pub ledger: LedgerArgs,
-    #[arg(long, conflicts_with = "csv")]
-    pub json: bool,
-    #[arg(long)]
+    /// `--format json`: a versioned `results` document (docs/design.md §11); not with `--csv`.
+    #[command(flatten)]
+    pub format: FormatArgs,
+    #[arg(long, conflicts_with_all = ["json", "format"])]
     pub csv: bool,
     /// The binary benchmark models are ranked on (default terminal_bench_2, else swebench-100).
     #[arg(long, value_name = "BENCHMARK")]
@@ -148,9 +153,9 @@ pub fn check(args: &CheckArgs) -> Result<ExitCode> {
     for dir in &args.run_dirs {
         checks.push(check::check_run_dir(dir, &settings, now)?);
     }
-    if args.json {
+    if args.format.is_json() {
         let worst = checks.iter().map(|c| c.verdict).max().unwrap_or(Level::Ok);
-        super::print(&(serde_json::to_string_pretty(&serde_json::json!({"verdict": worst, "runs": checks}))? + "\n"))?;
+        super::print(&output::document("check", &serde_json::json!({"verdict": worst, "runs": checks})))?;
     } else {
         super::print(&check::render_text(&checks))?;
     }
@@ -188,8 +193,9 @@ pub fn status(args: &StatusArgs) -> Result<ExitCode> {
                 Utc::now(),
             )?;
         }
-        let text = if args.json {
-            if args.watch { serde_json::to_string(&rows)? + "\n" } else { serde_json::to_string_pretty(&rows)? + "\n" }
+        let text = if args.format.is_json() {
+            let doc = serde_json::json!({ "jobs": rows });
+            if args.watch { output::document_line("status", &doc) } else { output::document("status", &doc) }
         } else {
             let mut t = String::new();
             if args.watch {
@@ -226,8 +232,8 @@ fn matrix(session: &Session, rank_by: Option<&str>) -> Result<Matrix> {
 pub fn results(args: &ResultsArgs) -> Result<ExitCode> {
     let session = Session::open(&args.ledger)?;
     let m = matrix(&session, args.rank_by.as_deref())?;
-    let text = if args.json {
-        serde_json::to_string_pretty(&m)? + "\n"
+    let text = if args.format.is_json() {
+        output::document("results", &m)
     } else if args.csv {
         results::render_csv(&m)
     } else {

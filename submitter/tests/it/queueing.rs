@@ -346,8 +346,8 @@ fn finished_is_skipped_and_failures_are_bounded() {
         assert!(attempt.metrics.as_ref().is_some_and(|m| m["n_trials"].as_u64() > Some(0)), "{:?}", attempt.metrics);
         let plan = cluster.run(&["plan"], ledger_spec, &[&["--preset", "tb2", "--json"][..], &model].concat(), &[]);
         let decisions: Value = serde_json::from_slice(&plan.stdout).unwrap();
-        assert_eq!(decisions[0]["decision"], "skip");
-        assert_eq!(decisions[0]["reason"], "finished");
+        assert_eq!(decisions["jobs"][0]["decision"], "skip");
+        assert_eq!(decisions["jobs"][0]["reason"], "finished");
 
         // A missing dataset is caught on the login node (staging cannot fetch it here): nothing
         // is submitted and no attempt is burnt.
@@ -376,8 +376,8 @@ fn finished_is_skipped_and_failures_are_bounded() {
         }
         let plan = cluster.run(&["plan"], ledger_spec, &[&["--preset", "v2", "--json"][..], &model].concat(), &[]);
         let decisions: Value = serde_json::from_slice(&plan.stdout).unwrap();
-        assert_eq!(decisions[0]["decision"], "skip", "{decisions}");
-        assert!(decisions[0]["reason"].as_str().unwrap().starts_with("too many failures"), "{decisions}");
+        assert_eq!(decisions["jobs"][0]["decision"], "skip", "{decisions}");
+        assert!(decisions["jobs"][0]["reason"].as_str().unwrap().starts_with("too many failures"), "{decisions}");
     });
 }
 

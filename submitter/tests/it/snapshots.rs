@@ -85,3 +85,14 @@ fn catalogue_families_and_unevaluated() {
         insta::assert_snapshot!(format!("unevaluated_{format}"), ok(&run_in(&state, &[&unevaluated[..], &f].concat())));
     }
 }
+
+#[test]
+fn plan_on_an_empty_ledger() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let plan = ["plan", "--preset", "tb2", "--model", "Qwen/Qwen3-8B", "--model", "probe/Foo-7B"];
+    for format in ["human", "json"] {
+        let out = ok(&run_in(&state, &[&plan[..], &["--format", format]].concat()));
+        insta::assert_snapshot!(format!("plan_{format}"), out);
+    }
+}

@@ -864,7 +864,7 @@ impl LiveCluster {
         let out = self.run("status", &["--json", "--hours", "0"]);
         let rows: Value =
             serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
-        rows[0].clone()
+        rows["jobs"][0].clone()
     }
 
     /// Polls `status` until `done` holds; returns the row, the time it took and every verdict seen.
@@ -962,7 +962,7 @@ fn live_hung_engine_ends_as_engine_died_and_a_failed_row() {
     assert!(after.reason.starts_with("engine_died/unhealthy"), "{}", after.reason);
     let out = cluster.run("status", &["--json", "--hours", "1"]);
     let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(rows[0]["verdict"]["verdict"], "failed");
+    assert_eq!(rows["jobs"][0]["verdict"]["verdict"], "failed");
     // `logs JOB` finds the job's files through the ledger.
     let out = cluster.run("logs", &[attempt.slurm_job_id.as_deref().unwrap(), "--engine"]);
     assert!(
@@ -1015,5 +1015,5 @@ fn live_watch_cancels_a_job_that_stays_dead() {
     assert!(state.contains("CANCELLED") || state.trim().is_empty(), "job {job}: {state}");
     let plan = cluster.run("plan", &["--preset", "tb2", "--model", "test/Tiny-1B", "--json"]);
     let decisions: Value = serde_json::from_slice(&plan.stdout).unwrap();
-    assert_eq!(decisions[0]["decision"], "resubmit", "{decisions}");
+    assert_eq!(decisions["jobs"][0]["decision"], "resubmit", "{decisions}");
 }
