@@ -3,13 +3,17 @@
 
 pub mod config;
 pub mod decide;
+pub mod domain;
+pub mod executor;
 pub mod launch;
 pub mod ledger;
 pub mod lint;
-pub mod plan;
+pub mod planner;
 pub mod queue;
 pub mod registry;
+pub mod selection;
 pub mod slurm;
+pub mod snapshot;
 pub mod sync;
 pub mod team;
 pub mod verify;

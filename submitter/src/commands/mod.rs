@@ -2,8 +2,8 @@
 //! library, print. Errors carry context (`anyhow`) and become one line on stderr.
 
 pub mod catalogue;
-pub mod launch;
 pub mod listener;
+pub mod queueing;
 pub mod registry;
 pub mod session;
 pub mod spec;

@@ -18,9 +18,9 @@ use submitter::verify::status::{self, Collect};
 use submitter::verify::verdict::StatusRow;
 use submitter::verify::{Level, VerifySettings};
 
-use super::launch::parse_duration;
 use super::session::{LedgerArgs, Session};
 use crate::{ConfigDirs, EXIT_PROBLEMS};
+use submitter::config::args::duration as parse_duration;
 
 #[derive(clap::Args)]
 pub struct CheckArgs {

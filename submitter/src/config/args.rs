@@ -25,6 +25,41 @@ pub fn count(text: &str) -> Result<u32, String> {
     v::at_least_one(value.into()).map(|_| value)
 }
 
+/// `--max-output-tokens` and other large counts: a whole number ≥ 1.
+pub fn count_u64(text: &str) -> Result<u64, String> {
+    let value: u64 = text.trim().parse().map_err(|_| format!("`{text}` is not a whole number ≥ 1"))?;
+    v::at_least_one(value).map(|_| value)
+}
+
+/// `--time`: a Slurm time (`HH:MM:SS`, `D-HH:MM:SS`, …), checked as the profile's `slurm.time` is.
+pub fn slurm_time(text: &str) -> Result<String, String> {
+    super::parse_slurm_time(text)
+        .map(|_| text.to_string())
+        .ok_or_else(|| format!("`{text}` is not a Slurm time (HH:MM:SS or D-HH:MM:SS)"))
+}
+
+/// `--partition`, `--account`, `--reservation`: a Slurm name (no spaces or control characters).
+pub fn slurm_name(text: &str) -> Result<String, String> {
+    if text.is_empty() || text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("a Slurm name has no spaces or control characters".to_string());
+    }
+    Ok(text.to_string())
+}
+
+/// `--interval`, `--stale-after`: a duration like `30s`, `10m`, `1h`.
+pub fn duration(text: &str) -> Result<std::time::Duration, String> {
+    let bad = || format!("`{text}` is not a duration like 30s, 10m, 1h");
+    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
+    let value: u64 = number.parse().map_err(|_| bad())?;
+    let seconds = match unit {
+        "" | "s" => value,
+        "m" => value.checked_mul(60).ok_or_else(bad)?,
+        "h" => value.checked_mul(3600).ok_or_else(bad)?,
+        _ => return Err(bad()),
+    };
+    Ok(std::time::Duration::from_secs(seconds))
+}
+
 fn number(text: &str) -> Result<f64, String> {
     text.trim().parse::<f64>().map_err(|_| format!("`{text}` is not a number"))
 }
@@ -37,5 +72,9 @@ mod tests {
         assert!(super::multiplier("-1").is_err() && super::multiplier("inf").is_err());
         assert!(super::count("0").is_err() && super::count("2").is_ok());
         assert!(super::model("--chat-template=/etc/passwd").is_err());
+        assert_eq!(super::duration("10m"), Ok(std::time::Duration::from_secs(600)));
+        assert!(super::duration("10 minutes").is_err() && super::duration("99999999999999999999h").is_err());
+        assert!(super::slurm_time("48:00:00").is_ok() && super::slurm_time("soon").is_err());
+        assert!(super::slurm_name("lrd_all_serial").is_ok() && super::slurm_name("a b").is_err());
     }
 }

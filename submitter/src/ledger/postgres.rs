@@ -746,6 +746,29 @@ impl Ledger for PgLedger {
         })
     }
 
+    fn mark_resumable(&self, id: AttemptId) -> Result<()> {
+        self.with_client("mark an attempt resumable", |client| {
+            let updated = client.execute_typed(
+                "UPDATE attempts SET resumable = 1, updated_at = now() WHERE id = $1 AND status = 'failed'",
+                &[(&id.0, Type::INT8)],
+            )?;
+            if updated == 1 {
+                return Ok(());
+            }
+            let rows = client.query_typed("SELECT status FROM attempts WHERE id = $1", &[(&id.0, Type::INT8)])?;
+            Err(match rows.first() {
+                None => LedgerError::NotFound { location: self.location.clone(), id },
+                Some(row) => LedgerError::IllegalTransition {
+                    location: self.location.clone(),
+                    id,
+                    from: row.try_get::<_, String>(0)?.parse().map_err(|e| self.corrupt(e))?,
+                    to: Status::Failed,
+                },
+            }
+            .into())
+        })
+    }
+
     fn attempt(&self, id: AttemptId) -> Result<Option<Attempt>> {
         self.with_client("read an attempt", |client| {
             Ok(self.attempts_where(client, "id = $1", &[(&id.0, Type::INT8)])?.pop())
@@ -769,12 +792,14 @@ impl Ledger for PgLedger {
                     let latest = self.parse_attempt(row)?;
                     let failed: i64 = row.try_get(17)?;
                     let total: i64 = row.try_get(18)?;
+                    let resumable: i32 = row.try_get(19)?;
                     Ok(PairState {
                         model: latest.model.clone(),
                         family: latest.benchmark_family.clone(),
                         latest,
                         failed_attempts: u32::try_from(failed).unwrap_or(u32::MAX),
                         total_attempts: u32::try_from(total).unwrap_or(u32::MAX),
+                        latest_resumable: resumable == 1,
                     })
                 })
                 .collect()

@@ -439,6 +439,30 @@ impl Ledger for SqliteLedger {
         })
     }
 
+    fn mark_resumable(&self, id: AttemptId) -> Result<()> {
+        self.write("mark an attempt resumable", |tx| {
+            let updated = tx.execute(
+                "UPDATE attempts SET resumable = 1, updated_at = ?2 WHERE id = ?1 AND status = 'failed'",
+                params![id.0, format_ts(super::now())],
+            )?;
+            if updated == 1 {
+                return Ok(());
+            }
+            let from: Option<String> =
+                tx.query_row("SELECT status FROM attempts WHERE id = ?1", [id.0], |row| row.get(0)).optional()?;
+            Err(match from {
+                None => LedgerError::NotFound { location: self.location.clone(), id },
+                Some(from) => LedgerError::IllegalTransition {
+                    location: self.location.clone(),
+                    id,
+                    from: from.parse().map_err(|e| self.corrupt(e))?,
+                    to: Status::Failed,
+                },
+            }
+            .into())
+        })
+    }
+
     fn attempt(&self, id: AttemptId) -> Result<Option<Attempt>> {
         self.read("read an attempt", |conn| Ok(self.attempts_where(conn, "id = ?1", &[&id.0])?.pop()))
     }
@@ -455,11 +479,11 @@ impl Ledger for SqliteLedger {
             let sql = format!("{LATEST_PER_PAIR_SQL} ORDER BY a.model, a.benchmark_family");
             let mut statement = conn.prepare_cached(&sql)?;
             let rows = statement.query_map([], |row| {
-                Ok((RawAttempt::from_row(row)?, row.get::<_, i64>(17)?, row.get::<_, i64>(18)?))
+                Ok((RawAttempt::from_row(row)?, row.get::<_, i64>(17)?, row.get::<_, i64>(18)?, row.get::<_, i64>(19)?))
             })?;
             let mut pairs = Vec::new();
             for row in rows {
-                let (raw, failed, total) = row?;
+                let (raw, failed, total, resumable) = row?;
                 let latest = raw.parse().map_err(|e| self.corrupt(e))?;
                 pairs.push(PairState {
                     model: latest.model.clone(),
@@ -467,6 +491,7 @@ impl Ledger for SqliteLedger {
                     latest,
                     failed_attempts: u32::try_from(failed).unwrap_or(u32::MAX),
                     total_attempts: u32::try_from(total).unwrap_or(u32::MAX),
+                    latest_resumable: resumable == 1,
                 });
             }
             Ok(pairs)

@@ -136,6 +136,7 @@ fn row_for(attempt: &Attempt, job: Option<&JobInfo>, opts: &Collect) -> StatusRo
         phase: status.as_ref().map_or("-".into(), |s| format!("{:?}", s.phase).to_lowercase()),
         verdict: v,
         cancelled: None,
+        continues: crate::domain::Continuation::of_config(&attempt.config),
     }
 }
 
@@ -213,6 +214,15 @@ pub fn render_table(rows: &[StatusRow], cluster: &str, now: DateTime<Utc>, verbo
         }
         if let Some(c) = &r.cancelled {
             out += &format!("{:>10}✗ cancelled: {c}\n", "");
+        }
+        if let Some(c) = &r.continues {
+            out += &format!(
+                "{:>10}↻ continuation {} of attempt {} (it ended by the walltime; {})\n",
+                "",
+                c.number,
+                c.attempt,
+                c.first.map_or("a chain".to_string(), |first| format!("chain from attempt {first}"))
+            );
         }
     }
     let count = |k: VerdictKind| rows.iter().filter(|r| r.verdict.verdict == k).count();

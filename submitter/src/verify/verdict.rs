@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::results::Audit;
 use super::{Finding, VerifySettings, human_duration, parse_time, percent};
 use crate::config::cluster::AutoCancel;
-use crate::decide::SlurmView;
+use crate::domain::SlurmView;
 use crate::ledger::Status;
 
 /// A job's health.
@@ -202,6 +202,9 @@ pub struct StatusRow {
     /// Set when `status --watch` cancelled the job under the profile's `verify.auto_cancel`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cancelled: Option<String>,
+    /// For a walltime continuation: the attempt it continues and its place in the chain.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub continues: Option<crate::domain::Continuation>,
 }
 
 struct Draft {

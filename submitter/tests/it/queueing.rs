@@ -78,6 +78,9 @@ limits:
   n_concurrent: 2
   walltime_lead_s: 60
   max_attempts: 3
+listener:
+  partition: debug
+  time: \"00:10:00\"
 "
         );
         tweak(&mut profile);

@@ -1,14 +1,18 @@
-//! `submitter plan|launch|sync|status|cancel`: the queueing loop against one ledger and Slurm.
+//! `submitter plan|launch|sync|cancel`: the queueing loop against one ledger and Slurm. Each
+//! iteration is: sync (act), snapshot (read once), plan (pure), execute (act); `plan` is the same
+//! code without the acts.
 
-use std::collections::HashMap;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use submitter::decide::{Policy, SlurmView, Verdict};
-use submitter::ledger::{AttemptId, Status};
-use submitter::plan::{self, Executables, LedgerView, PlannedJob, SubmitSettings};
+use submitter::config::args::duration;
+use submitter::decide::{Action, Policy};
+use submitter::executor::{Executor, Submitted};
+use submitter::ledger::{AttemptId, Status, now};
+use submitter::planner::{self, Executables, PlanInputs, PlannedJob};
 use submitter::slurm::Slurm;
+use submitter::snapshot::Snapshot;
 use submitter::sync::{self, SyncReport};
 use submitter::team::mirror::Mirror;
 
@@ -33,19 +37,25 @@ pub struct LaunchArgs {
     /// One iteration: sync, plan, submit.
     #[arg(long, conflicts_with = "watch")]
     once: bool,
-    /// The long-running listener: iterate every --interval, re-reading the lists each time.
+    /// The long-running listener: iterate every --interval, re-reading the lists each time. An
+    /// iteration that fails (Slurm or ledger unreachable, a file mid-edit) is reported and retried
+    /// with back-off; the listener never exits on its own.
     #[arg(long, requires = "interval")]
     watch: bool,
     /// Time between iterations (`30s`, `10m`, `1h`).
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = duration)]
     interval: Option<Duration>,
+    /// Everything but the writes: sync is not run, no ledger row, no spec file, no sbatch; the
+    /// plan, the specs, the sbatch argv and the preparation (staging, preflight) are all done.
+    #[arg(long)]
+    dry_run: bool,
     /// Chain submissions in batches of N with --dependency=afterany (0 = off).
     #[arg(long, default_value_t = 0)]
     chain_batch: usize,
     /// The staleness bound recorded with this submitter's heartbeat: other clusters flag this
     /// cluster's attempts when no sync refreshed them for longer (default 1h; with --watch at
     /// least 3 × --interval).
-    #[arg(long, value_parser = parse_duration, value_name = "D")]
+    #[arg(long, value_parser = duration, value_name = "D")]
     stale_after: Option<Duration>,
     /// Publish this submitter's attempts to the team's database (OT-Agent `sandbox_jobs`): the
     /// URL, or alone to take it from $SUBMITTER_TEAM_DB (where a password must be).
@@ -60,7 +70,7 @@ pub struct SyncArgs {
     #[command(flatten)]
     ledger: LedgerArgs,
     /// The staleness bound recorded with this submitter's heartbeat (default 1h).
-    #[arg(long, value_parser = parse_duration, value_name = "D")]
+    #[arg(long, value_parser = duration, value_name = "D")]
     stale_after: Option<Duration>,
     /// Publish Started/Finished to the team's database, as for `launch --mirror`.
     #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
@@ -86,9 +96,6 @@ fn stale_after_s(flag: Option<Duration>, interval: Option<Duration>) -> u64 {
     }
 }
 
-/// `status` lives in `commands/verify.rs` (launch verification).
-pub use super::verify::StatusArgs;
-
 #[derive(clap::Args)]
 pub struct CancelArgs {
     #[command(flatten)]
@@ -103,135 +110,144 @@ pub struct CancelArgs {
     benchmarks: Vec<String>,
 }
 
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
-    let value: u64 = number.parse().map_err(|_| format!("`{text}` is not a duration like 30s, 10m, 1h"))?;
-    let seconds = match unit {
-        "" | "s" => value,
-        "m" => value * 60,
-        "h" => value * 3600,
-        _ => return Err(format!("`{text}` is not a duration like 30s, 10m, 1h")),
-    };
-    Ok(Duration::from_secs(seconds))
-}
-
 fn policy(session: &Session, selection: &Selection) -> Policy {
+    let limits = &session.cluster.limits;
     Policy {
-        max_failed_attempts: session.cluster.limits.max_attempts,
-        stale_pending_s: (session.cluster.limits.stale_pending_hours * 3600.0) as u64,
+        max_failed_attempts: limits.max_attempts,
+        stale_pending_s: (limits.stale_pending_hours * 3600.0) as u64,
         config_aware: selection.config_aware,
         force: selection.force,
+        max_continuations: limits.max_continuations,
     }
 }
 
-/// Slurm's view of the jobs of the active attempts in `view`, read in one `squeue` call (no
-/// writes). Taken after the ledger snapshot, so every job id in it was submitted before Slurm is
-/// asked: a job another submitter just queued is never mistaken for a vanished one.
-fn job_views(session: &Session, view: &LedgerView) -> Result<HashMap<String, SlurmView>> {
-    let ids: Vec<_> = view
-        .pairs
-        .values()
-        .map(|pair| &pair.latest)
-        .filter(|a| a.status.is_active() && a.cluster == session.cluster.name)
-        .filter_map(|a| a.slurm_job_id.as_deref()?.parse().ok())
-        .collect();
-    let jobs = if ids.is_empty() { Vec::new() } else { session.slurm.jobs(&ids)? };
-    Ok(jobs.iter().map(|j| (j.id.to_string(), sync::view_of(Some(j)))).collect())
+/// Where payload and the batch script are; `launch` insists they exist (`plan` shows the paths).
+fn executables(session: &Session, must_exist: bool) -> Result<Executables> {
+    let payload_bin = match std::env::var_os("PAYLOAD_BIN") {
+        Some(bin) => bin.into(),
+        None => std::env::current_exe()?.with_file_name("payload"),
+    };
+    let script = session.root.join(&session.cluster.slurm.script);
+    if must_exist {
+        if !payload_bin.is_file() {
+            bail!("payload binary not found at {} (build it, or set PAYLOAD_BIN)", payload_bin.display());
+        }
+        if !script.is_file() {
+            bail!("batch script {} not found (clusters/{}.yaml slurm.script)", script.display(), session.cluster.name);
+        }
+    }
+    Ok(Executables { payload_bin, script })
+}
+
+/// Snapshot, then plan: what `plan` prints and what `launch` executes. Lists and presets are
+/// re-read here, every iteration.
+fn snapshot_and_plan(session: &Session, selection: &Selection, executables: &Executables) -> Result<Vec<PlannedJob>> {
+    let legs = selection.legs(&session.presets_dir)?;
+    let models = selection.models(session.ledger.as_ref())?;
+    let snapshot = Snapshot::read(session.ledger.as_ref(), &session.slurm, &session.cluster.name, now())?;
+    let overrides = selection.spec.overrides()?;
+    let environment = |name: &str| std::env::var(name).ok();
+    let inputs = PlanInputs {
+        context: &session.context(),
+        legs: &legs,
+        models: &models,
+        overrides: &overrides,
+        concurrency: &selection.spec.concurrency(),
+        slurm: &selection.slurm.overrides(),
+        executables,
+        environment: &environment,
+        policy: &policy(session, selection),
+        max_in_flight: session.cluster.limits.max_jobs_in_flight,
+    };
+    Ok(planner::plan(&inputs, &snapshot))
+}
+
+fn flag_lines(planned: &[PlannedJob]) -> String {
+    planned
+        .iter()
+        .filter_map(|job| job.flag.as_ref().map(|flag| format!("flagged   {} {}: {flag}\n", job.model, job.benchmark)))
+        .collect()
 }
 
 fn plan_table(planned: &[PlannedJob]) -> String {
     let mut out = String::new();
     for job in planned {
+        let why = match &job.blocked {
+            Some(planner::Blocked::Refused(why) | planner::Blocked::Throttled(why)) => why.as_str(),
+            None => job.reason.as_str(),
+        };
         out += &format!(
             "{:<9} {:<48} {:<34} {}x{} {:>5.1}x  {}\n",
-            format!("{:?}", job.decision).to_lowercase(),
+            job.label(),
             job.model,
             job.benchmark,
             job.resources.tensor_parallel_size,
             job.resources.data_parallel_size,
             job.timeout_multiplier,
-            job.reason
+            why
         );
     }
-    for job in planned {
-        if let Some(flag) = &job.flag {
-            out += &format!("flagged   {} {}: {flag}\n", job.model, job.benchmark);
+    out += &flag_lines(planned);
+    let count = |label: &str| planned.iter().filter(|j| j.label() == label).count();
+    out += &format!("{} submit, {} resubmit, {} skip", count("submit"), count("resubmit"), count("skip"));
+    for label in ["continue", "refused", "throttled"] {
+        if count(label) > 0 {
+            out += &format!(", {} {label}", count(label));
         }
     }
-    let count = |v: Verdict| planned.iter().filter(|j| j.decision == v).count();
-    out += &format!(
-        "{} submit, {} resubmit, {} skip\n",
-        count(Verdict::Submit),
-        count(Verdict::Resubmit),
-        count(Verdict::Skip)
-    );
-    out
+    out + "\n"
 }
 
 pub fn plan_command(args: &PlanArgs) -> Result<ExitCode> {
     args.selection.check()?;
     let session = Session::open(&args.ledger)?;
-    let presets = args.selection.presets(&session.presets_dir)?;
-    let models = args.selection.models(session.ledger.as_ref())?;
-    let view = LedgerView::read(session.ledger.as_ref())?;
-    let views = job_views(&session, &view)?;
-    let planned = plan::plan(
-        &session.context(),
-        &presets,
-        &models,
-        &args.selection.overrides(),
-        &view,
-        &views,
-        &policy(&session, &args.selection),
-    )?;
+    let planned = snapshot_and_plan(&session, &args.selection, &executables(&session, false)?)?;
     super::print(&if args.json { serde_json::to_string_pretty(&planned)? + "\n" } else { plan_table(&planned) })?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// One iteration: sync, re-read lists, plan, submit. Any ledger/Slurm error ends it (fail closed).
+/// One iteration: sync, snapshot, plan, execute. Any ledger/Slurm error ends it (fail closed).
 fn iterate(session: &Session, args: &LaunchArgs, executables: &Executables, mirror: Option<&Mirror>) -> Result<String> {
-    let stale_after = stale_after_s(args.stale_after, args.interval.filter(|_| args.watch));
-    let report =
+    let report = if args.dry_run {
+        SyncReport::default()
+    } else {
+        let stale_after = stale_after_s(args.stale_after, args.interval.filter(|_| args.watch));
         sync::sync_and_heartbeat(session.ledger.as_ref(), &session.slurm, &session.cluster.name, stale_after, mirror)
-            .context("sync")?;
-    let presets = args.selection.presets(&session.presets_dir)?;
-    let models = args.selection.models(session.ledger.as_ref())?;
-    let view = LedgerView::read(session.ledger.as_ref())?;
-    let views = job_views(session, &view)?;
-    let overrides = args.selection.overrides();
-    let planned = plan::plan(
-        &session.context(),
-        &presets,
-        &models,
-        &overrides,
-        &view,
-        &views,
-        &policy(session, &args.selection),
-    )?;
-    let environment = |name: &str| std::env::var(name).ok();
-    let pre_download = |model: &str| pre_download(session, model);
-    let settings = SubmitSettings {
-        max_in_flight: session.cluster.limits.max_jobs_in_flight,
-        delay: Duration::from_secs_f64(session.cluster.limits.submission_delay_s.max(0.0)),
-        username: std::env::var("USER").unwrap_or_else(|_| "unknown".to_string()),
-        executables,
-        overrides: &overrides,
-        chain_batch: args.chain_batch,
-        environment: &environment,
-        pre_download: &pre_download,
-        mirror,
+            .context("sync")?
     };
-    let submitted =
-        plan::submit(&session.context(), &presets, &planned, session.ledger.as_ref(), &session.slurm, &settings)?;
+    let planned = snapshot_and_plan(session, &args.selection, executables)?;
+    // The seam for staging and preflight: what must hold before a pair's ledger row.
+    let prepare = |job: &PlannedJob| pre_download(session, &job.model).map_err(|e| format!("pre-download failed: {e}"));
+    let executor = Executor {
+        ledger: session.ledger.as_ref(),
+        slurm: &session.slurm,
+        cluster: &session.cluster.name,
+        username: std::env::var("USER").unwrap_or_else(|_| "unknown".to_string()),
+        delay: Duration::from_secs_f64(session.cluster.limits.submission_delay_s.max(0.0)),
+        chain_batch: args.chain_batch,
+        mirror,
+        prepare: &prepare,
+        dry_run: args.dry_run,
+    };
+    let submitted = executor.execute(&planned)?;
+    Ok(render_iteration(&report, &planned, &submitted, args.json)?)
+}
+
+fn render_iteration(
+    report: &SyncReport,
+    planned: &[PlannedJob],
+    submitted: &[Submitted],
+    json: bool,
+) -> Result<String, serde_json::Error> {
     let elsewhere: Vec<&PlannedJob> = planned.iter().filter(|j| j.reason.starts_with("in progress on ")).collect();
-    if args.json {
+    if json {
         let flagged: Vec<_> = planned.iter().filter(|j| j.flag.is_some()).collect();
         let json =
             serde_json::json!({"sync": report, "submitted": submitted, "elsewhere": elsewhere, "flagged": flagged});
         return Ok(serde_json::to_string(&json)? + "\n");
     }
-    let mut out = sync_text(&report);
-    for s in &submitted {
+    let mut out = sync_text(report);
+    for s in submitted {
         out += &format!(
             "{:<48} {:<34} {}{}\n",
             s.model,
@@ -239,16 +255,15 @@ fn iterate(session: &Session, args: &LaunchArgs, executables: &Executables, mirr
             s.outcome,
             s.job_id.as_ref().map(|j| format!(" job {j}")).unwrap_or_default()
         );
+        if let Some(argv) = &s.sbatch {
+            out += &format!("    {}\n", shell_words::join(argv));
+        }
     }
     for job in &elsewhere {
         out += &format!("{:<48} {:<34} skipped: {}\n", job.model, job.benchmark, job.reason);
     }
-    for job in &planned {
-        if let Some(flag) = &job.flag {
-            out += &format!("flagged   {} {}: {flag}\n", job.model, job.benchmark);
-        }
-    }
-    let skipped = planned.iter().filter(|j| j.decision == Verdict::Skip).count();
+    out += &flag_lines(planned);
+    let skipped = planned.iter().filter(|j| j.action == Action::Skip && j.blocked.is_none()).count();
     out += &format!(
         "{} submitted, {} skipped by dedup\n",
         submitted.iter().filter(|s| s.job_id.is_some()).count(),
@@ -268,12 +283,12 @@ fn pre_download(session: &Session, model: &str) -> Result<(), String> {
     tracing::info!("pre-downloading {model}: {}", argv.join(" "));
     let mut child =
         std::process::Command::new(&argv[0]).args(&argv[1..]).spawn().map_err(|e| format!("{}: {e}", argv[0]))?;
-    let deadline = Instant::now() + Duration::from_secs(settings.timeout_s);
+    let deadline = std::time::Instant::now() + Duration::from_secs(settings.timeout_s);
     loop {
         match child.try_wait().map_err(|e| e.to_string())? {
             Some(status) if status.success() => return Ok(()),
             Some(status) => return Err(format!("{} exited with {status}", argv[0])),
-            None if Instant::now() > deadline => {
+            None if std::time::Instant::now() > deadline => {
                 let _ = child.kill();
                 let _ = child.wait();
                 return Err(format!("timed out after {} s", settings.timeout_s));
@@ -283,19 +298,11 @@ fn pre_download(session: &Session, model: &str) -> Result<(), String> {
     }
 }
 
-fn executables(session: &Session) -> Result<Executables> {
-    let payload_bin = match std::env::var_os("PAYLOAD_BIN") {
-        Some(bin) => bin.into(),
-        None => std::env::current_exe()?.with_file_name("payload"),
-    };
-    if !payload_bin.is_file() {
-        bail!("payload binary not found at {} (build it, or set PAYLOAD_BIN)", payload_bin.display());
-    }
-    let script = session.root.join(&session.cluster.slurm.script);
-    if !script.is_file() {
-        bail!("batch script {} not found (clusters/{}.yaml slurm.script)", script.display(), session.cluster.name);
-    }
-    Ok(Executables { payload_bin, script })
+/// The wait before retrying a failed `--watch` iteration: 5 s, doubling per consecutive failure,
+/// never longer than the interval (a listener that retries slower than it polls would fall behind).
+pub fn backoff(interval: Duration, consecutive_failures: u32) -> Duration {
+    let first = Duration::from_secs(5);
+    first.saturating_mul(1u32 << consecutive_failures.saturating_sub(1).min(16)).min(interval)
 }
 
 pub fn launch_command(args: &LaunchArgs) -> Result<ExitCode> {
@@ -305,15 +312,32 @@ pub fn launch_command(args: &LaunchArgs) -> Result<ExitCode> {
     }
     let session = Session::open(&args.ledger)?;
     let _lock = session.lock()?;
-    let executables = executables(&session)?;
+    let executables = executables(&session, true)?;
     let mirror = open_mirror(args.mirror.as_deref(), &session)?;
+    let interval = args.interval.unwrap_or(Duration::from_secs(600));
+    let mut failures = 0u32;
     loop {
-        let text = iterate(&session, args, &executables, mirror.as_ref())?;
-        super::print(&text)?;
-        if args.once {
-            return Ok(ExitCode::SUCCESS);
+        match iterate(&session, args, &executables, mirror.as_ref()) {
+            Ok(text) => {
+                failures = 0;
+                super::print(&text)?;
+                if args.once {
+                    return Ok(ExitCode::SUCCESS);
+                }
+                std::thread::sleep(interval);
+            }
+            Err(err) if args.once => return Err(err),
+            // The listener lasts: a Slurm timeout, a ledger restart or a list mid-edit ends this
+            // iteration (nothing was submitted on doubt), never the listener.
+            Err(err) => {
+                failures += 1;
+                let wait = backoff(interval, failures);
+                super::report_error(
+                    &err.context(format!("iteration failed ({failures} in a row); retrying in {} s", wait.as_secs())),
+                );
+                std::thread::sleep(wait);
+            }
         }
-        std::thread::sleep(args.interval.unwrap_or(Duration::from_secs(600)));
     }
 }
 
@@ -341,10 +365,6 @@ pub fn sync_command(args: &SyncArgs) -> Result<ExitCode> {
         sync_text(&report) + &format!("{} change(s)\n", report.changes.len())
     })?;
     Ok(ExitCode::SUCCESS)
-}
-
-pub fn status_command(args: &StatusArgs) -> Result<ExitCode> {
-    super::verify::status(args)
 }
 
 pub fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
@@ -375,4 +395,18 @@ pub fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
     }
     super::print(&format!("{cancelled} attempt(s) cancelled\n"))?;
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_five_seconds_and_never_exceeds_the_interval() {
+        let ten_min = Duration::from_secs(600);
+        let waits: Vec<u64> = (1..=9).map(|n| backoff(ten_min, n).as_secs()).collect();
+        assert_eq!(waits, [5, 10, 20, 40, 80, 160, 320, 600, 600]);
+        assert_eq!(backoff(Duration::from_secs(1), 1), Duration::from_secs(1));
+        assert_eq!(backoff(ten_min, u32::MAX), ten_min);
+    }
 }
