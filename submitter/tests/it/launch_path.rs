@@ -105,27 +105,16 @@ fn preset_with_datasets_is_refused_and_spec_takes_the_launch_options() {
     ]);
     assert_eq!(both.status.code(), Some(2), "{}", stderr(&both));
     assert!(stderr(&both).contains("--preset and --datasets together"), "{}", stderr(&both));
-    let out = submitter(&[
-        "spec",
-        "--cluster",
-        "local",
-        "--preset",
-        "tb2",
-        "--model",
-        "Qwen/Qwen3-8B",
-        "--harbor-config",
-        "/abs/job.yaml",
-        "--agent-parser",
-        "json",
-        "--max-output-tokens",
-        "4096",
-        "--n-concurrent",
-        "3",
-        "--n-concurrent",
-        "tb2=2",
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let spec: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tb2_spec = |extra: &[&str]| {
+        let out = submitter(
+            &[&["spec", "--cluster", "local", "--preset", "tb2", "--model", "Qwen/Qwen3-8B"], extra].concat(),
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let concurrency = ["--n-concurrent", "3", "--n-concurrent", "tb2=2"];
+    let options = ["--harbor-config", "/abs/job.yaml", "--agent-parser", "json", "--max-output-tokens", "4096"];
+    let spec = tb2_spec(&[&options[..], &concurrency].concat());
     let harbor = &spec["harbor"];
     assert_eq!(harbor["config"], "/abs/job.yaml");
     assert_eq!(harbor["agent_parser"], "json");
@@ -133,18 +122,7 @@ fn preset_with_datasets_is_refused_and_spec_takes_the_launch_options() {
     assert_eq!(harbor["n_concurrent"], 2, "the leg's own value wins over the global one");
     // The profile's ceiling holds (local: 4), and without an override the preset's value (tb2: 64)
     // is clamped to it; `--config-yaml` is the same option.
-    let out = submitter(&[
-        "spec",
-        "--cluster",
-        "local",
-        "--preset",
-        "tb2",
-        "--model",
-        "Qwen/Qwen3-8B",
-        "--config-yaml",
-        "x.yaml",
-    ]);
-    let spec: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let spec = tb2_spec(&["--config-yaml", "x.yaml"]);
     assert_eq!(spec["harbor"]["n_concurrent"], 4);
     assert!(spec["harbor"]["config"].as_str().unwrap().ends_with("presets/harbor/x.yaml"));
     let id = submitter(&["spec", "--cluster", "local", "--preset", "ID", "--model", "Qwen/Qwen3-8B"]);
