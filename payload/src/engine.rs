@@ -1,4 +1,5 @@
-//! The engine (vLLM): argv (docs/design.md §6.3), readiness (§6.2 step 6), start-failure classification.
+//! The engine (vLLM): argv (docs/design.md §6.3), readiness (§6.2 step 6), start-failure
+//! classification, and its watchdog (readiness, `/health` and `/metrics` probes).
 //!
 //! argv is a vector, never a shell string: JSON flags are one element each, the registry's extra
 //! args are `${VAR}`-expanded from payload's environment and then split on whitespace with no quote
@@ -13,6 +14,7 @@ use launch_spec::OutcomeClass;
 use launch_spec::launch::ServeInvocation;
 
 use crate::failure::Failure;
+use crate::records::Completions;
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ArgvError {
@@ -84,6 +86,9 @@ pub fn argv(
     push(&["--port", &port.to_string()]);
     push(&["--served-model-name", &spec.model.served_name]);
     push(&["--tensor-parallel-size", &serve.tensor_parallel_size.to_string()]);
+    if serve.pipeline_parallel_size > 1 {
+        push(&["--pipeline-parallel-size", &serve.pipeline_parallel_size.to_string()]);
+    }
     if serve.data_parallel_size > 1 {
         push(&["--data-parallel-size", &serve.data_parallel_size.to_string()]);
     }
@@ -252,6 +257,145 @@ pub async fn completion_ok(client: &reqwest::Client, base_url: &str, served_name
         client.post(format!("{base_url}/v1/chat/completions")).json(&body).send().await,
         Ok(resp) if resp.status().is_success()
     )
+}
+
+/// vLLM's completion counters from `/metrics` (`None` when it does not answer).
+pub async fn fetch_completions(client: &reqwest::Client, base_url: &str) -> Option<Completions> {
+    let text = client.get(format!("{base_url}/metrics")).send().await.ok()?.text().await.ok()?;
+    crate::records::completions_from_metrics(&text)
+}
+
+/// Readiness poll period: a loopback probe costs well under a millisecond (a refused connect while
+/// vLLM loads even less), so polling often keeps "ready → Harbor spawned" short.
+pub const READY_POLL: Duration = Duration::from_millis(25);
+
+/// What one of the watchdog's probes found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeEvent {
+    /// While loading: one readiness round.
+    Readiness(Readiness),
+    /// Once Harbor runs: one `/health` probe.
+    Health(bool),
+    /// A heartbeat's `/metrics` fetch (asked for by [`Watchdog::fetch_metrics`]).
+    Metrics(Option<Completions>),
+}
+
+enum Probing {
+    Readiness { client: reqwest::Client, served: String, needs_completion: bool },
+    Health { client: reqwest::Client },
+}
+
+/// The engine's probes: readiness every [`READY_POLL`] while vLLM loads (`/health` 200 and the
+/// served name in `/v1/models`, optionally one completion), then `/health` every
+/// `limits.health_probe_interval_s`, and `/metrics` for heartbeats. Probes run as tasks, so a slow
+/// one never delays the run loop noticing an exit or a signal; [`next`](Self::next) is
+/// cancel-safe (the tasks are kept across calls).
+pub struct Watchdog {
+    base_url: String,
+    probing: Probing,
+    tick: tokio::time::Interval,
+    metrics_client: reqwest::Client,
+    probe: Option<tokio::task::JoinHandle<ProbeEvent>>,
+    metrics: Option<tokio::task::JoinHandle<Option<Completions>>>,
+}
+
+fn ticker(period: Duration) -> tokio::time::Interval {
+    let mut t = tokio::time::interval(period);
+    t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    t
+}
+
+impl Watchdog {
+    /// Starts in readiness mode; `api_key` is sent on every request (vLLM's `/v1` routes need it).
+    pub fn readiness(base_url: &str, served: &str, needs_completion: bool, api_key: Option<&str>) -> Self {
+        Self {
+            base_url: base_url.to_string(),
+            probing: Probing::Readiness {
+                client: http_client_with_key(Duration::from_secs(1), api_key),
+                served: served.to_string(),
+                needs_completion,
+            },
+            tick: ticker(READY_POLL),
+            metrics_client: http_client(Duration::from_millis(500)),
+            probe: None,
+            metrics: None,
+        }
+    }
+
+    /// Switches to `/health` probes every `interval` (each bounded by the interval, 0.2–5 s).
+    pub fn watch_health(&mut self, interval: Duration) {
+        if let Some(h) = self.probe.take() {
+            h.abort();
+        }
+        let timeout = interval.clamp(Duration::from_millis(200), Duration::from_secs(5));
+        self.probing = Probing::Health { client: http_client(timeout) };
+        self.metrics_client = http_client(timeout);
+        self.tick = ticker(interval);
+    }
+
+    /// Starts a `/metrics` fetch unless one is in flight; [`next`](Self::next) reports it.
+    pub fn fetch_metrics(&mut self) {
+        if self.metrics.is_none() {
+            let (client, base) = (self.metrics_client.clone(), self.base_url.clone());
+            self.metrics = Some(tokio::spawn(async move { fetch_completions(&client, &base).await }));
+        }
+    }
+
+    fn spawn_probe(&mut self) {
+        let base = self.base_url.clone();
+        self.probe = Some(match &self.probing {
+            Probing::Readiness { client, served, needs_completion } => {
+                let (client, served, needs_completion) = (client.clone(), served.clone(), *needs_completion);
+                tokio::spawn(async move {
+                    let r = probe_ready(&client, &base, &served).await;
+                    if r == Readiness::Ready && needs_completion && !completion_ok(&client, &base, &served).await {
+                        return ProbeEvent::Readiness(Readiness::HealthOnly);
+                    }
+                    ProbeEvent::Readiness(r)
+                })
+            }
+            Probing::Health { client } => {
+                let client = client.clone();
+                tokio::spawn(async move { ProbeEvent::Health(health_ok(&client, &base).await) })
+            }
+        });
+    }
+
+    /// The next probe answer. Cancel-safe.
+    pub async fn next(&mut self) -> ProbeEvent {
+        loop {
+            tokio::select! {
+                _ = self.tick.tick(), if self.probe.is_none() => self.spawn_probe(),
+                r = async { self.probe.as_mut().expect("guarded").await }, if self.probe.is_some() => {
+                    self.probe = None;
+                    return r.unwrap_or(match self.probing {
+                        Probing::Readiness { .. } => ProbeEvent::Readiness(Readiness::Down),
+                        Probing::Health { .. } => ProbeEvent::Health(false),
+                    });
+                }
+                c = async { self.metrics.as_mut().expect("guarded").await }, if self.metrics.is_some() => {
+                    self.metrics = None;
+                    return ProbeEvent::Metrics(c.ok().flatten());
+                }
+            }
+        }
+    }
+
+    /// Stops outstanding probe tasks.
+    pub fn stop(&mut self) {
+        if let Some(h) = self.probe.take() {
+            h.abort();
+        }
+        if let Some(h) = self.metrics.take() {
+            h.abort();
+        }
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.stop();
+    }
 }
 
 #[cfg(test)]

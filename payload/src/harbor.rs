@@ -149,11 +149,9 @@ pub fn merged_job_config(spec: &LaunchSpec) -> Result<serde_json::Value, HarborE
     Ok(config)
 }
 
-/// Writes [`merged_job_config`] into the run dir and returns its path.
-pub fn write_merged_job_config(spec: &LaunchSpec) -> Result<PathBuf, HarborError> {
-    let path = spec.run_dir.join(MERGED_CONFIG_FILE);
-    write_json_atomic(&path, &merged_job_config(spec)?)?;
-    Ok(path)
+/// Writes a merged job config ([`merged_job_config`]) to `path`, atomically.
+pub fn write_job_config(path: &Path, config: &serde_json::Value) -> Result<(), HarborError> {
+    write_json_atomic(path, config)
 }
 
 /// The agent kwargs in the form the spec's Harbor takes (crate `launch_spec::versions`).
@@ -168,7 +166,7 @@ pub fn agent_kwargs(spec: &LaunchSpec) -> Result<Vec<String>, HarborError> {
 }
 
 /// `harbor jobs start …` for a fresh run (docs/payload.md), program first. `config` is the merged
-/// job config ([`write_merged_job_config`]); no `--agent`/`--model`, which would drop its agent.
+/// job config ([`write_job_config`]); no `--agent`/`--model`, which would drop its agent.
 pub fn fresh_argv(
     spec: &LaunchSpec,
     program: &str,
@@ -222,17 +220,6 @@ pub fn fresh_argv(
     }
     a.extend(h.extra_args.iter().cloned());
     Ok(a)
-}
-
-/// Writes the merged job config and returns the fresh-run argv that uses it.
-pub fn prepare_fresh(
-    spec: &LaunchSpec,
-    program: &str,
-    api_base: &str,
-    agent_env_args: &[String],
-) -> Result<Vec<String>, HarborError> {
-    let config = write_merged_job_config(spec)?;
-    fresh_argv(spec, program, api_base, agent_env_args, &config)
 }
 
 /// `harbor jobs resume -p <run dir> --filter-error-type T …`, program first.
@@ -305,16 +292,20 @@ pub fn judge_print_config(spec: &LaunchSpec, code: Option<i32>, stdout: &str, st
 }
 
 /// Runs the installed Harbor's `jobs start … --print-config` on the fresh-run argv (config file
-/// `config`, written beforehand) with Harbor's environment, bounded by [`CONFIG_CHECK_TIMEOUT`],
-/// and judges it. Blocking; the child is killed if it overruns.
-pub fn check_with_print_config(spec: &LaunchSpec, argv: &[String], env: &BTreeMap<String, String>) -> ConfigCheck {
-    use std::io::Read;
-    use std::process::{Command, Stdio};
+/// written beforehand) with Harbor's environment, bounded by [`CONFIG_CHECK_TIMEOUT`], and judges
+/// it. A tokio child (pipes read together, no polling loop); one that overruns is killed when its
+/// future is dropped (`kill_on_drop`).
+pub async fn check_with_print_config(
+    spec: &LaunchSpec,
+    argv: &[String],
+    env: &BTreeMap<String, String>,
+) -> ConfigCheck {
+    use std::process::Stdio;
     if !spec.harbor.dialect.has_print_config() {
         return ConfigCheck::Skipped(format!("Harbor dialect {} has no --print-config", spec.harbor.dialect.as_str()));
     }
     let Some((program, args)) = argv.split_first() else { return ConfigCheck::Skipped("empty argv".to_string()) };
-    let mut child = match Command::new(program)
+    let child = match tokio::process::Command::new(program)
         .args(args)
         .arg("--print-config")
         .env_clear()
@@ -322,41 +313,21 @@ pub fn check_with_print_config(spec: &LaunchSpec, argv: &[String], env: &BTreeMa
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        .kill_on_drop(true)
         .spawn()
     {
         Ok(child) => child,
         Err(e) => return ConfigCheck::Skipped(format!("cannot run {program}: {e}")),
     };
-    // Read both pipes on threads so a chatty Harbor cannot block on a full pipe.
-    let read = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut text = String::new();
-            if let Some(mut p) = pipe {
-                let _ = p.read_to_string(&mut text);
-            }
-            text
-        })
-    };
-    let out = read(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
-    let err = read(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
-    let deadline = std::time::Instant::now() + CONFIG_CHECK_TIMEOUT;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Some(status),
-            Ok(None) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(std::time::Duration::from_millis(50))
-            }
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-        }
-    };
-    let (stdout, stderr) = (out.join().unwrap_or_default(), err.join().unwrap_or_default());
-    match status {
-        None => ConfigCheck::Skipped(format!("harbor --print-config did not finish within {CONFIG_CHECK_TIMEOUT:?}")),
-        Some(status) => judge_print_config(spec, status.code(), &stdout, &stderr),
+    match tokio::time::timeout(CONFIG_CHECK_TIMEOUT, child.wait_with_output()).await {
+        Err(_) => ConfigCheck::Skipped(format!("harbor --print-config did not finish within {CONFIG_CHECK_TIMEOUT:?}")),
+        Ok(Err(e)) => ConfigCheck::Skipped(format!("cannot wait for {program}: {e}")),
+        Ok(Ok(out)) => judge_print_config(
+            spec,
+            out.status.code(),
+            &String::from_utf8_lossy(&out.stdout),
+            &String::from_utf8_lossy(&out.stderr),
+        ),
     }
 }
 
@@ -610,8 +581,8 @@ mod tests {
         spec.harbor.config = yaml.clone();
         spec.run_dir = dir.path().join("run");
         std::fs::create_dir(&spec.run_dir).unwrap();
-        let path = write_merged_job_config(&spec).unwrap();
-        assert_eq!(path, spec.run_dir.join(MERGED_CONFIG_FILE));
+        let path = spec.run_dir.join(MERGED_CONFIG_FILE);
+        write_job_config(&path, &merged_job_config(&spec).unwrap()).unwrap();
         let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(v["n_attempts"], 3);
         let agents = v["agents"].as_array().unwrap();

@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 use launch_spec::{GpuInfo, LaunchSpec, OutcomeClass};
 use serde::Serialize;
 
-use crate::failure::Failure;
-use crate::run::{self, lookup};
-use crate::secrets::{self, Secrets};
-use crate::{childenv, engine, gpu, harbor, ports, tunnel};
+use crate::prepare::{self, Mode, Prepared};
+use crate::secrets;
+use crate::supervisor::ChildSpec;
+use crate::{childenv, engine, harbor, tunnel};
 
 pub const REDACTED: &str = "<redacted>";
 
@@ -28,6 +28,9 @@ pub struct Plan {
     pub secrets: SecretsSection,
     pub tunnel: tunnel::TunnelPlan,
     pub engine: ProcessSection,
+    /// A multi-node engine: every node's rank, argv and environment (docs/multinode.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub layout: Option<crate::multinode::LayoutPlan>,
     pub harbor: HarborSection,
     /// The post-run step (after Harbor exits 0), when the spec has one.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -108,76 +111,109 @@ pub struct HarborSection {
     pub warnings: Vec<String>,
 }
 
-/// Builds the plan. Reads files and probes GPUs and ports; changes nothing.
+/// Builds the plan: the one preparation `run` executes (crate::prepare), rendered with secret
+/// values redacted. Reads files and probes GPUs and ports; changes nothing.
 pub fn build(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, String)]) -> Plan {
-    let env_fn = lookup(parent);
-    let mut problems: Vec<Problem> = Vec::new();
-    let mut problem = |f: Failure| problems.push(Problem { class: f.class, message: f.message });
-    let run_id = format!("{}-<pid>", spec.run_tag);
+    let observed = prepare::observe(spec, parent, Mode::Plan);
+    let prepared = prepare::prepare(spec_path, spec, parent, observed, Mode::Plan);
+    render_prepared(spec_path, spec, parent, &prepared)
+}
 
-    if let Err(f) = run::check_paths(spec) {
-        problem(f);
+/// The plan's view of a preparation.
+pub fn render_prepared(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, String)], p: &Prepared) -> Plan {
+    let t = &p.tunnel.plan;
+    let api_base = p.api_base(t.public_url.as_deref());
+    let prefix = (!t.harbor_prefix.is_empty()).then_some(t.harbor_prefix.as_slice());
+    let mut harbor = p.harbor.child(spec, &api_base, &t.harbor_env, prefix).unwrap_or_else(|_| ChildSpec {
+        program: p.harbor.program.clone(),
+        argv: Vec::new(),
+        env: p.harbor.env.clone(),
+        log: p.harbor.log.clone(),
+        cwd: None,
+    });
+    // Without a readable key (a problem says why) the plan still shows where it would go.
+    if spec.secrets.daytona {
+        harbor.env.entry(secrets::DAYTONA_ORG1.to_string()).or_insert_with(|| REDACTED.to_string());
     }
-    if let Err(f) = crate::timings::check(spec_path, spec) {
-        problem(f);
-    }
-
-    // Secrets (names only).
-    let org_id = run::org_job_id(spec, &env_fn);
-    let (loaded, secrets_section) = if run::needs_secrets(spec) {
-        let path = secrets::secrets_path(&spec.secrets, &env_fn);
-        match secrets::load(&path) {
-            Ok(s) => {
-                let names = s.names().map(str::to_string).collect();
-                (s, SecretsSection { file: Some(path), status: "ok".into(), names, daytona_org: None })
-            }
+    // By name (the secrets handed to children) and by whole value (the secrets file's values and
+    // the agent-env sources taken from the environment).
+    let hidden: Vec<&str> = p.hidden.iter().map(String::as_str).collect();
+    let redact = |items: &[String]| items.iter().map(|s| secrets::redact_whole(s, &hidden)).collect::<Vec<_>>();
+    let redact_env = |env: &BTreeMap<String, String>| {
+        env.iter()
+            .map(|(k, v)| {
+                let v =
+                    if p.secret_names.contains(k) { REDACTED.to_string() } else { secrets::redact_whole(v, &hidden) };
+                (k.clone(), v)
+            })
+            .collect()
+    };
+    let process = |child: &ChildSpec| ProcessSection {
+        program: child.program.display().to_string(),
+        argv: redact(&child.argv),
+        env: redact_env(&child.env),
+    };
+    let head = &p.head().child;
+    let layout = p.secondaries.as_ref().and_then(|s| {
+        let l = spec.layout().ok()?;
+        let per_node = p
+            .engines
+            .iter()
+            .map(|e| {
+                let rank = match e.role {
+                    crate::prepare::EngineRole::Head => 0,
+                    crate::prepare::EngineRole::Worker { rank } => rank,
+                };
+                crate::multinode::NodePlan {
+                    rank,
+                    node: s.nodes.get(rank as usize).map(|n| n.name.clone()).unwrap_or_default(),
+                    addr: s.nodes.get(rank as usize).map(|n| n.addr.clone()).unwrap_or_default(),
+                    started_by: if rank == 0 { "head" } else { "srun" },
+                    argv: redact(&e.child.argv),
+                    env: redact_env(&e.child.env),
+                }
+            })
+            .collect();
+        Some(crate::multinode::LayoutPlan {
+            nodes: l.nodes,
+            gpus_per_node: l.gpus_per_node,
+            crossing: l.crossing,
+            rendezvous: s.file.rendezvous.clone(),
+            source: s.source.clone(),
+            per_node,
+            srun: redact(&s.srun.argv),
+        })
+    });
+    let post_run = spec.post_run.as_ref().zip(p.post_run.as_ref()).map(|(spec_step, step)| {
+        let (process, warnings) = match step {
+            Ok(step) => (
+                process(&step.child),
+                step.missing_secrets.iter().map(|n| format!("secret {n} is not in the secrets file")).collect(),
+            ),
             Err(e) => {
-                let status = e.to_string();
-                problem(e.into());
-                (Secrets::none(), SecretsSection { file: Some(path), status, names: vec![], daytona_org: None })
+                let argv = spec_step.resolved_argv(&spec.run_dir, &spec.run_tag);
+                let env = childenv::build(parent, spec_step.env_prefix.as_deref(), &spec_step.env, &p.run_id);
+                (
+                    ProcessSection {
+                        program: argv.first().cloned().unwrap_or_default(),
+                        argv: redact(&argv),
+                        env: redact_env(&env),
+                    },
+                    vec![e.clone()],
+                )
             }
+        };
+        PostRunSection {
+            process,
+            timeout_s: spec_step.timeout_s,
+            log: spec.run_dir.join(launch_spec::records::POST_RUN_LOG),
+            warnings,
         }
-    } else {
-        (Secrets::none(), SecretsSection { file: None, status: "not needed".into(), names: vec![], daytona_org: None })
-    };
-    let mut secrets_section = secrets_section;
-    let agent_envs = harbor::agent_envs(&spec.harbor.agent_envs, &loaded, &env_fn);
-    let mut harbor_env = match run::harbor_env(spec, parent, &run_id, &loaded, &org_id, &agent_envs.harbor_env) {
-        Ok((env, org)) => {
-            secrets_section.daytona_org = org;
-            env
-        }
-        Err(e) => {
-            if secrets_section.status == "ok" {
-                problem(e.into());
-            }
-            childenv::build(parent, spec.harbor.env_prefix.as_deref(), &spec.harbor.env, &run_id)
-        }
-    };
-    if spec.secrets.daytona && !harbor_env.contains_key(secrets::DAYTONA_ORG1) {
-        harbor_env.insert(secrets::DAYTONA_ORG1.into(), REDACTED.into());
-    }
-    let secret_names: Vec<String> = std::iter::once(secrets::DAYTONA_ORG1.to_string())
-        .chain(spec.secrets.pass_to_harbor.iter().cloned())
-        .chain(agent_envs.harbor_env.keys().cloned())
-        .collect();
-    for name in &secret_names {
-        if let Some(v) = harbor_env.get_mut(name) {
-            *v = REDACTED.into();
-        }
-    }
-
-    // GPUs.
-    let probe = gpu::probe_from_env(&env_fn);
-    let cuda_visible = env_fn("CUDA_VISIBLE_DEVICES");
-    let probed = probe.probe();
-    let inventory =
-        probed.as_ref().ok().and_then(|v| gpu::visible(v, cuda_visible.as_deref()).ok()).unwrap_or_default();
-    let decision = gpu::decide(spec, &probe.describe(), probed.clone(), cuda_visible.as_deref(), true);
-    let gpu_section = match &decision {
-        Ok(d) => GpuSection {
+    });
+    let gpu = match &p.gpu.decision {
+        Some(d) => GpuSection {
             probe: d.probe.clone(),
-            needed: spec.gpus_needed(),
+            needed: p.gpu.needed,
             inventory: d.inventory.clone(),
             count: Some(d.count),
             profile: d.profile.as_ref().map(|p| p.name.clone()),
@@ -185,195 +221,47 @@ pub fn build(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, String)]) -
             source: Some(d.source.clone()),
             note: d.note.clone(),
         },
-        Err(e) => {
-            problem(e.clone().into());
-            GpuSection {
-                probe: match &probed {
-                    Err(e) => e.to_string(),
-                    Ok(_) => probe.describe(),
-                },
-                needed: spec.gpus_needed(),
-                inventory,
-                count: None,
-                profile: None,
-                gpu_memory_utilization: None,
-                source: None,
-                note: None,
-            }
-        }
-    };
-
-    // Port.
-    let job_id = run::port_job_id(&env_fn);
-    let port_section = match ports::choose(&spec.serve.port, &job_id, &spec.serve.host) {
-        Ok(port) => PortSection {
-            port: Some(port),
-            how: match spec.serve.port.fixed {
-                Some(_) => "fixed (serve.port.fixed), free now".to_string(),
-                None => format!(
-                    "derived from {} in [{}, {}), free now; re-checked at run time",
-                    if env_fn("SLURM_JOB_ID").is_some() {
-                        format!("job id {job_id}")
-                    } else {
-                        format!("pid {job_id} (no SLURM_JOB_ID)")
-                    },
-                    spec.serve.port.base,
-                    u32::from(spec.serve.port.base) + u32::from(spec.serve.port.span)
-                ),
-            },
+        None => GpuSection {
+            probe: p.gpu.probe.clone(),
+            needed: p.gpu.needed,
+            inventory: p.gpu.inventory.clone(),
+            count: None,
+            profile: None,
+            gpu_memory_utilization: None,
+            source: None,
+            note: None,
         },
-        Err(e) => {
-            let how = e.to_string();
-            problem(e.into());
-            PortSection { port: None, how }
-        }
     };
-    let port = port_section.port.unwrap_or(spec.serve.port.fixed.unwrap_or(spec.serve.port.base));
-    let base = run::base_url(&spec.serve.host, port);
-
-    // Tunnel.
-    let tunnel_env = childenv::build(parent, None, &BTreeMap::new(), &run_id);
-    let mut tunnel_problems = Vec::new();
-    let tunnel_plan = tunnel::plan(
-        &spec.tunnel,
-        &tunnel::PlanInputs {
-            secrets: &loaded,
-            job_id: &job_id,
-            engine_host: &spec.serve.host,
-            engine_port: port,
-            served_name: &spec.model.served_name,
-            node: run::node_name(&env_fn).unwrap_or_default(),
-            child_path: &tunnel_env["PATH"],
-        },
-        &mut tunnel_problems,
-    );
-    for f in tunnel_problems {
-        problem(f);
-    }
-
-    // Engine.
-    let mut engine_env = childenv::build(parent, spec.serve.env_prefix.as_deref(), &spec.serve.env, &run_id);
-    if tunnel::exposes_model(&spec.tunnel) {
-        engine_env.insert(tunnel::VLLM_KEY_VAR.to_string(), tunnel::GENERATED.to_string());
-    }
-    let engine_program =
-        match childenv::resolve_program(&spec.serve.program, spec.serve.env_prefix.as_deref(), &engine_env["PATH"]) {
-            Ok(p) => p.display().to_string(),
-            Err(e) => {
-                problem(Failure::new(OutcomeClass::Spec, format!("field `serve.program`: {e}")));
-                spec.serve.program.clone()
-            }
-        };
-    let (util, extra) = match &decision {
-        Ok(d) => (d.gpu_memory_utilization, d.extra_vllm_args().to_vec()),
-        Err(_) => (spec.serve.gpu_memory_utilization.unwrap_or(0.0), Vec::new()),
+    let how = match (p.port.port, spec.serve.port.fixed) {
+        (Some(_), None) => format!("{}; re-checked at run time", p.port.how),
+        _ => p.port.how.clone(),
     };
-    let engine_argv = match engine::argv(spec, &engine_program, port, util, &extra, &env_fn) {
-        Ok(a) => a,
-        Err(e) => {
-            problem(e.into());
-            Vec::new()
-        }
-    };
-
-    // Harbor.
-    let harbor_program =
-        match childenv::resolve_program(&spec.harbor.program, spec.harbor.env_prefix.as_deref(), &harbor_env["PATH"]) {
-            Ok(p) => p.display().to_string(),
-            Err(e) => {
-                problem(Failure::new(OutcomeClass::Spec, format!("field `harbor.program`: {e}")));
-                spec.harbor.program.clone()
-            }
-        };
-    let resume = harbor::is_resume(&spec.run_dir);
-    if resume && let Err(e) = harbor::check_resume_configs(&spec.run_dir) {
-        problem(e.into());
-    }
-    let api_base = match &tunnel_plan.public_url {
-        Some(url) => format!("{url}/v1"),
-        None => format!("{base}/v1"),
-    };
-    let mut merged_agents = None;
-    let (mode, mut harbor_argv, rewrites) = if resume {
-        ("resume", harbor::resume_argv(spec, &harbor_program), harbor::config_files(&spec.run_dir))
-    } else {
-        match harbor::merged_job_config(spec) {
-            Ok(config) => merged_agents = Some(config["agents"].clone()),
-            Err(e) => problem(e.into()),
-        }
-        let merged = spec.run_dir.join(harbor::MERGED_CONFIG_FILE);
-        let argv =
-            harbor::fresh_argv(spec, &harbor_program, &api_base, &agent_envs.args, &merged).unwrap_or_else(|e| {
-                problem(e.into());
-                Vec::new()
-            });
-        ("fresh", argv, Vec::new())
-    };
-    harbor_env.extend(tunnel_plan.harbor_env.clone());
-    let mut harbor_program = harbor_program;
-    if !tunnel_plan.harbor_prefix.is_empty() {
-        harbor_program = tunnel_plan.harbor_prefix[0].clone();
-        harbor_argv.splice(0..0, tunnel_plan.harbor_prefix.clone());
-    }
-
-    // Post-run step: the secrets it is handed are redacted by name as well as by value.
-    let post_run =
-        spec.post_run.as_ref().zip(crate::postrun::prepare(spec, parent, &run_id, &loaded)).map(|(p, step)| {
-            let argv = p.resolved_argv(&spec.run_dir, &spec.run_tag);
-            let (program, mut env, warnings) = match step {
-                Ok(step) => {
-                    let warnings =
-                        step.missing_secrets.iter().map(|n| format!("secret {n} is not in the secrets file")).collect();
-                    (step.child.program.display().to_string(), step.child.env, warnings)
-                }
-                Err(e) => (
-                    argv.first().cloned().unwrap_or_default(),
-                    childenv::build(parent, p.env_prefix.as_deref(), &p.env, &run_id),
-                    vec![e],
-                ),
-            };
-            for name in &p.secrets {
-                if let Some(v) = env.get_mut(name) {
-                    *v = REDACTED.into();
-                }
-            }
-            PostRunSection {
-                process: ProcessSection { program, argv, env },
-                timeout_s: p.timeout_s,
-                log: spec.run_dir.join(launch_spec::records::POST_RUN_LOG),
-                warnings,
-            }
-        });
-
-    // By whole value: the secrets file's values and the agent-env sources taken from the environment.
-    let hidden: Vec<&str> = loaded.values().chain(agent_envs.harbor_env.values().map(String::as_str)).collect();
-    let redact = |items: Vec<String>| items.into_iter().map(|s| secrets::redact_whole(&s, &hidden)).collect::<Vec<_>>();
-    let redact_env =
-        |env: BTreeMap<String, String>| env.into_iter().map(|(k, v)| (k, secrets::redact_whole(&v, &hidden))).collect();
     Plan {
         spec: spec_path.to_path_buf(),
         run_tag: spec.run_tag.clone(),
         run_dir: spec.run_dir.clone(),
-        gpu: gpu_section,
-        port: port_section,
-        secrets: secrets_section,
-        tunnel: tunnel_plan,
-        engine: ProcessSection { program: engine_program, argv: redact(engine_argv), env: redact_env(engine_env) },
-        harbor: HarborSection {
-            mode,
-            api_base,
-            process: ProcessSection { program: harbor_program, argv: redact(harbor_argv), env: redact_env(harbor_env) },
-            agents: merged_agents,
-            config_check: None,
-            rewrites,
-            warnings: agent_envs.warnings,
+        gpu,
+        port: PortSection { port: p.port.port, how },
+        secrets: SecretsSection {
+            file: p.secrets.file.clone(),
+            status: p.secrets.status.clone(),
+            names: p.secrets.names.clone(),
+            daytona_org: p.harbor.daytona_org,
         },
-        post_run: post_run.map(|mut p| {
-            p.process.argv = redact(p.process.argv);
-            p.process.env = redact_env(p.process.env);
-            p
-        }),
-        problems,
+        tunnel: p.tunnel.plan.clone(),
+        engine: process(head),
+        layout,
+        harbor: HarborSection {
+            mode: p.harbor.mode.as_str(),
+            api_base,
+            process: process(&harbor),
+            agents: p.harbor.merged_config.as_ref().map(|c| c["agents"].clone()),
+            config_check: None,
+            rewrites: p.harbor.rewrites.clone(),
+            warnings: p.harbor.warnings.clone(),
+        },
+        post_run,
+        problems: p.problems.iter().map(|f| Problem { class: f.class, message: f.message.clone() }).collect(),
     }
 }
 
@@ -381,11 +269,11 @@ pub fn build(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, String)]) -
 /// that Harbor's `jobs start … --print-config` on the plan's fresh-run argv, with the merged job
 /// config written to a private temporary file, and records the verdict; a refusal is a problem.
 /// Skipped (with the reason) on a resume, or when Harbor cannot be run here.
-pub fn check_harbor(spec: &LaunchSpec, plan: &mut Plan) {
+pub async fn check_harbor(spec: &LaunchSpec, plan: &mut Plan) {
     let verdict = if plan.harbor.mode != "fresh" {
         harbor::ConfigCheck::Skipped("resume: Harbor re-reads the job's stored config".to_string())
     } else {
-        match check_fresh_argv(spec, plan) {
+        match check_fresh_argv(spec, plan).await {
             Ok(v) => v,
             Err(e) => harbor::ConfigCheck::Skipped(e),
         }
@@ -396,7 +284,7 @@ pub fn check_harbor(spec: &LaunchSpec, plan: &mut Plan) {
     plan.harbor.config_check = Some(format!("{verdict:?}"));
 }
 
-fn check_fresh_argv(spec: &LaunchSpec, plan: &Plan) -> Result<harbor::ConfigCheck, String> {
+async fn check_fresh_argv(spec: &LaunchSpec, plan: &Plan) -> Result<harbor::ConfigCheck, String> {
     let argv = &plan.harbor.process.argv;
     // Without a tunnel prefix (proxychains): Harbor's own argv starts one before `jobs`.
     let start = argv.iter().position(|a| a == "jobs").and_then(|i| i.checked_sub(1)).ok_or("no harbor argv")?;
@@ -411,7 +299,10 @@ fn check_fresh_argv(spec: &LaunchSpec, plan: &Plan) -> Result<harbor::ConfigChec
     if let Some(i) = argv.iter().position(|a| a == "--config") {
         argv[i + 1] = file.display().to_string();
     }
-    let verdict = written.map(|()| harbor::check_with_print_config(spec, &argv, &plan.harbor.process.env));
+    let verdict = match written {
+        Ok(()) => Ok(harbor::check_with_print_config(spec, &argv, &plan.harbor.process.env).await),
+        Err(e) => Err(e),
+    };
     let _ = std::fs::remove_dir_all(&dir);
     verdict
 }
@@ -482,6 +373,33 @@ pub fn render(plan: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(out, "  env (nothing else is inherited):")?;
     for (k, v) in &plan.engine.env {
         writeln!(out, "    {k}={v}")?;
+    }
+    if let Some(l) = &plan.layout {
+        writeln!(out)?;
+        writeln!(
+            out,
+            "Layout: {} nodes × {} GPUs, {} parallelism crosses nodes; rendezvous {}:{} (nodes: {}):",
+            l.nodes,
+            l.gpus_per_node,
+            l.crossing.as_str(),
+            l.rendezvous.addr,
+            l.rendezvous.port,
+            l.source
+        )?;
+        for n in &l.per_node {
+            let addr = if n.addr.is_empty() { String::new() } else { format!(" ({})", n.addr) };
+            writeln!(out, "  rank {} on {}{addr}, started by {}:", n.rank, n.node, n.started_by)?;
+            writeln!(out, "    argv: {}", shell_words::join(&n.argv))?;
+            if n.rank == 0 {
+                writeln!(out, "    env: as vLLM's above")?;
+            } else {
+                writeln!(out, "    env (srun --export=ALL of exactly this, plus Slurm's SLURM_* for the step):")?;
+                for (k, v) in &n.env {
+                    writeln!(out, "      {k}={v}")?;
+                }
+            }
+        }
+        writeln!(out, "  srun: {}", shell_words::join(&l.srun))?;
     }
     writeln!(out)?;
     writeln!(out, "Harbor ({}), api_base {}:", plan.harbor.mode, plan.harbor.api_base)?;

@@ -21,7 +21,7 @@ use crate::childenv;
 use crate::records::{Recorder, rotate_log};
 use crate::secrets::Secrets;
 use crate::supervisor::{
-    ChildSpec, Role, ShutdownPlan, SignalEvent, Signals, Supervisor, describe_status, status_code, wait_opt,
+    ChildSpec, Role, ShutdownPlan, SignalEvent, SignalSource, Supervisor, describe_status, status_code, wait_opt,
 };
 use crate::timings::{self, Timings};
 
@@ -106,7 +106,7 @@ pub fn record(ended: Ended, status: Option<ExitStatus>, elapsed: Duration, kille
 pub async fn run(
     step: Result<Step, String>,
     sup: &mut Supervisor,
-    signals: &mut Signals,
+    signals: &mut impl SignalSource,
     rec: &mut Recorder,
     timings: &Timings,
 ) -> PostRunRecord {

@@ -9,31 +9,14 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use launch_spec::records::{EVENTS_FILE, Event, Heartbeat, Outcome, Phase, RunStatus, STATUS_FILE};
+use launch_spec::records::{EVENTS_FILE, Heartbeat, Outcome, Phase, RunStatus, STATUS_FILE};
+use launch_spec::rundir::enginelog::Scanner;
+use launch_spec::rundir::harbor::{TrialStage, classify_trial};
+use launch_spec::rundir::{Event, EventKind};
 
 /// RFC 3339 UTC with milliseconds, e.g. `2026-07-17T10:00:00.123Z`.
 pub fn rfc3339(t: SystemTime) -> String {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs();
-    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = if month <= 2 { y + 1 } else { y };
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        d.subsec_millis()
-    )
+    chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 pub fn now() -> String {
@@ -94,7 +77,7 @@ impl Recorder {
     pub fn set_phase(&mut self, phase: Phase) {
         self.status.phase = phase;
         self.write_status();
-        self.event("phase", serde_json::json!({ "phase": phase }));
+        self.event(EventKind::Phase, serde_json::json!({ "phase": phase }));
     }
 
     pub fn set_outcome(&mut self, outcome: Outcome) {
@@ -103,8 +86,10 @@ impl Recorder {
         self.write_status();
     }
 
-    /// Appends one event line; `fields` must be a JSON object (other values are wrapped).
-    pub fn event(&self, name: &str, fields: serde_json::Value) {
+    /// Appends one event line; `fields` must be a JSON object (other values are wrapped). `name` is
+    /// one of [`launch_spec::rundir::EventKind`]'s names (a name it does not know is written as is
+    /// and read back as `Other`; the test `every_event_payload_writes_is_a_known_kind` keeps them known).
+    pub fn event(&self, name: impl Into<EventKind>, fields: serde_json::Value) {
         let fields = match fields {
             serde_json::Value::Object(map) => map,
             serde_json::Value::Null => serde_json::Map::new(),
@@ -114,7 +99,7 @@ impl Recorder {
                 map
             }
         };
-        let event = Event { at: now(), event: name.to_string(), fields };
+        let event = Event { at: now(), event: name.into(), fields };
         let mut line = serde_json::to_string(&event).expect("event serialises");
         line.push('\n');
         // O_NOFOLLOW: a symlink planted as events.jsonl is refused, its target never appended to.
@@ -178,9 +163,10 @@ pub const SCAN_BUDGET: std::time::Duration = std::time::Duration::from_millis(25
 /// incrementally: it keeps the offset, streams new bytes through a fixed 64 KiB buffer (memory
 /// does not grow with the log), reads at most [`MAX_LOG_BYTES_PER_UPDATE`] or [`SCAN_BUDGET`] per
 /// update, and counts complete lines only.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct AccessLogCounter {
     offset: u64,
+    scanner: Scanner,
     /// Inside a line longer than [`MAX_LINE`]: skip to its newline.
     skipping: bool,
     pub counts: Completions,
@@ -193,6 +179,7 @@ impl AccessLogCounter {
         if len < self.offset {
             self.offset = 0;
             self.skipping = false;
+            self.scanner = Scanner::new();
             self.counts = Completions::default();
         }
         if file.seek(SeekFrom::Start(self.offset)).is_err() {
@@ -241,32 +228,14 @@ impl AccessLogCounter {
     }
 
     fn count_line(&mut self, line: &[u8]) {
-        if memchr::memmem::find(line, ACCESS_NEEDLE).is_none() {
-            return;
-        }
-        if let Some(code) = access_line_status(&String::from_utf8_lossy(line)) {
-            match code / 100 {
-                2 => self.counts.ok += 1,
-                4 => self.counts.c4xx += 1,
-                5 => self.counts.c5xx += 1,
-                _ => {}
-            }
-        }
+        // The one engine-log scanner, shared with `submitter check`, fed incrementally.
+        self.scanner.line(line);
+        let log = self.scanner.log();
+        self.counts = Completions { ok: log.ok, c4xx: log.c4xx, c5xx: log.c5xx };
     }
 }
 
-const ACCESS_NEEDLE: &[u8] = b"\"POST /v1/chat/completions HTTP/";
-
-/// The status code of a uvicorn access line for a chat completion, e.g.
-/// `INFO:     127.0.0.1:5000 - "POST /v1/chat/completions HTTP/1.1" 200 OK`.
-pub fn access_line_status(line: &str) -> Option<u16> {
-    let idx = line.find("\"POST /v1/chat/completions HTTP/")?;
-    let rest = &line[idx + 1..];
-    let close = rest.find('"')?;
-    rest[close + 1..].split_whitespace().next()?.parse().ok()
-}
-
-/// Trials in the run dir: subdirectories = started; with `result.json` = finished; a `result.json`
+/// Trials in the run dir ([`classify_trial`]): past Harbor's queue = started; with `result.json` = finished; a `result.json`
 /// whose `exception_info` is not null = errored.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Trials {
@@ -301,6 +270,8 @@ struct TrialState {
     mtime_ns: u64,
     /// `Some(errored)` once finished: final, never read again.
     result: Option<bool>,
+    /// Past Harbor's queue: its environment started ([`TrialStage::is_active`]) or it is done.
+    started: bool,
     /// The listing that last saw this trial (a trial missing from a complete listing is gone).
     listed: u32,
     /// The pass over unfinished trials that last looked at it.
@@ -372,7 +343,13 @@ impl TrialScan {
                     match self.trials.get_mut(name.as_os_str()) {
                         Some(st) => st.listed = generation,
                         None => {
-                            let st = TrialState { mtime_ns: 0, result: None, listed: generation, checked: unchecked };
+                            let st = TrialState {
+                                mtime_ns: 0,
+                                result: None,
+                                started: false,
+                                listed: generation,
+                                checked: unchecked,
+                            };
                             self.trials.insert(name.into_boxed_os_str(), st);
                         }
                     }
@@ -402,7 +379,10 @@ impl TrialScan {
                 continue;
             }
             st.mtime_ns = mtime;
-            st.result = trial_result(&dir);
+            // The one trial classifier (a queued dir or a stray subdirectory is not a started trial).
+            let stage = classify_trial(&dir);
+            st.result = if stage == TrialStage::Done { trial_result(&dir) } else { None };
+            st.started = stage == TrialStage::Done || stage.is_active();
         }
         if checked_all {
             self.pass = self.pass.wrapping_add(1);
@@ -412,8 +392,9 @@ impl TrialScan {
     }
 
     fn totals(&self) -> Trials {
-        let mut t = Trials { started: self.trials.len() as u64, ..Trials::default() };
+        let mut t = Trials::default();
         for st in self.trials.values() {
+            t.started += u64::from(st.started || st.result.is_some());
             if let Some(errored) = st.result {
                 t.finished += 1;
                 t.errored += u64::from(errored);
@@ -431,6 +412,12 @@ pub fn count_trials(run_dir: &Path) -> Trials {
         if scan.complete {
             return t;
         }
+    }
+}
+
+impl std::fmt::Debug for AccessLogCounter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AccessLogCounter").field("offset", &self.offset).field("counts", &self.counts).finish()
     }
 }
 
@@ -525,7 +512,8 @@ http_requests_total{handler="/health",method="GET",status="2xx"} 900.0
         let mut c = AccessLogCounter::default();
         assert_eq!(c.update(&path), Completions { ok: 1, c4xx: 1, c5xx: 0 });
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
-        f.write_all(b" OK\nINFO: x - \"POST /v1/chat/completions HTTP/1.1\" 500 Internal Server Error\n").unwrap();
+        f.write_all(b" OK\nINFO:     127.0.0.1:1 - \"POST /v1/chat/completions HTTP/1.1\" 500 Internal Server Error\n")
+            .unwrap();
         assert_eq!(c.update(&path), Completions { ok: 2, c4xx: 1, c5xx: 1 });
     }
 
@@ -533,7 +521,7 @@ http_requests_total{handler="/health",method="GET",status="2xx"} 900.0
     fn access_log_skips_overlong_lines_and_bounds_each_update() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("vllm.log");
-        let ok = "INFO: x - \"POST /v1/chat/completions HTTP/1.1\" 200 OK\n";
+        let ok = "INFO:     127.0.0.1:1 - \"POST /v1/chat/completions HTTP/1.1\" 200 OK\n";
         let mut text = String::new();
         text.push_str(ok);
         text.push_str(&"y".repeat(MAX_LINE * 3));
@@ -559,8 +547,10 @@ http_requests_total{handler="/health",method="GET",status="2xx"} 900.0
     fn trial_scan_is_incremental_and_never_blocks_on_special_files() {
         let dir = tempfile::tempdir().unwrap();
         let run = dir.path();
-        std::fs::create_dir(run.join("t1")).unwrap();
-        std::fs::create_dir(run.join("t2")).unwrap();
+        for t in ["t1", "t2"] {
+            std::fs::create_dir(run.join(t)).unwrap();
+            std::fs::write(run.join(t).join("config.json"), "{}").unwrap();
+        }
         assert!(std::process::Command::new("mkfifo").arg(run.join("t2/result.json")).status().unwrap().success());
         let mut scan = TrialScan::default();
         let t0 = std::time::Instant::now();
@@ -568,8 +558,9 @@ http_requests_total{handler="/health",method="GET",status="2xx"} 900.0
         assert!(t0.elapsed() < std::time::Duration::from_secs(2));
         std::fs::write(run.join("t1/result.json"), r#"{"exception_info": {"exception_type": "X"}}"#).unwrap();
         std::fs::create_dir(run.join("t3")).unwrap();
+        std::fs::write(run.join("t3/config.json"), "{}").unwrap();
         assert_eq!(scan.scan(run), Trials { started: 3, finished: 1, errored: 1 });
-        std::fs::remove_dir(run.join("t3")).unwrap();
+        std::fs::remove_dir_all(run.join("t3")).unwrap();
         assert_eq!(scan.scan(run), Trials { started: 2, finished: 1, errored: 1 });
     }
 
@@ -584,11 +575,46 @@ http_requests_total{handler="/health",method="GET",status="2xx"} 900.0
             ("t3", None),
         ] {
             std::fs::create_dir(run.join(name)).unwrap();
+            std::fs::write(run.join(name).join("config.json"), "{}").unwrap();
             if let Some(r) = result {
                 std::fs::write(run.join(name).join("result.json"), r).unwrap();
             }
         }
         assert_eq!(count_trials(run), Trials { started: 3, finished: 2, errored: 1 });
+        // Harbor 0.25's queued trial (lock.json, empty trial.log and subdirs) and a stray
+        // subdirectory are not started trials.
+        std::fs::create_dir_all(run.join("t4/agent")).unwrap();
+        std::fs::write(run.join("t4/lock.json"), "{}").unwrap();
+        std::fs::write(run.join("t4/trial.log"), "").unwrap();
+        std::fs::create_dir(run.join("logs")).unwrap();
+        assert_eq!(count_trials(run), Trials { started: 3, finished: 2, errored: 1 });
+    }
+
+    #[test]
+    fn every_event_payload_writes_is_a_known_kind() {
+        // The names passed to `Recorder::event` in payload's sources: a typo or a new event must be
+        // added to `launch_spec::rundir::EventKind`, the one list readers match on.
+        let sources = [
+            include_str!("run.rs"),
+            include_str!("postrun.rs"),
+            include_str!("tunnel/mod.rs"),
+            include_str!("records.rs"),
+        ];
+        let mut names = Vec::new();
+        for text in sources {
+            for (at, _) in text.match_indices("event(") {
+                let rest = text[at + 6..].trim_start();
+                if let Some(name) = rest.strip_prefix('"').and_then(|r| r.split('"').next())
+                    && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+                {
+                    names.push(name.to_string());
+                }
+            }
+        }
+        assert!(names.len() > 30, "{names:?}");
+        for name in names.iter().filter(|n| n.as_str() != "x") {
+            assert!(!matches!(EventKind::from(name.as_str()), EventKind::Other(_)), "unknown event name {name:?}");
+        }
     }
 
     #[test]

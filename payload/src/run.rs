@@ -1,214 +1,56 @@
-//! `payload run --spec FILE`: the sequence of docs/design.md §6.2, composing the other modules.
+//! `payload run --spec FILE`: executes the one preparation (crate::prepare) that `payload plan`
+//! renders, in the sequence of docs/design.md §6.2:
 //!
-//! 1. signals + subreaper, read and validate the spec, status `preparing`;
-//! 2. tunnel kind, secrets, programs and paths;
-//! 3. GPUs → profile → gpu-memory ceiling;
-//! 4. port;
-//! 5. vLLM in its own group (`serving`), logging to `vllm.log`;
-//! 6. readiness (`/health` 200 and the served name in `/v1/models`), polled every 25 ms while
-//!    watching the process; meanwhile (7) the tunnel, if any, is started and checked (Pinggy's
-//!    end-to-end check needs vLLM, so it completes after readiness);
-//! 8. Harbor in its own group (`running`), logging to `harbor.log` (resume rewrites first; `api_base`
-//!    is the tunnel's public URL for installed agents; proxy variables or a proxychains prefix for
-//!    SOCKS egress);
-//! 9. watchdog + heartbeat until Harbor exits, a fault or a signal; teardown (`stopping`);
-//!    after Harbor exited 0, the optional post-run step (crate::postrun), which never changes the
-//!    outcome; outcome (`done`); exit with the documented code.
+//! 1. signals + subreaper, read and validate the spec, lock the run dir, status `preparing`;
+//! 2. observe (secrets file, GPUs, port, the run dir) and prepare: every child's program, argv
+//!    and environment; the first problem ends the run before anything is spawned;
+//! 3. the tunnel, if any, is prepared (its first poll spawns ssh);
+//! 4. vLLM's head process in its own group (`serving`), logging to `vllm.log`;
+//! 5. the run loop (crate::phases decides, this module does): readiness probes, Harbor's
+//!    `--print-config` check, the tunnel's state machine, then Harbor in its own group
+//!    (`running`, the tunnel's public URL as `api_base` for installed agents, resume rewrites
+//!    first), the health watchdog and heartbeats, until Harbor exits, a fault or a signal;
+//! 6. teardown (`stopping`); after Harbor exited 0, the optional post-run step (crate::postrun),
+//!    which never changes the outcome; the outcome (`done`, crate::phases::outcome); exit code.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use launch_spec::records::{ENGINE_LOG, HARBOR_LOG, Outcome, Phase, SPEC_FILE, TUNNEL_LOG};
+use launch_spec::records::{ENGINE_LOG, HARBOR_LOG, Phase, SPEC_FILE, TUNNEL_LOG};
 use launch_spec::{LaunchSpec, OutcomeClass};
 use serde_json::json;
 use tokio::task::JoinHandle;
 use tokio::time::{MissedTickBehavior, interval, sleep_until};
 
-use crate::engine::{self, Readiness};
+use crate::engine::{self, ProbeEvent, Watchdog};
 use crate::failure::Failure;
-use crate::harbor;
+use crate::harbor::{self, ConfigCheck};
+use crate::phases::{self, Action, End, Input, Machine, RunPhase};
+use crate::prepare::{self, HarborMode, Mode, Prepared};
 use crate::records::{HeartbeatState, Recorder, rotate_log};
-use crate::secrets::{self, Secrets};
-use crate::supervisor::{
-    self, ChildSpec, Role, ShutdownPlan, SignalEvent, Signals, Supervisor, Watch, WatchConfig, WatchEvent,
-    describe_status, status_code, wait_opt,
-};
+use crate::runlock;
+use crate::supervisor::{self, Role, SignalEvent, SignalSource, Signals, Supervisor, status_code, wait_opt};
 use crate::timings::{self, Timings};
-use crate::tunnel::{self, Tunnel, TunnelPoll};
-use crate::{childenv, gpu, ports, postrun, runlock};
+use crate::tunnel::{self, Tunnel};
 
-/// Readiness poll period: a loopback probe costs well under a millisecond (a refused connect while
-/// vLLM loads even less), so polling often keeps "ready → Harbor spawned" short.
-pub const READY_POLL: Duration = Duration::from_millis(25);
 /// Lines of `vllm.log` kept in an engine failure's outcome.
 pub const LOG_TAIL_LINES: usize = 30;
 /// How often the tunnel's state machine is advanced.
 pub const TUNNEL_POLL: Duration = Duration::from_millis(200);
 
-/// How the run ended, before teardown.
-#[derive(Debug)]
-enum End {
-    HarborExited(ExitStatus),
-    Failed(Failure),
-    Signal(SignalEvent),
-}
-
-impl From<Failure> for End {
-    fn from(f: Failure) -> Self {
-        End::Failed(f)
-    }
-}
-
-/// Payload's own environment, read once.
-pub fn parent_env() -> Vec<(String, String)> {
-    std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect()
-}
-
-pub fn lookup(env: &[(String, String)]) -> impl Fn(&str) -> Option<String> + '_ {
-    move |name| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
-}
-
-/// The node name: `SLURMD_NODENAME`, else the kernel's hostname.
-pub fn node_name(env: &dyn Fn(&str) -> Option<String>) -> Option<String> {
-    env("SLURMD_NODENAME")
-        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|s| s.trim().to_string()))
-}
-
-/// The id that drives the Daytona org choice: the Slurm job id, else the ledger id, else the run tag.
-pub fn org_job_id(spec: &LaunchSpec, env: &dyn Fn(&str) -> Option<String>) -> String {
-    env("SLURM_JOB_ID").or_else(|| spec.ledger_job_id.clone()).unwrap_or_else(|| spec.run_tag.clone())
-}
-
-/// The id that derives the port: the Slurm job id, else payload's pid (two local runs differ).
-pub fn port_job_id(env: &dyn Fn(&str) -> Option<String>) -> String {
-    env("SLURM_JOB_ID").unwrap_or_else(|| std::process::id().to_string())
-}
-
-/// Whether the spec needs anything from the secrets file.
-pub fn needs_secrets(spec: &LaunchSpec) -> bool {
-    spec.secrets.daytona
-        || !spec.secrets.pass_to_harbor.is_empty()
-        || spec.harbor.agent_envs.iter().any(|e| e.value.is_none())
-        || !tunnel::secret_names(&spec.tunnel).is_empty()
-        || spec.post_run.as_ref().is_some_and(|p| !p.secrets.is_empty())
-}
-
-/// `http://127.0.0.1:<port>`: the agent runs on this node, so a wildcard listen address is reached
-/// over loopback.
-pub fn base_url(host: &str, port: u16) -> String {
-    let host = match host {
-        "0.0.0.0" | "::" | "" => "127.0.0.1",
-        other => other,
-    };
-    if host.contains(':') { format!("http://[{host}]:{port}") } else { format!("http://{host}:{port}") }
-}
-
-/// Checks paths the run needs before anything starts.
-pub fn check_paths(spec: &LaunchSpec) -> Result<(), Failure> {
-    let expected = spec.jobs_dir.join(&spec.run_tag);
-    if spec.run_dir != expected {
-        return Err(Failure::new(
-            OutcomeClass::Spec,
-            format!(
-                "field `run_dir` is {} but Harbor writes the job to jobs_dir/run_tag = {}: make them agree",
-                spec.run_dir.display(),
-                expected.display()
-            ),
-        ));
-    }
-    if !spec.harbor.config.is_file() {
-        return Err(Failure::new(
-            OutcomeClass::Spec,
-            format!("field `harbor.config`: {} does not exist", spec.harbor.config.display()),
-        ));
-    }
-    if !spec.harbor.dataset.exists() {
-        return Err(Failure::new(
-            OutcomeClass::Spec,
-            format!(
-                "field `harbor.dataset`: {} does not exist (pre-download the dataset)",
-                spec.harbor.dataset.display()
-            ),
-        ));
-    }
-    for (field, prefix) in
-        [("serve.env_prefix", &spec.serve.env_prefix), ("harbor.env_prefix", &spec.harbor.env_prefix)]
-    {
-        if let Some(prefix) = prefix
-            && !prefix.join("bin").is_dir()
-        {
-            return Err(Failure::new(
-                OutcomeClass::Spec,
-                format!(
-                    "field `{field}`: {}/bin does not exist (name an existing environment prefix)",
-                    prefix.display()
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Loads the secrets the spec needs (nothing when it needs none).
-pub fn load_secrets(spec: &LaunchSpec, env: &dyn Fn(&str) -> Option<String>) -> Result<Secrets, secrets::SecretsError> {
-    if !needs_secrets(spec) {
-        return Ok(Secrets::none());
-    }
-    secrets::load(&secrets::secrets_path(&spec.secrets, env))
-}
-
-/// Harbor's environment: the explicit base, plus the chosen Daytona key as `DAYTONA_API_KEY`, the
-/// `secrets.pass_to_harbor` names present in the file, and secret sources of agent envs.
-pub fn harbor_env(
-    spec: &LaunchSpec,
-    parent: &[(String, String)],
-    run_id: &str,
-    secrets: &Secrets,
-    org_job_id: &str,
-    agent_env_secrets: &BTreeMap<String, String>,
-) -> Result<(BTreeMap<String, String>, Option<secrets::DaytonaOrg>), secrets::SecretsError> {
-    let mut env = childenv::build(parent, spec.harbor.env_prefix.as_deref(), &spec.harbor.env, run_id);
-    let mut org = None;
-    for name in &spec.secrets.pass_to_harbor {
-        if let Some(value) = secrets.get(name) {
-            env.insert(name.clone(), value.to_string());
-        }
-    }
-    for (k, v) in agent_env_secrets {
-        env.insert(k.clone(), v.clone());
-    }
-    if spec.secrets.daytona {
-        let (mut chosen, mut key) = secrets::daytona_key(secrets, org_job_id)?;
-        // Installed-harness agents always use org 2 (docs/design.md §6.6).
-        if launch_spec::launch::is_installed_agent(&spec.harbor.agent)
-            && chosen == secrets::DaytonaOrg::Org1
-            && let Some(org2) = secrets.get(secrets::DAYTONA_ORG2)
-        {
-            chosen = secrets::DaytonaOrg::Org2;
-            key = org2;
-        }
-        env.insert(secrets::DAYTONA_ORG1.to_string(), key.to_string());
-        env.remove(secrets::DAYTONA_ORG2);
-        org = Some(chosen);
-    }
-    Ok((env, org))
-}
-
-struct Run {
+struct Run<S> {
     spec: LaunchSpec,
     spec_path: PathBuf,
     rec: Recorder,
-    signals: Signals,
+    signals: S,
     sup: Supervisor,
     parent: Vec<(String, String)>,
-    run_id: String,
     heartbeat: HeartbeatState,
     tunnel: Option<Tunnel>,
     timings: Timings,
-    /// The post-run step, prepared with the other children's environments (crate::postrun).
-    post_run: Option<Result<postrun::Step, String>>,
+    /// The post-run step, prepared with the other children (crate::postrun).
+    post_run: Option<Result<crate::postrun::Step, String>>,
 }
 
 /// Runs the job; returns payload's exit code.
@@ -255,7 +97,6 @@ pub async fn run(spec_path: &Path) -> i32 {
             return OutcomeClass::Spec.exit_code();
         }
     };
-    let run_id = format!("{}-{}", spec.run_tag, std::process::id());
     let rec = Recorder::new(&spec.run_dir, &spec.run_tag);
     let mut run = Run {
         spec,
@@ -263,21 +104,17 @@ pub async fn run(spec_path: &Path) -> i32 {
         rec,
         signals,
         sup: Supervisor::new(),
-        parent: parent_env(),
-        run_id,
+        parent: prepare::parent_env(),
         heartbeat: HeartbeatState::default(),
         tunnel: None,
         timings,
         post_run: None,
     };
-    let end = match run.sequence().await {
-        Ok(status) => End::HarborExited(status),
-        Err(end) => end,
-    };
+    let end = run.sequence().await;
     run.finish(end).await
 }
 
-impl Run {
+impl<S: SignalSource> Run<S> {
     fn log_path(&self, name: &str) -> PathBuf {
         self.spec.run_dir.join(name)
     }
@@ -291,10 +128,9 @@ impl Run {
         }
     }
 
-    async fn sequence(&mut self) -> Result<ExitStatus, End> {
-        let parent = self.parent.clone();
-        let env_fn = lookup(&parent);
-        // 1. Records.
+    /// The records every run starts with.
+    fn record_start(&mut self) {
+        let env_fn = prepare::lookup(&self.parent);
         // The copy is replaced atomically (never written through a symlink planted as launch.json).
         let spec_copy = self.spec.run_dir.join(SPEC_FILE);
         let same = std::fs::canonicalize(&self.spec_path).ok() == std::fs::canonicalize(&spec_copy).ok();
@@ -305,7 +141,7 @@ impl Run {
             tracing::warn!(error = %err, "cannot copy the spec to launch.json");
         }
         self.rec.status.slurm_job_id = env_fn("SLURM_JOB_ID");
-        self.rec.status.node = node_name(&env_fn);
+        self.rec.status.node = prepare::node_name(&env_fn);
         self.rec.status.pids.insert("payload".into(), std::process::id());
         self.rec.write_status();
         self.rec.event(
@@ -320,93 +156,69 @@ impl Run {
                 "limits.teardown_grace_s does not fit inside Slurm's default KillWait (30 s): SIGKILL may hit payload before its sweep"
             );
         }
+    }
 
-        // 2. Paths, secrets, programs (the tunnel's too).
-        check_paths(&self.spec)?;
-        let secrets = load_secrets(&self.spec, &env_fn).map_err(Failure::from)?;
-        let org_id = org_job_id(&self.spec, &env_fn);
-        let agent_envs = harbor::agent_envs(&self.spec.harbor.agent_envs, &secrets, &env_fn);
-        for w in &agent_envs.warnings {
-            tracing::warn!(warning = %w, "agent env");
+    /// What the preparation decided, recorded; its first problem ends the run.
+    fn record_prepared(&mut self, p: &Prepared) -> Result<(), End> {
+        for w in p.harbor.warnings.iter().chain(&p.warnings) {
+            tracing::warn!(warning = %w, "preparation");
         }
-        let (mut harbor_env, org) =
-            harbor_env(&self.spec, &self.parent, &self.run_id, &secrets, &org_id, &agent_envs.harbor_env)
-                .map_err(Failure::from)?;
-        self.post_run = postrun::prepare(&self.spec, &self.parent, &self.run_id, &secrets);
-        self.rec.event(
-            "secrets_loaded",
-            json!({ "file": secrets.path(), "names": secrets.names().collect::<Vec<_>>(), "daytona_org": org }),
-        );
-        let mut engine_env =
-            childenv::build(&self.parent, self.spec.serve.env_prefix.as_deref(), &self.spec.serve.env, &self.run_id);
-        let tunnel_env = childenv::build(&self.parent, None, &BTreeMap::new(), &self.run_id);
-        let tunnel_programs = tunnel::programs(&self.spec.tunnel, &tunnel_env["PATH"]).map_err(Failure::from)?;
-        // A model reachable from outside gets a per-job key: vLLM reads it from its environment, the
-        // agent from Harbor's (never argv, never a file).
-        let api_key = if tunnel::exposes_model(&self.spec.tunnel) {
-            let key = tunnel::random_key().map_err(|e| {
-                Failure::new(OutcomeClass::Tunnel, format!("cannot read /dev/urandom for the API key: {e}"))
-                    .with_cause("api_key")
-            })?;
-            engine_env.insert(tunnel::VLLM_KEY_VAR.to_string(), key.clone());
-            for name in tunnel::AGENT_KEY_VARS {
-                harbor_env.insert((*name).to_string(), key.clone());
-            }
-            Some(key)
-        } else {
-            None
+        if p.secrets.status == "ok" || p.secrets.status == "not needed" {
+            self.rec.event(
+                "secrets_loaded",
+                json!({ "file": p.loaded.path(), "names": p.secrets.names, "daytona_org": p.harbor.daytona_org }),
+            );
+        }
+        if let Some(d) = &p.gpu.decision {
+            self.rec.status.gpu = Some(d.choice());
+            self.rec.event("gpus", serde_json::to_value(d).unwrap_or_default());
+            tracing::info!(profile = %d.choice().profile, count = d.count, util = d.gpu_memory_utilization, source = %d.source, "GPU profile chosen");
+        }
+        if let Some(port) = p.port.port {
+            self.rec.status.port = Some(port);
+            self.rec.event("port", json!({ "port": port }));
+        }
+        match p.problems.first() {
+            Some(f) => Err(End::Failed(f.clone())),
+            None => Ok(()),
+        }
+    }
+
+    async fn sequence(&mut self) -> End {
+        self.record_start();
+        let observed = prepare::observe(&self.spec, &self.parent, Mode::Run);
+        let prepared = prepare::prepare(&self.spec_path, &self.spec, &self.parent, observed, Mode::Run);
+        match self.execute(prepared).await {
+            Ok(end) | Err(end) => end,
+        }
+    }
+
+    async fn execute(&mut self, mut p: Prepared) -> Result<End, End> {
+        self.record_prepared(&p)?;
+        self.post_run = p.post_run.take();
+        let Some(port) = p.port.port else {
+            return Err(Failure::new(OutcomeClass::EngineStart, p.port.how.clone()).with_cause("port").into());
         };
-        for name in childenv::dropped_names(&self.spec.serve.env)
-            .into_iter()
-            .chain(childenv::dropped_names(&self.spec.harbor.env))
-        {
-            tracing::warn!(variable = name, "dropped from the child environment (never exported by payload)");
-        }
-        let engine_program = childenv::resolve_program(
-            &self.spec.serve.program,
-            self.spec.serve.env_prefix.as_deref(),
-            &engine_env["PATH"],
-        )
-        .map_err(|e| Failure::new(OutcomeClass::Spec, format!("field `serve.program`: {e}")))?;
-        let harbor_program = childenv::resolve_program(
-            &self.spec.harbor.program,
-            self.spec.harbor.env_prefix.as_deref(),
-            &harbor_env["PATH"],
-        )
-        .map_err(|e| Failure::new(OutcomeClass::Spec, format!("field `harbor.program`: {e}")))?;
-
-        // 3. GPUs.
-        let probe = gpu::probe_from_env(&env_fn);
-        let cuda_visible = env_fn("CUDA_VISIBLE_DEVICES");
-        let decision = gpu::decide(&self.spec, &probe.describe(), probe.probe(), cuda_visible.as_deref(), false)
-            .map_err(Failure::from)?;
-        self.rec.status.gpu = Some(decision.choice());
-        self.rec.event("gpus", serde_json::to_value(&decision).unwrap_or_default());
-        tracing::info!(profile = %decision.choice().profile, count = decision.count, util = decision.gpu_memory_utilization, source = %decision.source, "GPU profile chosen");
-
-        // 4. Port.
-        let port = ports::choose(&self.spec.serve.port, &port_job_id(&env_fn), &self.spec.serve.host)
-            .map_err(Failure::from)?;
-        self.rec.status.port = Some(port);
-        self.rec.event("port", json!({ "port": port }));
-        let base = base_url(&self.spec.serve.host, port);
+        let parent = self.parent.clone();
+        let env_fn = prepare::lookup(&parent);
 
         // The tunnel (started by the first poll, while vLLM loads).
-        if let Some(programs) = tunnel_programs {
+        if let Some(programs) = p.tunnel.programs.clone() {
+            let job_id = prepare::port_job_id(&env_fn);
             self.tunnel = Tunnel::new(tunnel::Start {
                 spec: &self.spec.tunnel,
                 programs,
-                secrets: &secrets,
+                secrets: &p.loaded,
                 run_dir: &self.spec.run_dir,
                 run_tag: &self.spec.run_tag,
-                job_id: &port_job_id(&env_fn),
+                job_id: &job_id,
                 slurm_job_id: env_fn("SLURM_JOB_ID"),
-                node: node_name(&env_fn).unwrap_or_else(|| "unknown".into()),
+                node: prepare::node_name(&env_fn).unwrap_or_else(|| "unknown".into()),
                 engine_host: &self.spec.serve.host,
                 engine_port: port,
                 served_name: &self.spec.model.served_name,
-                api_key: api_key.clone(),
-                child_env: tunnel_env.clone(),
+                api_key: p.api_key.clone(),
+                child_env: p.tunnel.env.clone(),
                 tmp_root: env_fn("TMPDIR")
                     .filter(|t| !t.is_empty())
                     .map(PathBuf::from)
@@ -417,126 +229,193 @@ impl Run {
             }
         }
 
-        // 5. vLLM.
-        let argv = engine::argv(
-            &self.spec,
-            &engine_program.display().to_string(),
-            port,
-            decision.gpu_memory_utilization,
-            decision.extra_vllm_args(),
-            &env_fn,
-        )
-        .map_err(Failure::from)?;
-        // A resume's inputs are checked now, not after the engine has loaded.
-        let resume = harbor::is_resume(&self.spec.run_dir);
-        if resume {
-            harbor::check_resume_configs(&self.spec.run_dir).map_err(Failure::from)?;
-        }
+        // vLLM.
         if let Some(ev) = self.pending_signal().await {
             return Err(End::Signal(ev));
         }
-        let engine_log = self.log_path(ENGINE_LOG);
-        rotate_log(&engine_log);
+        rotate_log(&self.log_path(ENGINE_LOG));
         rotate_log(&self.log_path(HARBOR_LOG));
         rotate_log(&self.log_path(TUNNEL_LOG));
-        let child = ChildSpec {
-            program: engine_program,
-            argv: argv.clone(),
-            env: engine_env,
-            log: engine_log.clone(),
-            cwd: None,
-        };
+        let head = p.head().child.clone();
         let started = Instant::now();
-        let pid = self.sup.spawn(Role::Engine, &child).map_err(|e| {
-            Failure::new(OutcomeClass::EngineStart, format!("cannot start {}: {e}", child.program.display()))
+        let pid = self.sup.spawn(Role::Engine, &head).map_err(|e| {
+            Failure::new(OutcomeClass::EngineStart, format!("cannot start {}: {e}", head.program.display()))
                 .with_cause("spawn")
         })?;
         self.rec.status.pids.insert("engine".into(), pid);
-        self.rec.event("engine_spawned", json!({ "pid": pid, "argv": argv, "port": port }));
+        self.rec.event("engine_spawned", json!({ "pid": pid, "argv": head.argv, "port": port }));
+        if let Some(secondaries) = &p.secondaries {
+            self.start_ranks(secondaries)?;
+        }
         self.rec.set_phase(Phase::Serving);
         tracing::info!(pid, port, "vLLM started; waiting for readiness");
-
+        let resume = p.harbor.mode == HarborMode::Resume;
         self.rec.status.resume = Some(resume);
 
         // Harbor's own `--print-config` on the fresh-run argv, while vLLM loads (it costs nothing
         // then): a refusal ends the run before Harbor would start and fail.
-        let mut config_check = (!resume).then(|| {
-            let (spec, env) = (self.spec.clone(), harbor_env.clone());
-            let argv = harbor::prepare_fresh(
-                &spec,
-                &harbor_program.display().to_string(),
-                &format!("{base}/v1"),
-                &agent_envs.args,
-            );
-            tokio::task::spawn_blocking(move || match argv {
-                Ok(argv) => harbor::check_with_print_config(&spec, &argv, &env),
-                Err(e) => harbor::ConfigCheck::Rejected(e.to_string()),
-            })
-        });
+        let mut config_check: Option<JoinHandle<ConfigCheck>> = None;
+        if let Some(config) = &p.harbor.merged_config {
+            harbor::write_job_config(&p.harbor.config_path, config).map_err(Failure::from)?;
+            let child =
+                p.harbor.child(&self.spec, &p.local_api_base(), &BTreeMap::new(), None).map_err(Failure::from)?;
+            let spec = self.spec.clone();
+            config_check =
+                Some(tokio::spawn(
+                    async move { harbor::check_with_print_config(&spec, &child.argv, &child.env).await },
+                ));
+        }
+        self.run_loop(&p, started, config_check).await
+    }
 
-        // 6. Readiness (7. the tunnel advances meanwhile), then the tunnel's end-to-end check.
-        let mut verdict = None;
-        {
-            let ready = self.wait_ready(&base, started, api_key.as_deref());
-            tokio::pin!(ready);
-            loop {
-                tokio::select! {
-                    r = &mut ready => { r?; break; }
-                    v = async { config_check.as_mut().expect("guarded").await }, if config_check.is_some() && verdict.is_none() => {
-                        let v = v.unwrap_or_else(|e| harbor::ConfigCheck::Skipped(format!("check task failed: {e}")));
-                        let rejected = matches!(v, harbor::ConfigCheck::Rejected(_));
-                        verdict = Some(v);
-                        if rejected { break; }
+    /// The one event loop: inputs from children, signals, probes, the tunnel and the clock, decided
+    /// by [`Machine`], until the run ends.
+    async fn run_loop(
+        &mut self,
+        p: &Prepared,
+        started: Instant,
+        mut config_check: Option<JoinHandle<ConfigCheck>>,
+    ) -> Result<End, End> {
+        let engine_log = self.log_path(ENGINE_LOG);
+        let tail = || engine::log_tail(&engine_log, LOG_TAIL_LINES);
+        let limits = &self.spec.limits;
+        let mut machine = Machine::new(
+            self.tunnel.is_some(),
+            config_check.is_some(),
+            limits.health_failures,
+            self.spec.serve.health_timeout_s,
+        );
+        let mut watchdog = Watchdog::readiness(
+            &p.base_url,
+            &self.spec.model.served_name,
+            self.spec.serve.ready_needs_completion,
+            p.api_key.as_deref(),
+        );
+        let deadline = timings::deadline(started, self.timings.health_timeout);
+        let mut heartbeat = interval(self.timings.heartbeat);
+        heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut tunnel_tick = interval(TUNNEL_POLL);
+        tunnel_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let has_tunnel = self.tunnel.is_some();
+        loop {
+            let loading = machine.phase() == RunPhase::Loading;
+            let input = tokio::select! {
+                biased;
+                status = wait_opt(self.sup.engine.as_mut()) => Input::EngineExited(status),
+                status = wait_opt(self.sup.ranks.as_mut()) => Input::RanksExited(status),
+                status = wait_opt(self.sup.harbor.as_mut()) => Input::HarborExited(status),
+                ev = self.signals.recv() => Input::Signal(ev),
+                _ = sleep_until(deadline.into()), if loading => Input::ReadyDeadline,
+                v = async { config_check.as_mut().expect("guarded").await }, if config_check.is_some() => {
+                    config_check = None;
+                    Input::ConfigChecked(v.unwrap_or_else(|e| ConfigCheck::Skipped(format!("check task failed: {e}"))))
+                }
+                ev = watchdog.next() => match ev {
+                    ProbeEvent::Readiness(r) => Input::Readiness(r),
+                    ProbeEvent::Health(ok) => Input::Health(ok),
+                    ProbeEvent::Metrics(counts) => {
+                        let hb = self.heartbeat.next(counts, &engine_log, &self.spec.run_dir, machine.engine_healthy());
+                        self.rec.status.heartbeat = Some(hb);
+                        self.rec.write_status();
+                        self.sup.reap_orphans();
+                        continue;
+                    }
+                },
+                _ = heartbeat.tick() => {
+                    if machine.phase() == RunPhase::Running {
+                        watchdog.fetch_metrics();
+                    } else {
+                        let hb = self.heartbeat.next(None, &engine_log, &self.spec.run_dir, machine.engine_healthy());
+                        self.rec.status.heartbeat = Some(hb);
+                        self.rec.write_status();
+                    }
+                    continue;
+                }
+                _ = tunnel_tick.tick(), if has_tunnel => {
+                    let Some(t) = self.tunnel.as_mut() else { continue };
+                    Input::Tunnel(t.poll(&mut self.sup, &mut self.rec, !loading).await)
+                }
+            };
+            // A rank on another node: its own log (and srun's) tell why, not the head's.
+            let rank_tail =
+                || crate::multinode::ranks_log_tail(&self.spec.run_dir, p.secondaries.as_ref(), LOG_TAIL_LINES);
+            let tail_of: &dyn Fn() -> Vec<String> =
+                if matches!(input, Input::RanksExited(_)) { &rank_tail } else { &tail };
+            for action in machine.on(input, tail_of) {
+                match action {
+                    Action::Event(name, fields) => self.rec.event(name, fields),
+                    Action::Ready => {
+                        if let Some(s) = &p.secondaries {
+                            self.record_ranks_joined(s);
+                        }
+                        let ms = started.elapsed().as_millis() as u64;
+                        self.rec.event("engine_ready", json!({ "elapsed_ms": ms }));
+                        self.rec.set_phase(Phase::Ready);
+                        tracing::info!(elapsed_ms = ms, "vLLM ready");
+                    }
+                    Action::StartHarbor => {
+                        self.start_harbor(p).await?;
+                        machine.harbor_started();
+                        watchdog.watch_health(self.timings.probe_interval);
+                    }
+                    Action::End(end) => {
+                        if let End::HarborExited(status) = &end {
+                            tracing::info!(status = %supervisor::describe_status(*status), "Harbor exited");
+                        }
+                        return Ok(end);
                     }
                 }
             }
         }
-        if let Some(check) = config_check.take()
-            && verdict.is_none()
-        {
-            verdict =
-                Some(check.await.unwrap_or_else(|e| harbor::ConfigCheck::Skipped(format!("check task failed: {e}"))));
-        }
-        if let Some(v) = verdict {
-            self.rec.event("harbor_config_check", json!({ "result": format!("{v:?}") }));
-            if let harbor::ConfigCheck::Rejected(why) = v {
-                return Err(Failure::new(OutcomeClass::Harbor, why).with_cause("config_rejected").into());
-            }
-        }
-        self.wait_tunnel().await?;
+    }
 
-        // 8. Harbor: api_base (the public URL for installed agents), resume rewrites, argv.
-        let api_base = match self.tunnel.as_ref().and_then(Tunnel::public_url) {
-            Some(url) => format!("{url}/v1"),
-            None => format!("{base}/v1"),
-        };
-        let mut harbor_argv = if resume {
+    /// Which node each rank runs on, from the records every `payload rank` wrote on its node.
+    fn record_ranks_joined(&mut self, s: &crate::multinode::Secondaries) {
+        let records = crate::multinode::read_rank_records(&self.spec.run_dir, &s.file.ranks[1..]);
+        let mut ranks = vec![json!({ "rank": 0, "node": s.nodes[0].name, "pid": self.rec.status.pids.get("engine") })];
+        ranks.extend(records.iter().map(|r| json!({ "rank": r.rank, "node": r.node, "pid": r.pid, "step": r.step })));
+        let missing: Vec<u32> =
+            s.file.ranks[1..].iter().map(|r| r.rank).filter(|k| !records.iter().any(|r| r.rank == *k)).collect();
+        self.rec.event("ranks_joined", json!({ "ranks": ranks, "missing": missing }));
+    }
+
+    /// A multi-node engine's other nodes: the ranks file, then their one srun step in its own group.
+    fn start_ranks(&mut self, s: &crate::multinode::Secondaries) -> Result<(), End> {
+        let spawn_failed = |e: String| Failure::new(OutcomeClass::EngineStart, e).with_cause("multinode");
+        // Records of an earlier attempt in this run dir must not count as joined ranks.
+        let _ = std::fs::remove_dir_all(self.spec.run_dir.join(crate::multinode::RANK_RECORDS_DIR));
+        crate::multinode::write_ranks_file(&self.spec.run_dir, &s.file)
+            .map_err(|e| spawn_failed(format!("cannot write {}: {e}", crate::multinode::RANKS_FILE)))?;
+        let pid = self
+            .sup
+            .spawn(Role::Ranks, &s.srun)
+            .map_err(|e| spawn_failed(format!("cannot start {}: {e}", s.srun.program.display())))?;
+        self.rec.status.pids.insert("ranks".into(), pid);
+        let ranks: Vec<_> = s.file.ranks.iter().map(|r| json!({ "rank": r.rank, "node": r.node })).collect();
+        self.rec.event(
+            "ranks_spawned",
+            json!({ "pid": pid, "argv": s.srun.argv, "crossing": s.file.crossing, "rendezvous": s.file.rendezvous, "ranks": ranks }),
+        );
+        tracing::info!(pid, nodes = s.nodes.len(), "srun started the other nodes' ranks");
+        Ok(())
+    }
+
+    /// Harbor: `api_base` (the tunnel's public URL for installed agents), resume rewrites, spawn.
+    async fn start_harbor(&mut self, p: &Prepared) -> Result<(), End> {
+        let api_base = p.api_base(self.tunnel.as_ref().and_then(Tunnel::public_url).as_deref());
+        if p.harbor.mode == HarborMode::Resume {
             let rewritten = harbor::rewrite_api_base(&self.spec.run_dir, &api_base).map_err(Failure::from)?;
             let files: Vec<_> = rewritten.iter().map(|(p, n)| json!({ "file": p, "changed": n })).collect();
             self.rec.event("resume_configs_rewritten", json!({ "api_base": api_base, "files": files }));
-            harbor::resume_argv(&self.spec, &harbor_program.display().to_string())
-        } else {
-            harbor::prepare_fresh(&self.spec, &harbor_program.display().to_string(), &api_base, &agent_envs.args)
-                .map_err(Failure::from)?
-        };
-        let mut harbor_program = harbor_program;
-        if let Some(t) = &self.tunnel {
-            harbor_env.extend(t.harbor_env());
-            if let Some(prefix) = t.harbor_prefix() {
-                harbor_program = PathBuf::from(&prefix[0]);
-                harbor_argv.splice(0..0, prefix);
-            }
         }
+        let (tunnel_env, prefix) = match &self.tunnel {
+            Some(t) => (t.harbor_env(), t.harbor_prefix()),
+            None => (BTreeMap::new(), None),
+        };
+        let child = p.harbor.child(&self.spec, &api_base, &tunnel_env, prefix.as_deref()).map_err(Failure::from)?;
         if let Some(ev) = self.pending_signal().await {
             return Err(End::Signal(ev));
         }
-        let child = ChildSpec {
-            program: harbor_program,
-            argv: harbor_argv.clone(),
-            env: harbor_env,
-            log: self.log_path(HARBOR_LOG),
-            cwd: None,
-        };
         let pid = self.sup.spawn(Role::Harbor, &child).map_err(|e| {
             Failure::new(OutcomeClass::Harbor, format!("cannot start {}: {e}", child.program.display()))
                 .with_cause("spawn")
@@ -544,204 +423,33 @@ impl Run {
         self.rec.status.pids.insert("harbor".into(), pid);
         self.rec.event(
             "harbor_spawned",
-            json!({ "pid": pid, "argv": harbor_argv, "mode": if resume { "resume" } else { "fresh" }, "api_base": api_base }),
+            json!({ "pid": pid, "argv": child.argv, "mode": p.harbor.mode.as_str(), "api_base": api_base }),
         );
         if let Some(t) = self.tunnel.as_mut() {
             t.commit();
         }
         self.rec.set_phase(Phase::Running);
-        tracing::info!(pid, resume, "Harbor started");
+        tracing::info!(pid, resume = p.harbor.mode == HarborMode::Resume, "Harbor started");
+        Ok(())
+    }
 
-        // 9. Watch.
-        let limits = &self.spec.limits;
-        let mut watch = Watch::new(WatchConfig {
-            base_url: base.clone(),
-            probe_interval: self.timings.probe_interval,
-            health_failures: limits.health_failures,
-            heartbeat_interval: self.timings.heartbeat,
-            tunnel_poll: self.tunnel.is_some().then_some(TUNNEL_POLL),
-        });
-        let result = loop {
-            match watch.next(&mut self.sup, &mut self.signals).await {
-                WatchEvent::Heartbeat(metrics) => {
-                    let hb = self.heartbeat.next(metrics, &engine_log, &self.spec.run_dir, watch.last_healthy);
-                    self.rec.status.heartbeat = Some(hb);
-                    self.rec.write_status();
-                }
-                WatchEvent::HarborExited(status) => {
-                    self.rec.event(
-                        "harbor_exited",
-                        json!({ "status": describe_status(status), "code": status_code(status) }),
-                    );
-                    tracing::info!(status = %describe_status(status), "Harbor exited");
-                    break Ok(status);
-                }
-                WatchEvent::EngineExited(status) => {
-                    let tail = engine::log_tail(&engine_log, LOG_TAIL_LINES);
-                    let cause = engine::classify_start_failure(&tail);
-                    self.rec.event("engine_exited", json!({ "status": describe_status(status), "cause": cause }));
-                    break Err(End::Failed(
-                        Failure::new(
-                            OutcomeClass::EngineDied,
-                            format!("vLLM exited during the run ({}); Harbor stopped", describe_status(status)),
-                        )
-                        .with_cause(cause)
-                        .with_log_tail(tail),
-                    ));
-                }
-                WatchEvent::EngineUnhealthy { failures } => {
-                    let tail = engine::log_tail(&engine_log, LOG_TAIL_LINES);
-                    self.rec.event("engine_unhealthy", json!({ "consecutive_failures": failures }));
-                    break Err(End::Failed(
-                        Failure::new(
-                            OutcomeClass::EngineDied,
-                            format!("vLLM failed {failures} consecutive /health probes; Harbor stopped"),
-                        )
-                        .with_cause("unhealthy")
-                        .with_log_tail(tail),
-                    ));
-                }
-                WatchEvent::Signal(ev) => break Err(End::Signal(ev)),
-                WatchEvent::TunnelTick => {
-                    if let Some(t) = self.tunnel.as_mut()
-                        && let TunnelPoll::Failed(f) = t.poll(&mut self.sup, &mut self.rec, true).await
-                    {
-                        break Err(End::Failed(f));
-                    }
-                }
-            }
+    /// After teardown: the ranks' srun step is cancelled by its id (from the rank records), so
+    /// nothing is left on another node even if srun itself had to be SIGKILLed.
+    fn cancel_rank_steps(&mut self) {
+        let ranks_file = self.spec.run_dir.join(crate::multinode::RANKS_FILE);
+        if self.sup.ranks.is_none() || !ranks_file.exists() {
+            return;
+        }
+        let Ok(file) = std::fs::read_to_string(&ranks_file)
+            .map_err(|e| e.to_string())
+            .and_then(|t| serde_json::from_str::<crate::multinode::RanksFile>(&t).map_err(|e| e.to_string()))
+        else {
+            return;
         };
-        watch.stop();
-        result
-    }
-
-    /// Polls readiness every [`READY_POLL`] while watching the engine, signals and the deadline.
-    async fn wait_ready(&mut self, base: &str, started: Instant, api_key: Option<&str>) -> Result<(), End> {
-        let deadline = timings::deadline(started, self.timings.health_timeout);
-        let client = engine::http_client_with_key(Duration::from_secs(1), api_key);
-        let mut tunnel_tick = interval(TUNNEL_POLL);
-        tunnel_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let has_tunnel = self.tunnel.is_some();
-        let mut tick = interval(READY_POLL);
-        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut heartbeat = interval(self.timings.heartbeat);
-        heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut probe: Option<JoinHandle<Readiness>> = None;
-        let served = self.spec.model.served_name.clone();
-        let needs_completion = self.spec.serve.ready_needs_completion;
-        let engine_log = self.log_path(ENGINE_LOG);
-        let mut saw_health = false;
-        loop {
-            tokio::select! {
-                biased;
-                status = wait_opt(self.sup.engine.as_mut()) => {
-                    if let Some(h) = probe.take() { h.abort(); }
-                    let tail = engine::log_tail(&engine_log, LOG_TAIL_LINES);
-                    let cause = engine::classify_start_failure(&tail);
-                    self.rec.event("engine_exited", json!({ "status": describe_status(status), "cause": cause, "during": "start" }));
-                    tracing::error!(status = %describe_status(status), cause, "vLLM exited during start-up");
-                    return Err(End::Failed(
-                        Failure::new(OutcomeClass::EngineStart, format!("vLLM exited during start-up ({}), cause: {cause}", describe_status(status)))
-                            .with_cause(cause)
-                            .with_log_tail(tail),
-                    ));
-                }
-                ev = self.signals.recv() => {
-                    if let Some(h) = probe.take() { h.abort(); }
-                    return Err(End::Signal(ev));
-                }
-                _ = sleep_until(deadline.into()) => {
-                    if let Some(h) = probe.take() { h.abort(); }
-                    let tail = engine::log_tail(&engine_log, LOG_TAIL_LINES);
-                    let what = if saw_health { "answered /health but never listed the served name" } else { "never answered /health with 200" };
-                    return Err(End::Failed(
-                        Failure::new(OutcomeClass::EngineTimeout, format!("vLLM {what} within serve.health_timeout_s = {} s", self.spec.serve.health_timeout_s))
-                            .with_log_tail(tail),
-                    ));
-                }
-                readiness = async { probe.as_mut().expect("guarded").await.unwrap_or(Readiness::Down) }, if probe.is_some() => {
-                    probe = None;
-                    match readiness {
-                        Readiness::Ready => {
-                            let ms = started.elapsed().as_millis() as u64;
-                            self.rec.event("engine_ready", json!({ "elapsed_ms": ms }));
-                            self.rec.set_phase(Phase::Ready);
-                            tracing::info!(elapsed_ms = ms, "vLLM ready");
-                            return Ok(());
-                        }
-                        Readiness::HealthOnly => saw_health = true,
-                        Readiness::Down => {}
-                    }
-                }
-                _ = tick.tick(), if probe.is_none() => {
-                    let client = client.clone();
-                    let base = base.to_string();
-                    let served = served.clone();
-                    probe = Some(tokio::spawn(async move {
-                        let r = engine::probe_ready(&client, &base, &served).await;
-                        if r == Readiness::Ready && needs_completion && !engine::completion_ok(&client, &base, &served).await {
-                            return Readiness::HealthOnly;
-                        }
-                        r
-                    }));
-                }
-                _ = heartbeat.tick() => {
-                    let hb = self.heartbeat.next(None, &engine_log, &self.spec.run_dir, false);
-                    self.rec.status.heartbeat = Some(hb);
-                    self.rec.write_status();
-                }
-                _ = tunnel_tick.tick(), if has_tunnel => {
-                    if let Some(t) = self.tunnel.as_mut()
-                        && let TunnelPoll::Failed(f) = t.poll(&mut self.sup, &mut self.rec, false).await
-                    {
-                        if let Some(h) = probe.take() { h.abort(); }
-                        return Err(End::Failed(f));
-                    }
-                }
-            }
-        }
-    }
-
-    /// After readiness: the tunnel must be up and checked end to end before Harbor starts.
-    async fn wait_tunnel(&mut self) -> Result<(), End> {
-        if self.tunnel.is_none() {
-            return Ok(());
-        }
-        let mut tick = interval(TUNNEL_POLL);
-        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut heartbeat = interval(self.timings.heartbeat);
-        heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let engine_log = self.log_path(ENGINE_LOG);
-        loop {
-            tokio::select! {
-                biased;
-                status = wait_opt(self.sup.engine.as_mut()) => {
-                    let tail = engine::log_tail(&engine_log, LOG_TAIL_LINES);
-                    let cause = engine::classify_start_failure(&tail);
-                    self.rec.event("engine_exited", json!({ "status": describe_status(status), "cause": cause, "during": "tunnel" }));
-                    return Err(End::Failed(
-                        Failure::new(OutcomeClass::EngineDied, format!("vLLM exited while the tunnel was being checked ({})", describe_status(status)))
-                            .with_cause(cause)
-                            .with_log_tail(tail),
-                    ));
-                }
-                ev = self.signals.recv() => return Err(End::Signal(ev)),
-                _ = tick.tick() => {
-                    if let Some(t) = self.tunnel.as_mut() {
-                        match t.poll(&mut self.sup, &mut self.rec, true).await {
-                            TunnelPoll::Up => return Ok(()),
-                            TunnelPoll::Failed(f) => return Err(End::Failed(f)),
-                            TunnelPoll::Pending => {}
-                        }
-                    }
-                }
-                _ = heartbeat.tick() => {
-                    let hb = self.heartbeat.next(None, &engine_log, &self.spec.run_dir, true);
-                    self.rec.status.heartbeat = Some(hb);
-                    self.rec.write_status();
-                }
-            }
-        }
+        let records = crate::multinode::read_rank_records(&self.spec.run_dir, &file.ranks[1..]);
+        crate::multinode::cancel_steps(&records);
+        let steps: Vec<&str> = records.iter().map(|r| r.step.as_str()).collect();
+        self.rec.event("ranks_cancelled", json!({ "steps": steps }));
     }
 
     /// Teardown, final heartbeat, outcome, exit code.
@@ -752,20 +460,11 @@ impl Run {
             && let Some(port) = self.rec.status.port
         {
             let client = engine::http_client(Duration::from_millis(500));
-            let url = format!("{}/metrics", base_url(&self.spec.serve.host, port));
-            let metrics = match client.get(url).send().await {
-                Ok(resp) => resp.text().await.ok().and_then(|t| crate::records::completions_from_metrics(&t)),
-                Err(_) => None,
-            };
+            let metrics = engine::fetch_completions(&client, &prepare::base_url(&self.spec.serve.host, port)).await;
             let healthy = !matches!(end, End::Failed(ref f) if f.class == OutcomeClass::EngineDied);
             self.rec.status.heartbeat = Some(self.heartbeat.next(metrics, &engine_log, &self.spec.run_dir, healthy));
         }
-        let grace = self.timings.teardown_grace;
-        let plan = match end {
-            End::Signal(SignalEvent::Shutdown(_)) => ShutdownPlan::normal(grace, true),
-            End::Signal(SignalEvent::Walltime) => ShutdownPlan::walltime(grace, self.timings.walltime_lead),
-            _ => ShutdownPlan::normal(grace, false),
-        };
+        let plan = phases::shutdown_plan(&end, &self.timings);
         match &end {
             End::Signal(ev) => {
                 let name = match ev {
@@ -783,9 +482,10 @@ impl Run {
         self.rec.set_phase(Phase::Stopping);
         self.rec.event(
             "teardown_started",
-            json!({ "grace_s": grace.as_secs_f64(), "harbor_grace_s": plan.harbor_grace.as_secs_f64() }),
+            json!({ "grace_s": plan.grace.as_secs_f64(), "harbor_grace_s": plan.harbor_grace.as_secs_f64() }),
         );
         let report = self.sup.shutdown(&mut self.signals, plan).await;
+        self.cancel_rank_steps();
         self.rec.event(
             "teardown_done",
             json!({
@@ -806,7 +506,8 @@ impl Run {
         // beside the outcome and never changes it.
         if let Some(step) = self.post_run.take() {
             if matches!(end, End::HarborExited(status) if status.success()) {
-                let record = postrun::run(step, &mut self.sup, &mut self.signals, &mut self.rec, &self.timings).await;
+                let record =
+                    crate::postrun::run(step, &mut self.sup, &mut self.signals, &mut self.rec, &self.timings).await;
                 self.rec.status.post_run = Some(record);
             } else {
                 self.rec.event(
@@ -816,63 +517,7 @@ impl Run {
             }
         }
         let harbor_code = self.sup.harbor.as_mut().and_then(|m| m.try_status()).map(status_code);
-        let outcome = match end {
-            End::HarborExited(status) => {
-                let code = status_code(status);
-                if code == 0 {
-                    Outcome {
-                        class: OutcomeClass::Finished,
-                        cause: None,
-                        exit_code: 0,
-                        message: "Harbor finished".to_string(),
-                        harbor_exit_code: Some(0),
-                        signal: None,
-                        engine_log_tail: Vec::new(),
-                    }
-                } else {
-                    Outcome {
-                        class: OutcomeClass::Harbor,
-                        cause: None,
-                        exit_code: OutcomeClass::Harbor.exit_code(),
-                        message: format!("Harbor failed ({})", describe_status(status)),
-                        harbor_exit_code: Some(code),
-                        signal: None,
-                        engine_log_tail: Vec::new(),
-                    }
-                }
-            }
-            End::Failed(f) => Outcome {
-                class: f.class,
-                cause: f.cause,
-                exit_code: f.class.exit_code(),
-                message: f.message,
-                harbor_exit_code: harbor_code,
-                signal: None,
-                engine_log_tail: f.engine_log_tail,
-            },
-            End::Signal(SignalEvent::Walltime) => Outcome {
-                class: OutcomeClass::Walltime,
-                cause: None,
-                exit_code: OutcomeClass::Walltime.exit_code(),
-                message: "walltime near (SIGUSR1): Harbor stopped gracefully, everything torn down".to_string(),
-                harbor_exit_code: harbor_code,
-                signal: Some("SIGUSR1".to_string()),
-                engine_log_tail: Vec::new(),
-            },
-            End::Signal(SignalEvent::Shutdown(sig)) => Outcome {
-                class: OutcomeClass::Interrupted,
-                cause: None,
-                exit_code: 128 + sig as i32,
-                message: format!(
-                    "interrupted by {}{}",
-                    sig.as_str(),
-                    if report.forced { " (second signal: killed at once)" } else { "" }
-                ),
-                harbor_exit_code: harbor_code,
-                signal: Some(sig.as_str().to_string()),
-                engine_log_tail: Vec::new(),
-            },
-        };
+        let outcome = phases::outcome(end, harbor_code, report.forced);
         let code = outcome.exit_code;
         // Writes that failed during the run (closed stderr, full disk): reported where it still works.
         let failed =
@@ -885,61 +530,5 @@ impl Run {
         tracing::info!(class = outcome.class.as_str(), exit_code = code, cause = outcome.cause.as_deref().unwrap_or("-"), message = %outcome.message, "payload done");
         self.rec.set_outcome(outcome);
         code
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::testutil::spec;
-
-    #[test]
-    fn base_url_uses_loopback_for_wildcards() {
-        assert_eq!(base_url("0.0.0.0", 8000), "http://127.0.0.1:8000");
-        assert_eq!(base_url("127.0.0.1", 9), "http://127.0.0.1:9");
-        assert_eq!(base_url("::1", 9), "http://[::1]:9");
-    }
-
-    #[test]
-    fn harbor_env_carries_chosen_key_only() {
-        let spec = spec();
-        let parent = vec![
-            ("PATH".to_string(), "/bin".to_string()),
-            ("DAYTONA_DATA_API_KEY".to_string(), "from-parent".to_string()),
-        ];
-        let secrets = Secrets::from_pairs(
-            Path::new("/s.env"),
-            [
-                ("DAYTONA_API_KEY".to_string(), "key-one".to_string()),
-                ("DAYTONA_DATA_API_KEY".to_string(), "key-two".to_string()),
-                ("HF_TOKEN".to_string(), "hf".to_string()),
-            ],
-        );
-        let mut spec2 = spec.clone();
-        spec2.secrets.pass_to_harbor = vec!["HF_TOKEN".into(), "ABSENT".into()];
-        let (env, org) = harbor_env(&spec2, &parent, "rid", &secrets, "7", &BTreeMap::new()).unwrap();
-        let org = org.unwrap();
-        let want = if org == secrets::DaytonaOrg::Org1 { "key-one" } else { "key-two" };
-        assert_eq!(env["DAYTONA_API_KEY"], want);
-        assert!(!env.contains_key("DAYTONA_DATA_API_KEY"));
-        assert_eq!(env["HF_TOKEN"], "hf");
-        assert!(!env.contains_key("ABSENT"));
-        assert_eq!(env[childenv::RUN_ID_VAR], "rid");
-    }
-
-    #[test]
-    fn secrets_needed_only_when_used() {
-        let mut s = spec();
-        assert!(needs_secrets(&s));
-        s.secrets.daytona = false;
-        assert!(!needs_secrets(&s));
-        s.harbor.agent_envs.push(launch_spec::launch::AgentEnv {
-            name: "X".into(),
-            from: None,
-            value: Some("1".into()),
-        });
-        assert!(!needs_secrets(&s));
-        s.harbor.agent_envs.push(launch_spec::launch::AgentEnv { name: "Y".into(), from: None, value: None });
-        assert!(needs_secrets(&s));
     }
 }

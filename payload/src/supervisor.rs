@@ -6,8 +6,8 @@
 //! - the runtime is tokio's **current-thread** flavour (see `main.rs`), so every fork comes from
 //!   the main thread;
 //! - **signal handlers** (TERM, INT, HUP, USR1, CONT) are registered before anything is spawned;
-//! - the in-run **watchdog**: engine exit, or `limits.health_failures` consecutive failed `/health`
-//!   probes, ends the run (`engine_died`);
+//! - signals reach the run through a [`SignalSource`]: the real [`Signals`], or in tests one that
+//!   never fires ([`NoSignals`], like nextest's no-op handler) or fires on demand;
 //! - **teardown**: TERM to Harbor first (it cancels trials and cleans its sandboxes), then vLLM, then
 //!   the tunnel, inside `limits.teardown_grace_s` (which must fit inside Slurm's KillWait); then
 //!   SIGKILL to every group and a **sweep** of every remaining descendant (walk `/proc`, kill, reap
@@ -28,10 +28,7 @@ use nix::sys::wait::{WaitPidFlag, waitpid};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
-use tokio::task::JoinHandle;
-use tokio::time::{MissedTickBehavior, interval, sleep, sleep_until};
-
-use crate::records::Completions;
+use tokio::time::{sleep, sleep_until};
 
 /// Process groups of the children spawned so far, for [`emergency_teardown`] (a panic hook cannot
 /// reach the [`Supervisor`]).
@@ -74,6 +71,41 @@ pub enum SignalEvent {
     Walltime,
 }
 
+/// Where the run's signals come from (real ones, or a test's).
+pub trait SignalSource {
+    /// The next meaningful signal. Cancel-safe.
+    fn recv(&mut self) -> impl std::future::Future<Output = SignalEvent>;
+}
+
+impl SignalSource for Signals {
+    async fn recv(&mut self) -> SignalEvent {
+        Signals::recv(self).await
+    }
+}
+
+/// A source that never fires (tests that do not exercise signals).
+#[derive(Debug, Default)]
+pub struct NoSignals;
+
+impl SignalSource for NoSignals {
+    async fn recv(&mut self) -> SignalEvent {
+        std::future::pending().await
+    }
+}
+
+/// Signals sent by the test through a channel.
+#[derive(Debug)]
+pub struct ChannelSignals(pub tokio::sync::mpsc::UnboundedReceiver<SignalEvent>);
+
+impl SignalSource for ChannelSignals {
+    async fn recv(&mut self) -> SignalEvent {
+        match self.0.recv().await {
+            Some(ev) => ev,
+            None => std::future::pending().await,
+        }
+    }
+}
+
 /// The signal streams, registered once at start-up (before any child exists). Once registered,
 /// tokio never restores the default disposition, so payload always exits by itself.
 pub struct Signals {
@@ -114,6 +146,9 @@ impl Signals {
 pub enum Role {
     Harbor,
     Engine,
+    /// A multi-node engine's other nodes: the one `srun` step of their ranks (crate::multinode).
+    /// SIGTERM to srun is forwarded to every task; stopped with the head.
+    Ranks,
     Tunnel,
     /// The post-run step (crate::postrun): started only after the others are torn down, so a
     /// teardown that meets it alive has only it to stop (stage 2).
@@ -121,12 +156,13 @@ pub enum Role {
 }
 
 impl Role {
-    pub const TEARDOWN_ORDER: [Role; 4] = [Role::Harbor, Role::Engine, Role::Tunnel, Role::PostRun];
+    pub const TEARDOWN_ORDER: [Role; 5] = [Role::Harbor, Role::Engine, Role::Ranks, Role::Tunnel, Role::PostRun];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Role::Harbor => "harbor",
             Role::Engine => "engine",
+            Role::Ranks => "ranks",
             Role::Tunnel => "tunnel",
             Role::PostRun => "post_run",
         }
@@ -138,7 +174,7 @@ impl Role {
     pub fn stop_signal(self) -> Signal {
         match self {
             Role::Harbor => Signal::SIGINT,
-            Role::Engine | Role::Tunnel | Role::PostRun => Signal::SIGTERM,
+            Role::Engine | Role::Ranks | Role::Tunnel | Role::PostRun => Signal::SIGTERM,
         }
     }
 }
@@ -353,6 +389,7 @@ impl ShutdownReport {
 pub struct Supervisor {
     pub harbor: Option<Managed>,
     pub engine: Option<Managed>,
+    pub ranks: Option<Managed>,
     pub tunnel: Option<Managed>,
     pub post_run: Option<Managed>,
     my_pid: i32,
@@ -366,13 +403,21 @@ impl Default for Supervisor {
 
 impl Supervisor {
     pub fn new() -> Self {
-        Self { harbor: None, engine: None, tunnel: None, post_run: None, my_pid: std::process::id() as i32 }
+        Self {
+            harbor: None,
+            engine: None,
+            ranks: None,
+            tunnel: None,
+            post_run: None,
+            my_pid: std::process::id() as i32,
+        }
     }
 
     fn slot(&mut self, role: Role) -> &mut Option<Managed> {
         match role {
             Role::Harbor => &mut self.harbor,
             Role::Engine => &mut self.engine,
+            Role::Ranks => &mut self.ranks,
             Role::Tunnel => &mut self.tunnel,
             Role::PostRun => &mut self.post_run,
         }
@@ -383,7 +428,7 @@ impl Supervisor {
     }
 
     fn managed_pids(&self) -> Vec<i32> {
-        [&self.harbor, &self.engine, &self.tunnel, &self.post_run]
+        [&self.harbor, &self.engine, &self.ranks, &self.tunnel, &self.post_run]
             .iter()
             .filter_map(|m| m.as_ref().map(|m| m.pid as i32))
             .collect()
@@ -483,7 +528,7 @@ impl Supervisor {
         &mut self,
         roles: &[Role],
         deadline: &mut Instant,
-        signals: &mut Signals,
+        signals: &mut impl SignalSource,
         state: &mut TeardownState,
     ) -> bool {
         loop {
@@ -518,7 +563,7 @@ impl Supervisor {
     }
 
     /// Tears everything down: Harbor → vLLM → tunnel, grace, SIGKILL, sweep.
-    pub async fn shutdown(&mut self, signals: &mut Signals, plan: ShutdownPlan) -> ShutdownReport {
+    pub async fn shutdown(&mut self, signals: &mut impl SignalSource, plan: ShutdownPlan) -> ShutdownReport {
         let start = Instant::now();
         let mut state = TeardownState { plan, signalled: plan.signalled, t0: start, report: ShutdownReport::default() };
         let mut go_on = true;
@@ -534,7 +579,7 @@ impl Supervisor {
             }
         }
         // Stage 2: vLLM, then the tunnel (and the post-run step, alone when it runs).
-        const STAGE_2: [Role; 3] = [Role::Engine, Role::Tunnel, Role::PostRun];
+        const STAGE_2: [Role; 4] = [Role::Engine, Role::Ranks, Role::Tunnel, Role::PostRun];
         if go_on {
             self.term(&STAGE_2, &mut state.report, start);
             let reserve = ShutdownPlan::reserve(plan.grace);
@@ -615,128 +660,6 @@ struct TeardownState {
     signalled: bool,
     t0: Instant,
     report: ShutdownReport,
-}
-
-/// The in-run watchdog's settings.
-#[derive(Debug, Clone)]
-pub struct WatchConfig {
-    pub base_url: String,
-    pub probe_interval: Duration,
-    pub health_failures: u32,
-    pub heartbeat_interval: Duration,
-    /// With a tunnel: how often to hand control back ([`WatchEvent::TunnelTick`]) so the run can
-    /// advance the tunnel's state machine (restarts, checks, lease refresh).
-    pub tunnel_poll: Option<Duration>,
-}
-
-/// What ended (or interrupted) a watch.
-#[derive(Debug)]
-pub enum WatchEvent {
-    HarborExited(ExitStatus),
-    EngineExited(ExitStatus),
-    /// `health_failures` consecutive failed probes.
-    EngineUnhealthy {
-        failures: u32,
-    },
-    Signal(SignalEvent),
-    /// Time for a heartbeat; carries vLLM's `/metrics` counts when it answered.
-    Heartbeat(Option<Completions>),
-    /// Time to poll the tunnel (only with `tunnel_poll`).
-    TunnelTick,
-}
-
-/// The in-run watchdog: child exits, health probes, heartbeat ticks and signals in one `select!`.
-/// Probes run as tasks, so a slow probe never delays noticing an exit or a signal.
-pub struct Watch {
-    cfg: WatchConfig,
-    client: reqwest::Client,
-    probe_tick: tokio::time::Interval,
-    heartbeat_tick: tokio::time::Interval,
-    tunnel_tick: Option<tokio::time::Interval>,
-    probe: Option<JoinHandle<bool>>,
-    metrics: Option<JoinHandle<Option<Completions>>>,
-    consecutive_failures: u32,
-    pub last_healthy: bool,
-}
-
-impl Watch {
-    pub fn new(cfg: WatchConfig) -> Self {
-        let probe_timeout = cfg.probe_interval.clamp(Duration::from_millis(200), Duration::from_secs(5));
-        let mut probe_tick = interval(cfg.probe_interval);
-        probe_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut heartbeat_tick = interval(cfg.heartbeat_interval);
-        heartbeat_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let tunnel_tick = cfg.tunnel_poll.map(|period| {
-            let mut t = interval(period);
-            t.set_missed_tick_behavior(MissedTickBehavior::Delay);
-            t
-        });
-        Self {
-            client: crate::engine::http_client(probe_timeout),
-            cfg,
-            probe_tick,
-            heartbeat_tick,
-            tunnel_tick,
-            probe: None,
-            metrics: None,
-            consecutive_failures: 0,
-            last_healthy: true,
-        }
-    }
-
-    pub async fn next(&mut self, sup: &mut Supervisor, signals: &mut Signals) -> WatchEvent {
-        loop {
-            tokio::select! {
-                status = wait_opt(sup.harbor.as_mut()) => return WatchEvent::HarborExited(status),
-                status = wait_opt(sup.engine.as_mut()) => return WatchEvent::EngineExited(status),
-                ev = signals.recv() => return WatchEvent::Signal(ev),
-                _ = async { self.tunnel_tick.as_mut().expect("guarded").tick().await }, if self.tunnel_tick.is_some() => {
-                    return WatchEvent::TunnelTick;
-                }
-                _ = self.probe_tick.tick(), if self.probe.is_none() => {
-                    let client = self.client.clone();
-                    let base = self.cfg.base_url.clone();
-                    self.probe = Some(tokio::spawn(async move { crate::engine::health_ok(&client, &base).await }));
-                }
-                ok = async { self.probe.as_mut().expect("guarded").await.unwrap_or(false) }, if self.probe.is_some() => {
-                    self.probe = None;
-                    self.last_healthy = ok;
-                    if ok {
-                        self.consecutive_failures = 0;
-                    } else {
-                        self.consecutive_failures += 1;
-                        tracing::warn!(failures = self.consecutive_failures, "engine health probe failed");
-                        if self.consecutive_failures >= self.cfg.health_failures.max(1) {
-                            return WatchEvent::EngineUnhealthy { failures: self.consecutive_failures };
-                        }
-                    }
-                }
-                _ = self.heartbeat_tick.tick(), if self.metrics.is_none() => {
-                    let client = self.client.clone();
-                    let url = format!("{}/metrics", self.cfg.base_url);
-                    self.metrics = Some(tokio::spawn(async move {
-                        let text = client.get(url).send().await.ok()?.text().await.ok()?;
-                        crate::records::completions_from_metrics(&text)
-                    }));
-                }
-                counts = async { self.metrics.as_mut().expect("guarded").await.ok().flatten() }, if self.metrics.is_some() => {
-                    self.metrics = None;
-                    sup.reap_orphans();
-                    return WatchEvent::Heartbeat(counts);
-                }
-            }
-        }
-    }
-
-    /// Stops outstanding probe tasks.
-    pub fn stop(&mut self) {
-        if let Some(h) = self.probe.take() {
-            h.abort();
-        }
-        if let Some(h) = self.metrics.take() {
-            h.abort();
-        }
-    }
 }
 
 #[cfg(test)]

@@ -150,6 +150,16 @@ pub struct ServeSpec {
     pub host: String,
     pub tensor_parallel_size: u32,
     pub data_parallel_size: u32,
+    /// 1 = no pipeline parallelism. Left out of the JSON when 1, so a single-node spec reads the
+    /// same in an older payload.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub pipeline_parallel_size: u32,
+    /// Nodes the engine spans (docs/multinode.md): payload starts one rank per node. Left out when 1.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub nodes: u32,
+    /// vLLM's `--distributed-timeout-seconds` for a multi-node engine (weights load slowly on some nodes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distributed_timeout_s: Option<u64>,
     #[serde(default)]
     pub max_model_len: Option<u64>,
     #[serde(default)]
@@ -215,6 +225,14 @@ fn default_host() -> String {
 
 fn default_health_timeout() -> u64 {
     3600
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(value: &u32) -> bool {
+    *value == 1
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -761,8 +779,13 @@ impl LaunchSpec {
         if self.harbor.program.is_empty() {
             return Err(("harbor.program", "is empty: name the harbor executable".to_string()));
         }
-        v::gpus(self.serve.tensor_parallel_size, self.serve.data_parallel_size)
+        v::gpus(self.serve.tensor_parallel_size, self.serve.pipeline_parallel_size, self.serve.data_parallel_size)
             .map_err(fail("serve.tensor_parallel_size"))?;
+        v::nodes(self.serve.nodes).map_err(fail("serve.nodes"))?;
+        self.layout().map_err(|e| ("serve.nodes", e.to_string()))?;
+        if let Some(timeout) = self.serve.distributed_timeout_s {
+            v::whole_seconds(timeout, true).map_err(fail("serve.distributed_timeout_s"))?;
+        }
         v::at_least_one(self.harbor.n_concurrent.into()).map_err(fail("harbor.n_concurrent"))?;
         v::at_least_one(self.harbor.n_attempts.into()).map_err(fail("harbor.n_attempts"))?;
         v::multiplier(self.harbor.timeout_multiplier).map_err(fail("harbor.timeout_multiplier"))?;
@@ -812,10 +835,27 @@ impl LaunchSpec {
         self.tunnel.problem()
     }
 
-    /// GPUs the engine needs on this node.
+    /// GPUs the engine needs on this node (on each of its nodes, for a multi-node engine).
     pub fn gpus_needed(&self) -> u32 {
-        // Validated ≤ validate::MAX_GPUS when read; saturating keeps an unvalidated spec from panicking.
-        self.serve.tensor_parallel_size.saturating_mul(self.serve.data_parallel_size)
+        match self.layout() {
+            Ok(layout) => layout.gpus_per_node,
+            // Validated when read; an unvalidated spec that does not split asks for every GPU.
+            Err(_) => self.parallelism().total(),
+        }
+    }
+
+    /// TP, PP and DP as the spec sets them.
+    pub fn parallelism(&self) -> crate::layout::Parallelism {
+        crate::layout::Parallelism {
+            tensor: self.serve.tensor_parallel_size,
+            pipeline: self.serve.pipeline_parallel_size,
+            data: self.serve.data_parallel_size,
+        }
+    }
+
+    /// The engine's layout over `serve.nodes` nodes (docs/multinode.md).
+    pub fn layout(&self) -> Result<crate::layout::Layout, crate::layout::LayoutError> {
+        crate::layout::of(self.parallelism(), self.serve.nodes)
     }
 }
 

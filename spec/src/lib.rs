@@ -4,7 +4,9 @@
 pub mod fsread;
 pub mod gpu;
 pub mod launch;
+pub mod layout;
 pub mod records;
+pub mod rundir;
 mod strict_de;
 pub mod validate;
 pub mod versions;

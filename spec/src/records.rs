@@ -237,14 +237,8 @@ pub struct PostRunRecord {
     pub killed: bool,
 }
 
-/// One line of `events.jsonl`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Event {
-    pub at: String,
-    pub event: String,
-    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
-    pub fields: serde_json::Map<String, serde_json::Value>,
-}
+/// One line of `events.jsonl` (the typed event lives with the rest of the run-dir format).
+pub use crate::rundir::{Event, EventKind};
 
 #[cfg(test)]
 mod tests {

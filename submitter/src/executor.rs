@@ -53,6 +53,15 @@ pub struct Submitted {
     pub sbatch: Option<Vec<String>>,
 }
 
+impl Submitted {
+    /// A submission that was meant to happen and did not (its configuration refused, sbatch refused
+    /// it, the preparation or the run dir stood in the way); throttled and already-active pairs are
+    /// not failures.
+    pub fn failed(&self) -> bool {
+        ["sbatch failed", "not submitted", "refused"].iter().any(|p| self.outcome.starts_with(p))
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum SubmitError {
     #[error(transparent)]

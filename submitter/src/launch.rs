@@ -8,6 +8,7 @@ use launch_spec::launch::{
     HarborSpec, Limits, ModelSpec, PinggyPair, PinggySpec, PortPolicy, PostRunSpec, ProxyMode, SecretsSpec,
     ServeInvocation, ServeSpec, SocksSpec, TunnelSpec,
 };
+use launch_spec::layout::Layout;
 use launch_spec::{GpuProfiles, LaunchSpec, SPEC_VERSION};
 
 use crate::config::preset::DEFAULT_HARBOR_CONFIG;
@@ -24,10 +25,8 @@ pub enum LaunchError {
         "cluster {cluster}: environment `{env}` (wanted by {wanted_by}) is not defined; known: {known} (add it under `environments:` in clusters/{cluster}.yaml)"
     )]
     UnknownEnvironment { cluster: String, env: String, wanted_by: String, known: String },
-    #[error(
-        "model `{model}` needs TP {tp} × DP {dp} = {gpus} GPUs but cluster {cluster} has {per_node} per node: set tensor_parallel_size/data_parallel_size for it in the registry"
-    )]
-    TooManyGpus { model: String, tp: u32, dp: u32, gpus: u32, cluster: String, per_node: u32 },
+    #[error("model `{model}` on cluster {cluster}: {source}")]
+    Layout { model: String, cluster: String, source: launch_spec::layout::LayoutError },
     #[error("{0}")]
     BadModel(String),
     #[error(
@@ -108,8 +107,13 @@ impl LaunchContext<'_> {
         Ok((self.expand(&format!("environments.{name}"), &env.path)?, env))
     }
 
-    /// Resolves serve settings on this cluster's hardware profile.
-    pub fn resolve(&self, model: &str, preset: &Preset, overrides: &LaunchOverrides) -> Result<Resolved, LaunchError> {
+    /// Resolves serve settings on this cluster's hardware profile, with their layout on its nodes.
+    pub fn resolve(
+        &self,
+        model: &str,
+        preset: &Preset,
+        overrides: &LaunchOverrides,
+    ) -> Result<(Resolved, Layout), LaunchError> {
         launch_spec::validate::model_id(model).map_err(LaunchError::BadModel)?;
         let registry_overrides = Overrides {
             timeout_multiplier: overrides.timeout_multiplier,
@@ -119,17 +123,10 @@ impl LaunchContext<'_> {
         let hardware = &self.cluster.hardware;
         let resolved =
             self.registry.resolve(model, &hardware.hardware_profile, hardware.gpus_per_node, &registry_overrides);
-        if resolved.gpus() > hardware.gpus_per_node {
-            return Err(LaunchError::TooManyGpus {
-                model: model.to_string(),
-                tp: resolved.tensor_parallel_size,
-                dp: resolved.data_parallel_size,
-                gpus: resolved.gpus(),
-                cluster: self.cluster.name.clone(),
-                per_node: hardware.gpus_per_node,
-            });
-        }
-        Ok(resolved)
+        let layout = resolved.layout(hardware.gpus_per_node, self.cluster.slurm.max_nodes).map_err(|source| {
+            LaunchError::Layout { model: model.to_string(), cluster: self.cluster.name.clone(), source }
+        })?;
+        Ok((resolved, layout))
     }
 
     /// The dataset's task directory: an absolute path as given, else the first existing
@@ -181,7 +178,7 @@ impl LaunchContext<'_> {
             }
             None => preset.datasets.first().cloned().unwrap_or_default(),
         };
-        let resolved = self.resolve(model, preset, overrides)?;
+        let (resolved, layout) = self.resolve(model, preset, overrides)?;
         let cluster = self.cluster;
         let benchmark = Preset::benchmark_of(&dataset);
         let run_tag = names::run_tag(&benchmark, model);
@@ -235,6 +232,11 @@ impl LaunchContext<'_> {
                 host: "127.0.0.1".to_string(),
                 tensor_parallel_size: resolved.tensor_parallel_size,
                 data_parallel_size: resolved.data_parallel_size,
+                pipeline_parallel_size: resolved.pipeline_parallel_size,
+                nodes: layout.nodes,
+                // Ranks on other nodes may load weights far slower than the head: vLLM's
+                // collective timeout gets the whole readiness budget.
+                distributed_timeout_s: layout.is_multi_node().then_some(cluster.engine.health_timeout_s),
                 max_model_len: resolved.max_model_len,
                 max_num_seqs: resolved.max_num_seqs,
                 swap_space: resolved.swap_space,
@@ -250,7 +252,7 @@ impl LaunchContext<'_> {
                 gpu_memory_utilization: overrides.gpu_memory_utilization.or(preset.gpu_memory_util),
                 cluster_gpu_memory_utilization: cluster.hardware.gpu_memory_utilization,
                 health_timeout_s: cluster.engine.health_timeout_s,
-                declared_gpus: Some(resolved.gpus()),
+                declared_gpus: Some(layout.gpus_per_node),
                 allow_no_gpu: false,
                 ready_needs_completion: false,
             },

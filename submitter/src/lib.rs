@@ -8,6 +8,8 @@ pub mod executor;
 pub mod launch;
 pub mod ledger;
 pub mod lint;
+pub mod observe;
+pub mod output;
 pub mod planner;
 pub mod queue;
 pub mod registry;

@@ -8,9 +8,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// Exit codes: 0 success, 1 a check found problems, 2 bad input or configuration.
-pub const EXIT_PROBLEMS: u8 = 1;
-pub const EXIT_BAD_INPUT: u8 = 2;
+use submitter::output::ExitStatus;
+
+/// Exit codes: the table is `submitter::output::ExitStatus` (docs/exit-codes.md).
+pub const EXIT_PROBLEMS: u8 = ExitStatus::Problems.code();
 
 #[derive(Parser)]
 #[command(name = "submitter", version, about = "Plan, submit and verify agentic LLM evaluations on Slurm")]
@@ -98,7 +99,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) => {
             commands::report_error(&err);
-            ExitCode::from(EXIT_BAD_INPUT)
+            ExitStatus::of_error(err.chain()).into()
         }
     }
 }

@@ -241,7 +241,7 @@ fn plan_pair(
         overrides,
     };
     let resolved = match context.resolve(model, &leg.preset, &job.overrides) {
-        Ok(resolved) => resolved,
+        Ok((resolved, _layout)) => resolved,
         Err(err) => {
             job.action = Action::Submit;
             job.reason = "not decided: the pair's configuration is broken".to_string();

@@ -69,7 +69,9 @@ impl SlurmChoice {
 pub fn sbatch_request(inputs: &JobInputs) -> Result<SubmitRequest, String> {
     let cluster = inputs.cluster;
     let hardware = &cluster.hardware;
+    // Per node: a multi-node engine asks for the same GPUs on each of its nodes.
     let gpus = inputs.spec.gpus_needed();
+    let nodes = inputs.spec.serve.nodes.max(1);
     let per_node = hardware.gpus_per_node.max(1);
     let choice = inputs.choice;
     let time = parse_slurm_time(&choice.time)
@@ -97,9 +99,16 @@ pub fn sbatch_request(inputs: &JobInputs) -> Result<SubmitRequest, String> {
         options.cpus_per_task =
             Some((u64::from(hardware.cpus_per_node) * u64::from(gpus) / u64::from(per_node)).max(1) as u32);
         options.mem_mb = Some((hardware.mem_per_node_mb * u64::from(gpus) / u64::from(per_node)).max(1));
+        if nodes > 1 {
+            options.nodes = Some(nodes);
+        }
     } else {
         // GPUs not gres-tracked (Vista): whole nodes.
-        options.nodes = Some(gpus.div_ceil(per_node));
+        options.nodes = Some(nodes.max(gpus.div_ceil(per_node)));
+    }
+    if nodes > 1 {
+        // One task per node: the batch step is the head, payload starts the others with srun.
+        options.ntasks_per_node = Some(1);
     }
     let mut export = vec![("PAYLOAD_BIN".to_string(), inputs.payload_bin.display().to_string())];
     if let Some(prelude) = &cluster.slurm.prelude {
@@ -215,6 +224,23 @@ mod tests {
         let args = args_for("leonardo", "Qwen/Qwen3-8B").join(" ");
         assert!(args.contains("gpu:4") && args.contains("32") && args.contains("490000"), "{args}");
         assert!(args.contains("AIFAC_L01_028") && args.contains("B:USR1@900"), "{args}");
+    }
+
+    #[test]
+    fn multi_node_engines_ask_for_nodes_and_one_task_per_node() {
+        // 235B-A22B on Leonardo: TP 4 × PP 4 over 4 gres-tracked nodes, each with all 4 GPUs,
+        // CPUs and memory.
+        let args = args_for("leonardo", "Qwen/Qwen3-235B-A22B-Instruct-2507");
+        for want in ["--nodes=4", "--ntasks-per-node=1", "--gres=gpu:4", "--cpus-per-task=32", "--mem=490000M"] {
+            assert!(args.iter().any(|a| a == want), "{want} in {args:?}");
+        }
+        // 70B on Vista: GPUs not gres-tracked, so whole nodes only.
+        let args = args_for("vista", "meta-llama/Llama-3.3-70B-Instruct");
+        assert!(args.iter().any(|a| a == "--nodes=2") && args.iter().any(|a| a == "--ntasks-per-node=1"), "{args:?}");
+        assert!(!args.iter().any(|a| a.starts_with("--gres")), "{args:?}");
+        // A single-node engine keeps its old request (no --nodes, no --ntasks-per-node where gres-tracked).
+        let args = args_for("leonardo", "Qwen/Qwen3-8B");
+        assert!(!args.iter().any(|a| a.starts_with("--nodes") || a.starts_with("--ntasks")), "{args:?}");
     }
 
     #[test]

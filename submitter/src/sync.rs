@@ -3,25 +3,20 @@
 //! (`vanished`) at once; a pending row without a job id is repaired by finding its job in Slurm.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use launch_spec::records::{OutcomeClass, RunStatus, STATUS_FILE};
+use launch_spec::records::{OutcomeClass, RunStatus};
 use serde_json::Value;
 
 use crate::decide::MISSING_JOB_GRACE_S;
 use crate::domain::SlurmView;
-use crate::ledger::{Attempt, Ledger, LedgerError, Status, now};
+use crate::ledger::{Attempt, Ledger, Status, now};
 use crate::slurm::{JobId, JobInfo, JobState, Slurm, SlurmError};
 use crate::team::mirror::Mirror;
 use crate::team::publish;
+use crate::verify::{VerifySettings, results};
 
-#[derive(Debug, thiserror::Error)]
-pub enum SyncError {
-    #[error(transparent)]
-    Ledger(#[from] LedgerError),
-    #[error(transparent)]
-    Slurm(#[from] SlurmError),
-}
+pub use crate::observe::{SyncError, belongs_to, run_dir_of, view_of};
 
 /// What one sync changed, for the operator.
 #[derive(Debug, Default, Clone, serde::Serialize)]
@@ -53,38 +48,19 @@ pub fn is_resumable(outcome: Option<OutcomeClass>, slurm_state: Option<&JobState
     }
 }
 
-/// The run dir an attempt recorded in its config.
-pub fn run_dir_of(attempt: &Attempt) -> Option<PathBuf> {
-    attempt.config.get("run_dir").and_then(Value::as_str).map(PathBuf::from)
-}
-
 pub fn read_status(run_dir: &Path) -> Option<RunStatus> {
     // A regular file of bounded size, never through a symlink: a FIFO never hangs sync or status.
-    crate::verify::read_record(&run_dir.join(STATUS_FILE))
-}
-
-/// A resubmission reuses the run dir (so Harbor resumes): a `status.json` is this attempt's only
-/// when it names this attempt's Slurm job.
-pub fn belongs_to(status: &RunStatus, attempt: &Attempt) -> bool {
-    attempt.slurm_job_id.is_some() && status.slurm_job_id == attempt.slurm_job_id
-}
-
-pub fn view_of(job: Option<&JobInfo>) -> SlurmView {
-    match job {
-        Some(info) if info.state == JobState::Pending => SlurmView::Queued,
-        Some(info) if info.state.is_active() => SlurmView::Running,
-        _ => SlurmView::Gone,
-    }
+    launch_spec::rundir::read_status(run_dir).into_status()
 }
 
 /// Harbor's `result.json` summarised for the ledger: mean reward, trials valid/errored, errors and
 /// infrastructure errors by type, and the completion audit (`audit.status` = `incomplete` when
 /// fewer than 90% of n_tasks × n_attempts are valid or more than 10% errored). See
-/// [`crate::verify::results`]. `None` without a result.json holding `stats`.
-pub fn harbor_metrics(run_dir: &Path) -> Option<Value> {
-    use crate::verify::results;
+/// [`crate::verify::results`], with the thresholds of the cluster profile — the ones `check` and
+/// `results` use. `None` without a result.json holding `stats`.
+pub fn harbor_metrics(run_dir: &Path, settings: &VerifySettings) -> Option<Value> {
     let summary = results::score_summary(run_dir)?;
-    let audit = results::audit_of(&summary, &crate::verify::VerifySettings::default());
+    let audit = results::audit_of(&summary, settings);
     Some(results::metrics_json(&summary, &audit))
 }
 
@@ -111,19 +87,23 @@ pub fn sync_and_heartbeat(
     slurm: &dyn Slurm,
     cluster: &str,
     stale_after_s: u64,
+    settings: &VerifySettings,
     mirror: Option<&Mirror>,
 ) -> Result<SyncReport, SyncError> {
-    let report = sync(ledger, slurm, cluster, mirror)?;
+    let report = sync(ledger, slurm, cluster, settings, mirror)?;
     ledger.record_heartbeat(cluster, &submitter_identity(), stale_after_s)?;
     Ok(report)
 }
 
 /// Syncs every active attempt of `cluster`. Any ledger or Slurm error stops the sync (fail closed).
 /// With `mirror`, every change is also published to the team's database (failures only warn).
+/// `settings` are the cluster profile's `verify:` thresholds (the completion audit stored with a
+/// finished attempt uses them).
 pub fn sync(
     ledger: &dyn Ledger,
     slurm: &dyn Slurm,
     cluster: &str,
+    settings: &VerifySettings,
     mirror: Option<&Mirror>,
 ) -> Result<SyncReport, SyncError> {
     let active: Vec<Attempt> = ledger.active()?.into_iter().filter(|a| a.cluster == cluster).collect();
@@ -160,7 +140,7 @@ pub fn sync(
             };
         if let Some(outcome) = outcome {
             if outcome.class == OutcomeClass::Finished {
-                let metrics = run_dir.as_deref().and_then(harbor_metrics);
+                let metrics = run_dir.as_deref().and_then(|d| harbor_metrics(d, settings));
                 change(Status::Finished, "finished".to_string(), metrics, false)?;
             } else {
                 let cause = outcome.cause.map(|c| format!("/{c}")).unwrap_or_default();

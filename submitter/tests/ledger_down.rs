@@ -91,7 +91,8 @@ fn postgres_stopped_means_nothing_submitted() {
     assert!(pg_ctl("stop"), "pg_ctlcluster 15 main stop");
     let out = launch();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "stdout: {}\nstderr: {stderr}", String::from_utf8_lossy(&out.stdout));
+    // 3: the ledger is unavailable (docs/exit-codes.md).
+    assert_eq!(out.status.code(), Some(3), "stdout: {}\nstderr: {stderr}", String::from_utf8_lossy(&out.stdout));
     let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
     assert_eq!(errors.len(), 1, "one error line: {stderr}");
     assert!(errors[0].contains("unreachable") && errors[0].contains("127.0.0.1"), "{stderr}");

@@ -6,9 +6,9 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// `target/<profile>/payload`, next to this test executable's parent dir; built once per test
-/// process with `cargo build -p payload` (a no-op when it is fresh). `$E2E_PAYLOAD_BIN` names
-/// another binary instead (e.g. an older build, to see a test fail before its fix).
+/// `target/<profile>/payload`, next to this test executable's parent dir, checked to be fresh
+/// ([`crate::fresh::bin`]: never built here). `$E2E_PAYLOAD_BIN` names another binary instead (e.g.
+/// an older build, to see a test fail before its fix).
 pub fn payload_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| match std::env::var_os("E2E_PAYLOAD_BIN").filter(|b| !b.is_empty()) {
@@ -17,21 +17,10 @@ pub fn payload_bin() -> &'static Path {
     })
 }
 
-/// `target/<profile>/<bin>` of workspace package `package`, built with `cargo build -p` (a no-op
-/// when it is fresh). Cargo builds only the binaries an integration test's own package declares.
+/// `target/<profile>/<bin>` of workspace package `package`, checked to be fresh
+/// ([`crate::fresh::bin`]).
 pub fn workspace_bin(package: &str, bin: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>").to_path_buf();
-    let path = profile_dir.join(bin);
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    let mut cmd = Command::new(cargo);
-    cmd.args(["build", "-q", "-p", package, "--bin", bin]);
-    if profile_dir.file_name().is_some_and(|n| n == "release") {
-        cmd.arg("--release");
-    }
-    let status = cmd.status().unwrap_or_else(|e| panic!("run cargo build -p {package}: {e}"));
-    assert!(status.success() && path.is_file(), "cargo build -p {package} failed; {} missing", path.display());
-    path
+    crate::fresh::bin(package, bin)
 }
 
 pub fn unique() -> String {

@@ -1759,3 +1759,60 @@ fn usr1_during_the_post_run_step_pulls_its_deadline_in() {
     assert_eq!((f["timed_out"].as_bool(), f["stopped_by"].as_str()), (Some(true), Some("SIGUSR1")), "{f}");
     assert!(f["duration_ms"].as_u64().unwrap() < 60_000, "{f}");
 }
+
+// ------------------------------------------------------------------- one preparation: plan = run
+
+/// What `payload plan` shows for a process (`plan["engine"]` or `plan["harbor"]`) is what `run`
+/// spawned: the same argv (in the spawn event and in `/proc/<pid>/cmdline`) and the same
+/// environment, except what only a run has (payload's pid in `PAYLOAD_RUN_ID`) and the secret
+/// values the plan redacts (present in the run, and not as the placeholder).
+fn assert_plan_is_what_ran(what: &str, shown: &Value, spawned_argv: &Value, pid: u32, run_pid: i32) {
+    assert_eq!(&shown["argv"], spawned_argv, "{what}: the plan's argv is not the argv run spawned");
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let cmdline: Vec<String> = String::from_utf8_lossy(&cmdline).split_terminator('\0').map(str::to_string).collect();
+    let argv: Vec<String> = serde_json::from_value(shown["argv"].clone()).unwrap();
+    assert_eq!(cmdline[1..], argv[1..], "{what}: /proc/{pid}/cmdline differs from the plan's argv");
+    let env: std::collections::BTreeMap<String, String> = environ_of(pid).into_iter().collect();
+    let planned: std::collections::BTreeMap<String, String> = serde_json::from_value(shown["env"].clone()).unwrap();
+    assert_eq!(
+        env.keys().collect::<Vec<_>>(),
+        planned.keys().collect::<Vec<_>>(),
+        "{what}: the environment's names differ from the plan's"
+    );
+    for (name, value) in &planned {
+        let got = &env[name];
+        match value.as_str() {
+            "<redacted>" => assert_ne!(got, "<redacted>", "{what}: {name}"),
+            v if name == "PAYLOAD_RUN_ID" => assert_eq!(got, &v.replace("<pid>", &run_pid.to_string()), "{what}"),
+            v => assert_eq!(got, v, "{what}: {name}"),
+        }
+    }
+}
+
+#[test]
+fn plan_shows_the_argv_and_environment_run_spawns() {
+    let fx = Fx::new("planrun");
+    let mut spec = fx.spec();
+    // The one input that differs between two invocations: the derived port (from payload's pid).
+    let port = TcpListener::bind(("127.0.0.1", 0)).unwrap().local_addr().unwrap().port();
+    spec["serve"]["port"] = json!({ "fixed": port });
+    spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("0.4");
+    spec["harbor"]["agent_envs"] = json!([{ "name": "MODEL_TOKEN", "from": "HF_TOKEN" }]);
+    let spec_path = fx.write_spec(&spec);
+    let out = fx.command(&["plan", "--spec", spec_path.to_str().unwrap(), "--json"], &[]).output().unwrap();
+    assert!(out.status.success(), "plan failed: {}", String::from_utf8_lossy(&out.stderr));
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["harbor"]["env"]["HF_TOKEN"], "<redacted>", "{plan:#}");
+
+    let mut run = fx.start(&spec, &[]);
+    fx.wait_phase("running", Duration::from_secs(20));
+    let st = fx.status();
+    let (engine_pid, harbor_pid) = (st["pids"]["engine"].as_u64().unwrap(), st["pids"]["harbor"].as_u64().unwrap());
+    let engine_argv = fx.event("engine_spawned").unwrap()["fields"]["argv"].clone();
+    let harbor_argv = fx.event("harbor_spawned").unwrap()["fields"]["argv"].clone();
+    assert_plan_is_what_ran("vLLM", &plan["engine"], &engine_argv, engine_pid as u32, run.pid);
+    assert_plan_is_what_ran("Harbor", &plan["harbor"], &harbor_argv, harbor_pid as u32, run.pid);
+    assert_eq!(fx.event("harbor_spawned").unwrap()["fields"]["api_base"], plan["harbor"]["api_base"]);
+    assert_eq!(run.wait(Duration::from_secs(30)), 0, "stderr:\n{}", fx.stderr());
+    assert_no_survivors(&run);
+}

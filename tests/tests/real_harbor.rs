@@ -599,3 +599,79 @@ fn missing_model_info_is_refused_before_the_engine_loads() {
     assert!(said.contains("model_info"), "the refusal names model_info: {said}");
     assert_eq!(std::fs::read(&job_config).unwrap(), before, "Harbor's job config was changed");
 }
+
+// ------------------------------------------------------ check and status on the real Harbor's dirs
+
+/// `submitter check`'s report and `submitter status`'s verdict (what each runs per run dir:
+/// `verify::check::check_run_dir`, `verify::status::judge_job` for a RUNNING job) on a run dir the
+/// real Harbor is writing, and on the same dir after payload was stopped by a signal: one rule
+/// engine, the same verdict. The real dir has Harbor 0.25's layouts: queued trials holding only
+/// `lock.json`, `trial.log` and empty subdirs, `agent/*.pane`, `verifier/test-stdout.txt`,
+/// `artifacts/manifest.json`, `agent_result.model_usage`.
+fn judge(dir: &Path, job: &str) -> (submitter::verify::check::RunCheck, submitter::verify::verdict::JobVerdict) {
+    use submitter::verify::status::{JobSide, judge_job};
+    let settings = submitter::verify::VerifySettings::default();
+    let now = chrono::Utc::now();
+    let check = submitter::verify::check::check_run_dir(dir, &settings, now).expect("check");
+    let side = JobSide {
+        status: submitter::ledger::Status::Started,
+        reason: "running",
+        job_id: Some(job),
+        slurm: Some(submitter::domain::SlurmView::Running),
+        slurm_state: Some("RUNNING".into()),
+        started_at: Some(now - chrono::Duration::seconds(30)),
+        metrics: None,
+    };
+    let (verdict, _, _) = judge_job(Some(dir), &side, None, &settings, now);
+    (check, verdict)
+}
+
+#[test]
+fn check_and_status_agree_on_real_harbor_run_dirs() {
+    let tasks = [Task::solvable("m"), Task::solvable("n"), Task::unsolvable("o"), Task::solvable("p")];
+    let Some(fx) = Fx::new("rh-check", &tasks) else { return };
+    let mut spec = fx.spec();
+    spec["harbor"]["n_concurrent"] = json!(1);
+    spec["serve"]["env"]["STANDIN_RESPONSE_SECONDS"] = json!("1");
+    let mut run = fx.start(&spec, "5601");
+    // Healthy: one trial scored, the next in flight, the rest queued by Harbor.
+    let until = Instant::now() + RUN_TIMEOUT;
+    while !fx.trials().iter().any(|t| t.result.is_some()) {
+        assert!(run.exited().is_none() && Instant::now() < until, "no trial finished\n{}", fx.context(&run));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    fx.wait_in_flight(&mut run, fx.requests().len());
+    let (check, verdict) = judge(&fx.run_dir(), "5601");
+    let findings = serde_json::to_string_pretty(&check.findings).unwrap();
+    assert_eq!(check.status_verdict, verdict.verdict, "check vs status\n{findings}\n{verdict:#?}");
+    assert_eq!(verdict.verdict.as_str(), "healthy", "{findings}\n{verdict:#?}");
+    assert_ne!(check.verdict, submitter::verify::Level::Fail, "{findings}");
+    let t = &check.facts.trials;
+    assert_eq!(t.unconstructed, 0, "queued trials are not 'never constructed': {findings}");
+    assert!(t.done >= 1 && t.done + t.active + t.queued <= 4, "{findings}");
+    assert_eq!(t.instant_failures, 0, "{findings}");
+    // Crashed: payload stopped by SIGTERM mid-run records `interrupted`; both say failed.
+    send_signal(run.pid, "TERM");
+    assert_eq!(run.wait(&fx), 143, "{}", fx.context(&run));
+    run.assert_no_survivors();
+    let (check, verdict) = judge(&fx.run_dir(), "5601");
+    let findings = serde_json::to_string_pretty(&check.findings).unwrap();
+    assert_eq!(check.status_verdict, verdict.verdict, "check vs status\n{findings}\n{verdict:#?}");
+    assert_eq!(verdict.verdict.as_str(), "failed", "{findings}\n{verdict:#?}");
+    assert!(verdict.summary.starts_with("interrupted"), "{verdict:#?}");
+    assert!(check.findings.iter().any(|f| f.id == "outcome.failed"), "{findings}");
+    assert_eq!(check.state, submitter::verify::check::RunState::Ended);
+    // Resumed to the end: finished for both, and the completion audit holds.
+    let mut run = fx.start(&spec, "5602");
+    assert_finished(&fx, &mut run);
+    let (check, verdict) = judge(&fx.run_dir(), "5602");
+    let findings = serde_json::to_string_pretty(&check.findings).unwrap();
+    assert_eq!(check.status_verdict, verdict.verdict, "check vs status\n{findings}\n{verdict:#?}");
+    assert_eq!(verdict.verdict.as_str(), "finished", "{findings}\n{verdict:#?}");
+    assert_eq!(check.facts.trials.done, 4, "{findings}");
+    assert_eq!(check.facts.trials.valid, 4, "{findings}");
+    assert!(
+        check.findings.iter().any(|f| f.id == "audit.completion" && f.level == submitter::verify::Level::Ok),
+        "{findings}"
+    );
+}

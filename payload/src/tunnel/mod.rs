@@ -84,13 +84,6 @@ pub fn secret_names(spec: &TunnelSpec) -> Vec<String> {
     }
 }
 
-/// A per-job random API key for vLLM (32 bytes from the kernel, hex).
-pub fn random_key() -> std::io::Result<String> {
-    let mut buf = [0u8; 32];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
-    Ok(format!("sk-{}", hex::encode(buf)))
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum TunnelError {
     #[error("the {kind} tunnel needs `{program}` ({why}), which is not on PATH")]
@@ -261,7 +254,7 @@ pub struct TunnelPlan {
     /// The bank in the order this job would try it, with what is known now (lease held, secret missing).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub pairs: Vec<String>,
-    /// What Harbor gets from the tunnel (proxy variables; the API key variables as `<generated per job>`).
+    /// What Harbor gets from the tunnel (SOCKS `env` mode: the proxy variables).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub harbor_env: BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -348,9 +341,7 @@ pub fn plan(spec: &TunnelSpec, inp: &PlanInputs<'_>, problems: &mut Vec<Failure>
                 "GET {url}/v1/models with the per-job API key must list {} (up to {} tries, {} s apart) before Harbor starts",
                 inp.served_name, p.verify_attempts, p.verify_interval_s
             ));
-            for name in AGENT_KEY_VARS {
-                plan.harbor_env.insert(name.to_string(), GENERATED.into());
-            }
+            // The per-job key reaches Harbor and vLLM through crate::prepare (the one place for that rule).
             plan.description = format!(
                 "pinggy: {} (host {}:{}, user = token from secret {}), public URL {url} as Harbor's api_base {url}/v1; \
                  vLLM gets a per-job {VLLM_KEY_VAR}; {} pair(s) in the bank{}; restarts ≤ {} with backoff from {} s",
@@ -1202,7 +1193,7 @@ mod tests {
         );
         assert!(plan.ssh_config.as_deref().unwrap().contains("User <token from secret PINGGY_TOKEN_2>"));
         assert!(plan.description.starts_with("pinggy: "), "{}", plan.description);
-        assert_eq!(plan.harbor_env["HOSTED_VLLM_API_KEY"], GENERATED);
+        assert!(plan.harbor_env.is_empty(), "the per-job key is crate::prepare's: {:?}", plan.harbor_env);
         assert!(problems.iter().all(|p| p.cause.as_deref() != Some("missing_token")));
     }
 
@@ -1221,12 +1212,5 @@ mod tests {
             assert_eq!(std::fs::read_to_string(&f).unwrap(), "y");
         }
         assert!(!path.exists());
-    }
-
-    #[test]
-    fn random_keys_differ() {
-        let a = random_key().unwrap();
-        assert_eq!(a.len(), 3 + 64);
-        assert_ne!(a, random_key().unwrap());
     }
 }

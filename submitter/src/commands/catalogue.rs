@@ -5,7 +5,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
+use chrono::SecondsFormat;
+use serde::Serialize;
 use submitter::config::lists;
+use submitter::output::{self, FormatArgs};
 
 use super::session::{LedgerArgs, Session};
 
@@ -31,8 +34,9 @@ pub enum ModelsCommand {
     List {
         #[command(flatten)]
         ledger: LedgerArgs,
-        #[arg(long)]
-        json: bool,
+        /// `--format json`: a `models.list` document.
+        #[command(flatten)]
+        format: FormatArgs,
     },
 }
 
@@ -50,6 +54,9 @@ pub struct UnevaluatedArgs {
     /// Write the list here instead of stdout.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     output: Option<PathBuf>,
+    /// `--format json`: an `unevaluated` document on stdout (with `-o`, the file stays a model list).
+    #[command(flatten)]
+    format: FormatArgs,
 }
 
 pub fn models(command: &ModelsCommand) -> Result<ExitCode> {
@@ -75,11 +82,20 @@ pub fn models(command: &ModelsCommand) -> Result<ExitCode> {
                 models.len() - added
             ))?;
         }
-        ModelsCommand::List { ledger, json } => {
+        ModelsCommand::List { ledger, format } => {
             let session = Session::open(ledger)?;
             let models = session.ledger.list_models()?;
-            if *json {
-                super::print(&(serde_json::to_string_pretty(&models)? + "\n"))?;
+            if format.is_json() {
+                let models = models
+                    .iter()
+                    .map(|m| ModelOutput {
+                        id: &m.id,
+                        size_class: m.size_class.as_deref(),
+                        registered_at: m.registered_at.to_rfc3339_opts(SecondsFormat::Micros, true),
+                        base_model: m.base_model.as_deref(),
+                    })
+                    .collect();
+                super::print(&output::document("models.list", &ModelsOutput { models }))?;
             } else {
                 let mut out = String::new();
                 for m in &models {
@@ -108,13 +124,50 @@ pub fn unevaluated(args: &UnevaluatedArgs) -> Result<ExitCode> {
         text += model;
         text.push('\n');
     }
-    match &args.output {
-        Some(path) => {
-            launch_spec::records::write_atomically(path, text.as_bytes())
-                .with_context(|| format!("writing {}", path.display()))?;
-            super::print(&format!("{} model(s) written to {}\n", models.len(), path.display()))?;
-        }
-        None => super::print(&text)?,
+    if let Some(path) = &args.output {
+        launch_spec::records::write_atomically(path, text.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    let written = args.output.as_ref().map(|path| path.display().to_string());
+    if args.format.is_json() {
+        let doc = UnevaluatedOutput {
+            family: &family,
+            size: args.size.as_deref(),
+            models: &models,
+            written_to: written.as_deref(),
+        };
+        super::print(&output::document("unevaluated", &doc))?;
+    } else if let Some(path) = &written {
+        super::print(&format!("{} model(s) written to {path}\n", models.len()))?;
+    } else {
+        super::print(&text)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `models.list`: the catalogue in registration order.
+#[derive(Serialize)]
+struct ModelsOutput<'a> {
+    models: Vec<ModelOutput<'a>>,
+}
+
+#[derive(Serialize)]
+struct ModelOutput<'a> {
+    id: &'a str,
+    /// The id's total size token (`"8"`, `"1.5"`), null when it has none.
+    size_class: Option<&'a str>,
+    /// RFC 3339, UTC.
+    registered_at: String,
+    base_model: Option<&'a str>,
+}
+
+/// `unevaluated`: catalogue models with no finished attempt in `family`, in priority order.
+#[derive(Serialize)]
+struct UnevaluatedOutput<'a> {
+    family: &'a str,
+    /// The `--size` class asked for, null for all.
+    size: Option<&'a str>,
+    models: &'a [String],
+    /// The `-o` file the list was also written to, null when none.
+    written_to: Option<&'a str>,
 }

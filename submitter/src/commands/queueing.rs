@@ -10,6 +10,7 @@ use submitter::config::args::duration;
 use submitter::decide::{Action, Policy};
 use submitter::executor::{Executor, Submitted};
 use submitter::ledger::{AttemptId, Status, now};
+use submitter::output::ExitStatus;
 use submitter::planner::{self, Executables, PlanInputs, PlannedJob};
 use submitter::slurm::Slurm;
 use submitter::snapshot::Snapshot;
@@ -207,13 +208,27 @@ pub fn plan_command(args: &PlanArgs) -> Result<ExitCode> {
 }
 
 /// One iteration: sync, snapshot, plan, execute. Any ledger/Slurm error ends it (fail closed).
-fn iterate(session: &Session, args: &LaunchArgs, executables: &Executables, mirror: Option<&Mirror>) -> Result<String> {
+/// Returns the text to print and how many submissions failed.
+fn iterate(
+    session: &Session,
+    args: &LaunchArgs,
+    executables: &Executables,
+    mirror: Option<&Mirror>,
+) -> Result<(String, usize)> {
     let report = if args.dry_run {
         SyncReport::default()
     } else {
         let stale_after = stale_after_s(args.stale_after, args.interval.filter(|_| args.watch));
-        sync::sync_and_heartbeat(session.ledger.as_ref(), &session.slurm, &session.cluster.name, stale_after, mirror)
-            .context("sync")?
+        let cluster = &session.cluster;
+        sync::sync_and_heartbeat(
+            session.ledger.as_ref(),
+            &session.slurm,
+            &cluster.name,
+            stale_after,
+            &cluster.verify,
+            mirror,
+        )
+        .context("sync")?
     };
     let planned = snapshot_and_plan(session, &args.selection, executables)?;
     // The seam for staging and preflight: what must hold before a pair's ledger row.
@@ -230,13 +245,15 @@ fn iterate(session: &Session, args: &LaunchArgs, executables: &Executables, mirr
         dry_run: args.dry_run,
     };
     let submitted = executor.execute(&planned)?;
-    Ok(render_iteration(&report, &planned, &submitted, args.json)?)
+    let failed = submitted.iter().filter(|s| s.failed()).count();
+    Ok((render_iteration(&report, &planned, &submitted, failed, args.json)?, failed))
 }
 
 fn render_iteration(
     report: &SyncReport,
     planned: &[PlannedJob],
     submitted: &[Submitted],
+    failed: usize,
     json: bool,
 ) -> Result<String, serde_json::Error> {
     let elsewhere: Vec<&PlannedJob> = planned.iter().filter(|j| j.reason.starts_with("in progress on ")).collect();
@@ -265,9 +282,10 @@ fn render_iteration(
     out += &flag_lines(planned);
     let skipped = planned.iter().filter(|j| j.action == Action::Skip && j.blocked.is_none()).count();
     out += &format!(
-        "{} submitted, {} skipped by dedup\n",
+        "{} submitted, {} skipped by dedup{}\n",
         submitted.iter().filter(|s| s.job_id.is_some()).count(),
-        skipped
+        skipped,
+        if failed > 0 { format!(", {failed} failed") } else { String::new() }
     );
     Ok(out)
 }
@@ -318,11 +336,12 @@ pub fn launch_command(args: &LaunchArgs) -> Result<ExitCode> {
     let mut failures = 0u32;
     loop {
         match iterate(&session, args, &executables, mirror.as_ref()) {
-            Ok(text) => {
+            Ok((text, failed)) => {
                 failures = 0;
                 super::print(&text)?;
                 if args.once {
-                    return Ok(ExitCode::SUCCESS);
+                    // A submission that failed is an exit status, not only a line (docs/exit-codes.md).
+                    return Ok(if failed > 0 { ExitStatus::PartialFailure } else { ExitStatus::Success }.into());
                 }
                 std::thread::sleep(interval);
             }
@@ -357,6 +376,7 @@ pub fn sync_command(args: &SyncArgs) -> Result<ExitCode> {
         &session.slurm,
         &session.cluster.name,
         stale_after_s(args.stale_after, None),
+        &session.cluster.verify,
         mirror.as_ref(),
     )?;
     super::print(&if args.json {

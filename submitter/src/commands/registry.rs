@@ -4,8 +4,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
+use launch_spec::layout::Layout;
+use serde::Serialize;
 use submitter::config::{self, lists};
 use submitter::lint::{self, Severity};
+use submitter::output::{self, FormatArgs};
 use submitter::registry::{Overrides, Registry, Resolved, TimeoutSource};
 
 use crate::{ConfigDirs, EXIT_PROBLEMS};
@@ -30,9 +33,9 @@ pub struct ResolveArgs {
     /// Override the timeout multiplier for every model.
     #[arg(long, value_name = "X", value_parser = config::args::multiplier)]
     timeout_multiplier: Option<f64>,
-    /// Print one JSON object keyed by model id.
-    #[arg(long)]
-    json: bool,
+    /// `--format json`: a `registry.resolve` document, the settings keyed by model id.
+    #[command(flatten)]
+    format: FormatArgs,
     /// A file of model ids, one per line (`#` comments allowed).
     #[arg(long, value_name = "FILE", conflicts_with = "models")]
     models_file: Option<PathBuf>,
@@ -48,6 +51,9 @@ pub struct CheckArgs {
     /// Also print warnings' count only (errors are always listed).
     #[arg(long)]
     quiet: bool,
+    /// `--format json`: a `registry.check` document with every finding.
+    #[command(flatten)]
+    format: FormatArgs,
 }
 
 pub fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
@@ -56,7 +62,7 @@ pub fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
         clusters_dir: args.clusters.clone(),
         ..ConfigDirs::default()
     };
-    let (profile, gpus_per_node) = match &args.cluster {
+    let (profile, gpus_per_node, max_nodes) = match &args.cluster {
         Some(name) => {
             let clusters = match &args.clusters {
                 Some(dir) => dir.clone(),
@@ -66,13 +72,14 @@ pub fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
             (
                 args.profile.clone().unwrap_or(cluster.hardware.hardware_profile),
                 args.gpus_per_node.unwrap_or(cluster.hardware.gpus_per_node),
+                cluster.slurm.max_nodes,
             )
         }
         None => {
             let Some(gpus) = args.gpus_per_node else {
                 bail!("give --gpus-per-node N (GPUs on one node, for the data-parallel default) or --cluster NAME");
             };
-            (args.profile.clone().unwrap_or_else(|| submitter::registry::DEFAULT_PROFILE.to_string()), gpus)
+            (args.profile.clone().unwrap_or_else(|| submitter::registry::DEFAULT_PROFILE.to_string()), gpus, 1)
         }
     };
     if gpus_per_node == 0 {
@@ -93,26 +100,24 @@ pub fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
             .collect::<Result<_>>()?,
     };
     let overrides = Overrides { timeout_multiplier: args.timeout_multiplier, ..Overrides::default() };
-    let mut resolved: Vec<(String, Resolved)> = Vec::with_capacity(models.len());
+    let mut resolved: Vec<(String, Resolved, Layout)> = Vec::with_capacity(models.len());
     let mut fallback = Vec::new();
     for model in models {
         let settings = registry.resolve(&model, &profile, gpus_per_node, &overrides);
-        if settings.gpus() > gpus_per_node {
-            bail!(
-                "model `{model}` resolves to TP {} × DP {} = {} GPUs but a node has {gpus_per_node} on profile `{profile}` (rule {}): set tensor_parallel_size/data_parallel_size for it in the registry, or use a profile/cluster with more GPUs per node",
-                settings.tensor_parallel_size,
-                settings.data_parallel_size,
-                settings.gpus(),
-                settings.rule
-            );
-        }
+        let layout = settings
+            .layout(gpus_per_node, max_nodes)
+            .map_err(|e| anyhow::anyhow!("model `{model}` on profile `{profile}` (rule {}): {e}", settings.rule))?;
         if settings.timeout_source == TimeoutSource::Fallback {
             fallback.push(model.clone());
         }
-        resolved.push((model, settings));
+        resolved.push((model, settings, layout));
     }
     warn_timeout_fallback(&fallback);
-    let text = if args.json { to_json(&resolved) } else { to_table(&resolved, &profile, gpus_per_node) };
+    let text = if args.format.is_json() {
+        to_json(&resolved, &profile, gpus_per_node)
+    } else {
+        to_table(&resolved, &profile, gpus_per_node)
+    };
     super::print(&text)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -132,24 +137,95 @@ fn warn_timeout_fallback(models: &[String]) {
     }
 }
 
-fn to_json(resolved: &[(String, Resolved)]) -> String {
-    let map: serde_json::Map<String, serde_json::Value> = resolved
-        .iter()
-        .map(|(model, settings)| (model.clone(), serde_json::to_value(settings).expect("resolved settings serialise")))
-        .collect();
-    let mut text = serde_json::to_string_pretty(&serde_json::Value::Object(map)).expect("json");
-    text.push('\n');
-    text
+/// `registry.resolve`: the profile and GPU count resolved against, and each model's settings.
+#[derive(Serialize)]
+struct ResolveOutput<'a> {
+    profile: &'a str,
+    gpus_per_node: u32,
+    /// By model id, in the order given.
+    models: serde_json::Map<String, serde_json::Value>,
 }
 
-fn to_table(resolved: &[(String, Resolved)], profile: &str, gpus: u32) -> String {
+/// One model's serve settings as `registry resolve` prints them (field order is the interface).
+#[derive(Serialize)]
+struct ServeSettingsOutput<'a> {
+    tensor_parallel_size: u32,
+    data_parallel_size: u32,
+    /// Left out when 1, so single-node output keeps its shape.
+    #[serde(skip_serializing_if = "is_one")]
+    pipeline_parallel_size: u32,
+    /// The registry's explicit node count; left out when unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    nodes: Option<u32>,
+    max_model_len: Option<u64>,
+    swap_space: Option<u32>,
+    trust_remote_code: Option<bool>,
+    tool_call_parser: Option<&'a str>,
+    reasoning_parser: Option<&'a str>,
+    hf_overrides: Option<&'a str>,
+    limit_mm_per_prompt: Option<&'a str>,
+    max_num_seqs: Option<u32>,
+    extra_args: Option<&'a str>,
+    conda_env: Option<&'a str>,
+    agent_kwargs: &'a [String],
+    max_output_tokens: Option<u64>,
+    timeout_multiplier: f64,
+    /// Which registry rule matched: `exact`, a pattern, `size-default`, ….
+    rule: &'a str,
+    /// Where the engine's GPUs are (docs/multinode.md); shown only for a multi-node layout.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    layout: Option<Layout>,
+}
+
+fn is_one(value: &u32) -> bool {
+    *value == 1
+}
+
+impl<'a> ServeSettingsOutput<'a> {
+    fn new(r: &'a Resolved, layout: &Layout) -> Self {
+        ServeSettingsOutput {
+            tensor_parallel_size: r.tensor_parallel_size,
+            data_parallel_size: r.data_parallel_size,
+            pipeline_parallel_size: r.pipeline_parallel_size,
+            nodes: r.nodes,
+            max_model_len: r.max_model_len,
+            swap_space: r.swap_space,
+            trust_remote_code: r.trust_remote_code,
+            tool_call_parser: r.tool_call_parser.as_deref(),
+            reasoning_parser: r.reasoning_parser.as_deref(),
+            hf_overrides: r.hf_overrides.as_deref(),
+            limit_mm_per_prompt: r.limit_mm_per_prompt.as_deref(),
+            max_num_seqs: r.max_num_seqs,
+            extra_args: r.extra_args.as_deref(),
+            conda_env: r.conda_env.as_deref(),
+            agent_kwargs: &r.agent_kwargs,
+            max_output_tokens: r.max_output_tokens,
+            timeout_multiplier: r.timeout_multiplier,
+            rule: &r.rule,
+            layout: layout.is_multi_node().then_some(*layout),
+        }
+    }
+}
+
+fn to_json(resolved: &[(String, Resolved, Layout)], profile: &str, gpus_per_node: u32) -> String {
+    let models = resolved
+        .iter()
+        .map(|(model, settings, layout)| {
+            let value = serde_json::to_value(ServeSettingsOutput::new(settings, layout)).unwrap_or_default();
+            (model.clone(), value)
+        })
+        .collect();
+    output::document("registry.resolve", &ResolveOutput { profile, gpus_per_node, models })
+}
+
+fn to_table(resolved: &[(String, Resolved, Layout)], profile: &str, gpus: u32) -> String {
     let opt = |v: Option<String>| v.unwrap_or_else(|| "-".to_string());
     let rows: Vec<[String; 9]> = resolved
         .iter()
-        .map(|(model, r)| {
+        .map(|(model, r, layout)| {
             [
                 model.clone(),
-                format!("{}x{}", r.tensor_parallel_size, r.data_parallel_size),
+                parallel_cell(r, layout),
                 opt(r.max_model_len.map(|v| v.to_string())),
                 opt(r.swap_space.map(|v| v.to_string())),
                 opt(match (&r.tool_call_parser, &r.reasoning_parser) {
@@ -182,12 +258,39 @@ fn to_table(resolved: &[(String, Resolved)], profile: &str, gpus: u32) -> String
     out
 }
 
+/// `TPxDP`, with `/ppN` when pipelined and `@N nodes (X crosses)` when multi-node.
+fn parallel_cell(r: &Resolved, layout: &Layout) -> String {
+    let mut cell = format!("{}x{}", r.tensor_parallel_size, r.data_parallel_size);
+    if r.pipeline_parallel_size > 1 {
+        cell += &format!("/pp{}", r.pipeline_parallel_size);
+    }
+    if layout.is_multi_node() {
+        cell += &format!("@{}nodes({})", layout.nodes, layout.crossing.as_str());
+    }
+    cell
+}
+
 pub fn check(args: &CheckArgs) -> Result<ExitCode> {
     let dirs = args.dirs.resolve()?;
     let findings =
         lint::check(&lint::LintInputs { registry: &dirs.registry, clusters: &dirs.clusters, presets: &dirs.presets });
     let errors = findings.iter().filter(|f| f.severity == Severity::Error).count();
     let warnings = findings.len() - errors;
+    if args.format.is_json() {
+        let findings = findings
+            .iter()
+            .map(|f| FindingOutput {
+                severity: match f.severity {
+                    Severity::Error => "error",
+                    Severity::Warning => "warning",
+                },
+                place: &f.place,
+                message: &f.message,
+            })
+            .collect();
+        super::print(&output::document("registry.check", &CheckOutput { errors, warnings, findings }))?;
+        return Ok(if errors > 0 { ExitCode::from(EXIT_PROBLEMS) } else { ExitCode::SUCCESS });
+    }
     let mut out = String::new();
     for finding in &findings {
         if finding.severity == Severity::Error || !args.quiet {
@@ -197,4 +300,21 @@ pub fn check(args: &CheckArgs) -> Result<ExitCode> {
     out += &format!("{errors} error(s), {warnings} warning(s)\n");
     super::print(&out)?;
     Ok(if errors > 0 { ExitCode::from(EXIT_PROBLEMS) } else { ExitCode::SUCCESS })
+}
+
+/// `registry.check`: the counts and every finding, errors and warnings, in lint order.
+#[derive(Serialize)]
+struct CheckOutput<'a> {
+    errors: usize,
+    warnings: usize,
+    findings: Vec<FindingOutput<'a>>,
+}
+
+#[derive(Serialize)]
+struct FindingOutput<'a> {
+    /// `error` or `warning`.
+    severity: &'static str,
+    /// `file`, `file:line:col` or a logical place (`cluster leonardo`).
+    place: &'a str,
+    message: &'a str,
 }

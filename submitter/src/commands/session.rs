@@ -221,10 +221,7 @@ impl Session {
         match file.try_lock() {
             Ok(()) => Ok(file),
             Err(std::fs::TryLockError::WouldBlock) => {
-                bail!(
-                    "another submitter holds {} — one submitter per state dir; wait for it or stop it",
-                    path.display()
-                )
+                Err(submitter::output::LockHeld { path: path.display().to_string() }.into())
             }
             Err(std::fs::TryLockError::Error(err)) => Err(err).with_context(|| format!("locking {}", path.display())),
         }

@@ -3,7 +3,10 @@
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
+use serde::Serialize;
 use submitter::ledger::redact_url;
+use submitter::output::{self, FormatArgs};
+use submitter::team::import::ImportReport;
 use submitter::team::{TEAM_DB_ENV, import};
 
 use super::session::{LedgerArgs, Session};
@@ -20,8 +23,9 @@ pub struct ImportArgs {
     /// Re-read every row instead of only those past the last import's watermark.
     #[arg(long)]
     full: bool,
-    #[arg(long)]
-    json: bool,
+    /// `--format json`: an `import` document with the counts.
+    #[command(flatten)]
+    format: FormatArgs,
 }
 
 #[derive(clap::Subcommand)]
@@ -37,8 +41,9 @@ pub enum FamiliesCommand {
     List {
         #[command(flatten)]
         ledger: LedgerArgs,
-        #[arg(long)]
-        json: bool,
+        /// `--format json`: a `families.list` document.
+        #[command(flatten)]
+        format: FormatArgs,
     },
 }
 
@@ -74,8 +79,8 @@ pub fn import_command(args: &ImportArgs) -> Result<ExitCode> {
     }
     let session = Session::open(&args.ledger)?;
     let report = import::import(session.ledger.as_ref(), &url, args.full).context("import")?;
-    super::print(&if args.json {
-        serde_json::to_string_pretty(&report)? + "\n"
+    super::print(&if args.format.is_json() {
+        output::document("import", &ImportOutput::from(&report))
     } else {
         format!(
             "imported from {}: {} job(s) read, {} new, {} updated, {} unchanged; {} model(s) added, {} family \
@@ -107,12 +112,12 @@ pub fn families(command: &FamiliesCommand) -> Result<ExitCode> {
             session.ledger.set_family(benchmark, family)?;
             super::print(&format!("{benchmark} → {family}\n"))?;
         }
-        FamiliesCommand::List { ledger, json } => {
+        FamiliesCommand::List { ledger, format } => {
             let session = Session::open(ledger)?;
             let rows = session.ledger.families()?;
-            if *json {
-                let rows: Vec<_> = rows.iter().map(|(b, f)| serde_json::json!({"benchmark": b, "family": f})).collect();
-                super::print(&(serde_json::to_string_pretty(&rows)? + "\n"))?;
+            if format.is_json() {
+                let families = rows.iter().map(|(benchmark, family)| FamilyOutput { benchmark, family }).collect();
+                super::print(&output::document("families.list", &FamiliesOutput { families }))?;
             } else {
                 let mut out: String = rows.iter().map(|(b, f)| format!("{b:<48} {f}\n")).collect();
                 out += &format!("{} mapping(s)\n", rows.len());
@@ -121,4 +126,51 @@ pub fn families(command: &FamiliesCommand) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `import`: what one import of the team's history did.
+#[derive(Serialize)]
+struct ImportOutput<'a> {
+    /// The source, `postgres://user@host:port/db` (never a password).
+    source: &'a str,
+    jobs_read: usize,
+    attempts_new: usize,
+    attempts_updated: usize,
+    unchanged: usize,
+    models_added: usize,
+    families_set: usize,
+    /// Jobs whose model or benchmark the source does not know.
+    skipped_unknown: usize,
+    /// Rows this ledger published there itself (`--mirror`).
+    skipped_own: usize,
+    seconds: f64,
+}
+
+impl<'a> From<&'a ImportReport> for ImportOutput<'a> {
+    fn from(r: &'a ImportReport) -> Self {
+        ImportOutput {
+            source: &r.source,
+            jobs_read: r.jobs_read,
+            attempts_new: r.attempts_new,
+            attempts_updated: r.attempts_updated,
+            unchanged: r.unchanged,
+            models_added: r.models_added,
+            families_set: r.families_set,
+            skipped_unknown: r.skipped_unknown,
+            skipped_own: r.skipped_own,
+            seconds: r.seconds,
+        }
+    }
+}
+
+/// `families.list`: every benchmark → family mapping, by benchmark.
+#[derive(Serialize)]
+struct FamiliesOutput<'a> {
+    families: Vec<FamilyOutput<'a>>,
+}
+
+#[derive(Serialize)]
+struct FamilyOutput<'a> {
+    benchmark: &'a str,
+    family: &'a str,
 }

@@ -35,8 +35,19 @@ pub struct CheckArgs {
     /// Take the thresholds from this cluster profile's `verify:` section (default: built-in).
     #[arg(long)]
     pub cluster: Option<String>,
+    /// Judge the run dirs as of this instant (RFC 3339, e.g. `2026-11-30T06:40:00Z`; default: now),
+    /// so a run dir from any date reads as it did then.
+    #[arg(long, value_name = "RFC3339", value_parser = parse_instant)]
+    pub now: Option<chrono::DateTime<Utc>>,
     #[command(flatten)]
     pub dirs: ConfigDirs,
+}
+
+/// `--now`: an RFC 3339 instant with its offset (`Z` or `+02:00`).
+fn parse_instant(text: &str) -> Result<chrono::DateTime<Utc>, String> {
+    chrono::DateTime::parse_from_rfc3339(text)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| format!("{e}: expected an RFC 3339 instant such as 2026-11-30T06:40:00Z"))
 }
 
 #[derive(clap::Args)]
@@ -132,7 +143,7 @@ fn settings_for(cluster: Option<&str>, dirs: &ConfigDirs) -> Result<VerifySettin
 /// with --strict, warned); 2: a path is not a run dir.
 pub fn check(args: &CheckArgs) -> Result<ExitCode> {
     let settings = settings_for(args.cluster.as_deref(), &args.dirs)?;
-    let now = Utc::now();
+    let now = args.now.unwrap_or_else(Utc::now);
     let mut checks = Vec::new();
     for dir in &args.run_dirs {
         checks.push(check::check_run_dir(dir, &settings, now)?);

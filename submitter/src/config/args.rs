@@ -46,18 +46,16 @@ pub fn slurm_name(text: &str) -> Result<String, String> {
     Ok(text.to_string())
 }
 
-/// `--interval`, `--stale-after`: a duration like `30s`, `10m`, `1h`.
+/// `--interval`, `--stale-after` and other durations: `30s`, `10m`, `1h30m` (humantime's syntax), or a
+/// bare number of seconds; at most 30 days, as in the launch spec.
 pub fn duration(text: &str) -> Result<std::time::Duration, String> {
-    let bad = || format!("`{text}` is not a duration like 30s, 10m, 1h");
-    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
-    let value: u64 = number.parse().map_err(|_| bad())?;
-    let seconds = match unit {
-        "" | "s" => value,
-        "m" => value.checked_mul(60).ok_or_else(bad)?,
-        "h" => value.checked_mul(3600).ok_or_else(bad)?,
-        _ => return Err(bad()),
+    let text = text.trim();
+    let parsed = match text.parse::<u64>() {
+        Ok(seconds) => std::time::Duration::from_secs(seconds),
+        Err(_) => humantime::parse_duration(text)
+            .map_err(|e| format!("`{text}` is not a duration like 30s, 10m, 1h30m ({e})"))?,
     };
-    Ok(std::time::Duration::from_secs(seconds))
+    v::seconds(parsed.as_secs_f64(), false).map(|_| parsed).map_err(|e| format!("`{text}`: {e}"))
 }
 
 fn number(text: &str) -> Result<f64, String> {
@@ -72,9 +70,14 @@ mod tests {
         assert!(super::multiplier("-1").is_err() && super::multiplier("inf").is_err());
         assert!(super::count("0").is_err() && super::count("2").is_ok());
         assert!(super::model("--chat-template=/etc/passwd").is_err());
-        assert_eq!(super::duration("10m"), Ok(std::time::Duration::from_secs(600)));
-        assert!(super::duration("10 minutes").is_err() && super::duration("99999999999999999999h").is_err());
         assert!(super::slurm_time("48:00:00").is_ok() && super::slurm_time("soon").is_err());
         assert!(super::slurm_name("lrd_all_serial").is_ok() && super::slurm_name("a b").is_err());
+        let secs = |s: u64| Ok(std::time::Duration::from_secs(s));
+        assert_eq!(super::duration("30s"), secs(30));
+        assert_eq!(super::duration("10m"), secs(600));
+        assert_eq!(super::duration("1h30m"), secs(5400));
+        assert_eq!(super::duration("45"), secs(45));
+        assert!(super::duration("10x").is_err() && super::duration("").is_err() && super::duration("-1s").is_err());
+        assert!(super::duration("31days").is_err(), "over the 30-day bound");
     }
 }

@@ -139,6 +139,14 @@ pub struct SlurmSettings {
     /// payload's own. Never secrets: payload reads those from the secrets file on the node.
     #[serde(default)]
     pub export_env: Vec<String>,
+    /// Most nodes one job may span (docs/multinode.md); 1 = single-node only. An engine larger than
+    /// a node is planned over up to this many nodes instead of refused.
+    #[serde(default = "one_node")]
+    pub max_nodes: u32,
+}
+
+fn one_node() -> u32 {
+    1
 }
 
 fn yes() -> bool {
@@ -240,6 +248,12 @@ pub struct Hardware {
     pub gpu_memory_utilization: Option<f64>,
     #[serde(default)]
     pub cuda_home: Option<PathBuf>,
+    /// The nodes' GPU as NVML names it (`NVIDIA A100-SXM-64GB`) and its memory in GiB: what
+    /// `registry check` matches the GPU profiles with and weighs a model's weights against.
+    #[serde(default)]
+    pub gpu_name: Option<String>,
+    #[serde(default)]
+    pub gpu_memory_gib: Option<f64>,
 }
 
 fn default_profile() -> String {
@@ -564,6 +578,14 @@ impl ClusterProfile {
         let mut problems = Vec::new();
         if self.hardware.gpus_per_node == 0 {
             problems.push("hardware.gpus_per_node must be ≥ 1".to_string());
+        }
+        if let Err(problem) = v::nodes(self.slurm.max_nodes) {
+            problems.push(format!("slurm.max_nodes {problem}"));
+        }
+        if let Some(gib) = self.hardware.gpu_memory_gib
+            && !(gib.is_finite() && gib > 0.0 && gib <= 4096.0)
+        {
+            problems.push(format!("hardware.gpu_memory_gib {gib} must be a GiB figure > 0, e.g. 64"));
         }
         for (field, env) in [
             ("engine.default_environment", &self.engine.default_environment),

@@ -8,7 +8,7 @@
 use super::{LedgerError, Result};
 
 #[derive(Debug)]
-pub(crate) struct Migration {
+pub struct Migration {
     pub version: i64,
     pub name: &'static str,
     pub sqlite: &'static str,

@@ -15,18 +15,21 @@
 //! ([`crate::config::cluster::VerifySettings`]); docs/verification.md lists them.
 
 pub mod check;
-pub mod logscan;
 pub mod report;
 pub mod results;
+pub mod rules;
 pub mod status;
 pub mod verdict;
 
 use std::path::Path;
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use crate::config::cluster::VerifySettings;
+/// The engine log scanner lives with the rest of the run-dir format.
+pub use launch_spec::rundir::enginelog as logscan;
+pub use launch_spec::rundir::parse_time;
 
 use launch_spec::fsread::{self, Links};
 
@@ -58,6 +61,49 @@ pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(
         text.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect(),
     )
+}
+
+/// A job's health.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerdictKind {
+    /// Queued, or payload is preparing / loading the engine.
+    Starting,
+    /// Completions arriving, trials progressing.
+    Healthy,
+    /// No completions and no trial progress for `stall_after_s`, or all trials done while the job runs.
+    Stalled,
+    /// The engine fails its health probe, payload stopped writing, or Slurm lost the job.
+    Dead,
+    /// A 400 storm, zero 200s after `zero_ok_after_s`, or a wrong `api_base` / locked tunnel.
+    Misconfigured,
+    Finished,
+    Failed,
+}
+
+impl VerdictKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VerdictKind::Starting => "starting",
+            VerdictKind::Healthy => "healthy",
+            VerdictKind::Stalled => "stalled",
+            VerdictKind::Dead => "dead",
+            VerdictKind::Misconfigured => "misconfigured",
+            VerdictKind::Finished => "finished",
+            VerdictKind::Failed => "failed",
+        }
+    }
+
+    /// The verdicts an operator must act on.
+    pub fn is_bad(self) -> bool {
+        matches!(self, VerdictKind::Stalled | VerdictKind::Dead | VerdictKind::Misconfigured)
+    }
+}
+
+impl std::fmt::Display for VerdictKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// How bad one finding is. Ordered: `Ok < Warn < Fail`.
@@ -101,11 +147,15 @@ pub struct Finding {
     /// What to do about it (absent when nothing is to be done).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub action: Option<String>,
+    /// The `status` verdict this finding stands for when it is the most severe
+    /// ([`rules::Assessment::verdict`]); absent for findings that only inform.
+    #[serde(rename = "status_verdict", skip_serializing_if = "Option::is_none")]
+    pub status: Option<VerdictKind>,
 }
 
 impl Finding {
     pub fn new(check: &'static str, id: &'static str, level: Level, summary: impl Into<String>) -> Self {
-        Finding { check, id, level, summary: summary.into(), evidence: Vec::new(), action: None }
+        Finding { check, id, level, summary: summary.into(), evidence: Vec::new(), action: None, status: None }
     }
 
     pub fn evidence(mut self, line: impl Into<String>) -> Self {
@@ -117,15 +167,11 @@ impl Finding {
         self.action = Some(action.into());
         self
     }
-}
 
-/// Parses an RFC 3339 instant (`…Z` or with an offset); a naive `YYYY-MM-DDTHH:MM:SS[.f]` is read
-/// as UTC (Harbor writes job timestamps in naive local time: use those for differences only).
-pub fn parse_time(text: &str) -> Option<DateTime<Utc>> {
-    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
-        return Some(t.with_timezone(&Utc));
+    pub fn stands_for(mut self, verdict: VerdictKind) -> Self {
+        self.status = Some(verdict);
+        self
     }
-    chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S%.f").ok().map(|n| n.and_utc())
 }
 
 /// `42s`, `12m`, `3.5h`.
@@ -158,15 +204,16 @@ pub fn is_installed_agent(agent: &str) -> bool {
 /// Whether a URL's host is private: loopback, RFC 1918, link-local, CGNAT, `localhost`, or a bare
 /// host name without a dot (cluster-internal). An installed agent cannot reach such an address.
 pub fn is_private_url(url: &str) -> bool {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    let authority = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let host = if let Some(v6) = authority.strip_prefix('[') {
-        v6.split(']').next().unwrap_or("")
-    } else {
-        authority
-            .rsplit_once(':')
-            .map_or(authority, |(h, p)| if p.chars().all(|c| c.is_ascii_digit()) { h } else { authority })
+    // A base URL without a scheme (`host:8000/v1`, which would parse as scheme `host`) is read as http.
+    let host = [url.to_string(), format!("http://{url}")]
+        .iter()
+        .find_map(|candidate| url::Url::parse(candidate).ok()?.host().map(|host| host.to_owned()));
+    let host = match host {
+        Some(url::Host::Ipv4(v4)) => v4.to_string(),
+        Some(url::Host::Ipv6(v6)) => v6.to_string(),
+        Some(url::Host::Domain(name)) => name.to_string(),
+        // Not a URL with a host at all: nothing an agent could reach either.
+        None => return true,
     };
     let host = host.to_ascii_lowercase();
     if host == "localhost" || host.ends_with(".localhost") || host.ends_with(".local") || host.ends_with(".internal") {
@@ -194,6 +241,80 @@ pub fn is_private_url(url: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// The module graph of verification and sync has no cycle (each module's non-test code, by
+    /// the modules it names): a newcomer reads them bottom-up.
+    #[test]
+    fn verify_and_sync_import_no_cycle() {
+        let sources: [(&str, &str); 9] = [
+            ("verify", include_str!("mod.rs")),
+            ("check", include_str!("check.rs")),
+            ("results", include_str!("results.rs")),
+            ("rules", include_str!("rules.rs")),
+            ("verdict", include_str!("verdict.rs")),
+            ("status", include_str!("status.rs")),
+            ("report", include_str!("report.rs")),
+            ("sync", include_str!("../sync.rs")),
+            ("observe", include_str!("../observe.rs")),
+        ];
+        let names: Vec<&str> = sources.iter().map(|(n, _)| *n).collect();
+        let deps = |name: &str, text: &str| -> Vec<String> {
+            let code = text.split("#[cfg(test)]").next().unwrap_or(text);
+            // Doc comments and `pub mod` declarations are not uses.
+            let code: String = code
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("//") && !l.trim_start().starts_with("pub mod "))
+                .collect::<Vec<_>>()
+                .join("\n");
+            let mut out = Vec::new();
+            for other in &names {
+                if *other == name {
+                    continue;
+                }
+                let child = *other != "verify" && *other != "sync" && *other != "observe";
+                let named = if *other == "verify" {
+                    name != "sync" && name != "observe" && code.contains("super::") && !code.contains("super::super")
+                        || code.contains("crate::verify::{")
+                        || code.contains("crate::verify::VerifySettings")
+                } else if child {
+                    (name != "sync"
+                        && name != "observe"
+                        && name != "verify"
+                        && (code.contains(&format!("super::{other}")) || code.contains(&format!(" {other}::"))))
+                        || code.contains(&format!("crate::verify::{other}"))
+                        || (name == "sync" && code.contains(&format!(", {other}}}")))
+                        || (name == "verify" && code.contains(&format!("{other}::")))
+                } else {
+                    code.contains(&format!("crate::{other}"))
+                };
+                if named {
+                    out.push(other.to_string());
+                }
+            }
+            out
+        };
+        let graph: Vec<(String, Vec<String>)> = sources.iter().map(|(n, t)| (n.to_string(), deps(n, t))).collect();
+        // Depth-first search for a back edge.
+        fn visit(n: &str, g: &[(String, Vec<String>)], path: &mut Vec<String>, done: &mut Vec<String>) {
+            if done.iter().any(|d| d == n) {
+                return;
+            }
+            assert!(!path.iter().any(|p| p == n), "import cycle: {} → {n}\n{g:#?}", path.join(" → "));
+            path.push(n.to_string());
+            for d in &g.iter().find(|(k, _)| k == n).expect("known module").1 {
+                visit(d, g, path, done);
+            }
+            path.pop();
+            done.push(n.to_string());
+        }
+        let mut done = Vec::new();
+        for (n, _) in &graph {
+            visit(n, &graph, &mut Vec::new(), &mut done);
+        }
+        // The graph was read at all: check uses rules, sync uses results, status uses observe.
+        let has = |a: &str, b: &str| graph.iter().any(|(k, v)| k == a && v.iter().any(|x| x == b));
+        assert!(has("check", "rules") && has("sync", "results") && has("status", "observe"), "{graph:#?}");
+    }
+
     #[test]
     fn private_urls() {
         for url in [
@@ -205,10 +326,17 @@ mod tests {
             "http://localhost:8000/v1",
             "http://lrdn0123:8000/v1",
             "http://[::1]:8000/v1",
+            "lrdn0123:8000/v1",
+            "http://u:p@10.0.0.1:8000/v1",
         ] {
             assert!(is_private_url(url), "{url}");
         }
-        for url in ["https://abc123.a.pinggy.link/v1", "https://8.8.8.8/v1", "https://user@x.example.org:443/v1"] {
+        for url in [
+            "https://abc123.a.pinggy.link/v1",
+            "https://8.8.8.8/v1",
+            "https://user@x.example.org:443/v1",
+            "abc123.a.pinggy.link:443/v1",
+        ] {
             assert!(!is_private_url(url), "{url}");
         }
     }

@@ -5,14 +5,15 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use chrono::{DateTime, Utc};
-use serde_json::Value;
 
-use super::verdict::{self, Inputs, StatusRow, VerdictKind};
+use super::verdict::{self, Inputs, JobVerdict, StatusRow, VerdictKind};
 use super::{VerifySettings, check, human_duration, results};
 use crate::config::cluster::AutoCancel;
+use crate::domain::SlurmView;
 use crate::ledger::{Attempt, AttemptId, Ledger, Status};
+use crate::observe::{SyncError, run_dir_of, view_of};
 use crate::slurm::{JobId, JobInfo, Slurm};
-use crate::sync::{SyncError, belongs_to, read_status, run_dir_of, view_of};
+use serde_json::Value;
 
 /// What to collect.
 pub struct Collect<'a> {
@@ -67,46 +68,82 @@ pub fn collect(ledger: &dyn Ledger, slurm: &dyn Slurm, opts: &Collect) -> Result
     Ok(rows)
 }
 
-fn row_for(attempt: &Attempt, job: Option<&JobInfo>, opts: &Collect) -> StatusRow {
-    let run_dir = run_dir_of(attempt);
-    let status = run_dir.as_deref().and_then(read_status).filter(|s| belongs_to(s, attempt));
-    let slurm_view = attempt.slurm_job_id.as_ref().map(|_| view_of(job));
-    let running =
-        status.as_ref().is_some_and(|s| s.phase == launch_spec::records::Phase::Running && s.outcome.is_none());
-    let (running_since, expected, problems) = match run_dir.as_deref() {
-        Some(dir) if attempt.status.is_active() => {
-            let result: Option<Value> = super::read_record(&dir.join("result.json"));
-            (
-                check::running_since(dir, status.as_ref()),
-                check::expected_trials_in(dir, result.as_ref()),
-                if running { check::config_problems(dir) } else { Vec::new() },
-            )
-        }
-        _ => (None, None, Vec::new()),
+/// What `status` knows of one job besides its run dir.
+pub struct JobSide<'a> {
+    pub status: Status,
+    pub reason: &'a str,
+    pub job_id: Option<&'a str>,
+    /// `None` while the row has no job id.
+    pub slurm: Option<SlurmView>,
+    pub slurm_state: Option<String>,
+    /// When sync saw the job start (ledger `started_at`).
+    pub started_at: Option<DateTime<Utc>>,
+    pub metrics: Option<&'a Value>,
+}
+
+/// The verdict `status` gives one job: its run dir read as `check` reads it (records and configs
+/// only), payload's heartbeat, the previous observation, Slurm and the ledger — one rule engine.
+/// Returns the verdict, the observation to keep, and payload's phase (`-` without a status.json).
+pub fn judge_job(
+    run_dir: Option<&Path>,
+    job: &JobSide,
+    previous: Option<&verdict::Observation>,
+    settings: &VerifySettings,
+    now: DateTime<Utc>,
+) -> (JobVerdict, verdict::Observation, String) {
+    let record = run_dir.map(launch_spec::rundir::read_status).unwrap_or_default();
+    let status_error = match &record {
+        launch_spec::rundir::StatusRecord::Unusable(e) => Some(e.clone()),
+        _ => None,
     };
-    let audit = attempt
-        .metrics
-        .as_ref()
-        .filter(|m| !m.is_null())
-        .map(|m| results::audit_of(&results::summary_from_metrics(m), opts.settings));
-    let previous =
-        if attempt.status.is_active() { verdict::load_observation(opts.state_dir, attempt.id.0) } else { None };
+    // A resubmission reuses the run dir: a status.json is this job's only when it names its job.
+    let status = record.into_status().filter(|s| job.job_id.is_some() && s.slurm_job_id.as_deref() == job.job_id);
+    // The run dir's records and configs, read by the same code as `check` (no log or trial scan).
+    let files = match run_dir {
+        Some(dir) if job.status.is_active() => check::evidence_from_dir(dir, settings, now, check::Depth::Records).ok(),
+        _ => None,
+    };
+    let running_since = files.as_ref().and_then(|f| f.evidence.running_since);
+    let expected = files.as_ref().and_then(|f| f.evidence.expected_trials);
+    let problems = files.map(|f| f.evidence.config).unwrap_or_default();
+    let audit =
+        job.metrics.filter(|m| !m.is_null()).map(|m| results::audit_of(&results::summary_from_metrics(m), settings));
     let (v, obs) = verdict::judge(&Inputs {
         status: status.as_ref(),
-        slurm: slurm_view,
-        slurm_state: job.map(|j| j.state.to_string()),
-        job_id: attempt.slurm_job_id.clone(),
-        attempt_status: attempt.status,
-        attempt_reason: &attempt.reason,
-        started_at: attempt.started_at,
+        status_error: status_error.as_ref(),
+        slurm: job.slurm,
+        slurm_state: job.slurm_state.clone(),
+        job_id: job.job_id.map(str::to_string),
+        attempt_status: job.status,
+        attempt_reason: job.reason,
+        started_at: job.started_at,
         running_since,
         expected_trials: expected,
         config_problems: &problems,
         audit: audit.as_ref(),
-        previous: previous.as_ref(),
-        now: opts.now,
-        settings: opts.settings,
+        previous,
+        now,
+        settings,
     });
+    let phase = status.as_ref().map_or("-".into(), |s| format!("{:?}", s.phase).to_lowercase());
+    (v, obs, phase)
+}
+
+fn row_for(attempt: &Attempt, job: Option<&JobInfo>, opts: &Collect) -> StatusRow {
+    let run_dir = run_dir_of(attempt);
+    let slurm_view = attempt.slurm_job_id.as_ref().map(|_| view_of(job));
+    let previous =
+        if attempt.status.is_active() { verdict::load_observation(opts.state_dir, attempt.id.0) } else { None };
+    let side = JobSide {
+        status: attempt.status,
+        reason: &attempt.reason,
+        job_id: attempt.slurm_job_id.as_deref(),
+        slurm: slurm_view,
+        slurm_state: job.map(|j| j.state.to_string()),
+        started_at: attempt.started_at,
+        metrics: attempt.metrics.as_ref(),
+    };
+    let (v, obs, phase) = judge_job(run_dir.as_deref(), &side, previous.as_ref(), opts.settings, opts.now);
     if opts.persist {
         if attempt.status.is_active() {
             if let Err(err) = verdict::save_observation(opts.state_dir, attempt.id.0, &obs) {
@@ -133,7 +170,7 @@ fn row_for(attempt: &Attempt, job: Option<&JobInfo>, opts: &Collect) -> StatusRo
             (Some(_), None) => "-".into(),
         },
         slurm_view,
-        phase: status.as_ref().map_or("-".into(), |s| format!("{:?}", s.phase).to_lowercase()),
+        phase,
         verdict: v,
         cancelled: None,
         continues: crate::domain::Continuation::of_config(&attempt.config),

@@ -11,57 +11,19 @@
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
-use launch_spec::records::{Heartbeat, OutcomeClass, Phase, RunStatus};
+use launch_spec::records::{Heartbeat, RunStatus};
 use serde::{Deserialize, Serialize};
 
+use launch_spec::rundir::{RecordError, StatusRecord};
+
 use super::results::Audit;
-use super::{Finding, VerifySettings, human_duration, parse_time, percent};
+use super::rules::{EngineFacts, Evidence, JobFacts, TrialFacts, Window};
+use super::{Finding, VerifySettings, human_duration, parse_time};
 use crate::config::cluster::AutoCancel;
 use crate::domain::SlurmView;
 use crate::ledger::Status;
 
-/// A job's health.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum VerdictKind {
-    /// Queued, or payload is preparing / loading the engine.
-    Starting,
-    /// Completions arriving, trials progressing.
-    Healthy,
-    /// No completions and no trial progress for `stall_after_s`, or all trials done while the job runs.
-    Stalled,
-    /// The engine fails its health probe, payload stopped writing, or Slurm lost the job.
-    Dead,
-    /// A 400 storm, zero 200s after `zero_ok_after_s`, or a wrong `api_base` / locked tunnel.
-    Misconfigured,
-    Finished,
-    Failed,
-}
-
-impl VerdictKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            VerdictKind::Starting => "starting",
-            VerdictKind::Healthy => "healthy",
-            VerdictKind::Stalled => "stalled",
-            VerdictKind::Dead => "dead",
-            VerdictKind::Misconfigured => "misconfigured",
-            VerdictKind::Finished => "finished",
-            VerdictKind::Failed => "failed",
-        }
-    }
-
-    /// The verdicts an operator must act on.
-    pub fn is_bad(self) -> bool {
-        matches!(self, VerdictKind::Stalled | VerdictKind::Dead | VerdictKind::Misconfigured)
-    }
-}
-
-impl std::fmt::Display for VerdictKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use super::VerdictKind;
 
 /// One heartbeat reading.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -123,6 +85,8 @@ const SAMPLE_HORIZON_S: i64 = 3600;
 pub struct Inputs<'a> {
     /// payload's status.json, only when it belongs to this attempt (same Slurm job id).
     pub status: Option<&'a RunStatus>,
+    /// Why the run dir's status.json could not be used (truncated, a newer version), when it could not.
+    pub status_error: Option<&'a RecordError>,
     /// Slurm's view of the job; `None` while the attempt has no job id.
     pub slurm: Option<SlurmView>,
     /// Slurm's state name, for the evidence (`RUNNING`, `CANCELLED`, …).
@@ -137,7 +101,7 @@ pub struct Inputs<'a> {
     pub running_since: Option<DateTime<Utc>>,
     /// n_tasks × n_attempts when known.
     pub expected_trials: Option<u64>,
-    /// Tunnel / api_base problems from the run dir's files ([`super::check::config_problems`]).
+    /// Tunnel / api_base problems from the run dir's files ([`super::check::evidence_from_dir`]).
     pub config_problems: &'a [Finding],
     /// The completion audit of a finished attempt (from its ledger metrics).
     pub audit: Option<&'a Audit>,
@@ -218,17 +182,6 @@ fn draft(verdict: VerdictKind, summary: impl Into<String>) -> Draft {
     Draft { verdict, summary: summary.into(), evidence: Vec::new(), action: None }
 }
 
-impl Draft {
-    fn ev(mut self, e: impl Into<String>) -> Self {
-        self.evidence.push(e.into());
-        self
-    }
-    fn act(mut self, a: impl Into<String>) -> Self {
-        self.action = Some(a.into());
-        self
-    }
-}
-
 /// The verdict for one job and the observation to keep for the next call. Pure.
 pub fn judge(inputs: &Inputs) -> (JobVerdict, Observation) {
     let now = inputs.now;
@@ -272,237 +225,123 @@ pub fn judge(inputs: &Inputs) -> (JobVerdict, Observation) {
     (verdict, obs)
 }
 
+/// The evidence `status` has of one job — payload's heartbeat, the rate window over earlier
+/// readings, Slurm, the ledger and the run dir's config problems — through the one rule engine
+/// ([`super::rules::evaluate`]), and the verdict its most severe finding stands for.
 fn decide(inputs: &Inputs, obs: &Observation, current: Option<&Sample>) -> (Draft, Option<Rate>) {
     let now = inputs.now;
     let s = inputs.settings;
-    let job = inputs.job_id.clone().unwrap_or_else(|| "?".into());
-    // The ledger's word on a terminal attempt is final.
-    match inputs.attempt_status {
-        Status::Finished => {
-            let mut d = draft(VerdictKind::Finished, "finished");
-            if let Some(audit) = inputs.audit
-                && !audit.complete
-            {
-                d.summary = format!("finished, incomplete: {}", audit.reasons.join("; "));
-                d = d.act("resume rather than accept: resubmit the pair");
-            }
-            return (d, None);
-        }
-        Status::Failed | Status::Cancelled => {
-            return (draft(VerdictKind::Failed, format!("{}: {}", inputs.attempt_status, inputs.attempt_reason)), None);
-        }
-        Status::Pending | Status::Started => {}
-    }
     let status = inputs.status;
-    if let Some(outcome) = status.and_then(|st| st.outcome.as_ref()) {
-        let d = if outcome.class == OutcomeClass::Finished {
-            draft(VerdictKind::Finished, format!("finished (payload: {})", outcome.message))
-                .act("`submitter sync` folds the scores into the ledger")
-        } else {
-            let cause = outcome.cause.as_ref().map(|c| format!("/{c}")).unwrap_or_default();
-            let mut d = draft(VerdictKind::Failed, format!("{}{cause}: {}", outcome.class.as_str(), outcome.message))
-                .ev(format!("payload exit code {}", outcome.exit_code))
-                .act("`submitter sync` marks the attempt failed; the next launch resubmits it");
-            if let Some(line) = outcome.engine_log_tail.last() {
-                d = d.ev(format!("vllm.log: {line}"));
+    let harbor_since = inputs
+        .running_since
+        .or_else(|| status.and_then(|st| parse_time(&st.started_at)))
+        .or(current.map(|c| c.at))
+        .unwrap_or(now);
+    let rate = current.map(|c| window(obs, c, harbor_since, s.min_requests));
+    let engine = current.map(|c| {
+        let r = rate.as_ref();
+        EngineFacts {
+            file: launch_spec::records::ENGINE_LOG.into(),
+            source: "status.json heartbeat".into(),
+            ok: c.ok,
+            c4xx: c.c4xx,
+            c5xx: c.c5xx,
+            recent: r.filter(|r| r.from_previous).map(|r| Window {
+                n: r.completions,
+                ok: r.ok,
+                c4xx: r.c4xx,
+                c5xx: r.c5xx,
+                label: format!("last {}", human_duration(r.window_s)),
+            }),
+            per_min: r.filter(|r| r.window_s > 0).map(|r| r.per_min),
+            serving_since: Some(harbor_since),
+            probe: Some((c.healthy, c.at.to_rfc3339(), obs.samples.iter().rev().find(|p| p.healthy).map(|p| p.at))),
+            ..EngineFacts::default()
+        }
+    });
+    let heartbeat = status.and_then(|st| st.heartbeat.as_ref());
+    let evidence = Evidence {
+        now: Some(now),
+        payload: match (status, inputs.status_error) {
+            (Some(st), _) => StatusRecord::Present(st.clone()),
+            (None, Some(e)) => StatusRecord::Unusable(e.clone()),
+            (None, None) => StatusRecord::Absent,
+        },
+        job: Some(JobFacts {
+            ledger_status: inputs.attempt_status,
+            ledger_reason: inputs.attempt_reason.to_string(),
+            running_seen_at: [obs.running_seen_at, inputs.started_at].into_iter().flatten().min(),
+            slurm: inputs.slurm,
+            slurm_state: inputs.slurm_state.clone(),
+            job_id: inputs.job_id.clone(),
+        }),
+        running_since: Some(harbor_since).filter(|_| current.is_some()).or(inputs.running_since),
+        engine,
+        trials: TrialFacts {
+            scan: None,
+            beat: heartbeat.map(|h| (h.trials_started, h.trials_finished, h.trials_errored)),
+            last_progress_at: heartbeat.and_then(|h| h.last_progress_at.as_deref()).and_then(parse_time),
+        },
+        expected_trials: inputs.expected_trials,
+        config: inputs.config_problems.to_vec(),
+        audit: inputs.audit.cloned(),
+        ..Evidence::default()
+    };
+    let assessment = super::rules::evaluate(&evidence, s);
+    let (kind, decisive) = assessment.verdict();
+    let rate =
+        rate.filter(|_| kind != VerdictKind::Finished && kind != VerdictKind::Failed && kind != VerdictKind::Starting);
+    let mut d = match decisive.filter(|_| kind != VerdictKind::Healthy) {
+        Some(f) => {
+            Draft { verdict: kind, summary: f.summary.clone(), evidence: f.evidence.clone(), action: f.action.clone() }
+        }
+        None => draft(kind, String::new()),
+    };
+    if kind == VerdictKind::Healthy {
+        let job = inputs.job_id.clone().unwrap_or_else(|| "?".into());
+        d.summary = match (current, &rate) {
+            (Some(c), Some(r)) => {
+                let progress = inputs
+                    .expected_trials
+                    .map(|e| format!(", trials {}/{e}", c.trials_finished))
+                    .unwrap_or_else(|| format!(", {} trials done", c.trials_finished));
+                let harbor_for = (now - harbor_since).num_seconds();
+                d.evidence = vec![rate_text(r), counts_text(c)];
+                if c.total() == 0 {
+                    format!("Harbor running for {}, no completions yet{progress}", human_duration(harbor_for))
+                } else {
+                    format!("{}{progress}", assessment.healthy_summary)
+                }
             }
-            d
+            _ => decisive.map_or_else(|| format!("job {job} running"), |f| f.summary.clone()),
         };
-        return (d, None);
     }
-    match inputs.slurm {
-        None => return (draft(VerdictKind::Starting, "not yet in Slurm (no job id on the row)"), None),
-        Some(SlurmView::Queued) => return (draft(VerdictKind::Starting, format!("queued (job {job})")), None),
-        Some(SlurmView::Gone) => {
-            return (
-                draft(VerdictKind::Dead, format!("Slurm no longer runs job {job} and payload recorded no outcome"))
-                    .ev(format!("Slurm: {}", inputs.slurm_state.clone().unwrap_or_else(|| "not listed".into())))
-                    .ev(status.map_or("no status.json".into(), |st| format!("status.json phase {}, updated {}", phase_name(st.phase), st.updated_at)))
-                    .act("killed hard (OOM, node failure, KILL after KillWait): `submitter sync` marks it failed (vanished) and the next launch resubmits"),
-                None,
-            );
-        }
-        Some(SlurmView::Running) => {}
-    }
-    let seen_running = [obs.running_seen_at, inputs.started_at].into_iter().flatten().min().unwrap_or(now);
-    let Some(status) = status else {
-        let for_s = (now - seen_running).num_seconds();
-        if for_s >= s.no_status_after_s as i64 {
-            return (
-                draft(
-                    VerdictKind::Dead,
-                    format!(
-                        "RUNNING for {} without a status.json: the batch script never reached payload",
-                        human_duration(for_s)
-                    ),
-                )
-                .ev(format!("job {job}: no status.json in the run dir"))
-                .act(format!(
-                    "read the job's Slurm output (`submitter logs {job}`); cancel and fix the script or prelude"
-                )),
-                None,
-            );
-        }
-        return (
-            draft(VerdictKind::Starting, format!("job {job} running, waiting for payload's first status.json")),
-            None,
-        );
-    };
-    let age = super::check::status_age_s(status, now).unwrap_or(i64::MAX);
-    if age > s.heartbeat_timeout_s as i64 {
-        return (
-            draft(VerdictKind::Dead, format!("no heartbeat for {} while Slurm says RUNNING", human_duration(age)))
-                .ev(format!("status.json updated_at {}, phase {}", status.updated_at, phase_name(status.phase)))
-                .ev(format!("heartbeat timeout {}s", s.heartbeat_timeout_s))
-                .act(format!("payload is hung or lost its file system: cancel job {job} (`submitter cancel --job {job}`) and resubmit")),
-            None,
-        );
-    }
-    match status.phase {
-        Phase::Preparing | Phase::Serving | Phase::Ready => {
-            let since = parse_time(&status.started_at)
-                .map(|t| human_duration((now - t).num_seconds()))
-                .unwrap_or_else(|| "?".into());
-            return (
-                draft(VerdictKind::Starting, format!("payload {} (started {since} ago)", phase_name(status.phase))),
-                None,
-            );
-        }
-        Phase::Stopping => return (draft(VerdictKind::Healthy, "stopping: payload is tearing down"), None),
-        Phase::Done => {
-            return (
-                draft(VerdictKind::Failed, "payload finished without recording an outcome")
-                    .ev(format!("status.json updated_at {}", status.updated_at)),
-                None,
-            );
-        }
-        Phase::Running => {}
-    }
-    let Some(current) = current else {
-        return (draft(VerdictKind::Starting, "Harbor started; no heartbeat yet"), None);
-    };
-    let harbor_since = inputs.running_since.or_else(|| parse_time(&status.started_at)).unwrap_or(current.at);
-    let rate = window(obs, current, harbor_since, s.min_requests);
-    let counts = format!(
+    (d, rate)
+}
+
+fn counts_text(c: &Sample) -> String {
+    format!(
         "{} completions ({} × 2xx, {} × 4xx, {} × 5xx); trials {} started, {} finished, {} errored",
-        current.total(),
-        current.ok,
-        current.c4xx,
-        current.c5xx,
-        current.trials_started,
-        current.trials_finished,
-        current.trials_errored
-    );
-    let rate_text = |r: &Rate| {
-        format!(
-            "last {}: {} completions ({:.1}/min), {} × 4xx, {} × 5xx, {} trials finished",
-            human_duration(r.window_s),
-            r.completions,
-            r.per_min,
-            r.c4xx,
-            r.c5xx,
-            r.trials_finished
-        )
-    };
-    if !current.healthy {
-        let mut d = draft(VerdictKind::Dead, "the engine fails its /health probe")
-            .ev(format!("heartbeat at {}: engine_healthy false", current.at.to_rfc3339()))
-            .act(format!(
-                "payload ends the run after its consecutive-failure limit; if the job stays RUNNING, cancel job {job}"
-            ));
-        if let Some(prev) = obs.samples.iter().rev().find(|p| p.healthy) {
-            d = d.ev(format!("last healthy heartbeat at {}", prev.at.to_rfc3339()));
-        }
-        return (d, Some(rate));
-    }
-    if let Some(problem) = inputs.config_problems.first() {
-        let mut d = draft(VerdictKind::Misconfigured, problem.summary.clone());
-        for e in &problem.evidence {
-            d = d.ev(e.clone());
-        }
-        if let Some(a) = &problem.action {
-            d = d.act(a.clone());
-        }
-        return (d, Some(rate));
-    }
-    // The 400 share: over the window when it holds enough completions, else cumulative.
-    let share_basis = if rate.completions >= s.min_requests {
-        Some((rate.c4xx, rate.completions, rate_text(&rate)))
-    } else if current.total() >= s.min_requests {
-        Some((current.c4xx, current.total(), counts.clone()))
-    } else {
-        None
-    };
-    if let Some((bad, total, text)) = share_basis {
-        let share = bad as f64 / total as f64;
-        if share > s.bad_request_share {
-            return (
-                draft(VerdictKind::Misconfigured, format!("context overflow: {} of completions answered 400 (> {})", percent(share), percent(s.bad_request_share)))
-                    .ev(text)
-                    .ev(counts)
-                    .act("max_model_len or the output budget is too large for the prompts: cancel, lower them in the registry, resubmit"),
-                Some(rate),
-            );
-        }
-    }
-    let harbor_for = (now - harbor_since).num_seconds();
-    if current.ok == 0 && harbor_for >= s.zero_ok_after_s as i64 {
-        return (
-            draft(
-                VerdictKind::Misconfigured,
-                format!(
-                    "Harbor running for {} with zero 200 completions: broken agent setup (missing model_info?)",
-                    human_duration(harbor_for)
-                ),
-            )
-            .ev(counts)
-            .act("check the agent kwargs (model_info, api_base) with `submitter check RUN_DIR`; cancel and resubmit"),
-            Some(rate),
-        );
-    }
-    let last_progress = status
-        .heartbeat
-        .as_ref()
-        .and_then(|h| h.last_progress_at.as_deref())
-        .and_then(parse_time)
-        .unwrap_or(harbor_since);
-    let quiet = (now - last_progress).num_seconds();
-    if let Some(expected) = inputs.expected_trials
-        && current.trials_finished >= expected
-        && current.trials_started <= current.trials_finished
-        && quiet >= s.zombie_after_s as i64
-    {
-        return (
-            draft(VerdictKind::Stalled, format!("all {expected} trials done {} ago but the job still runs (zombie)", human_duration(quiet)))
-                .ev(counts)
-                .act(format!("Harbor hangs after its last trial: cancel job {job}; the results are complete (`submitter sync` after it ends)")),
-            Some(rate),
-        );
-    }
-    if quiet >= s.stall_after_s as i64 {
-        return (
-            draft(VerdictKind::Stalled, format!("no completion and no trial progress for {}", human_duration(quiet)))
-                .ev(format!("last progress at {}", last_progress.to_rfc3339()))
-                .ev(counts)
-                .act(format!("look at `submitter logs {job} --harbor` and `--engine`; cancel and resubmit (it resumes) if nothing moves")),
-            Some(rate),
-        );
-    }
-    let progress = inputs
-        .expected_trials
-        .map(|e| format!(", trials {}/{e}", current.trials_finished))
-        .unwrap_or_else(|| format!(", {} trials done", current.trials_finished));
-    let summary = if current.total() == 0 {
-        format!("Harbor running for {}, no completions yet{progress}", human_duration(harbor_for))
-    } else {
-        let ok_share = if rate.completions > 0 {
-            rate.ok as f64 / rate.completions as f64
-        } else {
-            current.ok as f64 / current.total().max(1) as f64
-        };
-        format!("{:.1} completions/min, {} answered 200{progress}", rate.per_min, percent(ok_share))
-    };
-    (draft(VerdictKind::Healthy, summary).ev(rate_text(&rate)).ev(counts), Some(rate))
+        c.total(),
+        c.ok,
+        c.c4xx,
+        c.c5xx,
+        c.trials_started,
+        c.trials_finished,
+        c.trials_errored
+    )
+}
+
+fn rate_text(r: &Rate) -> String {
+    format!(
+        "last {}: {} completions ({:.1}/min), {} × 4xx, {} × 5xx, {} trials finished",
+        human_duration(r.window_s),
+        r.completions,
+        r.per_min,
+        r.c4xx,
+        r.c5xx,
+        r.trials_finished
+    )
 }
 
 /// The window: from the newest earlier reading that leaves at least `min_requests` completions
@@ -538,10 +377,6 @@ fn window(obs: &Observation, current: &Sample, harbor_since: DateTime<Utc>, min_
         trials_finished: trials,
         from_previous: previous,
     }
-}
-
-fn phase_name(phase: Phase) -> String {
-    format!("{phase:?}").to_lowercase()
 }
 
 /// Whether the watch loop should cancel the job now, and why: the job is still RUNNING in Slurm
@@ -603,7 +438,7 @@ pub fn prune_observations(state_dir: &Path, keep: &std::collections::HashSet<i64
 #[cfg(test)]
 mod tests {
     use super::*;
-    use launch_spec::records::Outcome;
+    use launch_spec::records::{Outcome, OutcomeClass, Phase};
 
     fn t(s: i64) -> DateTime<Utc> {
         DateTime::from_timestamp(1_800_000_000 + s, 0).unwrap()
@@ -669,6 +504,7 @@ mod tests {
             let settings = VerifySettings::default();
             judge(&Inputs {
                 status: self.status.as_ref(),
+                status_error: None,
                 slurm: self.slurm,
                 slurm_state: None,
                 job_id: Some("7".into()),

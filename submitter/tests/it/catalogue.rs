@@ -30,7 +30,9 @@ fn catalogue_and_unevaluated_list() {
     let out = run(&state, &["models", "add", "--base", "Qwen/Qwen3-8B", "org/Alpha-8B", "org/Delta-8B"]);
     assert!(stdout(&out).contains("1 model(s) added, 1 already known"), "{}", stdout(&out));
     let out = run(&state, &["models", "list", "--json"]);
-    let models: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((doc["format_version"].as_u64(), doc["kind"].as_str()), (Some(1), Some("models.list")), "{doc}");
+    let models = &doc["models"];
     assert_eq!(models.as_array().unwrap().len(), 4);
     let delta = models.as_array().unwrap().iter().find(|m| m["id"] == "org/Delta-8B").unwrap();
     assert_eq!(delta["size_class"], "8");

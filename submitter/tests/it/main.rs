@@ -4,13 +4,19 @@ mod architecture;
 mod broken;
 mod catalogue;
 mod edge;
+mod exit_codes;
+#[path = "../../../tests/src/fresh.rs"]
+mod fresh;
 mod launch_path;
 mod ledger;
+mod multinode;
 #[path = "../common/pg.rs"]
 mod pg;
 mod queueing;
 mod registry;
 mod slurm_real;
+mod snapshots;
 mod support;
 mod team;
 mod verify;
+mod verify_rundirs;

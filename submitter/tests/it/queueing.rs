@@ -305,7 +305,7 @@ fn ledger_down_submits_nothing() {
     let before = Command::new("squeue").args(["-h", "-n", "tb2_Tiny-1B", "-o", "%i"]).output().unwrap();
     let out = cluster.launch("postgres://evaltest:not-a-real-password@127.0.0.1:1/evaltest", &["--preset", "tb2"]);
     let message = text(&out);
-    assert_eq!(out.status.code(), Some(2), "{message}");
+    assert_eq!(out.status.code(), Some(3), "ledger unavailable: {message}");
     assert!(message.contains("unreachable") && message.contains("127.0.0.1:1"), "{message}");
     assert!(!message.contains("not-a-real-password"), "password leaked: {message}");
     let after = Command::new("squeue").args(["-h", "-n", "tb2_Tiny-1B", "-o", "%i"]).output().unwrap();
@@ -321,13 +321,15 @@ fn sbatch_failure_does_not_block_the_pair() {
         let good = std::fs::read_to_string(&profile).unwrap();
         std::fs::write(&profile, good.replace("partition: debug", "partition: no-such-partition")).unwrap();
         let out = cluster.run(&["launch"], ledger_spec, &["--once", "--preset", "tb2", "--model", "test/Tiny-1B"], &[]);
-        assert!(out.status.success(), "{}", text(&out));
-        assert!(text(&out).contains("sbatch failed"), "{}", text(&out));
+        // 6: a submission failed — not 0, as if all were well (docs/exit-codes.md).
+        assert_eq!(out.status.code(), Some(6), "{}", text(&out));
+        assert!(text(&out).contains("sbatch failed") && text(&out).contains("1 failed"), "{}", text(&out));
         let ledger = open_ledger(ledger_spec).unwrap();
         assert!(ledger.active().unwrap().is_empty(), "no blocking row");
         std::fs::write(&profile, good).unwrap();
         let out = cluster.run(&["launch"], ledger_spec, &["--once", "--preset", "tb2", "--model", "test/Tiny-1B"], &[]);
         assert!(text(&out).contains("1 submitted"), "{}", text(&out));
+        assert!(out.status.success(), "{}", text(&out));
     });
 }
 
@@ -516,7 +518,7 @@ fn pre_download_gate_chaining_and_state_dir_lock() {
         &[],
     );
     let printed = text(&out);
-    assert!(out.status.success(), "{printed}");
+    assert_eq!(out.status.code(), Some(6), "one submission failed: {printed}");
     assert!(printed.contains("not submitted: pre-download failed"), "{printed}");
     assert!(printed.contains("2 submitted"), "{printed}");
     let ledger = open_ledger(&store.spec).unwrap();
@@ -542,7 +544,7 @@ fn pre_download_gate_chaining_and_state_dir_lock() {
         .unwrap();
     lock.lock().unwrap();
     let out = cluster.launch(&store.spec, &["--preset", "tb2"]);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(5), "lock held: {}", text(&out));
     assert!(text(&out).contains("another submitter holds"), "{}", text(&out));
     drop(lock);
     cancel_all(&*ledger);

@@ -32,7 +32,9 @@ fn resolve(registry: &str, profile: &str, gpus: &str, models: &[&str]) -> Value 
     args.extend_from_slice(models);
     let out = submitter(&args);
     assert!(out.status.success(), "resolve failed: {}", stderr(&out));
-    serde_json::from_str(&stdout(&out)).expect("resolve --json prints JSON")
+    let doc: Value = serde_json::from_str(&stdout(&out)).expect("resolve --json prints JSON");
+    assert_eq!((doc["format_version"].as_u64(), doc["kind"].as_str()), (Some(1), Some("registry.resolve")), "{doc}");
+    doc["models"].clone()
 }
 
 /// Builds the expected object: every key null/empty unless given.
@@ -215,7 +217,7 @@ fn every_real_model_id_resolves() {
         ]);
         assert!(out.status.success(), "{}", stderr(&out));
         let got: Value = serde_json::from_str(&stdout(&out)).unwrap();
-        let map = got.as_object().unwrap();
+        let map = got["models"].as_object().unwrap();
         assert!(map.len() >= 970, "expected ~976 ids, got {}", map.len());
         for (model, settings) in map {
             let keys: Vec<&str> = settings.as_object().unwrap().keys().map(String::as_str).collect();
@@ -256,8 +258,9 @@ fn cluster_supplies_profile_and_gpus() {
     let out = submitter(&["registry", "resolve", "--cluster", "tacc", "--json", "Qwen/Qwen3-32B"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let got: Value = serde_json::from_str(&stdout(&out)).unwrap();
-    assert_eq!(got["Qwen/Qwen3-32B"]["tensor_parallel_size"], 1);
-    assert_eq!(got["Qwen/Qwen3-32B"]["tool_call_parser"], Value::Null);
+    assert_eq!((got["profile"].as_str(), got["gpus_per_node"].as_u64()), (Some("gh200"), Some(1)), "{got}");
+    assert_eq!(got["models"]["Qwen/Qwen3-32B"]["tensor_parallel_size"], 1);
+    assert_eq!(got["models"]["Qwen/Qwen3-32B"]["tool_call_parser"], Value::Null);
 }
 
 #[test]

@@ -364,7 +364,7 @@ fn instant_failures_fail_the_trials_check() {
     let f = finding(&report, "trials.instant_fail").expect("trials.instant_fail");
     assert_eq!(f["level"], "fail");
     assert!(f["summary"].as_str().unwrap().starts_with("6 of 8 finished trials failed instantly"), "{f:#}");
-    assert!(evidence(f).contains("n_output_tokens null, finished 0.4s after start (DaytonaError)"), "{f:#}");
+    assert!(evidence(f).contains("no output tokens, finished 0.4s after its start (DaytonaError)"), "{f:#}");
     let progress = finding(&report, "trials.progress").unwrap();
     assert!(evidence(progress).contains("DaytonaError × 6"), "{progress:#}");
     assert!(progress["summary"].as_str().unwrap().contains("6 errored (6 infra)"), "{progress:#}");
@@ -393,16 +393,24 @@ fn stalled_trials_fail_when_no_result_arrives_for_an_hour() {
             .contains("no completion and no trial progress for 2.0h while 4 trials are active"),
         "{f:#}"
     );
-    assert!(evidence(f).contains("status.json heartbeat: last progress at"), "{f:#}");
-    // The old scripts' layout (no payload records; Harbor's result.json just rewritten): the
-    // time since the last trial result.json decides.
+    assert!(evidence(f).contains("payload's last progress"), "{f:#}");
+    // The old scripts' layout (no payload records): Harbor has not finished, trials are active,
+    // and the newest trial result.json is two hours old.
     std::fs::remove_file(run.dir.join("status.json")).unwrap();
     std::fs::remove_file(run.dir.join("events.jsonl")).unwrap();
     run.harbor_result(10, false);
     let (report, code, _) = check(&[&run.dir], &[]);
     assert_eq!(code, Some(1), "{report:#}");
     let f = finding(&report, "trials.stalled").expect("trials.stalled");
-    assert!(f["summary"].as_str().unwrap().contains("no new result.json for 2.0h while 4 trials are active"), "{f:#}");
+    assert!(
+        f["summary"]
+            .as_str()
+            .unwrap()
+            .contains("no completion and no trial progress for 2.0h while 4 trials are active"),
+        "{f:#}"
+    );
+    assert!(evidence(f).contains("last result.json"), "{f:#}");
+    assert_eq!(report["runs"][0]["state"], "running", "Harbor's files say it runs: {report:#}");
 }
 
 #[test]
@@ -417,8 +425,11 @@ fn zombie_all_trials_done_while_the_job_runs() {
     let (report, code, _) = check(&[&run.dir], &[]);
     assert_eq!(code, Some(1));
     let f = finding(&report, "trials.zombie").expect("trials.zombie");
-    assert!(f["summary"].as_str().unwrap().contains("all 6 trials are done but the job still runs"), "{f:#}");
-    assert!(evidence(f).contains("payload phase running"), "{f:#}");
+    assert!(
+        f["summary"].as_str().unwrap().contains("all 6 trials are done 25m ago but the job still runs (zombie)"),
+        "{f:#}"
+    );
+    assert!(evidence(f).contains("payload's last progress"), "{f:#}");
 }
 
 #[test]
@@ -467,7 +478,7 @@ fn silent_payload_and_failed_outcome() {
     let (report, code, _) = check(&[&run.dir], &[]);
     assert_eq!(code, Some(1));
     let f = finding(&report, "outcome.failed").unwrap();
-    assert!(f["summary"].as_str().unwrap().starts_with("payload: engine_died/unhealthy (exit 12)"), "{f:#}");
+    assert!(f["summary"].as_str().unwrap().starts_with("engine_died/unhealthy (exit 12)"), "{f:#}");
 }
 
 #[test]
@@ -485,7 +496,7 @@ fn completion_audit_flags_incomplete_runs() {
     assert!(f["summary"].as_str().unwrap().starts_with("incomplete: 6 valid trials of 10 expected"), "{f:#}");
     assert_eq!(report["runs"][0]["facts"]["audit"]["status"], "incomplete");
     // sync's metrics carry the same audit.
-    let metrics = submitter::sync::harbor_metrics(&run.dir).unwrap();
+    let metrics = submitter::sync::harbor_metrics(&run.dir, &submitter::verify::VerifySettings::default()).unwrap();
     assert_eq!(metrics["audit"]["status"], "incomplete");
     assert_eq!(metrics["infra_errors"], json!({"DaytonaError": 2}));
     assert_eq!(metrics["n_valid"], 6);
@@ -566,7 +577,7 @@ fn logs_picks_the_right_file_and_follows() {
 // results and the report (a ledger with finished attempts; no Slurm needed)
 
 /// A cluster profile dir for commands that open a session.
-fn profile_dir(root: &Path, name: &str, extra: &str) -> PathBuf {
+pub(crate) fn profile_dir(root: &Path, name: &str, extra: &str) -> PathBuf {
     let clusters = root.join("clusters");
     std::fs::create_dir_all(&clusters).unwrap();
     std::fs::copy(workspace_root().join("clusters/gpus.yaml"), clusters.join("gpus.yaml")).unwrap();

@@ -1,6 +1,8 @@
 //! The engine log scanner: one pass over `vllm.log` at disk speed (large buffered reads, lines
 //! split with `memchr`, no per-line allocation) counting uvicorn access lines for chat
-//! completions by status class, with vLLM's own logger lines as time anchors.
+//! completions by status class, with vLLM's own logger lines as time anchors. The one
+//! access-line parser ([`completion_status`]) and the one [`Scanner`]: `check` runs it over a whole
+//! file ([`scan_file`]), payload's heartbeat feeds it the lines appended since its last look.
 //!
 //! uvicorn access lines carry no timestamp
 //! (`INFO:     127.0.0.1:54321 - "POST /v1/chat/completions HTTP/1.1" 200 OK`); vLLM's logger lines
@@ -12,6 +14,7 @@
 use std::io::Read;
 use std::path::Path;
 
+use chrono::{DateTime, Datelike, Utc};
 use memchr::memmem::Finder;
 use serde::Serialize;
 
@@ -73,12 +76,43 @@ impl EngineLog {
     pub fn anchored_span_s(&self) -> Option<i64> {
         Some(self.last_anchor? - self.server_start.or(self.first_anchor)?)
     }
+
+    /// An anchor as an instant: anchors are the node's local time without a year, so the year is
+    /// the one that puts the last anchor at or before `written` (the log's modification time, plus a
+    /// day of slack for clock skew), and the local time zone is the checking machine's (keep login
+    /// and compute nodes in one zone, as clusters do).
+    pub fn anchor_instant(&self, anchor: i64, written: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let last = self.last_anchor?;
+        let year_s = 365 * 86_400;
+        let limit = written + chrono::Duration::days(1);
+        let mut year = written.with_timezone(&chrono::Local).year();
+        let mut last_at = local_instant(year, last.rem_euclid(year_s))?;
+        if last_at > limit {
+            year -= 1;
+            last_at = local_instant(year, last.rem_euclid(year_s))?;
+        }
+        let wraps = last.div_euclid(year_s) - anchor.div_euclid(year_s);
+        let at = local_instant(year - wraps as i32, anchor.rem_euclid(year_s))?;
+        // Never after the last anchor's instant (a leap day folds onto 1 March).
+        Some(at.min(last_at))
+    }
+}
+
+/// Seconds since the start of a non-leap year (an anchor) → that local time in `year`.
+fn local_instant(year: i32, of_year: i64) -> Option<DateTime<Utc>> {
+    let day = of_year / 86_400;
+    let month = MONTH_DAYS.iter().rposition(|start| *start <= day)?;
+    let date = chrono::NaiveDate::from_ymd_opt(year, month as u32 + 1, (day - MONTH_DAYS[month] + 1) as u32)?;
+    let secs = of_year % 86_400;
+    let time = chrono::NaiveTime::from_num_seconds_from_midnight_opt(secs as u32, 0)?;
+    let local = date.and_time(time).and_local_timezone(chrono::Local).earliest()?;
+    Some(local.with_timezone(&Utc))
 }
 
 /// Scans `path`. `Ok(None)` when the file does not exist.
 pub fn scan_file(path: &Path) -> std::io::Result<Option<EngineLog>> {
     // A regular file (never a FIFO or device, never through a symlink): `check` must not hang.
-    let mut file = match launch_spec::fsread::open_regular(path, launch_spec::fsread::Links::Refuse) {
+    let mut file = match crate::fsread::open_regular(path, crate::fsread::Links::Refuse) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
@@ -97,7 +131,7 @@ pub fn scan_file(path: &Path) -> std::io::Result<Option<EngineLog>> {
             }
             break;
         }
-        scanner.log.bytes += n as u64;
+        scanner.add_bytes(n as u64);
         filled += n;
         let Some(last_nl) = memchr::memrchr(b'\n', &buf[..filled]) else {
             if filled == buf.len() {
@@ -118,7 +152,7 @@ pub fn scan_file(path: &Path) -> std::io::Result<Option<EngineLog>> {
 /// Scans text already in memory (tests, small logs).
 pub fn scan_bytes(data: &[u8]) -> EngineLog {
     let mut scanner = Scanner::new();
-    scanner.log.bytes = data.len() as u64;
+    scanner.add_bytes(data.len() as u64);
     let end = memchr::memrchr(b'\n', data).map_or(0, |i| i + 1);
     scanner.lines(&data[..end]);
     if end < data.len() {
@@ -127,7 +161,9 @@ pub fn scan_bytes(data: &[u8]) -> EngineLog {
     scanner.finish()
 }
 
-struct Scanner {
+/// The scanner's state: feed it whole lines ([`Scanner::lines`], [`Scanner::line`]), read the
+/// counts so far ([`Scanner::log`]), or take the result ([`Scanner::finish`]).
+pub struct Scanner {
     log: EngineLog,
     anchor: Option<i64>,
     /// Year carry for anchors (they have no year): seconds added after a wrap past New Year.
@@ -141,15 +177,61 @@ struct Scanner {
     dead: Finder<'static>,
     init_failed: Finder<'static>,
     oom: Finder<'static>,
-    traceback: Finder<'static>,
     starting: Finder<'static>,
 }
 
 const LEVELS: [&[u8]; 5] = [b"INFO ", b"WARNING ", b"ERROR ", b"DEBUG ", b"CRITICAL "];
 const COMPLETIONS: &[u8] = b"POST /v1/chat/completions ";
+const ACCESS_PREFIX: &[u8] = b"INFO:     ";
+const TRACEBACK: &[u8] = b"Traceback (most recent call last)";
+
+/// The one access-line parser: the status code of a uvicorn access line for a chat completion,
+/// `INFO:     127.0.0.1:5000 - "POST /v1/chat/completions HTTP/1.1" 200 OK`, also behind vLLM's
+/// `(APIServer pid=N) ` prefix. `None` for any other line (a `GET /health`, a logger line).
+#[inline]
+pub fn completion_status(line: &[u8]) -> Option<u16> {
+    access_status(strip_process_prefix(line).strip_prefix(ACCESS_PREFIX)?)
+}
+
+/// The one access-line writer (what uvicorn prints, and what the vLLM stand-in prints):
+/// `INFO:     127.0.0.1:5000 - "POST /v1/chat/completions HTTP/1.1" 200 OK`.
+pub fn access_line(peer: &str, method: &str, path: &str, http: (u8, u8), status: u16, reason: &str) -> String {
+    format!("INFO:     {peer} - \"{method} {path} HTTP/{}.{}\" {status} {reason}", http.0, http.1)
+}
+
+/// `(APIServer pid=N) rest` → `rest` (vLLM ≥ 0.10 prefixes every line of its API process).
+#[inline]
+fn strip_process_prefix(line: &[u8]) -> &[u8] {
+    if line.first() == Some(&b'(')
+        && let Some(close) = memchr::memchr(b')', line)
+    {
+        let rest = &line[close + 1..];
+        return rest.strip_prefix(b" ").unwrap_or(rest);
+    }
+    line
+}
+
+/// After `INFO:     `: `client - "POST /v1/chat/completions HTTP/1.1" 200 …`.
+#[inline]
+fn access_status(after_prefix: &[u8]) -> Option<u16> {
+    let q = memchr::memchr(b'"', after_prefix)?;
+    let request = after_prefix[q + 1..].strip_prefix(COMPLETIONS)?;
+    let q2 = memchr::memchr(b'"', request)?;
+    let digits = request[q2 + 1..].trim_ascii_start();
+    if digits.len() < 3 || !digits[..3].iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(u16::from(digits[0] - b'0') * 100 + u16::from(digits[1] - b'0') * 10 + u16::from(digits[2] - b'0'))
+}
+
+impl Default for Scanner {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 impl Scanner {
-    fn new() -> Self {
+    pub fn new() -> Self {
         Scanner {
             log: EngineLog::default(),
             anchor: None,
@@ -163,12 +245,22 @@ impl Scanner {
             dead: Finder::new("EngineDeadError"),
             init_failed: Finder::new("Engine core initialization failed"),
             oom: Finder::new("CUDA out of memory"),
-            traceback: Finder::new("Traceback (most recent call last)"),
             starting: Finder::new("Starting vLLM"),
         }
     }
 
-    fn lines(&mut self, data: &[u8]) {
+    /// What was counted so far.
+    pub fn log(&self) -> &EngineLog {
+        &self.log
+    }
+
+    /// Counts `n` bytes as read (the caller feeds the lines).
+    pub fn add_bytes(&mut self, n: u64) {
+        self.log.bytes += n;
+    }
+
+    /// Feeds whole lines (`data` ends at a newline or holds no partial line).
+    pub fn lines(&mut self, data: &[u8]) {
         let mut start = 0;
         for nl in memchr::memchr_iter(b'\n', data) {
             self.line(&data[start..nl]);
@@ -176,42 +268,29 @@ impl Scanner {
         }
     }
 
+    /// Feeds one line (without its newline).
     #[inline]
-    fn line(&mut self, line: &[u8]) {
+    pub fn line(&mut self, line: &[u8]) {
         self.log.lines += 1;
         let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.starts_with(b"INFO:     ") {
-            self.access(line);
-            return;
-        }
-        if line.first() == Some(&b'(')
-            && let Some(close) = memchr::memchr(b')', line)
-        {
-            let rest = line[close + 1..].strip_prefix(b" ").unwrap_or(&line[close + 1..]);
-            if rest.starts_with(b"INFO:     ") {
-                self.access(rest);
-                return;
+        let rest = strip_process_prefix(line);
+        match rest.first() {
+            // A traceback's frames and code lines (indented) and blank lines carry nothing this
+            // scanner looks for; tracebacks are most of the lines of a log with many 400s, so
+            // they are passed over after one byte.
+            None | Some(b' ') | Some(b'\t') => {}
+            Some(b'I') if rest.starts_with(ACCESS_PREFIX) => {
+                if let Some(code) = access_status(&rest[ACCESS_PREFIX.len()..]) {
+                    self.completion(code, line);
+                }
             }
-            self.logger(line, rest);
-            return;
+            Some(b'T') if rest.starts_with(TRACEBACK) => self.log.tracebacks += 1,
+            _ => self.logger(line, rest),
         }
-        self.logger(line, line);
     }
 
     #[inline]
-    fn access(&mut self, line: &[u8]) {
-        let Some(q) = memchr::memchr(b'"', line) else { return };
-        let request = &line[q + 1..];
-        if !request.starts_with(COMPLETIONS) {
-            return;
-        }
-        let Some(q2) = memchr::memchr(b'"', request) else { return };
-        let tail = &request[q2 + 1..];
-        let digits = tail.trim_ascii_start();
-        if digits.len() < 3 || !digits[..3].iter().all(u8::is_ascii_digit) {
-            return;
-        }
-        let code = u16::from(digits[0] - b'0') * 100 + u16::from(digits[1] - b'0') * 10 + u16::from(digits[2] - b'0');
+    fn completion(&mut self, code: u16, line: &[u8]) {
         let class = (code / 100) as u8;
         match class {
             2 => {
@@ -225,14 +304,14 @@ impl Scanner {
                 if code == 400 {
                     self.log.c400 += 1;
                     if self.log.example_400.is_none() {
-                        self.log.example_400 = Some(String::from_utf8_lossy(line).into_owned());
+                        self.log.example_400 = Some(String::from_utf8_lossy(strip_process_prefix(line)).into_owned());
                     }
                 }
             }
             5 => {
                 self.log.c5xx += 1;
                 if self.log.example_5xx.is_none() {
-                    self.log.example_5xx = Some(String::from_utf8_lossy(line).into_owned());
+                    self.log.example_5xx = Some(String::from_utf8_lossy(strip_process_prefix(line)).into_owned());
                 }
             }
             _ => {
@@ -253,7 +332,8 @@ impl Scanner {
         self.ring_len = (self.ring_len + 1).min(RECENT);
     }
 
-    /// A non-access line: maybe a vLLM logger line (an anchor), maybe an error worth quoting.
+    /// A non-access, non-indented line: maybe a vLLM logger line (an anchor), maybe an error
+    /// worth quoting (an `ERROR` line or a traceback's last line, `…Error: message`).
     fn logger(&mut self, line: &[u8], rest: &[u8]) {
         if let Some(level) = LEVELS.iter().find(|l| rest.starts_with(l))
             && let Some(at) = parse_anchor(&rest[level.len()..])
@@ -261,6 +341,10 @@ impl Scanner {
             self.set_anchor(at);
             if self.log.server_start.is_none() && self.starting.find(rest).is_some() {
                 self.log.server_start = self.anchor;
+            }
+            // vLLM's periodic INFO lines (throughput, every 10 s) never name an error.
+            if level[0] == b'I' {
+                return;
             }
         }
         if self.log.context_error.is_none() && (self.context.find(line).is_some() || self.context2.find(line).is_some())
@@ -273,9 +357,6 @@ impl Scanner {
                 || self.oom.find(line).is_some())
         {
             self.log.fatal = Some(clip(line));
-        }
-        if self.traceback.find(line).is_some() {
-            self.log.tracebacks += 1;
         }
     }
 
@@ -304,7 +385,7 @@ impl Scanner {
         }
     }
 
-    fn finish(mut self) -> EngineLog {
+    pub fn finish(mut self) -> EngineLog {
         if let Some(done) = self.bucket.take()
             && done.1 != [0; 3]
         {
@@ -394,6 +475,47 @@ INFO:     127.0.0.1:54325 - \"POST /v1/chat/completions HTTP/1.1\" 200";
         assert_eq!(from_file, scan_bytes(text.as_bytes()));
         assert_eq!((from_file.ok, from_file.c400), (4500, 500));
         assert!(scan_file(&dir.path().join("missing.log")).unwrap().is_none());
+    }
+
+    #[test]
+    fn the_writer_and_the_parser_agree() {
+        let line = access_line("127.0.0.1:5000", "POST", "/v1/chat/completions", (1, 1), 400, "Bad Request");
+        assert_eq!(line, "INFO:     127.0.0.1:5000 - \"POST /v1/chat/completions HTTP/1.1\" 400 Bad Request");
+        assert_eq!(completion_status(line.as_bytes()), Some(400));
+        assert_eq!(completion_status(format!("(APIServer pid=7) {line}").as_bytes()), Some(400));
+        let health = access_line("127.0.0.1:5000", "GET", "/health", (1, 1), 200, "OK");
+        assert_eq!(completion_status(health.as_bytes()), None);
+    }
+
+    #[test]
+    fn tracebacks_are_counted_and_their_frames_passed_over() {
+        let text = "INFO:     1.2.3.4:5 - \"POST /v1/chat/completions HTTP/1.1\" 400 Bad Request\n\
+                    (APIServer pid=1) ERROR 11-30 05:41:13 [serving_chat.py:212] Error in preprocessing prompt inputs\n\
+                    (APIServer pid=1) Traceback (most recent call last):\n\
+                    (APIServer pid=1)   File \"x.py\", line 1, in f EngineDeadError\n\
+                    (APIServer pid=1)     raise VLLMValidationError(\n\
+                    (APIServer pid=1) vllm.exceptions.VLLMValidationError: This model's maximum context length is 32768 tokens\n";
+        let log = scan_bytes(text.as_bytes());
+        assert_eq!((log.c400, log.tracebacks, log.lines), (1, 1, 6));
+        assert!(log.context_error.as_deref().unwrap().contains("maximum context length"));
+        assert_eq!(log.fatal, None, "a frame line naming an error is not the engine dying");
+        assert_eq!(log.example_400.as_deref().map(|l| l.starts_with("INFO:     1.2.3.4:5")), Some(true));
+    }
+
+    #[test]
+    fn anchors_become_instants_in_the_year_the_log_was_written() {
+        let log = scan_bytes(b"INFO 12-31 23:59:00 [a.py:1] x\nINFO 01-01 00:01:00 [a.py:1] y\n");
+        let written = chrono::NaiveDate::from_ymd_opt(2027, 1, 1)
+            .unwrap()
+            .and_hms_opt(0, 5, 0)
+            .unwrap()
+            .and_local_timezone(chrono::Local)
+            .unwrap()
+            .with_timezone(&Utc);
+        let last = log.anchor_instant(log.last_anchor.unwrap(), written).unwrap();
+        let first = log.anchor_instant(log.first_anchor.unwrap(), written).unwrap();
+        assert_eq!((written - last).num_seconds(), 240);
+        assert_eq!((last - first).num_seconds(), 120, "across New Year");
     }
 
     #[test]

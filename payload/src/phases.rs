@@ -1,0 +1,522 @@
+//! The run's phases as a machine without I/O (docs/payload.md, "The run loop").
+//!
+//! crate::run's one event loop turns what happens — a child exits, a signal arrives, a readiness or
+//! health probe answers, Harbor's `--print-config` verdict comes back, the tunnel's state machine
+//! reports, the start-up deadline passes — into an [`Input`], and [`Machine::on`] decides what it
+//! means in the current [`RunPhase`]: an event to record, vLLM ready, start Harbor, or the run's
+//! [`End`]. The outcome is derived from the end by the pure [`outcome`], and the teardown's shape
+//! by [`shutdown_plan`]. Everything here is unit-tested with made-up inputs, no processes.
+//!
+//! ```text
+//!  Loading ──ready (+ config check passed)──▶ TunnelCheck ──tunnel up──▶ (start Harbor) ──▶ Running
+//!     │        └── no tunnel ─────────────────────────────────────────────▶ (start Harbor) ──▶ Running
+//!     └ engine exited (engine_start) · deadline (engine_timeout) · config rejected (harbor)
+//!  TunnelCheck: engine exited (engine_died) ·  Running: Harbor exited · engine exited/unhealthy (engine_died)
+//!  any phase: a signal · the tunnel failed
+//! ```
+
+use launch_spec::OutcomeClass;
+use launch_spec::records::Outcome;
+use serde_json::{Value, json};
+use std::process::ExitStatus;
+
+use crate::engine::{self, Readiness};
+use crate::failure::Failure;
+use crate::harbor::ConfigCheck;
+use crate::supervisor::{ShutdownPlan, SignalEvent, describe_status, status_code};
+use crate::timings::Timings;
+use crate::tunnel::TunnelPoll;
+
+/// Where the run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunPhase {
+    /// vLLM is loading; readiness is polled (the tunnel starts meanwhile).
+    Loading,
+    /// vLLM is ready; the tunnel must come up and pass its end-to-end check.
+    TunnelCheck,
+    /// Harbor runs; the watchdog probes vLLM's health.
+    Running,
+    /// The run has ended; inputs change nothing.
+    Ended,
+}
+
+/// How the run ended, before teardown.
+#[derive(Debug)]
+pub enum End {
+    HarborExited(ExitStatus),
+    Failed(Failure),
+    Signal(SignalEvent),
+}
+
+impl From<Failure> for End {
+    fn from(f: Failure) -> Self {
+        End::Failed(f)
+    }
+}
+
+/// What happened.
+#[derive(Debug)]
+pub enum Input {
+    EngineExited(ExitStatus),
+    /// A multi-node engine's srun step of the other nodes' ranks ended (one rank failed, or all).
+    RanksExited(ExitStatus),
+    HarborExited(ExitStatus),
+    Signal(SignalEvent),
+    /// `serve.health_timeout_s` since vLLM started.
+    ReadyDeadline,
+    Readiness(Readiness),
+    ConfigChecked(ConfigCheck),
+    /// One `/health` probe's answer.
+    Health(bool),
+    Tunnel(TunnelPoll),
+}
+
+/// What the loop must do.
+#[derive(Debug)]
+pub enum Action {
+    /// Record an event.
+    Event(&'static str, Value),
+    /// vLLM is ready (record it, phase `ready`).
+    Ready,
+    /// Start Harbor now; report back with [`Machine::harbor_started`] (or end the run).
+    StartHarbor,
+    End(End),
+}
+
+/// The run's decisions, phase by phase.
+#[derive(Debug)]
+pub struct Machine {
+    phase: RunPhase,
+    has_tunnel: bool,
+    /// Harbor's `--print-config` check is still running.
+    config_pending: bool,
+    ready: bool,
+    saw_health: bool,
+    failures: u32,
+    health_failures: u32,
+    health_timeout_s: u64,
+    last_healthy: bool,
+}
+
+impl Machine {
+    pub fn new(has_tunnel: bool, config_pending: bool, health_failures: u32, health_timeout_s: u64) -> Self {
+        Self {
+            phase: RunPhase::Loading,
+            has_tunnel,
+            config_pending,
+            ready: false,
+            saw_health: false,
+            failures: 0,
+            health_failures: health_failures.max(1),
+            health_timeout_s,
+            last_healthy: true,
+        }
+    }
+
+    pub fn phase(&self) -> RunPhase {
+        self.phase
+    }
+
+    /// For the heartbeat: not yet while loading; the last probe's answer once Harbor runs.
+    pub fn engine_healthy(&self) -> bool {
+        match self.phase {
+            RunPhase::Loading => false,
+            RunPhase::TunnelCheck => true,
+            RunPhase::Running | RunPhase::Ended => self.last_healthy,
+        }
+    }
+
+    /// Harbor was started: the watchdog takes over.
+    pub fn harbor_started(&mut self) {
+        if self.phase != RunPhase::Ended {
+            self.phase = RunPhase::Running;
+        }
+    }
+
+    fn end(&mut self, end: End) -> Action {
+        self.phase = RunPhase::Ended;
+        Action::End(end)
+    }
+
+    /// After readiness and a passed config check: the tunnel, or Harbor.
+    fn advance(&mut self, out: &mut Vec<Action>) {
+        if self.ready && !self.config_pending {
+            if self.has_tunnel {
+                self.phase = RunPhase::TunnelCheck;
+            } else {
+                out.push(Action::StartHarbor);
+            }
+        }
+    }
+
+    /// Decides what `input` means now; `tail` gives the last lines of `vllm.log` (read only when
+    /// an engine failure needs them).
+    pub fn on(&mut self, input: Input, tail: &dyn Fn() -> Vec<String>) -> Vec<Action> {
+        let mut out = Vec::new();
+        if self.phase == RunPhase::Ended {
+            return out;
+        }
+        match input {
+            Input::Signal(ev) => out.push(self.end(End::Signal(ev))),
+            Input::Tunnel(TunnelPoll::Failed(f)) => out.push(self.end(End::Failed(f))),
+            Input::EngineExited(status) => {
+                let lines = tail();
+                let cause = engine::classify_start_failure(&lines);
+                let described = describe_status(status);
+                let (class, message, during) = match self.phase {
+                    RunPhase::Loading => (
+                        OutcomeClass::EngineStart,
+                        format!("vLLM exited during start-up ({described}), cause: {cause}"),
+                        Some("start"),
+                    ),
+                    RunPhase::TunnelCheck => (
+                        OutcomeClass::EngineDied,
+                        format!("vLLM exited while the tunnel was being checked ({described})"),
+                        Some("tunnel"),
+                    ),
+                    _ => (
+                        OutcomeClass::EngineDied,
+                        format!("vLLM exited during the run ({described}); Harbor stopped"),
+                        None,
+                    ),
+                };
+                let mut fields = json!({ "status": described, "cause": cause });
+                if let Some(during) = during {
+                    fields["during"] = json!(during);
+                }
+                out.push(Action::Event("engine_exited", fields));
+                out.push(self.end(End::Failed(Failure::new(class, message).with_cause(cause).with_log_tail(lines))));
+            }
+            Input::RanksExited(status) => {
+                // Any rank's death is the engine's: during start-up it never became ready.
+                let described = describe_status(status);
+                let (class, during) = match self.phase {
+                    RunPhase::Loading => (OutcomeClass::EngineStart, "start"),
+                    RunPhase::TunnelCheck => (OutcomeClass::EngineDied, "tunnel"),
+                    _ => (OutcomeClass::EngineDied, "run"),
+                };
+                let message = format!(
+                    "a rank on another node ended ({described}: srun's step of the other nodes' ranks is over) during {during}; the engine cannot serve without it"
+                );
+                out.push(Action::Event("ranks_exited", json!({ "status": described, "during": during })));
+                out.push(
+                    self.end(End::Failed(Failure::new(class, message).with_cause("rank_exited").with_log_tail(tail()))),
+                );
+            }
+            Input::HarborExited(status) => {
+                out.push(Action::Event(
+                    "harbor_exited",
+                    json!({ "status": describe_status(status), "code": status_code(status) }),
+                ));
+                out.push(self.end(End::HarborExited(status)));
+            }
+            Input::ReadyDeadline if self.phase == RunPhase::Loading && !self.ready => {
+                let what = if self.saw_health {
+                    "answered /health but never listed the served name"
+                } else {
+                    "never answered /health with 200"
+                };
+                let f = Failure::new(
+                    OutcomeClass::EngineTimeout,
+                    format!("vLLM {what} within serve.health_timeout_s = {} s", self.health_timeout_s),
+                )
+                .with_log_tail(tail());
+                out.push(self.end(End::Failed(f)));
+            }
+            Input::Readiness(r) if self.phase == RunPhase::Loading && !self.ready => match r {
+                Readiness::Ready => {
+                    self.ready = true;
+                    out.push(Action::Ready);
+                    self.advance(&mut out);
+                }
+                Readiness::HealthOnly => self.saw_health = true,
+                Readiness::Down => {}
+            },
+            Input::ConfigChecked(v) if self.config_pending => {
+                self.config_pending = false;
+                out.push(Action::Event("harbor_config_check", json!({ "result": format!("{v:?}") })));
+                if let ConfigCheck::Rejected(why) = v {
+                    let f = Failure::new(OutcomeClass::Harbor, why).with_cause("config_rejected");
+                    out.push(self.end(End::Failed(f)));
+                } else {
+                    self.advance(&mut out);
+                }
+            }
+            Input::Tunnel(TunnelPoll::Up) if self.phase == RunPhase::TunnelCheck => out.push(Action::StartHarbor),
+            Input::Health(ok) if self.phase == RunPhase::Running => {
+                self.last_healthy = ok;
+                if ok {
+                    self.failures = 0;
+                } else {
+                    self.failures += 1;
+                    tracing::warn!(failures = self.failures, "engine health probe failed");
+                    if self.failures >= self.health_failures {
+                        out.push(Action::Event("engine_unhealthy", json!({ "consecutive_failures": self.failures })));
+                        let f = Failure::new(
+                            OutcomeClass::EngineDied,
+                            format!("vLLM failed {} consecutive /health probes; Harbor stopped", self.failures),
+                        )
+                        .with_cause("unhealthy")
+                        .with_log_tail(tail());
+                        out.push(self.end(End::Failed(f)));
+                    }
+                }
+            }
+            // Anything else is stale for this phase (a readiness answer after ready, a health
+            // answer before Harbor, a tunnel still pending).
+            _ => {}
+        }
+        out
+    }
+}
+
+/// How teardown goes for this end: a TERM/INT/HUP makes the next one mean "kill now"; USR1 gives
+/// Harbor until the walltime is close.
+pub fn shutdown_plan(end: &End, timings: &Timings) -> ShutdownPlan {
+    let grace = timings.teardown_grace;
+    match end {
+        End::Signal(SignalEvent::Shutdown(_)) => ShutdownPlan::normal(grace, true),
+        End::Signal(SignalEvent::Walltime) => ShutdownPlan::walltime(grace, timings.walltime_lead),
+        _ => ShutdownPlan::normal(grace, false),
+    }
+}
+
+/// The run's outcome (and so payload's exit code, docs/exit-codes.md) from how it ended, Harbor's
+/// exit code if it exited, and whether a second signal cut the teardown short.
+pub fn outcome(end: End, harbor_code: Option<i32>, forced: bool) -> Outcome {
+    let base = |class: OutcomeClass, message: String| Outcome {
+        class,
+        cause: None,
+        exit_code: class.exit_code(),
+        message,
+        harbor_exit_code: harbor_code,
+        signal: None,
+        engine_log_tail: Vec::new(),
+    };
+    match end {
+        End::HarborExited(status) if status_code(status) == 0 => {
+            Outcome { harbor_exit_code: Some(0), ..base(OutcomeClass::Finished, "Harbor finished".to_string()) }
+        }
+        End::HarborExited(status) => Outcome {
+            harbor_exit_code: Some(status_code(status)),
+            ..base(OutcomeClass::Harbor, format!("Harbor failed ({})", describe_status(status)))
+        },
+        End::Failed(f) => Outcome { cause: f.cause, engine_log_tail: f.engine_log_tail, ..base(f.class, f.message) },
+        End::Signal(SignalEvent::Walltime) => Outcome {
+            signal: Some("SIGUSR1".to_string()),
+            ..base(
+                OutcomeClass::Walltime,
+                "walltime near (SIGUSR1): Harbor stopped gracefully, everything torn down".to_string(),
+            )
+        },
+        End::Signal(SignalEvent::Shutdown(sig)) => Outcome {
+            exit_code: 128 + sig as i32,
+            signal: Some(sig.as_str().to_string()),
+            ..base(
+                OutcomeClass::Interrupted,
+                format!(
+                    "interrupted by {}{}",
+                    sig.as_str(),
+                    if forced { " (second signal: killed at once)" } else { "" }
+                ),
+            )
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::sys::signal::Signal;
+    use std::os::unix::process::ExitStatusExt;
+    use std::time::Duration;
+
+    fn exit(code: i32) -> ExitStatus {
+        ExitStatus::from_raw(code << 8)
+    }
+
+    fn tail() -> Vec<String> {
+        vec!["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.02 GiB".to_string()]
+    }
+
+    fn ends(actions: &[Action]) -> Option<&End> {
+        actions.iter().find_map(|a| if let Action::End(e) = a { Some(e) } else { None })
+    }
+
+    fn failed(actions: &[Action]) -> &Failure {
+        match ends(actions) {
+            Some(End::Failed(f)) => f,
+            other => panic!("expected a failure, got {other:?} from {actions:?}"),
+        }
+    }
+
+    fn starts_harbor(actions: &[Action]) -> bool {
+        actions.iter().any(|a| matches!(a, Action::StartHarbor))
+    }
+
+    #[test]
+    fn loading_engine_exit_is_engine_start_with_the_classified_tail() {
+        let mut m = Machine::new(false, false, 3, 60);
+        let a = m.on(Input::EngineExited(exit(1)), &tail);
+        let f = failed(&a);
+        assert_eq!((f.class, f.cause.as_deref()), (OutcomeClass::EngineStart, Some("oom")));
+        assert_eq!(f.engine_log_tail, tail());
+        assert!(matches!(&a[0], Action::Event("engine_exited", v) if v["during"] == "start"), "{a:?}");
+        assert_eq!(m.phase(), RunPhase::Ended);
+        assert!(m.on(Input::Readiness(Readiness::Ready), &tail).is_empty(), "nothing after the end");
+    }
+
+    #[test]
+    fn the_deadline_says_whether_health_was_ever_seen() {
+        let mut m = Machine::new(false, false, 3, 60);
+        let f = failed(&m.on(Input::ReadyDeadline, &Vec::new)).clone();
+        assert_eq!(f.class, OutcomeClass::EngineTimeout);
+        assert!(f.message.contains("never answered /health with 200"), "{}", f.message);
+        let mut m = Machine::new(false, false, 3, 60);
+        assert!(m.on(Input::Readiness(Readiness::HealthOnly), &tail).is_empty());
+        let f = failed(&m.on(Input::ReadyDeadline, &Vec::new)).clone();
+        assert!(
+            f.message.contains("never listed the served name within serve.health_timeout_s = 60 s"),
+            "{}",
+            f.message
+        );
+    }
+
+    #[test]
+    fn ready_without_tunnel_starts_harbor_then_harbor_exit_ends() {
+        let mut m = Machine::new(false, false, 3, 60);
+        assert!(m.on(Input::Readiness(Readiness::Down), &tail).is_empty());
+        let a = m.on(Input::Readiness(Readiness::Ready), &tail);
+        assert!(matches!(a[0], Action::Ready) && starts_harbor(&a), "{a:?}");
+        assert_eq!(m.phase(), RunPhase::Loading, "until Harbor is started");
+        m.harbor_started();
+        assert_eq!(m.phase(), RunPhase::Running);
+        let a = m.on(Input::HarborExited(exit(0)), &tail);
+        assert!(matches!(&a[0], Action::Event("harbor_exited", v) if v["code"] == 0));
+        assert!(matches!(ends(&a), Some(End::HarborExited(s)) if s.success()));
+    }
+
+    #[test]
+    fn ready_waits_for_the_config_check_and_a_rejection_ends_the_run() {
+        let mut m = Machine::new(false, true, 3, 60);
+        let a = m.on(Input::Readiness(Readiness::Ready), &tail);
+        assert!(!starts_harbor(&a), "config check still running: {a:?}");
+        let a = m.on(Input::ConfigChecked(ConfigCheck::Passed { agents: 1 }), &tail);
+        assert!(starts_harbor(&a), "{a:?}");
+
+        let mut m = Machine::new(false, true, 3, 60);
+        let a = m.on(Input::ConfigChecked(ConfigCheck::Rejected("Unknown option 'x'".into())), &tail);
+        let f = failed(&a);
+        assert_eq!((f.class, f.cause.as_deref()), (OutcomeClass::Harbor, Some("config_rejected")));
+        assert!(matches!(&a[0], Action::Event("harbor_config_check", _)));
+    }
+
+    #[test]
+    fn a_tunnel_is_checked_after_readiness_before_harbor() {
+        let mut m = Machine::new(true, false, 3, 60);
+        assert!(m.on(Input::Tunnel(TunnelPoll::Up), &tail).is_empty(), "not before vLLM is ready");
+        let a = m.on(Input::Readiness(Readiness::Ready), &tail);
+        assert!(!starts_harbor(&a));
+        assert_eq!(m.phase(), RunPhase::TunnelCheck);
+        assert!(m.engine_healthy());
+        assert!(m.on(Input::Tunnel(TunnelPoll::Pending), &tail).is_empty());
+        assert!(starts_harbor(&m.on(Input::Tunnel(TunnelPoll::Up), &tail)));
+    }
+
+    #[test]
+    fn engine_exit_while_checking_the_tunnel_is_engine_died() {
+        let mut m = Machine::new(true, false, 3, 60);
+        m.on(Input::Readiness(Readiness::Ready), &tail);
+        let a = m.on(Input::EngineExited(ExitStatus::from_raw(9)), &Vec::new);
+        let f = failed(&a);
+        assert_eq!(f.class, OutcomeClass::EngineDied);
+        assert!(f.message.contains("tunnel") && f.message.contains("SIGKILL"), "{}", f.message);
+        assert!(matches!(&a[0], Action::Event("engine_exited", v) if v["during"] == "tunnel"));
+    }
+
+    #[test]
+    fn the_tunnel_failing_ends_any_phase() {
+        for phase_inputs in [vec![], vec![Input::Readiness(Readiness::Ready)]] {
+            let mut m = Machine::new(true, false, 3, 60);
+            for i in phase_inputs {
+                m.on(i, &tail);
+            }
+            let f = Failure::new(OutcomeClass::Tunnel, "verify failed").with_cause("verify_failed");
+            let a = m.on(Input::Tunnel(TunnelPoll::Failed(f.clone())), &tail);
+            assert_eq!(failed(&a), &f);
+        }
+    }
+
+    #[test]
+    fn consecutive_failed_probes_end_the_run_and_a_good_one_resets() {
+        let mut m = Machine::new(false, false, 3, 60);
+        for _ in 0..3 {
+            assert!(m.on(Input::Health(false), &tail).is_empty(), "no health watch before Harbor runs");
+        }
+        m.on(Input::Readiness(Readiness::Ready), &tail);
+        m.harbor_started();
+        assert!(m.on(Input::Health(false), &tail).is_empty());
+        assert!(!m.engine_healthy());
+        assert!(m.on(Input::Health(false), &tail).is_empty());
+        assert!(m.on(Input::Health(true), &tail).is_empty(), "reset");
+        assert!(m.engine_healthy());
+        m.on(Input::Health(false), &tail);
+        m.on(Input::Health(false), &tail);
+        let a = m.on(Input::Health(false), &tail);
+        let f = failed(&a);
+        assert_eq!((f.class, f.cause.as_deref()), (OutcomeClass::EngineDied, Some("unhealthy")));
+        assert!(matches!(&a[0], Action::Event("engine_unhealthy", v) if v["consecutive_failures"] == 3));
+    }
+
+    #[test]
+    fn signals_end_every_phase() {
+        for (inputs, started) in [(vec![], false), (vec![Input::Readiness(Readiness::Ready)], true)] {
+            let mut m = Machine::new(false, false, 3, 60);
+            for i in inputs {
+                m.on(i, &tail);
+            }
+            if started {
+                m.harbor_started();
+            }
+            let a = m.on(Input::Signal(SignalEvent::Walltime), &tail);
+            assert!(matches!(ends(&a), Some(End::Signal(SignalEvent::Walltime))), "{a:?}");
+        }
+    }
+
+    #[test]
+    fn outcomes_and_exit_codes() {
+        let o = outcome(End::HarborExited(exit(0)), Some(0), false);
+        assert_eq!((o.class, o.exit_code, o.harbor_exit_code), (OutcomeClass::Finished, 0, Some(0)));
+        let o = outcome(End::HarborExited(exit(3)), Some(3), false);
+        assert_eq!((o.class, o.harbor_exit_code), (OutcomeClass::Harbor, Some(3)));
+        assert_eq!(o.exit_code, OutcomeClass::Harbor.exit_code());
+        assert_eq!(o.message, "Harbor failed (exit code 3)");
+        let f = Failure::new(OutcomeClass::EngineDied, "gone").with_cause("unhealthy").with_log_tail(tail());
+        let o = outcome(End::Failed(f), Some(130), false);
+        assert_eq!(
+            (o.class, o.cause.as_deref(), o.harbor_exit_code),
+            (OutcomeClass::EngineDied, Some("unhealthy"), Some(130))
+        );
+        assert_eq!(o.engine_log_tail, tail());
+        let o = outcome(End::Signal(SignalEvent::Walltime), None, false);
+        assert_eq!((o.class, o.signal.as_deref()), (OutcomeClass::Walltime, Some("SIGUSR1")));
+        let o = outcome(End::Signal(SignalEvent::Shutdown(Signal::SIGTERM)), None, true);
+        assert_eq!((o.class, o.exit_code), (OutcomeClass::Interrupted, 143));
+        assert!(o.message.ends_with("(second signal: killed at once)"), "{}", o.message);
+    }
+
+    #[test]
+    fn teardown_shape_follows_the_end() {
+        let t = Timings {
+            health_timeout: Duration::from_secs(60),
+            teardown_grace: Duration::from_secs(20),
+            heartbeat: Duration::from_secs(1),
+            probe_interval: Duration::from_secs(1),
+            walltime_lead: Duration::from_secs(900),
+        };
+        assert!(shutdown_plan(&End::Signal(SignalEvent::Shutdown(Signal::SIGINT)), &t).signalled);
+        assert_eq!(shutdown_plan(&End::Signal(SignalEvent::Walltime), &t).harbor_grace, Duration::from_secs(450));
+        let p = shutdown_plan(&End::HarborExited(exit(0)), &t);
+        assert!(!p.signalled && p.harbor_grace == Duration::from_secs(15));
+    }
+}

@@ -1,0 +1,827 @@
+//! One preparation for `payload plan` and `payload run` (docs/payload.md, "Prepare, then execute").
+//!
+//! [`observe`] asks the host what only the host knows — the secrets file, the GPU inventory, a free
+//! port, whether the run dir holds a job to resume, whether the spec's paths exist — and
+//! [`prepare`] turns the spec, payload's environment and those observations into a [`Prepared`]:
+//! every child's program, argv and environment, the GPU decision, the port, the per-job API key,
+//! and the problems `run` would stop on, in the order it meets them. `plan` renders a `Prepared`
+//! (secrets redacted, crate::plan); `run` executes one (crate::run). Neither derives a step of
+//! its own, so what the plan shows is what the run spawns.
+//!
+//! `prepare` changes nothing and reads no file except where programs are (the PATH lookups of
+//! crate::childenv::resolve_program and the tunnel's programs), the Harbor job config it merges,
+//! and the tunnel bank's lease files it describes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use launch_spec::{GpuInfo, LaunchSpec, OutcomeClass};
+
+use crate::failure::Failure;
+use crate::gpu::{self, GpuDecision, GpuError};
+use crate::harbor::{self, HarborError};
+use crate::ports::PortError;
+use crate::secrets::{self, DaytonaOrg, Secrets, SecretsError};
+use crate::supervisor::ChildSpec;
+use crate::timings::{self, Timings};
+use crate::{childenv, engine, postrun, tunnel};
+
+/// What the preparation is for: a plan is lenient where only the job's node can tell (no NVML on a
+/// login node) and shows placeholders for what exists only in a run (payload's pid, the API key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Plan,
+    Run,
+}
+
+/// Payload's own environment, read once.
+pub fn parent_env() -> Vec<(String, String)> {
+    std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect()
+}
+
+pub fn lookup(env: &[(String, String)]) -> impl Fn(&str) -> Option<String> + '_ {
+    move |name| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+}
+
+/// The node name: `SLURMD_NODENAME`, else the kernel's hostname.
+pub fn node_name(env: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+    env("SLURMD_NODENAME")
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|s| s.trim().to_string()))
+}
+
+/// The id that drives the Daytona org choice: the Slurm job id, else the ledger id, else the run tag.
+pub fn org_job_id(spec: &LaunchSpec, env: &dyn Fn(&str) -> Option<String>) -> String {
+    env("SLURM_JOB_ID").or_else(|| spec.ledger_job_id.clone()).unwrap_or_else(|| spec.run_tag.clone())
+}
+
+/// The id that derives the port: the Slurm job id, else payload's pid (two local runs differ).
+pub fn port_job_id(env: &dyn Fn(&str) -> Option<String>) -> String {
+    env("SLURM_JOB_ID").unwrap_or_else(|| std::process::id().to_string())
+}
+
+/// Whether the spec needs anything from the secrets file.
+pub fn needs_secrets(spec: &LaunchSpec) -> bool {
+    spec.secrets.daytona
+        || !spec.secrets.pass_to_harbor.is_empty()
+        || spec.harbor.agent_envs.iter().any(|e| e.value.is_none())
+        || !tunnel::secret_names(&spec.tunnel).is_empty()
+        || spec.post_run.as_ref().is_some_and(|p| !p.secrets.is_empty())
+}
+
+/// `http://127.0.0.1:<port>`: the agent runs on this node, so a wildcard listen address is reached
+/// over loopback.
+pub fn base_url(host: &str, port: u16) -> String {
+    let host = match host {
+        "0.0.0.0" | "::" | "" => "127.0.0.1",
+        other => other,
+    };
+    if host.contains(':') { format!("http://[{host}]:{port}") } else { format!("http://{host}:{port}") }
+}
+
+/// Checks paths the run needs before anything starts.
+pub fn check_paths(spec: &LaunchSpec) -> Result<(), Failure> {
+    let expected = spec.jobs_dir.join(&spec.run_tag);
+    if spec.run_dir != expected {
+        return Err(Failure::new(
+            OutcomeClass::Spec,
+            format!(
+                "field `run_dir` is {} but Harbor writes the job to jobs_dir/run_tag = {}: make them agree",
+                spec.run_dir.display(),
+                expected.display()
+            ),
+        ));
+    }
+    if !spec.harbor.config.is_file() {
+        return Err(Failure::new(
+            OutcomeClass::Spec,
+            format!("field `harbor.config`: {} does not exist", spec.harbor.config.display()),
+        ));
+    }
+    if !spec.harbor.dataset.exists() {
+        return Err(Failure::new(
+            OutcomeClass::Spec,
+            format!(
+                "field `harbor.dataset`: {} does not exist (pre-download the dataset)",
+                spec.harbor.dataset.display()
+            ),
+        ));
+    }
+    for (field, prefix) in
+        [("serve.env_prefix", &spec.serve.env_prefix), ("harbor.env_prefix", &spec.harbor.env_prefix)]
+    {
+        if let Some(prefix) = prefix
+            && !prefix.join("bin").is_dir()
+        {
+            return Err(Failure::new(
+                OutcomeClass::Spec,
+                format!(
+                    "field `{field}`: {}/bin does not exist (name an existing environment prefix)",
+                    prefix.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A per-job random API key (32 bytes from the kernel's CSPRNG, hex).
+pub fn random_key() -> Result<String, getrandom::Error> {
+    let mut buf = [0u8; 32];
+    getrandom::fill(&mut buf)?;
+    Ok(format!("sk-{}", hex::encode(buf)))
+}
+
+/// What only the host can tell, asked once.
+#[derive(Debug)]
+pub struct Observed {
+    /// The secrets file, when the spec needs one.
+    pub secrets_file: Option<PathBuf>,
+    /// What was read from it (nothing when not needed).
+    pub secrets: Result<Secrets, SecretsError>,
+    /// `nvml` or `fixture:<path>`.
+    pub gpu_probe: String,
+    pub gpus: Result<Vec<GpuInfo>, GpuError>,
+    pub port: Result<u16, PortError>,
+    /// `<run_dir>/config.json` exists: Harbor resumes the job.
+    pub resume: bool,
+    pub paths: Result<(), Failure>,
+    /// A fresh per-job key (a run), or a placeholder (a plan); used only when the model is exposed.
+    pub new_api_key: Result<String, String>,
+    /// `<run_tag>-<payload pid>` (a plan shows `<pid>`).
+    pub run_id: String,
+    /// A multi-node engine's nodes and rendezvous port (crate::multinode); `None` on one node.
+    pub multinode: Option<Result<crate::multinode::Observed, crate::multinode::MultiNodeError>>,
+}
+
+/// Asks the host (reads the secrets file, probes GPUs and ports, looks at the run dir).
+pub fn observe(spec: &LaunchSpec, env: &[(String, String)], mode: Mode) -> Observed {
+    let env_fn = lookup(env);
+    let (secrets_file, secrets) = if needs_secrets(spec) {
+        let path = secrets::secrets_path(&spec.secrets, &env_fn);
+        let loaded = secrets::load(&path);
+        (Some(path), loaded)
+    } else {
+        (None, Ok(Secrets::none()))
+    };
+    let probe = gpu::probe_from_env(&env_fn);
+    let port = crate::ports::choose(&spec.serve.port, &port_job_id(&env_fn), &spec.serve.host);
+    let multinode = crate::multinode::observe(spec, &env_fn, mode == Mode::Plan, port.as_ref().ok().copied());
+    let (new_api_key, run_id) = match mode {
+        Mode::Run => (
+            random_key().map_err(|e| format!("cannot get random bytes for the API key: {e}")),
+            format!("{}-{}", spec.run_tag, std::process::id()),
+        ),
+        Mode::Plan => (Ok(tunnel::GENERATED.to_string()), format!("{}-<pid>", spec.run_tag)),
+    };
+    Observed {
+        secrets_file,
+        secrets,
+        gpu_probe: probe.describe(),
+        gpus: probe.probe(),
+        port,
+        resume: harbor::is_resume(&spec.run_dir),
+        paths: check_paths(spec),
+        new_api_key,
+        run_id,
+        multinode,
+    }
+}
+
+/// Which engine process: the head serves the API on this node; a multi-node engine adds workers on
+/// the job's other nodes.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EngineRole {
+    Head,
+    Worker { rank: u32 },
+}
+
+/// One engine process to start.
+#[derive(Debug, Clone)]
+pub struct EngineProcess {
+    pub role: EngineRole,
+    /// Where it runs; `None` is payload's node.
+    pub node: Option<String>,
+    pub child: ChildSpec,
+}
+
+/// How Harbor starts: a fresh job or a resume of the one in the run dir.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HarborMode {
+    Fresh,
+    Resume,
+}
+
+impl HarborMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HarborMode::Fresh => "fresh",
+            HarborMode::Resume => "resume",
+        }
+    }
+}
+
+/// Harbor, ready to start once `api_base` is known (the tunnel's public URL comes only when the
+/// tunnel is up).
+#[derive(Debug, Clone)]
+pub struct HarborLaunch {
+    pub mode: HarborMode,
+    pub program: PathBuf,
+    pub env: BTreeMap<String, String>,
+    /// `--ae` items (`NAME=${SOURCE}` or literals).
+    pub agent_env_args: Vec<String>,
+    /// Fresh: the merged job config payload writes to `config_path` before Harbor starts.
+    pub merged_config: Option<serde_json::Value>,
+    pub config_path: PathBuf,
+    /// Resume: the `config.json`/`lock.json` files whose `api_base` is rewritten.
+    pub rewrites: Vec<PathBuf>,
+    pub daytona_org: Option<DaytonaOrg>,
+    pub log: PathBuf,
+    pub warnings: Vec<String>,
+}
+
+impl HarborLaunch {
+    /// Harbor's child for `api_base`, with what the tunnel adds: environment (proxy variables) and
+    /// an argv prefix (proxychains). The one place Harbor's argv and environment are put together.
+    pub fn child(
+        &self,
+        spec: &LaunchSpec,
+        api_base: &str,
+        tunnel_env: &BTreeMap<String, String>,
+        prefix: Option<&[String]>,
+    ) -> Result<ChildSpec, HarborError> {
+        let program = self.program.display().to_string();
+        let mut argv = match self.mode {
+            HarborMode::Resume => harbor::resume_argv(spec, &program),
+            HarborMode::Fresh => harbor::fresh_argv(spec, &program, api_base, &self.agent_env_args, &self.config_path)?,
+        };
+        let mut env = self.env.clone();
+        env.extend(tunnel_env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let mut program = self.program.clone();
+        if let Some(prefix) = prefix.filter(|p| !p.is_empty()) {
+            program = PathBuf::from(&prefix[0]);
+            argv.splice(0..0, prefix.iter().cloned());
+        }
+        Ok(ChildSpec { program, argv, env, log: self.log.clone(), cwd: None })
+    }
+}
+
+/// The tunnel step as prepared: its programs and environment for `run`, its plan for `plan`.
+#[derive(Debug, Clone)]
+pub struct TunnelLaunch {
+    /// `None` without a tunnel (or when its programs are missing: then a problem says so).
+    pub programs: Option<tunnel::Programs>,
+    pub env: BTreeMap<String, String>,
+    pub plan: tunnel::TunnelPlan,
+}
+
+/// The GPU step's result, with what was seen when it failed.
+#[derive(Debug, Clone)]
+pub struct GpuPrep {
+    pub probe: String,
+    pub needed: u32,
+    /// The GPUs seen (visible through `CUDA_VISIBLE_DEVICES`).
+    pub inventory: Vec<GpuInfo>,
+    pub decision: Option<GpuDecision>,
+}
+
+/// The port and how it was chosen.
+#[derive(Debug, Clone)]
+pub struct PortPrep {
+    /// `None` when none is free (a problem says why).
+    pub port: Option<u16>,
+    pub how: String,
+}
+
+/// The secrets step, by name only.
+#[derive(Debug, Clone)]
+pub struct SecretsPrep {
+    pub file: Option<PathBuf>,
+    pub status: String,
+    pub names: Vec<String>,
+}
+
+/// Everything the run does, decided; `problems` non-empty means `run` stops at the first.
+#[derive(Debug)]
+pub struct Prepared {
+    pub mode: Mode,
+    pub run_id: String,
+    pub timings: Option<Timings>,
+    pub secrets: SecretsPrep,
+    /// The loaded secrets (the tunnel's tokens come from here).
+    pub loaded: Secrets,
+    pub gpu: GpuPrep,
+    pub port: PortPrep,
+    /// vLLM's loopback URL (with the port, or the policy's first port when none is free).
+    pub base_url: String,
+    /// The per-job key of an exposed model: in vLLM's and Harbor's environments (never argv).
+    pub api_key: Option<String>,
+    /// The engine's processes, head first.
+    pub engines: Vec<EngineProcess>,
+    /// A multi-node engine's other nodes: the ranks file and the srun that starts them.
+    pub secondaries: Option<crate::multinode::Secondaries>,
+    pub tunnel: TunnelLaunch,
+    pub harbor: HarborLaunch,
+    /// The post-run step (crate::postrun); an `Err` is recorded when the step would run.
+    pub post_run: Option<Result<postrun::Step, String>>,
+    /// Environment names whose values are secrets (redacted by name in renderings).
+    pub secret_names: BTreeSet<String>,
+    /// Values redacted wherever they appear whole (the secrets file's, agent-env sources).
+    pub hidden: Vec<String>,
+    pub warnings: Vec<String>,
+    pub problems: Vec<Failure>,
+}
+
+impl Prepared {
+    /// The engine process that serves the API on this node.
+    pub fn head(&self) -> &EngineProcess {
+        self.engines.iter().find(|e| e.role == EngineRole::Head).unwrap_or(&self.engines[0])
+    }
+
+    /// What the agent calls when there is no public URL: vLLM on this node.
+    pub fn local_api_base(&self) -> String {
+        format!("{}/v1", self.base_url)
+    }
+
+    /// `api_base` for a tunnel's public URL (Pinggy), else vLLM on this node.
+    pub fn api_base(&self, public_url: Option<&str>) -> String {
+        match public_url {
+            Some(url) => format!("{url}/v1"),
+            None => self.local_api_base(),
+        }
+    }
+}
+
+/// Harbor's environment: the explicit base, plus the chosen Daytona key as `DAYTONA_API_KEY`, the
+/// `secrets.pass_to_harbor` names present in the file, and secret sources of agent envs.
+pub fn harbor_env(
+    spec: &LaunchSpec,
+    parent: &[(String, String)],
+    run_id: &str,
+    secrets: &Secrets,
+    org_job_id: &str,
+    agent_env_secrets: &BTreeMap<String, String>,
+) -> Result<(BTreeMap<String, String>, Option<DaytonaOrg>), SecretsError> {
+    let mut env = childenv::build(parent, spec.harbor.env_prefix.as_deref(), &spec.harbor.env, run_id);
+    let mut org = None;
+    for name in &spec.secrets.pass_to_harbor {
+        if let Some(value) = secrets.get(name) {
+            env.insert(name.clone(), value.to_string());
+        }
+    }
+    for (k, v) in agent_env_secrets {
+        env.insert(k.clone(), v.clone());
+    }
+    if spec.secrets.daytona {
+        let (mut chosen, mut key) = secrets::daytona_key(secrets, org_job_id)?;
+        // Installed-harness agents always use org 2 (docs/design.md §6.6).
+        if launch_spec::launch::is_installed_agent(&spec.harbor.agent)
+            && chosen == DaytonaOrg::Org1
+            && let Some(org2) = secrets.get(secrets::DAYTONA_ORG2)
+        {
+            chosen = DaytonaOrg::Org2;
+            key = org2;
+        }
+        env.insert(secrets::DAYTONA_ORG1.to_string(), key.to_string());
+        env.remove(secrets::DAYTONA_ORG2);
+        org = Some(chosen);
+    }
+    Ok((env, org))
+}
+
+/// Resolves a child's program; a missing one is a `spec` problem naming the field.
+fn program(
+    field: &str,
+    program: &str,
+    prefix: Option<&Path>,
+    env: &BTreeMap<String, String>,
+) -> Result<PathBuf, Failure> {
+    childenv::resolve_program(program, prefix, &env["PATH"])
+        .map_err(|e| Failure::new(OutcomeClass::Spec, format!("field `{field}`: {e}")))
+}
+
+/// Builds the preparation (see the module doc). `spec_path` names the file in duration problems.
+pub fn prepare(spec_path: &Path, spec: &LaunchSpec, env: &[(String, String)], obs: Observed, mode: Mode) -> Prepared {
+    let env_fn = lookup(env);
+    let mut problems: Vec<Failure> = Vec::new();
+    let mut warnings: Vec<String> = Vec::new();
+    let run_id = obs.run_id.clone();
+
+    // 1. Durations and paths.
+    let timings = match timings::check(spec_path, spec) {
+        Ok(t) => Some(t),
+        Err(f) => {
+            problems.push(f);
+            None
+        }
+    };
+    if let Err(f) = obs.paths {
+        problems.push(f);
+    }
+
+    // 2. Secrets (Harbor's Daytona key, pass-through names, agent-env sources).
+    let (loaded, secrets) = match obs.secrets {
+        Ok(s) => {
+            let names = s.names().map(str::to_string).collect();
+            let status = if obs.secrets_file.is_some() { "ok" } else { "not needed" };
+            (s, SecretsPrep { file: obs.secrets_file, status: status.into(), names })
+        }
+        Err(e) => {
+            let status = e.to_string();
+            problems.push(e.into());
+            (Secrets::none(), SecretsPrep { file: obs.secrets_file, status, names: vec![] })
+        }
+    };
+    let agent_envs = harbor::agent_envs(&spec.harbor.agent_envs, &loaded, &env_fn);
+    let org_id = org_job_id(spec, &env_fn);
+    let (mut harbor_env, daytona_org) = match harbor_env(spec, env, &run_id, &loaded, &org_id, &agent_envs.harbor_env) {
+        Ok(pair) => pair,
+        Err(e) => {
+            // A secrets file that could not be read is already the problem.
+            if secrets.status == "ok" {
+                problems.push(e.into());
+            }
+            (childenv::build(env, spec.harbor.env_prefix.as_deref(), &spec.harbor.env, &run_id), None)
+        }
+    };
+    let mut engine_env = childenv::build(env, spec.serve.env_prefix.as_deref(), &spec.serve.env, &run_id);
+    let tunnel_env = childenv::build(env, None, &BTreeMap::new(), &run_id);
+
+    // The one place for the rule: a model reachable from outside gets a per-job key. vLLM reads it
+    // from its environment, the agent from Harbor's (never argv, never a file).
+    let api_key = if tunnel::exposes_model(&spec.tunnel) {
+        match &obs.new_api_key {
+            Ok(key) => {
+                engine_env.insert(tunnel::VLLM_KEY_VAR.to_string(), key.clone());
+                for name in tunnel::AGENT_KEY_VARS {
+                    harbor_env.insert((*name).to_string(), key.clone());
+                }
+                Some(key.clone())
+            }
+            Err(e) => {
+                problems.push(Failure::new(OutcomeClass::Tunnel, e.clone()).with_cause("api_key"));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    for name in childenv::dropped_names(&spec.serve.env).into_iter().chain(childenv::dropped_names(&spec.harbor.env)) {
+        warnings.push(format!("{name} dropped from the child environment (never exported by payload)"));
+    }
+    let engine_program = program("serve.program", &spec.serve.program, spec.serve.env_prefix.as_deref(), &engine_env)
+        .unwrap_or_else(|f| {
+            problems.push(f);
+            PathBuf::from(&spec.serve.program)
+        });
+    let harbor_program =
+        program("harbor.program", &spec.harbor.program, spec.harbor.env_prefix.as_deref(), &harbor_env).unwrap_or_else(
+            |f| {
+                problems.push(f);
+                PathBuf::from(&spec.harbor.program)
+            },
+        );
+
+    // 3. GPUs → profile → gpu-memory ceiling.
+    let cuda_visible = env_fn("CUDA_VISIBLE_DEVICES");
+    let inventory = obs.gpus.as_ref().ok().and_then(|v| gpu::visible(v, cuda_visible.as_deref()).ok());
+    let probe_text = match &obs.gpus {
+        Err(e) => e.to_string(),
+        Ok(_) => obs.gpu_probe.clone(),
+    };
+    let gpu = match gpu::decide(spec, &obs.gpu_probe, obs.gpus, cuda_visible.as_deref(), mode == Mode::Plan) {
+        Ok(d) => GpuPrep {
+            probe: d.probe.clone(),
+            needed: spec.gpus_needed(),
+            inventory: d.inventory.clone(),
+            decision: Some(d),
+        },
+        Err(e) => {
+            problems.push(e.into());
+            GpuPrep {
+                probe: probe_text,
+                needed: spec.gpus_needed(),
+                inventory: inventory.unwrap_or_default(),
+                decision: None,
+            }
+        }
+    };
+
+    // 4. Port.
+    let job_id = port_job_id(&env_fn);
+    let port = match obs.port {
+        Ok(port) => PortPrep {
+            port: Some(port),
+            how: match spec.serve.port.fixed {
+                Some(_) => "fixed (serve.port.fixed), free now".to_string(),
+                None => format!(
+                    "derived from {} in [{}, {}), free now",
+                    if env_fn("SLURM_JOB_ID").is_some() {
+                        format!("job id {job_id}")
+                    } else {
+                        format!("pid {job_id} (no SLURM_JOB_ID)")
+                    },
+                    spec.serve.port.base,
+                    u32::from(spec.serve.port.base) + u32::from(spec.serve.port.span)
+                ),
+            },
+        },
+        Err(e) => {
+            let how = e.to_string();
+            problems.push(e.into());
+            PortPrep { port: None, how }
+        }
+    };
+    let port_or_first = port.port.unwrap_or(spec.serve.port.fixed.unwrap_or(spec.serve.port.base));
+    let base_url = base_url(&spec.serve.host, port_or_first);
+
+    // The tunnel (its problems: programs, tokens, SOCKS port).
+    let mut tunnel_problems = Vec::new();
+    let tunnel_plan = tunnel::plan(
+        &spec.tunnel,
+        &tunnel::PlanInputs {
+            secrets: &loaded,
+            job_id: &job_id,
+            engine_host: &spec.serve.host,
+            engine_port: port_or_first,
+            served_name: &spec.model.served_name,
+            node: node_name(&env_fn).unwrap_or_default(),
+            child_path: &tunnel_env["PATH"],
+        },
+        &mut tunnel_problems,
+    );
+    problems.extend(tunnel_problems);
+    let tunnel = TunnelLaunch {
+        programs: tunnel::programs(&spec.tunnel, &tunnel_env["PATH"]).ok().flatten(),
+        env: tunnel_env,
+        plan: tunnel_plan,
+    };
+
+    // 5. vLLM: the head process on this node.
+    let (util, extra) = match &gpu.decision {
+        Some(d) => (d.gpu_memory_utilization, d.extra_vllm_args().to_vec()),
+        None => (spec.serve.gpu_memory_utilization.unwrap_or(0.0), Vec::new()),
+    };
+    let mut engine_argv =
+        engine::argv(spec, &engine_program.display().to_string(), port_or_first, util, &extra, &env_fn).unwrap_or_else(
+            |e| {
+                problems.push(e.into());
+                Vec::new()
+            },
+        );
+    // A multi-node engine: the head's flags, and one worker per other node (crate::multinode).
+    let mut workers = Vec::new();
+    let mut secondaries = None;
+    match obs.multinode {
+        Some(Ok(observed)) if !engine_argv.is_empty() => {
+            match crate::multinode::prepare(spec, &mut engine_argv, &engine_env, observed, job_id.clone()) {
+                Ok((ranks, launch)) => {
+                    for rank in ranks.into_iter().skip(1) {
+                        workers.push(EngineProcess {
+                            role: EngineRole::Worker { rank: rank.rank },
+                            child: ChildSpec {
+                                program: engine_program.clone(),
+                                argv: rank.argv,
+                                env: engine_env.clone(),
+                                log: spec.run_dir.join(format!("vllm-{}.log", rank.node)),
+                                cwd: None,
+                            },
+                            node: Some(rank.node),
+                        });
+                    }
+                    secondaries = Some(launch);
+                }
+                Err(f) => problems.push(f),
+            }
+        }
+        Some(Ok(_)) | None => {}
+        Some(Err(e)) => problems.push(e.into()),
+    }
+    let mut engines = vec![EngineProcess {
+        role: EngineRole::Head,
+        node: None,
+        child: ChildSpec {
+            program: engine_program,
+            argv: engine_argv,
+            env: engine_env,
+            log: spec.run_dir.join(launch_spec::records::ENGINE_LOG),
+            cwd: None,
+        },
+    }];
+    engines.extend(workers);
+
+    // 8. Harbor (its inputs checked now, not after the engine has loaded).
+    let mode_h = if obs.resume { HarborMode::Resume } else { HarborMode::Fresh };
+    let (merged_config, rewrites) = match mode_h {
+        HarborMode::Resume => {
+            if let Err(e) = harbor::check_resume_configs(&spec.run_dir) {
+                problems.push(e.into());
+            }
+            (None, harbor::config_files(&spec.run_dir))
+        }
+        HarborMode::Fresh => match harbor::merged_job_config(spec) {
+            Ok(config) => (Some(config), Vec::new()),
+            Err(e) => {
+                problems.push(e.into());
+                (None, Vec::new())
+            }
+        },
+    };
+    let harbor = HarborLaunch {
+        mode: mode_h,
+        program: harbor_program,
+        env: harbor_env,
+        agent_env_args: agent_envs.args.clone(),
+        merged_config,
+        config_path: spec.run_dir.join(harbor::MERGED_CONFIG_FILE),
+        rewrites,
+        daytona_org,
+        log: spec.run_dir.join(launch_spec::records::HARBOR_LOG),
+        warnings: agent_envs.warnings.clone(),
+    };
+    if let Err(e) = harbor.child(spec, &format!("{base_url}/v1"), &BTreeMap::new(), None) {
+        problems.push(e.into());
+    }
+
+    // The post-run step, prepared with the other children's environments.
+    let post_run = postrun::prepare(spec, env, &run_id, &loaded);
+
+    let secret_names: BTreeSet<String> = std::iter::once(secrets::DAYTONA_ORG1.to_string())
+        .chain(spec.secrets.pass_to_harbor.iter().cloned())
+        .chain(agent_envs.harbor_env.keys().cloned())
+        .chain(spec.post_run.iter().flat_map(|p| p.secrets.iter().cloned()))
+        .collect();
+    let hidden: Vec<String> =
+        loaded.values().map(str::to_string).chain(agent_envs.harbor_env.values().cloned()).collect();
+    Prepared {
+        mode,
+        run_id,
+        timings,
+        secrets,
+        loaded,
+        gpu,
+        port,
+        base_url,
+        api_key,
+        engines,
+        secondaries,
+        tunnel,
+        harbor,
+        post_run,
+        secret_names,
+        hidden,
+        warnings,
+        problems,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::spec;
+
+    fn observed(spec: &LaunchSpec, secrets: Secrets) -> Observed {
+        Observed {
+            secrets_file: Some(PathBuf::from("/s.env")),
+            secrets: Ok(secrets),
+            gpu_probe: "fixture:test".into(),
+            gpus: Ok(vec![GpuInfo {
+                index: 0,
+                uuid: "GPU-0".into(),
+                name: "NVIDIA H100".into(),
+                memory_total_bytes: 80 << 30,
+            }]),
+            port: Ok(23456),
+            resume: false,
+            paths: Ok(()),
+            new_api_key: Ok("sk-test-key".into()),
+            run_id: format!("{}-7", spec.run_tag),
+            multinode: None,
+        }
+    }
+
+    fn secrets() -> Secrets {
+        Secrets::from_pairs(
+            Path::new("/s.env"),
+            [
+                ("DAYTONA_API_KEY".to_string(), "key-one".to_string()),
+                ("DAYTONA_DATA_API_KEY".to_string(), "key-two".to_string()),
+            ],
+        )
+    }
+
+    fn env() -> Vec<(String, String)> {
+        vec![("PATH".to_string(), "/usr/bin:/bin".to_string()), ("SLURM_JOB_ID".into(), "7".into())]
+    }
+
+    #[test]
+    fn harbor_env_carries_chosen_key_only() {
+        let parent = vec![
+            ("PATH".to_string(), "/bin".to_string()),
+            ("DAYTONA_DATA_API_KEY".to_string(), "from-parent".to_string()),
+        ];
+        let secrets = Secrets::from_pairs(
+            Path::new("/s.env"),
+            [
+                ("DAYTONA_API_KEY".to_string(), "key-one".to_string()),
+                ("DAYTONA_DATA_API_KEY".to_string(), "key-two".to_string()),
+                ("HF_TOKEN".to_string(), "hf".to_string()),
+            ],
+        );
+        let mut spec2 = spec();
+        spec2.secrets.pass_to_harbor = vec!["HF_TOKEN".into(), "ABSENT".into()];
+        let (env, org) = harbor_env(&spec2, &parent, "rid", &secrets, "7", &BTreeMap::new()).unwrap();
+        let org = org.unwrap();
+        let want = if org == DaytonaOrg::Org1 { "key-one" } else { "key-two" };
+        assert_eq!(env["DAYTONA_API_KEY"], want);
+        assert!(!env.contains_key("DAYTONA_DATA_API_KEY"));
+        assert_eq!(env["HF_TOKEN"], "hf");
+        assert!(!env.contains_key("ABSENT"));
+        assert_eq!(env[childenv::RUN_ID_VAR], "rid");
+    }
+
+    #[test]
+    fn secrets_needed_only_when_used() {
+        let mut s = spec();
+        assert!(needs_secrets(&s));
+        s.secrets.daytona = false;
+        assert!(!needs_secrets(&s));
+        s.harbor.agent_envs.push(launch_spec::launch::AgentEnv {
+            name: "X".into(),
+            from: None,
+            value: Some("1".into()),
+        });
+        assert!(!needs_secrets(&s));
+        s.harbor.agent_envs.push(launch_spec::launch::AgentEnv { name: "Y".into(), from: None, value: None });
+        assert!(needs_secrets(&s));
+    }
+
+    #[test]
+    fn base_url_uses_loopback_for_wildcards() {
+        assert_eq!(base_url("0.0.0.0", 8000), "http://127.0.0.1:8000");
+        assert_eq!(base_url("127.0.0.1", 9), "http://127.0.0.1:9");
+        assert_eq!(base_url("::1", 9), "http://[::1]:9");
+    }
+
+    #[test]
+    fn random_keys_differ_and_are_hex() {
+        let (a, b) = (random_key().unwrap(), random_key().unwrap());
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 3 + 64);
+        assert!(a[3..].chars().all(|c| c.is_ascii_hexdigit()), "{a}");
+    }
+
+    #[test]
+    fn problems_come_in_the_order_run_meets_them() {
+        let mut s = spec();
+        s.serve.program = "no-such-vllm-xyz".into();
+        let mut obs = observed(&s, secrets());
+        obs.port = Err(PortError::FixedTaken { port: 9 });
+        obs.paths = Err(Failure::new(OutcomeClass::Spec, "paths"));
+        let p = prepare(Path::new("launch.json"), &s, &env(), obs, Mode::Run);
+        let messages: Vec<&str> = p.problems.iter().map(|f| f.message.as_str()).collect();
+        assert_eq!(messages[0], "paths", "{messages:?}");
+        assert!(messages[1].starts_with("field `serve.program`"), "{messages:?}");
+        assert!(p.problems.iter().any(|f| f.cause.as_deref() == Some("port")), "{messages:?}");
+        // Still a complete preparation, so the plan can show it.
+        assert_eq!(p.head().child.argv[1], "serve");
+    }
+
+    #[test]
+    fn only_an_exposed_model_gets_the_key_in_both_environments() {
+        let s = spec();
+        let p = prepare(Path::new("l.json"), &s, &env(), observed(&s, secrets()), Mode::Run);
+        assert!(p.api_key.is_none());
+        assert!(!p.head().child.env.contains_key(tunnel::VLLM_KEY_VAR));
+        assert!(tunnel::AGENT_KEY_VARS.iter().all(|v| !p.harbor.env.contains_key(*v)));
+
+        let mut s = spec();
+        s.tunnel = serde_json::from_value(serde_json::json!({
+            "kind": "pinggy", "host": "pro.pinggy.io", "public_url": "https://x.a.pinggy.link", "token_secret": "PINGGY_TOKEN"
+        }))
+        .unwrap();
+        let p = prepare(Path::new("l.json"), &s, &env(), observed(&s, secrets()), Mode::Run);
+        assert_eq!(p.api_key.as_deref(), Some("sk-test-key"));
+        assert_eq!(p.head().child.env[tunnel::VLLM_KEY_VAR], "sk-test-key");
+        for v in tunnel::AGENT_KEY_VARS {
+            assert_eq!(p.harbor.env[*v], "sk-test-key");
+        }
+        let child = p.harbor.child(&s, &p.api_base(Some("https://x.a.pinggy.link")), &BTreeMap::new(), None).unwrap();
+        assert!(child.argv.iter().all(|a| !a.contains("sk-test-key")), "never in argv");
+        assert!(child.argv.contains(&"api_base=https://x.a.pinggy.link/v1".to_string()));
+    }
+
+    #[test]
+    fn the_tunnel_prefix_and_environment_go_onto_harbor() {
+        let s = spec();
+        let p = prepare(Path::new("l.json"), &s, &env(), observed(&s, secrets()), Mode::Run);
+        let prefix = vec!["/bin/proxychains4".to_string(), "-q".into(), "-f".into(), "/tmp/p.conf".into()];
+        let proxy: BTreeMap<String, String> = [("ALL_PROXY".to_string(), "socks5h://127.0.0.1:1".to_string())].into();
+        let child = p.harbor.child(&s, &p.local_api_base(), &proxy, Some(&prefix)).unwrap();
+        assert_eq!(child.program, Path::new("/bin/proxychains4"));
+        assert_eq!(&child.argv[..4], &prefix[..]);
+        assert_eq!(&child.argv[5..7], ["jobs", "start"]);
+        assert_eq!(child.env["ALL_PROXY"], "socks5h://127.0.0.1:1");
+        assert!(child.argv.contains(&"api_base=http://127.0.0.1:23456/v1".to_string()));
+    }
+}

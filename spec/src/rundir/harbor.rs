@@ -1,0 +1,284 @@
+//! Typed partial models of Harbor 0.25's job and trial files (docs/harbor-facts.md) and the one
+//! trial classifier. Partial: only the fields verification reads; every other field is ignored, so
+//! a newer Harbor that adds fields still reads. Version-aware: the job `lock.json` names the Harbor
+//! that wrote the dir ([`JobLock::harbor_version`]).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::fsread::{self, Links};
+
+/// Harbor's per-job and per-trial file names.
+pub const CONFIG_FILE: &str = "config.json";
+pub const RESULT_FILE: &str = "result.json";
+pub const LOCK_FILE: &str = "lock.json";
+pub const TRIAL_LOG: &str = "trial.log";
+
+/// The job `config.json` (what Harbor resolved from its flags and YAML layers).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct JobConfig {
+    #[serde(default)]
+    pub job_name: Option<String>,
+    #[serde(default)]
+    pub n_attempts: Option<u64>,
+    #[serde(default)]
+    pub agents: Vec<AgentConfig>,
+    #[serde(default)]
+    pub datasets: Vec<DatasetConfig>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct AgentConfig {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub model_name: Option<String>,
+    #[serde(default)]
+    pub kwargs: AgentKwargs,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct AgentKwargs {
+    #[serde(default)]
+    pub api_base: Option<String>,
+    #[serde(default)]
+    pub model_info: Option<Value>,
+}
+
+impl AgentKwargs {
+    /// A non-empty `model_info` mapping (what hosted_vllm models need before their first request).
+    pub fn has_model_info(&self) -> bool {
+        self.model_info.as_ref().and_then(Value::as_object).is_some_and(|m| !m.is_empty())
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct DatasetConfig {
+    #[serde(default)]
+    pub path: Option<String>,
+}
+
+/// The job `result.json`. Harbor writes its job timestamps as naive local time.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct JobResult {
+    #[serde(default)]
+    pub started_at: Option<String>,
+    #[serde(default)]
+    pub updated_at: Option<String>,
+    /// `null` until Harbor finished the job.
+    #[serde(default)]
+    pub finished_at: Option<String>,
+    #[serde(default)]
+    pub n_total_trials: Option<u64>,
+    #[serde(default)]
+    pub stats: Option<Value>,
+}
+
+/// The job `lock.json` (schema_version 3 in Harbor 0.25): which Harbor wrote the dir.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct JobLock {
+    #[serde(default)]
+    pub schema_version: Option<u64>,
+    #[serde(default)]
+    pub harbor: Option<HarborInfo>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct HarborInfo {
+    #[serde(default)]
+    pub version: Option<String>,
+}
+
+impl JobLock {
+    pub fn harbor_version(&self) -> Option<&str> {
+        self.harbor.as_ref()?.version.as_deref()
+    }
+}
+
+/// One phase's timing in a trial `result.json` (`environment_setup`, `agent_setup`,
+/// `agent_execution`, `verifier`).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Timing {
+    #[serde(default)]
+    pub started_at: Option<String>,
+    #[serde(default)]
+    pub finished_at: Option<String>,
+}
+
+/// A trial `result.json`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct TrialResult {
+    #[serde(default)]
+    pub exception_info: Option<ExceptionInfo>,
+    #[serde(default)]
+    pub verifier_result: Option<VerifierResult>,
+    #[serde(default)]
+    pub agent_result: Option<AgentResult>,
+    #[serde(default)]
+    pub started_at: Option<String>,
+    #[serde(default)]
+    pub finished_at: Option<String>,
+    #[serde(default)]
+    pub environment_setup: Option<Timing>,
+    #[serde(default)]
+    pub agent_execution: Option<Timing>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ExceptionInfo {
+    #[serde(default)]
+    pub exception_type: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct VerifierResult {
+    #[serde(default)]
+    pub rewards: Option<BTreeMap<String, Value>>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct AgentResult {
+    #[serde(default)]
+    pub n_output_tokens: Option<f64>,
+    /// Per model (Harbor 0.25): `{"<model>": {"n_output_tokens": …, …}}`.
+    #[serde(default)]
+    pub model_usage: Option<BTreeMap<String, ModelUsage>>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ModelUsage {
+    #[serde(default)]
+    pub n_output_tokens: Option<f64>,
+}
+
+impl TrialResult {
+    pub fn exception_type(&self) -> Option<&str> {
+        self.exception_info.as_ref().map(|e| e.exception_type.as_deref().unwrap_or("Unknown"))
+    }
+
+    /// A numeric reward from the verifier.
+    pub fn has_reward(&self) -> bool {
+        self.verifier_result.as_ref().and_then(|v| v.rewards.as_ref()).is_some_and(|r| r.values().any(Value::is_number))
+    }
+
+    /// Output tokens the agent got: `n_output_tokens`, else the sum over `model_usage`.
+    pub fn output_tokens(&self) -> Option<f64> {
+        let agent = self.agent_result.as_ref()?;
+        agent.n_output_tokens.or_else(|| {
+            let usage = agent.model_usage.as_ref()?;
+            let values: Vec<f64> = usage.values().filter_map(|u| u.n_output_tokens).collect();
+            (!values.is_empty()).then(|| values.iter().sum())
+        })
+    }
+
+    /// Seconds the agent ran (`agent_execution`), else — older Harbor without phase timings — the
+    /// whole trial (`started_at` → `finished_at`), which includes the sandbox setup.
+    pub fn agent_seconds(&self, parse: impl Fn(&str) -> Option<i64>) -> Option<(f64, bool)> {
+        let span =
+            |s: Option<&String>, f: Option<&String>| -> Option<f64> { Some((parse(f?)? - parse(s?)?) as f64 / 1000.0) };
+        if let Some(t) = &self.agent_execution
+            && let Some(s) = span(t.started_at.as_ref(), t.finished_at.as_ref())
+        {
+            return Some((s, true));
+        }
+        span(self.started_at.as_ref(), self.finished_at.as_ref()).map(|s| (s, false))
+    }
+}
+
+/// Where a trial directory is in Harbor's life cycle, from which files it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrialStage {
+    /// Not a trial directory (none of Harbor's trial files).
+    NotATrial,
+    /// Queued: Harbor made the dir (`lock.json`, an empty `trial.log`, empty `agent/`,
+    /// `verifier/`, `artifacts/`) but its environment has not started; no `config.json` yet.
+    Queued,
+    /// `trial.log` but no `config.json`, `lock.json` or `result.json`: the trial was never
+    /// constructed (an agent that rejected its configuration).
+    Unconstructed,
+    /// `config.json` and no `result.json`: the sandbox is set up or the agent runs.
+    Running,
+    /// `verifier/test-stdout.txt` and no `result.json`: the verifier runs.
+    Verifying,
+    /// `result.json`.
+    Done,
+}
+
+impl TrialStage {
+    /// Started and not done: counts as active.
+    pub fn is_active(self) -> bool {
+        matches!(self, TrialStage::Running | TrialStage::Verifying)
+    }
+}
+
+/// Classifies one trial directory (one `stat` per file looked at; nothing is read).
+pub fn classify_trial(trial: &Path) -> TrialStage {
+    let is_file = |name: &str| std::fs::symlink_metadata(trial.join(name)).is_ok_and(|m| m.file_type().is_file());
+    if is_file(RESULT_FILE) {
+        return TrialStage::Done;
+    }
+    if is_file(CONFIG_FILE) {
+        return if is_file("verifier/test-stdout.txt") { TrialStage::Verifying } else { TrialStage::Running };
+    }
+    if is_file(LOCK_FILE) {
+        return TrialStage::Queued;
+    }
+    if is_file(TRIAL_LOG) { TrialStage::Unconstructed } else { TrialStage::NotATrial }
+}
+
+/// Reads a Harbor JSON file into its model: `Ok(None)` when absent, `Err` with serde's message when
+/// it does not parse (or is not a regular file of at most [`fsread::RECORD_CAP`] bytes).
+pub fn read<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, String> {
+    match fsread::read_capped(path, fsread::RECORD_CAP, Links::Refuse) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| e.to_string()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trial_stages_follow_harbors_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = dir.path();
+        assert_eq!(classify_trial(t), TrialStage::NotATrial);
+        // Harbor 0.25 before the environment starts: lock.json, empty trial.log, empty dirs.
+        for sub in ["agent", "verifier", "artifacts"] {
+            std::fs::create_dir_all(t.join(sub)).unwrap();
+        }
+        std::fs::write(t.join("trial.log"), "").unwrap();
+        assert_eq!(classify_trial(t), TrialStage::Unconstructed);
+        std::fs::write(t.join("lock.json"), "{}").unwrap();
+        assert_eq!(classify_trial(t), TrialStage::Queued);
+        std::fs::write(t.join("config.json"), "{}").unwrap();
+        assert_eq!(classify_trial(t), TrialStage::Running);
+        std::fs::write(t.join("verifier/test-stdout.txt"), "ok").unwrap();
+        assert_eq!(classify_trial(t), TrialStage::Verifying);
+        std::fs::write(t.join("result.json"), "{}").unwrap();
+        assert_eq!(classify_trial(t), TrialStage::Done);
+    }
+
+    #[test]
+    fn output_tokens_and_agent_time_from_harbor_025() {
+        let r: TrialResult = serde_json::from_str(
+            r#"{"agent_result": {"n_output_tokens": null, "model_usage": {"m": {"n_output_tokens": 0}}, "extra": 1},
+                "started_at": "2026-12-01T16:30:00.000Z", "finished_at": "2026-12-01T16:32:00.300Z",
+                "agent_execution": {"started_at": "2026-12-01T16:32:00.000Z", "finished_at": "2026-12-01T16:32:00.300Z"},
+                "unknown_field": [1, 2]}"#,
+        )
+        .unwrap();
+        assert_eq!(r.output_tokens(), Some(0.0));
+        let ms = |s: &str| crate::rundir::parse_time_ms(s);
+        assert_eq!(r.agent_seconds(ms), Some((0.3, true)));
+        let whole: TrialResult =
+            serde_json::from_str(r#"{"started_at": "2026-12-01T16:30:00Z", "finished_at": "2026-12-01T16:32:00Z"}"#)
+                .unwrap();
+        assert_eq!(whole.agent_seconds(ms), Some((120.0, false)));
+    }
+}

@@ -1,0 +1,370 @@
+//! The run directory's format, owned in one place: what payload writes (`launch.json`,
+//! `status.json`, `events.jsonl`), what Harbor writes ([`harbor`]: the job and trial files, one
+//! trial classifier) and vLLM's log ([`enginelog`]: one access-line parser, one scanner that runs
+//! over a whole file or incrementally). payload's heartbeat, submitter's `check`, `status`, `sync`
+//! and `results`, and the test stand-ins read and write through these types.
+
+pub mod enginelog;
+pub mod harbor;
+
+use std::path::Path;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::fsread::{self, Links};
+pub use crate::records::{ENGINE_LOG, EVENTS_FILE, HARBOR_LOG, SPEC_FILE, STATUS_FILE, TUNNEL_LOG};
+use crate::records::{Phase, RunStatus};
+
+/// The newest `status.json` version this build reads (payload writes [`crate::SPEC_VERSION`]).
+pub const STATUS_VERSION: u32 = crate::SPEC_VERSION;
+
+/// Parses an RFC 3339 instant (`…Z` or with an offset); a naive `YYYY-MM-DDTHH:MM:SS[.f]` is read
+/// as UTC (Harbor writes job timestamps in naive local time: use those for differences only).
+pub fn parse_time(text: &str) -> Option<DateTime<Utc>> {
+    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
+        return Some(t.with_timezone(&Utc));
+    }
+    chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S%.f").ok().map(|n| n.and_utc())
+}
+
+/// [`parse_time`] as milliseconds since the epoch.
+pub fn parse_time_ms(text: &str) -> Option<i64> {
+    parse_time(text).map(|t| t.timestamp_millis())
+}
+
+/// Why a record in the run dir could not be used.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RecordError {
+    #[error("{file} does not parse: {detail}")]
+    Unparseable { file: &'static str, detail: String },
+    #[error("{file} has version {found}, newer than this build reads ({supported}): upgrade submitter")]
+    Newer { file: &'static str, found: u32, supported: u32 },
+    #[error("{file} cannot be read: {detail}")]
+    Unreadable { file: &'static str, detail: String },
+}
+
+/// payload's `status.json` as found: absent, usable, or there but unusable (truncated, another
+/// version, a foreign writer) — the last is evidence in itself, never "no payload outcome".
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum StatusRecord {
+    #[default]
+    Absent,
+    Present(RunStatus),
+    Unusable(RecordError),
+}
+
+impl StatusRecord {
+    pub fn status(&self) -> Option<&RunStatus> {
+        match self {
+            StatusRecord::Present(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn into_status(self) -> Option<RunStatus> {
+        match self {
+            StatusRecord::Present(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// Reads `status.json` (a regular file, never through a symlink, capped).
+pub fn read_status(dir: &Path) -> StatusRecord {
+    let path = dir.join(STATUS_FILE);
+    let bytes = match fsread::read_capped(&path, fsread::RECORD_CAP, Links::Refuse) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return StatusRecord::Absent,
+        Err(e) => return StatusRecord::Unusable(RecordError::Unreadable { file: STATUS_FILE, detail: e.to_string() }),
+    };
+    parse_status(&bytes)
+}
+
+/// Parses `status.json` bytes: a newer version is refused by name, anything else that does not
+/// deserialise gives serde's message (line and column).
+pub fn parse_status(bytes: &[u8]) -> StatusRecord {
+    #[derive(Deserialize)]
+    struct Head {
+        version: u32,
+    }
+    if let Ok(head) = serde_json::from_slice::<Head>(bytes)
+        && head.version > STATUS_VERSION
+    {
+        return StatusRecord::Unusable(RecordError::Newer {
+            file: STATUS_FILE,
+            found: head.version,
+            supported: STATUS_VERSION,
+        });
+    }
+    match serde_json::from_slice::<RunStatus>(bytes) {
+        Ok(s) => StatusRecord::Present(s),
+        Err(e) => StatusRecord::Unusable(RecordError::Unparseable { file: STATUS_FILE, detail: e.to_string() }),
+    }
+}
+
+/// What verification reads of `launch.json`: a tolerant partial view (specs from older and newer
+/// payloads read the same; payload itself reads the strict [`crate::LaunchSpec`]).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct LaunchView {
+    #[serde(default)]
+    pub version: Option<u32>,
+    #[serde(default)]
+    pub run_tag: Option<String>,
+    #[serde(default)]
+    pub tunnel: LaunchTunnel,
+    #[serde(default)]
+    pub harbor: LaunchHarbor,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct LaunchTunnel {
+    #[serde(default)]
+    pub kind: Option<String>,
+    #[serde(default)]
+    pub public_url: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct LaunchHarbor {
+    #[serde(default)]
+    pub dataset: Option<std::path::PathBuf>,
+    #[serde(default)]
+    pub n_attempts: Option<u64>,
+    #[serde(default)]
+    pub agent: Option<String>,
+}
+
+/// Reads `launch.json`'s view; `None` when absent or not JSON.
+pub fn read_launch(dir: &Path) -> Option<LaunchView> {
+    harbor::read(&dir.join(SPEC_FILE)).ok().flatten()
+}
+
+/// n_tasks × n_attempts: Harbor's `n_total_trials`, else the dataset's task dirs (from
+/// `launch.json`, else the job `config.json`) × n_attempts.
+pub fn expected_trials(
+    result: Option<&harbor::JobResult>,
+    launch: Option<&LaunchView>,
+    config: Option<&harbor::JobConfig>,
+) -> Option<u64> {
+    if let Some(n) = result.and_then(|r| r.n_total_trials).filter(|n| *n > 0) {
+        return Some(n);
+    }
+    let dataset = launch
+        .and_then(|l| l.harbor.dataset.clone())
+        .or_else(|| config.and_then(|c| c.datasets.first()).and_then(|d| d.path.clone()).map(std::path::PathBuf::from))?;
+    let attempts = launch.and_then(|l| l.harbor.n_attempts).or_else(|| config.and_then(|c| c.n_attempts)).unwrap_or(1);
+    Some(count_tasks(&dataset)? * attempts)
+}
+
+/// [`expected_trials`] of a run dir, reading its files.
+pub fn expected_trials_in(dir: &Path) -> Option<u64> {
+    let result: Option<harbor::JobResult> = harbor::read(&dir.join(harbor::RESULT_FILE)).ok().flatten();
+    let config: Option<harbor::JobConfig> = harbor::read(&dir.join(harbor::CONFIG_FILE)).ok().flatten();
+    expected_trials(result.as_ref(), read_launch(dir).as_ref(), config.as_ref())
+}
+
+/// Task directories of a dataset: subdirectories holding `instruction.md` (or `task.toml`).
+pub fn count_tasks(dataset: &Path) -> Option<u64> {
+    let entries = std::fs::read_dir(dataset).ok()?;
+    let n = entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter(|e| e.path().join("instruction.md").is_file() || e.path().join("task.toml").is_file())
+        .count() as u64;
+    (n > 0).then_some(n)
+}
+
+/// What an `events.jsonl` line records. Names are the wire format (snake_case); a name this build
+/// does not know reads as [`EventKind::Other`] (a newer payload), never as an error.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    Started,
+    SecretsLoaded,
+    Gpus,
+    Port,
+    Phase,
+    EngineSpawned,
+    EngineReady,
+    EngineExited,
+    EngineUnhealthy,
+    HarborConfigCheck,
+    HarborSpawned,
+    HarborExited,
+    ResumeConfigsRewritten,
+    TunnelPrepared,
+    TunnelPair,
+    TunnelPairSkipped,
+    TunnelSpawned,
+    TunnelRestart,
+    TunnelFailed,
+    TunnelUrlMismatch,
+    TunnelLeaseUnavailable,
+    TunnelLeaseLost,
+    TunnelLeaseReleased,
+    TunnelExited,
+    TunnelConnected,
+    TunnelUp,
+    Signal,
+    TeardownStarted,
+    TeardownDone,
+    PostRunSkipped,
+    PostRunStarted,
+    PostRunFinished,
+    WriteFailures,
+    Outcome,
+    Other(String),
+}
+
+const EVENT_NAMES: &[(&str, EventKind)] = &[
+    ("started", EventKind::Started),
+    ("secrets_loaded", EventKind::SecretsLoaded),
+    ("gpus", EventKind::Gpus),
+    ("port", EventKind::Port),
+    ("phase", EventKind::Phase),
+    ("engine_spawned", EventKind::EngineSpawned),
+    ("engine_ready", EventKind::EngineReady),
+    ("engine_exited", EventKind::EngineExited),
+    ("engine_unhealthy", EventKind::EngineUnhealthy),
+    ("harbor_config_check", EventKind::HarborConfigCheck),
+    ("harbor_spawned", EventKind::HarborSpawned),
+    ("harbor_exited", EventKind::HarborExited),
+    ("resume_configs_rewritten", EventKind::ResumeConfigsRewritten),
+    ("tunnel_prepared", EventKind::TunnelPrepared),
+    ("tunnel_pair", EventKind::TunnelPair),
+    ("tunnel_pair_skipped", EventKind::TunnelPairSkipped),
+    ("tunnel_spawned", EventKind::TunnelSpawned),
+    ("tunnel_restart", EventKind::TunnelRestart),
+    ("tunnel_failed", EventKind::TunnelFailed),
+    ("tunnel_url_mismatch", EventKind::TunnelUrlMismatch),
+    ("tunnel_lease_unavailable", EventKind::TunnelLeaseUnavailable),
+    ("tunnel_lease_lost", EventKind::TunnelLeaseLost),
+    ("tunnel_lease_released", EventKind::TunnelLeaseReleased),
+    ("tunnel_exited", EventKind::TunnelExited),
+    ("tunnel_connected", EventKind::TunnelConnected),
+    ("tunnel_up", EventKind::TunnelUp),
+    ("signal", EventKind::Signal),
+    ("teardown_started", EventKind::TeardownStarted),
+    ("teardown_done", EventKind::TeardownDone),
+    ("post_run_skipped", EventKind::PostRunSkipped),
+    ("post_run_started", EventKind::PostRunStarted),
+    ("post_run_finished", EventKind::PostRunFinished),
+    ("write_failures", EventKind::WriteFailures),
+    ("outcome", EventKind::Outcome),
+];
+
+impl EventKind {
+    pub fn as_str(&self) -> &str {
+        match self {
+            EventKind::Other(name) => name,
+            known => EVENT_NAMES.iter().find(|(_, k)| k == known).map_or("other", |(n, _)| n),
+        }
+    }
+}
+
+impl From<&str> for EventKind {
+    fn from(name: &str) -> Self {
+        EVENT_NAMES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or_else(|| EventKind::Other(name.to_string()), |(_, k)| k.clone())
+    }
+}
+
+impl Serialize for EventKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for EventKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = std::borrow::Cow::<str>::deserialize(d)?;
+        Ok(EventKind::from(name.as_ref()))
+    }
+}
+
+/// One line of `events.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub at: String,
+    pub event: EventKind,
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub fields: serde_json::Map<String, Value>,
+}
+
+impl Event {
+    /// The phase a `phase` event entered.
+    pub fn phase(&self) -> Option<Phase> {
+        (self.event == EventKind::Phase).then(|| serde_json::from_value(self.fields.get("phase")?.clone()).ok())?
+    }
+
+    /// The public URL of the pair a `tunnel_pair` event took.
+    pub fn pair_url(&self) -> Option<&str> {
+        (self.event == EventKind::TunnelPair).then(|| self.fields.get("public_url")?.as_str())?
+    }
+}
+
+/// How much of `events.jsonl`'s end is read: the events verification needs are recent.
+pub const EVENTS_TAIL: u64 = 8 << 20;
+
+/// The events among the last [`EVENTS_TAIL`] bytes of `events.jsonl` (a line cut by the window or
+/// not parsing is skipped), oldest first.
+pub fn read_events(dir: &Path) -> Vec<Event> {
+    let Ok((bytes, len)) = fsread::read_tail(&dir.join(EVENTS_FILE), EVENTS_TAIL, Links::Refuse) else {
+        return Vec::new();
+    };
+    let start = if len > bytes.len() as u64 { memchr::memchr(b'\n', &bytes).map_or(bytes.len(), |i| i + 1) } else { 0 };
+    bytes[start..]
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .filter_map(|l| serde_json::from_slice::<Event>(l).ok())
+        .collect()
+}
+
+/// When Harbor started: the last `phase: running` event, else `status.json`'s `started_at` while
+/// its phase is running.
+pub fn running_since(events: &[Event], status: Option<&RunStatus>) -> Option<DateTime<Utc>> {
+    events
+        .iter()
+        .rev()
+        .find(|e| e.phase() == Some(Phase::Running))
+        .and_then(|e| parse_time(&e.at))
+        .or_else(|| status.filter(|s| s.phase == Phase::Running).and_then(|s| parse_time(&s.started_at)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_round_trip_and_unknown_names_survive() {
+        let line = r#"{"at":"2026-12-01T16:33:01.469Z","event":"phase","fields":{"phase":"running"}}"#;
+        let e: Event = serde_json::from_str(line).unwrap();
+        assert_eq!(e.event, EventKind::Phase);
+        assert_eq!(e.phase(), Some(Phase::Running));
+        assert_eq!(serde_json::to_string(&e).unwrap(), line);
+        let other: Event = serde_json::from_str(r#"{"at":"x","event":"from_the_future"}"#).unwrap();
+        assert_eq!(other.event, EventKind::Other("from_the_future".into()));
+        assert_eq!(other.event.as_str(), "from_the_future");
+        for (name, kind) in EVENT_NAMES {
+            assert_eq!(EventKind::from(*name), *kind);
+            assert_eq!(kind.as_str(), *name);
+        }
+    }
+
+    #[test]
+    fn status_records_say_why_they_are_unusable() {
+        assert!(matches!(
+            parse_status(b"{\"version\": 1, \"run_tag\": \"x\", \"pha"),
+            StatusRecord::Unusable(RecordError::Unparseable { .. })
+        ));
+        assert!(matches!(
+            parse_status(b"{\"version\": 99, \"whatever\": true}"),
+            StatusRecord::Unusable(RecordError::Newer { found: 99, .. })
+        ));
+        let ok = br#"{"version":1,"run_tag":"t","phase":"running","started_at":"a","updated_at":"b"}"#;
+        assert!(matches!(parse_status(ok), StatusRecord::Present(_)));
+    }
+}

@@ -1,0 +1,40 @@
+//! How an attempt is observed, shared by `sync` (which folds it into the ledger) and
+//! `verify::status` (which judges it): its run dir, whether a `status.json` is its own, and
+//! Slurm's view of its job. A leaf module, so neither of the two depends on the other.
+
+use std::path::PathBuf;
+
+use launch_spec::records::RunStatus;
+use serde_json::Value;
+
+use crate::domain::SlurmView;
+use crate::ledger::{Attempt, LedgerError};
+use crate::slurm::{JobInfo, JobState, SlurmError};
+
+/// What stops `sync` and `status`: the ledger or Slurm cannot be read (fail closed).
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error(transparent)]
+    Slurm(#[from] SlurmError),
+}
+
+/// The run dir an attempt recorded in its config.
+pub fn run_dir_of(attempt: &Attempt) -> Option<PathBuf> {
+    attempt.config.get("run_dir").and_then(Value::as_str).map(PathBuf::from)
+}
+
+/// A resubmission reuses the run dir (so Harbor resumes): a `status.json` is this attempt's only
+/// when it names this attempt's Slurm job.
+pub fn belongs_to(status: &RunStatus, attempt: &Attempt) -> bool {
+    attempt.slurm_job_id.is_some() && status.slurm_job_id == attempt.slurm_job_id
+}
+
+pub fn view_of(job: Option<&JobInfo>) -> SlurmView {
+    match job {
+        Some(info) if info.state == JobState::Pending => SlurmView::Queued,
+        Some(info) if info.state.is_active() => SlurmView::Running,
+        _ => SlurmView::Gone,
+    }
+}

@@ -1,0 +1,248 @@
+//! `submitter`'s output contract, in one place (docs/design.md, "Output contract"; the exit codes
+//! in docs/exit-codes.md):
+//!
+//! - **`--format human|json`** on every command that prints a result (`--json` is the same as
+//!   `--format json`). Human text is for people and may change; JSON is the contract.
+//! - **A JSON result is one document**: an object whose first keys are `format_version` (this
+//!   build's [`FORMAT_VERSION`]) and `kind` (which document, e.g. `"registry.resolve"`), built from
+//!   the output types of the command — never from an internal struct — and printed pretty with a
+//!   trailing newline. A command that repeats (`--watch`) prints one compact document per line.
+//!   `format_version` goes up when a field is removed, renamed or changes meaning; adding a field
+//!   does not change it.
+//! - **Exit statuses** ([`ExitStatus`]): one code per kind of failure, so a script can tell "the
+//!   ledger is down" from "a typo in a config file".
+
+use std::error::Error;
+use std::process::ExitCode;
+
+use serde::Serialize;
+
+use crate::ledger::LedgerError;
+use crate::slurm::SlurmError;
+
+/// The version of every JSON document `submitter` prints.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// How a command prints its result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Format {
+    /// Text for people (tables, one line per item); not a contract.
+    #[default]
+    Human,
+    /// One versioned JSON document (see the module docs).
+    Json,
+}
+
+/// The `--format` / `--json` flags, for commands to flatten.
+#[derive(clap::Args, Debug, Clone, Copy, Default)]
+pub struct FormatArgs {
+    /// Output format: `human` (default) or `json`, a document with `format_version` and `kind`.
+    #[arg(long, value_enum, default_value_t, value_name = "FORMAT")]
+    pub format: Format,
+    /// Same as `--format json`.
+    #[arg(long, conflicts_with = "format")]
+    pub json: bool,
+}
+
+impl FormatArgs {
+    pub fn get(&self) -> Format {
+        if self.json { Format::Json } else { self.format }
+    }
+
+    pub fn is_json(&self) -> bool {
+        self.get() == Format::Json
+    }
+}
+
+#[derive(Serialize)]
+struct Document<'a, T: Serialize> {
+    format_version: u32,
+    kind: &'a str,
+    #[serde(flatten)]
+    body: &'a T,
+}
+
+/// `body` (a struct or map of output fields) as a pretty JSON document of `kind`, newline-terminated.
+pub fn document<T: Serialize>(kind: &str, body: &T) -> String {
+    let doc = Document { format_version: FORMAT_VERSION, kind, body };
+    // Output types are plain data (strings, numbers, maps with string keys): they always serialise.
+    let mut text = serde_json::to_string_pretty(&doc).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+    text.push('\n');
+    text
+}
+
+/// `body` as one compact JSON document of `kind` on one line (a repeating command's stream).
+pub fn document_line<T: Serialize>(kind: &str, body: &T) -> String {
+    let doc = Document { format_version: FORMAT_VERSION, kind, body };
+    let mut text = serde_json::to_string(&doc).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+    text.push('\n');
+    text
+}
+
+/// `submitter`'s exit statuses (modelled on uv's `ExitStatus`): 0 and 1 are outcomes of a command
+/// that ran, 2 and up say why it could not do its work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    /// Done; nothing to report.
+    Success,
+    /// The command ran and found problems: lint errors, a failed launch check, an unhealthy job.
+    Problems,
+    /// Bad input or configuration: a flag, a file, a field (clap's usage errors are 2 as well).
+    BadInput,
+    /// The ledger could not be opened or used: unreachable, login refused, schema too new, a
+    /// database error.
+    LedgerUnavailable,
+    /// Slurm could not be asked: `sbatch`/`squeue`/`sacct`/`scancel` missing, failing, timing out or
+    /// printing something unexpected.
+    SlurmUnavailable,
+    /// Another submitter holds this state dir's lock.
+    LockHeld,
+    /// Some of the work failed and the rest was done: `launch` with a refused or failed submission.
+    PartialFailure,
+}
+
+impl ExitStatus {
+    pub const ALL: [ExitStatus; 7] = [
+        ExitStatus::Success,
+        ExitStatus::Problems,
+        ExitStatus::BadInput,
+        ExitStatus::LedgerUnavailable,
+        ExitStatus::SlurmUnavailable,
+        ExitStatus::LockHeld,
+        ExitStatus::PartialFailure,
+    ];
+
+    pub const fn code(self) -> u8 {
+        match self {
+            ExitStatus::Success => 0,
+            ExitStatus::Problems => 1,
+            ExitStatus::BadInput => 2,
+            ExitStatus::LedgerUnavailable => 3,
+            ExitStatus::SlurmUnavailable => 4,
+            ExitStatus::LockHeld => 5,
+            ExitStatus::PartialFailure => 6,
+        }
+    }
+
+    /// The status for an error that ended a command, from the first cause in its chain that says
+    /// what kind of failure it is; anything else is bad input.
+    pub fn of_error<'a>(chain: impl IntoIterator<Item = &'a (dyn Error + 'static)>) -> ExitStatus {
+        chain.into_iter().find_map(classify).unwrap_or(ExitStatus::BadInput)
+    }
+}
+
+impl From<ExitStatus> for ExitCode {
+    fn from(status: ExitStatus) -> Self {
+        ExitCode::from(status.code())
+    }
+}
+
+fn classify(error: &(dyn Error + 'static)) -> Option<ExitStatus> {
+    if let Some(error) = error.downcast_ref::<LedgerError>() {
+        return Some(ledger_status(error));
+    }
+    if let Some(error) = error.downcast_ref::<SlurmError>() {
+        return Some(slurm_status(error));
+    }
+    if error.downcast_ref::<LockHeld>().is_some() {
+        return Some(ExitStatus::LockHeld);
+    }
+    // Wrappers whose variants are `#[error(transparent)]`: the wrapped error is not in the chain.
+    if let Some(error) = error.downcast_ref::<crate::executor::SubmitError>() {
+        return match error {
+            crate::executor::SubmitError::Ledger(e) => Some(ledger_status(e)),
+            crate::executor::SubmitError::Slurm(e) => Some(slurm_status(e)),
+            _ => None,
+        };
+    }
+    if let Some(error) = error.downcast_ref::<crate::snapshot::SnapshotError>() {
+        return Some(match error {
+            crate::snapshot::SnapshotError::Ledger(e) => ledger_status(e),
+            crate::snapshot::SnapshotError::Slurm(e) => slurm_status(e),
+        });
+    }
+    if let Some(error) = error.downcast_ref::<crate::sync::SyncError>() {
+        return Some(match error {
+            crate::sync::SyncError::Ledger(e) => ledger_status(e),
+            crate::sync::SyncError::Slurm(e) => slurm_status(e),
+        });
+    }
+    None
+}
+
+fn ledger_status(error: &LedgerError) -> ExitStatus {
+    match error {
+        LedgerError::BadSpec { .. } => ExitStatus::BadInput,
+        LedgerError::Unreachable { .. }
+        | LedgerError::Rejected { .. }
+        | LedgerError::SchemaTooNew { .. }
+        | LedgerError::Migration { .. }
+        | LedgerError::Backend { .. }
+        | LedgerError::Corrupt { .. } => ExitStatus::LedgerUnavailable,
+        // The ledger answered; the request was wrong for the state it holds.
+        LedgerError::AlreadyActive { .. }
+        | LedgerError::NotFound { .. }
+        | LedgerError::IllegalTransition { .. }
+        | LedgerError::JobIdConflict { .. }
+        | LedgerError::InvalidImport { .. } => ExitStatus::BadInput,
+    }
+}
+
+fn slurm_status(error: &SlurmError) -> ExitStatus {
+    match error {
+        SlurmError::InvalidRequest(_) => ExitStatus::BadInput,
+        SlurmError::Spawn { .. }
+        | SlurmError::Failed { .. }
+        | SlurmError::TimedOut { .. }
+        | SlurmError::UnexpectedOutput { .. } => ExitStatus::SlurmUnavailable,
+    }
+}
+
+/// Another submitter holds the state dir's lock file.
+#[derive(Debug, thiserror::Error)]
+#[error("another submitter holds {path} — one submitter per state dir; wait for it or stop it")]
+pub struct LockHeld {
+    pub path: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_distinct_and_stable() {
+        let codes: Vec<u8> = ExitStatus::ALL.iter().map(|s| s.code()).collect();
+        assert_eq!(codes, vec![0, 1, 2, 3, 4, 5, 6]);
+    }
+
+    #[test]
+    fn errors_map_to_their_status() {
+        let ledger_down: Box<dyn Error> = Box::new(LedgerError::Unreachable {
+            location: "postgres://u@h/db".into(),
+            detail: "refused".into(),
+            hint: "",
+        });
+        assert_eq!(ExitStatus::of_error([&*ledger_down]), ExitStatus::LedgerUnavailable);
+        let slurm_down = crate::sync::SyncError::Slurm(SlurmError::TimedOut {
+            command: "squeue".into(),
+            timeout: std::time::Duration::from_secs(1),
+        });
+        assert_eq!(ExitStatus::of_error([&slurm_down as &dyn Error]), ExitStatus::SlurmUnavailable);
+        let lock = LockHeld { path: "/state/submitter.lock".into() };
+        assert_eq!(ExitStatus::of_error([&lock as &dyn Error]), ExitStatus::LockHeld);
+        let other = std::io::Error::other("a typo");
+        assert_eq!(ExitStatus::of_error([&other as &dyn Error]), ExitStatus::BadInput);
+    }
+
+    #[test]
+    fn documents_lead_with_version_and_kind() {
+        #[derive(Serialize)]
+        struct Body {
+            rows: Vec<u32>,
+        }
+        let text = document("test.kind", &Body { rows: vec![1] });
+        assert!(text.starts_with("{\n  \"format_version\": 1,\n  \"kind\": \"test.kind\",\n  \"rows\""), "{text}");
+        assert!(text.ends_with("}\n"));
+        assert_eq!(document_line("k", &Body { rows: vec![] }), "{\"format_version\":1,\"kind\":\"k\",\"rows\":[]}\n");
+    }
+}

@@ -1,0 +1,87 @@
+//! Snapshots (`insta`) of the human and JSON outputs of the registry, catalogue and families
+//! commands through the real binary: a changed output shows up as a reviewed diff
+//! (`cargo insta review`, or `INSTA_UPDATE=always` then `git diff`), and a JSON document without
+//! its `format_version` cannot slip through. Volatile parts (temp paths, registration times) are
+//! replaced by placeholders before the comparison. In CI (`CI=true`) a missing or different snapshot
+//! fails.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use crate::support::{SUBMITTER, stdout, workspace_root};
+
+fn run_in(state: &Path, args: &[&str]) -> Output {
+    Command::new(SUBMITTER)
+        .args(args)
+        .args(["--cluster", "local", "--state-dir"])
+        .arg(state)
+        .env("SUBMITTER_HOME", workspace_root())
+        .output()
+        .unwrap()
+}
+
+/// `text` with RFC 3339 times and human `YYYY-MM-DD HH:MM` times as placeholders.
+fn stable(text: &str) -> String {
+    let rfc3339 = regex::Regex::new(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)").unwrap();
+    let human = regex::Regex::new(r"\d{4}-\d\d-\d\d \d\d:\d\d").unwrap();
+    human.replace_all(&rfc3339.replace_all(text, "<time>"), "<time>").into_owned()
+}
+
+fn ok(out: &Output) -> String {
+    assert!(out.status.success(), "{}{}", stdout(out), String::from_utf8_lossy(&out.stderr));
+    stdout(out)
+}
+
+#[test]
+fn registry_resolve() {
+    let args = ["registry", "resolve", "--gpus-per-node", "4", "Qwen/Qwen3-32B", "probe/Foo-7B"];
+    let out = Command::new(SUBMITTER).args(args).current_dir(workspace_root()).env_remove("SUBMITTER_HOME").output();
+    insta::assert_snapshot!("registry_resolve_human", ok(&out.unwrap()));
+    let out = Command::new(SUBMITTER)
+        .args(args)
+        .args(["--format", "json"])
+        .current_dir(workspace_root())
+        .env_remove("SUBMITTER_HOME")
+        .output();
+    insta::assert_snapshot!("registry_resolve_json", ok(&out.unwrap()));
+}
+
+#[test]
+fn registry_check_on_a_broken_registry() {
+    let corpus = workspace_root().join("submitter/tests/corpus/typo-key/model_config");
+    for format in ["human", "json"] {
+        let out = Command::new(SUBMITTER)
+            .args(["registry", "check", "--registry"])
+            .arg(&corpus)
+            .args(["--format", format])
+            .current_dir(workspace_root())
+            .env_remove("SUBMITTER_HOME")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+        let root = workspace_root().display().to_string();
+        insta::assert_snapshot!(format!("registry_check_{format}"), stdout(&out).replace(&root, "<root>"));
+    }
+}
+
+#[test]
+fn catalogue_families_and_unevaluated() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    ok(&run_in(&state, &["models", "add", "org/Alpha-8B", "org/Beta-32B"]));
+    ok(&run_in(&state, &["models", "add", "--base", "Qwen/Qwen3-8B", "org/my-sft"]));
+    ok(&run_in(&state, &["families", "add", "dev_set_v2_3.0x", "dev_set_v2"]));
+    for format in ["human", "json"] {
+        let f = ["--format", format];
+        insta::assert_snapshot!(
+            format!("models_list_{format}"),
+            stable(&ok(&run_in(&state, &[&["models", "list"][..], &f].concat())))
+        );
+        insta::assert_snapshot!(
+            format!("families_list_{format}"),
+            ok(&run_in(&state, &[&["families", "list"][..], &f].concat()))
+        );
+        let unevaluated = ["unevaluated", "--benchmark", "dev_set_v2_3.0x", "--size", "8"];
+        insta::assert_snapshot!(format!("unevaluated_{format}"), ok(&run_in(&state, &[&unevaluated[..], &f].concat())));
+    }
+}

@@ -1,0 +1,576 @@
+//! `check` and `status` on run directories shaped like real ones (docs/verification.md, "Judged at
+//! a reference time"): Harbor 0.25's trial layouts, sandbox setups that take minutes, idle servers
+//! that log only untimestamped health checks, multi-line tracebacks after 400s, runs without
+//! payload's records. Every run dir is written for a fixed reference time `T` and judged with
+//! `check --now T`; where payload's records exist, `status`'s verdict on the same run dir (through
+//! `verify::status::judge_job`, what `submitter status` runs per job) is asserted to equal
+//! `check`'s `status_verdict`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::SystemTime;
+
+use chrono::{DateTime, Duration, Utc};
+use serde_json::{Value, json};
+use submitter::domain::SlurmView;
+use submitter::ledger::{ImportedAttempt, Status, open_ledger};
+use submitter::verify::VerifySettings;
+use submitter::verify::status::{JobSide, judge_job};
+
+use crate::support::{SUBMITTER, slurm_up};
+
+/// The reference time every run dir here is written for.
+fn t0() -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2026-11-30T06:00:00Z").unwrap().with_timezone(&Utc)
+}
+
+fn at(minutes_before: f64) -> DateTime<Utc> {
+    t0() - Duration::milliseconds((minutes_before * 60_000.0) as i64)
+}
+
+fn iso(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
+
+/// Harbor's naive job timestamps (node-local time; the test machine's zone).
+fn naive(t: DateTime<Utc>) -> String {
+    t.with_timezone(&chrono::Local).format("%Y-%m-%dT%H:%M:%S%.6f").to_string()
+}
+
+/// vLLM's logger stamp (`MM-DD HH:MM:SS`, node-local time).
+fn stamp(t: DateTime<Utc>) -> String {
+    t.with_timezone(&chrono::Local).format("%m-%d %H:%M:%S").to_string()
+}
+
+fn write(path: &Path, text: &str, modified: DateTime<Utc>) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+    let f = std::fs::File::options().write(true).open(path).unwrap();
+    f.set_modified(SystemTime::from(modified)).unwrap();
+}
+
+fn write_json(path: &Path, value: &Value, modified: DateTime<Utc>) {
+    write(path, &serde_json::to_string_pretty(value).unwrap(), modified);
+}
+
+struct Dir {
+    _tmp: tempfile::TempDir,
+    path: PathBuf,
+}
+
+/// A Harbor 0.25 job dir: `config.json`, `lock.json`, `result.json` (`finished_at` null until
+/// `finished`), started `started_min` minutes before T with `n_total` trials.
+fn job(started_min: f64, n_total: u64, finished: Option<f64>) -> Dir {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("jobs/terminal_bench_2__org__Model-8B");
+    let start = at(started_min);
+    write_json(
+        &path.join("config.json"),
+        &json!({"job_name": "terminal_bench_2__org__Model-8B", "n_attempts": 1, "n_concurrent_trials": 12,
+                "environment": {"type": "daytona"},
+                "agents": [{"name": "terminus-2", "model_name": "hosted_vllm/Model-8B",
+                            "kwargs": {"api_base": "http://127.0.0.1:8000/v1",
+                                       "model_info": {"max_input_tokens": 32768, "max_output_tokens": 16384}}}],
+                "datasets": [{"path": "/data/tb2"}]}),
+        start,
+    );
+    write_json(
+        &path.join("lock.json"),
+        &json!({"schema_version": 3, "harbor": {"version": "0.25.0", "is_editable": false}, "trials": []}),
+        start,
+    );
+    let fin = finished.map(at);
+    write_json(
+        &path.join("result.json"),
+        &json!({"id": "e113", "started_at": naive(start), "updated_at": naive(fin.unwrap_or(start)),
+                "finished_at": fin.map(naive), "n_total_trials": n_total,
+                "stats": {"n_completed_trials": 0, "n_errored_trials": 0, "evals": {}}}),
+        fin.unwrap_or(start),
+    );
+    Dir { _tmp: tmp, path }
+}
+
+/// A trial Harbor queued: what `Trial.__init__` leaves before the environment starts.
+fn queued_trial(dir: &Path, name: &str, made_min: f64) {
+    let t = dir.join(name);
+    for sub in ["agent", "verifier", "artifacts"] {
+        std::fs::create_dir_all(t.join(sub)).unwrap();
+    }
+    write_json(&t.join("lock.json"), &json!({"schema_version": 2, "task": {"name": name}}), at(made_min));
+    write(&t.join("trial.log"), "", at(made_min));
+}
+
+/// A trial whose sandbox is up and whose agent runs (`config.json`, a tmux pane log).
+fn running_trial(dir: &Path, name: &str, started_min: f64) {
+    queued_trial(dir, name, started_min);
+    let t = dir.join(name);
+    write_json(
+        &t.join("config.json"),
+        &json!({"trial_name": name, "agent": {"name": "terminus-2", "kwargs": {"api_base": "http://127.0.0.1:8000/v1"}}}),
+        at(started_min),
+    );
+    write(&t.join("agent/terminus_2.pane"), "root@sandbox:/app# ", at(started_min - 1.0));
+}
+
+struct Done {
+    /// Sandbox setup (Daytona: minutes).
+    setup_s: f64,
+    agent_s: f64,
+    output_tokens: Option<u64>,
+    /// Harbor 0.25 keeps the per-model counts in `model_usage` too.
+    usage_only: bool,
+    exception: Option<&'static str>,
+    reward: Option<f64>,
+}
+
+fn ok_trial() -> Done {
+    Done {
+        setup_s: 95.0,
+        agent_s: 240.0,
+        output_tokens: Some(1874),
+        usage_only: false,
+        exception: None,
+        reward: Some(1.0),
+    }
+}
+
+/// A finished trial, its `result.json` written `finished_min` minutes before T.
+fn done_trial(dir: &Path, name: &str, finished_min: f64, d: &Done) {
+    running_trial(dir, name, finished_min + (d.setup_s + d.agent_s) / 60.0 + 1.0);
+    let t = dir.join(name);
+    let finished = at(finished_min);
+    let agent_end = finished - Duration::seconds(2);
+    let agent_start = agent_end - Duration::milliseconds((d.agent_s * 1000.0) as i64);
+    let setup_start = agent_start - Duration::milliseconds((d.setup_s * 1000.0) as i64);
+    let usage = json!({"Model-8B": {"n_input_tokens": 2596, "n_output_tokens": d.output_tokens, "cost_usd": null}});
+    let agent_result = if d.usage_only {
+        json!({"n_input_tokens": 2596, "model_usage": usage})
+    } else {
+        json!({"n_input_tokens": 2596, "n_output_tokens": d.output_tokens, "model_usage": usage})
+    };
+    write(&t.join("verifier/test-stdout.txt"), "ok\n", agent_end);
+    write_json(&t.join("artifacts/manifest.json"), &json!([{"source": "/logs/artifacts", "status": "ok"}]), agent_end);
+    write_json(
+        &t.join("result.json"),
+        &json!({"trial_name": name, "task_name": name.split("__").next(),
+                "config": {"agent": {"kwargs": {"api_base": "http://127.0.0.1:8000/v1"}}},
+                "agent_info": {"name": "terminus-2", "version": "2.0.0"},
+                "agent_result": agent_result,
+                "verifier_result": d.reward.map(|r| json!({"rewards": {"reward": r}})),
+                "exception_info": d.exception.map(|e| json!({"exception_type": e, "exception_message": "", "occurred_at": iso(agent_end)})),
+                "started_at": iso(setup_start - Duration::milliseconds(60)), "finished_at": iso(finished),
+                "environment_setup": {"started_at": iso(setup_start), "finished_at": iso(agent_start - Duration::seconds(1))},
+                "agent_execution": {"started_at": iso(agent_start), "finished_at": iso(agent_end)},
+                "verifier": {"started_at": iso(agent_end), "finished_at": iso(finished)}}),
+        finished,
+    );
+}
+
+/// A 400 as vLLM logs it: the access line, then an ERROR line and a multi-line traceback.
+fn traceback_400(t: DateTime<Utc>, port: u32) -> String {
+    let mut s = format!("INFO:     127.0.0.1:{port} - \"POST /v1/chat/completions HTTP/1.1\" 400 Bad Request\n");
+    s += &format!(
+        "(APIServer pid=4242) ERROR {} [serving_chat.py:212] Error in preprocessing prompt inputs\n",
+        stamp(t)
+    );
+    s += "(APIServer pid=4242) Traceback (most recent call last):\n";
+    for (file, line, func) in [
+        ("vllm/entrypoints/openai/serving_chat.py", 205, "create_chat_completion"),
+        ("vllm/entrypoints/openai/serving_engine.py", 1080, "_preprocess_chat"),
+        ("vllm/entrypoints/openai/serving_engine.py", 612, "_tokenize_prompt_input_async"),
+        ("vllm/entrypoints/openai/serving_engine.py", 540, "_validate_input"),
+    ] {
+        s += &format!(
+            "(APIServer pid=4242)   File \"/opt/venv/lib/python3.12/site-packages/{file}\", line {line}, in {func}\n"
+        );
+        s += "(APIServer pid=4242)     raise VLLMValidationError(\n";
+    }
+    s += "(APIServer pid=4242) vllm.exceptions.VLLMValidationError: This model's maximum context length is 32768 tokens. However, your request has 40123 input tokens.\n";
+    s
+}
+
+/// vLLM's log: the server started `start_min` before T; while `busy` (minutes before T, from →
+/// to) a throughput line every 10 s and the completions `codes` per line; afterwards only the
+/// untimestamped `GET /health` lines of payload's probe until T.
+fn engine_log(dir: &Path, start_min: f64, busy: Option<(f64, f64)>, codes: &[u16]) {
+    let start = at(start_min);
+    let mut text = format!(
+        "(APIServer pid=4242) INFO {} [api_server.py:1880] vLLM API server version 0.33.0\n\
+         (APIServer pid=4242) INFO {} [api_server.py:1912] Starting vLLM API server 0 on http://127.0.0.1:8000\n\
+         INFO:     Started server process [4242]\nINFO:     Application startup complete.\n",
+        stamp(start),
+        stamp(start)
+    );
+    let mut port = 40000;
+    let mut last = start;
+    if let Some((from, to)) = busy {
+        let mut t = at(from);
+        while t <= at(to) {
+            text += &format!(
+                "(APIServer pid=4242) INFO {} [loggers.py:248] Engine 000: Avg prompt throughput: 812.4 tokens/s, Running: 12 reqs\n",
+                stamp(t)
+            );
+            for code in codes {
+                port += 1;
+                if *code == 400 {
+                    text += &traceback_400(t, port);
+                } else {
+                    text += &format!("INFO:     127.0.0.1:{port} - \"POST /v1/chat/completions HTTP/1.1\" {code} OK\n");
+                }
+            }
+            last = t;
+            t += Duration::seconds(10);
+        }
+        text += &format!(
+            "(APIServer pid=4242) INFO {} [loggers.py:248] Engine 000: Avg prompt throughput: 0.0 tokens/s, Running: 0 reqs\n",
+            stamp(last + Duration::seconds(10))
+        );
+    }
+    // An idle server: health checks every 5 s, no stamp on any of them.
+    let idle_from = busy.map_or(start_min, |b| b.1);
+    for _ in 0..((idle_from * 60.0 / 5.0) as usize) {
+        text += "INFO:     127.0.0.1:39999 - \"GET /health HTTP/1.1\" 200 OK\n";
+    }
+    write(&dir.join("vllm.log"), &text, t0());
+}
+
+/// payload's records: Harbor running since `running_min`, a heartbeat `beat_ago_s` old.
+fn payload(
+    dir: &Path,
+    running_min: f64,
+    beat_ago_s: i64,
+    counters: (u64, u64, u64),
+    trials: (u64, u64, u64),
+    progress_min: f64,
+) {
+    let beat = t0() - Duration::seconds(beat_ago_s);
+    write_json(
+        &dir.join("status.json"),
+        &json!({"version": 1, "run_tag": "terminal_bench_2__org__Model-8B", "phase": "running",
+                "started_at": iso(at(running_min + 4.0)), "updated_at": iso(beat), "slurm_job_id": "4242",
+                "heartbeat": {"at": iso(beat), "completions_ok": counters.0, "completions_4xx": counters.1, "completions_5xx": counters.2,
+                              "trials_started": trials.0, "trials_finished": trials.1, "trials_errored": trials.2,
+                              "last_progress_at": iso(at(progress_min)), "engine_healthy": true}}),
+        beat,
+    );
+    write(
+        &dir.join("events.jsonl"),
+        &format!(
+            "{}\n{}\n",
+            json!({"at": iso(at(running_min + 4.0)), "event": "phase", "fields": {"phase": "serving"}}),
+            json!({"at": iso(at(running_min)), "event": "phase", "fields": {"phase": "running"}})
+        ),
+        at(running_min),
+    );
+}
+
+/// `check --now T --json` on one run dir: (report of the run, exit code).
+fn check(dir: &Path) -> (Value, Option<i32>) {
+    let out = Command::new(SUBMITTER).arg("check").arg(dir).args(["--json", "--now", &iso(t0())]).output().unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("{e}: {}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    });
+    (report["runs"][0].clone(), out.status.code())
+}
+
+fn finding<'a>(run: &'a Value, id: &str) -> Option<&'a Value> {
+    run["findings"].as_array()?.iter().find(|f| f["id"] == id)
+}
+
+fn text(f: &Value) -> String {
+    let ev: Vec<&str> =
+        f["evidence"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    format!("{} | {}", f["summary"].as_str().unwrap_or(""), ev.join(" | "))
+}
+
+/// `status`'s verdict on the same run dir at T: Slurm RUNNING job 4242, started 3 h before.
+fn status_verdict(dir: &Path) -> submitter::verify::verdict::JobVerdict {
+    let side = JobSide {
+        status: Status::Started,
+        reason: "running as job 4242",
+        job_id: Some("4242"),
+        slurm: Some(SlurmView::Running),
+        slurm_state: Some("RUNNING".into()),
+        started_at: Some(at(180.0)),
+        metrics: None,
+    };
+    judge_job(Some(dir), &side, None, &VerifySettings::default(), t0()).0
+}
+
+fn assert_same_verdict(dir: &Path, run: &Value) {
+    let v = status_verdict(dir);
+    assert_eq!(run["status_verdict"], v.verdict.as_str(), "check vs status: {run:#}\nstatus: {v:#?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// Fix 1 and 4: a hung Harbor without payload's records. 12 trials active, `finished_at` null,
+/// the last POST 50 min ago, the newest result an hour old: stalled, not "completions arriving".
+#[test]
+fn hung_harbor_without_payload_records_is_stalled() {
+    let d = job(180.0, 40, None);
+    for i in 0..20 {
+        done_trial(&d.path, &format!("task-{i:02}__done{i:03}"), 60.0 + f64::from(i) * 3.0, &ok_trial());
+    }
+    for i in 20..32 {
+        running_trial(&d.path, &format!("task-{i:02}__hang{i:03}"), 70.0);
+    }
+    engine_log(&d.path, 175.0, Some((120.0, 50.0)), &[200, 200, 200]);
+    let (run, code) = check(&d.path);
+    assert_eq!(code, Some(1), "{run:#}");
+    assert_eq!(run["state"], "running", "Harbor's files say it has not finished: {run:#}");
+    let f = finding(&run, "trials.stalled").expect("trials.stalled");
+    assert!(text(f).contains("no completion and no trial progress for 50m while 12 trials are active"), "{f:#}");
+    assert!(text(f).contains("last completion"), "{f:#}");
+    let engine = finding(&run, "engine.completions").unwrap();
+    assert_eq!(engine["level"], "warn", "{engine:#}");
+    assert!(text(engine).contains("no completion for 50m"), "{engine:#}");
+    assert_eq!(run["status_verdict"], "stalled");
+}
+
+/// Fix 2: an idle server logs only untimestamped `GET /health` lines; it has served since the job
+/// started 13 min ago (the server's start line and Harbor's `started_at`), not for ~1 s.
+#[test]
+fn an_idle_engine_is_as_old_as_its_job() {
+    let d = job(13.0, 10, None);
+    for i in 0..4 {
+        running_trial(&d.path, &format!("task-{i}__idle{i:03}"), 12.0);
+    }
+    engine_log(&d.path, 13.0, None, &[]);
+    let (run, code) = check(&d.path);
+    assert_eq!(code, Some(1), "{run:#}");
+    let f = finding(&run, "engine.zero_ok").expect("engine.zero_ok");
+    assert!(text(f).contains("13m served with zero 200 completions"), "{f:#}");
+    assert_eq!(run["status_verdict"], "misconfigured");
+}
+
+/// Fix 3: the agent died 0.3 s after a 2-minute sandbox setup, without output tokens: 47 instant
+/// failures, timed on `agent_execution`, not on the whole trial.
+#[test]
+fn instant_failures_are_timed_on_the_agent_not_the_sandbox_setup() {
+    let d = job(60.0, 60, None);
+    let dead = Done {
+        setup_s: 120.0,
+        agent_s: 0.3,
+        output_tokens: None,
+        usage_only: false,
+        exception: Some("BadRequestError"),
+        reward: None,
+    };
+    for i in 0..47 {
+        done_trial(&d.path, &format!("task-{i:02}__inst{i:03}"), 10.0 + f64::from(i) * 0.1, &dead);
+    }
+    for i in 47..57 {
+        done_trial(&d.path, &format!("task-{i:02}__good{i:03}"), 5.0, &ok_trial());
+    }
+    running_trial(&d.path, "task-58__run0058", 3.0);
+    engine_log(&d.path, 58.0, Some((55.0, 1.0)), &[200, 200]);
+    payload(&d.path, 55.0, 10, (600, 47, 0), (58, 57, 47), 1.0);
+    let (run, code) = check(&d.path);
+    assert_eq!(code, Some(1), "{run:#}");
+    let f = finding(&run, "trials.instant_fail").expect("trials.instant_fail");
+    assert_eq!(f["level"], "fail");
+    assert!(text(f).contains("47 of 57 finished trials failed instantly"), "{f:#}");
+    assert!(text(f).contains("the agent ran 0.3s (agent_execution; BadRequestError)"), "{f:#}");
+    assert_same_verdict(&d.path, &run);
+}
+
+/// Fix 4 with payload's records: the heartbeat is fresh, but nothing moved for 50 min.
+#[test]
+fn completions_that_stopped_are_not_arriving() {
+    let d = job(120.0, 30, None);
+    for i in 0..10 {
+        done_trial(&d.path, &format!("task-{i}__d{i:03}"), 55.0 + f64::from(i), &ok_trial());
+    }
+    for i in 10..14 {
+        running_trial(&d.path, &format!("task-{i}__r{i:03}"), 60.0);
+    }
+    engine_log(&d.path, 118.0, Some((115.0, 50.0)), &[200]);
+    payload(&d.path, 115.0, 8, (391, 0, 0), (14, 10, 0), 50.0);
+    let (run, code) = check(&d.path);
+    assert_eq!(code, Some(1), "{run:#}");
+    let engine = finding(&run, "engine.completions").unwrap();
+    assert!(text(engine).contains("no completion for 50m"), "{engine:#}");
+    assert!(finding(&run, "trials.stalled").is_some(), "{run:#}");
+    assert_same_verdict(&d.path, &run);
+    assert_eq!(run["status_verdict"], "stalled");
+}
+
+/// Fix 5: a status.json that does not parse is reported with the parser's words; the evidence
+/// never claims "no payload outcome".
+#[test]
+fn an_unparseable_status_json_is_evidence_not_silence() {
+    let d = job(30.0, 10, None);
+    done_trial(&d.path, "task-0__a0000", 5.0, &ok_trial());
+    running_trial(&d.path, "task-1__b0001", 8.0);
+    engine_log(&d.path, 29.0, Some((28.0, 0.2)), &[200]);
+    payload(&d.path, 28.0, 5, (150, 0, 0), (2, 1, 0), 0.5);
+    let full = std::fs::read_to_string(d.path.join("status.json")).unwrap();
+    write(&d.path.join("status.json"), &full[..full.len() / 2], t0());
+    let (run, _) = check(&d.path);
+    let f = finding(&run, "outcome.unreadable").expect("outcome.unreadable");
+    assert!(text(f).contains("status.json does not parse: EOF while parsing"), "{f:#}");
+    let all = run["findings"].as_array().unwrap().iter().map(text).collect::<Vec<_>>().join("\n");
+    assert!(!all.contains("no payload outcome"), "{all}");
+    // status names the same problem instead of waiting for a first status.json.
+    let v = status_verdict(&d.path);
+    assert_eq!(v.verdict.as_str(), "dead", "{v:#?}");
+    assert!(v.summary.contains("unusable status.json (status.json does not parse"), "{v:#?}");
+    // A newer payload's status.json is refused by version.
+    write(&d.path.join("status.json"), r#"{"version": 7, "run_tag": "x"}"#, t0());
+    let (run, _) = check(&d.path);
+    assert!(text(finding(&run, "outcome.unreadable").unwrap()).contains("has version 7, newer than this build reads"));
+}
+
+/// Fix 7: Harbor 0.25's layouts. A queued trial (lock.json, empty trial.log, empty agent/,
+/// verifier/, artifacts/) is neither active nor "never constructed"; a verifying trial is active;
+/// output tokens counted only in `model_usage` are output tokens.
+#[test]
+fn harbor_025_trial_layouts_read_correctly() {
+    let d = job(40.0, 10, None);
+    for i in 0..3 {
+        queued_trial(&d.path, &format!("task-{i}__q{i:04}"), 39.0);
+    }
+    running_trial(&d.path, "task-3__r0003", 20.0);
+    running_trial(&d.path, "task-4__v0004", 25.0);
+    write(&d.path.join("task-4__v0004/verifier/test-stdout.txt"), "running tests\n", at(1.0));
+    let quick = Done {
+        setup_s: 100.0,
+        agent_s: 3.0,
+        output_tokens: Some(96),
+        usage_only: true,
+        exception: None,
+        reward: Some(1.0),
+    };
+    for i in 5..9 {
+        done_trial(&d.path, &format!("task-{i}__d{i:04}"), 2.0 + f64::from(i), &quick);
+    }
+    engine_log(&d.path, 39.0, Some((38.0, 0.5)), &[200]);
+    payload(&d.path, 38.0, 5, (230, 0, 0), (6, 4, 0), 0.5);
+    let (run, code) = check(&d.path);
+    assert_eq!(code, Some(0), "{run:#}");
+    let p = finding(&run, "trials.progress").unwrap();
+    assert!(text(p).starts_with("4 done of 10, 2 active, 3 queued, 0 errored"), "{p:#}");
+    assert!(finding(&run, "trials.instant_fail").is_none(), "model_usage holds the output tokens: {run:#}");
+    assert!(finding(&run, "trials.never_started").is_none(), "{run:#}");
+    assert_eq!(run["facts"]["trials"]["unconstructed"], 0);
+    assert_eq!(run["facts"]["trials"]["valid"], 4);
+    assert_same_verdict(&d.path, &run);
+    assert_eq!(run["status_verdict"], "healthy");
+}
+
+/// A healthy run and a 400 storm whose tracebacks make up most of the log: the two commands agree.
+#[test]
+fn a_traceback_heavy_400_storm_is_misconfigured_for_both_commands() {
+    let d = job(30.0, 20, None);
+    for i in 0..6 {
+        done_trial(&d.path, &format!("task-{i}__s{i:04}"), 1.0 + f64::from(i), &ok_trial());
+    }
+    running_trial(&d.path, "task-9__r0009", 10.0);
+    engine_log(&d.path, 29.0, Some((25.0, 0.3)), &[200, 400, 400]);
+    let (n, c4) = {
+        let text = std::fs::read_to_string(d.path.join("vllm.log")).unwrap();
+        (
+            text.matches("\" 200 OK").count() as u64 - text.matches("GET /health").count() as u64,
+            text.matches("\" 400 Bad").count() as u64,
+        )
+    };
+    payload(&d.path, 25.0, 5, (n, c4, 0), (7, 6, 0), 0.3);
+    let (run, code) = check(&d.path);
+    assert_eq!(code, Some(1), "{run:#}");
+    let f = finding(&run, "engine.bad_requests").expect("engine.bad_requests");
+    assert!(text(f).contains("maximum context length is 32768"), "{f:#}");
+    assert_eq!(run["facts"]["engine_log"]["tracebacks"], c4);
+    assert_same_verdict(&d.path, &run);
+    assert_eq!(run["status_verdict"], "misconfigured");
+    // The same run before the storm (only 200s so far) is healthy for both.
+    let h = job(30.0, 20, None);
+    done_trial(&h.path, "task-0__h0000", 2.0, &ok_trial());
+    running_trial(&h.path, "task-1__h0001", 10.0);
+    engine_log(&h.path, 29.0, Some((25.0, 0.3)), &[200]);
+    let n = std::fs::read_to_string(h.path.join("vllm.log")).unwrap().matches("POST").count() as u64;
+    payload(&h.path, 25.0, 5, (n, 0, 0), (2, 1, 0), 0.3);
+    let (run, code) = check(&h.path);
+    assert_eq!(code, Some(0), "{run:#}");
+    assert_same_verdict(&h.path, &run);
+    assert_eq!(run["status_verdict"], "healthy");
+}
+
+/// `--now` is validated like any other input: a one-line error, exit 2.
+#[test]
+fn check_now_must_be_an_rfc3339_instant() {
+    let d = job(5.0, 1, None);
+    let out = Command::new(SUBMITTER).arg("check").arg(&d.path).args(["--now", "yesterday"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--now") && err.contains("RFC 3339"), "{err}");
+}
+
+/// Fix 6: `sync` stores the completion audit with the profile's thresholds — the ones `results`
+/// and `check` use — so the planner and `results` agree on a run being complete.
+#[test]
+fn sync_audits_with_the_profiles_thresholds() {
+    if !slurm_up() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let clusters =
+        crate::verify::profile_dir(tmp.path(), "aud", "verify:\n  min_valid_share: 0.5\n  max_error_share: 0.5\n");
+    let d = job(90.0, 10, Some(1.0));
+    // 6 of 10 valid, 4 errored: complete at 50 %, incomplete at the default 90 %.
+    let result = json!({"id": "e113", "started_at": naive(at(90.0)), "finished_at": naive(at(1.0)), "n_total_trials": 10,
+        "stats": {"n_completed_trials": 10, "n_errored_trials": 4,
+                  "evals": {"terminus-2__Model-8B__tb2": {"n_trials": 10, "n_errors": 4, "metrics": [{"mean": 0.4}],
+                            "reward_stats": {"reward": {"1.0": ["a", "b", "c", "d"], "0.0": ["e", "f"]}},
+                            "exception_stats": {"DaytonaError": ["g", "h", "i", "j"]}}}}});
+    write_json(&d.path.join("result.json"), &result, at(1.0));
+    write_json(
+        &d.path.join("status.json"),
+        &json!({"version": 1, "run_tag": "terminal_bench_2__org__Model-8B", "phase": "done", "started_at": iso(at(95.0)),
+                "updated_at": iso(at(0.5)), "slurm_job_id": "999999901",
+                "outcome": {"class": "finished", "exit_code": 0, "message": "Harbor finished"}}),
+        at(0.5),
+    );
+    let spec = format!("sqlite:{}", tmp.path().join("ledger.sqlite").display());
+    let ledger = open_ledger(&spec).unwrap();
+    ledger
+        .import_attempts(&[ImportedAttempt {
+            model: "org/Model-8B".into(),
+            benchmark: "terminal_bench_2".into(),
+            cluster: "aud".into(),
+            username: "tester".into(),
+            run_tag: "terminal_bench_2__org__Model-8B".into(),
+            slurm_job_id: Some("999999901".into()),
+            status: Status::Started,
+            reason: "running as job 999999901".into(),
+            config: json!({"run_dir": d.path.display().to_string()}),
+            metrics: None,
+            submitted_at: at(100.0),
+            started_at: Some(at(95.0)),
+            ended_at: None,
+            source_id: None,
+        }])
+        .unwrap();
+    let run = |cmd: &str, extra: &[&str]| {
+        let out = Command::new(SUBMITTER)
+            .arg(cmd)
+            .args(["--cluster", "aud", "--clusters"])
+            .arg(&clusters)
+            .args(["--ledger", &spec])
+            .args(extra)
+            .env("SUBMITTER_HOME", crate::support::workspace_root())
+            .current_dir(tmp.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{cmd}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    run("sync", &[]);
+    let row = open_ledger(&spec).unwrap().latest_per_pair().unwrap().into_iter().next().unwrap().latest;
+    assert_eq!(row.status, Status::Finished);
+    let metrics = row.metrics.unwrap();
+    assert_eq!(metrics["audit"]["status"], "complete", "sync used other thresholds than the profile's: {metrics:#}");
+    // `results` re-audits with the same profile: the cell is complete there too.
+    let csv = run("results", &["--csv"]);
+    assert!(csv.contains("_incomplete") && !csv.contains("true"), "{csv}");
+}
