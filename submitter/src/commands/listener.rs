@@ -164,9 +164,14 @@ fn listener_settings(cluster: &ClusterProfile) -> Result<&ListenerSettings> {
     Ok(listener)
 }
 
+/// Variables an operator sets interactively that the tick's iteration reads when set: where the
+/// secrets file is (a path, not a secret) and the Hugging Face cache staging fills.
+const OPERATOR_PATHS: [&str; 3] = ["DC_AGENT_SECRET_ENV", "HF_HOME", "HF_HUB_CACHE"];
+
 /// The variables the tick needs from this shell: those the profile's `${VAR}` references name
-/// (Jupiter's `PROJECT`/`SCRATCH`, Leonardo's `WORK`), the profile's `slurm.export_env` and
-/// `listener.export_env`. An unset referenced variable is refused now, not found in every tick.
+/// (Jupiter's `PROJECT`/`SCRATCH`, Leonardo's `WORK`), the operator's paths ([`OPERATOR_PATHS`]),
+/// the profile's `slurm.export_env` and `listener.export_env`. An unset referenced variable is
+/// refused now, not found in every tick.
 fn listener_environment(cluster: &ClusterProfile, listener: &ListenerSettings) -> Result<Vec<(String, String)>> {
     let mut export = Vec::new();
     for name in cluster.referenced_variables() {
@@ -178,11 +183,12 @@ fn listener_environment(cluster: &ClusterProfile, listener: &ListenerSettings) -
             ),
         }
     }
-    for name in cluster.slurm.export_env.iter().chain(&listener.export_env) {
-        if !export.iter().any(|(n, _)| n == name)
-            && let Ok(value) = std::env::var(name)
+    let operator = OPERATOR_PATHS.iter().map(|n| n.to_string());
+    for name in operator.chain(cluster.slurm.export_env.iter().cloned()).chain(listener.export_env.iter().cloned()) {
+        if !export.iter().any(|(n, _)| *n == name)
+            && let Ok(value) = std::env::var(&name)
         {
-            export.push((name.clone(), value));
+            export.push((name, value));
         }
     }
     Ok(export)
@@ -363,5 +369,9 @@ fn tick(state_file: &Path) -> Result<ExitCode> {
     state.iterations += 1;
     write_state(state_file, &state)?;
     let args = parse_launch(&state.launch_args).context("the stored launch arguments no longer parse")?;
+    // The profile is re-read every tick: one edited since `start` to stage without internet here is
+    // refused with the reason rather than staging on a node that cannot.
+    let dirs = args.ledger().dirs.resolve()?;
+    listener_settings(&submitter::config::load_cluster(&dirs.clusters, &args.ledger().cluster)?)?;
     super::queueing::launch_command(&args)
 }

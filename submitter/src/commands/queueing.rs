@@ -66,6 +66,12 @@ pub struct LaunchArgs {
     json: bool,
 }
 
+impl LaunchArgs {
+    pub fn ledger(&self) -> &LedgerArgs {
+        &self.ledger
+    }
+}
+
 #[derive(clap::Args)]
 pub struct SyncArgs {
     #[command(flatten)]

@@ -166,7 +166,7 @@ fn one_bad_pair_is_refused_the_others_go_on_and_plan_equals_launch() {
         &[("PATH", &path)],
     );
     let shown = text(&dry);
-    assert!(dry.status.success(), "{shown}");
+    assert_eq!(dry.status.code(), Some(6), "a refused pair is a partial failure (docs/exit-codes.md): {shown}");
     assert!(shown.contains("refused: ") && shown.contains("dry run: would submit"), "{shown}");
     assert!(shown.contains(&shell_words::join(&argv)), "dry run shows plan's argv:\n{shown}");
     assert!(!log.exists(), "a dry run never runs sbatch");
@@ -174,7 +174,7 @@ fn one_bad_pair_is_refused_the_others_go_on_and_plan_equals_launch() {
     assert!(ledger.latest_per_pair().unwrap().is_empty(), "a dry run writes no ledger row");
     let out = cluster.run(&["launch"], &store.spec, &[&sel_overrides[..], &["--once"]].concat(), &[("PATH", &path)]);
     let printed = text(&out);
-    assert!(out.status.success(), "{printed}");
+    assert_eq!(out.status.code(), Some(6), "{printed}");
     assert!(printed.contains("1 submitted"), "the good pair went on: {printed}");
     assert!(printed.contains("test/Broken-1B") && printed.contains("refused: "), "{printed}");
     let ran: Vec<String> = std::fs::read_to_string(&log).unwrap().lines().map(str::to_string).collect();
