@@ -240,24 +240,20 @@ fn plan_pair(
         job_name: names::job_name(leg.short(), model),
         overrides,
     };
-    let resolved = match context.resolve(model, &leg.preset, &job.overrides) {
-        Ok((resolved, _layout)) => resolved,
-        Err(err) => {
-            job.action = Action::Submit;
-            job.reason = "not decided: the pair's configuration is broken".to_string();
-            job.blocked = Some(Blocked::Refused(err.to_string()));
-            return job;
-        }
-    };
-    job.resources.gpus = resolved.gpus();
-    job.resources.tensor_parallel_size = resolved.tensor_parallel_size;
-    job.resources.data_parallel_size = resolved.data_parallel_size;
-    job.timeout_multiplier = resolved.timeout_multiplier;
-    job.rule = resolved.rule.clone();
-    job.serve = serde_json::to_value(&resolved).unwrap_or(Value::Null);
-
+    // A pair whose serve settings do not resolve is still decided (a finished pair stays a skip,
+    // not a failure on every launch); only if it would be queued is it refused.
+    let resolved = context.resolve(model, &leg.preset, &job.overrides).map(|(resolved, _layout)| resolved);
+    if let Ok(resolved) = &resolved {
+        job.resources.gpus = resolved.gpus();
+        job.resources.tensor_parallel_size = resolved.tensor_parallel_size;
+        job.resources.data_parallel_size = resolved.data_parallel_size;
+        job.timeout_multiplier = resolved.timeout_multiplier;
+        job.rule = resolved.rule.clone();
+        job.serve = serde_json::to_value(resolved).unwrap_or(Value::Null);
+    }
     let pair = snapshot.pairs.get(&(model.to_string(), family));
-    let history = pair_history(pair, resolved.timeout_multiplier, &job.overrides, snapshot);
+    let timeout_multiplier = resolved.as_ref().map_or(f64::NAN, |r| r.timeout_multiplier);
+    let history = pair_history(pair, timeout_multiplier, &job.overrides, snapshot);
     let slurm = match pair.map(|p| &p.latest) {
         Some(latest) if latest.status.is_active() && latest.cluster == snapshot.cluster => {
             latest.slurm_job_id.as_ref().map(|id| snapshot.jobs.get(id).copied().unwrap_or(SlurmView::Gone))
@@ -280,6 +276,10 @@ fn plan_pair(
         });
     }
     if !action.submits() {
+        return job;
+    }
+    if let Err(err) = resolved {
+        job.blocked = Some(Blocked::Refused(err.to_string()));
         return job;
     }
     // The spec and the sbatch request, exactly as `launch` will use them.
@@ -351,5 +351,125 @@ fn pair_history(
             continuation: Continuation::of_config(&latest.config).map_or(0, |c| c.number),
         }),
         failed_attempts: pair.failed_attempts,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::config::{self, ConfigRoot};
+    use crate::ledger::{Attempt, AttemptId, Status};
+    use crate::registry::Registry;
+
+    fn attempt(id: i64, model: &str, status: Status, config: Value) -> Attempt {
+        let at = chrono::DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        Attempt {
+            id: AttemptId(id),
+            model: model.into(),
+            benchmark: "terminal_bench_2".into(),
+            benchmark_family: "terminal_bench_2".into(),
+            cluster: "local".into(),
+            username: "u".into(),
+            run_tag: names::run_tag("terminal_bench_2", model),
+            slurm_job_id: Some("1".into()),
+            status,
+            reason: String::new(),
+            config,
+            metrics: (status == Status::Finished).then(|| json!({"mean_reward": 0.5})),
+            attempt: 1,
+            submitted_at: at,
+            started_at: None,
+            ended_at: None,
+            updated_at: at,
+        }
+    }
+
+    fn pair(latest: Attempt, failed: u32, resumable: bool) -> ((String, String), PairState) {
+        let key = (latest.model.clone(), latest.benchmark_family.clone());
+        let state = PairState {
+            model: latest.model.clone(),
+            family: latest.benchmark_family.clone(),
+            latest,
+            failed_attempts: failed,
+            total_attempts: failed + 1,
+            latest_resumable: resumable,
+        };
+        (key, state)
+    }
+
+    /// The planner over a hand-made snapshot: no ledger, no Slurm, no files but the configuration.
+    #[test]
+    fn plans_skip_continue_refuse_and_throttle_from_the_snapshot_alone() {
+        let root = ConfigRoot { root: Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf() };
+        let mut cluster = config::load_cluster(&root.clusters_dir(), "local").unwrap();
+        cluster.paths.jobs_dir = "/jobs".into();
+        let gpus = config::load_gpu_profiles(&root.clusters_dir()).unwrap();
+        let mut registry = Registry::load(&root.registry_dir()).unwrap();
+        let mut broken = registry.models["Qwen/Qwen3-8B"].clone();
+        broken.id = "test/Broken-1B".into();
+        broken.base.conda_env = Some("no-such-env".into());
+        broken.variants.clear();
+        registry.models.insert("test/Broken-1B".into(), broken);
+        let harbor = root.harbor_configs_dir();
+        let context = LaunchContext {
+            cluster: &cluster,
+            gpu_profiles: &gpus,
+            registry: &registry,
+            harbor_configs_dir: &harbor,
+            root: &root.root,
+        };
+        let legs = [Leg { name: "tb2".into(), preset: config::load_preset(&root.presets_dir(), "tb2").unwrap() }];
+        let models: Vec<String> =
+            ["org/Done-1B", "org/Wall-1B", "test/Broken-1B", "org/New-1B", "org/Late-1B"].map(String::from).to_vec();
+        let chained = json!({"continues": 3, "continuation": 1, "chain_from": 2});
+        let snapshot = Snapshot {
+            cluster: "local".into(),
+            now: chrono::DateTime::from_timestamp(1_700_000_600, 0).unwrap(),
+            pairs: [
+                pair(attempt(1, "org/Done-1B", Status::Finished, json!({})), 0, false),
+                pair(attempt(4, "org/Wall-1B", Status::Failed, chained), 2, true),
+            ]
+            .into_iter()
+            .collect(),
+            in_flight: 0,
+            ..Snapshot::default()
+        };
+        let executables =
+            Executables { payload_bin: "/bin/payload".into(), script: "/repo/sbatch/payload.sbatch".into() };
+        let environment = |_: &str| None;
+        let policy = Policy {
+            max_failed_attempts: 2,
+            stale_pending_s: 3600,
+            config_aware: false,
+            force: false,
+            max_continuations: 5,
+        };
+        let inputs = PlanInputs {
+            context: &context,
+            legs: &legs,
+            models: &models,
+            overrides: &LaunchOverrides::default(),
+            concurrency: &Concurrency::default(),
+            slurm: &SlurmOverrides::default(),
+            executables: &executables,
+            environment: &environment,
+            policy: &policy,
+            max_in_flight: 2,
+        };
+        let planned = plan(&inputs, &snapshot);
+        let labels: Vec<&str> = planned.iter().map(PlannedJob::label).collect();
+        assert_eq!(labels, ["skip", "continue", "refused", "submit", "throttled"]);
+        let wall = &planned[1];
+        assert_eq!(wall.continues, Some(Continuation { attempt: 4, number: 2, first: Some(2) }));
+        assert_eq!(wall.spec.as_ref().unwrap().run_tag, names::run_tag("terminal_bench_2", "org/Wall-1B"));
+        assert!(matches!(&planned[2].blocked, Some(Blocked::Refused(why)) if why.contains("no-such-env")));
+        let argv = planned[3].sbatch.as_ref().unwrap();
+        assert_eq!(argv[0], "sbatch");
+        assert!(argv.iter().any(|a| a == "--partition=debug") && argv.last().unwrap().ends_with("launch.json"));
+        assert!(matches!(&planned[4].blocked, Some(Blocked::Throttled(why)) if why.contains("max 2")));
+        // The same snapshot plans the same way: nothing else is read.
+        assert_eq!(serde_json::to_value(plan(&inputs, &snapshot)).unwrap(), serde_json::to_value(&planned).unwrap());
     }
 }
