@@ -31,9 +31,10 @@ SLURM_UP_TIMEOUT_S=60
 
 # procps (pgrep) is not in a minimal Debian image.
 # iproute2 and iptables: the multi-node test cluster's namespaces and its firewalled node
-# (scripts/slurm-multinode.sh).
+# (scripts/slurm-multinode.sh). lmod: the module system of the simulated site (the prelude's
+# `module load` in the job's shell, docs/site.md).
 APT_PACKAGES=(munge slurmctld slurmd slurm-client postgresql openssh-server openssh-client procps proxychains4 curl
-  iproute2 iptables)
+  iproute2 iptables lmod)
 OPTIONAL_APT_PACKAGES=(chromium)
 
 log() { printf '[services %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }

@@ -24,6 +24,8 @@ pub enum ArgvError {
     UnsetVariable(String),
     #[error("serve.extra_args has an unterminated `${{`: write ${{NAME}}")]
     Unterminated,
+    #[error("serve.extra_args has `${{{0}}}`, which is not a variable name: write ${{NAME}}")]
+    BadName(String),
 }
 
 impl From<ArgvError> for Failure {
@@ -32,21 +34,15 @@ impl From<ArgvError> for Failure {
     }
 }
 
-/// Expands `${NAME}` from `env`; other `$` stay as written.
+/// Expands `${NAME}` in the registry's extra args from payload's environment (the one rule,
+/// `launch_spec::expand`; other `$` stay as written).
 pub fn expand_vars(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, ArgvError> {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(pos) = rest.find("${") {
-        out.push_str(&rest[..pos]);
-        let after = &rest[pos + 2..];
-        let end = after.find('}').ok_or(ArgvError::Unterminated)?;
-        let name = &after[..end];
-        let value = env(name).ok_or_else(|| ArgvError::UnsetVariable(name.to_string()))?;
-        out.push_str(&value);
-        rest = &after[end + 1..];
-    }
-    out.push_str(rest);
-    Ok(out)
+    use launch_spec::expand::ExpandError;
+    launch_spec::expand::expand_vars(text, env).map_err(|err| match err {
+        ExpandError::Unset(name) => ArgvError::UnsetVariable(name),
+        ExpandError::Unterminated => ArgvError::Unterminated,
+        ExpandError::BadName(name) => ArgvError::BadName(name),
+    })
 }
 
 /// Formats the ceiling as vLLM expects it (`0.85`, not `0.8500000001`).

@@ -22,6 +22,7 @@ pub mod prepare;
 pub mod records;
 pub mod run;
 pub mod runlock;
+pub mod scratch;
 pub mod secrets;
 pub mod supervisor;
 pub mod timings;

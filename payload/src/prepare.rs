@@ -324,6 +324,8 @@ pub struct Prepared {
     pub harbor: HarborLaunch,
     /// The post-run step (crate::postrun); an `Err` is recorded when the step would run.
     pub post_run: Option<Result<postrun::Step, String>>,
+    /// The job's scratch dir on node-local disk and the dirs the env maps name in it (crate::scratch).
+    pub scratch: Option<(PathBuf, Vec<PathBuf>)>,
     /// Environment names whose values are secrets (redacted by name in renderings).
     pub secret_names: BTreeSet<String>,
     /// Values redacted wherever they appear whole (the secrets file's, agent-env sources).
@@ -446,6 +448,13 @@ pub fn prepare(spec_path: &Path, spec: &LaunchSpec, env: &[(String, String)], ob
     };
     let mut engine_env = childenv::build(env, spec.serve.env_prefix.as_deref(), &spec.serve.env, &run_id);
     let tunnel_env = childenv::build(env, None, &BTreeMap::new(), &run_id);
+    // `{job_scratch}` in the env maps: the job's directory on node-local disk (crate::scratch),
+    // created by `run` before the first child.
+    let scratch = crate::scratch::dir(spec, &port_job_id(&env_fn)).map(|dir| {
+        let mut inside = crate::scratch::substitute(&dir, &mut engine_env);
+        inside.extend(crate::scratch::substitute(&dir, &mut harbor_env));
+        (dir, inside)
+    });
 
     // The one place for the rule: a model reachable from outside gets a per-job key. vLLM reads it
     // from its environment, the agent from Harbor's (never argv, never a file).
@@ -668,6 +677,7 @@ pub fn prepare(spec_path: &Path, spec: &LaunchSpec, env: &[(String, String)], ob
         tunnel,
         harbor,
         post_run,
+        scratch,
         secret_names,
         hidden,
         warnings,

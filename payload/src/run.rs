@@ -51,6 +51,8 @@ struct Run<S> {
     timings: Timings,
     /// The post-run step, prepared with the other children (crate::postrun).
     post_run: Option<Result<crate::postrun::Step, String>>,
+    /// The job's scratch dir on node-local disk (crate::scratch), removed after teardown.
+    scratch: Option<crate::scratch::JobScratch>,
 }
 
 /// Runs the job; returns payload's exit code.
@@ -109,6 +111,7 @@ pub async fn run(spec_path: &Path) -> i32 {
         tunnel: None,
         timings,
         post_run: None,
+        scratch: None,
     };
     let end = run.sequence().await;
     run.finish(end).await
@@ -196,6 +199,12 @@ impl<S: SignalSource> Run<S> {
     async fn execute(&mut self, mut p: Prepared) -> Result<End, End> {
         self.record_prepared(&p)?;
         self.post_run = p.post_run.take();
+        if let Some((dir, inside)) = &p.scratch {
+            let scratch = crate::scratch::JobScratch::create(dir, inside)
+                .map_err(|e| Failure::new(OutcomeClass::Spec, e).with_cause("scratch"))?;
+            self.rec.event("scratch", json!({ "dir": scratch.dir() }));
+            self.scratch = Some(scratch);
+        }
         let Some(port) = p.port.port else {
             return Err(Failure::new(OutcomeClass::EngineStart, p.port.how.clone()).with_cause("port").into());
         };
@@ -485,6 +494,10 @@ impl<S: SignalSource> Run<S> {
             json!({ "grace_s": plan.grace.as_secs_f64(), "harbor_grace_s": plan.harbor_grace.as_secs_f64() }),
         );
         let report = self.sup.shutdown(&mut self.signals, plan).await;
+        // Every child is gone: nothing writes into the scratch dir any more.
+        if let Some(scratch) = self.scratch.take() {
+            scratch.remove();
+        }
         self.cancel_rank_steps();
         self.rec.event(
             "teardown_done",

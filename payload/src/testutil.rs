@@ -79,5 +79,6 @@ pub fn spec() -> LaunchSpec {
         secrets: SecretsSpec { file: None, daytona: true, pass_to_harbor: vec![] },
         limits: Limits::default(),
         post_run: None,
+        scratch: None,
     }
 }

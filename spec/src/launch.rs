@@ -65,6 +65,21 @@ pub struct LaunchSpec {
     /// rather than silently skipping it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub post_run: Option<PostRunSpec>,
+    /// Per-job scratch on node-local disk for the caches `{job_scratch}` names in `serve.env` /
+    /// `harbor.env` values (docs/site.md). Absent: `/tmp`. Left out when absent, like `post_run`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scratch: Option<ScratchSpec>,
+}
+
+/// The placeholder payload replaces in `serve.env` and `harbor.env` values with the job's scratch
+/// directory (created before the first child starts, removed after the last one is gone).
+pub const JOB_SCRATCH_PLACEHOLDER: &str = "{job_scratch}";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScratchSpec {
+    /// Node-local directory under which payload creates `eval_<job id>` (mode 0700).
+    pub root: PathBuf,
 }
 
 /// The placeholders payload replaces in each element of [`PostRunSpec::argv`].

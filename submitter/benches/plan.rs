@@ -125,8 +125,11 @@ fn main() {
         max_continuations: 5,
     };
     let overrides = LaunchOverrides::default();
-    let executables =
-        Executables { payload_bin: PathBuf::from("/bin/true"), script: root.root.join("sbatch/payload.sbatch") };
+    let executables = Executables {
+        payload_bin: PathBuf::from("/bin/true"),
+        script: root.root.join("sbatch/payload.sbatch"),
+        prelude: None,
+    };
     let environment = |_: &str| None;
     let (concurrency, slurm_overrides) = (Concurrency::default(), SlurmOverrides::default());
     let inputs = |context, legs, models| PlanInputs {
@@ -206,7 +209,7 @@ fn main() {
     let tb2 = &presets[2..];
     let planned = planner::plan(&inputs(&context, tb2, &few), &snapshot);
     let slurm = InstantSlurm(Cell::new(0));
-    let prepare = |_: &planner::PlannedJob| Ok(());
+    let prepare = |_: &planner::PlannedJob, _: &launch_spec::LaunchSpec| Ok(());
     let executor = Executor {
         ledger: ledger.as_ref(),
         slurm: &slurm,

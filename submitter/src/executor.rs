@@ -21,8 +21,18 @@ use crate::slurm::{JobId, Slurm};
 use crate::team::mirror::Mirror;
 use crate::team::publish;
 
-/// Runs before a pair's ledger row: staging and preflight. An error means "not submitted: why".
-pub type Prepare<'a> = &'a dyn Fn(&PlannedJob) -> Result<(), String>;
+/// Runs before a pair's ledger row, with the spec that would be written: staging and preflight
+/// (docs/site.md). An error means "do not submit this pair now" and does not count as an attempt.
+pub type Prepare<'a> = &'a dyn Fn(&PlannedJob, &launch_spec::LaunchSpec) -> Result<(), NotSubmitted>;
+
+/// Why [`Executor::prepare`] held a job back.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum NotSubmitted {
+    #[error("not submitted: staging failed: {0}")]
+    Staging(String),
+    #[error("not submitted: preflight failed: {0}")]
+    Preflight(String),
+}
 
 pub struct Executor<'a> {
     pub ledger: &'a dyn Ledger,
@@ -121,12 +131,12 @@ impl Executor<'_> {
                     m.transition(id, Status::Cancelled, None)
                 });
             }
-            if let Err(why) = (self.prepare)(job) {
+            if let Err(why) = run_dir_free_for(spec) {
                 results.push(record(format!("not submitted: {why}"), None, None));
                 continue;
             }
-            if let Err(why) = run_dir_free_for(spec) {
-                results.push(record(format!("not submitted: {why}"), None, None));
+            if let Err(refusal) = (self.prepare)(job, spec) {
+                results.push(record(refusal.to_string(), None, None));
                 continue;
             }
             if self.dry_run {

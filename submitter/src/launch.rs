@@ -21,6 +21,8 @@ pub enum LaunchError {
         "cluster {cluster}: {field} uses ${{{var}}}, which is not set in the environment (export it, or edit clusters/{cluster}.yaml)"
     )]
     UnsetVariable { cluster: String, field: String, var: String },
+    #[error("cluster {cluster}: {field}: {problem} (edit clusters/{cluster}.yaml)")]
+    BadExpansion { cluster: String, field: String, problem: String },
     #[error(
         "cluster {cluster}: environment `{env}` (wanted by {wanted_by}) is not defined; known: {known} (add it under `environments:` in clusters/{cluster}.yaml)"
     )]
@@ -83,18 +85,84 @@ impl LaunchContext<'_> {
         self.expand_text(field, &text.to_string_lossy()).map(PathBuf::from)
     }
 
-    /// [`Self::expand`] for any profile text (a leading `~/`, `${VAR}`).
+    /// [`Self::expand`] for any profile text (a leading `~/`, `${VAR}`), by the one rule
+    /// (`launch_spec::expand`): an unset variable or an unterminated `${` is an error.
     pub fn expand_text(&self, field: &str, text: &str) -> Result<String, LaunchError> {
-        let lookup = |var: &str| match std::env::var(var) {
+        use launch_spec::expand::ExpandError;
+        launch_spec::expand::expand_path(text, &|var| self.variable(var)).map_err(|err| match err {
+            ExpandError::Unset(var) => {
+                LaunchError::UnsetVariable { cluster: self.cluster.name.clone(), field: field.to_string(), var }
+            }
+            other => LaunchError::BadExpansion {
+                cluster: self.cluster.name.clone(),
+                field: field.to_string(),
+                problem: other.to_string(),
+            },
+        })
+    }
+
+    /// The submitter's environment as profiles see it: `${SUBMITTER_HOME}` defaults to the config root.
+    pub fn variable(&self, var: &str) -> Option<String> {
+        match std::env::var(var) {
             Ok(value) => Some(value),
             Err(_) if var == "SUBMITTER_HOME" => Some(self.root.display().to_string()),
             Err(_) => None,
+        }
+    }
+
+    /// An env map with every value `${VAR}`-expanded (`field` names the map in errors).
+    fn expand_env(
+        &self,
+        field: &str,
+        env: &std::collections::BTreeMap<String, String>,
+    ) -> Result<std::collections::BTreeMap<String, String>, LaunchError> {
+        env.iter().map(|(k, v)| Ok((k.clone(), self.expand_text(&format!("{field}.{k}"), v)?))).collect()
+    }
+
+    /// The profile's HF cache, expanded (None when the profile has none).
+    pub fn hf_cache(&self) -> Result<Option<PathBuf>, LaunchError> {
+        match &self.cluster.paths.hf_cache {
+            Some(cache) => Ok(Some(self.expand("paths.hf_cache", cache)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The secrets file as the job must read it, resolved now (the job does not see the
+    /// submitting shell): `secrets.file`, else `$DC_AGENT_SECRET_ENV`, else `~/secrets.env`; made
+    /// absolute against the current directory.
+    pub fn secrets_file(&self) -> Result<PathBuf, LaunchError> {
+        let file = match (&self.cluster.secrets.file, self.variable("DC_AGENT_SECRET_ENV").filter(|v| !v.is_empty())) {
+            (Some(file), _) => self.expand("secrets.file", file)?,
+            (None, Some(from_shell)) => self.expand("$DC_AGENT_SECRET_ENV", Path::new(&from_shell))?,
+            (None, None) => self.expand("secrets.file (default ~/secrets.env)", Path::new("~/secrets.env"))?,
         };
-        expand_vars(text, lookup).map_err(|var| LaunchError::UnsetVariable {
-            cluster: self.cluster.name.clone(),
-            field: field.to_string(),
-            var,
-        })
+        Ok(std::path::absolute(&file).unwrap_or(file))
+    }
+
+    /// vLLM's environment: the cluster's `engine.env`, then the serving environment's `env`, then
+    /// where the weights are (docs/site.md): the profile's cache as `HF_HUB_CACHE` (never `$HOME`),
+    /// and with it `HF_HUB_OFFLINE=1` where compute nodes have no internet (the weights are staged there).
+    fn engine_env(
+        &self,
+        serve_env_name: &str,
+        serve_env: &Environment,
+        data_parallel_size: u32,
+    ) -> Result<std::collections::BTreeMap<String, String>, LaunchError> {
+        let cluster = self.cluster;
+        let mut env = self.expand_env("engine.env", &cluster.engine.env)?;
+        env.extend(self.expand_env(&format!("environments.{serve_env_name}.env"), &serve_env.env)?);
+        if cluster.engine.torchdynamo_disable_by_dp {
+            env.insert("TORCHDYNAMO_DISABLE".into(), if data_parallel_size > 1 { "0" } else { "1" }.into());
+        }
+        // Offline only with a cache to read: without `paths.hf_cache` the job keeps its user's
+        // default cache and online lookups (preflight says so).
+        if let Some(cache) = self.hf_cache()? {
+            env.insert("HF_HUB_CACHE".into(), cache.display().to_string());
+            if !cluster.network.internet {
+                env.insert("HF_HUB_OFFLINE".into(), "1".into());
+            }
+        }
+        Ok(env)
     }
 
     fn environment(&self, name: &str, wanted_by: &str) -> Result<(PathBuf, &Environment), LaunchError> {
@@ -211,8 +279,13 @@ impl LaunchContext<'_> {
         }
         let agent = preset.agent_name.clone().unwrap_or_else(|| "terminus-2".to_string());
         let tunnel = tunnel_spec(cluster, &agent, &|field, path| self.expand(field, path))?;
-        let secrets_file = match &cluster.secrets.file {
-            Some(file) => Some(self.expand("secrets.file", file)?),
+        let secrets_file = Some(self.secrets_file()?);
+        let engine_env = self.engine_env(&serve_env_name, serve_env, resolved.data_parallel_size)?;
+        let mut harbor_env_vars = self.expand_env("harbor.env", &cluster.harbor.env)?;
+        harbor_env_vars
+            .extend(self.expand_env(&format!("environments.{}.env", cluster.harbor.environment), &harbor_env.env)?);
+        let scratch = match &cluster.paths.node_scratch {
+            Some(root) => Some(launch_spec::launch::ScratchSpec { root: self.expand("paths.node_scratch", root)? }),
             None => None,
         };
         let post_run = self.post_run_spec()?;
@@ -247,7 +320,7 @@ impl LaunchContext<'_> {
                 hf_overrides: resolved.hf_overrides.clone(),
                 limit_mm_per_prompt: resolved.limit_mm_per_prompt.clone(),
                 extra_args: resolved.extra_args.clone(),
-                env: cluster.engine.env.clone(),
+                env: engine_env,
                 port: PortPolicy::default(),
                 gpu_memory_utilization: overrides.gpu_memory_utilization.or(preset.gpu_memory_util),
                 cluster_gpu_memory_utilization: cluster.hardware.gpu_memory_utilization,
@@ -280,7 +353,7 @@ impl LaunchContext<'_> {
                     .map(|s| (*s).to_string())
                     .collect(),
                 extra_args: harbor_extra,
-                env: cluster.harbor.env.clone(),
+                env: harbor_env_vars,
                 dialect,
             },
             secrets: SecretsSpec {
@@ -295,6 +368,7 @@ impl LaunchContext<'_> {
                 ..Limits::default()
             },
             post_run,
+            scratch,
         })
     }
 
@@ -385,40 +459,14 @@ fn preset_n_attempts(preset: &Preset) -> u32 {
 }
 
 /// The names of the `${NAME}` references in `text` (a leading `~/` needs `HOME`), by the rules of
-/// [`expand_vars`].
+/// `launch_spec::expand` (as far as the text expands).
 pub fn variables_in(text: &str) -> Vec<String> {
     let names = std::cell::RefCell::new(Vec::new());
-    let _ = expand_vars(text, |name| {
+    let _ = launch_spec::expand::expand_path(text, &|name| {
         names.borrow_mut().push(name.to_string());
         Some(String::new())
     });
     names.into_inner()
-}
-
-/// Expands `~` (leading) and `${NAME}`; returns the name of the first unset variable.
-pub fn expand_vars(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<String, String> {
-    let mut out = String::new();
-    let text = match text.strip_prefix("~/") {
-        Some(rest) => {
-            out.push_str(&lookup("HOME").ok_or("HOME")?);
-            out.push('/');
-            rest
-        }
-        None => text,
-    };
-    let mut rest = text;
-    while let Some(start) = rest.find("${") {
-        out.push_str(&rest[..start]);
-        let Some(end) = rest[start..].find('}') else {
-            out.push_str(&rest[start..]);
-            return Ok(out);
-        };
-        let name = &rest[start + 2..start + end];
-        out.push_str(&lookup(name).ok_or_else(|| name.to_string())?);
-        rest = &rest[start + end + 1..];
-    }
-    out.push_str(rest);
-    Ok(out)
 }
 
 #[cfg(test)]
@@ -496,15 +544,47 @@ mod tests {
     }
 
     #[test]
-    fn expands_home_and_braced_variables() {
-        let lookup = |name: &str| match name {
-            "HOME" => Some("/home/u".to_string()),
-            "WORK" => Some("/work/p".to_string()),
-            _ => None,
+    fn the_job_environment_is_resolved_at_submit_time() {
+        use crate::config::{self, ConfigRoot};
+        let root = ConfigRoot { root: Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf() };
+        let mut local = cluster("local");
+        local.engine.env.insert("SITE_CACHE".into(), "${SUBMITTER_HOME}/cache".into());
+        local.engine.env.insert("TMPDIR".into(), "{job_scratch}/tmp".into());
+        local.environments.get_mut("otagent").unwrap().env.insert("VLLM_USE_FLASHINFER_SAMPLER".into(), "0".into());
+        local.engine.torchdynamo_disable_by_dp = true;
+        local.paths.hf_cache = Some(PathBuf::from("${SUBMITTER_HOME}/hf"));
+        local.network.internet = false;
+        let gpus = config::load_gpu_profiles(&root.clusters_dir()).unwrap();
+        let preset = config::load_preset(&root.presets_dir(), "tb2").unwrap();
+        let registry = Registry::load(&root.registry_dir()).unwrap();
+        let harbor = root.harbor_configs_dir();
+        let context = LaunchContext {
+            cluster: &local,
+            gpu_profiles: &gpus,
+            registry: &registry,
+            harbor_configs_dir: &harbor,
+            root: &root.root,
         };
-        assert_eq!(expand_vars("~/secrets.env", lookup).unwrap(), "/home/u/secrets.env");
-        assert_eq!(expand_vars("${WORK}/jobs/${WORK}", lookup).unwrap(), "/work/p/jobs//work/p");
-        assert_eq!(expand_vars("${NOPE}/x", lookup).unwrap_err(), "NOPE");
-        assert_eq!(expand_vars("/plain", lookup).unwrap(), "/plain");
+        let home = context.variable("SUBMITTER_HOME").unwrap();
+        let spec = context.build("Qwen/Qwen3-8B", &preset, &LaunchOverrides::default()).unwrap();
+        let env = &spec.serve.env;
+        assert_eq!(env["SITE_CACHE"], format!("{home}/cache"));
+        assert_eq!(env["TMPDIR"], "{job_scratch}/tmp", "payload's placeholder is kept");
+        assert_eq!(env["VLLM_USE_FLASHINFER_SAMPLER"], "0", "the environment's own variables");
+        assert_eq!(env["HF_HUB_CACHE"], format!("{home}/hf"));
+        assert_eq!(env["HF_HUB_OFFLINE"], "1");
+        let dp = spec.serve.data_parallel_size;
+        assert_eq!(env["TORCHDYNAMO_DISABLE"], if dp > 1 { "0" } else { "1" });
+        assert!(spec.secrets.file.as_ref().is_some_and(|f| f.is_absolute()));
+        for (value, want) in [
+            ("${NO_SUCH_VAR_FOR_ENGINE_ENV}", "engine.env.BROKEN uses ${NO_SUCH_VAR_FOR_ENGINE_ENV}"),
+            ("${SUBMITTER_HOME", "engine.env.BROKEN: unterminated `${`"),
+        ] {
+            let mut broken = local.clone();
+            broken.engine.env.insert("BROKEN".into(), value.into());
+            let context = LaunchContext { cluster: &broken, ..context };
+            let err = context.build("Qwen/Qwen3-8B", &preset, &LaunchOverrides::default()).unwrap_err().to_string();
+            assert!(err.contains(want), "{err}");
+        }
     }
 }

@@ -29,6 +29,8 @@ use crate::snapshot::Snapshot;
 pub struct Executables {
     pub payload_bin: PathBuf,
     pub script: PathBuf,
+    /// The profile's prelude, absolute (the job's cwd is not the configuration root).
+    pub prelude: Option<PathBuf>,
 }
 
 /// Everything the planner reads besides the snapshot.
@@ -100,6 +102,9 @@ pub struct PlannedJob {
     pub request: Option<SubmitRequest>,
     #[serde(skip)]
     pub job_name: String,
+    /// The leg dataset as the preset names it (staging fetches it by this name).
+    #[serde(skip)]
+    pub dataset: String,
     #[serde(skip)]
     pub overrides: LaunchOverrides,
 }
@@ -238,6 +243,7 @@ fn plan_pair(
         spec: None,
         request: None,
         job_name: names::job_name(leg.short(), model),
+        dataset,
         overrides,
     };
     // A pair whose serve settings do not resolve is still decided (a finished pair stays a skip,
@@ -297,6 +303,7 @@ fn plan_pair(
         spec_path: &path,
         script: &inputs.executables.script,
         payload_bin: &inputs.executables.payload_bin,
+        prelude: inputs.executables.prelude.as_deref(),
         choice,
         benchmark_short: leg.short(),
         dependency: None,
@@ -436,8 +443,11 @@ mod tests {
             in_flight: 0,
             ..Snapshot::default()
         };
-        let executables =
-            Executables { payload_bin: "/bin/payload".into(), script: "/repo/sbatch/payload.sbatch".into() };
+        let executables = Executables {
+            payload_bin: "/bin/payload".into(),
+            script: "/repo/sbatch/payload.sbatch".into(),
+            prelude: None,
+        };
         let environment = |_: &str| None;
         let policy = Policy {
             max_failed_attempts: 2,

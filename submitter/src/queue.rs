@@ -22,6 +22,8 @@ pub struct JobInputs<'a> {
     /// The batch script and the payload binary as seen from the compute node.
     pub script: &'a Path,
     pub payload_bin: &'a Path,
+    /// The prelude the script sources (absolute), when the profile has one.
+    pub prelude: Option<&'a Path>,
     /// Slurm `--time`, partition, account and reservation for this leg ([`SlurmChoice::for_leg`]).
     pub choice: &'a SlurmChoice,
     /// Short benchmark tag for the job name (`tb2`, `v2`, …).
@@ -111,7 +113,7 @@ pub fn sbatch_request(inputs: &JobInputs) -> Result<SubmitRequest, String> {
         options.ntasks_per_node = Some(1);
     }
     let mut export = vec![("PAYLOAD_BIN".to_string(), inputs.payload_bin.display().to_string())];
-    if let Some(prelude) = &cluster.slurm.prelude {
+    if let Some(prelude) = inputs.prelude {
         export.push(("PAYLOAD_PRELUDE".to_string(), prelude.display().to_string()));
     }
     for name in &cluster.slurm.export_env {
@@ -176,6 +178,10 @@ mod tests {
         }
         cluster.paths.jobs_dir = PathBuf::from("/site/jobs");
         cluster.paths.datasets_dirs = vec![PathBuf::from("/site/datasets")];
+        cluster.paths.hf_cache = Some(PathBuf::from("/site/hf_cache"));
+        for value in cluster.engine.env.values_mut() {
+            *value = value.replace("${SCRATCH}", "/site");
+        }
         cluster.secrets.file = None;
         let gpus = config::load_gpu_profiles(&root.clusters_dir()).unwrap();
         let preset = config::load_preset(&root.presets_dir(), "tb2").unwrap();
@@ -197,6 +203,7 @@ mod tests {
             spec_path: &spec_path(&spec),
             script: Path::new("/repo/sbatch/payload.sbatch"),
             payload_bin: Path::new("/repo/bin/payload"),
+            prelude: cluster.slurm.prelude.as_ref().map(|p| root.root.join(p)).as_deref(),
             choice: &choice,
             benchmark_short: "tb2",
             dependency: None,

@@ -397,6 +397,14 @@ impl SlurmCli {
         Ok(output.status.success() && output.stdout.contains("is UP"))
     }
 
+    /// Runs a read-only Slurm query (`sinfo`, `scontrol show …`, `sacctmgr show …`) for preflight:
+    /// (exited 0, stdout, stderr).
+    pub fn query(&self, name: &str, args: &[&str]) -> Result<(bool, String, String), SlurmError> {
+        let args: Vec<OsString> = args.iter().map(OsString::from).collect();
+        let output = self.run(name, &args, &[])?;
+        Ok((output.status.success(), output.stdout, output.stderr))
+    }
+
     fn program(&self, name: &str) -> PathBuf {
         match &self.bin_dir {
             Some(dir) => dir.join(name),

@@ -151,9 +151,9 @@ pub fn expected_trials(
     if let Some(n) = result.and_then(|r| r.n_total_trials).filter(|n| *n > 0) {
         return Some(n);
     }
-    let dataset = launch
-        .and_then(|l| l.harbor.dataset.clone())
-        .or_else(|| config.and_then(|c| c.datasets.first()).and_then(|d| d.path.clone()).map(std::path::PathBuf::from))?;
+    let dataset = launch.and_then(|l| l.harbor.dataset.clone()).or_else(|| {
+        config.and_then(|c| c.datasets.first()).and_then(|d| d.path.clone()).map(std::path::PathBuf::from)
+    })?;
     let attempts = launch.and_then(|l| l.harbor.n_attempts).or_else(|| config.and_then(|c| c.n_attempts)).unwrap_or(1);
     Some(count_tasks(&dataset)? * attempts)
 }
@@ -184,6 +184,8 @@ pub enum EventKind {
     SecretsLoaded,
     Gpus,
     Port,
+    /// The job's scratch dir on node-local disk was created (`dir`).
+    Scratch,
     Phase,
     EngineSpawned,
     EngineReady,
@@ -222,6 +224,7 @@ const EVENT_NAMES: &[(&str, EventKind)] = &[
     ("secrets_loaded", EventKind::SecretsLoaded),
     ("gpus", EventKind::Gpus),
     ("port", EventKind::Port),
+    ("scratch", EventKind::Scratch),
     ("phase", EventKind::Phase),
     ("engine_spawned", EventKind::EngineSpawned),
     ("engine_ready", EventKind::EngineReady),

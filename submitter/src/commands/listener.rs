@@ -154,9 +154,12 @@ fn listener_settings(cluster: &ClusterProfile) -> Result<&ListenerSettings> {
         );
     };
     let internet = listener.internet.unwrap_or(cluster.network.internet);
-    if cluster.pre_download.enabled && !internet {
+    // Each tick stages on its own node: models when `pre_download.enabled`, a dataset whenever its
+    // dir is missing (docs/site.md). Without internet there, staging cannot work.
+    if !internet {
+        let models = if cluster.pre_download.enabled { "models (pre_download.enabled) and " } else { "" };
         bail!(
-            "clusters/{0}.yaml: the listener's partition {1} has no internet (listener.internet: false) but the profile stages weights there (pre_download.enabled): put the listener on a partition with internet (e.g. a serial/login partition), or run `submitter launch --watch` on a login node",
+            "clusters/{0}.yaml: the listener's partition {1} has no internet (listener.internet: false), but each tick stages {models}missing datasets there: put the listener on a partition with internet (e.g. a serial/login partition, `listener.internet: true`), or run `submitter launch --watch` on a login node",
             cluster.name,
             listener.partition
         );

@@ -3,6 +3,7 @@
 
 pub mod catalogue;
 pub mod listener;
+pub mod preflight;
 pub mod queueing;
 pub mod registry;
 pub mod session;

@@ -12,6 +12,7 @@ use submitter::executor::{Executor, Submitted};
 use submitter::ledger::{AttemptId, Status, now};
 use submitter::output::ExitStatus;
 use submitter::planner::{self, Executables, PlanInputs, PlannedJob};
+use submitter::preflight;
 use submitter::slurm::Slurm;
 use submitter::snapshot::Snapshot;
 use submitter::sync::{self, SyncReport};
@@ -135,6 +136,7 @@ fn executables(session: &Session, must_exist: bool) -> Result<Executables> {
         None => std::env::current_exe()?.with_file_name("payload"),
     };
     let script = session.root.join(&session.cluster.slurm.script);
+    let prelude = session.cluster.slurm.prelude.as_ref().map(|p| session.root.join(p));
     if must_exist {
         if !payload_bin.is_file() {
             bail!("payload binary not found at {} (build it, or set PAYLOAD_BIN)", payload_bin.display());
@@ -142,8 +144,11 @@ fn executables(session: &Session, must_exist: bool) -> Result<Executables> {
         if !script.is_file() {
             bail!("batch script {} not found (clusters/{}.yaml slurm.script)", script.display(), session.cluster.name);
         }
+        if let Some(prelude) = prelude.as_ref().filter(|p| !p.is_file()) {
+            bail!("prelude {} not found (clusters/{}.yaml slurm.prelude)", prelude.display(), session.cluster.name);
+        }
     }
-    Ok(Executables { payload_bin, script })
+    Ok(Executables { payload_bin, script, prelude })
 }
 
 /// Snapshot, then plan: what `plan` prints and what `launch` executes. Lists and presets are
@@ -237,8 +242,14 @@ fn iterate(
         .context("sync")?
     };
     let planned = snapshot_and_plan(session, &args.selection, executables)?;
-    // The seam for staging and preflight: what must hold before a pair's ledger row.
-    let prepare = |job: &PlannedJob| pre_download(session, &job.model).map_err(|e| format!("pre-download failed: {e}"));
+    // Staging and preflight (docs/site.md): each model once per iteration, before any ledger row.
+    let context = session.context();
+    let stager = submitter::stage::Stager::new(&context);
+    let queries = preflight::SlurmQueries(&session.slurm);
+    let site = preflight::Site::here(&session.root, &queries);
+    let prepare = |job: &PlannedJob, spec: &launch_spec::LaunchSpec| {
+        preflight::stage_and_check(&stager, &job.dataset, spec, &session.cluster, &site).map(drop)
+    };
     let executor = Executor {
         ledger: session.ledger.as_ref(),
         slurm: &session.slurm,
@@ -294,32 +305,6 @@ fn render_iteration(
         if failed > 0 { format!(", {failed} failed") } else { String::new() }
     );
     Ok(out)
-}
-
-fn pre_download(session: &Session, model: &str) -> Result<(), String> {
-    let settings = &session.cluster.pre_download;
-    if !settings.enabled || settings.command.is_empty() {
-        return Ok(());
-    }
-    let cache = session.cluster.paths.hf_cache.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
-    let argv: Vec<String> =
-        settings.command.iter().map(|a| a.replace("{model}", model).replace("{cache}", &cache)).collect();
-    tracing::info!("pre-downloading {model}: {}", argv.join(" "));
-    let mut child =
-        std::process::Command::new(&argv[0]).args(&argv[1..]).spawn().map_err(|e| format!("{}: {e}", argv[0]))?;
-    let deadline = std::time::Instant::now() + Duration::from_secs(settings.timeout_s);
-    loop {
-        match child.try_wait().map_err(|e| e.to_string())? {
-            Some(status) if status.success() => return Ok(()),
-            Some(status) => return Err(format!("{} exited with {status}", argv[0])),
-            None if std::time::Instant::now() > deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!("timed out after {} s", settings.timeout_s));
-            }
-            None => std::thread::sleep(Duration::from_millis(200)),
-        }
-    }
 }
 
 /// The wait before retrying a failed `--watch` iteration: 5 s, doubling per consecutive failure,

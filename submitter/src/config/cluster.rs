@@ -66,8 +66,9 @@ pub struct ListenerSettings {
     pub time: String,
     #[serde(default = "default_listener_mem")]
     pub mem_mb: u64,
-    /// Whether the listener's nodes reach the internet (default: `network.internet`). Staging
-    /// (`pre_download`) needs it; `listener start` refuses a profile that stages without it.
+    /// Whether the listener's nodes reach the internet (default: `network.internet`). Each tick
+    /// stages there (models with `pre_download.enabled`, missing datasets always), so
+    /// `listener start` and every tick refuse a listener without it.
     #[serde(default)]
     pub internet: Option<bool>,
     /// Further variables the tick needs from the starting shell (besides those the profile's
@@ -162,6 +163,10 @@ pub struct Environment {
     pub path: PathBuf,
     pub vllm: Option<Version>,
     pub harbor: Option<String>,
+    /// Non-secret variables for whatever runs from this environment (vLLM when it serves, Harbor
+    /// when it is `harbor.environment`), `${VAR}`-expanded at submit time; the cluster's
+    /// `engine.env`/`harbor.env` are below them.
+    pub env: BTreeMap<String, String>,
 }
 
 #[derive(Deserialize)]
@@ -172,6 +177,8 @@ struct DeclaredEnvironment {
     vllm: Option<Version>,
     #[serde(default)]
     harbor: Option<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
 }
 
 impl<'de> Deserialize<'de> for Environment {
@@ -180,17 +187,17 @@ impl<'de> Deserialize<'de> for Environment {
         impl<'de> serde::de::Visitor<'de> for Visit {
             type Value = Environment;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a prefix path or {path: PREFIX, vllm: \"X.Y.Z\", harbor: \"X.Y.Z\" or a flavour}")
+                f.write_str("a prefix path or {path: PREFIX, vllm: \"X.Y.Z\", harbor: \"X.Y.Z\" or a flavour, env: {NAME: VALUE}}")
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Environment, E> {
-                Ok(Environment { path: PathBuf::from(v), vllm: None, harbor: None })
+                Ok(Environment { path: PathBuf::from(v), vllm: None, harbor: None, env: BTreeMap::new() })
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Environment, A::Error> {
                 let e = DeclaredEnvironment::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
                 if let Some(harbor) = &e.harbor {
                     HarborDialect::from_declared(harbor).map_err(serde::de::Error::custom)?;
                 }
-                Ok(Environment { path: e.path, vllm: e.vllm, harbor: e.harbor })
+                Ok(Environment { path: e.path, vllm: e.vllm, harbor: e.harbor, env: e.env })
             }
         }
         d.deserialize_any(Visit)
@@ -273,9 +280,13 @@ pub struct EngineSettings {
     pub supports_swap_space: (),
     #[serde(default = "default_health_timeout")]
     pub health_timeout_s: u64,
-    /// Extra non-secret environment for vLLM on this cluster.
+    /// Extra non-secret environment for vLLM on this cluster, `${VAR}`-expanded at submit time;
+    /// `{job_scratch}` in a value is payload's per-job directory on node-local disk.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// `TORCHDYNAMO_DISABLE=1` for single-DP engines and `0` with DP > 1 (the old scripts' rule).
+    #[serde(default)]
+    pub torchdynamo_disable_by_dp: bool,
 }
 
 fn default_vllm() -> String {
@@ -313,6 +324,10 @@ pub struct Paths {
     pub datasets_dirs: Vec<PathBuf>,
     /// Ledger, locks and listener state.
     pub state_dir: PathBuf,
+    /// Node-local disk for the per-job scratch directory (`{job_scratch}` in env values): payload
+    /// creates `<node_scratch>/eval_<job id>` and removes it at the end. Default `/tmp`.
+    #[serde(default)]
+    pub node_scratch: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
@@ -554,20 +569,54 @@ impl VerifySettings {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+/// Staging on the login node (docs/site.md): models into `paths.hf_cache`, datasets into their
+/// dataset dir. Every command is an argv (never a shell string), `${VAR}`-expanded, run with a
+/// timeout and its progress on the submitter's stderr.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PreDownload {
+    /// Stage models before submitting (clusters whose compute nodes have no internet).
     #[serde(default)]
     pub enabled: bool,
-    /// Command (argv) run on the login node; `{model}` and `{cache}` are substituted per element.
-    #[serde(default)]
+    /// Model command; `{model}` and `{cache}` are substituted per element.
+    #[serde(default = "default_model_command")]
     pub command: Vec<String>,
     #[serde(default = "default_pre_download_timeout")]
     pub timeout_s: u64,
+    /// Dataset command, run (under a lock) when a preset's dataset dir does not exist yet;
+    /// `{dataset}` (the repo id) and `{dir}` (a scratch dir renamed into place on success).
+    #[serde(default = "default_dataset_command")]
+    pub dataset_command: Vec<String>,
+    #[serde(default = "default_dataset_timeout")]
+    pub dataset_timeout_s: u64,
+}
+
+impl Default for PreDownload {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            command: default_model_command(),
+            timeout_s: default_pre_download_timeout(),
+            dataset_command: default_dataset_command(),
+            dataset_timeout_s: default_dataset_timeout(),
+        }
+    }
+}
+
+fn default_model_command() -> Vec<String> {
+    ["hf", "download", "{model}", "--cache-dir", "{cache}"].map(String::from).to_vec()
+}
+
+fn default_dataset_command() -> Vec<String> {
+    ["hf", "download", "{dataset}", "--repo-type", "dataset", "--local-dir", "{dir}"].map(String::from).to_vec()
 }
 
 fn default_pre_download_timeout() -> u64 {
     600
+}
+
+fn default_dataset_timeout() -> u64 {
+    1800
 }
 
 impl ClusterProfile {
@@ -608,6 +657,7 @@ impl ClusterProfile {
                 .push("limits.walltime_lead_s should be ≥ 60: Slurm may deliver the signal up to 60 s early".into());
         }
         let limits = &self.limits;
+        let mut staging = Vec::new();
         let mut check = |field: &str, result: Result<(), String>| {
             if let Err(problem) = result {
                 problems.push(format!("{field} {problem}"));
@@ -632,13 +682,24 @@ impl ClusterProfile {
         }
         if self.pre_download.enabled {
             check("pre_download.timeout_s", v::whole_seconds(self.pre_download.timeout_s, true).map(drop));
+            if self.pre_download.command.first().is_none_or(String::is_empty) {
+                staging.push("pre_download.command is empty: name the download program (e.g. [hf, download, \"{model}\", --cache-dir, \"{cache}\"])".into());
+            }
+            if self.paths.hf_cache.is_none() {
+                staging.push(
+                    "pre_download.enabled needs paths.hf_cache (where the weights go and the job finds them)".into(),
+                );
+            }
         }
+        check("pre_download.dataset_timeout_s", v::whole_seconds(self.pre_download.dataset_timeout_s, true).map(drop));
+
         if let Some(port) = self.network.proxy.as_ref().and_then(|p| p.ssh_port) {
             check("network.proxy.ssh_port", v::port(port).map(drop));
         }
         if super::parse_slurm_time(&self.slurm.time).is_none() {
             problems.push(format!("slurm.time `{}` is not a Slurm time (HH:MM:SS or D-HH:MM:SS)", self.slurm.time));
         }
+        problems.extend(staging);
         problems.extend(self.verify.problems());
         for (name, env) in &self.environments {
             for var in

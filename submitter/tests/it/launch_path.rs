@@ -270,7 +270,7 @@ fn listener_job_has_its_own_placement_and_environment_or_is_refused() {
         *p = p.replace(LISTENER, &format!("{LISTENER}  internet: false\n"));
     });
     let out = offline.run(&["listener", "start"], &store.spec, &args, &[]);
-    assert!(text(&out).contains("has no internet") && text(&out).contains("pre_download"), "{}", text(&out));
+    assert!(text(&out).contains("has no internet") && text(&out).contains("pre_download.enabled"), "{}", text(&out));
     let site = TestCluster::new("lsnvar", |p| {
         *p = p
             .replace("  logs_dir: ", "  logs_dir: ${LSN_SITE_SCRATCH}/")

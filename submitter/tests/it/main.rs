@@ -14,6 +14,7 @@ mod multinode;
 mod pg;
 mod queueing;
 mod registry;
+mod site;
 mod slurm_real;
 mod snapshots;
 mod support;

@@ -30,6 +30,7 @@
 //! | `STANDIN_CHAT_AGENT=terminus` | chat completions answer as a terminus-2 agent would (below) instead of `tok0 tok1 …` |
 //! | `STANDIN_REQUEST_LOG` | a file each completion request body is appended to, one JSON line per request |
 //! | `STANDIN_CONTROL_FILE` | a file re-read on every request: `normal`, `bad_request`, `hang` or `die` switch behaviour at run time |
+//! | `STANDIN_HUB` | the node's view of huggingface.co for a model not in the HF cache (`e2e::standin::hub`): `unreachable` (no internet: vLLM's real "Invalid repository ID or local directory" error), `reachable` (downloads a minimal snapshot into `$HF_HUB_CACHE`/`$HF_HOME/hub`/`~/.cache/huggingface/hub`), unset (not checked). A local dir or a cached snapshot always resolves; `HF_HUB_OFFLINE=1` without one always fails |
 //! | `STANDIN_RANK_FAIL` | multi-node faults: `<rank>:start` (that node's rank exits 1 before joining) or `<rank>:after=<seconds>` (it exits 1 that long after joining) |
 //! | `STANDIN_VLLM_ARGS_ONLY=1` | stop after the argument checks vLLM does before binding the port: exit 0 when they pass (the stand-in contract test compares this with the real parser) |
 //!
@@ -1530,6 +1531,21 @@ fn main_after_bind(cfg: Cfg, log: Log, style: Style, host: String, fd: i32, fail
             "RuntimeError: Failed to infer device type, please set the environment variable `VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging to help debug the issue.",
         );
         std::process::exit(1);
+    }
+    // ModelConfig: the weights, found the way vLLM and huggingface_hub find them (standin::hub).
+    match e2e::standin::hub::resolve(&cfg.model, &|name| std::env::var(name).ok()) {
+        Ok(weights) => {
+            if let e2e::standin::hub::Weights::Downloaded(at) = &weights {
+                log.api("INFO", "weight_utils.py", 421, &format!("Downloaded {} to {}", cfg.model, at.display()));
+            }
+        }
+        Err(not_found) => {
+            for warning in &not_found.warnings {
+                log.api("WARNING", "repo_utils.py", 84, warning);
+            }
+            traceback(&config_frames(), &not_found.error);
+            std::process::exit(1);
+        }
     }
     // Across nodes, each node holds its share: (TP × PP) / nodes with mp, TP × PP × DP-local with DP.
     let nodes = cfg.place.as_ref().map_or(1, |p| p.nodes);
