@@ -247,7 +247,7 @@ fn watch_outlasts_squeue_timeouts() {
 }
 
 /// The test profile's `listener:` section (`queueing::TestCluster`).
-const LISTENER: &str = "listener:\n  partition: debug\n  time: \"00:05:00\"\n";
+const LISTENER: &str = "listener: {partition: debug, time: \"00:05:00\", internet: true}\n";
 
 /// The listener job's placement comes from the profile's `listener:` section, with the variables
 /// the profile's paths use; without the section, or staging without internet, or a path variable
@@ -266,15 +266,14 @@ fn listener_job_has_its_own_placement_and_environment_or_is_refused() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("no `listener:` section") && text(&out).contains("GPU node"), "{}", text(&out));
     let offline = TestCluster::new("lsnoff", |p| {
-        p.push_str("pre_download:\n  enabled: true\n  command: [\"true\"]\n");
-        *p = p.replace(LISTENER, &format!("{LISTENER}  internet: false\n"));
+        *p = p.replace(LISTENER, "listener: {partition: debug, internet: false}\n");
     });
     let out = offline.run(&["listener", "start"], &store.spec, &args, &[]);
-    assert!(text(&out).contains("has no internet") && text(&out).contains("pre_download.enabled"), "{}", text(&out));
+    assert!(text(&out).contains("has no internet") && text(&out).contains("missing datasets"), "{}", text(&out));
     let site = TestCluster::new("lsnvar", |p| {
         *p = p
             .replace("  logs_dir: ", "  logs_dir: ${LSN_SITE_SCRATCH}/")
-            .replace(LISTENER, "listener:\n  partition: debug\n  time: \"00:04:00\"\n  mem_mb: 300\n");
+            .replace(LISTENER, "listener: {partition: debug, time: \"00:04:00\", mem_mb: 300, internet: true}\n");
     });
     let out = site.run(&["listener", "start"], &store.spec, &args, &[]);
     assert!(text(&out).contains("uses ${LSN_SITE_SCRATCH}, which is not set here"), "{}", text(&out));

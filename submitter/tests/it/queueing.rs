@@ -78,9 +78,7 @@ limits:
   n_concurrent: 2
   walltime_lead_s: 60
   max_attempts: 3
-listener:
-  partition: debug
-  time: \"00:05:00\"
+listener: {{partition: debug, time: \"00:05:00\", internet: true}}
 "
         );
         tweak(&mut profile);
