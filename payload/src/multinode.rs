@@ -29,7 +29,7 @@ use crate::failure::Failure;
 pub const RANKS_FILE: &str = "ranks.json";
 /// Where each `payload rank` records itself (`rank-<R>.json`), on its own node.
 pub const RANK_RECORDS_DIR: &str = "ranks";
-/// The srun step's own output (srun's messages); each node's vLLM writes `vllm-<node>.log`.
+/// The srun step's own output (srun's messages); each rank writes `vllm-<node>.log` itself.
 pub const SRUN_LOG: &str = "srun-ranks.log";
 /// The step name, so an operator sees it in `squeue -s`.
 pub const STEP_NAME: &str = "vllm-ranks";
@@ -161,13 +161,7 @@ pub fn ranks(
 /// The srun step for the secondaries (`ranks[1..]`): one task per node, on exactly those nodes,
 /// the environment srun itself has (payload gives it the engine's), each task `payload rank`.
 /// `--kill-on-bad-exit`: one rank failing ends the step, which the watchdog sees as the engine's death.
-pub fn srun_argv(
-    srun: &str,
-    payload_bin: &Path,
-    ranks_file: &Path,
-    secondaries: &[Rank],
-    run_dir: &Path,
-) -> Vec<String> {
+pub fn srun_argv(srun: &str, payload_bin: &Path, ranks_file: &Path, secondaries: &[Rank]) -> Vec<String> {
     let nodes: Vec<&str> = secondaries.iter().map(|r| r.node.as_str()).collect();
     let n = secondaries.len().to_string();
     vec![
@@ -179,7 +173,6 @@ pub fn srun_argv(
         format!("--nodelist={}", nodes.join(",")),
         "--kill-on-bad-exit=1".to_string(),
         "--export=ALL".to_string(),
-        format!("--output={}", run_dir.join("vllm-%N.log").display()),
         payload_bin.display().to_string(),
         "rank".to_string(),
         "--ranks".to_string(),
@@ -279,6 +272,11 @@ pub fn plan_nodes(n: u32) -> Vec<Node> {
         .collect()
 }
 
+/// The log of the rank on `node`: `vllm-<node>.log` in the run dir (the head's is `vllm.log`).
+pub fn rank_log_path(run_dir: &Path, node: &str) -> PathBuf {
+    run_dir.join(format!("vllm-{node}.log"))
+}
+
 /// The record file of `rank` in `run_dir`.
 pub fn rank_record_path(run_dir: &Path, rank: u32) -> PathBuf {
     run_dir.join(RANK_RECORDS_DIR).join(format!("rank-{rank}.json"))
@@ -316,7 +314,7 @@ pub fn ranks_log_tail(run_dir: &Path, secondaries: Option<&Secondaries>, n: usiz
     let mut lines: Vec<String> =
         crate::engine::log_tail(&run_dir.join(SRUN_LOG), n).into_iter().map(|l| format!("[srun] {l}")).collect();
     for rank in &s.file.ranks[1..] {
-        let log = run_dir.join(format!("vllm-{}.log", rank.node));
+        let log = rank_log_path(run_dir, &rank.node);
         lines.extend(crate::engine::log_tail(&log, n).into_iter().map(|l| format!("[{}] {l}", rank.node)));
     }
     let skip = lines.len().saturating_sub(n);
@@ -351,6 +349,7 @@ pub fn rank_for_task<'a>(file: &'a RanksFile, procid: u32) -> Option<&'a Rank> {
 /// `payload rank --ranks FILE`: on a secondary node, records itself and execs its vLLM argv with
 /// the environment srun gave it. Returns only on failure.
 pub fn exec_rank(ranks_file: &Path, env: &dyn Fn(&str) -> Option<String>) -> RankError {
+    use std::os::unix::fs::OpenOptionsExt;
     use std::os::unix::process::CommandExt;
     let fail = |message: String| RankError::File { path: ranks_file.to_path_buf(), message };
     let text = match std::fs::read_to_string(ranks_file) {
@@ -385,6 +384,19 @@ pub fn exec_rank(ranks_file: &Path, env: &dyn Fn(&str) -> Option<String>) -> Ran
     });
     if let Err(e) = written {
         return fail(format!("cannot write the rank record in {}: {e}", dir.display()));
+    }
+    // This rank's own log in the run dir, named by the node the head planned it on (srun's `%N`
+    // would be the host name, which need not be Slurm's node name).
+    let log = rank_log_path(run_dir, &rank.node);
+    let opened =
+        std::fs::OpenOptions::new().create(true).append(true).custom_flags(libc::O_NOFOLLOW).open(&log).and_then(
+            |file| {
+                nix::unistd::dup2_stdout(&file).map_err(std::io::Error::from)?;
+                nix::unistd::dup2_stderr(&file).map_err(std::io::Error::from)
+            },
+        );
+    if let Err(e) = opened {
+        return fail(format!("cannot open the rank's log {}: {e}", log.display()));
     }
     let Some((program, args)) = rank.argv.split_first() else { return fail("empty argv".to_string()) };
     // exec, not spawn: the task *is* vLLM, so Slurm's step signals and kills reach it directly.
@@ -456,7 +468,7 @@ pub fn prepare(
             .with_cause("multinode")
     })?;
     let ranks_file = spec.run_dir.join(RANKS_FILE);
-    let argv = srun_argv(&srun.display().to_string(), &payload_bin, &ranks_file, &all[1..], &spec.run_dir);
+    let argv = srun_argv(&srun.display().to_string(), &payload_bin, &ranks_file, &all[1..]);
     let child = crate::supervisor::ChildSpec {
         program: srun,
         argv,
@@ -556,8 +568,7 @@ mod tests {
     fn srun_starts_one_payload_rank_per_secondary_node() {
         let secondaries =
             vec![Rank { rank: 1, node: "n1".into(), argv: vec![] }, Rank { rank: 2, node: "n2".into(), argv: vec![] }];
-        let argv =
-            srun_argv("srun", Path::new("/bin/payload"), Path::new("/run/ranks.json"), &secondaries, Path::new("/run"));
+        let argv = srun_argv("srun", Path::new("/bin/payload"), Path::new("/run/ranks.json"), &secondaries);
         assert!(argv.contains(&"--nodelist=n1,n2".to_string()) && argv.contains(&"--ntasks=2".to_string()), "{argv:?}");
         assert!(argv.contains(&"--kill-on-bad-exit=1".to_string()), "{argv:?}");
         assert_eq!(argv[argv.len() - 4..], ["/bin/payload", "rank", "--ranks", "/run/ranks.json"]);

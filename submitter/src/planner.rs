@@ -89,6 +89,8 @@ pub struct PlannedJob {
     /// For a walltime continuation: the attempt it continues and its place in the chain.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub continues: Option<Continuation>,
+    /// The job's tunnel(s) and the agent's model variables (or why it cannot launch here).
+    pub tunnel: String,
     /// Where the spec goes (`<run dir>/launch.json`), for queued pairs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spec_path: Option<PathBuf>,
@@ -177,6 +179,10 @@ pub fn plan(inputs: &PlanInputs, snapshot: &Snapshot) -> Vec<PlannedJob> {
     for model in inputs.models {
         for leg in inputs.legs {
             let choice = SlurmChoice::for_leg(inputs.context.cluster, &leg.preset, inputs.slurm);
+            let context = inputs.context;
+            let tunnel =
+                crate::launch::describe_tunnel(context.cluster, leg.preset.agent(), &|f, p| context.expand(f, p))
+                    .unwrap_or_else(|e| format!("refused: {e}"));
             for dataset in &leg.preset.datasets {
                 let overrides = LaunchOverrides {
                     n_concurrent: inputs.concurrency.for_leg(leg),
@@ -184,6 +190,7 @@ pub fn plan(inputs: &PlanInputs, snapshot: &Snapshot) -> Vec<PlannedJob> {
                     ..inputs.overrides.clone()
                 };
                 let mut job = plan_pair(inputs, snapshot, model, leg, &choice, overrides);
+                job.tunnel = tunnel.clone();
                 if job.queues() {
                     let in_flight = snapshot.in_flight + queued;
                     if in_flight >= inputs.max_in_flight {
@@ -238,6 +245,7 @@ fn plan_pair(
         prerequisite: None,
         flag: None,
         continues: None,
+        tunnel: String::new(),
         spec_path: None,
         sbatch: None,
         spec: None,
@@ -255,7 +263,7 @@ fn plan_pair(
         job.resources.data_parallel_size = resolved.data_parallel_size;
         job.timeout_multiplier = resolved.timeout_multiplier;
         job.rule = resolved.rule.clone();
-        job.serve = serde_json::to_value(resolved).unwrap_or(Value::Null);
+        job.serve = serde_json::to_value(crate::output::ServeSettings::new(resolved, None)).unwrap_or(Value::Null);
     }
     let pair = snapshot.pairs.get(&(model.to_string(), family));
     let timeout_multiplier = resolved.as_ref().map_or(f64::NAN, |r| r.timeout_multiplier);

@@ -191,6 +191,12 @@ pub enum EventKind {
     EngineReady,
     EngineExited,
     EngineUnhealthy,
+    /// A multi-node engine (docs/multinode.md): the other nodes' srun step started, every rank
+    /// joined (with the node each runs on), the step ended, the step cancelled at teardown.
+    RanksSpawned,
+    RanksJoined,
+    RanksExited,
+    RanksCancelled,
     HarborConfigCheck,
     HarborSpawned,
     HarborExited,
@@ -230,6 +236,10 @@ const EVENT_NAMES: &[(&str, EventKind)] = &[
     ("engine_ready", EventKind::EngineReady),
     ("engine_exited", EventKind::EngineExited),
     ("engine_unhealthy", EventKind::EngineUnhealthy),
+    ("ranks_spawned", EventKind::RanksSpawned),
+    ("ranks_joined", EventKind::RanksJoined),
+    ("ranks_exited", EventKind::RanksExited),
+    ("ranks_cancelled", EventKind::RanksCancelled),
     ("harbor_config_check", EventKind::HarborConfigCheck),
     ("harbor_spawned", EventKind::HarborSpawned),
     ("harbor_exited", EventKind::HarborExited),

@@ -41,16 +41,12 @@ pub fn preflight(args: &PreflightArgs) -> Result<ExitCode> {
     let queries = SlurmQueries(&slurm);
     let site = Site::here(&loaded.root, &queries);
     let dataset = args.spec.dataset.clone().or_else(|| loaded.preset.datasets.first().cloned()).unwrap_or_default();
-    let report = if args.stage {
+    if args.stage {
         let stager = Stager::new(&context);
-        match preflight::stage_and_check(&stager, &dataset, &spec, &loaded.cluster, &site) {
-            Ok(report) => report,
-            Err(submitter::executor::NotSubmitted::Staging(why)) => anyhow::bail!("staging failed: {why}"),
-            Err(submitter::executor::NotSubmitted::Preflight(_)) => preflight::preflight(&spec, &loaded.cluster, &site),
-        }
-    } else {
-        preflight::preflight(&spec, &loaded.cluster, &site)
-    };
+        stager.model(&spec.model.hf_id).map_err(|why| anyhow::anyhow!("staging failed: {why}"))?;
+        stager.dataset(&dataset, &spec.harbor.dataset).map_err(|why| anyhow::anyhow!("staging failed: {why}"))?;
+    }
+    let report = preflight::preflight(&spec, &loaded.cluster, &site);
     let passed = report.passed();
     if passed && args.spec.out.is_some() {
         super::spec::write(&args.spec, &spec)?;

@@ -207,6 +207,11 @@ fn plan_table(planned: &[PlannedJob]) -> String {
             out += &format!(", {} {label}", count(label));
         }
     }
+    let tunnels: std::collections::BTreeSet<(&str, &str)> =
+        planned.iter().map(|j| (j.preset.as_str(), j.tunnel.as_str())).collect();
+    for (preset, tunnel) in tunnels {
+        out += &format!("tunnel    {preset}: {tunnel}\n");
+    }
     out + "\n"
 }
 

@@ -280,6 +280,10 @@ pub struct EngineSettings {
     pub supports_swap_space: (),
     #[serde(default = "default_health_timeout")]
     pub health_timeout_s: u64,
+    /// vLLM's `--distributed-timeout-seconds` for a multi-node engine; default `health_timeout_s`
+    /// (weights may load slowly on some nodes, docs/multinode.md).
+    #[serde(default)]
+    pub distributed_timeout_s: Option<u64>,
     /// Extra non-secret environment for vLLM on this cluster, `${VAR}`-expanded at submit time;
     /// `{job_scratch}` in a value is payload's per-job directory on node-local disk.
     #[serde(default)]
@@ -664,6 +668,9 @@ impl ClusterProfile {
             }
         };
         check("engine.health_timeout_s", v::whole_seconds(self.engine.health_timeout_s, true).map(drop));
+        if let Some(timeout) = self.engine.distributed_timeout_s {
+            check("engine.distributed_timeout_s", v::whole_seconds(timeout, true).map(drop));
+        }
         check("slurm.kill_wait_s", v::whole_seconds(self.slurm.kill_wait_s, false).map(drop));
         check("limits.walltime_lead_s", v::whole_seconds(limits.walltime_lead_s, false).map(drop));
         check("limits.submission_delay_s", v::seconds(limits.submission_delay_s, false).map(drop));

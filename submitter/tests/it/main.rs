@@ -9,7 +9,9 @@ mod exit_codes;
 mod fresh;
 mod launch_path;
 mod ledger;
+mod module_graph;
 mod multinode;
+mod multinode_slurm;
 #[path = "../common/pg.rs"]
 mod pg;
 mod queueing;

@@ -331,7 +331,8 @@ fn two_submitters_stage_a_dataset_once() {
 /// Preflight refusals: nothing queued, no attempt counted, the why recorded in the run dir.
 #[test]
 fn preflight_refusals_queue_nothing_and_burn_no_attempt() {
-    let cases: [(&str, fn(&Site), &str); 4] = [
+    type Case = (&'static str, fn(&Site), &'static str);
+    let cases: [Case; 4] = [
         (
             "reservation",
             |site| {
@@ -592,4 +593,65 @@ fn every_shipped_profile_passes_preflight_on_the_simulated_site() {
         assert!(!printed.contains("FAIL"), "{printed}");
         eprintln!("{printed}");
     }
+}
+
+/// `submitter preflight`'s human and JSON outputs (versioned document), as snapshots: the site's
+/// temp dir and the repository are placeholders.
+#[test]
+fn preflight_outputs() {
+    let Some(site) = Site::new(|_| {}) else { return };
+    let root = site.root().display().to_string();
+    let repo = workspace_root().display().to_string();
+    for format in ["human", "json"] {
+        let out =
+            site.submitter("preflight", &["--preset", "tb2", "--model", MODEL, "--stage", "--format", format], None);
+        assert!(out.status.success(), "{}", text(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout).replace(&root, "<site>").replace(&repo, "<repo>");
+        insta::assert_snapshot!(format!("preflight_{format}"), stdout);
+    }
+    // A failed check: exit 1 (the command ran and found a problem), the same document.
+    std::fs::set_permissions(site.root().join("keys/secrets.env"), std::os::unix::fs::PermissionsExt::from_mode(0o640))
+        .unwrap();
+    let out = site.submitter("preflight", &["--preset", "tb2", "--model", MODEL, "--json"], None);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (doc["format_version"].as_u64(), doc["kind"].as_str(), doc["passed"].as_bool()),
+        (Some(1), Some("preflight"), Some(false))
+    );
+}
+
+/// A cluster whose compute nodes have internet (Vista's shape): nothing is staged for the model,
+/// and what the job downloads lands in the profile's cache, never under the job's `$HOME`.
+#[test]
+fn with_internet_the_job_downloads_into_the_profiles_cache_not_home() {
+    let Some(site) = Site::new(|p| {
+        *p = p
+            .replace("  internet: false", "  internet: true")
+            .replace("    STANDIN_HUB: unreachable", "    STANDIN_HUB: reachable")
+            .replace("  enabled: true\n", "  enabled: false\n");
+    }) else {
+        return;
+    };
+    std::fs::remove_dir_all(site.work().join("hf_cache")).unwrap();
+    std::fs::create_dir_all(site.work().join("hf_cache")).unwrap();
+    // The job's HOME is the user's login HOME on the node (Slurm's export rules): root's here.
+    let home_cache = PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into()))
+        .join(".cache/huggingface/hub/models--test--Tiny-1B");
+    let home_before = home_cache.exists();
+    let store = Store::sqlite();
+    let out = site.launch(&store.spec);
+    let printed = text(&out);
+    assert!(out.status.success() && printed.contains("1 submitted"), "{printed}");
+    assert!(!printed.contains("staging model"), "{printed}");
+    wait_until("the job to finish", Duration::from_secs(240), || {
+        status(&site.run_dir()).is_some_and(|s| !s["outcome"].is_null())
+    });
+    let status = status(&site.run_dir()).unwrap();
+    assert_eq!(status.pointer("/outcome/class").and_then(|c| c.as_str()), Some("finished"), "{status}");
+    let downloaded = site.work().join("hf_cache/models--test--Tiny-1B/refs/main");
+    assert!(downloaded.is_file(), "the download went to the profile's cache");
+    assert_eq!(home_cache.exists(), home_before, "nothing downloaded under $HOME");
+    let spec = launch_spec::LaunchSpec::from_file(&site.run_dir().join("launch.json")).unwrap();
+    assert!(!spec.serve.env.contains_key("HF_HUB_OFFLINE"), "online where the nodes have internet");
 }

@@ -155,11 +155,13 @@ pub fn first_lost(peers: Vec<(u64, TcpStream)>) -> u64 {
     rx.recv().unwrap_or(0)
 }
 
-/// Secondary: connects to the head, retrying while refused, until the timeout.
+/// Secondary: connects to the head, retrying while refused, until the timeout. The first failed
+/// attempt is reported on stderr as torch's store client warns.
 pub fn join(place: &Place, interrupted: &dyn Fn() -> bool) -> Result<TcpStream, String> {
     let deadline = Instant::now() + place.timeout;
     let target = format!("{}:{}", place.addr, place.port);
     let mut last = String::new();
+    let mut warned = false;
     loop {
         if interrupted() {
             return Err("interrupted".into());
@@ -171,7 +173,18 @@ pub fn join(place: &Place, interrupted: &dyn Fn() -> bool) -> Result<TcpStream, 
                     writeln!(stream, "join {}", place.index).map_err(|e| e.to_string())?;
                     return Ok(stream);
                 }
-                Err(e) => last = e.to_string(),
+                Err(e) => {
+                    if !warned {
+                        warned = true;
+                        eprintln!(
+                            "[W socket.cpp:752] [c10d] The client socket cannot be initialized to connect to [{}]:{} (errno: {} - {e}).",
+                            place.addr,
+                            place.port,
+                            e.raw_os_error().unwrap_or(0)
+                        );
+                    }
+                    last = e.to_string();
+                }
             }
         }
         if Instant::now() >= deadline {
