@@ -493,17 +493,6 @@ fn preset_n_attempts(preset: &Preset) -> u32 {
     preset.n_attempts.unwrap_or(3)
 }
 
-/// The names of the `${NAME}` references in `text` (a leading `~/` needs `HOME`), by the rules of
-/// `launch_spec::expand` (as far as the text expands).
-pub fn variables_in(text: &str) -> Vec<String> {
-    let names = std::cell::RefCell::new(Vec::new());
-    let _ = launch_spec::expand::expand_path(text, &|name| {
-        names.borrow_mut().push(name.to_string());
-        Some(String::new())
-    });
-    names.into_inner()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -730,6 +730,17 @@ impl ClusterProfile {
     }
 }
 
+/// The names of the `${NAME}` references in `text` (a leading `~/` needs `HOME`), by the rules of
+/// `launch_spec::expand` (as far as the text expands).
+fn variables_in(text: &str) -> Vec<String> {
+    let names = std::cell::RefCell::new(Vec::new());
+    let _ = launch_spec::expand::expand_path(text, &|name| {
+        names.borrow_mut().push(name.to_string());
+        Some(String::new())
+    });
+    names.into_inner()
+}
+
 impl ClusterProfile {
     /// The environment variables the profile's `${VAR}` references name (paths, environments, the
     /// secrets file, the post-run step, the proxy's files), sorted: what any process that expands
@@ -762,7 +773,7 @@ impl ClusterProfile {
             texts.extend(step.argv.iter().cloned());
         }
         let mut names: Vec<String> =
-            texts.iter().flat_map(|t| crate::launch::variables_in(t)).filter(|name| name != "SUBMITTER_HOME").collect();
+            texts.iter().flat_map(|t| variables_in(t)).filter(|name| name != "SUBMITTER_HOME").collect();
         names.sort();
         names.dedup();
         names
