@@ -11,7 +11,6 @@
 mod pg;
 
 use std::cell::Cell;
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -19,11 +18,15 @@ use chrono::Utc;
 use serde_json::json;
 use submitter::config::{self, ConfigRoot, lists};
 use submitter::decide::Policy;
+use submitter::executor::Executor;
 use submitter::launch::{LaunchContext, LaunchOverrides};
-use submitter::ledger::{ImportedAttempt, Ledger, Status, open_ledger};
-use submitter::plan::{self, Executables, LedgerView, SelectedPreset, SubmitSettings};
+use submitter::ledger::{ImportedAttempt, Ledger, Status, now, open_ledger};
+use submitter::planner::{self, Executables, PlanInputs};
+use submitter::queue::SlurmOverrides;
 use submitter::registry::Registry;
+use submitter::selection::{Concurrency, Leg};
 use submitter::slurm::{JobId, JobInfo, Slurm, SlurmError, SubmitRequest};
+use submitter::snapshot::Snapshot;
 
 fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
@@ -110,15 +113,38 @@ fn main() {
         harbor_configs_dir: &harbor,
         root: &root.root,
     };
-    let presets: Vec<SelectedPreset> = ["swebench", "v2", "tb2"]
+    let presets: Vec<Leg> = ["swebench", "v2", "tb2"]
         .iter()
-        .map(|name| SelectedPreset {
-            name: name.to_string(),
-            preset: config::load_preset(&root.presets_dir(), name).unwrap(),
-        })
+        .map(|name| Leg { name: name.to_string(), preset: config::load_preset(&root.presets_dir(), name).unwrap() })
         .collect();
-    let policy = Policy { max_failed_attempts: 3, stale_pending_s: 172_800, config_aware: false, force: false };
+    let policy = Policy {
+        max_failed_attempts: 3,
+        stale_pending_s: 172_800,
+        config_aware: false,
+        force: false,
+        max_continuations: 5,
+    };
     let overrides = LaunchOverrides::default();
+    let executables = Executables {
+        payload_bin: PathBuf::from("/bin/true"),
+        script: root.root.join("sbatch/payload.sbatch"),
+        prelude: None,
+    };
+    let environment = |_: &str| None;
+    let (concurrency, slurm_overrides) = (Concurrency::default(), SlurmOverrides::default());
+    let inputs = |context, legs, models| PlanInputs {
+        context,
+        legs,
+        models,
+        overrides: &overrides,
+        concurrency: &concurrency,
+        slurm: &slurm_overrides,
+        executables: &executables,
+        environment: &environment,
+        policy: &policy,
+        max_in_flight: 10_000,
+    };
+    let no_slurm = InstantSlurm(Cell::new(0));
     let sizes: Vec<usize> = std::env::var("PLAN_BENCH_SIZES")
         .unwrap_or_else(|_| "10000,100000,1000000".into())
         .split(',')
@@ -148,9 +174,8 @@ fn main() {
             let samples: Vec<Duration> = (0..5)
                 .map(|_| {
                     let start = Instant::now();
-                    let view = LedgerView::read(ledger.as_ref()).unwrap();
-                    let planned =
-                        plan::plan(&context, &presets, &models, &overrides, &view, &HashMap::new(), &policy).unwrap();
+                    let snapshot = Snapshot::read(ledger.as_ref(), &no_slurm, "local", now()).unwrap();
+                    let planned = planner::plan(&inputs(&context, &presets, &models), &snapshot);
                     std::hint::black_box(planned.len());
                     start.elapsed()
                 })
@@ -179,31 +204,25 @@ fn main() {
         harbor_configs_dir: &harbor,
         root: &root.root,
     };
-    let view = LedgerView::read(ledger.as_ref()).unwrap();
+    let snapshot = Snapshot::read(ledger.as_ref(), &no_slurm, &local.name, now()).unwrap();
     let few: Vec<String> = models.iter().take(200).cloned().collect();
     let tb2 = &presets[2..];
-    let planned = plan::plan(&context, tb2, &few, &overrides, &view, &HashMap::new(), &policy).unwrap();
-    let executables = Executables {
-        payload_bin: PathBuf::from("/bin/true"),
-        script: root.root.join("sbatch/payload.sbatch"),
-        prelude: None,
-    };
-    let environment = |_: &str| None;
-    let no_staging = |_: &plan::PlannedJob, _: &launch_spec::LaunchSpec| Ok(());
-    let settings = SubmitSettings {
-        max_in_flight: 10_000,
-        delay: Duration::ZERO,
-        username: "bench".into(),
-        executables: &executables,
-        overrides: &overrides,
-        chain_batch: 0,
-        environment: &environment,
-        prepare: &no_staging,
-        mirror: None,
-    };
+    let planned = planner::plan(&inputs(&context, tb2, &few), &snapshot);
     let slurm = InstantSlurm(Cell::new(0));
+    let prepare = |_: &planner::PlannedJob, _: &launch_spec::LaunchSpec| Ok(());
+    let executor = Executor {
+        ledger: ledger.as_ref(),
+        slurm: &slurm,
+        cluster: &local.name,
+        username: "bench".into(),
+        delay: Duration::ZERO,
+        chain_batch: 0,
+        mirror: None,
+        prepare: &prepare,
+        dry_run: false,
+    };
     let start = Instant::now();
-    let submitted = plan::submit(&context, tb2, &planned, ledger.as_ref(), &slurm, &settings).unwrap();
+    let submitted = executor.execute(&planned).unwrap();
     let per_job = start.elapsed() / submitted.len().max(1) as u32;
     println!(
         "submission loop: {} jobs, {} per job beyond delay and sbatch (target ≤ 10 ms)",

@@ -1,10 +1,11 @@
 //! The dedup decision per (model, benchmark family), docs/design.md §7.3, as a pure function of a ledger
 //! snapshot and a Slurm snapshot. Fail-closed handling of errors happens before this is called:
-//! without both snapshots there is no decision at all.
+//! without both snapshots there is no decision at all. Depends on the domain types only (no ledger,
+//! no Slurm, no files, no clock).
 
 use serde::Serialize;
 
-pub use crate::ledger::Status as AttemptStatus;
+use crate::domain::{AttemptStatus, SlurmView, TEAM_CLUSTER};
 
 /// What the ledger knows about one pair: its latest attempt and how many attempts failed.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,6 +31,10 @@ pub struct LatestAttempt {
     /// Set when the attempt belongs to another cluster: only that cluster's submitter can see its
     /// Slurm job, so this one never reconciles, cancels or resubmits it.
     pub elsewhere: Option<Elsewhere>,
+    /// It ended by the walltime (or was otherwise resumable): continue it, not a failure.
+    pub resumable: bool,
+    /// Its place in a walltime chain: 0 for a fresh attempt, n for the n-th continuation.
+    pub continuation: u32,
 }
 
 /// Another cluster holding a pair's active attempt, and how recently its submitter refreshed it.
@@ -45,17 +50,6 @@ pub struct Elsewhere {
 /// submitter may be between its insert and its sbatch right now).
 pub const MISSING_JOB_GRACE_S: u64 = 120;
 
-/// What Slurm says about the attempt's job right now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SlurmView {
-    /// Pending in the queue.
-    Queued,
-    /// Running (or completing).
-    Running,
-    /// Slurm no longer lists it, or lists it as ended.
-    Gone,
-}
-
 #[derive(Debug, Clone, PartialEq)]
 pub struct Policy {
     pub max_failed_attempts: u32,
@@ -64,14 +58,37 @@ pub struct Policy {
     pub config_aware: bool,
     /// `--force`: bypass everything for the explicitly selected pairs.
     pub force: bool,
+    /// Continuations of a walltime chain (`limits.max_continuations`); past it the pair is skipped.
+    pub max_continuations: u32,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// What to do with one pair. (The verification verdicts are `verify::verdict`; this is only the
+/// queueing decision.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Verdict {
+pub enum Action {
     Submit,
     Skip,
     Resubmit,
+    /// Resubmit an attempt that ended by the walltime: same run tag, so payload resumes the
+    /// Harbor job; not a failure.
+    Continue,
+}
+
+impl Action {
+    /// Whether carrying it out queues a job.
+    pub fn submits(self) -> bool {
+        !matches!(self, Action::Skip)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Submit => "submit",
+            Action::Skip => "skip",
+            Action::Resubmit => "resubmit",
+            Action::Continue => "continue",
+        }
+    }
 }
 
 /// Side effects the caller performs before submitting (recorded in the ledger first).
@@ -86,7 +103,7 @@ pub enum Prerequisite {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Decision {
-    pub decision: Verdict,
+    pub action: Action,
     pub reason: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prerequisite: Option<Prerequisite>,
@@ -96,8 +113,8 @@ pub struct Decision {
 }
 
 impl Decision {
-    fn new(decision: Verdict, reason: impl Into<String>) -> Self {
-        Decision { decision, reason: reason.into(), prerequisite: None, flag: None }
+    fn new(action: Action, reason: impl Into<String>) -> Self {
+        Decision { action, reason: reason.into(), prerequisite: None, flag: None }
     }
 
     fn flagged(mut self, flag: String) -> Self {
@@ -122,7 +139,7 @@ fn age(seconds: u64) -> String {
 /// What refreshes another cluster's attempts: its submitter, or for the team's imported history
 /// another import.
 fn refresh_hint(cluster: &str) -> String {
-    if cluster == crate::team::TEAM_CLUSTER {
+    if cluster == TEAM_CLUSTER {
         "re-run `submitter import` to refresh the team's history".to_string()
     } else {
         format!("run `submitter sync --cluster {cluster}` there, or cancel it there")
@@ -132,31 +149,31 @@ fn refresh_hint(cluster: &str) -> String {
 /// Decides one pair. `slurm` is the job's state when the latest attempt has a job id.
 pub fn decide(history: &PairHistory, slurm: Option<SlurmView>, policy: &Policy) -> Decision {
     if policy.force {
-        return Decision::new(Verdict::Submit, "forced (--force)");
+        return Decision::new(Action::Submit, "forced (--force)");
     }
     let Some(latest) = &history.latest else {
-        return Decision::new(Verdict::Submit, "no previous attempt");
+        return Decision::new(Action::Submit, "no previous attempt");
     };
     let too_many = || history.failed_attempts >= policy.max_failed_attempts;
     match latest.status {
         AttemptStatus::Finished if !latest.has_metrics => {
-            Decision::new(Verdict::Resubmit, "finished but metrics cleared")
+            Decision::new(Action::Resubmit, "finished but metrics cleared")
         }
         // Same run tag, so payload resumes the Harbor job and re-runs only what is missing.
         AttemptStatus::Finished if latest.incomplete => {
-            Decision::new(Verdict::Resubmit, "finished but incomplete (completion audit): resume")
+            Decision::new(Action::Resubmit, "finished but incomplete (completion audit): resume")
         }
         AttemptStatus::Finished if policy.config_aware && !latest.config_matches => {
-            Decision::new(Verdict::Resubmit, "finished under a different config")
+            Decision::new(Action::Resubmit, "finished under a different config")
         }
-        AttemptStatus::Finished => Decision::new(Verdict::Skip, "finished"),
+        AttemptStatus::Finished => Decision::new(Action::Skip, "finished"),
         // Another cluster's attempt: its Slurm is not ours to read, so it is never reconciled,
         // cancelled or resubmitted from here — at most flagged when its submitter went quiet.
         AttemptStatus::Pending | AttemptStatus::Started if latest.elsewhere.is_some() => {
             let elsewhere = latest.elsewhere.as_ref().expect("checked");
             let cluster = &elsewhere.cluster;
             let job = latest.slurm_job_id.as_ref().map_or("no job id yet".to_string(), |j| format!("job {j}"));
-            let skip = Decision::new(Verdict::Skip, format!("in progress on {cluster}, {job}"));
+            let skip = Decision::new(Action::Skip, format!("in progress on {cluster}, {job}"));
             match elsewhere.heartbeat {
                 Some((age_s, bound)) if age_s <= bound => skip,
                 Some((age_s, bound)) => skip.flagged(format!(
@@ -177,7 +194,7 @@ pub fn decide(history: &PairHistory, slurm: Option<SlurmView>, policy: &Policy) 
         }
         // Another submitter is between its ledger insert and its sbatch: leave it alone.
         AttemptStatus::Pending if latest.slurm_job_id.is_none() && latest.age_s <= MISSING_JOB_GRACE_S => {
-            Decision::new(Verdict::Skip, format!("being submitted (attempt {}, no job id yet)", latest.id))
+            Decision::new(Action::Skip, format!("being submitted (attempt {}, no job id yet)", latest.id))
         }
         AttemptStatus::Pending | AttemptStatus::Started => {
             let job = latest.slurm_job_id.clone().unwrap_or_else(|| "?".to_string());
@@ -186,13 +203,13 @@ pub fn decide(history: &PairHistory, slurm: Option<SlurmView>, policy: &Policy) 
                     if latest.status == AttemptStatus::Pending && latest.age_s > policy.stale_pending_s =>
                 {
                     Decision::new(
-                        Verdict::Resubmit,
+                        Action::Resubmit,
                         format!("stale pending (job {job} queued for {})", age(latest.age_s)),
                     )
                     .with(Prerequisite::CancelStale { attempt_id: latest.id, slurm_job_id: job })
                 }
                 Some(SlurmView::Queued | SlurmView::Running) => {
-                    Decision::new(Verdict::Skip, format!("in progress (job {job}, {})", age(latest.age_s)))
+                    Decision::new(Action::Skip, format!("in progress (job {job}, {})", age(latest.age_s)))
                 }
                 // Gone without a recorded outcome (or never got a job id and Slurm has no job
                 // with its run tag): the job is dead — no waiting 24–48 h for a stale row.
@@ -200,23 +217,40 @@ pub fn decide(history: &PairHistory, slurm: Option<SlurmView>, policy: &Policy) 
                     // Marking it failed adds one more failure to the pair.
                     if history.failed_attempts + 1 >= policy.max_failed_attempts {
                         return Decision::new(
-                            Verdict::Skip,
+                            Action::Skip,
                             format!("too many failures ({})", history.failed_attempts + 1),
                         )
                         .with(Prerequisite::MarkVanished { attempt_id: latest.id });
                     }
-                    Decision::new(Verdict::Resubmit, format!("vanished (job {job} no longer in Slurm, no outcome)"))
+                    Decision::new(Action::Resubmit, format!("vanished (job {job} no longer in Slurm, no outcome)"))
                         .with(Prerequisite::MarkVanished { attempt_id: latest.id })
                 }
                 // An outcome exists but sync has not folded it yet: wait for sync, never guess.
-                Some(SlurmView::Gone) | None => Decision::new(Verdict::Skip, "ended, awaiting sync"),
+                Some(SlurmView::Gone) | None => Decision::new(Action::Skip, "ended, awaiting sync"),
             }
         }
+        // Ended by the walltime: continue the chain (the run dir resumes), bounded by the profile.
+        AttemptStatus::Failed if latest.resumable && latest.continuation < policy.max_continuations => Decision::new(
+            Action::Continue,
+            format!(
+                "continue after the walltime (continuation {} of at most {}, attempt {})",
+                latest.continuation + 1,
+                policy.max_continuations,
+                latest.id
+            ),
+        ),
+        AttemptStatus::Failed if latest.resumable => Decision::new(
+            Action::Skip,
+            format!(
+                "walltime chain ended: {} continuation(s), limits.max_continuations {} (raise it or the preset's slurm_time)",
+                latest.continuation, policy.max_continuations
+            ),
+        ),
         AttemptStatus::Failed | AttemptStatus::Cancelled if too_many() => {
-            Decision::new(Verdict::Skip, format!("too many failures ({})", history.failed_attempts))
+            Decision::new(Action::Skip, format!("too many failures ({})", history.failed_attempts))
         }
-        AttemptStatus::Failed => Decision::new(Verdict::Resubmit, "previous attempt failed"),
-        AttemptStatus::Cancelled => Decision::new(Verdict::Resubmit, "previous attempt cancelled"),
+        AttemptStatus::Failed => Decision::new(Action::Resubmit, "previous attempt failed"),
+        AttemptStatus::Cancelled => Decision::new(Action::Resubmit, "previous attempt cancelled"),
     }
 }
 
@@ -225,7 +259,13 @@ mod tests {
     use super::*;
 
     fn policy() -> Policy {
-        Policy { max_failed_attempts: 3, stale_pending_s: 3600, config_aware: false, force: false }
+        Policy {
+            max_failed_attempts: 3,
+            stale_pending_s: 3600,
+            config_aware: false,
+            force: false,
+            max_continuations: 2,
+        }
     }
 
     fn latest(status: AttemptStatus) -> LatestAttempt {
@@ -239,6 +279,8 @@ mod tests {
             config_matches: true,
             has_recorded_outcome: false,
             elsewhere: None,
+            resumable: false,
+            continuation: 0,
         }
     }
 
@@ -248,21 +290,21 @@ mod tests {
 
     #[test]
     fn none_submits() {
-        assert_eq!(decide(&history(None, 0), None, &policy()).decision, Verdict::Submit);
+        assert_eq!(decide(&history(None, 0), None, &policy()).action, Action::Submit);
     }
 
     #[test]
     fn finished_skips_unless_metrics_cleared_or_config_aware() {
         let h = history(Some(latest(AttemptStatus::Finished)), 0);
-        assert_eq!(decide(&h, None, &policy()).decision, Verdict::Skip);
+        assert_eq!(decide(&h, None, &policy()).action, Action::Skip);
         let mut cleared = latest(AttemptStatus::Finished);
         cleared.has_metrics = false;
-        assert_eq!(decide(&history(Some(cleared), 0), None, &policy()).decision, Verdict::Resubmit);
+        assert_eq!(decide(&history(Some(cleared), 0), None, &policy()).action, Action::Resubmit);
         let mut other = latest(AttemptStatus::Finished);
         other.config_matches = false;
-        assert_eq!(decide(&history(Some(other.clone()), 0), None, &policy()).decision, Verdict::Skip);
+        assert_eq!(decide(&history(Some(other.clone()), 0), None, &policy()).action, Action::Skip);
         let aware = Policy { config_aware: true, ..policy() };
-        assert_eq!(decide(&history(Some(other), 0), None, &aware).decision, Verdict::Resubmit);
+        assert_eq!(decide(&history(Some(other), 0), None, &aware).action, Action::Resubmit);
     }
 
     #[test]
@@ -270,7 +312,7 @@ mod tests {
         let mut l = latest(AttemptStatus::Finished);
         l.incomplete = true;
         let d = decide(&history(Some(l), 0), None, &policy());
-        assert_eq!(d.decision, Verdict::Resubmit);
+        assert_eq!(d.action, Action::Resubmit);
         assert!(d.reason.contains("incomplete"), "{}", d.reason);
     }
 
@@ -278,10 +320,10 @@ mod tests {
     fn active_in_slurm_skips_and_vanished_resubmits_at_once() {
         let h = history(Some(latest(AttemptStatus::Started)), 0);
         let d = decide(&h, Some(SlurmView::Running), &policy());
-        assert_eq!(d.decision, Verdict::Skip);
+        assert_eq!(d.action, Action::Skip);
         assert!(d.reason.contains("job 42"), "{}", d.reason);
         let d = decide(&h, Some(SlurmView::Gone), &policy());
-        assert_eq!(d.decision, Verdict::Resubmit);
+        assert_eq!(d.action, Action::Resubmit);
         assert_eq!(d.prerequisite, Some(Prerequisite::MarkVanished { attempt_id: 7 }));
     }
 
@@ -290,21 +332,21 @@ mod tests {
         let mut old = latest(AttemptStatus::Pending);
         old.age_s = 7200;
         let d = decide(&history(Some(old), 0), Some(SlurmView::Queued), &policy());
-        assert_eq!(d.decision, Verdict::Resubmit);
+        assert_eq!(d.action, Action::Resubmit);
         assert_eq!(d.prerequisite, Some(Prerequisite::CancelStale { attempt_id: 7, slurm_job_id: "42".into() }));
         // Started rows are never "stale pending", however old.
         let mut running = latest(AttemptStatus::Started);
         running.age_s = 7200;
-        assert_eq!(decide(&history(Some(running), 0), Some(SlurmView::Queued), &policy()).decision, Verdict::Skip);
+        assert_eq!(decide(&history(Some(running), 0), Some(SlurmView::Queued), &policy()).action, Action::Skip);
     }
 
     #[test]
     fn failures_are_bounded() {
         let h = history(Some(latest(AttemptStatus::Failed)), 2);
-        assert_eq!(decide(&h, None, &policy()).decision, Verdict::Resubmit);
+        assert_eq!(decide(&h, None, &policy()).action, Action::Resubmit);
         let h = history(Some(latest(AttemptStatus::Failed)), 3);
         let d = decide(&h, None, &policy());
-        assert_eq!(d.decision, Verdict::Skip);
+        assert_eq!(d.action, Action::Skip);
         assert!(d.reason.starts_with("too many failures"));
     }
 
@@ -312,7 +354,7 @@ mod tests {
     fn outcome_recorded_but_not_synced_waits() {
         let mut l = latest(AttemptStatus::Started);
         l.has_recorded_outcome = true;
-        assert_eq!(decide(&history(Some(l), 0), Some(SlurmView::Gone), &policy()).decision, Verdict::Skip);
+        assert_eq!(decide(&history(Some(l), 0), Some(SlurmView::Gone), &policy()).action, Action::Skip);
     }
 
     #[test]
@@ -320,9 +362,9 @@ mod tests {
         let mut l = latest(AttemptStatus::Pending);
         l.slurm_job_id = None;
         l.age_s = 5;
-        assert_eq!(decide(&history(Some(l.clone()), 0), None, &policy()).decision, Verdict::Skip);
+        assert_eq!(decide(&history(Some(l.clone()), 0), None, &policy()).action, Action::Skip);
         l.age_s = MISSING_JOB_GRACE_S + 1;
-        assert_eq!(decide(&history(Some(l), 0), None, &policy()).decision, Verdict::Resubmit);
+        assert_eq!(decide(&history(Some(l), 0), None, &policy()).action, Action::Resubmit);
     }
 
     #[test]
@@ -335,7 +377,7 @@ mod tests {
             // Slurm here knows nothing of it: that must not read as vanished.
             for slurm in [None, Some(SlurmView::Gone)] {
                 let d = decide(&history(Some(l.clone()), 0), slurm, &policy());
-                assert_eq!(d.decision, Verdict::Skip, "{d:?}");
+                assert_eq!(d.action, Action::Skip, "{d:?}");
                 assert_eq!(d.reason, "in progress on vista, job 1007");
                 assert_eq!(d.prerequisite, None);
                 assert_eq!(d.flag.is_some(), flagged, "{heartbeat:?}: {d:?}");
@@ -344,9 +386,25 @@ mod tests {
     }
 
     #[test]
+    fn a_walltime_end_continues_without_counting_as_a_failure_up_to_the_bound() {
+        let mut l = latest(AttemptStatus::Failed);
+        l.resumable = true;
+        // Two real failures already: a third would block, a walltime end does not.
+        let d = decide(&history(Some(l.clone()), 2), None, &policy());
+        assert_eq!(d.action, Action::Continue, "{d:?}");
+        assert!(d.reason.contains("continuation 1 of at most 2"), "{}", d.reason);
+        l.continuation = 1;
+        assert_eq!(decide(&history(Some(l.clone()), 5), None, &policy()).action, Action::Continue);
+        l.continuation = 2;
+        let d = decide(&history(Some(l), 0), None, &policy());
+        assert_eq!(d.action, Action::Skip);
+        assert!(d.reason.contains("walltime chain ended"), "{}", d.reason);
+    }
+
+    #[test]
     fn force_bypasses_everything() {
         let h = history(Some(latest(AttemptStatus::Started)), 9);
         let force = Policy { force: true, ..policy() };
-        assert_eq!(decide(&h, Some(SlurmView::Running), &force).decision, Verdict::Submit);
+        assert_eq!(decide(&h, Some(SlurmView::Running), &force).action, Action::Submit);
     }
 }

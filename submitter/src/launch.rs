@@ -50,12 +50,20 @@ pub enum LaunchError {
 }
 
 /// Operator choices on the command line; they win over registry, preset and cluster.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct LaunchOverrides {
     pub timeout_multiplier: Option<f64>,
     pub agent_kwargs: Vec<String>,
     pub gpu_memory_utilization: Option<f64>,
+    /// Harbor's concurrency for this leg (still clamped to the profile's ceiling).
     pub n_concurrent: Option<u32>,
+    /// The Harbor job config (`--harbor-config`): a file in `presets/harbor/` or a path; wins over
+    /// the preset's `config_yaml`.
+    pub harbor_config: Option<String>,
+    /// Harbor's agent parser (`--agent-parser`); wins over the preset's `agent_parser`.
+    pub agent_parser: Option<String>,
+    /// The output-token budget (`--max-output-tokens`); wins over the registry's.
+    pub max_output_tokens: Option<u64>,
     /// One of the preset's datasets; default the first.
     pub dataset: Option<String>,
 }
@@ -254,7 +262,8 @@ impl LaunchContext<'_> {
         let dialect = harbor_env.harbor_dialect();
         let agent_kwargs = launch_spec::versions::translate_agent_kwargs(&resolved.agent_kwargs, dialect)
             .map_err(|e| LaunchError::AgentKwarg { model: model.to_string(), reason: e.to_string() })?;
-        let config_name = preset.config_yaml.as_deref().unwrap_or(DEFAULT_HARBOR_CONFIG);
+        let config_name =
+            overrides.harbor_config.as_deref().or(preset.config_yaml.as_deref()).unwrap_or(DEFAULT_HARBOR_CONFIG);
         let harbor_config = if Path::new(config_name).is_absolute() {
             PathBuf::from(config_name)
         } else {
@@ -334,9 +343,13 @@ impl LaunchContext<'_> {
                 n_attempts: preset_n_attempts(preset),
                 timeout_multiplier: resolved.timeout_multiplier,
                 agent_kwargs,
-                agent_parser: preset.agent_parser.clone().filter(|p| !p.is_empty()),
+                agent_parser: overrides
+                    .agent_parser
+                    .clone()
+                    .or_else(|| preset.agent_parser.clone())
+                    .filter(|p| !p.is_empty()),
                 agent_envs: preset.agent_envs(),
-                max_output_tokens: resolved.max_output_tokens,
+                max_output_tokens: overrides.max_output_tokens.or(resolved.max_output_tokens),
                 resume_filter_error_types: launch_spec::launch::INFRA_ERROR_TYPES
                     .iter()
                     .map(|s| (*s).to_string())

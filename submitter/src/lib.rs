@@ -3,16 +3,20 @@
 
 pub mod config;
 pub mod decide;
+pub mod domain;
+pub mod executor;
 pub mod launch;
 pub mod ledger;
 pub mod lint;
 pub mod observe;
 pub mod output;
-pub mod plan;
+pub mod planner;
 pub mod preflight;
 pub mod queue;
 pub mod registry;
+pub mod selection;
 pub mod slurm;
+pub mod snapshot;
 pub mod stage;
 pub mod sync;
 pub mod team;

@@ -33,14 +33,14 @@ pub enum Command {
     /// prelude. Exit 1 when a check failed. `--stage` stages the model and dataset first.
     Preflight(commands::preflight::PreflightArgs),
     /// The decisions per (model, benchmark): submit, skip or resubmit, with the reason. Changes nothing.
-    Plan(commands::launch::PlanArgs),
+    Plan(commands::queueing::PlanArgs),
     /// Sync, plan and submit: once, or as a listener (--watch --interval D).
-    Launch(commands::launch::LaunchArgs),
+    Launch(commands::queueing::LaunchArgs),
     /// Fold payload records and Slurm state into the ledger.
-    Sync(commands::launch::SyncArgs),
+    Sync(commands::queueing::SyncArgs),
     /// Active attempts joined with Slurm state and payload heartbeats: one verdict per job
     /// (starting, healthy, stalled, dead, misconfigured, finished, failed) with the evidence.
-    Status(commands::launch::StatusArgs),
+    Status(commands::verify::StatusArgs),
     /// The launch checks (tunnel, api_base, completions, trials) from a run dir's files alone.
     /// Exit 0: no failure; 1: a check failed (--strict: or warned); 2: not a run dir.
     Check(commands::verify::CheckArgs),
@@ -51,7 +51,7 @@ pub enum Command {
     /// Show a job's log: the Slurm output (default), --engine, --harbor or --tunnel.
     Logs(commands::verify::LogsArgs),
     /// Cancel by job id or model/benchmark, updating the ledger.
-    Cancel(commands::launch::CancelArgs),
+    Cancel(commands::queueing::CancelArgs),
     /// The ledger's model catalogue.
     #[command(subcommand)]
     Models(commands::catalogue::ModelsCommand),
@@ -85,11 +85,11 @@ fn main() -> ExitCode {
         Command::Registry(RegistryCommand::Check(args)) => commands::registry::check(&args),
         Command::Spec(args) => commands::spec::spec(&args),
         Command::Preflight(args) => commands::preflight::preflight(&args),
-        Command::Plan(args) => commands::launch::plan_command(&args),
-        Command::Launch(args) => commands::launch::launch_command(&args),
-        Command::Sync(args) => commands::launch::sync_command(&args),
-        Command::Status(args) => commands::launch::status_command(&args),
-        Command::Cancel(args) => commands::launch::cancel_command(&args),
+        Command::Plan(args) => commands::queueing::plan_command(&args),
+        Command::Launch(args) => commands::queueing::launch_command(&args),
+        Command::Sync(args) => commands::queueing::sync_command(&args),
+        Command::Status(args) => commands::verify::status(&args),
+        Command::Cancel(args) => commands::queueing::cancel_command(&args),
         Command::Check(args) => commands::verify::check(&args),
         Command::Results(args) => commands::verify::results(&args),
         Command::Report(args) => commands::verify::report(&args),

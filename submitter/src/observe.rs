@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use launch_spec::records::RunStatus;
 use serde_json::Value;
 
-use crate::decide::SlurmView;
+use crate::domain::SlurmView;
 use crate::ledger::{Attempt, LedgerError};
 use crate::slurm::{JobInfo, JobState, SlurmError};
 

@@ -165,8 +165,8 @@ pub fn stage_and_check(
     spec: &LaunchSpec,
     cluster: &ClusterProfile,
     site: &Site,
-) -> Result<Report, crate::plan::NotSubmitted> {
-    use crate::plan::NotSubmitted;
+) -> Result<Report, crate::executor::NotSubmitted> {
+    use crate::executor::NotSubmitted;
     stager.model(&spec.model.hf_id).map_err(NotSubmitted::Staging)?;
     stager.dataset(dataset, &spec.harbor.dataset).map_err(NotSubmitted::Staging)?;
     let report = preflight(spec, cluster, site);

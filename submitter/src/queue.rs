@@ -24,13 +24,47 @@ pub struct JobInputs<'a> {
     pub payload_bin: &'a Path,
     /// The prelude the script sources (absolute), when the profile has one.
     pub prelude: Option<&'a Path>,
-    /// Slurm `--time` (a preset's `slurm_time`, else the cluster's).
-    pub time: &'a str,
+    /// Slurm `--time`, partition, account and reservation for this leg ([`SlurmChoice::for_leg`]).
+    pub choice: &'a SlurmChoice,
     /// Short benchmark tag for the job name (`tb2`, `v2`, …).
     pub benchmark_short: &'a str,
     pub dependency: Option<String>,
     /// The submitter's environment, for the cluster's `export_env` names.
     pub environment: &'a dyn Fn(&str) -> Option<String>,
+}
+
+/// The operator's Slurm overrides (`--partition`, `--account`, `--reservation`, `--time`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SlurmOverrides {
+    pub partition: Option<String>,
+    pub account: Option<String>,
+    pub reservation: Option<String>,
+    pub time: Option<String>,
+}
+
+/// Where and for how long one leg's jobs run: the command line, else the preset, else the profile.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SlurmChoice {
+    pub partition: String,
+    pub account: Option<String>,
+    pub reservation: Option<String>,
+    pub time: String,
+}
+
+impl SlurmChoice {
+    pub fn for_leg(cluster: &ClusterProfile, preset: &crate::config::Preset, cli: &SlurmOverrides) -> SlurmChoice {
+        let slurm = &cluster.slurm;
+        SlurmChoice {
+            partition: cli
+                .partition
+                .clone()
+                .or_else(|| preset.slurm_partition.clone())
+                .unwrap_or(slurm.partition.clone()),
+            account: cli.account.clone().or_else(|| preset.slurm_account.clone()).or(slurm.account.clone()),
+            reservation: cli.reservation.clone().or(slurm.reservation.clone()),
+            time: cli.time.clone().or_else(|| preset.slurm_time.clone()).unwrap_or(slurm.time.clone()),
+        }
+    }
 }
 
 /// Builds the request. Errors name the field to fix.
@@ -41,14 +75,15 @@ pub fn sbatch_request(inputs: &JobInputs) -> Result<SubmitRequest, String> {
     let gpus = inputs.spec.gpus_needed();
     let nodes = inputs.spec.serve.nodes.max(1);
     let per_node = hardware.gpus_per_node.max(1);
-    let time = parse_slurm_time(inputs.time)
-        .ok_or_else(|| format!("slurm time `{}` is not a Slurm time (HH:MM:SS or D-HH:MM:SS)", inputs.time))?;
+    let choice = inputs.choice;
+    let time = parse_slurm_time(&choice.time)
+        .ok_or_else(|| format!("slurm time `{}` is not a Slurm time (HH:MM:SS or D-HH:MM:SS)", choice.time))?;
     let mut options = SbatchOptions {
         job_name: Some(names::job_name(inputs.benchmark_short, &inputs.spec.model.hf_id)),
-        partition: Some(cluster.slurm.partition.clone()),
-        account: cluster.slurm.account.clone(),
+        partition: Some(choice.partition.clone()),
+        account: choice.account.clone(),
         qos: cluster.slurm.qos.clone(),
-        reservation: cluster.slurm.reservation.clone(),
+        reservation: choice.reservation.clone(),
         time_limit: Some(Duration::from_secs(time)),
         signal: Some(SignalSpec {
             signal: "USR1".to_string(),
@@ -161,6 +196,7 @@ mod tests {
         };
         let spec = context.build(model, &preset, &LaunchOverrides::default()).unwrap();
         let env = |name: &str| (name == "PAYLOAD_GPU_FIXTURE").then(|| "/tmp/gpus.json".to_string());
+        let choice = SlurmChoice::for_leg(&cluster, &preset, &SlurmOverrides::default());
         let request = sbatch_request(&JobInputs {
             cluster: &cluster,
             spec: &spec,
@@ -168,7 +204,7 @@ mod tests {
             script: Path::new("/repo/sbatch/payload.sbatch"),
             payload_bin: Path::new("/repo/bin/payload"),
             prelude: cluster.slurm.prelude.as_ref().map(|p| root.root.join(p)).as_deref(),
-            time: &cluster.slurm.time,
+            choice: &choice,
             benchmark_short: "tb2",
             dependency: None,
             environment: &env,
@@ -239,6 +275,35 @@ mod tests {
         std::fs::remove_file(spec_path(&first)).unwrap();
         std::os::unix::fs::symlink("/dev/zero", spec_path(&first)).unwrap();
         assert!(run_dir_free_for(&first).unwrap_err().contains("symlink"));
+    }
+
+    #[test]
+    fn the_command_line_beats_the_preset_beats_the_profile() {
+        let root = ConfigRoot { root: Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf() };
+        let cluster = config::load_cluster(&root.clusters_dir(), "jupiter").unwrap();
+        let mut preset = config::load_preset(&root.presets_dir(), "swebench_full").unwrap();
+        let none = SlurmOverrides::default();
+        let choice = SlurmChoice::for_leg(&cluster, &preset, &none);
+        assert_eq!(
+            (choice.partition.as_str(), choice.account.as_deref(), choice.reservation.as_deref(), choice.time.as_str()),
+            ("booster", Some("jureap59"), Some("eval"), "48:00:00"),
+            "profile, with the preset's slurm_time"
+        );
+        preset.slurm_partition = Some("develbooster".into());
+        preset.slurm_account = Some("other".into());
+        let choice = SlurmChoice::for_leg(&cluster, &preset, &none);
+        assert_eq!((choice.partition.as_str(), choice.account.as_deref()), ("develbooster", Some("other")));
+        let cli = SlurmOverrides {
+            partition: Some("p".into()),
+            account: Some("a".into()),
+            reservation: Some("r".into()),
+            time: Some("01:00:00".into()),
+        };
+        let choice = SlurmChoice::for_leg(&cluster, &preset, &cli);
+        assert_eq!(
+            (choice.partition.as_str(), choice.account.as_deref(), choice.reservation.as_deref(), choice.time.as_str()),
+            ("p", Some("a"), Some("r"), "01:00:00")
+        );
     }
 
     #[test]

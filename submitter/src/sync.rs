@@ -8,9 +8,10 @@ use std::path::Path;
 use launch_spec::records::{OutcomeClass, RunStatus};
 use serde_json::Value;
 
-use crate::decide::{MISSING_JOB_GRACE_S, SlurmView};
+use crate::decide::MISSING_JOB_GRACE_S;
+use crate::domain::SlurmView;
 use crate::ledger::{Attempt, Ledger, Status, now};
-use crate::slurm::{JobId, JobInfo, Slurm, SlurmError};
+use crate::slurm::{JobId, JobInfo, JobState, Slurm, SlurmError};
 use crate::team::mirror::Mirror;
 use crate::team::publish;
 use crate::verify::{VerifySettings, results};
@@ -30,6 +31,21 @@ pub struct Change {
     pub benchmark: String,
     pub to: Status,
     pub reason: String,
+    /// It ended by the walltime: the next plan continues it, and it is not counted as a failure.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub resumable: bool,
+}
+
+/// Whether an attempt that ended without finishing is continued rather than failed: payload saw
+/// the walltime warning (`walltime`), or Slurm ended the job by its time limit or preempted it
+/// (payload then records `interrupted`, or nothing when it was killed outright).
+pub fn is_resumable(outcome: Option<OutcomeClass>, slurm_state: Option<&JobState>) -> bool {
+    let slurm_ended_it = matches!(slurm_state, Some(JobState::Timeout | JobState::Preempted));
+    match outcome {
+        Some(OutcomeClass::Walltime) => true,
+        Some(OutcomeClass::Interrupted) | None => slurm_ended_it,
+        Some(_) => false,
+    }
 }
 
 pub fn read_status(run_dir: &Path) -> Option<RunStatus> {
@@ -102,27 +118,35 @@ pub fn sync(
         let run_dir = run_dir_of(attempt);
         let status = run_dir.as_deref().and_then(read_status).filter(|s| belongs_to(s, attempt));
         let outcome = status.as_ref().and_then(|s| s.outcome.clone());
-        let mut change = |to: Status, reason: String, metrics: Option<Value>| -> Result<(), SyncError> {
-            ledger.transition(attempt.id, to, &reason, metrics.as_ref())?;
-            publish(mirror, &format!("attempt {} → {to}", attempt.id), |m| {
-                m.transition(attempt.id, to, metrics.as_ref())
-            });
-            report.changes.push(Change {
-                attempt: attempt.id.0,
-                model: attempt.model.clone(),
-                benchmark: attempt.benchmark.clone(),
-                to,
-                reason,
-            });
-            Ok(())
-        };
+        let slurm_state = attempt.slurm_job_id.as_ref().and_then(|id| jobs.get(id)).map(|j| &j.state);
+        let mut change =
+            |to: Status, reason: String, metrics: Option<Value>, resumable: bool| -> Result<(), SyncError> {
+                ledger.transition(attempt.id, to, &reason, metrics.as_ref())?;
+                if resumable {
+                    ledger.mark_resumable(attempt.id)?;
+                }
+                publish(mirror, &format!("attempt {} → {to}", attempt.id), |m| {
+                    m.transition(attempt.id, to, metrics.as_ref())
+                });
+                report.changes.push(Change {
+                    attempt: attempt.id.0,
+                    model: attempt.model.clone(),
+                    benchmark: attempt.benchmark.clone(),
+                    to,
+                    reason,
+                    resumable,
+                });
+                Ok(())
+            };
         if let Some(outcome) = outcome {
             if outcome.class == OutcomeClass::Finished {
                 let metrics = run_dir.as_deref().and_then(|d| harbor_metrics(d, settings));
-                change(Status::Finished, "finished".to_string(), metrics)?;
+                change(Status::Finished, "finished".to_string(), metrics, false)?;
             } else {
                 let cause = outcome.cause.map(|c| format!("/{c}")).unwrap_or_default();
-                change(Status::Failed, format!("{}{cause}: {}", outcome.class.as_str(), outcome.message), None)?;
+                let resumable = is_resumable(Some(outcome.class), slurm_state);
+                let reason = format!("{}{cause}: {}", outcome.class.as_str(), outcome.message);
+                change(Status::Failed, reason, None, resumable)?;
             }
             continue;
         }
@@ -136,21 +160,33 @@ pub fn sync(
                     benchmark: attempt.benchmark.clone(),
                     to: attempt.status,
                     reason: format!("repaired: job {found} found in Slurm"),
+                    resumable: false,
                 });
             } else if (now() - attempt.submitted_at).num_seconds() > MISSING_JOB_GRACE_S as i64 {
-                change(Status::Failed, "submission interrupted: no Slurm job for this attempt".to_string(), None)?;
+                change(
+                    Status::Failed,
+                    "submission interrupted: no Slurm job for this attempt".to_string(),
+                    None,
+                    false,
+                )?;
             }
             continue;
         };
         let view = view_of(jobs.get(&job_id));
         match view {
             SlurmView::Running if attempt.status == Status::Pending => {
-                change(Status::Started, format!("running as job {job_id}"), None)?;
+                change(Status::Started, format!("running as job {job_id}"), None, false)?;
             }
             SlurmView::Queued | SlurmView::Running => {}
             SlurmView::Gone => {
                 let state = jobs.get(&job_id).map_or("no longer listed".to_string(), |j| j.state.to_string());
-                change(Status::Failed, format!("vanished (job {job_id}: {state}, no outcome recorded)"), None)?;
+                let resumable = is_resumable(None, slurm_state);
+                let reason = if resumable {
+                    format!("ended by Slurm (job {job_id}: {state}), no outcome recorded: resumable")
+                } else {
+                    format!("vanished (job {job_id}: {state}, no outcome recorded)")
+                };
+                change(Status::Failed, reason, None, resumable)?;
             }
         }
     }

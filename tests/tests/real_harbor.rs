@@ -617,7 +617,7 @@ fn judge(dir: &Path, job: &str) -> (submitter::verify::check::RunCheck, submitte
         status: submitter::ledger::Status::Started,
         reason: "running",
         job_id: Some(job),
-        slurm: Some(submitter::decide::SlurmView::Running),
+        slurm: Some(submitter::domain::SlurmView::Running),
         slurm_state: Some("RUNNING".into()),
         started_at: Some(now - chrono::Duration::seconds(30)),
         metrics: None,

@@ -12,10 +12,12 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use serde::{Deserialize, Serialize};
+use submitter::config::ClusterProfile;
+use submitter::config::cluster::ListenerSettings;
 use submitter::slurm::{JobState, SbatchOptions, Slurm, SlurmCli, SubmitRequest};
 
-use super::launch::parse_duration;
 use super::session::{LedgerArgs, Session};
+use submitter::config::args::duration as parse_duration;
 
 pub const STATE_FILE: &str = "listener.json";
 
@@ -27,9 +29,9 @@ pub enum ListenerCommand {
         ledger: LedgerArgs,
         #[arg(long, value_parser = parse_duration)]
         interval: Duration,
-        /// Time limit of each listener job.
-        #[arg(long, default_value = "00:30:00")]
-        time: String,
+        /// Time limit of each listener job (default: the profile's `listener.time`).
+        #[arg(long, value_parser = submitter::config::args::slurm_time)]
+        time: Option<String>,
         /// `launch` selection arguments after `--`, e.g. `-- --preset tb2 --models-file list.txt`.
         #[arg(last = true, required = true)]
         launch_args: Vec<String>,
@@ -61,6 +63,10 @@ struct ListenerState {
     partition: String,
     account: Option<String>,
     qos: Option<String>,
+    #[serde(default)]
+    reservation: Option<String>,
+    #[serde(default = "default_mem_mb")]
+    mem_mb: u64,
     output: PathBuf,
     script: PathBuf,
     /// Full `launch` arguments (cluster, state dir, selection), without `--once`.
@@ -69,6 +75,10 @@ struct ListenerState {
     export: Vec<(String, String)>,
     stopped: bool,
     iterations: u64,
+}
+
+fn default_mem_mb() -> u64 {
+    1000
 }
 
 fn job_name(cluster: &str) -> String {
@@ -99,9 +109,10 @@ fn submit(slurm: &dyn Slurm, state: &ListenerState, state_file: &Path, begin: Op
             partition: Some(state.partition.clone()),
             account: state.account.clone(),
             qos: state.qos.clone(),
+            reservation: state.reservation.clone(),
             time_limit: submitter::config::parse_slurm_time(&state.time).map(Duration::from_secs),
             cpus_per_task: Some(1),
-            mem_mb: Some(1000),
+            mem_mb: Some(state.mem_mb),
             output: Some(state.output.clone()),
             dependency: Some("singleton".to_string()),
             begin,
@@ -124,14 +135,69 @@ fn live_jobs(slurm: &dyn Slurm, name: &str, except: Option<&str>) -> Result<Vec<
 
 pub fn listener(command: ListenerCommand) -> Result<ExitCode> {
     match command {
-        ListenerCommand::Start { ledger, interval, time, launch_args } => start(&ledger, interval, &time, launch_args),
+        ListenerCommand::Start { ledger, interval, time, launch_args } => {
+            start(&ledger, interval, time.as_deref(), launch_args)
+        }
         ListenerCommand::Status { ledger } => status(&ledger),
         ListenerCommand::Stop { ledger } => stop(&ledger),
         ListenerCommand::Tick { state_file } => tick(&state_file),
     }
 }
 
-fn start(ledger: &LedgerArgs, interval: Duration, time: &str, launch_args: Vec<String>) -> Result<ExitCode> {
+/// Why the listener job cannot be placed as the profile stands, if it cannot: no `listener:`
+/// section (it would inherit the GPU partition), or staging on nodes without internet.
+fn listener_settings(cluster: &ClusterProfile) -> Result<&ListenerSettings> {
+    let Some(listener) = &cluster.listener else {
+        bail!(
+            "clusters/{0}.yaml has no `listener:` section: the listener job would take a GPU node for a 1-CPU tick — add `listener: {{partition: <a CPU/serial partition>, time: \"00:30:00\"}}` (docs/submitter.md, \"The listener\")",
+            cluster.name
+        );
+    };
+    let internet = listener.internet.unwrap_or(cluster.network.internet);
+    // Each tick stages on its own node: models when `pre_download.enabled`, a dataset whenever its
+    // dir is missing (docs/site.md). Without internet there, staging cannot work.
+    if !internet {
+        let models = if cluster.pre_download.enabled { "models (pre_download.enabled) and " } else { "" };
+        bail!(
+            "clusters/{0}.yaml: the listener's partition {1} has no internet (listener.internet: false), but each tick stages {models}missing datasets there: put the listener on a partition with internet (e.g. a serial/login partition, `listener.internet: true`), or run `submitter launch --watch` on a login node",
+            cluster.name,
+            listener.partition
+        );
+    }
+    Ok(listener)
+}
+
+/// Variables an operator sets interactively that the tick's iteration reads when set: where the
+/// secrets file is (a path, not a secret) and the Hugging Face cache staging fills.
+const OPERATOR_PATHS: [&str; 3] = ["DC_AGENT_SECRET_ENV", "HF_HOME", "HF_HUB_CACHE"];
+
+/// The variables the tick needs from this shell: those the profile's `${VAR}` references name
+/// (Jupiter's `PROJECT`/`SCRATCH`, Leonardo's `WORK`), the operator's paths ([`OPERATOR_PATHS`]),
+/// the profile's `slurm.export_env` and `listener.export_env`. An unset referenced variable is
+/// refused now, not found in every tick.
+fn listener_environment(cluster: &ClusterProfile, listener: &ListenerSettings) -> Result<Vec<(String, String)>> {
+    let mut export = Vec::new();
+    for name in cluster.referenced_variables() {
+        match std::env::var(&name) {
+            Ok(value) => export.push((name, value)),
+            Err(_) => bail!(
+                "clusters/{}.yaml uses ${{{name}}}, which is not set here: the listener job expands the profile on its node and needs it — export it (e.g. `jutil env activate` on Jupiter) and start again",
+                cluster.name
+            ),
+        }
+    }
+    let operator = OPERATOR_PATHS.iter().map(|n| n.to_string());
+    for name in operator.chain(cluster.slurm.export_env.iter().cloned()).chain(listener.export_env.iter().cloned()) {
+        if !export.iter().any(|(n, _)| *n == name)
+            && let Ok(value) = std::env::var(&name)
+        {
+            export.push((name, value));
+        }
+    }
+    Ok(export)
+}
+
+fn start(ledger: &LedgerArgs, interval: Duration, time: Option<&str>, launch_args: Vec<String>) -> Result<ExitCode> {
     if ledger.ledger.as_deref().is_some_and(|l| submitter::ledger::redact_url(l) != l) {
         bail!("the listener job cannot carry a ledger password: put it in ~/.pgpass and pass the URL without it");
     }
@@ -139,16 +205,8 @@ fn start(ledger: &LedgerArgs, interval: Duration, time: &str, launch_args: Vec<S
     if launch_args.iter().any(|a| a == "--once" || a == "--watch") {
         bail!("give only the selection after `--`; the listener adds --once itself");
     }
+    let settings = listener_settings(&session.cluster)?;
     let name = job_name(&session.cluster.name);
-    let live = live_jobs(&session.slurm, &name, None)?;
-    if !live.is_empty() {
-        bail!(
-            "a listener for {} is already queued or running (job {}): `submitter listener stop --cluster {}` first",
-            session.cluster.name,
-            live[0].0,
-            session.cluster.name
-        );
-    }
     let mut args = vec![
         "--cluster".to_string(),
         session.cluster.name.clone(),
@@ -169,28 +227,37 @@ fn start(ledger: &LedgerArgs, interval: Duration, time: &str, launch_args: Vec<S
         }
     }
     args.extend(launch_args);
+    // Refused now rather than in every tick: what the ticks will run must parse as a launch.
+    parse_launch(&args)?;
+    let mut export = listener_environment(&session.cluster, settings)?;
+    let live = live_jobs(&session.slurm, &name, None)?;
+    if !live.is_empty() {
+        bail!(
+            "a listener for {} is already queued or running (job {}): `submitter listener stop --cluster {}` first",
+            session.cluster.name,
+            live[0].0,
+            session.cluster.name
+        );
+    }
     let exe = std::env::current_exe()?;
-    let mut export = vec![
+    export.extend([
         ("SUBMITTER_BIN".to_string(), exe.display().to_string()),
         ("SUBMITTER_HOME".to_string(), session.root.display().to_string()),
         (
             "PAYLOAD_BIN".to_string(),
             std::env::var("PAYLOAD_BIN").unwrap_or_else(|_| exe.with_file_name("payload").display().to_string()),
         ),
-    ];
-    for name in &session.cluster.slurm.export_env {
-        if let Ok(value) = std::env::var(name) {
-            export.push((name.clone(), value));
-        }
-    }
+    ]);
     let state = ListenerState {
         cluster: session.cluster.name.clone(),
         job_name: name.clone(),
         interval_s: interval.as_secs(),
-        time: time.to_string(),
-        partition: session.cluster.slurm.partition.clone(),
-        account: session.cluster.slurm.account.clone(),
-        qos: session.cluster.slurm.qos.clone(),
+        time: time.unwrap_or(&settings.time).to_string(),
+        partition: settings.partition.clone(),
+        account: settings.account.clone(),
+        qos: settings.qos.clone(),
+        reservation: settings.reservation.clone(),
+        mem_mb: settings.mem_mb,
         output: session.state_dir.join("listener-%j.out"),
         script: session.root.join("sbatch/listener.sbatch"),
         launch_args: args,
@@ -202,11 +269,25 @@ fn start(ledger: &LedgerArgs, interval: Duration, time: &str, launch_args: Vec<S
     write_state(&state_file, &state)?;
     let job = submit(&session.slurm, &state, &state_file, None)?;
     super::print(&format!(
-        "listener {name} started as job {job}; every {} s; state {}\n",
+        "listener {name} started as job {job} on partition {}; every {} s; state {}\n",
+        state.partition,
         state.interval_s,
         state_file.display()
     ))?;
     Ok(ExitCode::SUCCESS)
+}
+
+fn parse_launch(args: &[String]) -> Result<super::queueing::LaunchArgs> {
+    let mut argv = vec!["submitter".to_string(), "launch".to_string()];
+    argv.extend(args.iter().cloned());
+    argv.push("--once".to_string());
+    let cli = crate::Cli::try_parse_from(&argv).map_err(|e| {
+        anyhow::anyhow!("the launch arguments do not parse: {}", e.to_string().lines().next().unwrap_or_default())
+    })?;
+    match cli.command {
+        crate::Command::Launch(args) => Ok(args),
+        _ => bail!("stored arguments are not a launch"),
+    }
 }
 
 fn status(ledger: &LedgerArgs) -> Result<ExitCode> {
@@ -246,6 +327,23 @@ fn stop(ledger: &LedgerArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Tries a Slurm call up to three times, 2 s then 4 s apart: one `squeue` timeout must not end
+/// the chain of listener jobs.
+fn retrying<T>(what: &str, mut call: impl FnMut() -> Result<T>) -> Result<T> {
+    let mut wait = Duration::from_secs(2);
+    for _ in 0..2 {
+        match call() {
+            Ok(value) => return Ok(value),
+            Err(err) => {
+                super::report_error(&err.context(format!("{what}; retrying in {} s", wait.as_secs())));
+                std::thread::sleep(wait);
+                wait *= 2;
+            }
+        }
+    }
+    call()
+}
+
 fn tick(state_file: &Path) -> Result<ExitCode> {
     let mut state = read_state(state_file)?;
     if state.stopped {
@@ -255,20 +353,28 @@ fn tick(state_file: &Path) -> Result<ExitCode> {
     let slurm = SlurmCli::new();
     let me = std::env::var("SLURM_JOB_ID").ok();
     // Queue the successor first, so a failing iteration does not end the chain; never a second
-    // queued copy.
-    let pending: Vec<_> = live_jobs(&slurm, &state.job_name, me.as_deref())?;
+    // queued copy. When Slurm cannot say whether one is queued, queue anyway: `singleton` keeps
+    // copies from running together, and a copy that finds another pending does not re-queue.
+    let pending = match retrying("listing the listener's jobs", || live_jobs(&slurm, &state.job_name, me.as_deref())) {
+        Ok(pending) => pending,
+        Err(err) => {
+            super::report_error(&err.context("queuing the next iteration anyway"));
+            Vec::new()
+        }
+    };
     if pending.is_empty() {
-        let next = submit(&slurm, &state, state_file, Some(format!("now+{}", state.interval_s.max(1))))?;
+        let begin = format!("now+{}", state.interval_s.max(1));
+        let next = retrying("queuing the next listener iteration", || {
+            submit(&slurm, &state, state_file, Some(begin.clone()))
+        })?;
         super::print(&format!("next listener iteration queued as job {next}\n"))?;
     }
     state.iterations += 1;
     write_state(state_file, &state)?;
-    let mut argv = vec!["submitter".to_string(), "launch".to_string()];
-    argv.extend(state.launch_args.clone());
-    argv.push("--once".to_string());
-    let cli = crate::Cli::try_parse_from(&argv).context("the stored launch arguments no longer parse")?;
-    match cli.command {
-        crate::Command::Launch(args) => super::launch::launch_command(&args),
-        _ => bail!("stored arguments are not a launch"),
-    }
+    let args = parse_launch(&state.launch_args).context("the stored launch arguments no longer parse")?;
+    // The profile is re-read every tick: one edited since `start` to stage without internet here is
+    // refused with the reason rather than staging on a node that cannot.
+    let dirs = args.ledger().dirs.resolve()?;
+    listener_settings(&submitter::config::load_cluster(&dirs.clusters, &args.ledger().cluster)?)?;
+    super::queueing::launch_command(&args)
 }

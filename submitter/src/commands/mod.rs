@@ -2,9 +2,9 @@
 //! library, print. Errors carry context (`anyhow`) and become one line on stderr.
 
 pub mod catalogue;
-pub mod launch;
 pub mod listener;
 pub mod preflight;
+pub mod queueing;
 pub mod registry;
 pub mod session;
 pub mod spec;
@@ -39,12 +39,19 @@ pub fn report_error(err: &anyhow::Error) {
 /// The exit status of the library's wrapper errors, whose `#[error(transparent)]` variants keep
 /// the wrapped ledger or Slurm error out of the cause chain (`submitter::output::ExitStatus`).
 pub fn wrapped_status(error: &(dyn std::error::Error + 'static)) -> Option<submitter::output::ExitStatus> {
+    use submitter::executor::SubmitError;
     use submitter::output::ExitStatus;
-    use submitter::plan::SubmitError;
+    use submitter::snapshot::SnapshotError;
     use submitter::sync::SyncError;
-    match (error.downcast_ref::<SubmitError>(), error.downcast_ref::<SyncError>()) {
-        (Some(SubmitError::Ledger(e)), _) | (_, Some(SyncError::Ledger(e))) => Some(ExitStatus::of_ledger(e)),
-        (Some(SubmitError::Slurm(e)), _) | (_, Some(SyncError::Slurm(e))) => Some(ExitStatus::of_slurm(e)),
+    let (submit, sync, snapshot) =
+        (error.downcast_ref::<SubmitError>(), error.downcast_ref::<SyncError>(), error.downcast_ref::<SnapshotError>());
+    match (submit, sync, snapshot) {
+        (Some(SubmitError::Ledger(e)), _, _)
+        | (_, Some(SyncError::Ledger(e)), _)
+        | (_, _, Some(SnapshotError::Ledger(e))) => Some(ExitStatus::of_ledger(e)),
+        (Some(SubmitError::Slurm(e)), _, _)
+        | (_, Some(SyncError::Slurm(e)), _)
+        | (_, _, Some(SnapshotError::Slurm(e))) => Some(ExitStatus::of_slurm(e)),
         _ => None,
     }
 }

@@ -9,8 +9,9 @@ use launch_spec::GpuProfiles;
 use submitter::config::{self, ClusterProfile, ConfigRoot, lists};
 use submitter::launch::{LaunchContext, LaunchOverrides};
 use submitter::ledger::{self, Ledger};
-use submitter::plan::SelectedPreset;
+use submitter::queue::SlurmOverrides;
 use submitter::registry::Registry;
+use submitter::selection::{self, Concurrency, Leg};
 use submitter::slurm::SlurmCli;
 
 use crate::ConfigDirs;
@@ -29,6 +30,88 @@ pub struct LedgerArgs {
     pub state_dir: Option<PathBuf>,
     #[command(flatten)]
     pub dirs: ConfigDirs,
+}
+
+/// What changes the launch spec: shared by `spec`, `plan` and `launch` (and what the listener
+/// passes to `launch`).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct SpecOptions {
+    /// Operator override of the timeout multiplier.
+    #[arg(long, value_name = "X", value_parser = submitter::config::args::multiplier)]
+    pub timeout_multiplier: Option<f64>,
+    /// Agent kwarg `key=value` (repeatable); wins over registry and preset.
+    #[arg(long = "agent-kwarg", value_name = "K=V")]
+    pub agent_kwargs: Vec<String>,
+    /// Operator override of the GPU-memory ceiling (wins over cluster and GPU profile).
+    #[arg(long, value_name = "F", value_parser = submitter::config::args::fraction)]
+    pub gpu_memory_utilization: Option<f64>,
+    /// Harbor concurrency: `N` for every leg, `LEG=N` for one (repeatable; clamped to the
+    /// profile's `limits.n_concurrent_ceiling`). Default: the preset's, else the profile's.
+    #[arg(long = "n-concurrent", value_name = "N|LEG=N", value_parser = Concurrency::parse_item)]
+    pub n_concurrent: Vec<(Option<String>, u32)>,
+    /// Harbor job config for every leg: a file in presets/harbor/ or a path (wins over the
+    /// preset's `config_yaml`).
+    #[arg(long = "harbor-config", visible_alias = "config-yaml", value_name = "FILE")]
+    pub harbor_config: Option<String>,
+    /// Harbor's agent parser (wins over the preset's `agent_parser`).
+    #[arg(long, value_name = "P")]
+    pub agent_parser: Option<String>,
+    /// Output-token budget (wins over the registry's `max_output_tokens`).
+    #[arg(long, value_name = "N", value_parser = submitter::config::args::count_u64)]
+    pub max_output_tokens: Option<u64>,
+}
+
+impl SpecOptions {
+    /// The library's overrides (per-leg concurrency is [`SpecOptions::concurrency`]).
+    pub fn overrides(&self) -> Result<LaunchOverrides> {
+        // A relative path the operator typed means "from here" (a bare name: presets/harbor/).
+        let harbor_config = match &self.harbor_config {
+            Some(file) if file.contains('/') => Some(std::path::absolute(file)?.display().to_string()),
+            other => other.clone(),
+        };
+        Ok(LaunchOverrides {
+            timeout_multiplier: self.timeout_multiplier,
+            agent_kwargs: self.agent_kwargs.clone(),
+            gpu_memory_utilization: self.gpu_memory_utilization,
+            n_concurrent: None,
+            harbor_config,
+            agent_parser: self.agent_parser.clone(),
+            max_output_tokens: self.max_output_tokens,
+            dataset: None,
+        })
+    }
+
+    pub fn concurrency(&self) -> Concurrency {
+        Concurrency::from_items(&self.n_concurrent)
+    }
+}
+
+/// Where and for how long the jobs run: shared by `plan` and `launch` (what queues jobs).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct SlurmOptions {
+    /// Slurm partition for every job (wins over the preset's `slurm_partition` and the profile's).
+    #[arg(long, value_name = "P", value_parser = submitter::config::args::slurm_name)]
+    pub partition: Option<String>,
+    /// Slurm account for every job (wins over the preset's `slurm_account` and the profile's).
+    #[arg(long, value_name = "A", value_parser = submitter::config::args::slurm_name)]
+    pub account: Option<String>,
+    /// Slurm reservation for every job (wins over the profile's `slurm.reservation`).
+    #[arg(long, value_name = "R", value_parser = submitter::config::args::slurm_name)]
+    pub reservation: Option<String>,
+    /// Walltime for every job (wins over the preset's `slurm_time` and the profile's `slurm.time`).
+    #[arg(long, value_name = "T", value_parser = submitter::config::args::slurm_time)]
+    pub time: Option<String>,
+}
+
+impl SlurmOptions {
+    pub fn overrides(&self) -> SlurmOverrides {
+        SlurmOverrides {
+            partition: self.partition.clone(),
+            account: self.account.clone(),
+            reservation: self.reservation.clone(),
+            time: self.time.clone(),
+        }
+    }
 }
 
 /// The model and benchmark selection shared by `plan` and `launch`.
@@ -58,14 +141,10 @@ pub struct Selection {
     /// Resubmit finished pairs whose config (timeout multiplier, overrides) differs from now.
     #[arg(long)]
     pub config_aware: bool,
-    #[arg(long, value_name = "X", value_parser = submitter::config::args::multiplier)]
-    pub timeout_multiplier: Option<f64>,
-    #[arg(long = "agent-kwarg", value_name = "K=V")]
-    pub agent_kwargs: Vec<String>,
-    #[arg(long, value_name = "F", value_parser = submitter::config::args::fraction)]
-    pub gpu_memory_utilization: Option<f64>,
-    #[arg(long, value_name = "N", value_parser = submitter::config::args::count)]
-    pub n_concurrent: Option<u32>,
+    #[command(flatten)]
+    pub spec: SpecOptions,
+    #[command(flatten)]
+    pub slurm: SlurmOptions,
 }
 
 pub struct Session {
@@ -150,26 +229,11 @@ impl Session {
 }
 
 impl Selection {
-    pub fn presets(&self, presets_dir: &Path) -> Result<Vec<SelectedPreset>> {
-        let mut selected = Vec::new();
-        for name in &self.presets {
-            let names: Vec<&str> = if name == "ID" { vec!["swebench", "v2", "tb2"] } else { vec![name.as_str()] };
-            for name in names {
-                selected
-                    .push(SelectedPreset { name: name.to_string(), preset: config::load_preset(presets_dir, name)? });
-            }
-        }
-        if !self.datasets.is_empty() {
-            let preset: config::Preset = launch_spec::yaml::from_yaml_str(
-                &format!("datasets: {}\n", serde_json::to_string(&self.datasets)?),
-                Path::new("--datasets"),
-            )?;
-            selected.push(SelectedPreset { name: "datasets".to_string(), preset });
-        }
-        if selected.is_empty() {
-            bail!("select benchmarks with --preset P (repeatable) or --datasets D…");
-        }
-        Ok(selected)
+    /// The legs (presets with `ID` expanded, or the `--datasets` leg), re-read from disk.
+    pub fn legs(&self, presets_dir: &Path) -> Result<Vec<Leg>> {
+        let legs = selection::legs(presets_dir, &self.presets, &self.datasets)?;
+        self.spec.concurrency().check(&legs)?;
+        Ok(legs)
     }
 
     /// The models to consider, in priority order. No list means no submissions, unless
@@ -193,16 +257,6 @@ impl Selection {
         let mut seen = std::collections::HashSet::new();
         models.retain(|m| seen.insert(m.clone()));
         Ok(lists::filter_models(&models, &blacklist))
-    }
-
-    pub fn overrides(&self) -> LaunchOverrides {
-        LaunchOverrides {
-            timeout_multiplier: self.timeout_multiplier,
-            agent_kwargs: self.agent_kwargs.clone(),
-            gpu_memory_utilization: self.gpu_memory_utilization,
-            n_concurrent: self.n_concurrent,
-            dataset: None,
-        }
     }
 
     pub fn check(&self) -> Result<()> {

@@ -1,14 +1,17 @@
-//! `submitter spec`: the launch spec for one (model, benchmark), written without submitting.
+//! `submitter spec`: the launch spec for one (model, benchmark), written without submitting. It
+//! takes the same selection and spec options as `plan` and `launch` (one leg, one model).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use launch_spec::records::write_atomically;
 use submitter::config::{self, ConfigRoot};
 use submitter::launch::{LaunchContext, LaunchOverrides};
 use submitter::registry::Registry;
+use submitter::selection;
 
+use super::session::SpecOptions;
 use crate::ConfigDirs;
 
 #[derive(clap::Args)]
@@ -18,7 +21,10 @@ pub struct SpecArgs {
     pub cluster: String,
     /// Preset name (presets/<name>.yaml).
     #[arg(long)]
-    pub preset: String,
+    pub preset: Option<String>,
+    /// A dataset with default settings (instead of a preset).
+    #[arg(long = "datasets", value_name = "D")]
+    pub datasets: Option<String>,
     /// Hugging Face model id.
     #[arg(long)]
     pub model: String,
@@ -28,18 +34,8 @@ pub struct SpecArgs {
     /// Write the spec here (atomically) instead of stdout.
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
-    /// Operator override of the timeout multiplier.
-    #[arg(long, value_name = "X", value_parser = config::args::multiplier)]
-    timeout_multiplier: Option<f64>,
-    /// Agent kwarg `key=value` (repeatable); wins over registry and preset.
-    #[arg(long = "agent-kwarg", value_name = "K=V")]
-    agent_kwargs: Vec<String>,
-    /// Operator override of the GPU-memory ceiling (wins over cluster and GPU profile).
-    #[arg(long, value_name = "F", value_parser = config::args::fraction)]
-    gpu_memory_utilization: Option<f64>,
-    /// Harbor concurrency (clamped to the cluster's ceiling).
-    #[arg(long, value_name = "N", value_parser = config::args::count)]
-    n_concurrent: Option<u32>,
+    #[command(flatten)]
+    options: SpecOptions,
     #[command(flatten)]
     dirs: ConfigDirs,
 }
@@ -51,6 +47,7 @@ pub struct Loaded {
     pub registry: Registry,
     pub harbor_configs: PathBuf,
     pub root: PathBuf,
+    /// The one leg's preset (a preset, or the `--datasets` one).
     pub preset: submitter::config::Preset,
 }
 
@@ -72,22 +69,24 @@ pub fn build(args: &SpecArgs) -> Result<(launch_spec::LaunchSpec, Loaded)> {
     config::args::model(&args.model).map_err(|e| anyhow::anyhow!("--model: {e}"))?;
     let dirs = args.dirs.resolve()?;
     let root = ConfigRoot::discover().map(|r| r.root).unwrap_or_else(|_| dirs.clusters.join(".."));
+    let presets = Vec::from_iter(args.preset.clone());
+    let mut legs = selection::legs(&dirs.presets, &presets, &Vec::from_iter(args.datasets.clone()))?;
+    if legs.len() != 1 {
+        bail!("`spec` writes one spec: give one preset (not `ID`), or --datasets D");
+    }
+    let concurrency = args.options.concurrency();
+    concurrency.check(&legs)?;
+    let n_concurrent = concurrency.for_leg(&legs[0]);
     let loaded = Loaded {
         cluster: config::load_cluster(&dirs.clusters, &args.cluster)?,
         gpu_profiles: config::load_gpu_profiles(&dirs.clusters)?,
-        preset: config::load_preset(&dirs.presets, &args.preset)?,
+        preset: legs.remove(0).preset,
         registry: Registry::load(&dirs.registry)
             .with_context(|| format!("loading registry {}", dirs.registry.display()))?,
         harbor_configs: dirs.presets.join("harbor"),
         root,
     };
-    let overrides = LaunchOverrides {
-        timeout_multiplier: args.timeout_multiplier,
-        agent_kwargs: args.agent_kwargs.clone(),
-        gpu_memory_utilization: args.gpu_memory_utilization,
-        n_concurrent: args.n_concurrent,
-        dataset: args.dataset.clone(),
-    };
+    let overrides = LaunchOverrides { n_concurrent, dataset: args.dataset.clone(), ..args.options.overrides()? };
     let spec = loaded.context().build(&args.model, &loaded.preset, &overrides)?;
     Ok((spec, loaded))
 }

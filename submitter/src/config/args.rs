@@ -25,6 +25,27 @@ pub fn count(text: &str) -> Result<u32, String> {
     v::at_least_one(value.into()).map(|_| value)
 }
 
+/// `--max-output-tokens` and other large counts: a whole number ≥ 1.
+pub fn count_u64(text: &str) -> Result<u64, String> {
+    let value: u64 = text.trim().parse().map_err(|_| format!("`{text}` is not a whole number ≥ 1"))?;
+    v::at_least_one(value).map(|_| value)
+}
+
+/// `--time`: a Slurm time (`HH:MM:SS`, `D-HH:MM:SS`, …), checked as the profile's `slurm.time` is.
+pub fn slurm_time(text: &str) -> Result<String, String> {
+    super::parse_slurm_time(text)
+        .map(|_| text.to_string())
+        .ok_or_else(|| format!("`{text}` is not a Slurm time (HH:MM:SS or D-HH:MM:SS)"))
+}
+
+/// `--partition`, `--account`, `--reservation`: a Slurm name (no spaces or control characters).
+pub fn slurm_name(text: &str) -> Result<String, String> {
+    if text.is_empty() || text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("a Slurm name has no spaces or control characters".to_string());
+    }
+    Ok(text.to_string())
+}
+
 /// `--interval`, `--stale-after` and other durations: `30s`, `10m`, `1h30m` (humantime's syntax), or a
 /// bare number of seconds; at most 30 days, as in the launch spec.
 pub fn duration(text: &str) -> Result<std::time::Duration, String> {
@@ -49,6 +70,8 @@ mod tests {
         assert!(super::multiplier("-1").is_err() && super::multiplier("inf").is_err());
         assert!(super::count("0").is_err() && super::count("2").is_ok());
         assert!(super::model("--chat-template=/etc/passwd").is_err());
+        assert!(super::slurm_time("48:00:00").is_ok() && super::slurm_time("soon").is_err());
+        assert!(super::slurm_name("lrd_all_serial").is_ok() && super::slurm_name("a b").is_err());
         let secs = |s: u64| Ok(std::time::Duration::from_secs(s));
         assert_eq!(super::duration("30s"), secs(30));
         assert_eq!(super::duration("10m"), secs(600));

@@ -43,6 +43,46 @@ pub struct ClusterProfile {
     /// An optional step payload runs after Harbor finished (e.g. a trace upload); docs/payload.md.
     #[serde(default)]
     pub post_run: Option<PostRun>,
+    /// The Slurm-native listener job (`submitter listener start`): where its 1-CPU tick runs.
+    /// Absent: `listener start` refuses and says what to add.
+    #[serde(default)]
+    pub listener: Option<ListenerSettings>,
+}
+
+/// `listener:` — the listener job's own placement: a small CPU partition (never the GPU one), with
+/// internet when the cluster stages weights from the login side (`pre_download`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerSettings {
+    pub partition: String,
+    #[serde(default)]
+    pub account: Option<String>,
+    #[serde(default)]
+    pub qos: Option<String>,
+    #[serde(default)]
+    pub reservation: Option<String>,
+    /// Each tick's time limit (`HH:MM:SS`); one iteration, staging included, must fit.
+    #[serde(default = "default_listener_time")]
+    pub time: String,
+    #[serde(default = "default_listener_mem")]
+    pub mem_mb: u64,
+    /// Whether the listener's nodes reach the internet (default: `network.internet`). Each tick
+    /// stages there (models with `pre_download.enabled`, missing datasets always), so
+    /// `listener start` and every tick refuse a listener without it.
+    #[serde(default)]
+    pub internet: Option<bool>,
+    /// Further variables the tick needs from the starting shell (besides those the profile's
+    /// `${VAR}` references name, which are always passed). Never secrets.
+    #[serde(default)]
+    pub export_env: Vec<String>,
+}
+
+fn default_listener_time() -> String {
+    "00:30:00".to_string()
+}
+
+fn default_listener_mem() -> u64 {
+    1000
 }
 
 /// `post_run:` — one program and its arguments (never a shell string). `${VAR}` in any element is
@@ -380,6 +420,11 @@ pub struct Limits {
     /// Pending longer than this with the job still queued → cancel and resubmit.
     #[serde(default = "default_stale_pending_h")]
     pub stale_pending_hours: f64,
+    /// How many times an attempt that ended by the walltime is continued (resubmitted with the same
+    /// run dir, so Harbor resumes) before the pair is left for the operator. Continuations do not
+    /// count toward `max_attempts`.
+    #[serde(default = "default_max_continuations")]
+    pub max_continuations: u32,
 }
 
 fn default_max_in_flight() -> u32 {
@@ -400,6 +445,9 @@ fn default_max_attempts() -> u32 {
 fn default_stale_pending_h() -> f64 {
     48.0
 }
+fn default_max_continuations() -> u32 {
+    5
+}
 
 impl Default for Limits {
     fn default() -> Self {
@@ -411,6 +459,7 @@ impl Default for Limits {
             walltime_lead_s: default_walltime_lead(),
             max_attempts: default_max_attempts(),
             stale_pending_hours: default_stale_pending_h(),
+            max_continuations: default_max_continuations(),
         }
     }
 }
@@ -629,6 +678,12 @@ impl ClusterProfile {
         check("limits.n_concurrent", v::at_least_one(limits.n_concurrent.into()).map(drop));
         check("limits.max_jobs_in_flight", v::at_least_one(limits.max_jobs_in_flight.into()).map(drop));
         check("limits.max_attempts", v::at_least_one(limits.max_attempts.into()).map(drop));
+        if let Some(listener) = &self.listener {
+            check("listener.mem_mb", v::at_least_one(listener.mem_mb).map(drop));
+            if super::parse_slurm_time(&listener.time).is_none() {
+                check("listener.time", Err(format!("`{}` is not a Slurm time (HH:MM:SS)", listener.time)));
+            }
+        }
         if let Some(ceiling) = limits.n_concurrent_ceiling {
             check("limits.n_concurrent_ceiling", v::at_least_one(ceiling.into()).map(drop));
         }
@@ -675,7 +730,55 @@ impl ClusterProfile {
     }
 }
 
+/// The names of the `${NAME}` references in `text` (a leading `~/` needs `HOME`), by the rules of
+/// `launch_spec::expand` (as far as the text expands).
+fn variables_in(text: &str) -> Vec<String> {
+    let names = std::cell::RefCell::new(Vec::new());
+    let _ = launch_spec::expand::expand_path(text, &|name| {
+        names.borrow_mut().push(name.to_string());
+        Some(String::new())
+    });
+    names.into_inner()
+}
+
 impl ClusterProfile {
+    /// The environment variables the profile's `${VAR}` references name (paths, environments, the
+    /// secrets file, the post-run step, the proxy's files), sorted: what any process that expands
+    /// this profile — the listener job included — needs set. `SUBMITTER_HOME` is left out (it
+    /// defaults to the configuration root).
+    pub fn referenced_variables(&self) -> Vec<String> {
+        let mut texts: Vec<String> = Vec::new();
+        let mut path = |p: &std::path::Path| texts.push(p.to_string_lossy().into_owned());
+        let paths = &self.paths;
+        for p in [&paths.jobs_dir, &paths.logs_dir, &paths.state_dir].into_iter().chain(&paths.datasets_dirs) {
+            path(p);
+        }
+        for p in paths.hf_cache.iter().chain(&self.secrets.file).chain(&self.hardware.cuda_home) {
+            path(p);
+        }
+        for env in self.environments.values() {
+            path(&env.path);
+        }
+        if let Some(proxy) = &self.network.proxy {
+            for p in proxy.identity_file.iter().chain(&proxy.known_hosts) {
+                path(p);
+            }
+        }
+        for pair in &self.network.pinggy {
+            if let Some(p) = &pair.known_hosts {
+                path(p);
+            }
+        }
+        if let Some(step) = &self.post_run {
+            texts.extend(step.argv.iter().cloned());
+        }
+        let mut names: Vec<String> =
+            texts.iter().flat_map(|t| variables_in(t)).filter(|name| name != "SUBMITTER_HOME").collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
     /// The post-run step's problems: the launch spec's own checks (so what the profile accepts the
     /// spec reader accepts) plus the environment name.
     fn post_run_problems(&self, post_run: &PostRun) -> Vec<String> {
@@ -770,6 +873,16 @@ mod tests {
         assert!(err.contains("clusters/x.yaml:") && err.contains("`argv`"), "{err}");
         let err = parse(&with("  command: up\n")).unwrap_err().to_string();
         assert!(err.contains("unknown field `command`"), "{err}");
+    }
+
+    #[test]
+    fn referenced_variables_are_what_the_paths_use() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../clusters");
+        let jupiter = crate::config::load_cluster(&dir, "jupiter").unwrap();
+        assert_eq!(jupiter.referenced_variables(), ["PROJECT", "SCRATCH"]);
+        let leonardo = crate::config::load_cluster(&dir, "leonardo").unwrap();
+        assert_eq!(leonardo.referenced_variables(), ["HOME", "WORK"], "~/.ssh/step_ca_key needs HOME");
+        assert!(crate::config::load_cluster(&dir, "local").unwrap().referenced_variables().is_empty());
     }
 
     #[test]

@@ -20,12 +20,11 @@ pub struct Preset {
     /// Operator override of the GPU-profile ceiling (rarely right in a preset; kept for compatibility).
     #[serde(default)]
     pub gpu_memory_util: Option<f64>,
-    /// Errors (excluding benign types) above which results are not accepted.
-    #[serde(default)]
-    pub error_threshold: Option<u32>,
-    /// The replaced scripts' health-poll count; payload polls sub-second with a deadline instead.
-    #[serde(default)]
-    pub vllm_max_retries: Option<u32>,
+    /// Retired: refused with the replacement (see [`retired`]).
+    #[serde(default, deserialize_with = "retired::error_threshold")]
+    pub error_threshold: (),
+    #[serde(default, deserialize_with = "retired::vllm_max_retries")]
+    pub vllm_max_retries: (),
     #[serde(default)]
     pub agent_parser: Option<String>,
     /// `key=value` kwargs; never thinking (thinking is per model).
@@ -36,22 +35,25 @@ pub struct Preset {
     /// Harbor job config YAML, by file name (looked up in `presets/harbor/`) or path.
     #[serde(default)]
     pub config_yaml: Option<String>,
+    /// Slurm `--time` for this leg (wins over the profile's `slurm.time`; `--time` wins over it).
     #[serde(default)]
     pub slurm_time: Option<String>,
+    /// Slurm partition for this leg (wins over the profile's; `--partition` wins over it).
     #[serde(default)]
     pub slurm_partition: Option<String>,
+    /// Slurm account for this leg (wins over the profile's; `--account` wins over it).
     #[serde(default)]
     pub slurm_account: Option<String>,
-    #[serde(default)]
-    pub tp_size: Option<u32>,
+    #[serde(default, deserialize_with = "retired::tp_size")]
+    pub tp_size: (),
     #[serde(default)]
     pub agent_name: Option<String>,
-    #[serde(default)]
-    pub sbatch_script: Option<PathBuf>,
-    #[serde(default)]
-    pub check_hf_exists: Option<bool>,
-    #[serde(default)]
-    pub harbor_config: Option<String>,
+    #[serde(default, deserialize_with = "retired::sbatch_script")]
+    pub sbatch_script: (),
+    #[serde(default, deserialize_with = "retired::check_hf_exists")]
+    pub check_hf_exists: (),
+    #[serde(default, deserialize_with = "retired::harbor_config")]
+    pub harbor_config: (),
     /// `NAME` (copy the variable) or `NAME=SOURCE` (SOURCE's value, else the literal), comma-separated.
     #[serde(default)]
     pub agent_envs: Option<String>,
@@ -59,7 +61,54 @@ pub struct Preset {
 
 pub const DEFAULT_HARBOR_CONFIG: &str = "dcagent_eval_config_no_override.yaml";
 
+/// Keys the replaced system's presets had that nothing here would read. Each is refused when the
+/// preset loads (every command, and `registry check`) with the key that does the job now, so no
+/// file silently means less than it says.
+mod retired {
+    macro_rules! retired {
+        ($($key:ident => $fix:literal,)*) => {$(
+            pub fn $key<'de, D: serde::Deserializer<'de>>(_: D) -> Result<(), D::Error> {
+                Err(serde::de::Error::custom(concat!("preset key `", stringify!($key), "` is retired: ", $fix)))
+            }
+        )*};
+    }
+    retired! {
+        harbor_config => "name the Harbor job config with `config_yaml` (a file in presets/harbor/ or a path), or `--harbor-config` on the command line",
+        error_threshold => "the completion audit's bound is the cluster profile's `verify.max_error_share` (a share of trials): remove the key",
+        vllm_max_retries => "payload polls vLLM's health until the profile's `engine.health_timeout_s`: remove the key",
+        tp_size => "tensor parallelism is per model: set `tensor_parallel_size` in the model registry (model_config/)",
+        check_hf_exists => "a model that cannot be fetched is not submitted when the profile's staging (`pre_download`) is on: remove the key",
+        sbatch_script => "the batch script is the cluster profile's `slurm.script` (site setup in `slurm.prelude`): remove the key",
+    }
+}
+
 impl Preset {
+    /// A preset with only `datasets` (what `--datasets D…` selects): every other setting default.
+    pub fn for_datasets(datasets: Vec<String>) -> Preset {
+        Preset {
+            datasets,
+            log_suffix: None,
+            n_concurrent: None,
+            n_attempts: None,
+            gpu_memory_util: None,
+            error_threshold: (),
+            vllm_max_retries: (),
+            agent_parser: None,
+            agent_kwargs: Vec::new(),
+            auto_snapshot: None,
+            config_yaml: None,
+            slurm_time: None,
+            slurm_partition: None,
+            slurm_account: None,
+            tp_size: (),
+            agent_name: None,
+            sbatch_script: (),
+            check_hf_exists: (),
+            harbor_config: (),
+            agent_envs: None,
+        }
+    }
+
     /// The Harbor agent its jobs run (`agent_name`, default terminus-2).
     pub fn agent(&self) -> &str {
         self.agent_name.as_deref().unwrap_or("terminus-2")
@@ -107,9 +156,7 @@ impl Preset {
     pub fn problems(&self) -> Vec<String> {
         use launch_spec::validate as v;
         let mut problems = Vec::new();
-        for (field, value) in
-            [("n_concurrent", self.n_concurrent), ("n_attempts", self.n_attempts), ("tp_size", self.tp_size)]
-        {
+        for (field, value) in [("n_concurrent", self.n_concurrent), ("n_attempts", self.n_attempts)] {
             if let Some(value) = value
                 && let Err(problem) = v::at_least_one(value.into())
             {
@@ -150,6 +197,12 @@ impl Preset {
             && super::parse_slurm_time(time).is_none()
         {
             problems.push(format!("slurm_time `{time}` is not a Slurm time"));
+        }
+        for (field, value) in [("slurm_partition", &self.slurm_partition), ("slurm_account", &self.slurm_account)] {
+            if value.as_deref().is_some_and(|v| v.is_empty() || v.chars().any(|c| c.is_whitespace() || c.is_control()))
+            {
+                problems.push(format!("{field} must be a Slurm name (no spaces), or leave it out"));
+            }
         }
         problems
     }

@@ -28,6 +28,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("migrations/0002_team.sqlite.sql"),
         postgres: include_str!("migrations/0002_team.postgres.sql"),
     },
+    Migration {
+        version: 3,
+        name: "continuation",
+        sqlite: include_str!("migrations/0003_continuation.sqlite.sql"),
+        postgres: include_str!("migrations/0003_continuation.postgres.sql"),
+    },
 ];
 
 /// The schema version this build writes.

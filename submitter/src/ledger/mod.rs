@@ -20,7 +20,6 @@ mod sqlite;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 
 use chrono::{DateTime, SubsecRound, Utc};
 use serde::{Deserialize, Serialize};
@@ -29,6 +28,8 @@ use serde_json::Value;
 pub use self::migrations::latest_version as latest_schema_version;
 pub use self::postgres::{Connection as PgConnection, PgLedger, Redactor};
 pub use self::sqlite::SqliteLedger;
+/// The attempt lifecycle is a domain type (`crate::domain`); the ledger stores it.
+pub use crate::domain::AttemptStatus as Status;
 
 /// Every timestamp in the ledger: a UTC instant with microsecond resolution (PostgreSQL's), stored
 /// as `timestamptz` there and as fixed-width RFC 3339 text (`2026-01-02T03:04:05.000006Z`) in SQLite.
@@ -85,6 +86,11 @@ pub trait Ledger: Send + Sync {
     /// `Some(&Value::Null)` clears them. Re-entering the current status updates reason and metrics;
     /// anything [`Status::can_become`] forbids is [`LedgerError::IllegalTransition`].
     fn transition(&self, id: AttemptId, to: Status, reason: &str, metrics: Option<&Value>) -> Result<()>;
+
+    /// Marks a failed attempt as resumable (it ended by the walltime): the planner continues it and
+    /// it no longer counts toward the pair's failures. Anything but a failed attempt is
+    /// [`LedgerError::IllegalTransition`] (or [`LedgerError::NotFound`]).
+    fn mark_resumable(&self, id: AttemptId) -> Result<()>;
 
     /// One attempt by id.
     fn attempt(&self, id: AttemptId) -> Result<Option<Attempt>>;
@@ -319,75 +325,6 @@ impl fmt::Display for AttemptId {
     }
 }
 
-/// An attempt's status. Active: `pending` (row written, job queued or being submitted) and
-/// `started` (payload is running). Terminal: `finished`, `failed`, `cancelled`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    Pending,
-    Started,
-    Finished,
-    Failed,
-    Cancelled,
-}
-
-impl Status {
-    pub const ALL: [Status; 5] =
-        [Status::Pending, Status::Started, Status::Finished, Status::Failed, Status::Cancelled];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Pending => "pending",
-            Status::Started => "started",
-            Status::Finished => "finished",
-            Status::Failed => "failed",
-            Status::Cancelled => "cancelled",
-        }
-    }
-
-    pub fn is_active(self) -> bool {
-        matches!(self, Status::Pending | Status::Started)
-    }
-
-    pub fn is_terminal(self) -> bool {
-        !self.is_active()
-    }
-
-    /// Legal moves: forward only (pending → started → a terminal status, or pending straight to
-    /// one), plus re-entering the current status (an idempotent sync updating reason or metrics).
-    /// A terminal status is final: a new try is a new attempt row, never a revived one.
-    pub fn can_become(self, to: Status) -> bool {
-        self == to
-            || match self {
-                Status::Pending => true,
-                Status::Started => to.is_terminal(),
-                Status::Finished | Status::Failed | Status::Cancelled => false,
-            }
-    }
-
-    /// The statuses from which `to` may be entered.
-    pub(crate) fn sources_of(to: Status) -> Vec<Status> {
-        Status::ALL.into_iter().filter(|from| from.can_become(to)).collect()
-    }
-}
-
-impl fmt::Display for Status {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Status {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        Status::ALL
-            .into_iter()
-            .find(|status| status.as_str() == s)
-            .ok_or_else(|| format!("unknown attempt status {s:?}"))
-    }
-}
-
 /// What the submitter knows when it is about to submit one (model, benchmark).
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewAttempt {
@@ -452,8 +389,11 @@ pub struct PairState {
     pub model: String,
     pub family: String,
     pub latest: Attempt,
+    /// Failed attempts, not counting those that ended by the walltime (resumable).
     pub failed_attempts: u32,
     pub total_attempts: u32,
+    /// The latest attempt ended by the walltime (or was otherwise resumable): continue it.
+    pub latest_resumable: bool,
 }
 
 /// One catalogue entry.
@@ -566,9 +506,9 @@ pub(crate) const ATTEMPT_COLUMNS: &str = "id, model, benchmark, benchmark_family
 pub(crate) const LATEST_PER_PAIR_SQL: &str = "\
     SELECT a.id, a.model, a.benchmark, a.benchmark_family, a.cluster, a.username, a.run_tag, a.slurm_job_id, \
            a.status, a.reason, a.config, a.metrics, a.attempt, a.submitted_at, a.started_at, a.ended_at, \
-           a.updated_at, pair.failed_attempts, pair.total_attempts \
+           a.updated_at, pair.failed_attempts, pair.total_attempts, a.resumable \
     FROM (SELECT model, benchmark_family, COUNT(*) AS total_attempts, \
-                 SUM(CASE WHEN status = 'failed' THEN 1 ELSE 0 END) AS failed_attempts \
+                 SUM(CASE WHEN status = 'failed' AND resumable = 0 THEN 1 ELSE 0 END) AS failed_attempts \
           FROM attempts GROUP BY model, benchmark_family) pair \
     JOIN attempts a ON a.id = (SELECT latest.id FROM attempts latest \
                                WHERE latest.model = pair.model AND latest.benchmark_family = pair.benchmark_family \

@@ -643,6 +643,26 @@ impl<B: Backend> Ledger for SqlLedger<B> {
         })
     }
 
+    fn mark_resumable(&self, id: AttemptId) -> Result<()> {
+        write(&self.backend, "mark an attempt resumable", |db| {
+            let sql = "UPDATE attempts SET resumable = 1, updated_at = now() WHERE id = $1 AND status = 'failed'";
+            if db.execute(sql, &[Arg::Int(id.0)])? == 1 {
+                return Ok(());
+            }
+            let rows = db.query("SELECT status FROM attempts WHERE id = $1", &[Arg::Int(id.0)])?;
+            Err(match rows.first() {
+                None => LedgerError::NotFound { location: self.location_string(), id },
+                Some(row) => LedgerError::IllegalTransition {
+                    location: self.location_string(),
+                    id,
+                    from: row.text(0).and_then(|s| s.parse()).map_err(|e| self.corrupt(e))?,
+                    to: Status::Failed,
+                },
+            }
+            .into())
+        })
+    }
+
     fn attempt(&self, id: AttemptId) -> Result<Option<Attempt>> {
         read(&self.backend, "read an attempt", |db| Ok(self.attempts_where(db, "id = $1", &[Arg::Int(id.0)])?.pop()))
     }
@@ -667,6 +687,7 @@ impl<B: Backend> Ledger for SqlLedger<B> {
                         family: latest.benchmark_family.clone(),
                         failed_attempts: count(row.int(17)?),
                         total_attempts: count(row.int(18)?),
+                        latest_resumable: row.int(19)? == 1,
                         latest,
                     })
                 })

@@ -9,7 +9,7 @@ pub mod mirror;
 use crate::ledger::LedgerError;
 
 /// The cluster name imported attempts carry: the team's history does not say where a job ran.
-pub const TEAM_CLUSTER: &str = "ot-agent";
+pub use crate::domain::TEAM_CLUSTER;
 
 /// Where the team database URL is read from when no flag gives it (it holds a password, and argv
 /// is visible to every user of a login node).

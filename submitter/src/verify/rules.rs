@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use super::results::Audit;
 use super::{Finding, Level, VerifySettings, human_duration, parse_time, percent};
-use crate::decide::SlurmView;
+use crate::domain::SlurmView;
 use crate::ledger::Status;
 
 pub use super::VerdictKind;

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use super::verdict::{self, Inputs, JobVerdict, StatusRow, VerdictKind};
 use super::{VerifySettings, check, human_duration, results};
 use crate::config::cluster::AutoCancel;
-use crate::decide::SlurmView;
+use crate::domain::SlurmView;
 use crate::ledger::{Attempt, AttemptId, Ledger, Status};
 use crate::observe::{SyncError, run_dir_of, view_of};
 use crate::slurm::{JobId, JobInfo, Slurm};
@@ -173,6 +173,7 @@ fn row_for(attempt: &Attempt, job: Option<&JobInfo>, opts: &Collect) -> StatusRo
         phase,
         verdict: v,
         cancelled: None,
+        continues: crate::domain::Continuation::of_config(&attempt.config),
     }
 }
 
@@ -250,6 +251,15 @@ pub fn render_table(rows: &[StatusRow], cluster: &str, now: DateTime<Utc>, verbo
         }
         if let Some(c) = &r.cancelled {
             out += &format!("{:>10}✗ cancelled: {c}\n", "");
+        }
+        if let Some(c) = &r.continues {
+            out += &format!(
+                "{:>10}↻ continuation {} of attempt {} (it ended by the walltime; {})\n",
+                "",
+                c.number,
+                c.attempt,
+                c.first.map_or("a chain".to_string(), |first| format!("chain from attempt {first}"))
+            );
         }
     }
     let count = |k: VerdictKind| rows.iter().filter(|r| r.verdict.verdict == k).count();

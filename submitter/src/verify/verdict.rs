@@ -20,7 +20,7 @@ use super::results::Audit;
 use super::rules::{EngineFacts, Evidence, JobFacts, TrialFacts, Window};
 use super::{Finding, VerifySettings, human_duration, parse_time};
 use crate::config::cluster::AutoCancel;
-use crate::decide::SlurmView;
+use crate::domain::SlurmView;
 use crate::ledger::Status;
 
 pub use super::VerdictKind;
@@ -166,6 +166,9 @@ pub struct StatusRow {
     /// Set when `status --watch` cancelled the job under the profile's `verify.auto_cancel`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cancelled: Option<String>,
+    /// For a walltime continuation: the attempt it continues and its place in the chain.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub continues: Option<crate::domain::Continuation>,
 }
 
 struct Draft {

@@ -140,7 +140,7 @@ fn cluster_preset_and_gpu_values_are_refused_by_check_and_spec() {
         ("clusters/local.yaml", "walltime_lead_s: 60", "walltime_lead_s: 99999999999", "limits.walltime_lead_s"),
         ("clusters/local.yaml", "kill_wait_s: 30", "kill_wait_s: 99999999999", "slurm.kill_wait_s"),
         ("clusters/local.yaml", "submission_delay_s: 0.2", "submission_delay_s: 1e20", "limits.submission_delay_s"),
-        ("presets/tb2.yaml", "n_concurrent: 32", "n_concurrent: 0", "n_concurrent"),
+        ("presets/tb2.yaml", "n_concurrent: 64", "n_concurrent: 0", "n_concurrent"),
         ("presets/tb2.yaml", "log_suffix: tb2", "log_suffix: tb2\nn_attempts: 0", "n_attempts"),
         ("presets/tb2.yaml", "log_suffix: tb2", "log_suffix: tb2\ngpu_memory_util: 5", "gpu_memory_util"),
         ("presets/tb2.yaml", "log_suffix: tb2", "log_suffix: tb2\ngpu_memory_util: .inf", "gpu_memory_util"),

@@ -1,11 +1,13 @@
 //! The submitter's single integration-test binary (one link on 2 cores); modules by concern.
 
+mod architecture;
 mod broken;
 mod catalogue;
 mod edge;
 mod exit_codes;
 #[path = "../../../tests/src/fresh.rs"]
 mod fresh;
+mod launch_path;
 mod ledger;
 mod module_graph;
 mod multinode;

@@ -78,6 +78,7 @@ limits:
   n_concurrent: 2
   walltime_lead_s: 60
   max_attempts: 3
+listener: {{partition: debug, time: \"00:05:00\", internet: true}}
 "
         );
         tweak(&mut profile);
@@ -98,6 +99,11 @@ limits:
     /// Runs `submitter <command> --cluster <name> --clusters … --ledger … <args>` with a clean,
     /// explicit environment plus `extra_env`.
     pub(crate) fn run(&self, command: &[&str], ledger: &str, args: &[&str], extra_env: &[(&str, &str)]) -> Output {
+        self.command(command, ledger, args, extra_env).output().unwrap()
+    }
+
+    /// [`TestCluster::run`]'s command, not started (for a long-running `launch --watch`).
+    pub(crate) fn command(&self, command: &[&str], ledger: &str, args: &[&str], extra_env: &[(&str, &str)]) -> Command {
         let mut cmd = Command::new(SUBMITTER);
         cmd.args(command)
             .args(["--cluster", &self.name, "--clusters"])
@@ -114,7 +120,7 @@ limits:
         for (k, v) in extra_env {
             cmd.env(k, v);
         }
-        cmd.output().unwrap()
+        cmd
     }
 
     fn launch(&self, ledger: &str, selection: &[&str]) -> Output {
@@ -137,12 +143,12 @@ pub(crate) fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -
     }
 }
 
-fn scancel(job: &str) {
+pub(crate) fn scancel(job: &str) {
     let _ = Command::new("scancel").arg(job).status();
 }
 
 /// Cancels every job an attempt in this ledger still holds (test hygiene).
-fn cancel_all(ledger: &dyn Ledger) {
+pub(crate) fn cancel_all(ledger: &dyn Ledger) {
     for attempt in ledger.active().unwrap_or_default() {
         if let Some(job) = attempt.slurm_job_id {
             scancel(&job);

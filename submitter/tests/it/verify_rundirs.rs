@@ -12,7 +12,7 @@ use std::time::SystemTime;
 
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{Value, json};
-use submitter::decide::SlurmView;
+use submitter::domain::SlurmView;
 use submitter::ledger::{ImportedAttempt, Status, open_ledger};
 use submitter::verify::VerifySettings;
 use submitter::verify::status::{JobSide, judge_job};

@@ -1,16 +1,20 @@
-//! `submitter plan|launch|sync|status|cancel`: the queueing loop against one ledger and Slurm.
+//! `submitter plan|launch|sync|cancel`: the queueing loop against one ledger and Slurm. Each
+//! iteration is: sync (act), snapshot (read once), plan (pure), execute (act); `plan` is the same
+//! code without the acts.
 
-use std::collections::HashMap;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use submitter::decide::{Policy, SlurmView, Verdict};
-use submitter::ledger::{AttemptId, Status};
+use submitter::config::args::duration;
+use submitter::decide::{Action, Policy};
+use submitter::executor::{Executor, Submitted};
+use submitter::ledger::{AttemptId, Status, now};
 use submitter::output::{self, ExitStatus, FormatArgs};
-use submitter::plan::{self, Executables, LedgerView, PlannedJob, SubmitSettings};
+use submitter::planner::{self, Executables, PlanInputs, PlannedJob};
 use submitter::preflight;
 use submitter::slurm::Slurm;
+use submitter::snapshot::Snapshot;
 use submitter::sync::{self, SyncReport};
 use submitter::team::mirror::Mirror;
 
@@ -36,19 +40,25 @@ pub struct LaunchArgs {
     /// One iteration: sync, plan, submit.
     #[arg(long, conflicts_with = "watch")]
     once: bool,
-    /// The long-running listener: iterate every --interval, re-reading the lists each time.
+    /// The long-running listener: iterate every --interval, re-reading the lists each time. An
+    /// iteration that fails (Slurm or ledger unreachable, a file mid-edit) is reported and retried
+    /// with back-off; the listener never exits on its own.
     #[arg(long, requires = "interval")]
     watch: bool,
     /// Time between iterations (`30s`, `10m`, `1h`).
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = duration)]
     interval: Option<Duration>,
+    /// Everything but the writes: sync is not run, no ledger row, no spec file, no sbatch; the
+    /// plan, the specs, the sbatch argv and the preparation (staging, preflight) are all done.
+    #[arg(long)]
+    dry_run: bool,
     /// Chain submissions in batches of N with --dependency=afterany (0 = off).
     #[arg(long, default_value_t = 0)]
     chain_batch: usize,
     /// The staleness bound recorded with this submitter's heartbeat: other clusters flag this
     /// cluster's attempts when no sync refreshed them for longer (default 1h; with --watch at
     /// least 3 × --interval).
-    #[arg(long, value_parser = parse_duration, value_name = "D")]
+    #[arg(long, value_parser = duration, value_name = "D")]
     stale_after: Option<Duration>,
     /// Publish this submitter's attempts to the team's database (OT-Agent `sandbox_jobs`): the
     /// URL, or alone to take it from $SUBMITTER_TEAM_DB (where a password must be).
@@ -59,12 +69,18 @@ pub struct LaunchArgs {
     format: FormatArgs,
 }
 
+impl LaunchArgs {
+    pub fn ledger(&self) -> &LedgerArgs {
+        &self.ledger
+    }
+}
+
 #[derive(clap::Args)]
 pub struct SyncArgs {
     #[command(flatten)]
     ledger: LedgerArgs,
     /// The staleness bound recorded with this submitter's heartbeat (default 1h).
-    #[arg(long, value_parser = parse_duration, value_name = "D")]
+    #[arg(long, value_parser = duration, value_name = "D")]
     stale_after: Option<Duration>,
     /// Publish Started/Finished to the team's database, as for `launch --mirror`.
     #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
@@ -91,9 +107,6 @@ fn stale_after_s(flag: Option<Duration>, interval: Option<Duration>) -> u64 {
     }
 }
 
-/// `status` lives in `commands/verify.rs` (launch verification).
-pub use super::verify::StatusArgs;
-
 #[derive(clap::Args)]
 pub struct CancelArgs {
     #[command(flatten)]
@@ -108,51 +121,93 @@ pub struct CancelArgs {
     benchmarks: Vec<String>,
 }
 
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    submitter::config::args::duration(text)
-}
-
 fn policy(session: &Session, selection: &Selection) -> Policy {
+    let limits = &session.cluster.limits;
     Policy {
-        max_failed_attempts: session.cluster.limits.max_attempts,
-        stale_pending_s: (session.cluster.limits.stale_pending_hours * 3600.0) as u64,
+        max_failed_attempts: limits.max_attempts,
+        stale_pending_s: (limits.stale_pending_hours * 3600.0) as u64,
         config_aware: selection.config_aware,
         force: selection.force,
+        max_continuations: limits.max_continuations,
     }
 }
 
-/// Slurm's view of the jobs of the active attempts in `view`, read in one `squeue` call (no
-/// writes). Taken after the ledger snapshot, so every job id in it was submitted before Slurm is
-/// asked: a job another submitter just queued is never mistaken for a vanished one.
-fn job_views(session: &Session, view: &LedgerView) -> Result<HashMap<String, SlurmView>> {
-    let ids: Vec<_> = view
-        .pairs
-        .values()
-        .map(|pair| &pair.latest)
-        .filter(|a| a.status.is_active() && a.cluster == session.cluster.name)
-        .filter_map(|a| a.slurm_job_id.as_deref()?.parse().ok())
-        .collect();
-    let jobs = if ids.is_empty() { Vec::new() } else { session.slurm.jobs(&ids)? };
-    Ok(jobs.iter().map(|j| (j.id.to_string(), sync::view_of(Some(j)))).collect())
+/// Where payload and the batch script are; `launch` insists they exist (`plan` shows the paths).
+fn executables(session: &Session, must_exist: bool) -> Result<Executables> {
+    let payload_bin = match std::env::var_os("PAYLOAD_BIN") {
+        Some(bin) => bin.into(),
+        None => std::env::current_exe()?.with_file_name("payload"),
+    };
+    let script = session.root.join(&session.cluster.slurm.script);
+    let prelude = session.cluster.slurm.prelude.as_ref().map(|p| session.root.join(p));
+    if must_exist {
+        if !payload_bin.is_file() {
+            bail!("payload binary not found at {} (build it, or set PAYLOAD_BIN)", payload_bin.display());
+        }
+        if !script.is_file() {
+            bail!("batch script {} not found (clusters/{}.yaml slurm.script)", script.display(), session.cluster.name);
+        }
+        if let Some(prelude) = prelude.as_ref().filter(|p| !p.is_file()) {
+            bail!("prelude {} not found (clusters/{}.yaml slurm.prelude)", prelude.display(), session.cluster.name);
+        }
+    }
+    Ok(Executables { payload_bin, script, prelude })
+}
+
+/// Snapshot, then plan: what `plan` prints and what `launch` executes. Lists and presets are
+/// re-read here, every iteration.
+fn snapshot_and_plan(session: &Session, selection: &Selection, executables: &Executables) -> Result<Vec<PlannedJob>> {
+    let legs = selection.legs(&session.presets_dir)?;
+    let models = selection.models(session.ledger.as_ref())?;
+    let snapshot = Snapshot::read(session.ledger.as_ref(), &session.slurm, &session.cluster.name, now())?;
+    let overrides = selection.spec.overrides()?;
+    let environment = |name: &str| std::env::var(name).ok();
+    let inputs = PlanInputs {
+        context: &session.context(),
+        legs: &legs,
+        models: &models,
+        overrides: &overrides,
+        concurrency: &selection.spec.concurrency(),
+        slurm: &selection.slurm.overrides(),
+        executables,
+        environment: &environment,
+        policy: &policy(session, selection),
+        max_in_flight: session.cluster.limits.max_jobs_in_flight,
+    };
+    Ok(planner::plan(&inputs, &snapshot))
+}
+
+fn flag_lines(planned: &[PlannedJob]) -> String {
+    planned
+        .iter()
+        .filter_map(|job| job.flag.as_ref().map(|flag| format!("flagged   {} {}: {flag}\n", job.model, job.benchmark)))
+        .collect()
 }
 
 fn plan_table(planned: &[PlannedJob]) -> String {
     let mut out = String::new();
     for job in planned {
+        let why = match &job.blocked {
+            Some(planner::Blocked::Refused(why) | planner::Blocked::Throttled(why)) => why.as_str(),
+            None => job.reason.as_str(),
+        };
         out += &format!(
             "{:<9} {:<48} {:<34} {}x{} {:>5.1}x  {}\n",
-            format!("{:?}", job.decision).to_lowercase(),
+            job.label(),
             job.model,
             job.benchmark,
             job.resources.tensor_parallel_size,
             job.resources.data_parallel_size,
             job.timeout_multiplier,
-            job.reason
+            why
         );
     }
-    for job in planned {
-        if let Some(flag) = &job.flag {
-            out += &format!("flagged   {} {}: {flag}\n", job.model, job.benchmark);
+    out += &flag_lines(planned);
+    let count = |label: &str| planned.iter().filter(|j| j.label() == label).count();
+    out += &format!("{} submit, {} resubmit, {} skip", count("submit"), count("resubmit"), count("skip"));
+    for label in ["continue", "refused", "throttled"] {
+        if count(label) > 0 {
+            out += &format!(", {} {label}", count(label));
         }
     }
     let tunnels: std::collections::BTreeSet<(&str, &str)> =
@@ -160,32 +215,13 @@ fn plan_table(planned: &[PlannedJob]) -> String {
     for (preset, tunnel) in tunnels {
         out += &format!("tunnel    {preset}: {tunnel}\n");
     }
-    let count = |v: Verdict| planned.iter().filter(|j| j.decision == v).count();
-    out += &format!(
-        "{} submit, {} resubmit, {} skip\n",
-        count(Verdict::Submit),
-        count(Verdict::Resubmit),
-        count(Verdict::Skip)
-    );
-    out
+    out + "\n"
 }
 
 pub fn plan_command(args: &PlanArgs) -> Result<ExitCode> {
     args.selection.check()?;
     let session = Session::open(&args.ledger)?;
-    let presets = args.selection.presets(&session.presets_dir)?;
-    let models = args.selection.models(session.ledger.as_ref())?;
-    let view = LedgerView::read(session.ledger.as_ref())?;
-    let views = job_views(&session, &view)?;
-    let planned = plan::plan(
-        &session.context(),
-        &presets,
-        &models,
-        &args.selection.overrides(),
-        &view,
-        &views,
-        &policy(&session, &args.selection),
-    )?;
+    let planned = snapshot_and_plan(&session, &args.selection, &executables(&session, false)?)?;
     super::print(&if args.format.is_json() {
         output::document("plan", &serde_json::json!({ "jobs": planned }))
     } else {
@@ -194,7 +230,7 @@ pub fn plan_command(args: &PlanArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// One iteration: sync, re-read lists, plan, submit. Any ledger/Slurm error ends it (fail closed).
+/// One iteration: sync, snapshot, plan, execute. Any ledger/Slurm error ends it (fail closed).
 /// Returns the text to print and how many submissions failed.
 fn iterate(
     session: &Session,
@@ -202,31 +238,22 @@ fn iterate(
     executables: &Executables,
     mirror: Option<&Mirror>,
 ) -> Result<(String, usize)> {
-    let stale_after = stale_after_s(args.stale_after, args.interval.filter(|_| args.watch));
-    let report = sync::sync_and_heartbeat(
-        session.ledger.as_ref(),
-        &session.slurm,
-        &session.cluster.name,
-        stale_after,
-        &session.cluster.verify,
-        mirror,
-    )
-    .context("sync")?;
-    let presets = args.selection.presets(&session.presets_dir)?;
-    let models = args.selection.models(session.ledger.as_ref())?;
-    let view = LedgerView::read(session.ledger.as_ref())?;
-    let views = job_views(session, &view)?;
-    let overrides = args.selection.overrides();
-    let planned = plan::plan(
-        &session.context(),
-        &presets,
-        &models,
-        &overrides,
-        &view,
-        &views,
-        &policy(session, &args.selection),
-    )?;
-    let environment = |name: &str| std::env::var(name).ok();
+    let report = if args.dry_run {
+        SyncReport::default()
+    } else {
+        let stale_after = stale_after_s(args.stale_after, args.interval.filter(|_| args.watch));
+        let cluster = &session.cluster;
+        sync::sync_and_heartbeat(
+            session.ledger.as_ref(),
+            &session.slurm,
+            &cluster.name,
+            stale_after,
+            &cluster.verify,
+            mirror,
+        )
+        .context("sync")?
+    };
+    let planned = snapshot_and_plan(session, &args.selection, executables)?;
     // Staging and preflight (docs/site.md): each model once per iteration, before any ledger row.
     let context = session.context();
     let stager = submitter::stage::Stager::new(&context);
@@ -235,30 +262,39 @@ fn iterate(
     let prepare = |job: &PlannedJob, spec: &launch_spec::LaunchSpec| {
         preflight::stage_and_check(&stager, &job.dataset, spec, &session.cluster, &site).map(drop)
     };
-    let settings = SubmitSettings {
-        max_in_flight: session.cluster.limits.max_jobs_in_flight,
-        delay: Duration::from_secs_f64(session.cluster.limits.submission_delay_s.max(0.0)),
+    let executor = Executor {
+        ledger: session.ledger.as_ref(),
+        slurm: &session.slurm,
+        cluster: &session.cluster.name,
         username: std::env::var("USER").unwrap_or_else(|_| "unknown".to_string()),
-        executables,
-        overrides: &overrides,
+        delay: Duration::from_secs_f64(session.cluster.limits.submission_delay_s.max(0.0)),
         chain_batch: args.chain_batch,
-        environment: &environment,
-        prepare: &prepare,
         mirror,
+        prepare: &prepare,
+        dry_run: args.dry_run,
     };
-    let submitted =
-        plan::submit(&session.context(), &presets, &planned, session.ledger.as_ref(), &session.slurm, &settings)?;
+    let submitted = executor.execute(&planned)?;
     let failed = submitted.iter().filter(|s| s.failed()).count();
+    Ok((render_iteration(&report, &planned, &submitted, failed, args.format.is_json())?, failed))
+}
+
+fn render_iteration(
+    report: &SyncReport,
+    planned: &[PlannedJob],
+    submitted: &[Submitted],
+    failed: usize,
+    json: bool,
+) -> Result<String, serde_json::Error> {
     let elsewhere: Vec<&PlannedJob> = planned.iter().filter(|j| j.reason.starts_with("in progress on ")).collect();
-    if args.format.is_json() {
+    if json {
         let flagged: Vec<_> = planned.iter().filter(|j| j.flag.is_some()).collect();
         let json =
             serde_json::json!({"sync": report, "submitted": submitted, "elsewhere": elsewhere, "flagged": flagged});
         // One compact document per iteration: `--watch` streams them, one per line.
-        return Ok((output::document_line("launch", &json), failed));
+        return Ok(output::document_line("launch", &json));
     }
-    let mut out = sync_text(&report);
-    for s in &submitted {
+    let mut out = sync_text(report);
+    for s in submitted {
         out += &format!(
             "{:<48} {:<34} {}{}\n",
             s.model,
@@ -266,48 +302,29 @@ fn iterate(
             s.outcome,
             s.job_id.as_ref().map(|j| format!(" job {j}")).unwrap_or_default()
         );
+        if let Some(argv) = &s.sbatch {
+            out += &format!("    {}\n", shell_words::join(argv));
+        }
     }
     for job in &elsewhere {
         out += &format!("{:<48} {:<34} skipped: {}\n", job.model, job.benchmark, job.reason);
     }
-    for job in &planned {
-        if let Some(flag) = &job.flag {
-            out += &format!("flagged   {} {}: {flag}\n", job.model, job.benchmark);
-        }
-    }
-    let skipped = planned.iter().filter(|j| j.decision == Verdict::Skip).count();
+    out += &flag_lines(planned);
+    let skipped = planned.iter().filter(|j| j.action == Action::Skip && j.blocked.is_none()).count();
     out += &format!(
         "{} submitted, {} skipped by dedup{}\n",
         submitted.iter().filter(|s| s.job_id.is_some()).count(),
         skipped,
         if failed > 0 { format!(", {failed} failed") } else { String::new() }
     );
-    Ok((out, failed))
+    Ok(out)
 }
 
-fn executables(session: &Session) -> Result<Executables> {
-    let payload_bin = match std::env::var_os("PAYLOAD_BIN") {
-        Some(bin) => bin.into(),
-        None => std::env::current_exe()?.with_file_name("payload"),
-    };
-    if !payload_bin.is_file() {
-        bail!("payload binary not found at {} (build it, or set PAYLOAD_BIN)", payload_bin.display());
-    }
-    let script = session.root.join(&session.cluster.slurm.script);
-    if !script.is_file() {
-        bail!("batch script {} not found (clusters/{}.yaml slurm.script)", script.display(), session.cluster.name);
-    }
-    let prelude = match &session.cluster.slurm.prelude {
-        Some(prelude) => {
-            let prelude = session.root.join(prelude);
-            if !prelude.is_file() {
-                bail!("prelude {} not found (clusters/{}.yaml slurm.prelude)", prelude.display(), session.cluster.name);
-            }
-            Some(prelude)
-        }
-        None => None,
-    };
-    Ok(Executables { payload_bin, script, prelude })
+/// The wait before retrying a failed `--watch` iteration: 5 s, doubling per consecutive failure,
+/// never longer than the interval (a listener that retries slower than it polls would fall behind).
+pub fn backoff(interval: Duration, consecutive_failures: u32) -> Duration {
+    let first = Duration::from_secs(5);
+    first.saturating_mul(1u32 << consecutive_failures.saturating_sub(1).min(16)).min(interval)
 }
 
 pub fn launch_command(args: &LaunchArgs) -> Result<ExitCode> {
@@ -317,16 +334,33 @@ pub fn launch_command(args: &LaunchArgs) -> Result<ExitCode> {
     }
     let session = Session::open(&args.ledger)?;
     let _lock = session.lock()?;
-    let executables = executables(&session)?;
+    let executables = executables(&session, true)?;
     let mirror = open_mirror(args.mirror.as_deref(), &session)?;
+    let interval = args.interval.unwrap_or(Duration::from_secs(600));
+    let mut failures = 0u32;
     loop {
-        let (text, failed) = iterate(&session, args, &executables, mirror.as_ref())?;
-        super::print(&text)?;
-        if args.once {
-            // A submission that failed is an exit status, not only a line of text (docs/exit-codes.md).
-            return Ok(if failed > 0 { ExitStatus::PartialFailure } else { ExitStatus::Success }.into());
+        match iterate(&session, args, &executables, mirror.as_ref()) {
+            Ok((text, failed)) => {
+                failures = 0;
+                super::print(&text)?;
+                if args.once {
+                    // A submission that failed is an exit status, not only a line (docs/exit-codes.md).
+                    return Ok(if failed > 0 { ExitStatus::PartialFailure } else { ExitStatus::Success }.into());
+                }
+                std::thread::sleep(interval);
+            }
+            Err(err) if args.once => return Err(err),
+            // The listener lasts: a Slurm timeout, a ledger restart or a list mid-edit ends this
+            // iteration (nothing was submitted on doubt), never the listener.
+            Err(err) => {
+                failures += 1;
+                let wait = backoff(interval, failures);
+                super::report_error(
+                    &err.context(format!("iteration failed ({failures} in a row); retrying in {} s", wait.as_secs())),
+                );
+                std::thread::sleep(wait);
+            }
         }
-        std::thread::sleep(args.interval.unwrap_or(Duration::from_secs(600)));
     }
 }
 
@@ -357,10 +391,6 @@ pub fn sync_command(args: &SyncArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn status_command(args: &StatusArgs) -> Result<ExitCode> {
-    super::verify::status(args)
-}
-
 pub fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
     if args.jobs.is_empty() && args.models.is_empty() {
         bail!("say what to cancel: --job ID… or --model M… [--benchmark B…]");
@@ -389,4 +419,18 @@ pub fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
     }
     super::print(&format!("{cancelled} attempt(s) cancelled\n"))?;
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_five_seconds_and_never_exceeds_the_interval() {
+        let ten_min = Duration::from_secs(600);
+        let waits: Vec<u64> = (1..=9).map(|n| backoff(ten_min, n).as_secs()).collect();
+        assert_eq!(waits, [5, 10, 20, 40, 80, 160, 320, 600, 600]);
+        assert_eq!(backoff(Duration::from_secs(1), 1), Duration::from_secs(1));
+        assert_eq!(backoff(ten_min, u32::MAX), ten_min);
+    }
 }

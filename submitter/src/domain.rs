@@ -1,0 +1,128 @@
+//! Domain types shared by the layers of the submitter (planning, ledger, sync, verification), so
+//! the pure deciding code depends on none of the effectful modules: an attempt's lifecycle and
+//! Slurm's view of its job.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// An attempt's status. Active: `pending` (row written, job queued or being submitted) and
+/// `started` (payload is running). Terminal: `finished`, `failed`, `cancelled`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttemptStatus {
+    Pending,
+    Started,
+    Finished,
+    Failed,
+    Cancelled,
+}
+
+impl AttemptStatus {
+    pub const ALL: [AttemptStatus; 5] = [
+        AttemptStatus::Pending,
+        AttemptStatus::Started,
+        AttemptStatus::Finished,
+        AttemptStatus::Failed,
+        AttemptStatus::Cancelled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptStatus::Pending => "pending",
+            AttemptStatus::Started => "started",
+            AttemptStatus::Finished => "finished",
+            AttemptStatus::Failed => "failed",
+            AttemptStatus::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn is_active(self) -> bool {
+        matches!(self, AttemptStatus::Pending | AttemptStatus::Started)
+    }
+
+    pub fn is_terminal(self) -> bool {
+        !self.is_active()
+    }
+
+    /// Legal moves: forward only (pending → started → a terminal status, or pending straight to
+    /// one), plus re-entering the current status (an idempotent sync updating reason or metrics).
+    /// A terminal status is final: a new try is a new attempt row, never a revived one.
+    pub fn can_become(self, to: AttemptStatus) -> bool {
+        self == to
+            || match self {
+                AttemptStatus::Pending => true,
+                AttemptStatus::Started => to.is_terminal(),
+                AttemptStatus::Finished | AttemptStatus::Failed | AttemptStatus::Cancelled => false,
+            }
+    }
+
+    /// The statuses from which `to` may be entered.
+    pub(crate) fn sources_of(to: AttemptStatus) -> Vec<AttemptStatus> {
+        AttemptStatus::ALL.into_iter().filter(|from| from.can_become(to)).collect()
+    }
+}
+
+impl fmt::Display for AttemptStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for AttemptStatus {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        AttemptStatus::ALL
+            .into_iter()
+            .find(|status| status.as_str() == s)
+            .ok_or_else(|| format!("unknown attempt status {s:?}"))
+    }
+}
+
+/// What Slurm says about an attempt's job right now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SlurmView {
+    /// Pending in the queue.
+    Queued,
+    /// Running (or completing).
+    Running,
+    /// Slurm no longer lists it, or lists it as ended.
+    Gone,
+}
+
+/// The cluster name under which the team's imported history lives in the ledger.
+pub const TEAM_CLUSTER: &str = "ot-agent";
+
+/// An attempt's place in a walltime chain, recorded in its config when it was submitted
+/// (`continues`, `continuation`, `chain_from`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Continuation {
+    /// The attempt this one continues.
+    pub attempt: i64,
+    /// 1 for the first continuation, …
+    pub number: u32,
+    /// The chain's first attempt (the fresh one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first: Option<i64>,
+}
+
+impl Continuation {
+    /// Reads it from an attempt's recorded config; None for a fresh attempt.
+    pub fn of_config(config: &serde_json::Value) -> Option<Continuation> {
+        let attempt = config.get("continues")?.as_i64()?;
+        let number = u32::try_from(config.get("continuation")?.as_u64()?).ok()?;
+        Some(Continuation { attempt, number, first: config.get("chain_from").and_then(serde_json::Value::as_i64) })
+    }
+
+    /// Writes it into an attempt's config.
+    pub fn record(&self, config: &mut serde_json::Value) {
+        config["continues"] = self.attempt.into();
+        config["continuation"] = self.number.into();
+        if let Some(first) = self.first {
+            config["chain_from"] = first.into();
+        }
+    }
+}

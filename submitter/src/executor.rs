@@ -1,0 +1,221 @@
+//! Carrying out a plan (docs/design.md §7.4): for each queued pair, in priority order — the
+//! decision's prerequisite, the preparation hook (staging, preflight), the ledger row, the spec
+//! file, `sbatch`, the job id onto the row. The plan itself ([`crate::planner`]) is not revisited:
+//! what `plan` showed is what runs.
+//!
+//! A ledger or Slurm error stops the run (fail closed); an sbatch rejection of one job marks that
+//! row failed (so it never blocks the pair) and goes on; a failed preparation submits nothing for
+//! that pair and burns no attempt. With `dry_run` everything is checked and nothing is written: no
+//! ledger row, no spec file, no sbatch.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::decide::Prerequisite;
+use crate::ledger::{AttemptId, Ledger, LedgerError, NewAttempt, Status};
+use crate::planner::{Blocked, PlannedJob, attempt_config};
+use crate::queue::run_dir_free_for;
+use crate::slurm::{JobId, Slurm};
+use crate::team::mirror::Mirror;
+use crate::team::publish;
+
+/// Runs before a pair's ledger row, with the spec that would be written: staging and preflight
+/// (docs/site.md). An error means "do not submit this pair now" and does not count as an attempt.
+pub type Prepare<'a> = &'a dyn Fn(&PlannedJob, &launch_spec::LaunchSpec) -> Result<(), NotSubmitted>;
+
+/// Why [`Executor::prepare`] held a job back.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum NotSubmitted {
+    #[error("not submitted: staging failed: {0}")]
+    Staging(String),
+    #[error("not submitted: preflight failed: {0}")]
+    Preflight(String),
+}
+
+pub struct Executor<'a> {
+    pub ledger: &'a dyn Ledger,
+    pub slurm: &'a dyn Slurm,
+    pub cluster: &'a str,
+    pub username: String,
+    /// `limits.submission_delay_s` between sbatch calls.
+    pub delay: Duration,
+    /// Chain submissions in batches with `--dependency=afterany:` (0 = off).
+    pub chain_batch: usize,
+    /// Publish each attempt to the team's database too (`--mirror`).
+    pub mirror: Option<&'a Mirror>,
+    pub prepare: Prepare<'a>,
+    /// Check everything, write nothing (`launch --dry-run`).
+    pub dry_run: bool,
+}
+
+/// What happened to one pair.
+#[derive(Debug, Clone, Serialize)]
+pub struct Submitted {
+    pub model: String,
+    pub benchmark: String,
+    pub attempt: Option<i64>,
+    pub job_id: Option<String>,
+    pub outcome: String,
+    /// For a dry run: the sbatch argv that would have run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sbatch: Option<Vec<String>>,
+}
+
+impl Submitted {
+    /// A submission that was meant to happen and did not (its configuration refused, sbatch refused
+    /// it, the preparation or the run dir stood in the way); throttled and already-active pairs are
+    /// not failures.
+    pub fn failed(&self) -> bool {
+        ["sbatch failed", "not submitted", "refused"].iter().any(|p| self.outcome.starts_with(p))
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error(transparent)]
+    Slurm(#[from] crate::slurm::SlurmError),
+    #[error("writing {path}: {source}")]
+    Write { path: PathBuf, source: std::io::Error },
+}
+
+impl Executor<'_> {
+    /// Carries out `planned`: returns one entry per pair the plan acted on (queued, refused,
+    /// throttled), in order.
+    pub fn execute(&self, planned: &[PlannedJob]) -> Result<Vec<Submitted>, SubmitError> {
+        let mut results = Vec::new();
+        let mut chain: Vec<JobId> = Vec::new();
+        for job in planned.iter().filter(|j| j.action.submits() || j.prerequisite.is_some()) {
+            let record = |outcome: String, attempt: Option<AttemptId>, job_id: Option<String>| Submitted {
+                model: job.model.clone(),
+                benchmark: job.benchmark.clone(),
+                attempt: attempt.map(|a| a.0),
+                job_id,
+                outcome,
+                sbatch: None,
+            };
+            // A vanished attempt is failed whatever happens next.
+            if let Some(Prerequisite::MarkVanished { attempt_id }) = &job.prerequisite
+                && !self.dry_run
+            {
+                let id = AttemptId(*attempt_id);
+                self.ledger.transition(id, Status::Failed, "vanished (no Slurm job, no outcome)", None)?;
+                publish(self.mirror, &format!("attempt {id} (Failed)"), |m| m.transition(id, Status::Failed, None));
+            }
+            match &job.blocked {
+                Some(Blocked::Refused(why)) => {
+                    results.push(record(format!("refused: {why}"), None, None));
+                    continue;
+                }
+                Some(Blocked::Throttled(why)) => {
+                    results.push(record(format!("throttled: {why}"), None, None));
+                    continue;
+                }
+                None if !job.action.submits() => continue,
+                None => {}
+            }
+            let (Some(spec), Some(request)) = (&job.spec, &job.request) else { continue };
+            // A stale attempt is cancelled only now that its replacement has a slot.
+            if let Some(Prerequisite::CancelStale { attempt_id, slurm_job_id }) = &job.prerequisite
+                && !self.dry_run
+            {
+                if let Ok(id) = slurm_job_id.parse() {
+                    self.slurm.cancel(id, None, false)?;
+                }
+                let id = AttemptId(*attempt_id);
+                self.ledger.transition(id, Status::Cancelled, "stale pending: cancelled for resubmission", None)?;
+                publish(self.mirror, &format!("attempt {id} (Cancelled)"), |m| {
+                    m.transition(id, Status::Cancelled, None)
+                });
+            }
+            if let Err(why) = run_dir_free_for(spec) {
+                results.push(record(format!("not submitted: {why}"), None, None));
+                continue;
+            }
+            if let Err(refusal) = (self.prepare)(job, spec) {
+                results.push(record(refusal.to_string(), None, None));
+                continue;
+            }
+            if self.dry_run {
+                let mut dry = record(format!("dry run: would {} ({})", job.action.as_str(), job.reason), None, None);
+                dry.sbatch = job.sbatch.clone();
+                results.push(dry);
+                continue;
+            }
+            // Ledger row first: it reserves the pair (the database refuses a second active attempt).
+            let config = attempt_config(job, spec);
+            let new = NewAttempt {
+                model: job.model.clone(),
+                benchmark: job.benchmark.clone(),
+                cluster: self.cluster.to_string(),
+                username: self.username.clone(),
+                run_tag: spec.run_tag.clone(),
+                reason: job.reason.clone(),
+                config,
+            };
+            let attempt = match self.ledger.insert_pending(&new) {
+                Ok(id) => id,
+                Err(LedgerError::AlreadyActive { existing_id, .. }) => {
+                    let why = format!("skipped: attempt {existing_id} is already active (another submitter)");
+                    results.push(record(why, None, None));
+                    continue;
+                }
+                Err(err) => return Err(err.into()),
+            };
+            let mut spec = spec.clone();
+            spec.ledger_job_id = Some(attempt.0.to_string());
+            // The team's row, like the ledger's, exists before sbatch.
+            publish(self.mirror, &format!("attempt {attempt} (Pending)"), |m| {
+                if !m.pending(attempt, &new)? {
+                    tracing::warn!(
+                        "mirror: {} or {} is not in the team's models/benchmarks: not published",
+                        new.model,
+                        new.benchmark
+                    );
+                }
+                Ok(())
+            });
+            let spec_file = crate::queue::spec_path(&spec);
+            if let Err(err) = write_spec(&spec_file, &spec.to_json()) {
+                self.ledger.transition(attempt, Status::Failed, &format!("not submitted: {err}"), None)?;
+                return Err(err);
+            }
+            let mut request = request.clone();
+            if self.chain_batch > 0 && chain.len() >= self.chain_batch {
+                request.options.dependency = Some(format!("afterany:{}", chain[chain.len() - self.chain_batch]));
+            }
+            match self.slurm.submit(&request) {
+                Ok(job_id) => {
+                    self.ledger.set_job_id(attempt, &job_id.to_string())?;
+                    publish(self.mirror, &format!("attempt {attempt} job id"), |m| {
+                        m.submitted(attempt, &job_id.to_string())
+                    });
+                    chain.push(job_id);
+                    results.push(record(
+                        format!("submitted ({})", job.reason),
+                        Some(attempt),
+                        Some(job_id.to_string()),
+                    ));
+                    std::thread::sleep(self.delay);
+                }
+                Err(problem) => {
+                    // The row must not block the pair: it failed, with sbatch's reason.
+                    self.ledger.transition(attempt, Status::Failed, &format!("sbatch failed: {problem}"), None)?;
+                    publish(self.mirror, &format!("attempt {attempt} (Failed)"), |m| {
+                        m.transition(attempt, Status::Failed, None)
+                    });
+                    results.push(record(format!("sbatch failed: {problem}"), Some(attempt), None));
+                }
+            }
+        }
+        Ok(results)
+    }
+}
+
+fn write_spec(path: &Path, text: &str) -> Result<(), SubmitError> {
+    launch_spec::records::write_atomically(path, text.as_bytes())
+        .map_err(|source| SubmitError::Write { path: path.to_path_buf(), source })
+}
