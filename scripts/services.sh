@@ -30,7 +30,11 @@ PG_DATABASE=evaltest
 SLURM_UP_TIMEOUT_S=60
 
 # procps (pgrep) is not in a minimal Debian image.
-APT_PACKAGES=(munge slurmctld slurmd slurm-client postgresql openssh-server openssh-client procps proxychains4 curl)
+# iproute2 and iptables: the multi-node test cluster's namespaces and its firewalled node
+# (scripts/slurm-multinode.sh). lmod: the module system of the simulated site (the prelude's
+# `module load` in the job's shell, docs/site.md).
+APT_PACKAGES=(munge slurmctld slurmd slurm-client postgresql openssh-server openssh-client procps proxychains4 curl
+  iproute2 iptables lmod)
 OPTIONAL_APT_PACKAGES=(chromium)
 
 log() { printf '[services %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
@@ -242,7 +246,8 @@ slurm_up() {
   if slurm_answers; then
     log "slurm: slurmctld already answers; reusing the running cluster"
   else
-    if pid_alive "$SLURM_DIR/run/slurmctld.pid" || pgrep -x slurmctld >/dev/null; then
+    # The pid file, not `pgrep -x`: the multi-node test cluster runs its own slurmctld.
+    if pid_alive "$SLURM_DIR/run/slurmctld.pid"; then
       die "slurm: a slurmctld process exists but 'scontrol ping' does not answer"
     fi
     slurm_write_config "$host"
@@ -258,7 +263,7 @@ slurm_up() {
     slurm_answers || { slurm_dump_logs; die "slurm: slurmctld does not answer 'scontrol ping'"; }
   fi
 
-  if ! pgrep -x slurmd >/dev/null; then
+  if ! pid_alive "$SLURM_DIR/run/slurmd.pid"; then
     [[ -f $SLURM_CONF_DIR/slurm.conf ]] || die "slurm: no $SLURM_CONF_DIR/slurm.conf for slurmd"
     install -d -m 0755 "$SLURM_DIR/spool" "$SLURM_DIR/log" "$SLURM_DIR/run"
     log "slurm: starting slurmd"
@@ -416,6 +421,20 @@ sshd_up() {
   log "sshd: binary present, /run/sshd exists (not started: tests start their own)"
 }
 
+# ---------------------------------------------------------------- multi-node slurm
+
+# The multi-node test cluster (docs/multinode.md): a separate instance, never the one above.
+slurm_multinode_up() {
+  local script
+  script="$(dirname "${BASH_SOURCE[0]}")/slurm-multinode.sh"
+  if "$script" status 2>/dev/null | grep -q ': up'; then
+    "$script" up
+  else
+    "$script" up
+    record_started slurm-multinode
+  fi
+}
+
 # ---------------------------------------------------------------- commands
 
 write_env_file() {
@@ -424,6 +443,7 @@ write_env_file() {
   cat >"$ENV_FILE" <<ENV
 EVAL_TEST_PG_SECRETS_FILE=$SECRETS_FILE
 EVAL_TEST_SLURM_PARTITION=$partition
+EVAL_TEST_SLURM_MN_CONF=${EVALCI_SLURM_MN_DIR:-/var/lib/slurm-evalmn}/etc/slurm.conf
 ENV
   log "wrote $ENV_FILE"
 }
@@ -432,6 +452,7 @@ cmd_up() {
   require_root
   munge_up
   slurm_up
+  slurm_multinode_up
   postgres_up
   sshd_up
   write_env_file
@@ -450,13 +471,14 @@ cmd_down() {
   fi
   # Stop in reverse dependency order: Slurm daemons need munge.
   local service
-  for service in slurmd slurmctld postgresql munge; do
+  for service in slurm-multinode slurmd slurmctld postgresql munge; do
     [[ " ${services[*]} " == *" $service "* ]] || continue
     if ! was_started_by_us "$service"; then
       log "$service: not recorded as started by services.sh; leaving it alone"
       continue
     fi
     case $service in
+      slurm-multinode) "$(dirname "${BASH_SOURCE[0]}")/slurm-multinode.sh" down ;;
       slurmd) stop_by_pidfile slurmd "$SLURM_DIR/run/slurmd.pid" ;;
       slurmctld) stop_by_pidfile slurmctld "$SLURM_DIR/run/slurmctld.pid" ;;
       postgresql) postgres_down ;;
@@ -476,7 +498,8 @@ cmd_status() {
   else
     echo "slurmctld: down"
   fi
-  if pgrep -x slurmd >/dev/null; then echo "slurmd: running"; else echo "slurmd: not running"; fi
+  if pid_alive "$SLURM_DIR/run/slurmd.pid"; then echo "slurmd: running"; else echo "slurmd: not running"; fi
+  "$(dirname "${BASH_SOURCE[0]}")/slurm-multinode.sh" status || true
   if pg_ready; then echo "postgresql: up (postgres://$PG_ROLE@127.0.0.1:5432/$PG_DATABASE, credentials in $SECRETS_FILE)"; else echo "postgresql: down"; fi
   if [[ -x /usr/sbin/sshd ]]; then echo "sshd: binary present (tests start their own)"; else echo "sshd: missing"; fi
   if command -v chromium >/dev/null; then echo "chromium: installed"; else echo "chromium: missing"; fi

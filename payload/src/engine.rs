@@ -24,6 +24,8 @@ pub enum ArgvError {
     UnsetVariable(String),
     #[error("serve.extra_args has an unterminated `${{`: write ${{NAME}}")]
     Unterminated,
+    #[error("serve.extra_args has `${{{0}}}`, which is not a variable name: write ${{NAME}}")]
+    BadName(String),
 }
 
 impl From<ArgvError> for Failure {
@@ -32,21 +34,15 @@ impl From<ArgvError> for Failure {
     }
 }
 
-/// Expands `${NAME}` from `env`; other `$` stay as written.
+/// Expands `${NAME}` in the registry's extra args from payload's environment (the one rule,
+/// `launch_spec::expand`; other `$` stay as written).
 pub fn expand_vars(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, ArgvError> {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(pos) = rest.find("${") {
-        out.push_str(&rest[..pos]);
-        let after = &rest[pos + 2..];
-        let end = after.find('}').ok_or(ArgvError::Unterminated)?;
-        let name = &after[..end];
-        let value = env(name).ok_or_else(|| ArgvError::UnsetVariable(name.to_string()))?;
-        out.push_str(&value);
-        rest = &after[end + 1..];
-    }
-    out.push_str(rest);
-    Ok(out)
+    use launch_spec::expand::ExpandError;
+    launch_spec::expand::expand_vars(text, env).map_err(|err| match err {
+        ExpandError::Unset(name) => ArgvError::UnsetVariable(name),
+        ExpandError::Unterminated => ArgvError::Unterminated,
+        ExpandError::BadName(name) => ArgvError::BadName(name),
+    })
 }
 
 /// Formats the ceiling as vLLM expects it (`0.85`, not `0.8500000001`).
@@ -86,6 +82,9 @@ pub fn argv(
     push(&["--port", &port.to_string()]);
     push(&["--served-model-name", &spec.model.served_name]);
     push(&["--tensor-parallel-size", &serve.tensor_parallel_size.to_string()]);
+    if serve.pipeline_parallel_size > 1 {
+        push(&["--pipeline-parallel-size", &serve.pipeline_parallel_size.to_string()]);
+    }
     if serve.data_parallel_size > 1 {
         push(&["--data-parallel-size", &serve.data_parallel_size.to_string()]);
     }
@@ -188,6 +187,7 @@ pub enum Readiness {
 /// HTTP client for loopback probes: short timeouts, no proxy (a node's `http_proxy` must not
 /// capture 127.0.0.1).
 pub fn http_client(timeout: Duration) -> reqwest::Client {
+    crate::tls::init();
     reqwest::Client::builder()
         .no_proxy()
         .timeout(timeout)
@@ -206,6 +206,7 @@ pub fn http_client_with_key(timeout: Duration, api_key: Option<&str>) -> reqwest
         value.set_sensitive(true);
         headers.insert(reqwest::header::AUTHORIZATION, value);
     }
+    crate::tls::init();
     reqwest::Client::builder()
         .no_proxy()
         .timeout(timeout)

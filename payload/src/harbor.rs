@@ -292,16 +292,20 @@ pub fn judge_print_config(spec: &LaunchSpec, code: Option<i32>, stdout: &str, st
 }
 
 /// Runs the installed Harbor's `jobs start … --print-config` on the fresh-run argv (config file
-/// `config`, written beforehand) with Harbor's environment, bounded by [`CONFIG_CHECK_TIMEOUT`],
-/// and judges it. Blocking; the child is killed if it overruns.
-pub fn check_with_print_config(spec: &LaunchSpec, argv: &[String], env: &BTreeMap<String, String>) -> ConfigCheck {
-    use std::io::Read;
-    use std::process::{Command, Stdio};
+/// written beforehand) with Harbor's environment, bounded by [`CONFIG_CHECK_TIMEOUT`], and judges
+/// it. A tokio child (pipes read together, no polling loop); one that overruns is killed when its
+/// future is dropped (`kill_on_drop`).
+pub async fn check_with_print_config(
+    spec: &LaunchSpec,
+    argv: &[String],
+    env: &BTreeMap<String, String>,
+) -> ConfigCheck {
+    use std::process::Stdio;
     if !spec.harbor.dialect.has_print_config() {
         return ConfigCheck::Skipped(format!("Harbor dialect {} has no --print-config", spec.harbor.dialect.as_str()));
     }
     let Some((program, args)) = argv.split_first() else { return ConfigCheck::Skipped("empty argv".to_string()) };
-    let mut child = match Command::new(program)
+    let child = match tokio::process::Command::new(program)
         .args(args)
         .arg("--print-config")
         .env_clear()
@@ -309,41 +313,21 @@ pub fn check_with_print_config(spec: &LaunchSpec, argv: &[String], env: &BTreeMa
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        .kill_on_drop(true)
         .spawn()
     {
         Ok(child) => child,
         Err(e) => return ConfigCheck::Skipped(format!("cannot run {program}: {e}")),
     };
-    // Read both pipes on threads so a chatty Harbor cannot block on a full pipe.
-    let read = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut text = String::new();
-            if let Some(mut p) = pipe {
-                let _ = p.read_to_string(&mut text);
-            }
-            text
-        })
-    };
-    let out = read(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
-    let err = read(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
-    let deadline = std::time::Instant::now() + CONFIG_CHECK_TIMEOUT;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Some(status),
-            Ok(None) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(std::time::Duration::from_millis(50))
-            }
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-        }
-    };
-    let (stdout, stderr) = (out.join().unwrap_or_default(), err.join().unwrap_or_default());
-    match status {
-        None => ConfigCheck::Skipped(format!("harbor --print-config did not finish within {CONFIG_CHECK_TIMEOUT:?}")),
-        Some(status) => judge_print_config(spec, status.code(), &stdout, &stderr),
+    match tokio::time::timeout(CONFIG_CHECK_TIMEOUT, child.wait_with_output()).await {
+        Err(_) => ConfigCheck::Skipped(format!("harbor --print-config did not finish within {CONFIG_CHECK_TIMEOUT:?}")),
+        Ok(Err(e)) => ConfigCheck::Skipped(format!("cannot wait for {program}: {e}")),
+        Ok(Ok(out)) => judge_print_config(
+            spec,
+            out.status.code(),
+            &String::from_utf8_lossy(&out.stdout),
+            &String::from_utf8_lossy(&out.stderr),
+        ),
     }
 }
 

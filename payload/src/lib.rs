@@ -13,6 +13,7 @@ pub mod failure;
 pub mod gpu;
 pub mod harbor;
 pub mod logsink;
+pub mod multinode;
 pub mod phases;
 pub mod plan;
 pub mod ports;
@@ -21,9 +22,11 @@ pub mod prepare;
 pub mod records;
 pub mod run;
 pub mod runlock;
+pub mod scratch;
 pub mod secrets;
 pub mod supervisor;
 pub mod timings;
+pub mod tls;
 pub mod tunnel;
 
 #[cfg(test)]

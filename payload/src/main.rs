@@ -36,6 +36,14 @@ enum Command {
         #[arg(long)]
         check_harbor: bool,
     },
+    /// One secondary rank of a multi-node engine: a task of the srun step `payload run` starts on
+    /// the other nodes (docs/multinode.md). Records itself and execs its vLLM argv.
+    #[command(hide = true)]
+    Rank {
+        /// The ranks file the head wrote (`<run_dir>/ranks.json`).
+        #[arg(long)]
+        ranks: PathBuf,
+    },
     /// The GPU inventory (NVML, or $PAYLOAD_GPU_FIXTURE) and the matched GPU profile.
     Gpus {
         #[arg(long)]
@@ -63,7 +71,7 @@ fn exit(code: i32) -> ExitCode {
     ExitCode::from(code.clamp(0, 255) as u8)
 }
 
-fn plan(spec_path: &std::path::Path, json: bool, check_harbor: bool) -> anyhow::Result<i32> {
+async fn plan(spec_path: &std::path::Path, json: bool, check_harbor: bool) -> anyhow::Result<i32> {
     let spec = match LaunchSpec::from_file(spec_path) {
         Ok(spec) => spec,
         Err(err) => {
@@ -73,7 +81,7 @@ fn plan(spec_path: &std::path::Path, json: bool, check_harbor: bool) -> anyhow::
     };
     let mut plan = payload::plan::build(spec_path, &spec, &payload::prepare::parent_env());
     if check_harbor {
-        payload::plan::check_harbor(&spec, &mut plan);
+        payload::plan::check_harbor(&spec, &mut plan).await;
     }
     let mut out = std::io::stdout().lock();
     if json {
@@ -152,8 +160,14 @@ async fn main() -> ExitCode {
     }));
     let result = match cli.command {
         Command::Run { spec } => Ok(payload::run::run(&spec).await),
-        Command::Plan { spec, json, check_harbor } => plan(&spec, json, check_harbor),
+        Command::Plan { spec, json, check_harbor } => plan(&spec, json, check_harbor).await,
         Command::Gpus { json, profiles } => gpus(json, profiles),
+        Command::Rank { ranks } => {
+            let parent = payload::prepare::parent_env();
+            let err = payload::multinode::exec_rank(&ranks, &payload::prepare::lookup(&parent));
+            // Only a failure returns; the srun step (--kill-on-bad-exit) then ends every rank.
+            Err(anyhow::Error::new(err).context("payload rank"))
+        }
     };
     match result {
         Ok(code) => exit(code),

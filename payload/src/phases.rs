@@ -58,6 +58,8 @@ impl From<Failure> for End {
 #[derive(Debug)]
 pub enum Input {
     EngineExited(ExitStatus),
+    /// A multi-node engine's srun step of the other nodes' ranks ended (one rank failed, or all).
+    RanksExited(ExitStatus),
     HarborExited(ExitStatus),
     Signal(SignalEvent),
     /// `serve.health_timeout_s` since vLLM started.
@@ -184,6 +186,22 @@ impl Machine {
                 }
                 out.push(Action::Event("engine_exited", fields));
                 out.push(self.end(End::Failed(Failure::new(class, message).with_cause(cause).with_log_tail(lines))));
+            }
+            Input::RanksExited(status) => {
+                // Any rank's death is the engine's: during start-up it never became ready.
+                let described = describe_status(status);
+                let (class, during) = match self.phase {
+                    RunPhase::Loading => (OutcomeClass::EngineStart, "start"),
+                    RunPhase::TunnelCheck => (OutcomeClass::EngineDied, "tunnel"),
+                    _ => (OutcomeClass::EngineDied, "run"),
+                };
+                let message = format!(
+                    "a rank on another node ended ({described}: srun's step of the other nodes' ranks is over) during {during}; the engine cannot serve without it"
+                );
+                out.push(Action::Event("ranks_exited", json!({ "status": described, "during": during })));
+                out.push(
+                    self.end(End::Failed(Failure::new(class, message).with_cause("rank_exited").with_log_tail(tail()))),
+                );
             }
             Input::HarborExited(status) => {
                 out.push(Action::Event(

@@ -28,6 +28,9 @@ pub struct Plan {
     pub secrets: SecretsSection,
     pub tunnel: tunnel::TunnelPlan,
     pub engine: ProcessSection,
+    /// A multi-node engine: every node's rank, argv and environment (docs/multinode.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub layout: Option<crate::multinode::LayoutPlan>,
     pub harbor: HarborSection,
     /// The post-run step (after Harbor exits 0), when the spec has one.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -121,13 +124,17 @@ pub fn render_prepared(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, S
     let t = &p.tunnel.plan;
     let api_base = p.api_base(t.public_url.as_deref());
     let prefix = (!t.harbor_prefix.is_empty()).then_some(t.harbor_prefix.as_slice());
-    let harbor = p.harbor.child(spec, &api_base, &t.harbor_env, prefix).unwrap_or_else(|_| ChildSpec {
+    let mut harbor = p.harbor.child(spec, &api_base, &t.harbor_env, prefix).unwrap_or_else(|_| ChildSpec {
         program: p.harbor.program.clone(),
         argv: Vec::new(),
         env: p.harbor.env.clone(),
         log: p.harbor.log.clone(),
         cwd: None,
     });
+    // Without a readable key (a problem says why) the plan still shows where it would go.
+    if spec.secrets.daytona {
+        harbor.env.entry(secrets::DAYTONA_ORG1.to_string()).or_insert_with(|| REDACTED.to_string());
+    }
     // By name (the secrets handed to children) and by whole value (the secrets file's values and
     // the agent-env sources taken from the environment).
     let hidden: Vec<&str> = p.hidden.iter().map(String::as_str).collect();
@@ -147,6 +154,36 @@ pub fn render_prepared(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, S
         env: redact_env(&child.env),
     };
     let head = &p.head().child;
+    let layout = p.secondaries.as_ref().and_then(|s| {
+        let l = spec.layout().ok()?;
+        let per_node = p
+            .engines
+            .iter()
+            .map(|e| {
+                let rank = match e.role {
+                    crate::prepare::EngineRole::Head => 0,
+                    crate::prepare::EngineRole::Worker { rank } => rank,
+                };
+                crate::multinode::NodePlan {
+                    rank,
+                    node: s.nodes.get(rank as usize).map(|n| n.name.clone()).unwrap_or_default(),
+                    addr: s.nodes.get(rank as usize).map(|n| n.addr.clone()).unwrap_or_default(),
+                    started_by: if rank == 0 { "head" } else { "srun" },
+                    argv: redact(&e.child.argv),
+                    env: redact_env(&e.child.env),
+                }
+            })
+            .collect();
+        Some(crate::multinode::LayoutPlan {
+            nodes: l.nodes,
+            gpus_per_node: l.gpus_per_node,
+            crossing: l.crossing,
+            rendezvous: s.file.rendezvous.clone(),
+            source: s.source.clone(),
+            per_node,
+            srun: redact(&s.srun.argv),
+        })
+    });
     let post_run = spec.post_run.as_ref().zip(p.post_run.as_ref()).map(|(spec_step, step)| {
         let (process, warnings) = match step {
             Ok(step) => (
@@ -213,6 +250,7 @@ pub fn render_prepared(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, S
         },
         tunnel: p.tunnel.plan.clone(),
         engine: process(head),
+        layout,
         harbor: HarborSection {
             mode: p.harbor.mode.as_str(),
             api_base,
@@ -231,11 +269,11 @@ pub fn render_prepared(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, S
 /// that Harbor's `jobs start … --print-config` on the plan's fresh-run argv, with the merged job
 /// config written to a private temporary file, and records the verdict; a refusal is a problem.
 /// Skipped (with the reason) on a resume, or when Harbor cannot be run here.
-pub fn check_harbor(spec: &LaunchSpec, plan: &mut Plan) {
+pub async fn check_harbor(spec: &LaunchSpec, plan: &mut Plan) {
     let verdict = if plan.harbor.mode != "fresh" {
         harbor::ConfigCheck::Skipped("resume: Harbor re-reads the job's stored config".to_string())
     } else {
-        match check_fresh_argv(spec, plan) {
+        match check_fresh_argv(spec, plan).await {
             Ok(v) => v,
             Err(e) => harbor::ConfigCheck::Skipped(e),
         }
@@ -246,7 +284,7 @@ pub fn check_harbor(spec: &LaunchSpec, plan: &mut Plan) {
     plan.harbor.config_check = Some(format!("{verdict:?}"));
 }
 
-fn check_fresh_argv(spec: &LaunchSpec, plan: &Plan) -> Result<harbor::ConfigCheck, String> {
+async fn check_fresh_argv(spec: &LaunchSpec, plan: &Plan) -> Result<harbor::ConfigCheck, String> {
     let argv = &plan.harbor.process.argv;
     // Without a tunnel prefix (proxychains): Harbor's own argv starts one before `jobs`.
     let start = argv.iter().position(|a| a == "jobs").and_then(|i| i.checked_sub(1)).ok_or("no harbor argv")?;
@@ -261,7 +299,10 @@ fn check_fresh_argv(spec: &LaunchSpec, plan: &Plan) -> Result<harbor::ConfigChec
     if let Some(i) = argv.iter().position(|a| a == "--config") {
         argv[i + 1] = file.display().to_string();
     }
-    let verdict = written.map(|()| harbor::check_with_print_config(spec, &argv, &plan.harbor.process.env));
+    let verdict = match written {
+        Ok(()) => Ok(harbor::check_with_print_config(spec, &argv, &plan.harbor.process.env).await),
+        Err(e) => Err(e),
+    };
     let _ = std::fs::remove_dir_all(&dir);
     verdict
 }
@@ -306,32 +347,40 @@ pub fn render(plan: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
         write!(out, "; Daytona org {n} ({}) handed to Harbor as DAYTONA_API_KEY", org.variable())?;
     }
     writeln!(out)?;
-    let t = &plan.tunnel;
-    writeln!(out, "tunnel: {} — {}", t.kind, t.description)?;
-    if !t.argv.is_empty() {
-        writeln!(out, "  argv: {}", shell_words::join(&t.argv))?;
-    }
-    if let Some(config) = &t.ssh_config {
-        writeln!(out, "  ssh config (0600, in a private directory outside the run dir):")?;
-        for line in config.lines().filter(|l| !l.starts_with('#')) {
-            writeln!(out, "    {line}")?;
-        }
-    }
-    if !t.pairs.is_empty() {
-        writeln!(out, "  bank, in this job's order:")?;
-        for p in &t.pairs {
-            writeln!(out, "    {p}")?;
-        }
-    }
-    if let Some(v) = &t.verify {
-        writeln!(out, "  verify: {v}")?;
-    }
+    tunnel::write_plan(out, &plan.tunnel)?;
     writeln!(out)?;
     writeln!(out, "vLLM:")?;
     writeln!(out, "  argv: {}", shell_words::join(&plan.engine.argv))?;
     writeln!(out, "  env (nothing else is inherited):")?;
     for (k, v) in &plan.engine.env {
         writeln!(out, "    {k}={v}")?;
+    }
+    if let Some(l) = &plan.layout {
+        writeln!(out)?;
+        writeln!(
+            out,
+            "Layout: {} nodes × {} GPUs, {} parallelism crosses nodes; rendezvous {}:{} (nodes: {}):",
+            l.nodes,
+            l.gpus_per_node,
+            l.crossing.as_str(),
+            l.rendezvous.addr,
+            l.rendezvous.port,
+            l.source
+        )?;
+        for n in &l.per_node {
+            let addr = if n.addr.is_empty() { String::new() } else { format!(" ({})", n.addr) };
+            writeln!(out, "  rank {} on {}{addr}, started by {}:", n.rank, n.node, n.started_by)?;
+            writeln!(out, "    argv: {}", shell_words::join(&n.argv))?;
+            if n.rank == 0 {
+                writeln!(out, "    env: as vLLM's above")?;
+            } else {
+                writeln!(out, "    env (srun --export=ALL of exactly this, plus Slurm's SLURM_* for the step):")?;
+                for (k, v) in &n.env {
+                    writeln!(out, "      {k}={v}")?;
+                }
+            }
+        }
+        writeln!(out, "  srun: {}", shell_words::join(&l.srun))?;
     }
     writeln!(out)?;
     writeln!(out, "Harbor ({}), api_base {}:", plan.harbor.mode, plan.harbor.api_base)?;

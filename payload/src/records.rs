@@ -16,27 +16,7 @@ use launch_spec::rundir::{Event, EventKind};
 
 /// RFC 3339 UTC with milliseconds, e.g. `2026-07-17T10:00:00.123Z`.
 pub fn rfc3339(t: SystemTime) -> String {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs();
-    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = if month <= 2 { y + 1 } else { y };
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        d.subsec_millis()
-    )
+    chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 pub fn now() -> String {
@@ -612,18 +592,21 @@ http_requests_total{handler="/health",method="GET",status="2xx"} 900.0
 
     #[test]
     fn every_event_payload_writes_is_a_known_kind() {
-        // The names passed to `Recorder::event` in payload's sources: a typo or a new event must be
-        // added to `launch_spec::rundir::EventKind`, the one list readers match on.
+        // The names passed to `Recorder::event` in payload's sources (and the tunnel machine's
+        // `Action::Event`s, which its driver records): a typo or a new event must be added to
+        // `launch_spec::rundir::EventKind`, the one list readers match on.
         let sources = [
             include_str!("run.rs"),
             include_str!("phases.rs"),
             include_str!("postrun.rs"),
             include_str!("tunnel/mod.rs"),
+            include_str!("tunnel/machine.rs"),
+            include_str!("tunnel/strategy.rs"),
             include_str!("records.rs"),
         ];
         let mut names = Vec::new();
         for text in sources {
-            // The recorder's event calls and the phase machine's Event actions, with a literal name.
+            // `rec.event("…")`, and the run phases' `Action::Event("…")`.
             for (at, _) in text.match_indices("event(").chain(text.match_indices("Event(")) {
                 let rest = text[at + 6..].trim_start();
                 if let Some(name) = rest.strip_prefix('"').and_then(|r| r.split('"').next())

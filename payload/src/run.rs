@@ -36,8 +36,21 @@ use crate::tunnel::{self, Tunnel};
 
 /// Lines of `vllm.log` kept in an engine failure's outcome.
 pub const LOG_TAIL_LINES: usize = 30;
+/// How long a multi-node engine's exit waits for the signal that may have caused it (scancel
+/// signals every step at once; a secondary's death reaches the head before payload's signal).
+pub const SIGNAL_WITH_EXIT: Duration = Duration::from_millis(500);
 /// How often the tunnel's state machine is advanced.
 pub const TUNNEL_POLL: Duration = Duration::from_millis(200);
+
+/// A task aborted when its handle is dropped: the loop ends at several points, and Harbor's
+/// `--print-config` child must not outlive it (the task owns it with `kill_on_drop`).
+struct AbortOnDrop<T>(JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
 
 struct Run<S> {
     spec: LaunchSpec,
@@ -51,6 +64,8 @@ struct Run<S> {
     timings: Timings,
     /// The post-run step, prepared with the other children (crate::postrun).
     post_run: Option<Result<crate::postrun::Step, String>>,
+    /// The job's scratch dir on node-local disk (crate::scratch), removed after teardown.
+    scratch: Option<crate::scratch::JobScratch>,
 }
 
 /// Runs the job; returns payload's exit code.
@@ -66,6 +81,13 @@ pub async fn run(spec_path: &Path) -> i32 {
     if let Err(err) = supervisor::become_subreaper() {
         tracing::warn!(error = %err, "cannot become child subreaper; double-forked orphans may escape");
     }
+    run_with(spec_path, signals, prepare::parent_env()).await
+}
+
+/// The run with its signal source and payload's environment handed in: `run` passes the real
+/// signal streams and its own environment; tests pass signals they send themselves
+/// ([`supervisor::ChannelSignals`]) or none ([`supervisor::NoSignals`]).
+pub async fn run_with<S: SignalSource>(spec_path: &Path, signals: S, parent: Vec<(String, String)>) -> i32 {
     let spec = match LaunchSpec::from_file(spec_path) {
         Ok(spec) => spec,
         Err(err) => {
@@ -104,11 +126,12 @@ pub async fn run(spec_path: &Path) -> i32 {
         rec,
         signals,
         sup: Supervisor::new(),
-        parent: prepare::parent_env(),
+        parent,
         heartbeat: HeartbeatState::default(),
         tunnel: None,
         timings,
         post_run: None,
+        scratch: None,
     };
     let end = run.sequence().await;
     run.finish(end).await
@@ -196,6 +219,12 @@ impl<S: SignalSource> Run<S> {
     async fn execute(&mut self, mut p: Prepared) -> Result<End, End> {
         self.record_prepared(&p)?;
         self.post_run = p.post_run.take();
+        if let Some((dir, inside)) = &p.scratch {
+            let scratch = crate::scratch::JobScratch::create(dir, inside)
+                .map_err(|e| Failure::new(OutcomeClass::Spec, e).with_cause("scratch"))?;
+            self.rec.event("scratch", json!({ "dir": scratch.dir() }));
+            self.scratch = Some(scratch);
+        }
         let Some(port) = p.port.port else {
             return Err(Failure::new(OutcomeClass::EngineStart, p.port.how.clone()).with_cause("port").into());
         };
@@ -236,6 +265,8 @@ impl<S: SignalSource> Run<S> {
         rotate_log(&self.log_path(ENGINE_LOG));
         rotate_log(&self.log_path(HARBOR_LOG));
         rotate_log(&self.log_path(TUNNEL_LOG));
+        // The head serves the API here; a multi-node engine's workers (`Prepared.engines` after the
+        // head) start on their nodes through one srun step (crate::multinode).
         let head = p.head().child.clone();
         let started = Instant::now();
         let pid = self.sup.spawn(Role::Engine, &head).map_err(|e| {
@@ -244,6 +275,9 @@ impl<S: SignalSource> Run<S> {
         })?;
         self.rec.status.pids.insert("engine".into(), pid);
         self.rec.event("engine_spawned", json!({ "pid": pid, "argv": head.argv, "port": port }));
+        if let Some(secondaries) = &p.secondaries {
+            self.start_ranks(secondaries)?;
+        }
         self.rec.set_phase(Phase::Serving);
         tracing::info!(pid, port, "vLLM started; waiting for readiness");
         let resume = p.harbor.mode == HarborMode::Resume;
@@ -251,15 +285,15 @@ impl<S: SignalSource> Run<S> {
 
         // Harbor's own `--print-config` on the fresh-run argv, while vLLM loads (it costs nothing
         // then): a refusal ends the run before Harbor would start and fail.
-        let mut config_check: Option<JoinHandle<ConfigCheck>> = None;
+        let mut config_check: Option<AbortOnDrop<ConfigCheck>> = None;
         if let Some(config) = &p.harbor.merged_config {
             harbor::write_job_config(&p.harbor.config_path, config).map_err(Failure::from)?;
             let child =
                 p.harbor.child(&self.spec, &p.local_api_base(), &BTreeMap::new(), None).map_err(Failure::from)?;
             let spec = self.spec.clone();
-            config_check = Some(tokio::task::spawn_blocking(move || {
-                harbor::check_with_print_config(&spec, &child.argv, &child.env)
-            }));
+            config_check = Some(AbortOnDrop(tokio::spawn(async move {
+                harbor::check_with_print_config(&spec, &child.argv, &child.env).await
+            })));
         }
         self.run_loop(&p, started, config_check).await
     }
@@ -270,7 +304,7 @@ impl<S: SignalSource> Run<S> {
         &mut self,
         p: &Prepared,
         started: Instant,
-        mut config_check: Option<JoinHandle<ConfigCheck>>,
+        mut config_check: Option<AbortOnDrop<ConfigCheck>>,
     ) -> Result<End, End> {
         let engine_log = self.log_path(ENGINE_LOG);
         let tail = || engine::log_tail(&engine_log, LOG_TAIL_LINES);
@@ -298,10 +332,11 @@ impl<S: SignalSource> Run<S> {
             let input = tokio::select! {
                 biased;
                 status = wait_opt(self.sup.engine.as_mut()) => Input::EngineExited(status),
+                status = wait_opt(self.sup.ranks.as_mut()) => Input::RanksExited(status),
                 status = wait_opt(self.sup.harbor.as_mut()) => Input::HarborExited(status),
                 ev = self.signals.recv() => Input::Signal(ev),
                 _ = sleep_until(deadline.into()), if loading => Input::ReadyDeadline,
-                v = async { config_check.as_mut().expect("guarded").await }, if config_check.is_some() => {
+                v = async { (&mut config_check.as_mut().expect("guarded").0).await }, if config_check.is_some() => {
                     config_check = None;
                     Input::ConfigChecked(v.unwrap_or_else(|e| ConfigCheck::Skipped(format!("check task failed: {e}"))))
                 }
@@ -331,10 +366,37 @@ impl<S: SignalSource> Run<S> {
                     Input::Tunnel(t.poll(&mut self.sup, &mut self.rec, !loading).await)
                 }
             };
-            for action in machine.on(input, &tail) {
+            // A multi-node engine dies on its own when Slurm signals every step at once (scancel):
+            // a signal arriving with a rank's or the head's exit is the cause, not the exit.
+            let input = match input {
+                Input::EngineExited(_) | Input::RanksExited(_) if p.secondaries.is_some() => {
+                    match tokio::time::timeout(SIGNAL_WITH_EXIT, self.signals.recv()).await {
+                        Ok(ev) => Input::Signal(ev),
+                        Err(_) => input,
+                    }
+                }
+                other => other,
+            };
+            // A multi-node engine: the other nodes' logs (and srun's) after the head's, since
+            // either side may be where it broke.
+            let all_tail = || {
+                let mut lines = tail();
+                lines.extend(crate::multinode::ranks_log_tail(
+                    &self.spec.run_dir,
+                    p.secondaries.as_ref(),
+                    LOG_TAIL_LINES,
+                ));
+                lines
+            };
+            let tail_of: &dyn Fn() -> Vec<String> = if p.secondaries.is_some() { &all_tail } else { &tail };
+            let before = machine.phase();
+            for action in machine.on(input, tail_of) {
                 match action {
                     Action::Event(name, fields) => self.rec.event(name, fields),
                     Action::Ready => {
+                        if let Some(s) = &p.secondaries {
+                            self.record_ranks_joined(s);
+                        }
                         let ms = started.elapsed().as_millis() as u64;
                         self.rec.event("engine_ready", json!({ "elapsed_ms": ms }));
                         self.rec.set_phase(Phase::Ready);
@@ -353,7 +415,42 @@ impl<S: SignalSource> Run<S> {
                     }
                 }
             }
+            // The tunnel's end-to-end check starts at once, not at the next tick.
+            if before == RunPhase::Loading && machine.phase() == RunPhase::TunnelCheck {
+                tunnel_tick.reset_immediately();
+            }
         }
+    }
+
+    /// Which node each rank runs on, from the records every `payload rank` wrote on its node.
+    fn record_ranks_joined(&mut self, s: &crate::multinode::Secondaries) {
+        let records = crate::multinode::read_rank_records(&self.spec.run_dir, &s.file.ranks[1..]);
+        let mut ranks = vec![json!({ "rank": 0, "node": s.nodes[0].name, "pid": self.rec.status.pids.get("engine") })];
+        ranks.extend(records.iter().map(|r| json!({ "rank": r.rank, "node": r.node, "pid": r.pid, "step": r.step })));
+        let missing: Vec<u32> =
+            s.file.ranks[1..].iter().map(|r| r.rank).filter(|k| !records.iter().any(|r| r.rank == *k)).collect();
+        self.rec.event("ranks_joined", json!({ "ranks": ranks, "missing": missing }));
+    }
+
+    /// A multi-node engine's other nodes: the ranks file, then their one srun step in its own group.
+    fn start_ranks(&mut self, s: &crate::multinode::Secondaries) -> Result<(), End> {
+        let spawn_failed = |e: String| Failure::new(OutcomeClass::EngineStart, e).with_cause("multinode");
+        // Records of an earlier attempt in this run dir must not count as joined ranks.
+        let _ = std::fs::remove_dir_all(self.spec.run_dir.join(crate::multinode::RANK_RECORDS_DIR));
+        crate::multinode::write_ranks_file(&self.spec.run_dir, &s.file)
+            .map_err(|e| spawn_failed(format!("cannot write {}: {e}", crate::multinode::RANKS_FILE)))?;
+        let pid = self
+            .sup
+            .spawn(Role::Ranks, &s.srun)
+            .map_err(|e| spawn_failed(format!("cannot start {}: {e}", s.srun.program.display())))?;
+        self.rec.status.pids.insert("ranks".into(), pid);
+        let ranks: Vec<_> = s.file.ranks.iter().map(|r| json!({ "rank": r.rank, "node": r.node })).collect();
+        self.rec.event(
+            "ranks_spawned",
+            json!({ "pid": pid, "argv": s.srun.argv, "crossing": s.file.crossing, "rendezvous": s.file.rendezvous, "ranks": ranks }),
+        );
+        tracing::info!(pid, nodes = s.nodes.len(), "srun started the other nodes' ranks");
+        Ok(())
     }
 
     /// Harbor: `api_base` (the tunnel's public URL for installed agents), resume rewrites, spawn.
@@ -389,6 +486,25 @@ impl<S: SignalSource> Run<S> {
         Ok(())
     }
 
+    /// After teardown: the ranks' srun step is cancelled by its id (from the rank records), so
+    /// nothing is left on another node even if srun itself had to be SIGKILLed.
+    fn cancel_rank_steps(&mut self) {
+        let ranks_file = self.spec.run_dir.join(crate::multinode::RANKS_FILE);
+        if self.sup.ranks.is_none() || !ranks_file.exists() {
+            return;
+        }
+        let Ok(file) = std::fs::read_to_string(&ranks_file)
+            .map_err(|e| e.to_string())
+            .and_then(|t| serde_json::from_str::<crate::multinode::RanksFile>(&t).map_err(|e| e.to_string()))
+        else {
+            return;
+        };
+        let records = crate::multinode::read_rank_records(&self.spec.run_dir, &file.ranks[1..]);
+        crate::multinode::cancel_steps(&records);
+        let steps: Vec<&str> = records.iter().map(|r| r.step.as_str()).collect();
+        self.rec.event("ranks_cancelled", json!({ "steps": steps }));
+    }
+
     /// Teardown, final heartbeat, outcome, exit code.
     async fn finish(&mut self, end: End) -> i32 {
         let engine_log = self.log_path(ENGINE_LOG);
@@ -422,6 +538,11 @@ impl<S: SignalSource> Run<S> {
             json!({ "grace_s": plan.grace.as_secs_f64(), "harbor_grace_s": plan.harbor_grace.as_secs_f64() }),
         );
         let report = self.sup.shutdown(&mut self.signals, plan).await;
+        // Every child is gone: nothing writes into the scratch dir any more.
+        if let Some(scratch) = self.scratch.take() {
+            scratch.remove();
+        }
+        self.cancel_rank_steps();
         self.rec.event(
             "teardown_done",
             json!({

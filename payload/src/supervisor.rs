@@ -146,20 +146,28 @@ impl Signals {
 pub enum Role {
     Harbor,
     Engine,
+    /// A multi-node engine's other nodes: the one `srun` step of their ranks (crate::multinode).
+    /// SIGTERM to srun is forwarded to every task; stopped with the head.
+    Ranks,
     Tunnel,
+    /// The egress proxy of a job that also runs a Pinggy tunnel (crate::tunnel), torn down after it.
+    Egress,
     /// The post-run step (crate::postrun): started only after the others are torn down, so a
     /// teardown that meets it alive has only it to stop (stage 2).
     PostRun,
 }
 
 impl Role {
-    pub const TEARDOWN_ORDER: [Role; 4] = [Role::Harbor, Role::Engine, Role::Tunnel, Role::PostRun];
+    pub const TEARDOWN_ORDER: [Role; 6] =
+        [Role::Harbor, Role::Engine, Role::Ranks, Role::Tunnel, Role::Egress, Role::PostRun];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Role::Harbor => "harbor",
             Role::Engine => "engine",
+            Role::Ranks => "ranks",
             Role::Tunnel => "tunnel",
+            Role::Egress => "egress",
             Role::PostRun => "post_run",
         }
     }
@@ -170,7 +178,7 @@ impl Role {
     pub fn stop_signal(self) -> Signal {
         match self {
             Role::Harbor => Signal::SIGINT,
-            Role::Engine | Role::Tunnel | Role::PostRun => Signal::SIGTERM,
+            Role::Engine | Role::Ranks | Role::Tunnel | Role::Egress | Role::PostRun => Signal::SIGTERM,
         }
     }
 }
@@ -385,7 +393,9 @@ impl ShutdownReport {
 pub struct Supervisor {
     pub harbor: Option<Managed>,
     pub engine: Option<Managed>,
+    pub ranks: Option<Managed>,
     pub tunnel: Option<Managed>,
+    pub egress: Option<Managed>,
     pub post_run: Option<Managed>,
     my_pid: i32,
 }
@@ -398,14 +408,24 @@ impl Default for Supervisor {
 
 impl Supervisor {
     pub fn new() -> Self {
-        Self { harbor: None, engine: None, tunnel: None, post_run: None, my_pid: std::process::id() as i32 }
+        Self {
+            harbor: None,
+            engine: None,
+            ranks: None,
+            tunnel: None,
+            egress: None,
+            post_run: None,
+            my_pid: std::process::id() as i32,
+        }
     }
 
     fn slot(&mut self, role: Role) -> &mut Option<Managed> {
         match role {
             Role::Harbor => &mut self.harbor,
             Role::Engine => &mut self.engine,
+            Role::Ranks => &mut self.ranks,
             Role::Tunnel => &mut self.tunnel,
+            Role::Egress => &mut self.egress,
             Role::PostRun => &mut self.post_run,
         }
     }
@@ -415,7 +435,7 @@ impl Supervisor {
     }
 
     fn managed_pids(&self) -> Vec<i32> {
-        [&self.harbor, &self.engine, &self.tunnel, &self.post_run]
+        [&self.harbor, &self.engine, &self.ranks, &self.tunnel, &self.egress, &self.post_run]
             .iter()
             .filter_map(|m| m.as_ref().map(|m| m.pid as i32))
             .collect()
@@ -566,7 +586,7 @@ impl Supervisor {
             }
         }
         // Stage 2: vLLM, then the tunnel (and the post-run step, alone when it runs).
-        const STAGE_2: [Role; 3] = [Role::Engine, Role::Tunnel, Role::PostRun];
+        const STAGE_2: [Role; 5] = [Role::Engine, Role::Ranks, Role::Tunnel, Role::Egress, Role::PostRun];
         if go_on {
             self.term(&STAGE_2, &mut state.report, start);
             let reserve = ShutdownPlan::reserve(plan.grace);

@@ -23,6 +23,9 @@ pub fn spec() -> LaunchSpec {
             host: "127.0.0.1".into(),
             tensor_parallel_size: 1,
             data_parallel_size: 1,
+            pipeline_parallel_size: 1,
+            nodes: 1,
+            distributed_timeout_s: None,
             max_model_len: None,
             max_num_seqs: None,
             swap_space: None,
@@ -76,5 +79,6 @@ pub fn spec() -> LaunchSpec {
         secrets: SecretsSpec { file: None, daytona: true, pass_to_harbor: vec![] },
         limits: Limits::default(),
         post_run: None,
+        scratch: None,
     }
 }

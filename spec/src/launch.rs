@@ -65,6 +65,21 @@ pub struct LaunchSpec {
     /// rather than silently skipping it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub post_run: Option<PostRunSpec>,
+    /// Per-job scratch on node-local disk for the caches `{job_scratch}` names in `serve.env` /
+    /// `harbor.env` values (docs/site.md). Absent: `/tmp`. Left out when absent, like `post_run`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scratch: Option<ScratchSpec>,
+}
+
+/// The placeholder payload replaces in `serve.env` and `harbor.env` values with the job's scratch
+/// directory (created before the first child starts, removed after the last one is gone).
+pub const JOB_SCRATCH_PLACEHOLDER: &str = "{job_scratch}";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScratchSpec {
+    /// Node-local directory under which payload creates `eval_<job id>` (mode 0700).
+    pub root: PathBuf,
 }
 
 /// The placeholders payload replaces in each element of [`PostRunSpec::argv`].
@@ -150,6 +165,16 @@ pub struct ServeSpec {
     pub host: String,
     pub tensor_parallel_size: u32,
     pub data_parallel_size: u32,
+    /// 1 = no pipeline parallelism. Left out of the JSON when 1, so a single-node spec reads the
+    /// same in an older payload.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub pipeline_parallel_size: u32,
+    /// Nodes the engine spans (docs/multinode.md): payload starts one rank per node. Left out when 1.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub nodes: u32,
+    /// vLLM's `--distributed-timeout-seconds` for a multi-node engine (weights load slowly on some nodes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distributed_timeout_s: Option<u64>,
     #[serde(default)]
     pub max_model_len: Option<u64>,
     #[serde(default)]
@@ -215,6 +240,14 @@ fn default_host() -> String {
 
 fn default_health_timeout() -> u64 {
     3600
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(value: &u32) -> bool {
+    *value == 1
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -331,13 +364,15 @@ pub struct PinggySpec {
     pub verify_attempts: u32,
     #[serde(default = "default_verify_interval")]
     pub verify_interval_s: f64,
-    /// HTTP client used for the check (TLS to the public URL): an absolute path or a name on PATH.
-    #[serde(default = "default_verify_program")]
-    pub verify_program: String,
     #[serde(default = "default_alive_interval")]
     pub server_alive_interval_s: u32,
     #[serde(default = "default_alive_count")]
     pub server_alive_count_max: u32,
+    /// Compute nodes without internet: the job also runs this SOCKS egress proxy to the login
+    /// node (for Harbor, as in a `socks` tunnel), Pinggy's ssh reaches Pinggy through the login
+    /// node (`ProxyJump`), and the public-URL check goes through the proxy (docs/tunnels.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<Box<SocksSpec>>,
 }
 
 impl PinggySpec {
@@ -399,9 +434,11 @@ pub struct SocksSpec {
     pub server_alive_count_max: u32,
 }
 
-fn is_http_url(url: &str) -> bool {
-    let rest = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://"));
-    rest.is_some_and(|r| !r.is_empty() && !r.contains(char::is_whitespace))
+/// An absolute http(s) URL with a host, written without whitespace (it goes into configs as is).
+fn is_http_url(text: &str) -> bool {
+    !text.contains(char::is_whitespace)
+        && url::Url::parse(text)
+            .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some_and(|h| !h.is_empty()))
 }
 
 fn is_var_name(name: &str) -> bool {
@@ -461,34 +498,40 @@ impl TunnelSpec {
                     p.server_alive_interval_s,
                 )?;
                 v::whole_seconds(p.lease_ttl_s, true).map_err(|e| ("tunnel.lease_ttl_s", e))?;
-                Ok(())
+                match &p.egress {
+                    Some(egress) => socks_problem(egress).map_err(|(field, e)| {
+                        ("tunnel.egress", format!("{}: {e}", field.trim_start_matches("tunnel.")))
+                    }),
+                    None => Ok(()),
+                }
             }
-            TunnelSpec::Socks(s) => {
-                if !is_config_word(&s.login_node) {
-                    return Err(("tunnel.login_node", format!("`{}` is not a host name", s.login_node)));
-                }
-                if let Some(user) = &s.user
-                    && !is_config_word(user)
-                {
-                    return Err(("tunnel.user", format!("`{user}` is not a user name")));
-                }
-                if !is_http_url(&s.verify_url) {
-                    return Err((
-                        "tunnel.verify_url",
-                        format!("`{}` must be an http:// or https:// URL", s.verify_url),
-                    ));
-                }
-                if s.verify_attempts == 0 {
-                    return Err(("tunnel.verify_attempts", "must be ≥ 1".to_string()));
-                }
-                if let Some(fixed) = s.port.fixed {
-                    v::port(fixed).map_err(|e| ("tunnel.port.fixed", e))?;
-                }
-                v::port_range(s.port.base, s.port.span).map_err(|e| ("tunnel.port", e))?;
-                tunnel_timing(s.restart_backoff_s, s.connect_timeout_s, s.verify_interval_s, s.server_alive_interval_s)
-            }
+            TunnelSpec::Socks(s) => socks_problem(s),
         }
     }
+}
+
+/// The first problem with SOCKS settings (a `socks` tunnel, or a Pinggy tunnel's `egress`).
+fn socks_problem(s: &SocksSpec) -> Result<(), (&'static str, String)> {
+    use crate::validate as v;
+    if !is_config_word(&s.login_node) {
+        return Err(("tunnel.login_node", format!("`{}` is not a host name", s.login_node)));
+    }
+    if let Some(user) = &s.user
+        && !is_config_word(user)
+    {
+        return Err(("tunnel.user", format!("`{user}` is not a user name")));
+    }
+    if !is_http_url(&s.verify_url) {
+        return Err(("tunnel.verify_url", format!("`{}` must be an http:// or https:// URL", s.verify_url)));
+    }
+    if s.verify_attempts == 0 {
+        return Err(("tunnel.verify_attempts", "must be ≥ 1".to_string()));
+    }
+    if let Some(fixed) = s.port.fixed {
+        v::port(fixed).map_err(|e| ("tunnel.port.fixed", e))?;
+    }
+    v::port_range(s.port.base, s.port.span).map_err(|e| ("tunnel.port", e))?;
+    tunnel_timing(s.restart_backoff_s, s.connect_timeout_s, s.verify_interval_s, s.server_alive_interval_s)
 }
 
 /// The tunnel's durations, as payload turns them into `Duration`s and deadlines.
@@ -535,10 +578,6 @@ fn default_verify_interval() -> f64 {
 
 fn default_socks_verify_interval() -> f64 {
     2.0
-}
-
-fn default_verify_program() -> String {
-    "curl".to_string()
 }
 
 fn default_alive_interval() -> u32 {
@@ -761,8 +800,13 @@ impl LaunchSpec {
         if self.harbor.program.is_empty() {
             return Err(("harbor.program", "is empty: name the harbor executable".to_string()));
         }
-        v::gpus(self.serve.tensor_parallel_size, self.serve.data_parallel_size)
+        v::gpus(self.serve.tensor_parallel_size, self.serve.pipeline_parallel_size, self.serve.data_parallel_size)
             .map_err(fail("serve.tensor_parallel_size"))?;
+        v::nodes(self.serve.nodes).map_err(fail("serve.nodes"))?;
+        self.layout().map_err(|e| ("serve.nodes", e.to_string()))?;
+        if let Some(timeout) = self.serve.distributed_timeout_s {
+            v::whole_seconds(timeout, true).map_err(fail("serve.distributed_timeout_s"))?;
+        }
         v::at_least_one(self.harbor.n_concurrent.into()).map_err(fail("harbor.n_concurrent"))?;
         v::at_least_one(self.harbor.n_attempts.into()).map_err(fail("harbor.n_attempts"))?;
         v::multiplier(self.harbor.timeout_multiplier).map_err(fail("harbor.timeout_multiplier"))?;
@@ -812,10 +856,27 @@ impl LaunchSpec {
         self.tunnel.problem()
     }
 
-    /// GPUs the engine needs on this node.
+    /// GPUs the engine needs on this node (on each of its nodes, for a multi-node engine).
     pub fn gpus_needed(&self) -> u32 {
-        // Validated ≤ validate::MAX_GPUS when read; saturating keeps an unvalidated spec from panicking.
-        self.serve.tensor_parallel_size.saturating_mul(self.serve.data_parallel_size)
+        match self.layout() {
+            Ok(layout) => layout.gpus_per_node,
+            // Validated when read; an unvalidated spec that does not split asks for every GPU.
+            Err(_) => self.parallelism().total(),
+        }
+    }
+
+    /// TP, PP and DP as the spec sets them.
+    pub fn parallelism(&self) -> crate::layout::Parallelism {
+        crate::layout::Parallelism {
+            tensor: self.serve.tensor_parallel_size,
+            pipeline: self.serve.pipeline_parallel_size,
+            data: self.serve.data_parallel_size,
+        }
+    }
+
+    /// The engine's layout over `serve.nodes` nodes (docs/multinode.md).
+    pub fn layout(&self) -> Result<crate::layout::Layout, crate::layout::LayoutError> {
+        crate::layout::of(self.parallelism(), self.serve.nodes)
     }
 }
 
@@ -863,9 +924,16 @@ mod tests {
         p.bank.push(PinggyPair { public_url: "https://a/".into(), token_secret: "U".into(), host: None });
         assert_eq!(TunnelSpec::Pinggy(p.clone()).problem().unwrap_err().0, "tunnel.bank");
         p.bank.clear();
-        p.public_url = "ftp://x".into();
-        assert_eq!(TunnelSpec::Pinggy(p).problem().unwrap_err().0, "tunnel.public_url");
         let s: SocksSpec = serde_json::from_str(r#"{"login_node": "login 05"}"#).unwrap();
+        // The egress proxy beside a Pinggy tunnel is checked like a SOCKS tunnel, named as its part.
+        p.egress = Some(Box::new(s.clone()));
+        let (field, problem) = TunnelSpec::Pinggy(p.clone()).problem().unwrap_err();
+        assert_eq!((field, problem.starts_with("login_node: ")), ("tunnel.egress", true), "{problem}");
+        p.egress = None;
+        for bad in ["ftp://x", "https://", "https://a b", "not a url"] {
+            p.public_url = bad.into();
+            assert_eq!(TunnelSpec::Pinggy(p.clone()).problem().unwrap_err().0, "tunnel.public_url", "{bad}");
+        }
         assert_eq!(TunnelSpec::Socks(s).problem().unwrap_err().0, "tunnel.login_node");
     }
 

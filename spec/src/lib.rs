@@ -1,9 +1,12 @@
 //! Types both programs speak: the launch spec, the run records, GPU profiles, and the one YAML
 //! entry point. Versioned; no secret values ever live in these types.
 
+pub mod agents;
+pub mod expand;
 pub mod fsread;
 pub mod gpu;
 pub mod launch;
+pub mod layout;
 pub mod records;
 pub mod rundir;
 mod strict_de;

@@ -13,8 +13,10 @@ pub const MAX_SECONDS: u64 = 30 * 24 * 3600;
 pub const MAX_MULTIPLIER: f64 = 1000.0;
 /// Longest model id: Hugging Face allows 96 characters for a name and for an org.
 pub const MODEL_ID_MAX: usize = 200;
-/// Most GPUs one engine may ask for (TP × DP); a node has at most a few dozen.
+/// Most GPUs one engine may ask for (TP × PP × DP, over all its nodes).
 pub const MAX_GPUS: u32 = 1024;
+/// Most nodes one engine may span (a registry's `nodes`, a cluster's `slurm.max_nodes`).
+pub const MAX_NODES: u32 = 256;
 
 /// A duration in (fractional) seconds: finite, ≥ 0 (or > 0 when `positive`), at most 30 days.
 pub fn seconds(value: f64, positive: bool) -> Result<Duration, String> {
@@ -67,18 +69,26 @@ pub fn at_least_one(value: u64) -> Result<u64, String> {
     if value >= 1 { Ok(value) } else { Err(format!("{value} must be ≥ 1")) }
 }
 
-/// GPUs one engine needs: TP × DP without overflow, each ≥ 1, at most [`MAX_GPUS`].
-pub fn gpus(tensor_parallel: u32, data_parallel: u32) -> Result<u32, String> {
-    if tensor_parallel == 0 || data_parallel == 0 {
-        return Err(format!(
-            "tensor_parallel_size {tensor_parallel} × data_parallel_size {data_parallel}: both must be ≥ 1"
-        ));
+/// GPUs one engine needs: TP × PP × DP without overflow, each ≥ 1, at most [`MAX_GPUS`].
+pub fn gpus(tensor_parallel: u32, pipeline_parallel: u32, data_parallel: u32) -> Result<u32, String> {
+    let sizes = format!(
+        "tensor_parallel_size {tensor_parallel} × pipeline_parallel_size {pipeline_parallel} × data_parallel_size {data_parallel}"
+    );
+    if tensor_parallel == 0 || pipeline_parallel == 0 || data_parallel == 0 {
+        return Err(format!("{sizes}: each must be ≥ 1"));
     }
-    match tensor_parallel.checked_mul(data_parallel) {
+    match tensor_parallel.checked_mul(pipeline_parallel).and_then(|n| n.checked_mul(data_parallel)) {
         Some(n) if n <= MAX_GPUS => Ok(n),
-        _ => Err(format!(
-            "tensor_parallel_size {tensor_parallel} × data_parallel_size {data_parallel} is more than {MAX_GPUS} GPUs"
-        )),
+        _ => Err(format!("{sizes} is more than {MAX_GPUS} GPUs")),
+    }
+}
+
+/// Nodes one engine spans: 1 ..= [`MAX_NODES`].
+pub fn nodes(value: u32) -> Result<u32, String> {
+    if (1..=MAX_NODES).contains(&value) {
+        Ok(value)
+    } else {
+        Err(format!("{value} must be between 1 and {MAX_NODES} nodes"))
     }
 }
 
@@ -173,9 +183,12 @@ mod tests {
             assert!(multiplier(bad).is_err(), "{bad}");
         }
         assert!(at_least_one(0).is_err());
-        assert_eq!(gpus(2, 2), Ok(4));
-        assert!(gpus(65536, 65536).is_err(), "u32 overflow to 0");
-        assert!(gpus(0, 4).is_err());
+        assert_eq!(gpus(2, 1, 2), Ok(4));
+        assert_eq!(gpus(4, 4, 1), Ok(16));
+        assert!(gpus(65536, 1, 65536).is_err(), "u32 overflow to 0");
+        assert!(gpus(2, 65536, 32768).is_err(), "overflow in the second product");
+        assert!(gpus(0, 1, 4).is_err() && gpus(1, 0, 1).is_err());
+        assert!(nodes(0).is_err() && nodes(2).is_ok() && nodes(MAX_NODES + 1).is_err());
         assert!(port(0).is_err() && port(8000).is_ok());
         assert!(port_range(60000, 20000).is_err() && port_range(20000, 20000).is_ok());
     }

@@ -183,10 +183,13 @@ fn main() {
     let few: Vec<String> = models.iter().take(200).cloned().collect();
     let tb2 = &presets[2..];
     let planned = plan::plan(&context, tb2, &few, &overrides, &view, &HashMap::new(), &policy).unwrap();
-    let executables =
-        Executables { payload_bin: PathBuf::from("/bin/true"), script: root.root.join("sbatch/payload.sbatch") };
+    let executables = Executables {
+        payload_bin: PathBuf::from("/bin/true"),
+        script: root.root.join("sbatch/payload.sbatch"),
+        prelude: None,
+    };
     let environment = |_: &str| None;
-    let no_download = |_: &str| Ok(());
+    let no_staging = |_: &plan::PlannedJob, _: &launch_spec::LaunchSpec| Ok(());
     let settings = SubmitSettings {
         max_in_flight: 10_000,
         delay: Duration::ZERO,
@@ -195,7 +198,7 @@ fn main() {
         overrides: &overrides,
         chain_batch: 0,
         environment: &environment,
-        pre_download: &no_download,
+        prepare: &no_staging,
         mirror: None,
     };
     let slurm = InstantSlurm(Cell::new(0));

@@ -8,6 +8,7 @@ use launch_spec::launch::{
     HarborSpec, Limits, ModelSpec, PinggyPair, PinggySpec, PortPolicy, PostRunSpec, ProxyMode, SecretsSpec,
     ServeInvocation, ServeSpec, SocksSpec, TunnelSpec,
 };
+use launch_spec::layout::Layout;
 use launch_spec::{GpuProfiles, LaunchSpec, SPEC_VERSION};
 
 use crate::config::preset::DEFAULT_HARBOR_CONFIG;
@@ -20,14 +21,14 @@ pub enum LaunchError {
         "cluster {cluster}: {field} uses ${{{var}}}, which is not set in the environment (export it, or edit clusters/{cluster}.yaml)"
     )]
     UnsetVariable { cluster: String, field: String, var: String },
+    #[error("cluster {cluster}: {field}: {problem} (edit clusters/{cluster}.yaml)")]
+    BadExpansion { cluster: String, field: String, problem: String },
     #[error(
         "cluster {cluster}: environment `{env}` (wanted by {wanted_by}) is not defined; known: {known} (add it under `environments:` in clusters/{cluster}.yaml)"
     )]
     UnknownEnvironment { cluster: String, env: String, wanted_by: String, known: String },
-    #[error(
-        "model `{model}` needs TP {tp} × DP {dp} = {gpus} GPUs but cluster {cluster} has {per_node} per node: set tensor_parallel_size/data_parallel_size for it in the registry"
-    )]
-    TooManyGpus { model: String, tp: u32, dp: u32, gpus: u32, cluster: String, per_node: u32 },
+    #[error("model `{model}` on cluster {cluster}: {source}")]
+    Layout { model: String, cluster: String, source: launch_spec::layout::LayoutError },
     #[error("{0}")]
     BadModel(String),
     #[error(
@@ -41,7 +42,7 @@ pub enum LaunchError {
     )]
     NoPinggyBank { agent: String, cluster: String },
     #[error(
-        "agent `{agent}` needs a Pinggy tunnel, but cluster {cluster} has no internet on compute nodes: payload runs one tunnel per job (SOCKS egress or Pinggy), so installed-harness agents need a cluster with direct egress (docs/tunnels.md)"
+        "agent `{agent}` needs a Pinggy tunnel, but cluster {cluster} has no internet on compute nodes and no `network.proxy` to reach Pinggy through (add the login node under network.proxy in clusters/{cluster}.yaml, see docs/tunnels.md)"
     )]
     TunnelNeedsEgress { agent: String, cluster: String },
     #[error("model `{model}`: {reason} (fix its agent_kwargs in the registry, or --agent-kwarg)")]
@@ -76,18 +77,84 @@ impl LaunchContext<'_> {
         self.expand_text(field, &text.to_string_lossy()).map(PathBuf::from)
     }
 
-    /// [`Self::expand`] for any profile text (a leading `~/`, `${VAR}`).
+    /// [`Self::expand`] for any profile text (a leading `~/`, `${VAR}`), by the one rule
+    /// (`launch_spec::expand`): an unset variable or an unterminated `${` is an error.
     pub fn expand_text(&self, field: &str, text: &str) -> Result<String, LaunchError> {
-        let lookup = |var: &str| match std::env::var(var) {
+        use launch_spec::expand::ExpandError;
+        launch_spec::expand::expand_path(text, &|var| self.variable(var)).map_err(|err| match err {
+            ExpandError::Unset(var) => {
+                LaunchError::UnsetVariable { cluster: self.cluster.name.clone(), field: field.to_string(), var }
+            }
+            other => LaunchError::BadExpansion {
+                cluster: self.cluster.name.clone(),
+                field: field.to_string(),
+                problem: other.to_string(),
+            },
+        })
+    }
+
+    /// The submitter's environment as profiles see it: `${SUBMITTER_HOME}` defaults to the config root.
+    pub fn variable(&self, var: &str) -> Option<String> {
+        match std::env::var(var) {
             Ok(value) => Some(value),
             Err(_) if var == "SUBMITTER_HOME" => Some(self.root.display().to_string()),
             Err(_) => None,
+        }
+    }
+
+    /// An env map with every value `${VAR}`-expanded (`field` names the map in errors).
+    fn expand_env(
+        &self,
+        field: &str,
+        env: &std::collections::BTreeMap<String, String>,
+    ) -> Result<std::collections::BTreeMap<String, String>, LaunchError> {
+        env.iter().map(|(k, v)| Ok((k.clone(), self.expand_text(&format!("{field}.{k}"), v)?))).collect()
+    }
+
+    /// The profile's HF cache, expanded (None when the profile has none).
+    pub fn hf_cache(&self) -> Result<Option<PathBuf>, LaunchError> {
+        match &self.cluster.paths.hf_cache {
+            Some(cache) => Ok(Some(self.expand("paths.hf_cache", cache)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The secrets file as the job must read it, resolved now (the job does not see the
+    /// submitting shell): `secrets.file`, else `$DC_AGENT_SECRET_ENV`, else `~/secrets.env`; made
+    /// absolute against the current directory.
+    pub fn secrets_file(&self) -> Result<PathBuf, LaunchError> {
+        let file = match (&self.cluster.secrets.file, self.variable("DC_AGENT_SECRET_ENV").filter(|v| !v.is_empty())) {
+            (Some(file), _) => self.expand("secrets.file", file)?,
+            (None, Some(from_shell)) => self.expand("$DC_AGENT_SECRET_ENV", Path::new(&from_shell))?,
+            (None, None) => self.expand("secrets.file (default ~/secrets.env)", Path::new("~/secrets.env"))?,
         };
-        expand_vars(text, lookup).map_err(|var| LaunchError::UnsetVariable {
-            cluster: self.cluster.name.clone(),
-            field: field.to_string(),
-            var,
-        })
+        Ok(std::path::absolute(&file).unwrap_or(file))
+    }
+
+    /// vLLM's environment: the cluster's `engine.env`, then the serving environment's `env`, then
+    /// where the weights are (docs/site.md): the profile's cache as `HF_HUB_CACHE` (never `$HOME`),
+    /// and with it `HF_HUB_OFFLINE=1` where compute nodes have no internet (the weights are staged there).
+    fn engine_env(
+        &self,
+        serve_env_name: &str,
+        serve_env: &Environment,
+        data_parallel_size: u32,
+    ) -> Result<std::collections::BTreeMap<String, String>, LaunchError> {
+        let cluster = self.cluster;
+        let mut env = self.expand_env("engine.env", &cluster.engine.env)?;
+        env.extend(self.expand_env(&format!("environments.{serve_env_name}.env"), &serve_env.env)?);
+        if cluster.engine.torchdynamo_disable_by_dp {
+            env.insert("TORCHDYNAMO_DISABLE".into(), if data_parallel_size > 1 { "0" } else { "1" }.into());
+        }
+        // Offline only with a cache to read: without `paths.hf_cache` the job keeps its user's
+        // default cache and online lookups (preflight says so).
+        if let Some(cache) = self.hf_cache()? {
+            env.insert("HF_HUB_CACHE".into(), cache.display().to_string());
+            if !cluster.network.internet {
+                env.insert("HF_HUB_OFFLINE".into(), "1".into());
+            }
+        }
+        Ok(env)
     }
 
     fn environment(&self, name: &str, wanted_by: &str) -> Result<(PathBuf, &Environment), LaunchError> {
@@ -100,8 +167,13 @@ impl LaunchContext<'_> {
         Ok((self.expand(&format!("environments.{name}"), &env.path)?, env))
     }
 
-    /// Resolves serve settings on this cluster's hardware profile.
-    pub fn resolve(&self, model: &str, preset: &Preset, overrides: &LaunchOverrides) -> Result<Resolved, LaunchError> {
+    /// Resolves serve settings on this cluster's hardware profile, with their layout on its nodes.
+    pub fn resolve(
+        &self,
+        model: &str,
+        preset: &Preset,
+        overrides: &LaunchOverrides,
+    ) -> Result<(Resolved, Layout), LaunchError> {
         launch_spec::validate::model_id(model).map_err(LaunchError::BadModel)?;
         let registry_overrides = Overrides {
             timeout_multiplier: overrides.timeout_multiplier,
@@ -111,17 +183,10 @@ impl LaunchContext<'_> {
         let hardware = &self.cluster.hardware;
         let resolved =
             self.registry.resolve(model, &hardware.hardware_profile, hardware.gpus_per_node, &registry_overrides);
-        if resolved.gpus() > hardware.gpus_per_node {
-            return Err(LaunchError::TooManyGpus {
-                model: model.to_string(),
-                tp: resolved.tensor_parallel_size,
-                dp: resolved.data_parallel_size,
-                gpus: resolved.gpus(),
-                cluster: self.cluster.name.clone(),
-                per_node: hardware.gpus_per_node,
-            });
-        }
-        Ok(resolved)
+        let layout = resolved.layout(hardware.gpus_per_node, self.cluster.slurm.max_nodes).map_err(|source| {
+            LaunchError::Layout { model: model.to_string(), cluster: self.cluster.name.clone(), source }
+        })?;
+        Ok((resolved, layout))
     }
 
     /// The dataset's task directory: an absolute path as given, else the first existing
@@ -173,7 +238,7 @@ impl LaunchContext<'_> {
             }
             None => preset.datasets.first().cloned().unwrap_or_default(),
         };
-        let resolved = self.resolve(model, preset, overrides)?;
+        let (resolved, layout) = self.resolve(model, preset, overrides)?;
         let cluster = self.cluster;
         let benchmark = Preset::benchmark_of(&dataset);
         let run_tag = names::run_tag(&benchmark, model);
@@ -203,10 +268,15 @@ impl LaunchContext<'_> {
         if let Some(auto_snapshot) = preset.auto_snapshot {
             harbor_extra.extend(["--environment-kwarg".to_string(), format!("auto_snapshot={auto_snapshot}")]);
         }
-        let agent = preset.agent_name.clone().unwrap_or_else(|| "terminus-2".to_string());
+        let agent = preset.agent().to_string();
         let tunnel = tunnel_spec(cluster, &agent, &|field, path| self.expand(field, path))?;
-        let secrets_file = match &cluster.secrets.file {
-            Some(file) => Some(self.expand("secrets.file", file)?),
+        let secrets_file = Some(self.secrets_file()?);
+        let engine_env = self.engine_env(&serve_env_name, serve_env, resolved.data_parallel_size)?;
+        let mut harbor_env_vars = self.expand_env("harbor.env", &cluster.harbor.env)?;
+        harbor_env_vars
+            .extend(self.expand_env(&format!("environments.{}.env", cluster.harbor.environment), &harbor_env.env)?);
+        let scratch = match &cluster.paths.node_scratch {
+            Some(root) => Some(launch_spec::launch::ScratchSpec { root: self.expand("paths.node_scratch", root)? }),
             None => None,
         };
         let post_run = self.post_run_spec()?;
@@ -226,6 +296,13 @@ impl LaunchContext<'_> {
                 host: "127.0.0.1".to_string(),
                 tensor_parallel_size: resolved.tensor_parallel_size,
                 data_parallel_size: resolved.data_parallel_size,
+                pipeline_parallel_size: resolved.pipeline_parallel_size,
+                nodes: layout.nodes,
+                // Ranks on other nodes may load weights far slower than the head: vLLM's
+                // collective timeout gets the whole readiness budget.
+                distributed_timeout_s: layout
+                    .is_multi_node()
+                    .then(|| cluster.engine.distributed_timeout_s.unwrap_or(cluster.engine.health_timeout_s)),
                 max_model_len: resolved.max_model_len,
                 max_num_seqs: resolved.max_num_seqs,
                 swap_space: resolved.swap_space,
@@ -236,12 +313,12 @@ impl LaunchContext<'_> {
                 hf_overrides: resolved.hf_overrides.clone(),
                 limit_mm_per_prompt: resolved.limit_mm_per_prompt.clone(),
                 extra_args: resolved.extra_args.clone(),
-                env: cluster.engine.env.clone(),
+                env: engine_env,
                 port: PortPolicy::default(),
                 gpu_memory_utilization: overrides.gpu_memory_utilization.or(preset.gpu_memory_util),
                 cluster_gpu_memory_utilization: cluster.hardware.gpu_memory_utilization,
                 health_timeout_s: cluster.engine.health_timeout_s,
-                declared_gpus: Some(resolved.gpus()),
+                declared_gpus: Some(layout.gpus_per_node),
                 allow_no_gpu: false,
                 ready_needs_completion: false,
             },
@@ -265,7 +342,7 @@ impl LaunchContext<'_> {
                     .map(|s| (*s).to_string())
                     .collect(),
                 extra_args: harbor_extra,
-                env: cluster.harbor.env.clone(),
+                env: harbor_env_vars,
                 dialect,
             },
             secrets: SecretsSpec {
@@ -280,6 +357,7 @@ impl LaunchContext<'_> {
                 ..Limits::default()
             },
             post_run,
+            scratch,
         })
     }
 
@@ -309,16 +387,20 @@ impl LaunchContext<'_> {
 
 /// The tunnel for `agent` on `cluster` (docs/tunnels.md): Pinggy for installed-harness agents (the
 /// whole bank goes into the spec with `<state_dir>/pinggy` as the lease directory — payload picks
-/// a free pair on the node); SOCKS egress when compute nodes have no internet and a proxy is set;
-/// otherwise none.
+/// a free pair on the node), with the SOCKS egress proxy beside it when compute nodes have no
+/// internet; SOCKS egress alone for local agents there; otherwise none.
 pub fn tunnel_spec(
     cluster: &ClusterProfile,
     agent: &str,
     expand: &dyn Fn(&str, &Path) -> Result<PathBuf, LaunchError>,
 ) -> Result<TunnelSpec, LaunchError> {
     let network = &cluster.network;
+    let egress = match (&network.proxy, network.internet) {
+        (Some(proxy), false) => Some(socks_spec(proxy, expand)?),
+        _ => None,
+    };
     if launch_spec::launch::is_installed_agent(agent) {
-        if !network.internet {
+        if !network.internet && egress.is_none() {
             return Err(LaunchError::TunnelNeedsEgress { agent: agent.to_string(), cluster: cluster.name.clone() });
         }
         let Some((first, rest)) = network.pinggy.split_first() else {
@@ -341,58 +423,61 @@ pub fn tunnel_spec(
             Some(file) => Some(expand("network.pinggy[0].known_hosts", file)?),
             None => None,
         };
+        spec.egress = egress.map(Box::new);
         return Ok(TunnelSpec::Pinggy(spec));
     }
-    match (&network.proxy, network.internet) {
-        (Some(proxy), false) => {
-            let mut spec: SocksSpec = serde_json::from_value(serde_json::json!({ "login_node": proxy.login_node }))
-                .expect("minimal SOCKS spec");
-            spec.user = proxy.user.clone();
-            spec.identity_file = match &proxy.identity_file {
-                Some(key) => Some(expand("network.proxy.identity_file", key)?),
-                None => None,
-            };
-            spec.ssh_port = proxy.ssh_port;
-            spec.mode = if proxy.mode == "proxychains" { ProxyMode::Proxychains } else { ProxyMode::Env };
-            spec.proxychains_bin = proxy.proxychains_bin.clone();
-            spec.known_hosts = match &proxy.known_hosts {
-                Some(file) => Some(expand("network.proxy.known_hosts", file)?),
-                None => None,
-            };
-            Ok(TunnelSpec::Socks(spec))
-        }
-        _ => Ok(TunnelSpec::None),
-    }
+    Ok(egress.map(TunnelSpec::Socks).unwrap_or(TunnelSpec::None))
+}
+
+/// One line for `plan` and `lint`: what `agent`'s jobs on `cluster` tunnel, and the variables the
+/// agent gets (launch_spec::agents); the refusal's reason when they cannot launch there.
+pub fn describe_tunnel(
+    cluster: &ClusterProfile,
+    agent: &str,
+    expand: &dyn Fn(&str, &Path) -> Result<PathBuf, LaunchError>,
+) -> Result<String, LaunchError> {
+    let socks = |s: &SocksSpec| {
+        let mode =
+            if s.mode == ProxyMode::Proxychains { "Harbor under proxychains" } else { "proxy variables for Harbor" };
+        format!("SOCKS egress via {} ({mode})", s.login_node)
+    };
+    Ok(match tunnel_spec(cluster, agent, expand)? {
+        TunnelSpec::None => format!("none ({agent} calls vLLM on the node)"),
+        TunnelSpec::Socks(s) => socks(&s),
+        TunnelSpec::Pinggy(p) => format!(
+            "Pinggy ({} pair(s), public URL as api_base{}){}; {}",
+            p.pairs().len(),
+            if p.egress.is_some() { ", reached through the login node" } else { "" },
+            p.egress.as_ref().map(|s| format!(" + {}", socks(s))).unwrap_or_default(),
+            launch_spec::agents::describe(agent, true)
+        ),
+    })
+}
+
+/// The SOCKS egress proxy through the profile's login node.
+fn socks_spec(
+    proxy: &crate::config::cluster::Proxy,
+    expand: &dyn Fn(&str, &Path) -> Result<PathBuf, LaunchError>,
+) -> Result<SocksSpec, LaunchError> {
+    let mut spec: SocksSpec =
+        serde_json::from_value(serde_json::json!({ "login_node": proxy.login_node })).expect("minimal SOCKS spec");
+    spec.user = proxy.user.clone();
+    spec.identity_file = match &proxy.identity_file {
+        Some(key) => Some(expand("network.proxy.identity_file", key)?),
+        None => None,
+    };
+    spec.ssh_port = proxy.ssh_port;
+    spec.mode = if proxy.mode == "proxychains" { ProxyMode::Proxychains } else { ProxyMode::Env };
+    spec.proxychains_bin = proxy.proxychains_bin.clone();
+    spec.known_hosts = match &proxy.known_hosts {
+        Some(file) => Some(expand("network.proxy.known_hosts", file)?),
+        None => None,
+    };
+    Ok(spec)
 }
 
 fn preset_n_attempts(preset: &Preset) -> u32 {
     preset.n_attempts.unwrap_or(3)
-}
-
-/// Expands `~` (leading) and `${NAME}`; returns the name of the first unset variable.
-pub fn expand_vars(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<String, String> {
-    let mut out = String::new();
-    let text = match text.strip_prefix("~/") {
-        Some(rest) => {
-            out.push_str(&lookup("HOME").ok_or("HOME")?);
-            out.push('/');
-            rest
-        }
-        None => text,
-    };
-    let mut rest = text;
-    while let Some(start) = rest.find("${") {
-        out.push_str(&rest[..start]);
-        let Some(end) = rest[start..].find('}') else {
-            out.push_str(&rest[start..]);
-            return Ok(out);
-        };
-        let name = &rest[start + 2..start + end];
-        out.push_str(&lookup(name).ok_or_else(|| name.to_string())?);
-        rest = &rest[start + end + 1..];
-    }
-    out.push_str(rest);
-    Ok(out)
 }
 
 #[cfg(test)]
@@ -418,6 +503,20 @@ mod tests {
         };
         assert_eq!(socks.login_node, leo.network.proxy.as_ref().unwrap().login_node);
         assert!(socks.identity_file.is_some_and(|k| !k.to_string_lossy().contains('~')));
+        // An installed harness without internet: Pinggy with the SOCKS egress beside it, once the
+        // profile has a bank; without a proxy it is refused.
+        let mut leo = leo;
+        assert!(matches!(tunnel_spec(&leo, "openhands", &expand), Err(LaunchError::NoPinggyBank { .. })));
+        let one = "- {url: https://a.a.pinggy.link, token_secret: PINGGY_TOKEN_1}\n";
+        leo.network.pinggy = launch_spec::yaml::from_yaml_str(one, Path::new("bank.yaml")).unwrap();
+        let TunnelSpec::Pinggy(p) = tunnel_spec(&leo, "openhands", &expand).unwrap() else { panic!() };
+        assert_eq!(p.egress.as_ref().map(|e| e.login_node.as_str()), Some(socks.login_node.as_str()));
+        assert_eq!(p.egress.unwrap().mode, ProxyMode::Proxychains);
+        // What `plan` prints for it: both tunnels and openhands' variables.
+        let text = describe_tunnel(&leo, "openhands", &expand).unwrap();
+        assert!(text.contains("reached through the login node) + SOCKS egress via login05"), "{text}");
+        assert!(text.ends_with("agent openhands reads LLM_BASE_URL, HOSTED_VLLM_API_KEY, LLM_API_KEY"), "{text}");
+        leo.network.proxy = None;
         assert!(matches!(tunnel_spec(&leo, "openhands", &expand), Err(LaunchError::TunnelNeedsEgress { .. })));
         let mut vista = cluster("vista");
         assert_eq!(tunnel_spec(&vista, "terminus-2", &expand).unwrap(), TunnelSpec::None);
@@ -432,6 +531,7 @@ mod tests {
         assert_eq!(p.bank.len(), 1);
         assert_eq!(p.bank[0].host.as_deref(), Some("ap.pro.pinggy.io"));
         assert_eq!(p.lock_dir.unwrap(), PathBuf::from("/s/eval_state/pinggy"));
+        assert!(p.egress.is_none(), "vista has direct egress");
         // terminus-2 never tunnels, whatever the bank.
         assert_eq!(tunnel_spec(&vista, "terminus-2", &expand).unwrap(), TunnelSpec::None);
     }
@@ -470,15 +570,47 @@ mod tests {
     }
 
     #[test]
-    fn expands_home_and_braced_variables() {
-        let lookup = |name: &str| match name {
-            "HOME" => Some("/home/u".to_string()),
-            "WORK" => Some("/work/p".to_string()),
-            _ => None,
+    fn the_job_environment_is_resolved_at_submit_time() {
+        use crate::config::{self, ConfigRoot};
+        let root = ConfigRoot { root: Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf() };
+        let mut local = cluster("local");
+        local.engine.env.insert("SITE_CACHE".into(), "${SUBMITTER_HOME}/cache".into());
+        local.engine.env.insert("TMPDIR".into(), "{job_scratch}/tmp".into());
+        local.environments.get_mut("otagent").unwrap().env.insert("VLLM_USE_FLASHINFER_SAMPLER".into(), "0".into());
+        local.engine.torchdynamo_disable_by_dp = true;
+        local.paths.hf_cache = Some(PathBuf::from("${SUBMITTER_HOME}/hf"));
+        local.network.internet = false;
+        let gpus = config::load_gpu_profiles(&root.clusters_dir()).unwrap();
+        let preset = config::load_preset(&root.presets_dir(), "tb2").unwrap();
+        let registry = Registry::load(&root.registry_dir()).unwrap();
+        let harbor = root.harbor_configs_dir();
+        let context = LaunchContext {
+            cluster: &local,
+            gpu_profiles: &gpus,
+            registry: &registry,
+            harbor_configs_dir: &harbor,
+            root: &root.root,
         };
-        assert_eq!(expand_vars("~/secrets.env", lookup).unwrap(), "/home/u/secrets.env");
-        assert_eq!(expand_vars("${WORK}/jobs/${WORK}", lookup).unwrap(), "/work/p/jobs//work/p");
-        assert_eq!(expand_vars("${NOPE}/x", lookup).unwrap_err(), "NOPE");
-        assert_eq!(expand_vars("/plain", lookup).unwrap(), "/plain");
+        let home = context.variable("SUBMITTER_HOME").unwrap();
+        let spec = context.build("Qwen/Qwen3-8B", &preset, &LaunchOverrides::default()).unwrap();
+        let env = &spec.serve.env;
+        assert_eq!(env["SITE_CACHE"], format!("{home}/cache"));
+        assert_eq!(env["TMPDIR"], "{job_scratch}/tmp", "payload's placeholder is kept");
+        assert_eq!(env["VLLM_USE_FLASHINFER_SAMPLER"], "0", "the environment's own variables");
+        assert_eq!(env["HF_HUB_CACHE"], format!("{home}/hf"));
+        assert_eq!(env["HF_HUB_OFFLINE"], "1");
+        let dp = spec.serve.data_parallel_size;
+        assert_eq!(env["TORCHDYNAMO_DISABLE"], if dp > 1 { "0" } else { "1" });
+        assert!(spec.secrets.file.as_ref().is_some_and(|f| f.is_absolute()));
+        for (value, want) in [
+            ("${NO_SUCH_VAR_FOR_ENGINE_ENV}", "engine.env.BROKEN uses ${NO_SUCH_VAR_FOR_ENGINE_ENV}"),
+            ("${SUBMITTER_HOME", "engine.env.BROKEN: unterminated `${`"),
+        ] {
+            let mut broken = local.clone();
+            broken.engine.env.insert("BROKEN".into(), value.into());
+            let context = LaunchContext { cluster: &broken, ..context };
+            let err = context.build("Qwen/Qwen3-8B", &preset, &LaunchOverrides::default()).unwrap_err().to_string();
+            assert!(err.contains(want), "{err}");
+        }
     }
 }

@@ -57,10 +57,14 @@ pub fn check(inputs: &LintInputs) -> Vec<Finding> {
     let mut findings = Findings::default();
     check_registry_files(inputs.registry, &mut findings);
     let clusters = check_clusters(inputs.clusters, &mut findings);
-    check_presets(inputs.presets, &mut findings);
+    let presets = check_presets(inputs.presets, &mut findings);
+    check_tunnels(&presets, &clusters, &mut findings);
     // Cross-file checks need a registry that loads.
     match Registry::load(inputs.registry) {
-        Ok(registry) => check_against_clusters(&registry, &clusters, &mut findings),
+        Ok(registry) => {
+            let gpu_profiles = config::load_gpu_profiles(inputs.clusters).ok();
+            check_against_clusters(&registry, &clusters, gpu_profiles.as_ref(), &mut findings)
+        }
         Err(err) => {
             findings.error(inputs.registry.display(), format!("registry does not load, cross-checks skipped: {err}"))
         }
@@ -224,12 +228,13 @@ fn check_clusters(dir: &Path, findings: &mut Findings) -> Vec<ClusterProfile> {
     clusters
 }
 
-fn check_presets(dir: &Path, findings: &mut Findings) {
+fn check_presets(dir: &Path, findings: &mut Findings) -> Vec<(PathBuf, Preset)> {
     let harbor_dir = dir.join("harbor");
     let Ok(entries) = std::fs::read_dir(dir) else {
         findings.error(dir.display(), "cannot read the presets directory");
-        return;
+        return Vec::new();
     };
+    let mut presets = Vec::new();
     let mut files: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
@@ -242,13 +247,39 @@ fn check_presets(dir: &Path, findings: &mut Findings) {
                 for problem in preset.problems_with(&harbor_dir) {
                     findings.error(file.display(), problem);
                 }
+                presets.push((file, preset));
+            }
+        }
+    }
+    presets
+}
+
+/// Each installed-harness preset on each cluster: the tunnels its jobs get there, or why `launch`
+/// would refuse them (no Pinggy bank; no internet and no proxy) — a warning, since the preset may
+/// be meant for another cluster.
+fn check_tunnels(presets: &[(PathBuf, Preset)], clusters: &[ClusterProfile], findings: &mut Findings) {
+    // Paths are not expanded here (lint runs without the profile's variables).
+    let as_written = |_: &str, p: &Path| Ok(p.to_path_buf());
+    for (file, preset) in presets {
+        let agent = preset.agent();
+        if !launch_spec::launch::is_installed_agent(agent) {
+            continue;
+        }
+        for cluster in clusters {
+            if let Err(e) = crate::launch::describe_tunnel(cluster, agent, &as_written) {
+                findings.warn(file.display(), format!("on cluster {}: {e}", cluster.name));
             }
         }
     }
 }
 
 /// Environment names and parallelism as each cluster will see them.
-fn check_against_clusters(registry: &Registry, clusters: &[ClusterProfile], findings: &mut Findings) {
+fn check_against_clusters(
+    registry: &Registry,
+    clusters: &[ClusterProfile],
+    gpu_profiles: Option<&launch_spec::GpuProfiles>,
+    findings: &mut Findings,
+) {
     for cluster in clusters {
         let profile = &cluster.hardware.hardware_profile;
         let mut ids: Vec<&String> = registry.models.keys().collect();
@@ -256,11 +287,11 @@ fn check_against_clusters(registry: &Registry, clusters: &[ClusterProfile], find
         for id in ids {
             let entry = &registry.models[id];
             let Some(fields) = entry.on_profile(profile) else { continue };
-            check_fields_on_cluster(&entry.file.display().to_string(), id, fields, cluster, findings);
+            check_fields_on_cluster(&entry.file.display().to_string(), id, fields, cluster, gpu_profiles, findings);
         }
         for pattern in registry.patterns.iter().filter(|p| p.applies_to(profile)) {
             let place = format!("pattern #{} `{}`", pattern.index + 1, pattern.text);
-            check_fields_on_cluster(&place, "", &pattern.fields_on(profile), cluster, findings);
+            check_fields_on_cluster(&place, "", &pattern.fields_on(profile), cluster, gpu_profiles, findings);
         }
         if profile != crate::registry::DEFAULT_PROFILE {
             let falling: usize = registry
@@ -336,6 +367,7 @@ fn check_fields_on_cluster(
     id: &str,
     fields: &ServeFields,
     cluster: &ClusterProfile,
+    gpu_profiles: Option<&launch_spec::GpuProfiles>,
     findings: &mut Findings,
 ) {
     let gpus = cluster.hardware.gpus_per_node;
@@ -372,18 +404,87 @@ fn check_fields_on_cluster(
             }
         }
     }
-    let tp = fields
-        .tensor_parallel_size
-        .unwrap_or_else(|| if crate::registry::size::total_size(id).is_some_and(|s| s > 14.0) { 2 } else { 1 });
-    let dp = fields.data_parallel_size.unwrap_or_else(|| (gpus / tp.max(1)).max(1));
-    if tp.saturating_mul(dp) > gpus {
-        findings.error(
-            place,
-            format!(
-                "TP {tp} × DP {dp} = {} GPUs exceeds cluster {}'s {gpus} GPUs per node",
-                u64::from(tp) * u64::from(dp),
-                cluster.name
-            ),
-        );
+    let parallel = crate::registry::parallelism(id, fields, gpus);
+    match launch_spec::layout::plan(parallel, gpus, cluster.slurm.max_nodes, fields.nodes) {
+        // A warning, not an error: a registry serves several clusters and a large model may fit
+        // only some; `spec`/`launch` refuse it on this one with the same words.
+        Err(err) => findings.warn(place, format!("cannot run on cluster {}: {err}", cluster.name)),
+        Ok(layout) => {
+            if layout.crossing == launch_spec::layout::Crossing::Tensor {
+                findings.warn(
+                    place,
+                    format!(
+                        "on cluster {}: tensor parallelism (TP {}) crosses {} nodes, which is slow over most interconnects; prefer pipeline_parallel_size across nodes (docs/multinode.md)",
+                        cluster.name, parallel.tensor, layout.nodes
+                    ),
+                );
+            }
+            if let Some(problem) = weights_do_not_fit(id, parallel.total(), cluster, gpu_profiles) {
+                findings.warn(place, format!("on cluster {}: {problem}", cluster.name));
+            }
+        }
+    }
+}
+
+/// Share of the weights' size added for the KV cache, activations and CUDA graphs when judging fit.
+pub const KV_MARGIN: f64 = 0.2;
+
+/// Why the weights cannot fit `gpus` GPUs of `cluster`: parameters × bytes per parameter, plus
+/// [`KV_MARGIN`], against the GPUs' memory × the gpu-memory ceiling. `None` when they fit or when
+/// the size or the GPUs' memory is unknown.
+pub fn weights_do_not_fit(
+    id: &str,
+    gpus: u32,
+    cluster: &ClusterProfile,
+    gpu_profiles: Option<&launch_spec::GpuProfiles>,
+) -> Option<String> {
+    let params_b = crate::registry::size::total_size(id)?;
+    let gib_per_gpu = cluster.hardware.gpu_memory_gib?;
+    let bytes = crate::registry::size::bytes_per_parameter(id);
+    let ceiling = cluster.hardware.gpu_memory_utilization.or_else(|| {
+        let gpu = launch_spec::GpuInfo {
+            index: 0,
+            uuid: String::new(),
+            name: cluster.hardware.gpu_name.clone().unwrap_or_default(),
+            memory_total_bytes: (gib_per_gpu * (1u64 << 30) as f64) as u64,
+        };
+        gpu_profiles.and_then(|p| p.select(&gpu)).map(|p| p.gpu_memory_utilization)
+    })?;
+    let weights_gib = params_b * 1e9 * bytes / (1u64 << 30) as f64;
+    let needed = weights_gib * (1.0 + KV_MARGIN);
+    let available = f64::from(gpus) * gib_per_gpu * ceiling;
+    (needed > available).then(|| {
+        format!(
+            "the weights may not fit: {params_b}B parameters × {bytes} bytes = {weights_gib:.0} GiB + {:.0}% KV margin = {needed:.0} GiB, but {gpus} GPU(s) × {gib_per_gpu} GiB × {ceiling} = {available:.0} GiB; raise tensor/pipeline/data parallel sizes or `nodes`",
+            KV_MARGIN * 100.0
+        )
+    })
+}
+
+#[cfg(test)]
+mod tunnel_tests {
+    use super::*;
+
+    fn cluster(name: &str) -> ClusterProfile {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../clusters");
+        config::load_cluster(&dir, name).unwrap()
+    }
+
+    #[test]
+    fn an_installed_agent_preset_is_flagged_where_it_cannot_launch() {
+        let yaml = "datasets: [DCAgent2/terminal_bench_2]\nagent_name: openhands\n";
+        let preset: Preset = launch_spec::yaml::from_yaml_str(yaml, Path::new("oh.yaml")).unwrap();
+        let presets = vec![(PathBuf::from("presets/oh.yaml"), preset)];
+        let mut leo = cluster("leonardo");
+        let mut findings = Findings::default();
+        check_tunnels(&presets, std::slice::from_ref(&leo), &mut findings);
+        assert_eq!(findings.0.len(), 1, "{:?}", findings.0);
+        assert!(findings.0[0].message.contains("on cluster leonardo: agent `openhands`"), "{:?}", findings.0);
+        // With a bank, Leonardo runs both tunnels in one job: nothing to say.
+        let bank = "- {url: https://a.a.pinggy.link, token_secret: PINGGY_TOKEN_1}\n";
+        leo.network.pinggy = launch_spec::yaml::from_yaml_str(bank, Path::new("bank.yaml")).unwrap();
+        let mut findings = Findings::default();
+        check_tunnels(&presets, &[leo], &mut findings);
+        assert!(findings.0.is_empty(), "{:?}", findings.0);
     }
 }

@@ -28,6 +28,10 @@ pub enum Command {
     /// Write the launch spec for one (model, benchmark) without submitting anything (for
     /// `payload run --spec` by hand inside `salloc`).
     Spec(commands::spec::SpecArgs),
+    /// What `launch` checks on the login node before sbatch, for one (model, benchmark): spec,
+    /// dataset, environments, programs, secrets file, partition/reservation/account, memory,
+    /// prelude. Exit 1 when a check failed. `--stage` stages the model and dataset first.
+    Preflight(commands::preflight::PreflightArgs),
     /// The decisions per (model, benchmark): submit, skip or resubmit, with the reason. Changes nothing.
     Plan(commands::launch::PlanArgs),
     /// Sync, plan and submit: once, or as a listener (--watch --interval D).
@@ -80,6 +84,7 @@ fn main() -> ExitCode {
         Command::Registry(RegistryCommand::Resolve(args)) => commands::registry::resolve(&args),
         Command::Registry(RegistryCommand::Check(args)) => commands::registry::check(&args),
         Command::Spec(args) => commands::spec::spec(&args),
+        Command::Preflight(args) => commands::preflight::preflight(&args),
         Command::Plan(args) => commands::launch::plan_command(&args),
         Command::Launch(args) => commands::launch::launch_command(&args),
         Command::Sync(args) => commands::launch::sync_command(&args),
@@ -99,7 +104,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) => {
             commands::report_error(&err);
-            ExitStatus::of_error(err.chain()).into()
+            ExitStatus::of_error(err.chain(), commands::wrapped_status).into()
         }
     }
 }

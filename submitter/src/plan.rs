@@ -45,6 +45,8 @@ pub struct PlannedJob {
     /// For the operator: an unattended attempt on another cluster (never acted on here).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub flag: Option<String>,
+    /// The job's tunnel(s) and the agent's model variables (or why it cannot launch here).
+    pub tunnel: String,
     #[serde(skip)]
     pub dataset: String,
 }
@@ -137,8 +139,11 @@ pub fn plan(
     let mut planned = Vec::with_capacity(models.len() * presets.len());
     for model in models {
         for selected in presets {
+            let agent = selected.preset.agent();
+            let tunnel = crate::launch::describe_tunnel(context.cluster, agent, &|f, p| context.expand(f, p))
+                .unwrap_or_else(|e| format!("refused: {e}"));
             for dataset in &selected.preset.datasets {
-                let resolved = context.resolve(model, &selected.preset, overrides)?;
+                let (resolved, _) = context.resolve(model, &selected.preset, overrides)?;
                 let benchmark = Preset::benchmark_of(dataset);
                 let family = view.family_of(&benchmark);
                 let pair = view.pairs.get(&(model.clone(), family.clone()));
@@ -169,9 +174,11 @@ pub fn plan(
                     },
                     timeout_multiplier: resolved.timeout_multiplier,
                     rule: resolved.rule.clone(),
-                    serve: serde_json::to_value(&resolved).unwrap_or(Value::Null),
+                    serve: serde_json::to_value(crate::output::ServeSettings::new(&resolved, None))
+                        .unwrap_or(Value::Null),
                     prerequisite,
                     flag,
+                    tunnel: tunnel.clone(),
                     dataset: dataset.clone(),
                 });
             }
@@ -218,6 +225,8 @@ fn pair_history(
 pub struct Executables {
     pub payload_bin: PathBuf,
     pub script: PathBuf,
+    /// The profile's prelude, absolute (the job's cwd is not the configuration root).
+    pub prelude: Option<PathBuf>,
 }
 
 /// Submission settings for one `launch` iteration.
@@ -230,10 +239,20 @@ pub struct SubmitSettings<'a> {
     /// Chain submissions in batches with `--dependency=afterany:` (0 = off).
     pub chain_batch: usize,
     pub environment: &'a dyn Fn(&str) -> Option<String>,
-    /// Pre-download runner; an error means "do not submit this job".
-    pub pre_download: &'a dyn Fn(&str) -> Result<(), String>,
+    /// Staging and preflight for one job's spec (docs/site.md), before any ledger row: an error
+    /// means "do not submit this pair now" and does not count as an attempt.
+    pub prepare: &'a dyn Fn(&PlannedJob, &launch_spec::LaunchSpec) -> Result<(), NotSubmitted>,
     /// Publish each attempt to the team's database too (`--mirror`).
     pub mirror: Option<&'a Mirror>,
+}
+
+/// Why [`SubmitSettings::prepare`] held a job back.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum NotSubmitted {
+    #[error("not submitted: staging failed: {0}")]
+    Staging(String),
+    #[error("not submitted: preflight failed: {0}")]
+    Preflight(String),
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -320,10 +339,6 @@ pub fn submit(
             publish(settings.mirror, &format!("attempt {id} (Failed)"), |m| m.transition(id, Status::Cancelled, None));
         }
         let Some(selected) = presets.iter().find(|p| p.name == job.preset) else { continue };
-        if let Err(why) = (settings.pre_download)(&job.model) {
-            record(format!("not submitted: pre-download failed: {why}"), None, None);
-            continue;
-        }
         let overrides = LaunchOverrides { dataset: Some(job.dataset.clone()), ..settings.overrides.clone() };
         let mut spec = context.build(&job.model, &selected.preset, &overrides)?;
         let short = selected.preset.log_suffix.clone().unwrap_or_else(|| selected.name.clone());
@@ -331,6 +346,10 @@ pub fn submit(
         let spec_file = spec_path(&spec);
         if let Err(why) = run_dir_free_for(&spec) {
             record(format!("not submitted: {why}"), None, None);
+            continue;
+        }
+        if let Err(refusal) = (settings.prepare)(job, &spec) {
+            record(refusal.to_string(), None, None);
             continue;
         }
         // Ledger row first: it reserves the pair (the database refuses a second active attempt).
@@ -375,6 +394,7 @@ pub fn submit(
             spec_path: &spec_file,
             script: &settings.executables.script,
             payload_bin: &settings.executables.payload_bin,
+            prelude: settings.executables.prelude.as_deref(),
             time: &job.resources.time,
             benchmark_short: &short,
             dependency,

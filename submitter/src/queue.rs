@@ -22,6 +22,8 @@ pub struct JobInputs<'a> {
     /// The batch script and the payload binary as seen from the compute node.
     pub script: &'a Path,
     pub payload_bin: &'a Path,
+    /// The prelude the script sources (absolute), when the profile has one.
+    pub prelude: Option<&'a Path>,
     /// Slurm `--time` (a preset's `slurm_time`, else the cluster's).
     pub time: &'a str,
     /// Short benchmark tag for the job name (`tb2`, `v2`, …).
@@ -35,7 +37,9 @@ pub struct JobInputs<'a> {
 pub fn sbatch_request(inputs: &JobInputs) -> Result<SubmitRequest, String> {
     let cluster = inputs.cluster;
     let hardware = &cluster.hardware;
+    // Per node: a multi-node engine asks for the same GPUs on each of its nodes.
     let gpus = inputs.spec.gpus_needed();
+    let nodes = inputs.spec.serve.nodes.max(1);
     let per_node = hardware.gpus_per_node.max(1);
     let time = parse_slurm_time(inputs.time)
         .ok_or_else(|| format!("slurm time `{}` is not a Slurm time (HH:MM:SS or D-HH:MM:SS)", inputs.time))?;
@@ -62,12 +66,19 @@ pub fn sbatch_request(inputs: &JobInputs) -> Result<SubmitRequest, String> {
         options.cpus_per_task =
             Some((u64::from(hardware.cpus_per_node) * u64::from(gpus) / u64::from(per_node)).max(1) as u32);
         options.mem_mb = Some((hardware.mem_per_node_mb * u64::from(gpus) / u64::from(per_node)).max(1));
+        if nodes > 1 {
+            options.nodes = Some(nodes);
+        }
     } else {
         // GPUs not gres-tracked (Vista): whole nodes.
-        options.nodes = Some(gpus.div_ceil(per_node));
+        options.nodes = Some(nodes.max(gpus.div_ceil(per_node)));
+    }
+    if nodes > 1 {
+        // One task per node: the batch step is the head, payload starts the others with srun.
+        options.ntasks_per_node = Some(1);
     }
     let mut export = vec![("PAYLOAD_BIN".to_string(), inputs.payload_bin.display().to_string())];
-    if let Some(prelude) = &cluster.slurm.prelude {
+    if let Some(prelude) = inputs.prelude {
         export.push(("PAYLOAD_PRELUDE".to_string(), prelude.display().to_string()));
     }
     for name in &cluster.slurm.export_env {
@@ -132,6 +143,10 @@ mod tests {
         }
         cluster.paths.jobs_dir = PathBuf::from("/site/jobs");
         cluster.paths.datasets_dirs = vec![PathBuf::from("/site/datasets")];
+        cluster.paths.hf_cache = Some(PathBuf::from("/site/hf_cache"));
+        for value in cluster.engine.env.values_mut() {
+            *value = value.replace("${SCRATCH}", "/site");
+        }
         cluster.secrets.file = None;
         let gpus = config::load_gpu_profiles(&root.clusters_dir()).unwrap();
         let preset = config::load_preset(&root.presets_dir(), "tb2").unwrap();
@@ -152,6 +167,7 @@ mod tests {
             spec_path: &spec_path(&spec),
             script: Path::new("/repo/sbatch/payload.sbatch"),
             payload_bin: Path::new("/repo/bin/payload"),
+            prelude: cluster.slurm.prelude.as_ref().map(|p| root.root.join(p)).as_deref(),
             time: &cluster.slurm.time,
             benchmark_short: "tb2",
             dependency: None,
@@ -179,6 +195,23 @@ mod tests {
         let args = args_for("leonardo", "Qwen/Qwen3-8B").join(" ");
         assert!(args.contains("gpu:4") && args.contains("32") && args.contains("490000"), "{args}");
         assert!(args.contains("AIFAC_L01_028") && args.contains("B:USR1@900"), "{args}");
+    }
+
+    #[test]
+    fn multi_node_engines_ask_for_nodes_and_one_task_per_node() {
+        // 235B-A22B on Leonardo: TP 4 × PP 4 over 4 gres-tracked nodes, each with all 4 GPUs,
+        // CPUs and memory.
+        let args = args_for("leonardo", "Qwen/Qwen3-235B-A22B-Instruct-2507");
+        for want in ["--nodes=4", "--ntasks-per-node=1", "--gres=gpu:4", "--cpus-per-task=32", "--mem=490000M"] {
+            assert!(args.iter().any(|a| a == want), "{want} in {args:?}");
+        }
+        // 70B on Vista: GPUs not gres-tracked, so whole nodes only.
+        let args = args_for("vista", "meta-llama/Llama-3.3-70B-Instruct");
+        assert!(args.iter().any(|a| a == "--nodes=2") && args.iter().any(|a| a == "--ntasks-per-node=1"), "{args:?}");
+        assert!(!args.iter().any(|a| a.starts_with("--gres")), "{args:?}");
+        // A single-node engine keeps its old request (no --nodes, no --ntasks-per-node where gres-tracked).
+        let args = args_for("leonardo", "Qwen/Qwen3-8B");
+        assert!(!args.iter().any(|a| a.starts_with("--nodes") || a.starts_with("--ntasks")), "{args:?}");
     }
 
     #[test]

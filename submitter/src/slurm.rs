@@ -263,6 +263,9 @@ pub struct SbatchOptions {
     /// `--time`; Slurm rounds up to whole minutes.
     pub time_limit: Option<Duration>,
     pub nodes: Option<u32>,
+    /// `--ntasks-per-node` (1 for a multi-node engine: payload starts one rank per node itself).
+    #[serde(default)]
+    pub ntasks_per_node: Option<u32>,
     /// `--gres=gpu[:TYPE]:N` (per node).
     pub gpus_per_node: Option<u32>,
     pub gpu_type: Option<String>,
@@ -392,6 +395,14 @@ impl SlurmCli {
     pub fn ping(&self) -> Result<bool, SlurmError> {
         let output = self.run("scontrol", &["ping".into()], &[])?;
         Ok(output.status.success() && output.stdout.contains("is UP"))
+    }
+
+    /// Runs a read-only Slurm query (`sinfo`, `scontrol show …`, `sacctmgr show …`) for preflight:
+    /// (exited 0, stdout, stderr).
+    pub fn query(&self, name: &str, args: &[&str]) -> Result<(bool, String, String), SlurmError> {
+        let args: Vec<OsString> = args.iter().map(OsString::from).collect();
+        let output = self.run(name, &args, &[])?;
+        Ok((output.status.success(), output.stdout, output.stderr))
     }
 
     fn program(&self, name: &str) -> PathBuf {
@@ -544,6 +555,9 @@ pub fn build_sbatch_args(request: &SubmitRequest) -> Result<Vec<OsString>, Slurm
     }
     if let Some(nodes) = options.nodes {
         push("nodes", &nodes.to_string());
+    }
+    if let Some(tasks) = options.ntasks_per_node {
+        push("ntasks-per-node", &tasks.to_string());
     }
     if let Some(gpus) = options.gpus_per_node {
         let gres = match &options.gpu_type {
@@ -1090,6 +1104,7 @@ mod tests {
                 reservation: Some("maint".into()),
                 time_limit: Some(Duration::from_secs(4 * 3600)),
                 nodes: Some(1),
+                ntasks_per_node: Some(1),
                 gpus_per_node: Some(8),
                 gpu_type: Some("h100".into()),
                 cpus_per_task: Some(32),
@@ -1117,6 +1132,7 @@ mod tests {
                 "--begin=now+60",
                 "--time=0-04:00:00",
                 "--nodes=1",
+                "--ntasks-per-node=1",
                 "--gres=gpu:h100:8",
                 "--cpus-per-task=32",
                 "--mem=512000M",

@@ -6,9 +6,9 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// `target/<profile>/payload`, next to this test executable's parent dir; built once per test
-/// process with `cargo build -p payload` (a no-op when it is fresh). `$E2E_PAYLOAD_BIN` names
-/// another binary instead (e.g. an older build, to see a test fail before its fix).
+/// `target/<profile>/payload`, next to this test executable's parent dir, checked to be fresh
+/// ([`crate::fresh::bin`]: never built here). `$E2E_PAYLOAD_BIN` names another binary instead (e.g.
+/// an older build, to see a test fail before its fix).
 pub fn payload_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| match std::env::var_os("E2E_PAYLOAD_BIN").filter(|b| !b.is_empty()) {
@@ -17,21 +17,10 @@ pub fn payload_bin() -> &'static Path {
     })
 }
 
-/// `target/<profile>/<bin>` of workspace package `package`, built with `cargo build -p` (a no-op
-/// when it is fresh). Cargo builds only the binaries an integration test's own package declares.
+/// `target/<profile>/<bin>` of workspace package `package`, checked to be fresh
+/// ([`crate::fresh::bin`]).
 pub fn workspace_bin(package: &str, bin: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>").to_path_buf();
-    let path = profile_dir.join(bin);
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    let mut cmd = Command::new(cargo);
-    cmd.args(["build", "-q", "-p", package, "--bin", bin]);
-    if profile_dir.file_name().is_some_and(|n| n == "release") {
-        cmd.arg("--release");
-    }
-    let status = cmd.status().unwrap_or_else(|e| panic!("run cargo build -p {package}: {e}"));
-    assert!(status.success() && path.is_file(), "cargo build -p {package} failed; {} missing", path.display());
-    path
+    crate::fresh::bin(package, bin)
 }
 
 pub fn unique() -> String {
@@ -118,4 +107,42 @@ pub fn real_harbor() -> Option<PathBuf> {
         None
     })
     .clone()
+}
+
+/// What `payload plan` shows for a process (`plan["engine"]` or `plan["harbor"]`) is what `run`
+/// spawned: the same argv (in the spawn event and in `/proc/<pid>/cmdline`) and the same
+/// environment, except what only a run has (payload's pid in `PAYLOAD_RUN_ID`) and the secret
+/// values the plan redacts (present in the run, and not as the placeholder).
+pub fn assert_plan_is_what_ran(
+    what: &str,
+    shown: &serde_json::Value,
+    spawned_argv: &serde_json::Value,
+    pid: u32,
+    run_pid: i32,
+) {
+    assert_eq!(&shown["argv"], spawned_argv, "{what}: the plan's argv is not the argv run spawned");
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let cmdline: Vec<String> = String::from_utf8_lossy(&cmdline).split_terminator('\0').map(str::to_string).collect();
+    let argv: Vec<String> = serde_json::from_value(shown["argv"].clone()).unwrap();
+    assert_eq!(cmdline[1..], argv[1..], "{what}: /proc/{pid}/cmdline differs from the plan's argv");
+    let raw = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    let env: std::collections::BTreeMap<String, String> = String::from_utf8_lossy(&raw)
+        .split('\0')
+        .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+        .collect();
+    let planned: std::collections::BTreeMap<String, String> = serde_json::from_value(shown["env"].clone()).unwrap();
+    assert_eq!(
+        env.keys().collect::<Vec<_>>(),
+        planned.keys().collect::<Vec<_>>(),
+        "{what}: the environment's names differ from the plan's"
+    );
+    for (name, value) in &planned {
+        let got = &env[name];
+        match value.as_str() {
+            "<redacted>" => assert_ne!(got, "<redacted>", "{what}: {name}"),
+            "<generated per job>" => assert!(got.starts_with("sk-") && got.len() > 40, "{what}: {name} is no key"),
+            v if name == "PAYLOAD_RUN_ID" => assert_eq!(got, &v.replace("<pid>", &run_pid.to_string()), "{what}"),
+            v => assert_eq!(got, v, "{what}: {name}"),
+        }
+    }
 }

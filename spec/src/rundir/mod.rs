@@ -151,9 +151,9 @@ pub fn expected_trials(
     if let Some(n) = result.and_then(|r| r.n_total_trials).filter(|n| *n > 0) {
         return Some(n);
     }
-    let dataset = launch
-        .and_then(|l| l.harbor.dataset.clone())
-        .or_else(|| config.and_then(|c| c.datasets.first()).and_then(|d| d.path.clone()).map(std::path::PathBuf::from))?;
+    let dataset = launch.and_then(|l| l.harbor.dataset.clone()).or_else(|| {
+        config.and_then(|c| c.datasets.first()).and_then(|d| d.path.clone()).map(std::path::PathBuf::from)
+    })?;
     let attempts = launch.and_then(|l| l.harbor.n_attempts).or_else(|| config.and_then(|c| c.n_attempts)).unwrap_or(1);
     Some(count_tasks(&dataset)? * attempts)
 }
@@ -184,11 +184,19 @@ pub enum EventKind {
     SecretsLoaded,
     Gpus,
     Port,
+    /// The job's scratch dir on node-local disk was created (`dir`).
+    Scratch,
     Phase,
     EngineSpawned,
     EngineReady,
     EngineExited,
     EngineUnhealthy,
+    /// A multi-node engine (docs/multinode.md): the other nodes' srun step started, every rank
+    /// joined (with the node each runs on), the step ended, the step cancelled at teardown.
+    RanksSpawned,
+    RanksJoined,
+    RanksExited,
+    RanksCancelled,
     HarborConfigCheck,
     HarborSpawned,
     HarborExited,
@@ -222,11 +230,16 @@ const EVENT_NAMES: &[(&str, EventKind)] = &[
     ("secrets_loaded", EventKind::SecretsLoaded),
     ("gpus", EventKind::Gpus),
     ("port", EventKind::Port),
+    ("scratch", EventKind::Scratch),
     ("phase", EventKind::Phase),
     ("engine_spawned", EventKind::EngineSpawned),
     ("engine_ready", EventKind::EngineReady),
     ("engine_exited", EventKind::EngineExited),
     ("engine_unhealthy", EventKind::EngineUnhealthy),
+    ("ranks_spawned", EventKind::RanksSpawned),
+    ("ranks_joined", EventKind::RanksJoined),
+    ("ranks_exited", EventKind::RanksExited),
+    ("ranks_cancelled", EventKind::RanksCancelled),
     ("harbor_config_check", EventKind::HarborConfigCheck),
     ("harbor_spawned", EventKind::HarborSpawned),
     ("harbor_exited", EventKind::HarborExited),

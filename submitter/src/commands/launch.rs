@@ -2,13 +2,14 @@
 
 use std::collections::HashMap;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use submitter::decide::{Policy, SlurmView, Verdict};
 use submitter::ledger::{AttemptId, Status};
 use submitter::output::ExitStatus;
 use submitter::plan::{self, Executables, LedgerView, PlannedJob, SubmitSettings};
+use submitter::preflight;
 use submitter::slurm::Slurm;
 use submitter::sync::{self, SyncReport};
 use submitter::team::mirror::Mirror;
@@ -105,15 +106,7 @@ pub struct CancelArgs {
 }
 
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
-    let value: u64 = number.parse().map_err(|_| format!("`{text}` is not a duration like 30s, 10m, 1h"))?;
-    let seconds = match unit {
-        "" | "s" => value,
-        "m" => value * 60,
-        "h" => value * 3600,
-        _ => return Err(format!("`{text}` is not a duration like 30s, 10m, 1h")),
-    };
-    Ok(Duration::from_secs(seconds))
+    submitter::config::args::duration(text)
 }
 
 fn policy(session: &Session, selection: &Selection) -> Policy {
@@ -158,6 +151,11 @@ fn plan_table(planned: &[PlannedJob]) -> String {
         if let Some(flag) = &job.flag {
             out += &format!("flagged   {} {}: {flag}\n", job.model, job.benchmark);
         }
+    }
+    let tunnels: std::collections::BTreeSet<(&str, &str)> =
+        planned.iter().map(|j| (j.preset.as_str(), j.tunnel.as_str())).collect();
+    for (preset, tunnel) in tunnels {
+        out += &format!("tunnel    {preset}: {tunnel}\n");
     }
     let count = |v: Verdict| planned.iter().filter(|j| j.decision == v).count();
     out += &format!(
@@ -222,7 +220,14 @@ fn iterate(
         &policy(session, &args.selection),
     )?;
     let environment = |name: &str| std::env::var(name).ok();
-    let pre_download = |model: &str| pre_download(session, model);
+    // Staging and preflight (docs/site.md): each model once per iteration, before any ledger row.
+    let context = session.context();
+    let stager = submitter::stage::Stager::new(&context);
+    let queries = preflight::SlurmQueries(&session.slurm);
+    let site = preflight::Site::here(&session.root, &queries);
+    let prepare = |job: &PlannedJob, spec: &launch_spec::LaunchSpec| {
+        preflight::stage_and_check(&stager, &job.dataset, spec, &session.cluster, &site).map(drop)
+    };
     let settings = SubmitSettings {
         max_in_flight: session.cluster.limits.max_jobs_in_flight,
         delay: Duration::from_secs_f64(session.cluster.limits.submission_delay_s.max(0.0)),
@@ -231,7 +236,7 @@ fn iterate(
         overrides: &overrides,
         chain_batch: args.chain_batch,
         environment: &environment,
-        pre_download: &pre_download,
+        prepare: &prepare,
         mirror,
     };
     let submitted =
@@ -272,32 +277,6 @@ fn iterate(
     Ok((out, failed))
 }
 
-fn pre_download(session: &Session, model: &str) -> Result<(), String> {
-    let settings = &session.cluster.pre_download;
-    if !settings.enabled || settings.command.is_empty() {
-        return Ok(());
-    }
-    let cache = session.cluster.paths.hf_cache.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
-    let argv: Vec<String> =
-        settings.command.iter().map(|a| a.replace("{model}", model).replace("{cache}", &cache)).collect();
-    tracing::info!("pre-downloading {model}: {}", argv.join(" "));
-    let mut child =
-        std::process::Command::new(&argv[0]).args(&argv[1..]).spawn().map_err(|e| format!("{}: {e}", argv[0]))?;
-    let deadline = Instant::now() + Duration::from_secs(settings.timeout_s);
-    loop {
-        match child.try_wait().map_err(|e| e.to_string())? {
-            Some(status) if status.success() => return Ok(()),
-            Some(status) => return Err(format!("{} exited with {status}", argv[0])),
-            None if Instant::now() > deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!("timed out after {} s", settings.timeout_s));
-            }
-            None => std::thread::sleep(Duration::from_millis(200)),
-        }
-    }
-}
-
 fn executables(session: &Session) -> Result<Executables> {
     let payload_bin = match std::env::var_os("PAYLOAD_BIN") {
         Some(bin) => bin.into(),
@@ -310,7 +289,17 @@ fn executables(session: &Session) -> Result<Executables> {
     if !script.is_file() {
         bail!("batch script {} not found (clusters/{}.yaml slurm.script)", script.display(), session.cluster.name);
     }
-    Ok(Executables { payload_bin, script })
+    let prelude = match &session.cluster.slurm.prelude {
+        Some(prelude) => {
+            let prelude = session.root.join(prelude);
+            if !prelude.is_file() {
+                bail!("prelude {} not found (clusters/{}.yaml slurm.prelude)", prelude.display(), session.cluster.name);
+            }
+            Some(prelude)
+        }
+        None => None,
+    };
+    Ok(Executables { payload_bin, script, prelude })
 }
 
 pub fn launch_command(args: &LaunchArgs) -> Result<ExitCode> {

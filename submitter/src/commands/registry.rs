@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
+use launch_spec::layout::Layout;
 use serde::Serialize;
 use submitter::config::{self, lists};
 use submitter::lint::{self, Severity};
@@ -61,7 +62,7 @@ pub fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
         clusters_dir: args.clusters.clone(),
         ..ConfigDirs::default()
     };
-    let (profile, gpus_per_node) = match &args.cluster {
+    let (profile, gpus_per_node, max_nodes) = match &args.cluster {
         Some(name) => {
             let clusters = match &args.clusters {
                 Some(dir) => dir.clone(),
@@ -71,13 +72,14 @@ pub fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
             (
                 args.profile.clone().unwrap_or(cluster.hardware.hardware_profile),
                 args.gpus_per_node.unwrap_or(cluster.hardware.gpus_per_node),
+                cluster.slurm.max_nodes,
             )
         }
         None => {
             let Some(gpus) = args.gpus_per_node else {
                 bail!("give --gpus-per-node N (GPUs on one node, for the data-parallel default) or --cluster NAME");
             };
-            (args.profile.clone().unwrap_or_else(|| submitter::registry::DEFAULT_PROFILE.to_string()), gpus)
+            (args.profile.clone().unwrap_or_else(|| submitter::registry::DEFAULT_PROFILE.to_string()), gpus, 1)
         }
     };
     if gpus_per_node == 0 {
@@ -98,23 +100,17 @@ pub fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
             .collect::<Result<_>>()?,
     };
     let overrides = Overrides { timeout_multiplier: args.timeout_multiplier, ..Overrides::default() };
-    let mut resolved: Vec<(String, Resolved)> = Vec::with_capacity(models.len());
+    let mut resolved: Vec<(String, Resolved, Layout)> = Vec::with_capacity(models.len());
     let mut fallback = Vec::new();
     for model in models {
         let settings = registry.resolve(&model, &profile, gpus_per_node, &overrides);
-        if settings.gpus() > gpus_per_node {
-            bail!(
-                "model `{model}` resolves to TP {} × DP {} = {} GPUs but a node has {gpus_per_node} on profile `{profile}` (rule {}): set tensor_parallel_size/data_parallel_size for it in the registry, or use a profile/cluster with more GPUs per node",
-                settings.tensor_parallel_size,
-                settings.data_parallel_size,
-                settings.gpus(),
-                settings.rule
-            );
-        }
+        let layout = settings
+            .layout(gpus_per_node, max_nodes)
+            .map_err(|e| anyhow::anyhow!("model `{model}` on profile `{profile}` (rule {}): {e}", settings.rule))?;
         if settings.timeout_source == TimeoutSource::Fallback {
             fallback.push(model.clone());
         }
-        resolved.push((model, settings));
+        resolved.push((model, settings, layout));
     }
     warn_timeout_fallback(&fallback);
     let text = if args.format.is_json() {
@@ -150,70 +146,25 @@ struct ResolveOutput<'a> {
     models: serde_json::Map<String, serde_json::Value>,
 }
 
-/// One model's serve settings as `registry resolve` prints them (field order is the interface).
-#[derive(Serialize)]
-struct ServeSettingsOutput<'a> {
-    tensor_parallel_size: u32,
-    data_parallel_size: u32,
-    max_model_len: Option<u64>,
-    swap_space: Option<u32>,
-    trust_remote_code: Option<bool>,
-    tool_call_parser: Option<&'a str>,
-    reasoning_parser: Option<&'a str>,
-    hf_overrides: Option<&'a str>,
-    limit_mm_per_prompt: Option<&'a str>,
-    max_num_seqs: Option<u32>,
-    extra_args: Option<&'a str>,
-    conda_env: Option<&'a str>,
-    agent_kwargs: &'a [String],
-    max_output_tokens: Option<u64>,
-    timeout_multiplier: f64,
-    /// Which registry rule matched: `exact`, a pattern, `size-default`, ….
-    rule: &'a str,
-}
-
-impl<'a> From<&'a Resolved> for ServeSettingsOutput<'a> {
-    fn from(r: &'a Resolved) -> Self {
-        ServeSettingsOutput {
-            tensor_parallel_size: r.tensor_parallel_size,
-            data_parallel_size: r.data_parallel_size,
-            max_model_len: r.max_model_len,
-            swap_space: r.swap_space,
-            trust_remote_code: r.trust_remote_code,
-            tool_call_parser: r.tool_call_parser.as_deref(),
-            reasoning_parser: r.reasoning_parser.as_deref(),
-            hf_overrides: r.hf_overrides.as_deref(),
-            limit_mm_per_prompt: r.limit_mm_per_prompt.as_deref(),
-            max_num_seqs: r.max_num_seqs,
-            extra_args: r.extra_args.as_deref(),
-            conda_env: r.conda_env.as_deref(),
-            agent_kwargs: &r.agent_kwargs,
-            max_output_tokens: r.max_output_tokens,
-            timeout_multiplier: r.timeout_multiplier,
-            rule: &r.rule,
-        }
-    }
-}
-
-fn to_json(resolved: &[(String, Resolved)], profile: &str, gpus_per_node: u32) -> String {
+fn to_json(resolved: &[(String, Resolved, Layout)], profile: &str, gpus_per_node: u32) -> String {
     let models = resolved
         .iter()
-        .map(|(model, settings)| {
-            let value = serde_json::to_value(ServeSettingsOutput::from(settings)).unwrap_or_default();
+        .map(|(model, settings, layout)| {
+            let value = serde_json::to_value(output::ServeSettings::new(settings, Some(layout))).unwrap_or_default();
             (model.clone(), value)
         })
         .collect();
     output::document("registry.resolve", &ResolveOutput { profile, gpus_per_node, models })
 }
 
-fn to_table(resolved: &[(String, Resolved)], profile: &str, gpus: u32) -> String {
+fn to_table(resolved: &[(String, Resolved, Layout)], profile: &str, gpus: u32) -> String {
     let opt = |v: Option<String>| v.unwrap_or_else(|| "-".to_string());
     let rows: Vec<[String; 9]> = resolved
         .iter()
-        .map(|(model, r)| {
+        .map(|(model, r, layout)| {
             [
                 model.clone(),
-                format!("{}x{}", r.tensor_parallel_size, r.data_parallel_size),
+                parallel_cell(r, layout),
                 opt(r.max_model_len.map(|v| v.to_string())),
                 opt(r.swap_space.map(|v| v.to_string())),
                 opt(match (&r.tool_call_parser, &r.reasoning_parser) {
@@ -244,6 +195,18 @@ fn to_table(resolved: &[(String, Resolved)], profile: &str, gpus: u32) -> String
         out += &line(row.iter().map(String::as_str).collect());
     }
     out
+}
+
+/// `TPxDP`, with `/ppN` when pipelined and `@N nodes (X crosses)` when multi-node.
+fn parallel_cell(r: &Resolved, layout: &Layout) -> String {
+    let mut cell = format!("{}x{}", r.tensor_parallel_size, r.data_parallel_size);
+    if r.pipeline_parallel_size > 1 {
+        cell += &format!("/pp{}", r.pipeline_parallel_size);
+    }
+    if layout.is_multi_node() {
+        cell += &format!("@{}nodes({})", layout.nodes, layout.crossing.as_str());
+    }
+    cell
 }
 
 pub fn check(args: &CheckArgs) -> Result<ExitCode> {

@@ -15,19 +15,19 @@ use crate::ConfigDirs;
 pub struct SpecArgs {
     /// Cluster profile name or alias.
     #[arg(long)]
-    cluster: String,
+    pub cluster: String,
     /// Preset name (presets/<name>.yaml).
     #[arg(long)]
-    preset: String,
+    pub preset: String,
     /// Hugging Face model id.
     #[arg(long)]
-    model: String,
+    pub model: String,
     /// One of the preset's datasets (default: its first).
     #[arg(long)]
-    dataset: Option<String>,
+    pub dataset: Option<String>,
     /// Write the spec here (atomically) instead of stdout.
     #[arg(long, value_name = "FILE")]
-    out: Option<PathBuf>,
+    pub out: Option<PathBuf>,
     /// Operator override of the timeout multiplier.
     #[arg(long, value_name = "X", value_parser = config::args::multiplier)]
     timeout_multiplier: Option<f64>,
@@ -44,23 +44,42 @@ pub struct SpecArgs {
     dirs: ConfigDirs,
 }
 
-pub fn spec(args: &SpecArgs) -> Result<ExitCode> {
+/// The configuration a spec is built from, loaded once.
+pub struct Loaded {
+    pub cluster: submitter::config::ClusterProfile,
+    pub gpu_profiles: launch_spec::GpuProfiles,
+    pub registry: Registry,
+    pub harbor_configs: PathBuf,
+    pub root: PathBuf,
+    pub preset: submitter::config::Preset,
+}
+
+impl Loaded {
+    pub fn context(&self) -> LaunchContext<'_> {
+        LaunchContext {
+            cluster: &self.cluster,
+            gpu_profiles: &self.gpu_profiles,
+            registry: &self.registry,
+            harbor_configs_dir: &self.harbor_configs,
+            root: &self.root,
+        }
+    }
+}
+
+/// Loads the configuration `args` names and builds the spec (nothing written).
+pub fn build(args: &SpecArgs) -> Result<(launch_spec::LaunchSpec, Loaded)> {
     // Checked here rather than by clap, whose message would echo a newline in the id raw.
     config::args::model(&args.model).map_err(|e| anyhow::anyhow!("--model: {e}"))?;
     let dirs = args.dirs.resolve()?;
     let root = ConfigRoot::discover().map(|r| r.root).unwrap_or_else(|_| dirs.clusters.join(".."));
-    let cluster = config::load_cluster(&dirs.clusters, &args.cluster)?;
-    let gpu_profiles = config::load_gpu_profiles(&dirs.clusters)?;
-    let preset = config::load_preset(&dirs.presets, &args.preset)?;
-    let registry =
-        Registry::load(&dirs.registry).with_context(|| format!("loading registry {}", dirs.registry.display()))?;
-    let harbor_configs = dirs.presets.join("harbor");
-    let context = LaunchContext {
-        cluster: &cluster,
-        gpu_profiles: &gpu_profiles,
-        registry: &registry,
-        harbor_configs_dir: &harbor_configs,
-        root: &root,
+    let loaded = Loaded {
+        cluster: config::load_cluster(&dirs.clusters, &args.cluster)?,
+        gpu_profiles: config::load_gpu_profiles(&dirs.clusters)?,
+        preset: config::load_preset(&dirs.presets, &args.preset)?,
+        registry: Registry::load(&dirs.registry)
+            .with_context(|| format!("loading registry {}", dirs.registry.display()))?,
+        harbor_configs: dirs.presets.join("harbor"),
+        root,
     };
     let overrides = LaunchOverrides {
         timeout_multiplier: args.timeout_multiplier,
@@ -69,11 +88,21 @@ pub fn spec(args: &SpecArgs) -> Result<ExitCode> {
         n_concurrent: args.n_concurrent,
         dataset: args.dataset.clone(),
     };
-    let spec = context.build(&args.model, &preset, &overrides)?;
+    let spec = loaded.context().build(&args.model, &loaded.preset, &overrides)?;
+    Ok((spec, loaded))
+}
+
+/// Writes the spec to `--out` (atomically) or stdout.
+pub fn write(args: &SpecArgs, spec: &launch_spec::LaunchSpec) -> Result<()> {
     let json = spec.to_json();
     match &args.out {
-        None => super::print(&json)?,
-        Some(path) => write_atomically(path, json.as_bytes()).with_context(|| format!("writing {}", path.display()))?,
+        None => super::print(&json),
+        Some(path) => write_atomically(path, json.as_bytes()).with_context(|| format!("writing {}", path.display())),
     }
+}
+
+pub fn spec(args: &SpecArgs) -> Result<ExitCode> {
+    let (spec, _) = build(args)?;
+    write(args, &spec)?;
     Ok(ExitCode::SUCCESS)
 }

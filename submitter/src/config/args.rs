@@ -25,6 +25,18 @@ pub fn count(text: &str) -> Result<u32, String> {
     v::at_least_one(value.into()).map(|_| value)
 }
 
+/// `--interval`, `--stale-after` and other durations: `30s`, `10m`, `1h30m` (humantime's syntax), or a
+/// bare number of seconds; at most 30 days, as in the launch spec.
+pub fn duration(text: &str) -> Result<std::time::Duration, String> {
+    let text = text.trim();
+    let parsed = match text.parse::<u64>() {
+        Ok(seconds) => std::time::Duration::from_secs(seconds),
+        Err(_) => humantime::parse_duration(text)
+            .map_err(|e| format!("`{text}` is not a duration like 30s, 10m, 1h30m ({e})"))?,
+    };
+    v::seconds(parsed.as_secs_f64(), false).map(|_| parsed).map_err(|e| format!("`{text}`: {e}"))
+}
+
 fn number(text: &str) -> Result<f64, String> {
     text.trim().parse::<f64>().map_err(|_| format!("`{text}` is not a number"))
 }
@@ -37,5 +49,12 @@ mod tests {
         assert!(super::multiplier("-1").is_err() && super::multiplier("inf").is_err());
         assert!(super::count("0").is_err() && super::count("2").is_ok());
         assert!(super::model("--chat-template=/etc/passwd").is_err());
+        let secs = |s: u64| Ok(std::time::Duration::from_secs(s));
+        assert_eq!(super::duration("30s"), secs(30));
+        assert_eq!(super::duration("10m"), secs(600));
+        assert_eq!(super::duration("1h30m"), secs(5400));
+        assert_eq!(super::duration("45"), secs(45));
+        assert!(super::duration("10x").is_err() && super::duration("").is_err() && super::duration("-1s").is_err());
+        assert!(super::duration("31days").is_err(), "over the 30-day bound");
     }
 }

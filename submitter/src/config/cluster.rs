@@ -100,6 +100,14 @@ pub struct SlurmSettings {
     /// payload's own. Never secrets: payload reads those from the secrets file on the node.
     #[serde(default)]
     pub export_env: Vec<String>,
+    /// Most nodes one job may span (docs/multinode.md); 1 = single-node only. An engine larger than
+    /// a node is planned over up to this many nodes instead of refused.
+    #[serde(default = "one_node")]
+    pub max_nodes: u32,
+}
+
+fn one_node() -> u32 {
+    1
 }
 
 fn yes() -> bool {
@@ -115,6 +123,10 @@ pub struct Environment {
     pub path: PathBuf,
     pub vllm: Option<Version>,
     pub harbor: Option<String>,
+    /// Non-secret variables for whatever runs from this environment (vLLM when it serves, Harbor
+    /// when it is `harbor.environment`), `${VAR}`-expanded at submit time; the cluster's
+    /// `engine.env`/`harbor.env` are below them.
+    pub env: BTreeMap<String, String>,
 }
 
 #[derive(Deserialize)]
@@ -125,6 +137,8 @@ struct DeclaredEnvironment {
     vllm: Option<Version>,
     #[serde(default)]
     harbor: Option<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
 }
 
 impl<'de> Deserialize<'de> for Environment {
@@ -133,17 +147,17 @@ impl<'de> Deserialize<'de> for Environment {
         impl<'de> serde::de::Visitor<'de> for Visit {
             type Value = Environment;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a prefix path or {path: PREFIX, vllm: \"X.Y.Z\", harbor: \"X.Y.Z\" or a flavour}")
+                f.write_str("a prefix path or {path: PREFIX, vllm: \"X.Y.Z\", harbor: \"X.Y.Z\" or a flavour, env: {NAME: VALUE}}")
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Environment, E> {
-                Ok(Environment { path: PathBuf::from(v), vllm: None, harbor: None })
+                Ok(Environment { path: PathBuf::from(v), vllm: None, harbor: None, env: BTreeMap::new() })
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Environment, A::Error> {
                 let e = DeclaredEnvironment::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
                 if let Some(harbor) = &e.harbor {
                     HarborDialect::from_declared(harbor).map_err(serde::de::Error::custom)?;
                 }
-                Ok(Environment { path: e.path, vllm: e.vllm, harbor: e.harbor })
+                Ok(Environment { path: e.path, vllm: e.vllm, harbor: e.harbor, env: e.env })
             }
         }
         d.deserialize_any(Visit)
@@ -201,6 +215,12 @@ pub struct Hardware {
     pub gpu_memory_utilization: Option<f64>,
     #[serde(default)]
     pub cuda_home: Option<PathBuf>,
+    /// The nodes' GPU as NVML names it (`NVIDIA A100-SXM-64GB`) and its memory in GiB: what
+    /// `registry check` matches the GPU profiles with and weighs a model's weights against.
+    #[serde(default)]
+    pub gpu_name: Option<String>,
+    #[serde(default)]
+    pub gpu_memory_gib: Option<f64>,
 }
 
 fn default_profile() -> String {
@@ -220,9 +240,17 @@ pub struct EngineSettings {
     pub supports_swap_space: (),
     #[serde(default = "default_health_timeout")]
     pub health_timeout_s: u64,
-    /// Extra non-secret environment for vLLM on this cluster.
+    /// vLLM's `--distributed-timeout-seconds` for a multi-node engine; default `health_timeout_s`
+    /// (weights may load slowly on some nodes, docs/multinode.md).
+    #[serde(default)]
+    pub distributed_timeout_s: Option<u64>,
+    /// Extra non-secret environment for vLLM on this cluster, `${VAR}`-expanded at submit time;
+    /// `{job_scratch}` in a value is payload's per-job directory on node-local disk.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// `TORCHDYNAMO_DISABLE=1` for single-DP engines and `0` with DP > 1 (the old scripts' rule).
+    #[serde(default)]
+    pub torchdynamo_disable_by_dp: bool,
 }
 
 fn default_vllm() -> String {
@@ -260,6 +288,10 @@ pub struct Paths {
     pub datasets_dirs: Vec<PathBuf>,
     /// Ledger, locks and listener state.
     pub state_dir: PathBuf,
+    /// Node-local disk for the per-job scratch directory (`{job_scratch}` in env values): payload
+    /// creates `<node_scratch>/eval_<job id>` and removes it at the end. Default `/tmp`.
+    #[serde(default)]
+    pub node_scratch: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
@@ -492,20 +524,54 @@ impl VerifySettings {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+/// Staging on the login node (docs/site.md): models into `paths.hf_cache`, datasets into their
+/// dataset dir. Every command is an argv (never a shell string), `${VAR}`-expanded, run with a
+/// timeout and its progress on the submitter's stderr.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PreDownload {
+    /// Stage models before submitting (clusters whose compute nodes have no internet).
     #[serde(default)]
     pub enabled: bool,
-    /// Command (argv) run on the login node; `{model}` and `{cache}` are substituted per element.
-    #[serde(default)]
+    /// Model command; `{model}` and `{cache}` are substituted per element.
+    #[serde(default = "default_model_command")]
     pub command: Vec<String>,
     #[serde(default = "default_pre_download_timeout")]
     pub timeout_s: u64,
+    /// Dataset command, run (under a lock) when a preset's dataset dir does not exist yet;
+    /// `{dataset}` (the repo id) and `{dir}` (a scratch dir renamed into place on success).
+    #[serde(default = "default_dataset_command")]
+    pub dataset_command: Vec<String>,
+    #[serde(default = "default_dataset_timeout")]
+    pub dataset_timeout_s: u64,
+}
+
+impl Default for PreDownload {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            command: default_model_command(),
+            timeout_s: default_pre_download_timeout(),
+            dataset_command: default_dataset_command(),
+            dataset_timeout_s: default_dataset_timeout(),
+        }
+    }
+}
+
+fn default_model_command() -> Vec<String> {
+    ["hf", "download", "{model}", "--cache-dir", "{cache}"].map(String::from).to_vec()
+}
+
+fn default_dataset_command() -> Vec<String> {
+    ["hf", "download", "{dataset}", "--repo-type", "dataset", "--local-dir", "{dir}"].map(String::from).to_vec()
 }
 
 fn default_pre_download_timeout() -> u64 {
     600
+}
+
+fn default_dataset_timeout() -> u64 {
+    1800
 }
 
 impl ClusterProfile {
@@ -516,6 +582,14 @@ impl ClusterProfile {
         let mut problems = Vec::new();
         if self.hardware.gpus_per_node == 0 {
             problems.push("hardware.gpus_per_node must be ≥ 1".to_string());
+        }
+        if let Err(problem) = v::nodes(self.slurm.max_nodes) {
+            problems.push(format!("slurm.max_nodes {problem}"));
+        }
+        if let Some(gib) = self.hardware.gpu_memory_gib
+            && !(gib.is_finite() && gib > 0.0 && gib <= 4096.0)
+        {
+            problems.push(format!("hardware.gpu_memory_gib {gib} must be a GiB figure > 0, e.g. 64"));
         }
         for (field, env) in [
             ("engine.default_environment", &self.engine.default_environment),
@@ -538,12 +612,16 @@ impl ClusterProfile {
                 .push("limits.walltime_lead_s should be ≥ 60: Slurm may deliver the signal up to 60 s early".into());
         }
         let limits = &self.limits;
+        let mut staging = Vec::new();
         let mut check = |field: &str, result: Result<(), String>| {
             if let Err(problem) = result {
                 problems.push(format!("{field} {problem}"));
             }
         };
         check("engine.health_timeout_s", v::whole_seconds(self.engine.health_timeout_s, true).map(drop));
+        if let Some(timeout) = self.engine.distributed_timeout_s {
+            check("engine.distributed_timeout_s", v::whole_seconds(timeout, true).map(drop));
+        }
         check("slurm.kill_wait_s", v::whole_seconds(self.slurm.kill_wait_s, false).map(drop));
         check("limits.walltime_lead_s", v::whole_seconds(limits.walltime_lead_s, false).map(drop));
         check("limits.submission_delay_s", v::seconds(limits.submission_delay_s, false).map(drop));
@@ -556,13 +634,24 @@ impl ClusterProfile {
         }
         if self.pre_download.enabled {
             check("pre_download.timeout_s", v::whole_seconds(self.pre_download.timeout_s, true).map(drop));
+            if self.pre_download.command.first().is_none_or(String::is_empty) {
+                staging.push("pre_download.command is empty: name the download program (e.g. [hf, download, \"{model}\", --cache-dir, \"{cache}\"])".into());
+            }
+            if self.paths.hf_cache.is_none() {
+                staging.push(
+                    "pre_download.enabled needs paths.hf_cache (where the weights go and the job finds them)".into(),
+                );
+            }
         }
+        check("pre_download.dataset_timeout_s", v::whole_seconds(self.pre_download.dataset_timeout_s, true).map(drop));
+
         if let Some(port) = self.network.proxy.as_ref().and_then(|p| p.ssh_port) {
             check("network.proxy.ssh_port", v::port(port).map(drop));
         }
         if super::parse_slurm_time(&self.slurm.time).is_none() {
             problems.push(format!("slurm.time `{}` is not a Slurm time (HH:MM:SS or D-HH:MM:SS)", self.slurm.time));
         }
+        problems.extend(staging);
         problems.extend(self.verify.problems());
         for (name, env) in &self.environments {
             for var in

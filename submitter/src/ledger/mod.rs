@@ -242,6 +242,10 @@ impl fmt::Display for LedgerSpec {
 /// `url` with its password replaced by `***`, in the user-info part and in any `password=`
 /// query parameter. User info runs to the last `@` before the query (or, when a pasted password
 /// holds a raw `?`, the last `@` at all), so unencoded `@`, `/` or `?` in a password stay hidden.
+///
+/// Hand-written on purpose: a URL parser (`url`) splits such a pasted, not-quite-valid URL at the
+/// first `/` or `@` and would print the rest of the password as host or path; redaction must hide
+/// the password of exactly the URLs that are not valid.
 pub fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return redact_password_params(url);

@@ -438,21 +438,7 @@ fn password_forms(url: &str) -> Vec<String> {
 }
 
 fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && let Some(byte) = text.get(i + 1..i + 3).and_then(|hex| u8::from_str_radix(hex, 16).ok())
-        {
-            out.push(byte);
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(text).decode_utf8_lossy().into_owned()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -477,6 +463,9 @@ struct TlsSettings {
 
 impl TlsSettings {
     fn from_url(url: &str) -> Self {
+        // The query is split by hand, not with `url`'s form decoder: every parameter but the two
+        // taken out must reach the driver exactly as written (a decode and re-encode would turn
+        // `options=-c%20search_path%3Dx` into `+`-spaces the driver does not read back).
         let (base, query) = url.split_once('?').unwrap_or((url, ""));
         let mut kept = Vec::new();
         let mut mode = "prefer".to_string();

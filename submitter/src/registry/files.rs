@@ -17,6 +17,10 @@ macro_rules! with_serve_fields {
             $($(#[$fmeta])* pub $field: $ty,)*
             pub tensor_parallel_size: Option<u32>,
             pub data_parallel_size: Option<u32>,
+            /// Pipeline stages (docs/multinode.md); 1 when unset.
+            pub pipeline_parallel_size: Option<u32>,
+            /// Nodes the engine spans; unset = the fewest that hold TP × PP × DP.
+            pub nodes: Option<u32>,
             pub max_model_len: Option<u64>,
             pub swap_space: Option<u32>,
             pub trust_remote_code: Option<bool>,
@@ -40,6 +44,8 @@ macro_rules! with_serve_fields {
                 ServeFields {
                     tensor_parallel_size: self.tensor_parallel_size,
                     data_parallel_size: self.data_parallel_size,
+                    pipeline_parallel_size: self.pipeline_parallel_size,
+                    nodes: self.nodes,
                     max_model_len: self.max_model_len,
                     swap_space: self.swap_space,
                     trust_remote_code: self.trust_remote_code,
@@ -122,6 +128,8 @@ impl ServeFields {
         ServeFields {
             tensor_parallel_size: top.tensor_parallel_size.or(self.tensor_parallel_size),
             data_parallel_size: top.data_parallel_size.or(self.data_parallel_size),
+            pipeline_parallel_size: top.pipeline_parallel_size.or(self.pipeline_parallel_size),
+            nodes: top.nodes.or(self.nodes),
             max_model_len: top.max_model_len.or(self.max_model_len),
             swap_space: top.swap_space.or(self.swap_space),
             trust_remote_code: top.trust_remote_code.or(self.trust_remote_code),
@@ -161,13 +169,18 @@ impl ServeFields {
         {
             problems.push(format!("extra_args cannot be split into arguments: {err}"));
         }
-        match (self.tensor_parallel_size, self.data_parallel_size) {
-            (None, None) => {}
-            (tp, dp) => {
-                if let Err(problem) = v::gpus(tp.unwrap_or(1), dp.unwrap_or(1)) {
+        match (self.tensor_parallel_size, self.pipeline_parallel_size, self.data_parallel_size) {
+            (None, None, None) => {}
+            (tp, pp, dp) => {
+                if let Err(problem) = v::gpus(tp.unwrap_or(1), pp.unwrap_or(1), dp.unwrap_or(1)) {
                     problems.push(problem);
                 }
             }
+        }
+        if let Some(nodes) = self.nodes
+            && let Err(problem) = v::nodes(nodes)
+        {
+            problems.push(format!("nodes {problem}"));
         }
         if let Some(value) = self.timeout_multiplier
             && let Err(problem) = v::multiplier(value)

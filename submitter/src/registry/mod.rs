@@ -11,6 +11,7 @@ pub mod size;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use launch_spec::layout::{Layout, LayoutError, Parallelism};
 use launch_spec::yaml::{YamlError, from_yaml_file};
 use regex::Regex;
 use serde::Serialize;
@@ -182,11 +183,7 @@ impl Registry {
     /// Resolves serve settings for one model (docs/design.md §4.1–4.4).
     pub fn resolve(&self, id: &str, profile: &str, gpus_per_node: u32, overrides: &Overrides) -> Resolved {
         let (rule, fields) = self.lookup(id, profile);
-        let total = size::total_size(id);
-        let tensor_parallel_size =
-            fields.tensor_parallel_size.unwrap_or(if total.is_some_and(|s| s > 14.0) { 2 } else { 1 });
-        let data_parallel_size =
-            fields.data_parallel_size.unwrap_or_else(|| (gpus_per_node / tensor_parallel_size.max(1)).max(1));
+        let parallel = parallelism(id, &fields, gpus_per_node);
         let max_num_seqs = fields.max_num_seqs.or_else(|| is_qwen35_family(id).then_some(QWEN35_MAX_NUM_SEQS));
         let (timeout_multiplier, timeout_source) =
             timeout_multiplier(id, overrides.timeout_multiplier, fields.timeout_multiplier);
@@ -194,8 +191,10 @@ impl Registry {
         let agent_kwargs =
             merge_agent_kwargs(&[&overrides.cli_agent_kwargs, &model_kwargs, &overrides.preset_agent_kwargs]);
         Resolved {
-            tensor_parallel_size,
-            data_parallel_size,
+            tensor_parallel_size: parallel.tensor,
+            data_parallel_size: parallel.data,
+            pipeline_parallel_size: parallel.pipeline,
+            nodes: fields.nodes,
             max_model_len: fields.max_model_len,
             swap_space: fields.swap_space,
             trust_remote_code: fields.trust_remote_code,
@@ -213,6 +212,18 @@ impl Registry {
             timeout_source,
         }
     }
+}
+
+/// TP, PP and DP of a matched config, with the defaults of docs/design.md §4.1 rule 4: TP from the
+/// entry, else total size > 14 → 2 else 1; PP from the entry, else 1; DP from the entry, else
+/// max(1, GPUs per node ÷ (TP × PP)). The one place these defaults live (`registry check` uses it too).
+pub fn parallelism(id: &str, fields: &ServeFields, gpus_per_node: u32) -> Parallelism {
+    let tensor =
+        fields.tensor_parallel_size.unwrap_or(if size::total_size(id).is_some_and(|s| s > 14.0) { 2 } else { 1 });
+    let pipeline = fields.pipeline_parallel_size.unwrap_or(1);
+    let data =
+        fields.data_parallel_size.unwrap_or_else(|| (gpus_per_node / tensor.saturating_mul(pipeline).max(1)).max(1));
+    Parallelism { tensor, pipeline, data }
 }
 
 /// The first value in a model file no command may use (its id, or a field: `ServeFields::problems`).
@@ -297,6 +308,12 @@ pub struct Overrides {
 pub struct Resolved {
     pub tensor_parallel_size: u32,
     pub data_parallel_size: u32,
+    /// Left out of the JSON when 1 (as before multi-node), so single-node output is unchanged.
+    #[serde(skip_serializing_if = "is_one")]
+    pub pipeline_parallel_size: u32,
+    /// The registry's explicit node count; left out when unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<u32>,
     pub max_model_len: Option<u64>,
     pub swap_space: Option<u32>,
     pub trust_remote_code: Option<bool>,
@@ -317,11 +334,30 @@ pub struct Resolved {
 }
 
 impl Resolved {
+    pub fn parallelism(&self) -> Parallelism {
+        Parallelism {
+            tensor: self.tensor_parallel_size,
+            pipeline: self.pipeline_parallel_size,
+            data: self.data_parallel_size,
+        }
+    }
+
+    /// Every GPU the engine uses, over all its nodes.
     pub fn gpus(&self) -> u32 {
         // The registry refuses sizes whose product overflows (ServeFields::problems); saturating
         // keeps a caller that skipped loading checks from panicking.
-        self.tensor_parallel_size.saturating_mul(self.data_parallel_size)
+        self.parallelism().total()
     }
+
+    /// The layout on nodes of `gpus_per_node` GPUs, at most `max_nodes` of them: the one fit check
+    /// (`spec`/`launch`, `registry resolve` and `registry check` all ask it).
+    pub fn layout(&self, gpus_per_node: u32, max_nodes: u32) -> Result<Layout, LayoutError> {
+        launch_spec::layout::plan(self.parallelism(), gpus_per_node, max_nodes, self.nodes)
+    }
+}
+
+fn is_one(value: &u32) -> bool {
+    *value == 1
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

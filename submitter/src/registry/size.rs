@@ -16,6 +16,21 @@ pub fn active_size(id: &str) -> Option<f64> {
     scan(id, true)
 }
 
+/// Bytes per weight the id's quantisation tag implies (`-FP8` → 1, `-AWQ`/`-GPTQ`/`-Int4` → 0.5),
+/// else 2 (bf16/fp16). Used only to judge whether weights fit (`registry check`).
+pub fn bytes_per_parameter(id: &str) -> f64 {
+    let lower = id.to_ascii_lowercase();
+    let tokens: Vec<&str> = lower.split(|c: char| !c.is_ascii_alphanumeric()).collect();
+    let has = |names: &[&str]| tokens.iter().any(|t| names.contains(t));
+    if has(&["awq", "gptq", "int4", "w4a16", "4bit", "nvfp4", "mxfp4", "fp4"]) {
+        0.5
+    } else if has(&["fp8", "int8", "w8a8", "8bit"]) {
+        1.0
+    } else {
+        2.0
+    }
+}
+
 fn blocks_before(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '.'
 }
@@ -70,6 +85,15 @@ fn number_then_b(chars: &[char], pos: usize) -> Option<f64> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn bytes_per_parameter_follows_the_quantisation_tag() {
+        assert_eq!(bytes_per_parameter("Qwen/Qwen3-235B-A22B-Instruct-2507"), 2.0);
+        assert_eq!(bytes_per_parameter("Qwen/Qwen3-235B-A22B-Instruct-2507-FP8"), 1.0);
+        assert_eq!(bytes_per_parameter("Qwen/Qwen2.5-72B-Instruct-AWQ"), 0.5);
+        assert_eq!(bytes_per_parameter("org/fp8fan-7B"), 2.0, "a tag is a whole token");
+    }
+
     use super::*;
 
     #[test]

@@ -204,15 +204,16 @@ pub fn is_installed_agent(agent: &str) -> bool {
 /// Whether a URL's host is private: loopback, RFC 1918, link-local, CGNAT, `localhost`, or a bare
 /// host name without a dot (cluster-internal). An installed agent cannot reach such an address.
 pub fn is_private_url(url: &str) -> bool {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    let authority = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let host = if let Some(v6) = authority.strip_prefix('[') {
-        v6.split(']').next().unwrap_or("")
-    } else {
-        authority
-            .rsplit_once(':')
-            .map_or(authority, |(h, p)| if p.chars().all(|c| c.is_ascii_digit()) { h } else { authority })
+    // A base URL without a scheme (`host:8000/v1`, which would parse as scheme `host`) is read as http.
+    let host = [url.to_string(), format!("http://{url}")]
+        .iter()
+        .find_map(|candidate| url::Url::parse(candidate).ok()?.host().map(|host| host.to_owned()));
+    let host = match host {
+        Some(url::Host::Ipv4(v4)) => v4.to_string(),
+        Some(url::Host::Ipv6(v6)) => v6.to_string(),
+        Some(url::Host::Domain(name)) => name.to_string(),
+        // Not a URL with a host at all: nothing an agent could reach either.
+        None => return true,
     };
     let host = host.to_ascii_lowercase();
     if host == "localhost" || host.ends_with(".localhost") || host.ends_with(".local") || host.ends_with(".internal") {
@@ -325,10 +326,17 @@ mod tests {
             "http://localhost:8000/v1",
             "http://lrdn0123:8000/v1",
             "http://[::1]:8000/v1",
+            "lrdn0123:8000/v1",
+            "http://u:p@10.0.0.1:8000/v1",
         ] {
             assert!(is_private_url(url), "{url}");
         }
-        for url in ["https://abc123.a.pinggy.link/v1", "https://8.8.8.8/v1", "https://user@x.example.org:443/v1"] {
+        for url in [
+            "https://abc123.a.pinggy.link/v1",
+            "https://8.8.8.8/v1",
+            "https://user@x.example.org:443/v1",
+            "abc123.a.pinggy.link:443/v1",
+        ] {
             assert!(!is_private_url(url), "{url}");
         }
     }

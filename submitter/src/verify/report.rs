@@ -46,19 +46,9 @@ pub fn anchor(attempt: i64) -> String {
     format!("run-{attempt}")
 }
 
+/// Text for HTML content and quoted attribute values (`&`, `<`, `>`, `"`, `'` escaped).
 pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
+    html_escape::encode_quoted_attribute(text).into_owned()
 }
 
 /// Red (0) → amber → green (1).
@@ -321,7 +311,7 @@ mod tests {
 
     #[test]
     fn escaping_and_colours() {
-        assert_eq!(escape("<a href=\"x\">&'"), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;");
+        assert_eq!(escape("<a href=\"x\">&'"), "&lt;a href=&quot;x&quot;&gt;&amp;&#x27;");
         assert_eq!(colour(0.0), "hsl(0, 65%, 78%)");
         assert_eq!(colour(1.0), "hsl(120, 65%, 78%)");
         assert_eq!(colour(7.0), "hsl(120, 65%, 78%)");

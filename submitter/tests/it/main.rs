@@ -4,11 +4,17 @@ mod broken;
 mod catalogue;
 mod edge;
 mod exit_codes;
+#[path = "../../../tests/src/fresh.rs"]
+mod fresh;
 mod ledger;
+mod module_graph;
+mod multinode;
+mod multinode_slurm;
 #[path = "../common/pg.rs"]
 mod pg;
 mod queueing;
 mod registry;
+mod site;
 mod slurm_real;
 mod snapshots;
 mod support;

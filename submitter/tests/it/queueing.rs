@@ -304,14 +304,17 @@ fn ledger_down_submits_nothing() {
     assert_eq!(before.stdout, after.stdout, "nothing was submitted");
 }
 
-/// sbatch rejects the job (bad partition) → the row is failed with sbatch's reason and does not
-/// block the pair: the next launch with a good partition submits it.
+/// sbatch rejects the job (a feature no node has; a bad partition is caught by preflight before
+/// sbatch, see submitter/tests/it/site.rs) → the row is failed with sbatch's reason and does not
+/// block the pair: the next launch with a good profile submits it.
 #[test]
 fn sbatch_failure_does_not_block_the_pair() {
     on_both("badpart", |cluster, ledger_spec| {
         let profile = cluster.root().join("clusters").join(format!("{}.yaml", cluster.name));
         let good = std::fs::read_to_string(&profile).unwrap();
-        std::fs::write(&profile, good.replace("partition: debug", "partition: no-such-partition")).unwrap();
+        let bad = good
+            .replace("  partition: debug\n", "  partition: debug\n  extra_args: [\"--constraint=no-such-feature\"]\n");
+        std::fs::write(&profile, bad).unwrap();
         let out = cluster.run(&["launch"], ledger_spec, &["--once", "--preset", "tb2", "--model", "test/Tiny-1B"], &[]);
         // 6: a submission failed — not 0, as if all were well (docs/exit-codes.md).
         assert_eq!(out.status.code(), Some(6), "{}", text(&out));
@@ -346,11 +349,24 @@ fn finished_is_skipped_and_failures_are_bounded() {
         assert_eq!(decisions[0]["decision"], "skip");
         assert_eq!(decisions[0]["reason"], "finished");
 
-        // A benchmark whose dataset is missing fails every attempt; after max_attempts: skip.
+        // A missing dataset is caught on the login node (staging cannot fetch it here): nothing
+        // is submitted and no attempt is burnt.
+        let dataset = cluster.root().join("datasets/DCAgent_dev_set_v2");
+        let parked = cluster.root().join("datasets/parked_dev_set_v2");
+        std::fs::rename(&dataset, &parked).unwrap();
+        let out = cluster.run(&["launch"], ledger_spec, &[&["--once", "--preset", "v2"][..], &model].concat(), &[]);
+        assert!(text(&out).contains("not submitted: staging failed"), "{}", text(&out));
+        assert!(ledger.attempts_for("test/Tiny-1B", "dev_set_v2").unwrap().is_empty(), "preflight burnt an attempt");
+        std::fs::rename(&parked, &dataset).unwrap();
+
+        // An engine that fails on the node fails every attempt; after max_attempts: skip.
         let profile = cluster.root().join("clusters").join(format!("{}.yaml", cluster.name));
-        let text_profile = std::fs::read_to_string(&profile).unwrap().replace("max_attempts: 3", "max_attempts: 2");
+        let text_profile =
+            std::fs::read_to_string(&profile).unwrap().replace("max_attempts: 3", "max_attempts: 2").replace(
+                "STANDIN_LOAD_SECONDS: \"0.3\"",
+                "STANDIN_LOAD_SECONDS: \"0.3\"\n    STANDIN_FAIL_AT_START: other",
+            );
         std::fs::write(&profile, text_profile).unwrap();
-        std::fs::remove_dir_all(cluster.root().join("datasets/DCAgent_dev_set_v2")).unwrap();
         for _ in 0..2 {
             cluster.run(&["launch"], ledger_spec, &[&["--once", "--preset", "v2"][..], &model].concat(), &[]);
             wait_until("the failing job to end and sync", Duration::from_secs(90), || {
@@ -500,6 +516,15 @@ fn pre_download_gate_chaining_and_state_dir_lock() {
     // The pre-download command fails for one model only (its id is in the argv).
     let cluster = TestCluster::new("predl", |p| {
         *p = p.replace("  STANDIN_LOAD_SECONDS: \"0.3\"", "  STANDIN_LOAD_SECONDS: \"300\"");
+        *p = p.replace(
+            "  state_dir:",
+            &format!(
+                "  hf_cache: {}/hf_cache\n  state_dir:",
+                p.split("jobs_dir: ").nth(1).unwrap().split("/jobs").next().unwrap()
+            ),
+        );
+        // The command stages nothing: with internet the job fetches what is not cached.
+        p.push_str("network:\n  internet: true\n");
         p.push_str("pre_download:\n  enabled: true\n  command: [sh, -c, 'test \"$0\" != test/Small-3B', \"{model}\"]\n  timeout_s: 20\n");
     });
     let models = cluster.models_file(&MODELS);
@@ -511,7 +536,7 @@ fn pre_download_gate_chaining_and_state_dir_lock() {
     );
     let printed = text(&out);
     assert_eq!(out.status.code(), Some(6), "one submission failed: {printed}");
-    assert!(printed.contains("not submitted: pre-download failed"), "{printed}");
+    assert!(printed.contains("not submitted: staging failed"), "{printed}");
     assert!(printed.contains("2 submitted"), "{printed}");
     let ledger = open_ledger(&store.spec).unwrap();
     assert!(

@@ -61,18 +61,13 @@ pub fn slurm_up() -> bool {
     up
 }
 
-/// The workspace's debug binaries (payload and the vLLM/Harbor stand-ins), built on demand.
+/// The directory of the workspace's binaries (payload and the vLLM/Harbor stand-ins), each checked
+/// to be fresh, never built here (`tests/src/fresh.rs`).
 pub fn binaries() -> PathBuf {
-    let dir = PathBuf::from(SUBMITTER).parent().expect("target dir").to_path_buf();
-    if !dir.join("payload").is_file() || !dir.join("vllm-standin").is_file() || !dir.join("harbor-standin").is_file() {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-p", "payload", "-p", "e2e", "--bins"])
-            .current_dir(workspace_root())
-            .status()
-            .expect("run cargo");
-        assert!(status.success(), "building payload and the stand-ins");
+    for (package, bin) in [("payload", "payload"), ("e2e", "vllm-standin"), ("e2e", "harbor-standin")] {
+        crate::fresh::bin(package, bin);
     }
-    dir
+    PathBuf::from(SUBMITTER).parent().expect("target dir").to_path_buf()
 }
 
 /// `<root>/env/bin/{vllm,harbor}` pointing at the stand-ins: the environment prefix of a test

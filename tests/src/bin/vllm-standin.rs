@@ -30,7 +30,15 @@
 //! | `STANDIN_CHAT_AGENT=terminus` | chat completions answer as a terminus-2 agent would (below) instead of `tok0 tok1 …` |
 //! | `STANDIN_REQUEST_LOG` | a file each completion request body is appended to, one JSON line per request |
 //! | `STANDIN_CONTROL_FILE` | a file re-read on every request: `normal`, `bad_request`, `hang` or `die` switch behaviour at run time |
+//! | `STANDIN_HUB` | the node's view of huggingface.co for a model not in the HF cache (`e2e::standin::hub`): `unreachable` (no internet: vLLM's real "Invalid repository ID or local directory" error), `reachable` (downloads a minimal snapshot into `$HF_HUB_CACHE`/`$HF_HOME/hub`/`~/.cache/huggingface/hub`), unset (not checked). A local dir or a cached snapshot always resolves; `HF_HUB_OFFLINE=1` without one always fails |
+//! | `STANDIN_RANK_FAIL` | multi-node faults: `<rank>:start` (that node's rank exits 1 before joining) or `<rank>:after=<seconds>` (it exits 1 that long after joining) |
 //! | `STANDIN_VLLM_ARGS_ONLY=1` | stop after the argument checks vLLM does before binding the port: exit 0 when they pass (the stand-in contract test compares this with the real parser) |
+//!
+//! **Multi-node** (`--nnodes N --node-rank R --master-addr A --master-port P`, or
+//! `--data-parallel-size-local L --data-parallel-address A --data-parallel-rpc-port P`, with
+//! `--headless` on the secondaries): the head serves only once every node has joined over TCP, and
+//! dies with an engine-death error when one leaves; a secondary connects (retrying while refused,
+//! until `--distributed-timeout-seconds`) and exits 1 when the head goes (`e2e::standin::multinode`).
 //!
 //! **terminus-2 replies.** With `STANDIN_CHAT_AGENT=terminus` a chat reply follows terminus-2's
 //! response format — JSON (`analysis`/`plan`/`commands`/`task_complete`) or, when the system prompt
@@ -49,6 +57,7 @@
 
 use e2e::standin::argparse::{self, Parsed};
 use e2e::standin::common as c;
+use e2e::standin::multinode as mn;
 use e2e::standin::vllm_flags::{CHOICES, Kind, LEGACY_FLAGS, REASONING_PARSERS, SERVE_FLAGS, TOOL_PARSERS};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -120,6 +129,9 @@ struct Cfg {
     uvicorn_level: String,
     access_log: bool,
     non_default: Vec<(String, String)>,
+    /// Multi-node: this process's place (e2e::standin::multinode), `None` on one node.
+    place: Option<mn::Place>,
+    headless: bool,
 }
 
 fn usage(prog: &str) -> String {
@@ -300,6 +312,24 @@ fn parse_cli(argv: &[String], style: Style) -> Cfg {
     let max_num_seqs = int_arg("max_num_seqs", 256);
     int_arg("seed", 0);
     let api_server_count = p.one("api_server_count").and_then(|v| v.parse().ok()).unwrap_or(dp);
+    let timeout_s = p.one("distributed_timeout_seconds").map(|v| {
+        v.trim().parse::<f64>().unwrap_or_else(|_| {
+            arg_error(&prog, &format!("argument --distributed-timeout-seconds: invalid int value: '{v}'"))
+        })
+    });
+    let place = mn::place(
+        int_arg("nnodes", 1),
+        int_arg("node_rank", 0),
+        p.one("master_addr"),
+        int_arg("master_port", 29501),
+        dp,
+        p.one("data_parallel_size_local").map(|_| int_arg("data_parallel_size_local", dp)),
+        int_arg("data_parallel_start_rank", 0),
+        p.one("data_parallel_address"),
+        int_arg("data_parallel_rpc_port", 29550),
+        timeout_s,
+    );
+    let headless = p.flag("headless") == Some(true);
     let gpu_mem_util = match p.one("gpu_memory_utilization") {
         None => 0.9,
         Some(v) => v.trim().parse::<f64>().unwrap_or_else(|_| {
@@ -469,6 +499,8 @@ fn parse_cli(argv: &[String], style: Style) -> Cfg {
         access_log: p.flag("disable_uvicorn_access_log") != Some(true),
         uvicorn_level,
         non_default,
+        place,
+        headless,
     }
 }
 
@@ -693,6 +725,78 @@ fn fail_engine(cfg: &Cfg, log: &Log, kind: &str) -> ! {
 
 /// Bind the server socket without listening (vLLM binds before loading the
 /// engine, so the port is taken but connections are refused until it serves).
+/// The multi-node rendezvous (e2e::standin::multinode): the head returns once every node has
+/// joined (and dies later if one leaves); a secondary never returns.
+fn rendezvous(cfg: &Cfg, log: &Log, place: &mn::Place) {
+    let interrupted = || c::pending_signal().is_some();
+    let say = |msg: &str| log.engine(cfg.dp, 0, "INFO", "parallel_state.py", 1213, msg);
+    let fault = mn::fault_for(c::env_str("STANDIN_RANK_FAIL").as_deref(), place.index);
+    if place.index == 0 {
+        match mn::head_wait(place, &say, &interrupted) {
+            Ok(peers) => {
+                let (dp, style) = (cfg.dp, cfg.style);
+                let pid = log.pid;
+                std::thread::spawn(move || {
+                    let lost = mn::first_lost(peers);
+                    let log = Log { style, pid };
+                    log.engine(
+                        dp,
+                        0,
+                        "ERROR",
+                        "core.py",
+                        1584,
+                        &format!("EngineCore encountered a fatal error: connection to node {lost} lost"),
+                    );
+                    traceback(
+                        &main_frames(),
+                        &format!(
+                            "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue (node {lost} left the distributed group). See stack trace (above) for the root cause."
+                        ),
+                    );
+                    std::process::exit(1);
+                });
+            }
+            Err(e) if e == "interrupted" => c::raise_signal(libc::SIGINT),
+            Err(e) => {
+                traceback(&main_frames(), &e);
+                std::process::exit(1);
+            }
+        }
+        return;
+    }
+    log.api("INFO", "serve.py", 214, &format!("Running in headless mode (node {} of {})", place.index, place.nodes));
+    if fault == Some(None) {
+        traceback(&main_frames(), "RuntimeError: CUDA error: no CUDA-capable device is detected");
+        std::process::exit(1);
+    }
+    let stream = match mn::join(place, &interrupted) {
+        Ok(stream) => stream,
+        Err(e) if e == "interrupted" => std::process::exit(0),
+        Err(e) => {
+            traceback(&main_frames(), &e);
+            std::process::exit(1);
+        }
+    };
+    say(&format!("joined the head at {}:{} as node {}", place.addr, place.port, place.index));
+    match mn::hold(stream, &interrupted, fault.flatten()) {
+        mn::Held::Interrupted => {
+            log.api("INFO", "serve.py", 240, "Shutting down headless engine");
+            std::process::exit(0);
+        }
+        mn::Held::HeadGone => {
+            traceback(
+                &main_frames(),
+                "RuntimeError: connection to the head node closed (the distributed group is gone)",
+            );
+            std::process::exit(1);
+        }
+        mn::Held::Fault => {
+            traceback(&main_frames(), "RuntimeError: CUDA error: an illegal memory access was encountered");
+            std::process::exit(1);
+        }
+    }
+}
+
 fn bind_socket(host: &str, port: u16) -> std::io::Result<i32> {
     use std::net::ToSocketAddrs;
     let addr = (if host.is_empty() { "0.0.0.0" } else { host }, port)
@@ -1392,7 +1496,14 @@ fn main() {
         std::process::exit(0);
     }
     let host = cfg.host.clone().unwrap_or_default();
-    let fd = match bind_socket(&host, cfg.port) {
+    // A headless rank serves no HTTP (vLLM's `--headless`): nothing is bound.
+    let fd = if cfg.headless { -1 } else { bind_or_exit(&host, cfg.port) };
+    let fail = c::env_str("STANDIN_FAIL_AT_START").unwrap_or_default();
+    main_after_bind(cfg, log, style, host, fd, fail);
+}
+
+fn bind_or_exit(host: &str, port: u16) -> i32 {
+    match bind_socket(host, port) {
         Ok(fd) => fd,
         Err(e) => {
             let mut f = main_frames();
@@ -1407,9 +1518,11 @@ fn main() {
             traceback(&f, &format!("OSError: [Errno {errno}] {text}"));
             std::process::exit(1);
         }
-    };
-    let fail = c::env_str("STANDIN_FAIL_AT_START").unwrap_or_default();
+    }
+}
 
+/// The rest of start-up once the HTTP socket is bound (`fd` is -1 for a headless rank).
+fn main_after_bind(cfg: Cfg, log: Log, style: Style, host: String, fd: i32, fail: String) {
     // create_engine_config: parallelism and model config checks.
     let (gpus, cvd) = gpu_count();
     if gpus == 0 {
@@ -1419,7 +1532,26 @@ fn main() {
         );
         std::process::exit(1);
     }
-    if fail == "world_size" || cfg.tp * cfg.pp > gpus {
+    // ModelConfig: the weights, found the way vLLM and huggingface_hub find them (standin::hub).
+    match e2e::standin::hub::resolve(&cfg.model, &|name| std::env::var(name).ok()) {
+        Ok(weights) => {
+            if let e2e::standin::hub::Weights::Downloaded(at) = &weights {
+                log.api("INFO", "weight_utils.py", 421, &format!("Downloaded {} to {}", cfg.model, at.display()));
+            }
+        }
+        Err(not_found) => {
+            for warning in &not_found.warnings {
+                log.api("WARNING", "repo_utils.py", 84, warning);
+            }
+            traceback(&config_frames(), &not_found.error);
+            std::process::exit(1);
+        }
+    }
+    // Across nodes, each node holds its share: (TP × PP) / nodes with mp, TP × PP × DP-local with DP.
+    let nodes = cfg.place.as_ref().map_or(1, |p| p.nodes);
+    let mp_nodes = cfg.place.as_ref().filter(|p| p.kind == "mp").map_or(1, |p| p.nodes);
+    let local_dp = if cfg.place.as_ref().is_some_and(|p| p.kind == "dp") { cfg.dp / nodes.max(1) } else { cfg.dp };
+    if fail == "world_size" || cfg.tp * cfg.pp / mp_nodes > gpus {
         fail_config(&cfg, &log, "world_size");
     }
     if fail == "model_type" {
@@ -1427,7 +1559,7 @@ fn main() {
     }
     log.api("INFO", "model.py", 744, "Resolved architecture: Qwen3ForCausalLM");
     log.api("INFO", "model.py", 1912, &format!("Using max model len {}", cfg.max_model_len));
-    if cfg.tp * cfg.pp * cfg.dp > gpus {
+    if cfg.tp * cfg.pp / mp_nodes * local_dp > gpus {
         if cvd.is_some() {
             fail_config(&cfg, &log, "dp_devices");
         }
@@ -1437,6 +1569,9 @@ fn main() {
     // Engine core(s): load, profile, KV cache.
     for rank in 0..cfg.dp {
         log.engine(cfg.dp, rank, "INFO", "core.py", 140, &engine_config_line(&cfg));
+    }
+    if let Some(place) = cfg.place.clone() {
+        rendezvous(&cfg, &log, &place);
     }
     log.engine(cfg.dp, 0, "INFO", "gpu_model_runner.py", 4979, &format!("Starting to load model {}...", cfg.model));
     if fail == "oom" || fail == "other" {

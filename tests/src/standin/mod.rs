@@ -8,4 +8,6 @@ pub mod click;
 pub mod common;
 pub mod harbor_model;
 pub mod harbor_opts;
+pub mod hub;
+pub mod multinode;
 pub mod vllm_flags;

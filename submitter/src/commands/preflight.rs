@@ -1,0 +1,64 @@
+//! `submitter preflight`: what `launch` checks on the login node before `sbatch`, for one
+//! (model, benchmark), without the ledger — the way to try a new cluster profile (docs/site.md).
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use submitter::output::{self, ExitStatus, FormatArgs};
+use submitter::preflight::{self, Site, SlurmQueries};
+use submitter::slurm::SlurmCli;
+use submitter::stage::Stager;
+
+use super::spec::SpecArgs;
+
+#[derive(clap::Args)]
+pub struct PreflightArgs {
+    #[command(flatten)]
+    spec: SpecArgs,
+    /// Also stage what the job needs (the model into the profile's cache, the dataset into its
+    /// dir), as `launch` does; without it a missing dataset is a failure.
+    #[arg(long)]
+    stage: bool,
+    #[command(flatten)]
+    format: FormatArgs,
+}
+
+/// The `preflight` JSON document's body.
+#[derive(serde::Serialize)]
+struct PreflightOutput<'a> {
+    cluster: &'a str,
+    run_tag: &'a str,
+    passed: bool,
+    checks: &'a [preflight::Check],
+}
+
+/// Exit 0 when every check passed (the spec is then written as `submitter spec` would), else 1
+/// (`ExitStatus::Problems`).
+pub fn preflight(args: &PreflightArgs) -> Result<ExitCode> {
+    let (spec, loaded) = super::spec::build(&args.spec)?;
+    let context = loaded.context();
+    let slurm = SlurmCli::new();
+    let queries = SlurmQueries(&slurm);
+    let site = Site::here(&loaded.root, &queries);
+    let dataset = args.spec.dataset.clone().or_else(|| loaded.preset.datasets.first().cloned()).unwrap_or_default();
+    if args.stage {
+        let stager = Stager::new(&context);
+        stager.model(&spec.model.hf_id).map_err(|why| anyhow::anyhow!("staging failed: {why}"))?;
+        stager.dataset(&dataset, &spec.harbor.dataset).map_err(|why| anyhow::anyhow!("staging failed: {why}"))?;
+    }
+    let report = preflight::preflight(&spec, &loaded.cluster, &site);
+    let passed = report.passed();
+    if passed && args.spec.out.is_some() {
+        super::spec::write(&args.spec, &spec)?;
+    }
+    if args.format.is_json() {
+        let body =
+            PreflightOutput { cluster: &loaded.cluster.name, run_tag: &spec.run_tag, passed, checks: &report.checks };
+        super::print(&output::document("preflight", &body))?;
+    } else {
+        let verdict = if passed { "passed" } else { "FAILED" };
+        let text = format!("preflight {} on {}: {verdict}\n{}", spec.run_tag, loaded.cluster.name, report.table());
+        super::print(&text)?;
+    }
+    Ok(if passed { ExitStatus::Success } else { ExitStatus::Problems }.into())
+}

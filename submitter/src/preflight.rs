@@ -1,0 +1,607 @@
+//! Preflight (docs/site.md): everything about one launch spec that the login node can check before
+//! `sbatch`, so a job never waits in the queue only to fail on the node. A failed preflight submits
+//! nothing for that pair and does not count as an attempt.
+//!
+//! Deciding is apart from looking: [`preflight`] takes what it needs from Slurm through
+//! [`SiteQueries`] and reads only the files the spec names. The secrets file is scanned for its
+//! variable *names*; each value is dropped with its line.
+
+use std::io::BufRead;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use launch_spec::LaunchSpec;
+use launch_spec::launch::TunnelSpec;
+use serde::Serialize;
+
+use crate::config::ClusterProfile;
+
+/// How one check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Level {
+    Ok,
+    /// Could not be checked from here (said why); never blocks a submission.
+    Skipped,
+    Fail,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Check {
+    pub name: &'static str,
+    pub level: Level,
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Report {
+    pub checks: Vec<Check>,
+}
+
+impl Report {
+    pub fn passed(&self) -> bool {
+        self.checks.iter().all(|c| c.level != Level::Fail)
+    }
+
+    /// The failures, one line (for the launch output and the ledger's reason).
+    pub fn failures(&self) -> String {
+        self.checks
+            .iter()
+            .filter(|c| c.level == Level::Fail)
+            .map(|c| format!("{}: {}", c.name, c.detail))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    fn push(&mut self, name: &'static str, result: Result<String, Outcome>) {
+        self.checks.push(check(name, result));
+    }
+
+    /// One line per check, for `submitter preflight`.
+    pub fn table(&self) -> String {
+        self.checks
+            .iter()
+            .map(|c| {
+                let level = match c.level {
+                    Level::Ok => "ok",
+                    Level::Skipped => "skip",
+                    Level::Fail => "FAIL",
+                };
+                format!("  {level:<5} {:<12} {}\n", c.name, c.detail)
+            })
+            .collect()
+    }
+}
+
+enum Outcome {
+    Skipped(String),
+    Fail(String),
+}
+
+fn check(name: &'static str, result: Result<String, Outcome>) -> Check {
+    let (level, detail) = match result {
+        Ok(detail) => (Level::Ok, detail),
+        Err(Outcome::Skipped(why)) => (Level::Skipped, why),
+        Err(Outcome::Fail(why)) => (Level::Fail, why),
+    };
+    Check { name, level, detail }
+}
+
+fn fail<T>(why: impl Into<String>) -> Result<T, Outcome> {
+    Err(Outcome::Fail(why.into()))
+}
+
+/// What preflight asks Slurm; the real implementation runs `sinfo`, `scontrol` and `sacctmgr`.
+pub trait SiteQueries {
+    /// Partition names (`sinfo -h -o %R`).
+    fn partitions(&self) -> Result<Vec<String>, String>;
+    /// Whether `scontrol show reservation NAME` knows it.
+    fn reservation_exists(&self, name: &str) -> Result<bool, String>;
+    /// The accounts `user` may charge, or None when the cluster keeps no accounting database.
+    fn accounts(&self, user: &str) -> Result<Option<Vec<String>>, String>;
+}
+
+/// The login node as preflight sees it.
+pub struct Site<'a> {
+    /// The configuration root (for the prelude and the batch script's site helper).
+    pub root: &'a Path,
+    pub slurm: &'a dyn SiteQueries,
+    /// The submitter's user (for the accounting check).
+    pub user: String,
+    /// The login node's PATH, for programs named without a `/`.
+    pub path: String,
+    /// Variables the prelude check hands to bash (the module system's, see [`module_env`]).
+    pub module_env: Vec<(String, String)>,
+    /// The checks that depend on the cluster alone (Slurm names, the prelude), per cluster: asked
+    /// once per `launch` iteration, not once per pair.
+    per_cluster: std::cell::RefCell<Vec<(String, Check)>>,
+}
+
+impl Site<'_> {
+    /// `run`'s check for `cluster`, from the first call of this iteration.
+    fn once(&self, cluster: &str, name: &'static str, run: impl FnOnce() -> Result<String, Outcome>) -> Check {
+        let key = format!("{cluster}/{name}");
+        if let Some((_, done)) = self.per_cluster.borrow().iter().find(|(k, _)| *k == key) {
+            return done.clone();
+        }
+        let done = check(name, run());
+        self.per_cluster.borrow_mut().push((key, done.clone()));
+        done
+    }
+}
+
+impl<'a> Site<'a> {
+    /// This login node: the submitter's own user, PATH and module variables.
+    pub fn here(root: &'a Path, slurm: &'a dyn SiteQueries) -> Self {
+        let lookup = |name: &str| std::env::var(name).ok();
+        Site {
+            root,
+            slurm,
+            user: lookup("USER").unwrap_or_else(|| "unknown".into()),
+            path: lookup("PATH").unwrap_or_default(),
+            module_env: module_env(&lookup),
+            per_cluster: std::cell::RefCell::new(Vec::new()),
+        }
+    }
+}
+
+struct Inputs<'a> {
+    cluster: &'a ClusterProfile,
+    root: &'a Path,
+    slurm: &'a dyn SiteQueries,
+    user: &'a str,
+    path: &'a str,
+    module_env: &'a [(String, String)],
+}
+
+/// The file in the run dir recording the last preflight of that pair (the why of a refusal).
+pub const RECORD_FILE: &str = "preflight.json";
+
+/// Stages what the job needs (model, dataset), then runs preflight and records it in the run dir.
+/// `dataset` is the preset's dataset (repo id or absolute dir) the spec's `harbor.dataset` holds.
+pub fn stage_and_check(
+    stager: &crate::stage::Stager,
+    dataset: &str,
+    spec: &LaunchSpec,
+    cluster: &ClusterProfile,
+    site: &Site,
+) -> Result<Report, crate::plan::NotSubmitted> {
+    use crate::plan::NotSubmitted;
+    stager.model(&spec.model.hf_id).map_err(NotSubmitted::Staging)?;
+    stager.dataset(dataset, &spec.harbor.dataset).map_err(NotSubmitted::Staging)?;
+    let report = preflight(spec, cluster, site);
+    record(&spec.run_dir, &report);
+    if report.passed() { Ok(report) } else { Err(NotSubmitted::Preflight(report.failures())) }
+}
+
+/// Writes `<run_dir>/preflight.json`; a failure to write only warns (the refusal is also printed).
+fn record(run_dir: &Path, report: &Report) {
+    let json = serde_json::json!({
+        "format_version": 1,
+        "at": chrono::Utc::now().to_rfc3339(),
+        "passed": report.passed(),
+        "checks": report.checks,
+    });
+    let written = std::fs::create_dir_all(run_dir).and_then(|()| {
+        launch_spec::records::write_atomically(&run_dir.join(RECORD_FILE), (json.to_string() + "\n").as_bytes())
+    });
+    if let Err(err) = written {
+        tracing::warn!("cannot record preflight in {}: {err}", run_dir.display());
+    }
+}
+
+/// Every check, in order; see [`Report::passed`].
+pub fn preflight(spec: &LaunchSpec, cluster: &ClusterProfile, site: &Site) -> Report {
+    let inputs = Inputs {
+        cluster,
+        root: site.root,
+        slurm: site.slurm,
+        user: &site.user,
+        path: &site.path,
+        module_env: &site.module_env,
+    };
+    let inputs = &inputs;
+    let mut report = Report::default();
+    report.push(
+        "spec",
+        spec.problem()
+            .map(|()| "valid (payload's reader accepts it)".to_string())
+            .or_else(|(field, problem)| fail(format!("field `{field}` {problem}"))),
+    );
+    report.push("weights", weights(spec));
+    report.push("dataset", dataset(&spec.harbor.dataset));
+    report.push("environment", prefixes(spec));
+    report.push("programs", programs(spec, inputs.path));
+    report.push("secrets", secrets(spec));
+    report.checks.push(site.once(&cluster.name, "slurm", || slurm(inputs)));
+    report.push("memory", memory(spec, inputs.cluster));
+    report.checks.push(site.once(&cluster.name, "prelude", || prelude(inputs)));
+    report
+}
+
+/// Where the job will find the weights. Offline (`HF_HUB_OFFLINE` in the engine's env), they must
+/// be in the HF cache the job reads, as huggingface_hub lays it out:
+/// `<cache>/models--<org>--<name>/refs/main` naming a `snapshots/<commit>` dir with a
+/// `config.json` (checked against the real huggingface_hub by tests/tests/hub_contract.rs).
+fn weights(spec: &LaunchSpec) -> Result<String, Outcome> {
+    if let Some(path) = &spec.model.local_path {
+        return if path.join("config.json").is_file() {
+            Ok(format!("{} (local)", path.display()))
+        } else {
+            fail(format!("model.local_path {} has no config.json", path.display()))
+        };
+    }
+    let env = &spec.serve.env;
+    let offline = env
+        .get("HF_HUB_OFFLINE")
+        .is_some_and(|v| ["1", "ON", "YES", "TRUE"].contains(&v.to_ascii_uppercase().as_str()));
+    let cache =
+        env.get("HF_HUB_CACHE").map(PathBuf::from).or_else(|| env.get("HF_HOME").map(|h| Path::new(h).join("hub")));
+    let Some(cache) = cache else {
+        return if offline {
+            fail("HF_HUB_OFFLINE without HF_HUB_CACHE/HF_HOME: set paths.hf_cache in the profile")
+        } else {
+            Err(Outcome::Skipped(
+                "no paths.hf_cache: the job uses its user's default cache (and the network, if it has one)".into(),
+            ))
+        };
+    };
+    match hf_snapshot(&cache, &spec.model.hf_id) {
+        Some(snapshot) => Ok(format!("{} (cached)", snapshot.display())),
+        None if offline => fail(format!(
+            "{} is not in {} and compute nodes have no internet: stage it (pre_download.enabled) or download it there",
+            spec.model.hf_id,
+            cache.display()
+        )),
+        None => Ok(format!("the job downloads {} into {}", spec.model.hf_id, cache.display())),
+    }
+}
+
+/// The snapshot dir huggingface_hub resolves `model` to in `cache` without the network.
+pub fn hf_snapshot(cache: &Path, model: &str) -> Option<PathBuf> {
+    let repo = cache.join(format!("models--{}", model.replace('/', "--")));
+    let revision = std::fs::read_to_string(repo.join("refs").join("main")).ok()?;
+    let snapshot = repo.join("snapshots").join(revision.trim());
+    snapshot.join("config.json").is_file().then_some(snapshot)
+}
+
+fn dataset(dir: &Path) -> Result<String, Outcome> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(err) => {
+            return fail(format!(
+                "{} is not readable ({err}): stage it (pre_download.dataset_command) or fix paths.datasets_dirs",
+                dir.display()
+            ));
+        }
+    };
+    let tasks = entries.filter_map(Result::ok).filter(|e| e.path().is_dir()).count();
+    if tasks == 0 {
+        return fail(format!("{} holds no task directories: re-stage it (move it aside first)", dir.display()));
+    }
+    Ok(format!("{} ({tasks} task dirs)", dir.display()))
+}
+
+fn prefixes(spec: &LaunchSpec) -> Result<String, Outcome> {
+    let mut seen = Vec::new();
+    let named = [
+        ("serve.env_prefix", spec.serve.env_prefix.as_ref()),
+        ("harbor.env_prefix", spec.harbor.env_prefix.as_ref()),
+        ("post_run.env_prefix", spec.post_run.as_ref().and_then(|p| p.env_prefix.as_ref())),
+    ];
+    for (field, prefix) in named {
+        let Some(prefix) = prefix else { continue };
+        if !prefix.join("bin").is_dir() {
+            return fail(format!(
+                "{field} {}: {}/bin does not exist (create the environment or fix `environments:` in the profile)",
+                prefix.display(),
+                prefix.display()
+            ));
+        }
+        if !seen.contains(&prefix) {
+            seen.push(prefix);
+        }
+    }
+    Ok(seen.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))
+}
+
+/// `program` as payload resolves it on the node: a path as given, else `<prefix>/bin`, then PATH.
+fn find_program(program: &str, prefix: Option<&Path>, path: &str) -> Option<PathBuf> {
+    if program.contains('/') {
+        return Path::new(program).is_file().then(|| PathBuf::from(program));
+    }
+    let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
+    prefix
+        .and_then(|p| which::which_in(program, Some(p.join("bin")), &cwd).ok())
+        .or_else(|| which::which_in(program, Some(path), &cwd).ok())
+}
+
+fn programs(spec: &LaunchSpec, path: &str) -> Result<String, Outcome> {
+    let mut wanted: Vec<(&str, String, Option<&Path>)> = vec![
+        ("serve.program", spec.serve.program.clone(), spec.serve.env_prefix.as_deref()),
+        ("harbor.program", spec.harbor.program.clone(), spec.harbor.env_prefix.as_deref()),
+    ];
+    match &spec.tunnel {
+        TunnelSpec::None => {}
+        TunnelSpec::Pinggy(_) => wanted.push(("tunnel (ssh)", "ssh".into(), None)),
+        TunnelSpec::Socks(socks) => {
+            wanted.push(("tunnel (ssh)", "ssh".into(), None));
+            if socks.mode == launch_spec::launch::ProxyMode::Proxychains {
+                let bin = socks.proxychains_bin.clone().unwrap_or_else(|| "proxychains4".into());
+                wanted.push(("tunnel.proxychains_bin", bin, None));
+            }
+        }
+    }
+    if let Some(step) = &spec.post_run
+        && let Some(program) = step.argv.first()
+    {
+        wanted.push(("post_run.argv[0]", program.clone(), step.env_prefix.as_deref()));
+    }
+    let mut found = Vec::new();
+    for (field, program, prefix) in wanted {
+        match find_program(&program, prefix, path) {
+            Some(at) => found.push(at.display().to_string()),
+            None => {
+                let place = prefix.map_or("PATH".to_string(), |p| format!("{}/bin or PATH", p.display()));
+                return fail(format!("{field} `{program}` is not in {place}: install it or fix the profile"));
+            }
+        }
+    }
+    Ok(found.join(", "))
+}
+
+/// The names the job will require from the secrets file.
+fn required_secrets(spec: &LaunchSpec) -> Vec<String> {
+    let mut names = Vec::new();
+    if spec.secrets.daytona {
+        names.extend(["DAYTONA_API_KEY".to_string(), "DAYTONA_DATA_API_KEY".to_string()]);
+    }
+    match &spec.tunnel {
+        TunnelSpec::Pinggy(p) => names.extend(p.pairs().into_iter().map(|pair| pair.token_secret)),
+        TunnelSpec::None | TunnelSpec::Socks(_) => {}
+    }
+    names
+}
+
+fn secrets(spec: &LaunchSpec) -> Result<String, Outcome> {
+    let required = required_secrets(spec);
+    let Some(path) = &spec.secrets.file else {
+        return if required.is_empty() {
+            Ok("none needed".into())
+        } else {
+            fail("the spec names no secrets file (the submitter resolves one at submit time)")
+        };
+    };
+    let meta = match std::fs::metadata(path) {
+        Ok(meta) => meta,
+        Err(err) if required.is_empty() && err.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(format!("{} absent, none needed", path.display()));
+        }
+        Err(err) => {
+            return fail(format!(
+                "{}: {err}: create it (mode 0600) or point secrets.file / $DC_AGENT_SECRET_ENV at it",
+                path.display()
+            ));
+        }
+    };
+    if !meta.is_file() {
+        return fail(format!("{} is not a regular file", path.display()));
+    }
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return fail(format!("{} has mode {mode:04o}: run `chmod 600 {}`", path.display(), path.display()));
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != me {
+        return fail(format!("{} is owned by uid {}, not by you (uid {me})", path.display(), meta.uid()));
+    }
+    let names = secret_names(path).map_err(|err| Outcome::Fail(format!("{}: {err}", path.display())))?;
+    let missing: Vec<&String> = required.iter().filter(|n| !names.contains(n)).collect();
+    if !missing.is_empty() {
+        let missing = missing.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", ");
+        return fail(format!("{} lacks {missing}: add `NAME=...` lines for them", path.display()));
+    }
+    Ok(format!(
+        "{} (0600, has {})",
+        path.display(),
+        if required.is_empty() { "no required names".into() } else { required.join(", ") }
+    ))
+}
+
+/// The variable names of an env file (`NAME=…` or `export NAME=…` lines). Each line, value
+/// included, is dropped as soon as its name is taken.
+pub fn secret_names(path: &Path) -> std::io::Result<Vec<String>> {
+    let file = std::fs::File::open(path)?;
+    let mut names = Vec::new();
+    let mut reader = std::io::BufReader::new(file);
+    let mut line = String::new();
+    while reader.read_line(&mut line)? > 0 {
+        let text = line.trim_start();
+        let text = text.strip_prefix("export ").map_or(text, str::trim_start);
+        if let Some((name, _)) = text.split_once('=') {
+            let name = name.trim();
+            if launch_spec::expand::is_var_name(name) {
+                names.push(name.to_string());
+            }
+        }
+        line.clear();
+    }
+    Ok(names)
+}
+
+fn slurm(inputs: &Inputs) -> Result<String, Outcome> {
+    let settings = &inputs.cluster.slurm;
+    let queries = inputs.slurm;
+    let partitions = queries.partitions().map_err(|e| Outcome::Fail(format!("sinfo: {e}")))?;
+    if !partitions.iter().any(|p| p == &settings.partition) {
+        return fail(format!(
+            "partition `{}` is not one Slurm knows ({}): fix slurm.partition",
+            settings.partition,
+            partitions.join(", ")
+        ));
+    }
+    let mut said = vec![format!("partition {}", settings.partition)];
+    if let Some(reservation) = &settings.reservation {
+        match queries.reservation_exists(reservation) {
+            Ok(true) => said.push(format!("reservation {reservation}")),
+            Ok(false) => {
+                return fail(format!(
+                    "reservation `{reservation}` is unknown to Slurm (`scontrol show reservation`): it may have ended; fix or remove slurm.reservation"
+                ));
+            }
+            Err(e) => return fail(format!("scontrol show reservation: {e}")),
+        }
+    }
+    if let Some(account) = &settings.account {
+        match queries.accounts(inputs.user) {
+            Ok(Some(accounts)) if accounts.iter().any(|a| a.eq_ignore_ascii_case(account)) => {
+                said.push(format!("account {account}"))
+            }
+            Ok(Some(accounts)) => {
+                return fail(format!(
+                    "account `{account}` is not one {} may charge ({}): fix slurm.account",
+                    inputs.user,
+                    accounts.join(", ")
+                ));
+            }
+            Ok(None) => said.push(format!("account {account} not checked (no accounting database)")),
+            Err(e) => return fail(format!("sacctmgr: {e}")),
+        }
+    }
+    Ok(said.join(", "))
+}
+
+/// The weights against what one replica's GPUs (TP × PP) give vLLM — the rule `registry check`
+/// warns with (`lint::weights_do_not_fit`: bytes per parameter from the id, a KV margin, the memory
+/// ceiling). Here it refuses: the job could not load.
+fn memory(spec: &LaunchSpec, cluster: &ClusterProfile) -> Result<String, Outcome> {
+    let Some(per_gpu) = cluster.hardware.gpu_memory_gib else {
+        return Err(Outcome::Skipped("hardware.gpu_memory_gib not set in the profile".into()));
+    };
+    let Some(billions) = crate::registry::size::total_size(&spec.model.hf_id) else {
+        return Err(Outcome::Skipped(format!("no parameter count in `{}`", spec.model.hf_id)));
+    };
+    let gpus = spec.parallelism().replica();
+    match crate::lint::weights_do_not_fit(&spec.model.hf_id, gpus, cluster, Some(&spec.gpu_profiles)) {
+        Some(problem) => fail(format!(
+            "{problem} (TP {} × PP {})",
+            spec.serve.tensor_parallel_size, spec.serve.pipeline_parallel_size
+        )),
+        None => Ok(format!("{billions}B parameters fit {gpus} GPU(s) × {per_gpu} GiB")),
+    }
+}
+
+/// Runs the profile's prelude the way the job will — `payload.sbatch --check-prelude`: the module
+/// system initialised by the script, then the prelude, any failing line fatal — in a clean bash on
+/// the login node (no login profile; only the module system's variables passed on).
+fn prelude(inputs: &Inputs) -> Result<String, Outcome> {
+    let Some(prelude) = &inputs.cluster.slurm.prelude else {
+        return Ok("none".into());
+    };
+    let prelude = inputs.root.join(prelude);
+    let script = inputs.root.join(&inputs.cluster.slurm.script);
+    let output = std::process::Command::new("bash")
+        .args(["--noprofile", "--norc"])
+        .arg(&script)
+        .arg("--check-prelude")
+        .env_clear()
+        .env("PATH", inputs.path)
+        .envs(inputs.module_env.iter().map(|(k, v)| (k, v)))
+        .env("PAYLOAD_PRELUDE", &prelude)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| Outcome::Fail(format!("cannot run bash: {e}")))?;
+    if output.status.success() {
+        return Ok(format!("{} loads here", prelude.display()));
+    }
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let line = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output").trim().to_string();
+    fail(format!("fails on the login node ({}): {line}", output.status))
+}
+
+/// Variables of the module system that the prelude check passes on from the submitter's shell
+/// (the login node's module path and Lmod's location).
+pub fn module_env(lookup: &dyn Fn(&str) -> Option<String>) -> Vec<(String, String)> {
+    ["HOME", "USER", "MODULEPATH", "LMOD_PKG", "LMOD_CMD", "LMOD_DIR", "MODULESHOME", "PAYLOAD_MODULE_INIT"]
+        .iter()
+        .filter_map(|name| lookup(name).map(|v| ((*name).to_string(), v)))
+        .collect()
+}
+
+/// [`SiteQueries`] by the real Slurm commands.
+pub struct SlurmQueries<'a>(pub &'a crate::slurm::SlurmCli);
+
+impl SiteQueries for SlurmQueries<'_> {
+    fn partitions(&self) -> Result<Vec<String>, String> {
+        let out = self.0.query("sinfo", &["-h", "-o", "%R"]).map_err(|e| e.to_string())?;
+        if !out.0 {
+            return Err(out.2.trim().to_string());
+        }
+        let mut names: Vec<String> = out.1.lines().map(|l| l.trim().to_string()).filter(|l| !l.is_empty()).collect();
+        names.dedup();
+        Ok(names)
+    }
+
+    fn reservation_exists(&self, name: &str) -> Result<bool, String> {
+        let out = self.0.query("scontrol", &["show", "reservation", name]).map_err(|e| e.to_string())?;
+        let text = format!("{}{}", out.1, out.2);
+        if out.0 && text.contains(&format!("ReservationName={name} ")) {
+            return Ok(true);
+        }
+        if text.contains("not found") || text.contains("No reservations") {
+            return Ok(false);
+        }
+        Err(text.trim().to_string())
+    }
+
+    fn accounts(&self, user: &str) -> Result<Option<Vec<String>>, String> {
+        let user = format!("user={user}");
+        match self.0.query("sacctmgr", &["-nP", "show", "assoc", "where", &user, "format=account"]) {
+            // No sacctmgr, or no slurmdbd behind it: nothing to check against.
+            Err(_) => Ok(None),
+            Ok((false, _, _)) => Ok(None),
+            Ok((true, stdout, _)) => {
+                let accounts: Vec<String> =
+                    stdout.lines().map(|l| l.trim().to_string()).filter(|l| !l.is_empty()).collect();
+                Ok((!accounts.is_empty()).then_some(accounts))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_70b_at_tp2_does_not_fit_on_64_gib_gpus() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
+        let mut cluster = crate::config::load_cluster(&root.join("clusters"), "local").unwrap();
+        cluster.hardware.gpu_memory_gib = Some(64.0);
+        cluster.hardware.gpu_memory_utilization = Some(0.85);
+        let mut spec: LaunchSpec = serde_json::from_value(serde_json::json!({
+            "version": 1, "run_tag": "t", "run_dir": "/r", "jobs_dir": "/j", "cluster": "c",
+            "benchmark": "b", "model": {"hf_id": "meta-llama/Llama-3.3-70B-Instruct", "served_name": "m"},
+            "serve": {"program": "vllm", "tensor_parallel_size": 2, "data_parallel_size": 1,
+                      "cluster_gpu_memory_utilization": 0.85},
+            "gpu_profiles": {"profiles": []},
+            "harbor": {"program": "h", "config": "/c", "dataset": "/d", "n_concurrent": 1, "n_attempts": 1, "timeout_multiplier": 1.0},
+            "secrets": {}
+        }))
+        .unwrap();
+        let Err(Outcome::Fail(why)) = memory(&spec, &cluster) else { panic!("a 70B at TP2 fits?") };
+        assert!(why.contains("the weights may not fit") && why.contains("2 GPU(s) × 64 GiB"), "{why}");
+        spec.serve.tensor_parallel_size = 4;
+        assert!(memory(&spec, &cluster).is_ok());
+        cluster.hardware.gpu_memory_gib = None;
+        assert!(matches!(memory(&spec, &cluster), Err(Outcome::Skipped(_))));
+    }
+
+    #[test]
+    fn secret_names_never_keep_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("s.env");
+        std::fs::write(&file, "# c\nexport DAYTONA_API_KEY=abc\nHF_TOKEN = x=y\n  bad line\n1X=2\n").unwrap();
+        assert_eq!(secret_names(&file).unwrap(), ["DAYTONA_API_KEY", "HF_TOKEN"]);
+    }
+}
