@@ -47,6 +47,8 @@ pub enum RecordError {
 
 /// payload's `status.json` as found: absent, usable, or there but unusable (truncated, another
 /// version, a foreign writer) — the last is evidence in itself, never "no payload outcome".
+// One value per run dir read, never collected in bulk: boxing the record would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Default, PartialEq)]
 pub enum StatusRecord {
     #[default]

@@ -198,6 +198,23 @@ fn check(dirs: &[&Path], extra: &[&str]) -> (Value, Option<i32>, String) {
     (value, out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
+/// `status`'s verdict on the first run's dir (Slurm RUNNING job 4242, the id payload_status
+/// records) equals `check`'s `status_verdict`: one rule engine behind both.
+fn agrees_with_status(dir: &Path, report: &Value) {
+    use submitter::verify::status::{JobSide, judge_job};
+    let side = JobSide {
+        status: Status::Started,
+        reason: "running as job 4242",
+        job_id: Some("4242"),
+        slurm: Some(submitter::decide::SlurmView::Running),
+        slurm_state: Some("RUNNING".into()),
+        started_at: Some(ago(4 * 3600)),
+        metrics: None,
+    };
+    let (v, _, _) = judge_job(Some(dir), &side, None, &submitter::verify::VerifySettings::default(), Utc::now());
+    assert_eq!(report["runs"][0]["status_verdict"], v.verdict.as_str(), "check vs status: {report:#}\n{v:#?}");
+}
+
 /// The findings of the first run, by id.
 fn finding<'a>(report: &'a Value, id: &str) -> Option<&'a Value> {
     report["runs"][0]["findings"].as_array()?.iter().find(|f| f["id"] == id)
@@ -240,6 +257,8 @@ fn healthy_run_passes_every_check() {
     let trials = finding(&report, "trials.progress").unwrap();
     assert!(trials["summary"].as_str().unwrap().starts_with("8 done of 10, 1 active"), "{trials:#}");
     assert_eq!(report["runs"][0]["facts"]["trials"]["valid"], 8);
+    assert_eq!(report["runs"][0]["status_verdict"], "healthy");
+    agrees_with_status(&run.dir, &report);
 }
 
 #[test]
@@ -394,6 +413,7 @@ fn stalled_trials_fail_when_no_result_arrives_for_an_hour() {
         "{f:#}"
     );
     assert!(evidence(f).contains("payload's last progress"), "{f:#}");
+    agrees_with_status(&run.dir, &report);
     // The old scripts' layout (no payload records): Harbor has not finished, trials are active,
     // and the newest trial result.json is two hours old.
     std::fs::remove_file(run.dir.join("status.json")).unwrap();
@@ -430,6 +450,8 @@ fn zombie_all_trials_done_while_the_job_runs() {
         "{f:#}"
     );
     assert!(evidence(f).contains("payload's last progress"), "{f:#}");
+    assert_eq!(report["runs"][0]["status_verdict"], "stalled");
+    agrees_with_status(&run.dir, &report);
 }
 
 #[test]
@@ -469,6 +491,7 @@ fn silent_payload_and_failed_outcome() {
     let (report, _, _) = check(&[&run.dir], &[]);
     assert_eq!(report["runs"][0]["state"], "unknown");
     assert_eq!(finding(&report, "outcome.silent").unwrap()["level"], "warn", "{report:#}");
+    agrees_with_status(&run.dir, &report);
     let mut status: Value =
         serde_json::from_str(&std::fs::read_to_string(run.dir.join("status.json")).unwrap()).unwrap();
     status["phase"] = json!("done");
@@ -479,6 +502,8 @@ fn silent_payload_and_failed_outcome() {
     assert_eq!(code, Some(1));
     let f = finding(&report, "outcome.failed").unwrap();
     assert!(f["summary"].as_str().unwrap().starts_with("engine_died/unhealthy (exit 12)"), "{f:#}");
+    assert_eq!(report["runs"][0]["status_verdict"], "failed");
+    agrees_with_status(&run.dir, &report);
 }
 
 #[test]
