@@ -187,6 +187,7 @@ pub enum Readiness {
 /// HTTP client for loopback probes: short timeouts, no proxy (a node's `http_proxy` must not
 /// capture 127.0.0.1).
 pub fn http_client(timeout: Duration) -> reqwest::Client {
+    crate::tls::init();
     reqwest::Client::builder()
         .no_proxy()
         .timeout(timeout)
@@ -205,6 +206,7 @@ pub fn http_client_with_key(timeout: Duration, api_key: Option<&str>) -> reqwest
         value.set_sensitive(true);
         headers.insert(reqwest::header::AUTHORIZATION, value);
     }
+    crate::tls::init();
     reqwest::Client::builder()
         .no_proxy()
         .timeout(timeout)

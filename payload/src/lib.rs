@@ -26,6 +26,7 @@ pub mod scratch;
 pub mod secrets;
 pub mod supervisor;
 pub mod timings;
+pub mod tls;
 pub mod tunnel;
 
 #[cfg(test)]

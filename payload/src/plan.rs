@@ -347,26 +347,7 @@ pub fn render(plan: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
         write!(out, "; Daytona org {n} ({}) handed to Harbor as DAYTONA_API_KEY", org.variable())?;
     }
     writeln!(out)?;
-    let t = &plan.tunnel;
-    writeln!(out, "tunnel: {} — {}", t.kind, t.description)?;
-    if !t.argv.is_empty() {
-        writeln!(out, "  argv: {}", shell_words::join(&t.argv))?;
-    }
-    if let Some(config) = &t.ssh_config {
-        writeln!(out, "  ssh config (0600, in a private directory outside the run dir):")?;
-        for line in config.lines().filter(|l| !l.starts_with('#')) {
-            writeln!(out, "    {line}")?;
-        }
-    }
-    if !t.pairs.is_empty() {
-        writeln!(out, "  bank, in this job's order:")?;
-        for p in &t.pairs {
-            writeln!(out, "    {p}")?;
-        }
-    }
-    if let Some(v) = &t.verify {
-        writeln!(out, "  verify: {v}")?;
-    }
+    tunnel::write_plan(out, &plan.tunnel)?;
     writeln!(out)?;
     writeln!(out, "vLLM:")?;
     writeln!(out, "  argv: {}", shell_words::join(&plan.engine.argv))?;

@@ -9,8 +9,8 @@
 //! its own, so what the plan shows is what the run spawns.
 //!
 //! `prepare` changes nothing and reads no file except where programs are (the PATH lookups of
-//! crate::childenv::resolve_program and the tunnel's programs), the Harbor job config it merges,
-//! and the tunnel bank's lease files it describes.
+//! crate::childenv::resolve_program, the tunnel's and the post-run step's programs) and the
+//! tunnel bank's lease files the tunnel plan describes.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -144,6 +144,9 @@ pub struct Observed {
     pub port: Result<u16, PortError>,
     /// `<run_dir>/config.json` exists: Harbor resumes the job.
     pub resume: bool,
+    /// What Harbor's inputs in files say: for a fresh run the merged job config (the shipped YAML
+    /// with the model put in), for a resume the job's config files checked readable.
+    pub harbor_job: HarborJob,
     pub paths: Result<(), Failure>,
     /// A fresh per-job key (a run), or a placeholder (a plan); used only when the model is exposed.
     pub new_api_key: Result<String, String>,
@@ -153,9 +156,28 @@ pub struct Observed {
     pub multinode: Option<Result<crate::multinode::Observed, crate::multinode::MultiNodeError>>,
 }
 
-/// Asks the host (reads the secrets file, probes GPUs and ports, looks at the run dir).
+/// Harbor's inputs as read from files.
+#[derive(Debug)]
+pub enum HarborJob {
+    /// The merged job config payload hands a fresh Harbor (`--config`).
+    Fresh(Result<serde_json::Value, HarborError>),
+    /// The `config.json`/`lock.json` files a resume rewrites, and whether they are readable JSON.
+    Resume { files: Vec<PathBuf>, check: Result<usize, HarborError> },
+}
+
+/// Asks the host (reads the secrets file and Harbor's job files, probes GPUs and ports, looks at
+/// the run dir).
 pub fn observe(spec: &LaunchSpec, env: &[(String, String)], mode: Mode) -> Observed {
     let env_fn = lookup(env);
+    let resume = harbor::is_resume(&spec.run_dir);
+    let harbor_job = if resume {
+        HarborJob::Resume {
+            files: harbor::config_files(&spec.run_dir),
+            check: harbor::check_resume_configs(&spec.run_dir),
+        }
+    } else {
+        HarborJob::Fresh(harbor::merged_job_config(spec))
+    };
     let (secrets_file, secrets) = if needs_secrets(spec) {
         let path = secrets::secrets_path(&spec.secrets, &env_fn);
         let loaded = secrets::load(&path);
@@ -179,7 +201,8 @@ pub fn observe(spec: &LaunchSpec, env: &[(String, String)], mode: Mode) -> Obser
         gpu_probe: probe.describe(),
         gpus: probe.probe(),
         port,
-        resume: harbor::is_resume(&spec.run_dir),
+        resume,
+        harbor_job,
         paths: check_paths(spec),
         new_api_key,
         run_id,
@@ -238,11 +261,15 @@ pub struct HarborLaunch {
     pub daytona_org: Option<DaytonaOrg>,
     pub log: PathBuf,
     pub warnings: Vec<String>,
+    /// The per-job key of an exposed model, for the agent's key variables (launch_spec::agents).
+    pub model_key: Option<String>,
 }
 
 impl HarborLaunch {
     /// Harbor's child for `api_base`, with what the tunnel adds: environment (proxy variables) and
-    /// an argv prefix (proxychains). The one place Harbor's argv and environment are put together.
+    /// an argv prefix (proxychains), and the agent's own base-URL and key variables for `api_base`
+    /// (launch_spec::agents, environment only). The one place Harbor's argv and environment are put
+    /// together.
     pub fn child(
         &self,
         spec: &LaunchSpec,
@@ -257,6 +284,7 @@ impl HarborLaunch {
         };
         let mut env = self.env.clone();
         env.extend(tunnel_env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        env.extend(launch_spec::agents::model_env(&spec.harbor.agent, api_base, self.model_key.as_deref()));
         let mut program = self.program.clone();
         if let Some(prefix) = prefix.filter(|p| !p.is_empty()) {
             program = PathBuf::from(&prefix[0]);
@@ -324,6 +352,8 @@ pub struct Prepared {
     pub harbor: HarborLaunch,
     /// The post-run step (crate::postrun); an `Err` is recorded when the step would run.
     pub post_run: Option<Result<postrun::Step, String>>,
+    /// The job's scratch dir on node-local disk and the dirs the env maps name in it (crate::scratch).
+    pub scratch: Option<(PathBuf, Vec<PathBuf>)>,
     /// Environment names whose values are secrets (redacted by name in renderings).
     pub secret_names: BTreeSet<String>,
     /// Values redacted wherever they appear whole (the secrets file's, agent-env sources).
@@ -446,16 +476,21 @@ pub fn prepare(spec_path: &Path, spec: &LaunchSpec, env: &[(String, String)], ob
     };
     let mut engine_env = childenv::build(env, spec.serve.env_prefix.as_deref(), &spec.serve.env, &run_id);
     let tunnel_env = childenv::build(env, None, &BTreeMap::new(), &run_id);
+    // `{job_scratch}` in the env maps: the job's directory on node-local disk (crate::scratch),
+    // created by `run` before the first child.
+    let scratch = crate::scratch::dir(spec, &port_job_id(&env_fn)).map(|dir| {
+        let mut inside = crate::scratch::substitute(&dir, &mut engine_env);
+        inside.extend(crate::scratch::substitute(&dir, &mut harbor_env));
+        (dir, inside)
+    });
 
     // The one place for the rule: a model reachable from outside gets a per-job key. vLLM reads it
-    // from its environment, the agent from Harbor's (never argv, never a file).
+    // from its environment, the agent from Harbor's (never argv, never a file): the agent's key
+    // variables are added with its base-URL variables by `HarborLaunch::child`.
     let api_key = if tunnel::exposes_model(&spec.tunnel) {
         match &obs.new_api_key {
             Ok(key) => {
                 engine_env.insert(tunnel::VLLM_KEY_VAR.to_string(), key.clone());
-                for name in tunnel::AGENT_KEY_VARS {
-                    harbor_env.insert((*name).to_string(), key.clone());
-                }
                 Some(key.clone())
             }
             Err(e) => {
@@ -612,20 +647,18 @@ pub fn prepare(spec_path: &Path, spec: &LaunchSpec, env: &[(String, String)], ob
 
     // 8. Harbor (its inputs checked now, not after the engine has loaded).
     let mode_h = if obs.resume { HarborMode::Resume } else { HarborMode::Fresh };
-    let (merged_config, rewrites) = match mode_h {
-        HarborMode::Resume => {
-            if let Err(e) = harbor::check_resume_configs(&spec.run_dir) {
+    let (merged_config, rewrites) = match obs.harbor_job {
+        HarborJob::Resume { files, check } => {
+            if let Err(e) = check {
                 problems.push(e.into());
             }
-            (None, harbor::config_files(&spec.run_dir))
+            (None, files)
         }
-        HarborMode::Fresh => match harbor::merged_job_config(spec) {
-            Ok(config) => (Some(config), Vec::new()),
-            Err(e) => {
-                problems.push(e.into());
-                (None, Vec::new())
-            }
-        },
+        HarborJob::Fresh(Ok(config)) => (Some(config), Vec::new()),
+        HarborJob::Fresh(Err(e)) => {
+            problems.push(e.into());
+            (None, Vec::new())
+        }
     };
     let harbor = HarborLaunch {
         mode: mode_h,
@@ -638,6 +671,7 @@ pub fn prepare(spec_path: &Path, spec: &LaunchSpec, env: &[(String, String)], ob
         daytona_org,
         log: spec.run_dir.join(launch_spec::records::HARBOR_LOG),
         warnings: agent_envs.warnings.clone(),
+        model_key: api_key.clone(),
     };
     if let Err(e) = harbor.child(spec, &format!("{base_url}/v1"), &BTreeMap::new(), None) {
         problems.push(e.into());
@@ -668,6 +702,7 @@ pub fn prepare(spec_path: &Path, spec: &LaunchSpec, env: &[(String, String)], ob
         tunnel,
         harbor,
         post_run,
+        scratch,
         secret_names,
         hidden,
         warnings,
@@ -693,6 +728,7 @@ mod tests {
             }]),
             port: Ok(23456),
             resume: false,
+            harbor_job: HarborJob::Fresh(harbor::merged_job_config(spec)),
             paths: Ok(()),
             new_api_key: Ok("sk-test-key".into()),
             run_id: format!("{}-7", spec.run_tag),
@@ -793,7 +829,8 @@ mod tests {
         let p = prepare(Path::new("l.json"), &s, &env(), observed(&s, secrets()), Mode::Run);
         assert!(p.api_key.is_none());
         assert!(!p.head().child.env.contains_key(tunnel::VLLM_KEY_VAR));
-        assert!(tunnel::AGENT_KEY_VARS.iter().all(|v| !p.harbor.env.contains_key(*v)));
+        let child = p.harbor.child(&s, &p.api_base(None), &BTreeMap::new(), None).unwrap();
+        assert!(!child.env.contains_key(launch_spec::agents::HOSTED_VLLM_KEY));
 
         let mut s = spec();
         s.tunnel = serde_json::from_value(serde_json::json!({
@@ -803,10 +840,13 @@ mod tests {
         let p = prepare(Path::new("l.json"), &s, &env(), observed(&s, secrets()), Mode::Run);
         assert_eq!(p.api_key.as_deref(), Some("sk-test-key"));
         assert_eq!(p.head().child.env[tunnel::VLLM_KEY_VAR], "sk-test-key");
-        for v in tunnel::AGENT_KEY_VARS {
-            assert_eq!(p.harbor.env[*v], "sk-test-key");
-        }
         let child = p.harbor.child(&s, &p.api_base(Some("https://x.a.pinggy.link")), &BTreeMap::new(), None).unwrap();
+        assert_eq!(child.env[launch_spec::agents::HOSTED_VLLM_KEY], "sk-test-key");
+        // The agent's own variables (launch_spec::agents), when it is one the table knows.
+        s.harbor.agent = "openhands".into();
+        let oh = p.harbor.child(&s, "https://x.a.pinggy.link/v1", &BTreeMap::new(), None).unwrap();
+        assert_eq!(oh.env["LLM_API_KEY"], "sk-test-key");
+        assert_eq!(oh.env["LLM_BASE_URL"], "https://x.a.pinggy.link/v1");
         assert!(child.argv.iter().all(|a| !a.contains("sk-test-key")), "never in argv");
         assert!(child.argv.contains(&"api_base=https://x.a.pinggy.link/v1".to_string()));
     }

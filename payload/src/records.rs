@@ -592,17 +592,22 @@ http_requests_total{handler="/health",method="GET",status="2xx"} 900.0
 
     #[test]
     fn every_event_payload_writes_is_a_known_kind() {
-        // The names passed to `Recorder::event` in payload's sources: a typo or a new event must be
-        // added to `launch_spec::rundir::EventKind`, the one list readers match on.
+        // The names passed to `Recorder::event` in payload's sources (and the tunnel machine's
+        // `Action::Event`s, which its driver records): a typo or a new event must be added to
+        // `launch_spec::rundir::EventKind`, the one list readers match on.
         let sources = [
             include_str!("run.rs"),
+            include_str!("phases.rs"),
             include_str!("postrun.rs"),
             include_str!("tunnel/mod.rs"),
+            include_str!("tunnel/machine.rs"),
+            include_str!("tunnel/strategy.rs"),
             include_str!("records.rs"),
         ];
         let mut names = Vec::new();
         for text in sources {
-            for (at, _) in text.match_indices("event(") {
+            // `rec.event("…")`, and the run phases' `Action::Event("…")`.
+            for (at, _) in text.match_indices("event(").chain(text.match_indices("Event(")) {
                 let rest = text[at + 6..].trim_start();
                 if let Some(name) = rest.strip_prefix('"').and_then(|r| r.split('"').next())
                     && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
@@ -611,7 +616,7 @@ http_requests_total{handler="/health",method="GET",status="2xx"} 900.0
                 }
             }
         }
-        assert!(names.len() > 30, "{names:?}");
+        assert!(names.len() > 30 && names.iter().any(|n| n == "engine_exited"), "{names:?}");
         for name in names.iter().filter(|n| n.as_str() != "x") {
             assert!(!matches!(EventKind::from(name.as_str()), EventKind::Other(_)), "unknown event name {name:?}");
         }

@@ -42,6 +42,16 @@ pub const SIGNAL_WITH_EXIT: Duration = Duration::from_millis(500);
 /// How often the tunnel's state machine is advanced.
 pub const TUNNEL_POLL: Duration = Duration::from_millis(200);
 
+/// A task aborted when its handle is dropped: the loop ends at several points, and Harbor's
+/// `--print-config` child must not outlive it (the task owns it with `kill_on_drop`).
+struct AbortOnDrop<T>(JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 struct Run<S> {
     spec: LaunchSpec,
     spec_path: PathBuf,
@@ -71,6 +81,13 @@ pub async fn run(spec_path: &Path) -> i32 {
     if let Err(err) = supervisor::become_subreaper() {
         tracing::warn!(error = %err, "cannot become child subreaper; double-forked orphans may escape");
     }
+    run_with(spec_path, signals, prepare::parent_env()).await
+}
+
+/// The run with its signal source and payload's environment handed in: `run` passes the real
+/// signal streams and its own environment; tests pass signals they send themselves
+/// ([`supervisor::ChannelSignals`]) or none ([`supervisor::NoSignals`]).
+pub async fn run_with<S: SignalSource>(spec_path: &Path, signals: S, parent: Vec<(String, String)>) -> i32 {
     let spec = match LaunchSpec::from_file(spec_path) {
         Ok(spec) => spec,
         Err(err) => {
@@ -109,7 +126,7 @@ pub async fn run(spec_path: &Path) -> i32 {
         rec,
         signals,
         sup: Supervisor::new(),
-        parent: prepare::parent_env(),
+        parent,
         heartbeat: HeartbeatState::default(),
         tunnel: None,
         timings,
@@ -202,24 +219,17 @@ impl<S: SignalSource> Run<S> {
     async fn execute(&mut self, mut p: Prepared) -> Result<End, End> {
         self.record_prepared(&p)?;
         self.post_run = p.post_run.take();
+        if let Some((dir, inside)) = &p.scratch {
+            let scratch = crate::scratch::JobScratch::create(dir, inside)
+                .map_err(|e| Failure::new(OutcomeClass::Spec, e).with_cause("scratch"))?;
+            self.rec.event("scratch", json!({ "dir": scratch.dir() }));
+            self.scratch = Some(scratch);
+        }
         let Some(port) = p.port.port else {
             return Err(Failure::new(OutcomeClass::EngineStart, p.port.how.clone()).with_cause("port").into());
         };
         let parent = self.parent.clone();
         let env_fn = prepare::lookup(&parent);
-        // Per-job scratch on node-local disk, before the first child starts (crate::scratch).
-        if crate::scratch::wanted(&self.spec) {
-            let scratch = crate::scratch::JobScratch::create(&self.spec, &prepare::port_job_id(&env_fn))
-                .and_then(|s| {
-                    for engine in p.engines.iter_mut().filter(|e| e.node.is_none()) {
-                        s.apply(&mut engine.child.env)?;
-                    }
-                    s.apply(&mut p.harbor.env).map(|()| s)
-                })
-                .map_err(|e| Failure::new(OutcomeClass::Spec, e).with_cause("scratch"))?;
-            self.rec.event("scratch", json!({ "dir": scratch.dir() }));
-            self.scratch = Some(scratch);
-        }
 
         // The tunnel (started by the first poll, while vLLM loads).
         if let Some(programs) = p.tunnel.programs.clone() {
@@ -255,6 +265,8 @@ impl<S: SignalSource> Run<S> {
         rotate_log(&self.log_path(ENGINE_LOG));
         rotate_log(&self.log_path(HARBOR_LOG));
         rotate_log(&self.log_path(TUNNEL_LOG));
+        // The head serves the API here; a multi-node engine's workers (`Prepared.engines` after the
+        // head) start on their nodes through one srun step (crate::multinode).
         let head = p.head().child.clone();
         let started = Instant::now();
         let pid = self.sup.spawn(Role::Engine, &head).map_err(|e| {
@@ -273,16 +285,15 @@ impl<S: SignalSource> Run<S> {
 
         // Harbor's own `--print-config` on the fresh-run argv, while vLLM loads (it costs nothing
         // then): a refusal ends the run before Harbor would start and fail.
-        let mut config_check: Option<JoinHandle<ConfigCheck>> = None;
+        let mut config_check: Option<AbortOnDrop<ConfigCheck>> = None;
         if let Some(config) = &p.harbor.merged_config {
             harbor::write_job_config(&p.harbor.config_path, config).map_err(Failure::from)?;
             let child =
                 p.harbor.child(&self.spec, &p.local_api_base(), &BTreeMap::new(), None).map_err(Failure::from)?;
             let spec = self.spec.clone();
-            config_check =
-                Some(tokio::spawn(
-                    async move { harbor::check_with_print_config(&spec, &child.argv, &child.env).await },
-                ));
+            config_check = Some(AbortOnDrop(tokio::spawn(async move {
+                harbor::check_with_print_config(&spec, &child.argv, &child.env).await
+            })));
         }
         self.run_loop(&p, started, config_check).await
     }
@@ -293,7 +304,7 @@ impl<S: SignalSource> Run<S> {
         &mut self,
         p: &Prepared,
         started: Instant,
-        mut config_check: Option<JoinHandle<ConfigCheck>>,
+        mut config_check: Option<AbortOnDrop<ConfigCheck>>,
     ) -> Result<End, End> {
         let engine_log = self.log_path(ENGINE_LOG);
         let tail = || engine::log_tail(&engine_log, LOG_TAIL_LINES);
@@ -325,7 +336,7 @@ impl<S: SignalSource> Run<S> {
                 status = wait_opt(self.sup.harbor.as_mut()) => Input::HarborExited(status),
                 ev = self.signals.recv() => Input::Signal(ev),
                 _ = sleep_until(deadline.into()), if loading => Input::ReadyDeadline,
-                v = async { config_check.as_mut().expect("guarded").await }, if config_check.is_some() => {
+                v = async { (&mut config_check.as_mut().expect("guarded").0).await }, if config_check.is_some() => {
                     config_check = None;
                     Input::ConfigChecked(v.unwrap_or_else(|e| ConfigCheck::Skipped(format!("check task failed: {e}"))))
                 }
@@ -378,6 +389,7 @@ impl<S: SignalSource> Run<S> {
                 lines
             };
             let tail_of: &dyn Fn() -> Vec<String> = if p.secondaries.is_some() { &all_tail } else { &tail };
+            let before = machine.phase();
             for action in machine.on(input, tail_of) {
                 match action {
                     Action::Event(name, fields) => self.rec.event(name, fields),
@@ -402,6 +414,10 @@ impl<S: SignalSource> Run<S> {
                         return Ok(end);
                     }
                 }
+            }
+            // The tunnel's end-to-end check starts at once, not at the next tick.
+            if before == RunPhase::Loading && machine.phase() == RunPhase::TunnelCheck {
+                tunnel_tick.reset_immediately();
             }
         }
     }
@@ -522,11 +538,11 @@ impl<S: SignalSource> Run<S> {
             json!({ "grace_s": plan.grace.as_secs_f64(), "harbor_grace_s": plan.harbor_grace.as_secs_f64() }),
         );
         let report = self.sup.shutdown(&mut self.signals, plan).await;
-        self.cancel_rank_steps();
         // Every child is gone: nothing writes into the scratch dir any more.
         if let Some(scratch) = self.scratch.take() {
             scratch.remove();
         }
+        self.cancel_rank_steps();
         self.rec.event(
             "teardown_done",
             json!({

@@ -21,43 +21,54 @@ pub fn wanted(spec: &LaunchSpec) -> bool {
     spec.serve.env.values().chain(spec.harbor.env.values()).any(|v| v.contains(JOB_SCRATCH_PLACEHOLDER))
 }
 
-impl JobScratch {
-    /// `<root>/eval_<job>`: root from the spec (default `/tmp`), job = the Slurm job id (else the
-    /// run id). A leftover from an earlier attempt with the same id is emptied first.
-    pub fn create(spec: &LaunchSpec, job: &str) -> Result<JobScratch, String> {
-        let root = spec.scratch.as_ref().map_or_else(|| PathBuf::from("/tmp"), |s| s.root.clone());
-        let safe: String = job.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
-        let dir = root.join(format!("eval_{safe}"));
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir).map_err(|e| format!("cannot clear {}: {e}", dir.display()))?;
+/// The job's scratch directory, when the spec wants one: `<root>/eval_<job>`, root from the spec
+/// (default `/tmp`), job = the Slurm job id (else payload's pid). Pure: nothing is created.
+pub fn dir(spec: &LaunchSpec, job: &str) -> Option<PathBuf> {
+    if !wanted(spec) {
+        return None;
+    }
+    let root = spec.scratch.as_ref().map_or_else(|| PathBuf::from("/tmp"), |s| s.root.clone());
+    let safe: String = job.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
+    Some(root.join(format!("eval_{safe}")))
+}
+
+/// Replaces `{job_scratch}` in `env`'s values with `dir`; returns the directories those values
+/// name inside it (created by [`JobScratch::create`]). Pure.
+pub fn substitute(dir: &Path, env: &mut BTreeMap<String, String>) -> Vec<PathBuf> {
+    let text = dir.display().to_string();
+    let mut inside = Vec::new();
+    for value in env.values_mut().filter(|v| v.contains(JOB_SCRATCH_PLACEHOLDER)) {
+        *value = value.replace(JOB_SCRATCH_PLACEHOLDER, &text);
+        let path = PathBuf::from(value.as_str());
+        if path.starts_with(dir) && path != dir && !inside.contains(&path) {
+            inside.push(path);
         }
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dir)
-            .map_err(|e| format!("cannot create the job's scratch dir {}: {e} (paths.node_scratch)", dir.display()))?;
-        Ok(JobScratch { dir })
+    }
+    inside
+}
+
+impl JobScratch {
+    /// Creates `dir` (mode 0700; a leftover of an earlier attempt with the same id is emptied
+    /// first) and the directories inside it.
+    pub fn create(dir: &Path, inside: &[PathBuf]) -> Result<JobScratch, String> {
+        if dir.exists() {
+            std::fs::remove_dir_all(dir).map_err(|e| format!("cannot clear {}: {e}", dir.display()))?;
+        }
+        let mkdir = |path: &Path| {
+            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(path).map_err(|e| {
+                format!("cannot create the job's scratch dir {}: {e} (paths.node_scratch)", path.display())
+            })
+        };
+        mkdir(dir)?;
+        let scratch = JobScratch { dir: dir.to_path_buf() };
+        for path in inside {
+            mkdir(path)?;
+        }
+        Ok(scratch)
     }
 
     pub fn dir(&self) -> &Path {
         &self.dir
-    }
-
-    /// Replaces `{job_scratch}` in `env`'s values and creates each directory a value names under it.
-    pub fn apply(&self, env: &mut BTreeMap<String, String>) -> Result<(), String> {
-        let dir = self.dir.display().to_string();
-        for value in env.values_mut().filter(|v| v.contains(JOB_SCRATCH_PLACEHOLDER)) {
-            *value = value.replace(JOB_SCRATCH_PLACEHOLDER, &dir);
-            let path = Path::new(value.as_str());
-            if path.starts_with(&self.dir) && path != self.dir {
-                std::fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o700)
-                    .create(path)
-                    .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-            }
-        }
-        Ok(())
     }
 
     /// Removes the directory now (also done on drop).
@@ -82,22 +93,24 @@ mod tests {
     fn placeholders_become_private_dirs_removed_at_the_end() {
         let root = tempfile::tempdir().unwrap();
         let mut spec = crate::testutil::spec();
+        assert_eq!(dir(&spec, "4242"), None, "no placeholder, no scratch dir");
         spec.scratch = Some(launch_spec::launch::ScratchSpec { root: root.path().to_path_buf() });
         spec.serve.env.insert("TRITON_CACHE_DIR".into(), "{job_scratch}/triton".into());
-        assert!(wanted(&spec));
-        let scratch = JobScratch::create(&spec, "4242").unwrap();
-        let dir = scratch.dir().to_path_buf();
-        assert_eq!(dir, root.path().join("eval_4242"));
+        let at = dir(&spec, "4242").unwrap();
+        assert_eq!(at, root.path().join("eval_4242"));
         let mut env = spec.serve.env.clone();
         env.insert("PLAIN".into(), "x".into());
-        scratch.apply(&mut env).unwrap();
-        assert_eq!(env["TRITON_CACHE_DIR"], format!("{}/triton", dir.display()));
+        let inside = substitute(&at, &mut env);
+        assert_eq!(env["TRITON_CACHE_DIR"], format!("{}/triton", at.display()));
         assert_eq!(env["PLAIN"], "x");
-        assert!(dir.join("triton").is_dir());
+        assert!(!at.exists(), "substitute creates nothing");
+        let scratch = JobScratch::create(&at, &inside).unwrap();
+        assert!(at.join("triton").is_dir());
         use std::os::unix::fs::PermissionsExt;
-        assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
-        std::fs::write(dir.join("triton/kernel.bin"), b"x").unwrap();
+        assert_eq!(std::fs::metadata(&at).unwrap().permissions().mode() & 0o777, 0o700);
+        std::fs::write(at.join("triton/kernel.bin"), b"x").unwrap();
+        assert_eq!(scratch.dir(), at);
         scratch.remove();
-        assert!(!dir.exists(), "removed with its contents");
+        assert!(!at.exists(), "removed with its contents");
     }
 }

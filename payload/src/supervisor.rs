@@ -150,13 +150,16 @@ pub enum Role {
     /// SIGTERM to srun is forwarded to every task; stopped with the head.
     Ranks,
     Tunnel,
+    /// The egress proxy of a job that also runs a Pinggy tunnel (crate::tunnel), torn down after it.
+    Egress,
     /// The post-run step (crate::postrun): started only after the others are torn down, so a
     /// teardown that meets it alive has only it to stop (stage 2).
     PostRun,
 }
 
 impl Role {
-    pub const TEARDOWN_ORDER: [Role; 5] = [Role::Harbor, Role::Engine, Role::Ranks, Role::Tunnel, Role::PostRun];
+    pub const TEARDOWN_ORDER: [Role; 6] =
+        [Role::Harbor, Role::Engine, Role::Ranks, Role::Tunnel, Role::Egress, Role::PostRun];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -164,6 +167,7 @@ impl Role {
             Role::Engine => "engine",
             Role::Ranks => "ranks",
             Role::Tunnel => "tunnel",
+            Role::Egress => "egress",
             Role::PostRun => "post_run",
         }
     }
@@ -174,7 +178,7 @@ impl Role {
     pub fn stop_signal(self) -> Signal {
         match self {
             Role::Harbor => Signal::SIGINT,
-            Role::Engine | Role::Ranks | Role::Tunnel | Role::PostRun => Signal::SIGTERM,
+            Role::Engine | Role::Ranks | Role::Tunnel | Role::Egress | Role::PostRun => Signal::SIGTERM,
         }
     }
 }
@@ -391,6 +395,7 @@ pub struct Supervisor {
     pub engine: Option<Managed>,
     pub ranks: Option<Managed>,
     pub tunnel: Option<Managed>,
+    pub egress: Option<Managed>,
     pub post_run: Option<Managed>,
     my_pid: i32,
 }
@@ -408,6 +413,7 @@ impl Supervisor {
             engine: None,
             ranks: None,
             tunnel: None,
+            egress: None,
             post_run: None,
             my_pid: std::process::id() as i32,
         }
@@ -419,6 +425,7 @@ impl Supervisor {
             Role::Engine => &mut self.engine,
             Role::Ranks => &mut self.ranks,
             Role::Tunnel => &mut self.tunnel,
+            Role::Egress => &mut self.egress,
             Role::PostRun => &mut self.post_run,
         }
     }
@@ -428,7 +435,7 @@ impl Supervisor {
     }
 
     fn managed_pids(&self) -> Vec<i32> {
-        [&self.harbor, &self.engine, &self.ranks, &self.tunnel, &self.post_run]
+        [&self.harbor, &self.engine, &self.ranks, &self.tunnel, &self.egress, &self.post_run]
             .iter()
             .filter_map(|m| m.as_ref().map(|m| m.pid as i32))
             .collect()
@@ -579,7 +586,7 @@ impl Supervisor {
             }
         }
         // Stage 2: vLLM, then the tunnel (and the post-run step, alone when it runs).
-        const STAGE_2: [Role; 4] = [Role::Engine, Role::Ranks, Role::Tunnel, Role::PostRun];
+        const STAGE_2: [Role; 5] = [Role::Engine, Role::Ranks, Role::Tunnel, Role::Egress, Role::PostRun];
         if go_on {
             self.term(&STAGE_2, &mut state.report, start);
             let reserve = ShutdownPlan::reserve(plan.grace);

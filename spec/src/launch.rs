@@ -364,13 +364,15 @@ pub struct PinggySpec {
     pub verify_attempts: u32,
     #[serde(default = "default_verify_interval")]
     pub verify_interval_s: f64,
-    /// HTTP client used for the check (TLS to the public URL): an absolute path or a name on PATH.
-    #[serde(default = "default_verify_program")]
-    pub verify_program: String,
     #[serde(default = "default_alive_interval")]
     pub server_alive_interval_s: u32,
     #[serde(default = "default_alive_count")]
     pub server_alive_count_max: u32,
+    /// Compute nodes without internet: the job also runs this SOCKS egress proxy to the login
+    /// node (for Harbor, as in a `socks` tunnel), Pinggy's ssh reaches Pinggy through the login
+    /// node (`ProxyJump`), and the public-URL check goes through the proxy (docs/tunnels.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<Box<SocksSpec>>,
 }
 
 impl PinggySpec {
@@ -432,9 +434,11 @@ pub struct SocksSpec {
     pub server_alive_count_max: u32,
 }
 
-fn is_http_url(url: &str) -> bool {
-    let rest = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://"));
-    rest.is_some_and(|r| !r.is_empty() && !r.contains(char::is_whitespace))
+/// An absolute http(s) URL with a host, written without whitespace (it goes into configs as is).
+fn is_http_url(text: &str) -> bool {
+    !text.contains(char::is_whitespace)
+        && url::Url::parse(text)
+            .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some_and(|h| !h.is_empty()))
 }
 
 fn is_var_name(name: &str) -> bool {
@@ -494,34 +498,40 @@ impl TunnelSpec {
                     p.server_alive_interval_s,
                 )?;
                 v::whole_seconds(p.lease_ttl_s, true).map_err(|e| ("tunnel.lease_ttl_s", e))?;
-                Ok(())
+                match &p.egress {
+                    Some(egress) => socks_problem(egress).map_err(|(field, e)| {
+                        ("tunnel.egress", format!("{}: {e}", field.trim_start_matches("tunnel.")))
+                    }),
+                    None => Ok(()),
+                }
             }
-            TunnelSpec::Socks(s) => {
-                if !is_config_word(&s.login_node) {
-                    return Err(("tunnel.login_node", format!("`{}` is not a host name", s.login_node)));
-                }
-                if let Some(user) = &s.user
-                    && !is_config_word(user)
-                {
-                    return Err(("tunnel.user", format!("`{user}` is not a user name")));
-                }
-                if !is_http_url(&s.verify_url) {
-                    return Err((
-                        "tunnel.verify_url",
-                        format!("`{}` must be an http:// or https:// URL", s.verify_url),
-                    ));
-                }
-                if s.verify_attempts == 0 {
-                    return Err(("tunnel.verify_attempts", "must be ≥ 1".to_string()));
-                }
-                if let Some(fixed) = s.port.fixed {
-                    v::port(fixed).map_err(|e| ("tunnel.port.fixed", e))?;
-                }
-                v::port_range(s.port.base, s.port.span).map_err(|e| ("tunnel.port", e))?;
-                tunnel_timing(s.restart_backoff_s, s.connect_timeout_s, s.verify_interval_s, s.server_alive_interval_s)
-            }
+            TunnelSpec::Socks(s) => socks_problem(s),
         }
     }
+}
+
+/// The first problem with SOCKS settings (a `socks` tunnel, or a Pinggy tunnel's `egress`).
+fn socks_problem(s: &SocksSpec) -> Result<(), (&'static str, String)> {
+    use crate::validate as v;
+    if !is_config_word(&s.login_node) {
+        return Err(("tunnel.login_node", format!("`{}` is not a host name", s.login_node)));
+    }
+    if let Some(user) = &s.user
+        && !is_config_word(user)
+    {
+        return Err(("tunnel.user", format!("`{user}` is not a user name")));
+    }
+    if !is_http_url(&s.verify_url) {
+        return Err(("tunnel.verify_url", format!("`{}` must be an http:// or https:// URL", s.verify_url)));
+    }
+    if s.verify_attempts == 0 {
+        return Err(("tunnel.verify_attempts", "must be ≥ 1".to_string()));
+    }
+    if let Some(fixed) = s.port.fixed {
+        v::port(fixed).map_err(|e| ("tunnel.port.fixed", e))?;
+    }
+    v::port_range(s.port.base, s.port.span).map_err(|e| ("tunnel.port", e))?;
+    tunnel_timing(s.restart_backoff_s, s.connect_timeout_s, s.verify_interval_s, s.server_alive_interval_s)
 }
 
 /// The tunnel's durations, as payload turns them into `Duration`s and deadlines.
@@ -568,10 +578,6 @@ fn default_verify_interval() -> f64 {
 
 fn default_socks_verify_interval() -> f64 {
     2.0
-}
-
-fn default_verify_program() -> String {
-    "curl".to_string()
 }
 
 fn default_alive_interval() -> u32 {
@@ -918,9 +924,16 @@ mod tests {
         p.bank.push(PinggyPair { public_url: "https://a/".into(), token_secret: "U".into(), host: None });
         assert_eq!(TunnelSpec::Pinggy(p.clone()).problem().unwrap_err().0, "tunnel.bank");
         p.bank.clear();
-        p.public_url = "ftp://x".into();
-        assert_eq!(TunnelSpec::Pinggy(p).problem().unwrap_err().0, "tunnel.public_url");
         let s: SocksSpec = serde_json::from_str(r#"{"login_node": "login 05"}"#).unwrap();
+        // The egress proxy beside a Pinggy tunnel is checked like a SOCKS tunnel, named as its part.
+        p.egress = Some(Box::new(s.clone()));
+        let (field, problem) = TunnelSpec::Pinggy(p.clone()).problem().unwrap_err();
+        assert_eq!((field, problem.starts_with("login_node: ")), ("tunnel.egress", true), "{problem}");
+        p.egress = None;
+        for bad in ["ftp://x", "https://", "https://a b", "not a url"] {
+            p.public_url = bad.into();
+            assert_eq!(TunnelSpec::Pinggy(p.clone()).problem().unwrap_err().0, "tunnel.public_url", "{bad}");
+        }
         assert_eq!(TunnelSpec::Socks(s).problem().unwrap_err().0, "tunnel.login_node");
     }
 

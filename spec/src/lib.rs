@@ -1,6 +1,7 @@
 //! Types both programs speak: the launch spec, the run records, GPU profiles, and the one YAML
 //! entry point. Versioned; no secret values ever live in these types.
 
+pub mod agents;
 pub mod expand;
 pub mod fsread;
 pub mod gpu;

@@ -42,7 +42,7 @@ pub enum LaunchError {
     )]
     NoPinggyBank { agent: String, cluster: String },
     #[error(
-        "agent `{agent}` needs a Pinggy tunnel, but cluster {cluster} has no internet on compute nodes: payload runs one tunnel per job (SOCKS egress or Pinggy), so installed-harness agents need a cluster with direct egress (docs/tunnels.md)"
+        "agent `{agent}` needs a Pinggy tunnel, but cluster {cluster} has no internet on compute nodes and no `network.proxy` to reach Pinggy through (add the login node under network.proxy in clusters/{cluster}.yaml, see docs/tunnels.md)"
     )]
     TunnelNeedsEgress { agent: String, cluster: String },
     #[error("model `{model}`: {reason} (fix its agent_kwargs in the registry, or --agent-kwarg)")]
@@ -133,7 +133,7 @@ impl LaunchContext<'_> {
 
     /// vLLM's environment: the cluster's `engine.env`, then the serving environment's `env`, then
     /// where the weights are (docs/site.md): the profile's cache as `HF_HUB_CACHE` (never `$HOME`),
-    /// and `HF_HUB_OFFLINE=1` where compute nodes have no internet (the weights were staged).
+    /// and with it `HF_HUB_OFFLINE=1` where compute nodes have no internet (the weights are staged there).
     fn engine_env(
         &self,
         serve_env_name: &str,
@@ -146,11 +146,13 @@ impl LaunchContext<'_> {
         if cluster.engine.torchdynamo_disable_by_dp {
             env.insert("TORCHDYNAMO_DISABLE".into(), if data_parallel_size > 1 { "0" } else { "1" }.into());
         }
+        // Offline only with a cache to read: without `paths.hf_cache` the job keeps its user's
+        // default cache and online lookups (preflight says so).
         if let Some(cache) = self.hf_cache()? {
             env.insert("HF_HUB_CACHE".into(), cache.display().to_string());
-        }
-        if !cluster.network.internet {
-            env.insert("HF_HUB_OFFLINE".into(), "1".into());
+            if !cluster.network.internet {
+                env.insert("HF_HUB_OFFLINE".into(), "1".into());
+            }
         }
         Ok(env)
     }
@@ -266,7 +268,7 @@ impl LaunchContext<'_> {
         if let Some(auto_snapshot) = preset.auto_snapshot {
             harbor_extra.extend(["--environment-kwarg".to_string(), format!("auto_snapshot={auto_snapshot}")]);
         }
-        let agent = preset.agent_name.clone().unwrap_or_else(|| "terminus-2".to_string());
+        let agent = preset.agent().to_string();
         let tunnel = tunnel_spec(cluster, &agent, &|field, path| self.expand(field, path))?;
         let secrets_file = Some(self.secrets_file()?);
         let engine_env = self.engine_env(&serve_env_name, serve_env, resolved.data_parallel_size)?;
@@ -385,16 +387,20 @@ impl LaunchContext<'_> {
 
 /// The tunnel for `agent` on `cluster` (docs/tunnels.md): Pinggy for installed-harness agents (the
 /// whole bank goes into the spec with `<state_dir>/pinggy` as the lease directory — payload picks
-/// a free pair on the node); SOCKS egress when compute nodes have no internet and a proxy is set;
-/// otherwise none.
+/// a free pair on the node), with the SOCKS egress proxy beside it when compute nodes have no
+/// internet; SOCKS egress alone for local agents there; otherwise none.
 pub fn tunnel_spec(
     cluster: &ClusterProfile,
     agent: &str,
     expand: &dyn Fn(&str, &Path) -> Result<PathBuf, LaunchError>,
 ) -> Result<TunnelSpec, LaunchError> {
     let network = &cluster.network;
+    let egress = match (&network.proxy, network.internet) {
+        (Some(proxy), false) => Some(socks_spec(proxy, expand)?),
+        _ => None,
+    };
     if launch_spec::launch::is_installed_agent(agent) {
-        if !network.internet {
+        if !network.internet && egress.is_none() {
             return Err(LaunchError::TunnelNeedsEgress { agent: agent.to_string(), cluster: cluster.name.clone() });
         }
         let Some((first, rest)) = network.pinggy.split_first() else {
@@ -417,28 +423,57 @@ pub fn tunnel_spec(
             Some(file) => Some(expand("network.pinggy[0].known_hosts", file)?),
             None => None,
         };
+        spec.egress = egress.map(Box::new);
         return Ok(TunnelSpec::Pinggy(spec));
     }
-    match (&network.proxy, network.internet) {
-        (Some(proxy), false) => {
-            let mut spec: SocksSpec = serde_json::from_value(serde_json::json!({ "login_node": proxy.login_node }))
-                .expect("minimal SOCKS spec");
-            spec.user = proxy.user.clone();
-            spec.identity_file = match &proxy.identity_file {
-                Some(key) => Some(expand("network.proxy.identity_file", key)?),
-                None => None,
-            };
-            spec.ssh_port = proxy.ssh_port;
-            spec.mode = if proxy.mode == "proxychains" { ProxyMode::Proxychains } else { ProxyMode::Env };
-            spec.proxychains_bin = proxy.proxychains_bin.clone();
-            spec.known_hosts = match &proxy.known_hosts {
-                Some(file) => Some(expand("network.proxy.known_hosts", file)?),
-                None => None,
-            };
-            Ok(TunnelSpec::Socks(spec))
-        }
-        _ => Ok(TunnelSpec::None),
-    }
+    Ok(egress.map(TunnelSpec::Socks).unwrap_or(TunnelSpec::None))
+}
+
+/// One line for `plan` and `lint`: what `agent`'s jobs on `cluster` tunnel, and the variables the
+/// agent gets (launch_spec::agents); the refusal's reason when they cannot launch there.
+pub fn describe_tunnel(
+    cluster: &ClusterProfile,
+    agent: &str,
+    expand: &dyn Fn(&str, &Path) -> Result<PathBuf, LaunchError>,
+) -> Result<String, LaunchError> {
+    let socks = |s: &SocksSpec| {
+        let mode =
+            if s.mode == ProxyMode::Proxychains { "Harbor under proxychains" } else { "proxy variables for Harbor" };
+        format!("SOCKS egress via {} ({mode})", s.login_node)
+    };
+    Ok(match tunnel_spec(cluster, agent, expand)? {
+        TunnelSpec::None => format!("none ({agent} calls vLLM on the node)"),
+        TunnelSpec::Socks(s) => socks(&s),
+        TunnelSpec::Pinggy(p) => format!(
+            "Pinggy ({} pair(s), public URL as api_base{}){}; {}",
+            p.pairs().len(),
+            if p.egress.is_some() { ", reached through the login node" } else { "" },
+            p.egress.as_ref().map(|s| format!(" + {}", socks(s))).unwrap_or_default(),
+            launch_spec::agents::describe(agent, true)
+        ),
+    })
+}
+
+/// The SOCKS egress proxy through the profile's login node.
+fn socks_spec(
+    proxy: &crate::config::cluster::Proxy,
+    expand: &dyn Fn(&str, &Path) -> Result<PathBuf, LaunchError>,
+) -> Result<SocksSpec, LaunchError> {
+    let mut spec: SocksSpec =
+        serde_json::from_value(serde_json::json!({ "login_node": proxy.login_node })).expect("minimal SOCKS spec");
+    spec.user = proxy.user.clone();
+    spec.identity_file = match &proxy.identity_file {
+        Some(key) => Some(expand("network.proxy.identity_file", key)?),
+        None => None,
+    };
+    spec.ssh_port = proxy.ssh_port;
+    spec.mode = if proxy.mode == "proxychains" { ProxyMode::Proxychains } else { ProxyMode::Env };
+    spec.proxychains_bin = proxy.proxychains_bin.clone();
+    spec.known_hosts = match &proxy.known_hosts {
+        Some(file) => Some(expand("network.proxy.known_hosts", file)?),
+        None => None,
+    };
+    Ok(spec)
 }
 
 fn preset_n_attempts(preset: &Preset) -> u32 {
@@ -468,6 +503,20 @@ mod tests {
         };
         assert_eq!(socks.login_node, leo.network.proxy.as_ref().unwrap().login_node);
         assert!(socks.identity_file.is_some_and(|k| !k.to_string_lossy().contains('~')));
+        // An installed harness without internet: Pinggy with the SOCKS egress beside it, once the
+        // profile has a bank; without a proxy it is refused.
+        let mut leo = leo;
+        assert!(matches!(tunnel_spec(&leo, "openhands", &expand), Err(LaunchError::NoPinggyBank { .. })));
+        let one = "- {url: https://a.a.pinggy.link, token_secret: PINGGY_TOKEN_1}\n";
+        leo.network.pinggy = launch_spec::yaml::from_yaml_str(one, Path::new("bank.yaml")).unwrap();
+        let TunnelSpec::Pinggy(p) = tunnel_spec(&leo, "openhands", &expand).unwrap() else { panic!() };
+        assert_eq!(p.egress.as_ref().map(|e| e.login_node.as_str()), Some(socks.login_node.as_str()));
+        assert_eq!(p.egress.unwrap().mode, ProxyMode::Proxychains);
+        // What `plan` prints for it: both tunnels and openhands' variables.
+        let text = describe_tunnel(&leo, "openhands", &expand).unwrap();
+        assert!(text.contains("reached through the login node) + SOCKS egress via login05"), "{text}");
+        assert!(text.ends_with("agent openhands reads LLM_BASE_URL, HOSTED_VLLM_API_KEY, LLM_API_KEY"), "{text}");
+        leo.network.proxy = None;
         assert!(matches!(tunnel_spec(&leo, "openhands", &expand), Err(LaunchError::TunnelNeedsEgress { .. })));
         let mut vista = cluster("vista");
         assert_eq!(tunnel_spec(&vista, "terminus-2", &expand).unwrap(), TunnelSpec::None);
@@ -482,6 +531,7 @@ mod tests {
         assert_eq!(p.bank.len(), 1);
         assert_eq!(p.bank[0].host.as_deref(), Some("ap.pro.pinggy.io"));
         assert_eq!(p.lock_dir.unwrap(), PathBuf::from("/s/eval_state/pinggy"));
+        assert!(p.egress.is_none(), "vista has direct egress");
         // terminus-2 never tunnels, whatever the bank.
         assert_eq!(tunnel_spec(&vista, "terminus-2", &expand).unwrap(), TunnelSpec::None);
     }
@@ -517,5 +567,50 @@ mod tests {
         let context = LaunchContext { cluster: &unset, ..context };
         let err = context.build("Qwen/Qwen3-8B", &preset, &LaunchOverrides::default()).unwrap_err().to_string();
         assert!(err.contains("post_run.argv[3] uses ${NO_SUCH_VAR_FOR_POST_RUN}"), "{err}");
+    }
+
+    #[test]
+    fn the_job_environment_is_resolved_at_submit_time() {
+        use crate::config::{self, ConfigRoot};
+        let root = ConfigRoot { root: Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf() };
+        let mut local = cluster("local");
+        local.engine.env.insert("SITE_CACHE".into(), "${SUBMITTER_HOME}/cache".into());
+        local.engine.env.insert("TMPDIR".into(), "{job_scratch}/tmp".into());
+        local.environments.get_mut("otagent").unwrap().env.insert("VLLM_USE_FLASHINFER_SAMPLER".into(), "0".into());
+        local.engine.torchdynamo_disable_by_dp = true;
+        local.paths.hf_cache = Some(PathBuf::from("${SUBMITTER_HOME}/hf"));
+        local.network.internet = false;
+        let gpus = config::load_gpu_profiles(&root.clusters_dir()).unwrap();
+        let preset = config::load_preset(&root.presets_dir(), "tb2").unwrap();
+        let registry = Registry::load(&root.registry_dir()).unwrap();
+        let harbor = root.harbor_configs_dir();
+        let context = LaunchContext {
+            cluster: &local,
+            gpu_profiles: &gpus,
+            registry: &registry,
+            harbor_configs_dir: &harbor,
+            root: &root.root,
+        };
+        let home = context.variable("SUBMITTER_HOME").unwrap();
+        let spec = context.build("Qwen/Qwen3-8B", &preset, &LaunchOverrides::default()).unwrap();
+        let env = &spec.serve.env;
+        assert_eq!(env["SITE_CACHE"], format!("{home}/cache"));
+        assert_eq!(env["TMPDIR"], "{job_scratch}/tmp", "payload's placeholder is kept");
+        assert_eq!(env["VLLM_USE_FLASHINFER_SAMPLER"], "0", "the environment's own variables");
+        assert_eq!(env["HF_HUB_CACHE"], format!("{home}/hf"));
+        assert_eq!(env["HF_HUB_OFFLINE"], "1");
+        let dp = spec.serve.data_parallel_size;
+        assert_eq!(env["TORCHDYNAMO_DISABLE"], if dp > 1 { "0" } else { "1" });
+        assert!(spec.secrets.file.as_ref().is_some_and(|f| f.is_absolute()));
+        for (value, want) in [
+            ("${NO_SUCH_VAR_FOR_ENGINE_ENV}", "engine.env.BROKEN uses ${NO_SUCH_VAR_FOR_ENGINE_ENV}"),
+            ("${SUBMITTER_HOME", "engine.env.BROKEN: unterminated `${`"),
+        ] {
+            let mut broken = local.clone();
+            broken.engine.env.insert("BROKEN".into(), value.into());
+            let context = LaunchContext { cluster: &broken, ..context };
+            let err = context.build("Qwen/Qwen3-8B", &preset, &LaunchOverrides::default()).unwrap_err().to_string();
+            assert!(err.contains(want), "{err}");
+        }
     }
 }

@@ -57,7 +57,8 @@ pub fn check(inputs: &LintInputs) -> Vec<Finding> {
     let mut findings = Findings::default();
     check_registry_files(inputs.registry, &mut findings);
     let clusters = check_clusters(inputs.clusters, &mut findings);
-    check_presets(inputs.presets, &mut findings);
+    let presets = check_presets(inputs.presets, &mut findings);
+    check_tunnels(&presets, &clusters, &mut findings);
     // Cross-file checks need a registry that loads.
     match Registry::load(inputs.registry) {
         Ok(registry) => {
@@ -227,12 +228,13 @@ fn check_clusters(dir: &Path, findings: &mut Findings) -> Vec<ClusterProfile> {
     clusters
 }
 
-fn check_presets(dir: &Path, findings: &mut Findings) {
+fn check_presets(dir: &Path, findings: &mut Findings) -> Vec<(PathBuf, Preset)> {
     let harbor_dir = dir.join("harbor");
     let Ok(entries) = std::fs::read_dir(dir) else {
         findings.error(dir.display(), "cannot read the presets directory");
-        return;
+        return Vec::new();
     };
+    let mut presets = Vec::new();
     let mut files: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
@@ -245,6 +247,27 @@ fn check_presets(dir: &Path, findings: &mut Findings) {
                 for problem in preset.problems_with(&harbor_dir) {
                     findings.error(file.display(), problem);
                 }
+                presets.push((file, preset));
+            }
+        }
+    }
+    presets
+}
+
+/// Each installed-harness preset on each cluster: the tunnels its jobs get there, or why `launch`
+/// would refuse them (no Pinggy bank; no internet and no proxy) — a warning, since the preset may
+/// be meant for another cluster.
+fn check_tunnels(presets: &[(PathBuf, Preset)], clusters: &[ClusterProfile], findings: &mut Findings) {
+    // Paths are not expanded here (lint runs without the profile's variables).
+    let as_written = |_: &str, p: &Path| Ok(p.to_path_buf());
+    for (file, preset) in presets {
+        let agent = preset.agent();
+        if !launch_spec::launch::is_installed_agent(agent) {
+            continue;
+        }
+        for cluster in clusters {
+            if let Err(e) = crate::launch::describe_tunnel(cluster, agent, &as_written) {
+                findings.warn(file.display(), format!("on cluster {}: {e}", cluster.name));
             }
         }
     }
@@ -436,4 +459,32 @@ pub fn weights_do_not_fit(
             KV_MARGIN * 100.0
         )
     })
+}
+
+#[cfg(test)]
+mod tunnel_tests {
+    use super::*;
+
+    fn cluster(name: &str) -> ClusterProfile {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../clusters");
+        config::load_cluster(&dir, name).unwrap()
+    }
+
+    #[test]
+    fn an_installed_agent_preset_is_flagged_where_it_cannot_launch() {
+        let yaml = "datasets: [DCAgent2/terminal_bench_2]\nagent_name: openhands\n";
+        let preset: Preset = launch_spec::yaml::from_yaml_str(yaml, Path::new("oh.yaml")).unwrap();
+        let presets = vec![(PathBuf::from("presets/oh.yaml"), preset)];
+        let mut leo = cluster("leonardo");
+        let mut findings = Findings::default();
+        check_tunnels(&presets, std::slice::from_ref(&leo), &mut findings);
+        assert_eq!(findings.0.len(), 1, "{:?}", findings.0);
+        assert!(findings.0[0].message.contains("on cluster leonardo: agent `openhands`"), "{:?}", findings.0);
+        // With a bank, Leonardo runs both tunnels in one job: nothing to say.
+        let bank = "- {url: https://a.a.pinggy.link, token_secret: PINGGY_TOKEN_1}\n";
+        leo.network.pinggy = launch_spec::yaml::from_yaml_str(bank, Path::new("bank.yaml")).unwrap();
+        let mut findings = Findings::default();
+        check_tunnels(&presets, &[leo], &mut findings);
+        assert!(findings.0.is_empty(), "{:?}", findings.0);
+    }
 }

@@ -104,7 +104,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) => {
             commands::report_error(&err);
-            ExitStatus::of_error(err.chain()).into()
+            ExitStatus::of_error(err.chain(), commands::wrapped_status).into()
         }
     }
 }

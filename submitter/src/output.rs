@@ -15,9 +15,11 @@
 use std::error::Error;
 use std::process::ExitCode;
 
+use launch_spec::layout::Layout;
 use serde::Serialize;
 
 use crate::ledger::LedgerError;
+use crate::registry::Resolved;
 use crate::slurm::SlurmError;
 
 /// The version of every JSON document `submitter` prints.
@@ -125,9 +127,24 @@ impl ExitStatus {
     }
 
     /// The status for an error that ended a command, from the first cause in its chain that says
-    /// what kind of failure it is; anything else is bad input.
-    pub fn of_error<'a>(chain: impl IntoIterator<Item = &'a (dyn Error + 'static)>) -> ExitStatus {
-        chain.into_iter().find_map(classify).unwrap_or(ExitStatus::BadInput)
+    /// what kind of failure it is ([`ExitStatus::of_cause`], else `wrapped`: the command layer's
+    /// view into wrapper errors whose `#[error(transparent)]` variants hide their cause from the
+    /// chain); anything else is bad input.
+    pub fn of_error<'a>(
+        chain: impl IntoIterator<Item = &'a (dyn Error + 'static)>,
+        wrapped: impl Fn(&(dyn Error + 'static)) -> Option<ExitStatus>,
+    ) -> ExitStatus {
+        chain.into_iter().find_map(|cause| classify(cause).or_else(|| wrapped(cause))).unwrap_or(ExitStatus::BadInput)
+    }
+
+    /// The status a ledger error calls for.
+    pub fn of_ledger(error: &LedgerError) -> ExitStatus {
+        ledger_status(error)
+    }
+
+    /// The status a Slurm error calls for.
+    pub fn of_slurm(error: &SlurmError) -> ExitStatus {
+        slurm_status(error)
     }
 }
 
@@ -146,20 +163,6 @@ fn classify(error: &(dyn Error + 'static)) -> Option<ExitStatus> {
     }
     if error.downcast_ref::<LockHeld>().is_some() {
         return Some(ExitStatus::LockHeld);
-    }
-    // Wrappers whose variants are `#[error(transparent)]`: the wrapped error is not in the chain.
-    if let Some(error) = error.downcast_ref::<crate::plan::SubmitError>() {
-        return match error {
-            crate::plan::SubmitError::Ledger(e) => Some(ledger_status(e)),
-            crate::plan::SubmitError::Slurm(e) => Some(slurm_status(e)),
-            _ => None,
-        };
-    }
-    if let Some(error) = error.downcast_ref::<crate::sync::SyncError>() {
-        return Some(match error {
-            crate::sync::SyncError::Ledger(e) => ledger_status(e),
-            crate::sync::SyncError::Slurm(e) => slurm_status(e),
-        });
     }
     None
 }
@@ -199,6 +202,69 @@ pub struct LockHeld {
     pub path: String,
 }
 
+/// One model's serve settings as the JSON documents show them (`registry resolve`, `plan`'s `serve`);
+/// field order is the interface.
+#[derive(Serialize)]
+pub struct ServeSettings<'a> {
+    pub tensor_parallel_size: u32,
+    pub data_parallel_size: u32,
+    /// Left out when 1, so single-node output keeps its shape.
+    #[serde(skip_serializing_if = "is_one")]
+    pub pipeline_parallel_size: u32,
+    /// The registry's explicit node count; left out when unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<u32>,
+    pub max_model_len: Option<u64>,
+    pub swap_space: Option<u32>,
+    pub trust_remote_code: Option<bool>,
+    pub tool_call_parser: Option<&'a str>,
+    pub reasoning_parser: Option<&'a str>,
+    pub hf_overrides: Option<&'a str>,
+    pub limit_mm_per_prompt: Option<&'a str>,
+    pub max_num_seqs: Option<u32>,
+    pub extra_args: Option<&'a str>,
+    pub conda_env: Option<&'a str>,
+    pub agent_kwargs: &'a [String],
+    pub max_output_tokens: Option<u64>,
+    pub timeout_multiplier: f64,
+    /// Which registry rule matched: `exact`, a pattern, `size-default`, ….
+    pub rule: &'a str,
+    /// Where the engine's GPUs are (docs/multinode.md); shown only for a multi-node layout.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub layout: Option<Layout>,
+}
+
+fn is_one(value: &u32) -> bool {
+    *value == 1
+}
+
+impl<'a> ServeSettings<'a> {
+    /// `layout`: where the engine's GPUs are, when the caller resolved it (shown when multi-node).
+    pub fn new(r: &'a Resolved, layout: Option<&Layout>) -> Self {
+        ServeSettings {
+            tensor_parallel_size: r.tensor_parallel_size,
+            data_parallel_size: r.data_parallel_size,
+            pipeline_parallel_size: r.pipeline_parallel_size,
+            nodes: r.nodes,
+            max_model_len: r.max_model_len,
+            swap_space: r.swap_space,
+            trust_remote_code: r.trust_remote_code,
+            tool_call_parser: r.tool_call_parser.as_deref(),
+            reasoning_parser: r.reasoning_parser.as_deref(),
+            hf_overrides: r.hf_overrides.as_deref(),
+            limit_mm_per_prompt: r.limit_mm_per_prompt.as_deref(),
+            max_num_seqs: r.max_num_seqs,
+            extra_args: r.extra_args.as_deref(),
+            conda_env: r.conda_env.as_deref(),
+            agent_kwargs: &r.agent_kwargs,
+            max_output_tokens: r.max_output_tokens,
+            timeout_multiplier: r.timeout_multiplier,
+            rule: &r.rule,
+            layout: layout.filter(|layout| layout.is_multi_node()).copied(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,16 +282,16 @@ mod tests {
             detail: "refused".into(),
             hint: "",
         });
-        assert_eq!(ExitStatus::of_error([&*ledger_down]), ExitStatus::LedgerUnavailable);
-        let slurm_down = crate::sync::SyncError::Slurm(SlurmError::TimedOut {
-            command: "squeue".into(),
-            timeout: std::time::Duration::from_secs(1),
-        });
-        assert_eq!(ExitStatus::of_error([&slurm_down as &dyn Error]), ExitStatus::SlurmUnavailable);
+        let none = |_: &(dyn Error + 'static)| None;
+        assert_eq!(ExitStatus::of_error([&*ledger_down], none), ExitStatus::LedgerUnavailable);
+        let slurm_down = SlurmError::TimedOut { command: "squeue".into(), timeout: std::time::Duration::from_secs(1) };
+        assert_eq!(ExitStatus::of_error([&slurm_down as &dyn Error], none), ExitStatus::SlurmUnavailable);
         let lock = LockHeld { path: "/state/submitter.lock".into() };
-        assert_eq!(ExitStatus::of_error([&lock as &dyn Error]), ExitStatus::LockHeld);
+        assert_eq!(ExitStatus::of_error([&lock as &dyn Error], none), ExitStatus::LockHeld);
         let other = std::io::Error::other("a typo");
-        assert_eq!(ExitStatus::of_error([&other as &dyn Error]), ExitStatus::BadInput);
+        assert_eq!(ExitStatus::of_error([&other as &dyn Error], none), ExitStatus::BadInput);
+        let wrapped = |_: &(dyn Error + 'static)| Some(ExitStatus::SlurmUnavailable);
+        assert_eq!(ExitStatus::of_error([&other as &dyn Error], wrapped), ExitStatus::SlurmUnavailable);
     }
 
     #[test]

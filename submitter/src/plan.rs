@@ -45,6 +45,8 @@ pub struct PlannedJob {
     /// For the operator: an unattended attempt on another cluster (never acted on here).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub flag: Option<String>,
+    /// The job's tunnel(s) and the agent's model variables (or why it cannot launch here).
+    pub tunnel: String,
     #[serde(skip)]
     pub dataset: String,
 }
@@ -137,6 +139,9 @@ pub fn plan(
     let mut planned = Vec::with_capacity(models.len() * presets.len());
     for model in models {
         for selected in presets {
+            let agent = selected.preset.agent();
+            let tunnel = crate::launch::describe_tunnel(context.cluster, agent, &|f, p| context.expand(f, p))
+                .unwrap_or_else(|e| format!("refused: {e}"));
             for dataset in &selected.preset.datasets {
                 let (resolved, _) = context.resolve(model, &selected.preset, overrides)?;
                 let benchmark = Preset::benchmark_of(dataset);
@@ -169,9 +174,11 @@ pub fn plan(
                     },
                     timeout_multiplier: resolved.timeout_multiplier,
                     rule: resolved.rule.clone(),
-                    serve: serde_json::to_value(&resolved).unwrap_or(Value::Null),
+                    serve: serde_json::to_value(crate::output::ServeSettings::new(&resolved, None))
+                        .unwrap_or(Value::Null),
                     prerequisite,
                     flag,
+                    tunnel: tunnel.clone(),
                     dataset: dataset.clone(),
                 });
             }

@@ -220,7 +220,9 @@ fn weights(spec: &LaunchSpec) -> Result<String, Outcome> {
         return if offline {
             fail("HF_HUB_OFFLINE without HF_HUB_CACHE/HF_HOME: set paths.hf_cache in the profile")
         } else {
-            Err(Outcome::Skipped("no paths.hf_cache: the job downloads into its user's default cache".into()))
+            Err(Outcome::Skipped(
+                "no paths.hf_cache: the job uses its user's default cache (and the network, if it has one)".into(),
+            ))
         };
     };
     match hf_snapshot(&cache, &spec.model.hf_id) {
@@ -448,20 +450,9 @@ fn slurm(inputs: &Inputs) -> Result<String, Outcome> {
     Ok(said.join(", "))
 }
 
-/// Bytes per parameter of the weights, from the id's quantization marker (bf16 otherwise).
-fn bytes_per_parameter(model: &str) -> f64 {
-    let id = model.to_ascii_lowercase();
-    if ["awq", "gptq", "int4", "w4a16", "4bit", "nvfp4", "mxfp4"].iter().any(|q| id.contains(q)) {
-        0.5
-    } else if ["fp8", "int8", "w8a8", "8bit"].iter().any(|q| id.contains(q)) {
-        1.0
-    } else {
-        2.0
-    }
-}
-
-/// The weights' size against what TP GPUs give vLLM (the memory ceiling of each). An estimate
-/// from the parameter count in the id; KV cache comes on top, so passing is necessary, not sufficient.
+/// The weights against what one replica's GPUs (TP × PP) give vLLM — the rule `registry check`
+/// warns with (`lint::weights_do_not_fit`: bytes per parameter from the id, a KV margin, the memory
+/// ceiling). Here it refuses: the job could not load.
 fn memory(spec: &LaunchSpec, cluster: &ClusterProfile) -> Result<String, Outcome> {
     let Some(per_gpu) = cluster.hardware.gpu_memory_gib else {
         return Err(Outcome::Skipped("hardware.gpu_memory_gib not set in the profile".into()));
@@ -469,15 +460,14 @@ fn memory(spec: &LaunchSpec, cluster: &ClusterProfile) -> Result<String, Outcome
     let Some(billions) = crate::registry::size::total_size(&spec.model.hf_id) else {
         return Err(Outcome::Skipped(format!("no parameter count in `{}`", spec.model.hf_id)));
     };
-    let need = billions * 1e9 * bytes_per_parameter(&spec.model.hf_id) / f64::from(1u32 << 30);
-    let util = spec.serve.gpu_memory_utilization.or(spec.serve.cluster_gpu_memory_utilization).unwrap_or(0.9);
-    let tp = spec.serve.tensor_parallel_size;
-    let have = f64::from(tp) * per_gpu * util;
-    let line = format!("weights ≈ {need:.0} GiB vs TP {tp} × {per_gpu:.0} GiB × {util:.2} = {have:.0} GiB");
-    if need > have {
-        return fail(format!("{line}: the model cannot load; raise tensor_parallel_size for it in the registry"));
+    let gpus = spec.parallelism().replica();
+    match crate::lint::weights_do_not_fit(&spec.model.hf_id, gpus, cluster, Some(&spec.gpu_profiles)) {
+        Some(problem) => fail(format!(
+            "{problem} (TP {} × PP {})",
+            spec.serve.tensor_parallel_size, spec.serve.pipeline_parallel_size
+        )),
+        None => Ok(format!("{billions}B parameters fit {gpus} GPU(s) × {per_gpu} GiB")),
     }
-    Ok(line)
 }
 
 /// Runs the profile's prelude the way the job will — `payload.sbatch --check-prelude`: the module
@@ -563,10 +553,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn quantized_ids_weigh_less() {
-        assert_eq!(bytes_per_parameter("Qwen/Qwen3-32B"), 2.0);
-        assert_eq!(bytes_per_parameter("Qwen/Qwen3-32B-FP8"), 1.0);
-        assert_eq!(bytes_per_parameter("Qwen/Qwen3-32B-AWQ"), 0.5);
+    fn a_70b_at_tp2_does_not_fit_on_64_gib_gpus() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
+        let mut cluster = crate::config::load_cluster(&root.join("clusters"), "local").unwrap();
+        cluster.hardware.gpu_memory_gib = Some(64.0);
+        cluster.hardware.gpu_memory_utilization = Some(0.85);
+        let mut spec: LaunchSpec = serde_json::from_value(serde_json::json!({
+            "version": 1, "run_tag": "t", "run_dir": "/r", "jobs_dir": "/j", "cluster": "c",
+            "benchmark": "b", "model": {"hf_id": "meta-llama/Llama-3.3-70B-Instruct", "served_name": "m"},
+            "serve": {"program": "vllm", "tensor_parallel_size": 2, "data_parallel_size": 1,
+                      "cluster_gpu_memory_utilization": 0.85},
+            "gpu_profiles": {"profiles": []},
+            "harbor": {"program": "h", "config": "/c", "dataset": "/d", "n_concurrent": 1, "n_attempts": 1, "timeout_multiplier": 1.0},
+            "secrets": {}
+        }))
+        .unwrap();
+        let Err(Outcome::Fail(why)) = memory(&spec, &cluster) else { panic!("a 70B at TP2 fits?") };
+        assert!(why.contains("the weights may not fit") && why.contains("2 GPU(s) × 64 GiB"), "{why}");
+        spec.serve.tensor_parallel_size = 4;
+        assert!(memory(&spec, &cluster).is_ok());
+        cluster.hardware.gpu_memory_gib = None;
+        assert!(matches!(memory(&spec, &cluster), Err(Outcome::Skipped(_))));
     }
 
     #[test]

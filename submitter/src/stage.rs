@@ -86,7 +86,7 @@ impl<'a> Stager<'a> {
             .write(true)
             .open(&lock_path)
             .map_err(|e| format!("cannot open {}: {e}", lock_path.display()))?;
-        eprintln!("staging dataset {dataset}: waiting for {}", lock_path.display());
+        progress(&format!("staging dataset {dataset}: waiting for {}", lock_path.display()));
         lock.lock().map_err(|e| format!("cannot lock {}: {e}", lock_path.display()))?;
         // Another submitter may have staged it while we waited.
         if dir.is_dir() {
@@ -137,6 +137,14 @@ impl<'a> Stager<'a> {
     }
 }
 
+/// A progress line on stderr, beside the download tool's own progress (which goes there too):
+/// staging runs at the operator's terminal or in the listener's log, and stdout is the command's
+/// result (a table or a JSON document).
+#[allow(clippy::print_stderr)]
+fn progress(line: &str) {
+    eprintln!("{line}");
+}
+
 fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     let mut text = path.as_os_str().to_owned();
     text.push(suffix);
@@ -146,7 +154,7 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
 /// Runs a staging command in its own process group, its output (progress) copied to our stderr,
 /// ended (TERM, then KILL) at `timeout`. The error says why in one line: the command's last line.
 fn run(argv: &[String], timeout: Duration, what: &str, env: &[(&str, &str)]) -> Result<(), String> {
-    eprintln!("staging {what}: {} (timeout {} s)", shell_words::join(argv), timeout.as_secs());
+    progress(&format!("staging {what}: {} (timeout {} s)", shell_words::join(argv), timeout.as_secs()));
     let mut child = Command::new(&argv[0])
         .args(&argv[1..])
         .envs(env.iter().copied())

@@ -108,3 +108,41 @@ pub fn real_harbor() -> Option<PathBuf> {
     })
     .clone()
 }
+
+/// What `payload plan` shows for a process (`plan["engine"]` or `plan["harbor"]`) is what `run`
+/// spawned: the same argv (in the spawn event and in `/proc/<pid>/cmdline`) and the same
+/// environment, except what only a run has (payload's pid in `PAYLOAD_RUN_ID`) and the secret
+/// values the plan redacts (present in the run, and not as the placeholder).
+pub fn assert_plan_is_what_ran(
+    what: &str,
+    shown: &serde_json::Value,
+    spawned_argv: &serde_json::Value,
+    pid: u32,
+    run_pid: i32,
+) {
+    assert_eq!(&shown["argv"], spawned_argv, "{what}: the plan's argv is not the argv run spawned");
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let cmdline: Vec<String> = String::from_utf8_lossy(&cmdline).split_terminator('\0').map(str::to_string).collect();
+    let argv: Vec<String> = serde_json::from_value(shown["argv"].clone()).unwrap();
+    assert_eq!(cmdline[1..], argv[1..], "{what}: /proc/{pid}/cmdline differs from the plan's argv");
+    let raw = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    let env: std::collections::BTreeMap<String, String> = String::from_utf8_lossy(&raw)
+        .split('\0')
+        .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+        .collect();
+    let planned: std::collections::BTreeMap<String, String> = serde_json::from_value(shown["env"].clone()).unwrap();
+    assert_eq!(
+        env.keys().collect::<Vec<_>>(),
+        planned.keys().collect::<Vec<_>>(),
+        "{what}: the environment's names differ from the plan's"
+    );
+    for (name, value) in &planned {
+        let got = &env[name];
+        match value.as_str() {
+            "<redacted>" => assert_ne!(got, "<redacted>", "{what}: {name}"),
+            "<generated per job>" => assert!(got.starts_with("sk-") && got.len() > 40, "{what}: {name} is no key"),
+            v if name == "PAYLOAD_RUN_ID" => assert_eq!(got, &v.replace("<pid>", &run_pid.to_string()), "{what}"),
+            v => assert_eq!(got, v, "{what}: {name}"),
+        }
+    }
+}

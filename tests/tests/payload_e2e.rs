@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use e2e::harness::{descendants, marker_processes, payload_bin, unique};
+use e2e::harness::{assert_plan_is_what_ran, descendants, marker_processes, payload_bin, unique};
 
 const VLLM: &str = env!("CARGO_BIN_EXE_vllm-standin");
 const HARBOR: &str = env!("CARGO_BIN_EXE_harbor-standin");
@@ -1761,33 +1761,6 @@ fn usr1_during_the_post_run_step_pulls_its_deadline_in() {
 }
 
 // ------------------------------------------------------------------- one preparation: plan = run
-
-/// What `payload plan` shows for a process (`plan["engine"]` or `plan["harbor"]`) is what `run`
-/// spawned: the same argv (in the spawn event and in `/proc/<pid>/cmdline`) and the same
-/// environment, except what only a run has (payload's pid in `PAYLOAD_RUN_ID`) and the secret
-/// values the plan redacts (present in the run, and not as the placeholder).
-fn assert_plan_is_what_ran(what: &str, shown: &Value, spawned_argv: &Value, pid: u32, run_pid: i32) {
-    assert_eq!(&shown["argv"], spawned_argv, "{what}: the plan's argv is not the argv run spawned");
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    let cmdline: Vec<String> = String::from_utf8_lossy(&cmdline).split_terminator('\0').map(str::to_string).collect();
-    let argv: Vec<String> = serde_json::from_value(shown["argv"].clone()).unwrap();
-    assert_eq!(cmdline[1..], argv[1..], "{what}: /proc/{pid}/cmdline differs from the plan's argv");
-    let env: std::collections::BTreeMap<String, String> = environ_of(pid).into_iter().collect();
-    let planned: std::collections::BTreeMap<String, String> = serde_json::from_value(shown["env"].clone()).unwrap();
-    assert_eq!(
-        env.keys().collect::<Vec<_>>(),
-        planned.keys().collect::<Vec<_>>(),
-        "{what}: the environment's names differ from the plan's"
-    );
-    for (name, value) in &planned {
-        let got = &env[name];
-        match value.as_str() {
-            "<redacted>" => assert_ne!(got, "<redacted>", "{what}: {name}"),
-            v if name == "PAYLOAD_RUN_ID" => assert_eq!(got, &v.replace("<pid>", &run_pid.to_string()), "{what}"),
-            v => assert_eq!(got, v, "{what}: {name}"),
-        }
-    }
-}
 
 #[test]
 fn plan_shows_the_argv_and_environment_run_spawns() {

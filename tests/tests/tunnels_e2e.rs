@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use e2e::sshd::{self, Sshd, TokenUser};
 use serde_json::{Value, json};
 
-use e2e::harness::{free_port, payload_bin, unique};
+use e2e::harness::{assert_plan_is_what_ran, free_port, payload_bin, unique};
 
 const VLLM: &str = env!("CARGO_BIN_EXE_vllm-standin");
 const HARBOR: &str = env!("CARGO_BIN_EXE_harbor-standin");
@@ -320,9 +320,12 @@ fn pinggy_tunnel_carries_the_run_hides_the_token_and_resume_rewrites_the_url() {
     // vLLM has a per-job key (env only); Harbor hands the same key to the agent.
     let key = env_var(pid_of(&fx, "engine"), "VLLM_API_KEY").expect("vLLM got VLLM_API_KEY");
     let harbor = pid_of(&fx, "harbor");
-    for name in ["HOSTED_VLLM_API_KEY", "LLM_API_KEY", "OPENAI_API_KEY"] {
+    // openhands' own variables (launch_spec::agents): the key and the base URL, environment only.
+    for name in ["HOSTED_VLLM_API_KEY", "LLM_API_KEY"] {
         assert_eq!(env_var(harbor, name).as_deref(), Some(key.as_str()), "{name}");
     }
+    assert_eq!(env_var(harbor, "LLM_BASE_URL"), Some(format!("{public}/v1")));
+    assert_eq!(env_var(harbor, "OPENAI_API_KEY"), None, "openhands reads LLM_API_KEY only");
     assert!(sshd::cmdlines_containing(&key, &[]).is_empty(), "API key in argv");
     // The public URL really reaches vLLM, and only with the key.
     assert_eq!(curl(&[&format!("{public}/v1/models")]).0, "401");
@@ -511,13 +514,10 @@ fn pinggy_public_url_that_never_answers_fails_the_check() {
     assert_eq!(fx.tunnel_log().matches("payload: check ").count(), 3, "{}", fx.tunnel_log());
 }
 
-#[test]
-fn plan_shows_the_tunnel_without_the_token() {
-    let fx = Fx::new("plan", &[("PINGGY_TOKEN", "pgyplan0123456789")]);
-    let tunnel = json!({"kind": "pinggy", "host": "pro.pinggy.io", "public_url": "https://abc.a.pinggy.link", "token_secret": "PINGGY_TOKEN"});
-    let spec = fx.spec("openhands", tunnel);
+/// `payload plan --spec` of `spec` in the fixture's world; its text.
+fn payload_plan(fx: &Fx, spec: &Value) -> String {
     let path = fx.root.join("launch-in.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&spec).unwrap()).unwrap();
+    std::fs::write(&path, serde_json::to_string_pretty(spec).unwrap()).unwrap();
     let out = Command::new(payload_bin())
         .args(["plan", "--spec", path.to_str().unwrap()])
         .env_clear()
@@ -526,8 +526,17 @@ fn plan_shows_the_tunnel_without_the_token() {
         .env("PAYLOAD_GPU_FIXTURE", fx.root.join("gpus.json"))
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    text
+}
+
+#[test]
+fn plan_shows_the_tunnel_without_the_token() {
+    let fx = Fx::new("plan", &[("PINGGY_TOKEN", "pgyplan0123456789")]);
+    let tunnel = json!({"kind": "pinggy", "host": "pro.pinggy.io", "public_url": "https://abc.a.pinggy.link", "token_secret": "PINGGY_TOKEN"});
+    let spec = fx.spec("openhands", tunnel);
+    let text = payload_plan(&fx, &spec);
     assert!(!text.contains("pgyplan0123456789"), "{text}");
     assert!(text.contains("tunnel: pinggy — pinggy: "), "{text}");
     assert!(text.contains("-T -R 0:127.0.0.1:"), "{text}");
@@ -682,4 +691,132 @@ fn socks_server_not_listening_fails_as_connect_failed() {
     assert_eq!(out["cause"], "connect_failed", "{out:#}");
     assert!(out["message"].as_str().unwrap().contains("could not be established"), "{out:#}");
     assert!(fx.events_named("harbor_spawned").is_empty());
+}
+
+/// With a SOCKS tunnel in `env` mode, Harbor's environment carries the proxy: what `payload plan`
+/// shows for vLLM and Harbor (the tunnel's variables included) is what `payload run` spawned.
+#[test]
+fn plan_shows_the_socks_proxy_environment_run_hands_harbor() {
+    if !sshd::available_or_skip() {
+        return;
+    }
+    let sshd = Sshd::start();
+    let (port, _hits) = http_server();
+    let fx = Fx::new("socksplan", &[]);
+    let mut spec = fx.spec("terminus-2", socks_tunnel(&sshd, &sshd.client_key, port, "env"));
+    spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("1.0");
+    spec["serve"]["port"] = json!({ "fixed": free_port() });
+    let path = fx.root.join("launch-plan.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&spec).unwrap()).unwrap();
+    // The same environment `Fx::start` gives payload (the SOCKS port derives from the job id).
+    let out = Command::new(payload_bin())
+        .args(["plan", "--spec", path.to_str().unwrap(), "--json"])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()))
+        .env("HOME", &fx.root)
+        .env("TMPDIR", fx.root.join("tmp"))
+        .env("SLURM_JOB_ID", "23")
+        .env("PAYLOAD_GPU_FIXTURE", fx.root.join("gpus.json"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(plan["harbor"]["env"]["ALL_PROXY"].as_str().is_some_and(|p| p.starts_with("socks5h://")), "{plan:#}");
+
+    let mut run = fx.start(&spec, "23");
+    fx.wait("phase running", Duration::from_secs(30), |fx| fx.status()["phase"] == "running");
+    let pid = run.child.id() as i32;
+    let engine_argv = fx.events_named("engine_spawned")[0]["argv"].clone();
+    let harbor_argv = fx.events_named("harbor_spawned")[0]["argv"].clone();
+    assert_plan_is_what_ran("vLLM", &plan["engine"], &engine_argv, pid_of(&fx, "engine") as u32, pid);
+    assert_plan_is_what_ran("Harbor", &plan["harbor"], &harbor_argv, pid_of(&fx, "harbor") as u32, pid);
+    assert_eq!(run.wait(&fx, Duration::from_secs(40)), 0, "{}", fx.diag());
+}
+
+// ------------------------------------------------------------ both: Pinggy through SOCKS egress
+
+/// An installed-harness agent on a cluster without internet: one job runs the SOCKS egress proxy
+/// to the login node and a Pinggy tunnel whose ssh reaches the (stand-in) Pinggy server through
+/// the login node; the public-URL check goes through the proxy; Harbor gets the proxy variables
+/// and openhands' own model variables.
+#[test]
+fn pinggy_and_socks_egress_run_in_one_job_for_an_installed_agent_without_internet() {
+    if !sshd::available_or_skip() {
+        return;
+    }
+    let user = TokenUser::create();
+    let pinggy = Sshd::pinggy();
+    let login = Sshd::start();
+    let (egress_port, hits) = http_server();
+    let fx = Fx::new("both", &[("PINGGY_TOKEN", &user.name)]);
+    let rport = free_port();
+    let public = format!("http://127.0.0.1:{rport}");
+    let mut tunnel = pinggy_tunnel(&pinggy, &[(rport, "PINGGY_TOKEN")], Some(&fx.root.join("state/pinggy")));
+    let mut egress = socks_tunnel(&login, &login.client_key, egress_port, "env");
+    egress.as_object_mut().unwrap().remove("kind");
+    tunnel["egress"] = egress;
+    let mut spec = fx.spec("openhands", tunnel);
+    spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("1.2");
+    let mut run = fx.start(&spec, "4343");
+    fx.wait("phase running", Duration::from_secs(40), |fx| fx.status()["phase"] == "running");
+
+    // Two ssh children: the egress proxy and Pinggy, each in status.json.
+    let egress_pid = pid_of(&fx, "egress");
+    let tunnel_pid = pid_of(&fx, "tunnel");
+    let cmdline = |pid: u64| std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap().replace('\0', " ");
+    assert!(cmdline(egress_pid).contains(" -N -D 127.0.0.1:"), "{}", cmdline(egress_pid));
+    assert!(cmdline(tunnel_pid).contains(" -T -R "), "{}", cmdline(tunnel_pid));
+    // Pinggy's ssh goes through the login node: its ProxyJump child (`ssh … -W … payload-socks`).
+    let jumps = sshd::cmdlines_containing("payload-socks", &[]);
+    assert!(jumps.iter().any(|c| c.contains(" -W ")), "no ProxyJump through the login node: {jumps:?}");
+    assert!(login.log().matches("Accepted publickey for root").count() >= 2, "{}", login.log());
+    // The egress check reached the "internet"; Harbor gets the proxy and openhands' variables.
+    assert!(hits.load(Ordering::SeqCst) >= 1, "the egress check never reached the server");
+    let harbor = pid_of(&fx, "harbor");
+    let socks_port = fx.events_named("tunnel_up").iter().find_map(|e| e["socks_port"].as_u64()).unwrap();
+    assert_eq!(env_var(harbor, "ALL_PROXY"), Some(format!("socks5h://127.0.0.1:{socks_port}")));
+    let key = env_var(pid_of(&fx, "engine"), "VLLM_API_KEY").expect("vLLM got VLLM_API_KEY");
+    assert_eq!(env_var(harbor, "LLM_API_KEY").as_deref(), Some(key.as_str()));
+    assert_eq!(env_var(harbor, "LLM_BASE_URL"), Some(format!("{public}/v1")));
+    assert!(sshd::cmdlines_containing(&user.name, &pinggy.pids()).is_empty(), "token in argv");
+    assert!(sshd::cmdlines_containing(&key, &[]).is_empty(), "API key in argv");
+
+    let code = run.wait(&fx, Duration::from_secs(40));
+    assert_eq!(code, 0, "{}", fx.diag());
+    // The egress proxy came up first; Pinggy's check (through it) after; Harbor used the public URL.
+    let ups: Vec<Value> = fx.events_named("tunnel_up");
+    let kinds: Vec<&str> = ups.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["socks", "pinggy"], "{ups:?}");
+    assert_eq!(ups[1]["public_url"], public);
+    assert_eq!(fx.events_named("harbor_spawned")[0]["api_base"], format!("{public}/v1"));
+    let log = fx.tunnel_log();
+    // The Pinggy side reads as with a single tunnel (what `submitter check` parses); the egress
+    // proxy's notes and lines are marked.
+    assert!(log.contains("payload: egress: verified: GET http://127.0.0.1:"), "{log}");
+    assert!(log.contains("payload: verified: GET"), "{log}");
+    assert!(log.contains("\nYou are authenticated as <redacted>"), "{log}");
+    assert!(log.contains("payload: egress: attempt 1: "), "{log}");
+    let mut needles = fx.secrets.clone();
+    needles.push(key);
+    let leaks = fx.files_containing(&needles);
+    assert!(leaks.is_empty(), "{leaks:?}");
+    assert_eq!(std::fs::read_dir(fx.root.join("tmp")).unwrap().count(), 0, "private dirs left behind");
+}
+
+#[test]
+fn plan_shows_both_tunnels_of_an_installed_agent_without_internet() {
+    let fx = Fx::new("plan-both", &[("PINGGY_TOKEN", "pgyplan0123456789")]);
+    let mut tunnel = json!({"kind": "pinggy", "host": "pro.pinggy.io", "public_url": "https://abc.a.pinggy.link", "token_secret": "PINGGY_TOKEN"});
+    tunnel["egress"] = json!({"login_node": "login05", "mode": "env"});
+    let spec = fx.spec("openhands", tunnel);
+    let text = payload_plan(&fx, &spec);
+    assert!(!text.contains("pgyplan0123456789"), "{text}");
+    assert!(text.contains("tunnel: pinggy+socks — pinggy: "), "{text}");
+    assert!(text.contains("  egress: socks — socks: "), "{text}");
+    assert!(text.contains("ProxyJump payload-socks"), "{text}");
+    assert!(text.contains("through the egress proxy"), "{text}");
+    assert!(text.contains("LLM_BASE_URL=https://abc.a.pinggy.link/v1"), "{text}");
+    assert!(text.contains("LLM_API_KEY=<generated per job>"), "{text}");
+    assert!(text.contains("ALL_PROXY=socks5h://127.0.0.1:"), "{text}");
+    assert!(text.contains("first actions:"), "{text}");
 }

@@ -1,38 +1,35 @@
 //! Tunnels (docs/design.md §6.5, docs/tunnels.md): `none`; a **Pinggy** reverse tunnel for installed-harness
 //! agents (the agent runs in the remote sandbox and calls the model back over a public URL); a
-//! **SOCKS** egress proxy through a login node for compute nodes without internet.
+//! **SOCKS** egress proxy through a login node for compute nodes without internet; and both in one
+//! job for installed-harness agents on such clusters (Pinggy's `egress`).
 //!
-//! Both are one `ssh` child (role [`Role::Tunnel`], its own process group, torn down last) driven by
-//! a small state machine that [`Tunnel::poll`] advances from the run's `select!` loops:
+//! Each tunnel is an `ssh` child in its own process group (role [`Role::Tunnel`]; the egress proxy
+//! of a combined job [`Role::Egress`]), torn down last. What it does next is decided by a machine
+//! without I/O ([`machine`]) with Pinggy and SOCKS as two strategies ([`strategy`]); [`Tunnel`] is
+//! the thin driver that reads ssh's output, writes `tunnel.log`, spawns and signals ssh, runs the
+//! checks ([`verify`]), holds the leases ([`lease`]) and records the events. `payload plan` steps
+//! the same machines once and shows their first actions ([`plan`]).
 //!
-//! ```text
-//!  Backoff ──due──▶ Starting ──banner / settled──▶ VerifyWait ──▶ Verifying ──ok──▶ Up
-//!     ▲                │  (timeout: TERM)              ▲   (retry)   │ attempts spent: Failed(verify_failed)
-//!     └── ssh exited: restart with backoff, bounded ───┴─────────────┴──────── (also from Up)
-//! ```
-//!
-//! Pinggy specifics: the token is the ssh `User` in a generated 0600 config in a run-private
-//! directory outside the run dir (never in argv, logs, status or the spec); ssh's raw output goes to
-//! that directory and is copied, redacted, into `tunnel.log`; the lock message or "not
-//! authenticated" before Harbor starts moves the job to the next free pair of the bank (leases:
-//! [`lease`]); after Harbor has the URL the pair is fixed, and a restart adds Pinggy's `force`
-//! keyword to evict our own stale session. The end-to-end check fetches `<public url>/v1/models`
-//! with the per-job API key once vLLM is ready.
+//! Secrets: the Pinggy token is the ssh `User` in a generated 0600 config in a run-private
+//! directory outside the run dir (never in argv, logs, status or the spec); ssh's raw output goes
+//! to that directory and is copied, redacted, into `tunnel.log`.
 
 pub mod lease;
+pub mod machine;
 pub mod output;
-pub mod socks5;
+pub mod socks;
 pub mod sshconf;
+pub mod strategy;
 pub mod verify;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use launch_spec::OutcomeClass;
-use launch_spec::launch::{PinggyPair, PinggySpec, ProxyMode, SocksSpec, TunnelSpec};
+use launch_spec::launch::{PinggySpec, ProxyMode, SocksSpec, TunnelSpec};
 use launch_spec::records::TUNNEL_LOG;
 use nix::sys::signal::Signal;
 use serde_json::json;
@@ -42,30 +39,19 @@ use crate::failure::Failure;
 use crate::records::Recorder;
 use crate::secrets::Secrets;
 use crate::supervisor::{ChildSpec, Role, Supervisor, describe_status};
+use machine::{Action, Input, LeaseAnswer, Machine, Phase};
+pub use machine::{MAX_BACKOFF, STABLE_AFTER, backoff};
+pub use strategy::{PINGGY_ALIAS, SOCKS_ALIAS, pair_order, pinggy_argv, socks_argv};
 
-/// Host aliases in the generated ssh config.
-pub const PINGGY_ALIAS: &str = "payload-pinggy";
-pub const SOCKS_ALIAS: &str = "payload-socks";
-/// Harbor environment variables that carry the per-job vLLM API key to the agent: litellm's
-/// `hosted_vllm` provider reads `HOSTED_VLLM_API_KEY`; Harbor's installed agents take `LLM_API_KEY`
-/// (OpenHands) or `OPENAI_API_KEY` (OpenAI-compatible clients) from Harbor's environment.
-pub const AGENT_KEY_VARS: &[&str] = &["HOSTED_VLLM_API_KEY", "LLM_API_KEY", "OPENAI_API_KEY"];
 /// vLLM reads its API key from this variable (never from argv).
 pub const VLLM_KEY_VAR: &str = "VLLM_API_KEY";
-/// A tunnel up for this long has its consecutive-restart count reset.
-pub const STABLE_AFTER: Duration = Duration::from_secs(120);
-/// Longest pause between restarts.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
-/// A reverse tunnel without a banner counts as connected once ssh has lived this long.
-pub const SETTLE: Duration = Duration::from_secs(2);
-/// Lease refresh period (well inside any sensible `lease_ttl_s`).
-pub const LEASE_REFRESH: Duration = Duration::from_secs(30);
-/// One verification request's timeout.
-pub const VERIFY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Shown instead of the per-job key by `payload plan`.
+pub const GENERATED: &str = "<generated per job>";
 
 pub fn kind(spec: &TunnelSpec) -> &'static str {
     match spec {
         TunnelSpec::None => "none",
+        TunnelSpec::Pinggy(p) if p.egress.is_some() => "pinggy+socks",
         TunnelSpec::Pinggy(_) => "pinggy",
         TunnelSpec::Socks(_) => "socks",
     }
@@ -115,59 +101,40 @@ impl From<TunnelError> for Failure {
 #[derive(Debug, Clone, Default)]
 pub struct Programs {
     pub ssh: PathBuf,
-    pub verify: Option<PathBuf>,
     pub proxychains: Option<PathBuf>,
 }
 
-/// Resolves the tunnel's programs (`ssh`; `curl` for Pinggy; the proxychains binary in that mode).
+/// Resolves the tunnel's programs (`ssh`; the proxychains binary in that mode).
 pub fn programs(spec: &TunnelSpec, child_path: &str) -> Result<Option<Programs>, TunnelError> {
-    let resolve = |kind: &'static str, program: &str, why: &'static str| {
+    let kind = self::kind(spec);
+    let resolve = |program: &str, why: &'static str| {
         crate::childenv::resolve_program(program, None, child_path).map_err(|_| TunnelError::MissingProgram {
             kind,
             program: program.to_string(),
             why,
         })
     };
+    if matches!(spec, TunnelSpec::None) {
+        return Ok(None);
+    }
+    Ok(Some(Programs {
+        ssh: resolve("ssh", "OpenSSH client")?,
+        proxychains: match socks_spec(spec) {
+            Some(s) if s.mode == ProxyMode::Proxychains => {
+                Some(resolve(s.proxychains_bin.as_deref().unwrap_or("proxychains4"), "tunnel.mode proxychains")?)
+            }
+            _ => None,
+        },
+    }))
+}
+
+/// The SOCKS settings of a spec: a `socks` tunnel, or a Pinggy tunnel's egress.
+pub fn socks_spec(spec: &TunnelSpec) -> Option<&SocksSpec> {
     match spec {
-        TunnelSpec::None => Ok(None),
-        TunnelSpec::Pinggy(p) => Ok(Some(Programs {
-            ssh: resolve("pinggy", "ssh", "OpenSSH client")?,
-            verify: Some(resolve("pinggy", &p.verify_program, "the end-to-end check of the public URL")?),
-            proxychains: None,
-        })),
-        TunnelSpec::Socks(s) => Ok(Some(Programs {
-            ssh: resolve("socks", "ssh", "OpenSSH client")?,
-            verify: None,
-            proxychains: match s.mode {
-                ProxyMode::Env => None,
-                ProxyMode::Proxychains => Some(resolve(
-                    "socks",
-                    s.proxychains_bin.as_deref().unwrap_or("proxychains4"),
-                    "tunnel.mode proxychains",
-                )?),
-            },
-        })),
+        TunnelSpec::Socks(s) => Some(s),
+        TunnelSpec::Pinggy(p) => p.egress.as_deref(),
+        TunnelSpec::None => None,
     }
-}
-
-/// The pair order for a job: a rotation of the bank starting at a place derived from the job id,
-/// so jobs submitted together start on different pairs.
-pub fn pair_order(n: usize, job_id: &str) -> Vec<usize> {
-    if n == 0 {
-        return Vec::new();
-    }
-    let h = job_id.parse::<u64>().unwrap_or_else(|_| {
-        job_id.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100000001b3))
-    });
-    let start = (h % n as u64) as usize;
-    (0..n).map(|i| (start + i) % n).collect()
-}
-
-/// Restart delay: `base · 2^(n-1)`, capped at [`MAX_BACKOFF`].
-pub fn backoff(base_s: f64, restart: u32) -> Duration {
-    let secs = base_s.max(0.0) * 2f64.powi(restart.saturating_sub(1).min(16) as i32);
-    // `try_from`: NaN or a huge base is the cap, never a panic (payload::timings refuses them first).
-    Duration::try_from_secs_f64(secs).unwrap_or(MAX_BACKOFF).min(MAX_BACKOFF)
 }
 
 /// The SOCKS port: the spec's policy, never the engine's port.
@@ -175,63 +142,87 @@ pub fn socks_port(spec: &SocksSpec, job_id: &str, engine_port: u16) -> Result<u1
     crate::ports::choose_with(&spec.port, job_id, |p| p != engine_port && crate::ports::is_free(p, "127.0.0.1"))
 }
 
-fn reverse_arg(remote_port: u16, engine_host: &str, engine_port: u16) -> String {
-    let host = match engine_host {
-        "0.0.0.0" | "::" | "" => "127.0.0.1",
-        h => h,
-    };
-    if host.contains(':') {
-        format!("{remote_port}:[{host}]:{engine_port}")
-    } else {
-        format!("{remote_port}:{host}:{engine_port}")
-    }
+// ------------------------------------------------------------------------------ the job's tunnels
+
+/// One instance a spec runs: its role, strategy kind and settings.
+enum Part<'a> {
+    Pinggy(&'a PinggySpec),
+    Socks(&'a SocksSpec),
 }
 
-/// ssh's argv (program first) for a Pinggy attempt.
-pub fn pinggy_argv(ssh: &str, config: &str, p: &PinggySpec, engine_host: &str, engine_port: u16) -> Vec<String> {
-    let r = reverse_arg(p.remote_port, engine_host, engine_port);
-    [ssh, "-F", config, "-T", "-R", &r, PINGGY_ALIAS].iter().map(|s| s.to_string()).collect()
-}
-
-/// ssh's argv (program first) for the SOCKS proxy; it binds loopback only (never `-g`).
-pub fn socks_argv(ssh: &str, config: &str, port: u16) -> Vec<String> {
-    [ssh, "-F", config, "-N", "-D", &format!("127.0.0.1:{port}"), SOCKS_ALIAS].iter().map(|s| s.to_string()).collect()
-}
-
-fn pinggy_block<'a>(p: &'a PinggySpec, pair: &'a PinggyPair, user: &'a str, known: &'a Path) -> sshconf::HostBlock<'a> {
-    sshconf::HostBlock {
-        alias: PINGGY_ALIAS,
-        host_name: pair.host.as_deref().unwrap_or(&p.host),
-        port: Some(p.port),
-        user: Some(user),
-        identity_file: p.identity_file.as_deref(),
-        known_hosts: match &p.known_hosts {
-            Some(file) => sshconf::KnownHosts::Pinned(file),
-            None => sshconf::KnownHosts::AcceptNew(known),
+/// The instances of a spec, the egress proxy first (Pinggy's check goes through it).
+fn parts(spec: &TunnelSpec) -> Vec<(Role, Part<'_>)> {
+    match spec {
+        TunnelSpec::None => Vec::new(),
+        TunnelSpec::Socks(s) => vec![(Role::Tunnel, Part::Socks(s))],
+        TunnelSpec::Pinggy(p) => match &p.egress {
+            Some(s) => vec![(Role::Egress, Part::Socks(s)), (Role::Tunnel, Part::Pinggy(p))],
+            None => vec![(Role::Tunnel, Part::Pinggy(p))],
         },
-        batch_mode: false,
-        server_alive_interval_s: p.server_alive_interval_s,
-        server_alive_count_max: p.server_alive_count_max,
-        connect_timeout_s: p.connect_timeout_s.ceil() as u32,
     }
 }
 
-fn socks_block<'a>(s: &'a SocksSpec, known: &'a Path) -> sshconf::HostBlock<'a> {
-    sshconf::HostBlock {
-        alias: SOCKS_ALIAS,
-        host_name: &s.login_node,
-        port: s.ssh_port,
-        user: s.user.as_deref(),
-        identity_file: s.identity_file.as_deref(),
-        known_hosts: match &s.known_hosts {
-            Some(file) => sshconf::KnownHosts::Pinned(file),
-            None => sshconf::KnownHosts::AcceptNew(known),
-        },
-        batch_mode: true,
-        server_alive_interval_s: s.server_alive_interval_s,
-        server_alive_count_max: s.server_alive_count_max,
-        connect_timeout_s: s.connect_timeout_s.ceil() as u32,
+/// What every instance's strategy needs beside its spec (the same for `run` and `plan`).
+struct Ctx<'a> {
+    ssh: String,
+    /// Secret name → token; `plan` passes placeholders naming the secret.
+    tokens: BTreeMap<String, String>,
+    job_id: &'a str,
+    engine_host: &'a str,
+    engine_port: u16,
+    served_name: &'a str,
+    /// The local SOCKS port, when the spec has a SOCKS part.
+    socks_port: Option<u16>,
+}
+
+fn strategy_for(
+    spec: &TunnelSpec,
+    part: &Part<'_>,
+    ctx: &Ctx<'_>,
+    paths: strategy::Paths,
+) -> Box<dyn machine::Strategy> {
+    match part {
+        Part::Socks(s) => Box::new(strategy::Socks {
+            spec: (*s).clone(),
+            port: ctx.socks_port.unwrap_or(s.port.base),
+            ssh: ctx.ssh.clone(),
+            paths,
+        }),
+        Part::Pinggy(p) => Box::new(strategy::Pinggy::new(
+            p,
+            strategy::PinggyTarget {
+                ssh: ctx.ssh.clone(),
+                paths,
+                tokens: ctx.tokens.clone(),
+                job_id: ctx.job_id.to_string(),
+                engine_host: ctx.engine_host.to_string(),
+                engine_port: ctx.engine_port,
+                served_name: ctx.served_name.to_string(),
+                egress: socks_spec(spec).cloned().zip(ctx.socks_port),
+            },
+        )),
     }
+}
+
+/// The Pinggy tokens present in the secrets file (`shown`: each as `<token from secret NAME>`).
+fn tokens(spec: &TunnelSpec, secrets: &Secrets, shown: bool) -> Result<BTreeMap<String, String>, TunnelError> {
+    let TunnelSpec::Pinggy(p) = spec else { return Ok(BTreeMap::new()) };
+    let pairs = p.pairs();
+    let mut tokens = BTreeMap::new();
+    for pair in &pairs {
+        if let Some(token) = secrets.get(&pair.token_secret) {
+            sshconf::check_user(token, &pair.token_secret)?;
+            let value = if shown { format!("<token from secret {}>", pair.token_secret) } else { token.to_string() };
+            tokens.insert(pair.token_secret.clone(), value);
+        }
+    }
+    if tokens.is_empty() {
+        return Err(TunnelError::NoToken {
+            names: pairs.iter().map(|p| p.token_secret.clone()).collect::<Vec<_>>().join(", "),
+            file: secrets.path().to_path_buf(),
+        });
+    }
+    Ok(tokens)
 }
 
 // ------------------------------------------------------------------------------------------- plan
@@ -254,11 +245,36 @@ pub struct TunnelPlan {
     /// The bank in the order this job would try it, with what is known now (lease held, secret missing).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub pairs: Vec<String>,
-    /// What Harbor gets from the tunnel (SOCKS `env` mode: the proxy variables).
+    /// The machine's first actions, as `run` would do them now (leases looked at, not taken).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub actions: Vec<String>,
+    /// What Harbor gets from the tunnel (SOCKS `env` mode: the proxy variables; the per-job key and
+    /// the agent's variables are crate::prepare's).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub harbor_env: BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub harbor_prefix: Vec<String>,
+    /// The egress proxy a Pinggy tunnel runs beside it on a cluster without internet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub egress: Option<Box<TunnelPlan>>,
+}
+
+impl TunnelPlan {
+    fn empty(kind: &'static str) -> Self {
+        Self {
+            kind,
+            description: String::new(),
+            argv: Vec::new(),
+            ssh_config: None,
+            public_url: None,
+            verify: None,
+            pairs: Vec::new(),
+            actions: Vec::new(),
+            harbor_env: BTreeMap::new(),
+            harbor_prefix: Vec::new(),
+            egress: None,
+        }
+    }
 }
 
 /// Inputs of the plan that `run` would know.
@@ -272,21 +288,57 @@ pub struct PlanInputs<'a> {
     pub child_path: &'a str,
 }
 
-pub const GENERATED: &str = "<generated per job>";
+/// Steps a fresh machine until its first spawn, answering lease requests by looking at the lease
+/// files (never taking one): the actions `run` would take first, rendered.
+fn first_actions(m: &mut Machine, plan: &mut TunnelPlan) {
+    let now = Instant::now();
+    let mut queue: VecDeque<Action> = m.step(now, Input::Tick { ready: true }).into();
+    while let Some(action) = queue.pop_front() {
+        let answer = match action {
+            Action::Spawn { config, argv } => {
+                plan.actions.push(format!("write the ssh config (0600) and start {}", shell_words::join(&argv)));
+                plan.ssh_config = Some(config);
+                plan.argv = argv;
+                break;
+            }
+            Action::AcquireLease { dir, public_url, .. } => {
+                let path = lease::lease_path(&dir, &public_url);
+                let answer = match std::fs::read_to_string(&path) {
+                    Ok(text) => {
+                        let owner: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+                        let holder = serde_json::from_value::<lease::Owner>(owner.clone())
+                            .map(|o| o.describe())
+                            .unwrap_or_else(|_| "?".into());
+                        LeaseAnswer::Held { holder, owner }
+                    }
+                    Err(_) => LeaseAnswer::Acquired(path.clone()),
+                };
+                plan.actions.push(format!("lease {public_url} ({}): {answer:?}", path.display()));
+                Some(Input::Lease(answer))
+            }
+            Action::Event(name, data) => {
+                plan.actions.push(format!("event {name} {data}"));
+                None
+            }
+            Action::Note(text) => {
+                plan.actions.push(format!("note: {text}"));
+                None
+            }
+            other => {
+                plan.actions.push(format!("{other:?}"));
+                None
+            }
+        };
+        if let Some(input) = answer {
+            for a in m.step(now, input).into_iter().rev() {
+                queue.push_front(a);
+            }
+        }
+    }
+}
 
 /// Describes the tunnel step without doing it; problems it would stop on go to `problems`.
 pub fn plan(spec: &TunnelSpec, inp: &PlanInputs<'_>, problems: &mut Vec<Failure>) -> TunnelPlan {
-    let mut plan = TunnelPlan {
-        kind: kind(spec),
-        description: String::new(),
-        argv: Vec::new(),
-        ssh_config: None,
-        public_url: None,
-        verify: None,
-        pairs: Vec::new(),
-        harbor_env: BTreeMap::new(),
-        harbor_prefix: Vec::new(),
-    };
     let progs = match programs(spec, inp.child_path) {
         Ok(p) => p,
         Err(e) => {
@@ -294,112 +346,173 @@ pub fn plan(spec: &TunnelSpec, inp: &PlanInputs<'_>, problems: &mut Vec<Failure>
             None
         }
     };
-    let ssh = progs.as_ref().map(|p| p.ssh.display().to_string()).unwrap_or_else(|| "ssh".into());
-    let cfg = "<generated config>";
-    match spec {
-        TunnelSpec::None => plan.description = "no tunnel: the agent calls vLLM on this node".into(),
-        TunnelSpec::Pinggy(p) => {
-            let pairs = p.pairs();
-            let order = pair_order(pairs.len(), inp.job_id);
-            let mut first: Option<&PinggyPair> = None;
-            for i in &order {
-                let pair = &pairs[*i];
-                let mut note = String::new();
-                if !inp.secrets.contains(&pair.token_secret) {
-                    note = format!(" — secret {} not in the secrets file: skipped", pair.token_secret);
-                } else if let Some(dir) = &p.lock_dir {
-                    let path = lease::lease_path(dir, &pair.public_url);
-                    if let Ok(text) = std::fs::read_to_string(&path) {
-                        let holder = serde_json::from_str::<lease::Owner>(&text)
-                            .map(|o| o.describe())
-                            .unwrap_or_else(|_| "?".into());
-                        note = format!(" — leased now by {holder} ({})", path.display());
-                    }
-                }
-                if note.is_empty() && first.is_none() {
-                    first = Some(pair);
-                }
-                plan.pairs.push(format!("{} (token from secret {}){note}", pair.public_url, pair.token_secret));
-            }
-            if !pairs.iter().any(|pair| inp.secrets.contains(&pair.token_secret)) {
-                problems.push(
-                    TunnelError::NoToken {
-                        names: pairs.iter().map(|p| p.token_secret.clone()).collect::<Vec<_>>().join(", "),
-                        file: inp.secrets.path().to_path_buf(),
-                    }
-                    .into(),
-                );
-            }
-            let pair = first.unwrap_or(&pairs[order.first().copied().unwrap_or(0)]);
-            plan.argv = pinggy_argv(&ssh, cfg, p, inp.engine_host, inp.engine_port);
-            let user = format!("<token from secret {}>", pair.token_secret);
-            let known = PathBuf::from("<private dir>/known_hosts");
-            plan.ssh_config = sshconf::render(&pinggy_block(p, pair, &user, &known)).ok();
-            let url = pair.public_url.trim_end_matches('/').to_string();
-            plan.public_url = Some(url.clone());
-            plan.verify = Some(format!(
-                "GET {url}/v1/models with the per-job API key must list {} (up to {} tries, {} s apart) before Harbor starts",
-                inp.served_name, p.verify_attempts, p.verify_interval_s
-            ));
-            // The per-job key reaches Harbor and vLLM through crate::prepare (the one place for that rule).
-            plan.description = format!(
-                "pinggy: {} (host {}:{}, user = token from secret {}), public URL {url} as Harbor's api_base {url}/v1; \
-                 vLLM gets a per-job {VLLM_KEY_VAR}; {} pair(s) in the bank{}; restarts ≤ {} with backoff from {} s",
-                shell_words::join(&plan.argv),
-                pair.host.as_deref().unwrap_or(&p.host),
-                p.port,
-                pair.token_secret,
-                pairs.len(),
-                p.lock_dir.as_ref().map(|d| format!(", leases in {}", d.display())).unwrap_or_default(),
-                p.max_restarts,
-                p.restart_backoff_s,
-            );
+    let tokens = tokens(spec, inp.secrets, true).unwrap_or_else(|e| {
+        problems.push(e.into());
+        BTreeMap::new()
+    });
+    let socks_port = socks_spec(spec).map(|s| {
+        socks_port(s, inp.job_id, inp.engine_port).unwrap_or_else(|e| {
+            problems.push(TunnelError::Port(e).into());
+            s.port.fixed.unwrap_or(s.port.base)
+        })
+    });
+    let ctx = Ctx {
+        ssh: progs.as_ref().map(|p| p.ssh.display().to_string()).unwrap_or_else(|| "ssh".into()),
+        tokens,
+        job_id: inp.job_id,
+        engine_host: inp.engine_host,
+        engine_port: inp.engine_port,
+        served_name: inp.served_name,
+        socks_port,
+    };
+    let mut plans = Vec::new();
+    for (_, part) in parts(spec) {
+        let paths = strategy::Paths {
+            config: "<generated config>".into(),
+            known_hosts: PathBuf::from("<private dir>/known_hosts"),
+        };
+        let mut m = Machine::new(strategy_for(spec, &part, &ctx, paths), Instant::now());
+        let mut plan = TunnelPlan::empty(m.kind());
+        first_actions(&mut m, &mut plan);
+        if let Phase::Failed(f) = m.phase() {
+            plan.actions.push(format!("would stop now: {}", f.message));
         }
-        TunnelSpec::Socks(s) => {
-            let port = match socks_port(s, inp.job_id, inp.engine_port) {
-                Ok(port) => port,
-                Err(e) => {
-                    problems.push(TunnelError::Port(e).into());
-                    s.port.fixed.unwrap_or(s.port.base)
-                }
-            };
-            plan.argv = socks_argv(&ssh, cfg, port);
-            let known = PathBuf::from("<private dir>/known_hosts");
-            plan.ssh_config = sshconf::render(&socks_block(s, &known)).ok();
-            plan.verify = Some(format!(
-                "one request to {} through socks5h://127.0.0.1:{port} before Harbor starts",
-                s.verify_url
-            ));
-            let how = match s.mode {
-                ProxyMode::Env => {
-                    plan.harbor_env = socks5::proxy_env(port, &s.no_proxy);
-                    "Harbor gets ALL_PROXY/HTTPS_PROXY/HTTP_PROXY (and lower case) and NO_PROXY".to_string()
-                }
-                ProxyMode::Proxychains => {
-                    let bin = progs
-                        .as_ref()
-                        .and_then(|p| p.proxychains.as_ref())
-                        .map(|p| p.display().to_string())
-                        .unwrap_or_else(|| s.proxychains_bin.clone().unwrap_or_else(|| "proxychains4".into()));
-                    plan.harbor_prefix = vec![bin, "-q".into(), "-f".into(), "<generated proxychains.conf>".into()];
-                    format!(
-                        "Harbor runs under {} with a generated config (strict_chain, local networks excluded)",
-                        shell_words::join(&plan.harbor_prefix)
-                    )
-                }
-            };
-            plan.description = format!(
-                "socks: {} (login node {}{}), port {port}; {how}; restarts ≤ {} with backoff from {} s",
-                shell_words::join(&plan.argv),
-                s.login_node,
-                s.identity_file.as_ref().map(|k| format!(", key {}", k.display())).unwrap_or_default(),
-                s.max_restarts,
-                s.restart_backoff_s,
-            );
+        match part {
+            Part::Pinggy(p) => describe_pinggy(p, &m, inp, &mut plan),
+            Part::Socks(s) => describe_socks(s, ctx.socks_port.unwrap_or(s.port.base), progs.as_ref(), &mut plan),
         }
+        plans.push(plan);
+    }
+    let Some(mut main) = plans.pop() else {
+        let mut none = TunnelPlan::empty("none");
+        none.description = "no tunnel: the agent calls vLLM on this node".into();
+        return none;
+    };
+    if let Some(egress) = plans.pop() {
+        main.kind = kind(spec);
+        main.harbor_env.extend(egress.harbor_env.clone());
+        main.harbor_prefix = egress.harbor_prefix.clone();
+        main.description = format!("{}; through the egress proxy below", main.description);
+        main.egress = Some(Box::new(egress));
     }
     let _ = &inp.node;
-    plan
+    main
+}
+
+fn describe_pinggy(p: &PinggySpec, m: &Machine, inp: &PlanInputs<'_>, plan: &mut TunnelPlan) {
+    let pairs = p.pairs();
+    let order = pair_order(pairs.len(), inp.job_id);
+    for i in &order {
+        let pair = &pairs[*i];
+        let mut note = String::new();
+        if !inp.secrets.contains(&pair.token_secret) {
+            note = format!(" — secret {} not in the secrets file: skipped", pair.token_secret);
+        } else if let Some(dir) = &p.lock_dir {
+            let path = lease::lease_path(dir, &pair.public_url);
+            if let Ok(text) = std::fs::read_to_string(&path) {
+                let holder =
+                    serde_json::from_str::<lease::Owner>(&text).map(|o| o.describe()).unwrap_or_else(|_| "?".into());
+                note = format!(" — leased now by {holder} ({})", path.display());
+            }
+        }
+        plan.pairs.push(format!("{} (token from secret {}){note}", pair.public_url, pair.token_secret));
+    }
+    // The pair the machine chose; when none is usable now, the first in this job's order.
+    let pair = m
+        .public_url()
+        .and_then(|url| pairs.iter().find(|p| p.public_url.trim_end_matches('/') == url))
+        .unwrap_or(&pairs[order.first().copied().unwrap_or(0)]);
+    let url = pair.public_url.trim_end_matches('/').to_string();
+    plan.public_url = Some(url.clone());
+    plan.verify = Some(format!(
+        "GET {url}/v1/models with the per-job API key must list {} (up to {} tries, {} s apart){} before Harbor starts",
+        inp.served_name,
+        p.verify_attempts,
+        p.verify_interval_s,
+        if p.egress.is_some() { ", through the egress proxy" } else { "" }
+    ));
+    plan.description = format!(
+        "pinggy: {} (host {}:{}, user = token from secret {}{}), public URL {url} as Harbor's api_base {url}/v1; \
+         vLLM gets a per-job {VLLM_KEY_VAR}; {} pair(s) in the bank{}; restarts ≤ {} with backoff from {} s",
+        shell_words::join(&plan.argv),
+        pair.host.as_deref().unwrap_or(&p.host),
+        p.port,
+        pair.token_secret,
+        if p.egress.is_some() { format!(", ProxyJump {SOCKS_ALIAS}") } else { String::new() },
+        pairs.len(),
+        p.lock_dir.as_ref().map(|d| format!(", leases in {}", d.display())).unwrap_or_default(),
+        p.max_restarts,
+        p.restart_backoff_s,
+    );
+}
+
+fn describe_socks(s: &SocksSpec, port: u16, progs: Option<&Programs>, plan: &mut TunnelPlan) {
+    plan.verify =
+        Some(format!("one request to {} through socks5h://127.0.0.1:{port} before Harbor starts", s.verify_url));
+    let how = match s.mode {
+        ProxyMode::Env => {
+            plan.harbor_env = socks::proxy_env(port, &s.no_proxy);
+            "Harbor gets ALL_PROXY/HTTPS_PROXY/HTTP_PROXY (and lower case) and NO_PROXY".to_string()
+        }
+        ProxyMode::Proxychains => {
+            let bin = progs
+                .and_then(|p| p.proxychains.as_ref())
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| s.proxychains_bin.clone().unwrap_or_else(|| "proxychains4".into()));
+            plan.harbor_prefix = vec![bin, "-q".into(), "-f".into(), "<generated proxychains.conf>".into()];
+            format!(
+                "Harbor runs under {} with a generated config (strict_chain, local networks excluded)",
+                shell_words::join(&plan.harbor_prefix)
+            )
+        }
+    };
+    plan.description = format!(
+        "socks: {} (login node {}{}), port {port}; {how}; restarts ≤ {} with backoff from {} s",
+        shell_words::join(&plan.argv),
+        s.login_node,
+        s.identity_file.as_ref().map(|k| format!(", key {}", k.display())).unwrap_or_default(),
+        s.max_restarts,
+        s.restart_backoff_s,
+    );
+}
+
+/// `payload plan`'s text for the tunnel (and its egress proxy).
+pub fn write_plan(out: &mut dyn std::io::Write, t: &TunnelPlan) -> std::io::Result<()> {
+    writeln!(out, "tunnel: {} — {}", t.kind, t.description)?;
+    write_plan_body(out, t, "  ")?;
+    if let Some(e) = &t.egress {
+        writeln!(out, "  egress: {} — {}", e.kind, e.description)?;
+        write_plan_body(out, e, "    ")?;
+    }
+    Ok(())
+}
+
+fn write_plan_body(out: &mut dyn std::io::Write, t: &TunnelPlan, indent: &str) -> std::io::Result<()> {
+    if !t.argv.is_empty() {
+        writeln!(out, "{indent}argv: {}", shell_words::join(&t.argv))?;
+    }
+    if let Some(config) = &t.ssh_config {
+        writeln!(out, "{indent}ssh config (0600, in a private directory outside the run dir):")?;
+        for line in config.lines().filter(|l| !l.starts_with('#')) {
+            writeln!(out, "{indent}  {line}")?;
+        }
+    }
+    if !t.pairs.is_empty() {
+        writeln!(out, "{indent}bank, in this job's order:")?;
+        for p in &t.pairs {
+            writeln!(out, "{indent}  {p}")?;
+        }
+    }
+    if let Some(v) = &t.verify {
+        writeln!(out, "{indent}verify: {v}")?;
+    }
+    if !t.actions.is_empty() {
+        writeln!(out, "{indent}first actions:")?;
+        for a in &t.actions {
+            writeln!(out, "{indent}  {a}")?;
+        }
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------- runtime
@@ -451,52 +564,6 @@ pub enum TunnelPoll {
     Failed(Failure),
 }
 
-enum State {
-    Backoff { until: Instant },
-    Starting { since: Instant, connected: bool },
-    VerifyWait { until: Instant, attempt: u32 },
-    Verifying { task: JoinHandle<Result<String, String>>, attempt: u32 },
-    Up,
-    Failed(Failure),
-}
-
-struct Held {
-    pair: PinggyPair,
-    token: String,
-    lease: Option<lease::Lease>,
-    /// The server authenticated this pair for us at least once (a restart may then `force`).
-    had_session: bool,
-}
-
-struct PinggyRt {
-    spec: PinggySpec,
-    pairs: Vec<PinggyPair>,
-    order: Vec<usize>,
-    cursor: usize,
-    tokens: BTreeMap<String, String>,
-    held: Option<Held>,
-    skipped: Vec<(String, String)>,
-    owner: lease::Owner,
-    verify: PathBuf,
-    api_key: Option<String>,
-    engine_host: String,
-    engine_port: u16,
-    served_name: String,
-    force_next: bool,
-    lease_lost: bool,
-}
-
-struct SocksRt {
-    spec: SocksSpec,
-    port: u16,
-    prefix: Option<Vec<String>>,
-}
-
-enum Rt {
-    Pinggy(Box<PinggyRt>),
-    Socks(Box<SocksRt>),
-}
-
 /// Inputs to start a tunnel.
 pub struct Start<'a> {
     pub spec: &'a TunnelSpec,
@@ -511,209 +578,357 @@ pub struct Start<'a> {
     pub engine_port: u16,
     pub served_name: &'a str,
     pub api_key: Option<String>,
-    /// Environment for ssh and curl (the explicit child environment).
+    /// Environment for ssh (the explicit child environment).
     pub child_env: BTreeMap<String, String>,
     /// Where the private directory goes ($TMPDIR, else /tmp).
     pub tmp_root: PathBuf,
 }
 
-/// The running tunnel.
-pub struct Tunnel {
-    rt: Rt,
-    ssh: PathBuf,
+/// One running instance: its machine and its I/O state.
+struct Instance {
+    role: Role,
+    /// The egress proxy of a job with both: its lines in `tunnel.log` start `[egress] `, its notes
+    /// `payload: egress: ` (the Pinggy side's read as with a single tunnel, which `submitter check`
+    /// parses).
+    label: Option<&'static str>,
+    machine: Machine,
     dir: PrivateDir,
-    config: PathBuf,
-    known_hosts: PathBuf,
     raw_log: PathBuf,
-    log: PathBuf,
     raw_offset: u64,
     partial: String,
+    check: Option<JoinHandle<Result<String, String>>>,
+    lease: Option<lease::Lease>,
+    lease_lost: bool,
+    pid: Option<u32>,
+    harbor_env: BTreeMap<String, String>,
+    harbor_prefix: Option<Vec<String>>,
+}
+
+/// What the driver's I/O shares across instances.
+struct Io {
+    ssh: PathBuf,
+    log: PathBuf,
     redact: Vec<String>,
     env: BTreeMap<String, String>,
-    state: State,
-    seen: output::Seen,
-    restarts: u32,
-    max_restarts: u32,
-    backoff_s: f64,
-    connect_timeout: Duration,
-    verify_attempts: u32,
-    verify_interval: Duration,
-    attempts: u32,
-    up_since: Option<Instant>,
-    ever_up: bool,
-    started: Instant,
-    committed: bool,
-    last_refresh: Instant,
-    pub pid: Option<u32>,
+    api_key: Option<String>,
+    owner: lease::Owner,
+}
+
+/// The job's tunnels: one instance, or the egress proxy and Pinggy.
+pub struct Tunnel {
+    kind: &'static str,
+    instances: Vec<Instance>,
+    io: Io,
 }
 
 impl Tunnel {
-    /// Prepares the tunnel (private dir, configs, port or pair order); the first [`poll`](Self::poll)
-    /// spawns ssh. `Ok(None)` for `none`.
+    /// Prepares the tunnel (private directories, proxychains config, port, pair order); the first
+    /// [`poll`](Self::poll) starts ssh. `Ok(None)` for `none`.
     pub fn new(s: Start<'_>) -> Result<Option<Self>, Failure> {
-        let dir = PrivateDir::create(&s.tmp_root, s.run_tag)
-            .map_err(|e| TunnelError::PrivateDir { dir: s.tmp_root.clone(), reason: e.to_string() })?;
-        let known_hosts = dir.path.join("known_hosts");
-        let config = dir.path.join("ssh_config");
-        let raw_log = dir.path.join("ssh.out");
-        let log = s.run_dir.join(TUNNEL_LOG);
-        let mut redact = Vec::new();
-        let (rt, max_restarts, backoff_s, connect_timeout, verify_attempts, verify_interval) = match s.spec {
-            TunnelSpec::None => return Ok(None),
-            TunnelSpec::Pinggy(p) => {
-                let pairs = p.pairs();
-                let mut tokens = BTreeMap::new();
-                for pair in &pairs {
-                    if let Some(token) = s.secrets.get(&pair.token_secret) {
-                        sshconf::check_user(token, &pair.token_secret).map_err(TunnelError::Config)?;
-                        tokens.insert(pair.token_secret.clone(), token.to_string());
-                        redact.push(token.to_string());
-                    }
-                }
-                if tokens.is_empty() {
-                    return Err(TunnelError::NoToken {
-                        names: pairs.iter().map(|p| p.token_secret.clone()).collect::<Vec<_>>().join(", "),
-                        file: s.secrets.path().to_path_buf(),
-                    }
-                    .into());
-                }
-                if let Some(key) = &s.api_key {
-                    redact.push(key.clone());
-                }
-                let rt = PinggyRt {
-                    order: pair_order(pairs.len(), s.job_id),
-                    pairs,
-                    cursor: 0,
-                    tokens,
-                    held: None,
-                    skipped: Vec::new(),
-                    owner: lease::Owner {
-                        run_tag: s.run_tag.to_string(),
-                        slurm_job_id: s.slurm_job_id.clone(),
-                        node: s.node.clone(),
-                        pid: std::process::id(),
-                        public_url: String::new(),
-                        acquired_at: String::new(),
-                    },
-                    verify: s.programs.verify.clone().unwrap_or_else(|| PathBuf::from("curl")),
-                    api_key: s.api_key.clone(),
-                    engine_host: s.engine_host.to_string(),
-                    engine_port: s.engine_port,
-                    served_name: s.served_name.to_string(),
-                    force_next: false,
-                    lease_lost: false,
-                    spec: p.clone(),
-                };
-                (
-                    Rt::Pinggy(Box::new(rt)),
-                    p.max_restarts,
-                    p.restart_backoff_s,
-                    p.connect_timeout_s,
-                    p.verify_attempts,
-                    p.verify_interval_s,
-                )
-            }
-            TunnelSpec::Socks(sp) => {
-                let port = socks_port(sp, s.job_id, s.engine_port).map_err(TunnelError::Port)?;
-                let text = sshconf::render(&socks_block(sp, &known_hosts)).map_err(TunnelError::Config)?;
-                dir.write("ssh_config", &text)
-                    .map_err(|e| TunnelError::PrivateDir { dir: dir.path.clone(), reason: e.to_string() })?;
-                let prefix = match (&sp.mode, &s.programs.proxychains) {
-                    (ProxyMode::Proxychains, Some(bin)) => {
-                        let conf = dir
-                            .write("proxychains.conf", &socks5::proxychains_conf(port))
-                            .map_err(|e| TunnelError::PrivateDir { dir: dir.path.clone(), reason: e.to_string() })?;
-                        Some(vec![bin.display().to_string(), "-q".into(), "-f".into(), conf.display().to_string()])
-                    }
-                    _ => None,
-                };
-                (
-                    Rt::Socks(Box::new(SocksRt { spec: sp.clone(), port, prefix })),
-                    sp.max_restarts,
-                    sp.restart_backoff_s,
-                    sp.connect_timeout_s,
-                    sp.verify_attempts,
-                    sp.verify_interval_s,
-                )
-            }
+        let parts = parts(s.spec);
+        if parts.is_empty() {
+            return Ok(None);
+        }
+        let tokens = tokens(s.spec, s.secrets, false)?;
+        let mut redact: Vec<String> = tokens.values().cloned().collect();
+        redact.extend(s.api_key.clone());
+        let socks_port = match socks_spec(s.spec) {
+            Some(sp) => Some(socks_port(sp, s.job_id, s.engine_port).map_err(TunnelError::Port)?),
+            None => None,
+        };
+        let ctx = Ctx {
+            ssh: s.programs.ssh.display().to_string(),
+            tokens,
+            job_id: s.job_id,
+            engine_host: s.engine_host,
+            engine_port: s.engine_port,
+            served_name: s.served_name,
+            socks_port,
         };
         let now = Instant::now();
+        let mut instances = Vec::new();
+        for (role, part) in parts {
+            let private =
+                |e: std::io::Error| TunnelError::PrivateDir { dir: s.tmp_root.clone(), reason: e.to_string() };
+            let dir = PrivateDir::create(&s.tmp_root, &format!("{}-{}", s.run_tag, role.as_str())).map_err(private)?;
+            let config = dir.path.join("ssh_config");
+            let paths =
+                strategy::Paths { config: config.display().to_string(), known_hosts: dir.path.join("known_hosts") };
+            let machine = Machine::new(strategy_for(s.spec, &part, &ctx, paths), now);
+            let (mut harbor_env, mut harbor_prefix) = (BTreeMap::new(), None);
+            if let (Part::Socks(sp), Some(port)) = (&part, socks_port) {
+                match sp.mode {
+                    ProxyMode::Env => harbor_env = socks::proxy_env(port, &sp.no_proxy),
+                    ProxyMode::Proxychains => {
+                        if let Some(bin) = &s.programs.proxychains {
+                            let conf =
+                                dir.write("proxychains.conf", &socks::proxychains_conf(port)).map_err(private)?;
+                            harbor_prefix = Some(vec![
+                                bin.display().to_string(),
+                                "-q".into(),
+                                "-f".into(),
+                                conf.display().to_string(),
+                            ]);
+                        }
+                    }
+                }
+            }
+            instances.push(Instance {
+                role,
+                label: (role == Role::Egress).then_some("egress"),
+                raw_log: dir.path.join("ssh.out"),
+                machine,
+                dir,
+                raw_offset: 0,
+                partial: String::new(),
+                check: None,
+                lease: None,
+                lease_lost: false,
+                pid: None,
+                harbor_env,
+                harbor_prefix,
+            });
+        }
         Ok(Some(Self {
-            rt,
-            ssh: s.programs.ssh.clone(),
-            dir,
-            config,
-            known_hosts,
-            raw_log,
-            log,
-            raw_offset: 0,
-            partial: String::new(),
-            redact,
-            env: s.child_env,
-            state: State::Backoff { until: now },
-            seen: output::Seen::default(),
-            restarts: 0,
-            max_restarts,
-            backoff_s,
-            connect_timeout: Duration::try_from_secs_f64(connect_timeout.max(1.0)).unwrap_or(Duration::from_secs(60)),
-            verify_attempts: verify_attempts.max(1),
-            verify_interval: Duration::try_from_secs_f64(verify_interval.max(0.05)).unwrap_or(Duration::from_secs(1)),
-            attempts: 0,
-            up_since: None,
-            ever_up: false,
-            started: now,
-            committed: false,
-            last_refresh: now,
-            pid: None,
+            kind: kind(s.spec),
+            instances,
+            io: Io {
+                ssh: s.programs.ssh.clone(),
+                log: s.run_dir.join(TUNNEL_LOG),
+                redact,
+                env: s.child_env,
+                api_key: s.api_key,
+                owner: lease::Owner {
+                    run_tag: s.run_tag.to_string(),
+                    slurm_job_id: s.slurm_job_id,
+                    node: s.node,
+                    pid: std::process::id(),
+                    public_url: String::new(),
+                    acquired_at: String::new(),
+                },
+            },
         }))
     }
 
     pub fn kind(&self) -> &'static str {
-        match self.rt {
-            Rt::Pinggy(_) => "pinggy",
-            Rt::Socks(_) => "socks",
-        }
+        self.kind
     }
 
     pub fn is_up(&self) -> bool {
-        matches!(self.state, State::Up)
+        self.instances.iter().all(|i| i.machine.phase() == Phase::Up)
     }
 
     /// The public URL of the pair in use (Pinggy), without a trailing slash.
     pub fn public_url(&self) -> Option<String> {
-        match &self.rt {
-            Rt::Pinggy(p) => p.held.as_ref().map(|h| h.pair.public_url.trim_end_matches('/').to_string()),
-            Rt::Socks(_) => None,
-        }
+        self.instances.iter().find_map(|i| i.machine.public_url())
     }
 
-    /// The local SOCKS port (SOCKS).
+    /// The local SOCKS port (SOCKS, or the egress proxy).
     pub fn socks_port(&self) -> Option<u16> {
-        match &self.rt {
-            Rt::Socks(s) => Some(s.port),
-            Rt::Pinggy(_) => None,
-        }
+        self.instances.iter().find_map(|i| i.machine.socks_port())
     }
 
     /// What Harbor's environment gets from the tunnel (SOCKS `env` mode: the proxy variables).
     pub fn harbor_env(&self) -> BTreeMap<String, String> {
-        match &self.rt {
-            Rt::Socks(s) if s.spec.mode == ProxyMode::Env => socks5::proxy_env(s.port, &s.spec.no_proxy),
-            _ => BTreeMap::new(),
-        }
+        self.instances.iter().flat_map(|i| i.harbor_env.clone()).collect()
     }
 
     /// The argv prefix Harbor runs under (SOCKS `proxychains` mode).
     pub fn harbor_prefix(&self) -> Option<Vec<String>> {
-        match &self.rt {
-            Rt::Socks(s) => s.prefix.clone(),
-            Rt::Pinggy(_) => None,
-        }
+        self.instances.iter().find_map(|i| i.harbor_prefix.clone())
+    }
+
+    /// The current ssh pids by role name (`tunnel`, `egress`).
+    pub fn pids(&self) -> Vec<(&'static str, u32)> {
+        self.instances.iter().filter_map(|i| i.pid.map(|p| (i.role.as_str(), p))).collect()
     }
 
     /// Harbor has the public URL now: the pair is fixed for the rest of the run.
     pub fn commit(&mut self) {
-        self.committed = true;
+        let now = Instant::now();
+        for i in &mut self.instances {
+            i.machine.step(now, Input::Commit);
+        }
+    }
+
+    /// Advances every instance: call every few hundred milliseconds. `engine_ready` gates the
+    /// Pinggy check (it fetches vLLM's `/v1/models` through the tunnel), as does the egress proxy
+    /// being up when the check goes through it.
+    pub async fn poll(&mut self, sup: &mut Supervisor, rec: &mut Recorder, engine_ready: bool) -> TunnelPoll {
+        let egress_up =
+            self.instances.iter().filter(|i| i.role == Role::Egress).all(|i| i.machine.phase() == Phase::Up);
+        for inst in &mut self.instances {
+            let ready = inst.machine.socks_port().is_some() || (engine_ready && egress_up);
+            self.io.advance(inst, sup, rec, ready).await;
+        }
+        let mut up = true;
+        for inst in &self.instances {
+            match inst.machine.phase() {
+                Phase::Failed(f) => return TunnelPoll::Failed(f),
+                Phase::Pending => up = false,
+                Phase::Up => {}
+            }
+        }
+        if up { TunnelPoll::Up } else { TunnelPoll::Pending }
+    }
+
+    /// After teardown: last output, the leases released, the private directories removed.
+    pub fn cleanup(&mut self, rec: &Recorder) {
+        for inst in &mut self.instances {
+            for line in self.io.drain(inst) {
+                inst.machine.step(Instant::now(), Input::Line(line));
+            }
+            if let Some(task) = inst.check.take() {
+                task.abort();
+            }
+            if let Some(l) = inst.lease.take() {
+                let path = l.path.clone();
+                l.release();
+                rec.event("tunnel_lease_released", json!({ "lease": path }));
+            }
+            self.io.note(inst, "stopped; private directory removed");
+            inst.dir.remove();
+        }
+    }
+}
+
+impl Io {
+    /// Feeds one instance what happened since the last poll, then a tick.
+    async fn advance(&self, inst: &mut Instance, sup: &mut Supervisor, rec: &mut Recorder, ready: bool) {
+        let now = Instant::now();
+        for line in self.drain(inst) {
+            self.feed(inst, sup, rec, now, Input::Line(line));
+        }
+        if inst.pid.is_some()
+            && let Some(status) = sup.get_mut(inst.role).and_then(|m| m.try_status())
+        {
+            for line in self.drain(inst) {
+                self.feed(inst, sup, rec, now, Input::Line(line));
+            }
+            inst.pid = None;
+            rec.status.pids.remove(inst.role.as_str());
+            self.feed(inst, sup, rec, now, Input::Exited(describe_status(status)));
+        }
+        if inst.check.as_ref().is_some_and(|t| t.is_finished())
+            && let Some(task) = inst.check.take()
+        {
+            let result = task.await.unwrap_or_else(|e| Err(format!("check task failed: {e}")));
+            self.feed(inst, sup, rec, now, Input::VerifyDone(result));
+        }
+        self.feed(inst, sup, rec, now, Input::Tick { ready });
+    }
+
+    /// Steps the machine with `input` and does its actions; answers are fed back at once.
+    fn feed(&self, inst: &mut Instance, sup: &mut Supervisor, rec: &mut Recorder, now: Instant, input: Input) {
+        let mut queue: VecDeque<Action> = inst.machine.step(now, input).into();
+        while let Some(action) = queue.pop_front() {
+            if let Some(answer) = self.act(inst, sup, rec, action) {
+                for a in inst.machine.step(now, answer).into_iter().rev() {
+                    queue.push_front(a);
+                }
+            }
+        }
+    }
+
+    /// Does one action; some have an answer for the machine.
+    fn act(&self, inst: &mut Instance, sup: &mut Supervisor, rec: &mut Recorder, action: Action) -> Option<Input> {
+        match action {
+            Action::Spawn { config, argv } => Some(Input::Spawned(self.spawn(inst, sup, rec, &config, argv))),
+            Action::Term => {
+                if let Some(m) = sup.get_mut(inst.role) {
+                    m.signal_group(Signal::SIGTERM);
+                }
+                None
+            }
+            Action::Verify(check) => {
+                let key = self.api_key.clone();
+                inst.check =
+                    Some(tokio::spawn(
+                        async move { verify::run(&check, key.as_deref(), verify::VERIFY_TIMEOUT).await },
+                    ));
+                None
+            }
+            Action::CancelVerify => {
+                if let Some(task) = inst.check.take() {
+                    task.abort();
+                }
+                None
+            }
+            Action::AcquireLease { dir, public_url, ttl } => {
+                let mut owner = self.owner.clone();
+                owner.public_url = public_url.clone();
+                let answer = match lease::try_acquire(&dir, &public_url, &owner, ttl) {
+                    Ok(lease::Acquire::Acquired(l)) => {
+                        let path = l.path.clone();
+                        inst.lease = Some(l);
+                        LeaseAnswer::Acquired(path)
+                    }
+                    Ok(lease::Acquire::Held(holder)) => LeaseAnswer::Held {
+                        holder: holder.describe(),
+                        owner: serde_json::to_value(&holder).unwrap_or_default(),
+                    },
+                    Err(e) => {
+                        tracing::warn!(dir = %dir.display(), error = %e, "cannot use the Pinggy lease dir; going on without a lease");
+                        LeaseAnswer::Unavailable(e.to_string())
+                    }
+                };
+                Some(Input::Lease(answer))
+            }
+            Action::RefreshLease => {
+                if let Some(l) = &inst.lease
+                    && !l.refresh()
+                    && !inst.lease_lost
+                {
+                    inst.lease_lost = true;
+                    tracing::warn!(lease = %l.path.display(), "Pinggy lease is no longer ours (judged stale by another job?)");
+                    rec.event("tunnel_lease_lost", json!({ "lease": l.path }));
+                }
+                None
+            }
+            Action::ReleaseLease => {
+                if let Some(l) = inst.lease.take() {
+                    l.release();
+                }
+                None
+            }
+            Action::Event(name, data) => {
+                match name {
+                    "tunnel_failed" => tracing::error!(kind = inst.machine.kind(), %data, "tunnel failed"),
+                    "tunnel_up" => tracing::info!(kind = inst.machine.kind(), %data, "tunnel up"),
+                    "tunnel_restart" | "tunnel_pair_skipped" => {
+                        tracing::warn!(kind = inst.machine.kind(), event = name, %data, "tunnel")
+                    }
+                    _ => tracing::debug!(kind = inst.machine.kind(), event = name, %data, "tunnel"),
+                }
+                rec.event(name, data);
+                None
+            }
+            Action::Note(text) => {
+                self.note(inst, &text);
+                None
+            }
+        }
+    }
+
+    fn spawn(
+        &self,
+        inst: &mut Instance,
+        sup: &mut Supervisor,
+        rec: &mut Recorder,
+        config: &str,
+        argv: Vec<String>,
+    ) -> Result<u32, (&'static str, String)> {
+        inst.dir
+            .write("ssh_config", config)
+            .map_err(|e| ("private_dir", format!("cannot write the ssh config in {}: {e}", inst.dir.path.display())))?;
+        let child =
+            ChildSpec { program: self.ssh.clone(), argv, env: self.env.clone(), log: inst.raw_log.clone(), cwd: None };
+        let pid =
+            sup.spawn(inst.role, &child).map_err(|e| ("spawn", format!("cannot start {}: {e}", self.ssh.display())))?;
+        inst.pid = Some(pid);
+        rec.status.pids.insert(inst.role.as_str().into(), pid);
+        rec.write_status();
+        Ok(pid)
     }
 
     fn redacted(&self, line: &str) -> String {
@@ -738,401 +953,52 @@ impl Tunnel {
     }
 
     /// One line of payload's own in `tunnel.log`.
-    fn note(&self, text: &str) {
-        let line = format!("[{}] payload: {}\n", crate::records::now(), self.redacted(text));
+    fn note(&self, inst: &Instance, text: &str) {
+        let who = inst.label.map(|l| format!("{l}: ")).unwrap_or_default();
+        let line = format!("[{}] payload: {who}{}\n", crate::records::now(), self.redacted(text));
         self.append_log(&line);
     }
 
-    /// Copies ssh's new output, redacted, into `tunnel.log` and classifies it.
-    fn drain(&mut self) {
-        let Ok(mut f) = std::fs::File::open(&self.raw_log) else { return };
-        if f.seek(SeekFrom::Start(self.raw_offset)).is_err() {
-            return;
+    /// ssh's new output, redacted, copied into `tunnel.log`; returns the lines.
+    fn drain(&self, inst: &mut Instance) -> Vec<String> {
+        let Ok(mut f) = std::fs::File::open(&inst.raw_log) else { return Vec::new() };
+        if f.seek(SeekFrom::Start(inst.raw_offset)).is_err() {
+            return Vec::new();
         }
         let mut buf = Vec::new();
         if f.read_to_end(&mut buf).is_err() || buf.is_empty() {
-            return;
+            return Vec::new();
         }
-        self.raw_offset += buf.len() as u64;
-        self.partial.push_str(&String::from_utf8_lossy(&buf));
+        inst.raw_offset += buf.len() as u64;
+        inst.partial.push_str(&String::from_utf8_lossy(&buf));
+        let mut lines = Vec::new();
         let mut out = String::new();
-        while let Some(i) = self.partial.find('\n') {
-            let line: String = self.partial.drain(..=i).collect();
+        while let Some(i) = inst.partial.find('\n') {
+            let line: String = inst.partial.drain(..=i).collect();
             let line = self.redacted(line.trim_end_matches(['\n', '\r']));
             // Pinggy's TUI may draw with escape sequences; keep the text.
             let clean: String = line.chars().filter(|c| !c.is_control() || *c == '\t').collect();
             if clean.trim().is_empty() {
                 continue;
             }
-            self.seen.note(&clean);
+            if let Some(label) = inst.label {
+                out.push_str(&format!("[{label}] "));
+            }
             out.push_str(&clean);
             out.push('\n');
+            lines.push(clean);
         }
         if !out.is_empty() {
             self.append_log(&out);
         }
-    }
-
-    fn fail(&mut self, rec: &Recorder, cause: &str, message: String) -> TunnelPoll {
-        let message = self.redacted(&message);
-        let f = Failure::new(OutcomeClass::Tunnel, message.clone()).with_cause(cause.to_string());
-        rec.event("tunnel_failed", json!({ "kind": self.kind(), "cause": cause, "message": message }));
-        self.note(&format!("giving up: {message} (cause {cause})"));
-        tracing::error!(kind = self.kind(), cause, error = %message, "tunnel failed");
-        if let State::Verifying { task, .. } = &self.state {
-            task.abort();
-        }
-        self.state = State::Failed(f.clone());
-        TunnelPoll::Failed(f)
-    }
-
-    /// Takes the next free pair of the bank (Pinggy); `None` when every pair was skipped.
-    fn next_pair(&mut self, rec: &Recorder) -> Option<Held> {
-        let Rt::Pinggy(p) = &mut self.rt else { return None };
-        while p.cursor < p.order.len() {
-            let pair = p.pairs[p.order[p.cursor]].clone();
-            p.cursor += 1;
-            let Some(token) = p.tokens.get(&pair.token_secret).cloned() else {
-                p.skipped
-                    .push((pair.public_url.clone(), format!("secret {} not in the secrets file", pair.token_secret)));
-                rec.event(
-                    "tunnel_pair_skipped",
-                    json!({ "public_url": pair.public_url, "reason": "missing_secret", "secret": pair.token_secret }),
-                );
-                continue;
-            };
-            let mut lease = None;
-            if let Some(dir) = &p.spec.lock_dir {
-                let mut owner = p.owner.clone();
-                owner.public_url = pair.public_url.clone();
-                match lease::try_acquire(dir, &pair.public_url, &owner, Duration::from_secs(p.spec.lease_ttl_s)) {
-                    Ok(lease::Acquire::Acquired(l)) => lease = Some(l),
-                    Ok(lease::Acquire::Held(holder)) => {
-                        p.skipped.push((pair.public_url.clone(), format!("leased by {}", holder.describe())));
-                        rec.event(
-                            "tunnel_pair_skipped",
-                            json!({ "public_url": pair.public_url, "reason": "leased", "holder": holder }),
-                        );
-                        continue;
-                    }
-                    Err(e) => {
-                        // A lock dir we cannot use must not stop the job: Pinggy's lock message still guards.
-                        tracing::warn!(dir = %dir.display(), error = %e, "cannot use the Pinggy lease dir; going on without a lease");
-                        rec.event("tunnel_lease_unavailable", json!({ "dir": dir, "error": e.to_string() }));
-                    }
-                }
-            }
-            rec.event("tunnel_pair", json!({ "public_url": pair.public_url, "secret": pair.token_secret, "lease": lease.as_ref().map(|l| &l.path) }));
-            return Some(Held { pair, token, lease, had_session: false });
-        }
-        None
-    }
-
-    fn spawn(&mut self, sup: &mut Supervisor, rec: &mut Recorder) -> TunnelPoll {
-        self.seen = output::Seen::default();
-        let ssh = self.ssh.display().to_string();
-        let config = self.config.display().to_string();
-        let argv = match &self.rt {
-            Rt::Socks(s) => socks_argv(&ssh, &config, s.port),
-            Rt::Pinggy(_) => {
-                let needs_pair = matches!(&self.rt, Rt::Pinggy(p) if p.held.is_none());
-                if needs_pair {
-                    let held = self.next_pair(rec);
-                    let Rt::Pinggy(p) = &mut self.rt else { unreachable!() };
-                    match held {
-                        Some(h) => p.held = Some(h),
-                        None => {
-                            let tried =
-                                p.skipped.iter().map(|(u, why)| format!("{u}: {why}")).collect::<Vec<_>>().join("; ");
-                            let cause = if p.skipped.iter().any(|(_, w)| w == "token_locked") {
-                                "token_locked"
-                            } else if p.skipped.iter().any(|(_, w)| w == "not_authenticated") {
-                                "not_authenticated"
-                            } else {
-                                "bank_exhausted"
-                            };
-                            return self.fail(rec, cause, format!("no usable Pinggy pair in the bank ({tried})"));
-                        }
-                    }
-                }
-                let Rt::Pinggy(p) = &mut self.rt else { unreachable!() };
-                let held = p.held.as_ref().expect("pair chosen");
-                let user = if p.force_next { format!("{}+force", held.token) } else { held.token.clone() };
-                let text = match sshconf::render(&pinggy_block(&p.spec, &held.pair, &user, &self.known_hosts)) {
-                    Ok(t) => t,
-                    Err(e) => return self.fail(rec, "config", e.to_string()),
-                };
-                if let Err(e) = self.dir.write("ssh_config", &text) {
-                    return self.fail(
-                        rec,
-                        "private_dir",
-                        format!("cannot write the ssh config in {}: {e}", self.dir.path.display()),
-                    );
-                }
-                pinggy_argv(&ssh, &config, &p.spec, &p.engine_host, p.engine_port)
-            }
-        };
-        let child = ChildSpec {
-            program: self.ssh.clone(),
-            argv: argv.clone(),
-            env: self.env.clone(),
-            log: self.raw_log.clone(),
-            cwd: None,
-        };
-        match sup.spawn(Role::Tunnel, &child) {
-            Ok(pid) => {
-                self.attempts += 1;
-                self.pid = Some(pid);
-                rec.status.pids.insert("tunnel".into(), pid);
-                rec.write_status();
-                let url = self.public_url();
-                let force = matches!(&self.rt, Rt::Pinggy(p) if p.force_next);
-                rec.event("tunnel_spawned", json!({ "kind": self.kind(), "pid": pid, "argv": argv, "attempt": self.attempts, "public_url": url, "force": force }));
-                self.note(&format!(
-                    "attempt {}: {}{}{}",
-                    self.attempts,
-                    shell_words::join(&argv),
-                    url.map(|u| format!(" (public URL {u})")).unwrap_or_default(),
-                    if force { " (with Pinggy's force keyword: replaces our own stale session)" } else { "" }
-                ));
-                self.state = State::Starting { since: Instant::now(), connected: false };
-                TunnelPoll::Pending
-            }
-            Err(e) => self.fail(rec, "spawn", format!("cannot start {}: {e}", self.ssh.display())),
-        }
-    }
-
-    fn term(&self, sup: &mut Supervisor) {
-        if let Some(m) = sup.get_mut(Role::Tunnel) {
-            m.signal_group(Signal::SIGTERM);
-        }
-    }
-
-    fn verify_task(&self) -> JoinHandle<Result<String, String>> {
-        match &self.rt {
-            Rt::Socks(s) => {
-                let port = s.port;
-                let url = s.spec.verify_url.clone();
-                tokio::spawn(async move { socks5::check(port, &url, VERIFY_TIMEOUT).await })
-            }
-            Rt::Pinggy(p) => {
-                let program = p.verify.clone();
-                let env = self.env.clone();
-                let url = self.public_url().unwrap_or_default();
-                let key = p.api_key.clone();
-                let served = p.served_name.clone();
-                tokio::spawn(async move {
-                    verify::models(&program, &env, &url, key.as_deref(), &served, VERIFY_TIMEOUT).await
-                })
-            }
-        }
-    }
-
-    /// ssh exited: fail over to the next pair, restart with backoff, or give up.
-    fn on_exit(&mut self, status: std::process::ExitStatus, rec: &mut Recorder) -> TunnelPoll {
-        let cause = output::cause(&self.seen);
-        let detail = self.seen.last_problem.clone();
-        if let State::Verifying { task, .. } = &self.state {
-            task.abort();
-        }
-        self.pid = None;
-        rec.status.pids.remove("tunnel");
-        rec.event(
-            "tunnel_exited",
-            json!({ "kind": self.kind(), "status": describe_status(status), "cause": cause, "attempt": self.attempts, "detail": detail }),
-        );
-        self.note(&format!(
-            "ssh exited ({}), cause {cause}{}",
-            describe_status(status),
-            detail.as_ref().map(|d| format!(": {d}")).unwrap_or_default()
-        ));
-        let committed = self.committed;
-        if let Rt::Pinggy(p) = &mut self.rt
-            && !committed
-            && (cause == "token_locked" || cause == "not_authenticated")
-            && let Some(held) = p.held.take()
-        {
-            if let Some(l) = held.lease {
-                l.release();
-            }
-            p.skipped.push((held.pair.public_url.clone(), cause.to_string()));
-            rec.event("tunnel_pair_skipped", json!({ "public_url": held.pair.public_url, "reason": cause }));
-            let url = held.pair.public_url.clone();
-            self.note(&format!("pair {url} is unusable ({cause}); moving to the next free pair"));
-            tracing::warn!(public_url = %url, cause, "Pinggy pair unusable; trying the next pair");
-            self.state = State::Backoff { until: Instant::now() };
-            return TunnelPoll::Pending;
-        }
-        if self.up_since.is_some_and(|t| t.elapsed() >= STABLE_AFTER) {
-            self.restarts = 0;
-        }
-        self.up_since = None;
-        self.restarts += 1;
-        if self.restarts > self.max_restarts {
-            let what = if self.ever_up { "dropped and could not be restored" } else { "could not be established" };
-            return self.fail(
-                rec,
-                cause,
-                format!(
-                    "{} tunnel {what} after {} restart(s): {cause}{}",
-                    self.kind(),
-                    self.max_restarts,
-                    detail.map(|d| format!(" ({d})")).unwrap_or_default()
-                ),
-            );
-        }
-        if let Rt::Pinggy(p) = &mut self.rt
-            && p.spec.force_on_restart
-            && p.held.as_ref().is_some_and(|h| h.had_session)
-        {
-            p.force_next = true;
-        }
-        let wait = backoff(self.backoff_s, self.restarts);
-        rec.event("tunnel_restart", json!({ "kind": self.kind(), "restart": self.restarts, "max_restarts": self.max_restarts, "in_s": wait.as_secs_f64(), "cause": cause }));
-        self.note(&format!("restart {}/{} in {:.1} s", self.restarts, self.max_restarts, wait.as_secs_f64()));
-        tracing::warn!(
-            kind = self.kind(),
-            restart = self.restarts,
-            max = self.max_restarts,
-            cause,
-            "tunnel down; restarting"
-        );
-        self.state = State::Backoff { until: Instant::now() + wait };
-        TunnelPoll::Pending
-    }
-
-    /// Advances the state machine; call every few hundred milliseconds. `engine_ready` gates the
-    /// Pinggy check (it fetches vLLM's `/v1/models` through the tunnel).
-    pub async fn poll(&mut self, sup: &mut Supervisor, rec: &mut Recorder, engine_ready: bool) -> TunnelPoll {
-        if let State::Failed(f) = &self.state {
-            return TunnelPoll::Failed(f.clone());
-        }
-        self.drain();
-        let pinggy = matches!(self.rt, Rt::Pinggy(_));
-        let alive_state = !matches!(self.state, State::Backoff { .. });
-        if alive_state && let Some(status) = sup.get_mut(Role::Tunnel).and_then(|m| m.try_status()) {
-            self.drain();
-            return self.on_exit(status, rec);
-        }
-        if pinggy && alive_state && (self.seen.locked || self.seen.not_authenticated) {
-            // Pinggy may keep the session open after the message: end it; the exit is handled next.
-            self.term(sup);
-            return TunnelPoll::Pending;
-        }
-        if self.seen.authenticated
-            && let Rt::Pinggy(p) = &mut self.rt
-            && let Some(h) = p.held.as_mut()
-        {
-            h.had_session = true;
-        }
-        let now = Instant::now();
-        let state = std::mem::replace(&mut self.state, State::Backoff { until: now });
-        self.state = match state {
-            State::Backoff { until } if now >= until => return self.spawn(sup, rec),
-            State::Starting { since, connected } => {
-                let elapsed = since.elapsed();
-                let connected = connected
-                    || match &self.rt {
-                        Rt::Pinggy(_) => self.seen.established() || elapsed >= SETTLE,
-                        Rt::Socks(_) => elapsed >= Duration::from_millis(200),
-                    };
-                if connected {
-                    let urls = self.seen.urls.clone();
-                    rec.event(
-                        "tunnel_connected",
-                        json!({ "kind": self.kind(), "authenticated": self.seen.authenticated, "urls": urls, "elapsed_ms": elapsed.as_millis() as u64 }),
-                    );
-                    if let Some(url) = self.public_url() {
-                        let host = url.split("://").nth(1).unwrap_or(&url).to_string();
-                        if !urls.is_empty() && !urls.iter().any(|u| u.contains(&host)) {
-                            self.note(&format!(
-                                "warning: the server announced {} but this pair's public URL is {url}",
-                                urls.join(", ")
-                            ));
-                            rec.event("tunnel_url_mismatch", json!({ "announced": urls, "public_url": url }));
-                        }
-                    }
-                    State::VerifyWait { until: now, attempt: 0 }
-                } else if elapsed > self.connect_timeout {
-                    self.seen.imposed = Some("connect_timeout");
-                    self.note(&format!(
-                        "no connection within {:.0} s; stopping this attempt",
-                        self.connect_timeout.as_secs_f64()
-                    ));
-                    self.term(sup);
-                    State::Starting { since, connected: false }
-                } else {
-                    State::Starting { since, connected: false }
-                }
-            }
-            State::VerifyWait { until, attempt } if now >= until && (!pinggy || engine_ready) => {
-                State::Verifying { task: self.verify_task(), attempt }
-            }
-            State::Verifying { task, attempt } if task.is_finished() => {
-                let result = task.await.unwrap_or_else(|e| Err(format!("check task failed: {e}")));
-                match result {
-                    Ok(summary) => {
-                        let elapsed = self.started.elapsed();
-                        self.up_since = Some(Instant::now());
-                        self.ever_up = true;
-                        rec.event(
-                            "tunnel_up",
-                            json!({ "kind": self.kind(), "public_url": self.public_url(), "socks_port": self.socks_port(),
-                                    "check": summary, "attempt": self.attempts, "elapsed_ms": elapsed.as_millis() as u64 }),
-                        );
-                        self.note(&format!("verified: {summary}"));
-                        tracing::info!(kind = self.kind(), check = %summary, "tunnel up");
-                        State::Up
-                    }
-                    Err(e) => {
-                        let attempt = attempt + 1;
-                        self.note(&format!("check {attempt}/{} failed: {e}", self.verify_attempts));
-                        if attempt >= self.verify_attempts {
-                            return self.fail(
-                                rec,
-                                "verify_failed",
-                                format!("{} tunnel check failed {attempt} time(s); last: {e}", self.kind()),
-                            );
-                        }
-                        State::VerifyWait { until: now + self.verify_interval, attempt }
-                    }
-                }
-            }
-            other => other,
-        };
-        if self.last_refresh.elapsed() >= LEASE_REFRESH {
-            self.last_refresh = Instant::now();
-            if let Rt::Pinggy(p) = &mut self.rt
-                && let Some(l) = p.held.as_ref().and_then(|h| h.lease.as_ref())
-                && !l.refresh()
-                && !p.lease_lost
-            {
-                p.lease_lost = true;
-                tracing::warn!(lease = %l.path.display(), "Pinggy lease is no longer ours (judged stale by another job?)");
-                rec.event("tunnel_lease_lost", json!({ "lease": l.path }));
-            }
-        }
-        if matches!(self.state, State::Up) { TunnelPoll::Up } else { TunnelPoll::Pending }
-    }
-
-    /// After teardown: last output, the lease released, the private directory removed.
-    pub fn cleanup(&mut self, rec: &Recorder) {
-        self.drain();
-        if let Rt::Pinggy(p) = &mut self.rt
-            && let Some(l) = p.held.as_mut().and_then(|h| h.lease.take())
-        {
-            let path = l.path.clone();
-            l.release();
-            rec.event("tunnel_lease_released", json!({ "lease": path }));
-        }
-        self.note("stopped; private directory removed");
-        self.dir.remove();
+        lines
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn pinggy() -> PinggySpec {
         serde_json::from_value(json!({
@@ -1193,7 +1059,13 @@ mod tests {
         );
         assert!(plan.ssh_config.as_deref().unwrap().contains("User <token from secret PINGGY_TOKEN_2>"));
         assert!(plan.description.starts_with("pinggy: "), "{}", plan.description);
-        assert!(plan.harbor_env.is_empty(), "the per-job key is crate::prepare's: {:?}", plan.harbor_env);
+        // The machine's first actions: b (first in job 3's order) taken, then its spawn.
+        assert!(plan.actions[0].starts_with("event tunnel_pair {\"public_url\":\"https://b."), "{:?}", plan.actions);
+        assert!(
+            plan.actions.last().unwrap().starts_with("write the ssh config (0600) and start "),
+            "{:?}",
+            plan.actions
+        );
         assert!(problems.iter().all(|p| p.cause.as_deref() != Some("missing_token")));
     }
 

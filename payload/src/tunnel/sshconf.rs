@@ -31,6 +31,9 @@ pub struct HostBlock<'a> {
     pub server_alive_interval_s: u32,
     pub server_alive_count_max: u32,
     pub connect_timeout_s: u32,
+    /// `ProxyJump <alias>`: reach this host through another block of the same file (Pinggy through
+    /// the login node when compute nodes have no internet).
+    pub proxy_jump: Option<&'a str>,
 }
 
 /// Why a value cannot go into the config.
@@ -78,6 +81,9 @@ pub fn render(h: &HostBlock<'_>) -> Result<String, ConfigError> {
     let _ = writeln!(s, "  ServerAliveInterval {}", h.server_alive_interval_s);
     let _ = writeln!(s, "  ServerAliveCountMax {}", h.server_alive_count_max);
     let _ = writeln!(s, "  ConnectTimeout {}", h.connect_timeout_s.max(1));
+    if let Some(jump) = h.proxy_jump {
+        let _ = writeln!(s, "  ProxyJump {jump}");
+    }
     match h.known_hosts {
         KnownHosts::Pinned(file) => {
             s.push_str("  StrictHostKeyChecking yes\n");
@@ -113,6 +119,7 @@ mod tests {
             server_alive_interval_s: 30,
             server_alive_count_max: 3,
             connect_timeout_s: 20,
+            proxy_jump: None,
         })
         .unwrap();
         for line in [
@@ -145,12 +152,13 @@ mod tests {
             server_alive_interval_s: 15,
             server_alive_count_max: 4,
             connect_timeout_s: 0,
+            proxy_jump: Some("payload-socks"),
         })
         .unwrap();
         assert!(text.contains("  IdentityFile \"/home/u/.ssh/step 50%%\"\n  IdentitiesOnly yes\n"), "{text}");
         assert!(text.contains("  BatchMode yes\n"));
         assert!(text.contains("  StrictHostKeyChecking yes\n  UserKnownHostsFile \"/etc/pinned\"\n"));
-        assert!(text.contains("  ConnectTimeout 1\n"));
+        assert!(text.contains("  ConnectTimeout 1\n  ProxyJump payload-socks\n"), "{text}");
         assert!(!text.contains("Port"));
     }
 

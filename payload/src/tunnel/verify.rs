@@ -1,91 +1,86 @@
-//! The end-to-end check of a reverse tunnel: `GET <public url>/v1/models` must answer 200 and list
-//! the served name — through the public internet, Pinggy, the ssh session and back to vLLM.
+//! The tunnels' end-to-end checks, in-process with reqwest (rustls for the HTTPS public URL and
+//! `verify_url`; its `socks` feature for `socks5h://`, so names resolve on the login node):
 //!
-//! It runs `curl` (present on every cluster node) because the public URL is HTTPS and payload's HTTP
-//! client is built without TLS. The URL and the `Authorization` header go to curl on its standard
-//! input (`--config -`), so the per-job API key never appears in curl's argv.
+//! - Pinggy: `GET <public url>/v1/models` with the per-job key must answer 200 and list the served
+//!   name — through the public internet, Pinggy, the ssh session and back to vLLM (through the
+//!   egress proxy when the node has no internet);
+//! - SOCKS: one `GET <verify_url>` through the proxy must get an HTTP answer (any status: the
+//!   proxy carried it).
+//!
+//! The key goes in a header of a request in this process: never in any argv.
 
-use std::collections::BTreeMap;
-use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
-use tokio::process::Command;
+use super::machine::Check;
 
-/// curl's config-file string quoting.
-fn quote(value: &str) -> String {
-    let mut s = String::from("\"");
-    for c in value.chars() {
-        match c {
-            '"' | '\\' => {
-                s.push('\\');
-                s.push(c);
+/// One check's timeout.
+pub const VERIFY_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn client(via_socks: Option<u16>, timeout: Duration) -> Result<reqwest::Client, String> {
+    crate::tls::init();
+    let mut builder = reqwest::Client::builder().timeout(timeout).connect_timeout(timeout).no_proxy();
+    if let Some(port) = via_socks {
+        let proxy = reqwest::Proxy::all(format!("socks5h://127.0.0.1:{port}")).map_err(|e| e.to_string())?;
+        builder = builder.proxy(proxy);
+    }
+    builder.build().map_err(|e| format!("cannot build the HTTP client: {e}"))
+}
+
+/// The error chain in one line (reqwest's top-level message alone says "error sending request").
+fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(e) = source {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        source = e.source();
+    }
+    text
+}
+
+/// Runs `check`; `Ok(summary)` when it passed. `api_key` authorises the Pinggy check.
+pub async fn run(check: &Check, api_key: Option<&str>, timeout: Duration) -> Result<String, String> {
+    match check {
+        Check::Socks { port, url } => {
+            let client = client(Some(*port), timeout)?;
+            let answer = client
+                .get(url)
+                .send()
+                .await
+                .map_err(|e| format!("GET {url} through socks5h://127.0.0.1:{port}: {}", chain(&e)))?;
+            Ok(format!("GET {url} through socks5h://127.0.0.1:{port}: HTTP {}", answer.status().as_u16()))
+        }
+        Check::Models { public_url, served_name, via_socks } => {
+            let url = models_url(public_url).ok_or_else(|| format!("{public_url} is not an http(s) URL"))?;
+            let client = client(*via_socks, timeout)?;
+            let mut request = client.get(url.clone());
+            if let Some(key) = api_key {
+                request = request.bearer_auth(key);
             }
-            '\n' | '\r' => {}
-            c => s.push(c),
+            let answer = request.send().await.map_err(|e| format!("GET {url}: {}", chain(&e)))?;
+            let status = answer.status();
+            let body = answer.text().await.map_err(|e| format!("GET {url}: {}", chain(&e)))?;
+            if !status.is_success() {
+                let snippet: String = body.chars().take(120).collect();
+                return Err(format!("GET {url}: HTTP {} {snippet}", status.as_u16()));
+            }
+            let listed = serde_json::from_str::<serde_json::Value>(&body)
+                .is_ok_and(|v| crate::engine::models_list(&v, served_name));
+            if listed {
+                Ok(format!("GET {url}: 200, lists {served_name}"))
+            } else {
+                Err(format!("GET {url}: 200 but {served_name} is not listed (another server behind this URL?)"))
+            }
         }
     }
-    s.push('"');
-    s
 }
 
-/// The config curl reads from stdin.
-pub fn curl_config(url: &str, api_key: Option<&str>) -> String {
-    let mut c = format!("url = {}\nwrite-out = \"\\n%{{http_code}}\"\n", quote(url));
-    if let Some(key) = api_key {
-        c.push_str(&format!("header = {}\n", quote(&format!("Authorization: Bearer {key}"))));
-    }
-    c
-}
-
-/// `GET <public_url>/v1/models` through curl; `Ok(summary)` when it is 200 and lists `served_name`.
-pub async fn models(
-    program: &Path,
-    env: &BTreeMap<String, String>,
-    public_url: &str,
-    api_key: Option<&str>,
-    served_name: &str,
-    timeout: Duration,
-) -> Result<String, String> {
-    let url = format!("{}/v1/models", public_url.trim_end_matches('/'));
-    let secs = timeout.as_secs_f64().max(1.0);
-    let mut child = Command::new(program)
-        .args(["--silent", "--show-error", "--max-time", &format!("{secs:.0}"), "--config", "-"])
-        .env_clear()
-        .envs(env)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        let _ = stdin.write_all(curl_config(&url, api_key).as_bytes()).await;
-    }
-    let out = tokio::time::timeout(timeout + Duration::from_secs(5), child.wait_with_output())
-        .await
-        .map_err(|_| format!("GET {url}: no answer within {timeout:?}"))?
-        .map_err(|e| format!("GET {url}: {e}"))?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let err = err.lines().next().unwrap_or("").trim();
-        return Err(format!("GET {url}: curl exit {}: {err}", out.status.code().unwrap_or(-1)));
-    }
-    let (body, code) = stdout.rsplit_once('\n').unwrap_or(("", stdout.as_ref()));
-    let code = code.trim();
-    if code != "200" {
-        let snippet: String = body.chars().take(120).collect();
-        return Err(format!("GET {url}: HTTP {code} {snippet}"));
-    }
-    let listed =
-        serde_json::from_str::<serde_json::Value>(body).is_ok_and(|v| crate::engine::models_list(&v, served_name));
-    if listed {
-        Ok(format!("GET {url}: 200, lists {served_name}"))
-    } else {
-        Err(format!("GET {url}: 200 but {served_name} is not listed (another server behind this URL?)"))
-    }
+/// `<public url>/v1/models`, keeping any path the public URL has.
+pub fn models_url(public_url: &str) -> Option<url::Url> {
+    let mut url = url::Url::parse(public_url).ok().filter(|u| matches!(u.scheme(), "http" | "https"))?;
+    let path = format!("{}/v1/models", url.path().trim_end_matches('/'));
+    url.set_path(&path);
+    Some(url)
 }
 
 #[cfg(test)]
@@ -93,12 +88,48 @@ mod tests {
     use super::*;
 
     #[test]
-    fn config_quotes_and_carries_the_key_off_argv() {
-        let c = curl_config("https://a.a.pinggy.link/v1/models", Some("k\"1"));
-        assert_eq!(
-            c,
-            "url = \"https://a.a.pinggy.link/v1/models\"\nwrite-out = \"\\n%{http_code}\"\nheader = \"Authorization: Bearer k\\\"1\"\n"
-        );
-        assert!(!curl_config("http://x", None).contains("header"));
+    fn models_url_keeps_the_base() {
+        assert_eq!(models_url("https://a.a.pinggy.link").unwrap().as_str(), "https://a.a.pinggy.link/v1/models");
+        assert_eq!(models_url("http://127.0.0.1:4711/").unwrap().as_str(), "http://127.0.0.1:4711/v1/models");
+        assert_eq!(models_url("https://h/base/").unwrap().as_str(), "https://h/base/v1/models");
+        assert!(models_url("ftp://h").is_none());
+        assert!(models_url("not a url").is_none());
+    }
+
+    /// A local HTTP server answering `/v1/models`: the check passes, fails on another name, and
+    /// fails on a refused port — the same client code the tunnels use.
+    #[tokio::test(flavor = "current_thread")]
+    async fn models_check_against_a_local_server() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = server.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            loop {
+                let (mut c, _) = server.accept().await.unwrap();
+                let mut buf = [0u8; 2048];
+                let n = c.read(&mut buf).await.unwrap_or(0);
+                let request = String::from_utf8_lossy(&buf[..n]).to_ascii_lowercase();
+                let (code, body) = if request.contains("authorization: bearer k1") {
+                    ("200 OK", r#"{"object":"list","data":[{"id":"Qwen3-8B","object":"model"}]}"#)
+                } else {
+                    ("401 Unauthorized", r#"{"error":"no key"}"#)
+                };
+                let answer =
+                    format!("HTTP/1.1 {code}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+                let _ = c.write_all(answer.as_bytes()).await;
+            }
+        });
+        let check = |name: &str| Check::Models {
+            public_url: format!("http://127.0.0.1:{port}"),
+            served_name: name.into(),
+            via_socks: None,
+        };
+        let t = Duration::from_secs(5);
+        assert!(run(&check("Qwen3-8B"), Some("k1"), t).await.unwrap().contains("200, lists Qwen3-8B"));
+        assert!(run(&check("Qwen3-8B"), None, t).await.unwrap_err().contains("HTTP 401"));
+        assert!(run(&check("other"), Some("k1"), t).await.unwrap_err().contains("not listed"));
+        let refused =
+            Check::Models { public_url: "http://127.0.0.1:1".into(), served_name: "x".into(), via_socks: None };
+        assert!(run(&refused, None, t).await.is_err());
     }
 }

@@ -184,6 +184,8 @@ pub enum EventKind {
     SecretsLoaded,
     Gpus,
     Port,
+    /// The job's scratch dir on node-local disk was created (`dir`).
+    Scratch,
     Phase,
     EngineSpawned,
     EngineReady,
@@ -228,6 +230,7 @@ const EVENT_NAMES: &[(&str, EventKind)] = &[
     ("secrets_loaded", EventKind::SecretsLoaded),
     ("gpus", EventKind::Gpus),
     ("port", EventKind::Port),
+    ("scratch", EventKind::Scratch),
     ("phase", EventKind::Phase),
     ("engine_spawned", EventKind::EngineSpawned),
     ("engine_ready", EventKind::EngineReady),

@@ -152,6 +152,11 @@ fn plan_table(planned: &[PlannedJob]) -> String {
             out += &format!("flagged   {} {}: {flag}\n", job.model, job.benchmark);
         }
     }
+    let tunnels: std::collections::BTreeSet<(&str, &str)> =
+        planned.iter().map(|j| (j.preset.as_str(), j.tunnel.as_str())).collect();
+    for (preset, tunnel) in tunnels {
+        out += &format!("tunnel    {preset}: {tunnel}\n");
+    }
     let count = |v: Verdict| planned.iter().filter(|j| j.decision == v).count();
     out += &format!(
         "{} submit, {} resubmit, {} skip\n",

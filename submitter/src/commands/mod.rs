@@ -36,6 +36,19 @@ pub fn report_error(err: &anyhow::Error) {
     let _ = writeln!(std::io::stderr(), "error: {}", chain.join(": "));
 }
 
+/// The exit status of the library's wrapper errors, whose `#[error(transparent)]` variants keep
+/// the wrapped ledger or Slurm error out of the cause chain (`submitter::output::ExitStatus`).
+pub fn wrapped_status(error: &(dyn std::error::Error + 'static)) -> Option<submitter::output::ExitStatus> {
+    use submitter::output::ExitStatus;
+    use submitter::plan::SubmitError;
+    use submitter::sync::SyncError;
+    match (error.downcast_ref::<SubmitError>(), error.downcast_ref::<SyncError>()) {
+        (Some(SubmitError::Ledger(e)), _) | (_, Some(SyncError::Ledger(e))) => Some(ExitStatus::of_ledger(e)),
+        (Some(SubmitError::Slurm(e)), _) | (_, Some(SyncError::Slurm(e))) => Some(ExitStatus::of_slurm(e)),
+        _ => None,
+    }
+}
+
 pub struct Dirs {
     pub registry: PathBuf,
     pub clusters: PathBuf,

@@ -4,6 +4,7 @@
 use std::process::ExitCode;
 
 use anyhow::Result;
+use submitter::output::{self, ExitStatus, FormatArgs};
 use submitter::preflight::{self, Site, SlurmQueries};
 use submitter::slurm::SlurmCli;
 use submitter::stage::Stager;
@@ -18,11 +19,21 @@ pub struct PreflightArgs {
     /// dir), as `launch` does; without it a missing dataset is a failure.
     #[arg(long)]
     stage: bool,
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    format: FormatArgs,
 }
 
-/// Exit 0 when every check passed (the spec is then written as `submitter spec` would), else 1.
+/// The `preflight` JSON document's body.
+#[derive(serde::Serialize)]
+struct PreflightOutput<'a> {
+    cluster: &'a str,
+    run_tag: &'a str,
+    passed: bool,
+    checks: &'a [preflight::Check],
+}
+
+/// Exit 0 when every check passed (the spec is then written as `submitter spec` would), else 1
+/// (`ExitStatus::Problems`).
 pub fn preflight(args: &PreflightArgs) -> Result<ExitCode> {
     let (spec, loaded) = super::spec::build(&args.spec)?;
     let context = loaded.context();
@@ -30,27 +41,24 @@ pub fn preflight(args: &PreflightArgs) -> Result<ExitCode> {
     let queries = SlurmQueries(&slurm);
     let site = Site::here(&loaded.root, &queries);
     let dataset = args.spec.dataset.clone().or_else(|| loaded.preset.datasets.first().cloned()).unwrap_or_default();
-    let report = if args.stage {
+    if args.stage {
         let stager = Stager::new(&context);
-        match preflight::stage_and_check(&stager, &dataset, &spec, &loaded.cluster, &site) {
-            Ok(report) => report,
-            Err(submitter::plan::NotSubmitted::Staging(why)) => anyhow::bail!("staging failed: {why}"),
-            Err(submitter::plan::NotSubmitted::Preflight(_)) => preflight::preflight(&spec, &loaded.cluster, &site),
-        }
-    } else {
-        preflight::preflight(&spec, &loaded.cluster, &site)
-    };
+        stager.model(&spec.model.hf_id).map_err(|why| anyhow::anyhow!("staging failed: {why}"))?;
+        stager.dataset(&dataset, &spec.harbor.dataset).map_err(|why| anyhow::anyhow!("staging failed: {why}"))?;
+    }
+    let report = preflight::preflight(&spec, &loaded.cluster, &site);
     let passed = report.passed();
     if passed && args.spec.out.is_some() {
         super::spec::write(&args.spec, &spec)?;
     }
-    if args.json {
-        let json = serde_json::json!({"format_version": 1, "passed": passed, "run_tag": spec.run_tag, "checks": report.checks});
-        super::print(&(serde_json::to_string_pretty(&json)? + "\n"))?;
+    if args.format.is_json() {
+        let body =
+            PreflightOutput { cluster: &loaded.cluster.name, run_tag: &spec.run_tag, passed, checks: &report.checks };
+        super::print(&output::document("preflight", &body))?;
     } else {
         let verdict = if passed { "passed" } else { "FAILED" };
         let text = format!("preflight {} on {}: {verdict}\n{}", spec.run_tag, loaded.cluster.name, report.table());
         super::print(&text)?;
     }
-    Ok(if passed { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if passed { ExitStatus::Success } else { ExitStatus::Problems }.into())
 }

@@ -146,72 +146,11 @@ struct ResolveOutput<'a> {
     models: serde_json::Map<String, serde_json::Value>,
 }
 
-/// One model's serve settings as `registry resolve` prints them (field order is the interface).
-#[derive(Serialize)]
-struct ServeSettingsOutput<'a> {
-    tensor_parallel_size: u32,
-    data_parallel_size: u32,
-    /// Left out when 1, so single-node output keeps its shape.
-    #[serde(skip_serializing_if = "is_one")]
-    pipeline_parallel_size: u32,
-    /// The registry's explicit node count; left out when unset.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    nodes: Option<u32>,
-    max_model_len: Option<u64>,
-    swap_space: Option<u32>,
-    trust_remote_code: Option<bool>,
-    tool_call_parser: Option<&'a str>,
-    reasoning_parser: Option<&'a str>,
-    hf_overrides: Option<&'a str>,
-    limit_mm_per_prompt: Option<&'a str>,
-    max_num_seqs: Option<u32>,
-    extra_args: Option<&'a str>,
-    conda_env: Option<&'a str>,
-    agent_kwargs: &'a [String],
-    max_output_tokens: Option<u64>,
-    timeout_multiplier: f64,
-    /// Which registry rule matched: `exact`, a pattern, `size-default`, ….
-    rule: &'a str,
-    /// Where the engine's GPUs are (docs/multinode.md); shown only for a multi-node layout.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    layout: Option<Layout>,
-}
-
-fn is_one(value: &u32) -> bool {
-    *value == 1
-}
-
-impl<'a> ServeSettingsOutput<'a> {
-    fn new(r: &'a Resolved, layout: &Layout) -> Self {
-        ServeSettingsOutput {
-            tensor_parallel_size: r.tensor_parallel_size,
-            data_parallel_size: r.data_parallel_size,
-            pipeline_parallel_size: r.pipeline_parallel_size,
-            nodes: r.nodes,
-            max_model_len: r.max_model_len,
-            swap_space: r.swap_space,
-            trust_remote_code: r.trust_remote_code,
-            tool_call_parser: r.tool_call_parser.as_deref(),
-            reasoning_parser: r.reasoning_parser.as_deref(),
-            hf_overrides: r.hf_overrides.as_deref(),
-            limit_mm_per_prompt: r.limit_mm_per_prompt.as_deref(),
-            max_num_seqs: r.max_num_seqs,
-            extra_args: r.extra_args.as_deref(),
-            conda_env: r.conda_env.as_deref(),
-            agent_kwargs: &r.agent_kwargs,
-            max_output_tokens: r.max_output_tokens,
-            timeout_multiplier: r.timeout_multiplier,
-            rule: &r.rule,
-            layout: layout.is_multi_node().then_some(*layout),
-        }
-    }
-}
-
 fn to_json(resolved: &[(String, Resolved, Layout)], profile: &str, gpus_per_node: u32) -> String {
     let models = resolved
         .iter()
         .map(|(model, settings, layout)| {
-            let value = serde_json::to_value(ServeSettingsOutput::new(settings, layout)).unwrap_or_default();
+            let value = serde_json::to_value(output::ServeSettings::new(settings, Some(layout))).unwrap_or_default();
             (model.clone(), value)
         })
         .collect();

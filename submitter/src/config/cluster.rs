@@ -216,8 +216,7 @@ pub struct Hardware {
     #[serde(default)]
     pub cuda_home: Option<PathBuf>,
     /// The nodes' GPU as NVML names it (`NVIDIA A100-SXM-64GB`) and its memory in GiB: what
-    /// `registry check` matches the GPU profiles with, and what the weights-fit lint and preflight
-    /// weigh a model's weights against.
+    /// `registry check` matches the GPU profiles with and weighs a model's weights against.
     #[serde(default)]
     pub gpu_name: Option<String>,
     #[serde(default)]
@@ -645,6 +644,7 @@ impl ClusterProfile {
             }
         }
         check("pre_download.dataset_timeout_s", v::whole_seconds(self.pre_download.dataset_timeout_s, true).map(drop));
+
         if let Some(port) = self.network.proxy.as_ref().and_then(|p| p.ssh_port) {
             check("network.proxy.ssh_port", v::port(port).map(drop));
         }

@@ -60,6 +60,11 @@ pub struct Preset {
 pub const DEFAULT_HARBOR_CONFIG: &str = "dcagent_eval_config_no_override.yaml";
 
 impl Preset {
+    /// The Harbor agent its jobs run (`agent_name`, default terminus-2).
+    pub fn agent(&self) -> &str {
+        self.agent_name.as_deref().unwrap_or("terminus-2")
+    }
+
     /// The benchmark name of a dataset: its repo basename (`DCAgent2/terminal_bench_2` → `terminal_bench_2`).
     pub fn benchmark_of(dataset: &str) -> String {
         dataset.trim_end_matches('/').rsplit('/').next().unwrap_or(dataset).to_string()

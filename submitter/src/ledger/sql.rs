@@ -852,16 +852,14 @@ impl<B: Backend> Ledger for SqlLedger<B> {
 /// `$N` placeholders as `?N` (SQLite numbers `$N` by first use, not by N). The statements here
 /// hold no string literal with a `$`.
 pub(crate) fn numbered_placeholders(sql: &str) -> String {
-    let mut out = String::with_capacity(sql.len());
-    let mut chars = sql.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == '$' && chars.peek().is_some_and(char::is_ascii_digit) {
-            out.push('?');
-        } else {
-            out.push(c);
+    let mut out = sql.as_bytes().to_vec();
+    for i in 0..out.len().saturating_sub(1) {
+        if out[i] == b'$' && out[i + 1].is_ascii_digit() {
+            out[i] = b'?';
         }
     }
-    out
+    // Only an ASCII `$` was replaced by an ASCII `?`: still UTF-8.
+    String::from_utf8(out).unwrap_or_else(|_| sql.to_string())
 }
 
 #[cfg(test)]

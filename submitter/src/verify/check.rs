@@ -350,7 +350,10 @@ pub fn scan_trials(dir: &Path, instant_fail_s: f64) -> std::io::Result<TrialScan
             continue;
         }
         let trial = entry.path();
-        let stage = hf::classify_trial(&trial);
+        // Most trials of a big run are done: open result.json first (one system call for the
+        // classification and the read), classify only the others.
+        let result_file = fsread::open_regular(&trial.join(hf::RESULT_FILE), Links::Refuse).ok();
+        let stage = if result_file.is_some() { TrialStage::Done } else { hf::classify_trial(&trial) };
         if stage == TrialStage::NotATrial {
             continue;
         }
@@ -379,17 +382,26 @@ pub fn scan_trials(dir: &Path, instant_fail_s: f64) -> std::io::Result<TrialScan
                     }
                 }
             }
-            TrialStage::Done => done_trial(&trial, &name, instant_fail_s, &mut buf, &mut scan),
+            TrialStage::Done => done_trial(result_file, &trial, &name, instant_fail_s, &mut buf, &mut scan),
             TrialStage::NotATrial => {}
         }
     }
     Ok(scan)
 }
 
-fn done_trial(trial: &Path, name: &str, instant_fail_s: f64, buf: &mut Vec<u8>, scan: &mut TrialScan) {
+fn done_trial(
+    file: Option<std::fs::File>,
+    trial: &Path,
+    name: &str,
+    instant_fail_s: f64,
+    buf: &mut Vec<u8>,
+    scan: &mut TrialScan,
+) {
     scan.done += 1;
     // Never through a symlink, never a FIFO or device (a result.json linked to /dev/zero).
-    let Ok(mut file) = fsread::open_regular(&trial.join(hf::RESULT_FILE), Links::Refuse) else { return };
+    let Some(mut file) = file.or_else(|| fsread::open_regular(&trial.join(hf::RESULT_FILE), Links::Refuse).ok()) else {
+        return;
+    };
     let modified = file.metadata().ok().and_then(|m| m.modified().ok()).map(DateTime::<Utc>::from);
     if let Some(t) = modified
         && scan.last_result_at.is_none_or(|last| t > last)

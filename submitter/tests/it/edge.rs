@@ -95,7 +95,7 @@ fn registry_values_are_refused_by_check_spec_and_resolve() {
         ("number-as-string", "tool_call_parser"),
         ("nan-timeout", "timeout_multiplier"),
         ("negative-timeout", "timeout_multiplier"),
-        ("parallel-overflow", "tensor_parallel_size 65536 × data_parallel_size 65536"),
+        ("parallel-overflow", "tensor_parallel_size 65536 × pipeline_parallel_size 1 × data_parallel_size 65536"),
         ("zero-seqs", "max_num_seqs"),
         ("path-as-id", "model id \"../../etc/passwd\""),
         ("option-as-id", "starts with `-`"),

@@ -7,6 +7,7 @@ mod exit_codes;
 #[path = "../../../tests/src/fresh.rs"]
 mod fresh;
 mod ledger;
+mod module_graph;
 mod multinode;
 mod multinode_slurm;
 #[path = "../common/pg.rs"]

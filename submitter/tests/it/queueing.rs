@@ -349,11 +349,24 @@ fn finished_is_skipped_and_failures_are_bounded() {
         assert_eq!(decisions[0]["decision"], "skip");
         assert_eq!(decisions[0]["reason"], "finished");
 
-        // A benchmark whose dataset is missing fails every attempt; after max_attempts: skip.
+        // A missing dataset is caught on the login node (staging cannot fetch it here): nothing
+        // is submitted and no attempt is burnt.
+        let dataset = cluster.root().join("datasets/DCAgent_dev_set_v2");
+        let parked = cluster.root().join("datasets/parked_dev_set_v2");
+        std::fs::rename(&dataset, &parked).unwrap();
+        let out = cluster.run(&["launch"], ledger_spec, &[&["--once", "--preset", "v2"][..], &model].concat(), &[]);
+        assert!(text(&out).contains("not submitted: staging failed"), "{}", text(&out));
+        assert!(ledger.attempts_for("test/Tiny-1B", "dev_set_v2").unwrap().is_empty(), "preflight burnt an attempt");
+        std::fs::rename(&parked, &dataset).unwrap();
+
+        // An engine that fails on the node fails every attempt; after max_attempts: skip.
         let profile = cluster.root().join("clusters").join(format!("{}.yaml", cluster.name));
-        let text_profile = std::fs::read_to_string(&profile).unwrap().replace("max_attempts: 3", "max_attempts: 2");
+        let text_profile =
+            std::fs::read_to_string(&profile).unwrap().replace("max_attempts: 3", "max_attempts: 2").replace(
+                "STANDIN_LOAD_SECONDS: \"0.3\"",
+                "STANDIN_LOAD_SECONDS: \"0.3\"\n    STANDIN_FAIL_AT_START: other",
+            );
         std::fs::write(&profile, text_profile).unwrap();
-        std::fs::remove_dir_all(cluster.root().join("datasets/DCAgent_dev_set_v2")).unwrap();
         for _ in 0..2 {
             cluster.run(&["launch"], ledger_spec, &[&["--once", "--preset", "v2"][..], &model].concat(), &[]);
             wait_until("the failing job to end and sync", Duration::from_secs(90), || {
@@ -510,6 +523,8 @@ fn pre_download_gate_chaining_and_state_dir_lock() {
                 p.split("jobs_dir: ").nth(1).unwrap().split("/jobs").next().unwrap()
             ),
         );
+        // The command stages nothing: with internet the job fetches what is not cached.
+        p.push_str("network:\n  internet: true\n");
         p.push_str("pre_download:\n  enabled: true\n  command: [sh, -c, 'test \"$0\" != test/Small-3B', \"{model}\"]\n  timeout_s: 20\n");
     });
     let models = cluster.models_file(&MODELS);
@@ -520,7 +535,7 @@ fn pre_download_gate_chaining_and_state_dir_lock() {
         &[],
     );
     let printed = text(&out);
-    assert_eq!(out.status.code(), Some(6), "one pair was not submitted: {printed}");
+    assert_eq!(out.status.code(), Some(6), "one submission failed: {printed}");
     assert!(printed.contains("not submitted: staging failed"), "{printed}");
     assert!(printed.contains("2 submitted"), "{printed}");
     let ledger = open_ledger(&store.spec).unwrap();

@@ -331,7 +331,8 @@ fn two_submitters_stage_a_dataset_once() {
 /// Preflight refusals: nothing queued, no attempt counted, the why recorded in the run dir.
 #[test]
 fn preflight_refusals_queue_nothing_and_burn_no_attempt() {
-    let cases: [(&str, fn(&Site), &str); 4] = [
+    type Case = (&'static str, fn(&Site), &'static str);
+    let cases: [Case; 4] = [
         (
             "reservation",
             |site| {
@@ -494,4 +495,163 @@ fn the_batch_script_initialises_the_module_system_itself() {
         .unwrap();
     assert_eq!(out.status.code(), Some(78), "{}", text(&out));
     assert!(text(&out).contains("no module system in the job's shell"), "{}", text(&out));
+}
+
+/// Done when: every shipped profile, with its site settings (environments, caches, node-local
+/// scratch, prelude, secrets location, staging commands), passes preflight on the simulated site.
+/// Only the Slurm names are mapped onto the local Slurm (partition `debug`; it has no accounting
+/// database and none of the sites' reservations): those checks are exercised above.
+#[test]
+fn every_shipped_profile_passes_preflight_on_the_simulated_site() {
+    if !slurm_up() || !lmod_installed() {
+        return;
+    }
+    let Some(hf) = real_hf() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let site = dir.path();
+    let vars = ["WORK", "SCRATCH", "PROJECT", "SUBMITTER_HOME"];
+    let var_dir = |var: &str| site.join(var.to_lowercase());
+    let bins = binaries();
+    let mut prefixes: Vec<PathBuf> = ["WORK", "SCRATCH", "PROJECT"]
+        .iter()
+        .flat_map(|var| ["otagent", "eval-qwen35", "otagent2-fix"].map(|env| var_dir(var).join("envs").join(env)))
+        .collect();
+    prefixes.push(var_dir("SUBMITTER_HOME").join(".local-env"));
+    for prefix in &prefixes {
+        let bin = prefix.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::os::unix::fs::symlink(bins.join("vllm-standin"), bin.join("vllm")).unwrap();
+        std::os::unix::fs::symlink(bins.join("harbor-standin"), bin.join("harbor")).unwrap();
+        std::os::unix::fs::symlink(&hf, bin.join("hf")).unwrap();
+    }
+    let model = "Qwen/Qwen3-8B";
+    for cache in [var_dir("WORK").join("hf_cache"), var_dir("SCRATCH").join("hf_cache")] {
+        cache_model(&cache, model);
+    }
+    for datasets in [
+        var_dir("WORK").join("data/datasets"),
+        var_dir("SCRATCH").join("datasets"),
+        var_dir("SUBMITTER_HOME").join(".local-run/datasets"),
+    ] {
+        write_tasks(&datasets.join("DCAgent2_terminal_bench_2"), ["t1"]);
+    }
+    let secrets = [
+        site.join("login-shell-secrets.env"),
+        var_dir("SCRATCH").join("keys.env"),
+        var_dir("SUBMITTER_HOME").join(".local-run/secrets.env"),
+    ];
+    for file in &secrets {
+        std::fs::write(file, "DAYTONA_API_KEY=k1\nDAYTONA_DATA_API_KEY=k2\nHF_TOKEN=t\n").unwrap();
+        std::fs::set_permissions(file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    }
+    // `${SUBMITTER_HOME}` (the local profile's paths) is a configuration root of its own, as a
+    // user's checkout is: the repository's registry, presets and batch scripts, the mapped profiles.
+    let config_root = var_dir("SUBMITTER_HOME");
+    for dir in ["model_config", "presets", "sbatch"] {
+        std::os::unix::fs::symlink(workspace_root().join(dir), config_root.join(dir)).unwrap();
+    }
+    let clusters = config_root.join("clusters");
+    std::fs::create_dir_all(&clusters).unwrap();
+    let shipped = workspace_root().join("clusters");
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(&shipped).unwrap().filter_map(Result::ok) {
+        let name = entry.file_name().to_string_lossy().to_string();
+        let text = std::fs::read_to_string(entry.path()).unwrap();
+        let mapped = if name == "gpus.yaml" {
+            text
+        } else {
+            names.push(name.trim_end_matches(".yaml").to_string());
+            text.lines()
+                .filter(|l| !l.starts_with("  account:") && !l.starts_with("  reservation:"))
+                .map(|l| if l.starts_with("  partition:") { "  partition: debug" } else { l })
+                .collect::<Vec<_>>()
+                .join("\n")
+                + "\n"
+        };
+        std::fs::write(clusters.join(&name), mapped).unwrap();
+    }
+    names.sort();
+    assert!(names.len() >= 4, "{names:?}");
+    for name in &names {
+        let mut cmd = Command::new(SUBMITTER);
+        cmd.args(["preflight", "--cluster", name, "--preset", "tb2", "--model", model, "--clusters"])
+            .arg(&clusters)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap())
+            .env("HOME", site.join("home"))
+            .env("USER", "tester")
+            .env("DC_AGENT_SECRET_ENV", &secrets[0])
+            .env("MODULEPATH", workspace_root().join("tests/site/modulefiles"))
+            .env("PAYLOAD_GPU_FIXTURE", workspace_root().join("tests/fixtures/gpus-4x-a100-64gb.json"))
+            .current_dir(workspace_root());
+        for var in vars {
+            cmd.env(var, var_dir(var));
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "clusters/{name}.yaml on the simulated site:\n{}", text(&out));
+        let printed = text(&out);
+        assert!(!printed.contains("FAIL"), "{printed}");
+        eprintln!("{printed}");
+    }
+}
+
+/// `submitter preflight`'s human and JSON outputs (versioned document), as snapshots: the site's
+/// temp dir and the repository are placeholders.
+#[test]
+fn preflight_outputs() {
+    let Some(site) = Site::new(|_| {}) else { return };
+    let root = site.root().display().to_string();
+    let repo = workspace_root().display().to_string();
+    for format in ["human", "json"] {
+        let out =
+            site.submitter("preflight", &["--preset", "tb2", "--model", MODEL, "--stage", "--format", format], None);
+        assert!(out.status.success(), "{}", text(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout).replace(&root, "<site>").replace(&repo, "<repo>");
+        insta::assert_snapshot!(format!("preflight_{format}"), stdout);
+    }
+    // A failed check: exit 1 (the command ran and found a problem), the same document.
+    std::fs::set_permissions(site.root().join("keys/secrets.env"), std::os::unix::fs::PermissionsExt::from_mode(0o640))
+        .unwrap();
+    let out = site.submitter("preflight", &["--preset", "tb2", "--model", MODEL, "--json"], None);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (doc["format_version"].as_u64(), doc["kind"].as_str(), doc["passed"].as_bool()),
+        (Some(1), Some("preflight"), Some(false))
+    );
+}
+
+/// A cluster whose compute nodes have internet (Vista's shape): nothing is staged for the model,
+/// and what the job downloads lands in the profile's cache, never under the job's `$HOME`.
+#[test]
+fn with_internet_the_job_downloads_into_the_profiles_cache_not_home() {
+    let Some(site) = Site::new(|p| {
+        *p = p
+            .replace("  internet: false", "  internet: true")
+            .replace("    STANDIN_HUB: unreachable", "    STANDIN_HUB: reachable")
+            .replace("  enabled: true\n", "  enabled: false\n");
+    }) else {
+        return;
+    };
+    std::fs::remove_dir_all(site.work().join("hf_cache")).unwrap();
+    std::fs::create_dir_all(site.work().join("hf_cache")).unwrap();
+    // The job's HOME is the user's login HOME on the node (Slurm's export rules): root's here.
+    let home_cache = PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into()))
+        .join(".cache/huggingface/hub/models--test--Tiny-1B");
+    let home_before = home_cache.exists();
+    let store = Store::sqlite();
+    let out = site.launch(&store.spec);
+    let printed = text(&out);
+    assert!(out.status.success() && printed.contains("1 submitted"), "{printed}");
+    assert!(!printed.contains("staging model"), "{printed}");
+    wait_until("the job to finish", Duration::from_secs(240), || {
+        status(&site.run_dir()).is_some_and(|s| !s["outcome"].is_null())
+    });
+    let status = status(&site.run_dir()).unwrap();
+    assert_eq!(status.pointer("/outcome/class").and_then(|c| c.as_str()), Some("finished"), "{status}");
+    let downloaded = site.work().join("hf_cache/models--test--Tiny-1B/refs/main");
+    assert!(downloaded.is_file(), "the download went to the profile's cache");
+    assert_eq!(home_cache.exists(), home_before, "nothing downloaded under $HOME");
+    let spec = launch_spec::LaunchSpec::from_file(&site.run_dir().join("launch.json")).unwrap();
+    assert!(!spec.serve.env.contains_key("HF_HUB_OFFLINE"), "online where the nodes have internet");
 }

@@ -40,7 +40,7 @@ pub struct NotFound {
 /// vLLM 0.33's message for a model that is neither a directory nor resolvable on the Hub.
 pub fn invalid_model_message(model: &str) -> String {
     format!(
-        "ValueError: Invalid repository ID or local directory specified: '{model}'.\nPlease verify the following requirements:\n1. Provide a valid Hugging Face repository ID.\n2. Specify a local directory that contains a recognized configuration file.\n   - For Hugging Face models: ensure the presence of a 'config.json'.\n   - For Mistral models: ensure the presence of a 'params.json'."
+        "ValueError: Invalid repository ID or local directory specified: '{model}'.\nPlease verify the following requirements:\n1. Provide a valid Hugging Face repository ID.\n2. Specify a local directory that contains a recognized configuration file.\n   - For Hugging Face models: ensure the presence of a 'config.json'.\n   - For Mistral models: ensure the presence of a 'params.json'.\n"
     )
 }
 
