@@ -54,12 +54,7 @@ impl Report {
     }
 
     fn push(&mut self, name: &'static str, result: Result<String, Outcome>) {
-        let (level, detail) = match result {
-            Ok(detail) => (Level::Ok, detail),
-            Err(Outcome::Skipped(why)) => (Level::Skipped, why),
-            Err(Outcome::Fail(why)) => (Level::Fail, why),
-        };
-        self.checks.push(Check { name, level, detail });
+        self.checks.push(check(name, result));
     }
 
     /// One line per check, for `submitter preflight`.
@@ -81,6 +76,15 @@ impl Report {
 enum Outcome {
     Skipped(String),
     Fail(String),
+}
+
+fn check(name: &'static str, result: Result<String, Outcome>) -> Check {
+    let (level, detail) = match result {
+        Ok(detail) => (Level::Ok, detail),
+        Err(Outcome::Skipped(why)) => (Level::Skipped, why),
+        Err(Outcome::Fail(why)) => (Level::Fail, why),
+    };
+    Check { name, level, detail }
 }
 
 fn fail<T>(why: impl Into<String>) -> Result<T, Outcome> {
@@ -108,6 +112,22 @@ pub struct Site<'a> {
     pub path: String,
     /// Variables the prelude check hands to bash (the module system's, see [`module_env`]).
     pub module_env: Vec<(String, String)>,
+    /// The checks that depend on the cluster alone (Slurm names, the prelude), per cluster: asked
+    /// once per `launch` iteration, not once per pair.
+    per_cluster: std::cell::RefCell<Vec<(String, Check)>>,
+}
+
+impl Site<'_> {
+    /// `run`'s check for `cluster`, from the first call of this iteration.
+    fn once(&self, cluster: &str, name: &'static str, run: impl FnOnce() -> Result<String, Outcome>) -> Check {
+        let key = format!("{cluster}/{name}");
+        if let Some((_, done)) = self.per_cluster.borrow().iter().find(|(k, _)| *k == key) {
+            return done.clone();
+        }
+        let done = check(name, run());
+        self.per_cluster.borrow_mut().push((key, done.clone()));
+        done
+    }
 }
 
 impl<'a> Site<'a> {
@@ -120,6 +140,7 @@ impl<'a> Site<'a> {
             user: lookup("USER").unwrap_or_else(|| "unknown".into()),
             path: lookup("PATH").unwrap_or_default(),
             module_env: module_env(&lookup),
+            per_cluster: std::cell::RefCell::new(Vec::new()),
         }
     }
 }
@@ -192,9 +213,9 @@ pub fn preflight(spec: &LaunchSpec, cluster: &ClusterProfile, site: &Site) -> Re
     report.push("environment", prefixes(spec));
     report.push("programs", programs(spec, inputs.path));
     report.push("secrets", secrets(spec));
-    report.push("slurm", slurm(inputs));
+    report.checks.push(site.once(&cluster.name, "slurm", || slurm(inputs)));
     report.push("memory", memory(spec, inputs.cluster));
-    report.push("prelude", prelude(inputs));
+    report.checks.push(site.once(&cluster.name, "prelude", || prelude(inputs)));
     report
 }
 
