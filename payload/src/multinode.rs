@@ -342,8 +342,9 @@ pub enum RankError {
 }
 
 /// Which rank the task `procid` of the srun step is: task i runs rank i + 1.
-pub fn rank_for_task<'a>(file: &'a RanksFile, procid: u32) -> Option<&'a Rank> {
-    file.ranks.iter().find(|r| r.rank == procid + 1)
+pub fn rank_for_task(file: &RanksFile, procid: u32) -> Option<&Rank> {
+    let rank = procid.checked_add(1)?;
+    file.ranks.iter().find(|r| r.rank == rank)
 }
 
 /// `payload rank --ranks FILE`: on a secondary node, records itself and execs its vLLM argv with

@@ -126,7 +126,7 @@ pub fn of(parallelism: Parallelism, nodes: u32) -> Result<Layout, LayoutError> {
     if nodes == 1 {
         return Ok(Layout { nodes, gpus_per_node: total, crossing: Crossing::None });
     }
-    if total % nodes != 0 {
+    if !total.is_multiple_of(nodes) {
         return Err(LayoutError::Uneven { gpus: total, nodes });
     }
     let gpus_per_node = total / nodes;
