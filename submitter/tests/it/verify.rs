@@ -206,7 +206,7 @@ fn agrees_with_status(dir: &Path, report: &Value) {
         status: Status::Started,
         reason: "running as job 4242",
         job_id: Some("4242"),
-        slurm: Some(submitter::decide::SlurmView::Running),
+        slurm: Some(submitter::domain::SlurmView::Running),
         slurm_state: Some("RUNNING".into()),
         started_at: Some(ago(4 * 3600)),
         metrics: None,
