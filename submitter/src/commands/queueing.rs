@@ -203,17 +203,17 @@ fn plan_table(planned: &[PlannedJob]) -> String {
         );
     }
     out += &flag_lines(planned);
+    let tunnels: std::collections::BTreeSet<(&str, &str)> =
+        planned.iter().map(|j| (j.preset.as_str(), j.tunnel.as_str())).collect();
+    for (preset, tunnel) in tunnels {
+        out += &format!("tunnel    {preset}: {tunnel}\n");
+    }
     let count = |label: &str| planned.iter().filter(|j| j.label() == label).count();
     out += &format!("{} submit, {} resubmit, {} skip", count("submit"), count("resubmit"), count("skip"));
     for label in ["continue", "refused", "throttled"] {
         if count(label) > 0 {
             out += &format!(", {} {label}", count(label));
         }
-    }
-    let tunnels: std::collections::BTreeSet<(&str, &str)> =
-        planned.iter().map(|j| (j.preset.as_str(), j.tunnel.as_str())).collect();
-    for (preset, tunnel) in tunnels {
-        out += &format!("tunnel    {preset}: {tunnel}\n");
     }
     out + "\n"
 }
