@@ -52,7 +52,9 @@ fn wrapper(cluster: &TestCluster, name: &str, body: &str) -> String {
 fn plan_json(cluster: &TestCluster, ledger: &str, args: &[&str]) -> Vec<Value> {
     let out = cluster.run(&["plan"], ledger, &[args, &["--json"]].concat(), &[]);
     assert!(out.status.success(), "{}", text(&out));
-    serde_json::from_slice(&out.stdout).unwrap()
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["kind"], "plan", "{doc}");
+    serde_json::from_value(doc["jobs"].clone()).unwrap()
 }
 
 #[test]
@@ -337,7 +339,8 @@ fn walltime_end_is_continued_not_failed() {
     let status = cluster.run(&["status"], &store.spec, &[], &[]);
     assert!(text(&status).contains(&format!("continuation 1 of attempt {}", first.id)), "{}", text(&status));
     let json = cluster.run(&["status"], &store.spec, &["--json"], &[]);
-    let rows: Vec<Value> = serde_json::from_slice(&json.stdout).unwrap();
+    let doc: Value = serde_json::from_slice(&json.stdout).unwrap();
+    let rows: Vec<Value> = serde_json::from_value(doc["jobs"].clone()).unwrap();
     let row = rows.iter().find(|r| r["attempt"] == second.id.0).expect("the continuation's row");
     assert_eq!(row["continues"]["attempt"], first.id.0, "{row}");
     cancel_all(&*ledger);
