@@ -574,3 +574,34 @@ fn sync_audits_with_the_profiles_thresholds() {
     let csv = run("results", &["--csv"]);
     assert!(csv.contains("_incomplete") && !csv.contains("true"), "{csv}");
 }
+
+/// The output contract for `check`: its human report and its versioned JSON document on the hung
+/// run dir above, judged at the fixed reference time (snapshots under `it/snapshots/`; the temp
+/// dir's path is `<run>`).
+#[test]
+fn check_outputs_are_snapshotted() {
+    let d = job(180.0, 40, None);
+    for i in 0..20 {
+        done_trial(&d.path, &format!("task-{i:02}__done{i:03}"), 60.0 + f64::from(i) * 3.0, &ok_trial());
+    }
+    for i in 20..32 {
+        running_trial(&d.path, &format!("task-{i:02}__hang{i:03}"), 70.0);
+    }
+    engine_log(&d.path, 175.0, Some((120.0, 50.0)), &[200, 200, 200]);
+    let run_dir = d.path.display().to_string();
+    for format in ["human", "json"] {
+        let out = Command::new(SUBMITTER)
+            .arg("check")
+            .arg(&d.path)
+            .args(["--format", format, "--now", &iso(t0())])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+        let printed = String::from_utf8_lossy(&out.stdout).replace(&run_dir, "<run>");
+        if format == "json" {
+            let doc: Value = serde_json::from_str(&printed).unwrap();
+            assert_eq!(doc["format_version"], 1, "{doc}");
+        }
+        insta::assert_snapshot!(format!("check_{format}"), printed);
+    }
+}
