@@ -549,26 +549,52 @@ mod tests {
         assert_eq!(tunnel_spec(&vista, "terminus-2", &expand).unwrap(), TunnelSpec::None);
     }
 
+    /// The checkout's GPU profiles, registry, Harbor configs and the tb2 preset, for tests that build
+    /// a spec as `submitter spec` would.
+    struct Shipped {
+        gpus: launch_spec::gpu::GpuProfiles,
+        preset: crate::config::Preset,
+        registry: Registry,
+        harbor: PathBuf,
+    }
+
+    impl Shipped {
+        fn load(root: &crate::config::ConfigRoot) -> Shipped {
+            Shipped {
+                gpus: crate::config::load_gpu_profiles(&root.clusters_dir()).unwrap(),
+                preset: crate::config::load_preset(&root.presets_dir(), "tb2").unwrap(),
+                registry: Registry::load(&root.registry_dir()).unwrap(),
+                harbor: root.harbor_configs_dir(),
+            }
+        }
+
+        fn context<'a>(
+            &'a self,
+            cluster: &'a ClusterProfile,
+            root: &'a crate::config::ConfigRoot,
+        ) -> LaunchContext<'a> {
+            LaunchContext {
+                cluster,
+                gpu_profiles: &self.gpus,
+                registry: &self.registry,
+                harbor_configs_dir: &self.harbor,
+                root: &root.root,
+            }
+        }
+    }
+
     #[test]
     fn post_run_reaches_the_spec_expanded_with_payloads_placeholders_kept() {
-        use crate::config::{self, ConfigRoot};
+        use crate::config::ConfigRoot;
         let root = ConfigRoot { root: Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf() };
         let mut local = cluster("local");
         let yaml = "argv: [\"${SUBMITTER_HOME}/bin/upload\", \"--dir={run_dir}\", \"DCAgent3/{run_tag}\"]\ntimeout_s: 120\nenvironment: otagent\nsecrets: [HF_TOKEN]\n";
         local.post_run = Some(launch_spec::yaml::from_yaml_str(yaml, Path::new("post_run.yaml")).unwrap());
-        let gpus = config::load_gpu_profiles(&root.clusters_dir()).unwrap();
-        let preset = config::load_preset(&root.presets_dir(), "tb2").unwrap();
-        let registry = Registry::load(&root.registry_dir()).unwrap();
-        let harbor = root.harbor_configs_dir();
-        let context = LaunchContext {
-            cluster: &local,
-            gpu_profiles: &gpus,
-            registry: &registry,
-            harbor_configs_dir: &harbor,
-            root: &root.root,
-        };
+        let shipped = Shipped::load(&root);
+        let preset = &shipped.preset;
+        let context = shipped.context(&local, &root);
         let home = std::env::var("SUBMITTER_HOME").unwrap_or_else(|_| root.root.display().to_string());
-        let spec = context.build("Qwen/Qwen3-8B", &preset, &LaunchOverrides::default()).unwrap();
+        let spec = context.build("Qwen/Qwen3-8B", preset, &LaunchOverrides::default()).unwrap();
         let step = spec.post_run.as_ref().unwrap();
         assert_eq!(step.argv, [format!("{home}/bin/upload"), "--dir={run_dir}".into(), "DCAgent3/{run_tag}".into()]);
         assert_eq!((step.timeout_s, step.secrets.as_slice()), (120, ["HF_TOKEN".to_string()].as_slice()));
@@ -578,13 +604,13 @@ mod tests {
         let mut unset = local.clone();
         unset.post_run.as_mut().unwrap().argv.push("${NO_SUCH_VAR_FOR_POST_RUN}".into());
         let context = LaunchContext { cluster: &unset, ..context };
-        let err = context.build("Qwen/Qwen3-8B", &preset, &LaunchOverrides::default()).unwrap_err().to_string();
+        let err = context.build("Qwen/Qwen3-8B", preset, &LaunchOverrides::default()).unwrap_err().to_string();
         assert!(err.contains("post_run.argv[3] uses ${NO_SUCH_VAR_FOR_POST_RUN}"), "{err}");
     }
 
     #[test]
     fn the_job_environment_is_resolved_at_submit_time() {
-        use crate::config::{self, ConfigRoot};
+        use crate::config::ConfigRoot;
         let root = ConfigRoot { root: Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf() };
         let mut local = cluster("local");
         local.engine.env.insert("SITE_CACHE".into(), "${SUBMITTER_HOME}/cache".into());
@@ -593,19 +619,11 @@ mod tests {
         local.engine.torchdynamo_disable_by_dp = true;
         local.paths.hf_cache = Some(PathBuf::from("${SUBMITTER_HOME}/hf"));
         local.network.internet = false;
-        let gpus = config::load_gpu_profiles(&root.clusters_dir()).unwrap();
-        let preset = config::load_preset(&root.presets_dir(), "tb2").unwrap();
-        let registry = Registry::load(&root.registry_dir()).unwrap();
-        let harbor = root.harbor_configs_dir();
-        let context = LaunchContext {
-            cluster: &local,
-            gpu_profiles: &gpus,
-            registry: &registry,
-            harbor_configs_dir: &harbor,
-            root: &root.root,
-        };
+        let shipped = Shipped::load(&root);
+        let preset = &shipped.preset;
+        let context = shipped.context(&local, &root);
         let home = context.variable("SUBMITTER_HOME").unwrap();
-        let spec = context.build("Qwen/Qwen3-8B", &preset, &LaunchOverrides::default()).unwrap();
+        let spec = context.build("Qwen/Qwen3-8B", preset, &LaunchOverrides::default()).unwrap();
         let env = &spec.serve.env;
         assert_eq!(env["SITE_CACHE"], format!("{home}/cache"));
         assert_eq!(env["TMPDIR"], "{job_scratch}/tmp", "payload's placeholder is kept");
@@ -622,7 +640,7 @@ mod tests {
             let mut broken = local.clone();
             broken.engine.env.insert("BROKEN".into(), value.into());
             let context = LaunchContext { cluster: &broken, ..context };
-            let err = context.build("Qwen/Qwen3-8B", &preset, &LaunchOverrides::default()).unwrap_err().to_string();
+            let err = context.build("Qwen/Qwen3-8B", preset, &LaunchOverrides::default()).unwrap_err().to_string();
             assert!(err.contains(want), "{err}");
         }
     }
