@@ -423,7 +423,7 @@ pub fn observe(
     serve_port: Option<u16>,
 ) -> Option<Result<Observed, MultiNodeError>> {
     let layout = spec.layout().ok().filter(Layout::is_multi_node)?;
-    let job_id = crate::prepare::port_job_id(env);
+    let job_id = crate::ports::job_id(env);
     let serve_port = serve_port.unwrap_or(0);
     let in_job = env("SLURM_JOB_NODELIST").or_else(|| env("SLURM_NODELIST")).is_some();
     let observed = (|| {

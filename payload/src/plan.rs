@@ -16,7 +16,7 @@ use crate::secrets;
 use crate::supervisor::ChildSpec;
 use crate::{childenv, engine, harbor, tunnel};
 
-pub const REDACTED: &str = "<redacted>";
+use crate::secrets::REDACTED;
 
 #[derive(Debug, Serialize)]
 pub struct Plan {

@@ -73,6 +73,11 @@ pub fn choose(policy: &PortPolicy, job_id: &str, host: &str) -> Result<u16, Port
     choose_with(policy, job_id, |p| is_free(p, host))
 }
 
+/// The id that derives the port: the Slurm job id, else payload's pid (two local runs differ).
+pub fn job_id(env: &dyn Fn(&str) -> Option<String>) -> String {
+    env("SLURM_JOB_ID").unwrap_or_else(|| std::process::id().to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

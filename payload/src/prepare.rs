@@ -54,11 +54,6 @@ pub fn org_job_id(spec: &LaunchSpec, env: &dyn Fn(&str) -> Option<String>) -> St
     env("SLURM_JOB_ID").or_else(|| spec.ledger_job_id.clone()).unwrap_or_else(|| spec.run_tag.clone())
 }
 
-/// The id that derives the port: the Slurm job id, else payload's pid (two local runs differ).
-pub fn port_job_id(env: &dyn Fn(&str) -> Option<String>) -> String {
-    env("SLURM_JOB_ID").unwrap_or_else(|| std::process::id().to_string())
-}
-
 /// Whether the spec needs anything from the secrets file.
 pub fn needs_secrets(spec: &LaunchSpec) -> bool {
     spec.secrets.daytona
@@ -186,7 +181,7 @@ pub fn observe(spec: &LaunchSpec, env: &[(String, String)], mode: Mode) -> Obser
         (None, Ok(Secrets::none()))
     };
     let probe = gpu::probe_from_env(&env_fn);
-    let port = crate::ports::choose(&spec.serve.port, &port_job_id(&env_fn), &spec.serve.host);
+    let port = crate::ports::choose(&spec.serve.port, &crate::ports::job_id(&env_fn), &spec.serve.host);
     let multinode = crate::multinode::observe(spec, &env_fn, mode == Mode::Plan, port.as_ref().ok().copied());
     let (new_api_key, run_id) = match mode {
         Mode::Run => (
@@ -478,7 +473,7 @@ pub fn prepare(spec_path: &Path, spec: &LaunchSpec, env: &[(String, String)], ob
     let tunnel_env = childenv::build(env, None, &BTreeMap::new(), &run_id);
     // `{job_scratch}` in the env maps: the job's directory on node-local disk (crate::scratch),
     // created by `run` before the first child.
-    let scratch = crate::scratch::dir(spec, &port_job_id(&env_fn)).map(|dir| {
+    let scratch = crate::scratch::dir(spec, &crate::ports::job_id(&env_fn)).map(|dir| {
         let mut inside = crate::scratch::substitute(&dir, &mut engine_env);
         inside.extend(crate::scratch::substitute(&dir, &mut harbor_env));
         (dir, inside)
@@ -543,7 +538,7 @@ pub fn prepare(spec_path: &Path, spec: &LaunchSpec, env: &[(String, String)], ob
     };
 
     // 4. Port.
-    let job_id = port_job_id(&env_fn);
+    let job_id = crate::ports::job_id(&env_fn);
     let port = match obs.port {
         Ok(port) => PortPrep {
             port: Some(port),

@@ -233,7 +233,7 @@ impl<S: SignalSource> Run<S> {
 
         // The tunnel (started by the first poll, while vLLM loads).
         if let Some(programs) = p.tunnel.programs.clone() {
-            let job_id = prepare::port_job_id(&env_fn);
+            let job_id = crate::ports::job_id(&env_fn);
             self.tunnel = Tunnel::new(tunnel::Start {
                 spec: &self.spec.tunnel,
                 programs,

@@ -14,6 +14,9 @@ use sha1::{Digest, Sha1};
 
 use crate::failure::Failure;
 
+/// What a plan or a log shows in place of a secret value.
+pub const REDACTED: &str = "<redacted>";
+
 /// Org 1's key (the name Harbor reads).
 pub const DAYTONA_ORG1: &str = "DAYTONA_API_KEY";
 /// Org 2's key, handed to Harbor as `DAYTONA_API_KEY` for 3 of 4 jobs.
@@ -126,12 +129,12 @@ pub fn secrets_path(spec: &SecretsSpec, env: &dyn Fn(&str) -> Option<String>) ->
 pub fn redact_whole(text: &str, secrets: &[&str]) -> String {
     let is_secret = |v: &str| !v.is_empty() && secrets.contains(&v);
     if is_secret(text) {
-        return crate::plan::REDACTED.to_string();
+        return REDACTED.to_string();
     }
     if let Some((name, value)) = text.split_once('=')
         && is_secret(value)
     {
-        return format!("{name}={}", crate::plan::REDACTED);
+        return format!("{name}={}", REDACTED);
     }
     text.to_string()
 }

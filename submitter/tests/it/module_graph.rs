@@ -16,13 +16,6 @@ use regex::Regex;
 
 use crate::support::workspace_root;
 
-/// Cycles still being removed (issue 13): per crate, a set of sibling modules that may still depend
-/// on each other in a cycle (a strongly connected component of their graph, or part of one). The test
-/// fails on a cycle outside these sets, and on a set none of whose members is in a cycle any more
-/// (delete it then). A set that shrinks is progress and passes.
-const KNOWN_TANGLES: &[(&str, &[&str])] =
-    &[("payload", &["harbor", "multinode", "plan", "postrun", "prepare", "run", "secrets", "tunnel"])];
-
 /// One crate's modules: `a::b` → the file's text (without its trailing test module).
 struct Crate {
     name: &'static str,
@@ -248,24 +241,8 @@ fn all_tangles() -> BTreeSet<(String, BTreeSet<String>)> {
 
 #[test]
 fn no_import_cycles() {
-    let found = all_tangles();
-    let known: Vec<(String, BTreeSet<String>)> = KNOWN_TANGLES
-        .iter()
-        .map(|(krate, members)| (krate.to_string(), members.iter().map(|m| m.to_string()).collect()))
-        .collect();
-    let shown = |(krate, members): &(String, BTreeSet<String>)| format!("{krate}: {members:?}");
-    let new: Vec<String> = found
-        .iter()
-        .filter(|(krate, members)| !known.iter().any(|(k, allowed)| k == krate && members.is_subset(allowed)))
-        .map(shown)
-        .collect();
-    assert!(new.is_empty(), "import cycles among these sibling modules (break them, docs/design.md §0): {new:#?}");
-    let gone: Vec<String> = known
-        .iter()
-        .filter(|(krate, allowed)| !found.iter().any(|(k, members)| k == krate && !members.is_disjoint(allowed)))
-        .map(shown)
-        .collect();
-    assert!(gone.is_empty(), "no cycle left among these, delete them from KNOWN_TANGLES: {gone:#?}");
+    let found: Vec<String> = all_tangles().iter().map(|(krate, members)| format!("{krate}: {members:?}")).collect();
+    assert!(found.is_empty(), "import cycles among these sibling modules (break them, docs/design.md §0): {found:#?}");
 }
 
 #[test]
