@@ -18,8 +18,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use launch_spec::launch::PortPolicy;
 use launch_spec::layout::{Crossing, Layout};
+use launch_spec::spec::PortPolicy;
 use launch_spec::{LaunchSpec, OutcomeClass};
 use serde::{Deserialize, Serialize};
 

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use launch_spec::LaunchSpec;
-use launch_spec::launch::*;
+use launch_spec::spec::*;
 use launch_spec::{GpuProfile, GpuProfiles};
 
 pub fn spec() -> LaunchSpec {

@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use launch_spec::launch::TunnelSpec;
+use launch_spec::spec::TunnelSpec;
 use launch_spec::{LaunchSpec, OutcomeClass};
 
 use crate::failure::Failure;

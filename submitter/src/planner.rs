@@ -16,13 +16,13 @@ use serde_json::{Value, json};
 use crate::config::Preset;
 use crate::decide::{self, Action, Decision, LatestAttempt, PairHistory, Policy, Prerequisite};
 use crate::domain::{Continuation, SlurmView};
-use crate::launch::{LaunchContext, LaunchOverrides};
 use crate::ledger::PairState;
 use crate::queue::{JobInputs, SlurmChoice, SlurmOverrides, sbatch_request, spec_path};
 use crate::registry::names;
 use crate::selection::{Concurrency, Leg};
 use crate::slurm::{SubmitRequest, build_sbatch_args};
 use crate::snapshot::Snapshot;
+use crate::spec_build::{SpecBuilder, SpecOverrides};
 
 /// Where payload and the batch script live as the compute node sees them.
 #[derive(Debug, Clone)]
@@ -35,12 +35,12 @@ pub struct Executables {
 
 /// Everything the planner reads besides the snapshot.
 pub struct PlanInputs<'a> {
-    pub context: &'a LaunchContext<'a>,
+    pub context: &'a SpecBuilder<'a>,
     pub legs: &'a [Leg],
     /// The priority list, in order.
     pub models: &'a [String],
     /// The operator's spec overrides (`n_concurrent` and `dataset` are set per leg from `concurrency`).
-    pub overrides: &'a LaunchOverrides,
+    pub overrides: &'a SpecOverrides,
     pub concurrency: &'a Concurrency,
     pub slurm: &'a SlurmOverrides,
     pub executables: &'a Executables,
@@ -108,7 +108,7 @@ pub struct PlannedJob {
     #[serde(skip)]
     pub dataset: String,
     #[serde(skip)]
-    pub overrides: LaunchOverrides,
+    pub overrides: SpecOverrides,
 }
 
 impl PlannedJob {
@@ -141,7 +141,7 @@ pub struct Resources {
 }
 
 /// The overrides recorded with an attempt and compared for config-aware dedup.
-pub fn overrides_json(overrides: &LaunchOverrides) -> Value {
+pub fn overrides_json(overrides: &SpecOverrides) -> Value {
     json!({
         "timeout_multiplier": overrides.timeout_multiplier,
         "agent_kwargs": overrides.agent_kwargs,
@@ -181,10 +181,10 @@ pub fn plan(inputs: &PlanInputs, snapshot: &Snapshot) -> Vec<PlannedJob> {
             let choice = SlurmChoice::for_leg(inputs.context.cluster, &leg.preset, inputs.slurm);
             let context = inputs.context;
             let tunnel =
-                crate::launch::describe_tunnel(context.cluster, leg.preset.agent(), &|f, p| context.expand(f, p))
+                crate::spec_build::describe_tunnel(context.cluster, leg.preset.agent(), &|f, p| context.expand(f, p))
                     .unwrap_or_else(|e| format!("refused: {e}"));
             for dataset in &leg.preset.datasets {
-                let overrides = LaunchOverrides {
+                let overrides = SpecOverrides {
                     n_concurrent: inputs.concurrency.for_leg(leg),
                     dataset: Some(dataset.clone()),
                     ..inputs.overrides.clone()
@@ -215,7 +215,7 @@ fn plan_pair(
     model: &str,
     leg: &Leg,
     choice: &SlurmChoice,
-    overrides: LaunchOverrides,
+    overrides: SpecOverrides,
 ) -> PlannedJob {
     let context = inputs.context;
     let dataset = overrides.dataset.clone().unwrap_or_default();
@@ -338,7 +338,7 @@ fn plan_pair(
 fn pair_history(
     pair: Option<&PairState>,
     timeout_multiplier: f64,
-    overrides: &LaunchOverrides,
+    overrides: &SpecOverrides,
     snapshot: &Snapshot,
 ) -> PairHistory {
     let Some(pair) = pair else { return PairHistory { latest: None, failed_attempts: 0 } };
@@ -346,7 +346,7 @@ fn pair_history(
     let stored_timeout = latest.config.get("timeout_multiplier").and_then(Value::as_f64);
     let stored_overrides = latest.config.get("overrides").cloned().unwrap_or(Value::Null);
     // The per-pair dataset is not part of the recorded overrides.
-    let comparable = LaunchOverrides { dataset: None, ..overrides.clone() };
+    let comparable = SpecOverrides { dataset: None, ..overrides.clone() };
     let config_matches = stored_timeout == Some(timeout_multiplier) && stored_overrides == overrides_json(&comparable);
     PairHistory {
         latest: Some(LatestAttempt {
@@ -375,10 +375,10 @@ mod tests {
 
     use super::*;
     use crate::config::{self, ConfigRoot};
-    use crate::ledger::{Attempt, AttemptId, Status};
+    use crate::ledger::{Attempt, AttemptId, AttemptStatus};
     use crate::registry::Registry;
 
-    fn attempt(id: i64, model: &str, status: Status, config: Value) -> Attempt {
+    fn attempt(id: i64, model: &str, status: AttemptStatus, config: Value) -> Attempt {
         let at = chrono::DateTime::from_timestamp(1_700_000_000, 0).unwrap();
         Attempt {
             id: AttemptId(id),
@@ -392,7 +392,7 @@ mod tests {
             status,
             reason: String::new(),
             config,
-            metrics: (status == Status::Finished).then(|| json!({"mean_reward": 0.5})),
+            metrics: (status == AttemptStatus::Finished).then(|| json!({"mean_reward": 0.5})),
             attempt: 1,
             submitted_at: at,
             started_at: None,
@@ -428,7 +428,7 @@ mod tests {
         broken.variants.clear();
         registry.models.insert("test/Broken-1B".into(), broken);
         let harbor = root.harbor_configs_dir();
-        let context = LaunchContext {
+        let context = SpecBuilder {
             cluster: &cluster,
             gpu_profiles: &gpus,
             registry: &registry,
@@ -443,8 +443,8 @@ mod tests {
             cluster: "local".into(),
             now: chrono::DateTime::from_timestamp(1_700_000_600, 0).unwrap(),
             pairs: [
-                pair(attempt(1, "org/Done-1B", Status::Finished, json!({})), 0, false),
-                pair(attempt(4, "org/Wall-1B", Status::Failed, chained), 2, true),
+                pair(attempt(1, "org/Done-1B", AttemptStatus::Finished, json!({})), 0, false),
+                pair(attempt(4, "org/Wall-1B", AttemptStatus::Failed, chained), 2, true),
             ]
             .into_iter()
             .collect(),
@@ -468,7 +468,7 @@ mod tests {
             context: &context,
             legs: &legs,
             models: &models,
-            overrides: &LaunchOverrides::default(),
+            overrides: &SpecOverrides::default(),
             concurrency: &Concurrency::default(),
             slurm: &SlurmOverrides::default(),
             executables: &executables,

@@ -19,17 +19,17 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, killpg};
 
 use crate::config::cluster::PreDownload;
-use crate::launch::LaunchContext;
+use crate::spec_build::SpecBuilder;
 
 /// Stages what one `launch` iteration needs; remembers each model's outcome for the iteration.
 pub struct Stager<'a> {
-    context: &'a LaunchContext<'a>,
+    context: &'a SpecBuilder<'a>,
     settings: &'a PreDownload,
     models: RefCell<HashMap<String, Result<(), String>>>,
 }
 
 impl<'a> Stager<'a> {
-    pub fn new(context: &'a LaunchContext<'a>) -> Self {
+    pub fn new(context: &'a SpecBuilder<'a>) -> Self {
         Stager { context, settings: &context.cluster.pre_download, models: RefCell::new(HashMap::new()) }
     }
 

@@ -614,7 +614,7 @@ fn judge(dir: &Path, job: &str) -> (submitter::verify::check::RunCheck, submitte
     let now = chrono::Utc::now();
     let check = submitter::verify::check::check_run_dir(dir, &settings, now).expect("check");
     let side = JobSide {
-        status: submitter::ledger::Status::Started,
+        status: submitter::ledger::AttemptStatus::Started,
         reason: "running",
         job_id: Some(job),
         slurm: Some(submitter::domain::SlurmView::Running),

@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 use submitter::config::args::duration;
 use submitter::decide::{Action, Policy};
 use submitter::executor::{Executor, Submitted};
-use submitter::ledger::{AttemptId, Status, now};
+use submitter::ledger::{AttemptId, AttemptStatus, now};
 use submitter::output::{self, ExitStatus, FormatArgs};
 use submitter::planner::{self, Executables, PlanInputs, PlannedJob};
 use submitter::preflight;
@@ -407,7 +407,7 @@ pub fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
         if let Some(id) = attempt.slurm_job_id.as_deref().and_then(|j| j.parse().ok()) {
             session.slurm.cancel(id, None, false)?;
         }
-        session.ledger.transition(AttemptId(attempt.id.0), Status::Cancelled, "cancelled by operator", None)?;
+        session.ledger.transition(AttemptId(attempt.id.0), AttemptStatus::Cancelled, "cancelled by operator", None)?;
         super::print(&format!(
             "cancelled attempt {} ({} on {}), job {}\n",
             attempt.id,

@@ -25,8 +25,8 @@ use serde_json::Value;
 
 use super::migrations::{self, Migration};
 use super::{
-    ATTEMPT_COLUMNS, Attempt, AttemptId, Heartbeat, ImportedAttempt, ImportedState, LATEST_PER_PAIR_SQL, Ledger,
-    LedgerError, Model, NewAttempt, PairState, Result, Status, Timestamp, filter_by_size, number_imports, size_class,
+    ATTEMPT_COLUMNS, Attempt, AttemptId, AttemptStatus, Heartbeat, ImportedAttempt, ImportedState, LATEST_PER_PAIR_SQL,
+    Ledger, LedgerError, Model, NewAttempt, PairState, Result, Timestamp, filter_by_size, number_imports, size_class,
     sql_status_list,
 };
 
@@ -602,7 +602,7 @@ impl<B: Backend> Ledger for SqlLedger<B> {
         })
     }
 
-    fn transition(&self, id: AttemptId, to: Status, reason: &str, metrics: Option<&Value>) -> Result<()> {
+    fn transition(&self, id: AttemptId, to: AttemptStatus, reason: &str, metrics: Option<&Value>) -> Result<()> {
         let sql = format!(
             "UPDATE attempts SET
                  status = $2,
@@ -613,7 +613,7 @@ impl<B: Backend> Ledger for SqlLedger<B> {
                                  ELSE ended_at END,
                  updated_at = now()
              WHERE id = $1 AND status IN {}",
-            sql_status_list(&Status::sources_of(to))
+            sql_status_list(&AttemptStatus::sources_of(to))
         );
         write(&self.backend, "change an attempt's status", |db| {
             let updated = db.execute(
@@ -656,7 +656,7 @@ impl<B: Backend> Ledger for SqlLedger<B> {
                     location: self.location_string(),
                     id,
                     from: row.text(0).and_then(|s| s.parse()).map_err(|e| self.corrupt(e))?,
-                    to: Status::Failed,
+                    to: AttemptStatus::Failed,
                 },
             }
             .into())

@@ -196,9 +196,9 @@ pub fn mtime(path: &Path) -> Option<DateTime<Utc>> {
 
 /// The agents that run inside the remote sandbox (installed harnesses) and so call the model back
 /// over a public URL; terminus-2 and the other local agents run on the node
-/// ([`launch_spec::launch::LOCAL_AGENTS`]). An unknown (empty) agent counts as local.
+/// ([`launch_spec::spec::LOCAL_AGENTS`]). An unknown (empty) agent counts as local.
 pub fn is_installed_agent(agent: &str) -> bool {
-    !agent.is_empty() && launch_spec::launch::is_installed_agent(agent)
+    !agent.is_empty() && launch_spec::spec::is_installed_agent(agent)
 }
 
 /// Whether a URL's host is private: loopback, RFC 1918, link-local, CGNAT, `localhost`, or a bare

@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::results::Audit;
 use super::{Finding, Level, VerifySettings, human_duration, parse_time, percent};
 use crate::domain::SlurmView;
-use crate::ledger::Status;
+use crate::ledger::AttemptStatus;
 
 pub use super::VerdictKind;
 
@@ -71,7 +71,7 @@ pub enum RunState {
 /// What the ledger and Slurm say of the job (`status`; `check` has none).
 #[derive(Debug, Clone)]
 pub struct JobFacts {
-    pub ledger_status: Status,
+    pub ledger_status: AttemptStatus,
     pub ledger_reason: String,
     /// When the job was first seen running (ledger `started_at`, or the first observation).
     pub running_seen_at: Option<DateTime<Utc>>,
@@ -251,7 +251,7 @@ pub fn evaluate(ev: &Evidence, s: &VerifySettings) -> Assessment {
     // 1. The ledger's word on a terminal attempt is final.
     if let Some(job) = &ev.job {
         match job.ledger_status {
-            Status::Finished => {
+            AttemptStatus::Finished => {
                 let mut f = finding("job", "job.finished", Level::Ok, VerdictKind::Finished, "finished".into());
                 if let Some(audit) = ev.audit.as_ref().filter(|a| !a.complete) {
                     f.summary = format!("finished, incomplete: {}", audit.reasons.join("; "));
@@ -260,7 +260,7 @@ pub fn evaluate(ev: &Evidence, s: &VerifySettings) -> Assessment {
                 out.push(f);
                 return done(RunState::Ended, out);
             }
-            Status::Failed | Status::Cancelled => {
+            AttemptStatus::Failed | AttemptStatus::Cancelled => {
                 out.push(finding(
                     "job",
                     "job.failed",
@@ -270,7 +270,7 @@ pub fn evaluate(ev: &Evidence, s: &VerifySettings) -> Assessment {
                 ));
                 return done(RunState::Ended, out);
             }
-            Status::Pending | Status::Started => {}
+            AttemptStatus::Pending | AttemptStatus::Started => {}
         }
     }
 
@@ -677,7 +677,7 @@ fn trial_findings(
         let infra: u64 = scan
             .errors_by_type
             .iter()
-            .filter(|(k, _)| launch_spec::launch::INFRA_ERROR_TYPES.contains(&k.as_str()))
+            .filter(|(k, _)| launch_spec::spec::INFRA_ERROR_TYPES.contains(&k.as_str()))
             .map(|(_, v)| v)
             .sum();
         let queued = if scan.queued > 0 { format!(", {} queued", scan.queued) } else { String::new() };

@@ -21,7 +21,7 @@ use super::rules::{EngineFacts, Evidence, JobFacts, TrialFacts, Window};
 use super::{Finding, VerifySettings, human_duration, parse_time};
 use crate::config::cluster::AutoCancel;
 use crate::domain::SlurmView;
-use crate::ledger::Status;
+use crate::ledger::AttemptStatus;
 
 pub use super::VerdictKind;
 
@@ -93,7 +93,7 @@ pub struct Inputs<'a> {
     pub slurm_state: Option<String>,
     pub job_id: Option<String>,
     /// The ledger row.
-    pub attempt_status: Status,
+    pub attempt_status: AttemptStatus,
     pub attempt_reason: &'a str,
     /// When sync saw the job start (ledger `started_at`).
     pub started_at: Option<DateTime<Utc>>,
@@ -152,7 +152,7 @@ pub struct StatusRow {
     pub cluster: String,
     pub run_tag: String,
     pub run_dir: Option<String>,
-    pub ledger_status: Status,
+    pub ledger_status: AttemptStatus,
     pub ledger_reason: String,
     pub slurm_job_id: Option<String>,
     /// Slurm's state (`PENDING`, `RUNNING`, …), `gone` when Slurm no longer lists the job, `-`
@@ -193,7 +193,7 @@ pub fn judge(inputs: &Inputs) -> (JobVerdict, Observation) {
     }
     let heartbeat = inputs.status.and_then(|s| s.heartbeat.as_ref());
     let current = heartbeat.and_then(Sample::from_heartbeat);
-    let (draft, rate) = decide(inputs, &obs, current.as_ref());
+    let (draft, rate) = draft_verdict(inputs, &obs, current.as_ref());
     if let Some(sample) = current
         && obs.samples.last().is_none_or(|last| sample.at > last.at)
     {
@@ -228,7 +228,7 @@ pub fn judge(inputs: &Inputs) -> (JobVerdict, Observation) {
 /// The evidence `status` has of one job — payload's heartbeat, the rate window over earlier
 /// readings, Slurm, the ledger and the run dir's config problems — through the one rule engine
 /// ([`super::rules::evaluate`]), and the verdict its most severe finding stands for.
-fn decide(inputs: &Inputs, obs: &Observation, current: Option<&Sample>) -> (Draft, Option<Rate>) {
+fn draft_verdict(inputs: &Inputs, obs: &Observation, current: Option<&Sample>) -> (Draft, Option<Rate>) {
     let now = inputs.now;
     let s = inputs.settings;
     let status = inputs.status;
@@ -480,7 +480,7 @@ mod tests {
     struct Case {
         status: Option<RunStatus>,
         slurm: Option<SlurmView>,
-        attempt: Status,
+        attempt: AttemptStatus,
         previous: Option<Observation>,
         now: i64,
         expected: Option<u64>,
@@ -492,7 +492,7 @@ mod tests {
             Case {
                 status,
                 slurm: Some(SlurmView::Running),
-                attempt: Status::Started,
+                attempt: AttemptStatus::Started,
                 previous: None,
                 now,
                 expected: None,
@@ -621,9 +621,9 @@ mod tests {
         let mut case = Case::new(None, 10);
         case.slurm = Some(SlurmView::Queued);
         assert_eq!(case.judge().0.verdict, VerdictKind::Starting);
-        case.attempt = Status::Finished;
+        case.attempt = AttemptStatus::Finished;
         assert_eq!(case.judge().0.verdict, VerdictKind::Finished);
-        case.attempt = Status::Cancelled;
+        case.attempt = AttemptStatus::Cancelled;
         assert_eq!(case.judge().0.verdict, VerdictKind::Failed);
     }
 

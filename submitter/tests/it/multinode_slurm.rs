@@ -12,7 +12,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use serde_json::Value;
-use submitter::ledger::{Ledger, Status, open_ledger};
+use submitter::ledger::{AttemptStatus, Ledger, open_ledger};
 
 use crate::ledger::Store;
 use crate::queueing::{TestCluster, text, wait_until};
@@ -208,7 +208,7 @@ fn finishes_across_two_nodes(name: &str, model: &str, crossing: &str, want_flags
     mn.launch(model);
     mn.wait_done(Duration::from_secs(180));
     let attempt = &mn.ledger().attempts_for(model, "terminal_bench_2").unwrap()[0];
-    assert_eq!(attempt.status, Status::Finished, "{} / {}", attempt.reason, mn.status());
+    assert_eq!(attempt.status, AttemptStatus::Finished, "{} / {}", attempt.reason, mn.status());
     let spawned = mn.event("ranks_spawned").expect("ranks_spawned");
     assert_eq!(spawned["crossing"], crossing, "{spawned}");
     let ranks: Value =

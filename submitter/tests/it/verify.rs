@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
-use submitter::ledger::{ImportedAttempt, Status, open_ledger};
+use submitter::ledger::{AttemptStatus, ImportedAttempt, open_ledger};
 
 use crate::support::{SUBMITTER, slurm_up, standin_environment, test_secrets_file, workspace_root, write_tasks};
 
@@ -203,7 +203,7 @@ fn check(dirs: &[&Path], extra: &[&str]) -> (Value, Option<i32>, String) {
 fn agrees_with_status(dir: &Path, report: &Value) {
     use submitter::verify::status::{JobSide, judge_job};
     let side = JobSide {
-        status: Status::Started,
+        status: AttemptStatus::Started,
         reason: "running as job 4242",
         job_id: Some("4242"),
         slurm: Some(submitter::domain::SlurmView::Running),
@@ -630,7 +630,7 @@ fn finished(model: &str, benchmark: &str, mean: f64, n: u64, errors: u64, run_di
         username: "tester".into(),
         run_tag: format!("{benchmark}__{}", model.replace('/', "__")),
         slurm_job_id: Some("100".into()),
-        status: Status::Finished,
+        status: AttemptStatus::Finished,
         reason: "finished".into(),
         config: json!({"run_dir": run_dir.map(|d| d.display().to_string())}),
         metrics: Some(
@@ -983,7 +983,7 @@ fn live_hung_engine_ends_as_engine_died_and_a_failed_row() {
     let out = cluster.run("sync", &[]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let after = ledger.attempt(attempt.id).unwrap().unwrap();
-    assert_eq!(after.status, Status::Failed);
+    assert_eq!(after.status, AttemptStatus::Failed);
     assert!(after.reason.starts_with("engine_died/unhealthy"), "{}", after.reason);
     let out = cluster.run("status", &["--json", "--hours", "1"]);
     let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -1033,7 +1033,7 @@ fn live_watch_cancels_a_job_that_stays_dead() {
     let _ = watch.kill();
     let _ = watch.wait();
     let attempt = &ledger.attempts_for("test/Tiny-1B", "terminal_bench_2").unwrap()[0];
-    assert_eq!(attempt.status, Status::Failed, "{}", attempt.reason);
+    assert_eq!(attempt.status, AttemptStatus::Failed, "{}", attempt.reason);
     assert!(attempt.reason.starts_with("cancelled by status --watch: dead for"), "{}", attempt.reason);
     let state = Command::new("squeue").args(["-h", "--states=all", "-j", &job, "-o", "%T"]).output().unwrap();
     let state = String::from_utf8_lossy(&state.stdout);

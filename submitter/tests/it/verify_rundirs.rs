@@ -13,7 +13,7 @@ use std::time::SystemTime;
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{Value, json};
 use submitter::domain::SlurmView;
-use submitter::ledger::{ImportedAttempt, Status, open_ledger};
+use submitter::ledger::{AttemptStatus, ImportedAttempt, open_ledger};
 use submitter::verify::VerifySettings;
 use submitter::verify::status::{JobSide, judge_job};
 
@@ -286,7 +286,7 @@ fn text(f: &Value) -> String {
 /// `status`'s verdict on the same run dir at T: Slurm RUNNING job 4242, started 3 h before.
 fn status_verdict(dir: &Path) -> submitter::verify::verdict::JobVerdict {
     let side = JobSide {
-        status: Status::Started,
+        status: AttemptStatus::Started,
         reason: "running as job 4242",
         job_id: Some("4242"),
         slurm: Some(SlurmView::Running),
@@ -541,7 +541,7 @@ fn sync_audits_with_the_profiles_thresholds() {
             username: "tester".into(),
             run_tag: "terminal_bench_2__org__Model-8B".into(),
             slurm_job_id: Some("999999901".into()),
-            status: Status::Started,
+            status: AttemptStatus::Started,
             reason: "running as job 999999901".into(),
             config: json!({"run_dir": d.path.display().to_string()}),
             metrics: None,
@@ -567,7 +567,7 @@ fn sync_audits_with_the_profiles_thresholds() {
     };
     run("sync", &[]);
     let row = open_ledger(&spec).unwrap().latest_per_pair().unwrap().into_iter().next().unwrap().latest;
-    assert_eq!(row.status, Status::Finished);
+    assert_eq!(row.status, AttemptStatus::Finished);
     let metrics = row.metrics.unwrap();
     assert_eq!(metrics["audit"]["status"], "complete", "sync used other thresholds than the profile's: {metrics:#}");
     // `results` re-audits with the same profile: the cell is complete there too.
