@@ -575,7 +575,12 @@ fn job_reading(job: &Path) -> Value {
             "model_info_warnings": scan.model_info_warnings,
             "has_last_result": scan.last_result_at.is_some(),
         },
-        "check": {"state": check.state, "verdict": check.verdict, "status_verdict": check.status_verdict, "findings": findings},
+        "check": {
+            "state": format!("{:?}", check.state),
+            "verdict": format!("{:?}", check.verdict),
+            "status_verdict": format!("{:?}", check.status_verdict),
+            "findings": findings,
+        },
     })
 }
 

@@ -211,6 +211,8 @@ pub enum TrialStage {
     NotATrial,
     /// Queued: Harbor made the dir (`lock.json`, an empty `trial.log`, empty `agent/`,
     /// `verifier/`, `artifacts/`) but its environment has not started; no `config.json` yet.
+    /// Harbor 0.25 writes `lock.json` before it constructs the agent, so a trial whose agent
+    /// rejected its configuration stays in this layout (docs/harbor-facts.md).
     Queued,
     /// `trial.log` but no `config.json`, `lock.json` or `result.json`: the trial was never
     /// constructed (an agent that rejected its configuration).
