@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use serde::Serialize;
 use submitter::config::args::duration;
 use submitter::decide::{Action, Policy};
 use submitter::executor::{Executor, Submitted};
@@ -119,6 +120,9 @@ pub struct CancelArgs {
     models: Vec<String>,
     #[arg(long = "benchmark", value_name = "B")]
     benchmarks: Vec<String>,
+    /// `--format json`: a `cancel` document (docs/design.md §11).
+    #[command(flatten)]
+    format: FormatArgs,
 }
 
 fn policy(session: &Session, selection: &Selection) -> Policy {
@@ -396,7 +400,7 @@ pub fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
         bail!("say what to cancel: --job ID… or --model M… [--benchmark B…]");
     }
     let session = Session::open(&args.ledger)?;
-    let mut cancelled = 0;
+    let mut cancelled = Vec::new();
     for attempt in session.ledger.active()?.into_iter().filter(|a| a.cluster == session.cluster.name) {
         let by_job = attempt.slurm_job_id.as_ref().is_some_and(|j| args.jobs.contains(j));
         let by_model = args.models.contains(&attempt.model)
@@ -408,17 +412,45 @@ pub fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
             session.slurm.cancel(id, None, false)?;
         }
         session.ledger.transition(AttemptId(attempt.id.0), AttemptStatus::Cancelled, "cancelled by operator", None)?;
-        super::print(&format!(
-            "cancelled attempt {} ({} on {}), job {}\n",
-            attempt.id,
-            attempt.model,
-            attempt.benchmark,
-            attempt.slurm_job_id.as_deref().unwrap_or("-")
-        ))?;
-        cancelled += 1;
+        let done = CancelledOutput {
+            attempt: attempt.id.0,
+            model: attempt.model,
+            benchmark: attempt.benchmark,
+            job_id: attempt.slurm_job_id,
+        };
+        if !args.format.is_json() {
+            // Each line as it happens: a Slurm error later leaves these on the screen.
+            super::print(&format!(
+                "cancelled attempt {} ({} on {}), job {}\n",
+                done.attempt,
+                done.model,
+                done.benchmark,
+                done.job_id.as_deref().unwrap_or("-")
+            ))?;
+        }
+        cancelled.push(done);
     }
-    super::print(&format!("{cancelled} attempt(s) cancelled\n"))?;
+    super::print(&if args.format.is_json() {
+        output::document("cancel", &CancelOutput { cancelled })
+    } else {
+        format!("{} attempt(s) cancelled\n", cancelled.len())
+    })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `cancel`: the attempts this call cancelled (in Slurm and in the ledger), in ledger order.
+#[derive(Serialize)]
+struct CancelOutput {
+    cancelled: Vec<CancelledOutput>,
+}
+
+#[derive(Serialize)]
+struct CancelledOutput {
+    attempt: i64,
+    model: String,
+    benchmark: String,
+    /// The Slurm job cancelled, null when the attempt had none yet.
+    job_id: Option<String>,
 }
 
 #[cfg(test)]
