@@ -53,10 +53,22 @@ impl Scrub {
         // Longest first, so a name inside another is never half replaced.
         pairs.sort_by_key(|(from, _)| std::cmp::Reverse(from.len()));
         for (from, to) in pairs {
-            // Whole words only: a job id must not match inside a longer number.
-            let word = regex::Regex::new(&format!(r"(^|[^0-9A-Za-z]){}($|[^0-9A-Za-z])", regex::escape(from))).unwrap();
+            // Whole words only (a job id must not match inside a longer number), and a column stays
+            // as wide as it was: the spaces after a replaced word make up for the change in length.
+            let word =
+                regex::Regex::new(&format!(r"(^|[^0-9A-Za-z]){}( *)([^0-9A-Za-z]|$)", regex::escape(from))).unwrap();
             while word.is_match(&text) {
-                text = word.replace_all(&text, format!("${{1}}{}${{2}}", to.replace('$', "$$"))).into_owned();
+                text = word
+                    .replace_all(&text, |caps: &regex::Captures| {
+                        let spaces = caps[2].len();
+                        let width = if spaces == 0 {
+                            0
+                        } else {
+                            (from.chars().count() + spaces).saturating_sub(to.chars().count()).max(1)
+                        };
+                        format!("{}{to}{}{}", &caps[1], " ".repeat(width), &caps[3])
+                    })
+                    .into_owned();
             }
         }
         // Durations measured by the command (`— 0.04 s`, `"seconds": 0.04`).
@@ -70,6 +82,12 @@ fn ok(out: &Output) -> &Output {
     out
 }
 
+/// What a command that succeeded printed; in `json` format it must be a versioned `kind` document.
+fn printed(out: &Output, format: &str, kind: &str) -> String {
+    let text = String::from_utf8_lossy(&ok(out).stdout).into_owned();
+    if format == "json" { versioned_document(&text, kind) } else { text }
+}
+
 /// A compact document: one line, an object leading with `format_version` and `kind`.
 fn assert_versioned_line(line: &str, kind: &str) {
     assert!(line.ends_with('\n') && line.trim_end().lines().count() == 1, "one line per document: {line:?}");
@@ -77,6 +95,15 @@ fn assert_versioned_line(line: &str, kind: &str) {
     assert_eq!(doc["format_version"], submitter::output::FORMAT_VERSION, "{line}");
     assert_eq!(doc["kind"], kind, "{line}");
     assert!(line.starts_with(&format!("{{\"format_version\":{},\"kind\":", submitter::output::FORMAT_VERSION)));
+}
+
+/// A pretty document of `kind` leading with `format_version` and `kind`; returns it unchanged.
+fn versioned_document(text: &str, kind: &str) -> String {
+    let doc: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert_eq!(doc["kind"], kind, "{text}");
+    let head = format!("{{\n  \"format_version\": {},\n  \"kind\": ", submitter::output::FORMAT_VERSION);
+    assert!(text.starts_with(&head) && text.ends_with("}\n"), "{text}");
+    text.to_string()
 }
 
 /// The first line `command` prints (it repeats until killed), then the process is killed.
@@ -124,13 +151,12 @@ fn launch_status_sync_cancel_on_held_jobs() {
     scrub.jobs(&*ledger);
     assert_eq!(ledger.active().unwrap().len(), 4, "{}", text(&json));
     insta::assert_snapshot!("launch_human", scrub.apply(&String::from_utf8_lossy(&ok(&human).stdout)));
-    let json = String::from_utf8_lossy(&ok(&json).stdout).into_owned();
-    assert_versioned_line(&json, "launch");
+    let json = versioned_document(&String::from_utf8_lossy(&ok(&json).stdout), "launch");
     insta::assert_snapshot!("launch_json", scrub.apply(&json));
 
     for format in ["human", "json"] {
         let out = run("status", &["--format", format]);
-        insta::assert_snapshot!(format!("status_{format}"), scrub.apply(&String::from_utf8_lossy(&ok(&out).stdout)));
+        insta::assert_snapshot!(format!("status_{format}"), scrub.apply(&printed(&out, format, "status")));
     }
     let line = first_line(&cluster, &store.spec, &["status"], &["--watch", "--json", "--interval", "1h"]);
     assert_versioned_line(&line, "status");
@@ -142,11 +168,11 @@ fn launch_status_sync_cancel_on_held_jobs() {
     for (model, format) in [(&models[1], "human"), (&models[2], "json")] {
         crate::queueing::scancel(&job_of(model));
         let out = run("sync", &["--format", format]);
-        insta::assert_snapshot!(format!("sync_{format}"), scrub.apply(&String::from_utf8_lossy(&ok(&out).stdout)));
+        insta::assert_snapshot!(format!("sync_{format}"), scrub.apply(&printed(&out, format, "sync")));
     }
     for (model, format) in [(&models[0], "human"), (&models[3], "json")] {
         let out = run("cancel", &["--model", model, "--format", format]);
-        insta::assert_snapshot!(format!("cancel_{format}"), scrub.apply(&String::from_utf8_lossy(&ok(&out).stdout)));
+        insta::assert_snapshot!(format!("cancel_{format}"), scrub.apply(&printed(&out, format, "cancel")));
     }
     assert!(ledger.active().unwrap().is_empty(), "every attempt ended");
 
@@ -171,14 +197,14 @@ fn import_and_results() {
     let store = Store::sqlite();
     for (format, again) in [("human", false), ("json", true)] {
         let out = cluster.run(&["import"], &store.spec, &["--format", format], &[("SUBMITTER_TEAM_DB", &team.url)]);
-        let printed = String::from_utf8_lossy(&ok(&out).stdout).into_owned();
+        let shown = printed(&out, format, "import");
         // The second import finds nothing new: both documents are pinned, each as it reads.
-        assert_eq!(printed.contains("\"attempts_new\": 0"), again, "{printed}");
-        insta::assert_snapshot!(format!("import_{format}"), scrub.apply(&source.replace_all(&printed, "<team-db>")));
+        assert_eq!(shown.contains("\"attempts_new\": 0"), again, "{shown}");
+        insta::assert_snapshot!(format!("import_{format}"), scrub.apply(&source.replace_all(&shown, "<team-db>")));
     }
     // The imported job ids are the history's own (fixed), not scrubbed.
     for format in ["human", "json"] {
         let out = cluster.run(&["results"], &store.spec, &["--format", format], &[]);
-        insta::assert_snapshot!(format!("results_{format}"), scrub.apply(&String::from_utf8_lossy(&ok(&out).stdout)));
+        insta::assert_snapshot!(format!("results_{format}"), scrub.apply(&printed(&out, format, "results")));
     }
 }
