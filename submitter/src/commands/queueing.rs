@@ -10,6 +10,7 @@ use anyhow::{Context, Result, bail};
 use serde::Serialize;
 use submitter::config::args::duration;
 use submitter::decide::{Action, Policy, Prerequisite};
+use submitter::domain::Continuation;
 use submitter::executor::{Executor, Submitted};
 use submitter::ledger::{AttemptId, AttemptStatus, now};
 use submitter::output::{self, ExitStatus, FormatArgs};
@@ -607,8 +608,9 @@ struct PrerequisiteOutput<'a> {
     slurm_job_id: Option<&'a str>,
 }
 
+/// An attempt's place in a walltime chain (`plan`'s and `status`'s `continues`).
 #[derive(Serialize)]
-struct ContinuationOutput {
+pub struct ContinuationOutput {
     /// The attempt this one continues.
     attempt: i64,
     /// 1 for the first continuation, …
@@ -616,6 +618,12 @@ struct ContinuationOutput {
     /// The chain's first attempt.
     #[serde(skip_serializing_if = "Option::is_none")]
     first: Option<i64>,
+}
+
+impl From<Continuation> for ContinuationOutput {
+    fn from(c: Continuation) -> Self {
+        ContinuationOutput { attempt: c.attempt, number: c.number, first: c.first }
+    }
 }
 
 /// `launch`: one iteration — what sync changed, what was submitted, what was left alone.
