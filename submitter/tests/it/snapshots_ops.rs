@@ -208,3 +208,23 @@ fn import_and_results() {
         insta::assert_snapshot!(format!("results_{format}"), scrub.apply(&printed(&out, format, "results")));
     }
 }
+
+/// `listener status` in both formats on a state dir where no listener was started (no job of
+/// its name in Slurm: the cluster name is this test's own).
+#[test]
+fn listener_status_never_started() {
+    if !slurm_up() {
+        return;
+    }
+    let name = format!("snaplsn-{}", std::process::id());
+    let cluster = TestCluster::new(&name, |_| {});
+    let scrub = Scrub::new(&cluster, &name, &[]);
+    let store = Store::sqlite();
+    for format in ["human", "json"] {
+        let out = cluster.run(&["listener", "status"], &store.spec, &["--format", format], &[]);
+        insta::assert_snapshot!(
+            format!("listener_status_{format}"),
+            scrub.apply(&printed(&out, format, "listener.status"))
+        );
+    }
+}
