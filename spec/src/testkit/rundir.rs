@@ -95,8 +95,7 @@ impl RunDir {
 
     /// payload's `events.jsonl` (replaced), written at `modified`.
     pub fn events(&self, events: &[Event], modified: Option<DateTime<Utc>>) -> &Self {
-        let text: String =
-            events.iter().map(|e| serde_json::to_string(e).expect("event serialises") + "\n").collect();
+        let text: String = events.iter().map(|e| serde_json::to_string(e).expect("event serialises") + "\n").collect();
         write_file(&self.path.join(EVENTS_FILE), &text, modified);
         self
     }
@@ -217,6 +216,11 @@ impl JobResult {
         json!({"n_completed_trials": 0, "n_errored_trials": 0, "evals": {}})
     }
 
+    /// Writes `result.json` into the job dir `dir`.
+    pub fn write(&self, dir: &Path) {
+        write_json(&dir.join(crate::rundir::harbor::RESULT_FILE), &self.to_value(), self.written);
+    }
+
     pub fn to_value(&self) -> Value {
         let mut v = json!({"id": self.id, "started_at": self.started_at});
         if let Some(u) = &self.updated_at {
@@ -233,12 +237,7 @@ impl HarborJob {
     /// A terminus-2 job on Daytona, one attempt, the model at `hosted_vllm/Model-8B` on the node's
     /// port 8000, `model_info` set, dataset `/data/tb2`, written by Harbor 0.25.0 at `started`
     /// with `n_total` trials, finished at `finished` (or still running).
-    pub fn started(
-        job_name: &str,
-        started: DateTime<Utc>,
-        n_total: u64,
-        finished: Option<DateTime<Utc>>,
-    ) -> Self {
+    pub fn started(job_name: &str, started: DateTime<Utc>, n_total: u64, finished: Option<DateTime<Utc>>) -> Self {
         Self {
             job_name: job_name.into(),
             n_attempts: 1,
@@ -284,7 +283,7 @@ impl HarborJob {
             );
         }
         if let Some(result) = &self.result {
-            write_json(&dir.join(crate::rundir::harbor::RESULT_FILE), &result.to_value(), result.written);
+            result.write(dir);
         }
     }
 }
@@ -380,7 +379,8 @@ impl Trial {
             &json!({"trial_name": self.name, "agent": {"name": "terminus-2", "kwargs": {"api_base": self.api_base}}}),
             Some(since),
         );
-        write_file(&t.join("agent/terminus_2.pane"), "root@sandbox:/app# ", Some(since - Duration::minutes(1)));
+        // The pane log moves while the agent works.
+        write_file(&t.join("agent/terminus_2.pane"), "root@sandbox:/app# ", Some(since + Duration::minutes(1)));
     }
 
     fn done(&self, t: &Path, d: &Finished) {
