@@ -106,6 +106,18 @@ fn versioned_document(text: &str, kind: &str) -> String {
     text.to_string()
 }
 
+/// Cancels every job the ledger still holds when dropped, so a failing test leaves no held job
+/// behind on the shared Slurm.
+struct CancelOnDrop<'a>(&'a str);
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Ok(ledger) = open_ledger(self.0) {
+            cancel_all(&*ledger);
+        }
+    }
+}
+
 /// The first line `command` prints (it repeats until killed), then the process is killed.
 fn first_line(cluster: &TestCluster, ledger: &str, command: &[&str], args: &[&str]) -> String {
     let mut child =
@@ -130,6 +142,7 @@ fn launch_status_sync_cancel_on_held_jobs() {
         *p = p.replace("  time: \"00:10:00\"\n", "  time: \"00:10:00\"\n  extra_args: [\"--hold\"]\n")
     });
     let store = Store::sqlite();
+    let _cancel = CancelOnDrop(&store.spec);
     let ledger = open_ledger(&store.spec).unwrap();
     let stable_names: Vec<String> = ["A", "B", "C", "D"].iter().map(|m| format!("snapops/Held{m}-1B")).collect();
     let models: Vec<String> =
@@ -181,7 +194,6 @@ fn launch_status_sync_cancel_on_held_jobs() {
     let line = first_line(&cluster, &store.spec, &["launch"], &[&watch[..], &[list.to_str().unwrap()]].concat());
     assert_versioned_line(&line, "launch");
     assert!(ledger.active().unwrap().is_empty(), "a dry run writes nothing: {line}");
-    cancel_all(&*ledger);
 }
 
 /// `import` of the team's history (`team.rs`'s rows) in both formats, then `results` on it.
