@@ -1,5 +1,5 @@
 //! Snapshots (`insta`) of the human and JSON outputs of the commands that act on Slurm and the
-//! ledger — `launch --once`, `status`, `sync`, `cancel`, `import`, `results` — through the real
+//! ledger — `launch --once`, `status`, `sync`, `cancel`, `import`, `results`, `listener status` — through the real
 //! binary against the real local Slurm and PostgreSQL, and one line of each `--watch` stream
 //! (`status --watch`, `launch --watch`) parsed as a compact versioned document. The jobs are
 //! submitted held (`slurm.extra_args: [--hold]`), so they stay `PENDING` whatever the machine's
