@@ -18,7 +18,7 @@ use submitter::ledger::{Ledger, open_ledger};
 use crate::ledger::Store;
 use crate::queueing::{TestCluster, cancel_all, text};
 use crate::snapshots::stable;
-use crate::support::slurm_up;
+use crate::support::{slurm_up, workspace_root};
 use crate::team::{HISTORY, TeamDb};
 
 /// What varies between runs, and the placeholder each becomes.
@@ -27,10 +27,13 @@ struct Scrub {
 }
 
 impl Scrub {
-    /// The test cluster's root and name; `names`: (a name carrying this process's id, its stable form).
+    /// The test cluster's root and name, the checkout (the batch script's dir); `names`: (a name carrying this process's id, its stable form).
     fn new(cluster: &TestCluster, name: &str, names: &[(String, String)]) -> Scrub {
-        let mut pairs =
-            vec![(cluster.root().display().to_string(), "<root>".into()), (name.to_string(), "<cluster>".into())];
+        let mut pairs = vec![
+            (cluster.root().display().to_string(), "<root>".into()),
+            (workspace_root().display().to_string(), "<repo>".into()),
+            (name.to_string(), "<cluster>".into()),
+        ];
         pairs.extend(names.iter().cloned());
         Scrub { pairs }
     }
@@ -130,8 +133,8 @@ fn first_line(cluster: &TestCluster, ledger: &str, command: &[&str], args: &[&st
     line
 }
 
-/// `launch --once`, `status`, `sync` and `cancel` in both formats on held jobs; then one line of
-/// `status --watch --json` and `launch --watch --dry-run --json`.
+/// `launch --once`, `status`, `sync`, `cancel` and `launch --dry-run` in both formats on held jobs;
+/// one line of `status --watch --json` and of `launch --watch --dry-run --json`.
 #[test]
 fn launch_status_sync_cancel_on_held_jobs() {
     if !slurm_up() {
@@ -189,7 +192,15 @@ fn launch_status_sync_cancel_on_held_jobs() {
     }
     assert!(ledger.active().unwrap().is_empty(), "every attempt ended");
 
+    // A dry run shows each pair's sbatch argv and writes nothing.
     let list = cluster.models_file(&[&models[0]]);
+    for format in ["human", "json"] {
+        let dry =
+            ["--once", "--dry-run", "--preset", "tb2", "--models-file", list.to_str().unwrap(), "--format", format];
+        let out = run("launch", &dry);
+        insta::assert_snapshot!(format!("launch_dry_run_{format}"), scrub.apply(&printed(&out, format, "launch")));
+    }
+    assert!(ledger.active().unwrap().is_empty(), "a dry run writes nothing");
     let watch = ["--watch", "--interval", "1h", "--dry-run", "--json", "--preset", "tb2", "--models-file"];
     let line = first_line(&cluster, &store.spec, &["launch"], &[&watch[..], &[list.to_str().unwrap()]].concat());
     assert_versioned_line(&line, "launch");
