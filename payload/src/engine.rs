@@ -399,7 +399,7 @@ impl Drop for Watchdog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::spec;
+    use launch_spec::testkit::unit_spec as spec;
 
     fn no_env(_: &str) -> Option<String> {
         None

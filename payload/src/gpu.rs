@@ -325,7 +325,7 @@ mod tests {
 
     #[test]
     fn select_counts_precedence_and_no_nvml() {
-        let mut spec = crate::testutil::spec();
+        let mut spec = launch_spec::testkit::unit_spec();
         spec.gpu_profiles = profiles();
         spec.serve.tensor_parallel_size = 2;
         let two = vec![gpu(0, "NVIDIA A100-SXM-64GB", 64), gpu(1, "NVIDIA A100-SXM-64GB", 64)];

@@ -466,7 +466,7 @@ fn write_json_atomic(path: &Path, value: &serde_json::Value) -> Result<(), Harbo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::spec;
+    use launch_spec::testkit::unit_spec as spec;
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()

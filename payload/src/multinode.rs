@@ -510,7 +510,7 @@ pub struct LayoutPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::spec;
+    use launch_spec::testkit::unit_spec as spec;
 
     fn nodes(n: usize) -> Vec<Node> {
         (0..n).map(|i| Node { name: format!("n{i}"), addr: format!("10.0.0.{i}") }).collect()

@@ -211,7 +211,7 @@ mod tests {
 
     #[test]
     fn prepare_substitutes_placeholders_and_hands_only_named_secrets() {
-        let mut spec = crate::testutil::spec();
+        let mut spec = launch_spec::testkit::unit_spec();
         spec.post_run = Some(launch_spec::spec::PostRunSpec {
             argv: vec!["sh".into(), "-c".into(), "echo {run_dir}".into(), "{run_tag}".into()],
             timeout_s: 30,

@@ -708,7 +708,7 @@ pub fn prepare(spec_path: &Path, spec: &LaunchSpec, env: &[(String, String)], ob
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::spec;
+    use launch_spec::testkit::unit_spec as spec;
 
     fn observed(spec: &LaunchSpec, secrets: Secrets) -> Observed {
         Observed {

@@ -92,7 +92,7 @@ mod tests {
     #[test]
     fn placeholders_become_private_dirs_removed_at_the_end() {
         let root = tempfile::tempdir().unwrap();
-        let mut spec = crate::testutil::spec();
+        let mut spec = launch_spec::testkit::unit_spec();
         assert_eq!(dir(&spec, "4242"), None, "no placeholder, no scratch dir");
         spec.scratch = Some(launch_spec::spec::ScratchSpec { root: root.path().to_path_buf() });
         spec.serve.env.insert("TRITON_CACHE_DIR".into(), "{job_scratch}/triton".into());

@@ -90,7 +90,7 @@ pub fn check(spec_path: &Path, spec: &LaunchSpec) -> Result<Timings, Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::spec;
+    use launch_spec::testkit::unit_spec as spec;
 
     #[test]
     fn defaults_pass() {

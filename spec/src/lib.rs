@@ -10,6 +10,8 @@ pub mod records;
 pub mod rundir;
 pub mod spec;
 mod strict_de;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 pub mod validate;
 pub mod versions;
 pub mod yaml;
