@@ -541,16 +541,19 @@ fn trial_readings(job: &Path) -> Vec<TrialReading> {
 /// What the product reads of a job dir as a whole: the job files through their rundir models,
 /// `check`'s trial scan ([`submitter::verify::check::scan_trials`]) less what is timing or a path
 /// (when the newest result was written, example lines), and `check`'s state and verdict.
-fn job_reading(job: &Path) -> Value {
+fn job_reading(job: &Path) -> Result<Value, String> {
     let settings = submitter::verify::VerifySettings::default();
-    let config: Option<hf::JobConfig> = hf::read(&job.join(hf::CONFIG_FILE)).expect("job config.json reads");
-    let result: Option<hf::JobResult> = hf::read(&job.join(hf::RESULT_FILE)).expect("job result.json reads");
-    let lock: Option<hf::JobLock> = hf::read(&job.join(hf::LOCK_FILE)).expect("job lock.json reads");
+    fn read<T: serde::de::DeserializeOwned>(job: &Path, name: &str) -> Result<Option<T>, String> {
+        hf::read::<T>(&job.join(name)).map_err(|e| format!("job {name} does not read: {e}"))
+    }
+    let config: Option<hf::JobConfig> = read(job, hf::CONFIG_FILE)?;
+    let result: Option<hf::JobResult> = read(job, hf::RESULT_FILE)?;
+    let lock: Option<hf::JobLock> = read(job, hf::LOCK_FILE)?;
     let agent = config.as_ref().and_then(|c| c.agents.first());
     let scan = submitter::verify::check::scan_trials(job, settings.instant_fail_s).expect("trial scan");
     let check = submitter::verify::check::check_run_dir(job, &settings, chrono::Utc::now()).expect("check");
     let findings: BTreeSet<String> = check.findings.iter().map(|f| format!("{} {:?}", f.id, f.level)).collect();
-    serde_json::json!({
+    Ok(serde_json::json!({
         "config": config.as_ref().map(|c| serde_json::json!({
             "job_name": c.job_name,
             "n_attempts": c.n_attempts,
@@ -581,7 +584,27 @@ fn job_reading(job: &Path) -> Value {
             "status_verdict": format!("{:?}", check.status_verdict),
             "findings": findings,
         },
-    })
+    }))
+}
+
+/// Both readings of a job dir that Harbor is writing: taken until two in a row agree and every
+/// file reads (Harbor rewrites the job `result.json` in place, so a read can catch it empty).
+fn settled_reading(job: &Path) -> (Vec<TrialReading>, Value) {
+    let until = Instant::now() + Duration::from_secs(30);
+    let mut last: Option<(Vec<TrialReading>, Result<Value, String>)> = None;
+    loop {
+        let now = (trial_readings(job), job_reading(job));
+        if let (Some((t, Ok(j))), (nt, Ok(nj))) = (&last, &now)
+            && t == nt
+            && j == nj
+            && t.iter().all(|r| r.result_reads != Some(false))
+        {
+            return (nt.clone(), nj.clone());
+        }
+        assert!(Instant::now() < until, "{}: no settled reading: {now:?}", job.display());
+        last = Some(now);
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// Asserts both Harbors' job dirs read alike: the trial readings (a multiset) and the job reading.
@@ -591,7 +614,7 @@ fn assert_read_alike(w: &World, job: &str, when: &str) -> Vec<TrialReading> {
     let standin = w.job_dir(Which::Standin, job);
     let (r, s) = (trial_readings(&real), trial_readings(&standin));
     assert_eq!(s, r, "{when}: the stand-in's trial dirs (left) read unlike the real Harbor's (right)");
-    let (rj, sj) = (job_reading(&real), job_reading(&standin));
+    let (rj, sj) = (job_reading(&real).unwrap(), job_reading(&standin).unwrap());
     assert_eq!(sj, rj, "{when}: the stand-in's job dir (left) reads unlike the real Harbor's (right)");
     r
 }
@@ -650,7 +673,7 @@ fn trial_dirs_read_alike_mid_run_and_after_sigint() {
             std::thread::sleep(Duration::from_millis(50));
         }
         let dir = w.job_dir(which, job);
-        mid.push((trial_readings(&dir), job_reading(&dir)));
+        mid.push(settled_reading(&dir));
         // The second trial's agent is executing once its first request reached the engine (the
         // sandbox setup before it is seconds long for the real Harbor): SIGINT then, while that
         // completion (2 s) is on its way.
