@@ -59,8 +59,8 @@ fn measure(dir: &Path) -> (f64, Duration) {
 fn child(dir: &Path) {
     let settings = VerifySettings::default();
     let report = check::check_run_dir(dir, &settings, chrono::Utc::now()).unwrap();
-    let json = serde_json::to_string(&report).unwrap();
-    std::hint::black_box(json);
+    // Everything the report holds is touched, as printing it would (its JSON is built in the binary).
+    std::hint::black_box(format!("{report:?}"));
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     let kb = status
         .lines()

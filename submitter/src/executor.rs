@@ -11,8 +11,6 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Serialize;
-
 use crate::decide::Prerequisite;
 use crate::ledger::{AttemptId, AttemptStatus, Ledger, LedgerError, NewAttempt};
 use crate::planner::{Blocked, PlannedJob, attempt_config};
@@ -50,8 +48,8 @@ pub struct Executor<'a> {
     pub dry_run: bool,
 }
 
-/// What happened to one pair.
-#[derive(Debug, Clone, Serialize)]
+/// What happened to one pair (`launch`'s document is its own output type, in the command layer).
+#[derive(Debug, Clone)]
 pub struct Submitted {
     pub model: String,
     pub benchmark: String,
@@ -59,7 +57,6 @@ pub struct Submitted {
     pub job_id: Option<String>,
     pub outcome: String,
     /// For a dry run: the sbatch argv that would have run.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub sbatch: Option<Vec<String>>,
 }
 

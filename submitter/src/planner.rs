@@ -10,7 +10,6 @@
 use std::path::PathBuf;
 
 use launch_spec::LaunchSpec;
-use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::config::Preset;
@@ -18,7 +17,7 @@ use crate::decide::{self, Action, Decision, LatestAttempt, PairHistory, Policy, 
 use crate::domain::{Continuation, SlurmView};
 use crate::ledger::PairState;
 use crate::queue::{JobInputs, SlurmChoice, SlurmOverrides, sbatch_request, spec_path};
-use crate::registry::names;
+use crate::registry::{Resolved, names};
 use crate::selection::{Concurrency, Leg};
 use crate::slurm::{SubmitRequest, build_sbatch_args};
 use crate::snapshot::Snapshot;
@@ -52,8 +51,7 @@ pub struct PlanInputs<'a> {
 }
 
 /// Why a pair the decision would queue is not queued.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case", tag = "kind", content = "why")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Blocked {
     /// Its configuration is broken: fix it and the next iteration submits it.
     Refused(String),
@@ -61,53 +59,43 @@ pub enum Blocked {
     Throttled(String),
 }
 
-/// One row of `submitter plan`, and one item of `launch`'s work.
-#[derive(Debug, Clone, Serialize)]
+/// One row of `submitter plan`, and one item of `launch`'s work (their documents are output
+/// types in the command layer, built from this).
+#[derive(Debug, Clone, PartialEq)]
 pub struct PlannedJob {
     pub model: String,
     /// The leg (preset name, or `datasets`).
     pub preset: String,
     pub benchmark: String,
     pub family: String,
-    /// The dedup decision (`decision` in `plan --json`, as before).
-    #[serde(rename = "decision")]
+    /// The dedup decision (`decision` in `plan --json`).
     pub action: Action,
     pub reason: String,
     /// Set when the action would queue a job but it is not queued (refused, throttled).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub blocked: Option<Blocked>,
     pub run_tag: String,
     pub resources: Resources,
     pub timeout_multiplier: f64,
     pub rule: String,
-    pub serve: Value,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The resolved serve settings (`plan`'s `serve`), when they resolve.
+    pub resolved: Option<Resolved>,
     pub prerequisite: Option<Prerequisite>,
     /// For the operator: an unattended attempt on another cluster (never acted on here).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub flag: Option<String>,
     /// For a walltime continuation: the attempt it continues and its place in the chain.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub continues: Option<Continuation>,
     /// The job's tunnel(s) and the agent's model variables (or why it cannot launch here).
     pub tunnel: String,
     /// Where the spec goes (`<run dir>/launch.json`), for queued pairs.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub spec_path: Option<PathBuf>,
     /// The exact `sbatch` argv (program first) for queued pairs; `--chain-batch` adds
     /// `--dependency=afterany:<job>` when submitting, the job id not being known before.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub sbatch: Option<Vec<String>>,
-    #[serde(skip)]
     pub spec: Option<LaunchSpec>,
-    #[serde(skip)]
     pub request: Option<SubmitRequest>,
-    #[serde(skip)]
     pub job_name: String,
     /// The leg dataset as the preset names it (staging fetches it by this name).
-    #[serde(skip)]
     pub dataset: String,
-    #[serde(skip)]
     pub overrides: SpecOverrides,
 }
 
@@ -127,16 +115,14 @@ impl PlannedJob {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Resources {
     pub gpus: u32,
     pub tensor_parallel_size: u32,
     pub data_parallel_size: u32,
     pub time: String,
     pub partition: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub account: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub reservation: Option<String>,
 }
 
@@ -241,7 +227,7 @@ fn plan_pair(
         },
         timeout_multiplier: 0.0,
         rule: String::new(),
-        serve: Value::Null,
+        resolved: None,
         prerequisite: None,
         flag: None,
         continues: None,
@@ -263,7 +249,7 @@ fn plan_pair(
         job.resources.data_parallel_size = resolved.data_parallel_size;
         job.timeout_multiplier = resolved.timeout_multiplier;
         job.rule = resolved.rule.clone();
-        job.serve = serde_json::to_value(crate::output::ServeSettings::new(resolved, None)).unwrap_or(Value::Null);
+        job.resolved = Some(resolved.clone());
     }
     let pair = snapshot.pairs.get(&(model.to_string(), family));
     let timeout_multiplier = resolved.as_ref().map_or(f64::NAN, |r| r.timeout_multiplier);
@@ -488,6 +474,6 @@ mod tests {
         assert!(argv.iter().any(|a| a == "--partition=debug") && argv.last().unwrap().ends_with("launch.json"));
         assert!(matches!(&planned[4].blocked, Some(Blocked::Throttled(why)) if why.contains("max 2")));
         // The same snapshot plans the same way: nothing else is read.
-        assert_eq!(serde_json::to_value(plan(&inputs, &snapshot)).unwrap(), serde_json::to_value(&planned).unwrap());
+        assert_eq!(plan(&inputs, &snapshot), planned);
     }
 }

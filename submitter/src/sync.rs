@@ -18,13 +18,14 @@ use crate::verify::{VerifySettings, results};
 
 pub use crate::observe::{SyncError, belongs_to, run_dir_of, view_of};
 
-/// What one sync changed, for the operator.
-#[derive(Debug, Default, Clone, serde::Serialize)]
+/// What one sync changed, for the operator (`sync`'s document is its own output type, in the
+/// command layer).
+#[derive(Debug, Default, Clone)]
 pub struct SyncReport {
     pub changes: Vec<Change>,
 }
 
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone)]
 pub struct Change {
     pub attempt: i64,
     pub model: String,
@@ -32,7 +33,6 @@ pub struct Change {
     pub to: AttemptStatus,
     pub reason: String,
     /// It ended by the walltime: the next plan continues it, and it is not counted as a failure.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub resumable: bool,
 }
 

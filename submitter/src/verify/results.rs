@@ -223,7 +223,7 @@ pub fn short_name(family: &str) -> String {
 }
 
 /// One (model, benchmark) result.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Cell {
     pub model: String,
     pub benchmark: String,
@@ -245,7 +245,7 @@ pub struct Cell {
 }
 
 /// Models × benchmarks.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Matrix {
     pub models: Vec<String>,
     pub benchmarks: Vec<String>,

@@ -19,7 +19,7 @@ use crate::ledger::AttemptStatus;
 pub use super::VerdictKind;
 
 /// What the trial directories hold.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default)]
 pub struct TrialScan {
     /// Trial directories (`<task>__<id>/` with any of Harbor's trial files).
     pub dirs: u64,
@@ -38,20 +38,16 @@ pub struct TrialScan {
     /// No output tokens and the agent's execution (`agent_execution`; older Harbor: the whole
     /// trial) took at most `instant_fail_s`.
     pub instant_failures: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub instant_example: Option<String>,
     /// Exception types of the instant failures.
     pub instant_types: BTreeMap<String, u64>,
     /// The newest `result.json` (modification time) and its trial.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub last_result_at: Option<DateTime<Utc>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub last_result_trial: Option<String>,
     /// `api_base` of the trial configs: value → (count, example trial).
     pub api_bases: BTreeMap<String, (u64, String)>,
     /// trial.log lines saying `model_info` is missing (terminus-2's warning), with one example.
     pub model_info_warnings: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub model_info_example: Option<String>,
 }
 

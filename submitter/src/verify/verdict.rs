@@ -111,7 +111,7 @@ pub struct Inputs<'a> {
 }
 
 /// Completions and trials over a window.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Rate {
     pub window_s: i64,
     pub completions: u64,
@@ -125,26 +125,22 @@ pub struct Rate {
 }
 
 /// A job's verdict with the evidence.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct JobVerdict {
     pub verdict: VerdictKind,
     pub summary: String,
     pub evidence: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub action: Option<String>,
     /// Since when this verdict has held (as observed).
     pub since: DateTime<Utc>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub rate: Option<Rate>,
     /// Trials finished / expected, when known.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub trials_finished: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub trials_expected: Option<u64>,
 }
 
 /// One line of `status`: the ledger row joined with Slurm and payload's records, and its verdict.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct StatusRow {
     pub attempt: i64,
     pub model: String,
@@ -158,16 +154,13 @@ pub struct StatusRow {
     /// Slurm's state (`PENDING`, `RUNNING`, …), `gone` when Slurm no longer lists the job, `-`
     /// without a job id.
     pub slurm: String,
-    #[serde(skip)]
     pub slurm_view: Option<SlurmView>,
     /// payload's phase from status.json, `-` without one.
     pub phase: String,
     pub verdict: JobVerdict,
     /// Set when `status --watch` cancelled the job under the profile's `verify.auto_cancel`.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub cancelled: Option<String>,
     /// For a walltime continuation: the attempt it continues and its place in the chain.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub continues: Option<crate::domain::Continuation>,
 }
 

@@ -69,7 +69,7 @@ impl Drop for TeamDb {
 /// The team's history in miniature: base models, a duplicate model, a model without a size token
 /// (its base has one), an MoE, a precomputed row; a benchmark family via `duplicate_of`; jobs in
 /// every status, by three users.
-const HISTORY: &str = "
+pub(crate) const HISTORY: &str = "
 INSERT INTO models (id, name, base_model_id, created_by, duplicate_of) VALUES
   ('00000000-0000-0000-0000-000000000001', 'Qwen/Qwen3-8B', NULL, 'hf', NULL),
   ('00000000-0000-0000-0000-000000000002', 'Qwen/Qwen3-32B', NULL, 'hf', NULL),
