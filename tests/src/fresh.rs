@@ -29,7 +29,14 @@ fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
 }
 
+/// Sources no binary is built from: launch-spec's test fixtures (feature `testkit`, enabled only
+/// for tests, so `cargo build -p payload` neither compiles them nor relinks when they change).
+const NOT_IN_BINARIES: &[&str] = &["spec/src/testkit"];
+
 fn newest(path: &Path, found: &mut Option<(SystemTime, PathBuf)>) {
+    if NOT_IN_BINARIES.iter().any(|skip| path.ends_with(skip)) {
+        return;
+    }
     let Ok(meta) = std::fs::metadata(path) else { return };
     if meta.is_dir() {
         for entry in std::fs::read_dir(path).into_iter().flatten().flatten() {
@@ -94,6 +101,13 @@ mod tests {
         let stale = check(&binary, &[dir.join("src")]).unwrap_err();
         assert!(stale.contains("is older than") && stale.contains("main.rs"), "{stale}");
         assert!(check(&dir.join("missing"), &[]).unwrap_err().contains("is missing"));
+        // The test fixtures are no binary's source.
+        let kit = dir.join("spec/src/testkit");
+        std::fs::create_dir_all(&kit).unwrap();
+        std::fs::write(kit.join("mod.rs"), "").unwrap();
+        set(&source, 1_000).unwrap();
+        set(&kit.join("mod.rs"), 3_000).unwrap();
+        assert_eq!(check(&binary, &[dir.join("src"), dir.join("spec/src")]), Ok(()));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use e2e::harness::{marker_processes, payload_bin, real_harbor, send_signal, unique};
 use launch_spec::spec::Limits;
-use launch_spec::testkit::SpecBuilder;
+use launch_spec::testkit::{SpecBuilder, world};
 
 const VLLM: &str = env!("CARGO_BIN_EXE_vllm-standin");
 const HOST_ENV_PY: &str = include_str!("../harbor_env/host_env.py");
@@ -99,9 +99,7 @@ impl Fx {
         let tmp = tempfile::Builder::new().prefix("real-harbor-").tempdir().unwrap();
         let root = tmp.path().to_path_buf();
         let tag = format!("{name}-{}", unique());
-        std::fs::create_dir_all(root.join("env/bin")).unwrap();
-        std::os::unix::fs::symlink(VLLM, root.join("env/bin/vllm")).unwrap();
-        std::os::unix::fs::symlink(&harbor, root.join("env/bin/harbor")).unwrap();
+        world::link_programs(&root.join("env"), &[("vllm", Path::new(VLLM)), ("harbor", &harbor)]);
         std::fs::create_dir_all(root.join("py")).unwrap();
         std::fs::write(root.join("py/host_env.py"), HOST_ENV_PY).unwrap();
         for task in tasks {
@@ -110,11 +108,8 @@ impl Fx {
         std::fs::create_dir_all(root.join("jobs")).unwrap();
         std::fs::write(root.join("harbor.yaml"), HARBOR_YAML).unwrap();
         std::fs::write(root.join("gpus.json"), GPU_FIXTURE).unwrap();
-        let secrets = root.join("secrets.env");
-        std::fs::write(&secrets, format!("DAYTONA_API_KEY=unused-{tag}\nDAYTONA_DATA_API_KEY=unused2-{tag}\n"))
-            .unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&secrets, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let secrets = format!("DAYTONA_API_KEY=unused-{tag}\nDAYTONA_DATA_API_KEY=unused2-{tag}\n");
+        world::write_secrets(&root.join("secrets.env"), &secrets, 0o600);
         Some(Self { _tmp: tmp, root, tag })
     }
 

@@ -23,7 +23,7 @@ use e2e::sshd::{self, Sshd, TokenUser};
 use serde_json::{Value, json};
 
 use e2e::harness::{assert_plan_is_what_ran, free_port, payload_bin, unique};
-use launch_spec::testkit::SpecBuilder;
+use launch_spec::testkit::{SpecBuilder, world};
 
 const VLLM: &str = env!("CARGO_BIN_EXE_vllm-standin");
 const HARBOR: &str = env!("CARGO_BIN_EXE_harbor-standin");
@@ -47,15 +47,8 @@ impl Fx {
         let tmp = tempfile::Builder::new().prefix("tunnels-e2e-").tempdir().unwrap();
         let root = tmp.path().to_path_buf();
         let id = unique();
-        std::fs::create_dir_all(root.join("env/bin")).unwrap();
-        std::os::unix::fs::symlink(VLLM, root.join("env/bin/vllm")).unwrap();
-        std::os::unix::fs::symlink(HARBOR, root.join("env/bin/harbor")).unwrap();
-        for t in 0..3 {
-            let dir = root.join(format!("data/task-{t}"));
-            std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(dir.join("instruction.md"), format!("Solve task {t}.\n")).unwrap();
-            std::fs::write(dir.join("reward"), "1.0\n").unwrap();
-        }
+        world::link_programs(&root.join("env"), &[("vllm", Path::new(VLLM)), ("harbor", Path::new(HARBOR))]);
+        world::standin_tasks(&root.join("data"), 3);
         for d in ["jobs", "tmp", "state"] {
             std::fs::create_dir_all(root.join(d)).unwrap();
         }
@@ -69,10 +62,7 @@ impl Fx {
             text.push_str(&format!("{name}={value}\n"));
             secrets.push(value.to_string());
         }
-        let path = root.join("secrets.env");
-        std::fs::write(&path, text).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        world::write_secrets(&root.join("secrets.env"), &text, 0o600);
         Self { _tmp: tmp, tag: format!("{name}-{id}"), root, secrets }
     }
 
