@@ -5,8 +5,8 @@
 //! file), so the bench is quick and needs no free space.
 //!
 //! `cargo bench -p submitter --bench check_rss`. Each case runs in a fresh process (this bench
-//! re-executed with `CHECK_RSS_DIR` set) that runs the check as `submitter check --json` does —
-//! `check_run_dir`, then the JSON rendering — and prints its own high-water mark (`VmHWM` of
+//! re-executed with `CHECK_RSS_DIR` set) that runs the check as `submitter check` does —
+//! `check_run_dir`, then a rendering of the whole report — and prints its own high-water mark (`VmHWM` of
 //! `/proc/self/status`) before exiting, so nothing earlier in the bench counts and nothing is
 //! missed between samples.
 

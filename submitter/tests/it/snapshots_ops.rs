@@ -1,5 +1,5 @@
 //! Snapshots (`insta`) of the human and JSON outputs of the commands that act on Slurm and the
-//! ledger — `launch --once`, `status`, `sync`, `cancel`, `import`, `results` — through the real
+//! ledger — `launch --once`, `status`, `sync`, `cancel`, `import`, `results`, `listener status` — through the real
 //! binary against the real local Slurm and PostgreSQL, and one line of each `--watch` stream
 //! (`status --watch`, `launch --watch`) parsed as a compact versioned document. The jobs are
 //! submitted held (`slurm.extra_args: [--hold]`), so they stay `PENDING` whatever the machine's
@@ -18,7 +18,7 @@ use submitter::ledger::{Ledger, open_ledger};
 use crate::ledger::Store;
 use crate::queueing::{TestCluster, cancel_all, text};
 use crate::snapshots::stable;
-use crate::support::slurm_up;
+use crate::support::{slurm_up, workspace_root};
 use crate::team::{HISTORY, TeamDb};
 
 /// What varies between runs, and the placeholder each becomes.
@@ -27,10 +27,13 @@ struct Scrub {
 }
 
 impl Scrub {
-    /// The test cluster's root and name; `names`: (a name carrying this process's id, its stable form).
+    /// The test cluster's root and name, the checkout (the batch script's dir); `names`: (a name carrying this process's id, its stable form).
     fn new(cluster: &TestCluster, name: &str, names: &[(String, String)]) -> Scrub {
-        let mut pairs =
-            vec![(cluster.root().display().to_string(), "<root>".into()), (name.to_string(), "<cluster>".into())];
+        let mut pairs = vec![
+            (cluster.root().display().to_string(), "<root>".into()),
+            (workspace_root().display().to_string(), "<repo>".into()),
+            (name.to_string(), "<cluster>".into()),
+        ];
         pairs.extend(names.iter().cloned());
         Scrub { pairs }
     }
@@ -106,6 +109,18 @@ fn versioned_document(text: &str, kind: &str) -> String {
     text.to_string()
 }
 
+/// Cancels every job the ledger still holds when dropped, so a failing test leaves no held job
+/// behind on the shared Slurm.
+struct CancelOnDrop<'a>(&'a str);
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Ok(ledger) = open_ledger(self.0) {
+            cancel_all(&*ledger);
+        }
+    }
+}
+
 /// The first line `command` prints (it repeats until killed), then the process is killed.
 fn first_line(cluster: &TestCluster, ledger: &str, command: &[&str], args: &[&str]) -> String {
     let mut child =
@@ -118,8 +133,8 @@ fn first_line(cluster: &TestCluster, ledger: &str, command: &[&str], args: &[&st
     line
 }
 
-/// `launch --once`, `status`, `sync` and `cancel` in both formats on held jobs; then one line of
-/// `status --watch --json` and `launch --watch --dry-run --json`.
+/// `launch --once`, `status`, `sync`, `cancel` and `launch --dry-run` in both formats on held jobs;
+/// one line of `status --watch --json` and of `launch --watch --dry-run --json`.
 #[test]
 fn launch_status_sync_cancel_on_held_jobs() {
     if !slurm_up() {
@@ -130,6 +145,7 @@ fn launch_status_sync_cancel_on_held_jobs() {
         *p = p.replace("  time: \"00:10:00\"\n", "  time: \"00:10:00\"\n  extra_args: [\"--hold\"]\n")
     });
     let store = Store::sqlite();
+    let _cancel = CancelOnDrop(&store.spec);
     let ledger = open_ledger(&store.spec).unwrap();
     let stable_names: Vec<String> = ["A", "B", "C", "D"].iter().map(|m| format!("snapops/Held{m}-1B")).collect();
     let models: Vec<String> =
@@ -176,12 +192,19 @@ fn launch_status_sync_cancel_on_held_jobs() {
     }
     assert!(ledger.active().unwrap().is_empty(), "every attempt ended");
 
+    // A dry run shows each pair's sbatch argv and writes nothing.
     let list = cluster.models_file(&[&models[0]]);
+    for format in ["human", "json"] {
+        let dry =
+            ["--once", "--dry-run", "--preset", "tb2", "--models-file", list.to_str().unwrap(), "--format", format];
+        let out = run("launch", &dry);
+        insta::assert_snapshot!(format!("launch_dry_run_{format}"), scrub.apply(&printed(&out, format, "launch")));
+    }
+    assert!(ledger.active().unwrap().is_empty(), "a dry run writes nothing");
     let watch = ["--watch", "--interval", "1h", "--dry-run", "--json", "--preset", "tb2", "--models-file"];
     let line = first_line(&cluster, &store.spec, &["launch"], &[&watch[..], &[list.to_str().unwrap()]].concat());
     assert_versioned_line(&line, "launch");
     assert!(ledger.active().unwrap().is_empty(), "a dry run writes nothing: {line}");
-    cancel_all(&*ledger);
 }
 
 /// `import` of the team's history (`team.rs`'s rows) in both formats, then `results` on it.
