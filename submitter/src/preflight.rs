@@ -579,7 +579,7 @@ mod tests {
         let mut cluster = crate::config::load_cluster(&root.join("clusters"), "local").unwrap();
         cluster.hardware.gpu_memory_gib = Some(64.0);
         cluster.hardware.gpu_memory_utilization = Some(0.85);
-        let mut spec = launch_spec::testkit::SpecBuilder::new("/", "t")
+        let mut spec = launch_spec::testkit::TestSpec::new("/", "t")
             .model("meta-llama/Llama-3.3-70B-Instruct", "m")
             .tp_dp(2, 1)
             .gpu_profiles(vec![])

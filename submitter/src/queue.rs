@@ -254,7 +254,7 @@ mod tests {
     fn a_run_dir_holding_another_pairs_spec_is_never_reused() {
         let tmp = tempfile::tempdir().unwrap();
         let spec_for = |model: &str| {
-            launch_spec::testkit::SpecBuilder::new("/", "t")
+            launch_spec::testkit::TestSpec::new("/", "t")
                 .model(model, "m")
                 .with(|s| s.run_dir = tmp.path().to_path_buf())
                 .build()

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use e2e::harness::{assert_plan_is_what_ran, descendants, marker_processes, payload_bin, unique};
 use launch_spec::testkit::spec::{chip_profile, default_profile};
-use launch_spec::testkit::{SpecBuilder, world};
+use launch_spec::testkit::{TestSpec, world};
 
 const VLLM: &str = env!("CARGO_BIN_EXE_vllm-standin");
 const HARBOR: &str = env!("CARGO_BIN_EXE_harbor-standin");
@@ -92,7 +92,7 @@ impl Fx {
 
     /// A spec with small timeouts (launch_spec::testkit); tests edit the JSON.
     fn spec(&self) -> Value {
-        SpecBuilder::standins(&self.root, &self.tag)
+        TestSpec::standins(&self.root, &self.tag)
             .tp_dp(1, 2)
             .max_model_len(8192)
             .max_num_seqs(64)

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use e2e::harness::{marker_processes, payload_bin, real_harbor, send_signal, unique};
 use launch_spec::spec::Limits;
-use launch_spec::testkit::{SpecBuilder, world};
+use launch_spec::testkit::{TestSpec, world};
 
 const VLLM: &str = env!("CARGO_BIN_EXE_vllm-standin");
 const HOST_ENV_PY: &str = include_str!("../harbor_env/host_env.py");
@@ -119,7 +119,7 @@ impl Fx {
 
     /// The stand-in vLLM and the real Harbor (launch_spec::testkit); tests edit the JSON.
     fn spec(&self) -> Value {
-        SpecBuilder::standins(&self.root, &self.tag)
+        TestSpec::standins(&self.root, &self.tag)
             .benchmark("real-harbor")
             .tp_dp(1, 2)
             // Large enough that terminus-2's proactive summarization (8000 free tokens) stays off.

@@ -23,7 +23,7 @@ use e2e::sshd::{self, Sshd, TokenUser};
 use serde_json::{Value, json};
 
 use e2e::harness::{assert_plan_is_what_ran, free_port, payload_bin, unique};
-use launch_spec::testkit::{SpecBuilder, world};
+use launch_spec::testkit::{TestSpec, world};
 
 const VLLM: &str = env!("CARGO_BIN_EXE_vllm-standin");
 const HARBOR: &str = env!("CARGO_BIN_EXE_harbor-standin");
@@ -73,7 +73,7 @@ impl Fx {
     /// The stand-ins' spec (launch_spec::testkit) with this agent and tunnel; the tunnel tables
     /// are JSON the tests build ([`pinggy_tunnel`], [`socks_tunnel`]).
     fn spec(&self, agent: &str, tunnel: Value) -> Value {
-        let mut spec = SpecBuilder::standins(&self.root, &self.tag)
+        let mut spec = TestSpec::standins(&self.root, &self.tag)
             .max_model_len(8192)
             .serve_env("STANDIN_LOAD_SECONDS", "0.3")
             .serve_env("STANDIN_GPUS", "1")

@@ -513,7 +513,7 @@ mod tests {
         let t0 = DateTime::parse_from_rfc3339("2026-11-30T06:00:00Z").unwrap().with_timezone(&Utc);
         let before = |minutes: i64| t0 - Duration::minutes(minutes);
         let d = RunDir::temp("job");
-        let spec = crate::testkit::SpecBuilder::new(d.path(), "job").build();
+        let spec = crate::testkit::TestSpec::new(d.path(), "job").build();
         d.launch(&spec).job(&HarborJob::started("job", before(60), 4, None));
         d.trial(&Trial::new("a__q", Stage::Queued(before(50))))
             .trial(&Trial::new("b__r", Stage::Running(before(40))))
