@@ -257,9 +257,56 @@ pub fn read<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, St
     }
 }
 
+/// Harbor rewrites the job's `result.json` in place (truncate, then write) while the job runs, so a
+/// reader can catch it empty or half written. [`read`], tried again up to 3 times 20 ms apart while
+/// the file is there but does not parse; a file still unreadable then is reported as such.
+pub fn read_rewritten<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, String> {
+    read_rewritten_with(path, 3, || std::thread::sleep(std::time::Duration::from_millis(20)))
+}
+
+fn read_rewritten_with<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    retries: u32,
+    mut pause: impl FnMut(),
+) -> Result<Option<T>, String> {
+    let mut result = read(path);
+    for _ in 0..retries {
+        if result.is_ok() {
+            break;
+        }
+        pause();
+        result = read(path);
+    }
+    result
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_result_caught_mid_rewrite_is_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(RESULT_FILE);
+        // Caught after the truncate: the pause is when Harbor's write lands.
+        std::fs::write(&path, "").unwrap();
+        let mut pauses = 0;
+        let read: Option<JobResult> = read_rewritten_with(&path, 3, || {
+            pauses += 1;
+            std::fs::write(&path, r#"{"started_at": "2026-11-30T10:00:00", "finished_at": null}"#).unwrap();
+        })
+        .unwrap();
+        assert_eq!((pauses, read.unwrap().started_at.as_deref()), (1, Some("2026-11-30T10:00:00")));
+        // Still torn after every retry: an error, not "absent".
+        std::fs::write(&path, "{\"started_at\": ").unwrap();
+        let mut pauses = 0;
+        assert!(read_rewritten_with::<JobResult>(&path, 3, || pauses += 1).is_err());
+        assert_eq!(pauses, 3);
+        // Absent or whole: no pause at all.
+        assert!(
+            read_rewritten_with::<JobResult>(&dir.path().join("none.json"), 3, || panic!("paused")).unwrap().is_none()
+        );
+    }
 
     #[test]
     fn trial_stages_follow_harbors_files() {

@@ -162,7 +162,7 @@ pub fn expected_trials(
 
 /// [`expected_trials`] of a run dir, reading its files.
 pub fn expected_trials_in(dir: &Path) -> Option<u64> {
-    let result: Option<harbor::JobResult> = harbor::read(&dir.join(harbor::RESULT_FILE)).ok().flatten();
+    let result: Option<harbor::JobResult> = harbor::read_rewritten(&dir.join(harbor::RESULT_FILE)).ok().flatten();
     let config: Option<harbor::JobConfig> = harbor::read(&dir.join(harbor::CONFIG_FILE)).ok().flatten();
     expected_trials(result.as_ref(), read_launch(dir).as_ref(), config.as_ref())
 }

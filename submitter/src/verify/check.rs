@@ -136,7 +136,7 @@ pub fn evidence_from_dir(
     let launch_view = rundir::read_launch(dir);
     let launch = read_launch(launch_view.clone(), &events);
     let job_config: Option<JobConfig> = hf::read(&dir.join(hf::CONFIG_FILE)).ok().flatten();
-    let job_result_value: Option<serde_json::Value> = hf::read(&dir.join(hf::RESULT_FILE)).ok().flatten();
+    let job_result_value: Option<serde_json::Value> = hf::read_rewritten(&dir.join(hf::RESULT_FILE)).ok().flatten();
     let job_result: Option<JobResult> = job_result_value.clone().and_then(|v| serde_json::from_value(v).ok());
     if depth == Depth::Full {
         let is_run_dir = payload != StatusRecord::Absent
