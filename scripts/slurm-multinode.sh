@@ -14,6 +14,8 @@
 # cannot reach the head". Needs root, iproute2 and util-linux (nsenter); the firewall needs
 # iptables (without it evalmn3 is left out and the fault test skips with a note).
 set -euo pipefail
+# shellcheck source=scripts/slurm-common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/slurm-common.sh"
 
 MN_DIR=${EVALCI_SLURM_MN_DIR:-/var/lib/slurm-evalmn}
 MN_CONF=$MN_DIR/etc/slurm.conf
@@ -35,7 +37,6 @@ die() { log "ERROR: $*"; exit 1; }
 
 node_index() { echo "${1#evalmn}"; }
 node_addr() { echo "$MN_SUBNET.1$(node_index "$1")"; }
-pid_alive() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
 mn_scontrol() { SLURM_CONF=$MN_CONF timeout 15 scontrol "$@"; }
 ctld_answers() { [[ -f $MN_CONF ]] && mn_scontrol ping 2>/dev/null | grep -q 'is UP'; }
 have_firewall() { command -v iptables >/dev/null; }
@@ -49,10 +50,6 @@ write_config() {
 # namespace per slurmd. No cgroup plugin (a namespace's slurmd shares the host's cgroups).
 ClusterName=$MN_CLUSTER
 SlurmctldHost=$host($MN_SUBNET.1)
-AuthType=auth/munge
-CredType=cred/munge
-SlurmUser=root
-SlurmdUser=root
 SlurmctldPort=$MN_CTLD_PORT
 SlurmdPort=$MN_SLURMD_PORT
 SrunPortRange=$MN_SRUN_PORTS
@@ -62,27 +59,8 @@ SlurmctldPidFile=$MN_DIR/run/slurmctld.pid
 SlurmdPidFile=$MN_DIR/run/slurmd-%n.pid
 SlurmctldLogFile=$MN_DIR/log/slurmctld.log
 SlurmdLogFile=$MN_DIR/log/slurmd-%n.log
-SlurmctldDebug=info
-SlurmdDebug=info
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-MpiDefault=none
-SwitchType=switch/none
-SchedulerType=sched/backfill
-SchedulerParameters=sched_interval=2,bf_interval=2,sched_min_interval=100000
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core_Memory
-DefMemPerCPU=100
-ReturnToService=2
-KillWait=15
-MinJobAge=300
-InactiveLimit=0
-Waittime=0
-GresTypes=gpu
 CONF
+    slurm_conf_policy 100 15
     for node in "${MN_NODES[@]}"; do
       echo "NodeName=$node NodeAddr=$(node_addr "$node") CPUs=2 RealMemory=2000 Gres=gpu:$MN_GPUS State=UNKNOWN"
     done

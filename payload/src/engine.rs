@@ -3,7 +3,7 @@
 //!
 //! argv is a vector, never a shell string: JSON flags are one element each, the registry's extra
 //! args are `${VAR}`-expanded from payload's environment and then split on whitespace with no quote
-//! processing (`launch_spec::launch::split_extra_args`, the old scripts' unquoted word-splitting).
+//! processing (`launch_spec::spec::split_extra_args`, the old scripts' unquoted word-splitting).
 
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use launch_spec::LaunchSpec;
 use launch_spec::OutcomeClass;
-use launch_spec::launch::ServeInvocation;
+use launch_spec::spec::ServeInvocation;
 
 use crate::failure::Failure;
 use crate::records::Completions;
@@ -118,7 +118,7 @@ pub fn argv(
     a.extend(profile_extra_args.iter().cloned());
     if let Some(extra) = serve.extra_args.as_deref().filter(|s| !s.trim().is_empty()) {
         let expanded = expand_vars(extra, env)?;
-        a.extend(launch_spec::launch::split_extra_args(&expanded));
+        a.extend(launch_spec::spec::split_extra_args(&expanded));
     }
     Ok(a)
 }
@@ -399,7 +399,7 @@ impl Drop for Watchdog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::spec;
+    use launch_spec::testkit::unit_spec as spec;
 
     fn no_env(_: &str) -> Option<String> {
         None

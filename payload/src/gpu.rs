@@ -151,7 +151,7 @@ pub fn visible(all: &[GpuInfo], cuda_visible_devices: Option<&str>) -> Result<Ve
 
 /// What payload decided about GPUs.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct GpuDecision {
+pub struct GpuSelection {
     /// `nvml`, `fixture:<path>`, or `no NVML: …`.
     pub probe: String,
     pub inventory: Vec<GpuInfo>,
@@ -163,7 +163,7 @@ pub struct GpuDecision {
     pub note: Option<String>,
 }
 
-impl GpuDecision {
+impl GpuSelection {
     pub fn choice(&self) -> GpuChoice {
         GpuChoice {
             profile: self.profile.as_ref().map(|p| p.name.clone()).unwrap_or_else(|| "none".to_string()),
@@ -200,13 +200,13 @@ pub fn select_profile<'a>(
 ///
 /// Without NVML the run fails (`gpu`) unless `serve.allow_no_gpu` is set or this is a plan
 /// (`planning`): then it plans for `serve.declared_gpus` (or TP×DP) with the catch-all profile.
-pub fn decide(
+pub fn select(
     spec: &LaunchSpec,
     probe_name: &str,
     probed: Result<Vec<GpuInfo>, GpuError>,
     cuda_visible_devices: Option<&str>,
     planning: bool,
-) -> Result<GpuDecision, GpuError> {
+) -> Result<GpuSelection, GpuError> {
     let need = spec.gpus_needed();
     let serve = &spec.serve;
     match probed {
@@ -230,7 +230,7 @@ pub fn decide(
             .expect("a profile or an override is present");
             let note = (used.len() != all.len())
                 .then(|| format!("{} of {} GPUs visible through CUDA_VISIBLE_DEVICES", used.len(), all.len()));
-            Ok(GpuDecision {
+            Ok(GpuSelection {
                 probe: probe_name.to_string(),
                 inventory: used,
                 count: have,
@@ -250,7 +250,7 @@ pub fn decide(
             )
             .ok_or_else(|| GpuError::NoProfile { gpu: "(no NVML)".to_string() })?;
             let why_mode = if planning && !serve.allow_no_gpu { "planning" } else { "serve.allow_no_gpu" };
-            Ok(GpuDecision {
+            Ok(GpuSelection {
                 probe: format!("no NVML: {why}"),
                 inventory: Vec::new(),
                 count,
@@ -324,29 +324,29 @@ mod tests {
     }
 
     #[test]
-    fn decide_counts_precedence_and_no_nvml() {
-        let mut spec = crate::testutil::spec();
+    fn select_counts_precedence_and_no_nvml() {
+        let mut spec = launch_spec::testkit::unit_spec();
         spec.gpu_profiles = profiles();
         spec.serve.tensor_parallel_size = 2;
         let two = vec![gpu(0, "NVIDIA A100-SXM-64GB", 64), gpu(1, "NVIDIA A100-SXM-64GB", 64)];
-        let d = decide(&spec, "fixture", Ok(two.clone()), None, false).unwrap();
+        let d = select(&spec, "fixture", Ok(two.clone()), None, false).unwrap();
         assert_eq!((d.count, d.gpu_memory_utilization, d.source.as_str()), (2, 0.85, "GPU profile"));
         spec.serve.cluster_gpu_memory_utilization = Some(0.8);
-        assert_eq!(decide(&spec, "f", Ok(two.clone()), None, false).unwrap().source, "cluster override");
+        assert_eq!(select(&spec, "f", Ok(two.clone()), None, false).unwrap().source, "cluster override");
         spec.serve.gpu_memory_utilization = Some(0.7);
-        let d = decide(&spec, "f", Ok(two.clone()), None, false).unwrap();
+        let d = select(&spec, "f", Ok(two.clone()), None, false).unwrap();
         assert_eq!((d.gpu_memory_utilization, d.source.as_str()), (0.7, "launch spec override"));
-        assert_eq!(decide(&spec, "f", Ok(two.clone()), Some("1"), false), Err(GpuError::TooFew { have: 1, need: 2 }));
+        assert_eq!(select(&spec, "f", Ok(two.clone()), Some("1"), false), Err(GpuError::TooFew { have: 1, need: 2 }));
         spec.serve.data_parallel_size = 2;
-        assert_eq!(decide(&spec, "f", Ok(two), None, false), Err(GpuError::TooFew { have: 2, need: 4 }));
+        assert_eq!(select(&spec, "f", Ok(two), None, false), Err(GpuError::TooFew { have: 2, need: 4 }));
         let none = || Err(GpuError::NoNvml("no driver".into()));
-        assert!(matches!(decide(&spec, "nvml", none(), None, false), Err(GpuError::NoNvml(_))));
+        assert!(matches!(select(&spec, "nvml", none(), None, false), Err(GpuError::NoNvml(_))));
         spec.serve.declared_gpus = Some(8);
-        let d = decide(&spec, "nvml", none(), None, true).unwrap();
+        let d = select(&spec, "nvml", none(), None, true).unwrap();
         assert_eq!(d.count, 8);
         assert!(d.probe.starts_with("no NVML"));
         spec.serve.allow_no_gpu = true;
-        assert!(decide(&spec, "nvml", none(), None, false).is_ok());
+        assert!(select(&spec, "nvml", none(), None, false).is_ok());
     }
 
     /// On a machine without the NVIDIA driver, NVML is a clean `gpu`-class "no NVML" error.

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use launch_spec::launch::AgentEnv;
+use launch_spec::spec::AgentEnv;
 use launch_spec::{LaunchSpec, OutcomeClass};
 
 use crate::failure::Failure;
@@ -466,7 +466,7 @@ fn write_json_atomic(path: &Path, value: &serde_json::Value) -> Result<(), Harbo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::spec;
+    use launch_spec::testkit::unit_spec as spec;
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()
@@ -664,7 +664,7 @@ mod tests {
     fn resume_argv_exact() {
         let a = resume_argv(&spec(), "harbor");
         let mut want = s(&["harbor", "jobs", "resume", "-p", "/jobs/tb2_qwen3-8b"]);
-        for t in launch_spec::launch::INFRA_ERROR_TYPES {
+        for t in launch_spec::spec::INFRA_ERROR_TYPES {
             want.push("--filter-error-type".into());
             want.push(t.to_string());
         }

@@ -29,7 +29,4 @@ pub mod timings;
 pub mod tls;
 pub mod tunnel;
 
-#[cfg(test)]
-pub(crate) mod testutil;
-
 pub use failure::Failure;

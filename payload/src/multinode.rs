@@ -18,8 +18,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use launch_spec::launch::PortPolicy;
 use launch_spec::layout::{Crossing, Layout};
+use launch_spec::spec::PortPolicy;
 use launch_spec::{LaunchSpec, OutcomeClass};
 use serde::{Deserialize, Serialize};
 
@@ -510,7 +510,7 @@ pub struct LayoutPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::spec;
+    use launch_spec::testkit::unit_spec as spec;
 
     fn nodes(n: usize) -> Vec<Node> {
         (0..n).map(|i| Node { name: format!("n{i}"), addr: format!("10.0.0.{i}") }).collect()

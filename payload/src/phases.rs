@@ -23,7 +23,7 @@ use std::process::ExitStatus;
 use crate::engine::{self, Readiness};
 use crate::failure::Failure;
 use crate::harbor::ConfigCheck;
-use crate::supervisor::{ShutdownPlan, SignalEvent, describe_status, status_code};
+use crate::supervisor::{SignalEvent, TeardownGrace, describe_status, status_code};
 use crate::timings::Timings;
 use crate::tunnel::TunnelPoll;
 
@@ -272,12 +272,12 @@ impl Machine {
 
 /// How teardown goes for this end: a TERM/INT/HUP makes the next one mean "kill now"; USR1 gives
 /// Harbor until the walltime is close.
-pub fn shutdown_plan(end: &End, timings: &Timings) -> ShutdownPlan {
+pub fn shutdown_plan(end: &End, timings: &Timings) -> TeardownGrace {
     let grace = timings.teardown_grace;
     match end {
-        End::Signal(SignalEvent::Shutdown(_)) => ShutdownPlan::normal(grace, true),
-        End::Signal(SignalEvent::Walltime) => ShutdownPlan::walltime(grace, timings.walltime_lead),
-        _ => ShutdownPlan::normal(grace, false),
+        End::Signal(SignalEvent::Shutdown(_)) => TeardownGrace::normal(grace, true),
+        End::Signal(SignalEvent::Walltime) => TeardownGrace::walltime(grace, timings.walltime_lead),
+        _ => TeardownGrace::normal(grace, false),
     }
 }
 

@@ -437,7 +437,7 @@ pub fn exit_code(plan: &Plan) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::spec;
+    use launch_spec::testkit::unit_spec as spec;
 
     #[test]
     fn plan_without_nvml_uses_declared_gpus_and_redacts() {

@@ -6,7 +6,7 @@
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 
 use launch_spec::OutcomeClass;
-use launch_spec::launch::PortPolicy;
+use launch_spec::spec::PortPolicy;
 
 use crate::failure::Failure;
 

@@ -21,7 +21,7 @@ use crate::childenv;
 use crate::records::{Recorder, rotate_log};
 use crate::secrets::Secrets;
 use crate::supervisor::{
-    ChildSpec, Role, ShutdownPlan, SignalEvent, SignalSource, Supervisor, describe_status, status_code, wait_opt,
+    ChildSpec, Role, SignalEvent, SignalSource, Supervisor, TeardownGrace, describe_status, status_code, wait_opt,
 };
 use crate::timings::{self, Timings};
 
@@ -161,7 +161,7 @@ pub async fn run(
     }
     // Always, even after a clean exit: whatever the step left in its group or detached below
     // payload is stopped and reaped (a second signal during the grace kills at once).
-    let plan = ShutdownPlan::normal(timings.teardown_grace, matches!(ended, Ended::Signal(_)));
+    let plan = TeardownGrace::normal(timings.teardown_grace, matches!(ended, Ended::Signal(_)));
     let report = sup.shutdown(signals, plan).await;
     let status = sup.post_run.as_mut().and_then(|m| m.try_status());
     let record = record(ended, status, started.elapsed(), report.killed_groups.contains(&Role::PostRun));
@@ -211,8 +211,8 @@ mod tests {
 
     #[test]
     fn prepare_substitutes_placeholders_and_hands_only_named_secrets() {
-        let mut spec = crate::testutil::spec();
-        spec.post_run = Some(launch_spec::launch::PostRunSpec {
+        let mut spec = launch_spec::testkit::unit_spec();
+        spec.post_run = Some(launch_spec::spec::PostRunSpec {
             argv: vec!["sh".into(), "-c".into(), "echo {run_dir}".into(), "{run_tag}".into()],
             timeout_s: 30,
             env_prefix: None,

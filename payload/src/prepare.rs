@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use launch_spec::{GpuInfo, LaunchSpec, OutcomeClass};
 
 use crate::failure::Failure;
-use crate::gpu::{self, GpuDecision, GpuError};
+use crate::gpu::{self, GpuError, GpuSelection};
 use crate::harbor::{self, HarborError};
 use crate::ports::PortError;
 use crate::secrets::{self, DaytonaOrg, Secrets, SecretsError};
@@ -305,7 +305,7 @@ pub struct GpuPrep {
     pub needed: u32,
     /// The GPUs seen (visible through `CUDA_VISIBLE_DEVICES`).
     pub inventory: Vec<GpuInfo>,
-    pub decision: Option<GpuDecision>,
+    pub decision: Option<GpuSelection>,
 }
 
 /// The port and how it was chosen.
@@ -400,7 +400,7 @@ pub fn harbor_env(
     if spec.secrets.daytona {
         let (mut chosen, mut key) = secrets::daytona_key(secrets, org_job_id)?;
         // Installed-harness agents always use org 2 (docs/design.md §6.6).
-        if launch_spec::launch::is_installed_agent(&spec.harbor.agent)
+        if launch_spec::spec::is_installed_agent(&spec.harbor.agent)
             && chosen == DaytonaOrg::Org1
             && let Some(org2) = secrets.get(secrets::DAYTONA_ORG2)
         {
@@ -519,7 +519,7 @@ pub fn prepare(spec_path: &Path, spec: &LaunchSpec, env: &[(String, String)], ob
         Err(e) => e.to_string(),
         Ok(_) => obs.gpu_probe.clone(),
     };
-    let gpu = match gpu::decide(spec, &obs.gpu_probe, obs.gpus, cuda_visible.as_deref(), mode == Mode::Plan) {
+    let gpu = match gpu::select(spec, &obs.gpu_probe, obs.gpus, cuda_visible.as_deref(), mode == Mode::Plan) {
         Ok(d) => GpuPrep {
             probe: d.probe.clone(),
             needed: spec.gpus_needed(),
@@ -708,7 +708,7 @@ pub fn prepare(spec_path: &Path, spec: &LaunchSpec, env: &[(String, String)], ob
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::spec;
+    use launch_spec::testkit::unit_spec as spec;
 
     fn observed(spec: &LaunchSpec, secrets: Secrets) -> Observed {
         Observed {
@@ -777,13 +777,9 @@ mod tests {
         assert!(needs_secrets(&s));
         s.secrets.daytona = false;
         assert!(!needs_secrets(&s));
-        s.harbor.agent_envs.push(launch_spec::launch::AgentEnv {
-            name: "X".into(),
-            from: None,
-            value: Some("1".into()),
-        });
+        s.harbor.agent_envs.push(launch_spec::spec::AgentEnv { name: "X".into(), from: None, value: Some("1".into()) });
         assert!(!needs_secrets(&s));
-        s.harbor.agent_envs.push(launch_spec::launch::AgentEnv { name: "Y".into(), from: None, value: None });
+        s.harbor.agent_envs.push(launch_spec::spec::AgentEnv { name: "Y".into(), from: None, value: None });
         assert!(needs_secrets(&s));
     }
 

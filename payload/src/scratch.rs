@@ -8,7 +8,7 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use launch_spec::LaunchSpec;
-use launch_spec::launch::JOB_SCRATCH_PLACEHOLDER;
+use launch_spec::spec::JOB_SCRATCH_PLACEHOLDER;
 
 /// The scratch directory of one job; removed on drop.
 #[derive(Debug)]
@@ -92,9 +92,9 @@ mod tests {
     #[test]
     fn placeholders_become_private_dirs_removed_at_the_end() {
         let root = tempfile::tempdir().unwrap();
-        let mut spec = crate::testutil::spec();
+        let mut spec = launch_spec::testkit::unit_spec();
         assert_eq!(dir(&spec, "4242"), None, "no placeholder, no scratch dir");
-        spec.scratch = Some(launch_spec::launch::ScratchSpec { root: root.path().to_path_buf() });
+        spec.scratch = Some(launch_spec::spec::ScratchSpec { root: root.path().to_path_buf() });
         spec.serve.env.insert("TRITON_CACHE_DIR".into(), "{job_scratch}/triton".into());
         let at = dir(&spec, "4242").unwrap();
         assert_eq!(at, root.path().join("eval_4242"));

@@ -9,7 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use launch_spec::OutcomeClass;
-use launch_spec::launch::SecretsSpec;
+use launch_spec::spec::SecretsSpec;
 use sha1::{Digest, Sha1};
 
 use crate::failure::Failure;

@@ -330,7 +330,7 @@ pub fn descendants(table: &[ProcInfo], root: i32) -> Vec<ProcInfo> {
 
 /// How teardown should go.
 #[derive(Debug, Clone, Copy)]
-pub struct ShutdownPlan {
+pub struct TeardownGrace {
     /// Total grace between the first TERM and SIGKILL (`limits.teardown_grace_s`).
     pub grace: Duration,
     /// Harbor's share. Normally `grace` minus a reserve for vLLM; longer for a walltime wind-down.
@@ -339,7 +339,7 @@ pub struct ShutdownPlan {
     pub signalled: bool,
 }
 
-impl ShutdownPlan {
+impl TeardownGrace {
     /// The reserve kept for vLLM and the tunnel after Harbor: a quarter of the grace, at most 5 s.
     pub fn reserve(grace: Duration) -> Duration {
         (grace / 4).min(Duration::from_secs(5))
@@ -558,7 +558,7 @@ impl Supervisor {
                         }
                         state.signalled = true;
                         state.t0 = Instant::now();
-                        let cut = crate::timings::deadline(state.t0, state.plan.grace - ShutdownPlan::reserve(state.plan.grace));
+                        let cut = crate::timings::deadline(state.t0, state.plan.grace - TeardownGrace::reserve(state.plan.grace));
                         if cut < *deadline {
                             *deadline = cut;
                         }
@@ -570,7 +570,7 @@ impl Supervisor {
     }
 
     /// Tears everything down: Harbor → vLLM → tunnel, grace, SIGKILL, sweep.
-    pub async fn shutdown(&mut self, signals: &mut impl SignalSource, plan: ShutdownPlan) -> ShutdownReport {
+    pub async fn shutdown(&mut self, signals: &mut impl SignalSource, plan: TeardownGrace) -> ShutdownReport {
         let start = Instant::now();
         let mut state = TeardownState { plan, signalled: plan.signalled, t0: start, report: ShutdownReport::default() };
         let mut go_on = true;
@@ -589,7 +589,7 @@ impl Supervisor {
         const STAGE_2: [Role; 5] = [Role::Engine, Role::Ranks, Role::Tunnel, Role::Egress, Role::PostRun];
         if go_on {
             self.term(&STAGE_2, &mut state.report, start);
-            let reserve = ShutdownPlan::reserve(plan.grace);
+            let reserve = TeardownGrace::reserve(plan.grace);
             let mut deadline =
                 crate::timings::deadline(state.t0, plan.grace).max(crate::timings::deadline(Instant::now(), reserve));
             go_on = self.wait_gone(&STAGE_2, &mut deadline, signals, &mut state).await;
@@ -663,7 +663,7 @@ impl Supervisor {
 }
 
 struct TeardownState {
-    plan: ShutdownPlan,
+    plan: TeardownGrace,
     signalled: bool,
     t0: Instant,
     report: ShutdownReport,
@@ -727,13 +727,13 @@ mod tests {
 
     #[test]
     fn plans_fit_the_grace() {
-        let p = ShutdownPlan::normal(Duration::from_secs(20), true);
+        let p = TeardownGrace::normal(Duration::from_secs(20), true);
         assert_eq!(p.harbor_grace, Duration::from_secs(15));
-        let p = ShutdownPlan::normal(Duration::from_secs(2), false);
+        let p = TeardownGrace::normal(Duration::from_secs(2), false);
         assert_eq!(p.harbor_grace, Duration::from_millis(1500));
-        let w = ShutdownPlan::walltime(Duration::from_secs(20), Duration::from_secs(900));
+        let w = TeardownGrace::walltime(Duration::from_secs(20), Duration::from_secs(900));
         assert_eq!(w.harbor_grace, Duration::from_secs(450));
-        let w = ShutdownPlan::walltime(Duration::from_secs(20), Duration::from_secs(2));
+        let w = TeardownGrace::walltime(Duration::from_secs(20), Duration::from_secs(2));
         assert_eq!(w.harbor_grace, Duration::from_secs(15));
     }
 

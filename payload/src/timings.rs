@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use launch_spec::launch::TunnelSpec;
+use launch_spec::spec::TunnelSpec;
 use launch_spec::{LaunchSpec, OutcomeClass};
 
 use crate::failure::Failure;
@@ -90,7 +90,7 @@ pub fn check(spec_path: &Path, spec: &LaunchSpec) -> Result<Timings, Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::spec;
+    use launch_spec::testkit::unit_spec as spec;
 
     #[test]
     fn defaults_pass() {

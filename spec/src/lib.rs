@@ -5,15 +5,17 @@ pub mod agents;
 pub mod expand;
 pub mod fsread;
 pub mod gpu;
-pub mod launch;
 pub mod layout;
 pub mod records;
 pub mod rundir;
+pub mod spec;
 mod strict_de;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 pub mod validate;
 pub mod versions;
 pub mod yaml;
 
 pub use gpu::{GpuInfo, GpuProfile, GpuProfiles};
-pub use launch::{LaunchSpec, SPEC_VERSION};
 pub use records::{OutcomeClass, Phase, RunStatus};
+pub use spec::{LaunchSpec, SPEC_VERSION};

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use serde_json::json;
-use submitter::ledger::{ImportedAttempt, Ledger, NewAttempt, Status, open_ledger};
+use submitter::ledger::{AttemptStatus, ImportedAttempt, Ledger, NewAttempt, open_ledger};
 
 const MODELS: usize = 1_000;
 const BENCHMARKS: [&str; 3] = ["dev_set_v2", "terminal_bench_2", "swebench-verified-random-100"];
@@ -38,9 +38,9 @@ fn row(i: usize, base: DateTime<Utc>) -> ImportedAttempt {
     let benchmark = BENCHMARKS[pair / MODELS];
     let size = if model.is_multiple_of(2) { 8 } else { 32 };
     let status = match i % 10 {
-        0..=2 => Status::Failed,
-        3 => Status::Cancelled,
-        _ => Status::Finished,
+        0..=2 => AttemptStatus::Failed,
+        3 => AttemptStatus::Cancelled,
+        _ => AttemptStatus::Finished,
     };
     let submitted_at = base + chrono::Duration::seconds(i as i64);
     ImportedAttempt {
@@ -54,7 +54,8 @@ fn row(i: usize, base: DateTime<Utc>) -> ImportedAttempt {
         reason: "imported".to_string(),
         config: json!({"timeout_multiplier": if size == 8 { 2.0 } else { 16.0 }, "agent": "terminus-2",
                        "harbor_config": format!("{benchmark}.yaml"), "overrides": {}}),
-        metrics: (status == Status::Finished).then(|| json!({"mean_reward": 0.4, "n_trials": 100, "n_errors": 1})),
+        metrics: (status == AttemptStatus::Finished)
+            .then(|| json!({"mean_reward": 0.4, "n_trials": 100, "n_errors": 1})),
         submitted_at,
         started_at: Some(submitted_at + chrono::Duration::seconds(60)),
         ended_at: Some(submitted_at + chrono::Duration::seconds(3600)),

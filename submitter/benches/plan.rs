@@ -19,14 +19,14 @@ use serde_json::json;
 use submitter::config::{self, ConfigRoot, lists};
 use submitter::decide::Policy;
 use submitter::executor::Executor;
-use submitter::launch::{LaunchContext, LaunchOverrides};
-use submitter::ledger::{ImportedAttempt, Ledger, Status, now, open_ledger};
+use submitter::ledger::{AttemptStatus, ImportedAttempt, Ledger, now, open_ledger};
 use submitter::planner::{self, Executables, PlanInputs};
 use submitter::queue::SlurmOverrides;
 use submitter::registry::Registry;
 use submitter::selection::{Concurrency, Leg};
 use submitter::slurm::{JobId, JobInfo, Slurm, SlurmError, SubmitRequest};
 use submitter::snapshot::Snapshot;
+use submitter::spec_build::{SpecBuilder, SpecOverrides};
 
 fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
@@ -66,7 +66,7 @@ fn fill(ledger: &dyn Ledger, models: &[String], rows: usize) {
     let mut batch = Vec::with_capacity(50_000);
     for i in 0..rows {
         let pair = i % (models.len() * 3);
-        let status = if i % 3 == 0 { Status::Failed } else { Status::Finished };
+        let status = if i % 3 == 0 { AttemptStatus::Failed } else { AttemptStatus::Finished };
         batch.push(ImportedAttempt {
             model: models[pair % models.len()].clone(),
             benchmark: BENCHMARKS[pair / models.len()].to_string(),
@@ -77,7 +77,7 @@ fn fill(ledger: &dyn Ledger, models: &[String], rows: usize) {
             status,
             reason: "bench".into(),
             config: json!({"timeout_multiplier": 2.0}),
-            metrics: (status == Status::Finished).then(|| json!({"mean_reward": 0.5})),
+            metrics: (status == AttemptStatus::Finished).then(|| json!({"mean_reward": 0.5})),
             submitted_at: base + chrono::Duration::milliseconds(i as i64),
             started_at: None,
             ended_at: None,
@@ -106,7 +106,7 @@ fn main() {
     let gpus = config::load_gpu_profiles(&root.clusters_dir()).unwrap();
     let registry = Registry::load(&registry_dir).unwrap();
     let harbor = root.harbor_configs_dir();
-    let context = LaunchContext {
+    let context = SpecBuilder {
         cluster: &cluster,
         gpu_profiles: &gpus,
         registry: &registry,
@@ -124,7 +124,7 @@ fn main() {
         force: false,
         max_continuations: 5,
     };
-    let overrides = LaunchOverrides::default();
+    let overrides = SpecOverrides::default();
     let executables = Executables {
         payload_bin: PathBuf::from("/bin/true"),
         script: root.root.join("sbatch/payload.sbatch"),
@@ -197,7 +197,7 @@ fn main() {
     let mut local = cluster.clone();
     local.paths.jobs_dir = dir.path().join("jobs");
     local.limits.max_jobs_in_flight = 10_000;
-    let context = LaunchContext {
+    let context = SpecBuilder {
         cluster: &local,
         gpu_profiles: &gpus,
         registry: &registry,

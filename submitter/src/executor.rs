@@ -11,10 +11,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Serialize;
-
 use crate::decide::Prerequisite;
-use crate::ledger::{AttemptId, Ledger, LedgerError, NewAttempt, Status};
+use crate::ledger::{AttemptId, AttemptStatus, Ledger, LedgerError, NewAttempt};
 use crate::planner::{Blocked, PlannedJob, attempt_config};
 use crate::queue::run_dir_free_for;
 use crate::slurm::{JobId, Slurm};
@@ -50,8 +48,8 @@ pub struct Executor<'a> {
     pub dry_run: bool,
 }
 
-/// What happened to one pair.
-#[derive(Debug, Clone, Serialize)]
+/// What happened to one pair (`launch`'s document is its own output type, in the command layer).
+#[derive(Debug, Clone)]
 pub struct Submitted {
     pub model: String,
     pub benchmark: String,
@@ -59,7 +57,6 @@ pub struct Submitted {
     pub job_id: Option<String>,
     pub outcome: String,
     /// For a dry run: the sbatch argv that would have run.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub sbatch: Option<Vec<String>>,
 }
 
@@ -102,8 +99,10 @@ impl Executor<'_> {
                 && !self.dry_run
             {
                 let id = AttemptId(*attempt_id);
-                self.ledger.transition(id, Status::Failed, "vanished (no Slurm job, no outcome)", None)?;
-                publish(self.mirror, &format!("attempt {id} (Failed)"), |m| m.transition(id, Status::Failed, None));
+                self.ledger.transition(id, AttemptStatus::Failed, "vanished (no Slurm job, no outcome)", None)?;
+                publish(self.mirror, &format!("attempt {id} (Failed)"), |m| {
+                    m.transition(id, AttemptStatus::Failed, None)
+                });
             }
             match &job.blocked {
                 Some(Blocked::Refused(why)) => {
@@ -126,9 +125,14 @@ impl Executor<'_> {
                     self.slurm.cancel(id, None, false)?;
                 }
                 let id = AttemptId(*attempt_id);
-                self.ledger.transition(id, Status::Cancelled, "stale pending: cancelled for resubmission", None)?;
+                self.ledger.transition(
+                    id,
+                    AttemptStatus::Cancelled,
+                    "stale pending: cancelled for resubmission",
+                    None,
+                )?;
                 publish(self.mirror, &format!("attempt {id} (Cancelled)"), |m| {
-                    m.transition(id, Status::Cancelled, None)
+                    m.transition(id, AttemptStatus::Cancelled, None)
                 });
             }
             if let Err(why) = run_dir_free_for(spec) {
@@ -180,7 +184,7 @@ impl Executor<'_> {
             });
             let spec_file = crate::queue::spec_path(&spec);
             if let Err(err) = write_spec(&spec_file, &spec.to_json()) {
-                self.ledger.transition(attempt, Status::Failed, &format!("not submitted: {err}"), None)?;
+                self.ledger.transition(attempt, AttemptStatus::Failed, &format!("not submitted: {err}"), None)?;
                 return Err(err);
             }
             let mut request = request.clone();
@@ -203,9 +207,14 @@ impl Executor<'_> {
                 }
                 Err(problem) => {
                     // The row must not block the pair: it failed, with sbatch's reason.
-                    self.ledger.transition(attempt, Status::Failed, &format!("sbatch failed: {problem}"), None)?;
+                    self.ledger.transition(
+                        attempt,
+                        AttemptStatus::Failed,
+                        &format!("sbatch failed: {problem}"),
+                        None,
+                    )?;
                     publish(self.mirror, &format!("attempt {attempt} (Failed)"), |m| {
-                        m.transition(attempt, Status::Failed, None)
+                        m.transition(attempt, AttemptStatus::Failed, None)
                     });
                     results.push(record(format!("sbatch failed: {problem}"), Some(attempt), None));
                 }

@@ -262,11 +262,11 @@ fn check_tunnels(presets: &[(PathBuf, Preset)], clusters: &[ClusterProfile], fin
     let as_written = |_: &str, p: &Path| Ok(p.to_path_buf());
     for (file, preset) in presets {
         let agent = preset.agent();
-        if !launch_spec::launch::is_installed_agent(agent) {
+        if !launch_spec::spec::is_installed_agent(agent) {
             continue;
         }
         for cluster in clusters {
-            if let Err(e) = crate::launch::describe_tunnel(cluster, agent, &as_written) {
+            if let Err(e) = crate::spec_build::describe_tunnel(cluster, agent, &as_written) {
                 findings.warn(file.display(), format!("on cluster {}: {e}", cluster.name));
             }
         }

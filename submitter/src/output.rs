@@ -231,7 +231,22 @@ pub struct ServeSettings<'a> {
     pub rule: &'a str,
     /// Where the engine's GPUs are (docs/multinode.md); shown only for a multi-node layout.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub layout: Option<Layout>,
+    pub layout: Option<LayoutOutput>,
+}
+
+/// A multi-node engine's layout (docs/multinode.md).
+#[derive(Serialize)]
+pub struct LayoutOutput {
+    pub nodes: u32,
+    pub gpus_per_node: u32,
+    /// Which parallelism spans the nodes: `data`, `pipeline` or `tensor` (`none` on one node).
+    pub crossing: &'static str,
+}
+
+impl From<&Layout> for LayoutOutput {
+    fn from(layout: &Layout) -> Self {
+        LayoutOutput { nodes: layout.nodes, gpus_per_node: layout.gpus_per_node, crossing: layout.crossing.as_str() }
+    }
 }
 
 fn is_one(value: &u32) -> bool {
@@ -260,7 +275,7 @@ impl<'a> ServeSettings<'a> {
             max_output_tokens: r.max_output_tokens,
             timeout_multiplier: r.timeout_multiplier,
             rule: &r.rule,
-            layout: layout.filter(|layout| layout.is_multi_node()).copied(),
+            layout: layout.filter(|layout| layout.is_multi_node()).map(LayoutOutput::from),
         }
     }
 }

@@ -10,19 +10,18 @@
 use std::path::PathBuf;
 
 use launch_spec::LaunchSpec;
-use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::config::Preset;
 use crate::decide::{self, Action, Decision, LatestAttempt, PairHistory, Policy, Prerequisite};
 use crate::domain::{Continuation, SlurmView};
-use crate::launch::{LaunchContext, LaunchOverrides};
 use crate::ledger::PairState;
 use crate::queue::{JobInputs, SlurmChoice, SlurmOverrides, sbatch_request, spec_path};
-use crate::registry::names;
+use crate::registry::{Resolved, names};
 use crate::selection::{Concurrency, Leg};
 use crate::slurm::{SubmitRequest, build_sbatch_args};
 use crate::snapshot::Snapshot;
+use crate::spec_build::{SpecBuilder, SpecOverrides};
 
 /// Where payload and the batch script live as the compute node sees them.
 #[derive(Debug, Clone)]
@@ -35,12 +34,12 @@ pub struct Executables {
 
 /// Everything the planner reads besides the snapshot.
 pub struct PlanInputs<'a> {
-    pub context: &'a LaunchContext<'a>,
+    pub context: &'a SpecBuilder<'a>,
     pub legs: &'a [Leg],
     /// The priority list, in order.
     pub models: &'a [String],
     /// The operator's spec overrides (`n_concurrent` and `dataset` are set per leg from `concurrency`).
-    pub overrides: &'a LaunchOverrides,
+    pub overrides: &'a SpecOverrides,
     pub concurrency: &'a Concurrency,
     pub slurm: &'a SlurmOverrides,
     pub executables: &'a Executables,
@@ -52,8 +51,7 @@ pub struct PlanInputs<'a> {
 }
 
 /// Why a pair the decision would queue is not queued.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case", tag = "kind", content = "why")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Blocked {
     /// Its configuration is broken: fix it and the next iteration submits it.
     Refused(String),
@@ -61,54 +59,44 @@ pub enum Blocked {
     Throttled(String),
 }
 
-/// One row of `submitter plan`, and one item of `launch`'s work.
-#[derive(Debug, Clone, Serialize)]
+/// One row of `submitter plan`, and one item of `launch`'s work (their documents are output
+/// types in the command layer, built from this).
+#[derive(Debug, Clone, PartialEq)]
 pub struct PlannedJob {
     pub model: String,
     /// The leg (preset name, or `datasets`).
     pub preset: String,
     pub benchmark: String,
     pub family: String,
-    /// The dedup decision (`decision` in `plan --json`, as before).
-    #[serde(rename = "decision")]
+    /// The dedup decision (`decision` in `plan --json`).
     pub action: Action,
     pub reason: String,
     /// Set when the action would queue a job but it is not queued (refused, throttled).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub blocked: Option<Blocked>,
     pub run_tag: String,
     pub resources: Resources,
     pub timeout_multiplier: f64,
     pub rule: String,
-    pub serve: Value,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The resolved serve settings (`plan`'s `serve`), when they resolve.
+    pub resolved: Option<Resolved>,
     pub prerequisite: Option<Prerequisite>,
     /// For the operator: an unattended attempt on another cluster (never acted on here).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub flag: Option<String>,
     /// For a walltime continuation: the attempt it continues and its place in the chain.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub continues: Option<Continuation>,
     /// The job's tunnel(s) and the agent's model variables (or why it cannot launch here).
     pub tunnel: String,
     /// Where the spec goes (`<run dir>/launch.json`), for queued pairs.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub spec_path: Option<PathBuf>,
     /// The exact `sbatch` argv (program first) for queued pairs; `--chain-batch` adds
     /// `--dependency=afterany:<job>` when submitting, the job id not being known before.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub sbatch: Option<Vec<String>>,
-    #[serde(skip)]
     pub spec: Option<LaunchSpec>,
-    #[serde(skip)]
     pub request: Option<SubmitRequest>,
-    #[serde(skip)]
     pub job_name: String,
     /// The leg dataset as the preset names it (staging fetches it by this name).
-    #[serde(skip)]
     pub dataset: String,
-    #[serde(skip)]
-    pub overrides: LaunchOverrides,
+    pub overrides: SpecOverrides,
 }
 
 impl PlannedJob {
@@ -127,21 +115,19 @@ impl PlannedJob {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Resources {
     pub gpus: u32,
     pub tensor_parallel_size: u32,
     pub data_parallel_size: u32,
     pub time: String,
     pub partition: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub account: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub reservation: Option<String>,
 }
 
 /// The overrides recorded with an attempt and compared for config-aware dedup.
-pub fn overrides_json(overrides: &LaunchOverrides) -> Value {
+pub fn overrides_json(overrides: &SpecOverrides) -> Value {
     json!({
         "timeout_multiplier": overrides.timeout_multiplier,
         "agent_kwargs": overrides.agent_kwargs,
@@ -181,10 +167,10 @@ pub fn plan(inputs: &PlanInputs, snapshot: &Snapshot) -> Vec<PlannedJob> {
             let choice = SlurmChoice::for_leg(inputs.context.cluster, &leg.preset, inputs.slurm);
             let context = inputs.context;
             let tunnel =
-                crate::launch::describe_tunnel(context.cluster, leg.preset.agent(), &|f, p| context.expand(f, p))
+                crate::spec_build::describe_tunnel(context.cluster, leg.preset.agent(), &|f, p| context.expand(f, p))
                     .unwrap_or_else(|e| format!("refused: {e}"));
             for dataset in &leg.preset.datasets {
-                let overrides = LaunchOverrides {
+                let overrides = SpecOverrides {
                     n_concurrent: inputs.concurrency.for_leg(leg),
                     dataset: Some(dataset.clone()),
                     ..inputs.overrides.clone()
@@ -215,7 +201,7 @@ fn plan_pair(
     model: &str,
     leg: &Leg,
     choice: &SlurmChoice,
-    overrides: LaunchOverrides,
+    overrides: SpecOverrides,
 ) -> PlannedJob {
     let context = inputs.context;
     let dataset = overrides.dataset.clone().unwrap_or_default();
@@ -241,7 +227,7 @@ fn plan_pair(
         },
         timeout_multiplier: 0.0,
         rule: String::new(),
-        serve: Value::Null,
+        resolved: None,
         prerequisite: None,
         flag: None,
         continues: None,
@@ -263,7 +249,7 @@ fn plan_pair(
         job.resources.data_parallel_size = resolved.data_parallel_size;
         job.timeout_multiplier = resolved.timeout_multiplier;
         job.rule = resolved.rule.clone();
-        job.serve = serde_json::to_value(crate::output::ServeSettings::new(resolved, None)).unwrap_or(Value::Null);
+        job.resolved = Some(resolved.clone());
     }
     let pair = snapshot.pairs.get(&(model.to_string(), family));
     let timeout_multiplier = resolved.as_ref().map_or(f64::NAN, |r| r.timeout_multiplier);
@@ -338,7 +324,7 @@ fn plan_pair(
 fn pair_history(
     pair: Option<&PairState>,
     timeout_multiplier: f64,
-    overrides: &LaunchOverrides,
+    overrides: &SpecOverrides,
     snapshot: &Snapshot,
 ) -> PairHistory {
     let Some(pair) = pair else { return PairHistory { latest: None, failed_attempts: 0 } };
@@ -346,7 +332,7 @@ fn pair_history(
     let stored_timeout = latest.config.get("timeout_multiplier").and_then(Value::as_f64);
     let stored_overrides = latest.config.get("overrides").cloned().unwrap_or(Value::Null);
     // The per-pair dataset is not part of the recorded overrides.
-    let comparable = LaunchOverrides { dataset: None, ..overrides.clone() };
+    let comparable = SpecOverrides { dataset: None, ..overrides.clone() };
     let config_matches = stored_timeout == Some(timeout_multiplier) && stored_overrides == overrides_json(&comparable);
     PairHistory {
         latest: Some(LatestAttempt {
@@ -375,10 +361,10 @@ mod tests {
 
     use super::*;
     use crate::config::{self, ConfigRoot};
-    use crate::ledger::{Attempt, AttemptId, Status};
+    use crate::ledger::{Attempt, AttemptId, AttemptStatus};
     use crate::registry::Registry;
 
-    fn attempt(id: i64, model: &str, status: Status, config: Value) -> Attempt {
+    fn attempt(id: i64, model: &str, status: AttemptStatus, config: Value) -> Attempt {
         let at = chrono::DateTime::from_timestamp(1_700_000_000, 0).unwrap();
         Attempt {
             id: AttemptId(id),
@@ -392,7 +378,7 @@ mod tests {
             status,
             reason: String::new(),
             config,
-            metrics: (status == Status::Finished).then(|| json!({"mean_reward": 0.5})),
+            metrics: (status == AttemptStatus::Finished).then(|| json!({"mean_reward": 0.5})),
             attempt: 1,
             submitted_at: at,
             started_at: None,
@@ -428,7 +414,7 @@ mod tests {
         broken.variants.clear();
         registry.models.insert("test/Broken-1B".into(), broken);
         let harbor = root.harbor_configs_dir();
-        let context = LaunchContext {
+        let context = SpecBuilder {
             cluster: &cluster,
             gpu_profiles: &gpus,
             registry: &registry,
@@ -443,8 +429,8 @@ mod tests {
             cluster: "local".into(),
             now: chrono::DateTime::from_timestamp(1_700_000_600, 0).unwrap(),
             pairs: [
-                pair(attempt(1, "org/Done-1B", Status::Finished, json!({})), 0, false),
-                pair(attempt(4, "org/Wall-1B", Status::Failed, chained), 2, true),
+                pair(attempt(1, "org/Done-1B", AttemptStatus::Finished, json!({})), 0, false),
+                pair(attempt(4, "org/Wall-1B", AttemptStatus::Failed, chained), 2, true),
             ]
             .into_iter()
             .collect(),
@@ -468,7 +454,7 @@ mod tests {
             context: &context,
             legs: &legs,
             models: &models,
-            overrides: &LaunchOverrides::default(),
+            overrides: &SpecOverrides::default(),
             concurrency: &Concurrency::default(),
             slurm: &SlurmOverrides::default(),
             executables: &executables,
@@ -488,6 +474,6 @@ mod tests {
         assert!(argv.iter().any(|a| a == "--partition=debug") && argv.last().unwrap().ends_with("launch.json"));
         assert!(matches!(&planned[4].blocked, Some(Blocked::Throttled(why)) if why.contains("max 2")));
         // The same snapshot plans the same way: nothing else is read.
-        assert_eq!(serde_json::to_value(plan(&inputs, &snapshot)).unwrap(), serde_json::to_value(&planned).unwrap());
+        assert_eq!(plan(&inputs, &snapshot), planned);
     }
 }

@@ -11,7 +11,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use launch_spec::LaunchSpec;
-use launch_spec::launch::TunnelSpec;
+use launch_spec::spec::TunnelSpec;
 use serde::Serialize;
 
 use crate::config::ClusterProfile;
@@ -326,7 +326,7 @@ fn programs(spec: &LaunchSpec, path: &str) -> Result<String, Outcome> {
         TunnelSpec::Pinggy(_) => wanted.push(("tunnel (ssh)", "ssh".into(), None)),
         TunnelSpec::Socks(socks) => {
             wanted.push(("tunnel (ssh)", "ssh".into(), None));
-            if socks.mode == launch_spec::launch::ProxyMode::Proxychains {
+            if socks.mode == launch_spec::spec::ProxyMode::Proxychains {
                 let bin = socks.proxychains_bin.clone().unwrap_or_else(|| "proxychains4".into());
                 wanted.push(("tunnel.proxychains_bin", bin, None));
             }

@@ -165,9 +165,9 @@ pub fn run_dir_free_for(spec: &LaunchSpec) -> Result<(), String> {
 mod tests {
     use super::*;
     use crate::config::{self, ConfigRoot};
-    use crate::launch::{LaunchContext, LaunchOverrides};
     use crate::registry::Registry;
     use crate::slurm::build_sbatch_args;
+    use crate::spec_build::{SpecBuilder, SpecOverrides};
 
     fn args_for(cluster_name: &str, model: &str) -> Vec<String> {
         let root = ConfigRoot { root: Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf() };
@@ -187,14 +187,14 @@ mod tests {
         let preset = config::load_preset(&root.presets_dir(), "tb2").unwrap();
         let registry = Registry::load(&root.registry_dir()).unwrap();
         let harbor = root.harbor_configs_dir();
-        let context = LaunchContext {
+        let context = SpecBuilder {
             cluster: &cluster,
             gpu_profiles: &gpus,
             registry: &registry,
             harbor_configs_dir: &harbor,
             root: &root.root,
         };
-        let spec = context.build(model, &preset, &LaunchOverrides::default()).unwrap();
+        let spec = context.build(model, &preset, &SpecOverrides::default()).unwrap();
         let env = |name: &str| (name == "PAYLOAD_GPU_FIXTURE").then(|| "/tmp/gpus.json".to_string());
         let choice = SlurmChoice::for_leg(&cluster, &preset, &SlurmOverrides::default());
         let request = sbatch_request(&JobInputs {

@@ -22,9 +22,10 @@ use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::str::FromStr;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use wait_timeout::ChildExt;
 
 /// A Slurm job id (the numeric id; job arrays are not used by the submitter).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -817,25 +818,17 @@ fn wait_with_timeout(mut child: Child, timeout: Duration) -> Result<(ExitStatus,
     }
     let stdout_reader = drain(child.stdout.take());
     let stderr_reader = drain(child.stderr.take());
-    let deadline = Instant::now() + timeout;
-    let mut poll_interval = Duration::from_millis(5);
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() >= deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(WaitFailure::TimedOut);
-            }
-            Ok(None) => {
-                thread::sleep(poll_interval);
-                poll_interval = (poll_interval * 2).min(Duration::from_millis(100));
-            }
-            Err(error) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(WaitFailure::Io(error));
-            }
+    let status = match child.wait_timeout(timeout) {
+        Ok(Some(status)) => status,
+        Ok(None) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(WaitFailure::TimedOut);
+        }
+        Err(error) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(WaitFailure::Io(error));
         }
     };
     let text =
@@ -847,6 +840,7 @@ fn wait_with_timeout(mut child: Child, timeout: Duration) -> Result<(ExitStatus,
 mod tests {
     use super::*;
     use std::path::Path;
+    use std::time::Instant;
 
     fn read_lines(path: &Path) -> Vec<String> {
         std::fs::read_to_string(path).unwrap_or_default().lines().map(str::to_string).collect()

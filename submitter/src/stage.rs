@@ -14,22 +14,23 @@ use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
+use wait_timeout::ChildExt;
 
 use crate::config::cluster::PreDownload;
-use crate::launch::LaunchContext;
+use crate::spec_build::SpecBuilder;
 
 /// Stages what one `launch` iteration needs; remembers each model's outcome for the iteration.
 pub struct Stager<'a> {
-    context: &'a LaunchContext<'a>,
+    context: &'a SpecBuilder<'a>,
     settings: &'a PreDownload,
     models: RefCell<HashMap<String, Result<(), String>>>,
 }
 
 impl<'a> Stager<'a> {
-    pub fn new(context: &'a LaunchContext<'a>) -> Self {
+    pub fn new(context: &'a SpecBuilder<'a>) -> Self {
         Stager { context, settings: &context.cluster.pre_download, models: RefCell::new(HashMap::new()) }
     }
 
@@ -184,21 +185,21 @@ fn run(argv: &[String], timeout: Duration, what: &str, env: &[(&str, &str)]) -> 
     };
     let out = copy(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
     let err = copy(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
-    let deadline = Instant::now() + timeout;
     let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let mut termed: Option<Instant> = None;
-    let status = loop {
-        match child.try_wait().map_err(|e| format!("waiting for `{}`: {e}", argv[0]))? {
-            Some(status) => break status,
-            None => {
-                let now = Instant::now();
-                if now >= deadline && termed.is_none() {
-                    let _ = killpg(pgid, Signal::SIGTERM);
-                    termed = Some(now);
-                } else if termed.is_some_and(|t| now >= t + Duration::from_secs(5)) {
+    let waiting = |e: std::io::Error| format!("waiting for `{}`: {e}", argv[0]);
+    let mut timed_out = false;
+    let status = match child.wait_timeout(timeout).map_err(waiting)? {
+        Some(status) => status,
+        None => {
+            // TERM lets the download tool clean up its partial files; KILL after a short grace.
+            timed_out = true;
+            let _ = killpg(pgid, Signal::SIGTERM);
+            match child.wait_timeout(Duration::from_secs(5)).map_err(waiting)? {
+                Some(status) => status,
+                None => {
                     let _ = killpg(pgid, Signal::SIGKILL);
+                    child.wait().map_err(waiting)?
                 }
-                std::thread::sleep(Duration::from_millis(100));
             }
         }
     };
@@ -206,7 +207,7 @@ fn run(argv: &[String], timeout: Duration, what: &str, env: &[(&str, &str)]) -> 
     let _ = killpg(pgid, Signal::SIGKILL);
     let mut tail = out.join().unwrap_or_default();
     tail.extend(err.join().unwrap_or_default());
-    if termed.is_some() {
+    if timed_out {
         return Err(format!("`{}` did not finish within {} s (pre_download timeout)", argv[0], timeout.as_secs()));
     }
     if status.success() {
@@ -233,6 +234,7 @@ fn last_line(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     #[test]
     fn the_error_line_skips_hints_and_colours() {

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::decide::MISSING_JOB_GRACE_S;
 use crate::domain::SlurmView;
-use crate::ledger::{Attempt, Ledger, Status, now};
+use crate::ledger::{Attempt, AttemptStatus, Ledger, now};
 use crate::slurm::{JobId, JobInfo, JobState, Slurm, SlurmError};
 use crate::team::mirror::Mirror;
 use crate::team::publish;
@@ -18,21 +18,21 @@ use crate::verify::{VerifySettings, results};
 
 pub use crate::observe::{SyncError, belongs_to, run_dir_of, view_of};
 
-/// What one sync changed, for the operator.
-#[derive(Debug, Default, Clone, serde::Serialize)]
+/// What one sync changed, for the operator (`sync`'s document is its own output type, in the
+/// command layer).
+#[derive(Debug, Default, Clone)]
 pub struct SyncReport {
     pub changes: Vec<Change>,
 }
 
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone)]
 pub struct Change {
     pub attempt: i64,
     pub model: String,
     pub benchmark: String,
-    pub to: Status,
+    pub to: AttemptStatus,
     pub reason: String,
     /// It ended by the walltime: the next plan continues it, and it is not counted as a failure.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub resumable: bool,
 }
 
@@ -120,7 +120,7 @@ pub fn sync(
         let outcome = status.as_ref().and_then(|s| s.outcome.clone());
         let slurm_state = attempt.slurm_job_id.as_ref().and_then(|id| jobs.get(id)).map(|j| &j.state);
         let mut change =
-            |to: Status, reason: String, metrics: Option<Value>, resumable: bool| -> Result<(), SyncError> {
+            |to: AttemptStatus, reason: String, metrics: Option<Value>, resumable: bool| -> Result<(), SyncError> {
                 ledger.transition(attempt.id, to, &reason, metrics.as_ref())?;
                 if resumable {
                     ledger.mark_resumable(attempt.id)?;
@@ -141,12 +141,12 @@ pub fn sync(
         if let Some(outcome) = outcome {
             if outcome.class == OutcomeClass::Finished {
                 let metrics = run_dir.as_deref().and_then(|d| harbor_metrics(d, settings));
-                change(Status::Finished, "finished".to_string(), metrics, false)?;
+                change(AttemptStatus::Finished, "finished".to_string(), metrics, false)?;
             } else {
                 let cause = outcome.cause.map(|c| format!("/{c}")).unwrap_or_default();
                 let resumable = is_resumable(Some(outcome.class), slurm_state);
                 let reason = format!("{}{cause}: {}", outcome.class.as_str(), outcome.message);
-                change(Status::Failed, reason, None, resumable)?;
+                change(AttemptStatus::Failed, reason, None, resumable)?;
             }
             continue;
         }
@@ -164,7 +164,7 @@ pub fn sync(
                 });
             } else if (now() - attempt.submitted_at).num_seconds() > MISSING_JOB_GRACE_S as i64 {
                 change(
-                    Status::Failed,
+                    AttemptStatus::Failed,
                     "submission interrupted: no Slurm job for this attempt".to_string(),
                     None,
                     false,
@@ -174,8 +174,8 @@ pub fn sync(
         };
         let view = view_of(jobs.get(&job_id));
         match view {
-            SlurmView::Running if attempt.status == Status::Pending => {
-                change(Status::Started, format!("running as job {job_id}"), None, false)?;
+            SlurmView::Running if attempt.status == AttemptStatus::Pending => {
+                change(AttemptStatus::Started, format!("running as job {job_id}"), None, false)?;
             }
             SlurmView::Queued | SlurmView::Running => {}
             SlurmView::Gone => {
@@ -186,7 +186,7 @@ pub fn sync(
                 } else {
                     format!("vanished (job {job_id}: {state}, no outcome recorded)")
                 };
-                change(Status::Failed, reason, None, resumable)?;
+                change(AttemptStatus::Failed, reason, None, resumable)?;
             }
         }
     }

@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use e2e::harness::{assert_plan_is_what_ran, descendants, marker_processes, payload_bin, unique};
+use launch_spec::testkit::SpecBuilder;
+use launch_spec::testkit::spec::{chip_profile, default_profile};
 
 const VLLM: &str = env!("CARGO_BIN_EXE_vllm-standin");
 const HARBOR: &str = env!("CARGO_BIN_EXE_harbor-standin");
@@ -97,44 +99,19 @@ impl Fx {
         [&self.org1, &self.org2, &self.hf]
     }
 
-    /// A spec with small timeouts; tests edit the JSON.
+    /// A spec with small timeouts (launch_spec::testkit); tests edit the JSON.
     fn spec(&self) -> Value {
-        json!({
-            "version": 1,
-            "run_tag": self.tag,
-            "run_dir": self.run_dir(),
-            "jobs_dir": self.root.join("jobs"),
-            "cluster": "local",
-            "benchmark": "e2e",
-            "model": {"hf_id": "Qwen/Qwen3-8B", "served_name": "Qwen3-8B"},
-            "serve": {
-                "program": "vllm",
-                "env_prefix": self.root.join("env"),
-                "tensor_parallel_size": 1,
-                "data_parallel_size": 2,
-                "max_model_len": 8192,
-                "max_num_seqs": 64,
-                "health_timeout_s": 30,
-                "env": {"STANDIN_LOAD_SECONDS": "0.2", "STANDIN_GPUS": "2"}
-            },
-            "gpu_profiles": {"profiles": [
-                {"name": "a100-64gb", "name_contains": "A100", "min_memory_gib": 60.0, "max_memory_gib": 66.0, "gpu_memory_utilization": 0.85},
-                {"name": "default", "gpu_memory_utilization": 0.8}
-            ]},
-            "harbor": {
-                "program": "harbor",
-                "env_prefix": self.root.join("env"),
-                "config": self.root.join("harbor.yaml"),
-                "dataset": self.root.join("data"),
-                "n_concurrent": 2,
-                "n_attempts": 1,
-                "timeout_multiplier": 1.0,
-                "env": {"STANDIN_TRIAL_SECONDS": "0.05", "STANDIN_EXTRAS": "daytona"}
-            },
-            "secrets": {"file": self.secrets_path(), "pass_to_harbor": ["HF_TOKEN"]},
-            "limits": {"teardown_grace_s": 1.5, "heartbeat_interval_s": 0.3, "health_probe_interval_s": 0.3,
-                       "health_failures": 3, "walltime_lead_s": 4}
-        })
+        SpecBuilder::standins(&self.root, &self.tag)
+            .tp_dp(1, 2)
+            .max_model_len(8192)
+            .max_num_seqs(64)
+            .serve_env("STANDIN_LOAD_SECONDS", "0.2")
+            .serve_env("STANDIN_GPUS", "2")
+            .gpu_profiles(vec![chip_profile("a100-64gb", "A100", (60.0, 66.0), 0.85), default_profile(0.8)])
+            .harbor_env("STANDIN_TRIAL_SECONDS", "0.05")
+            .harbor_env("STANDIN_EXTRAS", "daytona")
+            .pass_to_harbor(&["HF_TOKEN"])
+            .to_value()
     }
 
     fn write_spec(&self, spec: &Value) -> PathBuf {

@@ -614,7 +614,7 @@ fn judge(dir: &Path, job: &str) -> (submitter::verify::check::RunCheck, submitte
     let now = chrono::Utc::now();
     let check = submitter::verify::check::check_run_dir(dir, &settings, now).expect("check");
     let side = JobSide {
-        status: submitter::ledger::Status::Started,
+        status: submitter::ledger::AttemptStatus::Started,
         reason: "running",
         job_id: Some(job),
         slurm: Some(submitter::domain::SlurmView::Running),
@@ -642,7 +642,7 @@ fn check_and_status_agree_on_real_harbor_run_dirs() {
     }
     fx.wait_in_flight(&mut run, fx.requests().len());
     let (check, verdict) = judge(&fx.run_dir(), "5601");
-    let findings = serde_json::to_string_pretty(&check.findings).unwrap();
+    let findings = format!("{:#?}", check.findings);
     assert_eq!(check.status_verdict, verdict.verdict, "check vs status\n{findings}\n{verdict:#?}");
     assert_eq!(verdict.verdict.as_str(), "healthy", "{findings}\n{verdict:#?}");
     assert_ne!(check.verdict, submitter::verify::Level::Fail, "{findings}");
@@ -655,7 +655,7 @@ fn check_and_status_agree_on_real_harbor_run_dirs() {
     assert_eq!(run.wait(&fx), 143, "{}", fx.context(&run));
     run.assert_no_survivors();
     let (check, verdict) = judge(&fx.run_dir(), "5601");
-    let findings = serde_json::to_string_pretty(&check.findings).unwrap();
+    let findings = format!("{:#?}", check.findings);
     assert_eq!(check.status_verdict, verdict.verdict, "check vs status\n{findings}\n{verdict:#?}");
     assert_eq!(verdict.verdict.as_str(), "failed", "{findings}\n{verdict:#?}");
     assert!(verdict.summary.starts_with("interrupted"), "{verdict:#?}");
@@ -665,7 +665,7 @@ fn check_and_status_agree_on_real_harbor_run_dirs() {
     let mut run = fx.start(&spec, "5602");
     assert_finished(&fx, &mut run);
     let (check, verdict) = judge(&fx.run_dir(), "5602");
-    let findings = serde_json::to_string_pretty(&check.findings).unwrap();
+    let findings = format!("{:#?}", check.findings);
     assert_eq!(check.status_verdict, verdict.verdict, "check vs status\n{findings}\n{verdict:#?}");
     assert_eq!(verdict.verdict.as_str(), "finished", "{findings}\n{verdict:#?}");
     assert_eq!(check.facts.trials.done, 4, "{findings}");

@@ -501,7 +501,7 @@ mod tests {
     //! Every state's transitions, driven with the real strategies and a synthetic clock.
     use super::*;
     use crate::tunnel::strategy::{Paths, Pinggy, PinggyTarget, Socks};
-    use launch_spec::launch::{PinggySpec, SocksSpec};
+    use launch_spec::spec::{PinggySpec, SocksSpec};
     use std::collections::BTreeMap;
 
     fn paths() -> Paths {

@@ -29,8 +29,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use launch_spec::OutcomeClass;
-use launch_spec::launch::{PinggySpec, ProxyMode, SocksSpec, TunnelSpec};
 use launch_spec::records::TUNNEL_LOG;
+use launch_spec::spec::{PinggySpec, ProxyMode, SocksSpec, TunnelSpec};
 use nix::sys::signal::Signal;
 use serde_json::json;
 use tokio::task::JoinHandle;

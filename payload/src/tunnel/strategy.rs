@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use launch_spec::launch::{PinggyPair, PinggySpec, SocksSpec};
+use launch_spec::spec::{PinggyPair, PinggySpec, SocksSpec};
 use serde_json::json;
 
 use super::machine::{Action, Check, LeaseAnswer, Limits, Next, Strategy};

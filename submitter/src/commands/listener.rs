@@ -18,6 +18,7 @@ use submitter::slurm::{JobState, SbatchOptions, Slurm, SlurmCli, SubmitRequest};
 
 use super::session::{LedgerArgs, Session};
 use submitter::config::args::duration as parse_duration;
+use submitter::output::{self, FormatArgs};
 
 pub const STATE_FILE: &str = "listener.json";
 
@@ -40,6 +41,9 @@ pub enum ListenerCommand {
     Status {
         #[command(flatten)]
         ledger: LedgerArgs,
+        /// `--format json`: a `listener.status` document (docs/design.md §11).
+        #[command(flatten)]
+        format: FormatArgs,
     },
     /// Stop the listener: no more iterations, its jobs cancelled.
     Stop {
@@ -138,7 +142,7 @@ pub fn listener(command: ListenerCommand) -> Result<ExitCode> {
         ListenerCommand::Start { ledger, interval, time, launch_args } => {
             start(&ledger, interval, time.as_deref(), launch_args)
         }
-        ListenerCommand::Status { ledger } => status(&ledger),
+        ListenerCommand::Status { ledger, format } => status(&ledger, format),
         ListenerCommand::Stop { ledger } => stop(&ledger),
         ListenerCommand::Tick { state_file } => tick(&state_file),
     }
@@ -290,25 +294,59 @@ fn parse_launch(args: &[String]) -> Result<super::queueing::LaunchArgs> {
     }
 }
 
-fn status(ledger: &LedgerArgs) -> Result<ExitCode> {
+fn status(ledger: &LedgerArgs, format: FormatArgs) -> Result<ExitCode> {
     let session = Session::open(ledger)?;
     let state_file = session.state_dir.join(STATE_FILE);
     let name = job_name(&session.cluster.name);
     let live = live_jobs(&session.slurm, &name, None)?;
-    let mut out = match read_state(&state_file) {
-        Ok(state) => format!(
-            "listener {name}: {}, {} iteration(s), every {} s\n",
-            if state.stopped { "stopped" } else { "active" },
-            state.iterations,
-            state.interval_s
-        ),
-        Err(_) => format!("listener {name}: never started on this state dir\n"),
+    let state = read_state(&state_file).ok();
+    let word = match &state {
+        Some(state) if state.stopped => "stopped",
+        Some(_) => "active",
+        None => "never_started",
+    };
+    if format.is_json() {
+        let doc = ListenerStatusOutput {
+            job_name: &name,
+            state: word,
+            iterations: state.as_ref().map(|s| s.iterations),
+            interval_s: state.as_ref().map(|s| s.interval_s),
+            jobs: live.iter().map(|(id, state)| ListenerJobOutput { job_id: id, state: state.to_string() }).collect(),
+        };
+        super::print(&output::document("listener.status", &doc))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut out = match &state {
+        Some(state) => {
+            format!("listener {name}: {word}, {} iteration(s), every {} s\n", state.iterations, state.interval_s)
+        }
+        None => format!("listener {name}: never started on this state dir\n"),
     };
     for (id, state) in &live {
         out += &format!("  job {id} {state}\n");
     }
     super::print(&out)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `listener status`: the listener's recorded state and its queued or running jobs.
+#[derive(Serialize)]
+struct ListenerStatusOutput<'a> {
+    /// The Slurm job name every listener job of this cluster carries.
+    job_name: &'a str,
+    /// `active`, `stopped` or `never_started` (no state file in this state dir).
+    state: &'static str,
+    /// Ticks run so far; null when never started.
+    iterations: Option<u64>,
+    interval_s: Option<u64>,
+    jobs: Vec<ListenerJobOutput<'a>>,
+}
+
+#[derive(Serialize)]
+struct ListenerJobOutput<'a> {
+    job_id: &'a str,
+    /// Slurm's state: `PENDING`, `RUNNING`, ….
+    state: String,
 }
 
 fn stop(ledger: &LedgerArgs) -> Result<ExitCode> {

@@ -10,6 +10,7 @@ pub mod session;
 pub mod spec;
 pub mod team;
 pub mod verify;
+pub mod verify_output;
 
 use std::io::Write;
 use std::path::PathBuf;

@@ -29,7 +29,16 @@ struct PreflightOutput<'a> {
     cluster: &'a str,
     run_tag: &'a str,
     passed: bool,
-    checks: &'a [preflight::Check],
+    checks: Vec<PreflightCheckOutput<'a>>,
+}
+
+/// One login-node check (docs/site.md lists them).
+#[derive(serde::Serialize)]
+struct PreflightCheckOutput<'a> {
+    name: &'static str,
+    /// `ok`, `skipped` (could not be checked from here; never blocks) or `fail`.
+    level: &'static str,
+    detail: &'a str,
 }
 
 /// Exit 0 when every check passed (the spec is then written as `submitter spec` would), else 1
@@ -52,8 +61,12 @@ pub fn preflight(args: &PreflightArgs) -> Result<ExitCode> {
         super::spec::write(&args.spec, &spec)?;
     }
     if args.format.is_json() {
-        let body =
-            PreflightOutput { cluster: &loaded.cluster.name, run_tag: &spec.run_tag, passed, checks: &report.checks };
+        let checks = report
+            .checks
+            .iter()
+            .map(|c| PreflightCheckOutput { name: c.name, level: level(c.level), detail: &c.detail })
+            .collect();
+        let body = PreflightOutput { cluster: &loaded.cluster.name, run_tag: &spec.run_tag, passed, checks };
         super::print(&output::document("preflight", &body))?;
     } else {
         let verdict = if passed { "passed" } else { "FAILED" };
@@ -61,4 +74,12 @@ pub fn preflight(args: &PreflightArgs) -> Result<ExitCode> {
         super::print(&text)?;
     }
     Ok(if passed { ExitStatus::Success } else { ExitStatus::Problems }.into())
+}
+
+fn level(level: preflight::Level) -> &'static str {
+    match level {
+        preflight::Level::Ok => "ok",
+        preflight::Level::Skipped => "skipped",
+        preflight::Level::Fail => "fail",
+    }
 }

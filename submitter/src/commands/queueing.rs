@@ -2,20 +2,23 @@
 //! iteration is: sync (act), snapshot (read once), plan (pure), execute (act); `plan` is the same
 //! code without the acts.
 
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use serde::Serialize;
 use submitter::config::args::duration;
-use submitter::decide::{Action, Policy};
+use submitter::decide::{Action, Policy, Prerequisite};
+use submitter::domain::Continuation;
 use submitter::executor::{Executor, Submitted};
-use submitter::ledger::{AttemptId, Status, now};
+use submitter::ledger::{AttemptId, AttemptStatus, now};
 use submitter::output::{self, ExitStatus, FormatArgs};
 use submitter::planner::{self, Executables, PlanInputs, PlannedJob};
 use submitter::preflight;
 use submitter::slurm::Slurm;
 use submitter::snapshot::Snapshot;
-use submitter::sync::{self, SyncReport};
+use submitter::sync::{self, Change, SyncReport};
 use submitter::team::mirror::Mirror;
 
 use super::session::{LedgerArgs, Selection, Session};
@@ -119,6 +122,9 @@ pub struct CancelArgs {
     models: Vec<String>,
     #[arg(long = "benchmark", value_name = "B")]
     benchmarks: Vec<String>,
+    /// `--format json`: a `cancel` document (docs/design.md §11).
+    #[command(flatten)]
+    format: FormatArgs,
 }
 
 fn policy(session: &Session, selection: &Selection) -> Policy {
@@ -223,7 +229,7 @@ pub fn plan_command(args: &PlanArgs) -> Result<ExitCode> {
     let session = Session::open(&args.ledger)?;
     let planned = snapshot_and_plan(&session, &args.selection, &executables(&session, false)?)?;
     super::print(&if args.format.is_json() {
-        output::document("plan", &serde_json::json!({ "jobs": planned }))
+        output::document("plan", &PlanOutput { jobs: planned.iter().map(PlannedJobOutput::from).collect() })
     } else {
         plan_table(&planned)
     })?;
@@ -275,7 +281,21 @@ fn iterate(
     };
     let submitted = executor.execute(&planned)?;
     let failed = submitted.iter().filter(|s| s.failed()).count();
-    Ok((render_iteration(&report, &planned, &submitted, failed, args.format.is_json())?, failed))
+    let format = match (args.format.is_json(), args.watch) {
+        (false, _) => IterationFormat::Human,
+        (true, false) => IterationFormat::Document,
+        (true, true) => IterationFormat::Line,
+    };
+    Ok((render_iteration(&report, &planned, &submitted, failed, format), failed))
+}
+
+/// How `launch` prints an iteration: text, a pretty document (`--once`), or one compact document
+/// per line (`--watch`, a stream).
+#[derive(Clone, Copy)]
+enum IterationFormat {
+    Human,
+    Document,
+    Line,
 }
 
 fn render_iteration(
@@ -283,15 +303,23 @@ fn render_iteration(
     planned: &[PlannedJob],
     submitted: &[Submitted],
     failed: usize,
-    json: bool,
-) -> Result<String, serde_json::Error> {
+    format: IterationFormat,
+) -> String {
     let elsewhere: Vec<&PlannedJob> = planned.iter().filter(|j| j.reason.starts_with("in progress on ")).collect();
-    if json {
-        let flagged: Vec<_> = planned.iter().filter(|j| j.flag.is_some()).collect();
-        let json =
-            serde_json::json!({"sync": report, "submitted": submitted, "elsewhere": elsewhere, "flagged": flagged});
-        // One compact document per iteration: `--watch` streams them, one per line.
-        return Ok(output::document_line("launch", &json));
+    let skipped = planned.iter().filter(|j| j.action == Action::Skip && j.blocked.is_none()).count();
+    if !matches!(format, IterationFormat::Human) {
+        let doc = LaunchOutput {
+            sync: SyncOutput::from(report),
+            submitted: submitted.iter().map(SubmittedOutput::from).collect(),
+            skipped,
+            failed,
+            elsewhere: elsewhere.into_iter().map(PlannedJobOutput::from).collect(),
+            flagged: planned.iter().filter(|j| j.flag.is_some()).map(PlannedJobOutput::from).collect(),
+        };
+        return match format {
+            IterationFormat::Line => output::document_line("launch", &doc),
+            _ => output::document("launch", &doc),
+        };
     }
     let mut out = sync_text(report);
     for s in submitted {
@@ -310,14 +338,13 @@ fn render_iteration(
         out += &format!("{:<48} {:<34} skipped: {}\n", job.model, job.benchmark, job.reason);
     }
     out += &flag_lines(planned);
-    let skipped = planned.iter().filter(|j| j.action == Action::Skip && j.blocked.is_none()).count();
     out += &format!(
         "{} submitted, {} skipped by dedup{}\n",
         submitted.iter().filter(|s| s.job_id.is_some()).count(),
         skipped,
         if failed > 0 { format!(", {failed} failed") } else { String::new() }
     );
-    Ok(out)
+    out
 }
 
 /// The wait before retrying a failed `--watch` iteration: 5 s, doubling per consecutive failure,
@@ -384,7 +411,7 @@ pub fn sync_command(args: &SyncArgs) -> Result<ExitCode> {
         mirror.as_ref(),
     )?;
     super::print(&if args.format.is_json() {
-        output::document("sync", &report)
+        output::document("sync", &SyncOutput::from(&report))
     } else {
         sync_text(&report) + &format!("{} change(s)\n", report.changes.len())
     })?;
@@ -396,7 +423,7 @@ pub fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
         bail!("say what to cancel: --job ID… or --model M… [--benchmark B…]");
     }
     let session = Session::open(&args.ledger)?;
-    let mut cancelled = 0;
+    let mut cancelled = Vec::new();
     for attempt in session.ledger.active()?.into_iter().filter(|a| a.cluster == session.cluster.name) {
         let by_job = attempt.slurm_job_id.as_ref().is_some_and(|j| args.jobs.contains(j));
         let by_model = args.models.contains(&attempt.model)
@@ -407,18 +434,278 @@ pub fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
         if let Some(id) = attempt.slurm_job_id.as_deref().and_then(|j| j.parse().ok()) {
             session.slurm.cancel(id, None, false)?;
         }
-        session.ledger.transition(AttemptId(attempt.id.0), Status::Cancelled, "cancelled by operator", None)?;
-        super::print(&format!(
-            "cancelled attempt {} ({} on {}), job {}\n",
-            attempt.id,
-            attempt.model,
-            attempt.benchmark,
-            attempt.slurm_job_id.as_deref().unwrap_or("-")
-        ))?;
-        cancelled += 1;
+        session.ledger.transition(AttemptId(attempt.id.0), AttemptStatus::Cancelled, "cancelled by operator", None)?;
+        let done = CancelledOutput {
+            attempt: attempt.id.0,
+            model: attempt.model,
+            benchmark: attempt.benchmark,
+            job_id: attempt.slurm_job_id,
+        };
+        if !args.format.is_json() {
+            // Each line as it happens: a Slurm error later leaves these on the screen.
+            super::print(&format!(
+                "cancelled attempt {} ({} on {}), job {}\n",
+                done.attempt,
+                done.model,
+                done.benchmark,
+                done.job_id.as_deref().unwrap_or("-")
+            ))?;
+        }
+        cancelled.push(done);
     }
-    super::print(&format!("{cancelled} attempt(s) cancelled\n"))?;
+    super::print(&if args.format.is_json() {
+        output::document("cancel", &CancelOutput { cancelled })
+    } else {
+        format!("{} attempt(s) cancelled\n", cancelled.len())
+    })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `cancel`: the attempts this call cancelled (in Slurm and in the ledger), in ledger order.
+#[derive(Serialize)]
+struct CancelOutput {
+    cancelled: Vec<CancelledOutput>,
+}
+
+#[derive(Serialize)]
+struct CancelledOutput {
+    attempt: i64,
+    model: String,
+    benchmark: String,
+    /// The Slurm job cancelled, null when the attempt had none yet.
+    job_id: Option<String>,
+}
+
+// The JSON documents of `plan`, `launch`, `sync` and `cancel` (docs/design.md §11): built from
+// the planner's, executor's and sync's structs here, so a change to those is a compile error
+// here rather than a silent change of the contract.
+
+/// `plan`: every (model, leg dataset) pair of the selection, in priority order.
+#[derive(Serialize)]
+struct PlanOutput<'a> {
+    jobs: Vec<PlannedJobOutput<'a>>,
+}
+
+/// One planned pair (`plan`'s `jobs`, `launch`'s `elsewhere` and `flagged`).
+#[derive(Serialize)]
+struct PlannedJobOutput<'a> {
+    model: &'a str,
+    /// The leg: a preset name, or `datasets`.
+    preset: &'a str,
+    benchmark: &'a str,
+    /// The benchmark family dedup counts in.
+    family: &'a str,
+    /// `submit`, `skip`, `resubmit` or `continue`.
+    decision: &'static str,
+    reason: &'a str,
+    /// Why a pair the decision would queue is not queued; left out when it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    blocked: Option<BlockedOutput<'a>>,
+    run_tag: &'a str,
+    resources: ResourcesOutput<'a>,
+    timeout_multiplier: f64,
+    /// Which registry rule matched (empty when the serve settings did not resolve).
+    rule: &'a str,
+    /// The resolved serve settings, null when they did not resolve.
+    serve: Option<output::ServeSettings<'a>>,
+    /// What is done to the pair's previous attempt before submitting.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prerequisite: Option<PrerequisiteOutput<'a>>,
+    /// For the operator: an unattended attempt on another cluster.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    flag: Option<&'a str>,
+    /// For a walltime continuation: the attempt it continues and its place in the chain.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    continues: Option<ContinuationOutput>,
+    /// The job's tunnel(s) and the agent's model variables (or why it cannot launch here).
+    tunnel: &'a str,
+    /// `<run dir>/launch.json`, for queued pairs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    spec_path: Option<&'a Path>,
+    /// The exact `sbatch` argv (program first), for queued pairs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sbatch: Option<&'a [String]>,
+}
+
+impl<'a> From<&'a PlannedJob> for PlannedJobOutput<'a> {
+    fn from(job: &'a PlannedJob) -> Self {
+        PlannedJobOutput {
+            model: &job.model,
+            preset: &job.preset,
+            benchmark: &job.benchmark,
+            family: &job.family,
+            decision: job.action.as_str(),
+            reason: &job.reason,
+            blocked: job.blocked.as_ref().map(|blocked| match blocked {
+                planner::Blocked::Refused(why) => BlockedOutput { kind: "refused", why },
+                planner::Blocked::Throttled(why) => BlockedOutput { kind: "throttled", why },
+            }),
+            run_tag: &job.run_tag,
+            resources: ResourcesOutput {
+                gpus: job.resources.gpus,
+                tensor_parallel_size: job.resources.tensor_parallel_size,
+                data_parallel_size: job.resources.data_parallel_size,
+                time: &job.resources.time,
+                partition: &job.resources.partition,
+                account: job.resources.account.as_deref(),
+                reservation: job.resources.reservation.as_deref(),
+            },
+            timeout_multiplier: job.timeout_multiplier,
+            rule: &job.rule,
+            serve: job.resolved.as_ref().map(|resolved| output::ServeSettings::new(resolved, None)),
+            prerequisite: job.prerequisite.as_ref().map(|p| match p {
+                Prerequisite::MarkVanished { attempt_id } => {
+                    PrerequisiteOutput { action: "mark_vanished", attempt_id: *attempt_id, slurm_job_id: None }
+                }
+                Prerequisite::CancelStale { attempt_id, slurm_job_id } => PrerequisiteOutput {
+                    action: "cancel_stale",
+                    attempt_id: *attempt_id,
+                    slurm_job_id: Some(slurm_job_id),
+                },
+            }),
+            flag: job.flag.as_deref(),
+            continues: job.continues.map(|c| ContinuationOutput {
+                attempt: c.attempt,
+                number: c.number,
+                first: c.first,
+            }),
+            tunnel: &job.tunnel,
+            spec_path: job.spec_path.as_deref(),
+            sbatch: job.sbatch.as_deref(),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct BlockedOutput<'a> {
+    /// `refused` (its configuration is broken) or `throttled` (no slot this iteration).
+    kind: &'static str,
+    why: &'a str,
+}
+
+/// What the job asks Slurm for.
+#[derive(Serialize)]
+struct ResourcesOutput<'a> {
+    gpus: u32,
+    tensor_parallel_size: u32,
+    data_parallel_size: u32,
+    /// `--time`, as the profile or preset gives it.
+    time: &'a str,
+    partition: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    account: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reservation: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct PrerequisiteOutput<'a> {
+    /// `mark_vanished` (the latest attempt left Slurm without an outcome) or `cancel_stale` (it
+    /// has been pending too long: its job is cancelled).
+    action: &'static str,
+    attempt_id: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    slurm_job_id: Option<&'a str>,
+}
+
+/// An attempt's place in a walltime chain (`plan`'s and `status`'s `continues`).
+#[derive(Serialize)]
+pub struct ContinuationOutput {
+    /// The attempt this one continues.
+    attempt: i64,
+    /// 1 for the first continuation, …
+    number: u32,
+    /// The chain's first attempt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    first: Option<i64>,
+}
+
+impl From<Continuation> for ContinuationOutput {
+    fn from(c: Continuation) -> Self {
+        ContinuationOutput { attempt: c.attempt, number: c.number, first: c.first }
+    }
+}
+
+/// `launch`: one iteration — what sync changed, what was submitted, what was left alone.
+#[derive(Serialize)]
+struct LaunchOutput<'a> {
+    sync: SyncOutput<'a>,
+    /// Every pair the iteration meant to queue, with what happened to it.
+    submitted: Vec<SubmittedOutput<'a>>,
+    /// Pairs dedup skipped (finished, in progress, given up on).
+    skipped: usize,
+    /// Submissions that failed (the exit status is then 6, docs/exit-codes.md).
+    failed: usize,
+    /// Pairs in progress on another cluster.
+    elsewhere: Vec<PlannedJobOutput<'a>>,
+    /// Pairs with a flag for the operator.
+    flagged: Vec<PlannedJobOutput<'a>>,
+}
+
+#[derive(Serialize)]
+struct SubmittedOutput<'a> {
+    model: &'a str,
+    benchmark: &'a str,
+    /// The ledger attempt, null when none was recorded (held back before the insert).
+    attempt: Option<i64>,
+    /// The Slurm job, null when none was submitted.
+    job_id: Option<&'a str>,
+    /// `submitted (…)`, `sbatch failed: …`, `not submitted: …`, `refused: …`, `dry run`, ….
+    outcome: &'a str,
+    /// For a dry run: the sbatch argv that would have run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sbatch: Option<&'a [String]>,
+}
+
+impl<'a> From<&'a Submitted> for SubmittedOutput<'a> {
+    fn from(s: &'a Submitted) -> Self {
+        SubmittedOutput {
+            model: &s.model,
+            benchmark: &s.benchmark,
+            attempt: s.attempt,
+            job_id: s.job_id.as_deref(),
+            outcome: &s.outcome,
+            sbatch: s.sbatch.as_deref(),
+        }
+    }
+}
+
+/// `sync` (and `launch`'s `sync`): the ledger changes reconciling with Slurm and the run dirs made.
+#[derive(Serialize)]
+struct SyncOutput<'a> {
+    changes: Vec<ChangeOutput<'a>>,
+}
+
+#[derive(Serialize)]
+struct ChangeOutput<'a> {
+    attempt: i64,
+    model: &'a str,
+    benchmark: &'a str,
+    /// The attempt's new ledger status (`started`, `finished`, `failed`, …).
+    to: &'static str,
+    reason: &'a str,
+    /// Present (true) when it ended by the walltime: the next plan continues it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    resumable: bool,
+}
+
+impl<'a> From<&'a SyncReport> for SyncOutput<'a> {
+    fn from(report: &'a SyncReport) -> Self {
+        SyncOutput { changes: report.changes.iter().map(ChangeOutput::from).collect() }
+    }
+}
+
+impl<'a> From<&'a Change> for ChangeOutput<'a> {
+    fn from(c: &'a Change) -> Self {
+        ChangeOutput {
+            attempt: c.attempt,
+            model: &c.model,
+            benchmark: &c.benchmark,
+            to: c.to.as_str(),
+            reason: &c.reason,
+            resumable: c.resumable,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -7,12 +7,12 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use launch_spec::GpuProfiles;
 use submitter::config::{self, ClusterProfile, ConfigRoot, lists};
-use submitter::launch::{LaunchContext, LaunchOverrides};
 use submitter::ledger::{self, Ledger};
 use submitter::queue::SlurmOverrides;
 use submitter::registry::Registry;
 use submitter::selection::{self, Concurrency, Leg};
 use submitter::slurm::SlurmCli;
+use submitter::spec_build::{SpecBuilder, SpecOverrides};
 
 use crate::ConfigDirs;
 
@@ -63,13 +63,13 @@ pub struct SpecOptions {
 
 impl SpecOptions {
     /// The library's overrides (per-leg concurrency is [`SpecOptions::concurrency`]).
-    pub fn overrides(&self) -> Result<LaunchOverrides> {
+    pub fn overrides(&self) -> Result<SpecOverrides> {
         // A relative path the operator typed means "from here" (a bare name: presets/harbor/).
         let harbor_config = match &self.harbor_config {
             Some(file) if file.contains('/') => Some(std::path::absolute(file)?.display().to_string()),
             other => other.clone(),
         };
-        Ok(LaunchOverrides {
+        Ok(SpecOverrides {
             timeout_multiplier: self.timeout_multiplier,
             agent_kwargs: self.agent_kwargs.clone(),
             gpu_memory_utilization: self.gpu_memory_utilization,
@@ -168,7 +168,7 @@ impl Session {
         let registry =
             Registry::load(&dirs.registry).with_context(|| format!("loading registry {}", dirs.registry.display()))?;
         let harbor_dir = dirs.presets.join("harbor");
-        let context = LaunchContext {
+        let context = SpecBuilder {
             cluster: &cluster,
             gpu_profiles: &gpu_profiles,
             registry: &registry,
@@ -199,8 +199,8 @@ impl Session {
         })
     }
 
-    pub fn context(&self) -> LaunchContext<'_> {
-        LaunchContext {
+    pub fn context(&self) -> SpecBuilder<'_> {
+        SpecBuilder {
             cluster: &self.cluster,
             gpu_profiles: &self.gpu_profiles,
             registry: &self.registry,

@@ -7,9 +7,9 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use launch_spec::records::write_atomically;
 use submitter::config::{self, ConfigRoot};
-use submitter::launch::{LaunchContext, LaunchOverrides};
 use submitter::registry::Registry;
 use submitter::selection;
+use submitter::spec_build::{SpecBuilder, SpecOverrides};
 
 use super::session::SpecOptions;
 use crate::ConfigDirs;
@@ -52,8 +52,8 @@ pub struct Loaded {
 }
 
 impl Loaded {
-    pub fn context(&self) -> LaunchContext<'_> {
-        LaunchContext {
+    pub fn context(&self) -> SpecBuilder<'_> {
+        SpecBuilder {
             cluster: &self.cluster,
             gpu_profiles: &self.gpu_profiles,
             registry: &self.registry,
@@ -86,7 +86,7 @@ pub fn build(args: &SpecArgs) -> Result<(launch_spec::LaunchSpec, Loaded)> {
         harbor_configs: dirs.presets.join("harbor"),
         root,
     };
-    let overrides = LaunchOverrides { n_concurrent, dataset: args.dataset.clone(), ..args.options.overrides()? };
+    let overrides = SpecOverrides { n_concurrent, dataset: args.dataset.clone(), ..args.options.overrides()? };
     let spec = loaded.context().build(&args.model, &loaded.preset, &overrides)?;
     Ok((spec, loaded))
 }

@@ -19,6 +19,7 @@ use submitter::verify::verdict::StatusRow;
 use submitter::verify::{Level, VerifySettings};
 
 use super::session::{LedgerArgs, Session};
+use super::verify_output::{CheckOutput, ResultsOutput, StatusOutput};
 use submitter::config::args::duration as parse_duration;
 use submitter::output::{self, FormatArgs};
 
@@ -154,8 +155,7 @@ pub fn check(args: &CheckArgs) -> Result<ExitCode> {
         checks.push(check::check_run_dir(dir, &settings, now)?);
     }
     if args.format.is_json() {
-        let worst = checks.iter().map(|c| c.verdict).max().unwrap_or(Level::Ok);
-        super::print(&output::document("check", &serde_json::json!({"verdict": worst, "runs": checks})))?;
+        super::print(&output::document("check", &CheckOutput::new(&checks)))?;
     } else {
         super::print(&check::render_text(&checks))?;
     }
@@ -194,7 +194,7 @@ pub fn status(args: &StatusArgs) -> Result<ExitCode> {
             )?;
         }
         let text = if args.format.is_json() {
-            let doc = serde_json::json!({ "jobs": rows });
+            let doc = StatusOutput::new(&rows);
             if args.watch { output::document_line("status", &doc) } else { output::document("status", &doc) }
         } else {
             let mut t = String::new();
@@ -233,7 +233,7 @@ pub fn results(args: &ResultsArgs) -> Result<ExitCode> {
     let session = Session::open(&args.ledger)?;
     let m = matrix(&session, args.rank_by.as_deref())?;
     let text = if args.format.is_json() {
-        output::document("results", &m)
+        output::document("results", &ResultsOutput::from(&m))
     } else if args.csv {
         results::render_csv(&m)
     } else {

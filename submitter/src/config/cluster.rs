@@ -783,7 +783,7 @@ impl ClusterProfile {
     /// spec reader accepts) plus the environment name.
     fn post_run_problems(&self, post_run: &PostRun) -> Vec<String> {
         let mut problems = Vec::new();
-        let as_spec = launch_spec::launch::PostRunSpec {
+        let as_spec = launch_spec::spec::PostRunSpec {
             argv: post_run.argv.clone(),
             timeout_s: post_run.timeout_s,
             env_prefix: None,

@@ -119,20 +119,20 @@ impl Preset {
         dataset.trim_end_matches('/').rsplit('/').next().unwrap_or(dataset).to_string()
     }
 
-    pub fn agent_envs(&self) -> Vec<launch_spec::launch::AgentEnv> {
+    pub fn agent_envs(&self) -> Vec<launch_spec::spec::AgentEnv> {
         self.agent_envs
             .iter()
             .flat_map(|list| list.split(','))
             .map(str::trim)
             .filter(|item| !item.is_empty())
             .map(|item| match item.split_once('=') {
-                Some((name, source)) => launch_spec::launch::AgentEnv {
+                Some((name, source)) => launch_spec::spec::AgentEnv {
                     name: name.to_string(),
                     from: Some(source.to_string()),
                     value: Some(source.to_string()),
                 },
                 None => {
-                    launch_spec::launch::AgentEnv { name: item.to_string(), from: Some(item.to_string()), value: None }
+                    launch_spec::spec::AgentEnv { name: item.to_string(), from: Some(item.to_string()), value: None }
                 }
             })
             .collect()

@@ -29,7 +29,7 @@ pub use self::migrations::latest_version as latest_schema_version;
 pub use self::postgres::{Connection as PgConnection, PgLedger, Redactor};
 pub use self::sqlite::SqliteLedger;
 /// The attempt lifecycle is a domain type (`crate::domain`); the ledger stores it.
-pub use crate::domain::AttemptStatus as Status;
+pub use crate::domain::AttemptStatus;
 
 /// Every timestamp in the ledger: a UTC instant with microsecond resolution (PostgreSQL's), stored
 /// as `timestamptz` there and as fixed-width RFC 3339 text (`2026-01-02T03:04:05.000006Z`) in SQLite.
@@ -84,8 +84,8 @@ pub trait Ledger: Send + Sync {
     /// Moves an attempt to `to` with `reason`. `started` stamps `started_at`, a terminal status
     /// stamps `ended_at` (each only once). `metrics: None` leaves them unchanged;
     /// `Some(&Value::Null)` clears them. Re-entering the current status updates reason and metrics;
-    /// anything [`Status::can_become`] forbids is [`LedgerError::IllegalTransition`].
-    fn transition(&self, id: AttemptId, to: Status, reason: &str, metrics: Option<&Value>) -> Result<()>;
+    /// anything [`AttemptStatus::can_become`] forbids is [`LedgerError::IllegalTransition`].
+    fn transition(&self, id: AttemptId, to: AttemptStatus, reason: &str, metrics: Option<&Value>) -> Result<()>;
 
     /// Marks a failed attempt as resumable (it ended by the walltime): the planner continues it and
     /// it no longer counts toward the pair's failures. Anything but a failed attempt is
@@ -173,7 +173,7 @@ impl Heartbeat {
 pub struct ImportedState {
     pub id: AttemptId,
     pub source_id: String,
-    pub status: Status,
+    pub status: AttemptStatus,
     pub has_metrics: bool,
     pub slurm_job_id: Option<String>,
 }
@@ -350,7 +350,7 @@ pub struct Attempt {
     pub username: String,
     pub run_tag: String,
     pub slurm_job_id: Option<String>,
-    pub status: Status,
+    pub status: AttemptStatus,
     pub reason: String,
     pub config: Value,
     /// Harbor's result summary, once finished (None when never set or cleared).
@@ -372,7 +372,7 @@ pub struct ImportedAttempt {
     pub username: String,
     pub run_tag: String,
     pub slurm_job_id: Option<String>,
-    pub status: Status,
+    pub status: AttemptStatus,
     pub reason: String,
     pub config: Value,
     pub metrics: Option<Value>,
@@ -464,7 +464,7 @@ pub enum LedgerError {
     #[error(
         "ledger {location}: attempt {id} cannot go from {from} to {to} — terminal statuses are final; submit a new attempt"
     )]
-    IllegalTransition { location: String, id: AttemptId, from: Status, to: Status },
+    IllegalTransition { location: String, id: AttemptId, from: AttemptStatus, to: AttemptStatus },
 
     #[error(
         "ledger {location}: attempt {id} already has Slurm job {existing}, not {requested} — one job per attempt row"
@@ -490,7 +490,7 @@ pub enum LedgerError {
 }
 
 /// `status IN (…)` for a fixed set of statuses (static names, no user input).
-pub(crate) fn sql_status_list(statuses: &[Status]) -> String {
+pub(crate) fn sql_status_list(statuses: &[AttemptStatus]) -> String {
     let quoted: Vec<String> = statuses.iter().map(|s| format!("'{}'", s.as_str())).collect();
     format!("({})", quoted.join(", "))
 }
@@ -614,14 +614,14 @@ mod tests {
 
     #[test]
     fn transitions() {
-        use Status::*;
+        use AttemptStatus::*;
         assert!(Pending.can_become(Started) && Pending.can_become(Failed) && Started.can_become(Finished));
         assert!(Started.can_become(Started) && Finished.can_become(Finished));
         assert!(!Finished.can_become(Started) && !Failed.can_become(Pending) && !Started.can_become(Pending));
         assert!(!Cancelled.can_become(Finished) && !Failed.can_become(Finished));
-        assert_eq!(Status::sources_of(Started), vec![Pending, Started]);
-        for status in Status::ALL {
-            assert_eq!(status.as_str().parse::<Status>().unwrap(), status);
+        assert_eq!(AttemptStatus::sources_of(Started), vec![Pending, Started]);
+        for status in AttemptStatus::ALL {
+            assert_eq!(status.as_str().parse::<AttemptStatus>().unwrap(), status);
             assert_eq!(serde_json::to_value(status).unwrap(), Value::from(status.as_str()));
         }
     }
@@ -659,7 +659,7 @@ mod tests {
             username: "u".into(),
             run_tag: "t".into(),
             slurm_job_id: None,
-            status: Status::Failed,
+            status: AttemptStatus::Failed,
             reason: String::new(),
             config: Value::Null,
             metrics: None,

@@ -25,8 +25,8 @@ use serde_json::Value;
 
 use super::migrations::{self, Migration};
 use super::{
-    ATTEMPT_COLUMNS, Attempt, AttemptId, Heartbeat, ImportedAttempt, ImportedState, LATEST_PER_PAIR_SQL, Ledger,
-    LedgerError, Model, NewAttempt, PairState, Result, Status, Timestamp, filter_by_size, number_imports, size_class,
+    ATTEMPT_COLUMNS, Attempt, AttemptId, AttemptStatus, Heartbeat, ImportedAttempt, ImportedState, LATEST_PER_PAIR_SQL,
+    Ledger, LedgerError, Model, NewAttempt, PairState, Result, Timestamp, filter_by_size, number_imports, size_class,
     sql_status_list,
 };
 
@@ -314,6 +314,39 @@ impl<B: Backend> SqlLedger<B> {
         self.backend.location().to_string()
     }
 
+    /// Runs `sql`, an UPDATE of attempt `id` that changes one row when it is allowed. When it
+    /// changed none, the attempt is missing, or `column` of it (read back) says why: `refused`.
+    fn update_attempt(
+        &self,
+        db: &mut dyn Db,
+        id: AttemptId,
+        sql: &str,
+        args: &[Arg<'_>],
+        column: &str,
+        refused: impl FnOnce(&Row) -> std::result::Result<LedgerError, String>,
+    ) -> Step<()> {
+        if db.execute(sql, args)? == 1 {
+            return Ok(());
+        }
+        let rows = db.query(&format!("SELECT {column} FROM attempts WHERE id = $1"), &[Arg::Int(id.0)])?;
+        Err(match rows.first() {
+            None => LedgerError::NotFound { location: self.location_string(), id },
+            Some(row) => refused(row).map_err(|e| self.corrupt(e))?,
+        }
+        .into())
+    }
+
+    /// The error for a transition the attempt's current status (`row`'s first column) does not allow.
+    fn illegal_transition(
+        &self,
+        id: AttemptId,
+        row: &Row,
+        to: AttemptStatus,
+    ) -> std::result::Result<LedgerError, String> {
+        let from = row.text(0).and_then(|s| s.parse())?;
+        Ok(LedgerError::IllegalTransition { location: self.location_string(), id, from, to })
+    }
+
     fn corrupt(&self, detail: String) -> Failure {
         corrupt(self.backend.location(), detail)
     }
@@ -580,29 +613,20 @@ impl<B: Backend> Ledger for SqlLedger<B> {
 
     fn set_job_id(&self, id: AttemptId, slurm_job_id: &str) -> Result<()> {
         write(&self.backend, "set a Slurm job id", |db| {
-            let updated = db.execute(
-                "UPDATE attempts SET slurm_job_id = $2, updated_at = now()
-                 WHERE id = $1 AND (slurm_job_id IS NULL OR slurm_job_id = $2)",
-                &[Arg::Int(id.0), Arg::Text(slurm_job_id)],
-            )?;
-            if updated == 1 {
-                return Ok(());
-            }
-            let rows = db.query("SELECT slurm_job_id FROM attempts WHERE id = $1", &[Arg::Int(id.0)])?;
-            Err(match rows.first() {
-                None => LedgerError::NotFound { location: self.location_string(), id },
-                Some(row) => LedgerError::JobIdConflict {
+            let sql = "UPDATE attempts SET slurm_job_id = $2, updated_at = now()
+                 WHERE id = $1 AND (slurm_job_id IS NULL OR slurm_job_id = $2)";
+            self.update_attempt(db, id, sql, &[Arg::Int(id.0), Arg::Text(slurm_job_id)], "slurm_job_id", |row| {
+                Ok(LedgerError::JobIdConflict {
                     location: self.location_string(),
                     id,
-                    existing: row.opt_text(0).map_err(|e| self.corrupt(e))?.unwrap_or_default(),
+                    existing: row.opt_text(0)?.unwrap_or_default(),
                     requested: slurm_job_id.to_string(),
-                },
-            }
-            .into())
+                })
+            })
         })
     }
 
-    fn transition(&self, id: AttemptId, to: Status, reason: &str, metrics: Option<&Value>) -> Result<()> {
+    fn transition(&self, id: AttemptId, to: AttemptStatus, reason: &str, metrics: Option<&Value>) -> Result<()> {
         let sql = format!(
             "UPDATE attempts SET
                  status = $2,
@@ -613,53 +637,26 @@ impl<B: Backend> Ledger for SqlLedger<B> {
                                  ELSE ended_at END,
                  updated_at = now()
              WHERE id = $1 AND status IN {}",
-            sql_status_list(&Status::sources_of(to))
+            sql_status_list(&AttemptStatus::sources_of(to))
         );
         write(&self.backend, "change an attempt's status", |db| {
-            let updated = db.execute(
-                &sql,
-                &[
-                    Arg::Int(id.0),
-                    Arg::Text(to.as_str()),
-                    Arg::Text(reason),
-                    Arg::Bool(metrics.is_some()),
-                    metrics_arg(metrics),
-                ],
-            )?;
-            if updated == 1 {
-                return Ok(());
-            }
-            let rows = db.query("SELECT status FROM attempts WHERE id = $1", &[Arg::Int(id.0)])?;
-            Err(match rows.first() {
-                None => LedgerError::NotFound { location: self.location_string(), id },
-                Some(row) => LedgerError::IllegalTransition {
-                    location: self.location_string(),
-                    id,
-                    from: row.text(0).and_then(|s| s.parse()).map_err(|e| self.corrupt(e))?,
-                    to,
-                },
-            }
-            .into())
+            let args = [
+                Arg::Int(id.0),
+                Arg::Text(to.as_str()),
+                Arg::Text(reason),
+                Arg::Bool(metrics.is_some()),
+                metrics_arg(metrics),
+            ];
+            self.update_attempt(db, id, &sql, &args, "status", |row| self.illegal_transition(id, row, to))
         })
     }
 
     fn mark_resumable(&self, id: AttemptId) -> Result<()> {
         write(&self.backend, "mark an attempt resumable", |db| {
             let sql = "UPDATE attempts SET resumable = 1, updated_at = now() WHERE id = $1 AND status = 'failed'";
-            if db.execute(sql, &[Arg::Int(id.0)])? == 1 {
-                return Ok(());
-            }
-            let rows = db.query("SELECT status FROM attempts WHERE id = $1", &[Arg::Int(id.0)])?;
-            Err(match rows.first() {
-                None => LedgerError::NotFound { location: self.location_string(), id },
-                Some(row) => LedgerError::IllegalTransition {
-                    location: self.location_string(),
-                    id,
-                    from: row.text(0).and_then(|s| s.parse()).map_err(|e| self.corrupt(e))?,
-                    to: Status::Failed,
-                },
-            }
-            .into())
+            self.update_attempt(db, id, sql, &[Arg::Int(id.0)], "status", |row| {
+                self.illegal_transition(id, row, AttemptStatus::Failed)
+            })
         })
     }
 

@@ -24,7 +24,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::{TEAM_CLUSTER, TeamError, source_error};
-use crate::ledger::{AttemptId, ImportedAttempt, ImportedState, Ledger, PgConnection, Status, Timestamp, now};
+use crate::ledger::{AttemptId, AttemptStatus, ImportedAttempt, ImportedState, Ledger, PgConnection, Timestamp, now};
 
 /// Rows committed late with an older timestamp are caught by re-reading this far behind the mark.
 const WATERMARK_OVERLAP_S: i64 = 600;
@@ -310,11 +310,11 @@ pub fn plan_import(
         let key = (row.model.clone(), family_of(&row.benchmark));
         match holder.get(&key) {
             Some(None) => {
-                row.status = Status::Cancelled;
+                row.status = AttemptStatus::Cancelled;
                 row.reason = format!("{} — the pair is already active in this ledger", row.reason);
             }
             Some(Some(_)) => {
-                row.status = Status::Cancelled;
+                row.status = AttemptStatus::Cancelled;
                 row.reason = format!("{} — superseded by a newer active row of the pair", row.reason);
             }
             None => {
@@ -346,17 +346,18 @@ fn map_job(job: &TeamJob, model: &str, benchmark: &str, source_id: String, at: T
     let submitted_at = job.submitted_at.or(job.created_at).or(job.started_at).unwrap_or(at);
     let raw_status = job.job_status.clone().unwrap_or_default();
     let (status, reason) = match raw_status.as_str() {
-        "Finished" => (Status::Finished, "imported: Finished in the team history".to_string()),
-        "Failed" => (Status::Failed, "imported: Failed in the team history".to_string()),
-        "Pending" if (at - submitted_at).num_seconds() > STALE_PENDING_S => {
-            (Status::Cancelled, format!("imported: stale Pending in the team history (submitted {submitted_at})"))
-        }
+        "Finished" => (AttemptStatus::Finished, "imported: Finished in the team history".to_string()),
+        "Failed" => (AttemptStatus::Failed, "imported: Failed in the team history".to_string()),
+        "Pending" if (at - submitted_at).num_seconds() > STALE_PENDING_S => (
+            AttemptStatus::Cancelled,
+            format!("imported: stale Pending in the team history (submitted {submitted_at})"),
+        ),
         "Started" if job.started_at.is_none_or(|s| (at - s).num_seconds() > STALE_STARTED_S) => {
-            (Status::Cancelled, "imported: stale Started in the team history".to_string())
+            (AttemptStatus::Cancelled, "imported: stale Started in the team history".to_string())
         }
-        "Pending" => (Status::Pending, "imported: Pending in the team history".to_string()),
-        "Started" => (Status::Started, "imported: Started in the team history".to_string()),
-        other => (Status::Failed, format!("imported: unknown job status {other:?} in the team history")),
+        "Pending" => (AttemptStatus::Pending, "imported: Pending in the team history".to_string()),
+        "Started" => (AttemptStatus::Started, "imported: Started in the team history".to_string()),
+        other => (AttemptStatus::Failed, format!("imported: unknown job status {other:?} in the team history")),
     };
     let source_config = job.config.clone().unwrap_or(Value::Null);
     let timeout_multiplier = source_config.get("timeout_multiplier").and_then(Value::as_f64).unwrap_or(1.0);
@@ -366,7 +367,7 @@ fn map_job(job: &TeamJob, model: &str, benchmark: &str, source_id: String, at: T
         "timeout_multiplier": timeout_multiplier,
         "team_config": source_config,
     });
-    let metrics = (status == Status::Finished).then(|| team_metrics(job)).flatten();
+    let metrics = (status == AttemptStatus::Finished).then(|| team_metrics(job)).flatten();
     ImportedAttempt {
         model: model.to_string(),
         benchmark: benchmark.to_string(),
@@ -521,7 +522,7 @@ mod tests {
         let row = &plan.new[0];
         assert_eq!(
             (row.model.as_str(), row.benchmark.as_str(), row.status),
-            ("org/sft-run", "dev_set_v2_2.0x", Status::Finished)
+            ("org/sft-run", "dev_set_v2_2.0x", AttemptStatus::Finished)
         );
         let metrics = row.metrics.as_ref().unwrap();
         assert_eq!((metrics["mean_reward"].as_f64(), metrics["n_infra_errors"].as_i64()), (Some(0.5), Some(3)));
@@ -542,13 +543,13 @@ mod tests {
         h.jobs[4].metrics = Some(json!({}));
         let active = HashMap::from([(("org/sft-run".to_string(), "dev_set_v2".to_string()), None)]);
         let plan = plan_import(&h, "src", &[], &active, &family, "own", now());
-        let status: HashMap<&str, Status> =
+        let status: HashMap<&str, AttemptStatus> =
             plan.new.iter().map(|r| (r.run_tag.trim_start_matches("run-"), r.status)).collect();
-        assert_eq!(status["old"], Status::Cancelled);
-        assert_eq!(status["new"], Status::Pending);
-        assert_eq!(status["older"], Status::Cancelled);
-        assert_eq!(status["mine"], Status::Cancelled);
-        assert_eq!(status["empty"], Status::Finished);
+        assert_eq!(status["old"], AttemptStatus::Cancelled);
+        assert_eq!(status["new"], AttemptStatus::Pending);
+        assert_eq!(status["older"], AttemptStatus::Cancelled);
+        assert_eq!(status["mine"], AttemptStatus::Cancelled);
+        assert_eq!(status["empty"], AttemptStatus::Finished);
         assert!(plan.new.iter().find(|r| r.run_tag == "run-empty").unwrap().metrics.is_none());
     }
 
@@ -562,14 +563,14 @@ mod tests {
             ImportedState {
                 id: AttemptId(1),
                 source_id: "src#j1".into(),
-                status: Status::Finished,
+                status: AttemptStatus::Finished,
                 has_metrics: true,
                 slurm_job_id: Some("1007".into()),
             },
             ImportedState {
                 id: AttemptId(2),
                 source_id: "src#j2".into(),
-                status: Status::Started,
+                status: AttemptStatus::Started,
                 has_metrics: false,
                 slurm_job_id: Some("1007".into()),
             },
@@ -577,6 +578,6 @@ mod tests {
         let plan = plan_import(&h, "src", &imported, &HashMap::new(), &family, "own", now());
         assert_eq!((plan.new.len(), plan.unchanged, plan.skipped_own), (0, 1, 1));
         assert_eq!(plan.updates.len(), 1);
-        assert_eq!((plan.updates[0].0, plan.updates[0].1.status), (AttemptId(2), Status::Failed));
+        assert_eq!((plan.updates[0].0, plan.updates[0].1.status), (AttemptId(2), AttemptStatus::Failed));
     }
 }

@@ -16,7 +16,7 @@ use postgres::types::Type;
 use serde_json::{Value, json};
 
 use super::{TeamError, source_error};
-use crate::ledger::{AttemptId, NewAttempt, PgConnection, Status};
+use crate::ledger::{AttemptId, AttemptStatus, NewAttempt, PgConnection};
 
 pub struct Mirror {
     connection: Mutex<PgConnection>,
@@ -101,16 +101,16 @@ impl Mirror {
     /// A lifecycle move of the mirrored attempt. `started` → `Started`; `finished` → `Finished`
     /// with metrics and stats; `failed`/`cancelled` → `Failed`. Returns the rows changed (0 when
     /// the attempt was never mirrored).
-    pub fn transition(&self, attempt: AttemptId, to: Status, metrics: Option<&Value>) -> Result<u64, TeamError> {
+    pub fn transition(&self, attempt: AttemptId, to: AttemptStatus, metrics: Option<&Value>) -> Result<u64, TeamError> {
         match to {
-            Status::Pending => Ok(0),
-            Status::Started => self.update(
+            AttemptStatus::Pending => Ok(0),
+            AttemptStatus::Started => self.update(
                 attempt,
                 "publish Started",
                 "job_status = 'Started', started_at = COALESCE(started_at, now())",
                 &[],
             ),
-            Status::Finished => {
+            AttemptStatus::Finished => {
                 let metrics = metrics.cloned().unwrap_or(Value::Null);
                 let team = team_metrics(&metrics);
                 let stats = team_stats(&metrics);
@@ -122,7 +122,7 @@ impl Mirror {
                     &[(&team, Type::JSONB), (&stats, Type::JSONB), (&n_trials, Type::INT4)],
                 )
             }
-            Status::Failed | Status::Cancelled => {
+            AttemptStatus::Failed | AttemptStatus::Cancelled => {
                 self.update(attempt, "publish Failed", "job_status = 'Failed', ended_at = now()", &[])
             }
         }

@@ -41,19 +41,17 @@ pub enum CheckError {
 }
 
 /// The numbers behind the findings, for scripts (`check --json`).
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default)]
 pub struct Facts {
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub engine_log: Option<EngineLog>,
     pub completions_per_min: Option<f64>,
     pub trials: TrialScan,
     pub expected_trials: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub audit: Option<Audit>,
 }
 
 /// The result of checking one run dir.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct RunCheck {
     pub run_dir: PathBuf,
     pub run_tag: Option<String>,

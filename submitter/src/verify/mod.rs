@@ -132,7 +132,7 @@ impl std::fmt::Display for Level {
 }
 
 /// One result of one check: a verdict, the numbers and lines that back it, and what to do.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Finding {
     /// The check it belongs to: `tunnel`, `api_base`, `engine`, `trials`, `outcome`, `audit`.
     pub check: &'static str,
@@ -142,14 +142,11 @@ pub struct Finding {
     /// One line for humans.
     pub summary: String,
     /// Numbers, files and log lines behind the verdict.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub evidence: Vec<String>,
     /// What to do about it (absent when nothing is to be done).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub action: Option<String>,
     /// The `status` verdict this finding stands for when it is the most severe
     /// ([`rules::Assessment::verdict`]); absent for findings that only inform.
-    #[serde(rename = "status_verdict", skip_serializing_if = "Option::is_none")]
     pub status: Option<VerdictKind>,
 }
 
@@ -196,9 +193,9 @@ pub fn mtime(path: &Path) -> Option<DateTime<Utc>> {
 
 /// The agents that run inside the remote sandbox (installed harnesses) and so call the model back
 /// over a public URL; terminus-2 and the other local agents run on the node
-/// ([`launch_spec::launch::LOCAL_AGENTS`]). An unknown (empty) agent counts as local.
+/// ([`launch_spec::spec::LOCAL_AGENTS`]). An unknown (empty) agent counts as local.
 pub fn is_installed_agent(agent: &str) -> bool {
-    !agent.is_empty() && launch_spec::launch::is_installed_agent(agent)
+    !agent.is_empty() && launch_spec::spec::is_installed_agent(agent)
 }
 
 /// Whether a URL's host is private: loopback, RFC 1918, link-local, CGNAT, `localhost`, or a bare

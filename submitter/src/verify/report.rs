@@ -7,7 +7,6 @@
 use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
 
 use super::Level;
 use super::check::RunCheck;
@@ -15,7 +14,7 @@ use super::results::{BenchKind, Matrix, short_name};
 use super::verdict::{StatusRow, VerdictKind};
 
 /// The evidence section of one run (a matrix cell or an in-flight job).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct RunEvidence {
     pub attempt: i64,
     pub model: String,

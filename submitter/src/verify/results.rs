@@ -13,7 +13,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::VerifySettings;
-use crate::ledger::{Attempt, AttemptId, Status, Timestamp};
+use crate::ledger::{Attempt, AttemptId, AttemptStatus, Timestamp};
 
 /// Harbor's result.json, summarised.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -92,7 +92,7 @@ pub fn summary_from_result(result: &Value, expected: Option<u64>) -> ScoreSummar
         .unwrap_or_else(|| stat("n_trials").unwrap_or(s.n_verified).max(s.n_valid + s.n_errors).max(s.n_verified));
     s.mean_reward = (!means.is_empty()).then(|| means.iter().sum::<f64>() / means.len() as f64);
     for (kind, n) in &s.errors_by_type {
-        if launch_spec::launch::INFRA_ERROR_TYPES.contains(&kind.as_str()) {
+        if launch_spec::spec::INFRA_ERROR_TYPES.contains(&kind.as_str()) {
             s.infra_errors.insert(kind.clone(), *n);
             s.n_infra_errors += n;
         }
@@ -223,7 +223,7 @@ pub fn short_name(family: &str) -> String {
 }
 
 /// One (model, benchmark) result.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Cell {
     pub model: String,
     pub benchmark: String,
@@ -245,7 +245,7 @@ pub struct Cell {
 }
 
 /// Models × benchmarks.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Matrix {
     pub models: Vec<String>,
     pub benchmarks: Vec<String>,
@@ -290,8 +290,9 @@ pub fn build_matrix(
         }
     }
     let mut latest: BTreeMap<(String, String), &Attempt> = BTreeMap::new();
-    for a in
-        attempts.iter().filter(|a| a.status == Status::Finished && a.metrics.as_ref().is_some_and(|m| !m.is_null()))
+    for a in attempts
+        .iter()
+        .filter(|a| a.status == AttemptStatus::Finished && a.metrics.as_ref().is_some_and(|m| !m.is_null()))
     {
         let key = (a.model.clone(), a.benchmark_family.clone());
         let newer =
@@ -378,11 +379,14 @@ pub fn build_matrix(
 pub fn finished_attempts(ledger: &dyn crate::ledger::Ledger) -> Result<Vec<Attempt>, crate::ledger::LedgerError> {
     let mut out = Vec::new();
     for pair in ledger.latest_per_pair()? {
-        if pair.latest.status == Status::Finished {
+        if pair.latest.status == AttemptStatus::Finished {
             out.push(pair.latest);
         } else if pair.total_attempts > 1 {
             out.extend(
-                ledger.attempts_for(&pair.model, &pair.family)?.into_iter().filter(|a| a.status == Status::Finished),
+                ledger
+                    .attempts_for(&pair.model, &pair.family)?
+                    .into_iter()
+                    .filter(|a| a.status == AttemptStatus::Finished),
             );
         }
     }
@@ -405,7 +409,7 @@ pub fn summary_from_metrics(m: &Value) -> ScoreSummary {
     } else {
         errors_by_type
             .iter()
-            .filter(|(k, _)| launch_spec::launch::INFRA_ERROR_TYPES.contains(&k.as_str()))
+            .filter(|(k, _)| launch_spec::spec::INFRA_ERROR_TYPES.contains(&k.as_str()))
             .map(|(k, v)| (k.clone(), *v))
             .collect()
     };
@@ -568,7 +572,7 @@ mod tests {
             username: "u".into(),
             run_tag: format!("{family}__{model}"),
             slurm_job_id: Some(id.to_string()),
-            status: Status::Finished,
+            status: AttemptStatus::Finished,
             reason: "finished".into(),
             config: json!({"run_dir": "/r"}),
             metrics: Some(json!({"mean_reward": mean, "n_trials": n, "n_errors": 0, "n_valid": n, "n_expected": n})),

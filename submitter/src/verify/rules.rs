@@ -14,12 +14,12 @@ use serde::Serialize;
 use super::results::Audit;
 use super::{Finding, Level, VerifySettings, human_duration, parse_time, percent};
 use crate::domain::SlurmView;
-use crate::ledger::Status;
+use crate::ledger::AttemptStatus;
 
 pub use super::VerdictKind;
 
 /// What the trial directories hold.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default)]
 pub struct TrialScan {
     /// Trial directories (`<task>__<id>/` with any of Harbor's trial files).
     pub dirs: u64,
@@ -38,20 +38,16 @@ pub struct TrialScan {
     /// No output tokens and the agent's execution (`agent_execution`; older Harbor: the whole
     /// trial) took at most `instant_fail_s`.
     pub instant_failures: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub instant_example: Option<String>,
     /// Exception types of the instant failures.
     pub instant_types: BTreeMap<String, u64>,
     /// The newest `result.json` (modification time) and its trial.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub last_result_at: Option<DateTime<Utc>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub last_result_trial: Option<String>,
     /// `api_base` of the trial configs: value → (count, example trial).
     pub api_bases: BTreeMap<String, (u64, String)>,
     /// trial.log lines saying `model_info` is missing (terminus-2's warning), with one example.
     pub model_info_warnings: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub model_info_example: Option<String>,
 }
 
@@ -71,7 +67,7 @@ pub enum RunState {
 /// What the ledger and Slurm say of the job (`status`; `check` has none).
 #[derive(Debug, Clone)]
 pub struct JobFacts {
-    pub ledger_status: Status,
+    pub ledger_status: AttemptStatus,
     pub ledger_reason: String,
     /// When the job was first seen running (ledger `started_at`, or the first observation).
     pub running_seen_at: Option<DateTime<Utc>>,
@@ -251,7 +247,7 @@ pub fn evaluate(ev: &Evidence, s: &VerifySettings) -> Assessment {
     // 1. The ledger's word on a terminal attempt is final.
     if let Some(job) = &ev.job {
         match job.ledger_status {
-            Status::Finished => {
+            AttemptStatus::Finished => {
                 let mut f = finding("job", "job.finished", Level::Ok, VerdictKind::Finished, "finished".into());
                 if let Some(audit) = ev.audit.as_ref().filter(|a| !a.complete) {
                     f.summary = format!("finished, incomplete: {}", audit.reasons.join("; "));
@@ -260,7 +256,7 @@ pub fn evaluate(ev: &Evidence, s: &VerifySettings) -> Assessment {
                 out.push(f);
                 return done(RunState::Ended, out);
             }
-            Status::Failed | Status::Cancelled => {
+            AttemptStatus::Failed | AttemptStatus::Cancelled => {
                 out.push(finding(
                     "job",
                     "job.failed",
@@ -270,7 +266,7 @@ pub fn evaluate(ev: &Evidence, s: &VerifySettings) -> Assessment {
                 ));
                 return done(RunState::Ended, out);
             }
-            Status::Pending | Status::Started => {}
+            AttemptStatus::Pending | AttemptStatus::Started => {}
         }
     }
 
@@ -677,7 +673,7 @@ fn trial_findings(
         let infra: u64 = scan
             .errors_by_type
             .iter()
-            .filter(|(k, _)| launch_spec::launch::INFRA_ERROR_TYPES.contains(&k.as_str()))
+            .filter(|(k, _)| launch_spec::spec::INFRA_ERROR_TYPES.contains(&k.as_str()))
             .map(|(_, v)| v)
             .sum();
         let queued = if scan.queued > 0 { format!(", {} queued", scan.queued) } else { String::new() };

@@ -10,7 +10,7 @@ use super::verdict::{self, Inputs, JobVerdict, StatusRow, VerdictKind};
 use super::{VerifySettings, check, human_duration, results};
 use crate::config::cluster::AutoCancel;
 use crate::domain::SlurmView;
-use crate::ledger::{Attempt, AttemptId, Ledger, Status};
+use crate::ledger::{Attempt, AttemptId, AttemptStatus, Ledger};
 use crate::observe::{SyncError, run_dir_of, view_of};
 use crate::slurm::{JobId, JobInfo, Slurm};
 use serde_json::Value;
@@ -70,7 +70,7 @@ pub fn collect(ledger: &dyn Ledger, slurm: &dyn Slurm, opts: &Collect) -> Result
 
 /// What `status` knows of one job besides its run dir.
 pub struct JobSide<'a> {
-    pub status: Status,
+    pub status: AttemptStatus,
     pub reason: &'a str,
     pub job_id: Option<&'a str>,
     /// `None` while the row has no job id.
@@ -193,9 +193,9 @@ pub fn apply_auto_cancel(
         let Some(job) = row.slurm_job_id.as_deref().and_then(|j| j.parse::<JobId>().ok()) else { continue };
         slurm.cancel(job, None, false)?;
         let why = format!("cancelled by status --watch: {reason}");
-        ledger.transition(AttemptId(row.attempt), Status::Failed, &why, None)?;
+        ledger.transition(AttemptId(row.attempt), AttemptStatus::Failed, &why, None)?;
         done.push(format!("cancelled job {job} ({} on {}): {reason}", row.model, row.benchmark));
-        row.ledger_status = Status::Failed;
+        row.ledger_status = AttemptStatus::Failed;
         row.ledger_reason = why;
         row.cancelled = Some(reason);
     }

@@ -21,7 +21,7 @@ use super::rules::{EngineFacts, Evidence, JobFacts, TrialFacts, Window};
 use super::{Finding, VerifySettings, human_duration, parse_time};
 use crate::config::cluster::AutoCancel;
 use crate::domain::SlurmView;
-use crate::ledger::Status;
+use crate::ledger::AttemptStatus;
 
 pub use super::VerdictKind;
 
@@ -93,7 +93,7 @@ pub struct Inputs<'a> {
     pub slurm_state: Option<String>,
     pub job_id: Option<String>,
     /// The ledger row.
-    pub attempt_status: Status,
+    pub attempt_status: AttemptStatus,
     pub attempt_reason: &'a str,
     /// When sync saw the job start (ledger `started_at`).
     pub started_at: Option<DateTime<Utc>>,
@@ -111,7 +111,7 @@ pub struct Inputs<'a> {
 }
 
 /// Completions and trials over a window.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Rate {
     pub window_s: i64,
     pub completions: u64,
@@ -125,26 +125,22 @@ pub struct Rate {
 }
 
 /// A job's verdict with the evidence.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct JobVerdict {
     pub verdict: VerdictKind,
     pub summary: String,
     pub evidence: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub action: Option<String>,
     /// Since when this verdict has held (as observed).
     pub since: DateTime<Utc>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub rate: Option<Rate>,
     /// Trials finished / expected, when known.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub trials_finished: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub trials_expected: Option<u64>,
 }
 
 /// One line of `status`: the ledger row joined with Slurm and payload's records, and its verdict.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct StatusRow {
     pub attempt: i64,
     pub model: String,
@@ -152,22 +148,19 @@ pub struct StatusRow {
     pub cluster: String,
     pub run_tag: String,
     pub run_dir: Option<String>,
-    pub ledger_status: Status,
+    pub ledger_status: AttemptStatus,
     pub ledger_reason: String,
     pub slurm_job_id: Option<String>,
     /// Slurm's state (`PENDING`, `RUNNING`, …), `gone` when Slurm no longer lists the job, `-`
     /// without a job id.
     pub slurm: String,
-    #[serde(skip)]
     pub slurm_view: Option<SlurmView>,
     /// payload's phase from status.json, `-` without one.
     pub phase: String,
     pub verdict: JobVerdict,
     /// Set when `status --watch` cancelled the job under the profile's `verify.auto_cancel`.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub cancelled: Option<String>,
     /// For a walltime continuation: the attempt it continues and its place in the chain.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub continues: Option<crate::domain::Continuation>,
 }
 
@@ -193,7 +186,7 @@ pub fn judge(inputs: &Inputs) -> (JobVerdict, Observation) {
     }
     let heartbeat = inputs.status.and_then(|s| s.heartbeat.as_ref());
     let current = heartbeat.and_then(Sample::from_heartbeat);
-    let (draft, rate) = decide(inputs, &obs, current.as_ref());
+    let (draft, rate) = draft_verdict(inputs, &obs, current.as_ref());
     if let Some(sample) = current
         && obs.samples.last().is_none_or(|last| sample.at > last.at)
     {
@@ -228,7 +221,7 @@ pub fn judge(inputs: &Inputs) -> (JobVerdict, Observation) {
 /// The evidence `status` has of one job — payload's heartbeat, the rate window over earlier
 /// readings, Slurm, the ledger and the run dir's config problems — through the one rule engine
 /// ([`super::rules::evaluate`]), and the verdict its most severe finding stands for.
-fn decide(inputs: &Inputs, obs: &Observation, current: Option<&Sample>) -> (Draft, Option<Rate>) {
+fn draft_verdict(inputs: &Inputs, obs: &Observation, current: Option<&Sample>) -> (Draft, Option<Rate>) {
     let now = inputs.now;
     let s = inputs.settings;
     let status = inputs.status;
@@ -480,7 +473,7 @@ mod tests {
     struct Case {
         status: Option<RunStatus>,
         slurm: Option<SlurmView>,
-        attempt: Status,
+        attempt: AttemptStatus,
         previous: Option<Observation>,
         now: i64,
         expected: Option<u64>,
@@ -492,7 +485,7 @@ mod tests {
             Case {
                 status,
                 slurm: Some(SlurmView::Running),
-                attempt: Status::Started,
+                attempt: AttemptStatus::Started,
                 previous: None,
                 now,
                 expected: None,
@@ -621,9 +614,9 @@ mod tests {
         let mut case = Case::new(None, 10);
         case.slurm = Some(SlurmView::Queued);
         assert_eq!(case.judge().0.verdict, VerdictKind::Starting);
-        case.attempt = Status::Finished;
+        case.attempt = AttemptStatus::Finished;
         assert_eq!(case.judge().0.verdict, VerdictKind::Finished);
-        case.attempt = Status::Cancelled;
+        case.attempt = AttemptStatus::Cancelled;
         assert_eq!(case.judge().0.verdict, VerdictKind::Failed);
     }
 

@@ -4,7 +4,7 @@
 use std::process::Command;
 
 use serde_json::{Value, json};
-use submitter::ledger::{NewAttempt, Status, open_ledger};
+use submitter::ledger::{AttemptStatus, NewAttempt, open_ledger};
 
 use crate::support::{SUBMITTER, stderr, stdout, workspace_root};
 
@@ -40,9 +40,10 @@ fn catalogue_and_unevaluated_list() {
 
     // Alpha finished on a member of the dev_set_v2 family; Gamma only failed there.
     let ledger = open_ledger(&format!("sqlite:{}", state.join("ledger.sqlite").display())).unwrap();
-    for (model, benchmark, to) in
-        [("org/Alpha-8B", "dev_set_v2_2.0x", Status::Finished), ("org/Gamma-8B", "dev_set_v2", Status::Failed)]
-    {
+    for (model, benchmark, to) in [
+        ("org/Alpha-8B", "dev_set_v2_2.0x", AttemptStatus::Finished),
+        ("org/Gamma-8B", "dev_set_v2", AttemptStatus::Failed),
+    ] {
         let id = ledger
             .insert_pending(&NewAttempt {
                 model: model.into(),

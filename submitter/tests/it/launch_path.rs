@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
-use submitter::ledger::{Status, open_ledger};
+use submitter::ledger::{AttemptStatus, open_ledger};
 
 use crate::ledger::Store;
 use crate::queueing::{TestCluster, cancel_all, text, wait_until};
@@ -324,7 +324,7 @@ fn walltime_end_is_continued_not_failed() {
     let out = cluster.run(&["sync"], &store.spec, &["--json"], &[]);
     assert!(out.status.success(), "{}", text(&out));
     let after = ledger.attempt(first.id).unwrap().unwrap();
-    assert_eq!(after.status, Status::Failed, "{after:?}");
+    assert_eq!(after.status, AttemptStatus::Failed, "{after:?}");
     let pair = ledger.latest_per_pair().unwrap().pop().unwrap();
     assert!(pair.latest_resumable, "ended by the walltime: {} ({})", after.reason, text(&out));
     assert_eq!(pair.failed_attempts, 0, "a walltime end is not a failure (max_attempts 1 would block)");

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use submitter::ledger::{
-    AttemptId, DEFAULT_FAMILIES, ImportedAttempt, Ledger, LedgerError, NewAttempt, Status, latest_schema_version, now,
-    open_ledger,
+    AttemptId, AttemptStatus, DEFAULT_FAMILIES, ImportedAttempt, Ledger, LedgerError, NewAttempt,
+    latest_schema_version, now, open_ledger,
 };
 use tempfile::TempDir;
 
@@ -152,7 +152,7 @@ fn new_attempt(model: &str, benchmark: &str) -> NewAttempt {
     }
 }
 
-fn imported(model: &str, benchmark: &str, status: Status, submitted_at: DateTime<Utc>) -> ImportedAttempt {
+fn imported(model: &str, benchmark: &str, status: AttemptStatus, submitted_at: DateTime<Utc>) -> ImportedAttempt {
     ImportedAttempt {
         model: model.to_string(),
         benchmark: benchmark.to_string(),
@@ -163,7 +163,7 @@ fn imported(model: &str, benchmark: &str, status: Status, submitted_at: DateTime
         status,
         reason: "imported".to_string(),
         config: json!({"timeout_multiplier": 1.0}),
-        metrics: (status == Status::Finished).then(|| json!({"mean_reward": 0.5})),
+        metrics: (status == AttemptStatus::Finished).then(|| json!({"mean_reward": 0.5})),
         submitted_at,
         started_at: None,
         ended_at: None,
@@ -215,7 +215,7 @@ fn lifecycle_with_utc_timestamps(ledger: &dyn Ledger) {
     let after = now();
 
     let row = ledger.attempt(id).unwrap().expect("inserted row");
-    assert_eq!(row.status, Status::Pending);
+    assert_eq!(row.status, AttemptStatus::Pending);
     assert_eq!(row.benchmark, "dev_set_v2_2.0x");
     assert_eq!(row.benchmark_family, "dev_set_v2");
     assert_eq!((row.cluster.as_str(), row.username.as_str()), ("jupiter", "alice"));
@@ -237,47 +237,50 @@ fn lifecycle_with_utc_timestamps(ledger: &dyn Ledger) {
     let conflict = ledger.set_job_id(id, "999").unwrap_err();
     assert!(matches!(&conflict, LedgerError::JobIdConflict { existing, .. } if existing == "123456"), "{conflict}");
 
-    ledger.transition(id, Status::Started, "payload running", None).unwrap();
+    ledger.transition(id, AttemptStatus::Started, "payload running", None).unwrap();
     let started = ledger.attempt(id).unwrap().unwrap();
-    assert_eq!((started.status, started.slurm_job_id.as_deref()), (Status::Started, Some("123456")));
+    assert_eq!((started.status, started.slurm_job_id.as_deref()), (AttemptStatus::Started, Some("123456")));
     let started_at = started.started_at.expect("started_at stamped");
     assert_near(started_at, before, now());
     assert!(started_at >= started.submitted_at);
 
     // Re-entering `started` (a repeated sync) keeps the first stamp.
-    ledger.transition(id, Status::Started, "still running", None).unwrap();
+    ledger.transition(id, AttemptStatus::Started, "still running", None).unwrap();
     assert_eq!(ledger.attempt(id).unwrap().unwrap().started_at, Some(started_at));
 
     let metrics = json!({"mean_reward": 0.41, "n_trials": 100, "n_errors": 2});
-    ledger.transition(id, Status::Finished, "harbor finished", Some(&metrics)).unwrap();
+    ledger.transition(id, AttemptStatus::Finished, "harbor finished", Some(&metrics)).unwrap();
     let finished = ledger.attempt(id).unwrap().unwrap();
-    assert_eq!(finished.status, Status::Finished);
+    assert_eq!(finished.status, AttemptStatus::Finished);
     assert_eq!(finished.metrics.as_ref(), Some(&metrics));
     assert_eq!(finished.reason, "harbor finished");
     let ended_at = finished.ended_at.expect("ended_at stamped");
     assert!(ended_at >= started_at && finished.updated_at >= ended_at);
 
     // Terminal is final.
-    let illegal = ledger.transition(id, Status::Started, "resurrect", None).unwrap_err();
+    let illegal = ledger.transition(id, AttemptStatus::Started, "resurrect", None).unwrap_err();
     assert!(
-        matches!(illegal, LedgerError::IllegalTransition { from: Status::Finished, to: Status::Started, .. }),
+        matches!(
+            illegal,
+            LedgerError::IllegalTransition { from: AttemptStatus::Finished, to: AttemptStatus::Started, .. }
+        ),
         "{illegal}"
     );
-    let illegal = ledger.transition(id, Status::Failed, "late failure", None).unwrap_err();
-    assert!(matches!(illegal, LedgerError::IllegalTransition { from: Status::Finished, .. }), "{illegal}");
+    let illegal = ledger.transition(id, AttemptStatus::Failed, "late failure", None).unwrap_err();
+    assert!(matches!(illegal, LedgerError::IllegalTransition { from: AttemptStatus::Finished, .. }), "{illegal}");
     // Re-entering `finished` may clear the metrics (`Some(Null)`); `None` leaves them.
-    ledger.transition(id, Status::Finished, "metrics cleared: infra errors", Some(&Value::Null)).unwrap();
+    ledger.transition(id, AttemptStatus::Finished, "metrics cleared: infra errors", Some(&Value::Null)).unwrap();
     let cleared = ledger.attempt(id).unwrap().unwrap();
     assert_eq!((cleared.metrics, cleared.ended_at), (None, Some(ended_at)));
 
     let missing = AttemptId(id.0 + 1000);
-    assert!(matches!(ledger.transition(missing, Status::Failed, "x", None), Err(LedgerError::NotFound { .. })));
+    assert!(matches!(ledger.transition(missing, AttemptStatus::Failed, "x", None), Err(LedgerError::NotFound { .. })));
     assert!(matches!(ledger.set_job_id(missing, "1"), Err(LedgerError::NotFound { .. })));
     assert_eq!(ledger.attempt(missing).unwrap(), None);
 
     // Pending straight to failed (sbatch refused): ended, never started.
     let second = ledger.insert_pending(&new).unwrap();
-    ledger.transition(second, Status::Failed, "sbatch: invalid account", None).unwrap();
+    ledger.transition(second, AttemptStatus::Failed, "sbatch: invalid account", None).unwrap();
     let failed = ledger.attempt(second).unwrap().unwrap();
     assert_eq!((failed.started_at, failed.attempt), (None, 2));
     assert!(failed.ended_at.is_some());
@@ -294,16 +297,16 @@ fn second_active_attempt_is_refused(ledger: &dyn Ledger) {
     }
     assert!(refused.to_string().contains("org/A-32B"), "{refused}");
     // Another member of the family is the same pair; started blocks like pending.
-    ledger.transition(first, Status::Started, "running", None).unwrap();
+    ledger.transition(first, AttemptStatus::Started, "running", None).unwrap();
     let refused = ledger.insert_pending(&new_attempt("org/A-32B", "openthoughts-tblite")).unwrap_err();
     assert!(matches!(refused, LedgerError::AlreadyActive { existing_id, .. } if existing_id == first), "{refused}");
     // Other models and other families are independent.
     ledger.insert_pending(&new_attempt("org/B-32B", "dev_set_v2")).unwrap();
     ledger.insert_pending(&new_attempt("org/A-32B", "terminal_bench_2")).unwrap();
     // Once the active attempt ends, the next one goes in — numbered per pair.
-    ledger.transition(first, Status::Failed, "vanished", None).unwrap();
+    ledger.transition(first, AttemptStatus::Failed, "vanished", None).unwrap();
     let second = ledger.insert_pending(&new_attempt("org/A-32B", "DCAgent_dev_set_v2")).unwrap();
-    ledger.transition(second, Status::Finished, "done", Some(&json!({"mean_reward": 1.0}))).unwrap();
+    ledger.transition(second, AttemptStatus::Finished, "done", Some(&json!({"mean_reward": 1.0}))).unwrap();
     let third = ledger.insert_pending(&new_attempt("org/A-32B", "dev_set_v2")).unwrap();
     let numbers: Vec<u32> = ledger.attempts_for("org/A-32B", "dev_set_v2").unwrap().iter().map(|a| a.attempt).collect();
     assert_eq!(numbers, vec![1, 2, 3]);
@@ -336,7 +339,7 @@ fn families_count_as_one_benchmark(ledger: &dyn Ledger) {
 
 fn set_family_moves_attempts_and_refuses_merging_active_ones(ledger: &dyn Ledger) {
     let old = ledger.insert_pending(&new_attempt("m", "tb2_hard")).unwrap();
-    ledger.transition(old, Status::Failed, "x", None).unwrap();
+    ledger.transition(old, AttemptStatus::Failed, "x", None).unwrap();
     ledger.insert_pending(&new_attempt("m", "tb2_hard")).unwrap();
     ledger.insert_pending(&new_attempt("m", "terminal_bench_2")).unwrap();
     // Both pairs have an active attempt: merging them would break the one-active rule.
@@ -345,7 +348,7 @@ fn set_family_moves_attempts_and_refuses_merging_active_ones(ledger: &dyn Ledger
     assert_eq!(ledger.family_of("tb2_hard").unwrap(), "tb2_hard", "refused change must roll back");
     for attempt in ledger.active().unwrap() {
         if attempt.benchmark == "terminal_bench_2" {
-            ledger.transition(attempt.id, Status::Cancelled, "make room", None).unwrap();
+            ledger.transition(attempt.id, AttemptStatus::Cancelled, "make room", None).unwrap();
         }
     }
     ledger.set_family("tb2_hard", "terminal_bench_2").unwrap();
@@ -360,36 +363,36 @@ fn latest_per_pair_picks_latest_and_counts(ledger: &dyn Ledger) {
     // History with out-of-order submission times: latest is by submitted_at, not insertion order.
     ledger
         .import_attempts(&[
-            imported("m1", "dev_set_v2", Status::Failed, at(100)),
-            imported("m1", "dev_set_v2_2.0x", Status::Finished, at(300)),
-            imported("m1", "DCAgent_dev_set_v2", Status::Failed, at(200)),
-            imported("m1", "terminal_bench_2", Status::Cancelled, at(50)),
-            imported("m2", "dev_set_v2", Status::Failed, at(10)),
-            imported("m2", "dev_set_v2", Status::Failed, at(20)),
+            imported("m1", "dev_set_v2", AttemptStatus::Failed, at(100)),
+            imported("m1", "dev_set_v2_2.0x", AttemptStatus::Finished, at(300)),
+            imported("m1", "DCAgent_dev_set_v2", AttemptStatus::Failed, at(200)),
+            imported("m1", "terminal_bench_2", AttemptStatus::Cancelled, at(50)),
+            imported("m2", "dev_set_v2", AttemptStatus::Failed, at(10)),
+            imported("m2", "dev_set_v2", AttemptStatus::Failed, at(20)),
         ])
         .unwrap();
     // Ties on submitted_at go to the higher id.
     ledger
         .import_attempts(&[
-            imported("m3", "swe", Status::Failed, at(500)),
-            imported("m3", "swe", Status::Finished, at(500)),
+            imported("m3", "swe", AttemptStatus::Failed, at(500)),
+            imported("m3", "swe", AttemptStatus::Finished, at(500)),
         ])
         .unwrap();
     // A live attempt is newer than all history.
     let live = ledger.insert_pending(&new_attempt("m2", "dev_set_v2")).unwrap();
 
     let pairs = ledger.latest_per_pair().unwrap();
-    let summary: Vec<(&str, &str, Status, u32, u32)> = pairs
+    let summary: Vec<(&str, &str, AttemptStatus, u32, u32)> = pairs
         .iter()
         .map(|p| (p.model.as_str(), p.family.as_str(), p.latest.status, p.failed_attempts, p.total_attempts))
         .collect();
     assert_eq!(
         summary,
         vec![
-            ("m1", "dev_set_v2", Status::Finished, 2, 3),
-            ("m1", "terminal_bench_2", Status::Cancelled, 0, 1),
-            ("m2", "dev_set_v2", Status::Pending, 2, 3),
-            ("m3", "swe", Status::Finished, 1, 2),
+            ("m1", "dev_set_v2", AttemptStatus::Finished, 2, 3),
+            ("m1", "terminal_bench_2", AttemptStatus::Cancelled, 0, 1),
+            ("m2", "dev_set_v2", AttemptStatus::Pending, 2, 3),
+            ("m3", "swe", AttemptStatus::Finished, 1, 2),
         ]
     );
     assert_eq!(pairs[0].latest.benchmark, "dev_set_v2_2.0x");
@@ -425,9 +428,9 @@ fn catalogue_and_unevaluated(ledger: &dyn Ledger) {
 
     // Alpha finished on a family member; Gamma only failed; Beta is running.
     let alpha = ledger.insert_pending(&new_attempt("org/Alpha-8B", "dev_set_v2_2.0x")).unwrap();
-    ledger.transition(alpha, Status::Finished, "done", Some(&json!({"mean_reward": 0.3}))).unwrap();
+    ledger.transition(alpha, AttemptStatus::Finished, "done", Some(&json!({"mean_reward": 0.3}))).unwrap();
     let gamma = ledger.insert_pending(&new_attempt("org/Gamma-8B-v2", "dev_set_v2")).unwrap();
-    ledger.transition(gamma, Status::Failed, "oom", None).unwrap();
+    ledger.transition(gamma, AttemptStatus::Failed, "oom", None).unwrap();
     ledger.insert_pending(&new_attempt("org/Beta-32B-sft", "dev_set_v2")).unwrap();
 
     assert_eq!(
@@ -465,40 +468,40 @@ fn heartbeats_per_submitter_and_cluster(ledger: &dyn Ledger) {
 fn imported_rows_are_tracked_by_source(ledger: &dyn Ledger) {
     let source = "postgres://team@db:5432/postgres";
     assert_eq!(ledger.import_watermark(source).unwrap(), None);
-    let mut done = imported("org/A-8B", "terminal_bench_2", Status::Finished, at(0));
+    let mut done = imported("org/A-8B", "terminal_bench_2", AttemptStatus::Finished, at(0));
     done.source_id = Some(format!("{source}#1"));
-    let mut running = imported("org/B-8B", "terminal_bench_2", Status::Started, at(10));
+    let mut running = imported("org/B-8B", "terminal_bench_2", AttemptStatus::Started, at(10));
     running.source_id = Some(format!("{source}#2"));
-    let mut other = imported("org/C-8B", "terminal_bench_2", Status::Failed, at(20));
+    let mut other = imported("org/C-8B", "terminal_bench_2", AttemptStatus::Failed, at(20));
     other.source_id = Some("postgres://else@db/x#1".to_string());
     assert_eq!(ledger.import_attempts(&[done, running.clone(), other]).unwrap(), 3);
     let mut states = ledger.imported(source).unwrap();
     states.sort_by(|a, b| a.source_id.cmp(&b.source_id));
-    let summary: Vec<(&str, Status, bool)> =
+    let summary: Vec<(&str, AttemptStatus, bool)> =
         states.iter().map(|s| (s.source_id.as_str(), s.status, s.has_metrics)).collect();
     assert_eq!(
         summary,
         [
-            (format!("{source}#1").as_str(), Status::Finished, true),
-            (format!("{source}#2").as_str(), Status::Started, false)
+            (format!("{source}#1").as_str(), AttemptStatus::Finished, true),
+            (format!("{source}#2").as_str(), AttemptStatus::Started, false)
         ]
     );
     // The source says it finished: the row follows, metrics included.
     let mut finished = running;
-    finished.status = Status::Finished;
+    finished.status = AttemptStatus::Finished;
     finished.metrics = Some(json!({"mean_reward": 0.25}));
     finished.ended_at = Some(at(100));
     assert_eq!(ledger.update_imported(&[(states[1].id, finished)]).unwrap(), 1);
     let row = ledger.attempt(states[1].id).unwrap().unwrap();
-    assert_eq!((row.status, row.ended_at), (Status::Finished, Some(at(100))));
+    assert_eq!((row.status, row.ended_at), (AttemptStatus::Finished, Some(at(100))));
     assert_eq!(row.metrics, Some(json!({"mean_reward": 0.25})));
     // A finished import may go back to active (the team's resume path resets rows in place), but
     // never next to another active attempt of its pair.
     ledger.insert_pending(&new_attempt("org/A-8B", "terminal_bench_2")).unwrap();
-    let mut reset = imported("org/A-8B", "terminal_bench_2", Status::Pending, at(200));
+    let mut reset = imported("org/A-8B", "terminal_bench_2", AttemptStatus::Pending, at(200));
     reset.source_id = Some(format!("{source}#1"));
     assert!(ledger.update_imported(&[(states[0].id, reset)]).is_err());
-    assert_eq!(ledger.attempt(states[0].id).unwrap().unwrap().status, Status::Finished, "rolled back");
+    assert_eq!(ledger.attempt(states[0].id).unwrap().unwrap().status, AttemptStatus::Finished, "rolled back");
 
     ledger.set_import_watermark(source, Some(at(100))).unwrap();
     ledger.set_import_watermark(source, Some(at(150))).unwrap();
@@ -508,30 +511,36 @@ fn imported_rows_are_tracked_by_source(ledger: &dyn Ledger) {
 fn lookups_by_run_tag_and_active(ledger: &dyn Ledger) {
     let new = new_attempt("org/M-8B", "terminal_bench_2");
     let first = ledger.insert_pending(&new).unwrap();
-    ledger.transition(first, Status::Failed, "vanished", None).unwrap();
+    ledger.transition(first, AttemptStatus::Failed, "vanished", None).unwrap();
     let second = ledger.insert_pending(&new).unwrap();
     ledger.insert_pending(&new_attempt("org/N-8B", "terminal_bench_2")).unwrap();
     let by_tag: Vec<AttemptId> = ledger.find_by_run_tag(&new.run_tag).unwrap().iter().map(|a| a.id).collect();
     assert_eq!(by_tag, [first, second]);
     assert!(ledger.find_by_run_tag("no-such-tag").unwrap().is_empty());
-    let active: Vec<(String, Status)> = ledger.active().unwrap().into_iter().map(|a| (a.model, a.status)).collect();
-    assert_eq!(active, [("org/M-8B".to_string(), Status::Pending), ("org/N-8B".to_string(), Status::Pending)]);
+    let active: Vec<(String, AttemptStatus)> =
+        ledger.active().unwrap().into_iter().map(|a| (a.model, a.status)).collect();
+    assert_eq!(
+        active,
+        [("org/M-8B".to_string(), AttemptStatus::Pending), ("org/N-8B".to_string(), AttemptStatus::Pending)]
+    );
 }
 
 fn import_keeps_the_active_rule(ledger: &dyn Ledger) {
     let live = ledger.insert_pending(&new_attempt("m", "dev_set_v2")).unwrap();
     let clash = ledger.import_attempts(&[
-        imported("other", "x", Status::Finished, at(1)),
-        imported("m", "dev_set_v2_2.0x", Status::Started, at(2)),
+        imported("other", "x", AttemptStatus::Finished, at(1)),
+        imported("m", "dev_set_v2_2.0x", AttemptStatus::Started, at(2)),
     ]);
     assert!(matches!(clash, Err(LedgerError::AlreadyActive { existing_id, .. }) if existing_id == live), "{clash:?}");
-    let twice = ledger
-        .import_attempts(&[imported("n", "x", Status::Pending, at(1)), imported("n", "x", Status::Started, at(2))]);
+    let twice = ledger.import_attempts(&[
+        imported("n", "x", AttemptStatus::Pending, at(1)),
+        imported("n", "x", AttemptStatus::Started, at(2)),
+    ]);
     assert!(matches!(twice, Err(LedgerError::InvalidImport { .. })), "{twice:?}");
     // All or nothing: the refused batches left no rows.
     assert!(ledger.attempts_for("other", "x").unwrap().is_empty());
     assert!(ledger.attempts_for("n", "x").unwrap().is_empty());
-    assert_eq!(ledger.import_attempts(&[imported("n", "x", Status::Started, at(1))]).unwrap(), 1);
+    assert_eq!(ledger.import_attempts(&[imported("n", "x", AttemptStatus::Started, at(1))]).unwrap(), 1);
     assert_eq!(ledger.import_attempts(&[]).unwrap(), 0);
 }
 
@@ -563,7 +572,7 @@ fn racing_threads_one_wins(store: &Store) {
                 Err(other) => panic!("round {round}: unexpected {other}"),
             }
         }
-        ledgers[0].transition(winners[0], Status::Failed, "next round", None).unwrap();
+        ledgers[0].transition(winners[0], AttemptStatus::Failed, "next round", None).unwrap();
     }
     assert_eq!(ledgers[0].attempts_for("org/Race-8B", "dev_set_v2").unwrap().len(), 5);
 }

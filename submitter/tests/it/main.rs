@@ -19,6 +19,7 @@ mod registry;
 mod site;
 mod slurm_real;
 mod snapshots;
+mod snapshots_ops;
 mod support;
 mod team;
 mod verify;

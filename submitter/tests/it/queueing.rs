@@ -11,7 +11,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use submitter::ledger::{Ledger, Status, open_ledger};
+use submitter::ledger::{AttemptStatus, Ledger, open_ledger};
 use tempfile::TempDir;
 
 use crate::ledger::Store;
@@ -217,7 +217,7 @@ fn once_and_only_once(cluster: &TestCluster, ledger_spec: &str) {
     assert!(third.status.success(), "{out}");
     assert!(out.contains("1 submitted"), "{out}");
     let old = ledger.attempt(victim.id).unwrap().unwrap();
-    assert_eq!(old.status, Status::Failed);
+    assert_eq!(old.status, AttemptStatus::Failed);
     let expected = if was_queued { "vanished" } else { "interrupted" };
     assert!(old.reason.contains(expected), "{} (queued when cancelled: {was_queued})", old.reason);
     let history = ledger.attempts_for(&victim.model, &victim.benchmark_family).unwrap();
@@ -348,7 +348,7 @@ fn finished_is_skipped_and_failures_are_bounded() {
             ledger.active().unwrap().is_empty()
         });
         let attempt = &ledger.attempts_for("test/Tiny-1B", "terminal_bench_2").unwrap()[0];
-        assert_eq!(attempt.status, Status::Finished, "{}", attempt.reason);
+        assert_eq!(attempt.status, AttemptStatus::Finished, "{}", attempt.reason);
         assert!(attempt.metrics.as_ref().is_some_and(|m| m["n_trials"].as_u64() > Some(0)), "{:?}", attempt.metrics);
         let plan = cluster.run(&["plan"], ledger_spec, &[&["--preset", "tb2", "--json"][..], &model].concat(), &[]);
         let decisions: Value = serde_json::from_slice(&plan.stdout).unwrap();
@@ -407,7 +407,7 @@ fn stale_pending_is_cancelled_and_resubmitted() {
     std::thread::sleep(Duration::from_secs(3));
     let out = cluster.run(&["launch"], &store.spec, &model, &[]);
     assert!(text(&out).contains("stale pending") && text(&out).contains("1 submitted"), "{}", text(&out));
-    assert_eq!(ledger.attempt(first.id).unwrap().unwrap().status, Status::Cancelled);
+    assert_eq!(ledger.attempt(first.id).unwrap().unwrap().status, AttemptStatus::Cancelled);
     let state = Command::new("squeue")
         .args(["-h", "--states=all", "-j", first.slurm_job_id.as_deref().unwrap(), "-o", "%T"])
         .output()

@@ -21,7 +21,7 @@ fn run_in(state: &Path, args: &[&str]) -> Output {
 }
 
 /// `text` with RFC 3339 times and human `YYYY-MM-DD HH:MM` times as placeholders.
-fn stable(text: &str) -> String {
+pub(crate) fn stable(text: &str) -> String {
     let rfc3339 = regex::Regex::new(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)").unwrap();
     let human = regex::Regex::new(r"\d{4}-\d\d-\d\d \d\d:\d\d").unwrap();
     human.replace_all(&rfc3339.replace_all(text, "<time>"), "<time>").into_owned()

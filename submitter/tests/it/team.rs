@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use postgres::Client;
 use serde_json::Value;
-use submitter::ledger::{Status, open_ledger};
+use submitter::ledger::{AttemptStatus, open_ledger};
 
 use crate::ledger::{Store, pg_admin, pg_url, with_param};
 use crate::queueing::{TestCluster, text};
@@ -69,7 +69,7 @@ impl Drop for TeamDb {
 /// The team's history in miniature: base models, a duplicate model, a model without a size token
 /// (its base has one), an MoE, a precomputed row; a benchmark family via `duplicate_of`; jobs in
 /// every status, by three users.
-const HISTORY: &str = "
+pub(crate) const HISTORY: &str = "
 INSERT INTO models (id, name, base_model_id, created_by, duplicate_of) VALUES
   ('00000000-0000-0000-0000-000000000001', 'Qwen/Qwen3-8B', NULL, 'hf', NULL),
   ('00000000-0000-0000-0000-000000000002', 'Qwen/Qwen3-32B', NULL, 'hf', NULL),
@@ -158,7 +158,7 @@ fn import_history(ledger_spec: &str, tag: &str) {
     assert_eq!(catalogue, ["Qwen/Qwen3-32B", "Qwen/Qwen3-8B", "org/Alpha-8B", "org/Mixer-30B-A3B", "org/sft-run-a"]);
     let alpha = ledger.attempts_for("org/Alpha-8B", "dev_set_v2").unwrap();
     assert_eq!(alpha.len(), 1, "the duplicate model's job counts for its canonical model");
-    assert_eq!((alpha[0].status, alpha[0].benchmark.as_str()), (Status::Finished, "dev_set_v2_3.0x"));
+    assert_eq!((alpha[0].status, alpha[0].benchmark.as_str()), (AttemptStatus::Finished, "dev_set_v2_3.0x"));
     let tb2 = &ledger.attempts_for("org/Alpha-8B", "terminal_bench_2").unwrap()[0];
     let metrics = tb2.metrics.as_ref().unwrap();
     assert_eq!(metrics["mean_reward"].as_f64(), Some(0.41));
@@ -166,7 +166,7 @@ fn import_history(ledger_spec: &str, tag: &str) {
     assert_eq!((tb2.username.as_str(), tb2.slurm_job_id.as_deref()), ("alice", Some("881")));
     assert_eq!(tb2.config["timeout_multiplier"].as_f64(), Some(1.0));
     let pending = &ledger.attempts_for("org/sft-run-a", "dev_set_v2").unwrap()[0];
-    assert_eq!(pending.status, Status::Cancelled, "5-day-old Pending is stale: {}", pending.reason);
+    assert_eq!(pending.status, AttemptStatus::Cancelled, "5-day-old Pending is stale: {}", pending.reason);
     assert_eq!(pending.slurm_job_id, None, "the \"pending\" placeholder is no job id");
 
     // Dedup uses it: finished pairs are skipped, the running one is another cluster's, cleared
@@ -231,18 +231,18 @@ fn import_history(ledger_spec: &str, tag: &str) {
     assert!(out.status.success(), "{third}");
     assert!(third.contains("2 job(s) read, 1 new, 1 updated"), "only rows past the watermark: {third}");
     let sft = &ledger.attempts_for("org/sft-run-a", "terminal_bench_2").unwrap()[0];
-    assert_eq!(sft.status, Status::Finished);
+    assert_eq!(sft.status, AttemptStatus::Finished);
     assert_eq!(sft.metrics.as_ref().unwrap()["mean_reward"].as_f64(), Some(0.37));
     let queued = &ledger.attempts_for("Qwen/Qwen3-8B", "terminal_bench_2").unwrap()[0];
     assert_eq!(
         (queued.status, queued.cluster.as_str(), queued.username.as_str()),
-        (Status::Pending, "ot-agent", "dave")
+        (AttemptStatus::Pending, "ot-agent", "dave")
     );
     // A row active here is re-read even when no time of it moved (a script failed it in place).
     team.exec("UPDATE sandbox_jobs SET job_status = 'Failed' WHERE username = 'dave'");
     let out = run(&cluster, ledger_spec, &["import"], &[], &team.url);
     assert!(text(&out).contains("1 updated"), "{}", text(&out));
-    assert_eq!(ledger.attempt(queued.id).unwrap().unwrap().status, Status::Failed);
+    assert_eq!(ledger.attempt(queued.id).unwrap().unwrap().status, AttemptStatus::Failed);
     // --full re-reads everything and still writes nothing new.
     let out = run(&cluster, ledger_spec, &["import"], &["--full"], &team.url);
     assert!(text(&out).contains("7 job(s) read, 0 new, 0 updated, 7 unchanged"), "{}", text(&out));
@@ -387,7 +387,7 @@ fn mirrored_run(ledger_spec: &str, tag: &str) {
         ledger.active().unwrap().is_empty()
     });
     let finished = ledger.attempt(attempt.id).unwrap().unwrap();
-    assert_eq!(finished.status, Status::Finished, "{}", finished.reason);
+    assert_eq!(finished.status, AttemptStatus::Finished, "{}", finished.reason);
     let rows = ours(&mut team);
     let status: String = rows[0].get(0);
     let metrics: Value = rows[0].get(2);

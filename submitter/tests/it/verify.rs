@@ -7,43 +7,34 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use launch_spec::testkit::rundir::{
+    Counters, Finished, HarborJob, JobResult, RunDir, Stage, VllmLog, phase_event, running_status, write_json,
+};
 use serde_json::{Value, json};
-use submitter::ledger::{ImportedAttempt, Status, open_ledger};
+use submitter::ledger::{AttemptStatus, ImportedAttempt, open_ledger};
 
 use crate::support::{SUBMITTER, slurm_up, standin_environment, test_secrets_file, workspace_root, write_tasks};
 
 // ---------------------------------------------------------------------------------------------
-// Run-dir fixtures
+// Run-dir fixtures (launch_spec::testkit), relative to now
+
+const JOB: &str = "terminal_bench_2__org__Model-8B";
 
 fn ago(seconds: i64) -> DateTime<Utc> {
     Utc::now() - chrono::Duration::seconds(seconds)
 }
 
-fn iso(t: DateTime<Utc>) -> String {
-    t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
-}
-
-fn write_json(path: &Path, value: &Value) {
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, serde_json::to_string_pretty(value).unwrap()).unwrap();
-}
-
-fn set_mtime(path: &Path, t: DateTime<Utc>) {
-    let file = std::fs::File::options().write(true).open(path).unwrap();
-    file.set_modified(SystemTime::from(t)).unwrap();
-}
-
 /// A Harbor job dir as harbor 0.25 and payload leave it.
 struct Run {
-    _tmp: tempfile::TempDir,
+    d: RunDir,
     dir: PathBuf,
     api_base: String,
 }
 
-/// One trial: `result` None = still running (agent/ only).
+/// One trial: `result` None = still running.
 struct Trial<'a> {
     name: &'a str,
     api_base: Option<&'a str>,
@@ -65,86 +56,79 @@ fn ok_result(reward: f64) -> TrialResult {
 
 impl Run {
     fn new(agent: &str, api_base: &str) -> Run {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("jobs/terminal_bench_2__org__Model-8B");
-        std::fs::create_dir_all(&dir).unwrap();
-        let run = Run { _tmp: tmp, dir, api_base: api_base.to_string() };
+        let d = RunDir::temp(JOB);
+        let run = Run { dir: d.path.clone(), d, api_base: api_base.to_string() };
         run.job_config(agent, true);
         run
     }
 
+    /// The job `config.json` alone (no `lock.json`: which Harbor wrote the dir is unknown).
     fn job_config(&self, agent: &str, model_info: bool) {
-        let mut kwargs = json!({"api_base": self.api_base});
-        if model_info {
-            kwargs["model_info"] = json!({"max_input_tokens": 32768, "max_output_tokens": 16384, "input_cost_per_token": 0, "output_cost_per_token": 0});
-        }
-        write_json(
-            &self.dir.join("config.json"),
-            &json!({"job_name": "terminal_bench_2__org__Model-8B", "n_attempts": 1, "n_concurrent_trials": 4,
-                    "environment": {"type": "daytona"},
-                    "agents": [{"name": agent, "model_name": "hosted_vllm/Model-8B", "kwargs": kwargs}],
-                    "datasets": [{"path": "/data/DCAgent2_terminal_bench_2"}]}),
-        );
+        let mut info = launch_spec::testkit::rundir::model_info(32768, 16384);
+        info["input_cost_per_token"] = json!(0);
+        info["output_cost_per_token"] = json!(0);
+        self.d.job(&HarborJob {
+            n_concurrent: 4,
+            agent: agent.into(),
+            api_base: self.api_base.clone(),
+            model_info: model_info.then_some(info),
+            dataset: "/data/DCAgent2_terminal_bench_2".into(),
+            harbor_version: None,
+            result: None,
+            written: None,
+            ..HarborJob::started(JOB, Utc::now(), 0, None)
+        });
     }
 
     fn harbor_result(&self, n_total: u64, finished: bool) {
-        write_json(
-            &self.dir.join("result.json"),
-            &json!({"id": "x", "started_at": "2026-11-30T05:00:00.000000", "finished_at": if finished { json!("2026-11-30T06:00:00.000000") } else { Value::Null },
-                    "n_total_trials": n_total, "stats": {"n_completed_trials": 0, "evals": {}}}),
-        );
+        JobResult {
+            id: "x".into(),
+            started_at: "2026-11-30T05:00:00.000000".into(),
+            updated_at: None,
+            finished_at: finished.then(|| "2026-11-30T06:00:00.000000".into()),
+            n_total_trials: n_total,
+            stats: json!({"n_completed_trials": 0, "evals": {}}),
+            written: None,
+        }
+        .write(&self.dir);
     }
 
     fn trial(&self, t: Trial) {
-        let dir = self.dir.join(t.name);
-        for sub in ["agent", "verifier", "artifacts"] {
-            std::fs::create_dir_all(dir.join(sub)).unwrap();
-        }
-        std::fs::write(dir.join("lock.json"), "{}").unwrap();
-        std::fs::write(dir.join("trial.log"), format!("Trial {} started\n", t.name)).unwrap();
-        let api_base = t.api_base.unwrap_or(&self.api_base);
-        write_json(
-            &dir.join("config.json"),
-            &json!({"task": {"path": format!("/data/tb2/{}", t.name.split("__").next().unwrap())}, "trial_name": t.name,
-                    "agent": {"name": "terminus-2", "model_name": "hosted_vllm/Model-8B", "kwargs": {"api_base": api_base}}}),
-        );
-        if let Some(r) = t.result {
-            let finished = ago(t.finished_ago_s);
-            let started = finished - chrono::Duration::milliseconds((r.duration_s * 1000.0) as i64);
-            let path = dir.join("result.json");
-            write_json(
-                &path,
-                &json!({"task_name": t.name, "trial_name": t.name,
-                        "config": {"agent": {"kwargs": {"api_base": api_base}}},
-                        "agent_result": {"n_input_tokens": r.output_tokens.map(|n| n * 3), "n_output_tokens": r.output_tokens},
-                        "verifier_result": r.reward.map(|v| json!({"rewards": {"reward": v}})),
-                        "exception_info": r.exception.map(|e| json!({"exception_type": e, "exception_message": "", "exception_traceback": "", "occurred_at": iso(finished)})),
-                        "started_at": iso(started), "finished_at": iso(finished)}),
-            );
-            set_mtime(&path, finished);
-        }
+        let stage = match t.result {
+            None => Stage::Running(ago(0)),
+            // Only the trial's `started_at`/`finished_at`, `duration_s` apart.
+            Some(r) => Stage::Done(Finished {
+                at: ago(t.finished_ago_s),
+                setup_s: None,
+                agent_s: r.duration_s,
+                input_tokens: r.output_tokens.map(|n| n * 3),
+                output_tokens: r.output_tokens,
+                usage_only: false,
+                exception: r.exception.map(str::to_string),
+                reward: r.reward,
+            }),
+        };
+        let trial = launch_spec::testkit::rundir::Trial::new(t.name, stage);
+        self.d.trial(&trial.api_base(t.api_base.unwrap_or(&self.api_base)));
     }
 
     /// vLLM's log: startup, then per minute a throughput line and `per_minute` access lines
     /// (status codes cycling through the list), for `minutes` minutes ending now.
     fn engine_log(&self, minutes: i64, per_minute: &[u16]) {
         let start = ago(minutes * 60 + 30);
-        let stamp = |t: DateTime<Utc>| t.format("%m-%d %H:%M:%S").to_string();
-        let mut text = format!(
-            "(APIServer pid=4242) INFO {} [startup.py:33] vLLM server version 0.33.0, serving model org/Model-8B\n\
-             (APIServer pid=4242) INFO {} [entry.py:139] Starting vLLM server on http://127.0.0.1:8000\n\
-             INFO:     Started server process [4242]\nINFO:     Application startup complete.\n",
-            stamp(start),
-            stamp(start)
+        let mut log = VllmLog::new(4242);
+        log.startup(
+            start,
+            [
+                ("startup.py:33", "vLLM server version 0.33.0, serving model org/Model-8B"),
+                ("entry.py:139", "Starting vLLM server on http://127.0.0.1:8000"),
+            ],
         );
         let mut port = 40000;
         for m in 0..=minutes {
             let t = start + chrono::Duration::seconds(30 + m * 60);
-            text += &format!(
-                "(APIServer pid=4242) INFO {} [loggers.py:248] Engine 000: Avg prompt throughput: 812.4 tokens/s, Running: 4 reqs, Waiting: 0 reqs\n",
-                stamp(t)
-            );
-            text += "INFO:     127.0.0.1:39999 - \"GET /health HTTP/1.1\" 200 OK\n";
+            log.throughput(t, "812.4", "Running: 4 reqs, Waiting: 0 reqs");
+            log.health();
             for code in per_minute {
                 port += 1;
                 let reason = match code {
@@ -152,17 +136,13 @@ impl Run {
                     400 => "Bad Request",
                     _ => "Internal Server Error",
                 };
-                text +=
-                    &format!("INFO:     127.0.0.1:{port} - \"POST /v1/chat/completions HTTP/1.1\" {code} {reason}\n");
+                log.completion(port, *code, reason);
                 if *code == 400 && port % 7 == 0 {
-                    text += &format!(
-                        "(APIServer pid=4242) ERROR {} [serving_chat.py:212] Error in preprocessing prompt inputs: VLLMValidationError: This model's maximum context length is 32768 tokens. However, your request has 40123 input tokens.\n",
-                        stamp(t)
-                    );
+                    log.logger("ERROR", t, "serving_chat.py:212", "Error in preprocessing prompt inputs: VLLMValidationError: This model's maximum context length is 32768 tokens. However, your request has 40123 input tokens.");
                 }
             }
         }
-        std::fs::write(self.dir.join("vllm.log"), text).unwrap();
+        self.d.engine_log(&log, None);
     }
 
     /// payload's status.json (+ events.jsonl) for a run in phase `running` since `running_s`.
@@ -174,20 +154,11 @@ impl Run {
         trials: (u64, u64, u64),
         progress_ago_s: i64,
     ) {
-        let at = iso(ago(updated_ago_s));
-        write_json(
-            &self.dir.join("status.json"),
-            &json!({"version": 1, "run_tag": "terminal_bench_2__org__Model-8B", "phase": "running",
-                    "started_at": iso(ago(running_s + 120)), "updated_at": at, "slurm_job_id": "4242",
-                    "heartbeat": {"at": at, "completions_ok": counters.0, "completions_4xx": counters.1, "completions_5xx": counters.2,
-                                  "trials_started": trials.0, "trials_finished": trials.1, "trials_errored": trials.2,
-                                  "last_progress_at": iso(ago(progress_ago_s)), "engine_healthy": true}}),
-        );
-        std::fs::write(
-            self.dir.join("events.jsonl"),
-            format!("{}\n", json!({"at": iso(ago(running_s)), "event": "phase", "fields": {"phase": "running"}})),
-        )
-        .unwrap();
+        let counters = Counters { completions: counters, trials };
+        let status =
+            running_status(JOB, "4242", ago(running_s + 120), ago(updated_ago_s), counters, ago(progress_ago_s));
+        self.d.status(&status, None);
+        self.d.events(&[phase_event(ago(running_s), launch_spec::Phase::Running)], None);
     }
 }
 
@@ -203,7 +174,7 @@ fn check(dirs: &[&Path], extra: &[&str]) -> (Value, Option<i32>, String) {
 fn agrees_with_status(dir: &Path, report: &Value) {
     use submitter::verify::status::{JobSide, judge_job};
     let side = JobSide {
-        status: Status::Started,
+        status: AttemptStatus::Started,
         reason: "running as job 4242",
         job_id: Some("4242"),
         slurm: Some(submitter::domain::SlurmView::Running),
@@ -497,7 +468,7 @@ fn silent_payload_and_failed_outcome() {
     status["phase"] = json!("done");
     status["outcome"] = json!({"class": "engine_died", "cause": "unhealthy", "exit_code": 12,
                                "message": "vLLM failed 3 consecutive /health probes; Harbor stopped", "engine_log_tail": ["last engine line"]});
-    write_json(&run.dir.join("status.json"), &status);
+    write_json(&run.dir.join("status.json"), &status, None);
     let (report, code, _) = check(&[&run.dir], &[]);
     assert_eq!(code, Some(1));
     let f = finding(&report, "outcome.failed").unwrap();
@@ -513,7 +484,7 @@ fn completion_audit_flags_incomplete_runs() {
         "stats": {"evals": {"terminus-2__Model-8B__tb2": {"n_trials": 10, "n_errors": 4, "metrics": [{"mean": 0.3}],
             "reward_stats": {"reward": {"1.0": ["a", "b", "c"], "0.0": ["d", "e", "f"]}},
             "exception_stats": {"DaytonaError": ["g", "h"], "AgentTimeoutError": ["i", "j"]}}}}});
-    write_json(&run.dir.join("result.json"), &result);
+    write_json(&run.dir.join("result.json"), &result, None);
     let (report, code, _) = check(&[&run.dir], &[]);
     assert_eq!(code, Some(0), "an incomplete audit warns: {report:#}");
     let f = finding(&report, "audit.completion").unwrap();
@@ -630,7 +601,7 @@ fn finished(model: &str, benchmark: &str, mean: f64, n: u64, errors: u64, run_di
         username: "tester".into(),
         run_tag: format!("{benchmark}__{}", model.replace('/', "__")),
         slurm_job_id: Some("100".into()),
-        status: Status::Finished,
+        status: AttemptStatus::Finished,
         reason: "finished".into(),
         config: json!({"run_dir": run_dir.map(|d| d.display().to_string())}),
         metrics: Some(
@@ -983,7 +954,7 @@ fn live_hung_engine_ends_as_engine_died_and_a_failed_row() {
     let out = cluster.run("sync", &[]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let after = ledger.attempt(attempt.id).unwrap().unwrap();
-    assert_eq!(after.status, Status::Failed);
+    assert_eq!(after.status, AttemptStatus::Failed);
     assert!(after.reason.starts_with("engine_died/unhealthy"), "{}", after.reason);
     let out = cluster.run("status", &["--json", "--hours", "1"]);
     let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -1033,7 +1004,7 @@ fn live_watch_cancels_a_job_that_stays_dead() {
     let _ = watch.kill();
     let _ = watch.wait();
     let attempt = &ledger.attempts_for("test/Tiny-1B", "terminal_bench_2").unwrap()[0];
-    assert_eq!(attempt.status, Status::Failed, "{}", attempt.reason);
+    assert_eq!(attempt.status, AttemptStatus::Failed, "{}", attempt.reason);
     assert!(attempt.reason.starts_with("cancelled by status --watch: dead for"), "{}", attempt.reason);
     let state = Command::new("squeue").args(["-h", "--states=all", "-j", &job, "-o", "%T"]).output().unwrap();
     let state = String::from_utf8_lossy(&state.stdout);

@@ -6,18 +6,24 @@
 //! `verify::status::judge_job`, what `submitter status` runs per job) is asserted to equal
 //! `check`'s `status_verdict`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-use std::time::SystemTime;
 
 use chrono::{DateTime, Duration, Utc};
+use launch_spec::records::{Outcome, OutcomeClass, Phase, RunStatus};
+use launch_spec::testkit::rundir::{
+    Counters, Finished, HarborJob, JobResult, RunDir, Stage, Trial, VllmLog, iso, naive, phase_event, running_status,
+    write_file,
+};
 use serde_json::{Value, json};
 use submitter::domain::SlurmView;
-use submitter::ledger::{ImportedAttempt, Status, open_ledger};
+use submitter::ledger::{AttemptStatus, ImportedAttempt, open_ledger};
 use submitter::verify::VerifySettings;
 use submitter::verify::status::{JobSide, judge_job};
 
 use crate::support::{SUBMITTER, slurm_up};
+
+const JOB: &str = "terminal_bench_2__org__Model-8B";
 
 /// The reference time every run dir here is written for.
 fn t0() -> DateTime<Utc> {
@@ -28,165 +34,36 @@ fn at(minutes_before: f64) -> DateTime<Utc> {
     t0() - Duration::milliseconds((minutes_before * 60_000.0) as i64)
 }
 
-fn iso(t: DateTime<Utc>) -> String {
-    t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
-}
-
-/// Harbor's naive job timestamps (node-local time; the test machine's zone).
-fn naive(t: DateTime<Utc>) -> String {
-    t.with_timezone(&chrono::Local).format("%Y-%m-%dT%H:%M:%S%.6f").to_string()
-}
-
-/// vLLM's logger stamp (`MM-DD HH:MM:SS`, node-local time).
-fn stamp(t: DateTime<Utc>) -> String {
-    t.with_timezone(&chrono::Local).format("%m-%d %H:%M:%S").to_string()
-}
-
 fn write(path: &Path, text: &str, modified: DateTime<Utc>) {
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, text).unwrap();
-    let f = std::fs::File::options().write(true).open(path).unwrap();
-    f.set_modified(SystemTime::from(modified)).unwrap();
-}
-
-fn write_json(path: &Path, value: &Value, modified: DateTime<Utc>) {
-    write(path, &serde_json::to_string_pretty(value).unwrap(), modified);
-}
-
-struct Dir {
-    _tmp: tempfile::TempDir,
-    path: PathBuf,
+    write_file(path, text, Some(modified));
 }
 
 /// A Harbor 0.25 job dir: `config.json`, `lock.json`, `result.json` (`finished_at` null until
 /// `finished`), started `started_min` minutes before T with `n_total` trials.
-fn job(started_min: f64, n_total: u64, finished: Option<f64>) -> Dir {
-    let tmp = tempfile::tempdir().unwrap();
-    let path = tmp.path().join("jobs/terminal_bench_2__org__Model-8B");
-    let start = at(started_min);
-    write_json(
-        &path.join("config.json"),
-        &json!({"job_name": "terminal_bench_2__org__Model-8B", "n_attempts": 1, "n_concurrent_trials": 12,
-                "environment": {"type": "daytona"},
-                "agents": [{"name": "terminus-2", "model_name": "hosted_vllm/Model-8B",
-                            "kwargs": {"api_base": "http://127.0.0.1:8000/v1",
-                                       "model_info": {"max_input_tokens": 32768, "max_output_tokens": 16384}}}],
-                "datasets": [{"path": "/data/tb2"}]}),
-        start,
-    );
-    write_json(
-        &path.join("lock.json"),
-        &json!({"schema_version": 3, "harbor": {"version": "0.25.0", "is_editable": false}, "trials": []}),
-        start,
-    );
-    let fin = finished.map(at);
-    write_json(
-        &path.join("result.json"),
-        &json!({"id": "e113", "started_at": naive(start), "updated_at": naive(fin.unwrap_or(start)),
-                "finished_at": fin.map(naive), "n_total_trials": n_total,
-                "stats": {"n_completed_trials": 0, "n_errored_trials": 0, "evals": {}}}),
-        fin.unwrap_or(start),
-    );
-    Dir { _tmp: tmp, path }
+fn job(started_min: f64, n_total: u64, finished: Option<f64>) -> RunDir {
+    let d = RunDir::temp(JOB);
+    d.job(&HarborJob::started(JOB, at(started_min), n_total, finished.map(at)));
+    d
 }
 
 /// A trial Harbor queued: what `Trial.__init__` leaves before the environment starts.
 fn queued_trial(dir: &Path, name: &str, made_min: f64) {
-    let t = dir.join(name);
-    for sub in ["agent", "verifier", "artifacts"] {
-        std::fs::create_dir_all(t.join(sub)).unwrap();
-    }
-    write_json(&t.join("lock.json"), &json!({"schema_version": 2, "task": {"name": name}}), at(made_min));
-    write(&t.join("trial.log"), "", at(made_min));
+    Trial::new(name, Stage::Queued(at(made_min))).write(dir);
 }
 
 /// A trial whose sandbox is up and whose agent runs (`config.json`, a tmux pane log).
 fn running_trial(dir: &Path, name: &str, started_min: f64) {
-    queued_trial(dir, name, started_min);
-    let t = dir.join(name);
-    write_json(
-        &t.join("config.json"),
-        &json!({"trial_name": name, "agent": {"name": "terminus-2", "kwargs": {"api_base": "http://127.0.0.1:8000/v1"}}}),
-        at(started_min),
-    );
-    write(&t.join("agent/terminus_2.pane"), "root@sandbox:/app# ", at(started_min - 1.0));
+    Trial::new(name, Stage::Running(at(started_min))).write(dir);
 }
 
-struct Done {
-    /// Sandbox setup (Daytona: minutes).
-    setup_s: f64,
-    agent_s: f64,
-    output_tokens: Option<u64>,
-    /// Harbor 0.25 keeps the per-model counts in `model_usage` too.
-    usage_only: bool,
-    exception: Option<&'static str>,
-    reward: Option<f64>,
-}
-
-fn ok_trial() -> Done {
-    Done {
-        setup_s: 95.0,
-        agent_s: 240.0,
-        output_tokens: Some(1874),
-        usage_only: false,
-        exception: None,
-        reward: Some(1.0),
-    }
+/// A finished trial like `ok_trial()` (95 s sandbox setup, 4 min agent, reward 1.0).
+fn ok_trial() -> Finished {
+    Finished::ok(t0())
 }
 
 /// A finished trial, its `result.json` written `finished_min` minutes before T.
-fn done_trial(dir: &Path, name: &str, finished_min: f64, d: &Done) {
-    running_trial(dir, name, finished_min + (d.setup_s + d.agent_s) / 60.0 + 1.0);
-    let t = dir.join(name);
-    let finished = at(finished_min);
-    let agent_end = finished - Duration::seconds(2);
-    let agent_start = agent_end - Duration::milliseconds((d.agent_s * 1000.0) as i64);
-    let setup_start = agent_start - Duration::milliseconds((d.setup_s * 1000.0) as i64);
-    let usage = json!({"Model-8B": {"n_input_tokens": 2596, "n_output_tokens": d.output_tokens, "cost_usd": null}});
-    let agent_result = if d.usage_only {
-        json!({"n_input_tokens": 2596, "model_usage": usage})
-    } else {
-        json!({"n_input_tokens": 2596, "n_output_tokens": d.output_tokens, "model_usage": usage})
-    };
-    write(&t.join("verifier/test-stdout.txt"), "ok\n", agent_end);
-    write_json(&t.join("artifacts/manifest.json"), &json!([{"source": "/logs/artifacts", "status": "ok"}]), agent_end);
-    write_json(
-        &t.join("result.json"),
-        &json!({"trial_name": name, "task_name": name.split("__").next(),
-                "config": {"agent": {"kwargs": {"api_base": "http://127.0.0.1:8000/v1"}}},
-                "agent_info": {"name": "terminus-2", "version": "2.0.0"},
-                "agent_result": agent_result,
-                "verifier_result": d.reward.map(|r| json!({"rewards": {"reward": r}})),
-                "exception_info": d.exception.map(|e| json!({"exception_type": e, "exception_message": "", "occurred_at": iso(agent_end)})),
-                "started_at": iso(setup_start - Duration::milliseconds(60)), "finished_at": iso(finished),
-                "environment_setup": {"started_at": iso(setup_start), "finished_at": iso(agent_start - Duration::seconds(1))},
-                "agent_execution": {"started_at": iso(agent_start), "finished_at": iso(agent_end)},
-                "verifier": {"started_at": iso(agent_end), "finished_at": iso(finished)}}),
-        finished,
-    );
-}
-
-/// A 400 as vLLM logs it: the access line, then an ERROR line and a multi-line traceback.
-fn traceback_400(t: DateTime<Utc>, port: u32) -> String {
-    let mut s = format!("INFO:     127.0.0.1:{port} - \"POST /v1/chat/completions HTTP/1.1\" 400 Bad Request\n");
-    s += &format!(
-        "(APIServer pid=4242) ERROR {} [serving_chat.py:212] Error in preprocessing prompt inputs\n",
-        stamp(t)
-    );
-    s += "(APIServer pid=4242) Traceback (most recent call last):\n";
-    for (file, line, func) in [
-        ("vllm/entrypoints/openai/serving_chat.py", 205, "create_chat_completion"),
-        ("vllm/entrypoints/openai/serving_engine.py", 1080, "_preprocess_chat"),
-        ("vllm/entrypoints/openai/serving_engine.py", 612, "_tokenize_prompt_input_async"),
-        ("vllm/entrypoints/openai/serving_engine.py", 540, "_validate_input"),
-    ] {
-        s += &format!(
-            "(APIServer pid=4242)   File \"/opt/venv/lib/python3.12/site-packages/{file}\", line {line}, in {func}\n"
-        );
-        s += "(APIServer pid=4242)     raise VLLMValidationError(\n";
-    }
-    s += "(APIServer pid=4242) vllm.exceptions.VLLMValidationError: This model's maximum context length is 32768 tokens. However, your request has 40123 input tokens.\n";
-    s
+fn done_trial(dir: &Path, name: &str, finished_min: f64, d: &Finished) {
+    Trial::new(name, Stage::Done(Finished { at: at(finished_min), ..d.clone() })).write(dir);
 }
 
 /// vLLM's log: the server started `start_min` before T; while `busy` (minutes before T, from →
@@ -194,44 +71,39 @@ fn traceback_400(t: DateTime<Utc>, port: u32) -> String {
 /// untimestamped `GET /health` lines of payload's probe until T.
 fn engine_log(dir: &Path, start_min: f64, busy: Option<(f64, f64)>, codes: &[u16]) {
     let start = at(start_min);
-    let mut text = format!(
-        "(APIServer pid=4242) INFO {} [api_server.py:1880] vLLM API server version 0.33.0\n\
-         (APIServer pid=4242) INFO {} [api_server.py:1912] Starting vLLM API server 0 on http://127.0.0.1:8000\n\
-         INFO:     Started server process [4242]\nINFO:     Application startup complete.\n",
-        stamp(start),
-        stamp(start)
+    let mut log = VllmLog::new(4242);
+    log.startup(
+        start,
+        [
+            ("api_server.py:1880", "vLLM API server version 0.33.0"),
+            ("api_server.py:1912", "Starting vLLM API server 0 on http://127.0.0.1:8000"),
+        ],
     );
     let mut port = 40000;
     let mut last = start;
     if let Some((from, to)) = busy {
         let mut t = at(from);
         while t <= at(to) {
-            text += &format!(
-                "(APIServer pid=4242) INFO {} [loggers.py:248] Engine 000: Avg prompt throughput: 812.4 tokens/s, Running: 12 reqs\n",
-                stamp(t)
-            );
+            log.throughput(t, "812.4", "Running: 12 reqs");
             for code in codes {
                 port += 1;
                 if *code == 400 {
-                    text += &traceback_400(t, port);
+                    log.traceback_400(t, port);
                 } else {
-                    text += &format!("INFO:     127.0.0.1:{port} - \"POST /v1/chat/completions HTTP/1.1\" {code} OK\n");
+                    log.completion(port, *code, "OK");
                 }
             }
             last = t;
             t += Duration::seconds(10);
         }
-        text += &format!(
-            "(APIServer pid=4242) INFO {} [loggers.py:248] Engine 000: Avg prompt throughput: 0.0 tokens/s, Running: 0 reqs\n",
-            stamp(last + Duration::seconds(10))
-        );
+        log.throughput(last + Duration::seconds(10), "0.0", "Running: 0 reqs");
     }
     // An idle server: health checks every 5 s, no stamp on any of them.
     let idle_from = busy.map_or(start_min, |b| b.1);
     for _ in 0..((idle_from * 60.0 / 5.0) as usize) {
-        text += "INFO:     127.0.0.1:39999 - \"GET /health HTTP/1.1\" 200 OK\n";
+        log.health();
     }
-    write(&dir.join("vllm.log"), &text, t0());
+    RunDir::at(dir).engine_log(&log, Some(t0()));
 }
 
 /// payload's records: Harbor running since `running_min`, a heartbeat `beat_ago_s` old.
@@ -244,23 +116,12 @@ fn payload(
     progress_min: f64,
 ) {
     let beat = t0() - Duration::seconds(beat_ago_s);
-    write_json(
-        &dir.join("status.json"),
-        &json!({"version": 1, "run_tag": "terminal_bench_2__org__Model-8B", "phase": "running",
-                "started_at": iso(at(running_min + 4.0)), "updated_at": iso(beat), "slurm_job_id": "4242",
-                "heartbeat": {"at": iso(beat), "completions_ok": counters.0, "completions_4xx": counters.1, "completions_5xx": counters.2,
-                              "trials_started": trials.0, "trials_finished": trials.1, "trials_errored": trials.2,
-                              "last_progress_at": iso(at(progress_min)), "engine_healthy": true}}),
-        beat,
-    );
-    write(
-        &dir.join("events.jsonl"),
-        &format!(
-            "{}\n{}\n",
-            json!({"at": iso(at(running_min + 4.0)), "event": "phase", "fields": {"phase": "serving"}}),
-            json!({"at": iso(at(running_min)), "event": "phase", "fields": {"phase": "running"}})
-        ),
-        at(running_min),
+    let counters = Counters { completions: counters, trials };
+    let d = RunDir::at(dir);
+    d.status(&running_status(JOB, "4242", at(running_min + 4.0), beat, counters, at(progress_min)), Some(beat));
+    d.events(
+        &[phase_event(at(running_min + 4.0), Phase::Serving), phase_event(at(running_min), Phase::Running)],
+        Some(at(running_min)),
     );
 }
 
@@ -286,7 +147,7 @@ fn text(f: &Value) -> String {
 /// `status`'s verdict on the same run dir at T: Slurm RUNNING job 4242, started 3 h before.
 fn status_verdict(dir: &Path) -> submitter::verify::verdict::JobVerdict {
     let side = JobSide {
-        status: Status::Started,
+        status: AttemptStatus::Started,
         reason: "running as job 4242",
         job_id: Some("4242"),
         slurm: Some(SlurmView::Running),
@@ -349,13 +210,13 @@ fn an_idle_engine_is_as_old_as_its_job() {
 #[test]
 fn instant_failures_are_timed_on_the_agent_not_the_sandbox_setup() {
     let d = job(60.0, 60, None);
-    let dead = Done {
-        setup_s: 120.0,
+    let dead = Finished {
+        setup_s: Some(120.0),
         agent_s: 0.3,
         output_tokens: None,
-        usage_only: false,
-        exception: Some("BadRequestError"),
+        exception: Some("BadRequestError".into()),
         reward: None,
+        ..ok_trial()
     };
     for i in 0..47 {
         done_trial(&d.path, &format!("task-{i:02}__inst{i:03}"), 10.0 + f64::from(i) * 0.1, &dead);
@@ -434,14 +295,8 @@ fn harbor_025_trial_layouts_read_correctly() {
     running_trial(&d.path, "task-3__r0003", 20.0);
     running_trial(&d.path, "task-4__v0004", 25.0);
     write(&d.path.join("task-4__v0004/verifier/test-stdout.txt"), "running tests\n", at(1.0));
-    let quick = Done {
-        setup_s: 100.0,
-        agent_s: 3.0,
-        output_tokens: Some(96),
-        usage_only: true,
-        exception: None,
-        reward: Some(1.0),
-    };
+    let quick =
+        Finished { setup_s: Some(100.0), agent_s: 3.0, output_tokens: Some(96), usage_only: true, ..ok_trial() };
     for i in 5..9 {
         done_trial(&d.path, &format!("task-{i}__d{i:04}"), 2.0 + f64::from(i), &quick);
     }
@@ -518,19 +373,37 @@ fn sync_audits_with_the_profiles_thresholds() {
         crate::verify::profile_dir(tmp.path(), "aud", "verify:\n  min_valid_share: 0.5\n  max_error_share: 0.5\n");
     let d = job(90.0, 10, Some(1.0));
     // 6 of 10 valid, 4 errored: complete at 50 %, incomplete at the default 90 %.
-    let result = json!({"id": "e113", "started_at": naive(at(90.0)), "finished_at": naive(at(1.0)), "n_total_trials": 10,
-        "stats": {"n_completed_trials": 10, "n_errored_trials": 4,
+    JobResult {
+        id: "e113".into(),
+        started_at: naive(at(90.0)),
+        updated_at: None,
+        finished_at: Some(naive(at(1.0))),
+        n_total_trials: 10,
+        stats: json!({"n_completed_trials": 10, "n_errored_trials": 4,
                   "evals": {"terminus-2__Model-8B__tb2": {"n_trials": 10, "n_errors": 4, "metrics": [{"mean": 0.4}],
                             "reward_stats": {"reward": {"1.0": ["a", "b", "c", "d"], "0.0": ["e", "f"]}},
-                            "exception_stats": {"DaytonaError": ["g", "h", "i", "j"]}}}}});
-    write_json(&d.path.join("result.json"), &result, at(1.0));
-    write_json(
-        &d.path.join("status.json"),
-        &json!({"version": 1, "run_tag": "terminal_bench_2__org__Model-8B", "phase": "done", "started_at": iso(at(95.0)),
-                "updated_at": iso(at(0.5)), "slurm_job_id": "999999901",
-                "outcome": {"class": "finished", "exit_code": 0, "message": "Harbor finished"}}),
-        at(0.5),
-    );
+                            "exception_stats": {"DaytonaError": ["g", "h", "i", "j"]}}}}),
+        written: Some(at(1.0)),
+    }
+    .write(&d.path);
+    let done = RunStatus {
+        phase: Phase::Done,
+        started_at: iso(at(95.0)),
+        updated_at: iso(at(0.5)),
+        slurm_job_id: Some("999999901".into()),
+        heartbeat: None,
+        outcome: Some(Outcome {
+            class: OutcomeClass::Finished,
+            cause: None,
+            exit_code: 0,
+            message: "Harbor finished".into(),
+            harbor_exit_code: None,
+            signal: None,
+            engine_log_tail: vec![],
+        }),
+        ..running_status(JOB, "", t0(), t0(), Counters::default(), t0())
+    };
+    d.status(&done, Some(at(0.5)));
     let spec = format!("sqlite:{}", tmp.path().join("ledger.sqlite").display());
     let ledger = open_ledger(&spec).unwrap();
     ledger
@@ -541,7 +414,7 @@ fn sync_audits_with_the_profiles_thresholds() {
             username: "tester".into(),
             run_tag: "terminal_bench_2__org__Model-8B".into(),
             slurm_job_id: Some("999999901".into()),
-            status: Status::Started,
+            status: AttemptStatus::Started,
             reason: "running as job 999999901".into(),
             config: json!({"run_dir": d.path.display().to_string()}),
             metrics: None,
@@ -567,7 +440,7 @@ fn sync_audits_with_the_profiles_thresholds() {
     };
     run("sync", &[]);
     let row = open_ledger(&spec).unwrap().latest_per_pair().unwrap().into_iter().next().unwrap().latest;
-    assert_eq!(row.status, Status::Finished);
+    assert_eq!(row.status, AttemptStatus::Finished);
     let metrics = row.metrics.unwrap();
     assert_eq!(metrics["audit"]["status"], "complete", "sync used other thresholds than the profile's: {metrics:#}");
     // `results` re-audits with the same profile: the cell is complete there too.

@@ -4,11 +4,11 @@
 
 use std::path::{Path, PathBuf};
 
-use launch_spec::launch::{
+use launch_spec::layout::Layout;
+use launch_spec::spec::{
     HarborSpec, Limits, ModelSpec, PinggyPair, PinggySpec, PortPolicy, PostRunSpec, ProxyMode, SecretsSpec,
     ServeInvocation, ServeSpec, SocksSpec, TunnelSpec,
 };
-use launch_spec::layout::Layout;
 use launch_spec::{GpuProfiles, LaunchSpec, SPEC_VERSION};
 
 use crate::config::preset::DEFAULT_HARBOR_CONFIG;
@@ -16,7 +16,7 @@ use crate::config::{ClusterProfile, Environment, Preset};
 use crate::registry::{Overrides, Registry, Resolved, names};
 
 #[derive(Debug, thiserror::Error)]
-pub enum LaunchError {
+pub enum SpecBuildError {
     #[error(
         "cluster {cluster}: {field} uses ${{{var}}}, which is not set in the environment (export it, or edit clusters/{cluster}.yaml)"
     )]
@@ -51,7 +51,7 @@ pub enum LaunchError {
 
 /// Operator choices on the command line; they win over registry, preset and cluster.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct LaunchOverrides {
+pub struct SpecOverrides {
     pub timeout_multiplier: Option<f64>,
     pub agent_kwargs: Vec<String>,
     pub gpu_memory_utilization: Option<f64>,
@@ -69,7 +69,7 @@ pub struct LaunchOverrides {
 }
 
 /// Everything needed to build specs, resolved once.
-pub struct LaunchContext<'a> {
+pub struct SpecBuilder<'a> {
     pub cluster: &'a ClusterProfile,
     pub gpu_profiles: &'a GpuProfiles,
     pub registry: &'a Registry,
@@ -79,21 +79,21 @@ pub struct LaunchContext<'a> {
     pub root: &'a Path,
 }
 
-impl LaunchContext<'_> {
+impl SpecBuilder<'_> {
     /// Expands `~` and `${VAR}` in a cluster path; `${SUBMITTER_HOME}` defaults to the config root.
-    pub fn expand(&self, field: &str, text: &Path) -> Result<PathBuf, LaunchError> {
+    pub fn expand(&self, field: &str, text: &Path) -> Result<PathBuf, SpecBuildError> {
         self.expand_text(field, &text.to_string_lossy()).map(PathBuf::from)
     }
 
     /// [`Self::expand`] for any profile text (a leading `~/`, `${VAR}`), by the one rule
     /// (`launch_spec::expand`): an unset variable or an unterminated `${` is an error.
-    pub fn expand_text(&self, field: &str, text: &str) -> Result<String, LaunchError> {
+    pub fn expand_text(&self, field: &str, text: &str) -> Result<String, SpecBuildError> {
         use launch_spec::expand::ExpandError;
         launch_spec::expand::expand_path(text, &|var| self.variable(var)).map_err(|err| match err {
             ExpandError::Unset(var) => {
-                LaunchError::UnsetVariable { cluster: self.cluster.name.clone(), field: field.to_string(), var }
+                SpecBuildError::UnsetVariable { cluster: self.cluster.name.clone(), field: field.to_string(), var }
             }
-            other => LaunchError::BadExpansion {
+            other => SpecBuildError::BadExpansion {
                 cluster: self.cluster.name.clone(),
                 field: field.to_string(),
                 problem: other.to_string(),
@@ -115,12 +115,12 @@ impl LaunchContext<'_> {
         &self,
         field: &str,
         env: &std::collections::BTreeMap<String, String>,
-    ) -> Result<std::collections::BTreeMap<String, String>, LaunchError> {
+    ) -> Result<std::collections::BTreeMap<String, String>, SpecBuildError> {
         env.iter().map(|(k, v)| Ok((k.clone(), self.expand_text(&format!("{field}.{k}"), v)?))).collect()
     }
 
     /// The profile's HF cache, expanded (None when the profile has none).
-    pub fn hf_cache(&self) -> Result<Option<PathBuf>, LaunchError> {
+    pub fn hf_cache(&self) -> Result<Option<PathBuf>, SpecBuildError> {
         match &self.cluster.paths.hf_cache {
             Some(cache) => Ok(Some(self.expand("paths.hf_cache", cache)?)),
             None => Ok(None),
@@ -130,7 +130,7 @@ impl LaunchContext<'_> {
     /// The secrets file as the job must read it, resolved now (the job does not see the
     /// submitting shell): `secrets.file`, else `$DC_AGENT_SECRET_ENV`, else `~/secrets.env`; made
     /// absolute against the current directory.
-    pub fn secrets_file(&self) -> Result<PathBuf, LaunchError> {
+    pub fn secrets_file(&self) -> Result<PathBuf, SpecBuildError> {
         let file = match (&self.cluster.secrets.file, self.variable("DC_AGENT_SECRET_ENV").filter(|v| !v.is_empty())) {
             (Some(file), _) => self.expand("secrets.file", file)?,
             (None, Some(from_shell)) => self.expand("$DC_AGENT_SECRET_ENV", Path::new(&from_shell))?,
@@ -147,7 +147,7 @@ impl LaunchContext<'_> {
         serve_env_name: &str,
         serve_env: &Environment,
         data_parallel_size: u32,
-    ) -> Result<std::collections::BTreeMap<String, String>, LaunchError> {
+    ) -> Result<std::collections::BTreeMap<String, String>, SpecBuildError> {
         let cluster = self.cluster;
         let mut env = self.expand_env("engine.env", &cluster.engine.env)?;
         env.extend(self.expand_env(&format!("environments.{serve_env_name}.env"), &serve_env.env)?);
@@ -165,8 +165,8 @@ impl LaunchContext<'_> {
         Ok(env)
     }
 
-    fn environment(&self, name: &str, wanted_by: &str) -> Result<(PathBuf, &Environment), LaunchError> {
-        let env = self.cluster.environments.get(name).ok_or_else(|| LaunchError::UnknownEnvironment {
+    fn environment(&self, name: &str, wanted_by: &str) -> Result<(PathBuf, &Environment), SpecBuildError> {
+        let env = self.cluster.environments.get(name).ok_or_else(|| SpecBuildError::UnknownEnvironment {
             cluster: self.cluster.name.clone(),
             env: name.to_string(),
             wanted_by: wanted_by.to_string(),
@@ -180,9 +180,9 @@ impl LaunchContext<'_> {
         &self,
         model: &str,
         preset: &Preset,
-        overrides: &LaunchOverrides,
-    ) -> Result<(Resolved, Layout), LaunchError> {
-        launch_spec::validate::model_id(model).map_err(LaunchError::BadModel)?;
+        overrides: &SpecOverrides,
+    ) -> Result<(Resolved, Layout), SpecBuildError> {
+        launch_spec::validate::model_id(model).map_err(SpecBuildError::BadModel)?;
         let registry_overrides = Overrides {
             timeout_multiplier: overrides.timeout_multiplier,
             cli_agent_kwargs: overrides.agent_kwargs.clone(),
@@ -192,14 +192,14 @@ impl LaunchContext<'_> {
         let resolved =
             self.registry.resolve(model, &hardware.hardware_profile, hardware.gpus_per_node, &registry_overrides);
         let layout = resolved.layout(hardware.gpus_per_node, self.cluster.slurm.max_nodes).map_err(|source| {
-            LaunchError::Layout { model: model.to_string(), cluster: self.cluster.name.clone(), source }
+            SpecBuildError::Layout { model: model.to_string(), cluster: self.cluster.name.clone(), source }
         })?;
         Ok((resolved, layout))
     }
 
     /// The dataset's task directory: an absolute path as given, else the first existing
     /// `<datasets_dir>/<org>_<name>` or `<datasets_dir>/<name>`, else the first candidate.
-    pub fn dataset_dir(&self, dataset: &str) -> Result<PathBuf, LaunchError> {
+    pub fn dataset_dir(&self, dataset: &str) -> Result<PathBuf, SpecBuildError> {
         if Path::new(dataset).is_absolute() {
             return Ok(PathBuf::from(dataset));
         }
@@ -222,9 +222,9 @@ impl LaunchContext<'_> {
     /// Builds the launch spec for one (model, preset dataset).
     /// The spec passes the same validation payload's reader applies (`LaunchSpec::problem`), so
     /// nothing is written or submitted that payload would refuse.
-    pub fn build(&self, model: &str, preset: &Preset, overrides: &LaunchOverrides) -> Result<LaunchSpec, LaunchError> {
+    pub fn build(&self, model: &str, preset: &Preset, overrides: &SpecOverrides) -> Result<LaunchSpec, SpecBuildError> {
         let spec = self.build_unchecked(model, preset, overrides)?;
-        spec.problem().map_err(|(field, problem)| LaunchError::InvalidSpec {
+        spec.problem().map_err(|(field, problem)| SpecBuildError::InvalidSpec {
             model: model.to_string(),
             field,
             problem,
@@ -236,13 +236,13 @@ impl LaunchContext<'_> {
         &self,
         model: &str,
         preset: &Preset,
-        overrides: &LaunchOverrides,
-    ) -> Result<LaunchSpec, LaunchError> {
-        launch_spec::validate::model_id(model).map_err(LaunchError::BadModel)?;
+        overrides: &SpecOverrides,
+    ) -> Result<LaunchSpec, SpecBuildError> {
+        launch_spec::validate::model_id(model).map_err(SpecBuildError::BadModel)?;
         let dataset = match &overrides.dataset {
             Some(d) if preset.datasets.contains(d) => d.clone(),
             Some(d) => {
-                return Err(LaunchError::UnknownDataset { dataset: d.clone(), known: preset.datasets.join(", ") });
+                return Err(SpecBuildError::UnknownDataset { dataset: d.clone(), known: preset.datasets.join(", ") });
             }
             None => preset.datasets.first().cloned().unwrap_or_default(),
         };
@@ -261,7 +261,7 @@ impl LaunchContext<'_> {
         let (harbor_prefix, harbor_env) = self.environment(&cluster.harbor.environment, "harbor.environment")?;
         let dialect = harbor_env.harbor_dialect();
         let agent_kwargs = launch_spec::versions::translate_agent_kwargs(&resolved.agent_kwargs, dialect)
-            .map_err(|e| LaunchError::AgentKwarg { model: model.to_string(), reason: e.to_string() })?;
+            .map_err(|e| SpecBuildError::AgentKwarg { model: model.to_string(), reason: e.to_string() })?;
         let config_name =
             overrides.harbor_config.as_deref().or(preset.config_yaml.as_deref()).unwrap_or(DEFAULT_HARBOR_CONFIG);
         let harbor_config = if Path::new(config_name).is_absolute() {
@@ -285,7 +285,7 @@ impl LaunchContext<'_> {
         harbor_env_vars
             .extend(self.expand_env(&format!("environments.{}.env", cluster.harbor.environment), &harbor_env.env)?);
         let scratch = match &cluster.paths.node_scratch {
-            Some(root) => Some(launch_spec::launch::ScratchSpec { root: self.expand("paths.node_scratch", root)? }),
+            Some(root) => Some(launch_spec::spec::ScratchSpec { root: self.expand("paths.node_scratch", root)? }),
             None => None,
         };
         let post_run = self.post_run_spec()?;
@@ -350,7 +350,7 @@ impl LaunchContext<'_> {
                     .filter(|p| !p.is_empty()),
                 agent_envs: preset.agent_envs(),
                 max_output_tokens: overrides.max_output_tokens.or(resolved.max_output_tokens),
-                resume_filter_error_types: launch_spec::launch::INFRA_ERROR_TYPES
+                resume_filter_error_types: launch_spec::spec::INFRA_ERROR_TYPES
                     .iter()
                     .map(|s| (*s).to_string())
                     .collect(),
@@ -376,7 +376,7 @@ impl LaunchContext<'_> {
 
     /// The profile's post-run step: `${VAR}` expanded in every argv element (as in profile paths;
     /// payload's `{run_dir}`/`{run_tag}` have no `$` and pass through) and the environment's prefix.
-    fn post_run_spec(&self) -> Result<Option<PostRunSpec>, LaunchError> {
+    fn post_run_spec(&self) -> Result<Option<PostRunSpec>, SpecBuildError> {
         let Some(step) = &self.cluster.post_run else { return Ok(None) };
         let argv = step
             .argv
@@ -405,19 +405,19 @@ impl LaunchContext<'_> {
 pub fn tunnel_spec(
     cluster: &ClusterProfile,
     agent: &str,
-    expand: &dyn Fn(&str, &Path) -> Result<PathBuf, LaunchError>,
-) -> Result<TunnelSpec, LaunchError> {
+    expand: &dyn Fn(&str, &Path) -> Result<PathBuf, SpecBuildError>,
+) -> Result<TunnelSpec, SpecBuildError> {
     let network = &cluster.network;
     let egress = match (&network.proxy, network.internet) {
         (Some(proxy), false) => Some(socks_spec(proxy, expand)?),
         _ => None,
     };
-    if launch_spec::launch::is_installed_agent(agent) {
+    if launch_spec::spec::is_installed_agent(agent) {
         if !network.internet && egress.is_none() {
-            return Err(LaunchError::TunnelNeedsEgress { agent: agent.to_string(), cluster: cluster.name.clone() });
+            return Err(SpecBuildError::TunnelNeedsEgress { agent: agent.to_string(), cluster: cluster.name.clone() });
         }
         let Some((first, rest)) = network.pinggy.split_first() else {
-            return Err(LaunchError::NoPinggyBank { agent: agent.to_string(), cluster: cluster.name.clone() });
+            return Err(SpecBuildError::NoPinggyBank { agent: agent.to_string(), cluster: cluster.name.clone() });
         };
         let mut spec: PinggySpec = serde_json::from_value(serde_json::json!({
             "host": first.host, "public_url": first.url, "token_secret": first.token_secret,
@@ -447,8 +447,8 @@ pub fn tunnel_spec(
 pub fn describe_tunnel(
     cluster: &ClusterProfile,
     agent: &str,
-    expand: &dyn Fn(&str, &Path) -> Result<PathBuf, LaunchError>,
-) -> Result<String, LaunchError> {
+    expand: &dyn Fn(&str, &Path) -> Result<PathBuf, SpecBuildError>,
+) -> Result<String, SpecBuildError> {
     let socks = |s: &SocksSpec| {
         let mode =
             if s.mode == ProxyMode::Proxychains { "Harbor under proxychains" } else { "proxy variables for Harbor" };
@@ -470,8 +470,8 @@ pub fn describe_tunnel(
 /// The SOCKS egress proxy through the profile's login node.
 fn socks_spec(
     proxy: &crate::config::cluster::Proxy,
-    expand: &dyn Fn(&str, &Path) -> Result<PathBuf, LaunchError>,
-) -> Result<SocksSpec, LaunchError> {
+    expand: &dyn Fn(&str, &Path) -> Result<PathBuf, SpecBuildError>,
+) -> Result<SocksSpec, SpecBuildError> {
     let mut spec: SocksSpec =
         serde_json::from_value(serde_json::json!({ "login_node": proxy.login_node })).expect("minimal SOCKS spec");
     spec.user = proxy.user.clone();
@@ -502,7 +502,7 @@ mod tests {
         crate::config::load_cluster(&dir, name).unwrap()
     }
 
-    fn expand(_: &str, p: &Path) -> Result<PathBuf, LaunchError> {
+    fn expand(_: &str, p: &Path) -> Result<PathBuf, SpecBuildError> {
         Ok(PathBuf::from(
             p.to_string_lossy().replace("${WORK}", "/w").replace("${SCRATCH}", "/s").replace('~', "/home/u"),
         ))
@@ -519,7 +519,7 @@ mod tests {
         // An installed harness without internet: Pinggy with the SOCKS egress beside it, once the
         // profile has a bank; without a proxy it is refused.
         let mut leo = leo;
-        assert!(matches!(tunnel_spec(&leo, "openhands", &expand), Err(LaunchError::NoPinggyBank { .. })));
+        assert!(matches!(tunnel_spec(&leo, "openhands", &expand), Err(SpecBuildError::NoPinggyBank { .. })));
         let one = "- {url: https://a.a.pinggy.link, token_secret: PINGGY_TOKEN_1}\n";
         leo.network.pinggy = launch_spec::yaml::from_yaml_str(one, Path::new("bank.yaml")).unwrap();
         let TunnelSpec::Pinggy(p) = tunnel_spec(&leo, "openhands", &expand).unwrap() else { panic!() };
@@ -530,10 +530,10 @@ mod tests {
         assert!(text.contains("reached through the login node) + SOCKS egress via login05"), "{text}");
         assert!(text.ends_with("agent openhands reads LLM_BASE_URL, HOSTED_VLLM_API_KEY, LLM_API_KEY"), "{text}");
         leo.network.proxy = None;
-        assert!(matches!(tunnel_spec(&leo, "openhands", &expand), Err(LaunchError::TunnelNeedsEgress { .. })));
+        assert!(matches!(tunnel_spec(&leo, "openhands", &expand), Err(SpecBuildError::TunnelNeedsEgress { .. })));
         let mut vista = cluster("vista");
         assert_eq!(tunnel_spec(&vista, "terminus-2", &expand).unwrap(), TunnelSpec::None);
-        assert!(matches!(tunnel_spec(&vista, "openhands", &expand), Err(LaunchError::NoPinggyBank { .. })));
+        assert!(matches!(tunnel_spec(&vista, "openhands", &expand), Err(SpecBuildError::NoPinggyBank { .. })));
         let bank = "- {url: https://a.a.pinggy.link, token_secret: PINGGY_TOKEN_1}\n- {url: https://b.a.pinggy.link, token_secret: PINGGY_TOKEN_2, host: ap.pro.pinggy.io}\n";
         vista.network.pinggy = launch_spec::yaml::from_yaml_str(bank, Path::new("bank.yaml")).unwrap();
         let TunnelSpec::Pinggy(p) = tunnel_spec(&vista, "openhands", &expand).unwrap() else { panic!() };
@@ -568,12 +568,8 @@ mod tests {
             }
         }
 
-        fn context<'a>(
-            &'a self,
-            cluster: &'a ClusterProfile,
-            root: &'a crate::config::ConfigRoot,
-        ) -> LaunchContext<'a> {
-            LaunchContext {
+        fn context<'a>(&'a self, cluster: &'a ClusterProfile, root: &'a crate::config::ConfigRoot) -> SpecBuilder<'a> {
+            SpecBuilder {
                 cluster,
                 gpu_profiles: &self.gpus,
                 registry: &self.registry,
@@ -594,7 +590,7 @@ mod tests {
         let preset = &shipped.preset;
         let context = shipped.context(&local, &root);
         let home = std::env::var("SUBMITTER_HOME").unwrap_or_else(|_| root.root.display().to_string());
-        let spec = context.build("Qwen/Qwen3-8B", preset, &LaunchOverrides::default()).unwrap();
+        let spec = context.build("Qwen/Qwen3-8B", preset, &SpecOverrides::default()).unwrap();
         let step = spec.post_run.as_ref().unwrap();
         assert_eq!(step.argv, [format!("{home}/bin/upload"), "--dir={run_dir}".into(), "DCAgent3/{run_tag}".into()]);
         assert_eq!((step.timeout_s, step.secrets.as_slice()), (120, ["HF_TOKEN".to_string()].as_slice()));
@@ -603,8 +599,8 @@ mod tests {
         assert_eq!(LaunchSpec::from_json(&json, Path::new("launch.json")).unwrap(), spec, "payload reads it back");
         let mut unset = local.clone();
         unset.post_run.as_mut().unwrap().argv.push("${NO_SUCH_VAR_FOR_POST_RUN}".into());
-        let context = LaunchContext { cluster: &unset, ..context };
-        let err = context.build("Qwen/Qwen3-8B", preset, &LaunchOverrides::default()).unwrap_err().to_string();
+        let context = SpecBuilder { cluster: &unset, ..context };
+        let err = context.build("Qwen/Qwen3-8B", preset, &SpecOverrides::default()).unwrap_err().to_string();
         assert!(err.contains("post_run.argv[3] uses ${NO_SUCH_VAR_FOR_POST_RUN}"), "{err}");
     }
 
@@ -623,7 +619,7 @@ mod tests {
         let preset = &shipped.preset;
         let context = shipped.context(&local, &root);
         let home = context.variable("SUBMITTER_HOME").unwrap();
-        let spec = context.build("Qwen/Qwen3-8B", preset, &LaunchOverrides::default()).unwrap();
+        let spec = context.build("Qwen/Qwen3-8B", preset, &SpecOverrides::default()).unwrap();
         let env = &spec.serve.env;
         assert_eq!(env["SITE_CACHE"], format!("{home}/cache"));
         assert_eq!(env["TMPDIR"], "{job_scratch}/tmp", "payload's placeholder is kept");
@@ -639,8 +635,8 @@ mod tests {
         ] {
             let mut broken = local.clone();
             broken.engine.env.insert("BROKEN".into(), value.into());
-            let context = LaunchContext { cluster: &broken, ..context };
-            let err = context.build("Qwen/Qwen3-8B", preset, &LaunchOverrides::default()).unwrap_err().to_string();
+            let context = SpecBuilder { cluster: &broken, ..context };
+            let err = context.build("Qwen/Qwen3-8B", preset, &SpecOverrides::default()).unwrap_err().to_string();
             assert!(err.contains(want), "{err}");
         }
     }

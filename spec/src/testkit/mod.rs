@@ -1,0 +1,11 @@
+//! Test fixtures shared by payload's unit tests, submitter's integration tests and the end-to-end
+//! tests (tests/README.md, "Fixtures"): [`SpecBuilder`] for launch specs and [`RunDir`] for run
+//! directories, both built from this crate's typed records so a renamed field breaks the fixtures
+//! at compile time instead of silently testing an old format. Compiled only with the `testkit`
+//! feature, which the other crates enable for their tests alone.
+
+pub mod rundir;
+pub mod spec;
+
+pub use rundir::{Counters, Finished, HarborJob, JobResult, RunDir, Stage, Trial, VllmLog};
+pub use spec::{SpecBuilder, unit_spec};

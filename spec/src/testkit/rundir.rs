@@ -1,0 +1,499 @@
+//! [`RunDir`]: run directories as payload, Harbor 0.25 and vLLM leave them, written for a chosen
+//! instant with every file's mtime set explicitly, so `check --now T` judges them the same on any
+//! machine at any time. payload's records go through the typed [`RunStatus`] and [`Event`]; Harbor's
+//! files (which this repository only reads, through partial models) are written as Harbor 0.25
+//! writes them; vLLM's access lines come from [`access_line`], the writer the stand-in uses.
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use chrono::{DateTime, Duration, Utc};
+use serde_json::{Value, json};
+
+use crate::records::{Heartbeat, Phase, RunStatus};
+use crate::rundir::enginelog::access_line;
+use crate::rundir::{ENGINE_LOG, EVENTS_FILE, Event, EventKind, SPEC_FILE, STATUS_FILE};
+use crate::spec::LaunchSpec;
+
+/// payload's record stamps (RFC 3339 UTC, microseconds).
+pub fn iso(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
+
+/// Harbor's naive job timestamps (node-local time: the test machine's zone).
+pub fn naive(t: DateTime<Utc>) -> String {
+    t.with_timezone(&chrono::Local).format("%Y-%m-%dT%H:%M:%S%.6f").to_string()
+}
+
+/// vLLM's logger stamp (`MM-DD HH:MM:SS`, node-local time).
+pub fn stamp(t: DateTime<Utc>) -> String {
+    t.with_timezone(&chrono::Local).format("%m-%d %H:%M:%S").to_string()
+}
+
+/// A fractional number of seconds as a duration (millisecond resolution).
+pub fn secs(seconds: f64) -> Duration {
+    Duration::milliseconds((seconds * 1000.0) as i64)
+}
+
+/// Writes `text` to `path` (creating its directory); with `modified`, sets the file's mtime.
+pub fn write_file(path: &Path, text: &str, modified: Option<DateTime<Utc>>) {
+    std::fs::create_dir_all(path.parent().expect("a file path")).expect("create the fixture dir");
+    std::fs::write(path, text).expect("write a fixture file");
+    if let Some(t) = modified {
+        let f = std::fs::File::options().write(true).open(path).expect("reopen a fixture file");
+        f.set_modified(SystemTime::from(t)).expect("set a fixture mtime");
+    }
+}
+
+/// [`write_file`] of pretty JSON, as Harbor and payload write their files.
+pub fn write_json(path: &Path, value: &Value, modified: Option<DateTime<Utc>>) {
+    write_file(path, &serde_json::to_string_pretty(value).expect("JSON serialises"), modified);
+}
+
+/// One run directory: `<temp>/jobs/<job name>` owned by the value, or any directory.
+pub struct RunDir {
+    _tmp: Option<tempfile::TempDir>,
+    pub path: PathBuf,
+}
+
+impl RunDir {
+    /// A fresh temp dir holding an empty `jobs/<job_name>` (removed when dropped).
+    pub fn temp(job_name: &str) -> Self {
+        let tmp = tempfile::tempdir().expect("a temp dir");
+        let path = tmp.path().join("jobs").join(job_name);
+        std::fs::create_dir_all(&path).expect("create the run dir");
+        Self { _tmp: Some(tmp), path }
+    }
+
+    /// An existing directory (kept when dropped).
+    pub fn at(path: impl Into<PathBuf>) -> Self {
+        Self { _tmp: None, path: path.into() }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Any file of the run dir, at `modified`.
+    pub fn file(&self, rel: &str, text: &str, modified: Option<DateTime<Utc>>) -> &Self {
+        write_file(&self.path.join(rel), text, modified);
+        self
+    }
+
+    /// `launch.json`, as submitter writes it.
+    pub fn launch(&self, spec: &LaunchSpec) -> &Self {
+        write_file(&self.path.join(SPEC_FILE), &spec.to_json(), None);
+        self
+    }
+
+    /// payload's `status.json`, written at `modified`.
+    pub fn status(&self, status: &RunStatus, modified: Option<DateTime<Utc>>) -> &Self {
+        let value = serde_json::to_value(status).expect("status serialises");
+        write_json(&self.path.join(STATUS_FILE), &value, modified);
+        self
+    }
+
+    /// payload's `events.jsonl` (replaced), written at `modified`.
+    pub fn events(&self, events: &[Event], modified: Option<DateTime<Utc>>) -> &Self {
+        let text: String = events.iter().map(|e| serde_json::to_string(e).expect("event serialises") + "\n").collect();
+        write_file(&self.path.join(EVENTS_FILE), &text, modified);
+        self
+    }
+
+    /// vLLM's log (replaced), written at `modified`.
+    pub fn engine_log(&self, log: &VllmLog, modified: Option<DateTime<Utc>>) -> &Self {
+        write_file(&self.path.join(ENGINE_LOG), &log.text, modified);
+        self
+    }
+
+    /// Harbor's job files ([`HarborJob::write`]).
+    pub fn job(&self, job: &HarborJob) -> &Self {
+        job.write(&self.path);
+        self
+    }
+
+    /// One trial dir ([`Trial::write`]).
+    pub fn trial(&self, trial: &Trial) -> &Self {
+        trial.write(&self.path);
+        self
+    }
+}
+
+/// A `phase` event.
+pub fn phase_event(at: DateTime<Utc>, phase: Phase) -> Event {
+    let mut fields = serde_json::Map::new();
+    fields.insert("phase".into(), serde_json::to_value(phase).expect("phase serialises"));
+    Event { at: iso(at), event: EventKind::Phase, fields }
+}
+
+/// payload's heartbeat counters: completions (ok, 4xx, 5xx), trials (started, finished, errored).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Counters {
+    pub completions: (u64, u64, u64),
+    pub trials: (u64, u64, u64),
+}
+
+/// The `status.json` of a run in phase `running`: started at `started`, last written (and its
+/// heartbeat taken) at `beat`, counters last moved at `progress`, engine healthy.
+pub fn running_status(
+    run_tag: &str,
+    slurm_job_id: &str,
+    started: DateTime<Utc>,
+    beat: DateTime<Utc>,
+    counters: Counters,
+    progress: DateTime<Utc>,
+) -> RunStatus {
+    RunStatus {
+        version: crate::rundir::STATUS_VERSION,
+        run_tag: run_tag.into(),
+        phase: Phase::Running,
+        started_at: iso(started),
+        updated_at: iso(beat),
+        slurm_job_id: Some(slurm_job_id.into()),
+        node: None,
+        gpu: None,
+        port: None,
+        pids: Default::default(),
+        resume: None,
+        heartbeat: Some(Heartbeat {
+            at: iso(beat),
+            completions_ok: counters.completions.0,
+            completions_4xx: counters.completions.1,
+            completions_5xx: counters.completions.2,
+            trials_started: counters.trials.0,
+            trials_finished: counters.trials.1,
+            trials_errored: counters.trials.2,
+            last_progress_at: Some(iso(progress)),
+            engine_healthy: true,
+        }),
+        outcome: None,
+        post_run: None,
+    }
+}
+
+/// The `model_info` terminus-2 needs for a hosted_vllm model.
+pub fn model_info(max_input_tokens: u64, max_output_tokens: u64) -> Value {
+    json!({"max_input_tokens": max_input_tokens, "max_output_tokens": max_output_tokens})
+}
+
+/// Harbor 0.25's job files: `config.json` (its resolved flags), `lock.json` (which Harbor wrote the
+/// dir; `None` = an older Harbor that wrote none) and `result.json` (`finished_at` null until
+/// Harbor finished the job).
+#[derive(Debug, Clone)]
+pub struct HarborJob {
+    pub job_name: String,
+    pub n_attempts: u64,
+    pub n_concurrent: u64,
+    pub agent: String,
+    pub model_name: String,
+    pub api_base: String,
+    /// The agent's `kwargs.model_info`; `None` leaves it out.
+    pub model_info: Option<Value>,
+    pub dataset: String,
+    /// `lock.json`'s Harbor version; `None` writes no `lock.json`.
+    pub harbor_version: Option<String>,
+    pub result: Option<JobResult>,
+    /// mtime of `config.json` and `lock.json` (when Harbor started the job).
+    pub written: Option<DateTime<Utc>>,
+}
+
+/// The job `result.json`.
+#[derive(Debug, Clone)]
+pub struct JobResult {
+    pub id: String,
+    pub started_at: String,
+    /// `None` leaves the key out.
+    pub updated_at: Option<String>,
+    pub finished_at: Option<String>,
+    pub n_total_trials: u64,
+    pub stats: Value,
+    pub written: Option<DateTime<Utc>>,
+}
+
+impl JobResult {
+    /// Harbor's stats of a job that has recorded no trial yet.
+    pub fn empty_stats() -> Value {
+        json!({"n_completed_trials": 0, "n_errored_trials": 0, "evals": {}})
+    }
+
+    /// Writes `result.json` into the job dir `dir`.
+    pub fn write(&self, dir: &Path) {
+        write_json(&dir.join(crate::rundir::harbor::RESULT_FILE), &self.to_value(), self.written);
+    }
+
+    pub fn to_value(&self) -> Value {
+        let mut v = json!({"id": self.id, "started_at": self.started_at});
+        if let Some(u) = &self.updated_at {
+            v["updated_at"] = json!(u);
+        }
+        v["finished_at"] = json!(self.finished_at);
+        v["n_total_trials"] = json!(self.n_total_trials);
+        v["stats"] = self.stats.clone();
+        v
+    }
+}
+
+impl HarborJob {
+    /// A terminus-2 job on Daytona, one attempt, the model at `hosted_vllm/Model-8B` on the node's
+    /// port 8000, `model_info` set, dataset `/data/tb2`, written by Harbor 0.25.0 at `started`
+    /// with `n_total` trials, finished at `finished` (or still running).
+    pub fn started(job_name: &str, started: DateTime<Utc>, n_total: u64, finished: Option<DateTime<Utc>>) -> Self {
+        Self {
+            job_name: job_name.into(),
+            n_attempts: 1,
+            n_concurrent: 12,
+            agent: "terminus-2".into(),
+            model_name: "hosted_vllm/Model-8B".into(),
+            api_base: "http://127.0.0.1:8000/v1".into(),
+            model_info: Some(model_info(32768, 16384)),
+            dataset: "/data/tb2".into(),
+            harbor_version: Some("0.25.0".into()),
+            result: Some(JobResult {
+                id: "e113".into(),
+                started_at: naive(started),
+                updated_at: Some(naive(finished.unwrap_or(started))),
+                finished_at: finished.map(naive),
+                n_total_trials: n_total,
+                stats: JobResult::empty_stats(),
+                written: Some(finished.unwrap_or(started)),
+            }),
+            written: Some(started),
+        }
+    }
+
+    pub fn config_value(&self) -> Value {
+        let mut kwargs = json!({"api_base": self.api_base});
+        if let Some(mi) = &self.model_info {
+            kwargs["model_info"] = mi.clone();
+        }
+        json!({"job_name": self.job_name, "n_attempts": self.n_attempts, "n_concurrent_trials": self.n_concurrent,
+               "environment": {"type": "daytona"},
+               "agents": [{"name": self.agent, "model_name": self.model_name, "kwargs": kwargs}],
+               "datasets": [{"path": self.dataset}]})
+    }
+
+    /// Writes the job files into `dir`.
+    pub fn write(&self, dir: &Path) {
+        write_json(&dir.join(crate::rundir::harbor::CONFIG_FILE), &self.config_value(), self.written);
+        if let Some(version) = &self.harbor_version {
+            write_json(
+                &dir.join(crate::rundir::harbor::LOCK_FILE),
+                &json!({"schema_version": 3, "harbor": {"version": version, "is_editable": false}, "trials": []}),
+                self.written,
+            );
+        }
+        if let Some(result) = &self.result {
+            result.write(dir);
+        }
+    }
+}
+
+/// How far a trial got.
+#[derive(Debug, Clone)]
+pub enum Stage {
+    /// What `Trial.__init__` leaves before the environment starts: `lock.json`, an empty
+    /// `trial.log`, empty `agent/`, `verifier/`, `artifacts/`; made at that instant.
+    Queued(DateTime<Utc>),
+    /// The sandbox is up and the agent runs since then (`config.json`, a tmux pane log).
+    Running(DateTime<Utc>),
+    /// Finished with a `result.json`.
+    Done(Finished),
+}
+
+/// A finished trial's `result.json`.
+#[derive(Debug, Clone)]
+pub struct Finished {
+    /// When `result.json` was written.
+    pub at: DateTime<Utc>,
+    /// Sandbox setup (Daytona: minutes). `None`: a Harbor that records only the trial's
+    /// `started_at`/`finished_at`, `agent_s` apart, and no verifier files.
+    pub setup_s: Option<f64>,
+    pub agent_s: f64,
+    pub input_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
+    /// Harbor 0.25 keeps the per-model counts in `model_usage` too; `true` writes them only there.
+    pub usage_only: bool,
+    pub exception: Option<String>,
+    pub reward: Option<f64>,
+}
+
+impl Finished {
+    /// A trial that scored 1.0 after a 95 s sandbox setup and 4 minutes of agent work.
+    pub fn ok(at: DateTime<Utc>) -> Self {
+        Self {
+            at,
+            setup_s: Some(95.0),
+            agent_s: 240.0,
+            input_tokens: Some(2596),
+            output_tokens: Some(1874),
+            usage_only: false,
+            exception: None,
+            reward: Some(1.0),
+        }
+    }
+}
+
+/// One trial dir `<job>/<name>` (`<task>__<suffix>`), its agent talking to `api_base`.
+#[derive(Debug, Clone)]
+pub struct Trial {
+    pub name: String,
+    pub api_base: String,
+    pub stage: Stage,
+}
+
+impl Trial {
+    pub fn new(name: &str, stage: Stage) -> Self {
+        Self { name: name.into(), api_base: "http://127.0.0.1:8000/v1".into(), stage }
+    }
+
+    pub fn api_base(mut self, api_base: &str) -> Self {
+        self.api_base = api_base.into();
+        self
+    }
+
+    fn task(&self) -> &str {
+        self.name.split("__").next().unwrap_or(&self.name)
+    }
+
+    pub fn write(&self, job: &Path) {
+        let t = job.join(&self.name);
+        match &self.stage {
+            Stage::Queued(made) => self.queued(&t, *made),
+            Stage::Running(since) => self.running(&t, *since),
+            Stage::Done(d) => self.done(&t, d),
+        }
+    }
+
+    fn queued(&self, t: &Path, made: DateTime<Utc>) {
+        for sub in ["agent", "verifier", "artifacts"] {
+            std::fs::create_dir_all(t.join(sub)).expect("create a trial dir");
+        }
+        write_json(&t.join("lock.json"), &json!({"schema_version": 2, "task": {"name": self.name}}), Some(made));
+        write_file(&t.join(crate::rundir::harbor::TRIAL_LOG), "", Some(made));
+    }
+
+    fn running(&self, t: &Path, since: DateTime<Utc>) {
+        self.queued(t, since);
+        write_json(
+            &t.join("config.json"),
+            &json!({"trial_name": self.name, "agent": {"name": "terminus-2", "kwargs": {"api_base": self.api_base}}}),
+            Some(since),
+        );
+        // The pane log moves while the agent works.
+        write_file(&t.join("agent/terminus_2.pane"), "root@sandbox:/app# ", Some(since + Duration::minutes(1)));
+    }
+
+    fn done(&self, t: &Path, d: &Finished) {
+        let agent_end = if d.setup_s.is_some() { d.at - Duration::seconds(2) } else { d.at };
+        let agent_start = agent_end - secs(d.agent_s);
+        let setup_start = agent_start - secs(d.setup_s.unwrap_or(0.0));
+        self.running(t, d.at - secs(d.setup_s.unwrap_or(0.0) + d.agent_s) - Duration::minutes(1));
+        let usage = json!({"Model-8B": {"n_input_tokens": d.input_tokens, "n_output_tokens": d.output_tokens, "cost_usd": null}});
+        let agent_result = if d.usage_only {
+            json!({"n_input_tokens": d.input_tokens, "model_usage": usage})
+        } else {
+            json!({"n_input_tokens": d.input_tokens, "n_output_tokens": d.output_tokens, "model_usage": usage})
+        };
+        let mut result = json!({"trial_name": self.name, "task_name": self.task(),
+                "config": {"agent": {"kwargs": {"api_base": self.api_base}}},
+                "agent_info": {"name": "terminus-2", "version": "2.0.0"},
+                "agent_result": agent_result,
+                "verifier_result": d.reward.map(|r| json!({"rewards": {"reward": r}})),
+                "exception_info": d.exception.as_ref().map(|e| json!({"exception_type": e, "exception_message": "", "occurred_at": iso(agent_end)}))});
+        if d.setup_s.is_some() {
+            write_file(&t.join("verifier/test-stdout.txt"), "ok\n", Some(agent_end));
+            write_json(
+                &t.join("artifacts/manifest.json"),
+                &json!([{"source": "/logs/artifacts", "status": "ok"}]),
+                Some(agent_end),
+            );
+            result["started_at"] = json!(iso(setup_start - Duration::milliseconds(60)));
+            result["finished_at"] = json!(iso(d.at));
+            result["environment_setup"] =
+                json!({"started_at": iso(setup_start), "finished_at": iso(agent_start - Duration::seconds(1))});
+            result["agent_execution"] = json!({"started_at": iso(agent_start), "finished_at": iso(agent_end)});
+            result["verifier"] = json!({"started_at": iso(agent_end), "finished_at": iso(d.at)});
+        } else {
+            result["started_at"] = json!(iso(agent_start));
+            result["finished_at"] = json!(iso(d.at));
+        }
+        write_json(&t.join(crate::rundir::harbor::RESULT_FILE), &result, Some(d.at));
+    }
+}
+
+/// vLLM's log text, line by line, in the formats vLLM 0.33 writes (its API process prefixes its
+/// logger lines with `(APIServer pid=N)`; uvicorn's access lines have no stamp).
+#[derive(Debug, Clone, Default)]
+pub struct VllmLog {
+    pub text: String,
+    pid: u32,
+}
+
+impl VllmLog {
+    pub fn new(pid: u32) -> Self {
+        Self { text: String::new(), pid }
+    }
+
+    /// A logger line: `(APIServer pid=N) LEVEL MM-DD HH:MM:SS [where] message`.
+    pub fn logger(&mut self, level: &str, t: DateTime<Utc>, place: &str, message: &str) -> &mut Self {
+        let pid = self.pid;
+        self.raw(&format!("(APIServer pid={pid}) {level} {} [{place}] {message}", stamp(t)))
+    }
+
+    /// The API server's start lines (version, listen address) and uvicorn's startup.
+    pub fn startup(&mut self, t: DateTime<Utc>, lines: [(&str, &str); 2]) -> &mut Self {
+        for (place, message) in lines {
+            self.logger("INFO", t, place, message);
+        }
+        let pid = self.pid;
+        self.raw(&format!("INFO:     Started server process [{pid}]")).raw("INFO:     Application startup complete.")
+    }
+
+    /// An engine throughput line.
+    pub fn throughput(&mut self, t: DateTime<Utc>, tokens_per_s: &str, tail: &str) -> &mut Self {
+        self.logger(
+            "INFO",
+            t,
+            "loggers.py:248",
+            &format!("Engine 000: Avg prompt throughput: {tokens_per_s} tokens/s, {tail}"),
+        )
+    }
+
+    /// A chat-completion access line from `127.0.0.1:<port>`.
+    pub fn completion(&mut self, port: u32, code: u16, reason: &str) -> &mut Self {
+        self.raw(&access_line(&format!("127.0.0.1:{port}"), "POST", "/v1/chat/completions", (1, 1), code, reason))
+    }
+
+    /// payload's health probe as uvicorn logs it (no stamp).
+    pub fn health(&mut self) -> &mut Self {
+        self.raw(&access_line("127.0.0.1:39999", "GET", "/health", (1, 1), 200, "OK"))
+    }
+
+    /// A 400 as vLLM logs it: the access line, an ERROR line and a multi-line traceback ending
+    /// in the context-length error.
+    pub fn traceback_400(&mut self, t: DateTime<Utc>, port: u32) -> &mut Self {
+        self.completion(port, 400, "Bad Request");
+        self.logger("ERROR", t, "serving_chat.py:212", "Error in preprocessing prompt inputs");
+        let pid = self.pid;
+        self.raw(&format!("(APIServer pid={pid}) Traceback (most recent call last):"));
+        for (file, line, func) in [
+            ("vllm/entrypoints/openai/serving_chat.py", 205, "create_chat_completion"),
+            ("vllm/entrypoints/openai/serving_engine.py", 1080, "_preprocess_chat"),
+            ("vllm/entrypoints/openai/serving_engine.py", 612, "_tokenize_prompt_input_async"),
+            ("vllm/entrypoints/openai/serving_engine.py", 540, "_validate_input"),
+        ] {
+            self.raw(&format!(
+                "(APIServer pid={pid})   File \"/opt/venv/lib/python3.12/site-packages/{file}\", line {line}, in {func}"
+            ));
+            self.raw(&format!("(APIServer pid={pid})     raise VLLMValidationError("));
+        }
+        self.raw(&format!("(APIServer pid={pid}) vllm.exceptions.VLLMValidationError: This model's maximum context length is 32768 tokens. However, your request has 40123 input tokens."))
+    }
+
+    /// Any line as written.
+    pub fn raw(&mut self, line: &str) -> &mut Self {
+        self.text.push_str(line);
+        self.text.push('\n');
+        self
+    }
+}

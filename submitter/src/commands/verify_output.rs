@@ -1,0 +1,456 @@
+//! The JSON documents of `check`, `status` and `results` (docs/design.md §11): output types built
+//! from the verification library's structs, so that a change to those is a compile error here
+//! rather than a silent change of the contract. Field order is the documents' order.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use submitter::verify::check::{Facts, RunCheck, TrialScan};
+use submitter::verify::results::{Audit, BenchKind, Cell, Matrix};
+use submitter::verify::rules::RunState;
+use submitter::verify::verdict::{JobVerdict, Rate, StatusRow};
+use submitter::verify::{Finding, Level};
+
+use super::queueing::ContinuationOutput;
+
+/// `check`: the worst verdict over the run dirs, and each run dir's checks.
+#[derive(Serialize)]
+pub struct CheckOutput<'a> {
+    /// `ok`, `warn` or `fail`: the worst of the runs' verdicts.
+    verdict: &'static str,
+    runs: Vec<RunCheckOutput<'a>>,
+}
+
+impl<'a> CheckOutput<'a> {
+    pub fn new(checks: &'a [RunCheck]) -> Self {
+        let worst = checks.iter().map(|c| c.verdict).max().unwrap_or(Level::Ok);
+        CheckOutput { verdict: worst.as_str(), runs: checks.iter().map(RunCheckOutput::from).collect() }
+    }
+}
+
+#[derive(Serialize)]
+struct RunCheckOutput<'a> {
+    run_dir: &'a Path,
+    run_tag: Option<&'a str>,
+    /// The worst finding's level: `ok`, `warn` or `fail`.
+    verdict: &'static str,
+    /// What `status` calls the same evidence (`starting`, `healthy`, `stalled`, …).
+    status_verdict: &'static str,
+    /// `running`, `ended` or `unknown`: whether the job writing the run dir still runs.
+    state: &'static str,
+    findings: Vec<FindingOutput<'a>>,
+    facts: FactsOutput<'a>,
+}
+
+impl<'a> From<&'a RunCheck> for RunCheckOutput<'a> {
+    fn from(c: &'a RunCheck) -> Self {
+        RunCheckOutput {
+            run_dir: &c.run_dir,
+            run_tag: c.run_tag.as_deref(),
+            verdict: c.verdict.as_str(),
+            status_verdict: c.status_verdict.as_str(),
+            state: run_state(c.state),
+            findings: c.findings.iter().map(FindingOutput::from).collect(),
+            facts: FactsOutput::from(&c.facts),
+        }
+    }
+}
+
+fn run_state(state: RunState) -> &'static str {
+    match state {
+        RunState::Running => "running",
+        RunState::Ended => "ended",
+        RunState::Unknown => "unknown",
+    }
+}
+
+/// One result of one check (docs/verification.md lists the ids).
+#[derive(Serialize)]
+struct FindingOutput<'a> {
+    /// `tunnel`, `api_base`, `engine`, `trials`, `outcome`, `audit`.
+    check: &'static str,
+    /// Stable within the check, e.g. `engine.bad_requests`.
+    id: &'static str,
+    level: &'static str,
+    summary: &'a str,
+    /// The numbers, files and log lines behind it; left out when none.
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    evidence: &'a [String],
+    /// What to do about it; left out when nothing is to be done.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    action: Option<&'a str>,
+    /// The `status` verdict it stands for when it is the most severe; left out when it only informs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status_verdict: Option<&'static str>,
+}
+
+impl<'a> From<&'a Finding> for FindingOutput<'a> {
+    fn from(f: &'a Finding) -> Self {
+        FindingOutput {
+            check: f.check,
+            id: f.id,
+            level: f.level.as_str(),
+            summary: &f.summary,
+            evidence: &f.evidence,
+            action: f.action.as_deref(),
+            status_verdict: f.status.map(|v| v.as_str()),
+        }
+    }
+}
+
+/// The numbers behind the findings.
+#[derive(Serialize)]
+struct FactsOutput<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    engine_log: Option<EngineLogOutput<'a>>,
+    completions_per_min: Option<f64>,
+    trials: TrialsOutput<'a>,
+    expected_trials: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    audit: Option<AuditOutput<'a>>,
+}
+
+impl<'a> From<&'a Facts> for FactsOutput<'a> {
+    fn from(f: &'a Facts) -> Self {
+        FactsOutput {
+            engine_log: f.engine_log.as_ref().map(|log| EngineLogOutput {
+                bytes: log.bytes,
+                lines: log.lines,
+                ok: log.ok,
+                c4xx: log.c4xx,
+                c5xx: log.c5xx,
+                c400: log.c400,
+                other: log.other,
+                first_anchor: log.first_anchor,
+                last_anchor: log.last_anchor,
+                server_start: log.server_start,
+                first_ok_anchor: log.first_ok_anchor,
+                last_completion_anchor: log.last_completion_anchor,
+                per_minute: &log.per_minute,
+                example_400: log.example_400.as_deref(),
+                example_5xx: log.example_5xx.as_deref(),
+                context_error: log.context_error.as_deref(),
+                fatal: log.fatal.as_deref(),
+                tracebacks: log.tracebacks,
+            }),
+            completions_per_min: f.completions_per_min,
+            trials: TrialsOutput::from(&f.trials),
+            expected_trials: f.expected_trials,
+            audit: f.audit.as_ref().map(AuditOutput::from),
+        }
+    }
+}
+
+/// One pass over the engine log (`vllm.log`). Anchors are seconds on the log's own clock
+/// (docs/verification.md).
+#[derive(Serialize)]
+struct EngineLogOutput<'a> {
+    bytes: u64,
+    lines: u64,
+    /// Chat completions answered 2xx, 4xx (400 among them), 5xx, and other classes.
+    ok: u64,
+    c4xx: u64,
+    c5xx: u64,
+    c400: u64,
+    other: u64,
+    first_anchor: Option<i64>,
+    last_anchor: Option<i64>,
+    server_start: Option<i64>,
+    first_ok_anchor: Option<i64>,
+    last_completion_anchor: Option<i64>,
+    /// Completions per anchor minute: `[minute, [2xx, 4xx, 5xx]]`, in log order.
+    per_minute: &'a [(i64, [u64; 3])],
+    example_400: Option<&'a str>,
+    example_5xx: Option<&'a str>,
+    context_error: Option<&'a str>,
+    fatal: Option<&'a str>,
+    tracebacks: u64,
+}
+
+/// What the trial directories hold.
+#[derive(Serialize)]
+struct TrialsOutput<'a> {
+    dirs: u64,
+    done: u64,
+    active: u64,
+    queued: u64,
+    unconstructed: u64,
+    errored: u64,
+    valid: u64,
+    errors_by_type: &'a BTreeMap<String, u64>,
+    instant_failures: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    instant_example: Option<&'a str>,
+    instant_types: &'a BTreeMap<String, u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_result_at: Option<DateTime<Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_result_trial: Option<&'a str>,
+    /// `api_base` of the trial configs: value → `[count, example trial]`.
+    api_bases: &'a BTreeMap<String, (u64, String)>,
+    model_info_warnings: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    model_info_example: Option<&'a str>,
+}
+
+impl<'a> From<&'a TrialScan> for TrialsOutput<'a> {
+    fn from(t: &'a TrialScan) -> Self {
+        TrialsOutput {
+            dirs: t.dirs,
+            done: t.done,
+            active: t.active,
+            queued: t.queued,
+            unconstructed: t.unconstructed,
+            errored: t.errored,
+            valid: t.valid,
+            errors_by_type: &t.errors_by_type,
+            instant_failures: t.instant_failures,
+            instant_example: t.instant_example.as_deref(),
+            instant_types: &t.instant_types,
+            last_result_at: t.last_result_at,
+            last_result_trial: t.last_result_trial.as_deref(),
+            api_bases: &t.api_bases,
+            model_info_warnings: t.model_info_warnings,
+            model_info_example: t.model_info_example.as_deref(),
+        }
+    }
+}
+
+/// The completion audit: enough valid trials, not too many errors.
+#[derive(Serialize)]
+struct AuditOutput<'a> {
+    complete: bool,
+    /// `complete` or `incomplete`.
+    status: &'static str,
+    valid: u64,
+    expected: Option<u64>,
+    /// Valid trials needed (⌈min_valid_share × expected⌉).
+    needed: Option<u64>,
+    errored: u64,
+    error_share: f64,
+    reasons: &'a [String],
+}
+
+impl<'a> From<&'a Audit> for AuditOutput<'a> {
+    fn from(a: &'a Audit) -> Self {
+        AuditOutput {
+            complete: a.complete,
+            status: a.status,
+            valid: a.valid,
+            expected: a.expected,
+            needed: a.needed,
+            errored: a.errored,
+            error_share: a.error_share,
+            reasons: &a.reasons,
+        }
+    }
+}
+
+/// `status`: this cluster's active attempts (and those ended within `--hours`), each with its
+/// verdict.
+#[derive(Serialize)]
+pub struct StatusOutput<'a> {
+    jobs: Vec<StatusRowOutput<'a>>,
+}
+
+impl<'a> StatusOutput<'a> {
+    pub fn new(rows: &'a [StatusRow]) -> Self {
+        StatusOutput { jobs: rows.iter().map(StatusRowOutput::from).collect() }
+    }
+}
+
+#[derive(Serialize)]
+struct StatusRowOutput<'a> {
+    attempt: i64,
+    model: &'a str,
+    benchmark: &'a str,
+    cluster: &'a str,
+    run_tag: &'a str,
+    run_dir: Option<&'a str>,
+    /// The ledger's status: `pending`, `started`, `finished`, `failed`, `cancelled`.
+    ledger_status: &'static str,
+    ledger_reason: &'a str,
+    slurm_job_id: Option<&'a str>,
+    /// Slurm's state (`PENDING`, `RUNNING`, …), `gone` when Slurm no longer lists the job, `-`
+    /// without a job id.
+    slurm: &'a str,
+    /// payload's phase from `status.json`, `-` without one.
+    phase: &'a str,
+    verdict: JobVerdictOutput<'a>,
+    /// Set when `status --watch` cancelled the job under the profile's `verify.auto_cancel`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cancelled: Option<&'a str>,
+    /// For a walltime continuation: the attempt it continues and its place in the chain.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    continues: Option<ContinuationOutput>,
+}
+
+impl<'a> From<&'a StatusRow> for StatusRowOutput<'a> {
+    fn from(r: &'a StatusRow) -> Self {
+        StatusRowOutput {
+            attempt: r.attempt,
+            model: &r.model,
+            benchmark: &r.benchmark,
+            cluster: &r.cluster,
+            run_tag: &r.run_tag,
+            run_dir: r.run_dir.as_deref(),
+            ledger_status: r.ledger_status.as_str(),
+            ledger_reason: &r.ledger_reason,
+            slurm_job_id: r.slurm_job_id.as_deref(),
+            slurm: &r.slurm,
+            phase: &r.phase,
+            verdict: JobVerdictOutput::from(&r.verdict),
+            cancelled: r.cancelled.as_deref(),
+            continues: r.continues.map(ContinuationOutput::from),
+        }
+    }
+}
+
+/// A job's verdict with the evidence.
+#[derive(Serialize)]
+struct JobVerdictOutput<'a> {
+    /// `starting`, `healthy`, `stalled`, `dead`, `misconfigured`, `finished`, `failed`.
+    verdict: &'static str,
+    summary: &'a str,
+    evidence: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    action: Option<&'a str>,
+    /// Since when this verdict has held (as observed).
+    since: DateTime<Utc>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rate: Option<RateOutput>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    trials_finished: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    trials_expected: Option<u64>,
+}
+
+impl<'a> From<&'a JobVerdict> for JobVerdictOutput<'a> {
+    fn from(v: &'a JobVerdict) -> Self {
+        JobVerdictOutput {
+            verdict: v.verdict.as_str(),
+            summary: &v.summary,
+            evidence: &v.evidence,
+            action: v.action.as_deref(),
+            since: v.since,
+            rate: v.rate.as_ref().map(RateOutput::from),
+            trials_finished: v.trials_finished,
+            trials_expected: v.trials_expected,
+        }
+    }
+}
+
+/// The completion rate over a window.
+#[derive(Serialize)]
+struct RateOutput {
+    window_s: i64,
+    completions: u64,
+    ok: u64,
+    c4xx: u64,
+    c5xx: u64,
+    per_min: f64,
+    trials_finished: u64,
+    /// Whether the window starts at an earlier heartbeat (else: cumulative since Harbor started).
+    from_previous: bool,
+}
+
+impl From<&Rate> for RateOutput {
+    fn from(r: &Rate) -> Self {
+        RateOutput {
+            window_s: r.window_s,
+            completions: r.completions,
+            ok: r.ok,
+            c4xx: r.c4xx,
+            c5xx: r.c5xx,
+            per_min: r.per_min,
+            trials_finished: r.trials_finished,
+            from_previous: r.from_previous,
+        }
+    }
+}
+
+/// `results`: models × benchmarks, each cell the latest finished attempt's score.
+#[derive(Serialize)]
+pub struct ResultsOutput<'a> {
+    /// In ranking order.
+    models: &'a [String],
+    benchmarks: &'a [String],
+    /// By benchmark: `binary`, `partial_credit` or `other`.
+    kinds: BTreeMap<&'a str, &'static str>,
+    cells: Vec<CellOutput<'a>>,
+    /// Mean over swebench-100, tb2 and dev_set_v2, for models that have all three.
+    id_mean: &'a BTreeMap<String, f64>,
+    /// The binary benchmark models are ranked on, and each ranked model's rank (ties share one).
+    rank_by: Option<&'a str>,
+    ranks: &'a BTreeMap<String, usize>,
+}
+
+impl<'a> From<&'a Matrix> for ResultsOutput<'a> {
+    fn from(m: &'a Matrix) -> Self {
+        ResultsOutput {
+            models: &m.models,
+            benchmarks: &m.benchmarks,
+            kinds: m.kinds.iter().map(|(benchmark, kind)| (benchmark.as_str(), bench_kind(*kind))).collect(),
+            cells: m.cells.iter().map(CellOutput::from).collect(),
+            id_mean: &m.id_mean,
+            rank_by: m.rank_by.as_deref(),
+            ranks: &m.ranks,
+        }
+    }
+}
+
+fn bench_kind(kind: BenchKind) -> &'static str {
+    match kind {
+        BenchKind::Binary => "binary",
+        BenchKind::PartialCredit => "partial_credit",
+        BenchKind::Other => "other",
+    }
+}
+
+/// One (model, benchmark) result.
+#[derive(Serialize)]
+struct CellOutput<'a> {
+    model: &'a str,
+    benchmark: &'a str,
+    attempt_id: i64,
+    run_tag: &'a str,
+    run_dir: Option<&'a str>,
+    cluster: &'a str,
+    mean: Option<f64>,
+    /// √(p(1−p)/n) over the trials; binary benchmarks only.
+    stderr: Option<f64>,
+    n_trials: u64,
+    n_valid: u64,
+    n_expected: Option<u64>,
+    n_errors: u64,
+    infra_errors: &'a BTreeMap<String, u64>,
+    /// The completion audit failed: resume rather than accept.
+    incomplete: bool,
+    audit_reasons: &'a [String],
+    ended_at: Option<DateTime<Utc>>,
+}
+
+impl<'a> From<&'a Cell> for CellOutput<'a> {
+    fn from(c: &'a Cell) -> Self {
+        CellOutput {
+            model: &c.model,
+            benchmark: &c.benchmark,
+            attempt_id: c.attempt_id.0,
+            run_tag: &c.run_tag,
+            run_dir: c.run_dir.as_deref(),
+            cluster: &c.cluster,
+            mean: c.mean,
+            stderr: c.stderr,
+            n_trials: c.n_trials,
+            n_valid: c.n_valid,
+            n_expected: c.n_expected,
+            n_errors: c.n_errors,
+            infra_errors: &c.infra_errors,
+            incomplete: c.incomplete,
+            audit_reasons: &c.audit_reasons,
+            ended_at: c.ended_at,
+        }
+    }
+}
