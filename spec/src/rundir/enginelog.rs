@@ -140,10 +140,20 @@ fn scan_file_in_parts(path: &Path, parts: usize, min_part: u64) -> std::io::Resu
         plan_parts(&file, len, parts.min(usize::try_from(len / min_part.max(1)).unwrap_or(usize::MAX)))?;
     let scan = |part: &Part, mut scanner: Scanner| scan_part(&file, part, &mut scanner).map(|()| scanner);
     let scanner = std::thread::scope(|scope| -> std::io::Result<Scanner> {
-        let later: Vec<_> = rest.iter().map(|part| scope.spawn(move || scan(part, Scanner::continuing()))).collect();
+        // A part whose thread cannot be started is scanned here, after the first.
+        let later: Vec<_> = rest
+            .iter()
+            .map(|part| {
+                let thread = std::thread::Builder::new().spawn_scoped(scope, move || scan(part, Scanner::continuing()));
+                (part, thread.ok())
+            })
+            .collect();
         let mut scanner = scan(&first, Scanner::new())?;
-        for handle in later {
-            let next = handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+        for (part, thread) in later {
+            let next = match thread {
+                Some(handle) => handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))?,
+                None => scan(part, Scanner::continuing())?,
+            };
             scanner.absorb(next);
         }
         Ok(scanner)
