@@ -40,7 +40,8 @@ impl From<HarborError> for Failure {
 }
 
 /// `model_info` for hosted_vllm: O = max_output_tokens or 16384; if O ≥ L then O = L/2, where
-/// L = max_model_len or 32768. Without it every hosted_vllm trial dies before its first request.
+/// L = max_model_len or 32768. Without it Harbor 0.25's terminus-2 assumes LiteLLM's fallback context
+/// of 1,000,000 tokens (never summarises, so long trials end in 400s); older Harbor rejected the agent.
 pub fn model_info(max_model_len: Option<u64>, max_output_tokens: Option<u64>) -> serde_json::Value {
     let input = max_model_len.unwrap_or(DEFAULT_MAX_INPUT_TOKENS);
     let mut output = max_output_tokens.unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS);
@@ -431,8 +432,8 @@ fn read_config(path: &Path) -> Result<serde_json::Value, HarborError> {
 /// Checks, before the engine starts, that every `config.json` a resume rewrites can be read and
 /// parsed (a corrupt trial config found only after a 20–30 min cold load wastes the allocation).
 /// Also, the job's stored agents must carry `kwargs.model_info` when they call a hosted_vllm
-/// model: without it every trial dies before its first request, and a resume re-uses the stored
-/// config as it is.
+/// model: without it the agent misjudges its context (see [`model_info`]), and a resume re-uses
+/// the stored config as it is.
 pub fn check_resume_configs(run_dir: &Path) -> Result<usize, HarborError> {
     let files = config_files(run_dir);
     for path in &files {

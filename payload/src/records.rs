@@ -566,26 +566,21 @@ http_requests_total{handler="/health",method="GET",status="2xx"} 900.0
 
     #[test]
     fn trial_counting() {
-        let dir = tempfile::tempdir().unwrap();
-        let run = dir.path();
-        std::fs::write(run.join("config.json"), "{}").unwrap();
-        for (name, result) in [
-            ("t1", Some(r#"{"exception_info": null}"#)),
-            ("t2", Some(r#"{"exception_info": {"exception_type": "DaytonaError"}}"#)),
-            ("t3", None),
-        ] {
-            std::fs::create_dir(run.join(name)).unwrap();
-            std::fs::write(run.join(name).join("config.json"), "{}").unwrap();
-            if let Some(r) = result {
-                std::fs::write(run.join(name).join("result.json"), r).unwrap();
-            }
-        }
+        use launch_spec::testkit::{Finished, HarborJob, RunDir, Stage, Trial};
+        let now = chrono::Utc::now();
+        let d = RunDir::temp("job");
+        let run = d.path();
+        d.job(&HarborJob::started("job", now, 4, None))
+            .trial(&Trial::new("t1", Stage::Done(Finished::ok(now))))
+            .trial(&Trial::new(
+                "t2",
+                Stage::Done(Finished { exception: Some("DaytonaError".into()), reward: None, ..Finished::ok(now) }),
+            ))
+            .trial(&Trial::new("t3", Stage::Running(now)));
         assert_eq!(count_trials(run), Trials { started: 3, finished: 2, errored: 1 });
         // Harbor 0.25's queued trial (lock.json, empty trial.log and subdirs) and a stray
         // subdirectory are not started trials.
-        std::fs::create_dir_all(run.join("t4/agent")).unwrap();
-        std::fs::write(run.join("t4/lock.json"), "{}").unwrap();
-        std::fs::write(run.join("t4/trial.log"), "").unwrap();
+        d.trial(&Trial::new("t4", Stage::Queued(now)));
         std::fs::create_dir(run.join("logs")).unwrap();
         assert_eq!(count_trials(run), Trials { started: 3, finished: 2, errored: 1 });
     }

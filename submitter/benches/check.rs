@@ -13,6 +13,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use launch_spec::rundir::enginelog::access_line;
 use submitter::verify::{VerifySettings, check, logscan};
 
 fn env_u64(name: &str, default: u64) -> u64 {
@@ -46,12 +47,16 @@ fn write_log(path: &Path, target_bytes: u64) -> (u64, u64) {
                 1..=4 => (400, "Bad Request"),
                 _ => (200, "OK"),
             };
-            writeln!(
-                line,
-                "INFO:     127.0.0.1:{} - \"POST /v1/chat/completions HTTP/1.1\" {code} {reason}",
-                30000 + n % 30000
-            )
-            .unwrap();
+            // The one access-line writer (what the vLLM stand-in and the test fixtures print).
+            let access = access_line(
+                &format!("127.0.0.1:{}", 30000 + n % 30000),
+                "POST",
+                "/v1/chat/completions",
+                (1, 1),
+                code,
+                reason,
+            );
+            writeln!(line, "{access}").unwrap();
             lines += 1;
             if code == 400 {
                 writeln!(line, "(APIServer pid=4242) ERROR 11-{day:02} {h:02}:{m:02}:{s:02} [serving_chat.py:212] Error in preprocessing prompt inputs").unwrap();

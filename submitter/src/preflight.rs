@@ -579,16 +579,12 @@ mod tests {
         let mut cluster = crate::config::load_cluster(&root.join("clusters"), "local").unwrap();
         cluster.hardware.gpu_memory_gib = Some(64.0);
         cluster.hardware.gpu_memory_utilization = Some(0.85);
-        let mut spec: LaunchSpec = serde_json::from_value(serde_json::json!({
-            "version": 1, "run_tag": "t", "run_dir": "/r", "jobs_dir": "/j", "cluster": "c",
-            "benchmark": "b", "model": {"hf_id": "meta-llama/Llama-3.3-70B-Instruct", "served_name": "m"},
-            "serve": {"program": "vllm", "tensor_parallel_size": 2, "data_parallel_size": 1,
-                      "cluster_gpu_memory_utilization": 0.85},
-            "gpu_profiles": {"profiles": []},
-            "harbor": {"program": "h", "config": "/c", "dataset": "/d", "n_concurrent": 1, "n_attempts": 1, "timeout_multiplier": 1.0},
-            "secrets": {}
-        }))
-        .unwrap();
+        let mut spec = launch_spec::testkit::TestSpec::new("/", "t")
+            .model("meta-llama/Llama-3.3-70B-Instruct", "m")
+            .tp_dp(2, 1)
+            .gpu_profiles(vec![])
+            .with(|s| s.serve.cluster_gpu_memory_utilization = Some(0.85))
+            .build();
         let Err(Outcome::Fail(why)) = memory(&spec, &cluster) else { panic!("a 70B at TP2 fits?") };
         assert!(why.contains("the weights may not fit") && why.contains("2 GPU(s) × 64 GiB"), "{why}");
         spec.serve.tensor_parallel_size = 4;

@@ -254,17 +254,10 @@ mod tests {
     fn a_run_dir_holding_another_pairs_spec_is_never_reused() {
         let tmp = tempfile::tempdir().unwrap();
         let spec_for = |model: &str| {
-            let mut spec: LaunchSpec = serde_json::from_value(serde_json::json!({
-                "version": 1, "run_tag": "t", "run_dir": tmp.path(), "jobs_dir": "/j", "cluster": "c",
-                "benchmark": "terminal_bench_2", "model": {"hf_id": model, "served_name": "m"},
-                "serve": {"program": "vllm", "tensor_parallel_size": 1, "data_parallel_size": 1},
-                "gpu_profiles": {"profiles": []},
-                "harbor": {"program": "h", "config": "/c", "dataset": "/d", "n_concurrent": 1, "n_attempts": 1, "timeout_multiplier": 1.0},
-                "secrets": {}
-            }))
-            .unwrap();
-            spec.run_dir = tmp.path().to_path_buf();
-            spec
+            launch_spec::testkit::TestSpec::new("/", "t")
+                .model(model, "m")
+                .with(|s| s.run_dir = tmp.path().to_path_buf())
+                .build()
         };
         let first = spec_for("a/b__c-8B");
         assert!(run_dir_free_for(&first).is_ok(), "empty run dir");

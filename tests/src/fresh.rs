@@ -11,17 +11,17 @@
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-/// The source paths (relative to the workspace root) a binary of `package` is built from.
+/// The source paths (relative to the workspace root) a binary of `package` is built from. Manifests
+/// and the lock file are left out: an edit that changes nothing cargo builds from (a comment, another
+/// package's dependency) does not relink the binary, so it would read as stale for ever.
 fn sources(package: &str) -> Vec<&'static str> {
-    let own: &[&'static str] = match package {
-        "payload" => &["payload/src", "payload/Cargo.toml"],
-        "submitter" => &["submitter/src", "submitter/Cargo.toml"],
-        "e2e" => &["tests/src", "tests/Cargo.toml"],
+    let own = match package {
+        "payload" => "payload/src",
+        "submitter" => "submitter/src",
+        "e2e" => "tests/src",
         other => panic!("fresh::bin: no source list for package {other}"),
     };
-    let mut paths = own.to_vec();
-    paths.extend(["spec/src", "spec/Cargo.toml", "Cargo.toml", "Cargo.lock"]);
-    paths
+    vec![own, "spec/src"]
 }
 
 fn workspace_root() -> PathBuf {
@@ -29,7 +29,14 @@ fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
 }
 
+/// Sources no binary is built from: launch-spec's test fixtures (feature `testkit`, enabled only
+/// for tests, so `cargo build -p payload` neither compiles them nor relinks when they change).
+const NOT_IN_BINARIES: &[&str] = &["spec/src/testkit"];
+
 fn newest(path: &Path, found: &mut Option<(SystemTime, PathBuf)>) {
+    if NOT_IN_BINARIES.iter().any(|skip| path.ends_with(skip)) {
+        return;
+    }
     let Ok(meta) = std::fs::metadata(path) else { return };
     if meta.is_dir() {
         for entry in std::fs::read_dir(path).into_iter().flatten().flatten() {
@@ -94,6 +101,13 @@ mod tests {
         let stale = check(&binary, &[dir.join("src")]).unwrap_err();
         assert!(stale.contains("is older than") && stale.contains("main.rs"), "{stale}");
         assert!(check(&dir.join("missing"), &[]).unwrap_err().contains("is missing"));
+        // The test fixtures are no binary's source.
+        let kit = dir.join("spec/src/testkit");
+        std::fs::create_dir_all(&kit).unwrap();
+        std::fs::write(kit.join("mod.rs"), "").unwrap();
+        set(&source, 1_000).unwrap();
+        set(&kit.join("mod.rs"), 3_000).unwrap();
+        assert_eq!(check(&binary, &[dir.join("src"), dir.join("spec/src")]), Ok(()));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -56,6 +56,16 @@ impl Drop for World {
 impl World {
     /// `tasks`: (name, solvable). `response_seconds`: how long each completion takes.
     fn new(tasks: &[(&str, bool)], response_seconds: f64, extra_toml: &str) -> Option<Self> {
+        Self::with_engine_env(tasks, response_seconds, extra_toml, &[])
+    }
+
+    /// [`World::new`] with more of the vLLM stand-in's knobs (`engine_env`).
+    fn with_engine_env(
+        tasks: &[(&str, bool)],
+        response_seconds: f64,
+        extra_toml: &str,
+        engine_env: &[(&str, &str)],
+    ) -> Option<Self> {
         let harbor = real_harbor()?;
         let tmp = tempfile::Builder::new().prefix("harbor-contract-").tempdir().unwrap();
         let root = tmp.path().to_path_buf();
@@ -95,6 +105,8 @@ impl World {
             .env("STANDIN_CHAT_AGENT", "terminus")
             .env("STANDIN_LOAD_SECONDS", "0")
             .env("STANDIN_RESPONSE_SECONDS", response_seconds.to_string())
+            .env("STANDIN_REQUEST_LOG", root.join("requests.jsonl"))
+            .envs(engine_env.iter().copied())
             .env(key, value)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -106,6 +118,12 @@ impl World {
             std::thread::sleep(Duration::from_millis(50));
         }
         Some(Self { _tmp: tmp, root, harbor, engine, port, marker })
+    }
+
+    /// The bodies of the completion requests the engine received so far (both Harbors'), in order.
+    fn requests(&self) -> Vec<String> {
+        std::fs::read_to_string(self.root.join("requests.jsonl"))
+            .map_or_else(|_| Vec::new(), |t| t.lines().map(String::from).collect())
     }
 
     fn jobs(&self, which: Which) -> PathBuf {
@@ -463,4 +481,256 @@ fn host_variable_prompt_and_yes_alike() {
         let out = w.command(which, &[]).args(&args).env("CONTRACT_VAR", "set").output().unwrap();
         assert_eq!(code_of(out.status), 0, "{which:?} with --yes: {}", String::from_utf8_lossy(&out.stdout));
     }
+}
+
+// ------------------------------------------ the product reads both Harbors' run dirs alike
+
+/// What the product reads of one trial dir, through `launch_spec::rundir::harbor` (the one trial
+/// classifier and the typed trial result that payload's heartbeat and `check` use).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct TrialReading {
+    stage: String,
+    /// `result.json` read as [`hf::TrialResult`] (`None`: no result.json).
+    result_reads: Option<bool>,
+    exception_type: Option<String>,
+    has_reward: bool,
+    /// Whether the agent got output tokens (how many is the agent's turn count: not compared).
+    output_tokens: Option<bool>,
+    /// How the agent's time is taken: `agent_execution` (true) or the whole trial (false).
+    agent_timed: Option<bool>,
+    /// `check`'s instant-failure test: no output tokens and the agent ran at most 5 s.
+    instant: bool,
+}
+
+use launch_spec::rundir::harbor as hf;
+
+/// Every dir in a job dir (a dir that is no trial reads as `NotATrial`), as a multiset.
+fn trial_readings(job: &Path) -> Vec<TrialReading> {
+    let settings = submitter::verify::VerifySettings::default();
+    let mut out: Vec<TrialReading> = std::fs::read_dir(job)
+        .map(|rd| rd.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .iter()
+        .map(|t| {
+            let stage = format!("{:?}", hf::classify_trial(t));
+            let result = hf::read::<hf::TrialResult>(&t.join(hf::RESULT_FILE));
+            let parsed = result.as_ref().ok().and_then(Option::as_ref);
+            let took = parsed.and_then(|r| r.agent_seconds(launch_spec::rundir::parse_time_ms));
+            let tokens = parsed.and_then(hf::TrialResult::output_tokens);
+            TrialReading {
+                stage,
+                result_reads: match &result {
+                    Ok(None) => None,
+                    Ok(Some(_)) => Some(true),
+                    Err(_) => Some(false),
+                },
+                exception_type: parsed.and_then(|r| r.exception_type().map(String::from)),
+                has_reward: parsed.is_some_and(hf::TrialResult::has_reward),
+                output_tokens: tokens.map(|n| n > 0.0),
+                agent_timed: took.map(|(_, agent)| agent),
+                instant: parsed.is_some()
+                    && tokens.is_none_or(|n| n <= 0.0)
+                    && took.is_some_and(|(s, _)| s <= settings.instant_fail_s),
+            }
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// What the product reads of a job dir as a whole: the job files through their rundir models,
+/// `check`'s trial scan ([`submitter::verify::check::scan_trials`]) less what is timing or a path
+/// (when the newest result was written, example lines), and `check`'s state and verdict.
+fn job_reading(job: &Path) -> Result<Value, String> {
+    let settings = submitter::verify::VerifySettings::default();
+    fn read<T: serde::de::DeserializeOwned>(job: &Path, name: &str) -> Result<Option<T>, String> {
+        hf::read::<T>(&job.join(name)).map_err(|e| format!("job {name} does not read: {e}"))
+    }
+    let config: Option<hf::JobConfig> = read(job, hf::CONFIG_FILE)?;
+    let result: Option<hf::JobResult> = read(job, hf::RESULT_FILE)?;
+    let lock: Option<hf::JobLock> = read(job, hf::LOCK_FILE)?;
+    let agent = config.as_ref().and_then(|c| c.agents.first());
+    let scan = submitter::verify::check::scan_trials(job, settings.instant_fail_s).expect("trial scan");
+    let check = submitter::verify::check::check_run_dir(job, &settings, chrono::Utc::now()).expect("check");
+    let findings: BTreeSet<String> = check.findings.iter().map(|f| format!("{} {:?}", f.id, f.level)).collect();
+    Ok(serde_json::json!({
+        "config": config.as_ref().map(|c| serde_json::json!({
+            "job_name": c.job_name,
+            "n_attempts": c.n_attempts,
+            "agent": agent.map(|a| (a.name.clone(), a.model_name.clone(), a.kwargs.api_base.clone(), a.kwargs.has_model_info())),
+            "datasets": c.datasets.iter().map(|d| d.path.clone()).collect::<Vec<_>>(),
+        })),
+        "result": result.as_ref().map(|r| serde_json::json!({
+            "started": r.started_at.as_deref().and_then(launch_spec::rundir::parse_time).is_some(),
+            "updated": r.updated_at.as_deref().and_then(launch_spec::rundir::parse_time).is_some(),
+            "finished": r.finished_at.as_deref().and_then(launch_spec::rundir::parse_time).is_some(),
+            "n_total_trials": r.n_total_trials,
+            "stats": r.stats.is_some(),
+        })),
+        "lock": lock.as_ref().map(|l| (l.schema_version, l.harbor_version().map(String::from))),
+        "expected_trials": launch_spec::rundir::expected_trials_in(job),
+        "scan": {
+            "dirs": scan.dirs, "done": scan.done, "active": scan.active, "queued": scan.queued,
+            "unconstructed": scan.unconstructed, "errored": scan.errored, "valid": scan.valid,
+            "errors_by_type": scan.errors_by_type, "instant_failures": scan.instant_failures,
+            "instant_types": scan.instant_types,
+            "api_bases": scan.api_bases.iter().map(|(k, v)| (k.clone(), v.0)).collect::<BTreeMap<_, _>>(),
+            "model_info_warnings": scan.model_info_warnings,
+            "has_last_result": scan.last_result_at.is_some(),
+        },
+        "check": {
+            "state": format!("{:?}", check.state),
+            "verdict": format!("{:?}", check.verdict),
+            "status_verdict": format!("{:?}", check.status_verdict),
+            "findings": findings,
+        },
+    }))
+}
+
+/// Both readings of a job dir that Harbor is writing: taken until two in a row agree and every
+/// file reads (Harbor rewrites the job `result.json` in place, so a read can catch it empty).
+fn settled_reading(job: &Path) -> (Vec<TrialReading>, Value) {
+    let until = Instant::now() + Duration::from_secs(30);
+    let mut last: Option<(Vec<TrialReading>, Result<Value, String>)> = None;
+    loop {
+        let now = (trial_readings(job), job_reading(job));
+        if let (Some((t, Ok(j))), (nt, Ok(nj))) = (&last, &now)
+            && t == nt
+            && j == nj
+            && t.iter().all(|r| r.result_reads != Some(false))
+        {
+            return (nt.clone(), nj.clone());
+        }
+        assert!(Instant::now() < until, "{}: no settled reading: {now:?}", job.display());
+        last = Some(now);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Asserts both Harbors' job dirs read alike: the trial readings (a multiset) and the job reading.
+/// Returns the real Harbor's trial readings.
+fn assert_read_alike(w: &World, job: &str, when: &str) -> Vec<TrialReading> {
+    let real = w.job_dir(Which::Real, job);
+    let standin = w.job_dir(Which::Standin, job);
+    let (r, s) = (trial_readings(&real), trial_readings(&standin));
+    assert_eq!(s, r, "{when}: the stand-in's trial dirs (left) read unlike the real Harbor's (right)");
+    let (rj, sj) = (job_reading(&real).unwrap(), job_reading(&standin).unwrap());
+    assert_eq!(sj, rj, "{when}: the stand-in's job dir (left) reads unlike the real Harbor's (right)");
+    r
+}
+
+use std::collections::BTreeMap;
+
+#[test]
+fn trial_dirs_read_alike_at_the_end_of_a_healthy_run() {
+    let Some(w) = World::new(&[("good", true), ("bad", false)], 0.0, "") else { return };
+    for which in BOTH {
+        let (code, text) = w.run(which, &w.start_args(which, "healthy", &["--n-concurrent", "2"]));
+        assert_eq!(code, 0, "{which:?}: {text}");
+    }
+    let real = assert_read_alike(&w, "healthy", "finished");
+    let done = |r: &TrialReading| r.stage == "Done" && r.exception_type.is_none() && r.has_reward;
+    assert!(real.len() == 2 && real.iter().all(done), "the real Harbor scored both: {real:#?}");
+}
+
+#[test]
+fn trial_dirs_read_alike_when_the_agent_errors() {
+    // Every completion is vLLM's 400 context-overflow error. terminus-2 summarises by default and
+    // goes on until its timeout (a 300 s task timeout × 0.03); without summarising the overflow
+    // ends the agent at once: an instant failure.
+    let engine = [("STANDIN_BAD_REQUEST_AFTER", "0")];
+    let Some(w) = World::with_engine_env(&[("a", false), ("b", false)], 0.0, "", &engine) else { return };
+    for (job, extra, expect) in [
+        ("summarising", ["--agent-timeout-multiplier", "0.03"], "AgentTimeoutError"),
+        ("not-summarising", ["--agent-kwarg", "enable_summarize=false"], "ContextLengthExceededError"),
+    ] {
+        for which in BOTH {
+            let (code, text) =
+                w.run(which, &w.start_args(which, job, &[&["--n-concurrent", "2"], &extra[..]].concat()));
+            assert_eq!(code, 0, "{which:?}: {text}");
+        }
+        let real = assert_read_alike(&w, job, job);
+        assert!(real.iter().all(|r| r.exception_type.as_deref() == Some(expect)), "the real Harbor: {real:#?}");
+    }
+}
+
+#[test]
+fn trial_dirs_read_alike_mid_run_and_after_sigint() {
+    // One trial at a time, each completion 2 s: a trial is in flight for seconds.
+    let Some(w) = World::new(&[("a", true), ("b", true), ("c", true)], 2.0, "") else { return };
+    let job = "midrun";
+    let stages =
+        |which: Which| -> Vec<String> { trial_readings(&w.job_dir(which, job)).into_iter().map(|r| r.stage).collect() };
+    let mut mid = Vec::new();
+    for which in BOTH {
+        let before = w.requests().len();
+        let mut child = w.spawn(which, &w.start_args(which, job, &["--n-concurrent", "1"]));
+        // Mid-run: the first trial done, the second running, the third not begun.
+        let until = Instant::now() + TIMEOUT;
+        while stages(which) != ["Done", "Running"] {
+            assert!(child.try_wait().unwrap().is_none(), "{which:?} exited before: {:?}", stages(which));
+            assert!(Instant::now() < until, "{which:?}: never one done and one running: {:?}", stages(which));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let dir = w.job_dir(which, job);
+        mid.push(settled_reading(&dir));
+        // The second trial's agent is executing once its first request reached the engine (the
+        // sandbox setup before it is seconds long for the real Harbor): SIGINT then, while that
+        // completion (2 s) is on its way.
+        let running = trial_dirs(&dir).into_iter().find(|t| !t.join(hf::RESULT_FILE).exists()).expect("running");
+        let task = running.file_name().unwrap().to_string_lossy().split("__").next().unwrap().to_string();
+        let asks = |r: &String| r.contains(&format!("Write {task} to"));
+        while !w.requests()[before..].iter().any(asks) {
+            assert!(child.try_wait().unwrap().is_none() && Instant::now() < until, "{which:?}: no request");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        send_signal(child.id() as i32, "INT");
+        assert_eq!(code_of(wait(&mut child)), 130, "{which:?}");
+    }
+    assert_eq!(mid[1].0, mid[0].0, "mid-run: the stand-in's trial dirs (left) read unlike the real Harbor's (right)");
+    assert_eq!(mid[1].1, mid[0].1, "mid-run: the stand-in's job dir (left) reads unlike the real Harbor's (right)");
+    let real = assert_read_alike(&w, job, "after SIGINT mid-run");
+    let types: Vec<Option<&str>> = real.iter().map(|r| r.exception_type.as_deref()).collect();
+    assert_eq!(types, [None, Some("CancelledError")], "the real Harbor: {real:#?}");
+}
+
+#[test]
+fn trial_dirs_read_alike_when_the_agent_cannot_be_constructed() {
+    // terminus-2 without `--model` raises in `Trial.__init__`: the trial dir keeps the layout of a
+    // trial before its environment starts (`lock.json`, an empty `trial.log`, empty `agent/`,
+    // `verifier/`, `artifacts/`, no `config.json`) and the job ends with exit 1.
+    let Some(w) = World::new(&[("a", true)], 0.0, "") else { return };
+    let job = "unconstructed";
+    for which in BOTH {
+        let mut args = w.start_args(which, job, &[]);
+        let at = args.iter().position(|a| a == "--model").unwrap();
+        args.drain(at..at + 2);
+        let (code, text) = w.run(which, &args);
+        assert_eq!(code, 1, "{which:?}: {text}");
+        assert!(text.contains("model_name is required for Terminus 2"), "{which:?}: {text}");
+    }
+    let real = assert_read_alike(&w, job, "agent not constructed");
+    assert_eq!(real.iter().map(|r| r.stage.as_str()).collect::<Vec<_>>(), ["Queued"], "the real Harbor: {real:#?}");
+    let trial = std::fs::read_dir(w.job_dir(Which::Real, job)).unwrap().flatten().find(|e| e.path().is_dir()).unwrap();
+    let expect: BTreeSet<String> =
+        ["lock.json", "trial.log", "agent/", "verifier/", "artifacts/"].iter().map(|s| s.to_string()).collect();
+    assert_eq!(listing(&trial.path()), expect, "the real Harbor's layout");
+}
+
+#[test]
+fn trial_dirs_read_alike_when_the_engine_is_unreachable() {
+    // `api_base` names a port nothing listens on (a tunnel that is down): litellm's retries, then
+    // the agent fails; no verifier.
+    let Some(w) = World::new(&[("a", true)], 0.0, "") else { return };
+    let dead = format!("api_base=http://127.0.0.1:{}/v1", free_port());
+    for which in BOTH {
+        let args = w.start_args(which, "unreachable", &["--agent-kwarg", &dead]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        // The stand-in waits litellm's real 4–15 s between attempts (it scales them down by
+        // default): the agent runs seconds, no instant failure, as with the real Harbor.
+        let out = w.command(which, &args).env("STANDIN_RETRY_SCALE", "1").output().unwrap();
+        assert_eq!(code_of(out.status), 0, "{which:?}: {}", String::from_utf8_lossy(&out.stdout));
+    }
+    let real = assert_read_alike(&w, "unreachable", "engine unreachable");
+    assert!(real.iter().all(|r| r.exception_type.as_deref() == Some("InternalServerError")), "{real:#?}");
 }

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use e2e::harness::{assert_plan_is_what_ran, descendants, marker_processes, payload_bin, unique};
-use launch_spec::testkit::SpecBuilder;
 use launch_spec::testkit::spec::{chip_profile, default_profile};
+use launch_spec::testkit::{TestSpec, world};
 
 const VLLM: &str = env!("CARGO_BIN_EXE_vllm-standin");
 const HARBOR: &str = env!("CARGO_BIN_EXE_harbor-standin");
@@ -51,15 +51,8 @@ impl Fx {
         let root = tmp.path().to_path_buf();
         let id = unique();
         let tag = format!("{name}-{id}");
-        std::fs::create_dir_all(root.join("env/bin")).unwrap();
-        std::os::unix::fs::symlink(VLLM, root.join("env/bin/vllm")).unwrap();
-        std::os::unix::fs::symlink(HARBOR, root.join("env/bin/harbor")).unwrap();
-        for t in 0..tasks {
-            let dir = root.join(format!("data/task-{t}"));
-            std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(dir.join("instruction.md"), format!("Solve task {t}.\n")).unwrap();
-            std::fs::write(dir.join("reward"), "1.0\n").unwrap();
-        }
+        world::link_programs(&root.join("env"), &[("vllm", Path::new(VLLM)), ("harbor", Path::new(HARBOR))]);
+        world::standin_tasks(&root.join("data"), tasks);
         std::fs::create_dir_all(root.join("jobs")).unwrap();
         std::fs::write(root.join("harbor.yaml"), HARBOR_YAML).unwrap();
         std::fs::write(root.join("gpus.json"), GPU_FIXTURE).unwrap();
@@ -86,9 +79,7 @@ impl Fx {
     }
 
     fn write_secrets(&self, text: &str, mode: u32) {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::write(self.secrets_path(), text).unwrap();
-        std::fs::set_permissions(self.secrets_path(), std::fs::Permissions::from_mode(mode)).unwrap();
+        world::write_secrets(&self.secrets_path(), text, mode);
     }
 
     fn run_dir(&self) -> PathBuf {
@@ -101,7 +92,7 @@ impl Fx {
 
     /// A spec with small timeouts (launch_spec::testkit); tests edit the JSON.
     fn spec(&self) -> Value {
-        SpecBuilder::standins(&self.root, &self.tag)
+        TestSpec::standins(&self.root, &self.tag)
             .tp_dp(1, 2)
             .max_model_len(8192)
             .max_num_seqs(64)

@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use e2e::harness::{marker_processes, payload_bin, real_harbor, send_signal, unique};
+use launch_spec::spec::Limits;
+use launch_spec::testkit::{TestSpec, world};
 
 const VLLM: &str = env!("CARGO_BIN_EXE_vllm-standin");
 const HOST_ENV_PY: &str = include_str!("../harbor_env/host_env.py");
@@ -97,9 +99,7 @@ impl Fx {
         let tmp = tempfile::Builder::new().prefix("real-harbor-").tempdir().unwrap();
         let root = tmp.path().to_path_buf();
         let tag = format!("{name}-{}", unique());
-        std::fs::create_dir_all(root.join("env/bin")).unwrap();
-        std::os::unix::fs::symlink(VLLM, root.join("env/bin/vllm")).unwrap();
-        std::os::unix::fs::symlink(&harbor, root.join("env/bin/harbor")).unwrap();
+        world::link_programs(&root.join("env"), &[("vllm", Path::new(VLLM)), ("harbor", &harbor)]);
         std::fs::create_dir_all(root.join("py")).unwrap();
         std::fs::write(root.join("py/host_env.py"), HOST_ENV_PY).unwrap();
         for task in tasks {
@@ -108,11 +108,8 @@ impl Fx {
         std::fs::create_dir_all(root.join("jobs")).unwrap();
         std::fs::write(root.join("harbor.yaml"), HARBOR_YAML).unwrap();
         std::fs::write(root.join("gpus.json"), GPU_FIXTURE).unwrap();
-        let secrets = root.join("secrets.env");
-        std::fs::write(&secrets, format!("DAYTONA_API_KEY=unused-{tag}\nDAYTONA_DATA_API_KEY=unused2-{tag}\n"))
-            .unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&secrets, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let secrets = format!("DAYTONA_API_KEY=unused-{tag}\nDAYTONA_DATA_API_KEY=unused2-{tag}\n");
+        world::write_secrets(&root.join("secrets.env"), &secrets, 0o600);
         Some(Self { _tmp: tmp, root, tag })
     }
 
@@ -120,49 +117,32 @@ impl Fx {
         self.root.join("jobs").join(&self.tag)
     }
 
+    /// The stand-in vLLM and the real Harbor (launch_spec::testkit); tests edit the JSON.
     fn spec(&self) -> Value {
-        json!({
-            "version": 1,
-            "run_tag": self.tag,
-            "run_dir": self.run_dir(),
-            "jobs_dir": self.root.join("jobs"),
-            "cluster": "local",
-            "benchmark": "real-harbor",
-            "model": {"hf_id": "Qwen/Qwen3-8B", "served_name": "Qwen3-8B"},
-            "serve": {
-                "program": "vllm",
-                "env_prefix": self.root.join("env"),
-                "tensor_parallel_size": 1,
-                "data_parallel_size": 2,
-                // Large enough that terminus-2's proactive summarization (8000 free tokens) stays off.
-                "max_model_len": 32768,
-                "max_num_seqs": 64,
-                "health_timeout_s": 60,
-                "env": {
-                    "STANDIN_LOAD_SECONDS": "0.2",
-                    "STANDIN_GPUS": "2",
-                    "STANDIN_CHAT_AGENT": "terminus",
-                    "STANDIN_REQUEST_LOG": self.root.join("requests.jsonl"),
-                }
-            },
-            "gpu_profiles": {"profiles": [{"name": "default", "gpu_memory_utilization": 0.8}]},
-            "harbor": {
-                "program": "harbor",
-                "env_prefix": self.root.join("env"),
-                "config": self.root.join("harbor.yaml"),
-                "dataset": self.root.join("data"),
-                "n_concurrent": 2,
-                "n_attempts": 1,
-                "timeout_multiplier": 1.0,
-                // Last --env wins in Harbor: the host environment instead of a cloud sandbox.
-                "extra_args": ["--env", "host_env:HostEnvironment"],
-                // The wrapper shows Harbor only /tmp and these: the repo holds the shipped YAMLs.
-                "env": {"PYTHONPATH": self.root.join("py"), "EVALCI_HARBOR_BINDS": repo()}
-            },
-            "secrets": {"file": self.root.join("secrets.env")},
-            "limits": {"teardown_grace_s": 20.0, "heartbeat_interval_s": 0.5, "health_probe_interval_s": 0.5,
-                       "health_failures": 5, "walltime_lead_s": 30}
-        })
+        TestSpec::standins(&self.root, &self.tag)
+            .benchmark("real-harbor")
+            .tp_dp(1, 2)
+            // Large enough that terminus-2's proactive summarization (8000 free tokens) stays off.
+            .max_model_len(32768)
+            .max_num_seqs(64)
+            .health_timeout_s(60)
+            .serve_env("STANDIN_LOAD_SECONDS", "0.2")
+            .serve_env("STANDIN_GPUS", "2")
+            .serve_env("STANDIN_CHAT_AGENT", "terminus")
+            .serve_env("STANDIN_REQUEST_LOG", self.root.join("requests.jsonl").display().to_string())
+            // Last --env wins in Harbor: the host environment instead of a cloud sandbox.
+            .harbor_extra_args(&["--env", "host_env:HostEnvironment"])
+            // The wrapper shows Harbor only /tmp and these: the repo holds the shipped YAMLs.
+            .harbor_env("PYTHONPATH", self.root.join("py").display().to_string())
+            .harbor_env("EVALCI_HARBOR_BINDS", repo().display().to_string())
+            .limits(Limits {
+                teardown_grace_s: 20.0,
+                walltime_lead_s: 30,
+                heartbeat_interval_s: 0.5,
+                health_probe_interval_s: 0.5,
+                health_failures: 5,
+            })
+            .to_value()
     }
 
     fn start(&self, spec: &Value, slurm_job_id: &str) -> Run {

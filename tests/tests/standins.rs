@@ -767,16 +767,21 @@ fn harbor_resume_uses_stored_api_base_and_filters_errors() {
     assert_eq!(code, 0, "{out}{err}");
     let job = tmp.path().join("jobs/R");
     let res = read_json(&job.join("result.json"));
-    let ex = &res["stats"]["evals"]["terminus-2__q8__ds"]["exception_stats"]["APIConnectionError"];
+    let ex = &res["stats"]["evals"]["terminus-2__q8__ds"]["exception_stats"]["InternalServerError"];
     assert_eq!(ex.as_array().unwrap().len(), 4);
     let first = trial_dirs(&job)[0].clone();
     let r = read_json(&first.join("result.json"));
-    assert_eq!(r["exception_info"]["exception_type"], "APIConnectionError");
+    assert_eq!(r["exception_info"]["exception_type"], "InternalServerError");
+    assert!(
+        r["exception_info"]["exception_message"].as_str().unwrap().contains("Cannot connect to host 127.0.0.1:"),
+        "{r:#}"
+    );
     assert!(r["verifier_result"].is_null());
-    assert!(r["agent_result"]["n_output_tokens"].is_null());
+    // terminus-2 stores its totals however it ends: 0, not null.
+    assert_eq!(r["agent_result"]["n_output_tokens"], 0);
 
     // Resuming with the stale address stored everywhere fails the same way.
-    let (code, _, _) = run(HARBOR, &["jobs", "resume", "-p", "jobs/R", "-f", "APIConnectionError"], &env, tmp.path());
+    let (code, _, _) = run(HARBOR, &["jobs", "resume", "-p", "jobs/R", "-f", "InternalServerError"], &env, tmp.path());
     assert_eq!(code, 0);
     let res = read_json(&job.join("result.json"));
     assert_eq!(res["stats"]["n_errored_trials"], 4);
@@ -813,9 +818,9 @@ fn harbor_resume_uses_stored_api_base_and_filters_errors() {
     // A trial directory without result.json is deleted by harbor on resume.
     std::fs::create_dir_all(job.join("stray/agent")).unwrap();
     let (code, out, err) =
-        run(HARBOR, &["jobs", "resume", "-p", "jobs/R", "-f", "APIConnectionError"], &env, tmp.path());
+        run(HARBOR, &["jobs", "resume", "-p", "jobs/R", "-f", "InternalServerError"], &env, tmp.path());
     assert_eq!(code, 0, "{out}{err}");
-    assert!(out.contains("Removing trial directory with APIConnectionError"));
+    assert!(out.contains("Removing trial directory with InternalServerError"));
     assert!(!job.join("stray").exists());
     let res = read_json(&job.join("result.json"));
     assert_eq!(res["stats"]["n_completed_trials"], 4);
@@ -823,6 +828,10 @@ fn harbor_resume_uses_stored_api_base_and_filters_errors() {
     assert_eq!(res["n_total_trials"], 4);
 }
 
+/// terminus-2 summarises on a context overflow by default and goes on until its timeout
+/// (`AgentTimeoutError`, then the verifier runs); with `enable_summarize=false` the overflow ends
+/// the agent (`ContextLengthExceededError`, no verifier). Both checked against the real Harbor by
+/// `tests/harbor_contract.rs` (`trial_dirs_read_alike_when_the_agent_errors`).
 #[test]
 fn harbor_context_overflow_becomes_trial_exception() {
     let tmp = tempfile::tempdir().unwrap();
@@ -830,9 +839,11 @@ fn harbor_context_overflow_becomes_trial_exception() {
     let mut v = Vllm::start(tmp.path(), &["--max-model-len", "2048"], &[("STANDIN_BAD_REQUEST_AFTER", "0")]);
     v.wait_ready();
     let base = format!("api_base={}/v1", v.base());
-    let (code, _, _) = run(
-        HARBOR,
-        &[
+    for (job, extra, expect, verified) in [
+        ("C", "enable_summarize=false", "ContextLengthExceededError", false),
+        ("S", "enable_summarize=true", "AgentTimeoutError", true),
+    ] {
+        let args = [
             "jobs",
             "start",
             "-p",
@@ -845,18 +856,22 @@ fn harbor_context_overflow_becomes_trial_exception() {
             &base,
             "--ak",
             MODEL_INFO,
+            "--ak",
+            extra,
             "--job-name",
-            "C",
+            job,
             "-o",
             "jobs",
-        ],
-        &[("STANDIN_TRIAL_SECONDS", "0")],
-        tmp.path(),
-    );
-    assert_eq!(code, 0);
-    let t = trial_dirs(&tmp.path().join("jobs/C"))[0].clone();
-    let r = read_json(&t.join("result.json"));
-    assert_eq!(r["exception_info"]["exception_type"], "ContextLengthExceededError");
+        ];
+        let (code, _, _) =
+            run(HARBOR, &args, &[("STANDIN_TRIAL_SECONDS", "0"), ("STANDIN_AGENT_TIMEOUT", "1")], tmp.path());
+        assert_eq!(code, 0);
+        let t = trial_dirs(&tmp.path().join("jobs").join(job))[0].clone();
+        let r = read_json(&t.join("result.json"));
+        assert_eq!(r["exception_info"]["exception_type"], expect, "{r:#}");
+        assert_eq!(r["verifier_result"].is_object(), verified, "{r:#}");
+        assert_eq!(r["agent_result"]["n_output_tokens"], 0, "{r:#}");
+    }
     assert!(v.stdout().contains("\"POST /v1/chat/completions HTTP/1.1\" 400 Bad Request"));
 }
 

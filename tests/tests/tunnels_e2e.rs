@@ -23,6 +23,7 @@ use e2e::sshd::{self, Sshd, TokenUser};
 use serde_json::{Value, json};
 
 use e2e::harness::{assert_plan_is_what_ran, free_port, payload_bin, unique};
+use launch_spec::testkit::{TestSpec, world};
 
 const VLLM: &str = env!("CARGO_BIN_EXE_vllm-standin");
 const HARBOR: &str = env!("CARGO_BIN_EXE_harbor-standin");
@@ -46,15 +47,8 @@ impl Fx {
         let tmp = tempfile::Builder::new().prefix("tunnels-e2e-").tempdir().unwrap();
         let root = tmp.path().to_path_buf();
         let id = unique();
-        std::fs::create_dir_all(root.join("env/bin")).unwrap();
-        std::os::unix::fs::symlink(VLLM, root.join("env/bin/vllm")).unwrap();
-        std::os::unix::fs::symlink(HARBOR, root.join("env/bin/harbor")).unwrap();
-        for t in 0..3 {
-            let dir = root.join(format!("data/task-{t}"));
-            std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(dir.join("instruction.md"), format!("Solve task {t}.\n")).unwrap();
-            std::fs::write(dir.join("reward"), "1.0\n").unwrap();
-        }
+        world::link_programs(&root.join("env"), &[("vllm", Path::new(VLLM)), ("harbor", Path::new(HARBOR))]);
+        world::standin_tasks(&root.join("data"), 3);
         for d in ["jobs", "tmp", "state"] {
             std::fs::create_dir_all(root.join(d)).unwrap();
         }
@@ -68,10 +62,7 @@ impl Fx {
             text.push_str(&format!("{name}={value}\n"));
             secrets.push(value.to_string());
         }
-        let path = root.join("secrets.env");
-        std::fs::write(&path, text).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        world::write_secrets(&root.join("secrets.env"), &text, 0o600);
         Self { _tmp: tmp, tag: format!("{name}-{id}"), root, secrets }
     }
 
@@ -79,32 +70,19 @@ impl Fx {
         self.root.join("jobs").join(&self.tag)
     }
 
+    /// The stand-ins' spec (launch_spec::testkit) with this agent and tunnel; the tunnel tables
+    /// are JSON the tests build ([`pinggy_tunnel`], [`socks_tunnel`]).
     fn spec(&self, agent: &str, tunnel: Value) -> Value {
-        json!({
-            "version": 1,
-            "run_tag": self.tag,
-            "run_dir": self.run_dir(),
-            "jobs_dir": self.root.join("jobs"),
-            "cluster": "local",
-            "benchmark": "e2e",
-            "model": {"hf_id": "Qwen/Qwen3-8B", "served_name": "Qwen3-8B"},
-            "serve": {
-                "program": "vllm", "env_prefix": self.root.join("env"),
-                "tensor_parallel_size": 1, "data_parallel_size": 1, "max_model_len": 8192,
-                "health_timeout_s": 30, "env": {"STANDIN_LOAD_SECONDS": "0.3", "STANDIN_GPUS": "1"}
-            },
-            "gpu_profiles": {"profiles": [{"name": "default", "gpu_memory_utilization": 0.8}]},
-            "tunnel": tunnel,
-            "harbor": {
-                "program": "harbor", "env_prefix": self.root.join("env"),
-                "config": self.root.join("harbor.yaml"), "dataset": self.root.join("data"),
-                "agent": agent, "n_concurrent": 2, "n_attempts": 1, "timeout_multiplier": 1.0,
-                "env": {"STANDIN_TRIAL_SECONDS": "0.05", "STANDIN_EXTRAS": "daytona"}
-            },
-            "secrets": {"file": self.root.join("secrets.env")},
-            "limits": {"teardown_grace_s": 1.5, "heartbeat_interval_s": 0.3, "health_probe_interval_s": 0.3,
-                       "health_failures": 3, "walltime_lead_s": 4}
-        })
+        let mut spec = TestSpec::standins(&self.root, &self.tag)
+            .max_model_len(8192)
+            .serve_env("STANDIN_LOAD_SECONDS", "0.3")
+            .serve_env("STANDIN_GPUS", "1")
+            .agent(agent)
+            .harbor_env("STANDIN_TRIAL_SECONDS", "0.05")
+            .harbor_env("STANDIN_EXTRAS", "daytona")
+            .to_value();
+        spec["tunnel"] = tunnel;
+        spec
     }
 
     fn start(&self, spec: &Value, job_id: &str) -> Run {

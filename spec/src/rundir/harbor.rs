@@ -11,11 +11,27 @@ use serde_json::Value;
 
 use crate::fsread::{self, Links};
 
-/// Harbor's per-job and per-trial file names.
+/// Harbor's per-job and per-trial file names (docs/harbor-facts.md: a job dir holds `config.json`,
+/// `lock.json`, `result.json`, `job.log` and one dir per trial; a trial dir `config.json`,
+/// `lock.json`, `result.json`, `trial.log`, [`TRIAL_SUBDIRS`], and `exception.txt` when it failed).
 pub const CONFIG_FILE: &str = "config.json";
 pub const RESULT_FILE: &str = "result.json";
 pub const LOCK_FILE: &str = "lock.json";
 pub const TRIAL_LOG: &str = "trial.log";
+pub const JOB_LOG: &str = "job.log";
+/// A failed trial's Python traceback.
+pub const EXCEPTION_FILE: &str = "exception.txt";
+/// The subdirs Harbor makes in every trial dir when it constructs the trial.
+pub const AGENT_DIR: &str = "agent";
+pub const VERIFIER_DIR: &str = "verifier";
+pub const ARTIFACTS_DIR: &str = "artifacts";
+pub const TRIAL_SUBDIRS: [&str; 3] = [AGENT_DIR, VERIFIER_DIR, ARTIFACTS_DIR];
+/// The verifier's test output: it appears when the verifier starts (the trial is verifying).
+pub const VERIFIER_STDOUT: &str = "verifier/test-stdout.txt";
+/// The reward the task's tests wrote.
+pub const VERIFIER_REWARD: &str = "verifier/reward.txt";
+/// The agent's ATIF trajectory.
+pub const AGENT_TRAJECTORY: &str = "agent/trajectory.json";
 
 /// The job `config.json` (what Harbor resolved from its flags and YAML layers).
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -195,6 +211,8 @@ pub enum TrialStage {
     NotATrial,
     /// Queued: Harbor made the dir (`lock.json`, an empty `trial.log`, empty `agent/`,
     /// `verifier/`, `artifacts/`) but its environment has not started; no `config.json` yet.
+    /// Harbor 0.25 writes `lock.json` before it constructs the agent, so a trial whose agent
+    /// rejected its configuration stays in this layout (docs/harbor-facts.md).
     Queued,
     /// `trial.log` but no `config.json`, `lock.json` or `result.json`: the trial was never
     /// constructed (an agent that rejected its configuration).
@@ -221,7 +239,7 @@ pub fn classify_trial(trial: &Path) -> TrialStage {
         return TrialStage::Done;
     }
     if is_file(CONFIG_FILE) {
-        return if is_file("verifier/test-stdout.txt") { TrialStage::Verifying } else { TrialStage::Running };
+        return if is_file(VERIFIER_STDOUT) { TrialStage::Verifying } else { TrialStage::Running };
     }
     if is_file(LOCK_FILE) {
         return TrialStage::Queued;

@@ -497,3 +497,89 @@ impl VllmLog {
         self
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rundir::harbor::{self, JobConfig, JobLock, TrialStage, classify_trial};
+
+    fn mtime(path: &Path) -> DateTime<Utc> {
+        std::fs::metadata(path).unwrap().modified().unwrap().into()
+    }
+
+    /// What the builder writes reads back through the product's own readers as meant.
+    #[test]
+    fn written_run_dirs_read_back_through_the_run_dir_readers() {
+        let t0 = DateTime::parse_from_rfc3339("2026-11-30T06:00:00Z").unwrap().with_timezone(&Utc);
+        let before = |minutes: i64| t0 - Duration::minutes(minutes);
+        let d = RunDir::temp("job");
+        let spec = crate::testkit::TestSpec::new(d.path(), "job").build();
+        d.launch(&spec).job(&HarborJob::started("job", before(60), 4, None));
+        d.trial(&Trial::new("a__q", Stage::Queued(before(50))))
+            .trial(&Trial::new("b__r", Stage::Running(before(40))))
+            .trial(&Trial::new("c__d", Stage::Done(Finished::ok(before(10)))))
+            .trial(&Trial::new(
+                "d__x",
+                Stage::Done(Finished {
+                    setup_s: None,
+                    agent_s: 0.4,
+                    output_tokens: None,
+                    exception: Some("DaytonaError".into()),
+                    reward: None,
+                    ..Finished::ok(before(5))
+                }),
+            ))
+            .trial(&Trial::new(
+                "e__u",
+                Stage::Done(Finished { usage_only: true, output_tokens: Some(96), ..Finished::ok(before(4)) }),
+            ));
+        let counters = Counters { completions: (7, 1, 0), trials: (4, 3, 1) };
+        d.status(&running_status("job", "42", before(55), before(1), counters, before(4)), Some(before(1)))
+            .events(&[phase_event(before(58), Phase::Serving), phase_event(before(55), Phase::Running)], None);
+        let mut log = VllmLog::new(7);
+        log.startup(before(58), [("a.py:1", "vLLM API server version 0.33.0"), ("a.py:2", "Starting")]);
+        log.throughput(before(30), "1.0", "Running: 1 reqs").completion(40001, 200, "OK").health();
+        log.traceback_400(before(29), 40002);
+        d.engine_log(&log, Some(t0));
+
+        let p = d.path();
+        assert_eq!(LaunchSpec::from_file(&p.join(SPEC_FILE)).unwrap(), spec);
+        assert_eq!(crate::rundir::read_launch(p).unwrap().run_tag.as_deref(), Some("job"));
+        let config: JobConfig = harbor::read(&p.join(harbor::CONFIG_FILE)).unwrap().unwrap();
+        assert!(config.agents[0].kwargs.has_model_info());
+        let lock: JobLock = harbor::read(&p.join(harbor::LOCK_FILE)).unwrap().unwrap();
+        assert_eq!(lock.harbor_version(), Some("0.25.0"));
+        let result: harbor::JobResult = harbor::read(&p.join(harbor::RESULT_FILE)).unwrap().unwrap();
+        assert_eq!((result.n_total_trials, result.finished_at), (Some(4), None));
+
+        let stages: Vec<TrialStage> = ["a__q", "b__r", "c__d"].iter().map(|n| classify_trial(&p.join(n))).collect();
+        assert_eq!(stages, [TrialStage::Queued, TrialStage::Running, TrialStage::Done]);
+        let trial = |n: &str| -> harbor::TrialResult { harbor::read(&p.join(n).join("result.json")).unwrap().unwrap() };
+        let ms = crate::rundir::parse_time_ms;
+        let ok = trial("c__d");
+        assert_eq!(ok.agent_seconds(ms), Some((240.0, true)), "timed on agent_execution");
+        assert!(ok.has_reward() && ok.exception_type().is_none());
+        assert_eq!(ok.output_tokens(), Some(1874.0));
+        let failed = trial("d__x");
+        assert_eq!(failed.agent_seconds(ms), Some((0.4, false)), "no phase timings: the whole trial");
+        assert_eq!(
+            (failed.exception_type(), failed.has_reward(), failed.output_tokens()),
+            (Some("DaytonaError"), false, None)
+        );
+        assert_eq!(trial("e__u").output_tokens(), Some(96.0), "counted from model_usage");
+        assert_eq!(mtime(&p.join("c__d/result.json")), before(10));
+        assert_eq!(mtime(&p.join("a__q/trial.log")), before(50));
+
+        let status = crate::rundir::read_status(p).into_status().expect("status.json reads");
+        assert_eq!((status.phase, status.slurm_job_id.as_deref()), (Phase::Running, Some("42")));
+        assert_eq!(status.heartbeat.as_ref().map(|h| (h.completions_ok, h.trials_errored)), Some((7, 1)));
+        assert_eq!(mtime(&p.join(STATUS_FILE)), before(1));
+        let events = crate::rundir::read_events(p);
+        assert_eq!(events.iter().filter_map(Event::phase).collect::<Vec<_>>(), [Phase::Serving, Phase::Running]);
+        assert_eq!(crate::rundir::running_since(&events, Some(&status)), Some(before(55)));
+
+        let scanned = crate::rundir::enginelog::scan_file(&p.join(ENGINE_LOG)).unwrap().unwrap();
+        assert_eq!((scanned.ok, scanned.c400), (1, 1), "the health probe is no completion");
+        assert_eq!(mtime(&p.join(ENGINE_LOG)), t0);
+    }
+}

@@ -1,4 +1,4 @@
-//! [`SpecBuilder`]: a valid [`LaunchSpec`] with test defaults, built from the typed spec so a field
+//! [`TestSpec`]: a valid [`LaunchSpec`] with test defaults, built from the typed spec so a field
 //! rename breaks every test fixture at compile time.
 
 use std::collections::BTreeMap;
@@ -52,7 +52,7 @@ pub fn fast_limits() -> Limits {
     }
 }
 
-/// A launch spec under construction. [`SpecBuilder::new`] roots every path at one directory:
+/// A launch spec under construction. [`TestSpec::new`] roots every path at one directory:
 ///
 /// ```text
 /// <root>/jobs/<run_tag>   run_dir        <root>/harbor.yaml   harbor.config
@@ -63,11 +63,11 @@ pub fn fast_limits() -> Limits {
 /// 0.8, 32 concurrent trials × 3 attempts, no tunnel, Daytona keys required, default limits);
 /// tests set what they vary with the chainable setters, or reach any field with [`Self::with`].
 #[derive(Debug, Clone)]
-pub struct SpecBuilder {
+pub struct TestSpec {
     spec: LaunchSpec,
 }
 
-impl SpecBuilder {
+impl TestSpec {
     pub fn new(root: impl AsRef<Path>, run_tag: &str) -> Self {
         let root = root.as_ref();
         let jobs_dir = root.join("jobs");
@@ -331,7 +331,7 @@ pub fn write_spec(spec: &LaunchSpec, path: &Path) -> std::io::Result<PathBuf> {
 /// payload's unit tests' spec: paths only (nothing exists on disk but the shipped Harbor config),
 /// run `tb2_qwen3-8b` in `/jobs`, dataset `/data/tb2`.
 pub fn unit_spec() -> LaunchSpec {
-    SpecBuilder::new("/", "tb2_qwen3-8b").dataset("/data/tb2").harbor_config(SHIPPED_HARBOR_CONFIG).build()
+    TestSpec::new("/", "tb2_qwen3-8b").dataset("/data/tb2").harbor_config(SHIPPED_HARBOR_CONFIG).build()
 }
 
 #[cfg(test)]
@@ -343,14 +343,14 @@ mod tests {
         let root = Path::new("/tmp/kit");
         for spec in [
             unit_spec(),
-            SpecBuilder::standins(root, "t").build(),
-            SpecBuilder::standins(root, "t").tp_dp(2, 1).nodes(2).fixed_port(23000).build(),
+            TestSpec::standins(root, "t").build(),
+            TestSpec::standins(root, "t").tp_dp(2, 1).nodes(2).fixed_port(23000).build(),
         ] {
             assert_eq!(spec.problem(), Ok(()), "{spec:#?}");
             let back = LaunchSpec::from_json(&spec.to_json(), Path::new("x.json")).unwrap();
             assert_eq!(back, spec);
         }
-        let s = SpecBuilder::standins(root, "a").run_tag("b").build();
+        let s = TestSpec::standins(root, "a").run_tag("b").build();
         assert_eq!(s.run_dir, root.join("jobs/b"));
         assert_eq!(s.harbor.env_prefix.as_deref(), Some(root.join("env").as_path()));
     }

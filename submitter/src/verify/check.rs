@@ -738,7 +738,7 @@ fn api_base_findings(
             "api_base",
             "api_base.model_info",
             Level::Fail,
-            "model_info missing from the agent kwargs: every hosted_vllm trial dies before its first request",
+            "model_info missing from the agent kwargs: terminus-2 then assumes LiteLLM's 1,000,000-token context, never summarises and its long trials end in context-overflow 400s (Harbor before 0.25 rejected the agent outright)",
         )
         .evidence(format!(
             "config.json: agents[0].model_name {} has no kwargs.model_info",

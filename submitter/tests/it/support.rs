@@ -3,6 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use launch_spec::testkit::world;
+
 pub const SUBMITTER: &str = env!("CARGO_BIN_EXE_submitter");
 
 pub fn workspace_root() -> PathBuf {
@@ -74,24 +76,17 @@ pub fn binaries() -> PathBuf {
 /// cluster profile (`environments: {otagent: <root>/env}`).
 pub fn standin_environment(root: &Path) {
     let bins = binaries();
-    std::fs::create_dir_all(root.join("env/bin")).expect("env/bin");
-    std::os::unix::fs::symlink(bins.join("vllm-standin"), root.join("env/bin/vllm")).expect("vllm link");
-    std::os::unix::fs::symlink(bins.join("harbor-standin"), root.join("env/bin/harbor")).expect("harbor link");
+    let (vllm, harbor) = (bins.join("vllm-standin"), bins.join("harbor-standin"));
+    world::link_programs(&root.join("env"), &[("vllm", &vllm), ("harbor", &harbor)]);
 }
 
 /// `<root>/secrets.env`, mode 0600, with made-up keys for both Daytona orgs.
 pub fn test_secrets_file(root: &Path) {
-    let secrets = root.join("secrets.env");
-    std::fs::write(&secrets, "DAYTONA_API_KEY=org1-secret-value-aaaa\nDAYTONA_DATA_API_KEY=org2-secret-value-bbbb\n")
-        .expect("secrets file");
-    std::fs::set_permissions(&secrets, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod 600");
+    let keys = "DAYTONA_API_KEY=org1-secret-value-aaaa\nDAYTONA_DATA_API_KEY=org2-secret-value-bbbb\n";
+    world::write_secrets(&root.join("secrets.env"), keys, 0o600);
 }
 
 /// One Harbor task directory (with an `instruction.md`) per name under `dataset`.
 pub fn write_tasks<S: AsRef<str>>(dataset: &Path, tasks: impl IntoIterator<Item = S>) {
-    for task in tasks {
-        let dir = dataset.join(task.as_ref());
-        std::fs::create_dir_all(&dir).expect("task dir");
-        std::fs::write(dir.join("instruction.md"), "Say hello.\n").expect("instruction.md");
-    }
+    world::write_tasks(dataset, tasks, |_| "Say hello.\n".to_string(), None);
 }

@@ -19,7 +19,7 @@
 //! | `STANDIN_TURNS` | chat completions per trial (default 2) |
 //! | `STANDIN_PROMPT_CHARS` | extra characters appended to the first user message (default 0), to provoke context overflow |
 //! | `STANDIN_MAX_TOKENS` | send `max_tokens` with every request (default: not sent, like terminus-2) |
-//! | `STANDIN_AGENT_TIMEOUT` | agent timeout in seconds before the multiplier (default 600); exceeding it records `AgentTimeoutError` |
+//! | `STANDIN_AGENT_TIMEOUT` | agent timeout in seconds before the multiplier (default: the task's `[agent] timeout_sec`, else 600); exceeding it records `AgentTimeoutError` |
 //! | `STANDIN_RETRY_SCALE` | factor applied to harbor's retry back-off and litellm's 4–15 s waits (default 0.01) |
 //! | `STANDIN_CRASH=<code>` | exit with that code right after writing the job's config.json, with a Python traceback |
 //! | `STANDIN_IGNORE_SIGTERM=1` | ignore SIGTERM |
@@ -40,8 +40,10 @@
 
 use e2e::standin::click::{self, CParsed, ClickExit};
 use e2e::standin::common as c;
+use e2e::standin::harbor_files::{self as files, Doc};
 use e2e::standin::harbor_model as hm;
 use e2e::standin::harbor_opts::{RESUME_OPTS, START_OPTS};
+use launch_spec::rundir::harbor as hf;
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::Write;
@@ -817,7 +819,7 @@ fn confirm_host_env_access(cfg: &Value, yes: bool) {
     // Job.create ran first: the job dir and its job.log exist whatever the answer.
     if let Some(job_dir) = cfg["jobs_dir"].as_str().zip(cfg["job_name"].as_str()).map(|(d, n)| Path::new(d).join(n)) {
         let _ = std::fs::create_dir_all(&job_dir);
-        let _ = std::fs::OpenOptions::new().create(true).append(true).open(job_dir.join("job.log"));
+        let _ = std::fs::OpenOptions::new().create(true).append(true).open(job_dir.join(hf::JOB_LOG));
     }
     let explicit = |section: &str| -> BTreeSet<String> {
         cfg[section]["env"].as_object().map(|m| m.keys().cloned().collect()).unwrap_or_default()
@@ -1004,6 +1006,20 @@ enum CallOutcome {
     Timeout,
 }
 
+/// litellm's error for a connection refused at `url` (what Harbor 0.25 records; the object
+/// address is Python's, any will do).
+fn cannot_connect(url: &str) -> CallErr {
+    let authority = url.split("://").nth(1).and_then(|r| r.split('/').next()).unwrap_or("");
+    let (host, port) = authority.rsplit_once(':').unwrap_or((authority, "80"));
+    CallErr {
+        typ: "InternalServerError".into(),
+        msg: format!(
+            "litellm.InternalServerError: InternalServerError: Hosted_vllmException - Cannot connect to host {host}:{port} ssl:<ssl.SSLContext object at 0x7f62a3b3be30> [Connect call failed ('{host}', {port})]"
+        ),
+        retriable: true,
+    }
+}
+
 fn call_model(url: &str, key: &str, body: &Value, timeout: Duration) -> CallOutcome {
     let agent: ureq::Agent =
         ureq::Agent::config_builder().timeout_global(Some(timeout)).http_status_as_error(false).build().into();
@@ -1022,6 +1038,12 @@ fn call_model(url: &str, key: &str, body: &Value, timeout: Duration) -> CallOutc
             })
         }
         Err(ureq::Error::Timeout(_)) => CallOutcome::Timeout,
+        // Nothing listens: litellm's aiohttp transport maps the refused connect to a 500
+        // (`InternalServerError`, "Cannot connect to host"), as the real Harbor records it.
+        Err(ureq::Error::ConnectionFailed) => CallOutcome::Err(cannot_connect(url)),
+        Err(ureq::Error::Io(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            CallOutcome::Err(cannot_connect(url))
+        }
         Err(e) => CallOutcome::Err(CallErr {
             typ: "APIConnectionError".into(),
             msg: format!("litellm.APIConnectionError: Hosted_vllmException - Connection error. ({e})"),
@@ -1066,13 +1088,18 @@ fn now() -> SystemTime {
 }
 
 fn trial_log(dir: &Path, line: &str) {
-    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("trial.log")) {
+    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(dir.join(hf::TRIAL_LOG)) {
         let _ = writeln!(f, "{line}");
     }
 }
 
-fn write_json(path: &Path, v: &Value) {
-    let _ = std::fs::write(path, c::json_pretty4(v));
+/// The task's agent timeout (`[agent] timeout_sec` of its `task.toml`; Harbor's default 600 s).
+fn task_agent_timeout(task_dir: &Path) -> f64 {
+    std::fs::read_to_string(task_dir.join("task.toml"))
+        .ok()
+        .and_then(|t| t.parse::<toml::Table>().ok())
+        .and_then(|t| t.get("agent")?.get("timeout_sec")?.as_float())
+        .unwrap_or(600.0)
 }
 
 fn reward_for(task_dir: &Path, task_name: &str) -> f64 {
@@ -1237,7 +1264,7 @@ impl Job {
             "n_total_trials": self.n_total,
             "stats": self.stats(&acc),
         });
-        let _ = c::write_atomic(&self.job_dir.join("result.json"), &c::json_pretty4(&v));
+        files::write(&self.job_dir, Doc::JobResult, &v, true);
     }
 
     fn on_start(&self, name: &str) {
@@ -1292,12 +1319,16 @@ impl Job {
             if r.result["agent_execution"].is_object() && r.result["agent_execution"]["finished_at"].is_null() {
                 r.result["agent_execution"]["finished_at"] = json!(c::iso_utc(now()));
             }
+            // A cancelled agent still stores its chat's totals (0 before any completion).
+            if r.result["agent_execution"].is_object() {
+                store_chat_totals(&mut r.result, 0, 0);
+            }
             r.result["finished_at"] = json!(c::iso_utc(now()));
             let _ = std::fs::write(
-                r.dir.join("exception.txt"),
+                r.dir.join(hf::EXCEPTION_FILE),
                 r.result["exception_info"]["exception_traceback"].as_str().unwrap_or(""),
             );
-            write_json(&r.dir.join("result.json"), &r.result);
+            files::write(&r.dir, Doc::TrialResult, &r.result, false);
             trial_log(&r.dir, &format!("Trial {name} cancelled"));
             r.finalized = true;
             let res = r.result.clone();
@@ -1311,6 +1342,19 @@ enum TrialEnd {
     Done(Value),
     Crash(String),
     Cancelled,
+}
+
+/// terminus-2 stores its chat's token totals when the agent ends, however it ends (an error, a
+/// timeout, a cancellation): counts, 0 when no completion came — never `null` once it ran.
+fn store_chat_totals(result: &mut Value, input: u64, output: u64) {
+    if !result["agent_result"].is_object() {
+        return;
+    }
+    for (key, n) in [("n_input_tokens", input), ("n_cache_tokens", 0), ("n_output_tokens", output)] {
+        if result["agent_result"][key].is_null() {
+            result["agent_result"][key] = json!(n);
+        }
+    }
 }
 
 fn set_phase(rec: &Arc<Mutex<TrialRec>>, key: &str, field: &str) {
@@ -1328,11 +1372,11 @@ fn run_trial(job: &Job, plan: &Plan) -> TrialEnd {
     // Trial.__init__ runs without an await point: the directory, lock.json and
     // trial.log appear together (the main thread takes this lock before exiting).
     let creating = job.create_lock.lock().unwrap_or_else(|e| e.into_inner());
-    for sub in ["agent", "verifier", "artifacts"] {
+    for sub in hf::TRIAL_SUBDIRS {
         let _ = std::fs::create_dir_all(dir.join(sub));
     }
-    write_json(&dir.join("lock.json"), &trial_lock(cfg));
-    let _ = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("trial.log"));
+    files::write(&dir, Doc::TrialLock, &trial_lock(cfg), false);
+    let _ = std::fs::OpenOptions::new().create(true).append(true).open(dir.join(hf::TRIAL_LOG));
     let agent = cfg["agent"].clone();
     let agent_name = agent["name"].as_str().unwrap_or("oracle").to_string();
     if !AGENT_NAMES.contains(&agent_name.as_str()) && agent["import_path"].is_null() {
@@ -1399,7 +1443,7 @@ fn run_trial(job: &Job, plan: &Plan) -> TrialEnd {
         }
         h
     };
-    write_json(&dir.join("config.json"), &hm::dump_trial(cfg));
+    files::write(&dir, Doc::TrialConfig, &hm::dump_trial(cfg), false);
     let result = json!({
         "id": c::uuid4(),
         "task_name": plan.task_name,
@@ -1438,7 +1482,7 @@ fn run_trial(job: &Job, plan: &Plan) -> TrialEnd {
     set_phase(&rec, "agent_execution", "started_at");
     rec.lock().unwrap_or_else(|e| e.into_inner()).result["agent_result"] = json!({"n_input_tokens": null, "n_cache_tokens": null, "n_output_tokens": null, "cost_usd": null, "model_usage": null, "rollout_details": null, "metadata": null});
     let mult = cfg["agent_timeout_multiplier"].as_f64().or_else(|| cfg["timeout_multiplier"].as_f64()).unwrap_or(1.0);
-    let agent_timeout = c::env_f64("STANDIN_AGENT_TIMEOUT", 600.0) * mult;
+    let agent_timeout = c::env_f64("STANDIN_AGENT_TIMEOUT", task_agent_timeout(&plan.task_dir)) * mult;
     let agent_started = Instant::now();
     let mut failure: Option<(String, String)> = None;
     let mut timed_out = false;
@@ -1467,6 +1511,9 @@ fn run_trial(job: &Job, plan: &Plan) -> TrialEnd {
         ];
         let (mut tin, mut tout) = (0u64, 0u64);
         let mut any_ok = false;
+        // terminus-2 summarises on a context overflow (`enable_summarize`, default on): the
+        // overflow is never raised, the agent goes on until its timeout.
+        let summarize = kwargs.get("enable_summarize").and_then(Value::as_bool) != Some(false);
         'turns: for turn in 0..turns {
             if job.cancel.load(Ordering::SeqCst) {
                 return TrialEnd::Cancelled;
@@ -1539,6 +1586,17 @@ fn run_trial(job: &Job, plan: &Plan) -> TrialEnd {
                             break 'turns;
                         }
                     }
+                    CallOutcome::Err(e) if summarize && e.typ == "ContextLengthExceededError" => {
+                        // Unwinding, summarising and the fallback chat all overflow again
+                        // ("Even fallback chat failed"): the turn is tried anew, until the timeout.
+                        trial_log(&dir, "Context length exceeded. Using fallback summarization.");
+                        if job.cancel.load(Ordering::SeqCst) {
+                            return TrialEnd::Cancelled;
+                        }
+                        attempt = 0;
+                        c::sleep_secs(0.02);
+                        continue;
+                    }
                     CallOutcome::Err(e) => {
                         trial_log(&dir, &format!("turn {turn}: {}: {}", e.typ, e.msg));
                         if !e.retriable || attempt >= 3 {
@@ -1555,6 +1613,7 @@ fn run_trial(job: &Job, plan: &Plan) -> TrialEnd {
             c::sleep_secs(total * 0.6 / turns.max(1) as f64);
         }
         let _ = any_ok;
+        store_chat_totals(&mut rec.lock().unwrap_or_else(|e| e.into_inner()).result, tin, tout);
     } else {
         c::sleep_secs(total * 0.6);
     }
@@ -1563,7 +1622,7 @@ fn run_trial(job: &Job, plan: &Plan) -> TrialEnd {
     }
     set_phase(&rec, "agent_execution", "finished_at");
     let _ = std::fs::write(
-        dir.join("agent").join("trajectory.json"),
+        dir.join(hf::AGENT_TRAJECTORY),
         c::json_pretty4(
             &json!({"schema_version": "ATIF-v1.5", "session_id": format!("{name}__agent"), "agent": {"name": agent_name, "model_name": model_name}, "steps": []}),
         ),
@@ -1595,7 +1654,7 @@ fn run_trial(job: &Job, plan: &Plan) -> TrialEnd {
         }
         r.result["exception_info"] = exception_info(&typ, &msg, &agent_frames);
         let _ = std::fs::write(
-            dir.join("exception.txt"),
+            dir.join(hf::EXCEPTION_FILE),
             r.result["exception_info"]["exception_traceback"].as_str().unwrap_or(""),
         );
         trial_log(&dir, &format!("Trial {name} failed: {typ}: {msg}"));
@@ -1605,7 +1664,7 @@ fn run_trial(job: &Job, plan: &Plan) -> TrialEnd {
             let msg = format!("Agent execution timed out after {} seconds", hm::py_float(agent_timeout));
             r.result["exception_info"] = exception_info("AgentTimeoutError", &msg, &agent_frames[..1]);
             let _ = std::fs::write(
-                dir.join("exception.txt"),
+                dir.join(hf::EXCEPTION_FILE),
                 r.result["exception_info"]["exception_traceback"].as_str().unwrap_or(""),
             );
         }
@@ -1613,6 +1672,9 @@ fn run_trial(job: &Job, plan: &Plan) -> TrialEnd {
             cfg["verifier"]["disable"].as_bool() == Some(true) || cfg["install_only"].as_bool() == Some(true);
         if !disabled {
             set_phase(&rec, "verifier", "started_at");
+            // Harbor runs the task's tests with their stdout in `verifier/test-stdout.txt`: the file
+            // is there while the verifier runs (a trial dir that reads as verifying).
+            let _ = std::fs::write(dir.join(hf::VERIFIER_STDOUT), "");
             c::sleep_secs(total * 0.2);
             let reward = if agent_name == "nop" {
                 0.0
@@ -1621,7 +1683,7 @@ fn run_trial(job: &Job, plan: &Plan) -> TrialEnd {
             } else {
                 reward_for(&plan.task_dir, &plan.task_name)
             };
-            let _ = std::fs::write(dir.join("verifier").join("reward.txt"), format!("{}\n", hm::py_float(reward)));
+            let _ = std::fs::write(dir.join(hf::VERIFIER_REWARD), format!("{}\n", hm::py_float(reward)));
             set_phase(&rec, "verifier", "finished_at");
             rec.lock().unwrap_or_else(|e| e.into_inner()).result["verifier_result"] =
                 json!({"rewards": {"reward": reward}});
@@ -1632,7 +1694,7 @@ fn run_trial(job: &Job, plan: &Plan) -> TrialEnd {
         return TrialEnd::Cancelled;
     }
     r.result["finished_at"] = json!(c::iso_utc(now()));
-    write_json(&dir.join("result.json"), &r.result);
+    files::write(&dir, Doc::TrialResult, &r.result, false);
     r.finalized = true;
     trial_log(&dir, &format!("Trial {name} finished"));
     let out = r.result.clone();
@@ -1782,7 +1844,7 @@ fn run_job(cfg: Value, is_resume: bool) -> ! {
         die_with_traceback(&frames_create, "ValueError: No datasets or tasks remain after resolution.");
     }
     let existing_result: Option<Value> =
-        std::fs::read_to_string(job_dir.join("result.json")).ok().and_then(|t| serde_json::from_str(&t).ok());
+        std::fs::read_to_string(job_dir.join(hf::RESULT_FILE)).ok().and_then(|t| serde_json::from_str(&t).ok());
     let job_id = existing_result.as_ref().and_then(|r| r["id"].as_str().map(str::to_string)).unwrap_or_else(c::uuid4);
     let mut plans = build_trial_configs(&cfg, &job_dir, &job_id, &tasks);
     let job_lock = json!({
@@ -1799,12 +1861,12 @@ fn run_job(cfg: Value, is_resume: bool) -> ! {
         .append(existing_result.is_some())
         .write(true)
         .truncate(existing_result.is_none())
-        .open(job_dir.join("job.log"))
+        .open(job_dir.join(hf::JOB_LOG))
         .ok();
     // _maybe_init_existing_job.
     let mut existing: Vec<(String, Value, Value)> = Vec::new();
-    if job_dir.join("config.json").exists() {
-        let stored: Value = std::fs::read_to_string(job_dir.join("config.json"))
+    if job_dir.join(hf::CONFIG_FILE).exists() {
+        let stored: Value = std::fs::read_to_string(job_dir.join(hf::CONFIG_FILE))
             .ok()
             .and_then(|t| serde_json::from_str(&t).ok())
             .unwrap_or(Value::Null);
@@ -1822,7 +1884,7 @@ fn run_job(cfg: Value, is_resume: bool) -> ! {
             .unwrap_or_default();
         dirs.sort();
         for d in dirs.into_iter().filter(|d| d.is_dir()) {
-            let rp = d.join("result.json");
+            let rp = d.join(hf::RESULT_FILE);
             if !rp.exists() {
                 let _ = std::fs::remove_dir_all(&d);
                 continue;
@@ -1832,7 +1894,7 @@ fn run_job(cfg: Value, is_resume: bool) -> ! {
                 continue;
             }
             let Ok(result) = serde_json::from_str::<Value>(&text) else { continue };
-            let tc: Value = std::fs::read_to_string(d.join("config.json"))
+            let tc: Value = std::fs::read_to_string(d.join(hf::CONFIG_FILE))
                 .ok()
                 .and_then(|t| serde_json::from_str(&t).ok())
                 .unwrap_or(Value::Null);
@@ -1887,7 +1949,7 @@ fn run_job(cfg: Value, is_resume: bool) -> ! {
         log: Mutex::new(log),
         quiet,
     });
-    write_json(&job_dir.join("config.json"), &hm::dump_job(&cfg));
+    files::write(&job_dir, Doc::JobConfig, &hm::dump_job(&cfg), false);
     if let Some(code) = c::env_str("STANDIN_CRASH") {
         let code: i32 = code.trim().parse().unwrap_or(1);
         eprint!(
@@ -1901,7 +1963,7 @@ fn run_job(cfg: Value, is_resume: bool) -> ! {
     }
     // Job._write_job_lock: an existing lock must equal the resolved one (created_at and harbor
     // are taken from the existing lock), else FileExistsError.
-    let lock_path = job_dir.join("lock.json");
+    let lock_path = job_dir.join(hf::LOCK_FILE);
     let mut job_lock = job_lock;
     if lock_path.exists() {
         let existing: Option<Value> =
@@ -1927,7 +1989,7 @@ fn run_job(cfg: Value, is_resume: bool) -> ! {
             );
         }
     }
-    write_json(&lock_path, &job_lock);
+    files::write(&job_dir, Doc::JobLock, &job_lock, false);
     job.write_result(false);
     job.jlog(&format!("Job {} started: {} trials ({} remaining)", job_name, n_total, remaining.len()));
     // Run with n_concurrent_trials workers.
@@ -1992,7 +2054,7 @@ fn run_job(cfg: Value, is_resume: bool) -> ! {
     if !is_resume {
         println!("Job Info");
         println!("Total runtime: {}", fmt_duration(t0.elapsed().as_secs()));
-        println!("Results written to {}", job_dir.join("result.json").display());
+        println!("Results written to {}", job_dir.join(hf::RESULT_FILE).display());
         println!("Inspect results by running `harbor view {}`", jobs_dir.display());
         println!("Share results by running `harbor upload {}`", job_dir.display());
         println!();
@@ -2091,7 +2153,7 @@ fn resume(args: &[String], path: &str) -> ! {
     if !job_dir.exists() {
         die_with_traceback(&frames, &format!("ValueError: Job directory does not exist: {}", job_dir.display()));
     }
-    let config_path = job_dir.join("config.json");
+    let config_path = job_dir.join(hf::CONFIG_FILE);
     if !config_path.exists() {
         die_with_traceback(&frames, &format!("ValueError: Config file not found: {}", config_path.display()));
     }
@@ -2103,10 +2165,10 @@ fn resume(args: &[String], path: &str) -> ! {
             .unwrap_or_default();
         dirs.sort();
         for d in dirs.into_iter().filter(|d| d.is_dir()) {
-            let Ok(text) = std::fs::read_to_string(d.join("result.json")) else { continue };
-            let Ok(r) = serde_json::from_str::<Value>(&text) else { continue };
-            if let Some(t) = r.pointer("/exception_info/exception_type").and_then(Value::as_str)
-                && filters.contains(t)
+            // The product's reader of a trial result: what resume removes is what `check` counts.
+            let Ok(Some(r)) = hf::read::<hf::TrialResult>(&d.join(hf::RESULT_FILE)) else { continue };
+            if let Some(t) = r.exception_info.and_then(|e| e.exception_type)
+                && filters.contains(&t)
             {
                 println!(
                     "Removing trial directory with {t}: {}",

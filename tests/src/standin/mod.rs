@@ -6,6 +6,7 @@
 pub mod argparse;
 pub mod click;
 pub mod common;
+pub mod harbor_files;
 pub mod harbor_model;
 pub mod harbor_opts;
 pub mod hub;
