@@ -29,6 +29,11 @@ pub const RECORD_CAP: u64 = 16 << 20;
 /// Opens `path` for reading without blocking and without following a final symlink when `links`
 /// says so; anything but a regular file is an error naming what it is.
 pub fn open_regular(path: &Path, links: Links) -> io::Result<File> {
+    open_regular_meta(path, links).map(|(file, _)| file)
+}
+
+/// [`open_regular`] and the `fstat` it checked (size, modification time: no second `fstat`).
+pub fn open_regular_meta(path: &Path, links: Links) -> io::Result<(File, std::fs::Metadata)> {
     let mut flags = libc::O_NONBLOCK | libc::O_CLOEXEC;
     if links == Links::Refuse {
         flags |= libc::O_NOFOLLOW;
@@ -40,9 +45,10 @@ pub fn open_regular(path: &Path, links: Links) -> io::Result<File> {
             err
         }
     })?;
-    let kind = file.metadata()?.file_type();
+    let meta = file.metadata()?;
+    let kind = meta.file_type();
     if kind.is_file() {
-        return Ok(file);
+        return Ok((file, meta));
     }
     let what = if kind.is_fifo() {
         "a FIFO"
@@ -93,6 +99,38 @@ pub fn read_tail(path: &Path, window: u64, links: Links) -> io::Result<(Vec<u8>,
     Ok((bytes, len))
 }
 
+/// Reads an open regular file of `len` bytes (its `fstat` size) into `buf`, at most `cap + 1`
+/// bytes (more than `cap` means too large). Where the file still has `len` bytes this is one
+/// `read` of `len + 1`: a regular file answers short only at its end, so the usual second,
+/// empty read is saved (the trial scan reads two small files in each of thousands of dirs).
+pub fn read_open(mut file: &File, len: u64, cap: u64, buf: &mut Vec<u8>) -> io::Result<()> {
+    buf.clear();
+    let want = usize::try_from(len.min(cap) + 1).unwrap_or(usize::MAX);
+    buf.resize(want, 0);
+    let mut got = 0;
+    // Short of the size fstat gave: keep reading (an interrupted or odd read, a file cut meanwhile).
+    while got < want {
+        match file.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                buf.clear();
+                return Err(e);
+            }
+        }
+        if got as u64 == len && got < want {
+            break;
+        }
+    }
+    buf.truncate(got);
+    // Longer than fstat said: it grew meanwhile; read on, never past the cap.
+    if got == want && (got as u64) <= cap {
+        file.take(cap + 1 - got as u64).read_to_end(buf)?;
+    }
+    Ok(())
+}
+
 fn too_large(len: u64, cap: u64) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidData,
@@ -121,5 +159,28 @@ mod tests {
         assert_eq!(read_capped(&big, 100, Links::Refuse).unwrap().len(), 100);
         let (tail, len) = read_tail(&big, 7, Links::Refuse).unwrap();
         assert_eq!((tail.len(), len), (7, 100));
+    }
+
+    #[test]
+    fn read_open_reads_the_whole_file_whatever_fstat_said() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.json");
+        let text: Vec<u8> = (0..5000u32).map(|i| b'a' + (i % 26) as u8).collect();
+        std::fs::write(&path, &text).unwrap();
+        let (file, meta) = open_regular_meta(&path, Links::Refuse).unwrap();
+        assert!(meta.is_file());
+        let mut buf = b"left over".to_vec();
+        // The size fstat gave, a stale smaller one (the file grew), a stale larger one (it shrank).
+        for len in [meta.len(), 10, 0, 9000] {
+            read_open(&file, len, RECORD_CAP, &mut buf).unwrap();
+            assert_eq!(buf, text, "len {len}");
+            std::io::Seek::rewind(&mut &file).unwrap();
+        }
+        // Never more than cap + 1 bytes.
+        read_open(&file, meta.len(), 100, &mut buf).unwrap();
+        assert_eq!(buf, text[..101]);
+        std::io::Seek::rewind(&mut &file).unwrap();
+        read_open(&file, 10, 100, &mut buf).unwrap();
+        assert_eq!(buf, text[..101]);
     }
 }

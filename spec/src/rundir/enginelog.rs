@@ -1,5 +1,6 @@
 //! The engine log scanner: one pass over `vllm.log` at disk speed (large buffered reads, lines
-//! split with `memchr`, no per-line allocation) counting uvicorn access lines for chat
+//! split with `memchr`, no per-line allocation; a big log in parts on several threads, joined
+//! into the single pass's result) counting uvicorn access lines for chat
 //! completions by status class, with vLLM's own logger lines as time anchors. The one
 //! access-line parser ([`completion_status`]) and the one [`Scanner`]: `check` runs it over a whole
 //! file ([`scan_file`]), payload's heartbeat feeds it the lines appended since its last look.
@@ -11,7 +12,7 @@
 //! 10 s while requests run. Each completion is counted in the minute of the last anchor before
 //! it. Anchors have no year and no time zone: they give spans and per-minute rates, not instants.
 
-use std::io::Read;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use chrono::{DateTime, Datelike, Utc};
@@ -110,28 +111,143 @@ fn local_instant(year: i32, of_year: i64) -> Option<DateTime<Utc>> {
     Some(local.with_timezone(&Utc))
 }
 
+/// Logs at least twice this size are scanned in parts, one thread each: on a busy node the
+/// engine log is the biggest file `check` reads, and its lines are independent but for the
+/// anchor in force, which the join supplies ([`Scanner::absorb`]).
+const MIN_PART: u64 = 64 << 20;
+/// At most this many parts (threads) for one log.
+const MAX_PARTS: usize = 4;
+
 /// Scans `path`. `Ok(None)` when the file does not exist.
+///
+/// A big log is cut at line starts into up to [`MAX_PARTS`] parts (no more than the machine's
+/// cores) scanned side by side; the result is the one a single pass gives (tested).
 pub fn scan_file(path: &Path) -> std::io::Result<Option<EngineLog>> {
+    let parts = std::thread::available_parallelism().map_or(1, |n| n.get()).min(MAX_PARTS);
+    scan_file_in_parts(path, parts, MIN_PART)
+}
+
+/// [`scan_file`] in at most `parts` parts of at least `min_part` bytes.
+fn scan_file_in_parts(path: &Path, parts: usize, min_part: u64) -> std::io::Result<Option<EngineLog>> {
     // A regular file (never a FIFO or device, never through a symlink): `check` must not hang.
-    let mut file = match crate::fsread::open_regular(path, crate::fsread::Links::Refuse) {
+    let file = match crate::fsread::open_regular(path, crate::fsread::Links::Refuse) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
-    let mut scanner = Scanner::new();
+    let len = file.metadata()?.len();
+    let (first, rest) =
+        plan_parts(&file, len, parts.min(usize::try_from(len / min_part.max(1)).unwrap_or(usize::MAX)))?;
+    let scan = |part: &Part, mut scanner: Scanner| scan_part(&file, part, &mut scanner).map(|()| scanner);
+    let scanner = std::thread::scope(|scope| -> std::io::Result<Scanner> {
+        // A part whose thread cannot be started is scanned here, after the first.
+        let later: Vec<_> = rest
+            .iter()
+            .map(|part| {
+                let thread = std::thread::Builder::new().spawn_scoped(scope, move || scan(part, Scanner::continuing()));
+                (part, thread.ok())
+            })
+            .collect();
+        let mut scanner = scan(&first, Scanner::new())?;
+        for (part, thread) in later {
+            let next = match thread {
+                Some(handle) => handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))?,
+                None => scan(part, Scanner::continuing())?,
+            };
+            scanner.absorb(next);
+        }
+        Ok(scanner)
+    })?;
+    Ok(Some(scanner.finish()))
+}
+
+/// A byte range of the log scanned by one thread.
+#[derive(Debug, Clone, PartialEq)]
+struct Part {
+    start: u64,
+    /// `None`: to the end of the file, however long it has grown meanwhile.
+    end: Option<u64>,
+    /// The range starts (or ends) inside a line of at least [`CHUNK`] bytes: one the single
+    /// pass skips too (see [`scan_part`]), so the part drops its piece of it.
+    starts_mid_line: bool,
+    ends_mid_line: bool,
+}
+
+/// Cuts `[0, len)` into up to `parts` ranges (the first, then the others), each cut at the first
+/// line start at or after an even split; where no newline follows within [`CHUNK`] bytes the cut
+/// falls inside that (too long, skipped) line.
+fn plan_parts(file: &std::fs::File, len: u64, parts: usize) -> std::io::Result<(Part, Vec<Part>)> {
+    let mut cuts: Vec<(u64, bool)> = Vec::new();
+    let mut window = vec![0u8; CHUNK];
+    for i in 1..parts.max(1) as u64 {
+        let nominal = len / parts as u64 * i;
+        let from = nominal.saturating_sub(1);
+        let got = read_full_at(file, &mut window, from)?;
+        let cut = match memchr::memchr(b'\n', &window[..got]) {
+            Some(nl) => (from + nl as u64 + 1, false),
+            // The line runs on past the window: at least CHUNK bytes, so it is skipped.
+            None if got == window.len() => (nominal, true),
+            // The file ends (it shrank) within the window: no cut here.
+            None => continue,
+        };
+        if cut.0 > 0 && cut.0 < len && cuts.last().is_none_or(|last| cut.0 > last.0) {
+            cuts.push(cut);
+        }
+    }
+    let starts = std::iter::once((0, false)).chain(cuts.iter().copied());
+    let ends = cuts.iter().map(|&(at, mid)| (Some(at), mid)).chain(std::iter::once((None, false)));
+    let mut all = starts.zip(ends).map(|((start, starts_mid_line), (end, ends_mid_line))| Part {
+        start,
+        end,
+        starts_mid_line,
+        ends_mid_line,
+    });
+    let first = all.next().unwrap_or(Part { start: 0, end: None, starts_mid_line: false, ends_mid_line: false });
+    Ok((first, all.collect()))
+}
+
+/// Reads up to `buf.len()` bytes at `at` (fewer only at the end of the file).
+fn read_full_at(file: &std::fs::File, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match file.read_at(&mut buf[got..], at + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+/// Feeds the lines of one part to `scanner`, one buffer of [`CHUNK`] bytes at a time.
+fn scan_part(file: &std::fs::File, part: &Part, scanner: &mut Scanner) -> std::io::Result<()> {
     let mut buf = vec![0u8; CHUNK];
+    let mut pos = part.start;
     let mut filled = 0usize;
     // Inside a line longer than the buffer: it is skipped up to its newline (no access line is
     // that long), so memory stays one buffer whatever the file holds.
-    let mut skipping = false;
+    let mut skipping = part.starts_mid_line;
     loop {
-        let n = file.read(&mut buf[filled..])?;
+        // (The buffer always has room here: a full one without a newline was emptied below.)
+        let room = buf.len() - filled;
+        let want = part.end.map_or(room, |end| room.min(usize::try_from(end - pos).unwrap_or(usize::MAX)));
+        let n = if want == 0 {
+            0
+        } else {
+            match file.read_at(&mut buf[filled..filled + want], pos) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        };
         if n == 0 {
-            if filled > 0 && !skipping {
+            if filled > 0 && !skipping && !part.ends_mid_line {
                 scanner.line(&buf[..filled]);
             }
-            break;
+            return Ok(());
         }
+        pos += n as u64;
         scanner.add_bytes(n as u64);
         filled += n;
         let Some(last_nl) = memchr::memrchr(b'\n', &buf[..filled]) else {
@@ -147,7 +263,6 @@ pub fn scan_file(path: &Path) -> std::io::Result<Option<EngineLog>> {
         buf.copy_within(last_nl + 1..filled, 0);
         filled -= last_nl + 1;
     }
-    Ok(Some(scanner.finish()))
 }
 
 /// Scans text already in memory (tests, small logs).
@@ -173,12 +288,34 @@ pub struct Scanner {
     ring: [u8; RECENT],
     ring_len: usize,
     ring_head: usize,
+    /// A scanner of a later part of a file ([`Scanner::continuing`]) that has not met an anchor
+    /// yet: the anchor in force is the previous part's, known only when the parts are joined.
+    inherited: bool,
+    seam: Seam,
     context: Finder<'static>,
     context2: Finder<'static>,
     dead: Finder<'static>,
     init_failed: Finder<'static>,
     oom: Finder<'static>,
     starting: Finder<'static>,
+}
+
+/// What joining a later part to the scan before it ([`Scanner::absorb`]) needs to know about the
+/// part's start, where the anchor in force was not yet known.
+#[derive(Debug, Clone, Default)]
+struct Seam {
+    /// Started by [`Scanner::continuing`].
+    continuing: bool,
+    /// Completions (2xx, 4xx, 5xx) before the part's first anchor: they count in the previous
+    /// part's open minute.
+    lead: [u64; 3],
+    /// A 2xx before the first anchor (the first 200's anchor may be the previous part's).
+    lead_ok: bool,
+    /// The last completion so far came before the part's first anchor.
+    last_in_lead: bool,
+    /// The part's first minute bucket was closed: it is `per_minute[0]`, kept even when empty,
+    /// because the previous part's open minute may be the same one.
+    first_closed: bool,
 }
 
 const LEVELS: [&[u8]; 5] = [b"INFO ", b"WARNING ", b"ERROR ", b"DEBUG ", b"CRITICAL "];
@@ -204,7 +341,7 @@ pub fn access_line(peer: &str, method: &str, path: &str, http: (u8, u8), status:
 #[inline]
 fn strip_process_prefix(line: &[u8]) -> &[u8] {
     if line.first() == Some(&b'(')
-        && let Some(close) = memchr::memchr(b')', line)
+        && let Some(close) = find2(line, b')', b')')
     {
         let rest = &line[close + 1..];
         return rest.strip_prefix(b" ").unwrap_or(rest);
@@ -222,14 +359,12 @@ fn access_status(after_prefix: &[u8]) -> Option<u16> {
 /// newline (the line ends before it otherwise).
 #[inline]
 fn access_status_end(after_prefix: &[u8]) -> Option<(u16, usize)> {
-    // The spans searched here are a client address and `HTTP/1.1`, a few bytes each: a plain
-    // loop beats setting up a vector search.
-    let q = after_prefix.iter().position(|b| *b == b'"' || *b == b'\n')?;
+    let q = find2(after_prefix, b'"', b'\n')?;
     if after_prefix[q] != b'"' {
         return None;
     }
     let request = after_prefix[q + 1..].strip_prefix(COMPLETIONS)?;
-    let q2 = request.iter().position(|b| *b == b'"' || *b == b'\n')?;
+    let q2 = find2(request, b'"', b'\n')?;
     if request[q2] != b'"' {
         return None;
     }
@@ -240,6 +375,29 @@ fn access_status_end(after_prefix: &[u8]) -> Option<(u16, usize)> {
     }
     let end = q + 1 + COMPLETIONS.len() + q2 + 1 + (tail.len() - digits.len()) + 3;
     Some((u16::from(digits[0] - b'0') * 100 + u16::from(digits[1] - b'0') * 10 + u16::from(digits[2] - b'0'), end))
+}
+
+/// The first `a` or `b` in `s`, eight bytes per step in a plain `u64` (the "has a zero byte"
+/// trick). Hand-written because the spans searched — a client address, `HTTP/1.1`, a reason
+/// phrase, the `(APIServer pid=N)` prefix — are a few bytes in every line of the log: too short
+/// for a vector search (`memchr2`) to pay for its setup, and a byte loop was a third of the scan.
+#[inline(always)]
+fn find2(s: &[u8], a: u8, b: u8) -> Option<usize> {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let (qa, qb) = (LO * u64::from(a), LO * u64::from(b));
+    let mut at = 0;
+    while let Some(word) = s[at..].first_chunk::<8>() {
+        let (xa, xb) = (u64::from_le_bytes(*word) ^ qa, u64::from_le_bytes(*word) ^ qb);
+        // A set high bit marks a zero byte of `xa` or `xb` (a match); the lowest one is exact
+        // (borrows only mark bytes above a true match).
+        let hits = (xa.wrapping_sub(LO) & !xa | xb.wrapping_sub(LO) & !xb) & HI;
+        if hits != 0 {
+            return Some(at + (hits.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    s[at..].iter().position(|c| *c == a || *c == b).map(|p| at + p)
 }
 
 impl Default for Scanner {
@@ -258,6 +416,8 @@ impl Scanner {
             ring: [0; RECENT],
             ring_len: 0,
             ring_head: 0,
+            inherited: false,
+            seam: Seam::default(),
             context: Finder::new("maximum context length"),
             context2: Finder::new("VLLMValidationError"),
             dead: Finder::new("EngineDeadError"),
@@ -265,6 +425,103 @@ impl Scanner {
             oom: Finder::new("CUDA out of memory"),
             starting: Finder::new("Starting vLLM"),
         }
+    }
+
+    /// A scanner for a later part of a file, to be joined to the scan of what precedes it with
+    /// [`Scanner::absorb`].
+    pub fn continuing() -> Self {
+        Scanner { inherited: true, seam: Seam { continuing: true, ..Seam::default() }, ..Scanner::new() }
+    }
+
+    /// Joins the scan of the part that follows (started with [`Scanner::continuing`] and fed the
+    /// lines right after this scanner's): the state is then the one feeding those lines here
+    /// would have left — same counts, anchors (year carry included), minute buckets, latest
+    /// completions and first examples.
+    pub fn absorb(&mut self, next: Scanner) {
+        debug_assert!(next.seam.continuing, "absorb takes a Scanner::continuing()");
+        let Scanner { log: n, seam, bucket: next_bucket, .. } = &next;
+        let log = &mut self.log;
+        log.bytes += n.bytes;
+        log.lines += n.lines;
+        log.ok += n.ok;
+        log.c4xx += n.c4xx;
+        log.c5xx += n.c5xx;
+        log.c400 += n.c400;
+        log.other += n.other;
+        log.tracebacks += n.tracebacks;
+        for (mine, theirs) in [
+            (&mut log.example_400, &n.example_400),
+            (&mut log.example_5xx, &n.example_5xx),
+            (&mut log.context_error, &n.context_error),
+            (&mut log.fatal, &n.fatal),
+        ] {
+            if mine.is_none() {
+                mine.clone_from(theirs);
+            }
+        }
+        let start = if next.ring_len < RECENT { 0 } else { next.ring_head };
+        for i in 0..next.ring_len {
+            self.push_recent(next.ring[(start + i) % RECENT]);
+        }
+        // The part's lead ran under this scanner's last anchor (and minute bucket).
+        if let Some((_, counts)) = &mut self.bucket {
+            for (c, l) in counts.iter_mut().zip(seam.lead) {
+                *c += l;
+            }
+        }
+        let log = &mut self.log;
+        if log.first_ok_anchor.is_none() && seam.lead_ok {
+            log.first_ok_anchor = self.anchor;
+        }
+        let had_completion = n.ok + n.c4xx + n.c5xx > 0;
+        if had_completion && seam.last_in_lead {
+            log.last_completion_anchor = self.anchor;
+        }
+        let Some(first) = n.first_anchor else { return };
+        // The part's anchors carry years from its own start: add this scanner's carry, and a
+        // year more where its first anchor wraps past New Year from this scanner's last.
+        let mut shift = self.year_offset;
+        if let Some(prev) = self.anchor
+            && first + shift < prev - 180 * 86_400
+        {
+            shift += 365 * 86_400;
+        }
+        let at = |a: Option<i64>| a.map(|a| a + shift);
+        let minute = |(m, c): (i64, [u64; 3])| (m + shift / 60, c);
+        if log.first_ok_anchor.is_none() {
+            log.first_ok_anchor = at(n.first_ok_anchor);
+        }
+        if had_completion && !seam.last_in_lead {
+            log.last_completion_anchor = at(n.last_completion_anchor);
+        }
+        log.first_anchor.get_or_insert(first + shift);
+        log.last_anchor = at(n.last_anchor);
+        if log.server_start.is_none() {
+            log.server_start = at(n.server_start);
+        }
+        self.anchor = at(next.anchor);
+        self.year_offset = shift + next.year_offset;
+        // Minute buckets: this scanner's open one continues into the part's first when both are
+        // the same minute (as `set_anchor` would have kept it open), else it is closed.
+        let mut closed: Vec<(i64, [u64; 3])> = n.per_minute.iter().copied().map(minute).collect();
+        let mut open = next_bucket.map(minute);
+        if let Some((m, counts)) = self.bucket.take() {
+            let first_bucket = if seam.first_closed { closed.first_mut() } else { open.as_mut() };
+            match first_bucket {
+                Some((fm, fc)) if *fm == m => {
+                    for (f, c) in fc.iter_mut().zip(counts) {
+                        *f += c;
+                    }
+                }
+                _ if counts != [0; 3] => log.per_minute.push((m, counts)),
+                _ => {}
+            }
+        }
+        if seam.first_closed && closed.first().is_some_and(|(_, c)| *c == [0; 3]) {
+            closed.remove(0);
+        }
+        log.per_minute.extend(closed);
+        self.bucket = open;
     }
 
     /// What was counted so far.
@@ -291,7 +548,7 @@ impl Scanner {
             {
                 let from = ACCESS_PREFIX.len() + status_end;
                 // The reason phrase: a few bytes.
-                let Some(nl) = rest[from..].iter().position(|b| *b == b'\n') else { return };
+                let Some(nl) = find2(&rest[from..], b'\n', b'\n') else { return };
                 let line = &rest[..from + nl];
                 self.log.lines += 1;
                 self.completion(code, line.strip_suffix(b"\r").unwrap_or(line));
@@ -356,13 +613,23 @@ impl Scanner {
             }
         }
         self.log.last_completion_anchor = self.anchor;
+        let slot = match class {
+            2 => 0,
+            4 => 1,
+            _ => 2,
+        };
         if let Some((_, counts)) = &mut self.bucket {
-            counts[match class {
-                2 => 0,
-                4 => 1,
-                _ => 2,
-            }] += 1;
+            counts[slot] += 1;
+        } else if self.inherited {
+            self.seam.lead[slot] += 1;
+            self.seam.lead_ok |= class == 2;
         }
+        self.seam.last_in_lead = self.inherited;
+        self.push_recent(class);
+    }
+
+    #[inline]
+    fn push_recent(&mut self, class: u8) {
         self.ring[self.ring_head] = class;
         self.ring_head = (self.ring_head + 1) % RECENT;
         self.ring_len = (self.ring_len + 1).min(RECENT);
@@ -397,6 +664,7 @@ impl Scanner {
     }
 
     fn set_anchor(&mut self, raw: i64) {
+        self.inherited = false;
         let mut at = raw + self.year_offset;
         if let Some(prev) = self.anchor
             && at < prev - 180 * 86_400
@@ -411,10 +679,13 @@ impl Scanner {
         match &self.bucket {
             Some((m, _)) if *m == minute => {}
             _ => {
+                // A continuing part keeps its first bucket even when empty (see `Seam`).
+                let keep = self.seam.continuing && !self.seam.first_closed;
                 if let Some(done) = self.bucket.take()
-                    && done.1 != [0; 3]
+                    && (done.1 != [0; 3] || keep)
                 {
                     self.log.per_minute.push(done);
+                    self.seam.first_closed = true;
                 }
                 self.bucket = Some((minute, [0; 3]));
             }
@@ -578,5 +849,180 @@ INFO:     127.0.0.1:54325 - \"POST /v1/chat/completions HTTP/1.1\" 200";
         assert_eq!(scan_bytes(text.as_bytes()).anchored_span_s(), Some(120));
         assert_eq!(parse_anchor(b"13-01 00:00:00"), None);
         assert_eq!(parse_anchor(b"01-01 00:00:07 ["), Some(7));
+    }
+
+    /// A deterministic generator (xorshift64*): the logs below are random, the same every run.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
+        }
+    }
+
+    /// `MM-DD HH:MM:SS` of a second of a (non-leap) year.
+    fn stamp(t: i64) -> String {
+        let day = t / 86_400;
+        let month = MONTH_DAYS.iter().rposition(|start| *start <= day).unwrap();
+        let s = t % 86_400;
+        format!("{:02}-{:02} {:02}:{:02}:{:02}", month + 1, day - MONTH_DAYS[month] + 1, s / 3600, s / 60 % 60, s % 60)
+    }
+
+    /// A vLLM log of `n` lines mixing everything the scanner tells apart: lines before the first
+    /// anchor, anchors in the same minute, back by a minute and across New Year, access lines of every class (some
+    /// behind the process prefix, some with `\r\n`), health checks, 400s followed by ERROR lines
+    /// and multi-line tracebacks, engine deaths, blank and other lines.
+    fn generated_log(seed: u64, n: usize) -> String {
+        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        const YEAR: i64 = 365 * 86_400;
+        // Some logs start in the last hour of the year, so they wrap.
+        let mut t =
+            if seed.is_multiple_of(2) { YEAR - 1 - rng.below(600) as i64 } else { rng.below(YEAR as u64) as i64 };
+        let mut out = String::new();
+        let mut lines = 0;
+        while lines < n {
+            let pre = if rng.below(2) == 0 { "(APIServer pid=7) " } else { "" };
+            let block = match rng.below(20) {
+                0..=2 => {
+                    // Mostly forward; sometimes back a little (stamps of two processes interleave).
+                    let back = if rng.below(6) == 0 { rng.below(90) as i64 } else { 0 };
+                    t = (t + YEAR - back + rng.below(50) as i64) % YEAR;
+                    let level = ["INFO", "WARNING", "ERROR", "DEBUG"][rng.below(4) as usize];
+                    let what =
+                        ["Engine 000: Avg prompt throughput: 1.0 tokens/s", "Starting vLLM server on :8000", "x"]
+                            [rng.below(3) as usize];
+                    format!("{pre}{level} {} [x.py:1] {what}\n", stamp(t))
+                }
+                3..=11 => {
+                    let code = [200, 200, 200, 201, 400, 404, 500, 503, 302][rng.below(9) as usize];
+                    let end = if rng.below(10) == 0 { "\r\n" } else { "\n" };
+                    format!(
+                        "{pre}{}{end}",
+                        access_line("127.0.0.1:5", "POST", "/v1/chat/completions", (1, 1), code, "R")
+                    )
+                }
+                12 => format!("{}\n", access_line("127.0.0.1:5", "GET", "/health", (1, 1), 200, "OK")),
+                13..=15 => format!(
+                    "{}\n{pre}ERROR {} [serving_chat.py:212] Error in preprocessing prompt inputs\n\
+                     {pre}Traceback (most recent call last):\n{pre}  File \"a.py\", line 1, in f\n\
+                     {pre}    raise VLLMValidationError(\n{pre}vllm.exceptions.VLLMValidationError: This model's \
+                     maximum context length is 32768 tokens (seed {seed})\n",
+                    access_line("127.0.0.1:5", "POST", "/v1/chat/completions", (1, 1), 400, "Bad Request"),
+                    stamp(t)
+                ),
+                16 => format!("{pre}vllm.v1.engine.exceptions.EngineDeadError: died at line {lines}\n"),
+                17 => "\n".to_string(),
+                _ => format!("{pre}something else {}\n", rng.below(1000)),
+            };
+            lines += block.matches('\n').count();
+            out += &block;
+        }
+        out
+    }
+
+    /// Scans `text` cut at `cuts` (line starts, increasing): a scanner per part, joined in order.
+    fn scan_in_parts(text: &[u8], cuts: &[usize]) -> EngineLog {
+        let bounds: Vec<usize> = std::iter::once(0).chain(cuts.iter().copied()).chain([text.len()]).collect();
+        let mut joined: Option<Scanner> = None;
+        for w in bounds.windows(2) {
+            let part = &text[w[0]..w[1]];
+            let mut scanner = if joined.is_none() { Scanner::new() } else { Scanner::continuing() };
+            scanner.add_bytes(part.len() as u64);
+            let end = memchr::memrchr(b'\n', part).map_or(0, |i| i + 1);
+            scanner.lines(&part[..end]);
+            if end < part.len() {
+                scanner.line(&part[end..]);
+            }
+            match &mut joined {
+                None => joined = Some(scanner),
+                Some(j) => j.absorb(scanner),
+            }
+        }
+        joined.unwrap().finish()
+    }
+
+    #[test]
+    fn find2_finds_what_a_byte_loop_finds() {
+        let mut rng = Rng(7);
+        for len in 0..40 {
+            for _ in 0..200 {
+                // Bytes from a small alphabet (so matches are frequent), high bytes included.
+                let s: Vec<u8> =
+                    (0..len).map(|_| [b'"', b'\n', b'a', 0x80, 0xff, 0, b'!', b'#'][rng.below(8) as usize]).collect();
+                for (a, b) in [(b'"', b'\n'), (b'\n', b'\n'), (0, 0xff), (b'!', b'#')] {
+                    assert_eq!(find2(&s, a, b), s.iter().position(|c| *c == a || *c == b), "{s:?} {a} {b}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn joined_parts_equal_one_pass_wherever_the_log_is_cut() {
+        let (mut wraps, mut cuts_in_tracebacks) = (0, 0);
+        for seed in 0..40 {
+            let text = generated_log(seed, 240);
+            let whole = scan_bytes(text.as_bytes());
+            assert!(whole.tracebacks > 0 && whole.completions() > 0 && whole.per_minute.len() > 1, "{whole:?}");
+            wraps += usize::from(whole.last_anchor.unwrap() >= 365 * 86_400);
+            let starts: Vec<usize> = std::iter::once(0)
+                .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+                .filter(|i| *i < text.len())
+                .collect();
+            // One cut at every line start (inside tracebacks, before and after anchors), …
+            for &cut in &starts {
+                let line = strip_process_prefix(&text.as_bytes()[cut..]);
+                cuts_in_tracebacks += usize::from(line.starts_with(b"  ") || line.starts_with(b"vllm.exceptions"));
+                assert_eq!(scan_in_parts(text.as_bytes(), &[cut]), whole, "seed {seed}, cut at byte {cut}");
+            }
+            // … and several cuts at once, empty parts included.
+            let mut rng = Rng(seed + 1);
+            for _ in 0..60 {
+                let mut cuts: Vec<usize> =
+                    (0..1 + rng.below(5)).map(|_| starts[rng.below(starts.len() as u64) as usize]).collect();
+                cuts.sort_unstable();
+                assert_eq!(scan_in_parts(text.as_bytes(), &cuts), whole, "seed {seed}, cuts {cuts:?}");
+            }
+        }
+        assert!(wraps >= 10, "the generated logs cross New Year ({wraps})");
+        assert!(cuts_in_tracebacks > 100);
+    }
+
+    #[test]
+    fn a_file_scanned_in_parts_equals_one_pass() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("vllm.log");
+        // Generated lines, with lines of at least a buffer (skipped by the scan) around where the
+        // parts are cut, so some cuts fall inside one; and the file ends without a newline.
+        let long = |n: usize| "y".repeat(n) + "\n";
+        let (mut text, mut skipped) = (String::new(), 0);
+        for seed in 100..112 {
+            text += &generated_log(seed, 3_000);
+            let n = [CHUNK - 1, CHUNK, 3 * CHUNK][seed as usize % 3];
+            text += &long(n);
+            skipped += u64::from(n >= CHUNK);
+        }
+        text += "INFO:     1.2.3.4:5 - \"POST /v1/chat/completions HTTP/1.1\" 200";
+        std::fs::write(&path, &text).unwrap();
+        let one = scan_file_in_parts(&path, 1, 1).unwrap().unwrap();
+        // One part is the plain pass, which skips the lines of a buffer or more.
+        let mut expected = scan_bytes(text.as_bytes());
+        expected.lines -= skipped;
+        assert!(one == expected, "one part: {one:?}");
+        let file = std::fs::File::open(&path).unwrap();
+        let mut mid_line = 0;
+        for parts in 2..=12 {
+            let (first, rest) = plan_parts(&file, text.len() as u64, parts).unwrap();
+            assert_eq!(rest.len(), parts - 1, "{parts} parts");
+            mid_line += rest.iter().filter(|p| p.starts_mid_line).count();
+            assert_eq!(first.start, 0);
+            assert!(scan_file_in_parts(&path, parts, 1).unwrap().unwrap() == one, "{parts} parts");
+        }
+        assert!(mid_line > 0, "some cut fell inside a long line");
+        // Below the part size a log is one part.
+        let (_, rest) = plan_parts(&file, text.len() as u64, 1).unwrap();
+        assert!(rest.is_empty());
     }
 }

@@ -350,7 +350,7 @@ pub fn scan_trials(dir: &Path, instant_fail_s: f64) -> std::io::Result<TrialScan
         let trial = entry.path();
         // Most trials of a big run are done: open result.json first (one system call for the
         // classification and the read), classify only the others.
-        let result_file = fsread::open_regular(&trial.join(hf::RESULT_FILE), Links::Refuse).ok();
+        let result_file = fsread::open_regular_meta(&trial.join(hf::RESULT_FILE), Links::Refuse).ok();
         let stage = if result_file.is_some() { TrialStage::Done } else { hf::classify_trial(&trial) };
         if stage == TrialStage::NotATrial {
             continue;
@@ -388,7 +388,7 @@ pub fn scan_trials(dir: &Path, instant_fail_s: f64) -> std::io::Result<TrialScan
 }
 
 fn done_trial(
-    file: Option<std::fs::File>,
+    file: Option<(std::fs::File, std::fs::Metadata)>,
     trial: &Path,
     name: &str,
     instant_fail_s: f64,
@@ -397,10 +397,12 @@ fn done_trial(
 ) {
     scan.done += 1;
     // Never through a symlink, never a FIFO or device (a result.json linked to /dev/zero).
-    let Some(mut file) = file.or_else(|| fsread::open_regular(&trial.join(hf::RESULT_FILE), Links::Refuse).ok()) else {
+    let Some((file, meta)) =
+        file.or_else(|| fsread::open_regular_meta(&trial.join(hf::RESULT_FILE), Links::Refuse).ok())
+    else {
         return;
     };
-    let modified = file.metadata().ok().and_then(|m| m.modified().ok()).map(DateTime::<Utc>::from);
+    let modified = meta.modified().ok().map(DateTime::<Utc>::from);
     if let Some(t) = modified
         && scan.last_result_at.is_none_or(|last| t > last)
     {
@@ -409,8 +411,8 @@ fn done_trial(
     }
     buf.clear();
     // An oversized result is not read at all (fstat on the open file), and never past the cap.
-    if file.metadata().is_ok_and(|m| m.len() > fsread::RECORD_CAP)
-        || std::io::Read::read_to_end(&mut std::io::Read::take(&mut file, fsread::RECORD_CAP + 1), buf).is_err()
+    if meta.len() > fsread::RECORD_CAP
+        || fsread::read_open(&file, meta.len(), fsread::RECORD_CAP, buf).is_err()
         || buf.len() as u64 > fsread::RECORD_CAP
     {
         return;
@@ -445,10 +447,10 @@ fn done_trial(
 /// [`fsread::RECORD_CAP`] bytes (what is looked for sits at the start).
 fn read_into(path: &Path, buf: &mut Vec<u8>) -> bool {
     buf.clear();
-    match fsread::open_regular(path, Links::Refuse) {
-        Ok(f) => std::io::Read::read_to_end(&mut std::io::Read::take(f, fsread::RECORD_CAP), buf).is_ok(),
-        Err(_) => false,
-    }
+    let Ok((file, meta)) = fsread::open_regular_meta(path, Links::Refuse) else { return false };
+    let ok = fsread::read_open(&file, meta.len(), fsread::RECORD_CAP, buf).is_ok();
+    buf.truncate(fsread::RECORD_CAP as usize);
+    ok
 }
 
 /// The JSON string value after a key: `: "…"` (`None` for `null` or anything else).
