@@ -85,12 +85,31 @@ async fn plan(spec_path: &std::path::Path, json: bool, check_harbor: bool) -> an
     }
     let mut out = std::io::stdout().lock();
     if json {
-        serde_json::to_writer_pretty(&mut out, &plan).context("writing the plan")?;
-        writeln!(out)?;
+        out.write_all(launch_spec::document::document("payload.plan", &plan).as_bytes()).context("writing the plan")?;
     } else {
         payload::plan::render(&plan, &mut out).context("writing the plan")?;
     }
     Ok(payload::plan::exit_code(&plan))
+}
+
+/// `payload gpus --json` (a `payload.gpus` document): what was probed and each GPU with the
+/// profile it matches.
+#[derive(serde::Serialize)]
+struct GpusOutput<'a> {
+    /// The probe used: NVML, or the fixture file named by `$PAYLOAD_GPU_FIXTURE`.
+    probe: String,
+    gpus: Vec<GpuRow<'a>>,
+}
+
+#[derive(serde::Serialize)]
+struct GpuRow<'a> {
+    index: u32,
+    uuid: &'a str,
+    name: &'a str,
+    memory_total_bytes: u64,
+    /// The matched GPU profile (null without `--profiles` or without a match).
+    profile: Option<&'a str>,
+    gpu_memory_utilization: Option<f64>,
 }
 
 fn gpus(json: bool, profiles: Option<PathBuf>) -> anyhow::Result<i32> {
@@ -114,31 +133,30 @@ fn gpus(json: bool, profiles: Option<PathBuf>) -> anyhow::Result<i32> {
             return Ok(OutcomeClass::Gpu.exit_code());
         }
     };
-    let rows: Vec<serde_json::Value> = inventory
+    let rows: Vec<GpuRow> = inventory
         .iter()
         .map(|g| {
             let profile = profiles.as_ref().and_then(|p| p.select(g));
-            serde_json::json!({
-                "index": g.index,
-                "uuid": g.uuid,
-                "name": g.name,
-                "memory_total_bytes": g.memory_total_bytes,
-                "profile": profile.map(|p| p.name.clone()),
-                "gpu_memory_utilization": profile.map(|p| p.gpu_memory_utilization),
-            })
+            GpuRow {
+                index: g.index,
+                uuid: &g.uuid,
+                name: &g.name,
+                memory_total_bytes: g.memory_total_bytes,
+                profile: profile.map(|p| p.name.as_str()),
+                gpu_memory_utilization: profile.map(|p| p.gpu_memory_utilization),
+            }
         })
         .collect();
     let mut out = std::io::stdout().lock();
     if json {
-        let doc = serde_json::json!({ "probe": probe.describe(), "gpus": rows });
-        serde_json::to_writer_pretty(&mut out, &doc)?;
-        writeln!(out)?;
+        let doc = GpusOutput { probe: probe.describe(), gpus: rows };
+        out.write_all(launch_spec::document::document("payload.gpus", &doc).as_bytes())?;
     } else {
         writeln!(out, "probe: {}", probe.describe())?;
         writeln!(out, "{:<5} {:<42} {:<28} {:>10}  profile", "index", "uuid", "name", "memory")?;
         for (g, row) in inventory.iter().zip(&rows) {
-            let profile = match (&row["profile"], &row["gpu_memory_utilization"]) {
-                (serde_json::Value::String(name), util) => format!("{name} (gpu_memory_utilization {util})"),
+            let profile = match (row.profile, row.gpu_memory_utilization) {
+                (Some(name), Some(util)) => format!("{name} (gpu_memory_utilization {util})"),
                 _ if profiles.is_some() => "no match".to_string(),
                 _ => "-".to_string(),
             };

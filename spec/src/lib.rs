@@ -2,6 +2,7 @@
 //! entry point. Versioned; no secret values ever live in these types.
 
 pub mod agents;
+pub mod document;
 pub mod expand;
 pub mod fsread;
 pub mod gpu;

@@ -22,8 +22,8 @@ use crate::ledger::LedgerError;
 use crate::registry::Resolved;
 use crate::slurm::SlurmError;
 
-/// The version of every JSON document `submitter` prints.
-pub const FORMAT_VERSION: u32 = 1;
+/// The document convention and its version are shared with payload (`launch_spec::document`).
+pub use launch_spec::document::{FORMAT_VERSION, document, document_line};
 
 /// How a command prints its result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -54,31 +54,6 @@ impl FormatArgs {
     pub fn is_json(&self) -> bool {
         self.get() == Format::Json
     }
-}
-
-#[derive(Serialize)]
-struct Document<'a, T: Serialize> {
-    format_version: u32,
-    kind: &'a str,
-    #[serde(flatten)]
-    body: &'a T,
-}
-
-/// `body` (a struct or map of output fields) as a pretty JSON document of `kind`, newline-terminated.
-pub fn document<T: Serialize>(kind: &str, body: &T) -> String {
-    let doc = Document { format_version: FORMAT_VERSION, kind, body };
-    // Output types are plain data (strings, numbers, maps with string keys): they always serialise.
-    let mut text = serde_json::to_string_pretty(&doc).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
-    text.push('\n');
-    text
-}
-
-/// `body` as one compact JSON document of `kind` on one line (a repeating command's stream).
-pub fn document_line<T: Serialize>(kind: &str, body: &T) -> String {
-    let doc = Document { format_version: FORMAT_VERSION, kind, body };
-    let mut text = serde_json::to_string(&doc).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
-    text.push('\n');
-    text
 }
 
 /// `submitter`'s exit statuses (modelled on uv's `ExitStatus`): 0 and 1 are outcomes of a command
@@ -307,17 +282,5 @@ mod tests {
         assert_eq!(ExitStatus::of_error([&other as &dyn Error], none), ExitStatus::BadInput);
         let wrapped = |_: &(dyn Error + 'static)| Some(ExitStatus::SlurmUnavailable);
         assert_eq!(ExitStatus::of_error([&other as &dyn Error], wrapped), ExitStatus::SlurmUnavailable);
-    }
-
-    #[test]
-    fn documents_lead_with_version_and_kind() {
-        #[derive(Serialize)]
-        struct Body {
-            rows: Vec<u32>,
-        }
-        let text = document("test.kind", &Body { rows: vec![1] });
-        assert!(text.starts_with("{\n  \"format_version\": 1,\n  \"kind\": \"test.kind\",\n  \"rows\""), "{text}");
-        assert!(text.ends_with("}\n"));
-        assert_eq!(document_line("k", &Body { rows: vec![] }), "{\"format_version\":1,\"kind\":\"k\",\"rows\":[]}\n");
     }
 }

@@ -177,7 +177,7 @@ pub fn stage_and_check(
 /// Writes `<run_dir>/preflight.json`; a failure to write only warns (the refusal is also printed).
 fn record(run_dir: &Path, report: &Report) {
     let json = serde_json::json!({
-        "format_version": 1,
+        "format_version": launch_spec::document::FORMAT_VERSION,
         "at": chrono::Utc::now().to_rfc3339(),
         "passed": report.passed(),
         "checks": report.checks,

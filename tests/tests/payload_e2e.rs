@@ -1757,3 +1757,52 @@ fn plan_shows_the_argv_and_environment_run_spawns() {
     assert_eq!(run.wait(Duration::from_secs(30)), 0, "stderr:\n{}", fx.stderr());
     assert_no_survivors(&run);
 }
+
+// ------------------------------------------------------------------------------------ snapshots
+
+/// `text` with this fixture's volatile parts as placeholders: the temp root, the run tag (it holds a
+/// unique id), payload's pid and the port (derived from that pid when no Slurm job id is set).
+fn stable(fx: &Fx, text: &str, port: Option<u64>) -> String {
+    let text = text.replace(&fx.root.display().to_string(), "<root>").replace(&fx.tag, "<tag>");
+    let mut text = regex::Regex::new(r"pid \d+").unwrap().replace_all(&text, "pid <pid>").into_owned();
+    if let Some(port) = port {
+        text = regex::Regex::new(&format!(r"\b{port}\b")).unwrap().replace_all(&text, "<port>").into_owned();
+    }
+    text
+}
+
+/// The output contract of `payload plan` and `payload gpus`: human text and the versioned JSON
+/// documents (`payload.plan`, `payload.gpus`), as snapshots (`INSTA_UPDATE=always` to accept a
+/// change, then review the diff).
+#[test]
+fn plan_and_gpus_outputs_are_snapshotted() {
+    let fx = Fx::new("snap");
+    let spec_path = fx.write_spec(&fx.spec());
+    // A fixed job id and PATH: the port, the Daytona org and the children's PATH derive from them.
+    let env = [("SLURM_JOB_ID", "4242"), ("PATH", "/usr/bin:/bin")];
+    let out = fx.command(&["plan", "--spec", spec_path.to_str().unwrap(), "--json"], &env).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let json = String::from_utf8_lossy(&out.stdout).into_owned();
+    let plan: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!((plan["format_version"].as_u64(), plan["kind"].as_str()), (Some(1), Some("payload.plan")));
+    // The port is the first free one from the job id's: read from each output itself.
+    insta::assert_snapshot!("payload_plan_json", stable(&fx, &json, plan["port"]["port"].as_u64()));
+    let out = fx.command(&["plan", "--spec", spec_path.to_str().unwrap()], &env).output().unwrap();
+    let human = String::from_utf8_lossy(&out.stdout).into_owned();
+    let port = regex::Regex::new(r"--port (\d+)").unwrap().captures(&human).map(|c| c[1].parse().unwrap());
+    insta::assert_snapshot!("payload_plan_human", stable(&fx, &human, port));
+
+    let profiles = fx.root.join("gpus.yaml");
+    std::fs::write(&profiles, "profiles:\n  - name: a100-64gb\n    name_contains: A100\n    min_memory_gib: 60\n    max_memory_gib: 66\n    gpu_memory_utilization: 0.85\n  - name: default\n    gpu_memory_utilization: 0.8\n").unwrap();
+    for (format, args) in [("human", vec![]), ("json", vec!["--json"])] {
+        let out = fx
+            .command(&[&["gpus", "--profiles", profiles.to_str().unwrap()][..], &args[..]].concat(), &env)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        insta::assert_snapshot!(
+            format!("payload_gpus_{format}"),
+            stable(&fx, &String::from_utf8_lossy(&out.stdout), None)
+        );
+    }
+}
