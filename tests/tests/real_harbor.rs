@@ -139,8 +139,10 @@ impl Fx {
                 teardown_grace_s: 20.0,
                 walltime_lead_s: 30,
                 heartbeat_interval_s: 0.5,
-                health_probe_interval_s: 0.5,
-                health_failures: 5,
+                // No test here kills the engine: a loaded CI machine (real Harbors starting in
+                // parallel) must not read a slow /health answer as a dead engine (10 s of silence).
+                health_probe_interval_s: 1.0,
+                health_failures: 10,
             })
             .to_value()
     }
