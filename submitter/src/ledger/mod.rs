@@ -607,7 +607,7 @@ mod tests {
             "LedgerSpec(postgres://team.abc@db.example.internal:5432/postgres)"
         );
         assert_eq!(
-            scrub(&format!("auth failed for pw {pw}\n  DETAIL: x"), &[pw.clone()]),
+            scrub(format!("auth failed for pw {pw}\n  DETAIL: x"), std::slice::from_ref(&pw)),
             "auth failed for pw *** DETAIL: x"
         );
     }
