@@ -399,13 +399,16 @@ fn resume_after_the_port_changed_scores_every_trial() {
 
 /// `TERM` or `USR1` while trials are in flight, during `jobs start` (`resume: false`) or during
 /// `jobs resume` (`resume: true`, after a first interrupted run on another port).
-fn signal_case(name: &str, sig: &str, resume: bool) {
+/// `job_id`: the Slurm job id of the (first) run, distinct per test and ten apart: the engine's port
+/// derives from it, and tests run in parallel (two payloads on one port would answer each other's
+/// readiness probes).
+fn signal_case(name: &str, sig: &str, resume: bool, job_id: u32) {
     let tasks = [Task::solvable("p"), Task::solvable("q"), Task::solvable("r")];
     let Some(fx) = Fx::new(name, &tasks) else { return };
     let mut spec = fx.spec();
     // Each completion takes 2 s: a trial (three completions) is in flight for several seconds.
     spec["serve"]["env"]["STANDIN_RESPONSE_SECONDS"] = json!("2");
-    let mut job_id = 5300;
+    let mut job_id = job_id;
     if resume {
         let mut first = fx.start(&spec, &job_id.to_string());
         fx.wait_in_flight(&mut first, 0);
@@ -447,22 +450,22 @@ fn signal_case(name: &str, sig: &str, resume: bool) {
 
 #[test]
 fn sigterm_during_start_records_every_trial_in_flight() {
-    signal_case("rh-term-start", "TERM", false);
+    signal_case("rh-term-start", "TERM", false, 5300);
 }
 
 #[test]
 fn usr1_during_start_records_every_trial_in_flight() {
-    signal_case("rh-usr1-start", "USR1", false);
+    signal_case("rh-usr1-start", "USR1", false, 5310);
 }
 
 #[test]
 fn sigterm_during_resume_records_every_trial_in_flight() {
-    signal_case("rh-term-resume", "TERM", true);
+    signal_case("rh-term-resume", "TERM", true, 5320);
 }
 
 #[test]
 fn usr1_during_resume_records_every_trial_in_flight() {
-    signal_case("rh-usr1-resume", "USR1", true);
+    signal_case("rh-usr1-resume", "USR1", true, 5330);
 }
 
 #[test]
@@ -615,7 +618,7 @@ fn check_and_status_agree_on_real_harbor_run_dirs() {
     let mut spec = fx.spec();
     spec["harbor"]["n_concurrent"] = json!(1);
     spec["serve"]["env"]["STANDIN_RESPONSE_SECONDS"] = json!("1");
-    let mut run = fx.start(&spec, "5601");
+    let mut run = fx.start(&spec, "5801");
     // Healthy: one trial scored, the next in flight, the rest queued by Harbor.
     let until = Instant::now() + RUN_TIMEOUT;
     while !fx.trials().iter().any(|t| t.result.is_some()) {
@@ -623,7 +626,7 @@ fn check_and_status_agree_on_real_harbor_run_dirs() {
         std::thread::sleep(Duration::from_millis(100));
     }
     fx.wait_in_flight(&mut run, fx.requests().len());
-    let (check, verdict) = judge(&fx.run_dir(), "5601");
+    let (check, verdict) = judge(&fx.run_dir(), "5801");
     let findings = format!("{:#?}", check.findings);
     assert_eq!(check.status_verdict, verdict.verdict, "check vs status\n{findings}\n{verdict:#?}");
     assert_eq!(verdict.verdict.as_str(), "healthy", "{findings}\n{verdict:#?}");
@@ -636,7 +639,7 @@ fn check_and_status_agree_on_real_harbor_run_dirs() {
     send_signal(run.pid, "TERM");
     assert_eq!(run.wait(&fx), 143, "{}", fx.context(&run));
     run.assert_no_survivors();
-    let (check, verdict) = judge(&fx.run_dir(), "5601");
+    let (check, verdict) = judge(&fx.run_dir(), "5801");
     let findings = format!("{:#?}", check.findings);
     assert_eq!(check.status_verdict, verdict.verdict, "check vs status\n{findings}\n{verdict:#?}");
     assert_eq!(verdict.verdict.as_str(), "failed", "{findings}\n{verdict:#?}");
@@ -644,9 +647,9 @@ fn check_and_status_agree_on_real_harbor_run_dirs() {
     assert!(check.findings.iter().any(|f| f.id == "outcome.failed"), "{findings}");
     assert_eq!(check.state, submitter::verify::check::RunState::Ended);
     // Resumed to the end: finished for both, and the completion audit holds.
-    let mut run = fx.start(&spec, "5602");
+    let mut run = fx.start(&spec, "5802");
     assert_finished(&fx, &mut run);
-    let (check, verdict) = judge(&fx.run_dir(), "5602");
+    let (check, verdict) = judge(&fx.run_dir(), "5802");
     let findings = format!("{:#?}", check.findings);
     assert_eq!(check.status_verdict, verdict.verdict, "check vs status\n{findings}\n{verdict:#?}");
     assert_eq!(verdict.verdict.as_str(), "finished", "{findings}\n{verdict:#?}");
