@@ -80,10 +80,12 @@ pub fn standin_environment(root: &Path) {
     world::link_programs(&root.join("env"), &[("vllm", &vllm), ("harbor", &harbor)]);
 }
 
-/// `<root>/secrets.env`, mode 0600, with made-up keys for both Daytona orgs.
+/// `<root>/secrets.env`, mode 0600, with keys for both Daytona orgs made up per run (no
+/// credential-shaped literal in the source).
 pub fn test_secrets_file(root: &Path) {
-    let keys = "DAYTONA_API_KEY=org1-secret-value-aaaa\nDAYTONA_DATA_API_KEY=org2-secret-value-bbbb\n";
-    world::write_secrets(&root.join("secrets.env"), keys, 0o600);
+    let run = format!("{}-{}", std::process::id(), root.display().to_string().len());
+    let keys = format!("DAYTONA_API_KEY=test-org1-{run}\nDAYTONA_DATA_API_KEY=test-org2-{run}\n");
+    world::write_secrets(&root.join("secrets.env"), &keys, 0o600);
 }
 
 /// One Harbor task directory (with an `instruction.md`) per name under `dataset`.
