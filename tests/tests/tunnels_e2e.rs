@@ -798,3 +798,43 @@ fn plan_shows_both_tunnels_of_an_installed_agent_without_internet() {
     assert!(text.contains("ALL_PROXY=socks5h://127.0.0.1:"), "{text}");
     assert!(text.contains("first actions:"), "{text}");
 }
+
+/// Issue 21, item 5: an engine that prints its environment (the per-job `VLLM_API_KEY` among it)
+/// before failing; the outcome's log tail carries those lines into `status.json` and
+/// `events.jsonl`, which must hold the key redacted, like every other file the run writes.
+#[test]
+fn per_job_api_key_printed_by_the_engine_reaches_no_record() {
+    if !sshd::available_or_skip() {
+        return;
+    }
+    let user = TokenUser::create();
+    let sshd = Sshd::pinggy();
+    let fx = Fx::new("keyleak", &[("PINGGY_TOKEN", &user.name)]);
+    let mut spec = fx.spec("openhands", pinggy_tunnel(&sshd, &[(free_port(), "PINGGY_TOKEN")], None));
+    spec["serve"]["env"]["STANDIN_FAIL_AT_START"] = json!("other");
+    spec["serve"]["env"]["STANDIN_PRINT_ENV"] = json!("1");
+    let mut run = fx.start(&spec, "4260");
+    let code = run.wait(&fx, Duration::from_secs(40));
+    assert_eq!(code, 10, "{}", fx.diag());
+    // The engine's own output holds the key (what the records must not copy).
+    let vllm_log = std::fs::read_to_string(fx.run_dir().join("vllm.log")).unwrap();
+    let key = vllm_log
+        .lines()
+        .find_map(|l| l.strip_prefix("VLLM_API_KEY="))
+        .expect("the engine printed its VLLM_API_KEY")
+        .to_string();
+    assert!(key.len() >= 16, "{key}");
+    let tail = fx.outcome()["engine_log_tail"].to_string();
+    assert!(tail.contains("VLLM_API_KEY=<redacted>"), "the tail carries the line, redacted: {tail}");
+    let mut needles = fx.secrets.clone();
+    needles.push(key.clone());
+    let engine_log = fx.run_dir().join("vllm.log").display().to_string();
+    let leaks: Vec<String> =
+        fx.files_containing(&needles).into_iter().filter(|h| !h.starts_with(&engine_log)).collect();
+    assert!(leaks.is_empty(), "{leaks:?}");
+    for record in ["status.json", "events.jsonl"] {
+        let text = std::fs::read_to_string(fx.run_dir().join(record)).unwrap();
+        assert!(!text.contains(&key), "{record} holds the key");
+    }
+    assert!(sshd::cmdlines_containing(&key, &[]).is_empty(), "API key in a process's argv");
+}

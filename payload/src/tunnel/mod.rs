@@ -942,11 +942,7 @@ impl Io {
     }
 
     fn append_log(&self, text: &str) {
-        let result = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .and_then(|mut f| f.write_all(text.as_bytes()));
+        let result = launch_spec::fsread::open_append_regular(&self.log).and_then(|mut f| f.write_all(text.as_bytes()));
         if let Err(err) = result {
             tracing::warn!(error = %err, "cannot append to tunnel.log");
         }
