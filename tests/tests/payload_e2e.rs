@@ -1915,3 +1915,59 @@ fn fifo_events_file_or_gpu_fixture_fails_at_once_without_blocking() {
         assert_ne!(out.status.code(), Some(0), "{fixture}");
     }
 }
+
+/// Whether the local Slurm tracks a job's processes in cgroups (scripts/slurm-common.sh); without
+/// it an orphan that left payload's tree escapes the job, and the no-orphan test cannot hold.
+fn slurm_proctrack_cgroup() -> bool {
+    let out = Command::new("scontrol").args(["show", "config"]).output().unwrap();
+    let config = String::from_utf8_lossy(&out.stdout);
+    let cgroup = config.lines().any(|l| l.starts_with("ProctrackType") && l.contains("proctrack/cgroup"));
+    if !cgroup {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true but the local Slurm is not ProctrackType=proctrack/cgroup: restart it (scripts/services.sh down; scripts/services.sh up)"
+        );
+        eprintln!("skipping: the local Slurm does not use proctrack/cgroup (restart it with scripts/services.sh)");
+    }
+    cgroup
+}
+
+#[test]
+fn slurm_sigkill_of_payload_leaves_no_double_forked_setsid_orphan() {
+    if !slurm_available() || !slurm_proctrack_cgroup() {
+        return;
+    }
+    let fx = Fx::new("slurm-kill9");
+    let pidfile = fx.root.join("grandchild.pid");
+    let mut spec = fx.spec();
+    spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("60");
+    // vLLM's stand-in double-forks a setsid grandchild that ignores TERM/INT/HUP: PDEATHSIG and
+    // payload's own sweep cannot reach it once payload is SIGKILLed; only the job's cgroup can.
+    spec["serve"]["env"]["STANDIN_DOUBLE_FORK"] = json!("1");
+    spec["serve"]["env"]["STANDIN_DOUBLE_FORK_PIDFILE"] = json!(pidfile);
+    let job = sbatch(&fx, &fx.write_spec(&spec));
+    // A failed assertion must not leave the job running.
+    struct Scancel(String);
+    impl Drop for Scancel {
+        fn drop(&mut self) {
+            let _ = Command::new("scancel").arg(&self.0).status();
+        }
+    }
+    let _cancel = Scancel(job.clone());
+    let until = Instant::now() + Duration::from_secs(120);
+    while fx.status()["phase"] != "running" {
+        if Instant::now() > until {
+            panic!("job {job} never reached phase running: {:#}", fx.status());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let payload_pid = fx.status()["pids"]["payload"].as_u64().unwrap();
+    let gc: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    assert!(Path::new(&format!("/proc/{gc}")).exists(), "the grandchild runs");
+    let cgroup = std::fs::read_to_string(format!("/proc/{gc}/cgroup")).unwrap_or_default();
+    assert!(cgroup.contains(&format!("job_{job}")), "the grandchild is in the job's cgroup: {cgroup}");
+    assert!(Command::new("kill").args(["-9", &payload_pid.to_string()]).status().unwrap().success());
+    // The batch step ends with payload; Slurm kills what is left in its cgroup.
+    wait_pid_gone(gc, Duration::from_secs(60));
+    wait_no_marker(&format!("PAYLOAD_RUN_ID={}-{payload_pid}", fx.tag), Duration::from_secs(30));
+}
