@@ -4,10 +4,13 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use launch_spec::records::{EVENTS_FILE, Heartbeat, Outcome, Phase, RunStatus, STATUS_FILE};
+use launch_spec::records::{
+    EVENTS_FILE, Heartbeat, Outcome, Phase, RESERVE_BYTES, RESERVE_FILE, RunStatus, STATUS_FILE,
+};
 use launch_spec::rundir::enginelog::Scanner;
 use launch_spec::rundir::harbor::{TrialStage, classify_trial};
 use launch_spec::rundir::{Event, EventKind};
@@ -32,6 +35,8 @@ pub struct Recorder {
     /// Every secret value payload knows (the secrets file's, the per-job API key), scrubbed from
     /// every string of every record before it is written ([`scrub`]).
     secrets: Vec<String>,
+    /// The reserve file while it is held ([`Recorder::reserve_space`]).
+    reserve: Option<PathBuf>,
 }
 
 impl Recorder {
@@ -58,6 +63,34 @@ impl Recorder {
             failed_status_writes: 0,
             failed_event_writes: std::cell::Cell::new(0),
             secrets: Vec::new(),
+            reserve: None,
+        }
+    }
+
+    /// Holds [`RESERVE_BYTES`] in the run dir ([`RESERVE_FILE`]) until [`Recorder::release_reserve`].
+    /// Best effort: a run dir already too full for it runs without.
+    pub fn reserve_space(&mut self) {
+        let path = self.run_dir.join(RESERVE_FILE);
+        let _ = std::fs::remove_file(&path);
+        let made = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .and_then(|mut f| f.write_all(&vec![0u8; RESERVE_BYTES]));
+        match made {
+            Ok(()) => self.reserve = Some(path),
+            Err(err) => {
+                tracing::debug!(error = %err, "no space reserved for the final records");
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
+
+    /// Frees the reserved space (before the final records; idempotent).
+    pub fn release_reserve(&mut self) {
+        if let Some(path) = self.reserve.take() {
+            let _ = std::fs::remove_file(path);
         }
     }
 
@@ -95,6 +128,7 @@ impl Recorder {
     }
 
     pub fn set_outcome(&mut self, outcome: Outcome) {
+        self.release_reserve();
         self.status.outcome = Some(outcome);
         self.status.phase = Phase::Done;
         self.write_status();

@@ -124,7 +124,8 @@ pub async fn run_with<S: SignalSource>(spec_path: &Path, signals: S, parent: Vec
         tracing::error!(class = "spec", error = %problem, "unusable run dir");
         return OutcomeClass::Spec.exit_code();
     }
-    let rec = Recorder::new(&spec.run_dir, &spec.run_tag);
+    let mut rec = Recorder::new(&spec.run_dir, &spec.run_tag);
+    rec.reserve_space();
     let mut run = Run {
         spec,
         spec_path: spec_path.to_path_buf(),
@@ -589,6 +590,8 @@ impl<S: SignalSource> Run<S> {
         let harbor_code = self.sup.harbor.as_mut().and_then(|m| m.try_status()).map(status_code);
         let outcome = phases::outcome(end, harbor_code, report.forced);
         let code = outcome.exit_code;
+        // The final records get the space held since the start (a disk that filled meanwhile).
+        self.rec.release_reserve();
         // Writes that failed during the run (closed stderr, full disk): reported where it still works.
         let failed =
             (crate::logsink::failed_writes(), self.rec.failed_status_writes, self.rec.failed_event_writes.get());

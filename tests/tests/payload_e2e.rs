@@ -1171,6 +1171,14 @@ fn full_filesystem_for_the_run_dir_is_counted_not_fatal() {
     assert_no_survivors(&run);
     let text = std::fs::read_to_string(fx.root.join("jobs/slurm.out")).unwrap_or_default();
     assert!(!text.contains("panicked"), "{text}");
+    // Issue 21, item 11: the outcome still reaches status.json (the space payload held since the
+    // start), the same one events.jsonl has, and the held space is gone.
+    let status = fx.status();
+    assert_eq!(status["phase"], "done", "status.json kept a stale phase: {status:#}");
+    assert_eq!(status["outcome"]["class"], "interrupted", "{status:#}");
+    let recorded = fx.last_event("outcome").map(|e| e["fields"]["class"].clone());
+    assert_eq!(recorded, Some(json!("interrupted")));
+    assert!(!fx.run_dir().join(".payload-reserve").exists());
 }
 
 #[test]
