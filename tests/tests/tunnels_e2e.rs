@@ -838,3 +838,38 @@ fn per_job_api_key_printed_by_the_engine_reaches_no_record() {
     }
     assert!(sshd::cmdlines_containing(&key, &[]).is_empty(), "API key in a process's argv");
 }
+
+/// Issue 21, item 12: a payload SIGKILLed while the tunnel is being checked leaves no file under
+/// $TMPDIR holding the Pinggy token (neither the ssh config nor ssh's raw output).
+#[test]
+fn sigkill_during_the_tunnel_check_leaves_no_token_on_disk() {
+    if !sshd::available_or_skip() {
+        return;
+    }
+    let user = TokenUser::create();
+    let sshd = Sshd::pinggy();
+    let fx = Fx::new("kill9check", &[("PINGGY_TOKEN", &user.name)]);
+    let mut tunnel = pinggy_tunnel(&sshd, &[(free_port(), "PINGGY_TOKEN")], None);
+    // Nothing answers the public URL: the check keeps trying while the test kills payload.
+    tunnel["public_url"] = json!(format!("http://127.0.0.1:{}", free_port()));
+    tunnel["verify_attempts"] = json!(200);
+    let mut run = fx.start(&fx.spec("openhands", tunnel), "14");
+    fx.wait("the tunnel check", Duration::from_secs(30), |fx| fx.tunnel_log().contains("payload: check "));
+    run.child.kill().unwrap(); // SIGKILL: no teardown, no cleanup
+    let _ = run.child.wait();
+    let until = Instant::now() + Duration::from_secs(10);
+    while marker_alive(&run.marker) {
+        assert!(Instant::now() < until, "the run's children outlived payload's SIGKILL");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let leaks = fx.files_containing(&[user.name.clone()]);
+    assert!(leaks.is_empty(), "{leaks:?}");
+}
+
+/// Whether a process carrying `marker` (`PAYLOAD_RUN_ID=…\0`) still runs.
+fn marker_alive(marker: &str) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        e.file_name().to_string_lossy().parse::<u32>().is_ok()
+            && std::fs::read(e.path().join("environ")).is_ok_and(|env| String::from_utf8_lossy(&env).contains(marker))
+    })
+}
