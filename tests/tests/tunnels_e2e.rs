@@ -308,12 +308,16 @@ fn pinggy_tunnel_carries_the_run_hides_the_token_and_resume_rewrites_the_url() {
     // The public URL really reaches vLLM, and only with the key.
     assert_eq!(curl(&[&format!("{public}/v1/models")]).0, "401");
     assert_eq!(curl(&["-H", &format!("Authorization: Bearer {key}"), &format!("{public}/v1/models")]).0, "200");
-    // The token's lease is held, the ssh config is 0600 in a private dir outside the run dir.
+    // The token's lease is held; the private dir outside the run dir is 0700, and once ssh runs
+    // no file on disk holds the token (its config and raw output are gone by name: issue 21).
     assert_eq!(std::fs::read_dir(&lock_dir).unwrap().count(), 1);
     let private: Vec<_> = std::fs::read_dir(fx.root.join("tmp")).unwrap().flatten().map(|e| e.path()).collect();
     assert_eq!(private.len(), 1, "{private:?}");
     use std::os::unix::fs::PermissionsExt;
-    assert_eq!(std::fs::metadata(private[0].join("ssh_config")).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(std::fs::metadata(&private[0]).unwrap().permissions().mode() & 0o777, 0o700);
+    assert!(!private[0].join("ssh_config").exists(), "the ssh config outlived ssh's start");
+    let on_disk = fx.files_containing(std::slice::from_ref(&user.name));
+    assert!(on_disk.is_empty(), "{on_disk:?}");
 
     let code = run.wait(&fx, Duration::from_secs(40));
     assert_eq!(code, 0, "{}", fx.diag());
@@ -862,7 +866,7 @@ fn sigkill_during_the_tunnel_check_leaves_no_token_on_disk() {
         assert!(Instant::now() < until, "the run's children outlived payload's SIGKILL");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let leaks = fx.files_containing(&[user.name.clone()]);
+    let leaks = fx.files_containing(std::slice::from_ref(&user.name));
     assert!(leaks.is_empty(), "{leaks:?}");
 }
 
