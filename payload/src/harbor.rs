@@ -651,6 +651,29 @@ mod tests {
         assert_eq!(judge_print_config(&spec, Some(0), &chatty, ""), ConfigCheck::Passed { agents: 1 });
     }
 
+    /// A Harbor whose `--print-config` never ends, and one that floods: the check answers within its
+    /// limit, skipped with the reason (the run then goes on and Harbor's own start decides).
+    #[tokio::test]
+    async fn print_config_that_hangs_or_floods_is_skipped_within_bounds() {
+        use std::time::Duration;
+        let spec = spec();
+        assert!(spec.harbor.dialect.has_print_config());
+        let sh = |body: &str| vec!["sh".to_string(), "-c".to_string(), body.to_string(), "harbor".to_string()];
+        let started = std::time::Instant::now();
+        let hung =
+            check_with_print_config_within(&spec, &sh("sleep 60"), &BTreeMap::new(), Duration::from_secs(1)).await;
+        assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+        assert!(matches!(&hung, ConfigCheck::Skipped(w) if w.contains("did not finish within 1s")), "{hung:?}");
+        let flood = check_with_print_config_within(
+            &spec,
+            &sh("head -c 6000000 /dev/zero"),
+            &BTreeMap::new(),
+            Duration::from_secs(30),
+        )
+        .await;
+        assert!(matches!(&flood, ConfigCheck::Skipped(w) if w.contains("printed more than")), "{flood:?}");
+    }
+
     #[test]
     fn shipped_yaml_holds_only_options_terminus2_025_accepts() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../presets/harbor/dcagent_eval_config_no_override.yaml");

@@ -137,8 +137,10 @@ pub fn model_id(id: &str) -> Result<&str, String> {
         Some("contains whitespace")
     } else if id.starts_with('/') {
         Some("is an absolute path (local weights go in the spec's model.local_path)")
+    } else if id.starts_with('-') {
+        Some("starts with `-` (it would read as an option)")
     } else if id.split('/').any(|s| s.starts_with('-')) {
-        Some("has a segment starting with `-` (it would read as an option)")
+        Some("has a segment starting with `-` (it would read as an option, as the served name)")
     } else if id.split('/').any(|s| s.is_empty() || s == "." || s == "..") {
         Some("has an empty, `.` or `..` path segment")
     } else if !id.chars().all(|c| c.is_ascii_alphanumeric() || "._-/".contains(c)) {
