@@ -5,7 +5,6 @@
 //! args are `${VAR}`-expanded from payload's environment and then split on whitespace with no quote
 //! processing (`launch_spec::spec::split_extra_args`, the old scripts' unquoted word-splitting).
 
-use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 use std::time::Duration;
 
@@ -155,16 +154,12 @@ pub fn classify_start_failure(lines: &[String]) -> &'static str {
 
 /// The last `n` lines of a log file (reads at most the last 64 KiB).
 pub fn log_tail(path: &Path, n: usize) -> Vec<String> {
-    let Ok(mut file) = std::fs::File::open(path) else { return Vec::new() };
-    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let start = len.saturating_sub(64 * 1024);
-    if file.seek(SeekFrom::Start(start)).is_err() {
+    // Bounded even while the engine keeps writing (a flood), regular files only.
+    const WINDOW: u64 = 64 * 1024;
+    let Ok((buf, len)) = launch_spec::fsread::read_tail(path, WINDOW, launch_spec::fsread::Links::Refuse) else {
         return Vec::new();
-    }
-    let mut buf = Vec::new();
-    if file.read_to_end(&mut buf).is_err() {
-        return Vec::new();
-    }
+    };
+    let start = len.saturating_sub(WINDOW);
     let text = String::from_utf8_lossy(&buf);
     let mut lines: Vec<String> = text.lines().map(|l| l.to_string()).collect();
     if start > 0 && !lines.is_empty() {

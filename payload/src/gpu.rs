@@ -97,7 +97,13 @@ pub struct FixtureProbe {
 impl GpuProbe for FixtureProbe {
     fn probe(&self) -> Result<Vec<GpuInfo>, GpuError> {
         let fixture_err = |message: String| GpuError::Fixture { path: self.path.clone(), message };
-        let text = std::fs::read_to_string(&self.path).map_err(|e| fixture_err(format!("cannot read: {e}")))?;
+        // Bounded and type-checked: a FIFO or /dev/zero named here must not hang or grow payload.
+        let text = launch_spec::fsread::read_text_capped(
+            &self.path,
+            launch_spec::fsread::CONFIG_CAP,
+            launch_spec::fsread::Links::Follow,
+        )
+        .map_err(|e| fixture_err(format!("cannot read: {e}")))?;
         serde_json::from_str::<Vec<GpuInfo>>(&text).map_err(|e| {
             fixture_err(format!(
                 "line {}: {} (expected a JSON array of {{\"index\",\"uuid\",\"name\",\"memory_total_bytes\"}})",

@@ -247,6 +247,8 @@ pub enum ConfigCheck {
 
 /// How long Harbor may take to print its config (imports dominate: seconds).
 pub const CONFIG_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+/// The most of each stream of `--print-config` kept (a resolved job config is a few kB).
+pub const CONFIG_CHECK_OUTPUT_CAP: u64 = 4 << 20;
 
 /// Judges Harbor's `jobs start … --print-config` (exit code, stdout, stderr) against the spec:
 /// Harbor itself must accept the argv (options, config layers, JobConfig), every agent must carry
@@ -293,43 +295,48 @@ pub fn judge_print_config(spec: &LaunchSpec, code: Option<i32>, stdout: &str, st
 }
 
 /// Runs the installed Harbor's `jobs start … --print-config` on the fresh-run argv (config file
-/// written beforehand) with Harbor's environment, bounded by [`CONFIG_CHECK_TIMEOUT`], and judges
-/// it. A tokio child (pipes read together, no polling loop); one that overruns is killed when its
-/// future is dropped (`kill_on_drop`).
+/// written beforehand) with Harbor's environment, bounded by [`CONFIG_CHECK_TIMEOUT`] and
+/// [`CONFIG_CHECK_OUTPUT_CAP`] in its own process group (crate::bounded), and judges it. A check
+/// that cannot give an answer in bounds is skipped with the reason: Harbor's own start decides.
 pub async fn check_with_print_config(
     spec: &LaunchSpec,
     argv: &[String],
     env: &BTreeMap<String, String>,
 ) -> ConfigCheck {
-    use std::process::Stdio;
+    check_with_print_config_within(spec, argv, env, CONFIG_CHECK_TIMEOUT).await
+}
+
+/// [`check_with_print_config`] with its time limit handed in.
+pub async fn check_with_print_config_within(
+    spec: &LaunchSpec,
+    argv: &[String],
+    env: &BTreeMap<String, String>,
+    limit: std::time::Duration,
+) -> ConfigCheck {
     if !spec.harbor.dialect.has_print_config() {
         return ConfigCheck::Skipped(format!("Harbor dialect {} has no --print-config", spec.harbor.dialect.as_str()));
     }
     let Some((program, args)) = argv.split_first() else { return ConfigCheck::Skipped("empty argv".to_string()) };
-    let child = match tokio::process::Command::new(program)
-        .args(args)
-        .arg("--print-config")
-        .env_clear()
-        .envs(env)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-    {
-        Ok(child) => child,
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args).arg("--print-config").env_clear().envs(env);
+    let answer = match crate::bounded::run(cmd, limit, CONFIG_CHECK_OUTPUT_CAP).await {
+        Ok(answer) => answer,
         Err(e) => return ConfigCheck::Skipped(format!("cannot run {program}: {e}")),
     };
-    match tokio::time::timeout(CONFIG_CHECK_TIMEOUT, child.wait_with_output()).await {
-        Err(_) => ConfigCheck::Skipped(format!("harbor --print-config did not finish within {CONFIG_CHECK_TIMEOUT:?}")),
-        Ok(Err(e)) => ConfigCheck::Skipped(format!("cannot wait for {program}: {e}")),
-        Ok(Ok(out)) => judge_print_config(
-            spec,
-            out.status.code(),
-            &String::from_utf8_lossy(&out.stdout),
-            &String::from_utf8_lossy(&out.stderr),
-        ),
+    let Some(status) = answer.status else {
+        return ConfigCheck::Skipped(format!("harbor --print-config did not finish within {limit:?} (killed)"));
+    };
+    if answer.truncated {
+        return ConfigCheck::Skipped(format!(
+            "harbor --print-config printed more than {CONFIG_CHECK_OUTPUT_CAP} bytes on one stream"
+        ));
     }
+    judge_print_config(
+        spec,
+        status.code(),
+        &String::from_utf8_lossy(&answer.stdout),
+        &String::from_utf8_lossy(&answer.stderr),
+    )
 }
 
 /// Sets every `api_base` string field, at any depth, to `new`. Returns how many changed.
@@ -642,6 +649,29 @@ mod tests {
         assert!(matches!(judge_print_config(&spec, Some(0), "not json", ""), ConfigCheck::Rejected(_)));
         let chatty = format!("Loading config…\n{ok}\nDone.\n");
         assert_eq!(judge_print_config(&spec, Some(0), &chatty, ""), ConfigCheck::Passed { agents: 1 });
+    }
+
+    /// A Harbor whose `--print-config` never ends, and one that floods: the check answers within its
+    /// limit, skipped with the reason (the run then goes on and Harbor's own start decides).
+    #[tokio::test]
+    async fn print_config_that_hangs_or_floods_is_skipped_within_bounds() {
+        use std::time::Duration;
+        let spec = spec();
+        assert!(spec.harbor.dialect.has_print_config());
+        let sh = |body: &str| vec!["sh".to_string(), "-c".to_string(), body.to_string(), "harbor".to_string()];
+        let started = std::time::Instant::now();
+        let hung =
+            check_with_print_config_within(&spec, &sh("sleep 60"), &BTreeMap::new(), Duration::from_secs(1)).await;
+        assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+        assert!(matches!(&hung, ConfigCheck::Skipped(w) if w.contains("did not finish within 1s")), "{hung:?}");
+        let flood = check_with_print_config_within(
+            &spec,
+            &sh("head -c 6000000 /dev/zero"),
+            &BTreeMap::new(),
+            Duration::from_secs(30),
+        )
+        .await;
+        assert!(matches!(&flood, ConfigCheck::Skipped(w) if w.contains("printed more than")), "{flood:?}");
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! [`plan`] renders and [`run`] executes; the effects live in [`supervisor`] (process groups,
 //! signals, teardown), [`engine`]'s watchdog (probes), [`records`] (files) and [`run`].
 
+pub mod bounded;
 pub mod childenv;
 pub mod engine;
 pub mod failure;

@@ -350,7 +350,6 @@ pub fn rank_for_task(file: &RanksFile, procid: u32) -> Option<&Rank> {
 /// `payload rank --ranks FILE`: on a secondary node, records itself and execs its vLLM argv with
 /// the environment srun gave it. Returns only on failure.
 pub fn exec_rank(ranks_file: &Path, env: &dyn Fn(&str) -> Option<String>) -> RankError {
-    use std::os::unix::fs::OpenOptionsExt;
     use std::os::unix::process::CommandExt;
     let fail = |message: String| RankError::File { path: ranks_file.to_path_buf(), message };
     let text = match std::fs::read_to_string(ranks_file) {
@@ -389,13 +388,10 @@ pub fn exec_rank(ranks_file: &Path, env: &dyn Fn(&str) -> Option<String>) -> Ran
     // This rank's own log in the run dir, named by the node the head planned it on (srun's `%N`
     // would be the host name, which need not be Slurm's node name).
     let log = rank_log_path(run_dir, &rank.node);
-    let opened =
-        std::fs::OpenOptions::new().create(true).append(true).custom_flags(libc::O_NOFOLLOW).open(&log).and_then(
-            |file| {
-                nix::unistd::dup2_stdout(&file).map_err(std::io::Error::from)?;
-                nix::unistd::dup2_stderr(&file).map_err(std::io::Error::from)
-            },
-        );
+    let opened = launch_spec::fsread::open_append_regular(&log).and_then(|file| {
+        nix::unistd::dup2_stdout(&file).map_err(std::io::Error::from)?;
+        nix::unistd::dup2_stderr(&file).map_err(std::io::Error::from)
+    });
     if let Err(e) = opened {
         return fail(format!("cannot open the rank's log {}: {e}", log.display()));
     }

@@ -117,6 +117,13 @@ impl Machine {
         self.phase
     }
 
+    /// Whether the readiness deadline still matters: loading and not ready yet. Once ready (the
+    /// config check may still run) the deadline is spent; a loop that kept selecting on a passed
+    /// deadline would wake at once, every time, and starve the check behind it.
+    pub fn awaiting_readiness(&self) -> bool {
+        self.phase == RunPhase::Loading && !self.ready
+    }
+
     /// For the heartbeat: not yet while loading; the last probe's answer once Harbor runs.
     pub fn engine_healthy(&self) -> bool {
         match self.phase {
@@ -399,8 +406,10 @@ mod tests {
     #[test]
     fn ready_waits_for_the_config_check_and_a_rejection_ends_the_run() {
         let mut m = Machine::new(false, true, 3, 60);
+        assert!(m.awaiting_readiness());
         let a = m.on(Input::Readiness(Readiness::Ready), &tail);
         assert!(!starts_harbor(&a), "config check still running: {a:?}");
+        assert!(!m.awaiting_readiness(), "ready: the readiness deadline no longer wakes the loop");
         let a = m.on(Input::ConfigChecked(ConfigCheck::Passed { agents: 1 }), &tail);
         assert!(starts_harbor(&a), "{a:?}");
 

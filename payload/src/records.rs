@@ -3,13 +3,14 @@
 //! the run dir is a plain file — Harbor deletes subdirectories without `result.json` on resume.
 
 use std::collections::BTreeMap;
-use std::fs::OpenOptions;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use launch_spec::records::{EVENTS_FILE, Heartbeat, Outcome, Phase, RunStatus, STATUS_FILE};
+use launch_spec::records::{
+    EVENTS_FILE, Heartbeat, Outcome, Phase, RESERVE_BYTES, RESERVE_FILE, RunStatus, STATUS_FILE,
+};
 use launch_spec::rundir::enginelog::Scanner;
 use launch_spec::rundir::harbor::{TrialStage, classify_trial};
 use launch_spec::rundir::{Event, EventKind};
@@ -31,6 +32,11 @@ pub struct Recorder {
     /// Failed writes of `status.json` / `events.jsonl` so far.
     pub failed_status_writes: u64,
     pub failed_event_writes: std::cell::Cell<u64>,
+    /// Every secret value payload knows (the secrets file's, the per-job API key), scrubbed from
+    /// every string of every record before it is written ([`scrub`]).
+    secrets: Vec<String>,
+    /// The reserve file while it is held ([`Recorder::reserve_space`]).
+    reserve: Option<PathBuf>,
 }
 
 impl Recorder {
@@ -56,6 +62,45 @@ impl Recorder {
             },
             failed_status_writes: 0,
             failed_event_writes: std::cell::Cell::new(0),
+            secrets: Vec::new(),
+            reserve: None,
+        }
+    }
+
+    /// Holds [`RESERVE_BYTES`] in the run dir ([`RESERVE_FILE`]) until [`Recorder::release_reserve`].
+    /// Best effort: a run dir already too full for it runs without.
+    pub fn reserve_space(&mut self) {
+        let path = self.run_dir.join(RESERVE_FILE);
+        let _ = std::fs::remove_file(&path);
+        let made = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .and_then(|mut f| f.write_all(&vec![0u8; RESERVE_BYTES]));
+        match made {
+            Ok(()) => self.reserve = Some(path),
+            Err(err) => {
+                tracing::debug!(error = %err, "no space reserved for the final records");
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
+
+    /// Frees the reserved space (before the final records; idempotent).
+    pub fn release_reserve(&mut self) {
+        if let Some(path) = self.reserve.take() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+
+    /// Adds values no record may hold from now on (empty ones are ignored).
+    pub fn redact<S: AsRef<str>>(&mut self, values: impl IntoIterator<Item = S>) {
+        for v in values {
+            let v = v.as_ref();
+            if !v.is_empty() && !self.secrets.iter().any(|s| s == v) {
+                self.secrets.push(v.to_string());
+            }
         }
     }
 
@@ -66,7 +111,9 @@ impl Recorder {
     /// Replaces `status.json` atomically.
     pub fn write_status(&mut self) {
         self.status.updated_at = now();
-        let mut text = serde_json::to_string_pretty(&self.status).expect("status serialises");
+        let mut value = serde_json::to_value(&self.status).expect("status serialises");
+        scrub(&mut value, &self.secrets);
+        let mut text = serde_json::to_string_pretty(&value).expect("status serialises");
         text.push('\n');
         if let Err(err) = launch_spec::records::write_atomically(&self.run_dir.join(STATUS_FILE), text.as_bytes()) {
             self.failed_status_writes += 1;
@@ -81,6 +128,7 @@ impl Recorder {
     }
 
     pub fn set_outcome(&mut self, outcome: Outcome) {
+        self.release_reserve();
         self.status.outcome = Some(outcome);
         self.status.phase = Phase::Done;
         self.write_status();
@@ -90,7 +138,7 @@ impl Recorder {
     /// one of [`launch_spec::rundir::EventKind`]'s names (a name it does not know is written as is
     /// and read back as `Other`; the test `every_event_payload_writes_is_a_known_kind` keeps them known).
     pub fn event(&self, name: impl Into<EventKind>, fields: serde_json::Value) {
-        let fields = match fields {
+        let mut fields = match fields {
             serde_json::Value::Object(map) => map,
             serde_json::Value::Null => serde_json::Map::new(),
             other => {
@@ -99,21 +147,71 @@ impl Recorder {
                 map
             }
         };
+        fields.values_mut().for_each(|v| scrub(v, &self.secrets));
         let event = Event { at: now(), event: name.into(), fields };
         let mut line = serde_json::to_string(&event).expect("event serialises");
         line.push('\n');
-        // O_NOFOLLOW: a symlink planted as events.jsonl is refused, its target never appended to.
-        let result = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(self.run_dir.join(EVENTS_FILE))
+        // A symlink planted as events.jsonl is refused (its target never appended to), a FIFO
+        // never blocks the run (launch_spec::fsread::open_append_regular).
+        let result = launch_spec::fsread::open_append_regular(&self.run_dir.join(EVENTS_FILE))
             .and_then(|mut f| f.write_all(line.as_bytes()));
         if let Err(err) = result {
             self.failed_event_writes.set(self.failed_event_writes.get() + 1);
             tracing::warn!(error = %err, failures = self.failed_event_writes.get(), "cannot append to events.jsonl");
         }
     }
+}
+
+/// Shortest secret scrubbed where it occurs inside a longer string (an engine log line printing
+/// `VLLM_API_KEY=…`); a shorter one only as a whole string (crate::secrets::redact_whole's rule:
+/// a 5-character secret `Qwen3` must not cut `Qwen/Qwen3-8B`).
+pub const SCRUB_INSIDE_MIN: usize = 8;
+
+/// Replaces every secret in every string of `value` (object keys are payload's own names and
+/// stay) with `<redacted>`: a whole string always, an occurrence inside one when the secret is
+/// at least [`SCRUB_INSIDE_MIN`] long.
+pub fn scrub(value: &mut serde_json::Value, secrets: &[String]) {
+    if secrets.is_empty() {
+        return;
+    }
+    match value {
+        serde_json::Value::String(s) => {
+            for secret in secrets {
+                if s == secret {
+                    *s = crate::secrets::REDACTED.to_string();
+                } else if secret.len() >= SCRUB_INSIDE_MIN && s.contains(secret.as_str()) {
+                    *s = s.replace(secret.as_str(), crate::secrets::REDACTED);
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(|v| scrub(v, secrets)),
+        serde_json::Value::Object(map) => map.values_mut().for_each(|v| scrub(v, secrets)),
+        _ => {}
+    }
+}
+
+/// The first record in `run_dir` payload could not write as a plain file (a FIFO, a device, a
+/// socket or a directory planted as `events.jsonl` or `status.json`), as a one-line problem. A
+/// symlink is not one: it is never written through (replaced, or the append refused and counted).
+pub fn unwritable_record(run_dir: &Path) -> Option<String> {
+    use std::os::unix::fs::FileTypeExt;
+    [EVENTS_FILE, STATUS_FILE].iter().find_map(|name| {
+        let path = run_dir.join(name);
+        let kind = std::fs::symlink_metadata(&path).ok()?.file_type();
+        if kind.is_file() || kind.is_symlink() {
+            return None;
+        }
+        let what = if kind.is_fifo() {
+            "a FIFO"
+        } else if kind.is_dir() {
+            "a directory"
+        } else if kind.is_socket() {
+            "a socket"
+        } else {
+            "a device or special file"
+        };
+        Some(format!("{} is {what}, not a regular file: remove it (payload writes it as a plain file)", path.display()))
+    })
 }
 
 /// Completion counts by status class.
@@ -474,6 +572,28 @@ pub fn rotate_log(path: &Path) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn secrets_are_scrubbed_from_every_string_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut rec = super::Recorder::new(dir.path(), "t");
+        let key = "sk-job-0123456789abcdef";
+        rec.redact(["Qwen3", key, ""]);
+        rec.status.node = Some(format!("VLLM_API_KEY={key}"));
+        rec.write_status();
+        rec.event(
+            "engine_exited",
+            serde_json::json!({ "tail": [format!("env: VLLM_API_KEY={key} X=1"), "Qwen/Qwen3-8B", "Qwen3"] }),
+        );
+        let status = std::fs::read_to_string(dir.path().join(super::STATUS_FILE)).unwrap();
+        let events = std::fs::read_to_string(dir.path().join(super::EVENTS_FILE)).unwrap();
+        for text in [&status, &events] {
+            assert!(!text.contains(key), "{text}");
+        }
+        assert!(status.contains("VLLM_API_KEY=<redacted>"), "{status}");
+        // A short secret only as a whole string: the model id keeps its name.
+        assert!(events.contains(r#"["env: VLLM_API_KEY=<redacted> X=1","Qwen/Qwen3-8B","<redacted>"]"#), "{events}");
+    }
+
     use super::*;
     use std::time::Duration;
 
@@ -511,7 +631,7 @@ http_requests_total{handler="/health",method="GET",status="2xx"} 900.0
         .unwrap();
         let mut c = AccessLogCounter::default();
         assert_eq!(c.update(&path), Completions { ok: 1, c4xx: 1, c5xx: 0 });
-        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
         f.write_all(b" OK\nINFO:     127.0.0.1:1 - \"POST /v1/chat/completions HTTP/1.1\" 500 Internal Server Error\n")
             .unwrap();
         assert_eq!(c.update(&path), Completions { ok: 2, c4xx: 1, c5xx: 1 });
@@ -531,7 +651,7 @@ http_requests_total{handler="/health",method="GET",status="2xx"} 900.0
         let mut c = AccessLogCounter::default();
         assert_eq!(c.update(&path), Completions { ok: 2, c4xx: 0, c5xx: 0 });
         // More than one update's worth: counted over several updates, never all at once.
-        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
         let n = (MAX_LOG_BYTES_PER_UPDATE as usize / ok.len()) + 1000;
         f.write_all(ok.repeat(n).as_bytes()).unwrap();
         let first = c.update(&path).ok;

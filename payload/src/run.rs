@@ -119,7 +119,13 @@ pub async fn run_with<S: SignalSource>(spec_path: &Path, signals: S, parent: Vec
             return OutcomeClass::Spec.exit_code();
         }
     };
-    let rec = Recorder::new(&spec.run_dir, &spec.run_tag);
+    // Before the first record: appending to a FIFO planted as events.jsonl would block.
+    if let Some(problem) = crate::records::unwritable_record(&spec.run_dir) {
+        tracing::error!(class = "spec", error = %problem, "unusable run dir");
+        return OutcomeClass::Spec.exit_code();
+    }
+    let mut rec = Recorder::new(&spec.run_dir, &spec.run_tag);
+    rec.reserve_space();
     let mut run = Run {
         spec,
         spec_path: spec_path.to_path_buf(),
@@ -217,6 +223,8 @@ impl<S: SignalSource> Run<S> {
     }
 
     async fn execute(&mut self, mut p: Prepared) -> Result<End, End> {
+        // From here on no record holds a secret, whatever a child prints into a log tail.
+        self.rec.redact(p.loaded.values().chain(p.api_key.as_deref()));
         self.record_prepared(&p)?;
         self.post_run = p.post_run.take();
         if let Some((dir, inside)) = &p.scratch {
@@ -335,7 +343,7 @@ impl<S: SignalSource> Run<S> {
                 status = wait_opt(self.sup.ranks.as_mut()) => Input::RanksExited(status),
                 status = wait_opt(self.sup.harbor.as_mut()) => Input::HarborExited(status),
                 ev = self.signals.recv() => Input::Signal(ev),
-                _ = sleep_until(deadline.into()), if loading => Input::ReadyDeadline,
+                _ = sleep_until(deadline.into()), if machine.awaiting_readiness() => Input::ReadyDeadline,
                 v = async { (&mut config_check.as_mut().expect("guarded").0).await }, if config_check.is_some() => {
                     config_check = None;
                     Input::ConfigChecked(v.unwrap_or_else(|e| ConfigCheck::Skipped(format!("check task failed: {e}"))))
@@ -582,6 +590,8 @@ impl<S: SignalSource> Run<S> {
         let harbor_code = self.sup.harbor.as_mut().and_then(|m| m.try_status()).map(status_code);
         let outcome = phases::outcome(end, harbor_code, report.forced);
         let code = outcome.exit_code;
+        // The final records get the space held since the start (a disk that filled meanwhile).
+        self.rec.release_reserve();
         // Writes that failed during the run (closed stderr, full disk): reported where it still works.
         let failed =
             (crate::logsink::failed_writes(), self.rec.failed_status_writes, self.rec.failed_event_writes.get());

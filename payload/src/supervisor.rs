@@ -17,8 +17,6 @@
 //!   the same teardown (stage 2) stops it at its timeout or a signal.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fs::OpenOptions;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -443,8 +441,8 @@ impl Supervisor {
 
     /// Starts `spec` as `role` in a new process group with exactly `spec.env`.
     pub fn spawn(&mut self, role: Role, spec: &ChildSpec) -> std::io::Result<u32> {
-        // Never through a symlink planted in the run dir.
-        let log = OpenOptions::new().create(true).append(true).custom_flags(libc::O_NOFOLLOW).open(&spec.log)?;
+        // Never through a symlink planted in the run dir, never blocked by a FIFO there.
+        let log = launch_spec::fsread::open_append_regular(&spec.log)?;
         let mut cmd = Command::new(&spec.program);
         cmd.args(spec.argv.iter().skip(1))
             .env_clear()

@@ -1,5 +1,6 @@
 //! Bounded reads of files that must be regular files: configuration (every YAML file), launch specs
-//! and the run-dir records submitter reads back.
+//! and the run-dir records submitter reads back; and the one way payload opens a record or log to
+//! append to ([`open_append_regular`]).
 //!
 //! A FIFO opened for reading blocks until a writer appears, and `/dev/zero` never ends, so a plain
 //! `read_to_string` can hang a command or grow it without bound. Every input is opened with
@@ -50,7 +51,44 @@ pub fn open_regular_meta(path: &Path, links: Links) -> io::Result<(File, std::fs
     if kind.is_file() {
         return Ok((file, meta));
     }
-    let what = if kind.is_fifo() {
+    Err(io::Error::new(io::ErrorKind::InvalidInput, format!("is {}, not a regular file", what(kind))))
+}
+
+/// Opens `path` for appending (created 0644 when absent) without blocking and without following a
+/// final symlink; anything but a regular file is refused. `open(2)` of a FIFO for writing blocks
+/// until a reader appears, so the open is `O_NONBLOCK` (a FIFO without a reader fails at once with
+/// `ENXIO`), `fstat` checks the type, and the flag is cleared again: a child writing its log
+/// through this handle must block on a full disk buffer, never see `EAGAIN`.
+pub fn open_append_regular(path: &Path) -> io::Result<File> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|err| match err.raw_os_error() {
+            Some(libc::ENXIO) => io::Error::new(io::ErrorKind::InvalidInput, "is a FIFO, not a regular file (refused)"),
+            Some(libc::ELOOP) => {
+                io::Error::new(io::ErrorKind::InvalidInput, "is a symlink, not a regular file (refused)")
+            }
+            _ => err,
+        })?;
+    let kind = file.metadata()?.file_type();
+    if !kind.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("is {}, not a regular file (refused)", what(kind)),
+        ));
+    }
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    let flags = OFlag::from_bits_truncate(fcntl(&file, FcntlArg::F_GETFL)?);
+    fcntl(&file, FcntlArg::F_SETFL(flags - OFlag::O_NONBLOCK))?;
+    Ok(file)
+}
+
+/// What a file type is, in words.
+fn what(kind: std::fs::FileType) -> &'static str {
+    if kind.is_fifo() {
         "a FIFO"
     } else if kind.is_char_device() {
         "a character device"
@@ -62,8 +100,7 @@ pub fn open_regular_meta(path: &Path, links: Links) -> io::Result<(File, std::fs
         "a directory"
     } else {
         "a special file"
-    };
-    Err(io::Error::new(io::ErrorKind::InvalidInput, format!("is {what}, not a regular file")))
+    }
 }
 
 /// The whole file, at most `cap` bytes: a larger file is an error rather than a partial read.
@@ -159,6 +196,25 @@ mod tests {
         assert_eq!(read_capped(&big, 100, Links::Refuse).unwrap().len(), 100);
         let (tail, len) = read_tail(&big, 7, Links::Refuse).unwrap();
         assert_eq!((tail.len(), len), (7, 100));
+    }
+
+    #[test]
+    fn append_refuses_a_fifo_a_symlink_and_a_device_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("events.jsonl");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        assert!(open_append_regular(&fifo).unwrap_err().to_string().contains("FIFO"));
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink("/dev/null", &link).unwrap();
+        assert!(open_append_regular(&link).unwrap_err().to_string().contains("symlink"));
+        assert!(open_append_regular(Path::new("/dev/null")).unwrap_err().to_string().contains("character device"));
+        let plain = dir.path().join("log");
+        let mut f = open_append_regular(&plain).unwrap();
+        std::io::Write::write_all(&mut f, b"a\n").unwrap();
+        let flags = nix::fcntl::fcntl(&f, nix::fcntl::FcntlArg::F_GETFL).unwrap();
+        assert_eq!(flags & libc::O_NONBLOCK, 0, "blocking again once checked");
+        std::io::Write::write_all(&mut open_append_regular(&plain).unwrap(), b"b\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&plain).unwrap(), "a\nb\n");
     }
 
     #[test]

@@ -14,6 +14,12 @@ pub const HARBOR_LOG: &str = "harbor.log";
 pub const TUNNEL_LOG: &str = "tunnel.log";
 /// The post-run step's stdout and stderr.
 pub const POST_RUN_LOG: &str = "post_run.log";
+/// Space payload holds in the run dir while it runs and frees just before its final records, so
+/// the outcome still reaches `status.json` on a filesystem that filled up meanwhile. Removed
+/// before payload exits; one left by a SIGKILLed payload is replaced by the next run's.
+pub const RESERVE_FILE: &str = ".payload-reserve";
+/// Bytes of [`RESERVE_FILE`]: a final `status.json` with its 30-line log tail, the outcome event.
+pub const RESERVE_BYTES: usize = 256 << 10;
 
 /// Replaces `path` with `contents` atomically: a temp file in the same directory (so the rename
 /// stays on one filesystem), then a rename, so a reader — submitter reading payload's records, payload

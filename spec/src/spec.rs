@@ -811,12 +811,13 @@ impl LaunchSpec {
         v::at_least_one(self.harbor.n_attempts.into()).map_err(fail("harbor.n_attempts"))?;
         v::multiplier(self.harbor.timeout_multiplier).map_err(fail("harbor.timeout_multiplier"))?;
         let name_ok = !self.model.served_name.is_empty()
+            && !self.model.served_name.starts_with('-')
             && self.model.served_name.len() <= 64
             && self.model.served_name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
         if !name_ok {
             return Err((
                 "model.served_name",
-                "must match ^[A-Za-z0-9._-]{1,64}$ (Harbor's hosted_vllm rule)".to_string(),
+                "must match ^[A-Za-z0-9._-]{1,64}$ (Harbor's hosted_vllm rule) and not start with `-` (it would read as an option)".to_string(),
             ));
         }
         if let Some(util) = self.serve.gpu_memory_utilization {
@@ -826,6 +827,9 @@ impl LaunchSpec {
             v::fraction(util).map_err(fail("serve.cluster_gpu_memory_utilization"))?;
         }
         v::whole_seconds(self.serve.health_timeout_s, true).map_err(fail("serve.health_timeout_s"))?;
+        v::listen_host(&self.serve.host).map_err(fail("serve.host"))?;
+        v::environment(&self.serve.env).map_err(fail("serve.env"))?;
+        v::environment(&self.harbor.env).map_err(fail("harbor.env"))?;
         if let Some(fixed) = self.serve.port.fixed {
             v::port(fixed).map_err(fail("serve.port.fixed"))?;
         }
@@ -846,8 +850,8 @@ impl LaunchSpec {
         }
         let limits = &self.limits;
         v::seconds(limits.teardown_grace_s, false).map_err(fail("limits.teardown_grace_s"))?;
-        v::seconds(limits.heartbeat_interval_s, true).map_err(fail("limits.heartbeat_interval_s"))?;
-        v::seconds(limits.health_probe_interval_s, true).map_err(fail("limits.health_probe_interval_s"))?;
+        v::interval(limits.heartbeat_interval_s).map_err(fail("limits.heartbeat_interval_s"))?;
+        v::interval(limits.health_probe_interval_s).map_err(fail("limits.health_probe_interval_s"))?;
         v::whole_seconds(limits.walltime_lead_s, false).map_err(fail("limits.walltime_lead_s"))?;
         v::at_least_one(limits.health_failures.into()).map_err(fail("limits.health_failures"))?;
         if let Some(post_run) = &self.post_run {
@@ -972,6 +976,18 @@ mod tests {
             ("/run_tag", "..".into(), "run_tag"),
             ("/model/hf_id", "--chat-template=/etc/passwd".into(), "model.hf_id"),
             ("/model/hf_id", "../../etc/passwd".into(), "model.hf_id"),
+            // Issue 21 item 9: nothing that reads as an option, no environment exec cannot pass.
+            ("/model/hf_id", "org/--help".into(), "model.hf_id"),
+            ("/model/served_name", "--help".into(), "model.served_name"),
+            ("/serve/host", "-h".into(), "serve.host"),
+            ("/serve/host", "".into(), "serve.host"),
+            ("/serve/env", serde_json::json!({"A": "x\u{0}y"}), "serve.env"),
+            ("/serve/env", serde_json::json!({"": "x"}), "serve.env"),
+            ("/serve/env", serde_json::json!({"A=B": "x"}), "serve.env"),
+            ("/harbor/env", serde_json::json!({"A=B": "x"}), "harbor.env"),
+            // Issue 21 item 12: an interval no periodic action can keep.
+            ("/limits/heartbeat_interval_s", 1e-12.into(), "limits.heartbeat_interval_s"),
+            ("/limits/health_probe_interval_s", 0.001.into(), "limits.health_probe_interval_s"),
         ];
         for (pointer, value, field) in cases {
             let mut spec = minimal();

@@ -28,6 +28,19 @@ pub fn seconds(value: f64, positive: bool) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(value))
 }
 
+/// Shortest interval of a periodic action (heartbeat, health probe): 50 ms. A smaller value is a
+/// unit mistake (`1e-12`), and payload could only clamp it.
+pub const MIN_INTERVAL: f64 = 0.05;
+
+/// The period of a repeated action: [`seconds`] and at least [`MIN_INTERVAL`].
+pub fn interval(value: f64) -> Result<Duration, String> {
+    let d = seconds(value, true)?;
+    if value < MIN_INTERVAL {
+        return Err(format!("{value} is shorter than the shortest interval, {MIN_INTERVAL} s: give seconds (e.g. 30)"));
+    }
+    Ok(d)
+}
+
 /// A duration in whole seconds, at most 30 days (and ≥ 1 when `positive`).
 pub fn whole_seconds(value: u64, positive: bool) -> Result<Duration, String> {
     if value > MAX_SECONDS || (positive && value == 0) {
@@ -126,6 +139,8 @@ pub fn model_id(id: &str) -> Result<&str, String> {
         Some("is an absolute path (local weights go in the spec's model.local_path)")
     } else if id.starts_with('-') {
         Some("starts with `-` (it would read as an option)")
+    } else if id.split('/').any(|s| s.starts_with('-')) {
+        Some("has a segment starting with `-` (it would read as an option, as the served name)")
     } else if id.split('/').any(|s| s.is_empty() || s == "." || s == "..") {
         Some("has an empty, `.` or `..` path segment")
     } else if !id.chars().all(|c| c.is_ascii_alphanumeric() || "._-/".contains(c)) {
@@ -137,6 +152,40 @@ pub fn model_id(id: &str) -> Result<&str, String> {
         None => Ok(id),
         Some(why) => Err(format!("model id \"{shown}\" {why}: give a Hugging Face id like Qwen/Qwen3-8B")),
     }
+}
+
+/// A listen address for vLLM's `--host`: a name or an IPv4/IPv6 address, never an option.
+pub fn listen_host(host: &str) -> Result<&str, String> {
+    let shown: String = host.chars().take(60).flat_map(char::escape_debug).collect();
+    if host.is_empty() || host.len() > 253 {
+        return Err("must be a host name or address (1–253 characters), e.g. 127.0.0.1".to_string());
+    }
+    if host.starts_with('-') {
+        return Err(format!("\"{shown}\" starts with `-` (it would read as an option): give a host name or address"));
+    }
+    if !host.chars().all(|c| c.is_ascii_alphanumeric() || ".-:[]_".contains(c)) {
+        return Err(format!("\"{shown}\" has characters outside [A-Za-z0-9.-:[]_]: give a host name or address"));
+    }
+    Ok(host)
+}
+
+/// An environment a child gets: names non-empty without `=` or NUL (the kernel's `NAME=value`
+/// strings cannot carry them), values without NUL. Checked before anything is spawned, so a bad
+/// entry is a spec error (exit 2) rather than a spawn failure on the node.
+pub fn environment<'a>(env: impl IntoIterator<Item = (&'a String, &'a String)>) -> Result<(), String> {
+    for (name, value) in env {
+        let shown: String = name.chars().take(60).flat_map(char::escape_debug).collect();
+        if name.is_empty() {
+            return Err("has an empty variable name: remove the entry or name the variable".to_string());
+        }
+        if name.contains('=') || name.contains('\0') {
+            return Err(format!("variable name \"{shown}\" contains `=` or a NUL byte: give the name alone"));
+        }
+        if value.contains('\0') {
+            return Err(format!("the value of {shown} contains a NUL byte, which no program can receive"));
+        }
+    }
+    Ok(())
 }
 
 /// The argv of a configured command (the post-run step): at least the program, no empty program,

@@ -1171,6 +1171,14 @@ fn full_filesystem_for_the_run_dir_is_counted_not_fatal() {
     assert_no_survivors(&run);
     let text = std::fs::read_to_string(fx.root.join("jobs/slurm.out")).unwrap_or_default();
     assert!(!text.contains("panicked"), "{text}");
+    // Issue 21, item 11: the outcome still reaches status.json (the space payload held since the
+    // start), the same one events.jsonl has, and the held space is gone.
+    let status = fx.status();
+    assert_eq!(status["phase"], "done", "status.json kept a stale phase: {status:#}");
+    assert_eq!(status["outcome"]["class"], "interrupted", "{status:#}");
+    let recorded = fx.last_event("outcome").map(|e| e["fields"]["class"].clone());
+    assert_eq!(recorded, Some(json!("interrupted")));
+    assert!(!fx.run_dir().join(".payload-reserve").exists());
 }
 
 #[test]
@@ -1805,4 +1813,170 @@ fn plan_and_gpus_outputs_are_snapshotted() {
             stable(&fx, &String::from_utf8_lossy(&out.stdout), None)
         );
     }
+}
+
+// ------------------------------------------------------------------------------------------ hostile conditions, round 2
+
+/// Clock ticks of CPU (user + system) `pid` has used, from `/proc/PID/stat`.
+fn cpu_ticks(pid: i32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rfind(')').map(|i| &stat[i + 2..]).unwrap_or("");
+    // Fields 14 and 15 of stat(5); `after` starts at field 3.
+    after.split_whitespace().skip(11).take(2).filter_map(|t| t.parse::<u64>().ok()).sum()
+}
+
+/// Replaces `<env>/bin/harbor` with a script that runs `body` for `--print-config` before the
+/// stand-in answers it (and execs the stand-in for everything else).
+fn harbor_print_config_wrapper(fx: &Fx, body: &str) {
+    let path = fx.root.join("env/bin/harbor");
+    std::fs::remove_file(&path).unwrap();
+    let script = format!(
+        "#!/bin/sh\nfor a in \"$@\"; do\n  if [ \"$a\" = --print-config ]; then\n{body}\n    exec {HARBOR} \"$@\"\n  fi\ndone\nexec {HARBOR} \"$@\"\n"
+    );
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+}
+
+#[test]
+fn slow_print_config_with_a_child_holding_its_output_neither_hangs_nor_spins() {
+    let fx = Fx::new("slowcfg");
+    let holder = fx.root.join("holder.pid");
+    // Slower than the readiness deadline (3 s), and a descendant keeps stdout open for 300 s.
+    harbor_print_config_wrapper(&fx, &format!("    sleep 300 &\n    echo $! > {}\n    sleep 7", holder.display()));
+    let mut spec = fx.spec();
+    spec["serve"]["health_timeout_s"] = json!(3);
+    let mut run = fx.start(&spec, &[]);
+    fx.wait_phase("ready", Duration::from_secs(20));
+    // Past the readiness deadline, the check still running: payload must sleep, not spin.
+    while run.elapsed() < Duration::from_millis(3500) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (t0, c0) = (Instant::now(), cpu_ticks(run.pid));
+    std::thread::sleep(Duration::from_secs(2));
+    let (spent, window) = (cpu_ticks(run.pid) - c0, t0.elapsed());
+    eprintln!("payload's CPU while the check ran past the readiness deadline: {spent} ticks in {window:?}");
+    assert!(fx.event("harbor_config_check").is_none(), "the check was still running during the window");
+    // 100 ticks a second: a spinning loop burns most of the window; a waiting one next to nothing.
+    assert!(spent <= 30, "payload used {spent} ticks of CPU in {window:?} while waiting for the check");
+    let code = run.wait(Duration::from_secs(40));
+    assert_eq!(code, 0, "stderr:\n{}", fx.stderr());
+    assert_no_survivors(&run);
+    let check = fx.event("harbor_config_check").expect("harbor_config_check recorded");
+    assert!(check["fields"]["result"].as_str().unwrap().starts_with("Passed"), "{check}");
+    let pid: i32 = std::fs::read_to_string(&holder).unwrap().trim().parse().unwrap();
+    assert!(!Path::new(&format!("/proc/{pid}")).exists(), "the descendant holding the output survived");
+    assert!(fx.event("harbor_spawned").is_some());
+}
+
+#[test]
+fn option_shaped_names_and_unpassable_environments_are_spec_errors_for_plan_and_run() {
+    let fx = Fx::new("optnames");
+    type Edit = Box<dyn Fn(&mut Value)>;
+    let cases: Vec<(&str, Edit)> = vec![
+        ("model.hf_id", Box::new(|s| s["model"]["hf_id"] = json!("org/--help"))),
+        ("model.served_name", Box::new(|s| s["model"]["served_name"] = json!("--help"))),
+        ("serve.host", Box::new(|s| s["serve"]["host"] = json!("-h"))),
+        ("serve.env", Box::new(|s| s["serve"]["env"]["STANDIN_X"] = json!("a\u{0}b"))),
+        ("serve.env", Box::new(|s| s["serve"]["env"][""] = json!("x"))),
+        ("serve.env", Box::new(|s| s["serve"]["env"]["A=B"] = json!("x"))),
+        ("harbor.env", Box::new(|s| s["harbor"]["env"]["A=B"] = json!("x"))),
+        ("limits.heartbeat_interval_s", Box::new(|s| s["limits"]["heartbeat_interval_s"] = json!(1e-12))),
+    ];
+    for (field, edit) in cases {
+        let mut spec = fx.spec();
+        edit(&mut spec);
+        let path = fx.write_spec(&spec);
+        for cmd in ["plan", "run"] {
+            let (code, err) = run_within(&fx, &[cmd, "--spec", path.to_str().unwrap()], Duration::from_secs(10));
+            assert_eq!(code, 2, "{cmd} {field}: {err}");
+            assert!(err.contains(&format!("field `{field}`")), "{cmd} {field}: {err}");
+            assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        }
+        assert!(!fx.run_dir().join("vllm.log").exists(), "{field}: nothing was started");
+    }
+}
+
+#[test]
+fn fifo_events_file_or_gpu_fixture_fails_at_once_without_blocking() {
+    let fx = Fx::new("fifoev");
+    std::fs::create_dir_all(fx.run_dir()).unwrap();
+    let events = fx.run_dir().join("events.jsonl");
+    assert!(Command::new("mkfifo").arg(&events).status().unwrap().success());
+    let path = fx.write_spec(&fx.spec());
+    let (code, err) = run_within(&fx, &["run", "--spec", path.to_str().unwrap()], Duration::from_secs(10));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("events.jsonl is a FIFO, not a regular file: remove it"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(!fx.run_dir().join("vllm.log").exists(), "nothing was started");
+    std::fs::remove_file(&events).unwrap();
+    // The GPU fixture: a FIFO (would block in open) and /dev/zero (would grow without end).
+    let fifo = fx.root.join("gpus.fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    for (fixture, what) in [(fifo.to_str().unwrap(), "FIFO"), ("/dev/zero", "character device")] {
+        let mut run = fx.start(&fx.spec(), &[("PAYLOAD_GPU_FIXTURE", fixture)]);
+        let code = run.wait(Duration::from_secs(15));
+        assert_ne!(code, 0, "{fixture}: stderr:\n{}", fx.stderr());
+        assert!(run.elapsed() < Duration::from_secs(10), "{fixture}: {:?}", run.elapsed());
+        let message = outcome(&fx)["message"].as_str().unwrap_or_default().to_string();
+        assert!(message.contains(what), "{fixture}: {message}");
+        assert_no_survivors(&run);
+        let out = fx.command(&["gpus"], &[("PAYLOAD_GPU_FIXTURE", fixture)]).output().unwrap();
+        assert_ne!(out.status.code(), Some(0), "{fixture}");
+    }
+}
+
+/// Whether the local Slurm tracks a job's processes in cgroups (scripts/slurm-common.sh); without
+/// it an orphan that left payload's tree escapes the job, and the no-orphan test cannot hold.
+fn slurm_proctrack_cgroup() -> bool {
+    let out = Command::new("scontrol").args(["show", "config"]).output().unwrap();
+    let config = String::from_utf8_lossy(&out.stdout);
+    let cgroup = config.lines().any(|l| l.starts_with("ProctrackType") && l.contains("proctrack/cgroup"));
+    if !cgroup {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true but the local Slurm is not ProctrackType=proctrack/cgroup: restart it (scripts/services.sh down; scripts/services.sh up)"
+        );
+        eprintln!("skipping: the local Slurm does not use proctrack/cgroup (restart it with scripts/services.sh)");
+    }
+    cgroup
+}
+
+#[test]
+fn slurm_sigkill_of_payload_leaves_no_double_forked_setsid_orphan() {
+    if !slurm_available() || !slurm_proctrack_cgroup() {
+        return;
+    }
+    let fx = Fx::new("slurm-kill9");
+    let pidfile = fx.root.join("grandchild.pid");
+    let mut spec = fx.spec();
+    spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("60");
+    // vLLM's stand-in double-forks a setsid grandchild that ignores TERM/INT/HUP: PDEATHSIG and
+    // payload's own sweep cannot reach it once payload is SIGKILLed; only the job's cgroup can.
+    spec["serve"]["env"]["STANDIN_DOUBLE_FORK"] = json!("1");
+    spec["serve"]["env"]["STANDIN_DOUBLE_FORK_PIDFILE"] = json!(pidfile);
+    let job = sbatch(&fx, &fx.write_spec(&spec));
+    // A failed assertion must not leave the job running.
+    struct Scancel(String);
+    impl Drop for Scancel {
+        fn drop(&mut self) {
+            let _ = Command::new("scancel").arg(&self.0).status();
+        }
+    }
+    let _cancel = Scancel(job.clone());
+    let until = Instant::now() + Duration::from_secs(120);
+    while fx.status()["phase"] != "running" {
+        if Instant::now() > until {
+            panic!("job {job} never reached phase running: {:#}", fx.status());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let payload_pid = fx.status()["pids"]["payload"].as_u64().unwrap();
+    let gc: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    assert!(Path::new(&format!("/proc/{gc}")).exists(), "the grandchild runs");
+    let cgroup = std::fs::read_to_string(format!("/proc/{gc}/cgroup")).unwrap_or_default();
+    assert!(cgroup.contains(&format!("job_{job}")), "the grandchild is in the job's cgroup: {cgroup}");
+    assert!(Command::new("kill").args(["-9", &payload_pid.to_string()]).status().unwrap().success());
+    // The batch step ends with payload; Slurm kills what is left in its cgroup.
+    wait_pid_gone(gc, Duration::from_secs(60));
+    wait_no_marker(&format!("PAYLOAD_RUN_ID={}-{payload_pid}", fx.tag), Duration::from_secs(30));
 }

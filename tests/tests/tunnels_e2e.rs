@@ -308,12 +308,16 @@ fn pinggy_tunnel_carries_the_run_hides_the_token_and_resume_rewrites_the_url() {
     // The public URL really reaches vLLM, and only with the key.
     assert_eq!(curl(&[&format!("{public}/v1/models")]).0, "401");
     assert_eq!(curl(&["-H", &format!("Authorization: Bearer {key}"), &format!("{public}/v1/models")]).0, "200");
-    // The token's lease is held, the ssh config is 0600 in a private dir outside the run dir.
+    // The token's lease is held; the private dir outside the run dir is 0700, and once ssh runs
+    // no file on disk holds the token (its config and raw output are gone by name: issue 21).
     assert_eq!(std::fs::read_dir(&lock_dir).unwrap().count(), 1);
     let private: Vec<_> = std::fs::read_dir(fx.root.join("tmp")).unwrap().flatten().map(|e| e.path()).collect();
     assert_eq!(private.len(), 1, "{private:?}");
     use std::os::unix::fs::PermissionsExt;
-    assert_eq!(std::fs::metadata(private[0].join("ssh_config")).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(std::fs::metadata(&private[0]).unwrap().permissions().mode() & 0o777, 0o700);
+    assert!(!private[0].join("ssh_config").exists(), "the ssh config outlived ssh's start");
+    let on_disk = fx.files_containing(std::slice::from_ref(&user.name));
+    assert!(on_disk.is_empty(), "{on_disk:?}");
 
     let code = run.wait(&fx, Duration::from_secs(40));
     assert_eq!(code, 0, "{}", fx.diag());
@@ -797,4 +801,79 @@ fn plan_shows_both_tunnels_of_an_installed_agent_without_internet() {
     assert!(text.contains("LLM_API_KEY=<generated per job>"), "{text}");
     assert!(text.contains("ALL_PROXY=socks5h://127.0.0.1:"), "{text}");
     assert!(text.contains("first actions:"), "{text}");
+}
+
+/// Issue 21, item 5: an engine that prints its environment (the per-job `VLLM_API_KEY` among it)
+/// before failing; the outcome's log tail carries those lines into `status.json` and
+/// `events.jsonl`, which must hold the key redacted, like every other file the run writes.
+#[test]
+fn per_job_api_key_printed_by_the_engine_reaches_no_record() {
+    if !sshd::available_or_skip() {
+        return;
+    }
+    let user = TokenUser::create();
+    let sshd = Sshd::pinggy();
+    let fx = Fx::new("keyleak", &[("PINGGY_TOKEN", &user.name)]);
+    let mut spec = fx.spec("openhands", pinggy_tunnel(&sshd, &[(free_port(), "PINGGY_TOKEN")], None));
+    spec["serve"]["env"]["STANDIN_FAIL_AT_START"] = json!("other");
+    spec["serve"]["env"]["STANDIN_PRINT_ENV"] = json!("1");
+    let mut run = fx.start(&spec, "4260");
+    let code = run.wait(&fx, Duration::from_secs(40));
+    assert_eq!(code, 10, "{}", fx.diag());
+    // The engine's own output holds the key (what the records must not copy).
+    let vllm_log = std::fs::read_to_string(fx.run_dir().join("vllm.log")).unwrap();
+    let key = vllm_log
+        .lines()
+        .find_map(|l| l.strip_prefix("VLLM_API_KEY="))
+        .expect("the engine printed its VLLM_API_KEY")
+        .to_string();
+    assert!(key.len() >= 16, "{key}");
+    let tail = fx.outcome()["engine_log_tail"].to_string();
+    assert!(tail.contains("VLLM_API_KEY=<redacted>"), "the tail carries the line, redacted: {tail}");
+    let mut needles = fx.secrets.clone();
+    needles.push(key.clone());
+    let engine_log = fx.run_dir().join("vllm.log").display().to_string();
+    let leaks: Vec<String> =
+        fx.files_containing(&needles).into_iter().filter(|h| !h.starts_with(&engine_log)).collect();
+    assert!(leaks.is_empty(), "{leaks:?}");
+    for record in ["status.json", "events.jsonl"] {
+        let text = std::fs::read_to_string(fx.run_dir().join(record)).unwrap();
+        assert!(!text.contains(&key), "{record} holds the key");
+    }
+    assert!(sshd::cmdlines_containing(&key, &[]).is_empty(), "API key in a process's argv");
+}
+
+/// Issue 21, item 12: a payload SIGKILLed while the tunnel is being checked leaves no file under
+/// $TMPDIR holding the Pinggy token (neither the ssh config nor ssh's raw output).
+#[test]
+fn sigkill_during_the_tunnel_check_leaves_no_token_on_disk() {
+    if !sshd::available_or_skip() {
+        return;
+    }
+    let user = TokenUser::create();
+    let sshd = Sshd::pinggy();
+    let fx = Fx::new("kill9check", &[("PINGGY_TOKEN", &user.name)]);
+    let mut tunnel = pinggy_tunnel(&sshd, &[(free_port(), "PINGGY_TOKEN")], None);
+    // Nothing answers the public URL: the check keeps trying while the test kills payload.
+    tunnel["public_url"] = json!(format!("http://127.0.0.1:{}", free_port()));
+    tunnel["verify_attempts"] = json!(200);
+    let mut run = fx.start(&fx.spec("openhands", tunnel), "14");
+    fx.wait("the tunnel check", Duration::from_secs(30), |fx| fx.tunnel_log().contains("payload: check "));
+    run.child.kill().unwrap(); // SIGKILL: no teardown, no cleanup
+    let _ = run.child.wait();
+    let until = Instant::now() + Duration::from_secs(10);
+    while marker_alive(&run.marker) {
+        assert!(Instant::now() < until, "the run's children outlived payload's SIGKILL");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let leaks = fx.files_containing(std::slice::from_ref(&user.name));
+    assert!(leaks.is_empty(), "{leaks:?}");
+}
+
+/// Whether a process carrying `marker` (`PAYLOAD_RUN_ID=…\0`) still runs.
+fn marker_alive(marker: &str) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        e.file_name().to_string_lossy().parse::<u32>().is_ok()
+            && std::fs::read(e.path().join("environ")).is_ok_and(|env| String::from_utf8_lossy(&env).contains(marker))
+    })
 }

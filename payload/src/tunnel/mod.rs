@@ -517,6 +517,11 @@ fn write_plan_body(out: &mut dyn std::io::Write, t: &TunnelPlan, indent: &str) -
 
 // ---------------------------------------------------------------------------------------- runtime
 
+/// The ssh config's name in the private directory.
+const SSH_CONFIG: &str = "ssh_config";
+/// Most bytes of ssh's output read in one poll.
+const RAW_READ_CAP: u64 = 1 << 20;
+
 /// A 0700 directory outside the run dir for the ssh config (holds the token), known hosts, ssh's
 /// raw output and the proxychains config. Removed at teardown (and on drop).
 #[derive(Debug)]
@@ -594,6 +599,9 @@ struct Instance {
     machine: Machine,
     dir: PrivateDir,
     raw_log: PathBuf,
+    /// ssh's output, read through this handle: its name is removed once ssh runs, so a payload
+    /// killed by SIGKILL leaves no file with what Pinggy prints (the token) under $TMPDIR.
+    raw: Option<std::fs::File>,
     raw_offset: u64,
     partial: String,
     check: Option<JoinHandle<Result<String, String>>>,
@@ -651,7 +659,7 @@ impl Tunnel {
             let private =
                 |e: std::io::Error| TunnelError::PrivateDir { dir: s.tmp_root.clone(), reason: e.to_string() };
             let dir = PrivateDir::create(&s.tmp_root, &format!("{}-{}", s.run_tag, role.as_str())).map_err(private)?;
-            let config = dir.path.join("ssh_config");
+            let config = dir.path.join(SSH_CONFIG);
             let paths =
                 strategy::Paths { config: config.display().to_string(), known_hosts: dir.path.join("known_hosts") };
             let machine = Machine::new(strategy_for(s.spec, &part, &ctx, paths), now);
@@ -679,6 +687,7 @@ impl Tunnel {
                 raw_log: dir.path.join("ssh.out"),
                 machine,
                 dir,
+                raw: None,
                 raw_offset: 0,
                 partial: String::new(),
                 check: None,
@@ -841,6 +850,8 @@ impl Io {
                 None
             }
             Action::Verify(check) => {
+                // ssh is connected, so it has read its config: the token leaves the disk.
+                let _ = std::fs::remove_file(inst.dir.path.join(SSH_CONFIG));
                 let key = self.api_key.clone();
                 inst.check =
                     Some(tokio::spawn(
@@ -919,12 +930,17 @@ impl Io {
         argv: Vec<String>,
     ) -> Result<u32, (&'static str, String)> {
         inst.dir
-            .write("ssh_config", config)
+            .write(SSH_CONFIG, config)
             .map_err(|e| ("private_dir", format!("cannot write the ssh config in {}: {e}", inst.dir.path.display())))?;
         let child =
             ChildSpec { program: self.ssh.clone(), argv, env: self.env.clone(), log: inst.raw_log.clone(), cwd: None };
         let pid =
             sup.spawn(inst.role, &child).map_err(|e| ("spawn", format!("cannot start {}: {e}", self.ssh.display())))?;
+        // A fresh output file per ssh: read through a handle, its name gone from the disk at once.
+        inst.raw = launch_spec::fsread::open_regular(&inst.raw_log, launch_spec::fsread::Links::Refuse).ok();
+        inst.raw_offset = 0;
+        inst.partial.clear();
+        let _ = std::fs::remove_file(&inst.raw_log);
         inst.pid = Some(pid);
         rec.status.pids.insert(inst.role.as_str().into(), pid);
         rec.write_status();
@@ -942,11 +958,7 @@ impl Io {
     }
 
     fn append_log(&self, text: &str) {
-        let result = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .and_then(|mut f| f.write_all(text.as_bytes()));
+        let result = launch_spec::fsread::open_append_regular(&self.log).and_then(|mut f| f.write_all(text.as_bytes()));
         if let Err(err) = result {
             tracing::warn!(error = %err, "cannot append to tunnel.log");
         }
@@ -961,12 +973,13 @@ impl Io {
 
     /// ssh's new output, redacted, copied into `tunnel.log`; returns the lines.
     fn drain(&self, inst: &mut Instance) -> Vec<String> {
-        let Ok(mut f) = std::fs::File::open(&inst.raw_log) else { return Vec::new() };
+        let Some(mut f) = inst.raw.as_ref() else { return Vec::new() };
         if f.seek(SeekFrom::Start(inst.raw_offset)).is_err() {
             return Vec::new();
         }
+        // At most RAW_READ_CAP per poll: ssh's output is short; a flood is read on over the polls.
         let mut buf = Vec::new();
-        if f.read_to_end(&mut buf).is_err() || buf.is_empty() {
+        if f.take(RAW_READ_CAP).read_to_end(&mut buf).is_err() || buf.is_empty() {
             return Vec::new();
         }
         inst.raw_offset += buf.len() as u64;

@@ -14,6 +14,7 @@
 //! | `STANDIN_VLLM_STYLE` | `current` (default: vLLM 0.33 log prefix `(APIServer pid=N) INFO …`, 0.33 error texts, no `--swap-space`) or `legacy` (≤ 0.10: `INFO 11-30 05:40:01 [api_server.py:1880] …`, `Starting vLLM API server 0 on …`, V0 KV-cache text, accepts `--swap-space`) |
 //! | `STANDIN_LOAD_SECONDS` | time spent "loading" between binding the port and serving (default 0.2); the port is bound but not listening meanwhile, so connections are refused, like vLLM |
 //! | `STANDIN_FAIL_AT_START` | `oom`, `kv_cache`, `world_size`, `model_type`, `other`: print vLLM's real error output for that failure and exit 1 |
+//! | `STANDIN_PRINT_ENV` | `1`: a start failure ends by printing every environment variable (`NAME=value`) on stdout, as a launcher's `trap env EXIT` does; the lines are the last of `vllm.log` |
 //! | `STANDIN_FAIL_DELAY` | seconds before a start failure is printed (default 0.1) |
 //! | `STANDIN_MODEL_TYPE` | the `model_type` named by the `model_type` failure (default `qwen3_5`) |
 //! | `STANDIN_GPUS` | GPUs in the "node" when `CUDA_VISIBLE_DEVICES` is unset (default 8); TP×PP and TP×PP×DP are checked against it as vLLM does |
@@ -719,6 +720,13 @@ fn fail_engine(cfg: &Cfg, log: &Log, kind: &str) -> ! {
             f.extend(frames.iter().copied());
             traceback(&f, &exc);
         }
+    }
+    // A launcher that dumps its environment on failure: payload's records must not carry what it
+    // prints (issue 21, item 5).
+    if c::env_flag("STANDIN_PRINT_ENV") {
+        let mut vars: Vec<(String, String)> = std::env::vars().collect();
+        vars.sort();
+        println!("{}", vars.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("\n"));
     }
     std::process::exit(1);
 }
