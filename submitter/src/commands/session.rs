@@ -3,6 +3,7 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use launch_spec::GpuProfiles;
@@ -186,6 +187,7 @@ impl Session {
             .or_else(|| cluster.ledger.clone())
             .unwrap_or_else(|| ledger::default_path(&state_dir).display().to_string());
         let ledger = ledger::open_ledger(&ledger_spec)?;
+        let slurm = SlurmCli::new().with_command_timeout(Duration::from_secs(cluster.slurm.command_timeout_s));
         Ok(Session {
             root,
             cluster,
@@ -195,7 +197,7 @@ impl Session {
             presets_dir: dirs.presets,
             state_dir,
             ledger,
-            slurm: SlurmCli::new(),
+            slurm,
         })
     }
 

@@ -130,6 +130,10 @@ pub struct SlurmSettings {
     /// Slurm's KillWait on this cluster (seconds between TERM and KILL); payload's grace fits inside.
     #[serde(default = "default_kill_wait")]
     pub kill_wait_s: u64,
+    /// How long one Slurm command (`sbatch`, `squeue`, …) may run before it is killed: they retry
+    /// for minutes against a busy or absent slurmctld.
+    #[serde(default = "default_command_timeout")]
+    pub command_timeout_s: u64,
     /// The batch script (relative paths are from the repository root).
     #[serde(default = "default_script")]
     pub script: PathBuf,
@@ -144,6 +148,10 @@ pub struct SlurmSettings {
     /// a node is planned over up to this many nodes instead of refused.
     #[serde(default = "one_node")]
     pub max_nodes: u32,
+}
+
+fn default_command_timeout() -> u64 {
+    60
 }
 
 fn one_node() -> u32 {
@@ -672,6 +680,7 @@ impl ClusterProfile {
             check("engine.distributed_timeout_s", v::whole_seconds(timeout, true).map(drop));
         }
         check("slurm.kill_wait_s", v::whole_seconds(self.slurm.kill_wait_s, false).map(drop));
+        check("slurm.command_timeout_s", v::at_least_one(self.slurm.command_timeout_s).map(drop));
         check("limits.walltime_lead_s", v::whole_seconds(limits.walltime_lead_s, false).map(drop));
         check("limits.submission_delay_s", v::seconds(limits.submission_delay_s, false).map(drop));
         check("limits.stale_pending_hours", v::seconds(limits.stale_pending_hours * 3600.0, true).map(drop));

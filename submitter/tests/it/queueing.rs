@@ -104,11 +104,20 @@ listener: {{partition: debug, time: \"00:05:00\", internet: true}}
 
     /// [`TestCluster::run`]'s command, not started (for a long-running `launch --watch`).
     pub(crate) fn command(&self, command: &[&str], ledger: &str, args: &[&str], extra_env: &[(&str, &str)]) -> Command {
+        self.command_without_ledger(command, &[&["--ledger", ledger][..], args].concat(), extra_env)
+    }
+
+    /// [`TestCluster::command`] for a command that takes no `--ledger` (`preflight`).
+    pub(crate) fn command_without_ledger(
+        &self,
+        command: &[&str],
+        args: &[&str],
+        extra_env: &[(&str, &str)],
+    ) -> Command {
         let mut cmd = Command::new(SUBMITTER);
         cmd.args(command)
             .args(["--cluster", &self.name, "--clusters"])
             .arg(self.root().join("clusters"))
-            .args(["--ledger", ledger])
             .args(args)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap())
