@@ -66,7 +66,7 @@ impl Report {
                     Level::Skipped => "skip",
                     Level::Fail => "FAIL",
                 };
-                format!("  {level:<5} {:<12} {}\n", c.name, c.detail)
+                format!("  {level:<5} {:<13} {}\n", c.name, c.detail)
             })
             .collect()
     }
