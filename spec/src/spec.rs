@@ -693,6 +693,7 @@ pub struct Limits {
     #[serde(default = "default_walltime_lead")]
     pub walltime_lead_s: u64,
     #[serde(default = "default_heartbeat")]
+    /// At least [`MIN_HEARTBEAT_S`].
     pub heartbeat_interval_s: f64,
     /// Health probe period during the run; `health_failures` consecutive failures = engine dead.
     #[serde(default = "default_probe_interval")]
@@ -708,6 +709,9 @@ fn default_grace() -> f64 {
 fn default_walltime_lead() -> u64 {
     900
 }
+
+/// The shortest heartbeat interval a spec may ask for.
+pub const MIN_HEARTBEAT_S: f64 = 0.1;
 
 fn default_heartbeat() -> f64 {
     15.0
@@ -847,6 +851,16 @@ impl LaunchSpec {
         let limits = &self.limits;
         v::seconds(limits.teardown_grace_s, false).map_err(fail("limits.teardown_grace_s"))?;
         v::seconds(limits.heartbeat_interval_s, true).map_err(fail("limits.heartbeat_interval_s"))?;
+        // Each beat rewrites status.json: 1e-12 passes as positive and is a busy loop of writes.
+        if limits.heartbeat_interval_s < MIN_HEARTBEAT_S {
+            return Err((
+                "limits.heartbeat_interval_s",
+                format!(
+                    "{} must be ≥ {MIN_HEARTBEAT_S} s (each beat rewrites status.json)",
+                    limits.heartbeat_interval_s
+                ),
+            ));
+        }
         v::seconds(limits.health_probe_interval_s, true).map_err(fail("limits.health_probe_interval_s"))?;
         v::whole_seconds(limits.walltime_lead_s, false).map_err(fail("limits.walltime_lead_s"))?;
         v::at_least_one(limits.health_failures.into()).map_err(fail("limits.health_failures"))?;

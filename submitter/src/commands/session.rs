@@ -160,8 +160,24 @@ pub struct Session {
     pub slurm: SlurmCli,
 }
 
+/// `--ledger` with a password, given on the command line rather than through `$SUBMITTER_LEDGER`,
+/// is refused as `import --from` refuses it: argv is visible to every user of the machine.
+fn refuse_password_on_argv(ledger: Option<&str>) -> Result<()> {
+    let Some(spec) = ledger else { return Ok(()) };
+    let from_env = std::env::var("SUBMITTER_LEDGER").is_ok_and(|env| env == spec);
+    let redacted = ledger::redact_url(spec);
+    if !from_env && redacted != spec {
+        bail!(
+            "--ledger {redacted}: a password on the command line is visible to every user of this machine — \
+             put the URL in $SUBMITTER_LEDGER (e.g. from your 0600 secrets file) or in ~/.pgpass, and drop it from the flag"
+        );
+    }
+    Ok(())
+}
+
 impl Session {
     pub fn open(args: &LedgerArgs) -> Result<Session> {
+        refuse_password_on_argv(args.ledger.as_deref())?;
         let dirs = args.dirs.resolve()?;
         let root = ConfigRoot::discover().map(|r| r.root).unwrap_or_else(|_| dirs.clusters.join(".."));
         let cluster = config::load_cluster(&dirs.clusters, &args.cluster)?;
