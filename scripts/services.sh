@@ -35,7 +35,7 @@ SLURM_UP_TIMEOUT_S=60
 # iproute2 and iptables: the multi-node test cluster's namespaces and its firewalled node
 # (scripts/slurm-multinode.sh). lmod: the module system of the simulated site (the prelude's
 # `module load` in the job's shell, docs/site.md).
-APT_PACKAGES=(munge slurmctld slurmd slurm-client postgresql openssh-server openssh-client procps proxychains4 curl
+APT_PACKAGES=(munge slurmctld slurmd slurm-client postgresql openssh-server openssh-client procps proxychains4 curl time
   iproute2 iptables lmod)
 OPTIONAL_APT_PACKAGES=(chromium)
 

@@ -139,8 +139,8 @@ pub fn redact_whole(text: &str, secrets: &[&str]) -> String {
     text.to_string()
 }
 
-/// The largest secrets file read.
-pub const MAX_SECRETS_BYTES: u64 = 1 << 20;
+// The file's format and size cap live in launch-spec, so preflight reads it exactly as payload does.
+pub use launch_spec::envfile::{EXPECTED_KV, MAX_SECRETS_BYTES, parse};
 
 /// Reads the file, refusing one that is not a regular file (opened non-blocking and checked on the
 /// open descriptor, so a FIFO fails at once), not owned by this user, or accessible by group or
@@ -176,79 +176,6 @@ pub fn load(path: &Path) -> Result<Secrets, SecretsError> {
     let pairs =
         parse(&text).map_err(|(line, problem)| SecretsError::Syntax { path: path.to_path_buf(), line, problem })?;
     Ok(Secrets::from_pairs(path, pairs))
-}
-
-const EXPECTED_KV: &str = "expected KEY=VALUE (optionally `export KEY=VALUE`)";
-
-/// Parses `KEY=VALUE` lines the way the old scripts' `source secrets.env` (bash) read them: blank
-/// lines and `#` comments skipped, `export ` tolerated, one level of single or double quotes
-/// removed, and a ` # comment` after the value (a `#` after whitespace, outside quotes) dropped —
-/// `KEY=v # c` is `v`, while `KEY=a#b` and `KEY='v # c'` keep their `#`. Later lines win. Errors
-/// give the 1-based line and the problem, never the content; a NUL byte is one (no environment
-/// can carry it).
-pub fn parse(text: &str) -> Result<Vec<(String, String)>, (usize, &'static str)> {
-    let mut out: Vec<(String, String)> = Vec::new();
-    for (idx, raw) in text.lines().enumerate() {
-        let line_no = idx + 1;
-        if raw.contains('\0') {
-            return Err((line_no, "contains a NUL byte, which no environment variable can hold"));
-        }
-        let line = raw.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let line = line.strip_prefix("export ").map(str::trim_start).unwrap_or(line);
-        let Some((key, value)) = line.split_once('=') else { return Err((line_no, EXPECTED_KV)) };
-        let key = key.trim();
-        let key_ok = key.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-            && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !key_ok {
-            return Err((line_no, EXPECTED_KV));
-        }
-        let value = value_of(value.trim())
-            .ok_or((line_no, "unterminated quote, or text after the closing quote (only a `# comment` may follow)"))?;
-        out.retain(|(k, _)| k != key);
-        out.push((key.to_string(), value));
-    }
-    Ok(out)
-}
-
-/// The value part of one line (already trimmed): quoted, or bare up to a ` #` comment.
-fn value_of(value: &str) -> Option<String> {
-    let rest_ok = |rest: &str| {
-        let rest = rest.trim_start();
-        rest.is_empty() || rest.starts_with('#')
-    };
-    if let Some(inner) = value.strip_prefix('\'') {
-        let close = inner.find('\'')?;
-        return rest_ok(&inner[close + 1..]).then(|| inner[..close].to_string());
-    }
-    if let Some(inner) = value.strip_prefix('"') {
-        let mut out = String::with_capacity(inner.len());
-        let mut chars = inner.char_indices();
-        while let Some((i, c)) = chars.next() {
-            match c {
-                '\\' => match chars.next() {
-                    Some((_, next @ ('"' | '\\' | '$' | '`'))) => out.push(next),
-                    Some((_, next)) => {
-                        out.push('\\');
-                        out.push(next);
-                    }
-                    None => out.push('\\'),
-                },
-                '"' => return rest_ok(&inner[i + 1..]).then_some(out),
-                c => out.push(c),
-            }
-        }
-        return None;
-    }
-    // Bare: a `#` starts a comment only after whitespace (bash's rule for a new word).
-    let bytes = value.as_bytes();
-    let cut = (1..bytes.len()).find(|&i| bytes[i] == b'#' && bytes[i - 1].is_ascii_whitespace());
-    Some(match cut {
-        Some(i) => value[..i].trim_end().to_string(),
-        None => value.to_string(),
-    })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

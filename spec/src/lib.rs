@@ -3,6 +3,7 @@
 
 pub mod agents;
 pub mod document;
+pub mod envfile;
 pub mod expand;
 pub mod fsread;
 pub mod gpu;

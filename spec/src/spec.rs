@@ -963,6 +963,7 @@ mod tests {
         let cases: &[(&str, serde_json::Value, &str)] = &[
             ("/limits/health_probe_interval_s", 1e20.into(), "limits.health_probe_interval_s"),
             ("/limits/teardown_grace_s", 1e20.into(), "limits.teardown_grace_s"),
+            ("/limits/heartbeat_interval_s", 1e-12.into(), "limits.heartbeat_interval_s"),
             ("/limits/walltime_lead_s", u64::MAX.into(), "limits.walltime_lead_s"),
             ("/serve/health_timeout_s", u64::MAX.into(), "serve.health_timeout_s"),
             ("/serve/gpu_memory_utilization", 5.0.into(), "serve.gpu_memory_utilization"),

@@ -55,6 +55,9 @@ impl Slurm for InstantSlurm {
     fn find_by_name(&self, _name: &str) -> Result<Vec<JobInfo>, SlurmError> {
         Ok(Vec::new())
     }
+    fn find_by_comment(&self, _comment: &str) -> Result<Vec<JobInfo>, SlurmError> {
+        Ok(Vec::new())
+    }
     fn cancel(&self, _id: JobId, _signal: Option<&str>, _batch_only: bool) -> Result<(), SlurmError> {
         Ok(())
     }

@@ -93,6 +93,10 @@ pub enum SlurmView {
     Gone,
 }
 
+/// The key of an attempt's config holding its submission tag: the job's `--comment`, by which a job
+/// whose sbatch answer was lost is found again (docs/decisions.md, idempotent submission).
+pub const SUBMISSION_TAG_KEY: &str = "submission_tag";
+
 /// The cluster name under which the team's imported history lives in the ledger.
 pub const TEAM_CLUSTER: &str = "ot-agent";
 

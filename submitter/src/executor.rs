@@ -11,11 +11,12 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::decide::Prerequisite;
+use crate::decide::{MISSING_JOB_GRACE_S, Prerequisite};
+use crate::domain::SUBMISSION_TAG_KEY;
 use crate::ledger::{AttemptId, AttemptStatus, Ledger, LedgerError, NewAttempt};
 use crate::planner::{Blocked, PlannedJob, attempt_config};
 use crate::queue::run_dir_free_for;
-use crate::slurm::{JobId, Slurm};
+use crate::slurm::{JobId, Slurm, best_match};
 use crate::team::mirror::Mirror;
 use crate::team::publish;
 
@@ -150,7 +151,9 @@ impl Executor<'_> {
                 continue;
             }
             // Ledger row first: it reserves the pair (the database refuses a second active attempt).
-            let config = attempt_config(job, spec);
+            let mut config = attempt_config(job, spec);
+            let tag = submission_tag(&job.model, &job.benchmark, self.cluster);
+            config[SUBMISSION_TAG_KEY] = tag.clone().into();
             let new = NewAttempt {
                 model: job.model.clone(),
                 benchmark: job.benchmark.clone(),
@@ -188,24 +191,26 @@ impl Executor<'_> {
                 return Err(err);
             }
             let mut request = request.clone();
+            request.options.comment = Some(tag.clone());
             if self.chain_batch > 0 && chain.len() >= self.chain_batch {
                 request.options.dependency = Some(format!("afterany:{}", chain[chain.len() - self.chain_batch]));
             }
-            match self.slurm.submit(&request) {
-                Ok(job_id) => {
+            match self.submit_once(&request, &tag, &job.reason) {
+                Landed::Queued(job_id, outcome) => {
                     self.ledger.set_job_id(attempt, &job_id.to_string())?;
                     publish(self.mirror, &format!("attempt {attempt} job id"), |m| {
                         m.submitted(attempt, &job_id.to_string())
                     });
                     chain.push(job_id);
-                    results.push(record(
-                        format!("submitted ({})", job.reason),
-                        Some(attempt),
-                        Some(job_id.to_string()),
-                    ));
+                    results.push(record(outcome, Some(attempt), Some(job_id.to_string())));
                     std::thread::sleep(self.delay);
                 }
-                Err(problem) => {
+                Landed::Unconfirmed(why) => {
+                    // Active, no job id, no failure: the next sync adopts the job or withdraws it.
+                    self.ledger.transition(attempt, AttemptStatus::Pending, &why, None)?;
+                    results.push(record(why, Some(attempt), None));
+                }
+                Landed::Refused(problem) => {
                     // The row must not block the pair: it failed, with sbatch's reason.
                     self.ledger.transition(
                         attempt,
@@ -222,6 +227,60 @@ impl Executor<'_> {
         }
         Ok(results)
     }
+}
+
+/// Where one sbatch call left an attempt.
+enum Landed {
+    /// Queued as this job (the outcome line says how it was learnt).
+    Queued(JobId, String),
+    /// sbatch's answer was lost and no job with the attempt's tag is known yet (why).
+    Unconfirmed(String),
+    /// The controller refused it, or sbatch never ran: nothing queued.
+    Refused(crate::slurm::SlurmError),
+}
+
+impl Executor<'_> {
+    /// One `sbatch` of `request`, whose job carries `tag` as its comment. When sbatch may have
+    /// queued the job and lost only its answer, it is never guessed: the job is looked for by its tag
+    /// (docs/decisions.md, idempotent submission).
+    fn submit_once(&self, request: &crate::slurm::SubmitRequest, tag: &str, reason: &str) -> Landed {
+        let problem = match self.slurm.submit(request) {
+            Ok(job_id) => return Landed::Queued(job_id, format!("submitted ({reason})")),
+            Err(problem) if problem.submission_unknown() => problem,
+            Err(problem) => return Landed::Refused(problem),
+        };
+        let lookup = match self.slurm.find_by_comment(tag) {
+            Ok(jobs) => match best_match(&jobs) {
+                Some(job_id) => {
+                    let outcome = format!("submitted ({reason}; sbatch's answer was lost, job found by its tag)");
+                    return Landed::Queued(job_id, outcome);
+                }
+                None => format!("no job carries its tag {tag} yet"),
+            },
+            Err(err) => format!("looking for it failed too: {err}"),
+        };
+        Landed::Unconfirmed(format!(
+            "unconfirmed: sbatch's answer was lost ({problem}); {lookup}: the next sync adopts the job or, after \
+             {MISSING_JOB_GRACE_S}s without one, withdraws the attempt"
+        ))
+    }
+}
+
+/// A tag no other attempt's job carries, on this Slurm or any other sharing the ledger: the moment,
+/// the process and the pair, hashed. It is the job's `--comment`, so a job whose sbatch answer was
+/// lost is found again without confusing it with an earlier attempt of the same pair (same job
+/// name, same run dir).
+pub fn submission_tag(model: &str, benchmark: &str, cluster: &str) -> String {
+    use sha1::Digest;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let seed = format!(
+        "{nanos}/{}/{}/{cluster}/{model}/{benchmark}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    );
+    format!("evalsub-{}", &hex::encode(sha1::Sha1::digest(seed.as_bytes()))[..20])
 }
 
 fn write_spec(path: &Path, text: &str) -> Result<(), SubmitError> {

@@ -6,7 +6,6 @@
 //! [`SiteQueries`] and reads only the files the spec names. The secrets file is scanned for its
 //! variable *names*; each value is dropped with its line.
 
-use std::io::BufRead;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -67,7 +66,7 @@ impl Report {
                     Level::Skipped => "skip",
                     Level::Fail => "FAIL",
                 };
-                format!("  {level:<5} {:<12} {}\n", c.name, c.detail)
+                format!("  {level:<5} {:<13} {}\n", c.name, c.detail)
             })
             .collect()
     }
@@ -213,6 +212,7 @@ pub fn preflight(spec: &LaunchSpec, cluster: &ClusterProfile, site: &Site) -> Re
     report.push("environment", prefixes(spec));
     report.push("programs", programs(spec, inputs.path));
     report.push("secrets", secrets(spec));
+    report.push("harbor_config", harbor_config(spec));
     report.checks.push(site.once(&cluster.name, "slurm", || slurm(inputs)));
     report.push("memory", memory(spec, inputs.cluster));
     report.checks.push(site.once(&cluster.name, "prelude", || prelude(inputs)));
@@ -395,7 +395,8 @@ fn secrets(spec: &LaunchSpec) -> Result<String, Outcome> {
     if meta.uid() != me {
         return fail(format!("{} is owned by uid {}, not by you (uid {me})", path.display(), meta.uid()));
     }
-    let names = secret_names(path).map_err(|err| Outcome::Fail(format!("{}: {err}", path.display())))?;
+    let names = secret_names(path)
+        .map_err(|err| Outcome::Fail(format!("{}: {err}: fix it (payload refuses this file)", path.display())))?;
     let missing: Vec<&String> = required.iter().filter(|n| !names.contains(n)).collect();
     if !missing.is_empty() {
         let missing = missing.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", ");
@@ -408,25 +409,25 @@ fn secrets(spec: &LaunchSpec) -> Result<String, Outcome> {
     ))
 }
 
-/// The variable names of an env file (`NAME=…` or `export NAME=…` lines). Each line, value
-/// included, is dropped as soon as its name is taken.
-pub fn secret_names(path: &Path) -> std::io::Result<Vec<String>> {
-    let file = std::fs::File::open(path)?;
-    let mut names = Vec::new();
-    let mut reader = std::io::BufReader::new(file);
-    let mut line = String::new();
-    while reader.read_line(&mut line)? > 0 {
-        let text = line.trim_start();
-        let text = text.strip_prefix("export ").map_or(text, str::trim_start);
-        if let Some((name, _)) = text.split_once('=') {
-            let name = name.trim();
-            if launch_spec::expand::is_var_name(name) {
-                names.push(name.to_string());
-            }
+/// The variable names of the secrets file, read by payload's own reader (`launch_spec::envfile`):
+/// what payload refuses (a malformed line, an unterminated quote, a NUL byte, more than 1 MiB) fails
+/// here. Each value is dropped as soon as it is read.
+pub fn secret_names(path: &Path) -> Result<Vec<String>, launch_spec::envfile::EnvFileError> {
+    Ok(launch_spec::envfile::read_pairs(path)?.into_iter().map(|(name, _value)| name).collect())
+}
+
+/// The Harbor job config, read by payload's own reader (`launch_spec::yaml`, 4 MiB cap): what payload
+/// refuses (a YAML error such as a tab, a file too large, not a mapping) fails here.
+fn harbor_config(spec: &LaunchSpec) -> Result<String, Outcome> {
+    let path = &spec.harbor.config;
+    match launch_spec::yaml::from_yaml_file::<serde_json::Value>(path) {
+        // The file name only: the path is the checkout's, already in the spec.
+        Ok(serde_json::Value::Object(_)) => {
+            Ok(format!("{} parses", path.file_name().map_or(path.as_os_str(), |n| n).to_string_lossy()))
         }
-        line.clear();
+        Ok(_) => fail(format!("{}: must contain a mapping (Harbor's job config)", path.display())),
+        Err(err) => fail(format!("{err}: fix the Harbor job config (payload refuses it)")),
     }
-    Ok(names)
 }
 
 fn slurm(inputs: &Inputs) -> Result<String, Outcome> {
@@ -597,7 +598,11 @@ mod tests {
     fn secret_names_never_keep_values() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("s.env");
-        std::fs::write(&file, "# c\nexport DAYTONA_API_KEY=abc\nHF_TOKEN = x=y\n  bad line\n1X=2\n").unwrap();
+        std::fs::write(&file, "# c\nexport DAYTONA_API_KEY=abc\nHF_TOKEN = x=y\n").unwrap();
         assert_eq!(secret_names(&file).unwrap(), ["DAYTONA_API_KEY", "HF_TOKEN"]);
+        // What payload refuses is refused, by line, without the content.
+        std::fs::write(&file, "A=1\n  sekrit line\n").unwrap();
+        let err = secret_names(&file).unwrap_err().to_string();
+        assert!(err.starts_with("line 2: ") && !err.contains("sekrit"), "{err}");
     }
 }

@@ -282,6 +282,10 @@ pub struct SbatchOptions {
     pub dependency: Option<String>,
     /// `--begin`, e.g. `now+60` or `2026-12-01T10:00:00`.
     pub begin: Option<String>,
+    /// `--comment`: the attempt's submission tag, by which a job whose sbatch answer was lost is
+    /// found again ([`Slurm::find_by_comment`]).
+    #[serde(default)]
+    pub comment: Option<String>,
     /// Passed verbatim before the script path (each element is one argv entry).
     pub extra_args: Vec<String>,
 }
@@ -328,6 +332,23 @@ pub enum SlurmError {
     InvalidRequest(String),
 }
 
+/// What slurmctld says when its answer to a request got lost on the way back (a busy controller):
+/// the request may well have been carried out.
+const LOST_ANSWER_MESSAGES: &[&str] = &["Socket timed out on send/recv operation", "Zero Bytes were transmitted"];
+
+impl SlurmError {
+    /// Whether a failed `sbatch` may nevertheless have queued the job: it was killed at the timeout,
+    /// its answer did not parse, or it lost the controller's answer. A rejection the controller
+    /// answered (bad partition, …) and a command that never ran queued nothing.
+    pub fn submission_unknown(&self) -> bool {
+        match self {
+            SlurmError::TimedOut { .. } | SlurmError::UnexpectedOutput { .. } => true,
+            SlurmError::Failed { stderr, .. } => LOST_ANSWER_MESSAGES.iter().any(|m| stderr.contains(m)),
+            SlurmError::Spawn { .. } | SlurmError::InvalidRequest(_) => false,
+        }
+    }
+}
+
 /// The operations the submitter needs from Slurm.
 pub trait Slurm {
     /// Submits a batch job and returns its id.
@@ -338,6 +359,8 @@ pub trait Slurm {
     fn show(&self, id: JobId) -> Result<Option<JobInfo>, SlurmError>;
     /// All remembered jobs (any user, any state) whose name is exactly `name`.
     fn find_by_name(&self, name: &str) -> Result<Vec<JobInfo>, SlurmError>;
+    /// All remembered jobs (any user, any state) whose `--comment` is exactly `comment`.
+    fn find_by_comment(&self, comment: &str) -> Result<Vec<JobInfo>, SlurmError>;
     /// `scancel`; with `signal`, sends that signal instead of ending the job, and
     /// `batch_only` is needed for the batch script itself to receive it.
     fn cancel(&self, id: JobId, signal: Option<&str>, batch_only: bool) -> Result<(), SlurmError>;
@@ -347,6 +370,9 @@ pub trait Slurm {
 /// may itself contain `|`.
 pub const SQUEUE_FORMAT: &str = "%A|%T|%r|%V|%S|%e|%N|%P|%j";
 const SQUEUE_FIELD_COUNT: usize = 9;
+
+/// `squeue -o` fields for [`Slurm::find_by_comment`]: id, then the comment (last: it may hold `|`).
+const SQUEUE_COMMENT_FORMAT: &str = "%A|%k";
 
 /// Variables passed from the submitter's environment to every Slurm command; everything
 /// else is cleared so `SBATCH_*`/`SQUEUE_*`/`SLURM_*` settings cannot change what we asked for.
@@ -507,6 +533,17 @@ impl Slurm for SlurmCli {
         Ok(found)
     }
 
+    fn find_by_comment(&self, comment: &str) -> Result<Vec<JobInfo>, SlurmError> {
+        let args: Vec<OsString> =
+            vec!["-h".into(), "--states=all".into(), format!("--format={SQUEUE_COMMENT_FORMAT}").into()];
+        let output = self.run("squeue", &args, &[])?;
+        if !output.status.success() {
+            return Err(output.failure());
+        }
+        let ids = parse_comment_lines(&output.stdout, comment).map_err(|problem| output.unexpected(problem))?;
+        self.jobs(&ids)
+    }
+
     fn cancel(&self, id: JobId, signal: Option<&str>, batch_only: bool) -> Result<(), SlurmError> {
         let mut args: Vec<OsString> = Vec::new();
         if let Some(signal) = signal {
@@ -544,6 +581,7 @@ pub fn build_sbatch_args(request: &SubmitRequest) -> Result<Vec<OsString>, Slurm
         ("reservation", &options.reservation),
         ("dependency", &options.dependency),
         ("begin", &options.begin),
+        ("comment", &options.comment),
     ];
     for (flag, value) in text_options {
         if let Some(value) = value {
@@ -643,6 +681,24 @@ pub fn parse_parsable_submit(stdout: &str) -> Result<JobId, ParseError> {
         .ok_or_else(|| ParseError("sbatch printed no job id".into()))?;
     let id = line.split_once(';').map_or(line, |(id, _cluster)| id);
     id.parse()
+}
+
+/// The job to adopt among those carrying an attempt's submission tag: an active one, else the newest.
+pub fn best_match(jobs: &[JobInfo]) -> Option<JobId> {
+    jobs.iter().find(|j| j.state.is_active()).or_else(|| jobs.iter().max_by_key(|j| j.id)).map(|j| j.id)
+}
+
+/// The ids in `squeue -h --format=`[`SQUEUE_COMMENT_FORMAT`] output whose comment is `comment`.
+pub fn parse_comment_lines(stdout: &str, comment: &str) -> Result<Vec<JobId>, ParseError> {
+    let mut ids = Vec::new();
+    for line in stdout.lines().filter(|line| !line.trim().is_empty()) {
+        let (id, text) =
+            line.split_once('|').ok_or_else(|| ParseError(format!("squeue line without `|`: {line:?}")))?;
+        if text == comment {
+            ids.push(id.parse()?);
+        }
+    }
+    Ok(ids)
 }
 
 /// Parses `squeue -h --format=`[`SQUEUE_FORMAT`] output, one job per line.
@@ -1086,6 +1142,32 @@ mod tests {
     }
 
     #[test]
+    fn only_a_lost_answer_leaves_a_submission_unknown() {
+        let failed =
+            |stderr: &str| SlurmError::Failed { command: "sbatch".into(), status: "1".into(), stderr: stderr.into() };
+        assert!(
+            failed("sbatch: error: Batch job submission failed: Socket timed out on send/recv operation")
+                .submission_unknown()
+        );
+        assert!(
+            SlurmError::TimedOut { command: "sbatch".into(), timeout: Duration::from_secs(60) }.submission_unknown()
+        );
+        assert!(
+            SlurmError::UnexpectedOutput { command: "sbatch".into(), problem: ParseError("x".into()) }
+                .submission_unknown()
+        );
+        assert!(!failed(SBATCH_BAD_PARTITION).submission_unknown(), "the controller answered: nothing queued");
+        assert!(!SlurmError::InvalidRequest("x".into()).submission_unknown());
+    }
+
+    #[test]
+    fn comment_lines_match_exactly_and_keep_bars_in_comments() {
+        let out = "12|evalsub-a\n13|evalsub-ab\n14|x|evalsub-a\n15|evalsub-a\n16|\n";
+        assert_eq!(parse_comment_lines(out, "evalsub-a").unwrap(), [JobId(12), JobId(15)]);
+        assert!(parse_comment_lines("garbage\n", "evalsub-a").is_err());
+    }
+
+    #[test]
     fn sbatch_args_cover_every_option() {
         let request = SubmitRequest {
             script: "/runs/eval.sbatch".into(),
@@ -1109,6 +1191,7 @@ mod tests {
                 chdir: Some("/runs".into()),
                 dependency: Some("afterok:41".into()),
                 begin: Some("now+60".into()),
+                comment: Some("evalsub-0123".into()),
                 extra_args: vec!["--exclusive".into()],
             },
             export: vec![("EVAL_RUN_ID".into(), "r1".into()), ("HF_HOME".into(), "/hf".into())],
@@ -1124,6 +1207,7 @@ mod tests {
                 "--reservation=maint",
                 "--dependency=afterok:41",
                 "--begin=now+60",
+                "--comment=evalsub-0123",
                 "--time=0-04:00:00",
                 "--nodes=1",
                 "--ntasks-per-node=1",

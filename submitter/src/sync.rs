@@ -1,6 +1,7 @@
 //! Sync: fold payload's records (`status.json`, Harbor's `result.json`) and Slurm's state into the
 //! ledger (docs/design.md §7.2–7.3). A job Slurm no longer has, with no recorded outcome, becomes `failed`
-//! (`vanished`) at once; a pending row without a job id is repaired by finding its job in Slurm.
+//! (`vanished`) at once; a pending row without a job id is repaired by finding its job in Slurm by its
+//! submission tag, or withdrawn when none carries the tag after the grace.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -9,9 +10,9 @@ use launch_spec::records::{OutcomeClass, RunStatus};
 use serde_json::Value;
 
 use crate::decide::MISSING_JOB_GRACE_S;
-use crate::domain::SlurmView;
+use crate::domain::{SUBMISSION_TAG_KEY, SlurmView};
 use crate::ledger::{Attempt, AttemptStatus, Ledger, now};
-use crate::slurm::{JobId, JobInfo, JobState, Slurm, SlurmError};
+use crate::slurm::{JobId, JobInfo, JobState, Slurm, SlurmError, best_match};
 use crate::team::mirror::Mirror;
 use crate::team::publish;
 use crate::verify::{VerifySettings, results};
@@ -163,12 +164,23 @@ pub fn sync(
                     resumable: false,
                 });
             } else if (now() - attempt.submitted_at).num_seconds() > MISSING_JOB_GRACE_S as i64 {
-                change(
-                    AttemptStatus::Failed,
-                    "submission interrupted: no Slurm job for this attempt".to_string(),
-                    None,
-                    false,
-                )?;
+                match submission_tag_of(attempt) {
+                    // No job carries its tag: the submission never reached Slurm (a lost sbatch
+                    // answer, a crash before sbatch). The pair did not fail; withdraw the attempt
+                    // (not counted as a failure) and let the plan resubmit it.
+                    Some(tag) => change(
+                        AttemptStatus::Cancelled,
+                        format!("withdrawn: never queued (no Slurm job carries its tag {tag})"),
+                        None,
+                        false,
+                    )?,
+                    None => change(
+                        AttemptStatus::Failed,
+                        "submission interrupted: no Slurm job for this attempt".to_string(),
+                        None,
+                        false,
+                    )?,
+                }
             }
             continue;
         };
@@ -193,8 +205,16 @@ pub fn sync(
     Ok(report)
 }
 
-/// The job of an attempt that has no job id yet: same job name, output in the attempt's run dir.
+fn submission_tag_of(attempt: &Attempt) -> Option<&str> {
+    attempt.config.get(SUBMISSION_TAG_KEY).and_then(Value::as_str)
+}
+
+/// The job of an attempt that has no job id yet: the one carrying its submission tag (`--comment`);
+/// for an attempt recorded before tags, same job name and output in the attempt's run dir.
 fn find_job_for(slurm: &dyn Slurm, attempt: &Attempt) -> Result<Option<JobId>, SlurmError> {
+    if let Some(tag) = submission_tag_of(attempt) {
+        return Ok(best_match(&slurm.find_by_comment(tag)?));
+    }
     let (Some(name), Some(run_dir)) = (attempt.config.get("job_name").and_then(Value::as_str), run_dir_of(attempt))
     else {
         return Ok(None);

@@ -63,20 +63,10 @@ fn postgres_stopped_means_nothing_submitted() {
     let model = format!("down/Probe-{}-1B", std::process::id());
     let launch = || {
         Command::new(SUBMITTER)
-            .args([
-                "launch",
-                "--once",
-                "--cluster",
-                "local",
-                "--preset",
-                "tb2",
-                "--model",
-                &model,
-                "--ledger",
-                &url,
-                "--state-dir",
-            ])
+            .args(["launch", "--once", "--cluster", "local", "--preset", "tb2", "--model", &model, "--state-dir"])
             .arg(state.path())
+            // The URL holds the test role's password: never on argv (the submitter refuses it there).
+            .env("SUBMITTER_LEDGER", &url)
             .env("SUBMITTER_HOME", root)
             .output()
             .unwrap()

@@ -9,6 +9,7 @@ use std::path::Path;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::lenient;
 use crate::fsread::{self, Links};
 
 /// Harbor's per-job and per-trial file names (docs/harbor-facts.md: a job dir holds `config.json`,
@@ -77,20 +78,66 @@ pub struct DatasetConfig {
     pub path: Option<String>,
 }
 
-/// The job `result.json`. Harbor writes its job timestamps as naive local time.
-#[derive(Debug, Clone, Default, Deserialize)]
+/// The job `result.json`. Harbor writes its job timestamps as naive local time. Read field by field
+/// as `serde_json::Value`'s accessors read it (a field of the wrong type is absent), keeping only
+/// what the submitter uses: the trial-id arrays of `stats` are counted, not kept, so a result.json
+/// near its 16 MiB cap costs little more than its bytes ([`super::lenient`]).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct JobResult {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::string_or_none")]
     pub started_at: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::string_or_none")]
     pub updated_at: Option<String>,
     /// `null` until Harbor finished the job.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::string_or_none")]
     pub finished_at: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::u64_or_none")]
     pub n_total_trials: Option<u64>,
-    #[serde(default)]
-    pub stats: Option<Value>,
+    #[serde(default, deserialize_with = "lenient::some_struct")]
+    pub stats: Option<JobStats>,
+}
+
+/// The job's `stats`: counts per job and, per eval, its mean, counts, errors by type and rewards.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct JobStats {
+    #[serde(default, deserialize_with = "lenient::u64_or_none")]
+    pub n_completed_trials: Option<u64>,
+    #[serde(default, deserialize_with = "lenient::u64_or_none")]
+    pub n_trials: Option<u64>,
+    #[serde(default, deserialize_with = "lenient::u64_or_none")]
+    pub n_errors: Option<u64>,
+    #[serde(default, deserialize_with = "lenient::map_or_empty")]
+    pub evals: BTreeMap<String, lenient::Forgiving<EvalStats>>,
+}
+
+/// One eval of the job's `stats.evals`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct EvalStats {
+    /// `metrics[0]`: Harbor's mean metric.
+    #[serde(default, deserialize_with = "lenient::first_or_default")]
+    pub metrics: Metric,
+    #[serde(default, deserialize_with = "lenient::u64_or_none")]
+    pub n_trials: Option<u64>,
+    #[serde(default, deserialize_with = "lenient::u64_or_none")]
+    pub n_errors: Option<u64>,
+    /// Exception type → the number of trials it ended.
+    #[serde(default, deserialize_with = "lenient::map_or_empty")]
+    pub exception_stats: BTreeMap<String, lenient::Count>,
+    #[serde(default, deserialize_with = "lenient::struct_or_default")]
+    pub reward_stats: RewardStats,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct Metric {
+    #[serde(default, deserialize_with = "lenient::f64_or_none")]
+    pub mean: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct RewardStats {
+    /// Reward value → the number of trials that got it.
+    #[serde(default, deserialize_with = "lenient::map_or_empty")]
+    pub reward: BTreeMap<String, lenient::Count>,
 }
 
 /// The job `lock.json` (schema_version 3 in Harbor 0.25): which Harbor wrote the dir.

@@ -6,6 +6,7 @@
 
 pub mod enginelog;
 pub mod harbor;
+pub mod lenient;
 
 use std::path::Path;
 
@@ -73,7 +74,10 @@ impl StatusRecord {
     }
 }
 
-/// Reads `status.json` (a regular file, never through a symlink, capped).
+/// Reads `status.json` (a regular file, never through a symlink, capped). A record without an
+/// outcome is completed from `events.jsonl` when that holds this run's `outcome` event
+/// ([`with_final_outcome`]): payload appends the event before it rewrites `status.json`, so on a
+/// full disk the event is the one that made it.
 pub fn read_status(dir: &Path) -> StatusRecord {
     let path = dir.join(STATUS_FILE);
     let bytes = match fsread::read_capped(&path, fsread::RECORD_CAP, Links::Refuse) {
@@ -81,7 +85,35 @@ pub fn read_status(dir: &Path) -> StatusRecord {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return StatusRecord::Absent,
         Err(e) => return StatusRecord::Unusable(RecordError::Unreadable { file: STATUS_FILE, detail: e.to_string() }),
     };
-    parse_status(&bytes)
+    match parse_status(&bytes) {
+        StatusRecord::Present(status) if status.outcome.is_none() => {
+            let outcomes = read_events_where(dir, |kind| *kind == EventKind::Outcome);
+            StatusRecord::Present(with_final_outcome(status, &outcomes))
+        }
+        other => other,
+    }
+}
+
+/// `status` with the latest `outcome` event of `events` that is this run's (recorded at or after
+/// its `started_at`: a resumed run dir keeps the earlier runs' events), as payload would have
+/// written it: phase `done`, the outcome, `updated_at` the event's time. Unchanged without one, or
+/// when the record has its outcome already.
+pub fn with_final_outcome(mut status: RunStatus, events: &[Event]) -> RunStatus {
+    if status.outcome.is_some() {
+        return status;
+    }
+    let Some(started) = parse_time(&status.started_at) else { return status };
+    let latest = events.iter().rev().filter(|e| e.event == EventKind::Outcome).find_map(|e| {
+        parse_time(&e.at).filter(|at| *at >= started)?;
+        let outcome: crate::records::Outcome = serde_json::from_value(Value::Object(e.fields.clone())).ok()?;
+        Some((e.at.clone(), outcome))
+    });
+    if let Some((at, outcome)) = latest {
+        status.phase = Phase::Done;
+        status.updated_at = at;
+        status.outcome = Some(outcome);
+    }
+    status
 }
 
 /// Parses `status.json` bytes: a newer version is refused by name, anything else that does not
@@ -163,8 +195,13 @@ pub fn expected_trials(
 /// [`expected_trials`] of a run dir, reading its files.
 pub fn expected_trials_in(dir: &Path) -> Option<u64> {
     let result: Option<harbor::JobResult> = harbor::read_rewritten(&dir.join(harbor::RESULT_FILE)).ok().flatten();
+    expected_trials_with(result.as_ref(), dir)
+}
+
+/// [`expected_trials`] of a run dir whose job `result.json` the caller has read already.
+pub fn expected_trials_with(result: Option<&harbor::JobResult>, dir: &Path) -> Option<u64> {
     let config: Option<harbor::JobConfig> = harbor::read(&dir.join(harbor::CONFIG_FILE)).ok().flatten();
-    expected_trials(result.as_ref(), read_launch(dir).as_ref(), config.as_ref())
+    expected_trials(result, read_launch(dir).as_ref(), config.as_ref())
 }
 
 /// Task directories of a dataset: subdirectories holding `instruction.md` (or `task.toml`).
@@ -324,18 +361,45 @@ impl Event {
 /// How much of `events.jsonl`'s end is read: the events verification needs are recent.
 pub const EVENTS_TAIL: u64 = 8 << 20;
 
-/// The events among the last [`EVENTS_TAIL`] bytes of `events.jsonl` (a line cut by the window or
-/// not parsing is skipped), oldest first.
+/// The longest `events.jsonl` line read: payload's events are a few hundred bytes; a longer line
+/// is not one of them and is skipped unparsed.
+pub const MAX_EVENT_LINE: usize = 64 << 10;
+
+/// The most events kept from one read, the latest: a run records a few dozen.
+pub const MAX_EVENTS_KEPT: usize = 4096;
+
+/// The events among the last [`EVENTS_TAIL`] bytes of `events.jsonl` (a line cut by the window,
+/// longer than [`MAX_EVENT_LINE`] or not parsing is skipped), oldest first, at most the latest
+/// [`MAX_EVENTS_KEPT`].
 pub fn read_events(dir: &Path) -> Vec<Event> {
+    read_events_where(dir, |_| true)
+}
+
+/// [`read_events`], keeping only the events whose kind `keep` wants: each line's kind is read first
+/// (its fields skipped unparsed), so a long file of other events costs its tail's bytes, not a
+/// `Value` per event.
+pub fn read_events_where(dir: &Path, keep: impl Fn(&EventKind) -> bool) -> Vec<Event> {
+    #[derive(Deserialize)]
+    struct Head {
+        event: EventKind,
+    }
     let Ok((bytes, len)) = fsread::read_tail(&dir.join(EVENTS_FILE), EVENTS_TAIL, Links::Refuse) else {
         return Vec::new();
     };
     let start = if len > bytes.len() as u64 { memchr::memchr(b'\n', &bytes).map_or(bytes.len(), |i| i + 1) } else { 0 };
-    bytes[start..]
-        .split(|b| *b == b'\n')
-        .filter(|l| !l.is_empty())
-        .filter_map(|l| serde_json::from_slice::<Event>(l).ok())
-        .collect()
+    let mut kept = std::collections::VecDeque::new();
+    for line in bytes[start..].split(|b| *b == b'\n').filter(|l| !l.is_empty() && l.len() <= MAX_EVENT_LINE) {
+        if !serde_json::from_slice::<Head>(line).is_ok_and(|head| keep(&head.event)) {
+            continue;
+        }
+        if let Ok(event) = serde_json::from_slice::<Event>(line) {
+            if kept.len() == MAX_EVENTS_KEPT {
+                kept.pop_front();
+            }
+            kept.push_back(event);
+        }
+    }
+    kept.into()
 }
 
 /// When Harbor started: the last `phase: running` event, else `status.json`'s `started_at` while

@@ -17,7 +17,6 @@ use submitter::config::cluster::ListenerSettings;
 use submitter::slurm::{JobState, SbatchOptions, Slurm, SlurmCli, SubmitRequest};
 
 use super::session::{LedgerArgs, Session};
-use submitter::config::args::duration as parse_duration;
 use submitter::output::{self, FormatArgs};
 
 pub const STATE_FILE: &str = "listener.json";
@@ -28,7 +27,7 @@ pub enum ListenerCommand {
     Start {
         #[command(flatten)]
         ledger: LedgerArgs,
-        #[arg(long, value_parser = parse_duration)]
+        #[arg(long, value_parser = submitter::config::args::interval)]
         interval: Duration,
         /// Time limit of each listener job (default: the profile's `listener.time`).
         #[arg(long, value_parser = submitter::config::args::slurm_time)]

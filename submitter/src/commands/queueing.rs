@@ -48,8 +48,8 @@ pub struct LaunchArgs {
     /// with back-off; the listener never exits on its own.
     #[arg(long, requires = "interval")]
     watch: bool,
-    /// Time between iterations (`30s`, `10m`, `1h`).
-    #[arg(long, value_parser = duration)]
+    /// Time between iterations (`30s`, `10m`, `1h`; at least 1s).
+    #[arg(long, value_parser = submitter::config::args::interval)]
     interval: Option<Duration>,
     /// Everything but the writes: sync is not run, no ledger row, no spec file, no sbatch; the
     /// plan, the specs, the sbatch argv and the preparation (staging, preflight) are all done.
@@ -114,8 +114,8 @@ fn stale_after_s(flag: Option<Duration>, interval: Option<Duration>) -> u64 {
 pub struct CancelArgs {
     #[command(flatten)]
     ledger: LedgerArgs,
-    /// Slurm job ids to cancel.
-    #[arg(long = "job", value_name = "ID")]
+    /// Slurm job ids to cancel (a job id is a positive number).
+    #[arg(long = "job", value_name = "ID", value_parser = job_id)]
     jobs: Vec<String>,
     /// Cancel the active attempts of these models (all benchmarks unless --benchmark).
     #[arg(long = "model", value_name = "M")]
@@ -416,6 +416,14 @@ pub fn sync_command(args: &SyncArgs) -> Result<ExitCode> {
         sync_text(&report) + &format!("{} change(s)\n", report.changes.len())
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--job`: a Slurm job id, kept as the text the ledger stores (`-1`, `0`, `12a` are refused).
+fn job_id(text: &str) -> std::result::Result<String, String> {
+    match text.trim().parse::<submitter::slurm::JobId>() {
+        Ok(id) if id.0 > 0 => Ok(id.to_string()),
+        _ => Err(format!("`{text}` is not a Slurm job id (a positive number)")),
+    }
 }
 
 pub fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {

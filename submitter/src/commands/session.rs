@@ -3,6 +3,7 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use launch_spec::GpuProfiles;
@@ -159,8 +160,24 @@ pub struct Session {
     pub slurm: SlurmCli,
 }
 
+/// `--ledger` with a password, given on the command line rather than through `$SUBMITTER_LEDGER`,
+/// is refused as `import --from` refuses it: argv is visible to every user of the machine.
+fn refuse_password_on_argv(ledger: Option<&str>) -> Result<()> {
+    let Some(spec) = ledger else { return Ok(()) };
+    let from_env = std::env::var("SUBMITTER_LEDGER").is_ok_and(|env| env == spec);
+    let redacted = ledger::redact_url(spec);
+    if !from_env && redacted != spec {
+        bail!(
+            "--ledger {redacted}: a password on the command line is visible to every user of this machine — \
+             put the URL in $SUBMITTER_LEDGER (e.g. from your 0600 secrets file) or in ~/.pgpass, and drop it from the flag"
+        );
+    }
+    Ok(())
+}
+
 impl Session {
     pub fn open(args: &LedgerArgs) -> Result<Session> {
+        refuse_password_on_argv(args.ledger.as_deref())?;
         let dirs = args.dirs.resolve()?;
         let root = ConfigRoot::discover().map(|r| r.root).unwrap_or_else(|_| dirs.clusters.join(".."));
         let cluster = config::load_cluster(&dirs.clusters, &args.cluster)?;
@@ -186,6 +203,7 @@ impl Session {
             .or_else(|| cluster.ledger.clone())
             .unwrap_or_else(|| ledger::default_path(&state_dir).display().to_string());
         let ledger = ledger::open_ledger(&ledger_spec)?;
+        let slurm = SlurmCli::new().with_command_timeout(Duration::from_secs(cluster.slurm.command_timeout_s));
         Ok(Session {
             root,
             cluster,
@@ -195,7 +213,7 @@ impl Session {
             presets_dir: dirs.presets,
             state_dir,
             ledger,
-            slurm: SlurmCli::new(),
+            slurm,
         })
     }
 

@@ -20,7 +20,6 @@ use submitter::verify::{Level, VerifySettings};
 
 use super::session::{LedgerArgs, Session};
 use super::verify_output::{CheckOutput, ResultsOutput, StatusOutput};
-use submitter::config::args::duration as parse_duration;
 use submitter::output::{self, FormatArgs};
 
 use crate::{ConfigDirs, EXIT_PROBLEMS};
@@ -68,7 +67,7 @@ pub struct StatusArgs {
     #[arg(long)]
     pub watch: bool,
     /// Time between refreshes with --watch (`10s`, `1m`).
-    #[arg(long, value_parser = parse_duration, default_value = "15s")]
+    #[arg(long, value_parser = submitter::config::args::interval, default_value = "15s")]
     pub interval: Duration,
     /// Show every job's evidence, not only the unhealthy ones'.
     #[arg(long, short)]
@@ -282,6 +281,16 @@ fn check_of(run_dir: Option<&str>, settings: &VerifySettings, skip: bool) -> Opt
 
 /// `submitter report --html FILE`.
 pub fn report(args: &ReportArgs) -> Result<ExitCode> {
+    // Checked before any work: a mistyped directory is an error, never created (issue 21).
+    if let Some(parent) = args.html.parent().filter(|p| !p.as_os_str().is_empty())
+        && !parent.is_dir()
+    {
+        bail!(
+            "--html {}: directory {} does not exist: create it first, or write the report elsewhere",
+            args.html.display(),
+            parent.display()
+        );
+    }
     let session = Session::open(&args.ledger)?;
     let settings = &session.cluster.verify;
     let m = matrix(&session, args.rank_by.as_deref())?;
@@ -333,9 +342,6 @@ pub fn report(args: &ReportArgs) -> Result<ExitCode> {
         jobs: &jobs,
         runs: &runs,
     });
-    if let Some(parent) = args.html.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
-    }
     std::fs::write(&args.html, html).with_context(|| format!("writing {}", args.html.display()))?;
     super::print(&format!(
         "wrote {} ({} model(s) × {} benchmark(s), {} job(s))\n",

@@ -58,6 +58,16 @@ pub fn duration(text: &str) -> Result<std::time::Duration, String> {
     v::seconds(parsed.as_secs_f64(), false).map(|_| parsed).map_err(|e| format!("`{text}`: {e}"))
 }
 
+/// `--interval` (between iterations or refreshes): a [`duration`] of at least 1 s. `0` would poll
+/// Slurm in a busy loop (1,480 `squeue` calls in 10 s, issue 21).
+pub fn interval(text: &str) -> Result<std::time::Duration, String> {
+    let parsed = duration(text)?;
+    if parsed < std::time::Duration::from_secs(1) {
+        return Err(format!("`{}`: an interval is at least 1s", text.trim()));
+    }
+    Ok(parsed)
+}
+
 fn number(text: &str) -> Result<f64, String> {
     text.trim().parse::<f64>().map_err(|_| format!("`{text}` is not a number"))
 }
@@ -79,5 +89,6 @@ mod tests {
         assert_eq!(super::duration("45"), secs(45));
         assert!(super::duration("10x").is_err() && super::duration("").is_err() && super::duration("-1s").is_err());
         assert!(super::duration("31days").is_err(), "over the 30-day bound");
+        assert!(super::interval("0").is_err() && super::interval("500ms").is_err() && super::interval("1s").is_ok());
     }
 }

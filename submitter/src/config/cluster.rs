@@ -130,6 +130,10 @@ pub struct SlurmSettings {
     /// Slurm's KillWait on this cluster (seconds between TERM and KILL); payload's grace fits inside.
     #[serde(default = "default_kill_wait")]
     pub kill_wait_s: u64,
+    /// How long one Slurm command (`sbatch`, `squeue`, …) may run before it is killed: they retry
+    /// for minutes against a busy or absent slurmctld.
+    #[serde(default = "default_command_timeout")]
+    pub command_timeout_s: u64,
     /// The batch script (relative paths are from the repository root).
     #[serde(default = "default_script")]
     pub script: PathBuf,
@@ -144,6 +148,29 @@ pub struct SlurmSettings {
     /// a node is planned over up to this many nodes instead of refused.
     #[serde(default = "one_node")]
     pub max_nodes: u32,
+}
+
+/// Whether `name` may be in `export_env`: a shell identifier (what `sbatch --export` takes) that is
+/// not shaped like a secret — the job gets its secrets from the secrets file on the node, and an
+/// exported value lands in Slurm's job record, readable with `scontrol show job`.
+fn exportable(name: &str) -> Result<(), String> {
+    if !launch_spec::expand::is_var_name(name) {
+        return Err(format!("`{name}` is not an environment variable name"));
+    }
+    let upper = name.to_ascii_uppercase();
+    let secret = ["API_KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL"].iter().any(|m| upper.contains(m))
+        || upper.ends_with("_KEY");
+    if secret {
+        return Err(format!(
+            "`{name}` looks like a secret: it would be visible in Slurm's job record; put it in the secrets file \
+             (secrets.file) instead, which payload reads on the node"
+        ));
+    }
+    Ok(())
+}
+
+fn default_command_timeout() -> u64 {
+    60
 }
 
 fn one_node() -> u32 {
@@ -672,6 +699,17 @@ impl ClusterProfile {
             check("engine.distributed_timeout_s", v::whole_seconds(timeout, true).map(drop));
         }
         check("slurm.kill_wait_s", v::whole_seconds(self.slurm.kill_wait_s, false).map(drop));
+        check("slurm.command_timeout_s", v::at_least_one(self.slurm.command_timeout_s).map(drop));
+        let listener_export = self.listener.iter().flat_map(|l| l.export_env.iter());
+        for (field, name) in self
+            .slurm
+            .export_env
+            .iter()
+            .map(|n| ("slurm.export_env", n))
+            .chain(listener_export.map(|n| ("listener.export_env", n)))
+        {
+            check(field, exportable(name));
+        }
         check("limits.walltime_lead_s", v::whole_seconds(limits.walltime_lead_s, false).map(drop));
         check("limits.submission_delay_s", v::seconds(limits.submission_delay_s, false).map(drop));
         check("limits.stale_pending_hours", v::seconds(limits.stale_pending_hours * 3600.0, true).map(drop));

@@ -174,15 +174,21 @@ pub fn parse_slurm_time(text: &str) -> Option<u64> {
         None => (0, text),
     };
     let parts: Vec<u64> = rest.split(':').map(|p| p.parse().ok()).collect::<Option<_>>()?;
-    let seconds = match (text.contains('-'), parts.as_slice()) {
+    let with_days = text.contains('-');
+    // Below the leading field a clock's ranges hold (`99999:99:99` is no time), and hours below days.
+    let below = |v: &u64, max: u64| (*v < max).then_some(*v);
+    let seconds = match (with_days, parts.as_slice()) {
         (false, [m]) => m * 60,
-        (false, [m, s]) => m * 60 + s,
-        (_, [h, m, s]) => h * 3600 + m * 60 + s,
-        (true, [h]) => h * 3600,
-        (true, [h, m]) => h * 3600 + m * 60,
+        (false, [m, s]) => m * 60 + below(s, 60)?,
+        (false, [h, m, s]) => h * 3600 + below(m, 60)? * 60 + below(s, 60)?,
+        (true, [h, m, s]) => below(h, 24)? * 3600 + below(m, 60)? * 60 + below(s, 60)?,
+        (true, [h]) => below(h, 24)? * 3600,
+        (true, [h, m]) => below(h, 24)? * 3600 + below(m, 60)? * 60,
         _ => return None,
     };
-    Some(days * 86400 + seconds)
+    // Past Slurm's own bound on a job's time, and the 30 days every duration here is held to.
+    let total = days.checked_mul(86400)?.checked_add(seconds)?;
+    (total <= launch_spec::validate::MAX_SECONDS).then_some(total)
 }
 
 #[cfg(test)]
@@ -199,5 +205,9 @@ mod tests {
         assert_eq!(parse_slurm_time("2-12"), Some(216000));
         assert_eq!(parse_slurm_time("soon"), None);
         assert_eq!(parse_slurm_time("1:2:3:4"), None);
+        assert_eq!(parse_slurm_time("99999:99:99"), None, "minutes and seconds below 60");
+        assert_eq!(parse_slurm_time("1-24:00:00"), None, "hours below 24 with days");
+        assert_eq!(parse_slurm_time("31-00:00:00"), None, "at most 30 days");
+        assert_eq!(parse_slurm_time("720:00:00"), Some(30 * 86400));
     }
 }

@@ -221,6 +221,16 @@ impl LedgerSpec {
         if let Some((scheme, _)) = spec.split_once("://") {
             return Err(bad(&format!("unknown scheme {scheme:?}")));
         }
+        // A libpq keyword string (`host=db dbname=ledger user=me`) is PostgreSQL, never a file name.
+        if starts_with_keyword(spec) {
+            return keyword_string_url(spec).map(LedgerSpec::Postgres).map_err(|detail| LedgerError::BadSpec {
+                spec: "a libpq keyword connection string".to_string(),
+                detail,
+            });
+        }
+        if spec.starts_with("postgres:") || spec.starts_with("postgresql:") {
+            return Err(bad("a PostgreSQL URL starts with postgres:// (two slashes)"));
+        }
         Ok(LedgerSpec::Sqlite(PathBuf::from(spec)))
     }
 
@@ -243,6 +253,118 @@ impl fmt::Display for LedgerSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.location())
     }
+}
+
+/// The keywords libpq's connection strings know and the driver (`postgres::Config`) reads.
+const LIBPQ_KEYWORDS: &[&str] = &[
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "options",
+    "application_name",
+    "sslmode",
+    "sslrootcert",
+    "connect_timeout",
+    "keepalives",
+    "keepalives_idle",
+    "target_session_attrs",
+    "channel_binding",
+    "load_balance_hosts",
+];
+
+/// Whether `spec` opens like `key=value` (`key` letters and `_`, spaces allowed around `=`): how a
+/// libpq keyword string starts and a path never plainly does.
+fn starts_with_keyword(spec: &str) -> bool {
+    let key_end = spec.find(|c: char| !(c.is_ascii_alphabetic() || c == '_')).unwrap_or(spec.len());
+    key_end > 0 && spec[key_end..].trim_start().starts_with('=')
+}
+
+/// The `key=value` pairs of a libpq keyword string: values bare (backslash escapes) or in single
+/// quotes (`\'` and `\\` escaped), pairs separated by whitespace. Errors never quote a value.
+fn keyword_pairs(spec: &str) -> std::result::Result<Vec<(String, String)>, String> {
+    let mut pairs = Vec::new();
+    let mut chars = spec.chars().peekable();
+    loop {
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        if chars.peek().is_none() {
+            return Ok(pairs);
+        }
+        let mut key = String::new();
+        while let Some(c) = chars.next_if(|c| c.is_ascii_alphanumeric() || *c == '_') {
+            key.push(c);
+        }
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        if key.is_empty() || chars.next() != Some('=') {
+            return Err(format!("expected `keyword=value` after {} pair(s)", pairs.len()));
+        }
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        let mut value = String::new();
+        if chars.next_if_eq(&'\'').is_some() {
+            loop {
+                match chars.next() {
+                    Some('\\') => value.extend(chars.next()),
+                    Some('\'') => break,
+                    Some(c) => value.push(c),
+                    None => return Err(format!("unterminated quote in the value of `{key}`")),
+                }
+            }
+        } else {
+            while let Some(c) = chars.next_if(|c| !c.is_whitespace()) {
+                if c == '\\' {
+                    value.extend(chars.next());
+                } else {
+                    value.push(c);
+                }
+            }
+        }
+        if !LIBPQ_KEYWORDS.contains(&key.as_str()) {
+            return Err(format!("unknown keyword `{key}` (known: {})", LIBPQ_KEYWORDS.join(", ")));
+        }
+        pairs.push((key, value));
+    }
+}
+
+/// A libpq keyword string as the equivalent `postgres://` URL, so it goes the one way every ledger
+/// URL goes (TLS settings, redaction, the printed location). User, a plain host, port and database
+/// form the URL's body; the password and everything else become query parameters, which the driver
+/// reads as the same keywords.
+fn keyword_string_url(spec: &str) -> std::result::Result<String, String> {
+    use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+    let encode = |text: &str| utf8_percent_encode(text, NON_ALPHANUMERIC).to_string();
+    let pairs = keyword_pairs(spec)?;
+    let get = |key: &str| pairs.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+    let plain_host =
+        get("host").filter(|h| !h.is_empty() && h.chars().all(|c| c.is_ascii_alphanumeric() || ".-".contains(c)));
+    let plain_port = get("port").filter(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()));
+    let mut url = String::from("postgres://");
+    if let Some(user) = get("user") {
+        url += &format!("{}@", encode(user));
+    }
+    if let Some(host) = plain_host {
+        url += host;
+        if let Some(port) = plain_port {
+            url += &format!(":{port}");
+        }
+    }
+    url.push('/');
+    if let Some(db) = get("dbname") {
+        url += &encode(db);
+    }
+    let in_body = |key: &str| {
+        key == "user"
+            || key == "dbname"
+            || (key == "host" && plain_host.is_some())
+            || (key == "port" && plain_host.is_some() && plain_port.is_some())
+    };
+    let query: Vec<String> =
+        pairs.iter().filter(|(k, _)| !in_body(k)).map(|(k, v)| format!("{k}={}", encode(v))).collect();
+    if !query.is_empty() {
+        url += &format!("?{}", query.join("&"));
+    }
+    Ok(url)
 }
 
 /// `url` with its password replaced by `***`, in the user-info part and in any `password=`
@@ -564,6 +686,29 @@ mod tests {
         assert!(matches!(LedgerSpec::parse(" "), Err(LedgerError::BadSpec { .. })));
         let err = LedgerSpec::parse("mysql://u:placeholder-pw@h/db").unwrap_err().to_string();
         assert!(!err.contains("placeholder-pw"), "{err}");
+        assert!(matches!(LedgerSpec::parse("postgres:/h/db"), Err(LedgerError::BadSpec { .. })));
+        assert_eq!(LedgerSpec::parse("/d/a=b.sqlite").unwrap(), LedgerSpec::Sqlite("/d/a=b.sqlite".into()));
+    }
+
+    /// A libpq keyword string is PostgreSQL (never a new SQLite file): the same URL, quoting and
+    /// unix-socket hosts included; an unknown keyword or an open quote is refused without its value.
+    #[test]
+    fn keyword_strings_are_postgres_urls() {
+        let url = |spec: &str| match LedgerSpec::parse(spec) {
+            Ok(LedgerSpec::Postgres(url)) => url,
+            other => panic!("{spec}: {other:?}"),
+        };
+        assert_eq!(url("host=db.local port=5433 dbname=ledger user=me"), "postgres://me@db.local:5433/ledger");
+        assert_eq!(url("dbname = ledger  host=h sslmode=require"), "postgres://h/ledger?sslmode=require");
+        assert_eq!(
+            url("host=/var/run/postgresql user=me password='p w\\'x' dbname=l"),
+            "postgres://me@/l?host=%2Fvar%2Frun%2Fpostgresql&password=p%20w%27x"
+        );
+        assert_eq!(LedgerSpec::parse("host=h password=s3cret dbname=l").unwrap().location(), "postgres://h/l");
+        for bad in ["host=h nosuch=s3cret", "host=h password='s3cret", "host=h s3cret"] {
+            let err = LedgerSpec::parse(bad).unwrap_err().to_string();
+            assert!(err.contains("keyword connection string") && !err.contains("s3cret"), "{bad}: {err}");
+        }
     }
 
     /// A password for the redaction test, never a literal in the source: the test role's password

@@ -100,7 +100,6 @@ pub struct DirEvidence {
     pub evidence: Evidence,
     pub run_tag: Option<String>,
     pub engine_log: Option<EngineLog>,
-    pub job_result: Option<serde_json::Value>,
 }
 
 /// Reads a run dir into [`Evidence`] for the reference time `now`.
@@ -126,23 +125,29 @@ pub fn evidence_from_dir(
         (None, Ok(TrialScan::default()))
     };
     let trials = trials.map_err(|source| CheckError::Io { path: dir.to_path_buf(), source })?;
-    let log = match log {
-        Some(Ok(log)) => log,
-        Some(Err(source)) => return Err(CheckError::Io { path: engine_log_path.unwrap_or_default(), source }),
-        None => None,
+    // An engine log that cannot be read is this dir's finding, not the end of the command: the
+    // other checks of the dir, and the other dirs, still run.
+    let (log, log_unreadable) = match log {
+        Some(Ok(log)) => (log, None),
+        Some(Err(source)) => (None, Some(source)),
+        None => (None, None),
     };
     let payload = rundir::read_status(dir);
-    let events = rundir::read_events(dir);
+    // Only the kinds verification reads (the engine's start, the tunnel's pair, the outcome).
+    let events = rundir::read_events_where(dir, |kind| {
+        matches!(kind, rundir::EventKind::Phase | rundir::EventKind::TunnelPair | rundir::EventKind::Outcome)
+    });
     let launch_view = rundir::read_launch(dir);
     let launch = read_launch(launch_view.clone(), &events);
     let job_config: Option<JobConfig> = hf::read(&dir.join(hf::CONFIG_FILE)).ok().flatten();
-    let job_result_value: Option<serde_json::Value> = hf::read_rewritten(&dir.join(hf::RESULT_FILE)).ok().flatten();
-    let job_result: Option<JobResult> = job_result_value.clone().and_then(|v| serde_json::from_value(v).ok());
+    // The typed partial model, read once: a 16 MiB result.json costs little more than its bytes.
+    let job_result: Option<JobResult> = hf::read_rewritten(&dir.join(hf::RESULT_FILE)).ok().flatten();
     if depth == Depth::Full {
         let is_run_dir = payload != StatusRecord::Absent
             || job_config.is_some()
             || job_result.is_some()
             || log.is_some()
+            || log_unreadable.is_some()
             || trials.dirs > 0
             || dir.join(SPEC_FILE).is_file()
             || find_tunnel_log(dir).is_some();
@@ -166,14 +171,20 @@ pub fn evidence_from_dir(
     if depth == Depth::Full || job_config.is_some() {
         api_base_findings(&agent, &launch, &trials, tunnel.as_ref(), &mut config);
     }
+    if let (Some(err), Some(path)) = (&log_unreadable, &engine_log_path) {
+        config.push(
+            Finding::new("engine", "engine.log_unreadable", Level::Fail, format!("engine log cannot be read: {err}"))
+                .evidence(path.display().to_string())
+                .action("make it a regular file payload can write and this user can read; the engine was not judged"),
+        );
+    }
     if depth == Depth::Records {
         config.retain(|f| f.level == Level::Fail);
     }
 
     let beat = status.and_then(|s| s.heartbeat.as_ref());
     let engine = engine_facts(log.as_ref(), beat, engine_log_path.as_deref(), running_since, &harbor);
-    let audit =
-        job_result_value.as_ref().map(|r| results::audit_of(&results::summary_from_result(r, expected), settings));
+    let audit = job_result.as_ref().map(|r| results::audit_of(&results::summary_from_result(r, expected), settings));
     let evidence = Evidence {
         now: Some(now),
         running_since,
@@ -196,7 +207,7 @@ pub fn evidence_from_dir(
         .clone()
         .or_else(|| status.map(|s| s.run_tag.clone()))
         .or_else(|| job_config.as_ref().and_then(|c| c.job_name.clone()));
-    Ok(DirEvidence { evidence, run_tag, engine_log: log, job_result: job_result_value })
+    Ok(DirEvidence { evidence, run_tag, engine_log: log })
 }
 
 /// The engine's evidence: the access log when it has completions, else payload's heartbeat.

@@ -12,6 +12,9 @@ use std::path::Path;
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use launch_spec::rundir::harbor::{self, JobResult, JobStats};
+use launch_spec::rundir::lenient::{Count, Forgiving};
+
 use super::VerifySettings;
 use crate::ledger::{Attempt, AttemptId, AttemptStatus, Timestamp};
 
@@ -58,38 +61,38 @@ pub struct Audit {
 }
 
 /// Summarises a Harbor job `result.json`. `expected` = n_tasks × n_attempts when known.
-pub fn summary_from_result(result: &Value, expected: Option<u64>) -> ScoreSummary {
+pub fn summary_from_result(result: &JobResult, expected: Option<u64>) -> ScoreSummary {
     let mut s = ScoreSummary {
-        n_total_trials: result.get("n_total_trials").and_then(Value::as_u64),
-        harbor_finished: result.get("finished_at").is_some_and(|f| !f.is_null()),
+        n_total_trials: result.n_total_trials,
+        harbor_finished: result.finished_at.is_some(),
         ..ScoreSummary::default()
     };
     let mut means = Vec::new();
-    let stats = result.get("stats");
-    for eval in stats.and_then(|s| s.get("evals")).and_then(Value::as_object).into_iter().flat_map(|m| m.values()) {
-        if let Some(mean) = eval.pointer("/metrics/0/mean").and_then(Value::as_f64) {
+    let stats = result.stats.as_ref();
+    for Forgiving(eval) in stats.into_iter().flat_map(|s| s.evals.values()) {
+        if let Some(mean) = eval.metrics.mean {
             means.push(mean);
         }
-        s.n_verified += eval.get("n_trials").and_then(Value::as_u64).unwrap_or(0);
-        s.n_errors += eval.get("n_errors").and_then(Value::as_u64).unwrap_or(0);
-        for (kind, ids) in eval.get("exception_stats").and_then(Value::as_object).into_iter().flatten() {
-            *s.errors_by_type.entry(kind.clone()).or_default() += ids.as_array().map_or(0, |a| a.len() as u64);
+        s.n_verified += eval.n_trials.unwrap_or(0);
+        s.n_errors += eval.n_errors.unwrap_or(0);
+        for (kind, Count(n)) in &eval.exception_stats {
+            *s.errors_by_type.entry(kind.clone()).or_default() += n;
         }
-        for (value, ids) in eval.pointer("/reward_stats/reward").and_then(Value::as_object).into_iter().flatten() {
-            let n = ids.as_array().map_or(0, |a| a.len() as u64);
+        for (value, Count(n)) in &eval.reward_stats.reward {
             *s.rewards.entry(value.clone()).or_default() += n;
             s.n_valid += n;
         }
     }
-    let stat = |key: &str| stats.and_then(|st| st.get(key)).and_then(Value::as_u64);
+    let stat = |key: fn(&JobStats) -> Option<u64>| stats.and_then(key);
     // Pre-0.2x Harbor: top-level stats.n_trials / n_errors only.
     if s.n_verified == 0 && s.n_errors == 0 {
-        s.n_verified = stat("n_trials").unwrap_or(0);
-        s.n_errors = stat("n_errors").unwrap_or(0);
+        s.n_verified = stat(|st| st.n_trials).unwrap_or(0);
+        s.n_errors = stat(|st| st.n_errors).unwrap_or(0);
     }
     // Finished trials: Harbor's count, else at least the verified and the valid+errored ones.
-    s.n_trials = stat("n_completed_trials")
-        .unwrap_or_else(|| stat("n_trials").unwrap_or(s.n_verified).max(s.n_valid + s.n_errors).max(s.n_verified));
+    s.n_trials = stat(|st| st.n_completed_trials).unwrap_or_else(|| {
+        stat(|st| st.n_trials).unwrap_or(s.n_verified).max(s.n_valid + s.n_errors).max(s.n_verified)
+    });
     s.mean_reward = (!means.is_empty()).then(|| means.iter().sum::<f64>() / means.len() as f64);
     for (kind, n) in &s.errors_by_type {
         if launch_spec::spec::INFRA_ERROR_TYPES.contains(&kind.as_str()) {
@@ -101,11 +104,12 @@ pub fn summary_from_result(result: &Value, expected: Option<u64>) -> ScoreSummar
     s
 }
 
-/// The summary of a run dir's `result.json`; `None` without one.
+/// The summary of a run dir's `result.json`; `None` without one holding `stats`. Read once, into the
+/// typed partial model (nothing but counts kept), and that one read also gives `n_total_trials`.
 pub fn score_summary(run_dir: &Path) -> Option<ScoreSummary> {
-    let result: Value = super::read_record(&run_dir.join("result.json"))?;
-    result.get("stats")?;
-    let expected = launch_spec::rundir::expected_trials_in(run_dir);
+    let result: JobResult = super::read_record(&run_dir.join(harbor::RESULT_FILE))?;
+    result.stats.as_ref()?;
+    let expected = launch_spec::rundir::expected_trials_with(Some(&result), run_dir);
     Some(summary_from_result(&result, expected))
 }
 
@@ -512,7 +516,11 @@ mod tests {
     use super::*;
     use chrono::DateTime;
 
-    fn result(mean: f64, rewards: &[(&str, usize)], errors: &[(&str, usize)], total: u64) -> Value {
+    fn typed(value: Value) -> JobResult {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn result(mean: f64, rewards: &[(&str, usize)], errors: &[(&str, usize)], total: u64) -> JobResult {
         let reward_stats: serde_json::Map<String, Value> = rewards
             .iter()
             .map(|(k, n)| (k.to_string(), json!((0..*n).map(|i| format!("t{i}")).collect::<Vec<_>>())))
@@ -523,9 +531,9 @@ mod tests {
             .collect();
         let n_errors: usize = errors.iter().map(|e| e.1).sum();
         let n_trials: usize = rewards.iter().map(|r| r.1).sum::<usize>() + n_errors;
-        json!({"n_total_trials": total, "finished_at": "2026-01-01T00:00:00", "stats": {"evals": {"a__m__d": {
+        typed(json!({"n_total_trials": total, "finished_at": "2026-01-01T00:00:00", "stats": {"evals": {"a__m__d": {
             "n_trials": n_trials, "n_errors": n_errors, "metrics": [{"mean": mean}],
-            "reward_stats": {"reward": reward_stats}, "exception_stats": exception_stats}}}})
+            "reward_stats": {"reward": reward_stats}, "exception_stats": exception_stats}}}}))
     }
 
     #[test]
@@ -551,9 +559,11 @@ mod tests {
         // harbor 0.25: an eval's n_trials counts the trials the verifier ran on; errored trials
         // that never reached it are only in n_errors, and the mean is over all finished trials.
         let names = |p: &str, n: usize| (0..n).map(|i| format!("{p}{i}")).collect::<Vec<_>>();
-        let r = json!({"n_total_trials": 60, "stats": {"n_completed_trials": 60, "n_errored_trials": 46, "evals": {"e": {
+        let r = typed(
+            json!({"n_total_trials": 60, "stats": {"n_completed_trials": 60, "n_errored_trials": 46, "evals": {"e": {
             "n_trials": 14, "n_errors": 46, "metrics": [{"mean": 8.0 / 60.0}],
-            "reward_stats": {"reward": {"1.0": names("a", 8), "0.0": names("b", 6)}}, "exception_stats": {"ContextLengthExceededError": names("c", 46)}}}}});
+            "reward_stats": {"reward": {"1.0": names("a", 8), "0.0": names("b", 6)}}, "exception_stats": {"ContextLengthExceededError": names("c", 46)}}}}}),
+        );
         let s = summary_from_result(&r, None);
         assert_eq!((s.n_trials, s.n_verified, s.n_valid, s.n_errors), (60, 14, 14, 46));
         let audit = audit_of(&s, &VerifySettings::default());

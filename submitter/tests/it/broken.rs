@@ -190,3 +190,46 @@ fn listener_refuses_a_ledger_password_without_echoing_it() {
     assert!(err.contains("~/.pgpass"), "{err}");
     assert!(!err.contains("not-a-real-password"), "{err}");
 }
+
+/// Issue 21 item 12, the submitter's small refusals, each a one-line error and nothing done: a
+/// zero `--interval`, a job id that is none, `report --html` into a missing directory (not created),
+/// a ledger password on argv (as `import --from` refuses one; never echoed), and lint refusing an
+/// exported secret name and a clock time past its ranges.
+#[test]
+fn small_refusals_of_issue_21() {
+    let out = submitter(&["launch", "--cluster", "local", "--watch", "--interval", "0"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("an interval is at least 1s"), "{}", stderr(&out));
+    for bad in ["--job=-1", "--job=0", "--job=12a"] {
+        let out = submitter(&["cancel", "--cluster", "local", bad]);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {}", stderr(&out));
+        assert!(stderr(&out).contains("is not a Slurm job id"), "{bad}: {}", stderr(&out));
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let html = tmp.path().join("missing/sub/report.html");
+    let out = submitter(&["report", "--cluster", "local", "--html", html.to_str().unwrap()]);
+    assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("does not exist"), "{}", stderr(&out));
+    assert!(!tmp.path().join("missing").exists(), "the missing directory was created");
+    let secret = format!("pw{}", std::process::id());
+    let url = format!("postgres://u:{secret}@127.0.0.1:1/db");
+    let out = submitter(&["status", "--cluster", "local", "--ledger", &url]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("a password on the command line"), "{}", stderr(&out));
+    assert!(!stderr(&out).contains(&secret) && !stdout(&out).contains(&secret), "the password was echoed");
+
+    let clusters = tmp.path().join("clusters");
+    std::fs::create_dir_all(&clusters).unwrap();
+    let shipped = crate::support::workspace_root().join("clusters");
+    std::fs::copy(shipped.join("gpus.yaml"), clusters.join("gpus.yaml")).unwrap();
+    let profile = std::fs::read_to_string(shipped.join("local.yaml"))
+        .unwrap()
+        .replace("  time: \"00:30:00\"", "  time: \"99999:99:99\"")
+        .replace("  export_env: [PAYLOAD_GPU_FIXTURE]", "  export_env: [PAYLOAD_GPU_FIXTURE, DAYTONA_API_KEY]");
+    std::fs::write(clusters.join("local.yaml"), profile).unwrap();
+    let out = submitter(&["registry", "check", "--clusters", clusters.to_str().unwrap()]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
+    assert!(text.contains("`DAYTONA_API_KEY` looks like a secret"), "{text}");
+    assert!(text.contains("99999:99:99"), "{text}");
+}

@@ -1,7 +1,8 @@
 //! The launch path end to end (issue 10 items 4–6): a listener that lasts (a real `squeue` that
 //! times out, through a wrapper on PATH), one bad pair refused while the others go on, `plan` and
 //! `launch` agreeing on the exact sbatch argv, configuration keys that do something or are refused,
-//! the listener job's own placement, and walltime continuation on the real local Slurm.
+//! the listener job's own placement, and walltime continuation on the real local Slurm; an sbatch
+//! whose answer is lost never makes a second job (issue 21).
 
 #![allow(clippy::print_stderr)]
 
@@ -344,4 +345,82 @@ fn walltime_end_is_continued_not_failed() {
     let row = rows.iter().find(|r| r["attempt"] == second.id.0).expect("the continuation's row");
     assert_eq!(row["continues"]["attempt"], first.id.0, "{row}");
     cancel_all(&*ledger);
+}
+
+/// The ids of the jobs Slurm holds (queued or running) that were submitted from `dir`: every job of
+/// one test cluster, whichever attempt, tag or name it has.
+fn active_jobs_from(dir: &Path) -> Vec<String> {
+    let out = Command::new("squeue").args(["-h", "--states=all", "-o", "%A|%T|%Z"]).output().unwrap();
+    assert!(out.status.success(), "squeue: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.splitn(3, '|');
+            let (id, state, work_dir) = (fields.next()?, fields.next()?, fields.next()?);
+            let active = ["PENDING", "RUNNING", "CONFIGURING", "COMPLETING"].contains(&state);
+            (active && Path::new(work_dir) == dir).then(|| id.to_string())
+        })
+        .collect()
+}
+
+/// Cancels every job submitted from a test cluster's dir, duplicates included (test hygiene).
+struct CancelFrom<'a>(&'a Path);
+
+impl Drop for CancelFrom<'_> {
+    fn drop(&mut self) {
+        for job in active_jobs_from(self.0) {
+            crate::queueing::scancel(&job);
+        }
+    }
+}
+
+/// Issue 21 item 2: `sbatch` queues the job and its answer is lost — the real sbatch runs behind a
+/// wrapper that then exits 1 with slurmctld's socket message, prints garbage instead of the id, or
+/// sleeps past `slurm.command_timeout_s`. Each time the attempt finds its job by its tag
+/// (`--comment`) and keeps it: after three launches exactly one job is queued for the pair, one
+/// active attempt holds its id, none failed, and `status` counts it active.
+#[test]
+fn lost_sbatch_answers_never_duplicate_a_job() {
+    if !slurm_up() {
+        return;
+    }
+    let lost = [
+        (
+            "socket",
+            "/usr/bin/sbatch \"$@\" >/dev/null\n\
+             echo 'sbatch: error: Batch job submission failed: Socket timed out on send/recv operation' >&2\nexit 1\n",
+        ),
+        ("garbage", "/usr/bin/sbatch \"$@\" >/dev/null\necho '<html>502 Bad Gateway</html>'\n"),
+        ("timeout", "/usr/bin/sbatch \"$@\" >/dev/null\nexec sleep 60\n"),
+    ];
+    for (how, body) in lost {
+        let store = Store::sqlite();
+        let cluster = slow_cluster(&format!("lost-{how}"), 300, |p| {
+            if how == "timeout" {
+                *p = p.replace("  time: \"00:10:00\"\n", "  time: \"00:10:00\"\n  command_timeout_s: 8\n");
+            }
+        });
+        let _cleanup = CancelFrom(cluster.root());
+        let path = wrapper(&cluster, "sbatch", body);
+        let models = cluster.models_file(&["test/Tiny-1B"]);
+        let sel = ["--once", "--preset", "tb2", "--models-file", models.to_str().unwrap()];
+        let mut outputs = String::new();
+        for _ in 0..3 {
+            let out = cluster.run(&["launch"], &store.spec, &sel, &[("PATH", &path)]);
+            outputs += &text(&out);
+            assert!(out.status.success(), "{how}: {outputs}");
+        }
+        let jobs = active_jobs_from(cluster.root());
+        assert_eq!(jobs.len(), 1, "{how}: one queued job for the pair, not {jobs:?}: {outputs}");
+        let ledger = open_ledger(&store.spec).unwrap();
+        let attempts = ledger.attempts_for("test/Tiny-1B", "terminal_bench_2").unwrap();
+        assert_eq!(attempts.len(), 1, "{how}: one attempt: {attempts:?}");
+        assert!(attempts[0].status.is_active(), "{how}: {:?}", attempts[0]);
+        assert_eq!(attempts[0].slurm_job_id.as_deref(), Some(jobs[0].as_str()), "{how}: the attempt holds the job");
+        assert!(outputs.contains("sbatch's answer was lost, job found by its tag"), "{how}: {outputs}");
+        let pair = ledger.latest_per_pair().unwrap().pop().unwrap();
+        assert_eq!(pair.failed_attempts, 0, "{how}: a lost answer is no failure");
+        let status = cluster.run(&["status"], &store.spec, &[], &[]);
+        assert!(text(&status).contains("1 active attempt(s)"), "{how}: {}", text(&status));
+    }
 }

@@ -751,3 +751,59 @@ fn sqlite_default_location_is_in_the_state_dir() {
     memory.insert_pending(&new_attempt("m", "b")).unwrap();
     assert_eq!(memory.active().unwrap().len(), 1);
 }
+
+/// Issue 21 item 7: `SUBMITTER_LEDGER="host=… dbname=… user=…"`, a libpq keyword string, is the
+/// PostgreSQL ledger it names (the real test server, its schema migrated), never a new empty SQLite
+/// file of that name in the current directory; the password is never printed.
+#[test]
+fn a_libpq_keyword_string_is_the_postgres_ledger_never_a_new_file() {
+    let Some(store) = Store::postgres("keyword_string") else { return };
+    let schema = store.pg_schema.as_ref().map(|s| s.name.clone()).unwrap();
+    let config: ::postgres::Config = pg_url().parse().unwrap();
+    let host = match &config.get_hosts()[0] {
+        ::postgres::config::Host::Tcp(host) => host.clone(),
+        ::postgres::config::Host::Unix(path) => path.display().to_string(),
+    };
+    let quote = |text: &str| format!("'{}'", text.replace('\\', "\\\\").replace('\'', "\\'"));
+    let mut keywords = format!(
+        "host={host} port={} dbname={} user={} options={}",
+        config.get_ports().first().copied().unwrap_or(5432),
+        config.get_dbname().unwrap_or("postgres"),
+        config.get_user().unwrap_or("postgres"),
+        quote(&format!("-c search_path={schema}"))
+    );
+    let password = config.get_password().map(|p| String::from_utf8_lossy(p).into_owned()).filter(|p| !p.is_empty());
+    if let Some(password) = &password {
+        keywords += &format!(" password={}", quote(password));
+    }
+    let cluster = crate::queueing::TestCluster::new("keywords", |_| {});
+    let out =
+        cluster.command_without_ledger(&["status"], &[], &[("SUBMITTER_LEDGER", keywords.as_str())]).output().unwrap();
+    let printed = crate::queueing::text(&out);
+    assert!(out.status.success(), "{printed}");
+    assert!(password.is_none_or(|p| !printed.contains(&p)), "the password was printed: {printed}");
+    let stray: Vec<_> = std::fs::read_dir(cluster.root())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.contains('='))
+        .collect();
+    // Not printed: the name would hold the password.
+    assert!(stray.is_empty(), "{} file(s) were made of the connection string", stray.len());
+    let mut admin = pg_admin().unwrap();
+    let row = admin
+        .query_one(
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = $1 AND table_name = 'attempts'",
+            &[&schema],
+        )
+        .unwrap();
+    assert_eq!(row.get::<_, i64>(0), 1, "the ledger was created in the named database's schema");
+    // A keyword the driver does not know is one line naming it, not a file.
+    let out = cluster
+        .command_without_ledger(&["status"], &[], &[("SUBMITTER_LEDGER", "host=h dbnme=x password=s3cret")])
+        .output()
+        .unwrap();
+    let printed = crate::queueing::text(&out);
+    assert!(!out.status.success() && printed.contains("unknown keyword `dbnme`"), "{printed}");
+    assert!(!printed.contains("s3cret") && printed.trim().lines().count() == 1, "{printed}");
+}

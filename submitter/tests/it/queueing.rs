@@ -104,11 +104,21 @@ listener: {{partition: debug, time: \"00:05:00\", internet: true}}
 
     /// [`TestCluster::run`]'s command, not started (for a long-running `launch --watch`).
     pub(crate) fn command(&self, command: &[&str], ledger: &str, args: &[&str], extra_env: &[(&str, &str)]) -> Command {
+        // Through the variable, not argv: a PostgreSQL URL holds the test role's password.
+        self.command_without_ledger(command, args, &[&[("SUBMITTER_LEDGER", ledger)][..], extra_env].concat())
+    }
+
+    /// [`TestCluster::command`] for a command that takes no `--ledger` (`preflight`).
+    pub(crate) fn command_without_ledger(
+        &self,
+        command: &[&str],
+        args: &[&str],
+        extra_env: &[(&str, &str)],
+    ) -> Command {
         let mut cmd = Command::new(SUBMITTER);
         cmd.args(command)
             .args(["--cluster", &self.name, "--clusters"])
             .arg(self.root().join("clusters"))
-            .args(["--ledger", ledger])
             .args(args)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap())
@@ -262,7 +272,8 @@ fn two_concurrent_launches_submit_each_pair_once() {
                     "--clusters",
                 ])
                 .arg(cluster.root().join("clusters"))
-                .args(["--ledger", ledger_spec, "--state-dir"])
+                .env("SUBMITTER_LEDGER", ledger_spec)
+                .arg("--state-dir")
                 .arg(cluster.root().join(state))
                 .arg("--models-file")
                 .arg(&models)
@@ -654,7 +665,8 @@ fn two_clusters(ledger_spec: &str, tag: &str) {
             .env("PATH", path_of(cluster))
             .args(["launch", "--once", "--preset", "tb2", "--preset", "v2", "--cluster", &cluster.name, "--clusters"])
             .arg(cluster.root().join("clusters"))
-            .args(["--ledger", ledger_spec, "--models-file"])
+            .env("SUBMITTER_LEDGER", ledger_spec)
+            .arg("--models-file")
             .arg(list)
             .args(extra)
             .env("SUBMITTER_HOME", workspace_root())

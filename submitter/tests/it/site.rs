@@ -655,3 +655,56 @@ fn with_internet_the_job_downloads_into_the_profiles_cache_not_home() {
     let spec = launch_spec::LaunchSpec::from_file(&site.run_dir().join("launch.json")).unwrap();
     assert!(!spec.serve.env.contains_key("HF_HUB_OFFLINE"), "online where the nodes have internet");
 }
+
+/// Issue 21 item 6: preflight reads the secrets file and the Harbor job config with payload's own
+/// readers, so what the job would refuse on the node (exit 3 or 14 after its wait in the queue) fails
+/// here: a malformed line, an unterminated quote, a NUL byte, more than 1 MiB; a YAML tab error,
+/// more than 4 MiB. Each failure names the file and the line, never a secret's value.
+#[test]
+fn preflight_refuses_what_payload_refuses() {
+    if !slurm_up() {
+        return;
+    }
+    let cluster = crate::queueing::TestCluster::new("refuses", |_| {});
+    let secrets = cluster.root().join("secrets.env");
+    let good = std::fs::read_to_string(&secrets).unwrap();
+    let preflight = |extra: &[&str]| {
+        let args = [&["--preset", "tb2", "--model", "test/Tiny-1B", "--json"][..], extra].concat();
+        let out = cluster.command_without_ledger(&["preflight"], &args, &[]).output().unwrap();
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        (out.status.code(), doc, text(&out))
+    };
+    let failed = |doc: &serde_json::Value, check: &str| {
+        doc["checks"].as_array().into_iter().flatten().find(|c| c["name"] == check && c["level"] == "fail").cloned()
+    };
+    let (code, _, printed) = preflight(&[]);
+    assert_eq!(code, Some(0), "the test cluster passes: {printed}");
+    let secret_cases: [(&str, Vec<u8>, &str); 4] = [
+        ("malformed line", format!("{good}this is sekrit\n").into_bytes(), "line 3: expected KEY=VALUE"),
+        ("unterminated quote", format!("{good}HF_TOKEN='sekrit\n").into_bytes(), "line 3: unterminated quote"),
+        ("NUL byte", format!("{good}HF_TOKEN=sek\0rit\n").into_bytes(), "line 3: contains a NUL byte"),
+        ("over 1 MiB", format!("{good}#{}\n", "x".repeat(1 << 20)).into_bytes(), "byte limit"),
+    ];
+    for (what, bytes, why) in secret_cases {
+        std::fs::write(&secrets, bytes).unwrap();
+        let (code, doc, printed) = preflight(&[]);
+        assert_eq!(code, Some(1), "{what}: {printed}");
+        let check = failed(&doc, "secrets").unwrap_or_else(|| panic!("{what}: secrets passed: {printed}"));
+        let detail = check["detail"].as_str().unwrap();
+        assert!(detail.contains("secrets.env") && detail.contains(why), "{what}: {detail}");
+        assert!(!printed.contains("sekrit"), "{what}: a value was printed: {printed}");
+    }
+    std::fs::write(&secrets, &good).unwrap();
+    let config = cluster.root().join("job.yaml");
+    let config_cases: [(&str, String, &str); 2] = [
+        ("a tab", "n_attempts: 1\norchestrator:\n\ttype: local\n".to_string(), "job.yaml:3"),
+        ("over 4 MiB", format!("n_attempts: 1\n#{}\n", "x".repeat(4 << 20)), "byte limit"),
+    ];
+    for (what, text, why) in config_cases {
+        std::fs::write(&config, text).unwrap();
+        let (code, doc, printed) = preflight(&["--harbor-config", config.to_str().unwrap()]);
+        assert_eq!(code, Some(1), "{what}: {printed}");
+        let check = failed(&doc, "harbor_config").unwrap_or_else(|| panic!("{what}: the config passed: {printed}"));
+        assert!(check["detail"].as_str().unwrap().contains(why), "{what}: {check}");
+    }
+}

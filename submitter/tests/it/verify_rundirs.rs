@@ -429,7 +429,7 @@ fn sync_audits_with_the_profiles_thresholds() {
             .arg(cmd)
             .args(["--cluster", "aud", "--clusters"])
             .arg(&clusters)
-            .args(["--ledger", &spec])
+            .env("SUBMITTER_LEDGER", &spec)
             .args(extra)
             .env("SUBMITTER_HOME", crate::support::workspace_root())
             .current_dir(tmp.path())
@@ -477,4 +477,111 @@ fn check_outputs_are_snapshotted() {
         }
         insta::assert_snapshot!(format!("check_{format}"), printed);
     }
+}
+
+/// `submitter check DIR…` under `/usr/bin/time`: its exit status, output and peak RSS in MB.
+fn check_with_peak_rss(dirs: &[&Path]) -> (Option<i32>, String, f64) {
+    let out = Command::new("/usr/bin/time")
+        .args(["-f", "peak-rss-kb %M", SUBMITTER, "check", "--json"])
+        .args(dirs)
+        .output()
+        .expect("/usr/bin/time (Debian's `time`, in scripts/services.sh's packages)");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let kb: f64 = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("peak-rss-kb "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no peak RSS from time: {stderr}"));
+    let stdout: String = String::from_utf8_lossy(&out.stdout).split_whitespace().collect();
+    (out.status.code(), format!("{stdout}{stderr}"), kb / 1024.0)
+}
+
+/// Issue 21 item 8: valid records just under their caps — a 16 MiB job `result.json` of trial ids,
+/// a 16 MB `events.jsonl` of small events — keep `check` (the reader `report` and, for the
+/// result, `sync` share) at ≤ 64 MB peak RSS (it was 794 MB and 214 MB); the result is still read:
+/// its audit counts every id.
+#[test]
+fn check_stays_small_on_records_near_their_caps() {
+    let d = RunDir::temp("big-records");
+    let mut ids = String::new();
+    let mut n = 0u64;
+    while ids.len() < (16 << 20) - 4096 {
+        if n > 0 {
+            ids.push(',');
+        }
+        ids += &format!("\"task-{n:08}__aBcDeF\"");
+        n += 1;
+    }
+    let result = format!(
+        r#"{{"n_total_trials": {n}, "finished_at": "2026-12-01T11:00:00", "stats": {{"n_completed_trials": {n}, "evals": {{"e": {{"n_trials": {n}, "n_errors": 0, "metrics": [{{"mean": 1.0}}], "reward_stats": {{"reward": {{"1.0": [{ids}]}}}}}}}}}}}}"#
+    );
+    std::fs::write(d.path.join("result.json"), result).unwrap();
+    let line =
+        "{\"at\":\"2026-12-01T10:00:00.000Z\",\"event\":\"tunnel_up\",\"fields\":{\"phase\":\"running\",\"n\":1}}\n";
+    std::fs::write(d.path.join("events.jsonl"), line.repeat((16 << 20) / line.len())).unwrap();
+    let (code, printed, mb) = check_with_peak_rss(&[&d.path]);
+    assert!(code.is_some_and(|c| c != 2), "{printed}");
+    assert!(printed.contains(&format!("\"valid\":{n},")), "every id counted ({n}): {printed}");
+    assert!(mb <= 64.0, "check peaked at {mb:.1} MB (target ≤ 64 MB): {printed}");
+}
+
+/// Issue 21 item 11: a run dir whose `vllm.log` cannot be read (a symlink planted in its place) is
+/// that dir's failed finding; `check` still checks the other dirs given with it and exits 1, not 2.
+#[test]
+fn an_unreadable_engine_log_fails_its_dir_and_the_others_are_checked() {
+    let bad = job(30.0, 4, None);
+    std::fs::write(bad.path.join("elsewhere.log"), "INFO vLLM\n").unwrap();
+    std::os::unix::fs::symlink(bad.path.join("elsewhere.log"), bad.path.join("vllm.log")).unwrap();
+    let good = job(30.0, 4, None);
+    let out = Command::new(SUBMITTER)
+        .arg("check")
+        .args([&bad.path, &good.path])
+        .args(["--json", "--now", &iso(t0())])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let runs = doc["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "both dirs checked: {doc}");
+    let unreadable = finding(&runs[0], "engine.log_unreadable").unwrap_or_else(|| panic!("{}", runs[0]));
+    assert_eq!(unreadable["level"], "fail");
+    assert!(unreadable["summary"].as_str().unwrap().contains("symlink"), "{unreadable}");
+    assert!(finding(&runs[1], "engine.log_unreadable").is_none(), "{}", runs[1]);
+}
+
+/// Issue 21 item 11: `status.json` still says `running` (its last rewrite failed on a full disk)
+/// while `events.jsonl` holds this run's `outcome` event: `check` reads the outcome, not the stale
+/// record; an `outcome` event of an earlier run in the same dir (before this run started) is not it.
+#[test]
+fn check_prefers_the_events_final_outcome_to_a_stale_running_record() {
+    let stale = |outcome_min: f64| {
+        let d = job(30.0, 4, None);
+        let beat = at(20.0);
+        d.status(&running_status(JOB, "4242", at(40.0), beat, Counters::default(), beat), Some(beat));
+        let outcome = launch_spec::records::Outcome {
+            class: OutcomeClass::Harbor,
+            cause: None,
+            exit_code: 14,
+            message: "harbor exited 1".into(),
+            harbor_exit_code: Some(1),
+            signal: None,
+            engine_log_tail: Vec::new(),
+        };
+        let fields = match serde_json::to_value(&outcome).unwrap() {
+            Value::Object(map) => map,
+            _ => unreachable!(),
+        };
+        let event = launch_spec::rundir::Event {
+            at: iso(at(outcome_min)),
+            event: launch_spec::rundir::EventKind::Outcome,
+            fields,
+        };
+        d.events(&[phase_event(at(35.0), Phase::Running), event], Some(at(outcome_min)));
+        d
+    };
+    let (run, _) = check(&stale(10.0).path);
+    assert_eq!(run["state"], "ended", "the outcome event wins over phase running: {run}");
+    assert!(run.to_string().contains("harbor exited 1"), "{run}");
+    let (run, _) = check(&stale(50.0).path);
+    assert_ne!(run["state"], "ended", "an earlier run's outcome is not this run's: {run}");
 }
