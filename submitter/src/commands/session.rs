@@ -49,10 +49,14 @@ pub struct SpecOptions {
     /// profile's `limits.n_concurrent_ceiling`). Default: the preset's, else the profile's.
     #[arg(long = "n-concurrent", value_name = "N|LEG=N", value_parser = Concurrency::parse_item)]
     pub n_concurrent: Vec<(Option<String>, u32)>,
-    /// Harbor job config for every leg: a file in presets/harbor/ or a path (wins over the
-    /// preset's `config_yaml`).
-    #[arg(long = "harbor-config", visible_alias = "config-yaml", value_name = "FILE")]
+    /// Explicit Harbor job config for every leg: a file in presets/harbor/ or a path. It runs
+    /// instead of the preset's, and its own `timeout_multiplier` is used (docs/design.md §4.3).
+    #[arg(long = "harbor-config", value_name = "FILE")]
     pub harbor_config: Option<String>,
+    /// Base Harbor job config (as a preset's `config_yaml`, which it replaces): the timeout
+    /// multiplier still comes from the registry and the size bands.
+    #[arg(long = "config-yaml", value_name = "FILE")]
+    pub config_yaml: Option<String>,
     /// Harbor's agent parser (wins over the preset's `agent_parser`).
     #[arg(long, value_name = "P")]
     pub agent_parser: Option<String>,
@@ -65,16 +69,21 @@ impl SpecOptions {
     /// The library's overrides (per-leg concurrency is [`SpecOptions::concurrency`]).
     pub fn overrides(&self) -> Result<SpecOverrides> {
         // A relative path the operator typed means "from here" (a bare name: presets/harbor/).
-        let harbor_config = match &self.harbor_config {
-            Some(file) if file.contains('/') => Some(std::path::absolute(file)?.display().to_string()),
-            other => other.clone(),
+        let from_here = |name: &Option<String>| -> Result<Option<String>> {
+            Ok(match name {
+                Some(file) if file.contains('/') => Some(std::path::absolute(file)?.display().to_string()),
+                other => other.clone(),
+            })
         };
+        let harbor_config = from_here(&self.harbor_config)?;
+        let config_yaml = from_here(&self.config_yaml)?;
         Ok(SpecOverrides {
             timeout_multiplier: self.timeout_multiplier,
             agent_kwargs: self.agent_kwargs.clone(),
             gpu_memory_utilization: self.gpu_memory_utilization,
             n_concurrent: None,
             harbor_config,
+            config_yaml,
             agent_parser: self.agent_parser.clone(),
             max_output_tokens: self.max_output_tokens,
             dataset: None,
@@ -167,6 +176,7 @@ impl Session {
         let gpu_profiles = config::load_gpu_profiles(&dirs.clusters)?;
         let registry =
             Registry::load(&dirs.registry).with_context(|| format!("loading registry {}", dirs.registry.display()))?;
+        registry.report_broken();
         let harbor_dir = dirs.presets.join("harbor");
         let context = SpecBuilder {
             cluster: &cluster,

@@ -22,5 +22,6 @@ mod snapshots;
 mod snapshots_ops;
 mod support;
 mod team;
+mod timeouts;
 mod verify;
 mod verify_rundirs;
