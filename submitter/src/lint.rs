@@ -359,7 +359,7 @@ fn check_timeouts(registry: &Registry, harbor_dir: &Path, findings: &mut Finding
     fallback.sort_unstable();
     for id in fallback {
         findings.warn(
-            &registry.models[id].file.display(),
+            registry.models[id].file.display(),
             format!(
                 "timeout multiplier of `{id}` is the fallback {:.1}: its size is in no band of {} (set `timeout_multiplier` in its entry to choose one)",
                 registry.timeouts.otherwise.timeout_multiplier,
