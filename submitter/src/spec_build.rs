@@ -139,12 +139,13 @@ impl SpecBuilder<'_> {
     }
 
     /// The secrets file as the job must read it, resolved now (the job does not see the
-    /// submitting shell): `secrets.file`, else `$DC_AGENT_SECRET_ENV`, else `~/secrets.env`; made
-    /// absolute against the current directory.
+    /// submitting shell): `$DC_AGENT_SECRET_ENV` of the submitter's shell (the team's order: the
+    /// variable first, issue 20), else `secrets.file`, else `~/secrets.env`; made absolute against
+    /// the current directory.
     pub fn secrets_file(&self) -> Result<PathBuf, SpecBuildError> {
-        let file = match (&self.cluster.secrets.file, self.variable("DC_AGENT_SECRET_ENV").filter(|v| !v.is_empty())) {
-            (Some(file), _) => self.expand("secrets.file", file)?,
-            (None, Some(from_shell)) => self.expand("$DC_AGENT_SECRET_ENV", Path::new(&from_shell))?,
+        let file = match (self.variable("DC_AGENT_SECRET_ENV").filter(|v| !v.is_empty()), &self.cluster.secrets.file) {
+            (Some(from_shell), _) => self.expand("$DC_AGENT_SECRET_ENV", Path::new(&from_shell))?,
+            (None, Some(file)) => self.expand("secrets.file", file)?,
             (None, None) => self.expand("secrets.file (default ~/secrets.env)", Path::new("~/secrets.env"))?,
         };
         Ok(std::path::absolute(&file).unwrap_or(file))

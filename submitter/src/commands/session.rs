@@ -104,9 +104,13 @@ pub struct SlurmOptions {
     /// Slurm account for every job (wins over the preset's `slurm_account` and the profile's).
     #[arg(long, value_name = "A", value_parser = submitter::config::args::slurm_name)]
     pub account: Option<String>,
-    /// Slurm reservation for every job (wins over the profile's `slurm.reservation`).
-    #[arg(long, value_name = "R", value_parser = submitter::config::args::slurm_name)]
+    /// Slurm reservation for every job (wins over the profile's `slurm.reservation`); `''` submits
+    /// without one (as `--no-reservation`: for a reservation that has ended).
+    #[arg(long, value_name = "R", value_parser = submitter::config::args::reservation)]
     pub reservation: Option<String>,
+    /// Submit without the profile's `slurm.reservation`.
+    #[arg(long, conflicts_with = "reservation")]
+    pub no_reservation: bool,
     /// Walltime for every job (wins over the preset's `slurm_time` and the profile's `slurm.time`).
     #[arg(long, value_name = "T", value_parser = submitter::config::args::slurm_time)]
     pub time: Option<String>,
@@ -117,7 +121,8 @@ impl SlurmOptions {
         SlurmOverrides {
             partition: self.partition.clone(),
             account: self.account.clone(),
-            reservation: self.reservation.clone(),
+            // An empty name clears the profile's reservation (SlurmChoice::for_leg).
+            reservation: if self.no_reservation { Some(String::new()) } else { self.reservation.clone() },
             time: self.time.clone(),
         }
     }

@@ -17,6 +17,7 @@ mod pg;
 mod queueing;
 mod registry;
 mod site;
+mod site_facts;
 mod slurm_real;
 mod snapshots;
 mod snapshots_ops;
