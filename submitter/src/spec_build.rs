@@ -313,8 +313,15 @@ impl SpecBuilder<'_> {
             .map_err(|e| SpecBuildError::AgentKwarg { model: model.to_string(), reason: e.to_string() })?;
         let harbor_config = self.harbor_config(model, preset, overrides);
         let mut n_concurrent = overrides.n_concurrent.or(preset.n_concurrent).unwrap_or(cluster.limits.n_concurrent);
-        if let Some(ceiling) = cluster.limits.n_concurrent_ceiling {
-            n_concurrent = n_concurrent.min(ceiling);
+        if let Some(ceiling) = cluster.limits.n_concurrent_ceiling
+            && n_concurrent > ceiling
+        {
+            // Never a silent cap (issue 20): `plan`, `launch` and `spec` say so.
+            tracing::warn!(
+                "{model}: Harbor concurrency {n_concurrent} capped to {ceiling} trials by limits.n_concurrent_ceiling of cluster {}",
+                cluster.name
+            );
+            n_concurrent = ceiling;
         }
         let mut harbor_extra = Vec::new();
         if let Some(auto_snapshot) = preset.auto_snapshot {

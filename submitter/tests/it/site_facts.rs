@@ -63,3 +63,21 @@ fn the_reservation_is_changed_or_cleared_per_launch() {
     assert!(reservations(argv(&["--no-reservation"])).is_empty());
     assert!(reservations(argv(&["--reservation", ""])).is_empty());
 }
+
+/// A concurrency ceiling that exists (Vista's 8, the local profile's 4) is never silent: `plan`
+/// says that it capped the preset's value, and the spec carries the capped one.
+#[test]
+fn a_concurrency_cap_says_so_in_plan() {
+    if !slurm_up() {
+        return;
+    }
+    let store = Store::sqlite();
+    let cluster = TestCluster::new("facts", |p| {
+        *p = p.replace("  n_concurrent: 2\n", "  n_concurrent: 2\n  n_concurrent_ceiling: 3\n")
+    });
+    let models = cluster.models_file(&["Qwen/Qwen3-8B"]);
+    let out = cluster.run(&["plan"], &store.spec, &["--preset", "tb2", "--models-file", models.to_str().unwrap()], &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let printed = text(&out);
+    assert!(printed.contains("concurrency 64 capped to 3 trials by limits.n_concurrent_ceiling"), "{printed}");
+}
