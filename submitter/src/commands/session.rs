@@ -175,6 +175,16 @@ pub struct Session {
 
 impl Session {
     pub fn open(args: &LedgerArgs) -> Result<Session> {
+        Session::open_with(args, true)
+    }
+
+    /// [`Session::open`] for `launch --dry-run`: the state dir is created only when the default
+    /// ledger goes into it (a ledger named elsewhere leaves the file tree untouched).
+    pub fn open_dry(args: &LedgerArgs) -> Result<Session> {
+        Session::open_with(args, false)
+    }
+
+    fn open_with(args: &LedgerArgs, create_state_dir: bool) -> Result<Session> {
         let dirs = args.dirs.resolve()?;
         let root = ConfigRoot::discover().map(|r| r.root).unwrap_or_else(|_| dirs.clusters.join(".."));
         let cluster = config::load_cluster(&dirs.clusters, &args.cluster)?;
@@ -194,12 +204,12 @@ impl Session {
             Some(dir) => dir.clone(),
             None => context.expand("paths.state_dir", &cluster.paths.state_dir)?,
         };
-        std::fs::create_dir_all(&state_dir).with_context(|| format!("creating state dir {}", state_dir.display()))?;
-        let ledger_spec = args
-            .ledger
-            .clone()
-            .or_else(|| cluster.ledger.clone())
-            .unwrap_or_else(|| ledger::default_path(&state_dir).display().to_string());
+        let named = args.ledger.clone().or_else(|| cluster.ledger.clone());
+        if create_state_dir || named.is_none() {
+            std::fs::create_dir_all(&state_dir)
+                .with_context(|| format!("creating state dir {}", state_dir.display()))?;
+        }
+        let ledger_spec = named.unwrap_or_else(|| ledger::default_path(&state_dir).display().to_string());
         let ledger = ledger::open_ledger(&ledger_spec)?;
         Ok(Session {
             root,
@@ -226,6 +236,8 @@ impl Session {
 
     /// One submitter per state dir at a time (advisory lock), besides the ledger's guarantee.
     pub fn lock(&self) -> Result<File> {
+        std::fs::create_dir_all(&self.state_dir)
+            .with_context(|| format!("creating state dir {}", self.state_dir.display()))?;
         let path = self.state_dir.join("submitter.lock");
         let file = File::options()
             .create(true)

@@ -81,3 +81,77 @@ fn a_concurrency_cap_says_so_in_plan() {
     let printed = text(&out);
     assert!(printed.contains("concurrency 64 capped to 3 trials by limits.n_concurrent_ceiling"), "{printed}");
 }
+
+/// Every path under `dir` with its kind and content (symlinks by target), sorted.
+fn tree(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        let rel = path.strip_prefix(dir).unwrap().display().to_string();
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        if meta.file_type().is_symlink() {
+            out.push((rel, std::fs::read_link(&path).unwrap().display().to_string().into_bytes()));
+        } else if meta.is_dir() {
+            out.push((rel + "/", Vec::new()));
+            stack.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+        } else {
+            out.push((rel, std::fs::read(&path).unwrap()));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `launch --dry-run` on a cluster that stages models and datasets: the file tree (run dirs,
+/// the HF cache, the datasets, the state dir) is byte-identical afterwards, the download command
+/// only ever ran with `--dry-run`, and the output says what would be staged and how big it is.
+#[test]
+fn dry_run_writes_nothing_and_downloads_nothing() {
+    if !slurm_up() {
+        return;
+    }
+    let store = Store::sqlite();
+    let outside = tempfile::tempdir().unwrap();
+    let log = outside.path().join("hf.log");
+    let bin = outside.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    // The Hub CLI's stand-in: a real download writes into the cache; `--dry-run` only reports.
+    std::fs::write(
+        bin.join("hf"),
+        format!(
+            "#!/bin/sh\necho \"$@\" >> {log}\ncase \" $* \" in *' --dry-run '*) echo '[dry-run] Will download 5 files totalling 16.4G.'; exit 0;; esac\n\
+             while [ $# -gt 0 ]; do case $1 in --cache-dir|--local-dir) mkdir -p \"$2\" && echo weights > \"$2/blob\";; esac; shift; done\n",
+            log = log.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(bin.join("hf"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let hf = bin.join("hf").display().to_string();
+    let cluster = TestCluster::new("facts", |p| {
+        let r = p.lines().find_map(|l| l.strip_prefix("  jobs_dir: ")).unwrap().trim_end_matches("/jobs").to_string();
+        *p = p.replace("  jobs_dir:", &format!("  hf_cache: {r}/hf\n  jobs_dir:"))
+            + &format!(
+                "pre_download:\n  enabled: true\n  command: [{hf}, download, \"{{model}}\", --cache-dir, \"{{cache}}\"]\n  dataset_command: [{hf}, download, \"{{dataset}}\", --repo-type, dataset, --local-dir, \"{{dir}}\"]\n"
+            );
+    });
+    std::fs::remove_dir_all(cluster.root().join("datasets/DCAgent2_terminal_bench_2")).unwrap();
+    let models = cluster.models_file(&["Qwen/Qwen3-8B"]);
+    let before = tree(cluster.root());
+    let out = cluster.run(
+        &["launch"],
+        &store.spec,
+        &["--once", "--dry-run", "--preset", "tb2", "--models-file", models.to_str().unwrap()],
+        &[],
+    );
+    let printed = text(&out);
+    assert!(out.status.success(), "{printed}");
+    let after = tree(cluster.root());
+    let changed: Vec<&String> =
+        after.iter().chain(&before).filter(|e| !(before.contains(e) && after.contains(e))).map(|e| &e.0).collect();
+    assert!(changed.is_empty(), "the dry run changed {changed:?}:\n{printed}");
+    let calls = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(!calls.is_empty() && calls.lines().all(|l| l.ends_with("--dry-run")), "{calls}");
+    assert!(printed.contains("would stage model Qwen/Qwen3-8B") && printed.contains("16.4G"), "{printed}");
+    assert!(printed.contains("would stage dataset DCAgent2/terminal_bench_2"), "{printed}");
+    assert!(printed.contains("dry run: would submit"), "{printed}");
+}
