@@ -66,7 +66,10 @@ UV_NATIVE_TLS=1 "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" "
 log "vllm $VLLM_VERSION: checking that its serve parser loads"
 "${parser_env[@]}" "$VENV/bin/python" - <<'PY' || die "vllm installed but its serve parser does not load"
 from vllm.entrypoints.cli.serve import ServeSubcommand
-from vllm.entrypoints.common.cli_args import make_arg_parser, validate_parsed_serve_args
+try:
+    from vllm.entrypoints.common.cli_args import make_arg_parser, validate_parsed_serve_args
+except ImportError:  # vLLM before the module moved (0.16.0 keeps it under openai/)
+    from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 make_arg_parser(FlexibleArgumentParser())
 PY

@@ -619,7 +619,12 @@ pub struct HarborSpec {
     pub agent: String,
     pub n_concurrent: u32,
     pub n_attempts: u32,
+    /// The multiplier Harbor runs under (`--timeout-multiplier`): what provenance records.
     pub timeout_multiplier: f64,
+    /// Which rule of the timeout policy chose it (docs/design.md §4.3): `cli`, `harbor-config`,
+    /// `registry`, `size` or `fallback`; absent in specs written before the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_source: Option<String>,
     /// Merged `key=value` agent kwargs (CLI > registry > preset), without api_base/model_info.
     #[serde(default)]
     pub agent_kwargs: Vec<String>,

@@ -63,7 +63,8 @@ pub fn check(inputs: &LintInputs) -> Vec<Finding> {
     match Registry::load(inputs.registry) {
         Ok(registry) => {
             let gpu_profiles = config::load_gpu_profiles(inputs.clusters).ok();
-            check_against_clusters(&registry, &clusters, gpu_profiles.as_ref(), &mut findings)
+            check_against_clusters(&registry, &clusters, gpu_profiles.as_ref(), &mut findings);
+            check_timeouts(&registry, &inputs.presets.join("harbor"), &mut findings);
         }
         Err(err) => {
             findings.error(inputs.registry.display(), format!("registry does not load, cross-checks skipped: {err}"))
@@ -98,7 +99,9 @@ fn check_registry_files(root: &Path, findings: &mut Findings) {
                     findings.warn(file.display(), "no `model:` key: the file is skipped");
                     continue;
                 };
-                if let Err(problem) = launch_spec::validate::model_id(&id) {
+                // `X@P` is a standalone for profile P (docs/design.md §4.1): X must be an id.
+                let bare = crate::registry::split_standalone(&id).map_or(id.as_str(), |(bare, _)| bare);
+                if let Err(problem) = launch_spec::validate::model_id(bare) {
                     findings.error(file.display(), format!("`model`: {problem}"));
                 }
                 if let Some(previous) = seen_ids.insert(id.clone(), file.clone()) {
@@ -326,6 +329,44 @@ fn check_against_clusters(
         }
     }
     check_shadowing(registry, findings);
+}
+
+/// The timeout policy (docs/design.md §4.3): each band's canonical config exists beside the presets
+/// with the band's own multiplier, and every registry model whose multiplier is the fallback is named.
+fn check_timeouts(registry: &Registry, harbor_dir: &Path, findings: &mut Findings) {
+    let policy_file = registry.root.join(crate::registry::timeouts::TIMEOUTS_FILE);
+    for (place, multiplier, file) in registry.timeouts.choices() {
+        let config = harbor_dir.join(file);
+        match crate::spec_build::harbor_config_multiplier(&config) {
+            Err(err) => findings.error(policy_file.display(), format!("{place}: {err}")),
+            Ok(value) if value != multiplier => findings.warn(
+                policy_file.display(),
+                format!("{place}: {file} has timeout_multiplier {value}, the band {multiplier}: make them equal"),
+            ),
+            Ok(_) => {}
+        }
+    }
+    let mut fallback: Vec<&str> = registry
+        .models
+        .values()
+        .filter(|entry| {
+            let (_, fields) = registry.lookup(&entry.id, crate::registry::DEFAULT_PROFILE);
+            let source = registry.timeout_multiplier(&entry.id, &Default::default(), fields.timeout_multiplier).1;
+            source == crate::registry::TimeoutSource::Fallback
+        })
+        .map(|entry| entry.id.as_str())
+        .collect();
+    fallback.sort_unstable();
+    for id in fallback {
+        findings.warn(
+            registry.models[id].file.display(),
+            format!(
+                "timeout multiplier of `{id}` is the fallback {:.1}: its size is in no band of {} (set `timeout_multiplier` in its entry to choose one)",
+                registry.timeouts.otherwise.timeout_multiplier,
+                crate::registry::timeouts::TIMEOUTS_FILE
+            ),
+        );
+    }
 }
 
 /// Ids that reveal pattern-order surprises: every registry id plus probes for the known cases

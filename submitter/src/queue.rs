@@ -61,7 +61,12 @@ impl SlurmChoice {
                 .or_else(|| preset.slurm_partition.clone())
                 .unwrap_or(slurm.partition.clone()),
             account: cli.account.clone().or_else(|| preset.slurm_account.clone()).or(slurm.account.clone()),
-            reservation: cli.reservation.clone().or(slurm.reservation.clone()),
+            // `--reservation ''` / `--no-reservation` (an empty name) clears the profile's.
+            reservation: match &cli.reservation {
+                Some(name) if name.is_empty() => None,
+                Some(name) => Some(name.clone()),
+                None => slurm.reservation.clone(),
+            },
             time: cli.time.clone().or_else(|| preset.slurm_time.clone()).unwrap_or(slurm.time.clone()),
         }
     }
@@ -279,7 +284,7 @@ mod tests {
         let choice = SlurmChoice::for_leg(&cluster, &preset, &none);
         assert_eq!(
             (choice.partition.as_str(), choice.account.as_deref(), choice.reservation.as_deref(), choice.time.as_str()),
-            ("booster", Some("jureap59"), Some("eval"), "48:00:00"),
+            ("booster", Some("reformo"), Some("eval"), "48:00:00"),
             "profile, with the preset's slurm_time"
         );
         preset.slurm_partition = Some("develbooster".into());

@@ -11,7 +11,7 @@ use launch_spec::spec::{
 };
 use launch_spec::{GpuProfiles, LaunchSpec, SPEC_VERSION};
 
-use crate::config::preset::DEFAULT_HARBOR_CONFIG;
+use crate::config::preset::harbor_config_path;
 use crate::config::{ClusterProfile, Environment, Preset};
 use crate::registry::{Overrides, Registry, Resolved, names};
 
@@ -47,6 +47,14 @@ pub enum SpecBuildError {
     TunnelNeedsEgress { agent: String, cluster: String },
     #[error("model `{model}`: {reason} (fix its agent_kwargs in the registry, or --agent-kwarg)")]
     AgentKwarg { model: String, reason: String },
+    #[error("Harbor config {}: {message} (name an existing Harbor job config with --harbor-config or the preset's harbor_config)", path.display())]
+    HarborConfig { path: PathBuf, message: String },
+}
+
+/// The one key of a Harbor job config the timeout policy reads; the rest is Harbor's.
+#[derive(serde::Deserialize)]
+struct ConfigTimeout {
+    timeout_multiplier: Option<f64>,
 }
 
 /// Operator choices on the command line; they win over registry, preset and cluster.
@@ -57,9 +65,12 @@ pub struct SpecOverrides {
     pub gpu_memory_utilization: Option<f64>,
     /// Harbor's concurrency for this leg (still clamped to the profile's ceiling).
     pub n_concurrent: Option<u32>,
-    /// The Harbor job config (`--harbor-config`): a file in `presets/harbor/` or a path; wins over
-    /// the preset's `config_yaml`.
+    /// The Harbor job config (`--harbor-config`): a file in `presets/harbor/` or a path; explicit,
+    /// so it wins over the preset's and its own `timeout_multiplier` is used (docs/design.md §4.3).
     pub harbor_config: Option<String>,
+    /// The base Harbor job config (`--config-yaml`), replacing the preset's `config_yaml`: not a
+    /// timeout source.
+    pub config_yaml: Option<String>,
     /// Harbor's agent parser (`--agent-parser`); wins over the preset's `agent_parser`.
     pub agent_parser: Option<String>,
     /// The output-token budget (`--max-output-tokens`); wins over the registry's.
@@ -128,12 +139,13 @@ impl SpecBuilder<'_> {
     }
 
     /// The secrets file as the job must read it, resolved now (the job does not see the
-    /// submitting shell): `secrets.file`, else `$DC_AGENT_SECRET_ENV`, else `~/secrets.env`; made
-    /// absolute against the current directory.
+    /// submitting shell): `$DC_AGENT_SECRET_ENV` of the submitter's shell (the team's order: the
+    /// variable first, issue 20), else `secrets.file`, else `~/secrets.env`; made absolute against
+    /// the current directory.
     pub fn secrets_file(&self) -> Result<PathBuf, SpecBuildError> {
-        let file = match (&self.cluster.secrets.file, self.variable("DC_AGENT_SECRET_ENV").filter(|v| !v.is_empty())) {
-            (Some(file), _) => self.expand("secrets.file", file)?,
-            (None, Some(from_shell)) => self.expand("$DC_AGENT_SECRET_ENV", Path::new(&from_shell))?,
+        let file = match (self.variable("DC_AGENT_SECRET_ENV").filter(|v| !v.is_empty()), &self.cluster.secrets.file) {
+            (Some(from_shell), _) => self.expand("$DC_AGENT_SECRET_ENV", Path::new(&from_shell))?,
+            (None, Some(file)) => self.expand("secrets.file", file)?,
             (None, None) => self.expand("secrets.file (default ~/secrets.env)", Path::new("~/secrets.env"))?,
         };
         Ok(std::path::absolute(&file).unwrap_or(file))
@@ -183,18 +195,55 @@ impl SpecBuilder<'_> {
         overrides: &SpecOverrides,
     ) -> Result<(Resolved, Layout), SpecBuildError> {
         launch_spec::validate::model_id(model).map_err(SpecBuildError::BadModel)?;
+        hf_repo_id(model).map_err(SpecBuildError::BadModel)?;
+        if let Some(problem) = self.registry.problem_for(model, &self.cluster.hardware.hardware_profile) {
+            return Err(SpecBuildError::BadModel(format!(
+                "{problem} (fix the file; `submitter registry check` lists every problem)"
+            )));
+        }
+        let harbor_config_multiplier = match self.explicit_harbor_config(preset, overrides) {
+            Some(path) => Some(harbor_config_multiplier(&path)?),
+            None => None,
+        };
         let registry_overrides = Overrides {
             timeout_multiplier: overrides.timeout_multiplier,
+            harbor_config_multiplier,
             cli_agent_kwargs: overrides.agent_kwargs.clone(),
             preset_agent_kwargs: preset.agent_kwargs.clone(),
         };
         let hardware = &self.cluster.hardware;
         let resolved =
             self.registry.resolve(model, &hardware.hardware_profile, hardware.gpus_per_node, &registry_overrides);
+        if resolved.timeout_source == crate::registry::TimeoutSource::Fallback {
+            tracing::info!(
+                "{model}: timeout multiplier {:.1} is the policy's fallback (its size is in no band of _timeouts.yaml, or it has no size token)",
+                resolved.timeout_multiplier
+            );
+        }
         let layout = resolved.layout(hardware.gpus_per_node, self.cluster.slurm.max_nodes).map_err(|source| {
             SpecBuildError::Layout { model: model.to_string(), cluster: self.cluster.name.clone(), source }
         })?;
         Ok((resolved, layout))
+    }
+
+    /// The explicit Harbor config (`--harbor-config`, else the preset's `harbor_config`), if any.
+    pub fn explicit_harbor_config(&self, preset: &Preset, overrides: &SpecOverrides) -> Option<PathBuf> {
+        let name = overrides.harbor_config.as_deref().or(preset.harbor_config.as_deref())?;
+        Some(harbor_config_path(self.harbor_configs_dir, name))
+    }
+
+    /// The Harbor config a job of `model` runs: the explicit one, else `--config-yaml`, else the
+    /// preset's `config_yaml`, else the canonical config of the model's size band (as the team's
+    /// listener selects it).
+    pub fn harbor_config(&self, model: &str, preset: &Preset, overrides: &SpecOverrides) -> PathBuf {
+        self.explicit_harbor_config(preset, overrides).unwrap_or_else(|| {
+            let name = overrides
+                .config_yaml
+                .clone()
+                .or_else(|| preset.config_yaml.clone())
+                .unwrap_or_else(|| self.registry.timeouts.choose(model).harbor_config);
+            harbor_config_path(self.harbor_configs_dir, &name)
+        })
     }
 
     /// The dataset's task directory: an absolute path as given, else the first existing
@@ -262,16 +311,17 @@ impl SpecBuilder<'_> {
         let dialect = harbor_env.harbor_dialect();
         let agent_kwargs = launch_spec::versions::translate_agent_kwargs(&resolved.agent_kwargs, dialect)
             .map_err(|e| SpecBuildError::AgentKwarg { model: model.to_string(), reason: e.to_string() })?;
-        let config_name =
-            overrides.harbor_config.as_deref().or(preset.config_yaml.as_deref()).unwrap_or(DEFAULT_HARBOR_CONFIG);
-        let harbor_config = if Path::new(config_name).is_absolute() {
-            PathBuf::from(config_name)
-        } else {
-            self.harbor_configs_dir.join(config_name)
-        };
+        let harbor_config = self.harbor_config(model, preset, overrides);
         let mut n_concurrent = overrides.n_concurrent.or(preset.n_concurrent).unwrap_or(cluster.limits.n_concurrent);
-        if let Some(ceiling) = cluster.limits.n_concurrent_ceiling {
-            n_concurrent = n_concurrent.min(ceiling);
+        if let Some(ceiling) = cluster.limits.n_concurrent_ceiling
+            && n_concurrent > ceiling
+        {
+            // Never a silent cap (issue 20): `plan`, `launch` and `spec` say so.
+            tracing::warn!(
+                "{model}: Harbor concurrency {n_concurrent} capped to {ceiling} trials by limits.n_concurrent_ceiling of cluster {}",
+                cluster.name
+            );
+            n_concurrent = ceiling;
         }
         let mut harbor_extra = Vec::new();
         if let Some(auto_snapshot) = preset.auto_snapshot {
@@ -342,6 +392,7 @@ impl SpecBuilder<'_> {
                 n_concurrent,
                 n_attempts: preset_n_attempts(preset),
                 timeout_multiplier: resolved.timeout_multiplier,
+                timeout_source: Some(resolved.timeout_source.as_str().to_string()),
                 agent_kwargs,
                 agent_parser: overrides
                     .agent_parser
@@ -396,6 +447,39 @@ impl SpecBuilder<'_> {
             secrets: step.secrets.clone(),
         }))
     }
+}
+
+/// Provider prefixes the team's database puts before some ids (`hosted_vllm/Qwen/Qwen3-8B`).
+const PROVIDER_PREFIXES: [&str; 4] = ["hosted_vllm", "openai", "vllm", "huggingface"];
+
+/// A Hugging Face repo id has one `/` (`org/name`): an id with more is never served as one. A
+/// known provider prefix gets the id it names as the fix.
+fn hf_repo_id(model: &str) -> Result<(), String> {
+    if model.matches('/').count() <= 1 {
+        return Ok(());
+    }
+    let (first, rest) = model.split_once('/').unwrap_or((model, ""));
+    if PROVIDER_PREFIXES.contains(&first) {
+        Err(format!(
+            "model id `{model}` starts with the provider prefix `{first}/`, which is not part of a Hugging Face repo id: give `{rest}`"
+        ))
+    } else {
+        Err(format!(
+            "model id `{model}` is not a Hugging Face repo id (`org/name`, one `/`): give the repo id it names"
+        ))
+    }
+}
+
+/// A Harbor config's own `timeout_multiplier` (an explicit config's is used as-is); Harbor's default
+/// 1.0 when the file sets none. A file that cannot be read is refused here, on the login node.
+pub fn harbor_config_multiplier(path: &Path) -> Result<f64, SpecBuildError> {
+    let config: ConfigTimeout = launch_spec::yaml::from_yaml_file(path)
+        .map_err(|e| SpecBuildError::HarborConfig { path: path.to_path_buf(), message: e.message })?;
+    let value = config.timeout_multiplier.unwrap_or(1.0);
+    launch_spec::validate::multiplier(value).map_err(|problem| SpecBuildError::HarborConfig {
+        path: path.to_path_buf(),
+        message: format!("timeout_multiplier {problem}"),
+    })
 }
 
 /// The tunnel for `agent` on `cluster` (docs/tunnels.md): Pinggy for installed-harness agents (the

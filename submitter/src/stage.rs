@@ -27,11 +27,39 @@ pub struct Stager<'a> {
     context: &'a SpecBuilder<'a>,
     settings: &'a PreDownload,
     models: RefCell<HashMap<String, Result<(), String>>>,
+    /// `launch --dry-run`: download and write nothing; say what would be staged, and how big it
+    /// is by the download command's own dry run (`hf download --dry-run` asks the Hub for sizes).
+    dry_run: bool,
 }
 
 impl<'a> Stager<'a> {
     pub fn new(context: &'a SpecBuilder<'a>) -> Self {
-        Stager { context, settings: &context.cluster.pre_download, models: RefCell::new(HashMap::new()) }
+        Stager {
+            context,
+            settings: &context.cluster.pre_download,
+            models: RefCell::new(HashMap::new()),
+            dry_run: false,
+        }
+    }
+
+    /// A stager for `launch --dry-run` (see [`Stager::dry_run`]).
+    pub fn dry(context: &'a SpecBuilder<'a>) -> Self {
+        Stager { dry_run: true, ..Stager::new(context) }
+    }
+
+    pub fn is_dry(&self) -> bool {
+        self.dry_run
+    }
+
+    /// Whether staging would fetch `model` (enabled and not yet in the cache).
+    pub fn would_stage_model(&self, model: &str) -> bool {
+        self.settings.enabled
+            && self
+                .context
+                .hf_cache()
+                .ok()
+                .flatten()
+                .is_none_or(|cache| crate::preflight::hf_snapshot(&cache, model).is_none())
     }
 
     /// Stages `model` into the profile's cache (once per iteration; later calls return the first
@@ -54,16 +82,30 @@ impl<'a> Stager<'a> {
             .hf_cache()
             .map_err(|e| e.to_string())?
             .ok_or("pre_download.enabled but the profile has no paths.hf_cache")?;
-        std::fs::create_dir_all(&cache).map_err(|e| format!("cannot create {}: {e}", cache.display()))?;
         let cache_text = cache.display().to_string();
         let argv =
             self.argv("pre_download.command", &self.settings.command, &[("{model}", model), ("{cache}", &cache_text)])?;
+        if self.dry_run {
+            if let Some(snapshot) = crate::preflight::hf_snapshot(&cache, model) {
+                progress(&format!(
+                    "dry run: model {model} is already in {} ({})",
+                    snapshot.display(),
+                    tree_size(&snapshot)
+                ));
+            } else {
+                let size = dry_size(&argv, &[("HF_HUB_CACHE", &cache_text)]);
+                progress(&format!("dry run: would stage model {model} into {cache_text}: {size}"));
+            }
+            return Ok(());
+        }
+        std::fs::create_dir_all(&cache).map_err(|e| format!("cannot create {}: {e}", cache.display()))?;
         run(
             &argv,
             Duration::from_secs(self.settings.timeout_s),
             &format!("model {model}"),
             &[("HF_HUB_CACHE", &cache_text)],
         )
+        .map(drop)
     }
 
     /// Makes sure `dir` holds `dataset` (a repo id), staging it under the lock when it does not.
@@ -77,6 +119,16 @@ impl<'a> Stager<'a> {
                 "{} does not exist and the profile has no pre_download.dataset_command to stage {dataset}",
                 dir.display()
             ));
+        }
+        if self.dry_run {
+            let dir_text = dir.display().to_string();
+            let argv = self.argv(
+                "pre_download.dataset_command",
+                &self.settings.dataset_command,
+                &[("{dataset}", dataset), ("{dir}", &dir_text)],
+            )?;
+            progress(&format!("dry run: would stage dataset {dataset} into {dir_text}: {}", dry_size(&argv, &[])));
+            return Ok(());
         }
         let parent = dir.parent().ok_or_else(|| format!("{} has no parent directory", dir.display()))?;
         std::fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
@@ -106,7 +158,7 @@ impl<'a> Stager<'a> {
         )?;
         let staged =
             run(&argv, Duration::from_secs(self.settings.dataset_timeout_s), &format!("dataset {dataset}"), &[])
-                .and_then(|()| {
+                .and_then(|_| {
                     if partial.is_dir() {
                         std::fs::rename(&partial, dir)
                             .map_err(|e| format!("cannot move it into {}: {e}", dir.display()))
@@ -152,9 +204,40 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(text)
 }
 
+/// How big a staging would be, by the command's own dry run: `hf download … --dry-run`
+/// (huggingface_hub lists the files and sizes from the Hub and writes nothing). Another command
+/// has no dry run we know of: it is not run.
+fn dry_size(argv: &[String], env: &[(&str, &str)]) -> String {
+    let program = Path::new(&argv[0]).file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    if !(program == "hf" && argv.get(1).is_some_and(|a| a == "download")) {
+        return format!("`{}` (size unknown: only `hf download` has a dry run)", shell_words::join(argv));
+    }
+    let mut dry = argv.to_vec();
+    dry.push("--dry-run".to_string());
+    match run(&dry, Duration::from_secs(120), "dry run", env) {
+        Ok(summary) => format!("`{}` — {summary}", shell_words::join(argv)),
+        Err(why) => format!("`{}` (size unknown: {why})", shell_words::join(argv)),
+    }
+}
+
+/// Bytes under `dir`, following the cache's symlinks into its blobs, as `12.3 GB`.
+fn tree_size(dir: &Path) -> String {
+    fn bytes(path: &Path) -> u64 {
+        match std::fs::metadata(path) {
+            Ok(meta) if meta.is_dir() => {
+                std::fs::read_dir(path).into_iter().flatten().flatten().map(|e| bytes(&e.path())).sum()
+            }
+            Ok(meta) => meta.len(),
+            Err(_) => 0,
+        }
+    }
+    format!("{:.1} GB", bytes(dir) as f64 / 1e9)
+}
+
 /// Runs a staging command in its own process group, its output (progress) copied to our stderr,
-/// ended (TERM, then KILL) at `timeout`. The error says why in one line: the command's last line.
-fn run(argv: &[String], timeout: Duration, what: &str, env: &[(&str, &str)]) -> Result<(), String> {
+/// ended (TERM, then KILL) at `timeout`. Returns the command's last line; the error says why in
+/// one line: the command's last line.
+fn run(argv: &[String], timeout: Duration, what: &str, env: &[(&str, &str)]) -> Result<String, String> {
     progress(&format!("staging {what}: {} (timeout {} s)", shell_words::join(argv), timeout.as_secs()));
     let mut child = Command::new(&argv[0])
         .args(&argv[1..])
@@ -211,7 +294,7 @@ fn run(argv: &[String], timeout: Duration, what: &str, env: &[(&str, &str)]) -> 
         return Err(format!("`{}` did not finish within {} s (pre_download timeout)", argv[0], timeout.as_secs()));
     }
     if status.success() {
-        return Ok(());
+        return Ok(last_line(&tail));
     }
     Err(format!("`{}` failed ({status}): {}", argv[0], last_line(&tail)))
 }

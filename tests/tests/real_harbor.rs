@@ -511,12 +511,22 @@ fn swebench_parser_preset_drives_the_xml_parser() {
 
 #[test]
 fn shipped_yaml_agent_settings_reach_harbors_job_config() {
-    let Some(fx) = Fx::new("rh-yaml", &[Task::solvable("yaml")]) else { return };
-    let shipped = "presets/harbor/dcagent_eval_config_no_override.yaml";
+    shipped_yaml_reaches_harbor("rh-yaml", "presets/harbor/dcagent_eval_config_no_override.yaml", "5601");
+}
+
+/// The two canonical configs the size bands choose (model_config/_timeouts.yaml).
+#[test]
+fn canonical_configs_reach_harbors_job_config() {
+    shipped_yaml_reaches_harbor("rh-yaml2", "presets/harbor/dcagent_eval_defaults.yaml", "5611");
+    shipped_yaml_reaches_harbor("rh-yaml16", "presets/harbor/dcagent_eval_defaults_32b.yaml", "5621");
+}
+
+fn shipped_yaml_reaches_harbor(name: &str, shipped: &str, job_id: &str) {
+    let Some(fx) = Fx::new(name, &[Task::solvable("yaml")]) else { return };
     let yaml = yaml_file(shipped);
     let mut spec = fx.spec();
     spec["harbor"]["config"] = json!(repo().join(shipped));
-    let mut run = fx.start(&spec, "5601");
+    let mut run = fx.start(&spec, job_id);
     assert_finished(&fx, &mut run);
     all_scored(&fx, &[("yaml", 1.0)]);
     let job = read_json(&fx.run_dir().join("config.json")).expect("Harbor's job config.json");

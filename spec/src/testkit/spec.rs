@@ -121,6 +121,7 @@ impl TestSpec {
                     n_concurrent: 32,
                     n_attempts: 3,
                     timeout_multiplier: 2.0,
+                    timeout_source: None,
                     agent_kwargs: vec![],
                     agent_parser: None,
                     agent_envs: vec![],

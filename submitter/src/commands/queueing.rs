@@ -262,7 +262,8 @@ fn iterate(
     let planned = snapshot_and_plan(session, &args.selection, executables)?;
     // Staging and preflight (docs/site.md): each model once per iteration, before any ledger row.
     let context = session.context();
-    let stager = submitter::stage::Stager::new(&context);
+    let stager =
+        if args.dry_run { submitter::stage::Stager::dry(&context) } else { submitter::stage::Stager::new(&context) };
     let queries = preflight::SlurmQueries(&session.slurm);
     let site = preflight::Site::here(&session.root, &queries);
     let prepare = |job: &PlannedJob, spec: &launch_spec::LaunchSpec| {
@@ -359,8 +360,9 @@ pub fn launch_command(args: &LaunchArgs) -> Result<ExitCode> {
     if !args.once && !args.watch {
         bail!("say --once (one iteration) or --watch --interval D (the listener)");
     }
-    let session = Session::open(&args.ledger)?;
-    let _lock = session.lock()?;
+    let session = if args.dry_run { Session::open_dry(&args.ledger)? } else { Session::open(&args.ledger)? };
+    // A dry run changes nothing, so it needs no exclusion (and writes no lock file).
+    let _lock = if args.dry_run { None } else { Some(session.lock()?) };
     let executables = executables(&session, true)?;
     let mirror = open_mirror(args.mirror.as_deref(), &session)?;
     let interval = args.interval.unwrap_or(Duration::from_secs(600));

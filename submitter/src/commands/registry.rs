@@ -102,7 +102,11 @@ pub fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
     let overrides = Overrides { timeout_multiplier: args.timeout_multiplier, ..Overrides::default() };
     let mut resolved: Vec<(String, Resolved, Layout)> = Vec::with_capacity(models.len());
     let mut fallback = Vec::new();
+    registry.report_broken();
     for model in models {
+        if let Some(problem) = registry.problem_for(&model, &profile) {
+            bail!("{problem}");
+        }
         let settings = registry.resolve(&model, &profile, gpus_per_node, &overrides);
         let layout = settings
             .layout(gpus_per_node, max_nodes)
@@ -112,7 +116,7 @@ pub fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
         }
         resolved.push((model, settings, layout));
     }
-    warn_timeout_fallback(&fallback);
+    warn_timeout_fallback(&fallback, &registry);
     let text = if args.format.is_json() {
         to_json(&resolved, &profile, gpus_per_node)
     } else {
@@ -122,15 +126,16 @@ pub fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// One warning line for all models whose timeout multiplier fell back to 1.0.
-fn warn_timeout_fallback(models: &[String]) {
+/// One note for all models whose timeout multiplier is the policy's fallback (docs/design.md §4.3).
+fn warn_timeout_fallback(models: &[String], registry: &Registry) {
+    let value = registry.timeouts.otherwise.timeout_multiplier;
     match models {
         [] => {}
         [one] => tracing::warn!(
-            "no timeout multiplier inferred for {one} (size unknown or outside the 2.0/16.0 bands); using 1.0"
+            "timeout multiplier of {one}: its size is in no band of _timeouts.yaml (or it has no size token); using the fallback {value:.1}"
         ),
         many => tracing::warn!(
-            "no timeout multiplier inferred for {} models (size unknown or outside the 2.0/16.0 bands), e.g. {}; using 1.0",
+            "timeout multiplier of {} models: their size is in no band of _timeouts.yaml (or they have no size token), e.g. {}; using the fallback {value:.1}",
             many.len(),
             many.iter().take(3).cloned().collect::<Vec<_>>().join(", ")
         ),

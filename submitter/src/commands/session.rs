@@ -50,10 +50,14 @@ pub struct SpecOptions {
     /// profile's `limits.n_concurrent_ceiling`). Default: the preset's, else the profile's.
     #[arg(long = "n-concurrent", value_name = "N|LEG=N", value_parser = Concurrency::parse_item)]
     pub n_concurrent: Vec<(Option<String>, u32)>,
-    /// Harbor job config for every leg: a file in presets/harbor/ or a path (wins over the
-    /// preset's `config_yaml`).
-    #[arg(long = "harbor-config", visible_alias = "config-yaml", value_name = "FILE")]
+    /// Explicit Harbor job config for every leg: a file in presets/harbor/ or a path. It runs
+    /// instead of the preset's, and its own `timeout_multiplier` is used (docs/design.md §4.3).
+    #[arg(long = "harbor-config", value_name = "FILE")]
     pub harbor_config: Option<String>,
+    /// Base Harbor job config (as a preset's `config_yaml`, which it replaces): the timeout
+    /// multiplier still comes from the registry and the size bands.
+    #[arg(long = "config-yaml", value_name = "FILE")]
+    pub config_yaml: Option<String>,
     /// Harbor's agent parser (wins over the preset's `agent_parser`).
     #[arg(long, value_name = "P")]
     pub agent_parser: Option<String>,
@@ -66,16 +70,21 @@ impl SpecOptions {
     /// The library's overrides (per-leg concurrency is [`SpecOptions::concurrency`]).
     pub fn overrides(&self) -> Result<SpecOverrides> {
         // A relative path the operator typed means "from here" (a bare name: presets/harbor/).
-        let harbor_config = match &self.harbor_config {
-            Some(file) if file.contains('/') => Some(std::path::absolute(file)?.display().to_string()),
-            other => other.clone(),
+        let from_here = |name: &Option<String>| -> Result<Option<String>> {
+            Ok(match name {
+                Some(file) if file.contains('/') => Some(std::path::absolute(file)?.display().to_string()),
+                other => other.clone(),
+            })
         };
+        let harbor_config = from_here(&self.harbor_config)?;
+        let config_yaml = from_here(&self.config_yaml)?;
         Ok(SpecOverrides {
             timeout_multiplier: self.timeout_multiplier,
             agent_kwargs: self.agent_kwargs.clone(),
             gpu_memory_utilization: self.gpu_memory_utilization,
             n_concurrent: None,
             harbor_config,
+            config_yaml,
             agent_parser: self.agent_parser.clone(),
             max_output_tokens: self.max_output_tokens,
             dataset: None,
@@ -96,9 +105,13 @@ pub struct SlurmOptions {
     /// Slurm account for every job (wins over the preset's `slurm_account` and the profile's).
     #[arg(long, value_name = "A", value_parser = submitter::config::args::slurm_name)]
     pub account: Option<String>,
-    /// Slurm reservation for every job (wins over the profile's `slurm.reservation`).
-    #[arg(long, value_name = "R", value_parser = submitter::config::args::slurm_name)]
+    /// Slurm reservation for every job (wins over the profile's `slurm.reservation`); `''` submits
+    /// without one (as `--no-reservation`: for a reservation that has ended).
+    #[arg(long, value_name = "R", value_parser = submitter::config::args::reservation)]
     pub reservation: Option<String>,
+    /// Submit without the profile's `slurm.reservation`.
+    #[arg(long, conflicts_with = "reservation")]
+    pub no_reservation: bool,
     /// Walltime for every job (wins over the preset's `slurm_time` and the profile's `slurm.time`).
     #[arg(long, value_name = "T", value_parser = submitter::config::args::slurm_time)]
     pub time: Option<String>,
@@ -109,7 +122,8 @@ impl SlurmOptions {
         SlurmOverrides {
             partition: self.partition.clone(),
             account: self.account.clone(),
-            reservation: self.reservation.clone(),
+            // An empty name clears the profile's reservation (SlurmChoice::for_leg).
+            reservation: if self.no_reservation { Some(String::new()) } else { self.reservation.clone() },
             time: self.time.clone(),
         }
     }
@@ -177,6 +191,16 @@ fn refuse_password_on_argv(ledger: Option<&str>) -> Result<()> {
 
 impl Session {
     pub fn open(args: &LedgerArgs) -> Result<Session> {
+        Session::open_with(args, true)
+    }
+
+    /// [`Session::open`] for `launch --dry-run`: the state dir is created only when the default
+    /// ledger goes into it (a ledger named elsewhere leaves the file tree untouched).
+    pub fn open_dry(args: &LedgerArgs) -> Result<Session> {
+        Session::open_with(args, false)
+    }
+
+    fn open_with(args: &LedgerArgs, create_state_dir: bool) -> Result<Session> {
         refuse_password_on_argv(args.ledger.as_deref())?;
         let dirs = args.dirs.resolve()?;
         let root = ConfigRoot::discover().map(|r| r.root).unwrap_or_else(|_| dirs.clusters.join(".."));
@@ -184,6 +208,7 @@ impl Session {
         let gpu_profiles = config::load_gpu_profiles(&dirs.clusters)?;
         let registry =
             Registry::load(&dirs.registry).with_context(|| format!("loading registry {}", dirs.registry.display()))?;
+        registry.report_broken();
         let harbor_dir = dirs.presets.join("harbor");
         let context = SpecBuilder {
             cluster: &cluster,
@@ -196,12 +221,12 @@ impl Session {
             Some(dir) => dir.clone(),
             None => context.expand("paths.state_dir", &cluster.paths.state_dir)?,
         };
-        std::fs::create_dir_all(&state_dir).with_context(|| format!("creating state dir {}", state_dir.display()))?;
-        let ledger_spec = args
-            .ledger
-            .clone()
-            .or_else(|| cluster.ledger.clone())
-            .unwrap_or_else(|| ledger::default_path(&state_dir).display().to_string());
+        let named = args.ledger.clone().or_else(|| cluster.ledger.clone());
+        if create_state_dir || named.is_none() {
+            std::fs::create_dir_all(&state_dir)
+                .with_context(|| format!("creating state dir {}", state_dir.display()))?;
+        }
+        let ledger_spec = named.unwrap_or_else(|| ledger::default_path(&state_dir).display().to_string());
         let ledger = ledger::open_ledger(&ledger_spec)?;
         let slurm = SlurmCli::new().with_command_timeout(Duration::from_secs(cluster.slurm.command_timeout_s));
         Ok(Session {
@@ -229,6 +254,8 @@ impl Session {
 
     /// One submitter per state dir at a time (advisory lock), besides the ledger's guarantee.
     pub fn lock(&self) -> Result<File> {
+        std::fs::create_dir_all(&self.state_dir)
+            .with_context(|| format!("creating state dir {}", self.state_dir.display()))?;
         let path = self.state_dir.join("submitter.lock");
         let file = File::options()
             .create(true)

@@ -86,6 +86,7 @@ pub fn build(args: &SpecArgs) -> Result<(launch_spec::LaunchSpec, Loaded)> {
         harbor_configs: dirs.presets.join("harbor"),
         root,
     };
+    loaded.registry.report_broken();
     let overrides = SpecOverrides { n_concurrent, dataset: args.dataset.clone(), ..args.options.overrides()? };
     let spec = loaded.context().build(&args.model, &loaded.preset, &overrides)?;
     Ok((spec, loaded))

@@ -46,6 +46,11 @@ pub fn slurm_name(text: &str) -> Result<String, String> {
     Ok(text.to_string())
 }
 
+/// `--reservation`: a Slurm name, or empty for none (the profile's is then not used).
+pub fn reservation(text: &str) -> Result<String, String> {
+    if text.is_empty() { Ok(String::new()) } else { slurm_name(text) }
+}
+
 /// `--interval`, `--stale-after` and other durations: `30s`, `10m`, `1h30m` (humantime's syntax), or a
 /// bare number of seconds; at most 30 days, as in the launch spec.
 pub fn duration(text: &str) -> Result<std::time::Duration, String> {

@@ -470,7 +470,8 @@ fn default_max_attempts() -> u32 {
     3
 }
 fn default_stale_pending_h() -> f64 {
-    48.0
+    // The team's value (issue 20): a job still PENDING after 6 h is cancelled and resubmitted.
+    6.0
 }
 fn default_max_continuations() -> u32 {
     5
@@ -853,6 +854,12 @@ mod tests {
 
     fn parse(text: &str) -> Result<ClusterProfile, launch_spec::yaml::YamlError> {
         launch_spec::yaml::from_yaml_str(text, std::path::Path::new("clusters/x.yaml"))
+    }
+
+    #[test]
+    fn stale_pending_is_six_hours_unless_the_profile_says_otherwise() {
+        assert!(!LOCAL.contains("stale_pending_hours"));
+        assert_eq!(parse(LOCAL).unwrap().limits.stale_pending_hours, 6.0, "the team's bound (issue 20)");
     }
 
     #[test]

@@ -52,14 +52,14 @@ pub struct Preset {
     pub sbatch_script: (),
     #[serde(default, deserialize_with = "retired::check_hf_exists")]
     pub check_hf_exists: (),
-    #[serde(default, deserialize_with = "retired::harbor_config")]
-    pub harbor_config: (),
+    /// An explicit Harbor job config (as `--harbor-config`): it runs instead of `config_yaml`, and
+    /// its own `timeout_multiplier` is used as-is for every model (docs/design.md §4.3).
+    #[serde(default)]
+    pub harbor_config: Option<String>,
     /// `NAME` (copy the variable) or `NAME=SOURCE` (SOURCE's value, else the literal), comma-separated.
     #[serde(default)]
     pub agent_envs: Option<String>,
 }
-
-pub const DEFAULT_HARBOR_CONFIG: &str = "dcagent_eval_config_no_override.yaml";
 
 /// Keys the replaced system's presets had that nothing here would read. Each is refused when the
 /// preset loads (every command, and `registry check`) with the key that does the job now, so no
@@ -73,7 +73,6 @@ mod retired {
         )*};
     }
     retired! {
-        harbor_config => "name the Harbor job config with `config_yaml` (a file in presets/harbor/ or a path), or `--harbor-config` on the command line",
         error_threshold => "the completion audit's bound is the cluster profile's `verify.max_error_share` (a share of trials): remove the key",
         vllm_max_retries => "payload polls vLLM's health until the profile's `engine.health_timeout_s`: remove the key",
         tp_size => "tensor parallelism is per model: set `tensor_parallel_size` in the model registry (model_config/)",
@@ -104,7 +103,7 @@ impl Preset {
             agent_name: None,
             sbatch_script: (),
             check_hf_exists: (),
-            harbor_config: (),
+            harbor_config: None,
             agent_envs: None,
         }
     }
@@ -138,17 +137,16 @@ impl Preset {
             .collect()
     }
 
-    /// Problems within the preset, and its Harbor job config missing from `harbor_dir`.
+    /// Problems within the preset, and a Harbor job config it names missing from `harbor_dir`
+    /// (without one, the size band's canonical config runs: `registry check` checks those).
     pub fn problems_with(&self, harbor_dir: &std::path::Path) -> Vec<String> {
         let mut problems = self.problems();
-        let config_yaml = self.config_yaml.as_deref().unwrap_or(DEFAULT_HARBOR_CONFIG);
-        let path = if std::path::Path::new(config_yaml).is_absolute() {
-            PathBuf::from(config_yaml)
-        } else {
-            harbor_dir.join(config_yaml)
-        };
-        if !path.is_file() {
-            problems.push(format!("config_yaml `{config_yaml}` not found (looked for {})", path.display()));
+        for (key, name) in [("config_yaml", &self.config_yaml), ("harbor_config", &self.harbor_config)] {
+            let Some(name) = name else { continue };
+            let path = harbor_config_path(harbor_dir, name);
+            if !path.is_file() {
+                problems.push(format!("{key} `{name}` not found (looked for {})", path.display()));
+            }
         }
         problems
     }
@@ -206,4 +204,10 @@ impl Preset {
         }
         problems
     }
+}
+
+/// A Harbor job config named in a preset or on the command line: a path as given when absolute,
+/// else a file in `presets/harbor/`.
+pub fn harbor_config_path(harbor_dir: &std::path::Path, name: &str) -> PathBuf {
+    if std::path::Path::new(name).is_absolute() { PathBuf::from(name) } else { harbor_dir.join(name) }
 }

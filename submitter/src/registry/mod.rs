@@ -1,12 +1,13 @@
 //! The model registry: loading `model_config/` and resolving serve settings (docs/design.md §3.3, §4).
 //!
-//! Resolution keeps the replaced system's semantics exactly (docs/design.md §4):
-//! exact entry (variants replace wholesale) else first matching pattern else size default; the
-//! matched config is used as it is, never layered.
+//! Serve settings keep the replaced system's semantics (docs/design.md §4): exact entry (variants
+//! replace wholesale) else first matching pattern else size default; the matched config is used as
+//! it is, never layered. The timeout multiplier follows the team's written policy (§4.3).
 
 pub mod files;
 pub mod names;
 pub mod size;
+pub mod timeouts;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -17,6 +18,7 @@ use regex::Regex;
 use serde::Serialize;
 
 use files::{ModelFile, PatternsFile, ServeFields};
+use timeouts::TimeoutPolicy;
 
 pub const DEFAULT_PROFILE: &str = "default";
 pub const PATTERNS_FILE: &str = "_patterns.yaml";
@@ -93,11 +95,38 @@ pub struct Registry {
     pub files: Vec<PathBuf>,
     pub patterns: Vec<Pattern>,
     pub patterns_file: Option<PathBuf>,
+    /// The size bands of the timeout policy (`_timeouts.yaml`, else the team's).
+    pub timeouts: TimeoutPolicy,
+    /// `X@<profile>` standalones (docs/design.md §4.1 rule 2): by bare id, then profile, verbatim.
+    pub standalones: HashMap<String, HashMap<String, Standalone>>,
+    /// Files that did not load: skipped, so the rest resolves; a model they name is refused.
+    pub broken: Vec<BrokenFile>,
+    /// `_patterns.yaml` did not load: a model without an exact entry cannot be resolved.
+    pub patterns_broken: bool,
+}
+
+/// A model file `model: X@P`: replaces X wholesale on profile P, ignored elsewhere.
+#[derive(Debug, Clone)]
+pub struct Standalone {
+    pub file: PathBuf,
+    /// Base fields overlaid by `subsystems.eval`; its `variants` are ignored.
+    pub fields: ServeFields,
+}
+
+/// A registry file that did not load, with the model id it names when that can be read.
+#[derive(Debug, Clone)]
+pub struct BrokenFile {
+    pub path: PathBuf,
+    pub id: Option<String>,
+    pub error: String,
 }
 
 impl Registry {
     /// Loads `root` like the replaced generator: org dirs sorted (skipping `_`/`.` names), `*.yaml`
     /// sorted inside, no recursion, files without `model:` skipped, a later duplicate id wins.
+    /// A file that does not load is kept in `broken` and skipped (so are bad patterns): only a
+    /// model it names is refused ([`Registry::problem_for`]). An unreadable directory or a bad
+    /// `_timeouts.yaml` (every resolution needs it) fails the load.
     pub fn load(root: &Path) -> Result<Registry, RegistryError> {
         let mut registry = Registry { root: root.to_path_buf(), ..Registry::default() };
         for org in sorted_entries(root)? {
@@ -109,14 +138,77 @@ impl Registry {
                 if !file.is_file() || file.extension().is_none_or(|ext| ext != "yaml") {
                     continue;
                 }
-                let parsed: ModelFile = from_yaml_file(&file)?;
-                model_file_problem(&parsed, &file)?;
-                registry.files.push(file.clone());
-                if let Some(entry) = model_entry(parsed, &file) {
-                    registry.models.insert(entry.id.clone(), entry);
+                match load_model_file(&file) {
+                    Err(err) => registry.broken.push(BrokenFile {
+                        id: id_in_text(&file),
+                        path: file.clone(),
+                        error: err.to_string(),
+                    }),
+                    Ok(parsed) => {
+                        registry.files.push(file.clone());
+                        registry.add(parsed, &file);
+                    }
                 }
             }
         }
+        if let Err(err) = registry.load_patterns(root) {
+            registry.broken.push(BrokenFile { path: root.join(PATTERNS_FILE), id: None, error: err.to_string() });
+            registry.patterns.clear();
+            registry.patterns_broken = true;
+        }
+        registry.timeouts = TimeoutPolicy::load(root)?;
+        Ok(registry)
+    }
+
+    /// One loaded model file: a bare entry (a later duplicate wins wholesale) or a standalone.
+    fn add(&mut self, parsed: ModelFile, file: &Path) {
+        let Some(id) = parsed.model.clone() else { return };
+        match split_standalone(&id) {
+            Some((bare, profile)) => {
+                let eval = parsed.subsystems.as_ref().and_then(|s| s.eval.clone()).unwrap_or_default();
+                let fields = parsed.serve_fields().overlaid_with(&eval.serve_fields());
+                self.standalones
+                    .entry(bare.to_string())
+                    .or_default()
+                    .insert(profile.to_string(), Standalone { file: file.to_path_buf(), fields });
+            }
+            None => {
+                if let Some(entry) = model_entry(parsed, file) {
+                    self.models.insert(entry.id.clone(), entry);
+                }
+            }
+        }
+    }
+
+    /// One warning per file that did not load (the commands that load the registry say so; only the
+    /// models those files name are refused).
+    pub fn report_broken(&self) {
+        for file in &self.broken {
+            tracing::warn!("registry file skipped: {} (`submitter registry check` lists every problem)", file.error);
+        }
+    }
+
+    /// Why `id` cannot be resolved on `profile` with this registry, if it cannot: a broken file
+    /// names it, or it would fall to the patterns and `_patterns.yaml` is broken.
+    pub fn problem_for(&self, id: &str, profile: &str) -> Option<String> {
+        let named = |file: &&BrokenFile| {
+            file.id.as_deref().is_some_and(|named| named == id || split_standalone(named).is_some_and(|(b, _)| b == id))
+        };
+        if let Some(file) = self.broken.iter().find(named) {
+            return Some(format!("model `{id}`: its registry file does not load: {}", file.error));
+        }
+        if self.patterns_broken && !matches!(self.lookup(id, profile).0, Rule::Exact) {
+            let error = self.broken.iter().find(|f| f.id.is_none() && f.path.ends_with(PATTERNS_FILE));
+            return Some(format!(
+                "model `{id}` has no exact registry entry and the patterns do not load: {}",
+                error.map_or("", |f| f.error.as_str())
+            ));
+        }
+        None
+    }
+
+    fn load_patterns(&mut self, root: &Path) -> Result<(), RegistryError> {
+        let registry = self;
         let patterns_path = root.join(PATTERNS_FILE);
         if patterns_path.exists() {
             let parsed: PatternsFile = from_yaml_file(&patterns_path)?;
@@ -162,13 +254,20 @@ impl Registry {
             }
             registry.patterns_file = Some(patterns_path);
         }
-        Ok(registry)
+        Ok(())
     }
 
     /// The matched config for `id` on `profile`: exact entry, else first applicable pattern.
     pub fn lookup(&self, id: &str, profile: &str) -> (Rule, ServeFields) {
-        if let Some(fields) = self.models.get(id).and_then(|entry| entry.on_profile(profile)) {
-            return (Rule::Exact, fields.clone());
+        match self.standalones.get(id).and_then(|by_profile| by_profile.get(profile)) {
+            // `X@P` replaces X wholesale on P; an empty one leaves no entry (the patterns decide).
+            Some(standalone) if !standalone.fields.is_empty() => return (Rule::Exact, standalone.fields.clone()),
+            Some(_) => {}
+            None => {
+                if let Some(fields) = self.models.get(id).and_then(|entry| entry.on_profile(profile)) {
+                    return (Rule::Exact, fields.clone());
+                }
+            }
         }
         for pattern in &self.patterns {
             // An empty `match` is skipped, not a match-all (as in the replaced system).
@@ -180,13 +279,30 @@ impl Registry {
         (Rule::SizeDefault, ServeFields::default())
     }
 
+    /// docs/design.md §4.3, first wins: `--timeout-multiplier`; the explicit Harbor config's own
+    /// value as-is; the matched entry's or pattern's; the size band of the largest size token,
+    /// else `otherwise` (the caller notes `Fallback`).
+    pub fn timeout_multiplier(&self, id: &str, overrides: &Overrides, entry: Option<f64>) -> (f64, TimeoutSource) {
+        if let Some(value) = overrides.timeout_multiplier {
+            return (value, TimeoutSource::Cli);
+        }
+        if let Some(value) = overrides.harbor_config_multiplier {
+            return (value, TimeoutSource::HarborConfig);
+        }
+        if let Some(value) = entry {
+            return (value, TimeoutSource::Registry);
+        }
+        let band = self.timeouts.choose(id);
+        let source = if band.fallback { TimeoutSource::Fallback } else { TimeoutSource::Size };
+        (band.timeout_multiplier, source)
+    }
+
     /// Resolves serve settings for one model (docs/design.md §4.1–4.4).
     pub fn resolve(&self, id: &str, profile: &str, gpus_per_node: u32, overrides: &Overrides) -> Resolved {
         let (rule, fields) = self.lookup(id, profile);
         let parallel = parallelism(id, &fields, gpus_per_node);
         let max_num_seqs = fields.max_num_seqs.or_else(|| is_qwen35_family(id).then_some(QWEN35_MAX_NUM_SEQS));
-        let (timeout_multiplier, timeout_source) =
-            timeout_multiplier(id, overrides.timeout_multiplier, fields.timeout_multiplier);
+        let (timeout_multiplier, timeout_source) = self.timeout_multiplier(id, overrides, fields.timeout_multiplier);
         let model_kwargs = fields.agent_kwargs.clone().unwrap_or_default();
         let agent_kwargs =
             merge_agent_kwargs(&[&overrides.cli_agent_kwargs, &model_kwargs, &overrides.preset_agent_kwargs]);
@@ -234,7 +350,20 @@ fn model_file_problem(parsed: &ModelFile, file: &Path) -> Result<(), RegistryErr
         problem,
     };
     if let Some(id) = &parsed.model {
-        launch_spec::validate::model_id(id).map_err(|problem| invalid("`model`: ", problem))?;
+        match split_standalone(id) {
+            Some((bare, profile)) => {
+                launch_spec::validate::model_id(bare).map_err(|problem| invalid("`model`: ", problem))?;
+                if profile.is_empty() || !profile.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
+                    return Err(invalid(
+                        "`model`: ",
+                        format!("`{id}`: after `@` comes a hardware profile name (like gh200)"),
+                    ));
+                }
+            }
+            None => {
+                launch_spec::validate::model_id(id).map_err(|problem| invalid("`model`: ", problem))?;
+            }
+        }
     }
     let eval = parsed.subsystems.as_ref().and_then(|s| s.eval.clone()).unwrap_or_default();
     let blocks = [(String::new(), parsed.serve_fields()), ("subsystems.eval: ".to_string(), eval.serve_fields())]
@@ -246,6 +375,25 @@ fn model_file_problem(parsed: &ModelFile, file: &Path) -> Result<(), RegistryErr
         }
     }
     Ok(())
+}
+
+fn load_model_file(file: &Path) -> Result<ModelFile, RegistryError> {
+    let parsed: ModelFile = from_yaml_file(file)?;
+    model_file_problem(&parsed, file)?;
+    Ok(parsed)
+}
+
+/// `X@P` → (`X`, `P`), split at the last `@` as the team's loader does; `None` for a bare id.
+pub fn split_standalone(id: &str) -> Option<(&str, &str)> {
+    id.rsplit_once('@')
+}
+
+/// The `model:` a file names, read from its text (for a file whose YAML does not load).
+fn id_in_text(file: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(file).ok()?;
+    let line = text.lines().find_map(|line| line.strip_prefix("model:"))?;
+    let id = line.split('#').next()?.trim().trim_matches(['"', '\'']);
+    (!id.is_empty()).then(|| id.to_string())
 }
 
 fn model_entry(parsed: ModelFile, file: &Path) -> Option<ModelEntry> {
@@ -297,7 +445,11 @@ impl std::fmt::Display for Rule {
 /// Inputs from outside the registry that take part in resolution.
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
+    /// `--timeout-multiplier`.
     pub timeout_multiplier: Option<f64>,
+    /// The `timeout_multiplier` of an explicit Harbor config (`--harbor-config`, preset
+    /// `harbor_config`), or Harbor's default 1.0 when that file sets none.
+    pub harbor_config_multiplier: Option<f64>,
     pub cli_agent_kwargs: Vec<String>,
     pub preset_agent_kwargs: Vec<String>,
 }
@@ -360,28 +512,31 @@ fn is_one(value: &u32) -> bool {
     *value == 1
 }
 
+/// Where a timeout multiplier came from (docs/design.md §4.3); recorded in the launch spec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TimeoutSource {
+    /// `--timeout-multiplier`.
     Cli,
+    /// The explicit Harbor config's own value.
+    HarborConfig,
+    /// The matched registry entry or pattern.
     Registry,
+    /// A size band of `_timeouts.yaml`.
     Size,
+    /// No band holds the name's size, or it has none: `otherwise`, with a note.
     #[default]
     Fallback,
 }
 
-/// docs/design.md §4.3: CLI override; the entry's value; active size (else total) ≤ 14 → 2.0,
-/// 28 ≤ size ≤ 42 → 16.0; else 1.0 (the caller warns on `Fallback`).
-pub fn timeout_multiplier(id: &str, cli: Option<f64>, entry: Option<f64>) -> (f64, TimeoutSource) {
-    if let Some(value) = cli {
-        return (value, TimeoutSource::Cli);
-    }
-    if let Some(value) = entry {
-        return (value, TimeoutSource::Registry);
-    }
-    match size::active_size(id).or_else(|| size::total_size(id)) {
-        Some(size) if size <= 14.0 => (2.0, TimeoutSource::Size),
-        Some(size) if (28.0..=42.0).contains(&size) => (16.0, TimeoutSource::Size),
-        _ => (1.0, TimeoutSource::Fallback),
+impl TimeoutSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TimeoutSource::Cli => "cli",
+            TimeoutSource::HarborConfig => "harbor-config",
+            TimeoutSource::Registry => "registry",
+            TimeoutSource::Size => "size",
+            TimeoutSource::Fallback => "fallback",
+        }
     }
 }
 
@@ -420,26 +575,34 @@ mod tests {
 
     #[test]
     fn timeout_table() {
+        use TimeoutSource::{Fallback, Size};
+        // The largest size token decides (issue 20's policy): a 30B-A3B is 30B.
         let cases = [
-            ("x-0.5B", 2.0),
-            ("x-14B", 2.0),
-            ("x-14.5B", 1.0),
-            ("x-27B", 1.0),
-            ("x-28B", 16.0),
-            ("x-42B", 16.0),
-            ("x-43B", 1.0),
-            ("x-70B", 1.0),
-            ("x-80B-A3B", 2.0),
-            ("x-235B-A22B", 1.0),
-            ("x-480B-A35B", 16.0),
-            ("x-106B-A12B", 2.0),
-            ("Mixtral-8x7B", 1.0),
+            ("x-0.5B", 2.0, Size),
+            ("x-14B", 2.0, Size),
+            ("x-14.5B", 2.0, Fallback),
+            ("x-27B", 2.0, Fallback),
+            ("x-28B", 16.0, Size),
+            ("Qwen/Qwen3-30B-A3B", 16.0, Size),
+            ("Qwen/Qwen3.5-35B-A3B", 16.0, Size),
+            ("x-42B", 16.0, Size),
+            ("x-43B", 2.0, Fallback),
+            ("x-70B", 2.0, Fallback),
+            ("x-80B-A3B", 2.0, Fallback),
+            ("x-235B-A22B", 2.0, Fallback),
+            ("Mixtral-8x7B", 2.0, Fallback),
+            ("org/no-size-token", 2.0, Fallback),
         ];
-        for (id, expected) in cases {
-            assert_eq!(timeout_multiplier(id, None, None).0, expected, "{id}");
+        let registry = Registry::default();
+        let none = Overrides::default();
+        for (id, expected, source) in cases {
+            assert_eq!(registry.timeout_multiplier(id, &none, None), (expected, source), "{id}");
         }
-        assert_eq!(timeout_multiplier("x-8B", Some(3.0), Some(5.0)).0, 3.0);
-        assert_eq!(timeout_multiplier("x-8B", None, Some(5.0)).0, 5.0);
+        let cli = Overrides { timeout_multiplier: Some(3.0), harbor_config_multiplier: Some(4.0), ..none.clone() };
+        assert_eq!(registry.timeout_multiplier("x-32B", &cli, Some(5.0)), (3.0, TimeoutSource::Cli));
+        let config = Overrides { harbor_config_multiplier: Some(4.0), ..none.clone() };
+        assert_eq!(registry.timeout_multiplier("x-32B", &config, Some(5.0)), (4.0, TimeoutSource::HarborConfig));
+        assert_eq!(registry.timeout_multiplier("x-32B", &none, Some(5.0)), (5.0, TimeoutSource::Registry));
     }
 
     #[test]

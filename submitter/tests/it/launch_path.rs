@@ -70,7 +70,6 @@ fn retired_preset_keys_are_refused_with_their_replacement_by_every_command() {
     .unwrap();
     for (key, line, replacement) in [
         ("tp_size", "tp_size: 2", "tensor_parallel_size"),
-        ("harbor_config", "harbor_config: x.yaml", "config_yaml"),
         ("error_threshold", "error_threshold: 10", "verify.max_error_share"),
         ("check_hf_exists", "check_hf_exists: true", "pre_download"),
         ("sbatch_script", "sbatch_script: eval.sbatch", "slurm.script"),
@@ -116,18 +115,25 @@ fn preset_with_datasets_is_refused_and_spec_takes_the_launch_options() {
         serde_json::from_slice::<Value>(&out.stdout).unwrap()
     };
     let concurrency = ["--n-concurrent", "3", "--n-concurrent", "tb2=2"];
-    let options = ["--harbor-config", "/abs/job.yaml", "--agent-parser", "json", "--max-output-tokens", "4096"];
+    let job_dir = tempfile::tempdir().unwrap();
+    let job = job_dir.path().join("job.yaml");
+    std::fs::write(&job, "timeout_multiplier: 4.0\n").unwrap();
+    let job = job.to_str().unwrap();
+    let options = ["--harbor-config", job, "--agent-parser", "json", "--max-output-tokens", "4096"];
     let spec = tb2_spec(&[&options[..], &concurrency].concat());
     let harbor = &spec["harbor"];
-    assert_eq!(harbor["config"], "/abs/job.yaml");
+    assert_eq!(harbor["config"], job);
+    assert_eq!(harbor["timeout_multiplier"], 4.0, "an explicit config's own multiplier");
     assert_eq!(harbor["agent_parser"], "json");
     assert_eq!(harbor["max_output_tokens"], 4096);
     assert_eq!(harbor["n_concurrent"], 2, "the leg's own value wins over the global one");
     // The profile's ceiling holds (local: 4), and without an override the preset's value (tb2: 64)
-    // is clamped to it; `--config-yaml` is the same option.
+    // is clamped to it; `--config-yaml` replaces the preset's base config, and the multiplier
+    // still comes from the size (an 8B: 2.0).
     let spec = tb2_spec(&["--config-yaml", "x.yaml"]);
     assert_eq!(spec["harbor"]["n_concurrent"], 4);
     assert!(spec["harbor"]["config"].as_str().unwrap().ends_with("presets/harbor/x.yaml"));
+    assert_eq!(spec["harbor"]["timeout_multiplier"], 2.0);
     let id = submitter(&["spec", "--cluster", "local", "--preset", "ID", "--model", "Qwen/Qwen3-8B"]);
     assert!(stderr(&id).contains("`spec` writes one spec"), "{}", stderr(&id));
 }

@@ -90,12 +90,12 @@ fn worked_examples_default_profile() {
         (
             "Qwen/Qwen3-30B-A3B-Thinking-2507",
             json!({"tensor_parallel_size": 2, "data_parallel_size": 2, "tool_call_parser": "hermes",
-            "timeout_multiplier": 2.0, "rule": "exact"}),
+            "timeout_multiplier": 16.0, "rule": "exact"}),
         ),
         (
             "probe/Foo-30B-A3B-lc",
             json!({"tensor_parallel_size": 4, "data_parallel_size": 1, "max_model_len": 32768, "swap_space": 32,
-            "trust_remote_code": true, "extra_args": "--enable-prefix-caching --enforce-eager", "timeout_multiplier": 2.0,
+            "trust_remote_code": true, "extra_args": "--enable-prefix-caching --enforce-eager", "timeout_multiplier": 16.0,
             "rule": "pattern:(?i)3[02][Bb]"}),
         ),
         (
@@ -112,15 +112,15 @@ fn worked_examples_default_profile() {
         ),
         (
             "probe/Qwen3-Coder-480B-A35B-Instruct",
-            json!({"tensor_parallel_size": 2, "data_parallel_size": 2, "timeout_multiplier": 16.0, "rule": "size-default"}),
+            json!({"tensor_parallel_size": 2, "data_parallel_size": 2, "timeout_multiplier": 2.0, "rule": "size-default"}),
         ),
         (
             "probe/Qwen3-235B-A22B",
-            json!({"tensor_parallel_size": 2, "data_parallel_size": 2, "timeout_multiplier": 1.0, "rule": "size-default"}),
+            json!({"tensor_parallel_size": 2, "data_parallel_size": 2, "timeout_multiplier": 2.0, "rule": "size-default"}),
         ),
         (
             "probe/Mixtral-8x7B",
-            json!({"tensor_parallel_size": 1, "data_parallel_size": 4, "timeout_multiplier": 1.0, "rule": "size-default"}),
+            json!({"tensor_parallel_size": 1, "data_parallel_size": 4, "timeout_multiplier": 2.0, "rule": "size-default"}),
         ),
         // Only a gh200 variant: no entry on default, so the 3[02]B pattern applies.
         (
@@ -137,7 +137,7 @@ fn worked_examples_default_profile() {
         // Family default 256 without the qwen3.5 pattern's conda env (3.6 has no literal "3.5").
         (
             "probe/Qwen3.6-27B",
-            json!({"tensor_parallel_size": 2, "data_parallel_size": 2, "max_num_seqs": 256, "timeout_multiplier": 1.0, "rule": "size-default"}),
+            json!({"tensor_parallel_size": 2, "data_parallel_size": 2, "max_num_seqs": 256, "timeout_multiplier": 2.0, "rule": "size-default"}),
         ),
         (
             "probe/Qwen3.5-9B-finetune",
@@ -176,17 +176,17 @@ fn worked_examples_gh200_profile() {
             "Qwen/Qwen3.5-35B-A3B",
             json!({"tensor_parallel_size": 1, "data_parallel_size": 1, "max_model_len": 32768, "swap_space": 32,
             "trust_remote_code": true, "limit_mm_per_prompt": "{\"image\":0,\"video\":0}", "max_num_seqs": 256,
-            "extra_args": "--enable-prefix-caching --max-num-seqs 512", "agent_kwargs": [THINK], "timeout_multiplier": 2.0, "rule": "exact"}),
+            "extra_args": "--enable-prefix-caching --max-num-seqs 512", "agent_kwargs": [THINK], "timeout_multiplier": 16.0, "rule": "exact"}),
         ),
         (
             "probe/Mixtral-8x7B",
             json!({"tensor_parallel_size": 1, "data_parallel_size": 1, "max_model_len": 32768, "trust_remote_code": true,
-            "extra_args": "--enable-prefix-caching", "timeout_multiplier": 1.0, "rule": "pattern:.*"}),
+            "extra_args": "--enable-prefix-caching", "timeout_multiplier": 2.0, "rule": "pattern:.*"}),
         ),
         (
             "QuantTrio/GLM-4.7-AWQ",
             json!({"tensor_parallel_size": 1, "data_parallel_size": 1, "max_model_len": 32768, "trust_remote_code": true,
-            "extra_args": "--enable-prefix-caching", "timeout_multiplier": 1.0, "rule": "pattern:.*"}),
+            "extra_args": "--enable-prefix-caching", "timeout_multiplier": 2.0, "rule": "pattern:.*"}),
         ),
     ];
     for (model, fields) in cases {
@@ -226,7 +226,7 @@ fn every_real_model_id_resolves() {
             let dp = settings["data_parallel_size"].as_u64().unwrap();
             assert!(tp * dp <= gpus.parse().unwrap(), "{model}: {tp}x{dp}");
             let timeout = settings["timeout_multiplier"].as_f64().unwrap();
-            assert!([1.0, 2.0, 16.0].contains(&timeout), "{model}: timeout {timeout}");
+            assert!([2.0, 16.0].contains(&timeout), "{model}: timeout {timeout}");
             if profile == "gh200" {
                 assert_eq!(tp, 1, "{model}");
                 assert!(settings["tool_call_parser"].is_null() && settings["reasoning_parser"].is_null(), "{model}");
@@ -283,8 +283,7 @@ fn registry_check_passes_on_shipped_and_fixture_configuration() {
     for entry in std::fs::read_dir(&presets).unwrap() {
         let path = entry.unwrap().path();
         let text = std::fs::read_to_string(&path).unwrap();
-        let retired =
-            ["error_threshold", "vllm_max_retries", "tp_size", "check_hf_exists", "sbatch_script", "harbor_config"];
+        let retired = ["error_threshold", "vllm_max_retries", "tp_size", "check_hf_exists", "sbatch_script"];
         let cleaned: String = text
             .lines()
             .filter(|line| !retired.iter().any(|key| line.starts_with(&format!("{key}:"))))

@@ -1,0 +1,157 @@
+//! Site facts of issue 20 (Build 6) through the real binary: the secrets variable first, a
+//! reservation cleared or changed per launch, the stale-pending bound.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::ledger::Store;
+use crate::queueing::{TestCluster, text};
+use crate::support::{SUBMITTER, slurm_up, workspace_root};
+
+fn spec(cluster: &TestCluster, env: &[(&str, &std::path::Path)]) -> Value {
+    let mut cmd = Command::new(SUBMITTER);
+    cmd.args(["spec", "--cluster", "facts", "--preset", "tb2", "--model", "Qwen/Qwen3-8B", "--clusters"])
+        .arg(cluster.root().join("clusters"))
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap())
+        .env("HOME", cluster.root())
+        .env("SUBMITTER_HOME", workspace_root())
+        .current_dir(cluster.root());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// As the team's scripts: `$DC_AGENT_SECRET_ENV` wins over the profile's `secrets.file`.
+#[test]
+fn the_secrets_variable_wins_over_the_profiles_file() {
+    let cluster = TestCluster::new("facts", |_| {});
+    let profile_file = cluster.root().join("secrets.env");
+    assert_eq!(spec(&cluster, &[])["secrets"]["file"], profile_file.to_str().unwrap());
+    let mine = cluster.root().join("mine.env");
+    std::fs::write(&mine, "DAYTONA_API_KEY=x\n").unwrap();
+    assert_eq!(spec(&cluster, &[("DC_AGENT_SECRET_ENV", &mine)])["secrets"]["file"], mine.to_str().unwrap());
+}
+
+/// A profile's reservation reaches sbatch; `--reservation R` changes it, `--no-reservation` and
+/// `--reservation ''` drop it (a reservation that has ended).
+#[test]
+fn the_reservation_is_changed_or_cleared_per_launch() {
+    if !slurm_up() {
+        return;
+    }
+    let store = Store::sqlite();
+    let cluster = TestCluster::new("facts", |p| {
+        *p = p.replace("  partition: debug\n", "  partition: debug\n  reservation: ended\n")
+    });
+    let models = cluster.models_file(&["Qwen/Qwen3-8B"]);
+    let argv = |extra: &[&str]| -> Vec<String> {
+        let args = [&["--preset", "tb2", "--models-file", models.to_str().unwrap(), "--json"][..], extra].concat();
+        let out = cluster.run(&["plan"], &store.spec, &args, &[]);
+        assert!(out.status.success(), "{extra:?}: {}", text(&out));
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        serde_json::from_value(doc["jobs"][0]["sbatch"].clone()).unwrap_or_else(|_| panic!("{doc:#}"))
+    };
+    let reservations =
+        |argv: Vec<String>| -> Vec<String> { argv.into_iter().filter(|a| a.starts_with("--reservation")).collect() };
+    assert_eq!(reservations(argv(&[])), ["--reservation=ended"]);
+    assert_eq!(reservations(argv(&["--reservation", "fresh"])), ["--reservation=fresh"]);
+    assert!(reservations(argv(&["--no-reservation"])).is_empty());
+    assert!(reservations(argv(&["--reservation", ""])).is_empty());
+}
+
+/// A concurrency ceiling that exists (Vista's 8, the local profile's 4) is never silent: `plan`
+/// says that it capped the preset's value, and the spec carries the capped one.
+#[test]
+fn a_concurrency_cap_says_so_in_plan() {
+    if !slurm_up() {
+        return;
+    }
+    let store = Store::sqlite();
+    let cluster = TestCluster::new("facts", |p| {
+        *p = p.replace("  n_concurrent: 2\n", "  n_concurrent: 2\n  n_concurrent_ceiling: 3\n")
+    });
+    let models = cluster.models_file(&["Qwen/Qwen3-8B"]);
+    let out = cluster.run(&["plan"], &store.spec, &["--preset", "tb2", "--models-file", models.to_str().unwrap()], &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let printed = text(&out);
+    assert!(printed.contains("concurrency 64 capped to 3 trials by limits.n_concurrent_ceiling"), "{printed}");
+}
+
+/// Every path under `dir` with its kind and content (symlinks by target), sorted.
+fn tree(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        let rel = path.strip_prefix(dir).unwrap().display().to_string();
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        if meta.file_type().is_symlink() {
+            out.push((rel, std::fs::read_link(&path).unwrap().display().to_string().into_bytes()));
+        } else if meta.is_dir() {
+            out.push((rel + "/", Vec::new()));
+            stack.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+        } else {
+            out.push((rel, std::fs::read(&path).unwrap()));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `launch --dry-run` on a cluster that stages models and datasets: the file tree (run dirs,
+/// the HF cache, the datasets, the state dir) is byte-identical afterwards, the download command
+/// only ever ran with `--dry-run`, and the output says what would be staged and how big it is.
+#[test]
+fn dry_run_writes_nothing_and_downloads_nothing() {
+    if !slurm_up() {
+        return;
+    }
+    let store = Store::sqlite();
+    let outside = tempfile::tempdir().unwrap();
+    let log = outside.path().join("hf.log");
+    let bin = outside.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    // The Hub CLI's stand-in: a real download writes into the cache; `--dry-run` only reports.
+    std::fs::write(
+        bin.join("hf"),
+        format!(
+            "#!/bin/sh\necho \"$@\" >> {log}\ncase \" $* \" in *' --dry-run '*) echo '[dry-run] Will download 5 files totalling 16.4G.'; exit 0;; esac\n\
+             while [ $# -gt 0 ]; do case $1 in --cache-dir|--local-dir) mkdir -p \"$2\" && echo weights > \"$2/blob\";; esac; shift; done\n",
+            log = log.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(bin.join("hf"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let hf = bin.join("hf").display().to_string();
+    let cluster = TestCluster::new("facts", |p| {
+        let r = p.lines().find_map(|l| l.strip_prefix("  jobs_dir: ")).unwrap().trim_end_matches("/jobs").to_string();
+        *p = p.replace("  jobs_dir:", &format!("  hf_cache: {r}/hf\n  jobs_dir:"))
+            + &format!(
+                "pre_download:\n  enabled: true\n  command: [{hf}, download, \"{{model}}\", --cache-dir, \"{{cache}}\"]\n  dataset_command: [{hf}, download, \"{{dataset}}\", --repo-type, dataset, --local-dir, \"{{dir}}\"]\n"
+            );
+    });
+    std::fs::remove_dir_all(cluster.root().join("datasets/DCAgent2_terminal_bench_2")).unwrap();
+    let models = cluster.models_file(&["Qwen/Qwen3-8B"]);
+    let before = tree(cluster.root());
+    let out = cluster.run(
+        &["launch"],
+        &store.spec,
+        &["--once", "--dry-run", "--preset", "tb2", "--models-file", models.to_str().unwrap()],
+        &[],
+    );
+    let printed = text(&out);
+    assert!(out.status.success(), "{printed}");
+    let after = tree(cluster.root());
+    let changed: Vec<&String> =
+        after.iter().chain(&before).filter(|e| !(before.contains(e) && after.contains(e))).map(|e| &e.0).collect();
+    assert!(changed.is_empty(), "the dry run changed {changed:?}:\n{printed}");
+    let calls = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(!calls.is_empty() && calls.lines().all(|l| l.ends_with("--dry-run")), "{calls}");
+    assert!(printed.contains("would stage model Qwen/Qwen3-8B") && printed.contains("16.4G"), "{printed}");
+    assert!(printed.contains("would stage dataset DCAgent2/terminal_bench_2"), "{printed}");
+    assert!(printed.contains("dry run: would submit"), "{printed}");
+}
