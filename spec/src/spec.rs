@@ -633,6 +633,10 @@ pub struct HarborSpec {
     pub max_output_tokens: Option<u64>,
     #[serde(default = "default_filter_types")]
     pub resume_filter_error_types: Vec<String>,
+    /// What payload does with a Harbor job it finds in the run dir (docs/decisions.md, "A
+    /// re-evaluation is a new run"). Absent (older specs, hand-written ones): `resume_unfinished`.
+    #[serde(default)]
+    pub start: HarborStart,
     /// Further harbor arguments, one argv element each.
     #[serde(default)]
     pub extra_args: Vec<String>,
@@ -643,6 +647,29 @@ pub struct HarborSpec {
     /// flavour): the terminus-2 kwarg form, `--yes`, `--print-config`.
     #[serde(default)]
     pub dialect: crate::versions::HarborDialect,
+}
+
+/// Whether a run continues the Harbor job in its run dir or starts a new one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum HarborStart {
+    /// Resume the job in the run dir when it is unfinished and ran under the same settings
+    /// (timeout multiplier, attempts, agent); start fresh when the run dir holds none. A finished
+    /// job or one under other settings is refused, never resumed: resuming would run nothing, or
+    /// not what the spec says.
+    #[default]
+    ResumeUnfinished,
+    /// A new Harbor job: the run dir must hold none (a re-evaluation gets a run dir of its own).
+    Fresh,
+}
+
+impl HarborStart {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HarborStart::ResumeUnfinished => "resume_unfinished",
+            HarborStart::Fresh => "fresh",
+        }
+    }
 }
 
 fn default_agent() -> String {

@@ -10,6 +10,7 @@
 use std::path::PathBuf;
 
 use launch_spec::LaunchSpec;
+use launch_spec::spec::HarborStart;
 use serde_json::{Value, json};
 
 use crate::config::Preset;
@@ -150,6 +151,9 @@ pub fn attempt_config(job: &PlannedJob, spec: &LaunchSpec) -> Value {
         "agent": spec.harbor.agent,
         "harbor_config": spec.harbor.config,
         "timeout_multiplier": spec.harbor.timeout_multiplier,
+        "n_attempts": spec.harbor.n_attempts,
+        "agent_kwargs": spec.harbor.agent_kwargs,
+        "dataset": spec.harbor.dataset,
         "overrides": overrides_json(&job.overrides),
     });
     if let Some(c) = &job.continues {
@@ -253,7 +257,7 @@ fn plan_pair(
     }
     let pair = snapshot.pairs.get(&(model.to_string(), family));
     let timeout_multiplier = resolved.as_ref().map_or(f64::NAN, |r| r.timeout_multiplier);
-    let history = pair_history(pair, timeout_multiplier, &job.overrides, snapshot);
+    let history = pair_history(pair, timeout_multiplier, &job.overrides, &leg.preset, snapshot);
     let slurm = match pair.map(|p| &p.latest) {
         Some(latest) if latest.status.is_active() && latest.cluster == snapshot.cluster => {
             latest.slurm_job_id.as_ref().map(|id| snapshot.jobs.get(id).copied().unwrap_or(SlurmView::Gone))
@@ -283,13 +287,15 @@ fn plan_pair(
         return job;
     }
     // The spec and the sbatch request, exactly as `launch` will use them.
-    let spec = match context.build(model, &leg.preset, &job.overrides) {
+    let mut spec = match context.build(model, &leg.preset, &job.overrides) {
         Ok(spec) => spec,
         Err(err) => {
             job.blocked = Some(Blocked::Refused(err.to_string()));
             return job;
         }
     };
+    place_run(&mut spec, pair, decide::continues_latest(&history, action, inputs.policy));
+    job.run_tag = spec.run_tag.clone();
     let path = spec_path(&spec);
     let request = sbatch_request(&JobInputs {
         cluster: context.cluster,
@@ -320,11 +326,27 @@ fn plan_pair(
     job
 }
 
+/// Where the attempt runs (docs/decisions.md, "A re-evaluation is a new run"): in the latest
+/// attempt's run dir when it continues that unfinished Harbor job; else fresh — in the pair's own
+/// run dir for its first attempt, in a run dir of its own for a re-evaluation, so the earlier run
+/// dir and its result stay as they were.
+fn place_run(spec: &mut LaunchSpec, pair: Option<&PairState>, continues: bool) {
+    let tag = match pair {
+        Some(pair) if continues => pair.latest.run_tag.clone(),
+        Some(pair) => names::attempt_run_tag(&spec.run_tag, pair.total_attempts.max(pair.latest.attempt) + 1),
+        None => spec.run_tag.clone(),
+    };
+    spec.harbor.start = if continues { HarborStart::ResumeUnfinished } else { HarborStart::Fresh };
+    spec.run_dir = spec.jobs_dir.join(&tag);
+    spec.run_tag = tag;
+}
+
 /// What the snapshot knows about one pair, in the decision's terms.
 fn pair_history(
     pair: Option<&PairState>,
     timeout_multiplier: f64,
     overrides: &SpecOverrides,
+    preset: &Preset,
     snapshot: &Snapshot,
 ) -> PairHistory {
     let Some(pair) = pair else { return PairHistory { latest: None, failed_attempts: 0 } };
@@ -333,7 +355,12 @@ fn pair_history(
     let stored_overrides = latest.config.get("overrides").cloned().unwrap_or(Value::Null);
     // The per-pair dataset is not part of the recorded overrides.
     let comparable = SpecOverrides { dataset: None, ..overrides.clone() };
-    let config_matches = stored_timeout == Some(timeout_multiplier) && stored_overrides == overrides_json(&comparable);
+    // Older rows lack `n_attempts` (and imported ones the agent): compared only where recorded.
+    let recorded_as = |key: &str, now: Value| latest.config.get(key).is_none_or(|stored| *stored == now);
+    let config_matches = stored_timeout == Some(timeout_multiplier)
+        && stored_overrides == overrides_json(&comparable)
+        && recorded_as("agent", json!(preset.agent()))
+        && recorded_as("n_attempts", json!(crate::spec_build::preset_n_attempts(preset)));
     PairHistory {
         latest: Some(LatestAttempt {
             id: latest.id.0,

@@ -354,6 +354,9 @@ impl SpecBuilder<'_> {
                     .iter()
                     .map(|s| (*s).to_string())
                     .collect(),
+                // `submitter spec` and the first attempt of a pair; the planner makes a
+                // re-evaluation fresh in a run dir of its own.
+                start: Default::default(),
                 extra_args: harbor_extra,
                 env: harbor_env_vars,
                 dialect,
@@ -489,7 +492,8 @@ fn socks_spec(
     Ok(spec)
 }
 
-fn preset_n_attempts(preset: &Preset) -> u32 {
+/// A preset's Harbor attempts per task (3 when it says nothing).
+pub(crate) fn preset_n_attempts(preset: &Preset) -> u32 {
     preset.n_attempts.unwrap_or(3)
 }
 

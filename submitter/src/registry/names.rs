@@ -61,6 +61,14 @@ pub fn run_tag(benchmark: &str, hf_id: &str) -> String {
     format!("{stem}-{}", sha1_hex8(&format!("{benchmark}\n{hf_id}")))
 }
 
+/// The run tag of a pair's fresh re-evaluation, its `attempt`-th attempt (docs/decisions.md, "A
+/// re-evaluation is a new run"): the pair's tag, `-r<attempt>`, and 8 hex of a hash of both, so
+/// it names a run dir of its own and equals no pair's first tag (a model whose name ends in `-r2`
+/// does not end in this hash).
+pub fn attempt_run_tag(pair_tag: &str, attempt: u32) -> String {
+    format!("{pair_tag}-r{attempt}-{}", sha1_hex8(&format!("{pair_tag}\nattempt {attempt}")))
+}
+
 /// Short, human-readable Slurm job name: `<benchmark short tag>_<model basename[:28]>`.
 pub fn job_name(benchmark_short: &str, hf_id: &str) -> String {
     let base: String = served_name(hf_id).chars().take(28).collect();
@@ -120,6 +128,15 @@ mod tests {
             run_tag("dev_set_v2", "DCAgent/g1_top8_diverse_3160_32b__Qwen3-32B"),
             "dev_set_v2__DCAgent__g1_top8_diverse_3160_32b__Qwen3-32B"
         );
+    }
+
+    #[test]
+    fn a_re_evaluation_has_a_tag_of_its_own() {
+        let first = run_tag("terminal_bench_2", "Qwen/Qwen3-8B");
+        let second = attempt_run_tag(&first, 2);
+        assert!(second.starts_with(&format!("{first}-r2-")) && second.len() == first.len() + 12, "{second}");
+        assert_ne!(second, attempt_run_tag(&first, 3));
+        assert_ne!(second, run_tag("terminal_bench_2", "Qwen/Qwen3-8B-r2"));
     }
 
     #[test]
