@@ -39,7 +39,8 @@ pub const INFRA_ERROR_TYPES: &[&str] = &[
 #[serde(deny_unknown_fields)]
 pub struct LaunchSpec {
     pub version: u32,
-    /// Deterministic from (benchmark, model): resubmitting a pair resumes the same Harbor job dir.
+    /// Deterministic from (benchmark, model, agent) for an eval's first attempt; a continuation of
+    /// an unfinished job keeps it, a re-evaluation gets one of its own (docs/submitter.md).
     pub run_tag: String,
     /// Where payload writes its records; equals `<jobs_dir>/<run_tag>` (Harbor's job dir).
     pub run_dir: PathBuf,
@@ -672,8 +673,11 @@ impl HarborStart {
     }
 }
 
+/// The agent of a spec (and a ledger row) that names none.
+pub const DEFAULT_AGENT: &str = "terminus-2";
+
 fn default_agent() -> String {
-    "terminus-2".to_string()
+    DEFAULT_AGENT.to_string()
 }
 
 fn default_filter_types() -> Vec<String> {

@@ -47,6 +47,8 @@ pub enum SpecBuildError {
     TunnelNeedsEgress { agent: String, cluster: String },
     #[error("model `{model}`: {reason} (fix its agent_kwargs in the registry, or --agent-kwarg)")]
     AgentKwarg { model: String, reason: String },
+    #[error("Harbor config {path}: {problem}")]
+    HarborConfig { path: String, problem: String },
 }
 
 /// Operator choices on the command line; they win over registry, preset and cluster.
@@ -165,6 +167,49 @@ impl SpecBuilder<'_> {
         Ok(env)
     }
 
+    /// The Harbor job config a job runs with: `--harbor-config`, else the preset's, else the default.
+    pub fn harbor_config(&self, preset: &Preset, overrides: &SpecOverrides) -> PathBuf {
+        let name =
+            overrides.harbor_config.as_deref().or(preset.config_yaml.as_deref()).unwrap_or(DEFAULT_HARBOR_CONFIG);
+        if Path::new(name).is_absolute() { PathBuf::from(name) } else { self.harbor_configs_dir.join(name) }
+    }
+
+    /// The Harbor agent a job runs — with model and benchmark family, its identity (docs/decisions.md,
+    /// "An eval's identity includes its harness"). The preset's `agent_name` when it names one; else
+    /// the one agent the Harbor config's `agents` lists, as Harbor itself would run it (a
+    /// `--harbor-config openhands_*.yaml` selects openhands); else terminus-2. Refused: a config
+    /// listing several agents without `agent_name`, and a `--harbor-config` whose agents do not
+    /// include the preset's `agent_name` (one of the two would be silently ignored).
+    pub fn agent(&self, preset: &Preset, overrides: &SpecOverrides) -> Result<String, SpecBuildError> {
+        let path = self.harbor_config(preset, overrides);
+        let problem = |problem: String| SpecBuildError::HarborConfig { path: path.display().to_string(), problem };
+        // An unreadable config is reported where it is read (preflight, payload); here it names no agent.
+        let config: serde_json::Value = launch_spec::yaml::from_yaml_file(&path).unwrap_or_default();
+        let mut listed: Vec<String> = Vec::new();
+        for name in config.get("agents").and_then(|a| a.as_array()).into_iter().flatten() {
+            if let Some(name) = name.get("name").and_then(|n| n.as_str()).filter(|n| !listed.iter().any(|l| l == n)) {
+                listed.push(name.to_string());
+            }
+        }
+        match (&preset.agent_name, listed.as_slice()) {
+            (Some(named), listed)
+                if overrides.harbor_config.is_some() && !listed.is_empty() && !listed.contains(named) =>
+            {
+                Err(problem(format!(
+                    "lists agent(s) {} but the preset's agent_name is {named}: use a preset without agent_name, or a config for {named}",
+                    listed.join(", ")
+                )))
+            }
+            (Some(named), _) => Ok(named.clone()),
+            (None, []) => Ok(preset.agent().to_string()),
+            (None, [one]) => Ok(one.clone()),
+            (None, several) => Err(problem(format!(
+                "lists several agents ({}): name the one to run with the preset's agent_name",
+                several.join(", ")
+            ))),
+        }
+    }
+
     fn environment(&self, name: &str, wanted_by: &str) -> Result<(PathBuf, &Environment), SpecBuildError> {
         let env = self.cluster.environments.get(name).ok_or_else(|| SpecBuildError::UnknownEnvironment {
             cluster: self.cluster.name.clone(),
@@ -249,7 +294,8 @@ impl SpecBuilder<'_> {
         let (resolved, layout) = self.resolve(model, preset, overrides)?;
         let cluster = self.cluster;
         let benchmark = Preset::benchmark_of(&dataset);
-        let run_tag = names::run_tag(&benchmark, model);
+        let agent = self.agent(preset, overrides)?;
+        let run_tag = names::eval_run_tag(&benchmark, model, &agent);
         let jobs_dir = self.expand("paths.jobs_dir", &cluster.paths.jobs_dir)?;
         let serve_env_name = resolved.conda_env.clone().unwrap_or_else(|| cluster.engine.default_environment.clone());
         let wanted_by = if resolved.conda_env.is_some() {
@@ -262,13 +308,7 @@ impl SpecBuilder<'_> {
         let dialect = harbor_env.harbor_dialect();
         let agent_kwargs = launch_spec::versions::translate_agent_kwargs(&resolved.agent_kwargs, dialect)
             .map_err(|e| SpecBuildError::AgentKwarg { model: model.to_string(), reason: e.to_string() })?;
-        let config_name =
-            overrides.harbor_config.as_deref().or(preset.config_yaml.as_deref()).unwrap_or(DEFAULT_HARBOR_CONFIG);
-        let harbor_config = if Path::new(config_name).is_absolute() {
-            PathBuf::from(config_name)
-        } else {
-            self.harbor_configs_dir.join(config_name)
-        };
+        let harbor_config = self.harbor_config(preset, overrides);
         let mut n_concurrent = overrides.n_concurrent.or(preset.n_concurrent).unwrap_or(cluster.limits.n_concurrent);
         if let Some(ceiling) = cluster.limits.n_concurrent_ceiling {
             n_concurrent = n_concurrent.min(ceiling);
@@ -277,7 +317,6 @@ impl SpecBuilder<'_> {
         if let Some(auto_snapshot) = preset.auto_snapshot {
             harbor_extra.extend(["--environment-kwarg".to_string(), format!("auto_snapshot={auto_snapshot}")]);
         }
-        let agent = preset.agent().to_string();
         let tunnel = tunnel_spec(cluster, &agent, &|field, path| self.expand(field, path))?;
         let secrets_file = Some(self.secrets_file()?);
         let engine_env = self.engine_env(&serve_env_name, serve_env, resolved.data_parallel_size)?;

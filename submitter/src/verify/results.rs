@@ -381,11 +381,11 @@ pub fn build_matrix(
         }
     }
     let mut by_pair: BTreeMap<(String, String), Vec<&Attempt>> = BTreeMap::new();
-    for a in attempts
-        .iter()
-        .filter(|a| a.status == AttemptStatus::Finished && a.metrics.as_ref().is_some_and(|m| !m.is_null()))
-    {
-        by_pair.entry((a.model.clone(), a.benchmark_family.clone())).or_default().push(a);
+    let mut seen = BTreeSet::new();
+    for a in attempts.iter().filter(|a| {
+        a.status == AttemptStatus::Finished && a.metrics.as_ref().is_some_and(|m| !m.is_null()) && seen.insert(a.id)
+    }) {
+        by_pair.entry((a.model.clone(), column_of(a))).or_default().push(a);
     }
     let mut cells = Vec::new();
     let mut earlier = Vec::new();
@@ -411,7 +411,8 @@ pub fn build_matrix(
     let mut id_mean = BTreeMap::new();
     for model in &models {
         let mut slots: [Option<f64>; 3] = [None; 3];
-        for c in cells.iter().filter(|c| &c.model == model) {
+        // The ID mean is the default harness's (another agent's column is an eval of its own).
+        for c in cells.iter().filter(|c| &c.model == model && !c.benchmark.contains('@')) {
             if let (Some(slot), Some(mean)) = (id_slot(&c.benchmark), c.mean) {
                 slots[slot] = Some(mean);
             }
@@ -442,6 +443,16 @@ pub fn build_matrix(
     Ok(Matrix { models, benchmarks, kinds, cells, earlier, id_mean, rank_by, ranks })
 }
 
+/// A result's column: its benchmark family, with the agent when it is not the default one
+/// (`terminal_bench_2@openhands`): another harness is another eval, never one cell.
+pub fn column_of(a: &Attempt) -> String {
+    if a.agent == launch_spec::spec::DEFAULT_AGENT {
+        a.benchmark_family.clone()
+    } else {
+        format!("{}@{}", a.benchmark_family, a.agent)
+    }
+}
+
 /// One finished attempt's result.
 fn cell_of(a: &Attempt, settings: &VerifySettings) -> Cell {
     let m = a.metrics.as_ref().expect("a finished attempt with metrics");
@@ -455,7 +466,7 @@ fn cell_of(a: &Attempt, settings: &VerifySettings) -> Cell {
     };
     Cell {
         model: a.model.clone(),
-        benchmark: a.benchmark_family.clone(),
+        benchmark: column_of(a),
         attempt_id: a.id,
         run_tag: a.run_tag.clone(),
         run_dir: a.config.get("run_dir").and_then(Value::as_str).map(str::to_string),
@@ -692,6 +703,7 @@ mod tests {
             started_at: Some(t),
             ended_at: Some(t),
             updated_at: t,
+            agent: "terminus-2".into(),
         }
     }
 

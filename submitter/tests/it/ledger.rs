@@ -147,6 +147,7 @@ fn new_attempt(model: &str, benchmark: &str) -> NewAttempt {
         cluster: "jupiter".to_string(),
         username: "alice".to_string(),
         run_tag: format!("{benchmark}__{}", model.replace('/', "__")),
+        agent: "terminus-2".into(),
         reason: "no previous attempt".to_string(),
         config: json!({"timeout_multiplier": 2.0, "agent": "terminus-2", "overrides": {"override_cpus": 4}}),
     }

@@ -452,7 +452,7 @@ fn a_re_evaluation_runs_every_trial_again_in_a_run_dir_of_its_own() {
             assert_eq!(again.config["timeout_multiplier"].as_f64(), Some(multiplier), "what the ledger says");
         }
         assert_eq!(std::fs::read(run_dir(&first).join("result.json")).unwrap(), first_result, "first result kept");
-        let check = cluster.run(&["check"], ledger_spec, &[run_dir(&first).to_str().unwrap(), "--json"], &[]);
+        let check = Command::new(SUBMITTER).args(["check", "--json"]).arg(run_dir(&first)).output().unwrap();
         let doc: Value = serde_json::from_slice(&check.stdout).unwrap_or(Value::Null);
         assert_eq!(doc["runs"][0]["facts"]["trials"]["done"].as_u64(), Some(trials), "{}", text(&check));
         let logs = cluster.run(&["logs"], ledger_spec, &[&first.run_tag, "--harbor"], &[]);
@@ -483,6 +483,79 @@ fn a_re_evaluation_runs_every_trial_again_in_a_run_dir_of_its_own() {
         }
         let human = cluster.run(&["results"], ledger_spec, &[], &[]);
         assert!(text(&human).contains("2 earlier result(s)") && text(&human).contains('~'), "{}", text(&human));
+    });
+}
+
+/// An eval's identity includes its harness (issue 20): the agent comes from the Harbor config's
+/// `agents`, as Harbor runs it, and another agent on the same model and benchmark is another eval —
+/// its own run tag, ledger row and dedup slot — not "already active (another submitter)"; an
+/// installed harness (openhands) selected that way needs its tunnel and is refused without one,
+/// never run as terminus-2.
+#[test]
+fn another_harness_is_another_eval_with_its_own_run_tag_and_dedup() {
+    on_both("harness", |cluster, ledger_spec| {
+        let config = |agent: &str| {
+            let path = cluster.root().join(format!("{agent}_eval.yaml"));
+            let yaml = format!(
+                "orchestrator:\n  type: local\n  quiet: true\nenvironment:\n  type: daytona\n  delete: true\nagents:\n  - name: {agent}\n"
+            );
+            std::fs::write(&path, yaml).unwrap();
+            path.display().to_string()
+        };
+        let oracle = config("oracle");
+        let ledger = open_ledger(ledger_spec).unwrap();
+        let model = ["--once", "--preset", "tb2", "--model", "test/Tiny-1B"];
+        let first = cluster.run(&["launch"], ledger_spec, &model, &[]);
+        assert!(text(&first).contains("1 submitted"), "{}", text(&first));
+        let second = cluster.run(&["launch"], ledger_spec, &[&model[..], &["--harbor-config", &oracle]].concat(), &[]);
+        assert!(text(&second).contains("1 submitted"), "another harness is another eval: {}", text(&second));
+        wait_until("both jobs to finish and sync", Duration::from_secs(180), || {
+            cluster.run(&["sync"], ledger_spec, &[], &[]);
+            ledger.active().unwrap().is_empty()
+        });
+        let rows = ledger.attempts_for("test/Tiny-1B", "terminal_bench_2").unwrap();
+        let agents: Vec<&str> = rows.iter().map(|a| a.agent.as_str()).collect();
+        assert_eq!(agents, ["terminus-2", "oracle"], "{rows:#?}");
+        assert_ne!(rows[0].run_tag, rows[1].run_tag);
+        assert!(rows.iter().all(|a| a.status == AttemptStatus::Finished), "{rows:#?}");
+        let dir = PathBuf::from(rows[1].config["run_dir"].as_str().unwrap());
+        let job: Value = serde_json::from_slice(&std::fs::read(dir.join("config.json")).unwrap()).unwrap();
+        assert_eq!(job["agents"][0]["name"], "oracle", "what Harbor ran: {job}");
+        // Each eval is deduplicated on its own.
+        let again = cluster.run(
+            &["plan"],
+            ledger_spec,
+            &["--preset", "tb2", "--model", "test/Tiny-1B", "--harbor-config", &oracle, "--json"],
+            &[],
+        );
+        let doc: Value = serde_json::from_slice(&again.stdout).unwrap();
+        assert_eq!(
+            (doc["jobs"][0]["decision"].as_str(), doc["jobs"][0]["reason"].as_str()),
+            (Some("skip"), Some("finished")),
+            "{doc}"
+        );
+        let results = cluster.run(&["results"], ledger_spec, &["--json"], &[]);
+        let doc: Value = serde_json::from_slice(&results.stdout).unwrap();
+        let columns: Vec<&str> =
+            doc["cells"].as_array().unwrap().iter().map(|c| c["benchmark"].as_str().unwrap()).collect();
+        assert_eq!(columns, ["terminal_bench_2", "terminal_bench_2@oracle"], "{doc:#}");
+        assert_eq!(doc["cells"][1]["mean"], 1.0, "oracle solves every task: {doc:#}");
+
+        // An installed harness named by its Harbor config needs the Pinggy tunnel this cluster lacks.
+        let openhands = config("openhands");
+        let plan = cluster.run(
+            &["plan"],
+            ledger_spec,
+            &["--preset", "tb2", "--model", "test/Tiny-1B", "--harbor-config", &openhands, "--json"],
+            &[],
+        );
+        let doc: Value = serde_json::from_slice(&plan.stdout).unwrap();
+        let job = &doc["jobs"][0];
+        assert_eq!(job["decision"], "submit", "a third eval: {doc}");
+        assert!(
+            job["blocked"].to_string().contains("openhands") && job["blocked"].to_string().contains("Pinggy"),
+            "{job:#}"
+        );
     });
 }
 
