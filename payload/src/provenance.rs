@@ -15,18 +15,82 @@ use crate::supervisor::ChildSpec;
 /// One `--version` may take this long (a Python CLI importing its package on a loaded node).
 pub const VERSION_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// The answers, each a version or why there is none.
+/// At most this much of a dataset is hashed; a larger one is recorded as such.
+pub const DATASET_DIGEST_MAX_BYTES: u64 = 1 << 30;
+
+/// The answers, each a version (or digest) or why there is none.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Versions {
     pub vllm: Result<String, String>,
     pub harbor: Result<String, String>,
+    pub dataset: Result<String, String>,
 }
 
-/// Asks both programs at once, with the environments they will run with.
-pub async fn probe_versions(engine: &ChildSpec, harbor: &ChildSpec) -> Versions {
+/// Asks both programs at once, with the environments they will run with, and hashes the dataset.
+pub async fn probe_versions(engine: &ChildSpec, harbor: &ChildSpec, dataset: PathBuf) -> Versions {
+    let digest = tokio::task::spawn_blocking(move || dataset_digest(&dataset));
     let (vllm, harbor) =
         tokio::join!(version_of(&engine.program, &engine.env), version_of(&harbor.program, &harbor.env));
-    Versions { vllm, harbor }
+    let dataset = digest.await.unwrap_or_else(|e| Err(e.to_string()));
+    Versions { vllm, harbor, dataset }
+}
+
+/// A digest of the task dir's content (`sha1:<hex>`): every entry's relative path in path order,
+/// with a regular file's size and bytes and a link's target — the same tasks give the same
+/// digest, a changed task another. Bounded by [`DATASET_DIGEST_MAX_BYTES`].
+pub fn dataset_digest(dir: &Path) -> Result<String, String> {
+    use sha1::{Digest, Sha1};
+    use std::io::Read;
+    let mut hasher = Sha1::new();
+    let mut budget = DATASET_DIGEST_MAX_BYTES;
+    let mut pending = vec![PathBuf::new()];
+    while let Some(relative) = pending.pop() {
+        let path = dir.join(&relative);
+        let mut entries: Vec<_> = std::fs::read_dir(&path)
+            .map_err(|e| format!("{}: {e}", path.display()))?
+            .map(|e| e.map(|e| e.file_name()))
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        entries.sort();
+        // Depth first, in name order: subdirs pushed in reverse so the first pops first.
+        let mut subdirs = Vec::new();
+        for name in entries {
+            let rel = relative.join(&name);
+            let full = dir.join(&rel);
+            let meta = std::fs::symlink_metadata(&full).map_err(|e| format!("{}: {e}", full.display()))?;
+            hasher.update(rel.as_os_str().as_encoded_bytes());
+            hasher.update([0]);
+            if meta.is_dir() {
+                hasher.update(b"dir\0");
+                subdirs.push(rel);
+            } else if meta.file_type().is_symlink() {
+                let target = std::fs::read_link(&full).map_err(|e| format!("{}: {e}", full.display()))?;
+                hasher.update(b"link\0");
+                hasher.update(target.as_os_str().as_encoded_bytes());
+            } else if meta.is_file() {
+                if meta.len() > budget {
+                    return Err(format!(
+                        "{} holds more than {DATASET_DIGEST_MAX_BYTES} bytes: not hashed",
+                        dir.display()
+                    ));
+                }
+                budget -= meta.len();
+                hasher.update(meta.len().to_le_bytes());
+                let mut file = std::fs::File::open(&full).map_err(|e| format!("{}: {e}", full.display()))?;
+                let mut buf = [0u8; 64 * 1024];
+                loop {
+                    let n = file.read(&mut buf).map_err(|e| format!("{}: {e}", full.display()))?;
+                    if n == 0 {
+                        break;
+                    }
+                    hasher.update(&buf[..n]);
+                }
+            }
+            hasher.update([0]);
+        }
+        pending.extend(subdirs.into_iter().rev());
+    }
+    Ok(format!("sha1:{}", hex::encode(hasher.finalize())))
 }
 
 async fn version_of(program: &Path, env: &BTreeMap<String, String>) -> Result<String, String> {
@@ -110,6 +174,7 @@ pub fn record(revision: Result<String, String>, versions: Versions) -> (RunProve
         model_revision: keep(revision),
         vllm_version: keep(versions.vllm),
         harbor_version: keep(versions.harbor),
+        dataset_digest: keep(versions.dataset),
     };
     (provenance, missing)
 }
@@ -124,6 +189,20 @@ mod tests {
         assert_eq!(parse_version("INFO some warning\n0.16.0\n").as_deref(), Some("0.16.0"));
         assert_eq!(parse_version("usage: vllm [-h]\n"), None);
         assert_eq!(parse_version(""), None);
+    }
+
+    #[test]
+    fn the_dataset_digest_follows_the_tasks_content() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("t1/tests")).unwrap();
+        std::fs::write(dir.path().join("t1/instruction.md"), "do it").unwrap();
+        std::fs::write(dir.path().join("t1/tests/test.sh"), "exit 0").unwrap();
+        let first = dataset_digest(dir.path()).unwrap();
+        assert!(first.starts_with("sha1:") && first.len() == 45, "{first}");
+        assert_eq!(dataset_digest(dir.path()).unwrap(), first, "deterministic");
+        std::fs::write(dir.path().join("t1/tests/test.sh"), "exit 1").unwrap();
+        assert_ne!(dataset_digest(dir.path()).unwrap(), first, "a changed task");
+        assert!(dataset_digest(&dir.path().join("absent")).is_err());
     }
 
     #[test]

@@ -67,7 +67,7 @@ struct Run<S> {
     post_run: Option<Result<crate::postrun::Step, String>>,
     /// The job's scratch dir on node-local disk (crate::scratch), removed after teardown.
     scratch: Option<crate::scratch::JobScratch>,
-    /// The programs' `--version`, asked while the engine loads (crate::provenance).
+    /// The programs' `--version` and the dataset's digest, asked while the engine loads (crate::provenance).
     versions: Option<AbortOnDrop<provenance::Versions>>,
 }
 
@@ -285,8 +285,11 @@ impl<S: SignalSource> Run<S> {
         // The versions, while the engine loads (it costs nothing then); recorded before Harbor starts.
         if let Ok(harbor) = p.harbor.child(&self.spec, &p.local_api_base(), &BTreeMap::new(), None) {
             let engine = head.clone();
+            let dataset = self.spec.harbor.dataset.clone();
             self.versions =
-                Some(AbortOnDrop(tokio::spawn(async move { provenance::probe_versions(&engine, &harbor).await })));
+                Some(AbortOnDrop(tokio::spawn(
+                    async move { provenance::probe_versions(&engine, &harbor, dataset).await },
+                )));
         }
         self.rec.set_phase(Phase::Serving);
         tracing::info!(pid, port, "vLLM started; waiting for readiness");
@@ -509,9 +512,17 @@ impl<S: SignalSource> Run<S> {
         let versions = match self.versions.take() {
             Some(mut task) => match (&mut task.0).await {
                 Ok(v) => v,
-                Err(e) => provenance::Versions { vllm: Err(e.to_string()), harbor: Err(e.to_string()) },
+                Err(e) => provenance::Versions {
+                    vllm: Err(e.to_string()),
+                    harbor: Err(e.to_string()),
+                    dataset: Err(e.to_string()),
+                },
             },
-            None => provenance::Versions { vllm: Err("not asked".into()), harbor: Err("not asked".into()) },
+            None => provenance::Versions {
+                vllm: Err("not asked".into()),
+                harbor: Err("not asked".into()),
+                dataset: Err("not asked".into()),
+            },
         };
         let revision = provenance::model_revision(&self.spec, &p.head().child.env);
         let (record, missing) = provenance::record(revision, versions);

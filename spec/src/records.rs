@@ -231,6 +231,9 @@ pub struct RunProvenance {
     pub vllm_version: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub harbor_version: Option<String>,
+    /// `sha1:<hex>` of the task dir's content (payload's `provenance::dataset_digest`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dataset_digest: Option<String>,
 }
 
 /// The post-run step's result, in `status.json` and the `post_run_finished` event.

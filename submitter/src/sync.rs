@@ -78,6 +78,7 @@ fn with_node_provenance(mut metrics: Value, status: Option<&RunStatus>) -> Value
             ("model_revision", &node.model_revision),
             ("vllm_version", &node.vllm_version),
             ("harbor_version", &node.harbor_version),
+            ("dataset_digest", &node.dataset_digest),
         ] {
             if let Some(value) = value {
                 provenance.insert(key.into(), value.clone().into());

@@ -459,6 +459,8 @@ struct ProvenanceOutput<'a> {
     /// As the job's own environment reported them at start.
     vllm_version: Option<&'a str>,
     harbor_version: Option<&'a str>,
+    /// `sha1:<hex>` of the task dir's content as the job read it.
+    dataset_digest: Option<&'a str>,
 }
 
 impl<'a> From<&'a Provenance> for ProvenanceOutput<'a> {
@@ -475,6 +477,7 @@ impl<'a> From<&'a Provenance> for ProvenanceOutput<'a> {
             model_revision: p.model_revision.as_deref(),
             vllm_version: p.vllm_version.as_deref(),
             harbor_version: p.harbor_version.as_deref(),
+            dataset_digest: p.dataset_digest.as_deref(),
         }
     }
 }

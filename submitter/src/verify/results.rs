@@ -267,6 +267,8 @@ pub struct Provenance {
     pub model_revision: Option<String>,
     pub vllm_version: Option<String>,
     pub harbor_version: Option<String>,
+    /// `sha1:<hex>` of the task dir's content as the job read it.
+    pub dataset_digest: Option<String>,
 }
 
 impl Provenance {
@@ -289,6 +291,7 @@ impl Provenance {
             model_revision: node("model_revision"),
             vllm_version: node("vllm_version"),
             harbor_version: node("harbor_version"),
+            dataset_digest: node("dataset_digest"),
         }
     }
 
@@ -306,6 +309,7 @@ impl Provenance {
         add("n_attempts", self.n_attempts.map(|n| n.to_string()));
         add("Harbor config", self.harbor_config.clone());
         add("dataset", self.dataset.clone());
+        add("dataset digest", self.dataset_digest.clone());
         add("model revision", self.model_revision.clone());
         add("vLLM", self.vllm_version.clone());
         add("Harbor", self.harbor_version.clone());
@@ -329,6 +333,7 @@ impl Provenance {
             && same(&self.model_revision, &other.model_revision)
             && same(&self.vllm_version, &other.vllm_version)
             && same(&self.harbor_version, &other.harbor_version)
+            && same(&self.dataset_digest, &other.dataset_digest)
     }
 }
 

@@ -480,6 +480,7 @@ fn a_re_evaluation_runs_every_trial_again_in_a_run_dir_of_its_own() {
             assert!(p["gpu"].as_str().is_some_and(|g| g.contains("A100")), "{p}");
             assert!(p["vllm_version"].as_str().is_some() && p["harbor_version"].as_str().is_some(), "{p}");
             assert_eq!(p["model_revision"], revision, "{p}");
+            assert!(p["dataset_digest"].as_str().is_some_and(|d| d.starts_with("sha1:")), "{p}");
         }
         let human = cluster.run(&["results"], ledger_spec, &[], &[]);
         assert!(text(&human).contains("2 earlier result(s)") && text(&human).contains('~'), "{}", text(&human));
