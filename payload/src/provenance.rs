@@ -15,6 +15,10 @@ use crate::supervisor::ChildSpec;
 /// One `--version` may take this long (a Python CLI importing its package on a loaded node).
 pub const VERSION_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// How long Harbor's start waits for answers still outstanding at readiness (they were asked when
+/// the engine started, normally minutes earlier); what is missing then is recorded as such.
+pub const RECORD_WAIT: Duration = Duration::from_secs(5);
+
 /// At most this much of a dataset is hashed; a larger one is recorded as such.
 pub const DATASET_DIGEST_MAX_BYTES: u64 = 1 << 30;
 

@@ -507,22 +507,19 @@ impl<S: SignalSource> Run<S> {
     }
 
     /// The model revision (the engine has resolved its weights by now) and the programs' versions
-    /// (bounded by `provenance::VERSION_TIMEOUT`), into `status.json` and the `provenance` event.
+    /// (asked while it loaded; waited for at most `provenance::RECORD_WAIT` more), into
+    /// `status.json` and the `provenance` event.
     async fn record_provenance(&mut self, p: &Prepared) {
+        let unknown =
+            |why: String| provenance::Versions { vllm: Err(why.clone()), harbor: Err(why.clone()), dataset: Err(why) };
+        // Asked since the engine started, so normally done; never holds Harbor (or a signal) long.
         let versions = match self.versions.take() {
-            Some(mut task) => match (&mut task.0).await {
-                Ok(v) => v,
-                Err(e) => provenance::Versions {
-                    vllm: Err(e.to_string()),
-                    harbor: Err(e.to_string()),
-                    dataset: Err(e.to_string()),
-                },
+            Some(mut task) => match tokio::time::timeout(provenance::RECORD_WAIT, &mut task.0).await {
+                Ok(Ok(v)) => v,
+                Ok(Err(e)) => unknown(e.to_string()),
+                Err(_) => unknown(format!("not answered within {:?} of readiness", provenance::RECORD_WAIT)),
             },
-            None => provenance::Versions {
-                vllm: Err("not asked".into()),
-                harbor: Err("not asked".into()),
-                dataset: Err("not asked".into()),
-            },
+            None => unknown("not asked".into()),
         };
         let revision = provenance::model_revision(&self.spec, &p.head().child.env);
         let (record, missing) = provenance::record(revision, versions);
