@@ -31,6 +31,18 @@ pub enum HarborError {
     NoModelInfo { path: PathBuf, agent: String },
     #[error("{0} (field `harbor.agent_kwargs` of the launch spec)")]
     Kwarg(launch_spec::versions::KwargError),
+    #[error(
+        "{run_dir} already holds a Harbor job (config.json) and the spec starts a fresh one (harbor.start: fresh): it is never overwritten; a re-evaluation gets a run dir of its own from `submitter launch`, or move this one aside"
+    )]
+    JobExists { run_dir: PathBuf },
+    #[error(
+        "the Harbor job in {run_dir} finished ({finished_at}): resuming it would run no trial and record its old scores as new; a re-evaluation runs fresh in a run dir of its own (`submitter launch --force`), or move this one aside"
+    )]
+    Finished { run_dir: PathBuf, finished_at: String },
+    #[error(
+        "the Harbor job in {run_dir} ran with {field} {stored}, the spec says {wanted}: a changed setting is never applied by resuming (Harbor's resume keeps the stored config); a changed config runs fresh in a run dir of its own (`submitter launch --config-aware`), or set harbor.{field} back to {stored}"
+    )]
+    SettingsChanged { run_dir: PathBuf, field: &'static str, stored: String, wanted: String },
 }
 
 impl From<HarborError> for Failure {
@@ -64,6 +76,51 @@ pub fn format_multiplier(value: f64) -> String {
 /// Fresh run when the run dir has no `config.json`.
 pub fn is_resume(run_dir: &Path) -> bool {
     run_dir.join("config.json").is_file()
+}
+
+/// Whether the Harbor job in the run dir may be resumed under this spec (docs/decisions.md, "A
+/// re-evaluation is a new run"): only an unfinished job whose stored settings are the spec's, and
+/// only when the spec allows a resume. `jobs resume` takes none of these settings from its command
+/// line, so resuming under another value would run the old one while the records say the new one.
+pub fn check_resumable(spec: &LaunchSpec) -> Result<(), HarborError> {
+    use launch_spec::rundir::harbor::{self as files, JobConfig, JobResult};
+    use launch_spec::spec::HarborStart;
+    let run_dir = &spec.run_dir;
+    if spec.harbor.start == HarborStart::Fresh {
+        return Err(HarborError::JobExists { run_dir: run_dir.clone() });
+    }
+    let read_error = |path: PathBuf, reason: String| HarborError::Read { path, reason };
+    let result_path = run_dir.join(files::RESULT_FILE);
+    let result: Option<JobResult> =
+        files::read_rewritten(&result_path).map_err(|e| read_error(result_path.clone(), e))?;
+    if let Some(finished_at) = result.and_then(|r| r.finished_at) {
+        return Err(HarborError::Finished { run_dir: run_dir.clone(), finished_at });
+    }
+    let config_path = run_dir.join(files::CONFIG_FILE);
+    let Some(config) = files::read::<JobConfig>(&config_path).map_err(|e| read_error(config_path.clone(), e))? else {
+        return Ok(());
+    };
+    let changed = |field: &'static str, stored: String, wanted: String| {
+        Err(HarborError::SettingsChanged { run_dir: run_dir.clone(), field, stored, wanted })
+    };
+    // Harbor writes only non-default fields: absent is its default (1.0, 1).
+    let stored_multiplier = config.timeout_multiplier.unwrap_or(1.0);
+    if stored_multiplier != spec.harbor.timeout_multiplier {
+        return changed(
+            "timeout_multiplier",
+            format_multiplier(stored_multiplier),
+            format_multiplier(spec.harbor.timeout_multiplier),
+        );
+    }
+    let stored_attempts = config.n_attempts.unwrap_or(1);
+    if stored_attempts != u64::from(spec.harbor.n_attempts) {
+        return changed("n_attempts", stored_attempts.to_string(), spec.harbor.n_attempts.to_string());
+    }
+    let agents: Vec<&str> = config.agents.iter().filter_map(|a| a.name.as_deref()).collect();
+    if !agents.is_empty() && !agents.contains(&spec.harbor.agent.as_str()) {
+        return changed("agent", agents.join(","), spec.harbor.agent.clone());
+    }
+    Ok(())
 }
 
 /// The `--ae` arguments and what Harbor's environment must carry for them.
@@ -618,6 +675,29 @@ mod tests {
         assert!(err.contains("model_info") && err.contains("config.json"), "{err}");
         job(serde_json::json!({"api_base": "http://h/v1", "model_info": {"max_input_tokens": 1}}));
         assert_eq!(check_resume_configs(dir.path()).unwrap(), 1);
+    }
+
+    #[test]
+    fn only_an_unfinished_job_under_the_same_settings_is_resumable() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spec = spec();
+        spec.run_dir = dir.path().to_path_buf();
+        let job = serde_json::json!({"agents": [{"name": "terminus-2"}], "n_attempts": 3, "timeout_multiplier": 2.0});
+        std::fs::write(dir.path().join("config.json"), job.to_string()).unwrap();
+        std::fs::write(dir.path().join("result.json"), r#"{"finished_at": null}"#).unwrap();
+        check_resumable(&spec).unwrap();
+        spec.harbor.timeout_multiplier = 4.0;
+        let err = check_resumable(&spec).unwrap_err().to_string();
+        assert!(err.contains("timeout_multiplier 2.0, the spec says 4.0") && err.contains("never applied"), "{err}");
+        spec.harbor.timeout_multiplier = 2.0;
+        spec.harbor.agent = "openhands".into();
+        assert!(check_resumable(&spec).unwrap_err().to_string().contains("ran with agent terminus-2"));
+        spec.harbor.agent = "terminus-2".into();
+        std::fs::write(dir.path().join("result.json"), r#"{"finished_at": "2026-01-01T00:00:00"}"#).unwrap();
+        let err = check_resumable(&spec).unwrap_err().to_string();
+        assert!(err.contains("finished (2026-01-01T00:00:00)") && err.contains("run no trial"), "{err}");
+        spec.harbor.start = launch_spec::spec::HarborStart::Fresh;
+        assert!(check_resumable(&spec).unwrap_err().to_string().contains("never overwritten"));
     }
 
     #[test]

@@ -20,6 +20,7 @@ pub mod plan;
 pub mod ports;
 pub mod postrun;
 pub mod prepare;
+pub mod provenance;
 pub mod records;
 pub mod run;
 pub mod runlock;

@@ -168,7 +168,7 @@ pub fn observe(spec: &LaunchSpec, env: &[(String, String)], mode: Mode) -> Obser
     let harbor_job = if resume {
         HarborJob::Resume {
             files: harbor::config_files(&spec.run_dir),
-            check: harbor::check_resume_configs(&spec.run_dir),
+            check: harbor::check_resumable(spec).and_then(|()| harbor::check_resume_configs(&spec.run_dir)),
         }
     } else {
         HarborJob::Fresh(harbor::merged_job_config(spec))

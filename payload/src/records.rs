@@ -59,6 +59,7 @@ impl Recorder {
                 heartbeat: None,
                 outcome: None,
                 post_run: None,
+                provenance: None,
             },
             failed_status_writes: 0,
             failed_event_writes: std::cell::Cell::new(0),

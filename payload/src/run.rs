@@ -28,6 +28,7 @@ use crate::failure::Failure;
 use crate::harbor::{self, ConfigCheck};
 use crate::phases::{self, Action, End, Input, Machine, RunPhase};
 use crate::prepare::{self, HarborMode, Mode, Prepared};
+use crate::provenance;
 use crate::records::{HeartbeatState, Recorder, rotate_log};
 use crate::runlock;
 use crate::supervisor::{self, Role, SignalEvent, SignalSource, Signals, Supervisor, status_code, wait_opt};
@@ -66,6 +67,8 @@ struct Run<S> {
     post_run: Option<Result<crate::postrun::Step, String>>,
     /// The job's scratch dir on node-local disk (crate::scratch), removed after teardown.
     scratch: Option<crate::scratch::JobScratch>,
+    /// The programs' `--version` and the dataset's digest, asked while the engine loads (crate::provenance).
+    versions: Option<AbortOnDrop<provenance::Versions>>,
 }
 
 /// Runs the job; returns payload's exit code.
@@ -138,6 +141,7 @@ pub async fn run_with<S: SignalSource>(spec_path: &Path, signals: S, parent: Vec
         timings,
         post_run: None,
         scratch: None,
+        versions: None,
     };
     let end = run.sequence().await;
     run.finish(end).await
@@ -285,6 +289,15 @@ impl<S: SignalSource> Run<S> {
         self.rec.event("engine_spawned", json!({ "pid": pid, "argv": head.argv, "port": port }));
         if let Some(secondaries) = &p.secondaries {
             self.start_ranks(secondaries)?;
+        }
+        // The versions, while the engine loads (it costs nothing then); recorded before Harbor starts.
+        if let Ok(harbor) = p.harbor.child(&self.spec, &p.local_api_base(), &BTreeMap::new(), None) {
+            let engine = head.clone();
+            let dataset = self.spec.harbor.dataset.clone();
+            self.versions =
+                Some(AbortOnDrop(tokio::spawn(
+                    async move { provenance::probe_versions(&engine, &harbor, dataset).await },
+                )));
         }
         self.rec.set_phase(Phase::Serving);
         tracing::info!(pid, port, "vLLM started; waiting for readiness");
@@ -469,6 +482,7 @@ impl<S: SignalSource> Run<S> {
 
     /// Harbor: `api_base` (the tunnel's public URL for installed agents), resume rewrites, spawn.
     async fn start_harbor(&mut self, p: &Prepared) -> Result<(), End> {
+        self.record_provenance(p).await;
         let api_base = p.api_base(self.tunnel.as_ref().and_then(Tunnel::public_url).as_deref());
         if p.harbor.mode == HarborMode::Resume {
             let rewritten = harbor::rewrite_api_base(&self.spec.run_dir, &api_base).map_err(Failure::from)?;
@@ -498,6 +512,27 @@ impl<S: SignalSource> Run<S> {
         self.rec.set_phase(Phase::Running);
         tracing::info!(pid, resume = p.harbor.mode == HarborMode::Resume, "Harbor started");
         Ok(())
+    }
+
+    /// The model revision (the engine has resolved its weights by now) and the programs' versions
+    /// (asked while it loaded; waited for at most `provenance::RECORD_WAIT` more), into
+    /// `status.json` and the `provenance` event.
+    async fn record_provenance(&mut self, p: &Prepared) {
+        let unknown =
+            |why: String| provenance::Versions { vllm: Err(why.clone()), harbor: Err(why.clone()), dataset: Err(why) };
+        // Asked since the engine started, so normally done; never holds Harbor (or a signal) long.
+        let versions = match self.versions.take() {
+            Some(mut task) => match tokio::time::timeout(provenance::RECORD_WAIT, &mut task.0).await {
+                Ok(Ok(v)) => v,
+                Ok(Err(e)) => unknown(e.to_string()),
+                Err(_) => unknown(format!("not answered within {:?} of readiness", provenance::RECORD_WAIT)),
+            },
+            None => unknown("not asked".into()),
+        };
+        let revision = provenance::model_revision(&self.spec, &p.head().child.env);
+        let (record, missing) = provenance::record(revision, versions);
+        self.rec.event("provenance", json!({ "record": record, "missing": missing }));
+        self.rec.status.provenance = Some(record);
     }
 
     /// After teardown: the ranks' srun step is cancelled by its id (from the rank records), so

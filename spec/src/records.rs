@@ -220,6 +220,26 @@ pub struct RunStatus {
     /// changes `outcome`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub post_run: Option<PostRunRecord>,
+    /// What the job ran, as its own environment reported it at start (docs/payload.md,
+    /// "Provenance"). Absent in older records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<RunProvenance>,
+}
+
+/// The model revision and program versions of one run; `None` where payload could not tell (the
+/// reason is in the `provenance` event).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunProvenance {
+    /// The commit the HF cache resolved for the model (`refs/main`), or the local path served.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_revision: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vllm_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub harbor_version: Option<String>,
+    /// `sha1:<hex>` of the task dir's content (payload's `provenance::dataset_digest`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dataset_digest: Option<String>,
 }
 
 /// The post-run step's result, in `status.json` and the `post_run_finished` event.

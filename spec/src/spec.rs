@@ -39,7 +39,8 @@ pub const INFRA_ERROR_TYPES: &[&str] = &[
 #[serde(deny_unknown_fields)]
 pub struct LaunchSpec {
     pub version: u32,
-    /// Deterministic from (benchmark, model): resubmitting a pair resumes the same Harbor job dir.
+    /// Deterministic from (benchmark, model, agent) for an eval's first attempt; a continuation of
+    /// an unfinished job keeps it, a re-evaluation gets one of its own (docs/submitter.md).
     pub run_tag: String,
     /// Where payload writes its records; equals `<jobs_dir>/<run_tag>` (Harbor's job dir).
     pub run_dir: PathBuf,
@@ -638,6 +639,10 @@ pub struct HarborSpec {
     pub max_output_tokens: Option<u64>,
     #[serde(default = "default_filter_types")]
     pub resume_filter_error_types: Vec<String>,
+    /// What payload does with a Harbor job it finds in the run dir (docs/decisions.md, "A
+    /// re-evaluation is a new run"). Absent (older specs, hand-written ones): `resume_unfinished`.
+    #[serde(default)]
+    pub start: HarborStart,
     /// Further harbor arguments, one argv element each.
     #[serde(default)]
     pub extra_args: Vec<String>,
@@ -650,8 +655,34 @@ pub struct HarborSpec {
     pub dialect: crate::versions::HarborDialect,
 }
 
+/// Whether a run continues the Harbor job in its run dir or starts a new one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum HarborStart {
+    /// Resume the job in the run dir when it is unfinished and ran under the same settings
+    /// (timeout multiplier, attempts, agent); start fresh when the run dir holds none. A finished
+    /// job or one under other settings is refused, never resumed: resuming would run nothing, or
+    /// not what the spec says.
+    #[default]
+    ResumeUnfinished,
+    /// A new Harbor job: the run dir must hold none (a re-evaluation gets a run dir of its own).
+    Fresh,
+}
+
+impl HarborStart {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HarborStart::ResumeUnfinished => "resume_unfinished",
+            HarborStart::Fresh => "fresh",
+        }
+    }
+}
+
+/// The agent of a spec (and a ledger row) that names none.
+pub const DEFAULT_AGENT: &str = "terminus-2";
+
 fn default_agent() -> String {
-    "terminus-2".to_string()
+    DEFAULT_AGENT.to_string()
 }
 
 fn default_filter_types() -> Vec<String> {

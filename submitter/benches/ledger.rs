@@ -101,6 +101,7 @@ fn measure(backend: &str, rows: usize, ledger: &dyn Ledger) {
                 cluster: "jupiter".to_string(),
                 username: "bench".to_string(),
                 run_tag: format!("bench-{n}"),
+                agent: "terminus-2".into(),
                 reason: "bench".to_string(),
                 config: json!({"timeout_multiplier": 2.0}),
             };

@@ -159,9 +159,10 @@ pub fn decide(history: &PairHistory, slurm: Option<SlurmView>, policy: &Policy) 
         AttemptStatus::Finished if !latest.has_metrics => {
             Decision::new(Action::Resubmit, "finished but metrics cleared")
         }
-        // Same run tag, so payload resumes the Harbor job and re-runs only what is missing.
+        // A finished Harbor job is never resumed (it would run nothing and overwrite its result):
+        // every trial runs again, in a run dir of its own (`continues_latest`).
         AttemptStatus::Finished if latest.incomplete => {
-            Decision::new(Action::Resubmit, "finished but incomplete (completion audit): resume")
+            Decision::new(Action::Resubmit, "finished but incomplete (completion audit): a fresh run")
         }
         AttemptStatus::Finished if policy.config_aware && !latest.config_matches => {
             Decision::new(Action::Resubmit, "finished under a different config")
@@ -229,6 +230,11 @@ pub fn decide(history: &PairHistory, slurm: Option<SlurmView>, policy: &Policy) 
                 Some(SlurmView::Gone) | None => Decision::new(Action::Skip, "ended, awaiting sync"),
             }
         }
+        // Ended by the walltime, but the config changed since: a resume would run the old one.
+        AttemptStatus::Failed if latest.resumable && !latest.config_matches => Decision::new(
+            Action::Resubmit,
+            format!("ended by the walltime under a different config: a fresh run (attempt {})", latest.id),
+        ),
         // Ended by the walltime: continue the chain (the run dir resumes), bounded by the profile.
         AttemptStatus::Failed if latest.resumable && latest.continuation < policy.max_continuations => Decision::new(
             Action::Continue,
@@ -251,6 +257,21 @@ pub fn decide(history: &PairHistory, slurm: Option<SlurmView>, policy: &Policy) 
         }
         AttemptStatus::Failed => Decision::new(Action::Resubmit, "previous attempt failed"),
         AttemptStatus::Cancelled => Decision::new(Action::Resubmit, "previous attempt cancelled"),
+    }
+}
+
+/// Whether a decision that queues a job continues the latest attempt's Harbor job in its run dir,
+/// rather than starting a fresh one in a run dir of its own (docs/decisions.md, "A re-evaluation is
+/// a new run"): only a job that did not finish — interrupted, vanished, failed, cancelled, ended by
+/// the walltime — under the config that would be used now, and never when forced. A finished job
+/// (metrics cleared, incomplete, another config) is re-evaluated, not resumed: resuming it would
+/// run no trial and overwrite its result.
+pub fn continues_latest(history: &PairHistory, action: Action, policy: &Policy) -> bool {
+    let Some(latest) = &history.latest else { return false };
+    let unfinished = latest.status != AttemptStatus::Finished;
+    match action {
+        Action::Continue | Action::Resubmit => !policy.force && unfinished && latest.config_matches,
+        Action::Submit | Action::Skip => false,
     }
 }
 
@@ -308,12 +329,46 @@ mod tests {
     }
 
     #[test]
-    fn incomplete_finished_run_is_resumed() {
+    fn incomplete_finished_run_is_run_again_fresh() {
         let mut l = latest(AttemptStatus::Finished);
         l.incomplete = true;
-        let d = decide(&history(Some(l), 0), None, &policy());
+        let h = history(Some(l), 0);
+        let d = decide(&h, None, &policy());
         assert_eq!(d.action, Action::Resubmit);
         assert!(d.reason.contains("incomplete"), "{}", d.reason);
+        assert!(!continues_latest(&h, d.action, &policy()));
+    }
+
+    #[test]
+    fn only_an_unfinished_attempt_under_the_same_config_is_continued() {
+        let forced = Policy { force: true, ..policy() };
+        let mut walltime = latest(AttemptStatus::Failed);
+        walltime.resumable = true;
+        let cases = [
+            (latest(AttemptStatus::Failed), &policy(), true),
+            (walltime.clone(), &policy(), true),
+            (latest(AttemptStatus::Started), &policy(), true),
+            (latest(AttemptStatus::Failed), &forced, false),
+            (latest(AttemptStatus::Finished), &forced, false),
+        ];
+        for (l, p, continues) in cases {
+            let h = history(Some(l.clone()), 0);
+            let d = decide(&h, Some(SlurmView::Gone), p);
+            assert!(d.action.submits(), "{l:?}: {d:?}");
+            assert_eq!(continues_latest(&h, d.action, p), continues, "{l:?} {p:?}");
+        }
+        // Another config: a fresh run, for a failed attempt and for one ended by the walltime.
+        for mut l in [latest(AttemptStatus::Failed), walltime] {
+            l.config_matches = false;
+            let h = history(Some(l), 0);
+            let d = decide(&h, None, &policy());
+            assert_eq!(d.action, Action::Resubmit, "{d:?}");
+            assert!(!continues_latest(&h, d.action, &policy()));
+        }
+        let mut cleared = latest(AttemptStatus::Finished);
+        cleared.has_metrics = false;
+        let h = history(Some(cleared), 0);
+        assert!(!continues_latest(&h, decide(&h, None, &policy()).action, &policy()));
     }
 
     #[test]

@@ -160,6 +160,7 @@ impl Executor<'_> {
                 cluster: self.cluster.to_string(),
                 username: self.username.clone(),
                 run_tag: spec.run_tag.clone(),
+                agent: spec.harbor.agent.clone(),
                 reason: job.reason.clone(),
                 config,
             };

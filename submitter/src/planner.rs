@@ -10,6 +10,7 @@
 use std::path::PathBuf;
 
 use launch_spec::LaunchSpec;
+use launch_spec::spec::HarborStart;
 use serde_json::{Value, json};
 
 use crate::config::Preset;
@@ -74,6 +75,8 @@ pub struct PlannedJob {
     /// Set when the action would queue a job but it is not queued (refused, throttled).
     pub blocked: Option<Blocked>,
     pub run_tag: String,
+    /// The Harbor agent: with model and family, the eval's identity (`SpecBuilder::agent`).
+    pub agent: String,
     pub resources: Resources,
     pub timeout_multiplier: f64,
     pub rule: String,
@@ -150,6 +153,9 @@ pub fn attempt_config(job: &PlannedJob, spec: &LaunchSpec) -> Value {
         "agent": spec.harbor.agent,
         "harbor_config": spec.harbor.config,
         "timeout_multiplier": spec.harbor.timeout_multiplier,
+        "n_attempts": spec.harbor.n_attempts,
+        "agent_kwargs": spec.harbor.agent_kwargs,
+        "dataset": spec.harbor.dataset,
         "overrides": overrides_json(&job.overrides),
     });
     if let Some(c) = &job.continues {
@@ -166,9 +172,12 @@ pub fn plan(inputs: &PlanInputs, snapshot: &Snapshot) -> Vec<PlannedJob> {
         for leg in inputs.legs {
             let choice = SlurmChoice::for_leg(inputs.context.cluster, &leg.preset, inputs.slurm);
             let context = inputs.context;
-            let tunnel =
-                crate::spec_build::describe_tunnel(context.cluster, leg.preset.agent(), &|f, p| context.expand(f, p))
-                    .unwrap_or_else(|e| format!("refused: {e}"));
+            let tunnel = context
+                .agent(model, &leg.preset, inputs.overrides)
+                .and_then(|agent| {
+                    crate::spec_build::describe_tunnel(context.cluster, &agent, &|f, p| context.expand(f, p))
+                })
+                .unwrap_or_else(|e| format!("refused: {e}"));
             for dataset in &leg.preset.datasets {
                 let overrides = SpecOverrides {
                     n_concurrent: inputs.concurrency.for_leg(leg),
@@ -207,6 +216,8 @@ fn plan_pair(
     let dataset = overrides.dataset.clone().unwrap_or_default();
     let benchmark = Preset::benchmark_of(&dataset);
     let family = snapshot.family_of(&benchmark);
+    // An agent that does not resolve is refused when the spec is built; until then the preset's.
+    let agent = context.agent(model, &leg.preset, &overrides).unwrap_or_else(|_| leg.preset.agent().to_string());
     let mut job = PlannedJob {
         model: model.to_string(),
         preset: leg.name.clone(),
@@ -215,7 +226,8 @@ fn plan_pair(
         action: Action::Skip,
         reason: String::new(),
         blocked: None,
-        run_tag: names::run_tag(&benchmark, model),
+        run_tag: names::eval_run_tag(&benchmark, model, &agent),
+        agent: agent.clone(),
         resources: Resources {
             gpus: 0,
             tensor_parallel_size: 0,
@@ -251,9 +263,9 @@ fn plan_pair(
         job.rule = resolved.rule.clone();
         job.resolved = Some(resolved.clone());
     }
-    let pair = snapshot.pairs.get(&(model.to_string(), family));
+    let pair = snapshot.pairs.get(&(model.to_string(), family, agent));
     let timeout_multiplier = resolved.as_ref().map_or(f64::NAN, |r| r.timeout_multiplier);
-    let history = pair_history(pair, timeout_multiplier, &job.overrides, snapshot);
+    let history = pair_history(pair, timeout_multiplier, &job, &leg.preset, snapshot);
     let slurm = match pair.map(|p| &p.latest) {
         Some(latest) if latest.status.is_active() && latest.cluster == snapshot.cluster => {
             latest.slurm_job_id.as_ref().map(|id| snapshot.jobs.get(id).copied().unwrap_or(SlurmView::Gone))
@@ -283,13 +295,15 @@ fn plan_pair(
         return job;
     }
     // The spec and the sbatch request, exactly as `launch` will use them.
-    let spec = match context.build(model, &leg.preset, &job.overrides) {
+    let mut spec = match context.build(model, &leg.preset, &job.overrides) {
         Ok(spec) => spec,
         Err(err) => {
             job.blocked = Some(Blocked::Refused(err.to_string()));
             return job;
         }
     };
+    place_run(&mut spec, pair, decide::continues_latest(&history, action, inputs.policy));
+    job.run_tag = spec.run_tag.clone();
     let path = spec_path(&spec);
     let request = sbatch_request(&JobInputs {
         cluster: context.cluster,
@@ -320,20 +334,42 @@ fn plan_pair(
     job
 }
 
+/// Where the attempt runs (docs/decisions.md, "A re-evaluation is a new run"): in the latest
+/// attempt's run dir when it continues that unfinished Harbor job; else fresh — in the pair's own
+/// run dir for its first attempt, in a run dir of its own for a re-evaluation, so the earlier run
+/// dir and its result stay as they were.
+fn place_run(spec: &mut LaunchSpec, pair: Option<&PairState>, continues: bool) {
+    let tag = match pair {
+        Some(pair) if continues => pair.latest.run_tag.clone(),
+        Some(pair) => names::attempt_run_tag(&spec.run_tag, pair.total_attempts.max(pair.latest.attempt) + 1),
+        None => spec.run_tag.clone(),
+    };
+    spec.harbor.start = if continues { HarborStart::ResumeUnfinished } else { HarborStart::Fresh };
+    spec.run_dir = spec.jobs_dir.join(&tag);
+    spec.run_tag = tag;
+}
+
 /// What the snapshot knows about one pair, in the decision's terms.
 fn pair_history(
     pair: Option<&PairState>,
     timeout_multiplier: f64,
-    overrides: &SpecOverrides,
+    job: &PlannedJob,
+    preset: &Preset,
     snapshot: &Snapshot,
 ) -> PairHistory {
+    let overrides = &job.overrides;
     let Some(pair) = pair else { return PairHistory { latest: None, failed_attempts: 0 } };
     let latest = &pair.latest;
     let stored_timeout = latest.config.get("timeout_multiplier").and_then(Value::as_f64);
     let stored_overrides = latest.config.get("overrides").cloned().unwrap_or(Value::Null);
     // The per-pair dataset is not part of the recorded overrides.
     let comparable = SpecOverrides { dataset: None, ..overrides.clone() };
-    let config_matches = stored_timeout == Some(timeout_multiplier) && stored_overrides == overrides_json(&comparable);
+    // Older rows lack `n_attempts` (and imported ones the agent): compared only where recorded.
+    let recorded_as = |key: &str, now: Value| latest.config.get(key).is_none_or(|stored| *stored == now);
+    let config_matches = stored_timeout == Some(timeout_multiplier)
+        && stored_overrides == overrides_json(&comparable)
+        && recorded_as("agent", json!(job.agent))
+        && recorded_as("n_attempts", json!(crate::spec_build::preset_n_attempts(preset)));
     PairHistory {
         latest: Some(LatestAttempt {
             id: latest.id.0,
@@ -384,14 +420,16 @@ mod tests {
             started_at: None,
             ended_at: None,
             updated_at: at,
+            agent: "terminus-2".into(),
         }
     }
 
-    fn pair(latest: Attempt, failed: u32, resumable: bool) -> ((String, String), PairState) {
-        let key = (latest.model.clone(), latest.benchmark_family.clone());
+    fn pair(latest: Attempt, failed: u32, resumable: bool) -> (crate::snapshot::PairKey, PairState) {
+        let key = (latest.model.clone(), latest.benchmark_family.clone(), latest.agent.clone());
         let state = PairState {
             model: latest.model.clone(),
             family: latest.benchmark_family.clone(),
+            agent: latest.agent.clone(),
             latest,
             failed_attempts: failed,
             total_attempts: failed + 1,
@@ -424,7 +462,11 @@ mod tests {
         let legs = [Leg { name: "tb2".into(), preset: config::load_preset(&root.presets_dir(), "tb2").unwrap() }];
         let models: Vec<String> =
             ["org/Done-1B", "org/Wall-1B", "test/Broken-1B", "org/New-1B", "org/Late-1B"].map(String::from).to_vec();
-        let chained = json!({"continues": 3, "continuation": 1, "chain_from": 2});
+        // Recorded under the config that would be used now: a continuation, not a fresh run.
+        let multiplier =
+            context.resolve("org/Wall-1B", &legs[0].preset, &SpecOverrides::default()).unwrap().0.timeout_multiplier;
+        let chained = json!({"continues": 3, "continuation": 1, "chain_from": 2, "timeout_multiplier": multiplier,
+                             "overrides": overrides_json(&SpecOverrides::default())});
         let snapshot = Snapshot {
             cluster: "local".into(),
             now: chrono::DateTime::from_timestamp(1_700_000_600, 0).unwrap(),
@@ -468,6 +510,12 @@ mod tests {
         let wall = &planned[1];
         assert_eq!(wall.continues, Some(Continuation { attempt: 4, number: 2, first: Some(2) }));
         assert_eq!(wall.spec.as_ref().unwrap().run_tag, names::run_tag("terminal_bench_2", "org/Wall-1B"));
+        assert_eq!(wall.spec.as_ref().unwrap().harbor.start, HarborStart::ResumeUnfinished);
+        let new = planned[3].spec.as_ref().unwrap();
+        assert_eq!(
+            (new.run_tag.as_str(), new.harbor.start),
+            (names::run_tag("terminal_bench_2", "org/New-1B").as_str(), HarborStart::Fresh)
+        );
         assert!(matches!(&planned[2].blocked, Some(Blocked::Refused(why)) if why.contains("no-such-env")));
         let argv = planned[3].sbatch.as_ref().unwrap();
         assert_eq!(argv[0], "sbatch");

@@ -143,6 +143,14 @@ pub fn spec_path(spec: &LaunchSpec) -> PathBuf {
 /// spec is never reused (a resubmission of the same pair resumes it). Errors say whose it is.
 pub fn run_dir_free_for(spec: &LaunchSpec) -> Result<(), String> {
     use launch_spec::fsread::{self, Links};
+    // A fresh run never lands on a Harbor job: its run dir and result stay as they are.
+    let harbor_job = spec.run_dir.join(launch_spec::rundir::harbor::CONFIG_FILE);
+    if spec.harbor.start == launch_spec::spec::HarborStart::Fresh && std::fs::symlink_metadata(&harbor_job).is_ok() {
+        return Err(format!(
+            "run dir {} already holds a Harbor job and this attempt is a fresh run: never overwritten (move it aside)",
+            spec.run_dir.display()
+        ));
+    }
     let path = spec_path(spec);
     let text = match fsread::read_text_capped(&path, fsread::RECORD_CAP, Links::Refuse) {
         Ok(text) => text,
@@ -268,6 +276,12 @@ mod tests {
         assert!(run_dir_free_for(&first).is_ok(), "empty run dir");
         std::fs::write(spec_path(&first), first.to_json()).unwrap();
         assert!(run_dir_free_for(&first).is_ok(), "the same pair resumes");
+        std::fs::write(tmp.path().join("config.json"), "{}").unwrap();
+        assert!(run_dir_free_for(&first).is_ok(), "an unfinished Harbor job resumes");
+        let mut fresh = first.clone();
+        fresh.harbor.start = launch_spec::spec::HarborStart::Fresh;
+        assert!(run_dir_free_for(&fresh).unwrap_err().contains("already holds a Harbor job"));
+        std::fs::remove_file(tmp.path().join("config.json")).unwrap();
         let err = run_dir_free_for(&spec_for("a__b/c-8B")).unwrap_err();
         assert!(err.contains("a/b__c-8B") && err.contains("never overwritten"), "{err}");
         std::fs::remove_file(spec_path(&first)).unwrap();

@@ -22,6 +22,9 @@ pub enum SnapshotError {
     Slurm(#[from] SlurmError),
 }
 
+/// A pair's key: (model, benchmark family, Harbor agent), an eval's identity.
+pub type PairKey = (String, String, String);
+
 /// The state the planner decides over.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
@@ -31,8 +34,8 @@ pub struct Snapshot {
     pub now: Timestamp,
     /// Benchmark → family.
     pub families: HashMap<String, String>,
-    /// (model, family) → the pair's latest attempt and counts.
-    pub pairs: HashMap<(String, String), PairState>,
+    /// (model, family, agent) → the pair's latest attempt and counts.
+    pub pairs: HashMap<PairKey, PairState>,
     /// Per cluster, its freshest heartbeat.
     pub heartbeats: HashMap<String, Heartbeat>,
     /// Slurm's view of the jobs of this cluster's active attempts, by job id; an active attempt's
@@ -54,8 +57,11 @@ impl Snapshot {
         now: Timestamp,
     ) -> Result<Snapshot, SnapshotError> {
         let families = ledger.families()?.into_iter().collect();
-        let pairs: HashMap<_, _> =
-            ledger.latest_per_pair()?.into_iter().map(|p| ((p.model.clone(), p.family.clone()), p)).collect();
+        let pairs: HashMap<_, _> = ledger
+            .latest_per_pair()?
+            .into_iter()
+            .map(|p| ((p.model.clone(), p.family.clone(), p.agent.clone()), p))
+            .collect();
         let mut heartbeats: HashMap<String, Heartbeat> = HashMap::new();
         for beat in ledger.heartbeats()? {
             match heartbeats.get(&beat.cluster) {

@@ -47,7 +47,7 @@ pub enum SpecBuildError {
     TunnelNeedsEgress { agent: String, cluster: String },
     #[error("model `{model}`: {reason} (fix its agent_kwargs in the registry, or --agent-kwarg)")]
     AgentKwarg { model: String, reason: String },
-    #[error("Harbor config {}: {message} (name an existing Harbor job config with --harbor-config or the preset's harbor_config)", path.display())]
+    #[error("Harbor config {}: {message}", path.display())]
     HarborConfig { path: PathBuf, message: String },
 }
 
@@ -177,6 +177,43 @@ impl SpecBuilder<'_> {
         Ok(env)
     }
 
+    /// The Harbor job config a job runs with: `--harbor-config`, else the preset's, else the default.
+    /// The Harbor agent a job runs — with model and benchmark family, its identity (docs/decisions.md,
+    /// "An eval's identity includes its harness"). The preset's `agent_name` when it names one; else
+    /// the one agent the Harbor config's `agents` lists, as Harbor itself would run it (a
+    /// `--harbor-config openhands_*.yaml` selects openhands); else terminus-2. Refused: a config
+    /// listing several agents without `agent_name`, and a `--harbor-config` whose agents do not
+    /// include the preset's `agent_name` (one of the two would be silently ignored).
+    pub fn agent(&self, model: &str, preset: &Preset, overrides: &SpecOverrides) -> Result<String, SpecBuildError> {
+        let path = self.harbor_config(model, preset, overrides);
+        let problem = |message: String| SpecBuildError::HarborConfig { path: path.clone(), message };
+        // An unreadable config is reported where it is read (preflight, payload); here it names no agent.
+        let config: serde_json::Value = launch_spec::yaml::from_yaml_file(&path).unwrap_or_default();
+        let mut listed: Vec<String> = Vec::new();
+        for name in config.get("agents").and_then(|a| a.as_array()).into_iter().flatten() {
+            if let Some(name) = name.get("name").and_then(|n| n.as_str()).filter(|n| !listed.iter().any(|l| l == n)) {
+                listed.push(name.to_string());
+            }
+        }
+        match (&preset.agent_name, listed.as_slice()) {
+            (Some(named), listed)
+                if overrides.harbor_config.is_some() && !listed.is_empty() && !listed.contains(named) =>
+            {
+                Err(problem(format!(
+                    "lists agent(s) {} but the preset's agent_name is {named}: use a preset without agent_name, or a config for {named}",
+                    listed.join(", ")
+                )))
+            }
+            (Some(named), _) => Ok(named.clone()),
+            (None, []) => Ok(preset.agent().to_string()),
+            (None, [one]) => Ok(one.clone()),
+            (None, several) => Err(problem(format!(
+                "lists several agents ({}): name the one to run with the preset's agent_name",
+                several.join(", ")
+            ))),
+        }
+    }
+
     fn environment(&self, name: &str, wanted_by: &str) -> Result<(PathBuf, &Environment), SpecBuildError> {
         let env = self.cluster.environments.get(name).ok_or_else(|| SpecBuildError::UnknownEnvironment {
             cluster: self.cluster.name.clone(),
@@ -298,7 +335,8 @@ impl SpecBuilder<'_> {
         let (resolved, layout) = self.resolve(model, preset, overrides)?;
         let cluster = self.cluster;
         let benchmark = Preset::benchmark_of(&dataset);
-        let run_tag = names::run_tag(&benchmark, model);
+        let agent = self.agent(model, preset, overrides)?;
+        let run_tag = names::eval_run_tag(&benchmark, model, &agent);
         let jobs_dir = self.expand("paths.jobs_dir", &cluster.paths.jobs_dir)?;
         let serve_env_name = resolved.conda_env.clone().unwrap_or_else(|| cluster.engine.default_environment.clone());
         let wanted_by = if resolved.conda_env.is_some() {
@@ -327,7 +365,6 @@ impl SpecBuilder<'_> {
         if let Some(auto_snapshot) = preset.auto_snapshot {
             harbor_extra.extend(["--environment-kwarg".to_string(), format!("auto_snapshot={auto_snapshot}")]);
         }
-        let agent = preset.agent().to_string();
         let tunnel = tunnel_spec(cluster, &agent, &|field, path| self.expand(field, path))?;
         let secrets_file = Some(self.secrets_file()?);
         let engine_env = self.engine_env(&serve_env_name, serve_env, resolved.data_parallel_size)?;
@@ -405,6 +442,9 @@ impl SpecBuilder<'_> {
                     .iter()
                     .map(|s| (*s).to_string())
                     .collect(),
+                // `submitter spec` and the first attempt of a pair; the planner makes a
+                // re-evaluation fresh in a run dir of its own.
+                start: Default::default(),
                 extra_args: harbor_extra,
                 env: harbor_env_vars,
                 dialect,
@@ -472,13 +512,15 @@ fn hf_repo_id(model: &str) -> Result<(), String> {
 
 /// A Harbor config's own `timeout_multiplier` (an explicit config's is used as-is); Harbor's default
 /// 1.0 when the file sets none. A file that cannot be read is refused here, on the login node.
+const CONFIG_FIX: &str = "(name an existing Harbor job config with --harbor-config or the preset's harbor_config)";
+
 pub fn harbor_config_multiplier(path: &Path) -> Result<f64, SpecBuildError> {
     let config: ConfigTimeout = launch_spec::yaml::from_yaml_file(path)
-        .map_err(|e| SpecBuildError::HarborConfig { path: path.to_path_buf(), message: e.message })?;
+        .map_err(|e| SpecBuildError::HarborConfig { path: path.to_path_buf(), message: format!("{} {CONFIG_FIX}", e.message) })?;
     let value = config.timeout_multiplier.unwrap_or(1.0);
     launch_spec::validate::multiplier(value).map_err(|problem| SpecBuildError::HarborConfig {
         path: path.to_path_buf(),
-        message: format!("timeout_multiplier {problem}"),
+        message: format!("timeout_multiplier {problem} {CONFIG_FIX}"),
     })
 }
 
@@ -573,7 +615,8 @@ fn socks_spec(
     Ok(spec)
 }
 
-fn preset_n_attempts(preset: &Preset) -> u32 {
+/// A preset's Harbor attempts per task (3 when it says nothing).
+pub(crate) fn preset_n_attempts(preset: &Preset) -> u32 {
     preset.n_attempts.unwrap_or(3)
 }
 

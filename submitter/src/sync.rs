@@ -65,6 +65,33 @@ pub fn harbor_metrics(run_dir: &Path, settings: &VerifySettings) -> Option<Value
     Some(results::metrics_json(&summary, &audit))
 }
 
+/// The metrics with what payload found on the node (`provenance`: GPU, and the model revision and
+/// program versions where payload recorded them), so a result says what it ran under.
+fn with_node_provenance(mut metrics: Value, status: Option<&RunStatus>) -> Value {
+    let Some(status) = status else { return metrics };
+    let mut provenance = serde_json::Map::new();
+    if let Some(gpu) = &status.gpu {
+        let name = gpu.gpu_name.as_deref().map(|n| format!(" ({n})")).unwrap_or_default();
+        provenance.insert("gpu".into(), format!("{}{name}", gpu.profile).into());
+    }
+    if let Some(node) = &status.provenance {
+        for (key, value) in [
+            ("model_revision", &node.model_revision),
+            ("vllm_version", &node.vllm_version),
+            ("harbor_version", &node.harbor_version),
+            ("dataset_digest", &node.dataset_digest),
+        ] {
+            if let Some(value) = value {
+                provenance.insert(key.into(), value.clone().into());
+            }
+        }
+    }
+    if let Some(map) = metrics.as_object_mut() {
+        map.insert("provenance".into(), Value::Object(provenance));
+    }
+    metrics
+}
+
 /// The staleness bound a submitter records with its heartbeat unless told otherwise: an attempt of
 /// a cluster whose submitters have all been quiet for longer is flagged on the other clusters.
 pub const DEFAULT_STALE_AFTER_S: u64 = 3600;
@@ -141,7 +168,10 @@ pub fn sync(
             };
         if let Some(outcome) = outcome {
             if outcome.class == OutcomeClass::Finished {
-                let metrics = run_dir.as_deref().and_then(|d| harbor_metrics(d, settings));
+                let metrics = run_dir
+                    .as_deref()
+                    .and_then(|d| harbor_metrics(d, settings))
+                    .map(|m| with_node_provenance(m, status.as_ref()));
                 change(AttemptStatus::Finished, "finished".to_string(), metrics, false)?;
             } else {
                 let cause = outcome.cause.map(|c| format!("/{c}")).unwrap_or_default();

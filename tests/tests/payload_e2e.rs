@@ -1577,6 +1577,59 @@ fn corrupt_trial_config_on_resume_is_found_before_the_engine_starts() {
     assert!(fx.event("engine_spawned").is_none(), "the engine was started first");
 }
 
+/// A finished Harbor job is never resumed (it would run no trial and rewrite its result as a new
+/// one), an unfinished one never under another timeout multiplier (`jobs resume` takes the stored
+/// one), and a fresh spec never lands on a job: each refused before the engine starts, the job's
+/// files untouched.
+#[test]
+fn a_finished_job_or_another_multiplier_is_never_resumed() {
+    let fx = Fx::new("noresume");
+    let spec = fx.spec();
+    let mut run = fx.start(&spec, &[]);
+    assert_eq!(run.wait(Duration::from_secs(60)), 0, "stderr:\n{}", fx.stderr());
+    let result = std::fs::read(fx.run_dir().join("result.json")).unwrap();
+    let finished = |spec: &Value, what: &str| {
+        let mut run = fx.start(spec, &[]);
+        assert_eq!(run.wait(Duration::from_secs(15)), 14, "{what}: stderr:\n{}", fx.stderr());
+        assert_eq!(engines_spawned(&fx), 1, "{what}: the engine started again");
+        assert_eq!(std::fs::read(fx.run_dir().join("result.json")).unwrap(), result, "{what}: result.json rewritten");
+        outcome(&fx)["message"].as_str().unwrap().to_string()
+    };
+    let message = finished(&spec, "a finished job");
+    assert!(message.contains("finished") && message.contains("run no trial"), "{message}");
+    let mut fresh = spec.clone();
+    fresh["harbor"]["start"] = json!("fresh");
+    let message = finished(&fresh, "a fresh spec on a job");
+    assert!(message.contains("never overwritten"), "{message}");
+
+    // An unfinished job (interrupted) under another multiplier.
+    let fx = Fx::with_tasks("othermult", 4);
+    let mut spec = fx.spec();
+    spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("0.6");
+    spec["harbor"]["n_concurrent"] = json!(1);
+    let mut run = fx.start(&spec, &[("SLURM_JOB_ID", "4252")]);
+    fx.wait_status("a finished trial", Duration::from_secs(20), |s| {
+        s["heartbeat"]["trials_finished"].as_u64().unwrap_or(0) >= 1
+    });
+    run.signal(Signal::SIGTERM);
+    assert_eq!(run.wait(Duration::from_secs(10)), 143);
+    let stored = read_json(&fx.run_dir().join("config.json")).unwrap();
+    spec["harbor"]["timeout_multiplier"] = json!(4.0);
+    let mut run = fx.start(&spec, &[("SLURM_JOB_ID", "4253")]);
+    assert_eq!(run.wait(Duration::from_secs(15)), 14, "stderr:\n{}", fx.stderr());
+    let message = outcome(&fx)["message"].as_str().unwrap().to_string();
+    assert!(
+        message.contains("timeout_multiplier 1.0, the spec says 4.0") && message.contains("never applied"),
+        "{message}"
+    );
+    assert_eq!(read_json(&fx.run_dir().join("config.json")).unwrap(), stored, "the job's config is untouched");
+    assert_eq!(engines_spawned(&fx), 1, "the engine started again");
+}
+
+fn engines_spawned(fx: &Fx) -> usize {
+    fx.events().iter().filter(|e| e["event"] == "engine_spawned").count()
+}
+
 // ------------------------------------------------------------------------------ post-run step
 
 /// A spec whose post-run step is `sh -c SCRIPT post-run {run_dir} {run_tag}` (the run dir and tag

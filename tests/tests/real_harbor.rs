@@ -360,6 +360,56 @@ fn fresh_run_scores_every_trial_with_the_real_harbor() {
     assert!(requests.iter().all(|r| r["model"] == "Qwen3-8B"));
 }
 
+/// A re-evaluation is a new run (issue 20), with the real Harbor: resuming the finished job is
+/// refused before the engine loads (Harbor's resume would run no trial and rewrite the result), and
+/// the re-evaluation as `submitter launch` writes it — a fresh spec in a run dir of its own — scores
+/// every trial again, the first job's files untouched; both runs record the versions the
+/// environment reported.
+#[test]
+fn a_re_evaluation_scores_every_trial_again_in_a_run_dir_of_its_own() {
+    let Some(fx) = Fx::new("rh-reeval", &[Task::solvable("alpha"), Task::unsolvable("beta")]) else { return };
+    let spec = fx.spec();
+    let mut run = fx.start(&spec, "5901");
+    assert_finished(&fx, &mut run);
+    assert_eq!(fx.status()["provenance"]["harbor_version"], "0.25.0", "{:#}", fx.status());
+    let first_result = std::fs::read(fx.run_dir().join("result.json")).unwrap();
+    let trials = fx.trials().len();
+    assert_eq!(trials, 2);
+
+    let mut again = fx.start(&spec, "5902");
+    assert_eq!(again.wait(&fx), 14, "{}", fx.context(&again));
+    let message = fx.status()["outcome"]["message"].as_str().unwrap_or_default().to_string();
+    assert!(message.contains("finished") && message.contains("run no trial"), "{message}");
+    assert_eq!(std::fs::read(fx.run_dir().join("result.json")).unwrap(), first_result);
+
+    let tag = format!("{}-r2-0123abcd", fx.tag);
+    let dir = fx.root.join("jobs").join(&tag);
+    let mut fresh = spec.clone();
+    fresh["run_tag"] = json!(tag);
+    fresh["run_dir"] = json!(dir);
+    fresh["harbor"]["start"] = json!("fresh");
+    let mut run = fx.start(&fresh, "5903");
+    assert_eq!(run.wait(&fx), 0, "{}", fx.context(&run));
+    run.assert_no_survivors();
+    let status = read_json(&dir.join("status.json")).unwrap();
+    assert_eq!(status["outcome"]["class"], "finished", "{status:#}");
+    assert_eq!(status["resume"], false, "{status:#}");
+    assert_eq!(status["provenance"]["harbor_version"], "0.25.0", "{status:#}");
+    let mut rewards: Vec<(String, Option<f64>)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| read_json(&e.path().join("result.json")).filter(|r| r.get("task_name").is_some()))
+        .map(|r| {
+            let reward = r.pointer("/verifier_result/rewards/reward").and_then(Value::as_f64);
+            (r["task_name"].as_str().unwrap_or("?").to_string(), reward)
+        })
+        .collect();
+    rewards.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(rewards, [("alpha".to_string(), Some(1.0)), ("beta".to_string(), Some(0.0))], "every trial ran again");
+    assert_eq!(std::fs::read(fx.run_dir().join("result.json")).unwrap(), first_result, "the first result is kept");
+    all_scored(&fx, &[("alpha", 1.0), ("beta", 0.0)]);
+}
+
 #[test]
 fn resume_after_the_port_changed_scores_every_trial() {
     let tasks = [Task::solvable("one"), Task::solvable("two"), Task::solvable("three")];

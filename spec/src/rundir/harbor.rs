@@ -41,6 +41,9 @@ pub struct JobConfig {
     pub job_name: Option<String>,
     #[serde(default)]
     pub n_attempts: Option<u64>,
+    /// Absent when 1.0 (Harbor writes only non-default fields).
+    #[serde(default)]
+    pub timeout_multiplier: Option<f64>,
     #[serde(default)]
     pub agents: Vec<AgentConfig>,
     #[serde(default)]

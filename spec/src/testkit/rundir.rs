@@ -168,6 +168,7 @@ pub fn running_status(
         }),
         outcome: None,
         post_run: None,
+        provenance: None,
     }
 }
 

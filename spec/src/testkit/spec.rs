@@ -127,6 +127,7 @@ impl TestSpec {
                     agent_envs: vec![],
                     max_output_tokens: None,
                     resume_filter_error_types: INFRA_ERROR_TYPES.iter().map(|s| s.to_string()).collect(),
+                    start: Default::default(),
                     extra_args: vec![],
                     env: BTreeMap::new(),
                     dialect: Default::default(),

@@ -315,7 +315,7 @@ pub fn report(args: &ReportArgs) -> Result<ExitCode> {
             score: score_lines(attempt.as_ref().and_then(|a| a.metrics.as_ref()), settings),
         });
     }
-    for cell in &m.cells {
+    for cell in m.cells.iter().chain(&m.earlier) {
         if !seen.insert(cell.attempt_id.0) {
             continue;
         }
@@ -332,7 +332,10 @@ pub fn report(args: &ReportArgs) -> Result<ExitCode> {
             reason: attempt.as_ref().map_or(String::new(), |a| a.reason.clone()),
             verdict: None,
             check: check_of(cell.run_dir.as_deref(), settings, args.no_check),
-            score: score_lines(attempt.as_ref().and_then(|a| a.metrics.as_ref()), settings),
+            score: score_lines(attempt.as_ref().and_then(|a| a.metrics.as_ref()), settings)
+                .into_iter()
+                .chain([cell.provenance.describe()])
+                .collect(),
         });
     }
     let html = report::render_html(&ReportInput {

@@ -8,7 +8,7 @@ use std::path::Path;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use submitter::verify::check::{Facts, RunCheck, TrialScan};
-use submitter::verify::results::{Audit, BenchKind, Cell, Matrix};
+use submitter::verify::results::{Audit, BenchKind, Cell, Matrix, Provenance};
 use submitter::verify::rules::RunState;
 use submitter::verify::verdict::{JobVerdict, Rate, StatusRow};
 use submitter::verify::{Finding, Level};
@@ -380,6 +380,9 @@ pub struct ResultsOutput<'a> {
     /// By benchmark: `binary`, `partial_credit` or `other`.
     kinds: BTreeMap<&'a str, &'static str>,
     cells: Vec<CellOutput<'a>>,
+    /// The earlier finished results of the pairs in `cells` (a re-evaluation keeps the one before
+    /// it), oldest first, each with its provenance; never pooled into a cell.
+    earlier: Vec<CellOutput<'a>>,
     /// Mean over swebench-100, tb2 and dev_set_v2, for models that have all three.
     id_mean: &'a BTreeMap<String, f64>,
     /// The binary benchmark models are ranked on, and each ranked model's rank (ties share one).
@@ -394,6 +397,7 @@ impl<'a> From<&'a Matrix> for ResultsOutput<'a> {
             benchmarks: &m.benchmarks,
             kinds: m.kinds.iter().map(|(benchmark, kind)| (benchmark.as_str(), bench_kind(*kind))).collect(),
             cells: m.cells.iter().map(CellOutput::from).collect(),
+            earlier: m.earlier.iter().map(CellOutput::from).collect(),
             id_mean: &m.id_mean,
             rank_by: m.rank_by.as_deref(),
             ranks: &m.ranks,
@@ -430,6 +434,52 @@ struct CellOutput<'a> {
     incomplete: bool,
     audit_reasons: &'a [String],
     ended_at: Option<DateTime<Utc>>,
+    /// What it ran under.
+    provenance: ProvenanceOutput<'a>,
+    /// The pair's earlier results (`earlier`) that ran under other settings.
+    other_settings: Vec<i64>,
+}
+
+/// What a result ran under; `null` where the attempt does not record it (older rows, imports).
+#[derive(Serialize)]
+struct ProvenanceOutput<'a> {
+    agent: Option<&'a str>,
+    /// `key=value`, as handed to Harbor.
+    agent_kwargs: &'a [String],
+    timeout_multiplier: Option<f64>,
+    n_attempts: Option<u64>,
+    harbor_config: Option<&'a str>,
+    /// The task directory.
+    dataset: Option<&'a str>,
+    cluster: &'a str,
+    /// The GPU profile payload matched (and the device name).
+    gpu: Option<&'a str>,
+    /// The commit the HF cache resolved, or the local path.
+    model_revision: Option<&'a str>,
+    /// As the job's own environment reported them at start.
+    vllm_version: Option<&'a str>,
+    harbor_version: Option<&'a str>,
+    /// `sha1:<hex>` of the task dir's content as the job read it.
+    dataset_digest: Option<&'a str>,
+}
+
+impl<'a> From<&'a Provenance> for ProvenanceOutput<'a> {
+    fn from(p: &'a Provenance) -> Self {
+        ProvenanceOutput {
+            agent: p.agent.as_deref(),
+            agent_kwargs: &p.agent_kwargs,
+            timeout_multiplier: p.timeout_multiplier,
+            n_attempts: p.n_attempts,
+            harbor_config: p.harbor_config.as_deref(),
+            dataset: p.dataset.as_deref(),
+            cluster: &p.cluster,
+            gpu: p.gpu.as_deref(),
+            model_revision: p.model_revision.as_deref(),
+            vllm_version: p.vllm_version.as_deref(),
+            harbor_version: p.harbor_version.as_deref(),
+            dataset_digest: p.dataset_digest.as_deref(),
+        }
+    }
 }
 
 impl<'a> From<&'a Cell> for CellOutput<'a> {
@@ -451,6 +501,8 @@ impl<'a> From<&'a Cell> for CellOutput<'a> {
             incomplete: c.incomplete,
             audit_reasons: &c.audit_reasons,
             ended_at: c.ended_at,
+            provenance: ProvenanceOutput::from(&c.provenance),
+            other_settings: c.other_settings.iter().map(|id| id.0).collect(),
         }
     }
 }

@@ -34,6 +34,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("migrations/0003_continuation.sqlite.sql"),
         postgres: include_str!("migrations/0003_continuation.postgres.sql"),
     },
+    Migration {
+        version: 4,
+        name: "agent",
+        sqlite: include_str!("migrations/0004_agent.sqlite.sql"),
+        postgres: include_str!("migrations/0004_agent.postgres.sql"),
+    },
 ];
 
 /// The schema version this build writes.

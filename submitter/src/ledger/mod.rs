@@ -95,12 +95,13 @@ pub trait Ledger: Send + Sync {
     /// One attempt by id.
     fn attempt(&self, id: AttemptId) -> Result<Option<Attempt>>;
 
-    /// Every attempt of a pair, oldest first. `family` may also be a member benchmark's name.
+    /// Every attempt of (model, family), every agent's, oldest first. `family` may also be a member
+    /// benchmark's name.
     fn attempts_for(&self, model: &str, family: &str) -> Result<Vec<Attempt>>;
 
-    /// For every (model, family) with attempts: the latest (by `submitted_at`, then id) with the
-    /// pair's failed and total counts, ordered by model then family (byte order). One query, the
-    /// planner's input.
+    /// For every (model, family, agent) with attempts — a pair, per agent — the latest (by
+    /// `submitted_at`, then id) with the pair's failed and total counts, ordered by model, family,
+    /// agent (byte order). One query, the planner's input.
     fn latest_per_pair(&self) -> Result<Vec<PairState>>;
 
     /// The pending and started attempts (what sync reconciles with Slurm), oldest first.
@@ -455,6 +456,8 @@ pub struct NewAttempt {
     pub cluster: String,
     pub username: String,
     pub run_tag: String,
+    /// The Harbor agent it runs: with model and family, the eval's identity.
+    pub agent: String,
     /// Why it is submitted (the dedup decision's reason).
     pub reason: String,
     /// The config actually used: timeout multiplier, harbor config, agent, overrides. Opaque here.
@@ -483,7 +486,12 @@ pub struct Attempt {
     pub started_at: Option<Timestamp>,
     pub ended_at: Option<Timestamp>,
     pub updated_at: Timestamp,
+    /// The Harbor agent it ran ([`DEFAULT_AGENT`] for imported history).
+    pub agent: String,
 }
+
+/// The agent of rows that name none: imported history, and every row before migration 4.
+pub use launch_spec::spec::DEFAULT_AGENT;
 
 /// A historical attempt for [`Ledger::import_attempts`].
 #[derive(Debug, Clone, PartialEq)]
@@ -505,11 +513,13 @@ pub struct ImportedAttempt {
     pub source_id: Option<String>,
 }
 
-/// The planner's view of one (model, family).
+/// The planner's view of one (model, family, agent).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PairState {
     pub model: String,
     pub family: String,
+    /// The Harbor agent: the same model and family under another agent is another pair.
+    pub agent: String,
     pub latest: Attempt,
     /// Failed attempts, not counting those that ended by the walltime (resumable).
     pub failed_attempts: u32,
@@ -619,7 +629,7 @@ pub(crate) fn sql_status_list(statuses: &[AttemptStatus]) -> String {
 
 /// The attempt columns every attempt query selects, in the order the backends read them.
 pub(crate) const ATTEMPT_COLUMNS: &str = "id, model, benchmark, benchmark_family, cluster, username, run_tag, \
-     slurm_job_id, status, reason, config, metrics, attempt, submitted_at, started_at, ended_at, updated_at";
+     slurm_job_id, status, reason, config, metrics, attempt, submitted_at, started_at, ended_at, updated_at, agent";
 
 /// The planner's query, the same on both backends: per-pair counts from one covering scan of
 /// `attempts_pair_status`, then each pair's newest row by one probe of `attempts_pair_recency`.
@@ -628,12 +638,13 @@ pub(crate) const ATTEMPT_COLUMNS: &str = "id, model, benchmark, benchmark_family
 pub(crate) const LATEST_PER_PAIR_SQL: &str = "\
     SELECT a.id, a.model, a.benchmark, a.benchmark_family, a.cluster, a.username, a.run_tag, a.slurm_job_id, \
            a.status, a.reason, a.config, a.metrics, a.attempt, a.submitted_at, a.started_at, a.ended_at, \
-           a.updated_at, pair.failed_attempts, pair.total_attempts, a.resumable \
-    FROM (SELECT model, benchmark_family, COUNT(*) AS total_attempts, \
+           a.updated_at, a.agent, pair.failed_attempts, pair.total_attempts, a.resumable \
+    FROM (SELECT model, benchmark_family, agent, COUNT(*) AS total_attempts, \
                  SUM(CASE WHEN status = 'failed' AND resumable = 0 THEN 1 ELSE 0 END) AS failed_attempts \
-          FROM attempts GROUP BY model, benchmark_family) pair \
+          FROM attempts GROUP BY model, benchmark_family, agent) pair \
     JOIN attempts a ON a.id = (SELECT latest.id FROM attempts latest \
                                WHERE latest.model = pair.model AND latest.benchmark_family = pair.benchmark_family \
+                                     AND latest.agent = pair.agent \
                                ORDER BY latest.submitted_at DESC, latest.id DESC LIMIT 1)";
 
 /// Assigns families and attempt numbers for an import: per pair, continuing from what the ledger

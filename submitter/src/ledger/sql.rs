@@ -267,7 +267,7 @@ impl Row {
         self.opt_ts(i)?.ok_or_else(|| format!("column {i}: unexpected NULL"))
     }
 
-    /// An attempt from the first 17 columns ([`ATTEMPT_COLUMNS`] order).
+    /// An attempt from the first 18 columns ([`ATTEMPT_COLUMNS`] order).
     fn attempt(&self) -> std::result::Result<Attempt, String> {
         let attempt = self.int(12)?;
         Ok(Attempt {
@@ -288,6 +288,7 @@ impl Row {
             started_at: self.opt_ts(14)?,
             ended_at: self.opt_ts(15)?,
             updated_at: self.ts(16)?,
+            agent: self.text(17)?,
         })
     }
 }
@@ -306,8 +307,8 @@ fn count(n: i64) -> u32 {
 /// The family a benchmark counts toward, as an SQL expression over `$1`.
 const FAMILY_SQL: &str = "COALESCE((SELECT family FROM benchmark_families WHERE benchmark = $1), $1)";
 
-const ACTIVE_ID_SQL: &str =
-    "SELECT id FROM attempts WHERE model = $1 AND benchmark_family = $2 AND status IN ('pending', 'started')";
+const ACTIVE_ID_SQL: &str = "SELECT id FROM attempts WHERE model = $1 AND benchmark_family = $2 AND agent = $3 \
+     AND status IN ('pending', 'started')";
 
 impl<B: Backend> SqlLedger<B> {
     fn location_string(&self) -> String {
@@ -441,13 +442,13 @@ fn portable_import<B: Backend + ?Sized>(backend: &B, rows: &[ImportedAttempt]) -
 
 /// After a write the one-active index refused (its transaction rolled back): the attempt that
 /// holds the pair now, if any.
-fn holder<B: Backend + ?Sized>(backend: &B, model: &str, benchmark: &str) -> Result<Option<LedgerError>> {
+fn holder<B: Backend + ?Sized>(backend: &B, model: &str, benchmark: &str, agent: &str) -> Result<Option<LedgerError>> {
     let location = backend.location().to_string();
     let found = backend.read(|db| {
         let rows = db.query(&format!("SELECT {FAMILY_SQL}"), &[Arg::Text(benchmark)])?;
         let family = rows.first().map(|r| r.text(0)).transpose().map_err(|e| corrupt(&location, e))?;
         let family = family.unwrap_or_else(|| benchmark.to_string());
-        let rows = db.query(ACTIVE_ID_SQL, &[Arg::Text(model), Arg::Text(&family)])?;
+        let rows = db.query(ACTIVE_ID_SQL, &[Arg::Text(model), Arg::Text(&family), Arg::Text(agent)])?;
         let id = rows.first().map(|row| row.int(0)).transpose().map_err(|e| corrupt(&location, e))?;
         Ok((family, id))
     });
@@ -461,7 +462,8 @@ fn holder<B: Backend + ?Sized>(backend: &B, model: &str, benchmark: &str) -> Res
 
 /// The error for an import or update the one-active index refused.
 fn clash_error<B: Backend + ?Sized>(backend: &B, model: &str, benchmark: &str) -> LedgerError {
-    match holder(backend, model, benchmark) {
+    // Imports carry no agent: their rows are the default agent's.
+    match holder(backend, model, benchmark, super::DEFAULT_AGENT) {
         Ok(Some(error)) | Err(error) => error,
         Ok(None) => LedgerError::InvalidImport {
             location: backend.location().to_string(),
@@ -567,10 +569,11 @@ impl<B: Backend> Ledger for SqlLedger<B> {
     fn insert_pending(&self, new: &NewAttempt) -> Result<AttemptId> {
         let sql = format!(
             "INSERT INTO attempts (model, benchmark, benchmark_family, cluster, username, run_tag, status, reason,
-                                   config, attempt, submitted_at, updated_at)
+                                   config, attempt, submitted_at, updated_at, agent)
              SELECT $2, $1, f.family, $3, $4, $5, 'pending', $6, $7,
-                    (SELECT COALESCE(MAX(attempt), 0) + 1 FROM attempts WHERE model = $2 AND benchmark_family = f.family),
-                    now(), now()
+                    (SELECT COALESCE(MAX(attempt), 0) + 1 FROM attempts
+                     WHERE model = $2 AND benchmark_family = f.family AND agent = $8),
+                    now(), now(), $8
              FROM (SELECT {FAMILY_SQL} AS family) f
              RETURNING id"
         );
@@ -588,6 +591,7 @@ impl<B: Backend> Ledger for SqlLedger<B> {
                         Arg::Text(&new.run_tag),
                         Arg::Text(&new.reason),
                         Arg::Json(Some(&new.config)),
+                        Arg::Text(&new.agent),
                     ],
                 )?;
                 let id = rows.first().map(|row| row.int(0)).transpose().map_err(|e| self.corrupt(e))?;
@@ -597,7 +601,7 @@ impl<B: Backend> Ledger for SqlLedger<B> {
                 Ok(id) => return Ok(id),
                 // The partial unique index said no (the transaction rolled back): who holds the pair?
                 Err(Failure::Db(error)) if error.active_clash => {
-                    if let Some(holder) = holder(&self.backend, &new.model, &new.benchmark)? {
+                    if let Some(holder) = holder(&self.backend, &new.model, &new.benchmark, &new.agent)? {
                         return Err(holder);
                     }
                 }
@@ -674,7 +678,8 @@ impl<B: Backend> Ledger for SqlLedger<B> {
     fn latest_per_pair(&self) -> Result<Vec<PairState>> {
         read(&self.backend, "read the latest attempt per pair", |db| {
             let order = B::BYTE_ORDER;
-            let sql = format!("{LATEST_PER_PAIR_SQL} ORDER BY a.model{order}, a.benchmark_family{order}");
+            let sql =
+                format!("{LATEST_PER_PAIR_SQL} ORDER BY a.model{order}, a.benchmark_family{order}, a.agent{order}");
             db.query(&sql, &[])?
                 .iter()
                 .map(|row| {
@@ -682,9 +687,10 @@ impl<B: Backend> Ledger for SqlLedger<B> {
                     Ok(PairState {
                         model: latest.model.clone(),
                         family: latest.benchmark_family.clone(),
-                        failed_attempts: count(row.int(17)?),
-                        total_attempts: count(row.int(18)?),
-                        latest_resumable: row.int(19)? == 1,
+                        agent: latest.agent.clone(),
+                        failed_attempts: count(row.int(18)?),
+                        total_attempts: count(row.int(19)?),
+                        latest_resumable: row.int(20)? == 1,
                         latest,
                     })
                 })

@@ -61,6 +61,25 @@ pub fn run_tag(benchmark: &str, hf_id: &str) -> String {
     format!("{stem}-{}", sha1_hex8(&format!("{benchmark}\n{hf_id}")))
 }
 
+/// The run tag of an eval (model, benchmark, Harbor agent): [`run_tag`] for the default agent (so
+/// existing run dirs keep their tags), else that with the agent and 8 hex of a hash of all three
+/// appended, so two harnesses of one model and benchmark never share a run dir.
+pub fn eval_run_tag(benchmark: &str, hf_id: &str, agent: &str) -> String {
+    let tag = run_tag(benchmark, hf_id);
+    if agent == launch_spec::spec::DEFAULT_AGENT {
+        return tag;
+    }
+    format!("{tag}-{}-{}", sanitise(agent), sha1_hex8(&format!("{benchmark}\n{hf_id}\nagent {agent}")))
+}
+
+/// The run tag of a pair's fresh re-evaluation, its `attempt`-th attempt (docs/decisions.md, "A
+/// re-evaluation is a new run"): the pair's tag, `-r<attempt>`, and 8 hex of a hash of both, so
+/// it names a run dir of its own and equals no pair's first tag (a model whose name ends in `-r2`
+/// does not end in this hash).
+pub fn attempt_run_tag(pair_tag: &str, attempt: u32) -> String {
+    format!("{pair_tag}-r{attempt}-{}", sha1_hex8(&format!("{pair_tag}\nattempt {attempt}")))
+}
+
 /// Short, human-readable Slurm job name: `<benchmark short tag>_<model basename[:28]>`.
 pub fn job_name(benchmark_short: &str, hf_id: &str) -> String {
     let base: String = served_name(hf_id).chars().take(28).collect();
@@ -120,6 +139,24 @@ mod tests {
             run_tag("dev_set_v2", "DCAgent/g1_top8_diverse_3160_32b__Qwen3-32B"),
             "dev_set_v2__DCAgent__g1_top8_diverse_3160_32b__Qwen3-32B"
         );
+    }
+
+    #[test]
+    fn each_harness_has_a_tag_of_its_own() {
+        let terminus = eval_run_tag("terminal_bench_2", "Qwen/Qwen3-8B", "terminus-2");
+        assert_eq!(terminus, run_tag("terminal_bench_2", "Qwen/Qwen3-8B"), "existing tags are kept");
+        let openhands = eval_run_tag("terminal_bench_2", "Qwen/Qwen3-8B", "openhands");
+        assert!(openhands.starts_with(&format!("{terminus}-openhands-")), "{openhands}");
+        assert_ne!(openhands, eval_run_tag("terminal_bench_2", "Qwen/Qwen3-8B", "openhands2"));
+    }
+
+    #[test]
+    fn a_re_evaluation_has_a_tag_of_its_own() {
+        let first = run_tag("terminal_bench_2", "Qwen/Qwen3-8B");
+        let second = attempt_run_tag(&first, 2);
+        assert!(second.starts_with(&format!("{first}-r2-")) && second.len() == first.len() + 12, "{second}");
+        assert_ne!(second, attempt_run_tag(&first, 3));
+        assert_ne!(second, run_tag("terminal_bench_2", "Qwen/Qwen3-8B-r2"));
     }
 
     #[test]

@@ -246,6 +246,99 @@ pub struct Cell {
     pub incomplete: bool,
     pub audit_reasons: Vec<String>,
     pub ended_at: Option<Timestamp>,
+    pub provenance: Provenance,
+    /// The pair's earlier results (in [`Matrix::earlier`]) that ran under other settings
+    /// ([`Provenance::same_settings`]): the cell shows only its own attempt and says so.
+    pub other_settings: Vec<AttemptId>,
+}
+
+/// What a result ran under (docs/verification.md, "Provenance"): the settings recorded with the
+/// attempt when it was submitted, and what payload found on the node (folded into the metrics by
+/// sync). `None` where the row does not say (older rows, imported history).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Provenance {
+    pub agent: Option<String>,
+    /// `key=value`, as handed to Harbor (the spec holds no secret values).
+    pub agent_kwargs: Vec<String>,
+    pub timeout_multiplier: Option<f64>,
+    pub n_attempts: Option<u64>,
+    pub harbor_config: Option<String>,
+    pub dataset: Option<String>,
+    pub cluster: String,
+    /// The GPU profile payload matched, and the device name.
+    pub gpu: Option<String>,
+    /// The commit the HF cache resolved, or the local path.
+    pub model_revision: Option<String>,
+    pub vllm_version: Option<String>,
+    pub harbor_version: Option<String>,
+    /// `sha1:<hex>` of the task dir's content as the job read it.
+    pub dataset_digest: Option<String>,
+}
+
+impl Provenance {
+    pub fn of(a: &Attempt) -> Provenance {
+        let config = |key: &str| a.config.get(key);
+        let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
+        let node = |key: &str| text(a.metrics.as_ref().and_then(|m| m.pointer(&format!("/provenance/{key}"))));
+        Provenance {
+            agent: text(config("agent")),
+            agent_kwargs: config("agent_kwargs")
+                .and_then(Value::as_array)
+                .map(|list| list.iter().filter_map(Value::as_str).map(str::to_string).collect())
+                .unwrap_or_default(),
+            timeout_multiplier: config("timeout_multiplier").and_then(Value::as_f64),
+            n_attempts: config("n_attempts").and_then(Value::as_u64),
+            harbor_config: text(config("harbor_config")),
+            dataset: text(config("dataset")),
+            cluster: a.cluster.clone(),
+            gpu: node("gpu"),
+            model_revision: node("model_revision"),
+            vllm_version: node("vllm_version"),
+            harbor_version: node("harbor_version"),
+            dataset_digest: node("dataset_digest"),
+        }
+    }
+
+    /// One line for people: `ran under agent terminus-2, timeout ×4.0, …` (what is known).
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        let mut add = |label: &str, value: Option<String>| {
+            if let Some(v) = value {
+                parts.push(format!("{label} {v}"));
+            }
+        };
+        add("agent", self.agent.clone());
+        add("kwargs", (!self.agent_kwargs.is_empty()).then(|| self.agent_kwargs.join(" ")));
+        add("timeout multiplier", self.timeout_multiplier.map(|m| m.to_string()));
+        add("n_attempts", self.n_attempts.map(|n| n.to_string()));
+        add("Harbor config", self.harbor_config.clone());
+        add("dataset", self.dataset.clone());
+        add("dataset digest", self.dataset_digest.clone());
+        add("model revision", self.model_revision.clone());
+        add("vLLM", self.vllm_version.clone());
+        add("Harbor", self.harbor_version.clone());
+        add("GPU", self.gpu.clone());
+        add("cluster", Some(self.cluster.clone()));
+        format!("ran under {}", parts.join(", "))
+    }
+
+    /// Whether two results ran under the same settings: everything but where they ran (cluster,
+    /// GPU). A setting one of them does not record is not told apart.
+    pub fn same_settings(&self, other: &Provenance) -> bool {
+        fn same<T: PartialEq>(a: &Option<T>, b: &Option<T>) -> bool {
+            a.is_none() || b.is_none() || a == b
+        }
+        same(&self.agent, &other.agent)
+            && self.agent_kwargs == other.agent_kwargs
+            && same(&self.timeout_multiplier, &other.timeout_multiplier)
+            && same(&self.n_attempts, &other.n_attempts)
+            && same(&self.harbor_config, &other.harbor_config)
+            && same(&self.dataset, &other.dataset)
+            && same(&self.model_revision, &other.model_revision)
+            && same(&self.vllm_version, &other.vllm_version)
+            && same(&self.harbor_version, &other.harbor_version)
+            && same(&self.dataset_digest, &other.dataset_digest)
+    }
 }
 
 /// Models × benchmarks.
@@ -255,6 +348,9 @@ pub struct Matrix {
     pub benchmarks: Vec<String>,
     pub kinds: BTreeMap<String, BenchKind>,
     pub cells: Vec<Cell>,
+    /// Every earlier finished result of a pair shown in `cells` (a re-evaluation keeps the one
+    /// before it), oldest first: never pooled into the cell.
+    pub earlier: Vec<Cell>,
     /// Mean over swebench-100, tb2 and dev_set_v2, when the model has all three.
     pub id_mean: BTreeMap<String, f64>,
     /// The binary benchmark models are ranked on, and each ranked model's rank (ties share one).
@@ -293,52 +389,29 @@ pub fn build_matrix(
             BenchKind::Other => return Err(MatrixError::NotBinary(r.to_string())),
         }
     }
-    let mut latest: BTreeMap<(String, String), &Attempt> = BTreeMap::new();
-    for a in attempts
-        .iter()
-        .filter(|a| a.status == AttemptStatus::Finished && a.metrics.as_ref().is_some_and(|m| !m.is_null()))
-    {
-        let key = (a.model.clone(), a.benchmark_family.clone());
-        let newer =
-            latest.get(&key).is_none_or(|b| (a.ended_at, a.submitted_at, a.id) > (b.ended_at, b.submitted_at, b.id));
-        if newer {
-            latest.insert(key, a);
-        }
+    let mut by_pair: BTreeMap<(String, String), Vec<&Attempt>> = BTreeMap::new();
+    let mut seen = BTreeSet::new();
+    for a in attempts.iter().filter(|a| {
+        a.status == AttemptStatus::Finished && a.metrics.as_ref().is_some_and(|m| !m.is_null()) && seen.insert(a.id)
+    }) {
+        by_pair.entry((a.model.clone(), column_of(a))).or_default().push(a);
     }
     let mut cells = Vec::new();
+    let mut earlier = Vec::new();
     let mut models = BTreeSet::new();
     let mut benches = BTreeSet::new();
-    for ((model, bench), a) in &latest {
-        let m = a.metrics.as_ref().expect("filtered");
-        let summary = summary_from_metrics(m);
-        let audit = audit_of(&summary, settings);
-        let kind = bench_kind(bench);
-        let stderr = match (kind, summary.mean_reward) {
-            (BenchKind::Binary, Some(p)) if summary.n_trials > 0 => {
-                Some((p * (1.0 - p) / summary.n_trials as f64).max(0.0).sqrt())
-            }
-            _ => None,
-        };
-        models.insert(model.clone());
-        benches.insert(bench.clone());
-        cells.push(Cell {
-            model: model.clone(),
-            benchmark: bench.clone(),
-            attempt_id: a.id,
-            run_tag: a.run_tag.clone(),
-            run_dir: a.config.get("run_dir").and_then(Value::as_str).map(str::to_string),
-            cluster: a.cluster.clone(),
-            mean: summary.mean_reward,
-            stderr,
-            n_trials: summary.n_trials,
-            n_valid: summary.n_valid,
-            n_expected: summary.n_expected,
-            n_errors: summary.n_errors,
-            infra_errors: summary.infra_errors.clone(),
-            incomplete: !audit.complete,
-            audit_reasons: audit.reasons,
-            ended_at: a.ended_at,
-        });
+    for ((model, bench), mut results) in by_pair {
+        // The latest is the cell; the ones before stay beside it, oldest first.
+        results.sort_by_key(|a| (a.ended_at, a.submitted_at, a.id));
+        let latest = results.pop().expect("non-empty");
+        let before: Vec<Cell> = results.iter().map(|a| cell_of(a, settings)).collect();
+        let mut cell = cell_of(latest, settings);
+        cell.other_settings =
+            before.iter().filter(|b| !b.provenance.same_settings(&cell.provenance)).map(|b| b.attempt_id).collect();
+        models.insert(model);
+        benches.insert(bench);
+        cells.push(cell);
+        earlier.extend(before);
     }
     let mut benchmarks: Vec<String> = benches.into_iter().collect();
     benchmarks.sort_by_key(|b| (id_slot(b).unwrap_or(usize::MAX), b.clone()));
@@ -347,7 +420,8 @@ pub fn build_matrix(
     let mut id_mean = BTreeMap::new();
     for model in &models {
         let mut slots: [Option<f64>; 3] = [None; 3];
-        for c in cells.iter().filter(|c| &c.model == model) {
+        // The ID mean is the default harness's (another agent's column is an eval of its own).
+        for c in cells.iter().filter(|c| &c.model == model && !c.benchmark.contains('@')) {
             if let (Some(slot), Some(mean)) = (id_slot(&c.benchmark), c.mean) {
                 slots[slot] = Some(mean);
             }
@@ -375,17 +449,60 @@ pub fn build_matrix(
             ranks.insert((*model).to_string(), rank);
         }
     }
-    Ok(Matrix { models, benchmarks, kinds, cells, id_mean, rank_by, ranks })
+    Ok(Matrix { models, benchmarks, kinds, cells, earlier, id_mean, rank_by, ranks })
 }
 
-/// The attempts the matrix is built from: per (model, family), the latest attempt when it is
-/// finished, else the pair's finished attempts (a resubmission may be running on top of a result).
+/// A result's column: its benchmark family, with the agent when it is not the default one
+/// (`terminal_bench_2@openhands`): another harness is another eval, never one cell.
+pub fn column_of(a: &Attempt) -> String {
+    if a.agent == launch_spec::spec::DEFAULT_AGENT {
+        a.benchmark_family.clone()
+    } else {
+        format!("{}@{}", a.benchmark_family, a.agent)
+    }
+}
+
+/// One finished attempt's result.
+fn cell_of(a: &Attempt, settings: &VerifySettings) -> Cell {
+    let m = a.metrics.as_ref().expect("a finished attempt with metrics");
+    let summary = summary_from_metrics(m);
+    let audit = audit_of(&summary, settings);
+    let stderr = match (bench_kind(&a.benchmark_family), summary.mean_reward) {
+        (BenchKind::Binary, Some(p)) if summary.n_trials > 0 => {
+            Some((p * (1.0 - p) / summary.n_trials as f64).max(0.0).sqrt())
+        }
+        _ => None,
+    };
+    Cell {
+        model: a.model.clone(),
+        benchmark: column_of(a),
+        attempt_id: a.id,
+        run_tag: a.run_tag.clone(),
+        run_dir: a.config.get("run_dir").and_then(Value::as_str).map(str::to_string),
+        cluster: a.cluster.clone(),
+        mean: summary.mean_reward,
+        stderr,
+        n_trials: summary.n_trials,
+        n_valid: summary.n_valid,
+        n_expected: summary.n_expected,
+        n_errors: summary.n_errors,
+        infra_errors: summary.infra_errors.clone(),
+        incomplete: !audit.complete,
+        audit_reasons: audit.reasons,
+        ended_at: a.ended_at,
+        provenance: Provenance::of(a),
+        other_settings: Vec::new(),
+    }
+}
+
+/// The attempts the matrix is built from: per (model, family), every finished attempt (the latest
+/// is the cell, the ones before it its earlier results; a resubmission may be running on top).
 pub fn finished_attempts(ledger: &dyn crate::ledger::Ledger) -> Result<Vec<Attempt>, crate::ledger::LedgerError> {
     let mut out = Vec::new();
     for pair in ledger.latest_per_pair()? {
-        if pair.latest.status == AttemptStatus::Finished {
-            out.push(pair.latest);
-        } else if pair.total_attempts > 1 {
+        if pair.total_attempts <= 1 {
+            out.extend(Some(pair.latest).filter(|a| a.status == AttemptStatus::Finished));
+        } else {
             out.extend(
                 ledger
                     .attempts_for(&pair.model, &pair.family)?
@@ -461,6 +578,9 @@ pub fn render_text(m: &Matrix) -> String {
                     if c.incomplete {
                         t.push('!');
                     }
+                    if !c.other_settings.is_empty() {
+                        t.push('~');
+                    }
                     t
                 }
             };
@@ -476,6 +596,13 @@ pub fn render_text(m: &Matrix) -> String {
         "± standard error (binary benchmarks only); dev_set_v2 is partial-credit: mean only, never ranked; ! = incomplete (resume, don't accept){}\n",
         m.rank_by.as_ref().map(|r| format!("; ranked on {}", short_name(r))).unwrap_or_default()
     );
+    if !m.earlier.is_empty() {
+        let other = m.cells.iter().filter(|c| !c.other_settings.is_empty()).count();
+        out += &format!(
+            "{} earlier result(s) kept beside the cells (--json: `earlier`), never pooled; ~ = {other} cell(s) with earlier results under other settings\n",
+            m.earlier.len()
+        );
+    }
     out
 }
 
@@ -591,6 +718,7 @@ mod tests {
             started_at: Some(t),
             ended_at: Some(t),
             updated_at: t,
+            agent: "terminus-2".into(),
         }
     }
 

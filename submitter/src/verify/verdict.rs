@@ -453,6 +453,7 @@ mod tests {
             heartbeat: hb,
             outcome: None,
             post_run: None,
+            provenance: None,
         }
     }
 

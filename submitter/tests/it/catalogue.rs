@@ -51,6 +51,7 @@ fn catalogue_and_unevaluated_list() {
                 cluster: "local".into(),
                 username: "t".into(),
                 run_tag: format!("{benchmark}__{model}"),
+                agent: "terminus-2".into(),
                 reason: "test".into(),
                 config: json!({}),
             })

@@ -51,6 +51,7 @@ fn slurm_unavailable_is_4() {
             cluster: "exit-slurm".into(),
             username: "tester".into(),
             run_tag: "exit-slurm-tag".into(),
+            agent: "terminus-2".into(),
             reason: "test".into(),
             config: serde_json::json!({}),
         })

@@ -135,7 +135,7 @@ on_both_backends! {
             catalogue_and_unevaluated, lookups_by_run_tag_and_active, import_keeps_the_active_rule,
             heartbeats_per_submitter_and_cluster, imported_rows_are_tracked_by_source;
     store: migrations_are_idempotent, racing_threads_one_wins, racing_processes_one_wins, tls_require_and_verify,
-           wrong_password_is_a_clear_error;
+           wrong_password_is_a_clear_error, a_ledger_before_the_agent_column_keeps_reading;
 }
 
 // ------------------------------------------------------------------------------------ helpers
@@ -147,6 +147,7 @@ fn new_attempt(model: &str, benchmark: &str) -> NewAttempt {
         cluster: "jupiter".to_string(),
         username: "alice".to_string(),
         run_tag: format!("{benchmark}__{}", model.replace('/', "__")),
+        agent: "terminus-2".into(),
         reason: "no previous attempt".to_string(),
         config: json!({"timeout_multiplier": 2.0, "agent": "terminus-2", "overrides": {"override_cpus": 4}}),
     }
@@ -205,6 +206,63 @@ fn migrations_are_idempotent(store: &Store) {
         });
         assert_eq!(target.open().families().unwrap().len(), DEFAULT_FAMILIES.len());
     }
+}
+
+/// A ledger written before migration 4 (an eval's identity includes its harness, issue 20) opens,
+/// keeps every row, and gives each the agent its config recorded, else terminus-2; after it another
+/// harness of the same (model, family) gets an active attempt of its own, the same harness does not.
+fn a_ledger_before_the_agent_column_keeps_reading(store: &Store) {
+    let (sqlite, postgres) = (
+        [
+            include_str!("../../src/ledger/migrations/0001_initial.sqlite.sql"),
+            include_str!("../../src/ledger/migrations/0002_team.sqlite.sql"),
+            include_str!("../../src/ledger/migrations/0003_continuation.sqlite.sql"),
+        ],
+        [
+            include_str!("../../src/ledger/migrations/0001_initial.postgres.sql"),
+            include_str!("../../src/ledger/migrations/0002_team.postgres.sql"),
+            include_str!("../../src/ledger/migrations/0003_continuation.postgres.sql"),
+        ],
+    );
+    // Two rows of one pair as the old submitter wrote them: a finished openhands eval (its config
+    // names the agent) and an active one whose config names none.
+    let rows = "INSERT INTO schema_migrations (version, name, applied_at) VALUES
+            (1, 'initial', '2026-01-01T00:00:00.000000Z'), (2, 'team', '2026-01-01T00:00:00.000000Z'),
+            (3, 'continuation', '2026-01-01T00:00:00.000000Z');
+        INSERT INTO attempts (model, benchmark, benchmark_family, cluster, username, run_tag, status, reason,
+                              config, attempt, submitted_at, updated_at)
+        VALUES ('org/M-8B', 'terminal_bench_2', 'terminal_bench_2', 'c', 'u', 'old-1', 'finished', 'finished',
+                '{\"agent\": \"openhands\"}', 1, '2026-01-01T00:00:00.000000Z', '2026-01-01T00:00:00.000000Z'),
+               ('org/M-8B', 'terminal_bench_2', 'terminal_bench_2', 'c', 'u', 'old-2', 'pending', 'submit',
+                '{}', 2, '2026-01-02T00:00:00.000000Z', '2026-01-02T00:00:00.000000Z');";
+    if store.is_postgres() {
+        let mut config: ::postgres::Config = store.spec.parse().unwrap();
+        config.connect_timeout(Duration::from_secs(5));
+        let mut db = config.connect(::postgres::NoTls).unwrap();
+        let preamble = "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL,
+                                                        applied_at TIMESTAMPTZ NOT NULL DEFAULT now());";
+        db.batch_execute(&[preamble, &postgres.join("\n"), rows].join("\n")).unwrap();
+    } else {
+        let path = PathBuf::from(store.spec.strip_prefix("sqlite:").unwrap());
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let db = rusqlite::Connection::open(&path).unwrap();
+        let preamble = "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL,
+                                                        applied_at TEXT NOT NULL);";
+        db.execute_batch(&[preamble, &sqlite.join("\n"), rows].join("\n")).unwrap();
+    }
+    let ledger = store.open();
+    assert_eq!(ledger.schema_version().unwrap(), latest_schema_version());
+    let rows = ledger.attempts_for("org/M-8B", "terminal_bench_2").unwrap();
+    let agents: Vec<(&str, &str)> = rows.iter().map(|a| (a.run_tag.as_str(), a.agent.as_str())).collect();
+    assert_eq!(agents, [("old-1", "openhands"), ("old-2", "terminus-2")]);
+    let pairs = ledger.latest_per_pair().unwrap();
+    let latest: Vec<(&str, &str)> = pairs.iter().map(|p| (p.agent.as_str(), p.latest.run_tag.as_str())).collect();
+    assert_eq!(latest, [("openhands", "old-1"), ("terminus-2", "old-2")], "one pair per agent");
+    let mut other = new_attempt("org/M-8B", "terminal_bench_2");
+    other.agent = "openhands".into();
+    ledger.insert_pending(&other).expect("another harness has its own active attempt");
+    let same = ledger.insert_pending(&new_attempt("org/M-8B", "terminal_bench_2")).unwrap_err();
+    assert!(matches!(same, LedgerError::AlreadyActive { existing_id, .. } if existing_id == rows[1].id), "{same}");
 }
 
 fn lifecycle_with_utc_timestamps(ledger: &dyn Ledger) {

@@ -398,6 +398,179 @@ fn finished_is_skipped_and_failures_are_bounded() {
     });
 }
 
+/// A re-evaluation is a new run (issue 20): a forced launch of a finished pair and a
+/// `--config-aware` one under another timeout multiplier each run every trial again — Harbor
+/// fresh (`jobs start`), in a run dir of its own, under the multiplier the ledger records — while
+/// the earlier run dirs and results stay as they were and readable by `check` and `logs`;
+/// `results --json` has every result, each with its provenance.
+#[test]
+fn a_re_evaluation_runs_every_trial_again_in_a_run_dir_of_its_own() {
+    on_both("reeval", |cluster, ledger_spec| {
+        // The weights in the profile's HF cache, as staging leaves them: the revision is refs/main.
+        let revision = "5f0b02c75b57c5855da9ae460ce51323ea669d8a";
+        let repo = cluster.root().join("hf/models--test--Tiny-1B");
+        std::fs::create_dir_all(repo.join("refs")).unwrap();
+        std::fs::create_dir_all(repo.join("snapshots").join(revision)).unwrap();
+        std::fs::write(repo.join("refs/main"), revision).unwrap();
+        std::fs::write(repo.join("snapshots").join(revision).join("config.json"), "{}").unwrap();
+        let profile = cluster.root().join("clusters").join(format!("{}.yaml", cluster.name));
+        let hf = format!("paths:\n  hf_cache: {}\n", cluster.root().join("hf").display());
+        std::fs::write(&profile, std::fs::read_to_string(&profile).unwrap().replace("paths:\n", &hf)).unwrap();
+        let ledger = open_ledger(ledger_spec).unwrap();
+        let launch_and_finish = |extra: &[&str]| {
+            let args = [&["--once", "--preset", "tb2", "--model", "test/Tiny-1B"][..], extra].concat();
+            let out = cluster.run(&["launch"], ledger_spec, &args, &[]);
+            assert!(out.status.success() && text(&out).contains("1 submitted"), "{extra:?}: {}", text(&out));
+            wait_until("the job to finish and sync", Duration::from_secs(120), || {
+                cluster.run(&["sync"], ledger_spec, &[], &[]);
+                ledger.active().unwrap().is_empty()
+            });
+            let latest =
+                ledger.attempts_for("test/Tiny-1B", "terminal_bench_2").unwrap().into_iter().max_by_key(|a| a.id.0);
+            let latest = latest.unwrap();
+            assert_eq!(latest.status, AttemptStatus::Finished, "{extra:?}: {}", latest.reason);
+            latest
+        };
+        let run_dir = |a: &submitter::ledger::Attempt| PathBuf::from(a.config["run_dir"].as_str().unwrap());
+        let first = launch_and_finish(&[]);
+        let first_result = std::fs::read(run_dir(&first).join("result.json")).unwrap();
+        let trials = first.metrics.as_ref().unwrap()["n_trials"].as_u64().unwrap();
+        assert!(trials > 0, "{:?}", first.metrics);
+        let forced = launch_and_finish(&["--force"]);
+        let aware = launch_and_finish(&["--config-aware", "--timeout-multiplier", "4"]);
+        for (again, multiplier) in [(&forced, first.config["timeout_multiplier"].as_f64().unwrap()), (&aware, 4.0)] {
+            let dir = run_dir(again);
+            assert_ne!(again.run_tag, first.run_tag);
+            assert_ne!(dir, run_dir(&first));
+            assert_eq!(dir.file_name().unwrap().to_str(), Some(again.run_tag.as_str()));
+            let status: Value = serde_json::from_slice(&std::fs::read(dir.join("status.json")).unwrap()).unwrap();
+            assert_eq!(status["resume"], false, "Harbor ran fresh: {status}");
+            let events = std::fs::read_to_string(dir.join("events.jsonl")).unwrap();
+            let spawned = events
+                .lines()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                .rfind(|e| e["event"] == "harbor_spawned");
+            let argv = spawned.expect("harbor_spawned")["fields"]["argv"].clone();
+            assert_eq!((argv[1].as_str(), argv[2].as_str()), (Some("jobs"), Some("start")), "{argv}");
+            assert_eq!(again.metrics.as_ref().unwrap()["n_trials"].as_u64(), Some(trials), "every trial ran again");
+            let done = std::fs::read_dir(&dir)
+                .unwrap()
+                .filter(|e| e.as_ref().unwrap().path().join("result.json").is_file())
+                .count();
+            assert_eq!(done as u64, trials, "trial dirs with a result in {}", dir.display());
+            let job: Value = serde_json::from_slice(&std::fs::read(dir.join("config.json")).unwrap()).unwrap();
+            assert_eq!(job["timeout_multiplier"].as_f64().unwrap_or(1.0), multiplier, "what Harbor ran: {job}");
+            assert_eq!(again.config["timeout_multiplier"].as_f64(), Some(multiplier), "what the ledger says");
+        }
+        assert_eq!(std::fs::read(run_dir(&first).join("result.json")).unwrap(), first_result, "first result kept");
+        let check = Command::new(SUBMITTER).args(["check", "--json"]).arg(run_dir(&first)).output().unwrap();
+        let doc: Value = serde_json::from_slice(&check.stdout).unwrap_or(Value::Null);
+        assert_eq!(doc["runs"][0]["facts"]["trials"]["done"].as_u64(), Some(trials), "{}", text(&check));
+        let logs = cluster.run(&["logs"], ledger_spec, &[&first.run_tag, "--harbor"], &[]);
+        assert!(logs.status.success() && !logs.stdout.is_empty(), "{}", text(&logs));
+
+        let out = cluster.run(&["results"], ledger_spec, &["--json"], &[]);
+        assert!(out.status.success(), "{}", text(&out));
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let cell = &doc["cells"][0];
+        assert_eq!(cell["attempt_id"], aware.id.0, "the latest is the cell: {doc:#}");
+        let earlier: Vec<i64> =
+            doc["earlier"].as_array().unwrap().iter().map(|c| c["attempt_id"].as_i64().unwrap()).collect();
+        assert_eq!(earlier, [first.id.0, forced.id.0], "{doc:#}");
+        assert_eq!(cell["provenance"]["timeout_multiplier"], 4.0, "{cell:#}");
+        assert_eq!(
+            cell["other_settings"],
+            serde_json::json!([first.id.0, forced.id.0]),
+            "another multiplier: {cell:#}"
+        );
+        for result in doc["earlier"].as_array().unwrap().iter().chain([cell]) {
+            let p = &result["provenance"];
+            assert_eq!(p["agent"], "terminus-2", "{p}");
+            assert_eq!(p["n_attempts"].as_u64(), Some(trials / 2), "2 tasks × n_attempts: {p}");
+            assert!(p["dataset"].as_str().is_some_and(|d| d.ends_with("DCAgent2_terminal_bench_2")), "{p}");
+            assert!(p["gpu"].as_str().is_some_and(|g| g.contains("A100")), "{p}");
+            assert!(p["vllm_version"].as_str().is_some() && p["harbor_version"].as_str().is_some(), "{p}");
+            assert_eq!(p["model_revision"], revision, "{p}");
+            assert!(p["dataset_digest"].as_str().is_some_and(|d| d.starts_with("sha1:")), "{p}");
+        }
+        let human = cluster.run(&["results"], ledger_spec, &[], &[]);
+        assert!(text(&human).contains("2 earlier result(s)") && text(&human).contains('~'), "{}", text(&human));
+    });
+}
+
+/// An eval's identity includes its harness (issue 20): the agent comes from the Harbor config's
+/// `agents`, as Harbor runs it, and another agent on the same model and benchmark is another eval —
+/// its own run tag, ledger row and dedup slot — not "already active (another submitter)"; an
+/// installed harness (openhands) selected that way needs its tunnel and is refused without one,
+/// never run as terminus-2.
+#[test]
+fn another_harness_is_another_eval_with_its_own_run_tag_and_dedup() {
+    on_both("harness", |cluster, ledger_spec| {
+        let config = |agent: &str| {
+            let path = cluster.root().join(format!("{agent}_eval.yaml"));
+            let yaml = format!(
+                "orchestrator:\n  type: local\n  quiet: true\nenvironment:\n  type: daytona\n  delete: true\nagents:\n  - name: {agent}\n"
+            );
+            std::fs::write(&path, yaml).unwrap();
+            path.display().to_string()
+        };
+        let oracle = config("oracle");
+        let ledger = open_ledger(ledger_spec).unwrap();
+        let model = ["--once", "--preset", "tb2", "--model", "test/Tiny-1B"];
+        let first = cluster.run(&["launch"], ledger_spec, &model, &[]);
+        assert!(text(&first).contains("1 submitted"), "{}", text(&first));
+        let second = cluster.run(&["launch"], ledger_spec, &[&model[..], &["--harbor-config", &oracle]].concat(), &[]);
+        assert!(text(&second).contains("1 submitted"), "another harness is another eval: {}", text(&second));
+        wait_until("both jobs to finish and sync", Duration::from_secs(180), || {
+            cluster.run(&["sync"], ledger_spec, &[], &[]);
+            ledger.active().unwrap().is_empty()
+        });
+        let rows = ledger.attempts_for("test/Tiny-1B", "terminal_bench_2").unwrap();
+        let agents: Vec<&str> = rows.iter().map(|a| a.agent.as_str()).collect();
+        assert_eq!(agents, ["terminus-2", "oracle"], "{rows:#?}");
+        assert_ne!(rows[0].run_tag, rows[1].run_tag);
+        assert!(rows.iter().all(|a| a.status == AttemptStatus::Finished), "{rows:#?}");
+        let dir = PathBuf::from(rows[1].config["run_dir"].as_str().unwrap());
+        let job: Value = serde_json::from_slice(&std::fs::read(dir.join("config.json")).unwrap()).unwrap();
+        assert_eq!(job["agents"][0]["name"], "oracle", "what Harbor ran: {job}");
+        // Each eval is deduplicated on its own.
+        let again = cluster.run(
+            &["plan"],
+            ledger_spec,
+            &["--preset", "tb2", "--model", "test/Tiny-1B", "--harbor-config", &oracle, "--json"],
+            &[],
+        );
+        let doc: Value = serde_json::from_slice(&again.stdout).unwrap();
+        assert_eq!(
+            (doc["jobs"][0]["decision"].as_str(), doc["jobs"][0]["reason"].as_str()),
+            (Some("skip"), Some("finished")),
+            "{doc}"
+        );
+        let results = cluster.run(&["results"], ledger_spec, &["--json"], &[]);
+        let doc: Value = serde_json::from_slice(&results.stdout).unwrap();
+        let columns: Vec<&str> =
+            doc["cells"].as_array().unwrap().iter().map(|c| c["benchmark"].as_str().unwrap()).collect();
+        assert_eq!(columns, ["terminal_bench_2", "terminal_bench_2@oracle"], "{doc:#}");
+        assert_eq!(doc["cells"][1]["mean"], 1.0, "oracle solves every task: {doc:#}");
+
+        // An installed harness named by its Harbor config needs the Pinggy tunnel this cluster lacks.
+        let openhands = config("openhands");
+        let plan = cluster.run(
+            &["plan"],
+            ledger_spec,
+            &["--preset", "tb2", "--model", "test/Tiny-1B", "--harbor-config", &openhands, "--json"],
+            &[],
+        );
+        let doc: Value = serde_json::from_slice(&plan.stdout).unwrap();
+        let job = &doc["jobs"][0];
+        assert_eq!(job["decision"], "submit", "a third eval: {doc}");
+        assert!(
+            job["blocked"].to_string().contains("openhands") && job["blocked"].to_string().contains("Pinggy"),
+            "{job:#}"
+        );
+    });
+}
+
 /// A pending attempt older than the stale-pending limit whose job is still queued is cancelled
 /// and resubmitted.
 #[test]

@@ -648,6 +648,7 @@ fn ledger_fixture() -> LedgerFixture {
             cluster: "rep".into(),
             username: "tester".into(),
             run_tag: "swebench__org__Gamma-7B".into(),
+            agent: "terminus-2".into(),
             reason: "no previous attempt".into(),
             config: json!({"run_dir": tmp.path().join("jobs/swebench__org__Gamma-7B")}),
         })

@@ -194,6 +194,8 @@ fn main() {
                 "Usage: {p} [OPTIONS] COMMAND [ARGS]...\n\nCommands:\n  run   Start a job. Alias for `harbor job start`.\n  job   Manage jobs."
             );
         }
+        // Harbor 0.25's `--version` prints the bare version (checked against the real one).
+        ["--version" | "-v"] => println!("{HARBOR_VERSION}"),
         ["jobs" | "job"] | ["jobs" | "job", "-h" | "--help"] => {
             println!("Usage: {p} {} [OPTIONS] COMMAND [ARGS]...\n\nCommands:\n  start\n  resume", strs[0]);
         }

@@ -1,0 +1,228 @@
+//! What a run ran (docs/payload.md, "Provenance"): the programs' versions as the job's own
+//! environment reports them (`<program> --version`, asked while the engine loads, bounded) and the
+//! model revision the engine resolved (the HF cache's `refs/main`, or the local path), recorded in
+//! `status.json` and the `provenance` event; sync carries them into every result.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use launch_spec::LaunchSpec;
+use launch_spec::records::RunProvenance;
+
+use crate::supervisor::ChildSpec;
+
+/// One `--version` may take this long (a Python CLI importing its package on a loaded node).
+pub const VERSION_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How long Harbor's start waits for answers still outstanding at readiness (they were asked when
+/// the engine started, normally minutes earlier); what is missing then is recorded as such.
+pub const RECORD_WAIT: Duration = Duration::from_secs(5);
+
+/// At most this much of a dataset is hashed; a larger one is recorded as such.
+pub const DATASET_DIGEST_MAX_BYTES: u64 = 1 << 30;
+
+/// The answers, each a version (or digest) or why there is none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Versions {
+    pub vllm: Result<String, String>,
+    pub harbor: Result<String, String>,
+    pub dataset: Result<String, String>,
+}
+
+/// Asks both programs at once, with the environments they will run with, and hashes the dataset.
+pub async fn probe_versions(engine: &ChildSpec, harbor: &ChildSpec, dataset: PathBuf) -> Versions {
+    let digest = tokio::task::spawn_blocking(move || dataset_digest(&dataset));
+    let (vllm, harbor) =
+        tokio::join!(version_of(&engine.program, &engine.env), version_of(&harbor.program, &harbor.env));
+    let dataset = digest.await.unwrap_or_else(|e| Err(e.to_string()));
+    Versions { vllm, harbor, dataset }
+}
+
+/// A digest of the task dir's content (`sha1:<hex>`): every entry's relative path in path order,
+/// with a regular file's size and bytes and a link's target — the same tasks give the same
+/// digest, a changed task another. Bounded by [`DATASET_DIGEST_MAX_BYTES`].
+pub fn dataset_digest(dir: &Path) -> Result<String, String> {
+    use sha1::{Digest, Sha1};
+    use std::io::Read;
+    let mut hasher = Sha1::new();
+    let mut budget = DATASET_DIGEST_MAX_BYTES;
+    let mut pending = vec![PathBuf::new()];
+    while let Some(relative) = pending.pop() {
+        let path = dir.join(&relative);
+        let mut entries: Vec<_> = std::fs::read_dir(&path)
+            .map_err(|e| format!("{}: {e}", path.display()))?
+            .map(|e| e.map(|e| e.file_name()))
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        entries.sort();
+        // Depth first, in name order: subdirs pushed in reverse so the first pops first.
+        let mut subdirs = Vec::new();
+        for name in entries {
+            let rel = relative.join(&name);
+            let full = dir.join(&rel);
+            let meta = std::fs::symlink_metadata(&full).map_err(|e| format!("{}: {e}", full.display()))?;
+            hasher.update(rel.as_os_str().as_encoded_bytes());
+            hasher.update([0]);
+            if meta.is_dir() {
+                hasher.update(b"dir\0");
+                subdirs.push(rel);
+            } else if meta.file_type().is_symlink() {
+                let target = std::fs::read_link(&full).map_err(|e| format!("{}: {e}", full.display()))?;
+                hasher.update(b"link\0");
+                hasher.update(target.as_os_str().as_encoded_bytes());
+            } else if meta.is_file() {
+                if meta.len() > budget {
+                    return Err(format!(
+                        "{} holds more than {DATASET_DIGEST_MAX_BYTES} bytes: not hashed",
+                        dir.display()
+                    ));
+                }
+                budget -= meta.len();
+                hasher.update(meta.len().to_le_bytes());
+                let mut file = std::fs::File::open(&full).map_err(|e| format!("{}: {e}", full.display()))?;
+                let mut buf = [0u8; 64 * 1024];
+                loop {
+                    let n = file.read(&mut buf).map_err(|e| format!("{}: {e}", full.display()))?;
+                    if n == 0 {
+                        break;
+                    }
+                    hasher.update(&buf[..n]);
+                }
+            }
+            hasher.update([0]);
+        }
+        pending.extend(subdirs.into_iter().rev());
+    }
+    Ok(format!("sha1:{}", hex::encode(hasher.finalize())))
+}
+
+async fn version_of(program: &Path, env: &BTreeMap<String, String>) -> Result<String, String> {
+    use std::process::Stdio;
+    let child = tokio::process::Command::new(program)
+        .arg("--version")
+        .env_clear()
+        .envs(env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("cannot run {} --version: {e}", program.display()))?;
+    let out = tokio::time::timeout(VERSION_TIMEOUT, child.wait_with_output())
+        .await
+        .map_err(|_| format!("{} --version did not answer within {VERSION_TIMEOUT:?}", program.display()))?
+        .map_err(|e| format!("cannot wait for {} --version: {e}", program.display()))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    match parse_version(&stdout) {
+        Some(version) if out.status.success() => Ok(version),
+        _ => Err(format!("{} --version: {} without a version on stdout", program.display(), out.status)),
+    }
+}
+
+/// The last stdout line that is a version (`0.16.0`, `0.25.0.dev3+g1a2b`); libraries may print
+/// warnings before it.
+pub fn parse_version(stdout: &str) -> Option<String> {
+    stdout
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|line| {
+            line.chars().next().is_some_and(|c| c.is_ascii_digit())
+                && line.contains('.')
+                && !line.contains(char::is_whitespace)
+                && line.len() <= 64
+        })
+        .map(str::to_string)
+}
+
+/// The Hugging Face hub cache the engine reads, from its environment as huggingface_hub resolves it.
+pub fn hub_cache(env: &BTreeMap<String, String>) -> PathBuf {
+    let set = |name: &str| env.get(name).filter(|v| !v.is_empty()).cloned();
+    if let Some(dir) = set("HF_HUB_CACHE").or_else(|| set("HUGGINGFACE_HUB_CACHE")) {
+        return PathBuf::from(dir);
+    }
+    if let Some(home) = set("HF_HOME") {
+        return Path::new(&home).join("hub");
+    }
+    let cache = set("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(&set("HOME").unwrap_or_else(|| "/".into())).join(".cache"));
+    cache.join("huggingface").join("hub")
+}
+
+/// The revision the engine serves: the local path, or the commit `refs/main` names in the cache.
+pub fn model_revision(spec: &LaunchSpec, engine_env: &BTreeMap<String, String>) -> Result<String, String> {
+    if let Some(path) = &spec.model.local_path {
+        return Ok(path.display().to_string());
+    }
+    let id = &spec.model.hf_id;
+    if Path::new(id).is_absolute() {
+        return Ok(id.clone());
+    }
+    let refs = hub_cache(engine_env).join(format!("models--{}", id.replace('/', "--"))).join("refs").join("main");
+    let text = launch_spec::records::read_regular(&refs, 256)
+        .map_err(|e| format!("{}: {e} (no cached revision of {id})", refs.display()))?;
+    let commit = text.trim();
+    if commit.is_empty() || !commit.chars().all(|c| c.is_ascii_alphanumeric()) {
+        return Err(format!("{}: not a commit id", refs.display()));
+    }
+    Ok(commit.to_string())
+}
+
+/// The record, and for the event the reasons of what is missing.
+pub fn record(revision: Result<String, String>, versions: Versions) -> (RunProvenance, Vec<String>) {
+    let mut missing = Vec::new();
+    let mut keep = |r: Result<String, String>| r.map_err(|why| missing.push(why)).ok();
+    let provenance = RunProvenance {
+        model_revision: keep(revision),
+        vllm_version: keep(versions.vllm),
+        harbor_version: keep(versions.harbor),
+        dataset_digest: keep(versions.dataset),
+    };
+    (provenance, missing)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_are_the_last_version_line() {
+        assert_eq!(parse_version("0.25.0\n").as_deref(), Some("0.25.0"));
+        assert_eq!(parse_version("INFO some warning\n0.16.0\n").as_deref(), Some("0.16.0"));
+        assert_eq!(parse_version("usage: vllm [-h]\n"), None);
+        assert_eq!(parse_version(""), None);
+    }
+
+    #[test]
+    fn the_dataset_digest_follows_the_tasks_content() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("t1/tests")).unwrap();
+        std::fs::write(dir.path().join("t1/instruction.md"), "do it").unwrap();
+        std::fs::write(dir.path().join("t1/tests/test.sh"), "exit 0").unwrap();
+        let first = dataset_digest(dir.path()).unwrap();
+        assert!(first.starts_with("sha1:") && first.len() == 45, "{first}");
+        assert_eq!(dataset_digest(dir.path()).unwrap(), first, "deterministic");
+        std::fs::write(dir.path().join("t1/tests/test.sh"), "exit 1").unwrap();
+        assert_ne!(dataset_digest(dir.path()).unwrap(), first, "a changed task");
+        assert!(dataset_digest(&dir.path().join("absent")).is_err());
+    }
+
+    #[test]
+    fn the_revision_is_refs_main_of_the_engines_cache_or_the_local_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spec = launch_spec::testkit::unit_spec();
+        spec.model.hf_id = "org/M-8B".into();
+        let env: BTreeMap<String, String> = [("HF_HUB_CACHE".to_string(), dir.path().display().to_string())].into();
+        assert!(model_revision(&spec, &env).unwrap_err().contains("no cached revision of org/M-8B"));
+        let refs = dir.path().join("models--org--M-8B/refs");
+        std::fs::create_dir_all(&refs).unwrap();
+        std::fs::write(refs.join("main"), "0123abcd\n").unwrap();
+        assert_eq!(model_revision(&spec, &env).unwrap(), "0123abcd");
+        let home: BTreeMap<String, String> = [("HF_HOME".to_string(), "/h".to_string())].into();
+        assert_eq!(hub_cache(&home), Path::new("/h/hub"));
+        spec.model.local_path = Some("/weights/m".into());
+        assert_eq!(model_revision(&spec, &env).unwrap(), "/weights/m");
+    }
+}
