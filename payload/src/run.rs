@@ -314,7 +314,8 @@ impl<S: SignalSource> Run<S> {
             config_check.is_some(),
             limits.health_failures,
             self.spec.serve.health_timeout_s,
-        );
+        )
+        .with_hang_after(self.timings.hang_after);
         let mut watchdog = Watchdog::readiness(
             &p.base_url,
             &self.spec.model.served_name,
@@ -329,6 +330,9 @@ impl<S: SignalSource> Run<S> {
         let has_tunnel = self.tunnel.is_some();
         loop {
             let loading = machine.phase() == RunPhase::Loading;
+            // A `/metrics` reading's completions, for the heartbeat written once the machine has
+            // judged the reading's engine counters.
+            let mut beat: Option<Option<crate::records::Completions>> = None;
             let input = tokio::select! {
                 biased;
                 status = wait_opt(self.sup.engine.as_mut()) => Input::EngineExited(status),
@@ -343,21 +347,24 @@ impl<S: SignalSource> Run<S> {
                 ev = watchdog.next() => match ev {
                     ProbeEvent::Readiness(r) => Input::Readiness(r),
                     ProbeEvent::Health(ok) => Input::Health(ok),
-                    ProbeEvent::Metrics(counts) => {
-                        let hb = self.heartbeat.next(counts, &engine_log, &self.spec.run_dir, machine.engine_healthy());
-                        self.rec.status.heartbeat = Some(hb);
-                        self.rec.write_status();
+                    ProbeEvent::Metrics(reading) => {
                         self.sup.reap_orphans();
-                        continue;
+                        beat = Some(reading.completions);
+                        match reading.engine {
+                            Some(sample) => Input::Metrics(Instant::now(), sample),
+                            None => {
+                                self.heartbeat.engine = None;
+                                self.write_heartbeat(reading.completions, machine.engine_healthy());
+                                continue;
+                            }
+                        }
                     }
                 },
                 _ = heartbeat.tick() => {
                     if machine.phase() == RunPhase::Running {
                         watchdog.fetch_metrics();
                     } else {
-                        let hb = self.heartbeat.next(None, &engine_log, &self.spec.run_dir, machine.engine_healthy());
-                        self.rec.status.heartbeat = Some(hb);
-                        self.rec.write_status();
+                        self.write_heartbeat(None, machine.engine_healthy());
                     }
                     continue;
                 }
@@ -396,7 +403,12 @@ impl<S: SignalSource> Run<S> {
             };
             let tail_of: &dyn Fn() -> Vec<String> = if p.secondaries.is_some() { &all_tail } else { &tail };
             let before = machine.phase();
-            for action in machine.on(input, tail_of) {
+            let actions = machine.on(input, tail_of);
+            if let Some(completions) = beat {
+                self.heartbeat.engine = machine.engine_counters().cloned();
+                self.write_heartbeat(completions, machine.engine_healthy());
+            }
+            for action in actions {
                 match action {
                     Action::Event(name, fields) => self.rec.event(name, fields),
                     Action::Ready => {
@@ -426,6 +438,13 @@ impl<S: SignalSource> Run<S> {
                 tunnel_tick.reset_immediately();
             }
         }
+    }
+
+    /// One heartbeat into `status.json`.
+    fn write_heartbeat(&mut self, completions: Option<crate::records::Completions>, engine_healthy: bool) {
+        let hb = self.heartbeat.next(completions, &self.log_path(ENGINE_LOG), &self.spec.run_dir, engine_healthy);
+        self.rec.status.heartbeat = Some(hb);
+        self.rec.write_status();
     }
 
     /// Which node each rank runs on, from the records every `payload rank` wrote on its node.

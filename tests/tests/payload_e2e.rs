@@ -495,6 +495,64 @@ fn hung_engine_fails_health_probes_as_engine_died() {
     assert_eq!(o["cause"], "unhealthy", "{o}");
 }
 
+/// vLLM issues 39863/36960: the engine core hangs while `/health` and `/v1/models` still answer.
+/// payload's liveness rule (requests in flight, no token for `serve.hang_after_s`) ends the run as
+/// `engine_hung` within the window plus one heartbeat, with the counters as evidence.
+#[test]
+fn stalled_engine_that_still_answers_health_ends_as_engine_hung() {
+    let fx = Fx::with_tasks("enginestalls", 4);
+    let mut spec = fx.spec();
+    spec["serve"]["hang_after_s"] = json!(2);
+    spec["serve"]["env"]["STANDIN_STALL_AFTER_REQUESTS"] = json!("2");
+    spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("0.3");
+    spec["harbor"]["env"]["STANDIN_REQUEST_TIMEOUT"] = json!("60");
+    let mut run = fx.start(&spec, &[]);
+    let code = run.wait(Duration::from_secs(30));
+    assert_eq!(code, 16, "stderr:\n{}", fx.stderr());
+    assert_no_survivors(&run);
+    let o = outcome(&fx);
+    assert_eq!((o["class"].as_str(), o["cause"].as_str()), (Some("engine_hung"), Some("no_tokens")), "{o}");
+    assert!(fx.event("engine_unhealthy").is_none(), "/health kept answering: {o}");
+    let hung = fx.event("engine_hung").expect("an engine_hung event")["fields"].clone();
+    assert!(hung["requests_running"].as_u64() >= Some(1), "{hung}");
+    assert!(hung["generation_tokens"].as_u64() > Some(0), "{hung}");
+    let stalled = hung["no_tokens_for_s"].as_f64().unwrap();
+    // The window plus one heartbeat (0.3 s), with room for a loaded machine's late beat.
+    assert!((2.0..2.0 + 0.3 + 1.5).contains(&stalled), "{hung}");
+    let samples = hung["samples"].as_array().unwrap();
+    assert!(
+        samples.len() >= 2 && samples.iter().all(|s| s["generation_tokens"] == hung["generation_tokens"]),
+        "{hung}"
+    );
+    let status = fx.status();
+    let counters = &status["heartbeat"]["engine"];
+    assert_eq!(counters["hang_after_s"], 2, "{status}");
+    assert!(counters["no_tokens_for_s"].as_f64() >= Some(2.0), "{status}");
+    assert!(o["harbor_exit_code"].is_i64(), "Harbor was running and was stopped: {o}");
+}
+
+/// An engine with nothing to do is idle, not hung: Harbor's trials make no model call for longer
+/// than the window and the run finishes.
+#[test]
+fn idle_engine_is_never_hung() {
+    let fx = Fx::with_tasks("engineidle", 2);
+    let mut spec = fx.spec();
+    spec["serve"]["hang_after_s"] = json!(1);
+    // One model call per trial, then 2.4 s without one (more than twice the window).
+    spec["harbor"]["env"]["STANDIN_TURNS"] = json!("1");
+    spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("4");
+    let mut run = fx.start(&spec, &[]);
+    let code = run.wait(Duration::from_secs(30));
+    assert_eq!(code, 0, "stderr:\n{}", fx.stderr());
+    assert_no_survivors(&run);
+    assert!(fx.event("engine_hung").is_none());
+    let status = fx.status();
+    let counters = &status["heartbeat"]["engine"];
+    assert_eq!(counters["requests_running"], 0, "{status}");
+    assert!(counters["generation_tokens"].as_u64() > Some(0), "it did work, then idled: {status}");
+    assert!(counters.get("no_tokens_for_s").is_none(), "{status}");
+}
+
 #[test]
 fn harbor_crash_surfaces_its_exit_code() {
     let fx = Fx::new("harborcrash");

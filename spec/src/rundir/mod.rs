@@ -193,6 +193,8 @@ pub enum EventKind {
     EngineReady,
     EngineExited,
     EngineUnhealthy,
+    /// Requests in flight and no token for `serve.hang_after_s` (payload's liveness rule).
+    EngineHung,
     /// A multi-node engine (docs/multinode.md): the other nodes' srun step started, every rank
     /// joined (with the node each runs on), the step ended, the step cancelled at teardown.
     RanksSpawned,
@@ -238,6 +240,7 @@ const EVENT_NAMES: &[(&str, EventKind)] = &[
     ("engine_ready", EventKind::EngineReady),
     ("engine_exited", EventKind::EngineExited),
     ("engine_unhealthy", EventKind::EngineUnhealthy),
+    ("engine_hung", EventKind::EngineHung),
     ("ranks_spawned", EventKind::RanksSpawned),
     ("ranks_joined", EventKind::RanksJoined),
     ("ranks_exited", EventKind::RanksExited),
