@@ -143,6 +143,10 @@ pub fn classify_start_failure(lines: &[String]) -> &'static str {
         {
             return "world_size";
         }
+        // Another process took the port between payload's bind check and vLLM's bind.
+        if l.contains("address already in use") {
+            return "port_in_use";
+        }
         if l.contains("does not recognize this architecture")
             || l.contains("unrecognized model")
             || l.contains("model architectures") && l.contains("are not supported")
@@ -183,6 +187,9 @@ pub enum Readiness {
     /// `/health` is 200 but `/v1/models` does not list the served name yet.
     HealthOnly,
     Ready,
+    /// A server answered like a ready vLLM, but the socket listening on the port is not the
+    /// engine's process tree's (crate::ports::listener_of): never taken for the engine.
+    Foreign,
 }
 
 /// HTTP client for loopback probes: short timeouts, no proxy (a node's `http_proxy` must not
@@ -587,6 +594,8 @@ mod tests {
         assert_eq!(classify_start_failure(&lines(mt)), "model_type");
         let arch = "ValueError: Model architectures ['FooForCausalLM'] are not supported for now.";
         assert_eq!(classify_start_failure(&lines(arch)), "model_type");
+        let port = "OSError: [Errno 98] error while attempting to bind on address ('127.0.0.1', 23456): address already in use";
+        assert_eq!(classify_start_failure(&lines(port)), "port_in_use");
         assert_eq!(classify_start_failure(&lines("Traceback\nKeyError: 'x'")), "other");
         assert_eq!(classify_start_failure(&[]), "other");
     }

@@ -97,6 +97,8 @@ pub struct Machine {
     config_pending: bool,
     ready: bool,
     saw_health: bool,
+    /// A server not of the engine's tree answered readiness (crate::ports::Listener::Foreign).
+    saw_foreign: bool,
     failures: u32,
     health_failures: u32,
     health_timeout_s: u64,
@@ -112,6 +114,7 @@ impl Machine {
             config_pending,
             ready: false,
             saw_health: false,
+            saw_foreign: false,
             failures: 0,
             health_failures: health_failures.max(1),
             health_timeout_s,
@@ -229,7 +232,9 @@ impl Machine {
                 out.push(self.end(End::HarborExited(status)));
             }
             Input::ReadyDeadline if self.phase == RunPhase::Loading && !self.ready => {
-                let what = if self.saw_health {
+                let what = if self.saw_foreign {
+                    "never answered: the server answering on its port is another process's (event foreign_server), never taken for the engine"
+                } else if self.saw_health {
                     "answered /health but never listed the served name"
                 } else {
                     "never answered /health with 200"
@@ -248,6 +253,7 @@ impl Machine {
                     self.advance(&mut out);
                 }
                 Readiness::HealthOnly => self.saw_health = true,
+                Readiness::Foreign => self.saw_foreign = true,
                 Readiness::Down => {}
             },
             Input::ConfigChecked(v) if self.config_pending => {
@@ -414,6 +420,18 @@ mod tests {
             "{}",
             f.message
         );
+    }
+
+    #[test]
+    fn a_foreign_server_is_never_ready() {
+        let mut m = Machine::new(false, false, 3, 60);
+        for _ in 0..5 {
+            assert!(m.on(Input::Readiness(Readiness::Foreign), &tail).is_empty(), "never Ready, never Harbor");
+        }
+        assert_eq!(m.phase(), RunPhase::Loading);
+        let f = failed(&m.on(Input::ReadyDeadline, &Vec::new)).clone();
+        assert_eq!(f.class, OutcomeClass::EngineTimeout);
+        assert!(f.message.contains("another process's"), "{}", f.message);
     }
 
     #[test]

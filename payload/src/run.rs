@@ -199,7 +199,7 @@ impl<S: SignalSource> Run<S> {
         }
         if let Some(port) = p.port.port {
             self.rec.status.port = Some(port);
-            self.rec.event("port", json!({ "port": port }));
+            self.rec.event("port", json!({ "port": port, "how": p.port.how }));
         }
         match p.problems.first() {
             Some(f) => Err(End::Failed(f.clone())),
@@ -328,6 +328,8 @@ impl<S: SignalSource> Run<S> {
         let mut tunnel_tick = interval(TUNNEL_POLL);
         tunnel_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let has_tunnel = self.tunnel.is_some();
+        let port = self.rec.status.port.unwrap_or_default();
+        let mut foreign_seen = false;
         loop {
             let loading = machine.phase() == RunPhase::Loading;
             // A `/metrics` reading's completions, for the heartbeat written once the machine has
@@ -345,7 +347,7 @@ impl<S: SignalSource> Run<S> {
                     Input::ConfigChecked(v.unwrap_or_else(|e| ConfigCheck::Skipped(format!("check task failed: {e}"))))
                 }
                 ev = watchdog.next() => match ev {
-                    ProbeEvent::Readiness(r) => Input::Readiness(r),
+                    ProbeEvent::Readiness(r) => Input::Readiness(self.identify(r, port, &mut foreign_seen)),
                     ProbeEvent::Health(ok) => Input::Health(ok),
                     ProbeEvent::Metrics(reading) => {
                         self.sup.reap_orphans();
@@ -437,6 +439,30 @@ impl<S: SignalSource> Run<S> {
             if before == RunPhase::Loading && machine.phase() == RunPhase::TunnelCheck {
                 tunnel_tick.reset_immediately();
             }
+        }
+    }
+
+    /// A ready answer counts only when the socket listening on the port is the engine's process
+    /// tree's (crate::ports::listener_of; docs/payload.md "Server identity"): another process's
+    /// server is recorded once (`foreign_server`) and never taken for the engine. A table that
+    /// shows no listener (a restricted /proc) leaves the answer as it is.
+    fn identify(&mut self, r: engine::Readiness, port: u16, foreign_seen: &mut bool) -> engine::Readiness {
+        let Some(pid) = self.rec.status.pids.get("engine").copied().filter(|_| r == engine::Readiness::Ready) else {
+            return r;
+        };
+        match crate::ports::listener_of(port, pid) {
+            crate::ports::Listener::Foreign { pids } => {
+                if !std::mem::replace(foreign_seen, true) {
+                    self.rec.event("foreign_server", json!({ "port": port, "pids": pids, "engine_pid": pid }));
+                    tracing::warn!(
+                        port,
+                        ?pids,
+                        "a server that is not the engine answers on its port; not taken for it"
+                    );
+                }
+                engine::Readiness::Foreign
+            }
+            crate::ports::Listener::Engine | crate::ports::Listener::None => r,
         }
     }
 

@@ -195,6 +195,9 @@ pub enum EventKind {
     EngineUnhealthy,
     /// Requests in flight and no token for `serve.hang_after_s` (payload's liveness rule).
     EngineHung,
+    /// A server not of the engine's process tree answered readiness on its port (never taken
+    /// for the engine).
+    ForeignServer,
     /// A multi-node engine (docs/multinode.md): the other nodes' srun step started, every rank
     /// joined (with the node each runs on), the step ended, the step cancelled at teardown.
     RanksSpawned,
@@ -241,6 +244,7 @@ const EVENT_NAMES: &[(&str, EventKind)] = &[
     ("engine_exited", EventKind::EngineExited),
     ("engine_unhealthy", EventKind::EngineUnhealthy),
     ("engine_hung", EventKind::EngineHung),
+    ("foreign_server", EventKind::ForeignServer),
     ("ranks_spawned", EventKind::RanksSpawned),
     ("ranks_joined", EventKind::RanksJoined),
     ("ranks_exited", EventKind::RanksExited),
