@@ -38,6 +38,7 @@ pub const GENERATION_TOKENS: &str = "vllm:generation_tokens_total";
 pub const PROMPT_TOKENS: &str = "vllm:prompt_tokens_total";
 pub const KV_CACHE_USAGE: &str = "vllm:kv_cache_usage_perc";
 pub const KV_CACHE_USAGE_LEGACY: &str = "vllm:gpu_cache_usage_perc";
+const WANTED: [&str; 6] = [RUNNING, WAITING, GENERATION_TOKENS, PROMPT_TOKENS, KV_CACHE_USAGE, KV_CACHE_USAGE_LEGACY];
 
 /// vLLM's counters from a `/metrics` body; `None` when it has neither the running gauge nor the
 /// generation counter (metrics disabled, or not vLLM).
@@ -45,7 +46,8 @@ pub fn engine_sample(text: &str) -> Option<EngineSample> {
     let mut s = EngineSample::default();
     let (mut has_running, mut has_tokens) = (false, false);
     for line in text.lines() {
-        if line.starts_with('#') {
+        // Most of the text is other families (latency histograms): one prefix test skips them.
+        if !WANTED.iter().any(|w| line.starts_with(w)) {
             continue;
         }
         let (name, rest) = match line.find(['{', ' ']) {

@@ -118,23 +118,62 @@ fn holds_socket(pid: i32, inodes: &[u64]) -> bool {
 /// Who listens on `port`: the engine's tree rooted at `engine_pid` (its own descriptors are
 /// looked at first: vLLM's API server is the head process), or someone else.
 pub fn listener_of(port: u16, engine_pid: u32) -> Listener {
-    let inodes: Vec<u64> = ["/proc/net/tcp", "/proc/net/tcp6"]
-        .iter()
-        .filter_map(|p| std::fs::read_to_string(p).ok())
-        .flat_map(|t| listening_inodes(&t, port))
-        .collect();
+    // Reading a table costs the kernel a walk of its socket hash (~10 ms on a busy node), so the
+    // IPv4 one is asked first: an engine listener found there cannot share the port with a foreign
+    // one in the other (the bind would conflict), so the IPv6 table is read only when needed.
+    let table = |path: &str| std::fs::read_to_string(path).map(|t| listening_inodes(&t, port)).unwrap_or_default();
+    let v4 = table("/proc/net/tcp");
+    if !v4.is_empty() && owned_by_tree(engine_pid as i32, &v4) {
+        return Listener::Engine;
+    }
+    let mut inodes = v4;
+    inodes.extend(table("/proc/net/tcp6"));
     if inodes.is_empty() {
         return Listener::None;
     }
-    let root = engine_pid as i32;
-    if holds_socket(root, &inodes) {
+    if owned_by_tree(engine_pid as i32, &inodes) {
         return Listener::Engine;
     }
-    let table = crate::supervisor::proc_table();
-    if crate::supervisor::descendants(&table, root).iter().any(|p| holds_socket(p.pid, &inodes)) {
-        return Listener::Engine;
+    let holders =
+        crate::supervisor::proc_table().iter().map(|p| p.pid).filter(|pid| holds_socket(*pid, &inodes)).collect();
+    Listener::Foreign { pids: holders }
+}
+
+/// Whether the engine's head or one of its descendants holds one of these sockets.
+fn owned_by_tree(root: i32, inodes: &[u64]) -> bool {
+    if holds_socket(root, inodes) {
+        return true;
     }
-    Listener::Foreign { pids: table.iter().map(|p| p.pid).filter(|pid| holds_socket(*pid, &inodes)).collect() }
+    // The engine's tree from the kernel's children lists (only its own processes are read; a scan
+    // of every /proc entry costs tens of milliseconds on a busy node), else from the whole table.
+    let tree = children_tree(root).unwrap_or_else(|| {
+        crate::supervisor::descendants(&crate::supervisor::proc_table(), root).iter().map(|p| p.pid).collect()
+    });
+    tree.iter().any(|pid| holds_socket(*pid, inodes))
+}
+
+/// `root`'s descendants from `/proc/<pid>/task/<tid>/children`; `None` when the kernel does not
+/// provide those lists.
+fn children_tree(root: i32) -> Option<Vec<i32>> {
+    let read_children = |pid: i32| -> Option<Vec<i32>> {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+        let mut out = Vec::new();
+        for task in tasks.flatten() {
+            let text = std::fs::read_to_string(task.path().join("children")).ok()?;
+            out.extend(text.split_whitespace().filter_map(|c| c.parse::<i32>().ok()));
+        }
+        Some(out)
+    };
+    let mut tree = Vec::new();
+    let mut stack = read_children(root)?;
+    let mut seen = std::collections::HashSet::new();
+    while let Some(pid) = stack.pop() {
+        if seen.insert(pid) {
+            tree.push(pid);
+            stack.extend(read_children(pid).unwrap_or_default());
+        }
+    }
+    Some(tree)
 }
 
 /// The id that derives the port: the Slurm job id, else payload's pid (two local runs differ).
@@ -192,6 +231,32 @@ mod tests {
         assert_eq!(listening_inodes(table, 0x5208), vec![123456], "the LISTEN row only, not a connection");
         assert_eq!(listening_inodes(table, 8080), vec![999]);
         assert!(listening_inodes(table, 1).is_empty());
+    }
+
+    /// A listener held by a process below the engine's head (a wrapper script's vLLM) is the
+    /// engine's: found through the kernel's children lists.
+    #[test]
+    fn a_listener_below_the_engine_head_is_the_engines() {
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let listen = format!(
+            "import socket, time\ns = socket.socket()\ns.bind(('127.0.0.1', {port}))\ns.listen()\ntime.sleep(30)\n"
+        );
+        // `; exit` keeps the shell as the head, with the listener its child.
+        let mut head =
+            std::process::Command::new("sh").args(["-c", "python3 -c \"$0\"; exit", &listen]).spawn().unwrap();
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(std::time::Instant::now() < until, "the child never listened");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let tree = children_tree(head.id() as i32).unwrap();
+        assert!(!tree.is_empty());
+        assert_eq!(listener_of(port, head.id()), Listener::Engine);
+        for pid in tree {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
+        let _ = head.kill();
+        let _ = head.wait();
     }
 
     /// Real sockets and processes: this test process's listener is the engine's when the engine

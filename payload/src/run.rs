@@ -66,6 +66,8 @@ struct Run<S> {
     post_run: Option<Result<crate::postrun::Step, String>>,
     /// The job's scratch dir on node-local disk (crate::scratch), removed after teardown.
     scratch: Option<crate::scratch::JobScratch>,
+    /// How long the last server-identity check took (`engine_ready`'s `identity_check_ms`).
+    identity_ms: f64,
 }
 
 /// Runs the job; returns payload's exit code.
@@ -132,6 +134,7 @@ pub async fn run_with<S: SignalSource>(spec_path: &Path, signals: S, parent: Vec
         timings,
         post_run: None,
         scratch: None,
+        identity_ms: 0.0,
     };
     let end = run.sequence().await;
     run.finish(end).await
@@ -418,7 +421,8 @@ impl<S: SignalSource> Run<S> {
                             self.record_ranks_joined(s);
                         }
                         let ms = started.elapsed().as_millis() as u64;
-                        self.rec.event("engine_ready", json!({ "elapsed_ms": ms }));
+                        let identity_ms = (self.identity_ms * 100.0).round() / 100.0;
+                        self.rec.event("engine_ready", json!({ "elapsed_ms": ms, "identity_check_ms": identity_ms }));
                         self.rec.set_phase(Phase::Ready);
                         tracing::info!(elapsed_ms = ms, "vLLM ready");
                     }
@@ -450,7 +454,10 @@ impl<S: SignalSource> Run<S> {
         let Some(pid) = self.rec.status.pids.get("engine").copied().filter(|_| r == engine::Readiness::Ready) else {
             return r;
         };
-        match crate::ports::listener_of(port, pid) {
+        let t0 = Instant::now();
+        let listener = crate::ports::listener_of(port, pid);
+        self.identity_ms = t0.elapsed().as_secs_f64() * 1000.0;
+        match listener {
             crate::ports::Listener::Foreign { pids } => {
                 if !std::mem::replace(foreign_seen, true) {
                     self.rec.event("foreign_server", json!({ "port": port, "pids": pids, "engine_pid": pid }));
