@@ -349,6 +349,51 @@ fn idle_cpu(vllm: &Path, harbor: &Path, heartbeat: f64, probe: f64, window: Dura
         .collect()
 }
 
+/// The liveness rule's own cost per heartbeat (payload::liveness: the counters parsed from the
+/// `/metrics` text, then judged), on a text shaped like vLLM 0.33's with 8 data-parallel engines and
+/// its latency histograms: (median µs per beat, KiB of text).
+fn liveness_cost() -> (f64, usize) {
+    use payload::liveness::{EngineSample, Liveness, engine_sample};
+    let mut text = String::new();
+    for family in 0..40 {
+        text.push_str(&format!(
+            "# HELP vllm:histogram_{family}_seconds Histogram.\n# TYPE vllm:histogram_{family}_seconds histogram\n"
+        ));
+        for engine in 0..8 {
+            for le in ["0.01", "0.1", "0.5", "1.0", "5.0", "+Inf"] {
+                text.push_str(&format!(
+                    "vllm:histogram_{family}_seconds_bucket{{engine=\"{engine}\",le=\"{le}\",model_name=\"Qwen3-235B-A22B\"}} 12.0\n"
+                ));
+            }
+        }
+    }
+    for engine in 0..8 {
+        for (name, v) in [
+            ("vllm:num_requests_running", 3.0),
+            ("vllm:num_requests_waiting", 1.0),
+            ("vllm:kv_cache_usage_perc", 0.4),
+            ("vllm:prompt_tokens_total", 123456.0),
+            ("vllm:generation_tokens_total", 65432.0),
+        ] {
+            text.push_str(&format!("{name}{{engine=\"{engine}\",model_name=\"Qwen3-235B-A22B\"}} {v}\n"));
+        }
+    }
+    let mut liveness = Liveness::new(Duration::from_secs(600));
+    let t0 = Instant::now();
+    let per_round = 200;
+    let rounds: Vec<f64> = (0..10)
+        .map(|_| {
+            let start = Instant::now();
+            for i in 0..per_round {
+                let s: EngineSample = engine_sample(std::hint::black_box(&text)).unwrap();
+                std::hint::black_box(liveness.observe(t0 + Duration::from_secs(i), s));
+            }
+            start.elapsed().as_secs_f64() * 1e6 / per_round as f64
+        })
+        .collect();
+    (median(rounds), text.len() / 1024)
+}
+
 fn vm_hwm_kb(pid: u32) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap()
@@ -433,6 +478,23 @@ fn main() {
         let (hwm, ready, term) = under_load(&vllm, &harbor, trials, burst, 1.0);
         println!(
             "under load           1 GB vllm.log burst + {trials} trial dirs: peak RSS {hwm:>7.0} kB, /health 200 → Harbor spawned {ready:>6.1} ms, SIGTERM → all gone {term:>6.1} ms (grace 1.0 s)"
+        );
+        return;
+    }
+    // `BENCH_ONLY=cpu`: just payload's CPU while supervising a running Harbor (heartbeat and probe
+    // 0.5 s: every beat fetches `/metrics` and runs the liveness rule), for A/B with `BENCH_PAYLOAD_BIN`.
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("cpu") {
+        let (us, kib) = liveness_cost();
+        println!(
+            "liveness rule        parse + judge one {kib} KiB /metrics text (8 engines, histograms): {us:>6.1} µs per beat = {:.4} % of one core at a 15 s beat, {:.3} % at 0.5 s",
+            us / 15e6 * 100.0,
+            us / 0.5e6 * 100.0
+        );
+        let cpu = idle_cpu(&vllm, &harbor, 0.5, 0.5, Duration::from_secs(3), 5);
+        println!(
+            "supervising CPU      heartbeat 0.5 s, health probe 0.5 s (median of 5 × 3 s; payload = {}): {:>6.2} % of one core (runs {cpu:.2?})",
+            payload(),
+            median(cpu.clone())
         );
         return;
     }

@@ -13,6 +13,7 @@ use launch_spec::OutcomeClass;
 use launch_spec::spec::ServeInvocation;
 
 use crate::failure::Failure;
+use crate::liveness::EngineSample;
 use crate::records::Completions;
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -141,6 +142,10 @@ pub fn classify_start_failure(lines: &[String]) -> &'static str {
         {
             return "world_size";
         }
+        // Another process took the port between payload's bind check and vLLM's bind.
+        if l.contains("address already in use") {
+            return "port_in_use";
+        }
         if l.contains("does not recognize this architecture")
             || l.contains("unrecognized model")
             || l.contains("model architectures") && l.contains("are not supported")
@@ -177,6 +182,9 @@ pub enum Readiness {
     /// `/health` is 200 but `/v1/models` does not list the served name yet.
     HealthOnly,
     Ready,
+    /// A server answered like a ready vLLM, but the socket listening on the port is not the
+    /// engine's process tree's (crate::ports::listener_of): never taken for the engine.
+    Foreign,
 }
 
 /// HTTP client for loopback probes: short timeouts, no proxy (a node's `http_proxy` must not
@@ -252,10 +260,34 @@ pub async fn completion_ok(client: &reqwest::Client, base_url: &str, served_name
     )
 }
 
+/// What one `/metrics` fetch found: the completion counters and the engine's scheduler and token
+/// counters (crate::liveness), each `None` when absent.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct MetricsReading {
+    pub completions: Option<Completions>,
+    pub engine: Option<EngineSample>,
+}
+
+/// Largest `/metrics` body read (vLLM's is a few hundred KiB with many engines and histograms).
+pub const MAX_METRICS_BYTES: usize = 8 << 20;
+
+/// One `/metrics` fetch, parsed (`None` when it does not answer 200).
+pub async fn fetch_metrics(client: &reqwest::Client, base_url: &str) -> Option<MetricsReading> {
+    let resp = client.get(format!("{base_url}/metrics")).send().await.ok()?;
+    if !resp.status().is_success() || resp.content_length().is_some_and(|n| n > MAX_METRICS_BYTES as u64) {
+        return None;
+    }
+    let body = resp.bytes().await.ok()?;
+    let text = String::from_utf8_lossy(&body[..body.len().min(MAX_METRICS_BYTES)]);
+    Some(MetricsReading {
+        completions: crate::records::completions_from_metrics(&text),
+        engine: crate::liveness::engine_sample(&text),
+    })
+}
+
 /// vLLM's completion counters from `/metrics` (`None` when it does not answer).
 pub async fn fetch_completions(client: &reqwest::Client, base_url: &str) -> Option<Completions> {
-    let text = client.get(format!("{base_url}/metrics")).send().await.ok()?.text().await.ok()?;
-    crate::records::completions_from_metrics(&text)
+    fetch_metrics(client, base_url).await?.completions
 }
 
 /// Readiness poll period: a loopback probe costs well under a millisecond (a refused connect while
@@ -263,14 +295,15 @@ pub async fn fetch_completions(client: &reqwest::Client, base_url: &str) -> Opti
 pub const READY_POLL: Duration = Duration::from_millis(25);
 
 /// What one of the watchdog's probes found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum ProbeEvent {
     /// While loading: one readiness round.
     Readiness(Readiness),
     /// Once Harbor runs: one `/health` probe.
     Health(bool),
-    /// A heartbeat's `/metrics` fetch (asked for by [`Watchdog::fetch_metrics`]).
-    Metrics(Option<Completions>),
+    /// A heartbeat's `/metrics` fetch (asked for by [`Watchdog::fetch_metrics`]); empty when it
+    /// did not answer.
+    Metrics(MetricsReading),
 }
 
 enum Probing {
@@ -289,7 +322,7 @@ pub struct Watchdog {
     tick: tokio::time::Interval,
     metrics_client: reqwest::Client,
     probe: Option<tokio::task::JoinHandle<ProbeEvent>>,
-    metrics: Option<tokio::task::JoinHandle<Option<Completions>>>,
+    metrics: Option<tokio::task::JoinHandle<Option<MetricsReading>>>,
 }
 
 fn ticker(period: Duration) -> tokio::time::Interval {
@@ -330,7 +363,7 @@ impl Watchdog {
     pub fn fetch_metrics(&mut self) {
         if self.metrics.is_none() {
             let (client, base) = (self.metrics_client.clone(), self.base_url.clone());
-            self.metrics = Some(tokio::spawn(async move { fetch_completions(&client, &base).await }));
+            self.metrics = Some(tokio::spawn(async move { fetch_metrics(&client, &base).await }));
         }
     }
 
@@ -368,7 +401,7 @@ impl Watchdog {
                 }
                 c = async { self.metrics.as_mut().expect("guarded").await }, if self.metrics.is_some() => {
                     self.metrics = None;
-                    return ProbeEvent::Metrics(c.ok().flatten());
+                    return ProbeEvent::Metrics(c.ok().flatten().unwrap_or_default());
                 }
             }
         }
@@ -556,6 +589,8 @@ mod tests {
         assert_eq!(classify_start_failure(&lines(mt)), "model_type");
         let arch = "ValueError: Model architectures ['FooForCausalLM'] are not supported for now.";
         assert_eq!(classify_start_failure(&lines(arch)), "model_type");
+        let port = "OSError: [Errno 98] error while attempting to bind on address ('127.0.0.1', 23456): address already in use";
+        assert_eq!(classify_start_failure(&lines(port)), "port_in_use");
         assert_eq!(classify_start_failure(&lines("Traceback\nKeyError: 'x'")), "other");
         assert_eq!(classify_start_failure(&[]), "other");
     }

@@ -13,6 +13,7 @@ pub mod engine;
 pub mod failure;
 pub mod gpu;
 pub mod harbor;
+pub mod liveness;
 pub mod logsink;
 pub mod multinode;
 pub mod phases;

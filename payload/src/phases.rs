@@ -12,6 +12,7 @@
 //!     │        └── no tunnel ─────────────────────────────────────────────▶ (start Harbor) ──▶ Running
 //!     └ engine exited (engine_start) · deadline (engine_timeout) · config rejected (harbor)
 //!  TunnelCheck: engine exited (engine_died) ·  Running: Harbor exited · engine exited/unhealthy (engine_died)
+//!           · requests in flight and no token for serve.hang_after_s (engine_hung, crate::liveness)
 //!  any phase: a signal · the tunnel failed
 //! ```
 
@@ -19,10 +20,12 @@ use launch_spec::OutcomeClass;
 use launch_spec::records::Outcome;
 use serde_json::{Value, json};
 use std::process::ExitStatus;
+use std::time::{Duration, Instant};
 
 use crate::engine::{self, Readiness};
 use crate::failure::Failure;
 use crate::harbor::ConfigCheck;
+use crate::liveness::{EngineSample, Liveness};
 use crate::supervisor::{SignalEvent, TeardownGrace, describe_status, status_code};
 use crate::timings::Timings;
 use crate::tunnel::TunnelPoll;
@@ -68,6 +71,8 @@ pub enum Input {
     ConfigChecked(ConfigCheck),
     /// One `/health` probe's answer.
     Health(bool),
+    /// A heartbeat's reading of vLLM's counters (`/metrics`), taken at that instant.
+    Metrics(Instant, EngineSample),
     Tunnel(TunnelPoll),
 }
 
@@ -92,10 +97,13 @@ pub struct Machine {
     config_pending: bool,
     ready: bool,
     saw_health: bool,
+    /// A server not of the engine's tree answered readiness (crate::ports::Listener::Foreign).
+    saw_foreign: bool,
     failures: u32,
     health_failures: u32,
     health_timeout_s: u64,
     last_healthy: bool,
+    liveness: Liveness,
 }
 
 impl Machine {
@@ -106,11 +114,24 @@ impl Machine {
             config_pending,
             ready: false,
             saw_health: false,
+            saw_foreign: false,
             failures: 0,
             health_failures: health_failures.max(1),
             health_timeout_s,
             last_healthy: true,
+            liveness: Liveness::new(Duration::from_secs(launch_spec::spec::DEFAULT_HANG_AFTER_S)),
         }
+    }
+
+    /// The liveness window (`serve.hang_after_s`); the default is the spec's.
+    pub fn with_hang_after(mut self, hang_after: Duration) -> Self {
+        self.liveness = Liveness::new(hang_after);
+        self
+    }
+
+    /// vLLM's counters from the latest reading, for the heartbeat.
+    pub fn engine_counters(&self) -> Option<&launch_spec::records::EngineCounters> {
+        self.liveness.counters()
     }
 
     pub fn phase(&self) -> RunPhase {
@@ -218,7 +239,9 @@ impl Machine {
                 out.push(self.end(End::HarborExited(status)));
             }
             Input::ReadyDeadline if self.phase == RunPhase::Loading && !self.ready => {
-                let what = if self.saw_health {
+                let what = if self.saw_foreign {
+                    "never answered: the server answering on its port is another process's (event foreign_server), never taken for the engine"
+                } else if self.saw_health {
                     "answered /health but never listed the served name"
                 } else {
                     "never answered /health with 200"
@@ -237,6 +260,7 @@ impl Machine {
                     self.advance(&mut out);
                 }
                 Readiness::HealthOnly => self.saw_health = true,
+                Readiness::Foreign => self.saw_foreign = true,
                 Readiness::Down => {}
             },
             Input::ConfigChecked(v) if self.config_pending => {
@@ -267,6 +291,22 @@ impl Machine {
                         .with_log_tail(tail());
                         out.push(self.end(End::Failed(f)));
                     }
+                }
+            }
+            Input::Metrics(at, sample) if self.phase == RunPhase::Running => {
+                if let Some(evidence) = self.liveness.observe(at, sample) {
+                    let message = format!(
+                        "vLLM answers /health but did no work: {} request(s) running and {} waiting, and no token generated or prompt token processed for {} s (serve.hang_after_s = {} s; vllm:generation_tokens_total stayed at {}); Harbor stopped",
+                        sample.running,
+                        sample.waiting,
+                        evidence["no_tokens_for_s"],
+                        evidence["hang_after_s"],
+                        sample.generation_tokens
+                    );
+                    out.push(Action::Event("engine_hung", evidence));
+                    let f =
+                        Failure::new(OutcomeClass::EngineHung, message).with_cause("no_tokens").with_log_tail(tail());
+                    out.push(self.end(End::Failed(f)));
                 }
             }
             // Anything else is stale for this phase (a readiness answer after ready, a health
@@ -390,6 +430,18 @@ mod tests {
     }
 
     #[test]
+    fn a_foreign_server_is_never_ready() {
+        let mut m = Machine::new(false, false, 3, 60);
+        for _ in 0..5 {
+            assert!(m.on(Input::Readiness(Readiness::Foreign), &tail).is_empty(), "never Ready, never Harbor");
+        }
+        assert_eq!(m.phase(), RunPhase::Loading);
+        let f = failed(&m.on(Input::ReadyDeadline, &Vec::new)).clone();
+        assert_eq!(f.class, OutcomeClass::EngineTimeout);
+        assert!(f.message.contains("another process's"), "{}", f.message);
+    }
+
+    #[test]
     fn ready_without_tunnel_starts_harbor_then_harbor_exit_ends() {
         let mut m = Machine::new(false, false, 3, 60);
         assert!(m.on(Input::Readiness(Readiness::Down), &tail).is_empty());
@@ -478,6 +530,39 @@ mod tests {
     }
 
     #[test]
+    fn a_stall_with_requests_in_flight_ends_as_engine_hung_and_idle_never_does() {
+        let t0 = Instant::now();
+        let busy = EngineSample { running: 2, generation_tokens: 64, ..EngineSample::default() };
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut m = Machine::new(false, false, 3, 60).with_hang_after(Duration::from_secs(5));
+        assert!(m.on(Input::Metrics(at(0), busy), &tail).is_empty(), "not watched before Harbor runs");
+        m.on(Input::Readiness(Readiness::Ready), &tail);
+        m.harbor_started();
+        for s in 1..6 {
+            assert!(m.on(Input::Metrics(at(s), busy), &tail).is_empty(), "{s}");
+        }
+        assert_eq!(m.engine_counters().unwrap().no_tokens_for_s, Some(4.0));
+        let a = m.on(Input::Metrics(at(6), busy), &tail);
+        let f = failed(&a);
+        assert_eq!((f.class, f.cause.as_deref()), (OutcomeClass::EngineHung, Some("no_tokens")));
+        assert!(
+            f.message.contains("2 request(s) running") && f.message.contains("serve.hang_after_s = 5 s"),
+            "{}",
+            f.message
+        );
+        assert!(matches!(&a[0], Action::Event("engine_hung", v) if v["no_tokens_for_s"] == 5.0), "{a:?}");
+        assert_eq!(outcome(End::Failed(f.clone()), None, false).exit_code, 16);
+
+        let idle = EngineSample { generation_tokens: 64, ..EngineSample::default() };
+        let mut m = Machine::new(false, false, 3, 60).with_hang_after(Duration::from_secs(1));
+        m.on(Input::Readiness(Readiness::Ready), &tail);
+        m.harbor_started();
+        for s in 0..100 {
+            assert!(m.on(Input::Metrics(at(s), idle), &tail).is_empty(), "idle is not hung");
+        }
+    }
+
+    #[test]
     fn signals_end_every_phase() {
         for (inputs, started) in [(vec![], false), (vec![Input::Readiness(Readiness::Ready)], true)] {
             let mut m = Machine::new(false, false, 3, 60);
@@ -518,6 +603,7 @@ mod tests {
     fn teardown_shape_follows_the_end() {
         let t = Timings {
             health_timeout: Duration::from_secs(60),
+            hang_after: Duration::from_secs(600),
             teardown_grace: Duration::from_secs(20),
             heartbeat: Duration::from_secs(1),
             probe_interval: Duration::from_secs(1),

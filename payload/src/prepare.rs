@@ -544,16 +544,26 @@ pub fn prepare(spec_path: &Path, spec: &LaunchSpec, env: &[(String, String)], ob
             port: Some(port),
             how: match spec.serve.port.fixed {
                 Some(_) => "fixed (serve.port.fixed), free now".to_string(),
-                None => format!(
-                    "derived from {} in [{}, {}), free now",
-                    if env_fn("SLURM_JOB_ID").is_some() {
-                        format!("job id {job_id}")
-                    } else {
-                        format!("pid {job_id} (no SLURM_JOB_ID)")
-                    },
-                    spec.serve.port.base,
-                    u32::from(spec.serve.port.base) + u32::from(spec.serve.port.span)
-                ),
+                None => {
+                    // A port already taken on this node (another job's engine, any server) is
+                    // stepped over before the engine starts, and said so.
+                    let derived = crate::ports::derived_start(&spec.serve.port, &job_id);
+                    format!(
+                        "derived from {} in [{}, {}){}, free now",
+                        if env_fn("SLURM_JOB_ID").is_some() {
+                            format!("job id {job_id}")
+                        } else {
+                            format!("pid {job_id} (no SLURM_JOB_ID)")
+                        },
+                        spec.serve.port.base,
+                        u32::from(spec.serve.port.base) + u32::from(spec.serve.port.span),
+                        if derived == port {
+                            String::new()
+                        } else {
+                            format!(": {derived} was taken, the next free one")
+                        }
+                    )
+                }
             },
         },
         Err(e) => {

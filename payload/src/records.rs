@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use launch_spec::records::{
-    EVENTS_FILE, Heartbeat, Outcome, Phase, RESERVE_BYTES, RESERVE_FILE, RunStatus, STATUS_FILE,
+    EVENTS_FILE, EngineCounters, Heartbeat, Outcome, Phase, RESERVE_BYTES, RESERVE_FILE, RunStatus, STATUS_FILE,
 };
 use launch_spec::rundir::enginelog::Scanner;
 use launch_spec::rundir::harbor::{TrialStage, classify_trial};
@@ -525,7 +525,10 @@ impl std::fmt::Debug for AccessLogCounter {
 pub struct HeartbeatState {
     pub access: AccessLogCounter,
     pub trials: TrialScan,
-    last: Option<(Completions, Trials)>,
+    /// vLLM's counters from the latest `/metrics` reading (crate::liveness), set by the run loop;
+    /// a generated token is progress too.
+    pub engine: Option<EngineCounters>,
+    last: Option<(Completions, Trials, u64)>,
     last_progress_at: Option<String>,
 }
 
@@ -540,12 +543,14 @@ impl HeartbeatState {
         let from_log = self.access.update(engine_log);
         let completions = metrics.unwrap_or(from_log);
         let trials = self.trials.scan(run_dir);
+        let tokens = self.engine.as_ref().map_or(0, |e| e.generation_tokens);
         let at = now();
-        if self.last != Some((completions, trials)) {
-            if self.last.is_some() || completions != Completions::default() || trials != Trials::default() {
+        if self.last != Some((completions, trials, tokens)) {
+            if self.last.is_some() || completions != Completions::default() || trials != Trials::default() || tokens > 0
+            {
                 self.last_progress_at = Some(at.clone());
             }
-            self.last = Some((completions, trials));
+            self.last = Some((completions, trials, tokens));
         }
         Heartbeat {
             at,
@@ -557,6 +562,7 @@ impl HeartbeatState {
             trials_errored: trials.errored,
             last_progress_at: self.last_progress_at.clone(),
             engine_healthy,
+            engine: self.engine.clone(),
         }
     }
 }

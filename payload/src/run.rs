@@ -69,6 +69,8 @@ struct Run<S> {
     scratch: Option<crate::scratch::JobScratch>,
     /// The programs' `--version` and the dataset's digest, asked while the engine loads (crate::provenance).
     versions: Option<AbortOnDrop<provenance::Versions>>,
+    /// How long the last server-identity check took (`engine_ready`'s `identity_check_ms`).
+    identity_ms: f64,
 }
 
 /// Runs the job; returns payload's exit code.
@@ -142,6 +144,7 @@ pub async fn run_with<S: SignalSource>(spec_path: &Path, signals: S, parent: Vec
         post_run: None,
         scratch: None,
         versions: None,
+        identity_ms: 0.0,
     };
     let end = run.sequence().await;
     run.finish(end).await
@@ -209,7 +212,7 @@ impl<S: SignalSource> Run<S> {
         }
         if let Some(port) = p.port.port {
             self.rec.status.port = Some(port);
-            self.rec.event("port", json!({ "port": port }));
+            self.rec.event("port", json!({ "port": port, "how": p.port.how }));
         }
         match p.problems.first() {
             Some(f) => Err(End::Failed(f.clone())),
@@ -335,7 +338,8 @@ impl<S: SignalSource> Run<S> {
             config_check.is_some(),
             limits.health_failures,
             self.spec.serve.health_timeout_s,
-        );
+        )
+        .with_hang_after(self.timings.hang_after);
         let mut watchdog = Watchdog::readiness(
             &p.base_url,
             &self.spec.model.served_name,
@@ -348,8 +352,13 @@ impl<S: SignalSource> Run<S> {
         let mut tunnel_tick = interval(TUNNEL_POLL);
         tunnel_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let has_tunnel = self.tunnel.is_some();
+        let port = self.rec.status.port.unwrap_or_default();
+        let mut foreign_seen = false;
         loop {
             let loading = machine.phase() == RunPhase::Loading;
+            // A `/metrics` reading's completions, for the heartbeat written once the machine has
+            // judged the reading's engine counters.
+            let mut beat: Option<Option<crate::records::Completions>> = None;
             let input = tokio::select! {
                 biased;
                 status = wait_opt(self.sup.engine.as_mut()) => Input::EngineExited(status),
@@ -362,23 +371,26 @@ impl<S: SignalSource> Run<S> {
                     Input::ConfigChecked(v.unwrap_or_else(|e| ConfigCheck::Skipped(format!("check task failed: {e}"))))
                 }
                 ev = watchdog.next() => match ev {
-                    ProbeEvent::Readiness(r) => Input::Readiness(r),
+                    ProbeEvent::Readiness(r) => Input::Readiness(self.identify(r, port, &mut foreign_seen)),
                     ProbeEvent::Health(ok) => Input::Health(ok),
-                    ProbeEvent::Metrics(counts) => {
-                        let hb = self.heartbeat.next(counts, &engine_log, &self.spec.run_dir, machine.engine_healthy());
-                        self.rec.status.heartbeat = Some(hb);
-                        self.rec.write_status();
+                    ProbeEvent::Metrics(reading) => {
                         self.sup.reap_orphans();
-                        continue;
+                        beat = Some(reading.completions);
+                        match reading.engine {
+                            Some(sample) => Input::Metrics(Instant::now(), sample),
+                            None => {
+                                self.heartbeat.engine = None;
+                                self.write_heartbeat(reading.completions, machine.engine_healthy());
+                                continue;
+                            }
+                        }
                     }
                 },
                 _ = heartbeat.tick() => {
                     if machine.phase() == RunPhase::Running {
                         watchdog.fetch_metrics();
                     } else {
-                        let hb = self.heartbeat.next(None, &engine_log, &self.spec.run_dir, machine.engine_healthy());
-                        self.rec.status.heartbeat = Some(hb);
-                        self.rec.write_status();
+                        self.write_heartbeat(None, machine.engine_healthy());
                     }
                     continue;
                 }
@@ -417,7 +429,12 @@ impl<S: SignalSource> Run<S> {
             };
             let tail_of: &dyn Fn() -> Vec<String> = if p.secondaries.is_some() { &all_tail } else { &tail };
             let before = machine.phase();
-            for action in machine.on(input, tail_of) {
+            let actions = machine.on(input, tail_of);
+            if let Some(completions) = beat {
+                self.heartbeat.engine = machine.engine_counters().cloned();
+                self.write_heartbeat(completions, machine.engine_healthy());
+            }
+            for action in actions {
                 match action {
                     Action::Event(name, fields) => self.rec.event(name, fields),
                     Action::Ready => {
@@ -425,7 +442,8 @@ impl<S: SignalSource> Run<S> {
                             self.record_ranks_joined(s);
                         }
                         let ms = started.elapsed().as_millis() as u64;
-                        self.rec.event("engine_ready", json!({ "elapsed_ms": ms }));
+                        let identity_ms = (self.identity_ms * 100.0).round() / 100.0;
+                        self.rec.event("engine_ready", json!({ "elapsed_ms": ms, "identity_check_ms": identity_ms }));
                         self.rec.set_phase(Phase::Ready);
                         tracing::info!(elapsed_ms = ms, "vLLM ready");
                     }
@@ -447,6 +465,40 @@ impl<S: SignalSource> Run<S> {
                 tunnel_tick.reset_immediately();
             }
         }
+    }
+
+    /// A ready answer counts only when the socket listening on the port is the engine's process
+    /// tree's (crate::ports::listener_of; docs/payload.md "Server identity"): another process's
+    /// server is recorded once (`foreign_server`) and never taken for the engine. A table that
+    /// shows no listener (a restricted /proc) leaves the answer as it is.
+    fn identify(&mut self, r: engine::Readiness, port: u16, foreign_seen: &mut bool) -> engine::Readiness {
+        let Some(pid) = self.rec.status.pids.get("engine").copied().filter(|_| r == engine::Readiness::Ready) else {
+            return r;
+        };
+        let t0 = Instant::now();
+        let listener = crate::ports::listener_of(port, pid);
+        self.identity_ms = t0.elapsed().as_secs_f64() * 1000.0;
+        match listener {
+            crate::ports::Listener::Foreign { pids } => {
+                if !std::mem::replace(foreign_seen, true) {
+                    self.rec.event("foreign_server", json!({ "port": port, "pids": pids, "engine_pid": pid }));
+                    tracing::warn!(
+                        port,
+                        ?pids,
+                        "a server that is not the engine answers on its port; not taken for it"
+                    );
+                }
+                engine::Readiness::Foreign
+            }
+            crate::ports::Listener::Engine | crate::ports::Listener::None => r,
+        }
+    }
+
+    /// One heartbeat into `status.json`.
+    fn write_heartbeat(&mut self, completions: Option<crate::records::Completions>, engine_healthy: bool) {
+        let hb = self.heartbeat.next(completions, &self.log_path(ENGINE_LOG), &self.spec.run_dir, engine_healthy);
+        self.rec.status.heartbeat = Some(hb);
+        self.rec.write_status();
     }
 
     /// Which node each rank runs on, from the records every `payload rank` wrote on its node.

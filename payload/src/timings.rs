@@ -28,6 +28,8 @@ pub const PROBE_MIN: Duration = Duration::from_millis(50);
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Timings {
     pub health_timeout: Duration,
+    /// `serve.hang_after_s`: the liveness window (crate::liveness).
+    pub hang_after: Duration,
     pub teardown_grace: Duration,
     pub heartbeat: Duration,
     pub probe_interval: Duration,
@@ -63,6 +65,7 @@ pub fn check(spec_path: &Path, spec: &LaunchSpec) -> Result<Timings, Failure> {
     let l = &spec.limits;
     let timings = Timings {
         health_timeout: seconds_u64(spec_path, "serve.health_timeout_s", spec.serve.health_timeout_s, true)?,
+        hang_after: seconds_u64(spec_path, "serve.hang_after_s", spec.serve.hang_after_s, true)?,
         teardown_grace: seconds_f64(spec_path, "limits.teardown_grace_s", l.teardown_grace_s, false)?,
         heartbeat: seconds_f64(spec_path, "limits.heartbeat_interval_s", l.heartbeat_interval_s, true)?
             .clamp(HEARTBEAT_MIN, HEARTBEAT_MAX),
@@ -111,6 +114,8 @@ mod tests {
             ("limits.health_probe_interval_s", Box::new(|s| s.limits.health_probe_interval_s = 0.0)),
             ("serve.health_timeout_s", Box::new(|s| s.serve.health_timeout_s = u64::MAX)),
             ("serve.health_timeout_s", Box::new(|s| s.serve.health_timeout_s = 0)),
+            ("serve.hang_after_s", Box::new(|s| s.serve.hang_after_s = 0)),
+            ("serve.hang_after_s", Box::new(|s| s.serve.hang_after_s = u64::MAX)),
             ("limits.walltime_lead_s", Box::new(|s| s.limits.walltime_lead_s = u64::MAX)),
         ];
         for (field, edit) in cases {

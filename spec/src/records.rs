@@ -91,6 +91,9 @@ pub enum OutcomeClass {
     EngineStart,
     EngineTimeout,
     EngineDied,
+    /// Requests running and no token generated for `serve.hang_after_s` (the engine answers
+    /// `/health` but does no work).
+    EngineHung,
     Tunnel,
     Harbor,
     Walltime,
@@ -98,7 +101,7 @@ pub enum OutcomeClass {
 }
 
 impl OutcomeClass {
-    pub const ALL: [OutcomeClass; 11] = [
+    pub const ALL: [OutcomeClass; 12] = [
         Self::Finished,
         Self::Spec,
         Self::Secrets,
@@ -106,6 +109,7 @@ impl OutcomeClass {
         Self::EngineStart,
         Self::EngineTimeout,
         Self::EngineDied,
+        Self::EngineHung,
         Self::Tunnel,
         Self::Harbor,
         Self::Walltime,
@@ -125,6 +129,7 @@ impl OutcomeClass {
             Self::Tunnel => 13,
             Self::Harbor => 14,
             Self::Walltime => 15,
+            Self::EngineHung => 16,
             Self::Interrupted => 130,
         }
     }
@@ -138,6 +143,7 @@ impl OutcomeClass {
             Self::EngineStart => "engine_start",
             Self::EngineTimeout => "engine_timeout",
             Self::EngineDied => "engine_died",
+            Self::EngineHung => "engine_hung",
             Self::Tunnel => "tunnel",
             Self::Harbor => "harbor",
             Self::Walltime => "walltime",
@@ -182,6 +188,43 @@ pub struct Heartbeat {
     /// Whether the last health probe succeeded.
     #[serde(default)]
     pub engine_healthy: bool,
+    /// vLLM's own counters from `/metrics` (absent until Harbor runs, or when `/metrics` does not
+    /// answer with them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<EngineCounters>,
+}
+
+/// vLLM's scheduler and token counters at one heartbeat (summed over its engines), and how long
+/// requests have been running with no token (the liveness rule, docs/payload.md "Liveness").
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EngineCounters {
+    /// `vllm:num_requests_running`.
+    pub requests_running: u64,
+    /// `vllm:num_requests_waiting`.
+    pub requests_waiting: u64,
+    /// `vllm:generation_tokens_total`.
+    pub generation_tokens: u64,
+    /// `vllm:prompt_tokens_total`.
+    pub prompt_tokens: u64,
+    /// Generated tokens per second since the previous reading.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_per_s: Option<f64>,
+    /// `vllm:kv_cache_usage_perc` (0–1; the highest of its engines).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_cache_usage: Option<f64>,
+    /// Seconds requests have been in flight with no token generated or prompt token processed;
+    /// absent while tokens move or nothing is in flight (an idle engine is not hung).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_tokens_for_s: Option<f64>,
+    /// The window after which that is `engine_hung` (`serve.hang_after_s`).
+    pub hang_after_s: u64,
+}
+
+impl EngineCounters {
+    /// Requests are in flight and no token has moved for the whole window.
+    pub fn hung(&self) -> bool {
+        self.no_tokens_for_s.is_some_and(|s| s >= self.hang_after_s as f64)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

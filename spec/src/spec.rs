@@ -216,6 +216,11 @@ pub struct ServeSpec {
     /// Overall readiness deadline. Cold 32B loads take 20–30 minutes.
     #[serde(default = "default_health_timeout")]
     pub health_timeout_s: u64,
+    /// While Harbor runs: requests in flight and no token for this long is `engine_hung` (the
+    /// profile's `engine.hang_after_s`). The default outlasts a slow 235B's prefill of a long
+    /// context.
+    #[serde(default = "default_hang_after")]
+    pub hang_after_s: u64,
     /// GPUs the plan assumes when NVML is absent (`payload plan` on a login node).
     #[serde(default)]
     pub declared_gpus: Option<u32>,
@@ -241,6 +246,13 @@ fn default_host() -> String {
 
 fn default_health_timeout() -> u64 {
     3600
+}
+
+/// The default `serve.hang_after_s` (and the profile's `engine.hang_after_s`).
+pub const DEFAULT_HANG_AFTER_S: u64 = 600;
+
+fn default_hang_after() -> u64 {
+    DEFAULT_HANG_AFTER_S
 }
 
 fn one() -> u32 {
@@ -866,6 +878,7 @@ impl LaunchSpec {
         v::listen_host(&self.serve.host).map_err(fail("serve.host"))?;
         v::environment(&self.serve.env).map_err(fail("serve.env"))?;
         v::environment(&self.harbor.env).map_err(fail("harbor.env"))?;
+        v::whole_seconds(self.serve.hang_after_s, true).map_err(fail("serve.hang_after_s"))?;
         if let Some(fixed) = self.serve.port.fixed {
             v::port(fixed).map_err(fail("serve.port.fixed"))?;
         }
@@ -1002,6 +1015,8 @@ mod tests {
             ("/limits/heartbeat_interval_s", 1e-12.into(), "limits.heartbeat_interval_s"),
             ("/limits/walltime_lead_s", u64::MAX.into(), "limits.walltime_lead_s"),
             ("/serve/health_timeout_s", u64::MAX.into(), "serve.health_timeout_s"),
+            ("/serve/hang_after_s", u64::MAX.into(), "serve.hang_after_s"),
+            ("/serve/hang_after_s", 0.into(), "serve.hang_after_s"),
             ("/serve/gpu_memory_utilization", 5.0.into(), "serve.gpu_memory_utilization"),
             ("/serve/cluster_gpu_memory_utilization", (-1.0).into(), "serve.cluster_gpu_memory_utilization"),
             ("/serve/tensor_parallel_size", 65536.into(), "serve.tensor_parallel_size"),

@@ -414,6 +414,7 @@ impl SpecBuilder<'_> {
                 gpu_memory_utilization: overrides.gpu_memory_utilization.or(preset.gpu_memory_util),
                 cluster_gpu_memory_utilization: cluster.hardware.gpu_memory_utilization,
                 health_timeout_s: cluster.engine.health_timeout_s,
+                hang_after_s: cluster.engine.hang_after_s,
                 declared_gpus: Some(layout.gpus_per_node),
                 allow_no_gpu: false,
                 ready_needs_completion: false,

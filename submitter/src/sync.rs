@@ -38,12 +38,14 @@ pub struct Change {
 }
 
 /// Whether an attempt that ended without finishing is continued rather than failed: payload saw
-/// the walltime warning (`walltime`), or Slurm ended the job by its time limit or preempted it
-/// (payload then records `interrupted`, or nothing when it was killed outright).
+/// the walltime warning (`walltime`) or stopped a hung engine (`engine_hung`: the engine, not the
+/// configuration, failed; Harbor resumes the trials in a fresh job), or Slurm ended the job by its
+/// time limit or preempted it (payload then records `interrupted`, or nothing when it was killed
+/// outright).
 pub fn is_resumable(outcome: Option<OutcomeClass>, slurm_state: Option<&JobState>) -> bool {
     let slurm_ended_it = matches!(slurm_state, Some(JobState::Timeout | JobState::Preempted));
     match outcome {
-        Some(OutcomeClass::Walltime) => true,
+        Some(OutcomeClass::Walltime | OutcomeClass::EngineHung) => true,
         Some(OutcomeClass::Interrupted) | None => slurm_ended_it,
         Some(_) => false,
     }

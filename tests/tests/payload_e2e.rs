@@ -495,6 +495,165 @@ fn hung_engine_fails_health_probes_as_engine_died() {
     assert_eq!(o["cause"], "unhealthy", "{o}");
 }
 
+/// vLLM issues 39863/36960: the engine core hangs while `/health` and `/v1/models` still answer.
+/// payload's liveness rule (requests in flight, no token for `serve.hang_after_s`) ends the run as
+/// `engine_hung` within the window plus one heartbeat, with the counters as evidence.
+#[test]
+fn stalled_engine_that_still_answers_health_ends_as_engine_hung() {
+    let fx = Fx::with_tasks("enginestalls", 4);
+    let mut spec = fx.spec();
+    spec["serve"]["hang_after_s"] = json!(2);
+    spec["serve"]["env"]["STANDIN_STALL_AFTER_REQUESTS"] = json!("2");
+    spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("0.3");
+    spec["harbor"]["env"]["STANDIN_REQUEST_TIMEOUT"] = json!("60");
+    let mut run = fx.start(&spec, &[]);
+    let code = run.wait(Duration::from_secs(30));
+    assert_eq!(code, 16, "stderr:\n{}", fx.stderr());
+    assert_no_survivors(&run);
+    let o = outcome(&fx);
+    assert_eq!((o["class"].as_str(), o["cause"].as_str()), (Some("engine_hung"), Some("no_tokens")), "{o}");
+    assert!(fx.event("engine_unhealthy").is_none(), "/health kept answering: {o}");
+    let hung = fx.event("engine_hung").expect("an engine_hung event")["fields"].clone();
+    assert!(hung["requests_running"].as_u64() >= Some(1), "{hung}");
+    assert!(hung["generation_tokens"].as_u64() > Some(0), "{hung}");
+    let stalled = hung["no_tokens_for_s"].as_f64().unwrap();
+    // The window plus one heartbeat (0.3 s), with room for a loaded machine's late beat.
+    assert!((2.0..2.0 + 0.3 + 1.5).contains(&stalled), "{hung}");
+    let samples = hung["samples"].as_array().unwrap();
+    assert!(
+        samples.len() >= 2 && samples.iter().all(|s| s["generation_tokens"] == hung["generation_tokens"]),
+        "{hung}"
+    );
+    let status = fx.status();
+    let counters = &status["heartbeat"]["engine"];
+    assert_eq!(counters["hang_after_s"], 2, "{status}");
+    assert!(counters["no_tokens_for_s"].as_f64() >= Some(2.0), "{status}");
+    assert!(o["harbor_exit_code"].is_i64(), "Harbor was running and was stopped: {o}");
+}
+
+/// An engine with nothing to do is idle, not hung: Harbor's trials make no model call for longer
+/// than the window and the run finishes.
+#[test]
+fn idle_engine_is_never_hung() {
+    let fx = Fx::with_tasks("engineidle", 2);
+    let mut spec = fx.spec();
+    spec["serve"]["hang_after_s"] = json!(1);
+    // One model call per trial, then 2.4 s without one (more than twice the window).
+    spec["harbor"]["env"]["STANDIN_TURNS"] = json!("1");
+    spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("4");
+    let mut run = fx.start(&spec, &[]);
+    let code = run.wait(Duration::from_secs(30));
+    assert_eq!(code, 0, "stderr:\n{}", fx.stderr());
+    assert_no_survivors(&run);
+    assert!(fx.event("engine_hung").is_none());
+    let status = fx.status();
+    let counters = &status["heartbeat"]["engine"];
+    assert_eq!(counters["requests_running"], 0, "{status}");
+    assert!(counters["generation_tokens"].as_u64() > Some(0), "it did work, then idled: {status}");
+    assert!(counters.get("no_tokens_for_s").is_none(), "{status}");
+}
+
+/// A real foreign HTTP server answering `/health` and `/v1/models` like vLLM (the vLLM stand-in,
+/// started by the test, not by payload), with a request log of every completion it gets.
+struct Foreign {
+    child: Child,
+    requests: PathBuf,
+}
+
+impl Foreign {
+    fn start(fx: &Fx, port: u16) -> Foreign {
+        let requests = fx.root.join(format!("foreign-{port}.requests"));
+        let child = Command::new(VLLM)
+            .args(["serve", "Qwen/Qwen3-8B", "--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--served-model-name", "Qwen3-8B"])
+            .env("STANDIN_LOAD_SECONDS", "0.05")
+            .env("STANDIN_REQUEST_LOG", &requests)
+            .env_remove("VLLM_API_KEY")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let until = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < until, "the foreign server did not listen on {port}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Foreign { child, requests }
+    }
+
+    fn completions_received(&self) -> usize {
+        std::fs::read_to_string(&self.requests).map(|t| t.lines().count()).unwrap_or(0)
+    }
+}
+
+impl Drop for Foreign {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A server already on the engine's port before payload runs: the port the job id derives is
+/// stepped over (and said so in the `port` event), so Harbor is pointed at payload's engine only;
+/// with a fixed port, the run ends before anything is spawned.
+#[test]
+fn a_foreign_server_on_the_port_before_payload_runs_is_never_used() {
+    let fx = Fx::new("foreignport");
+    let taken = e2e::harness::free_port();
+    let foreign = Foreign::start(&fx, taken);
+    let mut spec = fx.spec();
+    // Job id 3 in a span of 3 derives the taken port itself.
+    spec["serve"]["port"] = json!({ "base": taken, "span": 3 });
+    let mut run = fx.start(&spec, &[("SLURM_JOB_ID", "3")]);
+    assert_eq!(run.wait(Duration::from_secs(30)), 0, "stderr:\n{}", fx.stderr());
+    assert_no_survivors(&run);
+    let port = fx.event("port").unwrap()["fields"].clone();
+    assert_ne!(port["port"], taken, "{port}");
+    assert!(port["how"].as_str().unwrap().contains(&format!("{taken} was taken")), "{port}");
+    let api_base = fx.event("harbor_spawned").unwrap()["fields"]["api_base"].as_str().unwrap().to_string();
+    assert!(!api_base.contains(&format!(":{taken}/")), "{api_base}");
+    assert_eq!(foreign.completions_received(), 0, "Harbor's agents never reached the foreign server");
+
+    let fx = Fx::new("foreignfixed");
+    let mut spec = fx.spec();
+    spec["serve"]["port"] = json!({ "fixed": taken });
+    let mut run = fx.start(&spec, &[]);
+    assert_eq!(run.wait(Duration::from_secs(15)), 10, "stderr:\n{}", fx.stderr());
+    let o = outcome(&fx);
+    assert_eq!(o["cause"], "port", "{o}");
+    assert!(fx.event("engine_spawned").is_none() && fx.event("harbor_spawned").is_none());
+    assert_eq!(foreign.completions_received(), 0);
+}
+
+/// A server that takes the port after payload's bind check and before vLLM binds — here started by
+/// the engine's own wrapper, detached (setsid, re-parented to payload: not of the engine's process
+/// tree), answering exactly as the engine would — is never taken for the engine: the socket on the
+/// port is not the engine tree's, so readiness never counts, Harbor never starts, the run ends at
+/// the readiness deadline naming it, and the foreign process is swept with the rest.
+#[test]
+fn a_foreign_server_answering_like_vllm_is_never_taken_for_the_engine() {
+    let fx = Fx::new("foreignrace");
+    let wrapper = fx.root.join("env/bin/vllm-behind-a-foreign-server");
+    std::fs::write(
+        &wrapper,
+        format!("#!/bin/sh\nsetsid -f {VLLM} \"$@\" </dev/null >/dev/null 2>&1\n# The engine itself never gets to bind.\nexec sleep 60\n"),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut spec = fx.spec();
+    spec["serve"]["program"] = json!(wrapper);
+    spec["serve"]["health_timeout_s"] = json!(4);
+    let mut run = fx.start(&spec, &[]);
+    assert_eq!(run.wait(Duration::from_secs(30)), 11, "stderr:\n{}", fx.stderr());
+    assert_no_survivors(&run);
+    let foreign = fx.event("foreign_server").expect("a foreign_server event")["fields"].clone();
+    assert!(foreign["pids"].as_array().is_some_and(|p| !p.is_empty()), "{foreign}");
+    assert!(fx.event("engine_ready").is_none() && fx.event("harbor_spawned").is_none(), "Harbor never started");
+    let o = outcome(&fx);
+    assert!(o["message"].as_str().unwrap().contains("another process's"), "{o}");
+}
+
 #[test]
 fn harbor_crash_surfaces_its_exit_code() {
     let fx = Fx::new("harborcrash");

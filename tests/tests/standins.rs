@@ -3,6 +3,7 @@
 
 use e2e::harness::free_port;
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -428,6 +429,100 @@ fn vllm_control_file_and_hang() {
     std::thread::sleep(Duration::from_millis(400));
     let _ = get(&format!("{}/health", v.base()), None);
     assert_eq!(v.wait_exit(5).and_then(|s| s.code()), Some(1));
+}
+
+/// A stalled engine core: completions are scheduled and never answered, no token moves, while
+/// `/health`, `/v1/models` and `/metrics` go on answering (what payload's liveness rule must catch).
+#[test]
+fn vllm_stall_keeps_answering_health_and_metrics() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut v = Vllm::start(tmp.path(), &[], &[("STANDIN_STALL_AFTER_REQUESTS", "1")]);
+    v.wait_ready();
+    assert_eq!(chat(&v, None).unwrap().0, 200);
+    let metric = |name: &str| -> f64 {
+        let (_, text) = get(&format!("{}/metrics", v.base()), None).unwrap();
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let tokens = metric("vllm:generation_tokens_total");
+    assert!(tokens > 0.0);
+    let base = v.base();
+    let stuck = std::thread::spawn(move || {
+        post(
+            &format!("{base}/v1/chat/completions"),
+            None,
+            &json!({"model": "q8", "messages": [{"role": "user", "content": "hi"}]}),
+            1.5,
+        )
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(metric("vllm:num_requests_running"), 1.0, "the stalled request is in the running batch");
+    assert_eq!(metric("vllm:generation_tokens_total"), tokens, "no token after the stall");
+    assert_eq!(get(&format!("{}/health", v.base()), None).map(|r| r.0), Some(200));
+    assert_eq!(get(&format!("{}/v1/models", v.base()), None).map(|r| r.0), Some(200));
+    assert!(stuck.join().unwrap().is_none(), "the stalled completion is never answered");
+    v.signal("TERM");
+    assert_eq!(v.wait_exit(5).and_then(|s| s.code()), Some(0));
+}
+
+/// The contract behind payload's liveness rule: the metric names it reads (`payload::liveness`) are
+/// the ones the installed real vLLM defines (`vllm/v1/metrics/loggers.py`: a Prometheus counter is
+/// exported with `_total`), with the same type, and the stand-in exports exactly those families.
+/// Skipped with a note when the vLLM venv is absent (`scripts/install-vllm.sh`; CI installs it).
+#[test]
+fn standin_metric_names_are_real_vllms() {
+    use payload::liveness::{GENERATION_TOKENS, KV_CACHE_USAGE, PROMPT_TOKENS, RUNNING, WAITING};
+    let venv = match e2e::vllm_oracle::venv(&launch_spec::versions::VERIFIED_VLLM.to_string(), true) {
+        Ok(v) => v,
+        Err(why) => {
+            eprintln!("SKIP: the real vLLM is not installed: {why}");
+            return;
+        }
+    };
+    let lib = std::fs::read_dir(venv.join("lib"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().join("site-packages/vllm/v1/metrics/loggers.py"))
+        .find(|p| p.is_file())
+        .expect("vllm/v1/metrics/loggers.py in the venv");
+    let source = std::fs::read_to_string(&lib).unwrap();
+    // `self._gauge_cls(\n name="vllm:…"` → (exported name, type).
+    let defined = regex::Regex::new(r#"self\._(gauge|counter)_cls\(\s*name="(vllm:[a-z_]+)""#).unwrap();
+    let real: BTreeMap<String, &str> = defined
+        .captures_iter(&source)
+        .map(|c| {
+            let (kind, name) = (c.get(1).unwrap().as_str(), c.get(2).unwrap().as_str());
+            match kind {
+                "counter" => (format!("{name}_total"), "counter"),
+                _ => (name.to_string(), "gauge"),
+            }
+        })
+        .collect();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut v = Vllm::start(tmp.path(), &[], &[]);
+    v.wait_ready();
+    let (_, text) = get(&format!("{}/metrics", v.base()), None).unwrap();
+    for (name, kind) in [
+        (RUNNING, "gauge"),
+        (WAITING, "gauge"),
+        (GENERATION_TOKENS, "counter"),
+        (PROMPT_TOKENS, "counter"),
+        (KV_CACHE_USAGE, "gauge"),
+    ] {
+        assert_eq!(real.get(name).copied(), Some(kind), "{name} in {} ({} names found)", lib.display(), real.len());
+        // The stand-in declares the family by its base name (prometheus_client's `# TYPE` line).
+        let base = name.strip_suffix("_total").unwrap_or(name);
+        let declared =
+            text.contains(&format!("# TYPE {name} {kind}")) || text.contains(&format!("# TYPE {base} {kind}"));
+        assert!(
+            declared && text.contains(&format!("\n{name}{{")),
+            "the stand-in's /metrics lacks {name} ({kind}):\n{text}"
+        );
+    }
+    v.signal("TERM");
+    let _ = v.wait_exit(5);
 }
 
 #[test]

@@ -230,6 +230,11 @@ pub enum EventKind {
     EngineReady,
     EngineExited,
     EngineUnhealthy,
+    /// Requests in flight and no token for `serve.hang_after_s` (payload's liveness rule).
+    EngineHung,
+    /// A server not of the engine's process tree answered readiness on its port (never taken
+    /// for the engine).
+    ForeignServer,
     /// A multi-node engine (docs/multinode.md): the other nodes' srun step started, every rank
     /// joined (with the node each runs on), the step ended, the step cancelled at teardown.
     RanksSpawned,
@@ -275,6 +280,8 @@ const EVENT_NAMES: &[(&str, EventKind)] = &[
     ("engine_ready", EventKind::EngineReady),
     ("engine_exited", EventKind::EngineExited),
     ("engine_unhealthy", EventKind::EngineUnhealthy),
+    ("engine_hung", EventKind::EngineHung),
+    ("foreign_server", EventKind::ForeignServer),
     ("ranks_spawned", EventKind::RanksSpawned),
     ("ranks_joined", EventKind::RanksJoined),
     ("ranks_exited", EventKind::RanksExited),

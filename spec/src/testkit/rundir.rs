@@ -165,6 +165,7 @@ pub fn running_status(
             trials_errored: counters.trials.2,
             last_progress_at: Some(iso(progress)),
             engine_healthy: true,
+            engine: None,
         }),
         outcome: None,
         post_run: None,

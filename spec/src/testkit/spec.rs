@@ -106,6 +106,7 @@ impl TestSpec {
                     gpu_memory_utilization: None,
                     cluster_gpu_memory_utilization: None,
                     health_timeout_s: 60,
+                    hang_after_s: crate::spec::DEFAULT_HANG_AFTER_S,
                     declared_gpus: None,
                     allow_no_gpu: false,
                     ready_needs_completion: false,
@@ -207,6 +208,10 @@ impl TestSpec {
 
     pub fn health_timeout_s(self, seconds: u64) -> Self {
         self.with(|s| s.serve.health_timeout_s = seconds)
+    }
+
+    pub fn hang_after_s(self, seconds: u64) -> Self {
+        self.with(|s| s.serve.hang_after_s = seconds)
     }
 
     pub fn declared_gpus(self, n: u32) -> Self {

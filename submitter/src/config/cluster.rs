@@ -307,6 +307,10 @@ pub struct EngineSettings {
     pub supports_swap_space: (),
     #[serde(default = "default_health_timeout")]
     pub health_timeout_s: u64,
+    /// While Harbor runs: requests in flight and no token for this long ends the run as
+    /// `engine_hung` (the spec's `serve.hang_after_s`; docs/payload.md "Liveness").
+    #[serde(default = "default_hang_after")]
+    pub hang_after_s: u64,
     /// vLLM's `--distributed-timeout-seconds` for a multi-node engine; default `health_timeout_s`
     /// (weights may load slowly on some nodes, docs/multinode.md).
     #[serde(default)]
@@ -318,6 +322,10 @@ pub struct EngineSettings {
     /// `TORCHDYNAMO_DISABLE=1` for single-DP engines and `0` with DP > 1 (the old scripts' rule).
     #[serde(default)]
     pub torchdynamo_disable_by_dp: bool,
+}
+
+fn default_hang_after() -> u64 {
+    launch_spec::spec::DEFAULT_HANG_AFTER_S
 }
 
 fn default_vllm() -> String {
@@ -696,6 +704,7 @@ impl ClusterProfile {
             }
         };
         check("engine.health_timeout_s", v::whole_seconds(self.engine.health_timeout_s, true).map(drop));
+        check("engine.hang_after_s", v::whole_seconds(self.engine.hang_after_s, true).map(drop));
         if let Some(timeout) = self.engine.distributed_timeout_s {
             check("engine.distributed_timeout_s", v::whole_seconds(timeout, true).map(drop));
         }

@@ -238,6 +238,7 @@ fn engine_facts(
     if let Some(b) = beat {
         let last_ok = (b.engine_healthy).then(|| parse_time(&b.at)).flatten();
         e.probe = Some((b.engine_healthy, b.at.clone(), last_ok));
+        e.counters = b.engine.clone().map(|c| (c, b.at.clone()));
     }
     let anchor_at = |anchor: Option<i64>| -> Option<DateTime<Utc>> { log?.anchor_instant(anchor?, written_at?) };
     if let Some(l) = log {

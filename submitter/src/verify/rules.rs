@@ -123,6 +123,23 @@ pub struct EngineFacts {
     pub fatal: Option<String>,
     /// payload's health probe: (healthy, heartbeat time, last healthy reading).
     pub probe: Option<(bool, String, Option<DateTime<Utc>>)>,
+    /// vLLM's own counters in payload's heartbeat (running/waiting requests, tokens, KV usage, how
+    /// long requests have run with no token), with the heartbeat's time.
+    pub counters: Option<(launch_spec::records::EngineCounters, String)>,
+}
+
+/// The heartbeat's vLLM counters on one line, for evidence.
+pub fn counters_text(c: &launch_spec::records::EngineCounters) -> String {
+    let rate = c.tokens_per_s.map(|r| format!(", {r:.1} tokens/s")).unwrap_or_default();
+    let kv = c.kv_cache_usage.map(|k| format!(", KV cache {}", percent(k))).unwrap_or_default();
+    let quiet = c
+        .no_tokens_for_s
+        .map(|s| format!(", no token for {s:.0} s (hung after {} s)", c.hang_after_s))
+        .unwrap_or_default();
+    format!(
+        "vLLM: {} running, {} waiting, {} tokens generated{rate}{kv}{quiet}",
+        c.requests_running, c.requests_waiting, c.generation_tokens
+    )
 }
 
 impl EngineFacts {
@@ -468,6 +485,9 @@ fn outcome_finding(o: &launch_spec::records::Outcome) -> Finding {
     }
     f.action(match o.class {
         OutcomeClass::Walltime | OutcomeClass::Interrupted => "resubmit: Harbor resumes the run",
+        OutcomeClass::EngineHung => {
+            "the next plan continues the attempt (Harbor resumes the run); if it hangs again, read vllm.log (`submitter logs RUN --engine`)"
+        }
         OutcomeClass::EngineStart => "fix the serve settings for this model (registry) before resubmitting",
         _ => "read the logs (`submitter logs RUN`), fix the cause, resubmit; `submitter sync` marks the attempt failed",
     })
@@ -530,6 +550,31 @@ fn engine_findings(
             f = f.evidence(format!("last healthy heartbeat at {}", t.to_rfc3339()));
         }
         out.push(f);
+    }
+    // payload's liveness rule, read from its heartbeat: requests in flight and no token for the
+    // window is a dead engine at once (payload ends the run at its next beat).
+    if let Some((c, at)) = &e.counters
+        && c.hung()
+        && state == RunState::Running
+    {
+        out.push(
+            finding(
+                "engine",
+                "engine.hung",
+                Level::Fail,
+                VerdictKind::Dead,
+                format!(
+                    "the engine is hung: {} request(s) in flight and no token for {:.0} s (serve.hang_after_s = {} s)",
+                    c.requests_running + c.requests_waiting,
+                    c.no_tokens_for_s.unwrap_or(0.0),
+                    c.hang_after_s
+                ),
+            )
+            .evidence(format!("status.json heartbeat at {at}: {}", counters_text(c)))
+            .action(
+                "payload ends the run as engine_hung and the attempt is continued; if the job stays RUNNING, cancel it",
+            ),
+        );
     }
     let recent = e.recent.as_ref().filter(|r| r.n >= s.min_requests);
     let recent_share = recent.map(|r| r.c4xx as f64 / r.n as f64);
@@ -630,6 +675,9 @@ fn engine_findings(
             .evidence(counts.clone());
             if let Some(r) = e.recent.as_ref().filter(|r| r.n > 0) {
                 f = f.evidence(format!("{}: {} × 2xx, {} × 4xx, {} × 5xx", r.label, r.ok, r.c4xx, r.c5xx));
+            }
+            if let Some((c, _)) = &e.counters {
+                f = f.evidence(counters_text(c));
             }
             if let Some(t) = e.last_completion_at {
                 f = f.evidence(format!(

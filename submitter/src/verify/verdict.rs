@@ -249,6 +249,9 @@ fn draft_verdict(inputs: &Inputs, obs: &Observation, current: Option<&Sample>) -
             per_min: r.filter(|r| r.window_s > 0).map(|r| r.per_min),
             serving_since: Some(harbor_since),
             probe: Some((c.healthy, c.at.to_rfc3339(), obs.samples.iter().rev().find(|p| p.healthy).map(|p| p.at))),
+            counters: status
+                .and_then(|st| st.heartbeat.as_ref())
+                .and_then(|h| h.engine.clone().map(|e| (e, h.at.clone()))),
             ..EngineFacts::default()
         }
     });
@@ -300,6 +303,9 @@ fn draft_verdict(inputs: &Inputs, obs: &Observation, current: Option<&Sample>) -
                     .unwrap_or_else(|| format!(", {} trials done", c.trials_finished));
                 let harbor_for = (now - harbor_since).num_seconds();
                 d.evidence = vec![rate_text(r), counts_text(c)];
+                if let Some(counters) = heartbeat.and_then(|h| h.engine.as_ref()) {
+                    d.evidence.push(super::rules::counters_text(counters));
+                }
                 if c.total() == 0 {
                     format!("Harbor running for {}, no completions yet{progress}", human_duration(harbor_for))
                 } else {
@@ -468,6 +474,7 @@ mod tests {
             trials_errored: 0,
             last_progress_at: Some(t(progress).to_rfc3339()),
             engine_healthy: true,
+            engine: None,
         }
     }
 
@@ -551,6 +558,34 @@ mod tests {
         let (v, _) = Case::new(Some(status(Phase::Running, 100, Some(beat))), 101).judge();
         assert_eq!(v.verdict, VerdictKind::Dead);
         assert!(v.summary.contains("/health"));
+    }
+
+    /// payload's heartbeat says requests have been in flight with no token for the whole window:
+    /// dead at once (not after the stall rule's `stall_after_s`), with the counters as evidence;
+    /// the same counters short of the window, or an idle engine, stay healthy.
+    #[test]
+    fn hung_engine_in_the_heartbeat_is_dead_at_once() {
+        let counters = |no_tokens_for_s: Option<f64>, running: u64| launch_spec::records::EngineCounters {
+            requests_running: running,
+            requests_waiting: 0,
+            generation_tokens: 640,
+            prompt_tokens: 9000,
+            tokens_per_s: Some(0.0),
+            kv_cache_usage: Some(0.12),
+            no_tokens_for_s,
+            hang_after_s: 600,
+        };
+        let mut beat = hb(100, 5, 0, 1, 100);
+        beat.engine = Some(counters(Some(600.4), 3));
+        let (v, _) = Case::new(Some(status(Phase::Running, 100, Some(beat.clone()))), 101).judge();
+        assert_eq!(v.verdict, VerdictKind::Dead, "{v:?}");
+        assert!(v.summary.contains("hung") && v.summary.contains("3 request(s)"), "{}", v.summary);
+        assert!(v.evidence.iter().any(|e| e.contains("3 running") && e.contains("KV cache 12")), "{:?}", v.evidence);
+        for c in [counters(Some(599.0), 3), counters(None, 0)] {
+            beat.engine = Some(c);
+            let (v, _) = Case::new(Some(status(Phase::Running, 100, Some(beat.clone()))), 101).judge();
+            assert_ne!(v.verdict, VerdictKind::Dead, "{v:?}");
+        }
     }
 
     #[test]

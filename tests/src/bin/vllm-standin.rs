@@ -24,13 +24,14 @@
 //! | `STANDIN_DIE_AFTER_REQUESTS=N` | after the N-th completion request is answered, the engine "dies": the process exits 1 after vLLM's engine-death output |
 //! | `STANDIN_DIE_MODE` | `exit` (default, as above) or `kill` (the process SIGKILLs itself silently, like the OOM killer) |
 //! | `STANDIN_HANG_AFTER_REQUESTS=N` | after N completion requests, nothing is answered any more (health included); the process stays alive |
+//! | `STANDIN_STALL_AFTER_REQUESTS=N` | after N completion requests, the engine core "hangs" (vLLM issues 39863, 36960): each further completion request is scheduled (`vllm:num_requests_running` counts it) and never answered, no token is generated, while `/health`, `/v1/models` and `/metrics` keep answering |
 //! | `STANDIN_BAD_REQUEST_AFTER=N` | after N successful completions every completion gets vLLM's 400 context-overflow error (N=0: all) |
 //! | `STANDIN_DOUBLE_FORK=1` | at start, double-fork a grandchild that calls setsid(), ignores SIGTERM/SIGINT/SIGHUP and sleeps forever |
 //! | `STANDIN_DOUBLE_FORK_PIDFILE` | where the grandchild writes its pid |
 //! | `STANDIN_IGNORE_SIGTERM=1` | the server ignores SIGTERM (SIGINT still stops it) |
 //! | `STANDIN_CHAT_AGENT=terminus` | chat completions answer as a terminus-2 agent would (below) instead of `tok0 tok1 …` |
 //! | `STANDIN_REQUEST_LOG` | a file each completion request body is appended to, one JSON line per request |
-//! | `STANDIN_CONTROL_FILE` | a file re-read on every request: `normal`, `bad_request`, `hang` or `die` switch behaviour at run time |
+//! | `STANDIN_CONTROL_FILE` | a file re-read on every request: `normal`, `bad_request`, `hang`, `stall` (as `STANDIN_STALL_AFTER_REQUESTS`, from now on) or `die` switch behaviour at run time |
 //! | `STANDIN_HUB` | the node's view of huggingface.co for a model not in the HF cache (`e2e::standin::hub`): `unreachable` (no internet: vLLM's real "Invalid repository ID or local directory" error), `reachable` (downloads a minimal snapshot into `$HF_HUB_CACHE`/`$HF_HOME/hub`/`~/.cache/huggingface/hub`), unset (not checked). A local dir or a cached snapshot always resolves; `HF_HUB_OFFLINE=1` without one always fails |
 //! | `STANDIN_RANK_FAIL` | multi-node faults: `<rank>:start` (that node's rank exits 1 before joining) or `<rank>:after=<seconds>` (it exits 1 that long after joining) |
 //! | `STANDIN_VLLM_ARGS_ONLY=1` | stop after the argument checks vLLM does before binding the port: exit 0 when they pass (the stand-in contract test compares this with the real parser) |
@@ -1083,6 +1084,11 @@ fn completion(st: &State, body: &Value, chat: bool, mode: &str) -> Reply {
         && n > h
     {
         st.hung.store(true, Ordering::SeqCst);
+        hang_forever();
+    }
+    if mode == "stall" || c::env_u64("STANDIN_STALL_AFTER_REQUESTS").is_some_and(|k| n > k) {
+        // A hung engine core: the request is in the running batch and never produces a token.
+        st.metrics.lock().unwrap_or_else(|e| e.into_inner()).running += 1;
         hang_forever();
     }
     let model = body.get("model").and_then(Value::as_str);
