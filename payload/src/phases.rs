@@ -145,6 +145,13 @@ impl Machine {
         self.phase == RunPhase::Loading && !self.ready
     }
 
+    /// Whether the engine is probed: for readiness until it is ready, for health once Harbor runs.
+    /// In between (the config check, the tunnel's check) an answer changes nothing, and each costs
+    /// a request and a server-identity check.
+    pub fn probing(&self) -> bool {
+        self.awaiting_readiness() || self.phase == RunPhase::Running
+    }
+
     /// For the heartbeat: not yet while loading; the last probe's answer once Harbor runs.
     pub fn engine_healthy(&self) -> bool {
         match self.phase {
@@ -462,6 +469,7 @@ mod tests {
         let a = m.on(Input::Readiness(Readiness::Ready), &tail);
         assert!(!starts_harbor(&a), "config check still running: {a:?}");
         assert!(!m.awaiting_readiness(), "ready: the readiness deadline no longer wakes the loop");
+        assert!(!m.probing(), "ready, the config check running: nothing to probe");
         let a = m.on(Input::ConfigChecked(ConfigCheck::Passed { agents: 1 }), &tail);
         assert!(starts_harbor(&a), "{a:?}");
 

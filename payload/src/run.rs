@@ -370,7 +370,7 @@ impl<S: SignalSource> Run<S> {
                     config_check = None;
                     Input::ConfigChecked(v.unwrap_or_else(|e| ConfigCheck::Skipped(format!("check task failed: {e}"))))
                 }
-                ev = watchdog.next() => match ev {
+                ev = watchdog.next(), if machine.probing() => match ev {
                     ProbeEvent::Readiness(r) => Input::Readiness(self.identify(r, port, &mut foreign_seen)),
                     ProbeEvent::Health(ok) => Input::Health(ok),
                     ProbeEvent::Metrics(reading) => {

@@ -2057,6 +2057,10 @@ fn slow_print_config_with_a_child_holding_its_output_neither_hangs_nor_spins() {
     harbor_print_config_wrapper(&fx, &format!("    sleep 300 &\n    echo $! > {}\n    sleep 7", holder.display()));
     let mut spec = fx.spec();
     spec["serve"]["health_timeout_s"] = json!(3);
+    // Slow beats and probes, so the window measures the loop itself, not the work of each beat
+    // (a /metrics read, a status.json write: ~15 % of a core in a debug build at the fixture's 0.3 s).
+    spec["limits"]["heartbeat_interval_s"] = json!(5.0);
+    spec["limits"]["health_probe_interval_s"] = json!(5.0);
     let mut run = fx.start(&spec, &[]);
     fx.wait_phase("ready", Duration::from_secs(20));
     // Past the readiness deadline, the check still running: payload must sleep, not spin.
