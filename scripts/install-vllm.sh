@@ -11,7 +11,10 @@
 # last, so an interrupted install is never taken for a valid one.
 #
 # Environment: EVALCI_VLLM_VENV (default /var/cache/evalci/vllm-venv), EVALCI_VLLM_VERSION
-# (default 0.33.0, the verified version), EVALCI_VLLM_PYTHON (default python3.11).
+# (default 0.33.0, the verified version), EVALCI_VLLM_PYTHON (default python3.11). Another declared
+# version goes beside it: EVALCI_VLLM_VERSION=0.16.0 EVALCI_VLLM_VENV=/var/cache/evalci/vllm-0.16.0-venv
+# (the venv the conformance test looks for, tests/src/vllm_oracle.rs; scripts/services.sh install
+# installs both).
 set -euo pipefail
 
 VLLM_VERSION=${EVALCI_VLLM_VERSION:-0.33.0}
@@ -64,14 +67,9 @@ UV_NATIVE_TLS=1 "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" "
   || die "uv pip install vllm==$VLLM_VERSION failed"
 
 log "vllm $VLLM_VERSION: checking that its serve parser loads"
-"${parser_env[@]}" "$VENV/bin/python" - <<'PY' || die "vllm installed but its serve parser does not load"
-from vllm.entrypoints.cli.serve import ServeSubcommand
-try:
-    from vllm.entrypoints.common.cli_args import make_arg_parser, validate_parsed_serve_args
-except ImportError:  # vLLM before the module moved (0.16.0 keeps it under openai/)
-    from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
-from vllm.utils.argparse_utils import FlexibleArgumentParser
-make_arg_parser(FlexibleArgumentParser())
-PY
+# The tests' own checker (every vLLM version they support): it answers with the serve options.
+answer=$(printf '{"options": true}\n' | "${parser_env[@]}" "$VENV/bin/python" \
+  "$(dirname "${BASH_SOURCE[0]}")/../tests/vllm_argcheck/argcheck.py") || true
+[[ $answer == *'"options"'* ]] || die "vllm installed but its serve parser does not load"
 printf '%s\n' "$expected_stamp" >"$STAMP"
 log "vllm $VLLM_VERSION: installed in $VENV in $((SECONDS - start))s"

@@ -14,6 +14,9 @@ pub const VERIFIED_VLLM: Version = Version::new(0, 33, 0);
 pub const VERIFIED_HARBOR: Version = Version::new(0, 25, 0);
 /// The first vLLM without `--swap-space` (0.17.1 still had it; 0.18.0 dropped it from EngineArgs).
 pub const VLLM_SWAP_SPACE_REMOVED: Version = Version::new(0, 18, 0);
+/// The first vLLM known to take `--distributed-timeout-seconds` (0.16.0's parser refuses it; 0.33.0
+/// takes it; releases between are unchecked, so they go without it and keep vLLM's default).
+pub const VLLM_DISTRIBUTED_TIMEOUT_ADDED: Version = Version::new(0, 33, 0);
 /// The oldest Harbor whose terminus-2 has the kwargs schema this crate writes (`parser_name`,
 /// `llm_call_kwargs`, unknown options refused).
 pub const HARBOR_MIN: Version = Version::new(0, 25, 0);
@@ -81,6 +84,11 @@ impl<'de> Deserialize<'de> for Version {
 /// What a declared vLLM can do.
 pub fn vllm_has_swap_space(vllm: Version) -> bool {
     vllm < VLLM_SWAP_SPACE_REMOVED
+}
+
+/// Whether a declared vLLM takes `--distributed-timeout-seconds` (multi-node engines).
+pub fn vllm_has_distributed_timeout(vllm: Version) -> bool {
+    vllm >= VLLM_DISTRIBUTED_TIMEOUT_ADDED
 }
 
 /// The entries of `RETIRED_VLLM_ENV` that `vllm` no longer knows.

@@ -222,6 +222,7 @@ pub fn preflight(spec: &LaunchSpec, cluster: &ClusterProfile, site: &Site) -> Re
             .or_else(|(field, problem)| fail(format!("field `{field}` {problem}"))),
     );
     report.push("weights", weights(spec));
+    report.push("serve files", serve_files(spec));
     report.push("dataset", dataset(&spec.harbor.dataset));
     report.push("environment", prefixes(spec));
     report.push("programs", programs(spec, inputs.path));
@@ -260,7 +261,7 @@ fn weights(spec: &LaunchSpec) -> Result<String, Outcome> {
             ))
         };
     };
-    match hf_snapshot(&cache, &spec.model.hf_id) {
+    match crate::stage::hf_snapshot(&cache, &spec.model.hf_id) {
         Some(snapshot) => Ok(format!("{} (cached)", snapshot.display())),
         None if offline => fail(format!(
             "{} is not in {} and compute nodes have no internet: stage it (pre_download.enabled) or download it there",
@@ -271,12 +272,52 @@ fn weights(spec: &LaunchSpec) -> Result<String, Outcome> {
     }
 }
 
-/// The snapshot dir huggingface_hub resolves `model` to in `cache` without the network.
-pub fn hf_snapshot(cache: &Path, model: &str) -> Option<PathBuf> {
-    let repo = cache.join(format!("models--{}", model.replace('/', "--")));
-    let revision = std::fs::read_to_string(repo.join("refs").join("main")).ok()?;
-    let snapshot = repo.join("snapshots").join(revision.trim());
-    snapshot.join("config.json").is_file().then_some(snapshot)
+/// vLLM options whose value is a file the engine reads at start (a chat template, a parser
+/// plugin): a missing one fails the job only after its queue wait.
+const SERVE_FILE_OPTIONS: [&str; 3] = ["--chat-template", "--tool-parser-plugin", "--reasoning-parser-plugin"];
+
+/// The files `serve.extra_args` names exist (the login node sees the compute nodes' file system).
+/// `${VAR}` is expanded from the engine's env, then ours; a value that still names an unset
+/// variable (set only in the job, like `${DCFT}`) cannot be checked here and is skipped, as is an
+/// inline template (no `/`).
+fn serve_files(spec: &LaunchSpec) -> Result<String, Outcome> {
+    let Some(extra) = &spec.serve.extra_args else { return Err(Outcome::Skipped("no extra_args".into())) };
+    // payload splits extra_args on whitespace (docs/design.md §4.1 rule 6).
+    let words: Vec<&str> = extra.split_whitespace().collect();
+    let mut named = Vec::new();
+    for (i, word) in words.iter().enumerate() {
+        for option in SERVE_FILE_OPTIONS {
+            let value = match word.strip_prefix(option) {
+                Some("") => words.get(i + 1).copied(),
+                Some(rest) => rest.strip_prefix('='),
+                None => None,
+            };
+            if let Some(value) = value {
+                named.push((option, value));
+            }
+        }
+    }
+    if named.is_empty() {
+        return Err(Outcome::Skipped("extra_args names no file".into()));
+    }
+    let lookup = |var: &str| spec.serve.env.get(var).cloned().or_else(|| std::env::var(var).ok());
+    let mut checked = Vec::new();
+    for (option, value) in named {
+        let Ok(path) = launch_spec::expand::expand_path(value, &lookup) else {
+            checked.push(format!("{option} {value} (set in the job only: not checked)"));
+            continue;
+        };
+        if !path.contains('/') {
+            continue;
+        }
+        if !Path::new(&path).is_file() {
+            return fail(format!(
+                "{option} {path} (from the registry's extra_args) is not a file here: install it, or fix extra_args in model_config/"
+            ));
+        }
+        checked.push(format!("{option} {path}"));
+    }
+    Ok(checked.join(", "))
 }
 
 fn dataset(dir: &Path) -> Result<String, Outcome> {

@@ -396,9 +396,10 @@ impl SpecBuilder<'_> {
                 nodes: layout.nodes,
                 // Ranks on other nodes may load weights far slower than the head: vLLM's
                 // collective timeout gets the whole readiness budget.
-                distributed_timeout_s: layout
-                    .is_multi_node()
-                    .then(|| cluster.engine.distributed_timeout_s.unwrap_or(cluster.engine.health_timeout_s)),
+                // Only for a vLLM that has the flag (0.16.0 refuses it: found by its own parser).
+                distributed_timeout_s: (layout.is_multi_node()
+                    && launch_spec::versions::vllm_has_distributed_timeout(serve_env.vllm()))
+                .then(|| cluster.engine.distributed_timeout_s.unwrap_or(cluster.engine.health_timeout_s)),
                 max_model_len: resolved.max_model_len,
                 max_num_seqs: resolved.max_num_seqs,
                 swap_space: resolved.swap_space,

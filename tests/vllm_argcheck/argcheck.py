@@ -56,18 +56,39 @@ atexit.register(shutil.rmtree, HF_HOME, True)
 os.environ["HF_HOME"] = HF_HOME
 os.environ.pop("HF_HUB_CACHE", None)
 
+import vllm.platforms  # noqa: E402
+
+# vLLM before 0.18 (0.16.0, the team's otagent) does not take VLLM_TARGET_DEVICE=cpu at run time:
+# on a host without a GPU it finds no platform and its parser refuses to build. It gets the CPU
+# platform the newer vLLM picks here, so both versions parse on the same platform.
+if not vllm.platforms.current_platform.device_type:
+    from vllm.platforms.cpu import CpuPlatform
+
+    vllm.platforms.current_platform = CpuPlatform()
+
 from vllm.engine.arg_utils import AsyncEngineArgs  # noqa: E402
 from vllm.entrypoints.cli.serve import ServeSubcommand  # noqa: E402
-from vllm.entrypoints.common.cli_args import (  # noqa: E402
-    init_parser_plugin,
-    make_arg_parser,
-    validate_api_server_args,
-    validate_parsed_serve_args,
-)
-from vllm.platforms import current_platform  # noqa: E402
 from vllm.reasoning import ReasoningParserManager  # noqa: E402
 from vllm.tool_parsers import ToolParserManager  # noqa: E402
 from vllm.utils.argparse_utils import FlexibleArgumentParser  # noqa: E402
+
+try:
+    from vllm.entrypoints.common.cli_args import (  # noqa: E402
+        init_parser_plugin,
+        make_arg_parser,
+        validate_api_server_args,
+        validate_parsed_serve_args,
+    )
+except ImportError:  # vLLM 0.16.0: the same checks under openai/, plugins loaded in setup_server
+    from vllm.entrypoints.openai.api_server import validate_api_server_args  # noqa: E402
+    from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args  # noqa: E402
+
+    def init_parser_plugin(args):
+        """What vLLM 0.16.0's setup_server does before validate_api_server_args."""
+        if args.tool_parser_plugin and len(args.tool_parser_plugin) > 3:
+            ToolParserManager.import_tool_parser(args.tool_parser_plugin)
+        if args.reasoning_parser_plugin and len(args.reasoning_parser_plugin) > 3:
+            ReasoningParserManager.import_reasoning_parser(args.reasoning_parser_plugin)
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 
@@ -91,33 +112,22 @@ logging.getLogger().setLevel(logging.WARNING)
 def cli_parser():
     """The parser `vllm` builds (vllm/entrypoints/cli/main.py main), with every subcommand, so its
     usage and errors are the real CLI's. Returns it and the serve subcommand."""
-    import vllm.entrypoints.cli.benchmark.main
-    import vllm.entrypoints.cli.collect_env
-    import vllm.entrypoints.cli.download_kernels
-    import vllm.entrypoints.cli.launch
-    import vllm.entrypoints.cli.openai
-    import vllm.entrypoints.cli.preload
-    import vllm.entrypoints.cli.run_batch
-    import vllm.entrypoints.cli.serve
-    import vllm.entrypoints.cli.snapshot
+    import importlib
 
+    # main.py's list, in its order; an older vLLM (0.16.0) has only some of them.
+    names = ["openai", "serve", "launch", "benchmark.main", "collect_env", "download_kernels", "preload", "run_batch", "snapshot"]
     cmd_modules = [
-        vllm.entrypoints.cli.openai,
-        vllm.entrypoints.cli.serve,
-        vllm.entrypoints.cli.launch,
-        vllm.entrypoints.cli.benchmark.main,
-        vllm.entrypoints.cli.collect_env,
-        vllm.entrypoints.cli.download_kernels,
-        vllm.entrypoints.cli.preload,
-        vllm.entrypoints.cli.run_batch,
-        vllm.entrypoints.cli.snapshot,
+        importlib.import_module(f"vllm.entrypoints.cli.{name}")
+        for name in names
+        if importlib.util.find_spec(f"vllm.entrypoints.cli.{name.split('.')[0]}") is not None
     ]
+    snapshot = sys.modules.get("vllm.entrypoints.cli.snapshot")
     parser = FlexibleArgumentParser(prog="vllm", description="vLLM CLI")
     parser.add_argument("-v", "--version", action="version", version=importlib.metadata.version("vllm"))
     subparsers = parser.add_subparsers(required=False, dest="subparser")
     serve = None
     for module in cmd_modules:
-        if module is vllm.entrypoints.cli.snapshot:
+        if snapshot is not None and module is snapshot:
             new_cmds = module.cmd_init(create_requested=False)
         else:
             new_cmds = module.cmd_init()
@@ -193,8 +203,10 @@ def _check(argv):
         _pretend_downloaded(model)
     try:
         engine_args = AsyncEngineArgs.from_cli_args(args)
-        # What create_engine_config does with --reasoning-parser before anything reads it.
-        engine_args.create_structured_outputs_config()
+        # What create_engine_config does with --reasoning-parser before anything reads it (0.16.0
+        # has no such step).
+        if hasattr(engine_args, "create_structured_outputs_config"):
+            engine_args.create_structured_outputs_config()
     except Exception as exc:
         return _failure("engine_args", 1, _exception_text(exc))
     try:
@@ -226,8 +238,11 @@ def _check_env(env, hard_fail):
         for name in [n for n in os.environ if n.startswith("VLLM_")]:
             del os.environ[name]
         os.environ.update({k: str(v) for k, v in env.items()})
+        # vLLM 0.16.0 has no validate_environ: it does not check the names at all.
+        validate = getattr(vllm.platforms.current_platform, "validate_environ", None)
         try:
-            current_platform.validate_environ(hard_fail)
+            if validate is not None:
+                validate(hard_fail)
         except Exception as exc:
             return _exception_text(exc)
         unknown = [m for m in COLLECT.messages[before:] if "Unknown vLLM environment variable" in m]

@@ -60,7 +60,16 @@ fn duplicate_key_is_rejected() {
 
 #[test]
 fn non_mapping_file_is_rejected() {
-    run_resolve("not-a-mapping", &["org/m.yaml"]);
+    // It names no model: `registry check` fails on it; `resolve` of another model goes on and says
+    // the file was skipped (one bad file never takes down the commands that do not need it).
+    let registry = corpus("not-a-mapping").join("model_config");
+    let check = submitter(&["registry", "check", "--registry", registry.to_str().unwrap()]);
+    assert_eq!(check.status.code(), Some(1), "{}", stdout(&check));
+    assert!(stdout(&check).contains("org/m.yaml"), "{}", stdout(&check));
+    let args = resolve_on("not-a-mapping", "org/Model-8B");
+    let out = submitter(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("registry file skipped") && stderr(&out).contains("org/m.yaml"), "{}", stderr(&out));
 }
 
 #[test]

@@ -97,10 +97,24 @@ fn registry_values_are_refused_by_check_spec_and_resolve() {
         ("negative-timeout", "timeout_multiplier"),
         ("parallel-overflow", "tensor_parallel_size 65536 × pipeline_parallel_size 1 × data_parallel_size 65536"),
         ("zero-seqs", "max_num_seqs"),
-        ("path-as-id", "model id \"../../etc/passwd\""),
-        ("option-as-id", "starts with `-`"),
-        ("zero-timeout-in-variant", "variants.default: timeout_multiplier"),
+        ("zero-timeout-in-variant", "timeout_multiplier 0 must be a number"),
     ];
+    // A file whose id is no model id names no model another command asks for: `registry check`
+    // fails on it, and the commands that do not need it go on, saying it was skipped (issue 20).
+    for (case, needle) in [("path-as-id", "model id \"../../etc/passwd\""), ("option-as-id", "starts with `-`")] {
+        let tree = Tree::new();
+        std::fs::create_dir_all(tree.path("model_config/org")).unwrap();
+        std::fs::copy(corpus.join(format!("{case}.yaml")), tree.path("model_config/org/m.yaml")).unwrap();
+        let check = tree.check();
+        assert_eq!(check.status.code(), Some(1), "{case}: {}", stdout(&check));
+        assert!(stdout(&check).lines().any(|l| l.starts_with("error:") && l.contains(needle)), "{}", stdout(&check));
+        let mut args: Vec<String> =
+            ["spec", "--cluster", "local", "--preset", "tb2", "--model", "org/Model-8B"].map(String::from).to_vec();
+        args.extend(tree.dirs());
+        let out = crate::support::submitter(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(out.status.success(), "{case}: {}", stderr(&out));
+        assert!(stderr(&out).contains("registry file skipped") && stderr(&out).contains("m.yaml"), "{}", stderr(&out));
+    }
     for (case, needle) in cases {
         let tree = Tree::new();
         std::fs::create_dir_all(tree.path("model_config/org")).unwrap();

@@ -155,3 +155,46 @@ fn dry_run_writes_nothing_and_downloads_nothing() {
     assert!(printed.contains("would stage dataset DCAgent2/terminal_bench_2"), "{printed}");
     assert!(printed.contains("dry run: would submit"), "{printed}");
 }
+
+/// Files the vLLM argv names (a chat template, a parser plugin, from the registry's extra_args)
+/// are checked by preflight on the login node: a missing one fails it, naming the option.
+#[test]
+fn preflight_checks_the_files_the_vllm_argv_names() {
+    let cluster = TestCluster::new("facts", |_| {});
+    let registry = cluster.root().join("model_config");
+    std::fs::create_dir_all(registry.join("probe")).unwrap();
+    let template = cluster.root().join("chat.jinja");
+    std::fs::write(&template, "{{ messages }}").unwrap();
+    std::fs::write(
+        registry.join("probe/Tpl-7B.yaml"),
+        format!("model: probe/Tpl-7B\nsubsystems:\n  eval:\n    extra_args: --chat-template {}\n", template.display()),
+    )
+    .unwrap();
+    std::fs::write(
+        registry.join("probe/Plugin-7B.yaml"),
+        "model: probe/Plugin-7B\nsubsystems:\n  eval:\n    extra_args: --tool-parser-plugin=/nonexistent/plugin.py --enable-prefix-caching\n",
+    )
+    .unwrap();
+    let preflight = |model: &str| {
+        let mut cmd = Command::new(SUBMITTER);
+        cmd.args(["preflight", "--cluster", "facts", "--preset", "tb2", "--model", model, "--clusters"])
+            .arg(cluster.root().join("clusters"))
+            .arg("--registry")
+            .arg(&registry)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap())
+            .env("HOME", cluster.root())
+            .env("SUBMITTER_HOME", workspace_root())
+            .env("PAYLOAD_GPU_FIXTURE", workspace_root().join("tests/fixtures/gpus-4x-a100-64gb.json"))
+            .current_dir(cluster.root());
+        cmd.output().unwrap()
+    };
+    let good = preflight("probe/Tpl-7B");
+    let line = |out: &std::process::Output| {
+        text(out).lines().find(|l| l.contains("serve files")).unwrap_or_default().to_string()
+    };
+    assert!(line(&good).contains("chat.jinja") && !line(&good).contains("FAIL"), "{}", text(&good));
+    let bad = preflight("probe/Plugin-7B");
+    assert_eq!(bad.status.code(), Some(1), "{}", text(&bad));
+    assert!(line(&bad).contains("--tool-parser-plugin /nonexistent/plugin.py"), "{}", text(&bad));
+}
