@@ -260,3 +260,19 @@ fn find_job_for(slurm: &dyn Slurm, attempt: &Attempt) -> Result<Option<JobId>, S
     }
     Ok(None)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A hung engine is continued like a walltime end (the configuration did not fail); an engine
+    /// that died or never started is a failure, whatever Slurm says.
+    #[test]
+    fn a_hung_engine_is_continued_like_a_walltime_end() {
+        assert!(is_resumable(Some(OutcomeClass::EngineHung), None));
+        assert!(is_resumable(Some(OutcomeClass::Walltime), None));
+        assert!(!is_resumable(Some(OutcomeClass::EngineDied), None));
+        assert!(!is_resumable(Some(OutcomeClass::EngineStart), Some(&JobState::Timeout)));
+        assert!(is_resumable(None, Some(&JobState::Timeout)));
+    }
+}
