@@ -827,7 +827,7 @@ fn another_programs_attempts_table_is_one_line_of_error() {
         tmp.path().to_str().unwrap(),
     ]);
     let err = crate::support::stderr(&out);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(out.status.code(), Some(3), "the ledger is unusable (docs/exit-codes.md): {err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("another program's tables") && !err.contains("CREATE TABLE"), "{err}");
 }
