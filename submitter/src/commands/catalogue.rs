@@ -59,9 +59,23 @@ pub struct UnevaluatedArgs {
     format: FormatArgs,
 }
 
+/// `text` with every control character escaped (`\u{1b}`, `\n`), as it is safe to print.
+fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.chars().any(char::is_control) {
+        text.chars().flat_map(char::escape_default).collect::<String>().into()
+    } else {
+        text.into()
+    }
+}
+
 pub fn models(command: &ModelsCommand) -> Result<ExitCode> {
     match command {
         ModelsCommand::Add { ledger, base, models } => {
+            // The ids every other command accepts, checked before the ledger is opened: no escape
+            // sequence, newline or control character is ever stored (issue 21).
+            for id in models.iter().chain(base) {
+                submitter::config::args::model(id).map_err(|problem| anyhow::anyhow!("models add: {problem}"))?;
+            }
             let session = Session::open(ledger)?;
             let mut added = 0;
             for model in models {
@@ -99,12 +113,14 @@ pub fn models(command: &ModelsCommand) -> Result<ExitCode> {
             } else {
                 let mut out = String::new();
                 for m in &models {
+                    // Escaped: a ledger written by an older submitter (or by hand) may hold
+                    // control characters, which must not reach the terminal raw.
                     out += &format!(
                         "{:<60} {:>6}  {}  {}\n",
-                        m.id,
-                        m.size_class.as_deref().unwrap_or("-"),
+                        printable(&m.id),
+                        printable(m.size_class.as_deref().unwrap_or("-")),
                         m.registered_at.format("%Y-%m-%d %H:%M"),
-                        m.base_model.as_deref().unwrap_or("-")
+                        printable(m.base_model.as_deref().unwrap_or("-"))
                     );
                 }
                 out += &format!("{} model(s)\n", models.len());

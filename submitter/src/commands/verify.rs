@@ -503,16 +503,22 @@ fn copy_from(file: &mut std::fs::File, offset: u64, out: &mut impl Write) -> Res
     Ok(copied)
 }
 
-/// The offset where the last `n` lines start.
+/// How far back from the end `logs -n` looks for line starts: a log without newlines (a 20 GB
+/// sparse file is zeros) would otherwise be read whole, backwards.
+const TAIL_SCAN_LIMIT: u64 = 16 << 20;
+
+/// The offset where the last `n` lines start, looking back at most [`TAIL_SCAN_LIMIT`] bytes (past
+/// that, the window's start: the end of an over-long line).
 fn start_of_last_lines(file: &mut std::fs::File, n: usize) -> Result<u64> {
     let len = file.metadata()?.len();
+    let floor = len.saturating_sub(TAIL_SCAN_LIMIT);
     let mut pos = len;
     let mut newlines = 0usize;
     let mut buf = vec![0u8; 1 << 16];
     // A trailing newline ends the last line; it does not start a new one.
     let mut skip_last = true;
-    while pos > 0 {
-        let step = (buf.len() as u64).min(pos);
+    while pos > floor {
+        let step = (buf.len() as u64).min(pos - floor);
         pos -= step;
         file.seek(SeekFrom::Start(pos))?;
         file.read_exact(&mut buf[..step as usize])?;
@@ -530,5 +536,5 @@ fn start_of_last_lines(file: &mut std::fs::File, n: usize) -> Result<u64> {
         }
         skip_last = false;
     }
-    Ok(0)
+    Ok(floor)
 }

@@ -180,7 +180,7 @@ pub(crate) fn migrate<B: Backend>(backend: &B) -> Result<()> {
                 return Err(LedgerError::Migration {
                     location: location.clone(),
                     version: migration.version,
-                    detail: error.detail,
+                    detail: migration_detail(&error.detail),
                 }
                 .into());
             }
@@ -188,6 +188,22 @@ pub(crate) fn migrate<B: Backend>(backend: &B) -> Result<()> {
         }
         Ok(())
     })
+}
+
+/// A failed migration's driver message as one line: SQLite quotes the whole script after ` in `,
+/// which is the submitter's own SQL, not news to the operator. A table that already exists means
+/// the file or schema is another program's.
+fn migration_detail(detail: &str) -> String {
+    let first = detail.split(" in ").next().unwrap_or(detail);
+    let first = first.lines().next().unwrap_or(first).trim();
+    if first.contains("already exists") {
+        format!(
+            "{first}: this database holds another program's tables (not a submitter ledger): point --ledger \
+             at the submitter's own file or database"
+        )
+    } else {
+        first.to_string()
+    }
 }
 
 fn corrupt(location: &str, detail: String) -> Failure {

@@ -135,7 +135,9 @@ impl Registry {
                 continue;
             }
             for file in sorted_entries(&org)? {
-                if !file.is_file() || file.extension().is_none_or(|ext| ext != "yaml") {
+                // A `*.yaml` that is no regular file (a dangling symlink, a FIFO, `/dev/zero`) is an
+                // error naming it, never skipped: skipping it silently changed the model's settings.
+                if file.is_dir() || file.extension().is_none_or(|ext| ext != "yaml") {
                     continue;
                 }
                 match load_model_file(&file) {

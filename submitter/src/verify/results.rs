@@ -606,10 +606,23 @@ pub fn render_text(m: &Matrix) -> String {
     out
 }
 
+/// One CSV field: a text a spreadsheet would read as a formula (`=`, `+`, `-`, `@`, a tab or CR
+/// first: OWASP's CSV-injection rule) gets a leading `'` and is quoted; one holding `,`, `"` or a
+/// line break is quoted with its `"` doubled.
+fn csv_field(text: &str) -> String {
+    let formula = text.starts_with(['=', '+', '-', '@', '\t', '\r']);
+    if formula {
+        format!("\"'{}\"", text.replace('"', "\"\""))
+    } else if text.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_string()
+    }
+}
+
 /// The matrix as CSV: one row per model; per benchmark its mean and (binary) standard error.
 pub fn render_csv(m: &Matrix) -> String {
-    let quote =
-        |s: &str| if s.contains([',', '"', '\n']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.to_string() };
+    let quote = |s: &str| csv_field(s);
     let mut header = vec!["model".to_string()];
     for b in &m.benchmarks {
         header.push(quote(b));
@@ -754,5 +767,16 @@ mod tests {
         );
         assert!(!csv.contains("dev_set_v2_stderr"));
         assert!(render_text(&m).contains("±"));
+    }
+
+    /// A family named like a formula reaches a spreadsheet as text (issue 21).
+    #[test]
+    fn csv_fields_never_read_as_formulas() {
+        assert_eq!(csv_field("=HYPERLINK(\"x\")"), "\"'=HYPERLINK(\"\"x\"\")\"");
+        for formula in ["+1", "-1", "@SUM(A1)", "\tx"] {
+            assert!(csv_field(formula).starts_with("\"'"), "{formula}");
+        }
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("dev_set_v2"), "dev_set_v2");
     }
 }

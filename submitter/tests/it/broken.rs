@@ -242,3 +242,25 @@ fn small_refusals_of_issue_21() {
     assert!(text.contains("`DAYTONA_API_KEY` looks like a secret"), "{text}");
     assert!(text.contains("99999:99:99"), "{text}");
 }
+
+/// Issue 21 item 12: `models add` refuses an id with an escape sequence, a newline or another
+/// control character (stored nothing), and `models list` escapes what an older ledger holds.
+#[test]
+fn models_add_refuses_control_characters_and_list_escapes_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ledger = format!("sqlite:{}", tmp.path().join("ledger.sqlite").display());
+    let ledger_flag = ["--ledger", ledger.as_str(), "--state-dir", tmp.path().to_str().unwrap()];
+    for bad in ["org/\u{1b}[31mred", "org/two\nlines", "org/bell\u{7}"] {
+        let out = submitter(&[&["models", "add", "--cluster", "local"][..], &ledger_flag, &[bad]].concat());
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("control character"), "{bad:?}: {}", stderr(&out));
+        assert!(!stderr(&out).contains('\u{1b}'), "the escape reached the terminal raw");
+    }
+    let stored = submitter::ledger::open_ledger(&ledger).unwrap();
+    assert!(stored.list_models().unwrap().is_empty(), "nothing stored");
+    stored.add_model("org/\u{1b}[2Jwipe", None).unwrap();
+    let out = submitter(&[&["models", "list", "--cluster", "local"][..], &ledger_flag].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(!text.contains('\u{1b}') && text.contains("org/\\u{1b}[2Jwipe"), "{text:?}");
+}

@@ -865,3 +865,27 @@ fn a_libpq_keyword_string_is_the_postgres_ledger_never_a_new_file() {
     assert!(!out.status.success() && printed.contains("unknown keyword `dbnme`"), "{printed}");
     assert!(!printed.contains("s3cret") && printed.trim().lines().count() == 1, "{printed}");
 }
+
+/// Issue 21 item 12: a file holding another program's `attempts` table is refused in one line
+/// naming what it is, not with the submitter's 60-line migration script.
+#[test]
+fn another_programs_attempts_table_is_one_line_of_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("other.db");
+    let other = rusqlite::Connection::open(&file).unwrap();
+    other.execute_batch("CREATE TABLE attempts (id INTEGER PRIMARY KEY, foo TEXT)").unwrap();
+    drop(other);
+    let out = crate::support::submitter(&[
+        "status",
+        "--cluster",
+        "local",
+        "--ledger",
+        file.to_str().unwrap(),
+        "--state-dir",
+        tmp.path().to_str().unwrap(),
+    ]);
+    let err = crate::support::stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "the ledger is unusable (docs/exit-codes.md): {err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("another program's tables") && !err.contains("CREATE TABLE"), "{err}");
+}

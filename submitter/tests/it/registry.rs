@@ -419,3 +419,40 @@ fn spec_translates_the_thinking_kwarg_for_harbor_025() {
     assert_eq!(spec["harbor"]["agent_parser"], "xml");
     assert_eq!(spec["serve"]["supports_swap_space"], false, "vLLM 0.33.0 has no --swap-space");
 }
+
+/// Issue 21 item 10: a model file that is a dangling symlink, a FIFO or a link to `/dev/zero` is an
+/// error naming it from every command that loads the registry (`resolve`, `spec`), never a file
+/// silently skipped (which dropped the model's settings to the size default); a FIFO never hangs it.
+#[test]
+fn a_model_file_that_is_no_regular_file_is_an_error_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let registry = tmp.path().join("model_config");
+    let copy = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(crate::support::workspace_root().join("model_config"))
+        .arg(&registry)
+        .status()
+        .unwrap();
+    assert!(copy.success());
+    let target = registry.join("Qwen/zz-broken.yaml");
+    let makers: [(&str, &dyn Fn()); 3] = [
+        ("dangling symlink", &|| std::os::unix::fs::symlink(tmp.path().join("gone.yaml"), &target).unwrap()),
+        ("FIFO", &|| assert!(std::process::Command::new("mkfifo").arg(&target).status().unwrap().success())),
+        ("/dev/zero", &|| std::os::unix::fs::symlink("/dev/zero", &target).unwrap()),
+    ];
+    for (what, make) in makers {
+        let _ = std::fs::remove_file(&target);
+        make();
+        let started = std::time::Instant::now();
+        let dir = registry.to_str().unwrap();
+        for args in [
+            &["registry", "resolve", "--registry", dir, "--gpus-per-node", "4", "--json", "Qwen/Qwen3-32B"][..],
+            &["spec", "--registry", dir, "--cluster", "local", "--preset", "tb2", "--model", "Qwen/Qwen3-32B"][..],
+        ] {
+            let out = submitter(args);
+            assert!(!out.status.success(), "{what}: {} accepted it: {}", args[0], stdout(&out));
+            assert!(stderr(&out).contains("zz-broken.yaml"), "{what}: {}", stderr(&out));
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(30), "{what}: it hung");
+    }
+}

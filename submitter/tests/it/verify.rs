@@ -744,6 +744,8 @@ fn png_size(bytes: &[u8]) -> Option<(u32, u32)> {
 fn report_renders_in_a_real_browser() {
     let fx = ledger_fixture();
     let page = fx.tmp.path().join("out/report.html");
+    // `report --html` writes into an existing directory only (issue 21).
+    std::fs::create_dir_all(page.parent().unwrap()).unwrap();
     let out = session_cmd(&fx, "report", &["--html", page.to_str().unwrap(), "--title", "Nightly evals"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let html = std::fs::read_to_string(&page).unwrap();
@@ -1013,4 +1015,30 @@ fn live_watch_cancels_a_job_that_stays_dead() {
     let plan = cluster.run("plan", &["--preset", "tb2", "--model", "test/Tiny-1B", "--json"]);
     let decisions: Value = serde_json::from_slice(&plan.stdout).unwrap();
     assert_eq!(decisions["jobs"][0]["decision"], "resubmit", "{decisions}");
+}
+
+/// Issue 21 item 12: `logs --engine -n 5` on a 20 GB sparse `vllm.log` (no newline but in its last
+/// bytes) prints its last lines at once; with no newline at all it stops looking 16 MiB back
+/// instead of reading 20 GB backwards.
+#[test]
+fn logs_tail_of_a_huge_sparse_log_is_quick() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("vllm.log");
+    let file = std::fs::File::create(&log).unwrap();
+    file.set_len(20 << 30).unwrap();
+    let tail = |n: &str| {
+        let started = std::time::Instant::now();
+        let out = Command::new(SUBMITTER).arg("logs").arg(tmp.path()).args(["--engine", "-n", n]).output().unwrap();
+        (out, started.elapsed())
+    };
+    let (out, took) = tail("5");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.stdout.len() as u64 <= 16 << 20, "at most the 16 MiB window: {} bytes", out.stdout.len());
+    assert!(took < std::time::Duration::from_secs(20), "took {took:?}");
+    use std::io::Write;
+    let mut append = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+    append.write_all(b"\nl1\nl2\nl3\nl4\nl5\nl6\n").unwrap();
+    let (out, took) = tail("5");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "l2\nl3\nl4\nl5\nl6\n");
+    assert!(took < std::time::Duration::from_secs(20), "took {took:?}");
 }
