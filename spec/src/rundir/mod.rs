@@ -245,6 +245,9 @@ pub enum EventKind {
     HarborSpawned,
     HarborExited,
     ResumeConfigsRewritten,
+    /// The model revision, program versions and dataset digest payload recorded before Harbor
+    /// started (`record`), and why any is missing (`missing`).
+    Provenance,
     TunnelPrepared,
     TunnelPair,
     TunnelPairSkipped,
@@ -290,6 +293,7 @@ const EVENT_NAMES: &[(&str, EventKind)] = &[
     ("harbor_spawned", EventKind::HarborSpawned),
     ("harbor_exited", EventKind::HarborExited),
     ("resume_configs_rewritten", EventKind::ResumeConfigsRewritten),
+    ("provenance", EventKind::Provenance),
     ("tunnel_prepared", EventKind::TunnelPrepared),
     ("tunnel_pair", EventKind::TunnelPair),
     ("tunnel_pair_skipped", EventKind::TunnelPairSkipped),
