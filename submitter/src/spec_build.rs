@@ -49,6 +49,8 @@ pub enum SpecBuildError {
     AgentKwarg { model: String, reason: String },
     #[error("Harbor config {}: {message}", path.display())]
     HarborConfig { path: PathBuf, message: String },
+    #[error("Harbor config {error} {CONFIG_FIX}")]
+    HarborConfigUnreadable { error: launch_spec::yaml::YamlError },
 }
 
 /// The one key of a Harbor job config the timeout policy reads; the rest is Harbor's.
@@ -517,10 +519,8 @@ fn hf_repo_id(model: &str) -> Result<(), String> {
 const CONFIG_FIX: &str = "(name an existing Harbor job config with --harbor-config or the preset's harbor_config)";
 
 pub fn harbor_config_multiplier(path: &Path) -> Result<f64, SpecBuildError> {
-    let config: ConfigTimeout = launch_spec::yaml::from_yaml_file(path).map_err(|e| SpecBuildError::HarborConfig {
-        path: path.to_path_buf(),
-        message: format!("{} {CONFIG_FIX}", e.message),
-    })?;
+    let config: ConfigTimeout =
+        launch_spec::yaml::from_yaml_file(path).map_err(|error| SpecBuildError::HarborConfigUnreadable { error })?;
     let value = config.timeout_multiplier.unwrap_or(1.0);
     launch_spec::validate::multiplier(value).map_err(|problem| SpecBuildError::HarborConfig {
         path: path.to_path_buf(),

@@ -344,7 +344,12 @@ fn pinggy_tunnel_carries_the_run_hides_the_token_and_resume_rewrites_the_url() {
     let spec_text = std::fs::read_to_string(fx.run_dir().join("launch.json")).unwrap();
     assert!(!spec_text.contains(&user.name));
 
-    // Resume with another public URL: the job's and every trial's config.json get it.
+    // Resume with another public URL: the job's and every trial's config.json get it. Only a job
+    // that did not finish is resumed (a finished one is re-evaluated fresh): make this one read as
+    // interrupted before Harbor wrote its end.
+    let mut unfinished = result.clone();
+    unfinished["finished_at"] = Value::Null;
+    std::fs::write(fx.run_dir().join("result.json"), serde_json::to_vec(&unfinished).unwrap()).unwrap();
     let rport2 = free_port();
     let public2 = format!("http://127.0.0.1:{rport2}");
     let mut spec2 = fx.spec("openhands", pinggy_tunnel(&sshd, &[(rport2, "PINGGY_TOKEN")], Some(&lock_dir)));

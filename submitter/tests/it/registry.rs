@@ -420,11 +420,12 @@ fn spec_translates_the_thinking_kwarg_for_harbor_025() {
     assert_eq!(spec["serve"]["supports_swap_space"], false, "vLLM 0.33.0 has no --swap-space");
 }
 
-/// Issue 21 item 10: a model file that is a dangling symlink, a FIFO or a link to `/dev/zero` is an
-/// error naming it from every command that loads the registry (`resolve`, `spec`), never a file
-/// silently skipped (which dropped the model's settings to the size default); a FIFO never hangs it.
+/// Issue 21 item 10: a model file that is a dangling symlink, a FIFO or a link to `/dev/zero` is
+/// reported by name from every command that loads the registry (`resolve`, `spec`), never a file
+/// silently skipped; `registry check` fails on it; a FIFO never hangs any of them. (Issue 20: one bad
+/// registry file does not take down the commands that do not need it, so `resolve` and `spec` go on.)
 #[test]
-fn a_model_file_that_is_no_regular_file_is_an_error_naming_it() {
+fn a_model_file_that_is_no_regular_file_is_reported_by_name() {
     let tmp = tempfile::tempdir().unwrap();
     let registry = tmp.path().join("model_config");
     let copy = std::process::Command::new("cp")
@@ -450,9 +451,12 @@ fn a_model_file_that_is_no_regular_file_is_an_error_naming_it() {
             &["spec", "--registry", dir, "--cluster", "local", "--preset", "tb2", "--model", "Qwen/Qwen3-32B"][..],
         ] {
             let out = submitter(args);
-            assert!(!out.status.success(), "{what}: {} accepted it: {}", args[0], stdout(&out));
-            assert!(stderr(&out).contains("zz-broken.yaml"), "{what}: {}", stderr(&out));
+            assert!(out.status.success(), "{what}: {}: {}", args[0], stderr(&out));
+            assert!(stderr(&out).contains("zz-broken.yaml"), "{what}: {} did not say so: {}", args[0], stderr(&out));
         }
+        let check = submitter(&["registry", "check", "--registry", dir]);
+        assert!(!check.status.success(), "{what}: registry check passed: {}", stdout(&check));
+        assert!(format!("{}{}", stdout(&check), stderr(&check)).contains("zz-broken.yaml"), "{what}");
         assert!(started.elapsed() < std::time::Duration::from_secs(30), "{what}: it hung");
     }
 }
