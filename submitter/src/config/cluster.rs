@@ -47,6 +47,9 @@ pub struct ClusterProfile {
     /// Absent: `listener start` refuses and says what to add.
     #[serde(default)]
     pub listener: Option<ListenerSettings>,
+    /// Notifications from the launch loop (webhook and/or command); docs/submitter.md.
+    #[serde(default)]
+    pub notify: Option<crate::notify::NotifySettings>,
 }
 
 /// `listener:` — the listener job's own placement: a small CPU partition (never the GPU one), with
@@ -765,6 +768,9 @@ impl ClusterProfile {
                     env.vllm()
                 ));
             }
+        }
+        if let Some(notify) = &self.notify {
+            problems.extend(notify.problems());
         }
         if let Some(post_run) = &self.post_run {
             problems.extend(self.post_run_problems(post_run));
