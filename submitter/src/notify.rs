@@ -107,9 +107,21 @@ impl Event {
     }
 }
 
+/// What one launch iteration tells: its events, and the pairs it planned without refusing (a held
+/// pair among them is no longer held, and is told again if it is refused later).
+#[derive(Debug, Default)]
+pub struct Tidings {
+    pub events: Vec<Event>,
+    pub unheld: BTreeSet<String>,
+}
+
+fn pair_key(model: &str, benchmark: &str) -> String {
+    format!("{model} {benchmark}")
+}
+
 /// The events of one launch iteration (pure): what sync changed (finished with its score, failed
 /// for good — a walltime end that is continued is not a failure) and the pairs held (refused).
-pub fn iteration_events(changes: &[crate::sync::Change], planned: &[crate::planner::PlannedJob]) -> Vec<Event> {
+pub fn iteration_events(changes: &[crate::sync::Change], planned: &[crate::planner::PlannedJob]) -> Tidings {
     use crate::ledger::AttemptStatus;
     let mut events: Vec<Event> = changes
         .iter()
@@ -130,13 +142,20 @@ pub fn iteration_events(changes: &[crate::sync::Change], planned: &[crate::plann
             _ => None,
         })
         .collect();
-    events.extend(planned.iter().filter_map(|job| match &job.blocked {
-        Some(crate::planner::Blocked::Refused(why)) => {
-            Some(Event::Held { model: job.model.clone(), benchmark: job.benchmark.clone(), why: why.clone() })
+    let mut unheld = BTreeSet::new();
+    for job in planned {
+        match &job.blocked {
+            Some(crate::planner::Blocked::Refused(why)) => events.push(Event::Held {
+                model: job.model.clone(),
+                benchmark: job.benchmark.clone(),
+                why: why.clone(),
+            }),
+            _ => {
+                unheld.insert(pair_key(&job.model, &job.benchmark));
+            }
         }
-        _ => None,
-    }));
-    events
+    }
+    Tidings { events, unheld }
 }
 
 /// The one message for an iteration's events (pure): their lines, or past `digest_after` a
@@ -317,16 +336,18 @@ impl NotifyState {
         launch_spec::records::write_atomically(&Self::path(state_dir), text.as_bytes())
     }
 
-    /// Keeps the held events not told before (and forgets pairs no longer held, so a pair held
-    /// again later is told again).
-    pub fn new_events(&mut self, events: Vec<Event>) -> Vec<Event> {
-        let key = |e: &Event| match e {
-            Event::Held { model, benchmark, .. } => Some(format!("{model} {benchmark}")),
-            _ => None,
-        };
-        let now_held: BTreeSet<String> = events.iter().filter_map(key).collect();
-        let fresh = events.into_iter().filter(|e| key(e).is_none_or(|k| !self.held.contains(&k))).collect();
-        self.held = now_held;
+    /// Drops the held events told before, and forgets the pairs no longer held (so one held
+    /// again later is told again). Pairs another selection plans are left as they are: several
+    /// `launch` commands may share the state dir.
+    pub fn new_events(&mut self, tidings: Tidings) -> Vec<Event> {
+        self.held.retain(|k| !tidings.unheld.contains(k));
+        let mut fresh = Vec::new();
+        for event in tidings.events {
+            match &event {
+                Event::Held { model, benchmark, .. } if !self.held.insert(pair_key(model, benchmark)) => {}
+                _ => fresh.push(event),
+            }
+        }
         fresh
     }
 
@@ -370,11 +391,30 @@ mod tests {
     #[test]
     fn held_pairs_are_told_once_while_they_stay_held() {
         let held = Event::Held { model: "m".into(), benchmark: "b".into(), why: "no config".into() };
+        let tidings = |events: Vec<Event>, unheld: &[&str]| Tidings {
+            events,
+            unheld: unheld.iter().map(|p| p.to_string()).collect(),
+        };
         let mut state = NotifyState::default();
-        assert_eq!(state.new_events(vec![held.clone()]).len(), 1);
-        assert_eq!(state.new_events(vec![held.clone(), finished(1)]), vec![finished(1)]);
-        assert!(state.new_events(vec![]).is_empty());
-        assert_eq!(state.new_events(vec![held.clone()]), vec![held]);
+        assert_eq!(state.new_events(tidings(vec![held.clone()], &[])).len(), 1);
+        assert_eq!(state.new_events(tidings(vec![held.clone(), finished(1)], &[])), vec![finished(1)]);
+        // Another selection, not planning the pair, does not clear it.
+        assert!(state.new_events(tidings(vec![], &["x b"])).is_empty());
+        assert!(state.new_events(tidings(vec![held.clone()], &[])).is_empty());
+        // Planned and not refused: no longer held; refused again later, told again.
+        assert!(state.new_events(tidings(vec![], &["m b"])).is_empty());
+        assert_eq!(state.new_events(tidings(vec![held.clone()], &[])), vec![held]);
+    }
+
+    #[test]
+    fn the_section_is_checked_one_line_per_problem() {
+        let parse = |yaml: &str| -> NotifySettings { launch_spec::yaml::from_yaml_str(yaml, Path::new("n")).unwrap() };
+        assert!(parse("webhook_secret: TEAM_HOOK\n").problems().is_empty());
+        let problems = |yaml: &str| parse(yaml).problems().join("\n");
+        assert!(problems("timeout_s: 5\n").contains("say webhook_secret"));
+        assert!(problems("webhook_secret: \"https://hooks.slack.com/x\"\n").contains("never the URL"));
+        assert!(problems("command: []\n").contains("notify.command must name a program"));
+        assert!(problems("command: [x]\ntimeout_s: 0\n").contains("notify.timeout_s 0"));
     }
 
     #[test]

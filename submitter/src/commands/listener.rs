@@ -366,7 +366,7 @@ fn stop(ledger: &LedgerArgs) -> Result<ExitCode> {
         Ok(notifier) => {
             let user = std::env::var("USER").unwrap_or_else(|_| "unknown".to_string());
             let event = submitter::notify::Event::ListenerTrouble { message: format!("{name} stopped by {user}") };
-            super::queueing::tell(&session, notifier.as_ref(), vec![event], super::queueing::Told::Once);
+            super::queueing::tell(&session, notifier.as_ref(), super::queueing::Told::Once(event));
         }
         Err(err) => tracing::warn!("notify: {err:#}"),
     }

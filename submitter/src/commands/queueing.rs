@@ -13,7 +13,7 @@ use submitter::decide::{Action, Policy, Prerequisite};
 use submitter::domain::Continuation;
 use submitter::executor::{Executor, Submitted};
 use submitter::ledger::{AttemptId, AttemptStatus, now};
-use submitter::notify::{self, Event, Notifier, NotifyState};
+use submitter::notify::{self, Event, Notifier, NotifyState, Tidings};
 use submitter::output::{self, ExitStatus, FormatArgs};
 use submitter::planner::{self, Executables, PlanInputs, PlannedJob};
 use submitter::preflight;
@@ -244,7 +244,7 @@ fn iterate(
     args: &LaunchArgs,
     executables: &Executables,
     mirror: Option<&Mirror>,
-) -> Result<(String, usize, Vec<Event>)> {
+) -> Result<(String, usize, Tidings)> {
     let report = if args.dry_run {
         SyncReport::default()
     } else {
@@ -288,8 +288,8 @@ fn iterate(
         (true, false) => IterationFormat::Document,
         (true, true) => IterationFormat::Line,
     };
-    let events = notify::iteration_events(&report.changes, &planned);
-    Ok((render_iteration(&report, &planned, &submitted, failed, format), failed, events))
+    let tidings = notify::iteration_events(&report.changes, &planned);
+    Ok((render_iteration(&report, &planned, &submitted, failed, format), failed, tidings))
 }
 
 /// How `launch` prints an iteration: text, a pretty document (`--once`), or one compact document
@@ -372,9 +372,9 @@ pub fn launch_command(args: &LaunchArgs) -> Result<ExitCode> {
     let mut failures = 0u32;
     loop {
         match iterate(&session, args, &executables, mirror.as_ref()) {
-            Ok((text, failed, events)) => {
+            Ok((text, failed, tidings)) => {
                 failures = 0;
-                tell(&session, notifier.as_ref(), events, Told::Iteration);
+                tell(&session, notifier.as_ref(), Told::Iteration(tidings));
                 super::print(&text)?;
                 if args.once {
                     // A submission that failed is an exit status, not only a line (docs/exit-codes.md).
@@ -383,13 +383,13 @@ pub fn launch_command(args: &LaunchArgs) -> Result<ExitCode> {
                 std::thread::sleep(interval);
             }
             Err(err) if args.once => {
-                tell(&session, notifier.as_ref(), vec![trouble(&err)], Told::Failure);
+                tell(&session, notifier.as_ref(), Told::Failure(trouble(&err)));
                 return Err(err);
             }
             // The listener lasts: a Slurm timeout, a ledger restart or a list mid-edit ends this
             // iteration (nothing was submitted on doubt), never the listener.
             Err(err) => {
-                tell(&session, notifier.as_ref(), vec![trouble(&err)], Told::Failure);
+                tell(&session, notifier.as_ref(), Told::Failure(trouble(&err)));
                 failures += 1;
                 let wait = backoff(interval, failures);
                 super::report_error(
@@ -414,29 +414,28 @@ fn trouble(err: &anyhow::Error) -> Event {
     Event::ListenerTrouble { message: format!("iteration failed: {err:#}") }
 }
 
-/// What a batch of events is, for what is told again.
-#[derive(Clone, Copy, PartialEq)]
+/// What is told, which decides what is not told again.
 pub enum Told {
     /// An iteration's events: held pairs once while they stay held.
-    Iteration,
+    Iteration(Tidings),
     /// An iteration that failed: told once per run of failing iterations.
-    Failure,
+    Failure(Event),
     /// A one-off (the listener stopped).
-    Once,
+    Once(Event),
 }
 
 /// Tells people (bounded by the notifier's timeout, never failing the caller). Every delivery is
 /// counted in `<state_dir>/notify.json`; problems go to the log.
-pub fn tell(session: &Session, notifier: Option<&Notifier>, events: Vec<Event>, told: Told) {
+pub fn tell(session: &Session, notifier: Option<&Notifier>, told: Told) {
     let Some(notifier) = notifier else { return };
     let mut state = NotifyState::load(&session.state_dir);
     let events = match told {
-        Told::Iteration => {
+        Told::Iteration(tidings) => {
             state.failing = false;
-            state.new_events(events)
+            state.new_events(tidings)
         }
-        Told::Failure if std::mem::replace(&mut state.failing, true) => Vec::new(),
-        Told::Failure | Told::Once => events,
+        Told::Failure(_) if std::mem::replace(&mut state.failing, true) => Vec::new(),
+        Told::Failure(event) | Told::Once(event) => vec![event],
     };
     if !events.is_empty() {
         let problems = notifier.send(&session.cluster.name, &events);

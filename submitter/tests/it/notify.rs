@@ -144,7 +144,7 @@ fn an_unknown_secret_name_is_one_line_naming_the_key() {
 }
 
 /// The launch loop on the real local Slurm: a refused pair is told once (not on every
-/// iteration), a finished result with its score; a receiver answering 500 is counted in
+/// iteration, nor again after another selection's iterations), a finished result with its score; a receiver answering 500 is counted in
 /// `notify.json` and logged, without the URL, and the iteration still succeeds.
 #[test]
 fn launch_tells_held_pairs_once_and_finished_results() {
@@ -161,18 +161,25 @@ fn launch_tells_held_pairs_once_and_finished_results() {
         keys += &format!("TEAM_WEBHOOK={}\n", receiver.url);
         launch_spec::testkit::world::write_secrets(&secrets, &keys, 0o600);
         let ledger = cluster.root().join("ledger.sqlite").display().to_string();
-        // test/Tiny-1B resolves and runs; an unknown model has no serve settings: refused (held).
-        let args = ["--once", "--preset", "tb2", "--model", "test/Tiny-1B", "--model", "nobody/NoSuchModel"];
+        // A Harbor config that does not exist refuses the pair (held); run before and after the
+        // other selection, sharing the state dir.
+        let missing = cluster.root().join("no-such-config.yaml").display().to_string();
+        let held_args = ["--once", "--preset", "tb2", "--model", "test/Small-3B", "--harbor-config", &missing];
+        let args = ["--once", "--preset", "tb2", "--model", "test/Tiny-1B"];
+        let refused = cluster.run(&["launch"], &ledger, &held_args, &[]);
+        assert!(text(&refused).contains("refused"), "{}", text(&refused));
         let first = cluster.run(&["launch"], &ledger, &args, &[]);
         assert!(text(&first).contains("1 submitted"), "{}", text(&first));
         let store = submitter::ledger::open_ledger(&ledger).unwrap();
-        let mut runs = vec![first];
+        let mut runs = vec![refused, first];
         crate::queueing::wait_until("the job to finish and a launch to sync it", Duration::from_secs(120), || {
             runs.push(cluster.run(&["launch"], &ledger, &args, &[]));
             store.active().unwrap().is_empty()
         });
+        runs.push(cluster.run(&["launch"], &ledger, &held_args, &[]));
         let texts = receiver.texts();
-        let held: Vec<&String> = texts.iter().filter(|t| t.contains("held: nobody/NoSuchModel")).collect();
+        let held: Vec<&String> =
+            texts.iter().filter(|t| t.contains("held: test/Small-3B on terminal_bench_2")).collect();
         assert_eq!(held.len(), 1, "told once while it stays held: {texts:?}");
         let done = texts.iter().find(|t| t.contains("finished: test/Tiny-1B on terminal_bench_2")).expect("finished");
         assert!(done.contains("score "), "{done}");
@@ -188,7 +195,9 @@ fn launch_tells_held_pairs_once_and_finished_results() {
             }
             _ => assert_eq!((state["sent"].as_u64(), state["failed"].as_u64()), (Some(2), Some(0)), "{state}"),
         }
-        for run in &runs {
+        // The refused pair's runs exit 6 (a pair that could not be queued, docs/exit-codes.md);
+        // every other run succeeds whatever the receiver answered.
+        for run in &runs[1..runs.len() - 1] {
             assert!(run.status.success(), "a notification failure never fails the iteration: {}", text(run));
         }
         let records =
