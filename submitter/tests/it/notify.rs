@@ -219,3 +219,16 @@ fn launch_refuses_an_unknown_webhook_secret_before_submitting() {
     let store = submitter::ledger::open_ledger(&ledger).unwrap();
     assert!(store.attempts_for("test/Tiny-1B", "terminal_bench_2").unwrap().is_empty());
 }
+
+/// `registry check` finds the same unknown name in the profile's secrets file, one line.
+#[test]
+fn registry_check_names_an_unknown_webhook_secret() {
+    let cluster = TestCluster::new("notify-lint", |p| *p += "notify: {webhook_secret: NOT_IN_FILE}\n");
+    let clusters = cluster.root().join("clusters");
+    let out = crate::support::submitter(&["registry", "check", "--clusters", clusters.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let all = text(&out);
+    let lines: Vec<&str> = all.lines().filter(|l| l.contains("NOT_IN_FILE")).collect();
+    assert_eq!(lines.len(), 1, "{all}");
+    assert!(lines[0].starts_with("error: ") && lines[0].contains("notify-lint.yaml"), "{all}");
+}
