@@ -7,6 +7,7 @@ pub mod domain;
 pub mod executor;
 pub mod ledger;
 pub mod lint;
+pub mod notify;
 pub mod observe;
 pub mod output;
 pub mod planner;

@@ -216,6 +216,7 @@ fn check_clusters(dir: &Path, findings: &mut Findings) -> Vec<ClusterProfile> {
                 for problem in profile.problems() {
                     findings.error(file.display(), problem);
                 }
+                check_notify_secret(&profile, &file, findings);
                 for name in std::iter::once(&profile.name).chain(&profile.aliases) {
                     if let Some(other) = names.insert(name.clone(), file.clone()) {
                         findings.error(
@@ -229,6 +230,23 @@ fn check_clusters(dir: &Path, findings: &mut Findings) -> Vec<ClusterProfile> {
         }
     }
     clusters
+}
+
+/// `notify.webhook_secret` against the profile's secrets file, where that file is readable here
+/// (else `launch` checks it at start, before submitting).
+fn check_notify_secret(profile: &ClusterProfile, file: &Path, findings: &mut Findings) {
+    let (Some(notify), Some(secrets)) = (&profile.notify, &profile.secrets.file) else { return };
+    if notify.webhook_secret.is_none() {
+        return;
+    }
+    let Ok(secrets) = launch_spec::expand::expand_path(&secrets.to_string_lossy(), &|v| std::env::var(v).ok()) else {
+        return;
+    };
+    if Path::new(&secrets).is_file()
+        && let Err(err) = crate::notify::Notifier::new(notify, Path::new(&secrets))
+    {
+        findings.error(file.display(), err);
+    }
 }
 
 fn check_presets(dir: &Path, findings: &mut Findings) -> Vec<(PathBuf, Preset)> {

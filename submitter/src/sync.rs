@@ -35,6 +35,18 @@ pub struct Change {
     pub reason: String,
     /// It ended by the walltime: the next plan continues it, and it is not counted as a failure.
     pub resumable: bool,
+    /// What was stored with it (a finished attempt's Harbor metrics).
+    pub metrics: Option<Value>,
+    /// GPUs × the time payload ran, from its `status.json`, where it recorded both.
+    pub gpu_hours: Option<f64>,
+}
+
+/// GPU-hours of a run as payload recorded it: its GPU count × (last update − start).
+pub fn gpu_hours(status: &RunStatus) -> Option<f64> {
+    let at = |t: &str| chrono::DateTime::parse_from_rfc3339(t).ok();
+    let seconds = (at(&status.updated_at)? - at(&status.started_at)?).num_seconds();
+    let gpus = status.gpu.as_ref()?.gpu_count;
+    (seconds >= 0).then(|| f64::from(gpus) * seconds as f64 / 3600.0)
 }
 
 /// Whether an attempt that ended without finishing is continued rather than failed: payload saw
@@ -165,6 +177,8 @@ pub fn sync(
                     to,
                     reason,
                     resumable,
+                    metrics,
+                    gpu_hours: status.as_ref().and_then(gpu_hours),
                 });
                 Ok(())
             };
@@ -194,6 +208,8 @@ pub fn sync(
                     to: attempt.status,
                     reason: format!("repaired: job {found} found in Slurm"),
                     resumable: false,
+                    metrics: None,
+                    gpu_hours: None,
                 });
             } else if (now() - attempt.submitted_at).num_seconds() > MISSING_JOB_GRACE_S as i64 {
                 match submission_tag_of(attempt) {

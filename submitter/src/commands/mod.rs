@@ -22,7 +22,10 @@ use crate::ConfigDirs;
 
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SUBMITTER_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"))
+        // The HTTP client's debug lines name the webhook URL, a secret (docs/submitter.md).
+        .add_directive("ureq=off".parse().expect("a valid directive"))
+        .add_directive("ureq_proto=off".parse().expect("a valid directive"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -13,6 +13,7 @@ use submitter::decide::{Action, Policy, Prerequisite};
 use submitter::domain::Continuation;
 use submitter::executor::{Executor, Submitted};
 use submitter::ledger::{AttemptId, AttemptStatus, now};
+use submitter::notify::{self, Event, Notifier, NotifyState, Tidings};
 use submitter::output::{self, ExitStatus, FormatArgs};
 use submitter::planner::{self, Executables, PlanInputs, PlannedJob};
 use submitter::preflight;
@@ -237,13 +238,13 @@ pub fn plan_command(args: &PlanArgs) -> Result<ExitCode> {
 }
 
 /// One iteration: sync, snapshot, plan, execute. Any ledger/Slurm error ends it (fail closed).
-/// Returns the text to print and how many submissions failed.
+/// Returns the text to print, how many submissions failed and what to tell people.
 fn iterate(
     session: &Session,
     args: &LaunchArgs,
     executables: &Executables,
     mirror: Option<&Mirror>,
-) -> Result<(String, usize)> {
+) -> Result<(String, usize, Tidings)> {
     let report = if args.dry_run {
         SyncReport::default()
     } else {
@@ -287,7 +288,8 @@ fn iterate(
         (true, false) => IterationFormat::Document,
         (true, true) => IterationFormat::Line,
     };
-    Ok((render_iteration(&report, &planned, &submitted, failed, format), failed))
+    let tidings = notify::iteration_events(&report.changes, &planned);
+    Ok((render_iteration(&report, &planned, &submitted, failed, format), failed, tidings))
 }
 
 /// How `launch` prints an iteration: text, a pretty document (`--once`), or one compact document
@@ -365,12 +367,14 @@ pub fn launch_command(args: &LaunchArgs) -> Result<ExitCode> {
     let _lock = if args.dry_run { None } else { Some(session.lock()?) };
     let executables = executables(&session, true)?;
     let mirror = open_mirror(args.mirror.as_deref(), &session)?;
+    let notifier = open_notifier(&session, args.dry_run)?;
     let interval = args.interval.unwrap_or(Duration::from_secs(600));
     let mut failures = 0u32;
     loop {
         match iterate(&session, args, &executables, mirror.as_ref()) {
-            Ok((text, failed)) => {
+            Ok((text, failed, tidings)) => {
                 failures = 0;
+                tell(&session, notifier.as_ref(), Told::Iteration(tidings));
                 super::print(&text)?;
                 if args.once {
                     // A submission that failed is an exit status, not only a line (docs/exit-codes.md).
@@ -378,10 +382,14 @@ pub fn launch_command(args: &LaunchArgs) -> Result<ExitCode> {
                 }
                 std::thread::sleep(interval);
             }
-            Err(err) if args.once => return Err(err),
+            Err(err) if args.once => {
+                tell(&session, notifier.as_ref(), Told::Failure(trouble(&err)));
+                return Err(err);
+            }
             // The listener lasts: a Slurm timeout, a ledger restart or a list mid-edit ends this
             // iteration (nothing was submitted on doubt), never the listener.
             Err(err) => {
+                tell(&session, notifier.as_ref(), Told::Failure(trouble(&err)));
                 failures += 1;
                 let wait = backoff(interval, failures);
                 super::report_error(
@@ -390,6 +398,54 @@ pub fn launch_command(args: &LaunchArgs) -> Result<ExitCode> {
                 std::thread::sleep(wait);
             }
         }
+    }
+}
+
+/// The profile's notifier (none for a dry run, which sends nothing); a webhook secret the secrets
+/// file lacks is an error here, before anything is submitted.
+pub fn open_notifier(session: &Session, dry_run: bool) -> Result<Option<Notifier>> {
+    let Some(settings) = session.cluster.notify.as_ref().filter(|_| !dry_run) else { return Ok(None) };
+    let secrets_file = session.context().secrets_file()?;
+    let notifier = Notifier::new(settings, &secrets_file);
+    Ok(Some(notifier.with_context(|| format!("clusters/{}.yaml notify", session.cluster.name))?))
+}
+
+fn trouble(err: &anyhow::Error) -> Event {
+    Event::ListenerTrouble { message: format!("iteration failed: {err:#}") }
+}
+
+/// What is told, which decides what is not told again.
+pub enum Told {
+    /// An iteration's events: held pairs once while they stay held.
+    Iteration(Tidings),
+    /// An iteration that failed: told once per run of failing iterations.
+    Failure(Event),
+    /// A one-off (the listener stopped).
+    Once(Event),
+}
+
+/// Tells people (bounded by the notifier's timeout, never failing the caller). Every delivery is
+/// counted in `<state_dir>/notify.json`; problems go to the log.
+pub fn tell(session: &Session, notifier: Option<&Notifier>, told: Told) {
+    let Some(notifier) = notifier else { return };
+    let mut state = NotifyState::load(&session.state_dir);
+    let events = match told {
+        Told::Iteration(tidings) => {
+            state.failing = false;
+            state.new_events(tidings)
+        }
+        Told::Failure(_) if std::mem::replace(&mut state.failing, true) => Vec::new(),
+        Told::Failure(event) | Told::Once(event) => vec![event],
+    };
+    if !events.is_empty() {
+        let problems = notifier.send(&session.cluster.name, &events);
+        for problem in &problems {
+            tracing::warn!("notify: {problem}");
+        }
+        state.record(&problems);
+    }
+    if let Err(err) = state.save(&session.state_dir) {
+        tracing::warn!("notify: {}: {err}", NotifyState::path(&session.state_dir).display());
     }
 }
 

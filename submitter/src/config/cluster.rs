@@ -47,6 +47,9 @@ pub struct ClusterProfile {
     /// Absent: `listener start` refuses and says what to add.
     #[serde(default)]
     pub listener: Option<ListenerSettings>,
+    /// Notifications from the launch loop (webhook and/or command); docs/submitter.md.
+    #[serde(default)]
+    pub notify: Option<NotifySettings>,
 }
 
 /// `listener:` — the listener job's own placement: a small CPU partition (never the GPU one), with
@@ -766,6 +769,9 @@ impl ClusterProfile {
                 ));
             }
         }
+        if let Some(notify) = &self.notify {
+            problems.extend(notify.problems());
+        }
         if let Some(post_run) = &self.post_run {
             problems.extend(self.post_run_problems(post_run));
         }
@@ -848,6 +854,57 @@ impl ClusterProfile {
                 "post_run.environment `{env}` is not in `environments` (known: {})",
                 self.environments.keys().cloned().collect::<Vec<_>>().join(", ")
             ));
+        }
+        problems
+    }
+}
+
+/// `notify:` — notifications from the launch loop (`crate::notify`, docs/submitter.md).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NotifySettings {
+    /// The name of the secrets-file key holding the incoming-webhook URL (Slack/Mattermost
+    /// `{"text": …}`); never the URL itself.
+    #[serde(default)]
+    pub webhook_secret: Option<String>,
+    /// A program run per message, as an argv (never a shell string); the JSON body on its stdin.
+    #[serde(default)]
+    pub command: Option<Vec<String>>,
+    /// Each delivery's bound (webhook and command alike).
+    #[serde(default = "default_timeout_s")]
+    pub timeout_s: u64,
+    /// More events than this in one iteration are sent as one digest (counts and the first lines).
+    #[serde(default = "default_digest_after")]
+    pub digest_after: usize,
+}
+
+fn default_timeout_s() -> u64 {
+    5
+}
+fn default_digest_after() -> usize {
+    5
+}
+
+impl NotifySettings {
+    pub fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.webhook_secret.is_none() && self.command.is_none() {
+            problems.push("notify: say webhook_secret: NAME (a key of the secrets file) and/or command: [argv]".into());
+        }
+        if let Some(name) = self.webhook_secret.as_ref().filter(|n| !launch_spec::expand::is_var_name(n)) {
+            problems.push(format!(
+                "notify.webhook_secret `{name}` is not a variable name ([A-Za-z_][A-Za-z0-9_]*): name the secrets-file key, never the URL"
+            ));
+        }
+        if self.command.as_ref().is_some_and(|argv| argv.first().is_none_or(|p| p.is_empty())) {
+            problems
+                .push("notify.command must name a program first, e.g. [\"/usr/bin/logger\", \"-t\", \"eval\"]".into());
+        }
+        if !(1..=120).contains(&self.timeout_s) {
+            problems.push(format!("notify.timeout_s {} must be 1..=120 seconds", self.timeout_s));
+        }
+        if self.digest_after == 0 {
+            problems.push("notify.digest_after must be ≥ 1".into());
         }
         problems
     }

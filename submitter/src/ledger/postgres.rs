@@ -698,6 +698,28 @@ mod tests {
         assert_eq!(s.driver_url, "postgres://u@h/db?sslmode=prefer");
     }
 
+    /// Supabase's pooler connection string (docs/submitter.md): a user with a dot (`USER.PROJECT`),
+    /// port 6543, `postgresql://`, `sslmode=require`; the driver must take it as written.
+    #[test]
+    fn the_supabase_pooler_url_form_is_accepted() {
+        let url = "postgresql://postgres.abcdefghijklmnop:pa%24%24word@aws-0-eu-central-1.pooler.supabase.com:6543/postgres?sslmode=require";
+        let s = TlsSettings::from_url(url);
+        assert_eq!(s.driver_url, url);
+        let config: Config = s.driver_url.parse().unwrap();
+        assert_eq!(config.get_user(), Some("postgres.abcdefghijklmnop"));
+        assert_eq!(config.get_password(), Some(&b"pa$$word"[..]));
+        assert_eq!(config.get_ports(), [6543]);
+        assert_eq!(config.get_dbname(), Some("postgres"));
+        assert_eq!(config.get_ssl_mode(), ::postgres::config::SslMode::Require);
+        let location = postgres_location(url);
+        assert_eq!(
+            location,
+            "postgresql://postgres.abcdefghijklmnop@aws-0-eu-central-1.pooler.supabase.com:6543/postgres"
+        );
+        assert!(password_forms(url).contains(&"pa$$word".to_string()));
+        s.client_config().unwrap();
+    }
+
     #[test]
     fn every_tls_mode_builds_a_client_config() {
         for mode in ["disable", "prefer", "require", "verify-ca", "verify-full"] {

@@ -12,6 +12,7 @@ mod ledger;
 mod module_graph;
 mod multinode;
 mod multinode_slurm;
+mod notify;
 #[path = "../common/pg.rs"]
 mod pg;
 mod queueing;
