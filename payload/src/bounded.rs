@@ -72,6 +72,17 @@ pub async fn run(mut cmd: Command, limit: Duration, cap: u64) -> std::io::Result
     Ok(answer)
 }
 
+/// [`run`] for synchronous callers (the preparation's `scontrol` calls), on a runtime of its own
+/// in a thread of its own: the caller may itself be inside payload's runtime, which cannot be
+/// blocked on from within.
+pub fn run_blocking(cmd: Command, limit: Duration, cap: u64) -> std::io::Result<Answer> {
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(run(cmd, limit, cap))
+    })
+    .join()
+    .unwrap_or_else(|_| Err(std::io::Error::other("the bounded command's thread panicked")))
+}
+
 /// SIGKILL to a process group when dropped.
 struct KillGroupOnDrop(Option<Pid>);
 
@@ -126,6 +137,15 @@ mod tests {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    #[tokio::test]
+    async fn blocking_callers_inside_a_runtime_get_the_same_bounds() {
+        let started = std::time::Instant::now();
+        let a = run_blocking(sh("echo hung; sleep 60"), Duration::from_millis(300), 1024).unwrap();
+        assert!(a.status.is_none(), "still running at the limit: {a:?}");
+        assert_eq!(String::from_utf8_lossy(&a.stdout), "hung\n");
+        assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
     }
 
     #[tokio::test]

@@ -17,6 +17,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use launch_spec::layout::{Crossing, Layout};
 use launch_spec::spec::PortPolicy;
@@ -250,12 +251,25 @@ pub fn discover(env: &dyn Fn(&str) -> Option<String>, want: u32) -> Result<Vec<N
         .collect()
 }
 
+/// How long one `scontrol` call may take (a busy slurmctld answers in seconds; its own
+/// MessageTimeout is 10 s by default), and how much of its output is kept.
+const SCONTROL_LIMIT: Duration = Duration::from_secs(60);
+const SCONTROL_OUTPUT_CAP: u64 = 1 << 20;
+
 fn scontrol(args: &[&str]) -> Result<String, MultiNodeError> {
-    let out = Command::new("scontrol")
-        .args(args)
-        .output()
+    scontrol_with(std::ffi::OsStr::new("scontrol"), args, SCONTROL_LIMIT)
+}
+
+/// Runs `program args` within `limit` (its process group killed there) and `SCONTROL_OUTPUT_CAP`.
+fn scontrol_with(program: &std::ffi::OsStr, args: &[&str], limit: Duration) -> Result<String, MultiNodeError> {
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args);
+    let out = crate::bounded::run_blocking(cmd, limit, SCONTROL_OUTPUT_CAP)
         .map_err(|e| MultiNodeError::Slurm(format!("cannot run scontrol: {e}")))?;
-    if !out.status.success() {
+    let status = out.status.ok_or_else(|| {
+        MultiNodeError::Slurm(format!("scontrol {} did not answer within {} s", args.join(" "), limit.as_secs()))
+    })?;
+    if !status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
         return Err(MultiNodeError::Slurm(format!("scontrol {}: {}", args.join(" "), err.trim())));
     }
@@ -298,12 +312,9 @@ pub fn cancel_steps(records: &[RankRecord]) {
     steps.sort_unstable();
     steps.dedup();
     for step in steps {
-        let _ = Command::new("scancel")
-            .args(["--quiet", "--signal=KILL", step])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status();
+        let mut cmd = tokio::process::Command::new("scancel");
+        cmd.args(["--quiet", "--signal=KILL", step]);
+        let _ = crate::bounded::run_blocking(cmd, SCONTROL_LIMIT, SCONTROL_OUTPUT_CAP);
     }
 }
 
@@ -510,6 +521,16 @@ mod tests {
 
     fn nodes(n: usize) -> Vec<Node> {
         (0..n).map(|i| Node { name: format!("n{i}"), addr: format!("10.0.0.{i}") }).collect()
+    }
+
+    #[test]
+    fn a_hung_scontrol_is_an_error_within_its_limit() {
+        let started = std::time::Instant::now();
+        let err = scontrol_with(std::ffi::OsStr::new("sleep"), &["60"], Duration::from_millis(300)).unwrap_err();
+        assert!(err.to_string().contains("did not answer within"), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+        let out = scontrol_with(std::ffi::OsStr::new("printf"), &["n1\nn2\n"], Duration::from_secs(30)).unwrap();
+        assert_eq!(parse_hostnames(&out), ["n1", "n2"]);
     }
 
     fn rdv() -> Rendezvous {

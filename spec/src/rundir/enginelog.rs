@@ -229,6 +229,13 @@ fn scan_part(file: &std::fs::File, part: &Part, scanner: &mut Scanner) -> std::i
     // that long), so memory stays one buffer whatever the file holds.
     let mut skipping = part.starts_mid_line;
     loop {
+        // Inside a skipped line, a hole of a sparse file (all NUL bytes, no newline) is jumped
+        // over, not read: a 20 GB sparse log is otherwise 20 GB of zeros copied (issue 21).
+        if skipping {
+            let next = next_data(file, pos, part.end);
+            scanner.add_bytes(next - pos);
+            pos = next;
+        }
         // (The buffer always has room here: a full one without a newline was emptied below.)
         let room = buf.len() - filled;
         let want = part.end.map_or(room, |end| room.min(usize::try_from(end - pos).unwrap_or(usize::MAX)));
@@ -263,6 +270,20 @@ fn scan_part(file: &std::fs::File, part: &Part, scanner: &mut Scanner) -> std::i
         buf.copy_within(last_nl + 1..filled, 0);
         filled -= last_nl + 1;
     }
+}
+
+/// The first offset at or after `pos` (and before `end`) that holds data: `pos` itself unless it is
+/// in a hole of a sparse file. A filesystem without `SEEK_DATA` reads as all data.
+fn next_data(file: &std::fs::File, pos: u64, end: Option<u64>) -> u64 {
+    use nix::unistd::{Whence, lseek};
+    let Ok(at) = i64::try_from(pos) else { return pos };
+    let next = match lseek(file, at, Whence::SeekData) {
+        Ok(data) => u64::try_from(data).unwrap_or(pos),
+        // ENXIO: no data from `pos` on (a hole up to the end of the file).
+        Err(nix::errno::Errno::ENXIO) => file.metadata().map_or(pos, |m| m.len()),
+        Err(_) => pos,
+    };
+    end.map_or(next, |end| next.min(end)).max(pos)
 }
 
 /// Scans text already in memory (tests, small logs).
@@ -988,6 +1009,37 @@ INFO:     127.0.0.1:54325 - \"POST /v1/chat/completions HTTP/1.1\" 200";
         }
         assert!(wraps >= 10, "the generated logs cross New Year ({wraps})");
         assert!(cuts_in_tracebacks > 100);
+    }
+
+    /// Bytes this process has read so far (`rchar` of /proc/self/io).
+    fn bytes_read_by_this_process() -> u64 {
+        let io = std::fs::read_to_string("/proc/self/io").unwrap();
+        io.lines().find_map(|l| l.strip_prefix("rchar: ")).unwrap().trim().parse().unwrap()
+    }
+
+    #[test]
+    fn a_sparse_log_is_scanned_without_reading_its_holes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("vllm.log");
+        let ok = |n: u32| {
+            (0..n)
+                .map(|i| format!("INFO:     1.2.3.4:{i} - \"POST /v1/chat/completions HTTP/1.1\" 200 OK\n"))
+                .collect::<String>()
+        };
+        let (head, tail) = (ok(3), ok(5));
+        // 16 GiB of hole between two runs of lines (`truncate -s` on a log, or a file system
+        // that preallocates): no disk used, but 16 GiB of zeros to a reader that reads it all.
+        let hole: u64 = 16 << 30;
+        let file = std::fs::File::create(&path).unwrap();
+        file.write_all_at(head.as_bytes(), 0).unwrap();
+        file.write_all_at(format!("\n{tail}").as_bytes(), head.len() as u64 + hole).unwrap();
+        drop(file);
+        let before = bytes_read_by_this_process();
+        let log = scan_file(&path).unwrap().unwrap();
+        let read = bytes_read_by_this_process() - before;
+        // The head and the tail, and the line of zeros between them skipped as over-long.
+        assert_eq!(log.ok, 8, "{log:?}");
+        assert!(read < 1 << 30, "read {read} bytes of a log holding {} bytes of data", head.len() + tail.len());
     }
 
     #[test]
