@@ -416,6 +416,8 @@ impl SpecBuilder<'_> {
                 cluster_gpu_memory_utilization: cluster.hardware.gpu_memory_utilization,
                 health_timeout_s: cluster.engine.health_timeout_s,
                 hang_after_s: cluster.engine.hang_after_s,
+                load_stall_after_s: cluster.engine.load_stall_after_s,
+                ready_budget: None,
                 declared_gpus: Some(layout.gpus_per_node),
                 allow_no_gpu: false,
                 ready_needs_completion: false,
@@ -517,8 +519,10 @@ fn hf_repo_id(model: &str) -> Result<(), String> {
 const CONFIG_FIX: &str = "(name an existing Harbor job config with --harbor-config or the preset's harbor_config)";
 
 pub fn harbor_config_multiplier(path: &Path) -> Result<f64, SpecBuildError> {
-    let config: ConfigTimeout = launch_spec::yaml::from_yaml_file(path)
-        .map_err(|e| SpecBuildError::HarborConfig { path: path.to_path_buf(), message: format!("{} {CONFIG_FIX}", e.message) })?;
+    let config: ConfigTimeout = launch_spec::yaml::from_yaml_file(path).map_err(|e| SpecBuildError::HarborConfig {
+        path: path.to_path_buf(),
+        message: format!("{} {CONFIG_FIX}", e.message),
+    })?;
     let value = config.timeout_multiplier.unwrap_or(1.0);
     launch_spec::validate::multiplier(value).map_err(|problem| SpecBuildError::HarborConfig {
         path: path.to_path_buf(),
