@@ -1010,6 +1010,20 @@ impl LaunchSpec {
 mod tests {
     use super::*;
 
+    /// The figures follow from the sizes: an 8B (16 GiB of bf16 weights) and a 235B MoE (438 GiB)
+    /// at 1000 MiB/s with 120 s compile and 60 s graph capture, under a 3000 s cap.
+    #[test]
+    fn ready_budget_follows_checkpoint_size_and_is_capped() {
+        const GIB: u64 = 1 << 30;
+        let small = ReadyBudget::compute(16 * GIB, 1000.0, 120, 60, 3000, "snapshot".into());
+        assert_eq!((small.load_s, small.seconds), (17, 197));
+        let big = ReadyBudget::compute(438 * GIB, 1000.0, 120, 60, 3000, "snapshot".into());
+        assert_eq!((big.load_s, big.seconds), (449, 629));
+        let capped = ReadyBudget::compute(438 * GIB, 100.0, 120, 60, 3000, "snapshot".into());
+        assert_eq!((capped.load_s, capped.seconds), (4486, 3000));
+        assert!(capped.describe().starts_with("3000 s (capped) = 438.0 GiB / 100 MiB/s"), "{}", capped.describe());
+    }
+
     #[test]
     fn tunnel_json_is_tagged_and_strict() {
         let none: TunnelSpec = serde_json::from_str(r#"{"kind": "none"}"#).unwrap();
