@@ -647,11 +647,34 @@ mod tests {
         assert!(o.message.ends_with("(second signal: killed at once)"), "{}", o.message);
     }
 
+    /// Growth of vllm.log resets the stall window; only an unchanged size for the window ends the load.
+    #[test]
+    fn silent_load_is_stalled_growing_load_is_not() {
+        let mut m = Machine::new(false, false, 3, 3000).with_load_stall_after(Duration::from_secs(10));
+        let t0 = Instant::now();
+        let at = |s| t0 + Duration::from_secs(s);
+        let none = || Vec::new();
+        for (s, bytes) in [(0, 100), (9, 100), (15, 200), (24, 300)] {
+            assert!(m.on(Input::LoadProgress(at(s), bytes), &none).is_empty(), "at {s} s");
+        }
+        assert!(m.on(Input::LoadProgress(at(33), 300), &none).is_empty());
+        let out = m.on(Input::LoadProgress(at(34), 300), &none);
+        assert!(matches!(out.first(), Some(Action::Event("engine_stalled", _))), "{out:?}");
+        match out.last() {
+            Some(Action::End(End::Failed(f))) => {
+                assert_eq!((f.class, f.cause.as_deref()), (OutcomeClass::EngineStart, Some("stalled")));
+                assert!(f.message.contains("for 10 s"), "{}", f.message);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn teardown_shape_follows_the_end() {
         let t = Timings {
             health_timeout: Duration::from_secs(60),
             hang_after: Duration::from_secs(600),
+            load_stall_after: Duration::from_secs(300),
             teardown_grace: Duration::from_secs(20),
             heartbeat: Duration::from_secs(1),
             probe_interval: Duration::from_secs(1),
