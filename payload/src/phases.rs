@@ -69,6 +69,8 @@ pub enum Input {
     ReadyDeadline,
     Readiness(Readiness),
     ConfigChecked(ConfigCheck),
+    /// While loading: the size of `vllm.log` at that instant (its growth is the load's progress).
+    LoadProgress(Instant, u64),
     /// One `/health` probe's answer.
     Health(bool),
     /// A heartbeat's reading of vLLM's counters (`/metrics`), taken at that instant.
@@ -104,6 +106,9 @@ pub struct Machine {
     health_timeout_s: u64,
     last_healthy: bool,
     liveness: Liveness,
+    /// `serve.load_stall_after_s`, and the last `vllm.log` size with when it was first seen.
+    load_stall_after: Duration,
+    load_seen: Option<(Instant, u64)>,
 }
 
 impl Machine {
@@ -120,7 +125,15 @@ impl Machine {
             health_timeout_s,
             last_healthy: true,
             liveness: Liveness::new(Duration::from_secs(launch_spec::spec::DEFAULT_HANG_AFTER_S)),
+            load_stall_after: Duration::from_secs(launch_spec::spec::DEFAULT_LOAD_STALL_AFTER_S),
+            load_seen: None,
         }
+    }
+
+    /// The stall window while loading (`serve.load_stall_after_s`); the default is the spec's.
+    pub fn with_load_stall_after(mut self, window: Duration) -> Self {
+        self.load_stall_after = window;
+        self
     }
 
     /// The liveness window (`serve.hang_after_s`); the default is the spec's.
@@ -270,6 +283,33 @@ impl Machine {
                 Readiness::Foreign => self.saw_foreign = true,
                 Readiness::Down => {}
             },
+            Input::LoadProgress(at, bytes) if self.phase == RunPhase::Loading && !self.ready => {
+                match self.load_seen {
+                    Some((_, seen)) if seen == bytes => {}
+                    _ => self.load_seen = Some((at, bytes)),
+                }
+                let since = self.load_seen.map_or(Duration::ZERO, |(t, _)| at.saturating_duration_since(t));
+                if since >= self.load_stall_after {
+                    let fields = json!({
+                        "vllm_log_bytes": bytes,
+                        "silent_for_s": since.as_secs(),
+                        "load_stall_after_s": self.load_stall_after.as_secs(),
+                    });
+                    out.push(Action::Event("engine_stalled", fields));
+                    let f = Failure::new(
+                        OutcomeClass::EngineStart,
+                        format!(
+                            "vLLM made no loading progress: vllm.log stayed at {bytes} bytes for {} s (serve.load_stall_after_s = {} s) and /health never became ready; the engine was stopped early, before serve.health_timeout_s = {} s",
+                            since.as_secs(),
+                            self.load_stall_after.as_secs(),
+                            self.health_timeout_s
+                        ),
+                    )
+                    .with_cause("stalled")
+                    .with_log_tail(tail());
+                    out.push(self.end(End::Failed(f)));
+                }
+            }
             Input::ConfigChecked(v) if self.config_pending => {
                 self.config_pending = false;
                 out.push(Action::Event("harbor_config_check", json!({ "result": format!("{v:?}") })));
@@ -607,11 +647,34 @@ mod tests {
         assert!(o.message.ends_with("(second signal: killed at once)"), "{}", o.message);
     }
 
+    /// Growth of vllm.log resets the stall window; only an unchanged size for the window ends the load.
+    #[test]
+    fn silent_load_is_stalled_growing_load_is_not() {
+        let mut m = Machine::new(false, false, 3, 3000).with_load_stall_after(Duration::from_secs(10));
+        let t0 = Instant::now();
+        let at = |s| t0 + Duration::from_secs(s);
+        let none = || Vec::new();
+        for (s, bytes) in [(0, 100), (9, 100), (15, 200), (24, 300)] {
+            assert!(m.on(Input::LoadProgress(at(s), bytes), &none).is_empty(), "at {s} s");
+        }
+        assert!(m.on(Input::LoadProgress(at(33), 300), &none).is_empty());
+        let out = m.on(Input::LoadProgress(at(34), 300), &none);
+        assert!(matches!(out.first(), Some(Action::Event("engine_stalled", _))), "{out:?}");
+        match out.last() {
+            Some(Action::End(End::Failed(f))) => {
+                assert_eq!((f.class, f.cause.as_deref()), (OutcomeClass::EngineStart, Some("stalled")));
+                assert!(f.message.contains("for 10 s"), "{}", f.message);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn teardown_shape_follows_the_end() {
         let t = Timings {
             health_timeout: Duration::from_secs(60),
             hang_after: Duration::from_secs(600),
+            load_stall_after: Duration::from_secs(300),
             teardown_grace: Duration::from_secs(20),
             heartbeat: Duration::from_secs(1),
             probe_interval: Duration::from_secs(1),

@@ -339,7 +339,8 @@ impl<S: SignalSource> Run<S> {
             limits.health_failures,
             self.spec.serve.health_timeout_s,
         )
-        .with_hang_after(self.timings.hang_after);
+        .with_hang_after(self.timings.hang_after)
+        .with_load_stall_after(self.timings.load_stall_after);
         let mut watchdog = Watchdog::readiness(
             &p.base_url,
             &self.spec.model.served_name,
@@ -392,7 +393,12 @@ impl<S: SignalSource> Run<S> {
                     } else {
                         self.write_heartbeat(None, machine.engine_healthy());
                     }
-                    continue;
+                    if !machine.awaiting_readiness() {
+                        continue;
+                    }
+                    // Loading's progress is vllm.log growing (weights shards, compile, graph capture all log).
+                    let bytes = std::fs::metadata(&engine_log).map_or(0, |m| m.len());
+                    Input::LoadProgress(Instant::now(), bytes)
                 }
                 _ = tunnel_tick.tick(), if has_tunnel => {
                     let Some(t) = self.tunnel.as_mut() else { continue };

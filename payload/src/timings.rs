@@ -30,6 +30,8 @@ pub struct Timings {
     pub health_timeout: Duration,
     /// `serve.hang_after_s`: the liveness window (crate::liveness).
     pub hang_after: Duration,
+    /// `serve.load_stall_after_s`: loading with no new `vllm.log` bytes this long is stalled.
+    pub load_stall_after: Duration,
     pub teardown_grace: Duration,
     pub heartbeat: Duration,
     pub probe_interval: Duration,
@@ -66,6 +68,7 @@ pub fn check(spec_path: &Path, spec: &LaunchSpec) -> Result<Timings, Failure> {
     let timings = Timings {
         health_timeout: seconds_u64(spec_path, "serve.health_timeout_s", spec.serve.health_timeout_s, true)?,
         hang_after: seconds_u64(spec_path, "serve.hang_after_s", spec.serve.hang_after_s, true)?,
+        load_stall_after: seconds_u64(spec_path, "serve.load_stall_after_s", spec.serve.load_stall_after_s, true)?,
         teardown_grace: seconds_f64(spec_path, "limits.teardown_grace_s", l.teardown_grace_s, false)?,
         heartbeat: seconds_f64(spec_path, "limits.heartbeat_interval_s", l.heartbeat_interval_s, true)?
             .clamp(HEARTBEAT_MIN, HEARTBEAT_MAX),

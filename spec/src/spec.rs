@@ -221,6 +221,15 @@ pub struct ServeSpec {
     /// context.
     #[serde(default = "default_hang_after")]
     pub hang_after_s: u64,
+    /// While loading: no new bytes in `vllm.log` for this long ends the run as `engine_start`
+    /// with cause `stalled`, before `health_timeout_s` (the profile's `engine.load_stall_after_s`;
+    /// docs/payload.md "Readiness budget").
+    #[serde(default = "default_load_stall_after")]
+    pub load_stall_after_s: u64,
+    /// How long loading is expected to take, and how submitter worked it out (`None`: only the cap
+    /// `health_timeout_s` applies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_budget: Option<ReadyBudget>,
     /// GPUs the plan assumes when NVML is absent (`payload plan` on a login node).
     #[serde(default)]
     pub declared_gpus: Option<u32>,
@@ -253,6 +262,69 @@ pub const DEFAULT_HANG_AFTER_S: u64 = 600;
 
 fn default_hang_after() -> u64 {
     DEFAULT_HANG_AFTER_S
+}
+
+/// `serve.load_stall_after_s` when absent: longer than any silent stretch of a healthy vLLM load
+/// (compile and CUDA-graph capture log every few tens of seconds).
+pub const DEFAULT_LOAD_STALL_AFTER_S: u64 = 300;
+
+fn default_load_stall_after() -> u64 {
+    DEFAULT_LOAD_STALL_AFTER_S
+}
+
+/// The readiness budget: the checkpoint's size over the file system's bandwidth, plus compile and
+/// graph-capture allowances, capped by `serve.health_timeout_s`. Written by submitter (it sees the
+/// weights); payload records it and reports overruns, and the stall rule ends loading that makes
+/// no progress.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReadyBudget {
+    /// `min(cap_s, load_s + compile_s + graph_capture_s)`.
+    pub seconds: u64,
+    /// The checkpoint's size on disk (HF cache snapshot or local path).
+    pub weights_bytes: u64,
+    pub load_bandwidth_mib_s: f64,
+    /// `ceil(weights_bytes / MiB / load_bandwidth_mib_s)`.
+    pub load_s: u64,
+    pub compile_s: u64,
+    pub graph_capture_s: u64,
+    /// `serve.health_timeout_s` when it was computed.
+    pub cap_s: u64,
+    /// Where the size came from (a path), or why it is a guess.
+    pub basis: String,
+}
+
+impl ReadyBudget {
+    /// The budget from its inputs (pure; submitter supplies the size).
+    pub fn compute(
+        weights_bytes: u64,
+        load_bandwidth_mib_s: f64,
+        compile_s: u64,
+        graph_capture_s: u64,
+        cap_s: u64,
+        basis: String,
+    ) -> Self {
+        let mib = weights_bytes as f64 / (1024.0 * 1024.0);
+        let load_s = if load_bandwidth_mib_s > 0.0 { (mib / load_bandwidth_mib_s).ceil() as u64 } else { cap_s };
+        let seconds = load_s.saturating_add(compile_s).saturating_add(graph_capture_s).min(cap_s);
+        Self { seconds, weights_bytes, load_bandwidth_mib_s, load_s, compile_s, graph_capture_s, cap_s, basis }
+    }
+
+    /// One line: the figure and how it was computed.
+    pub fn describe(&self) -> String {
+        let gib = self.weights_bytes as f64 / (1024.0 * 1024.0 * 1024.0);
+        let capped = if self.seconds == self.cap_s { " (capped)" } else { "" };
+        format!(
+            "{} s{capped} = {gib:.1} GiB / {} MiB/s = {} s load + {} s compile + {} s graph capture, cap {} s ({})",
+            self.seconds,
+            self.load_bandwidth_mib_s,
+            self.load_s,
+            self.compile_s,
+            self.graph_capture_s,
+            self.cap_s,
+            self.basis
+        )
+    }
 }
 
 fn one() -> u32 {
@@ -879,6 +951,7 @@ impl LaunchSpec {
         v::environment(&self.serve.env).map_err(fail("serve.env"))?;
         v::environment(&self.harbor.env).map_err(fail("harbor.env"))?;
         v::whole_seconds(self.serve.hang_after_s, true).map_err(fail("serve.hang_after_s"))?;
+        v::whole_seconds(self.serve.load_stall_after_s, true).map_err(fail("serve.load_stall_after_s"))?;
         if let Some(fixed) = self.serve.port.fixed {
             v::port(fixed).map_err(fail("serve.port.fixed"))?;
         }
@@ -936,6 +1009,20 @@ impl LaunchSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The figures follow from the sizes: an 8B (16 GiB of bf16 weights) and a 235B MoE (438 GiB)
+    /// at 1000 MiB/s with 120 s compile and 60 s graph capture, under a 3000 s cap.
+    #[test]
+    fn ready_budget_follows_checkpoint_size_and_is_capped() {
+        const GIB: u64 = 1 << 30;
+        let small = ReadyBudget::compute(16 * GIB, 1000.0, 120, 60, 3000, "snapshot".into());
+        assert_eq!((small.load_s, small.seconds), (17, 197));
+        let big = ReadyBudget::compute(438 * GIB, 1000.0, 120, 60, 3000, "snapshot".into());
+        assert_eq!((big.load_s, big.seconds), (449, 629));
+        let capped = ReadyBudget::compute(438 * GIB, 100.0, 120, 60, 3000, "snapshot".into());
+        assert_eq!((capped.load_s, capped.seconds), (4486, 3000));
+        assert!(capped.describe().starts_with("3000 s (capped) = 438.0 GiB / 100 MiB/s"), "{}", capped.describe());
+    }
 
     #[test]
     fn tunnel_json_is_tagged_and_strict() {

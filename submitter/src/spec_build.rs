@@ -418,6 +418,8 @@ impl SpecBuilder<'_> {
                 cluster_gpu_memory_utilization: cluster.hardware.gpu_memory_utilization,
                 health_timeout_s: cluster.engine.health_timeout_s,
                 hang_after_s: cluster.engine.hang_after_s,
+                load_stall_after_s: cluster.engine.load_stall_after_s,
+                ready_budget: None,
                 declared_gpus: Some(layout.gpus_per_node),
                 allow_no_gpu: false,
                 ready_needs_completion: false,

@@ -460,6 +460,46 @@ fn health_timeout_is_engine_timeout() {
     assert_eq!(outcome(&fx)["class"], "engine_timeout");
 }
 
+/// A load that keeps logging (shard progress) outlasts the stall window several times over and is
+/// not stopped: only silence ends a load early (docs/payload.md "Readiness budget").
+#[test]
+fn progressing_load_longer_than_stall_window_is_not_stopped() {
+    let fx = Fx::new("loadprogress");
+    let mut spec = fx.spec();
+    spec["serve"]["env"]["STANDIN_LOAD_SECONDS"] = json!("6");
+    spec["serve"]["env"]["STANDIN_LOAD_LOG_EVERY"] = json!("0.5");
+    spec["serve"]["load_stall_after_s"] = json!(2);
+    spec["serve"]["health_timeout_s"] = json!(60);
+    let mut run = fx.start(&spec, &[]);
+    let code = run.wait(Duration::from_secs(60));
+    assert_eq!(code, 0, "stderr:\n{}", fx.stderr());
+    assert_no_survivors(&run);
+    assert!(fx.event("engine_stalled").is_none());
+    assert!(fx.event("harbor_spawned").is_some());
+}
+
+/// A load that goes silent is `engine_start` with cause `stalled` after the stall window, long
+/// before the cap `serve.health_timeout_s`.
+#[test]
+fn silent_load_ends_as_stalled_early() {
+    let fx = Fx::new("loadstall");
+    let mut spec = fx.spec();
+    spec["serve"]["env"]["STANDIN_LOAD_STALL"] = json!("1");
+    spec["serve"]["load_stall_after_s"] = json!(2);
+    spec["serve"]["health_timeout_s"] = json!(600);
+    let mut run = fx.start(&spec, &[]);
+    let code = run.wait(Duration::from_secs(60));
+    assert_eq!(code, 10, "stderr:\n{}", fx.stderr());
+    assert!(run.elapsed() < Duration::from_secs(30), "took {:?}", run.elapsed());
+    assert_no_survivors(&run);
+    let o = outcome(&fx);
+    assert_eq!(o["class"], "engine_start", "{o}");
+    assert_eq!(o["cause"], "stalled", "{o}");
+    let ev = fx.event("engine_stalled").expect("engine_stalled event")["fields"].clone();
+    assert!(ev["silent_for_s"].as_u64().unwrap() >= 2, "{ev}");
+    assert!(fx.event("harbor_spawned").is_none());
+}
+
 #[test]
 fn engine_killed_mid_run_stops_harbor_as_engine_died() {
     let fx = Fx::with_tasks("enginedies", 4);

@@ -232,6 +232,8 @@ pub enum EventKind {
     EngineUnhealthy,
     /// Requests in flight and no token for `serve.hang_after_s` (payload's liveness rule).
     EngineHung,
+    /// While loading, no new `vllm.log` bytes for `serve.load_stall_after_s` (engine_start/stalled).
+    EngineStalled,
     /// A server not of the engine's process tree answered readiness on its port (never taken
     /// for the engine).
     ForeignServer,
@@ -284,6 +286,7 @@ const EVENT_NAMES: &[(&str, EventKind)] = &[
     ("engine_exited", EventKind::EngineExited),
     ("engine_unhealthy", EventKind::EngineUnhealthy),
     ("engine_hung", EventKind::EngineHung),
+    ("engine_stalled", EventKind::EngineStalled),
     ("foreign_server", EventKind::ForeignServer),
     ("ranks_spawned", EventKind::RanksSpawned),
     ("ranks_joined", EventKind::RanksJoined),

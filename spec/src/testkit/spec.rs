@@ -107,6 +107,8 @@ impl TestSpec {
                     cluster_gpu_memory_utilization: None,
                     health_timeout_s: 60,
                     hang_after_s: crate::spec::DEFAULT_HANG_AFTER_S,
+                    load_stall_after_s: crate::spec::DEFAULT_LOAD_STALL_AFTER_S,
+                    ready_budget: None,
                     declared_gpus: None,
                     allow_no_gpu: false,
                     ready_needs_completion: false,

@@ -314,6 +314,10 @@ pub struct EngineSettings {
     /// `engine_hung` (the spec's `serve.hang_after_s`; docs/payload.md "Liveness").
     #[serde(default = "default_hang_after")]
     pub hang_after_s: u64,
+    /// While loading: no new `vllm.log` bytes for this long is `engine_start/stalled` (the spec's
+    /// `serve.load_stall_after_s`; docs/payload.md "Readiness budget").
+    #[serde(default = "default_load_stall_after")]
+    pub load_stall_after_s: u64,
     /// vLLM's `--distributed-timeout-seconds` for a multi-node engine; default `health_timeout_s`
     /// (weights may load slowly on some nodes, docs/multinode.md).
     #[serde(default)]
@@ -329,6 +333,10 @@ pub struct EngineSettings {
 
 fn default_hang_after() -> u64 {
     launch_spec::spec::DEFAULT_HANG_AFTER_S
+}
+
+fn default_load_stall_after() -> u64 {
+    launch_spec::spec::DEFAULT_LOAD_STALL_AFTER_S
 }
 
 fn default_vllm() -> String {
@@ -707,6 +715,7 @@ impl ClusterProfile {
             }
         };
         check("engine.health_timeout_s", v::whole_seconds(self.engine.health_timeout_s, true).map(drop));
+        check("engine.load_stall_after_s", v::whole_seconds(self.engine.load_stall_after_s, true).map(drop));
         check("engine.hang_after_s", v::whole_seconds(self.engine.hang_after_s, true).map(drop));
         if let Some(timeout) = self.engine.distributed_timeout_s {
             check("engine.distributed_timeout_s", v::whole_seconds(timeout, true).map(drop));

@@ -13,6 +13,8 @@
 //! |---|---|
 //! | `STANDIN_VLLM_STYLE` | `current` (default: vLLM 0.33 log prefix `(APIServer pid=N) INFO …`, 0.33 error texts, no `--swap-space`) or `legacy` (≤ 0.10: `INFO 11-30 05:40:01 [api_server.py:1880] …`, `Starting vLLM API server 0 on …`, V0 KV-cache text, accepts `--swap-space`) |
 //! | `STANDIN_LOAD_SECONDS` | time spent "loading" between binding the port and serving (default 0.2); the port is bound but not listening meanwhile, so connections are refused, like vLLM |
+//! | `STANDIN_LOAD_LOG_EVERY` | seconds between loading-progress lines (`Loading safetensors checkpoint shards: k/n`) during `STANDIN_LOAD_SECONDS` (default 0: none) |
+//! | `STANDIN_LOAD_STALL=1` | after `Starting to load model …` the load hangs silently: no more output, never serves (SIGTERM still stops it) |
 //! | `STANDIN_FAIL_AT_START` | `oom`, `kv_cache`, `world_size`, `model_type`, `other`: print vLLM's real error output for that failure and exit 1 |
 //! | `STANDIN_PRINT_ENV` | `1`: a start failure ends by printing every environment variable (`NAME=value`) on stdout, as a launcher's `trap env EXIT` does; the lines are the last of `vllm.log` |
 //! | `STANDIN_FAIL_DELAY` | seconds before a start failure is printed (default 0.1) |
@@ -1592,7 +1594,29 @@ fn main_after_bind(cfg: Cfg, log: Log, style: Style, host: String, fd: i32, fail
         interruptible_sleep(&log, c::env_f64("STANDIN_LOAD_SECONDS", 0.2) / 2.0);
         fail_engine(&cfg, &log, &fail);
     }
-    interruptible_sleep(&log, c::env_f64("STANDIN_LOAD_SECONDS", 0.2));
+    if c::env_flag("STANDIN_LOAD_STALL") {
+        // A load that hangs silently (a stuck file system, a deadlocked collective): no more output.
+        interruptible_sleep(&log, f64::from(u32::MAX));
+    }
+    let load_s = c::env_f64("STANDIN_LOAD_SECONDS", 0.2);
+    let every = c::env_f64("STANDIN_LOAD_LOG_EVERY", 0.0);
+    if every > 0.0 {
+        // vLLM's shard progress bar, one line per step, so the load visibly makes progress.
+        let steps = (load_s / every).ceil().max(1.0) as u32;
+        for step in 1..=steps {
+            interruptible_sleep(&log, load_s / f64::from(steps));
+            log.engine(
+                cfg.dp,
+                0,
+                "INFO",
+                "default_loader.py",
+                291,
+                &format!("Loading safetensors checkpoint shards: {step}/{steps}"),
+            );
+        }
+    } else {
+        interruptible_sleep(&log, load_s);
+    }
     let weights_gib = 15.27;
     log.engine(
         cfg.dp,
