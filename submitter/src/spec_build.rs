@@ -455,6 +455,13 @@ impl SpecBuilder<'_> {
                 file: secrets_file,
                 daytona: true,
                 pass_to_harbor: cluster.secrets.pass_to_harbor.clone(),
+                // The job downloads the weights itself (internet, nothing staged from the login
+                // side): a gated model needs the token there, as the team's scripts give it.
+                pass_to_engine: if cluster.network.internet && !cluster.pre_download.enabled {
+                    vec![launch_spec::spec::HF_TOKEN.to_string()]
+                } else {
+                    Vec::new()
+                },
             },
             limits: Limits {
                 // The grace plus the final sweep must fit inside Slurm's KillWait.
@@ -517,8 +524,10 @@ fn hf_repo_id(model: &str) -> Result<(), String> {
 const CONFIG_FIX: &str = "(name an existing Harbor job config with --harbor-config or the preset's harbor_config)";
 
 pub fn harbor_config_multiplier(path: &Path) -> Result<f64, SpecBuildError> {
-    let config: ConfigTimeout = launch_spec::yaml::from_yaml_file(path)
-        .map_err(|e| SpecBuildError::HarborConfig { path: path.to_path_buf(), message: format!("{} {CONFIG_FIX}", e.message) })?;
+    let config: ConfigTimeout = launch_spec::yaml::from_yaml_file(path).map_err(|e| SpecBuildError::HarborConfig {
+        path: path.to_path_buf(),
+        message: format!("{} {CONFIG_FIX}", e.message),
+    })?;
     let value = config.timeout_multiplier.unwrap_or(1.0);
     launch_spec::validate::multiplier(value).map_err(|problem| SpecBuildError::HarborConfig {
         path: path.to_path_buf(),
