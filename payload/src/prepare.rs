@@ -470,6 +470,11 @@ pub fn prepare(spec_path: &Path, spec: &LaunchSpec, env: &[(String, String)], ob
         }
     };
     let mut engine_env = childenv::build(env, spec.serve.env_prefix.as_deref(), &spec.serve.env, &run_id);
+    for name in &spec.secrets.pass_to_engine {
+        if let Some(value) = loaded.get(name) {
+            engine_env.insert(name.clone(), value.to_string());
+        }
+    }
     let tunnel_env = childenv::build(env, None, &BTreeMap::new(), &run_id);
     // `{job_scratch}` in the env maps: the job's directory on node-local disk (crate::scratch),
     // created by `run` before the first child.
@@ -687,6 +692,7 @@ pub fn prepare(spec_path: &Path, spec: &LaunchSpec, env: &[(String, String)], ob
 
     let secret_names: BTreeSet<String> = std::iter::once(secrets::DAYTONA_ORG1.to_string())
         .chain(spec.secrets.pass_to_harbor.iter().cloned())
+        .chain(spec.secrets.pass_to_engine.iter().cloned())
         .chain(agent_envs.harbor_env.keys().cloned())
         .chain(spec.post_run.iter().flat_map(|p| p.secrets.iter().cloned()))
         .collect();

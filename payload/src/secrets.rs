@@ -352,7 +352,7 @@ mod tests {
 
     #[test]
     fn path_precedence() {
-        let spec = SecretsSpec { file: None, daytona: true, pass_to_harbor: vec![] };
+        let spec = SecretsSpec { file: None, daytona: true, pass_to_harbor: vec![], pass_to_engine: vec![] };
         let env = |k: &str| match k {
             "DC_AGENT_SECRET_ENV" => Some("/x/keys.env".to_string()),
             "HOME" => Some("/home/u".to_string()),

@@ -785,6 +785,9 @@ pub struct AgentEnv {
     pub value: Option<String>,
 }
 
+/// The Hugging Face token's name in the secrets file (and the variable vLLM and `hf` read).
+pub const HF_TOKEN: &str = "HF_TOKEN";
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SecretsSpec {
@@ -797,6 +800,10 @@ pub struct SecretsSpec {
     /// Further secret names handed to Harbor's environment when present (e.g. `HF_TOKEN`).
     #[serde(default)]
     pub pass_to_harbor: Vec<String>,
+    /// Secret names handed to vLLM's environment when present: `HF_TOKEN` where the job itself
+    /// downloads the weights (gated models). Never argv.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pass_to_engine: Vec<String>,
 }
 
 fn yes() -> bool {

@@ -61,6 +61,9 @@ impl Slurm for InstantSlurm {
     fn cancel(&self, _id: JobId, _signal: Option<&str>, _batch_only: bool) -> Result<(), SlurmError> {
         Ok(())
     }
+    fn move_to_reservation(&self, _id: JobId, _reservation: &str) -> Result<(), SlurmError> {
+        Ok(())
+    }
 }
 
 fn fill(ledger: &dyn Ledger, models: &[String], rows: usize) {

@@ -52,6 +52,9 @@ pub enum Command {
     Logs(commands::verify::LogsArgs),
     /// Cancel by job id or model/benchmark, updating the ledger.
     Cancel(commands::queueing::CancelArgs),
+    /// Move the ledger's pending attempts onto a Slurm reservation (`scontrol update
+    /// jobid=J reservation=R`); jobs no longer pending are left as they are. One line per job.
+    Move(commands::queueing::MoveArgs),
     /// The ledger's model catalogue.
     #[command(subcommand)]
     Models(commands::catalogue::ModelsCommand),
@@ -90,6 +93,7 @@ fn main() -> ExitCode {
         Command::Sync(args) => commands::queueing::sync_command(&args),
         Command::Status(args) => commands::verify::status(&args),
         Command::Cancel(args) => commands::queueing::cancel_command(&args),
+        Command::Move(args) => commands::queueing::move_command(&args),
         Command::Check(args) => commands::verify::check(&args),
         Command::Results(args) => commands::verify::results(&args),
         Command::Report(args) => commands::verify::report(&args),

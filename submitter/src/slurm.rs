@@ -364,6 +364,9 @@ pub trait Slurm {
     /// `scancel`; with `signal`, sends that signal instead of ending the job, and
     /// `batch_only` is needed for the batch script itself to receive it.
     fn cancel(&self, id: JobId, signal: Option<&str>, batch_only: bool) -> Result<(), SlurmError>;
+    /// `scontrol update jobid=J reservation=R`: puts a job onto reservation `R` (Slurm only does so
+    /// while it is pending; the caller checks that first).
+    fn move_to_reservation(&self, id: JobId, reservation: &str) -> Result<(), SlurmError>;
 }
 
 /// `squeue -o` fields, `|`-separated. The name goes last because it is the only field that
@@ -562,6 +565,28 @@ impl Slurm for SlurmCli {
         }
         Ok(())
     }
+
+    fn move_to_reservation(&self, id: JobId, reservation: &str) -> Result<(), SlurmError> {
+        check_reservation_name(reservation)?;
+        let args: Vec<OsString> =
+            vec!["update".into(), format!("jobid={id}").into(), format!("reservation={reservation}").into()];
+        let output = self.run("scontrol", &args, &[])?;
+        if !output.status.success() {
+            return Err(output.failure());
+        }
+        Ok(())
+    }
+}
+
+/// A reservation name `scontrol update` can take as one `reservation=R` field: a name with a space
+/// or `=` would smuggle a second field in.
+pub fn check_reservation_name(name: &str) -> Result<(), SlurmError> {
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+        return Err(SlurmError::InvalidRequest(format!(
+            "bad reservation name {name:?}: use letters, digits, `-`, `_`, `.`"
+        )));
+    }
+    Ok(())
 }
 
 /// Builds sbatch's argument vector (everything after `sbatch`) for `request`.

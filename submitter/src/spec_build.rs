@@ -459,6 +459,13 @@ impl SpecBuilder<'_> {
                 file: secrets_file,
                 daytona: true,
                 pass_to_harbor: cluster.secrets.pass_to_harbor.clone(),
+                // The job downloads the weights itself (internet, nothing staged from the login
+                // side): a gated model needs the token there, as the team's scripts give it.
+                pass_to_engine: if cluster.network.internet && !cluster.pre_download.enabled {
+                    vec![launch_spec::spec::HF_TOKEN.to_string()]
+                } else {
+                    Vec::new()
+                },
             },
             limits: Limits {
                 // The grace plus the final sweep must fit inside Slurm's KillWait.

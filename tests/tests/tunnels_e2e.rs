@@ -882,3 +882,25 @@ fn marker_alive(marker: &str) -> bool {
             && std::fs::read(e.path().join("environ")).is_ok_and(|env| String::from_utf8_lossy(&env).contains(marker))
     })
 }
+
+/// Issue 20, item 6: where the job downloads the weights, `secrets.pass_to_engine` hands the
+/// secrets file's `HF_TOKEN` to vLLM's environment (an engine that prints its environment shows
+/// it); no record the run writes holds its value.
+#[test]
+fn hf_token_reaches_the_engine_and_no_record() {
+    let fx = Fx::new("hftoken", &[("HF_TOKEN", "hf_sekrit_token_value")]);
+    let tunnel = TestSpec::standins(&fx.root, &fx.tag).to_value()["tunnel"].clone();
+    let mut spec = fx.spec("terminus-2", tunnel);
+    spec["secrets"]["pass_to_engine"] = json!(["HF_TOKEN"]);
+    spec["serve"]["env"]["STANDIN_FAIL_AT_START"] = json!("other");
+    spec["serve"]["env"]["STANDIN_PRINT_ENV"] = json!("1");
+    let mut run = fx.start(&spec, "4261");
+    let code = run.wait(&fx, Duration::from_secs(40));
+    assert_eq!(code, 10, "{}", fx.diag());
+    let vllm_log = std::fs::read_to_string(fx.run_dir().join("vllm.log")).unwrap();
+    assert!(vllm_log.lines().any(|l| l == "HF_TOKEN=hf_sekrit_token_value"), "{vllm_log}");
+    let engine_log = fx.run_dir().join("vllm.log").display().to_string();
+    let leaks: Vec<String> =
+        fx.files_containing(&fx.secrets).into_iter().filter(|h| !h.starts_with(&engine_log)).collect();
+    assert!(leaks.is_empty(), "{leaks:?}");
+}

@@ -135,7 +135,7 @@ impl TestSpec {
                     env: BTreeMap::new(),
                     dialect: Default::default(),
                 },
-                secrets: SecretsSpec { file: None, daytona: true, pass_to_harbor: vec![] },
+                secrets: SecretsSpec { file: None, daytona: true, pass_to_harbor: vec![], pass_to_engine: vec![] },
                 limits: Limits::default(),
                 post_run: None,
                 scratch: None,

@@ -128,6 +128,23 @@ pub struct CancelArgs {
     format: FormatArgs,
 }
 
+#[derive(clap::Args)]
+pub struct MoveArgs {
+    #[command(flatten)]
+    ledger: LedgerArgs,
+    /// The reservation to put the pending jobs on.
+    #[arg(long, value_name = "R")]
+    reservation: String,
+    /// Only these Slurm job ids (default: every active attempt of this cluster).
+    #[arg(long = "job", value_name = "ID", value_parser = job_id)]
+    jobs: Vec<String>,
+    /// Only the active attempts of these models (all benchmarks unless --benchmark).
+    #[arg(long = "model", value_name = "M")]
+    models: Vec<String>,
+    #[arg(long = "benchmark", value_name = "B")]
+    benchmarks: Vec<String>,
+}
+
 fn policy(session: &Session, selection: &Selection) -> Policy {
     let limits = &session.cluster.limits;
     Policy {
@@ -525,6 +542,53 @@ pub fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
         format!("{} attempt(s) cancelled\n", cancelled.len())
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `move`: each selected attempt's job that Slurm still has PENDING goes onto `--reservation`; the
+/// others are named and left alone (a running job cannot change reservation). Exit 1 when Slurm
+/// refused one (an unknown reservation, a user it does not admit).
+pub fn move_command(args: &MoveArgs) -> Result<ExitCode> {
+    submitter::slurm::check_reservation_name(&args.reservation).context("--reservation")?;
+    let session = Session::open(&args.ledger)?;
+    let selected: Vec<_> = session
+        .ledger
+        .active()?
+        .into_iter()
+        .filter(|a| a.cluster == session.cluster.name)
+        .filter(|a| args.jobs.is_empty() || a.slurm_job_id.as_ref().is_some_and(|j| args.jobs.contains(j)))
+        .filter(|a| args.models.is_empty() || args.models.contains(&a.model))
+        .filter(|a| args.benchmarks.is_empty() || args.benchmarks.contains(&a.benchmark))
+        .filter_map(|a| {
+            let id: submitter::slurm::JobId = a.slurm_job_id.as_deref()?.parse().ok()?;
+            Some((a, id))
+        })
+        .collect();
+    let ids: Vec<_> = selected.iter().map(|(_, id)| *id).collect();
+    let states = session.slurm.jobs(&ids).context("asking Slurm for the jobs' states")?;
+    let (mut moved, mut refused) = (0usize, 0usize);
+    for (attempt, id) in &selected {
+        let what = format!("job {id} (attempt {}, {} on {})", attempt.id.0, attempt.model, attempt.benchmark);
+        let line = match states.iter().find(|job| job.id == *id).map(|job| &job.state) {
+            Some(submitter::slurm::JobState::Pending) => {
+                match session.slurm.move_to_reservation(*id, &args.reservation) {
+                    Ok(()) => {
+                        moved += 1;
+                        format!("moved {what} onto reservation {}\n", args.reservation)
+                    }
+                    Err(err) => {
+                        refused += 1;
+                        format!("not moved: {what}: {err}\n")
+                    }
+                }
+            }
+            Some(state) => format!("left alone: {what} is {state}, not pending\n"),
+            None => format!("left alone: {what} is no longer known to Slurm\n"),
+        };
+        // Each line as it happens, as `cancel` does.
+        super::print(&line)?;
+    }
+    super::print(&format!("{moved} job(s) moved onto reservation {}\n", args.reservation))?;
+    Ok(if refused > 0 { ExitStatus::Problems.into() } else { ExitCode::SUCCESS })
 }
 
 /// `cancel`: the attempts this call cancelled (in Slurm and in the ledger), in ledger order.

@@ -1,12 +1,14 @@
 //! Site facts of issue 20 (Build 6) through the real binary: the secrets variable first, a
-//! reservation cleared or changed per launch, the stale-pending bound.
+//! reservation cleared or changed per launch, pending jobs moved onto one, the stale-pending bound.
 
 use std::process::Command;
 
 use serde_json::Value;
 
 use crate::ledger::Store;
-use crate::queueing::{TestCluster, text};
+use submitter::ledger::open_ledger;
+
+use crate::queueing::{TestCluster, cancel_all, scancel, text, wait_until};
 use crate::support::{SUBMITTER, slurm_up, workspace_root};
 
 fn spec(cluster: &TestCluster, env: &[(&str, &std::path::Path)]) -> Value {
@@ -197,4 +199,102 @@ fn preflight_checks_the_files_the_vllm_argv_names() {
     let bad = preflight("probe/Plugin-7B");
     assert_eq!(bad.status.code(), Some(1), "{}", text(&bad));
     assert!(line(&bad).contains("--tool-parser-plugin /nonexistent/plugin.py"), "{}", text(&bad));
+}
+
+/// The Slurm field `scontrol -o show job J` prints as `key=value` (`None` when absent or `(null)`).
+fn job_field(job: &str, key: &str) -> Option<String> {
+    let out = Command::new("scontrol").args(["-o", "show", "job", job]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix(&format!("{key}=")).map(str::to_string))
+        .filter(|v| v != "(null)")
+}
+
+/// Deletes the test's reservation however the test ends.
+struct Reservation(String);
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let _ = Command::new("scontrol").args(["delete", &format!("reservationname={}", self.0)]).output();
+    }
+}
+
+/// `move --reservation R` puts the ledger's PENDING jobs onto R (`scontrol update`), one line per
+/// job; a job no longer pending is named and left alone; a reservation Slurm does not know is a
+/// failing line and exit 1.
+#[test]
+#[allow(clippy::print_stderr)]
+fn pending_attempts_are_moved_onto_a_reservation() {
+    if !slurm_up() {
+        return;
+    }
+    let store = Store::sqlite();
+    let cluster = TestCluster::new("facts", |p| {
+        // Held in the queue for an hour: PENDING for the whole test.
+        *p = p.replace("  export_env:", "  extra_args: [\"--begin=now+3600\"]\n  export_env:");
+    });
+    let name = format!("evalci-move-{}", std::process::id());
+    let user = String::from_utf8(Command::new("id").arg("-un").output().unwrap().stdout).unwrap();
+    let created = Command::new("scontrol")
+        .args(["create", "reservation", &format!("reservationname={name}"), "starttime=now", "duration=30"])
+        .args([&format!("users={}", user.trim()), "nodes=ALL", "flags=ignore_jobs"])
+        .output()
+        .unwrap();
+    if !created.status.success() {
+        eprintln!("note: skipping: this Slurm does not let the test create a reservation: {}", text(&created));
+        return;
+    }
+    let _reservation = Reservation(name.clone());
+    let models = cluster.models_file(&["test/Tiny-1B", "test/Small-3B"]);
+    let launched = cluster.run(
+        &["launch"],
+        &store.spec,
+        &["--once", "--preset", "tb2", "--models-file", models.to_str().unwrap()],
+        &[],
+    );
+    assert!(text(&launched).contains("2 submitted"), "{}", text(&launched));
+    let ledger = open_ledger(&store.spec).unwrap();
+    let job_of =
+        |model: &str| ledger.active().unwrap().into_iter().find(|a| a.model == model).unwrap().slurm_job_id.unwrap();
+    let (pending, gone) = (job_of("test/Tiny-1B"), job_of("test/Small-3B"));
+    // One job leaves the queue behind the ledger's back: it is no longer pending.
+    scancel(&gone);
+    wait_until("the cancelled job to leave PENDING", std::time::Duration::from_secs(60), || {
+        job_field(&gone, "JobState").is_some_and(|s| s != "PENDING")
+    });
+
+    let out = cluster.run(&["move"], &store.spec, &["--reservation", &name], &[]);
+    let printed = text(&out);
+    assert!(out.status.success(), "{printed}");
+    assert_eq!(job_field(&pending, "Reservation").as_deref(), Some(name.as_str()), "{printed}");
+    assert_eq!(job_field(&gone, "Reservation"), None, "{printed}");
+    assert!(printed.contains(&format!("moved job {pending} ")), "{printed}");
+    assert!(printed.contains(&format!("left alone: job {gone} ")) && printed.contains("not pending"), "{printed}");
+    assert!(printed.contains("1 job(s) moved"), "{printed}");
+
+    let unknown = cluster.run(&["move"], &store.spec, &["--reservation", "no-such-reservation"], &[]);
+    assert_eq!(unknown.status.code(), Some(1), "{}", text(&unknown));
+    assert!(text(&unknown).contains(&format!("not moved: job {pending} ")), "{}", text(&unknown));
+    assert_eq!(job_field(&pending, "Reservation").as_deref(), Some(name.as_str()));
+
+    let bad = cluster.run(&["move"], &store.spec, &["--reservation", "a b"], &[]);
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad));
+    assert!(text(&bad).contains("bad reservation name") && text(&bad).lines().count() == 1, "{}", text(&bad));
+    cancel_all(&*ledger);
+}
+
+/// `HF_TOKEN` goes to vLLM (by name: `secrets.pass_to_engine`) only where the job downloads the
+/// weights itself: compute nodes with internet and nothing staged from the login side.
+#[test]
+fn hf_token_is_handed_to_the_engine_where_the_job_downloads() {
+    let offline = TestCluster::new("facts", |_| {});
+    assert!(spec(&offline, &[])["secrets"].get("pass_to_engine").is_none());
+    let online = TestCluster::new("facts", |p| p.push_str("network:\n  internet: true\n"));
+    assert_eq!(spec(&online, &[])["secrets"]["pass_to_engine"], serde_json::json!(["HF_TOKEN"]));
+    let staged = TestCluster::new("facts", |p| {
+        let r = p.lines().find_map(|l| l.strip_prefix("  jobs_dir: ")).unwrap().trim_end_matches("/jobs").to_string();
+        *p = p.replace("  jobs_dir:", &format!("  hf_cache: {r}/hf\n  jobs_dir:"))
+            + "network:\n  internet: true\npre_download:\n  enabled: true\n";
+    });
+    assert!(spec(&staged, &[])["secrets"].get("pass_to_engine").is_none());
 }
