@@ -392,7 +392,8 @@ pub fn split_standalone(id: &str) -> Option<(&str, &str)> {
 
 /// The `model:` a file names, read from its text (for a file whose YAML does not load).
 fn id_in_text(file: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(file).ok()?;
+    // A regular file only, capped: a FIFO or a link to /dev/zero never hangs or floods the loader.
+    let text = launch_spec::fsread::read_text_capped(file, 1 << 20, launch_spec::fsread::Links::Follow).ok()?;
     let line = text.lines().find_map(|line| line.strip_prefix("model:"))?;
     let id = line.split('#').next()?.trim().trim_matches(['"', '\'']);
     (!id.is_empty()).then(|| id.to_string())
