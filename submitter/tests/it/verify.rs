@@ -1009,8 +1009,18 @@ fn live_watch_cancels_a_job_that_stays_dead() {
     let attempt = &ledger.attempts_for("test/Tiny-1B", "terminal_bench_2").unwrap()[0];
     assert_eq!(attempt.status, AttemptStatus::Failed, "{}", attempt.reason);
     assert!(attempt.reason.starts_with("cancelled by status --watch: dead for"), "{}", attempt.reason);
-    let state = Command::new("squeue").args(["-h", "--states=all", "-j", &job, "-o", "%T"]).output().unwrap();
-    let state = String::from_utf8_lossy(&state.stdout);
+    // A cancelled job passes through COMPLETING while Slurm ends its step (under proctrack/cgroup,
+    // the whole cgroup): wait for it to leave that state.
+    let squeue_state = || {
+        let out = Command::new("squeue").args(["-h", "--states=all", "-j", &job, "-o", "%T"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let mut state = squeue_state();
+    let waited = Instant::now();
+    while state.contains("COMPLETING") && waited.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(500));
+        state = squeue_state();
+    }
     assert!(state.contains("CANCELLED") || state.trim().is_empty(), "job {job}: {state}");
     let plan = cluster.run("plan", &["--preset", "tb2", "--model", "test/Tiny-1B", "--json"]);
     let decisions: Value = serde_json::from_slice(&plan.stdout).unwrap();
