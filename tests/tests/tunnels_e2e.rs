@@ -888,7 +888,9 @@ fn marker_alive(marker: &str) -> bool {
 /// it); no record the run writes holds its value.
 #[test]
 fn hf_token_reaches_the_engine_and_no_record() {
-    let fx = Fx::new("hftoken", &[("HF_TOKEN", "hf_sekrit_token_value")]);
+    // Made up per run, and kept only in the run's 0600 secrets file (no token-shaped literal).
+    let token = format!("test-hf-{}", unique());
+    let fx = Fx::new("hftoken", &[("HF_TOKEN", token.as_str())]);
     let tunnel = TestSpec::standins(&fx.root, &fx.tag).to_value()["tunnel"].clone();
     let mut spec = fx.spec("terminus-2", tunnel);
     spec["secrets"]["pass_to_engine"] = json!(["HF_TOKEN"]);
@@ -898,7 +900,7 @@ fn hf_token_reaches_the_engine_and_no_record() {
     let code = run.wait(&fx, Duration::from_secs(40));
     assert_eq!(code, 10, "{}", fx.diag());
     let vllm_log = std::fs::read_to_string(fx.run_dir().join("vllm.log")).unwrap();
-    assert!(vllm_log.lines().any(|l| l == "HF_TOKEN=hf_sekrit_token_value"), "{vllm_log}");
+    assert!(vllm_log.lines().any(|l| l == format!("HF_TOKEN={token}")), "{vllm_log}");
     let engine_log = fx.run_dir().join("vllm.log").display().to_string();
     let leaks: Vec<String> =
         fx.files_containing(&fx.secrets).into_iter().filter(|h| !h.starts_with(&engine_log)).collect();

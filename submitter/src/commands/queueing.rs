@@ -111,18 +111,41 @@ fn stale_after_s(flag: Option<Duration>, interval: Option<Duration>) -> u64 {
     }
 }
 
+/// Which active attempts a command acts on: `cancel` and `move` select alike.
 #[derive(clap::Args)]
-pub struct CancelArgs {
-    #[command(flatten)]
-    ledger: LedgerArgs,
-    /// Slurm job ids to cancel (a job id is a positive number).
+pub struct AttemptSelection {
+    /// The attempts of these Slurm job ids (a job id is a positive number).
     #[arg(long = "job", value_name = "ID", value_parser = job_id)]
     jobs: Vec<String>,
-    /// Cancel the active attempts of these models (all benchmarks unless --benchmark).
+    /// The active attempts of these models (all benchmarks unless --benchmark).
     #[arg(long = "model", value_name = "M")]
     models: Vec<String>,
     #[arg(long = "benchmark", value_name = "B")]
     benchmarks: Vec<String>,
+}
+
+impl AttemptSelection {
+    /// Whether a job or a model is named (`cancel` wants one; `move` without one takes all).
+    fn names_jobs_or_models(&self) -> bool {
+        !self.jobs.is_empty() || !self.models.is_empty()
+    }
+
+    /// Selected: by its job id, or by its model — every model when neither jobs nor models are
+    /// named — narrowed by `--benchmark`.
+    fn selects(&self, attempt: &submitter::ledger::Attempt) -> bool {
+        let by_job = attempt.slurm_job_id.as_ref().is_some_and(|j| self.jobs.contains(j));
+        let model = if self.models.is_empty() { self.jobs.is_empty() } else { self.models.contains(&attempt.model) };
+        let benchmark = self.benchmarks.is_empty() || self.benchmarks.contains(&attempt.benchmark);
+        by_job || (model && benchmark)
+    }
+}
+
+#[derive(clap::Args)]
+pub struct CancelArgs {
+    #[command(flatten)]
+    ledger: LedgerArgs,
+    #[command(flatten)]
+    selection: AttemptSelection,
     /// `--format json`: a `cancel` document (docs/design.md §11).
     #[command(flatten)]
     format: FormatArgs,
@@ -135,14 +158,9 @@ pub struct MoveArgs {
     /// The reservation to put the pending jobs on.
     #[arg(long, value_name = "R")]
     reservation: String,
-    /// Only these Slurm job ids (default: every active attempt of this cluster).
-    #[arg(long = "job", value_name = "ID", value_parser = job_id)]
-    jobs: Vec<String>,
-    /// Only the active attempts of these models (all benchmarks unless --benchmark).
-    #[arg(long = "model", value_name = "M")]
-    models: Vec<String>,
-    #[arg(long = "benchmark", value_name = "B")]
-    benchmarks: Vec<String>,
+    /// Without --job or --model: every active attempt of this cluster.
+    #[command(flatten)]
+    selection: AttemptSelection,
 }
 
 fn policy(session: &Session, selection: &Selection) -> Policy {
@@ -502,16 +520,13 @@ fn job_id(text: &str) -> std::result::Result<String, String> {
 }
 
 pub fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
-    if args.jobs.is_empty() && args.models.is_empty() {
+    if !args.selection.names_jobs_or_models() {
         bail!("say what to cancel: --job ID… or --model M… [--benchmark B…]");
     }
     let session = Session::open(&args.ledger)?;
     let mut cancelled = Vec::new();
     for attempt in session.ledger.active()?.into_iter().filter(|a| a.cluster == session.cluster.name) {
-        let by_job = attempt.slurm_job_id.as_ref().is_some_and(|j| args.jobs.contains(j));
-        let by_model = args.models.contains(&attempt.model)
-            && (args.benchmarks.is_empty() || args.benchmarks.contains(&attempt.benchmark));
-        if !(by_job || by_model) {
+        if !args.selection.selects(&attempt) {
             continue;
         }
         if let Some(id) = attempt.slurm_job_id.as_deref().and_then(|j| j.parse().ok()) {
@@ -555,9 +570,7 @@ pub fn move_command(args: &MoveArgs) -> Result<ExitCode> {
         .active()?
         .into_iter()
         .filter(|a| a.cluster == session.cluster.name)
-        .filter(|a| args.jobs.is_empty() || a.slurm_job_id.as_ref().is_some_and(|j| args.jobs.contains(j)))
-        .filter(|a| args.models.is_empty() || args.models.contains(&a.model))
-        .filter(|a| args.benchmarks.is_empty() || args.benchmarks.contains(&a.benchmark))
+        .filter(|a| args.selection.selects(a))
         .filter_map(|a| {
             let id: submitter::slurm::JobId = a.slurm_job_id.as_deref()?.parse().ok()?;
             Some((a, id))
