@@ -60,6 +60,7 @@ impl Recorder {
                 outcome: None,
                 post_run: None,
                 provenance: None,
+                gpu_time: None,
             },
             failed_status_writes: 0,
             failed_event_writes: std::cell::Cell::new(0),

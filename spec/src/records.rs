@@ -267,6 +267,10 @@ pub struct RunStatus {
     /// "Provenance"). Absent in older records.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provenance: Option<RunProvenance>,
+    /// The job's time on its GPUs by phase (`launch_spec::shared::GpuTime`): in a per-leg job's
+    /// run dir and a shared job's group dir; absent in a leg of a shared job and in older records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_time: Option<crate::shared::GpuTime>,
 }
 
 /// The model revision and program versions of one run; `None` where payload could not tell (the

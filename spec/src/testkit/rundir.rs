@@ -170,6 +170,7 @@ pub fn running_status(
         outcome: None,
         post_run: None,
         provenance: None,
+        gpu_time: None,
     }
 }
 

@@ -460,6 +460,7 @@ mod tests {
             outcome: None,
             post_run: None,
             provenance: None,
+            gpu_time: None,
         }
     }
 
