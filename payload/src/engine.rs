@@ -123,39 +123,9 @@ pub fn argv(
     Ok(a)
 }
 
-/// Why vLLM exited during start-up, from its log (docs/design.md §6.2 step 6).
-pub fn classify_start_failure(lines: &[String]) -> &'static str {
-    for line in lines.iter().rev() {
-        let l = line.to_lowercase();
-        if l.contains("larger than the maximum number of tokens that can be stored in kv cache")
-            || l.contains("kv cache is needed, which is larger than the available kv cache memory")
-            || l.contains("no available memory for the cache blocks")
-        {
-            return "kv_cache";
-        }
-        if l.contains("outofmemoryerror") || l.contains("cuda out of memory") || l.contains("cuda error: out of memory")
-        {
-            return "oom";
-        }
-        if l.contains("world size") && (l.contains("larger than") || l.contains("greater than") || l.contains(" > "))
-            || l.contains("exceeds the total number of available gpus")
-        {
-            return "world_size";
-        }
-        // Another process took the port between payload's bind check and vLLM's bind.
-        if l.contains("address already in use") {
-            return "port_in_use";
-        }
-        if l.contains("does not recognize this architecture")
-            || l.contains("unrecognized model")
-            || l.contains("model architectures") && l.contains("are not supported")
-            || l.contains("should have a `model_type` key")
-        {
-            return "model_type";
-        }
-    }
-    "other"
-}
+/// Why vLLM exited during start-up, from its log (docs/design.md §6.2 step 6): the one table both
+/// programs read (`launch_spec::rundir::vocab`).
+pub use launch_spec::rundir::vocab::classify_start_failure;
 
 /// The last `n` lines of a log file (reads at most the last 64 KiB).
 pub fn log_tail(path: &Path, n: usize) -> Vec<String> {

@@ -9,67 +9,8 @@
 //! `Connection refused`, `remote port forwarding failed`, `Host key verification failed`) classify
 //! the failures of any SSH server.
 
-/// One line's meaning.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Line {
-    Authenticated,
-    NotAuthenticated,
-    /// Another session holds this token (Pinggy's lock message).
-    Locked,
-    /// A URL the server announced (Pinggy prints the http:// and https:// forms).
-    Url(String),
-    /// `Allocated port N for remote forward to …` (OpenSSH, for `-R0:…`).
-    AllocatedPort(u16),
-    AuthFailed,
-    ConnectFailed,
-    ForwardFailed,
-    HostKey,
-    Other,
-}
-
-pub fn classify(line: &str) -> Line {
-    let lower = line.to_ascii_lowercase();
-    let has = |s: &str| lower.contains(s);
-    if has("not authenticated") {
-        return Line::NotAuthenticated;
-    }
-    if has("you are authenticated") || has("authenticated as") {
-        return Line::Authenticated;
-    }
-    if has("already active") || (has("same token") && (has("already") || has("active"))) {
-        return Line::Locked;
-    }
-    if let Some(rest) = lower.split("allocated port ").nth(1)
-        && let Some(port) = rest.split_whitespace().next().and_then(|p| p.parse().ok())
-    {
-        return Line::AllocatedPort(port);
-    }
-    if has("permission denied") || has("too many authentication failures") {
-        return Line::AuthFailed;
-    }
-    if has("host key verification failed") || has("remote host identification has changed") {
-        return Line::HostKey;
-    }
-    if has("port forwarding failed") || has("forwarding failed") || (has("bind") && has("address already in use")) {
-        return Line::ForwardFailed;
-    }
-    if has("connection refused")
-        || has("could not resolve hostname")
-        || has("connection timed out")
-        || has("operation timed out")
-        || has("no route to host")
-        || has("network is unreachable")
-        || has("kex_exchange_identification")
-        || has("connection closed by")
-        || has("connection reset")
-    {
-        return Line::ConnectFailed;
-    }
-    if let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://") || w.starts_with("https://")) {
-        return Line::Url(url.trim_end_matches(['.', ',', ')']).to_string());
-    }
-    Line::Other
-}
+/// One line's meaning, by the one tunnel-log vocabulary both programs read.
+pub use launch_spec::rundir::vocab::{TunnelLine as Line, classify_tunnel_line as classify};
 
 /// The `cause` recorded for a failed attempt, from what it printed (most specific first).
 pub fn cause(seen: &Seen) -> &'static str {

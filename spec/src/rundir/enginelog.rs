@@ -17,6 +17,8 @@ use std::path::Path;
 
 use chrono::{DateTime, Datelike, Utc};
 use memchr::memmem::Finder;
+
+use super::vocab;
 use serde::Serialize;
 
 /// How many of the latest completions the "recent" shares are computed over.
@@ -315,9 +317,9 @@ pub struct Scanner {
     seam: Seam,
     context: Finder<'static>,
     context2: Finder<'static>,
-    dead: Finder<'static>,
-    init_failed: Finder<'static>,
-    oom: Finder<'static>,
+    /// Prefilters for [`vocab::is_engine_fatal`]: every fatal phrase, in any case vLLM and torch
+    /// print it, holds one of these (`EngineDeadError`, `… initialization failed`, `…Memory…`).
+    fatal_hints: [Finder<'static>; 3],
     starting: Finder<'static>,
 }
 
@@ -441,9 +443,7 @@ impl Scanner {
             seam: Seam::default(),
             context: Finder::new("maximum context length"),
             context2: Finder::new("VLLMValidationError"),
-            dead: Finder::new("EngineDeadError"),
-            init_failed: Finder::new("Engine core initialization failed"),
-            oom: Finder::new("CUDA out of memory"),
+            fatal_hints: [Finder::new("rror"), Finder::new("ailed"), Finder::new("emory")],
             starting: Finder::new("Starting vLLM"),
         }
     }
@@ -676,9 +676,8 @@ impl Scanner {
             self.log.context_error = Some(clip(line));
         }
         if self.log.fatal.is_none()
-            && (self.dead.find(line).is_some()
-                || self.init_failed.find(line).is_some()
-                || self.oom.find(line).is_some())
+            && self.fatal_hints.iter().any(|f| f.find(line).is_some())
+            && vocab::is_engine_fatal(&String::from_utf8_lossy(line))
         {
             self.log.fatal = Some(clip(line));
         }
@@ -781,6 +780,19 @@ INFO:     127.0.0.1:54325 - \"POST /v1/chat/completions HTTP/1.1\" 200";
         assert_eq!(log.per_minute.iter().map(|(_, c)| c.iter().sum::<u64>()).sum::<u64>(), 5);
         assert_eq!(log.recent, vec![2, 2, 4, 5, 2]);
         assert_eq!(log.recent_counts(), (5, 3, 1, 1));
+    }
+
+    /// Issue 22's drift: `check` matched only `CUDA out of memory`, payload any case of either
+    /// wording; both read `vocab` now.
+    #[test]
+    fn the_older_cuda_out_of_memory_wording_is_fatal() {
+        let log = scan_bytes(
+            b"(EngineCore pid=1) INFO 11-30 05:40:01 [core.py:1] loading\nRuntimeError: CUDA error: out of memory\n",
+        );
+        assert_eq!(log.fatal.as_deref(), Some("RuntimeError: CUDA error: out of memory"));
+        let log = scan_bytes(b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n");
+        assert!(log.fatal.is_some());
+        assert_eq!(scan_bytes(b"INFO 11-30 05:40:01 [worker.py:1] Memory profiling takes 1.2 s\n").fatal, None);
     }
 
     #[test]

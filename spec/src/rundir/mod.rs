@@ -7,6 +7,7 @@
 pub mod enginelog;
 pub mod harbor;
 pub mod lenient;
+pub mod vocab;
 
 use std::path::Path;
 

@@ -17,6 +17,7 @@ use chrono::{DateTime, Utc};
 use launch_spec::fsread::{self, Links};
 use launch_spec::records::{ENGINE_LOG, SPEC_FILE, TUNNEL_LOG};
 use launch_spec::rundir::harbor::{self as hf, JobConfig, JobResult, TrialStage};
+use launch_spec::rundir::vocab::{self, TunnelLine};
 use launch_spec::rundir::{self, LaunchView, StatusRecord};
 use serde::Serialize;
 
@@ -516,7 +517,6 @@ pub fn parse_tunnel_log(path: &Path, text: &str) -> TunnelLog {
         if line.is_empty() {
             continue;
         }
-        let lower = line.to_ascii_lowercase();
         // payload's own notes (`[time] payload: …`): only "verified" and "giving up" count.
         if let Some((_, note)) = line.split_once("] payload: ") {
             if note.starts_with("verified") {
@@ -529,23 +529,25 @@ pub fn parse_tunnel_log(path: &Path, text: &str) -> TunnelLog {
             }
             continue;
         }
-        if lower.contains("already active")
-            || (lower.contains("same token") && (lower.contains("already") || lower.contains("active")))
-        {
+        // One vocabulary with payload's tunnel supervisor (`launch_spec::rundir::vocab`).
+        let kind = vocab::classify_tunnel_line(line);
+        if kind == TunnelLine::Locked {
             log.locked = Some(line.to_string());
             continue;
         }
         let mut up = false;
-        if lower.contains("not authenticated") {
-            log.not_authenticated = Some(line.to_string());
-        } else if lower.contains("you are authenticated") || lower.contains("authenticated as") {
-            log.authenticated = Some(line.to_string());
-            log.not_authenticated = None;
-            up = true;
-        }
-        if lower.contains("allocated port") {
-            log.allocated = Some(line.to_string());
-            up = true;
+        match kind {
+            TunnelLine::NotAuthenticated => log.not_authenticated = Some(line.to_string()),
+            TunnelLine::Authenticated => {
+                log.authenticated = Some(line.to_string());
+                log.not_authenticated = None;
+                up = true;
+            }
+            TunnelLine::AllocatedPort(_) => {
+                log.allocated = Some(line.to_string());
+                up = true;
+            }
+            _ => {}
         }
         // The last URL announced is the one in use; a Pinggy URL beats any other.
         if let Some(m) = url.find(line)
@@ -557,14 +559,7 @@ pub fn parse_tunnel_log(path: &Path, text: &str) -> TunnelLog {
         if up && let Some(lock) = log.locked.take() {
             log.recovered_lock = Some(lock);
         }
-        if (lower.contains("permission denied")
-            || lower.contains("connection refused")
-            || lower.contains("could not resolve")
-            || lower.contains("connection closed")
-            || lower.contains("remote port forwarding failed")
-            || lower.contains("broken pipe"))
-            && log.errors.len() < 5
-        {
+        if kind.is_error() && log.errors.len() < 5 {
             log.errors.push(line.to_string());
         }
         for c in counter.captures_iter(line) {
@@ -880,6 +875,16 @@ mod tests {
         assert_eq!(json_string_after(b": \"http://x/v1\", ").as_deref(), Some("http://x/v1"));
         assert_eq!(json_string_after(b"  :\"a\\\"b\"").as_deref(), Some("a\"b"));
         assert_eq!(json_string_after(b": null"), None);
+    }
+
+    /// Issue 22's drift: `check` did not count these as tunnel errors while payload did (and only
+    /// `check` knew "broken pipe"); one vocabulary now.
+    #[test]
+    fn tunnel_errors_are_payloads_vocabulary() {
+        let text = "Host key verification failed.\nssh: connect to host a.pinggy.io port 443: Connection timed out\n\
+                    ssh: connect to host a.pinggy.io port 443: No route to host\nclient_loop: send disconnect: Broken pipe\n";
+        let log = parse_tunnel_log(Path::new("tunnel.log"), text);
+        assert_eq!(log.errors.len(), 4, "{:?}", log.errors);
     }
 
     #[test]
