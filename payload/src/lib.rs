@@ -10,6 +10,7 @@
 pub mod bounded;
 pub mod childenv;
 pub mod engine;
+pub mod exit;
 pub mod failure;
 pub mod gpu;
 pub mod harbor;

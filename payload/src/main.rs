@@ -191,7 +191,7 @@ async fn main() -> ExitCode {
         Ok(code) => exit(code),
         Err(err) => {
             payload::logsink::line(&format!("error: {err:#}"));
-            exit(1)
+            exit(payload::exit::EXIT_COMMAND_FAILED)
         }
     }
 }

@@ -13,9 +13,8 @@ use nix::fcntl::{Flock, FlockArg};
 /// The lock file's name in the run dir.
 pub const LOCK_FILE: &str = "payload.lock";
 
-/// payload's exit code when another payload holds the run dir (no outcome class: nothing of the
-/// run dir is written).
-pub const EXIT_RUN_DIR_BUSY: i32 = 5;
+/// payload's exit code when another payload holds the run dir (crate::exit).
+pub use crate::exit::EXIT_RUN_DIR_BUSY;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
