@@ -270,7 +270,7 @@ pub struct RunStatus {
     /// The job's time on its GPUs by phase (`launch_spec::shared::GpuTime`): in a per-leg job's
     /// run dir and a shared job's group dir; absent in a leg of a shared job and in older records.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gpu_time: Option<crate::shared::GpuTime>,
+    pub gpu_time: Option<GpuTime>,
 }
 
 /// The model revision and program versions of one run; `None` where payload could not tell (the
@@ -287,6 +287,37 @@ pub struct RunProvenance {
     /// `sha1:<hex>` of the task dir's content (payload's `provenance::dataset_digest`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dataset_digest: Option<String>,
+}
+
+/// One job's time on its GPUs by phase, in wall-clock seconds (GPU-seconds = seconds × `gpus`).
+/// payload writes it in `status.json` (`gpu_time`; the shared-job layout is in `crate::shared`): a per-leg job in its run dir, a shared job in
+/// its group dir (the legs' own records carry none). Queue wait is not in it: the job held no GPU.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuTime {
+    /// GPUs the job holds (every node's).
+    pub gpus: u32,
+    /// payload start → engine spawned (GPU detection, secrets, ports, staging).
+    pub prepare_s: f64,
+    /// Engine spawned → ready.
+    pub load_s: f64,
+    /// Engine up and at least one leg's Harbor running.
+    pub serving_s: f64,
+    /// Engine up and no leg's Harbor running (print-config checks, a post-run step, waiting).
+    pub idle_s: f64,
+    /// Teardown began → every child gone.
+    pub teardown_s: f64,
+    /// When each leg's Harbor ran, in seconds since payload started (one span per leg for a
+    /// per-leg job; spans may overlap in a shared job).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub legs: Vec<LegSpan>,
+}
+
+/// When one leg's Harbor ran.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LegSpan {
+    pub run_tag: String,
+    pub start_s: f64,
+    pub end_s: f64,
 }
 
 /// The post-run step's result, in `status.json` and the `post_run_finished` event.
@@ -309,9 +340,6 @@ pub struct PostRunRecord {
     #[serde(default)]
     pub killed: bool,
 }
-
-/// One line of `events.jsonl` (the typed event lives with the rest of the run-dir format).
-pub use crate::rundir::{Event, EventKind};
 
 #[cfg(test)]
 mod tests {

@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use crate::records::{GpuTime, LegSpan};
 use crate::spec::LaunchSpec;
 
 /// The shared job's document, in its group dir.
@@ -116,35 +117,4 @@ impl SharedJobSpec {
         }
         Ok(doc)
     }
-}
-
-/// One job's time on its GPUs by phase, in wall-clock seconds (GPU-seconds = seconds × `gpus`).
-/// payload writes it in `status.json` (`gpu_time`): a per-leg job in its run dir, a shared job in
-/// its group dir (the legs' own records carry none). Queue wait is not in it: the job held no GPU.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct GpuTime {
-    /// GPUs the job holds (every node's).
-    pub gpus: u32,
-    /// payload start → engine spawned (GPU detection, secrets, ports, staging).
-    pub prepare_s: f64,
-    /// Engine spawned → ready.
-    pub load_s: f64,
-    /// Engine up and at least one leg's Harbor running.
-    pub serving_s: f64,
-    /// Engine up and no leg's Harbor running (print-config checks, a post-run step, waiting).
-    pub idle_s: f64,
-    /// Teardown began → every child gone.
-    pub teardown_s: f64,
-    /// When each leg's Harbor ran, in seconds since payload started (one span per leg for a
-    /// per-leg job; spans may overlap in a shared job).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub legs: Vec<LegSpan>,
-}
-
-/// When one leg's Harbor ran.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LegSpan {
-    pub run_tag: String,
-    pub start_s: f64,
-    pub end_s: f64,
 }
