@@ -19,6 +19,9 @@ pub const CONFIG_FILE: &str = "config.json";
 pub const RESULT_FILE: &str = "result.json";
 pub const LOCK_FILE: &str = "lock.json";
 pub const TRIAL_LOG: &str = "trial.log";
+/// An installed harness's first command's dir in a trial (`agent/command-0/`, OpenHands): there
+/// once the harness's setup in the sandbox is done and it runs its first command.
+pub const AGENT_FIRST_COMMAND: &str = "agent/command-0";
 pub const JOB_LOG: &str = "job.log";
 /// A failed trial's Python traceback.
 pub const EXCEPTION_FILE: &str = "exception.txt";

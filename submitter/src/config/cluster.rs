@@ -536,6 +536,9 @@ pub struct VerifySettings {
     pub zombie_after_s: u64,
     /// Trials active but no new `result.json` for this long → `check` fails (stalled).
     pub no_result_after_s: u64,
+    /// An installed agent's running trial with no `agent/command-0/` this long after its
+    /// `config.json` → `check` fails (setup stalled).
+    pub setup_stalled_after_s: u64,
     /// A trial that finished within this many seconds of its start with no output tokens is an
     /// instant failure.
     pub instant_fail_s: f64,
@@ -572,6 +575,7 @@ impl Default for VerifySettings {
             min_requests: 20,
             zombie_after_s: 600,
             no_result_after_s: 3600,
+            setup_stalled_after_s: 1800,
             instant_fail_s: 5.0,
             instant_fail_share: 0.25,
             min_valid_share: 0.9,
@@ -607,6 +611,7 @@ impl VerifySettings {
             ("zero_ok_after_s", Some(self.zero_ok_after_s), false),
             ("zombie_after_s", Some(self.zombie_after_s), false),
             ("no_result_after_s", Some(self.no_result_after_s), false),
+            ("setup_stalled_after_s", Some(self.setup_stalled_after_s), false),
             ("auto_cancel.dead_after_s", auto.dead_after_s, false),
             ("auto_cancel.stalled_after_s", auto.stalled_after_s, false),
         ] {

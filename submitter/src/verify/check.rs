@@ -21,6 +21,7 @@ use launch_spec::rundir::vocab::{self, TunnelLine};
 use launch_spec::rundir::{self, LaunchView, StatusRecord};
 use serde::Serialize;
 
+use super::findings;
 use super::logscan::{self, EngineLog};
 use super::results::{self, Audit};
 pub use super::rules::RunState;
@@ -75,6 +76,19 @@ struct Agent {
     api_base: Option<String>,
     has_model_info: bool,
     from: &'static str,
+}
+
+impl Agent {
+    /// The agent's name, terminus-2 (Harbor's default) when the files name none.
+    fn display_name(&self) -> String {
+        self.name.clone().unwrap_or_else(|| "terminus-2".into())
+    }
+}
+
+/// The agent runs in the remote sandbox and calls the model back over the tunnel: an installed
+/// harness, or any run whose spec asked for a Pinggy tunnel.
+fn runs_remote(agent: &Agent, launch: &Launch) -> bool {
+    launch.tunnel_kind.as_deref() == Some("pinggy") || is_installed_agent(&agent.display_name())
 }
 
 #[derive(Debug, Clone, Default)]
@@ -174,7 +188,7 @@ pub fn evidence_from_dir(
     }
     if let (Some(err), Some(path)) = (&log_unreadable, &engine_log_path) {
         config.push(
-            Finding::new("engine", "engine.log_unreadable", Level::Fail, format!("engine log cannot be read: {err}"))
+            Finding::new(findings::ENGINE_LOG_UNREADABLE, Level::Fail, format!("engine log cannot be read: {err}"))
                 .evidence(path.display().to_string())
                 .action("make it a regular file payload can write and this user can read; the engine was not judged"),
         );
@@ -197,6 +211,7 @@ pub fn evidence_from_dir(
             scan: (depth == Depth::Full).then(|| trials.clone()),
         },
         has_trials: trials.dirs > 0,
+        installed_agent: runs_remote(&agent, &launch),
         expected_trials: expected,
         config,
         audit,
@@ -378,7 +393,10 @@ pub fn scan_trials(dir: &Path, instant_fail_s: f64) -> std::io::Result<TrialScan
         }
         match stage {
             TrialStage::Queued => scan.queued += 1,
-            TrialStage::Running | TrialStage::Verifying => scan.active += 1,
+            TrialStage::Running | TrialStage::Verifying => {
+                scan.active += 1;
+                setup_pending(&trial, &name, &mut scan);
+            }
             TrialStage::Unconstructed => {
                 scan.unconstructed += 1;
                 if read_into(&trial.join(hf::TRIAL_LOG), &mut buf)
@@ -398,6 +416,19 @@ pub fn scan_trials(dir: &Path, instant_fail_s: f64) -> std::io::Result<TrialScan
         }
     }
     Ok(scan)
+}
+
+/// A running trial without its harness's first command dir: counted, and the oldest kept by its
+/// `config.json` time (a trial's start).
+fn setup_pending(trial: &Path, name: &str, scan: &mut TrialScan) {
+    if std::fs::symlink_metadata(trial.join(hf::AGENT_FIRST_COMMAND)).is_ok_and(|m| m.is_dir()) {
+        return;
+    }
+    scan.setup_pending += 1;
+    let Some(since) = mtime(&trial.join(hf::CONFIG_FILE)) else { return };
+    if scan.oldest_setup.as_ref().is_none_or(|(t, _)| since < *t) {
+        scan.oldest_setup = Some((since, name.to_string()));
+    }
 }
 
 fn done_trial(
@@ -615,14 +646,13 @@ fn tunnel_findings(
     tail: u64,
     findings: &mut Vec<Finding>,
 ) -> Option<TunnelLog> {
-    let agent_name = agent.name.clone().unwrap_or_else(|| "terminus-2".into());
-    let needed = launch.tunnel_kind.as_deref() == Some("pinggy") || is_installed_agent(&agent_name);
+    let agent_name = agent.display_name();
+    let needed = runs_remote(agent, launch);
     let path = find_tunnel_log(dir);
     let Some(path) = path else {
         findings.push(if needed {
             Finding::new(
-                "tunnel",
-                "tunnel.missing",
+                findings::TUNNEL_MISSING,
                 Level::Fail,
                 format!("{agent_name} runs in the sandbox and needs a public tunnel, but there is no tunnel log"),
             )
@@ -630,8 +660,7 @@ fn tunnel_findings(
             .action("configure a Pinggy pair for this cluster (network.pinggy) and resubmit")
         } else {
             Finding::new(
-                "tunnel",
-                "tunnel.not_needed",
+                findings::TUNNEL_NOT_NEEDED,
                 Level::Ok,
                 format!("not needed: {agent_name} calls vLLM on the node"),
             )
@@ -643,7 +672,7 @@ fn tunnel_findings(
     let file = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     if let Some(line) = &log.locked {
         findings.push(
-            Finding::new("tunnel", "tunnel.locked", Level::Fail, "token locked: a tunnel with the same token is already active elsewhere")
+            Finding::new(findings::TUNNEL_LOCKED, Level::Fail, "token locked: a tunnel with the same token is already active elsewhere")
                 .evidence(format!("{file}: {line}"))
                 .action("cancel this job and resubmit with the next free Pinggy pair (or end the stale session holding the token)"),
         );
@@ -653,8 +682,7 @@ fn tunnel_findings(
         log.authenticated.is_some() || log.allocated.is_some() || log.public_url.is_some() || log.verified.is_some();
     if !established {
         let mut f = Finding::new(
-            "tunnel",
-            "tunnel.not_established",
+            findings::TUNNEL_NOT_ESTABLISHED,
             if needed { Level::Fail } else { Level::Warn },
             "the tunnel never came up (no `You are authenticated`, no URL, no allocated port)",
         );
@@ -665,7 +693,7 @@ fn tunnel_findings(
             .push(f.action("read the tunnel log; check the token secret and that port 443 egress works from the node"));
         return Some(log);
     }
-    let mut ok = Finding::new("tunnel", "tunnel.authenticated", Level::Ok, "tunnel up");
+    let mut ok = Finding::new(findings::TUNNEL_AUTHENTICATED, Level::Ok, "tunnel up");
     if let Some(line) = log.authenticated.as_ref().or(log.allocated.as_ref()) {
         ok = ok.evidence(format!("{file}: {line}"));
     }
@@ -696,14 +724,14 @@ fn tunnel_findings(
         let samples = log.counters.values().map(|c| c.2).max().unwrap_or(0);
         if !growing.is_empty() {
             findings.push(
-                Finding::new("tunnel", "tunnel.traffic", Level::Ok, "traffic counters growing")
+                Finding::new(findings::TUNNEL_TRAFFIC, Level::Ok, "traffic counters growing")
                     .evidence(growing.join(", ")),
             );
         } else if samples >= 2 && needed {
             let flat: Vec<String> =
                 log.counters.iter().map(|(k, (_, l, n))| format!("{k}: {l} ({n} readings)")).collect();
             findings.push(
-                Finding::new("tunnel", "tunnel.traffic", Level::Warn, "no traffic through the tunnel: counters flat")
+                Finding::new(findings::TUNNEL_TRAFFIC, Level::Warn, "no traffic through the tunnel: counters flat")
                     .evidence(flat.join(", "))
                     .action("check that the agent's api_base is the tunnel URL and that the sandbox can reach it"),
             );
@@ -727,24 +755,20 @@ fn api_base_findings(
     tunnel: Option<&TunnelLog>,
     findings: &mut Vec<Finding>,
 ) {
-    let agent_name = agent.name.clone().unwrap_or_else(|| "terminus-2".into());
-    let installed = launch.tunnel_kind.as_deref() == Some("pinggy") || is_installed_agent(&agent_name);
+    let agent_name = agent.display_name();
+    let installed = runs_remote(agent, launch);
     let hosted = agent.model_name.as_deref().is_some_and(|m| m.to_ascii_lowercase().starts_with("hosted_vllm/"));
     if agent.from != "config.json" {
         if trials.dirs == 0 {
             findings.push(Finding::new(
-                "api_base",
-                "api_base.unknown",
+                findings::API_BASE_UNKNOWN,
                 Level::Ok,
                 "Harbor has not written its job config.json yet",
             ));
             return;
         }
     } else if hosted && !agent.has_model_info {
-        let mut f = Finding::new(
-            "api_base",
-            "api_base.model_info",
-            Level::Fail,
+        let mut f = Finding::new(findings::API_BASE_MODEL_INFO, Level::Fail,
             "model_info missing from the agent kwargs: terminus-2 then assumes LiteLLM's 1,000,000-token context, never summarises and its long trials end in context-overflow 400s (Harbor before 0.25 rejected the agent outright)",
         )
         .evidence(format!(
@@ -765,7 +789,7 @@ fn api_base_findings(
     let judge = |url: &str, place: String, count: u64| -> Option<Finding> {
         if installed && is_private_url(url) {
             return Some(
-                Finding::new("api_base", "api_base.private", Level::Fail, format!("{agent_name} runs in the remote sandbox but api_base is a private address: the tunnel is not wired"))
+                Finding::new(findings::API_BASE_PRIVATE, Level::Fail, format!("{agent_name} runs in the remote sandbox but api_base is a private address: the tunnel is not wired"))
                     .evidence(format!("{place}: \"api_base\": \"{url}\"{}", if count > 1 { format!(" ({count} trials)") } else { String::new() }))
                     .action("set api_base to the tunnel's public URL (https://<id>.a.pinggy.link/v1) and resume"),
             );
@@ -775,7 +799,7 @@ fn api_base_findings(
             && !url.starts_with(public.trim_end_matches('/'))
         {
             return Some(
-                Finding::new("api_base", "api_base.not_tunnel", Level::Fail, "api_base is not the tunnel's public URL")
+                Finding::new(findings::API_BASE_NOT_TUNNEL, Level::Fail, "api_base is not the tunnel's public URL")
                     .evidence(format!("{place}: \"api_base\": \"{url}\"; tunnel URL {public}"))
                     .action("rewrite api_base in the job and every trial config.json to the tunnel URL, then resume"),
             );
@@ -790,8 +814,7 @@ fn api_base_findings(
     } else if agent.from == "config.json" && hosted {
         findings.push(
             Finding::new(
-                "api_base",
-                "api_base.missing",
+                findings::API_BASE_MISSING,
                 Level::Fail,
                 "no api_base in the agent kwargs: the agent cannot reach vLLM",
             )
@@ -808,7 +831,7 @@ fn api_base_findings(
             && url != job_url
         {
             findings.push(
-                Finding::new("api_base", "api_base.stale", Level::Fail, format!("{count} trial config(s) point at another server than the job config: a stale api_base from an earlier run"))
+                Finding::new(findings::API_BASE_STALE, Level::Fail, format!("{count} trial config(s) point at another server than the job config: a stale api_base from an earlier run"))
                     .evidence(format!("{example}/config.json: \"api_base\": \"{url}\"; config.json: \"{job_url}\""))
                     .action("rewrite api_base in every trial config.json (payload does this on resume), or Harbor refuses to resume / calls a dead server"),
             );
@@ -818,8 +841,7 @@ fn api_base_findings(
     if !bad {
         let url = agent.api_base.clone().or_else(|| trials.api_bases.keys().next().cloned());
         let mut f = Finding::new(
-            "api_base",
-            "api_base.ok",
+            findings::API_BASE_OK,
             Level::Ok,
             match &url {
                 Some(u) if installed => format!("api_base {u} is the public tunnel URL"),

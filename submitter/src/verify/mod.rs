@@ -15,6 +15,7 @@
 //! ([`crate::config::cluster::VerifySettings`]); docs/verification.md lists them.
 
 pub mod check;
+pub mod findings;
 pub mod report;
 pub mod results;
 pub mod rules;
@@ -151,8 +152,16 @@ pub struct Finding {
 }
 
 impl Finding {
-    pub fn new(check: &'static str, id: &'static str, level: Level, summary: impl Into<String>) -> Self {
-        Finding { check, id, level, summary: summary.into(), evidence: Vec::new(), action: None, status: None }
+    pub fn new(which: findings::FindingId, level: Level, summary: impl Into<String>) -> Self {
+        Finding {
+            check: which.check,
+            id: which.id,
+            level,
+            summary: summary.into(),
+            evidence: Vec::new(),
+            action: None,
+            status: None,
+        }
     }
 
     pub fn evidence(mut self, line: impl Into<String>) -> Self {

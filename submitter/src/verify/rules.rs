@@ -11,6 +11,7 @@ use launch_spec::records::{OutcomeClass, Phase, RunStatus};
 use launch_spec::rundir::{RecordError, StatusRecord};
 use serde::Serialize;
 
+use super::findings::{self, FindingId};
 use super::results::Audit;
 use super::{Finding, Level, VerifySettings, human_duration, parse_time, percent};
 use crate::domain::SlurmView;
@@ -49,6 +50,10 @@ pub struct TrialScan {
     /// trial.log lines saying `model_info` is missing (terminus-2's warning), with one example.
     pub model_info_warnings: u64,
     pub model_info_example: Option<String>,
+    /// Running trials without [`launch_spec::rundir::harbor::AGENT_FIRST_COMMAND`], and the
+    /// oldest one's `config.json` time and name (an installed harness still setting up).
+    pub setup_pending: u64,
+    pub oldest_setup: Option<(DateTime<Utc>, String)>,
 }
 
 /// Whether the job that writes this run dir still runs, as far as the evidence tells.
@@ -191,6 +196,8 @@ pub struct Evidence {
     pub audit: Option<Audit>,
     /// Whether the run dir has any trial dir (an engine without a log then warns).
     pub has_trials: bool,
+    /// The agent runs in the remote sandbox (openhands, claude-code, …), not on the node.
+    pub installed_agent: bool,
 }
 
 /// What [`evaluate`] concluded.
@@ -238,8 +245,8 @@ fn rank(v: VerdictKind) -> u8 {
     }
 }
 
-fn finding(check: &'static str, id: &'static str, level: Level, status: VerdictKind, summary: String) -> Finding {
-    Finding::new(check, id, level, summary).stands_for(status)
+fn finding(which: FindingId, level: Level, status: VerdictKind, summary: String) -> Finding {
+    Finding::new(which, level, summary).stands_for(status)
 }
 
 /// Seconds since payload last wrote status.json (its `updated_at` or heartbeat, whichever is newer).
@@ -265,7 +272,7 @@ pub fn evaluate(ev: &Evidence, s: &VerifySettings) -> Assessment {
     if let Some(job) = &ev.job {
         match job.ledger_status {
             AttemptStatus::Finished => {
-                let mut f = finding("job", "job.finished", Level::Ok, VerdictKind::Finished, "finished".into());
+                let mut f = finding(findings::JOB_FINISHED, Level::Ok, VerdictKind::Finished, "finished".into());
                 if let Some(audit) = ev.audit.as_ref().filter(|a| !a.complete) {
                     f.summary = format!("finished, incomplete: {}", audit.reasons.join("; "));
                     f = f.action("resume rather than accept: resubmit the pair");
@@ -275,8 +282,7 @@ pub fn evaluate(ev: &Evidence, s: &VerifySettings) -> Assessment {
             }
             AttemptStatus::Failed | AttemptStatus::Cancelled => {
                 out.push(finding(
-                    "job",
-                    "job.failed",
+                    findings::JOB_FAILED,
                     Level::Fail,
                     VerdictKind::Failed,
                     format!("{}: {}", job.ledger_status, job.ledger_reason),
@@ -302,8 +308,7 @@ pub fn evaluate(ev: &Evidence, s: &VerifySettings) -> Assessment {
         match job.slurm {
             None => {
                 out.push(finding(
-                    "job",
-                    "job.no_job_id",
+                    findings::JOB_NO_JOB_ID,
                     Level::Ok,
                     VerdictKind::Starting,
                     "not yet in Slurm (no job id on the row)".into(),
@@ -312,8 +317,7 @@ pub fn evaluate(ev: &Evidence, s: &VerifySettings) -> Assessment {
             }
             Some(SlurmView::Queued) => {
                 out.push(finding(
-                    "job",
-                    "job.queued",
+                    findings::JOB_QUEUED,
                     Level::Ok,
                     VerdictKind::Starting,
                     format!("queued (job {job_text})"),
@@ -322,7 +326,7 @@ pub fn evaluate(ev: &Evidence, s: &VerifySettings) -> Assessment {
             }
             Some(SlurmView::Gone) => {
                 out.push(
-                    finding("job", "job.gone", Level::Fail, VerdictKind::Dead, format!("Slurm no longer runs job {job_text} and payload recorded no outcome"))
+                    finding(findings::JOB_GONE, Level::Fail, VerdictKind::Dead, format!("Slurm no longer runs job {job_text} and payload recorded no outcome"))
                         .evidence(format!("Slurm: {}", job.slurm_state.clone().unwrap_or_else(|| "not listed".into())))
                         .evidence(status.map_or("no status.json".into(), |st| format!("status.json phase {}, updated {}", phase_name(st.phase), st.updated_at)))
                         .action("killed hard (OOM, node failure, KILL after KillWait): `submitter sync` marks it failed (vanished) and the next launch resubmits"),
@@ -339,14 +343,13 @@ pub fn evaluate(ev: &Evidence, s: &VerifySettings) -> Assessment {
                     };
                     if for_s >= s.no_status_after_s as i64 {
                         out.push(
-                            finding("job", "job.no_status", Level::Fail, VerdictKind::Dead, format!("RUNNING for {} with {why}: payload's records are missing", human_duration(for_s)))
+                            finding(findings::JOB_NO_STATUS, Level::Fail, VerdictKind::Dead, format!("RUNNING for {} with {why}: payload's records are missing", human_duration(for_s)))
                                 .evidence(format!("job {job_text}: no usable status.json in the run dir"))
                                 .action(format!("read the job's Slurm output (`submitter logs {job_text}`); cancel and fix the script or prelude")),
                         );
                     } else {
                         out.push(finding(
-                            "job",
-                            "job.waiting",
+                            findings::JOB_WAITING,
                             Level::Ok,
                             VerdictKind::Starting,
                             format!("job {job_text} running, waiting for payload's first status.json"),
@@ -366,10 +369,7 @@ pub fn evaluate(ev: &Evidence, s: &VerifySettings) -> Assessment {
         let age = status_age_s(st, now).unwrap_or(i64::MAX);
         if age > s.heartbeat_timeout_s as i64 {
             out.push(
-                finding(
-                    "outcome",
-                    "outcome.silent",
-                    if slurm_running { Level::Fail } else { Level::Warn },
+                finding(findings::OUTCOME_SILENT, if slurm_running { Level::Fail } else { Level::Warn },
                     VerdictKind::Dead,
                     if slurm_running {
                         format!("no heartbeat for {} while Slurm says RUNNING", human_duration(age))
@@ -402,13 +402,12 @@ pub fn evaluate(ev: &Evidence, s: &VerifySettings) -> Assessment {
                 }
             };
             let level = if kind == VerdictKind::Failed { Level::Fail } else { Level::Ok };
-            out.push(finding("outcome", "outcome.running", level, kind, text));
+            out.push(finding(findings::OUTCOME_RUNNING, level, kind, text));
             RunState::Running
         }
     } else if ev.harbor.finished_at.is_some() {
         out.push(Finding::new(
-            "outcome",
-            "outcome.harbor_finished",
+            findings::OUTCOME_HARBOR_FINISHED,
             Level::Ok,
             format!("Harbor finished at {}", ev.harbor.finished_at.as_deref().unwrap_or("?")),
         ));
@@ -456,7 +455,7 @@ pub fn evaluate(ev: &Evidence, s: &VerifySettings) -> Assessment {
 }
 
 fn unusable_status(err: &RecordError) -> Finding {
-    Finding::new("outcome", "outcome.unreadable", Level::Warn, format!("payload's status.json is unusable: {err}"))
+    Finding::new(findings::OUTCOME_UNREADABLE, Level::Warn, format!("payload's status.json is unusable: {err}"))
         .evidence("the run is judged on Harbor's files and the engine log alone")
         .action("a truncated file means payload was killed mid-write or the disk is full; a newer version needs a newer submitter")
 }
@@ -464,8 +463,7 @@ fn unusable_status(err: &RecordError) -> Finding {
 fn outcome_finding(o: &launch_spec::records::Outcome) -> Finding {
     if o.class == OutcomeClass::Finished {
         return finding(
-            "outcome",
-            "outcome.finished",
+            findings::OUTCOME_FINISHED,
             Level::Ok,
             VerdictKind::Finished,
             format!("payload: finished ({})", o.message),
@@ -474,8 +472,7 @@ fn outcome_finding(o: &launch_spec::records::Outcome) -> Finding {
     }
     let cause = o.cause.as_ref().map(|c| format!("/{c}")).unwrap_or_default();
     let mut f = finding(
-        "outcome",
-        "outcome.failed",
+        findings::OUTCOME_FAILED,
         Level::Fail,
         VerdictKind::Failed,
         format!("{}{cause} (exit {}): {}", o.class.as_str(), o.exit_code, o.message),
@@ -506,8 +503,7 @@ fn engine_findings(
     let Some(e) = &ev.engine else {
         out.push(
             Finding::new(
-                "engine",
-                "engine.no_log",
+                findings::ENGINE_NO_LOG,
                 if ev.has_trials { Level::Warn } else { Level::Ok },
                 "no engine log and no heartbeat: completions cannot be checked",
             )
@@ -529,7 +525,7 @@ fn engine_findings(
     let share = |n: u64| if total > 0 { n as f64 / total as f64 } else { 0.0 };
     if let Some(fatal) = &e.fatal {
         out.push(
-            finding("engine", "engine.died", Level::Fail, VerdictKind::Dead, "the engine died".into())
+            finding(findings::ENGINE_DIED, Level::Fail, VerdictKind::Dead, "the engine died".into())
                 .evidence(format!("{file}: {fatal}"))
                 .action("read the end of vllm.log (`submitter logs RUN --engine`); resubmit after fixing the cause"),
         );
@@ -538,8 +534,7 @@ fn engine_findings(
         && state == RunState::Running
     {
         let mut f = finding(
-            "engine",
-            "engine.unhealthy",
+            findings::ENGINE_UNHEALTHY,
             Level::Fail,
             VerdictKind::Dead,
             "the engine fails its /health probe".into(),
@@ -559,8 +554,7 @@ fn engine_findings(
     {
         out.push(
             finding(
-                "engine",
-                "engine.hung",
+                findings::ENGINE_HUNG,
                 Level::Fail,
                 VerdictKind::Dead,
                 format!(
@@ -584,8 +578,7 @@ fn engine_findings(
     let mut healthy = String::new();
     if bad_overall || bad_recent {
         let mut f = finding(
-            "engine",
-            "engine.bad_requests",
+            findings::ENGINE_BAD_REQUESTS,
             Level::Fail,
             VerdictKind::Misconfigured,
             format!(
@@ -610,8 +603,7 @@ fn engine_findings(
     let zero_for = served_s.unwrap_or(0);
     if e.ok == 0 && zero_for >= s.zero_ok_after_s as i64 {
         let mut f = Finding::new(
-            "engine",
-            "engine.zero_ok",
+            findings::ENGINE_ZERO_OK,
             Level::Fail,
             format!(
                 "{} served with zero 200 completions: broken agent setup (missing model_info, or an old Harbor)",
@@ -635,8 +627,7 @@ fn engine_findings(
     } else if !bad_overall && !bad_recent {
         if total >= s.min_requests && share(e.c5xx) > s.server_error_share {
             let mut f = Finding::new(
-                "engine",
-                "engine.server_errors",
+                findings::ENGINE_SERVER_ERRORS,
                 Level::Warn,
                 format!("{} of completions failed with 5xx", percent(share(e.c5xx))),
             )
@@ -667,8 +658,7 @@ fn engine_findings(
                 format!("{total} completions, {} answered 200", percent(share(e.ok)))
             };
             let mut f = Finding::new(
-                "engine",
-                "engine.completions",
+                findings::ENGINE_COMPLETIONS,
                 if slow || stopped { Level::Warn } else { Level::Ok },
                 summary,
             )
@@ -726,8 +716,7 @@ fn trial_findings(
             .sum();
         let queued = if scan.queued > 0 { format!(", {} queued", scan.queued) } else { String::new() };
         let mut progress = Finding::new(
-            "trials",
-            "trials.progress",
+            findings::TRIALS_PROGRESS,
             Level::Ok,
             format!(
                 "{} done{expected_text}, {} active{queued}, {} errored ({infra} infra)",
@@ -747,8 +736,7 @@ fn trial_findings(
             let fail = scan.instant_failures >= 3
                 && scan.instant_failures as f64 > s.instant_fail_share * scan.done.max(1) as f64;
             let mut f = Finding::new(
-                "trials",
-                "trials.instant_fail",
+                findings::TRIALS_INSTANT_FAIL,
                 if fail { Level::Fail } else { Level::Warn },
                 format!(
                     "{} of {} finished trials failed instantly (no output tokens, the agent ended ≈ when it started)",
@@ -775,8 +763,7 @@ fn trial_findings(
         }
         if scan.unconstructed > 0 && scan.model_info_warnings > 0 {
             let mut f = Finding::new(
-                "trials",
-                "trials.never_started",
+                findings::TRIALS_NEVER_STARTED,
                 Level::Fail,
                 format!(
                     "{} trial dir(s) were never constructed: the agent rejected its configuration",
@@ -788,6 +775,28 @@ fn trial_findings(
             }
             out.push(f.action("pass model_info in the agent kwargs (payload does this) and resubmit"));
         }
+    }
+    if judge_running
+        && ev.installed_agent
+        && let Some(scan) = &t.scan
+        && let Some((since, trial)) = &scan.oldest_setup
+        && (now - *since).num_seconds() >= s.setup_stalled_after_s as i64
+    {
+        out.push(
+            finding(
+                findings::TRIALS_SETUP_STALLED,
+                Level::Fail,
+                VerdictKind::Stalled,
+                format!(
+                    "{} running trial(s) of an installed agent have no {}/ (setup stalled): the oldest for {}",
+                    scan.setup_pending,
+                    launch_spec::rundir::harbor::AGENT_FIRST_COMMAND,
+                    human_duration((now - *since).num_seconds())
+                ),
+            )
+            .evidence(format!("{trial}/config.json written {}", since.to_rfc3339()))
+            .action("the harness never finished installing in the sandbox: read the trial's trial.log and agent/ setup output; check the sandbox provider, then cancel and resubmit"),
+        );
     }
     let all_done = expected.is_some_and(|e| done >= e) && active == 0;
     if judge_running {
@@ -817,13 +826,13 @@ fn trial_findings(
         let result_quiet = last_result.map(|x| (now - x).num_seconds());
         if all_done && done > 0 && quiet.is_some_and(|q| q >= s.zombie_after_s as i64) {
             out.push(
-                finding("trials", "trials.zombie", Level::Fail, VerdictKind::Stalled, format!("all {done} trials are done {} ago but the job still runs (zombie)", human_duration(quiet.unwrap_or(0))))
+                finding(findings::TRIALS_ZOMBIE, Level::Fail, VerdictKind::Stalled, format!("all {done} trials are done {} ago but the job still runs (zombie)", human_duration(quiet.unwrap_or(0))))
                     .evidence(basis())
                     .action("Harbor is hung after its last trial: cancel the job (`submitter cancel --job ID`); its results are complete"),
             );
         } else if !all_done && quiet.is_some_and(|q| q >= s.stall_after_s as i64) {
             out.push(
-                finding("trials", "trials.stalled", Level::Fail, VerdictKind::Stalled, format!("no completion and no trial progress for {} while {active} trials are active (stalled)", human_duration(quiet.unwrap_or(0))))
+                finding(findings::TRIALS_STALLED, Level::Fail, VerdictKind::Stalled, format!("no completion and no trial progress for {} while {active} trials are active (stalled)", human_duration(quiet.unwrap_or(0))))
                     .evidence(basis())
                     .action("look at an active trial's trial.log and the engine log; cancel and resubmit (resume) if nothing moves"),
             );
@@ -834,7 +843,7 @@ fn trial_findings(
             && t.scan.is_some()
         {
             out.push(
-                Finding::new("trials", "trials.stalled", Level::Fail, format!("no new result.json for {} while {active} trials are active (stalled)", human_duration(result_quiet.unwrap_or(0))))
+                Finding::new(findings::TRIALS_STALLED, Level::Fail, format!("no new result.json for {} while {active} trials are active (stalled)", human_duration(result_quiet.unwrap_or(0))))
                     .evidence(basis())
                     .action("completions arrive but no trial finishes: look at an active trial's trial.log (an agent looping?); cancel and resubmit if nothing moves"),
             );
@@ -842,8 +851,7 @@ fn trial_findings(
     } else if state == RunState::Unknown && all_done && done > 0 && ev.job.is_none() {
         out.push(
             Finding::new(
-                "trials",
-                "trials.done_unrecorded",
+                findings::TRIALS_DONE_UNRECORDED,
                 Level::Warn,
                 "all trials are done but no outcome was recorded",
             )
@@ -857,8 +865,7 @@ fn trial_findings(
 
 fn audit_finding(audit: &Audit) -> Finding {
     let mut f = Finding::new(
-        "audit",
-        "audit.completion",
+        findings::AUDIT_COMPLETION,
         if audit.complete { Level::Ok } else { Level::Warn },
         if audit.complete { "complete".to_string() } else { format!("incomplete: {}", audit.reasons.join("; ")) },
     );

@@ -636,7 +636,7 @@ mod tests {
     fn config_problems_make_it_misconfigured() {
         let mut case = Case::new(Some(status(Phase::Running, 100, Some(hb(100, 50, 0, 10, 100)))), 100);
         case.problems = vec![
-            Finding::new("api_base", "api_base.private", super::super::Level::Fail, "private api_base")
+            Finding::new(super::super::findings::API_BASE_PRIVATE, super::super::Level::Fail, "private api_base")
                 .evidence("config.json: 10.0.0.1"),
         ];
         let (v, _) = case.judge();

@@ -585,3 +585,50 @@ fn check_prefers_the_events_final_outcome_to_a_stale_running_record() {
     let (run, _) = check(&stale(50.0).path);
     assert_ne!(run["state"], "ended", "an earlier run's outcome is not this run's: {run}");
 }
+
+/// Issue 22's example rule (the team's 15-minute check, step 4): an installed harness whose running
+/// trials have no `agent/command-0/` 30 minutes after their start never finished its setup. A
+/// trial that reached its first command, a younger one, and a local agent are not stalled.
+#[test]
+fn an_installed_harness_that_never_ran_its_first_command_is_setup_stalled() {
+    let openhands = |started_min: f64| {
+        let d = RunDir::temp(JOB);
+        let mut harbor = HarborJob::started(JOB, at(started_min), 4, None);
+        harbor.agent = "openhands".into();
+        harbor.api_base = "https://abc.a.pinggy.link/v1".into();
+        d.job(&harbor);
+        d.file("tunnel.log", "You are authenticated as ops\nhttps://abc.a.pinggy.link\nRB: 10 SB: 5 TC: 1\nRB: 20 SB: 9 TC: 2\n", Some(at(1.0)));
+        d
+    };
+    let tunnelled = |d: &RunDir, name: &str, started_min: f64| {
+        Trial::new(name, Stage::Running(at(started_min))).api_base("https://abc.a.pinggy.link/v1").write(&d.path);
+    };
+    let d = openhands(50.0);
+    tunnelled(&d, "task-0__setup000", 45.0);
+    tunnelled(&d, "task-1__setup001", 40.0);
+    let (run, code) = check(&d.path);
+    assert_eq!(code, Some(1), "{run:#}");
+    let f = finding(&run, "trials.setup_stalled").unwrap_or_else(|| panic!("no trials.setup_stalled: {run:#}"));
+    assert!(text(f).contains("2 running trial(s)") && text(f).contains("the oldest for 45m"), "{f:#}");
+    assert!(text(f).contains("task-0__setup000/config.json"), "{f:#}");
+    assert_eq!(run["status_verdict"], "stalled", "{run:#}");
+
+    // Past its setup: the harness ran its first command.
+    let d = openhands(50.0);
+    tunnelled(&d, "task-0__setup000", 45.0);
+    std::fs::create_dir_all(d.path.join("task-0__setup000/agent/command-0")).unwrap();
+    let (run, _) = check(&d.path);
+    assert!(finding(&run, "trials.setup_stalled").is_none(), "{run:#}");
+
+    // Still within the window.
+    let d = openhands(20.0);
+    tunnelled(&d, "task-0__setup000", 10.0);
+    let (run, _) = check(&d.path);
+    assert!(finding(&run, "trials.setup_stalled").is_none(), "{run:#}");
+
+    // terminus-2 has no setup phase in the sandbox.
+    let d = job(50.0, 4, None);
+    running_trial(&d.path, "task-0__setup000", 45.0);
+    let (run, _) = check(&d.path);
+    assert!(finding(&run, "trials.setup_stalled").is_none(), "{run:#}");
+}
