@@ -478,7 +478,7 @@ fn check_fields_on_cluster(
                     ),
                 );
             }
-            if let Some(problem) = weights_do_not_fit(id, parallel.total(), cluster, gpu_profiles) {
+            if let Some(problem) = weights_do_not_fit(id, parallel.total(), cluster, gpu_profiles, None) {
                 findings.warn(place, format!("on cluster {}: {problem}", cluster.name));
             }
         }
@@ -489,26 +489,31 @@ fn check_fields_on_cluster(
 pub const KV_MARGIN: f64 = 0.2;
 
 /// Why the weights cannot fit `gpus` GPUs of `cluster`: parameters × bytes per parameter, plus
-/// [`KV_MARGIN`], against the GPUs' memory × the gpu-memory ceiling. `None` when they fit or when
-/// the size or the GPUs' memory is unknown.
+/// [`KV_MARGIN`], against the GPUs' memory × the gpu-memory ceiling the job will run with — by the
+/// spec's one precedence (`launch_spec::gpu::effective_gpu_memory_utilization`: the spec's override,
+/// e.g. a preset's, > the cluster's > the GPU profile's). `None` when they fit or when the size or
+/// the GPUs' memory is unknown.
 pub fn weights_do_not_fit(
     id: &str,
     gpus: u32,
     cluster: &ClusterProfile,
     gpu_profiles: Option<&launch_spec::GpuProfiles>,
+    spec_override: Option<f64>,
 ) -> Option<String> {
     let params_b = crate::registry::size::total_size(id)?;
     let gib_per_gpu = cluster.hardware.gpu_memory_gib?;
     let bytes = crate::registry::size::bytes_per_parameter(id);
-    let ceiling = cluster.hardware.gpu_memory_utilization.or_else(|| {
-        let gpu = launch_spec::GpuInfo {
-            index: 0,
-            uuid: String::new(),
-            name: cluster.hardware.gpu_name.clone().unwrap_or_default(),
-            memory_total_bytes: (gib_per_gpu * (1u64 << 30) as f64) as u64,
-        };
-        gpu_profiles.and_then(|p| p.select(&gpu)).map(|p| p.gpu_memory_utilization)
-    })?;
+    let gpu = launch_spec::GpuInfo {
+        index: 0,
+        uuid: String::new(),
+        name: cluster.hardware.gpu_name.clone().unwrap_or_default(),
+        memory_total_bytes: (gib_per_gpu * (1u64 << 30) as f64) as u64,
+    };
+    let (ceiling, _) = launch_spec::gpu::effective_gpu_memory_utilization(
+        spec_override,
+        cluster.hardware.gpu_memory_utilization,
+        gpu_profiles.and_then(|p| p.select(&gpu)),
+    )?;
     let weights_gib = params_b * 1e9 * bytes / (1u64 << 30) as f64;
     let needed = weights_gib * (1.0 + KV_MARGIN);
     let available = f64::from(gpus) * gib_per_gpu * ceiling;
@@ -545,5 +550,22 @@ mod tunnel_tests {
         let mut findings = Findings::default();
         check_tunnels(&presets, &[leo], &mut findings);
         assert!(findings.0.is_empty(), "{:?}", findings.0);
+    }
+}
+
+#[cfg(test)]
+mod fit_tests {
+    use super::*;
+
+    /// Issue 22's drift: the fit check took the cluster's ceiling even where the spec (a preset's
+    /// `gpu_memory_utilization`) sets a lower one the job will run with.
+    #[test]
+    fn the_fit_is_judged_at_the_ceiling_the_job_runs_with() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../clusters");
+        let leo = config::load_cluster(&dir, "leonardo").unwrap();
+        // 32B × 2 bytes ≈ 60 GiB + 20 % = 72 GiB; 2 × 64 GiB × 0.9 fits, × 0.5 does not.
+        assert_eq!(weights_do_not_fit("Qwen/Qwen3-32B", 2, &leo, None, None), None);
+        let refused = weights_do_not_fit("Qwen/Qwen3-32B", 2, &leo, None, Some(0.5)).expect("does not fit at 0.5");
+        assert!(refused.contains("× 0.5 ="), "{refused}");
     }
 }

@@ -538,7 +538,13 @@ fn memory(spec: &LaunchSpec, cluster: &ClusterProfile) -> Result<String, Outcome
         return Err(Outcome::Skipped(format!("no parameter count in `{}`", spec.model.hf_id)));
     };
     let gpus = spec.parallelism().replica();
-    match crate::lint::weights_do_not_fit(&spec.model.hf_id, gpus, cluster, Some(&spec.gpu_profiles)) {
+    match crate::lint::weights_do_not_fit(
+        &spec.model.hf_id,
+        gpus,
+        cluster,
+        Some(&spec.gpu_profiles),
+        spec.serve.gpu_memory_utilization,
+    ) {
         Some(problem) => fail(format!(
             "{problem} (TP {} × PP {})",
             spec.serve.tensor_parallel_size, spec.serve.pipeline_parallel_size

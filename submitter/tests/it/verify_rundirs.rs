@@ -597,7 +597,11 @@ fn an_installed_harness_that_never_ran_its_first_command_is_setup_stalled() {
         harbor.agent = "openhands".into();
         harbor.api_base = "https://abc.a.pinggy.link/v1".into();
         d.job(&harbor);
-        d.file("tunnel.log", "You are authenticated as ops\nhttps://abc.a.pinggy.link\nRB: 10 SB: 5 TC: 1\nRB: 20 SB: 9 TC: 2\n", Some(at(1.0)));
+        d.file(
+            "tunnel.log",
+            "You are authenticated as ops\nhttps://abc.a.pinggy.link\nRB: 10 SB: 5 TC: 1\nRB: 20 SB: 9 TC: 2\n",
+            Some(at(1.0)),
+        );
         d
     };
     let tunnelled = |d: &RunDir, name: &str, started_min: f64| {
