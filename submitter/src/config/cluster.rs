@@ -50,6 +50,11 @@ pub struct ClusterProfile {
     /// Notifications from the launch loop (webhook and/or command); docs/submitter.md.
     #[serde(default)]
     pub notify: Option<NotifySettings>,
+    /// The team's database (OT-Agent schema): named here, every `plan`/`launch` iteration folds
+    /// its new rows into the ledger before deciding, and `launch`/`sync` mirror into it
+    /// (docs/ledger.md, "Team history by default").
+    #[serde(default)]
+    pub team: Option<TeamSettings>,
 }
 
 /// `listener:` — the listener job's own placement: a small CPU partition (never the GPU one), with
@@ -781,6 +786,9 @@ impl ClusterProfile {
         if let Some(notify) = &self.notify {
             problems.extend(notify.problems());
         }
+        if let Some(team) = &self.team {
+            problems.extend(team.problems());
+        }
         if let Some(post_run) = &self.post_run {
             problems.extend(self.post_run_problems(post_run));
         }
@@ -914,6 +922,45 @@ impl NotifySettings {
         }
         if self.digest_after == 0 {
             problems.push("notify.digest_after must be ≥ 1".into());
+        }
+        problems
+    }
+}
+
+/// `team:` — the team's database, consulted by every `plan`/`launch` iteration (`crate::team`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TeamSettings {
+    /// The name of the secrets-file key holding the team database URL (with its password);
+    /// never the URL itself. `$SUBMITTER_TEAM_DB` of the shell wins over it.
+    pub database_secret: String,
+    /// Publish this submitter's attempts into the team's `sandbox_jobs` (`--mirror`) by default.
+    #[serde(default = "default_true")]
+    pub mirror: bool,
+    /// The bound of each statement on the team database (the connect timeout is the URL's
+    /// `connect_timeout`, else 10 s).
+    #[serde(default = "default_team_timeout_s")]
+    pub timeout_s: u64,
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_team_timeout_s() -> u64 {
+    30
+}
+
+impl TeamSettings {
+    pub fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if !launch_spec::expand::is_var_name(&self.database_secret) {
+            problems.push(format!(
+                "team.database_secret `{}` is not a variable name ([A-Za-z_][A-Za-z0-9_]*): name the secrets-file key, never the URL",
+                crate::ledger::redact_url(&self.database_secret)
+            ));
+        }
+        if !(1..=600).contains(&self.timeout_s) {
+            problems.push(format!("team.timeout_s {} must be 1..=600 seconds", self.timeout_s));
         }
         problems
     }
