@@ -114,7 +114,7 @@ UPDATE sandbox_jobs SET created_at = submitted_at;
 ";
 
 /// Plans for 32B models need more than the queueing tests' one GPU per node.
-fn four_gpus(profile: &mut String) {
+pub(crate) fn four_gpus(profile: &mut String) {
     *profile = profile.replace("gpus_per_node: 1", "gpus_per_node: 4");
 }
 
