@@ -4,10 +4,10 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
+use submitter::config::cluster::TeamSettings;
 use submitter::ledger::redact_url;
 use submitter::output::{self, FormatArgs};
 use submitter::team::import::ImportReport;
-use submitter::config::cluster::TeamSettings;
 use submitter::team::{TEAM_DB_ENV, import};
 
 use super::session::{LedgerArgs, Session};

@@ -979,6 +979,22 @@ mod tests {
     }
 
     #[test]
+    fn team_names_a_secrets_key_never_a_url_and_the_real_profiles_name_one() {
+        let team = parse(&format!("{LOCAL}team: {{database_secret: TEAM_DB}}\n")).unwrap().team.unwrap();
+        assert_eq!((team.database_secret.as_str(), team.mirror, team.timeout_s), ("TEAM_DB", true, 30));
+        assert!(team.problems().is_empty());
+        let url =
+            format!("{LOCAL}team: {{database_secret: \"postgresql://u.p:made-up@h:6543/postgres\", timeout_s: 0}}\n");
+        let problems = parse(&url).unwrap().team.unwrap().problems();
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].contains("not a variable name") && !problems[0].contains("made-up"), "{problems:?}");
+        assert!(problems[1].contains("team.timeout_s 0"), "{problems:?}");
+        for real in [include_str!("../../../clusters/leonardo.yaml"), include_str!("../../../clusters/vista.yaml")] {
+            assert_eq!(parse(real).unwrap().team.map(|t| t.database_secret), Some("SUBMITTER_TEAM_DB".to_string()));
+        }
+    }
+
+    #[test]
     fn stale_pending_is_six_hours_unless_the_profile_says_otherwise() {
         assert!(!LOCAL.contains("stale_pending_hours"));
         assert_eq!(parse(LOCAL).unwrap().limits.stale_pending_hours, 6.0, "the team's bound (issue 20)");

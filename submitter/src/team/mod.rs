@@ -46,7 +46,9 @@ pub fn url_from_secrets(file: &Path, name: &str) -> Result<String, TeamError> {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let problem = |problem: String| TeamError::Secrets { file: file.display().to_string(), problem };
     let meta = std::fs::metadata(file).map_err(|e| {
-        problem(format!("{e}: create it (mode 0600) with `{name}=postgresql://…` (team.database_secret), or set ${TEAM_DB_ENV}"))
+        problem(format!(
+            "{e}: create it (mode 0600) with `{name}=postgresql://…` (team.database_secret), or set ${TEAM_DB_ENV}"
+        ))
     })?;
     if !meta.is_file() {
         return Err(problem("not a regular file".into()));

@@ -107,7 +107,8 @@ fn plan_names_each_skips_evidence() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     std::fs::create_dir_all(&state).unwrap();
-    let ledger = submitter::ledger::open_ledger(&submitter::ledger::default_path(&state).display().to_string()).unwrap();
+    let ledger =
+        submitter::ledger::open_ledger(&submitter::ledger::default_path(&state).display().to_string()).unwrap();
     let own = ledger
         .insert_pending(&NewAttempt {
             model: "Qwen/Qwen3-8B".into(),

@@ -142,7 +142,10 @@ impl TlsPostgres {
 
     fn start_server(&self) {
         let log = self.dir.path().join("server.log");
-        let out = self.pg("pg_ctl", &["-D", self.data().to_str().unwrap(), "-l", log.to_str().unwrap(), "-w", "-t", "120", "start"]);
+        let out = self.pg(
+            "pg_ctl",
+            &["-D", self.data().to_str().unwrap(), "-l", log.to_str().unwrap(), "-w", "-t", "120", "start"],
+        );
         assert!(
             out.status.success(),
             "pg_ctl start: {}\n{}",
@@ -257,12 +260,27 @@ fn fresh_user_skips_what_the_team_finished_over_tls_with_the_pooler_url() {
     let out = cluster.run(&["plan"], &store.spec, &[&selection[..], &["--format", "json"]].concat(), &[]);
     assert!(out.status.success(), "{}", text(&out));
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!((doc["team"]["attempts_new"].as_u64(), doc["team"]["offline"].as_bool()), (Some(1), Some(false)), "{}", doc["team"]);
+    assert_eq!(
+        (doc["team"]["attempts_new"].as_u64(), doc["team"]["offline"].as_bool()),
+        (Some(1), Some(false)),
+        "{}",
+        doc["team"]
+    );
     let job = |model: &str, benchmark: &str| -> Value {
-        doc["jobs"].as_array().unwrap().iter().find(|j| j["model"] == model && j["benchmark"] == benchmark).unwrap().clone()
+        doc["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["model"] == model && j["benchmark"] == benchmark)
+            .unwrap()
+            .clone()
     };
     let mixer = job("org/Mixer-30B-A3B", "dev_set_v2");
-    assert_eq!((mixer["decision"].as_str(), mixer["evidence"]["source"].as_str()), (Some("skip"), Some("team")), "{mixer}");
+    assert_eq!(
+        (mixer["decision"].as_str(), mixer["evidence"]["source"].as_str()),
+        (Some("skip"), Some("team")),
+        "{mixer}"
+    );
     assert_eq!(mixer["evidence"]["team_row"].as_str(), Some(format!("{ROW}9").as_str()), "{mixer}");
     assert!(job("Qwen/Qwen3-32B", "terminal_bench_2").get("evidence").is_none(), "a resubmit rests on no evidence row");
 
