@@ -296,6 +296,35 @@ fn fresh_user_skips_what_the_team_finished_over_tls_with_the_pooler_url() {
     eprintln!("without TLS: {}", errors[0]);
     assert!(!text(&out).contains(&server.password), "password leaked: {}", text(&out));
 
+    // Bounded: a team database that does not answer (its jobs table locked by another session)
+    // fails the plan after `team.timeout_s`, not never.
+    let profile = cluster.root().join("clusters/teamtls.yaml");
+    let text_of = std::fs::read_to_string(&profile).unwrap();
+    std::fs::write(&profile, text_of.replace("timeout_s: 20", "timeout_s: 2")).unwrap();
+    let mut locker = admin.transaction().unwrap();
+    locker.batch_execute("LOCK TABLE sandbox_jobs IN ACCESS EXCLUSIVE MODE").unwrap();
+    let mut child = cluster
+        .command(&["plan"], &store.spec, &selection, &[])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            panic!("plan still waiting on a locked team database after 120 s (team.timeout_s is 2)");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = child.wait_with_output().unwrap();
+    eprintln!("plan against a locked team database ended in {:.2} s", started.elapsed().as_secs_f64());
+    locker.rollback().unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let errors = error_lines(&out);
+    assert!(errors.len() == 1 && errors[0].contains("statement timeout"), "{}", text(&out));
+    std::fs::write(&profile, text_of).unwrap();
+
     // The team database down: `launch` submits nothing, in one line, exit 3 (the ledger is
     // unavailable); the own ledger holds no attempt of this cluster.
     server.stop_server();
