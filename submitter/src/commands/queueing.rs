@@ -70,8 +70,8 @@ pub struct LaunchArgs {
     #[arg(long, value_parser = duration, value_name = "D")]
     stale_after: Option<Duration>,
     /// Publish this submitter's attempts to the team's database (OT-Agent `sandbox_jobs`): the
-    /// URL, or alone to take it from $SUBMITTER_TEAM_DB (where a password must be).
-    /// Alone, with a profile naming the team database (`team:`), the URL comes from there.
+    /// URL, or alone to take it from $SUBMITTER_TEAM_DB (where a password must be), else from the
+    /// profile's `team:` (its secrets-file key). On by default when the profile names one.
     #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
     mirror: Option<String>,
     /// Dedup against this ledger only, without the team database the profile names (`team:`), and
