@@ -139,7 +139,12 @@ fn classify(error: &(dyn Error + 'static)) -> Option<ExitStatus> {
     if error.downcast_ref::<LockHeld>().is_some() {
         return Some(ExitStatus::LockHeld);
     }
-    None
+    // The team database is a ledger too (its history decides dedup): down means 3.
+    match error.downcast_ref::<crate::team::TeamError>() {
+        Some(crate::team::TeamError::Ledger(error)) => Some(ledger_status(error)),
+        Some(error) if error.is_unavailable() => Some(ExitStatus::LedgerUnavailable),
+        _ => None,
+    }
 }
 
 fn ledger_status(error: &LedgerError) -> ExitStatus {

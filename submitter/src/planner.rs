@@ -87,6 +87,9 @@ pub struct PlannedJob {
     pub flag: Option<String>,
     /// For a walltime continuation: the attempt it continues and its place in the chain.
     pub continues: Option<Continuation>,
+    /// For a skip: the attempt the decision rests on, and whether it is this ledger's own or a
+    /// row of the team's history.
+    pub evidence: Option<Evidence>,
     /// The job's tunnel(s) and the agent's model variables (or why it cannot launch here).
     pub tunnel: String,
     /// Where the spec goes (`<run dir>/launch.json`), for queued pairs.
@@ -100,6 +103,33 @@ pub struct PlannedJob {
     /// The leg dataset as the preset names it (staging fetches it by this name).
     pub dataset: String,
     pub overrides: SpecOverrides,
+}
+
+/// Where a decision's evidence came from (`plan` shows it for every skip).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Evidence {
+    /// An attempt recorded by a submitter of this ledger (on any cluster sharing it).
+    Own { attempt: i64 },
+    /// A row of the team's `sandbox_jobs` (its id), folded into the ledger as `attempt`.
+    Team { row: String, attempt: i64 },
+}
+
+impl Evidence {
+    pub fn of(attempt: &crate::ledger::Attempt) -> Evidence {
+        // `<source>#<sandbox_jobs.id>` (team::import).
+        match attempt.source_id.as_deref().and_then(|s| s.rsplit_once('#')) {
+            Some((_, row)) => Evidence::Team { row: row.to_string(), attempt: attempt.id.0 },
+            None => Evidence::Own { attempt: attempt.id.0 },
+        }
+    }
+
+    /// `own ledger attempt 12`, `team row 2000… (ledger attempt 13)`.
+    pub fn describe(&self) -> String {
+        match self {
+            Evidence::Own { attempt } => format!("own ledger attempt {attempt}"),
+            Evidence::Team { row, attempt } => format!("team row {row} (ledger attempt {attempt})"),
+        }
+    }
 }
 
 impl PlannedJob {
@@ -243,6 +273,7 @@ fn plan_pair(
         prerequisite: None,
         flag: None,
         continues: None,
+        evidence: None,
         tunnel: String::new(),
         spec_path: None,
         sbatch: None,
@@ -277,6 +308,9 @@ fn plan_pair(
     job.reason = reason;
     job.prerequisite = prerequisite;
     job.flag = flag;
+    if action == Action::Skip {
+        job.evidence = pair.map(|p| Evidence::of(&p.latest));
+    }
     if action == Action::Continue
         && let Some(latest) = pair.map(|p| &p.latest)
     {
@@ -421,6 +455,7 @@ mod tests {
             ended_at: None,
             updated_at: at,
             agent: "terminus-2".into(),
+            source_id: None,
         }
     }
 

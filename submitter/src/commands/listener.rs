@@ -231,7 +231,10 @@ fn start(ledger: &LedgerArgs, interval: Duration, time: Option<&str>, launch_arg
     }
     args.extend(launch_args);
     // Refused now rather than in every tick: what the ticks will run must parse as a launch.
-    parse_launch(&args)?;
+    let launch = parse_launch(&args)?;
+    if launch.uses_team_database(&session) {
+        team_database_reaches_the_job(&session)?;
+    }
     let mut export = listener_environment(&session.cluster, settings)?;
     let live = live_jobs(&session.slurm, &name, None)?;
     if !live.is_empty() {
@@ -278,6 +281,26 @@ fn start(ledger: &LedgerArgs, interval: Duration, time: Option<&str>, launch_arg
         state_file.display()
     ))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The listener job gets no `$SUBMITTER_TEAM_DB` (a secret is never exported: Slurm's job record
+/// shows the environment it was given); it reads the team database URL from the secrets file on
+/// its node, as payload reads its keys. Refused now when that file cannot give it.
+fn team_database_reaches_the_job(session: &Session) -> Result<()> {
+    let Some(settings) = &session.cluster.team else {
+        bail!(
+            "--mirror in a listener: the job never gets ${} — name the team database in clusters/{}.yaml \
+             (`team: {{database_secret: NAME}}`) and put `NAME=postgresql://…` in your 0600 secrets file",
+            submitter::team::TEAM_DB_ENV,
+            session.cluster.name
+        );
+    };
+    super::team::TeamLink::from_secrets_file(session, settings).context(format!(
+        "the listener job reads the team database URL from the secrets file (never ${}), or run it with \
+         `-- … --offline-ledger`",
+        submitter::team::TEAM_DB_ENV
+    ))?;
+    Ok(())
 }
 
 fn parse_launch(args: &[String]) -> Result<super::queueing::LaunchArgs> {

@@ -23,6 +23,7 @@ use submitter::sync::{self, Change, SyncReport};
 use submitter::team::mirror::Mirror;
 
 use super::session::{LedgerArgs, Selection, Session};
+use super::team::{TeamLink, TeamView, TeamViewOutput};
 
 #[derive(clap::Args)]
 pub struct PlanArgs {
@@ -30,6 +31,10 @@ pub struct PlanArgs {
     ledger: LedgerArgs,
     #[command(flatten)]
     selection: Selection,
+    /// Plan against this ledger only, without the team database the profile names (`team:`):
+    /// for when it is down and you accept duplicates of what the team ran meanwhile.
+    #[arg(long)]
+    offline_ledger: bool,
     /// `--format json`: a versioned document (docs/design.md §11).
     #[command(flatten)]
     format: FormatArgs,
@@ -65,9 +70,14 @@ pub struct LaunchArgs {
     #[arg(long, value_parser = duration, value_name = "D")]
     stale_after: Option<Duration>,
     /// Publish this submitter's attempts to the team's database (OT-Agent `sandbox_jobs`): the
-    /// URL, or alone to take it from $SUBMITTER_TEAM_DB (where a password must be).
+    /// URL, or alone to take it from $SUBMITTER_TEAM_DB (where a password must be), else from the
+    /// profile's `team:` (its secrets-file key). On by default when the profile names one.
     #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
     mirror: Option<String>,
+    /// Dedup against this ledger only, without the team database the profile names (`team:`), and
+    /// publish nothing there: for when it is down and you accept duplicates of what the team ran.
+    #[arg(long, conflicts_with = "mirror")]
+    offline_ledger: bool,
     /// `--format json`: a versioned document (docs/design.md §11).
     #[command(flatten)]
     format: FormatArgs,
@@ -76,6 +86,12 @@ pub struct LaunchArgs {
 impl LaunchArgs {
     pub fn ledger(&self) -> &LedgerArgs {
         &self.ledger
+    }
+
+    /// Whether the iterations need the profile's team database URL: its history is folded in
+    /// unless `--offline-ledger`, and a bare `--mirror` takes the URL from there.
+    pub fn uses_team_database(&self, session: &Session) -> bool {
+        !self.offline_ledger && (session.cluster.team.is_some() || self.mirror.as_deref() == Some(""))
     }
 }
 
@@ -89,18 +105,69 @@ pub struct SyncArgs {
     /// Publish Started/Finished to the team's database, as for `launch --mirror`.
     #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
     mirror: Option<String>,
+    /// Publish nothing to the team database the profile names (`team:`).
+    #[arg(long, conflicts_with = "mirror")]
+    offline_ledger: bool,
     /// `--format json`: a versioned document (docs/design.md §11).
     #[command(flatten)]
     format: FormatArgs,
 }
 
 /// The `--mirror` connection, when asked for. Connecting is checked up front (a wrong URL is an
-/// error before anything is submitted); later publishing failures only warn.
-fn open_mirror(flag: Option<&str>, session: &Session) -> Result<Option<Mirror>> {
+/// error before anything is submitted); later publishing failures only warn. A bare `--mirror`
+/// takes the profile's team database when `$SUBMITTER_TEAM_DB` is not set (a listener job never
+/// has it).
+fn open_mirror(flag: Option<&str>, session: &Session, team: Option<&TeamLink>) -> Result<Option<Mirror>> {
     let Some(flag) = flag else { return Ok(None) };
-    let url = super::team::team_url(Some(flag).filter(|f| !f.is_empty()), "--mirror")?;
+    let url = match team {
+        Some(team) if flag.is_empty() => team.url.clone(),
+        _ => super::team::team_url(Some(flag).filter(|f| !f.is_empty()), "--mirror")?,
+    };
+    Ok(Some(connect_mirror(&url, session).context("--mirror")?))
+}
+
+fn connect_mirror(url: &str, session: &Session) -> Result<Mirror, submitter::team::TeamError> {
     let username = std::env::var("USER").unwrap_or_else(|_| "unknown".to_string());
-    Ok(Some(Mirror::connect(&url, &username, session.ledger.location()).context("--mirror")?))
+    Mirror::connect(url, &username, session.ledger.location())
+}
+
+/// The mirror a profile's `team: {mirror: true}` turns on when no `--mirror` was given: a
+/// connection failure is a warning (the fold-in, not the mirror, is what fails closed), retried
+/// on the next iteration.
+fn default_mirror(session: &Session, team: Option<&TeamLink>) -> Option<Mirror> {
+    let team = team.filter(|t| t.settings.mirror)?;
+    match connect_mirror(&team.url, session) {
+        Ok(mirror) => Some(mirror),
+        Err(err) => {
+            tracing::warn!("mirror: not publishing this iteration: {err}");
+            None
+        }
+    }
+}
+
+/// The profile's team database unless `offline` (`--offline-ledger`).
+fn team_link(session: &Session, offline: bool) -> Result<Option<TeamLink>> {
+    if offline { Ok(None) } else { TeamLink::of(session) }
+}
+
+/// Folds the team's new rows in before anything is decided; `offline` says it was not consulted.
+/// Failing is the caller's failure (fail closed): dedup without the team's history could
+/// duplicate what the team ran.
+fn consult_team(session: &Session, team: Option<&TeamLink>, offline: bool, failed: &str) -> Result<Option<TeamView>> {
+    match team {
+        Some(team) => {
+            let report = team.fold_in(session).with_context(|| {
+                format!(
+                    "{failed}: the team's history (clusters/{}.yaml team:) could not be read — retry when it answers, or \
+                     run with --offline-ledger to dedup against your own ledger only",
+                    session.cluster.name
+                )
+            })?;
+            Ok(Some(TeamView::Folded(report)))
+        }
+        None if offline && session.cluster.team.is_some() => Ok(Some(TeamView::Offline)),
+        None => Ok(None),
+    }
 }
 
 /// The staleness bound to record: the flag, else the default, never under 3 intervals of a watch.
@@ -226,12 +293,13 @@ fn flag_lines(planned: &[PlannedJob]) -> String {
         .collect()
 }
 
-fn plan_table(planned: &[PlannedJob]) -> String {
+fn plan_table(planned: &[PlannedJob], team: Option<&TeamView>) -> String {
     let mut out = String::new();
     for job in planned {
-        let why = match &job.blocked {
-            Some(planner::Blocked::Refused(why) | planner::Blocked::Throttled(why)) => why.as_str(),
-            None => job.reason.as_str(),
+        let why = match (&job.blocked, &job.evidence) {
+            (Some(planner::Blocked::Refused(why) | planner::Blocked::Throttled(why)), _) => why.clone(),
+            (None, Some(evidence)) => format!("{}; evidence: {}", job.reason, evidence.describe()),
+            (None, None) => job.reason.clone(),
         };
         out += &format!(
             "{:<9} {:<48} {:<34} {}x{} {:>5.1}x  {}\n",
@@ -250,6 +318,7 @@ fn plan_table(planned: &[PlannedJob]) -> String {
     for (preset, tunnel) in tunnels {
         out += &format!("tunnel    {preset}: {tunnel}\n");
     }
+    out += &team.map(TeamView::line).unwrap_or_default();
     let count = |label: &str| planned.iter().filter(|j| j.label() == label).count();
     out += &format!("{} submit, {} resubmit, {} skip", count("submit"), count("resubmit"), count("skip"));
     for label in ["continue", "refused", "throttled"] {
@@ -263,11 +332,19 @@ fn plan_table(planned: &[PlannedJob]) -> String {
 pub fn plan_command(args: &PlanArgs) -> Result<ExitCode> {
     args.selection.check()?;
     let session = Session::open(&args.ledger)?;
+    let team = team_link(&session, args.offline_ledger)?;
+    let team = consult_team(&session, team.as_ref(), args.offline_ledger, "nothing planned")?;
     let planned = snapshot_and_plan(&session, &args.selection, &executables(&session, false)?)?;
     super::print(&if args.format.is_json() {
-        output::document("plan", &PlanOutput { jobs: planned.iter().map(PlannedJobOutput::from).collect() })
+        output::document(
+            "plan",
+            &PlanOutput {
+                team: team.as_ref().map(TeamView::output),
+                jobs: planned.iter().map(PlannedJobOutput::from).collect(),
+            },
+        )
     } else {
-        plan_table(&planned)
+        plan_table(&planned, team.as_ref())
     })?;
     Ok(ExitCode::SUCCESS)
 }
@@ -278,8 +355,11 @@ fn iterate(
     session: &Session,
     args: &LaunchArgs,
     executables: &Executables,
+    team: Option<&TeamLink>,
     mirror: Option<&Mirror>,
 ) -> Result<(String, usize, Tidings)> {
+    // First, before Slurm or the ledger are touched: the team's history (fail closed).
+    let team = consult_team(session, team, args.offline_ledger, "nothing submitted")?;
     let report = if args.dry_run {
         SyncReport::default()
     } else {
@@ -324,7 +404,7 @@ fn iterate(
         (true, true) => IterationFormat::Line,
     };
     let tidings = notify::iteration_events(&report.changes, &planned);
-    Ok((render_iteration(&report, &planned, &submitted, failed, format), failed, tidings))
+    Ok((render_iteration(&report, &planned, &submitted, failed, format, team.as_ref()), failed, tidings))
 }
 
 /// How `launch` prints an iteration: text, a pretty document (`--once`), or one compact document
@@ -342,11 +422,13 @@ fn render_iteration(
     submitted: &[Submitted],
     failed: usize,
     format: IterationFormat,
+    team: Option<&TeamView>,
 ) -> String {
     let elsewhere: Vec<&PlannedJob> = planned.iter().filter(|j| j.reason.starts_with("in progress on ")).collect();
     let skipped = planned.iter().filter(|j| j.action == Action::Skip && j.blocked.is_none()).count();
     if !matches!(format, IterationFormat::Human) {
         let doc = LaunchOutput {
+            team: team.map(TeamView::output),
             sync: SyncOutput::from(report),
             submitted: submitted.iter().map(SubmittedOutput::from).collect(),
             skipped,
@@ -359,7 +441,8 @@ fn render_iteration(
             _ => output::document("launch", &doc),
         };
     }
-    let mut out = sync_text(report);
+    let mut out = team.map(TeamView::line).unwrap_or_default();
+    out += &sync_text(report);
     for s in submitted {
         out += &format!(
             "{:<48} {:<34} {}{}\n",
@@ -401,12 +484,18 @@ pub fn launch_command(args: &LaunchArgs) -> Result<ExitCode> {
     // A dry run changes nothing, so it needs no exclusion (and writes no lock file).
     let _lock = if args.dry_run { None } else { Some(session.lock()?) };
     let executables = executables(&session, true)?;
-    let mirror = open_mirror(args.mirror.as_deref(), &session)?;
+    let team = team_link(&session, args.offline_ledger)?;
+    let explicit_mirror = open_mirror(args.mirror.as_deref(), &session, team.as_ref())?;
+    let mut mirror = None;
     let notifier = open_notifier(&session, args.dry_run)?;
     let interval = args.interval.unwrap_or(Duration::from_secs(600));
     let mut failures = 0u32;
     loop {
-        match iterate(&session, args, &executables, mirror.as_ref()) {
+        // The profile's default mirror (a dry run publishes nothing), reconnected while it is down.
+        if explicit_mirror.is_none() && mirror.is_none() && !args.dry_run {
+            mirror = default_mirror(&session, team.as_ref());
+        }
+        match iterate(&session, args, &executables, team.as_ref(), explicit_mirror.as_ref().or(mirror.as_ref())) {
             Ok((text, failed, tidings)) => {
                 failures = 0;
                 tell(&session, notifier.as_ref(), Told::Iteration(tidings));
@@ -494,7 +583,12 @@ fn sync_text(report: &SyncReport) -> String {
 
 pub fn sync_command(args: &SyncArgs) -> Result<ExitCode> {
     let session = Session::open(&args.ledger)?;
-    let mirror = open_mirror(args.mirror.as_deref(), &session)?;
+    let team = team_link(&session, args.offline_ledger)?;
+    let mirror = match open_mirror(args.mirror.as_deref(), &session, team.as_ref())? {
+        Some(mirror) => Some(mirror),
+        None if args.mirror.is_none() => default_mirror(&session, team.as_ref()),
+        None => None,
+    };
     let report = sync::sync_and_heartbeat(
         session.ledger.as_ref(),
         &session.slurm,
@@ -626,6 +720,9 @@ struct CancelledOutput {
 /// `plan`: every (model, leg dataset) pair of the selection, in priority order.
 #[derive(Serialize)]
 struct PlanOutput<'a> {
+    /// The team's history folded in before planning; absent when the profile names no team database.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    team: Option<TeamViewOutput<'a>>,
     jobs: Vec<PlannedJobOutput<'a>>,
 }
 
@@ -660,6 +757,9 @@ struct PlannedJobOutput<'a> {
     /// For a walltime continuation: the attempt it continues and its place in the chain.
     #[serde(skip_serializing_if = "Option::is_none")]
     continues: Option<ContinuationOutput>,
+    /// For a skip: the attempt it rests on, this ledger's own or a row of the team's history.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    evidence: Option<EvidenceOutput<'a>>,
     /// The job's tunnel(s) and the agent's model variables (or why it cannot launch here).
     tunnel: &'a str,
     /// `<run dir>/launch.json`, for queued pairs.
@@ -712,11 +812,31 @@ impl<'a> From<&'a PlannedJob> for PlannedJobOutput<'a> {
                 number: c.number,
                 first: c.first,
             }),
+            evidence: job.evidence.as_ref().map(|e| match e {
+                planner::Evidence::Own { attempt } => {
+                    EvidenceOutput { source: "own_ledger", attempt: *attempt, team_row: None }
+                }
+                planner::Evidence::Team { row, attempt } => {
+                    EvidenceOutput { source: "team", attempt: *attempt, team_row: Some(row) }
+                }
+            }),
             tunnel: &job.tunnel,
             spec_path: job.spec_path.as_deref(),
             sbatch: job.sbatch.as_deref(),
         }
     }
+}
+
+#[derive(Serialize)]
+struct EvidenceOutput<'a> {
+    /// `own_ledger` (an attempt a submitter of this ledger recorded) or `team` (a row of the
+    /// team's `sandbox_jobs`, folded in).
+    source: &'static str,
+    /// The ledger attempt.
+    attempt: i64,
+    /// The team's `sandbox_jobs.id`, for `team`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    team_row: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -772,6 +892,9 @@ impl From<Continuation> for ContinuationOutput {
 /// `launch`: one iteration — what sync changed, what was submitted, what was left alone.
 #[derive(Serialize)]
 struct LaunchOutput<'a> {
+    /// The team's history folded in first; absent when the profile names no team database.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    team: Option<TeamViewOutput<'a>>,
     sync: SyncOutput<'a>,
     /// Every pair the iteration meant to queue, with what happened to it.
     submitted: Vec<SubmittedOutput<'a>>,

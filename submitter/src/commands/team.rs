@@ -4,12 +4,105 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
+use submitter::config::cluster::TeamSettings;
 use submitter::ledger::redact_url;
 use submitter::output::{self, FormatArgs};
 use submitter::team::import::ImportReport;
 use submitter::team::{TEAM_DB_ENV, import};
 
 use super::session::{LedgerArgs, Session};
+
+/// The profile's team database with its URL resolved (`team:`, docs/ledger.md "Team history by
+/// default").
+pub struct TeamLink {
+    pub url: String,
+    pub settings: TeamSettings,
+}
+
+impl TeamLink {
+    /// The profile's team database, None when the profile names none. The URL: `$SUBMITTER_TEAM_DB`
+    /// of this shell when set (a per-user override), else the `team.database_secret` key of the
+    /// 0600 secrets file (what a listener job on a node reads: it never gets the variable).
+    pub fn of(session: &Session) -> Result<Option<TeamLink>> {
+        let Some(settings) = session.cluster.team.clone() else { return Ok(None) };
+        let from_env = std::env::var(TEAM_DB_ENV).ok().filter(|u| !u.trim().is_empty());
+        let url = match from_env {
+            Some(url) => url,
+            None => TeamLink::from_secrets_file(session, &settings)?,
+        };
+        Ok(Some(TeamLink { url, settings }))
+    }
+
+    /// The URL as the secrets file alone gives it (the listener job's view).
+    pub fn from_secrets_file(session: &Session, settings: &TeamSettings) -> Result<String> {
+        let file = session.context().secrets_file()?;
+        submitter::team::url_from_secrets(&file, &settings.database_secret)
+            .with_context(|| format!("clusters/{}.yaml team", session.cluster.name))
+    }
+
+    /// Folds the team's rows that are new since the last fold-in into the ledger (`team::import`,
+    /// incremental by its watermark), each statement bounded by `team.timeout_s`.
+    pub fn fold_in(&self, session: &Session) -> Result<ImportReport, submitter::team::TeamError> {
+        let bound = std::time::Duration::from_secs(self.settings.timeout_s);
+        import::import(session.ledger.as_ref(), &self.url, false, Some(bound))
+    }
+}
+
+/// What a `plan`/`launch` iteration says about the team's history: folded in, or not consulted.
+pub enum TeamView {
+    Folded(ImportReport),
+    Offline,
+}
+
+impl TeamView {
+    /// One line for the human outputs.
+    pub fn line(&self) -> String {
+        match self {
+            TeamView::Folded(r) => format!(
+                "team      {}: {} new, {} updated, {} job(s) read ({:.2} s)\n",
+                r.source, r.attempts_new, r.attempts_updated, r.jobs_read, r.seconds
+            ),
+            TeamView::Offline => "team      offline (--offline-ledger): the team's history was not consulted; \
+                                  dedup sees this ledger only\n"
+                .to_string(),
+        }
+    }
+
+    pub fn output(&self) -> TeamViewOutput<'_> {
+        match self {
+            TeamView::Folded(r) => TeamViewOutput {
+                offline: false,
+                source: Some(&r.source),
+                attempts_new: r.attempts_new,
+                attempts_updated: r.attempts_updated,
+                jobs_read: r.jobs_read,
+                seconds: r.seconds,
+            },
+            TeamView::Offline => TeamViewOutput {
+                offline: true,
+                source: None,
+                attempts_new: 0,
+                attempts_updated: 0,
+                jobs_read: 0,
+                seconds: 0.0,
+            },
+        }
+    }
+}
+
+/// `plan`'s and `launch`'s `team`: the team's history this iteration folded in (absent when the
+/// profile names no team database).
+#[derive(Serialize)]
+pub struct TeamViewOutput<'a> {
+    /// True with `--offline-ledger`: the team database was not consulted.
+    offline: bool,
+    /// `postgres://user@host:port/db`, never a password; null when offline.
+    source: Option<&'a str>,
+    attempts_new: usize,
+    attempts_updated: usize,
+    jobs_read: usize,
+    seconds: f64,
+}
 
 #[derive(clap::Args)]
 pub struct ImportArgs {
@@ -78,7 +171,7 @@ pub fn import_command(args: &ImportArgs) -> Result<ExitCode> {
         bail!("--from {}: the team database is PostgreSQL — give a postgres:// URL", redact_url(&url));
     }
     let session = Session::open(&args.ledger)?;
-    let report = import::import(session.ledger.as_ref(), &url, args.full).context("import")?;
+    let report = import::import(session.ledger.as_ref(), &url, args.full, None).context("import")?;
     super::print(&if args.format.is_json() {
         output::document("import", &ImportOutput::from(&report))
     } else {

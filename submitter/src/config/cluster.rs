@@ -50,6 +50,11 @@ pub struct ClusterProfile {
     /// Notifications from the launch loop (webhook and/or command); docs/submitter.md.
     #[serde(default)]
     pub notify: Option<NotifySettings>,
+    /// The team's database (OT-Agent schema): named here, every `plan`/`launch` iteration folds
+    /// its new rows into the ledger before deciding, and `launch`/`sync` mirror into it
+    /// (docs/ledger.md, "Team history by default").
+    #[serde(default)]
+    pub team: Option<TeamSettings>,
 }
 
 /// `listener:` — the listener job's own placement: a small CPU partition (never the GPU one), with
@@ -786,6 +791,9 @@ impl ClusterProfile {
         if let Some(notify) = &self.notify {
             problems.extend(notify.problems());
         }
+        if let Some(team) = &self.team {
+            problems.extend(team.problems());
+        }
         if let Some(post_run) = &self.post_run {
             problems.extend(self.post_run_problems(post_run));
         }
@@ -924,6 +932,45 @@ impl NotifySettings {
     }
 }
 
+/// `team:` — the team's database, consulted by every `plan`/`launch` iteration (`crate::team`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TeamSettings {
+    /// The name of the secrets-file key holding the team database URL (with its password);
+    /// never the URL itself. `$SUBMITTER_TEAM_DB` of the shell wins over it.
+    pub database_secret: String,
+    /// Publish this submitter's attempts into the team's `sandbox_jobs` (`--mirror`) by default.
+    #[serde(default = "default_true")]
+    pub mirror: bool,
+    /// The bound of each statement on the team database (the connect timeout is the URL's
+    /// `connect_timeout`, else 10 s).
+    #[serde(default = "default_team_timeout_s")]
+    pub timeout_s: u64,
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_team_timeout_s() -> u64 {
+    30
+}
+
+impl TeamSettings {
+    pub fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if !launch_spec::expand::is_var_name(&self.database_secret) {
+            problems.push(format!(
+                "team.database_secret `{}` is not a variable name ([A-Za-z_][A-Za-z0-9_]*): name the secrets-file key, never the URL",
+                crate::ledger::redact_url(&self.database_secret)
+            ));
+        }
+        if !(1..=600).contains(&self.timeout_s) {
+            problems.push(format!("team.timeout_s {} must be 1..=600 seconds", self.timeout_s));
+        }
+        problems
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -934,6 +981,22 @@ mod tests {
 
     fn parse(text: &str) -> Result<ClusterProfile, launch_spec::yaml::YamlError> {
         launch_spec::yaml::from_yaml_str(text, std::path::Path::new("clusters/x.yaml"))
+    }
+
+    #[test]
+    fn team_names_a_secrets_key_never_a_url_and_the_real_profiles_name_one() {
+        let team = parse(&format!("{LOCAL}team: {{database_secret: TEAM_DB}}\n")).unwrap().team.unwrap();
+        assert_eq!((team.database_secret.as_str(), team.mirror, team.timeout_s), ("TEAM_DB", true, 30));
+        assert!(team.problems().is_empty());
+        let url =
+            format!("{LOCAL}team: {{database_secret: \"postgresql://u.p:made-up@h:6543/postgres\", timeout_s: 0}}\n");
+        let problems = parse(&url).unwrap().team.unwrap().problems();
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].contains("not a variable name") && !problems[0].contains("made-up"), "{problems:?}");
+        assert!(problems[1].contains("team.timeout_s 0"), "{problems:?}");
+        for real in [include_str!("../../../clusters/leonardo.yaml"), include_str!("../../../clusters/vista.yaml")] {
+            assert_eq!(parse(real).unwrap().team.map(|t| t.database_secret), Some("SUBMITTER_TEAM_DB".to_string()));
+        }
     }
 
     #[test]

@@ -488,6 +488,10 @@ pub struct Attempt {
     pub updated_at: Timestamp,
     /// The Harbor agent it ran ([`DEFAULT_AGENT`] for imported history).
     pub agent: String,
+    /// `<source>#<row id>` for an attempt imported from the team's history (`plan` names the row
+    /// as a skip's evidence), else None. Not in the JSON outputs.
+    #[serde(skip)]
+    pub source_id: Option<String>,
 }
 
 /// The agent of rows that name none: imported history, and every row before migration 4.
@@ -629,7 +633,8 @@ pub(crate) fn sql_status_list(statuses: &[AttemptStatus]) -> String {
 
 /// The attempt columns every attempt query selects, in the order the backends read them.
 pub(crate) const ATTEMPT_COLUMNS: &str = "id, model, benchmark, benchmark_family, cluster, username, run_tag, \
-     slurm_job_id, status, reason, config, metrics, attempt, submitted_at, started_at, ended_at, updated_at, agent";
+     slurm_job_id, status, reason, config, metrics, attempt, submitted_at, started_at, ended_at, updated_at, agent, \
+     source_id";
 
 /// The planner's query, the same on both backends: per-pair counts from one covering scan of
 /// `attempts_pair_status`, then each pair's newest row by one probe of `attempts_pair_recency`.
@@ -638,7 +643,7 @@ pub(crate) const ATTEMPT_COLUMNS: &str = "id, model, benchmark, benchmark_family
 pub(crate) const LATEST_PER_PAIR_SQL: &str = "\
     SELECT a.id, a.model, a.benchmark, a.benchmark_family, a.cluster, a.username, a.run_tag, a.slurm_job_id, \
            a.status, a.reason, a.config, a.metrics, a.attempt, a.submitted_at, a.started_at, a.ended_at, \
-           a.updated_at, a.agent, pair.failed_attempts, pair.total_attempts, a.resumable \
+           a.updated_at, a.agent, a.source_id, pair.failed_attempts, pair.total_attempts, a.resumable \
     FROM (SELECT model, benchmark_family, agent, COUNT(*) AS total_attempts, \
                  SUM(CASE WHEN status = 'failed' AND resumable = 0 THEN 1 ELSE 0 END) AS failed_attempts \
           FROM attempts GROUP BY model, benchmark_family, agent) pair \

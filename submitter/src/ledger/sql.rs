@@ -283,7 +283,7 @@ impl Row {
         self.opt_ts(i)?.ok_or_else(|| format!("column {i}: unexpected NULL"))
     }
 
-    /// An attempt from the first 18 columns ([`ATTEMPT_COLUMNS`] order).
+    /// An attempt from the first 19 columns ([`ATTEMPT_COLUMNS`] order).
     fn attempt(&self) -> std::result::Result<Attempt, String> {
         let attempt = self.int(12)?;
         Ok(Attempt {
@@ -305,6 +305,7 @@ impl Row {
             ended_at: self.opt_ts(15)?,
             updated_at: self.ts(16)?,
             agent: self.text(17)?,
+            source_id: self.opt_text(18)?,
         })
     }
 }
@@ -704,9 +705,9 @@ impl<B: Backend> Ledger for SqlLedger<B> {
                         model: latest.model.clone(),
                         family: latest.benchmark_family.clone(),
                         agent: latest.agent.clone(),
-                        failed_attempts: count(row.int(18)?),
-                        total_attempts: count(row.int(19)?),
-                        latest_resumable: row.int(20)? == 1,
+                        failed_attempts: count(row.int(19)?),
+                        total_attempts: count(row.int(20)?),
+                        latest_resumable: row.int(21)? == 1,
                         latest,
                     })
                 })

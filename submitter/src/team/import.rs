@@ -99,8 +99,15 @@ pub struct ImportReport {
     pub seconds: f64,
 }
 
-/// Reads the source (one read-only transaction) and folds it into `ledger`.
-pub fn import(ledger: &dyn Ledger, url: &str, full: bool) -> Result<ImportReport, TeamError> {
+/// Reads the source (one read-only transaction) and folds it into `ledger`. `statement_timeout`
+/// bounds each statement on the source (the server cancels one that runs longer), so a
+/// `plan`/`launch` iteration that folds the team's rows in cannot hang on it.
+pub fn import(
+    ledger: &dyn Ledger,
+    url: &str,
+    full: bool,
+    statement_timeout: Option<std::time::Duration>,
+) -> Result<ImportReport, TeamError> {
     let started = Instant::now();
     let mut connection = super::connect(url)?;
     let source = connection.location.clone();
@@ -118,7 +125,7 @@ pub fn import(ledger: &dyn Ledger, url: &str, full: bool) -> Result<ImportReport
         .filter(|s| s.status.is_active())
         .filter_map(|s| s.source_id.strip_prefix(&prefix).map(str::to_string))
         .collect();
-    let history = read_history(&mut connection, since, &active)?;
+    let history = read_history(&mut connection, since, &active, statement_timeout)?;
     tracing::info!("read {} job(s) from {source} in {:.2} s", history.jobs.len(), started.elapsed().as_secs_f64(),);
     let mut report = apply(ledger, &source, &history)?;
     tracing::info!("written by {:.2} s", started.elapsed().as_secs_f64());
@@ -135,6 +142,7 @@ pub fn read_history(
     connection: &mut PgConnection,
     since: Option<Timestamp>,
     also: &[String],
+    statement_timeout: Option<std::time::Duration>,
 ) -> Result<TeamHistory, TeamError> {
     let redactor = connection.redactor();
     let mut tx = connection
@@ -143,6 +151,12 @@ pub fn read_history(
         .read_only(true)
         .start()
         .map_err(source_error(&redactor, "open a read-only transaction"))?;
+    if let Some(bound) = statement_timeout {
+        // `SET LOCAL`, inside the transaction: a transaction-mode pooler (Supabase's 6543) hands
+        // the server connection on afterwards, and a startup `options=-c …` is refused there.
+        tx.batch_execute(&format!("SET LOCAL statement_timeout = {}", bound.as_millis().max(1)))
+            .map_err(source_error(&redactor, "set the statement timeout"))?;
+    }
     let text = |row: &postgres::Row, i: usize| row.try_get::<_, Option<String>>(i);
     let models = tx
         .query_typed(

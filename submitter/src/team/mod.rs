@@ -6,6 +6,8 @@
 pub mod import;
 pub mod mirror;
 
+use std::path::Path;
+
 use crate::ledger::LedgerError;
 
 /// The cluster name imported attempts carry: the team's history does not say where a job ran.
@@ -24,6 +26,55 @@ pub enum TeamError {
     Connect(String),
     #[error("team database {location}: {operation} failed: {detail}")]
     Source { location: String, operation: &'static str, detail: String },
+    /// The secrets file cannot give the team database URL (never holds a value).
+    #[error("{file}: {problem}")]
+    Secrets { file: String, problem: String },
+}
+
+impl TeamError {
+    /// Whether the team database itself could not be used (unreachable, refused, a statement that
+    /// failed or ran past its bound), as opposed to a configuration mistake.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, TeamError::Connect(_) | TeamError::Source { .. })
+    }
+}
+
+/// The team database URL from the 0600 secrets file `file`, under the key `name`
+/// (`team.database_secret`): the file must be a regular file that only its owner can read, as
+/// payload requires of it (docs/site.md).
+pub fn url_from_secrets(file: &Path, name: &str) -> Result<String, TeamError> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let problem = |problem: String| TeamError::Secrets { file: file.display().to_string(), problem };
+    let meta = std::fs::metadata(file).map_err(|e| {
+        problem(format!(
+            "{e}: create it (mode 0600) with `{name}=postgresql://…` (team.database_secret), or set ${TEAM_DB_ENV}"
+        ))
+    })?;
+    if !meta.is_file() {
+        return Err(problem("not a regular file".into()));
+    }
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(problem(format!(
+            "has mode {mode:04o} and holds the team database password: run `chmod 600 {}`",
+            file.display()
+        )));
+    }
+    if meta.uid() != nix::unistd::geteuid().as_raw() {
+        return Err(problem(format!("is owned by uid {}, not by you", meta.uid())));
+    }
+    let pairs = launch_spec::envfile::read_pairs(file).map_err(|e| problem(e.to_string()))?;
+    let url = pairs.into_iter().rev().find(|(k, _)| k == name).map(|(_, v)| v).filter(|v| !v.trim().is_empty());
+    let url = url.ok_or_else(|| {
+        problem(format!(
+            "no `{name}` (team.database_secret): add `{name}=postgresql://USER:PASSWORD@HOST:PORT/DB?sslmode=require`, \
+             or run with --offline-ledger to use your own ledger only"
+        ))
+    })?;
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err(problem(format!("`{name}` is not a postgres:// URL (team.database_secret)")));
+    }
+    Ok(url)
 }
 
 /// Opens the team database with the ledger's URL, TLS and password handling; its errors name the
@@ -53,4 +104,30 @@ pub(crate) fn source_error<'a>(
     operation: &'static str,
 ) -> impl Fn(::postgres::Error) -> TeamError + 'a {
     move |error| TeamError::Source { location: redactor.location.clone(), operation, detail: redactor.describe(&error) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_url_comes_only_from_a_private_secrets_file_and_errors_never_show_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("secrets.env");
+        let secret = format!("made-up-{}", std::process::id());
+        let url = format!("postgresql://user.project:{secret}@127.0.0.1:6543/postgres?sslmode=require");
+        std::fs::write(&file, format!("OTHER=1\nTEAM_DB_URL={url}\n")).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let open = url_from_secrets(&file, "TEAM_DB_URL").unwrap_err().to_string();
+        assert!(open.contains("mode 0644") && open.contains("chmod 600") && !open.contains(&secret), "{open}");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(url_from_secrets(&file, "TEAM_DB_URL").unwrap(), url);
+        let missing = url_from_secrets(&file, "NOPE").unwrap_err().to_string();
+        assert!(missing.contains("no `NOPE`") && missing.contains("--offline-ledger"), "{missing}");
+        std::fs::write(&file, "TEAM_DB_URL=https://example.invalid/x\n").unwrap();
+        assert!(url_from_secrets(&file, "TEAM_DB_URL").unwrap_err().to_string().contains("not a postgres:// URL"));
+        let absent = url_from_secrets(&dir.path().join("none.env"), "TEAM_DB_URL").unwrap_err().to_string();
+        assert!(absent.contains("mode 0600") && absent.contains(TEAM_DB_ENV), "{absent}");
+    }
 }

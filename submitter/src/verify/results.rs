@@ -732,6 +732,7 @@ mod tests {
             ended_at: Some(t),
             updated_at: t,
             agent: "terminus-2".into(),
+            source_id: None,
         }
     }
 

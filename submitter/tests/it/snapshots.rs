@@ -98,3 +98,52 @@ fn plan_on_an_empty_ledger() {
         insta::assert_snapshot!(format!("plan_{format}"), out.replace(&root, "<root>"));
     }
 }
+
+/// Each skip says where its evidence came from: an attempt of this ledger, or a row of the team's
+/// history (folded in as an imported attempt; its `sandbox_jobs.id` named).
+#[test]
+fn plan_names_each_skips_evidence() {
+    use submitter::ledger::{AttemptStatus, ImportedAttempt, NewAttempt, now};
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let ledger =
+        submitter::ledger::open_ledger(&submitter::ledger::default_path(&state).display().to_string()).unwrap();
+    let own = ledger
+        .insert_pending(&NewAttempt {
+            model: "Qwen/Qwen3-8B".into(),
+            benchmark: "terminal_bench_2".into(),
+            cluster: "local".into(),
+            username: "tester".into(),
+            run_tag: "terminal_bench_2__Qwen__Qwen3-8B".into(),
+            agent: "terminus-2".into(),
+            reason: "no previous attempt".into(),
+            config: serde_json::json!({"timeout_multiplier": 2.0, "agent": "terminus-2"}),
+        })
+        .unwrap();
+    let metrics = serde_json::json!({"mean_reward": 0.5, "n_trials": 2});
+    ledger.transition(own, AttemptStatus::Finished, "finished", Some(&metrics)).unwrap();
+    let team_row = ImportedAttempt {
+        model: "probe/Foo-7B".into(),
+        benchmark: "terminal_bench_2".into(),
+        cluster: "ot-agent".into(),
+        username: "alice".into(),
+        run_tag: "terminal_bench_2__probe__Foo-7B".into(),
+        slurm_job_id: Some("881".into()),
+        status: AttemptStatus::Finished,
+        reason: "imported: Finished in the team history".into(),
+        config: serde_json::json!({"source": "ot-agent", "timeout_multiplier": 2.0}),
+        metrics: Some(metrics.clone()),
+        submitted_at: now(),
+        started_at: None,
+        ended_at: None,
+        source_id: Some("postgres://team@db.invalid:6543/postgres#20000000-0000-0000-0000-00000000000a".into()),
+    };
+    ledger.import_attempts(&[team_row]).unwrap();
+    drop(ledger);
+    let plan = ["plan", "--preset", "tb2", "--model", "Qwen/Qwen3-8B", "--model", "probe/Foo-7B"];
+    for format in ["human", "json"] {
+        let out = ok(&run_in(&state, &[&plan[..], &["--format", format]].concat()));
+        insta::assert_snapshot!(format!("plan_evidence_{format}"), out);
+    }
+}

@@ -114,7 +114,7 @@ UPDATE sandbox_jobs SET created_at = submitted_at;
 ";
 
 /// Plans for 32B models need more than the queueing tests' one GPU per node.
-fn four_gpus(profile: &mut String) {
+pub(crate) fn four_gpus(profile: &mut String) {
     *profile = profile.replace("gpus_per_node: 1", "gpus_per_node: 4");
 }
 
@@ -417,4 +417,75 @@ fn mirrored_run_appears_in_the_team_schema() {
     if let Some(store) = Store::postgres("teammirror") {
         mirrored_run(&store.spec, "pg");
     }
+}
+
+/// The Slurm-native listener with the team database named by the profile: the job gets no
+/// `$SUBMITTER_TEAM_DB` (never exported), reads the URL from the secrets file on its node, folds
+/// the team's history in and publishes its own attempt with a bare `--mirror` — the tick that used
+/// to fail with "no team database". Neither the state file nor the job's output holds the
+/// password. A listener whose profile names no team database refuses a bare `--mirror` up front.
+#[test]
+fn listener_tick_folds_in_and_mirrors_with_the_url_from_the_secrets_file() {
+    if !crate::support::slurm_up() {
+        return;
+    }
+    let Some(mut team) = TeamDb::new("listener") else { return };
+    team.exec(HISTORY);
+    team.exec(
+        "INSERT INTO models (id, name, created_by) VALUES ('00000000-0000-0000-0000-000000000009', 'test/Tiny-1B', 'carol');",
+    );
+    let store = Store::sqlite();
+    let selection = ["--interval", "3s", "--", "--preset", "tb2", "--model", "test/Tiny-1B", "--mirror"];
+
+    // Without `team:` in the profile, the job could never see the URL: refused now.
+    let bare = TestCluster::new("lsnbare", |_| {});
+    let out = bare.run(&["listener", "start"], &store.spec, &selection, &[("SUBMITTER_TEAM_DB", &team.url)]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("never gets $SUBMITTER_TEAM_DB"), "{}", text(&out));
+
+    let cluster = TestCluster::new("lsnteam", |p| p.push_str("team: {database_secret: TEAM_DB_URL}\n"));
+    let mut secrets = std::fs::OpenOptions::new().append(true).open(cluster.root().join("secrets.env")).unwrap();
+    std::io::Write::write_all(&mut secrets, format!("TEAM_DB_URL={}\n", team.url).as_bytes()).unwrap();
+    let out = cluster.run(&["listener", "start"], &store.spec, &selection, &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let ledger = open_ledger(&store.spec).unwrap();
+    let name = "eval-listener-lsnteam";
+    let state_dir = cluster.root().join("state");
+    let outputs = || -> String {
+        std::fs::read_dir(&state_dir)
+            .unwrap()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("listener-")))
+            .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+            .collect()
+    };
+    let published = |team: &mut TeamDb| -> Option<String> {
+        // The job's user is Slurm's (`$USER` in the job), so the row is found by the mirror's marker.
+        let sql = "SELECT slurm_job_id FROM sandbox_jobs WHERE config ? 'submitter' AND slurm_job_id <> 'pending'";
+        team.client.query(sql, &[]).unwrap().first().map(|row| row.get(0))
+    };
+    let started = std::time::Instant::now();
+    while published(&mut team).is_none() {
+        assert!(started.elapsed().as_secs() < 180, "no attempt published by a listener tick in 180 s:\n{}", outputs());
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    let job = published(&mut team).unwrap();
+    let attempt = ledger.attempts_for("test/Tiny-1B", "terminal_bench_2").unwrap();
+    assert!(attempt.iter().any(|a| a.slurm_job_id.as_deref() == Some(job.as_str())), "the row mirrors the attempt");
+    // The tick folded the team's history in (no `import` was run).
+    assert_eq!(ledger.attempts_for("org/Alpha-8B", "terminal_bench_2").unwrap().len(), 1, "{}", outputs());
+    let out = cluster.run(&["listener", "stop"], &store.spec, &[], &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let said = outputs();
+    assert!(!said.contains("no team database"), "{said}");
+    if let Some(password) = submitter_password(&team.url) {
+        let state = std::fs::read_to_string(state_dir.join("listener.json")).unwrap();
+        assert!(!state.contains(&password), "the state file holds the password: {state}");
+        assert!(!said.contains(&password), "the job's output holds the password: {said}");
+    }
+    let left = std::process::Command::new("squeue").args(["-h", "-n", name, "-o", "%i"]).output().unwrap();
+    for id in String::from_utf8_lossy(&left.stdout).split_whitespace() {
+        let _ = std::process::Command::new("scancel").arg(id).status();
+    }
+    crate::queueing::cancel_all(&*ledger);
 }
