@@ -282,6 +282,9 @@ pub struct SbatchOptions {
     pub dependency: Option<String>,
     /// `--begin`, e.g. `now+60` or `2026-12-01T10:00:00`.
     pub begin: Option<String>,
+    /// `--exclude`: nodes not to run on (remediation of a node-level fault).
+    #[serde(default)]
+    pub exclude: Option<String>,
     /// `--comment`: the attempt's submission tag, by which a job whose sbatch answer was lost is
     /// found again ([`Slurm::find_by_comment`]).
     #[serde(default)]
@@ -606,6 +609,7 @@ pub fn build_sbatch_args(request: &SubmitRequest) -> Result<Vec<OsString>, Slurm
         ("reservation", &options.reservation),
         ("dependency", &options.dependency),
         ("begin", &options.begin),
+        ("exclude", &options.exclude),
         ("comment", &options.comment),
     ];
     for (flag, value) in text_options {

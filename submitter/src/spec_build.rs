@@ -581,6 +581,61 @@ pub fn tunnel_spec(
     Ok(egress.map(TunnelSpec::Socks).unwrap_or(TunnelSpec::None))
 }
 
+/// Applies remediation's adjustment of a pair (docs/verification.md "Remediation") to its next
+/// launch spec, so the change is explicit there: `serve.gpu_memory_utilization` (over every other
+/// source: it was lowered from the value the failed job used), a longer `serve.health_timeout_s`,
+/// and the locked Pinggy pairs left out of the bank (the next pair becomes the first). A bank
+/// every pair of which is left out stays as it is (remediation holds such a pair instead). The
+/// `--exclude` nodes go into the sbatch request (planner).
+pub fn apply_adjustment(spec: &mut LaunchSpec, adjustment: &crate::domain::PairAdjustment) {
+    if let Some(util) = adjustment.gpu_memory_utilization {
+        spec.serve.gpu_memory_utilization = Some(util);
+    }
+    if let Some(timeout) = adjustment.health_timeout_s {
+        spec.serve.health_timeout_s = spec.serve.health_timeout_s.max(timeout);
+    }
+    if let launch_spec::spec::TunnelSpec::Pinggy(p) = &mut spec.tunnel
+        && !adjustment.skip_pinggy.is_empty()
+    {
+        let skipped = |url: &str| adjustment.skip_pinggy.iter().any(|s| s == url.trim_end_matches('/'));
+        let old_host = p.host.clone();
+        // Each pair's own server, so moving a pair to the front keeps every pair on its server.
+        let kept: Vec<_> = p
+            .pairs()
+            .into_iter()
+            .filter(|pair| !skipped(&pair.public_url))
+            .map(|mut pair| {
+                pair.host.get_or_insert_with(|| old_host.clone());
+                pair
+            })
+            .collect();
+        if let Some((first, rest)) = kept.split_first() {
+            p.public_url = first.public_url.clone();
+            p.token_secret = first.token_secret.clone();
+            p.host = first.host.clone().unwrap_or(old_host);
+            p.bank = rest.to_vec();
+        }
+    }
+}
+
+/// The adjustment in words, for `plan` and `status`.
+pub fn describe_adjustment(adjustment: &crate::domain::PairAdjustment) -> String {
+    let mut parts = Vec::new();
+    if let Some(util) = adjustment.gpu_memory_utilization {
+        parts.push(format!("serve.gpu_memory_utilization {util:.2}"));
+    }
+    if let Some(timeout) = adjustment.health_timeout_s {
+        parts.push(format!("serve.health_timeout_s ≥ {timeout}"));
+    }
+    if !adjustment.skip_pinggy.is_empty() {
+        parts.push(format!("Pinggy pairs left out: {}", adjustment.skip_pinggy.join(", ")));
+    }
+    if !adjustment.exclude_nodes.is_empty() {
+        parts.push(format!("sbatch --exclude={}", adjustment.exclude_nodes.join(",")));
+    }
+    parts.join("; ")
+}
+
 /// One line for `plan` and `lint`: what `agent`'s jobs on `cluster` tunnel, and the variables the
 /// agent gets (launch_spec::agents); the refusal's reason when they cannot launch there.
 pub fn describe_tunnel(

@@ -226,11 +226,23 @@ fn flag_lines(planned: &[PlannedJob]) -> String {
         .collect()
 }
 
+/// The changes remediation makes to pairs' launches (their ledger adjustments).
+fn remedy_lines(planned: &[PlannedJob]) -> String {
+    planned
+        .iter()
+        .filter_map(|job| {
+            job.remedy.as_ref().map(|r| format!("remedied  {} {}: {r}\n", job.model, job.benchmark))
+        })
+        .collect()
+}
+
 fn plan_table(planned: &[PlannedJob]) -> String {
     let mut out = String::new();
     for job in planned {
         let why = match &job.blocked {
-            Some(planner::Blocked::Refused(why) | planner::Blocked::Throttled(why)) => why.as_str(),
+            Some(
+                planner::Blocked::Refused(why) | planner::Blocked::Throttled(why) | planner::Blocked::Held(why),
+            ) => why.as_str(),
             None => job.reason.as_str(),
         };
         out += &format!(
@@ -245,6 +257,7 @@ fn plan_table(planned: &[PlannedJob]) -> String {
         );
     }
     out += &flag_lines(planned);
+    out += &remedy_lines(planned);
     let tunnels: std::collections::BTreeSet<(&str, &str)> =
         planned.iter().map(|j| (j.preset.as_str(), j.tunnel.as_str())).collect();
     for (preset, tunnel) in tunnels {
@@ -252,7 +265,7 @@ fn plan_table(planned: &[PlannedJob]) -> String {
     }
     let count = |label: &str| planned.iter().filter(|j| j.label() == label).count();
     out += &format!("{} submit, {} resubmit, {} skip", count("submit"), count("resubmit"), count("skip"));
-    for label in ["continue", "refused", "throttled"] {
+    for label in ["continue", "refused", "throttled", "held"] {
         if count(label) > 0 {
             out += &format!(", {} {label}", count(label));
         }
@@ -295,6 +308,9 @@ fn iterate(
         )
         .context("sync")?
     };
+    // Remediation between sync and plan: what it cancels, retries or holds is what this plan sees
+    // (a dry run decides and prints, and changes nothing).
+    let remedies = super::remediation::pass(session, None, args.dry_run)?;
     let planned = snapshot_and_plan(session, &args.selection, executables)?;
     // Staging and preflight (docs/site.md): each model once per iteration, before any ledger row.
     let context = session.context();
@@ -324,7 +340,11 @@ fn iterate(
         (true, true) => IterationFormat::Line,
     };
     let tidings = notify::iteration_events(&report.changes, &planned);
-    Ok((render_iteration(&report, &planned, &submitted, failed, format), failed, tidings))
+    let mut text = render_iteration(&report, &planned, &submitted, failed, format);
+    if matches!(format, IterationFormat::Human) {
+        text = super::remediation::lines(&remedies, args.dry_run) + &text;
+    }
+    Ok((text, failed, tidings))
 }
 
 /// How `launch` prints an iteration: text, a pretty document (`--once`), or one compact document
@@ -662,6 +682,9 @@ struct PlannedJobOutput<'a> {
     continues: Option<ContinuationOutput>,
     /// The job's tunnel(s) and the agent's model variables (or why it cannot launch here).
     tunnel: &'a str,
+    /// What remediation changes in the pair's launch (docs/verification.md "Remediation").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    remedy: Option<&'a str>,
     /// `<run dir>/launch.json`, for queued pairs.
     #[serde(skip_serializing_if = "Option::is_none")]
     spec_path: Option<&'a Path>,
@@ -682,6 +705,7 @@ impl<'a> From<&'a PlannedJob> for PlannedJobOutput<'a> {
             blocked: job.blocked.as_ref().map(|blocked| match blocked {
                 planner::Blocked::Refused(why) => BlockedOutput { kind: "refused", why },
                 planner::Blocked::Throttled(why) => BlockedOutput { kind: "throttled", why },
+                planner::Blocked::Held(why) => BlockedOutput { kind: "held", why },
             }),
             run_tag: &job.run_tag,
             resources: ResourcesOutput {
@@ -713,6 +737,7 @@ impl<'a> From<&'a PlannedJob> for PlannedJobOutput<'a> {
                 first: c.first,
             }),
             tunnel: &job.tunnel,
+            remedy: job.remedy.as_deref(),
             spec_path: job.spec_path.as_deref(),
             sbatch: job.sbatch.as_deref(),
         }

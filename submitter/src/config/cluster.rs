@@ -50,6 +50,9 @@ pub struct ClusterProfile {
     /// Notifications from the launch loop (webhook and/or command); docs/submitter.md.
     #[serde(default)]
     pub notify: Option<NotifySettings>,
+    /// What the loop does about a diagnosis (docs/verification.md "Remediation"); off by default.
+    #[serde(default)]
+    pub remediation: super::remediation::RemediationSettings,
 }
 
 /// `listener:` — the listener job's own placement: a small CPU partition (never the GPU one), with
@@ -778,6 +781,7 @@ impl ClusterProfile {
                 ));
             }
         }
+        problems.extend(self.remediation.problems());
         if let Some(notify) = &self.notify {
             problems.extend(notify.problems());
         }
