@@ -521,6 +521,39 @@ mod tests {
     }
 
     #[test]
+    fn records_fold_into_held_adjusted_and_released_pairs() {
+        let record = |id: i64, attempt: Option<i64>, action: &str, adjustment: Option<PairAdjustment>| Remediation {
+            id,
+            model: "m".into(),
+            family: "f".into(),
+            agent: "a".into(),
+            cluster: "c".into(),
+            attempt: attempt.map(AttemptId),
+            finding: "x".into(),
+            action: action.into(),
+            change: String::new(),
+            adjustment,
+            reason: "r".into(),
+            username: "u".into(),
+            created_at: Utc::now(),
+        };
+        let lowered = PairAdjustment { gpu_memory_utilization: Some(0.8), ..PairAdjustment::default() };
+        let mut records = vec![
+            record(1, Some(10), "retry", Some(PairAdjustment { gpu_memory_utilization: Some(0.85), ..Default::default() })),
+            record(2, Some(11), "retry", Some(lowered.clone())),
+            record(3, Some(12), "hold", None),
+        ];
+        let key = ("m".to_string(), "f".to_string(), "a".to_string());
+        let state = crate::ledger::fold_remediations(&records).remove(&key).unwrap();
+        assert_eq!((state.retries, state.adjustment.clone(), state.held.map(|h| h.id)), (2, lowered, Some(3)));
+        assert_eq!(state.acted_on, [10, 11, 12].into());
+        records.push(record(4, None, "release", None));
+        let state = crate::ledger::fold_remediations(&records).remove(&key).unwrap();
+        assert_eq!((state.retries, state.adjustment.is_empty(), state.held.is_none()), (0, true, true));
+        assert_eq!(state.acted_on, [10, 11, 12].into(), "a released pair's old attempts stay acted on");
+    }
+
+    #[test]
     fn the_table_order_decides_between_diagnoses() {
         // A dead engine and a private api_base: the cancel comes first in the table.
         let mut c = case(&["api_base.private"]);

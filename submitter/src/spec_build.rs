@@ -703,6 +703,48 @@ mod tests {
         ))
     }
 
+    /// Remediation's adjustment is explicit in the spec: the lowered ceiling, the longer readiness
+    /// deadline, the locked pair out of the bank (each remaining pair on its own server).
+    #[test]
+    fn an_adjustment_is_applied_to_the_spec() {
+        let mut vista = cluster("vista");
+        let bank = "- {url: https://a.a.pinggy.link, token_secret: PINGGY_TOKEN_1}\n- {url: https://b.a.pinggy.link, token_secret: PINGGY_TOKEN_2, host: ap.pro.pinggy.io}\n- {url: https://c.a.pinggy.link, token_secret: PINGGY_TOKEN_3}\n";
+        vista.network.pinggy = launch_spec::yaml::from_yaml_str(bank, Path::new("bank.yaml")).unwrap();
+        let mut spec = launch_spec::testkit::unit_spec();
+        spec.tunnel = tunnel_spec(&vista, "openhands", &expand).unwrap();
+        let TunnelSpec::Pinggy(before) = spec.tunnel.clone() else { panic!() };
+        let adjustment = crate::domain::PairAdjustment {
+            gpu_memory_utilization: Some(0.85),
+            health_timeout_s: Some(spec.serve.health_timeout_s + 600),
+            skip_pinggy: vec!["https://a.a.pinggy.link".into()],
+            exclude_nodes: vec!["n1".into()],
+        };
+        let timeout = spec.serve.health_timeout_s + 600;
+        apply_adjustment(&mut spec, &adjustment);
+        assert_eq!(spec.serve.gpu_memory_utilization, Some(0.85));
+        assert_eq!(spec.serve.health_timeout_s, timeout);
+        let TunnelSpec::Pinggy(p) = &spec.tunnel else { panic!() };
+        assert_eq!((p.public_url.as_str(), p.token_secret.as_str()), ("https://b.a.pinggy.link", "PINGGY_TOKEN_2"));
+        assert_eq!(p.host, "ap.pro.pinggy.io");
+        assert_eq!(p.bank.len(), 1);
+        assert_eq!(p.bank[0].public_url, "https://c.a.pinggy.link");
+        assert_eq!(p.bank[0].host.as_deref(), Some(before.host.as_str()), "c stays on the first pair's server");
+        assert!(spec.problem().is_ok(), "{:?}", spec.problem());
+        // Every pair left out: the bank stays (remediation holds such a pair instead).
+        let all = crate::domain::PairAdjustment {
+            skip_pinggy: before.pairs().into_iter().map(|p| p.public_url).collect(),
+            ..Default::default()
+        };
+        let mut again = launch_spec::testkit::unit_spec();
+        again.tunnel = TunnelSpec::Pinggy(before.clone());
+        apply_adjustment(&mut again, &all);
+        assert_eq!(again.tunnel, TunnelSpec::Pinggy(before));
+        assert_eq!(
+            describe_adjustment(&adjustment),
+            format!("serve.gpu_memory_utilization 0.85; serve.health_timeout_s ≥ {timeout}; Pinggy pairs left out: https://a.a.pinggy.link; sbatch --exclude=n1")
+        );
+    }
+
     #[test]
     fn tunnels_follow_the_profile_and_the_agent() {
         let leo = cluster("leonardo");

@@ -109,7 +109,25 @@ pub fn annotate(session: &Session, rows: &mut [StatusRow]) -> Result<()> {
             .map(|r| remediate::record_text(r, now))
             .collect();
         let key = (row.model.clone(), row.family.clone(), row.agent.clone());
-        if let Some(hold) = states.get(&key).and_then(|s| s.held.as_ref()).filter(|h| h.attempt.map(|a| a.0) != Some(row.attempt)) {
+        let state = states.get(&key);
+        // An active attempt of a pair remediation adjusted runs with the change: say which.
+        if row.ledger_status.is_active()
+            && let Some(retry) = state.filter(|s| !s.adjustment.is_empty()).and_then(|_| {
+                records.iter().rev().find(|r| {
+                    r.action == "retry"
+                        && (&r.model, &r.family, &r.agent) == (&key.0, &key.1, &key.2)
+                        && r.attempt.is_some_and(|a| a.0 != row.attempt)
+                })
+            })
+        {
+            parts.push(format!(
+                "launched after the retry of attempt {} ({}): {}",
+                retry.attempt.map_or(0, |a| a.0),
+                retry.finding,
+                submitter::spec_build::describe_adjustment(&state.expect("checked").adjustment)
+            ));
+        }
+        if let Some(hold) = state.and_then(|s| s.held.as_ref()).filter(|h| h.attempt.map(|a| a.0) != Some(row.attempt)) {
             parts.push(remediate::held_text(hold, &row.benchmark));
         }
         if !parts.is_empty() {
