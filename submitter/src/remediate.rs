@@ -233,10 +233,11 @@ fn launch_facts(dir: &Path, status: Option<&launch_spec::records::RunStatus>) ->
         }
         _ => Vec::new(),
     };
-    let pinggy_taken = launch_spec::rundir::read_events_where(dir, |k| *k == launch_spec::rundir::EventKind::TunnelPair)
-        .iter()
-        .rev()
-        .find_map(|e| e.pair_url().map(|u| u.trim_end_matches('/').to_string()));
+    let pinggy_taken =
+        launch_spec::rundir::read_events_where(dir, |k| *k == launch_spec::rundir::EventKind::TunnelPair)
+            .iter()
+            .rev()
+            .find_map(|e| e.pair_url().map(|u| u.trim_end_matches('/').to_string()));
     LaunchFacts {
         gpu_memory_utilization: status
             .and_then(|s| s.gpu.as_ref().map(|g| g.gpu_memory_utilization))
@@ -471,7 +472,11 @@ mod tests {
     #[test]
     fn a_cancel_needs_a_job_and_dead_must_have_held_past_its_bound() {
         let mut c = case(&[]);
-        c.diagnoses.push(Diag { id: "engine.hung".into(), summary: "hung".into(), verdict: Some((VerdictKind::Dead, 60)) });
+        c.diagnoses.push(Diag {
+            id: "engine.hung".into(),
+            summary: "hung".into(),
+            verdict: Some((VerdictKind::Dead, 60)),
+        });
         assert!(decide(&c, &PairRemedy::default(), &on()).is_none(), "no job to cancel");
         c.active_job = Some("42".into());
         assert!(decide(&c, &PairRemedy::default(), &on()).is_none(), "dead for 60 s < 600 s");
@@ -539,7 +544,12 @@ mod tests {
         };
         let lowered = PairAdjustment { gpu_memory_utilization: Some(0.8), ..PairAdjustment::default() };
         let mut records = vec![
-            record(1, Some(10), "retry", Some(PairAdjustment { gpu_memory_utilization: Some(0.85), ..Default::default() })),
+            record(
+                1,
+                Some(10),
+                "retry",
+                Some(PairAdjustment { gpu_memory_utilization: Some(0.85), ..Default::default() }),
+            ),
             record(2, Some(11), "retry", Some(lowered.clone())),
             record(3, Some(12), "hold", None),
         ];
@@ -558,7 +568,10 @@ mod tests {
         // A dead engine and a private api_base: the cancel comes first in the table.
         let mut c = case(&["api_base.private"]);
         c.active_job = Some("3".into());
-        c.diagnoses.insert(0, Diag { id: "engine.hung".into(), summary: "h".into(), verdict: Some((VerdictKind::Dead, 9999)) });
+        c.diagnoses.insert(
+            0,
+            Diag { id: "engine.hung".into(), summary: "h".into(), verdict: Some((VerdictKind::Dead, 9999)) },
+        );
         assert_eq!(decide(&c, &PairRemedy::default(), &on()).unwrap().finding, "engine.hung");
     }
 }

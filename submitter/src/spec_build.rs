@@ -741,7 +741,9 @@ mod tests {
         assert_eq!(again.tunnel, TunnelSpec::Pinggy(before));
         assert_eq!(
             describe_adjustment(&adjustment),
-            format!("serve.gpu_memory_utilization 0.85; serve.health_timeout_s ≥ {timeout}; Pinggy pairs left out: https://a.a.pinggy.link; sbatch --exclude=n1")
+            format!(
+                "serve.gpu_memory_utilization 0.85; serve.health_timeout_s ≥ {timeout}; Pinggy pairs left out: https://a.a.pinggy.link; sbatch --exclude=n1"
+            )
         );
     }
 

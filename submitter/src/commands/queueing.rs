@@ -230,9 +230,7 @@ fn flag_lines(planned: &[PlannedJob]) -> String {
 fn remedy_lines(planned: &[PlannedJob]) -> String {
     planned
         .iter()
-        .filter_map(|job| {
-            job.remedy.as_ref().map(|r| format!("remedied  {} {}: {r}\n", job.model, job.benchmark))
-        })
+        .filter_map(|job| job.remedy.as_ref().map(|r| format!("remedied  {} {}: {r}\n", job.model, job.benchmark)))
         .collect()
 }
 
@@ -240,9 +238,9 @@ fn plan_table(planned: &[PlannedJob]) -> String {
     let mut out = String::new();
     for job in planned {
         let why = match &job.blocked {
-            Some(
-                planner::Blocked::Refused(why) | planner::Blocked::Throttled(why) | planner::Blocked::Held(why),
-            ) => why.as_str(),
+            Some(planner::Blocked::Refused(why) | planner::Blocked::Throttled(why) | planner::Blocked::Held(why)) => {
+                why.as_str()
+            }
             None => job.reason.as_str(),
         };
         out += &format!(

@@ -127,7 +127,8 @@ pub fn annotate(session: &Session, rows: &mut [StatusRow]) -> Result<()> {
                 submitter::spec_build::describe_adjustment(&state.expect("checked").adjustment)
             ));
         }
-        if let Some(hold) = state.and_then(|s| s.held.as_ref()).filter(|h| h.attempt.map(|a| a.0) != Some(row.attempt)) {
+        if let Some(hold) = state.and_then(|s| s.held.as_ref()).filter(|h| h.attempt.map(|a| a.0) != Some(row.attempt))
+        {
             parts.push(remediate::held_text(hold, &row.benchmark));
         }
         if !parts.is_empty() {
@@ -158,7 +159,11 @@ pub fn remediate_command(args: &RemediateArgs) -> Result<ExitCode> {
         output::document("remediate", &RemediateOutput { dry_run: args.dry_run, decisions: &decisions })
     } else {
         lines(&decisions, args.dry_run)
-            + &format!("{} decision(s){}\n", decisions.len(), if args.dry_run { ", nothing changed (dry run)" } else { "" })
+            + &format!(
+                "{} decision(s){}\n",
+                decisions.len(),
+                if args.dry_run { ", nothing changed (dry run)" } else { "" }
+            )
     })?;
     Ok(ExitCode::SUCCESS)
 }
@@ -179,7 +184,12 @@ pub fn release_command(args: &ReleaseArgs) -> Result<ExitCode> {
     }
     if held.len() > 1 {
         let agents: Vec<&str> = held.iter().map(|k| k.2.as_str()).collect();
-        bail!("{} on {} is held under several agents ({}): say --agent A", args.model, args.benchmark, agents.join(", "));
+        bail!(
+            "{} on {} is held under several agents ({}): say --agent A",
+            args.model,
+            args.benchmark,
+            agents.join(", ")
+        );
     }
     let username = std::env::var("USER").unwrap_or_else(|_| "unknown".to_string());
     remediate::release(session.ledger.as_ref(), &held[0], &session.cluster.name, &username)?;

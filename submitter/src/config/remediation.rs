@@ -165,7 +165,8 @@ impl RemediationSettings {
     pub fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
         if !(self.gpu_memory_step > 0.0 && self.gpu_memory_step <= 0.5) {
-            problems.push(format!("remediation.gpu_memory_step {} must be in (0, 0.5], e.g. 0.05", self.gpu_memory_step));
+            problems
+                .push(format!("remediation.gpu_memory_step {} must be in (0, 0.5], e.g. 0.05", self.gpu_memory_step));
         }
         if !(self.gpu_memory_floor > 0.0 && self.gpu_memory_floor < 1.0) {
             problems
@@ -233,6 +234,23 @@ mod tests {
         assert!(p.iter().any(|l| l.contains("unknown diagnosis `api_base.privat`")), "{p:#?}");
         assert!(p.iter().any(|l| l.contains("overrides.api_base.private: `retry` has no change")), "{p:#?}");
         assert!(RemediationSettings::default().problems().is_empty());
+    }
+
+    /// The shipped real profiles turn on the safe ones only: every cancel and hold of the table, no retry.
+    #[test]
+    fn shipped_profiles_enable_the_safe_policies_only() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../clusters");
+        for name in ["leonardo", "jupiter", "vista"] {
+            let profile = crate::config::load_cluster(&dir, name).unwrap();
+            let s = &profile.remediation;
+            assert!(s.enabled, "{name}");
+            for d in TABLE {
+                let expected = if d.safe { d.default } else { Policy::Off };
+                assert_eq!(s.policy(d.id), expected, "{name}: {}", d.id);
+            }
+        }
+        let local = crate::config::load_cluster(&dir, "local").unwrap();
+        assert!(!local.remediation.enabled, "local: remediation is the tests' to turn on");
     }
 
     #[test]

@@ -298,15 +298,13 @@ fn draft_verdict(inputs: &Inputs, obs: &Observation, current: Option<&Sample>) -
     let rate =
         rate.filter(|_| kind != VerdictKind::Finished && kind != VerdictKind::Failed && kind != VerdictKind::Starting);
     let mut d = match decisive.filter(|_| kind != VerdictKind::Healthy) {
-        Some(f) => {
-            Draft {
-                verdict: kind,
-                finding: Some(f.id),
-                summary: f.summary.clone(),
-                evidence: f.evidence.clone(),
-                action: f.action.clone(),
-            }
-        }
+        Some(f) => Draft {
+            verdict: kind,
+            finding: Some(f.id),
+            summary: f.summary.clone(),
+            evidence: f.evidence.clone(),
+            action: f.action.clone(),
+        },
         None => draft(kind, String::new()),
     };
     if kind == VerdictKind::Healthy {

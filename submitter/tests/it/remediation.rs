@@ -96,10 +96,9 @@ fn an_engine_oom_at_start_is_retried_once_with_a_lower_ceiling_and_finishes() {
     assert_eq!(r.adjustment.as_ref().and_then(|a| a.gpu_memory_utilization), Some(0.85));
     let second = attempts(&*ledger).pop().unwrap();
     assert_ne!(second.id, first.id);
-    let spec: Value = serde_json::from_slice(
-        &std::fs::read(PathBuf::from(second.config["spec"].as_str().unwrap())).unwrap(),
-    )
-    .unwrap();
+    let spec: Value =
+        serde_json::from_slice(&std::fs::read(PathBuf::from(second.config["spec"].as_str().unwrap())).unwrap())
+            .unwrap();
     assert_eq!(spec["serve"]["gpu_memory_utilization"].as_f64(), Some(0.85), "{}", spec["serve"]);
     // `status` shows the step on the attempt it launched.
     let status = cluster.run(&["status"], ledger_spec, &["--json"], &[]);
@@ -121,7 +120,11 @@ fn an_engine_oom_at_start_is_retried_once_with_a_lower_ceiling_and_finishes() {
     assert_eq!(ledger.remediations().unwrap().len(), 1);
     // `plan` shows the pair's adjustment; `status` the record on the attempt it acted on.
     let plan = cluster.run(&["plan"], ledger_spec, &["--preset", "tb2", "--model", MODEL], &[]);
-    assert!(text(&plan).contains("remedied") && text(&plan).contains("serve.gpu_memory_utilization 0.85"), "{}", text(&plan));
+    assert!(
+        text(&plan).contains("remedied") && text(&plan).contains("serve.gpu_memory_utilization 0.85"),
+        "{}",
+        text(&plan)
+    );
     cancel_all(&*ledger);
 }
 
@@ -137,7 +140,10 @@ fn instant_trial_failures_cancel_the_job_and_hold_the_pair_until_released() {
     let store = Store::sqlite();
     let cluster = TestCluster::new("rm-instant", |p| {
         *p = p
-            .replace("STANDIN_LOAD_SECONDS: \"0.3\"", "STANDIN_LOAD_SECONDS: \"0.3\"\n    STANDIN_COMPLETION_TOKENS: \"0\"")
+            .replace(
+                "STANDIN_LOAD_SECONDS: \"0.3\"",
+                "STANDIN_LOAD_SECONDS: \"0.3\"\n    STANDIN_COMPLETION_TOKENS: \"0\"",
+            )
             .replace("STANDIN_TRIAL_SECONDS: \"0.05\"", "STANDIN_TRIAL_SECONDS: \"2\"");
         p.push_str("remediation: {enabled: true}\n");
     });
@@ -182,7 +188,10 @@ fn instant_trial_failures_cancel_the_job_and_hold_the_pair_until_released() {
     let pair = &doc["jobs"][0];
     assert_eq!(pair["blocked"]["kind"], "held", "{pair:#}");
     let why = pair["blocked"]["why"].as_str().unwrap();
-    assert!(why.starts_with("held: trials.instant_fail") && why.contains("submitter release --model test/Tiny-1B"), "{why}");
+    assert!(
+        why.starts_with("held: trials.instant_fail") && why.contains("submitter release --model test/Tiny-1B"),
+        "{why}"
+    );
     let launched = launch_once(&cluster, ledger_spec, &[]);
     assert!(launched.contains("0 submitted"), "{launched}");
     assert_eq!(attempts(&*ledger).len(), 1, "a held pair was resubmitted");
@@ -198,5 +207,116 @@ fn instant_trial_failures_cancel_the_job_and_hold_the_pair_until_released() {
     let doc: Value = serde_json::from_slice(&plan.stdout).unwrap();
     assert!(doc["jobs"][0]["blocked"].is_null(), "{doc:#}");
     assert_eq!(doc["jobs"][0]["decision"], "resubmit", "{doc:#}");
+    cancel_all(&*ledger);
+}
+
+/// A locked Pinggy token → the pair is retried on the next pair of the bank: the locked one is left
+/// out of the new launch spec, whose first pair is the next. The failed job's run dir is written as
+/// payload leaves it when every try of its pair met Pinggy's lock message (outcome `tunnel` /
+/// `token_locked`, the pair in its `tunnel_pair` event) — the lock itself needs Pinggy's servers,
+/// which this machine cannot reach (payload's side is tests/tests/tunnels_e2e.rs with the sshd
+/// stand-in); the decision, the ledger record and the relaunch on Slurm are the real ones.
+#[test]
+fn a_locked_pinggy_token_moves_the_pair_to_the_next_pinggy_pair() {
+    if !slurm_up() {
+        return;
+    }
+    let store = Store::sqlite();
+    let cluster = TestCluster::new("rm-locked", |p| {
+        p.push_str(
+            "network:\n  internet: true\n  pinggy:\n    - {url: https://rm-a.a.pinggy.link, token_secret: PINGGY_TOKEN_A}\n    - {url: https://rm-b.a.pinggy.link, token_secret: PINGGY_TOKEN_B}\nremediation: {enabled: true}\n",
+        );
+    });
+    let secrets = cluster.root().join("secrets.env");
+    let run = std::process::id();
+    let keys = std::fs::read_to_string(&secrets).unwrap() + &format!("PINGGY_TOKEN_A=a{run}\nPINGGY_TOKEN_B=b{run}\n");
+    launch_spec::testkit::world::write_secrets(&secrets, &keys, 0o600);
+    let openhands = cluster.root().join("openhands_eval.yaml");
+    std::fs::write(
+        &openhands,
+        "orchestrator:\n  type: local\n  quiet: true\nenvironment:\n  type: daytona\n  delete: true\nagents:\n  - name: openhands\n",
+    )
+    .unwrap();
+    let openhands = openhands.display().to_string();
+    let ledger_spec = &store.spec;
+    let ledger = open_ledger(ledger_spec).unwrap();
+
+    // The first attempt as `launch` records it (its real spec, from `launch --dry-run`'s plan), and
+    // its run dir as payload leaves it after the lock.
+    let selection = ["--preset", "tb2", "--model", MODEL, "--harbor-config", &openhands];
+    let plan = cluster.run(&["plan"], ledger_spec, &[&selection[..], &["--json"]].concat(), &[]);
+    let doc: Value = serde_json::from_slice(&plan.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&plan)));
+    let job = &doc["jobs"][0];
+    assert!(job["blocked"].is_null(), "{job:#}");
+    let run_tag = job["run_tag"].as_str().unwrap().to_string();
+    let run_dir = PathBuf::from(job["spec_path"].as_str().unwrap()).parent().unwrap().to_path_buf();
+    std::fs::create_dir_all(&run_dir).unwrap();
+    let pinggy: launch_spec::spec::PinggySpec = serde_json::from_value(serde_json::json!({
+        "host": "pro.pinggy.io", "public_url": "https://rm-a.a.pinggy.link", "token_secret": "PINGGY_TOKEN_A",
+        "bank": [{"public_url": "https://rm-b.a.pinggy.link", "token_secret": "PINGGY_TOKEN_B"}],
+    }))
+    .unwrap();
+    launch_spec::testkit::TestSpec::new(cluster.root(), &run_tag)
+        .agent("openhands")
+        .tunnel(launch_spec::spec::TunnelSpec::Pinggy(pinggy))
+        .write(run_dir.join("launch.json"))
+        .unwrap();
+    let id = ledger
+        .insert_pending(&submitter::ledger::NewAttempt {
+            model: MODEL.into(),
+            benchmark: "terminal_bench_2".into(),
+            cluster: "rm-locked".into(),
+            username: "test".into(),
+            run_tag: run_tag.clone(),
+            agent: "openhands".into(),
+            reason: "no previous attempt".into(),
+            config: serde_json::json!({"run_dir": run_dir, "spec": run_dir.join("launch.json"), "agent": "openhands"}),
+        })
+        .unwrap();
+    ledger.set_job_id(id, "4242").unwrap();
+    ledger.transition(id, AttemptStatus::Started, "started", None).unwrap();
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+    let status: launch_spec::records::RunStatus = serde_json::from_value(serde_json::json!({
+        "version": 1, "run_tag": run_tag, "phase": "done", "started_at": now, "updated_at": now,
+        "slurm_job_id": "4242", "node": "node1",
+        "outcome": {"class": "tunnel", "cause": "token_locked", "exit_code": 13,
+                    "message": "Pinggy: https://rm-a.a.pinggy.link (PINGGY_TOKEN_A): A tunnel with the same token is already active"},
+    }))
+    .unwrap();
+    std::fs::write(run_dir.join("status.json"), serde_json::to_vec(&status).unwrap()).unwrap();
+    let event =
+        serde_json::json!({"at": now, "event": "tunnel_pair", "fields": {"public_url": "https://rm-a.a.pinggy.link"}});
+    std::fs::write(run_dir.join("events.jsonl"), format!("{event}\n")).unwrap();
+    ledger.transition(id, AttemptStatus::Failed, "tunnel/token_locked (exit 13)", None).unwrap();
+
+    // Dry run, then the real pass: the same decision; the record names the locked pair.
+    let dry = cluster.run(&["remediate"], ledger_spec, &["--dry-run"], &[]);
+    let dry_lines = decision_lines(&text(&dry));
+    assert_eq!(dry_lines.len(), 1, "{}", text(&dry));
+    assert!(
+        dry_lines[0].contains("[tunnel.pinggy: https://rm-a.a.pinggy.link left out, https://rm-b.a.pinggy.link first]")
+            && dry_lines[0].contains("outcome.tunnel.token_locked"),
+        "{dry_lines:?}"
+    );
+    assert!(ledger.remediations().unwrap().is_empty(), "the dry run wrote");
+    let real = cluster.run(&["remediate"], ledger_spec, &[], &[]);
+    assert_eq!(decision_lines(&text(&real)), dry_lines, "{}", text(&real));
+    let records = ledger.remediations().unwrap();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].adjustment.as_ref().unwrap().skip_pinggy, vec!["https://rm-a.a.pinggy.link".to_string()]);
+
+    // The relaunch: its spec's first pair is the next one, the locked one gone from the bank.
+    let out = cluster.run(&["launch"], ledger_spec, &[&["--once"][..], &selection[..]].concat(), &[]);
+    assert!(text(&out).contains("1 submitted"), "{}", text(&out));
+    let second = attempts(&*ledger).into_iter().filter(|a| a.agent == "openhands").max_by_key(|a| a.id.0).unwrap();
+    assert_ne!(second.id, id);
+    let spec: Value =
+        serde_json::from_slice(&std::fs::read(PathBuf::from(second.config["spec"].as_str().unwrap())).unwrap())
+            .unwrap();
+    let tunnel = &spec["tunnel"];
+    assert_eq!(tunnel["kind"], "pinggy", "{spec:#}");
+    assert_eq!(tunnel["public_url"], "https://rm-b.a.pinggy.link", "{spec:#}");
+    assert_eq!(tunnel["token_secret"], "PINGGY_TOKEN_B", "{spec:#}");
+    assert!(tunnel["bank"].as_array().is_none_or(|b| b.is_empty()), "{tunnel:#}");
     cancel_all(&*ledger);
 }
