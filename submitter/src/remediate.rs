@@ -266,14 +266,15 @@ pub fn cases(rows: &[StatusRow], settings: &VerifySettings, now: DateTime<Utc>) 
             .and_then(|d| launch_spec::rundir::read_status(d).into_status())
             .filter(|s| row.slurm_job_id.is_some() && s.slurm_job_id == row.slurm_job_id);
         let mut diagnoses = Vec::new();
-        if active && row.verdict.verdict.is_bad() {
-            if let Some(id) = row.verdict.finding {
-                diagnoses.push(Diag {
-                    id: id.to_string(),
-                    summary: row.verdict.summary.clone(),
-                    verdict: Some((row.verdict.verdict, (now - row.verdict.since).num_seconds())),
-                });
-            }
+        if active
+            && row.verdict.verdict.is_bad()
+            && let Some(id) = row.verdict.finding
+        {
+            diagnoses.push(Diag {
+                id: id.to_string(),
+                summary: row.verdict.summary.clone(),
+                verdict: Some((row.verdict.verdict, (now - row.verdict.since).num_seconds())),
+            });
         }
         if active
             && row.slurm == "RUNNING"
