@@ -147,6 +147,11 @@ fn instant_trial_failures_cancel_the_job_and_hold_the_pair_until_released() {
             .replace("STANDIN_TRIAL_SECONDS: \"0.05\"", "STANDIN_TRIAL_SECONDS: \"2\"");
         p.push_str("remediation: {enabled: true}\n");
     });
+    // People are told of the hold (the notifier's command gets each message's JSON body on stdin).
+    let told = cluster.root().join("told.txt");
+    let profile = cluster.root().join("clusters/rm-instant.yaml");
+    let notify = format!("notify: {{command: [\"/usr/bin/tee\", \"-a\", \"{}\"], digest_after: 20}}\n", told.display());
+    std::fs::write(&profile, std::fs::read_to_string(&profile).unwrap() + &notify).unwrap();
     // Enough trials that the job still runs when the failures have piled up.
     let names: Vec<String> = (0..60).map(|i| format!("t{i}")).collect();
     write_tasks(&cluster.root().join("datasets/DCAgent2_terminal_bench_2"), &names);
@@ -194,6 +199,10 @@ fn instant_trial_failures_cancel_the_job_and_hold_the_pair_until_released() {
     );
     let launched = launch_once(&cluster, ledger_spec, &[]);
     assert!(launched.contains("0 submitted"), "{launched}");
+    launch_once(&cluster, ledger_spec, &[]);
+    let messages = std::fs::read_to_string(&told).unwrap_or_default();
+    let held_line = format!("held: {MODEL} on terminal_bench_2: held: trials.instant_fail");
+    assert_eq!(messages.matches(&held_line).count(), 1, "told once while it stays held: {messages}");
     assert_eq!(attempts(&*ledger).len(), 1, "a held pair was resubmitted");
     let status = cluster.run(&["status"], ledger_spec, &["--hours", "1"], &[]);
     assert!(text(&status).contains("⚕ remediation: hold"), "{}", text(&status));
