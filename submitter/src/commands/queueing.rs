@@ -338,7 +338,7 @@ fn iterate(
         (true, true) => IterationFormat::Line,
     };
     let tidings = notify::iteration_events(&report.changes, &planned);
-    let mut text = render_iteration(&report, &planned, &submitted, failed, format);
+    let mut text = render_iteration(&report, &planned, &submitted, failed, &remedies, format);
     if matches!(format, IterationFormat::Human) {
         text = super::remediation::lines(&remedies, args.dry_run) + &text;
     }
@@ -359,6 +359,7 @@ fn render_iteration(
     planned: &[PlannedJob],
     submitted: &[Submitted],
     failed: usize,
+    remediation: &[submitter::remediate::Decision],
     format: IterationFormat,
 ) -> String {
     let elsewhere: Vec<&PlannedJob> = planned.iter().filter(|j| j.reason.starts_with("in progress on ")).collect();
@@ -371,6 +372,7 @@ fn render_iteration(
             failed,
             elsewhere: elsewhere.into_iter().map(PlannedJobOutput::from).collect(),
             flagged: planned.iter().filter(|j| j.flag.is_some()).map(PlannedJobOutput::from).collect(),
+            remediation,
         };
         return match format {
             IterationFormat::Line => output::document_line("launch", &doc),
@@ -806,6 +808,9 @@ struct LaunchOutput<'a> {
     elsewhere: Vec<PlannedJobOutput<'a>>,
     /// Pairs with a flag for the operator.
     flagged: Vec<PlannedJobOutput<'a>>,
+    /// What the remediation pass decided before the plan (docs/verification.md "Remediation").
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    remediation: &'a [submitter::remediate::Decision],
 }
 
 #[derive(Serialize)]

@@ -82,6 +82,16 @@ fn an_engine_oom_at_start_is_retried_once_with_a_lower_ceiling_and_finishes() {
     );
     let dry_launch = launch_once(&cluster, ledger_spec, &["--dry-run"]);
     assert_eq!(decision_lines(&dry_launch), dry_lines, "{dry_launch}");
+    let args = ["--once", "--preset", "tb2", "--model", MODEL, "--dry-run", "--json"];
+    let out = cluster.run(&["launch"], ledger_spec, &args, &[]);
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out)));
+    let decision = &doc["remediation"][0];
+    assert_eq!(
+        (decision["action"].as_str(), decision["attempt"].as_i64()),
+        (Some("retry"), Some(first.id.0)),
+        "{doc:#}"
+    );
+    assert_eq!(decision["adjustment"]["gpu_memory_utilization"].as_f64(), Some(0.85), "{doc:#}");
     assert_eq!((ledger.remediations().unwrap(), attempts(&*ledger)), before, "a dry run wrote");
 
     // The real iteration: remediation, then the plan resubmits with the change.
