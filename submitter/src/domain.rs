@@ -130,3 +130,27 @@ impl Continuation {
         }
     }
 }
+
+/// What remediation changed in a pair's next launch (docs/verification.md "Remediation"): recorded
+/// with each retry in the ledger (the whole adjustment after that retry), applied by spec building.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PairAdjustment {
+    /// `serve.gpu_memory_utilization` for the next attempt (an out-of-memory at start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_memory_utilization: Option<f64>,
+    /// `serve.health_timeout_s` for the next attempt (a load still progressing at the deadline).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_timeout_s: Option<u64>,
+    /// Pinggy pairs (by public URL) left out of the next spec's bank (their token was locked).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skip_pinggy: Vec<String>,
+    /// Nodes for `sbatch --exclude` (a node-level fault).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclude_nodes: Vec<String>,
+}
+
+impl PairAdjustment {
+    pub fn is_empty(&self) -> bool {
+        *self == PairAdjustment::default()
+    }
+}

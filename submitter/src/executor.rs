@@ -114,6 +114,10 @@ impl Executor<'_> {
                     results.push(record(format!("throttled: {why}"), None, None));
                     continue;
                 }
+                Some(Blocked::Held(why)) => {
+                    results.push(record(why.clone(), None, None));
+                    continue;
+                }
                 None if !job.action.submits() => continue,
                 None => {}
             }

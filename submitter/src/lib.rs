@@ -14,6 +14,7 @@ pub mod planner;
 pub mod preflight;
 pub mod queue;
 pub mod registry;
+pub mod remediate;
 pub mod selection;
 pub mod slurm;
 pub mod snapshot;

@@ -50,6 +50,11 @@ pub enum Command {
     Report(commands::verify::ReportArgs),
     /// Show a job's log: the Slurm output (default), --engine, --harbor or --tunnel.
     Logs(commands::verify::LogsArgs),
+    /// One remediation pass (the profile's `remediation:` policies): cancel, retry with a change, or
+    /// hold, for each diagnosed job. `--dry-run` prints the decisions and changes nothing.
+    Remediate(commands::remediation::RemediateArgs),
+    /// Clear the hold remediation put on a pair, so the next launch submits it again.
+    Release(commands::remediation::ReleaseArgs),
     /// Cancel by job id or model/benchmark, updating the ledger.
     Cancel(commands::queueing::CancelArgs),
     /// Move the ledger's pending attempts onto a Slurm reservation (`scontrol update
@@ -93,6 +98,8 @@ fn main() -> ExitCode {
         Command::Sync(args) => commands::queueing::sync_command(&args),
         Command::Status(args) => commands::verify::status(&args),
         Command::Cancel(args) => commands::queueing::cancel_command(&args),
+        Command::Remediate(args) => commands::remediation::remediate_command(&args),
+        Command::Release(args) => commands::remediation::release_command(&args),
         Command::Move(args) => commands::queueing::move_command(&args),
         Command::Check(args) => commands::verify::check(&args),
         Command::Results(args) => commands::verify::results(&args),

@@ -96,11 +96,8 @@ pub fn iteration_events(changes: &[crate::sync::Change], planned: &[crate::plann
     let mut unheld = BTreeSet::new();
     for job in planned {
         match &job.blocked {
-            Some(crate::planner::Blocked::Refused(why)) => events.push(Event::Held {
-                model: job.model.clone(),
-                benchmark: job.benchmark.clone(),
-                why: why.clone(),
-            }),
+            Some(crate::planner::Blocked::Refused(why) | crate::planner::Blocked::Held(why)) => events
+                .push(Event::Held { model: job.model.clone(), benchmark: job.benchmark.clone(), why: why.clone() }),
             _ => {
                 unheld.insert(pair_key(&job.model, &job.benchmark));
             }

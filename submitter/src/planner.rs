@@ -58,6 +58,8 @@ pub enum Blocked {
     Refused(String),
     /// No slot under `limits.max_jobs_in_flight` this iteration.
     Throttled(String),
+    /// Remediation held the pair (misconfigured): never resubmitted until `submitter release`.
+    Held(String),
 }
 
 /// One row of `submitter plan`, and one item of `launch`'s work (their documents are output
@@ -103,6 +105,8 @@ pub struct PlannedJob {
     /// The leg dataset as the preset names it (staging fetches it by this name).
     pub dataset: String,
     pub overrides: SpecOverrides,
+    /// What remediation changes in this pair's launch (its ledger adjustment), in words.
+    pub remedy: Option<String>,
 }
 
 /// Where a decision's evidence came from (`plan` shows it for every skip).
@@ -143,6 +147,7 @@ impl PlannedJob {
         match &self.blocked {
             Some(Blocked::Refused(_)) => "refused",
             Some(Blocked::Throttled(_)) => "throttled",
+            Some(Blocked::Held(_)) => "held",
             None => self.action.as_str(),
         }
     }
@@ -282,6 +287,7 @@ fn plan_pair(
         job_name: names::job_name(leg.short(), model),
         dataset,
         overrides,
+        remedy: None,
     };
     // A pair whose serve settings do not resolve is still decided (a finished pair stays a skip,
     // not a failure on every launch); only if it would be queued is it refused.
@@ -321,7 +327,15 @@ fn plan_pair(
             first: Some(before.and_then(|c| c.first).unwrap_or(latest.id.0)),
         });
     }
+    let remedy = pair.and_then(|p| snapshot.remedies.get(&(p.model.clone(), p.family.clone(), p.agent.clone())));
+    if let Some(adjustment) = remedy.map(|r| &r.adjustment).filter(|a| !a.is_empty()) {
+        job.remedy = Some(crate::spec_build::describe_adjustment(adjustment));
+    }
     if !action.submits() {
+        return job;
+    }
+    if let Some(hold) = remedy.and_then(|r| r.held.as_ref()) {
+        job.blocked = Some(Blocked::Held(crate::remediate::held_text(hold, &job.benchmark)));
         return job;
     }
     if let Err(err) = resolved {
@@ -337,6 +351,8 @@ fn plan_pair(
         }
     };
     place_run(&mut spec, pair, decide::continues_latest(&history, action, inputs.policy));
+    let adjustment = remedy.map(|r| r.adjustment.clone()).unwrap_or_default();
+    crate::spec_build::apply_adjustment(&mut spec, &adjustment);
     job.run_tag = spec.run_tag.clone();
     let path = spec_path(&spec);
     let request = sbatch_request(&JobInputs {
@@ -350,6 +366,12 @@ fn plan_pair(
         benchmark_short: leg.short(),
         dependency: None,
         environment: inputs.environment,
+    })
+    .map(|mut request| {
+        if !adjustment.exclude_nodes.is_empty() {
+            request.options.exclude = Some(adjustment.exclude_nodes.join(","));
+        }
+        request
     })
     .and_then(|request| build_sbatch_args(&request).map(|argv| (request, argv)).map_err(|e| e.to_string()));
     match request {

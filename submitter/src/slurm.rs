@@ -282,6 +282,9 @@ pub struct SbatchOptions {
     pub dependency: Option<String>,
     /// `--begin`, e.g. `now+60` or `2026-12-01T10:00:00`.
     pub begin: Option<String>,
+    /// `--exclude`: nodes not to run on (remediation of a node-level fault).
+    #[serde(default)]
+    pub exclude: Option<String>,
     /// `--comment`: the attempt's submission tag, by which a job whose sbatch answer was lost is
     /// found again ([`Slurm::find_by_comment`]).
     #[serde(default)]
@@ -606,6 +609,7 @@ pub fn build_sbatch_args(request: &SubmitRequest) -> Result<Vec<OsString>, Slurm
         ("reservation", &options.reservation),
         ("dependency", &options.dependency),
         ("begin", &options.begin),
+        ("exclude", &options.exclude),
         ("comment", &options.comment),
     ];
     for (flag, value) in text_options {
@@ -1216,6 +1220,7 @@ mod tests {
                 chdir: Some("/runs".into()),
                 dependency: Some("afterok:41".into()),
                 begin: Some("now+60".into()),
+                exclude: Some("lrdn0001,lrdn0002".into()),
                 comment: Some("evalsub-0123".into()),
                 extra_args: vec!["--exclusive".into()],
             },
@@ -1232,6 +1237,7 @@ mod tests {
                 "--reservation=maint",
                 "--dependency=afterok:41",
                 "--begin=now+60",
+                "--exclude=lrdn0001,lrdn0002",
                 "--comment=evalsub-0123",
                 "--time=0-04:00:00",
                 "--nodes=1",

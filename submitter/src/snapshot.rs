@@ -45,6 +45,8 @@ pub struct Snapshot {
     pub recorded_outcome: HashSet<AttemptId>,
     /// Active attempts of this cluster (the throttle counts them).
     pub in_flight: u32,
+    /// Each pair's remediation state (held, the adjustment of its next launch).
+    pub remedies: HashMap<PairKey, crate::ledger::PairRemedy>,
 }
 
 impl Snapshot {
@@ -71,6 +73,7 @@ impl Snapshot {
                 }
             }
         }
+        let remedies = crate::ledger::fold_remediations(&ledger.remediations()?);
         let in_flight = ledger.active()?.iter().filter(|a| a.cluster == cluster).count() as u32;
         let active: Vec<_> =
             pairs.values().map(|p| &p.latest).filter(|a| a.status.is_active() && a.cluster == cluster).collect();
@@ -95,6 +98,7 @@ impl Snapshot {
             jobs,
             recorded_outcome,
             in_flight,
+            remedies,
         })
     }
 

@@ -581,6 +581,61 @@ pub fn tunnel_spec(
     Ok(egress.map(TunnelSpec::Socks).unwrap_or(TunnelSpec::None))
 }
 
+/// Applies remediation's adjustment of a pair (docs/verification.md "Remediation") to its next
+/// launch spec, so the change is explicit there: `serve.gpu_memory_utilization` (over every other
+/// source: it was lowered from the value the failed job used), a longer `serve.health_timeout_s`,
+/// and the locked Pinggy pairs left out of the bank (the next pair becomes the first). A bank
+/// every pair of which is left out stays as it is (remediation holds such a pair instead). The
+/// `--exclude` nodes go into the sbatch request (planner).
+pub fn apply_adjustment(spec: &mut LaunchSpec, adjustment: &crate::domain::PairAdjustment) {
+    if let Some(util) = adjustment.gpu_memory_utilization {
+        spec.serve.gpu_memory_utilization = Some(util);
+    }
+    if let Some(timeout) = adjustment.health_timeout_s {
+        spec.serve.health_timeout_s = spec.serve.health_timeout_s.max(timeout);
+    }
+    if let launch_spec::spec::TunnelSpec::Pinggy(p) = &mut spec.tunnel
+        && !adjustment.skip_pinggy.is_empty()
+    {
+        let skipped = |url: &str| adjustment.skip_pinggy.iter().any(|s| s == url.trim_end_matches('/'));
+        let old_host = p.host.clone();
+        // Each pair's own server, so moving a pair to the front keeps every pair on its server.
+        let kept: Vec<_> = p
+            .pairs()
+            .into_iter()
+            .filter(|pair| !skipped(&pair.public_url))
+            .map(|mut pair| {
+                pair.host.get_or_insert_with(|| old_host.clone());
+                pair
+            })
+            .collect();
+        if let Some((first, rest)) = kept.split_first() {
+            p.public_url = first.public_url.clone();
+            p.token_secret = first.token_secret.clone();
+            p.host = first.host.clone().unwrap_or(old_host);
+            p.bank = rest.to_vec();
+        }
+    }
+}
+
+/// The adjustment in words, for `plan` and `status`.
+pub fn describe_adjustment(adjustment: &crate::domain::PairAdjustment) -> String {
+    let mut parts = Vec::new();
+    if let Some(util) = adjustment.gpu_memory_utilization {
+        parts.push(format!("serve.gpu_memory_utilization {util:.2}"));
+    }
+    if let Some(timeout) = adjustment.health_timeout_s {
+        parts.push(format!("serve.health_timeout_s ≥ {timeout}"));
+    }
+    if !adjustment.skip_pinggy.is_empty() {
+        parts.push(format!("Pinggy pairs left out: {}", adjustment.skip_pinggy.join(", ")));
+    }
+    if !adjustment.exclude_nodes.is_empty() {
+        parts.push(format!("sbatch --exclude={}", adjustment.exclude_nodes.join(",")));
+    }
+    parts.join("; ")
+}
+
 /// One line for `plan` and `lint`: what `agent`'s jobs on `cluster` tunnel, and the variables the
 /// agent gets (launch_spec::agents); the refusal's reason when they cannot launch there.
 pub fn describe_tunnel(
@@ -646,6 +701,50 @@ mod tests {
         Ok(PathBuf::from(
             p.to_string_lossy().replace("${WORK}", "/w").replace("${SCRATCH}", "/s").replace('~', "/home/u"),
         ))
+    }
+
+    /// Remediation's adjustment is explicit in the spec: the lowered ceiling, the longer readiness
+    /// deadline, the locked pair out of the bank (each remaining pair on its own server).
+    #[test]
+    fn an_adjustment_is_applied_to_the_spec() {
+        let mut vista = cluster("vista");
+        let bank = "- {url: https://a.a.pinggy.link, token_secret: PINGGY_TOKEN_1}\n- {url: https://b.a.pinggy.link, token_secret: PINGGY_TOKEN_2, host: ap.pro.pinggy.io}\n- {url: https://c.a.pinggy.link, token_secret: PINGGY_TOKEN_3}\n";
+        vista.network.pinggy = launch_spec::yaml::from_yaml_str(bank, Path::new("bank.yaml")).unwrap();
+        let mut spec = launch_spec::testkit::unit_spec();
+        spec.tunnel = tunnel_spec(&vista, "openhands", &expand).unwrap();
+        let TunnelSpec::Pinggy(before) = spec.tunnel.clone() else { panic!() };
+        let adjustment = crate::domain::PairAdjustment {
+            gpu_memory_utilization: Some(0.85),
+            health_timeout_s: Some(spec.serve.health_timeout_s + 600),
+            skip_pinggy: vec!["https://a.a.pinggy.link".into()],
+            exclude_nodes: vec!["n1".into()],
+        };
+        let timeout = spec.serve.health_timeout_s + 600;
+        apply_adjustment(&mut spec, &adjustment);
+        assert_eq!(spec.serve.gpu_memory_utilization, Some(0.85));
+        assert_eq!(spec.serve.health_timeout_s, timeout);
+        let TunnelSpec::Pinggy(p) = &spec.tunnel else { panic!() };
+        assert_eq!((p.public_url.as_str(), p.token_secret.as_str()), ("https://b.a.pinggy.link", "PINGGY_TOKEN_2"));
+        assert_eq!(p.host, "ap.pro.pinggy.io");
+        assert_eq!(p.bank.len(), 1);
+        assert_eq!(p.bank[0].public_url, "https://c.a.pinggy.link");
+        assert_eq!(p.bank[0].host.as_deref(), Some(before.host.as_str()), "c stays on the first pair's server");
+        assert!(spec.problem().is_ok(), "{:?}", spec.problem());
+        // Every pair left out: the bank stays (remediation holds such a pair instead).
+        let all = crate::domain::PairAdjustment {
+            skip_pinggy: before.pairs().into_iter().map(|p| p.public_url).collect(),
+            ..Default::default()
+        };
+        let mut again = launch_spec::testkit::unit_spec();
+        again.tunnel = TunnelSpec::Pinggy(before.clone());
+        apply_adjustment(&mut again, &all);
+        assert_eq!(again.tunnel, TunnelSpec::Pinggy(before));
+        assert_eq!(
+            describe_adjustment(&adjustment),
+            format!(
+                "serve.gpu_memory_utilization 0.85; serve.health_timeout_s ≥ {timeout}; Pinggy pairs left out: https://a.a.pinggy.link; sbatch --exclude=n1"
+            )
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@ pub mod listener;
 pub mod preflight;
 pub mod queueing;
 pub mod registry;
+pub mod remediation;
 pub mod session;
 pub mod spec;
 pub mod team;

@@ -293,11 +293,22 @@ fn flag_lines(planned: &[PlannedJob]) -> String {
         .collect()
 }
 
+/// The changes remediation makes to pairs' launches (their ledger adjustments).
+fn remedy_lines(planned: &[PlannedJob]) -> String {
+    planned
+        .iter()
+        .filter_map(|job| job.remedy.as_ref().map(|r| format!("remedied  {} {}: {r}\n", job.model, job.benchmark)))
+        .collect()
+}
+
 fn plan_table(planned: &[PlannedJob], team: Option<&TeamView>) -> String {
     let mut out = String::new();
     for job in planned {
         let why = match (&job.blocked, &job.evidence) {
-            (Some(planner::Blocked::Refused(why) | planner::Blocked::Throttled(why)), _) => why.clone(),
+            (
+                Some(planner::Blocked::Refused(why) | planner::Blocked::Throttled(why) | planner::Blocked::Held(why)),
+                _,
+            ) => why.clone(),
             (None, Some(evidence)) => format!("{}; evidence: {}", job.reason, evidence.describe()),
             (None, None) => job.reason.clone(),
         };
@@ -313,6 +324,7 @@ fn plan_table(planned: &[PlannedJob], team: Option<&TeamView>) -> String {
         );
     }
     out += &flag_lines(planned);
+    out += &remedy_lines(planned);
     let tunnels: std::collections::BTreeSet<(&str, &str)> =
         planned.iter().map(|j| (j.preset.as_str(), j.tunnel.as_str())).collect();
     for (preset, tunnel) in tunnels {
@@ -321,7 +333,7 @@ fn plan_table(planned: &[PlannedJob], team: Option<&TeamView>) -> String {
     out += &team.map(TeamView::line).unwrap_or_default();
     let count = |label: &str| planned.iter().filter(|j| j.label() == label).count();
     out += &format!("{} submit, {} resubmit, {} skip", count("submit"), count("resubmit"), count("skip"));
-    for label in ["continue", "refused", "throttled"] {
+    for label in ["continue", "refused", "throttled", "held"] {
         if count(label) > 0 {
             out += &format!(", {} {label}", count(label));
         }
@@ -375,6 +387,9 @@ fn iterate(
         )
         .context("sync")?
     };
+    // Remediation between sync and plan: what it cancels, retries or holds is what this plan sees
+    // (a dry run decides and prints, and changes nothing).
+    let remedies = super::remediation::pass(session, None, args.dry_run)?;
     let planned = snapshot_and_plan(session, &args.selection, executables)?;
     // Staging and preflight (docs/site.md): each model once per iteration, before any ledger row.
     let context = session.context();
@@ -404,7 +419,11 @@ fn iterate(
         (true, true) => IterationFormat::Line,
     };
     let tidings = notify::iteration_events(&report.changes, &planned);
-    Ok((render_iteration(&report, &planned, &submitted, failed, format, team.as_ref()), failed, tidings))
+    let mut text = render_iteration(&report, &planned, &submitted, failed, &remedies, format, team.as_ref());
+    if matches!(format, IterationFormat::Human) {
+        text = super::remediation::lines(&remedies, args.dry_run) + &text;
+    }
+    Ok((text, failed, tidings))
 }
 
 /// How `launch` prints an iteration: text, a pretty document (`--once`), or one compact document
@@ -421,6 +440,7 @@ fn render_iteration(
     planned: &[PlannedJob],
     submitted: &[Submitted],
     failed: usize,
+    remediation: &[submitter::remediate::Decision],
     format: IterationFormat,
     team: Option<&TeamView>,
 ) -> String {
@@ -435,6 +455,7 @@ fn render_iteration(
             failed,
             elsewhere: elsewhere.into_iter().map(PlannedJobOutput::from).collect(),
             flagged: planned.iter().filter(|j| j.flag.is_some()).map(PlannedJobOutput::from).collect(),
+            remediation,
         };
         return match format {
             IterationFormat::Line => output::document_line("launch", &doc),
@@ -762,6 +783,9 @@ struct PlannedJobOutput<'a> {
     evidence: Option<EvidenceOutput<'a>>,
     /// The job's tunnel(s) and the agent's model variables (or why it cannot launch here).
     tunnel: &'a str,
+    /// What remediation changes in the pair's launch (docs/verification.md "Remediation").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    remedy: Option<&'a str>,
     /// `<run dir>/launch.json`, for queued pairs.
     #[serde(skip_serializing_if = "Option::is_none")]
     spec_path: Option<&'a Path>,
@@ -782,6 +806,7 @@ impl<'a> From<&'a PlannedJob> for PlannedJobOutput<'a> {
             blocked: job.blocked.as_ref().map(|blocked| match blocked {
                 planner::Blocked::Refused(why) => BlockedOutput { kind: "refused", why },
                 planner::Blocked::Throttled(why) => BlockedOutput { kind: "throttled", why },
+                planner::Blocked::Held(why) => BlockedOutput { kind: "held", why },
             }),
             run_tag: &job.run_tag,
             resources: ResourcesOutput {
@@ -821,6 +846,7 @@ impl<'a> From<&'a PlannedJob> for PlannedJobOutput<'a> {
                 }
             }),
             tunnel: &job.tunnel,
+            remedy: job.remedy.as_deref(),
             spec_path: job.spec_path.as_deref(),
             sbatch: job.sbatch.as_deref(),
         }
@@ -906,6 +932,9 @@ struct LaunchOutput<'a> {
     elsewhere: Vec<PlannedJobOutput<'a>>,
     /// Pairs with a flag for the operator.
     flagged: Vec<PlannedJobOutput<'a>>,
+    /// What the remediation pass decided before the plan (docs/verification.md "Remediation").
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    remediation: &'a [submitter::remediate::Decision],
 }
 
 #[derive(Serialize)]

@@ -191,7 +191,11 @@ pub fn status(args: &StatusArgs) -> Result<ExitCode> {
                 session.cluster.verify.auto_cancel.as_ref(),
                 Utc::now(),
             )?;
+            // The same pass as launch's; its lines go with the cancels.
+            let remedies = super::remediation::pass(&session, Some(&rows), false)?;
+            cancelled.extend(remedies.iter().map(|d| d.line()));
         }
+        super::remediation::annotate(&session, &mut rows)?;
         let text = if args.format.is_json() {
             let doc = StatusOutput::new(&rows);
             if args.watch { output::document_line("status", &doc) } else { output::document("status", &doc) }

@@ -282,6 +282,9 @@ struct StatusRowOutput<'a> {
     /// Set when `status --watch` cancelled the job under the profile's `verify.auto_cancel`.
     #[serde(skip_serializing_if = "Option::is_none")]
     cancelled: Option<&'a str>,
+    /// What remediation did about the attempt (ledger records), and a hold on its pair.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    remedy: Option<&'a str>,
     /// For a walltime continuation: the attempt it continues and its place in the chain.
     #[serde(skip_serializing_if = "Option::is_none")]
     continues: Option<ContinuationOutput>,
@@ -303,6 +306,7 @@ impl<'a> From<&'a StatusRow> for StatusRowOutput<'a> {
             phase: &r.phase,
             verdict: JobVerdictOutput::from(&r.verdict),
             cancelled: r.cancelled.as_deref(),
+            remedy: r.remedy.as_deref(),
             continues: r.continues.map(ContinuationOutput::from),
         }
     }

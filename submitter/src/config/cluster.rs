@@ -55,6 +55,9 @@ pub struct ClusterProfile {
     /// (docs/ledger.md, "Team history by default").
     #[serde(default)]
     pub team: Option<TeamSettings>,
+    /// What the loop does about a diagnosis (docs/verification.md "Remediation"); off by default.
+    #[serde(default)]
+    pub remediation: super::remediation::RemediationSettings,
 }
 
 /// `listener:` — the listener job's own placement: a small CPU partition (never the GPU one), with
@@ -788,6 +791,7 @@ impl ClusterProfile {
                 ));
             }
         }
+        problems.extend(self.remediation.problems());
         if let Some(notify) = &self.notify {
             problems.extend(notify.problems());
         }

@@ -6,6 +6,7 @@ pub mod args;
 pub mod cluster;
 pub mod lists;
 pub mod preset;
+pub mod remediation;
 
 use std::path::{Path, PathBuf};
 

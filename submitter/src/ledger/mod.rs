@@ -18,6 +18,7 @@ mod postgres;
 mod sql;
 mod sqlite;
 
+use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -150,6 +151,90 @@ pub trait Ledger: Send + Sync {
 
     /// Records an import of `source` up to `watermark`.
     fn set_import_watermark(&self, source: &str, watermark: Option<Timestamp>) -> Result<()>;
+
+    /// Records one act of the remediation loop (stamped by the ledger's clock). `Ok(false)` when
+    /// the attempt already has one (another loop judged the same job first): nothing is written.
+    fn record_remediation(&self, new: &NewRemediation) -> Result<bool>;
+
+    /// Every remediation record, oldest first (what plan, status and the loop fold per pair).
+    fn remediations(&self) -> Result<Vec<Remediation>>;
+}
+
+/// What the remediation loop did, or a person's release (`attempt: None`, action `release`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewRemediation {
+    pub model: String,
+    pub family: String,
+    pub agent: String,
+    pub cluster: String,
+    pub attempt: Option<AttemptId>,
+    /// The diagnosis that caused it (`release` for a release).
+    pub finding: String,
+    /// `cancel`, `retry`, `hold` or `release`.
+    pub action: String,
+    /// The change in words (`serve.gpu_memory_utilization 0.90 → 0.85`), empty for none.
+    pub change: String,
+    /// For a retry: the pair's whole adjustment after it.
+    pub adjustment: Option<crate::domain::PairAdjustment>,
+    pub reason: String,
+    pub username: String,
+}
+
+/// One row of `remediations`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Remediation {
+    pub id: i64,
+    pub model: String,
+    pub family: String,
+    pub agent: String,
+    pub cluster: String,
+    pub attempt: Option<AttemptId>,
+    pub finding: String,
+    pub action: String,
+    pub change: String,
+    pub adjustment: Option<crate::domain::PairAdjustment>,
+    pub reason: String,
+    pub username: String,
+    pub created_at: Timestamp,
+}
+
+/// A pair's remediation state, folded from its records (pure): held or not, the adjustment its
+/// next launch gets, how many retries since the last release.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PairRemedy {
+    /// The hold in force (its record), if any.
+    pub held: Option<Remediation>,
+    pub adjustment: crate::domain::PairAdjustment,
+    pub retries: u32,
+    /// The attempts already acted on.
+    pub acted_on: std::collections::BTreeSet<i64>,
+}
+
+/// Folds remediation records (oldest first) into each pair's state, keyed by (model, family, agent).
+/// A release starts the pair afresh: no hold, no adjustment, no retry counted.
+pub fn fold_remediations(records: &[Remediation]) -> HashMap<(String, String, String), PairRemedy> {
+    let mut pairs: HashMap<(String, String, String), PairRemedy> = HashMap::new();
+    for r in records {
+        let state = pairs.entry((r.model.clone(), r.family.clone(), r.agent.clone())).or_default();
+        if let Some(a) = r.attempt {
+            state.acted_on.insert(a.0);
+        }
+        match r.action.as_str() {
+            "release" => {
+                let acted_on = std::mem::take(&mut state.acted_on);
+                *state = PairRemedy { acted_on, ..PairRemedy::default() };
+            }
+            "hold" => state.held = Some(r.clone()),
+            "retry" => {
+                state.retries += 1;
+                if let Some(adjustment) = &r.adjustment {
+                    state.adjustment = adjustment.clone();
+                }
+            }
+            _ => {}
+        }
+    }
+    pairs
 }
 
 /// One submitter's heartbeat on one cluster.

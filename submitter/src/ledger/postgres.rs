@@ -324,6 +324,7 @@ fn param<'a>(arg: &'a Arg<'_>) -> Param<'a> {
         Arg::Text(text) => (text, Type::TEXT),
         Arg::OptText(text) => (text, Type::TEXT),
         Arg::Int(n) => (n, Type::INT8),
+        Arg::OptInt(n) => (n, Type::INT8),
         Arg::Bool(b) => (b, Type::BOOL),
         Arg::Json(value) => (value, Type::JSONB),
         Arg::Ts(ts) => (ts, Type::TIMESTAMPTZ),

@@ -26,8 +26,8 @@ use serde_json::Value;
 use super::migrations::{self, Migration};
 use super::{
     ATTEMPT_COLUMNS, Attempt, AttemptId, AttemptStatus, Heartbeat, ImportedAttempt, ImportedState, LATEST_PER_PAIR_SQL,
-    Ledger, LedgerError, Model, NewAttempt, PairState, Result, Timestamp, filter_by_size, number_imports, size_class,
-    sql_status_list,
+    Ledger, LedgerError, Model, NewAttempt, NewRemediation, PairState, Remediation, Result, Timestamp, filter_by_size,
+    number_imports, size_class, sql_status_list,
 };
 
 /// One statement parameter.
@@ -36,6 +36,8 @@ pub enum Arg<'a> {
     Text(&'a str),
     OptText(Option<&'a str>),
     Int(i64),
+    /// An integer or SQL NULL.
+    OptInt(Option<i64>),
     Bool(bool),
     /// A JSON document; None is SQL NULL.
     Json(Option<&'a Value>),
@@ -785,6 +787,69 @@ impl<B: Backend> Ledger for SqlLedger<B> {
                 &[Arg::Text(cluster), Arg::Text(submitter), Arg::Int(bound)],
             )?;
             Ok(())
+        })
+    }
+
+    fn record_remediation(&self, new: &NewRemediation) -> Result<bool> {
+        let adjustment = new.adjustment.as_ref().map(|a| serde_json::to_value(a).expect("an adjustment serialises"));
+        write(&self.backend, "record a remediation", |db| {
+            // The partial unique index on attempt_id: a second act on one attempt writes nothing.
+            let written = db.execute(
+                "INSERT INTO remediations (model, benchmark_family, agent, cluster, attempt_id, finding, action,
+                     change, adjustment, reason, username, created_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, now())
+                 ON CONFLICT DO NOTHING",
+                &[
+                    Arg::Text(&new.model),
+                    Arg::Text(&new.family),
+                    Arg::Text(&new.agent),
+                    Arg::Text(&new.cluster),
+                    Arg::OptInt(new.attempt.map(|a| a.0)),
+                    Arg::Text(&new.finding),
+                    Arg::Text(&new.action),
+                    Arg::Text(&new.change),
+                    Arg::Json(adjustment.as_ref()),
+                    Arg::Text(&new.reason),
+                    Arg::Text(&new.username),
+                ],
+            )?;
+            Ok(written > 0)
+        })
+    }
+
+    fn remediations(&self) -> Result<Vec<Remediation>> {
+        read(&self.backend, "read remediations", |db| {
+            db.query(
+                "SELECT id, model, benchmark_family, agent, cluster, attempt_id, finding, action, change, adjustment,
+                     reason, username, created_at
+                 FROM remediations ORDER BY id",
+                &[],
+            )?
+            .iter()
+            .map(|row| {
+                let adjustment = match row.opt_json(9)? {
+                    Some(v) => Some(serde_json::from_value(v).map_err(|e| format!("remediation adjustment: {e}"))?),
+                    None => None,
+                };
+                let attempt = if row.cell(5)? == &Cell::Null { None } else { Some(AttemptId(row.int(5)?)) };
+                Ok(Remediation {
+                    id: row.int(0)?,
+                    model: row.text(1)?,
+                    family: row.text(2)?,
+                    agent: row.text(3)?,
+                    cluster: row.text(4)?,
+                    attempt,
+                    finding: row.text(6)?,
+                    action: row.text(7)?,
+                    change: row.text(8)?,
+                    adjustment,
+                    reason: row.text(10)?,
+                    username: row.text(11)?,
+                    created_at: row.ts(12)?,
+                })
+            })
+            .collect::<std::result::Result<_, String>>()
+            .map_err(|e| self.corrupt(e))
         })
     }
 

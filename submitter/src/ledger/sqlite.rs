@@ -157,11 +157,11 @@ impl rusqlite::ToSql for SqliteArg<'_> {
         use rusqlite::types::Value as V;
         Ok(match self.0 {
             Arg::Text(text) | Arg::OptText(Some(text)) => ToSqlOutput::Borrowed(ValueRef::Text(text.as_bytes())),
-            Arg::Int(n) => ToSqlOutput::Owned(V::Integer(n)),
+            Arg::Int(n) | Arg::OptInt(Some(n)) => ToSqlOutput::Owned(V::Integer(n)),
             Arg::Bool(b) => ToSqlOutput::Owned(V::Integer(i64::from(b))),
             Arg::Json(Some(value)) => ToSqlOutput::Owned(V::Text(value.to_string())),
             Arg::Ts(Some(ts)) => ToSqlOutput::Owned(V::Text(format_ts(ts))),
-            Arg::OptText(None) | Arg::Json(None) | Arg::Ts(None) => ToSqlOutput::Owned(V::Null),
+            Arg::OptText(None) | Arg::OptInt(None) | Arg::Json(None) | Arg::Ts(None) => ToSqlOutput::Owned(V::Null),
         })
     }
 }

@@ -157,6 +157,8 @@ fn row_for(attempt: &Attempt, job: Option<&JobInfo>, opts: &Collect) -> StatusRo
         attempt: attempt.id.0,
         model: attempt.model.clone(),
         benchmark: attempt.benchmark.clone(),
+        family: attempt.benchmark_family.clone(),
+        agent: attempt.agent.clone(),
         cluster: attempt.cluster.clone(),
         run_tag: attempt.run_tag.clone(),
         run_dir: run_dir.map(|d| d.display().to_string()),
@@ -173,6 +175,7 @@ fn row_for(attempt: &Attempt, job: Option<&JobInfo>, opts: &Collect) -> StatusRo
         phase,
         verdict: v,
         cancelled: None,
+        remedy: None,
         continues: crate::domain::Continuation::of_config(&attempt.config),
     }
 }
@@ -251,6 +254,9 @@ pub fn render_table(rows: &[StatusRow], cluster: &str, now: DateTime<Utc>, verbo
         }
         if let Some(c) = &r.cancelled {
             out += &format!("{:>10}✗ cancelled: {c}\n", "");
+        }
+        if let Some(remedy) = &r.remedy {
+            out += &format!("{:>10}⚕ remediation: {}\n", "", super::printable(remedy));
         }
         if let Some(c) = &r.continues {
             out += &format!(

@@ -137,6 +137,9 @@ pub struct JobVerdict {
     /// Trials finished / expected, when known.
     pub trials_finished: Option<u64>,
     pub trials_expected: Option<u64>,
+    /// The id of the finding that decided the verdict (`engine.hung`, `tunnel.locked`, …), for a
+    /// verdict other than `healthy`: what remediation keys its policy on.
+    pub finding: Option<&'static str>,
 }
 
 /// One line of `status`: the ledger row joined with Slurm and payload's records, and its verdict.
@@ -145,6 +148,9 @@ pub struct StatusRow {
     pub attempt: i64,
     pub model: String,
     pub benchmark: String,
+    /// The ledger's family and agent: with the model, the pair.
+    pub family: String,
+    pub agent: String,
     pub cluster: String,
     pub run_tag: String,
     pub run_dir: Option<String>,
@@ -160,19 +166,22 @@ pub struct StatusRow {
     pub verdict: JobVerdict,
     /// Set when `status --watch` cancelled the job under the profile's `verify.auto_cancel`.
     pub cancelled: Option<String>,
+    /// What remediation did about this attempt (its ledger record, in words), and whether its pair is held.
+    pub remedy: Option<String>,
     /// For a walltime continuation: the attempt it continues and its place in the chain.
     pub continues: Option<crate::domain::Continuation>,
 }
 
 struct Draft {
     verdict: VerdictKind,
+    finding: Option<&'static str>,
     summary: String,
     evidence: Vec<String>,
     action: Option<String>,
 }
 
 fn draft(verdict: VerdictKind, summary: impl Into<String>) -> Draft {
-    Draft { verdict, summary: summary.into(), evidence: Vec::new(), action: None }
+    Draft { verdict, finding: None, summary: summary.into(), evidence: Vec::new(), action: None }
 }
 
 /// The verdict for one job and the observation to keep for the next call. Pure.
@@ -214,6 +223,7 @@ pub fn judge(inputs: &Inputs) -> (JobVerdict, Observation) {
         rate,
         trials_finished: heartbeat.map(|h| h.trials_finished),
         trials_expected: inputs.expected_trials,
+        finding: draft.finding,
     };
     (verdict, obs)
 }
@@ -288,9 +298,13 @@ fn draft_verdict(inputs: &Inputs, obs: &Observation, current: Option<&Sample>) -
     let rate =
         rate.filter(|_| kind != VerdictKind::Finished && kind != VerdictKind::Failed && kind != VerdictKind::Starting);
     let mut d = match decisive.filter(|_| kind != VerdictKind::Healthy) {
-        Some(f) => {
-            Draft { verdict: kind, summary: f.summary.clone(), evidence: f.evidence.clone(), action: f.action.clone() }
-        }
+        Some(f) => Draft {
+            verdict: kind,
+            finding: Some(f.id),
+            summary: f.summary.clone(),
+            evidence: f.evidence.clone(),
+            action: f.action.clone(),
+        },
         None => draft(kind, String::new()),
     };
     if kind == VerdictKind::Healthy {

@@ -133,9 +133,57 @@ on_both_backends! {
     ledger: lifecycle_with_utc_timestamps, second_active_attempt_is_refused, families_count_as_one_benchmark,
             set_family_moves_attempts_and_refuses_merging_active_ones, latest_per_pair_picks_latest_and_counts,
             catalogue_and_unevaluated, lookups_by_run_tag_and_active, import_keeps_the_active_rule,
-            heartbeats_per_submitter_and_cluster, imported_rows_are_tracked_by_source;
+            heartbeats_per_submitter_and_cluster, imported_rows_are_tracked_by_source,
+            remediation_records_once_per_attempt_and_fold_into_holds;
     store: migrations_are_idempotent, racing_threads_one_wins, racing_processes_one_wins, tls_require_and_verify,
            wrong_password_is_a_clear_error, a_ledger_before_the_agent_column_keeps_reading;
+}
+
+/// Remediation records (migration 0006): written once per attempt (a second loop's act on the same
+/// attempt writes nothing), read back with the adjustment, stamped by the ledger's clock; a release
+/// (no attempt) clears the pair's hold and adjustment.
+fn remediation_records_once_per_attempt_and_fold_into_holds(ledger: &dyn Ledger) {
+    let id = ledger.insert_pending(&new_attempt("org/M-8B", "terminal_bench_2")).unwrap();
+    let record = |attempt: Option<AttemptId>, action: &str| submitter::ledger::NewRemediation {
+        model: "org/M-8B".into(),
+        family: "terminal_bench_2".into(),
+        agent: "terminus-2".into(),
+        cluster: "jupiter".into(),
+        attempt,
+        finding: "outcome.engine_start.oom".into(),
+        action: action.into(),
+        change: "serve.gpu_memory_utilization 0.90 → 0.85".into(),
+        adjustment: (action == "retry").then(|| submitter::domain::PairAdjustment {
+            gpu_memory_utilization: Some(0.85),
+            exclude_nodes: vec!["n1".into()],
+            ..Default::default()
+        }),
+        reason: "why".into(),
+        username: "alice".into(),
+    };
+    let before = now();
+    assert!(ledger.record_remediation(&record(Some(id), "retry")).unwrap());
+    assert!(!ledger.record_remediation(&record(Some(id), "hold")).unwrap(), "one act per attempt");
+    let second = {
+        ledger.transition(id, AttemptStatus::Failed, "oom", None).unwrap();
+        ledger.insert_pending(&new_attempt("org/M-8B", "terminal_bench_2")).unwrap()
+    };
+    assert!(ledger.record_remediation(&record(Some(second), "hold")).unwrap());
+    let rows = ledger.remediations().unwrap();
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    assert_eq!((rows[0].attempt, rows[0].action.as_str()), (Some(id), "retry"));
+    assert_eq!(rows[0].adjustment.as_ref().unwrap().gpu_memory_utilization, Some(0.85));
+    assert_eq!(rows[0].adjustment.as_ref().unwrap().exclude_nodes, ["n1"]);
+    assert_eq!(rows[0].change, "serve.gpu_memory_utilization 0.90 → 0.85");
+    assert!(rows[0].created_at >= before - chrono::Duration::seconds(5), "{:?}", rows[0].created_at);
+    let key = ("org/M-8B".to_string(), "terminal_bench_2".to_string(), "terminus-2".to_string());
+    let state = submitter::ledger::fold_remediations(&rows).remove(&key).unwrap();
+    assert!(state.held.is_some() && state.retries == 1 && !state.adjustment.is_empty(), "{state:?}");
+    // Releases carry no attempt, so several are allowed.
+    assert!(ledger.record_remediation(&record(None, "release")).unwrap());
+    assert!(ledger.record_remediation(&record(None, "release")).unwrap());
+    let state = submitter::ledger::fold_remediations(&ledger.remediations().unwrap()).remove(&key).unwrap();
+    assert!(state.held.is_none() && state.adjustment.is_empty() && state.retries == 0, "{state:?}");
 }
 
 // ------------------------------------------------------------------------------------ helpers

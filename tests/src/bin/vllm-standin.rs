@@ -16,6 +16,7 @@
 //! | `STANDIN_LOAD_LOG_EVERY` | seconds between loading-progress lines (`Loading safetensors checkpoint shards: k/n`) during `STANDIN_LOAD_SECONDS` (default 0: none) |
 //! | `STANDIN_LOAD_STALL=1` | after `Starting to load model …` the load hangs silently: no more output, never serves (SIGTERM still stops it) |
 //! | `STANDIN_FAIL_AT_START` | `oom`, `kv_cache`, `world_size`, `model_type`, `other`: print vLLM's real error output for that failure and exit 1 |
+//! | `STANDIN_OOM_ABOVE` | a `--gpu-memory-utilization` above this fails as `oom` does (vLLM's CUDA out-of-memory while loading), one at or below it loads: the ceiling a node's memory allows |
 //! | `STANDIN_PRINT_ENV` | `1`: a start failure ends by printing every environment variable (`NAME=value`) on stdout, as a launcher's `trap env EXIT` does; the lines are the last of `vllm.log` |
 //! | `STANDIN_FAIL_DELAY` | seconds before a start failure is printed (default 0.1) |
 //! | `STANDIN_MODEL_TYPE` | the `model_type` named by the `model_type` failure (default `qwen3_5`) |
@@ -1514,7 +1515,11 @@ fn main() {
     let host = cfg.host.clone().unwrap_or_default();
     // A headless rank serves no HTTP (vLLM's `--headless`): nothing is bound.
     let fd = if cfg.headless { -1 } else { bind_or_exit(&host, cfg.port) };
-    let fail = c::env_str("STANDIN_FAIL_AT_START").unwrap_or_default();
+    let mut fail = c::env_str("STANDIN_FAIL_AT_START").unwrap_or_default();
+    if c::env_str("STANDIN_OOM_ABOVE").and_then(|v| v.trim().parse::<f64>().ok()).is_some_and(|u| cfg.gpu_mem_util > u)
+    {
+        fail = "oom".to_string();
+    }
     main_after_bind(cfg, log, style, host, fd, fail);
 }
 

@@ -1,0 +1,201 @@
+//! `submitter remediate [--dry-run]` and `submitter release`, and the one remediation pass that
+//! `launch` (each iteration, so the listener too) and `status --watch` run
+//! (docs/verification.md "Remediation"; the deciding code is `submitter::remediate`).
+
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use chrono::Utc;
+use serde::Serialize;
+use submitter::output::{self, FormatArgs};
+use submitter::remediate::{self, Decision};
+use submitter::verify::status::{self as vstatus, Collect};
+use submitter::verify::verdict::StatusRow;
+
+use super::session::{LedgerArgs, Session};
+
+/// How far back ended attempts are judged (an engine that failed at start ended by itself).
+const ENDED_WITHIN_H: u64 = 24;
+
+#[derive(clap::Args)]
+pub struct RemediateArgs {
+    #[command(flatten)]
+    ledger: LedgerArgs,
+    /// Print the decisions and change nothing: no scancel, no ledger write.
+    #[arg(long)]
+    dry_run: bool,
+    /// `--format json`: a `remediate` document.
+    #[command(flatten)]
+    format: FormatArgs,
+}
+
+#[derive(clap::Args)]
+pub struct ReleaseArgs {
+    #[command(flatten)]
+    ledger: LedgerArgs,
+    #[arg(long, value_name = "M")]
+    model: String,
+    /// The benchmark (or its family) as `plan` shows it.
+    #[arg(long, value_name = "B")]
+    benchmark: String,
+    /// The Harbor agent of the pair, when the model and benchmark are held under several.
+    #[arg(long, value_name = "A")]
+    agent: Option<String>,
+}
+
+/// The decisions for the cluster's jobs, carried out unless `dry_run`. `rows` are `status`'s when
+/// the caller has them (status --watch), else collected here. Returns the decisions made (for a
+/// dry run: the ones that would be).
+pub fn pass(session: &Session, rows: Option<&[StatusRow]>, dry_run: bool) -> Result<Vec<Decision>> {
+    let settings = &session.cluster.remediation;
+    if !settings.enabled {
+        return Ok(Vec::new());
+    }
+    let now = Utc::now();
+    let collected;
+    let rows = match rows {
+        Some(rows) => rows,
+        None => {
+            let opts = Collect {
+                cluster: &session.cluster.name,
+                state_dir: &session.state_dir,
+                settings: &session.cluster.verify,
+                ended_within_h: Some(ENDED_WITHIN_H),
+                now,
+                // The observations are status's; a pass only reads them.
+                persist: false,
+            };
+            collected = vstatus::collect(session.ledger.as_ref(), &session.slurm, &opts).context("remediation")?;
+            &collected
+        }
+    };
+    let states = remediate::pair_states(session.ledger.as_ref()).context("remediation")?;
+    let decisions = remediate::plan(rows, &states, settings, &session.cluster.verify, now);
+    if dry_run {
+        return Ok(decisions);
+    }
+    let username = std::env::var("USER").unwrap_or_else(|_| "unknown".to_string());
+    let mut done = Vec::with_capacity(decisions.len());
+    for decision in decisions {
+        if remediate::carry_out(&decision, session.ledger.as_ref(), &session.slurm, &username)
+            .with_context(|| format!("remediation of attempt {}", decision.attempt))?
+        {
+            done.push(decision);
+        }
+    }
+    Ok(done)
+}
+
+/// Lines for people, one per decision (`would` for a dry run).
+pub fn lines(decisions: &[Decision], dry_run: bool) -> String {
+    decisions
+        .iter()
+        .map(|d| if dry_run { format!("(dry run) {}\n", d.line()) } else { format!("{}\n", d.line()) })
+        .collect()
+}
+
+/// Fills each row's `remedy` from the ledger: what remediation did about the attempt, and a held pair.
+pub fn annotate(session: &Session, rows: &mut [StatusRow]) -> Result<()> {
+    let records = session.ledger.remediations().context("reading remediation records")?;
+    if records.is_empty() {
+        return Ok(());
+    }
+    let states = submitter::ledger::fold_remediations(&records);
+    let now = Utc::now();
+    for row in rows.iter_mut() {
+        let mut parts: Vec<String> = records
+            .iter()
+            .filter(|r| r.attempt.is_some_and(|a| a.0 == row.attempt))
+            .map(|r| remediate::record_text(r, now))
+            .collect();
+        let key = (row.model.clone(), row.family.clone(), row.agent.clone());
+        let state = states.get(&key);
+        // An active attempt of a pair remediation adjusted runs with the change: say which.
+        if row.ledger_status.is_active()
+            && let Some(retry) = state.filter(|s| !s.adjustment.is_empty()).and_then(|_| {
+                records.iter().rev().find(|r| {
+                    r.action == "retry"
+                        && (&r.model, &r.family, &r.agent) == (&key.0, &key.1, &key.2)
+                        && r.attempt.is_some_and(|a| a.0 != row.attempt)
+                })
+            })
+        {
+            parts.push(format!(
+                "launched after the retry of attempt {} ({}): {}",
+                retry.attempt.map_or(0, |a| a.0),
+                retry.finding,
+                submitter::spec_build::describe_adjustment(&state.expect("checked").adjustment)
+            ));
+        }
+        if let Some(hold) = state.and_then(|s| s.held.as_ref()).filter(|h| h.attempt.map(|a| a.0) != Some(row.attempt))
+        {
+            parts.push(remediate::held_text(hold, &row.benchmark));
+        }
+        if !parts.is_empty() {
+            row.remedy = Some(parts.join("; "));
+        }
+    }
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct RemediateOutput<'a> {
+    dry_run: bool,
+    decisions: &'a [Decision],
+}
+
+pub fn remediate_command(args: &RemediateArgs) -> Result<ExitCode> {
+    let session = if args.dry_run { Session::open_dry(&args.ledger)? } else { Session::open(&args.ledger)? };
+    if !session.cluster.remediation.enabled {
+        bail!(
+            "remediation is off for cluster {0}: turn it on in clusters/{0}.yaml (`remediation: {{enabled: true}}`, docs/verification.md)",
+            session.cluster.name
+        );
+    }
+    // The same exclusion as `launch`: a pass acts on the jobs a listener also acts on.
+    let _lock = if args.dry_run { None } else { Some(session.lock()?) };
+    let decisions = pass(&session, None, args.dry_run)?;
+    super::print(&if args.format.is_json() {
+        output::document("remediate", &RemediateOutput { dry_run: args.dry_run, decisions: &decisions })
+    } else {
+        lines(&decisions, args.dry_run)
+            + &format!(
+                "{} decision(s){}\n",
+                decisions.len(),
+                if args.dry_run { ", nothing changed (dry run)" } else { "" }
+            )
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn release_command(args: &ReleaseArgs) -> Result<ExitCode> {
+    let session = Session::open(&args.ledger)?;
+    let family = session.ledger.family_of(&args.benchmark)?;
+    let states = remediate::pair_states(session.ledger.as_ref())?;
+    let held: Vec<_> = states
+        .iter()
+        .filter(|((m, f, a), s)| {
+            *m == args.model && *f == family && args.agent.as_ref().is_none_or(|x| x == a) && s.held.is_some()
+        })
+        .map(|(key, _)| key.clone())
+        .collect();
+    if held.is_empty() {
+        bail!("{} on {} is not held (nothing to release)", args.model, args.benchmark);
+    }
+    if held.len() > 1 {
+        let agents: Vec<&str> = held.iter().map(|k| k.2.as_str()).collect();
+        bail!(
+            "{} on {} is held under several agents ({}): say --agent A",
+            args.model,
+            args.benchmark,
+            agents.join(", ")
+        );
+    }
+    let username = std::env::var("USER").unwrap_or_else(|_| "unknown".to_string());
+    remediate::release(session.ledger.as_ref(), &held[0], &session.cluster.name, &username)?;
+    super::print(&format!(
+        "released {} on {} ({}): the next launch submits it again, without remediation's adjustments\n",
+        args.model, args.benchmark, held[0].2
+    ))?;
+    Ok(ExitCode::SUCCESS)
+}
