@@ -1054,11 +1054,22 @@ fn logs_tail_of_a_huge_sparse_log_is_quick() {
 }
 
 /// A job's `status.json` with a final outcome and the GPU time payload recorded.
-fn status_with_gpu(run_tag: &str, gpu: launch_spec::shared::GpuTime) -> launch_spec::records::RunStatus {
+fn status_with_gpu(run_tag: &str, gpu: launch_spec::shared::GpuTime, done: bool) -> launch_spec::records::RunStatus {
     let t = Utc::now() - chrono::Duration::hours(2);
     let mut st = running_status(run_tag, "100", t, t + chrono::Duration::seconds(60), Counters::default(), t);
-    st.phase = launch_spec::records::Phase::Done;
     st.gpu_time = Some(gpu);
+    if done {
+        st.phase = launch_spec::records::Phase::Done;
+        st.outcome = Some(launch_spec::records::Outcome {
+            class: launch_spec::records::OutcomeClass::Finished,
+            cause: None,
+            exit_code: 0,
+            message: "finished".into(),
+            harbor_exit_code: Some(0),
+            signal: None,
+            engine_log_tail: Vec::new(),
+        });
+    }
     st
 }
 
@@ -1106,7 +1117,7 @@ fn gpu_hours_per_result_with_known_timings() {
         legs: vec![span(tb2, 300.0, 3300.0)],
         ..GpuTime::default()
     };
-    per_leg.status(&status_with_gpu(tb2, per_leg_gpu), None);
+    per_leg.status(&status_with_gpu(tb2, per_leg_gpu, true), None);
     // Shared, 4 GPUs, 600 s load, swe serves 600–4200 and v2 600–2400; Slurm 4230 s. swe: 1200
     // load + 4 × (900 + 1800) serving + 60 remainder = 12060 (3.35 h); v2: 1200 + 3600 + 60 (1.35 h).
     let group = jobs.join("Alpha-shared-0123abcd");
@@ -1117,7 +1128,8 @@ fn gpu_hours_per_result_with_known_timings() {
         legs: vec![span(swe, 600.0, 4200.0), span(v2, 600.0, 2400.0)],
         ..GpuTime::default()
     };
-    RunDir::at(&group).status(&status_with_gpu("Alpha-shared-0123abcd", shared_gpu), None);
+    // Written first as a heartbeat (a leg ended while the other still runs), then final.
+    RunDir::at(&group).status(&status_with_gpu("Alpha-shared-0123abcd", shared_gpu.clone(), false), None);
     let shared = json!({"group_tag": "Alpha-shared-0123abcd", "group_dir": group, "legs": [swe, v2]});
     let mut rows = vec![
         finished("org/Alpha-8B", "terminal_bench_2", 0.42, 89, 3, Some(per_leg.path())),
@@ -1135,6 +1147,9 @@ fn gpu_hours_per_result_with_known_timings() {
     ledger.import_attempts(&rows).unwrap();
     let attempt = |tag: &str| ledger.find_by_run_tag(tag).unwrap().pop().unwrap();
     let status = submitter::sync::read_status(per_leg.path());
+    let early = submitter::sync::gpu_record(&attempt(v2), None, Some(&ended_job(4230))).unwrap();
+    assert!(!early.complete, "the host's record is not final yet: a later sync recomputes it");
+    RunDir::at(&group).status(&status_with_gpu("Alpha-shared-0123abcd", shared_gpu, true), None);
     for (tag, elapsed) in [(tb2, 3330), (swe, 4230), (v2, 4230)] {
         let a = attempt(tag);
         let rec = submitter::sync::gpu_record(&a, status.as_ref().filter(|_| tag == tb2), Some(&ended_job(elapsed)))
