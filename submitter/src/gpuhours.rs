@@ -181,7 +181,7 @@ pub fn result_gpu(rows: &[GpuSecondsRow], id: AttemptId, run_tag: &str) -> Optio
     if out.attempts.is_empty() {
         return None;
     }
-    out.gpu_hours = round3(out.gpu_seconds_by_phase.hours());
+    out.gpu_hours = round6(out.gpu_seconds_by_phase.hours());
     round_phases(&mut out.gpu_seconds_by_phase);
     Some(out)
 }
@@ -198,14 +198,19 @@ pub fn totals(rows: &[GpuSecondsRow]) -> GpuTotals {
         t.gpu_seconds_by_phase.add(&rec.by_phase);
         t.attempts += 1;
     }
-    t.gpu_hours = round3(t.gpu_hours);
-    t.by_benchmark.values_mut().chain(t.by_model.values_mut()).for_each(|v| *v = round3(*v));
+    t.gpu_hours = round6(t.gpu_hours);
+    t.by_benchmark.values_mut().chain(t.by_model.values_mut()).for_each(|v| *v = round6(*v));
     round_phases(&mut t.gpu_seconds_by_phase);
     t
 }
 
 fn round_phases(p: &mut PhaseSeconds) {
     p.0.values_mut().for_each(|v| *v = round3(*v));
+}
+
+/// Hours to 6 decimals (3.6 ms): a short test job's hours are not rounded away.
+fn round6(v: f64) -> f64 {
+    (v * 1e6).round() / 1e6
 }
 
 fn round3(v: f64) -> f64 {
