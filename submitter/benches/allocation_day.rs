@@ -47,7 +47,9 @@ enum Mode {
     /// One job, legs one after another (NeMo Evaluator's way).
     SharedSequential,
     /// One job, legs side by side on one engine; `slowdown` stretches every leg (a busier engine).
-    Shared { slowdown: f64 },
+    Shared {
+        slowdown: f64,
+    },
 }
 
 /// Each job's duration, in submission order (model by model).
@@ -123,7 +125,9 @@ fn table(title: &str, sizes: &[f64]) -> Vec<Row> {
 }
 
 fn main() {
-    println!("inputs: cold load = 2 GB/B ÷ {WEIGHTS_GB_PER_S} GB/s + {ENGINE_INIT_S} s; prepare {PREPARE_S} s, teardown {TEARDOWN_S} s; trial {TRIAL_S} s");
+    println!(
+        "inputs: cold load = 2 GB/B ÷ {WEIGHTS_GB_PER_S} GB/s + {ENGINE_INIT_S} s; prepare {PREPARE_S} s, teardown {TEARDOWN_S} s; trial {TRIAL_S} s"
+    );
     for (size, _) in MIX {
         println!("  {size:>4}B: cold load {:.0} s", load_s(size));
     }

@@ -137,7 +137,9 @@ fn main() {
     );
     println!("| mode | sbatch jobs | cold loads | GPU-seconds | wall time (s) |");
     println!("|---|---|---|---|---|");
-    println!("| per-leg, measured | 3 | {pl_loads:.0} | {pl_gpu:.1} | {pl_serial:.1} one after another; {pl_par:.1} on 3 nodes at once |");
+    println!(
+        "| per-leg, measured | 3 | {pl_loads:.0} | {pl_gpu:.1} | {pl_serial:.1} one after another; {pl_par:.1} on 3 nodes at once |"
+    );
     println!("| shared, modelled from the same phases | 1 | 1 | {sh_gpu:.1} | {sh_wall:.1} |");
     println!("GPU-seconds shared / per-leg: {:.2} ({:.0} % fewer)", sh_gpu / pl_gpu, 100.0 * (1.0 - sh_gpu / pl_gpu));
 }
