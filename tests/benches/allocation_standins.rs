@@ -74,8 +74,8 @@ fn run_leg(root: &Path, name: &str, tasks: usize, trial_s: &str, load_s: &str) -
         .expect("spawn payload");
     let wall_s = t0.elapsed().as_secs_f64();
     let run_dir = root.join("jobs").join(&tag);
-    assert!(status.success(), "payload failed for {tag}: see {}", run_dir.display());
     let st: Value = serde_json::from_str(&std::fs::read_to_string(run_dir.join("status.json")).unwrap()).unwrap();
+    assert!(status.success(), "payload failed for {tag}: {}", st["outcome"]);
     let gpu: GpuTime = serde_json::from_value(st["gpu_time"].clone()).expect("status.json carries gpu_time");
     let events = std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap();
     let cold_loads = events.lines().filter(|l| l.contains("\"engine_ready\"")).count();
@@ -101,7 +101,9 @@ fn main() {
     std::fs::create_dir_all(root.join("jobs")).unwrap();
     std::fs::write(root.join("harbor.yaml"), HARBOR_YAML).unwrap();
     std::fs::write(root.join("gpus.json"), GPU_FIXTURE).unwrap();
-    world::write_secrets(&root.join("secrets.env"), "DAYTONA_API_KEY=bench-made-up\n", 0o600);
+    let id = e2e::harness::unique();
+    let secrets = format!("DAYTONA_API_KEY=bench-org1-{id}\nDAYTONA_DATA_API_KEY=bench-org2-{id}\n");
+    world::write_secrets(&root.join("secrets.env"), &secrets, 0o600);
 
     let mut per_leg = (Vec::new(), Vec::new(), Vec::new(), Vec::new()); // GPU-s, wall serial, wall parallel, loads
     let mut shared = (Vec::new(), Vec::new());
