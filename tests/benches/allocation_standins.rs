@@ -5,11 +5,12 @@
 //!
 //! per-leg is measured: three payload runs, one per leg, as the three per-leg jobs run them.
 //! shared is modelled from those same measured phases (one prepare, one load, the legs' Harbor
-//! runs side by side, one teardown) until the shared job itself (`payload run --shared`) is on
-//! this branch; the model's assumption is that sharing the engine does not slow a leg.
+//! runs side by side, one teardown; sharing the engine assumed not to slow a leg), and measured
+//! too when `ALLOC_SHARED_PAYLOAD` names a payload that has the shared job (`run --shared`, the
+//! host's `gpu_time` in the group dir).
 //!
 //! `cargo bench -p e2e --bench allocation_standins` (env: `ALLOC_LOAD_S`, default 3; `ALLOC_REPS`,
-//! default 3).
+//! default 3; `ALLOC_SHARED_PAYLOAD`).
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -43,11 +44,10 @@ struct Leg {
     cold_loads: usize,
 }
 
-fn run_leg(root: &Path, name: &str, tasks: usize, trial_s: &str, load_s: &str) -> Leg {
-    let tag = format!("{name}-{}", e2e::harness::unique());
+fn leg_spec(root: &Path, tag: &str, tasks: usize, trial_s: &str, load_s: &str) -> Value {
     let data = root.join(format!("data-{tag}"));
     world::standin_tasks(&data, tasks);
-    let spec = TestSpec::standins(root, &tag)
+    TestSpec::standins(root, tag)
         .tp_dp(1, 2)
         .max_model_len(8192)
         .max_num_seqs(64)
@@ -57,12 +57,13 @@ fn run_leg(root: &Path, name: &str, tasks: usize, trial_s: &str, load_s: &str) -
         .gpu_profiles(vec![chip_profile("a100-64gb", "A100", (60.0, 66.0), 0.85), default_profile(0.8)])
         .harbor_env("STANDIN_TRIAL_SECONDS", trial_s)
         .harbor_env("STANDIN_EXTRAS", "daytona")
-        .to_value();
-    let path = root.join(format!("{tag}.json"));
-    std::fs::write(&path, serde_json::to_string_pretty(&spec).unwrap()).unwrap();
+        .to_value()
+}
+
+fn payload(bin: &Path, root: &Path, args: &[&str]) -> (bool, f64) {
     let t0 = Instant::now();
-    let status = Command::new(payload_bin())
-        .args(["run", "--spec", path.to_str().unwrap()])
+    let status = Command::new(bin)
+        .args(args)
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()))
         .env("HOME", root)
@@ -72,13 +73,48 @@ fn run_leg(root: &Path, name: &str, tasks: usize, trial_s: &str, load_s: &str) -
         .stderr(Stdio::null())
         .status()
         .expect("spawn payload");
-    let wall_s = t0.elapsed().as_secs_f64();
-    let run_dir = root.join("jobs").join(&tag);
-    let st: Value = serde_json::from_str(&std::fs::read_to_string(run_dir.join("status.json")).unwrap()).unwrap();
-    assert!(status.success(), "payload failed for {tag}: {}", st["outcome"]);
+    (status.success(), t0.elapsed().as_secs_f64())
+}
+
+/// The run's `gpu_time` and its cold loads (`engine_ready` events), from its records.
+fn records(dir: &Path, ok: bool) -> (GpuTime, usize) {
+    let st: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("status.json")).unwrap()).unwrap();
+    assert!(ok, "payload failed in {}: {}", dir.display(), st["outcome"]);
     let gpu: GpuTime = serde_json::from_value(st["gpu_time"].clone()).expect("status.json carries gpu_time");
-    let events = std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap();
-    let cold_loads = events.lines().filter(|l| l.contains("\"engine_ready\"")).count();
+    let events = std::fs::read_to_string(dir.join("events.jsonl")).unwrap();
+    (gpu, events.lines().filter(|l| l.contains("\"engine_ready\"")).count())
+}
+
+fn run_leg(root: &Path, name: &str, tasks: usize, trial_s: &str, load_s: &str) -> Leg {
+    let tag = format!("{name}-{}", e2e::harness::unique());
+    let path = root.join(format!("{tag}.json"));
+    std::fs::write(&path, serde_json::to_string_pretty(&leg_spec(root, &tag, tasks, trial_s, load_s)).unwrap())
+        .unwrap();
+    let (ok, wall_s) = payload(payload_bin(), root, &["run", "--spec", path.to_str().unwrap()]);
+    let (gpu, cold_loads) = records(&root.join("jobs").join(&tag), ok);
+    Leg { wall_s, gpu, cold_loads }
+}
+
+/// The three legs as one shared job (`run --shared`, docs/payload.md): the host's record.
+fn run_shared(bin: &Path, root: &Path, load_s: &str) -> Leg {
+    let id = e2e::harness::unique();
+    let group_tag = format!("id-shared-{id}");
+    let group_dir = root.join("jobs").join(&group_tag);
+    let mut legs = Vec::new();
+    for (name, tasks, trial_s) in LEGS {
+        let tag = format!("{name}-s{id}");
+        let dir = root.join("jobs").join(&tag);
+        std::fs::create_dir_all(&dir).unwrap();
+        let spec = leg_spec(root, &tag, tasks, trial_s, load_s);
+        std::fs::write(dir.join("launch.json"), serde_json::to_string_pretty(&spec).unwrap()).unwrap();
+        legs.push(dir.join("launch.json"));
+    }
+    std::fs::create_dir_all(&group_dir).unwrap();
+    let doc = serde_json::json!({ "version": 1, "group_tag": group_tag, "group_dir": group_dir, "legs": legs });
+    let file = group_dir.join("shared.json");
+    std::fs::write(&file, serde_json::to_string_pretty(&doc).unwrap()).unwrap();
+    let (ok, wall_s) = payload(bin, root, &["run", "--shared", file.to_str().unwrap()]);
+    let (gpu, cold_loads) = records(&group_dir, ok);
     Leg { wall_s, gpu, cold_loads }
 }
 
@@ -108,6 +144,8 @@ fn main() {
     let mut per_leg = (Vec::new(), Vec::new(), Vec::new(), Vec::new()); // GPU-s, wall serial, wall parallel, loads
     let mut shared = (Vec::new(), Vec::new());
     let mut measured_load = Vec::new();
+    let shared_bin = std::env::var_os("ALLOC_SHARED_PAYLOAD").map(PathBuf::from);
+    let mut shared_measured = (Vec::new(), Vec::new(), Vec::new());
     for rep in 0..reps {
         let legs: Vec<Leg> = LEGS.iter().map(|(n, t, s)| run_leg(&root, n, *t, s, &load_s)).collect();
         let gpus = f64::from(legs[0].gpu.gpus);
@@ -128,6 +166,12 @@ fn main() {
         shared.0.push((fixed + serving) * gpus);
         shared.1.push(fixed + serving + outside);
         measured_load.push(pick(|g| g.load_s));
+        if let Some(bin) = &shared_bin {
+            let s = run_shared(bin, &root, &load_s);
+            shared_measured.0.push(phases(&s.gpu) * f64::from(s.gpu.gpus));
+            shared_measured.1.push(s.wall_s);
+            shared_measured.2.push(s.cold_loads as f64);
+        }
         eprintln!("rep {}: per-leg {gpu_s:.1} GPU-s, shared (model) {:.1} GPU-s", rep + 1, (fixed + serving) * gpus);
     }
     let (pl_gpu, pl_serial, pl_par, pl_loads) =
@@ -143,5 +187,14 @@ fn main() {
         "| per-leg, measured | 3 | {pl_loads:.0} | {pl_gpu:.1} | {pl_serial:.1} one after another; {pl_par:.1} on 3 nodes at once |"
     );
     println!("| shared, modelled from the same phases | 1 | 1 | {sh_gpu:.1} | {sh_wall:.1} |");
+    if shared_bin.is_some() {
+        let (g, w, l) = (median(shared_measured.0), median(shared_measured.1), median(shared_measured.2));
+        println!("| shared, measured (`payload run --shared`) | 1 | {l:.0} | {g:.1} | {w:.1} |");
+        println!(
+            "GPU-seconds shared (measured) / per-leg: {:.2} ({:.0} % fewer)",
+            g / pl_gpu,
+            100.0 * (1.0 - g / pl_gpu)
+        );
+    }
     println!("GPU-seconds shared / per-leg: {:.2} ({:.0} % fewer)", sh_gpu / pl_gpu, 100.0 * (1.0 - sh_gpu / pl_gpu));
 }
