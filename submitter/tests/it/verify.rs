@@ -1197,4 +1197,21 @@ fn gpu_hours_per_result_with_known_timings() {
     assert!(page.contains("3.35 GPU-h"), "per score");
     assert!(page.contains("data-total=\"6.650\""), "the total");
     assert!(page.contains(">1.95</td>"), "per benchmark (tb2: 1.85 + 0.10)");
+
+    // A leg recorded while its host still ran (`complete: false`, stale figures) is recomputed by
+    // the next `sync` once the host's record is final (its job long gone from Slurm: no remainder).
+    if !slurm_up() {
+        return;
+    }
+    let v2_id = attempt(v2).id;
+    let mut stale = early.to_json();
+    stale["by_phase"] = json!({"load": 1.0});
+    ledger.record_gpu_seconds(v2_id, &stale).unwrap();
+    let ledger_v2 = |l: &dyn submitter::ledger::Ledger| l.gpu_seconds().unwrap().into_iter().find(|r| r.id == v2_id);
+    let out = session_cmd(&fx, "sync", &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rec = submitter::gpuhours::AttemptGpu::from_json(&ledger_v2(&*ledger).unwrap().record).unwrap();
+    assert!(rec.complete, "{rec:?}");
+    assert_eq!(rec.by_phase.0["load"], 1200.0, "{rec:?}");
+    assert_eq!(rec.by_phase.0["serving"], 3600.0, "{rec:?}");
 }
