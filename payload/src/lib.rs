@@ -13,6 +13,7 @@ pub mod engine;
 pub mod exit;
 pub mod failure;
 pub mod gpu;
+pub mod gputime;
 pub mod harbor;
 pub mod liveness;
 pub mod logsink;

@@ -40,7 +40,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("migrations/0004_agent.sqlite.sql"),
         postgres: include_str!("migrations/0004_agent.postgres.sql"),
     },
-    // 5 is another change's (issue 25 item 1); versions need not be contiguous.
+    Migration {
+        version: 5,
+        name: "gpu_seconds",
+        sqlite: include_str!("migrations/0005_gpu_seconds.sqlite.sql"),
+        postgres: include_str!("migrations/0005_gpu_seconds.postgres.sql"),
+    },
     Migration {
         version: 6,
         name: "remediation",
