@@ -13,6 +13,19 @@ pub fn link_programs(prefix: &Path, programs: &[(&str, &Path)]) {
     }
 }
 
+/// Makes `<prefix>` an environment whose Python holds `venv`'s packages (its `pyvenv.cfg`, its
+/// `lib`, and `bin/python` as the venv's interpreter), beside whatever [`link_programs`] put in
+/// `bin/`: the package metadata then says what the venv holds (e.g. the real vLLM 0.16.0's), as a
+/// site's conda env does, while `bin/vllm` is the stand-in.
+pub fn python_of(prefix: &Path, venv: &Path) {
+    let bin = prefix.join("bin");
+    std::fs::create_dir_all(&bin).expect("create <prefix>/bin");
+    std::fs::copy(venv.join("pyvenv.cfg"), prefix.join("pyvenv.cfg")).expect("copy the venv's pyvenv.cfg");
+    std::os::unix::fs::symlink(venv.join("lib"), prefix.join("lib")).expect("link the venv's lib");
+    let python = std::fs::canonicalize(venv.join("bin/python")).expect("the venv's python");
+    std::os::unix::fs::symlink(python, bin.join("python")).expect("link the venv's python");
+}
+
 /// A secrets file (`NAME=value` lines) with `mode` (payload refuses anything but 0600).
 pub fn write_secrets(path: &Path, text: &str, mode: u32) {
     std::fs::write(path, text).expect("write the secrets file");
