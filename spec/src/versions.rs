@@ -400,16 +400,18 @@ pub struct Disagreement {
 /// for. Compared is the class the rules above use, not the string: vLLM's capabilities, Harbor's
 /// dialect. Not compared (Ok): an answer that is no version, and a declared flavour (it names no
 /// release, and a fork may carry any number).
-pub fn check_found(declared: &Declared, cluster: &str, program: Program, found: &str) -> Result<(), Disagreement> {
+pub fn check_found(declared: &Declared, cluster: &str, program: Program, found: &str) -> Result<(), Box<Disagreement>> {
     let Ok(version) = found.parse::<Version>() else { return Ok(()) };
-    let disagreement = |environment: &str, declared: String, differs: String, fix: String| Disagreement {
-        program,
-        environment: environment.to_string(),
-        cluster: cluster.to_string(),
-        declared,
-        found: found.to_string(),
-        differs,
-        fix,
+    let disagreement = |environment: &str, declared: String, differs: String, fix: String| {
+        Box::new(Disagreement {
+            program,
+            environment: environment.to_string(),
+            cluster: cluster.to_string(),
+            declared,
+            found: found.to_string(),
+            differs,
+            fix,
+        })
     };
     match program {
         Program::Vllm => {
