@@ -72,15 +72,20 @@ fn a_forced_re_evaluation_runs_the_real_harbor_again_in_a_run_dir_of_its_own() {
             )
             .replace(
                 "    STANDIN_EXTRAS: daytona\n",
-                &format!(
-                    "    STANDIN_EXTRAS: daytona\n    PYTHONPATH: {}\n    EVALCI_HARBOR_BINDS: {}\n",
-                    repo.join("tests/harbor_env").display(),
-                    repo.display()
-                ),
+                &format!("    STANDIN_EXTRAS: daytona\n    EVALCI_HARBOR_BINDS: {}\n", repo.display()),
             )
             .replace("  time: \"00:10:00\"\n", "  time: \"00:20:00\"\n");
     });
     let root = cluster.root();
+    // The host environment module from the cluster's own dir (no bytecode written into the repo).
+    std::fs::create_dir_all(root.join("py")).unwrap();
+    std::fs::copy(repo.join("tests/harbor_env/host_env.py"), root.join("py/host_env.py")).unwrap();
+    let profile = root.join("clusters/rh-launch.yaml");
+    let edited = std::fs::read_to_string(&profile).unwrap().replace(
+        "    STANDIN_EXTRAS: daytona\n",
+        &format!("    STANDIN_EXTRAS: daytona\n    PYTHONPATH: {}\n", root.join("py").display()),
+    );
+    std::fs::write(&profile, edited).unwrap();
     // `bin/harbor` is the real Harbor; `jobs start` gets the host environment last (the last `--env`
     // wins in Harbor), as tests/tests/real_harbor.rs passes it.
     let wrapper = root.join("env/bin/harbor");
