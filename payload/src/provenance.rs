@@ -1,5 +1,7 @@
 //! What a run ran (docs/payload.md, "Provenance"): the programs' versions as the job's own
-//! environment reports them (`<program> --version`, asked while the engine loads, bounded) and the
+//! environment reports them (its Python's package metadata before the engine starts, else
+//! `<program> --version` while the engine loads; bounded), checked against the versions the spec
+//! was built for (a disagreement ends the job as `spec` before Harbor runs), and the
 //! model revision the engine resolved (the HF cache's `refs/main`, or the local path), recorded in
 //! `status.json` and the `provenance` event; sync carries them into every result.
 
@@ -9,6 +11,7 @@ use std::time::Duration;
 
 use launch_spec::LaunchSpec;
 use launch_spec::records::RunProvenance;
+use launch_spec::versions::{self, Program};
 
 use crate::supervisor::ChildSpec;
 
@@ -30,13 +33,50 @@ pub struct Versions {
     pub dataset: Result<String, String>,
 }
 
-/// Asks both programs at once, with the environments they will run with, and hashes the dataset.
-pub async fn probe_versions(engine: &ChildSpec, harbor: &ChildSpec, dataset: PathBuf) -> Versions {
+/// What the fast queries answered before the engine was spawned ([`ask_fast`]); `None` where the
+/// program has no Python beside it (then `--version` is asked with the rest).
+#[derive(Debug, Clone, Default)]
+pub struct Early {
+    pub vllm: Option<Result<String, String>>,
+    pub harbor: Option<Result<String, String>>,
+}
+
+/// The fast queries for both programs at once (package metadata, under a second each).
+pub async fn ask_fast(engine: &ChildSpec, harbor: &ChildSpec) -> Early {
+    let (vllm, harbor) = tokio::join!(
+        fast_version(&engine.program, &engine.env, Program::Vllm),
+        fast_version(&harbor.program, &harbor.env, Program::Harbor)
+    );
+    Early { vllm, harbor }
+}
+
+/// Asks what `early` did not answer (`--version`, with the environments the programs will run
+/// with) and hashes the dataset.
+pub async fn probe_versions(engine: &ChildSpec, harbor: &ChildSpec, dataset: PathBuf, early: Early) -> Versions {
     let digest = tokio::task::spawn_blocking(move || dataset_digest(&dataset));
-    let (vllm, harbor) =
-        tokio::join!(version_of(&engine.program, &engine.env), version_of(&harbor.program, &harbor.env));
+    let ask = |known: Option<Result<String, String>>, child: &ChildSpec| {
+        let (program, env) = (child.program.clone(), child.env.clone());
+        async move {
+            match known {
+                Some(Ok(version)) => Ok(version),
+                _ => version_of(&program, &env).await,
+            }
+        }
+    };
+    let (vllm, harbor) = tokio::join!(ask(early.vllm, engine), ask(early.harbor, harbor));
     let dataset = digest.await.unwrap_or_else(|e| Err(e.to_string()));
     Versions { vllm, harbor, dataset }
+}
+
+/// The first disagreement of the answers with what the spec was built for (`spec.declared`), as
+/// the one-line message the job ends with (`launch_spec::versions::check_found`).
+pub fn disagreement(spec: &LaunchSpec, vllm: Option<&str>, harbor: Option<&str>) -> Option<String> {
+    let declared = spec.declared.as_ref()?;
+    [(Program::Vllm, vllm), (Program::Harbor, harbor)]
+        .into_iter()
+        .filter_map(|(program, found)| found.map(|f| (program, f)))
+        .find_map(|(program, found)| versions::check_found(declared, &spec.cluster, program, found).err())
+        .map(|d| d.to_string())
 }
 
 /// A digest of the task dir's content (`sha1:<hex>`): every entry's relative path in path order,
@@ -97,10 +137,29 @@ pub fn dataset_digest(dir: &Path) -> Result<String, String> {
     Ok(format!("sha1:{}", hex::encode(hasher.finalize())))
 }
 
+/// The package metadata through the Python beside `program`; `None` when there is none.
+async fn fast_version(
+    program: &Path,
+    env: &BTreeMap<String, String>,
+    which: Program,
+) -> Option<Result<String, String>> {
+    let (python, args) = versions::metadata_query(program, which);
+    if !python.is_file() {
+        return None;
+    }
+    Some(answer(&python, &args, env).await)
+}
+
 async fn version_of(program: &Path, env: &BTreeMap<String, String>) -> Result<String, String> {
+    answer(program, &["--version".to_string()], env).await
+}
+
+/// One bounded question: `program args…` in `env` only, its last version line on stdout.
+async fn answer(program: &Path, args: &[String], env: &BTreeMap<String, String>) -> Result<String, String> {
     use std::process::Stdio;
+    let shown = format!("{} {}", program.display(), args.first().map_or("", String::as_str));
     let child = tokio::process::Command::new(program)
-        .arg("--version")
+        .args(args)
         .env_clear()
         .envs(env)
         .stdin(Stdio::null())
@@ -108,32 +167,16 @@ async fn version_of(program: &Path, env: &BTreeMap<String, String>) -> Result<St
         .stderr(Stdio::null())
         .kill_on_drop(true)
         .spawn()
-        .map_err(|e| format!("cannot run {} --version: {e}", program.display()))?;
+        .map_err(|e| format!("cannot run {shown}: {e}"))?;
     let out = tokio::time::timeout(VERSION_TIMEOUT, child.wait_with_output())
         .await
-        .map_err(|_| format!("{} --version did not answer within {VERSION_TIMEOUT:?}", program.display()))?
-        .map_err(|e| format!("cannot wait for {} --version: {e}", program.display()))?;
+        .map_err(|_| format!("{shown} did not answer within {VERSION_TIMEOUT:?}"))?
+        .map_err(|e| format!("cannot wait for {shown}: {e}"))?;
     let stdout = String::from_utf8_lossy(&out.stdout);
-    match parse_version(&stdout) {
+    match versions::version_line(&stdout) {
         Some(version) if out.status.success() => Ok(version),
-        _ => Err(format!("{} --version: {} without a version on stdout", program.display(), out.status)),
+        _ => Err(format!("{shown}: {} without a version on stdout", out.status)),
     }
-}
-
-/// The last stdout line that is a version (`0.16.0`, `0.25.0.dev3+g1a2b`); libraries may print
-/// warnings before it.
-pub fn parse_version(stdout: &str) -> Option<String> {
-    stdout
-        .lines()
-        .rev()
-        .map(str::trim)
-        .find(|line| {
-            line.chars().next().is_some_and(|c| c.is_ascii_digit())
-                && line.contains('.')
-                && !line.contains(char::is_whitespace)
-                && line.len() <= 64
-        })
-        .map(str::to_string)
 }
 
 /// The Hugging Face hub cache the engine reads, from its environment as huggingface_hub resolves it.
@@ -186,14 +229,6 @@ pub fn record(revision: Result<String, String>, versions: Versions) -> (RunProve
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn versions_are_the_last_version_line() {
-        assert_eq!(parse_version("0.25.0\n").as_deref(), Some("0.25.0"));
-        assert_eq!(parse_version("INFO some warning\n0.16.0\n").as_deref(), Some("0.16.0"));
-        assert_eq!(parse_version("usage: vllm [-h]\n"), None);
-        assert_eq!(parse_version(""), None);
-    }
 
     #[test]
     fn the_dataset_digest_follows_the_tasks_content() {

@@ -69,6 +69,8 @@ struct Run<S> {
     scratch: Option<crate::scratch::JobScratch>,
     /// The programs' `--version` and the dataset's digest, asked while the engine loads (crate::provenance).
     versions: Option<AbortOnDrop<provenance::Versions>>,
+    /// Their answers, once in (checked by [`Run::accept_versions`]), for the provenance record.
+    answered: Option<provenance::Versions>,
     /// How long the last server-identity check took (`engine_ready`'s `identity_check_ms`).
     identity_ms: f64,
 }
@@ -146,6 +148,7 @@ pub async fn run_with<S: SignalSource>(spec_path: &Path, signals: S, parent: Vec
         post_run: None,
         scratch: None,
         versions: None,
+        answered: None,
         identity_ms: 0.0,
     };
     let end = run.sequence().await;
@@ -287,6 +290,16 @@ impl<S: SignalSource> Run<S> {
         // The head serves the API here; a multi-node engine's workers (`Prepared.engines` after the
         // head) start on their nodes through one srun step (crate::multinode).
         let head = p.head().child.clone();
+        // The versions the environments hold, where their package metadata answers at once: a
+        // disagreement with what the spec was built for ends the run before the engine loads with
+        // an argv built for another vLLM (docs/real-programs.md, "Asked, not trusted").
+        let harbor_child = p.harbor.child(&self.spec, &p.local_api_base(), &BTreeMap::new(), None).ok();
+        let early = match &harbor_child {
+            Some(harbor) => provenance::ask_fast(&head, harbor).await,
+            None => provenance::Early::default(),
+        };
+        let answered = |r: &Option<Result<String, String>>| r.clone().and_then(Result::ok);
+        self.refuse_disagreement(answered(&early.vllm).as_deref(), answered(&early.harbor).as_deref())?;
         let started = Instant::now();
         let pid = self.sup.spawn(Role::Engine, &head).map_err(|e| {
             Failure::new(OutcomeClass::EngineStart, format!("cannot start {}: {e}", head.program.display()))
@@ -298,14 +311,14 @@ impl<S: SignalSource> Run<S> {
         if let Some(secondaries) = &p.secondaries {
             self.start_ranks(secondaries)?;
         }
-        // The versions, while the engine loads (it costs nothing then); recorded before Harbor starts.
-        if let Ok(harbor) = p.harbor.child(&self.spec, &p.local_api_base(), &BTreeMap::new(), None) {
+        // The rest of the versions, while the engine loads (it costs nothing then): checked as
+        // soon as they answer, and before Harbor starts at the latest.
+        if let Some(harbor) = harbor_child {
             let engine = head.clone();
             let dataset = self.spec.harbor.dataset.clone();
-            self.versions =
-                Some(AbortOnDrop(tokio::spawn(
-                    async move { provenance::probe_versions(&engine, &harbor, dataset).await },
-                )));
+            self.versions = Some(AbortOnDrop(tokio::spawn(async move {
+                provenance::probe_versions(&engine, &harbor, dataset, early).await
+            })));
         }
         self.rec.set_phase(Phase::Serving);
         tracing::info!(pid, port, "vLLM started; waiting for readiness");
@@ -360,6 +373,7 @@ impl<S: SignalSource> Run<S> {
         let has_tunnel = self.tunnel.is_some();
         let port = self.rec.status.port.unwrap_or_default();
         let mut foreign_seen = false;
+        let mut versions = self.versions.take();
         loop {
             let loading = machine.phase() == RunPhase::Loading;
             // A `/metrics` reading's completions, for the heartbeat written once the machine has
@@ -372,6 +386,11 @@ impl<S: SignalSource> Run<S> {
                 status = wait_opt(self.sup.harbor.as_mut()) => Input::HarborExited(status),
                 ev = self.signals.recv() => Input::Signal(ev),
                 _ = sleep_until(deadline.into()), if machine.awaiting_readiness() => Input::ReadyDeadline,
+                v = async { (&mut versions.as_mut().expect("guarded").0).await }, if versions.is_some() => {
+                    versions = None;
+                    self.accept_versions(v.map_err(|e| e.to_string()))?;
+                    continue;
+                }
                 v = async { (&mut config_check.as_mut().expect("guarded").0).await }, if config_check.is_some() => {
                     config_check = None;
                     Input::ConfigChecked(v.unwrap_or_else(|e| ConfigCheck::Skipped(format!("check task failed: {e}"))))
@@ -460,6 +479,16 @@ impl<S: SignalSource> Run<S> {
                         tracing::info!(elapsed_ms = ms, "vLLM ready");
                     }
                     Action::StartHarbor => {
+                        // Asked since the engine started, so normally done; never holds Harbor long.
+                        if let Some(mut task) = versions.take() {
+                            let answer = match tokio::time::timeout(provenance::RECORD_WAIT, &mut task.0).await {
+                                Ok(answer) => answer.map_err(|e| e.to_string()),
+                                Err(_) => {
+                                    Err(format!("not answered within {:?} of readiness", provenance::RECORD_WAIT))
+                                }
+                            };
+                            self.accept_versions(answer)?;
+                        }
                         self.start_harbor(p).await?;
                         machine.harbor_started();
                         watchdog.watch_health(self.timings.probe_interval);
@@ -582,21 +611,35 @@ impl<S: SignalSource> Run<S> {
         Ok(())
     }
 
+    /// Ends the run (`spec`, cause `versions`) when an environment holds another vLLM or Harbor
+    /// than the spec was built for.
+    fn refuse_disagreement(&mut self, vllm: Option<&str>, harbor: Option<&str>) -> Result<(), End> {
+        match provenance::disagreement(&self.spec, vllm, harbor) {
+            Some(message) => Err(Failure::new(OutcomeClass::Spec, message).with_cause("versions").into()),
+            None => Ok(()),
+        }
+    }
+
+    /// The programs' versions (or why there are none), kept for the provenance record and checked.
+    fn accept_versions(&mut self, answer: Result<provenance::Versions, String>) -> Result<(), End> {
+        let versions = answer.unwrap_or_else(|why| provenance::Versions {
+            vllm: Err(why.clone()),
+            harbor: Err(why.clone()),
+            dataset: Err(why),
+        });
+        let (vllm, harbor) = (versions.vllm.clone().ok(), versions.harbor.clone().ok());
+        self.answered = Some(versions);
+        self.refuse_disagreement(vllm.as_deref(), harbor.as_deref())
+    }
+
     /// The model revision (the engine has resolved its weights by now) and the programs' versions
-    /// (asked while it loaded; waited for at most `provenance::RECORD_WAIT` more), into
-    /// `status.json` and the `provenance` event.
+    /// (asked while it loaded, [`Self::accept_versions`]), into `status.json` and the `provenance` event.
     async fn record_provenance(&mut self, p: &Prepared) {
-        let unknown =
-            |why: String| provenance::Versions { vllm: Err(why.clone()), harbor: Err(why.clone()), dataset: Err(why) };
-        // Asked since the engine started, so normally done; never holds Harbor (or a signal) long.
-        let versions = match self.versions.take() {
-            Some(mut task) => match tokio::time::timeout(provenance::RECORD_WAIT, &mut task.0).await {
-                Ok(Ok(v)) => v,
-                Ok(Err(e)) => unknown(e.to_string()),
-                Err(_) => unknown(format!("not answered within {:?} of readiness", provenance::RECORD_WAIT)),
-            },
-            None => unknown("not asked".into()),
-        };
+        let versions = self.answered.take().unwrap_or_else(|| provenance::Versions {
+            vllm: Err("not asked".into()),
+            harbor: Err("not asked".into()),
+            dataset: Err("not asked".into()),
+        });
         let revision = provenance::model_revision(&self.spec, &p.head().child.env);
         let (record, missing) = provenance::record(revision, versions);
         self.rec.event("provenance", json!({ "record": record, "missing": missing }));

@@ -70,6 +70,11 @@ pub struct LaunchSpec {
     /// `harbor.env` values (docs/site.md). Absent: `/tmp`. Left out when absent, like `post_run`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scratch: Option<ScratchSpec>,
+    /// The programs the spec was built for (the profile's declared vLLM and Harbor of the
+    /// environments it runs): payload asks the environments at start and ends the job as `spec`
+    /// on a disagreement (docs/real-programs.md). Absent (hand-written, older specs): not compared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub declared: Option<crate::versions::Declared>,
 }
 
 /// The placeholder payload replaces in `serve.env` and `harbor.env` values with the job's scratch

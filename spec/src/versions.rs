@@ -284,6 +284,194 @@ pub fn unknown_terminus2_options(kwargs: &[String], dialect: HarborDialect) -> V
         .collect()
 }
 
+/// The programs whose versions an environment is asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Program {
+    Vllm,
+    Harbor,
+}
+
+impl Program {
+    /// The Python distribution that holds it (what `importlib.metadata` is asked about).
+    pub fn distribution(self) -> &'static str {
+        match self {
+            Program::Vllm => "vllm",
+            Program::Harbor => "harbor",
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Program::Vllm => "vLLM",
+            Program::Harbor => "Harbor",
+        }
+    }
+
+    /// The key of `environments.<name>` that declares it.
+    pub fn key(self) -> &'static str {
+        match self {
+            Program::Vllm => "vllm",
+            Program::Harbor => "harbor",
+        }
+    }
+}
+
+/// What a launch spec was built for: the environments it runs and what the cluster profile
+/// declares they hold (`environments.<name>.vllm` / `.harbor`, the verified releases when
+/// undeclared). payload and preflight ask the environments and refuse a disagreement.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Declared {
+    /// The engine's environment (its name in the profile).
+    pub engine_environment: String,
+    pub vllm: Version,
+    /// Harbor's environment (its name in the profile).
+    pub harbor_environment: String,
+    /// A release (`"0.25.0"`) or a flavour name (`extra-body-fork`), as declared.
+    pub harbor: String,
+}
+
+/// What a vLLM can do as far as the launcher's argv and environment go: two releases with the same
+/// capabilities get the same argv and environment, so a declaration is wrong only when the found
+/// release differs here (0.16.0 declared, 0.17.1 found: the same; 0.33.0 found: not).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VllmCapabilities {
+    pub swap_space: bool,
+    pub distributed_timeout: bool,
+    pub retired_env: Vec<&'static str>,
+}
+
+pub fn vllm_capabilities(vllm: Version) -> VllmCapabilities {
+    VllmCapabilities {
+        swap_space: vllm_has_swap_space(vllm),
+        distributed_timeout: vllm_has_distributed_timeout(vllm),
+        retired_env: vllm_retired_env(vllm).collect(),
+    }
+}
+
+/// Where `found` differs from `declared` in what the launcher builds, one phrase each (empty: they agree).
+pub fn vllm_differences(declared: Version, found: Version) -> Vec<String> {
+    let (d, f) = (vllm_capabilities(declared), vllm_capabilities(found));
+    let has = |yes: bool| if yes { "has" } else { "lacks" };
+    let mut out = Vec::new();
+    if d.swap_space != f.swap_space {
+        out.push(format!("--swap-space ({declared} {}, {found} {} it)", has(d.swap_space), has(f.swap_space)));
+    }
+    if d.distributed_timeout != f.distributed_timeout {
+        out.push(format!(
+            "--distributed-timeout-seconds ({declared} {}, {found} {} it)",
+            has(d.distributed_timeout),
+            has(f.distributed_timeout)
+        ));
+    }
+    if d.retired_env != f.retired_env {
+        out.push(format!(
+            "the environment variables it knows ({})",
+            RETIRED_VLLM_ENV.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    out
+}
+
+/// The dialect a Harbor release speaks by the rule of [`HarborDialect::from_declared`]; None for a
+/// release older than [`HARBOR_MIN`] (not 0.25's dialect: the fork, or an old upstream).
+pub fn harbor_release_dialect(found: Version) -> Option<HarborDialect> {
+    (found >= HARBOR_MIN).then_some(HarborDialect::Harbor025)
+}
+
+/// An environment that holds another program than the spec was built for, with the fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "environment `{environment}` declares {label} {declared} but holds {label} {found} ({differs}): edit `environments.{environment}.{key}` in cluster profile `{cluster}` ({fix})",
+    label = program.label(),
+    key = program.key()
+)]
+pub struct Disagreement {
+    pub program: Program,
+    pub environment: String,
+    pub cluster: String,
+    pub declared: String,
+    pub found: String,
+    pub differs: String,
+    pub fix: String,
+}
+
+/// Compares what an environment reports (`found`, a version line) with what the spec was built
+/// for. Compared is the class the rules above use, not the string: vLLM's capabilities, Harbor's
+/// dialect. Not compared (Ok): an answer that is no version, and a declared flavour (it names no
+/// release, and a fork may carry any number).
+pub fn check_found(declared: &Declared, cluster: &str, program: Program, found: &str) -> Result<(), Box<Disagreement>> {
+    let Ok(version) = found.parse::<Version>() else { return Ok(()) };
+    let disagreement = |environment: &str, declared: String, differs: String, fix: String| {
+        Box::new(Disagreement {
+            program,
+            environment: environment.to_string(),
+            cluster: cluster.to_string(),
+            declared,
+            found: found.to_string(),
+            differs,
+            fix,
+        })
+    };
+    match program {
+        Program::Vllm => {
+            let differs = vllm_differences(declared.vllm, version);
+            if differs.is_empty() {
+                return Ok(());
+            }
+            Err(disagreement(
+                &declared.engine_environment,
+                declared.vllm.to_string(),
+                format!("they differ in {}", differs.join(", ")),
+                format!("to \"{version}\", or install vLLM {} there", declared.vllm),
+            ))
+        }
+        Program::Harbor => {
+            let Ok((dialect, Some(_))) = HarborDialect::from_declared(&declared.harbor) else { return Ok(()) };
+            if harbor_release_dialect(version) == Some(dialect) {
+                return Ok(());
+            }
+            let flavours = HARBOR_FLAVOURS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ");
+            Err(disagreement(
+                &declared.harbor_environment,
+                declared.harbor.clone(),
+                format!(
+                    "older than {HARBOR_MIN}: it does not speak the {} dialect the kwargs were written for",
+                    dialect.as_str()
+                ),
+                format!("to the flavour it is ({flavours}), or upgrade it to {HARBOR_MIN} or later"),
+            ))
+        }
+    }
+}
+
+/// The fast way to ask an environment which release of `program` it holds: its Python's package
+/// metadata (`importlib.metadata`, what pip reports), run as `<dir of the program>/python` — a
+/// venv's or conda env's `bin`. It imports nothing of the package: `vllm --version` imports vLLM
+/// (≈ 40 s on a loaded node) and fails on a host without a GPU (the login node). The caller checks
+/// that the Python exists; otherwise it asks `<program> --version`.
+pub fn metadata_query(program: &std::path::Path, which: Program) -> (std::path::PathBuf, Vec<String>) {
+    let python = program.parent().unwrap_or(std::path::Path::new("/")).join("python");
+    let code = format!("import importlib.metadata as m; print(m.version({:?}))", which.distribution());
+    (python, vec!["-c".to_string(), code])
+}
+
+/// The last stdout line that is a version (`0.16.0`, `0.25.0.dev3+g1a2b`); libraries may print
+/// warnings before it.
+pub fn version_line(stdout: &str) -> Option<String> {
+    stdout
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|line| {
+            line.chars().next().is_some_and(|c| c.is_ascii_digit())
+                && line.contains('.')
+                && !line.contains(char::is_whitespace)
+                && line.len() <= 64
+        })
+        .map(str::to_string)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -353,5 +541,55 @@ mod tests {
         assert!(err.to_string().contains("`top_k`"), "{err}");
         assert!(translate_agent_kwargs(&s(&["extra_body={oops"]), HarborDialect::Harbor025).is_err());
         assert!(translate_agent_kwargs(&s(&["novalue"]), HarborDialect::Harbor025).is_err());
+    }
+
+    fn declared(vllm: &str, harbor: &str) -> Declared {
+        Declared {
+            engine_environment: "otagent".into(),
+            vllm: vllm.parse().unwrap(),
+            harbor_environment: "otagent".into(),
+            harbor: harbor.into(),
+        }
+    }
+
+    #[test]
+    fn a_found_vllm_is_compared_by_its_capabilities() {
+        let d = declared("0.16.0", "0.25.0");
+        assert_eq!(check_found(&d, "vista", Program::Vllm, "0.17.1"), Ok(()), "same class");
+        assert_eq!(check_found(&d, "vista", Program::Vllm, "0.16.0.post1"), Ok(()));
+        let err = check_found(&d, "vista", Program::Vllm, "0.33.0").unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "environment `otagent` declares vLLM 0.16.0 but holds vLLM 0.33.0 (they differ in --swap-space (0.16.0 has, 0.33.0 lacks it), --distributed-timeout-seconds (0.16.0 lacks, 0.33.0 has it), the environment variables it knows (VLLM_USE_V1, VLLM_ALL2ALL_BACKEND)): edit `environments.otagent.vllm` in cluster profile `vista` (to \"0.33.0\", or install vLLM 0.16.0 there)"
+        );
+        let up = check_found(&declared("0.33.0", "0.25.0"), "vista", Program::Vllm, "0.16.0").unwrap_err();
+        assert!(up.to_string().contains("to \"0.16.0\""), "{up}");
+        // Not a version: nothing to compare (recorded as missing by the caller).
+        assert_eq!(check_found(&d, "vista", Program::Vllm, "unknown"), Ok(()));
+    }
+
+    #[test]
+    fn a_found_harbor_is_compared_by_its_dialect() {
+        let d = declared("0.33.0", "0.25.0");
+        assert_eq!(check_found(&d, "c", Program::Harbor, "0.26.1"), Ok(()));
+        let err = check_found(&d, "c", Program::Harbor, "0.1.9").unwrap_err().to_string();
+        assert!(
+            err.contains("declares Harbor 0.25.0 but holds Harbor 0.1.9")
+                && err.contains("`environments.otagent.harbor`")
+                && err.contains("extra-body-fork"),
+            "{err}"
+        );
+        // A flavour names no release: the version is recorded, not compared.
+        assert_eq!(check_found(&declared("0.33.0", "extra-body-fork"), "c", Program::Harbor, "0.25.0"), Ok(()));
+        assert_eq!(check_found(&declared("0.33.0", "extra-body-fork"), "c", Program::Harbor, "0.1.0"), Ok(()));
+    }
+
+    #[test]
+    fn the_metadata_query_asks_the_python_beside_the_program() {
+        let (python, args) = metadata_query(std::path::Path::new("/e/otagent/bin/vllm"), Program::Vllm);
+        assert_eq!(python, std::path::Path::new("/e/otagent/bin/python"));
+        assert_eq!(args, ["-c", "import importlib.metadata as m; print(m.version(\"vllm\"))"]);
+        assert_eq!(version_line("INFO warn\n0.16.0\n").as_deref(), Some("0.16.0"));
+        assert_eq!(version_line("usage: vllm [-h]\n"), None);
     }
 }

@@ -119,7 +119,11 @@ pub struct Site<'a> {
 impl Site<'_> {
     /// `run`'s check for `cluster`, from the first call of this iteration.
     fn once(&self, cluster: &str, name: &'static str, run: impl FnOnce() -> Result<String, Outcome>) -> Check {
-        let key = format!("{cluster}/{name}");
+        self.once_keyed(format!("{cluster}/{name}"), name, run)
+    }
+
+    /// `run`'s check for `key`, from the first call of this iteration.
+    fn once_keyed(&self, key: String, name: &'static str, run: impl FnOnce() -> Result<String, Outcome>) -> Check {
         if let Some((_, done)) = self.per_cluster.borrow().iter().find(|(k, _)| *k == key) {
             return done.clone();
         }
@@ -231,6 +235,17 @@ pub fn preflight(spec: &LaunchSpec, cluster: &ClusterProfile, site: &Site) -> Re
     report.checks.push(site.once(&cluster.name, "slurm", || slurm(inputs)));
     report.push("memory", memory(spec, inputs.cluster));
     report.checks.push(site.once(&cluster.name, "prelude", || prelude(inputs)));
+    // The environments' answers, once per (cluster, environments, programs) and iteration.
+    let key = format!(
+        "{}/versions/{:?}/{}/{}/{}/{}",
+        cluster.name,
+        spec.declared,
+        spec.serve.program,
+        spec.serve.env_prefix.as_deref().unwrap_or(Path::new("")).display(),
+        spec.harbor.program,
+        spec.harbor.env_prefix.as_deref().unwrap_or(Path::new("")).display()
+    );
+    report.checks.push(site.once_keyed(key, "versions", || versions(spec, inputs)));
     report
 }
 
@@ -579,6 +594,135 @@ fn prelude(inputs: &Inputs) -> Result<String, Outcome> {
     let stderr = String::from_utf8_lossy(&output.stderr);
     let line = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output").trim().to_string();
     fail(format!("fails on the login node ({}): {line}", output.status))
+}
+
+/// One version question may take this long (a Python CLI importing its package on a loaded login node).
+pub const VERSION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Asks each environment which vLLM and Harbor it holds — its Python's package metadata
+/// (`launch_spec::versions::metadata_query`), else `<program> --version` — through the profile's
+/// prelude when it has one (the job's shell), bounded, argv only; refuses a found release whose class
+/// disagrees with the declaration (`launch_spec::versions::check_found`). What cannot be asked here is
+/// skipped: payload asks again on the node.
+fn versions(spec: &LaunchSpec, inputs: &Inputs) -> Result<String, Outcome> {
+    use launch_spec::versions::Program;
+    let Some(declared) = &spec.declared else { return Err(Outcome::Skipped("the spec declares no versions".into())) };
+    let mut said = Vec::new();
+    let mut unanswered = Vec::new();
+    for (program, name, prefix, environment, wanted) in [
+        (
+            Program::Vllm,
+            &spec.serve.program,
+            spec.serve.env_prefix.as_deref(),
+            &declared.engine_environment,
+            declared.vllm.to_string(),
+        ),
+        (
+            Program::Harbor,
+            &spec.harbor.program,
+            spec.harbor.env_prefix.as_deref(),
+            &declared.harbor_environment,
+            declared.harbor.clone(),
+        ),
+    ] {
+        let Some(path) = find_program(name, prefix, inputs.path) else {
+            unanswered.push(format!("{}: `{name}` not found (see `programs`)", program.label()));
+            continue;
+        };
+        match ask_version(&path, prefix, program, inputs) {
+            Ok(found) => {
+                launch_spec::versions::check_found(declared, &spec.cluster, program, &found)
+                    .map_err(|d| Outcome::Fail(d.to_string()))?;
+                said.push(format!("{} {found} in {environment} (declared {wanted})", program.label()));
+            }
+            Err(why) => unanswered.push(format!("{}: {why}", program.label())),
+        }
+    }
+    match (said.is_empty(), unanswered.is_empty()) {
+        (true, _) => Err(Outcome::Skipped(format!("{} (payload asks on the node)", unanswered.join("; ")))),
+        (false, true) => Ok(said.join(", ")),
+        (false, false) => Ok(format!("{}; not answered: {}", said.join(", "), unanswered.join("; "))),
+    }
+}
+
+/// The metadata query when the program has a Python beside it, else `--version`; the version line.
+fn ask_version(
+    program: &Path,
+    prefix: Option<&Path>,
+    which: launch_spec::versions::Program,
+    inputs: &Inputs,
+) -> Result<String, String> {
+    let (python, args) = launch_spec::versions::metadata_query(program, which);
+    let mut answers = Vec::new();
+    let queries =
+        [(python.is_file()).then_some((python, args)), Some((program.to_path_buf(), vec!["--version".to_string()]))];
+    for (argv0, args) in queries.into_iter().flatten() {
+        match bounded_answer(&argv0, &args, prefix, inputs) {
+            Ok(version) => return Ok(version),
+            Err(why) => answers.push(why),
+        }
+    }
+    Err(answers.join("; "))
+}
+
+/// Runs `argv0 args…` as the job's shell would (the prelude first, through the batch script's
+/// `--check-prelude PROGRAM ARG…`), in a clean environment: the login PATH behind the prefix's
+/// `bin`, the module system's variables. Killed (its whole group) after [`VERSION_TIMEOUT`].
+fn bounded_answer(argv0: &Path, args: &[String], prefix: Option<&Path>, inputs: &Inputs) -> Result<String, String> {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    use wait_timeout::ChildExt;
+    let shown = format!("{} {}", argv0.display(), args.first().map_or("", String::as_str));
+    let path = match prefix {
+        Some(prefix) => format!("{}:{}", prefix.join("bin").display(), inputs.path),
+        None => inputs.path.to_string(),
+    };
+    let mut command = match &inputs.cluster.slurm.prelude {
+        Some(prelude) => {
+            let mut c = std::process::Command::new("bash");
+            c.args(["--noprofile", "--norc"])
+                .arg(inputs.root.join(&inputs.cluster.slurm.script))
+                .arg("--check-prelude")
+                .arg(argv0)
+                .env("PAYLOAD_PRELUDE", inputs.root.join(prelude));
+            c
+        }
+        None => std::process::Command::new(argv0),
+    };
+    command
+        .args(args)
+        .env_clear()
+        .env("PATH", &path)
+        .envs(inputs.module_env.iter().map(|(k, v)| (k, v)))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .process_group(0);
+    let mut child = command.spawn().map_err(|e| format!("cannot run {shown}: {e}"))?;
+    let mut stdout = child.stdout.take();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(pipe) = stdout.as_mut() {
+            let _ = pipe.take(64 * 1024).read_to_string(&mut text);
+        }
+        text
+    });
+    let group = nix::unistd::Pid::from_raw(child.id() as i32);
+    let status = match child.wait_timeout(VERSION_TIMEOUT) {
+        Ok(Some(status)) => status,
+        Ok(None) | Err(_) => {
+            let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+            let _ = child.wait();
+            return Err(format!("{shown} did not answer within {} s", VERSION_TIMEOUT.as_secs()));
+        }
+    };
+    // Anything the program left in its group would hold the pipe open.
+    let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+    let stdout = reader.join().unwrap_or_default();
+    match launch_spec::versions::version_line(&stdout) {
+        Some(version) if status.success() => Ok(version),
+        _ => Err(format!("{shown}: {status} without a version on stdout")),
+    }
 }
 
 /// Variables of the module system that the prelude check passes on from the submitter's shell

@@ -475,6 +475,12 @@ impl SpecBuilder<'_> {
             },
             post_run,
             scratch,
+            declared: Some(launch_spec::versions::Declared {
+                engine_environment: serve_env_name,
+                vllm: serve_env.vllm(),
+                harbor_environment: cluster.harbor.environment.clone(),
+                harbor: harbor_env.harbor_declared(),
+            }),
         })
     }
 

@@ -2270,3 +2270,70 @@ fn slurm_sigkill_of_payload_leaves_no_double_forked_setsid_orphan() {
     wait_pid_gone(gc, Duration::from_secs(60));
     wait_no_marker(&format!("PAYLOAD_RUN_ID={}-{payload_pid}", fx.tag), Duration::from_secs(30));
 }
+
+/// The real vLLM 0.16.0's venv (`scripts/install-vllm.sh`), or None after a note (CI has it).
+fn vllm_016_venv() -> Option<PathBuf> {
+    match e2e::vllm_oracle::venv("0.16.0", false) {
+        Ok(venv) => Some(venv),
+        Err(why) => {
+            assert!(std::env::var("CI").map_or(true, |v| v != "true"), "CI=true: {why}");
+            eprintln!("skipping: {why}");
+            None
+        }
+    }
+}
+
+/// Versions asked, not trusted (issue 20). The engine's environment holds the real vLLM 0.16.0 (its
+/// package metadata; `bin/vllm` is the stand-in): built for 0.33.0, the run ends as `spec` (exit 2)
+/// before the engine is spawned, in one line naming the environment, both versions and the fix;
+/// built for 0.17.1 (0.16's capability class) it runs and records 0.16.0. A Harbor answering 0.24.0
+/// to a spec built for Harbor 0.25.0 ends the run as `spec` before Harbor is spawned.
+#[test]
+fn a_declaration_the_environment_contradicts_ends_the_run_as_spec() {
+    let Some(venv) = vllm_016_venv() else { return };
+    let declared = |vllm: &str| json!({ "engine_environment": "otagent", "vllm": vllm, "harbor_environment": "otagent", "harbor": "0.25.0" });
+    let fx = Fx::new("versions");
+    world::python_of(&fx.root.join("env"), &venv);
+    let mut spec = fx.spec();
+    spec["declared"] = declared("0.33.0");
+    let mut run = fx.start(&spec, &[]);
+    assert_eq!(run.wait(Duration::from_secs(90)), 2, "{}", fx.stderr());
+    let out = outcome(&fx);
+    assert_eq!((out["class"].as_str(), out["cause"].as_str()), (Some("spec"), Some("versions")), "{out}");
+    let message = out["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(
+            "environment `otagent` declares vLLM 0.33.0 but holds vLLM 0.16.0 (they differ in --swap-space"
+        ) && message.contains("edit `environments.otagent.vllm` in cluster profile `local` (to \"0.16.0\"")
+            && !message.contains('\n'),
+        "{message}"
+    );
+    assert!(fx.event("engine_spawned").is_none(), "the engine never started with an argv for another vLLM");
+
+    let fx = Fx::new("versions-ok");
+    world::python_of(&fx.root.join("env"), &venv);
+    let mut spec = fx.spec();
+    spec["declared"] = declared("0.17.1");
+    let mut run = fx.start(&spec, &[]);
+    assert_eq!(run.wait(Duration::from_secs(90)), 0, "{}", fx.stderr());
+    assert_eq!(fx.status()["provenance"]["vllm_version"], "0.16.0", "{}", fx.status());
+
+    let fx = Fx::new("versions-harbor");
+    world::python_of(&fx.root.join("env"), &venv);
+    let mut spec = fx.spec();
+    spec["declared"] = declared("0.16.0");
+    spec["harbor"]["env"]["STANDIN_HARBOR_VERSION"] = json!("0.24.0");
+    let mut run = fx.start(&spec, &[]);
+    assert_eq!(run.wait(Duration::from_secs(90)), 2, "{}", fx.stderr());
+    let out = outcome(&fx);
+    assert_eq!(out["cause"], "versions", "{out}");
+    assert!(
+        out["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("environment `otagent` declares Harbor 0.25.0 but holds Harbor 0.24.0"),
+        "{out}"
+    );
+    assert!(fx.event("engine_spawned").is_some() && fx.event("harbor_spawned").is_none(), "{:?}", fx.events());
+    assert_no_survivors(&run);
+}

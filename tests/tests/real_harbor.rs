@@ -54,34 +54,7 @@ impl Task {
 
 /// Writes a Harbor 0.25 task dir (the format `harbor jobs start -p` reads).
 fn write_task(dataset: &Path, task: &Task, extra_toml: &str) {
-    let dir = dataset.join(&task.name);
-    std::fs::create_dir_all(dir.join("tests")).unwrap();
-    std::fs::create_dir_all(dir.join("environment")).unwrap();
-    std::fs::write(
-        dir.join("task.toml"),
-        format!(
-            "schema_version = \"1.4\"\n[metadata]\n[agent]\ntimeout_sec = 300.0\n[verifier]\ntimeout_sec = 120.0\n[environment]\nbuild_timeout_sec = 60.0\n{extra_toml}"
-        ),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("instruction.md"),
-        format!(
-            "Write the word {} to /app/answer.txt.\n\nSTANDIN-COMMAND: echo {} > /app/answer.txt\n",
-            task.word, task.answer
-        ),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("tests/test.sh"),
-        format!(
-            "#!/bin/bash\nif [ \"$(cat /app/answer.txt 2>/dev/null)\" = \"{}\" ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n",
-            task.word
-        ),
-    )
-    .unwrap();
-    // Never built: the host environment runs the trial where Harbor runs.
-    std::fs::write(dir.join("environment/Dockerfile"), "FROM debian:trixie-slim\n").unwrap();
+    world::harbor_task(dataset, &task.name, &task.word, &task.answer, extra_toml);
 }
 
 /// One test's world: env prefix (`bin/vllm` → stand-in, `bin/harbor` → the real Harbor), the host

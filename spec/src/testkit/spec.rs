@@ -139,6 +139,7 @@ impl TestSpec {
                 limits: Limits::default(),
                 post_run: None,
                 scratch: None,
+                declared: None,
             },
         }
     }

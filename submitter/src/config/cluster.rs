@@ -248,6 +248,11 @@ impl Environment {
         self.vllm.unwrap_or(launch_spec::versions::VERIFIED_VLLM)
     }
 
+    /// The declared Harbor (a release or a flavour), else the verified release.
+    pub fn harbor_declared(&self) -> String {
+        self.harbor.clone().unwrap_or_else(|| launch_spec::versions::VERIFIED_HARBOR.to_string())
+    }
+
     /// What the declared Harbor speaks (the verified release when undeclared).
     pub fn harbor_dialect(&self) -> HarborDialect {
         self.harbor.as_deref().and_then(|h| HarborDialect::from_declared(h).ok()).map(|(d, _)| d).unwrap_or_default()

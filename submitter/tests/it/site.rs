@@ -47,6 +47,25 @@ fn real_hf() -> Option<PathBuf> {
     None
 }
 
+/// The real vLLM `version`'s venv (`scripts/install-vllm.sh`), or None after a note (CI has them).
+fn vllm_venv(version: &str) -> Option<PathBuf> {
+    let dir = if version == launch_spec::versions::VERIFIED_VLLM.to_string() {
+        std::env::var_os("EVALCI_VLLM_VENV").map_or_else(|| PathBuf::from("/var/cache/evalci/vllm-venv"), PathBuf::from)
+    } else {
+        PathBuf::from(format!("/var/cache/evalci/vllm-{version}-venv"))
+    };
+    if dir.join(".evalci-stamp").is_file() {
+        return Some(dir);
+    }
+    assert!(
+        std::env::var("CI").map_or(true, |v| v != "true"),
+        "{} missing in CI (scripts/install-vllm.sh)",
+        dir.display()
+    );
+    eprintln!("skipping: no vLLM {version} venv at {}", dir.display());
+    None
+}
+
 fn lmod_installed() -> bool {
     let ok = Path::new("/usr/share/lmod/lmod/init/bash").is_file();
     if !ok {
@@ -517,12 +536,17 @@ fn every_shipped_profile_passes_preflight_on_the_simulated_site() {
         .flat_map(|var| ["otagent", "eval-qwen35", "otagent2-fix"].map(|env| var_dir(var).join("envs").join(env)))
         .collect();
     prefixes.push(var_dir("SUBMITTER_HOME").join(".local-env"));
+    // Each environment's Python holds the vLLM its profile declares (the real venvs' packages):
+    // preflight asks it (issue 20); the stand-ins serve.
+    let (Some(vllm_016), Some(vllm_033)) = (vllm_venv("0.16.0"), vllm_venv("0.33.0")) else { return };
     for prefix in &prefixes {
         let bin = prefix.join("bin");
         std::fs::create_dir_all(&bin).unwrap();
         std::os::unix::fs::symlink(bins.join("vllm-standin"), bin.join("vllm")).unwrap();
         std::os::unix::fs::symlink(bins.join("harbor-standin"), bin.join("harbor")).unwrap();
         std::os::unix::fs::symlink(&hf, bin.join("hf")).unwrap();
+        let venv = if prefix.ends_with("envs/otagent") { &vllm_016 } else { &vllm_033 };
+        launch_spec::testkit::world::python_of(prefix, venv);
     }
     let model = "Qwen/Qwen3-8B";
     for cache in [var_dir("WORK").join("hf_cache"), var_dir("SCRATCH").join("hf_cache")] {
@@ -716,4 +740,52 @@ fn preflight_refuses_what_payload_refuses() {
             }
         }
     }
+}
+
+/// Versions asked, not trusted (issue 20): preflight asks the environment's own Python, through the
+/// site's prelude, which vLLM it holds (the real vLLM 0.16.0's package metadata here). Declared
+/// 0.33.0: refused in one line naming the environment, both versions and the fix, and `launch`
+/// queues nothing and counts no attempt; declared 0.17.1 (0.16's capability class): it passes and
+/// says what it found.
+#[test]
+fn preflight_refuses_a_vllm_declaration_the_environment_contradicts() {
+    let Some(venv) = vllm_venv("0.16.0") else { return };
+    let declare = |vllm: &'static str| {
+        move |profile: &mut String| {
+            *profile = profile.replace(
+                "    path: ${WORK}/envs/otagent\n",
+                &format!("    path: ${{WORK}}/envs/otagent\n    vllm: \"{vllm}\"\n"),
+            )
+        }
+    };
+    let Some(site) = Site::new(declare("0.33.0")) else { return };
+    launch_spec::testkit::world::python_of(&site.work().join("envs/otagent"), &venv);
+    let out = site.submitter("preflight", &["--preset", "tb2", "--model", MODEL, "--stage", "--json"], None);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let check = doc["checks"].as_array().unwrap().iter().find(|c| c["name"] == "versions").cloned().unwrap();
+    assert_eq!(check["level"], "fail", "{check}");
+    assert_eq!(
+        check["detail"],
+        "environment `otagent` declares vLLM 0.33.0 but holds vLLM 0.16.0 (they differ in --swap-space (0.33.0 lacks, 0.16.0 has it), --distributed-timeout-seconds (0.33.0 has, 0.16.0 lacks it), the environment variables it knows (VLLM_USE_V1, VLLM_ALL2ALL_BACKEND)): edit `environments.otagent.vllm` in cluster profile `simsite` (to \"0.16.0\", or install vLLM 0.33.0 there)"
+    );
+    let store = Store::sqlite();
+    let launched = site.launch(&store.spec);
+    assert!(
+        text(&launched).contains("not submitted: preflight") && text(&launched).contains("declares vLLM 0.33.0"),
+        "{}",
+        text(&launched)
+    );
+    let ledger = open_ledger(&store.spec).unwrap();
+    assert!(ledger.attempts_for(MODEL, "terminal_bench_2").unwrap().is_empty(), "preflight burnt an attempt");
+
+    let Some(site) = Site::new(declare("0.17.1")) else { return };
+    launch_spec::testkit::world::python_of(&site.work().join("envs/otagent"), &venv);
+    let out = site.submitter("preflight", &["--preset", "tb2", "--model", MODEL, "--stage"], None);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("vLLM 0.16.0 in otagent (declared 0.17.1), Harbor 0.25.0 in otagent (declared 0.25.0)"),
+        "{}",
+        text(&out)
+    );
 }

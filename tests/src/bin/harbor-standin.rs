@@ -25,6 +25,7 @@
 //! | `STANDIN_IGNORE_SIGTERM=1` | ignore SIGTERM |
 //! | `STANDIN_EXTRAS=daytona` | extras of this "install" (`harbor[daytona]`); without `daytona`, every `--env daytona` trial fails to construct its environment with `MissingExtraError` |
 //! | `STANDIN_IGNORE_SIGINT=1` | ignore SIGINT (a Harbor that does not stop; payload stops Harbor with SIGINT) |
+//! | `STANDIN_HARBOR_VERSION` | what `--version` prints (default 0.25.0, the real Harbor's form: the bare version) |
 //! | `STANDIN_LEGACY_RESULT=1` | also write the pre-0.2x top-level `stats.n_trials` / `stats.n_errors` in the job result.json |
 //!
 //! The reward of a trial is read from a `reward` file in the task directory
@@ -195,7 +196,10 @@ fn main() {
             );
         }
         // Harbor 0.25's `--version` prints the bare version (checked against the real one).
-        ["--version" | "-v"] => println!("{HARBOR_VERSION}"),
+        // STANDIN_HARBOR_VERSION: another release (tests of a declaration that disagrees).
+        ["--version" | "-v"] => {
+            println!("{}", std::env::var("STANDIN_HARBOR_VERSION").unwrap_or_else(|_| HARBOR_VERSION.to_string()))
+        }
         ["jobs" | "job"] | ["jobs" | "job", "-h" | "--help"] => {
             println!("Usage: {p} {} [OPTIONS] COMMAND [ARGS]...\n\nCommands:\n  start\n  resume", strs[0]);
         }
