@@ -315,7 +315,7 @@ pub fn latest_rate(job: &TeamJob) -> Option<f64> {
 /// A submitter heartbeat in words: `submitter seen 40s ago` or `unattended: …`.
 pub fn submitter_words(beat: Option<&Heartbeat>) -> String {
     match beat {
-        None => "no submitter heartbeat".into(),
+        None => "unattended: no submitter heartbeat recorded".into(),
         Some(b) if b.is_stale() => format!(
             "unattended: its submitter was last seen {} ago (bound {})",
             human_duration(b.age_s as i64),
@@ -414,6 +414,9 @@ pub fn render_text(view: &TeamView, now: DateTime<Utc>) -> String {
             )),
             r.ended_at.map_or("-".into(), |t| format!("{} ago", human_duration((now - t).num_seconds().max(0))))
         );
+    }
+    if view.results.iter().any(|r| r.gpu_seconds.is_some_and(|(_, b)| b == GpuBasis::Estimated)) {
+        out += "  ~ estimated: the GPUs payload detected × the ledger's run time (no gpu_time record)\n";
     }
     out
 }

@@ -24,6 +24,7 @@ mod snapshots;
 mod snapshots_ops;
 mod support;
 mod team;
+mod team_view;
 mod timeouts;
 mod verify;
 mod verify_rundirs;
