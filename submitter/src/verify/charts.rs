@@ -197,7 +197,7 @@ pub fn sparkline_svg(series: &[(DateTime<Utc>, f64)], y_max: Option<f64>, class:
 /// Horizontal bars of GPU-hours, one per [`Bar`], scaled to the largest; each row says its value
 /// and, when some attempts were estimated or unknown, how many.
 pub fn bars_svg(bars: &[Bar], id: &str) -> String {
-    let (row, label_w, bar_w, value_w) = (22.0, 190.0, 260.0, 210.0);
+    let (row, label_w, bar_w, value_w) = (22.0, 150.0, 260.0, 260.0);
     let width = label_w + bar_w + value_w;
     let height = row * bars.len().max(1) as f64 + 4.0;
     let mut svg = format!(

@@ -420,3 +420,113 @@ pub fn render_text(view: &TeamView, now: DateTime<Utc>) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::AttemptId;
+    use launch_spec::records::GpuChoice;
+    use launch_spec::shared::GpuTime;
+
+    fn at(minutes: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_764_000_000 + minutes * 60, 0).unwrap()
+    }
+
+    fn attempt(cluster: &str, started: Option<i64>, ended: Option<i64>) -> Attempt {
+        Attempt {
+            id: AttemptId(1),
+            model: "org/M-8B".into(),
+            benchmark: "terminal_bench_2".into(),
+            benchmark_family: "terminal_bench_2".into(),
+            cluster: cluster.into(),
+            username: "u".into(),
+            run_tag: "t".into(),
+            slurm_job_id: Some("7".into()),
+            status: if ended.is_some() { AttemptStatus::Finished } else { AttemptStatus::Started },
+            reason: String::new(),
+            config: serde_json::json!({}),
+            metrics: None,
+            attempt: 1,
+            submitted_at: at(0),
+            started_at: started.map(at),
+            ended_at: ended.map(at),
+            updated_at: at(0),
+            agent: "terminus-2".into(),
+        }
+    }
+
+    fn status(gpus: Option<u32>, gpu_time: Option<GpuTime>) -> RunStatus {
+        let mut s = launch_spec::testkit::rundir::running_status("t", "7", at(0), at(0), Default::default(), at(0));
+        s.gpu = gpus.map(|n| GpuChoice {
+            profile: "p".into(),
+            gpu_name: None,
+            gpu_count: n,
+            gpu_memory_utilization: 0.9,
+            source: "nvml".into(),
+        });
+        s.gpu_time = gpu_time;
+        s
+    }
+
+    #[test]
+    fn gpu_seconds_recorded_then_estimated_then_unknown() {
+        let recorded = GpuTime { gpus: 4, prepare_s: 10.0, load_s: 50.0, serving_s: 3000.0, idle_s: 30.0, teardown_s: 10.0, legs: vec![] };
+        let done = attempt("a", Some(0), Some(60));
+        assert_eq!(
+            gpu_seconds_of(&done, Some(&status(Some(2), Some(recorded))), at(999)),
+            Some((4.0 * 3100.0, GpuBasis::Recorded)),
+            "payload's record wins over the estimate"
+        );
+        assert_eq!(gpu_seconds_of(&done, Some(&status(Some(2), None)), at(999)), Some((2.0 * 3600.0, GpuBasis::Estimated)));
+        let running = attempt("a", Some(0), None);
+        assert_eq!(
+            gpu_seconds_of(&running, Some(&status(Some(8), None)), at(30)),
+            Some((8.0 * 1800.0, GpuBasis::Estimated)),
+            "a running job counts to now"
+        );
+        assert_eq!(gpu_seconds_of(&done, None, at(999)), None, "no record: unknown");
+        assert_eq!(gpu_seconds_of(&attempt("a", None, None), Some(&status(Some(2), None)), at(9)), None, "never started");
+    }
+
+    #[test]
+    fn clusters_summarised_own_first_with_verdicts_and_heartbeats() {
+        let job = |cluster: &str, status: AttemptStatus| TeamJob {
+            cluster: cluster.into(),
+            attempt: 1,
+            model: "m".into(),
+            benchmark: "b".into(),
+            run_tag: "t".into(),
+            slurm_job_id: None,
+            ledger_status: status,
+            ledger_reason: String::new(),
+            updated_at: at(0),
+            local: None,
+            remote: None,
+            phase: "-".into(),
+            trials_finished: None,
+            trials_expected: None,
+            history: Vec::new(),
+        };
+        let beat = |cluster: &str, age_s: u64| Heartbeat {
+            cluster: cluster.into(),
+            submitter: "s".into(),
+            refreshed_at: at(0),
+            stale_after_s: 600,
+            age_s,
+        };
+        let jobs = [
+            job("vista", AttemptStatus::Started),
+            job("vista", AttemptStatus::Pending),
+            job("vista", AttemptStatus::Finished),
+            job("leonardo", AttemptStatus::Started),
+        ];
+        let beats = [beat("vista", 900), beat("vista", 30), beat("jupiter", 5)];
+        let s = summarise("leonardo", &jobs, &[], &beats);
+        let names: Vec<(&str, bool, usize)> = s.iter().map(|c| (c.name.as_str(), c.own, c.active)).collect();
+        assert_eq!(names, [("leonardo", true, 1), ("jupiter", false, 0), ("vista", false, 2)]);
+        assert_eq!(s[2].submitter.as_ref().map(|b| b.age_s), Some(30), "the freshest heartbeat");
+        assert!(s[0].submitter.is_none());
+        assert!(submitter_words(s[0].submitter.as_ref()).starts_with("unattended"));
+        assert_eq!(submitter_words(Some(&beat("x", 900))), "unattended: its submitter was last seen 15m ago (bound 10m)");
+    }
+}

@@ -72,13 +72,14 @@ fn team() -> Team {
     let spec = format!("sqlite:{}", root.join("ledger.sqlite").display());
     let ledger = open_ledger(&spec).unwrap();
 
-    // vista's running job: 10 heartbeats a minute apart (30 completions and 2 trials a minute,
-    // then flat for the last 3), 40 trials expected, 4 GPUs recorded for 11 minutes.
+    // vista's running job: 10 heartbeats a minute apart (25–50 completions and 2 trials a minute,
+    // then nothing for the last 3), 40 trials expected, 4 GPUs recorded for 11 minutes.
     let vista = RunDir::at(root.join("vista-jobs/tb2__org__Delta-32B"));
     std::fs::create_dir_all(vista.path()).unwrap();
+    let done = [0, 30, 72, 97, 135, 185, 218, 263];
     let counters = |m: u64| {
         let m = m.min(7);
-        Counters { completions: (30 * m, 0, 0), trials: (2 * m + 2, 2 * m, 0) }
+        Counters { completions: (done[m as usize], 0, 0), trials: (2 * m + 2, 2 * m, 0) }
     };
     let mut events = vec![phase_event(t0(), launch_spec::records::Phase::Running)];
     events.extend((0..10).map(|m| heartbeat_event(t0() + Duration::minutes(m as i64), counters(m))));
@@ -215,9 +216,9 @@ fn status_all_clusters_shows_every_cluster_with_remote_marked() {
     assert!(delta.get("verdict").is_none(), "another cluster's job is not judged here: {delta:#}");
     assert!(delta["last_known"].as_str().unwrap().starts_with("started "), "{delta:#}");
     assert_eq!(job("org/Eps-7B")["run_dir_readable"], false);
-    // Delta's heartbeats: 30 completions a minute for 7 minutes, then none; 14 of 40 trials.
+    // Delta's heartbeats: the completions of each minute for 7 minutes, then none; 14 of 40 trials.
     let rates: Vec<f64> = delta["completion_rate"].as_array().unwrap().iter().map(|p| p[1].as_f64().unwrap()).collect();
-    assert_eq!(rates, [30.0, 30.0, 30.0, 30.0, 30.0, 30.0, 30.0, 0.0, 0.0, 0.0]);
+    assert_eq!(rates, [30.0, 42.0, 25.0, 38.0, 50.0, 33.0, 45.0, 0.0, 0.0, 0.0]);
     let progress = delta["trial_progress"].as_array().unwrap();
     assert_eq!(progress.len(), 11, "10 heartbeat events and status.json's latest");
     assert_eq!(progress.last().unwrap()[1], json!(14.0 / 40.0));
