@@ -12,6 +12,7 @@ pub mod childenv;
 pub mod engine;
 pub mod failure;
 pub mod gpu;
+pub mod gputime;
 pub mod harbor;
 pub mod liveness;
 pub mod logsink;

@@ -93,6 +93,7 @@ pub async fn run(spec_path: &Path) -> i32 {
 /// signal streams and its own environment; tests pass signals they send themselves
 /// ([`supervisor::ChannelSignals`]) or none ([`supervisor::NoSignals`]).
 pub async fn run_with<S: SignalSource>(spec_path: &Path, signals: S, parent: Vec<(String, String)>) -> i32 {
+    let payload_start = Instant::now();
     let spec = match LaunchSpec::from_file(spec_path) {
         Ok(spec) => spec,
         Err(err) => {
@@ -131,6 +132,7 @@ pub async fn run_with<S: SignalSource>(spec_path: &Path, signals: S, parent: Vec
     }
     let mut rec = Recorder::new(&spec.run_dir, &spec.run_tag);
     rec.reserve_space();
+    rec.gpu_clock = Some(crate::gputime::GpuClock::new(payload_start));
     let mut run = Run {
         spec,
         spec_path: spec_path.to_path_buf(),
@@ -207,6 +209,8 @@ impl<S: SignalSource> Run<S> {
         }
         if let Some(d) = &p.gpu.decision {
             self.rec.status.gpu = Some(d.choice());
+            let gpus = d.count * self.spec.serve.nodes.max(1);
+            self.rec.gpu(|c, _| c.set_gpus(gpus));
             self.rec.event("gpus", serde_json::to_value(d).unwrap_or_default());
             tracing::info!(profile = %d.choice().profile, count = d.count, util = d.gpu_memory_utilization, source = %d.source, "GPU profile chosen");
         }
@@ -289,6 +293,7 @@ impl<S: SignalSource> Run<S> {
                 .with_cause("spawn")
         })?;
         self.rec.status.pids.insert("engine".into(), pid);
+        self.rec.gpu(|c, _| c.engine_spawned(started));
         self.rec.event("engine_spawned", json!({ "pid": pid, "argv": head.argv, "port": port }));
         if let Some(secondaries) = &p.secondaries {
             self.start_ranks(secondaries)?;
@@ -449,6 +454,7 @@ impl<S: SignalSource> Run<S> {
                         }
                         let ms = started.elapsed().as_millis() as u64;
                         let identity_ms = (self.identity_ms * 100.0).round() / 100.0;
+                        self.rec.gpu(|c, now| c.engine_ready(now));
                         self.rec.event("engine_ready", json!({ "elapsed_ms": ms, "identity_check_ms": identity_ms }));
                         self.rec.set_phase(Phase::Ready);
                         tracing::info!(elapsed_ms = ms, "vLLM ready");
@@ -460,6 +466,8 @@ impl<S: SignalSource> Run<S> {
                     }
                     Action::End(end) => {
                         if let End::HarborExited(status) = &end {
+                            let tag = self.spec.run_tag.clone();
+                            self.rec.gpu(|c, now| c.leg_ended(&tag, now));
                             tracing::info!(status = %supervisor::describe_status(*status), "Harbor exited");
                         }
                         return Ok(end);
@@ -563,6 +571,8 @@ impl<S: SignalSource> Run<S> {
                 .with_cause("spawn")
         })?;
         self.rec.status.pids.insert("harbor".into(), pid);
+        let tag = self.spec.run_tag.clone();
+        self.rec.gpu(|c, now| c.leg_started(&tag, now));
         self.rec.event(
             "harbor_spawned",
             json!({ "pid": pid, "argv": child.argv, "mode": p.harbor.mode.as_str(), "api_base": api_base }),
@@ -642,12 +652,14 @@ impl<S: SignalSource> Run<S> {
             }
             End::HarborExited(_) => {}
         }
+        self.rec.gpu(|c, now| c.teardown_started(now));
         self.rec.set_phase(Phase::Stopping);
         self.rec.event(
             "teardown_started",
             json!({ "grace_s": plan.grace.as_secs_f64(), "harbor_grace_s": plan.harbor_grace.as_secs_f64() }),
         );
         let report = self.sup.shutdown(&mut self.signals, plan).await;
+        self.rec.gpu(|c, now| c.teardown_done(now));
         // Every child is gone: nothing writes into the scratch dir any more.
         if let Some(scratch) = self.scratch.take() {
             scratch.remove();
