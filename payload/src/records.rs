@@ -745,7 +745,8 @@ http_requests_total{handler="/health",method="GET",status="2xx"} 900.0
         let mut hb = HeartbeatState::default();
         let t0 = std::time::Instant::now();
         let at = |s: u64| t0 + std::time::Duration::from_secs(s);
-        let due: Vec<u64> = [0, 15, 30, 45, 60, 75, 119, 120, 200].into_iter().filter(|s| hb.event_due(at(*s))).collect();
+        let due: Vec<u64> =
+            [0, 15, 30, 45, 60, 75, 119, 120, 200].into_iter().filter(|s| hb.event_due(at(*s))).collect();
         assert_eq!(due, [0, 60, 120, 200]);
     }
 

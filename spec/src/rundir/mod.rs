@@ -437,9 +437,7 @@ pub fn heartbeat_history(dir: &Path, status: Option<&RunStatus>) -> Vec<crate::r
     let mut beats: Vec<crate::records::Heartbeat> = read_events_where(dir, |k| *k == EventKind::Heartbeat)
         .into_iter()
         .filter_map(|e| serde_json::from_value(Value::Object(e.fields)).ok())
-        .filter(|h: &crate::records::Heartbeat| {
-            since.is_none_or(|t| parse_time(&h.at).is_some_and(|at| at >= t))
-        })
+        .filter(|h: &crate::records::Heartbeat| since.is_none_or(|t| parse_time(&h.at).is_some_and(|at| at >= t)))
         .collect();
     if let Some(current) = status.and_then(|s| s.heartbeat.as_ref()) {
         let newer = match (beats.last().and_then(|b| parse_time(&b.at)), parse_time(&current.at)) {

@@ -197,7 +197,11 @@ fn status_all_clusters(session: &Session, args: &StatusArgs) -> Result<ExitCode>
         team::render_text(&view, Utc::now())
     };
     super::print(&text)?;
-    let bad = view.jobs.iter().filter_map(|j| j.local.as_ref()).any(|r| r.ledger_status.is_active() && r.verdict.verdict.is_bad());
+    let bad = view
+        .jobs
+        .iter()
+        .filter_map(|j| j.local.as_ref())
+        .any(|r| r.ledger_status.is_active() && r.verdict.verdict.is_bad());
     Ok(if bad { ExitCode::from(EXIT_PROBLEMS) } else { ExitCode::SUCCESS })
 }
 

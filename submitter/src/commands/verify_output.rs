@@ -7,10 +7,10 @@ use std::path::Path;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+use submitter::verify::charts;
 use submitter::verify::check::{Facts, RunCheck, TrialScan};
 use submitter::verify::results::{Audit, BenchKind, Cell, Matrix, Provenance};
 use submitter::verify::rules::RunState;
-use submitter::verify::charts;
 use submitter::verify::team::{self, ClusterSummary, RecentResult, TeamJob, TeamView};
 use submitter::verify::verdict::{JobVerdict, Rate, StatusRow};
 use submitter::verify::{Finding, Level};

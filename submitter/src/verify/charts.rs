@@ -93,6 +93,9 @@ pub fn downsample(series: &[(DateTime<Utc>, f64)], max: usize) -> Series {
 /// How an attempt's GPU time is known.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GpuBasis {
+    /// The ledger's GPU-seconds record of the attempt (`sync` stores it from payload's `gpu_time`
+    /// and Slurm's start and end: `crate::gpuhours`), whichever cluster ran it.
+    Ledger,
     /// payload's `gpu_time` record (`status.json`): phases × the GPUs the job held.
     Recorded,
     /// The GPUs payload detected × the time the ledger says the job ran (started → ended, or now).
@@ -102,6 +105,7 @@ pub enum GpuBasis {
 impl GpuBasis {
     pub fn as_str(self) -> &'static str {
         match self {
+            GpuBasis::Ledger => "ledger",
             GpuBasis::Recorded => "recorded",
             GpuBasis::Estimated => "estimated",
         }
@@ -179,18 +183,15 @@ pub fn sparkline_svg(series: &[(DateTime<Utc>, f64)], y_max: Option<f64>, class:
     let points: Vec<String> = series
         .iter()
         .map(|(t, v)| {
-            let x = if series.len() == 1 { SPARK_W - pad } else { (*t - t0).num_milliseconds() as f64 / span * SPARK_W };
+            let x =
+                if series.len() == 1 { SPARK_W - pad } else { (*t - t0).num_milliseconds() as f64 / span * SPARK_W };
             let y = SPARK_H - pad - (v / top).clamp(0.0, 1.0) * (SPARK_H - 2.0 * pad);
             format!("{x:.1},{y:.1}")
         })
         .collect();
     let last = points.last().cloned().unwrap_or_default();
     let (lx, ly) = last.split_once(',').unwrap_or(("0", "0"));
-    let _ = write!(
-        svg,
-        "<polyline points=\"{}\"/><circle cx=\"{lx}\" cy=\"{ly}\" r=\"2\"/></svg>",
-        points.join(" ")
-    );
+    let _ = write!(svg, "<polyline points=\"{}\"/><circle cx=\"{lx}\" cy=\"{ly}\" r=\"2\"/></svg>", points.join(" "));
     svg
 }
 
@@ -263,16 +264,21 @@ mod tests {
         let mut beats = vec![hb(t(0), 0, 0, 0), hb(t(60), 10, 2, 1), hb(t(30), 99, 0, 0), hb(t(120), 40, 2, 3)];
         beats.insert(1, Heartbeat { at: "not a time".into(), ..hb(t(10), 5, 0, 0) });
         let r = readings(&beats);
-        assert_eq!(r.iter().map(|r| (r.at, r.completions, r.trials_finished)).collect::<Vec<_>>(), [
-            (t(0), 0, 0),
-            (t(60), 12, 1),
-            (t(120), 42, 3)
-        ]);
+        assert_eq!(
+            r.iter().map(|r| (r.at, r.completions, r.trials_finished)).collect::<Vec<_>>(),
+            [(t(0), 0, 0), (t(60), 12, 1), (t(120), 42, 3)]
+        );
     }
 
     #[test]
     fn completion_rate_is_per_minute_between_readings_and_skips_a_counter_reset() {
-        let r = readings(&[hb(t(0), 0, 0, 0), hb(t(60), 30, 0, 0), hb(t(90), 45, 0, 0), hb(t(150), 5, 0, 0), hb(t(210), 65, 0, 0)]);
+        let r = readings(&[
+            hb(t(0), 0, 0, 0),
+            hb(t(60), 30, 0, 0),
+            hb(t(90), 45, 0, 0),
+            hb(t(150), 5, 0, 0),
+            hb(t(210), 65, 0, 0),
+        ]);
         assert_eq!(completion_rate(&r), [(t(60), 30.0), (t(90), 30.0), (t(210), 60.0)]);
         assert!(completion_rate(&r[..1]).is_empty(), "one reading has no rate");
     }

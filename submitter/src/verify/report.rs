@@ -9,9 +9,9 @@ use std::fmt::Write as _;
 use chrono::{DateTime, Utc};
 
 use super::Level;
+use super::charts::{self, GpuBasis};
 use super::check::RunCheck;
 use super::results::{BenchKind, Matrix, short_name};
-use super::charts::{self, GpuBasis};
 use super::team::{self, TeamView};
 use super::verdict::{StatusRow, VerdictKind};
 
@@ -113,7 +113,6 @@ td.spark { white-space: nowrap; font-size: 12px; color: #57606a; }
 tr.remote td { color: #57606a; }
 "#;
 
-/// The page. Deterministic for a given input.
 /// GPU-hours per benchmark and in total (every recorded attempt; docs/submitter.md "GPU-hours").
 fn gpu_section(h: &mut String, m: &Matrix) {
     let t = &m.gpu_totals;
@@ -140,6 +139,7 @@ fn gpu_section(h: &mut String, m: &Matrix) {
     );
 }
 
+/// The page. Deterministic for a given input.
 pub fn render_html(input: &ReportInput) -> String {
     let m = input.matrix;
     let mut h = String::new();
@@ -357,7 +357,9 @@ pub fn render_html(input: &ReportInput) -> String {
 
 /// GPU-hours in words: `12.5 GPU-h`, `~` when estimated.
 fn gpu_words(gpu: Option<(f64, GpuBasis)>) -> String {
-    gpu.map_or("–".into(), |(s, b)| format!("{}{:.1} GPU-h", if b == GpuBasis::Estimated { "~" } else { "" }, s / 3600.0))
+    gpu.map_or("–".into(), |(s, b)| {
+        format!("{}{:.1} GPU-h", if b == GpuBasis::Estimated { "~" } else { "" }, s / 3600.0)
+    })
 }
 
 /// The team view: every cluster's summary and attempts (this cluster's with their verdicts, the
@@ -467,7 +469,7 @@ pub fn team_section(view: &TeamView, now: DateTime<Utc>) -> String {
     ] {
         let _ = writeln!(h, "<figure><figcaption>{caption}</figcaption>{}</figure>", charts::bars_svg(&bars, id));
     }
-    h.push_str("</div>\n<p class=\"legend\">recorded: payload's <code>gpu_time</code> (phases × GPUs held); estimated: the GPUs payload detected × the ledger's run time; unknown: another cluster's run dir, or no GPU record</p>\n");
+    h.push_str("</div>\n<p class=\"legend\">from the ledger's GPU-seconds record of each attempt (any cluster's, once its sync recorded it), else this run dir's <code>gpu_time</code> (phases × GPUs held); estimated: the GPUs payload detected × the ledger's run time; unknown: no record yet and the run dir not readable here</p>\n");
 
     h.push_str("<h3>Last results</h3>\n");
     if view.results.is_empty() {

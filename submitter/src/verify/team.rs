@@ -14,10 +14,11 @@ use chrono::{DateTime, Utc};
 use launch_spec::records::RunStatus;
 
 use super::charts::{self, GpuBasis, GpuUse, Reading};
+use super::human_duration;
 use super::results::{self, short_name};
 use super::status::{self, Collect};
 use super::verdict::{StatusRow, VerdictKind};
-use super::human_duration;
+use crate::gpuhours::AttemptGpu;
 use crate::ledger::{Attempt, AttemptStatus, Heartbeat, Ledger, LedgerError};
 use crate::observe::{SyncError, belongs_to, run_dir_of};
 use crate::slurm::Slurm;
@@ -113,12 +114,21 @@ pub const VERDICT_ORDER: [VerdictKind; 7] = [
     VerdictKind::Failed,
 ];
 
-/// An attempt's GPU time — the one place the team view's GPU-hours come from: payload's
-/// `gpu_time` record in `status.json` when it has one (its phases × the GPUs held), else the GPUs
+/// An attempt's GPU time — the one place the team view's GPU-hours come from: the ledger's
+/// GPU-seconds record of the attempt (`ledger`: what `sync` stored, for any cluster's attempt),
+/// else payload's `gpu_time` record in `status.json` (its phases × the GPUs held), else the GPUs
 /// payload detected × the time the ledger says the job ran (started → ended, or `now` while it
-/// runs). `status` must be this attempt's record ([`status_of`]). `None` when neither is known
-/// (another cluster's run dir, a job that never started).
-pub fn gpu_seconds_of(attempt: &Attempt, status: Option<&RunStatus>, now: DateTime<Utc>) -> Option<(f64, GpuBasis)> {
+/// runs). `status` must be this attempt's record ([`status_of`]). `None` when none is known
+/// (another cluster's run dir before its sync recorded it, a job that never started).
+pub fn gpu_seconds_of(
+    attempt: &Attempt,
+    ledger: Option<&AttemptGpu>,
+    status: Option<&RunStatus>,
+    now: DateTime<Utc>,
+) -> Option<(f64, GpuBasis)> {
+    if let Some(record) = ledger {
+        return Some((record.by_phase.total(), GpuBasis::Ledger));
+    }
     if let Some(t) = status.and_then(|s| s.gpu_time.as_ref()).filter(|t| t.gpus > 0) {
         let seconds = t.prepare_s + t.load_s + t.serving_s + t.idle_s + t.teardown_s;
         return Some((seconds * f64::from(t.gpus), GpuBasis::Recorded));
@@ -142,8 +152,11 @@ pub fn all_attempts(ledger: &dyn Ledger) -> Result<Vec<Attempt>, LedgerError> {
     let mut seen = HashSet::new();
     let mut out = Vec::new();
     for pair in ledger.latest_per_pair()? {
-        let attempts =
-            if pair.total_attempts <= 1 { vec![pair.latest] } else { ledger.attempts_for(&pair.model, &pair.family)? };
+        let attempts = if pair.total_attempts <= 1 {
+            vec![pair.latest]
+        } else {
+            ledger.attempts_for(&pair.model, &pair.family)?
+        };
         out.extend(attempts.into_iter().filter(|a| seen.insert(a.id)));
     }
     for a in ledger.active()? {
@@ -181,16 +194,19 @@ pub fn collect(ledger: &dyn Ledger, slurm: &dyn Slurm, opts: &Collect) -> Result
         ))
     });
 
-    let statuses: BTreeMap<i64, Option<RunStatus>> = all.iter().map(|a| (a.id.0, status_of(a))).collect();
-    let gpu_of = |a: &Attempt| gpu_seconds_of(a, statuses.get(&a.id.0).and_then(Option::as_ref), opts.now);
+    let recorded: BTreeMap<i64, AttemptGpu> = ledger
+        .gpu_seconds()?
+        .into_iter()
+        .filter_map(|row| Some((row.id.0, AttemptGpu::from_json(&row.record)?)))
+        .collect();
+    // The run dir is read only for attempts the ledger has no record of.
+    let statuses: BTreeMap<i64, RunStatus> =
+        all.iter().filter(|a| !recorded.contains_key(&a.id.0)).filter_map(|a| Some((a.id.0, status_of(a)?))).collect();
+    let gpu_of = |a: &Attempt| gpu_seconds_of(a, recorded.get(&a.id.0), statuses.get(&a.id.0), opts.now);
     let gpu: Vec<GpuUse> = all
         .iter()
         .filter(|a| a.started_at.is_some())
-        .map(|a| GpuUse {
-            cluster: a.cluster.clone(),
-            benchmark: short_name(&a.benchmark),
-            gpu_seconds: gpu_of(a),
-        })
+        .map(|a| GpuUse { cluster: a.cluster.clone(), benchmark: short_name(&a.benchmark), gpu_seconds: gpu_of(a) })
         .collect();
 
     let mut finished: Vec<&Attempt> = all.iter().filter(|a| a.status == AttemptStatus::Finished).collect();
@@ -290,10 +306,13 @@ pub fn summarise(own: &str, jobs: &[TeamJob], results: &[RecentResult], beats: &
     names
         .into_iter()
         .map(|name| {
-            let mine: Vec<&TeamJob> = jobs.iter().filter(|j| j.cluster == name && j.ledger_status.is_active()).collect();
+            let mine: Vec<&TeamJob> =
+                jobs.iter().filter(|j| j.cluster == name && j.ledger_status.is_active()).collect();
             let verdicts = VERDICT_ORDER
                 .iter()
-                .map(|k| (*k, mine.iter().filter(|j| j.local.as_ref().is_some_and(|r| r.verdict.verdict == *k)).count()))
+                .map(|k| {
+                    (*k, mine.iter().filter(|j| j.local.as_ref().is_some_and(|r| r.verdict.verdict == *k)).count())
+                })
                 .filter(|(_, n)| *n > 0)
                 .collect();
             let submitter = beats.iter().filter(|b| b.cluster == name).min_by_key(|b| b.age_s).cloned();
@@ -416,7 +435,7 @@ pub fn render_text(view: &TeamView, now: DateTime<Utc>) -> String {
         );
     }
     if view.results.iter().any(|r| r.gpu_seconds.is_some_and(|(_, b)| b == GpuBasis::Estimated)) {
-        out += "  ~ estimated: the GPUs payload detected × the ledger's run time (no gpu_time record)\n";
+        out += "  ~ estimated: the GPUs payload detected × the ledger's run time (no GPU-seconds record)\n";
     }
     out
 }
@@ -470,22 +489,46 @@ mod tests {
 
     #[test]
     fn gpu_seconds_recorded_then_estimated_then_unknown() {
-        let recorded = GpuTime { gpus: 4, prepare_s: 10.0, load_s: 50.0, serving_s: 3000.0, idle_s: 30.0, teardown_s: 10.0, legs: vec![] };
+        let recorded = GpuTime {
+            gpus: 4,
+            prepare_s: 10.0,
+            load_s: 50.0,
+            serving_s: 3000.0,
+            idle_s: 30.0,
+            teardown_s: 10.0,
+            legs: vec![],
+        };
         let done = attempt("a", Some(0), Some(60));
+        let ledger = AttemptGpu::from_json(&serde_json::json!({
+            "gpus": 4, "complete": true, "by_phase": {"load": 400.0, "serving": 12000.0, "slurm_other": 100.0}
+        }))
+        .unwrap();
         assert_eq!(
-            gpu_seconds_of(&done, Some(&status(Some(2), Some(recorded))), at(999)),
+            gpu_seconds_of(&done, Some(&ledger), Some(&status(Some(2), Some(recorded.clone()))), at(999)),
+            Some((12500.0, GpuBasis::Ledger)),
+            "the ledger's record (sync's, with Slurm's remainder) wins"
+        );
+        assert_eq!(
+            gpu_seconds_of(&done, None, Some(&status(Some(2), Some(recorded))), at(999)),
             Some((4.0 * 3100.0, GpuBasis::Recorded)),
             "payload's record wins over the estimate"
         );
-        assert_eq!(gpu_seconds_of(&done, Some(&status(Some(2), None)), at(999)), Some((2.0 * 3600.0, GpuBasis::Estimated)));
+        assert_eq!(
+            gpu_seconds_of(&done, None, Some(&status(Some(2), None)), at(999)),
+            Some((2.0 * 3600.0, GpuBasis::Estimated))
+        );
         let running = attempt("a", Some(0), None);
         assert_eq!(
-            gpu_seconds_of(&running, Some(&status(Some(8), None)), at(30)),
+            gpu_seconds_of(&running, None, Some(&status(Some(8), None)), at(30)),
             Some((8.0 * 1800.0, GpuBasis::Estimated)),
             "a running job counts to now"
         );
-        assert_eq!(gpu_seconds_of(&done, None, at(999)), None, "no record: unknown");
-        assert_eq!(gpu_seconds_of(&attempt("a", None, None), Some(&status(Some(2), None)), at(9)), None, "never started");
+        assert_eq!(gpu_seconds_of(&done, None, None, at(999)), None, "no record: unknown");
+        assert_eq!(
+            gpu_seconds_of(&attempt("a", None, None), None, Some(&status(Some(2), None)), at(9)),
+            None,
+            "never started"
+        );
     }
 
     #[test]
@@ -527,6 +570,9 @@ mod tests {
         assert_eq!(s[2].submitter.as_ref().map(|b| b.age_s), Some(30), "the freshest heartbeat");
         assert!(s[0].submitter.is_none());
         assert!(submitter_words(s[0].submitter.as_ref()).starts_with("unattended"));
-        assert_eq!(submitter_words(Some(&beat("x", 900))), "unattended: its submitter was last seen 15m ago (bound 10m)");
+        assert_eq!(
+            submitter_words(Some(&beat("x", 900))),
+            "unattended: its submitter was last seen 15m ago (bound 10m)"
+        );
     }
 }

@@ -85,14 +85,16 @@ fn team() -> Team {
     events.extend((0..10).map(|m| heartbeat_event(t0() + Duration::minutes(m as i64), counters(m))));
     let last = t0() + Duration::minutes(10);
     let mut status = running_status("tb2__org__Delta-32B", "1007", t0(), last, counters(10), last);
-    status.gpu_time =
-        Some(GpuTime { gpus: 4, prepare_s: 60.0, load_s: 120.0, serving_s: 480.0, idle_s: 0.0, teardown_s: 0.0, legs: vec![] });
-    vista.events(&events, None).status(&status, None).job(&HarborJob::started(
-        "tb2__org__Delta-32B",
-        t0(),
-        40,
-        None,
-    ));
+    status.gpu_time = Some(GpuTime {
+        gpus: 4,
+        prepare_s: 60.0,
+        load_s: 120.0,
+        serving_s: 480.0,
+        idle_s: 0.0,
+        teardown_s: 0.0,
+        legs: vec![],
+    });
+    vista.events(&events, None).status(&status, None).job(&HarborJob::started("tb2__org__Delta-32B", t0(), 40, None));
 
     // This cluster's finished result, its run dir here: 2 GPUs × 40 minutes, estimated.
     let own_done = RunDir::at(root.join("jobs/tb2__org__Alpha-8B"));
@@ -168,6 +170,12 @@ fn team() -> Team {
             config: json!({"run_dir": root.join("jobs/swebench__org__Gamma-7B")}),
         })
         .unwrap();
+    // vista's sync recorded its older result's GPU-seconds in the ledger (8 GPUs × 2 h): known
+    // here although its run dir is not.
+    let beta = ledger.latest_per_pair().unwrap().into_iter().find(|p| p.model == "org/Beta-32B").unwrap().latest;
+    let record = json!({"gpus": 8, "complete": true, "slurm_elapsed_s": 7200.0,
+                        "by_phase": {"prepare": 480.0, "load": 2400.0, "serving": 54720.0}});
+    ledger.record_gpu_seconds(beta.id, &record).unwrap();
     // vista's submitter reconciles it; jupiter's recorded no heartbeat.
     ledger.record_heartbeat("vista", "tester@vista-login", 600).unwrap();
     Team { tmp, spec, clusters }
@@ -223,11 +231,17 @@ fn status_all_clusters_shows_every_cluster_with_remote_marked() {
     assert_eq!(progress.len(), 11, "10 heartbeat events and status.json's latest");
     assert_eq!(progress.last().unwrap()[1], json!(14.0 / 40.0));
     assert_eq!(delta["trials_expected"], 40);
-    // GPU-hours: vista's job recorded (4 GPUs × 660 s), rep's result estimated (2 × 40 min).
+    // GPU-hours: vista's running job from its run dir (4 GPUs × 660 s) and its older result from
+    // the ledger (16 h), rep's result estimated (2 × 40 min), jupiter's unknown.
     let by_cluster = &doc["gpu_hours"]["by_cluster"];
     let bar = |label: &str| by_cluster.as_array().unwrap().iter().find(|b| b["label"] == label).cloned().unwrap();
-    assert!((bar("vista")["gpu_hours"].as_f64().unwrap() - 4.0 * 660.0 / 3600.0).abs() < 1e-9, "{by_cluster:#}");
-    assert_eq!(bar("vista")["unknown"], 1, "the older vista result's run dir is not readable");
+    assert!(
+        (bar("vista")["gpu_hours"].as_f64().unwrap() - (16.0 + 4.0 * 660.0 / 3600.0)).abs() < 1e-9,
+        "{by_cluster:#}"
+    );
+    assert_eq!((bar("vista")["unknown"].clone(), bar("jupiter")["unknown"].clone()), (json!(0), json!(1)));
+    let beta = doc["results"].as_array().unwrap().iter().find(|r| r["model"] == "org/Beta-32B").unwrap();
+    assert_eq!((beta["gpu_hours"].as_f64(), beta["gpu_hours_basis"].as_str()), (Some(16.0), Some("ledger")));
     assert!((bar("rep")["gpu_hours"].as_f64().unwrap() - 2.0 * 40.0 / 60.0).abs() < 1e-9, "{by_cluster:#}");
     assert_eq!(bar("rep")["estimated"], 1);
     let clusters: Vec<&str> = doc["clusters"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
@@ -264,7 +278,7 @@ fn team_report_is_one_static_file_and_renders_in_a_real_browser() {
         svg.split("points=\"").nth(1).unwrap().split('"').next().unwrap().split(' ').count()
     };
     assert_eq!((points("rate"), points("progress")), (10, 11), "{row}");
-    assert!(html.contains("data-label=\"vista\" data-gpu-hours=\"0.73\""), "vista's bar: 4 GPUs × 660 s");
+    assert!(html.contains("data-label=\"vista\" data-gpu-hours=\"16.73\""), "vista's bar: 16 h + 4 GPUs × 660 s");
     assert!(html.contains("data-label=\"rep\" data-gpu-hours=\"1.33\""), "rep's bar: 2 GPUs × 40 min");
 
     let Some(browser) = chromium() else { return };
