@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, NaiveDateTime, TimeZone, Utc};
+use chrono::{DateTime, Utc};
 use launch_spec::shared::{GpuTime, LegGpuSeconds, divide};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -128,24 +128,12 @@ pub fn attempt_gpu(
     })
 }
 
-/// Slurm's elapsed time for a job: its start (`StartTime`, the cluster's local time) to its end
-/// when Slurm has ended it, else to payload's last record (`last_record`, RFC 3339): payload
-/// writes its outcome just before it exits, while Slurm may still list the job as running or
-/// completing. `None` without a start, or when the end would precede it.
-pub fn slurm_elapsed_s(start: Option<&str>, end: Option<&str>, ended: bool, last_record: Option<&str>) -> Option<f64> {
-    let start = slurm_time(start?)?;
-    let end = match (ended, end) {
-        (true, Some(end)) => slurm_time(end)?,
-        _ => DateTime::parse_from_rfc3339(last_record?).ok()?.with_timezone(&Utc),
-    };
-    let s = (end - start).num_milliseconds() as f64 / 1000.0;
+/// A job's elapsed time from its start to its end (`None` without a start, or when the end
+/// would precede it). The caller takes both from Slurm (`slurm::JobInfo::ran`), the end from
+/// payload's last record while Slurm still ends the job.
+pub fn elapsed_s(start: Option<DateTime<Utc>>, end: Option<DateTime<Utc>>) -> Option<f64> {
+    let s = (end? - start?).num_milliseconds() as f64 / 1000.0;
     (s >= 0.0).then_some(s)
-}
-
-/// A Slurm timestamp (`2026-11-30T05:44:42`, the controller's local time).
-fn slurm_time(t: &str) -> Option<DateTime<Utc>> {
-    let naive = NaiveDateTime::parse_from_str(t, "%Y-%m-%dT%H:%M:%S").ok()?;
-    chrono::Local.from_local_datetime(&naive).earliest().map(|t| t.with_timezone(&Utc))
 }
 
 /// A result's GPU use: its own attempt and the earlier attempts of its walltime chain (the same
@@ -181,7 +169,7 @@ pub fn result_gpu(rows: &[GpuSecondsRow], id: AttemptId, run_tag: &str) -> Optio
     if out.attempts.is_empty() {
         return None;
     }
-    out.gpu_hours = round3(out.gpu_seconds_by_phase.hours());
+    out.gpu_hours = round6(out.gpu_seconds_by_phase.hours());
     round_phases(&mut out.gpu_seconds_by_phase);
     Some(out)
 }
@@ -198,14 +186,19 @@ pub fn totals(rows: &[GpuSecondsRow]) -> GpuTotals {
         t.gpu_seconds_by_phase.add(&rec.by_phase);
         t.attempts += 1;
     }
-    t.gpu_hours = round3(t.gpu_hours);
-    t.by_benchmark.values_mut().chain(t.by_model.values_mut()).for_each(|v| *v = round3(*v));
+    t.gpu_hours = round6(t.gpu_hours);
+    t.by_benchmark.values_mut().chain(t.by_model.values_mut()).for_each(|v| *v = round6(*v));
     round_phases(&mut t.gpu_seconds_by_phase);
     t
 }
 
 fn round_phases(p: &mut PhaseSeconds) {
     p.0.values_mut().for_each(|v| *v = round3(*v));
+}
+
+/// Hours to 6 decimals (3.6 ms): a short test job's hours are not rounded away.
+fn round6(v: f64) -> f64 {
+    (v * 1e6).round() / 1e6
 }
 
 fn round3(v: f64) -> f64 {
@@ -255,18 +248,14 @@ mod tests {
         assert!(attempt_gpu(&gpu, "c", None, Some(&shared), true).is_none());
     }
 
-    /// Slurm's times are the controller's local time; a job Slurm has not ended yet ends at
-    /// payload's last record; no start or an end before the start: unknown.
+    /// No start or an end before the start: unknown.
     #[test]
-    fn slurm_elapsed_from_start_to_end_or_payloads_last_record() {
-        assert_eq!(slurm_elapsed_s(Some("2026-11-30T05:44:42"), Some("2026-11-30T05:45:50"), true, None), Some(68.0));
-        let start = "2026-11-30T05:44:42";
-        let local = slurm_time(start).unwrap() + chrono::Duration::seconds(90);
-        let last = local.to_rfc3339();
-        assert_eq!(slurm_elapsed_s(Some(start), Some("2027-11-30T05:44:42"), false, Some(&last)), Some(90.0));
-        assert_eq!(slurm_elapsed_s(None, Some(start), true, None), None);
-        assert_eq!(slurm_elapsed_s(Some("2026-11-30T05:45:50"), Some(start), true, None), None);
-        assert_eq!(slurm_elapsed_s(Some(start), None, false, None), None);
+    fn elapsed_needs_both_ends_in_order() {
+        let t = DateTime::from_timestamp(1_800_000_000, 0);
+        let later = t.map(|t| t + chrono::Duration::milliseconds(68_500));
+        assert_eq!(elapsed_s(t, later), Some(68.5));
+        assert_eq!(elapsed_s(later, t), None);
+        assert_eq!(elapsed_s(None, later), None);
     }
 
     /// A result counts its walltime chain (same run tag, up to its id); totals count every record.

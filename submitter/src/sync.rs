@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::decide::MISSING_JOB_GRACE_S;
 use crate::domain::{SHARED_KEY, SUBMISSION_TAG_KEY, SlurmView};
-use crate::gpuhours::{AttemptGpu, SharedRef, attempt_gpu, slurm_elapsed_s};
+use crate::gpuhours::{AttemptGpu, SharedRef, attempt_gpu, elapsed_s};
 use crate::ledger::{Attempt, AttemptStatus, Ledger, now};
 use crate::slurm::{JobId, JobInfo, JobState, Slurm, SlurmError, best_match};
 use crate::team::mirror::Mirror;
@@ -75,8 +75,13 @@ pub fn gpu_record(attempt: &Attempt, status: Option<&RunStatus>, job: Option<&Jo
         Some(s) => read_status(&s.group_dir).filter(|st| st.run_tag == s.group_tag),
         None => status.cloned(),
     }?;
+    // Slurm's end once it has ended the job, else payload's last record: payload writes its
+    // outcome moments before it exits, while Slurm still lists the job.
+    let last_record =
+        chrono::DateTime::parse_from_rfc3339(&host.updated_at).ok().map(|t| t.with_timezone(&chrono::Utc));
     let elapsed = job.and_then(|j| {
-        slurm_elapsed_s(j.start_time.as_deref(), j.end_time.as_deref(), j.state.is_terminal(), Some(&host.updated_at))
+        let (start, end) = j.ran();
+        elapsed_s(start, end.or(last_record))
     });
     // A per-leg job's record gets no better; a shared host's is final once it wrote its outcome.
     let complete = shared.is_none() || host.outcome.is_some();
