@@ -545,9 +545,22 @@ pub struct HeartbeatState {
     pub engine: Option<EngineCounters>,
     last: Option<(Completions, Trials, u64)>,
     last_progress_at: Option<String>,
+    /// When the last `heartbeat` event was appended ([`HeartbeatState::event_due`]).
+    last_event: Option<std::time::Instant>,
 }
 
 impl HeartbeatState {
+    /// Whether this heartbeat also goes into `events.jsonl` (the history the team view charts):
+    /// the first, then at most every [`launch_spec::records::HEARTBEAT_EVENT_EVERY_S`].
+    pub fn event_due(&mut self, now: std::time::Instant) -> bool {
+        let every = std::time::Duration::from_secs(launch_spec::records::HEARTBEAT_EVENT_EVERY_S);
+        let due = self.last_event.is_none_or(|last| now.saturating_duration_since(last) >= every);
+        if due {
+            self.last_event = Some(now);
+        }
+        due
+    }
+
     pub fn next(
         &mut self,
         metrics: Option<Completions>,
@@ -725,6 +738,16 @@ http_requests_total{handler="/health",method="GET",status="2xx"} 900.0
         d.trial(&Trial::new("t4", Stage::Queued(now)));
         std::fs::create_dir(run.join("logs")).unwrap();
         assert_eq!(count_trials(run), Trials { started: 3, finished: 2, errored: 1 });
+    }
+
+    #[test]
+    fn heartbeat_events_at_most_once_a_minute() {
+        let mut hb = HeartbeatState::default();
+        let t0 = std::time::Instant::now();
+        let at = |s: u64| t0 + std::time::Duration::from_secs(s);
+        let due: Vec<u64> =
+            [0, 15, 30, 45, 60, 75, 119, 120, 200].into_iter().filter(|s| hb.event_due(at(*s))).collect();
+        assert_eq!(due, [0, 60, 120, 200]);
     }
 
     #[test]

@@ -540,6 +540,9 @@ impl<S: SignalSource> Run<S> {
     /// One heartbeat into `status.json`.
     fn write_heartbeat(&mut self, completions: Option<crate::records::Completions>, engine_healthy: bool) {
         let hb = self.heartbeat.next(completions, &self.log_path(ENGINE_LOG), &self.spec.run_dir, engine_healthy);
+        if self.heartbeat.event_due(std::time::Instant::now()) {
+            self.rec.event("heartbeat", launch_spec::rundir::heartbeat_event_fields(&hb));
+        }
         self.rec.status.heartbeat = Some(hb);
         self.rec.write_status();
     }

@@ -8,6 +8,9 @@ use serde::{Deserialize, Serialize};
 
 pub const STATUS_FILE: &str = "status.json";
 pub const EVENTS_FILE: &str = "events.jsonl";
+/// payload appends its heartbeat to `events.jsonl` as a `heartbeat` event at most this often
+/// (status.json holds only the latest): a 48-hour job adds 2,880 lines of about 250 bytes.
+pub const HEARTBEAT_EVENT_EVERY_S: u64 = 60;
 pub const SPEC_FILE: &str = "launch.json";
 pub const ENGINE_LOG: &str = "vllm.log";
 pub const HARBOR_LOG: &str = "harbor.log";

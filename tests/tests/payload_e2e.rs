@@ -395,6 +395,16 @@ fn fresh_run_finishes_with_records_and_explicit_environments() {
     for name in ["status.json", "events.jsonl", "launch.json", "vllm.log", "harbor.log"] {
         assert!(fx.run_dir().join(name).is_file(), "{name} missing");
     }
+    // The heartbeat history the team view charts: `heartbeat` events (the first heartbeat at
+    // least), read back by launch_spec and ending at status.json's last heartbeat.
+    let record: launch_spec::records::RunStatus = serde_json::from_value(fx.status()).unwrap();
+    let history = launch_spec::rundir::heartbeat_history(&fx.run_dir(), Some(&record));
+    assert!(fx.events().iter().any(|e| e["event"] == "heartbeat"), "no heartbeat event");
+    assert!(!history.is_empty() && history.windows(2).all(|w| w[0].at < w[1].at), "{history:?}");
+    assert_eq!(
+        history.last(),
+        record.heartbeat.as_ref().map(|h| launch_spec::records::Heartbeat { engine: None, ..h.clone() }).as_ref()
+    );
     for e in std::fs::read_dir(fx.run_dir()).unwrap().flatten() {
         if e.file_type().unwrap().is_dir() {
             assert!(e.path().join("config.json").is_file(), "unexpected subdirectory {}", e.path().display());

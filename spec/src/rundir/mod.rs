@@ -272,6 +272,10 @@ pub enum EventKind {
     PostRunFinished,
     WriteFailures,
     Outcome,
+    /// payload's heartbeat counters, at most every [`crate::records::HEARTBEAT_EVENT_EVERY_S`]
+    /// (`fields`: a [`crate::records::Heartbeat`] without the engine's counters): the history the
+    /// team view's charts draw, since `status.json` holds only the latest heartbeat.
+    Heartbeat,
     Other(String),
 }
 
@@ -319,6 +323,7 @@ const EVENT_NAMES: &[(&str, EventKind)] = &[
     ("post_run_finished", EventKind::PostRunFinished),
     ("write_failures", EventKind::WriteFailures),
     ("outcome", EventKind::Outcome),
+    ("heartbeat", EventKind::Heartbeat),
 ];
 
 impl EventKind {
@@ -417,6 +422,37 @@ pub fn read_events_where(dir: &Path, keep: impl Fn(&EventKind) -> bool) -> Vec<E
     kept.into()
 }
 
+/// The fields of a `heartbeat` event: the heartbeat without the engine's counters (they stay in
+/// `status.json`; the history needs the cumulative counts only).
+pub fn heartbeat_event_fields(hb: &crate::records::Heartbeat) -> Value {
+    serde_json::to_value(crate::records::Heartbeat { engine: None, ..hb.clone() }).unwrap_or(Value::Null)
+}
+
+/// The heartbeat history of a run dir: its `heartbeat` events (the latest
+/// [`MAX_EVENTS_KEPT`] of the tail [`read_events_where`] reads), then `status.json`'s current
+/// heartbeat when it is newer, oldest first. Events that do not parse as a heartbeat are skipped.
+/// With a `status.json`, only the heartbeats since its `started_at` count (a resubmission appends
+/// to the same `events.jsonl`); without one, all.
+pub fn heartbeat_history(dir: &Path, status: Option<&RunStatus>) -> Vec<crate::records::Heartbeat> {
+    let since = status.and_then(|s| parse_time(&s.started_at));
+    let mut beats: Vec<crate::records::Heartbeat> = read_events_where(dir, |k| *k == EventKind::Heartbeat)
+        .into_iter()
+        .filter_map(|e| serde_json::from_value(Value::Object(e.fields)).ok())
+        .filter(|h: &crate::records::Heartbeat| since.is_none_or(|t| parse_time(&h.at).is_some_and(|at| at >= t)))
+        .collect();
+    if let Some(current) = status.and_then(|s| s.heartbeat.as_ref()) {
+        let newer = match (beats.last().and_then(|b| parse_time(&b.at)), parse_time(&current.at)) {
+            (Some(last), Some(now)) => now > last,
+            (None, Some(_)) => true,
+            _ => false,
+        };
+        if newer {
+            beats.push(crate::records::Heartbeat { engine: None, ..current.clone() });
+        }
+    }
+    beats
+}
+
 /// When Harbor started: the last `phase: running` event, else `status.json`'s `started_at` while
 /// its phase is running.
 pub fn running_since(events: &[Event], status: Option<&RunStatus>) -> Option<DateTime<Utc>> {
@@ -446,6 +482,52 @@ mod tests {
             assert_eq!(EventKind::from(*name), *kind);
             assert_eq!(kind.as_str(), *name);
         }
+    }
+
+    #[test]
+    fn heartbeat_history_reads_events_then_the_current_heartbeat() {
+        use crate::records::Heartbeat;
+        let dir = tempfile::tempdir().unwrap();
+        let beat = |at: &str, ok: u64, done: u64| Heartbeat {
+            at: at.into(),
+            completions_ok: ok,
+            completions_4xx: 0,
+            completions_5xx: 0,
+            trials_started: done + 1,
+            trials_finished: done,
+            trials_errored: 0,
+            last_progress_at: None,
+            engine_healthy: true,
+            engine: None,
+        };
+        let line = |hb: &Heartbeat| {
+            let e = Event {
+                at: hb.at.clone(),
+                event: EventKind::Heartbeat,
+                fields: heartbeat_event_fields(hb).as_object().unwrap().clone(),
+            };
+            serde_json::to_string(&e).unwrap() + "\n"
+        };
+        // An earlier job's beat (before this status.json's start), two of this job's, a broken one.
+        let text = line(&beat("2026-12-01T09:00:00Z", 99, 9))
+            + &line(&beat("2026-12-01T10:01:00Z", 10, 1))
+            + r#"{"at":"2026-12-01T10:01:30Z","event":"heartbeat","fields":{"at":"x"}}"#
+            + "\n"
+            + &line(&beat("2026-12-01T10:02:00Z", 30, 2));
+        std::fs::write(dir.path().join(crate::records::EVENTS_FILE), text).unwrap();
+        assert_eq!(heartbeat_history(dir.path(), None).len(), 3, "without status.json every parsed beat");
+        let mut status: RunStatus = serde_json::from_value(serde_json::json!({
+            "version": 1, "run_tag": "t", "phase": "running", "started_at": "2026-12-01T10:00:00Z",
+            "updated_at": "2026-12-01T10:02:30Z"
+        }))
+        .unwrap();
+        status.heartbeat = Some(beat("2026-12-01T10:02:30Z", 45, 3));
+        let h = heartbeat_history(dir.path(), Some(&status));
+        let seen: Vec<(&str, u64)> = h.iter().map(|b| (b.at.as_str(), b.completions_ok)).collect();
+        assert_eq!(seen, [("2026-12-01T10:01:00Z", 10), ("2026-12-01T10:02:00Z", 30), ("2026-12-01T10:02:30Z", 45)]);
+        // The current heartbeat equal to the last event is not doubled.
+        status.heartbeat = Some(beat("2026-12-01T10:02:00Z", 30, 2));
+        assert_eq!(heartbeat_history(dir.path(), Some(&status)).len(), 2);
     }
 
     #[test]

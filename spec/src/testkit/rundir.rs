@@ -126,6 +126,14 @@ pub fn phase_event(at: DateTime<Utc>, phase: Phase) -> Event {
     Event { at: iso(at), event: EventKind::Phase, fields }
 }
 
+/// A `heartbeat` event as payload appends it: the counters of `running_status`'s heartbeat at `at`.
+pub fn heartbeat_event(at: DateTime<Utc>, counters: Counters) -> Event {
+    let status = running_status("-", "0", at, at, counters, at);
+    let hb = status.heartbeat.expect("running_status has a heartbeat");
+    let fields = crate::rundir::heartbeat_event_fields(&hb).as_object().cloned().unwrap_or_default();
+    Event { at: iso(at), event: EventKind::Heartbeat, fields }
+}
+
 /// payload's heartbeat counters: completions (ok, 4xx, 5xx), trials (started, finished, errored).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Counters {

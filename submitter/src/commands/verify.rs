@@ -15,11 +15,12 @@ use submitter::verify::check::{self, RunCheck};
 use submitter::verify::report::{self, ReportInput, RunEvidence};
 use submitter::verify::results::{self, Matrix};
 use submitter::verify::status::{self, Collect};
+use submitter::verify::team::{self, TeamView};
 use submitter::verify::verdict::StatusRow;
 use submitter::verify::{Level, VerifySettings};
 
 use super::session::{LedgerArgs, Session};
-use super::verify_output::{CheckOutput, ResultsOutput, StatusOutput};
+use super::verify_output::{CheckOutput, ResultsOutput, StatusOutput, TeamOutput};
 use submitter::output::{self, FormatArgs};
 
 use crate::{ConfigDirs, EXIT_PROBLEMS};
@@ -72,6 +73,10 @@ pub struct StatusArgs {
     /// Show every job's evidence, not only the unhealthy ones'.
     #[arg(long, short)]
     pub verbose: bool,
+    /// The team view: every cluster's attempts on the shared ledger (others' with the ledger's last
+    /// known state, marked remote), the last results and GPU-hours per cluster and benchmark.
+    #[arg(long, conflicts_with = "watch")]
+    pub all_clusters: bool,
 }
 
 #[derive(clap::Args)]
@@ -163,22 +168,50 @@ pub fn check(args: &CheckArgs) -> Result<ExitCode> {
     Ok(if bad { ExitCode::from(EXIT_PROBLEMS) } else { ExitCode::SUCCESS })
 }
 
-fn collect(session: &Session, hours: u64, persist: bool) -> Result<Vec<StatusRow>> {
-    let opts = Collect {
+fn collect_opts(session: &Session, hours: u64, persist: bool) -> Collect<'_> {
+    Collect {
         cluster: &session.cluster.name,
         state_dir: &session.state_dir,
         settings: &session.cluster.verify,
         ended_within_h: (hours > 0).then_some(hours),
         now: Utc::now(),
         persist,
+    }
+}
+
+fn collect(session: &Session, hours: u64, persist: bool) -> Result<Vec<StatusRow>> {
+    Ok(status::collect(session.ledger.as_ref(), &session.slurm, &collect_opts(session, hours, persist))?)
+}
+
+fn collect_team(session: &Session, hours: u64, persist: bool) -> Result<TeamView> {
+    Ok(team::collect(session.ledger.as_ref(), &session.slurm, &collect_opts(session, hours, persist))?)
+}
+
+/// `status --all-clusters`: the team view once. Exit as `status`: 1 when one of this cluster's
+/// active jobs is dead, stalled or misconfigured (another cluster's are not judged here).
+fn status_all_clusters(session: &Session, args: &StatusArgs) -> Result<ExitCode> {
+    let view = collect_team(session, args.hours, true)?;
+    let text = if args.format.is_json() {
+        output::document("status.all_clusters", &TeamOutput::new(&view))
+    } else {
+        team::render_text(&view, Utc::now())
     };
-    Ok(status::collect(session.ledger.as_ref(), &session.slurm, &opts)?)
+    super::print(&text)?;
+    let bad = view
+        .jobs
+        .iter()
+        .filter_map(|j| j.local.as_ref())
+        .any(|r| r.ledger_status.is_active() && r.verdict.verdict.is_bad());
+    Ok(if bad { ExitCode::from(EXIT_PROBLEMS) } else { ExitCode::SUCCESS })
 }
 
 /// `submitter status [--json] [--watch]`. Exit 0; 1 when an active job is dead, stalled or
 /// misconfigured (without --watch); 2 on ledger/Slurm errors.
 pub fn status(args: &StatusArgs) -> Result<ExitCode> {
     let session = Session::open(&args.ledger)?;
+    if args.all_clusters {
+        return status_all_clusters(&session, args);
+    }
     let tty = std::io::stdout().is_terminal();
     loop {
         let mut rows = collect(&session, args.hours, true)?;
@@ -300,7 +333,9 @@ pub fn report(args: &ReportArgs) -> Result<ExitCode> {
     let session = Session::open(&args.ledger)?;
     let settings = &session.cluster.verify;
     let m = matrix(&session, args.rank_by.as_deref())?;
-    let jobs = collect(&session, args.hours, false)?;
+    // One collection for both: this cluster's rows are the team view's local ones.
+    let view = collect_team(&session, args.hours, false)?;
+    let jobs: Vec<StatusRow> = view.jobs.iter().filter_map(|j| j.local.clone()).collect();
     let mut runs = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for job in &jobs {
@@ -350,6 +385,7 @@ pub fn report(args: &ReportArgs) -> Result<ExitCode> {
         matrix: &m,
         jobs: &jobs,
         runs: &runs,
+        team: Some(&view),
     });
     std::fs::write(&args.html, html).with_context(|| format!("writing {}", args.html.display()))?;
     super::print(&format!(

@@ -7,9 +7,11 @@ use std::path::Path;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+use submitter::verify::charts;
 use submitter::verify::check::{Facts, RunCheck, TrialScan};
 use submitter::verify::results::{Audit, BenchKind, Cell, Matrix, Provenance};
 use submitter::verify::rules::RunState;
+use submitter::verify::team::{self, ClusterSummary, RecentResult, TeamJob, TeamView};
 use submitter::verify::verdict::{JobVerdict, Rate, StatusRow};
 use submitter::verify::{Finding, Level};
 
@@ -245,6 +247,188 @@ impl<'a> From<&'a Audit> for AuditOutput<'a> {
             error_share: a.error_share,
             reasons: &a.reasons,
         }
+    }
+}
+
+/// `status --all-clusters`: every cluster on the shared ledger — its summary, its attempts (this
+/// cluster's with `status`'s verdict, the others' with the ledger's last known state), the last
+/// results and the GPU-hours per cluster and benchmark.
+#[derive(Serialize)]
+pub struct TeamOutput<'a> {
+    /// The cluster this submitter runs on.
+    own_cluster: &'a str,
+    clusters: Vec<ClusterOutput<'a>>,
+    jobs: Vec<TeamJobOutput<'a>>,
+    results: Vec<RecentResultOutput<'a>>,
+    gpu_hours: GpuHoursOutput,
+}
+
+impl<'a> TeamOutput<'a> {
+    pub fn new(view: &'a TeamView) -> Self {
+        let bars = |bars: Vec<charts::Bar>| bars.into_iter().map(BarOutput::from).collect();
+        TeamOutput {
+            own_cluster: &view.own_cluster,
+            clusters: view.clusters.iter().map(ClusterOutput::from).collect(),
+            jobs: view.jobs.iter().map(TeamJobOutput::from).collect(),
+            results: view.results.iter().map(RecentResultOutput::from).collect(),
+            gpu_hours: GpuHoursOutput {
+                by_cluster: bars(charts::gpu_hours_by(&view.gpu, |u| &u.cluster)),
+                by_benchmark: bars(charts::gpu_hours_by(&view.gpu, |u| &u.benchmark)),
+            },
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct ClusterOutput<'a> {
+    name: &'a str,
+    /// This submitter's cluster: its verdicts are judged here.
+    own: bool,
+    /// Active attempts (pending or started).
+    active: usize,
+    /// This cluster's active attempts by verdict (own cluster only).
+    verdicts: BTreeMap<&'static str, usize>,
+    /// Seconds since the freshest submitter heartbeat of the cluster; absent when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    submitter_age_s: Option<u64>,
+    /// The heartbeat is older than its bound: nobody reconciles that cluster's attempts.
+    unattended: bool,
+}
+
+impl<'a> From<&'a ClusterSummary> for ClusterOutput<'a> {
+    fn from(c: &'a ClusterSummary) -> Self {
+        ClusterOutput {
+            name: &c.name,
+            own: c.own,
+            active: c.active,
+            verdicts: c.verdicts.iter().map(|(k, n)| (k.as_str(), *n)).collect(),
+            submitter_age_s: c.submitter.as_ref().map(|b| b.age_s),
+            unattended: c.submitter.as_ref().is_none_or(|b| b.is_stale()),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct TeamJobOutput<'a> {
+    cluster: &'a str,
+    attempt: i64,
+    model: &'a str,
+    benchmark: &'a str,
+    run_tag: &'a str,
+    slurm_job_id: Option<&'a str>,
+    /// The ledger's status: `pending`, `started`, `finished`, `failed`, `cancelled`.
+    ledger_status: &'static str,
+    ledger_reason: &'a str,
+    /// When the ledger row last changed.
+    ledger_updated_at: DateTime<Utc>,
+    /// Another cluster's attempt: no verdict here (its Slurm answers only there).
+    remote: bool,
+    /// For a remote attempt: whether its run dir could be read from here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    run_dir_readable: Option<bool>,
+    /// For a remote attempt: the ledger's last known state in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_known: Option<&'a str>,
+    /// payload's phase, `-` without a readable status.json of this attempt.
+    phase: &'a str,
+    /// `status`'s verdict (this cluster's attempts only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    verdict: Option<JobVerdictOutput<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    trials_finished: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    trials_expected: Option<u64>,
+    /// The charts' data from payload's heartbeats (at most 60 points each): completions per
+    /// minute, and trials finished (a share of expected when known, else a count).
+    completion_rate: Vec<(DateTime<Utc>, f64)>,
+    trial_progress: Vec<(DateTime<Utc>, f64)>,
+}
+
+impl<'a> From<&'a TeamJob> for TeamJobOutput<'a> {
+    fn from(j: &'a TeamJob) -> Self {
+        TeamJobOutput {
+            cluster: &j.cluster,
+            attempt: j.attempt,
+            model: &j.model,
+            benchmark: &j.benchmark,
+            run_tag: &j.run_tag,
+            slurm_job_id: j.slurm_job_id.as_deref(),
+            ledger_status: j.ledger_status.as_str(),
+            ledger_reason: &j.ledger_reason,
+            ledger_updated_at: j.updated_at,
+            remote: j.remote.is_some(),
+            run_dir_readable: j.remote.as_ref().map(|r| r.run_dir_readable),
+            last_known: j.remote.as_ref().map(|r| r.last_known.as_str()),
+            phase: &j.phase,
+            verdict: j.local.as_ref().map(|r| JobVerdictOutput::from(&r.verdict)),
+            trials_finished: j.trials_finished,
+            trials_expected: j.trials_expected,
+            completion_rate: charts::downsample(&charts::completion_rate(&j.history), team::CHART_POINTS),
+            trial_progress: charts::downsample(
+                &charts::trial_progress(&j.history, j.trials_expected),
+                team::CHART_POINTS,
+            ),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct RecentResultOutput<'a> {
+    cluster: &'a str,
+    attempt: i64,
+    model: &'a str,
+    benchmark: &'a str,
+    mean: Option<f64>,
+    n_valid: u64,
+    n_expected: Option<u64>,
+    /// The completion audit passed.
+    complete: bool,
+    ended_at: Option<DateTime<Utc>>,
+    /// Absent when not known from here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gpu_hours: Option<f64>,
+    /// `recorded` (payload's gpu_time) or `estimated` (GPUs × the ledger's run time).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gpu_hours_basis: Option<&'static str>,
+}
+
+impl<'a> From<&'a RecentResult> for RecentResultOutput<'a> {
+    fn from(r: &'a RecentResult) -> Self {
+        RecentResultOutput {
+            cluster: &r.cluster,
+            attempt: r.attempt,
+            model: &r.model,
+            benchmark: &r.benchmark,
+            mean: r.mean,
+            n_valid: r.n_valid,
+            n_expected: r.n_expected,
+            complete: r.complete,
+            ended_at: r.ended_at,
+            gpu_hours: r.gpu_seconds.map(|(s, _)| s / 3600.0),
+            gpu_hours_basis: r.gpu_seconds.map(|(_, b)| b.as_str()),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct GpuHoursOutput {
+    by_cluster: Vec<BarOutput>,
+    by_benchmark: Vec<BarOutput>,
+}
+
+#[derive(Serialize)]
+struct BarOutput {
+    label: String,
+    gpu_hours: f64,
+    /// Attempts in the sum whose GPU time is estimated.
+    estimated: usize,
+    /// Attempts whose GPU time is unknown (not in the sum).
+    unknown: usize,
+}
+
+impl From<charts::Bar> for BarOutput {
+    fn from(b: charts::Bar) -> Self {
+        BarOutput { label: b.label, gpu_hours: b.value, estimated: b.estimated, unknown: b.unknown }
     }
 }
 

@@ -14,12 +14,14 @@
 //! Thresholds live in the cluster profile's `verify:` section
 //! ([`crate::config::cluster::VerifySettings`]); docs/verification.md lists them.
 
+pub mod charts;
 pub mod check;
 pub mod findings;
 pub mod report;
 pub mod results;
 pub mod rules;
 pub mod status;
+pub mod team;
 pub mod verdict;
 
 use std::path::Path;

@@ -9,8 +9,10 @@ use std::fmt::Write as _;
 use chrono::{DateTime, Utc};
 
 use super::Level;
+use super::charts::{self, GpuBasis};
 use super::check::RunCheck;
 use super::results::{BenchKind, Matrix, short_name};
+use super::team::{self, TeamView};
 use super::verdict::{StatusRow, VerdictKind};
 
 /// The evidence section of one run (a matrix cell or an in-flight job).
@@ -39,6 +41,8 @@ pub struct ReportInput<'a> {
     pub matrix: &'a Matrix,
     pub jobs: &'a [StatusRow],
     pub runs: &'a [RunEvidence],
+    /// Every cluster on the shared ledger ([`team_section`]); `None` leaves the section out.
+    pub team: Option<&'a TeamView>,
 }
 
 pub fn anchor(attempt: i64) -> String {
@@ -98,9 +102,17 @@ ul.evidence { margin: 4px 0 8px 0; padding-left: 22px; color: #424a53; }
 .action { color: #0a3069; }
 code { font: 12px ui-monospace, SFMono-Regular, Menlo, monospace; background: #f0f3f6; padding: 1px 4px; border-radius: 4px; word-break: break-all; }
 .legend span { display: inline-block; width: 18px; height: 12px; vertical-align: middle; margin: 0 1px; }
+svg.spark { vertical-align: middle; margin-right: 6px; } svg.spark polyline { fill: none; stroke-width: 1.5; }
+svg.spark.rate polyline, svg.spark.rate circle { stroke: #0969da; fill: none; } svg.spark.rate circle { fill: #0969da; }
+svg.spark.progress polyline { stroke: #1a7f37; } svg.spark.progress circle { fill: #1a7f37; }
+svg.spark line { stroke: #8c959f; }
+.charts { display: flex; flex-wrap: wrap; gap: 12px 40px; } .charts figure { margin: 0; }
+.charts figcaption { font-weight: 600; margin-bottom: 4px; }
+svg.bars text { font: 12px system-ui, sans-serif; fill: #1b1f24; } svg.bars rect { fill: #8250df; }
+td.spark { white-space: nowrap; font-size: 12px; color: #57606a; }
+tr.remote td { color: #57606a; }
 "#;
 
-/// The page. Deterministic for a given input.
 /// GPU-hours per benchmark and in total (every recorded attempt; docs/submitter.md "GPU-hours").
 fn gpu_section(h: &mut String, m: &Matrix) {
     let t = &m.gpu_totals;
@@ -127,6 +139,7 @@ fn gpu_section(h: &mut String, m: &Matrix) {
     );
 }
 
+/// The page. Deterministic for a given input.
 pub fn render_html(input: &ReportInput) -> String {
     let m = input.matrix;
     let mut h = String::new();
@@ -144,6 +157,10 @@ pub fn render_html(input: &ReportInput) -> String {
         m.benchmarks.len(),
         input.jobs.len()
     );
+
+    if let Some(view) = input.team {
+        h.push_str(&team_section(view, input.generated_at));
+    }
 
     // The matrix.
     h.push_str("<h2 id=\"scores\">Scores</h2>\n");
@@ -335,6 +352,148 @@ pub fn render_html(input: &ReportInput) -> String {
     h.push_str(
         "<script>\n(function () {\n  var links = document.querySelectorAll('a[href^=\"#\"]');\n  var missing = 0;\n  for (var i = 0; i < links.length; i++) {\n    if (!document.getElementById(links[i].getAttribute('href').slice(1))) { missing++; }\n  }\n  document.body.setAttribute('data-links', String(links.length));\n  document.body.setAttribute('data-anchors-ok', missing === 0 ? '1' : '0');\n})();\n</script>\n</body>\n</html>\n",
     );
+    h
+}
+
+/// GPU-hours in words: `12.5 GPU-h`, `~` when estimated.
+fn gpu_words(gpu: Option<(f64, GpuBasis)>) -> String {
+    gpu.map_or("–".into(), |(s, b)| {
+        format!("{}{:.1} GPU-h", if b == GpuBasis::Estimated { "~" } else { "" }, s / 3600.0)
+    })
+}
+
+/// The team view: every cluster's summary and attempts (this cluster's with their verdicts, the
+/// others' with the ledger's last known state), each job's sparklines of completion rate and trial
+/// progress over time, GPU-hours per cluster and per benchmark, the last results. Inline SVG only.
+pub fn team_section(view: &TeamView, now: DateTime<Utc>) -> String {
+    let mut h = String::from("<h2 id=\"team\">Team view: every cluster</h2>\n");
+    h.push_str("<table id=\"clusters\">\n<thead><tr><th>cluster</th><th>active</th><th>verdicts</th><th>submitter</th></tr></thead>\n<tbody>\n");
+    for c in &view.clusters {
+        let verdicts = if c.own {
+            c.verdicts
+                .iter()
+                .map(|(k, n)| format!("<span class=\"badge {}\">{n} {k}</span>", verdict_class(*k)))
+                .collect::<Vec<_>>()
+                .join(" ")
+        } else {
+            "<span class=\"badge neutral\">remote</span> the ledger's state".into()
+        };
+        let beat = team::submitter_words(c.submitter.as_ref());
+        let stale = c.submitter.as_ref().is_none_or(|b| b.is_stale());
+        let _ = writeln!(
+            h,
+            "<tr data-cluster=\"{}\"><th>{}{}</th><td>{}</td><td>{verdicts}</td><td>{}</td></tr>",
+            escape(&c.name),
+            escape(&c.name),
+            if c.own { " <span class=\"kind\">this cluster</span>" } else { "" },
+            c.active,
+            if stale { format!("<span class=\"badge warn\">{}</span>", escape(&beat)) } else { escape(&beat) }
+        );
+    }
+    h.push_str("</tbody>\n</table>\n");
+
+    h.push_str("<h3>Attempts</h3>\n");
+    if view.jobs.is_empty() {
+        h.push_str("<p>None.</p>\n");
+    } else {
+        h.push_str("<table id=\"team-jobs\">\n<thead><tr><th>cluster</th><th>job</th><th>model</th><th>benchmark</th><th>verdict</th><th>completions/min</th><th>trials</th><th>why</th></tr></thead>\n<tbody>\n");
+        for j in &view.jobs {
+            let rate = charts::downsample(&charts::completion_rate(&j.history), team::CHART_POINTS);
+            let progress =
+                charts::downsample(&charts::trial_progress(&j.history, j.trials_expected), team::CHART_POINTS);
+            let now_rate = j
+                .local
+                .as_ref()
+                .and_then(|r| r.verdict.rate.as_ref().map(|r| r.per_min))
+                .or_else(|| rate.last().map(|p| p.1));
+            let peak = rate.iter().map(|p| p.1).fold(0.0, f64::max);
+            let rate_title = if rate.is_empty() {
+                "no heartbeat history".to_string()
+            } else {
+                format!("completions per minute over {} heartbeats; peak {peak:.1}/min", j.history.len())
+            };
+            let trials = match (j.trials_finished, j.trials_expected) {
+                (Some(f), Some(e)) => format!("{f}/{e}"),
+                (Some(f), None) => f.to_string(),
+                _ => "–".into(),
+            };
+            let (badge, why) = match (&j.local, &j.remote) {
+                (Some(r), _) => (
+                    format!(
+                        "<a href=\"#{}\"><span class=\"badge {}\">{}</span></a>",
+                        anchor(r.attempt),
+                        verdict_class(r.verdict.verdict),
+                        r.verdict.verdict
+                    ),
+                    r.verdict.summary.clone(),
+                ),
+                (None, Some(remote)) => (
+                    "<span class=\"badge neutral\">remote</span>".to_string(),
+                    format!(
+                        "{}{}",
+                        remote.last_known,
+                        if remote.run_dir_readable { "" } else { " · run dir not readable here" }
+                    ),
+                ),
+                (None, None) => (String::new(), String::new()),
+            };
+            let _ = writeln!(
+                h,
+                "<tr class=\"{}\" data-attempt=\"{}\" data-verdict=\"{}\" data-points=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{badge}</td><td class=\"spark\">{}{}</td><td class=\"spark\">{}{trials}</td><td>{}</td></tr>",
+                if j.remote.is_some() { "remote" } else { "local" },
+                j.attempt,
+                team::verdict_word(j),
+                j.history.len(),
+                escape(&j.cluster),
+                escape(j.slurm_job_id.as_deref().unwrap_or("–")),
+                escape(&j.model),
+                escape(&short_name(&j.benchmark)),
+                charts::sparkline_svg(&rate, None, "rate", &rate_title),
+                now_rate.map_or("–".into(), |r| format!("{r:.1}")),
+                charts::sparkline_svg(
+                    &progress,
+                    j.trials_expected.filter(|e| *e > 0).map(|_| 1.0),
+                    "progress",
+                    &format!("trials finished over time: {trials}")
+                ),
+                escape(&why)
+            );
+        }
+        h.push_str("</tbody>\n</table>\n");
+    }
+
+    h.push_str("<h3>GPU-hours</h3>\n<div class=\"charts\">\n");
+    for (id, caption, bars) in [
+        ("gpu-by-cluster", "per cluster", charts::gpu_hours_by(&view.gpu, |u| &u.cluster)),
+        ("gpu-by-benchmark", "per benchmark", charts::gpu_hours_by(&view.gpu, |u| &u.benchmark)),
+    ] {
+        let _ = writeln!(h, "<figure><figcaption>{caption}</figcaption>{}</figure>", charts::bars_svg(&bars, id));
+    }
+    h.push_str("</div>\n<p class=\"legend\">from the ledger's GPU-seconds record of each attempt (any cluster's, once its sync recorded it), else this run dir's <code>gpu_time</code> (phases × GPUs held); estimated: the GPUs payload detected × the ledger's run time; unknown: no record yet and the run dir not readable here</p>\n");
+
+    h.push_str("<h3>Last results</h3>\n");
+    if view.results.is_empty() {
+        h.push_str("<p>None yet.</p>\n");
+    } else {
+        h.push_str("<table id=\"recent\">\n<thead><tr><th>ended</th><th>cluster</th><th>model</th><th>benchmark</th><th>mean</th><th>valid / expected</th><th>GPU-hours</th></tr></thead>\n<tbody>\n");
+        for r in &view.results {
+            let _ = writeln!(
+                h,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"score\"{}>{}{}</td><td>{} / {}</td><td>{}</td></tr>",
+                r.ended_at.map_or("–".into(), |t| format!("{} ago", super::human_duration((now - t).num_seconds()))),
+                escape(&r.cluster),
+                escape(&r.model),
+                escape(&short_name(&r.benchmark)),
+                r.mean.map(|m| format!(" style=\"background:{}\"", colour(m))).unwrap_or_default(),
+                r.mean.map_or("–".into(), |m| format!("{m:.3}")),
+                if r.complete { "" } else { " ⚠" },
+                r.n_valid,
+                r.n_expected.map_or("?".into(), |e| e.to_string()),
+                gpu_words(r.gpu_seconds)
+            );
+        }
+        h.push_str("</tbody>\n</table>\n");
+    }
     h
 }
 

@@ -27,6 +27,7 @@ mod snapshots_ops;
 mod support;
 mod team;
 mod team_tls;
+mod team_view;
 mod timeouts;
 mod verify;
 mod verify_rundirs;

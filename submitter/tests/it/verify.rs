@@ -700,7 +700,7 @@ fn results_matrix_in_text_json_and_csv() {
     assert!(String::from_utf8_lossy(&refused.stderr).contains("partial-credit"));
 }
 
-fn chromium() -> Option<PathBuf> {
+pub(crate) fn chromium() -> Option<PathBuf> {
     for candidate in ["/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"] {
         if Path::new(candidate).is_file() {
             return Some(PathBuf::from(candidate));
@@ -714,7 +714,7 @@ fn chromium() -> Option<PathBuf> {
     None
 }
 
-fn headless(browser: &Path, profile: &Path, args: &[&str], page: &Path) -> Output {
+pub(crate) fn headless(browser: &Path, profile: &Path, args: &[&str], page: &Path) -> Output {
     Command::new(browser)
         .args([
             "--headless",
@@ -733,7 +733,7 @@ fn headless(browser: &Path, profile: &Path, args: &[&str], page: &Path) -> Outpu
 }
 
 /// Width and height from a PNG's IHDR.
-fn png_size(bytes: &[u8]) -> Option<(u32, u32)> {
+pub(crate) fn png_size(bytes: &[u8]) -> Option<(u32, u32)> {
     if bytes.len() < 24 || &bytes[..8] != b"\x89PNG\r\n\x1a\n" || &bytes[12..16] != b"IHDR" {
         return None;
     }
