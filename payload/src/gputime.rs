@@ -35,11 +35,8 @@ pub fn split(gpus: u32, at: &Instants, legs: Vec<LegSpan>) -> GpuTime {
 
 /// The length of the union of the spans, clipped to [from, to).
 fn union_within(spans: &[LegSpan], from: f64, to: f64) -> f64 {
-    let mut parts: Vec<(f64, f64)> = spans
-        .iter()
-        .map(|s| (s.start_s.max(from), s.end_s.min(to)))
-        .filter(|(a, b)| b > a)
-        .collect();
+    let mut parts: Vec<(f64, f64)> =
+        spans.iter().map(|s| (s.start_s.max(from), s.end_s.min(to))).filter(|(a, b)| b > a).collect();
     parts.sort_by(|x, y| x.0.total_cmp(&y.0));
     let mut total = 0.0;
     let mut current: Option<(f64, f64)> = None;

@@ -215,8 +215,8 @@ impl<S: SignalSource> Run<S> {
         // The copy is replaced atomically (never written through a symlink planted as launch.json).
         let spec_copy = self.spec.run_dir.join(SPEC_FILE);
         // A shared job's host has no launch spec of its own (its `shared.json` names the legs').
-        let same = self.is_host()
-            || std::fs::canonicalize(&self.spec_path).ok() == std::fs::canonicalize(&spec_copy).ok();
+        let same =
+            self.is_host() || std::fs::canonicalize(&self.spec_path).ok() == std::fs::canonicalize(&spec_copy).ok();
         if !same
             && let Err(err) = launch_spec::records::read_regular(&self.spec_path, launch_spec::records::MAX_INPUT_BYTES)
                 .and_then(|text| launch_spec::records::write_atomically(&spec_copy, text.as_bytes()))
@@ -374,7 +374,11 @@ impl<S: SignalSource> Run<S> {
                 )));
         }
         self.rec.set_phase(Phase::Serving);
-        tracing::info!(port, shared_engine = self.is_leg(), "vLLM started (or the shared engine used); waiting for readiness");
+        tracing::info!(
+            port,
+            shared_engine = self.is_leg(),
+            "vLLM started (or the shared engine used); waiting for readiness"
+        );
         let resume = p.harbor.mode == HarborMode::Resume;
         self.rec.status.resume = Some(resume);
 

@@ -87,10 +87,7 @@ pub struct Host {
 /// The host's exit code from its legs' ends: 0 when every leg finished (now or before), else
 /// the code of the most severe class any leg ended with ([`SEVERITY`]).
 pub fn exit_code(ends: &[(OutcomeClass, i32)]) -> i32 {
-    SEVERITY
-        .iter()
-        .find_map(|class| ends.iter().find(|(c, _)| c == class).map(|(_, code)| *code))
-        .unwrap_or(0)
+    SEVERITY.iter().find_map(|class| ends.iter().find(|(c, _)| c == class).map(|(_, code)| *code)).unwrap_or(0)
 }
 
 /// `payload run --shared FILE`: reads the shared job and its legs, records refused legs, and runs
@@ -180,12 +177,7 @@ fn read_legs(doc: &SharedJobSpec) -> (Host, Option<LaunchSpec>) {
         let refuse = |legs: &mut Vec<HostLeg>, run_tag: String, message: String| {
             tracing::error!(leg = i, run_tag = %run_tag, error = %message, "leg refused");
             record_leg(&run_dir, &run_tag, refused(message));
-            legs.push(HostLeg {
-                run_tag,
-                run_dir: run_dir.clone(),
-                spec_path: path.clone(),
-                state: LegState::Refused,
-            });
+            legs.push(HostLeg { run_tag, run_dir: run_dir.clone(), spec_path: path.clone(), state: LegState::Refused });
         };
         let spec = match LaunchSpec::from_file(path) {
             Ok(spec) => spec,
@@ -203,7 +195,12 @@ fn read_legs(doc: &SharedJobSpec) -> (Host, Option<LaunchSpec>) {
         let finished = crate::harbor::is_resume(&spec.run_dir)
             && matches!(crate::harbor::check_resumable(&spec), Err(crate::harbor::HarborError::Finished { .. }));
         let state = if finished { LegState::Skipped } else { LegState::Pending };
-        legs.push(HostLeg { run_tag: spec.run_tag.clone(), run_dir: spec.run_dir.clone(), spec_path: path.clone(), state });
+        legs.push(HostLeg {
+            run_tag: spec.run_tag.clone(),
+            run_dir: spec.run_dir.clone(),
+            spec_path: path.clone(),
+            state,
+        });
         template.get_or_insert(spec);
     }
     (Host { legs, group_dir: doc.group_dir.clone(), spans: Vec::new() }, template)
@@ -267,8 +264,8 @@ fn record_leg(run_dir: &Path, run_tag: &str, outcome: Outcome) {
 }
 
 fn read_status(run_dir: &Path) -> Option<RunStatus> {
-    let text = launch_spec::records::read_regular(&run_dir.join(STATUS_FILE), launch_spec::records::MAX_INPUT_BYTES)
-        .ok()?;
+    let text =
+        launch_spec::records::read_regular(&run_dir.join(STATUS_FILE), launch_spec::records::MAX_INPUT_BYTES).ok()?;
     serde_json::from_str(&text).ok()
 }
 
@@ -397,7 +394,8 @@ impl<S: SignalSource> Run<S> {
         let engine_file = self.spec.run_dir.join(ENGINE_FILE);
         let text = serde_json::to_string_pretty(&record).unwrap_or_default();
         launch_spec::records::write_atomically(&engine_file, text.as_bytes()).map_err(|e| {
-            Failure::new(OutcomeClass::Spec, format!("cannot write {}: {e}", engine_file.display())).with_cause("shared")
+            Failure::new(OutcomeClass::Spec, format!("cannot write {}: {e}", engine_file.display()))
+                .with_cause("shared")
         })?;
         let exe = std::env::current_exe().map_err(|e| {
             Failure::new(OutcomeClass::Spec, format!("cannot find payload's own executable: {e}")).with_cause("shared")
@@ -491,8 +489,11 @@ impl<S: SignalSource> Run<S> {
         };
         let deadline = crate::timings::deadline(Instant::now(), budget);
         loop {
-            let alive: Vec<usize> =
-                running.iter().copied().filter(|i| self.sup.legs.get_mut(*i).is_some_and(|m| m.try_status().is_none())).collect();
+            let alive: Vec<usize> = running
+                .iter()
+                .copied()
+                .filter(|i| self.sup.legs.get_mut(*i).is_some_and(|m| m.try_status().is_none()))
+                .collect();
             if alive.is_empty() || Instant::now() >= deadline {
                 for i in &alive {
                     if let Some(m) = self.sup.legs.get(*i) {
@@ -537,7 +538,10 @@ impl<S: SignalSource> Run<S> {
         let instants = self.instants.clone();
         let Share::Host(host) = &mut self.share else { return own };
         for leg in host.legs.iter_mut().filter(|l| l.state == LegState::Pending) {
-            let o = Outcome { message: format!("the shared job ended before this leg started: {}", own.message), ..own.clone() };
+            let o = Outcome {
+                message: format!("the shared job ended before this leg started: {}", own.message),
+                ..own.clone()
+            };
             record_leg(&leg.run_dir, &leg.run_tag, o);
             leg.state = LegState::Ended { class: own.class, exit_code: own.exit_code };
         }
@@ -561,7 +565,8 @@ impl<S: SignalSource> Run<S> {
             return Outcome { message: format!("{}; legs: {}", own.message, summary.join(", ")), ..own };
         }
         let code = exit_code(&ends);
-        let class = ends.iter().find(|(_, c)| *c == code && code != 0).map_or(OutcomeClass::Finished, |(class, _)| *class);
+        let class =
+            ends.iter().find(|(_, c)| *c == code && code != 0).map_or(OutcomeClass::Finished, |(class, _)| *class);
         Outcome {
             class,
             cause: (class != OutcomeClass::Finished).then(|| "legs".to_string()),

@@ -199,7 +199,12 @@ impl EngineRecord {
         let text = crate::records::read_regular(path, crate::records::MAX_INPUT_BYTES)
             .map_err(|e| format!("{}: cannot be read: {e}", path.display()))?;
         let rec: EngineRecord = serde_json::from_str(&text).map_err(|e| {
-            format!("{}: line {}, column {}: {e}; written by the shared job's engine host", path.display(), e.line(), e.column())
+            format!(
+                "{}: line {}, column {}: {e}; written by the shared job's engine host",
+                path.display(),
+                e.line(),
+                e.column()
+            )
         })?;
         if rec.version != SHARED_SPEC_VERSION {
             return Err(format!(

@@ -772,11 +772,13 @@ fn two_legs_of_a_shared_job_run_the_real_harbor_against_one_engine() {
         std::thread::sleep(Duration::from_millis(100));
     };
     let context = || {
-        let logs: Vec<String> = legs
-            .iter()
-            .map(|d| std::fs::read_to_string(d.join("payload.log")).unwrap_or_default())
-            .collect();
-        format!("host stderr:\n{}\nlegs' payload.log:\n{}", std::fs::read_to_string(&stderr_path).unwrap_or_default(), logs.join("\n---\n"))
+        let logs: Vec<String> =
+            legs.iter().map(|d| std::fs::read_to_string(d.join("payload.log")).unwrap_or_default()).collect();
+        format!(
+            "host stderr:\n{}\nlegs' payload.log:\n{}",
+            std::fs::read_to_string(&stderr_path).unwrap_or_default(),
+            logs.join("\n---\n")
+        )
     };
     assert_eq!(code, 0, "{}", context());
     let host = read_json(&group_dir.join("status.json")).unwrap_or(Value::Null);
@@ -785,11 +787,19 @@ fn two_legs_of_a_shared_job_run_the_real_harbor_against_one_engine() {
     assert_eq!(engine_log.matches("Started server process").count(), 1, "the engine started once");
     for dir in &legs {
         let st = read_json(&dir.join("status.json")).unwrap_or(Value::Null);
-        assert_eq!((&st["outcome"]["class"], &st["outcome"]["harbor_exit_code"]), (&json!("finished"), &json!(0)), "{st:#}\n{}", context());
+        assert_eq!(
+            (&st["outcome"]["class"], &st["outcome"]["harbor_exit_code"]),
+            (&json!("finished"), &json!(0)),
+            "{st:#}\n{}",
+            context()
+        );
         let mut rewards: Vec<(String, Option<f64>)> = std::fs::read_dir(dir)
             .unwrap()
             .flatten()
-            .filter_map(|e| read_json(&e.path().join("result.json")).filter(|_| e.path().join("config.json").is_file() && e.path().is_dir()))
+            .filter_map(|e| {
+                read_json(&e.path().join("result.json"))
+                    .filter(|_| e.path().join("config.json").is_file() && e.path().is_dir())
+            })
             .map(|r| {
                 (
                     r["task_name"].as_str().unwrap_or("?").to_string(),
@@ -798,7 +808,12 @@ fn two_legs_of_a_shared_job_run_the_real_harbor_against_one_engine() {
             })
             .collect();
         rewards.sort_by(|a, b| a.0.cmp(&b.0));
-        assert_eq!(rewards, vec![("alpha".to_string(), Some(1.0)), ("beta".to_string(), Some(0.0))], "{}", dir.display());
+        assert_eq!(
+            rewards,
+            vec![("alpha".to_string(), Some(1.0)), ("beta".to_string(), Some(0.0))],
+            "{}",
+            dir.display()
+        );
         let lock = read_json(&dir.join("lock.json")).expect("Harbor's job lock.json");
         for trial in lock["trials"].as_array().unwrap() {
             assert_eq!(

@@ -16,6 +16,7 @@ use launch_spec::testkit::{TestSpec, world};
 
 const VLLM: &str = env!("CARGO_BIN_EXE_vllm-standin");
 const HARBOR: &str = env!("CARGO_BIN_EXE_harbor-standin");
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../sbatch/payload.sbatch");
 
 const GPU_FIXTURE: &str = r#"[
   {"index": 0, "uuid": "GPU-bbbb0000-0000-4000-8000-000000000000", "name": "NVIDIA A100-SXM-64GB", "memory_total_bytes": 68719476736},
@@ -34,6 +35,8 @@ struct Shared {
     root: PathBuf,
     group_tag: String,
     legs: Vec<String>,
+    /// The made-up secret values: none may appear in any record or log.
+    secrets: [String; 2],
 }
 
 struct Host {
@@ -52,14 +55,15 @@ impl Shared {
         std::fs::create_dir_all(root.join("jobs")).unwrap();
         std::fs::write(root.join("harbor.yaml"), HARBOR_YAML).unwrap();
         std::fs::write(root.join("gpus.json"), GPU_FIXTURE).unwrap();
+        let secrets = [format!("made-up-org1-{id}"), format!("made-up-org2-{id}")];
         world::write_secrets(
             &root.join("secrets.env"),
-            &format!("DAYTONA_API_KEY=made-up-org1-{id}\nDAYTONA_DATA_API_KEY=made-up-org2-{id}\n"),
+            &format!("DAYTONA_API_KEY={}\nDAYTONA_DATA_API_KEY={}\n", secrets[0], secrets[1]),
             0o600,
         );
         let group_tag = format!("{name}-shared-{id}");
         let legs: Vec<String> = (0..trial_seconds.len()).map(|i| format!("{name}-leg{i}-{id}")).collect();
-        let fx = Self { _tmp: tmp, root, group_tag, legs };
+        let fx = Self { _tmp: tmp, root, group_tag, legs, secrets };
         for (tag, secs) in fx.legs.iter().zip(trial_seconds) {
             fx.write_leg(tag, &fx.leg_spec(tag, secs));
         }
@@ -110,13 +114,26 @@ impl Shared {
     }
 
     fn start(&self) -> Host {
+        let mut cmd = Command::new(payload_bin());
+        cmd.args(["run", "--shared", self.shared_file().to_str().unwrap()]);
+        self.spawn(cmd)
+    }
+
+    /// As Slurm starts it: `sbatch/payload.sbatch --shared FILE` (which execs payload).
+    fn start_by_script(&self) -> Host {
+        let mut cmd = Command::new("bash");
+        cmd.args([SCRIPT, "--shared", self.shared_file().to_str().unwrap()]).env("PAYLOAD_BIN", payload_bin());
+        self.spawn(cmd)
+    }
+
+    fn spawn(&self, mut cmd: Command) -> Host {
         let stderr = std::fs::File::create(self.root.join("host.stderr")).unwrap();
-        let child = Command::new(payload_bin())
-            .args(["run", "--shared", self.shared_file().to_str().unwrap()])
+        let child = cmd
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()))
             .env("HOME", &self.root)
             .env("PAYLOAD_GPU_FIXTURE", self.root.join("gpus.json"))
+            .env("PAYLOAD_BIN", payload_bin())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)
@@ -185,6 +202,21 @@ impl Shared {
         }
     }
 
+    /// Files under the jobs dir (every record and log) and the host's stderr holding a secret.
+    fn secret_hits(&self) -> Vec<String> {
+        let mut hits = Vec::new();
+        let mut stack = vec![self.root.join("jobs"), self.root.join("host.stderr")];
+        while let Some(p) = stack.pop() {
+            if p.is_dir() {
+                stack.extend(std::fs::read_dir(&p).unwrap().flatten().map(|e| e.path()));
+            } else if let Ok(bytes) = std::fs::read(&p) {
+                let text = String::from_utf8_lossy(&bytes);
+                hits.extend(self.secrets.iter().filter(|s| text.contains(s.as_str())).map(|_| p.display().to_string()));
+            }
+        }
+        hits
+    }
+
     fn engine_starts(&self) -> usize {
         let log = std::fs::read_to_string(self.group_dir().join("vllm.log")).unwrap_or_default();
         log.matches("Started server process").count()
@@ -214,7 +246,7 @@ fn class(status: &Value) -> &str {
 #[test]
 fn three_legs_share_one_engine_started_once() {
     let fx = Shared::new("three", &["0.05", "0.05", "0.05"]);
-    let mut host = fx.start();
+    let mut host = fx.start_by_script();
     let code = host.wait(&fx);
     assert_eq!(code, 0, "host exit\n{}", fx.stderr());
     for i in 0..3 {
@@ -224,7 +256,10 @@ fn three_legs_share_one_engine_started_once() {
         assert!(!fx.run_dir(&fx.legs[i]).join("vllm.log").exists(), "leg {i} started no engine");
         assert!(fx.run_dir(&fx.legs[i]).join("result.json").is_file(), "leg {i}: its Harbor job is in its run dir");
         let shared = fx.events(&fx.run_dir(&fx.legs[i])).into_iter().find(|e| e["event"] == "shared_engine");
-        assert!(shared.is_some_and(|e| e["fields"]["group_tag"] == fx.group_tag.as_str()), "leg {i} used the host's engine");
+        assert!(
+            shared.is_some_and(|e| e["fields"]["group_tag"] == fx.group_tag.as_str()),
+            "leg {i} used the host's engine"
+        );
     }
     let spawned = fx.events(&fx.group_dir()).iter().filter(|e| e["event"] == "engine_spawned").count();
     assert_eq!((spawned, fx.engine_starts()), (1, 1), "one engine, started once");
@@ -235,6 +270,7 @@ fn three_legs_share_one_engine_started_once() {
     assert_eq!(gpu["gpus"], 2);
     assert_eq!(gpu["legs"].as_array().map(Vec::len), Some(3), "{gpu:#}");
     assert!(gpu["load_s"].as_f64().unwrap() > 0.3 && gpu["serving_s"].as_f64().unwrap() > 0.0, "{gpu:#}");
+    assert_eq!(fx.secret_hits(), Vec::<String>::new(), "secrets in records or logs");
     fx.assert_no_orphans(&host);
 }
 
