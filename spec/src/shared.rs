@@ -10,9 +10,12 @@
 //! <jobs_dir>/<group_tag>/shared.json      the shared job's document (SharedJobSpec)
 //! <jobs_dir>/<group_tag>/status.json      the engine host's own record (RunStatus, run_tag = group_tag)
 //! <jobs_dir>/<group_tag>/vllm.log …       the engine's log, the host's events, slurm-%j.out
+//! <jobs_dir>/<group_tag>/engine.json      where the engine serves, for the legs (EngineRecord)
+//! <jobs_dir>/<group_tag>/engine_ended.json the engine is gone: legs end with its class (EngineEnded)
 //! <jobs_dir>/<leg run_tag>/launch.json    each leg's launch spec, exactly as for a per-leg job
 //! <jobs_dir>/<leg run_tag>/status.json    each leg's own record and outcome
 //! <jobs_dir>/<leg run_tag>/cancel.request asks payload to stop this leg only (written by `submitter cancel`)
+//! <jobs_dir>/<leg run_tag>/payload.log    the leg payload's own stderr
 //! ```
 //!
 //! The batch script is started as `payload.sbatch --shared <group_dir>/shared.json`, which runs
