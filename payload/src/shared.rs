@@ -463,11 +463,11 @@ impl<S: SignalSource> Run<S> {
         let margin = Duration::from_secs(2) + SHARE_POLL * 4;
         let budget = match end {
             End::Signal(SignalEvent::Walltime) => {
-                self.forward(&running, Signal::SIGUSR1);
+                self.forward_once(&running, Signal::SIGUSR1).await;
                 plan.harbor_grace + plan.grace + margin
             }
             End::Signal(SignalEvent::Shutdown(sig)) => {
-                self.forward(&running, *sig);
+                self.forward_once(&running, *sig).await;
                 plan.grace + margin
             }
             End::Failed(f) => {
@@ -518,6 +518,27 @@ impl<S: SignalSource> Run<S> {
                 }
             }
         }
+    }
+
+    /// The host's signal, to each leg that did not get it itself: Slurm signals every process of
+    /// the job at once (scancel, the time limit's TERM), and a second TERM makes a leg kill its
+    /// Harbor at once. A leg that has begun its teardown within [`crate::run::SIGNAL_WITH_EXIT`]
+    /// (status `stopping` or `done`) had it already.
+    async fn forward_once(&self, legs: &[usize], sig: Signal) {
+        tokio::time::sleep(crate::run::SIGNAL_WITH_EXIT).await;
+        let Share::Host(host) = &self.share else { return };
+        let unsignalled: Vec<usize> = host
+            .legs
+            .iter()
+            .filter_map(|l| match l.state {
+                LegState::Running { index } if legs.contains(&index) => {
+                    let phase = read_status(&l.run_dir).map(|s| s.phase);
+                    (!matches!(phase, Some(Phase::Stopping | Phase::Done))).then_some(index)
+                }
+                _ => None,
+            })
+            .collect();
+        self.forward(&unsignalled, sig);
     }
 
     fn forward(&self, legs: &[usize], sig: Signal) {

@@ -363,3 +363,51 @@ fn walltime_winds_every_leg_down_and_a_rerun_resumes_only_the_unfinished() {
     assert_eq!(skipped, 1);
     fx.assert_no_orphans(&again);
 }
+
+/// scancel: Slurm sends TERM to every process of the job, the host and each leg's payload, not
+/// necessarily at the same instant. A leg that already began its teardown is not signalled again by
+/// the host (a second TERM would mean "kill Harbor at once"): here each leg gets TERM first, its
+/// Harbor ignores SIGINT (so the leg stays `stopping` for its Harbor grace), then the host gets
+/// its TERM; no leg may end "killed at once".
+#[test]
+fn term_to_every_process_of_the_job_stops_each_leg_gracefully_once() {
+    let fx = Shared::new("scancel", &["3", "3"]);
+    for tag in &fx.legs {
+        let mut spec = fx.leg_spec(tag, "3");
+        spec["harbor"]["env"]["STANDIN_IGNORE_SIGINT"] = json!("1");
+        fx.write_leg(tag, &spec);
+    }
+    let mut host = fx.start();
+    fx.wait_for("both legs running", || (0..2).all(|i| fx.leg(i)["phase"] == "running"));
+    let legs: Vec<i32> = (0..2).map(|i| fx.leg(i)["pids"]["payload"].as_i64().unwrap() as i32).collect();
+    for pid in &legs {
+        send_signal(*pid, "TERM");
+    }
+    fx.wait_for("both legs stopping", || (0..2).all(|i| fx.leg(i)["phase"] != "running"));
+    send_signal(host.pid, "TERM");
+    let code = host.wait(&fx);
+    assert_eq!(code, 143, "{}", fx.stderr());
+    for i in 0..2 {
+        let s = fx.leg(i);
+        assert_eq!((class(&s), s["outcome"]["signal"].as_str()), ("interrupted", Some("SIGTERM")), "leg {i}: {s:#}");
+        let msg = s["outcome"]["message"].as_str().unwrap();
+        assert!(!msg.contains("second signal"), "leg {i} was signalled twice: {msg}");
+    }
+    fx.assert_no_orphans(&host);
+}
+
+/// TERM to the host alone (a user's `kill`): forwarded to every leg, each ends `interrupted`.
+#[test]
+fn term_to_the_host_is_forwarded_to_every_leg() {
+    let fx = Shared::new("hostterm", &["3", "3"]);
+    let mut host = fx.start();
+    fx.wait_for("both legs running", || (0..2).all(|i| fx.leg(i)["phase"] == "running"));
+    send_signal(host.pid, "TERM");
+    let code = host.wait(&fx);
+    assert_eq!(code, 143, "{}", fx.stderr());
+    for i in 0..2 {
+        let s = fx.leg(i);
+        assert_eq!((class(&s), s["outcome"]["signal"].as_str()), ("interrupted", Some("SIGTERM")), "leg {i}: {s:#}");
+    }
+    fx.assert_no_orphans(&host);
+}
