@@ -192,8 +192,7 @@ fn read_legs(doc: &SharedJobSpec) -> (Host, Option<LaunchSpec>) {
             refuse(&mut legs, spec.run_tag.clone(), why);
             continue;
         }
-        let finished = crate::harbor::is_resume(&spec.run_dir)
-            && matches!(crate::harbor::check_resumable(&spec), Err(crate::harbor::HarborError::Finished { .. }));
+        let finished = harbor_job_finished(&spec.run_dir);
         let state = if finished { LegState::Skipped } else { LegState::Pending };
         legs.push(HostLeg {
             run_tag: spec.run_tag.clone(),
@@ -204,6 +203,14 @@ fn read_legs(doc: &SharedJobSpec) -> (Host, Option<LaunchSpec>) {
         template.get_or_insert(spec);
     }
     (Host { legs, group_dir: doc.group_dir.clone(), spans: Vec::new() }, template)
+}
+
+/// Whether the leg's Harbor job finished in an earlier run (its `result.json` has `finished_at`,
+/// the rule `check_resumable` refuses a resume by), whatever the spec's `harbor.start`.
+fn harbor_job_finished(run_dir: &Path) -> bool {
+    use launch_spec::rundir::harbor::{JobResult, RESULT_FILE, read_rewritten};
+    let result: Option<JobResult> = read_rewritten(&run_dir.join(RESULT_FILE)).ok().flatten();
+    result.is_some_and(|r| r.finished_at.is_some())
 }
 
 fn refused(message: String) -> Outcome {

@@ -336,6 +336,10 @@ fn the_engine_killed_ends_every_leg_as_engine_died() {
 #[test]
 fn walltime_winds_every_leg_down_and_a_rerun_resumes_only_the_unfinished() {
     let fx = Shared::new("walltime", &["0.05", "4", "4"]);
+    // A leg that may only start fresh: finished, it is still left alone (never refused and rewritten).
+    let mut fresh_only = fx.leg_spec(&fx.legs[0], "0.05");
+    fresh_only["harbor"]["start"] = json!("fresh");
+    fx.write_leg(&fx.legs[0], &fresh_only);
     let mut host = fx.start();
     fx.wait_for("leg 0 finished and legs 1, 2 running", || {
         class(&fx.leg(0)) == "finished" && fx.leg(1)["phase"] == "running" && fx.leg(2)["phase"] == "running"
