@@ -10,9 +10,12 @@
 //! <jobs_dir>/<group_tag>/shared.json      the shared job's document (SharedJobSpec)
 //! <jobs_dir>/<group_tag>/status.json      the engine host's own record (RunStatus, run_tag = group_tag)
 //! <jobs_dir>/<group_tag>/vllm.log …       the engine's log, the host's events, slurm-%j.out
+//! <jobs_dir>/<group_tag>/engine.json      where the engine serves, for the legs (EngineRecord)
+//! <jobs_dir>/<group_tag>/engine_ended.json the engine is gone: legs end with its class (EngineEnded)
 //! <jobs_dir>/<leg run_tag>/launch.json    each leg's launch spec, exactly as for a per-leg job
 //! <jobs_dir>/<leg run_tag>/status.json    each leg's own record and outcome
 //! <jobs_dir>/<leg run_tag>/cancel.request asks payload to stop this leg only (written by `submitter cancel`)
+//! <jobs_dir>/<leg run_tag>/payload.log    the leg payload's own stderr
 //! ```
 //!
 //! The batch script is started as `payload.sbatch --shared <group_dir>/shared.json`, which runs
@@ -59,19 +62,19 @@ pub const ENGINE_FIELDS: [&str; 8] =
 /// from the first leg, named (`legs[2] (<run_tag>): field \`serve\` differs from legs[0]`).
 pub fn engine_mismatch(legs: &[LaunchSpec]) -> Option<String> {
     let first = legs.first()?;
+    legs.iter().enumerate().skip(1).find_map(|(i, leg)| engine_mismatch_at(first, i, leg))
+}
+
+/// Why `legs[i]` cannot share `first`'s engine (the first engine field on which they differ).
+pub fn engine_mismatch_at(first: &LaunchSpec, i: usize, leg: &LaunchSpec) -> Option<String> {
     let reference = engine_part(first);
-    for (i, leg) in legs.iter().enumerate().skip(1) {
-        let part = engine_part(leg);
-        for field in ENGINE_FIELDS {
-            if reference.get(field) != part.get(field) {
-                return Some(format!(
-                    "legs[{i}] ({}): field `{field}` differs from legs[0] ({}); legs of one shared job must serve one engine",
-                    leg.run_tag, first.run_tag
-                ));
-            }
-        }
-    }
-    None
+    let part = engine_part(leg);
+    ENGINE_FIELDS.iter().find(|field| reference.get(**field) != part.get(**field)).map(|field| {
+        format!(
+            "legs[{i}] ({}): field `{field}` differs from legs[0] ({}); legs of one shared job must serve one engine",
+            leg.run_tag, first.run_tag
+        )
+    })
 }
 
 /// The engine-defining part of a spec, as JSON (for comparison and for a group key).
@@ -116,6 +119,100 @@ impl SharedJobSpec {
             ));
         }
         Ok(doc)
+    }
+}
+
+/// In the group dir: what a leg's payload needs to use the host's engine (written by the engine
+/// host once the engine is ready, before any leg starts; [`EngineRecord`]).
+pub const ENGINE_FILE: &str = "engine.json";
+/// In the group dir: written by the engine host when the engine is lost (died, hung, unhealthy)
+/// while legs run; every leg still running ends with its class (an [`EngineEnded`]).
+pub const ENGINE_ENDED_FILE: &str = "engine_ended.json";
+/// In a leg's run dir: the leg payload's own log (its stderr), since the Slurm output is the host's.
+pub const LEG_LOG_FILE: &str = "payload.log";
+/// The environment variable that carries the engine's per-job API key from the host to a leg's
+/// payload (never argv, never a file); the leg removes it from its own environment at once.
+pub const ENGINE_KEY_VAR: &str = "PAYLOAD_SHARED_ENGINE_KEY";
+
+/// `engine.json`: where the host's engine serves, for the legs (no secret in it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineRecord {
+    pub version: u32,
+    pub group_tag: String,
+    /// The engine's loopback URL (`http://127.0.0.1:<port>`, no `/v1`).
+    pub base_url: String,
+    pub port: u16,
+    /// The engine head's pid: a leg checks the socket answering on `port` is its tree's.
+    pub engine_pid: u32,
+    /// The tunnel's public URL (no `/v1`) when the legs' installed agents reach the engine over it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_url: Option<String>,
+    /// What the host's tunnel adds to Harbor's environment (proxy variables) and argv (a prefix).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub harbor_env: std::collections::BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub harbor_prefix: Option<Vec<String>>,
+}
+
+/// `engine_ended.json`: why the shared engine is gone (the host's failure, as a leg records it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EngineEnded {
+    pub class: crate::records::OutcomeClass,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<String>,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub engine_log_tail: Vec<String>,
+}
+
+impl EngineRecord {
+    /// Reads `engine.json` (regular, bounded).
+    pub fn from_file(path: &Path) -> Result<Self, String> {
+        let text = crate::records::read_regular(path, crate::records::MAX_INPUT_BYTES)
+            .map_err(|e| format!("{}: cannot be read: {e}", path.display()))?;
+        let rec: EngineRecord = serde_json::from_str(&text).map_err(|e| {
+            format!(
+                "{}: line {}, column {}: {e}; written by the shared job's engine host",
+                path.display(),
+                e.line(),
+                e.column()
+            )
+        })?;
+        if rec.version != SHARED_SPEC_VERSION {
+            return Err(format!(
+                "{}: field `version`: {} is not {SHARED_SPEC_VERSION}; use the matching payload",
+                path.display(),
+                rec.version
+            ));
+        }
+        Ok(rec)
+    }
+}
+
+#[cfg(test)]
+mod engine_record_tests {
+    use super::*;
+
+    #[test]
+    fn engine_record_round_trips_and_refuses_another_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(ENGINE_FILE);
+        let rec = EngineRecord {
+            version: SHARED_SPEC_VERSION,
+            group_tag: "m-shared-1".into(),
+            base_url: "http://127.0.0.1:8000".into(),
+            port: 8000,
+            engine_pid: 42,
+            public_url: None,
+            harbor_env: Default::default(),
+            harbor_prefix: None,
+        };
+        std::fs::write(&path, serde_json::to_string(&rec).unwrap()).unwrap();
+        assert_eq!(EngineRecord::from_file(&path).unwrap(), rec);
+        std::fs::write(&path, serde_json::to_string(&EngineRecord { version: 9, ..rec }).unwrap()).unwrap();
+        let err = EngineRecord::from_file(&path).unwrap_err();
+        assert!(err.contains("field `version`"), "{err}");
     }
 }
 

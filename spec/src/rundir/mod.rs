@@ -276,6 +276,17 @@ pub enum EventKind {
     /// (`fields`: a [`crate::records::Heartbeat`] without the engine's counters): the history the
     /// team view's charts draw, since `status.json` holds only the latest heartbeat.
     Heartbeat,
+    /// A leg of a shared job (launch_spec::shared): `cancel.request` seen; the engine host said
+    /// the engine is gone; the leg uses the host's engine (`engine.json`).
+    CancelRequested,
+    EngineLost,
+    SharedEngine,
+    /// The engine host of a shared job: a leg's payload started, ended, was left alone (already
+    /// finished) or refused before it could start (its spec unreadable or another engine's).
+    LegSpawned,
+    LegEnded,
+    LegSkipped,
+    LegRefused,
     Other(String),
 }
 
@@ -324,6 +335,13 @@ const EVENT_NAMES: &[(&str, EventKind)] = &[
     ("write_failures", EventKind::WriteFailures),
     ("outcome", EventKind::Outcome),
     ("heartbeat", EventKind::Heartbeat),
+    ("cancel_requested", EventKind::CancelRequested),
+    ("engine_lost", EventKind::EngineLost),
+    ("shared_engine", EventKind::SharedEngine),
+    ("leg_spawned", EventKind::LegSpawned),
+    ("leg_ended", EventKind::LegEnded),
+    ("leg_skipped", EventKind::LegSkipped),
+    ("leg_refused", EventKind::LegRefused),
 ];
 
 impl EventKind {

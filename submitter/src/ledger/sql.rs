@@ -26,9 +26,8 @@ use serde_json::Value;
 use super::migrations::{self, Migration};
 use super::{
     ATTEMPT_COLUMNS, Attempt, AttemptId, AttemptStatus, GpuSecondsRow, Heartbeat, ImportedAttempt, ImportedState,
-    LATEST_PER_PAIR_SQL, Ledger, LedgerError, Model, NewAttempt, NewRemediation, PairState, Remediation, Result, Timestamp,
-    filter_by_size,
-    number_imports, size_class, sql_status_list,
+    LATEST_PER_PAIR_SQL, Ledger, LedgerError, Model, NewAttempt, NewRemediation, PairState, Remediation, Result,
+    Timestamp, filter_by_size, number_imports, size_class, sql_status_list,
 };
 
 /// One statement parameter.

@@ -471,6 +471,7 @@ mod tests {
             ended_at: ended.map(at),
             updated_at: at(0),
             agent: "terminus-2".into(),
+            source_id: None,
         }
     }
 
