@@ -13,6 +13,7 @@ pub mod output;
 pub mod planner;
 pub mod preflight;
 pub mod queue;
+pub mod readiness;
 pub mod registry;
 pub mod selection;
 pub mod slurm;

@@ -461,6 +461,7 @@ mod tests {
             post_run: None,
             provenance: None,
             gpu_time: None,
+            readiness: None,
         }
     }
 

@@ -16,6 +16,7 @@ mod notify;
 #[path = "../common/pg.rs"]
 mod pg;
 mod queueing;
+mod readiness;
 mod registry;
 mod site;
 mod site_facts;
