@@ -338,11 +338,8 @@ fn idle_cpu_with(
     (0..runs)
         .map(|i| {
             let fx = Fx::new(vllm, harbor, i);
-            let spec = fx.spec(
-                serve_env.clone(),
-                json!({"STANDIN_TRIAL_SECONDS": "120"}),
-                limits(heartbeat, probe, 1.0),
-            );
+            let spec =
+                fx.spec(serve_env.clone(), json!({"STANDIN_TRIAL_SECONDS": "120"}), limits(heartbeat, probe, 1.0));
             let mut child = fx.start(&spec);
             fx.wait_phase("running");
             std::thread::sleep(Duration::from_millis(500));

@@ -340,7 +340,10 @@ impl ServeSpec {
         let stall = format!("{} s without vllm.log progress is engine_start/stalled", self.load_stall_after_s);
         match &self.ready_budget {
             Some(budget) if budget.seconds <= self.health_timeout_s => {
-                format!("deadline {}; past it a load still making progress runs on to the cap; {stall}", budget.describe())
+                format!(
+                    "deadline {}; past it a load still making progress runs on to the cap; {stall}",
+                    budget.describe()
+                )
             }
             Some(budget) => format!(
                 "deadline {} s, the cap serve.health_timeout_s (budget {}); {stall}",

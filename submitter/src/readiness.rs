@@ -111,7 +111,10 @@ pub fn is_moe(model: &str) -> bool {
 
 /// `--enforce-eager` among the engine's extra args: vLLM captures no CUDA graphs.
 pub fn enforce_eager(serve: &ServeSpec) -> bool {
-    serve.extra_args.as_deref().is_some_and(|a| launch_spec::spec::split_extra_args(a).iter().any(|w| w == "--enforce-eager"))
+    serve
+        .extra_args
+        .as_deref()
+        .is_some_and(|a| launch_spec::spec::split_extra_args(a).iter().any(|w| w == "--enforce-eager"))
 }
 
 /// The checkpoint's size: on disk at `local_path` or the HF cache's snapshot of `model`, else

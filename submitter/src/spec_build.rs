@@ -485,8 +485,7 @@ impl SpecBuilder<'_> {
     pub fn ready_budget(&self, spec: &LaunchSpec) -> Option<launch_spec::spec::ReadyBudget> {
         // An unexpandable cache path fails the spec elsewhere (the engine's environment).
         let cache = self.hf_cache().ok().flatten();
-        let weights =
-            crate::readiness::weights(&spec.model.hf_id, spec.model.local_path.as_deref(), cache.as_deref())?;
+        let weights = crate::readiness::weights(&spec.model.hf_id, spec.model.local_path.as_deref(), cache.as_deref())?;
         Some(crate::readiness::budget(&self.cluster.engine, &spec.model.hf_id, &spec.serve, &weights))
     }
 

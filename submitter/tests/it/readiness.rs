@@ -73,7 +73,11 @@ fn plan_shows_the_budget_of_an_8b_and_a_235b_on_leonardo() {
     assert!(out.status.success(), "{}", stderr(&out));
     let spec: launch_spec::LaunchSpec = serde_json::from_str(&stdout(&out)).unwrap();
     let budget = spec.serve.ready_budget.clone().expect("a budget");
-    assert_eq!((budget.weights_bytes, budget.cap_s), (470_000_000_000 + "{}".len() as u64, 3000), "shards + config.json");
+    assert_eq!(
+        (budget.weights_bytes, budget.cap_s),
+        (470_000_000_000 + "{}".len() as u64, 3000),
+        "shards + config.json"
+    );
     assert_eq!(budget.seconds, budget.load_s + budget.compile_s + budget.graph_capture_s);
     assert!(stderr(&out).contains(&spec.serve.readiness_line()), "{}", stderr(&out));
 }
@@ -115,8 +119,7 @@ fn bad_budget_settings_are_one_line_errors() {
         ("compile_allowance_s: 300", "compile_allowance_s: 99999999999", "engine.compile_allowance_s"),
     ] {
         std::fs::write(clusters.join("leonardo.yaml"), profile.replacen(from, to, 1)).unwrap();
-        let out =
-            leonardo(dir.path(), &["spec", "--preset", "tb2", "--model", MODELS[0], "--clusters", &clusters_arg]);
+        let out = leonardo(dir.path(), &["spec", "--preset", "tb2", "--model", MODELS[0], "--clusters", &clusters_arg]);
         assert!(!out.status.success(), "{to}: accepted");
         let err = stderr(&out);
         assert!(err.contains(field) && err.trim().lines().count() == 1, "{to}: {err}");
