@@ -177,6 +177,32 @@ mod tests {
         assert_eq!(dtype_of("Qwen/Qwen3-32B-AWQ"), (0.5, "4-bit"));
     }
 
+    /// MoE takes its own compile allowance; `--enforce-eager` captures no graphs; the cap holds.
+    #[test]
+    fn the_allowances_follow_the_model_and_its_serve_settings() {
+        let engine: EngineSettings = serde_json::from_value(serde_json::json!({
+            "default_environment": "e", "load_bandwidth_mib_s": 1024.0, "compile_allowance_s": 100,
+            "moe_compile_allowance_s": 500, "graph_capture_allowance_s": 50,
+        }))
+        .unwrap();
+        let mut serve: ServeSpec = serde_json::from_value(serde_json::json!({
+            "program": "vllm", "tensor_parallel_size": 1, "data_parallel_size": 1, "health_timeout_s": 3000,
+        }))
+        .unwrap();
+        let gib = |n: u64| Weights::Estimated { bytes: n << 30, params: "x".into(), dtype_bytes: 2.0, dtype: "bf16" };
+        let dense = budget(&engine, "Qwen/Qwen3-8B", &serve, &gib(16));
+        assert_eq!((dense.load_s, dense.compile_s, dense.graph_capture_s, dense.seconds), (16, 100, 50, 166));
+        let moe = budget(&engine, "Qwen/Qwen3-235B-A22B", &serve, &gib(438));
+        assert_eq!((moe.load_s, moe.compile_s, moe.seconds), (438, 500, 988));
+        assert!(moe.basis.contains("MoE"), "{}", moe.basis);
+        serve.extra_args = Some("--enable-prefix-caching --enforce-eager".into());
+        let eager = budget(&engine, "Qwen/Qwen3-8B", &serve, &gib(16));
+        assert_eq!(eager.graph_capture_s, 0);
+        assert!(eager.basis.contains("--enforce-eager"), "{}", eager.basis);
+        serve.health_timeout_s = 120;
+        assert_eq!(budget(&engine, "Qwen/Qwen3-8B", &serve, &gib(438)).seconds, 120, "capped");
+    }
+
     #[test]
     fn a_snapshot_is_summed_through_its_links_and_the_walk_is_bounded() {
         let dir = tempfile::tempdir().unwrap();
