@@ -316,6 +316,20 @@ fn teardown(vllm: &Path, harbor: &Path, ignore_term: bool) -> Vec<(f64, f64)> {
 
 /// CPU % of one core over a window of idle supervision (Harbor busy in long trials).
 fn idle_cpu(vllm: &Path, harbor: &Path, heartbeat: f64, probe: f64, window: Duration, runs: usize) -> Vec<f64> {
+    idle_cpu_with(vllm, harbor, heartbeat, probe, window, runs, json!({"STANDIN_LOAD_SECONDS": "0.1"}))
+}
+
+/// [`idle_cpu`] with the engine's environment given (`STANDIN_NO_METRICS=1`: `/metrics` answers
+/// 404, so no counters are parsed or judged).
+fn idle_cpu_with(
+    vllm: &Path,
+    harbor: &Path,
+    heartbeat: f64,
+    probe: f64,
+    window: Duration,
+    runs: usize,
+    serve_env: Value,
+) -> Vec<f64> {
     let tck: f64 = String::from_utf8(Command::new("getconf").arg("CLK_TCK").output().unwrap().stdout)
         .unwrap()
         .trim()
@@ -324,11 +338,8 @@ fn idle_cpu(vllm: &Path, harbor: &Path, heartbeat: f64, probe: f64, window: Dura
     (0..runs)
         .map(|i| {
             let fx = Fx::new(vllm, harbor, i);
-            let spec = fx.spec(
-                json!({"STANDIN_LOAD_SECONDS": "0.1"}),
-                json!({"STANDIN_TRIAL_SECONDS": "120"}),
-                limits(heartbeat, probe, 1.0),
-            );
+            let spec =
+                fx.spec(serve_env.clone(), json!({"STANDIN_TRIAL_SECONDS": "120"}), limits(heartbeat, probe, 1.0));
             let mut child = fx.start(&spec);
             fx.wait_phase("running");
             std::thread::sleep(Duration::from_millis(500));
@@ -495,6 +506,27 @@ fn main() {
             "supervising CPU      heartbeat 0.5 s, health probe 0.5 s (median of 5 × 3 s; payload = {}): {:>6.2} % of one core (runs {cpu:.2?})",
             payload(),
             median(cpu.clone())
+        );
+        return;
+    }
+    // `BENCH_ONLY=liveness`: payload's steady-state CPU with the liveness rule (vLLM's counters in
+    // `/metrics`, parsed and judged every beat) and without it (`/metrics` 404), alternating rounds
+    // on the same machine; heartbeat and probe 0.5 s, 30× the profiles' 15 s beat, so the
+    // difference is above the tick resolution.
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("liveness") {
+        let (mut with, mut without) = (Vec::new(), Vec::new());
+        let window = Duration::from_secs(8);
+        for _ in 0..3 {
+            let env = json!({"STANDIN_LOAD_SECONDS": "0.1"});
+            with.extend(idle_cpu_with(&vllm, &harbor, 0.5, 0.5, window, 3, env));
+            let env = json!({"STANDIN_LOAD_SECONDS": "0.1", "STANDIN_NO_METRICS": "1"});
+            without.extend(idle_cpu_with(&vllm, &harbor, 0.5, 0.5, window, 3, env));
+        }
+        let (w, wo) = (median(with.clone()), median(without.clone()));
+        println!(
+            "liveness CPU         heartbeat 0.5 s (median of 9 × 8 s, 3 alternating rounds): with /metrics counters {w:.2} % of one core, without {wo:.2} %: +{:.2} points, ratio {:.2} (runs with {with:.2?}, without {without:.2?})",
+            w - wo,
+            if wo > 0.0 { w / wo } else { f64::NAN }
         );
         return;
     }

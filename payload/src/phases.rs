@@ -71,6 +71,9 @@ pub enum Input {
     Signal(SignalEvent),
     /// `serve.health_timeout_s` since vLLM started.
     ReadyDeadline,
+    /// `serve.ready_budget` since vLLM started (only when it is below the cap), with the size of
+    /// `vllm.log` at that instant.
+    BudgetPassed(Instant, u64),
     Readiness(Readiness),
     ConfigChecked(ConfigCheck),
     /// While loading: the size of `vllm.log` at that instant (its growth is the load's progress).
@@ -97,6 +100,8 @@ pub enum Action {
     Ready,
     /// Start Harbor now; report back with [`Machine::harbor_started`] (or end the run).
     StartHarbor,
+    /// The ready budget passed with the load progressing: wait on to the cap.
+    BudgetExceeded,
     End(End),
 }
 
@@ -119,6 +124,9 @@ pub struct Machine {
     /// `serve.load_stall_after_s`, and the last `vllm.log` size with when it was first seen.
     load_stall_after: Duration,
     load_seen: Option<(Instant, u64)>,
+    /// `serve.ready_budget` when below the cap, and whether it has passed.
+    budget: Option<Duration>,
+    budget_passed: bool,
 }
 
 impl Machine {
@@ -137,7 +145,21 @@ impl Machine {
             liveness: Liveness::new(Duration::from_secs(launch_spec::spec::DEFAULT_HANG_AFTER_S)),
             load_stall_after: Duration::from_secs(launch_spec::spec::DEFAULT_LOAD_STALL_AFTER_S),
             load_seen: None,
+            budget: None,
+            budget_passed: false,
         }
+    }
+
+    /// The ready budget (`serve.ready_budget`, taken only when below the cap
+    /// `serve.health_timeout_s`: at or above it, the cap is the deadline).
+    pub fn with_ready_budget(mut self, budget: Option<Duration>) -> Self {
+        self.budget = budget.filter(|b| *b < Duration::from_secs(self.health_timeout_s));
+        self
+    }
+
+    /// The budget to wait for, while it has not passed and the engine is not ready.
+    pub fn budget_pending(&self) -> Option<Duration> {
+        self.budget.filter(|_| !self.budget_passed && self.awaiting_readiness())
     }
 
     /// The stall window while loading (`serve.load_stall_after_s`); the default is the spec's.
@@ -194,6 +216,44 @@ impl Machine {
     fn end(&mut self, end: End) -> Action {
         self.phase = RunPhase::Ended;
         Action::End(end)
+    }
+
+    /// One reading of the load's progress (`vllm.log`'s size): ends the run as stalled when it
+    /// has not changed for the window, else returns how long it has been unchanged.
+    fn load_progress(
+        &mut self,
+        at: Instant,
+        bytes: u64,
+        tail: &dyn Fn() -> Vec<String>,
+        out: &mut Vec<Action>,
+    ) -> Option<Duration> {
+        match self.load_seen {
+            Some((_, seen)) if seen == bytes => {}
+            _ => self.load_seen = Some((at, bytes)),
+        }
+        let since = self.load_seen.map_or(Duration::ZERO, |(t, _)| at.saturating_duration_since(t));
+        if since < self.load_stall_after {
+            return Some(since);
+        }
+        let fields = json!({
+            "vllm_log_bytes": bytes,
+            "silent_for_s": since.as_secs(),
+            "load_stall_after_s": self.load_stall_after.as_secs(),
+        });
+        out.push(Action::Event("engine_stalled", fields));
+        let f = Failure::new(
+            OutcomeClass::EngineStart,
+            format!(
+                "vLLM made no loading progress: vllm.log stayed at {bytes} bytes for {} s (serve.load_stall_after_s = {} s) and /health never became ready; the engine was stopped early, before serve.health_timeout_s = {} s",
+                since.as_secs(),
+                self.load_stall_after.as_secs(),
+                self.health_timeout_s
+            ),
+        )
+        .with_cause("stalled")
+        .with_log_tail(tail());
+        out.push(self.end(End::Failed(f)));
+        None
     }
 
     /// After readiness and a passed config check: the tunnel, or Harbor.
@@ -276,9 +336,16 @@ impl Machine {
                 } else {
                     "never answered /health with 200"
                 };
+                let budget = match (self.budget, self.budget_passed) {
+                    (Some(b), true) => format!(
+                        " (its ready budget of {} s passed with the load still progressing, so it ran on to the cap)",
+                        b.as_secs()
+                    ),
+                    _ => String::new(),
+                };
                 let f = Failure::new(
                     OutcomeClass::EngineTimeout,
-                    format!("vLLM {what} within serve.health_timeout_s = {} s", self.health_timeout_s),
+                    format!("vLLM {what} within serve.health_timeout_s = {} s{budget}", self.health_timeout_s),
                 )
                 .with_log_tail(tail());
                 out.push(self.end(End::Failed(f)));
@@ -294,30 +361,24 @@ impl Machine {
                 Readiness::Down => {}
             },
             Input::LoadProgress(at, bytes) if self.phase == RunPhase::Loading && !self.ready => {
-                match self.load_seen {
-                    Some((_, seen)) if seen == bytes => {}
-                    _ => self.load_seen = Some((at, bytes)),
-                }
-                let since = self.load_seen.map_or(Duration::ZERO, |(t, _)| at.saturating_duration_since(t));
-                if since >= self.load_stall_after {
-                    let fields = json!({
-                        "vllm_log_bytes": bytes,
-                        "silent_for_s": since.as_secs(),
-                        "load_stall_after_s": self.load_stall_after.as_secs(),
-                    });
-                    out.push(Action::Event("engine_stalled", fields));
-                    let f = Failure::new(
-                        OutcomeClass::EngineStart,
-                        format!(
-                            "vLLM made no loading progress: vllm.log stayed at {bytes} bytes for {} s (serve.load_stall_after_s = {} s) and /health never became ready; the engine was stopped early, before serve.health_timeout_s = {} s",
-                            since.as_secs(),
-                            self.load_stall_after.as_secs(),
-                            self.health_timeout_s
-                        ),
-                    )
-                    .with_cause("stalled")
-                    .with_log_tail(tail());
-                    out.push(self.end(End::Failed(f)));
+                self.load_progress(at, bytes, tail, &mut out);
+            }
+            Input::BudgetPassed(at, bytes) if self.budget_pending().is_some() => {
+                self.budget_passed = true;
+                if let Some(silent) = self.load_progress(at, bytes, tail, &mut out) {
+                    // Progress within the stall window: never cut short (issue 23); the cap
+                    // and the stall rule govern from here.
+                    out.push(Action::Event(
+                        "ready_budget_exceeded",
+                        json!({
+                            "ready_budget_s": self.budget.map_or(0, |b| b.as_secs()),
+                            "cap_s": self.health_timeout_s,
+                            "vllm_log_bytes": bytes,
+                            "silent_for_s": silent.as_secs(),
+                            "load_stall_after_s": self.load_stall_after.as_secs(),
+                        }),
+                    ));
+                    out.push(Action::BudgetExceeded);
                 }
             }
             Input::ConfigChecked(v) if self.config_pending => {
@@ -736,10 +797,47 @@ mod tests {
         }
     }
 
+    /// The budget passing while the load progresses is an event, never an end: the run waits on
+    /// to the cap, which then says so; a load silent for the window at the budget is stalled.
+    #[test]
+    fn a_budget_passed_with_progress_runs_on_to_the_cap() {
+        let t0 = Instant::now();
+        let at = |s| t0 + Duration::from_secs(s);
+        let none = || Vec::new();
+        let budgeted = || {
+            Machine::new(false, false, 3, 3000)
+                .with_load_stall_after(Duration::from_secs(10))
+                .with_ready_budget(Some(Duration::from_secs(20)))
+        };
+        let mut m = budgeted();
+        assert_eq!(m.budget_pending(), Some(Duration::from_secs(20)));
+        assert!(m.on(Input::LoadProgress(at(15), 100), &none).is_empty());
+        let out = m.on(Input::BudgetPassed(at(20), 200), &none);
+        assert!(
+            matches!(&out[..], [Action::Event("ready_budget_exceeded", v), Action::BudgetExceeded]
+                if v["ready_budget_s"] == 20 && v["cap_s"] == 3000 && v["silent_for_s"] == 0),
+            "{out:?}"
+        );
+        assert_eq!((m.budget_pending(), m.phase()), (None, RunPhase::Loading), "once, and still loading");
+        let f = failed(&m.on(Input::ReadyDeadline, &none)).clone();
+        assert_eq!(f.class, OutcomeClass::EngineTimeout);
+        assert!(f.message.contains("ready budget of 20 s passed with the load still progressing"), "{}", f.message);
+
+        let mut m = budgeted();
+        m.on(Input::LoadProgress(at(5), 100), &none);
+        let out = m.on(Input::BudgetPassed(at(20), 100), &none);
+        assert!(matches!(out.first(), Some(Action::Event("engine_stalled", _))), "{out:?}");
+        assert_eq!(failed(&out).cause.as_deref(), Some("stalled"));
+
+        let m = Machine::new(false, false, 3, 60).with_ready_budget(Some(Duration::from_secs(60)));
+        assert_eq!(m.budget_pending(), None, "a budget at the cap is the cap");
+    }
+
     #[test]
     fn teardown_shape_follows_the_end() {
         let t = Timings {
             health_timeout: Duration::from_secs(60),
+            ready_budget: None,
             hang_after: Duration::from_secs(600),
             load_stall_after: Duration::from_secs(300),
             teardown_grace: Duration::from_secs(20),

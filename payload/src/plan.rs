@@ -28,6 +28,8 @@ pub struct Plan {
     pub secrets: SecretsSection,
     pub tunnel: tunnel::TunnelPlan,
     pub engine: ProcessSection,
+    /// How long `run` waits for readiness, and why (docs/payload.md "Readiness budget").
+    pub readiness: ReadinessSection,
     /// A multi-node engine: every node's rank, argv and environment (docs/multinode.md).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub layout: Option<crate::multinode::LayoutPlan>,
@@ -37,6 +39,18 @@ pub struct Plan {
     pub post_run: Option<PostRunSection>,
     /// What would stop `run`, with its outcome class.
     pub problems: Vec<Problem>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ReadinessSection {
+    /// `serve.ready_budget.seconds`, at most the cap.
+    pub deadline_s: u64,
+    /// `serve.health_timeout_s`.
+    pub cap_s: u64,
+    pub load_stall_after_s: u64,
+    pub budget: Option<launch_spec::spec::ReadyBudget>,
+    /// The one-line account (`ServeSpec::readiness_line`).
+    pub how: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -250,6 +264,13 @@ pub fn render_prepared(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, S
         },
         tunnel: p.tunnel.plan.clone(),
         engine: process(head),
+        readiness: ReadinessSection {
+            deadline_s: spec.serve.ready_deadline_s(),
+            cap_s: spec.serve.health_timeout_s,
+            load_stall_after_s: spec.serve.load_stall_after_s,
+            budget: spec.serve.ready_budget.clone(),
+            how: spec.serve.readiness_line(),
+        },
         layout,
         harbor: HarborSection {
             mode: p.harbor.mode.as_str(),
@@ -355,6 +376,7 @@ pub fn render(plan: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
     for (k, v) in &plan.engine.env {
         writeln!(out, "    {k}={v}")?;
     }
+    writeln!(out, "  readiness: {}", plan.readiness.how)?;
     if let Some(l) = &plan.layout {
         writeln!(out)?;
         writeln!(

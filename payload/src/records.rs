@@ -64,6 +64,7 @@ impl Recorder {
                 post_run: None,
                 provenance: None,
                 gpu_time: None,
+                readiness: None,
             },
             failed_status_writes: 0,
             failed_event_writes: std::cell::Cell::new(0),

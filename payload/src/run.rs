@@ -429,7 +429,8 @@ impl<S: SignalSource> Run<S> {
             self.spec.serve.health_timeout_s,
         )
         .with_hang_after(self.timings.hang_after)
-        .with_load_stall_after(self.timings.load_stall_after);
+        .with_load_stall_after(self.timings.load_stall_after)
+        .with_ready_budget(self.timings.ready_budget);
         let mut watchdog = Watchdog::readiness(
             &p.base_url,
             &self.spec.model.served_name,
@@ -437,6 +438,18 @@ impl<S: SignalSource> Run<S> {
             p.api_key.as_deref(),
         );
         let deadline = timings::deadline(started, self.timings.health_timeout);
+        // The budget below the cap (crate::phases decides what its passing means).
+        let budget_at = machine.budget_pending().map_or(deadline, |b| timings::deadline(started, b));
+        let serve = &self.spec.serve;
+        self.rec.status.readiness = Some(launch_spec::records::ReadinessRecord {
+            deadline_s: serve.ready_deadline_s(),
+            cap_s: serve.health_timeout_s,
+            load_stall_after_s: serve.load_stall_after_s,
+            budget: serve.ready_budget.clone(),
+            budget_exceeded: false,
+        });
+        self.rec.write_status();
+        let log_bytes = || std::fs::metadata(&engine_log).map_or(0, |m| m.len());
         let mut heartbeat = interval(self.timings.heartbeat);
         heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut tunnel_tick = interval(TUNNEL_POLL);
@@ -465,6 +478,9 @@ impl<S: SignalSource> Run<S> {
                     versions = None;
                     self.accept_versions(v.map_err(|e| e.to_string()))?;
                     continue;
+                }
+                _ = sleep_until(budget_at.into()), if machine.budget_pending().is_some() => {
+                    Input::BudgetPassed(Instant::now(), log_bytes())
                 }
                 v = async { (&mut config_check.as_mut().expect("guarded").0).await }, if config_check.is_some() => {
                     config_check = None;
@@ -496,8 +512,7 @@ impl<S: SignalSource> Run<S> {
                         continue;
                     }
                     // Loading's progress is vllm.log growing (weights shards, compile, graph capture all log).
-                    let bytes = std::fs::metadata(&engine_log).map_or(0, |m| m.len());
-                    Input::LoadProgress(Instant::now(), bytes)
+                    Input::LoadProgress(Instant::now(), log_bytes())
                 }
                 _ = share_tick.tick(), if shared => match self.share_input(machine.phase()) {
                     Some(input) => input,
@@ -553,9 +568,25 @@ impl<S: SignalSource> Run<S> {
                         let ms = started.elapsed().as_millis() as u64;
                         let identity_ms = (self.identity_ms * 100.0).round() / 100.0;
                         self.rec.gpu(|c, now| c.engine_ready(now));
-                        self.rec.event("engine_ready", json!({ "elapsed_ms": ms, "identity_check_ms": identity_ms }));
+                        let budget_ms = self.spec.serve.ready_budget.as_ref().map(|b| b.seconds.saturating_mul(1000));
+                        self.rec.event(
+                            "engine_ready",
+                            json!({
+                                "elapsed_ms": ms,
+                                "identity_check_ms": identity_ms,
+                                "ready_budget_s": self.spec.serve.ready_budget.as_ref().map(|b| b.seconds),
+                                "within_budget": budget_ms.map(|b| ms <= b),
+                            }),
+                        );
                         self.rec.set_phase(Phase::Ready);
                         tracing::info!(elapsed_ms = ms, "vLLM ready");
+                    }
+                    Action::BudgetExceeded => {
+                        if let Some(r) = self.rec.status.readiness.as_mut() {
+                            r.budget_exceeded = true;
+                        }
+                        self.rec.write_status();
+                        tracing::warn!("ready budget passed with the load progressing; waiting on to the cap");
                     }
                     Action::StartHarbor if self.is_host() => {
                         self.start_legs(p)?;

@@ -28,6 +28,8 @@ pub const PROBE_MIN: Duration = Duration::from_millis(50);
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Timings {
     pub health_timeout: Duration,
+    /// `serve.ready_budget.seconds`, when the spec has a budget (the cap still applies: crate::phases).
+    pub ready_budget: Option<Duration>,
     /// `serve.hang_after_s`: the liveness window (crate::liveness).
     pub hang_after: Duration,
     /// `serve.load_stall_after_s`: loading with no new `vllm.log` bytes this long is stalled.
@@ -67,6 +69,10 @@ pub fn check(spec_path: &Path, spec: &LaunchSpec) -> Result<Timings, Failure> {
     let l = &spec.limits;
     let timings = Timings {
         health_timeout: seconds_u64(spec_path, "serve.health_timeout_s", spec.serve.health_timeout_s, true)?,
+        ready_budget: match &spec.serve.ready_budget {
+            Some(b) => Some(seconds_u64(spec_path, "serve.ready_budget.seconds", b.seconds, false)?),
+            None => None,
+        },
         hang_after: seconds_u64(spec_path, "serve.hang_after_s", spec.serve.hang_after_s, true)?,
         load_stall_after: seconds_u64(spec_path, "serve.load_stall_after_s", spec.serve.load_stall_after_s, true)?,
         teardown_grace: seconds_f64(spec_path, "limits.teardown_grace_s", l.teardown_grace_s, false)?,

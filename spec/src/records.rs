@@ -274,6 +274,27 @@ pub struct RunStatus {
     /// run dir and a shared job's group dir; absent in a leg of a shared job and in older records.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_time: Option<GpuTime>,
+    /// The readiness deadline and how it was set (docs/payload.md "Readiness budget"); absent in
+    /// older records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness: Option<ReadinessRecord>,
+}
+
+/// How long payload waits for readiness, and why.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReadinessRecord {
+    /// The deadline it started with: `serve.ready_budget.seconds`, at most `cap_s`.
+    pub deadline_s: u64,
+    /// `serve.health_timeout_s`.
+    pub cap_s: u64,
+    /// `serve.load_stall_after_s`: no load progress this long is `engine_start/stalled`.
+    pub load_stall_after_s: u64,
+    /// `serve.ready_budget` (absent: the spec has none, the cap is the deadline).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::spec::ReadyBudget>,
+    /// The budget passed while loading still progressed: the deadline became the cap.
+    #[serde(default)]
+    pub budget_exceeded: bool,
 }
 
 /// The model revision and program versions of one run; `None` where payload could not tell (the

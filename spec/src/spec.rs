@@ -332,6 +332,38 @@ impl ReadyBudget {
     }
 }
 
+impl ServeSpec {
+    /// The readiness deadline payload starts with: the budget, never past the cap
+    /// `health_timeout_s` (docs/payload.md "Readiness budget").
+    pub fn ready_deadline_s(&self) -> u64 {
+        self.ready_budget.as_ref().map_or(self.health_timeout_s, |b| b.seconds.min(self.health_timeout_s))
+    }
+
+    /// One line for `plan` (submitter's and payload's): the deadline, how it was computed, and
+    /// the rules that govern loading past it.
+    pub fn readiness_line(&self) -> String {
+        let stall = format!("{} s without vllm.log progress is engine_start/stalled", self.load_stall_after_s);
+        match &self.ready_budget {
+            Some(budget) if budget.seconds <= self.health_timeout_s => {
+                format!(
+                    "deadline {}; past it a load still making progress runs on to the cap; {stall}",
+                    budget.describe()
+                )
+            }
+            Some(budget) => format!(
+                "deadline {} s, the cap serve.health_timeout_s (budget {}); {stall}",
+                self.health_timeout_s,
+                budget.describe()
+            ),
+            None => format!("deadline {} s, serve.health_timeout_s: {NO_BUDGET}; {stall}", self.health_timeout_s),
+        }
+    }
+}
+
+/// Why a spec has no `serve.ready_budget`: what `plan` says.
+pub const NO_BUDGET: &str =
+    "no budget (checkpoint size unknown: no weights found and no parameter count in the model id)";
+
 fn one() -> u32 {
     1
 }
@@ -964,6 +996,9 @@ impl LaunchSpec {
         v::environment(&self.harbor.env).map_err(fail("harbor.env"))?;
         v::whole_seconds(self.serve.hang_after_s, true).map_err(fail("serve.hang_after_s"))?;
         v::whole_seconds(self.serve.load_stall_after_s, true).map_err(fail("serve.load_stall_after_s"))?;
+        if let Some(budget) = &self.serve.ready_budget {
+            v::whole_seconds(budget.seconds, false).map_err(fail("serve.ready_budget.seconds"))?;
+        }
         if let Some(fixed) = self.serve.port.fixed {
             v::port(fixed).map_err(fail("serve.port.fixed"))?;
         }
@@ -1034,6 +1069,25 @@ mod tests {
         let capped = ReadyBudget::compute(438 * GIB, 100.0, 120, 60, 3000, "snapshot".into());
         assert_eq!((capped.load_s, capped.seconds), (4486, 3000));
         assert!(capped.describe().starts_with("3000 s (capped) = 438.0 GiB / 100 MiB/s"), "{}", capped.describe());
+    }
+
+    /// The deadline is the budget, never past the cap; without a budget the cap, saying why.
+    #[test]
+    fn the_readiness_line_names_the_deadline_and_its_basis() {
+        const GIB: u64 = 1 << 30;
+        let mut serve: ServeSpec =
+            serde_json::from_str(r#"{"program": "vllm", "tensor_parallel_size": 1, "data_parallel_size": 1}"#).unwrap();
+        serve.health_timeout_s = 3000;
+        assert_eq!(serve.ready_deadline_s(), 3000);
+        assert!(serve.readiness_line().starts_with("deadline 3000 s, serve.health_timeout_s: no budget"));
+        serve.ready_budget = Some(ReadyBudget::compute(16 * GIB, 1000.0, 120, 60, 3000, "snapshot".into()));
+        assert_eq!(serve.ready_deadline_s(), 197);
+        let line = serve.readiness_line();
+        assert!(line.starts_with("deadline 197 s = 16.0 GiB / 1000 MiB/s"), "{line}");
+        assert!(line.ends_with("300 s without vllm.log progress is engine_start/stalled"), "{line}");
+        serve.health_timeout_s = 100;
+        assert_eq!(serve.ready_deadline_s(), 100, "an edited cap below the budget wins");
+        assert!(serve.readiness_line().starts_with("deadline 100 s, the cap"), "{}", serve.readiness_line());
     }
 
     #[test]

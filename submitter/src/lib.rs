@@ -14,6 +14,7 @@ pub mod output;
 pub mod planner;
 pub mod preflight;
 pub mod queue;
+pub mod readiness;
 pub mod registry;
 pub mod remediate;
 pub mod selection;

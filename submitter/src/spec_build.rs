@@ -378,7 +378,7 @@ impl SpecBuilder<'_> {
             None => None,
         };
         let post_run = self.post_run_spec()?;
-        Ok(LaunchSpec {
+        let mut spec = LaunchSpec {
             version: SPEC_VERSION,
             run_dir: jobs_dir.join(&run_tag),
             run_tag,
@@ -481,7 +481,18 @@ impl SpecBuilder<'_> {
                 harbor_environment: cluster.harbor.environment.clone(),
                 harbor: harbor_env.harbor_declared(),
             }),
-        })
+        };
+        spec.serve.ready_budget = self.ready_budget(&spec);
+        Ok(spec)
+    }
+
+    /// `serve.ready_budget` (crate::readiness): the weights on disk (`model.local_path`, else the
+    /// profile's HF cache), else an estimate from the id; `None` (the cap alone) without either.
+    pub fn ready_budget(&self, spec: &LaunchSpec) -> Option<launch_spec::spec::ReadyBudget> {
+        // An unexpandable cache path fails the spec elsewhere (the engine's environment).
+        let cache = self.hf_cache().ok().flatten();
+        let weights = crate::readiness::weights(&spec.model.hf_id, spec.model.local_path.as_deref(), cache.as_deref())?;
+        Some(crate::readiness::budget(&self.cluster.engine, &spec.model.hf_id, &spec.serve, &weights))
     }
 
     /// The profile's post-run step: `${VAR}` expanded in every argv element (as in profile paths;

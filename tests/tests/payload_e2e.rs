@@ -504,8 +504,17 @@ fn health_timeout_is_engine_timeout() {
     assert_eq!(outcome(&fx)["class"], "engine_timeout");
 }
 
-/// A load that keeps logging (shard progress) outlasts the stall window several times over and is
-/// not stopped: only silence ends a load early (docs/payload.md "Readiness budget").
+/// A `serve.ready_budget` as submitter writes it, of `seconds` under the cap `cap_s`.
+fn ready_budget(seconds: u64, cap_s: u64) -> serde_json::Value {
+    json!({
+        "seconds": seconds, "weights_bytes": 1u64 << 30, "load_bandwidth_mib_s": 1024.0, "load_s": 1,
+        "compile_s": seconds - 1, "graph_capture_s": 0, "cap_s": cap_s, "basis": "made up for the test",
+    })
+}
+
+/// A load that keeps logging (shard progress) outlasts both the stall window and its ready budget
+/// several times over and is not stopped: past the budget it runs on to the cap, recorded as
+/// `ready_budget_exceeded`; only silence ends a load early (docs/payload.md "Readiness budget").
 #[test]
 fn progressing_load_longer_than_stall_window_is_not_stopped() {
     let fx = Fx::new("loadprogress");
@@ -514,12 +523,23 @@ fn progressing_load_longer_than_stall_window_is_not_stopped() {
     spec["serve"]["env"]["STANDIN_LOAD_LOG_EVERY"] = json!("0.5");
     spec["serve"]["load_stall_after_s"] = json!(2);
     spec["serve"]["health_timeout_s"] = json!(60);
+    spec["serve"]["ready_budget"] = ready_budget(2, 60);
     let mut run = fx.start(&spec, &[]);
     let code = run.wait(Duration::from_secs(60));
     assert_eq!(code, 0, "stderr:\n{}", fx.stderr());
     assert_no_survivors(&run);
     assert!(fx.event("engine_stalled").is_none());
     assert!(fx.event("harbor_spawned").is_some());
+    let exceeded = fx.event("ready_budget_exceeded").expect("ready_budget_exceeded event")["fields"].clone();
+    assert_eq!((exceeded["ready_budget_s"].as_u64(), exceeded["cap_s"].as_u64()), (Some(2), Some(60)), "{exceeded}");
+    assert!(exceeded["silent_for_s"].as_u64().unwrap() < 2, "progress within the window: {exceeded}");
+    let ready = fx.event("engine_ready").unwrap()["fields"].clone();
+    assert_eq!((ready["ready_budget_s"].as_u64(), ready["within_budget"].as_bool()), (Some(2), Some(false)), "{ready}");
+    let readiness = fx.status()["readiness"].clone();
+    assert_eq!(readiness["deadline_s"], 2, "{readiness}");
+    assert_eq!(readiness["cap_s"], 60, "{readiness}");
+    assert_eq!(readiness["budget_exceeded"], true, "{readiness}");
+    assert_eq!(readiness["budget"]["basis"], "made up for the test", "{readiness}");
 }
 
 /// A load that goes silent is `engine_start` with cause `stalled` after the stall window, long
@@ -531,6 +551,8 @@ fn silent_load_ends_as_stalled_early() {
     spec["serve"]["env"]["STANDIN_LOAD_STALL"] = json!("1");
     spec["serve"]["load_stall_after_s"] = json!(2);
     spec["serve"]["health_timeout_s"] = json!(600);
+    // A budget far off: the stall rule, not the budget, ends a silent load.
+    spec["serve"]["ready_budget"] = ready_budget(300, 600);
     let mut run = fx.start(&spec, &[]);
     let code = run.wait(Duration::from_secs(60));
     assert_eq!(code, 10, "stderr:\n{}", fx.stderr());
@@ -542,6 +564,7 @@ fn silent_load_ends_as_stalled_early() {
     let ev = fx.event("engine_stalled").expect("engine_stalled event")["fields"].clone();
     assert!(ev["silent_for_s"].as_u64().unwrap() >= 2, "{ev}");
     assert!(fx.event("harbor_spawned").is_none());
+    assert!(fx.event("ready_budget_exceeded").is_none());
 }
 
 #[test]

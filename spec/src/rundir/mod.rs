@@ -235,6 +235,9 @@ pub enum EventKind {
     EngineHung,
     /// While loading, no new `vllm.log` bytes for `serve.load_stall_after_s` (engine_start/stalled).
     EngineStalled,
+    /// While loading, `serve.ready_budget` passed with the load still making progress: the
+    /// deadline became the cap `serve.health_timeout_s` (progress is never cut short).
+    ReadyBudgetExceeded,
     /// A server not of the engine's process tree answered readiness on its port (never taken
     /// for the engine).
     ForeignServer,
@@ -303,6 +306,7 @@ const EVENT_NAMES: &[(&str, EventKind)] = &[
     ("engine_unhealthy", EventKind::EngineUnhealthy),
     ("engine_hung", EventKind::EngineHung),
     ("engine_stalled", EventKind::EngineStalled),
+    ("ready_budget_exceeded", EventKind::ReadyBudgetExceeded),
     ("foreign_server", EventKind::ForeignServer),
     ("ranks_spawned", EventKind::RanksSpawned),
     ("ranks_joined", EventKind::RanksJoined),

@@ -179,6 +179,7 @@ pub fn running_status(
         post_run: None,
         provenance: None,
         gpu_time: None,
+        readiness: None,
     }
 }
 

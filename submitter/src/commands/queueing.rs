@@ -323,6 +323,11 @@ fn plan_table(planned: &[PlannedJob], team: Option<&TeamView>) -> String {
             why
         );
     }
+    for job in planned {
+        if let Some(spec) = &job.spec {
+            out += &format!("ready     {} {}: {}\n", job.model, job.benchmark, spec.serve.readiness_line());
+        }
+    }
     out += &flag_lines(planned);
     out += &remedy_lines(planned);
     let tunnels: std::collections::BTreeSet<(&str, &str)> =
@@ -789,6 +794,13 @@ struct PlannedJobOutput<'a> {
     /// `<run dir>/launch.json`, for queued pairs.
     #[serde(skip_serializing_if = "Option::is_none")]
     spec_path: Option<&'a Path>,
+    /// The readiness deadline and how it was computed (`ServeSpec::readiness_line`), for queued
+    /// pairs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    readiness: Option<String>,
+    /// The spec's `serve.ready_budget`, for queued pairs that have one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ready_budget: Option<&'a launch_spec::spec::ReadyBudget>,
     /// The exact `sbatch` argv (program first), for queued pairs.
     #[serde(skip_serializing_if = "Option::is_none")]
     sbatch: Option<&'a [String]>,
@@ -848,6 +860,8 @@ impl<'a> From<&'a PlannedJob> for PlannedJobOutput<'a> {
             tunnel: &job.tunnel,
             remedy: job.remedy.as_deref(),
             spec_path: job.spec_path.as_deref(),
+            readiness: job.spec.as_ref().map(|s| s.serve.readiness_line()),
+            ready_budget: job.spec.as_ref().and_then(|s| s.serve.ready_budget.as_ref()),
             sbatch: job.sbatch.as_deref(),
         }
     }

@@ -1,6 +1,7 @@
 //! `submitter spec`: the launch spec for one (model, benchmark), written without submitting. It
 //! takes the same selection and spec options as `plan` and `launch` (one leg, one model).
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -104,5 +105,7 @@ pub fn write(args: &SpecArgs, spec: &launch_spec::LaunchSpec) -> Result<()> {
 pub fn spec(args: &SpecArgs) -> Result<ExitCode> {
     let (spec, _) = build(args)?;
     write(args, &spec)?;
+    // On stderr: stdout may be the spec itself.
+    let _ = writeln!(std::io::stderr(), "ready     {}: {}", spec.model.hf_id, spec.serve.readiness_line());
     Ok(ExitCode::SUCCESS)
 }

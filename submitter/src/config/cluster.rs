@@ -331,6 +331,21 @@ pub struct EngineSettings {
     /// `serve.load_stall_after_s`; docs/payload.md "Readiness budget").
     #[serde(default = "default_load_stall_after")]
     pub load_stall_after_s: u64,
+    /// The readiness budget (the spec's `serve.ready_budget`; docs/site.md "Readiness budget"):
+    /// the rate vLLM reads a checkpoint from the file system the weights live on, MiB/s.
+    #[serde(default = "default_load_bandwidth")]
+    pub load_bandwidth_mib_s: f64,
+    /// torch.compile, memory profiling and warm-up of a dense model (per-job compile caches start
+    /// cold).
+    #[serde(default = "default_compile_allowance")]
+    pub compile_allowance_s: u64,
+    /// The same for a mixture-of-experts model (`…-A22B`, Mixtral, …): its expert kernels are
+    /// tuned and built on top.
+    #[serde(default = "default_moe_compile_allowance")]
+    pub moe_compile_allowance_s: u64,
+    /// CUDA-graph capture; none with `--enforce-eager`.
+    #[serde(default = "default_graph_capture_allowance")]
+    pub graph_capture_allowance_s: u64,
     /// vLLM's `--distributed-timeout-seconds` for a multi-node engine; default `health_timeout_s`
     /// (weights may load slowly on some nodes, docs/multinode.md).
     #[serde(default)]
@@ -350,6 +365,27 @@ fn default_hang_after() -> u64 {
 
 fn default_load_stall_after() -> u64 {
     launch_spec::spec::DEFAULT_LOAD_STALL_AFTER_S
+}
+
+/// 1000 MiB/s: plain safetensors loading off a shared file system reads 1–4 GB/s in published
+/// figures (Qwen3-30B-A3B at ≈ 1.1 GB/s on one H200, vLLM's InstantTensor page); the low end.
+fn default_load_bandwidth() -> f64 {
+    1000.0
+}
+
+/// Cold torch.compile + profiling + warm-up: ≈ 15 s dynamo + 70 s compile + KV profiling for a
+/// 70B (vLLM issue 19824), up to 210 s of profiling and warm-up for a 35B MoE (issue 44881).
+fn default_compile_allowance() -> u64 {
+    300
+}
+
+fn default_moe_compile_allowance() -> u64 {
+    600
+}
+
+/// ≈ 60 s of CUDA-graph capture for a 70B at TP 8 (vLLM issue 19824), doubled.
+fn default_graph_capture_allowance() -> u64 {
+    120
 }
 
 fn default_vllm() -> String {
@@ -735,6 +771,20 @@ impl ClusterProfile {
         check("engine.health_timeout_s", v::whole_seconds(self.engine.health_timeout_s, true).map(drop));
         check("engine.load_stall_after_s", v::whole_seconds(self.engine.load_stall_after_s, true).map(drop));
         check("engine.hang_after_s", v::whole_seconds(self.engine.hang_after_s, true).map(drop));
+        let bandwidth = self.engine.load_bandwidth_mib_s;
+        if !(bandwidth.is_finite() && bandwidth > 0.0 && bandwidth <= 10_000_000.0) {
+            check(
+                "engine.load_bandwidth_mib_s",
+                Err(format!("{bandwidth} must be a read rate in MiB/s > 0, e.g. 1000 (≈ 1 GB/s)")),
+            );
+        }
+        for (field, value) in [
+            ("engine.compile_allowance_s", self.engine.compile_allowance_s),
+            ("engine.moe_compile_allowance_s", self.engine.moe_compile_allowance_s),
+            ("engine.graph_capture_allowance_s", self.engine.graph_capture_allowance_s),
+        ] {
+            check(field, v::whole_seconds(value, false).map(drop));
+        }
         if let Some(timeout) = self.engine.distributed_timeout_s {
             check("engine.distributed_timeout_s", v::whole_seconds(timeout, true).map(drop));
         }

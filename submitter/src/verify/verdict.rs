@@ -475,6 +475,7 @@ mod tests {
             post_run: None,
             provenance: None,
             gpu_time: None,
+            readiness: None,
         }
     }
 

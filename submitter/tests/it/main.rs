@@ -16,6 +16,7 @@ mod notify;
 #[path = "../common/pg.rs"]
 mod pg;
 mod queueing;
+mod readiness;
 mod real_harbor_launch;
 mod registry;
 mod remediation;

@@ -37,6 +37,7 @@
 //! | `STANDIN_CONTROL_FILE` | a file re-read on every request: `normal`, `bad_request`, `hang`, `stall` (as `STANDIN_STALL_AFTER_REQUESTS`, from now on) or `die` switch behaviour at run time |
 //! | `STANDIN_HUB` | the node's view of huggingface.co for a model not in the HF cache (`e2e::standin::hub`): `unreachable` (no internet: vLLM's real "Invalid repository ID or local directory" error), `reachable` (downloads a minimal snapshot into `$HF_HUB_CACHE`/`$HF_HOME/hub`/`~/.cache/huggingface/hub`), unset (not checked). A local dir or a cached snapshot always resolves; `HF_HUB_OFFLINE=1` without one always fails |
 //! | `STANDIN_RANK_FAIL` | multi-node faults: `<rank>:start` (that node's rank exits 1 before joining) or `<rank>:after=<seconds>` (it exits 1 that long after joining) |
+//! | `STANDIN_NO_METRICS=1` | `/metrics` answers 404 (a server without vLLM's counters): the supervision bench's baseline for the liveness rule's cost, nothing a test relies on |
 //! | `STANDIN_VLLM_ARGS_ONLY=1` | stop after the argument checks vLLM does before binding the port: exit 0 when they pass (the stand-in contract test compares this with the real parser) |
 //!
 //! **Multi-node** (`--nnodes N --node-rank R --master-addr A --master-port P`, or
@@ -1371,6 +1372,9 @@ fn handle(st: Arc<State>, mut req: tiny_http::Request) {
                 Reply { status: 200, body: String::new(), content_type: "application/json" }
             }
             ("GET", "/version") => Reply::json(200, json!({"version": version(cfg.style)})),
+            ("GET", "/metrics") if std::env::var_os("STANDIN_NO_METRICS").is_some_and(|v| v == "1") => {
+                Reply::json(404, json!({"detail": "Not Found"}))
+            }
             ("GET", "/metrics") => {
                 Reply { status: 200, body: metrics_text(&st), content_type: "text/plain; version=0.0.4; charset=utf-8" }
             }
