@@ -97,6 +97,10 @@ pub enum SlurmView {
 /// whose sbatch answer was lost is found again (docs/decisions.md, idempotent submission).
 pub const SUBMISSION_TAG_KEY: &str = "submission_tag";
 
+/// The key of a shared job's leg's config (issue 24): `{group_tag, group_dir, legs}` (the legs'
+/// run tags). Its attempts share one Slurm job id and one submission tag.
+pub const SHARED_KEY: &str = "shared";
+
 /// The cluster name under which the team's imported history lives in the ledger.
 pub const TEAM_CLUSTER: &str = "ot-agent";
 

@@ -15,8 +15,9 @@ use submitter::executor::{Executor, Submitted};
 use submitter::ledger::{AttemptId, AttemptStatus, now};
 use submitter::notify::{self, Event, Notifier, NotifyState, Tidings};
 use submitter::output::{self, ExitStatus, FormatArgs};
-use submitter::planner::{self, Executables, PlanInputs, PlannedJob};
+use submitter::planner::{self, Executables, Plan, PlanInputs, PlannedJob, SharedJob};
 use submitter::preflight;
+use submitter::selection::AllocationSource;
 use submitter::slurm::Slurm;
 use submitter::snapshot::Snapshot;
 use submitter::sync::{self, Change, SyncReport};
@@ -198,7 +199,7 @@ fn executables(session: &Session, must_exist: bool) -> Result<Executables> {
 
 /// Snapshot, then plan: what `plan` prints and what `launch` executes. Lists and presets are
 /// re-read here, every iteration.
-fn snapshot_and_plan(session: &Session, selection: &Selection, executables: &Executables) -> Result<Vec<PlannedJob>> {
+fn snapshot_and_plan(session: &Session, selection: &Selection, executables: &Executables) -> Result<Plan> {
     let legs = selection.legs(&session.presets_dir)?;
     let models = selection.models(session.ledger.as_ref())?;
     let snapshot = Snapshot::read(session.ledger.as_ref(), &session.slurm, &session.cluster.name, now())?;
@@ -215,6 +216,7 @@ fn snapshot_and_plan(session: &Session, selection: &Selection, executables: &Exe
         environment: &environment,
         policy: &policy(session, selection),
         max_in_flight: session.cluster.limits.max_jobs_in_flight,
+        allocation: selection.allocation,
     };
     Ok(planner::plan(&inputs, &snapshot))
 }
@@ -226,7 +228,35 @@ fn flag_lines(planned: &[PlannedJob]) -> String {
         .collect()
 }
 
-fn plan_table(planned: &[PlannedJob]) -> String {
+/// The shared jobs of a plan (which pairs share a job, its time, its capacity, its argv once) and
+/// the `shared` legs that still get a job of their own, and why.
+fn shared_lines(plan: &Plan) -> String {
+    let mut out = String::new();
+    for group in &plan.shared {
+        let legs: Vec<&PlannedJob> = group.legs.iter().map(|&i| &plan.jobs[i]).collect();
+        let names: Vec<&str> = legs.iter().map(|j| j.benchmark.as_str()).collect();
+        let source = legs.first().map_or("default", |j| j.allocation.1.as_str());
+        out += &format!(
+            "shared    {} {}: {} legs in one job, one engine (allocation shared, from {source}): {}\n",
+            group.group_tag,
+            group.model,
+            legs.len(),
+            names.join(", ")
+        );
+        out += &format!("          time {} = {}\n", group.time, group.time_basis);
+        out += &format!("          capacity: {}\n", group.capacity);
+        out += &format!("          {}\n", shell_words::join(&group.sbatch));
+    }
+    for job in &plan.jobs {
+        if let Some(note) = &job.allocation_note {
+            out += &format!("own job   {} {}: allocation shared, but {note}\n", job.model, job.benchmark);
+        }
+    }
+    out
+}
+
+fn plan_table(plan: &Plan) -> String {
+    let planned = &plan.jobs;
     let mut out = String::new();
     for job in planned {
         let why = match &job.blocked {
@@ -245,6 +275,7 @@ fn plan_table(planned: &[PlannedJob]) -> String {
         );
     }
     out += &flag_lines(planned);
+    out += &shared_lines(plan);
     let tunnels: std::collections::BTreeSet<(&str, &str)> =
         planned.iter().map(|j| (j.preset.as_str(), j.tunnel.as_str())).collect();
     for (preset, tunnel) in tunnels {
@@ -263,11 +294,17 @@ fn plan_table(planned: &[PlannedJob]) -> String {
 pub fn plan_command(args: &PlanArgs) -> Result<ExitCode> {
     args.selection.check()?;
     let session = Session::open(&args.ledger)?;
-    let planned = snapshot_and_plan(&session, &args.selection, &executables(&session, false)?)?;
+    let plan = snapshot_and_plan(&session, &args.selection, &executables(&session, false)?)?;
     super::print(&if args.format.is_json() {
-        output::document("plan", &PlanOutput { jobs: planned.iter().map(PlannedJobOutput::from).collect() })
+        output::document(
+            "plan",
+            &PlanOutput {
+                jobs: plan.jobs.iter().map(PlannedJobOutput::from).collect(),
+                shared: plan.shared.iter().map(|g| SharedJobOutput::new(g, &plan)).collect(),
+            },
+        )
     } else {
-        plan_table(&planned)
+        plan_table(&plan)
     })?;
     Ok(ExitCode::SUCCESS)
 }
@@ -295,7 +332,8 @@ fn iterate(
         )
         .context("sync")?
     };
-    let planned = snapshot_and_plan(session, &args.selection, executables)?;
+    let plan = snapshot_and_plan(session, &args.selection, executables)?;
+    let planned = &plan.jobs;
     // Staging and preflight (docs/site.md): each model once per iteration, before any ledger row.
     let context = session.context();
     let stager =
@@ -316,15 +354,15 @@ fn iterate(
         prepare: &prepare,
         dry_run: args.dry_run,
     };
-    let submitted = executor.execute(&planned)?;
+    let submitted = executor.execute(&plan)?;
     let failed = submitted.iter().filter(|s| s.failed()).count();
     let format = match (args.format.is_json(), args.watch) {
         (false, _) => IterationFormat::Human,
         (true, false) => IterationFormat::Document,
         (true, true) => IterationFormat::Line,
     };
-    let tidings = notify::iteration_events(&report.changes, &planned);
-    Ok((render_iteration(&report, &planned, &submitted, failed, format), failed, tidings))
+    let tidings = notify::iteration_events(&report.changes, planned);
+    Ok((render_iteration(&report, planned, &submitted, failed, format), failed, tidings))
 }
 
 /// How `launch` prints an iteration: text, a pretty document (`--once`), or one compact document
@@ -627,6 +665,57 @@ struct CancelledOutput {
 #[derive(Serialize)]
 struct PlanOutput<'a> {
     jobs: Vec<PlannedJobOutput<'a>>,
+    /// The shared jobs (one engine serving several legs of one model); left out when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    shared: Vec<SharedJobOutput<'a>>,
+}
+
+/// One shared job of a plan (docs/submitter.md, "Shared allocation").
+#[derive(Serialize)]
+struct SharedJobOutput<'a> {
+    group_tag: &'a str,
+    model: &'a str,
+    /// `<group dir>/shared.json`.
+    shared_spec: std::path::PathBuf,
+    /// Its legs' run tags, in launch order.
+    legs: Vec<&'a str>,
+    /// The `--time` it asks for, and how it was worked out.
+    time: &'a str,
+    time_basis: &'a str,
+    /// How the engine's `max_num_seqs` and the legs' `n_concurrent` were reconciled.
+    capacity: &'a str,
+    /// The exact `sbatch` argv (program first), once for the job.
+    sbatch: &'a [String],
+}
+
+impl<'a> SharedJobOutput<'a> {
+    fn new(group: &'a SharedJob, plan: &'a Plan) -> Self {
+        SharedJobOutput {
+            group_tag: &group.group_tag,
+            model: &group.model,
+            shared_spec: group.group_dir.join(launch_spec::shared::SHARED_SPEC_FILE),
+            legs: group.legs.iter().map(|&i| plan.jobs[i].run_tag.as_str()).collect(),
+            time: &group.time,
+            time_basis: &group.time_basis,
+            capacity: &group.capacity,
+            sbatch: &group.sbatch,
+        }
+    }
+}
+
+/// A pair's allocation, when it is not the default per-leg.
+#[derive(Serialize)]
+struct AllocationOutput<'a> {
+    /// `shared` or `per-leg`.
+    mode: &'static str,
+    /// What chose it: `--allocation`, `preset`, `profile`.
+    source: &'static str,
+    /// The group tag of the shared job it is a leg of.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shared_job: Option<&'a str>,
+    /// Why a `shared` leg still has a job of its own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    note: Option<&'a str>,
 }
 
 /// One planned pair (`plan`'s `jobs`, `launch`'s `elsewhere` and `flagged`).
@@ -665,9 +754,13 @@ struct PlannedJobOutput<'a> {
     /// `<run dir>/launch.json`, for queued pairs.
     #[serde(skip_serializing_if = "Option::is_none")]
     spec_path: Option<&'a Path>,
-    /// The exact `sbatch` argv (program first), for queued pairs.
+    /// The exact `sbatch` argv (program first), for queued pairs with a job of their own (a shared
+    /// job's is in `shared`).
     #[serde(skip_serializing_if = "Option::is_none")]
     sbatch: Option<&'a [String]>,
+    /// Left out for the default (per-leg, nothing set).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    allocation: Option<AllocationOutput<'a>>,
 }
 
 impl<'a> From<&'a PlannedJob> for PlannedJobOutput<'a> {
@@ -715,6 +808,12 @@ impl<'a> From<&'a PlannedJob> for PlannedJobOutput<'a> {
             tunnel: &job.tunnel,
             spec_path: job.spec_path.as_deref(),
             sbatch: job.sbatch.as_deref(),
+            allocation: (job.allocation.1 != AllocationSource::Default).then(|| AllocationOutput {
+                mode: job.allocation.0.as_str(),
+                source: job.allocation.1.as_str(),
+                shared_job: job.shared_job.as_deref(),
+                note: job.allocation_note.as_deref(),
+            }),
         }
     }
 }

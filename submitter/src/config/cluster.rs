@@ -50,6 +50,10 @@ pub struct ClusterProfile {
     /// Notifications from the launch loop (webhook and/or command); docs/submitter.md.
     #[serde(default)]
     pub notify: Option<NotifySettings>,
+    /// The default for multi-leg launches when neither `--allocation` nor the leg's preset says
+    /// (`per-leg` when absent); docs/submitter.md, "Shared allocation".
+    #[serde(default)]
+    pub allocation: Option<super::Allocation>,
 }
 
 /// `listener:` — the listener job's own placement: a small CPU partition (never the GPU one), with
