@@ -733,4 +733,96 @@ mod tests {
         // The same snapshot plans the same way: nothing else is read.
         assert_eq!(plan(&inputs, &snapshot).jobs, planned);
     }
+
+    /// `--allocation shared` over ID: a model with three queued legs gets one job of three legs, one
+    /// whose tb2 finished one of two, one with a single leg left a job of its own; the engine's
+    /// max_num_seqs is raised to the legs' Σ n_concurrent on every leg alike.
+    #[test]
+    fn shared_legs_of_one_model_are_one_job_with_capacity_and_walltime_reconciled() {
+        let root = ConfigRoot { root: Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf() };
+        let mut cluster = config::load_cluster(&root.clusters_dir(), "local").unwrap();
+        cluster.paths.jobs_dir = "/jobs".into();
+        cluster.limits.n_concurrent_ceiling = None;
+        let gpus = config::load_gpu_profiles(&root.clusters_dir()).unwrap();
+        let registry = Registry::load(&root.registry_dir()).unwrap();
+        let harbor = root.harbor_configs_dir();
+        let context = SpecBuilder {
+            cluster: &cluster,
+            gpu_profiles: &gpus,
+            registry: &registry,
+            harbor_configs_dir: &harbor,
+            root: &root.root,
+        };
+        let legs = crate::selection::legs(&root.presets_dir(), &["ID".into()], &[]).unwrap();
+        let models: Vec<String> = ["org/All-1B", "org/Two-1B", "org/One-1B"].map(String::from).to_vec();
+        let done = |model: &str, benchmark: &str| {
+            let mut a = attempt(1, model, AttemptStatus::Finished, json!({}));
+            a.benchmark = benchmark.into();
+            a.benchmark_family = benchmark.into();
+            pair(a, 0, false)
+        };
+        let swebench = Preset::benchmark_of(&legs[0].preset.datasets[0]);
+        let v2 = Preset::benchmark_of(&legs[1].preset.datasets[0]);
+        let snapshot = Snapshot {
+            cluster: "local".into(),
+            now: chrono::DateTime::from_timestamp(1_700_000_600, 0).unwrap(),
+            pairs: [done("org/Two-1B", "terminal_bench_2"), done("org/One-1B", "terminal_bench_2"), done("org/One-1B", &v2)]
+                .into_iter()
+                .collect(),
+            ..Snapshot::default()
+        };
+        let executables =
+            Executables { payload_bin: "/bin/payload".into(), script: "/repo/sbatch/payload.sbatch".into(), prelude: None };
+        let items: Vec<_> =
+            ["swebench=200", "v2=100", "tb2=50"].iter().map(|t| Concurrency::parse_item(t).unwrap()).collect();
+        let policy =
+            Policy { max_failed_attempts: 3, stale_pending_s: 3600, config_aware: false, force: false, max_continuations: 5 };
+        let inputs = PlanInputs {
+            context: &context,
+            legs: &legs,
+            models: &models,
+            overrides: &SpecOverrides::default(),
+            concurrency: &Concurrency::from_items(&items),
+            slurm: &SlurmOverrides::default(),
+            executables: &executables,
+            environment: &|_: &str| None,
+            policy: &policy,
+            max_in_flight: 20,
+            allocation: Some(Allocation::Shared),
+        };
+        let planned = plan(&inputs, &snapshot);
+        assert_eq!(planned.shared.len(), 2, "{:#?}", planned.shared);
+        let all = &planned.shared[0];
+        let benchmarks: Vec<&str> = all.legs.iter().map(|&i| planned.jobs[i].benchmark.as_str()).collect();
+        assert_eq!((all.model.as_str(), benchmarks.len()), ("org/All-1B", 3));
+        assert_eq!(benchmarks[0], swebench);
+        let specs: Vec<LaunchSpec> = all.legs.iter().map(|&i| planned.jobs[i].spec.clone().unwrap()).collect();
+        assert_eq!(launch_spec::shared::engine_mismatch(&specs), None, "the legs still agree on the engine");
+        assert!(specs.iter().all(|s| s.serve.max_num_seqs == Some(350)), "raised to 200 + 100 + 50");
+        assert_eq!(specs.iter().map(|s| s.harbor.n_concurrent).collect::<Vec<_>>(), [200, 100, 50], "legs keep theirs");
+        assert!(all.capacity.contains("raised") && all.capacity.contains("350"), "{}", all.capacity);
+        // The profile's 00:30:00 plus its 120 s readiness deadline.
+        assert_eq!(all.time, "00:32:00", "{}", all.time_basis);
+        assert!(all.sbatch.iter().any(|a| a == "--time=0-00:32:00"), "{:?}", all.sbatch);
+        let shared_spec = all.group_dir.join("shared.json").display().to_string();
+        assert_eq!(all.sbatch[all.sbatch.len() - 2..], ["--shared".to_string(), shared_spec]);
+        assert!(all.group_dir.starts_with("/jobs") && all.group_tag.starts_with("org__All-1B-shared-"));
+        assert!(all.sbatch.iter().any(|a| *a == format!("--output={}/slurm-%j.out", all.group_dir.display())));
+        assert_eq!(all.doc.legs, specs.iter().map(spec_path).collect::<Vec<_>>());
+        for &i in &all.legs {
+            let job = &planned.jobs[i];
+            assert_eq!(job.shared_job.as_deref(), Some(all.group_tag.as_str()));
+            assert!(job.sbatch.is_none() && job.request.is_none(), "the job's argv is the group's, once");
+            assert_eq!(job.allocation, (Allocation::Shared, AllocationSource::CommandLine));
+        }
+        assert_eq!(planned.shared[1].legs.len(), 2, "org/Two-1B: swebench and v2 left");
+        let one: Vec<&PlannedJob> = planned.jobs.iter().filter(|j| j.model == "org/One-1B" && j.queues()).collect();
+        assert_eq!(one.len(), 1);
+        assert!(one[0].shared_job.is_none() && one[0].sbatch.is_some(), "alone: a job of its own");
+        assert!(one[0].allocation_note.as_deref().is_some_and(|n| n.contains("a job of its own")));
+        // Per-leg (the default): no shared job at all, and the same snapshot plans the same way.
+        let per_leg = PlanInputs { allocation: None, ..inputs };
+        assert!(plan(&per_leg, &snapshot).shared.is_empty());
+        assert_eq!(plan(&PlanInputs { allocation: Some(Allocation::Shared), ..per_leg }, &snapshot), planned);
+    }
 }

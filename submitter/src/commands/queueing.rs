@@ -12,10 +12,11 @@ use submitter::config::args::duration;
 use submitter::decide::{Action, Policy, Prerequisite};
 use submitter::domain::Continuation;
 use submitter::executor::{Executor, Submitted};
-use submitter::ledger::{AttemptId, AttemptStatus, now};
+use submitter::ledger::{AttemptStatus, now};
 use submitter::notify::{self, Event, Notifier, NotifyState, Tidings};
 use submitter::output::{self, ExitStatus, FormatArgs};
 use submitter::planner::{self, Executables, Plan, PlanInputs, PlannedJob, SharedJob};
+use submitter::cancel::Stop;
 use submitter::preflight;
 use submitter::selection::AllocationSource;
 use submitter::slurm::Slurm;
@@ -562,29 +563,55 @@ pub fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
         bail!("say what to cancel: --job ID… or --model M… [--benchmark B…]");
     }
     let session = Session::open(&args.ledger)?;
+    let active: Vec<_> =
+        session.ledger.active()?.into_iter().filter(|a| a.cluster == session.cluster.name).collect();
+    let selected: Vec<_> = active.iter().filter(|a| args.selection.selects(a)).cloned().collect();
+    // A leg whose run dir holds its outcome has ended: it no longer keeps a shared job running.
+    let running = |a: &submitter::ledger::Attempt| {
+        let status = sync::run_dir_of(a).as_deref().and_then(sync::read_status).filter(|s| sync::belongs_to(s, a));
+        status.is_none_or(|s| s.outcome.is_none())
+    };
+    let user = std::env::var("USER").unwrap_or_else(|_| "unknown".to_string());
+    let mut scancelled: Vec<String> = Vec::new();
     let mut cancelled = Vec::new();
-    for attempt in session.ledger.active()?.into_iter().filter(|a| a.cluster == session.cluster.name) {
-        if !args.selection.selects(&attempt) {
-            continue;
-        }
-        if let Some(id) = attempt.slurm_job_id.as_deref().and_then(|j| j.parse().ok()) {
-            session.slurm.cancel(id, None, false)?;
-        }
-        session.ledger.transition(AttemptId(attempt.id.0), AttemptStatus::Cancelled, "cancelled by operator", None)?;
+    for (id, stop) in submitter::cancel::decide(&selected, &active, &running) {
+        let Some(attempt) = selected.iter().find(|a| a.id == id) else { continue };
+        let (reason, leg_only) = match &stop {
+            Stop::Job(job) => {
+                if !scancelled.contains(job) {
+                    session.slurm.cancel(job.parse().context("job id")?, None, false)?;
+                    scancelled.push(job.clone());
+                }
+                ("cancelled by operator".to_string(), false)
+            }
+            Stop::Leg { job, run_dir, others } => {
+                let path = submitter::cancel::request_leg_stop(run_dir, id, &user)
+                    .with_context(|| format!("writing the cancel request into {}", run_dir.display()))?;
+                let reason = format!(
+                    "cancelled by operator: this leg only ({} written; shared job {job} goes on with {others} other leg(s))",
+                    path.display()
+                );
+                (reason, true)
+            }
+            Stop::NoJob => ("cancelled by operator".to_string(), false),
+        };
+        session.ledger.transition(id, AttemptStatus::Cancelled, &reason, None)?;
         let done = CancelledOutput {
-            attempt: attempt.id.0,
-            model: attempt.model,
-            benchmark: attempt.benchmark,
-            job_id: attempt.slurm_job_id,
+            attempt: id.0,
+            model: attempt.model.clone(),
+            benchmark: attempt.benchmark.clone(),
+            job_id: attempt.slurm_job_id.clone(),
+            leg_only,
         };
         if !args.format.is_json() {
             // Each line as it happens: a Slurm error later leaves these on the screen.
             super::print(&format!(
-                "cancelled attempt {} ({} on {}), job {}\n",
+                "cancelled attempt {} ({} on {}), job {}{}\n",
                 done.attempt,
                 done.model,
                 done.benchmark,
-                done.job_id.as_deref().unwrap_or("-")
+                done.job_id.as_deref().unwrap_or("-"),
+                if leg_only { " (this leg only: the shared job's other legs go on)" } else { "" }
             ))?;
         }
         cancelled.push(done);
@@ -655,6 +682,10 @@ struct CancelledOutput {
     benchmark: String,
     /// The Slurm job cancelled, null when the attempt had none yet.
     job_id: Option<String>,
+    /// Present (true) when only this leg of a shared job was stopped (its `cancel.request`) and
+    /// the job goes on serving the other legs.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    leg_only: bool,
 }
 
 // The JSON documents of `plan`, `launch`, `sync` and `cancel` (docs/design.md §11): built from
