@@ -17,6 +17,7 @@ mod notify;
 mod pg;
 mod queueing;
 mod registry;
+mod shared_alloc;
 mod site;
 mod site_facts;
 mod slurm_real;
