@@ -18,11 +18,19 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the job described by a launch spec (the sbatch script execs this).
+    /// Run the job described by a launch spec, or a shared job's legs against one engine (the
+    /// sbatch script execs this).
     Run {
         /// The launch spec (launch.json).
+        #[arg(long, required_unless_present = "shared", conflicts_with = "shared")]
+        spec: Option<PathBuf>,
+        /// A shared job (`<group_dir>/shared.json`): one engine, every leg against it
+        /// (docs/payload.md "Shared jobs").
         #[arg(long)]
-        spec: PathBuf,
+        shared: Option<PathBuf>,
+        /// A leg of a shared job: the engine host's `engine.json` (started by `--shared` only).
+        #[arg(long, hide = true, requires = "spec")]
+        engine: Option<PathBuf>,
     },
     /// Show everything `run` would do, without doing it.
     Plan {
@@ -177,7 +185,12 @@ async fn main() -> ExitCode {
         report(info);
     }));
     let result = match cli.command {
-        Command::Run { spec } => Ok(payload::run::run(&spec).await),
+        Command::Run { shared: Some(shared), .. } => Ok(payload::shared::run_shared(&shared).await),
+        Command::Run { spec: Some(spec), engine: Some(engine), .. } => {
+            Ok(payload::shared::run_leg(&spec, &engine).await)
+        }
+        Command::Run { spec: Some(spec), .. } => Ok(payload::run::run(&spec).await),
+        Command::Run { spec: None, shared: None, .. } => Err(anyhow::anyhow!("payload run needs --spec or --shared")),
         Command::Plan { spec, json, check_harbor } => plan(&spec, json, check_harbor).await,
         Command::Gpus { json, profiles } => gpus(json, profiles),
         Command::Rank { ranks } => {

@@ -49,6 +49,10 @@ pub enum End {
     HarborExited(ExitStatus),
     Failed(Failure),
     Signal(SignalEvent),
+    /// A leg of a shared job: `cancel.request` appeared in its run dir (launch_spec::shared).
+    Cancelled,
+    /// A shared job's engine host: every leg it started has ended (crate::shared).
+    LegsEnded,
 }
 
 impl From<Failure> for End {
@@ -76,6 +80,12 @@ pub enum Input {
     /// A heartbeat's reading of vLLM's counters (`/metrics`), taken at that instant.
     Metrics(Instant, EngineSample),
     Tunnel(TunnelPoll),
+    /// A leg of a shared job: `cancel.request` is in its run dir.
+    CancelRequested,
+    /// A leg of a shared job: the engine host reports the engine gone (its class and why).
+    EngineLost(Failure),
+    /// A shared job's engine host: the last leg ended.
+    LegsEnded,
 }
 
 /// What the loop must do.
@@ -356,6 +366,18 @@ impl Machine {
                     out.push(self.end(End::Failed(f)));
                 }
             }
+            Input::CancelRequested => {
+                out.push(Action::Event("cancel_requested", json!({ "file": launch_spec::shared::CANCEL_REQUEST_FILE })));
+                out.push(self.end(End::Cancelled));
+            }
+            Input::EngineLost(f) => {
+                out.push(Action::Event(
+                    "engine_lost",
+                    json!({ "class": f.class.as_str(), "cause": f.cause, "message": f.message }),
+                ));
+                out.push(self.end(End::Failed(f)));
+            }
+            Input::LegsEnded if self.phase == RunPhase::Running => out.push(self.end(End::LegsEnded)),
             // Anything else is stale for this phase (a readiness answer after ready, a health
             // answer before Harbor, a tunnel still pending).
             _ => {}
@@ -396,6 +418,17 @@ pub fn outcome(end: End, harbor_code: Option<i32>, forced: bool) -> Outcome {
             ..base(OutcomeClass::Harbor, format!("Harbor failed ({})", describe_status(status)))
         },
         End::Failed(f) => Outcome { cause: f.cause, engine_log_tail: f.engine_log_tail, ..base(f.class, f.message) },
+        End::Cancelled => Outcome {
+            cause: Some(launch_spec::shared::CANCEL_REQUESTED_CAUSE.to_string()),
+            ..base(
+                OutcomeClass::Interrupted,
+                format!(
+                    "cancelled: {} in the run dir asked to stop this leg of the shared job (the other legs go on)",
+                    launch_spec::shared::CANCEL_REQUEST_FILE
+                ),
+            )
+        },
+        End::LegsEnded => base(OutcomeClass::Finished, "every leg of the shared job ended".to_string()),
         End::Signal(SignalEvent::Walltime) => Outcome {
             signal: Some("SIGUSR1".to_string()),
             ..base(
@@ -645,6 +678,37 @@ mod tests {
         let o = outcome(End::Signal(SignalEvent::Shutdown(Signal::SIGTERM)), None, true);
         assert_eq!((o.class, o.exit_code), (OutcomeClass::Interrupted, 143));
         assert!(o.message.ends_with("(second signal: killed at once)"), "{}", o.message);
+    }
+
+    #[test]
+    fn a_cancel_request_and_a_lost_engine_end_a_leg_with_their_own_class() {
+        let mut m = Machine::new(false, false, 3, 60);
+        m.on(Input::Readiness(Readiness::Ready), &tail);
+        m.harbor_started();
+        let a = m.on(Input::CancelRequested, &tail);
+        assert!(matches!(&a[0], Action::Event("cancel_requested", _)), "{a:?}");
+        assert!(matches!(ends(&a), Some(End::Cancelled)));
+        let o = outcome(End::Cancelled, Some(130), false);
+        assert_eq!((o.class, o.cause.as_deref()), (OutcomeClass::Interrupted, Some("cancel_requested")));
+        assert_eq!((o.exit_code, o.harbor_exit_code), (OutcomeClass::Interrupted.exit_code(), Some(130)));
+
+        let mut m = Machine::new(false, false, 3, 60);
+        m.on(Input::Readiness(Readiness::Ready), &tail);
+        m.harbor_started();
+        let lost = Failure::new(OutcomeClass::EngineDied, "the shared engine exited").with_cause("oom");
+        let a = m.on(Input::EngineLost(lost.clone()), &tail);
+        assert!(matches!(&a[0], Action::Event("engine_lost", v) if v["class"] == "engine_died"), "{a:?}");
+        assert_eq!(failed(&a), &lost);
+    }
+
+    #[test]
+    fn the_host_ends_when_its_legs_have_ended_once_they_run() {
+        let mut m = Machine::new(false, false, 3, 60);
+        assert!(m.on(Input::LegsEnded, &tail).is_empty(), "not before the legs started");
+        m.on(Input::Readiness(Readiness::Ready), &tail);
+        m.harbor_started();
+        assert!(matches!(ends(&m.on(Input::LegsEnded, &tail)), Some(End::LegsEnded)));
+        assert_eq!(outcome(End::LegsEnded, None, false).class, OutcomeClass::Finished);
     }
 
     /// Growth of vllm.log resets the stall window; only an unchanged size for the window ends the load.

@@ -75,17 +75,7 @@ pub fn base_url(host: &str, port: u16) -> String {
 
 /// Checks paths the run needs before anything starts.
 pub fn check_paths(spec: &LaunchSpec) -> Result<(), Failure> {
-    let expected = spec.jobs_dir.join(&spec.run_tag);
-    if spec.run_dir != expected {
-        return Err(Failure::new(
-            OutcomeClass::Spec,
-            format!(
-                "field `run_dir` is {} but Harbor writes the job to jobs_dir/run_tag = {}: make them agree",
-                spec.run_dir.display(),
-                expected.display()
-            ),
-        ));
-    }
+    check_run_dir(spec)?;
     if !spec.harbor.config.is_file() {
         return Err(Failure::new(
             OutcomeClass::Spec,
@@ -101,22 +91,41 @@ pub fn check_paths(spec: &LaunchSpec) -> Result<(), Failure> {
             ),
         ));
     }
-    for (field, prefix) in
-        [("serve.env_prefix", &spec.serve.env_prefix), ("harbor.env_prefix", &spec.harbor.env_prefix)]
-    {
-        if let Some(prefix) = prefix
-            && !prefix.join("bin").is_dir()
-        {
-            return Err(Failure::new(
-                OutcomeClass::Spec,
-                format!(
-                    "field `{field}`: {}/bin does not exist (name an existing environment prefix)",
-                    prefix.display()
-                ),
-            ));
-        }
+    check_prefix("serve.env_prefix", spec.serve.env_prefix.as_deref())?;
+    check_prefix("harbor.env_prefix", spec.harbor.env_prefix.as_deref())
+}
+
+/// The paths a shared job's engine host needs (crate::shared): its run dir and the engine's
+/// prefix. Harbor's inputs are each leg's, checked by the leg (a missing dataset refuses that
+/// leg only).
+pub fn check_engine_paths(spec: &LaunchSpec) -> Result<(), Failure> {
+    check_run_dir(spec)?;
+    check_prefix("serve.env_prefix", spec.serve.env_prefix.as_deref())
+}
+
+fn check_run_dir(spec: &LaunchSpec) -> Result<(), Failure> {
+    let expected = spec.jobs_dir.join(&spec.run_tag);
+    if spec.run_dir != expected {
+        return Err(Failure::new(
+            OutcomeClass::Spec,
+            format!(
+                "field `run_dir` is {} but Harbor writes the job to jobs_dir/run_tag = {}: make them agree",
+                spec.run_dir.display(),
+                expected.display()
+            ),
+        ));
     }
     Ok(())
+}
+
+fn check_prefix(field: &str, prefix: Option<&Path>) -> Result<(), Failure> {
+    match prefix {
+        Some(prefix) if !prefix.join("bin").is_dir() => Err(Failure::new(
+            OutcomeClass::Spec,
+            format!("field `{field}`: {}/bin does not exist (name an existing environment prefix)", prefix.display()),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// A per-job random API key (32 bytes from the kernel's CSPRNG, hex).
@@ -149,6 +158,18 @@ pub struct Observed {
     pub run_id: String,
     /// A multi-node engine's nodes and rendezvous port (crate::multinode); `None` on one node.
     pub multinode: Option<Result<crate::multinode::Observed, crate::multinode::MultiNodeError>>,
+    /// A leg of a shared job: the engine host's engine it uses instead of starting one.
+    pub attached: Option<Attached>,
+}
+
+/// A leg of a shared job (crate::shared): the engine host's engine, and the per-job key the host
+/// passed in the environment ([`launch_spec::shared::ENGINE_KEY_VAR`]). Such a leg probes no GPU,
+/// picks no port and starts no engine, tunnel or multi-node step.
+#[derive(Debug, Clone)]
+pub struct Attached {
+    pub engine: launch_spec::shared::EngineRecord,
+    pub group_dir: PathBuf,
+    pub api_key: Option<String>,
 }
 
 /// Harbor's inputs as read from files.
@@ -163,6 +184,15 @@ pub enum HarborJob {
 /// Asks the host (reads the secrets file and Harbor's job files, probes GPUs and ports, looks at
 /// the run dir).
 pub fn observe(spec: &LaunchSpec, env: &[(String, String)], mode: Mode) -> Observed {
+    observe_with(spec, env, mode, None)
+}
+
+/// [`observe`] for a leg of a shared job: the engine's port and no GPU probe (the host did both).
+pub fn observe_attached(spec: &LaunchSpec, env: &[(String, String)], attached: Attached) -> Observed {
+    observe_with(spec, env, Mode::Run, Some(attached))
+}
+
+fn observe_with(spec: &LaunchSpec, env: &[(String, String)], mode: Mode, attached: Option<Attached>) -> Observed {
     let env_fn = lookup(env);
     let resume = harbor::is_resume(&spec.run_dir);
     let harbor_job = if resume {
@@ -180,9 +210,16 @@ pub fn observe(spec: &LaunchSpec, env: &[(String, String)], mode: Mode) -> Obser
     } else {
         (None, Ok(Secrets::none()))
     };
-    let probe = gpu::probe_from_env(&env_fn);
-    let port = crate::ports::choose(&spec.serve.port, &crate::ports::job_id(&env_fn), &spec.serve.host);
-    let multinode = crate::multinode::observe(spec, &env_fn, mode == Mode::Plan, port.as_ref().ok().copied());
+    let (gpu_probe, gpus, port, multinode) = match &attached {
+        Some(a) => ("the shared engine's (engine host)".to_string(), Ok(Vec::new()), Ok(a.engine.port), None),
+        None => {
+            let probe = gpu::probe_from_env(&env_fn);
+            let port = crate::ports::choose(&spec.serve.port, &crate::ports::job_id(&env_fn), &spec.serve.host);
+            let multinode =
+                crate::multinode::observe(spec, &env_fn, mode == Mode::Plan, port.as_ref().ok().copied());
+            (probe.describe(), probe.probe(), port, multinode)
+        }
+    };
     let (new_api_key, run_id) = match mode {
         Mode::Run => (
             random_key().map_err(|e| format!("cannot get random bytes for the API key: {e}")),
@@ -193,8 +230,8 @@ pub fn observe(spec: &LaunchSpec, env: &[(String, String)], mode: Mode) -> Obser
     Observed {
         secrets_file,
         secrets,
-        gpu_probe: probe.describe(),
-        gpus: probe.probe(),
+        gpu_probe,
+        gpus,
         port,
         resume,
         harbor_job,
@@ -202,6 +239,7 @@ pub fn observe(spec: &LaunchSpec, env: &[(String, String)], mode: Mode) -> Obser
         new_api_key,
         run_id,
         multinode,
+        attached,
     }
 }
 
@@ -487,7 +525,22 @@ pub fn prepare(spec_path: &Path, spec: &LaunchSpec, env: &[(String, String)], ob
     // The one place for the rule: a model reachable from outside gets a per-job key. vLLM reads it
     // from its environment, the agent from Harbor's (never argv, never a file): the agent's key
     // variables are added with its base-URL variables by `HarborLaunch::child`.
-    let api_key = if tunnel::exposes_model(&spec.tunnel) {
+    let api_key = if let Some(a) = obs.attached.as_ref().filter(|_| tunnel::exposes_model(&spec.tunnel)) {
+        // The host's engine checks the host's key.
+        if a.api_key.is_none() {
+            problems.push(
+                Failure::new(
+                    OutcomeClass::Tunnel,
+                    format!(
+                        "the shared engine needs its per-job key and ${} is not set (start legs only through `payload run --shared`)",
+                        launch_spec::shared::ENGINE_KEY_VAR
+                    ),
+                )
+                .with_cause("api_key"),
+            );
+        }
+        a.api_key.clone()
+    } else if tunnel::exposes_model(&spec.tunnel) {
         match &obs.new_api_key {
             Ok(key) => {
                 engine_env.insert(tunnel::VLLM_KEY_VAR.to_string(), key.clone());
@@ -524,8 +577,14 @@ pub fn prepare(spec_path: &Path, spec: &LaunchSpec, env: &[(String, String)], ob
         Err(e) => e.to_string(),
         Ok(_) => obs.gpu_probe.clone(),
     };
-    let gpu = match gpu::select(spec, &obs.gpu_probe, obs.gpus, cuda_visible.as_deref(), mode == Mode::Plan) {
-        Ok(d) => GpuPrep {
+    let gpu_pick = match obs.attached {
+        // A leg of a shared job: the host chose the GPUs for the engine.
+        Some(_) => Ok(None),
+        None => gpu::select(spec, &obs.gpu_probe, obs.gpus, cuda_visible.as_deref(), mode == Mode::Plan).map(Some),
+    };
+    let gpu = match gpu_pick {
+        Ok(None) => GpuPrep { probe: probe_text, needed: spec.gpus_needed(), inventory: Vec::new(), decision: None },
+        Ok(Some(d)) => GpuPrep {
             probe: d.probe.clone(),
             needed: spec.gpus_needed(),
             inventory: d.inventory.clone(),
@@ -548,6 +607,9 @@ pub fn prepare(spec_path: &Path, spec: &LaunchSpec, env: &[(String, String)], ob
         Ok(port) => PortPrep {
             port: Some(port),
             how: match spec.serve.port.fixed {
+                _ if obs.attached.is_some() => {
+                    format!("the shared engine's ({})", launch_spec::shared::ENGINE_FILE)
+                }
                 Some(_) => "fixed (serve.port.fixed), free now".to_string(),
                 None => {
                     // A port already taken on this node (another job's engine, any server) is
@@ -578,7 +640,10 @@ pub fn prepare(spec_path: &Path, spec: &LaunchSpec, env: &[(String, String)], ob
         }
     };
     let port_or_first = port.port.unwrap_or(spec.serve.port.fixed.unwrap_or(spec.serve.port.base));
-    let base_url = base_url(&spec.serve.host, port_or_first);
+    let base_url = match &obs.attached {
+        Some(a) => a.engine.base_url.clone(),
+        None => base_url(&spec.serve.host, port_or_first),
+    };
 
     // The tunnel (its problems: programs, tokens, SOCKS port).
     let mut tunnel_problems = Vec::new();
@@ -744,6 +809,7 @@ mod tests {
             new_api_key: Ok("sk-test-key".into()),
             run_id: format!("{}-7", spec.run_tag),
             multinode: None,
+            attached: None,
         }
     }
 

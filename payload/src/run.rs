@@ -53,16 +53,24 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
-struct Run<S> {
-    spec: LaunchSpec,
+/// What this payload is in a shared job (crate::shared): a per-leg job's `payload run --spec`,
+/// a shared job's engine host, or one of its legs using the host's engine.
+pub(crate) enum Share {
+    Single,
+    Host(crate::shared::Host),
+    Leg(prepare::Attached),
+}
+
+pub(crate) struct Run<S> {
+    pub(crate) spec: LaunchSpec,
     spec_path: PathBuf,
-    rec: Recorder,
-    signals: S,
-    sup: Supervisor,
-    parent: Vec<(String, String)>,
+    pub(crate) rec: Recorder,
+    pub(crate) signals: S,
+    pub(crate) sup: Supervisor,
+    pub(crate) parent: Vec<(String, String)>,
     heartbeat: HeartbeatState,
-    tunnel: Option<Tunnel>,
-    timings: Timings,
+    pub(crate) tunnel: Option<Tunnel>,
+    pub(crate) timings: Timings,
     /// The post-run step, prepared with the other children (crate::postrun).
     post_run: Option<Result<crate::postrun::Step, String>>,
     /// The job's scratch dir on node-local disk (crate::scratch), removed after teardown.
@@ -71,6 +79,11 @@ struct Run<S> {
     versions: Option<AbortOnDrop<provenance::Versions>>,
     /// How long the last server-identity check took (`engine_ready`'s `identity_check_ms`).
     identity_ms: f64,
+    pub(crate) share: Share,
+    /// When this payload started, and the instants GPU time is split by (crate::gputime).
+    pub(crate) t0: Instant,
+    pub(crate) t0_wall: std::time::SystemTime,
+    pub(crate) instants: crate::gputime::Instants,
 }
 
 /// Runs the job; returns payload's exit code.
@@ -100,6 +113,18 @@ pub async fn run_with<S: SignalSource>(spec_path: &Path, signals: S, parent: Vec
             return OutcomeClass::Spec.exit_code();
         }
     };
+    run_spec(spec_path, spec, signals, parent, Share::Single).await
+}
+
+/// The run of a read spec: a per-leg job, a shared job's engine host (its spec made from the
+/// legs', crate::shared) or one of its legs.
+pub(crate) async fn run_spec<S: SignalSource>(
+    spec_path: &Path,
+    spec: LaunchSpec,
+    signals: S,
+    parent: Vec<(String, String)>,
+    share: Share,
+) -> i32 {
     // Every duration checked before anything is spawned (or written).
     let timings = match timings::check(spec_path, &spec) {
         Ok(t) => t,
@@ -145,6 +170,10 @@ pub async fn run_with<S: SignalSource>(spec_path: &Path, signals: S, parent: Vec
         scratch: None,
         versions: None,
         identity_ms: 0.0,
+        share,
+        t0: Instant::now(),
+        t0_wall: std::time::SystemTime::now(),
+        instants: crate::gputime::Instants::default(),
     };
     let end = run.sequence().await;
     run.finish(end).await
@@ -153,6 +182,22 @@ pub async fn run_with<S: SignalSource>(spec_path: &Path, signals: S, parent: Vec
 impl<S: SignalSource> Run<S> {
     fn log_path(&self, name: &str) -> PathBuf {
         self.spec.run_dir.join(name)
+    }
+
+    /// `vllm.log`: in the run dir, or for a leg of a shared job in the engine host's group dir.
+    fn engine_log(&self) -> PathBuf {
+        match &self.share {
+            Share::Leg(a) => a.group_dir.join(ENGINE_LOG),
+            _ => self.log_path(ENGINE_LOG),
+        }
+    }
+
+    fn is_host(&self) -> bool {
+        matches!(self.share, Share::Host(_))
+    }
+
+    fn is_leg(&self) -> bool {
+        matches!(self.share, Share::Leg(_))
     }
 
     /// A signal already delivered (checked before each spawn).
@@ -169,7 +214,9 @@ impl<S: SignalSource> Run<S> {
         let env_fn = prepare::lookup(&self.parent);
         // The copy is replaced atomically (never written through a symlink planted as launch.json).
         let spec_copy = self.spec.run_dir.join(SPEC_FILE);
-        let same = std::fs::canonicalize(&self.spec_path).ok() == std::fs::canonicalize(&spec_copy).ok();
+        // A shared job's host has no launch spec of its own (its `shared.json` names the legs').
+        let same = self.is_host()
+            || std::fs::canonicalize(&self.spec_path).ok() == std::fs::canonicalize(&spec_copy).ok();
         if !same
             && let Err(err) = launch_spec::records::read_regular(&self.spec_path, launch_spec::records::MAX_INPUT_BYTES)
                 .and_then(|text| launch_spec::records::write_atomically(&spec_copy, text.as_bytes()))
@@ -222,7 +269,11 @@ impl<S: SignalSource> Run<S> {
 
     async fn sequence(&mut self) -> End {
         self.record_start();
-        let observed = prepare::observe(&self.spec, &self.parent, Mode::Run);
+        let observed = match &self.share {
+            Share::Leg(a) => prepare::observe_attached(&self.spec, &self.parent, a.clone()),
+            Share::Host(_) => crate::shared::observe_host(&self.spec, &self.parent),
+            Share::Single => prepare::observe(&self.spec, &self.parent, Mode::Run),
+        };
         let prepared = prepare::prepare(&self.spec_path, &self.spec, &self.parent, observed, Mode::Run);
         match self.execute(prepared).await {
             Ok(end) | Err(end) => end,
@@ -234,7 +285,13 @@ impl<S: SignalSource> Run<S> {
         self.rec.redact(p.loaded.values().chain(p.api_key.as_deref()));
         self.record_prepared(&p)?;
         self.post_run = p.post_run.take();
-        if let Some((dir, inside)) = &p.scratch {
+        if let (Some((_, inside)), true) = (&p.scratch, self.is_leg()) {
+            // The host owns the job's scratch dir (it removes it); a leg only makes its own dirs.
+            for dir in inside {
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| Failure::new(OutcomeClass::Spec, format!("cannot create {}: {e}", dir.display())))?;
+            }
+        } else if let Some((dir, inside)) = &p.scratch {
             let scratch = crate::scratch::JobScratch::create(dir, inside)
                 .map_err(|e| Failure::new(OutcomeClass::Spec, e).with_cause("scratch"))?;
             self.rec.event("scratch", json!({ "dir": scratch.dir() }));
@@ -246,8 +303,8 @@ impl<S: SignalSource> Run<S> {
         let parent = self.parent.clone();
         let env_fn = prepare::lookup(&parent);
 
-        // The tunnel (started by the first poll, while vLLM loads).
-        if let Some(programs) = p.tunnel.programs.clone() {
+        // The tunnel (started by the first poll, while vLLM loads); a leg uses the host's.
+        if let Some(programs) = p.tunnel.programs.clone().filter(|_| !self.is_leg()) {
             let job_id = crate::ports::job_id(&env_fn);
             self.tunnel = Tunnel::new(tunnel::Start {
                 spec: &self.spec.tunnel,
@@ -277,24 +334,38 @@ impl<S: SignalSource> Run<S> {
         if let Some(ev) = self.pending_signal().await {
             return Err(End::Signal(ev));
         }
-        rotate_log(&self.log_path(ENGINE_LOG));
+        if !self.is_leg() {
+            rotate_log(&self.log_path(ENGINE_LOG));
+            rotate_log(&self.log_path(TUNNEL_LOG));
+        }
         rotate_log(&self.log_path(HARBOR_LOG));
-        rotate_log(&self.log_path(TUNNEL_LOG));
         // The head serves the API here; a multi-node engine's workers (`Prepared.engines` after the
         // head) start on their nodes through one srun step (crate::multinode).
         let head = p.head().child.clone();
         let started = Instant::now();
-        let pid = self.sup.spawn(Role::Engine, &head).map_err(|e| {
-            Failure::new(OutcomeClass::EngineStart, format!("cannot start {}: {e}", head.program.display()))
-                .with_cause("spawn")
-        })?;
-        self.rec.status.pids.insert("engine".into(), pid);
-        self.rec.event("engine_spawned", json!({ "pid": pid, "argv": head.argv, "port": port }));
+        if let Share::Leg(a) = &self.share {
+            self.rec.event(
+                "shared_engine",
+                json!({ "group_tag": a.engine.group_tag, "base_url": a.engine.base_url, "engine_pid": a.engine.engine_pid,
+                        "public_url": a.engine.public_url }),
+            );
+        } else {
+            let pid = self.sup.spawn(Role::Engine, &head).map_err(|e| {
+                Failure::new(OutcomeClass::EngineStart, format!("cannot start {}: {e}", head.program.display()))
+                    .with_cause("spawn")
+            })?;
+            self.instants.engine_spawned = Some(self.t0.elapsed().as_secs_f64());
+            self.rec.status.pids.insert("engine".into(), pid);
+            self.rec.event("engine_spawned", json!({ "pid": pid, "argv": head.argv, "port": port }));
+        }
         if let Some(secondaries) = &p.secondaries {
             self.start_ranks(secondaries)?;
         }
-        // The versions, while the engine loads (it costs nothing then); recorded before Harbor starts.
-        if let Ok(harbor) = p.harbor.child(&self.spec, &p.local_api_base(), &BTreeMap::new(), None) {
+        // The versions, while the engine loads (it costs nothing then); recorded before Harbor
+        // starts (by each leg of a shared job, not by its host).
+        if let Ok(harbor) = p.harbor.child(&self.spec, &p.local_api_base(), &BTreeMap::new(), None)
+            && !self.is_host()
+        {
             let engine = head.clone();
             let dataset = self.spec.harbor.dataset.clone();
             self.versions =
@@ -303,14 +374,14 @@ impl<S: SignalSource> Run<S> {
                 )));
         }
         self.rec.set_phase(Phase::Serving);
-        tracing::info!(pid, port, "vLLM started; waiting for readiness");
+        tracing::info!(port, shared_engine = self.is_leg(), "vLLM started (or the shared engine used); waiting for readiness");
         let resume = p.harbor.mode == HarborMode::Resume;
         self.rec.status.resume = Some(resume);
 
         // Harbor's own `--print-config` on the fresh-run argv, while vLLM loads (it costs nothing
         // then): a refusal ends the run before Harbor would start and fail.
         let mut config_check: Option<AbortOnDrop<ConfigCheck>> = None;
-        if let Some(config) = &p.harbor.merged_config {
+        if let Some(config) = p.harbor.merged_config.as_ref().filter(|_| !self.is_host()) {
             harbor::write_job_config(&p.harbor.config_path, config).map_err(Failure::from)?;
             let child =
                 p.harbor.child(&self.spec, &p.local_api_base(), &BTreeMap::new(), None).map_err(Failure::from)?;
@@ -330,7 +401,7 @@ impl<S: SignalSource> Run<S> {
         started: Instant,
         mut config_check: Option<AbortOnDrop<ConfigCheck>>,
     ) -> Result<End, End> {
-        let engine_log = self.log_path(ENGINE_LOG);
+        let engine_log = self.engine_log();
         let tail = || engine::log_tail(&engine_log, LOG_TAIL_LINES);
         let limits = &self.spec.limits;
         let mut machine = Machine::new(
@@ -355,6 +426,10 @@ impl<S: SignalSource> Run<S> {
         let has_tunnel = self.tunnel.is_some();
         let port = self.rec.status.port.unwrap_or_default();
         let mut foreign_seen = false;
+        // A shared job: the host watches its legs, a leg its cancel request and the host's word.
+        let mut share_tick = interval(crate::shared::SHARE_POLL);
+        share_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let shared = !matches!(self.share, Share::Single);
         loop {
             let loading = machine.phase() == RunPhase::Loading;
             // A `/metrics` reading's completions, for the heartbeat written once the machine has
@@ -400,6 +475,10 @@ impl<S: SignalSource> Run<S> {
                     let bytes = std::fs::metadata(&engine_log).map_or(0, |m| m.len());
                     Input::LoadProgress(Instant::now(), bytes)
                 }
+                _ = share_tick.tick(), if shared => match self.share_input(machine.phase()) {
+                    Some(input) => input,
+                    None => continue,
+                },
                 _ = tunnel_tick.tick(), if has_tunnel => {
                     let Some(t) = self.tunnel.as_mut() else { continue };
                     Input::Tunnel(t.poll(&mut self.sup, &mut self.rec, !loading).await)
@@ -450,8 +529,14 @@ impl<S: SignalSource> Run<S> {
                         let ms = started.elapsed().as_millis() as u64;
                         let identity_ms = (self.identity_ms * 100.0).round() / 100.0;
                         self.rec.event("engine_ready", json!({ "elapsed_ms": ms, "identity_check_ms": identity_ms }));
+                        self.instants.engine_ready = Some(self.t0.elapsed().as_secs_f64());
                         self.rec.set_phase(Phase::Ready);
                         tracing::info!(elapsed_ms = ms, "vLLM ready");
+                    }
+                    Action::StartHarbor if self.is_host() => {
+                        self.start_legs(p)?;
+                        machine.harbor_started();
+                        watchdog.watch_health(self.timings.probe_interval);
                     }
                     Action::StartHarbor => {
                         self.start_harbor(p).await?;
@@ -478,7 +563,11 @@ impl<S: SignalSource> Run<S> {
     /// server is recorded once (`foreign_server`) and never taken for the engine. A table that
     /// shows no listener (a restricted /proc) leaves the answer as it is.
     fn identify(&mut self, r: engine::Readiness, port: u16, foreign_seen: &mut bool) -> engine::Readiness {
-        let Some(pid) = self.rec.status.pids.get("engine").copied().filter(|_| r == engine::Readiness::Ready) else {
+        let engine_pid = match &self.share {
+            Share::Leg(a) => Some(a.engine.engine_pid),
+            _ => self.rec.status.pids.get("engine").copied(),
+        };
+        let Some(pid) = engine_pid.filter(|_| r == engine::Readiness::Ready) else {
             return r;
         };
         let t0 = Instant::now();
@@ -502,7 +591,7 @@ impl<S: SignalSource> Run<S> {
 
     /// One heartbeat into `status.json`.
     fn write_heartbeat(&mut self, completions: Option<crate::records::Completions>, engine_healthy: bool) {
-        let hb = self.heartbeat.next(completions, &self.log_path(ENGINE_LOG), &self.spec.run_dir, engine_healthy);
+        let hb = self.heartbeat.next(completions, &self.engine_log(), &self.spec.run_dir, engine_healthy);
         self.rec.status.heartbeat = Some(hb);
         self.rec.write_status();
     }
@@ -541,15 +630,20 @@ impl<S: SignalSource> Run<S> {
     /// Harbor: `api_base` (the tunnel's public URL for installed agents), resume rewrites, spawn.
     async fn start_harbor(&mut self, p: &Prepared) -> Result<(), End> {
         self.record_provenance(p).await;
-        let api_base = p.api_base(self.tunnel.as_ref().and_then(Tunnel::public_url).as_deref());
+        let public_url = match &self.share {
+            Share::Leg(a) => a.engine.public_url.clone(),
+            _ => self.tunnel.as_ref().and_then(Tunnel::public_url),
+        };
+        let api_base = p.api_base(public_url.as_deref());
         if p.harbor.mode == HarborMode::Resume {
             let rewritten = harbor::rewrite_api_base(&self.spec.run_dir, &api_base).map_err(Failure::from)?;
             let files: Vec<_> = rewritten.iter().map(|(p, n)| json!({ "file": p, "changed": n })).collect();
             self.rec.event("resume_configs_rewritten", json!({ "api_base": api_base, "files": files }));
         }
-        let (tunnel_env, prefix) = match &self.tunnel {
-            Some(t) => (t.harbor_env(), t.harbor_prefix()),
-            None => (BTreeMap::new(), None),
+        let (tunnel_env, prefix) = match (&self.tunnel, &self.share) {
+            (Some(t), _) => (t.harbor_env(), t.harbor_prefix()),
+            (None, Share::Leg(a)) => (a.engine.harbor_env.clone(), a.engine.harbor_prefix.clone()),
+            (None, _) => (BTreeMap::new(), None),
         };
         let child = p.harbor.child(&self.spec, &api_base, &tunnel_env, prefix.as_deref()).map_err(Failure::from)?;
         if let Some(ev) = self.pending_signal().await {
@@ -614,7 +708,7 @@ impl<S: SignalSource> Run<S> {
 
     /// Teardown, final heartbeat, outcome, exit code.
     async fn finish(&mut self, end: End) -> i32 {
-        let engine_log = self.log_path(ENGINE_LOG);
+        let engine_log = self.engine_log();
         // Final counters while vLLM may still answer.
         if self.sup.engine.as_mut().is_some_and(|m| m.try_status().is_none())
             && let Some(port) = self.rec.status.port
@@ -637,9 +731,15 @@ impl<S: SignalSource> Run<S> {
             End::Failed(f) => {
                 tracing::error!(class = f.class.as_str(), cause = f.cause.as_deref().unwrap_or("-"), error = %f.message, "run failed")
             }
-            End::HarborExited(_) => {}
+            End::Cancelled => tracing::warn!("cancel requested: stopping this leg"),
+            End::HarborExited(_) | End::LegsEnded => {}
         }
         self.rec.set_phase(Phase::Stopping);
+        self.instants.teardown = Some(self.t0.elapsed().as_secs_f64());
+        // A shared job's host winds its legs down first (each records its own end), then the engine.
+        if self.is_host() {
+            self.wind_down_legs(&end, &plan).await;
+        }
         self.rec.event(
             "teardown_started",
             json!({ "grace_s": plan.grace.as_secs_f64(), "harbor_grace_s": plan.harbor_grace.as_secs_f64() }),
@@ -681,7 +781,11 @@ impl<S: SignalSource> Run<S> {
             }
         }
         let harbor_code = self.sup.harbor.as_mut().and_then(|m| m.try_status()).map(status_code);
-        let outcome = phases::outcome(end, harbor_code, report.forced);
+        let mut outcome = phases::outcome(end, harbor_code, report.forced);
+        if self.is_host() {
+            self.instants.end = self.t0.elapsed().as_secs_f64();
+            outcome = self.host_outcome(outcome);
+        }
         let code = outcome.exit_code;
         // The final records get the space held since the start (a disk that filled meanwhile).
         self.rec.release_reserve();

@@ -153,6 +153,10 @@ pub enum Role {
     /// The post-run step (crate::postrun): started only after the others are torn down, so a
     /// teardown that meets it alive has only it to stop (stage 2).
     PostRun,
+    /// A leg of a shared job: a `payload run --spec … --engine …` child of the engine host
+    /// (crate::shared). Legs live in [`Supervisor::legs`], not in a slot, and are wound down by
+    /// the host before the teardown of the engine.
+    Leg,
 }
 
 impl Role {
@@ -167,6 +171,7 @@ impl Role {
             Role::Tunnel => "tunnel",
             Role::Egress => "egress",
             Role::PostRun => "post_run",
+            Role::Leg => "leg",
         }
     }
 
@@ -176,7 +181,7 @@ impl Role {
     pub fn stop_signal(self) -> Signal {
         match self {
             Role::Harbor => Signal::SIGINT,
-            Role::Engine | Role::Ranks | Role::Tunnel | Role::Egress | Role::PostRun => Signal::SIGTERM,
+            Role::Engine | Role::Ranks | Role::Tunnel | Role::Egress | Role::PostRun | Role::Leg => Signal::SIGTERM,
         }
     }
 }
@@ -395,6 +400,10 @@ pub struct Supervisor {
     pub tunnel: Option<Managed>,
     pub egress: Option<Managed>,
     pub post_run: Option<Managed>,
+    /// A shared job's legs (crate::shared), in launch order.
+    pub legs: Vec<Managed>,
+    /// Always `None`: the slot of [`Role::Leg`], whose children are in `legs`.
+    no_slot: Option<Managed>,
     my_pid: i32,
 }
 
@@ -413,6 +422,8 @@ impl Supervisor {
             tunnel: None,
             egress: None,
             post_run: None,
+            legs: Vec::new(),
+            no_slot: None,
             my_pid: std::process::id() as i32,
         }
     }
@@ -425,6 +436,10 @@ impl Supervisor {
             Role::Tunnel => &mut self.tunnel,
             Role::Egress => &mut self.egress,
             Role::PostRun => &mut self.post_run,
+            Role::Leg => {
+                self.no_slot = None;
+                &mut self.no_slot
+            }
         }
     }
 
@@ -436,11 +451,27 @@ impl Supervisor {
         [&self.harbor, &self.engine, &self.ranks, &self.tunnel, &self.egress, &self.post_run]
             .iter()
             .filter_map(|m| m.as_ref().map(|m| m.pid as i32))
+            .chain(self.legs.iter().map(|m| m.pid as i32))
             .collect()
     }
 
     /// Starts `spec` as `role` in a new process group with exactly `spec.env`.
     pub fn spawn(&mut self, role: Role, spec: &ChildSpec) -> std::io::Result<u32> {
+        let managed = Self::start(role, spec)?;
+        let pid = managed.pid;
+        *self.slot(role) = Some(managed);
+        Ok(pid)
+    }
+
+    /// Starts a shared job's leg (its own group, like every child) into [`Supervisor::legs`].
+    pub fn spawn_leg(&mut self, spec: &ChildSpec) -> std::io::Result<u32> {
+        let managed = Self::start(Role::Leg, spec)?;
+        let pid = managed.pid;
+        self.legs.push(managed);
+        Ok(pid)
+    }
+
+    fn start(role: Role, spec: &ChildSpec) -> std::io::Result<Managed> {
         // Never through a symlink planted in the run dir, never blocked by a FIFO there.
         let log = launch_spec::fsread::open_append_regular(&spec.log)?;
         let mut cmd = Command::new(&spec.program);
@@ -479,8 +510,7 @@ impl Supervisor {
         if let Ok(mut groups) = GROUPS.lock() {
             groups.push(pid as i32);
         }
-        *self.slot(role) = Some(Managed { role, pid, child, status: None });
-        Ok(pid)
+        Ok(Managed { role, pid, child, status: None })
     }
 
     /// Reaps zombies that re-parented to payload (never a managed child, never `waitpid(-1)`).
@@ -635,6 +665,9 @@ impl Supervisor {
                 if let Some(m) = self.slot(role).as_mut() {
                     m.try_status();
                 }
+            }
+            for m in &mut self.legs {
+                m.try_status();
             }
             for p in desc.iter().filter(|p| p.ppid == self.my_pid && !managed.contains(&p.pid)) {
                 let _ = waitpid(Pid::from_raw(p.pid), Some(WaitPidFlag::WNOHANG));

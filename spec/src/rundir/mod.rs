@@ -271,6 +271,17 @@ pub enum EventKind {
     PostRunFinished,
     WriteFailures,
     Outcome,
+    /// A leg of a shared job (launch_spec::shared): `cancel.request` seen; the engine host said
+    /// the engine is gone; the leg uses the host's engine (`engine.json`).
+    CancelRequested,
+    EngineLost,
+    SharedEngine,
+    /// The engine host of a shared job: a leg's payload started, ended, was left alone (already
+    /// finished) or refused before it could start (its spec unreadable or another engine's).
+    LegSpawned,
+    LegEnded,
+    LegSkipped,
+    LegRefused,
     Other(String),
 }
 
@@ -318,6 +329,13 @@ const EVENT_NAMES: &[(&str, EventKind)] = &[
     ("post_run_finished", EventKind::PostRunFinished),
     ("write_failures", EventKind::WriteFailures),
     ("outcome", EventKind::Outcome),
+    ("cancel_requested", EventKind::CancelRequested),
+    ("engine_lost", EventKind::EngineLost),
+    ("shared_engine", EventKind::SharedEngine),
+    ("leg_spawned", EventKind::LegSpawned),
+    ("leg_ended", EventKind::LegEnded),
+    ("leg_skipped", EventKind::LegSkipped),
+    ("leg_refused", EventKind::LegRefused),
 ];
 
 impl EventKind {

@@ -1,0 +1,587 @@
+//! A shared job (issue 24; the files in launch_spec::shared, docs/payload.md "Shared jobs"): one
+//! engine serves several legs, each leg a Harbor job with its own run dir, records and outcome.
+//!
+//! `payload run --shared <group_dir>/shared.json` is the *engine host*: crate::run's run with a
+//! spec made from the first readable leg's engine fields (run dir = the group dir), which starts
+//! the engine as a per-leg job does and, once it is ready (and the tunnel is up), writes
+//! `engine.json` and starts every leg as a child `payload run --spec <leg> --engine <engine.json>`
+//! in its own process group, the engine's per-job key in its environment. A leg is crate::run's
+//! run too, attached to the host's engine (crate::prepare::Attached): no GPU probe, no port, no
+//! engine, no tunnel of its own; everything else (resume rules, the print-config check, Harbor,
+//! heartbeats, provenance, post_run, its outcome) as a per-leg job.
+//!
+//! The host forwards USR1/TERM/INT/HUP to every running leg; when the engine is lost it writes
+//! `engine_ended.json`, which each leg reads within [`SHARE_POLL`] and ends with that class; a leg
+//! reads its own `cancel.request` the same way. The host ends when every leg has ended, then
+//! tears the engine down; its exit code is [`exit_code`]'s.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use launch_spec::records::{Outcome, Phase, RunStatus, STATUS_FILE};
+use launch_spec::shared::{
+    self as files, CANCEL_REQUEST_FILE, ENGINE_ENDED_FILE, ENGINE_FILE, EngineEnded, EngineRecord, LegSpan,
+    SharedJobSpec,
+};
+use launch_spec::{LaunchSpec, OutcomeClass};
+use nix::sys::signal::Signal;
+use serde_json::json;
+
+use crate::failure::Failure;
+use crate::phases::{End, Input, RunPhase};
+use crate::prepare::{self, Attached, HarborJob, Mode, Observed, Prepared};
+use crate::records::Recorder;
+use crate::run::{Run, Share};
+use crate::supervisor::{self, ChildSpec, SignalEvent, SignalSource, Signals, TeardownGrace, status_code};
+
+/// How often a leg looks for its cancel request and the host's word, and the host at its legs.
+pub const SHARE_POLL: Duration = Duration::from_millis(250);
+
+/// Most severe first: the host's exit code is the first of these any leg ended with.
+pub const SEVERITY: [OutcomeClass; 11] = [
+    OutcomeClass::EngineDied,
+    OutcomeClass::EngineHung,
+    OutcomeClass::EngineStart,
+    OutcomeClass::EngineTimeout,
+    OutcomeClass::Gpu,
+    OutcomeClass::Secrets,
+    OutcomeClass::Tunnel,
+    OutcomeClass::Walltime,
+    OutcomeClass::Interrupted,
+    OutcomeClass::Harbor,
+    OutcomeClass::Spec,
+];
+
+/// One leg as the host sees it.
+#[derive(Debug)]
+pub struct HostLeg {
+    pub run_tag: String,
+    pub run_dir: PathBuf,
+    pub spec_path: PathBuf,
+    pub state: LegState,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum LegState {
+    /// To be started once the engine is ready.
+    Pending,
+    /// Its Harbor job finished in an earlier run (check_resumable): never re-run, left untouched.
+    Skipped,
+    /// Refused before it could start (its spec unreadable, or another engine's): recorded.
+    Refused,
+    /// Its payload runs: `Supervisor::legs[index]`.
+    Running { index: usize },
+    /// Its payload ended with this outcome (its own, or the host's when it recorded none).
+    Ended { class: OutcomeClass, exit_code: i32 },
+}
+
+/// The engine host's legs.
+#[derive(Debug)]
+pub struct Host {
+    pub legs: Vec<HostLeg>,
+    pub group_dir: PathBuf,
+    pub spans: Vec<LegSpan>,
+}
+
+/// The host's exit code from its legs' ends: 0 when every leg finished (now or before), else
+/// the code of the most severe class any leg ended with ([`SEVERITY`]).
+pub fn exit_code(ends: &[(OutcomeClass, i32)]) -> i32 {
+    SEVERITY
+        .iter()
+        .find_map(|class| ends.iter().find(|(c, _)| c == class).map(|(_, code)| *code))
+        .unwrap_or(0)
+}
+
+/// `payload run --shared FILE`: reads the shared job and its legs, records refused legs, and runs
+/// the engine host. Never panics; a `shared.json` that cannot be read exits 2 writing nothing.
+pub async fn run_shared(shared_path: &Path) -> i32 {
+    let signals = match Signals::register() {
+        Ok(s) => s,
+        Err(err) => {
+            tracing::error!(error = %err, "cannot register signal handlers");
+            return OutcomeClass::Spec.exit_code();
+        }
+    };
+    if let Err(err) = supervisor::become_subreaper() {
+        tracing::warn!(error = %err, "cannot become child subreaper; double-forked orphans may escape");
+    }
+    let doc = match SharedJobSpec::from_file(shared_path) {
+        Ok(doc) => doc,
+        Err(err) => {
+            tracing::error!(class = "spec", error = %err, "bad shared job");
+            return OutcomeClass::Spec.exit_code();
+        }
+    };
+    let (host, template) = read_legs(&doc);
+    let Some(template) = template else {
+        tracing::error!(class = "spec", "no leg of the shared job has a readable spec: nothing to run");
+        return OutcomeClass::Spec.exit_code();
+    };
+    let ends = leg_ends(&host);
+    if !host.legs.iter().any(|l| l.state == LegState::Pending) {
+        tracing::info!("no leg left to run (each finished before or was refused): the engine is not started");
+        return exit_code(&ends);
+    }
+    let spec = match host_spec(&doc, template) {
+        Ok(spec) => spec,
+        Err(err) => {
+            tracing::error!(class = "spec", error = %err, "bad shared job");
+            return OutcomeClass::Spec.exit_code();
+        }
+    };
+    // A word of an earlier run must not end this run's legs.
+    let _ = std::fs::remove_file(doc.group_dir.join(ENGINE_ENDED_FILE));
+    let _ = std::fs::remove_file(doc.group_dir.join(ENGINE_FILE));
+    crate::run::run_spec(shared_path, spec, signals, prepare::parent_env(), Share::Host(host)).await
+}
+
+/// `payload run --spec LEG --engine ENGINE_JSON`: one leg, on the host's engine.
+pub async fn run_leg(spec_path: &Path, engine_path: &Path) -> i32 {
+    let signals = match Signals::register() {
+        Ok(s) => s,
+        Err(err) => {
+            tracing::error!(error = %err, "cannot register signal handlers");
+            return OutcomeClass::Spec.exit_code();
+        }
+    };
+    if let Err(err) = supervisor::become_subreaper() {
+        tracing::warn!(error = %err, "cannot become child subreaper; double-forked orphans may escape");
+    }
+    let mut parent = prepare::parent_env();
+    let api_key = parent.iter().find(|(k, _)| k == files::ENGINE_KEY_VAR).map(|(_, v)| v.clone());
+    parent.retain(|(k, _)| k != files::ENGINE_KEY_VAR);
+    let spec = match LaunchSpec::from_file(spec_path) {
+        Ok(spec) => spec,
+        Err(err) => {
+            tracing::error!(class = "spec", error = %err, "bad launch spec");
+            return OutcomeClass::Spec.exit_code();
+        }
+    };
+    let engine = match EngineRecord::from_file(engine_path) {
+        Ok(engine) => engine,
+        Err(err) => {
+            tracing::error!(class = "spec", error = %err, "bad engine record");
+            return OutcomeClass::Spec.exit_code();
+        }
+    };
+    let group_dir = engine_path.parent().map(Path::to_path_buf).unwrap_or_default();
+    crate::run::run_spec(spec_path, spec, signals, parent, Share::Leg(Attached { engine, group_dir, api_key })).await
+}
+
+/// Reads every leg's spec: refused legs are recorded in their run dirs, finished ones skipped.
+/// Returns the host's legs and the first readable spec (the engine's template).
+fn read_legs(doc: &SharedJobSpec) -> (Host, Option<LaunchSpec>) {
+    let mut legs = Vec::new();
+    let mut template: Option<LaunchSpec> = None;
+    for (i, path) in doc.legs.iter().enumerate() {
+        let run_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let dir_tag = run_dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+        let refuse = |legs: &mut Vec<HostLeg>, run_tag: String, message: String| {
+            tracing::error!(leg = i, run_tag = %run_tag, error = %message, "leg refused");
+            record_leg(&run_dir, &run_tag, refused(message));
+            legs.push(HostLeg {
+                run_tag,
+                run_dir: run_dir.clone(),
+                spec_path: path.clone(),
+                state: LegState::Refused,
+            });
+        };
+        let spec = match LaunchSpec::from_file(path) {
+            Ok(spec) => spec,
+            Err(err) => {
+                refuse(&mut legs, dir_tag, format!("legs[{i}]: {err}"));
+                continue;
+            }
+        };
+        if let Some(first) = &template
+            && let Some(why) = files::engine_mismatch_at(first, i, &spec)
+        {
+            refuse(&mut legs, spec.run_tag.clone(), why);
+            continue;
+        }
+        let finished = crate::harbor::is_resume(&spec.run_dir)
+            && matches!(crate::harbor::check_resumable(&spec), Err(crate::harbor::HarborError::Finished { .. }));
+        let state = if finished { LegState::Skipped } else { LegState::Pending };
+        legs.push(HostLeg { run_tag: spec.run_tag.clone(), run_dir: spec.run_dir.clone(), spec_path: path.clone(), state });
+        template.get_or_insert(spec);
+    }
+    (Host { legs, group_dir: doc.group_dir.clone(), spans: Vec::new() }, template)
+}
+
+fn refused(message: String) -> Outcome {
+    Outcome {
+        class: OutcomeClass::Spec,
+        cause: Some("refused".into()),
+        exit_code: OutcomeClass::Spec.exit_code(),
+        message,
+        harbor_exit_code: None,
+        signal: None,
+        engine_log_tail: Vec::new(),
+    }
+}
+
+/// The engine host's spec: the template leg's, its records in the group dir, without a leg's own
+/// ledger id or post-run step.
+fn host_spec(doc: &SharedJobSpec, template: LaunchSpec) -> Result<LaunchSpec, String> {
+    let jobs_dir = doc.group_dir.parent().map(Path::to_path_buf).unwrap_or_default();
+    if doc.group_dir.file_name().map(|n| n.to_string_lossy().to_string()).as_deref() != Some(doc.group_tag.as_str()) {
+        return Err(format!(
+            "field `group_dir`: {} does not end in group_tag {}; regenerate it with `submitter launch`",
+            doc.group_dir.display(),
+            doc.group_tag
+        ));
+    }
+    Ok(LaunchSpec {
+        run_tag: doc.group_tag.clone(),
+        run_dir: doc.group_dir.clone(),
+        jobs_dir,
+        ledger_job_id: None,
+        post_run: None,
+        ..template
+    })
+}
+
+/// The host's observations: the engine's, with Harbor's inputs left to each leg.
+pub fn observe_host(spec: &LaunchSpec, env: &[(String, String)]) -> Observed {
+    let mut observed = prepare::observe(spec, env, Mode::Run);
+    observed.paths = prepare::check_engine_paths(spec);
+    observed.resume = false;
+    observed.harbor_job = HarborJob::Fresh(Ok(serde_json::Value::Null));
+    observed
+}
+
+/// Writes a leg's record (its outcome) when the leg's own payload did not: refused, never
+/// started, or ended without one. Skipped when another payload holds the leg's run dir.
+fn record_leg(run_dir: &Path, run_tag: &str, outcome: Outcome) {
+    if std::fs::create_dir_all(run_dir).is_err() {
+        return;
+    }
+    let Ok(_lock) = crate::runlock::acquire(run_dir) else { return };
+    if crate::records::unwritable_record(run_dir).is_some() {
+        return;
+    }
+    let mut rec = Recorder::new(run_dir, run_tag);
+    rec.event("outcome", serde_json::to_value(&outcome).unwrap_or_default());
+    rec.set_outcome(outcome);
+}
+
+fn read_status(run_dir: &Path) -> Option<RunStatus> {
+    let text = launch_spec::records::read_regular(&run_dir.join(STATUS_FILE), launch_spec::records::MAX_INPUT_BYTES)
+        .ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+fn leg_ends(host: &Host) -> Vec<(OutcomeClass, i32)> {
+    host.legs
+        .iter()
+        .filter_map(|l| match &l.state {
+            LegState::Ended { class, exit_code } => Some((*class, *exit_code)),
+            LegState::Refused => Some((OutcomeClass::Spec, OutcomeClass::Spec.exit_code())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// When a leg's Harbor ran, from its events, in seconds since the host started.
+fn harbor_span(run_dir: &Path, run_tag: &str, t0_wall: std::time::SystemTime, ended_s: f64) -> Option<LegSpan> {
+    use launch_spec::rundir::EventKind;
+    let events = launch_spec::rundir::read_events_where(run_dir, |k| {
+        matches!(k, EventKind::HarborSpawned | EventKind::HarborExited | EventKind::Started)
+    });
+    let t0: chrono::DateTime<chrono::Utc> = t0_wall.into();
+    let secs = |at: &str| {
+        chrono::DateTime::parse_from_rfc3339(at).ok().map(|t| (t.with_timezone(&chrono::Utc) - t0).as_seconds_f64())
+    };
+    // This run's events only: the last start of the leg's payload.
+    let from = events.iter().rposition(|e| e.event == EventKind::Started).unwrap_or(0);
+    let mine = &events[from..];
+    let start = mine.iter().find(|e| e.event == EventKind::HarborSpawned).and_then(|e| secs(&e.at))?;
+    let end = mine.iter().find(|e| e.event == EventKind::HarborExited).and_then(|e| secs(&e.at)).unwrap_or(ended_s);
+    Some(LegSpan { run_tag: run_tag.to_string(), start_s: start.max(0.0), end_s: end.max(start) })
+}
+
+impl<S: SignalSource> Run<S> {
+    fn host(&mut self) -> Option<&mut Host> {
+        match &mut self.share {
+            Share::Host(h) => Some(h),
+            _ => None,
+        }
+    }
+
+    /// One look, every [`SHARE_POLL`]: a leg's cancel request or the host's word that the
+    /// engine is gone; the host's legs that ended (and whether all have).
+    pub(crate) fn share_input(&mut self, phase: RunPhase) -> Option<Input> {
+        match &self.share {
+            Share::Leg(a) => {
+                if self.spec.run_dir.join(CANCEL_REQUEST_FILE).exists() {
+                    return Some(Input::CancelRequested);
+                }
+                let text = launch_spec::records::read_regular(
+                    &a.group_dir.join(ENGINE_ENDED_FILE),
+                    launch_spec::records::MAX_INPUT_BYTES,
+                )
+                .ok()?;
+                let ended: EngineEnded = serde_json::from_str(&text).ok()?;
+                let f = Failure::new(ended.class, format!("the shared engine is gone: {}", ended.message))
+                    .with_log_tail(ended.engine_log_tail);
+                Some(Input::EngineLost(match ended.cause {
+                    Some(c) => f.with_cause(c),
+                    None => f,
+                }))
+            }
+            Share::Host(_) if phase == RunPhase::Running => {
+                self.collect_legs(None);
+                let host = self.host()?;
+                let running = host.legs.iter().any(|l| matches!(l.state, LegState::Running { .. }));
+                (!running).then_some(Input::LegsEnded)
+            }
+            _ => None,
+        }
+    }
+
+    /// Records every running leg whose payload has exited; `host_end` is the outcome to give one
+    /// that recorded none (the host's, when it ended first).
+    fn collect_legs(&mut self, host_end: Option<&Outcome>) {
+        let Share::Host(host) = &mut self.share else { return };
+        let now_s = self.t0.elapsed().as_secs_f64();
+        for leg in &mut host.legs {
+            let LegState::Running { index } = leg.state else { continue };
+            let Some(status) = self.sup.legs.get_mut(index).and_then(|m| m.try_status()) else { continue };
+            let code = status_code(status);
+            let own = read_status(&leg.run_dir).and_then(|s| s.outcome);
+            let outcome = match own {
+                Some(o) => o,
+                None => {
+                    let o = match host_end {
+                        Some(h) => Outcome { message: format!("the shared job's host: {}", h.message), ..h.clone() },
+                        None => Outcome {
+                            message: format!(
+                                "the leg's payload exited ({}) without recording an outcome; see {}",
+                                supervisor::describe_status(status),
+                                leg.run_dir.join(files::LEG_LOG_FILE).display()
+                            ),
+                            ..refused(String::new())
+                        },
+                    };
+                    record_leg(&leg.run_dir, &leg.run_tag, o.clone());
+                    o
+                }
+            };
+            if let Some(span) = harbor_span(&leg.run_dir, &leg.run_tag, self.t0_wall, now_s) {
+                host.spans.push(span);
+            }
+            self.rec.event(
+                "leg_ended",
+                json!({ "run_tag": leg.run_tag, "status": supervisor::describe_status(status), "code": code,
+                        "class": outcome.class.as_str(), "cause": outcome.cause }),
+            );
+            tracing::info!(run_tag = %leg.run_tag, class = outcome.class.as_str(), "leg ended");
+            leg.state = LegState::Ended { class: outcome.class, exit_code: outcome.exit_code };
+        }
+    }
+
+    /// The engine is ready (and the tunnel up): `engine.json`, then every pending leg.
+    pub(crate) fn start_legs(&mut self, p: &Prepared) -> Result<(), End> {
+        let engine_pid = self.rec.status.pids.get("engine").copied().unwrap_or_default();
+        let record = EngineRecord {
+            version: files::SHARED_SPEC_VERSION,
+            group_tag: self.spec.run_tag.clone(),
+            base_url: p.base_url.clone(),
+            port: self.rec.status.port.unwrap_or_default(),
+            engine_pid,
+            public_url: self.tunnel.as_ref().and_then(crate::tunnel::Tunnel::public_url),
+            harbor_env: self.tunnel.as_ref().map(|t| t.harbor_env()).unwrap_or_default(),
+            harbor_prefix: self.tunnel.as_ref().and_then(|t| t.harbor_prefix()),
+        };
+        let engine_file = self.spec.run_dir.join(ENGINE_FILE);
+        let text = serde_json::to_string_pretty(&record).unwrap_or_default();
+        launch_spec::records::write_atomically(&engine_file, text.as_bytes()).map_err(|e| {
+            Failure::new(OutcomeClass::Spec, format!("cannot write {}: {e}", engine_file.display())).with_cause("shared")
+        })?;
+        let exe = std::env::current_exe().map_err(|e| {
+            Failure::new(OutcomeClass::Spec, format!("cannot find payload's own executable: {e}")).with_cause("shared")
+        })?;
+        let mut env: BTreeMap<String, String> = self.parent.iter().cloned().collect();
+        env.insert(crate::childenv::RUN_ID_VAR.to_string(), format!("{}-{}", self.spec.run_tag, std::process::id()));
+        if let Some(key) = &p.api_key {
+            env.insert(files::ENGINE_KEY_VAR.to_string(), key.clone());
+        }
+        let Share::Host(host) = &mut self.share else { return Ok(()) };
+        for leg in host.legs.iter_mut().filter(|l| l.state == LegState::Pending) {
+            let child = ChildSpec {
+                program: exe.clone(),
+                argv: vec![
+                    "payload".into(),
+                    "run".into(),
+                    "--spec".into(),
+                    leg.spec_path.display().to_string(),
+                    "--engine".into(),
+                    engine_file.display().to_string(),
+                ],
+                env: env.clone(),
+                log: leg.run_dir.join(files::LEG_LOG_FILE),
+                cwd: None,
+            };
+            let started = std::fs::create_dir_all(&leg.run_dir).and_then(|()| self.sup.spawn_leg(&child));
+            match started {
+                Ok(pid) => {
+                    leg.state = LegState::Running { index: self.sup.legs.len() - 1 };
+                    self.rec.event("leg_spawned", json!({ "run_tag": leg.run_tag, "pid": pid, "argv": child.argv }));
+                    tracing::info!(run_tag = %leg.run_tag, pid, "leg started");
+                }
+                Err(e) => {
+                    let message = format!("cannot start the leg's payload {}: {e}", exe.display());
+                    self.rec.event("leg_refused", json!({ "run_tag": leg.run_tag, "error": message }));
+                    record_leg(&leg.run_dir, &leg.run_tag, refused(message));
+                    leg.state = LegState::Refused;
+                }
+            }
+        }
+        for leg in host.legs.iter().filter(|l| l.state == LegState::Skipped) {
+            self.rec.event("leg_skipped", json!({ "run_tag": leg.run_tag, "why": "its Harbor job finished before" }));
+        }
+        if let Some(t) = self.tunnel.as_mut() {
+            t.commit();
+        }
+        self.rec.set_phase(Phase::Running);
+        Ok(())
+    }
+
+    /// Before the engine's teardown: every running leg is told (a signal forwarded, or
+    /// `engine_ended.json`) and given its own teardown's time; one still alive then is SIGKILLed.
+    pub(crate) async fn wind_down_legs(&mut self, end: &End, plan: &TeardownGrace) {
+        let running: Vec<usize> = match &self.share {
+            Share::Host(h) => h
+                .legs
+                .iter()
+                .filter_map(|l| if let LegState::Running { index } = l.state { Some(index) } else { None })
+                .collect(),
+            _ => return,
+        };
+        if running.is_empty() {
+            return;
+        }
+        let margin = Duration::from_secs(2) + SHARE_POLL * 4;
+        let budget = match end {
+            End::Signal(SignalEvent::Walltime) => {
+                self.forward(&running, Signal::SIGUSR1);
+                plan.harbor_grace + plan.grace + margin
+            }
+            End::Signal(SignalEvent::Shutdown(sig)) => {
+                self.forward(&running, *sig);
+                plan.grace + margin
+            }
+            End::Failed(f) => {
+                let ended = EngineEnded {
+                    class: f.class,
+                    cause: f.cause.clone(),
+                    message: f.message.clone(),
+                    engine_log_tail: f.engine_log_tail.clone(),
+                };
+                let path = self.spec.run_dir.join(ENGINE_ENDED_FILE);
+                let text = serde_json::to_string_pretty(&ended).unwrap_or_default();
+                if let Err(e) = launch_spec::records::write_atomically(&path, text.as_bytes()) {
+                    tracing::warn!(error = %e, "cannot write engine_ended.json; the legs are stopped by TERM");
+                    self.forward(&running, Signal::SIGTERM);
+                }
+                plan.grace + margin
+            }
+            _ => plan.grace + margin,
+        };
+        let deadline = crate::timings::deadline(Instant::now(), budget);
+        loop {
+            let alive: Vec<usize> =
+                running.iter().copied().filter(|i| self.sup.legs.get_mut(*i).is_some_and(|m| m.try_status().is_none())).collect();
+            if alive.is_empty() || Instant::now() >= deadline {
+                for i in &alive {
+                    if let Some(m) = self.sup.legs.get(*i) {
+                        tracing::warn!(pid = m.pid, "leg still running after its wind-down: SIGKILL");
+                        m.signal_group(Signal::SIGKILL);
+                    }
+                }
+                for i in &alive {
+                    if let Some(m) = self.sup.legs.get_mut(*i) {
+                        let _ = tokio::time::timeout(Duration::from_secs(2), m.wait()).await;
+                    }
+                }
+                break;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                ev = self.signals.recv() => {
+                    // Another signal during the wind-down: the legs get it too (a second TERM
+                    // makes each kill at once).
+                    let sig = match ev { SignalEvent::Walltime => Signal::SIGUSR1, SignalEvent::Shutdown(s) => s };
+                    self.forward(&alive, sig);
+                }
+            }
+        }
+    }
+
+    fn forward(&self, legs: &[usize], sig: Signal) {
+        for i in legs {
+            if let Some(m) = self.sup.legs.get(*i) {
+                tracing::info!(pid = m.pid, signal = %sig, "forwarding to leg");
+                m.signal_group(sig);
+            }
+        }
+    }
+
+    /// The host's outcome: its own when the engine failed or a signal came (each leg records
+    /// the same class), else the most severe of its legs' ([`exit_code`]); legs it never started
+    /// get the host's outcome in their records. Sets `gpu_time`.
+    pub(crate) fn host_outcome(&mut self, own: Outcome) -> Outcome {
+        self.collect_legs(Some(&own));
+        let gpus = self.spec.parallelism().total();
+        let instants = self.instants.clone();
+        let Share::Host(host) = &mut self.share else { return own };
+        for leg in host.legs.iter_mut().filter(|l| l.state == LegState::Pending) {
+            let o = Outcome { message: format!("the shared job ended before this leg started: {}", own.message), ..own.clone() };
+            record_leg(&leg.run_dir, &leg.run_tag, o);
+            leg.state = LegState::Ended { class: own.class, exit_code: own.exit_code };
+        }
+        let spans = std::mem::take(&mut host.spans);
+        let summary: Vec<String> = host
+            .legs
+            .iter()
+            .map(|l| {
+                let what = match &l.state {
+                    LegState::Ended { class, .. } => class.as_str(),
+                    LegState::Skipped => "already finished",
+                    LegState::Refused => "refused",
+                    LegState::Pending | LegState::Running { .. } => "unknown",
+                };
+                format!("{} {what}", l.run_tag)
+            })
+            .collect();
+        let ends = leg_ends(host);
+        self.rec.status.gpu_time = Some(crate::gputime::split(gpus, &instants, spans));
+        if own.class != OutcomeClass::Finished {
+            return Outcome { message: format!("{}; legs: {}", own.message, summary.join(", ")), ..own };
+        }
+        let code = exit_code(&ends);
+        let class = ends.iter().find(|(_, c)| *c == code && code != 0).map_or(OutcomeClass::Finished, |(class, _)| *class);
+        Outcome {
+            class,
+            cause: (class != OutcomeClass::Finished).then(|| "legs".to_string()),
+            exit_code: code,
+            message: format!("{} legs: {}", host.legs.len(), summary.join(", ")),
+            ..own
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_host_exits_with_its_most_severe_leg() {
+        assert_eq!(exit_code(&[]), 0);
+        assert_eq!(exit_code(&[(OutcomeClass::Finished, 0), (OutcomeClass::Finished, 0)]), 0);
+        assert_eq!(exit_code(&[(OutcomeClass::Finished, 0), (OutcomeClass::Spec, 2), (OutcomeClass::Harbor, 14)]), 14);
+        assert_eq!(exit_code(&[(OutcomeClass::Interrupted, 130), (OutcomeClass::Walltime, 15)]), 15);
+        assert_eq!(exit_code(&[(OutcomeClass::Walltime, 15), (OutcomeClass::EngineDied, 12)]), 12);
+    }
+}
