@@ -86,7 +86,8 @@ impl Executor<'_> {
     pub fn execute(&self, plan: &Plan) -> Result<Vec<Submitted>, SubmitError> {
         let mut results = Vec::new();
         let mut chain: Vec<JobId> = Vec::new();
-        for (index, job) in plan.jobs.iter().enumerate().filter(|(_, j)| j.action.submits() || j.prerequisite.is_some()) {
+        for (index, job) in plan.jobs.iter().enumerate().filter(|(_, j)| j.action.submits() || j.prerequisite.is_some())
+        {
             let record = |outcome: String, attempt: Option<AttemptId>, job_id: Option<String>| {
                 Submitted::new(job, outcome, attempt, job_id)
             };

@@ -528,18 +528,7 @@ fn shared_job(inputs: &PlanInputs, jobs: &mut [PlannedJob], legs: &[usize]) -> R
     let argv = build_sbatch_args(&request).map_err(|e| format!("sbatch request: {e}"))?;
     let mut sbatch = vec!["sbatch".to_string()];
     sbatch.extend(argv.iter().map(|a| a.to_string_lossy().into_owned()));
-    Ok(SharedJob {
-        model,
-        group_tag,
-        group_dir,
-        legs: legs.to_vec(),
-        time,
-        time_basis,
-        capacity,
-        doc,
-        request,
-        sbatch,
-    })
+    Ok(SharedJob { model, group_tag, group_dir, legs: legs.to_vec(), time, time_basis, capacity, doc, request, sbatch })
 }
 
 /// Where the attempt runs (docs/decisions.md, "A re-evaluation is a new run"): in the latest
@@ -766,17 +755,29 @@ mod tests {
         let snapshot = Snapshot {
             cluster: "local".into(),
             now: chrono::DateTime::from_timestamp(1_700_000_600, 0).unwrap(),
-            pairs: [done("org/Two-1B", "terminal_bench_2"), done("org/One-1B", "terminal_bench_2"), done("org/One-1B", &v2)]
-                .into_iter()
-                .collect(),
+            pairs: [
+                done("org/Two-1B", "terminal_bench_2"),
+                done("org/One-1B", "terminal_bench_2"),
+                done("org/One-1B", &v2),
+            ]
+            .into_iter()
+            .collect(),
             ..Snapshot::default()
         };
-        let executables =
-            Executables { payload_bin: "/bin/payload".into(), script: "/repo/sbatch/payload.sbatch".into(), prelude: None };
+        let executables = Executables {
+            payload_bin: "/bin/payload".into(),
+            script: "/repo/sbatch/payload.sbatch".into(),
+            prelude: None,
+        };
         let items: Vec<_> =
             ["swebench=200", "v2=100", "tb2=50"].iter().map(|t| Concurrency::parse_item(t).unwrap()).collect();
-        let policy =
-            Policy { max_failed_attempts: 3, stale_pending_s: 3600, config_aware: false, force: false, max_continuations: 5 };
+        let policy = Policy {
+            max_failed_attempts: 3,
+            stale_pending_s: 3600,
+            config_aware: false,
+            force: false,
+            max_continuations: 5,
+        };
         let inputs = PlanInputs {
             context: &context,
             legs: &legs,

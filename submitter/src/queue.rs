@@ -138,7 +138,13 @@ pub fn sbatch_request(inputs: &JobInputs) -> Result<SubmitRequest, String> {
 /// `--shared <group dir>/shared.json`, the output goes to the group dir, and the job asks for
 /// `time_s` under `job_name`. Everything else (GPUs, placement, signal, `--export`) is the legs'
 /// own: they agree on the engine and the placement, or they are not grouped.
-pub fn shared_request(leg: &SubmitRequest, shared_spec: &Path, group_dir: &Path, time_s: u64, job_name: String) -> SubmitRequest {
+pub fn shared_request(
+    leg: &SubmitRequest,
+    shared_spec: &Path,
+    group_dir: &Path,
+    time_s: u64,
+    job_name: String,
+) -> SubmitRequest {
     let mut request = leg.clone();
     request.script_args = vec!["--shared".to_string(), shared_spec.display().to_string()];
     request.options.output = Some(group_dir.join(SLURM_OUTPUT));

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
+use submitter::cancel::Stop;
 use submitter::config::args::duration;
 use submitter::decide::{Action, Policy, Prerequisite};
 use submitter::domain::Continuation;
@@ -16,7 +17,6 @@ use submitter::ledger::{AttemptStatus, now};
 use submitter::notify::{self, Event, Notifier, NotifyState, Tidings};
 use submitter::output::{self, ExitStatus, FormatArgs};
 use submitter::planner::{self, Executables, Plan, PlanInputs, PlannedJob, SharedJob};
-use submitter::cancel::Stop;
 use submitter::preflight;
 use submitter::selection::AllocationSource;
 use submitter::slurm::Slurm;
@@ -563,8 +563,7 @@ pub fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
         bail!("say what to cancel: --job ID… or --model M… [--benchmark B…]");
     }
     let session = Session::open(&args.ledger)?;
-    let active: Vec<_> =
-        session.ledger.active()?.into_iter().filter(|a| a.cluster == session.cluster.name).collect();
+    let active: Vec<_> = session.ledger.active()?.into_iter().filter(|a| a.cluster == session.cluster.name).collect();
     let selected: Vec<_> = active.iter().filter(|a| args.selection.selects(a)).cloned().collect();
     // A leg whose run dir holds its outcome has ended: it no longer keeps a shared job running.
     let running = |a: &submitter::ledger::Attempt| {

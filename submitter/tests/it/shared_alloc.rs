@@ -23,7 +23,7 @@ use submitter::ledger::{Attempt, AttemptStatus, Ledger, open_ledger};
 
 use crate::ledger::Store;
 use crate::queueing::{TestCluster, cancel_all, scancel, text, wait_until};
-use crate::support::slurm_up;
+use crate::support::{slurm_up, write_tasks};
 
 fn held_cluster(name: &str) -> TestCluster {
     TestCluster::new(name, |p| {
@@ -39,7 +39,12 @@ fn run_ok(cluster: &TestCluster, ledger: &str, command: &[&str], args: &[&str]) 
 
 fn shared_launch(cluster: &TestCluster, ledger: &str, models: &Path) -> String {
     let models = models.to_str().unwrap();
-    run_ok(cluster, ledger, &["launch"], &["--once", "--preset", "ID", "--allocation", "shared", "--models-file", models])
+    run_ok(
+        cluster,
+        ledger,
+        &["launch"],
+        &["--once", "--preset", "ID", "--allocation", "shared", "--models-file", models],
+    )
 }
 
 fn in_squeue(job: &str) -> bool {
@@ -88,7 +93,8 @@ fn one_job_per_model_each_leg_its_own_attempt_and_cancel_per_leg() {
     let ledger_spec = &store.spec;
     let models = cluster.models_file(&["test/Tiny-1B", "test/Small-3B"]);
     let list = models.to_str().unwrap();
-    let plan = run_ok(&cluster, ledger_spec, &["plan"], &["--preset", "ID", "--allocation", "shared", "--models-file", list]);
+    let plan =
+        run_ok(&cluster, ledger_spec, &["plan"], &["--preset", "ID", "--allocation", "shared", "--models-file", list]);
     assert_eq!(plan.lines().filter(|l| l.starts_with("shared    ")).count(), 2, "{plan}");
     assert!(plan.contains("3 legs in one job, one engine (allocation shared, from --allocation)"), "{plan}");
     assert!(plan.contains("capacity: max_num_seqs") && plan.contains("load allowance 60 s"), "{plan}");
@@ -241,7 +247,11 @@ fn each_leg_is_synced_to_its_own_attempt_and_continued_on_its_own() {
     assert!(!again.iter().any(|a| a.benchmark == swe.benchmark), "the finished leg is not re-run: {out}");
     assert_eq!(ledger.attempt(swe.id).unwrap().unwrap().metrics, swe_after.metrics, "untouched");
     let doc_dir = PathBuf::from(v2_next.config["shared"]["group_dir"].as_str().unwrap());
-    assert_ne!(doc_dir.display().to_string(), swe.config["shared"]["group_dir"].as_str().unwrap(), "a group dir of its own");
+    assert_ne!(
+        doc_dir.display().to_string(),
+        swe.config["shared"]["group_dir"].as_str().unwrap(),
+        "a group dir of its own"
+    );
     assert_eq!(SharedJobSpec::from_file(&doc_dir.join("shared.json")).unwrap().legs.len(), 2);
 }
 
@@ -254,4 +264,259 @@ impl Drop for Cleanup {
             cancel_all(&*ledger);
         }
     }
+}
+
+// End to end: payload's side runs the shared job (`payload run --shared`) with the stand-ins.
+
+/// A cluster whose jobs run: `tweak` edits its profile (trial time, held jobs).
+fn running_cluster(name: &str, tweak: impl Fn(&mut String)) -> TestCluster {
+    TestCluster::new(name, tweak)
+}
+
+fn slow_trials(profile: &mut String, seconds: &str) {
+    *profile = profile.replace("STANDIN_TRIAL_SECONDS: \"0.05\"", &format!("STANDIN_TRIAL_SECONDS: \"{seconds}\""));
+}
+
+/// Syncs until none of `ids` is active (each leg's outcome folded into its own attempt).
+fn sync_until_done(cluster: &TestCluster, ledger_spec: &str, ledger: &dyn Ledger, ids: &[Attempt], what: &str) {
+    wait_until(what, Duration::from_secs(300), || {
+        run_ok(cluster, ledger_spec, &["sync"], &[]);
+        ids.iter().all(|a| !ledger.attempt(a.id).unwrap().unwrap().status.is_active())
+    });
+}
+
+fn the_job(ledger: &dyn Ledger) -> (String, Vec<Attempt>) {
+    let (_, job, legs) = jobs_by_model(ledger).remove(0);
+    (job, legs)
+}
+
+fn by_benchmark<'a>(legs: &'a [Attempt], benchmark: &str) -> &'a Attempt {
+    legs.iter().find(|a| a.benchmark.contains(benchmark)).unwrap()
+}
+
+fn group_dir_of(attempt: &Attempt) -> PathBuf {
+    PathBuf::from(attempt.config["shared"]["group_dir"].as_str().unwrap())
+}
+
+/// The leg's `status.json` outcome class once payload wrote one.
+fn leg_outcome(attempt: &Attempt) -> Option<String> {
+    let text = std::fs::read_to_string(run_dir(attempt).join("status.json")).ok()?;
+    let status: Value = serde_json::from_str(&text).ok()?;
+    status["outcome"]["class"].as_str().map(String::from)
+}
+
+/// `launch --preset ID --allocation shared --once`: one job; it starts the engine once (one
+/// `vllm.log`, in the group dir) and finishes three Harbor jobs; three attempts finished, each
+/// with the metrics of its own run dir.
+#[test]
+fn a_shared_job_loads_the_engine_once_and_finishes_three_legs() {
+    if !slurm_up() {
+        eprintln!("skipping: no local Slurm");
+        return;
+    }
+    let store = Store::sqlite();
+    let cluster = running_cluster("shared-e2e", |_| {});
+    // Each leg a dataset of its own size, so each attempt's metrics are seen to be its own.
+    let tasks = [("DCAgent_dev_set_v2", 3usize), ("DCAgent2_terminal_bench_2", 4)];
+    for (dataset, n) in tasks {
+        write_tasks(&cluster.root().join("datasets").join(dataset), (1..=n).map(|i| format!("t{i}")));
+    }
+    let ledger_spec = &store.spec;
+    let out = shared_launch(&cluster, ledger_spec, &cluster.models_file(&["test/Tiny-1B"]));
+    let ledger = open_ledger(ledger_spec).unwrap();
+    let _cleanup = Cleanup(ledger_spec.clone());
+    let (job, legs) = the_job(&*ledger);
+    assert_eq!(legs.len(), 3, "{out}");
+    sync_until_done(&cluster, ledger_spec, &*ledger, &legs, "the three legs to finish");
+    let group = group_dir_of(&legs[0]);
+    for leg in &legs {
+        let after = ledger.attempt(leg.id).unwrap().unwrap();
+        assert_eq!(after.status, AttemptStatus::Finished, "{}: {}", leg.benchmark, after.reason);
+        let metrics = after.metrics.unwrap();
+        let spec = launch_spec::LaunchSpec::from_file(&run_dir(leg).join("launch.json")).unwrap();
+        let n_tasks = tasks.iter().find(|(d, _)| d.ends_with(&leg.benchmark)).map_or(2, |(_, n)| *n);
+        let expected = n_tasks as u64 * u64::from(spec.harbor.n_attempts);
+        assert_eq!(metrics["n_total_trials"], expected, "{}: its own dataset's trials: {metrics}", leg.benchmark);
+        assert_eq!(after.slurm_job_id.as_deref(), Some(job.as_str()));
+        assert!(run_dir(leg).join("result.json").is_file(), "{}: its own Harbor job", leg.benchmark);
+        assert!(!run_dir(leg).join("vllm.log").exists(), "{}: no engine of its own", leg.benchmark);
+    }
+    let log = std::fs::read_to_string(group.join("vllm.log")).unwrap();
+    assert_eq!(log.matches("non-default args:").count(), 1, "one cold load: {log}");
+}
+
+/// Writes `n` tasks into each of the three ID datasets of `cluster`.
+fn tasks_everywhere(cluster: &TestCluster, n: usize) {
+    for dataset in ["DCAgent2_terminal_bench_2", "DCAgent_dev_set_v2", "DCAgent2_swebench-verified-random-100-folders"]
+    {
+        write_tasks(&cluster.root().join("datasets").join(dataset), (1..=n).map(|i| format!("t{i}")));
+    }
+}
+
+fn leg_phase(attempt: &Attempt) -> Option<String> {
+    let text = std::fs::read_to_string(run_dir(attempt).join("status.json")).ok()?;
+    serde_json::from_str::<Value>(&text).ok()?["phase"].as_str().map(String::from)
+}
+
+/// One leg's dataset is gone when the job starts: that leg is refused inside the job with the
+/// reason, the two others finish.
+#[test]
+fn a_leg_whose_dataset_is_missing_is_refused_and_the_others_finish() {
+    if !slurm_up() {
+        eprintln!("skipping: no local Slurm");
+        return;
+    }
+    let store = Store::sqlite();
+    let cluster = held_cluster("shared-nodata");
+    let ledger_spec = &store.spec;
+    shared_launch(&cluster, ledger_spec, &cluster.models_file(&["test/Tiny-1B"]));
+    let ledger = open_ledger(ledger_spec).unwrap();
+    let _cleanup = Cleanup(ledger_spec.clone());
+    let (job, legs) = the_job(&*ledger);
+    std::fs::remove_dir_all(cluster.root().join("datasets/DCAgent2_terminal_bench_2")).unwrap();
+    let released = Command::new("scontrol").args(["release", &job]).status().unwrap();
+    assert!(released.success());
+    sync_until_done(&cluster, ledger_spec, &*ledger, &legs, "the legs to end");
+    for leg in &legs {
+        let after = ledger.attempt(leg.id).unwrap().unwrap();
+        if leg.benchmark == "terminal_bench_2" {
+            assert_eq!(after.status, AttemptStatus::Failed, "{}", after.reason);
+            assert!(
+                after.reason.contains("DCAgent2_terminal_bench_2"),
+                "the reason names the dataset: {}",
+                after.reason
+            );
+        } else {
+            assert_eq!(after.status, AttemptStatus::Finished, "{}: {}", leg.benchmark, after.reason);
+            assert!(after.metrics.is_some());
+        }
+    }
+}
+
+/// `cancel` of one pair while the shared job runs: that leg stops (its attempt cancelled, its
+/// outcome `interrupted/cancel_requested`), the others finish on the same engine.
+#[test]
+fn cancel_of_one_running_leg_stops_it_alone() {
+    if !slurm_up() {
+        eprintln!("skipping: no local Slurm");
+        return;
+    }
+    let store = Store::sqlite();
+    let cluster = running_cluster("shared-cancel", |p| slow_trials(p, "0.4"));
+    tasks_everywhere(&cluster, 12);
+    let ledger_spec = &store.spec;
+    shared_launch(&cluster, ledger_spec, &cluster.models_file(&["test/Tiny-1B"]));
+    let ledger = open_ledger(ledger_spec).unwrap();
+    let _cleanup = Cleanup(ledger_spec.clone());
+    let (job, legs) = the_job(&*ledger);
+    let tb2 = by_benchmark(&legs, "terminal_bench_2").clone();
+    wait_until("the tb2 leg to run", Duration::from_secs(180), || leg_phase(&tb2).as_deref() == Some("running"));
+    let out = run_ok(&cluster, ledger_spec, &["cancel"], &["--model", &tb2.model, "--benchmark", "terminal_bench_2"]);
+    assert!(out.contains("this leg only"), "{out}");
+    wait_until("the tb2 leg to stop", Duration::from_secs(120), || leg_outcome(&tb2).is_some());
+    let status: Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir(&tb2).join("status.json")).unwrap()).unwrap();
+    assert_eq!(
+        (status["outcome"]["class"].as_str(), status["outcome"]["cause"].as_str()),
+        (Some("interrupted"), Some("cancel_requested"))
+    );
+    assert!(in_squeue(&job), "the job goes on for the other legs");
+    let others: Vec<Attempt> = legs.iter().filter(|a| a.id != tb2.id).cloned().collect();
+    sync_until_done(&cluster, ledger_spec, &*ledger, &others, "the other legs to finish");
+    for leg in &others {
+        let after = ledger.attempt(leg.id).unwrap().unwrap();
+        assert_eq!(after.status, AttemptStatus::Finished, "{}: {}", leg.benchmark, after.reason);
+    }
+    assert_eq!(ledger.attempt(tb2.id).unwrap().unwrap().status, AttemptStatus::Cancelled);
+}
+
+/// The engine killed (SIGKILL to the stand-in's pid, as the OOM killer would) while every leg runs:
+/// every leg's attempt fails `engine_died`.
+#[test]
+fn the_engine_killed_ends_every_leg_as_engine_died() {
+    if !slurm_up() {
+        eprintln!("skipping: no local Slurm");
+        return;
+    }
+    let store = Store::sqlite();
+    let cluster = running_cluster("shared-kill", |p| slow_trials(p, "0.4"));
+    tasks_everywhere(&cluster, 12);
+    let ledger_spec = &store.spec;
+    shared_launch(&cluster, ledger_spec, &cluster.models_file(&["test/Tiny-1B"]));
+    let ledger = open_ledger(ledger_spec).unwrap();
+    let _cleanup = Cleanup(ledger_spec.clone());
+    let (_, legs) = the_job(&*ledger);
+    wait_until("every leg to run", Duration::from_secs(180), || {
+        legs.iter().all(|l| leg_phase(l).as_deref() == Some("running"))
+    });
+    let host: Value =
+        serde_json::from_str(&std::fs::read_to_string(group_dir_of(&legs[0]).join("status.json")).unwrap()).unwrap();
+    let engine = host["pids"]["engine"].as_i64().unwrap_or_else(|| panic!("the engine's pid: {host:#}"));
+    let killed = Command::new("kill").args(["-KILL", &engine.to_string()]).status().unwrap();
+    assert!(killed.success());
+    sync_until_done(&cluster, ledger_spec, &*ledger, &legs, "every leg to end");
+    for leg in &legs {
+        let after = ledger.attempt(leg.id).unwrap().unwrap();
+        assert_eq!(after.status, AttemptStatus::Failed, "{}", leg.benchmark);
+        assert!(after.reason.starts_with("engine_died"), "{}: {}", leg.benchmark, after.reason);
+    }
+}
+
+/// The walltime warning (USR1 to the batch step, as Slurm sends it) after one leg finished: the
+/// finished leg is never re-run; the two others end `walltime` and the next launch continues them
+/// in one shared job again, where they finish.
+#[test]
+fn a_walltime_in_the_middle_continues_each_unfinished_leg() {
+    if !slurm_up() {
+        eprintln!("skipping: no local Slurm");
+        return;
+    }
+    let store = Store::sqlite();
+    let cluster = running_cluster("shared-wall", |p| slow_trials(p, "0.4"));
+    tasks_everywhere(&cluster, 16);
+    // v2 one task: it finishes long before the others.
+    std::fs::remove_dir_all(cluster.root().join("datasets/DCAgent_dev_set_v2")).unwrap();
+    write_tasks(&cluster.root().join("datasets/DCAgent_dev_set_v2"), ["t1"]);
+    let ledger_spec = &store.spec;
+    let models = cluster.models_file(&["test/Tiny-1B"]);
+    shared_launch(&cluster, ledger_spec, &models);
+    let ledger = open_ledger(ledger_spec).unwrap();
+    let _cleanup = Cleanup(ledger_spec.clone());
+    let (job, legs) = the_job(&*ledger);
+    let v2 = by_benchmark(&legs, "dev_set_v2").clone();
+    wait_until("the v2 leg to finish", Duration::from_secs(180), || leg_outcome(&v2).as_deref() == Some("finished"));
+    let warned = Command::new("scancel").args(["--signal=USR1", "--batch", &job]).status().unwrap();
+    assert!(warned.success());
+    sync_until_done(&cluster, ledger_spec, &*ledger, &legs, "the legs to wind down");
+    let v2_done = ledger.attempt(v2.id).unwrap().unwrap();
+    assert_eq!(v2_done.status, AttemptStatus::Finished, "{}", v2_done.reason);
+    let unfinished: Vec<Attempt> = legs.iter().filter(|a| a.id != v2.id).cloned().collect();
+    for leg in &unfinished {
+        let after = ledger.attempt(leg.id).unwrap().unwrap();
+        assert_eq!(after.status, AttemptStatus::Failed, "{}", leg.benchmark);
+        assert!(after.reason.starts_with("walltime"), "{}: {}", leg.benchmark, after.reason);
+    }
+    // The continuation runs fast: the trials' time is the cluster's, not part of the resumed config.
+    let profile = cluster.root().join("clusters/shared-wall.yaml");
+    let text = std::fs::read_to_string(&profile)
+        .unwrap()
+        .replace("STANDIN_TRIAL_SECONDS: \"0.4\"", "STANDIN_TRIAL_SECONDS: \"0.05\"");
+    std::fs::write(&profile, text).unwrap();
+    let out = shared_launch(&cluster, ledger_spec, &models);
+    let (second, continued) = the_job(&*ledger);
+    assert_ne!(second, job);
+    assert_eq!(continued.len(), 2, "{out}");
+    for leg in &continued {
+        let before = unfinished.iter().find(|a| a.benchmark == leg.benchmark).unwrap();
+        assert_eq!(
+            (leg.run_tag.as_str(), leg.config["continues"].as_i64()),
+            (before.run_tag.as_str(), Some(before.id.0))
+        );
+    }
+    sync_until_done(&cluster, ledger_spec, &*ledger, &continued, "the continued legs to finish");
+    for leg in &continued {
+        let after = ledger.attempt(leg.id).unwrap().unwrap();
+        assert_eq!(after.status, AttemptStatus::Finished, "{}: {}", leg.benchmark, after.reason);
+    }
+    assert_eq!(ledger.attempt(v2.id).unwrap().unwrap().metrics, v2_done.metrics, "the finished leg untouched");
 }
