@@ -343,6 +343,21 @@ fn a_shared_job_loads_the_engine_once_and_finishes_three_legs() {
     }
     let log = std::fs::read_to_string(group.join("vllm.log")).unwrap();
     assert_eq!(log.matches("non-default args:").count(), 1, "one cold load: {log}");
+    // results: each cell is its own attempt's, from its own run dir.
+    let doc: Value = serde_json::from_str(&run_ok(&cluster, ledger_spec, &["results"], &["--json"])).unwrap();
+    let cells = doc["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 3, "{doc:#}");
+    for leg in &legs {
+        let cell = cells.iter().find(|c| c["benchmark"] == leg.benchmark.as_str()).unwrap();
+        assert_eq!((cell["attempt_id"].as_i64(), cell["run_tag"].as_str()), (Some(leg.id.0), Some(leg.run_tag.as_str())));
+    }
+    // logs: a leg's engine log and the job's Slurm output are the group dir's, its payload log its own.
+    let engine = run_ok(&cluster, ledger_spec, &["logs"], &[&legs[0].run_tag, "--engine"]);
+    assert!(engine.contains("non-default args:"), "{engine}");
+    let own = run_ok(&cluster, ledger_spec, &["logs"], &[&legs[0].run_tag]);
+    assert_eq!(own, std::fs::read_to_string(run_dir(&legs[0]).join("payload.log")).unwrap());
+    let host = run_ok(&cluster, ledger_spec, &["logs"], &[&job]);
+    assert_eq!(host, std::fs::read_to_string(group.join(format!("slurm-{job}.out"))).unwrap());
 }
 
 /// Writes `n` tasks into each of the three ID datasets of `cluster`.
