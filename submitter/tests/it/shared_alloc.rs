@@ -349,7 +349,10 @@ fn a_shared_job_loads_the_engine_once_and_finishes_three_legs() {
     assert_eq!(cells.len(), 3, "{doc:#}");
     for leg in &legs {
         let cell = cells.iter().find(|c| c["benchmark"] == leg.benchmark.as_str()).unwrap();
-        assert_eq!((cell["attempt_id"].as_i64(), cell["run_tag"].as_str()), (Some(leg.id.0), Some(leg.run_tag.as_str())));
+        assert_eq!(
+            (cell["attempt_id"].as_i64(), cell["run_tag"].as_str()),
+            (Some(leg.id.0), Some(leg.run_tag.as_str()))
+        );
     }
     // logs: a leg's engine log and the job's Slurm output are the group dir's, its payload log its own.
     let engine = run_ok(&cluster, ledger_spec, &["logs"], &[&legs[0].run_tag, "--engine"]);
