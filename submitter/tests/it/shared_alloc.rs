@@ -82,24 +82,30 @@ fn scontrol(job: &str) -> String {
 /// `plan` shows which pairs share a job and its argv once; `launch` submits one held job per model
 /// whose three legs each have their own attempt, run dir and spec; a second launch submits nothing;
 /// cancel of one leg leaves the job, of the rest cancels it; `cancel --job` cancels every leg.
+/// On SQLite and, when reachable, PostgreSQL (the ledger several clusters share).
 #[test]
 fn one_job_per_model_each_leg_its_own_attempt_and_cancel_per_leg() {
     if !slurm_up() {
         eprintln!("skipping: no local Slurm");
         return;
     }
-    let store = Store::sqlite();
-    let cluster = held_cluster("shared-launch");
-    let ledger_spec = &store.spec;
+    let sqlite = Store::sqlite();
+    one_job_per_model(&held_cluster("shared-launch-sq"), &sqlite.spec);
+    if let Some(pg) = Store::postgres("shared_launch") {
+        one_job_per_model(&held_cluster("shared-launch-pg"), &pg.spec);
+    }
+}
+
+fn one_job_per_model(cluster: &TestCluster, ledger_spec: &str) {
     let models = cluster.models_file(&["test/Tiny-1B", "test/Small-3B"]);
     let list = models.to_str().unwrap();
     let plan =
-        run_ok(&cluster, ledger_spec, &["plan"], &["--preset", "ID", "--allocation", "shared", "--models-file", list]);
+        run_ok(cluster, ledger_spec, &["plan"], &["--preset", "ID", "--allocation", "shared", "--models-file", list]);
     assert_eq!(plan.lines().filter(|l| l.starts_with("shared    ")).count(), 2, "{plan}");
     assert!(plan.contains("3 legs in one job, one engine (allocation shared, from --allocation)"), "{plan}");
     assert!(plan.contains("capacity: max_num_seqs") && plan.contains("load allowance 60 s"), "{plan}");
     let json: Value = serde_json::from_str(&run_ok(
-        &cluster,
+        cluster,
         ledger_spec,
         &["plan"],
         &["--preset", "ID", "--allocation", "shared", "--models-file", list, "--json"],
@@ -114,9 +120,18 @@ fn one_job_per_model_each_leg_its_own_attempt_and_cancel_per_leg() {
         assert!(job.get("sbatch").is_none(), "a leg's argv is its shared job's: {job:#}");
         assert_eq!(job["allocation"]["mode"], "shared", "{job:#}");
     }
-    let out = shared_launch(&cluster, ledger_spec, &models);
+    // A dry run shows each job's argv once, with its first leg.
+    let dry = run_ok(
+        cluster,
+        ledger_spec,
+        &["launch"],
+        &["--once", "--dry-run", "--preset", "ID", "--allocation", "shared", "--models-file", list],
+    );
+    assert_eq!(dry.matches("in shared job").count(), 6, "{dry}");
+    assert_eq!(dry.matches(" --shared ").count(), 2, "{dry}");
+    let out = shared_launch(cluster, ledger_spec, &models);
     let ledger = open_ledger(ledger_spec).unwrap();
-    let _cleanup = Cleanup(ledger_spec.clone());
+    let _cleanup = Cleanup(ledger_spec.to_string());
     assert_eq!(ledger.active().unwrap().len(), 6, "2 models × 3 legs: {out}");
     let jobs = jobs_by_model(&*ledger);
     assert_eq!(jobs.len(), 2);
@@ -139,12 +154,12 @@ fn one_job_per_model_each_leg_its_own_attempt_and_cancel_per_leg() {
             assert_eq!((spec.benchmark.as_str(), spec.model.hf_id.as_str()), (leg.benchmark.as_str(), model.as_str()));
         }
     }
-    let again = shared_launch(&cluster, ledger_spec, &models);
+    let again = shared_launch(cluster, ledger_spec, &models);
     assert!(again.contains("0 submitted, 6 skipped"), "{again}");
     // One leg of the first model's job: its cancel.request, the job stays for the other two.
     let (model, job, legs) = &jobs[0];
     let tb2 = legs.iter().find(|a| a.benchmark == "terminal_bench_2").unwrap();
-    let out = run_ok(&cluster, ledger_spec, &["cancel"], &["--model", model, "--benchmark", "terminal_bench_2"]);
+    let out = run_ok(cluster, ledger_spec, &["cancel"], &["--model", model, "--benchmark", "terminal_bench_2"]);
     assert!(out.contains("this leg only"), "{out}");
     let request: Value =
         serde_json::from_str(&std::fs::read_to_string(run_dir(tb2).join(CANCEL_REQUEST_FILE)).unwrap()).unwrap();
@@ -167,7 +182,7 @@ fn one_job_per_model_each_leg_its_own_attempt_and_cancel_per_leg() {
     wait_until("the shared job to leave the queue", Duration::from_secs(60), || !in_squeue(job));
     // The other model by its job id: every leg, one scancel.
     let (_, job, _) = &jobs[1];
-    let out = run_ok(&cluster, ledger_spec, &["cancel"], &["--job", job]);
+    let out = run_ok(cluster, ledger_spec, &["cancel"], &["--job", job]);
     assert!(out.contains("3 attempt(s) cancelled") && !out.contains("this leg only"), "{out}");
     wait_until("the second shared job to leave the queue", Duration::from_secs(60), || !in_squeue(job));
     assert!(ledger.active().unwrap().is_empty());
