@@ -367,7 +367,10 @@ impl Machine {
                 }
             }
             Input::CancelRequested => {
-                out.push(Action::Event("cancel_requested", json!({ "file": launch_spec::shared::CANCEL_REQUEST_FILE })));
+                out.push(Action::Event(
+                    "cancel_requested",
+                    json!({ "file": launch_spec::shared::CANCEL_REQUEST_FILE }),
+                ));
                 out.push(self.end(End::Cancelled));
             }
             Input::EngineLost(f) => {

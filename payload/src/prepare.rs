@@ -215,8 +215,7 @@ fn observe_with(spec: &LaunchSpec, env: &[(String, String)], mode: Mode, attache
         None => {
             let probe = gpu::probe_from_env(&env_fn);
             let port = crate::ports::choose(&spec.serve.port, &crate::ports::job_id(&env_fn), &spec.serve.host);
-            let multinode =
-                crate::multinode::observe(spec, &env_fn, mode == Mode::Plan, port.as_ref().ok().copied());
+            let multinode = crate::multinode::observe(spec, &env_fn, mode == Mode::Plan, port.as_ref().ok().copied());
             (probe.describe(), probe.probe(), port, multinode)
         }
     };

@@ -37,6 +37,9 @@ pub struct Recorder {
     secrets: Vec<String>,
     /// The reserve file while it is held ([`Recorder::reserve_space`]).
     reserve: Option<PathBuf>,
+    /// The job's GPU time (crate::gputime), snapshotted into every `status.json` written; none
+    /// in a record that carries no `gpu_time` (a shared job's leg).
+    pub gpu_clock: Option<crate::gputime::GpuClock>,
 }
 
 impl Recorder {
@@ -66,6 +69,7 @@ impl Recorder {
             failed_event_writes: std::cell::Cell::new(0),
             secrets: Vec::new(),
             reserve: None,
+            gpu_clock: None,
         }
     }
 
@@ -113,6 +117,9 @@ impl Recorder {
     /// Replaces `status.json` atomically.
     pub fn write_status(&mut self) {
         self.status.updated_at = now();
+        if let Some(clock) = &self.gpu_clock {
+            self.status.gpu_time = Some(clock.snapshot(std::time::Instant::now()));
+        }
         let mut value = serde_json::to_value(&self.status).expect("status serialises");
         scrub(&mut value, &self.secrets);
         let mut text = serde_json::to_string_pretty(&value).expect("status serialises");
@@ -120,6 +127,13 @@ impl Recorder {
         if let Err(err) = launch_spec::records::write_atomically(&self.run_dir.join(STATUS_FILE), text.as_bytes()) {
             self.failed_status_writes += 1;
             tracing::warn!(error = %err, failures = self.failed_status_writes, "cannot write status.json");
+        }
+    }
+
+    /// One transition of the GPU clock, at `Instant::now()` (nothing without a clock).
+    pub fn gpu(&mut self, f: impl FnOnce(&mut crate::gputime::GpuClock, std::time::Instant)) {
+        if let Some(clock) = self.gpu_clock.as_mut() {
+            f(clock, std::time::Instant::now());
         }
     }
 

@@ -80,10 +80,6 @@ pub(crate) struct Run<S> {
     /// How long the last server-identity check took (`engine_ready`'s `identity_check_ms`).
     identity_ms: f64,
     pub(crate) share: Share,
-    /// When this payload started, and the instants GPU time is split by (crate::gputime).
-    pub(crate) t0: Instant,
-    pub(crate) t0_wall: std::time::SystemTime,
-    pub(crate) instants: crate::gputime::Instants,
 }
 
 /// Runs the job; returns payload's exit code.
@@ -106,6 +102,7 @@ pub async fn run(spec_path: &Path) -> i32 {
 /// signal streams and its own environment; tests pass signals they send themselves
 /// ([`supervisor::ChannelSignals`]) or none ([`supervisor::NoSignals`]).
 pub async fn run_with<S: SignalSource>(spec_path: &Path, signals: S, parent: Vec<(String, String)>) -> i32 {
+    let payload_start = Instant::now();
     let spec = match LaunchSpec::from_file(spec_path) {
         Ok(spec) => spec,
         Err(err) => {
@@ -113,7 +110,7 @@ pub async fn run_with<S: SignalSource>(spec_path: &Path, signals: S, parent: Vec
             return OutcomeClass::Spec.exit_code();
         }
     };
-    run_spec(spec_path, spec, signals, parent, Share::Single).await
+    run_spec(spec_path, spec, signals, parent, Share::Single, payload_start).await
 }
 
 /// The run of a read spec: a per-leg job, a shared job's engine host (its spec made from the
@@ -124,6 +121,7 @@ pub(crate) async fn run_spec<S: SignalSource>(
     signals: S,
     parent: Vec<(String, String)>,
     share: Share,
+    payload_start: Instant,
 ) -> i32 {
     // Every duration checked before anything is spawned (or written).
     let timings = match timings::check(spec_path, &spec) {
@@ -156,6 +154,10 @@ pub(crate) async fn run_spec<S: SignalSource>(
     }
     let mut rec = Recorder::new(&spec.run_dir, &spec.run_tag);
     rec.reserve_space();
+    // A leg of a shared job carries no GPU time: its host's record has it (launch_spec::shared).
+    if !matches!(share, Share::Leg(_)) {
+        rec.gpu_clock = Some(crate::gputime::GpuClock::new(payload_start));
+    }
     let mut run = Run {
         spec,
         spec_path: spec_path.to_path_buf(),
@@ -171,9 +173,6 @@ pub(crate) async fn run_spec<S: SignalSource>(
         versions: None,
         identity_ms: 0.0,
         share,
-        t0: Instant::now(),
-        t0_wall: std::time::SystemTime::now(),
-        instants: crate::gputime::Instants::default(),
     };
     let end = run.sequence().await;
     run.finish(end).await
@@ -215,8 +214,8 @@ impl<S: SignalSource> Run<S> {
         // The copy is replaced atomically (never written through a symlink planted as launch.json).
         let spec_copy = self.spec.run_dir.join(SPEC_FILE);
         // A shared job's host has no launch spec of its own (its `shared.json` names the legs').
-        let same = self.is_host()
-            || std::fs::canonicalize(&self.spec_path).ok() == std::fs::canonicalize(&spec_copy).ok();
+        let same =
+            self.is_host() || std::fs::canonicalize(&self.spec_path).ok() == std::fs::canonicalize(&spec_copy).ok();
         if !same
             && let Err(err) = launch_spec::records::read_regular(&self.spec_path, launch_spec::records::MAX_INPUT_BYTES)
                 .and_then(|text| launch_spec::records::write_atomically(&spec_copy, text.as_bytes()))
@@ -254,6 +253,8 @@ impl<S: SignalSource> Run<S> {
         }
         if let Some(d) = &p.gpu.decision {
             self.rec.status.gpu = Some(d.choice());
+            let gpus = d.count * self.spec.serve.nodes.max(1);
+            self.rec.gpu(|c, _| c.set_gpus(gpus));
             self.rec.event("gpus", serde_json::to_value(d).unwrap_or_default());
             tracing::info!(profile = %d.choice().profile, count = d.count, util = d.gpu_memory_utilization, source = %d.source, "GPU profile chosen");
         }
@@ -354,7 +355,7 @@ impl<S: SignalSource> Run<S> {
                 Failure::new(OutcomeClass::EngineStart, format!("cannot start {}: {e}", head.program.display()))
                     .with_cause("spawn")
             })?;
-            self.instants.engine_spawned = Some(self.t0.elapsed().as_secs_f64());
+            self.rec.gpu(|c, _| c.engine_spawned(started));
             self.rec.status.pids.insert("engine".into(), pid);
             self.rec.event("engine_spawned", json!({ "pid": pid, "argv": head.argv, "port": port }));
         }
@@ -374,7 +375,11 @@ impl<S: SignalSource> Run<S> {
                 )));
         }
         self.rec.set_phase(Phase::Serving);
-        tracing::info!(port, shared_engine = self.is_leg(), "vLLM started (or the shared engine used); waiting for readiness");
+        tracing::info!(
+            port,
+            shared_engine = self.is_leg(),
+            "vLLM started (or the shared engine used); waiting for readiness"
+        );
         let resume = p.harbor.mode == HarborMode::Resume;
         self.rec.status.resume = Some(resume);
 
@@ -528,8 +533,8 @@ impl<S: SignalSource> Run<S> {
                         }
                         let ms = started.elapsed().as_millis() as u64;
                         let identity_ms = (self.identity_ms * 100.0).round() / 100.0;
+                        self.rec.gpu(|c, now| c.engine_ready(now));
                         self.rec.event("engine_ready", json!({ "elapsed_ms": ms, "identity_check_ms": identity_ms }));
-                        self.instants.engine_ready = Some(self.t0.elapsed().as_secs_f64());
                         self.rec.set_phase(Phase::Ready);
                         tracing::info!(elapsed_ms = ms, "vLLM ready");
                     }
@@ -545,6 +550,8 @@ impl<S: SignalSource> Run<S> {
                     }
                     Action::End(end) => {
                         if let End::HarborExited(status) = &end {
+                            let tag = self.spec.run_tag.clone();
+                            self.rec.gpu(|c, now| c.leg_ended(&tag, now));
                             tracing::info!(status = %supervisor::describe_status(*status), "Harbor exited");
                         }
                         return Ok(end);
@@ -654,6 +661,8 @@ impl<S: SignalSource> Run<S> {
                 .with_cause("spawn")
         })?;
         self.rec.status.pids.insert("harbor".into(), pid);
+        let tag = self.spec.run_tag.clone();
+        self.rec.gpu(|c, now| c.leg_started(&tag, now));
         self.rec.event(
             "harbor_spawned",
             json!({ "pid": pid, "argv": child.argv, "mode": p.harbor.mode.as_str(), "api_base": api_base }),
@@ -734,8 +743,8 @@ impl<S: SignalSource> Run<S> {
             End::Cancelled => tracing::warn!("cancel requested: stopping this leg"),
             End::HarborExited(_) | End::LegsEnded => {}
         }
+        self.rec.gpu(|c, now| c.teardown_started(now));
         self.rec.set_phase(Phase::Stopping);
-        self.instants.teardown = Some(self.t0.elapsed().as_secs_f64());
         // A shared job's host winds its legs down first (each records its own end), then the engine.
         if self.is_host() {
             self.wind_down_legs(&end, &plan).await;
@@ -745,6 +754,7 @@ impl<S: SignalSource> Run<S> {
             json!({ "grace_s": plan.grace.as_secs_f64(), "harbor_grace_s": plan.harbor_grace.as_secs_f64() }),
         );
         let report = self.sup.shutdown(&mut self.signals, plan).await;
+        self.rec.gpu(|c, now| c.teardown_done(now));
         // Every child is gone: nothing writes into the scratch dir any more.
         if let Some(scratch) = self.scratch.take() {
             scratch.remove();
@@ -783,7 +793,6 @@ impl<S: SignalSource> Run<S> {
         let harbor_code = self.sup.harbor.as_mut().and_then(|m| m.try_status()).map(status_code);
         let mut outcome = phases::outcome(end, harbor_code, report.forced);
         if self.is_host() {
-            self.instants.end = self.t0.elapsed().as_secs_f64();
             outcome = self.host_outcome(outcome);
         }
         let code = outcome.exit_code;

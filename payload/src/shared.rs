@@ -21,8 +21,7 @@ use std::time::{Duration, Instant};
 
 use launch_spec::records::{Outcome, Phase, RunStatus, STATUS_FILE};
 use launch_spec::shared::{
-    self as files, CANCEL_REQUEST_FILE, ENGINE_ENDED_FILE, ENGINE_FILE, EngineEnded, EngineRecord, LegSpan,
-    SharedJobSpec,
+    self as files, CANCEL_REQUEST_FILE, ENGINE_ENDED_FILE, ENGINE_FILE, EngineEnded, EngineRecord, SharedJobSpec,
 };
 use launch_spec::{LaunchSpec, OutcomeClass};
 use nix::sys::signal::Signal;
@@ -60,6 +59,8 @@ pub struct HostLeg {
     pub run_dir: PathBuf,
     pub spec_path: PathBuf,
     pub state: LegState,
+    /// Its Harbor is running (its `status.json` says `running`): serving, for the GPU clock.
+    pub harbor_running: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -81,21 +82,18 @@ pub enum LegState {
 pub struct Host {
     pub legs: Vec<HostLeg>,
     pub group_dir: PathBuf,
-    pub spans: Vec<LegSpan>,
 }
 
 /// The host's exit code from its legs' ends: 0 when every leg finished (now or before), else
 /// the code of the most severe class any leg ended with ([`SEVERITY`]).
 pub fn exit_code(ends: &[(OutcomeClass, i32)]) -> i32 {
-    SEVERITY
-        .iter()
-        .find_map(|class| ends.iter().find(|(c, _)| c == class).map(|(_, code)| *code))
-        .unwrap_or(0)
+    SEVERITY.iter().find_map(|class| ends.iter().find(|(c, _)| c == class).map(|(_, code)| *code)).unwrap_or(0)
 }
 
 /// `payload run --shared FILE`: reads the shared job and its legs, records refused legs, and runs
 /// the engine host. Never panics; a `shared.json` that cannot be read exits 2 writing nothing.
 pub async fn run_shared(shared_path: &Path) -> i32 {
+    let started = Instant::now();
     let signals = match Signals::register() {
         Ok(s) => s,
         Err(err) => {
@@ -133,11 +131,12 @@ pub async fn run_shared(shared_path: &Path) -> i32 {
     // A word of an earlier run must not end this run's legs.
     let _ = std::fs::remove_file(doc.group_dir.join(ENGINE_ENDED_FILE));
     let _ = std::fs::remove_file(doc.group_dir.join(ENGINE_FILE));
-    crate::run::run_spec(shared_path, spec, signals, prepare::parent_env(), Share::Host(host)).await
+    crate::run::run_spec(shared_path, spec, signals, prepare::parent_env(), Share::Host(host), started).await
 }
 
 /// `payload run --spec LEG --engine ENGINE_JSON`: one leg, on the host's engine.
 pub async fn run_leg(spec_path: &Path, engine_path: &Path) -> i32 {
+    let started = Instant::now();
     let signals = match Signals::register() {
         Ok(s) => s,
         Err(err) => {
@@ -166,7 +165,8 @@ pub async fn run_leg(spec_path: &Path, engine_path: &Path) -> i32 {
         }
     };
     let group_dir = engine_path.parent().map(Path::to_path_buf).unwrap_or_default();
-    crate::run::run_spec(spec_path, spec, signals, parent, Share::Leg(Attached { engine, group_dir, api_key })).await
+    let attached = Attached { engine, group_dir, api_key };
+    crate::run::run_spec(spec_path, spec, signals, parent, Share::Leg(attached), started).await
 }
 
 /// Reads every leg's spec: refused legs are recorded in their run dirs, finished ones skipped.
@@ -185,6 +185,7 @@ fn read_legs(doc: &SharedJobSpec) -> (Host, Option<LaunchSpec>) {
                 run_dir: run_dir.clone(),
                 spec_path: path.clone(),
                 state: LegState::Refused,
+                harbor_running: false,
             });
         };
         let spec = match LaunchSpec::from_file(path) {
@@ -200,13 +201,26 @@ fn read_legs(doc: &SharedJobSpec) -> (Host, Option<LaunchSpec>) {
             refuse(&mut legs, spec.run_tag.clone(), why);
             continue;
         }
-        let finished = crate::harbor::is_resume(&spec.run_dir)
-            && matches!(crate::harbor::check_resumable(&spec), Err(crate::harbor::HarborError::Finished { .. }));
+        let finished = harbor_job_finished(&spec.run_dir);
         let state = if finished { LegState::Skipped } else { LegState::Pending };
-        legs.push(HostLeg { run_tag: spec.run_tag.clone(), run_dir: spec.run_dir.clone(), spec_path: path.clone(), state });
+        legs.push(HostLeg {
+            run_tag: spec.run_tag.clone(),
+            run_dir: spec.run_dir.clone(),
+            spec_path: path.clone(),
+            state,
+            harbor_running: false,
+        });
         template.get_or_insert(spec);
     }
-    (Host { legs, group_dir: doc.group_dir.clone(), spans: Vec::new() }, template)
+    (Host { legs, group_dir: doc.group_dir.clone() }, template)
+}
+
+/// Whether the leg's Harbor job finished in an earlier run (its `result.json` has `finished_at`,
+/// the rule `check_resumable` refuses a resume by), whatever the spec's `harbor.start`.
+fn harbor_job_finished(run_dir: &Path) -> bool {
+    use launch_spec::rundir::harbor::{JobResult, RESULT_FILE, read_rewritten};
+    let result: Option<JobResult> = read_rewritten(&run_dir.join(RESULT_FILE)).ok().flatten();
+    result.is_some_and(|r| r.finished_at.is_some())
 }
 
 fn refused(message: String) -> Outcome {
@@ -267,8 +281,8 @@ fn record_leg(run_dir: &Path, run_tag: &str, outcome: Outcome) {
 }
 
 fn read_status(run_dir: &Path) -> Option<RunStatus> {
-    let text = launch_spec::records::read_regular(&run_dir.join(STATUS_FILE), launch_spec::records::MAX_INPUT_BYTES)
-        .ok()?;
+    let text =
+        launch_spec::records::read_regular(&run_dir.join(STATUS_FILE), launch_spec::records::MAX_INPUT_BYTES).ok()?;
     serde_json::from_str(&text).ok()
 }
 
@@ -281,24 +295,6 @@ fn leg_ends(host: &Host) -> Vec<(OutcomeClass, i32)> {
             _ => None,
         })
         .collect()
-}
-
-/// When a leg's Harbor ran, from its events, in seconds since the host started.
-fn harbor_span(run_dir: &Path, run_tag: &str, t0_wall: std::time::SystemTime, ended_s: f64) -> Option<LegSpan> {
-    use launch_spec::rundir::EventKind;
-    let events = launch_spec::rundir::read_events_where(run_dir, |k| {
-        matches!(k, EventKind::HarborSpawned | EventKind::HarborExited | EventKind::Started)
-    });
-    let t0: chrono::DateTime<chrono::Utc> = t0_wall.into();
-    let secs = |at: &str| {
-        chrono::DateTime::parse_from_rfc3339(at).ok().map(|t| (t.with_timezone(&chrono::Utc) - t0).as_seconds_f64())
-    };
-    // This run's events only: the last start of the leg's payload.
-    let from = events.iter().rposition(|e| e.event == EventKind::Started).unwrap_or(0);
-    let mine = &events[from..];
-    let start = mine.iter().find(|e| e.event == EventKind::HarborSpawned).and_then(|e| secs(&e.at))?;
-    let end = mine.iter().find(|e| e.event == EventKind::HarborExited).and_then(|e| secs(&e.at)).unwrap_or(ended_s);
-    Some(LegSpan { run_tag: run_tag.to_string(), start_s: start.max(0.0), end_s: end.max(start) })
 }
 
 impl<S: SignalSource> Run<S> {
@@ -331,6 +327,7 @@ impl<S: SignalSource> Run<S> {
                 }))
             }
             Share::Host(_) if phase == RunPhase::Running => {
+                self.watch_harbors();
                 self.collect_legs(None);
                 let host = self.host()?;
                 let running = host.legs.iter().any(|l| matches!(l.state, LegState::Running { .. }));
@@ -340,11 +337,23 @@ impl<S: SignalSource> Run<S> {
         }
     }
 
+    /// The GPU clock's serving time: a leg's Harbor runs from when its `status.json` first says
+    /// `running` (read every [`SHARE_POLL`]) until its payload exits.
+    fn watch_harbors(&mut self) {
+        let Share::Host(host) = &mut self.share else { return };
+        for leg in host.legs.iter_mut().filter(|l| matches!(l.state, LegState::Running { .. }) && !l.harbor_running) {
+            if read_status(&leg.run_dir).is_some_and(|s| s.phase == Phase::Running) {
+                leg.harbor_running = true;
+                let tag = leg.run_tag.clone();
+                self.rec.gpu(|c, now| c.leg_started(&tag, now));
+            }
+        }
+    }
+
     /// Records every running leg whose payload has exited; `host_end` is the outcome to give one
     /// that recorded none (the host's, when it ended first).
     fn collect_legs(&mut self, host_end: Option<&Outcome>) {
         let Share::Host(host) = &mut self.share else { return };
-        let now_s = self.t0.elapsed().as_secs_f64();
         for leg in &mut host.legs {
             let LegState::Running { index } = leg.state else { continue };
             let Some(status) = self.sup.legs.get_mut(index).and_then(|m| m.try_status()) else { continue };
@@ -368,8 +377,9 @@ impl<S: SignalSource> Run<S> {
                     o
                 }
             };
-            if let Some(span) = harbor_span(&leg.run_dir, &leg.run_tag, self.t0_wall, now_s) {
-                host.spans.push(span);
+            if std::mem::take(&mut leg.harbor_running) {
+                let tag = leg.run_tag.clone();
+                self.rec.gpu(|c, now| c.leg_ended(&tag, now));
             }
             self.rec.event(
                 "leg_ended",
@@ -397,7 +407,8 @@ impl<S: SignalSource> Run<S> {
         let engine_file = self.spec.run_dir.join(ENGINE_FILE);
         let text = serde_json::to_string_pretty(&record).unwrap_or_default();
         launch_spec::records::write_atomically(&engine_file, text.as_bytes()).map_err(|e| {
-            Failure::new(OutcomeClass::Spec, format!("cannot write {}: {e}", engine_file.display())).with_cause("shared")
+            Failure::new(OutcomeClass::Spec, format!("cannot write {}: {e}", engine_file.display()))
+                .with_cause("shared")
         })?;
         let exe = std::env::current_exe().map_err(|e| {
             Failure::new(OutcomeClass::Spec, format!("cannot find payload's own executable: {e}")).with_cause("shared")
@@ -465,11 +476,11 @@ impl<S: SignalSource> Run<S> {
         let margin = Duration::from_secs(2) + SHARE_POLL * 4;
         let budget = match end {
             End::Signal(SignalEvent::Walltime) => {
-                self.forward(&running, Signal::SIGUSR1);
+                self.forward_once(&running, Signal::SIGUSR1).await;
                 plan.harbor_grace + plan.grace + margin
             }
             End::Signal(SignalEvent::Shutdown(sig)) => {
-                self.forward(&running, *sig);
+                self.forward_once(&running, *sig).await;
                 plan.grace + margin
             }
             End::Failed(f) => {
@@ -491,8 +502,11 @@ impl<S: SignalSource> Run<S> {
         };
         let deadline = crate::timings::deadline(Instant::now(), budget);
         loop {
-            let alive: Vec<usize> =
-                running.iter().copied().filter(|i| self.sup.legs.get_mut(*i).is_some_and(|m| m.try_status().is_none())).collect();
+            let alive: Vec<usize> = running
+                .iter()
+                .copied()
+                .filter(|i| self.sup.legs.get_mut(*i).is_some_and(|m| m.try_status().is_none()))
+                .collect();
             if alive.is_empty() || Instant::now() >= deadline {
                 for i in &alive {
                     if let Some(m) = self.sup.legs.get(*i) {
@@ -519,6 +533,27 @@ impl<S: SignalSource> Run<S> {
         }
     }
 
+    /// The host's signal, to each leg that did not get it itself: Slurm signals every process of
+    /// the job at once (scancel, the time limit's TERM), and a second TERM makes a leg kill its
+    /// Harbor at once. A leg that has begun its teardown within [`crate::run::SIGNAL_WITH_EXIT`]
+    /// (status `stopping` or `done`) had it already.
+    async fn forward_once(&self, legs: &[usize], sig: Signal) {
+        tokio::time::sleep(crate::run::SIGNAL_WITH_EXIT).await;
+        let Share::Host(host) = &self.share else { return };
+        let unsignalled: Vec<usize> = host
+            .legs
+            .iter()
+            .filter_map(|l| match l.state {
+                LegState::Running { index } if legs.contains(&index) => {
+                    let phase = read_status(&l.run_dir).map(|s| s.phase);
+                    (!matches!(phase, Some(Phase::Stopping | Phase::Done))).then_some(index)
+                }
+                _ => None,
+            })
+            .collect();
+        self.forward(&unsignalled, sig);
+    }
+
     fn forward(&self, legs: &[usize], sig: Signal) {
         for i in legs {
             if let Some(m) = self.sup.legs.get(*i) {
@@ -530,18 +565,18 @@ impl<S: SignalSource> Run<S> {
 
     /// The host's outcome: its own when the engine failed or a signal came (each leg records
     /// the same class), else the most severe of its legs' ([`exit_code`]); legs it never started
-    /// get the host's outcome in their records. Sets `gpu_time`.
+    /// get the host's outcome in their records.
     pub(crate) fn host_outcome(&mut self, own: Outcome) -> Outcome {
         self.collect_legs(Some(&own));
-        let gpus = self.spec.parallelism().total();
-        let instants = self.instants.clone();
         let Share::Host(host) = &mut self.share else { return own };
         for leg in host.legs.iter_mut().filter(|l| l.state == LegState::Pending) {
-            let o = Outcome { message: format!("the shared job ended before this leg started: {}", own.message), ..own.clone() };
+            let o = Outcome {
+                message: format!("the shared job ended before this leg started: {}", own.message),
+                ..own.clone()
+            };
             record_leg(&leg.run_dir, &leg.run_tag, o);
             leg.state = LegState::Ended { class: own.class, exit_code: own.exit_code };
         }
-        let spans = std::mem::take(&mut host.spans);
         let summary: Vec<String> = host
             .legs
             .iter()
@@ -556,12 +591,12 @@ impl<S: SignalSource> Run<S> {
             })
             .collect();
         let ends = leg_ends(host);
-        self.rec.status.gpu_time = Some(crate::gputime::split(gpus, &instants, spans));
         if own.class != OutcomeClass::Finished {
             return Outcome { message: format!("{}; legs: {}", own.message, summary.join(", ")), ..own };
         }
         let code = exit_code(&ends);
-        let class = ends.iter().find(|(_, c)| *c == code && code != 0).map_or(OutcomeClass::Finished, |(class, _)| *class);
+        let class =
+            ends.iter().find(|(_, c)| *c == code && code != 0).map_or(OutcomeClass::Finished, |(class, _)| *class);
         Outcome {
             class,
             cause: (class != OutcomeClass::Finished).then(|| "legs".to_string()),

@@ -10,9 +10,12 @@
 //! <jobs_dir>/<group_tag>/shared.json      the shared job's document (SharedJobSpec)
 //! <jobs_dir>/<group_tag>/status.json      the engine host's own record (RunStatus, run_tag = group_tag)
 //! <jobs_dir>/<group_tag>/vllm.log …       the engine's log, the host's events, slurm-%j.out
+//! <jobs_dir>/<group_tag>/engine.json      where the engine serves, for the legs (EngineRecord)
+//! <jobs_dir>/<group_tag>/engine_ended.json the engine is gone: legs end with its class (EngineEnded)
 //! <jobs_dir>/<leg run_tag>/launch.json    each leg's launch spec, exactly as for a per-leg job
 //! <jobs_dir>/<leg run_tag>/status.json    each leg's own record and outcome
 //! <jobs_dir>/<leg run_tag>/cancel.request asks payload to stop this leg only (written by `submitter cancel`)
+//! <jobs_dir>/<leg run_tag>/payload.log    the leg payload's own stderr
 //! ```
 //!
 //! The batch script is started as `payload.sbatch --shared <group_dir>/shared.json`, which runs
@@ -199,7 +202,12 @@ impl EngineRecord {
         let text = crate::records::read_regular(path, crate::records::MAX_INPUT_BYTES)
             .map_err(|e| format!("{}: cannot be read: {e}", path.display()))?;
         let rec: EngineRecord = serde_json::from_str(&text).map_err(|e| {
-            format!("{}: line {}, column {}: {e}; written by the shared job's engine host", path.display(), e.line(), e.column())
+            format!(
+                "{}: line {}, column {}: {e}; written by the shared job's engine host",
+                path.display(),
+                e.line(),
+                e.column()
+            )
         })?;
         if rec.version != SHARED_SPEC_VERSION {
             return Err(format!(
@@ -212,61 +220,9 @@ impl EngineRecord {
     }
 }
 
-/// The GPU-time rule for a shared job (docs/payload.md "Shared jobs"): each leg is charged its own
-/// share of the serving time — every instant at least one leg's Harbor runs is split equally
-/// among the legs running then — plus an equal share (1/legs) of everything else the job held
-/// the GPUs for (prepare, load, idle, teardown). Returns GPU-seconds per leg, in `legs` order;
-/// the shares add up to the job's total GPU-seconds.
-pub fn leg_gpu_seconds(t: &GpuTime) -> Vec<(String, f64)> {
-    let n = t.legs.len();
-    if n == 0 {
-        return Vec::new();
-    }
-    let gpus = f64::from(t.gpus);
-    let shared = (t.prepare_s + t.load_s + t.idle_s + t.teardown_s) / n as f64;
-    let mut edges: Vec<f64> = t.legs.iter().flat_map(|l| [l.start_s, l.end_s.max(l.start_s)]).collect();
-    edges.sort_by(f64::total_cmp);
-    edges.dedup();
-    let mut serving = vec![0.0; n];
-    for w in edges.windows(2) {
-        let (a, b) = (w[0], w[1]);
-        let on: Vec<usize> = (0..n).filter(|&i| t.legs[i].start_s <= a && t.legs[i].end_s >= b).collect();
-        for &i in &on {
-            serving[i] += (b - a) / on.len() as f64;
-        }
-    }
-    // Serving time as measured (`serving_s`) is what is divided; the spans only weigh it.
-    let span_total: f64 = serving.iter().sum();
-    let scale = if span_total > 0.0 { t.serving_s / span_total } else { 0.0 };
-    t.legs.iter().zip(serving).map(|(l, s)| (l.run_tag.clone(), (shared + s * scale) * gpus)).collect()
-}
-
 #[cfg(test)]
-mod tests {
+mod engine_record_tests {
     use super::*;
-
-    fn span(tag: &str, start_s: f64, end_s: f64) -> LegSpan {
-        LegSpan { run_tag: tag.into(), start_s, end_s }
-    }
-
-    #[test]
-    fn overlapping_legs_split_serving_and_share_the_rest_equally() {
-        let t = GpuTime {
-            gpus: 2,
-            prepare_s: 1.0,
-            load_s: 10.0,
-            serving_s: 30.0,
-            idle_s: 2.0,
-            teardown_s: 1.0,
-            legs: vec![span("a", 11.0, 41.0), span("b", 11.0, 21.0)],
-        };
-        let shares = leg_gpu_seconds(&t);
-        // 10 s both (5 each), 20 s a alone; the other 14 s split in two.
-        assert_eq!(shares, vec![("a".to_string(), (7.0 + 25.0) * 2.0), ("b".to_string(), (7.0 + 5.0) * 2.0)]);
-        let total: f64 = shares.iter().map(|s| s.1).sum();
-        assert_eq!(total, (1.0 + 10.0 + 30.0 + 2.0 + 1.0) * 2.0);
-        assert!(leg_gpu_seconds(&GpuTime::default()).is_empty());
-    }
 
     #[test]
     fn engine_record_round_trips_and_refuses_another_version() {
@@ -287,5 +243,193 @@ mod tests {
         std::fs::write(&path, serde_json::to_string(&EngineRecord { version: 9, ..rec }).unwrap()).unwrap();
         let err = EngineRecord::from_file(&path).unwrap_err();
         assert!(err.contains("field `version`"), "{err}");
+    }
+}
+
+/// One leg's share of a job's GPU time, in GPU-seconds (seconds × the job's GPUs), by phase.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LegGpuSeconds {
+    pub run_tag: String,
+    pub prepare: f64,
+    pub load: f64,
+    pub serving: f64,
+    pub idle: f64,
+    pub teardown: f64,
+    /// Slurm's elapsed time that payload's phases do not cover (the batch script's prelude,
+    /// staging, payload's own start and exit).
+    pub slurm_other: f64,
+}
+
+impl LegGpuSeconds {
+    pub fn total(&self) -> f64 {
+        self.prepare + self.load + self.serving + self.idle + self.teardown + self.slurm_other
+    }
+
+    /// `(phase name, GPU-seconds)` in the order of the record, as `results --json` names them.
+    pub fn by_phase(&self) -> [(&'static str, f64); 6] {
+        [
+            ("prepare", self.prepare),
+            ("load", self.load),
+            ("serving", self.serving),
+            ("idle", self.idle),
+            ("teardown", self.teardown),
+            ("slurm_other", self.slurm_other),
+        ]
+    }
+}
+
+/// Divides one job's GPU time among its legs (docs/submitter.md "GPU-hours"):
+///
+/// - serving is divided at each instant equally among the legs whose Harbor runs then (the
+///   overlap of their [`LegSpan`]s), scaled so the shares add up to `serving_s` exactly;
+/// - prepare, load, idle, teardown and the Slurm remainder (`slurm_elapsed_s` minus payload's
+///   phases, never negative; none when Slurm's times are unknown) equally among all legs.
+///
+/// `legs` is every leg of the job in order (a per-leg job: its one run tag); a span of a leg not
+/// listed is added at the end. With no legs at all the result is empty. Serving time with no span
+/// to place it (a record cut short) is divided equally too.
+pub fn divide(gpu: &GpuTime, legs: &[String], slurm_elapsed_s: Option<f64>) -> Vec<LegGpuSeconds> {
+    let mut tags: Vec<String> = legs.to_vec();
+    for span in &gpu.legs {
+        if !tags.contains(&span.run_tag) {
+            tags.push(span.run_tag.clone());
+        }
+    }
+    if tags.is_empty() {
+        return Vec::new();
+    }
+    let g = f64::from(gpu.gpus);
+    let n = tags.len() as f64;
+    let phases = gpu.prepare_s + gpu.load_s + gpu.serving_s + gpu.idle_s + gpu.teardown_s;
+    let other = slurm_elapsed_s.map_or(0.0, |e| (e - phases).max(0.0));
+    let overlap = serving_overlap(&gpu.legs, &tags);
+    let placed: f64 = overlap.iter().sum();
+    tags.iter()
+        .enumerate()
+        .map(|(i, tag)| {
+            let serving_share = if placed > 0.0 { overlap[i] / placed } else { 1.0 / n };
+            LegGpuSeconds {
+                run_tag: tag.clone(),
+                prepare: g * gpu.prepare_s / n,
+                load: g * gpu.load_s / n,
+                serving: g * gpu.serving_s * serving_share,
+                idle: g * gpu.idle_s / n,
+                teardown: g * gpu.teardown_s / n,
+                slurm_other: g * other / n,
+            }
+        })
+        .collect()
+}
+
+/// Each tag's seconds of the spans' union, every elementary interval split equally among the
+/// legs running in it.
+fn serving_overlap(spans: &[LegSpan], tags: &[String]) -> Vec<f64> {
+    let mut cuts: Vec<f64> = spans.iter().flat_map(|s| [s.start_s, s.end_s]).filter(|v| v.is_finite()).collect();
+    cuts.sort_by(f64::total_cmp);
+    cuts.dedup();
+    let mut share = vec![0.0; tags.len()];
+    for w in cuts.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        let running: Vec<usize> = spans
+            .iter()
+            .filter(|s| s.start_s <= a && s.end_s >= b)
+            .filter_map(|s| tags.iter().position(|t| *t == s.run_tag))
+            .collect();
+        // A leg with two spans over one interval counts once.
+        let mut running = running;
+        running.sort_unstable();
+        running.dedup();
+        for &i in &running {
+            share[i] += (b - a) / running.len() as f64;
+        }
+    }
+    share
+}
+
+#[cfg(test)]
+mod gpu_tests {
+    use super::*;
+
+    fn span(tag: &str, a: f64, b: f64) -> LegSpan {
+        LegSpan { run_tag: tag.into(), start_s: a, end_s: b }
+    }
+
+    fn tags(t: &[&str]) -> Vec<String> {
+        t.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// A per-leg job is the one-leg case: everything, times its GPUs, plus Slurm's remainder.
+    #[test]
+    fn one_leg_gets_everything() {
+        let gpu = GpuTime {
+            gpus: 4,
+            prepare_s: 5.0,
+            load_s: 60.0,
+            serving_s: 100.0,
+            idle_s: 2.0,
+            teardown_s: 3.0,
+            legs: vec![span("a", 65.0, 165.0)],
+        };
+        let d = divide(&gpu, &tags(&["a"]), Some(180.0));
+        assert_eq!(d.len(), 1);
+        let a = &d[0];
+        assert_eq!(
+            (a.prepare, a.load, a.serving, a.idle, a.teardown, a.slurm_other),
+            (20.0, 240.0, 400.0, 8.0, 12.0, 40.0)
+        );
+        assert_eq!(a.total(), 720.0);
+        // Slurm's elapsed shorter than payload's phases (clock skew, rounding): no negative remainder.
+        assert_eq!(divide(&gpu, &tags(&["a"]), Some(100.0))[0].slurm_other, 0.0);
+        assert_eq!(divide(&gpu, &tags(&["a"]), None)[0].slurm_other, 0.0);
+    }
+
+    /// Three legs, 1 GPU: a runs 0–30, b 10–30, c 20–40 (serving 40 s). Shares of serving:
+    /// 0–10 a alone (10); 10–20 a,b (5 each); 20–30 a,b,c (3⅓ each); 30–40 c alone (10).
+    #[test]
+    fn serving_is_divided_by_overlap_and_the_rest_equally() {
+        let gpu = GpuTime {
+            gpus: 1,
+            prepare_s: 3.0,
+            load_s: 30.0,
+            serving_s: 40.0,
+            idle_s: 6.0,
+            teardown_s: 9.0,
+            legs: vec![span("a", 0.0, 30.0), span("b", 10.0, 30.0), span("c", 20.0, 40.0)],
+        };
+        let d = divide(&gpu, &tags(&["a", "b", "c"]), Some(100.0));
+        let serving: Vec<f64> = d.iter().map(|l| (l.serving * 1000.0).round() / 1000.0).collect();
+        assert_eq!(serving, [18.333, 8.333, 13.333]);
+        for l in &d {
+            assert_eq!((l.prepare, l.load, l.idle, l.teardown, l.slurm_other), (1.0, 10.0, 2.0, 3.0, 4.0));
+        }
+        let total: f64 = d.iter().map(LegGpuSeconds::total).sum();
+        assert!((total - 100.0).abs() < 1e-9, "the shares add up to Slurm's elapsed × GPUs: {total}");
+    }
+
+    /// A refused leg (no span) still pays its share of the engine's load, not of serving; a span
+    /// of a leg not listed is added.
+    #[test]
+    fn a_leg_without_a_span_shares_the_fixed_costs_only() {
+        let gpu = GpuTime {
+            gpus: 2,
+            load_s: 90.0,
+            serving_s: 50.0,
+            legs: vec![span("a", 90.0, 140.0), span("x", 100.0, 100.0)],
+            ..GpuTime::default()
+        };
+        let d = divide(&gpu, &tags(&["a", "refused"]), None);
+        assert_eq!(d.iter().map(|l| l.run_tag.as_str()).collect::<Vec<_>>(), ["a", "refused", "x"]);
+        assert_eq!(d[0].serving, 100.0);
+        assert_eq!((d[1].serving, d[1].load), (0.0, 60.0));
+        assert_eq!(d[2].load, 60.0);
+        assert!(divide(&GpuTime::default(), &[], Some(10.0)).is_empty());
+    }
+
+    /// Serving recorded but no span to place it (a heartbeat cut short): divided equally.
+    #[test]
+    fn serving_without_spans_is_divided_equally() {
+        let gpu = GpuTime { gpus: 1, serving_s: 10.0, ..GpuTime::default() };
+        let d = divide(&gpu, &tags(&["a", "b"]), None);
+        assert_eq!((d[0].serving, d[1].serving), (5.0, 5.0));
     }
 }

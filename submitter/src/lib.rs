@@ -6,6 +6,7 @@ pub mod config;
 pub mod decide;
 pub mod domain;
 pub mod executor;
+pub mod gpuhours;
 pub mod ledger;
 pub mod lint;
 pub mod notify;

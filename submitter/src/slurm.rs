@@ -216,6 +216,25 @@ pub struct JobInfo {
     pub details: BTreeMap<String, String>,
 }
 
+impl JobInfo {
+    /// When the job held its allocation: `StartTime`, and `EndTime` once Slurm has ended it (for
+    /// a job still running or completing, `EndTime` is only the expected end: `None`). Queue wait
+    /// (`SubmitTime` → `StartTime`) is never in it.
+    pub fn ran(&self) -> (Option<chrono::DateTime<chrono::Utc>>, Option<chrono::DateTime<chrono::Utc>>) {
+        let start = self.start_time.as_deref().and_then(parse_time);
+        let end = self.end_time.as_deref().filter(|_| self.state.is_terminal()).and_then(parse_time);
+        (start.filter(|_| !matches!(self.state, JobState::Pending)), end)
+    }
+}
+
+/// A Slurm timestamp (`2026-11-30T05:44:42`): the controller's local time, read in this machine's
+/// time zone (the login node's; the same as the controller's on every cluster here).
+pub fn parse_time(t: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    use chrono::TimeZone;
+    let naive = chrono::NaiveDateTime::parse_from_str(t, "%Y-%m-%dT%H:%M:%S").ok()?;
+    chrono::Local.from_local_datetime(&naive).earliest().map(|t| t.with_timezone(&chrono::Utc))
+}
+
 /// Ask Slurm to send `signal` this long before the time limit (`--signal=[B:]SIG@SECONDS`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SignalSpec {
@@ -1152,6 +1171,23 @@ mod tests {
         assert!("B:USR1".parse::<SignalSpec>().is_err());
         assert!("B:US R1@5".parse::<SignalSpec>().is_err());
         assert!("USR1@soon".parse::<SignalSpec>().is_err());
+    }
+
+    /// Slurm's start and end of a job it ended; a running job's `EndTime` (the expected end) and
+    /// a pending job's `StartTime` (the expected start) are not when it ran.
+    #[test]
+    fn when_a_job_ran() {
+        let completed = parse_scontrol_show_job(SCONTROL_COMPLETED).unwrap();
+        let (start, end) = completed.ran();
+        assert_eq!((end.unwrap() - start.unwrap()).num_seconds(), 1);
+        let timeout = parse_scontrol_show_job(SCONTROL_TIMEOUT).unwrap();
+        let (start, end) = timeout.ran();
+        assert_eq!((end.unwrap() - start.unwrap()).num_seconds(), 68);
+        let running = parse_scontrol_show_job(SCONTROL_RUNNING).unwrap();
+        assert!(running.ran().0.is_some() && running.ran().1.is_none());
+        let pending = parse_scontrol_show_job(SCONTROL_PENDING).unwrap();
+        assert_eq!(pending.ran(), (None, None));
+        assert_eq!(parse_time("Unknown"), None);
     }
 
     #[test]

@@ -10,7 +10,8 @@ use launch_spec::records::{OutcomeClass, RunStatus};
 use serde_json::Value;
 
 use crate::decide::MISSING_JOB_GRACE_S;
-use crate::domain::{SUBMISSION_TAG_KEY, SlurmView};
+use crate::domain::{SHARED_KEY, SUBMISSION_TAG_KEY, SlurmView};
+use crate::gpuhours::{AttemptGpu, SharedRef, attempt_gpu, elapsed_s};
 use crate::ledger::{Attempt, AttemptStatus, Ledger, now};
 use crate::slurm::{JobId, JobInfo, JobState, Slurm, SlurmError, best_match};
 use crate::team::mirror::Mirror;
@@ -37,7 +38,8 @@ pub struct Change {
     pub resumable: bool,
     /// What was stored with it (a finished attempt's Harbor metrics).
     pub metrics: Option<Value>,
-    /// GPUs × the time payload ran, from its `status.json`, where it recorded both.
+    /// The attempt's GPU-hours: its share of its job's recorded GPU time ([`gpu_record`]), else
+    /// GPUs × the time payload ran, where payload recorded both.
     pub gpu_hours: Option<f64>,
 }
 
@@ -61,6 +63,57 @@ pub fn is_resumable(outcome: Option<OutcomeClass>, slurm_state: Option<&JobState
         Some(OutcomeClass::Interrupted) | None => slurm_ended_it,
         Some(_) => false,
     }
+}
+
+/// What an ending attempt's job spent on its GPUs, as its share: the job's `gpu_time` (a per-leg
+/// job's from the run dir's `status.json`; a shared job's from its group dir's, divided among the
+/// legs its config names) and Slurm's start and end (`job`). `None` when payload recorded no GPU
+/// time (an older payload, a job that never ran).
+pub fn gpu_record(attempt: &Attempt, status: Option<&RunStatus>, job: Option<&JobInfo>) -> Option<AttemptGpu> {
+    let shared = attempt.config.get(SHARED_KEY).and_then(SharedRef::from_json);
+    let host = match &shared {
+        Some(s) => read_status(&s.group_dir).filter(|st| st.run_tag == s.group_tag),
+        None => status.cloned(),
+    }?;
+    // Slurm's end once it has ended the job, else payload's last record: payload writes its
+    // outcome moments before it exits, while Slurm still lists the job.
+    let last_record =
+        chrono::DateTime::parse_from_rfc3339(&host.updated_at).ok().map(|t| t.with_timezone(&chrono::Utc));
+    let elapsed = job.and_then(|j| {
+        let (start, end) = j.ran();
+        elapsed_s(start, end.or(last_record))
+    });
+    // A per-leg job's record gets no better; a shared host's is final once it wrote its outcome.
+    let complete = shared.is_none() || host.outcome.is_some();
+    attempt_gpu(host.gpu_time.as_ref()?, &attempt.run_tag, elapsed, shared.as_ref(), complete)
+}
+
+/// Recomputes the records of shared jobs' legs that ended before their engine host did, once
+/// the host's record is final (one read of the records, one Slurm query for their jobs).
+fn complete_shared_records(ledger: &dyn Ledger, slurm: &dyn Slurm) -> Result<(), SyncError> {
+    let open: Vec<_> = ledger
+        .gpu_seconds()?
+        .into_iter()
+        .filter(|r| AttemptGpu::from_json(&r.record).is_some_and(|g| !g.complete && g.shared.is_some()))
+        .collect();
+    if open.is_empty() {
+        return Ok(());
+    }
+    let attempts: Vec<Attempt> =
+        open.iter().filter_map(|r| ledger.attempt(r.id).transpose()).collect::<Result<_, _>>()?;
+    let ids: Vec<JobId> = attempts.iter().filter_map(|a| a.slurm_job_id.as_deref()?.parse().ok()).collect();
+    let jobs: HashMap<String, JobInfo> = if ids.is_empty() {
+        HashMap::new()
+    } else {
+        slurm.jobs(&ids)?.into_iter().map(|j| (j.id.to_string(), j)).collect()
+    };
+    for attempt in &attempts {
+        let job = attempt.slurm_job_id.as_ref().and_then(|id| jobs.get(id));
+        if let Some(rec) = gpu_record(attempt, None, job).filter(|r| r.complete) {
+            ledger.record_gpu_seconds(attempt.id, &rec.to_json())?;
+        }
+    }
+    Ok(())
 }
 
 pub fn read_status(run_dir: &Path) -> Option<RunStatus> {
@@ -161,11 +214,16 @@ pub fn sync(
         let status = run_dir.as_deref().and_then(read_status).filter(|s| belongs_to(s, attempt));
         let outcome = status.as_ref().and_then(|s| s.outcome.clone());
         let slurm_state = attempt.slurm_job_id.as_ref().and_then(|id| jobs.get(id)).map(|j| &j.state);
+        let job = attempt.slurm_job_id.as_ref().and_then(|id| jobs.get(id));
         let mut change =
             |to: AttemptStatus, reason: String, metrics: Option<Value>, resumable: bool| -> Result<(), SyncError> {
                 ledger.transition(attempt.id, to, &reason, metrics.as_ref())?;
                 if resumable {
                     ledger.mark_resumable(attempt.id)?;
+                }
+                let gpu = to.is_terminal().then(|| gpu_record(attempt, status.as_ref(), job)).flatten();
+                if let Some(gpu) = &gpu {
+                    ledger.record_gpu_seconds(attempt.id, &gpu.to_json())?;
                 }
                 publish(mirror, &format!("attempt {} → {to}", attempt.id), |m| {
                     m.transition(attempt.id, to, metrics.as_ref())
@@ -178,7 +236,7 @@ pub fn sync(
                     reason,
                     resumable,
                     metrics,
-                    gpu_hours: status.as_ref().and_then(gpu_hours),
+                    gpu_hours: gpu.map(|g| g.hours()).or_else(|| status.as_ref().and_then(gpu_hours)),
                 });
                 Ok(())
             };
@@ -250,6 +308,7 @@ pub fn sync(
             }
         }
     }
+    complete_shared_records(ledger, slurm)?;
     Ok(report)
 }
 

@@ -404,6 +404,40 @@ fn fresh_run_finishes_with_records_and_explicit_environments() {
     assert!(hits.is_empty(), "{hits:#?}");
 }
 
+/// `gpu_time` (issue 24) in the heartbeat while Harbor runs and in the final record: the
+/// stand-in's known load time is inside `load_s`, the one leg's span is inside serving, and the
+/// phases add up to no more than payload's wall time.
+#[test]
+fn status_carries_gpu_time_by_phase() {
+    let fx = Fx::new("gputime");
+    let mut spec = fx.spec();
+    spec["serve"]["env"]["STANDIN_LOAD_SECONDS"] = json!("1.5");
+    spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("0.6");
+    let mut run = fx.start(&spec, &[]);
+    fx.wait_phase("running", Duration::from_secs(30));
+    let mid = fx.status()["gpu_time"].clone();
+    assert!(mid["load_s"].as_f64().unwrap() >= 1.5, "{mid}");
+    assert_eq!(mid["legs"][0]["run_tag"], fx.tag.as_str(), "{mid}");
+    let code = run.wait(Duration::from_secs(60));
+    let wall = run.elapsed().as_secs_f64();
+    assert_eq!(code, 0, "stderr:\n{}", fx.stderr());
+    let st = fx.status();
+    let t = &st["gpu_time"];
+    let f = |k: &str| t[k].as_f64().unwrap_or_else(|| panic!("{k} missing: {t}"));
+    assert_eq!(t["gpus"], st["gpu"]["gpu_count"], "one node: the GPUs payload chose: {t}");
+    assert!(f("load_s") >= 1.5 && f("load_s") >= mid["load_s"].as_f64().unwrap(), "{t}");
+    assert!(f("prepare_s") > 0.0 && f("teardown_s") > 0.0, "{t}");
+    // Three trials of 0.6 s ran while Harbor did.
+    assert!(f("serving_s") >= 0.6, "{t}");
+    let legs = t["legs"].as_array().unwrap();
+    assert_eq!(legs.len(), 1, "{t}");
+    let span = legs[0]["end_s"].as_f64().unwrap() - legs[0]["start_s"].as_f64().unwrap();
+    assert!((span - f("serving_s")).abs() < 0.01, "a per-leg job serves exactly while its Harbor runs: {t}");
+    assert!(legs[0]["start_s"].as_f64().unwrap() >= f("prepare_s") + f("load_s") - 0.01, "{t}");
+    let sum: f64 = ["prepare_s", "load_s", "serving_s", "idle_s", "teardown_s"].iter().map(|k| f(k)).sum();
+    assert!(sum <= wall + 0.01, "phases {sum} s > payload's wall time {wall} s: {t}");
+}
+
 #[test]
 fn engine_crash_at_start_is_classified_within_a_second() {
     let causes = ["oom", "kv_cache", "world_size", "model_type", "other"];

@@ -720,3 +720,110 @@ fn check_and_status_agree_on_real_harbor_run_dirs() {
         "{findings}"
     );
 }
+
+/// A shared job (issue 24) with the real Harbor: two legs, each its own Harbor job in its own run
+/// dir, against one stand-in engine started once by `payload run --shared`; every trial of both
+/// legs is scored by Harbor's verifier and reached the host's engine.
+#[test]
+fn two_legs_of_a_shared_job_run_the_real_harbor_against_one_engine() {
+    let Some(fx) = Fx::new("rh-shared", &[Task::solvable("alpha"), Task::unsolvable("beta")]) else { return };
+    let id = unique();
+    let group_tag = format!("rh-shared-group-{id}");
+    let group_dir = fx.root.join("jobs").join(&group_tag);
+    let mut legs = Vec::new();
+    for i in 0..2 {
+        let tag = format!("rh-shared-leg{i}-{id}");
+        let dir = fx.root.join("jobs").join(&tag);
+        let mut spec = fx.spec();
+        spec["run_tag"] = json!(tag);
+        spec["run_dir"] = json!(dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("launch.json"), serde_json::to_string_pretty(&spec).unwrap()).unwrap();
+        legs.push(dir);
+    }
+    std::fs::create_dir_all(&group_dir).unwrap();
+    let shared = group_dir.join("shared.json");
+    let doc = json!({ "version": 1, "group_tag": group_tag, "group_dir": group_dir,
+                      "legs": legs.iter().map(|d| d.join("launch.json")).collect::<Vec<_>>() });
+    std::fs::write(&shared, serde_json::to_string_pretty(&doc).unwrap()).unwrap();
+    let stderr_path = fx.root.join("shared.stderr");
+    let mut child = Command::new(payload_bin())
+        .args(["run", "--shared", shared.to_str().unwrap()])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()))
+        .env("HOME", &fx.root)
+        .env("PAYLOAD_GPU_FIXTURE", fx.root.join("gpus.json"))
+        .env("SLURM_JOB_ID", "5301")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr_path).unwrap())
+        .spawn()
+        .expect("spawn payload");
+    let pid = child.id();
+    let until = Instant::now() + RUN_TIMEOUT * 2;
+    let code = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status.code().unwrap_or(-1);
+        }
+        if Instant::now() >= until {
+            let _ = child.kill();
+            panic!("the shared job did not end\n{}", std::fs::read_to_string(&stderr_path).unwrap_or_default());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let context = || {
+        let logs: Vec<String> =
+            legs.iter().map(|d| std::fs::read_to_string(d.join("payload.log")).unwrap_or_default()).collect();
+        format!(
+            "host stderr:\n{}\nlegs' payload.log:\n{}",
+            std::fs::read_to_string(&stderr_path).unwrap_or_default(),
+            logs.join("\n---\n")
+        )
+    };
+    assert_eq!(code, 0, "{}", context());
+    let host = read_json(&group_dir.join("status.json")).unwrap_or(Value::Null);
+    let port = host["port"].as_u64().expect("the host's engine port");
+    let engine_log = std::fs::read_to_string(group_dir.join("vllm.log")).unwrap_or_default();
+    assert_eq!(engine_log.matches("Started server process").count(), 1, "the engine started once");
+    for dir in &legs {
+        let st = read_json(&dir.join("status.json")).unwrap_or(Value::Null);
+        assert_eq!(
+            (&st["outcome"]["class"], &st["outcome"]["harbor_exit_code"]),
+            (&json!("finished"), &json!(0)),
+            "{st:#}\n{}",
+            context()
+        );
+        let mut rewards: Vec<(String, Option<f64>)> = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .filter_map(|e| {
+                read_json(&e.path().join("result.json"))
+                    .filter(|_| e.path().join("config.json").is_file() && e.path().is_dir())
+            })
+            .map(|r| {
+                (
+                    r["task_name"].as_str().unwrap_or("?").to_string(),
+                    r.pointer("/verifier_result/rewards/reward").and_then(Value::as_f64),
+                )
+            })
+            .collect();
+        rewards.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            rewards,
+            vec![("alpha".to_string(), Some(1.0)), ("beta".to_string(), Some(0.0))],
+            "{}",
+            dir.display()
+        );
+        let lock = read_json(&dir.join("lock.json")).expect("Harbor's job lock.json");
+        for trial in lock["trials"].as_array().unwrap() {
+            assert_eq!(
+                trial.pointer("/agent/kwargs/api_base").and_then(Value::as_str),
+                Some(&*format!("http://127.0.0.1:{port}/v1")),
+                "the leg's agent called the host's engine"
+            );
+        }
+    }
+    // Both legs' agents talked to the one engine (three turns per trial, two trials per leg).
+    assert!(fx.requests().len() >= 12, "{} requests", fx.requests().len());
+    assert!(marker_processes(&format!("PAYLOAD_RUN_ID={group_tag}-{pid}")).is_empty(), "nothing outlives the host");
+}

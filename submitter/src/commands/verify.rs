@@ -225,7 +225,9 @@ pub fn status(args: &StatusArgs) -> Result<ExitCode> {
 
 fn matrix(session: &Session, rank_by: Option<&str>) -> Result<Matrix> {
     let attempts = results::finished_attempts(session.ledger.as_ref())?;
-    Ok(results::build_matrix(&attempts, rank_by, &session.cluster.verify)?)
+    let mut m = results::build_matrix(&attempts, rank_by, &session.cluster.verify)?;
+    results::attach_gpu(&mut m, &session.ledger.gpu_seconds()?);
+    Ok(m)
 }
 
 /// `submitter results [--json|--csv]`.
@@ -237,7 +239,7 @@ pub fn results(args: &ResultsArgs) -> Result<ExitCode> {
     } else if args.csv {
         results::render_csv(&m)
     } else {
-        results::render_text(&m)
+        results::render_text(&m) + &results::render_gpu_text(&m)
     };
     super::print(&text)?;
     Ok(ExitCode::SUCCESS)

@@ -388,6 +388,9 @@ pub struct ResultsOutput<'a> {
     /// The binary benchmark models are ranked on, and each ranked model's rank (ties share one).
     rank_by: Option<&'a str>,
     ranks: &'a BTreeMap<String, usize>,
+    /// What every attempt with a GPU-seconds record spent (finished or not): total, per
+    /// benchmark, per model, by phase (docs/submitter.md "GPU-hours").
+    gpu_hours: &'a submitter::gpuhours::GpuTotals,
 }
 
 impl<'a> From<&'a Matrix> for ResultsOutput<'a> {
@@ -401,6 +404,7 @@ impl<'a> From<&'a Matrix> for ResultsOutput<'a> {
             id_mean: &m.id_mean,
             rank_by: m.rank_by.as_deref(),
             ranks: &m.ranks,
+            gpu_hours: &m.gpu_totals,
         }
     }
 }
@@ -438,6 +442,11 @@ struct CellOutput<'a> {
     provenance: ProvenanceOutput<'a>,
     /// The pair's earlier results (`earlier`) that ran under other settings.
     other_settings: Vec<i64>,
+    /// GPU-hours of this result: its attempt and the walltime continuations before it (`null`
+    /// when none recorded GPU time), by phase in GPU-seconds, and the attempts counted.
+    gpu_hours: Option<f64>,
+    gpu_seconds_by_phase: Option<&'a submitter::gpuhours::PhaseSeconds>,
+    gpu_attempts: Option<&'a [i64]>,
 }
 
 /// What a result ran under; `null` where the attempt does not record it (older rows, imports).
@@ -503,6 +512,9 @@ impl<'a> From<&'a Cell> for CellOutput<'a> {
             ended_at: c.ended_at,
             provenance: ProvenanceOutput::from(&c.provenance),
             other_settings: c.other_settings.iter().map(|id| id.0).collect(),
+            gpu_hours: c.gpu.as_ref().map(|g| g.gpu_hours),
+            gpu_seconds_by_phase: c.gpu.as_ref().map(|g| &g.gpu_seconds_by_phase),
+            gpu_attempts: c.gpu.as_ref().map(|g| g.attempts.as_slice()),
         }
     }
 }

@@ -40,6 +40,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("migrations/0004_agent.sqlite.sql"),
         postgres: include_str!("migrations/0004_agent.postgres.sql"),
     },
+    Migration {
+        version: 5,
+        name: "gpu_seconds",
+        sqlite: include_str!("migrations/0005_gpu_seconds.sqlite.sql"),
+        postgres: include_str!("migrations/0005_gpu_seconds.postgres.sql"),
+    },
 ];
 
 /// The schema version this build writes.

@@ -92,6 +92,14 @@ pub trait Ledger: Send + Sync {
     /// [`LedgerError::IllegalTransition`] (or [`LedgerError::NotFound`]).
     fn mark_resumable(&self, id: AttemptId) -> Result<()>;
 
+    /// Records what the attempt's job spent on its GPUs (the `gpu_seconds` document of
+    /// migration 5, built by `crate::gpuhours`); replaces an earlier record. Unknown id:
+    /// [`LedgerError::NotFound`].
+    fn record_gpu_seconds(&self, id: AttemptId, record: &Value) -> Result<()>;
+
+    /// Every attempt with a GPU-seconds record, by id.
+    fn gpu_seconds(&self) -> Result<Vec<GpuSecondsRow>>;
+
     /// One attempt by id.
     fn attempt(&self, id: AttemptId) -> Result<Option<Attempt>>;
 
@@ -150,6 +158,18 @@ pub trait Ledger: Send + Sync {
 
     /// Records an import of `source` up to `watermark`.
     fn set_import_watermark(&self, source: &str, watermark: Option<Timestamp>) -> Result<()>;
+}
+
+/// One attempt's GPU-seconds record with what identifies it (`results`' totals count every
+/// attempt, finished or not).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuSecondsRow {
+    pub id: AttemptId,
+    pub model: String,
+    pub benchmark: String,
+    pub run_tag: String,
+    pub status: AttemptStatus,
+    pub record: Value,
 }
 
 /// One submitter's heartbeat on one cluster.

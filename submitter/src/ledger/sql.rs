@@ -25,9 +25,9 @@ use serde_json::Value;
 
 use super::migrations::{self, Migration};
 use super::{
-    ATTEMPT_COLUMNS, Attempt, AttemptId, AttemptStatus, Heartbeat, ImportedAttempt, ImportedState, LATEST_PER_PAIR_SQL,
-    Ledger, LedgerError, Model, NewAttempt, PairState, Result, Timestamp, filter_by_size, number_imports, size_class,
-    sql_status_list,
+    ATTEMPT_COLUMNS, Attempt, AttemptId, AttemptStatus, GpuSecondsRow, Heartbeat, ImportedAttempt, ImportedState,
+    LATEST_PER_PAIR_SQL, Ledger, LedgerError, Model, NewAttempt, PairState, Result, Timestamp, filter_by_size,
+    number_imports, size_class, sql_status_list,
 };
 
 /// One statement parameter.
@@ -677,6 +677,37 @@ impl<B: Backend> Ledger for SqlLedger<B> {
             self.update_attempt(db, id, sql, &[Arg::Int(id.0)], "status", |row| {
                 self.illegal_transition(id, row, AttemptStatus::Failed)
             })
+        })
+    }
+
+    fn record_gpu_seconds(&self, id: AttemptId, record: &Value) -> Result<()> {
+        write(&self.backend, "record an attempt's GPU-seconds", |db| {
+            let sql = "UPDATE attempts SET gpu_seconds = $2, updated_at = now() WHERE id = $1";
+            // An UPDATE by id changes its row whenever the row exists: only a missing one is refused.
+            self.update_attempt(db, id, sql, &[Arg::Int(id.0), metrics_arg(Some(record))], "id", |_| {
+                Err(format!("attempt {} exists but its GPU-seconds were not written", id.0))
+            })
+        })
+    }
+
+    fn gpu_seconds(&self) -> Result<Vec<GpuSecondsRow>> {
+        read(&self.backend, "read GPU-seconds records", |db| {
+            let sql = "SELECT id, model, benchmark, run_tag, status, gpu_seconds FROM attempts \
+                       WHERE gpu_seconds IS NOT NULL ORDER BY id";
+            db.query(sql, &[])?
+                .iter()
+                .map(|row| {
+                    Ok(GpuSecondsRow {
+                        id: AttemptId(row.int(0)?),
+                        model: row.text(1)?,
+                        benchmark: row.text(2)?,
+                        run_tag: row.text(3)?,
+                        status: row.text(4)?.parse()?,
+                        record: row.json(5)?,
+                    })
+                })
+                .collect::<std::result::Result<_, String>>()
+                .map_err(|e| self.corrupt(e))
         })
     }
 

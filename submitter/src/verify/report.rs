@@ -84,6 +84,7 @@ th { background: #f0f3f6; font-weight: 600; }
 td.score { text-align: center; min-width: 110px; font-variant-numeric: tabular-nums; }
 td.score a { color: #1b1f24; text-decoration: none; display: block; }
 td.score a:hover { text-decoration: underline; }
+td.score .gpu { display: block; font-size: 0.75em; color: #57606a; }
 td.empty { color: #8c959f; text-align: center; }
 td.incomplete { outline: 2px dashed #9a6700; outline-offset: -4px; }
 .se { color: #424a53; font-size: 12px; }
@@ -100,6 +101,32 @@ code { font: 12px ui-monospace, SFMono-Regular, Menlo, monospace; background: #f
 "#;
 
 /// The page. Deterministic for a given input.
+/// GPU-hours per benchmark and in total (every recorded attempt; docs/submitter.md "GPU-hours").
+fn gpu_section(h: &mut String, m: &Matrix) {
+    let t = &m.gpu_totals;
+    h.push_str("<h2 id=\"gpu-hours\">GPU-hours</h2>\n");
+    if t.attempts == 0 {
+        h.push_str("<p>No attempt recorded GPU time yet.</p>\n");
+        return;
+    }
+    h.push_str("<table id=\"gpu\">\n<thead><tr><th>benchmark</th><th>GPU-hours</th></tr></thead>\n<tbody>\n");
+    for (b, hours) in &t.by_benchmark {
+        let _ = writeln!(h, "<tr><th title=\"{}\">{}</th><td>{hours:.2}</td></tr>", escape(b), escape(&short_name(b)));
+    }
+    let phases: Vec<String> = crate::gpuhours::PHASES
+        .iter()
+        .filter_map(|p| t.gpu_seconds_by_phase.0.get(*p).map(|s| format!("{p} {:.2}", s / 3600.0)))
+        .collect();
+    let _ = writeln!(
+        h,
+        "<tr><th>total</th><td data-total=\"{:.3}\">{:.2}</td></tr>\n</tbody>\n</table>\n<p class=\"legend\">{} attempt(s), finished or not; by phase: {} · queue wait is never GPU time · a shared job's time is divided among its legs</p>",
+        t.gpu_hours,
+        t.gpu_hours,
+        t.attempts,
+        escape(&phases.join(", "))
+    );
+}
+
 pub fn render_html(input: &ReportInput) -> String {
     let m = input.matrix;
     let mut h = String::new();
@@ -169,9 +196,14 @@ pub fn render_html(input: &ReportInput) -> String {
                         let mean = c.mean.map_or("–".into(), |v| format!("{v:.3}"));
                         let se = c.stderr.map(|s| format!(" <span class=\"se\">±{s:.3}</span>")).unwrap_or_default();
                         let mark = if c.incomplete { " ⚠" } else { "" };
+                        let gpu = c
+                            .gpu
+                            .as_ref()
+                            .map(|g| format!("<span class=\"gpu\">{:.2} GPU-h</span>", g.gpu_hours))
+                            .unwrap_or_default();
                         let _ = write!(
                             h,
-                            "<td class=\"{class}\"{style} data-model=\"{}\" data-benchmark=\"{}\"><a href=\"#{}\" title=\"{}\">{mean}{se}{mark}</a></td>",
+                            "<td class=\"{class}\"{style} data-model=\"{}\" data-benchmark=\"{}\"><a href=\"#{}\" title=\"{}\">{mean}{se}{mark}{gpu}</a></td>",
                             escape(model),
                             escape(b),
                             anchor(c.attempt_id.0),
@@ -193,6 +225,8 @@ pub fn render_html(input: &ReportInput) -> String {
              · ± standard error √(p(1−p)/n), binary benchmarks only · dev_set_v2 is partial-credit: mean only, counts toward the ID mean, never ranks · ⚠ incomplete: resume rather than accept</p>\n",
         );
     }
+
+    gpu_section(&mut h, m);
 
     // In-flight jobs.
     h.push_str("<h2 id=\"jobs\">In-flight jobs</h2>\n");

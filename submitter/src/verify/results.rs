@@ -250,6 +250,8 @@ pub struct Cell {
     /// The pair's earlier results (in [`Matrix::earlier`]) that ran under other settings
     /// ([`Provenance::same_settings`]): the cell shows only its own attempt and says so.
     pub other_settings: Vec<AttemptId>,
+    /// What the result cost on GPUs ([`attach_gpu`]); `None` where no attempt of it has a record.
+    pub gpu: Option<crate::gpuhours::ResultGpu>,
 }
 
 /// What a result ran under (docs/verification.md, "Provenance"): the settings recorded with the
@@ -356,6 +358,8 @@ pub struct Matrix {
     /// The binary benchmark models are ranked on, and each ranked model's rank (ties share one).
     pub rank_by: Option<String>,
     pub ranks: BTreeMap<String, usize>,
+    /// What every recorded attempt spent on GPUs ([`attach_gpu`]).
+    pub gpu_totals: crate::gpuhours::GpuTotals,
 }
 
 impl Matrix {
@@ -449,7 +453,7 @@ pub fn build_matrix(
             ranks.insert((*model).to_string(), rank);
         }
     }
-    Ok(Matrix { models, benchmarks, kinds, cells, earlier, id_mean, rank_by, ranks })
+    Ok(Matrix { models, benchmarks, kinds, cells, earlier, id_mean, rank_by, ranks, gpu_totals: Default::default() })
 }
 
 /// A result's column: its benchmark family, with the agent when it is not the default one
@@ -492,7 +496,50 @@ fn cell_of(a: &Attempt, settings: &VerifySettings) -> Cell {
         ended_at: a.ended_at,
         provenance: Provenance::of(a),
         other_settings: Vec::new(),
+        gpu: None,
     }
+}
+
+/// Each result's GPU use and the totals, from the ledger's GPU-seconds records
+/// (`Ledger::gpu_seconds`; crate::gpuhours sums them).
+pub fn attach_gpu(m: &mut Matrix, rows: &[crate::ledger::GpuSecondsRow]) {
+    for cell in m.cells.iter_mut().chain(m.earlier.iter_mut()) {
+        cell.gpu = crate::gpuhours::result_gpu(rows, cell.attempt_id, &cell.run_tag);
+    }
+    m.gpu_totals = crate::gpuhours::totals(rows);
+}
+
+/// GPU-hours per result (models × benchmarks), per benchmark and in total, when any attempt has
+/// a record; empty otherwise.
+pub fn render_gpu_text(m: &Matrix) -> String {
+    let t = &m.gpu_totals;
+    if t.attempts == 0 {
+        return String::new();
+    }
+    let width = m.models.iter().map(|s| s.len()).max().unwrap_or(5).max(5);
+    let mut out =
+        format!("\nGPU-hours per result (its attempts, walltime continuations included)\n{:<width$}", "model");
+    for b in &m.benchmarks {
+        out += &format!("  {:>16}", short_name(b));
+    }
+    out += "\n";
+    for model in &m.models {
+        out += &format!("{model:<width$}");
+        for b in &m.benchmarks {
+            let text =
+                m.cell(model, b).and_then(|c| c.gpu.as_ref()).map_or("-".into(), |g| format!("{:.2}", g.gpu_hours));
+            out += &format!("  {text:>16}");
+        }
+        out += "\n";
+    }
+    let by_bench: Vec<String> = t.by_benchmark.iter().map(|(b, h)| format!("{} {h:.2}", short_name(b))).collect();
+    out += &format!("by benchmark (every recorded attempt): {}\n", by_bench.join(", "));
+    let phases: Vec<String> = crate::gpuhours::PHASES
+        .iter()
+        .filter_map(|p| t.gpu_seconds_by_phase.0.get(*p).map(|s| format!("{p} {:.2}", s / 3600.0)))
+        .collect();
+    out += &format!("total: {:.2} GPU-hours over {} attempt(s) ({})\n", t.gpu_hours, t.attempts, phases.join(", "));
+    out
 }
 
 /// The attempts the matrix is built from: per (model, family), every finished attempt (the latest

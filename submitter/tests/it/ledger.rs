@@ -133,7 +133,8 @@ on_both_backends! {
     ledger: lifecycle_with_utc_timestamps, second_active_attempt_is_refused, families_count_as_one_benchmark,
             set_family_moves_attempts_and_refuses_merging_active_ones, latest_per_pair_picks_latest_and_counts,
             catalogue_and_unevaluated, lookups_by_run_tag_and_active, import_keeps_the_active_rule,
-            heartbeats_per_submitter_and_cluster, imported_rows_are_tracked_by_source;
+            heartbeats_per_submitter_and_cluster, imported_rows_are_tracked_by_source,
+            gpu_seconds_are_recorded_per_attempt;
     store: migrations_are_idempotent, racing_threads_one_wins, racing_processes_one_wins, tls_require_and_verify,
            wrong_password_is_a_clear_error, a_ledger_before_the_agent_column_keeps_reading;
 }
@@ -581,6 +582,34 @@ fn lookups_by_run_tag_and_active(ledger: &dyn Ledger) {
         active,
         [("org/M-8B".to_string(), AttemptStatus::Pending), ("org/N-8B".to_string(), AttemptStatus::Pending)]
     );
+}
+
+/// Migration 5 (issue 24): an attempt's GPU-seconds record is written, replaced, read back with
+/// what identifies the attempt, for finished and failed attempts alike; an unknown id is NotFound.
+fn gpu_seconds_are_recorded_per_attempt(ledger: &dyn Ledger) {
+    let new = new_attempt("org/M-32B", "terminal_bench_2");
+    let failed = ledger.insert_pending(&new).unwrap();
+    ledger.transition(failed, AttemptStatus::Failed, "walltime", None).unwrap();
+    let finished = ledger.insert_pending(&new).unwrap();
+    ledger.transition(finished, AttemptStatus::Finished, "finished", Some(&json!({"mean_reward": 0.5}))).unwrap();
+    ledger.insert_pending(&new_attempt("org/N-8B", "terminal_bench_2")).unwrap();
+    assert!(ledger.gpu_seconds().unwrap().is_empty());
+    let record = |serving: f64| {
+        json!({"gpus": 4, "shared": null, "complete": true, "slurm_elapsed_s": 100.5,
+                                       "by_phase": {"load": 240.0, "serving": serving}})
+    };
+    ledger.record_gpu_seconds(failed, &record(1.0)).unwrap();
+    ledger.record_gpu_seconds(finished, &record(2.0)).unwrap();
+    ledger.record_gpu_seconds(finished, &record(3.25)).unwrap();
+    let rows = ledger.gpu_seconds().unwrap();
+    let got: Vec<(AttemptId, AttemptStatus, f64)> =
+        rows.iter().map(|r| (r.id, r.status, r.record["by_phase"]["serving"].as_f64().unwrap())).collect();
+    assert_eq!(got, [(failed, AttemptStatus::Failed, 1.0), (finished, AttemptStatus::Finished, 3.25)]);
+    assert_eq!((rows[1].model.as_str(), rows[1].benchmark.as_str()), ("org/M-32B", "terminal_bench_2"));
+    assert_eq!(rows[1].run_tag, new.run_tag);
+    assert_eq!(rows[1].record, record(3.25));
+    let missing = ledger.record_gpu_seconds(AttemptId(987_654), &record(1.0));
+    assert!(matches!(missing, Err(LedgerError::NotFound { .. })), "{missing:?}");
 }
 
 fn import_keeps_the_active_rule(ledger: &dyn Ledger) {

@@ -367,6 +367,17 @@ fn finished_is_skipped_and_failures_are_bounded() {
         let attempt = &ledger.attempts_for("test/Tiny-1B", "terminal_bench_2").unwrap()[0];
         assert_eq!(attempt.status, AttemptStatus::Finished, "{}", attempt.reason);
         assert!(attempt.metrics.as_ref().is_some_and(|m| m["n_trials"].as_u64() > Some(0)), "{:?}", attempt.metrics);
+        // Issue 24: sync recorded its GPU-seconds from payload's record and Slurm's start; the
+        // stand-in loads for 0.3 s, so the engine's load phase is at least that per GPU.
+        let gpu = ledger.gpu_seconds().unwrap().into_iter().find(|r| r.id == attempt.id).expect("a GPU-seconds record");
+        let gpus = gpu.record["gpus"].as_f64().unwrap();
+        assert!(gpus >= 1.0, "{}", gpu.record);
+        assert!(gpu.record["by_phase"]["load"].as_f64().unwrap() >= 0.3 * gpus, "{}", gpu.record);
+        assert!(gpu.record["by_phase"]["serving"].as_f64().unwrap() > 0.0, "{}", gpu.record);
+        assert!(gpu.record["slurm_elapsed_s"].as_f64().is_some(), "Slurm's start is known: {}", gpu.record);
+        let results = cluster.run(&["results"], ledger_spec, &["--json"], &[]);
+        let results: Value = serde_json::from_slice(&results.stdout).unwrap();
+        assert!(results["cells"][0]["gpu_hours"].as_f64().is_some_and(|h| h > 0.0), "{results}");
         let plan = cluster.run(&["plan"], ledger_spec, &[&["--preset", "tb2", "--json"][..], &model].concat(), &[]);
         let decisions: Value = serde_json::from_slice(&plan.stdout).unwrap();
         assert_eq!(decisions["jobs"][0]["decision"], "skip");

@@ -1052,3 +1052,149 @@ fn logs_tail_of_a_huge_sparse_log_is_quick() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "l2\nl3\nl4\nl5\nl6\n");
     assert!(took < std::time::Duration::from_secs(20), "took {took:?}");
 }
+
+/// A job's `status.json` with a final outcome and the GPU time payload recorded.
+fn status_with_gpu(run_tag: &str, gpu: launch_spec::shared::GpuTime, done: bool) -> launch_spec::records::RunStatus {
+    let t = Utc::now() - chrono::Duration::hours(2);
+    let mut st = running_status(run_tag, "100", t, t + chrono::Duration::seconds(60), Counters::default(), t);
+    st.gpu_time = Some(gpu);
+    if done {
+        st.phase = launch_spec::records::Phase::Done;
+        st.outcome = Some(launch_spec::records::Outcome {
+            class: launch_spec::records::OutcomeClass::Finished,
+            cause: None,
+            exit_code: 0,
+            message: "finished".into(),
+            harbor_exit_code: Some(0),
+            signal: None,
+            engine_log_tail: Vec::new(),
+        });
+    }
+    st
+}
+
+/// A Slurm job that started at 05:00:00 and ended `elapsed_s` later (the controller's local time).
+fn ended_job(elapsed_s: i64) -> submitter::slurm::JobInfo {
+    let start = chrono::NaiveDate::from_ymd_opt(2026, 11, 30).unwrap().and_hms_opt(5, 0, 0).unwrap();
+    let fmt = |t: chrono::NaiveDateTime| t.format("%Y-%m-%dT%H:%M:%S").to_string();
+    submitter::slurm::JobInfo {
+        id: submitter::slurm::JobId(100),
+        name: "eval".into(),
+        state: submitter::slurm::JobState::Completed,
+        reason: None,
+        submit_time: Some(fmt(start - chrono::Duration::hours(3))),
+        start_time: Some(fmt(start)),
+        end_time: Some(fmt(start + chrono::Duration::seconds(elapsed_s))),
+        node_list: None,
+        partition: None,
+        exit: None,
+        std_out: None,
+        details: Default::default(),
+    }
+}
+
+/// Issue 24: GPU-hours per result with known timings, from hand-written run dirs (a per-leg job,
+/// a shared job of two legs, a failed attempt) through sync's record to `results` (JSON and
+/// text) and the report. Queue wait (3 h before the start) is never counted.
+#[test]
+fn gpu_hours_per_result_with_known_timings() {
+    use launch_spec::shared::{GpuTime, LegSpan};
+    let tmp = tempfile::tempdir().unwrap();
+    let clusters = profile_dir(tmp.path(), "rep", "");
+    let spec = format!("sqlite:{}", tmp.path().join("ledger.sqlite").display());
+    let ledger = open_ledger(&spec).unwrap();
+    let span = |tag: &str, a: f64, b: f64| LegSpan { run_tag: tag.into(), start_s: a, end_s: b };
+    let (tb2, swe, v2) = ("tb2__Alpha", "swe__Alpha", "v2__Alpha");
+    let jobs = tmp.path().join("jobs");
+    // Per-leg, 2 GPUs: 10 + 290 + 3000 + 10 s of phases, Slurm ran it 3330 s → 2 × 3330 = 1.85 h.
+    let per_leg = RunDir::at(jobs.join(tb2));
+    let per_leg_gpu = GpuTime {
+        gpus: 2,
+        prepare_s: 10.0,
+        load_s: 290.0,
+        serving_s: 3000.0,
+        teardown_s: 10.0,
+        legs: vec![span(tb2, 300.0, 3300.0)],
+        ..GpuTime::default()
+    };
+    per_leg.status(&status_with_gpu(tb2, per_leg_gpu, true), None);
+    // Shared, 4 GPUs, 600 s load, swe serves 600–4200 and v2 600–2400; Slurm 4230 s. swe: 1200
+    // load + 4 × (900 + 1800) serving + 60 remainder = 12060 (3.35 h); v2: 1200 + 3600 + 60 (1.35 h).
+    let group = jobs.join("Alpha-shared-0123abcd");
+    let shared_gpu = GpuTime {
+        gpus: 4,
+        load_s: 600.0,
+        serving_s: 3600.0,
+        legs: vec![span(swe, 600.0, 4200.0), span(v2, 600.0, 2400.0)],
+        ..GpuTime::default()
+    };
+    // Written first as a heartbeat (a leg ended while the other still runs), then final.
+    RunDir::at(&group).status(&status_with_gpu("Alpha-shared-0123abcd", shared_gpu.clone(), false), None);
+    let shared = json!({"group_tag": "Alpha-shared-0123abcd", "group_dir": group, "legs": [swe, v2]});
+    let mut rows = vec![
+        finished("org/Alpha-8B", "terminal_bench_2", 0.42, 89, 3, Some(per_leg.path())),
+        finished("org/Alpha-8B", "swebench-verified-random-100-folders", 0.31, 300, 10, None),
+        finished("org/Alpha-8B", "DCAgent_dev_set_v2", 0.55, 300, 5, None),
+        finished("org/Beta-32B", "terminal_bench_2", 0.61, 89, 2, None),
+    ];
+    for (row, tag) in rows.iter_mut().zip([tb2, swe, v2, "tb2__Beta"]) {
+        row.run_tag = tag.into();
+    }
+    rows[1].config["shared"] = shared.clone();
+    rows[2].config["shared"] = shared;
+    rows[3].status = AttemptStatus::Failed;
+    rows[3].metrics = None;
+    ledger.import_attempts(&rows).unwrap();
+    let attempt = |tag: &str| ledger.find_by_run_tag(tag).unwrap().pop().unwrap();
+    let status = submitter::sync::read_status(per_leg.path());
+    let early = submitter::sync::gpu_record(&attempt(v2), None, Some(&ended_job(4230))).unwrap();
+    assert!(!early.complete, "the host's record is not final yet: a later sync recomputes it");
+    RunDir::at(&group).status(&status_with_gpu("Alpha-shared-0123abcd", shared_gpu, true), None);
+    for (tag, elapsed) in [(tb2, 3330), (swe, 4230), (v2, 4230)] {
+        let a = attempt(tag);
+        let rec = submitter::sync::gpu_record(&a, status.as_ref().filter(|_| tag == tb2), Some(&ended_job(elapsed)))
+            .unwrap_or_else(|| panic!("no record for {tag}"));
+        assert!(rec.complete, "{tag}: {rec:?}");
+        ledger.record_gpu_seconds(a.id, &rec.to_json()).unwrap();
+    }
+    // The failed attempt: 1 GPU, 100 s load + 260 s serving, Slurm's times unknown: 0.1 h.
+    let failed = json!({"gpus": 1, "shared": null, "complete": true, "slurm_elapsed_s": null,
+                        "by_phase": {"load": 100.0, "serving": 260.0}});
+    ledger.record_gpu_seconds(attempt("tb2__Beta").id, &failed).unwrap();
+    let fx = LedgerFixture { tmp, spec, clusters, _runs: Vec::new() };
+
+    let out = session_cmd(&fx, "results", &["--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let m: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cell = |bench: &str| {
+        m["cells"].as_array().unwrap().iter().find(|c| c["model"] == "org/Alpha-8B" && c["benchmark"] == bench).unwrap()
+    };
+    assert_eq!(cell("terminal_bench_2")["gpu_hours"], 1.85, "{m}");
+    assert_eq!(cell("terminal_bench_2")["gpu_seconds_by_phase"]["slurm_other"], 40.0, "{m}");
+    assert_eq!(cell("terminal_bench_2")["gpu_seconds_by_phase"]["load"], 580.0, "{m}");
+    assert_eq!(cell("swebench-verified-random-100-folders")["gpu_hours"], 3.35, "{m}");
+    assert_eq!(cell("swebench-verified-random-100-folders")["gpu_seconds_by_phase"]["serving"], 10800.0);
+    assert_eq!(cell("dev_set_v2")["gpu_hours"], 1.35, "{m}");
+    assert_eq!(cell("dev_set_v2")["gpu_seconds_by_phase"]["load"], 1200.0, "{m}");
+    let totals = &m["gpu_hours"];
+    assert_eq!(totals["gpu_hours"], 6.65, "every recorded attempt, the failed one too: {totals}");
+    assert_eq!(totals["attempts"], 4);
+    assert_eq!(totals["by_benchmark"]["terminal_bench_2"], 1.95, "{totals}");
+    assert_eq!(totals["by_model"]["org/Alpha-8B"], 6.55, "{totals}");
+
+    let text = String::from_utf8_lossy(&session_cmd(&fx, "results", &[]).stdout).into_owned();
+    assert!(text.contains("GPU-hours per result"), "{text}");
+    let alpha = text.lines().filter(|l| l.starts_with("org/Alpha-8B")).nth(1).unwrap_or_default();
+    for v in ["1.85", "3.35", "1.35"] {
+        assert!(alpha.contains(v), "{v} in {alpha:?}:\n{text}");
+    }
+    assert!(text.contains("total: 6.65 GPU-hours over 4 attempt(s)"), "{text}");
+
+    let html = fx.tmp.path().join("report.html");
+    let out = session_cmd(&fx, "report", &["--html", html.to_str().unwrap(), "--no-check"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("3.35 GPU-h"), "per score");
+    assert!(page.contains("data-total=\"6.650\""), "the total");
+    assert!(page.contains(">1.95</td>"), "per benchmark (tb2: 1.85 + 0.10)");
+}
