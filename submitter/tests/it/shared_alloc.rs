@@ -506,7 +506,8 @@ fn a_walltime_in_the_middle_continues_each_unfinished_leg() {
     }
     let store = Store::sqlite();
     let cluster = running_cluster("shared-wall", |p| slow_trials(p, "0.4"));
-    tasks_everywhere(&cluster, 16);
+    // The others 60 tasks each: at 0.4 s a trial, 2 at a time, they run for many seconds after v2 ends.
+    tasks_everywhere(&cluster, 60);
     // v2 one task: it finishes long before the others.
     std::fs::remove_dir_all(cluster.root().join("datasets/DCAgent_dev_set_v2")).unwrap();
     write_tasks(&cluster.root().join("datasets/DCAgent_dev_set_v2"), ["t1"]);
