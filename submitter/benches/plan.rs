@@ -149,6 +149,7 @@ fn main() {
         environment: &environment,
         policy: &policy,
         max_in_flight: 10_000,
+        allocation: None,
     };
     let no_slurm = InstantSlurm(Cell::new(0));
     let sizes: Vec<usize> = std::env::var("PLAN_BENCH_SIZES")
@@ -182,7 +183,7 @@ fn main() {
                     let start = Instant::now();
                     let snapshot = Snapshot::read(ledger.as_ref(), &no_slurm, "local", now()).unwrap();
                     let planned = planner::plan(&inputs(&context, &presets, &models), &snapshot);
-                    std::hint::black_box(planned.len());
+                    std::hint::black_box(planned.jobs.len());
                     start.elapsed()
                 })
                 .collect();

@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::decide::{MISSING_JOB_GRACE_S, Prerequisite};
-use crate::domain::SUBMISSION_TAG_KEY;
+use crate::domain::{SHARED_KEY, SUBMISSION_TAG_KEY};
 use crate::ledger::{AttemptId, AttemptStatus, Ledger, LedgerError, NewAttempt};
-use crate::planner::{Blocked, PlannedJob, attempt_config};
+use crate::planner::{Blocked, Plan, PlannedJob, SharedJob, attempt_config};
 use crate::queue::run_dir_free_for;
 use crate::slurm::{JobId, Slurm, best_match};
 use crate::team::mirror::Mirror;
@@ -81,19 +81,15 @@ pub enum SubmitError {
 }
 
 impl Executor<'_> {
-    /// Carries out `planned`: returns one entry per pair the plan acted on (queued, refused,
-    /// throttled), in order.
-    pub fn execute(&self, planned: &[PlannedJob]) -> Result<Vec<Submitted>, SubmitError> {
+    /// Carries out `plan`: returns one entry per pair the plan acted on (queued, refused,
+    /// throttled), in order; a shared job's legs at its last leg's place.
+    pub fn execute(&self, plan: &Plan) -> Result<Vec<Submitted>, SubmitError> {
         let mut results = Vec::new();
         let mut chain: Vec<JobId> = Vec::new();
-        for job in planned.iter().filter(|j| j.action.submits() || j.prerequisite.is_some()) {
-            let record = |outcome: String, attempt: Option<AttemptId>, job_id: Option<String>| Submitted {
-                model: job.model.clone(),
-                benchmark: job.benchmark.clone(),
-                attempt: attempt.map(|a| a.0),
-                job_id,
-                outcome,
-                sbatch: None,
+        for (index, job) in plan.jobs.iter().enumerate().filter(|(_, j)| j.action.submits() || j.prerequisite.is_some())
+        {
+            let record = |outcome: String, attempt: Option<AttemptId>, job_id: Option<String>| {
+                Submitted::new(job, outcome, attempt, job_id)
             };
             // A vanished attempt is failed whatever happens next.
             if let Some(Prerequisite::MarkVanished { attempt_id }) = &job.prerequisite
@@ -121,31 +117,16 @@ impl Executor<'_> {
                 None if !job.action.submits() => continue,
                 None => {}
             }
-            let (Some(spec), Some(request)) = (&job.spec, &job.request) else { continue };
-            // A stale attempt is cancelled only now that its replacement has a slot.
-            if let Some(Prerequisite::CancelStale { attempt_id, slurm_job_id }) = &job.prerequisite
-                && !self.dry_run
-            {
-                if let Ok(id) = slurm_job_id.parse() {
-                    self.slurm.cancel(id, None, false)?;
+            if let Some(group) = plan.shared_of(job) {
+                // Every leg's previous attempt is settled (above) before the group's rows go in.
+                if group.legs.last() == Some(&index) {
+                    self.execute_shared(plan, group, &mut chain, &mut results)?;
                 }
-                let id = AttemptId(*attempt_id);
-                self.ledger.transition(
-                    id,
-                    AttemptStatus::Cancelled,
-                    "stale pending: cancelled for resubmission",
-                    None,
-                )?;
-                publish(self.mirror, &format!("attempt {id} (Cancelled)"), |m| {
-                    m.transition(id, AttemptStatus::Cancelled, None)
-                });
-            }
-            if let Err(why) = run_dir_free_for(spec) {
-                results.push(record(format!("not submitted: {why}"), None, None));
                 continue;
             }
-            if let Err(refusal) = (self.prepare)(job, spec) {
-                results.push(record(refusal.to_string(), None, None));
+            let (Some(spec), Some(request)) = (&job.spec, &job.request) else { continue };
+            if let Some(refusal) = self.make_way(job, spec)? {
+                results.push(record(refusal, None, None));
                 continue;
             }
             if self.dry_run {
@@ -158,16 +139,7 @@ impl Executor<'_> {
             let mut config = attempt_config(job, spec);
             let tag = submission_tag(&job.model, &job.benchmark, self.cluster);
             config[SUBMISSION_TAG_KEY] = tag.clone().into();
-            let new = NewAttempt {
-                model: job.model.clone(),
-                benchmark: job.benchmark.clone(),
-                cluster: self.cluster.to_string(),
-                username: self.username.clone(),
-                run_tag: spec.run_tag.clone(),
-                agent: spec.harbor.agent.clone(),
-                reason: job.reason.clone(),
-                config,
-            };
+            let new = self.new_attempt(job, spec, config);
             let attempt = match self.ledger.insert_pending(&new) {
                 Ok(id) => id,
                 Err(LedgerError::AlreadyActive { existing_id, .. }) => {
@@ -179,17 +151,7 @@ impl Executor<'_> {
             };
             let mut spec = spec.clone();
             spec.ledger_job_id = Some(attempt.0.to_string());
-            // The team's row, like the ledger's, exists before sbatch.
-            publish(self.mirror, &format!("attempt {attempt} (Pending)"), |m| {
-                if !m.pending(attempt, &new)? {
-                    tracing::warn!(
-                        "mirror: {} or {} is not in the team's models/benchmarks: not published",
-                        new.model,
-                        new.benchmark
-                    );
-                }
-                Ok(())
-            });
+            self.publish_pending(attempt, &new);
             let spec_file = crate::queue::spec_path(&spec);
             if let Err(err) = write_spec(&spec_file, &spec.to_json()) {
                 self.ledger.transition(attempt, AttemptStatus::Failed, &format!("not submitted: {err}"), None)?;
@@ -231,6 +193,190 @@ impl Executor<'_> {
             }
         }
         Ok(results)
+    }
+}
+
+impl Submitted {
+    fn new(job: &PlannedJob, outcome: String, attempt: Option<AttemptId>, job_id: Option<String>) -> Submitted {
+        Submitted {
+            model: job.model.clone(),
+            benchmark: job.benchmark.clone(),
+            attempt: attempt.map(|a| a.0),
+            job_id,
+            outcome,
+            sbatch: None,
+        }
+    }
+}
+
+impl Executor<'_> {
+    /// Before a queued pair's row: its stale attempt cancelled (only now that the replacement has
+    /// a slot), its run dir free, its preparation (staging, preflight) done. `Some(why)`: not
+    /// submitted now, no attempt burnt.
+    fn make_way(&self, job: &PlannedJob, spec: &launch_spec::LaunchSpec) -> Result<Option<String>, SubmitError> {
+        if let Some(Prerequisite::CancelStale { attempt_id, slurm_job_id }) = &job.prerequisite
+            && !self.dry_run
+        {
+            if let Ok(id) = slurm_job_id.parse() {
+                self.slurm.cancel(id, None, false)?;
+            }
+            let id = AttemptId(*attempt_id);
+            self.ledger.transition(id, AttemptStatus::Cancelled, "stale pending: cancelled for resubmission", None)?;
+            publish(self.mirror, &format!("attempt {id} (Cancelled)"), |m| {
+                m.transition(id, AttemptStatus::Cancelled, None)
+            });
+        }
+        if let Err(why) = run_dir_free_for(spec) {
+            return Ok(Some(format!("not submitted: {why}")));
+        }
+        Ok((self.prepare)(job, spec).err().map(|refusal| refusal.to_string()))
+    }
+
+    /// One shared job (issue 24): each leg made way for and given its own ledger row (pending, one
+    /// submission tag for them all) and its own spec, then `shared.json` naming the legs that got a
+    /// row, then one `sbatch`, whose job id goes onto every leg's row. A leg held back (its
+    /// preparation, its run dir, another submitter's attempt) leaves the others to run.
+    fn execute_shared(
+        &self,
+        plan: &Plan,
+        group: &SharedJob,
+        chain: &mut Vec<JobId>,
+        results: &mut Vec<Submitted>,
+    ) -> Result<(), SubmitError> {
+        let in_group = format!("shared job {} of {} legs", group.group_tag, group.legs.len());
+        let mut ready = Vec::new();
+        for job in group.legs.iter().map(|&i| &plan.jobs[i]) {
+            let Some(spec) = &job.spec else { continue };
+            match self.make_way(job, spec)? {
+                Some(refusal) => results.push(Submitted::new(job, refusal, None, None)),
+                None => ready.push((job, spec)),
+            }
+        }
+        if self.dry_run {
+            for (n, (job, _)) in ready.iter().enumerate() {
+                let outcome = format!("dry run: would {} ({}) in {in_group}", job.action.as_str(), job.reason);
+                let mut dry = Submitted::new(job, outcome, None, None);
+                // The job's argv once, with its first leg.
+                dry.sbatch = (n == 0).then(|| group.sbatch.clone());
+                results.push(dry);
+            }
+            return Ok(());
+        }
+        let tag = submission_tag(&group.model, &group.group_tag, self.cluster);
+        let legs: Vec<&str> = ready.iter().map(|(_, spec)| spec.run_tag.as_str()).collect();
+        let mut rows = Vec::new();
+        for (job, spec) in &ready {
+            let mut config = attempt_config(job, spec);
+            config[SUBMISSION_TAG_KEY] = tag.clone().into();
+            config[SHARED_KEY] = serde_json::json!({
+                "group_tag": group.group_tag,
+                "group_dir": group.group_dir,
+                "legs": legs,
+            });
+            let new = self.new_attempt(job, spec, config);
+            let attempt = match self.ledger.insert_pending(&new) {
+                Ok(id) => id,
+                Err(LedgerError::AlreadyActive { existing_id, .. }) => {
+                    let why = format!("skipped: attempt {existing_id} is already active (another submitter)");
+                    results.push(Submitted::new(job, why, None, None));
+                    continue;
+                }
+                Err(err) => return Err(err.into()),
+            };
+            self.publish_pending(attempt, &new);
+            rows.push((*job, (*spec).clone(), attempt));
+        }
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let attempts: Vec<AttemptId> = rows.iter().map(|(_, _, a)| *a).collect();
+        let fail_all = |why: &str| -> Result<(), SubmitError> {
+            for attempt in &attempts {
+                self.ledger.transition(*attempt, AttemptStatus::Failed, why, None)?;
+            }
+            Ok(())
+        };
+        let mut doc = group.doc.clone();
+        doc.legs.clear();
+        for (_, spec, attempt) in &mut rows {
+            spec.ledger_job_id = Some(attempt.0.to_string());
+            let path = crate::queue::spec_path(spec);
+            if let Err(err) = write_spec(&path, &spec.to_json()) {
+                fail_all(&format!("not submitted: {err}"))?;
+                return Err(err);
+            }
+            doc.legs.push(path);
+        }
+        let doc_path = group.group_dir.join(launch_spec::shared::SHARED_SPEC_FILE);
+        let text = serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n";
+        if let Err(err) = write_spec(&doc_path, &text) {
+            fail_all(&format!("not submitted: {err}"))?;
+            return Err(err);
+        }
+        let mut request = group.request.clone();
+        request.options.comment = Some(tag.clone());
+        if self.chain_batch > 0 && chain.len() >= self.chain_batch {
+            request.options.dependency = Some(format!("afterany:{}", chain[chain.len() - self.chain_batch]));
+        }
+        let reason = |job: &PlannedJob| format!("{}; {in_group}", job.reason);
+        match self.submit_once(&request, &tag, &reason(rows[0].0)) {
+            Landed::Queued(job_id, _) => {
+                for (job, _, attempt) in &rows {
+                    self.ledger.set_job_id(*attempt, &job_id.to_string())?;
+                    publish(self.mirror, &format!("attempt {attempt} job id"), |m| {
+                        m.submitted(*attempt, &job_id.to_string())
+                    });
+                    let outcome = format!("submitted ({})", reason(job));
+                    results.push(Submitted::new(job, outcome, Some(*attempt), Some(job_id.to_string())));
+                }
+                chain.push(job_id);
+                std::thread::sleep(self.delay);
+            }
+            Landed::Unconfirmed(why) => {
+                for (job, _, attempt) in &rows {
+                    self.ledger.transition(*attempt, AttemptStatus::Pending, &why, None)?;
+                    results.push(Submitted::new(job, why.clone(), Some(*attempt), None));
+                }
+            }
+            Landed::Refused(problem) => {
+                let why = format!("sbatch failed: {problem}");
+                for (job, _, attempt) in &rows {
+                    self.ledger.transition(*attempt, AttemptStatus::Failed, &why, None)?;
+                    publish(self.mirror, &format!("attempt {attempt} (Failed)"), |m| {
+                        m.transition(*attempt, AttemptStatus::Failed, None)
+                    });
+                    results.push(Submitted::new(job, why.clone(), Some(*attempt), None));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn new_attempt(&self, job: &PlannedJob, spec: &launch_spec::LaunchSpec, config: serde_json::Value) -> NewAttempt {
+        NewAttempt {
+            model: job.model.clone(),
+            benchmark: job.benchmark.clone(),
+            cluster: self.cluster.to_string(),
+            username: self.username.clone(),
+            run_tag: spec.run_tag.clone(),
+            agent: spec.harbor.agent.clone(),
+            reason: job.reason.clone(),
+            config,
+        }
+    }
+
+    /// The team's row, like the ledger's, exists before sbatch.
+    fn publish_pending(&self, attempt: AttemptId, new: &NewAttempt) {
+        publish(self.mirror, &format!("attempt {attempt} (Pending)"), |m| {
+            if !m.pending(attempt, new)? {
+                tracing::warn!(
+                    "mirror: {} or {} is not in the team's models/benchmarks: not published",
+                    new.model,
+                    new.benchmark
+                );
+            }
+            Ok(())
+        });
     }
 }
 

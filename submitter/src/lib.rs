@@ -1,6 +1,7 @@
 //! The login-node half: configuration, registry resolution, Slurm, ledger, dedup and verdicts.
 //! `main.rs` only wires commands; everything reusable lives here.
 
+pub mod cancel;
 pub mod config;
 pub mod decide;
 pub mod domain;

@@ -25,6 +25,16 @@ pub fn run_dir_of(attempt: &Attempt) -> Option<PathBuf> {
     attempt.config.get("run_dir").and_then(Value::as_str).map(PathBuf::from)
 }
 
+/// The group dir of the shared job an attempt is a leg of (issue 24): the engine's log and the
+/// job's Slurm output are there, not in the leg's run dir.
+pub fn shared_group_dir(attempt: &Attempt) -> Option<PathBuf> {
+    attempt
+        .config
+        .pointer(&format!("/{}/group_dir", crate::domain::SHARED_KEY))
+        .and_then(Value::as_str)
+        .map(PathBuf::from)
+}
+
 /// A resubmission reuses the run dir (so Harbor resumes): a `status.json` is this attempt's only
 /// when it names this attempt's Slurm job.
 pub fn belongs_to(status: &RunStatus, attempt: &Attempt) -> bool {

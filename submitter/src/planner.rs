@@ -10,16 +10,17 @@
 use std::path::PathBuf;
 
 use launch_spec::LaunchSpec;
+use launch_spec::shared::{SHARED_SPEC_FILE, SHARED_SPEC_VERSION, SharedJobSpec};
 use launch_spec::spec::HarborStart;
 use serde_json::{Value, json};
 
-use crate::config::Preset;
+use crate::config::{Allocation, Preset};
 use crate::decide::{self, Action, Decision, LatestAttempt, PairHistory, Policy, Prerequisite};
 use crate::domain::{Continuation, SlurmView};
 use crate::ledger::PairState;
 use crate::queue::{JobInputs, SlurmChoice, SlurmOverrides, sbatch_request, spec_path};
 use crate::registry::{Resolved, names};
-use crate::selection::{Concurrency, Leg};
+use crate::selection::{AllocationSource, Concurrency, Leg, allocation_for};
 use crate::slurm::{SubmitRequest, build_sbatch_args};
 use crate::snapshot::Snapshot;
 use crate::spec_build::{SpecBuilder, SpecOverrides};
@@ -49,6 +50,8 @@ pub struct PlanInputs<'a> {
     pub policy: &'a Policy,
     /// `limits.max_jobs_in_flight`.
     pub max_in_flight: u32,
+    /// `--allocation`, when given (docs/submitter.md, "Shared allocation").
+    pub allocation: Option<Allocation>,
 }
 
 /// Why a pair the decision would queue is not queued.
@@ -107,6 +110,15 @@ pub struct PlannedJob {
     pub overrides: SpecOverrides,
     /// What remediation changes in this pair's launch (its ledger adjustment), in words.
     pub remedy: Option<String>,
+    /// One job per leg, or one shared job per model, and which setting chose it.
+    pub allocation: (Allocation, AllocationSource),
+    /// The shared job it is a leg of (its group tag; [`Plan::shared`]). Its own `sbatch` and
+    /// `request` are then `None`: the job's are the group's.
+    pub shared_job: Option<String>,
+    /// Why a leg whose allocation is `shared` still gets a job of its own.
+    pub allocation_note: Option<String>,
+    /// The pair's latest attempt in the snapshot (names a shared job's group apart from earlier ones).
+    pub latest_attempt: Option<i64>,
 }
 
 /// Where a decision's evidence came from (`plan` shows it for every skip).
@@ -199,8 +211,54 @@ pub fn attempt_config(job: &PlannedJob, spec: &LaunchSpec) -> Value {
     config
 }
 
-/// Plans every (model, leg dataset) pair, in priority order (models outer).
-pub fn plan(inputs: &PlanInputs, snapshot: &Snapshot) -> Vec<PlannedJob> {
+/// A plan: every pair, and the shared jobs some of the queued pairs are legs of.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Plan {
+    pub jobs: Vec<PlannedJob>,
+    pub shared: Vec<SharedJob>,
+}
+
+/// One Slurm job serving several legs of one model with one engine (issue 24; `launch_spec::shared`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SharedJob {
+    pub model: String,
+    pub group_tag: String,
+    pub group_dir: PathBuf,
+    /// Its legs, as indexes into [`Plan::jobs`], in launch order.
+    pub legs: Vec<usize>,
+    /// The `--time` it asks for, and how that was worked out.
+    pub time: String,
+    pub time_basis: String,
+    /// How the engine's `max_num_seqs` and the legs' `n_concurrent` were reconciled.
+    pub capacity: String,
+    /// `<group dir>/shared.json`, as planned (the executor writes it with the legs that got a row).
+    pub doc: SharedJobSpec,
+    pub request: SubmitRequest,
+    /// The exact `sbatch` argv, program first (`--chain-batch` adds a dependency when submitting).
+    pub sbatch: Vec<String>,
+}
+
+/// `max_num_seqs` vLLM uses when the spec sets none. vLLM 0.33.0 picks 256, or 1024 on GPUs with
+/// 70 GiB or more; the smaller is assumed, so the reconciliation never counts on memory it lacks.
+pub const VLLM_DEFAULT_MAX_NUM_SEQS: u32 = 256;
+
+impl Plan {
+    /// The shared job `job` is a leg of.
+    pub fn shared_of(&self, job: &PlannedJob) -> Option<&SharedJob> {
+        let tag = job.shared_job.as_deref()?;
+        self.shared.iter().find(|g| g.group_tag == tag)
+    }
+}
+
+/// Plans every (model, leg dataset) pair, in priority order (models outer), then puts the
+/// queued legs of one model whose allocation is `shared` into shared jobs.
+pub fn plan(inputs: &PlanInputs, snapshot: &Snapshot) -> Plan {
+    let mut jobs = plan_pairs(inputs, snapshot);
+    let shared = group_shared(inputs, &mut jobs);
+    Plan { jobs, shared }
+}
+
+fn plan_pairs(inputs: &PlanInputs, snapshot: &Snapshot) -> Vec<PlannedJob> {
     let mut queued = 0u32;
     let mut planned = Vec::with_capacity(inputs.models.len() * inputs.legs.len());
     for model in inputs.models {
@@ -288,6 +346,10 @@ fn plan_pair(
         dataset,
         overrides,
         remedy: None,
+        allocation: allocation_for(inputs.allocation, &leg.preset, context.cluster.allocation),
+        shared_job: None,
+        allocation_note: None,
+        latest_attempt: None,
     };
     // A pair whose serve settings do not resolve is still decided (a finished pair stays a skip,
     // not a failure on every launch); only if it would be queued is it refused.
@@ -301,6 +363,7 @@ fn plan_pair(
         job.resolved = Some(resolved.clone());
     }
     let pair = snapshot.pairs.get(&(model.to_string(), family, agent));
+    job.latest_attempt = pair.map(|p| p.latest.id.0);
     let timeout_multiplier = resolved.as_ref().map_or(f64::NAN, |r| r.timeout_multiplier);
     let history = pair_history(pair, timeout_multiplier, &job, &leg.preset, snapshot);
     let slurm = match pair.map(|p| &p.latest) {
@@ -388,6 +451,140 @@ fn plan_pair(
     job.spec_path = Some(path);
     job.spec = Some(spec);
     job
+}
+
+/// Puts the queued `shared` legs of each model into shared jobs: legs whose engine part
+/// (`launch_spec::shared::engine_part`), Slurm placement and jobs dir agree form one job; a leg
+/// with no partner keeps a job of its own (a shared job of one leg would only add its files).
+fn group_shared(inputs: &PlanInputs, jobs: &mut [PlannedJob]) -> Vec<SharedJob> {
+    let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+    for (i, job) in jobs.iter().enumerate() {
+        let Some(spec) = job.spec.as_ref().filter(|_| job.queues() && job.allocation.0 == Allocation::Shared) else {
+            continue;
+        };
+        let r = &job.resources;
+        let key = serde_json::to_string(&json!([
+            job.model,
+            launch_spec::shared::engine_part(spec),
+            r.partition,
+            r.account,
+            r.reservation,
+            spec.jobs_dir,
+        ]))
+        .unwrap_or_default();
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, legs)) => legs.push(i),
+            None => groups.push((key, vec![i])),
+        }
+    }
+    let mut shared = Vec::new();
+    for (_, legs) in groups {
+        if legs.len() < 2 {
+            jobs[legs[0]].allocation_note = Some(
+                "no other queued leg of this model with the same engine and Slurm placement: a job of its own".into(),
+            );
+            continue;
+        }
+        match shared_job(inputs, jobs, &legs) {
+            Ok(group) => {
+                for &i in &legs {
+                    let job = &mut jobs[i];
+                    job.shared_job = Some(group.group_tag.clone());
+                    job.sbatch = None;
+                    job.request = None;
+                    job.resources.time = group.time.clone();
+                }
+                shared.push(group);
+            }
+            Err(problem) => {
+                for &i in &legs {
+                    jobs[i].blocked = Some(Blocked::Refused(format!("shared job: {problem}")));
+                }
+            }
+        }
+    }
+    shared
+}
+
+/// The shared job of `legs` (indexes into `jobs`, each with a spec and a request): the capacity
+/// reconciliation written into every leg's spec, the walltime, the group dir and the request.
+fn shared_job(inputs: &PlanInputs, jobs: &mut [PlannedJob], legs: &[usize]) -> Result<SharedJob, String> {
+    // vLLM's batch is shared: every leg's trials at once must fit in max_num_seqs. Raised (on every
+    // leg alike, so they still agree on the engine) rather than the legs scaled down: each leg keeps
+    // the n_concurrent it is recorded and deduplicated under (docs/decisions.md, issue 24).
+    let counts: Vec<(String, u32)> = legs
+        .iter()
+        .map(|&i| (jobs[i].preset.clone(), jobs[i].spec.as_ref().map_or(0, |s| s.harbor.n_concurrent)))
+        .collect();
+    let total: u32 = counts.iter().map(|(_, n)| n).sum();
+    let terms = counts.iter().map(|(leg, n)| format!("{leg} {n}")).collect::<Vec<_>>().join(" + ");
+    let first = jobs[legs[0]].spec.clone().ok_or("a leg without a spec")?;
+    let capacity = match first.serve.max_num_seqs {
+        Some(set) if set >= total => format!("max_num_seqs {set} ≥ Σ n_concurrent {total} ({terms}): unchanged"),
+        None if VLLM_DEFAULT_MAX_NUM_SEQS >= total => format!(
+            "max_num_seqs unset (vLLM's default, at least {VLLM_DEFAULT_MAX_NUM_SEQS}) ≥ Σ n_concurrent {total} ({terms}): unchanged"
+        ),
+        before => {
+            for &i in legs {
+                if let Some(spec) = jobs[i].spec.as_mut() {
+                    spec.serve.max_num_seqs = Some(total);
+                }
+            }
+            let was = before.map_or(format!("unset ({VLLM_DEFAULT_MAX_NUM_SEQS})"), |n| n.to_string());
+            format!("max_num_seqs raised {was} → {total} = Σ n_concurrent ({terms}); the legs keep their n_concurrent")
+        }
+    };
+    // The walltime: the longest leg's own `--time` (which, for a job of its own, covered one load
+    // and its run) plus one load allowance, the slack for legs whose runs overlap and share the
+    // engine's throughput; what does not finish is continued (docs/submitter.md, "Shared allocation").
+    let mut longest = (0u64, String::new());
+    for &i in legs {
+        let time = &jobs[i].resources.time;
+        let seconds = crate::config::parse_slurm_time(time)
+            .ok_or_else(|| format!("slurm time `{time}` is not a Slurm time (HH:MM:SS or D-HH:MM:SS)"))?;
+        if seconds > longest.0 {
+            longest = (seconds, format!("{} {time}", jobs[i].preset));
+        }
+    }
+    let (load_s, load_basis) = match &first.serve.ready_budget {
+        Some(budget) => (budget.seconds, "the readiness budget"),
+        None => (first.serve.health_timeout_s, "engine.health_timeout_s, the longest load payload waits for"),
+    };
+    let time_s = longest.0 + load_s;
+    let time = crate::queue::format_slurm_time(time_s);
+    let time_basis = format!("longest leg ({}) + load allowance {load_s} s ({load_basis})", longest.1);
+    let key: Vec<String> = legs
+        .iter()
+        .map(|&i| format!("{}:{}", jobs[i].run_tag, jobs[i].latest_attempt.map_or("new".into(), |a| a.to_string())))
+        .collect();
+    let model = jobs[legs[0]].model.clone();
+    let group_tag = names::shared_group_tag(&model, &key.join(","));
+    let group_dir = first.jobs_dir.join(&group_tag);
+    let doc = SharedJobSpec {
+        version: SHARED_SPEC_VERSION,
+        group_tag: group_tag.clone(),
+        group_dir: group_dir.clone(),
+        legs: legs.iter().filter_map(|&i| jobs[i].spec.as_ref().map(spec_path)).collect(),
+    };
+    let mut shorts: Vec<&str> = Vec::new();
+    for &i in legs {
+        let short = inputs.legs.iter().find(|l| l.name == jobs[i].preset).map_or(jobs[i].preset.as_str(), Leg::short);
+        if !shorts.contains(&short) {
+            shorts.push(short);
+        }
+    }
+    let leg_request = jobs[legs[0]].request.as_ref().ok_or("a leg without an sbatch request")?;
+    let request = crate::queue::shared_request(
+        leg_request,
+        &group_dir.join(SHARED_SPEC_FILE),
+        &group_dir,
+        time_s,
+        names::job_name(&shorts.join("+"), &model),
+    );
+    let argv = build_sbatch_args(&request).map_err(|e| format!("sbatch request: {e}"))?;
+    let mut sbatch = vec!["sbatch".to_string()];
+    sbatch.extend(argv.iter().map(|a| a.to_string_lossy().into_owned()));
+    Ok(SharedJob { model, group_tag, group_dir, legs: legs.to_vec(), time, time_basis, capacity, doc, request, sbatch })
 }
 
 /// Where the attempt runs (docs/decisions.md, "A re-evaluation is a new run"): in the latest
@@ -560,8 +757,9 @@ mod tests {
             environment: &environment,
             policy: &policy,
             max_in_flight: 2,
+            allocation: None,
         };
-        let planned = plan(&inputs, &snapshot);
+        let planned = plan(&inputs, &snapshot).jobs;
         let labels: Vec<&str> = planned.iter().map(PlannedJob::label).collect();
         assert_eq!(labels, ["skip", "continue", "refused", "submit", "throttled"]);
         let wall = &planned[1];
@@ -579,6 +777,110 @@ mod tests {
         assert!(argv.iter().any(|a| a == "--partition=debug") && argv.last().unwrap().ends_with("launch.json"));
         assert!(matches!(&planned[4].blocked, Some(Blocked::Throttled(why)) if why.contains("max 2")));
         // The same snapshot plans the same way: nothing else is read.
-        assert_eq!(plan(&inputs, &snapshot), planned);
+        assert_eq!(plan(&inputs, &snapshot).jobs, planned);
+    }
+
+    /// `--allocation shared` over ID: a model with three queued legs gets one job of three legs, one
+    /// whose tb2 finished one of two, one with a single leg left a job of its own; the engine's
+    /// max_num_seqs is raised to the legs' Σ n_concurrent on every leg alike.
+    #[test]
+    fn shared_legs_of_one_model_are_one_job_with_capacity_and_walltime_reconciled() {
+        let root = ConfigRoot { root: Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf() };
+        let mut cluster = config::load_cluster(&root.clusters_dir(), "local").unwrap();
+        cluster.paths.jobs_dir = "/jobs".into();
+        cluster.limits.n_concurrent_ceiling = None;
+        let gpus = config::load_gpu_profiles(&root.clusters_dir()).unwrap();
+        let registry = Registry::load(&root.registry_dir()).unwrap();
+        let harbor = root.harbor_configs_dir();
+        let context = SpecBuilder {
+            cluster: &cluster,
+            gpu_profiles: &gpus,
+            registry: &registry,
+            harbor_configs_dir: &harbor,
+            root: &root.root,
+        };
+        let legs = crate::selection::legs(&root.presets_dir(), &["ID".into()], &[]).unwrap();
+        let models: Vec<String> = ["org/All-1B", "org/Two-1B", "org/One-1B"].map(String::from).to_vec();
+        let done = |model: &str, benchmark: &str| {
+            let mut a = attempt(1, model, AttemptStatus::Finished, json!({}));
+            a.benchmark = benchmark.into();
+            a.benchmark_family = benchmark.into();
+            pair(a, 0, false)
+        };
+        let swebench = Preset::benchmark_of(&legs[0].preset.datasets[0]);
+        let v2 = Preset::benchmark_of(&legs[1].preset.datasets[0]);
+        let snapshot = Snapshot {
+            cluster: "local".into(),
+            now: chrono::DateTime::from_timestamp(1_700_000_600, 0).unwrap(),
+            pairs: [
+                done("org/Two-1B", "terminal_bench_2"),
+                done("org/One-1B", "terminal_bench_2"),
+                done("org/One-1B", &v2),
+            ]
+            .into_iter()
+            .collect(),
+            ..Snapshot::default()
+        };
+        let executables = Executables {
+            payload_bin: "/bin/payload".into(),
+            script: "/repo/sbatch/payload.sbatch".into(),
+            prelude: None,
+        };
+        let items: Vec<_> =
+            ["swebench=200", "v2=100", "tb2=50"].iter().map(|t| Concurrency::parse_item(t).unwrap()).collect();
+        let policy = Policy {
+            max_failed_attempts: 3,
+            stale_pending_s: 3600,
+            config_aware: false,
+            force: false,
+            max_continuations: 5,
+        };
+        let inputs = PlanInputs {
+            context: &context,
+            legs: &legs,
+            models: &models,
+            overrides: &SpecOverrides::default(),
+            concurrency: &Concurrency::from_items(&items),
+            slurm: &SlurmOverrides::default(),
+            executables: &executables,
+            environment: &|_: &str| None,
+            policy: &policy,
+            max_in_flight: 20,
+            allocation: Some(Allocation::Shared),
+        };
+        let planned = plan(&inputs, &snapshot);
+        assert_eq!(planned.shared.len(), 2, "{:#?}", planned.shared);
+        let all = &planned.shared[0];
+        let benchmarks: Vec<&str> = all.legs.iter().map(|&i| planned.jobs[i].benchmark.as_str()).collect();
+        assert_eq!((all.model.as_str(), benchmarks.len()), ("org/All-1B", 3));
+        assert_eq!(benchmarks[0], swebench);
+        let specs: Vec<LaunchSpec> = all.legs.iter().map(|&i| planned.jobs[i].spec.clone().unwrap()).collect();
+        assert_eq!(launch_spec::shared::engine_mismatch(&specs), None, "the legs still agree on the engine");
+        assert!(specs.iter().all(|s| s.serve.max_num_seqs == Some(350)), "raised to 200 + 100 + 50");
+        assert_eq!(specs.iter().map(|s| s.harbor.n_concurrent).collect::<Vec<_>>(), [200, 100, 50], "legs keep theirs");
+        assert!(all.capacity.contains("raised") && all.capacity.contains("350"), "{}", all.capacity);
+        // The profile's 00:30:00 plus its 120 s readiness deadline.
+        assert_eq!(all.time, "00:32:00", "{}", all.time_basis);
+        assert!(all.sbatch.iter().any(|a| a == "--time=0-00:32:00"), "{:?}", all.sbatch);
+        let shared_spec = all.group_dir.join("shared.json").display().to_string();
+        assert_eq!(all.sbatch[all.sbatch.len() - 2..], ["--shared".to_string(), shared_spec]);
+        assert!(all.group_dir.starts_with("/jobs") && all.group_tag.starts_with("org__All-1B-shared-"));
+        assert!(all.sbatch.iter().any(|a| *a == format!("--output={}/slurm-%j.out", all.group_dir.display())));
+        assert_eq!(all.doc.legs, specs.iter().map(spec_path).collect::<Vec<_>>());
+        for &i in &all.legs {
+            let job = &planned.jobs[i];
+            assert_eq!(job.shared_job.as_deref(), Some(all.group_tag.as_str()));
+            assert!(job.sbatch.is_none() && job.request.is_none(), "the job's argv is the group's, once");
+            assert_eq!(job.allocation, (Allocation::Shared, AllocationSource::CommandLine));
+        }
+        assert_eq!(planned.shared[1].legs.len(), 2, "org/Two-1B: swebench and v2 left");
+        let one: Vec<&PlannedJob> = planned.jobs.iter().filter(|j| j.model == "org/One-1B" && j.queues()).collect();
+        assert_eq!(one.len(), 1);
+        assert!(one[0].shared_job.is_none() && one[0].sbatch.is_some(), "alone: a job of its own");
+        assert!(one[0].allocation_note.as_deref().is_some_and(|n| n.contains("a job of its own")));
+        // Per-leg (the default): no shared job at all, and the same snapshot plans the same way.
+        let per_leg = PlanInputs { allocation: None, ..inputs };
+        assert!(plan(&per_leg, &snapshot).shared.is_empty());
+        assert_eq!(plan(&PlanInputs { allocation: Some(Allocation::Shared), ..per_leg }, &snapshot), planned);
     }
 }

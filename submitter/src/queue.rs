@@ -134,6 +134,32 @@ pub fn sbatch_request(inputs: &JobInputs) -> Result<SubmitRequest, String> {
     })
 }
 
+/// A shared job's request (issue 24) from its first leg's per-leg request: the batch script gets
+/// `--shared <group dir>/shared.json`, the output goes to the group dir, and the job asks for
+/// `time_s` under `job_name`. Everything else (GPUs, placement, signal, `--export`) is the legs'
+/// own: they agree on the engine and the placement, or they are not grouped.
+pub fn shared_request(
+    leg: &SubmitRequest,
+    shared_spec: &Path,
+    group_dir: &Path,
+    time_s: u64,
+    job_name: String,
+) -> SubmitRequest {
+    let mut request = leg.clone();
+    request.script_args = vec!["--shared".to_string(), shared_spec.display().to_string()];
+    request.options.output = Some(group_dir.join(SLURM_OUTPUT));
+    request.options.time_limit = Some(Duration::from_secs(time_s));
+    request.options.job_name = Some(job_name);
+    request
+}
+
+/// Seconds as a Slurm `--time` (`HH:MM:SS`, or `D-HH:MM:SS` from a day on), rounded up to a minute.
+pub fn format_slurm_time(seconds: u64) -> String {
+    let minutes = seconds.div_ceil(60);
+    let (days, hours, minutes) = (minutes / 1440, minutes / 60 % 24, minutes % 60);
+    if days > 0 { format!("{days}-{hours:02}:{minutes:02}:00") } else { format!("{hours:02}:{minutes:02}:00") }
+}
+
 /// The run dir's spec path.
 pub fn spec_path(spec: &LaunchSpec) -> PathBuf {
     spec.run_dir.join(launch_spec::records::SPEC_FILE)
@@ -316,6 +342,14 @@ mod tests {
             (choice.partition.as_str(), choice.account.as_deref(), choice.reservation.as_deref(), choice.time.as_str()),
             ("p", Some("a"), Some("r"), "01:00:00")
         );
+    }
+
+    #[test]
+    fn slurm_times_format_back_to_what_they_parse_from() {
+        for (seconds, text) in [(1920, "00:32:00"), (61, "00:02:00"), (86_400 + 3_600, "1-01:00:00"), (0, "00:00:00")] {
+            assert_eq!(format_slurm_time(seconds), text);
+        }
+        assert_eq!(config::parse_slurm_time(&format_slurm_time(172_800)), Some(172_800));
     }
 
     #[test]

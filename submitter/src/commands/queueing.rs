@@ -8,15 +8,17 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
+use submitter::cancel::Stop;
 use submitter::config::args::duration;
 use submitter::decide::{Action, Policy, Prerequisite};
 use submitter::domain::Continuation;
 use submitter::executor::{Executor, Submitted};
-use submitter::ledger::{AttemptId, AttemptStatus, now};
+use submitter::ledger::{AttemptStatus, now};
 use submitter::notify::{self, Event, Notifier, NotifyState, Tidings};
 use submitter::output::{self, ExitStatus, FormatArgs};
-use submitter::planner::{self, Executables, PlanInputs, PlannedJob};
+use submitter::planner::{self, Executables, Plan, PlanInputs, PlannedJob, SharedJob};
 use submitter::preflight;
+use submitter::selection::AllocationSource;
 use submitter::slurm::Slurm;
 use submitter::snapshot::Snapshot;
 use submitter::sync::{self, Change, SyncReport};
@@ -265,7 +267,7 @@ fn executables(session: &Session, must_exist: bool) -> Result<Executables> {
 
 /// Snapshot, then plan: what `plan` prints and what `launch` executes. Lists and presets are
 /// re-read here, every iteration.
-fn snapshot_and_plan(session: &Session, selection: &Selection, executables: &Executables) -> Result<Vec<PlannedJob>> {
+fn snapshot_and_plan(session: &Session, selection: &Selection, executables: &Executables) -> Result<Plan> {
     let legs = selection.legs(&session.presets_dir)?;
     let models = selection.models(session.ledger.as_ref())?;
     let snapshot = Snapshot::read(session.ledger.as_ref(), &session.slurm, &session.cluster.name, now())?;
@@ -282,6 +284,7 @@ fn snapshot_and_plan(session: &Session, selection: &Selection, executables: &Exe
         environment: &environment,
         policy: &policy(session, selection),
         max_in_flight: session.cluster.limits.max_jobs_in_flight,
+        allocation: selection.allocation,
     };
     Ok(planner::plan(&inputs, &snapshot))
 }
@@ -301,7 +304,35 @@ fn remedy_lines(planned: &[PlannedJob]) -> String {
         .collect()
 }
 
-fn plan_table(planned: &[PlannedJob], team: Option<&TeamView>) -> String {
+/// The shared jobs of a plan (which pairs share a job, its time, its capacity, its argv once) and
+/// the `shared` legs that still get a job of their own, and why.
+fn shared_lines(plan: &Plan) -> String {
+    let mut out = String::new();
+    for group in &plan.shared {
+        let legs: Vec<&PlannedJob> = group.legs.iter().map(|&i| &plan.jobs[i]).collect();
+        let names: Vec<&str> = legs.iter().map(|j| j.benchmark.as_str()).collect();
+        let source = legs.first().map_or("default", |j| j.allocation.1.as_str());
+        out += &format!(
+            "shared    {} {}: {} legs in one job, one engine (allocation shared, from {source}): {}\n",
+            group.group_tag,
+            group.model,
+            legs.len(),
+            names.join(", ")
+        );
+        out += &format!("          time {} = {}\n", group.time, group.time_basis);
+        out += &format!("          capacity: {}\n", group.capacity);
+        out += &format!("          {}\n", shell_words::join(&group.sbatch));
+    }
+    for job in &plan.jobs {
+        if let Some(note) = &job.allocation_note {
+            out += &format!("own job   {} {}: allocation shared, but {note}\n", job.model, job.benchmark);
+        }
+    }
+    out
+}
+
+fn plan_table(plan: &Plan, team: Option<&TeamView>) -> String {
+    let planned = &plan.jobs;
     let mut out = String::new();
     for job in planned {
         let why = match (&job.blocked, &job.evidence) {
@@ -330,6 +361,7 @@ fn plan_table(planned: &[PlannedJob], team: Option<&TeamView>) -> String {
     }
     out += &flag_lines(planned);
     out += &remedy_lines(planned);
+    out += &shared_lines(plan);
     let tunnels: std::collections::BTreeSet<(&str, &str)> =
         planned.iter().map(|j| (j.preset.as_str(), j.tunnel.as_str())).collect();
     for (preset, tunnel) in tunnels {
@@ -351,17 +383,18 @@ pub fn plan_command(args: &PlanArgs) -> Result<ExitCode> {
     let session = Session::open(&args.ledger)?;
     let team = team_link(&session, args.offline_ledger)?;
     let team = consult_team(&session, team.as_ref(), args.offline_ledger, "nothing planned")?;
-    let planned = snapshot_and_plan(&session, &args.selection, &executables(&session, false)?)?;
+    let plan = snapshot_and_plan(&session, &args.selection, &executables(&session, false)?)?;
     super::print(&if args.format.is_json() {
         output::document(
             "plan",
             &PlanOutput {
                 team: team.as_ref().map(TeamView::output),
-                jobs: planned.iter().map(PlannedJobOutput::from).collect(),
+                jobs: plan.jobs.iter().map(PlannedJobOutput::from).collect(),
+                shared: plan.shared.iter().map(|g| SharedJobOutput::new(g, &plan)).collect(),
             },
         )
     } else {
-        plan_table(&planned, team.as_ref())
+        plan_table(&plan, team.as_ref())
     })?;
     Ok(ExitCode::SUCCESS)
 }
@@ -395,7 +428,8 @@ fn iterate(
     // Remediation between sync and plan: what it cancels, retries or holds is what this plan sees
     // (a dry run decides and prints, and changes nothing).
     let remedies = super::remediation::pass(session, None, args.dry_run)?;
-    let planned = snapshot_and_plan(session, &args.selection, executables)?;
+    let plan = snapshot_and_plan(session, &args.selection, executables)?;
+    let planned = &plan.jobs;
     // Staging and preflight (docs/site.md): each model once per iteration, before any ledger row.
     let context = session.context();
     let stager =
@@ -416,15 +450,15 @@ fn iterate(
         prepare: &prepare,
         dry_run: args.dry_run,
     };
-    let submitted = executor.execute(&planned)?;
+    let submitted = executor.execute(&plan)?;
     let failed = submitted.iter().filter(|s| s.failed()).count();
     let format = match (args.format.is_json(), args.watch) {
         (false, _) => IterationFormat::Human,
         (true, false) => IterationFormat::Document,
         (true, true) => IterationFormat::Line,
     };
-    let tidings = notify::iteration_events(&report.changes, &planned);
-    let mut text = render_iteration(&report, &planned, &submitted, failed, &remedies, format, team.as_ref());
+    let tidings = notify::iteration_events(&report.changes, planned);
+    let mut text = render_iteration(&report, planned, &submitted, failed, &remedies, format, team.as_ref());
     if matches!(format, IterationFormat::Human) {
         text = super::remediation::lines(&remedies, args.dry_run) + &text;
     }
@@ -644,29 +678,54 @@ pub fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
         bail!("say what to cancel: --job ID… or --model M… [--benchmark B…]");
     }
     let session = Session::open(&args.ledger)?;
+    let active: Vec<_> = session.ledger.active()?.into_iter().filter(|a| a.cluster == session.cluster.name).collect();
+    let selected: Vec<_> = active.iter().filter(|a| args.selection.selects(a)).cloned().collect();
+    // A leg whose run dir holds its outcome has ended: it no longer keeps a shared job running.
+    let running = |a: &submitter::ledger::Attempt| {
+        let status = sync::run_dir_of(a).as_deref().and_then(sync::read_status).filter(|s| sync::belongs_to(s, a));
+        status.is_none_or(|s| s.outcome.is_none())
+    };
+    let user = std::env::var("USER").unwrap_or_else(|_| "unknown".to_string());
+    let mut scancelled: Vec<String> = Vec::new();
     let mut cancelled = Vec::new();
-    for attempt in session.ledger.active()?.into_iter().filter(|a| a.cluster == session.cluster.name) {
-        if !args.selection.selects(&attempt) {
-            continue;
-        }
-        if let Some(id) = attempt.slurm_job_id.as_deref().and_then(|j| j.parse().ok()) {
-            session.slurm.cancel(id, None, false)?;
-        }
-        session.ledger.transition(AttemptId(attempt.id.0), AttemptStatus::Cancelled, "cancelled by operator", None)?;
+    for (id, stop) in submitter::cancel::decide(&selected, &active, &running) {
+        let Some(attempt) = selected.iter().find(|a| a.id == id) else { continue };
+        let (reason, leg_only) = match &stop {
+            Stop::Job(job) => {
+                if !scancelled.contains(job) {
+                    session.slurm.cancel(job.parse().context("job id")?, None, false)?;
+                    scancelled.push(job.clone());
+                }
+                ("cancelled by operator".to_string(), false)
+            }
+            Stop::Leg { job, run_dir, others } => {
+                let path = submitter::cancel::request_leg_stop(run_dir, id, &user)
+                    .with_context(|| format!("writing the cancel request into {}", run_dir.display()))?;
+                let reason = format!(
+                    "cancelled by operator: this leg only ({} written; shared job {job} goes on with {others} other leg(s))",
+                    path.display()
+                );
+                (reason, true)
+            }
+            Stop::NoJob => ("cancelled by operator".to_string(), false),
+        };
+        session.ledger.transition(id, AttemptStatus::Cancelled, &reason, None)?;
         let done = CancelledOutput {
-            attempt: attempt.id.0,
-            model: attempt.model,
-            benchmark: attempt.benchmark,
-            job_id: attempt.slurm_job_id,
+            attempt: id.0,
+            model: attempt.model.clone(),
+            benchmark: attempt.benchmark.clone(),
+            job_id: attempt.slurm_job_id.clone(),
+            leg_only,
         };
         if !args.format.is_json() {
             // Each line as it happens: a Slurm error later leaves these on the screen.
             super::print(&format!(
-                "cancelled attempt {} ({} on {}), job {}\n",
+                "cancelled attempt {} ({} on {}), job {}{}\n",
                 done.attempt,
                 done.model,
                 done.benchmark,
-                done.job_id.as_deref().unwrap_or("-")
+                done.job_id.as_deref().unwrap_or("-"),
+                if leg_only { " (this leg only: the shared job's other legs go on)" } else { "" }
             ))?;
         }
         cancelled.push(done);
@@ -737,6 +796,10 @@ struct CancelledOutput {
     benchmark: String,
     /// The Slurm job cancelled, null when the attempt had none yet.
     job_id: Option<String>,
+    /// Present (true) when only this leg of a shared job was stopped (its `cancel.request`) and
+    /// the job goes on serving the other legs.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    leg_only: bool,
 }
 
 // The JSON documents of `plan`, `launch`, `sync` and `cancel` (docs/design.md §11): built from
@@ -750,6 +813,57 @@ struct PlanOutput<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     team: Option<TeamViewOutput<'a>>,
     jobs: Vec<PlannedJobOutput<'a>>,
+    /// The shared jobs (one engine serving several legs of one model); left out when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    shared: Vec<SharedJobOutput<'a>>,
+}
+
+/// One shared job of a plan (docs/submitter.md, "Shared allocation").
+#[derive(Serialize)]
+struct SharedJobOutput<'a> {
+    group_tag: &'a str,
+    model: &'a str,
+    /// `<group dir>/shared.json`.
+    shared_spec: std::path::PathBuf,
+    /// Its legs' run tags, in launch order.
+    legs: Vec<&'a str>,
+    /// The `--time` it asks for, and how it was worked out.
+    time: &'a str,
+    time_basis: &'a str,
+    /// How the engine's `max_num_seqs` and the legs' `n_concurrent` were reconciled.
+    capacity: &'a str,
+    /// The exact `sbatch` argv (program first), once for the job.
+    sbatch: &'a [String],
+}
+
+impl<'a> SharedJobOutput<'a> {
+    fn new(group: &'a SharedJob, plan: &'a Plan) -> Self {
+        SharedJobOutput {
+            group_tag: &group.group_tag,
+            model: &group.model,
+            shared_spec: group.group_dir.join(launch_spec::shared::SHARED_SPEC_FILE),
+            legs: group.legs.iter().map(|&i| plan.jobs[i].run_tag.as_str()).collect(),
+            time: &group.time,
+            time_basis: &group.time_basis,
+            capacity: &group.capacity,
+            sbatch: &group.sbatch,
+        }
+    }
+}
+
+/// A pair's allocation, when it is not the default per-leg.
+#[derive(Serialize)]
+struct AllocationOutput<'a> {
+    /// `shared` or `per-leg`.
+    mode: &'static str,
+    /// What chose it: `--allocation`, `preset`, `profile`.
+    source: &'static str,
+    /// The group tag of the shared job it is a leg of.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shared_job: Option<&'a str>,
+    /// Why a `shared` leg still has a job of its own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    note: Option<&'a str>,
 }
 
 /// One planned pair (`plan`'s `jobs`, `launch`'s `elsewhere` and `flagged`).
@@ -801,9 +915,13 @@ struct PlannedJobOutput<'a> {
     /// The spec's `serve.ready_budget`, for queued pairs that have one.
     #[serde(skip_serializing_if = "Option::is_none")]
     ready_budget: Option<&'a launch_spec::spec::ReadyBudget>,
-    /// The exact `sbatch` argv (program first), for queued pairs.
+    /// The exact `sbatch` argv (program first), for queued pairs with a job of their own (a shared
+    /// job's is in `shared`).
     #[serde(skip_serializing_if = "Option::is_none")]
     sbatch: Option<&'a [String]>,
+    /// Left out for the default (per-leg, nothing set).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    allocation: Option<AllocationOutput<'a>>,
 }
 
 impl<'a> From<&'a PlannedJob> for PlannedJobOutput<'a> {
@@ -863,6 +981,12 @@ impl<'a> From<&'a PlannedJob> for PlannedJobOutput<'a> {
             readiness: job.spec.as_ref().map(|s| s.serve.readiness_line()),
             ready_budget: job.spec.as_ref().and_then(|s| s.serve.ready_budget.as_ref()),
             sbatch: job.sbatch.as_deref(),
+            allocation: (job.allocation.1 != AllocationSource::Default).then(|| AllocationOutput {
+                mode: job.allocation.0.as_str(),
+                source: job.allocation.1.as_str(),
+                shared_job: job.shared_job.as_deref(),
+                note: job.allocation_note.as_deref(),
+            }),
         }
     }
 }

@@ -9,6 +9,7 @@ use anyhow::{Context, Result, bail};
 use chrono::Utc;
 use submitter::config;
 use submitter::ledger::Ledger;
+use submitter::observe::shared_group_dir;
 use submitter::slurm::{JobId, Slurm, SlurmCli};
 use submitter::sync::run_dir_of;
 use submitter::verify::check::{self, RunCheck};
@@ -399,10 +400,12 @@ pub fn report(args: &ReportArgs) -> Result<ExitCode> {
 }
 
 /// Where `logs` looks: the run dir and, when known, the Slurm job id.
-fn resolve_target(args: &LogsArgs) -> Result<(PathBuf, Option<String>)> {
+/// The run dir, the job, and for a leg of a shared job its group dir (where the engine's log and the
+/// job's Slurm output are).
+fn resolve_target(args: &LogsArgs) -> Result<(PathBuf, Option<String>, Option<PathBuf>)> {
     let path = Path::new(&args.target);
     if path.is_dir() {
-        return Ok((path.to_path_buf(), None));
+        return Ok((path.to_path_buf(), None, None));
     }
     let session = match &args.cluster {
         Some(cluster) => Some(Session::open(&LedgerArgs {
@@ -419,17 +422,19 @@ fn resolve_target(args: &LogsArgs) -> Result<(PathBuf, Option<String>)> {
             let ledger: &dyn Ledger = session.ledger.as_ref();
             let mut candidates = ledger.active()?;
             candidates.extend(ledger.latest_per_pair()?.into_iter().map(|p| p.latest));
-            if let Some(dir) =
-                candidates.iter().find(|a| a.slurm_job_id.as_deref() == Some(&args.target)).and_then(run_dir_of)
+            if let Some(attempt) = candidates.iter().find(|a| a.slurm_job_id.as_deref() == Some(&args.target))
+                && let Some(dir) = run_dir_of(attempt)
             {
-                return Ok((dir, Some(args.target.clone())));
+                // A shared job's own files are its group dir's.
+                let dir = shared_group_dir(attempt).unwrap_or(dir);
+                return Ok((dir, Some(args.target.clone()), None));
             }
         }
         let id: JobId = args.target.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
         if let Some(out) = SlurmCli::new().show(id)?.and_then(|info| info.std_out)
             && let Some(dir) = out.parent()
         {
-            return Ok((dir.to_path_buf(), Some(args.target.clone())));
+            return Ok((dir.to_path_buf(), Some(args.target.clone()), None));
         }
         bail!(
             "job {} is neither in the ledger{} nor known to Slurm",
@@ -443,17 +448,27 @@ fn resolve_target(args: &LogsArgs) -> Result<(PathBuf, Option<String>)> {
     let attempts = session.ledger.find_by_run_tag(&args.target)?;
     if let Some(a) = attempts.last() {
         let dir = run_dir_of(a).with_context(|| format!("attempt {} records no run dir", a.id))?;
-        return Ok((dir, a.slurm_job_id.clone()));
+        return Ok((dir, a.slurm_job_id.clone(), shared_group_dir(a)));
     }
     let jobs_dir = session.context().expand("paths.jobs_dir", &session.cluster.paths.jobs_dir)?;
     let dir = jobs_dir.join(&args.target);
     if dir.is_dir() {
-        return Ok((dir, None));
+        return Ok((dir, None, None));
     }
     bail!("no run dir or ledger attempt for run tag {} (looked in {})", args.target, jobs_dir.display())
 }
 
-fn file_for(dir: &Path, job: Option<&str>, args: &LogsArgs) -> Result<PathBuf> {
+fn file_for(dir: &Path, group: Option<&Path>, job: Option<&str>, args: &LogsArgs) -> Result<PathBuf> {
+    match (file_in(dir, job, args, group.is_some()), group) {
+        (Ok(path), _) => Ok(path),
+        // A leg of a shared job: the engine's log and the job's Slurm output are the group dir's.
+        (Err(err), Some(group)) => file_in(group, job, args, false).map_err(|_| err),
+        (Err(err), None) => Err(err),
+    }
+}
+
+/// The file `args` asks for in `dir`; `leg`: `dir` is a shared job's leg, whose payload log is its own.
+fn file_in(dir: &Path, job: Option<&str>, args: &LogsArgs, leg: bool) -> Result<PathBuf> {
     let newest = |prefix: &str, suffix: &str| -> Option<PathBuf> {
         std::fs::read_dir(dir)
             .ok()?
@@ -476,7 +491,8 @@ fn file_for(dir: &Path, job: Option<&str>, args: &LogsArgs) -> Result<PathBuf> {
         ("tunnel log", check::find_tunnel_log(dir))
     } else {
         let by_job = job.map(|j| dir.join(format!("slurm-{j}.out"))).filter(|p| p.is_file());
-        ("Slurm output (payload's log)", by_job.or_else(|| newest("slurm-", ".out")))
+        let leg_log = Some(dir.join(launch_spec::shared::LEG_LOG_FILE)).filter(|p| leg && p.is_file());
+        ("Slurm output (payload's log)", by_job.or(leg_log).or_else(|| newest("slurm-", ".out")))
     };
     if let Some(path) = found {
         return Ok(path);
@@ -495,8 +511,8 @@ fn file_for(dir: &Path, job: Option<&str>, args: &LogsArgs) -> Result<PathBuf> {
 
 /// `submitter logs RUN|JOB [--engine|--harbor|--tunnel] [-f]`.
 pub fn logs(args: &LogsArgs) -> Result<ExitCode> {
-    let (dir, job) = resolve_target(args)?;
-    let path = file_for(&dir, job.as_deref(), args)?;
+    let (dir, job, group) = resolve_target(args)?;
+    let path = file_for(&dir, group.as_deref(), job.as_deref(), args)?;
     // A regular file (a FIFO in the run dir would hang `logs`), never through a symlink.
     let mut file = launch_spec::fsread::open_regular(&path, launch_spec::fsread::Links::Refuse)
         .with_context(|| format!("opening {}", path.display()))?;

@@ -58,6 +58,10 @@ pub struct ClusterProfile {
     /// What the loop does about a diagnosis (docs/verification.md "Remediation"); off by default.
     #[serde(default)]
     pub remediation: super::remediation::RemediationSettings,
+    /// The default for multi-leg launches when neither `--allocation` nor the leg's preset says
+    /// (`per-leg` when absent); docs/submitter.md, "Shared allocation".
+    #[serde(default)]
+    pub allocation: Option<super::Allocation>,
 }
 
 /// `listener:` — the listener job's own placement: a small CPU partition (never the GPU one), with

@@ -16,6 +16,26 @@ use launch_spec::yaml::{YamlError, from_yaml_file};
 pub use cluster::{ClusterProfile, Environment};
 pub use preset::Preset;
 
+/// How a multi-leg launch puts one model's legs into Slurm jobs (issue 24; docs/submitter.md,
+/// "Shared allocation"): one job per leg, or one job per model whose one engine serves every leg.
+/// Written `per-leg` / `shared` in presets, profiles and on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Allocation {
+    #[default]
+    PerLeg,
+    Shared,
+}
+
+impl Allocation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Allocation::PerLeg => "per-leg",
+            Allocation::Shared => "shared",
+        }
+    }
+}
+
 pub const GPU_PROFILES_FILE: &str = "gpus.yaml";
 
 #[derive(Debug, thiserror::Error)]

@@ -59,6 +59,10 @@ pub struct Preset {
     /// `NAME` (copy the variable) or `NAME=SOURCE` (SOURCE's value, else the literal), comma-separated.
     #[serde(default)]
     pub agent_envs: Option<String>,
+    /// `shared`: this leg may share one Slurm job (one engine) with the model's other shared legs;
+    /// `per-leg`: its own job. `--allocation` wins; without either, the profile's `allocation`.
+    #[serde(default)]
+    pub allocation: Option<super::Allocation>,
 }
 
 /// Keys the replaced system's presets had that nothing here would read. Each is refused when the
@@ -105,6 +109,7 @@ impl Preset {
             check_hf_exists: (),
             harbor_config: None,
             agent_envs: None,
+            allocation: None,
         }
     }
 

@@ -80,6 +80,15 @@ pub fn attempt_run_tag(pair_tag: &str, attempt: u32) -> String {
     format!("{pair_tag}-r{attempt}-{}", sha1_hex8(&format!("{pair_tag}\nattempt {attempt}")))
 }
 
+/// The group tag of a shared job (issue 24; `launch_spec::shared`): `<model run-tag stem>-shared-<8 hex>`,
+/// the hash over `key` (the legs and their submissions), so each shared submission has a group
+/// dir of its own and the same plan names the same dir.
+pub fn shared_group_tag(hf_id: &str, key: &str) -> String {
+    let stem = sanitise(&hf_id.replace('/', "__"));
+    let stem: String = stem.chars().take(RUN_TAG_MAX - 16).collect();
+    format!("{stem}-shared-{}", sha1_hex8(&format!("{hf_id}\nshared {key}")))
+}
+
 /// Short, human-readable Slurm job name: `<benchmark short tag>_<model basename[:28]>`.
 pub fn job_name(benchmark_short: &str, hf_id: &str) -> String {
     let base: String = served_name(hf_id).chars().take(28).collect();
@@ -89,6 +98,15 @@ pub fn job_name(benchmark_short: &str, hf_id: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shared_group_tags_name_the_model_and_differ_by_key() {
+        let a = shared_group_tag("Qwen/Qwen3-8B", "legs 1");
+        assert!(a.starts_with("Qwen__Qwen3-8B-shared-") && a.len() == "Qwen__Qwen3-8B-shared-".len() + 8, "{a}");
+        assert_ne!(a, shared_group_tag("Qwen/Qwen3-8B", "legs 2"));
+        assert_eq!(a, shared_group_tag("Qwen/Qwen3-8B", "legs 1"));
+        assert!(shared_group_tag(&format!("org/{}", "x".repeat(200)), "k").len() <= RUN_TAG_MAX);
+    }
 
     #[test]
     fn served_name_is_basename_and_bounded() {

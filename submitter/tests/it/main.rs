@@ -20,6 +20,7 @@ mod readiness;
 mod real_harbor_launch;
 mod registry;
 mod remediation;
+mod shared_alloc;
 mod site;
 mod site_facts;
 mod slurm_real;

@@ -147,3 +147,17 @@ fn plan_names_each_skips_evidence() {
         insta::assert_snapshot!(format!("plan_evidence_{format}"), out);
     }
 }
+
+/// `plan --allocation shared` over ID: which pairs share a job, its time and capacity, its argv once
+/// (docs/submitter.md, "Shared allocation").
+#[test]
+fn plan_with_shared_allocation() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let plan = ["plan", "--preset", "ID", "--allocation", "shared", "--model", "Qwen/Qwen3-8B"];
+    for format in ["human", "json"] {
+        let out = ok(&run_in(&state, &[&plan[..], &["--format", format]].concat()));
+        let root = workspace_root().display().to_string();
+        insta::assert_snapshot!(format!("plan_shared_{format}"), out.replace(&root, "<root>"));
+    }
+}
