@@ -29,7 +29,6 @@ pub mod run;
 pub mod runlock;
 pub mod scratch;
 pub mod secrets;
-pub mod shared;
 pub mod supervisor;
 pub mod timings;
 pub mod tls;

@@ -185,9 +185,9 @@ async fn main() -> ExitCode {
         report(info);
     }));
     let result = match cli.command {
-        Command::Run { shared: Some(shared), .. } => Ok(payload::shared::run_shared(&shared).await),
+        Command::Run { shared: Some(shared), .. } => Ok(payload::run::shared::run_shared(&shared).await),
         Command::Run { spec: Some(spec), engine: Some(engine), .. } => {
-            Ok(payload::shared::run_leg(&spec, &engine).await)
+            Ok(payload::run::shared::run_leg(&spec, &engine).await)
         }
         Command::Run { spec: Some(spec), .. } => Ok(payload::run::run(&spec).await),
         Command::Run { spec: None, shared: None, .. } => Err(anyhow::anyhow!("payload run needs --spec or --shared")),

@@ -51,7 +51,7 @@ pub enum End {
     Signal(SignalEvent),
     /// A leg of a shared job: `cancel.request` appeared in its run dir (launch_spec::shared).
     Cancelled,
-    /// A shared job's engine host: every leg it started has ended (crate::shared).
+    /// A shared job's engine host: every leg it started has ended (crate::run::shared).
     LegsEnded,
 }
 

@@ -95,7 +95,7 @@ pub fn check_paths(spec: &LaunchSpec) -> Result<(), Failure> {
     check_prefix("harbor.env_prefix", spec.harbor.env_prefix.as_deref())
 }
 
-/// The paths a shared job's engine host needs (crate::shared): its run dir and the engine's
+/// The paths a shared job's engine host needs (crate::run::shared): its run dir and the engine's
 /// prefix. Harbor's inputs are each leg's, checked by the leg (a missing dataset refuses that
 /// leg only).
 pub fn check_engine_paths(spec: &LaunchSpec) -> Result<(), Failure> {
@@ -162,7 +162,7 @@ pub struct Observed {
     pub attached: Option<Attached>,
 }
 
-/// A leg of a shared job (crate::shared): the engine host's engine, and the per-job key the host
+/// A leg of a shared job (crate::run::shared): the engine host's engine, and the per-job key the host
 /// passed in the environment ([`launch_spec::shared::ENGINE_KEY_VAR`]). Such a leg probes no GPU,
 /// picks no port and starts no engine, tunnel or multi-node step.
 #[derive(Debug, Clone)]

@@ -13,6 +13,8 @@
 //! 6. teardown (`stopping`); after Harbor exited 0, the optional post-run step (crate::postrun),
 //!    which never changes the outcome; the outcome (`done`, crate::phases::outcome); exit code.
 
+pub mod shared;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -53,11 +55,11 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
-/// What this payload is in a shared job (crate::shared): a per-leg job's `payload run --spec`,
+/// What this payload is in a shared job (crate::run::shared): a per-leg job's `payload run --spec`,
 /// a shared job's engine host, or one of its legs using the host's engine.
 pub(crate) enum Share {
     Single,
-    Host(crate::shared::Host),
+    Host(crate::run::shared::Host),
     Leg(prepare::Attached),
 }
 
@@ -116,7 +118,7 @@ pub async fn run_with<S: SignalSource>(spec_path: &Path, signals: S, parent: Vec
 }
 
 /// The run of a read spec: a per-leg job, a shared job's engine host (its spec made from the
-/// legs', crate::shared) or one of its legs.
+/// legs', crate::run::shared) or one of its legs.
 pub(crate) async fn run_spec<S: SignalSource>(
     spec_path: &Path,
     spec: LaunchSpec,
@@ -275,7 +277,7 @@ impl<S: SignalSource> Run<S> {
         self.record_start();
         let observed = match &self.share {
             Share::Leg(a) => prepare::observe_attached(&self.spec, &self.parent, a.clone()),
-            Share::Host(_) => crate::shared::observe_host(&self.spec, &self.parent),
+            Share::Host(_) => crate::run::shared::observe_host(&self.spec, &self.parent),
             Share::Single => prepare::observe(&self.spec, &self.parent, Mode::Run),
         };
         let prepared = prepare::prepare(&self.spec_path, &self.spec, &self.parent, observed, Mode::Run);
@@ -459,7 +461,7 @@ impl<S: SignalSource> Run<S> {
         let mut foreign_seen = false;
         let mut versions = self.versions.take();
         // A shared job: the host watches its legs, a leg its cancel request and the host's word.
-        let mut share_tick = interval(crate::shared::SHARE_POLL);
+        let mut share_tick = interval(crate::run::shared::SHARE_POLL);
         share_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let shared = !matches!(self.share, Share::Single);
         loop {

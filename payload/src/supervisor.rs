@@ -154,7 +154,7 @@ pub enum Role {
     /// teardown that meets it alive has only it to stop (stage 2).
     PostRun,
     /// A leg of a shared job: a `payload run --spec … --engine …` child of the engine host
-    /// (crate::shared). Legs live in [`Supervisor::legs`], not in a slot, and are wound down by
+    /// (crate::run::shared). Legs live in [`Supervisor::legs`], not in a slot, and are wound down by
     /// the host before the teardown of the engine.
     Leg,
 }
@@ -400,7 +400,7 @@ pub struct Supervisor {
     pub tunnel: Option<Managed>,
     pub egress: Option<Managed>,
     pub post_run: Option<Managed>,
-    /// A shared job's legs (crate::shared), in launch order.
+    /// A shared job's legs (crate::run::shared), in launch order.
     pub legs: Vec<Managed>,
     /// Always `None`: the slot of [`Role::Leg`], whose children are in `legs`.
     no_slot: Option<Managed>,

@@ -277,60 +277,8 @@ fn default_load_stall_after() -> u64 {
     DEFAULT_LOAD_STALL_AFTER_S
 }
 
-/// The readiness budget: the checkpoint's size over the file system's bandwidth, plus compile and
-/// graph-capture allowances, capped by `serve.health_timeout_s`. Written by submitter (it sees the
-/// weights); payload records it and reports overruns, and the stall rule ends loading that makes
-/// no progress.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ReadyBudget {
-    /// `min(cap_s, load_s + compile_s + graph_capture_s)`.
-    pub seconds: u64,
-    /// The checkpoint's size on disk (HF cache snapshot or local path).
-    pub weights_bytes: u64,
-    pub load_bandwidth_mib_s: f64,
-    /// `ceil(weights_bytes / MiB / load_bandwidth_mib_s)`.
-    pub load_s: u64,
-    pub compile_s: u64,
-    pub graph_capture_s: u64,
-    /// `serve.health_timeout_s` when it was computed.
-    pub cap_s: u64,
-    /// Where the size came from (a path), or why it is a guess.
-    pub basis: String,
-}
-
-impl ReadyBudget {
-    /// The budget from its inputs (pure; submitter supplies the size).
-    pub fn compute(
-        weights_bytes: u64,
-        load_bandwidth_mib_s: f64,
-        compile_s: u64,
-        graph_capture_s: u64,
-        cap_s: u64,
-        basis: String,
-    ) -> Self {
-        let mib = weights_bytes as f64 / (1024.0 * 1024.0);
-        let load_s = if load_bandwidth_mib_s > 0.0 { (mib / load_bandwidth_mib_s).ceil() as u64 } else { cap_s };
-        let seconds = load_s.saturating_add(compile_s).saturating_add(graph_capture_s).min(cap_s);
-        Self { seconds, weights_bytes, load_bandwidth_mib_s, load_s, compile_s, graph_capture_s, cap_s, basis }
-    }
-
-    /// One line: the figure and how it was computed.
-    pub fn describe(&self) -> String {
-        let gib = self.weights_bytes as f64 / (1024.0 * 1024.0 * 1024.0);
-        let capped = if self.seconds == self.cap_s { " (capped)" } else { "" };
-        format!(
-            "{} s{capped} = {gib:.1} GiB / {} MiB/s = {} s load + {} s compile + {} s graph capture, cap {} s ({})",
-            self.seconds,
-            self.load_bandwidth_mib_s,
-            self.load_s,
-            self.compile_s,
-            self.graph_capture_s,
-            self.cap_s,
-            self.basis
-        )
-    }
-}
+/// The readiness budget (it lives with the records that carry it).
+pub use crate::records::ReadyBudget;
 
 impl ServeSpec {
     /// The readiness deadline payload starts with: the budget, never past the cap

@@ -276,7 +276,7 @@ fn weights(spec: &LaunchSpec) -> Result<String, Outcome> {
             ))
         };
     };
-    match crate::stage::hf_snapshot(&cache, &spec.model.hf_id) {
+    match crate::readiness::hf_snapshot(&cache, &spec.model.hf_id) {
         Some(snapshot) => Ok(format!("{} (cached)", snapshot.display())),
         None if offline => fail(format!(
             "{} is not in {} and compute nodes have no internet: stage it (pre_download.enabled) or download it there",

@@ -48,6 +48,14 @@ pub const MAX_DEPTH: usize = 6;
 /// Bytes of the regular files under `dir`, following symlinks (an HF snapshot's files link into
 /// its `blobs/`); `None` when `dir` is not a directory or the walk passes [`MAX_ENTRIES`] or
 /// [`MAX_DEPTH`].
+/// The snapshot dir huggingface_hub resolves `model` to in `cache` without the network.
+pub fn hf_snapshot(cache: &Path, model: &str) -> Option<PathBuf> {
+    let repo = cache.join(format!("models--{}", model.replace('/', "--")));
+    let revision = std::fs::read_to_string(repo.join("refs").join("main")).ok()?;
+    let snapshot = repo.join("snapshots").join(revision.trim());
+    snapshot.join("config.json").is_file().then_some(snapshot)
+}
+
 pub fn size_on_disk(dir: &Path) -> Option<u64> {
     fn walk(dir: &Path, depth: usize, entries: &mut usize) -> Option<u64> {
         if depth > MAX_DEPTH {
@@ -120,9 +128,7 @@ pub fn enforce_eager(serve: &ServeSpec) -> bool {
 /// The checkpoint's size: on disk at `local_path` or the HF cache's snapshot of `model`, else
 /// estimated from the id; `None` when neither is possible (the cap alone applies).
 pub fn weights(model: &str, local_path: Option<&Path>, hf_cache: Option<&Path>) -> Option<Weights> {
-    let on_disk = local_path
-        .map(Path::to_path_buf)
-        .or_else(|| hf_cache.and_then(|cache| crate::stage::hf_snapshot(cache, model)));
+    let on_disk = local_path.map(Path::to_path_buf).or_else(|| hf_cache.and_then(|cache| hf_snapshot(cache, model)));
     if let Some(path) = on_disk
         && let Some(bytes) = size_on_disk(&path)
     {

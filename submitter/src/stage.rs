@@ -54,7 +54,12 @@ impl<'a> Stager<'a> {
     /// Whether staging would fetch `model` (enabled and not yet in the cache).
     pub fn would_stage_model(&self, model: &str) -> bool {
         self.settings.enabled
-            && self.context.hf_cache().ok().flatten().is_none_or(|cache| hf_snapshot(&cache, model).is_none())
+            && self
+                .context
+                .hf_cache()
+                .ok()
+                .flatten()
+                .is_none_or(|cache| crate::readiness::hf_snapshot(&cache, model).is_none())
     }
 
     /// Stages `model` into the profile's cache (once per iteration; later calls return the first
@@ -81,7 +86,7 @@ impl<'a> Stager<'a> {
         let argv =
             self.argv("pre_download.command", &self.settings.command, &[("{model}", model), ("{cache}", &cache_text)])?;
         if self.dry_run {
-            if let Some(snapshot) = hf_snapshot(&cache, model) {
+            if let Some(snapshot) = crate::readiness::hf_snapshot(&cache, model) {
                 progress(&format!(
                     "dry run: model {model} is already in {} ({})",
                     snapshot.display(),
@@ -183,14 +188,6 @@ impl<'a> Stager<'a> {
         }
         Ok(argv)
     }
-}
-
-/// The snapshot dir huggingface_hub resolves `model` to in `cache` without the network.
-pub fn hf_snapshot(cache: &Path, model: &str) -> Option<PathBuf> {
-    let repo = cache.join(format!("models--{}", model.replace('/', "--")));
-    let revision = std::fs::read_to_string(repo.join("refs").join("main")).ok()?;
-    let snapshot = repo.join("snapshots").join(revision.trim());
-    snapshot.join("config.json").is_file().then_some(snapshot)
 }
 
 /// A progress line on stderr, beside the download tool's own progress (which goes there too):

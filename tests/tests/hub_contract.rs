@@ -142,7 +142,7 @@ fn weights_resolve_where_huggingface_hub_and_vllm_resolve_them() {
                 }
                 // submitter's preflight reads the same layout.
                 let cache = lookup("HF_HUB_CACHE").map(PathBuf::from).unwrap_or_else(|| home.join("hub"));
-                assert_eq!(submitter::stage::hf_snapshot(&cache, model).as_deref(), Some(at.as_path()));
+                assert_eq!(submitter::readiness::hf_snapshot(&cache, model).as_deref(), Some(at.as_path()));
             }
             Ok(Weights::Local(_)) => assert_eq!(real["vllm"], "ok", "{model}: {real}"),
             Err(NotFound { error, .. }) if real["vllm_error"].is_null() => {

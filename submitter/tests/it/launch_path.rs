@@ -103,7 +103,7 @@ fn preset_with_datasets_is_refused_and_spec_takes_the_launch_options() {
         "--model",
         "Qwen/Qwen3-8B",
         "--state-dir",
-        "/tmp/never-created-h-listener",
+        "/nonexistent/never-created-h-listener",
     ]);
     assert_eq!(both.status.code(), Some(2), "{}", stderr(&both));
     assert!(stderr(&both).contains("--preset and --datasets together"), "{}", stderr(&both));
