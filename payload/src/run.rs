@@ -86,19 +86,25 @@ pub(crate) struct Run<S> {
     pub(crate) share: Share,
 }
 
-/// Runs the job; returns payload's exit code.
-pub async fn run(spec_path: &Path) -> i32 {
-    // Signal handlers first, before anything can be spawned.
-    let signals = match Signals::register() {
-        Ok(s) => s,
-        Err(err) => {
-            tracing::error!(error = %err, "cannot register signal handlers");
-            return OutcomeClass::Spec.exit_code();
-        }
-    };
+/// What every `payload run` does first, before anything can be spawned: the signal handlers, and
+/// the child-subreaper bit so double-forked descendants stay ours. Err: the exit code.
+pub(crate) fn start_supervising() -> Result<Signals, i32> {
+    let signals = Signals::register().map_err(|err| {
+        tracing::error!(error = %err, "cannot register signal handlers");
+        OutcomeClass::Spec.exit_code()
+    })?;
     if let Err(err) = supervisor::become_subreaper() {
         tracing::warn!(error = %err, "cannot become child subreaper; double-forked orphans may escape");
     }
+    Ok(signals)
+}
+
+/// Runs the job; returns payload's exit code.
+pub async fn run(spec_path: &Path) -> i32 {
+    let signals = match start_supervising() {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
     run_with(spec_path, signals, prepare::parent_env()).await
 }
 

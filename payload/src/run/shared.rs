@@ -32,7 +32,7 @@ use crate::phases::{End, Input, RunPhase};
 use crate::prepare::{self, Attached, HarborJob, Mode, Observed, Prepared};
 use crate::records::Recorder;
 use crate::run::{Run, Share};
-use crate::supervisor::{self, ChildSpec, SignalEvent, SignalSource, Signals, TeardownGrace, status_code};
+use crate::supervisor::{self, ChildSpec, SignalEvent, SignalSource, TeardownGrace, status_code};
 
 /// How often a leg looks for its cancel request and the host's word, and the host at its legs.
 pub const SHARE_POLL: Duration = Duration::from_millis(250);
@@ -94,16 +94,10 @@ pub fn exit_code(ends: &[(OutcomeClass, i32)]) -> i32 {
 /// the engine host. Never panics; a `shared.json` that cannot be read exits 2 writing nothing.
 pub async fn run_shared(shared_path: &Path) -> i32 {
     let started = Instant::now();
-    let signals = match Signals::register() {
+    let signals = match super::start_supervising() {
         Ok(s) => s,
-        Err(err) => {
-            tracing::error!(error = %err, "cannot register signal handlers");
-            return OutcomeClass::Spec.exit_code();
-        }
+        Err(code) => return code,
     };
-    if let Err(err) = supervisor::become_subreaper() {
-        tracing::warn!(error = %err, "cannot become child subreaper; double-forked orphans may escape");
-    }
     let doc = match SharedJobSpec::from_file(shared_path) {
         Ok(doc) => doc,
         Err(err) => {
@@ -137,16 +131,10 @@ pub async fn run_shared(shared_path: &Path) -> i32 {
 /// `payload run --spec LEG --engine ENGINE_JSON`: one leg, on the host's engine.
 pub async fn run_leg(spec_path: &Path, engine_path: &Path) -> i32 {
     let started = Instant::now();
-    let signals = match Signals::register() {
+    let signals = match super::start_supervising() {
         Ok(s) => s,
-        Err(err) => {
-            tracing::error!(error = %err, "cannot register signal handlers");
-            return OutcomeClass::Spec.exit_code();
-        }
+        Err(code) => return code,
     };
-    if let Err(err) = supervisor::become_subreaper() {
-        tracing::warn!(error = %err, "cannot become child subreaper; double-forked orphans may escape");
-    }
     let mut parent = prepare::parent_env();
     let api_key = parent.iter().find(|(k, _)| k == files::ENGINE_KEY_VAR).map(|(_, v)| v.clone());
     parent.retain(|(k, _)| k != files::ENGINE_KEY_VAR);

@@ -26,7 +26,8 @@ fn leonardo(work: &Path, args: &[&str]) -> Output {
 
 fn plan(work: &Path) -> String {
     let state = work.join("state").display().to_string();
-    let mut args = vec!["plan", "--preset", "tb2", "--state-dir", &state];
+    // The budget, not the team's history: Leonardo's profile names a team database.
+    let mut args = vec!["plan", "--preset", "tb2", "--offline-ledger", "--state-dir", &state];
     for m in MODELS {
         args.extend(["--model", m]);
     }
@@ -90,7 +91,10 @@ fn a_model_without_a_size_gets_no_budget_and_plan_says_the_cap_applies() {
     assert!(out.status.success(), "{}", stderr(&out));
     let spec: launch_spec::LaunchSpec = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(spec.serve.ready_budget, None);
-    let out = leonardo(dir.path(), &["plan", "--preset", "tb2", "--model", "org/my-sft", "--state-dir", &state]);
+    let out = leonardo(
+        dir.path(),
+        &["plan", "--preset", "tb2", "--offline-ledger", "--model", "org/my-sft", "--state-dir", &state],
+    );
     assert!(
         stdout(&out).contains(
             "ready     org/my-sft terminal_bench_2: deadline 3000 s, serve.health_timeout_s: no budget (checkpoint size unknown"
