@@ -34,9 +34,9 @@ SLURM_UP_TIMEOUT_S=60
 # procps (pgrep) is not in a minimal Debian image.
 # iproute2 and iptables: the multi-node test cluster's namespaces and its firewalled node
 # (scripts/slurm-multinode.sh). lmod: the module system of the simulated site (the prelude's
-# `module load` in the job's shell, docs/site.md).
+# `module load` in the job's shell, docs/site.md). openssl: the TLS ledger test makes a self-signed certificate per run.
 APT_PACKAGES=(munge slurmctld slurmd slurm-client postgresql openssh-server openssh-client procps proxychains4 curl time
-  iproute2 iptables lmod)
+  iproute2 iptables lmod openssl)
 OPTIONAL_APT_PACKAGES=(chromium)
 
 log() { printf '[services %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
