@@ -302,6 +302,18 @@ pub enum ConfigCheck {
     Rejected(String),
 }
 
+impl ConfigCheck {
+    /// The `harbor_config_check` event's fields: `result` (`passed`, `skipped`, `rejected`) and its
+    /// detail, typed rather than Rust's debug text.
+    pub fn event_fields(&self) -> serde_json::Value {
+        match self {
+            Self::Skipped(why) => serde_json::json!({ "result": "skipped", "reason": why }),
+            Self::Passed { agents } => serde_json::json!({ "result": "passed", "agents": agents }),
+            Self::Rejected(why) => serde_json::json!({ "result": "rejected", "reason": why }),
+        }
+    }
+}
+
 /// How long Harbor may take to print its config (imports dominate: seconds).
 pub const CONFIG_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 /// The most of each stream of `--print-config` kept (a resolved job config is a few kB).

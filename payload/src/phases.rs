@@ -383,7 +383,7 @@ impl Machine {
             }
             Input::ConfigChecked(v) if self.config_pending => {
                 self.config_pending = false;
-                out.push(Action::Event("harbor_config_check", json!({ "result": format!("{v:?}") })));
+                out.push(Action::Event("harbor_config_check", v.event_fields()));
                 if let ConfigCheck::Rejected(why) = v {
                     let f = Failure::new(OutcomeClass::Harbor, why).with_cause("config_rejected");
                     out.push(self.end(End::Failed(f)));

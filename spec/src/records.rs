@@ -83,6 +83,20 @@ pub enum Phase {
     Done,
 }
 
+impl Phase {
+    /// The name `status.json` and the `phase` event carry (serde's), for text that shows it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Preparing => "preparing",
+            Self::Serving => "serving",
+            Self::Ready => "ready",
+            Self::Running => "running",
+            Self::Stopping => "stopping",
+            Self::Done => "done",
+        }
+    }
+}
+
 /// How a run ended. Each class has one exit code (see [`OutcomeClass::exit_code`] and docs/exit-codes.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -423,6 +437,13 @@ pub struct PostRunRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_phases_name_is_its_serialized_name() {
+        for phase in [Phase::Preparing, Phase::Serving, Phase::Ready, Phase::Running, Phase::Stopping, Phase::Done] {
+            assert_eq!(serde_json::to_value(phase).unwrap(), phase.as_str());
+        }
+    }
     use std::os::unix::fs::FileTypeExt;
 
     #[test]

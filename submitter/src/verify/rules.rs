@@ -257,10 +257,6 @@ pub fn status_age_s(status: &RunStatus, now: DateTime<Utc>) -> Option<i64> {
     Some((now - last).num_seconds())
 }
 
-fn phase_name(phase: Phase) -> String {
-    format!("{phase:?}").to_lowercase()
-}
-
 /// The findings for one run. Pure.
 pub fn evaluate(ev: &Evidence, s: &VerifySettings) -> Assessment {
     let now = ev.now.unwrap_or_else(Utc::now);
@@ -328,7 +324,7 @@ pub fn evaluate(ev: &Evidence, s: &VerifySettings) -> Assessment {
                 out.push(
                     finding(findings::JOB_GONE, Level::Fail, VerdictKind::Dead, format!("Slurm no longer runs job {job_text} and payload recorded no outcome"))
                         .evidence(format!("Slurm: {}", job.slurm_state.clone().unwrap_or_else(|| "not listed".into())))
-                        .evidence(status.map_or("no status.json".into(), |st| format!("status.json phase {}, updated {}", phase_name(st.phase), st.updated_at)))
+                        .evidence(status.map_or("no status.json".into(), |st| format!("status.json phase {}, updated {}", st.phase.as_str(), st.updated_at)))
                         .action("killed hard (OOM, node failure, KILL after KillWait): `submitter sync` marks it failed (vanished) and the next launch resubmits"),
                 );
                 return done(RunState::Ended, out);
@@ -377,7 +373,7 @@ pub fn evaluate(ev: &Evidence, s: &VerifySettings) -> Assessment {
                         format!("payload stopped writing status.json {} ago without an outcome", human_duration(age))
                     },
                 )
-                .evidence(format!("status.json phase {}, updated_at {} (heartbeat timeout {}s)", phase_name(st.phase), st.updated_at, s.heartbeat_timeout_s))
+                .evidence(format!("status.json phase {}, updated_at {} (heartbeat timeout {}s)", st.phase.as_str(), st.updated_at, s.heartbeat_timeout_s))
                 .action(if slurm_running {
                     format!("payload is hung or lost its file system: cancel job {job_text} (`submitter cancel --job {job_text}`) and resubmit")
                 } else {
@@ -390,7 +386,7 @@ pub fn evaluate(ev: &Evidence, s: &VerifySettings) -> Assessment {
                 Phase::Preparing | Phase::Serving | Phase::Ready => {
                     let since =
                         parse_time(&st.started_at).map_or("?".into(), |t| human_duration((now - t).num_seconds()));
-                    (VerdictKind::Starting, format!("payload {} (started {since} ago)", phase_name(st.phase)))
+                    (VerdictKind::Starting, format!("payload {} (started {since} ago)", st.phase.as_str()))
                 }
                 Phase::Stopping => (VerdictKind::Healthy, "stopping: payload is tearing down".to_string()),
                 Phase::Done => (VerdictKind::Failed, "payload finished without recording an outcome".to_string()),
