@@ -56,7 +56,7 @@ pub fn format_utilization(value: f64) -> String {
 pub fn model_arg(spec: &LaunchSpec) -> String {
     match &spec.model.local_path {
         Some(path) => path.display().to_string(),
-        None => spec.model.hf_id.clone(),
+        None => spec.model.hf_id.to_string(),
     }
 }
 

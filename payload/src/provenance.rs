@@ -199,10 +199,8 @@ pub fn model_revision(spec: &LaunchSpec, engine_env: &BTreeMap<String, String>) 
     if let Some(path) = &spec.model.local_path {
         return Ok(path.display().to_string());
     }
+    // A `ModelId` is never a path (local weights are `local_path`, above).
     let id = &spec.model.hf_id;
-    if Path::new(id).is_absolute() {
-        return Ok(id.clone());
-    }
     let refs = hub_cache(engine_env).join(format!("models--{}", id.replace('/', "--"))).join("refs").join("main");
     let text = launch_spec::records::read_regular(&refs, 256)
         .map_err(|e| format!("{}: {e} (no cached revision of {id})", refs.display()))?;
@@ -248,7 +246,7 @@ mod tests {
     fn the_revision_is_refs_main_of_the_engines_cache_or_the_local_path() {
         let dir = tempfile::tempdir().unwrap();
         let mut spec = launch_spec::testkit::unit_spec();
-        spec.model.hf_id = "org/M-8B".into();
+        spec.model.hf_id = launch_spec::ModelId::new("org/M-8B").unwrap();
         let env: BTreeMap<String, String> = [("HF_HUB_CACHE".to_string(), dir.path().display().to_string())].into();
         assert!(model_revision(&spec, &env).unwrap_err().contains("no cached revision of org/M-8B"));
         let refs = dir.path().join("models--org--M-8B/refs");

@@ -8,6 +8,7 @@ pub mod expand;
 pub mod fsread;
 pub mod gpu;
 pub mod layout;
+pub mod model_id;
 pub mod records;
 pub mod rundir;
 pub mod shared;
@@ -20,5 +21,6 @@ pub mod versions;
 pub mod yaml;
 
 pub use gpu::{GpuInfo, GpuProfile, GpuProfiles};
+pub use model_id::{ModelId, ModelIdError};
 pub use records::{OutcomeClass, Phase, RunStatus};
 pub use spec::{LaunchSpec, SPEC_VERSION};

@@ -137,13 +137,22 @@ impl PostRunSpec {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelSpec {
-    /// Hugging Face id, e.g. `Qwen/Qwen3-8B`.
-    pub hf_id: String,
+    /// Hugging Face id, e.g. `Qwen/Qwen3-8B`: checked as it is read (`ModelId`), the error naming
+    /// this field.
+    #[serde(deserialize_with = "hf_id_field")]
+    pub hf_id: crate::ModelId,
     /// Name vLLM serves under and Harbor calls (`hosted_vllm/<served_name>`), ≤ 64 chars.
     pub served_name: String,
     /// Pre-downloaded weights; served instead of the HF id when set.
     #[serde(default)]
     pub local_path: Option<PathBuf>,
+}
+
+/// `model.hf_id`: a [`crate::ModelId`], refused as it is read with the field named (a parse error
+/// carries the line and column, not the field's path).
+fn hf_id_field<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<crate::ModelId, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    crate::ModelId::new(text).map_err(|e| serde::de::Error::custom(format!("field `model.hf_id` {e}")))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -905,7 +914,6 @@ impl LaunchSpec {
         if !run_tag_ok {
             return Err(("run_tag", "must use only [A-Za-z0-9._-], not be `.`/`..` nor start with `-`".to_string()));
         }
-        v::model_id(&self.model.hf_id).map_err(fail("model.hf_id"))?;
         if self.serve.program.is_empty() {
             return Err(("serve.program", "is empty: name the vLLM executable".to_string()));
         }
@@ -1127,10 +1135,7 @@ mod tests {
             ("/serve/port", serde_json::json!({"fixed": 0}), "serve.port.fixed"),
             ("/serve/port", serde_json::json!({"base": 60000, "span": 20000}), "serve.port"),
             ("/run_tag", "..".into(), "run_tag"),
-            ("/model/hf_id", "--chat-template=/etc/passwd".into(), "model.hf_id"),
-            ("/model/hf_id", "../../etc/passwd".into(), "model.hf_id"),
             // Issue 21 item 9: nothing that reads as an option, no environment exec cannot pass.
-            ("/model/hf_id", "org/--help".into(), "model.hf_id"),
             ("/model/served_name", "--help".into(), "model.served_name"),
             ("/serve/host", "-h".into(), "serve.host"),
             ("/serve/host", "".into(), "serve.host"),
@@ -1152,6 +1157,18 @@ mod tests {
             }
             let err = read(&spec).expect_err(pointer).to_string();
             assert!(err.starts_with(&format!("launch.json: field `{field}`")), "{pointer}: {err}");
+        }
+        // A bad model id is refused as the spec is parsed (it is a `ModelId`): the one line names
+        // the field, and the line and column too.
+        for bad in ["--chat-template=/etc/passwd", "../../etc/passwd", "org/--help", ""] {
+            let mut spec = minimal();
+            spec["model"]["hf_id"] = bad.into();
+            let err = read(&spec).expect_err(bad).to_string();
+            assert!(
+                err.starts_with("launch.json:1:") && err.contains(": field `model.hf_id` model id"),
+                "{bad}: {err}"
+            );
+            assert_eq!(err.lines().count(), 1, "{err}");
         }
         let mut tunnel = minimal();
         tunnel["tunnel"] = serde_json::json!({"kind": "socks", "login_node": "l", "restart_backoff_s": 1e20});

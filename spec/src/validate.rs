@@ -11,8 +11,6 @@ use std::time::Duration;
 pub const MAX_SECONDS: u64 = 30 * 24 * 3600;
 /// Largest timeout multiplier (the shipped values are 1, 2 and 16).
 pub const MAX_MULTIPLIER: f64 = 1000.0;
-/// Longest model id: Hugging Face allows 96 characters for a name and for an org.
-pub const MODEL_ID_MAX: usize = 200;
 /// Most GPUs one engine may ask for (TP × PP × DP, over all its nodes).
 pub const MAX_GPUS: u32 = 1024;
 /// Most nodes one engine may span (a registry's `nodes`, a cluster's `slurm.max_nodes`).
@@ -118,41 +116,7 @@ pub fn port_range(base: u16, span: u16) -> Result<(), String> {
     Ok(())
 }
 
-/// A model id as it may enter from a list, the command line, the registry or a spec.
-///
-/// The Hugging Face shape `org/name` (and the bare names and `provider/org/name` forms that occur
-/// in real priority lists): segments of `[A-Za-z0-9._-]` joined by `/`, none empty, `.` or `..`,
-/// not starting with `-` (it would read as an option in vLLM's argv) and at most
-/// [`MODEL_ID_MAX`] characters. Local weights are never an id: they go in the spec's
-/// `model.local_path`.
-pub fn model_id(id: &str) -> Result<&str, String> {
-    let shown: String = id.chars().take(60).flat_map(char::escape_debug).collect();
-    let why = if id.trim().is_empty() {
-        Some("is empty")
-    } else if id.len() > MODEL_ID_MAX {
-        Some("is too long (more than 200 characters)")
-    } else if id.chars().any(char::is_control) {
-        Some("contains a control character or newline")
-    } else if id.chars().any(char::is_whitespace) {
-        Some("contains whitespace")
-    } else if id.starts_with('/') {
-        Some("is an absolute path (local weights go in the spec's model.local_path)")
-    } else if id.starts_with('-') {
-        Some("starts with `-` (it would read as an option)")
-    } else if id.split('/').any(|s| s.starts_with('-')) {
-        Some("has a segment starting with `-` (it would read as an option, as the served name)")
-    } else if id.split('/').any(|s| s.is_empty() || s == "." || s == "..") {
-        Some("has an empty, `.` or `..` path segment")
-    } else if !id.chars().all(|c| c.is_ascii_alphanumeric() || "._-/".contains(c)) {
-        Some("has characters outside [A-Za-z0-9._-/]")
-    } else {
-        None
-    };
-    match why {
-        None => Ok(id),
-        Some(why) => Err(format!("model id \"{shown}\" {why}: give a Hugging Face id like Qwen/Qwen3-8B")),
-    }
-}
+// A model id is a type of its own with its one rule: `crate::model_id::ModelId`.
 
 /// A listen address for vLLM's `--host`: a name or an IPv4/IPv6 address, never an option.
 pub fn listen_host(host: &str) -> Result<&str, String> {
@@ -240,31 +204,5 @@ mod tests {
         assert!(nodes(0).is_err() && nodes(2).is_ok() && nodes(MAX_NODES + 1).is_err());
         assert!(port(0).is_err() && port(8000).is_ok());
         assert!(port_range(60000, 20000).is_err() && port_range(20000, 20000).is_ok());
-    }
-
-    #[test]
-    fn model_ids() {
-        for good in ["Qwen/Qwen3-8B", "r2egym-nl2bash-stack-bugsseq", "hosted_vllm/Qwen/Qwen3-8B", "a/b__c-8B"] {
-            assert!(model_id(good).is_ok(), "{good}");
-        }
-        let long = "x".repeat(10_000);
-        for bad in [
-            "",
-            " ",
-            "../../etc/passwd",
-            "/abs/path",
-            "a/../b",
-            "Qwen/Qwen3 8B",
-            "a/b\nc",
-            "a/b\u{1b}[31m",
-            "--chat-template=/etc/passwd",
-            "-x/y",
-            "a//b",
-            ".",
-            long.as_str(),
-        ] {
-            let err = model_id(bad).expect_err(bad);
-            assert_eq!(err.lines().count(), 1, "{err}");
-        }
     }
 }

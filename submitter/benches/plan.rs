@@ -66,7 +66,7 @@ impl Slurm for InstantSlurm {
     }
 }
 
-fn fill(ledger: &dyn Ledger, models: &[String], rows: usize) {
+fn fill(ledger: &dyn Ledger, models: &[launch_spec::ModelId], rows: usize) {
     const BENCHMARKS: [&str; 3] = ["swebench-verified-random-100-folders", "dev_set_v2", "terminal_bench_2"];
     let base = Utc::now() - chrono::Duration::days(30);
     let mut batch = Vec::with_capacity(50_000);
@@ -74,7 +74,7 @@ fn fill(ledger: &dyn Ledger, models: &[String], rows: usize) {
         let pair = i % (models.len() * 3);
         let status = if i % 3 == 0 { AttemptStatus::Failed } else { AttemptStatus::Finished };
         batch.push(ImportedAttempt {
-            model: models[pair % models.len()].clone(),
+            model: models[pair % models.len()].to_string(),
             benchmark: BENCHMARKS[pair / models.len()].to_string(),
             cluster: "local".into(),
             username: "bench".into(),
@@ -106,7 +106,10 @@ fn main() {
         (fixtures.join("model_config"), lists::read_model_list(&fixtures.join("model-names.txt")).unwrap())
     } else {
         println!("note: fixtures absent; shipped registry with synthetic ids");
-        (root.registry_dir(), (0..1000).map(|i| format!("org/Model-{}B-v{i}", 1 + i % 14)).collect())
+        (
+            root.registry_dir(),
+            (0..1000).map(|i| launch_spec::ModelId::new(format!("org/Model-{}B-v{i}", 1 + i % 14)).unwrap()).collect(),
+        )
     };
     let cluster = config::load_cluster(&root.clusters_dir(), "local").unwrap();
     let gpus = config::load_gpu_profiles(&root.clusters_dir()).unwrap();
@@ -212,7 +215,7 @@ fn main() {
         root: &root.root,
     };
     let snapshot = Snapshot::read(ledger.as_ref(), &no_slurm, &local.name, now()).unwrap();
-    let few: Vec<String> = models.iter().take(200).cloned().collect();
+    let few: Vec<launch_spec::ModelId> = models.iter().take(200).cloned().collect();
     let tb2 = &presets[2..];
     let planned = planner::plan(&inputs(&context, tb2, &few), &snapshot);
     let slurm = InstantSlurm(Cell::new(0));

@@ -19,11 +19,14 @@ fn median(mut samples: Vec<f64>) -> f64 {
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
     let fixtures = root.join("../shared/fixtures/otagent");
-    let (registry_dir, ids): (PathBuf, Vec<String>) = if fixtures.join("model_config").is_dir() {
+    let (registry_dir, ids): (PathBuf, Vec<launch_spec::ModelId>) = if fixtures.join("model_config").is_dir() {
         (fixtures.join("model_config"), read_model_list(&fixtures.join("model-names.txt")).unwrap())
     } else {
         println!("note: fixtures absent; shipped registry with synthetic ids");
-        (root.join("model_config"), (0..1000).map(|i| format!("org/Model-{}B-v{i}", i % 80)).collect())
+        (
+            root.join("model_config"),
+            (0..1000).map(|i| launch_spec::ModelId::new(format!("org/Model-{}B-v{i}", i % 80)).unwrap()).collect(),
+        )
     };
     let mut load_ms = Vec::new();
     for _ in 0..20 {

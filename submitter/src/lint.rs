@@ -101,7 +101,7 @@ fn check_registry_files(root: &Path, findings: &mut Findings) {
                 };
                 // `X@P` is a standalone for profile P (docs/design.md §4.1): X must be an id.
                 let bare = crate::registry::split_standalone(&id).map_or(id.as_str(), |(bare, _)| bare);
-                if let Err(problem) = launch_spec::validate::model_id(bare) {
+                if let Err(problem) = launch_spec::ModelId::new(bare) {
                     findings.error(file.display(), format!("`model`: {problem}"));
                 }
                 if let Some(previous) = seen_ids.insert(id.clone(), file.clone()) {
@@ -303,7 +303,7 @@ fn check_against_clusters(
 ) {
     for cluster in clusters {
         let profile = &cluster.hardware.hardware_profile;
-        let mut ids: Vec<&String> = registry.models.keys().collect();
+        let mut ids: Vec<&launch_spec::ModelId> = registry.models.keys().collect();
         ids.sort();
         for id in ids {
             let entry = &registry.models[id];
@@ -393,7 +393,7 @@ const SHADOW_PROBES: &[&str] =
     &["probe/Foo-30B-A3B-lc", "probe/Foo-130B-131k", "probe/foo-32b-131k", "probe/Foo-7B-lc", "probe/Foo-32B"];
 
 fn check_shadowing(registry: &Registry, findings: &mut Findings) {
-    let mut probes: Vec<&str> = registry.models.keys().map(String::as_str).collect();
+    let mut probes: Vec<&str> = registry.models.keys().map(launch_spec::ModelId::as_str).collect();
     probes.extend_from_slice(SHADOW_PROBES);
     probes.sort_unstable();
     for (later_index, later) in registry.patterns.iter().enumerate() {

@@ -39,7 +39,7 @@ pub struct PlanInputs<'a> {
     pub context: &'a SpecBuilder<'a>,
     pub legs: &'a [Leg],
     /// The priority list, in order.
-    pub models: &'a [String],
+    pub models: &'a [launch_spec::ModelId],
     /// The operator's spec overrides (`n_concurrent` and `dataset` are set per leg from `concurrency`).
     pub overrides: &'a SpecOverrides,
     pub concurrency: &'a Concurrency,
@@ -300,7 +300,7 @@ fn plan_pairs(inputs: &PlanInputs, snapshot: &Snapshot) -> Vec<PlannedJob> {
 fn plan_pair(
     inputs: &PlanInputs,
     snapshot: &Snapshot,
-    model: &str,
+    model: &launch_spec::ModelId,
     leg: &Leg,
     choice: &SlurmChoice,
     overrides: SpecOverrides,
@@ -701,10 +701,10 @@ mod tests {
         let gpus = config::load_gpu_profiles(&root.clusters_dir()).unwrap();
         let mut registry = Registry::load(&root.registry_dir()).unwrap();
         let mut broken = registry.models["Qwen/Qwen3-8B"].clone();
-        broken.id = "test/Broken-1B".into();
+        broken.id = "test/Broken-1B".parse().unwrap();
         broken.base.conda_env = Some("no-such-env".into());
         broken.variants.clear();
-        registry.models.insert("test/Broken-1B".into(), broken);
+        registry.models.insert("test/Broken-1B".parse().unwrap(), broken);
         let harbor = root.harbor_configs_dir();
         let context = SpecBuilder {
             cluster: &cluster,
@@ -714,11 +714,16 @@ mod tests {
             root: &root.root,
         };
         let legs = [Leg { name: "tb2".into(), preset: config::load_preset(&root.presets_dir(), "tb2").unwrap() }];
-        let models: Vec<String> =
-            ["org/Done-1B", "org/Wall-1B", "test/Broken-1B", "org/New-1B", "org/Late-1B"].map(String::from).to_vec();
+        let models: Vec<launch_spec::ModelId> =
+            ["org/Done-1B", "org/Wall-1B", "test/Broken-1B", "org/New-1B", "org/Late-1B"]
+                .map(|m| m.parse().unwrap())
+                .to_vec();
         // Recorded under the config that would be used now: a continuation, not a fresh run.
-        let multiplier =
-            context.resolve("org/Wall-1B", &legs[0].preset, &SpecOverrides::default()).unwrap().0.timeout_multiplier;
+        let multiplier = context
+            .resolve(&"org/Wall-1B".parse().unwrap(), &legs[0].preset, &SpecOverrides::default())
+            .unwrap()
+            .0
+            .timeout_multiplier;
         let chained = json!({"continues": 3, "continuation": 1, "chain_from": 2, "timeout_multiplier": multiplier,
                              "overrides": overrides_json(&SpecOverrides::default())});
         let snapshot = Snapshot {
@@ -800,7 +805,8 @@ mod tests {
             root: &root.root,
         };
         let legs = crate::selection::legs(&root.presets_dir(), &["ID".into()], &[]).unwrap();
-        let models: Vec<String> = ["org/All-1B", "org/Two-1B", "org/One-1B"].map(String::from).to_vec();
+        let models: Vec<launch_spec::ModelId> =
+            ["org/All-1B", "org/Two-1B", "org/One-1B"].map(|m| m.parse().unwrap()).to_vec();
         let done = |model: &str, benchmark: &str| {
             let mut a = attempt(1, model, AttemptStatus::Finished, json!({}));
             a.benchmark = benchmark.into();

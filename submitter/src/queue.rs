@@ -233,7 +233,7 @@ mod tests {
             harbor_configs_dir: &harbor,
             root: &root.root,
         };
-        let spec = context.build(model, &preset, &SpecOverrides::default()).unwrap();
+        let spec = context.build(&model.parse().unwrap(), &preset, &SpecOverrides::default()).unwrap();
         let env = |name: &str| (name == "PAYLOAD_GPU_FIXTURE").then(|| "/tmp/gpus.json".to_string());
         let choice = SlurmChoice::for_leg(&cluster, &preset, &SlurmOverrides::default());
         let request = sbatch_request(&JobInputs {

@@ -229,12 +229,11 @@ impl SpecBuilder<'_> {
     /// Resolves serve settings on this cluster's hardware profile, with their layout on its nodes.
     pub fn resolve(
         &self,
-        model: &str,
+        model: &launch_spec::ModelId,
         preset: &Preset,
         overrides: &SpecOverrides,
     ) -> Result<(Resolved, Layout), SpecBuildError> {
-        launch_spec::validate::model_id(model).map_err(SpecBuildError::BadModel)?;
-        hf_repo_id(model).map_err(SpecBuildError::BadModel)?;
+        model.hf_repo().map_err(|e| SpecBuildError::BadModel(e.to_string()))?;
         if let Some(problem) = self.registry.problem_for(model, &self.cluster.hardware.hardware_profile) {
             return Err(SpecBuildError::BadModel(format!(
                 "{problem} (fix the file; `submitter registry check` lists every problem)"
@@ -310,7 +309,12 @@ impl SpecBuilder<'_> {
     /// Builds the launch spec for one (model, preset dataset).
     /// The spec passes the same validation payload's reader applies (`LaunchSpec::problem`), so
     /// nothing is written or submitted that payload would refuse.
-    pub fn build(&self, model: &str, preset: &Preset, overrides: &SpecOverrides) -> Result<LaunchSpec, SpecBuildError> {
+    pub fn build(
+        &self,
+        model: &launch_spec::ModelId,
+        preset: &Preset,
+        overrides: &SpecOverrides,
+    ) -> Result<LaunchSpec, SpecBuildError> {
         let spec = self.build_unchecked(model, preset, overrides)?;
         spec.problem().map_err(|(field, problem)| SpecBuildError::InvalidSpec {
             model: model.to_string(),
@@ -322,11 +326,10 @@ impl SpecBuilder<'_> {
 
     fn build_unchecked(
         &self,
-        model: &str,
+        model: &launch_spec::ModelId,
         preset: &Preset,
         overrides: &SpecOverrides,
     ) -> Result<LaunchSpec, SpecBuildError> {
-        launch_spec::validate::model_id(model).map_err(SpecBuildError::BadModel)?;
         let dataset = match &overrides.dataset {
             Some(d) if preset.datasets.contains(d) => d.clone(),
             Some(d) => {
@@ -386,7 +389,7 @@ impl SpecBuilder<'_> {
             cluster: cluster.name.clone(),
             benchmark,
             ledger_job_id: None,
-            model: ModelSpec { hf_id: model.to_string(), served_name: names::served_name(model), local_path: None },
+            model: ModelSpec { hf_id: model.clone(), served_name: names::served_name(model), local_path: None },
             serve: ServeSpec {
                 program: cluster.engine.program.clone(),
                 env_prefix: Some(serve_prefix),
@@ -516,27 +519,6 @@ impl SpecBuilder<'_> {
             env: step.env.clone(),
             secrets: step.secrets.clone(),
         }))
-    }
-}
-
-/// Provider prefixes the team's database puts before some ids (`hosted_vllm/Qwen/Qwen3-8B`).
-const PROVIDER_PREFIXES: [&str; 4] = ["hosted_vllm", "openai", "vllm", "huggingface"];
-
-/// A Hugging Face repo id has one `/` (`org/name`): an id with more is never served as one. A
-/// known provider prefix gets the id it names as the fix.
-fn hf_repo_id(model: &str) -> Result<(), String> {
-    if model.matches('/').count() <= 1 {
-        return Ok(());
-    }
-    let (first, rest) = model.split_once('/').unwrap_or((model, ""));
-    if PROVIDER_PREFIXES.contains(&first) {
-        Err(format!(
-            "model id `{model}` starts with the provider prefix `{first}/`, which is not part of a Hugging Face repo id: give `{rest}`"
-        ))
-    } else {
-        Err(format!(
-            "model id `{model}` is not a Hugging Face repo id (`org/name`, one `/`): give the repo id it names"
-        ))
     }
 }
 
@@ -846,7 +828,7 @@ mod tests {
         let preset = &shipped.preset;
         let context = shipped.context(&local, &root);
         let home = std::env::var("SUBMITTER_HOME").unwrap_or_else(|_| root.root.display().to_string());
-        let spec = context.build("Qwen/Qwen3-8B", preset, &SpecOverrides::default()).unwrap();
+        let spec = context.build(&"Qwen/Qwen3-8B".parse().unwrap(), preset, &SpecOverrides::default()).unwrap();
         let step = spec.post_run.as_ref().unwrap();
         assert_eq!(step.argv, [format!("{home}/bin/upload"), "--dir={run_dir}".into(), "DCAgent3/{run_tag}".into()]);
         assert_eq!((step.timeout_s, step.secrets.as_slice()), (120, ["HF_TOKEN".to_string()].as_slice()));
@@ -856,7 +838,10 @@ mod tests {
         let mut unset = local.clone();
         unset.post_run.as_mut().unwrap().argv.push("${NO_SUCH_VAR_FOR_POST_RUN}".into());
         let context = SpecBuilder { cluster: &unset, ..context };
-        let err = context.build("Qwen/Qwen3-8B", preset, &SpecOverrides::default()).unwrap_err().to_string();
+        let err = context
+            .build(&"Qwen/Qwen3-8B".parse().unwrap(), preset, &SpecOverrides::default())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("post_run.argv[3] uses ${NO_SUCH_VAR_FOR_POST_RUN}"), "{err}");
     }
 
@@ -875,7 +860,7 @@ mod tests {
         let preset = &shipped.preset;
         let context = shipped.context(&local, &root);
         let home = context.variable("SUBMITTER_HOME").unwrap();
-        let spec = context.build("Qwen/Qwen3-8B", preset, &SpecOverrides::default()).unwrap();
+        let spec = context.build(&"Qwen/Qwen3-8B".parse().unwrap(), preset, &SpecOverrides::default()).unwrap();
         let env = &spec.serve.env;
         assert_eq!(env["SITE_CACHE"], format!("{home}/cache"));
         assert_eq!(env["TMPDIR"], "{job_scratch}/tmp", "payload's placeholder is kept");
@@ -892,7 +877,10 @@ mod tests {
             let mut broken = local.clone();
             broken.engine.env.insert("BROKEN".into(), value.into());
             let context = SpecBuilder { cluster: &broken, ..context };
-            let err = context.build("Qwen/Qwen3-8B", preset, &SpecOverrides::default()).unwrap_err().to_string();
+            let err = context
+                .build(&"Qwen/Qwen3-8B".parse().unwrap(), preset, &SpecOverrides::default())
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(want), "{err}");
         }
     }

@@ -181,7 +181,7 @@ fn build_corpus() -> Corpus {
     let mut models = 0;
     for (registry_name, registry_dir) in &registries {
         let registry = submitter::registry::Registry::load(registry_dir).expect("registry loads");
-        let mut ids: Vec<&String> = registry.models.keys().collect();
+        let mut ids: Vec<&launch_spec::ModelId> = registry.models.keys().collect();
         ids.sort();
         models += ids.len();
         for (path, cluster) in &clusters {
@@ -224,7 +224,7 @@ fn build_corpus() -> Corpus {
                         label: format!("{registry_name}:{id} on {}{preset_note}", cluster.name),
                         vllm: vllm.clone(),
                         registry: registry_dir.clone(),
-                        model: (*id).clone(),
+                        model: id.to_string(),
                         cluster: cluster.name.clone(),
                         cluster_vars: cluster_vars.clone(),
                         preset: preset.clone(),

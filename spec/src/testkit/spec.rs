@@ -80,7 +80,11 @@ impl TestSpec {
                 cluster: "local".into(),
                 benchmark: "terminal_bench_2".into(),
                 ledger_job_id: None,
-                model: ModelSpec { hf_id: "Qwen/Qwen3-8B".into(), served_name: "Qwen3-8B".into(), local_path: None },
+                model: ModelSpec {
+                    hf_id: crate::ModelId::new("Qwen/Qwen3-8B").expect("an id"),
+                    served_name: "Qwen3-8B".into(),
+                    local_path: None,
+                },
                 serve: ServeSpec {
                     program: "vllm".into(),
                     env_prefix: None,
@@ -184,7 +188,7 @@ impl TestSpec {
 
     pub fn model(self, hf_id: &str, served_name: &str) -> Self {
         self.with(|s| {
-            s.model.hf_id = hf_id.into();
+            s.model.hf_id = crate::ModelId::new(hf_id).expect("testkit: give a valid model id");
             s.model.served_name = served_name.into();
         })
     }

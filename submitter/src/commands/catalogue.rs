@@ -73,12 +73,14 @@ pub fn models(command: &ModelsCommand) -> Result<ExitCode> {
         ModelsCommand::Add { ledger, base, models } => {
             // The ids every other command accepts, checked before the ledger is opened: no escape
             // sequence, newline or control character is ever stored (issue 21).
-            for id in models.iter().chain(base) {
-                submitter::config::args::model(id).map_err(|problem| anyhow::anyhow!("models add: {problem}"))?;
-            }
+            let check = |id: &String| {
+                submitter::config::args::model(id).map_err(|problem| anyhow::anyhow!("models add: {problem}"))
+            };
+            let ids = models.iter().map(check).collect::<Result<Vec<_>>>()?;
+            let base = base.as_ref().map(check).transpose()?;
             let session = Session::open(ledger)?;
             let mut added = 0;
-            for model in models {
+            for model in &ids {
                 added += usize::from(session.ledger.add_model(model, base.as_deref())?);
             }
             super::print(&format!("{added} model(s) added, {} already known\n", models.len() - added))?;

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
+use launch_spec::ModelId;
 use launch_spec::layout::Layout;
 use serde::Serialize;
 use submitter::config::{self, lists};
@@ -100,7 +101,7 @@ pub fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
             .collect::<Result<_>>()?,
     };
     let overrides = Overrides { timeout_multiplier: args.timeout_multiplier, ..Overrides::default() };
-    let mut resolved: Vec<(String, Resolved, Layout)> = Vec::with_capacity(models.len());
+    let mut resolved: Vec<(ModelId, Resolved, Layout)> = Vec::with_capacity(models.len());
     let mut fallback = Vec::new();
     registry.report_broken();
     for model in models {
@@ -127,7 +128,7 @@ pub fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
 }
 
 /// One note for all models whose timeout multiplier is the policy's fallback (docs/design.md §4.3).
-fn warn_timeout_fallback(models: &[String], registry: &Registry) {
+fn warn_timeout_fallback(models: &[ModelId], registry: &Registry) {
     let value = registry.timeouts.otherwise.timeout_multiplier;
     match models {
         [] => {}
@@ -137,7 +138,7 @@ fn warn_timeout_fallback(models: &[String], registry: &Registry) {
         many => tracing::warn!(
             "timeout multiplier of {} models: their size is in no band of _timeouts.yaml (or they have no size token), e.g. {}; using the fallback {value:.1}",
             many.len(),
-            many.iter().take(3).cloned().collect::<Vec<_>>().join(", ")
+            many.iter().take(3).map(ModelId::as_str).collect::<Vec<_>>().join(", ")
         ),
     }
 }
@@ -151,24 +152,24 @@ struct ResolveOutput<'a> {
     models: serde_json::Map<String, serde_json::Value>,
 }
 
-fn to_json(resolved: &[(String, Resolved, Layout)], profile: &str, gpus_per_node: u32) -> String {
+fn to_json(resolved: &[(ModelId, Resolved, Layout)], profile: &str, gpus_per_node: u32) -> String {
     let models = resolved
         .iter()
         .map(|(model, settings, layout)| {
             let value = serde_json::to_value(output::ServeSettings::new(settings, Some(layout))).unwrap_or_default();
-            (model.clone(), value)
+            (model.to_string(), value)
         })
         .collect();
     output::document("registry.resolve", &ResolveOutput { profile, gpus_per_node, models })
 }
 
-fn to_table(resolved: &[(String, Resolved, Layout)], profile: &str, gpus: u32) -> String {
+fn to_table(resolved: &[(ModelId, Resolved, Layout)], profile: &str, gpus: u32) -> String {
     let opt = |v: Option<String>| v.unwrap_or_else(|| "-".to_string());
     let rows: Vec<[String; 9]> = resolved
         .iter()
         .map(|(model, r, layout)| {
             [
-                model.clone(),
+                model.to_string(),
                 parallel_cell(r, layout),
                 opt(r.max_model_len.map(|v| v.to_string())),
                 opt(r.swap_space.map(|v| v.to_string())),

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use launch_spec::GpuProfiles;
+use launch_spec::{GpuProfiles, ModelId};
 use submitter::config::{self, ClusterProfile, ConfigRoot, lists};
 use submitter::ledger::{self, Ledger};
 use submitter::queue::SlurmOverrides;
@@ -287,8 +287,8 @@ impl Selection {
 
     /// The models to consider, in priority order. No list means no submissions, unless
     /// `--all-models` explicitly selects the ledger's catalogue.
-    pub fn models(&self, ledger: &dyn Ledger) -> Result<Vec<String>> {
-        let mut models: Vec<String> = self
+    pub fn models(&self, ledger: &dyn Ledger) -> Result<Vec<ModelId>> {
+        let mut models: Vec<ModelId> = self
             .models
             .iter()
             .map(|m| submitter::config::args::model(m).map_err(|e| anyhow::anyhow!("--model: {e}")))
@@ -297,7 +297,18 @@ impl Selection {
             models.extend(lists::read_model_list(file)?);
         }
         if self.all_models {
-            models = ledger.list_models()?.into_iter().map(|m| m.id).collect();
+            models = ledger
+                .list_models()?
+                .into_iter()
+                .enumerate()
+                .map(|(row, m)| {
+                    // The catalogue may hold what an older submitter stored unchecked: an error
+                    // naming the row (as `models list` numbers them), never a job for it.
+                    ModelId::new(m.id).map_err(|e| {
+                        anyhow::anyhow!("--all-models: the ledger's catalogue, model {} of `models list`: {e}", row + 1)
+                    })
+                })
+                .collect::<Result<_>>()?;
         }
         let blacklist = match &self.blacklist {
             Some(file) => lists::read_model_list(file)?,

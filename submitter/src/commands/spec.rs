@@ -67,7 +67,7 @@ impl Loaded {
 /// Loads the configuration `args` names and builds the spec (nothing written).
 pub fn build(args: &SpecArgs) -> Result<(launch_spec::LaunchSpec, Loaded)> {
     // Checked here rather than by clap, whose message would echo a newline in the id raw.
-    config::args::model(&args.model).map_err(|e| anyhow::anyhow!("--model: {e}"))?;
+    let model = config::args::model(&args.model).map_err(|e| anyhow::anyhow!("--model: {e}"))?;
     let dirs = args.dirs.resolve()?;
     let root = ConfigRoot::discover().map(|r| r.root).unwrap_or_else(|_| dirs.clusters.join(".."));
     let presets = Vec::from_iter(args.preset.clone());
@@ -89,7 +89,7 @@ pub fn build(args: &SpecArgs) -> Result<(launch_spec::LaunchSpec, Loaded)> {
     };
     loaded.registry.report_broken();
     let overrides = SpecOverrides { n_concurrent, dataset: args.dataset.clone(), ..args.options.overrides()? };
-    let spec = loaded.context().build(&args.model, &loaded.preset, &overrides)?;
+    let spec = loaded.context().build(&model, &loaded.preset, &overrides)?;
     Ok((spec, loaded))
 }
 

@@ -2,11 +2,13 @@
 //! rule the configuration files and the launch spec use (`launch_spec::validate`).
 
 use launch_spec::validate as v;
+use launch_spec::{ModelId, ModelIdError};
 
-/// `--model`: a model id (`validate::model_id`). Called by the commands after parsing (not as a
-/// clap value parser: clap would echo a control character in the id raw).
-pub fn model(text: &str) -> Result<String, String> {
-    v::model_id(text).map(str::to_string)
+/// `--model`: a [`ModelId`], the one rule. Called by the commands right after parsing, not as a
+/// clap value parser: clap's error would echo a control character in the id raw and add usage
+/// lines, where this is the one-line error every other input gives.
+pub fn model(text: &str) -> Result<ModelId, ModelIdError> {
+    ModelId::new(text)
 }
 
 /// `--gpu-memory-utilization`: a fraction in (0, 1].

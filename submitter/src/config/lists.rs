@@ -3,6 +3,8 @@
 
 use std::path::Path;
 
+use launch_spec::ModelId;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ListError {
     #[error("{path}: cannot read model list: {source} (give a file with one model id per line)")]
@@ -27,28 +29,28 @@ pub fn parse_model_list(text: &str) -> Vec<String> {
     parse_model_list_lines(text).into_iter().map(|(_, id)| id).collect()
 }
 
-/// Reads a list (a regular file, at most 16 MiB); every id must pass `validate::model_id`.
-pub fn read_model_list(path: &Path) -> Result<Vec<String>, ListError> {
+/// Reads a list (a regular file, at most 16 MiB): every id is a `ModelId`, or the error names the
+/// file and line.
+pub fn read_model_list(path: &Path) -> Result<Vec<ModelId>, ListError> {
     use launch_spec::fsread;
     let text = fsread::read_text_capped(path, fsread::RECORD_CAP, fsread::Links::Follow)
         .map_err(|source| ListError::Read { path: path.to_path_buf(), source })?;
     parse_model_list_lines(&text)
         .into_iter()
         .map(|(line, id)| {
-            launch_spec::validate::model_id(&id).map_err(|problem| ListError::BadId {
+            ModelId::new(id).map_err(|problem| ListError::BadId {
                 path: path.to_path_buf(),
                 line,
-                problem,
-            })?;
-            Ok(id)
+                problem: problem.to_string(),
+            })
         })
         .collect()
 }
 
 /// The models to consider, in priority order: the list minus the blacklist (the blacklist wins).
-pub fn filter_models(priority: &[String], blacklist: &[String]) -> Vec<String> {
-    let blocked: std::collections::HashSet<&str> = blacklist.iter().map(String::as_str).collect();
-    priority.iter().filter(|id| !blocked.contains(id.as_str())).cloned().collect()
+pub fn filter_models(priority: &[ModelId], blacklist: &[ModelId]) -> Vec<ModelId> {
+    let blocked: std::collections::HashSet<&ModelId> = blacklist.iter().collect();
+    priority.iter().filter(|id| !blocked.contains(id)).cloned().collect()
 }
 
 #[cfg(test)]
@@ -63,7 +65,7 @@ mod tests {
 
     #[test]
     fn blacklist_beats_list() {
-        let list = vec!["a".to_string(), "b".to_string()];
-        assert_eq!(filter_models(&list, &["a".to_string()]), vec!["b"]);
+        let id = |text: &str| ModelId::new(text).unwrap();
+        assert_eq!(filter_models(&[id("a"), id("b")], &[id("a")]), vec![id("b")]);
     }
 }

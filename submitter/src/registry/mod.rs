@@ -12,6 +12,7 @@ pub mod timeouts;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use launch_spec::ModelId;
 use launch_spec::layout::{Layout, LayoutError, Parallelism};
 use launch_spec::yaml::{YamlError, from_yaml_file};
 use regex::Regex;
@@ -41,7 +42,7 @@ pub enum RegistryError {
 /// One model's registry file after loading.
 #[derive(Debug, Clone)]
 pub struct ModelEntry {
-    pub id: String,
+    pub id: ModelId,
     pub file: PathBuf,
     /// Base fields overlaid by `subsystems.eval` (eval wins), without variants.
     pub base: ServeFields,
@@ -90,7 +91,7 @@ impl Pattern {
 #[derive(Debug, Clone, Default)]
 pub struct Registry {
     pub root: PathBuf,
-    pub models: HashMap<String, ModelEntry>,
+    pub models: HashMap<ModelId, ModelEntry>,
     /// Files in load order, for `registry check`.
     pub files: Vec<PathBuf>,
     pub patterns: Vec<Pattern>,
@@ -98,7 +99,7 @@ pub struct Registry {
     /// The size bands of the timeout policy (`_timeouts.yaml`, else the team's).
     pub timeouts: TimeoutPolicy,
     /// `X@<profile>` standalones (docs/design.md §4.1 rule 2): by bare id, then profile, verbatim.
-    pub standalones: HashMap<String, HashMap<String, Standalone>>,
+    pub standalones: HashMap<ModelId, HashMap<String, Standalone>>,
     /// Files that did not load: skipped, so the rest resolves; a model they name is refused.
     pub broken: Vec<BrokenFile>,
     /// `_patterns.yaml` did not load: a model without an exact entry cannot be resolved.
@@ -146,9 +147,11 @@ impl Registry {
                         path: file.clone(),
                         error: err.to_string(),
                     }),
-                    Ok(parsed) => {
+                    Ok((parsed, id)) => {
                         registry.files.push(file.clone());
-                        registry.add(parsed, &file);
+                        if let Some(id) = id {
+                            registry.add(parsed, id, &file);
+                        }
                     }
                 }
             }
@@ -163,21 +166,19 @@ impl Registry {
     }
 
     /// One loaded model file: a bare entry (a later duplicate wins wholesale) or a standalone.
-    fn add(&mut self, parsed: ModelFile, file: &Path) {
-        let Some(id) = parsed.model.clone() else { return };
-        match split_standalone(&id) {
-            Some((bare, profile)) => {
+    fn add(&mut self, parsed: ModelFile, id: FileId, file: &Path) {
+        match id {
+            FileId::Standalone(bare, profile) => {
                 let eval = parsed.subsystems.as_ref().and_then(|s| s.eval.clone()).unwrap_or_default();
                 let fields = parsed.serve_fields().overlaid_with(&eval.serve_fields());
                 self.standalones
-                    .entry(bare.to_string())
+                    .entry(bare)
                     .or_default()
-                    .insert(profile.to_string(), Standalone { file: file.to_path_buf(), fields });
+                    .insert(profile, Standalone { file: file.to_path_buf(), fields });
             }
-            None => {
-                if let Some(entry) = model_entry(parsed, file) {
-                    self.models.insert(entry.id.clone(), entry);
-                }
+            FileId::Bare(id) => {
+                let entry = model_entry(parsed, id, file);
+                self.models.insert(entry.id.clone(), entry);
             }
         }
     }
@@ -300,7 +301,7 @@ impl Registry {
     }
 
     /// Resolves serve settings for one model (docs/design.md §4.1–4.4).
-    pub fn resolve(&self, id: &str, profile: &str, gpus_per_node: u32, overrides: &Overrides) -> Resolved {
+    pub fn resolve(&self, id: &ModelId, profile: &str, gpus_per_node: u32, overrides: &Overrides) -> Resolved {
         let (rule, fields) = self.lookup(id, profile);
         let parallel = parallelism(id, &fields, gpus_per_node);
         let max_num_seqs = fields.max_num_seqs.or_else(|| is_qwen35_family(id).then_some(QWEN35_MAX_NUM_SEQS));
@@ -344,29 +345,38 @@ pub fn parallelism(id: &str, fields: &ServeFields, gpus_per_node: u32) -> Parall
     Parallelism { tensor, pipeline, data }
 }
 
-/// The first value in a model file no command may use (its id, or a field: `ServeFields::problems`).
-fn model_file_problem(parsed: &ModelFile, file: &Path) -> Result<(), RegistryError> {
+/// What a model file's `model:` names: a model, or `X@P` (X's standalone for hardware profile P).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum FileId {
+    Bare(ModelId),
+    Standalone(ModelId, String),
+}
+
+/// The id a model file names, checked once as it is read (a [`ModelId`]; after `@`, a profile
+/// name), and the first field no command may use (`ServeFields::problems`).
+fn model_file_problem(parsed: &ModelFile, file: &Path) -> Result<Option<FileId>, RegistryError> {
     let invalid = |place: &str, problem: String| RegistryError::Invalid {
         path: file.to_path_buf(),
         place: place.to_string(),
         problem,
     };
-    if let Some(id) = &parsed.model {
-        match split_standalone(id) {
+    let model_id = |id: &str| ModelId::new(id).map_err(|problem| invalid("`model`: ", problem.to_string()));
+    let id = match &parsed.model {
+        None => None,
+        Some(id) => match split_standalone(id) {
             Some((bare, profile)) => {
-                launch_spec::validate::model_id(bare).map_err(|problem| invalid("`model`: ", problem))?;
+                let bare = model_id(bare)?;
                 if profile.is_empty() || !profile.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
                     return Err(invalid(
                         "`model`: ",
                         format!("`{id}`: after `@` comes a hardware profile name (like gh200)"),
                     ));
                 }
+                Some(FileId::Standalone(bare, profile.to_string()))
             }
-            None => {
-                launch_spec::validate::model_id(id).map_err(|problem| invalid("`model`: ", problem))?;
-            }
-        }
-    }
+            None => Some(FileId::Bare(model_id(id)?)),
+        },
+    };
     let eval = parsed.subsystems.as_ref().and_then(|s| s.eval.clone()).unwrap_or_default();
     let blocks = [(String::new(), parsed.serve_fields()), ("subsystems.eval: ".to_string(), eval.serve_fields())]
         .into_iter()
@@ -376,13 +386,13 @@ fn model_file_problem(parsed: &ModelFile, file: &Path) -> Result<(), RegistryErr
             return Err(invalid(&place, problem));
         }
     }
-    Ok(())
+    Ok(id)
 }
 
-fn load_model_file(file: &Path) -> Result<ModelFile, RegistryError> {
+fn load_model_file(file: &Path) -> Result<(ModelFile, Option<FileId>), RegistryError> {
     let parsed: ModelFile = from_yaml_file(file)?;
-    model_file_problem(&parsed, file)?;
-    Ok(parsed)
+    let id = model_file_problem(&parsed, file)?;
+    Ok((parsed, id))
 }
 
 /// `X@P` → (`X`, `P`), split at the last `@` as the team's loader does; `None` for a bare id.
@@ -399,12 +409,11 @@ fn id_in_text(file: &Path) -> Option<String> {
     (!id.is_empty()).then(|| id.to_string())
 }
 
-fn model_entry(parsed: ModelFile, file: &Path) -> Option<ModelEntry> {
-    let id = parsed.model.clone()?;
+fn model_entry(parsed: ModelFile, id: ModelId, file: &Path) -> ModelEntry {
     let eval = parsed.subsystems.as_ref().and_then(|s| s.eval.clone()).unwrap_or_default();
     let base = parsed.serve_fields().overlaid_with(&eval.serve_fields());
     let variants = eval.variants.iter().flatten().map(|(name, block)| (name.clone(), block.serve_fields())).collect();
-    Some(ModelEntry { id, file: file.to_path_buf(), base, variants })
+    ModelEntry { id, file: file.to_path_buf(), base, variants }
 }
 
 fn sorted_entries(dir: &Path) -> Result<Vec<PathBuf>, RegistryError> {
