@@ -9,6 +9,7 @@ mod exit_codes;
 mod fresh;
 mod launch_path;
 mod ledger;
+mod model_ids;
 mod module_graph;
 mod multinode;
 mod multinode_slurm;
