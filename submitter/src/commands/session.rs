@@ -297,18 +297,13 @@ impl Selection {
             models.extend(lists::read_model_list(file)?);
         }
         if self.all_models {
-            models = ledger
-                .list_models()?
-                .into_iter()
-                .enumerate()
-                .map(|(row, m)| {
-                    // The catalogue may hold what an older submitter stored unchecked: an error
-                    // naming the row (as `models list` numbers them), never a job for it.
-                    ModelId::new(m.id).map_err(|e| {
-                        anyhow::anyhow!("--all-models: the ledger's catalogue, model {} of `models list`: {e}", row + 1)
-                    })
-                })
-                .collect::<Result<_>>()?;
+            let (ids, refused) = lists::catalogue_ids(ledger.list_models()?.into_iter().map(|m| m.id));
+            for (row, problem) in refused {
+                // An older submitter or the team database stored it unchecked: never a job, and the
+                // rest of the catalogue still runs (there is no command to remove a row).
+                tracing::warn!("--all-models: skipped the ledger's catalogue model {row} of `models list`: {problem}");
+            }
+            models = ids;
         }
         let blacklist = match &self.blacklist {
             Some(file) => lists::read_model_list(file)?,

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use launch_spec::ModelId;
+use launch_spec::{ModelId, ModelIdError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ListError {
@@ -47,6 +47,20 @@ pub fn read_model_list(path: &Path) -> Result<Vec<ModelId>, ListError> {
         .collect()
 }
 
+/// The ledger's catalogue as model ids, in its order, and the rows that are none (1-based, as
+/// `models list` shows them, with the problem): the catalogue keeps what an older submitter or the
+/// team database stored unchecked.
+pub fn catalogue_ids(ids: impl IntoIterator<Item = String>) -> (Vec<ModelId>, Vec<(usize, ModelIdError)>) {
+    let (mut good, mut bad) = (Vec::new(), Vec::new());
+    for (index, id) in ids.into_iter().enumerate() {
+        match ModelId::new(id) {
+            Ok(id) => good.push(id),
+            Err(problem) => bad.push((index + 1, problem)),
+        }
+    }
+    (good, bad)
+}
+
 /// The models to consider, in priority order: the list minus the blacklist (the blacklist wins).
 pub fn filter_models(priority: &[ModelId], blacklist: &[ModelId]) -> Vec<ModelId> {
     let blocked: std::collections::HashSet<&ModelId> = blacklist.iter().collect();
@@ -61,6 +75,16 @@ mod tests {
     fn comments_blanks_duplicates_and_order() {
         let list = parse_model_list("# header\nb/two\n\na/one  # inline\nb/two\n   \nc/three\n");
         assert_eq!(list, vec!["b/two", "a/one", "c/three"]);
+    }
+
+    #[test]
+    fn a_catalogue_row_that_is_no_id_is_named_and_left_out() {
+        let rows = ["org/A-8B", "org/\u{1b}[2Jwipe", "org/B-8B", "../x"].map(String::from);
+        let (ids, refused) = catalogue_ids(rows);
+        assert_eq!(ids, [ModelId::new("org/A-8B").unwrap(), ModelId::new("org/B-8B").unwrap()]);
+        let rows: Vec<usize> = refused.iter().map(|(row, _)| *row).collect();
+        assert_eq!(rows, [2, 4]);
+        assert!(refused[0].1.to_string().contains("control character"), "{}", refused[0].1);
     }
 
     #[test]
