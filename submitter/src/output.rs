@@ -212,10 +212,7 @@ impl From<&Layout> for LayoutOutput {
 impl<'a> ServeSettings<'a> {
     /// `layout`: where the engine's GPUs are, when the caller resolved it (shown when multi-node).
     pub fn new(r: &'a Resolved, layout: Option<&Layout>) -> Self {
-        ServeSettings {
-            resolved: r,
-            layout: layout.filter(|layout| layout.is_multi_node()).map(LayoutOutput::from),
-        }
+        ServeSettings { resolved: r, layout: layout.filter(|layout| layout.is_multi_node()).map(LayoutOutput::from) }
     }
 }
 

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use e2e::harness::{assert_plan_is_what_ran, descendants, marker_processes, payload_bin, unique};
+use e2e::harness::{assert_plan_is_what_ran, descendants, files_containing, marker_processes, payload_bin, unique};
 use launch_spec::testkit::spec::{chip_profile, default_profile};
 use launch_spec::testkit::{TestSpec, world};
 
@@ -220,23 +220,11 @@ impl Fx {
 
     /// Secret values found in any file under the fixture (run dir, trials, logs, payload's stderr).
     fn secret_hits_in_files(&self) -> Vec<String> {
-        let mut hits = Vec::new();
-        let mut stack = vec![self.root.join("jobs"), self.root.join("payload.stderr")];
-        while let Some(p) = stack.pop() {
-            if p.is_dir() {
-                for e in std::fs::read_dir(&p).unwrap().flatten() {
-                    stack.push(e.path());
-                }
-            } else if let Ok(bytes) = std::fs::read(&p) {
-                let text = String::from_utf8_lossy(&bytes);
-                for s in self.secret_values() {
-                    if text.contains(s) {
-                        hits.push(format!("{} contains {s}", p.display()));
-                    }
-                }
-            }
-        }
-        hits
+        let roots = [self.root.join("jobs"), self.root.join("payload.stderr")];
+        files_containing(&roots, &self.secret_values())
+            .into_iter()
+            .map(|(file, secret)| format!("{} contains {secret}", file.display()))
+            .collect()
     }
 }
 

@@ -709,8 +709,12 @@ fn harbor_hosted_vllm_rules() {
     let tmp = tempfile::tempdir().unwrap();
     dataset(tmp.path(), &["t1", "t2"]);
     // No model_info: the trial dies at agent construction, before any request.
-    let (code, _, err) =
-        run(HARBOR, &terminus_job("hosted_vllm/q8", "nomi", &["--ak", "api_base=http://127.0.0.1:9/v1"]), &[], tmp.path());
+    let (code, _, err) = run(
+        HARBOR,
+        &terminus_job("hosted_vllm/q8", "nomi", &["--ak", "api_base=http://127.0.0.1:9/v1"]),
+        &[],
+        tmp.path(),
+    );
     assert_eq!(code, 1);
     assert!(
         err.contains("ValueError: hosted_vllm models require `model_info` specifying token limits and costs."),
@@ -990,7 +994,11 @@ fn terminus_job<'a>(model: &'a str, job: &'a str, rest: &[&'a str]) -> Vec<&'a s
 
 /// [`terminus_job`] for `hosted_vllm/q8` with `--env daytona --ak <base> --ak MODEL_INFO -q [extra…]`.
 fn small_job<'a>(base: &'a str, job: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
-    terminus_job("hosted_vllm/q8", job, &[&["--env", "daytona", "--ak", base, "--ak", MODEL_INFO, "-q"][..], extra].concat())
+    terminus_job(
+        "hosted_vllm/q8",
+        job,
+        &[&["--env", "daytona", "--ak", base, "--ak", MODEL_INFO, "-q"][..], extra].concat(),
+    )
 }
 
 #[test]

@@ -30,11 +30,11 @@ pub struct LedgerArgs {
 }
 
 /// The variable `--ledger` is also read from: a URL with a password belongs there, never in argv.
-pub const LEDGER_ENV: &str = "SUBMITTER_LEDGER";
+pub(crate) const LEDGER_ENV: &str = "SUBMITTER_LEDGER";
 
 /// `--ledger` and `--state-dir`: where the ledger and the lock are, for every command that opens one.
 #[derive(clap::Args, Clone, Debug)]
-pub struct LedgerStore {
+pub(crate) struct LedgerStore {
     /// Ledger: `postgres://…` URL or SQLite path (default: the profile's, else <state dir>/ledger.sqlite).
     #[arg(long, env = LEDGER_ENV, hide_env_values = true)]
     pub ledger: Option<String>,

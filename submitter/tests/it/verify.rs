@@ -736,12 +736,8 @@ pub(crate) fn rendered_dom(browser: &Path, profile: &Path, page: &Path) -> Strin
 /// A 1280×900 screenshot of the page into `png`, checked not to be blank; with
 /// `UPDATE_REPORT_SCREENSHOT` set it becomes `docs/<docs_name>`.
 pub(crate) fn screenshot(browser: &Path, profile: &Path, page: &Path, png: &Path, docs_name: &str) {
-    let shot = headless(
-        browser,
-        profile,
-        &[&format!("--screenshot={}", png.display()), "--window-size=1280,900"],
-        page,
-    );
+    let shot =
+        headless(browser, profile, &[&format!("--screenshot={}", png.display()), "--window-size=1280,900"], page);
     assert!(shot.status.success(), "{}", String::from_utf8_lossy(&shot.stderr));
     let bytes = std::fs::read(png).expect("screenshot written");
     assert_eq!(png_size(&bytes), Some((1280, 900)));

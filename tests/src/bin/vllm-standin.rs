@@ -182,7 +182,8 @@ fn serve_args_refused(line: u32, problem: &str) -> ! {
     let raise = format!("raise TypeError(\"Error: {problem}\")");
     let mut frames: Vec<(&str, u32, &str, &str)> = main_frames();
     frames.truncate(2);
-    frames[1] = ("/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/cli/main.py", 118, "main", "cmd.validate(args)");
+    frames[1] =
+        ("/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/cli/main.py", 118, "main", "cmd.validate(args)");
     frames.push((
         "/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/common/cli_args.py",
         line,
