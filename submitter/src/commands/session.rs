@@ -34,7 +34,7 @@ pub(crate) const LEDGER_ENV: &str = "SUBMITTER_LEDGER";
 
 /// `--ledger` and `--state-dir`: where the ledger and the lock are, for every command that opens one.
 #[derive(clap::Args, Clone, Debug)]
-pub(crate) struct LedgerStore {
+pub struct LedgerStore {
     /// Ledger: `postgres://…` URL or SQLite path (default: the profile's, else <state dir>/ledger.sqlite).
     #[arg(long, env = LEDGER_ENV, hide_env_values = true)]
     pub ledger: Option<String>,
