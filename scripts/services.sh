@@ -127,11 +127,7 @@ munge_up() {
   # munged daemonizes itself and writes /run/munge/munged.pid.
   runuser -u munge -- /usr/sbin/munged
   record_started munge
-  local _
-  for _ in $(seq 50); do
-    munge_works && return 0
-    sleep 0.1
-  done
+  poll_until 50 0.1 munge_works && return 0
   tail -n 20 /var/log/munge/munged.log >&2 || true
   die "munge: munged started but 'munge -n | unmunge' still fails"
 }
@@ -235,12 +231,8 @@ slurm_up() {
     # -i: start even if saved state does not match the (regenerated) config.
     /usr/sbin/slurmctld -i || { slurm_dump_logs; die "slurm: slurmctld failed to start"; }
     record_started slurmctld
-    local _
-    for _ in $(seq "$SLURM_UP_TIMEOUT_S"); do
-      slurm_answers && break
-      sleep 1
-    done
-    slurm_answers || { slurm_dump_logs; die "slurm: slurmctld does not answer 'scontrol ping'"; }
+    poll_until "$SLURM_UP_TIMEOUT_S" 1 slurm_answers \
+      || { slurm_dump_logs; die "slurm: slurmctld does not answer 'scontrol ping'"; }
   fi
 
   if ! pid_alive "$SLURM_DIR/run/slurmd.pid"; then
@@ -291,17 +283,8 @@ stop_by_pidfile() {
     log "$name: not running"
     return 0
   fi
-  local pid
-  pid=$(cat "$pidfile")
-  log "$name: stopping pid $pid"
-  kill -TERM "$pid" 2>/dev/null || true
-  local _
-  for _ in $(seq 100); do
-    kill -0 "$pid" 2>/dev/null || return 0
-    sleep 0.1
-  done
-  log "$name: still alive after 10s; killing"
-  kill -KILL "$pid" 2>/dev/null || true
+  log "$name: stopping pid $(cat "$pidfile")"
+  stop_pidfile "$pidfile" || log "$name: still alive after 10s; killed"
 }
 
 # ---------------------------------------------------------------- postgres
@@ -329,12 +312,7 @@ postgres_up() {
     pg_ctlcluster $cluster start || die "postgresql: pg_ctlcluster $cluster start failed"
     record_started postgresql
   fi
-  local _
-  for _ in $(seq 60); do
-    pg_ready && break
-    sleep 0.5
-  done
-  pg_ready || die "postgresql: not ready after 30s"
+  poll_until 60 0.5 pg_ready || die "postgresql: not ready after 30s"
 
   if [[ $(as_postgres_psql -tAc "select 1 from pg_roles where rolname = 'root'") != 1 ]]; then
     log "postgresql: creating superuser role root (Unix-socket access for root)"

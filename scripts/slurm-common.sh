@@ -2,6 +2,31 @@
 # multi-node one): what both Slurm instances share, so a policy changed for one is changed for both.
 
 pid_alive() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+pid_gone() { ! kill -0 "$1" 2>/dev/null; }
+
+# Runs "${@:3}" every $2 seconds until it succeeds, $1 tries at most, and once more after the
+# last wait: the one waiting rule of both scripts (a daemon answering, a process gone).
+poll_until() {
+  local tries=$1 interval=$2 _
+  shift 2
+  for _ in $(seq "$tries"); do
+    "$@" && return 0
+    sleep "$interval"
+  done
+  "$@"
+}
+
+# Stops the process of pid file $1: SIGTERM, and SIGKILL when it is still alive after 10 s (then
+# returns 1, so a caller can say so). Nothing when it is not running.
+stop_pidfile() {
+  pid_alive "$1" || return 0
+  local pid
+  pid=$(cat "$1")
+  kill -TERM "$pid" 2>/dev/null || true
+  poll_until 100 0.1 pid_gone "$pid" && return 0
+  kill -KILL "$pid" 2>/dev/null || true
+  return 1
+}
 
 # Prints the slurm.conf lines both test clusters share: munge, no accounting, backfill with short
 # intervals (tests wait on jobs, so pending jobs must be looked at often), cores and memory as

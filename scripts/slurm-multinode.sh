@@ -135,12 +135,7 @@ cmd_up() {
     write_config "$host"
     log "starting slurmctld ($MN_CLUSTER, port $MN_CTLD_PORT)"
     /usr/sbin/slurmctld -i -f "$MN_CONF" || { dump_logs; die "slurmctld failed to start"; }
-    local _
-    for _ in $(seq "$MN_UP_TIMEOUT_S"); do
-      ctld_answers && break
-      sleep 1
-    done
-    ctld_answers || { dump_logs; die "slurmctld ($MN_CLUSTER) does not answer"; }
+    poll_until "$MN_UP_TIMEOUT_S" 1 ctld_answers || { dump_logs; die "slurmctld ($MN_CLUSTER) does not answer"; }
   fi
   local node
   for node in "${MN_NODES[@]}"; do
@@ -171,26 +166,13 @@ cmd_up() {
   die "nodes did not become idle within ${MN_UP_TIMEOUT_S}s: $states"
 }
 
-stop_pid() {
-  local file=$1 pid
-  pid_alive "$file" || return 0
-  pid=$(cat "$file")
-  kill "$pid" 2>/dev/null || true
-  local _
-  for _ in $(seq 50); do
-    kill -0 "$pid" 2>/dev/null || return 0
-    sleep 0.1
-  done
-  kill -9 "$pid" 2>/dev/null || true
-}
-
 cmd_down() {
   [[ $(id -u) -eq 0 ]] || die "must run as root"
   local node
   for node in "${MN_NODES[@]}"; do
-    stop_pid "$MN_DIR/run/slurmd-$node.pid"
+    stop_pidfile "$MN_DIR/run/slurmd-$node.pid" || true
   done
-  stop_pid "$MN_DIR/run/slurmctld.pid"
+  stop_pidfile "$MN_DIR/run/slurmctld.pid" || true
   for node in "${MN_NODES[@]}"; do
     ip link del "$node-h" 2>/dev/null || true
     [[ -e /run/netns/$node ]] && ip netns del "$node"

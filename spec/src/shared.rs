@@ -91,23 +91,8 @@ impl SharedJobSpec {
     /// Reads `shared.json` (regular file, bounded), refusing an unknown version, no legs, or a
     /// leg path that is not absolute. The legs' own specs are read by the caller.
     pub fn from_file(path: &Path) -> Result<Self, String> {
-        let text = crate::records::read_regular(path, crate::records::MAX_INPUT_BYTES)
-            .map_err(|e| format!("{}: cannot be read: {e}", path.display()))?;
-        let doc: SharedJobSpec = serde_json::from_str(&text).map_err(|e| {
-            format!(
-                "{}: line {}, column {}: {e}; regenerate it with `submitter launch`",
-                path.display(),
-                e.line(),
-                e.column()
-            )
-        })?;
-        if doc.version != SHARED_SPEC_VERSION {
-            return Err(format!(
-                "{}: field `version`: {} is not {SHARED_SPEC_VERSION}, the version this payload reads; use the matching payload",
-                path.display(),
-                doc.version
-            ));
-        }
+        let doc: SharedJobSpec =
+            read_versioned(path, "regenerate it with `submitter launch`", |d: &SharedJobSpec| d.version)?;
         if doc.legs.is_empty() {
             return Err(format!("{}: field `legs`: empty; a shared job needs at least one leg", path.display()));
         }
@@ -169,25 +154,30 @@ pub struct EngineEnded {
 impl EngineRecord {
     /// Reads `engine.json` (regular, bounded).
     pub fn from_file(path: &Path) -> Result<Self, String> {
-        let text = crate::records::read_regular(path, crate::records::MAX_INPUT_BYTES)
-            .map_err(|e| format!("{}: cannot be read: {e}", path.display()))?;
-        let rec: EngineRecord = serde_json::from_str(&text).map_err(|e| {
-            format!(
-                "{}: line {}, column {}: {e}; written by the shared job's engine host",
-                path.display(),
-                e.line(),
-                e.column()
-            )
-        })?;
-        if rec.version != SHARED_SPEC_VERSION {
-            return Err(format!(
-                "{}: field `version`: {} is not {SHARED_SPEC_VERSION}; use the matching payload",
-                path.display(),
-                rec.version
-            ));
-        }
-        Ok(rec)
+        read_versioned(path, "written by the shared job's engine host", |r: &EngineRecord| r.version)
     }
+}
+
+/// Reads one of the shared job's versioned documents: a regular file of bounded size, JSON (a
+/// parse error names its line and column, then `origin`: who writes the file or how to redo it),
+/// at [`SHARED_SPEC_VERSION`].
+fn read_versioned<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    origin: &str,
+    version: impl Fn(&T) -> u32,
+) -> Result<T, String> {
+    let text = crate::records::read_regular(path, crate::records::MAX_INPUT_BYTES)
+        .map_err(|e| format!("{}: cannot be read: {e}", path.display()))?;
+    let doc: T = serde_json::from_str(&text)
+        .map_err(|e| format!("{}: line {}, column {}: {e}; {origin}", path.display(), e.line(), e.column()))?;
+    let found = version(&doc);
+    if found != SHARED_SPEC_VERSION {
+        return Err(format!(
+            "{}: field `version`: {found} is not {SHARED_SPEC_VERSION}, the version this payload reads; use the matching payload",
+            path.display()
+        ));
+    }
+    Ok(doc)
 }
 
 #[cfg(test)]

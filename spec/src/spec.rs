@@ -267,8 +267,12 @@ fn default_host() -> String {
     "127.0.0.1".to_string()
 }
 
+/// The default `serve.health_timeout_s` (and the profile's `engine.health_timeout_s`): the cap on
+/// readiness.
+pub const DEFAULT_HEALTH_TIMEOUT_S: u64 = 3600;
+
 fn default_health_timeout() -> u64 {
-    3600
+    DEFAULT_HEALTH_TIMEOUT_S
 }
 
 /// The default `serve.hang_after_s` (and the profile's `engine.hang_after_s`).
@@ -433,7 +437,7 @@ pub struct PinggySpec {
     pub restart_backoff_s: f64,
     /// On a restart of a pair this job already held, add Pinggy's `force` keyword so a stale
     /// session of our own (still active on Pinggy's side) is disconnected instead of locking us out.
-    #[serde(default = "yes_default")]
+    #[serde(default = "yes")]
     pub force_on_restart: bool,
     /// How long to wait for the server's banner (or a live connection) before retrying.
     #[serde(default = "default_connect_timeout")]
@@ -639,10 +643,6 @@ fn default_lease_ttl() -> u64 {
     600
 }
 
-fn yes_default() -> bool {
-    true
-}
-
 fn default_connect_timeout() -> f64 {
     30.0
 }
@@ -826,8 +826,11 @@ fn default_grace() -> f64 {
     20.0
 }
 
+/// The default `limits.walltime_lead_s` (and the profile's `limits.walltime_lead_s`).
+pub const DEFAULT_WALLTIME_LEAD_S: u64 = 900;
+
 fn default_walltime_lead() -> u64 {
-    900
+    DEFAULT_WALLTIME_LEAD_S
 }
 
 fn default_heartbeat() -> f64 {

@@ -96,6 +96,28 @@ macro_rules! forward_visit {
     )*};
 }
 
+/// The visits both visitors answer alike: none and unit forwarded, and whatever is nested (an
+/// option's value, a sequence, a map) handed on wrapped, so the rule holds at every depth.
+macro_rules! visit_nested {
+    () => {
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            self.0.visit_none()
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            self.0.visit_unit()
+        }
+        fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+            self.0.visit_some(Strict(deserializer))
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+            self.0.visit_seq(Wrap(seq))
+        }
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+            self.0.visit_map(Wrap(map))
+        }
+    };
+}
+
 impl<'de, V: Visitor<'de>> Visitor<'de> for Wrap<V> {
     type Value = V::Value;
 
@@ -114,23 +136,9 @@ impl<'de, V: Visitor<'de>> Visitor<'de> for Wrap<V> {
     fn visit_borrowed_bytes<E: de::Error>(self, v: &'de [u8]) -> Result<Self::Value, E> {
         self.0.visit_borrowed_bytes(v)
     }
-    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-        self.0.visit_none()
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        self.0.visit_unit()
-    }
-    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        self.0.visit_some(Strict(deserializer))
-    }
+    visit_nested!();
     fn visit_newtype_struct<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
         self.0.visit_newtype_struct(Strict(deserializer))
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-        self.0.visit_seq(Wrap(seq))
-    }
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-        self.0.visit_map(Wrap(map))
     }
     fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<Self::Value, A::Error> {
         self.0.visit_enum(Wrap(data))
@@ -155,21 +163,7 @@ impl<'de, V: Visitor<'de>> Visitor<'de> for NoString<V> {
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
         Err(E::invalid_type(de::Unexpected::Str(v), &self))
     }
-    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-        self.0.visit_none()
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        self.0.visit_unit()
-    }
-    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        self.0.visit_some(Strict(deserializer))
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-        self.0.visit_seq(Wrap(seq))
-    }
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-        self.0.visit_map(Wrap(map))
-    }
+    visit_nested!();
 }
 
 impl<'de, A: SeqAccess<'de>> SeqAccess<'de> for Wrap<A> {

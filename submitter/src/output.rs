@@ -182,33 +182,13 @@ pub struct LockHeld {
     pub path: String,
 }
 
-/// One model's serve settings as the JSON documents show them (`registry resolve`, `plan`'s `serve`);
-/// field order is the interface.
+/// One model's serve settings as the JSON documents show them (`registry resolve`, `plan`'s `serve`):
+/// [`Resolved`]'s own fields (its serialisation, field order included, is the interface), then the
+/// layout.
 #[derive(Serialize)]
 pub struct ServeSettings<'a> {
-    pub tensor_parallel_size: u32,
-    pub data_parallel_size: u32,
-    /// Left out when 1, so single-node output keeps its shape.
-    #[serde(skip_serializing_if = "is_one")]
-    pub pipeline_parallel_size: u32,
-    /// The registry's explicit node count; left out when unset.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub nodes: Option<u32>,
-    pub max_model_len: Option<u64>,
-    pub swap_space: Option<u32>,
-    pub trust_remote_code: Option<bool>,
-    pub tool_call_parser: Option<&'a str>,
-    pub reasoning_parser: Option<&'a str>,
-    pub hf_overrides: Option<&'a str>,
-    pub limit_mm_per_prompt: Option<&'a str>,
-    pub max_num_seqs: Option<u32>,
-    pub extra_args: Option<&'a str>,
-    pub conda_env: Option<&'a str>,
-    pub agent_kwargs: &'a [String],
-    pub max_output_tokens: Option<u64>,
-    pub timeout_multiplier: f64,
-    /// Which registry rule matched: `exact`, a pattern, `size-default`, ….
-    pub rule: &'a str,
+    #[serde(flatten)]
+    pub resolved: &'a Resolved,
     /// Where the engine's GPUs are (docs/multinode.md); shown only for a multi-node layout.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub layout: Option<LayoutOutput>,
@@ -229,34 +209,10 @@ impl From<&Layout> for LayoutOutput {
     }
 }
 
-fn is_one(value: &u32) -> bool {
-    *value == 1
-}
-
 impl<'a> ServeSettings<'a> {
     /// `layout`: where the engine's GPUs are, when the caller resolved it (shown when multi-node).
     pub fn new(r: &'a Resolved, layout: Option<&Layout>) -> Self {
-        ServeSettings {
-            tensor_parallel_size: r.tensor_parallel_size,
-            data_parallel_size: r.data_parallel_size,
-            pipeline_parallel_size: r.pipeline_parallel_size,
-            nodes: r.nodes,
-            max_model_len: r.max_model_len,
-            swap_space: r.swap_space,
-            trust_remote_code: r.trust_remote_code,
-            tool_call_parser: r.tool_call_parser.as_deref(),
-            reasoning_parser: r.reasoning_parser.as_deref(),
-            hf_overrides: r.hf_overrides.as_deref(),
-            limit_mm_per_prompt: r.limit_mm_per_prompt.as_deref(),
-            max_num_seqs: r.max_num_seqs,
-            extra_args: r.extra_args.as_deref(),
-            conda_env: r.conda_env.as_deref(),
-            agent_kwargs: &r.agent_kwargs,
-            max_output_tokens: r.max_output_tokens,
-            timeout_multiplier: r.timeout_multiplier,
-            rule: &r.rule,
-            layout: layout.filter(|layout| layout.is_multi_node()).map(LayoutOutput::from),
-        }
+        ServeSettings { resolved: r, layout: layout.filter(|layout| layout.is_multi_node()).map(LayoutOutput::from) }
     }
 }
 

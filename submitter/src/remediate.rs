@@ -178,7 +178,10 @@ pub fn retry_change(
             format!("serve.gpu_memory_utilization {current:.2} → {lowered:.2}")
         }
         Change::LongerReadiness => {
-            let current = facts.health_timeout_s.or(before.health_timeout_s).unwrap_or(3600);
+            let current = facts
+                .health_timeout_s
+                .or(before.health_timeout_s)
+                .unwrap_or(launch_spec::spec::DEFAULT_HEALTH_TIMEOUT_S);
             let longer = (current as f64 * s.ready_budget_factor).ceil() as u64;
             after.health_timeout_s = Some(longer);
             format!("serve.health_timeout_s {current} → {longer}")

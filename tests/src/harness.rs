@@ -23,6 +23,26 @@ pub fn workspace_bin(package: &str, bin: &str) -> PathBuf {
     crate::fresh::bin(package, bin)
 }
 
+/// Every file under `roots` (files or directories, walked without following anything special)
+/// that contains one of `needles`, with the needle found: where a secret must never be.
+pub fn files_containing<'a>(roots: &[PathBuf], needles: &[&'a str]) -> Vec<(PathBuf, &'a str)> {
+    let mut hits = Vec::new();
+    let mut stack = roots.to_vec();
+    while let Some(p) = stack.pop() {
+        if p.is_dir() {
+            for e in std::fs::read_dir(&p).unwrap().flatten() {
+                stack.push(e.path());
+            }
+        } else if let Ok(bytes) = std::fs::read(&p) {
+            let text = String::from_utf8_lossy(&bytes);
+            for needle in needles.iter().filter(|n| !n.is_empty() && text.contains(**n)) {
+                hits.push((p.clone(), *needle));
+            }
+        }
+    }
+    hits
+}
+
 pub fn unique() -> String {
     static N: AtomicU64 = AtomicU64::new(0);
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use e2e::harness::{assert_plan_is_what_ran, descendants, marker_processes, payload_bin, unique};
+use e2e::harness::{assert_plan_is_what_ran, descendants, files_containing, marker_processes, payload_bin, unique};
 use launch_spec::testkit::spec::{chip_profile, default_profile};
 use launch_spec::testkit::{TestSpec, world};
 
@@ -128,6 +128,36 @@ impl Fx {
         cmd
     }
 
+    /// Waits for `run` to exit 0 within `limit` (its stderr and harbor.log in the failure), with no
+    /// process of it left behind.
+    #[track_caller]
+    fn assert_succeeds(&self, run: &mut Run, limit: Duration) {
+        let code = run.wait(limit);
+        let harbor_log = || std::fs::read_to_string(self.run_dir().join("harbor.log")).unwrap_or_default();
+        assert_eq!(code, 0, "stderr:\n{}\nharbor.log:\n{}", self.stderr(), harbor_log());
+        assert_no_survivors(run);
+    }
+
+    /// The trials whose result.json records Harbor's `CancelledError` (cancelled at teardown).
+    fn cancelled_trials(&self) -> usize {
+        std::fs::read_dir(self.run_dir())
+            .unwrap()
+            .flatten()
+            .filter_map(|e| read_json(&e.path().join("result.json")))
+            .filter(|r| r.pointer("/exception_info/exception_type") == Some(&json!("CancelledError")))
+            .count()
+    }
+
+    /// Runs payload on `spec` to its end: exit `code` within `limit` and no process of it left
+    /// behind. The run (for its timings) and the outcome it recorded.
+    #[track_caller]
+    fn run_to_end(&self, spec: &Value, limit: Duration, code: i32) -> (Run, Value) {
+        let mut run = self.start(spec, &[]);
+        assert_eq!(run.wait(limit), code, "stderr:\n{}", self.stderr());
+        assert_no_survivors(&run);
+        (run, outcome(self))
+    }
+
     fn start(&self, spec: &Value, extra_env: &[(&str, &str)]) -> Run {
         let stderr = std::fs::File::create(self.root.join("payload.stderr")).unwrap();
         self.start_with(spec, extra_env, stderr.into())
@@ -190,23 +220,11 @@ impl Fx {
 
     /// Secret values found in any file under the fixture (run dir, trials, logs, payload's stderr).
     fn secret_hits_in_files(&self) -> Vec<String> {
-        let mut hits = Vec::new();
-        let mut stack = vec![self.root.join("jobs"), self.root.join("payload.stderr")];
-        while let Some(p) = stack.pop() {
-            if p.is_dir() {
-                for e in std::fs::read_dir(&p).unwrap().flatten() {
-                    stack.push(e.path());
-                }
-            } else if let Ok(bytes) = std::fs::read(&p) {
-                let text = String::from_utf8_lossy(&bytes);
-                for s in self.secret_values() {
-                    if text.contains(s) {
-                        hits.push(format!("{} contains {s}", p.display()));
-                    }
-                }
-            }
-        }
-        hits
+        let roots = [self.root.join("jobs"), self.root.join("payload.stderr")];
+        files_containing(&roots, &self.secret_values())
+            .into_iter()
+            .map(|(file, secret)| format!("{} contains {secret}", file.display()))
+            .collect()
     }
 }
 
@@ -553,12 +571,8 @@ fn silent_load_ends_as_stalled_early() {
     spec["serve"]["health_timeout_s"] = json!(600);
     // A budget far off: the stall rule, not the budget, ends a silent load.
     spec["serve"]["ready_budget"] = ready_budget(300, 600);
-    let mut run = fx.start(&spec, &[]);
-    let code = run.wait(Duration::from_secs(60));
-    assert_eq!(code, 10, "stderr:\n{}", fx.stderr());
+    let (run, o) = fx.run_to_end(&spec, Duration::from_secs(60), 10);
     assert!(run.elapsed() < Duration::from_secs(30), "took {:?}", run.elapsed());
-    assert_no_survivors(&run);
-    let o = outcome(&fx);
     assert_eq!(o["class"], "engine_start", "{o}");
     assert_eq!(o["cause"], "stalled", "{o}");
     let ev = fx.event("engine_stalled").expect("engine_stalled event")["fields"].clone();
@@ -574,11 +588,7 @@ fn engine_killed_mid_run_stops_harbor_as_engine_died() {
     spec["serve"]["env"]["STANDIN_DIE_AFTER_REQUESTS"] = json!("3");
     spec["serve"]["env"]["STANDIN_DIE_MODE"] = json!("kill");
     spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("0.5");
-    let mut run = fx.start(&spec, &[]);
-    let code = run.wait(Duration::from_secs(20));
-    assert_eq!(code, 12, "stderr:\n{}", fx.stderr());
-    assert_no_survivors(&run);
-    let o = outcome(&fx);
+    let (_, o) = fx.run_to_end(&spec, Duration::from_secs(20), 12);
     assert_eq!(o["class"], "engine_died", "{o}");
     assert!(o["harbor_exit_code"].is_i64(), "Harbor was running and was stopped: {o}");
     let died = fx.event("engine_exited").unwrap();
@@ -593,11 +603,7 @@ fn hung_engine_fails_health_probes_as_engine_died() {
     spec["serve"]["env"]["STANDIN_HANG_AFTER_REQUESTS"] = json!("2");
     spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("0.3");
     spec["harbor"]["env"]["STANDIN_REQUEST_TIMEOUT"] = json!("30");
-    let mut run = fx.start(&spec, &[]);
-    let code = run.wait(Duration::from_secs(20));
-    assert_eq!(code, 12, "stderr:\n{}", fx.stderr());
-    assert_no_survivors(&run);
-    let o = outcome(&fx);
+    let (_, o) = fx.run_to_end(&spec, Duration::from_secs(20), 12);
     assert_eq!(o["class"], "engine_died", "{o}");
     assert_eq!(o["cause"], "unhealthy", "{o}");
 }
@@ -613,11 +619,7 @@ fn stalled_engine_that_still_answers_health_ends_as_engine_hung() {
     spec["serve"]["env"]["STANDIN_STALL_AFTER_REQUESTS"] = json!("2");
     spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("0.3");
     spec["harbor"]["env"]["STANDIN_REQUEST_TIMEOUT"] = json!("60");
-    let mut run = fx.start(&spec, &[]);
-    let code = run.wait(Duration::from_secs(30));
-    assert_eq!(code, 16, "stderr:\n{}", fx.stderr());
-    assert_no_survivors(&run);
-    let o = outcome(&fx);
+    let (_, o) = fx.run_to_end(&spec, Duration::from_secs(30), 16);
     assert_eq!((o["class"].as_str(), o["cause"].as_str()), (Some("engine_hung"), Some("no_tokens")), "{o}");
     assert!(fx.event("engine_unhealthy").is_none(), "/health kept answering: {o}");
     let hung = fx.event("engine_hung").expect("an engine_hung event")["fields"].clone();
@@ -766,11 +768,7 @@ fn harbor_crash_surfaces_its_exit_code() {
     let fx = Fx::new("harborcrash");
     let mut spec = fx.spec();
     spec["harbor"]["env"]["STANDIN_CRASH"] = json!("7");
-    let mut run = fx.start(&spec, &[]);
-    let code = run.wait(Duration::from_secs(15));
-    assert_eq!(code, 14, "stderr:\n{}", fx.stderr());
-    assert_no_survivors(&run);
-    let o = outcome(&fx);
+    let (_, o) = fx.run_to_end(&spec, Duration::from_secs(15), 14);
     assert_eq!(o["class"], "harbor");
     assert_eq!(o["harbor_exit_code"], 7);
 }
@@ -915,13 +913,7 @@ fn sigterm_during_run_stops_harbor_first() {
     assert_eq!(o["class"], "interrupted");
     assert_eq!(o["harbor_exit_code"], 130, "Harbor took SIGINT as KeyboardInterrupt: {o}");
     // Harbor cancelled its running trials and wrote their results.
-    let cancelled = std::fs::read_dir(fx.run_dir())
-        .unwrap()
-        .flatten()
-        .filter_map(|e| read_json(&e.path().join("result.json")))
-        .filter(|r| r.pointer("/exception_info/exception_type") == Some(&json!("CancelledError")))
-        .count();
-    assert!(cancelled >= 1, "no CancelledError trial results");
+    assert!(fx.cancelled_trials() >= 1, "no CancelledError trial results");
     // Order: TERM Harbor, Harbor gone, then TERM vLLM (docs/design.md §6.7: Harbor → vLLM → tunnel).
     let td = fx.event("teardown_done").unwrap();
     let steps: Vec<(String, String)> = td["fields"]["steps"]
@@ -1023,15 +1015,7 @@ fn resume_rewrites_api_base_in_job_and_every_trial_config() {
     // Run 2: another job id → another port; payload must rewrite api_base before `jobs resume`.
     spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("0.05");
     let mut run = fx.start(&spec, &[("SLURM_JOB_ID", "4243")]);
-    let code = run.wait(Duration::from_secs(30));
-    assert_eq!(
-        code,
-        0,
-        "stderr:\n{}\nharbor.log:\n{}",
-        fx.stderr(),
-        std::fs::read_to_string(fx.run_dir().join("harbor.log")).unwrap_or_default()
-    );
-    assert_no_survivors(&run);
+    fx.assert_succeeds(&mut run, Duration::from_secs(30));
     let st = fx.status();
     assert_eq!(st["resume"], true);
     let new_port = st["port"].as_u64().unwrap();
@@ -1571,15 +1555,7 @@ fn yaml_agent_settings_thinking_and_parser_kwargs_reach_harbors_job_config() {
     let requests = fx.root.join("requests.jsonl");
     spec["serve"]["env"]["STANDIN_REQUEST_LOG"] = json!(requests);
     let mut run = fx.start(&spec, &[]);
-    let code = run.wait(Duration::from_secs(30));
-    assert_eq!(
-        code,
-        0,
-        "stderr:\n{}\nharbor.log:\n{}",
-        fx.stderr(),
-        std::fs::read_to_string(fx.run_dir().join("harbor.log")).unwrap_or_default()
-    );
-    assert_no_survivors(&run);
+    fx.assert_succeeds(&mut run, Duration::from_secs(30));
     let hargv: Vec<String> =
         serde_json::from_value(fx.last_event("harbor_spawned").unwrap()["fields"]["argv"].clone()).unwrap();
     assert!(hargv.contains(&"--yes".to_string()), "{hargv:?}");
@@ -1623,12 +1599,8 @@ fn unknown_agent_option_is_refused_while_the_engine_loads() {
     spec["harbor"]["agent_kwargs"] = json!(["enable_episode_logging=false"]);
     spec["serve"]["env"]["STANDIN_LOAD_SECONDS"] = json!("20");
     let t = Instant::now();
-    let mut run = fx.start(&spec, &[]);
-    let code = run.wait(Duration::from_secs(15));
-    assert_eq!(code, 14, "stderr:\n{}", fx.stderr());
+    let (_, o) = fx.run_to_end(&spec, Duration::from_secs(15), 14);
     assert!(t.elapsed() < Duration::from_secs(15), "waited for the engine: {:?}", t.elapsed());
-    assert_no_survivors(&run);
-    let o = outcome(&fx);
     assert_eq!(o["class"], "harbor", "{o}");
     assert!(o["message"].as_str().unwrap().contains("Unknown option 'enable_episode_logging'"), "{o}");
     assert!(fx.event("engine_ready").is_none(), "refused before the engine was ready");
@@ -1659,13 +1631,7 @@ fn sigterm_during_resume_records_the_trials_in_flight() {
     assert_eq!(fx.status()["resume"], true);
     let o = outcome(&fx);
     assert_eq!(o["harbor_exit_code"], 130, "Harbor's resume took KeyboardInterrupt: {o}");
-    let cancelled = std::fs::read_dir(fx.run_dir())
-        .unwrap()
-        .flatten()
-        .filter_map(|e| read_json(&e.path().join("result.json")))
-        .filter(|r| r.pointer("/exception_info/exception_type") == Some(&json!("CancelledError")))
-        .count();
-    assert!(cancelled >= 1, "the resumed trial in flight has no result.json");
+    assert!(fx.cancelled_trials() >= 1, "the resumed trial in flight has no result.json");
 }
 
 #[test]

@@ -711,22 +711,7 @@ fn harbor_hosted_vllm_rules() {
     // No model_info: the trial dies at agent construction, before any request.
     let (code, _, err) = run(
         HARBOR,
-        &[
-            "jobs",
-            "start",
-            "-p",
-            "ds",
-            "-a",
-            "terminus-2",
-            "-m",
-            "hosted_vllm/q8",
-            "--ak",
-            "api_base=http://127.0.0.1:9/v1",
-            "--job-name",
-            "nomi",
-            "-o",
-            "jobs",
-        ],
+        &terminus_job("hosted_vllm/q8", "nomi", &["--ak", "api_base=http://127.0.0.1:9/v1"]),
         &[],
         tmp.path(),
     );
@@ -758,7 +743,7 @@ fn harbor_hosted_vllm_rules() {
         let name = format!("bad{i}");
         let (code, _, err) = run(
             HARBOR,
-            &["jobs", "start", "-p", "ds", "-a", "terminus-2", "-m", model, "--ak", MODEL_INFO, "--ak", "api_base=http://127.0.0.1:9/v1", "-o", "jobs", "--job-name", &name],
+            &terminus_job(model, &name, &["--ak", MODEL_INFO, "--ak", "api_base=http://127.0.0.1:9/v1"]),
             &[],
             tmp.path(),
         );
@@ -766,27 +751,7 @@ fn harbor_hosted_vllm_rules() {
         assert!(err.contains(needle), "{err}");
     }
     let long = format!("hosted_vllm/{}", "a".repeat(65));
-    let (code, _, _) = run(
-        HARBOR,
-        &[
-            "jobs",
-            "start",
-            "-p",
-            "ds",
-            "-a",
-            "terminus-2",
-            "-m",
-            &long,
-            "--ak",
-            MODEL_INFO,
-            "-o",
-            "jobs",
-            "--job-name",
-            "long",
-        ],
-        &[],
-        tmp.path(),
-    );
+    let (code, _, _) = run(HARBOR, &terminus_job(&long, "long", &["--ak", MODEL_INFO]), &[], tmp.path());
     assert_eq!(code, 1);
     // Unknown agent names are refused up front.
     let (code, out, _) = run(HARBOR, &["jobs", "start", "-p", "ds", "-a", "terminus-9", "-o", "jobs"], &[], tmp.path());
@@ -938,26 +903,7 @@ fn harbor_context_overflow_becomes_trial_exception() {
         ("C", "enable_summarize=false", "ContextLengthExceededError", false),
         ("S", "enable_summarize=true", "AgentTimeoutError", true),
     ] {
-        let args = [
-            "jobs",
-            "start",
-            "-p",
-            "ds",
-            "-a",
-            "terminus-2",
-            "-m",
-            "hosted_vllm/q8",
-            "--ak",
-            &base,
-            "--ak",
-            MODEL_INFO,
-            "--ak",
-            extra,
-            "--job-name",
-            job,
-            "-o",
-            "jobs",
-        ];
+        let args = terminus_job("hosted_vllm/q8", job, &["--ak", &base, "--ak", MODEL_INFO, "--ak", extra]);
         let (code, _, _) =
             run(HARBOR, &args, &[("STANDIN_TRIAL_SECONDS", "0"), ("STANDIN_AGENT_TIMEOUT", "1")], tmp.path());
         assert_eq!(code, 0);
@@ -978,26 +924,7 @@ fn harbor_sigterm_cancels_running_trials() {
     v.wait_ready();
     let base = format!("api_base={}/v1", v.base());
     let child = Command::new(HARBOR)
-        .args([
-            "jobs",
-            "start",
-            "-p",
-            "ds",
-            "-n",
-            "2",
-            "-a",
-            "terminus-2",
-            "-m",
-            "hosted_vllm/q8",
-            "--ak",
-            &base,
-            "--ak",
-            MODEL_INFO,
-            "--job-name",
-            "S",
-            "-o",
-            "jobs",
-        ])
+        .args(terminus_job("hosted_vllm/q8", "S", &["-n", "2", "--ak", &base, "--ak", MODEL_INFO]))
         .env("STANDIN_TRIAL_SECONDS", "5")
         .current_dir(tmp.path())
         .stdout(Stdio::null())
@@ -1059,31 +986,19 @@ fn harbor_crash_knob_exits_after_config() {
     assert_eq!(res["stats"]["evals"]["oracle__ds"]["metrics"][0]["mean"], 1.0);
 }
 
-/// `jobs start -p ds --env daytona -a terminus-2 -m hosted_vllm/q8 --ak <base> --ak MODEL_INFO [extra…]`.
+/// `jobs start -p ds -a terminus-2 -m MODEL --job-name JOB -o jobs [rest…]`.
+fn terminus_job<'a>(model: &'a str, job: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
+    let head = ["jobs", "start", "-p", "ds", "-a", "terminus-2", "-m", model, "--job-name", job, "-o", "jobs"];
+    [&head[..], rest].concat()
+}
+
+/// [`terminus_job`] for `hosted_vllm/q8` with `--env daytona --ak <base> --ak MODEL_INFO -q [extra…]`.
 fn small_job<'a>(base: &'a str, job: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
-    let mut a = vec![
-        "jobs",
-        "start",
-        "-p",
-        "ds",
-        "--env",
-        "daytona",
-        "-a",
-        "terminus-2",
-        "-m",
+    terminus_job(
         "hosted_vllm/q8",
-        "--ak",
-        base,
-        "--ak",
-        MODEL_INFO,
-        "--job-name",
         job,
-        "-o",
-        "jobs",
-        "-q",
-    ];
-    a.extend_from_slice(extra);
-    a
+        &[&["--env", "daytona", "--ak", base, "--ak", MODEL_INFO, "-q"][..], extra].concat(),
+    )
 }
 
 #[test]

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use e2e::sshd::{self, Sshd, TokenUser};
 use serde_json::{Value, json};
 
-use e2e::harness::{assert_plan_is_what_ran, free_port, payload_bin, unique};
+use e2e::harness::{assert_plan_is_what_ran, files_containing, free_port, payload_bin, unique};
 use launch_spec::testkit::{TestSpec, world};
 
 const VLLM: &str = env!("CARGO_BIN_EXE_vllm-standin");
@@ -163,28 +163,12 @@ impl Fx {
 
     /// Files under the fixture (run dir, trials, logs, TMPDIR, state) containing any of `needles`.
     fn files_containing(&self, needles: &[String]) -> Vec<String> {
-        let mut hits = Vec::new();
-        let mut stack = vec![
-            self.root.join("jobs"),
-            self.root.join("tmp"),
-            self.root.join("state"),
-            self.root.join("payload.stderr"),
-        ];
-        while let Some(p) = stack.pop() {
-            if p.is_dir() {
-                for e in std::fs::read_dir(&p).unwrap().flatten() {
-                    stack.push(e.path());
-                }
-            } else if let Ok(bytes) = std::fs::read(&p) {
-                let text = String::from_utf8_lossy(&bytes);
-                for n in needles {
-                    if !n.is_empty() && text.contains(n.as_str()) {
-                        hits.push(format!("{} contains a secret", p.display()));
-                    }
-                }
-            }
-        }
-        hits
+        let roots = ["jobs", "tmp", "state", "payload.stderr"].map(|p| self.root.join(p));
+        let needles: Vec<&str> = needles.iter().map(String::as_str).collect();
+        files_containing(&roots, &needles)
+            .into_iter()
+            .map(|(file, _)| format!("{} contains a secret", file.display()))
+            .collect()
     }
 }
 

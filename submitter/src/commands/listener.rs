@@ -201,7 +201,7 @@ fn listener_environment(cluster: &ClusterProfile, listener: &ListenerSettings) -
 }
 
 fn start(ledger: &LedgerArgs, interval: Duration, time: Option<&str>, launch_args: Vec<String>) -> Result<ExitCode> {
-    if ledger.ledger.as_deref().is_some_and(|l| submitter::ledger::redact_url(l) != l) {
+    if ledger.store.ledger.as_deref().is_some_and(|l| submitter::ledger::redact_url(l) != l) {
         bail!("the listener job cannot carry a ledger password: put it in ~/.pgpass and pass the URL without it");
     }
     let session = Session::open(ledger)?;
@@ -216,7 +216,7 @@ fn start(ledger: &LedgerArgs, interval: Duration, time: Option<&str>, launch_arg
         "--state-dir".to_string(),
         session.state_dir.display().to_string(),
     ];
-    if let Some(l) = &ledger.ledger {
+    if let Some(l) = &ledger.store.ledger {
         args.extend(["--ledger".to_string(), l.clone()]);
     }
     // The job runs elsewhere: carry explicit configuration directories as absolute paths.

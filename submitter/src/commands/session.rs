@@ -23,14 +23,24 @@ pub struct LedgerArgs {
     /// Cluster profile name or alias.
     #[arg(long)]
     pub cluster: String,
+    #[command(flatten)]
+    pub store: LedgerStore,
+    #[command(flatten)]
+    pub dirs: ConfigDirs,
+}
+
+/// The variable `--ledger` is also read from: a URL with a password belongs there, never in argv.
+pub(crate) const LEDGER_ENV: &str = "SUBMITTER_LEDGER";
+
+/// `--ledger` and `--state-dir`: where the ledger and the lock are, for every command that opens one.
+#[derive(clap::Args, Clone, Debug)]
+pub struct LedgerStore {
     /// Ledger: `postgres://…` URL or SQLite path (default: the profile's, else <state dir>/ledger.sqlite).
-    #[arg(long, env = "SUBMITTER_LEDGER", hide_env_values = true)]
+    #[arg(long, env = LEDGER_ENV, hide_env_values = true)]
     pub ledger: Option<String>,
     /// State dir (ledger, lock) instead of the profile's `paths.state_dir`.
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
-    #[command(flatten)]
-    pub dirs: ConfigDirs,
 }
 
 /// What changes the launch spec: shared by `spec`, `plan` and `launch` (and what the listener
@@ -182,7 +192,7 @@ pub struct Session {
 /// is refused as `import --from` refuses it: argv is visible to every user of the machine.
 fn refuse_password_on_argv(ledger: Option<&str>) -> Result<()> {
     let Some(spec) = ledger else { return Ok(()) };
-    let from_env = std::env::var("SUBMITTER_LEDGER").is_ok_and(|env| env == spec);
+    let from_env = std::env::var(LEDGER_ENV).is_ok_and(|env| env == spec);
     let redacted = ledger::redact_url(spec);
     if !from_env && redacted != spec {
         bail!(
@@ -205,7 +215,7 @@ impl Session {
     }
 
     fn open_with(args: &LedgerArgs, create_state_dir: bool) -> Result<Session> {
-        refuse_password_on_argv(args.ledger.as_deref())?;
+        refuse_password_on_argv(args.store.ledger.as_deref())?;
         let dirs = args.dirs.resolve()?;
         let root = ConfigRoot::discover().map(|r| r.root).unwrap_or_else(|_| dirs.clusters.join(".."));
         let cluster = config::load_cluster(&dirs.clusters, &args.cluster)?;
@@ -221,11 +231,11 @@ impl Session {
             harbor_configs_dir: &harbor_dir,
             root: &root,
         };
-        let state_dir = match &args.state_dir {
+        let state_dir = match &args.store.state_dir {
             Some(dir) => dir.clone(),
             None => context.expand("paths.state_dir", &cluster.paths.state_dir)?,
         };
-        let named = args.ledger.clone().or_else(|| cluster.ledger.clone());
+        let named = args.store.ledger.clone().or_else(|| cluster.ledger.clone());
         if create_state_dir || named.is_none() {
             std::fs::create_dir_all(&state_dir)
                 .with_context(|| format!("creating state dir {}", state_dir.display()))?;

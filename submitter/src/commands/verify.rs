@@ -20,7 +20,7 @@ use submitter::verify::team::{self, TeamView};
 use submitter::verify::verdict::StatusRow;
 use submitter::verify::{Level, VerifySettings};
 
-use super::session::{LedgerArgs, Session};
+use super::session::{LedgerArgs, LedgerStore, Session};
 use super::verify_output::{CheckOutput, ResultsOutput, StatusOutput, TeamOutput};
 use submitter::output::{self, FormatArgs};
 
@@ -136,10 +136,8 @@ pub struct LogsArgs {
     /// Cluster profile, for run tags and job ids (the ledger lookup).
     #[arg(long)]
     pub cluster: Option<String>,
-    #[arg(long, env = "SUBMITTER_LEDGER", hide_env_values = true)]
-    pub ledger: Option<String>,
-    #[arg(long, value_name = "DIR")]
-    pub state_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub store: LedgerStore,
     #[command(flatten)]
     pub dirs: ConfigDirs,
 }
@@ -410,8 +408,7 @@ fn resolve_target(args: &LogsArgs) -> Result<(PathBuf, Option<String>, Option<Pa
     let session = match &args.cluster {
         Some(cluster) => Some(Session::open(&LedgerArgs {
             cluster: cluster.clone(),
-            ledger: args.ledger.clone(),
-            state_dir: args.state_dir.clone(),
+            store: args.store.clone(),
             dirs: args.dirs.clone(),
         })?),
         None => None,

@@ -397,7 +397,7 @@ fn default_vllm() -> String {
 }
 
 fn default_health_timeout() -> u64 {
-    3600
+    launch_spec::spec::DEFAULT_HEALTH_TIMEOUT_S
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -536,7 +536,7 @@ fn default_n_concurrent() -> u32 {
     32
 }
 fn default_walltime_lead() -> u64 {
-    900
+    launch_spec::spec::DEFAULT_WALLTIME_LEAD_S
 }
 fn default_max_attempts() -> u32 {
     3
@@ -1003,7 +1003,7 @@ pub struct TeamSettings {
     /// never the URL itself. `$SUBMITTER_TEAM_DB` of the shell wins over it.
     pub database_secret: String,
     /// Publish this submitter's attempts into the team's `sandbox_jobs` (`--mirror`) by default.
-    #[serde(default = "default_true")]
+    #[serde(default = "yes")]
     pub mirror: bool,
     /// The bound of each statement on the team database (the connect timeout is the URL's
     /// `connect_timeout`, else 10 s).
@@ -1011,9 +1011,6 @@ pub struct TeamSettings {
     pub timeout_s: u64,
 }
 
-fn default_true() -> bool {
-    true
-}
 fn default_team_timeout_s() -> u64 {
     30
 }

@@ -15,43 +15,26 @@ pub struct Migration {
     pub postgres: &'static str,
 }
 
+/// One version's entry, its files named by it: `migrations/<NNNN>_<name>.sqlite.sql` and
+/// `….postgres.sql`, so the two backends cannot point at different versions.
+macro_rules! migration {
+    ($version:literal, $padded:literal, $name:literal) => {
+        Migration {
+            version: $version,
+            name: $name,
+            sqlite: include_str!(concat!("migrations/", $padded, "_", $name, ".sqlite.sql")),
+            postgres: include_str!(concat!("migrations/", $padded, "_", $name, ".postgres.sql")),
+        }
+    };
+}
+
 pub(crate) const MIGRATIONS: &[Migration] = &[
-    Migration {
-        version: 1,
-        name: "initial",
-        sqlite: include_str!("migrations/0001_initial.sqlite.sql"),
-        postgres: include_str!("migrations/0001_initial.postgres.sql"),
-    },
-    Migration {
-        version: 2,
-        name: "team",
-        sqlite: include_str!("migrations/0002_team.sqlite.sql"),
-        postgres: include_str!("migrations/0002_team.postgres.sql"),
-    },
-    Migration {
-        version: 3,
-        name: "continuation",
-        sqlite: include_str!("migrations/0003_continuation.sqlite.sql"),
-        postgres: include_str!("migrations/0003_continuation.postgres.sql"),
-    },
-    Migration {
-        version: 4,
-        name: "agent",
-        sqlite: include_str!("migrations/0004_agent.sqlite.sql"),
-        postgres: include_str!("migrations/0004_agent.postgres.sql"),
-    },
-    Migration {
-        version: 5,
-        name: "gpu_seconds",
-        sqlite: include_str!("migrations/0005_gpu_seconds.sqlite.sql"),
-        postgres: include_str!("migrations/0005_gpu_seconds.postgres.sql"),
-    },
-    Migration {
-        version: 6,
-        name: "remediation",
-        sqlite: include_str!("migrations/0006_remediation.sqlite.sql"),
-        postgres: include_str!("migrations/0006_remediation.postgres.sql"),
-    },
+    migration!(1, "0001", "initial"),
+    migration!(2, "0002", "team"),
+    migration!(3, "0003", "continuation"),
+    migration!(4, "0004", "agent"),
+    migration!(5, "0005", "gpu_seconds"),
+    migration!(6, "0006", "remediation"),
 ];
 
 /// The schema version this build writes.

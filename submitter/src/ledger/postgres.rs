@@ -505,18 +505,17 @@ impl TlsSettings {
         let builder = ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| format!("TLS setup: {e}"))?;
-        if self.verification == Verification::EncryptOnly {
-            let verifier = EncryptOnly(provider.signature_verification_algorithms);
-            return Ok(builder.dangerous().with_custom_certificate_verifier(Arc::new(verifier)).with_no_client_auth());
-        }
-        let roots = Arc::new(self.roots()?);
-        if self.verification == Verification::Full {
-            return Ok(builder.with_root_certificates(roots).with_no_client_auth());
-        }
-        let inner = WebPkiServerVerifier::builder_with_provider(roots, provider)
-            .build()
-            .map_err(|e| format!("TLS setup: {e}"))?;
-        Ok(builder.dangerous().with_custom_certificate_verifier(Arc::new(ChainOnly(inner))).with_no_client_auth())
+        let chain = match self.verification {
+            Verification::EncryptOnly => None,
+            Verification::Full => return Ok(builder.with_root_certificates(self.roots()?).with_no_client_auth()),
+            Verification::Chain => Some(
+                WebPkiServerVerifier::builder_with_provider(Arc::new(self.roots()?), provider.clone())
+                    .build()
+                    .map_err(|e| format!("TLS setup: {e}"))?,
+            ),
+        };
+        let verifier = LibpqVerifier { algorithms: provider.signature_verification_algorithms, chain };
+        Ok(builder.dangerous().with_custom_certificate_verifier(Arc::new(verifier)).with_no_client_auth())
     }
 
     fn roots(&self) -> std::result::Result<RootCertStore, String> {
@@ -538,51 +537,17 @@ impl TlsSettings {
     }
 }
 
-/// libpq's `require`: the session is encrypted, the certificate is not checked (signatures in the
-/// handshake still are).
+/// libpq's `require` and `verify-ca`, which rustls has no verifier for: the session is encrypted
+/// and the handshake's signatures are checked by the provider's algorithms; the certificate is not
+/// checked (`chain: None`, `require`), or its chain must verify while a name mismatch is accepted
+/// (`verify-ca`).
 #[derive(Debug)]
-struct EncryptOnly(WebPkiSupportedAlgorithms);
-
-impl ServerCertVerifier for EncryptOnly {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_schemes()
-    }
+struct LibpqVerifier {
+    algorithms: WebPkiSupportedAlgorithms,
+    chain: Option<Arc<WebPkiServerVerifier>>,
 }
 
-/// libpq's `verify-ca`: the chain must verify; a name mismatch is accepted.
-#[derive(Debug)]
-struct ChainOnly(Arc<WebPkiServerVerifier>);
-
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for LibpqVerifier {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -591,7 +556,8 @@ impl ServerCertVerifier for ChainOnly {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        match self.0.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
+        let Some(chain) = &self.chain else { return Ok(ServerCertVerified::assertion()) };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),
@@ -605,7 +571,7 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
     }
 
     fn verify_tls13_signature(
@@ -614,11 +580,11 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.algorithms.supported_schemes()
     }
 }
 

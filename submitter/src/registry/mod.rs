@@ -466,8 +466,8 @@ pub struct Overrides {
     pub preset_agent_kwargs: Vec<String>,
 }
 
-/// Resolved serve settings. What `registry resolve --format json` prints is its own output type
-/// (`ServeSettingsOutput` in the command layer), built from this.
+/// Resolved serve settings. Its serialisation is what `registry resolve --format json` and `plan`
+/// print of them (`output::ServeSettings` adds the layout): field order is the interface.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Resolved {
     pub tensor_parallel_size: u32,

@@ -49,6 +49,18 @@ pub fn anchor(attempt: i64) -> String {
     format!("run-{attempt}")
 }
 
+/// `lines` as the report's evidence list (nothing when there are none).
+fn evidence_list(h: &mut String, lines: &[String]) {
+    if lines.is_empty() {
+        return;
+    }
+    h.push_str("<ul class=\"evidence\">");
+    for line in lines {
+        let _ = write!(h, "<li>{}</li>", escape(line));
+    }
+    h.push_str("</ul>\n");
+}
+
 /// Text for HTML content and quoted attribute values (`&`, `<`, `>`, `"`, `'` escaped).
 pub fn escape(text: &str) -> String {
     html_escape::encode_quoted_attribute(text).into_owned()
@@ -294,13 +306,7 @@ pub fn render_html(input: &ReportInput) -> String {
             escape(&r.run_tag),
             r.run_dir.as_ref().map(|d| format!(" · run dir <code>{}</code>", escape(d))).unwrap_or_default()
         );
-        if !r.score.is_empty() {
-            h.push_str("<ul class=\"evidence\">");
-            for line in &r.score {
-                let _ = write!(h, "<li>{}</li>", escape(line));
-            }
-            h.push_str("</ul>\n");
-        }
+        evidence_list(&mut h, &r.score);
         if let Some(row) = &r.verdict {
             let v = &row.verdict;
             let _ = writeln!(
@@ -310,13 +316,7 @@ pub fn render_html(input: &ReportInput) -> String {
                 v.verdict,
                 escape(&v.summary)
             );
-            if !v.evidence.is_empty() {
-                h.push_str("<ul class=\"evidence\">");
-                for e in &v.evidence {
-                    let _ = write!(h, "<li>{}</li>", escape(e));
-                }
-                h.push_str("</ul>\n");
-            }
+            evidence_list(&mut h, &v.evidence);
             if let Some(a) = &v.action {
                 let _ = writeln!(h, "<p class=\"action\">→ {}</p>", escape(a));
             }

@@ -1,22 +1,10 @@
 //! `submitter models add|import|list` and `submitter unevaluated` through the real binary on a
 //! SQLite ledger: the catalogue and the priority list of models not yet evaluated on a family.
 
-use std::process::Command;
-
 use serde_json::{Value, json};
 use submitter::ledger::{AttemptStatus, NewAttempt, open_ledger};
 
-use crate::support::{SUBMITTER, stderr, stdout, workspace_root};
-
-fn run(state: &std::path::Path, args: &[&str]) -> std::process::Output {
-    Command::new(SUBMITTER)
-        .args(args)
-        .args(["--cluster", "local", "--state-dir"])
-        .arg(state)
-        .env("SUBMITTER_HOME", workspace_root())
-        .output()
-        .unwrap()
-}
+use crate::support::{on_local as run, stderr, stdout};
 
 #[test]
 fn catalogue_and_unevaluated_list() {

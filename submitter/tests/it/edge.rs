@@ -9,7 +9,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::broken::fails_with;
-use crate::support::{SUBMITTER, stderr, stdout, submitter, workspace_root};
+use crate::support::{SUBMITTER, spec_on_local, stderr, stdout, submitter, workspace_root};
 
 /// A copy of the shipped configuration (clusters/, presets/, model_config/) to break one file of.
 struct Tree {
@@ -216,17 +216,7 @@ fn spec_out_refuses_special_files() {
     let fifo = dir.path().join("fifo");
     assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
     for target in [&fifo, &dir.path().to_path_buf()] {
-        let out = submitter(&[
-            "spec",
-            "--cluster",
-            "local",
-            "--preset",
-            "tb2",
-            "--model",
-            "Qwen/Qwen3-8B",
-            "--out",
-            target.to_str().unwrap(),
-        ]);
+        let out = spec_on_local("tb2", "Qwen/Qwen3-8B", &["--out", target.to_str().unwrap()]);
         assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
         assert!(stderr(&out).contains("not a regular file"), "{}", stderr(&out));
     }

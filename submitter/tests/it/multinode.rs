@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::support::{stderr, stdout, submitter, workspace_root};
+use crate::support::{spec_on_local, stderr, stdout, submitter, workspace_root};
 
 fn resolve_json(cluster: &str, model: &str) -> Value {
     let out = submitter(&["registry", "resolve", "--cluster", cluster, "--json", model]);
@@ -36,17 +36,7 @@ fn too_large_for_a_single_node_cluster_is_refused_with_the_fix() {
     assert!(err.contains("16 GPUs does not fit") && err.contains("slurm.max_nodes"), "{err}");
     let tmp = tempfile::tempdir().unwrap();
     let spec = tmp.path().join("launch.json");
-    let out = submitter(&[
-        "spec",
-        "--cluster",
-        "local",
-        "--preset",
-        "tb2",
-        "--model",
-        "Qwen/Qwen3-235B-A22B-Instruct-2507",
-        "--out",
-        spec.to_str().unwrap(),
-    ]);
+    let out = spec_on_local("tb2", "Qwen/Qwen3-235B-A22B-Instruct-2507", &["--out", spec.to_str().unwrap()]);
     assert!(!out.status.success(), "{}", stdout(&out));
     assert!(stderr(&out).contains("16 GPUs does not fit"), "{}", stderr(&out));
     assert!(!spec.exists(), "nothing half-written");

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::support::{fixtures, stderr, stdout, submitter};
+use crate::support::{fixtures, resolved_models, spec_on_local, stderr, stdout, submitter};
 
 const THINK: &str = r#"extra_body={"chat_template_kwargs":{"enable_thinking":true}}"#;
 const YARN: &str = r#"{"rope_scaling":{"rope_type":"yarn","factor":4.0,"original_max_position_embeddings":32768}}"#;
@@ -202,22 +202,8 @@ fn every_real_model_id_resolves() {
     let registry = fixtures.join("model_config");
     let names = fixtures.join("model-names.txt");
     for (profile, gpus) in [("default", "4"), ("gh200", "1")] {
-        let out = submitter(&[
-            "registry",
-            "resolve",
-            "--registry",
-            registry.to_str().unwrap(),
-            "--profile",
-            profile,
-            "--gpus-per-node",
-            gpus,
-            "--json",
-            "--models-file",
-            names.to_str().unwrap(),
-        ]);
-        assert!(out.status.success(), "{}", stderr(&out));
-        let got: Value = serde_json::from_str(&stdout(&out)).unwrap();
-        let map = got["models"].as_object().unwrap();
+        let got = resolved_models(&registry, profile, gpus, &["--models-file", names.to_str().unwrap()]);
+        let map = got.as_object().unwrap();
         assert!(map.len() >= 970, "expected ~976 ids, got {}", map.len());
         for (model, settings) in map {
             let keys: Vec<&str> = settings.as_object().unwrap().keys().map(String::as_str).collect();
@@ -303,17 +289,7 @@ fn registry_check_passes_on_shipped_and_fixture_configuration() {
 fn spec_command_writes_the_stable_fields() {
     let dir = tempfile::tempdir().unwrap();
     let out_file = dir.path().join("launch.json");
-    let out = submitter(&[
-        "spec",
-        "--cluster",
-        "local",
-        "--preset",
-        "tb2",
-        "--model",
-        "Qwen/Qwen3-32B",
-        "--out",
-        out_file.to_str().unwrap(),
-    ]);
+    let out = spec_on_local("tb2", "Qwen/Qwen3-32B", &["--out", out_file.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
     let spec: Value = serde_json::from_str(&std::fs::read_to_string(&out_file).unwrap()).unwrap();
     for pointer in
@@ -398,17 +374,7 @@ fn registry_check_judges_kwargs_for_the_declared_harbor() {
 fn spec_translates_the_thinking_kwarg_for_harbor_025() {
     let dir = tempfile::tempdir().unwrap();
     let out_file = dir.path().join("launch.json");
-    let out = submitter(&[
-        "spec",
-        "--cluster",
-        "local",
-        "--preset",
-        "swebench",
-        "--model",
-        "Qwen/Qwen3-8B",
-        "--out",
-        out_file.to_str().unwrap(),
-    ]);
+    let out = spec_on_local("swebench", "Qwen/Qwen3-8B", &["--out", out_file.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
     let spec: Value = serde_json::from_str(&std::fs::read_to_string(&out_file).unwrap()).unwrap();
     assert_eq!(spec["harbor"]["dialect"], "harbor-0.25");

@@ -5,20 +5,9 @@
 //! replaced by placeholders before the comparison. In CI (`CI=true`) a missing or different snapshot
 //! fails.
 
-use std::path::Path;
 use std::process::{Command, Output};
 
-use crate::support::{SUBMITTER, stdout, workspace_root};
-
-fn run_in(state: &Path, args: &[&str]) -> Output {
-    Command::new(SUBMITTER)
-        .args(args)
-        .args(["--cluster", "local", "--state-dir"])
-        .arg(state)
-        .env("SUBMITTER_HOME", workspace_root())
-        .output()
-        .unwrap()
-}
+use crate::support::{SUBMITTER, on_local as run_in, stdout, workspace_root};
 
 /// `text` with RFC 3339 times and human `YYYY-MM-DD HH:MM` times as placeholders.
 pub(crate) fn stable(text: &str) -> String {

@@ -92,3 +92,43 @@ pub fn test_secrets_file(root: &Path) {
 pub fn write_tasks<S: AsRef<str>>(dataset: &Path, tasks: impl IntoIterator<Item = S>) {
     world::write_tasks(dataset, tasks, |_| "Say hello.\n".to_string(), None);
 }
+
+/// `submitter ARGS --cluster local --state-dir STATE`, the workspace as `SUBMITTER_HOME`.
+pub(crate) fn on_local(state: &Path, args: &[&str]) -> Output {
+    Command::new(SUBMITTER)
+        .args(args)
+        .args(["--cluster", "local", "--state-dir"])
+        .arg(state)
+        .env("SUBMITTER_HOME", workspace_root())
+        .output()
+        .unwrap()
+}
+
+/// `submitter spec --cluster local --preset PRESET --model MODEL`, then `rest` (`--out FILE`, …).
+pub(crate) fn spec_on_local(preset: &str, model: &str, rest: &[&str]) -> Output {
+    submitter(&[&["spec", "--cluster", "local", "--preset", preset, "--model", model][..], rest].concat())
+}
+
+/// `submitter registry resolve --registry DIR --profile P --gpus-per-node N --json`, then `rest`
+/// (model ids, or `--models-file FILE`), which must succeed: its `models` object.
+pub(crate) fn resolved_models(registry: &Path, profile: &str, gpus_per_node: &str, rest: &[&str]) -> serde_json::Value {
+    let registry = registry.to_str().unwrap();
+    let args = [
+        &[
+            "registry",
+            "resolve",
+            "--registry",
+            registry,
+            "--profile",
+            profile,
+            "--gpus-per-node",
+            gpus_per_node,
+            "--json",
+        ][..],
+        rest,
+    ]
+    .concat();
+    let out = submitter(&args);
+    assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+    serde_json::from_str::<serde_json::Value>(&stdout(&out)).unwrap()["models"].clone()
+}

@@ -71,13 +71,7 @@ impl TlsPostgres {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         let (key, cert) = (root.join("server.key"), root.join("server.crt"));
-        let made = Command::new("openssl")
-            .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost", "-keyout"])
-            .arg(&key)
-            .arg("-out")
-            .arg(&cert)
-            .output()
-            .unwrap();
+        let made = self_signed(&key, &cert);
         assert!(made.status.success(), "openssl: {}", text(&made));
         let password = made_up_password();
         if let Some(user) = &owner {
@@ -177,6 +171,19 @@ impl Drop for TlsPostgres {
     fn drop(&mut self) {
         let _ = self.pg("pg_ctl", &["-D", self.data().to_str().unwrap(), "-m", "immediate", "stop"]);
     }
+}
+
+/// A self-signed certificate for `localhost` (no IP address in it) that is not a CA, so it can be
+/// its own trust anchor for a chain check (webpki refuses a CA certificate as the server's).
+fn self_signed(key: &Path, cert: &Path) -> Output {
+    Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost"])
+        .args(["-addext", "basicConstraints=critical,CA:FALSE", "-keyout"])
+        .arg(key)
+        .arg("-out")
+        .arg(cert)
+        .output()
+        .unwrap()
 }
 
 /// A password made up for this run (never a literal in the source).
@@ -352,4 +359,24 @@ fn fresh_user_skips_what_the_team_finished_over_tls_with_the_pooler_url() {
     assert!(out.status.success(), "{offline}");
     assert!(offline.contains("team      offline (--offline-ledger)"), "{offline}");
     assert!(plan_line(&offline, "org/Alpha-8B", "terminal_bench_2").contains(&format!("team row {ROW}1")), "{offline}");
+}
+
+/// libpq's `verify-ca` (ledger/postgres.rs `LibpqVerifier`): the server's chain must lead to
+/// `sslrootcert`, its name is not checked; `verify-full` checks the name too (the certificate names
+/// `localhost`, the URL `127.0.0.1`), and a chain to another root fails either way.
+#[test]
+fn verify_ca_checks_the_chain_and_not_the_name() {
+    let Some(server) = TlsPostgres::start() else { return };
+    let url = |mode: &str, root: &Path| format!("{}&sslrootcert={}", server.pooler_url(mode), root.display());
+    let own = server.dir.path().join("server.crt");
+    open_ledger(&url("verify-ca", &own)).expect("verify-ca: the chain verifies, the name is not asked");
+    let refused = open_ledger(&url("verify-full", &own)).err().expect("verify-full checks the name");
+    assert!(refused.to_string().contains("127.0.0.1"), "{refused}");
+    let other = tempfile::tempdir().unwrap();
+    let made = self_signed(&other.path().join("other.key"), &other.path().join("other.crt"));
+    assert!(made.status.success(), "openssl: {}", text(&made));
+    let refused = open_ledger(&url("verify-ca", &other.path().join("other.crt")))
+        .err()
+        .expect("verify-ca: a chain to another root is refused");
+    assert!(!refused.to_string().contains(&server.password), "the password in an error: {refused}");
 }

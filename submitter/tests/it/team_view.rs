@@ -16,7 +16,7 @@ use submitter::ledger::{AttemptStatus, ImportedAttempt, NewAttempt, open_ledger}
 
 use crate::snapshots::stable;
 use crate::support::{SUBMITTER, workspace_root};
-use crate::verify::{chromium, headless, png_size, profile_dir};
+use crate::verify::{chromium, profile_dir, rendered_dom, screenshot};
 
 /// A fixed instant the run dirs' records are written for (the charts' data is then the same each
 /// run); the ledger's own clock stamps `updated_at` and the submitter heartbeats.
@@ -283,29 +283,11 @@ fn team_report_is_one_static_file_and_renders_in_a_real_browser() {
 
     let Some(browser) = chromium() else { return };
     let profile = tempfile::tempdir().unwrap();
-    let dom = headless(&browser, profile.path(), &["--dump-dom"], &page);
-    let dump = String::from_utf8_lossy(&dom.stdout);
-    let log = String::from_utf8_lossy(&dom.stderr);
-    assert!(dom.status.success(), "chromium failed: {log}");
-    assert!(!log.contains("Uncaught"), "script error on the page: {log}");
-    assert!(dump.contains("data-anchors-ok=\"1\""), "every in-page link has its target:\n{dump}");
+    let dump = rendered_dom(&browser, profile.path(), &page);
     for expected in ["Team view: every cluster", "jupiter", "run dir not readable here", "unattended", "Last results"] {
         assert!(dump.contains(expected), "`{expected}` missing from the rendered page");
     }
     assert_eq!(dump.matches("<svg class=\"spark").count(), 2 * 3, "two sparklines per attempt");
 
-    let png = team.tmp.path().join("report-team.png");
-    let shot = headless(
-        &browser,
-        profile.path(),
-        &[&format!("--screenshot={}", png.display()), "--window-size=1280,900"],
-        &page,
-    );
-    assert!(shot.status.success(), "{}", String::from_utf8_lossy(&shot.stderr));
-    let bytes = std::fs::read(&png).expect("screenshot written");
-    assert_eq!(png_size(&bytes), Some((1280, 900)));
-    assert!(bytes.len() > 20_000, "a blank page compresses to almost nothing: {} bytes", bytes.len());
-    if std::env::var_os("UPDATE_REPORT_SCREENSHOT").is_some() {
-        std::fs::copy(&png, workspace_root().join("docs/report-team.png")).unwrap();
-    }
+    screenshot(&browser, profile.path(), &page, &team.tmp.path().join("report-team.png"), "report-team.png");
 }

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::support::{fixtures, stderr, stdout, submitter, workspace_root};
+use crate::support::{fixtures, resolved_models, spec_on_local, stderr, stdout, submitter, workspace_root};
 
 /// The largest `\d+(\.\d+)?\s*[bB]` token not preceded by a letter, digit or dot and not followed
 /// by a letter or digit: written here again, apart from the product's scanner, so the test checks
@@ -53,22 +53,8 @@ fn registry_ids(root: &Path) -> (Vec<String>, bool) {
 fn resolve_all(registry: &Path, profile: &str, ids: &[String]) -> Value {
     let list = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(list.path(), ids.join("\n") + "\n").unwrap();
-    let out = submitter(&[
-        "registry",
-        "resolve",
-        "--registry",
-        registry.to_str().unwrap(),
-        "--profile",
-        profile,
-        // Enough GPUs for every layout: only the multiplier is checked here.
-        "--gpus-per-node",
-        "16",
-        "--json",
-        "--models-file",
-        list.path().to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    serde_json::from_str::<Value>(&stdout(&out)).unwrap()["models"].clone()
+    // Enough GPUs for every layout: only the multiplier is checked here.
+    resolved_models(registry, profile, "16", &["--models-file", list.path().to_str().unwrap()])
 }
 
 fn assert_policy(registry: &Path, ids: &[String]) -> usize {
@@ -178,17 +164,7 @@ fn spec_records_the_multiplier_the_policy_chose() {
         spec(&["--preset", "tb2", "--model", "Qwen/Qwen3-32B", "--harbor-config", path, "--timeout-multiplier", "3"]);
     assert_eq!(harbor(&cli).0, 3.0);
     // A missing explicit config is refused on the login node, in one line naming it.
-    let out = submitter(&[
-        "spec",
-        "--cluster",
-        "local",
-        "--preset",
-        "tb2",
-        "--model",
-        "Qwen/Qwen3-8B",
-        "--harbor-config",
-        "/nonexistent/x.yaml",
-    ]);
+    let out = spec_on_local("tb2", "Qwen/Qwen3-8B", &["--harbor-config", "/nonexistent/x.yaml"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("/nonexistent/x.yaml") && stderr(&out).trim().lines().count() == 1,
@@ -226,20 +202,7 @@ fn registry_with(root: &Path, files: &[(&str, &str)]) -> std::path::PathBuf {
 }
 
 fn resolve_one(registry: &Path, profile: &str, model: &str) -> Value {
-    let out = submitter(&[
-        "registry",
-        "resolve",
-        "--registry",
-        registry.to_str().unwrap(),
-        "--profile",
-        profile,
-        "--gpus-per-node",
-        "4",
-        "--json",
-        model,
-    ]);
-    assert!(out.status.success(), "{model} on {profile}: {}", stderr(&out));
-    serde_json::from_str::<Value>(&stdout(&out)).unwrap()["models"][model].clone()
+    resolved_models(registry, profile, "4", &[model])[model].clone()
 }
 
 /// The team's semantics (its loader, docs/design.md §4.1): `X@P` replaces X wholesale on P — not

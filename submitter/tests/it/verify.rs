@@ -373,34 +373,23 @@ fn stalled_trials_fail_when_no_result_arrives_for_an_hour() {
     }
     run.harbor_result(10, false);
     run.payload_status(3 * 3600, 10, (300, 0, 0), (7, 3, 0), 2 * 3600);
-    let (report, code, _) = check(&[&run.dir], &[]);
-    assert_eq!(code, Some(1), "{report:#}");
-    let f = finding(&report, "trials.stalled").expect("trials.stalled");
-    assert!(
-        f["summary"]
-            .as_str()
-            .unwrap()
-            .contains("no completion and no trial progress for 2.0h while 4 trials are active"),
-        "{f:#}"
-    );
-    assert!(evidence(f).contains("payload's last progress"), "{f:#}");
-    agrees_with_status(&run.dir, &report);
+    // Both layouts give the same finding, each with its own evidence.
+    let stalled = |evidence_says: &str| {
+        let (report, code, _) = check(&[&run.dir], &[]);
+        assert_eq!(code, Some(1), "{report:#}");
+        let f = finding(&report, "trials.stalled").expect("trials.stalled");
+        let summary = f["summary"].as_str().unwrap();
+        assert!(summary.contains("no completion and no trial progress for 2.0h while 4 trials are active"), "{f:#}");
+        assert!(evidence(f).contains(evidence_says), "{f:#}");
+        report
+    };
+    agrees_with_status(&run.dir, &stalled("payload's last progress"));
     // The old scripts' layout (no payload records): Harbor has not finished, trials are active,
     // and the newest trial result.json is two hours old.
     std::fs::remove_file(run.dir.join("status.json")).unwrap();
     std::fs::remove_file(run.dir.join("events.jsonl")).unwrap();
     run.harbor_result(10, false);
-    let (report, code, _) = check(&[&run.dir], &[]);
-    assert_eq!(code, Some(1), "{report:#}");
-    let f = finding(&report, "trials.stalled").expect("trials.stalled");
-    assert!(
-        f["summary"]
-            .as_str()
-            .unwrap()
-            .contains("no completion and no trial progress for 2.0h while 4 trials are active"),
-        "{f:#}"
-    );
-    assert!(evidence(f).contains("last result.json"), "{f:#}");
+    let report = stalled("last result.json");
     assert_eq!(report["runs"][0]["state"], "running", "Harbor's files say it runs: {report:#}");
 }
 
@@ -732,6 +721,32 @@ pub(crate) fn headless(browser: &Path, profile: &Path, args: &[&str], page: &Pat
         .unwrap()
 }
 
+/// The page as headless chromium renders it (its DOM), checked to have loaded without a script
+/// error and with every in-page link's target present (the report's own `data-anchors-ok`).
+pub(crate) fn rendered_dom(browser: &Path, profile: &Path, page: &Path) -> String {
+    let dom = headless(browser, profile, &["--dump-dom"], page);
+    let log = String::from_utf8_lossy(&dom.stderr);
+    assert!(dom.status.success(), "chromium failed: {log}");
+    assert!(!log.contains("Uncaught"), "script error on the page: {log}");
+    let dump = String::from_utf8_lossy(&dom.stdout).into_owned();
+    assert!(dump.contains("data-anchors-ok=\"1\""), "every in-page link must have its target:\n{dump}");
+    dump
+}
+
+/// A 1280×900 screenshot of the page into `png`, checked not to be blank; with
+/// `UPDATE_REPORT_SCREENSHOT` set it becomes `docs/<docs_name>`.
+pub(crate) fn screenshot(browser: &Path, profile: &Path, page: &Path, png: &Path, docs_name: &str) {
+    let shot =
+        headless(browser, profile, &[&format!("--screenshot={}", png.display()), "--window-size=1280,900"], page);
+    assert!(shot.status.success(), "{}", String::from_utf8_lossy(&shot.stderr));
+    let bytes = std::fs::read(png).expect("screenshot written");
+    assert_eq!(png_size(&bytes), Some((1280, 900)));
+    assert!(bytes.len() > 20_000, "a blank page compresses to almost nothing: {} bytes", bytes.len());
+    if std::env::var_os("UPDATE_REPORT_SCREENSHOT").is_some() {
+        std::fs::copy(png, workspace_root().join("docs").join(docs_name)).unwrap();
+    }
+}
+
 /// Width and height from a PNG's IHDR.
 pub(crate) fn png_size(bytes: &[u8]) -> Option<(u32, u32)> {
     if bytes.len() < 24 || &bytes[..8] != b"\x89PNG\r\n\x1a\n" || &bytes[12..16] != b"IHDR" {
@@ -754,12 +769,7 @@ fn report_renders_in_a_real_browser() {
     }
     let Some(browser) = chromium() else { return };
     let profile = tempfile::tempdir().unwrap();
-    let dom = headless(&browser, profile.path(), &["--dump-dom"], &page);
-    let dump = String::from_utf8_lossy(&dom.stdout);
-    let log = String::from_utf8_lossy(&dom.stderr);
-    assert!(dom.status.success(), "chromium failed: {log}");
-    assert!(!log.contains("Uncaught"), "script error on the page: {log}");
-    assert!(dump.contains("data-anchors-ok=\"1\""), "every in-page link must have its target:\n{dump}");
+    let dump = rendered_dom(&browser, profile.path(), &page);
     assert!(dump.contains("<title>Nightly evals</title>"));
     for expected in ["0.420", "±0.052", "0.610", "0.700", "org/Gamma-7B", "swebench-100", "In-flight jobs", "starting"]
     {
@@ -776,20 +786,7 @@ fn report_renders_in_a_real_browser() {
         &section[..section.len().min(2000)]
     );
 
-    let png = fx.tmp.path().join("report.png");
-    let shot = headless(
-        &browser,
-        profile.path(),
-        &[&format!("--screenshot={}", png.display()), "--window-size=1280,900"],
-        &page,
-    );
-    assert!(shot.status.success(), "{}", String::from_utf8_lossy(&shot.stderr));
-    let bytes = std::fs::read(&png).expect("screenshot written");
-    assert_eq!(png_size(&bytes), Some((1280, 900)));
-    assert!(bytes.len() > 20_000, "a blank page compresses to almost nothing: {} bytes", bytes.len());
-    if std::env::var_os("UPDATE_REPORT_SCREENSHOT").is_some() {
-        std::fs::copy(&png, workspace_root().join("docs/report.png")).unwrap();
-    }
+    screenshot(&browser, profile.path(), &page, &fx.tmp.path().join("report.png"), "report.png");
 }
 
 // ---------------------------------------------------------------------------------------------

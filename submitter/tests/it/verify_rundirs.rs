@@ -165,10 +165,9 @@ fn assert_same_verdict(dir: &Path, run: &Value) {
 
 // ---------------------------------------------------------------------------------------------
 
-/// Fix 1 and 4: a hung Harbor without payload's records. 12 trials active, `finished_at` null,
-/// the last POST 50 min ago, the newest result an hour old: stalled, not "completions arriving".
-#[test]
-fn hung_harbor_without_payload_records_is_stalled() {
+/// A hung Harbor without payload's records: 20 trials done, 12 active, `finished_at` null, the
+/// last POST 50 min ago, the newest result an hour old.
+fn hung_harbor_job() -> RunDir {
     let d = job(180.0, 40, None);
     for i in 0..20 {
         done_trial(&d.path, &format!("task-{i:02}__done{i:03}"), 60.0 + f64::from(i) * 3.0, &ok_trial());
@@ -177,6 +176,14 @@ fn hung_harbor_without_payload_records_is_stalled() {
         running_trial(&d.path, &format!("task-{i:02}__hang{i:03}"), 70.0);
     }
     engine_log(&d.path, 175.0, Some((120.0, 50.0)), &[200, 200, 200]);
+    d
+}
+
+/// Fix 1 and 4: a hung Harbor without payload's records. 12 trials active, `finished_at` null,
+/// the last POST 50 min ago, the newest result an hour old: stalled, not "completions arriving".
+#[test]
+fn hung_harbor_without_payload_records_is_stalled() {
+    let d = hung_harbor_job();
     let (run, code) = check(&d.path);
     assert_eq!(code, Some(1), "{run:#}");
     assert_eq!(run["state"], "running", "Harbor's files say it has not finished: {run:#}");
@@ -453,14 +460,7 @@ fn sync_audits_with_the_profiles_thresholds() {
 /// dir's path is `<run>`).
 #[test]
 fn check_outputs_are_snapshotted() {
-    let d = job(180.0, 40, None);
-    for i in 0..20 {
-        done_trial(&d.path, &format!("task-{i:02}__done{i:03}"), 60.0 + f64::from(i) * 3.0, &ok_trial());
-    }
-    for i in 20..32 {
-        running_trial(&d.path, &format!("task-{i:02}__hang{i:03}"), 70.0);
-    }
-    engine_log(&d.path, 175.0, Some((120.0, 50.0)), &[200, 200, 200]);
+    let d = hung_harbor_job();
     let run_dir = d.path.display().to_string();
     for format in ["human", "json"] {
         let out = Command::new(SUBMITTER)

@@ -176,6 +176,24 @@ fn traceback(frames: &[(&str, u32, &str, &str)], last: &str) {
 
 const SITE: &str = "/opt/venv/lib/python3.12/site-packages";
 
+/// vLLM's `validate_parsed_serve_args` refusing the arguments (`raise TypeError("Error: …")` at
+/// `line` of cli_args.py): its traceback, exit 1.
+fn serve_args_refused(line: u32, problem: &str) -> ! {
+    let raise = format!("raise TypeError(\"Error: {problem}\")");
+    let mut frames: Vec<(&str, u32, &str, &str)> = main_frames();
+    frames.truncate(2);
+    frames[1] =
+        ("/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/cli/main.py", 118, "main", "cmd.validate(args)");
+    frames.push((
+        "/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/common/cli_args.py",
+        line,
+        "validate_parsed_serve_args",
+        &raise,
+    ));
+    traceback(&frames, &format!("TypeError: Error: {problem}"));
+    std::process::exit(1);
+}
+
 fn main_frames() -> Vec<(&'static str, u32, &'static str, &'static str)> {
     vec![
         ("/opt/venv/bin/vllm", 10, "<module>", "sys.exit(main())"),
@@ -400,32 +418,10 @@ fn parse_cli(argv: &[String], style: Style) -> Cfg {
     let uvicorn_level = p.one("uvicorn_log_level").unwrap_or_else(|| "info".into());
     // validate_parsed_serve_args (before logging is decorated).
     if p.flag("enable_auto_tool_choice") == Some(true) && p.one("tool_call_parser").is_none() {
-        let mut frames = main_frames();
-        frames.truncate(2);
-        frames[1] =
-            ("/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/cli/main.py", 118, "main", "cmd.validate(args)");
-        frames.push((
-            "/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/common/cli_args.py",
-            554,
-            "validate_parsed_serve_args",
-            "raise TypeError(\"Error: --enable-auto-tool-choice requires --tool-call-parser\")",
-        ));
-        traceback(&frames, "TypeError: Error: --enable-auto-tool-choice requires --tool-call-parser");
-        std::process::exit(1);
+        serve_args_refused(554, "--enable-auto-tool-choice requires --tool-call-parser");
     }
     if p.flag("enable_log_outputs") == Some(true) && p.flag("enable_log_requests") != Some(true) {
-        let mut frames = main_frames();
-        frames.truncate(2);
-        frames[1] =
-            ("/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/cli/main.py", 118, "main", "cmd.validate(args)");
-        frames.push((
-            "/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/common/cli_args.py",
-            557,
-            "validate_parsed_serve_args",
-            "raise TypeError(\"Error: --enable-log-outputs requires --enable-log-requests\")",
-        ));
-        traceback(&frames, "TypeError: Error: --enable-log-outputs requires --enable-log-requests");
-        std::process::exit(1);
+        serve_args_refused(557, "--enable-log-outputs requires --enable-log-requests");
     }
     let mut api_keys: Vec<String> =
         p.many("api_key").unwrap_or_default().into_iter().filter(|k| !k.is_empty()).collect();
