@@ -831,6 +831,31 @@ impl ClusterProfile {
             }
         }
         check("pre_download.dataset_timeout_s", v::whole_seconds(self.pre_download.dataset_timeout_s, true).map(drop));
+        // The placeholder rule (launch_spec::placeholder), here so the profile is refused at load
+        // rather than the spec (or the node) later; an environment's env joins the engine's or Harbor's,
+        // which take the same placeholders.
+        {
+            use launch_spec::placeholder::{self as ph, Field};
+            let envs = self.environments.iter().map(|(name, e)| (format!("environments.{name}.env"), &e.env));
+            for (field, env) in [("engine.env".to_string(), &self.engine.env), ("harbor.env".to_string(), &self.harbor.env)]
+                .into_iter()
+                .chain(envs)
+            {
+                for (var, value) in env {
+                    if let Err(problem) = ph::check(Field::ServeEnv, value) {
+                        check(&format!("{field}.{var}"), Err(problem.to_string()));
+                    }
+                }
+            }
+            for (field, kind, argv) in [
+                ("pre_download.command", Field::ModelDownload, &self.pre_download.command),
+                ("pre_download.dataset_command", Field::DatasetDownload, &self.pre_download.dataset_command),
+            ] {
+                if let Err((i, problem)) = ph::check_all(kind, argv) {
+                    check(&format!("{field}[{i}]"), Err(problem.to_string()));
+                }
+            }
+        }
 
         if let Some(port) = self.network.proxy.as_ref().and_then(|p| p.ssh_port) {
             check("network.proxy.ssh_port", v::port(port).map(drop));
@@ -1120,6 +1145,8 @@ mod tests {
             ("  argv: [up]\n  timeout_s: 99999999999\n", "post_run.timeout_s"),
             ("  argv: [up]\n  environment: nope\n", "post_run.environment `nope` is not in `environments`"),
             ("  argv: [up]\n  secrets: [\"hf_x y\"]\n", "post_run.secrets"),
+            // Accepted and handed to the program as written before the placeholder rule.
+            ("  argv: [up, \"--dir={run_dri}\"]\n", "post_run.argv element 1: `{run_dri}` is not a placeholder"),
         ] {
             let problems = parse(&with(block)).unwrap().problems();
             assert!(problems.iter().any(|p| p.starts_with(want) && p.lines().count() == 1), "{block}: {problems:?}");
@@ -1128,6 +1155,28 @@ mod tests {
         assert!(err.contains("clusters/x.yaml:") && err.contains("`argv`"), "{err}");
         let err = parse(&with("  command: up\n")).unwrap_err().to_string();
         assert!(err.contains("unknown field `command`"), "{err}");
+    }
+
+    /// The placeholder rule (launch_spec::placeholder) at profile load, in every field that takes
+    /// placeholders; the shipped profiles use theirs where they belong.
+    #[test]
+    fn placeholders_outside_their_fields_are_refused_at_load() {
+        for (from, to, want) in [
+            ("engine:\n", "engine:\n  env:\n    TMPDIR: \"{job_scrach}/tmp\"\n", "engine.env.TMPDIR `{job_scrach}`"),
+            ("  env:\n    STANDIN_EXTRAS", "  env:\n    TMPDIR: \"{run_dir}\"\n    STANDIN_EXTRAS", "harbor.env.TMPDIR `{run_dir}` is not replaced"),
+            ("", "pre_download:\n  command: [hf, download, \"{modle}\"]\n", "pre_download.command[2] `{modle}`"),
+            ("", "pre_download:\n  dataset_command: [hf, \"{model}\"]\n", "pre_download.dataset_command[1] `{model}`"),
+        ] {
+            let text = if from.is_empty() { format!("{LOCAL}{to}") } else { LOCAL.replacen(from, to, 1) };
+            let problems = parse(&text).unwrap().problems();
+            assert!(problems.iter().any(|p| p.starts_with(want) && p.lines().count() == 1), "{want}: {problems:?}");
+        }
+        let literal = LOCAL.replacen("engine:\n", "engine:\n  env:\n    J: \"{{ jinja }} { x } ${HOME}\"\n", 1);
+        assert!(parse(&literal).unwrap().problems().is_empty());
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../clusters");
+        for name in ["jupiter", "leonardo", "vista", "local"] {
+            crate::config::load_cluster(&dir, name).unwrap();
+        }
     }
 
     #[test]
