@@ -363,8 +363,9 @@ fn agent_of(config: Option<&JobConfig>, launch: &Launch) -> Agent {
 // ---------------------------------------------------------------------------------------------
 // Trials
 
-/// Scans the trial directories of a run dir ([`hf::classify_trial`] for each, then the file its
-/// stage says to read: `config.json` up to its `api_base`, `result.json` into its typed model).
+/// Scans the trial directories of a run dir ([`hf::read_trial`] for each, the reader payload's
+/// heartbeat counts with, then the file its stage says to read: `config.json` up to its
+/// `api_base`, `trial.log` for the model-info warning).
 pub fn scan_trials(dir: &Path, instant_fail_s: f64) -> std::io::Result<TrialScan> {
     let mut scan = TrialScan::default();
     let api_base_key = memchr::memmem::Finder::new(b"\"api_base\"");
@@ -372,15 +373,12 @@ pub fn scan_trials(dir: &Path, instant_fail_s: f64) -> std::io::Result<TrialScan
     let mut buf = Vec::with_capacity(16 << 10);
     for entry in std::fs::read_dir(dir)? {
         let Ok(entry) = entry else { continue };
-        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+        if !hf::is_trial_entry(&entry) {
             continue;
         }
         let trial = entry.path();
-        // Most trials of a big run are done: open result.json first (one system call for the
-        // classification and the read), classify only the others.
-        let result_file = fsread::open_regular_meta(&trial.join(hf::RESULT_FILE), Links::Refuse).ok();
-        let stage = if result_file.is_some() { TrialStage::Done } else { hf::classify_trial(&trial) };
-        if stage == TrialStage::NotATrial {
+        let read = hf::read_trial(&trial, &mut buf);
+        if read.stage == TrialStage::NotATrial {
             continue;
         }
         let name = entry.file_name().to_string_lossy().into_owned();
@@ -391,7 +389,7 @@ pub fn scan_trials(dir: &Path, instant_fail_s: f64) -> std::io::Result<TrialScan
             let slot = scan.api_bases.entry(api_base).or_insert((0, name.clone()));
             slot.0 += 1;
         }
-        match stage {
+        match read.stage {
             TrialStage::Queued => scan.queued += 1,
             TrialStage::Running | TrialStage::Verifying => {
                 scan.active += 1;
@@ -411,7 +409,7 @@ pub fn scan_trials(dir: &Path, instant_fail_s: f64) -> std::io::Result<TrialScan
                     }
                 }
             }
-            TrialStage::Done => done_trial(result_file, &trial, &name, instant_fail_s, &mut buf, &mut scan),
+            TrialStage::Done => done_trial(&read, &name, instant_fail_s, &mut scan),
             TrialStage::NotATrial => {}
         }
     }
@@ -431,37 +429,15 @@ fn setup_pending(trial: &Path, name: &str, scan: &mut TrialScan) {
     }
 }
 
-fn done_trial(
-    file: Option<(std::fs::File, std::fs::Metadata)>,
-    trial: &Path,
-    name: &str,
-    instant_fail_s: f64,
-    buf: &mut Vec<u8>,
-    scan: &mut TrialScan,
-) {
+fn done_trial(read: &hf::TrialRead, name: &str, instant_fail_s: f64, scan: &mut TrialScan) {
     scan.done += 1;
-    // Never through a symlink, never a FIFO or device (a result.json linked to /dev/zero).
-    let Some((file, meta)) =
-        file.or_else(|| fsread::open_regular_meta(&trial.join(hf::RESULT_FILE), Links::Refuse).ok())
-    else {
-        return;
-    };
-    let modified = meta.modified().ok().map(DateTime::<Utc>::from);
-    if let Some(t) = modified
+    if let Some(t) = read.result_modified.map(DateTime::<Utc>::from)
         && scan.last_result_at.is_none_or(|last| t > last)
     {
         scan.last_result_at = Some(t);
         scan.last_result_trial = Some(name.to_string());
     }
-    buf.clear();
-    // An oversized result is not read at all (fstat on the open file), and never past the cap.
-    if meta.len() > fsread::RECORD_CAP
-        || fsread::read_open(&file, meta.len(), fsread::RECORD_CAP, buf).is_err()
-        || buf.len() as u64 > fsread::RECORD_CAP
-    {
-        return;
-    }
-    let Ok(result) = serde_json::from_slice::<hf::TrialResult>(buf) else { return };
+    let Some(result) = &read.result else { return };
     if let Some(kind) = result.exception_type() {
         scan.errored += 1;
         *scan.errors_by_type.entry(kind.to_string()).or_default() += 1;
