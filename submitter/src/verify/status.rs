@@ -97,7 +97,7 @@ pub fn judge_job(
         _ => None,
     };
     // A resubmission reuses the run dir: a status.json is this job's only when it names its job.
-    let status = record.into_status().filter(|s| job.job_id.is_some() && s.slurm_job_id.as_deref() == job.job_id);
+    let status = record.of_job(job.job_id);
     // The run dir's records and configs, read by the same code as `check` (no log or trial scan).
     let files = match run_dir {
         Some(dir) if job.status.is_active() => check::evidence_from_dir(dir, settings, now, check::Depth::Records).ok(),
