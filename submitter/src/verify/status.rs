@@ -105,7 +105,7 @@ pub fn judge_job(
     };
     let running_since = files.as_ref().and_then(|f| f.evidence.running_since);
     let expected = files.as_ref().and_then(|f| f.evidence.expected_trials);
-    let problems = files.map(|f| f.evidence.config).unwrap_or_default();
+    let wiring = files.and_then(|f| f.evidence.wiring);
     let audit =
         job.metrics.filter(|m| !m.is_null()).map(|m| results::audit_of(&results::summary_from_metrics(m), settings));
     let (v, obs) = verdict::judge(&Inputs {
@@ -119,7 +119,7 @@ pub fn judge_job(
         started_at: job.started_at,
         running_since,
         expected_trials: expected,
-        config_problems: &problems,
+        wiring: wiring.as_ref(),
         audit: audit.as_ref(),
         previous,
         now,
