@@ -219,7 +219,8 @@ mod tests {
         }
         assert_eq!(found("--dir={run_dir}/x/{run_tag}"), ["run_dir", "run_tag"]);
         assert_eq!(found("{job_scratch}"), ["job_scratch"]);
-        for literal in ["${WORK}/x", "{{ var }}", "{{var}}", "{ print }", "{a,b}", "{}", r#"{"k": 1}"#, "{1x}", "{unclosed"]
+        for literal in
+            ["${WORK}/x", "{{ var }}", "{{var}}", "{ print }", "{a,b}", "{}", r#"{"k": 1}"#, "{1x}", "{unclosed"]
         {
             assert_eq!(found(literal), Vec::<&str>::new(), "{literal}");
         }
@@ -254,7 +255,10 @@ mod tests {
     #[test]
     fn substitution_replaces_named_placeholders_once_and_leaves_literals() {
         let values = [(RUN_DIR, "/j/{run_tag}"), (RUN_TAG, "t")];
-        assert_eq!(substitute("--dir={run_dir} {run_tag} {{run_tag}} ${run_tag}", &values), "--dir=/j/{run_tag} t {{run_tag}} ${run_tag}");
+        assert_eq!(
+            substitute("--dir={run_dir} {run_tag} {{run_tag}} ${run_tag}", &values),
+            "--dir=/j/{run_tag} t {{run_tag}} ${run_tag}"
+        );
         assert_eq!(substitute("{job_scratch}/x", &values), "{job_scratch}/x");
         assert_eq!(substitute("plain", &values), "plain");
     }

@@ -319,6 +319,10 @@ pub struct TrialRead {
     /// The parsed `result.json`: `None` while running, and when it is oversized, torn or not
     /// Harbor's shape (still done).
     pub result: Option<TrialResult>,
+    /// A started trial's `config.json` time (its start); looked at only while it is active.
+    pub config_modified: Option<std::time::SystemTime>,
+    /// An active trial has [`AGENT_FIRST_COMMAND`]: an installed harness finished its setup.
+    pub agent_started: bool,
 }
 
 impl TrialRead {
@@ -341,7 +345,13 @@ pub fn read_trial(trial: &Path, buf: &mut Vec<u8>) -> TrialRead {
         // Written between the open and the classification.
         opened = open();
     }
-    let mut read = TrialRead { stage, result_modified: None, result: None };
+    let mut read =
+        TrialRead { stage, result_modified: None, result: None, config_modified: None, agent_started: false };
+    if stage.is_active() {
+        let meta = |name: &str| std::fs::symlink_metadata(trial.join(name));
+        read.config_modified = meta(CONFIG_FILE).and_then(|m| m.modified()).ok();
+        read.agent_started = meta(AGENT_FIRST_COMMAND).is_ok_and(|m| m.is_dir());
+    }
     let Some((file, meta)) = opened else { return read };
     read.result_modified = meta.modified().ok();
     // An oversized result is not read at all (fstat on the open file), and never past the cap.

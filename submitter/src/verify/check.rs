@@ -372,7 +372,7 @@ pub fn scan_trials(dir: &Path, instant_fail_s: f64) -> std::io::Result<TrialScan
             TrialStage::Queued => scan.queued += 1,
             TrialStage::Running | TrialStage::Verifying => {
                 scan.active += 1;
-                setup_pending(&trial, &name, &mut scan);
+                scan.running.push((name, read));
             }
             TrialStage::Unconstructed => {
                 scan.unconstructed += 1;
@@ -393,19 +393,6 @@ pub fn scan_trials(dir: &Path, instant_fail_s: f64) -> std::io::Result<TrialScan
         }
     }
     Ok(scan)
-}
-
-/// A running trial without its harness's first command dir: counted, and the oldest kept by its
-/// `config.json` time (a trial's start).
-fn setup_pending(trial: &Path, name: &str, scan: &mut TrialScan) {
-    if std::fs::symlink_metadata(trial.join(hf::AGENT_FIRST_COMMAND)).is_ok_and(|m| m.is_dir()) {
-        return;
-    }
-    scan.setup_pending += 1;
-    let Some(since) = mtime(&trial.join(hf::CONFIG_FILE)) else { return };
-    if scan.oldest_setup.as_ref().is_none_or(|(t, _)| since < *t) {
-        scan.oldest_setup = Some((since, name.to_string()));
-    }
 }
 
 fn done_trial(read: &hf::TrialRead, name: &str, instant_fail_s: f64, scan: &mut TrialScan) {

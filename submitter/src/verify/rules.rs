@@ -51,10 +51,9 @@ pub struct TrialScan {
     /// trial.log lines saying `model_info` is missing (terminus-2's warning), with one example.
     pub model_info_warnings: u64,
     pub model_info_example: Option<String>,
-    /// Running trials without [`launch_spec::rundir::harbor::AGENT_FIRST_COMMAND`], and the
-    /// oldest one's `config.json` time and name (an installed harness still setting up).
-    pub setup_pending: u64,
-    pub oldest_setup: Option<(DateTime<Utc>, String)>,
+    /// Every active trial's facts by name (`launch_spec::rundir::harbor::read_trial`): a rule on a
+    /// new per-trial fact folds over these, and the scan does not change.
+    pub running: Vec<(String, launch_spec::rundir::harbor::TrialRead)>,
 }
 
 /// The agent as the job's `config.json` (or `launch.json`) names it.
@@ -73,7 +72,6 @@ impl Agent {
         self.name.clone().unwrap_or_else(|| "terminus-2".into())
     }
 }
-
 
 /// What a tunnel log says.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -812,11 +810,16 @@ fn trial_findings(
             out.push(f.action("pass model_info in the agent kwargs (payload does this) and resubmit"));
         }
     }
+    // Active trials without the harness's first command dir; the oldest by its config.json time.
+    let setup_pending = t.scan.iter().flat_map(|scan| &scan.running).filter(|(_, r)| !r.agent_started);
+    let oldest_setup = setup_pending
+        .clone()
+        .filter_map(|(name, r)| Some((DateTime::<Utc>::from(r.config_modified?), name)))
+        .min_by_key(|(since, _)| *since);
     if judge_running
         && ev.installed_agent
-        && let Some(scan) = &t.scan
-        && let Some((since, trial)) = &scan.oldest_setup
-        && (now - *since).num_seconds() >= s.setup_stalled_after_s as i64
+        && let Some((since, trial)) = oldest_setup
+        && (now - since).num_seconds() >= s.setup_stalled_after_s as i64
     {
         out.push(
             finding(
@@ -825,9 +828,9 @@ fn trial_findings(
                 VerdictKind::Stalled,
                 format!(
                     "{} running trial(s) of an installed agent have no {}/ (setup stalled): the oldest for {}",
-                    scan.setup_pending,
+                    setup_pending.count(),
                     launch_spec::rundir::harbor::AGENT_FIRST_COMMAND,
-                    human_duration((now - *since).num_seconds())
+                    human_duration((now - since).num_seconds())
                 ),
             )
             .evidence(format!("{trial}/config.json written {}", since.to_rfc3339()))
@@ -1058,7 +1061,6 @@ fn tunnel_findings(w: &Wiring, findings: &mut Vec<Finding>) {
     }
 }
 
-
 // ---------------------------------------------------------------------------------------------
 // api_base and model_info
 
@@ -1166,4 +1168,3 @@ fn api_base_findings(w: &Wiring, trials: &TrialScan, findings: &mut Vec<Finding>
         findings.push(f);
     }
 }
-

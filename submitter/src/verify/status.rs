@@ -6,9 +6,9 @@ use std::path::Path;
 
 use chrono::{DateTime, Utc};
 
+use super::findings::AutoCancel;
 use super::verdict::{self, Inputs, JobVerdict, StatusRow, VerdictKind};
 use super::{VerifySettings, check, human_duration, results};
-use crate::config::cluster::AutoCancel;
 use crate::domain::SlurmView;
 use crate::ledger::{Attempt, AttemptId, AttemptStatus, Ledger};
 use crate::observe::{SyncError, run_dir_of, view_of};

@@ -16,10 +16,10 @@ use serde::{Deserialize, Serialize};
 
 use launch_spec::rundir::{RecordError, StatusRecord};
 
+use super::findings::AutoCancel;
 use super::results::Audit;
 use super::rules::{EngineFacts, Evidence, JobFacts, TrialFacts, Window};
 use super::{VerifySettings, human_duration, parse_time};
-use crate::config::cluster::AutoCancel;
 use crate::domain::SlurmView;
 use crate::ledger::AttemptStatus;
 
