@@ -302,28 +302,8 @@ pub fn evaluate(ev: &Evidence, s: &VerifySettings) -> Assessment {
     let done = |state, findings| Assessment { state, findings, healthy_summary: String::new() };
 
     // 1. The ledger's word on a terminal attempt is final.
-    if let Some(job) = &ev.job {
-        match job.ledger_status {
-            AttemptStatus::Finished => {
-                let mut f = finding(findings::JOB_FINISHED, Level::Ok, VerdictKind::Finished, "finished".into());
-                if let Some(audit) = ev.audit.as_ref().filter(|a| !a.complete) {
-                    f.summary = format!("finished, incomplete: {}", audit.reasons.join("; "));
-                    f = f.action("resume rather than accept: resubmit the pair");
-                }
-                out.push(f);
-                return done(RunState::Ended, out);
-            }
-            AttemptStatus::Failed | AttemptStatus::Cancelled => {
-                out.push(finding(
-                    findings::JOB_FAILED,
-                    Level::Fail,
-                    VerdictKind::Failed,
-                    format!("{}: {}", job.ledger_status, job.ledger_reason),
-                ));
-                return done(RunState::Ended, out);
-            }
-            AttemptStatus::Pending | AttemptStatus::Started => {}
-        }
+    if let Some(f) = ledger_word(ev) {
+        return done(RunState::Ended, vec![f]);
     }
 
     // 2. payload's record.
@@ -337,66 +317,152 @@ pub fn evaluate(ev: &Evidence, s: &VerifySettings) -> Assessment {
     }
 
     // 3. Slurm (status only), unless payload already recorded how the run ended.
-    if let Some(job) = ev.job.as_ref().filter(|_| outcome.is_none()) {
-        match job.slurm {
-            None => {
-                out.push(finding(
-                    findings::JOB_NO_JOB_ID,
-                    Level::Ok,
-                    VerdictKind::Starting,
-                    "not yet in Slurm (no job id on the row)".into(),
-                ));
-                return done(RunState::Unknown, out);
-            }
-            Some(SlurmView::Queued) => {
-                out.push(finding(
-                    findings::JOB_QUEUED,
-                    Level::Ok,
-                    VerdictKind::Starting,
-                    format!("queued (job {job_text})"),
-                ));
-                return done(RunState::Unknown, out);
-            }
-            Some(SlurmView::Gone) => {
-                out.push(
-                    finding(findings::JOB_GONE, Level::Fail, VerdictKind::Dead, format!("Slurm no longer runs job {job_text} and payload recorded no outcome"))
-                        .evidence(format!("Slurm: {}", job.slurm_state.clone().unwrap_or_else(|| "not listed".into())))
-                        .evidence(status.map_or("no status.json".into(), |st| format!("status.json phase {}, updated {}", st.phase.as_str(), st.updated_at)))
-                        .action("killed hard (OOM, node failure, KILL after KillWait): `submitter sync` marks it failed (vanished) and the next launch resubmits"),
-                );
-                return done(RunState::Ended, out);
-            }
-            Some(SlurmView::Running) => {
-                if status.is_none() {
-                    let seen = job.running_seen_at.unwrap_or(now);
-                    let for_s = (now - seen).num_seconds();
-                    let why = match &ev.payload {
-                        StatusRecord::Unusable(e) => format!("an unusable status.json ({e})"),
-                        _ => "a status.json".to_string(),
-                    };
-                    if for_s >= s.no_status_after_s as i64 {
-                        out.push(
-                            finding(findings::JOB_NO_STATUS, Level::Fail, VerdictKind::Dead, format!("RUNNING for {} with {why}: payload's records are missing", human_duration(for_s)))
-                                .evidence(format!("job {job_text}: no usable status.json in the run dir"))
-                                .action(format!("read the job's Slurm output (`submitter logs {job_text}`); cancel and fix the script or prelude")),
-                        );
-                    } else {
-                        out.push(finding(
-                            findings::JOB_WAITING,
-                            Level::Ok,
-                            VerdictKind::Starting,
-                            format!("job {job_text} running, waiting for payload's first status.json"),
-                        ));
-                    }
-                    return done(RunState::Running, out);
-                }
-            }
-        }
+    if outcome.is_none()
+        && let Some(state) = slurm_word(ev, s, status, now, &job_text, &mut out)
+    {
+        return done(state, out);
     }
 
     // 4. The run's state, and payload's phase.
     let slurm_running = ev.job.as_ref().is_some_and(|j| j.slurm == Some(SlurmView::Running));
-    let state = if outcome.is_some() {
+    let state = run_state(ev, s, status, outcome.is_some(), slurm_running, now, &job_text, &mut out);
+
+    // 5. Tunnel and api_base: they decide the verdict once Harbor runs (a tunnel still coming up
+    //    during startup is not yet a misconfiguration).
+    let harbor_runs =
+        state == RunState::Running && status.is_none_or(|st| st.phase == Phase::Running && st.heartbeat.is_some());
+    let no_scan = TrialScan::default();
+    let wiring = ev.wiring.as_ref().map(|w| wiring_findings(w, ev.trials.scan.as_ref().unwrap_or(&no_scan)));
+    for mut f in wiring.unwrap_or_default() {
+        if f.level == Level::Fail && harbor_runs {
+            f.status = Some(VerdictKind::Misconfigured);
+        }
+        out.push(f);
+    }
+
+    // 6. The engine and the trials.
+    let served_until = if state == RunState::Running {
+        now
+    } else {
+        status
+            .and_then(|st| parse_time(&st.updated_at))
+            .or(ev.engine.as_ref().and_then(|e| e.written_at))
+            .unwrap_or(now)
+            .min(now)
+    };
+    let judge_running = state == RunState::Running && status.is_none_or(|st| st.phase == Phase::Running);
+    let healthy_summary = engine_findings(ev, s, state, judge_running, served_until, now, &mut out);
+    trial_findings(ev, s, state, judge_running, now, &mut out);
+    if let Some(audit) = ev.audit.as_ref().filter(|_| state == RunState::Ended && ev.job.is_none()) {
+        out.push(audit_finding(audit));
+    }
+    Assessment { state, findings: out, healthy_summary }
+}
+
+/// Step 1: the ledger's word on a terminal attempt is final.
+fn ledger_word(ev: &Evidence) -> Option<Finding> {
+    let job = ev.job.as_ref()?;
+    match job.ledger_status {
+        AttemptStatus::Finished => {
+            let mut f = finding(findings::JOB_FINISHED, Level::Ok, VerdictKind::Finished, "finished".into());
+            if let Some(audit) = ev.audit.as_ref().filter(|a| !a.complete) {
+                f.summary = format!("finished, incomplete: {}", audit.reasons.join("; "));
+                f = f.action("resume rather than accept: resubmit the pair");
+            }
+            Some(f)
+        }
+        AttemptStatus::Failed | AttemptStatus::Cancelled => Some(finding(
+            findings::JOB_FAILED,
+            Level::Fail,
+            VerdictKind::Failed,
+            format!("{}: {}", job.ledger_status, job.ledger_reason),
+        )),
+        AttemptStatus::Pending | AttemptStatus::Started => None,
+    }
+}
+
+/// Step 3: Slurm's word (`status` only) while payload recorded no outcome: a job not yet running, gone,
+/// or running without payload's records is judged here, and nothing after.
+fn slurm_word(
+    ev: &Evidence,
+    s: &VerifySettings,
+    status: Option<&RunStatus>,
+    now: DateTime<Utc>,
+    job_text: &str,
+    out: &mut Vec<Finding>,
+) -> Option<RunState> {
+    let job = ev.job.as_ref()?;
+    match job.slurm {
+        None => {
+            out.push(finding(
+                findings::JOB_NO_JOB_ID,
+                Level::Ok,
+                VerdictKind::Starting,
+                "not yet in Slurm (no job id on the row)".into(),
+            ));
+            return Some(RunState::Unknown);
+        }
+        Some(SlurmView::Queued) => {
+            out.push(finding(
+                findings::JOB_QUEUED,
+                Level::Ok,
+                VerdictKind::Starting,
+                format!("queued (job {job_text})"),
+            ));
+            return Some(RunState::Unknown);
+        }
+        Some(SlurmView::Gone) => {
+            out.push(
+                finding(findings::JOB_GONE, Level::Fail, VerdictKind::Dead, format!("Slurm no longer runs job {job_text} and payload recorded no outcome"))
+                    .evidence(format!("Slurm: {}", job.slurm_state.clone().unwrap_or_else(|| "not listed".into())))
+                    .evidence(status.map_or("no status.json".into(), |st| format!("status.json phase {}, updated {}", st.phase.as_str(), st.updated_at)))
+                    .action("killed hard (OOM, node failure, KILL after KillWait): `submitter sync` marks it failed (vanished) and the next launch resubmits"),
+            );
+            return Some(RunState::Ended);
+        }
+        Some(SlurmView::Running) => {
+            if status.is_none() {
+                let seen = job.running_seen_at.unwrap_or(now);
+                let for_s = (now - seen).num_seconds();
+                let why = match &ev.payload {
+                    StatusRecord::Unusable(e) => format!("an unusable status.json ({e})"),
+                    _ => "a status.json".to_string(),
+                };
+                if for_s >= s.no_status_after_s as i64 {
+                    out.push(
+                        finding(findings::JOB_NO_STATUS, Level::Fail, VerdictKind::Dead, format!("RUNNING for {} with {why}: payload's records are missing", human_duration(for_s)))
+                            .evidence(format!("job {job_text}: no usable status.json in the run dir"))
+                            .action(format!("read the job's Slurm output (`submitter logs {job_text}`); cancel and fix the script or prelude")),
+                    );
+                } else {
+                    out.push(finding(
+                        findings::JOB_WAITING,
+                        Level::Ok,
+                        VerdictKind::Starting,
+                        format!("job {job_text} running, waiting for payload's first status.json"),
+                    ));
+                }
+                return Some(RunState::Running);
+            }
+        }
+    }
+
+    None
+}
+
+#[allow(clippy::too_many_arguments)]
+/// Step 4: the run's state: payload's record (its age and phase), else Harbor's files and Slurm.
+fn run_state(
+    ev: &Evidence,
+    s: &VerifySettings,
+    status: Option<&RunStatus>,
+    ended: bool,
+    slurm_running: bool,
+    now: DateTime<Utc>,
+    job_text: &str,
+    out: &mut Vec<Finding>,
+) -> RunState {
+    if ended {
         RunState::Ended
     } else if let Some(st) = status {
         let age = status_age_s(st, now).unwrap_or(i64::MAX);
@@ -454,38 +520,7 @@ pub fn evaluate(ev: &Evidence, s: &VerifySettings) -> Assessment {
         RunState::Running
     } else {
         RunState::Unknown
-    };
-
-    // 5. Tunnel and api_base: they decide the verdict once Harbor runs (a tunnel still coming up
-    //    during startup is not yet a misconfiguration).
-    let harbor_runs =
-        state == RunState::Running && status.is_none_or(|st| st.phase == Phase::Running && st.heartbeat.is_some());
-    let no_scan = TrialScan::default();
-    let wiring = ev.wiring.as_ref().map(|w| wiring_findings(w, ev.trials.scan.as_ref().unwrap_or(&no_scan)));
-    for mut f in wiring.unwrap_or_default() {
-        if f.level == Level::Fail && harbor_runs {
-            f.status = Some(VerdictKind::Misconfigured);
-        }
-        out.push(f);
     }
-
-    // 6. The engine and the trials.
-    let served_until = if state == RunState::Running {
-        now
-    } else {
-        status
-            .and_then(|st| parse_time(&st.updated_at))
-            .or(ev.engine.as_ref().and_then(|e| e.written_at))
-            .unwrap_or(now)
-            .min(now)
-    };
-    let judge_running = state == RunState::Running && status.is_none_or(|st| st.phase == Phase::Running);
-    let healthy_summary = engine_findings(ev, s, state, judge_running, served_until, now, &mut out);
-    trial_findings(ev, s, state, judge_running, now, &mut out);
-    if let Some(audit) = ev.audit.as_ref().filter(|_| state == RunState::Ended && ev.job.is_none()) {
-        out.push(audit_finding(audit));
-    }
-    Assessment { state, findings: out, healthy_summary }
 }
 
 fn unusable_status(err: &RecordError) -> Finding {
