@@ -1,8 +1,10 @@
 //! Every finding the rules can give, in one table: its id, its check, and the one line of
-//! docs/verification.md that documents it (held to the doc both ways by the test below). A rule
-//! in `rules.rs` (or a file check in `check.rs`) names its finding by one of these constants, so
-//! an id nothing documents cannot be written. Adding a rule: one constant here (and in [`ALL`]),
-//! the rule, its test, its doc row (docs/design.md, "Recipes").
+//! docs/verification.md that documents it (held to the doc both ways by the test below), and the
+//! thresholds the rules judge with ([`VerifySettings`]). A rule in `rules.rs` names its finding by
+//! one of these constants, so an id nothing documents cannot be written; the remediation policies
+//! (`config::remediation`) name them the same way. Adding a rule: one constant here (and a
+//! threshold field when it has one), the rule in `rules.rs`, a per-trial fact (if new) in
+//! `launch_spec::rundir::harbor::TrialRead`, its test, its doc row (docs/design.md §8.3).
 
 /// A finding's identity: the check it belongs to and its stable id (`check.name`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
