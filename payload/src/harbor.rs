@@ -517,12 +517,13 @@ pub fn check_resume_configs(run_dir: &Path) -> Result<usize, HarborError> {
         if *path != run_dir.join("config.json") {
             continue;
         }
-        for agent in value.get("agents").and_then(|a| a.as_array()).into_iter().flatten() {
-            let hosted =
-                agent.get("model_name").and_then(|m| m.as_str()).is_some_and(|m| m.starts_with("hosted_vllm/"));
-            let info = agent.pointer("/kwargs/model_info").and_then(|i| i.as_object()).is_some_and(|i| !i.is_empty());
-            if hosted && !info {
-                let name = agent.get("name").and_then(|n| n.as_str()).unwrap_or("?").to_string();
+        // Harbor's job config through its typed model in launch_spec::rundir, the one `check` reads.
+        let job: launch_spec::rundir::harbor::JobConfig = serde::Deserialize::deserialize(&value)
+            .map_err(|e| HarborError::Json { path: path.clone(), reason: e.to_string() })?;
+        for agent in &job.agents {
+            let hosted = agent.model_name.as_deref().is_some_and(|m| m.starts_with("hosted_vllm/"));
+            if hosted && !agent.kwargs.has_model_info() {
+                let name = agent.name.clone().unwrap_or_else(|| "?".to_string());
                 return Err(HarborError::NoModelInfo { path: path.clone(), agent: name });
             }
         }

@@ -12,7 +12,7 @@ use launch_spec::records::{
     EVENTS_FILE, EngineCounters, Heartbeat, Outcome, Phase, RESERVE_BYTES, RESERVE_FILE, RunStatus, STATUS_FILE,
 };
 use launch_spec::rundir::enginelog::Scanner;
-use launch_spec::rundir::harbor::{TrialStage, classify_trial};
+use launch_spec::rundir::harbor::{TrialStage, is_trial_entry, read_trial};
 use launch_spec::rundir::{Event, EventKind};
 
 /// RFC 3339 UTC with milliseconds, e.g. `2026-07-17T10:00:00.123Z`.
@@ -350,32 +350,14 @@ impl AccessLogCounter {
     }
 }
 
-/// Trials in the run dir ([`classify_trial`]): past Harbor's queue = started; with `result.json` = finished; a `result.json`
-/// whose `exception_info` is not null = errored.
+/// Trials in the run dir (`launch_spec::rundir::harbor::read_trial`, the reader `check` uses):
+/// past Harbor's queue = started; with `result.json` = finished; a `result.json` that names an
+/// exception = errored.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Trials {
     pub started: u64,
     pub finished: u64,
     pub errored: u64,
-}
-
-/// Largest `result.json` parsed (streamed, never held whole); a bigger one counts as finished.
-pub const MAX_RESULT_BYTES: u64 = 8 << 20;
-
-/// What a trial's `result.json` says (its other fields are skipped while streaming).
-#[derive(serde::Deserialize)]
-struct ResultHead {
-    #[serde(default)]
-    exception_info: Option<serde::de::IgnoredAny>,
-}
-
-/// `Some(errored)` once `result.json` exists (a regular file; a FIFO or link to a device is never
-/// opened blocking nor read unbounded); `None` while the trial runs.
-fn trial_result(trial_dir: &Path) -> Option<bool> {
-    let file = launch_spec::records::open_regular(&trial_dir.join("result.json")).ok()?;
-    let reader = std::io::BufReader::new(file.take(MAX_RESULT_BYTES));
-    let head: Option<ResultHead> = serde_json::from_reader(reader).ok();
-    Some(head.is_some_and(|h| h.exception_info.is_some()))
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -400,8 +382,7 @@ pub const RELIST_EVERY: std::time::Duration = std::time::Duration::from_secs(10)
 /// Incremental trial counting for the heartbeat. The run dir is listed again when its count of
 /// subdirectories (`st_nlink`) changes, or at most every [`RELIST_EVERY`] when only its mtime does;
 /// a listing may span heartbeats (the `ReadDir` is kept). An unfinished trial is looked at again
-/// only when its own mtime changes; a finished trial's `result.json` is read once, streamed and
-/// capped. Every step stops after [`SCAN_BUDGET`] and goes on at the next heartbeat, so 100k trial
+/// only when its own mtime changes; a finished trial's `result.json` is read once, capped. Every step stops after [`SCAN_BUDGET`] and goes on at the next heartbeat, so 100k trial
 /// dirs never stall supervision; memory is one small entry per trial.
 #[derive(Debug, Default)]
 pub struct TrialScan {
@@ -452,7 +433,7 @@ impl TrialScan {
             for (i, entry) in rd.by_ref().enumerate() {
                 // d_type: no stat per entry; a symlink is not a trial.
                 if let Ok(entry) = entry
-                    && entry.file_type().is_ok_and(|ft| ft.is_dir())
+                    && is_trial_entry(&entry)
                 {
                     let name = entry.file_name();
                     match self.trials.get_mut(name.as_os_str()) {
@@ -481,6 +462,7 @@ impl TrialScan {
         }
         let pass = self.pass;
         let mut checked_all = true;
+        let mut buf = Vec::new();
         let pending = self.trials.iter_mut().filter(|(_, st)| st.result.is_none() && st.checked != pass);
         for (i, (name, st)) in pending.enumerate() {
             if i % 16 == 15 && std::time::Instant::now() >= until {
@@ -494,10 +476,11 @@ impl TrialScan {
                 continue;
             }
             st.mtime_ns = mtime;
-            // The one trial classifier (a queued dir or a stray subdirectory is not a started trial).
-            let stage = classify_trial(&dir);
-            st.result = if stage == TrialStage::Done { trial_result(&dir) } else { None };
-            st.started = stage == TrialStage::Done || stage.is_active();
+            // The one trial reader, shared with `check` (a queued dir or a stray subdirectory is
+            // not a started trial; one symlink rule, one size cap).
+            let read = read_trial(&dir, &mut buf);
+            st.result = (read.stage == TrialStage::Done).then(|| read.errored());
+            st.started = read.stage == TrialStage::Done || read.stage.is_active();
         }
         if checked_all {
             self.pass = self.pass.wrapping_add(1);

@@ -8,7 +8,7 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use launch_spec::LaunchSpec;
-use launch_spec::spec::JOB_SCRATCH_PLACEHOLDER;
+use launch_spec::placeholder::{self as ph, JOB_SCRATCH};
 
 /// The scratch directory of one job; removed on drop.
 #[derive(Debug)]
@@ -18,7 +18,7 @@ pub struct JobScratch {
 
 /// Whether any env value of the spec names the scratch directory.
 pub fn wanted(spec: &LaunchSpec) -> bool {
-    spec.serve.env.values().chain(spec.harbor.env.values()).any(|v| v.contains(JOB_SCRATCH_PLACEHOLDER))
+    spec.serve.env.values().chain(spec.harbor.env.values()).any(|v| ph::mentions(v, JOB_SCRATCH))
 }
 
 /// The job's scratch directory, when the spec wants one: `<root>/eval_<job>`, root from the spec
@@ -37,8 +37,8 @@ pub fn dir(spec: &LaunchSpec, job: &str) -> Option<PathBuf> {
 pub fn substitute(dir: &Path, env: &mut BTreeMap<String, String>) -> Vec<PathBuf> {
     let text = dir.display().to_string();
     let mut inside = Vec::new();
-    for value in env.values_mut().filter(|v| v.contains(JOB_SCRATCH_PLACEHOLDER)) {
-        *value = value.replace(JOB_SCRATCH_PLACEHOLDER, &text);
+    for value in env.values_mut().filter(|v| ph::mentions(v, JOB_SCRATCH)) {
+        *value = ph::substitute(value, &[(JOB_SCRATCH, &text)]);
         let path = PathBuf::from(value.as_str());
         if path.starts_with(dir) && path != dir && !inside.contains(&path) {
             inside.push(path);

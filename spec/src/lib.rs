@@ -9,6 +9,7 @@ pub mod fsread;
 pub mod gpu;
 pub mod layout;
 pub mod model_id;
+pub mod placeholder;
 pub mod records;
 pub mod rundir;
 pub mod shared;

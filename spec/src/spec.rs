@@ -77,19 +77,12 @@ pub struct LaunchSpec {
     pub declared: Option<crate::versions::Declared>,
 }
 
-/// The placeholder payload replaces in `serve.env` and `harbor.env` values with the job's scratch
-/// directory (created before the first child starts, removed after the last one is gone).
-pub const JOB_SCRATCH_PLACEHOLDER: &str = "{job_scratch}";
-
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ScratchSpec {
     /// Node-local directory under which payload creates `eval_<job id>` (mode 0700).
     pub root: PathBuf,
 }
-
-/// The placeholders payload replaces in each element of [`PostRunSpec::argv`].
-pub const POST_RUN_PLACEHOLDERS: &[&str] = &["{run_dir}", "{run_tag}"];
 
 /// The post-run step: one program with its argv (never a shell string), run in the run dir after
 /// Harbor exited 0, its time bounded, its outcome recorded but never the run's.
@@ -114,15 +107,19 @@ pub struct PostRunSpec {
 }
 
 impl PostRunSpec {
-    /// `argv` with the placeholders replaced (only the known ones; other braces stay as written).
+    /// `argv` with the placeholders replaced (crate::placeholder; [`Self::problem`] refused any other).
     pub fn resolved_argv(&self, run_dir: &Path, run_tag: &str) -> Vec<String> {
+        use crate::placeholder as ph;
         let run_dir = run_dir.display().to_string();
-        self.argv.iter().map(|a| a.replace("{run_dir}", &run_dir).replace("{run_tag}", run_tag)).collect()
+        let values = [(ph::RUN_DIR, run_dir.as_str()), (ph::RUN_TAG, run_tag)];
+        self.argv.iter().map(|a| ph::substitute(a, &values)).collect()
     }
 
     /// The first problem, as (field, problem).
     pub fn problem(&self) -> Result<(), (&'static str, String)> {
         crate::validate::post_run_argv(&self.argv).map_err(|p| ("post_run.argv", p))?;
+        crate::placeholder::check_all(crate::placeholder::Field::PostRunArgv, &self.argv)
+            .map_err(|(i, e)| ("post_run.argv", format!("element {i}: {e}")))?;
         crate::validate::whole_seconds(self.timeout_s, true).map_err(|p| ("post_run.timeout_s", p))?;
         if let Some(name) = self.secrets.iter().chain(self.env.keys()).find(|n| !is_var_name(n)) {
             return Err((
@@ -953,6 +950,14 @@ impl LaunchSpec {
         v::listen_host(&self.serve.host).map_err(fail("serve.host"))?;
         v::environment(&self.serve.env).map_err(fail("serve.env"))?;
         v::environment(&self.harbor.env).map_err(fail("harbor.env"))?;
+        for (field, kind, env) in [
+            ("serve.env", crate::placeholder::Field::ServeEnv, &self.serve.env),
+            ("harbor.env", crate::placeholder::Field::HarborEnv, &self.harbor.env),
+        ] {
+            for (name, value) in env {
+                crate::placeholder::check(kind, value).map_err(|e| (field, format!("{name}: {e}")))?;
+            }
+        }
         v::whole_seconds(self.serve.hang_after_s, true).map_err(fail("serve.hang_after_s"))?;
         v::whole_seconds(self.serve.load_stall_after_s, true).map_err(fail("serve.load_stall_after_s"))?;
         if let Some(budget) = &self.serve.ready_budget {
@@ -1185,12 +1190,13 @@ mod tests {
         assert_eq!(old.post_run, None);
         assert!(!old.to_json().contains("post_run"), "none is left out, so older payloads still read it");
         let mut spec = minimal();
-        spec["post_run"] = serde_json::json!({"argv": ["upload", "--dir={run_dir}", "{run_tag}", "{other}"], "timeout_s": 60,
-                                              "secrets": ["HF_TOKEN"]});
+        spec["post_run"] = serde_json::json!({"argv": ["upload", "--dir={run_dir}", "{run_tag}", "{ other }", "{{run_tag}}"],
+                                              "timeout_s": 60, "secrets": ["HF_TOKEN"]});
         let step = read(&spec).unwrap().post_run.unwrap();
         assert_eq!(
             step.resolved_argv(Path::new("/j/x"), "x"),
-            ["upload", "--dir=/j/x", "x", "{other}"].map(String::from).to_vec()
+            ["upload", "--dir=/j/x", "x", "{ other }", "{{run_tag}}"].map(String::from).to_vec(),
+            "literal braces (spaced, doubled) pass as written"
         );
         let cases: &[(serde_json::Value, &str)] = &[
             (serde_json::json!({"argv": [], "timeout_s": 60}), "post_run.argv"),
@@ -1199,6 +1205,9 @@ mod tests {
             (serde_json::json!({"argv": ["up"], "timeout_s": 0}), "post_run.timeout_s"),
             (serde_json::json!({"argv": ["up"], "timeout_s": u64::MAX}), "post_run.timeout_s"),
             (serde_json::json!({"argv": ["up"], "timeout_s": 5, "secrets": ["hf_abc123 token"]}), "post_run.secrets"),
+            // Accepted (and passed to the program unreplaced) before the placeholder rule.
+            (serde_json::json!({"argv": ["up", "--dir={run_dri}"], "timeout_s": 5}), "post_run.argv"),
+            (serde_json::json!({"argv": ["up", "{job_scratch}"], "timeout_s": 5}), "post_run.argv"),
         ];
         for (value, field) in cases {
             let mut spec = minimal();
@@ -1209,6 +1218,22 @@ mod tests {
         let mut unknown = minimal();
         unknown["post_run"] = serde_json::json!({"argv": ["up"], "timeout_s": 5, "shell": "up && rm"});
         assert!(read(&unknown).unwrap_err().to_string().contains("unknown field `shell`"));
+    }
+
+    #[test]
+    fn env_values_take_only_the_scratch_placeholder() {
+        let read = |spec: &serde_json::Value| LaunchSpec::from_json(&spec.to_string(), Path::new("launch.json"));
+        let mut spec = minimal();
+        spec["serve"]["env"] = serde_json::json!({"TMPDIR": "{job_scratch}/tmp", "J": "{\"a\": 1}"});
+        spec["harbor"]["env"] = serde_json::json!({"TMPDIR": "{job_scratch}/h"});
+        read(&spec).unwrap();
+        for (section, value) in [("serve", "{job_scrach}/tmp"), ("harbor", "{run_dir}")] {
+            let mut bad = spec.clone();
+            bad[section]["env"]["TMPDIR"] = value.into();
+            let err = read(&bad).unwrap_err().to_string();
+            assert!(err.starts_with(&format!("launch.json: field `{section}.env`")) && err.contains("TMPDIR"), "{err}");
+            assert!(err.contains("{job_scratch}") && err.lines().count() == 1, "{err}");
+        }
     }
 
     #[test]

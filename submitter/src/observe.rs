@@ -38,7 +38,7 @@ pub fn shared_group_dir(attempt: &Attempt) -> Option<PathBuf> {
 /// A resubmission reuses the run dir (so Harbor resumes): a `status.json` is this attempt's only
 /// when it names this attempt's Slurm job.
 pub fn belongs_to(status: &RunStatus, attempt: &Attempt) -> bool {
-    attempt.slurm_job_id.is_some() && status.slurm_job_id == attempt.slurm_job_id
+    launch_spec::rundir::is_attempts_status(status, attempt.slurm_job_id.as_deref())
 }
 
 pub fn view_of(job: Option<&JobInfo>) -> SlurmView {

@@ -168,7 +168,6 @@ pub fn spec_path(spec: &LaunchSpec) -> PathBuf {
 /// Whether `spec` may be written into its run dir: a run dir holding another (model, benchmark)'s
 /// spec is never reused (a resubmission of the same pair resumes it). Errors say whose it is.
 pub fn run_dir_free_for(spec: &LaunchSpec) -> Result<(), String> {
-    use launch_spec::fsread::{self, Links};
     // A fresh run never lands on a Harbor job: its run dir and result stay as they are.
     let harbor_job = spec.run_dir.join(launch_spec::rundir::harbor::CONFIG_FILE);
     if spec.harbor.start == launch_spec::spec::HarborStart::Fresh && std::fs::symlink_metadata(&harbor_job).is_ok() {
@@ -178,15 +177,13 @@ pub fn run_dir_free_for(spec: &LaunchSpec) -> Result<(), String> {
         ));
     }
     let path = spec_path(spec);
-    let text = match fsread::read_text_capped(&path, fsread::RECORD_CAP, Links::Refuse) {
-        Ok(text) => text,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(err) => return Err(format!("{}: {err}: move it aside", path.display())),
+    let existing: launch_spec::rundir::LaunchView = match launch_spec::rundir::harbor::read(&path) {
+        Ok(Some(view)) => view,
+        Ok(None) => return Ok(()),
+        Err(err) => return Err(format!("{}: not a launch spec ({err}): move the run dir aside", path.display())),
     };
-    let existing: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|err| format!("{}: not a launch spec ({err}): move the run dir aside", path.display()))?;
-    let model = existing.pointer("/model/hf_id").and_then(serde_json::Value::as_str);
-    let benchmark = existing.get("benchmark").and_then(serde_json::Value::as_str);
+    let model = existing.model.hf_id.as_deref();
+    let benchmark = existing.benchmark.as_deref();
     if model == Some(spec.model.hf_id.as_str()) && benchmark == Some(spec.benchmark.as_str()) {
         return Ok(());
     }

@@ -265,9 +265,7 @@ pub fn cases(rows: &[StatusRow], settings: &VerifySettings, now: DateTime<Utc>) 
         }
         let dir = row.run_dir.as_deref().map(Path::new);
         // A resubmission reuses the run dir: its records are this attempt's only when they name its job.
-        let status = dir
-            .and_then(|d| launch_spec::rundir::read_status(d).into_status())
-            .filter(|s| row.slurm_job_id.is_some() && s.slurm_job_id == row.slurm_job_id);
+        let status = dir.and_then(|d| launch_spec::rundir::read_status(d).of_job(row.slurm_job_id.as_deref()));
         let mut diagnoses = Vec::new();
         if active
             && row.verdict.verdict.is_bad()

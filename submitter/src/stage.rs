@@ -19,6 +19,8 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, killpg};
 use wait_timeout::ChildExt;
 
+use launch_spec::placeholder as ph;
+
 use crate::config::cluster::PreDownload;
 use crate::spec_build::SpecBuilder;
 
@@ -84,7 +86,7 @@ impl<'a> Stager<'a> {
             .ok_or("pre_download.enabled but the profile has no paths.hf_cache")?;
         let cache_text = cache.display().to_string();
         let argv =
-            self.argv("pre_download.command", &self.settings.command, &[("{model}", model), ("{cache}", &cache_text)])?;
+            self.argv("pre_download.command", &self.settings.command, &[(ph::MODEL, model), (ph::CACHE, &cache_text)])?;
         if self.dry_run {
             if let Some(snapshot) = crate::readiness::hf_snapshot(&cache, model) {
                 progress(&format!(
@@ -125,7 +127,7 @@ impl<'a> Stager<'a> {
             let argv = self.argv(
                 "pre_download.dataset_command",
                 &self.settings.dataset_command,
-                &[("{dataset}", dataset), ("{dir}", &dir_text)],
+                &[(ph::DATASET, dataset), (ph::DIR, &dir_text)],
             )?;
             progress(&format!("dry run: would stage dataset {dataset} into {dir_text}: {}", dry_size(&argv, &[])));
             return Ok(());
@@ -154,7 +156,7 @@ impl<'a> Stager<'a> {
         let argv = self.argv(
             "pre_download.dataset_command",
             &self.settings.dataset_command,
-            &[("{dataset}", dataset), ("{dir}", &partial_text)],
+            &[(ph::DATASET, dataset), (ph::DIR, &partial_text)],
         )?;
         let staged =
             run(&argv, Duration::from_secs(self.settings.dataset_timeout_s), &format!("dataset {dataset}"), &[])
@@ -173,14 +175,15 @@ impl<'a> Stager<'a> {
         staged
     }
 
-    /// The profile's command with `${VAR}` expanded, then the placeholders substituted.
+    /// The profile's command with `${VAR}` expanded, then the placeholders substituted (the profile
+    /// refused any other at load: launch_spec::placeholder).
     fn argv(&self, field: &str, command: &[String], with: &[(&str, &str)]) -> Result<Vec<String>, String> {
         let argv = command
             .iter()
             .enumerate()
             .map(|(i, arg)| {
                 let arg = self.context.expand_text(&format!("{field}[{i}]"), arg).map_err(|e| e.to_string())?;
-                Ok(with.iter().fold(arg, |arg, (from, to)| arg.replace(from, to)))
+                Ok(ph::substitute(&arg, with))
             })
             .collect::<Result<Vec<_>, String>>()?;
         if argv.first().is_none_or(String::is_empty) {

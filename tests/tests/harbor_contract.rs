@@ -578,6 +578,9 @@ fn job_reading(job: &Path) -> Result<Value, String> {
             "model_info_warnings": scan.model_info_warnings,
             "has_last_result": scan.last_result_at.is_some(),
         },
+        // payload's heartbeat counts the same trials with the same reader (started = active + done).
+        "payload_trials": payload_trials(job),
+        "check_trials": check_trials(&scan),
         "check": {
             "state": format!("{:?}", check.state),
             "verdict": format!("{:?}", check.verdict),
@@ -585,6 +588,72 @@ fn job_reading(job: &Path) -> Result<Value, String> {
             "findings": findings,
         },
     }))
+}
+
+/// payload's heartbeat counts (started, finished, errored).
+fn payload_trials(job: &Path) -> (u64, u64, u64) {
+    let t = payload::records::count_trials(job);
+    (t.started, t.finished, t.errored)
+}
+
+/// The same counts from `check`'s scan.
+fn check_trials(scan: &submitter::verify::rules::TrialScan) -> (u64, u64, u64) {
+    (scan.active + scan.done, scan.done, scan.errored)
+}
+
+/// payload's heartbeat and `check` read trial dirs with one reader (launch_spec::rundir::harbor::
+/// read_trial): one symlink rule, one size cap, one "errored" rule. Before, payload streamed at
+/// most 8 MiB of a `result.json` (a 10 MiB errored trial was not errored to it) and took any
+/// non-null `exception_info` as an error; `check` read up to 16 MiB into Harbor's typed model.
+#[test]
+fn payload_and_check_count_the_same_trials() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let trial = |name: &str, files: &[(&str, &[u8])]| {
+        let dir = run.join(name);
+        for sub in launch_spec::rundir::harbor::TRIAL_SUBDIRS {
+            std::fs::create_dir_all(dir.join(sub)).unwrap();
+        }
+        for (file, body) in files {
+            std::fs::write(dir.join(file), body).unwrap();
+        }
+        dir
+    };
+    let padded = |bytes: usize, exception: &str| {
+        format!(r#"{{"exception_info": {exception}, "pad": "{}"}}"#, "x".repeat(bytes)).into_bytes()
+    };
+    let raised = r#"{"exception_type": "AgentTimeoutError"}"#;
+    trial("queued", &[("lock.json", b"{}"), ("trial.log", b"")]);
+    trial("running", &[("lock.json", b"{}"), ("config.json", b"{}")]);
+    trial("ok", &[("config.json", b"{}"), ("result.json", br#"{"exception_info": null}"#)]);
+    trial("errored", &[("config.json", b"{}"), ("result.json", &padded(10, raised))]);
+    // Between the old 8 MiB stream and the 16 MiB cap: errored to both now.
+    for name in ["big_errored", "big_errored_too"] {
+        trial(name, &[("config.json", b"{}"), ("result.json", &padded(10 << 20, raised))]);
+    }
+    // Over the cap: done, not read (neither errored nor rewarded).
+    trial("huge", &[("config.json", b"{}"), ("result.json", &padded(17 << 20, raised))]);
+    // Not Harbor's shape (an exception that is no object): done, unread.
+    trial("odd", &[("config.json", b"{}"), ("result.json", br#"{"exception_info": "boom"}"#)]);
+    // A result.json that is a symlink is no result: still running to both.
+    let elsewhere = tmp.path().join("elsewhere.json");
+    std::fs::write(&elsewhere, padded(1, raised)).unwrap();
+    let linked = trial("linked_result", &[("config.json", b"{}")]);
+    std::os::unix::fs::symlink(&elsewhere, linked.join("result.json")).unwrap();
+    // A symlinked trial dir is no trial.
+    let outside = tmp.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("config.json"), b"{}").unwrap();
+    std::fs::write(outside.join("result.json"), padded(1, raised)).unwrap();
+    std::os::unix::fs::symlink(&outside, run.join("linked_dir")).unwrap();
+
+    let settings = submitter::verify::VerifySettings::default();
+    let scan = submitter::verify::check::scan_trials(&run, settings.instant_fail_s).unwrap();
+    // started: running, linked_result and the 6 done; errored: errored and the two big ones (before:
+    // payload errored, odd; check errored and the two big ones).
+    assert_eq!(payload_trials(&run), (8, 6, 3), "payload's heartbeat");
+    assert_eq!(check_trials(&scan), (8, 6, 3), "check's scan");
+    assert_eq!((scan.queued, scan.dirs), (1, 9));
 }
 
 /// Both readings of a job dir that Harbor is writing: taken until two in a row agree and every

@@ -300,6 +300,70 @@ pub fn classify_trial(trial: &Path) -> TrialStage {
     if is_file(TRIAL_LOG) { TrialStage::Unconstructed } else { TrialStage::NotATrial }
 }
 
+/// The one cap on a trial's `result.json`: a bigger one counts as done and is not read (so it is
+/// neither errored nor rewarded), in payload's heartbeat and in `check` alike.
+pub const TRIAL_RESULT_CAP: u64 = fsread::RECORD_CAP;
+
+/// Whether a run-dir entry may be a trial: a directory by its listed type (`d_type`, no `stat`),
+/// so a symlink to a directory never is; [`read_trial`] then classifies it.
+pub fn is_trial_entry(entry: &std::fs::DirEntry) -> bool {
+    entry.file_type().is_ok_and(|t| t.is_dir())
+}
+
+/// A trial directory as both programs see it: its stage and, once done, its `result.json`.
+#[derive(Debug, Clone)]
+pub struct TrialRead {
+    pub stage: TrialStage,
+    /// When `result.json` was last written (once it could be opened).
+    pub result_modified: Option<std::time::SystemTime>,
+    /// The parsed `result.json`: `None` while running, and when it is oversized, torn or not
+    /// Harbor's shape (still done).
+    pub result: Option<TrialResult>,
+    /// A started trial's `config.json` time (its start); looked at only while it is active.
+    pub config_modified: Option<std::time::SystemTime>,
+    /// An active trial has [`AGENT_FIRST_COMMAND`]: an installed harness finished its setup.
+    pub agent_started: bool,
+}
+
+impl TrialRead {
+    /// A done trial whose `result.json` names an exception: the one "errored" rule.
+    pub fn errored(&self) -> bool {
+        self.result.as_ref().is_some_and(|r| r.exception_type().is_some())
+    }
+}
+
+/// The one trial reader (payload's heartbeat counts, `check`'s scan). Most trials of a big run are
+/// done, so `result.json` is opened first (one system call classifies and reads) and only the
+/// others go through [`classify_trial`]. `result.json` is read as a regular file, never through a
+/// symlink (a symlinked one is not a result: [`classify_trial`] does not see it as done), never a
+/// FIFO or device, at most [`TRIAL_RESULT_CAP`]. `buf` is reused between calls.
+pub fn read_trial(trial: &Path, buf: &mut Vec<u8>) -> TrialRead {
+    let open = || fsread::open_regular_meta(&trial.join(RESULT_FILE), Links::Refuse).ok();
+    let mut opened = open();
+    let stage = if opened.is_some() { TrialStage::Done } else { classify_trial(trial) };
+    if stage == TrialStage::Done && opened.is_none() {
+        // Written between the open and the classification.
+        opened = open();
+    }
+    let mut read =
+        TrialRead { stage, result_modified: None, result: None, config_modified: None, agent_started: false };
+    if stage.is_active() {
+        let meta = |name: &str| std::fs::symlink_metadata(trial.join(name));
+        read.config_modified = meta(CONFIG_FILE).and_then(|m| m.modified()).ok();
+        read.agent_started = meta(AGENT_FIRST_COMMAND).is_ok_and(|m| m.is_dir());
+    }
+    let Some((file, meta)) = opened else { return read };
+    read.result_modified = meta.modified().ok();
+    // An oversized result is not read at all (fstat on the open file), and never past the cap.
+    if meta.len() <= TRIAL_RESULT_CAP
+        && fsread::read_open(&file, meta.len(), TRIAL_RESULT_CAP, buf).is_ok()
+        && buf.len() as u64 <= TRIAL_RESULT_CAP
+    {
+        read.result = serde_json::from_slice(buf).ok();
+    }
+    read
+}
+
 /// Reads a Harbor JSON file into its model: `Ok(None)` when absent, `Err` with serde's message when
 /// it does not parse (or is not a regular file of at most [`fsread::RECORD_CAP`] bytes).
 pub fn read<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, String> {

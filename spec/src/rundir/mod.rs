@@ -73,6 +73,19 @@ impl StatusRecord {
             _ => None,
         }
     }
+
+    /// The record when it is the given Slurm job's ([`is_attempts_status`]).
+    pub fn of_job(self, slurm_job_id: Option<&str>) -> Option<RunStatus> {
+        self.into_status().filter(|s| is_attempts_status(s, slurm_job_id))
+    }
+}
+
+/// Whether a `status.json` is the attempt's that ran as `slurm_job_id`: a resubmission reuses the
+/// run dir (Harbor resumes there), so a record is an attempt's only when it names the attempt's
+/// Slurm job; an attempt without a job id (not submitted yet) owns none. The one rule for
+/// `sync`, `status`, `check`'s remediation and the team view.
+pub fn is_attempts_status(status: &RunStatus, slurm_job_id: Option<&str>) -> bool {
+    slurm_job_id.is_some() && status.slurm_job_id.as_deref() == slurm_job_id
 }
 
 /// Reads `status.json` (a regular file, never through a symlink, capped). A record without an
@@ -148,9 +161,19 @@ pub struct LaunchView {
     #[serde(default)]
     pub run_tag: Option<String>,
     #[serde(default)]
+    pub benchmark: Option<String>,
+    #[serde(default)]
+    pub model: LaunchModel,
+    #[serde(default)]
     pub tunnel: LaunchTunnel,
     #[serde(default)]
     pub harbor: LaunchHarbor,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct LaunchModel {
+    #[serde(default)]
+    pub hf_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

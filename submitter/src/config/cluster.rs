@@ -564,119 +564,8 @@ impl Default for Limits {
     }
 }
 
-/// Thresholds of the launch checks and verdicts (docs/design.md §8), and what `status --watch` may do about a
-/// job that stays dead or stalled. Defaults follow the replaced system's 15-minute infra check.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct VerifySettings {
-    /// No status.json update for this long while Slurm says RUNNING → `dead` (payload writes
-    /// one every 15 s).
-    pub heartbeat_timeout_s: u64,
-    /// Slurm RUNNING this long without any status.json → `dead` (the batch script never reached payload).
-    pub no_status_after_s: u64,
-    /// No completion and no trial progress for this long → `stalled`.
-    pub stall_after_s: u64,
-    /// Harbor running this long with zero 200 completions → `misconfigured` (broken agent setup,
-    /// e.g. missing `model_info`).
-    pub zero_ok_after_s: u64,
-    /// Share of 400 answers above which the run is `misconfigured` (context overflow).
-    pub bad_request_share: f64,
-    /// Share of 5xx answers above which `check` warns.
-    pub server_error_share: f64,
-    /// Fewest completions a share is computed from.
-    pub min_requests: u64,
-    /// All trials done but the job still running for this long → `stalled` (zombie).
-    pub zombie_after_s: u64,
-    /// Trials active but no new `result.json` for this long → `check` fails (stalled).
-    pub no_result_after_s: u64,
-    /// An installed agent's running trial with no `agent/command-0/` this long after its
-    /// `config.json` → `check` fails (setup stalled).
-    pub setup_stalled_after_s: u64,
-    /// A trial that finished within this many seconds of its start with no output tokens is an
-    /// instant failure.
-    pub instant_fail_s: f64,
-    /// Share of finished trials that may be instant failures before `check` fails.
-    pub instant_fail_share: f64,
-    /// Completion audit: valid trials needed, as a share of n_tasks × n_attempts.
-    pub min_valid_share: f64,
-    /// Completion audit: largest acceptable share of errored trials.
-    pub max_error_share: f64,
-    /// `status --watch` cancels jobs that stay `dead` or `stalled` past these bounds (off when absent).
-    pub auto_cancel: Option<AutoCancel>,
-}
-
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AutoCancel {
-    /// Cancel a job `dead` for this long.
-    #[serde(default)]
-    pub dead_after_s: Option<u64>,
-    /// Cancel a job `stalled` for this long.
-    #[serde(default)]
-    pub stalled_after_s: Option<u64>,
-}
-
-impl Default for VerifySettings {
-    fn default() -> Self {
-        Self {
-            heartbeat_timeout_s: 120,
-            no_status_after_s: 600,
-            stall_after_s: 1800,
-            zero_ok_after_s: 540,
-            bad_request_share: 0.15,
-            server_error_share: 0.15,
-            min_requests: 20,
-            zombie_after_s: 600,
-            no_result_after_s: 3600,
-            setup_stalled_after_s: 1800,
-            instant_fail_s: 5.0,
-            instant_fail_share: 0.25,
-            min_valid_share: 0.9,
-            max_error_share: 0.1,
-            auto_cancel: None,
-        }
-    }
-}
-
-impl VerifySettings {
-    pub fn problems(&self) -> Vec<String> {
-        use launch_spec::validate as v;
-        let mut problems = Vec::new();
-        for (key, value) in [
-            ("bad_request_share", self.bad_request_share),
-            ("server_error_share", self.server_error_share),
-            ("instant_fail_share", self.instant_fail_share),
-            ("min_valid_share", self.min_valid_share),
-            ("max_error_share", self.max_error_share),
-        ] {
-            if let Err(problem) = v::share(value) {
-                problems.push(format!("verify.{key} {problem}"));
-            }
-        }
-        if let Err(problem) = v::seconds(self.instant_fail_s, false) {
-            problems.push(format!("verify.instant_fail_s {problem}"));
-        }
-        let auto = self.auto_cancel.clone().unwrap_or_default();
-        for (key, value, positive) in [
-            ("heartbeat_timeout_s", Some(self.heartbeat_timeout_s), true),
-            ("no_status_after_s", Some(self.no_status_after_s), false),
-            ("stall_after_s", Some(self.stall_after_s), false),
-            ("zero_ok_after_s", Some(self.zero_ok_after_s), false),
-            ("zombie_after_s", Some(self.zombie_after_s), false),
-            ("no_result_after_s", Some(self.no_result_after_s), false),
-            ("setup_stalled_after_s", Some(self.setup_stalled_after_s), false),
-            ("auto_cancel.dead_after_s", auto.dead_after_s, false),
-            ("auto_cancel.stalled_after_s", auto.stalled_after_s, false),
-        ] {
-            if let Some(value) = value
-                && let Err(problem) = v::whole_seconds(value, positive)
-            {
-                problems.push(format!("verify.{key} {problem}"));
-            }
-        }
-        problems
-    }
-}
+// The rules' thresholds live beside the findings they judge (docs/design.md §8.3).
+pub use crate::verify::findings::{AutoCancel, VerifySettings};
 
 /// Staging on the login node (docs/site.md): models into `paths.hf_cache`, datasets into their
 /// dataset dir. Every command is an argv (never a shell string), `${VAR}`-expanded, run with a
@@ -831,6 +720,32 @@ impl ClusterProfile {
             }
         }
         check("pre_download.dataset_timeout_s", v::whole_seconds(self.pre_download.dataset_timeout_s, true).map(drop));
+        // The placeholder rule (launch_spec::placeholder), here so the profile is refused at load
+        // rather than the spec (or the node) later; an environment's env joins the engine's or Harbor's,
+        // which take the same placeholders.
+        {
+            use launch_spec::placeholder::{self as ph, Field};
+            let envs = self.environments.iter().map(|(name, e)| (format!("environments.{name}.env"), &e.env));
+            for (field, env) in
+                [("engine.env".to_string(), &self.engine.env), ("harbor.env".to_string(), &self.harbor.env)]
+                    .into_iter()
+                    .chain(envs)
+            {
+                for (var, value) in env {
+                    if let Err(problem) = ph::check(Field::ServeEnv, value) {
+                        check(&format!("{field}.{var}"), Err(problem.to_string()));
+                    }
+                }
+            }
+            for (field, kind, argv) in [
+                ("pre_download.command", Field::ModelDownload, &self.pre_download.command),
+                ("pre_download.dataset_command", Field::DatasetDownload, &self.pre_download.dataset_command),
+            ] {
+                if let Err((i, problem)) = ph::check_all(kind, argv) {
+                    check(&format!("{field}[{i}]"), Err(problem.to_string()));
+                }
+            }
+        }
 
         if let Some(port) = self.network.proxy.as_ref().and_then(|p| p.ssh_port) {
             check("network.proxy.ssh_port", v::port(port).map(drop));
@@ -1117,6 +1032,8 @@ mod tests {
             ("  argv: [up]\n  timeout_s: 99999999999\n", "post_run.timeout_s"),
             ("  argv: [up]\n  environment: nope\n", "post_run.environment `nope` is not in `environments`"),
             ("  argv: [up]\n  secrets: [\"hf_x y\"]\n", "post_run.secrets"),
+            // Accepted and handed to the program as written before the placeholder rule.
+            ("  argv: [up, \"--dir={run_dri}\"]\n", "post_run.argv element 1: `{run_dri}` is not a placeholder"),
         ] {
             let problems = parse(&with(block)).unwrap().problems();
             assert!(problems.iter().any(|p| p.starts_with(want) && p.lines().count() == 1), "{block}: {problems:?}");
@@ -1125,6 +1042,32 @@ mod tests {
         assert!(err.contains("clusters/x.yaml:") && err.contains("`argv`"), "{err}");
         let err = parse(&with("  command: up\n")).unwrap_err().to_string();
         assert!(err.contains("unknown field `command`"), "{err}");
+    }
+
+    /// The placeholder rule (launch_spec::placeholder) at profile load, in every field that takes
+    /// placeholders; the shipped profiles use theirs where they belong.
+    #[test]
+    fn placeholders_outside_their_fields_are_refused_at_load() {
+        for (from, to, want) in [
+            ("engine:\n", "engine:\n  env:\n    TMPDIR: \"{job_scrach}/tmp\"\n", "engine.env.TMPDIR `{job_scrach}`"),
+            (
+                "  env:\n    STANDIN_EXTRAS",
+                "  env:\n    TMPDIR: \"{run_dir}\"\n    STANDIN_EXTRAS",
+                "harbor.env.TMPDIR `{run_dir}` is not replaced",
+            ),
+            ("", "pre_download:\n  command: [hf, download, \"{modle}\"]\n", "pre_download.command[2] `{modle}`"),
+            ("", "pre_download:\n  dataset_command: [hf, \"{model}\"]\n", "pre_download.dataset_command[1] `{model}`"),
+        ] {
+            let text = if from.is_empty() { format!("{LOCAL}{to}") } else { LOCAL.replacen(from, to, 1) };
+            let problems = parse(&text).unwrap().problems();
+            assert!(problems.iter().any(|p| p.starts_with(want) && p.lines().count() == 1), "{want}: {problems:?}");
+        }
+        let literal = LOCAL.replacen("engine:\n", "engine:\n  env:\n    J: \"{{ jinja }} { x } ${HOME}\"\n", 1);
+        assert!(parse(&literal).unwrap().problems().is_empty());
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../clusters");
+        for name in ["jupiter", "leonardo", "vista", "local"] {
+            crate::config::load_cluster(&dir, name).unwrap();
+        }
     }
 
     #[test]

@@ -56,32 +56,36 @@ pub struct Diagnosis {
     pub safe: bool,
 }
 
+use crate::verify::findings as f;
+
 const fn row(id: &'static str, default: Policy, change: Option<Change>, safe: bool) -> Diagnosis {
     Diagnosis { id, default, change, safe }
 }
 
 /// Every diagnosis the product acts on, in the order a job's diagnoses are considered (the first
 /// with a policy other than `off` decides).
+// Finding ids by their constant (the one table, verify::findings); `outcome.<class>[.<cause>]` rows
+// are payload's recorded ends, which are no findings.
 pub const TABLE: &[Diagnosis] = &[
     // Dead and stalled jobs hold GPUs for nothing.
-    row("engine.hung", Policy::Cancel, None, true),
-    row("engine.unhealthy", Policy::Cancel, None, true),
-    row("outcome.silent", Policy::Cancel, None, true),
-    row("job.no_status", Policy::Cancel, None, true),
-    row("trials.zombie", Policy::Cancel, None, true),
-    row("trials.stalled", Policy::Cancel, None, true),
+    row(f::ENGINE_HUNG.id, Policy::Cancel, None, true),
+    row(f::ENGINE_UNHEALTHY.id, Policy::Cancel, None, true),
+    row(f::OUTCOME_SILENT.id, Policy::Cancel, None, true),
+    row(f::JOB_NO_STATUS.id, Policy::Cancel, None, true),
+    row(f::TRIALS_ZOMBIE.id, Policy::Cancel, None, true),
+    row(f::TRIALS_STALLED.id, Policy::Cancel, None, true),
     // Misconfigured pairs: a resubmission would fail the same way.
-    row("api_base.private", Policy::Hold, None, true),
-    row("api_base.missing", Policy::Hold, None, true),
-    row("api_base.model_info", Policy::Hold, None, true),
-    row("api_base.not_tunnel", Policy::Hold, None, true),
-    row("trials.instant_fail", Policy::Hold, None, true),
-    row("trials.never_started", Policy::Hold, None, true),
-    row("engine.zero_ok", Policy::Hold, None, true),
-    row("engine.bad_requests", Policy::Hold, None, true),
+    row(f::API_BASE_PRIVATE.id, Policy::Hold, None, true),
+    row(f::API_BASE_MISSING.id, Policy::Hold, None, true),
+    row(f::API_BASE_MODEL_INFO.id, Policy::Hold, None, true),
+    row(f::API_BASE_NOT_TUNNEL.id, Policy::Hold, None, true),
+    row(f::TRIALS_INSTANT_FAIL.id, Policy::Hold, None, true),
+    row(f::TRIALS_NEVER_STARTED.id, Policy::Hold, None, true),
+    row(f::ENGINE_ZERO_OK.id, Policy::Hold, None, true),
+    row(f::ENGINE_BAD_REQUESTS.id, Policy::Hold, None, true),
     row("outcome.harbor", Policy::Hold, None, true),
     // Faults a changed launch fixes.
-    row("tunnel.locked", Policy::Retry, Some(Change::NextPinggyPair), false),
+    row(f::TUNNEL_LOCKED.id, Policy::Retry, Some(Change::NextPinggyPair), false),
     row("outcome.tunnel.token_locked", Policy::Retry, Some(Change::NextPinggyPair), false),
     row("outcome.engine_start.oom", Policy::Retry, Some(Change::LowerGpuMemory), false),
     row("outcome.engine_timeout", Policy::Retry, Some(Change::LongerReadiness), false),
@@ -251,6 +255,19 @@ mod tests {
         }
         let local = crate::config::load_cluster(&dir, "local").unwrap();
         assert!(!local.remediation.enabled, "local: remediation is the tests' to turn on");
+    }
+
+    /// Every row is a finding of the one table or one of payload's outcome classes, so a renamed
+    /// finding cannot leave a policy behind.
+    #[test]
+    fn every_diagnosis_is_a_finding_or_an_outcome_class() {
+        use launch_spec::OutcomeClass;
+        for d in TABLE {
+            let finding = crate::verify::findings::ALL.iter().any(|f| f.id == d.id);
+            let class = d.id.strip_prefix("outcome.").map(|rest| rest.split('.').next().unwrap_or(rest));
+            let outcome = class.is_some_and(|c| serde_json::from_value::<OutcomeClass>(c.into()).is_ok());
+            assert!(finding || outcome, "{}: neither a finding id nor outcome.<class>", d.id);
+        }
     }
 
     #[test]

@@ -10,7 +10,6 @@
 //! 200/400/5xx shares, zero 200s, engine death), `trials` (active vs done, instant failures, time
 //! since the last result, zombie), `outcome` (payload's record) and `audit` (completion audit).
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
@@ -19,15 +18,13 @@ use launch_spec::records::{ENGINE_LOG, SPEC_FILE, TUNNEL_LOG};
 use launch_spec::rundir::harbor::{self as hf, JobConfig, JobResult, TrialStage};
 use launch_spec::rundir::vocab::{self, TunnelLine};
 use launch_spec::rundir::{self, LaunchView, StatusRecord};
-use serde::Serialize;
 
-use super::findings;
 use super::logscan::{self, EngineLog};
 use super::results::{self, Audit};
 pub use super::rules::RunState;
-use super::rules::{EngineFacts, Evidence, HarborFacts, TrialFacts, Window};
+use super::rules::{Agent, EngineFacts, Evidence, HarborFacts, TrialFacts, Window, Wiring};
 use super::verdict::VerdictKind;
-use super::{Finding, Level, VerifySettings, is_installed_agent, is_private_url, mtime, parse_time};
+use super::{Finding, Level, VerifySettings, is_installed_agent, mtime, parse_time};
 
 /// Why a path cannot be checked (exit code 2).
 #[derive(Debug, thiserror::Error)]
@@ -66,24 +63,7 @@ pub struct RunCheck {
     pub facts: Facts,
 }
 
-pub use super::rules::TrialScan;
-
-/// The agent as the job's `config.json` (or `launch.json`) names it.
-#[derive(Debug, Clone, Default)]
-struct Agent {
-    name: Option<String>,
-    model_name: Option<String>,
-    api_base: Option<String>,
-    has_model_info: bool,
-    from: &'static str,
-}
-
-impl Agent {
-    /// The agent's name, terminus-2 (Harbor's default) when the files name none.
-    fn display_name(&self) -> String {
-        self.name.clone().unwrap_or_else(|| "terminus-2".into())
-    }
-}
+pub use super::rules::{TrialScan, TunnelLog};
 
 /// The agent runs in the remote sandbox and calls the model back over the tunnel: an installed
 /// harness, or any run whose spec asked for a Pinggy tunnel.
@@ -180,22 +160,21 @@ pub fn evidence_from_dir(
         present: job_result.is_some(),
     };
 
-    let mut config = Vec::new();
     let tail = if depth == Depth::Full { TUNNEL_TAIL_CHECK } else { TUNNEL_TAIL_STATUS };
-    let tunnel = tunnel_findings(dir, &agent, &launch, tail, &mut config);
-    if depth == Depth::Full || job_config.is_some() {
-        api_base_findings(&agent, &launch, &trials, tunnel.as_ref(), &mut config);
-    }
-    if let (Some(err), Some(path)) = (&log_unreadable, &engine_log_path) {
-        config.push(
-            Finding::new(findings::ENGINE_LOG_UNREADABLE, Level::Fail, format!("engine log cannot be read: {err}"))
-                .evidence(path.display().to_string())
-                .action("make it a regular file payload can write and this user can read; the engine was not judged"),
-        );
-    }
-    if depth == Depth::Records {
-        config.retain(|f| f.level == Level::Fail);
-    }
+    let wiring = Wiring {
+        remote: runs_remote(&agent, &launch),
+        agent,
+        run_dir: dir.display().to_string(),
+        tunnel: tunnel_facts(dir, tail),
+        held_url: launch.held_url.clone(),
+        launch_public_url: launch.public_url.clone(),
+        api_base_read: depth == Depth::Full || job_config.is_some(),
+        engine_log_unreadable: log_unreadable
+            .as_ref()
+            .zip(engine_log_path.as_ref())
+            .map(|(err, path)| (err.to_string(), path.display().to_string())),
+        fails_only: depth == Depth::Records,
+    };
 
     let beat = status.and_then(|s| s.heartbeat.as_ref());
     let engine = engine_facts(log.as_ref(), beat, engine_log_path.as_deref(), running_since, &harbor);
@@ -211,9 +190,9 @@ pub fn evidence_from_dir(
             scan: (depth == Depth::Full).then(|| trials.clone()),
         },
         has_trials: trials.dirs > 0,
-        installed_agent: runs_remote(&agent, &launch),
+        installed_agent: wiring.remote,
         expected_trials: expected,
-        config,
+        wiring: Some(wiring),
         audit,
         job: None,
         payload: payload.clone(),
@@ -363,8 +342,9 @@ fn agent_of(config: Option<&JobConfig>, launch: &Launch) -> Agent {
 // ---------------------------------------------------------------------------------------------
 // Trials
 
-/// Scans the trial directories of a run dir ([`hf::classify_trial`] for each, then the file its
-/// stage says to read: `config.json` up to its `api_base`, `result.json` into its typed model).
+/// Scans the trial directories of a run dir ([`hf::read_trial`] for each, the reader payload's
+/// heartbeat counts with, then the file its stage says to read: `config.json` up to its
+/// `api_base`, `trial.log` for the model-info warning).
 pub fn scan_trials(dir: &Path, instant_fail_s: f64) -> std::io::Result<TrialScan> {
     let mut scan = TrialScan::default();
     let api_base_key = memchr::memmem::Finder::new(b"\"api_base\"");
@@ -372,15 +352,12 @@ pub fn scan_trials(dir: &Path, instant_fail_s: f64) -> std::io::Result<TrialScan
     let mut buf = Vec::with_capacity(16 << 10);
     for entry in std::fs::read_dir(dir)? {
         let Ok(entry) = entry else { continue };
-        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+        if !hf::is_trial_entry(&entry) {
             continue;
         }
         let trial = entry.path();
-        // Most trials of a big run are done: open result.json first (one system call for the
-        // classification and the read), classify only the others.
-        let result_file = fsread::open_regular_meta(&trial.join(hf::RESULT_FILE), Links::Refuse).ok();
-        let stage = if result_file.is_some() { TrialStage::Done } else { hf::classify_trial(&trial) };
-        if stage == TrialStage::NotATrial {
+        let read = hf::read_trial(&trial, &mut buf);
+        if read.stage == TrialStage::NotATrial {
             continue;
         }
         let name = entry.file_name().to_string_lossy().into_owned();
@@ -391,11 +368,11 @@ pub fn scan_trials(dir: &Path, instant_fail_s: f64) -> std::io::Result<TrialScan
             let slot = scan.api_bases.entry(api_base).or_insert((0, name.clone()));
             slot.0 += 1;
         }
-        match stage {
+        match read.stage {
             TrialStage::Queued => scan.queued += 1,
             TrialStage::Running | TrialStage::Verifying => {
                 scan.active += 1;
-                setup_pending(&trial, &name, &mut scan);
+                scan.running.push((name, read));
             }
             TrialStage::Unconstructed => {
                 scan.unconstructed += 1;
@@ -411,57 +388,22 @@ pub fn scan_trials(dir: &Path, instant_fail_s: f64) -> std::io::Result<TrialScan
                     }
                 }
             }
-            TrialStage::Done => done_trial(result_file, &trial, &name, instant_fail_s, &mut buf, &mut scan),
+            TrialStage::Done => done_trial(&read, &name, instant_fail_s, &mut scan),
             TrialStage::NotATrial => {}
         }
     }
     Ok(scan)
 }
 
-/// A running trial without its harness's first command dir: counted, and the oldest kept by its
-/// `config.json` time (a trial's start).
-fn setup_pending(trial: &Path, name: &str, scan: &mut TrialScan) {
-    if std::fs::symlink_metadata(trial.join(hf::AGENT_FIRST_COMMAND)).is_ok_and(|m| m.is_dir()) {
-        return;
-    }
-    scan.setup_pending += 1;
-    let Some(since) = mtime(&trial.join(hf::CONFIG_FILE)) else { return };
-    if scan.oldest_setup.as_ref().is_none_or(|(t, _)| since < *t) {
-        scan.oldest_setup = Some((since, name.to_string()));
-    }
-}
-
-fn done_trial(
-    file: Option<(std::fs::File, std::fs::Metadata)>,
-    trial: &Path,
-    name: &str,
-    instant_fail_s: f64,
-    buf: &mut Vec<u8>,
-    scan: &mut TrialScan,
-) {
+fn done_trial(read: &hf::TrialRead, name: &str, instant_fail_s: f64, scan: &mut TrialScan) {
     scan.done += 1;
-    // Never through a symlink, never a FIFO or device (a result.json linked to /dev/zero).
-    let Some((file, meta)) =
-        file.or_else(|| fsread::open_regular_meta(&trial.join(hf::RESULT_FILE), Links::Refuse).ok())
-    else {
-        return;
-    };
-    let modified = meta.modified().ok().map(DateTime::<Utc>::from);
-    if let Some(t) = modified
+    if let Some(t) = read.result_modified.map(DateTime::<Utc>::from)
         && scan.last_result_at.is_none_or(|last| t > last)
     {
         scan.last_result_at = Some(t);
         scan.last_result_trial = Some(name.to_string());
     }
-    buf.clear();
-    // An oversized result is not read at all (fstat on the open file), and never past the cap.
-    if meta.len() > fsread::RECORD_CAP
-        || fsread::read_open(&file, meta.len(), fsread::RECORD_CAP, buf).is_err()
-        || buf.len() as u64 > fsread::RECORD_CAP
-    {
-        return;
-    }
-    let Ok(result) = serde_json::from_slice::<hf::TrialResult>(buf) else { return };
+    let Some(result) = &read.result else { return };
     if let Some(kind) = result.exception_type() {
         scan.errored += 1;
         *scan.errors_by_type.entry(kind.to_string()).or_default() += 1;
@@ -516,25 +458,6 @@ fn json_string_after(rest: &[u8]) -> Option<String> {
 
 // ---------------------------------------------------------------------------------------------
 // Tunnel
-
-/// What a tunnel log says.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct TunnelLog {
-    pub path: PathBuf,
-    pub authenticated: Option<String>,
-    pub not_authenticated: Option<String>,
-    /// The lock message that is still in force at the end of the log.
-    pub locked: Option<String>,
-    /// A lock message followed by a working session (payload moved to the next pair, or forced).
-    pub recovered_lock: Option<String>,
-    pub allocated: Option<String>,
-    /// payload's end-to-end check passed (`[…] payload: verified: …`).
-    pub verified: Option<String>,
-    pub public_url: Option<String>,
-    pub errors: Vec<String>,
-    /// (first, last, samples) of each counter seen (`RB:`, `SB:`, `TC:`).
-    pub counters: BTreeMap<String, (f64, f64, u64)>,
-}
 
 /// Parses a Pinggy (or plain `ssh -R`) log.
 pub fn parse_tunnel_log(path: &Path, text: &str) -> TunnelLog {
@@ -639,222 +562,16 @@ fn strip_ansi(line: &str) -> String {
 const TUNNEL_TAIL_CHECK: u64 = 4 << 20;
 const TUNNEL_TAIL_STATUS: u64 = 256 << 10;
 
-fn tunnel_findings(
-    dir: &Path,
-    agent: &Agent,
-    launch: &Launch,
-    tail: u64,
-    findings: &mut Vec<Finding>,
-) -> Option<TunnelLog> {
-    let agent_name = agent.display_name();
-    let needed = runs_remote(agent, launch);
-    let path = find_tunnel_log(dir);
-    let Some(path) = path else {
-        findings.push(if needed {
-            Finding::new(
-                findings::TUNNEL_MISSING,
-                Level::Fail,
-                format!("{agent_name} runs in the sandbox and needs a public tunnel, but there is no tunnel log"),
-            )
-            .evidence(format!("no {TUNNEL_LOG} or pinggy_*.log in {}", dir.display()))
-            .action("configure a Pinggy pair for this cluster (network.pinggy) and resubmit")
-        } else {
-            Finding::new(
-                findings::TUNNEL_NOT_NEEDED,
-                Level::Ok,
-                format!("not needed: {agent_name} calls vLLM on the node"),
-            )
-        });
-        return None;
-    };
+/// The tunnel log's facts (`None`: there is none), from its last `tail` bytes.
+fn tunnel_facts(dir: &Path, tail: u64) -> Option<TunnelLog> {
+    let path = find_tunnel_log(dir)?;
     let text = String::from_utf8_lossy(&tail_bytes(&path, tail)).into_owned();
-    let log = parse_tunnel_log(&path, &text);
-    let file = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    if let Some(line) = &log.locked {
-        findings.push(
-            Finding::new(findings::TUNNEL_LOCKED, Level::Fail, "token locked: a tunnel with the same token is already active elsewhere")
-                .evidence(format!("{file}: {line}"))
-                .action("cancel this job and resubmit with the next free Pinggy pair (or end the stale session holding the token)"),
-        );
-        return Some(log);
-    }
-    let established =
-        log.authenticated.is_some() || log.allocated.is_some() || log.public_url.is_some() || log.verified.is_some();
-    if !established {
-        let mut f = Finding::new(
-            findings::TUNNEL_NOT_ESTABLISHED,
-            if needed { Level::Fail } else { Level::Warn },
-            "the tunnel never came up (no `You are authenticated`, no URL, no allocated port)",
-        );
-        for e in &log.errors {
-            f = f.evidence(format!("{file}: {e}"));
-        }
-        findings
-            .push(f.action("read the tunnel log; check the token secret and that port 443 egress works from the node"));
-        return Some(log);
-    }
-    let mut ok = Finding::new(findings::TUNNEL_AUTHENTICATED, Level::Ok, "tunnel up");
-    if let Some(line) = log.authenticated.as_ref().or(log.allocated.as_ref()) {
-        ok = ok.evidence(format!("{file}: {line}"));
-    }
-    if let Some(url) = &log.public_url {
-        ok = ok.evidence(format!("public URL {url}"));
-    }
-    if let Some(line) = &log.verified {
-        ok = ok.evidence(format!("{file}: {line}"));
-    }
-    if let Some(lock) = &log.recovered_lock {
-        ok = ok.evidence(format!("an earlier session was locked and payload moved on: {lock}"));
-    }
-    if let Some(line) = &log.not_authenticated {
-        ok.level = Level::Warn;
-        ok.summary = "tunnel up, but not authenticated: a free tunnel expires after 60 minutes".into();
-        ok = ok
-            .evidence(format!("{file}: {line}"))
-            .action("use a persistent token (pro.pinggy.io) for runs longer than an hour");
-    }
-    findings.push(ok);
-    if !log.counters.is_empty() {
-        let growing: Vec<String> = log
-            .counters
-            .iter()
-            .filter(|(_, (first, last, _))| last > first)
-            .map(|(k, (f, l, _))| format!("{k}: {f} → {l}"))
-            .collect();
-        let samples = log.counters.values().map(|c| c.2).max().unwrap_or(0);
-        if !growing.is_empty() {
-            findings.push(
-                Finding::new(findings::TUNNEL_TRAFFIC, Level::Ok, "traffic counters growing")
-                    .evidence(growing.join(", ")),
-            );
-        } else if samples >= 2 && needed {
-            let flat: Vec<String> =
-                log.counters.iter().map(|(k, (_, l, n))| format!("{k}: {l} ({n} readings)")).collect();
-            findings.push(
-                Finding::new(findings::TUNNEL_TRAFFIC, Level::Warn, "no traffic through the tunnel: counters flat")
-                    .evidence(flat.join(", "))
-                    .action("check that the agent's api_base is the tunnel URL and that the sandbox can reach it"),
-            );
-        }
-    }
-    Some(log)
+    Some(parse_tunnel_log(&path, &text))
 }
 
 /// The last `max` bytes of a file.
 fn tail_bytes(path: &Path, max: u64) -> Vec<u8> {
     fsread::read_tail(path, max, Links::Refuse).map(|(bytes, _)| bytes).unwrap_or_default()
-}
-
-// ---------------------------------------------------------------------------------------------
-// api_base and model_info
-
-fn api_base_findings(
-    agent: &Agent,
-    launch: &Launch,
-    trials: &TrialScan,
-    tunnel: Option<&TunnelLog>,
-    findings: &mut Vec<Finding>,
-) {
-    let agent_name = agent.display_name();
-    let installed = runs_remote(agent, launch);
-    let hosted = agent.model_name.as_deref().is_some_and(|m| m.to_ascii_lowercase().starts_with("hosted_vllm/"));
-    if agent.from != "config.json" {
-        if trials.dirs == 0 {
-            findings.push(Finding::new(
-                findings::API_BASE_UNKNOWN,
-                Level::Ok,
-                "Harbor has not written its job config.json yet",
-            ));
-            return;
-        }
-    } else if hosted && !agent.has_model_info {
-        let mut f = Finding::new(findings::API_BASE_MODEL_INFO, Level::Fail,
-            "model_info missing from the agent kwargs: terminus-2 then assumes LiteLLM's 1,000,000-token context, never summarises and its long trials end in context-overflow 400s (Harbor before 0.25 rejected the agent outright)",
-        )
-        .evidence(format!(
-            "config.json: agents[0].model_name {} has no kwargs.model_info",
-            agent.model_name.as_deref().unwrap_or("?")
-        ));
-        if let Some(line) = &trials.model_info_example {
-            f = f.evidence(line.clone());
-        }
-        findings.push(f.action("pass --agent-kwarg model_info={max_input_tokens, max_output_tokens, input/output_cost_per_token} (payload does this), or upgrade Harbor"));
-    }
-    let public = launch
-        .held_url
-        .clone()
-        .or_else(|| tunnel.and_then(|t| t.public_url.clone()))
-        .or_else(|| launch.public_url.clone());
-    let mut bad = false;
-    let judge = |url: &str, place: String, count: u64| -> Option<Finding> {
-        if installed && is_private_url(url) {
-            return Some(
-                Finding::new(findings::API_BASE_PRIVATE, Level::Fail, format!("{agent_name} runs in the remote sandbox but api_base is a private address: the tunnel is not wired"))
-                    .evidence(format!("{place}: \"api_base\": \"{url}\"{}", if count > 1 { format!(" ({count} trials)") } else { String::new() }))
-                    .action("set api_base to the tunnel's public URL (https://<id>.a.pinggy.link/v1) and resume"),
-            );
-        }
-        if installed
-            && let Some(public) = &public
-            && !url.starts_with(public.trim_end_matches('/'))
-        {
-            return Some(
-                Finding::new(findings::API_BASE_NOT_TUNNEL, Level::Fail, "api_base is not the tunnel's public URL")
-                    .evidence(format!("{place}: \"api_base\": \"{url}\"; tunnel URL {public}"))
-                    .action("rewrite api_base in the job and every trial config.json to the tunnel URL, then resume"),
-            );
-        }
-        None
-    };
-    if let Some(url) = &agent.api_base {
-        if let Some(f) = judge(url, "config.json".into(), 1) {
-            findings.push(f);
-            bad = true;
-        }
-    } else if agent.from == "config.json" && hosted {
-        findings.push(
-            Finding::new(
-                findings::API_BASE_MISSING,
-                Level::Fail,
-                "no api_base in the agent kwargs: the agent cannot reach vLLM",
-            )
-            .evidence("config.json: agents[0].kwargs has no api_base")
-            .action("pass --agent-kwarg api_base=<server>/v1 (payload does this)"),
-        );
-        bad = true;
-    }
-    for (url, (count, example)) in &trials.api_bases {
-        if let Some(f) = judge(url, format!("{example}/config.json"), *count) {
-            findings.push(f);
-            bad = true;
-        } else if let Some(job_url) = &agent.api_base
-            && url != job_url
-        {
-            findings.push(
-                Finding::new(findings::API_BASE_STALE, Level::Fail, format!("{count} trial config(s) point at another server than the job config: a stale api_base from an earlier run"))
-                    .evidence(format!("{example}/config.json: \"api_base\": \"{url}\"; config.json: \"{job_url}\""))
-                    .action("rewrite api_base in every trial config.json (payload does this on resume), or Harbor refuses to resume / calls a dead server"),
-            );
-            bad = true;
-        }
-    }
-    if !bad {
-        let url = agent.api_base.clone().or_else(|| trials.api_bases.keys().next().cloned());
-        let mut f = Finding::new(
-            findings::API_BASE_OK,
-            Level::Ok,
-            match &url {
-                Some(u) if installed => format!("api_base {u} is the public tunnel URL"),
-                Some(u) => format!("api_base {u} ({agent_name} calls vLLM on the node)"),
-                None => "no api_base recorded yet".to_string(),
-            },
-        );
-        if !trials.api_bases.is_empty() {
-            let n: u64 = trials.api_bases.values().map(|v| v.0).sum();
-            f = f.evidence(format!("{n} trial config(s) agree with the job config"));
-        }
-        findings.push(f);
-    }
 }
 
 use super::printable;

@@ -1,8 +1,10 @@
 //! Every finding the rules can give, in one table: its id, its check, and the one line of
-//! docs/verification.md that documents it (held to the doc both ways by the test below). A rule
-//! in `rules.rs` (or a file check in `check.rs`) names its finding by one of these constants, so
-//! an id nothing documents cannot be written. Adding a rule: one constant here (and in [`ALL`]),
-//! the rule, its test, its doc row (docs/design.md, "Recipes").
+//! docs/verification.md that documents it (held to the doc both ways by the test below), and the
+//! thresholds the rules judge with ([`VerifySettings`]). A rule in `rules.rs` names its finding by
+//! one of these constants, so an id nothing documents cannot be written; the remediation policies
+//! (`config::remediation`) name them the same way. Adding a rule: one constant here (and a
+//! threshold field when it has one), the rule in `rules.rs`, a per-trial fact (if new) in
+//! `launch_spec::rundir::harbor::TrialRead`, its test, its doc row (docs/design.md §8.3).
 
 /// A finding's identity: the check it belongs to and its stable id (`check.name`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -69,6 +71,124 @@ findings! {
 /// per-finding settings.
 pub fn by_id(id: &str) -> Option<FindingId> {
     ALL.iter().copied().find(|f| f.id == id)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The thresholds the rules judge with: the profile's `verify:` section (a new rule's threshold is a
+// field here, with its default and range check).
+
+/// Thresholds of the launch checks and verdicts (docs/design.md §8), and what `status --watch` may do about a
+/// job that stays dead or stalled. Defaults follow the replaced system's 15-minute infra check.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct VerifySettings {
+    /// No status.json update for this long while Slurm says RUNNING → `dead` (payload writes
+    /// one every 15 s).
+    pub heartbeat_timeout_s: u64,
+    /// Slurm RUNNING this long without any status.json → `dead` (the batch script never reached payload).
+    pub no_status_after_s: u64,
+    /// No completion and no trial progress for this long → `stalled`.
+    pub stall_after_s: u64,
+    /// Harbor running this long with zero 200 completions → `misconfigured` (broken agent setup,
+    /// e.g. missing `model_info`).
+    pub zero_ok_after_s: u64,
+    /// Share of 400 answers above which the run is `misconfigured` (context overflow).
+    pub bad_request_share: f64,
+    /// Share of 5xx answers above which `check` warns.
+    pub server_error_share: f64,
+    /// Fewest completions a share is computed from.
+    pub min_requests: u64,
+    /// All trials done but the job still running for this long → `stalled` (zombie).
+    pub zombie_after_s: u64,
+    /// Trials active but no new `result.json` for this long → `check` fails (stalled).
+    pub no_result_after_s: u64,
+    /// An installed agent's running trial with no `agent/command-0/` this long after its
+    /// `config.json` → `check` fails (setup stalled).
+    pub setup_stalled_after_s: u64,
+    /// A trial that finished within this many seconds of its start with no output tokens is an
+    /// instant failure.
+    pub instant_fail_s: f64,
+    /// Share of finished trials that may be instant failures before `check` fails.
+    pub instant_fail_share: f64,
+    /// Completion audit: valid trials needed, as a share of n_tasks × n_attempts.
+    pub min_valid_share: f64,
+    /// Completion audit: largest acceptable share of errored trials.
+    pub max_error_share: f64,
+    /// `status --watch` cancels jobs that stay `dead` or `stalled` past these bounds (off when absent).
+    pub auto_cancel: Option<AutoCancel>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AutoCancel {
+    /// Cancel a job `dead` for this long.
+    #[serde(default)]
+    pub dead_after_s: Option<u64>,
+    /// Cancel a job `stalled` for this long.
+    #[serde(default)]
+    pub stalled_after_s: Option<u64>,
+}
+
+impl Default for VerifySettings {
+    fn default() -> Self {
+        Self {
+            heartbeat_timeout_s: 120,
+            no_status_after_s: 600,
+            stall_after_s: 1800,
+            zero_ok_after_s: 540,
+            bad_request_share: 0.15,
+            server_error_share: 0.15,
+            min_requests: 20,
+            zombie_after_s: 600,
+            no_result_after_s: 3600,
+            setup_stalled_after_s: 1800,
+            instant_fail_s: 5.0,
+            instant_fail_share: 0.25,
+            min_valid_share: 0.9,
+            max_error_share: 0.1,
+            auto_cancel: None,
+        }
+    }
+}
+
+impl VerifySettings {
+    pub fn problems(&self) -> Vec<String> {
+        use launch_spec::validate as v;
+        let mut problems = Vec::new();
+        for (key, value) in [
+            ("bad_request_share", self.bad_request_share),
+            ("server_error_share", self.server_error_share),
+            ("instant_fail_share", self.instant_fail_share),
+            ("min_valid_share", self.min_valid_share),
+            ("max_error_share", self.max_error_share),
+        ] {
+            if let Err(problem) = v::share(value) {
+                problems.push(format!("verify.{key} {problem}"));
+            }
+        }
+        if let Err(problem) = v::seconds(self.instant_fail_s, false) {
+            problems.push(format!("verify.instant_fail_s {problem}"));
+        }
+        let auto = self.auto_cancel.clone().unwrap_or_default();
+        for (key, value, positive) in [
+            ("heartbeat_timeout_s", Some(self.heartbeat_timeout_s), true),
+            ("no_status_after_s", Some(self.no_status_after_s), false),
+            ("stall_after_s", Some(self.stall_after_s), false),
+            ("zero_ok_after_s", Some(self.zero_ok_after_s), false),
+            ("zombie_after_s", Some(self.zombie_after_s), false),
+            ("no_result_after_s", Some(self.no_result_after_s), false),
+            ("setup_stalled_after_s", Some(self.setup_stalled_after_s), false),
+            ("auto_cancel.dead_after_s", auto.dead_after_s, false),
+            ("auto_cancel.stalled_after_s", auto.stalled_after_s, false),
+        ] {
+            if let Some(value) = value
+                && let Err(problem) = v::whole_seconds(value, positive)
+            {
+                problems.push(format!("verify.{key} {problem}"));
+            }
+        }
+        problems
+    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@
 //! - [`report`]: the self-contained HTML report.
 //!
 //! Thresholds live in the cluster profile's `verify:` section
-//! ([`crate::config::cluster::VerifySettings`]); docs/verification.md lists them.
+//! ([`findings::VerifySettings`]); docs/verification.md lists them.
 
 pub mod charts;
 pub mod check;
@@ -29,7 +29,7 @@ use std::path::Path;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-pub use crate::config::cluster::VerifySettings;
+pub use findings::VerifySettings;
 /// The engine log scanner lives with the rest of the run-dir format.
 pub use launch_spec::rundir::enginelog as logscan;
 pub use launch_spec::rundir::parse_time;

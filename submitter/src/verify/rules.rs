@@ -5,6 +5,7 @@
 //! most severe. Pure: no file, clock or Slurm is touched here; the reference time is an input.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use chrono::{DateTime, Utc};
 use launch_spec::records::{OutcomeClass, Phase, RunStatus};
@@ -13,7 +14,7 @@ use serde::Serialize;
 
 use super::findings::{self, FindingId};
 use super::results::Audit;
-use super::{Finding, Level, VerifySettings, human_duration, parse_time, percent};
+use super::{Finding, Level, VerifySettings, human_duration, is_private_url, parse_time, percent};
 use crate::domain::SlurmView;
 use crate::ledger::AttemptStatus;
 
@@ -50,10 +51,45 @@ pub struct TrialScan {
     /// trial.log lines saying `model_info` is missing (terminus-2's warning), with one example.
     pub model_info_warnings: u64,
     pub model_info_example: Option<String>,
-    /// Running trials without [`launch_spec::rundir::harbor::AGENT_FIRST_COMMAND`], and the
-    /// oldest one's `config.json` time and name (an installed harness still setting up).
-    pub setup_pending: u64,
-    pub oldest_setup: Option<(DateTime<Utc>, String)>,
+    /// Every active trial's facts by name (`launch_spec::rundir::harbor::read_trial`): a rule on a
+    /// new per-trial fact folds over these, and the scan does not change.
+    pub running: Vec<(String, launch_spec::rundir::harbor::TrialRead)>,
+}
+
+/// The agent as the job's `config.json` (or `launch.json`) names it.
+#[derive(Debug, Clone, Default)]
+pub struct Agent {
+    pub name: Option<String>,
+    pub model_name: Option<String>,
+    pub api_base: Option<String>,
+    pub has_model_info: bool,
+    pub from: &'static str,
+}
+
+impl Agent {
+    /// The agent's name, terminus-2 (Harbor's default) when the files name none.
+    pub fn display_name(&self) -> String {
+        self.name.clone().unwrap_or_else(|| "terminus-2".into())
+    }
+}
+
+/// What a tunnel log says.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct TunnelLog {
+    pub path: PathBuf,
+    pub authenticated: Option<String>,
+    pub not_authenticated: Option<String>,
+    /// The lock message that is still in force at the end of the log.
+    pub locked: Option<String>,
+    /// A lock message followed by a working session (payload moved to the next pair, or forced).
+    pub recovered_lock: Option<String>,
+    pub allocated: Option<String>,
+    /// payload's end-to-end check passed (`[…] payload: verified: …`).
+    pub verified: Option<String>,
+    pub public_url: Option<String>,
+    pub errors: Vec<String>,
+    /// (first, last, samples) of each counter seen (`RB:`, `SB:`, `TC:`).
+    pub counters: BTreeMap<String, (f64, f64, u64)>,
 }
 
 /// Whether the job that writes this run dir still runs, as far as the evidence tells.
@@ -190,8 +226,9 @@ pub struct Evidence {
     pub engine: Option<EngineFacts>,
     pub trials: TrialFacts,
     pub expected_trials: Option<u64>,
-    /// The tunnel and `api_base` findings, judged from the files ([`super::check`]).
-    pub config: Vec<Finding>,
+    /// The agent's wiring as the files show it (tunnel log, `api_base`, `model_info`); `None`
+    /// when no run dir was read.
+    pub wiring: Option<Wiring>,
     /// The completion audit (Harbor's result, or the ledger's metrics).
     pub audit: Option<Audit>,
     /// Whether the run dir has any trial dir (an engine without a log then warns).
@@ -265,28 +302,8 @@ pub fn evaluate(ev: &Evidence, s: &VerifySettings) -> Assessment {
     let done = |state, findings| Assessment { state, findings, healthy_summary: String::new() };
 
     // 1. The ledger's word on a terminal attempt is final.
-    if let Some(job) = &ev.job {
-        match job.ledger_status {
-            AttemptStatus::Finished => {
-                let mut f = finding(findings::JOB_FINISHED, Level::Ok, VerdictKind::Finished, "finished".into());
-                if let Some(audit) = ev.audit.as_ref().filter(|a| !a.complete) {
-                    f.summary = format!("finished, incomplete: {}", audit.reasons.join("; "));
-                    f = f.action("resume rather than accept: resubmit the pair");
-                }
-                out.push(f);
-                return done(RunState::Ended, out);
-            }
-            AttemptStatus::Failed | AttemptStatus::Cancelled => {
-                out.push(finding(
-                    findings::JOB_FAILED,
-                    Level::Fail,
-                    VerdictKind::Failed,
-                    format!("{}: {}", job.ledger_status, job.ledger_reason),
-                ));
-                return done(RunState::Ended, out);
-            }
-            AttemptStatus::Pending | AttemptStatus::Started => {}
-        }
+    if let Some(f) = ledger_word(ev) {
+        return done(RunState::Ended, vec![f]);
     }
 
     // 2. payload's record.
@@ -300,66 +317,152 @@ pub fn evaluate(ev: &Evidence, s: &VerifySettings) -> Assessment {
     }
 
     // 3. Slurm (status only), unless payload already recorded how the run ended.
-    if let Some(job) = ev.job.as_ref().filter(|_| outcome.is_none()) {
-        match job.slurm {
-            None => {
-                out.push(finding(
-                    findings::JOB_NO_JOB_ID,
-                    Level::Ok,
-                    VerdictKind::Starting,
-                    "not yet in Slurm (no job id on the row)".into(),
-                ));
-                return done(RunState::Unknown, out);
-            }
-            Some(SlurmView::Queued) => {
-                out.push(finding(
-                    findings::JOB_QUEUED,
-                    Level::Ok,
-                    VerdictKind::Starting,
-                    format!("queued (job {job_text})"),
-                ));
-                return done(RunState::Unknown, out);
-            }
-            Some(SlurmView::Gone) => {
-                out.push(
-                    finding(findings::JOB_GONE, Level::Fail, VerdictKind::Dead, format!("Slurm no longer runs job {job_text} and payload recorded no outcome"))
-                        .evidence(format!("Slurm: {}", job.slurm_state.clone().unwrap_or_else(|| "not listed".into())))
-                        .evidence(status.map_or("no status.json".into(), |st| format!("status.json phase {}, updated {}", st.phase.as_str(), st.updated_at)))
-                        .action("killed hard (OOM, node failure, KILL after KillWait): `submitter sync` marks it failed (vanished) and the next launch resubmits"),
-                );
-                return done(RunState::Ended, out);
-            }
-            Some(SlurmView::Running) => {
-                if status.is_none() {
-                    let seen = job.running_seen_at.unwrap_or(now);
-                    let for_s = (now - seen).num_seconds();
-                    let why = match &ev.payload {
-                        StatusRecord::Unusable(e) => format!("an unusable status.json ({e})"),
-                        _ => "a status.json".to_string(),
-                    };
-                    if for_s >= s.no_status_after_s as i64 {
-                        out.push(
-                            finding(findings::JOB_NO_STATUS, Level::Fail, VerdictKind::Dead, format!("RUNNING for {} with {why}: payload's records are missing", human_duration(for_s)))
-                                .evidence(format!("job {job_text}: no usable status.json in the run dir"))
-                                .action(format!("read the job's Slurm output (`submitter logs {job_text}`); cancel and fix the script or prelude")),
-                        );
-                    } else {
-                        out.push(finding(
-                            findings::JOB_WAITING,
-                            Level::Ok,
-                            VerdictKind::Starting,
-                            format!("job {job_text} running, waiting for payload's first status.json"),
-                        ));
-                    }
-                    return done(RunState::Running, out);
-                }
-            }
-        }
+    if outcome.is_none()
+        && let Some(state) = slurm_word(ev, s, status, now, &job_text, &mut out)
+    {
+        return done(state, out);
     }
 
     // 4. The run's state, and payload's phase.
     let slurm_running = ev.job.as_ref().is_some_and(|j| j.slurm == Some(SlurmView::Running));
-    let state = if outcome.is_some() {
+    let state = run_state(ev, s, status, outcome.is_some(), slurm_running, now, &job_text, &mut out);
+
+    // 5. Tunnel and api_base: they decide the verdict once Harbor runs (a tunnel still coming up
+    //    during startup is not yet a misconfiguration).
+    let harbor_runs =
+        state == RunState::Running && status.is_none_or(|st| st.phase == Phase::Running && st.heartbeat.is_some());
+    let no_scan = TrialScan::default();
+    let wiring = ev.wiring.as_ref().map(|w| wiring_findings(w, ev.trials.scan.as_ref().unwrap_or(&no_scan)));
+    for mut f in wiring.unwrap_or_default() {
+        if f.level == Level::Fail && harbor_runs {
+            f.status = Some(VerdictKind::Misconfigured);
+        }
+        out.push(f);
+    }
+
+    // 6. The engine and the trials.
+    let served_until = if state == RunState::Running {
+        now
+    } else {
+        status
+            .and_then(|st| parse_time(&st.updated_at))
+            .or(ev.engine.as_ref().and_then(|e| e.written_at))
+            .unwrap_or(now)
+            .min(now)
+    };
+    let judge_running = state == RunState::Running && status.is_none_or(|st| st.phase == Phase::Running);
+    let healthy_summary = engine_findings(ev, s, state, judge_running, served_until, now, &mut out);
+    trial_findings(ev, s, state, judge_running, now, &mut out);
+    if let Some(audit) = ev.audit.as_ref().filter(|_| state == RunState::Ended && ev.job.is_none()) {
+        out.push(audit_finding(audit));
+    }
+    Assessment { state, findings: out, healthy_summary }
+}
+
+/// Step 1: the ledger's word on a terminal attempt is final.
+fn ledger_word(ev: &Evidence) -> Option<Finding> {
+    let job = ev.job.as_ref()?;
+    match job.ledger_status {
+        AttemptStatus::Finished => {
+            let mut f = finding(findings::JOB_FINISHED, Level::Ok, VerdictKind::Finished, "finished".into());
+            if let Some(audit) = ev.audit.as_ref().filter(|a| !a.complete) {
+                f.summary = format!("finished, incomplete: {}", audit.reasons.join("; "));
+                f = f.action("resume rather than accept: resubmit the pair");
+            }
+            Some(f)
+        }
+        AttemptStatus::Failed | AttemptStatus::Cancelled => Some(finding(
+            findings::JOB_FAILED,
+            Level::Fail,
+            VerdictKind::Failed,
+            format!("{}: {}", job.ledger_status, job.ledger_reason),
+        )),
+        AttemptStatus::Pending | AttemptStatus::Started => None,
+    }
+}
+
+/// Step 3: Slurm's word (`status` only) while payload recorded no outcome: a job not yet running, gone,
+/// or running without payload's records is judged here, and nothing after.
+fn slurm_word(
+    ev: &Evidence,
+    s: &VerifySettings,
+    status: Option<&RunStatus>,
+    now: DateTime<Utc>,
+    job_text: &str,
+    out: &mut Vec<Finding>,
+) -> Option<RunState> {
+    let job = ev.job.as_ref()?;
+    match job.slurm {
+        None => {
+            out.push(finding(
+                findings::JOB_NO_JOB_ID,
+                Level::Ok,
+                VerdictKind::Starting,
+                "not yet in Slurm (no job id on the row)".into(),
+            ));
+            return Some(RunState::Unknown);
+        }
+        Some(SlurmView::Queued) => {
+            out.push(finding(
+                findings::JOB_QUEUED,
+                Level::Ok,
+                VerdictKind::Starting,
+                format!("queued (job {job_text})"),
+            ));
+            return Some(RunState::Unknown);
+        }
+        Some(SlurmView::Gone) => {
+            out.push(
+                finding(findings::JOB_GONE, Level::Fail, VerdictKind::Dead, format!("Slurm no longer runs job {job_text} and payload recorded no outcome"))
+                    .evidence(format!("Slurm: {}", job.slurm_state.clone().unwrap_or_else(|| "not listed".into())))
+                    .evidence(status.map_or("no status.json".into(), |st| format!("status.json phase {}, updated {}", st.phase.as_str(), st.updated_at)))
+                    .action("killed hard (OOM, node failure, KILL after KillWait): `submitter sync` marks it failed (vanished) and the next launch resubmits"),
+            );
+            return Some(RunState::Ended);
+        }
+        Some(SlurmView::Running) => {
+            if status.is_none() {
+                let seen = job.running_seen_at.unwrap_or(now);
+                let for_s = (now - seen).num_seconds();
+                let why = match &ev.payload {
+                    StatusRecord::Unusable(e) => format!("an unusable status.json ({e})"),
+                    _ => "a status.json".to_string(),
+                };
+                if for_s >= s.no_status_after_s as i64 {
+                    out.push(
+                        finding(findings::JOB_NO_STATUS, Level::Fail, VerdictKind::Dead, format!("RUNNING for {} with {why}: payload's records are missing", human_duration(for_s)))
+                            .evidence(format!("job {job_text}: no usable status.json in the run dir"))
+                            .action(format!("read the job's Slurm output (`submitter logs {job_text}`); cancel and fix the script or prelude")),
+                    );
+                } else {
+                    out.push(finding(
+                        findings::JOB_WAITING,
+                        Level::Ok,
+                        VerdictKind::Starting,
+                        format!("job {job_text} running, waiting for payload's first status.json"),
+                    ));
+                }
+                return Some(RunState::Running);
+            }
+        }
+    }
+
+    None
+}
+
+#[allow(clippy::too_many_arguments)]
+/// Step 4: the run's state: payload's record (its age and phase), else Harbor's files and Slurm.
+fn run_state(
+    ev: &Evidence,
+    s: &VerifySettings,
+    status: Option<&RunStatus>,
+    ended: bool,
+    slurm_running: bool,
+    now: DateTime<Utc>,
+    job_text: &str,
+    out: &mut Vec<Finding>,
+) -> RunState {
+    if ended {
         RunState::Ended
     } else if let Some(st) = status {
         let age = status_age_s(st, now).unwrap_or(i64::MAX);
@@ -417,37 +520,7 @@ pub fn evaluate(ev: &Evidence, s: &VerifySettings) -> Assessment {
         RunState::Running
     } else {
         RunState::Unknown
-    };
-
-    // 5. Tunnel and api_base: they decide the verdict once Harbor runs (a tunnel still coming up
-    //    during startup is not yet a misconfiguration).
-    let harbor_runs =
-        state == RunState::Running && status.is_none_or(|st| st.phase == Phase::Running && st.heartbeat.is_some());
-    for f in &ev.config {
-        let mut f = f.clone();
-        if f.level == Level::Fail && harbor_runs {
-            f.status = Some(VerdictKind::Misconfigured);
-        }
-        out.push(f);
     }
-
-    // 6. The engine and the trials.
-    let served_until = if state == RunState::Running {
-        now
-    } else {
-        status
-            .and_then(|st| parse_time(&st.updated_at))
-            .or(ev.engine.as_ref().and_then(|e| e.written_at))
-            .unwrap_or(now)
-            .min(now)
-    };
-    let judge_running = state == RunState::Running && status.is_none_or(|st| st.phase == Phase::Running);
-    let healthy_summary = engine_findings(ev, s, state, judge_running, served_until, now, &mut out);
-    trial_findings(ev, s, state, judge_running, now, &mut out);
-    if let Some(audit) = ev.audit.as_ref().filter(|_| state == RunState::Ended && ev.job.is_none()) {
-        out.push(audit_finding(audit));
-    }
-    Assessment { state, findings: out, healthy_summary }
 }
 
 fn unusable_status(err: &RecordError) -> Finding {
@@ -772,11 +845,16 @@ fn trial_findings(
             out.push(f.action("pass model_info in the agent kwargs (payload does this) and resubmit"));
         }
     }
+    // Active trials without the harness's first command dir; the oldest by its config.json time.
+    let setup_pending = t.scan.iter().flat_map(|scan| &scan.running).filter(|(_, r)| !r.agent_started);
+    let oldest_setup = setup_pending
+        .clone()
+        .filter_map(|(name, r)| Some((DateTime::<Utc>::from(r.config_modified?), name)))
+        .min_by_key(|(since, _)| *since);
     if judge_running
         && ev.installed_agent
-        && let Some(scan) = &t.scan
-        && let Some((since, trial)) = &scan.oldest_setup
-        && (now - *since).num_seconds() >= s.setup_stalled_after_s as i64
+        && let Some((since, trial)) = oldest_setup
+        && (now - since).num_seconds() >= s.setup_stalled_after_s as i64
     {
         out.push(
             finding(
@@ -785,9 +863,9 @@ fn trial_findings(
                 VerdictKind::Stalled,
                 format!(
                     "{} running trial(s) of an installed agent have no {}/ (setup stalled): the oldest for {}",
-                    scan.setup_pending,
+                    setup_pending.count(),
                     launch_spec::rundir::harbor::AGENT_FIRST_COMMAND,
-                    human_duration((now - *since).num_seconds())
+                    human_duration((now - since).num_seconds())
                 ),
             )
             .evidence(format!("{trial}/config.json written {}", since.to_rfc3339()))
@@ -877,4 +955,251 @@ fn audit_finding(audit: &Audit) -> Finding {
         f = f.action("resume rather than accept: resubmit the pair (Harbor reruns the errored and missing trials)");
     }
     f
+}
+
+// ---------------------------------------------------------------------------------------------
+// The agent's wiring: tunnel, api_base, model_info
+
+/// What the files say of the agent's wiring (`check::evidence_from_dir` gathers it); the tunnel
+/// and `api_base` rules judge it in [`evaluate`].
+#[derive(Debug, Clone, Default)]
+pub struct Wiring {
+    pub agent: Agent,
+    /// The agent runs in the remote sandbox and calls the model back over the tunnel.
+    pub remote: bool,
+    /// The run dir, for evidence lines.
+    pub run_dir: String,
+    /// The tunnel log's reading; `None` when the run dir has none.
+    pub tunnel: Option<TunnelLog>,
+    /// The Pinggy pair payload took (last `tunnel_pair` event).
+    pub held_url: Option<String>,
+    /// `launch.json`'s `tunnel.public_url`.
+    pub launch_public_url: Option<String>,
+    /// Whether the `api_base` rules apply (`check` always; `status` once Harbor wrote its config).
+    pub api_base_read: bool,
+    /// The engine log could not be read: (error, path).
+    pub engine_log_unreadable: Option<(String, String)>,
+    /// `status` reads only the failures of these rules (every job, every refresh).
+    pub fails_only: bool,
+}
+
+/// The wiring rules' findings, in `check`'s order.
+fn wiring_findings(w: &Wiring, trials: &TrialScan) -> Vec<Finding> {
+    let mut out = Vec::new();
+    tunnel_findings(w, &mut out);
+    if w.api_base_read {
+        api_base_findings(w, trials, &mut out);
+    }
+    if let Some((err, path)) = &w.engine_log_unreadable {
+        out.push(
+            Finding::new(findings::ENGINE_LOG_UNREADABLE, Level::Fail, format!("engine log cannot be read: {err}"))
+                .evidence(path.clone())
+                .action("make it a regular file payload can write and this user can read; the engine was not judged"),
+        );
+    }
+    if w.fails_only {
+        out.retain(|f| f.level == Level::Fail);
+    }
+    out
+}
+
+/// The tunnel rules, on the tunnel log's facts.
+fn tunnel_findings(w: &Wiring, findings: &mut Vec<Finding>) {
+    let agent_name = w.agent.display_name();
+    let needed = w.remote;
+    let Some(log) = &w.tunnel else {
+        findings.push(if needed {
+            Finding::new(
+                findings::TUNNEL_MISSING,
+                Level::Fail,
+                format!("{agent_name} runs in the sandbox and needs a public tunnel, but there is no tunnel log"),
+            )
+            .evidence(format!("no {} or pinggy_*.log in {}", launch_spec::records::TUNNEL_LOG, w.run_dir))
+            .action("configure a Pinggy pair for this cluster (network.pinggy) and resubmit")
+        } else {
+            Finding::new(
+                findings::TUNNEL_NOT_NEEDED,
+                Level::Ok,
+                format!("not needed: {agent_name} calls vLLM on the node"),
+            )
+        });
+        return;
+    };
+    let path = &log.path;
+    let file = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    if let Some(line) = &log.locked {
+        findings.push(
+            Finding::new(findings::TUNNEL_LOCKED, Level::Fail, "token locked: a tunnel with the same token is already active elsewhere")
+                .evidence(format!("{file}: {line}"))
+                .action("cancel this job and resubmit with the next free Pinggy pair (or end the stale session holding the token)"),
+        );
+        return;
+    }
+    let established =
+        log.authenticated.is_some() || log.allocated.is_some() || log.public_url.is_some() || log.verified.is_some();
+    if !established {
+        let mut f = Finding::new(
+            findings::TUNNEL_NOT_ESTABLISHED,
+            if needed { Level::Fail } else { Level::Warn },
+            "the tunnel never came up (no `You are authenticated`, no URL, no allocated port)",
+        );
+        for e in &log.errors {
+            f = f.evidence(format!("{file}: {e}"));
+        }
+        findings
+            .push(f.action("read the tunnel log; check the token secret and that port 443 egress works from the node"));
+        return;
+    }
+    let mut ok = Finding::new(findings::TUNNEL_AUTHENTICATED, Level::Ok, "tunnel up");
+    if let Some(line) = log.authenticated.as_ref().or(log.allocated.as_ref()) {
+        ok = ok.evidence(format!("{file}: {line}"));
+    }
+    if let Some(url) = &log.public_url {
+        ok = ok.evidence(format!("public URL {url}"));
+    }
+    if let Some(line) = &log.verified {
+        ok = ok.evidence(format!("{file}: {line}"));
+    }
+    if let Some(lock) = &log.recovered_lock {
+        ok = ok.evidence(format!("an earlier session was locked and payload moved on: {lock}"));
+    }
+    if let Some(line) = &log.not_authenticated {
+        ok.level = Level::Warn;
+        ok.summary = "tunnel up, but not authenticated: a free tunnel expires after 60 minutes".into();
+        ok = ok
+            .evidence(format!("{file}: {line}"))
+            .action("use a persistent token (pro.pinggy.io) for runs longer than an hour");
+    }
+    findings.push(ok);
+    if !log.counters.is_empty() {
+        let growing: Vec<String> = log
+            .counters
+            .iter()
+            .filter(|(_, (first, last, _))| last > first)
+            .map(|(k, (f, l, _))| format!("{k}: {f} → {l}"))
+            .collect();
+        let samples = log.counters.values().map(|c| c.2).max().unwrap_or(0);
+        if !growing.is_empty() {
+            findings.push(
+                Finding::new(findings::TUNNEL_TRAFFIC, Level::Ok, "traffic counters growing")
+                    .evidence(growing.join(", ")),
+            );
+        } else if samples >= 2 && needed {
+            let flat: Vec<String> =
+                log.counters.iter().map(|(k, (_, l, n))| format!("{k}: {l} ({n} readings)")).collect();
+            findings.push(
+                Finding::new(findings::TUNNEL_TRAFFIC, Level::Warn, "no traffic through the tunnel: counters flat")
+                    .evidence(flat.join(", "))
+                    .action("check that the agent's api_base is the tunnel URL and that the sandbox can reach it"),
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// api_base and model_info
+
+/// The `api_base` and `model_info` rules, on the agent's config and the trial configs' values.
+fn api_base_findings(w: &Wiring, trials: &TrialScan, findings: &mut Vec<Finding>) {
+    let agent = &w.agent;
+    let agent_name = agent.display_name();
+    let installed = w.remote;
+    let hosted = agent.model_name.as_deref().is_some_and(|m| m.to_ascii_lowercase().starts_with("hosted_vllm/"));
+    if agent.from != "config.json" {
+        if trials.dirs == 0 {
+            findings.push(Finding::new(
+                findings::API_BASE_UNKNOWN,
+                Level::Ok,
+                "Harbor has not written its job config.json yet",
+            ));
+            return;
+        }
+    } else if hosted && !agent.has_model_info {
+        let mut f = Finding::new(findings::API_BASE_MODEL_INFO, Level::Fail,
+            "model_info missing from the agent kwargs: terminus-2 then assumes LiteLLM's 1,000,000-token context, never summarises and its long trials end in context-overflow 400s (Harbor before 0.25 rejected the agent outright)",
+        )
+        .evidence(format!(
+            "config.json: agents[0].model_name {} has no kwargs.model_info",
+            agent.model_name.as_deref().unwrap_or("?")
+        ));
+        if let Some(line) = &trials.model_info_example {
+            f = f.evidence(line.clone());
+        }
+        findings.push(f.action("pass --agent-kwarg model_info={max_input_tokens, max_output_tokens, input/output_cost_per_token} (payload does this), or upgrade Harbor"));
+    }
+    let public = w
+        .held_url
+        .clone()
+        .or_else(|| w.tunnel.as_ref().and_then(|t| t.public_url.clone()))
+        .or_else(|| w.launch_public_url.clone());
+    let mut bad = false;
+    let judge = |url: &str, place: String, count: u64| -> Option<Finding> {
+        if installed && is_private_url(url) {
+            return Some(
+                Finding::new(findings::API_BASE_PRIVATE, Level::Fail, format!("{agent_name} runs in the remote sandbox but api_base is a private address: the tunnel is not wired"))
+                    .evidence(format!("{place}: \"api_base\": \"{url}\"{}", if count > 1 { format!(" ({count} trials)") } else { String::new() }))
+                    .action("set api_base to the tunnel's public URL (https://<id>.a.pinggy.link/v1) and resume"),
+            );
+        }
+        if installed
+            && let Some(public) = &public
+            && !url.starts_with(public.trim_end_matches('/'))
+        {
+            return Some(
+                Finding::new(findings::API_BASE_NOT_TUNNEL, Level::Fail, "api_base is not the tunnel's public URL")
+                    .evidence(format!("{place}: \"api_base\": \"{url}\"; tunnel URL {public}"))
+                    .action("rewrite api_base in the job and every trial config.json to the tunnel URL, then resume"),
+            );
+        }
+        None
+    };
+    if let Some(url) = &agent.api_base {
+        if let Some(f) = judge(url, "config.json".into(), 1) {
+            findings.push(f);
+            bad = true;
+        }
+    } else if agent.from == "config.json" && hosted {
+        findings.push(
+            Finding::new(
+                findings::API_BASE_MISSING,
+                Level::Fail,
+                "no api_base in the agent kwargs: the agent cannot reach vLLM",
+            )
+            .evidence("config.json: agents[0].kwargs has no api_base")
+            .action("pass --agent-kwarg api_base=<server>/v1 (payload does this)"),
+        );
+        bad = true;
+    }
+    for (url, (count, example)) in &trials.api_bases {
+        if let Some(f) = judge(url, format!("{example}/config.json"), *count) {
+            findings.push(f);
+            bad = true;
+        } else if let Some(job_url) = &agent.api_base
+            && url != job_url
+        {
+            findings.push(
+                Finding::new(findings::API_BASE_STALE, Level::Fail, format!("{count} trial config(s) point at another server than the job config: a stale api_base from an earlier run"))
+                    .evidence(format!("{example}/config.json: \"api_base\": \"{url}\"; config.json: \"{job_url}\""))
+                    .action("rewrite api_base in every trial config.json (payload does this on resume), or Harbor refuses to resume / calls a dead server"),
+            );
+            bad = true;
+        }
+    }
+    if !bad {
+        let url = agent.api_base.clone().or_else(|| trials.api_bases.keys().next().cloned());
+        let mut f = Finding::new(
+            findings::API_BASE_OK,
+            Level::Ok,
+            match &url {
+                Some(u) if installed => format!("api_base {u} is the public tunnel URL"),
+                Some(u) => format!("api_base {u} ({agent_name} calls vLLM on the node)"),
+                None => "no api_base recorded yet".to_string(),
+            },
+        );
+        if !trials.api_bases.is_empty() {
+            let n: u64 = trials.api_bases.values().map(|v| v.0).sum();
+            f = f.evidence(format!("{n} trial config(s) agree with the job config"));
+        }
+        findings.push(f);
+    }
 }

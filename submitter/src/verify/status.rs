@@ -6,9 +6,9 @@ use std::path::Path;
 
 use chrono::{DateTime, Utc};
 
+use super::findings::AutoCancel;
 use super::verdict::{self, Inputs, JobVerdict, StatusRow, VerdictKind};
 use super::{VerifySettings, check, human_duration, results};
-use crate::config::cluster::AutoCancel;
 use crate::domain::SlurmView;
 use crate::ledger::{Attempt, AttemptId, AttemptStatus, Ledger};
 use crate::observe::{SyncError, run_dir_of, view_of};
@@ -97,7 +97,7 @@ pub fn judge_job(
         _ => None,
     };
     // A resubmission reuses the run dir: a status.json is this job's only when it names its job.
-    let status = record.into_status().filter(|s| job.job_id.is_some() && s.slurm_job_id.as_deref() == job.job_id);
+    let status = record.of_job(job.job_id);
     // The run dir's records and configs, read by the same code as `check` (no log or trial scan).
     let files = match run_dir {
         Some(dir) if job.status.is_active() => check::evidence_from_dir(dir, settings, now, check::Depth::Records).ok(),
@@ -105,7 +105,7 @@ pub fn judge_job(
     };
     let running_since = files.as_ref().and_then(|f| f.evidence.running_since);
     let expected = files.as_ref().and_then(|f| f.evidence.expected_trials);
-    let problems = files.map(|f| f.evidence.config).unwrap_or_default();
+    let wiring = files.and_then(|f| f.evidence.wiring);
     let audit =
         job.metrics.filter(|m| !m.is_null()).map(|m| results::audit_of(&results::summary_from_metrics(m), settings));
     let (v, obs) = verdict::judge(&Inputs {
@@ -119,7 +119,7 @@ pub fn judge_job(
         started_at: job.started_at,
         running_since,
         expected_trials: expected,
-        config_problems: &problems,
+        wiring: wiring.as_ref(),
         audit: audit.as_ref(),
         previous,
         now,

@@ -16,10 +16,10 @@ use serde::{Deserialize, Serialize};
 
 use launch_spec::rundir::{RecordError, StatusRecord};
 
+use super::findings::AutoCancel;
 use super::results::Audit;
 use super::rules::{EngineFacts, Evidence, JobFacts, TrialFacts, Window};
-use super::{Finding, VerifySettings, human_duration, parse_time};
-use crate::config::cluster::AutoCancel;
+use super::{VerifySettings, human_duration, parse_time};
 use crate::domain::SlurmView;
 use crate::ledger::AttemptStatus;
 
@@ -101,8 +101,9 @@ pub struct Inputs<'a> {
     pub running_since: Option<DateTime<Utc>>,
     /// n_tasks × n_attempts when known.
     pub expected_trials: Option<u64>,
-    /// Tunnel / api_base problems from the run dir's files ([`super::check::evidence_from_dir`]).
-    pub config_problems: &'a [Finding],
+    /// The agent's wiring as the run dir's files show it ([`super::check::evidence_from_dir`]),
+    /// judged by the tunnel and api_base rules.
+    pub wiring: Option<&'a super::rules::Wiring>,
     /// The completion audit of a finished attempt (from its ledger metrics).
     pub audit: Option<&'a Audit>,
     pub previous: Option<&'a Observation>,
@@ -289,7 +290,7 @@ fn draft_verdict(inputs: &Inputs, obs: &Observation, current: Option<&Sample>) -
             last_progress_at: heartbeat.and_then(|h| h.last_progress_at.as_deref()).and_then(parse_time),
         },
         expected_trials: inputs.expected_trials,
-        config: inputs.config_problems.to_vec(),
+        wiring: inputs.wiring.cloned(),
         audit: inputs.audit.cloned(),
         ..Evidence::default()
     };
@@ -501,7 +502,7 @@ mod tests {
         previous: Option<Observation>,
         now: i64,
         expected: Option<u64>,
-        problems: Vec<Finding>,
+        wiring: Option<super::super::rules::Wiring>,
     }
 
     impl Case {
@@ -513,7 +514,7 @@ mod tests {
                 previous: None,
                 now,
                 expected: None,
-                problems: Vec::new(),
+                wiring: None,
             }
         }
 
@@ -530,7 +531,7 @@ mod tests {
                 started_at: Some(t(0)),
                 running_since: Some(t(10)),
                 expected_trials: self.expected,
-                config_problems: &self.problems,
+                wiring: self.wiring.as_ref(),
                 audit: None,
                 previous: self.previous.as_ref(),
                 now: t(self.now),
@@ -650,13 +651,29 @@ mod tests {
     #[test]
     fn config_problems_make_it_misconfigured() {
         let mut case = Case::new(Some(status(Phase::Running, 100, Some(hb(100, 50, 0, 10, 100)))), 100);
-        case.problems = vec![
-            Finding::new(super::super::findings::API_BASE_PRIVATE, super::super::Level::Fail, "private api_base")
-                .evidence("config.json: 10.0.0.1"),
-        ];
+        // An installed harness whose job config calls a private address (the facts; the rule judges).
+        let agent = super::super::rules::Agent {
+            name: Some("openhands".into()),
+            model_name: Some("hosted_vllm/m".into()),
+            api_base: Some("http://10.0.0.1:8000/v1".into()),
+            has_model_info: true,
+            from: "config.json",
+        };
+        case.wiring = Some(super::super::rules::Wiring {
+            agent,
+            remote: true,
+            tunnel: Some(super::super::check::TunnelLog {
+                path: "tunnel.log".into(),
+                authenticated: Some("You are authenticated".into()),
+                ..Default::default()
+            }),
+            api_base_read: true,
+            fails_only: true,
+            ..Default::default()
+        });
         let (v, _) = case.judge();
         assert_eq!(v.verdict, VerdictKind::Misconfigured);
-        assert_eq!(v.evidence, vec!["config.json: 10.0.0.1"]);
+        assert_eq!(v.evidence, vec![r#"config.json: "api_base": "http://10.0.0.1:8000/v1""#], "{v:?}");
     }
 
     #[test]
