@@ -18,7 +18,12 @@
 
 use launch_spec::OutcomeClass;
 use launch_spec::records::Outcome;
-use serde_json::{Value, json};
+use launch_spec::rundir::EventBody;
+use launch_spec::rundir::events::{
+    CancelRequested, EngineExited, EngineLost, EngineStalled, EngineUnhealthy, HarborExited, RanksExited,
+    ReadyBudgetExceeded,
+};
+use serde_json::json;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
@@ -95,7 +100,7 @@ pub enum Input {
 #[derive(Debug)]
 pub enum Action {
     /// Record an event.
-    Event(&'static str, Value),
+    Event(EventBody),
     /// vLLM is ready (record it, phase `ready`).
     Ready,
     /// Start Harbor now; report back with [`Machine::harbor_started`] (or end the run).
@@ -235,12 +240,14 @@ impl Machine {
         if since < self.load_stall_after {
             return Some(since);
         }
-        let fields = json!({
-            "vllm_log_bytes": bytes,
-            "silent_for_s": since.as_secs(),
-            "load_stall_after_s": self.load_stall_after.as_secs(),
-        });
-        out.push(Action::Event("engine_stalled", fields));
+        out.push(Action::Event(
+            EngineStalled {
+                vllm_log_bytes: bytes,
+                silent_for_s: since.as_secs(),
+                load_stall_after_s: self.load_stall_after.as_secs(),
+            }
+            .into(),
+        ));
         let f = Failure::new(
             OutcomeClass::EngineStart,
             format!(
@@ -298,11 +305,8 @@ impl Machine {
                         None,
                     ),
                 };
-                let mut fields = json!({ "status": described, "cause": cause });
-                if let Some(during) = during {
-                    fields["during"] = json!(during);
-                }
-                out.push(Action::Event("engine_exited", fields));
+                let during = during.map(str::to_string);
+                out.push(Action::Event(EngineExited { status: described, cause: cause.to_string(), during }.into()));
                 out.push(self.end(End::Failed(Failure::new(class, message).with_cause(cause).with_log_tail(lines))));
             }
             Input::RanksExited(status) => {
@@ -316,15 +320,14 @@ impl Machine {
                 let message = format!(
                     "a rank on another node ended ({described}: srun's step of the other nodes' ranks is over) during {during}; the engine cannot serve without it"
                 );
-                out.push(Action::Event("ranks_exited", json!({ "status": described, "during": during })));
+                out.push(Action::Event(RanksExited { status: described, during: during.to_string() }.into()));
                 out.push(
                     self.end(End::Failed(Failure::new(class, message).with_cause("rank_exited").with_log_tail(tail()))),
                 );
             }
             Input::HarborExited(status) => {
                 out.push(Action::Event(
-                    "harbor_exited",
-                    json!({ "status": describe_status(status), "code": status_code(status) }),
+                    HarborExited { status: describe_status(status), code: status_code(status) }.into(),
                 ));
                 out.push(self.end(End::HarborExited(status)));
             }
@@ -369,21 +372,21 @@ impl Machine {
                     // Progress within the stall window: never cut short (issue 23); the cap
                     // and the stall rule govern from here.
                     out.push(Action::Event(
-                        "ready_budget_exceeded",
-                        json!({
-                            "ready_budget_s": self.budget.map_or(0, |b| b.as_secs()),
-                            "cap_s": self.health_timeout_s,
-                            "vllm_log_bytes": bytes,
-                            "silent_for_s": silent.as_secs(),
-                            "load_stall_after_s": self.load_stall_after.as_secs(),
-                        }),
+                        ReadyBudgetExceeded {
+                            ready_budget_s: self.budget.map_or(0, |b| b.as_secs()),
+                            cap_s: self.health_timeout_s,
+                            vllm_log_bytes: bytes,
+                            silent_for_s: silent.as_secs(),
+                            load_stall_after_s: self.load_stall_after.as_secs(),
+                        }
+                        .into(),
                     ));
                     out.push(Action::BudgetExceeded);
                 }
             }
             Input::ConfigChecked(v) if self.config_pending => {
                 self.config_pending = false;
-                out.push(Action::Event("harbor_config_check", v.event_fields()));
+                out.push(Action::Event(v.event_fields().into()));
                 if let ConfigCheck::Rejected(why) = v {
                     let f = Failure::new(OutcomeClass::Harbor, why).with_cause("config_rejected");
                     out.push(self.end(End::Failed(f)));
@@ -400,7 +403,7 @@ impl Machine {
                     self.failures += 1;
                     tracing::warn!(failures = self.failures, "engine health probe failed");
                     if self.failures >= self.health_failures {
-                        out.push(Action::Event("engine_unhealthy", json!({ "consecutive_failures": self.failures })));
+                        out.push(Action::Event(EngineUnhealthy { consecutive_failures: self.failures }.into()));
                         let f = Failure::new(
                             OutcomeClass::EngineDied,
                             format!("vLLM failed {} consecutive /health probes; Harbor stopped", self.failures),
@@ -417,11 +420,11 @@ impl Machine {
                         "vLLM answers /health but did no work: {} request(s) running and {} waiting, and no token generated or prompt token processed for {} s (serve.hang_after_s = {} s; vllm:generation_tokens_total stayed at {}); Harbor stopped",
                         sample.running,
                         sample.waiting,
-                        evidence["no_tokens_for_s"],
-                        evidence["hang_after_s"],
+                        json!(evidence.no_tokens_for_s),
+                        evidence.hang_after_s,
                         sample.generation_tokens
                     );
-                    out.push(Action::Event("engine_hung", evidence));
+                    out.push(Action::Event(evidence.into()));
                     let f =
                         Failure::new(OutcomeClass::EngineHung, message).with_cause("no_tokens").with_log_tail(tail());
                     out.push(self.end(End::Failed(f)));
@@ -429,15 +432,14 @@ impl Machine {
             }
             Input::CancelRequested => {
                 out.push(Action::Event(
-                    "cancel_requested",
-                    json!({ "file": launch_spec::shared::CANCEL_REQUEST_FILE }),
+                    CancelRequested { file: launch_spec::shared::CANCEL_REQUEST_FILE.to_string() }.into(),
                 ));
                 out.push(self.end(End::Cancelled));
             }
             Input::EngineLost(f) => {
                 out.push(Action::Event(
-                    "engine_lost",
-                    json!({ "class": f.class.as_str(), "cause": f.cause, "message": f.message }),
+                    EngineLost { class: f.class.as_str().to_string(), cause: f.cause.clone(), message: f.message.clone() }
+                        .into(),
                 ));
                 out.push(self.end(End::Failed(f)));
             }
@@ -552,7 +554,7 @@ mod tests {
         let f = failed(&a);
         assert_eq!((f.class, f.cause.as_deref()), (OutcomeClass::EngineStart, Some("oom")));
         assert_eq!(f.engine_log_tail, tail());
-        assert!(matches!(&a[0], Action::Event("engine_exited", v) if v["during"] == "start"), "{a:?}");
+        assert!(matches!(&a[0], Action::Event(EventBody::EngineExited(e)) if e.during.as_deref() == Some("start")), "{a:?}");
         assert_eq!(m.phase(), RunPhase::Ended);
         assert!(m.on(Input::Readiness(Readiness::Ready), &tail).is_empty(), "nothing after the end");
     }
@@ -595,7 +597,7 @@ mod tests {
         m.harbor_started();
         assert_eq!(m.phase(), RunPhase::Running);
         let a = m.on(Input::HarborExited(exit(0)), &tail);
-        assert!(matches!(&a[0], Action::Event("harbor_exited", v) if v["code"] == 0));
+        assert!(matches!(&a[0], Action::Event(EventBody::HarborExited(e)) if e.code == 0));
         assert!(matches!(ends(&a), Some(End::HarborExited(s)) if s.success()));
     }
 
@@ -614,7 +616,7 @@ mod tests {
         let a = m.on(Input::ConfigChecked(ConfigCheck::Rejected("Unknown option 'x'".into())), &tail);
         let f = failed(&a);
         assert_eq!((f.class, f.cause.as_deref()), (OutcomeClass::Harbor, Some("config_rejected")));
-        assert!(matches!(&a[0], Action::Event("harbor_config_check", _)));
+        assert!(matches!(&a[0], Action::Event(EventBody::HarborConfigCheck(_))));
     }
 
     #[test]
@@ -637,7 +639,7 @@ mod tests {
         let f = failed(&a);
         assert_eq!(f.class, OutcomeClass::EngineDied);
         assert!(f.message.contains("tunnel") && f.message.contains("SIGKILL"), "{}", f.message);
-        assert!(matches!(&a[0], Action::Event("engine_exited", v) if v["during"] == "tunnel"));
+        assert!(matches!(&a[0], Action::Event(EventBody::EngineExited(e)) if e.during.as_deref() == Some("tunnel")));
     }
 
     #[test]
@@ -671,7 +673,7 @@ mod tests {
         let a = m.on(Input::Health(false), &tail);
         let f = failed(&a);
         assert_eq!((f.class, f.cause.as_deref()), (OutcomeClass::EngineDied, Some("unhealthy")));
-        assert!(matches!(&a[0], Action::Event("engine_unhealthy", v) if v["consecutive_failures"] == 3));
+        assert!(matches!(&a[0], Action::Event(EventBody::EngineUnhealthy(e)) if e.consecutive_failures == 3));
     }
 
     #[test]
@@ -695,7 +697,7 @@ mod tests {
             "{}",
             f.message
         );
-        assert!(matches!(&a[0], Action::Event("engine_hung", v) if v["no_tokens_for_s"] == 5.0), "{a:?}");
+        assert!(matches!(&a[0], Action::Event(EventBody::EngineHung(e)) if e.no_tokens_for_s == 5.0), "{a:?}");
         assert_eq!(outcome(End::Failed(f.clone()), None, false).exit_code, 16);
 
         let idle = EngineSample { generation_tokens: 64, ..EngineSample::default() };
@@ -750,7 +752,7 @@ mod tests {
         m.on(Input::Readiness(Readiness::Ready), &tail);
         m.harbor_started();
         let a = m.on(Input::CancelRequested, &tail);
-        assert!(matches!(&a[0], Action::Event("cancel_requested", _)), "{a:?}");
+        assert!(matches!(&a[0], Action::Event(EventBody::CancelRequested(_))), "{a:?}");
         assert!(matches!(ends(&a), Some(End::Cancelled)));
         let o = outcome(End::Cancelled, Some(130), false);
         assert_eq!((o.class, o.cause.as_deref()), (OutcomeClass::Interrupted, Some("cancel_requested")));
@@ -761,7 +763,7 @@ mod tests {
         m.harbor_started();
         let lost = Failure::new(OutcomeClass::EngineDied, "the shared engine exited").with_cause("oom");
         let a = m.on(Input::EngineLost(lost.clone()), &tail);
-        assert!(matches!(&a[0], Action::Event("engine_lost", v) if v["class"] == "engine_died"), "{a:?}");
+        assert!(matches!(&a[0], Action::Event(EventBody::EngineLost(e)) if e.class == "engine_died"), "{a:?}");
         assert_eq!(failed(&a), &lost);
     }
 
@@ -787,7 +789,7 @@ mod tests {
         }
         assert!(m.on(Input::LoadProgress(at(33), 300), &none).is_empty());
         let out = m.on(Input::LoadProgress(at(34), 300), &none);
-        assert!(matches!(out.first(), Some(Action::Event("engine_stalled", _))), "{out:?}");
+        assert!(matches!(out.first(), Some(Action::Event(EventBody::EngineStalled(_)))), "{out:?}");
         match out.last() {
             Some(Action::End(End::Failed(f))) => {
                 assert_eq!((f.class, f.cause.as_deref()), (OutcomeClass::EngineStart, Some("stalled")));
@@ -814,8 +816,8 @@ mod tests {
         assert!(m.on(Input::LoadProgress(at(15), 100), &none).is_empty());
         let out = m.on(Input::BudgetPassed(at(20), 200), &none);
         assert!(
-            matches!(&out[..], [Action::Event("ready_budget_exceeded", v), Action::BudgetExceeded]
-                if v["ready_budget_s"] == 20 && v["cap_s"] == 3000 && v["silent_for_s"] == 0),
+            matches!(&out[..], [Action::Event(EventBody::ReadyBudgetExceeded(e)), Action::BudgetExceeded]
+                if e.ready_budget_s == 20 && e.cap_s == 3000 && e.silent_for_s == 0),
             "{out:?}"
         );
         assert_eq!((m.budget_pending(), m.phase()), (None, RunPhase::Loading), "once, and still loading");
@@ -826,7 +828,7 @@ mod tests {
         let mut m = budgeted();
         m.on(Input::LoadProgress(at(5), 100), &none);
         let out = m.on(Input::BudgetPassed(at(20), 100), &none);
-        assert!(matches!(out.first(), Some(Action::Event("engine_stalled", _))), "{out:?}");
+        assert!(matches!(out.first(), Some(Action::Event(EventBody::EngineStalled(_)))), "{out:?}");
         assert_eq!(failed(&out).cause.as_deref(), Some("stalled"));
 
         let m = Machine::new(false, false, 3, 60).with_ready_budget(Some(Duration::from_secs(60)));

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use launch_spec::records::{ENGINE_LOG, HARBOR_LOG, Phase, SPEC_FILE, TUNNEL_LOG};
 use launch_spec::{LaunchSpec, OutcomeClass};
-use serde_json::json;
+use launch_spec::rundir::events as ev;
 use tokio::task::JoinHandle;
 use tokio::time::{MissedTickBehavior, interval, sleep_until};
 
@@ -237,11 +237,13 @@ impl<S: SignalSource> Run<S> {
         self.rec.status.node = prepare::node_name(&env_fn);
         self.rec.status.pids.insert("payload".into(), std::process::id());
         self.rec.write_status();
-        self.rec.event(
-            "started",
-            json!({ "spec": self.spec_path, "pid": std::process::id(), "payload_version": env!("CARGO_PKG_VERSION"),
-                    "slurm_job_id": self.rec.status.slurm_job_id, "node": self.rec.status.node }),
-        );
+        self.rec.event(ev::Started {
+            spec: self.spec_path.clone(),
+            pid: std::process::id(),
+            payload_version: env!("CARGO_PKG_VERSION").to_string(),
+            slurm_job_id: self.rec.status.slurm_job_id.clone(),
+            node: self.rec.status.node.clone(),
+        });
         tracing::info!(run_tag = %self.spec.run_tag, run_dir = %self.spec.run_dir.display(), "payload run starting");
         if self.spec.limits.teardown_grace_s >= 30.0 {
             tracing::warn!(
@@ -257,21 +259,30 @@ impl<S: SignalSource> Run<S> {
             tracing::warn!(warning = %w, "preparation");
         }
         if p.secrets.status == "ok" || p.secrets.status == "not needed" {
-            self.rec.event(
-                "secrets_loaded",
-                json!({ "file": p.loaded.path(), "names": p.secrets.names, "daytona_org": p.harbor.daytona_org }),
-            );
+            self.rec.event(ev::SecretsLoaded {
+                file: p.loaded.path().to_path_buf(),
+                names: p.secrets.names.clone(),
+                daytona_org: p.harbor.daytona_org.map(|o| o.as_str().to_string()),
+            });
         }
         if let Some(d) = &p.gpu.decision {
             self.rec.status.gpu = Some(d.choice());
             let gpus = d.count * self.spec.serve.nodes.max(1);
             self.rec.gpu(|c, _| c.set_gpus(gpus));
-            self.rec.event("gpus", serde_json::to_value(d).unwrap_or_default());
+            self.rec.event(ev::Gpus {
+                probe: d.probe.clone(),
+                inventory: d.inventory.clone(),
+                count: d.count,
+                profile: d.profile.clone(),
+                gpu_memory_utilization: d.gpu_memory_utilization,
+                source: d.source.clone(),
+                note: d.note.clone(),
+            });
             tracing::info!(profile = %d.choice().profile, count = d.count, util = d.gpu_memory_utilization, source = %d.source, "GPU profile chosen");
         }
         if let Some(port) = p.port.port {
             self.rec.status.port = Some(port);
-            self.rec.event("port", json!({ "port": port, "how": p.port.how }));
+            self.rec.event(ev::Port { port, how: p.port.how.clone() });
         }
         match p.problems.first() {
             Some(f) => Err(End::Failed(f.clone())),
@@ -306,7 +317,7 @@ impl<S: SignalSource> Run<S> {
         } else if let Some((dir, inside)) = &p.scratch {
             let scratch = crate::scratch::JobScratch::create(dir, inside)
                 .map_err(|e| Failure::new(OutcomeClass::Spec, e).with_cause("scratch"))?;
-            self.rec.event("scratch", json!({ "dir": scratch.dir() }));
+            self.rec.event(ev::Scratch { dir: scratch.dir().to_path_buf() });
             self.scratch = Some(scratch);
         }
         let Some(port) = p.port.port else {
@@ -338,7 +349,7 @@ impl<S: SignalSource> Run<S> {
                     .unwrap_or_else(std::env::temp_dir),
             })?;
             if let Some(t) = &self.tunnel {
-                self.rec.event("tunnel_prepared", json!({ "kind": t.kind(), "socks_port": t.socks_port() }));
+                self.rec.event(ev::TunnelPrepared { kind: t.kind().to_string(), socks_port: t.socks_port() });
             }
         }
 
@@ -366,11 +377,12 @@ impl<S: SignalSource> Run<S> {
         self.refuse_disagreement(answered(&early.vllm).as_deref(), answered(&early.harbor).as_deref())?;
         let started = Instant::now();
         if let Share::Leg(a) = &self.share {
-            self.rec.event(
-                "shared_engine",
-                json!({ "group_tag": a.engine.group_tag, "base_url": a.engine.base_url, "engine_pid": a.engine.engine_pid,
-                        "public_url": a.engine.public_url }),
-            );
+            self.rec.event(ev::SharedEngine {
+                group_tag: a.engine.group_tag.clone(),
+                base_url: a.engine.base_url.clone(),
+                engine_pid: a.engine.engine_pid,
+                public_url: a.engine.public_url.clone(),
+            });
         } else {
             let pid = self.sup.spawn(Role::Engine, &head).map_err(|e| {
                 Failure::new(OutcomeClass::EngineStart, format!("cannot start {}: {e}", head.program.display()))
@@ -378,7 +390,7 @@ impl<S: SignalSource> Run<S> {
             })?;
             self.rec.gpu(|c, _| c.engine_spawned(started));
             self.rec.status.pids.insert("engine".into(), pid);
-            self.rec.event("engine_spawned", json!({ "pid": pid, "argv": head.argv, "port": port }));
+            self.rec.event(ev::EngineSpawned { pid, argv: head.argv.clone(), port });
         }
         if let Some(secondaries) = &p.secondaries {
             self.start_ranks(secondaries)?;
@@ -568,7 +580,7 @@ impl<S: SignalSource> Run<S> {
             }
             for action in actions {
                 match action {
-                    Action::Event(name, fields) => self.rec.event(name, fields),
+                    Action::Event(body) => self.rec.event(body),
                     Action::Ready => {
                         if let Some(s) = &p.secondaries {
                             self.record_ranks_joined(s);
@@ -577,15 +589,12 @@ impl<S: SignalSource> Run<S> {
                         let identity_ms = (self.identity_ms * 100.0).round() / 100.0;
                         self.rec.gpu(|c, now| c.engine_ready(now));
                         let budget_ms = self.spec.serve.ready_budget.as_ref().map(|b| b.seconds.saturating_mul(1000));
-                        self.rec.event(
-                            "engine_ready",
-                            json!({
-                                "elapsed_ms": ms,
-                                "identity_check_ms": identity_ms,
-                                "ready_budget_s": self.spec.serve.ready_budget.as_ref().map(|b| b.seconds),
-                                "within_budget": budget_ms.map(|b| ms <= b),
-                            }),
-                        );
+                        self.rec.event(ev::EngineReady {
+                            elapsed_ms: ms,
+                            identity_check_ms: identity_ms,
+                            ready_budget_s: self.spec.serve.ready_budget.as_ref().map(|b| b.seconds),
+                            within_budget: budget_ms.map(|b| ms <= b),
+                        });
                         self.rec.set_phase(Phase::Ready);
                         tracing::info!(elapsed_ms = ms, "vLLM ready");
                     }
@@ -651,7 +660,7 @@ impl<S: SignalSource> Run<S> {
         match listener {
             crate::ports::Listener::Foreign { pids } => {
                 if !std::mem::replace(foreign_seen, true) {
-                    self.rec.event("foreign_server", json!({ "port": port, "pids": pids, "engine_pid": pid }));
+                    self.rec.event(ev::ForeignServer { port, pids: pids.clone(), engine_pid: pid });
                     tracing::warn!(
                         port,
                         ?pids,
@@ -668,7 +677,7 @@ impl<S: SignalSource> Run<S> {
     fn write_heartbeat(&mut self, completions: Option<crate::records::Completions>, engine_healthy: bool) {
         let hb = self.heartbeat.next(completions, &self.engine_log(), &self.spec.run_dir, engine_healthy);
         if self.heartbeat.event_due(std::time::Instant::now()) {
-            self.rec.event("heartbeat", launch_spec::rundir::heartbeat_event_fields(&hb));
+            self.rec.event(ev::heartbeat(&hb));
         }
         self.rec.status.heartbeat = Some(hb);
         self.rec.write_status();
@@ -677,11 +686,22 @@ impl<S: SignalSource> Run<S> {
     /// Which node each rank runs on, from the records every `payload rank` wrote on its node.
     fn record_ranks_joined(&mut self, s: &crate::multinode::Secondaries) {
         let records = crate::multinode::read_rank_records(&self.spec.run_dir, &s.file.ranks[1..]);
-        let mut ranks = vec![json!({ "rank": 0, "node": s.nodes[0].name, "pid": self.rec.status.pids.get("engine") })];
-        ranks.extend(records.iter().map(|r| json!({ "rank": r.rank, "node": r.node, "pid": r.pid, "step": r.step })));
+        let head = ev::JoinedRank {
+            rank: 0,
+            node: s.nodes[0].name.clone(),
+            pid: self.rec.status.pids.get("engine").copied(),
+            step: None,
+        };
+        let mut ranks = vec![head];
+        ranks.extend(records.iter().map(|r| ev::JoinedRank {
+            rank: r.rank,
+            node: r.node.clone(),
+            pid: Some(r.pid),
+            step: Some(r.step.clone()),
+        }));
         let missing: Vec<u32> =
             s.file.ranks[1..].iter().map(|r| r.rank).filter(|k| !records.iter().any(|r| r.rank == *k)).collect();
-        self.rec.event("ranks_joined", json!({ "ranks": ranks, "missing": missing }));
+        self.rec.event(ev::RanksJoined { ranks, missing });
     }
 
     /// A multi-node engine's other nodes: the ranks file, then their one srun step in its own group.
@@ -696,11 +716,14 @@ impl<S: SignalSource> Run<S> {
             .spawn(Role::Ranks, &s.srun)
             .map_err(|e| spawn_failed(format!("cannot start {}: {e}", s.srun.program.display())))?;
         self.rec.status.pids.insert("ranks".into(), pid);
-        let ranks: Vec<_> = s.file.ranks.iter().map(|r| json!({ "rank": r.rank, "node": r.node })).collect();
-        self.rec.event(
-            "ranks_spawned",
-            json!({ "pid": pid, "argv": s.srun.argv, "crossing": s.file.crossing, "rendezvous": s.file.rendezvous, "ranks": ranks }),
-        );
+        let ranks = s.file.ranks.iter().map(|r| ev::RankNode { rank: r.rank, node: r.node.clone() }).collect();
+        self.rec.event(ev::RanksSpawned {
+            pid,
+            argv: s.srun.argv.clone(),
+            crossing: serde_json::to_value(&s.file.crossing).unwrap_or_default(),
+            rendezvous: serde_json::to_value(&s.file.rendezvous).unwrap_or_default(),
+            ranks,
+        });
         tracing::info!(pid, nodes = s.nodes.len(), "srun started the other nodes' ranks");
         Ok(())
     }
@@ -715,8 +738,9 @@ impl<S: SignalSource> Run<S> {
         let api_base = p.api_base(public_url.as_deref());
         if p.harbor.mode == HarborMode::Resume {
             let rewritten = harbor::rewrite_api_base(&self.spec.run_dir, &api_base).map_err(Failure::from)?;
-            let files: Vec<_> = rewritten.iter().map(|(p, n)| json!({ "file": p, "changed": n })).collect();
-            self.rec.event("resume_configs_rewritten", json!({ "api_base": api_base, "files": files }));
+            let files =
+                rewritten.into_iter().map(|(file, n)| ev::RewrittenFile { file, changed: n as u64 }).collect();
+            self.rec.event(ev::ResumeConfigsRewritten { api_base: api_base.clone(), files });
         }
         let (tunnel_env, prefix) = match (&self.tunnel, &self.share) {
             (Some(t), _) => (t.harbor_env(), t.harbor_prefix()),
@@ -734,10 +758,12 @@ impl<S: SignalSource> Run<S> {
         self.rec.status.pids.insert("harbor".into(), pid);
         let tag = self.spec.run_tag.clone();
         self.rec.gpu(|c, now| c.leg_started(&tag, now));
-        self.rec.event(
-            "harbor_spawned",
-            json!({ "pid": pid, "argv": child.argv, "mode": p.harbor.mode.as_str(), "api_base": api_base }),
-        );
+        self.rec.event(ev::HarborSpawned {
+            pid,
+            argv: child.argv.clone(),
+            mode: p.harbor.mode.as_str().to_string(),
+            api_base: api_base.clone(),
+        });
         if let Some(t) = self.tunnel.as_mut() {
             t.commit();
         }
@@ -777,7 +803,7 @@ impl<S: SignalSource> Run<S> {
         });
         let revision = provenance::model_revision(&self.spec, &p.head().child.env);
         let (record, missing) = provenance::record(revision, versions);
-        self.rec.event("provenance", json!({ "record": record, "missing": missing }));
+        self.rec.event(ev::Provenance { record: record.clone(), missing });
         self.rec.status.provenance = Some(record);
     }
 
@@ -796,8 +822,8 @@ impl<S: SignalSource> Run<S> {
         };
         let records = crate::multinode::read_rank_records(&self.spec.run_dir, &file.ranks[1..]);
         crate::multinode::cancel_steps(&records);
-        let steps: Vec<&str> = records.iter().map(|r| r.step.as_str()).collect();
-        self.rec.event("ranks_cancelled", json!({ "steps": steps }));
+        let steps = records.iter().map(|r| r.step.clone()).collect();
+        self.rec.event(ev::RanksCancelled { steps });
     }
 
     /// Teardown, final heartbeat, outcome, exit code.
@@ -819,7 +845,7 @@ impl<S: SignalSource> Run<S> {
                     SignalEvent::Shutdown(sig) => sig.as_str(),
                     SignalEvent::Walltime => "SIGUSR1",
                 };
-                self.rec.event("signal", json!({ "signal": name }));
+                self.rec.event(ev::Signal { signal: name.to_string(), during: None });
                 tracing::warn!(signal = name, "signal received: tearing down");
             }
             End::Failed(f) => {
@@ -834,10 +860,10 @@ impl<S: SignalSource> Run<S> {
         if self.is_host() {
             self.wind_down_legs(&end, &plan).await;
         }
-        self.rec.event(
-            "teardown_started",
-            json!({ "grace_s": plan.grace.as_secs_f64(), "harbor_grace_s": plan.harbor_grace.as_secs_f64() }),
-        );
+        self.rec.event(ev::TeardownStarted {
+            grace_s: plan.grace.as_secs_f64(),
+            harbor_grace_s: plan.harbor_grace.as_secs_f64(),
+        });
         let report = self.sup.shutdown(&mut self.signals, plan).await;
         self.rec.gpu(|c, now| c.teardown_done(now));
         // Every child is gone: nothing writes into the scratch dir any more.
@@ -845,18 +871,19 @@ impl<S: SignalSource> Run<S> {
             scratch.remove();
         }
         self.cancel_rank_steps();
-        self.rec.event(
-            "teardown_done",
-            json!({
-                "elapsed_ms": report.elapsed.as_millis() as u64,
-                "forced": report.forced,
-                "killed_groups": report.killed_groups.iter().map(|r| r.as_str()).collect::<Vec<_>>(),
-                "swept": report.swept,
-                "clean": report.clean,
-                "signals": report.signals.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
-                "steps": report.steps.iter().map(|s| json!({ "ms": s.ms, "action": s.action, "role": s.role.as_str() })).collect::<Vec<_>>(),
-            }),
-        );
+        self.rec.event(ev::TeardownDone {
+            elapsed_ms: report.elapsed.as_millis() as u64,
+            forced: report.forced,
+            killed_groups: report.killed_groups.iter().map(|r| r.as_str().to_string()).collect(),
+            swept: report.swept.clone(),
+            clean: report.clean,
+            signals: report.signals.iter().map(|s| s.as_str().to_string()).collect(),
+            steps: report
+                .steps
+                .iter()
+                .map(|s| ev::TeardownStep { ms: s.ms, action: s.action.to_string(), role: s.role.as_str().to_string() })
+                .collect(),
+        });
         if let Some(t) = self.tunnel.as_mut() {
             t.cleanup(&self.rec);
         }
@@ -869,10 +896,9 @@ impl<S: SignalSource> Run<S> {
                     crate::postrun::run(step, &mut self.sup, &mut self.signals, &mut self.rec, &self.timings).await;
                 self.rec.status.post_run = Some(record);
             } else {
-                self.rec.event(
-                    "post_run_skipped",
-                    json!({ "reason": "the run did not finish (the step runs after Harbor exits 0)" }),
-                );
+                self.rec.event(ev::PostRunSkipped {
+                    reason: "the run did not finish (the step runs after Harbor exits 0)".to_string(),
+                });
             }
         }
         let harbor_code = self.sup.harbor.as_mut().and_then(|m| m.try_status()).map(status_code);
@@ -887,10 +913,10 @@ impl<S: SignalSource> Run<S> {
         let failed =
             (crate::logsink::failed_writes(), self.rec.failed_status_writes, self.rec.failed_event_writes.get());
         if failed != (0, 0, 0) {
-            self.rec.event("write_failures", json!({ "log": failed.0, "status": failed.1, "events": failed.2 }));
+            self.rec.event(ev::WriteFailures { log: failed.0, status: failed.1, events: failed.2 });
             tracing::warn!(log = failed.0, status = failed.1, events = failed.2, "some log or record writes failed");
         }
-        self.rec.event("outcome", serde_json::to_value(&outcome).unwrap_or_default());
+        self.rec.event(outcome.clone());
         tracing::info!(class = outcome.class.as_str(), exit_code = code, cause = outcome.cause.as_deref().unwrap_or("-"), message = %outcome.message, "payload done");
         self.rec.set_outcome(outcome);
         code

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::records::{Heartbeat, Phase, RunStatus};
 use crate::rundir::enginelog::access_line;
-use crate::rundir::{ENGINE_LOG, EVENTS_FILE, Event, EventKind, SPEC_FILE, STATUS_FILE};
+use crate::rundir::{ENGINE_LOG, EVENTS_FILE, Event, SPEC_FILE, STATUS_FILE};
 use crate::spec::LaunchSpec;
 
 /// payload's record stamps (RFC 3339 UTC, microseconds).
@@ -121,17 +121,14 @@ impl RunDir {
 
 /// A `phase` event.
 pub fn phase_event(at: DateTime<Utc>, phase: Phase) -> Event {
-    let mut fields = serde_json::Map::new();
-    fields.insert("phase".into(), serde_json::to_value(phase).expect("phase serialises"));
-    Event { at: iso(at), event: EventKind::Phase, fields }
+    Event::new(iso(at), &crate::rundir::events::PhaseEntered { phase }.into()).expect("phase serialises")
 }
 
 /// A `heartbeat` event as payload appends it: the counters of `running_status`'s heartbeat at `at`.
 pub fn heartbeat_event(at: DateTime<Utc>, counters: Counters) -> Event {
     let status = running_status("-", "0", at, at, counters, at);
     let hb = status.heartbeat.expect("running_status has a heartbeat");
-    let fields = crate::rundir::heartbeat_event_fields(&hb).as_object().cloned().unwrap_or_default();
-    Event { at: iso(at), event: EventKind::Heartbeat, fields }
+    Event::new(iso(at), &crate::rundir::events::heartbeat(&hb).into()).expect("heartbeat serialises")
 }
 
 /// payload's heartbeat counters: completions (ok, 4xx, 5xx), trials (started, finished, errored).
