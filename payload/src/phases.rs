@@ -438,8 +438,12 @@ impl Machine {
             }
             Input::EngineLost(f) => {
                 out.push(Action::Event(
-                    EngineLost { class: f.class.as_str().to_string(), cause: f.cause.clone(), message: f.message.clone() }
-                        .into(),
+                    EngineLost {
+                        class: f.class.as_str().to_string(),
+                        cause: f.cause.clone(),
+                        message: f.message.clone(),
+                    }
+                    .into(),
                 ));
                 out.push(self.end(End::Failed(f)));
             }
@@ -554,7 +558,10 @@ mod tests {
         let f = failed(&a);
         assert_eq!((f.class, f.cause.as_deref()), (OutcomeClass::EngineStart, Some("oom")));
         assert_eq!(f.engine_log_tail, tail());
-        assert!(matches!(&a[0], Action::Event(EventBody::EngineExited(e)) if e.during.as_deref() == Some("start")), "{a:?}");
+        assert!(
+            matches!(&a[0], Action::Event(EventBody::EngineExited(e)) if e.during.as_deref() == Some("start")),
+            "{a:?}"
+        );
         assert_eq!(m.phase(), RunPhase::Ended);
         assert!(m.on(Input::Readiness(Readiness::Ready), &tail).is_empty(), "nothing after the end");
     }

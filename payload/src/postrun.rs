@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use launch_spec::LaunchSpec;
 use launch_spec::records::{POST_RUN_LOG, PostRunRecord};
-use nix::sys::signal::Signal;
 use launch_spec::rundir::events as ev;
+use nix::sys::signal::Signal;
 use tokio::time::{MissedTickBehavior, interval, sleep_until};
 
 use crate::childenv;

@@ -12,8 +12,8 @@ use launch_spec::records::{
     EVENTS_FILE, EngineCounters, Heartbeat, Outcome, Phase, RESERVE_BYTES, RESERVE_FILE, RunStatus, STATUS_FILE,
 };
 use launch_spec::rundir::enginelog::Scanner;
-use launch_spec::rundir::harbor::{TrialStage, classify_trial};
 use launch_spec::rundir::events::PhaseEntered;
+use launch_spec::rundir::harbor::{TrialStage, classify_trial};
 use launch_spec::rundir::{Event, EventBody};
 
 /// RFC 3339 UTC with milliseconds, e.g. `2026-07-17T10:00:00.123Z`.

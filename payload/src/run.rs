@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use launch_spec::records::{ENGINE_LOG, HARBOR_LOG, Phase, SPEC_FILE, TUNNEL_LOG};
-use launch_spec::{LaunchSpec, OutcomeClass};
 use launch_spec::rundir::events as ev;
+use launch_spec::{LaunchSpec, OutcomeClass};
 use tokio::task::JoinHandle;
 use tokio::time::{MissedTickBehavior, interval, sleep_until};
 
@@ -720,7 +720,7 @@ impl<S: SignalSource> Run<S> {
         self.rec.event(ev::RanksSpawned {
             pid,
             argv: s.srun.argv.clone(),
-            crossing: serde_json::to_value(&s.file.crossing).unwrap_or_default(),
+            crossing: serde_json::to_value(s.file.crossing).unwrap_or_default(),
             rendezvous: serde_json::to_value(&s.file.rendezvous).unwrap_or_default(),
             ranks,
         });
@@ -738,8 +738,7 @@ impl<S: SignalSource> Run<S> {
         let api_base = p.api_base(public_url.as_deref());
         if p.harbor.mode == HarborMode::Resume {
             let rewritten = harbor::rewrite_api_base(&self.spec.run_dir, &api_base).map_err(Failure::from)?;
-            let files =
-                rewritten.into_iter().map(|(file, n)| ev::RewrittenFile { file, changed: n as u64 }).collect();
+            let files = rewritten.into_iter().map(|(file, n)| ev::RewrittenFile { file, changed: n as u64 }).collect();
             self.rec.event(ev::ResumeConfigsRewritten { api_base: api_base.clone(), files });
         }
         let (tunnel_env, prefix) = match (&self.tunnel, &self.share) {

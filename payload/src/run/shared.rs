@@ -20,12 +20,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use launch_spec::records::{Outcome, Phase, RunStatus, STATUS_FILE};
+use launch_spec::rundir::events as ev;
 use launch_spec::shared::{
     self as files, CANCEL_REQUEST_FILE, ENGINE_ENDED_FILE, ENGINE_FILE, EngineEnded, EngineRecord, SharedJobSpec,
 };
 use launch_spec::{LaunchSpec, OutcomeClass};
 use nix::sys::signal::Signal;
-use launch_spec::rundir::events as ev;
 
 use crate::failure::Failure;
 use crate::phases::{End, Input, RunPhase};

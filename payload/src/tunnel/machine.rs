@@ -536,8 +536,8 @@ mod tests {
     //! Every state's transitions, driven with the real strategies and a synthetic clock.
     use super::*;
     use crate::tunnel::strategy::{Paths, Pinggy, PinggyTarget, Socks};
-    use serde_json::json;
     use launch_spec::spec::{PinggySpec, SocksSpec};
+    use serde_json::json;
     use std::collections::BTreeMap;
 
     fn paths() -> Paths {
@@ -597,7 +597,10 @@ mod tests {
     }
 
     fn events(actions: &[Action]) -> Vec<String> {
-        actions.iter().filter_map(|a| if let Action::Event(e) = a { Some(e.kind().as_str().to_string()) } else { None }).collect()
+        actions
+            .iter()
+            .filter_map(|a| if let Action::Event(e) = a { Some(e.kind().as_str().to_string()) } else { None })
+            .collect()
     }
 
     fn spawn_of(actions: &[Action]) -> (&str, &[String]) {
@@ -682,7 +685,8 @@ mod tests {
         assert!(a.contains(&Action::Term), "{a:?}");
         assert!(!m.step(at(1200), Input::Tick { ready: false }).contains(&Action::Term));
         let a = m.step(at(1300), Input::Exited("signal 15".into()));
-        let exited = a.iter().find_map(|x| if let Action::Event(EventBody::TunnelExited(e)) = x { Some(e) } else { None });
+        let exited =
+            a.iter().find_map(|x| if let Action::Event(EventBody::TunnelExited(e)) = x { Some(e) } else { None });
         assert_eq!(exited.unwrap().cause, "connect_timeout");
         assert_eq!(events(&a), ["tunnel_exited", "tunnel_restart"]);
     }

@@ -30,10 +30,10 @@ use std::time::Instant;
 
 use launch_spec::OutcomeClass;
 use launch_spec::records::TUNNEL_LOG;
-use launch_spec::spec::{PinggySpec, ProxyMode, SocksSpec, TunnelSpec};
-use nix::sys::signal::Signal;
 use launch_spec::rundir::EventBody;
 use launch_spec::rundir::events::{TunnelLeaseLost, TunnelLeaseReleased};
+use launch_spec::spec::{PinggySpec, ProxyMode, SocksSpec, TunnelSpec};
+use nix::sys::signal::Signal;
 use tokio::task::JoinHandle;
 
 use crate::failure::Failure;

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use launch_spec::spec::{PinggyPair, PinggySpec, SocksSpec};
 use launch_spec::rundir::events::{TunnelLeaseUnavailable, TunnelPair, TunnelPairSkipped};
+use launch_spec::spec::{PinggyPair, PinggySpec, SocksSpec};
 
 use super::machine::{Action, Check, LeaseAnswer, Limits, Next, Strategy};
 use super::output::Seen;

@@ -745,7 +745,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(newer.pair_url().as_deref(), Some("https://a"));
-        let old: Event = serde_json::from_str(r#"{"at":"t","event":"tunnel_pair","fields":{"public_url":"https://a","secret":"S"}}"#).unwrap();
+        let old: Event = serde_json::from_str(
+            r#"{"at":"t","event":"tunnel_pair","fields":{"public_url":"https://a","secret":"S"}}"#,
+        )
+        .unwrap();
         assert_eq!(old.decode::<TunnelPair>().map(|p| p.lease), Some(None));
         let other: Event = serde_json::from_str(r#"{"at":"t","event":"from_the_future","fields":{"x":1}}"#).unwrap();
         assert_eq!((other.body(), other.event.as_str()), (None, "from_the_future"));
