@@ -274,6 +274,106 @@ impl Machine {
         }
     }
 
+    /// The engine exited: its start-up failure classified from the log's tail, by phase.
+    fn on_engine_exited(&mut self, status: ExitStatus, tail: &dyn Fn() -> Vec<String>, out: &mut Vec<Action>) {
+        let lines = tail();
+        let cause = engine::classify_start_failure(&lines);
+        let described = describe_status(status);
+        let (class, message, during) = match self.phase {
+            RunPhase::Loading => (
+                OutcomeClass::EngineStart,
+                format!("vLLM exited during start-up ({described}), cause: {cause}"),
+                Some("start"),
+            ),
+            RunPhase::TunnelCheck => (
+                OutcomeClass::EngineDied,
+                format!("vLLM exited while the tunnel was being checked ({described})"),
+                Some("tunnel"),
+            ),
+            _ => (OutcomeClass::EngineDied, format!("vLLM exited during the run ({described}); Harbor stopped"), None),
+        };
+        let during = during.map(str::to_string);
+        out.push(Action::Event(EngineExited { status: described, cause: cause.to_string(), during }.into()));
+        out.push(self.end(End::Failed(Failure::new(class, message).with_cause(cause).with_log_tail(lines))));
+    }
+
+    /// The other nodes' srun step ended: the engine's death, whenever it happens.
+    fn on_ranks_exited(&mut self, status: ExitStatus, tail: &dyn Fn() -> Vec<String>, out: &mut Vec<Action>) {
+        // Any rank's death is the engine's: during start-up it never became ready.
+        let described = describe_status(status);
+        let (class, during) = match self.phase {
+            RunPhase::Loading => (OutcomeClass::EngineStart, "start"),
+            RunPhase::TunnelCheck => (OutcomeClass::EngineDied, "tunnel"),
+            _ => (OutcomeClass::EngineDied, "run"),
+        };
+        let message = format!(
+            "a rank on another node ended ({described}: srun's step of the other nodes' ranks is over) during {during}; the engine cannot serve without it"
+        );
+        out.push(Action::Event(RanksExited { status: described, during: during.to_string() }.into()));
+        out.push(self.end(End::Failed(Failure::new(class, message).with_cause("rank_exited").with_log_tail(tail()))));
+    }
+
+    /// The readiness deadline passed: what the engine did and did not answer, and the budget's part.
+    fn never_ready(&self, tail: &dyn Fn() -> Vec<String>) -> Failure {
+        let what = if self.saw_foreign {
+            "never answered: the server answering on its port is another process's (event foreign_server), never taken for the engine"
+        } else if self.saw_health {
+            "answered /health but never listed the served name"
+        } else {
+            "never answered /health with 200"
+        };
+        let budget = match (self.budget, self.budget_passed) {
+            (Some(b), true) => format!(
+                " (its ready budget of {} s passed with the load still progressing, so it ran on to the cap)",
+                b.as_secs()
+            ),
+            _ => String::new(),
+        };
+        Failure::new(
+            OutcomeClass::EngineTimeout,
+            format!("vLLM {what} within serve.health_timeout_s = {} s{budget}", self.health_timeout_s),
+        )
+        .with_log_tail(tail())
+    }
+
+    /// A health probe's answer while Harbor runs: `health_failures` in a row end the run.
+    fn on_health(&mut self, ok: bool, tail: &dyn Fn() -> Vec<String>, out: &mut Vec<Action>) {
+        self.last_healthy = ok;
+        if ok {
+            self.failures = 0;
+        } else {
+            self.failures += 1;
+            tracing::warn!(failures = self.failures, "engine health probe failed");
+            if self.failures >= self.health_failures {
+                out.push(Action::Event(EngineUnhealthy { consecutive_failures: self.failures }.into()));
+                let f = Failure::new(
+                    OutcomeClass::EngineDied,
+                    format!("vLLM failed {} consecutive /health probes; Harbor stopped", self.failures),
+                )
+                .with_cause("unhealthy")
+                .with_log_tail(tail());
+                out.push(self.end(End::Failed(f)));
+            }
+        }
+    }
+
+    /// vLLM's counters while Harbor runs: the liveness rule's evidence ends a hung engine.
+    fn on_metrics(&mut self, at: Instant, sample: EngineSample, tail: &dyn Fn() -> Vec<String>, out: &mut Vec<Action>) {
+        if let Some(evidence) = self.liveness.observe(at, sample) {
+            let message = format!(
+                "vLLM answers /health but did no work: {} request(s) running and {} waiting, and no token generated or prompt token processed for {} s (serve.hang_after_s = {} s; vllm:generation_tokens_total stayed at {}); Harbor stopped",
+                sample.running,
+                sample.waiting,
+                json!(evidence.no_tokens_for_s),
+                evidence.hang_after_s,
+                sample.generation_tokens
+            );
+            out.push(Action::Event(evidence.into()));
+            let f = Failure::new(OutcomeClass::EngineHung, message).with_cause("no_tokens").with_log_tail(tail());
+            out.push(self.end(End::Failed(f)));
+        }
+    }
+
     /// Decides what `input` means now; `tail` gives the last lines of `vllm.log` (read only when
     /// an engine failure needs them).
     pub fn on(&mut self, input: Input, tail: &dyn Fn() -> Vec<String>) -> Vec<Action> {
@@ -284,47 +384,8 @@ impl Machine {
         match input {
             Input::Signal(ev) => out.push(self.end(End::Signal(ev))),
             Input::Tunnel(TunnelPoll::Failed(f)) => out.push(self.end(End::Failed(f))),
-            Input::EngineExited(status) => {
-                let lines = tail();
-                let cause = engine::classify_start_failure(&lines);
-                let described = describe_status(status);
-                let (class, message, during) = match self.phase {
-                    RunPhase::Loading => (
-                        OutcomeClass::EngineStart,
-                        format!("vLLM exited during start-up ({described}), cause: {cause}"),
-                        Some("start"),
-                    ),
-                    RunPhase::TunnelCheck => (
-                        OutcomeClass::EngineDied,
-                        format!("vLLM exited while the tunnel was being checked ({described})"),
-                        Some("tunnel"),
-                    ),
-                    _ => (
-                        OutcomeClass::EngineDied,
-                        format!("vLLM exited during the run ({described}); Harbor stopped"),
-                        None,
-                    ),
-                };
-                let during = during.map(str::to_string);
-                out.push(Action::Event(EngineExited { status: described, cause: cause.to_string(), during }.into()));
-                out.push(self.end(End::Failed(Failure::new(class, message).with_cause(cause).with_log_tail(lines))));
-            }
-            Input::RanksExited(status) => {
-                // Any rank's death is the engine's: during start-up it never became ready.
-                let described = describe_status(status);
-                let (class, during) = match self.phase {
-                    RunPhase::Loading => (OutcomeClass::EngineStart, "start"),
-                    RunPhase::TunnelCheck => (OutcomeClass::EngineDied, "tunnel"),
-                    _ => (OutcomeClass::EngineDied, "run"),
-                };
-                let message = format!(
-                    "a rank on another node ended ({described}: srun's step of the other nodes' ranks is over) during {during}; the engine cannot serve without it"
-                );
-                out.push(Action::Event(RanksExited { status: described, during: during.to_string() }.into()));
-                out.push(
-                    self.end(End::Failed(Failure::new(class, message).with_cause("rank_exited").with_log_tail(tail()))),
-                );
-            }
+            Input::EngineExited(status) => self.on_engine_exited(status, tail, &mut out),
+            Input::RanksExited(status) => self.on_ranks_exited(status, tail, &mut out),
             Input::HarborExited(status) => {
                 out.push(Action::Event(
                     HarborExited { status: describe_status(status), code: status_code(status) }.into(),
@@ -332,25 +393,7 @@ impl Machine {
                 out.push(self.end(End::HarborExited(status)));
             }
             Input::ReadyDeadline if self.phase == RunPhase::Loading && !self.ready => {
-                let what = if self.saw_foreign {
-                    "never answered: the server answering on its port is another process's (event foreign_server), never taken for the engine"
-                } else if self.saw_health {
-                    "answered /health but never listed the served name"
-                } else {
-                    "never answered /health with 200"
-                };
-                let budget = match (self.budget, self.budget_passed) {
-                    (Some(b), true) => format!(
-                        " (its ready budget of {} s passed with the load still progressing, so it ran on to the cap)",
-                        b.as_secs()
-                    ),
-                    _ => String::new(),
-                };
-                let f = Failure::new(
-                    OutcomeClass::EngineTimeout,
-                    format!("vLLM {what} within serve.health_timeout_s = {} s{budget}", self.health_timeout_s),
-                )
-                .with_log_tail(tail());
+                let f = self.never_ready(tail);
                 out.push(self.end(End::Failed(f)));
             }
             Input::Readiness(r) if self.phase == RunPhase::Loading && !self.ready => match r {
@@ -395,40 +438,9 @@ impl Machine {
                 }
             }
             Input::Tunnel(TunnelPoll::Up) if self.phase == RunPhase::TunnelCheck => out.push(Action::StartHarbor),
-            Input::Health(ok) if self.phase == RunPhase::Running => {
-                self.last_healthy = ok;
-                if ok {
-                    self.failures = 0;
-                } else {
-                    self.failures += 1;
-                    tracing::warn!(failures = self.failures, "engine health probe failed");
-                    if self.failures >= self.health_failures {
-                        out.push(Action::Event(EngineUnhealthy { consecutive_failures: self.failures }.into()));
-                        let f = Failure::new(
-                            OutcomeClass::EngineDied,
-                            format!("vLLM failed {} consecutive /health probes; Harbor stopped", self.failures),
-                        )
-                        .with_cause("unhealthy")
-                        .with_log_tail(tail());
-                        out.push(self.end(End::Failed(f)));
-                    }
-                }
-            }
+            Input::Health(ok) if self.phase == RunPhase::Running => self.on_health(ok, tail, &mut out),
             Input::Metrics(at, sample) if self.phase == RunPhase::Running => {
-                if let Some(evidence) = self.liveness.observe(at, sample) {
-                    let message = format!(
-                        "vLLM answers /health but did no work: {} request(s) running and {} waiting, and no token generated or prompt token processed for {} s (serve.hang_after_s = {} s; vllm:generation_tokens_total stayed at {}); Harbor stopped",
-                        sample.running,
-                        sample.waiting,
-                        json!(evidence.no_tokens_for_s),
-                        evidence.hang_after_s,
-                        sample.generation_tokens
-                    );
-                    out.push(Action::Event(evidence.into()));
-                    let f =
-                        Failure::new(OutcomeClass::EngineHung, message).with_cause("no_tokens").with_log_tail(tail());
-                    out.push(self.end(End::Failed(f)));
-                }
+                self.on_metrics(at, sample, tail, &mut out)
             }
             Input::CancelRequested => {
                 out.push(Action::Event(

@@ -308,8 +308,22 @@ impl<S: SignalSource> Run<S> {
         self.rec.redact(p.loaded.values().chain(p.api_key.as_deref()));
         self.record_prepared(&p)?;
         self.post_run = p.post_run.take();
+        self.make_scratch(&p)?;
+        let Some(port) = p.port.port else {
+            return Err(Failure::new(OutcomeClass::EngineStart, p.port.how.clone()).with_cause("port").into());
+        };
+        self.prepare_tunnel(&p, port)?;
+        let started = self.start_engine(&p, port).await?;
+        let resume = p.harbor.mode == HarborMode::Resume;
+        self.rec.status.resume = Some(resume);
+        let config_check = self.start_config_check(&p)?;
+        self.run_loop(&p, started, config_check).await
+    }
+
+    /// The job's scratch dir on node-local disk: the host (or a single run) creates it and owns its
+    /// removal; a leg only makes its own dirs inside it.
+    fn make_scratch(&mut self, p: &Prepared) -> Result<(), End> {
         if let (Some((_, inside)), true) = (&p.scratch, self.is_leg()) {
-            // The host owns the job's scratch dir (it removes it); a leg only makes its own dirs.
             for dir in inside {
                 std::fs::create_dir_all(dir)
                     .map_err(|e| Failure::new(OutcomeClass::Spec, format!("cannot create {}: {e}", dir.display())))?;
@@ -320,13 +334,13 @@ impl<S: SignalSource> Run<S> {
             self.rec.event(ev::Scratch { dir: scratch.dir().to_path_buf() });
             self.scratch = Some(scratch);
         }
-        let Some(port) = p.port.port else {
-            return Err(Failure::new(OutcomeClass::EngineStart, p.port.how.clone()).with_cause("port").into());
-        };
+        Ok(())
+    }
+
+    /// The tunnel, set up (started by the first poll, while vLLM loads); a leg uses the host's.
+    fn prepare_tunnel(&mut self, p: &Prepared, port: u16) -> Result<(), End> {
         let parent = self.parent.clone();
         let env_fn = prepare::lookup(&parent);
-
-        // The tunnel (started by the first poll, while vLLM loads); a leg uses the host's.
         if let Some(programs) = p.tunnel.programs.clone().filter(|_| !self.is_leg()) {
             let job_id = crate::ports::job_id(&env_fn);
             self.tunnel = Tunnel::new(tunnel::Start {
@@ -352,8 +366,13 @@ impl<S: SignalSource> Run<S> {
                 self.rec.event(ev::TunnelPrepared { kind: t.kind().to_string(), socks_port: t.socks_port() });
             }
         }
+        Ok(())
+    }
 
-        // vLLM.
+    /// vLLM started (or a leg's shared engine taken), with its ranks on other nodes, after the
+    /// versions the environments answer at once agree with the spec; phase `serving`. Returns when
+    /// it started (the readiness deadline counts from there).
+    async fn start_engine(&mut self, p: &Prepared, port: u16) -> Result<Instant, End> {
         if let Some(ev) = self.pending_signal().await {
             return Err(End::Signal(ev));
         }
@@ -413,22 +432,19 @@ impl<S: SignalSource> Run<S> {
             shared_engine = self.is_leg(),
             "vLLM started (or the shared engine used); waiting for readiness"
         );
-        let resume = p.harbor.mode == HarborMode::Resume;
-        self.rec.status.resume = Some(resume);
+        Ok(started)
+    }
 
-        // Harbor's own `--print-config` on the fresh-run argv, while vLLM loads (it costs nothing
-        // then): a refusal ends the run before Harbor would start and fail.
-        let mut config_check: Option<AbortOnDrop<ConfigCheck>> = None;
-        if let Some(config) = p.harbor.merged_config.as_ref().filter(|_| !self.is_host()) {
-            harbor::write_job_config(&p.harbor.config_path, config).map_err(Failure::from)?;
-            let child =
-                p.harbor.child(&self.spec, &p.local_api_base(), &BTreeMap::new(), None).map_err(Failure::from)?;
-            let spec = self.spec.clone();
-            config_check = Some(AbortOnDrop(tokio::spawn(async move {
-                harbor::check_with_print_config(&spec, &child.argv, &child.env).await
-            })));
-        }
-        self.run_loop(&p, started, config_check).await
+    /// Harbor's own `--print-config` on the fresh-run argv, while vLLM loads (it costs nothing
+    /// then): a refusal ends the run before Harbor would start and fail.
+    fn start_config_check(&self, p: &Prepared) -> Result<Option<AbortOnDrop<ConfigCheck>>, End> {
+        let Some(config) = p.harbor.merged_config.as_ref().filter(|_| !self.is_host()) else { return Ok(None) };
+        harbor::write_job_config(&p.harbor.config_path, config).map_err(Failure::from)?;
+        let child = p.harbor.child(&self.spec, &p.local_api_base(), &BTreeMap::new(), None).map_err(Failure::from)?;
+        let spec = self.spec.clone();
+        Ok(Some(AbortOnDrop(tokio::spawn(async move {
+            harbor::check_with_print_config(&spec, &child.argv, &child.env).await
+        }))))
     }
 
     /// The one event loop: inputs from children, signals, probes, the tunnel and the clock, decided
@@ -441,16 +457,7 @@ impl<S: SignalSource> Run<S> {
     ) -> Result<End, End> {
         let engine_log = self.engine_log();
         let tail = || engine::log_tail(&engine_log, LOG_TAIL_LINES);
-        let limits = &self.spec.limits;
-        let mut machine = Machine::new(
-            self.tunnel.is_some(),
-            config_check.is_some(),
-            limits.health_failures,
-            self.spec.serve.health_timeout_s,
-        )
-        .with_hang_after(self.timings.hang_after)
-        .with_load_stall_after(self.timings.load_stall_after)
-        .with_ready_budget(self.timings.ready_budget);
+        let mut machine = self.machine(config_check.is_some());
         let mut watchdog = Watchdog::readiness(
             &p.base_url,
             &self.spec.model.served_name,
@@ -460,15 +467,7 @@ impl<S: SignalSource> Run<S> {
         let deadline = timings::deadline(started, self.timings.health_timeout);
         // The budget below the cap (crate::phases decides what its passing means).
         let budget_at = machine.budget_pending().map_or(deadline, |b| timings::deadline(started, b));
-        let serve = &self.spec.serve;
-        self.rec.status.readiness = Some(launch_spec::records::ReadinessRecord {
-            deadline_s: serve.ready_deadline_s(),
-            cap_s: serve.health_timeout_s,
-            load_stall_after_s: serve.load_stall_after_s,
-            budget: serve.ready_budget.clone(),
-            budget_exceeded: false,
-        });
-        self.rec.write_status();
+        self.record_readiness_rule();
         let log_bytes = || std::fs::metadata(&engine_log).map_or(0, |m| m.len());
         let mut heartbeat = interval(self.timings.heartbeat);
         heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -543,23 +542,7 @@ impl<S: SignalSource> Run<S> {
                     Input::Tunnel(t.poll(&mut self.sup, &mut self.rec, !loading).await)
                 }
             };
-            // Slurm signals every process of the job at once (scancel): a child that stopped as a
-            // signalled child does, or any rank of a multi-node engine, may exit just before
-            // payload's own signal is read. A signal arriving with such an exit is the cause.
-            let signal_may_explain = match &input {
-                Input::EngineExited(st) | Input::RanksExited(st) => {
-                    p.secondaries.is_some() || st.success() || stopped_by_a_signal(st)
-                }
-                Input::HarborExited(st) => stopped_by_a_signal(st),
-                _ => false,
-            };
-            let input = match signal_may_explain {
-                true => match tokio::time::timeout(SIGNAL_WITH_EXIT, self.signals.recv()).await {
-                    Ok(ev) => Input::Signal(ev),
-                    Err(_) => input,
-                },
-                false => input,
-            };
+            let input = self.with_explaining_signal(input, p.secondaries.is_some()).await;
             // A multi-node engine: the other nodes' logs (and srun's) after the head's, since
             // either side may be where it broke.
             let all_tail = || {
@@ -579,60 +562,8 @@ impl<S: SignalSource> Run<S> {
                 self.write_heartbeat(completions, machine.engine_healthy());
             }
             for action in actions {
-                match action {
-                    Action::Event(body) => self.rec.event(body),
-                    Action::Ready => {
-                        if let Some(s) = &p.secondaries {
-                            self.record_ranks_joined(s);
-                        }
-                        let ms = started.elapsed().as_millis() as u64;
-                        let identity_ms = (self.identity_ms * 100.0).round() / 100.0;
-                        self.rec.gpu(|c, now| c.engine_ready(now));
-                        let budget_ms = self.spec.serve.ready_budget.as_ref().map(|b| b.seconds.saturating_mul(1000));
-                        self.rec.event(ev::EngineReady {
-                            elapsed_ms: ms,
-                            identity_check_ms: identity_ms,
-                            ready_budget_s: self.spec.serve.ready_budget.as_ref().map(|b| b.seconds),
-                            within_budget: budget_ms.map(|b| ms <= b),
-                        });
-                        self.rec.set_phase(Phase::Ready);
-                        tracing::info!(elapsed_ms = ms, "vLLM ready");
-                    }
-                    Action::BudgetExceeded => {
-                        if let Some(r) = self.rec.status.readiness.as_mut() {
-                            r.budget_exceeded = true;
-                        }
-                        self.rec.write_status();
-                        tracing::warn!("ready budget passed with the load progressing; waiting on to the cap");
-                    }
-                    Action::StartHarbor if self.is_host() => {
-                        self.start_legs(p)?;
-                        machine.harbor_started();
-                        watchdog.watch_health(self.timings.probe_interval);
-                    }
-                    Action::StartHarbor => {
-                        // Asked since the engine started, so normally done; never holds Harbor long.
-                        if let Some(mut task) = versions.take() {
-                            let answer = match tokio::time::timeout(provenance::RECORD_WAIT, &mut task.0).await {
-                                Ok(answer) => answer.map_err(|e| e.to_string()),
-                                Err(_) => {
-                                    Err(format!("not answered within {:?} of readiness", provenance::RECORD_WAIT))
-                                }
-                            };
-                            self.accept_versions(answer)?;
-                        }
-                        self.start_harbor(p).await?;
-                        machine.harbor_started();
-                        watchdog.watch_health(self.timings.probe_interval);
-                    }
-                    Action::End(end) => {
-                        if let End::HarborExited(status) = &end {
-                            let tag = self.spec.run_tag.clone();
-                            self.rec.gpu(|c, now| c.leg_ended(&tag, now));
-                            tracing::info!(status = %supervisor::describe_status(*status), "Harbor exited");
-                        }
-                        return Ok(end);
-                    }
+                if let Some(end) = self.act(action, p, started, &mut machine, &mut watchdog, &mut versions).await? {
+                    return Ok(end);
                 }
             }
             // The tunnel's end-to-end check starts at once, not at the next tick.
@@ -640,6 +571,119 @@ impl<S: SignalSource> Run<S> {
                 tunnel_tick.reset_immediately();
             }
         }
+    }
+
+    /// The run's decisions for this spec: tunnel, config check, health and liveness rules.
+    fn machine(&self, config_pending: bool) -> Machine {
+        Machine::new(
+            self.tunnel.is_some(),
+            config_pending,
+            self.spec.limits.health_failures,
+            self.spec.serve.health_timeout_s,
+        )
+        .with_hang_after(self.timings.hang_after)
+        .with_load_stall_after(self.timings.load_stall_after)
+        .with_ready_budget(self.timings.ready_budget)
+    }
+
+    /// The readiness rule the run waits under, into `status.json` (`readiness`).
+    fn record_readiness_rule(&mut self) {
+        let serve = &self.spec.serve;
+        self.rec.status.readiness = Some(launch_spec::records::ReadinessRecord {
+            deadline_s: serve.ready_deadline_s(),
+            cap_s: serve.health_timeout_s,
+            load_stall_after_s: serve.load_stall_after_s,
+            budget: serve.ready_budget.clone(),
+            budget_exceeded: false,
+        });
+        self.rec.write_status();
+    }
+
+    /// Slurm signals every process of the job at once (scancel): a child that stopped as a
+    /// signalled child does, or any rank of a multi-node engine, may exit just before payload's own
+    /// signal is read. A signal arriving with such an exit is the cause.
+    async fn with_explaining_signal(&mut self, input: Input, multinode: bool) -> Input {
+        let signal_may_explain = match &input {
+            Input::EngineExited(st) | Input::RanksExited(st) => multinode || st.success() || stopped_by_a_signal(st),
+            Input::HarborExited(st) => stopped_by_a_signal(st),
+            _ => false,
+        };
+        match signal_may_explain {
+            true => match tokio::time::timeout(SIGNAL_WITH_EXIT, self.signals.recv()).await {
+                Ok(ev) => Input::Signal(ev),
+                Err(_) => input,
+            },
+            false => input,
+        }
+    }
+
+    /// One of the machine's actions, done; `Some` when the run ends with it.
+    async fn act(
+        &mut self,
+        action: Action,
+        p: &Prepared,
+        started: Instant,
+        machine: &mut Machine,
+        watchdog: &mut Watchdog,
+        versions: &mut Option<AbortOnDrop<provenance::Versions>>,
+    ) -> Result<Option<End>, End> {
+        match action {
+            Action::Event(body) => self.rec.event(body),
+            Action::Ready => self.record_ready(p, started),
+            Action::BudgetExceeded => {
+                if let Some(r) = self.rec.status.readiness.as_mut() {
+                    r.budget_exceeded = true;
+                }
+                self.rec.write_status();
+                tracing::warn!("ready budget passed with the load progressing; waiting on to the cap");
+            }
+            Action::StartHarbor if self.is_host() => {
+                self.start_legs(p)?;
+                machine.harbor_started();
+                watchdog.watch_health(self.timings.probe_interval);
+            }
+            Action::StartHarbor => {
+                // Asked since the engine started, so normally done; never holds Harbor long.
+                if let Some(mut task) = versions.take() {
+                    let answer = match tokio::time::timeout(provenance::RECORD_WAIT, &mut task.0).await {
+                        Ok(answer) => answer.map_err(|e| e.to_string()),
+                        Err(_) => Err(format!("not answered within {:?} of readiness", provenance::RECORD_WAIT)),
+                    };
+                    self.accept_versions(answer)?;
+                }
+                self.start_harbor(p).await?;
+                machine.harbor_started();
+                watchdog.watch_health(self.timings.probe_interval);
+            }
+            Action::End(end) => {
+                if let End::HarborExited(status) = &end {
+                    let tag = self.spec.run_tag.clone();
+                    self.rec.gpu(|c, now| c.leg_ended(&tag, now));
+                    tracing::info!(status = %supervisor::describe_status(*status), "Harbor exited");
+                }
+                return Ok(Some(end));
+            }
+        }
+        Ok(None)
+    }
+
+    /// vLLM ready: the ranks that joined, `engine_ready` (with the ready budget kept or not), phase `ready`.
+    fn record_ready(&mut self, p: &Prepared, started: Instant) {
+        if let Some(s) = &p.secondaries {
+            self.record_ranks_joined(s);
+        }
+        let ms = started.elapsed().as_millis() as u64;
+        let identity_ms = (self.identity_ms * 100.0).round() / 100.0;
+        self.rec.gpu(|c, now| c.engine_ready(now));
+        let budget_ms = self.spec.serve.ready_budget.as_ref().map(|b| b.seconds.saturating_mul(1000));
+        self.rec.event(ev::EngineReady {
+            elapsed_ms: ms,
+            identity_check_ms: identity_ms,
+            ready_budget_s: self.spec.serve.ready_budget.as_ref().map(|b| b.seconds),
+            within_budget: budget_ms.map(|b| ms <= b),
+        });
+        self.rec.set_phase(Phase::Ready);
+        tracing::info!(elapsed_ms = ms, "vLLM ready");
     }
 
     /// A ready answer counts only when the socket listening on the port is the engine's process
