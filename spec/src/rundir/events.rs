@@ -720,19 +720,55 @@ mod tests {
         }
     }
 
+    /// Fields payload writes in some bodies of a kind only.
+    const OTHER_SHAPES: &[&str] = &[
+        r#"{"at":"t","event":"gpus","fields":{"probe":"nvml","inventory":[],"count":0,"profile":null,"gpu_memory_utilization":0.0,"source":"none","note":"no GPU"}}"#,
+        r#"{"at":"t","event":"engine_exited","fields":{"status":"exit code 1","cause":"crash"}}"#,
+        r#"{"at":"t","event":"signal","fields":{"signal":"SIGUSR1","during":"post_run"}}"#,
+        r#"{"at":"t","event":"harbor_config_check","fields":{"result":"rejected","reason":"Unknown option 'x'"}}"#,
+        r#"{"at":"t","event":"tunnel_pair_skipped","fields":{"public_url":"u","reason":"missing_secret","secret":"S"}}"#,
+        r#"{"at":"t","event":"tunnel_pair_skipped","fields":{"public_url":"u","reason":"leased","holder":{"node":"n","pid":1}}}"#,
+        r#"{"at":"t","event":"tunnel_pair_skipped","fields":{"public_url":"u","reason":"auth_failed"}}"#,
+        r#"{"at":"t","event":"post_run_finished","fields":{"ok":false,"status":"cannot start: x","duration_ms":0,"timed_out":false,"killed":false}}"#,
+    ];
+
     #[test]
     fn the_other_shapes_of_a_kind_round_trip_too() {
-        // Fields payload writes in some bodies of a kind only.
-        for line in [
-            r#"{"at":"t","event":"engine_exited","fields":{"status":"exit code 1","cause":"crash"}}"#,
-            r#"{"at":"t","event":"signal","fields":{"signal":"SIGUSR1","during":"post_run"}}"#,
-            r#"{"at":"t","event":"harbor_config_check","fields":{"result":"rejected","reason":"Unknown option 'x'"}}"#,
-            r#"{"at":"t","event":"tunnel_pair_skipped","fields":{"public_url":"u","reason":"missing_secret","secret":"S"}}"#,
-            r#"{"at":"t","event":"tunnel_pair_skipped","fields":{"public_url":"u","reason":"leased","holder":{"node":"n","pid":1}}}"#,
-            r#"{"at":"t","event":"tunnel_pair_skipped","fields":{"public_url":"u","reason":"auth_failed"}}"#,
-            r#"{"at":"t","event":"post_run_finished","fields":{"ok":false,"status":"cannot start: x","duration_ms":0,"timed_out":false,"killed":false}}"#,
-        ] {
+        for line in OTHER_SHAPES {
             round_trip(line);
+        }
+    }
+
+    #[test]
+    fn docs_list_every_kind_and_its_fields() {
+        // docs/payload.md "Events": one row per kind, `| `kind` | `Body` | `field`, … |`; a row that
+        // points to a record type lists its fields there.
+        let doc = include_str!("../../../docs/payload.md");
+        let section = &doc[doc.find("### Events").expect("docs/payload.md has an Events section")..];
+        let mut rows = std::collections::BTreeMap::new();
+        for line in section.lines().skip_while(|l| !l.starts_with("| kind |")).skip(2) {
+            let Some(cells) = line.strip_prefix("| `") else { break };
+            let (kind, rest) = cells.split_once('`').unwrap();
+            let fields = rest.rsplit('|').nth(1).unwrap_or_default().to_string();
+            rows.insert(kind.to_string(), fields);
+        }
+        let names: Vec<&str> = EVENT_NAMES.iter().map(|(n, _)| *n).collect();
+        assert_eq!(
+            rows.keys().map(String::as_str).collect::<Vec<_>>(),
+            names.iter().copied().collect::<std::collections::BTreeSet<_>>().into_iter().collect::<Vec<_>>()
+        );
+        let mut written: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> = Default::default();
+        for line in LINES.iter().chain(OTHER_SHAPES) {
+            let e: Event = serde_json::from_str(line).unwrap();
+            written.entry(e.event.as_str().to_string()).or_default().extend(e.fields.keys().cloned());
+        }
+        for (kind, fields) in &rows {
+            if fields.contains("record") {
+                continue;
+            }
+            let listed: std::collections::BTreeSet<String> =
+                fields.split(',').map(|f| f.trim().trim_end_matches('?').trim_matches('`').to_string()).collect();
+            assert_eq!(&listed, &written[kind], "docs/payload.md's row of {kind}");
         }
     }
 
