@@ -312,7 +312,7 @@ impl<S: SignalSource> Run<S> {
         let Some(port) = p.port.port else {
             return Err(Failure::new(OutcomeClass::EngineStart, p.port.how.clone()).with_cause("port").into());
         };
-        self.prepare_tunnel(&p, port)?;
+        self.set_up_tunnel(&p, port)?;
         let started = self.start_engine(&p, port).await?;
         let resume = p.harbor.mode == HarborMode::Resume;
         self.rec.status.resume = Some(resume);
@@ -338,7 +338,7 @@ impl<S: SignalSource> Run<S> {
     }
 
     /// The tunnel, set up (started by the first poll, while vLLM loads); a leg uses the host's.
-    fn prepare_tunnel(&mut self, p: &Prepared, port: u16) -> Result<(), End> {
+    fn set_up_tunnel(&mut self, p: &Prepared, port: u16) -> Result<(), End> {
         let parent = self.parent.clone();
         let env_fn = prepare::lookup(&parent);
         if let Some(programs) = p.tunnel.programs.clone().filter(|_| !self.is_leg()) {

@@ -119,6 +119,16 @@ impl RunDir {
     }
 }
 
+/// Holds one `events.jsonl` line a real payload wrote to the typed bodies (crate::rundir::events):
+/// it decodes to its kind's body, which writes the line back byte for byte. Panics otherwise.
+pub fn assert_typed_event_line(line: &str) {
+    let event: Event = serde_json::from_str(line).unwrap_or_else(|e| panic!("not an event line ({e}): {line}"));
+    let body = event.body().unwrap_or_else(|| panic!("no typed body for {line}"));
+    let again = serde_json::to_string(&Event::new(event.at.clone(), &body).expect("a body serialises"))
+        .expect("an event serialises");
+    assert_eq!(again, line, "the typed body does not write the line back");
+}
+
 /// A `phase` event.
 pub fn phase_event(at: DateTime<Utc>, phase: Phase) -> Event {
     Event::new(iso(at), &crate::rundir::events::PhaseEntered { phase }.into()).expect("phase serialises")
