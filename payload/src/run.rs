@@ -269,15 +269,7 @@ impl<S: SignalSource> Run<S> {
             self.rec.status.gpu = Some(d.choice());
             let gpus = d.count * self.spec.serve.nodes.max(1);
             self.rec.gpu(|c, _| c.set_gpus(gpus));
-            self.rec.event(ev::Gpus {
-                probe: d.probe.clone(),
-                inventory: d.inventory.clone(),
-                count: d.count,
-                profile: d.profile.clone(),
-                gpu_memory_utilization: d.gpu_memory_utilization,
-                source: d.source.clone(),
-                note: d.note.clone(),
-            });
+            self.rec.event(d.clone());
             tracing::info!(profile = %d.choice().profile, count = d.count, util = d.gpu_memory_utilization, source = %d.source, "GPU profile chosen");
         }
         if let Some(port) = p.port.port {

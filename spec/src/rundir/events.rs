@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::gpu::{GpuInfo, GpuProfile};
-use crate::records::{Heartbeat, Outcome, Phase, PostRunRecord, RunProvenance};
+use crate::records::{GpuChoice, Heartbeat, Outcome, Phase, PostRunRecord, RunProvenance};
 
 /// A body type of one kind: decodes a line of that kind ([`super::Event::decode`]).
 pub trait EventFields: Serialize + serde::de::DeserializeOwned + Into<EventBody> {
@@ -221,7 +221,8 @@ pub struct SecretsLoaded {
     pub daytona_org: Option<String>,
 }
 
-/// The GPU decision: the probe, the inventory, the count and profile chosen, the ceiling.
+/// The GPU decision: the probe, the inventory, the count and profile chosen, the ceiling (payload's
+/// `gpu::GpuSelection` is this type).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Gpus {
     /// `nvml`, `fixture:<path>`, or `no NVML: …`.
@@ -233,6 +234,24 @@ pub struct Gpus {
     pub source: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+}
+
+impl Gpus {
+    /// The choice as `status.json` records it (`gpu`).
+    pub fn choice(&self) -> GpuChoice {
+        GpuChoice {
+            profile: self.profile.as_ref().map(|p| p.name.clone()).unwrap_or_else(|| "none".to_string()),
+            gpu_name: self.inventory.first().map(|g| g.name.clone()),
+            gpu_count: self.count,
+            gpu_memory_utilization: self.gpu_memory_utilization,
+            source: self.source.clone(),
+        }
+    }
+
+    /// The chosen profile's extra vLLM arguments.
+    pub fn extra_vllm_args(&self) -> &[String] {
+        self.profile.as_ref().map(|p| p.extra_vllm_args.as_slice()).unwrap_or(&[])
+    }
 }
 
 /// The engine's port and how it was chosen.
