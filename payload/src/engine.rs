@@ -160,14 +160,13 @@ pub enum Readiness {
 /// HTTP client for loopback probes: short timeouts, no proxy (a node's `http_proxy` must not
 /// capture 127.0.0.1).
 pub fn http_client(timeout: Duration) -> reqwest::Client {
+    loopback_client(timeout).build().expect("HTTP client builds")
+}
+
+/// The loopback probes' client settings, shared by both clients.
+fn loopback_client(timeout: Duration) -> reqwest::ClientBuilder {
     crate::tls::init();
-    reqwest::Client::builder()
-        .no_proxy()
-        .timeout(timeout)
-        .connect_timeout(timeout)
-        .pool_max_idle_per_host(2)
-        .build()
-        .expect("HTTP client builds")
+    reqwest::Client::builder().no_proxy().timeout(timeout).connect_timeout(timeout).pool_max_idle_per_host(2)
 }
 
 /// The loopback client with `Authorization: Bearer <key>` on every request, for a vLLM started
@@ -179,15 +178,7 @@ pub fn http_client_with_key(timeout: Duration, api_key: Option<&str>) -> reqwest
         value.set_sensitive(true);
         headers.insert(reqwest::header::AUTHORIZATION, value);
     }
-    crate::tls::init();
-    reqwest::Client::builder()
-        .no_proxy()
-        .timeout(timeout)
-        .connect_timeout(timeout)
-        .pool_max_idle_per_host(2)
-        .default_headers(headers)
-        .build()
-        .expect("HTTP client builds")
+    loopback_client(timeout).default_headers(headers).build().expect("HTTP client builds")
 }
 
 /// `GET /health` → 200?
