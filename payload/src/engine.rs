@@ -160,14 +160,13 @@ pub enum Readiness {
 /// HTTP client for loopback probes: short timeouts, no proxy (a node's `http_proxy` must not
 /// capture 127.0.0.1).
 pub fn http_client(timeout: Duration) -> reqwest::Client {
+    loopback_client(timeout).build().expect("HTTP client builds")
+}
+
+/// The loopback probes' client settings, shared by both clients.
+fn loopback_client(timeout: Duration) -> reqwest::ClientBuilder {
     crate::tls::init();
-    reqwest::Client::builder()
-        .no_proxy()
-        .timeout(timeout)
-        .connect_timeout(timeout)
-        .pool_max_idle_per_host(2)
-        .build()
-        .expect("HTTP client builds")
+    reqwest::Client::builder().no_proxy().timeout(timeout).connect_timeout(timeout).pool_max_idle_per_host(2)
 }
 
 /// The loopback client with `Authorization: Bearer <key>` on every request, for a vLLM started
@@ -179,15 +178,7 @@ pub fn http_client_with_key(timeout: Duration, api_key: Option<&str>) -> reqwest
         value.set_sensitive(true);
         headers.insert(reqwest::header::AUTHORIZATION, value);
     }
-    crate::tls::init();
-    reqwest::Client::builder()
-        .no_proxy()
-        .timeout(timeout)
-        .connect_timeout(timeout)
-        .pool_max_idle_per_host(2)
-        .default_headers(headers)
-        .build()
-        .expect("HTTP client builds")
+    loopback_client(timeout).default_headers(headers).build().expect("HTTP client builds")
 }
 
 /// `GET /health` → 200?
@@ -544,24 +535,39 @@ mod tests {
 
     #[test]
     fn classifies_real_vllm_errors() {
-        let oom = "INFO 07-17 10:00:01 [gpu_model_runner.py:1234] Starting to load model\n\
-            ERROR 07-17 10:00:09 [core.py:586] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.02 GiB. GPU 0 has a total capacity of 63.43 GiB of which 512.00 MiB is free.";
-        assert_eq!(classify_start_failure(&lines(oom)), "oom");
-        let oom_old = "RuntimeError: CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported";
-        assert_eq!(classify_start_failure(&lines(oom_old)), "oom");
-        let kv = "ERROR 07-17 [core.py:586] ValueError: The model's max seq len (131072) is larger than the maximum number of tokens that can be stored in KV cache (48864). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.";
-        assert_eq!(classify_start_failure(&lines(kv)), "kv_cache");
-        let kv_v1 = "ValueError: To serve at least one request with the models's max seq len (131072), (16.00 GiB KV cache is needed, which is larger than the available KV cache memory (9.50 GiB). Based on the available memory, the estimated maximum model length is 77664.";
-        assert_eq!(classify_start_failure(&lines(kv_v1)), "kv_cache");
-        let ws = "ValueError: World size (4) is larger than the number of available GPUs (1) in this node. If this is intentional, please use Ray.";
-        assert_eq!(classify_start_failure(&lines(ws)), "world_size");
-        let mt = "ValueError: The checkpoint you are trying to load has model type `qwen3_5` but Transformers does not recognize this architecture. This could be because of an issue with the checkpoint, or because your version of Transformers is out of date.";
-        assert_eq!(classify_start_failure(&lines(mt)), "model_type");
-        let arch = "ValueError: Model architectures ['FooForCausalLM'] are not supported for now.";
-        assert_eq!(classify_start_failure(&lines(arch)), "model_type");
-        let port = "OSError: [Errno 98] error while attempting to bind on address ('127.0.0.1', 23456): address already in use";
-        assert_eq!(classify_start_failure(&lines(port)), "port_in_use");
-        assert_eq!(classify_start_failure(&lines("Traceback\nKeyError: 'x'")), "other");
+        let cases = [
+            (
+                "oom",
+                "INFO 07-17 10:00:01 [gpu_model_runner.py:1234] Starting to load model\n\
+                ERROR 07-17 10:00:09 [core.py:586] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.02 GiB. GPU 0 has a total capacity of 63.43 GiB of which 512.00 MiB is free.",
+            ),
+            ("oom", "RuntimeError: CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported"),
+            (
+                "kv_cache",
+                "ERROR 07-17 [core.py:586] ValueError: The model's max seq len (131072) is larger than the maximum number of tokens that can be stored in KV cache (48864). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
+            ),
+            (
+                "kv_cache",
+                "ValueError: To serve at least one request with the models's max seq len (131072), (16.00 GiB KV cache is needed, which is larger than the available KV cache memory (9.50 GiB). Based on the available memory, the estimated maximum model length is 77664.",
+            ),
+            (
+                "world_size",
+                "ValueError: World size (4) is larger than the number of available GPUs (1) in this node. If this is intentional, please use Ray.",
+            ),
+            (
+                "model_type",
+                "ValueError: The checkpoint you are trying to load has model type `qwen3_5` but Transformers does not recognize this architecture. This could be because of an issue with the checkpoint, or because your version of Transformers is out of date.",
+            ),
+            ("model_type", "ValueError: Model architectures ['FooForCausalLM'] are not supported for now."),
+            (
+                "port_in_use",
+                "OSError: [Errno 98] error while attempting to bind on address ('127.0.0.1', 23456): address already in use",
+            ),
+            ("other", "Traceback\nKeyError: 'x'"),
+        ];
+        for (want, text) in cases {
+            assert_eq!(classify_start_failure(&lines(text)), want, "{text}");
+        }
         assert_eq!(classify_start_failure(&[]), "other");
     }
 

@@ -9,7 +9,6 @@
 use std::path::{Path, PathBuf};
 
 use launch_spec::gpu::effective_gpu_memory_utilization;
-use launch_spec::records::GpuChoice;
 use launch_spec::{GpuInfo, GpuProfile, GpuProfiles, LaunchSpec, OutcomeClass};
 
 use crate::failure::Failure;
@@ -155,35 +154,8 @@ pub fn visible(all: &[GpuInfo], cuda_visible_devices: Option<&str>) -> Result<Ve
     Ok(all.iter().filter(|g| indices.contains(&g.index)).cloned().collect())
 }
 
-/// What payload decided about GPUs.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct GpuSelection {
-    /// `nvml`, `fixture:<path>`, or `no NVML: …`.
-    pub probe: String,
-    pub inventory: Vec<GpuInfo>,
-    pub count: u32,
-    pub profile: Option<GpuProfile>,
-    pub gpu_memory_utilization: f64,
-    pub source: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
-}
-
-impl GpuSelection {
-    pub fn choice(&self) -> GpuChoice {
-        GpuChoice {
-            profile: self.profile.as_ref().map(|p| p.name.clone()).unwrap_or_else(|| "none".to_string()),
-            gpu_name: self.inventory.first().map(|g| g.name.clone()),
-            gpu_count: self.count,
-            gpu_memory_utilization: self.gpu_memory_utilization,
-            source: self.source.clone(),
-        }
-    }
-
-    pub fn extra_vllm_args(&self) -> &[String] {
-        self.profile.as_ref().map(|p| p.extra_vllm_args.as_slice()).unwrap_or(&[])
-    }
-}
+/// What payload decided about GPUs: the `gpus` event's body, one type (launch_spec::rundir::events).
+pub use launch_spec::rundir::events::Gpus as GpuSelection;
 
 /// The profile for the GPUs used: among the first `need` visible GPUs, the matched profile with
 /// the lowest ceiling (mixed nodes are rare; the safe value wins).

@@ -305,12 +305,13 @@ pub enum ConfigCheck {
 impl ConfigCheck {
     /// The `harbor_config_check` event's fields: `result` (`passed`, `skipped`, `rejected`) and its
     /// detail, typed rather than Rust's debug text.
-    pub fn event_fields(&self) -> serde_json::Value {
-        match self {
-            Self::Skipped(why) => serde_json::json!({ "result": "skipped", "reason": why }),
-            Self::Passed { agents } => serde_json::json!({ "result": "passed", "agents": agents }),
-            Self::Rejected(why) => serde_json::json!({ "result": "rejected", "reason": why }),
-        }
+    pub fn event_fields(&self) -> launch_spec::rundir::events::HarborConfigCheck {
+        let (result, reason, agents) = match self {
+            Self::Skipped(why) => ("skipped", Some(why.clone()), None),
+            Self::Passed { agents } => ("passed", None, Some(*agents as u64)),
+            Self::Rejected(why) => ("rejected", Some(why.clone()), None),
+        };
+        launch_spec::rundir::events::HarborConfigCheck { result: result.to_string(), reason, agents }
     }
 }
 

@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use launch_spec::records::EngineCounters;
-use serde_json::{Value, json};
+use launch_spec::rundir::events::{EngineHung, HungSample};
 
 /// One `/metrics` reading of vLLM's scheduler and token counters, summed over its engines (a
 /// data-parallel vLLM labels each engine).
@@ -104,7 +104,7 @@ impl Liveness {
     /// or waiting) and neither a generated nor a prompt token for `hang_after`. An engine with
     /// nothing in flight is idle, never hung; a counter that went back (a restarted engine) counts
     /// as movement.
-    pub fn observe(&mut self, at: Instant, s: EngineSample) -> Option<Value> {
+    pub fn observe(&mut self, at: Instant, s: EngineSample) -> Option<EngineHung> {
         let prev = self.last.replace((at, s));
         let moved =
             prev.is_none_or(|(_, p)| s.generation_tokens != p.generation_tokens || s.prompt_tokens != p.prompt_tokens);
@@ -147,30 +147,28 @@ impl Liveness {
         });
         let stalled_for = stalled_for.filter(|d| *d >= self.hang_after)?;
         let since = self.stalled_since.unwrap_or(at);
-        let samples: Vec<Value> = self
+        let samples = self
             .window
             .iter()
-            .map(|(t, r)| {
-                json!({
-                    "at_s": round3(t.saturating_duration_since(since).as_secs_f64()),
-                    "requests_running": r.running,
-                    "requests_waiting": r.waiting,
-                    "generation_tokens": r.generation_tokens,
-                    "prompt_tokens": r.prompt_tokens,
-                    "kv_cache_usage": r.kv_cache_usage,
-                })
+            .map(|(t, r)| HungSample {
+                at_s: round3(t.saturating_duration_since(since).as_secs_f64()),
+                requests_running: r.running,
+                requests_waiting: r.waiting,
+                generation_tokens: r.generation_tokens,
+                prompt_tokens: r.prompt_tokens,
+                kv_cache_usage: r.kv_cache_usage,
             })
             .collect();
-        Some(json!({
-            "hang_after_s": self.hang_after.as_secs(),
-            "no_tokens_for_s": round3(stalled_for.as_secs_f64()),
-            "requests_running": s.running,
-            "requests_waiting": s.waiting,
-            "generation_tokens": s.generation_tokens,
-            "prompt_tokens": s.prompt_tokens,
-            "kv_cache_usage": s.kv_cache_usage,
-            "samples": samples,
-        }))
+        Some(EngineHung {
+            hang_after_s: self.hang_after.as_secs(),
+            no_tokens_for_s: round3(stalled_for.as_secs_f64()),
+            requests_running: s.running,
+            requests_waiting: s.waiting,
+            generation_tokens: s.generation_tokens,
+            prompt_tokens: s.prompt_tokens,
+            kv_cache_usage: s.kv_cache_usage,
+            samples,
+        })
     }
 }
 
@@ -234,12 +232,12 @@ vllm:request_success_total{engine="0",finished_reason="stop",model_name="Qwen3-8
         }
         assert_eq!(l.counters().unwrap().no_tokens_for_s, Some(9.0));
         let ev = l.observe(t0 + 12 * S, sample(2, 150)).expect("stalled from 2 s to 12 s");
-        assert_eq!(ev["no_tokens_for_s"], 10.0);
-        assert_eq!(ev["requests_running"], 2);
-        assert_eq!(ev["generation_tokens"], 150);
-        let samples = ev["samples"].as_array().unwrap();
-        assert_eq!(samples[0]["at_s"], 0.0);
-        assert!(samples.len() <= EVIDENCE_SAMPLES && samples.last().unwrap()["at_s"] == 10.0, "{samples:?}");
+        assert_eq!(ev.no_tokens_for_s, 10.0);
+        assert_eq!(ev.requests_running, 2);
+        assert_eq!(ev.generation_tokens, 150);
+        let samples = &ev.samples;
+        assert_eq!(samples[0].at_s, 0.0);
+        assert!(samples.len() <= EVIDENCE_SAMPLES && samples.last().unwrap().at_s == 10.0, "{samples:?}");
         assert!(l.counters().unwrap().hung());
     }
 

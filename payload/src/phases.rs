@@ -18,7 +18,12 @@
 
 use launch_spec::OutcomeClass;
 use launch_spec::records::Outcome;
-use serde_json::{Value, json};
+use launch_spec::rundir::EventBody;
+use launch_spec::rundir::events::{
+    CancelRequested, EngineExited, EngineLost, EngineStalled, EngineUnhealthy, HarborExited, RanksExited,
+    ReadyBudgetExceeded,
+};
+use serde_json::json;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
@@ -95,7 +100,7 @@ pub enum Input {
 #[derive(Debug)]
 pub enum Action {
     /// Record an event.
-    Event(&'static str, Value),
+    Event(EventBody),
     /// vLLM is ready (record it, phase `ready`).
     Ready,
     /// Start Harbor now; report back with [`Machine::harbor_started`] (or end the run).
@@ -235,12 +240,14 @@ impl Machine {
         if since < self.load_stall_after {
             return Some(since);
         }
-        let fields = json!({
-            "vllm_log_bytes": bytes,
-            "silent_for_s": since.as_secs(),
-            "load_stall_after_s": self.load_stall_after.as_secs(),
-        });
-        out.push(Action::Event("engine_stalled", fields));
+        out.push(Action::Event(
+            EngineStalled {
+                vllm_log_bytes: bytes,
+                silent_for_s: since.as_secs(),
+                load_stall_after_s: self.load_stall_after.as_secs(),
+            }
+            .into(),
+        ));
         let f = Failure::new(
             OutcomeClass::EngineStart,
             format!(
@@ -267,6 +274,106 @@ impl Machine {
         }
     }
 
+    /// The engine exited: its start-up failure classified from the log's tail, by phase.
+    fn on_engine_exited(&mut self, status: ExitStatus, tail: &dyn Fn() -> Vec<String>, out: &mut Vec<Action>) {
+        let lines = tail();
+        let cause = engine::classify_start_failure(&lines);
+        let described = describe_status(status);
+        let (class, message, during) = match self.phase {
+            RunPhase::Loading => (
+                OutcomeClass::EngineStart,
+                format!("vLLM exited during start-up ({described}), cause: {cause}"),
+                Some("start"),
+            ),
+            RunPhase::TunnelCheck => (
+                OutcomeClass::EngineDied,
+                format!("vLLM exited while the tunnel was being checked ({described})"),
+                Some("tunnel"),
+            ),
+            _ => (OutcomeClass::EngineDied, format!("vLLM exited during the run ({described}); Harbor stopped"), None),
+        };
+        let during = during.map(str::to_string);
+        out.push(Action::Event(EngineExited { status: described, cause: cause.to_string(), during }.into()));
+        out.push(self.end(End::Failed(Failure::new(class, message).with_cause(cause).with_log_tail(lines))));
+    }
+
+    /// The other nodes' srun step ended: the engine's death, whenever it happens.
+    fn on_ranks_exited(&mut self, status: ExitStatus, tail: &dyn Fn() -> Vec<String>, out: &mut Vec<Action>) {
+        // Any rank's death is the engine's: during start-up it never became ready.
+        let described = describe_status(status);
+        let (class, during) = match self.phase {
+            RunPhase::Loading => (OutcomeClass::EngineStart, "start"),
+            RunPhase::TunnelCheck => (OutcomeClass::EngineDied, "tunnel"),
+            _ => (OutcomeClass::EngineDied, "run"),
+        };
+        let message = format!(
+            "a rank on another node ended ({described}: srun's step of the other nodes' ranks is over) during {during}; the engine cannot serve without it"
+        );
+        out.push(Action::Event(RanksExited { status: described, during: during.to_string() }.into()));
+        out.push(self.end(End::Failed(Failure::new(class, message).with_cause("rank_exited").with_log_tail(tail()))));
+    }
+
+    /// The readiness deadline passed: what the engine did and did not answer, and the budget's part.
+    fn never_ready(&self, tail: &dyn Fn() -> Vec<String>) -> Failure {
+        let what = if self.saw_foreign {
+            "never answered: the server answering on its port is another process's (event foreign_server), never taken for the engine"
+        } else if self.saw_health {
+            "answered /health but never listed the served name"
+        } else {
+            "never answered /health with 200"
+        };
+        let budget = match (self.budget, self.budget_passed) {
+            (Some(b), true) => format!(
+                " (its ready budget of {} s passed with the load still progressing, so it ran on to the cap)",
+                b.as_secs()
+            ),
+            _ => String::new(),
+        };
+        Failure::new(
+            OutcomeClass::EngineTimeout,
+            format!("vLLM {what} within serve.health_timeout_s = {} s{budget}", self.health_timeout_s),
+        )
+        .with_log_tail(tail())
+    }
+
+    /// A health probe's answer while Harbor runs: `health_failures` in a row end the run.
+    fn on_health(&mut self, ok: bool, tail: &dyn Fn() -> Vec<String>, out: &mut Vec<Action>) {
+        self.last_healthy = ok;
+        if ok {
+            self.failures = 0;
+        } else {
+            self.failures += 1;
+            tracing::warn!(failures = self.failures, "engine health probe failed");
+            if self.failures >= self.health_failures {
+                out.push(Action::Event(EngineUnhealthy { consecutive_failures: self.failures }.into()));
+                let f = Failure::new(
+                    OutcomeClass::EngineDied,
+                    format!("vLLM failed {} consecutive /health probes; Harbor stopped", self.failures),
+                )
+                .with_cause("unhealthy")
+                .with_log_tail(tail());
+                out.push(self.end(End::Failed(f)));
+            }
+        }
+    }
+
+    /// vLLM's counters while Harbor runs: the liveness rule's evidence ends a hung engine.
+    fn on_metrics(&mut self, at: Instant, sample: EngineSample, tail: &dyn Fn() -> Vec<String>, out: &mut Vec<Action>) {
+        if let Some(evidence) = self.liveness.observe(at, sample) {
+            let message = format!(
+                "vLLM answers /health but did no work: {} request(s) running and {} waiting, and no token generated or prompt token processed for {} s (serve.hang_after_s = {} s; vllm:generation_tokens_total stayed at {}); Harbor stopped",
+                sample.running,
+                sample.waiting,
+                json!(evidence.no_tokens_for_s),
+                evidence.hang_after_s,
+                sample.generation_tokens
+            );
+            out.push(Action::Event(evidence.into()));
+            let f = Failure::new(OutcomeClass::EngineHung, message).with_cause("no_tokens").with_log_tail(tail());
+            out.push(self.end(End::Failed(f)));
+        }
+    }
+
     /// Decides what `input` means now; `tail` gives the last lines of `vllm.log` (read only when
     /// an engine failure needs them).
     pub fn on(&mut self, input: Input, tail: &dyn Fn() -> Vec<String>) -> Vec<Action> {
@@ -277,77 +384,16 @@ impl Machine {
         match input {
             Input::Signal(ev) => out.push(self.end(End::Signal(ev))),
             Input::Tunnel(TunnelPoll::Failed(f)) => out.push(self.end(End::Failed(f))),
-            Input::EngineExited(status) => {
-                let lines = tail();
-                let cause = engine::classify_start_failure(&lines);
-                let described = describe_status(status);
-                let (class, message, during) = match self.phase {
-                    RunPhase::Loading => (
-                        OutcomeClass::EngineStart,
-                        format!("vLLM exited during start-up ({described}), cause: {cause}"),
-                        Some("start"),
-                    ),
-                    RunPhase::TunnelCheck => (
-                        OutcomeClass::EngineDied,
-                        format!("vLLM exited while the tunnel was being checked ({described})"),
-                        Some("tunnel"),
-                    ),
-                    _ => (
-                        OutcomeClass::EngineDied,
-                        format!("vLLM exited during the run ({described}); Harbor stopped"),
-                        None,
-                    ),
-                };
-                let mut fields = json!({ "status": described, "cause": cause });
-                if let Some(during) = during {
-                    fields["during"] = json!(during);
-                }
-                out.push(Action::Event("engine_exited", fields));
-                out.push(self.end(End::Failed(Failure::new(class, message).with_cause(cause).with_log_tail(lines))));
-            }
-            Input::RanksExited(status) => {
-                // Any rank's death is the engine's: during start-up it never became ready.
-                let described = describe_status(status);
-                let (class, during) = match self.phase {
-                    RunPhase::Loading => (OutcomeClass::EngineStart, "start"),
-                    RunPhase::TunnelCheck => (OutcomeClass::EngineDied, "tunnel"),
-                    _ => (OutcomeClass::EngineDied, "run"),
-                };
-                let message = format!(
-                    "a rank on another node ended ({described}: srun's step of the other nodes' ranks is over) during {during}; the engine cannot serve without it"
-                );
-                out.push(Action::Event("ranks_exited", json!({ "status": described, "during": during })));
-                out.push(
-                    self.end(End::Failed(Failure::new(class, message).with_cause("rank_exited").with_log_tail(tail()))),
-                );
-            }
+            Input::EngineExited(status) => self.on_engine_exited(status, tail, &mut out),
+            Input::RanksExited(status) => self.on_ranks_exited(status, tail, &mut out),
             Input::HarborExited(status) => {
                 out.push(Action::Event(
-                    "harbor_exited",
-                    json!({ "status": describe_status(status), "code": status_code(status) }),
+                    HarborExited { status: describe_status(status), code: status_code(status) }.into(),
                 ));
                 out.push(self.end(End::HarborExited(status)));
             }
             Input::ReadyDeadline if self.phase == RunPhase::Loading && !self.ready => {
-                let what = if self.saw_foreign {
-                    "never answered: the server answering on its port is another process's (event foreign_server), never taken for the engine"
-                } else if self.saw_health {
-                    "answered /health but never listed the served name"
-                } else {
-                    "never answered /health with 200"
-                };
-                let budget = match (self.budget, self.budget_passed) {
-                    (Some(b), true) => format!(
-                        " (its ready budget of {} s passed with the load still progressing, so it ran on to the cap)",
-                        b.as_secs()
-                    ),
-                    _ => String::new(),
-                };
-                let f = Failure::new(
-                    OutcomeClass::EngineTimeout,
-                    format!("vLLM {what} within serve.health_timeout_s = {} s{budget}", self.health_timeout_s),
-                )
-                .with_log_tail(tail());
+                let f = self.never_ready(tail);
                 out.push(self.end(End::Failed(f)));
             }
             Input::Readiness(r) if self.phase == RunPhase::Loading && !self.ready => match r {
@@ -369,21 +415,21 @@ impl Machine {
                     // Progress within the stall window: never cut short (issue 23); the cap
                     // and the stall rule govern from here.
                     out.push(Action::Event(
-                        "ready_budget_exceeded",
-                        json!({
-                            "ready_budget_s": self.budget.map_or(0, |b| b.as_secs()),
-                            "cap_s": self.health_timeout_s,
-                            "vllm_log_bytes": bytes,
-                            "silent_for_s": silent.as_secs(),
-                            "load_stall_after_s": self.load_stall_after.as_secs(),
-                        }),
+                        ReadyBudgetExceeded {
+                            ready_budget_s: self.budget.map_or(0, |b| b.as_secs()),
+                            cap_s: self.health_timeout_s,
+                            vllm_log_bytes: bytes,
+                            silent_for_s: silent.as_secs(),
+                            load_stall_after_s: self.load_stall_after.as_secs(),
+                        }
+                        .into(),
                     ));
                     out.push(Action::BudgetExceeded);
                 }
             }
             Input::ConfigChecked(v) if self.config_pending => {
                 self.config_pending = false;
-                out.push(Action::Event("harbor_config_check", v.event_fields()));
+                out.push(Action::Event(v.event_fields().into()));
                 if let ConfigCheck::Rejected(why) = v {
                     let f = Failure::new(OutcomeClass::Harbor, why).with_cause("config_rejected");
                     out.push(self.end(End::Failed(f)));
@@ -392,52 +438,24 @@ impl Machine {
                 }
             }
             Input::Tunnel(TunnelPoll::Up) if self.phase == RunPhase::TunnelCheck => out.push(Action::StartHarbor),
-            Input::Health(ok) if self.phase == RunPhase::Running => {
-                self.last_healthy = ok;
-                if ok {
-                    self.failures = 0;
-                } else {
-                    self.failures += 1;
-                    tracing::warn!(failures = self.failures, "engine health probe failed");
-                    if self.failures >= self.health_failures {
-                        out.push(Action::Event("engine_unhealthy", json!({ "consecutive_failures": self.failures })));
-                        let f = Failure::new(
-                            OutcomeClass::EngineDied,
-                            format!("vLLM failed {} consecutive /health probes; Harbor stopped", self.failures),
-                        )
-                        .with_cause("unhealthy")
-                        .with_log_tail(tail());
-                        out.push(self.end(End::Failed(f)));
-                    }
-                }
-            }
+            Input::Health(ok) if self.phase == RunPhase::Running => self.on_health(ok, tail, &mut out),
             Input::Metrics(at, sample) if self.phase == RunPhase::Running => {
-                if let Some(evidence) = self.liveness.observe(at, sample) {
-                    let message = format!(
-                        "vLLM answers /health but did no work: {} request(s) running and {} waiting, and no token generated or prompt token processed for {} s (serve.hang_after_s = {} s; vllm:generation_tokens_total stayed at {}); Harbor stopped",
-                        sample.running,
-                        sample.waiting,
-                        evidence["no_tokens_for_s"],
-                        evidence["hang_after_s"],
-                        sample.generation_tokens
-                    );
-                    out.push(Action::Event("engine_hung", evidence));
-                    let f =
-                        Failure::new(OutcomeClass::EngineHung, message).with_cause("no_tokens").with_log_tail(tail());
-                    out.push(self.end(End::Failed(f)));
-                }
+                self.on_metrics(at, sample, tail, &mut out)
             }
             Input::CancelRequested => {
                 out.push(Action::Event(
-                    "cancel_requested",
-                    json!({ "file": launch_spec::shared::CANCEL_REQUEST_FILE }),
+                    CancelRequested { file: launch_spec::shared::CANCEL_REQUEST_FILE.to_string() }.into(),
                 ));
                 out.push(self.end(End::Cancelled));
             }
             Input::EngineLost(f) => {
                 out.push(Action::Event(
-                    "engine_lost",
-                    json!({ "class": f.class.as_str(), "cause": f.cause, "message": f.message }),
+                    EngineLost {
+                        class: f.class.as_str().to_string(),
+                        cause: f.cause.clone(),
+                        message: f.message.clone(),
+                    }
+                    .into(),
                 ));
                 out.push(self.end(End::Failed(f)));
             }
@@ -552,7 +570,10 @@ mod tests {
         let f = failed(&a);
         assert_eq!((f.class, f.cause.as_deref()), (OutcomeClass::EngineStart, Some("oom")));
         assert_eq!(f.engine_log_tail, tail());
-        assert!(matches!(&a[0], Action::Event("engine_exited", v) if v["during"] == "start"), "{a:?}");
+        assert!(
+            matches!(&a[0], Action::Event(EventBody::EngineExited(e)) if e.during.as_deref() == Some("start")),
+            "{a:?}"
+        );
         assert_eq!(m.phase(), RunPhase::Ended);
         assert!(m.on(Input::Readiness(Readiness::Ready), &tail).is_empty(), "nothing after the end");
     }
@@ -595,7 +616,7 @@ mod tests {
         m.harbor_started();
         assert_eq!(m.phase(), RunPhase::Running);
         let a = m.on(Input::HarborExited(exit(0)), &tail);
-        assert!(matches!(&a[0], Action::Event("harbor_exited", v) if v["code"] == 0));
+        assert!(matches!(&a[0], Action::Event(EventBody::HarborExited(e)) if e.code == 0));
         assert!(matches!(ends(&a), Some(End::HarborExited(s)) if s.success()));
     }
 
@@ -614,7 +635,7 @@ mod tests {
         let a = m.on(Input::ConfigChecked(ConfigCheck::Rejected("Unknown option 'x'".into())), &tail);
         let f = failed(&a);
         assert_eq!((f.class, f.cause.as_deref()), (OutcomeClass::Harbor, Some("config_rejected")));
-        assert!(matches!(&a[0], Action::Event("harbor_config_check", _)));
+        assert!(matches!(&a[0], Action::Event(EventBody::HarborConfigCheck(_))));
     }
 
     #[test]
@@ -637,7 +658,7 @@ mod tests {
         let f = failed(&a);
         assert_eq!(f.class, OutcomeClass::EngineDied);
         assert!(f.message.contains("tunnel") && f.message.contains("SIGKILL"), "{}", f.message);
-        assert!(matches!(&a[0], Action::Event("engine_exited", v) if v["during"] == "tunnel"));
+        assert!(matches!(&a[0], Action::Event(EventBody::EngineExited(e)) if e.during.as_deref() == Some("tunnel")));
     }
 
     #[test]
@@ -671,7 +692,7 @@ mod tests {
         let a = m.on(Input::Health(false), &tail);
         let f = failed(&a);
         assert_eq!((f.class, f.cause.as_deref()), (OutcomeClass::EngineDied, Some("unhealthy")));
-        assert!(matches!(&a[0], Action::Event("engine_unhealthy", v) if v["consecutive_failures"] == 3));
+        assert!(matches!(&a[0], Action::Event(EventBody::EngineUnhealthy(e)) if e.consecutive_failures == 3));
     }
 
     #[test]
@@ -695,7 +716,7 @@ mod tests {
             "{}",
             f.message
         );
-        assert!(matches!(&a[0], Action::Event("engine_hung", v) if v["no_tokens_for_s"] == 5.0), "{a:?}");
+        assert!(matches!(&a[0], Action::Event(EventBody::EngineHung(e)) if e.no_tokens_for_s == 5.0), "{a:?}");
         assert_eq!(outcome(End::Failed(f.clone()), None, false).exit_code, 16);
 
         let idle = EngineSample { generation_tokens: 64, ..EngineSample::default() };
@@ -750,7 +771,7 @@ mod tests {
         m.on(Input::Readiness(Readiness::Ready), &tail);
         m.harbor_started();
         let a = m.on(Input::CancelRequested, &tail);
-        assert!(matches!(&a[0], Action::Event("cancel_requested", _)), "{a:?}");
+        assert!(matches!(&a[0], Action::Event(EventBody::CancelRequested(_))), "{a:?}");
         assert!(matches!(ends(&a), Some(End::Cancelled)));
         let o = outcome(End::Cancelled, Some(130), false);
         assert_eq!((o.class, o.cause.as_deref()), (OutcomeClass::Interrupted, Some("cancel_requested")));
@@ -761,7 +782,7 @@ mod tests {
         m.harbor_started();
         let lost = Failure::new(OutcomeClass::EngineDied, "the shared engine exited").with_cause("oom");
         let a = m.on(Input::EngineLost(lost.clone()), &tail);
-        assert!(matches!(&a[0], Action::Event("engine_lost", v) if v["class"] == "engine_died"), "{a:?}");
+        assert!(matches!(&a[0], Action::Event(EventBody::EngineLost(e)) if e.class == "engine_died"), "{a:?}");
         assert_eq!(failed(&a), &lost);
     }
 
@@ -787,7 +808,7 @@ mod tests {
         }
         assert!(m.on(Input::LoadProgress(at(33), 300), &none).is_empty());
         let out = m.on(Input::LoadProgress(at(34), 300), &none);
-        assert!(matches!(out.first(), Some(Action::Event("engine_stalled", _))), "{out:?}");
+        assert!(matches!(out.first(), Some(Action::Event(EventBody::EngineStalled(_)))), "{out:?}");
         match out.last() {
             Some(Action::End(End::Failed(f))) => {
                 assert_eq!((f.class, f.cause.as_deref()), (OutcomeClass::EngineStart, Some("stalled")));
@@ -814,8 +835,8 @@ mod tests {
         assert!(m.on(Input::LoadProgress(at(15), 100), &none).is_empty());
         let out = m.on(Input::BudgetPassed(at(20), 200), &none);
         assert!(
-            matches!(&out[..], [Action::Event("ready_budget_exceeded", v), Action::BudgetExceeded]
-                if v["ready_budget_s"] == 20 && v["cap_s"] == 3000 && v["silent_for_s"] == 0),
+            matches!(&out[..], [Action::Event(EventBody::ReadyBudgetExceeded(e)), Action::BudgetExceeded]
+                if e.ready_budget_s == 20 && e.cap_s == 3000 && e.silent_for_s == 0),
             "{out:?}"
         );
         assert_eq!((m.budget_pending(), m.phase()), (None, RunPhase::Loading), "once, and still loading");
@@ -826,7 +847,7 @@ mod tests {
         let mut m = budgeted();
         m.on(Input::LoadProgress(at(5), 100), &none);
         let out = m.on(Input::BudgetPassed(at(20), 100), &none);
-        assert!(matches!(out.first(), Some(Action::Event("engine_stalled", _))), "{out:?}");
+        assert!(matches!(out.first(), Some(Action::Event(EventBody::EngineStalled(_)))), "{out:?}");
         assert_eq!(failed(&out).cause.as_deref(), Some("stalled"));
 
         let m = Machine::new(false, false, 3, 60).with_ready_budget(Some(Duration::from_secs(60)));

@@ -149,81 +149,10 @@ pub fn render_prepared(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, S
     if spec.secrets.daytona {
         harbor.env.entry(secrets::DAYTONA_ORG1.to_string()).or_insert_with(|| REDACTED.to_string());
     }
-    // By name (the secrets handed to children) and by whole value (the secrets file's values and
-    // the agent-env sources taken from the environment).
-    let hidden: Vec<&str> = p.hidden.iter().map(String::as_str).collect();
-    let redact = |items: &[String]| items.iter().map(|s| secrets::redact_whole(s, &hidden)).collect::<Vec<_>>();
-    let redact_env = |env: &BTreeMap<String, String>| {
-        env.iter()
-            .map(|(k, v)| {
-                let v =
-                    if p.secret_names.contains(k) { REDACTED.to_string() } else { secrets::redact_whole(v, &hidden) };
-                (k.clone(), v)
-            })
-            .collect()
-    };
-    let process = |child: &ChildSpec| ProcessSection {
-        program: child.program.display().to_string(),
-        argv: redact(&child.argv),
-        env: redact_env(&child.env),
-    };
+    let redact = Redact::of(p);
     let head = &p.head().child;
-    let layout = p.secondaries.as_ref().and_then(|s| {
-        let l = spec.layout().ok()?;
-        let per_node = p
-            .engines
-            .iter()
-            .map(|e| {
-                let rank = match e.role {
-                    crate::prepare::EngineRole::Head => 0,
-                    crate::prepare::EngineRole::Worker { rank } => rank,
-                };
-                crate::multinode::NodePlan {
-                    rank,
-                    node: s.nodes.get(rank as usize).map(|n| n.name.clone()).unwrap_or_default(),
-                    addr: s.nodes.get(rank as usize).map(|n| n.addr.clone()).unwrap_or_default(),
-                    started_by: if rank == 0 { "head" } else { "srun" },
-                    argv: redact(&e.child.argv),
-                    env: redact_env(&e.child.env),
-                }
-            })
-            .collect();
-        Some(crate::multinode::LayoutPlan {
-            nodes: l.nodes,
-            gpus_per_node: l.gpus_per_node,
-            crossing: l.crossing,
-            rendezvous: s.file.rendezvous.clone(),
-            source: s.source.clone(),
-            per_node,
-            srun: redact(&s.srun.argv),
-        })
-    });
-    let post_run = spec.post_run.as_ref().zip(p.post_run.as_ref()).map(|(spec_step, step)| {
-        let (process, warnings) = match step {
-            Ok(step) => (
-                process(&step.child),
-                step.missing_secrets.iter().map(|n| format!("secret {n} is not in the secrets file")).collect(),
-            ),
-            Err(e) => {
-                let argv = spec_step.resolved_argv(&spec.run_dir, &spec.run_tag);
-                let env = childenv::build(parent, spec_step.env_prefix.as_deref(), &spec_step.env, &p.run_id);
-                (
-                    ProcessSection {
-                        program: argv.first().cloned().unwrap_or_default(),
-                        argv: redact(&argv),
-                        env: redact_env(&env),
-                    },
-                    vec![e.clone()],
-                )
-            }
-        };
-        PostRunSection {
-            process,
-            timeout_s: spec_step.timeout_s,
-            log: spec.run_dir.join(launch_spec::records::POST_RUN_LOG),
-            warnings,
-        }
-    });
+    let layout = layout_section(spec, p, &redact);
+    let post_run = post_run_section(spec, parent, p, &redact);
     let gpu = match &p.gpu.decision {
         Some(d) => GpuSection {
             probe: d.probe.clone(),
@@ -263,7 +192,7 @@ pub fn render_prepared(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, S
             daytona_org: p.harbor.daytona_org,
         },
         tunnel: p.tunnel.plan.clone(),
-        engine: process(head),
+        engine: redact.process(head),
         readiness: ReadinessSection {
             deadline_s: spec.serve.ready_deadline_s(),
             cap_s: spec.serve.health_timeout_s,
@@ -275,7 +204,7 @@ pub fn render_prepared(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, S
         harbor: HarborSection {
             mode: p.harbor.mode.as_str(),
             api_base,
-            process: process(&harbor),
+            process: redact.process(&harbor),
             agents: p.harbor.merged_config.as_ref().map(|c| c["agents"].clone()),
             config_check: None,
             rewrites: p.harbor.rewrites.clone(),
@@ -284,6 +213,111 @@ pub fn render_prepared(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, S
         post_run,
         problems: p.problems.iter().map(|f| Problem { class: f.class, message: f.message.clone() }).collect(),
     }
+}
+
+/// What a plan hides: by name (the secrets handed to children) and by whole value (the secrets
+/// file's values and the agent-env sources taken from the environment).
+struct Redact<'a> {
+    hidden: Vec<&'a str>,
+    secret_names: &'a std::collections::BTreeSet<String>,
+}
+
+impl<'a> Redact<'a> {
+    fn of(p: &'a Prepared) -> Self {
+        Redact { hidden: p.hidden.iter().map(String::as_str).collect(), secret_names: &p.secret_names }
+    }
+
+    fn argv(&self, items: &[String]) -> Vec<String> {
+        items.iter().map(|s| secrets::redact_whole(s, &self.hidden)).collect()
+    }
+
+    fn env(&self, env: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+        env.iter()
+            .map(|(k, v)| {
+                let v = if self.secret_names.contains(k) {
+                    REDACTED.to_string()
+                } else {
+                    secrets::redact_whole(v, &self.hidden)
+                };
+                (k.clone(), v)
+            })
+            .collect()
+    }
+
+    fn process(&self, child: &ChildSpec) -> ProcessSection {
+        ProcessSection {
+            program: child.program.display().to_string(),
+            argv: self.argv(&child.argv),
+            env: self.env(&child.env),
+        }
+    }
+}
+
+/// A multi-node engine's layout: each node's rank, argv and environment, and the srun step.
+fn layout_section(spec: &LaunchSpec, p: &Prepared, redact: &Redact<'_>) -> Option<crate::multinode::LayoutPlan> {
+    let s = p.secondaries.as_ref()?;
+    let l = spec.layout().ok()?;
+    let per_node = p
+        .engines
+        .iter()
+        .map(|e| {
+            let rank = match e.role {
+                crate::prepare::EngineRole::Head => 0,
+                crate::prepare::EngineRole::Worker { rank } => rank,
+            };
+            crate::multinode::NodePlan {
+                rank,
+                node: s.nodes.get(rank as usize).map(|n| n.name.clone()).unwrap_or_default(),
+                addr: s.nodes.get(rank as usize).map(|n| n.addr.clone()).unwrap_or_default(),
+                started_by: if rank == 0 { "head" } else { "srun" },
+                argv: redact.argv(&e.child.argv),
+                env: redact.env(&e.child.env),
+            }
+        })
+        .collect();
+    Some(crate::multinode::LayoutPlan {
+        nodes: l.nodes,
+        gpus_per_node: l.gpus_per_node,
+        crossing: l.crossing,
+        rendezvous: s.file.rendezvous.clone(),
+        source: s.source.clone(),
+        per_node,
+        srun: redact.argv(&s.srun.argv),
+    })
+}
+
+/// The post-run step as prepared, or as the spec writes it with why it could not be prepared.
+fn post_run_section(
+    spec: &LaunchSpec,
+    parent: &[(String, String)],
+    p: &Prepared,
+    redact: &Redact<'_>,
+) -> Option<PostRunSection> {
+    let (spec_step, step) = spec.post_run.as_ref().zip(p.post_run.as_ref())?;
+    let (process, warnings) = match step {
+        Ok(step) => (
+            redact.process(&step.child),
+            step.missing_secrets.iter().map(|n| format!("secret {n} is not in the secrets file")).collect(),
+        ),
+        Err(e) => {
+            let argv = spec_step.resolved_argv(&spec.run_dir, &spec.run_tag);
+            let env = childenv::build(parent, spec_step.env_prefix.as_deref(), &spec_step.env, &p.run_id);
+            (
+                ProcessSection {
+                    program: argv.first().cloned().unwrap_or_default(),
+                    argv: redact.argv(&argv),
+                    env: redact.env(&env),
+                },
+                vec![e.clone()],
+            )
+        }
+    };
+    Some(PostRunSection {
+        process,
+        timeout_s: spec_step.timeout_s,
+        log: spec.run_dir.join(launch_spec::records::POST_RUN_LOG),
+        warnings,
+    })
 }
 
 /// `payload plan --check-harbor` (on a login node, where the cluster's Harbor is installed): runs

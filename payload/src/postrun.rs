@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use launch_spec::LaunchSpec;
 use launch_spec::records::{POST_RUN_LOG, PostRunRecord};
+use launch_spec::rundir::events as ev;
 use nix::sys::signal::Signal;
-use serde_json::json;
 use tokio::time::{MissedTickBehavior, interval, sleep_until};
 
 use crate::childenv;
@@ -125,11 +125,13 @@ pub async fn run(
     };
     rec.status.pids.insert(Role::PostRun.as_str().into(), pid);
     rec.write_status();
-    rec.event(
-        "post_run_started",
-        json!({ "pid": pid, "argv": step.child.argv, "timeout_s": step.timeout.as_secs(), "log": step.child.log,
-                "missing_secrets": step.missing_secrets }),
-    );
+    rec.event(ev::PostRunStarted {
+        pid,
+        argv: step.child.argv.clone(),
+        timeout_s: step.timeout.as_secs(),
+        log: step.child.log.clone(),
+        missing_secrets: step.missing_secrets.clone(),
+    });
     tracing::info!(pid, timeout_s = step.timeout.as_secs(), "post-run step started");
     let mut deadline = timings::deadline(started, step.timeout);
     let mut walltime = false;
@@ -148,7 +150,7 @@ pub async fn run(
                         deadline = cut;
                         walltime = true;
                     }
-                    rec.event("signal", json!({ "signal": "SIGUSR1", "during": "post_run" }));
+                    rec.event(during_post_run("SIGUSR1"));
                 }
             },
             _ = sleep_until(deadline.into()) => break Ended::TimedOut { walltime },
@@ -157,7 +159,7 @@ pub async fn run(
         }
     };
     if let Ended::Signal(sig) = ended {
-        rec.event("signal", json!({ "signal": sig.as_str(), "during": "post_run" }));
+        rec.event(during_post_run(sig.as_str()));
     }
     // Always, even after a clean exit: whatever the step left in its group or detached below
     // payload is stopped and reaped (a second signal during the grace kills at once).
@@ -165,10 +167,7 @@ pub async fn run(
     let report = sup.shutdown(signals, plan).await;
     let status = sup.post_run.as_mut().and_then(|m| m.try_status());
     let record = record(ended, status, started.elapsed(), report.killed_groups.contains(&Role::PostRun));
-    let mut fields = serde_json::to_value(&record).unwrap_or_default();
-    fields["swept"] = json!(report.swept);
-    fields["clean"] = json!(report.clean);
-    rec.event("post_run_finished", fields);
+    rec.event(ev::PostRunFinished { record: record.clone(), swept: Some(report.swept), clean: Some(report.clean) });
     if record.ok {
         tracing::info!(duration_ms = record.duration_ms, "post-run step finished");
     } else {
@@ -181,8 +180,12 @@ fn not_started(rec: &mut Recorder, why: String, started: Instant) -> PostRunReco
     tracing::warn!(error = %why, "post-run step not started; the run's outcome is unchanged");
     let record =
         PostRunRecord { status: why, duration_ms: started.elapsed().as_millis() as u64, ..PostRunRecord::default() };
-    rec.event("post_run_finished", serde_json::to_value(&record).unwrap_or_default());
+    rec.event(ev::PostRunFinished { record: record.clone(), swept: None, clean: None });
     record
+}
+
+fn during_post_run(signal: &str) -> ev::Signal {
+    ev::Signal { signal: signal.to_string(), during: Some("post_run".to_string()) }
 }
 
 #[cfg(test)]

@@ -470,30 +470,13 @@ pub fn prepare(spec_path: &Path, spec: &LaunchSpec, env: &[(String, String)], ob
     let run_id = obs.run_id.clone();
 
     // 1. Durations and paths.
-    let timings = match timings::check(spec_path, spec) {
-        Ok(t) => Some(t),
-        Err(f) => {
-            problems.push(f);
-            None
-        }
-    };
+    let timings = timings::check(spec_path, spec).map_err(|f| problems.push(f)).ok();
     if let Err(f) = obs.paths {
         problems.push(f);
     }
 
     // 2. Secrets (Harbor's Daytona key, pass-through names, agent-env sources).
-    let (loaded, secrets) = match obs.secrets {
-        Ok(s) => {
-            let names = s.names().map(str::to_string).collect();
-            let status = if obs.secrets_file.is_some() { "ok" } else { "not needed" };
-            (s, SecretsPrep { file: obs.secrets_file, status: status.into(), names })
-        }
-        Err(e) => {
-            let status = e.to_string();
-            problems.push(e.into());
-            (Secrets::none(), SecretsPrep { file: obs.secrets_file, status, names: vec![] })
-        }
-    };
+    let (loaded, secrets) = prepare_secrets(obs.secrets, obs.secrets_file, &mut problems);
     let agent_envs = harbor::agent_envs(&spec.harbor.agent_envs, &loaded, &env_fn);
     let org_id = org_job_id(spec, &env_fn);
     let (mut harbor_env, daytona_org) = match harbor_env(spec, env, &run_id, &loaded, &org_id, &agent_envs.harbor_env) {
@@ -520,124 +503,27 @@ pub fn prepare(spec_path: &Path, spec: &LaunchSpec, env: &[(String, String)], ob
         inside.extend(crate::scratch::substitute(&dir, &mut harbor_env));
         (dir, inside)
     });
-
-    // The one place for the rule: a model reachable from outside gets a per-job key. vLLM reads it
-    // from its environment, the agent from Harbor's (never argv, never a file): the agent's key
-    // variables are added with its base-URL variables by `HarborLaunch::child`.
-    let api_key = if let Some(a) = obs.attached.as_ref().filter(|_| tunnel::exposes_model(&spec.tunnel)) {
-        // The host's engine checks the host's key.
-        if a.api_key.is_none() {
-            problems.push(
-                Failure::new(
-                    OutcomeClass::Tunnel,
-                    format!(
-                        "the shared engine needs its per-job key and ${} is not set (start legs only through `payload run --shared`)",
-                        launch_spec::shared::ENGINE_KEY_VAR
-                    ),
-                )
-                .with_cause("api_key"),
-            );
-        }
-        a.api_key.clone()
-    } else if tunnel::exposes_model(&spec.tunnel) {
-        match &obs.new_api_key {
-            Ok(key) => {
-                engine_env.insert(tunnel::VLLM_KEY_VAR.to_string(), key.clone());
-                Some(key.clone())
-            }
-            Err(e) => {
-                problems.push(Failure::new(OutcomeClass::Tunnel, e.clone()).with_cause("api_key"));
-                None
-            }
-        }
-    } else {
-        None
-    };
+    let api_key = job_api_key(spec, obs.attached.as_ref(), &obs.new_api_key, &mut engine_env, &mut problems);
     for name in childenv::dropped_names(&spec.serve.env).into_iter().chain(childenv::dropped_names(&spec.harbor.env)) {
         warnings.push(format!("{name} dropped from the child environment (never exported by payload)"));
     }
-    let engine_program = program("serve.program", &spec.serve.program, spec.serve.env_prefix.as_deref(), &engine_env)
-        .unwrap_or_else(|f| {
+    let mut program_or_named = |field: &str, name: &str, prefix: Option<&Path>, env: &BTreeMap<String, String>| {
+        program(field, name, prefix, env).unwrap_or_else(|f| {
             problems.push(f);
-            PathBuf::from(&spec.serve.program)
-        });
+            PathBuf::from(name)
+        })
+    };
+    let engine_program =
+        program_or_named("serve.program", &spec.serve.program, spec.serve.env_prefix.as_deref(), &engine_env);
     let harbor_program =
-        program("harbor.program", &spec.harbor.program, spec.harbor.env_prefix.as_deref(), &harbor_env).unwrap_or_else(
-            |f| {
-                problems.push(f);
-                PathBuf::from(&spec.harbor.program)
-            },
-        );
+        program_or_named("harbor.program", &spec.harbor.program, spec.harbor.env_prefix.as_deref(), &harbor_env);
 
     // 3. GPUs → profile → gpu-memory ceiling.
-    let cuda_visible = env_fn("CUDA_VISIBLE_DEVICES");
-    let inventory = obs.gpus.as_ref().ok().and_then(|v| gpu::visible(v, cuda_visible.as_deref()).ok());
-    let probe_text = match &obs.gpus {
-        Err(e) => e.to_string(),
-        Ok(_) => obs.gpu_probe.clone(),
-    };
-    let gpu_pick = match obs.attached {
-        // A leg of a shared job: the host chose the GPUs for the engine.
-        Some(_) => Ok(None),
-        None => gpu::select(spec, &obs.gpu_probe, obs.gpus, cuda_visible.as_deref(), mode == Mode::Plan).map(Some),
-    };
-    let gpu = match gpu_pick {
-        Ok(None) => GpuPrep { probe: probe_text, needed: spec.gpus_needed(), inventory: Vec::new(), decision: None },
-        Ok(Some(d)) => GpuPrep {
-            probe: d.probe.clone(),
-            needed: spec.gpus_needed(),
-            inventory: d.inventory.clone(),
-            decision: Some(d),
-        },
-        Err(e) => {
-            problems.push(e.into());
-            GpuPrep {
-                probe: probe_text,
-                needed: spec.gpus_needed(),
-                inventory: inventory.unwrap_or_default(),
-                decision: None,
-            }
-        }
-    };
+    let gpu = prepare_gpu(spec, &env_fn, &obs.gpu_probe, obs.gpus, obs.attached.is_some(), mode, &mut problems);
 
     // 4. Port.
     let job_id = crate::ports::job_id(&env_fn);
-    let port = match obs.port {
-        Ok(port) => PortPrep {
-            port: Some(port),
-            how: match spec.serve.port.fixed {
-                _ if obs.attached.is_some() => {
-                    format!("the shared engine's ({})", launch_spec::shared::ENGINE_FILE)
-                }
-                Some(_) => "fixed (serve.port.fixed), free now".to_string(),
-                None => {
-                    // A port already taken on this node (another job's engine, any server) is
-                    // stepped over before the engine starts, and said so.
-                    let derived = crate::ports::derived_start(&spec.serve.port, &job_id);
-                    format!(
-                        "derived from {} in [{}, {}){}, free now",
-                        if env_fn("SLURM_JOB_ID").is_some() {
-                            format!("job id {job_id}")
-                        } else {
-                            format!("pid {job_id} (no SLURM_JOB_ID)")
-                        },
-                        spec.serve.port.base,
-                        u32::from(spec.serve.port.base) + u32::from(spec.serve.port.span),
-                        if derived == port {
-                            String::new()
-                        } else {
-                            format!(": {derived} was taken, the next free one")
-                        }
-                    )
-                }
-            },
-        },
-        Err(e) => {
-            let how = e.to_string();
-            problems.push(e.into());
-            PortPrep { port: None, how }
-        }
-    };
+    let port = prepare_port(spec, obs.port, obs.attached.is_some(), &env_fn, &job_id, &mut problems);
     let port_or_first = port.port.unwrap_or(spec.serve.port.fixed.unwrap_or(spec.serve.port.base));
     let base_url = match &obs.attached {
         Some(a) => a.engine.base_url.clone(),
@@ -645,97 +531,16 @@ pub fn prepare(spec_path: &Path, spec: &LaunchSpec, env: &[(String, String)], ob
     };
 
     // The tunnel (its problems: programs, tokens, SOCKS port).
-    let mut tunnel_problems = Vec::new();
-    let tunnel_plan = tunnel::plan(
-        &spec.tunnel,
-        &tunnel::PlanInputs {
-            secrets: &loaded,
-            job_id: &job_id,
-            engine_host: &spec.serve.host,
-            engine_port: port_or_first,
-            served_name: &spec.model.served_name,
-            node: node_name(&env_fn).unwrap_or_default(),
-            child_path: &tunnel_env["PATH"],
-        },
-        &mut tunnel_problems,
-    );
-    problems.extend(tunnel_problems);
-    let tunnel = TunnelLaunch {
-        programs: tunnel::programs(&spec.tunnel, &tunnel_env["PATH"]).ok().flatten(),
-        env: tunnel_env,
-        plan: tunnel_plan,
-    };
+    let tunnel = prepare_tunnel(spec, &loaded, &job_id, port_or_first, &env_fn, tunnel_env, &mut problems);
 
-    // 5. vLLM: the head process on this node.
-    let (util, extra) = match &gpu.decision {
-        Some(d) => (d.gpu_memory_utilization, d.extra_vllm_args().to_vec()),
-        None => (spec.serve.gpu_memory_utilization.unwrap_or(0.0), Vec::new()),
-    };
-    let mut engine_argv =
-        engine::argv(spec, &engine_program.display().to_string(), port_or_first, util, &extra, &env_fn).unwrap_or_else(
-            |e| {
-                problems.push(e.into());
-                Vec::new()
-            },
-        );
-    // A multi-node engine: the head's flags, and one worker per other node (crate::multinode).
-    let mut workers = Vec::new();
-    let mut secondaries = None;
-    match obs.multinode {
-        Some(Ok(observed)) if !engine_argv.is_empty() => {
-            match crate::multinode::prepare(spec, &mut engine_argv, &engine_env, observed, job_id.clone()) {
-                Ok((ranks, launch)) => {
-                    for rank in ranks.into_iter().skip(1) {
-                        workers.push(EngineProcess {
-                            role: EngineRole::Worker { rank: rank.rank },
-                            child: ChildSpec {
-                                program: engine_program.clone(),
-                                argv: rank.argv,
-                                env: engine_env.clone(),
-                                log: crate::multinode::rank_log_path(&spec.run_dir, &rank.node),
-                                cwd: None,
-                            },
-                            node: Some(rank.node),
-                        });
-                    }
-                    secondaries = Some(launch);
-                }
-                Err(f) => problems.push(f),
-            }
-        }
-        Some(Ok(_)) | None => {}
-        Some(Err(e)) => problems.push(e.into()),
-    }
-    let mut engines = vec![EngineProcess {
-        role: EngineRole::Head,
-        node: None,
-        child: ChildSpec {
-            program: engine_program,
-            argv: engine_argv,
-            env: engine_env,
-            log: spec.run_dir.join(launch_spec::records::ENGINE_LOG),
-            cwd: None,
-        },
-    }];
-    engines.extend(workers);
+    // 5. vLLM: the head process on this node, and a multi-node engine's workers.
+    let head = EngineInputs { program: engine_program, env: engine_env, port: port_or_first, job_id: &job_id };
+    let (engines, secondaries) = prepare_engines(spec, head, &gpu, obs.multinode, &env_fn, &mut problems);
 
     // 8. Harbor (its inputs checked now, not after the engine has loaded).
-    let mode_h = if obs.resume { HarborMode::Resume } else { HarborMode::Fresh };
-    let (merged_config, rewrites) = match obs.harbor_job {
-        HarborJob::Resume { files, check } => {
-            if let Err(e) = check {
-                problems.push(e.into());
-            }
-            (None, files)
-        }
-        HarborJob::Fresh(Ok(config)) => (Some(config), Vec::new()),
-        HarborJob::Fresh(Err(e)) => {
-            problems.push(e.into());
-            (None, Vec::new())
-        }
-    };
+    let (merged_config, rewrites) = harbor_inputs(obs.harbor_job, &mut problems);
     let harbor = HarborLaunch {
-        mode: mode_h,
+        mode: if obs.resume { HarborMode::Resume } else { HarborMode::Fresh },
         program: harbor_program,
         env: harbor_env,
         agent_env_args: agent_envs.args.clone(),
@@ -782,6 +587,245 @@ pub fn prepare(spec_path: &Path, spec: &LaunchSpec, env: &[(String, String)], ob
         hidden,
         warnings,
         problems,
+    }
+}
+
+/// Step 2: the secrets read (or why not), by name.
+fn prepare_secrets(
+    read: Result<Secrets, SecretsError>,
+    file: Option<PathBuf>,
+    problems: &mut Vec<Failure>,
+) -> (Secrets, SecretsPrep) {
+    match read {
+        Ok(s) => {
+            let names = s.names().map(str::to_string).collect();
+            let status = if file.is_some() { "ok" } else { "not needed" };
+            (s, SecretsPrep { file, status: status.into(), names })
+        }
+        Err(e) => {
+            let status = e.to_string();
+            problems.push(e.into());
+            (Secrets::none(), SecretsPrep { file, status, names: vec![] })
+        }
+    }
+}
+
+/// The one place for the rule: a model reachable from outside gets a per-job key. vLLM reads it
+/// from its environment (put into `engine_env` here), the agent from Harbor's (never argv, never a
+/// file): the agent's key variables are added with its base-URL variables by `HarborLaunch::child`.
+/// A leg of a shared job uses the host's key: the host's engine checks it.
+fn job_api_key(
+    spec: &LaunchSpec,
+    attached: Option<&Attached>,
+    new_key: &Result<String, String>,
+    engine_env: &mut BTreeMap<String, String>,
+    problems: &mut Vec<Failure>,
+) -> Option<String> {
+    if !tunnel::exposes_model(&spec.tunnel) {
+        return None;
+    }
+    if let Some(a) = attached {
+        if a.api_key.is_none() {
+            problems.push(
+                Failure::new(
+                    OutcomeClass::Tunnel,
+                    format!(
+                        "the shared engine needs its per-job key and ${} is not set (start legs only through `payload run --shared`)",
+                        launch_spec::shared::ENGINE_KEY_VAR
+                    ),
+                )
+                .with_cause("api_key"),
+            );
+        }
+        return a.api_key.clone();
+    }
+    match new_key {
+        Ok(key) => {
+            engine_env.insert(tunnel::VLLM_KEY_VAR.to_string(), key.clone());
+            Some(key.clone())
+        }
+        Err(e) => {
+            problems.push(Failure::new(OutcomeClass::Tunnel, e.clone()).with_cause("api_key"));
+            None
+        }
+    }
+}
+
+/// Step 3: the GPUs seen → the profile → the gpu-memory ceiling (a leg of a shared job: the host
+/// chose them for the engine).
+fn prepare_gpu(
+    spec: &LaunchSpec,
+    env_fn: &dyn Fn(&str) -> Option<String>,
+    probe: &str,
+    gpus: Result<Vec<GpuInfo>, GpuError>,
+    attached: bool,
+    mode: Mode,
+    problems: &mut Vec<Failure>,
+) -> GpuPrep {
+    let cuda_visible = env_fn("CUDA_VISIBLE_DEVICES");
+    let inventory = gpus.as_ref().ok().and_then(|v| gpu::visible(v, cuda_visible.as_deref()).ok());
+    let probe_text = match &gpus {
+        Err(e) => e.to_string(),
+        Ok(_) => probe.to_string(),
+    };
+    let pick = match attached {
+        true => Ok(None),
+        false => gpu::select(spec, probe, gpus, cuda_visible.as_deref(), mode == Mode::Plan).map(Some),
+    };
+    let needed = spec.gpus_needed();
+    match pick {
+        Ok(None) => GpuPrep { probe: probe_text, needed, inventory: Vec::new(), decision: None },
+        Ok(Some(d)) => GpuPrep { probe: d.probe.clone(), needed, inventory: d.inventory.clone(), decision: Some(d) },
+        Err(e) => {
+            problems.push(e.into());
+            GpuPrep { probe: probe_text, needed, inventory: inventory.unwrap_or_default(), decision: None }
+        }
+    }
+}
+
+/// Step 4: the port, and how it was chosen (the `port` event's `how`).
+fn prepare_port(
+    spec: &LaunchSpec,
+    observed: Result<u16, PortError>,
+    attached: bool,
+    env_fn: &dyn Fn(&str) -> Option<String>,
+    job_id: &str,
+    problems: &mut Vec<Failure>,
+) -> PortPrep {
+    let port = match observed {
+        Ok(port) => port,
+        Err(e) => {
+            let how = e.to_string();
+            problems.push(e.into());
+            return PortPrep { port: None, how };
+        }
+    };
+    let how = match spec.serve.port.fixed {
+        _ if attached => format!("the shared engine's ({})", launch_spec::shared::ENGINE_FILE),
+        Some(_) => "fixed (serve.port.fixed), free now".to_string(),
+        None => {
+            // A port already taken on this node (another job's engine, any server) is stepped
+            // over before the engine starts, and said so.
+            let derived = crate::ports::derived_start(&spec.serve.port, job_id);
+            format!(
+                "derived from {} in [{}, {}){}, free now",
+                if env_fn("SLURM_JOB_ID").is_some() {
+                    format!("job id {job_id}")
+                } else {
+                    format!("pid {job_id} (no SLURM_JOB_ID)")
+                },
+                spec.serve.port.base,
+                u32::from(spec.serve.port.base) + u32::from(spec.serve.port.span),
+                if derived == port { String::new() } else { format!(": {derived} was taken, the next free one") }
+            )
+        }
+    };
+    PortPrep { port: Some(port), how }
+}
+
+/// The tunnel step: its programs and plan (its problems: programs, tokens, SOCKS port).
+fn prepare_tunnel(
+    spec: &LaunchSpec,
+    loaded: &Secrets,
+    job_id: &str,
+    engine_port: u16,
+    env_fn: &dyn Fn(&str) -> Option<String>,
+    env: BTreeMap<String, String>,
+    problems: &mut Vec<Failure>,
+) -> TunnelLaunch {
+    let plan = tunnel::plan(
+        &spec.tunnel,
+        &tunnel::PlanInputs {
+            secrets: loaded,
+            job_id,
+            engine_host: &spec.serve.host,
+            engine_port,
+            served_name: &spec.model.served_name,
+            node: node_name(env_fn).unwrap_or_default(),
+            child_path: &env["PATH"],
+        },
+        problems,
+    );
+    TunnelLaunch { programs: tunnel::programs(&spec.tunnel, &env["PATH"]).ok().flatten(), env, plan }
+}
+
+/// What the engine's processes are built from.
+struct EngineInputs<'a> {
+    program: PathBuf,
+    env: BTreeMap<String, String>,
+    port: u16,
+    job_id: &'a str,
+}
+
+/// Step 5: vLLM's head process on this node and, for a multi-node engine, the head's flags and one
+/// worker per other node with their srun step (crate::multinode); head first.
+fn prepare_engines(
+    spec: &LaunchSpec,
+    head: EngineInputs<'_>,
+    gpu: &GpuPrep,
+    multinode: Option<Result<crate::multinode::Observed, crate::multinode::MultiNodeError>>,
+    env_fn: &dyn Fn(&str) -> Option<String>,
+    problems: &mut Vec<Failure>,
+) -> (Vec<EngineProcess>, Option<crate::multinode::Secondaries>) {
+    let EngineInputs { program, env, port, job_id } = head;
+    let (util, extra) = match &gpu.decision {
+        Some(d) => (d.gpu_memory_utilization, d.extra_vllm_args().to_vec()),
+        None => (spec.serve.gpu_memory_utilization.unwrap_or(0.0), Vec::new()),
+    };
+    let mut argv = engine::argv(spec, &program.display().to_string(), port, util, &extra, env_fn).unwrap_or_else(|e| {
+        problems.push(e.into());
+        Vec::new()
+    });
+    let mut workers = Vec::new();
+    let mut secondaries = None;
+    match multinode {
+        Some(Ok(observed)) if !argv.is_empty() => {
+            match crate::multinode::prepare(spec, &mut argv, &env, observed, job_id.to_string()) {
+                Ok((ranks, launch)) => {
+                    for rank in ranks.into_iter().skip(1) {
+                        workers.push(EngineProcess {
+                            role: EngineRole::Worker { rank: rank.rank },
+                            child: ChildSpec {
+                                program: program.clone(),
+                                argv: rank.argv,
+                                env: env.clone(),
+                                log: crate::multinode::rank_log_path(&spec.run_dir, &rank.node),
+                                cwd: None,
+                            },
+                            node: Some(rank.node),
+                        });
+                    }
+                    secondaries = Some(launch);
+                }
+                Err(f) => problems.push(f),
+            }
+        }
+        Some(Ok(_)) | None => {}
+        Some(Err(e)) => problems.push(e.into()),
+    }
+    let mut engines = vec![EngineProcess {
+        role: EngineRole::Head,
+        node: None,
+        child: ChildSpec { program, argv, env, log: spec.run_dir.join(launch_spec::records::ENGINE_LOG), cwd: None },
+    }];
+    engines.extend(workers);
+    (engines, secondaries)
+}
+
+/// Harbor's inputs from files: a fresh run's merged job config, a resume's files to rewrite.
+fn harbor_inputs(job: HarborJob, problems: &mut Vec<Failure>) -> (Option<serde_json::Value>, Vec<PathBuf>) {
+    match job {
+        HarborJob::Resume { files, check } => {
+            if let Err(e) = check {
+                problems.push(e.into());
+            }
+            (None, files)
+        }
+        HarborJob::Fresh(Ok(config)) => (Some(config), Vec::new()),
+        HarborJob::Fresh(Err(e)) => {
+            problems.push(e.into());
+            (None, Vec::new())
+        }
     }
 }
 

@@ -12,8 +12,9 @@ use launch_spec::records::{
     EVENTS_FILE, EngineCounters, Heartbeat, Outcome, Phase, RESERVE_BYTES, RESERVE_FILE, RunStatus, STATUS_FILE,
 };
 use launch_spec::rundir::enginelog::Scanner;
+use launch_spec::rundir::events::PhaseEntered;
 use launch_spec::rundir::harbor::{TrialStage, is_trial_entry, read_trial};
-use launch_spec::rundir::{Event, EventKind};
+use launch_spec::rundir::{Event, EventBody};
 
 /// RFC 3339 UTC with milliseconds, e.g. `2026-07-17T10:00:00.123Z`.
 pub fn rfc3339(t: SystemTime) -> String {
@@ -141,7 +142,7 @@ impl Recorder {
     pub fn set_phase(&mut self, phase: Phase) {
         self.status.phase = phase;
         self.write_status();
-        self.event(EventKind::Phase, serde_json::json!({ "phase": phase }));
+        self.event(PhaseEntered { phase });
     }
 
     pub fn set_outcome(&mut self, outcome: Outcome) {
@@ -151,21 +152,20 @@ impl Recorder {
         self.write_status();
     }
 
-    /// Appends one event line; `fields` must be a JSON object (other values are wrapped). `name` is
-    /// one of [`launch_spec::rundir::EventKind`]'s names (a name it does not know is written as is
-    /// and read back as `Other`; the test `every_event_payload_writes_is_a_known_kind` keeps them known).
-    pub fn event(&self, name: impl Into<EventKind>, fields: serde_json::Value) {
-        let mut fields = match fields {
-            serde_json::Value::Object(map) => map,
-            serde_json::Value::Null => serde_json::Map::new(),
-            other => {
-                let mut map = serde_json::Map::new();
-                map.insert("value".into(), other);
-                map
+    /// Appends one event line: a typed body of `launch_spec::rundir::events` (its kind and fields
+    /// are the table's, so neither can be misspelt), every string scrubbed of secrets.
+    pub fn event(&self, body: impl Into<EventBody>) {
+        let body = body.into();
+        let mut event = match Event::new(now(), &body) {
+            Ok(event) => event,
+            Err(err) => {
+                // A body that cannot be JSON (a path that is not UTF-8): counted like a failed write.
+                self.failed_event_writes.set(self.failed_event_writes.get() + 1);
+                tracing::warn!(error = %err, event = body.kind().as_str(), "cannot record an event");
+                return;
             }
         };
-        fields.values_mut().for_each(|v| scrub(v, &self.secrets));
-        let event = Event { at: now(), event: name.into(), fields };
+        event.fields.values_mut().for_each(|v| scrub(v, &self.secrets));
         let mut line = serde_json::to_string(&event).expect("event serialises");
         line.push('\n');
         // A symlink planted as events.jsonl is refused (its target never appended to), a FIFO
@@ -599,10 +599,11 @@ mod tests {
         rec.redact(["Qwen3", key, ""]);
         rec.status.node = Some(format!("VLLM_API_KEY={key}"));
         rec.write_status();
-        rec.event(
-            "engine_exited",
-            serde_json::json!({ "tail": [format!("env: VLLM_API_KEY={key} X=1"), "Qwen/Qwen3-8B", "Qwen3"] }),
-        );
+        rec.event(launch_spec::rundir::events::EngineSpawned {
+            pid: 1,
+            argv: vec![format!("env: VLLM_API_KEY={key} X=1"), "Qwen/Qwen3-8B".into(), "Qwen3".into()],
+            port: 8000,
+        });
         let status = std::fs::read_to_string(dir.path().join(super::STATUS_FILE)).unwrap();
         let events = std::fs::read_to_string(dir.path().join(super::EVENTS_FILE)).unwrap();
         for text in [&status, &events] {
@@ -735,43 +736,11 @@ http_requests_total{handler="/health",method="GET",status="2xx"} 900.0
     }
 
     #[test]
-    fn every_event_payload_writes_is_a_known_kind() {
-        // The names passed to `Recorder::event` in payload's sources (and the tunnel machine's
-        // `Action::Event`s, which its driver records): a typo or a new event must be added to
-        // `launch_spec::rundir::EventKind`, the one list readers match on.
-        let sources = [
-            include_str!("run.rs"),
-            include_str!("phases.rs"),
-            include_str!("postrun.rs"),
-            include_str!("tunnel/mod.rs"),
-            include_str!("tunnel/machine.rs"),
-            include_str!("tunnel/strategy.rs"),
-            include_str!("records.rs"),
-        ];
-        let mut names = Vec::new();
-        for text in sources {
-            // `rec.event("…")`, and the run phases' `Action::Event("…")`.
-            for (at, _) in text.match_indices("event(").chain(text.match_indices("Event(")) {
-                let rest = text[at + 6..].trim_start();
-                if let Some(name) = rest.strip_prefix('"').and_then(|r| r.split('"').next())
-                    && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
-                {
-                    names.push(name.to_string());
-                }
-            }
-        }
-        assert!(names.len() > 30 && names.iter().any(|n| n == "engine_exited"), "{names:?}");
-        for name in names.iter().filter(|n| n.as_str() != "x") {
-            assert!(!matches!(EventKind::from(name.as_str()), EventKind::Other(_)), "unknown event name {name:?}");
-        }
-    }
-
-    #[test]
     fn status_is_replaced_atomically_and_events_append() {
         let dir = tempfile::tempdir().unwrap();
         let mut rec = Recorder::new(dir.path(), "tag");
         rec.set_phase(Phase::Serving);
-        rec.event("x", serde_json::json!({"a": 1}));
+        rec.event(launch_spec::rundir::events::PostRunSkipped { reason: "a test".into() });
         let status: RunStatus =
             serde_json::from_str(&std::fs::read_to_string(dir.path().join(STATUS_FILE)).unwrap()).unwrap();
         assert_eq!(status.phase, Phase::Serving);

@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use launch_spec::records::{ENGINE_LOG, HARBOR_LOG, Phase, SPEC_FILE, TUNNEL_LOG};
+use launch_spec::rundir::events as ev;
 use launch_spec::{LaunchSpec, OutcomeClass};
-use serde_json::json;
 use tokio::task::JoinHandle;
 use tokio::time::{MissedTickBehavior, interval, sleep_until};
 
@@ -237,11 +237,13 @@ impl<S: SignalSource> Run<S> {
         self.rec.status.node = prepare::node_name(&env_fn);
         self.rec.status.pids.insert("payload".into(), std::process::id());
         self.rec.write_status();
-        self.rec.event(
-            "started",
-            json!({ "spec": self.spec_path, "pid": std::process::id(), "payload_version": env!("CARGO_PKG_VERSION"),
-                    "slurm_job_id": self.rec.status.slurm_job_id, "node": self.rec.status.node }),
-        );
+        self.rec.event(ev::Started {
+            spec: self.spec_path.clone(),
+            pid: std::process::id(),
+            payload_version: env!("CARGO_PKG_VERSION").to_string(),
+            slurm_job_id: self.rec.status.slurm_job_id.clone(),
+            node: self.rec.status.node.clone(),
+        });
         tracing::info!(run_tag = %self.spec.run_tag, run_dir = %self.spec.run_dir.display(), "payload run starting");
         if self.spec.limits.teardown_grace_s >= 30.0 {
             tracing::warn!(
@@ -257,21 +259,22 @@ impl<S: SignalSource> Run<S> {
             tracing::warn!(warning = %w, "preparation");
         }
         if p.secrets.status == "ok" || p.secrets.status == "not needed" {
-            self.rec.event(
-                "secrets_loaded",
-                json!({ "file": p.loaded.path(), "names": p.secrets.names, "daytona_org": p.harbor.daytona_org }),
-            );
+            self.rec.event(ev::SecretsLoaded {
+                file: p.loaded.path().to_path_buf(),
+                names: p.secrets.names.clone(),
+                daytona_org: p.harbor.daytona_org.map(|o| o.as_str().to_string()),
+            });
         }
         if let Some(d) = &p.gpu.decision {
             self.rec.status.gpu = Some(d.choice());
             let gpus = d.count * self.spec.serve.nodes.max(1);
             self.rec.gpu(|c, _| c.set_gpus(gpus));
-            self.rec.event("gpus", serde_json::to_value(d).unwrap_or_default());
+            self.rec.event(d.clone());
             tracing::info!(profile = %d.choice().profile, count = d.count, util = d.gpu_memory_utilization, source = %d.source, "GPU profile chosen");
         }
         if let Some(port) = p.port.port {
             self.rec.status.port = Some(port);
-            self.rec.event("port", json!({ "port": port, "how": p.port.how }));
+            self.rec.event(ev::Port { port, how: p.port.how.clone() });
         }
         match p.problems.first() {
             Some(f) => Err(End::Failed(f.clone())),
@@ -297,8 +300,22 @@ impl<S: SignalSource> Run<S> {
         self.rec.redact(p.loaded.values().chain(p.api_key.as_deref()));
         self.record_prepared(&p)?;
         self.post_run = p.post_run.take();
+        self.make_scratch(&p)?;
+        let Some(port) = p.port.port else {
+            return Err(Failure::new(OutcomeClass::EngineStart, p.port.how.clone()).with_cause("port").into());
+        };
+        self.set_up_tunnel(&p, port)?;
+        let started = self.start_engine(&p, port).await?;
+        let resume = p.harbor.mode == HarborMode::Resume;
+        self.rec.status.resume = Some(resume);
+        let config_check = self.start_config_check(&p)?;
+        self.run_loop(&p, started, config_check).await
+    }
+
+    /// The job's scratch dir on node-local disk: the host (or a single run) creates it and owns its
+    /// removal; a leg only makes its own dirs inside it.
+    fn make_scratch(&mut self, p: &Prepared) -> Result<(), End> {
         if let (Some((_, inside)), true) = (&p.scratch, self.is_leg()) {
-            // The host owns the job's scratch dir (it removes it); a leg only makes its own dirs.
             for dir in inside {
                 std::fs::create_dir_all(dir)
                     .map_err(|e| Failure::new(OutcomeClass::Spec, format!("cannot create {}: {e}", dir.display())))?;
@@ -306,16 +323,16 @@ impl<S: SignalSource> Run<S> {
         } else if let Some((dir, inside)) = &p.scratch {
             let scratch = crate::scratch::JobScratch::create(dir, inside)
                 .map_err(|e| Failure::new(OutcomeClass::Spec, e).with_cause("scratch"))?;
-            self.rec.event("scratch", json!({ "dir": scratch.dir() }));
+            self.rec.event(ev::Scratch { dir: scratch.dir().to_path_buf() });
             self.scratch = Some(scratch);
         }
-        let Some(port) = p.port.port else {
-            return Err(Failure::new(OutcomeClass::EngineStart, p.port.how.clone()).with_cause("port").into());
-        };
+        Ok(())
+    }
+
+    /// The tunnel, set up (started by the first poll, while vLLM loads); a leg uses the host's.
+    fn set_up_tunnel(&mut self, p: &Prepared, port: u16) -> Result<(), End> {
         let parent = self.parent.clone();
         let env_fn = prepare::lookup(&parent);
-
-        // The tunnel (started by the first poll, while vLLM loads); a leg uses the host's.
         if let Some(programs) = p.tunnel.programs.clone().filter(|_| !self.is_leg()) {
             let job_id = crate::ports::job_id(&env_fn);
             self.tunnel = Tunnel::new(tunnel::Start {
@@ -338,11 +355,16 @@ impl<S: SignalSource> Run<S> {
                     .unwrap_or_else(std::env::temp_dir),
             })?;
             if let Some(t) = &self.tunnel {
-                self.rec.event("tunnel_prepared", json!({ "kind": t.kind(), "socks_port": t.socks_port() }));
+                self.rec.event(ev::TunnelPrepared { kind: t.kind().to_string(), socks_port: t.socks_port() });
             }
         }
+        Ok(())
+    }
 
-        // vLLM.
+    /// vLLM started (or a leg's shared engine taken), with its ranks on other nodes, after the
+    /// versions the environments answer at once agree with the spec; phase `serving`. Returns when
+    /// it started (the readiness deadline counts from there).
+    async fn start_engine(&mut self, p: &Prepared, port: u16) -> Result<Instant, End> {
         if let Some(ev) = self.pending_signal().await {
             return Err(End::Signal(ev));
         }
@@ -366,11 +388,12 @@ impl<S: SignalSource> Run<S> {
         self.refuse_disagreement(answered(&early.vllm).as_deref(), answered(&early.harbor).as_deref())?;
         let started = Instant::now();
         if let Share::Leg(a) = &self.share {
-            self.rec.event(
-                "shared_engine",
-                json!({ "group_tag": a.engine.group_tag, "base_url": a.engine.base_url, "engine_pid": a.engine.engine_pid,
-                        "public_url": a.engine.public_url }),
-            );
+            self.rec.event(ev::SharedEngine {
+                group_tag: a.engine.group_tag.clone(),
+                base_url: a.engine.base_url.clone(),
+                engine_pid: a.engine.engine_pid,
+                public_url: a.engine.public_url.clone(),
+            });
         } else {
             let pid = self.sup.spawn(Role::Engine, &head).map_err(|e| {
                 Failure::new(OutcomeClass::EngineStart, format!("cannot start {}: {e}", head.program.display()))
@@ -378,7 +401,7 @@ impl<S: SignalSource> Run<S> {
             })?;
             self.rec.gpu(|c, _| c.engine_spawned(started));
             self.rec.status.pids.insert("engine".into(), pid);
-            self.rec.event("engine_spawned", json!({ "pid": pid, "argv": head.argv, "port": port }));
+            self.rec.event(ev::EngineSpawned { pid, argv: head.argv.clone(), port });
         }
         if let Some(secondaries) = &p.secondaries {
             self.start_ranks(secondaries)?;
@@ -401,22 +424,19 @@ impl<S: SignalSource> Run<S> {
             shared_engine = self.is_leg(),
             "vLLM started (or the shared engine used); waiting for readiness"
         );
-        let resume = p.harbor.mode == HarborMode::Resume;
-        self.rec.status.resume = Some(resume);
+        Ok(started)
+    }
 
-        // Harbor's own `--print-config` on the fresh-run argv, while vLLM loads (it costs nothing
-        // then): a refusal ends the run before Harbor would start and fail.
-        let mut config_check: Option<AbortOnDrop<ConfigCheck>> = None;
-        if let Some(config) = p.harbor.merged_config.as_ref().filter(|_| !self.is_host()) {
-            harbor::write_job_config(&p.harbor.config_path, config).map_err(Failure::from)?;
-            let child =
-                p.harbor.child(&self.spec, &p.local_api_base(), &BTreeMap::new(), None).map_err(Failure::from)?;
-            let spec = self.spec.clone();
-            config_check = Some(AbortOnDrop(tokio::spawn(async move {
-                harbor::check_with_print_config(&spec, &child.argv, &child.env).await
-            })));
-        }
-        self.run_loop(&p, started, config_check).await
+    /// Harbor's own `--print-config` on the fresh-run argv, while vLLM loads (it costs nothing
+    /// then): a refusal ends the run before Harbor would start and fail.
+    fn start_config_check(&self, p: &Prepared) -> Result<Option<AbortOnDrop<ConfigCheck>>, End> {
+        let Some(config) = p.harbor.merged_config.as_ref().filter(|_| !self.is_host()) else { return Ok(None) };
+        harbor::write_job_config(&p.harbor.config_path, config).map_err(Failure::from)?;
+        let child = p.harbor.child(&self.spec, &p.local_api_base(), &BTreeMap::new(), None).map_err(Failure::from)?;
+        let spec = self.spec.clone();
+        Ok(Some(AbortOnDrop(tokio::spawn(async move {
+            harbor::check_with_print_config(&spec, &child.argv, &child.env).await
+        }))))
     }
 
     /// The one event loop: inputs from children, signals, probes, the tunnel and the clock, decided
@@ -429,16 +449,7 @@ impl<S: SignalSource> Run<S> {
     ) -> Result<End, End> {
         let engine_log = self.engine_log();
         let tail = || engine::log_tail(&engine_log, LOG_TAIL_LINES);
-        let limits = &self.spec.limits;
-        let mut machine = Machine::new(
-            self.tunnel.is_some(),
-            config_check.is_some(),
-            limits.health_failures,
-            self.spec.serve.health_timeout_s,
-        )
-        .with_hang_after(self.timings.hang_after)
-        .with_load_stall_after(self.timings.load_stall_after)
-        .with_ready_budget(self.timings.ready_budget);
+        let mut machine = self.machine(config_check.is_some());
         let mut watchdog = Watchdog::readiness(
             &p.base_url,
             &self.spec.model.served_name,
@@ -448,15 +459,7 @@ impl<S: SignalSource> Run<S> {
         let deadline = timings::deadline(started, self.timings.health_timeout);
         // The budget below the cap (crate::phases decides what its passing means).
         let budget_at = machine.budget_pending().map_or(deadline, |b| timings::deadline(started, b));
-        let serve = &self.spec.serve;
-        self.rec.status.readiness = Some(launch_spec::records::ReadinessRecord {
-            deadline_s: serve.ready_deadline_s(),
-            cap_s: serve.health_timeout_s,
-            load_stall_after_s: serve.load_stall_after_s,
-            budget: serve.ready_budget.clone(),
-            budget_exceeded: false,
-        });
-        self.rec.write_status();
+        self.record_readiness_rule();
         let log_bytes = || std::fs::metadata(&engine_log).map_or(0, |m| m.len());
         let mut heartbeat = interval(self.timings.heartbeat);
         heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -531,23 +534,7 @@ impl<S: SignalSource> Run<S> {
                     Input::Tunnel(t.poll(&mut self.sup, &mut self.rec, !loading).await)
                 }
             };
-            // Slurm signals every process of the job at once (scancel): a child that stopped as a
-            // signalled child does, or any rank of a multi-node engine, may exit just before
-            // payload's own signal is read. A signal arriving with such an exit is the cause.
-            let signal_may_explain = match &input {
-                Input::EngineExited(st) | Input::RanksExited(st) => {
-                    p.secondaries.is_some() || st.success() || stopped_by_a_signal(st)
-                }
-                Input::HarborExited(st) => stopped_by_a_signal(st),
-                _ => false,
-            };
-            let input = match signal_may_explain {
-                true => match tokio::time::timeout(SIGNAL_WITH_EXIT, self.signals.recv()).await {
-                    Ok(ev) => Input::Signal(ev),
-                    Err(_) => input,
-                },
-                false => input,
-            };
+            let input = self.with_explaining_signal(input, p.secondaries.is_some()).await;
             // A multi-node engine: the other nodes' logs (and srun's) after the head's, since
             // either side may be where it broke.
             let all_tail = || {
@@ -567,63 +554,8 @@ impl<S: SignalSource> Run<S> {
                 self.write_heartbeat(completions, machine.engine_healthy());
             }
             for action in actions {
-                match action {
-                    Action::Event(name, fields) => self.rec.event(name, fields),
-                    Action::Ready => {
-                        if let Some(s) = &p.secondaries {
-                            self.record_ranks_joined(s);
-                        }
-                        let ms = started.elapsed().as_millis() as u64;
-                        let identity_ms = (self.identity_ms * 100.0).round() / 100.0;
-                        self.rec.gpu(|c, now| c.engine_ready(now));
-                        let budget_ms = self.spec.serve.ready_budget.as_ref().map(|b| b.seconds.saturating_mul(1000));
-                        self.rec.event(
-                            "engine_ready",
-                            json!({
-                                "elapsed_ms": ms,
-                                "identity_check_ms": identity_ms,
-                                "ready_budget_s": self.spec.serve.ready_budget.as_ref().map(|b| b.seconds),
-                                "within_budget": budget_ms.map(|b| ms <= b),
-                            }),
-                        );
-                        self.rec.set_phase(Phase::Ready);
-                        tracing::info!(elapsed_ms = ms, "vLLM ready");
-                    }
-                    Action::BudgetExceeded => {
-                        if let Some(r) = self.rec.status.readiness.as_mut() {
-                            r.budget_exceeded = true;
-                        }
-                        self.rec.write_status();
-                        tracing::warn!("ready budget passed with the load progressing; waiting on to the cap");
-                    }
-                    Action::StartHarbor if self.is_host() => {
-                        self.start_legs(p)?;
-                        machine.harbor_started();
-                        watchdog.watch_health(self.timings.probe_interval);
-                    }
-                    Action::StartHarbor => {
-                        // Asked since the engine started, so normally done; never holds Harbor long.
-                        if let Some(mut task) = versions.take() {
-                            let answer = match tokio::time::timeout(provenance::RECORD_WAIT, &mut task.0).await {
-                                Ok(answer) => answer.map_err(|e| e.to_string()),
-                                Err(_) => {
-                                    Err(format!("not answered within {:?} of readiness", provenance::RECORD_WAIT))
-                                }
-                            };
-                            self.accept_versions(answer)?;
-                        }
-                        self.start_harbor(p).await?;
-                        machine.harbor_started();
-                        watchdog.watch_health(self.timings.probe_interval);
-                    }
-                    Action::End(end) => {
-                        if let End::HarborExited(status) = &end {
-                            let tag = self.spec.run_tag.clone();
-                            self.rec.gpu(|c, now| c.leg_ended(&tag, now));
-                            tracing::info!(status = %supervisor::describe_status(*status), "Harbor exited");
-                        }
-                        return Ok(end);
-                    }
+                if let Some(end) = self.act(action, p, started, &mut machine, &mut watchdog, &mut versions).await? {
+                    return Ok(end);
                 }
             }
             // The tunnel's end-to-end check starts at once, not at the next tick.
@@ -631,6 +563,119 @@ impl<S: SignalSource> Run<S> {
                 tunnel_tick.reset_immediately();
             }
         }
+    }
+
+    /// The run's decisions for this spec: tunnel, config check, health and liveness rules.
+    fn machine(&self, config_pending: bool) -> Machine {
+        Machine::new(
+            self.tunnel.is_some(),
+            config_pending,
+            self.spec.limits.health_failures,
+            self.spec.serve.health_timeout_s,
+        )
+        .with_hang_after(self.timings.hang_after)
+        .with_load_stall_after(self.timings.load_stall_after)
+        .with_ready_budget(self.timings.ready_budget)
+    }
+
+    /// The readiness rule the run waits under, into `status.json` (`readiness`).
+    fn record_readiness_rule(&mut self) {
+        let serve = &self.spec.serve;
+        self.rec.status.readiness = Some(launch_spec::records::ReadinessRecord {
+            deadline_s: serve.ready_deadline_s(),
+            cap_s: serve.health_timeout_s,
+            load_stall_after_s: serve.load_stall_after_s,
+            budget: serve.ready_budget.clone(),
+            budget_exceeded: false,
+        });
+        self.rec.write_status();
+    }
+
+    /// Slurm signals every process of the job at once (scancel): a child that stopped as a
+    /// signalled child does, or any rank of a multi-node engine, may exit just before payload's own
+    /// signal is read. A signal arriving with such an exit is the cause.
+    async fn with_explaining_signal(&mut self, input: Input, multinode: bool) -> Input {
+        let signal_may_explain = match &input {
+            Input::EngineExited(st) | Input::RanksExited(st) => multinode || st.success() || stopped_by_a_signal(st),
+            Input::HarborExited(st) => stopped_by_a_signal(st),
+            _ => false,
+        };
+        match signal_may_explain {
+            true => match tokio::time::timeout(SIGNAL_WITH_EXIT, self.signals.recv()).await {
+                Ok(ev) => Input::Signal(ev),
+                Err(_) => input,
+            },
+            false => input,
+        }
+    }
+
+    /// One of the machine's actions, done; `Some` when the run ends with it.
+    async fn act(
+        &mut self,
+        action: Action,
+        p: &Prepared,
+        started: Instant,
+        machine: &mut Machine,
+        watchdog: &mut Watchdog,
+        versions: &mut Option<AbortOnDrop<provenance::Versions>>,
+    ) -> Result<Option<End>, End> {
+        match action {
+            Action::Event(body) => self.rec.event(body),
+            Action::Ready => self.record_ready(p, started),
+            Action::BudgetExceeded => {
+                if let Some(r) = self.rec.status.readiness.as_mut() {
+                    r.budget_exceeded = true;
+                }
+                self.rec.write_status();
+                tracing::warn!("ready budget passed with the load progressing; waiting on to the cap");
+            }
+            Action::StartHarbor if self.is_host() => {
+                self.start_legs(p)?;
+                machine.harbor_started();
+                watchdog.watch_health(self.timings.probe_interval);
+            }
+            Action::StartHarbor => {
+                // Asked since the engine started, so normally done; never holds Harbor long.
+                if let Some(mut task) = versions.take() {
+                    let answer = match tokio::time::timeout(provenance::RECORD_WAIT, &mut task.0).await {
+                        Ok(answer) => answer.map_err(|e| e.to_string()),
+                        Err(_) => Err(format!("not answered within {:?} of readiness", provenance::RECORD_WAIT)),
+                    };
+                    self.accept_versions(answer)?;
+                }
+                self.start_harbor(p).await?;
+                machine.harbor_started();
+                watchdog.watch_health(self.timings.probe_interval);
+            }
+            Action::End(end) => {
+                if let End::HarborExited(status) = &end {
+                    let tag = self.spec.run_tag.clone();
+                    self.rec.gpu(|c, now| c.leg_ended(&tag, now));
+                    tracing::info!(status = %supervisor::describe_status(*status), "Harbor exited");
+                }
+                return Ok(Some(end));
+            }
+        }
+        Ok(None)
+    }
+
+    /// vLLM ready: the ranks that joined, `engine_ready` (with the ready budget kept or not), phase `ready`.
+    fn record_ready(&mut self, p: &Prepared, started: Instant) {
+        if let Some(s) = &p.secondaries {
+            self.record_ranks_joined(s);
+        }
+        let ms = started.elapsed().as_millis() as u64;
+        let identity_ms = (self.identity_ms * 100.0).round() / 100.0;
+        self.rec.gpu(|c, now| c.engine_ready(now));
+        let budget_ms = self.spec.serve.ready_budget.as_ref().map(|b| b.seconds.saturating_mul(1000));
+        self.rec.event(ev::EngineReady {
+            elapsed_ms: ms,
+            identity_check_ms: identity_ms,
+            ready_budget_s: self.spec.serve.ready_budget.as_ref().map(|b| b.seconds),
+            within_budget: budget_ms.map(|b| ms <= b),
+        });
+        self.rec.set_phase(Phase::Ready);
+        tracing::info!(elapsed_ms = ms, "vLLM ready");
     }
 
     /// A ready answer counts only when the socket listening on the port is the engine's process
@@ -651,7 +696,7 @@ impl<S: SignalSource> Run<S> {
         match listener {
             crate::ports::Listener::Foreign { pids } => {
                 if !std::mem::replace(foreign_seen, true) {
-                    self.rec.event("foreign_server", json!({ "port": port, "pids": pids, "engine_pid": pid }));
+                    self.rec.event(ev::ForeignServer { port, pids: pids.clone(), engine_pid: pid });
                     tracing::warn!(
                         port,
                         ?pids,
@@ -668,7 +713,7 @@ impl<S: SignalSource> Run<S> {
     fn write_heartbeat(&mut self, completions: Option<crate::records::Completions>, engine_healthy: bool) {
         let hb = self.heartbeat.next(completions, &self.engine_log(), &self.spec.run_dir, engine_healthy);
         if self.heartbeat.event_due(std::time::Instant::now()) {
-            self.rec.event("heartbeat", launch_spec::rundir::heartbeat_event_fields(&hb));
+            self.rec.event(ev::heartbeat(&hb));
         }
         self.rec.status.heartbeat = Some(hb);
         self.rec.write_status();
@@ -677,11 +722,22 @@ impl<S: SignalSource> Run<S> {
     /// Which node each rank runs on, from the records every `payload rank` wrote on its node.
     fn record_ranks_joined(&mut self, s: &crate::multinode::Secondaries) {
         let records = crate::multinode::read_rank_records(&self.spec.run_dir, &s.file.ranks[1..]);
-        let mut ranks = vec![json!({ "rank": 0, "node": s.nodes[0].name, "pid": self.rec.status.pids.get("engine") })];
-        ranks.extend(records.iter().map(|r| json!({ "rank": r.rank, "node": r.node, "pid": r.pid, "step": r.step })));
+        let head = ev::JoinedRank {
+            rank: 0,
+            node: s.nodes[0].name.clone(),
+            pid: self.rec.status.pids.get("engine").copied(),
+            step: None,
+        };
+        let mut ranks = vec![head];
+        ranks.extend(records.iter().map(|r| ev::JoinedRank {
+            rank: r.rank,
+            node: r.node.clone(),
+            pid: Some(r.pid),
+            step: Some(r.step.clone()),
+        }));
         let missing: Vec<u32> =
             s.file.ranks[1..].iter().map(|r| r.rank).filter(|k| !records.iter().any(|r| r.rank == *k)).collect();
-        self.rec.event("ranks_joined", json!({ "ranks": ranks, "missing": missing }));
+        self.rec.event(ev::RanksJoined { ranks, missing });
     }
 
     /// A multi-node engine's other nodes: the ranks file, then their one srun step in its own group.
@@ -696,11 +752,14 @@ impl<S: SignalSource> Run<S> {
             .spawn(Role::Ranks, &s.srun)
             .map_err(|e| spawn_failed(format!("cannot start {}: {e}", s.srun.program.display())))?;
         self.rec.status.pids.insert("ranks".into(), pid);
-        let ranks: Vec<_> = s.file.ranks.iter().map(|r| json!({ "rank": r.rank, "node": r.node })).collect();
-        self.rec.event(
-            "ranks_spawned",
-            json!({ "pid": pid, "argv": s.srun.argv, "crossing": s.file.crossing, "rendezvous": s.file.rendezvous, "ranks": ranks }),
-        );
+        let ranks = s.file.ranks.iter().map(|r| ev::RankNode { rank: r.rank, node: r.node.clone() }).collect();
+        self.rec.event(ev::RanksSpawned {
+            pid,
+            argv: s.srun.argv.clone(),
+            crossing: serde_json::to_value(s.file.crossing).unwrap_or_default(),
+            rendezvous: serde_json::to_value(&s.file.rendezvous).unwrap_or_default(),
+            ranks,
+        });
         tracing::info!(pid, nodes = s.nodes.len(), "srun started the other nodes' ranks");
         Ok(())
     }
@@ -715,8 +774,8 @@ impl<S: SignalSource> Run<S> {
         let api_base = p.api_base(public_url.as_deref());
         if p.harbor.mode == HarborMode::Resume {
             let rewritten = harbor::rewrite_api_base(&self.spec.run_dir, &api_base).map_err(Failure::from)?;
-            let files: Vec<_> = rewritten.iter().map(|(p, n)| json!({ "file": p, "changed": n })).collect();
-            self.rec.event("resume_configs_rewritten", json!({ "api_base": api_base, "files": files }));
+            let files = rewritten.into_iter().map(|(file, n)| ev::RewrittenFile { file, changed: n as u64 }).collect();
+            self.rec.event(ev::ResumeConfigsRewritten { api_base: api_base.clone(), files });
         }
         let (tunnel_env, prefix) = match (&self.tunnel, &self.share) {
             (Some(t), _) => (t.harbor_env(), t.harbor_prefix()),
@@ -734,10 +793,12 @@ impl<S: SignalSource> Run<S> {
         self.rec.status.pids.insert("harbor".into(), pid);
         let tag = self.spec.run_tag.clone();
         self.rec.gpu(|c, now| c.leg_started(&tag, now));
-        self.rec.event(
-            "harbor_spawned",
-            json!({ "pid": pid, "argv": child.argv, "mode": p.harbor.mode.as_str(), "api_base": api_base }),
-        );
+        self.rec.event(ev::HarborSpawned {
+            pid,
+            argv: child.argv.clone(),
+            mode: p.harbor.mode.as_str().to_string(),
+            api_base: api_base.clone(),
+        });
         if let Some(t) = self.tunnel.as_mut() {
             t.commit();
         }
@@ -777,7 +838,7 @@ impl<S: SignalSource> Run<S> {
         });
         let revision = provenance::model_revision(&self.spec, &p.head().child.env);
         let (record, missing) = provenance::record(revision, versions);
-        self.rec.event("provenance", json!({ "record": record, "missing": missing }));
+        self.rec.event(ev::Provenance { record: record.clone(), missing });
         self.rec.status.provenance = Some(record);
     }
 
@@ -796,8 +857,8 @@ impl<S: SignalSource> Run<S> {
         };
         let records = crate::multinode::read_rank_records(&self.spec.run_dir, &file.ranks[1..]);
         crate::multinode::cancel_steps(&records);
-        let steps: Vec<&str> = records.iter().map(|r| r.step.as_str()).collect();
-        self.rec.event("ranks_cancelled", json!({ "steps": steps }));
+        let steps = records.iter().map(|r| r.step.clone()).collect();
+        self.rec.event(ev::RanksCancelled { steps });
     }
 
     /// Teardown, final heartbeat, outcome, exit code.
@@ -819,7 +880,7 @@ impl<S: SignalSource> Run<S> {
                     SignalEvent::Shutdown(sig) => sig.as_str(),
                     SignalEvent::Walltime => "SIGUSR1",
                 };
-                self.rec.event("signal", json!({ "signal": name }));
+                self.rec.event(ev::Signal { signal: name.to_string(), during: None });
                 tracing::warn!(signal = name, "signal received: tearing down");
             }
             End::Failed(f) => {
@@ -834,10 +895,10 @@ impl<S: SignalSource> Run<S> {
         if self.is_host() {
             self.wind_down_legs(&end, &plan).await;
         }
-        self.rec.event(
-            "teardown_started",
-            json!({ "grace_s": plan.grace.as_secs_f64(), "harbor_grace_s": plan.harbor_grace.as_secs_f64() }),
-        );
+        self.rec.event(ev::TeardownStarted {
+            grace_s: plan.grace.as_secs_f64(),
+            harbor_grace_s: plan.harbor_grace.as_secs_f64(),
+        });
         let report = self.sup.shutdown(&mut self.signals, plan).await;
         self.rec.gpu(|c, now| c.teardown_done(now));
         // Every child is gone: nothing writes into the scratch dir any more.
@@ -845,18 +906,19 @@ impl<S: SignalSource> Run<S> {
             scratch.remove();
         }
         self.cancel_rank_steps();
-        self.rec.event(
-            "teardown_done",
-            json!({
-                "elapsed_ms": report.elapsed.as_millis() as u64,
-                "forced": report.forced,
-                "killed_groups": report.killed_groups.iter().map(|r| r.as_str()).collect::<Vec<_>>(),
-                "swept": report.swept,
-                "clean": report.clean,
-                "signals": report.signals.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
-                "steps": report.steps.iter().map(|s| json!({ "ms": s.ms, "action": s.action, "role": s.role.as_str() })).collect::<Vec<_>>(),
-            }),
-        );
+        self.rec.event(ev::TeardownDone {
+            elapsed_ms: report.elapsed.as_millis() as u64,
+            forced: report.forced,
+            killed_groups: report.killed_groups.iter().map(|r| r.as_str().to_string()).collect(),
+            swept: report.swept.clone(),
+            clean: report.clean,
+            signals: report.signals.iter().map(|s| s.as_str().to_string()).collect(),
+            steps: report
+                .steps
+                .iter()
+                .map(|s| ev::TeardownStep { ms: s.ms, action: s.action.to_string(), role: s.role.as_str().to_string() })
+                .collect(),
+        });
         if let Some(t) = self.tunnel.as_mut() {
             t.cleanup(&self.rec);
         }
@@ -869,10 +931,9 @@ impl<S: SignalSource> Run<S> {
                     crate::postrun::run(step, &mut self.sup, &mut self.signals, &mut self.rec, &self.timings).await;
                 self.rec.status.post_run = Some(record);
             } else {
-                self.rec.event(
-                    "post_run_skipped",
-                    json!({ "reason": "the run did not finish (the step runs after Harbor exits 0)" }),
-                );
+                self.rec.event(ev::PostRunSkipped {
+                    reason: "the run did not finish (the step runs after Harbor exits 0)".to_string(),
+                });
             }
         }
         let harbor_code = self.sup.harbor.as_mut().and_then(|m| m.try_status()).map(status_code);
@@ -887,10 +948,10 @@ impl<S: SignalSource> Run<S> {
         let failed =
             (crate::logsink::failed_writes(), self.rec.failed_status_writes, self.rec.failed_event_writes.get());
         if failed != (0, 0, 0) {
-            self.rec.event("write_failures", json!({ "log": failed.0, "status": failed.1, "events": failed.2 }));
+            self.rec.event(ev::WriteFailures { log: failed.0, status: failed.1, events: failed.2 });
             tracing::warn!(log = failed.0, status = failed.1, events = failed.2, "some log or record writes failed");
         }
-        self.rec.event("outcome", serde_json::to_value(&outcome).unwrap_or_default());
+        self.rec.event(outcome.clone());
         tracing::info!(class = outcome.class.as_str(), exit_code = code, cause = outcome.cause.as_deref().unwrap_or("-"), message = %outcome.message, "payload done");
         self.rec.set_outcome(outcome);
         code

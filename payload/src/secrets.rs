@@ -186,6 +186,14 @@ pub enum DaytonaOrg {
 }
 
 impl DaytonaOrg {
+    /// The org's name as records write it (its serde name).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Org1 => "org1",
+            Self::Org2 => "org2",
+        }
+    }
+
     /// The secrets-file variable holding this org's key.
     pub fn variable(self) -> &'static str {
         match self {
@@ -216,6 +224,13 @@ pub fn daytona_key<'a>(secrets: &'a Secrets, job_id: &str) -> Result<(DaytonaOrg
 mod tests {
     use super::*;
     use std::io::Write;
+
+    #[test]
+    fn an_orgs_name_is_its_serialized_name() {
+        for org in [DaytonaOrg::Org1, DaytonaOrg::Org2] {
+            assert_eq!(serde_json::to_value(org).unwrap(), org.as_str());
+        }
+    }
 
     #[test]
     fn parses_exports_quotes_comments() {

@@ -180,11 +180,16 @@ impl Fx {
         read_json(&self.run_dir().join("status.json")).unwrap_or(Value::Null)
     }
 
+    /// Every line is also held to the typed bodies: it decodes to its kind's body, which writes the
+    /// line back byte for byte (launch_spec::rundir::events).
     fn events(&self) -> Vec<Value> {
         std::fs::read_to_string(self.run_dir().join("events.jsonl"))
             .unwrap_or_default()
             .lines()
-            .map(|l| serde_json::from_str(l).expect("events.jsonl line is JSON"))
+            .map(|l| {
+                launch_spec::testkit::assert_typed_event_line(l);
+                serde_json::from_str(l).expect("events.jsonl line is JSON")
+            })
             .collect()
     }
 

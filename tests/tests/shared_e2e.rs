@@ -161,11 +161,15 @@ impl Shared {
         self.status(&self.group_dir())
     }
 
+    /// Every line is also held to the typed bodies (launch_spec::testkit::assert_typed_event_line).
     fn events(&self, dir: &Path) -> Vec<Value> {
         std::fs::read_to_string(dir.join("events.jsonl"))
             .unwrap_or_default()
             .lines()
-            .map(|l| serde_json::from_str(l).expect("events.jsonl line is JSON"))
+            .map(|l| {
+                launch_spec::testkit::assert_typed_event_line(l);
+                serde_json::from_str(l).expect("events.jsonl line is JSON")
+            })
             .collect()
     }
 

@@ -118,6 +118,7 @@ impl Fx {
             .unwrap_or_default()
             .lines()
             .map(|l| {
+                launch_spec::testkit::assert_typed_event_line(l);
                 // `{"at", "event", "fields": {…}}` → one flat object.
                 let mut e: Value = serde_json::from_str(l).expect("events.jsonl line is JSON");
                 if let Some(Value::Object(fields)) = e.as_object_mut().and_then(|o| o.remove("fields")) {

@@ -20,12 +20,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use launch_spec::records::{Outcome, Phase, RunStatus, STATUS_FILE};
+use launch_spec::rundir::events as ev;
 use launch_spec::shared::{
     self as files, CANCEL_REQUEST_FILE, ENGINE_ENDED_FILE, ENGINE_FILE, EngineEnded, EngineRecord, SharedJobSpec,
 };
 use launch_spec::{LaunchSpec, OutcomeClass};
 use nix::sys::signal::Signal;
-use serde_json::json;
 
 use crate::failure::Failure;
 use crate::phases::{End, Input, RunPhase};
@@ -264,7 +264,7 @@ fn record_leg(run_dir: &Path, run_tag: &str, outcome: Outcome) {
         return;
     }
     let mut rec = Recorder::new(run_dir, run_tag);
-    rec.event("outcome", serde_json::to_value(&outcome).unwrap_or_default());
+    rec.event(outcome.clone());
     rec.set_outcome(outcome);
 }
 
@@ -369,11 +369,13 @@ impl<S: SignalSource> Run<S> {
                 let tag = leg.run_tag.clone();
                 self.rec.gpu(|c, now| c.leg_ended(&tag, now));
             }
-            self.rec.event(
-                "leg_ended",
-                json!({ "run_tag": leg.run_tag, "status": supervisor::describe_status(status), "code": code,
-                        "class": outcome.class.as_str(), "cause": outcome.cause }),
-            );
+            self.rec.event(ev::LegEnded {
+                run_tag: leg.run_tag.clone(),
+                status: supervisor::describe_status(status),
+                code,
+                class: outcome.class.as_str().to_string(),
+                cause: outcome.cause.clone(),
+            });
             tracing::info!(run_tag = %leg.run_tag, class = outcome.class.as_str(), "leg ended");
             leg.state = LegState::Ended { class: outcome.class, exit_code: outcome.exit_code };
         }
@@ -426,19 +428,22 @@ impl<S: SignalSource> Run<S> {
             match started {
                 Ok(pid) => {
                     leg.state = LegState::Running { index: self.sup.legs.len() - 1 };
-                    self.rec.event("leg_spawned", json!({ "run_tag": leg.run_tag, "pid": pid, "argv": child.argv }));
+                    self.rec.event(ev::LegSpawned { run_tag: leg.run_tag.clone(), pid, argv: child.argv.clone() });
                     tracing::info!(run_tag = %leg.run_tag, pid, "leg started");
                 }
                 Err(e) => {
                     let message = format!("cannot start the leg's payload {}: {e}", exe.display());
-                    self.rec.event("leg_refused", json!({ "run_tag": leg.run_tag, "error": message }));
+                    self.rec.event(ev::LegRefused { run_tag: leg.run_tag.clone(), error: message.clone() });
                     record_leg(&leg.run_dir, &leg.run_tag, refused(message));
                     leg.state = LegState::Refused;
                 }
             }
         }
         for leg in host.legs.iter().filter(|l| l.state == LegState::Skipped) {
-            self.rec.event("leg_skipped", json!({ "run_tag": leg.run_tag, "why": "its Harbor job finished before" }));
+            self.rec.event(ev::LegSkipped {
+                run_tag: leg.run_tag.clone(),
+                why: "its Harbor job finished before".to_string(),
+            });
         }
         if let Some(t) = self.tunnel.as_mut() {
             t.commit();

@@ -18,7 +18,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use launch_spec::OutcomeClass;
-use serde_json::{Value, json};
+use launch_spec::rundir::EventBody;
+use launch_spec::rundir::events::{
+    TunnelConnected, TunnelExited, TunnelFailed, TunnelRestart, TunnelSpawned, TunnelUp, TunnelUrlMismatch,
+};
+use serde_json::Value;
 
 use super::output::Seen;
 use crate::failure::Failure;
@@ -99,7 +103,7 @@ pub enum Action {
     /// Release the held lease.
     ReleaseLease,
     /// A record in `events.jsonl`.
-    Event(&'static str, Value),
+    Event(EventBody),
     /// One line of payload's own in `tunnel.log`.
     Note(String),
 }
@@ -322,8 +326,13 @@ impl Machine {
                 if self.strategy.connected(&self.seen, elapsed) {
                     let urls = self.seen.urls.clone();
                     out.push(Action::Event(
-                        "tunnel_connected",
-                        json!({ "kind": self.kind(), "authenticated": self.seen.authenticated, "urls": urls, "elapsed_ms": elapsed.as_millis() as u64 }),
+                        TunnelConnected {
+                            kind: self.kind().to_string(),
+                            authenticated: self.seen.authenticated,
+                            urls: urls.clone(),
+                            elapsed_ms: elapsed.as_millis() as u64,
+                        }
+                        .into(),
                     ));
                     if let Some(url) = self.public_url()
                         && !urls.is_empty()
@@ -333,7 +342,7 @@ impl Machine {
                             "warning: the server announced {} but this pair's public URL is {url}",
                             urls.join(", ")
                         )));
-                        out.push(Action::Event("tunnel_url_mismatch", json!({ "announced": urls, "public_url": url })));
+                        out.push(Action::Event(TunnelUrlMismatch { announced: urls, public_url: url }.into()));
                     }
                     self.state = State::VerifyWait { until: now, attempt: 0 };
                 } else if elapsed > self.limits.connect_timeout && !self.term_sent {
@@ -385,8 +394,15 @@ impl Machine {
                 let url = self.public_url();
                 let force = self.strategy.forcing();
                 out.push(Action::Event(
-                    "tunnel_spawned",
-                    json!({ "kind": self.kind(), "pid": pid, "argv": self.argv, "attempt": self.attempts, "public_url": url, "force": force }),
+                    TunnelSpawned {
+                        kind: self.kind().to_string(),
+                        pid,
+                        argv: self.argv.clone(),
+                        attempt: self.attempts,
+                        public_url: url.clone(),
+                        force,
+                    }
+                    .into(),
                 ));
                 out.push(Action::Note(format!(
                     "attempt {}: {}{}{}",
@@ -407,10 +423,15 @@ impl Machine {
                 self.up_since = Some(now);
                 self.ever_up = true;
                 out.push(Action::Event(
-                    "tunnel_up",
-                    json!({ "kind": self.kind(), "public_url": self.public_url(), "socks_port": self.socks_port(),
-                            "check": summary, "attempt": self.attempts,
-                            "elapsed_ms": now.saturating_duration_since(self.started).as_millis() as u64 }),
+                    TunnelUp {
+                        kind: self.kind().to_string(),
+                        public_url: self.public_url(),
+                        socks_port: self.socks_port(),
+                        check: summary.clone(),
+                        attempt: self.attempts,
+                        elapsed_ms: now.saturating_duration_since(self.started).as_millis() as u64,
+                    }
+                    .into(),
                 ));
                 out.push(Action::Note(format!("verified: {summary}")));
                 self.state = State::Up;
@@ -436,8 +457,14 @@ impl Machine {
             out.push(Action::CancelVerify);
         }
         out.push(Action::Event(
-            "tunnel_exited",
-            json!({ "kind": self.kind(), "status": status, "cause": cause, "attempt": self.attempts, "detail": detail }),
+            TunnelExited {
+                kind: self.kind().to_string(),
+                status: status.to_string(),
+                cause: cause.to_string(),
+                attempt: self.attempts,
+                detail: detail.clone(),
+            }
+            .into(),
         ));
         out.push(Action::Note(format!(
             "ssh exited ({status}), cause {cause}{}",
@@ -466,8 +493,14 @@ impl Machine {
         self.strategy.before_restart();
         let wait = backoff(self.limits.backoff_s, self.restarts);
         out.push(Action::Event(
-            "tunnel_restart",
-            json!({ "kind": self.kind(), "restart": self.restarts, "max_restarts": self.limits.max_restarts, "in_s": wait.as_secs_f64(), "cause": cause }),
+            TunnelRestart {
+                kind: self.kind().to_string(),
+                restart: self.restarts,
+                max_restarts: self.limits.max_restarts,
+                in_s: wait.as_secs_f64(),
+                cause: cause.to_string(),
+            }
+            .into(),
         ));
         out.push(Action::Note(format!(
             "restart {}/{} in {:.1} s",
@@ -482,7 +515,9 @@ impl Machine {
         if matches!(self.state, State::Verifying { .. }) {
             out.push(Action::CancelVerify);
         }
-        out.push(Action::Event("tunnel_failed", json!({ "kind": self.kind(), "cause": cause, "message": message })));
+        out.push(Action::Event(
+            TunnelFailed { kind: self.kind().to_string(), cause: cause.to_string(), message: message.clone() }.into(),
+        ));
         out.push(Action::Note(format!("giving up: {message} (cause {cause})")));
         self.state = State::Failed(Failure::new(OutcomeClass::Tunnel, message).with_cause(cause.to_string()));
     }
@@ -502,6 +537,7 @@ mod tests {
     use super::*;
     use crate::tunnel::strategy::{Paths, Pinggy, PinggyTarget, Socks};
     use launch_spec::spec::{PinggySpec, SocksSpec};
+    use serde_json::json;
     use std::collections::BTreeMap;
 
     fn paths() -> Paths {
@@ -560,8 +596,11 @@ mod tests {
         t0() + Duration::from_millis(ms)
     }
 
-    fn events(actions: &[Action]) -> Vec<&'static str> {
-        actions.iter().filter_map(|a| if let Action::Event(n, _) = a { Some(*n) } else { None }).collect()
+    fn events(actions: &[Action]) -> Vec<String> {
+        actions
+            .iter()
+            .filter_map(|a| if let Action::Event(e) = a { Some(e.kind().as_str().to_string()) } else { None })
+            .collect()
     }
 
     fn spawn_of(actions: &[Action]) -> (&str, &[String]) {
@@ -646,8 +685,9 @@ mod tests {
         assert!(a.contains(&Action::Term), "{a:?}");
         assert!(!m.step(at(1200), Input::Tick { ready: false }).contains(&Action::Term));
         let a = m.step(at(1300), Input::Exited("signal 15".into()));
-        let exited = a.iter().find_map(|x| if let Action::Event("tunnel_exited", d) = x { Some(d) } else { None });
-        assert_eq!(exited.unwrap()["cause"], "connect_timeout");
+        let exited =
+            a.iter().find_map(|x| if let Action::Event(EventBody::TunnelExited(e)) = x { Some(e) } else { None });
+        assert_eq!(exited.unwrap().cause, "connect_timeout");
         assert_eq!(events(&a), ["tunnel_exited", "tunnel_restart"]);
     }
 

@@ -30,9 +30,10 @@ use std::time::Instant;
 
 use launch_spec::OutcomeClass;
 use launch_spec::records::TUNNEL_LOG;
+use launch_spec::rundir::EventBody;
+use launch_spec::rundir::events::{TunnelLeaseLost, TunnelLeaseReleased};
 use launch_spec::spec::{PinggySpec, ProxyMode, SocksSpec, TunnelSpec};
 use nix::sys::signal::Signal;
-use serde_json::json;
 use tokio::task::JoinHandle;
 
 use crate::failure::Failure;
@@ -316,8 +317,9 @@ fn first_actions(m: &mut Machine, plan: &mut TunnelPlan) {
                 plan.actions.push(format!("lease {public_url} ({}): {answer:?}", path.display()));
                 Some(Input::Lease(answer))
             }
-            Action::Event(name, data) => {
-                plan.actions.push(format!("event {name} {data}"));
+            Action::Event(body) => {
+                let fields = body.to_fields().map(serde_json::Value::Object).unwrap_or_default();
+                plan.actions.push(format!("event {} {fields}", body.kind().as_str()));
                 None
             }
             Action::Note(text) => {
@@ -793,7 +795,7 @@ impl Tunnel {
             if let Some(l) = inst.lease.take() {
                 let path = l.path.clone();
                 l.release();
-                rec.event("tunnel_lease_released", json!({ "lease": path }));
+                rec.event(TunnelLeaseReleased { lease: path });
             }
             self.io.note(inst, "stopped; private directory removed");
             inst.dir.remove();
@@ -892,7 +894,7 @@ impl Io {
                 {
                     inst.lease_lost = true;
                     tracing::warn!(lease = %l.path.display(), "Pinggy lease is no longer ours (judged stale by another job?)");
-                    rec.event("tunnel_lease_lost", json!({ "lease": l.path }));
+                    rec.event(TunnelLeaseLost { lease: l.path.clone() });
                 }
                 None
             }
@@ -902,16 +904,18 @@ impl Io {
                 }
                 None
             }
-            Action::Event(name, data) => {
-                match name {
-                    "tunnel_failed" => tracing::error!(kind = inst.machine.kind(), %data, "tunnel failed"),
-                    "tunnel_up" => tracing::info!(kind = inst.machine.kind(), %data, "tunnel up"),
-                    "tunnel_restart" | "tunnel_pair_skipped" => {
-                        tracing::warn!(kind = inst.machine.kind(), event = name, %data, "tunnel")
+            Action::Event(body) => {
+                let data = body.to_fields().map(serde_json::Value::Object).unwrap_or_default();
+                let (kind, name) = (inst.machine.kind(), body.kind());
+                match &body {
+                    EventBody::TunnelFailed(_) => tracing::error!(kind, %data, "tunnel failed"),
+                    EventBody::TunnelUp(_) => tracing::info!(kind, %data, "tunnel up"),
+                    EventBody::TunnelRestart(_) | EventBody::TunnelPairSkipped(_) => {
+                        tracing::warn!(kind, event = name.as_str(), %data, "tunnel")
                     }
-                    _ => tracing::debug!(kind = inst.machine.kind(), event = name, %data, "tunnel"),
+                    _ => tracing::debug!(kind, event = name.as_str(), %data, "tunnel"),
                 }
-                rec.event(name, data);
+                rec.event(body);
                 None
             }
             Action::Note(text) => {
@@ -1011,6 +1015,7 @@ impl Io {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
     use std::time::Duration;
 
     fn pinggy() -> PinggySpec {

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use launch_spec::rundir::events::{TunnelLeaseUnavailable, TunnelPair, TunnelPairSkipped};
 use launch_spec::spec::{PinggyPair, PinggySpec, SocksSpec};
-use serde_json::json;
 
 use super::machine::{Action, Check, LeaseAnswer, Limits, Next, Strategy};
 use super::output::Seen;
@@ -206,15 +206,19 @@ impl Pinggy {
 
     fn hold(&mut self, pair: PinggyPair, token: String, lease: Option<&Path>, out: &mut Vec<Action>) {
         out.push(Action::Event(
-            "tunnel_pair",
-            json!({ "public_url": pair.public_url, "secret": pair.token_secret, "lease": lease }),
+            TunnelPair {
+                public_url: pair.public_url.clone(),
+                secret: pair.token_secret.clone(),
+                lease: lease.map(Path::to_path_buf),
+            }
+            .into(),
         ));
         self.held = Some(Held { pair, token, leased: lease.is_some(), had_session: false });
     }
 
-    fn skip(&mut self, url: &str, why: String, event: serde_json::Value, out: &mut Vec<Action>) {
-        self.skipped.push((url.to_string(), why));
-        out.push(Action::Event("tunnel_pair_skipped", event));
+    fn skip(&mut self, why: String, event: TunnelPairSkipped, out: &mut Vec<Action>) {
+        self.skipped.push((event.public_url.clone(), why));
+        out.push(Action::Event(event.into()));
     }
 
     fn config(&self, held: &Held) -> Result<String, sshconf::ConfigError> {
@@ -262,10 +266,12 @@ impl Strategy for Pinggy {
             self.cursor += 1;
             let pair = self.pairs[i].clone();
             let Some(token) = self.tokens.get(&pair.token_secret).cloned() else {
-                let event =
-                    json!({ "public_url": pair.public_url, "reason": "missing_secret", "secret": pair.token_secret });
                 let why = format!("secret {} not in the secrets file", pair.token_secret);
-                self.skip(&pair.public_url, why, event, out);
+                let event = TunnelPairSkipped {
+                    secret: Some(pair.token_secret.clone()),
+                    ..skipped(&pair.public_url, "missing_secret")
+                };
+                self.skip(why, event, out);
                 continue;
             };
             if let Some(dir) = &self.spec.lock_dir {
@@ -290,15 +296,12 @@ impl Strategy for Pinggy {
         match answer {
             LeaseAnswer::Acquired(path) => self.hold(pair, token, Some(&path), out),
             LeaseAnswer::Held { holder, owner } => {
-                let event = json!({ "public_url": pair.public_url, "reason": "leased", "holder": owner });
-                self.skip(&pair.public_url, format!("leased by {holder}"), event, out);
+                let event = TunnelPairSkipped { holder: Some(owner), ..skipped(&pair.public_url, "leased") };
+                self.skip(format!("leased by {holder}"), event, out);
             }
             LeaseAnswer::Unavailable(error) => {
                 // A lock dir we cannot use must not stop the job: Pinggy's lock message still guards.
-                out.push(Action::Event(
-                    "tunnel_lease_unavailable",
-                    json!({ "dir": self.spec.lock_dir, "error": error }),
-                ));
+                out.push(Action::Event(TunnelLeaseUnavailable { dir: self.spec.lock_dir.clone(), error }.into()));
                 self.hold(pair, token, None, out);
             }
         }
@@ -338,8 +341,7 @@ impl Strategy for Pinggy {
         }
         let url = held.pair.public_url;
         out.push(Action::Note(format!("pair {url} is unusable ({cause}); moving to the next free pair")));
-        let event = json!({ "public_url": url, "reason": cause });
-        self.skip(&url, cause.to_string(), event, out);
+        self.skip(cause.to_string(), skipped(&url, cause), out);
         true
     }
 
@@ -360,6 +362,11 @@ impl Strategy for Pinggy {
     fn public_url(&self) -> Option<String> {
         self.held.as_ref().map(|h| h.pair.public_url.trim_end_matches('/').to_string())
     }
+}
+
+/// A `tunnel_pair_skipped` body with neither a secret nor a holder.
+fn skipped(public_url: &str, reason: &str) -> TunnelPairSkipped {
+    TunnelPairSkipped { public_url: public_url.to_string(), reason: reason.to_string(), secret: None, holder: None }
 }
 
 /// The pair order for a job: a rotation of the bank starting at a place derived from the job id,

@@ -5,6 +5,7 @@
 //! and `results`, and the test stand-ins read and write through these types.
 
 pub mod enginelog;
+pub mod events;
 pub mod harbor;
 pub mod lenient;
 pub mod vocab;
@@ -18,6 +19,7 @@ use serde_json::Value;
 use crate::fsread::{self, Links};
 pub use crate::records::{ENGINE_LOG, EVENTS_FILE, HARBOR_LOG, SPEC_FILE, STATUS_FILE, TUNNEL_LOG};
 use crate::records::{Phase, RunStatus};
+pub use events::{EventBody, EventFields, EventKind};
 
 /// The newest `status.json` version this build reads (payload writes [`crate::SPEC_VERSION`]).
 pub const STATUS_VERSION: u32 = crate::SPEC_VERSION;
@@ -119,7 +121,7 @@ pub fn with_final_outcome(mut status: RunStatus, events: &[Event]) -> RunStatus 
     let Some(started) = parse_time(&status.started_at) else { return status };
     let latest = events.iter().rev().filter(|e| e.event == EventKind::Outcome).find_map(|e| {
         parse_time(&e.at).filter(|at| *at >= started)?;
-        let outcome: crate::records::Outcome = serde_json::from_value(Value::Object(e.fields.clone())).ok()?;
+        let outcome: crate::records::Outcome = e.decode()?;
         Some((e.at.clone(), outcome))
     });
     if let Some((at, outcome)) = latest {
@@ -239,170 +241,8 @@ pub fn count_tasks(dataset: &Path) -> Option<u64> {
     (n > 0).then_some(n)
 }
 
-/// What an `events.jsonl` line records. Names are the wire format (snake_case); a name this build
-/// does not know reads as [`EventKind::Other`] (a newer payload), never as an error.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum EventKind {
-    Started,
-    SecretsLoaded,
-    Gpus,
-    Port,
-    /// The job's scratch dir on node-local disk was created (`dir`).
-    Scratch,
-    Phase,
-    EngineSpawned,
-    EngineReady,
-    EngineExited,
-    EngineUnhealthy,
-    /// Requests in flight and no token for `serve.hang_after_s` (payload's liveness rule).
-    EngineHung,
-    /// While loading, no new `vllm.log` bytes for `serve.load_stall_after_s` (engine_start/stalled).
-    EngineStalled,
-    /// While loading, `serve.ready_budget` passed with the load still making progress: the
-    /// deadline became the cap `serve.health_timeout_s` (progress is never cut short).
-    ReadyBudgetExceeded,
-    /// A server not of the engine's process tree answered readiness on its port (never taken
-    /// for the engine).
-    ForeignServer,
-    /// A multi-node engine (docs/multinode.md): the other nodes' srun step started, every rank
-    /// joined (with the node each runs on), the step ended, the step cancelled at teardown.
-    RanksSpawned,
-    RanksJoined,
-    RanksExited,
-    RanksCancelled,
-    HarborConfigCheck,
-    HarborSpawned,
-    HarborExited,
-    ResumeConfigsRewritten,
-    /// The model revision, program versions and dataset digest payload recorded before Harbor
-    /// started (`record`), and why any is missing (`missing`).
-    Provenance,
-    TunnelPrepared,
-    TunnelPair,
-    TunnelPairSkipped,
-    TunnelSpawned,
-    TunnelRestart,
-    TunnelFailed,
-    TunnelUrlMismatch,
-    TunnelLeaseUnavailable,
-    TunnelLeaseLost,
-    TunnelLeaseReleased,
-    TunnelExited,
-    TunnelConnected,
-    TunnelUp,
-    Signal,
-    TeardownStarted,
-    TeardownDone,
-    PostRunSkipped,
-    PostRunStarted,
-    PostRunFinished,
-    WriteFailures,
-    Outcome,
-    /// payload's heartbeat counters, at most every [`crate::records::HEARTBEAT_EVENT_EVERY_S`]
-    /// (`fields`: a [`crate::records::Heartbeat`] without the engine's counters): the history the
-    /// team view's charts draw, since `status.json` holds only the latest heartbeat.
-    Heartbeat,
-    /// A leg of a shared job (launch_spec::shared): `cancel.request` seen; the engine host said
-    /// the engine is gone; the leg uses the host's engine (`engine.json`).
-    CancelRequested,
-    EngineLost,
-    SharedEngine,
-    /// The engine host of a shared job: a leg's payload started, ended, was left alone (already
-    /// finished) or refused before it could start (its spec unreadable or another engine's).
-    LegSpawned,
-    LegEnded,
-    LegSkipped,
-    LegRefused,
-    Other(String),
-}
-
-const EVENT_NAMES: &[(&str, EventKind)] = &[
-    ("started", EventKind::Started),
-    ("secrets_loaded", EventKind::SecretsLoaded),
-    ("gpus", EventKind::Gpus),
-    ("port", EventKind::Port),
-    ("scratch", EventKind::Scratch),
-    ("phase", EventKind::Phase),
-    ("engine_spawned", EventKind::EngineSpawned),
-    ("engine_ready", EventKind::EngineReady),
-    ("engine_exited", EventKind::EngineExited),
-    ("engine_unhealthy", EventKind::EngineUnhealthy),
-    ("engine_hung", EventKind::EngineHung),
-    ("engine_stalled", EventKind::EngineStalled),
-    ("ready_budget_exceeded", EventKind::ReadyBudgetExceeded),
-    ("foreign_server", EventKind::ForeignServer),
-    ("ranks_spawned", EventKind::RanksSpawned),
-    ("ranks_joined", EventKind::RanksJoined),
-    ("ranks_exited", EventKind::RanksExited),
-    ("ranks_cancelled", EventKind::RanksCancelled),
-    ("harbor_config_check", EventKind::HarborConfigCheck),
-    ("harbor_spawned", EventKind::HarborSpawned),
-    ("harbor_exited", EventKind::HarborExited),
-    ("resume_configs_rewritten", EventKind::ResumeConfigsRewritten),
-    ("provenance", EventKind::Provenance),
-    ("tunnel_prepared", EventKind::TunnelPrepared),
-    ("tunnel_pair", EventKind::TunnelPair),
-    ("tunnel_pair_skipped", EventKind::TunnelPairSkipped),
-    ("tunnel_spawned", EventKind::TunnelSpawned),
-    ("tunnel_restart", EventKind::TunnelRestart),
-    ("tunnel_failed", EventKind::TunnelFailed),
-    ("tunnel_url_mismatch", EventKind::TunnelUrlMismatch),
-    ("tunnel_lease_unavailable", EventKind::TunnelLeaseUnavailable),
-    ("tunnel_lease_lost", EventKind::TunnelLeaseLost),
-    ("tunnel_lease_released", EventKind::TunnelLeaseReleased),
-    ("tunnel_exited", EventKind::TunnelExited),
-    ("tunnel_connected", EventKind::TunnelConnected),
-    ("tunnel_up", EventKind::TunnelUp),
-    ("signal", EventKind::Signal),
-    ("teardown_started", EventKind::TeardownStarted),
-    ("teardown_done", EventKind::TeardownDone),
-    ("post_run_skipped", EventKind::PostRunSkipped),
-    ("post_run_started", EventKind::PostRunStarted),
-    ("post_run_finished", EventKind::PostRunFinished),
-    ("write_failures", EventKind::WriteFailures),
-    ("outcome", EventKind::Outcome),
-    ("heartbeat", EventKind::Heartbeat),
-    ("cancel_requested", EventKind::CancelRequested),
-    ("engine_lost", EventKind::EngineLost),
-    ("shared_engine", EventKind::SharedEngine),
-    ("leg_spawned", EventKind::LegSpawned),
-    ("leg_ended", EventKind::LegEnded),
-    ("leg_skipped", EventKind::LegSkipped),
-    ("leg_refused", EventKind::LegRefused),
-];
-
-impl EventKind {
-    pub fn as_str(&self) -> &str {
-        match self {
-            EventKind::Other(name) => name,
-            known => EVENT_NAMES.iter().find(|(_, k)| k == known).map_or("other", |(n, _)| n),
-        }
-    }
-}
-
-impl From<&str> for EventKind {
-    fn from(name: &str) -> Self {
-        EVENT_NAMES
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map_or_else(|| EventKind::Other(name.to_string()), |(_, k)| k.clone())
-    }
-}
-
-impl Serialize for EventKind {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
-
-impl<'de> Deserialize<'de> for EventKind {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let name = std::borrow::Cow::<str>::deserialize(d)?;
-        Ok(EventKind::from(name.as_ref()))
-    }
-}
-
-/// One line of `events.jsonl`.
+/// One line of `events.jsonl`: the raw `fields` of any kind (a newer payload's too); a known
+/// kind's typed body through [`Event::decode`] / [`Event::body`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
     pub at: String,
@@ -412,14 +252,29 @@ pub struct Event {
 }
 
 impl Event {
+    /// The line payload writes for `body` at `at`.
+    pub fn new(at: String, body: &EventBody) -> Result<Self, serde_json::Error> {
+        Ok(Event { at, event: body.kind(), fields: body.to_fields()? })
+    }
+
+    /// The typed body when this line is of `T`'s kind and its fields decode as one.
+    pub fn decode<T: EventFields>(&self) -> Option<T> {
+        (self.event == T::KIND).then(|| T::deserialize(&self.fields).ok())?
+    }
+
+    /// The typed body of a known kind; `None` for another version's kind or fields that do not decode.
+    pub fn body(&self) -> Option<EventBody> {
+        EventBody::from_fields(&self.event, &self.fields)?.ok()
+    }
+
     /// The phase a `phase` event entered.
     pub fn phase(&self) -> Option<Phase> {
-        (self.event == EventKind::Phase).then(|| serde_json::from_value(self.fields.get("phase")?.clone()).ok())?
+        self.decode::<events::PhaseEntered>().map(|p| p.phase)
     }
 
     /// The public URL of the pair a `tunnel_pair` event took.
-    pub fn pair_url(&self) -> Option<&str> {
-        (self.event == EventKind::TunnelPair).then(|| self.fields.get("public_url")?.as_str())?
+    pub fn pair_url(&self) -> Option<String> {
+        self.decode::<events::TunnelPair>().map(|p| p.public_url)
     }
 }
 
@@ -467,12 +322,6 @@ pub fn read_events_where(dir: &Path, keep: impl Fn(&EventKind) -> bool) -> Vec<E
     kept.into()
 }
 
-/// The fields of a `heartbeat` event: the heartbeat without the engine's counters (they stay in
-/// `status.json`; the history needs the cumulative counts only).
-pub fn heartbeat_event_fields(hb: &crate::records::Heartbeat) -> Value {
-    serde_json::to_value(crate::records::Heartbeat { engine: None, ..hb.clone() }).unwrap_or(Value::Null)
-}
-
 /// The heartbeat history of a run dir: its `heartbeat` events (the latest
 /// [`MAX_EVENTS_KEPT`] of the tail [`read_events_where`] reads), then `status.json`'s current
 /// heartbeat when it is newer, oldest first. Events that do not parse as a heartbeat are skipped.
@@ -482,7 +331,7 @@ pub fn heartbeat_history(dir: &Path, status: Option<&RunStatus>) -> Vec<crate::r
     let since = status.and_then(|s| parse_time(&s.started_at));
     let mut beats: Vec<crate::records::Heartbeat> = read_events_where(dir, |k| *k == EventKind::Heartbeat)
         .into_iter()
-        .filter_map(|e| serde_json::from_value(Value::Object(e.fields)).ok())
+        .filter_map(|e| e.decode())
         .filter(|h: &crate::records::Heartbeat| since.is_none_or(|t| parse_time(&h.at).is_some_and(|at| at >= t)))
         .collect();
     if let Some(current) = status.and_then(|s| s.heartbeat.as_ref()) {
@@ -523,10 +372,6 @@ mod tests {
         let other: Event = serde_json::from_str(r#"{"at":"x","event":"from_the_future"}"#).unwrap();
         assert_eq!(other.event, EventKind::Other("from_the_future".into()));
         assert_eq!(other.event.as_str(), "from_the_future");
-        for (name, kind) in EVENT_NAMES {
-            assert_eq!(EventKind::from(*name), *kind);
-            assert_eq!(kind.as_str(), *name);
-        }
     }
 
     #[test]
@@ -546,11 +391,7 @@ mod tests {
             engine: None,
         };
         let line = |hb: &Heartbeat| {
-            let e = Event {
-                at: hb.at.clone(),
-                event: EventKind::Heartbeat,
-                fields: heartbeat_event_fields(hb).as_object().unwrap().clone(),
-            };
+            let e = Event::new(hb.at.clone(), &events::heartbeat(hb).into()).unwrap();
             serde_json::to_string(&e).unwrap() + "\n"
         };
         // An earlier job's beat (before this status.json's start), two of this job's, a broken one.

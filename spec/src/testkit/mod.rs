@@ -8,5 +8,5 @@ pub mod rundir;
 pub mod spec;
 pub mod world;
 
-pub use rundir::{Counters, Finished, HarborJob, JobResult, RunDir, Stage, Trial, VllmLog};
+pub use rundir::{Counters, Finished, HarborJob, JobResult, RunDir, Stage, Trial, VllmLog, assert_typed_event_line};
 pub use spec::{TestSpec, unit_spec};

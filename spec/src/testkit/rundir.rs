@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::records::{Heartbeat, Phase, RunStatus};
 use crate::rundir::enginelog::access_line;
-use crate::rundir::{ENGINE_LOG, EVENTS_FILE, Event, EventKind, SPEC_FILE, STATUS_FILE};
+use crate::rundir::{ENGINE_LOG, EVENTS_FILE, Event, SPEC_FILE, STATUS_FILE};
 use crate::spec::LaunchSpec;
 
 /// payload's record stamps (RFC 3339 UTC, microseconds).
@@ -119,19 +119,26 @@ impl RunDir {
     }
 }
 
+/// Holds one `events.jsonl` line a real payload wrote to the typed bodies (crate::rundir::events):
+/// it decodes to its kind's body, which writes the line back byte for byte. Panics otherwise.
+pub fn assert_typed_event_line(line: &str) {
+    let event: Event = serde_json::from_str(line).unwrap_or_else(|e| panic!("not an event line ({e}): {line}"));
+    let body = event.body().unwrap_or_else(|| panic!("no typed body for {line}"));
+    let again = serde_json::to_string(&Event::new(event.at.clone(), &body).expect("a body serialises"))
+        .expect("an event serialises");
+    assert_eq!(again, line, "the typed body does not write the line back");
+}
+
 /// A `phase` event.
 pub fn phase_event(at: DateTime<Utc>, phase: Phase) -> Event {
-    let mut fields = serde_json::Map::new();
-    fields.insert("phase".into(), serde_json::to_value(phase).expect("phase serialises"));
-    Event { at: iso(at), event: EventKind::Phase, fields }
+    Event::new(iso(at), &crate::rundir::events::PhaseEntered { phase }.into()).expect("phase serialises")
 }
 
 /// A `heartbeat` event as payload appends it: the counters of `running_status`'s heartbeat at `at`.
 pub fn heartbeat_event(at: DateTime<Utc>, counters: Counters) -> Event {
     let status = running_status("-", "0", at, at, counters, at);
     let hb = status.heartbeat.expect("running_status has a heartbeat");
-    let fields = crate::rundir::heartbeat_event_fields(&hb).as_object().cloned().unwrap_or_default();
-    Event { at: iso(at), event: EventKind::Heartbeat, fields }
+    Event::new(iso(at), &crate::rundir::events::heartbeat(&hb).into()).expect("heartbeat serialises")
 }
 
 /// payload's heartbeat counters: completions (ok, 4xx, 5xx), trials (started, finished, errored).

@@ -293,7 +293,7 @@ pub fn check_run_dir(dir: &Path, settings: &VerifySettings, now: DateTime<Utc>) 
 }
 
 fn read_launch(view: Option<LaunchView>, events: &[rundir::Event]) -> Launch {
-    let held_url = events.iter().rev().find_map(|e| e.pair_url()).map(str::to_string);
+    let held_url = events.iter().rev().find_map(|e| e.pair_url());
     let Some(spec) = view else { return Launch { held_url, ..Launch::default() } };
     let LaunchView { run_tag, tunnel, harbor, .. } = spec;
     Launch { held_url, run_tag, tunnel_kind: tunnel.kind, public_url: tunnel.public_url, agent: harbor.agent }
