@@ -89,16 +89,28 @@ impl GpuProfiles {
     }
 }
 
-/// Precedence for the value used: operator override in the spec > cluster override > GPU profile.
+/// The ceiling a job runs with, by the one precedence ([`crate::settings::Layers`]): the spec's
+/// override (the command line's or the preset's) > the cluster profile's > the GPU profile's.
+/// The second value is the source as payload records it (`gpu.json`, `plan`).
 pub fn effective_gpu_memory_utilization(
     spec_override: Option<f64>,
     cluster_override: Option<f64>,
     profile: Option<&GpuProfile>,
 ) -> Option<(f64, &'static str)> {
-    spec_override
-        .map(|value| (value, "launch spec override"))
-        .or(cluster_override.map(|value| (value, "cluster override")))
-        .or(profile.map(|p| (p.gpu_memory_utilization, "GPU profile")))
+    use crate::settings::{Layers, Source, at};
+    let chosen = Layers {
+        cli: at(spec_override, Source::Spec),
+        preset: None,
+        profile: at(cluster_override, Source::Profile(String::new())),
+        gpu_profile: at(profile.map(|p| p.gpu_memory_utilization), Source::GpuProfile(String::new())),
+    }
+    .resolve()?;
+    let label = match chosen.source {
+        Source::Spec => "launch spec override",
+        Source::Profile(_) => "cluster override",
+        _ => "GPU profile",
+    };
+    Some((chosen.value, label))
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ pub mod gpu;
 pub mod layout;
 pub mod records;
 pub mod rundir;
+pub mod settings;
 pub mod shared;
 pub mod spec;
 mod strict_de;

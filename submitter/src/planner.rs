@@ -18,9 +18,10 @@ use crate::config::{Allocation, Preset};
 use crate::decide::{self, Action, Decision, LatestAttempt, PairHistory, Policy, Prerequisite};
 use crate::domain::{Continuation, SlurmView};
 use crate::ledger::PairState;
-use crate::queue::{JobInputs, SlurmChoice, SlurmOverrides, sbatch_request, spec_path};
+use crate::queue::{JobInputs, SlurmOverrides, sbatch_request, spec_path};
 use crate::registry::{Resolved, names};
-use crate::selection::{AllocationSource, Concurrency, Leg, allocation_for};
+use crate::selection::{Concurrency, Leg};
+use crate::settings::{Choices, ResolvedSettings};
 use crate::slurm::{SubmitRequest, build_sbatch_args};
 use crate::snapshot::Snapshot;
 use crate::spec_build::{SpecBuilder, SpecOverrides};
@@ -110,8 +111,9 @@ pub struct PlannedJob {
     pub overrides: SpecOverrides,
     /// What remediation changes in this pair's launch (its ledger adjustment), in words.
     pub remedy: Option<String>,
-    /// One job per leg, or one shared job per model, and which setting chose it.
-    pub allocation: (Allocation, AllocationSource),
+    /// Every setting of the pair's job with where it came from (`plan` prints them); one job per
+    /// leg or one shared job per model is its `allocation`.
+    pub settings: ResolvedSettings,
     /// The shared job it is a leg of (its group tag; [`Plan::shared`]). Its own `sbatch` and
     /// `request` are then `None`: the job's are the group's.
     pub shared_job: Option<String>,
@@ -263,12 +265,11 @@ fn plan_pairs(inputs: &PlanInputs, snapshot: &Snapshot) -> Vec<PlannedJob> {
     let mut planned = Vec::with_capacity(inputs.models.len() * inputs.legs.len());
     for model in inputs.models {
         for leg in inputs.legs {
-            let choice = SlurmChoice::for_leg(inputs.context.cluster, &leg.preset, inputs.slurm);
             let context = inputs.context;
             let tunnel = context
                 .agent(model, &leg.preset, inputs.overrides)
                 .and_then(|agent| {
-                    crate::spec_build::describe_tunnel(context.cluster, &agent, &|f, p| context.expand(f, p))
+                    crate::spec_build::describe_tunnel(context.cluster(), &agent, &|f, p| context.expand(f, p))
                 })
                 .unwrap_or_else(|e| format!("refused: {e}"));
             for dataset in &leg.preset.datasets {
@@ -277,7 +278,7 @@ fn plan_pairs(inputs: &PlanInputs, snapshot: &Snapshot) -> Vec<PlannedJob> {
                     dataset: Some(dataset.clone()),
                     ..inputs.overrides.clone()
                 };
-                let mut job = plan_pair(inputs, snapshot, model, leg, &choice, overrides);
+                let mut job = plan_pair(inputs, snapshot, model, leg, overrides);
                 job.tunnel = tunnel.clone();
                 if job.queues() {
                     let in_flight = snapshot.in_flight + queued;
@@ -297,20 +298,19 @@ fn plan_pairs(inputs: &PlanInputs, snapshot: &Snapshot) -> Vec<PlannedJob> {
     planned
 }
 
-fn plan_pair(
-    inputs: &PlanInputs,
-    snapshot: &Snapshot,
-    model: &str,
-    leg: &Leg,
-    choice: &SlurmChoice,
-    overrides: SpecOverrides,
-) -> PlannedJob {
+fn plan_pair(inputs: &PlanInputs, snapshot: &Snapshot, model: &str, leg: &Leg, overrides: SpecOverrides) -> PlannedJob {
     let context = inputs.context;
     let dataset = overrides.dataset.clone().unwrap_or_default();
     let benchmark = Preset::benchmark_of(&dataset);
     let family = snapshot.family_of(&benchmark);
     // An agent that does not resolve is refused when the spec is built; until then the preset's.
     let agent = context.agent(model, &leg.preset, &overrides).unwrap_or_else(|_| leg.preset.agent().to_string());
+    // A pair whose serve settings do not resolve is still decided (a finished pair stays a skip,
+    // not a failure on every launch); only if it would be queued is it refused.
+    let resolved = context.resolve(model, &leg.preset, &overrides).map(|(resolved, _layout)| resolved);
+    let choices = Choices { spec: &overrides, slurm: inputs.slurm, allocation: inputs.allocation };
+    let settings = context.settings(model, &leg.preset, choices, resolved.as_ref().ok());
+    let choice = settings.slurm_choice();
     let mut job = PlannedJob {
         model: model.to_string(),
         preset: leg.name.clone(),
@@ -346,14 +346,11 @@ fn plan_pair(
         dataset,
         overrides,
         remedy: None,
-        allocation: allocation_for(inputs.allocation, &leg.preset, context.cluster.allocation),
+        settings,
         shared_job: None,
         allocation_note: None,
         latest_attempt: None,
     };
-    // A pair whose serve settings do not resolve is still decided (a finished pair stays a skip,
-    // not a failure on every launch); only if it would be queued is it refused.
-    let resolved = context.resolve(model, &leg.preset, &job.overrides).map(|(resolved, _layout)| resolved);
     if let Ok(resolved) = &resolved {
         job.resources.gpus = resolved.gpus();
         job.resources.tensor_parallel_size = resolved.tensor_parallel_size;
@@ -365,7 +362,7 @@ fn plan_pair(
     let pair = snapshot.pairs.get(&(model.to_string(), family, agent));
     job.latest_attempt = pair.map(|p| p.latest.id.0);
     let timeout_multiplier = resolved.as_ref().map_or(f64::NAN, |r| r.timeout_multiplier);
-    let history = pair_history(pair, timeout_multiplier, &job, &leg.preset, snapshot);
+    let history = pair_history(pair, timeout_multiplier, &job, snapshot);
     let slurm = match pair.map(|p| &p.latest) {
         Some(latest) if latest.status.is_active() && latest.cluster == snapshot.cluster => {
             latest.slurm_job_id.as_ref().map(|id| snapshot.jobs.get(id).copied().unwrap_or(SlurmView::Gone))
@@ -419,14 +416,14 @@ fn plan_pair(
     job.run_tag = spec.run_tag.clone();
     let path = spec_path(&spec);
     let request = sbatch_request(&JobInputs {
-        cluster: context.cluster,
+        cluster: context.cluster(),
         spec: &spec,
         spec_path: &path,
         script: &inputs.executables.script,
         payload_bin: &inputs.executables.payload_bin,
         prelude: inputs.executables.prelude.as_deref(),
-        choice,
-        benchmark_short: leg.short(),
+        choice: &choice,
+        job_name: &job.job_name,
         dependency: None,
         environment: inputs.environment,
     })
@@ -459,7 +456,9 @@ fn plan_pair(
 fn group_shared(inputs: &PlanInputs, jobs: &mut [PlannedJob]) -> Vec<SharedJob> {
     let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
     for (i, job) in jobs.iter().enumerate() {
-        let Some(spec) = job.spec.as_ref().filter(|_| job.queues() && job.allocation.0 == Allocation::Shared) else {
+        let Some(spec) =
+            job.spec.as_ref().filter(|_| job.queues() && job.settings.allocation.value == Allocation::Shared)
+        else {
             continue;
         };
         let r = &job.resources;
@@ -607,7 +606,6 @@ fn pair_history(
     pair: Option<&PairState>,
     timeout_multiplier: f64,
     job: &PlannedJob,
-    preset: &Preset,
     snapshot: &Snapshot,
 ) -> PairHistory {
     let overrides = &job.overrides;
@@ -622,7 +620,7 @@ fn pair_history(
     let config_matches = stored_timeout == Some(timeout_multiplier)
         && stored_overrides == overrides_json(&comparable)
         && recorded_as("agent", json!(job.agent))
-        && recorded_as("n_attempts", json!(crate::spec_build::preset_n_attempts(preset)));
+        && recorded_as("n_attempts", json!(job.settings.n_attempts.value));
     PairHistory {
         latest: Some(LatestAttempt {
             id: latest.id.0,
@@ -646,12 +644,10 @@ fn pair_history(
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-
     use super::*;
-    use crate::config::{self, ConfigRoot};
     use crate::ledger::{Attempt, AttemptId, AttemptStatus};
-    use crate::registry::Registry;
+    use crate::settings::{Source, Sourced};
+    use crate::testkit::Shipped;
 
     fn attempt(id: i64, model: &str, status: AttemptStatus, config: Value) -> Attempt {
         let at = chrono::DateTime::from_timestamp(1_700_000_000, 0).unwrap();
@@ -695,25 +691,17 @@ mod tests {
     /// The planner over a hand-made snapshot: no ledger, no Slurm, no files but the configuration.
     #[test]
     fn plans_skip_continue_refuse_and_throttle_from_the_snapshot_alone() {
-        let root = ConfigRoot { root: Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf() };
-        let mut cluster = config::load_cluster(&root.clusters_dir(), "local").unwrap();
+        let mut shipped = Shipped::load();
+        let mut cluster = shipped.cluster("local");
         cluster.paths.jobs_dir = "/jobs".into();
-        let gpus = config::load_gpu_profiles(&root.clusters_dir()).unwrap();
-        let mut registry = Registry::load(&root.registry_dir()).unwrap();
+        let registry = &mut shipped.registry;
         let mut broken = registry.models["Qwen/Qwen3-8B"].clone();
         broken.id = "test/Broken-1B".into();
         broken.base.conda_env = Some("no-such-env".into());
         broken.variants.clear();
         registry.models.insert("test/Broken-1B".into(), broken);
-        let harbor = root.harbor_configs_dir();
-        let context = SpecBuilder {
-            cluster: &cluster,
-            gpu_profiles: &gpus,
-            registry: &registry,
-            harbor_configs_dir: &harbor,
-            root: &root.root,
-        };
-        let legs = [Leg { name: "tb2".into(), preset: config::load_preset(&root.presets_dir(), "tb2").unwrap() }];
+        let context = shipped.builder(&cluster);
+        let legs = [Leg { name: "tb2".into(), preset: shipped.preset("tb2") }];
         let models: Vec<String> =
             ["org/Done-1B", "org/Wall-1B", "test/Broken-1B", "org/New-1B", "org/Late-1B"].map(String::from).to_vec();
         // Recorded under the config that would be used now: a continuation, not a fresh run.
@@ -785,21 +773,12 @@ mod tests {
     /// max_num_seqs is raised to the legs' Σ n_concurrent on every leg alike.
     #[test]
     fn shared_legs_of_one_model_are_one_job_with_capacity_and_walltime_reconciled() {
-        let root = ConfigRoot { root: Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf() };
-        let mut cluster = config::load_cluster(&root.clusters_dir(), "local").unwrap();
+        let shipped = Shipped::load();
+        let mut cluster = shipped.cluster("local");
         cluster.paths.jobs_dir = "/jobs".into();
         cluster.limits.n_concurrent_ceiling = None;
-        let gpus = config::load_gpu_profiles(&root.clusters_dir()).unwrap();
-        let registry = Registry::load(&root.registry_dir()).unwrap();
-        let harbor = root.harbor_configs_dir();
-        let context = SpecBuilder {
-            cluster: &cluster,
-            gpu_profiles: &gpus,
-            registry: &registry,
-            harbor_configs_dir: &harbor,
-            root: &root.root,
-        };
-        let legs = crate::selection::legs(&root.presets_dir(), &["ID".into()], &[]).unwrap();
+        let context = shipped.builder(&cluster);
+        let legs = crate::selection::legs(&shipped.root.presets_dir(), &["ID".into()], &[]).unwrap();
         let models: Vec<String> = ["org/All-1B", "org/Two-1B", "org/One-1B"].map(String::from).to_vec();
         let done = |model: &str, benchmark: &str| {
             let mut a = attempt(1, model, AttemptStatus::Finished, json!({}));
@@ -871,7 +850,7 @@ mod tests {
             let job = &planned.jobs[i];
             assert_eq!(job.shared_job.as_deref(), Some(all.group_tag.as_str()));
             assert!(job.sbatch.is_none() && job.request.is_none(), "the job's argv is the group's, once");
-            assert_eq!(job.allocation, (Allocation::Shared, AllocationSource::CommandLine));
+            assert_eq!(job.settings.allocation, Sourced::new(Allocation::Shared, Source::Cli));
         }
         assert_eq!(planned.shared[1].legs.len(), 2, "org/Two-1B: swebench and v2 left");
         let one: Vec<&PlannedJob> = planned.jobs.iter().filter(|j| j.model == "org/One-1B" && j.queues()).collect();
