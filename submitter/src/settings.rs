@@ -90,6 +90,11 @@ pub struct ResolvedSettings {
     /// vLLM's GPU-memory ceiling; `None` when nothing below payload sets it (payload's GPU profile).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_memory_utilization: Option<Sourced<f64>>,
+    /// The Harbor job config as its level names it (a file in `presets/harbor/`, or a path).
+    #[serde(rename = "harbor_config")]
+    pub harbor_config_name: Sourced<String>,
+    /// The same, as a path.
+    #[serde(skip)]
     pub harbor_config: Sourced<PathBuf>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout_multiplier: Option<Sourced<f64>>,
@@ -134,29 +139,29 @@ impl ResolvedSettings {
             profile: at(cluster.hardware.gpu_memory_utilization, profile()),
             gpu_profile: levels.gpu_profile.map(|p| (p.gpu_memory_utilization, Source::GpuProfile(p.name.clone()))),
         }
-        .resolve();
-        let config = |name: &str| harbor_config_path(levels.harbor_configs_dir, name);
-        let config_file = |name: &str| {
-            let path = config(name);
-            path.file_name().map_or(name.to_string(), |f| f.to_string_lossy().into_owned())
-        };
+        .resolve()
+        .map(|mut g| {
+            if matches!(g.source, Source::GpuProfile(_)) {
+                // Matched from the profile's hardware; payload matches the GPUs on the node.
+                g.note = Some("payload matches the node's GPUs".into());
+            }
+            g
+        });
         // The explicit configs (whose own timeout_multiplier is used) before the base ones.
-        let harbor_config = first_set([
-            (cli.harbor_config.as_deref().map(config), Source::Cli),
-            (preset.harbor_config.as_deref().map(config), preset_src()),
-            (cli.config_yaml.as_deref().map(config), Source::Cli),
-            (preset.config_yaml.as_deref().map(config), preset_src()),
+        let harbor_config_name = first_set([
+            (cli.harbor_config.clone(), Source::Cli),
+            (preset.harbor_config.clone(), preset_src()),
+            (cli.config_yaml.clone(), Source::Cli),
+            (preset.config_yaml.clone(), preset_src()),
         ])
         .unwrap_or_else(|| {
-            Sourced::new(config(&levels.size_band_config), Source::Registry("_timeouts.yaml size band".into()))
+            Sourced::new(levels.size_band_config.clone(), Source::Registry("_timeouts.yaml size band".into()))
         });
+        let harbor_config = harbor_config_name.clone().map(|name| harbor_config_path(levels.harbor_configs_dir, &name));
         let timeout_multiplier = levels.registry.map(|resolved| {
             let source = match resolved.timeout_source {
                 TimeoutSource::Cli => Source::Cli,
-                TimeoutSource::HarborConfig => {
-                    let name = cli.harbor_config.as_deref().or(preset.harbor_config.as_deref()).unwrap_or_default();
-                    Source::HarborConfig(config_file(name))
-                }
+                TimeoutSource::HarborConfig => Source::HarborConfig(harbor_config_name.value.clone()),
                 TimeoutSource::Registry => Source::Registry(levels.model.to_string()),
                 TimeoutSource::Size => Source::Registry("_timeouts.yaml size band".into()),
                 TimeoutSource::Fallback => Source::Registry("_timeouts.yaml fallback".into()),
@@ -218,6 +223,7 @@ impl ResolvedSettings {
             n_attempts: Layers { preset: at(preset.n_attempts, preset_src()), ..Layers::default() }
                 .or_default(DEFAULT_N_ATTEMPTS),
             gpu_memory_utilization,
+            harbor_config_name,
             harbor_config,
             timeout_multiplier,
             agent_parser,
@@ -259,8 +265,7 @@ impl ResolvedSettings {
         if let Some(g) = &self.gpu_memory_utilization {
             out.push(format!("gpu_memory_utilization {}", g.describe()));
         }
-        let file = |p: &PathBuf| p.file_name().map_or_else(|| p.display().to_string(), |f| f.to_string_lossy().into());
-        out.push(format!("harbor_config {}", self.harbor_config.describe_with(file)));
+        out.push(format!("harbor_config {}", self.harbor_config_name.describe()));
         if let Some(t) = &self.timeout_multiplier {
             out.push(format!("timeout_multiplier {}", t.describe_with(|v| format!("{v:.1}"))));
         }
