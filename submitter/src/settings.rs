@@ -108,6 +108,9 @@ pub struct ResolvedSettings {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reservation: Option<Sourced<String>>,
     pub time: Sourced<String>,
+    /// The serving environment: the model's registry `conda_env`, else the profile's
+    /// `engine.default_environment`.
+    pub engine_environment: Sourced<String>,
     #[serde(serialize_with = "allocation_text")]
     pub allocation: Sourced<Allocation>,
 }
@@ -148,15 +151,18 @@ impl ResolvedSettings {
             g
         });
         // The explicit configs (whose own timeout_multiplier is used) before the base ones.
-        let harbor_config_name = first_set([
-            (cli.harbor_config.clone(), Source::Cli),
-            (preset.harbor_config.clone(), preset_src()),
-            (cli.config_yaml.clone(), Source::Cli),
-            (preset.config_yaml.clone(), preset_src()),
-        ])
-        .unwrap_or_else(|| {
-            Sourced::new(levels.size_band_config.clone(), Source::Registry("_timeouts.yaml size band".into()))
-        });
+        let harbor_config_name = explicit_harbor_config(cli, preset)
+            .or_else(|| {
+                Layers {
+                    cli: at(cli.config_yaml.clone(), Source::Cli),
+                    preset: at(preset.config_yaml.clone(), preset_src()),
+                    ..Layers::default()
+                }
+                .resolve()
+            })
+            .unwrap_or_else(|| {
+                Sourced::new(levels.size_band_config.clone(), Source::Registry("_timeouts.yaml size band".into()))
+            });
         let harbor_config = harbor_config_name.clone().map(|name| harbor_config_path(levels.harbor_configs_dir, &name));
         let timeout_multiplier = levels.registry.map(|resolved| {
             let source = match resolved.timeout_source {
@@ -217,7 +223,13 @@ impl ResolvedSettings {
             gpu_profile: None,
         }
         .or_default(Allocation::PerLeg);
+        let engine_environment = first_set([
+            (levels.registry.and_then(|r| r.conda_env.clone()), Source::Registry(levels.model.to_string())),
+            (Some(cluster.engine.default_environment.clone()), profile()),
+        ])
+        .unwrap_or_else(|| Sourced::new(cluster.engine.default_environment.clone(), profile()));
         ResolvedSettings {
+            engine_environment,
             n_concurrent,
             n_concurrent_capped_from,
             n_attempts: Layers { preset: at(preset.n_attempts, preset_src()), ..Layers::default() }
@@ -283,9 +295,21 @@ impl ResolvedSettings {
             out.push(format!("reservation {}", r.describe()));
         }
         out.push(format!("time {}", self.time.describe()));
+        out.push(format!("engine_environment {}", self.engine_environment.describe()));
         out.push(format!("allocation {}", self.allocation.describe_with(|a| a.as_str().to_string())));
         out
     }
+}
+
+/// The explicit Harbor job config (`--harbor-config`, else the preset's `harbor_config`), whose own
+/// `timeout_multiplier` is used (docs/design.md §4.3); the first levels of `harbor_config`.
+pub fn explicit_harbor_config(cli: &SpecOverrides, preset: &Preset) -> Option<Sourced<String>> {
+    Layers {
+        cli: at(cli.harbor_config.clone(), Source::Cli),
+        preset: at(preset.harbor_config.clone(), Source::Preset(preset.name.clone())),
+        ..Layers::default()
+    }
+    .resolve()
 }
 
 /// `value` no higher than `ceiling` (the profile's): a capped value's source is the ceiling's,

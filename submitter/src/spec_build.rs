@@ -305,8 +305,8 @@ impl SpecBuilder<'_> {
     /// The explicit Harbor config (`--harbor-config`, else the preset's `harbor_config`), if any:
     /// the resolved config when an explicit level set it.
     pub fn explicit_harbor_config(&self, preset: &Preset, overrides: &SpecOverrides) -> Option<PathBuf> {
-        let name = overrides.harbor_config.as_deref().or(preset.harbor_config.as_deref())?;
-        Some(harbor_config_path(self.harbor_configs_dir, name))
+        let name = crate::settings::explicit_harbor_config(overrides, preset)?;
+        Some(harbor_config_path(self.harbor_configs_dir, &name.value))
     }
 
     /// The Harbor config a job of `model` runs ([`ResolvedSettings::harbor_config`]): the explicit
@@ -371,18 +371,17 @@ impl SpecBuilder<'_> {
         let agent = self.agent(model, preset, overrides)?;
         let run_tag = names::eval_run_tag(&benchmark, model, &agent);
         let jobs_dir = self.expand("paths.jobs_dir", &cluster.paths.jobs_dir)?;
-        let serve_env_name = resolved.conda_env.clone().unwrap_or_else(|| cluster.engine.default_environment.clone());
-        let wanted_by = if resolved.conda_env.is_some() {
-            format!("model {model}")
-        } else {
-            "engine.default_environment".to_string()
+        let settings = self.settings(model, preset, Choices::spec_only(overrides), Some(&resolved));
+        let serve_env_name = settings.engine_environment.value.clone();
+        let wanted_by = match &settings.engine_environment.source {
+            crate::settings::Source::Registry(_) => format!("model {model}"),
+            _ => "engine.default_environment".to_string(),
         };
         let (serve_prefix, serve_env) = self.environment(&serve_env_name, &wanted_by)?;
         let (harbor_prefix, harbor_env) = self.environment(&cluster.harbor.environment, "harbor.environment")?;
         let dialect = harbor_env.harbor_dialect();
         let agent_kwargs = launch_spec::versions::translate_agent_kwargs(&resolved.agent_kwargs, dialect)
             .map_err(|e| SpecBuildError::AgentKwarg { model: model.to_string(), reason: e.to_string() })?;
-        let settings = self.settings(model, preset, Choices::spec_only(overrides), Some(&resolved));
         if let Some(asked) = settings.n_concurrent_capped_from {
             // Never a silent cap (issue 20): `plan`, `launch` and `spec` say so.
             tracing::warn!(
