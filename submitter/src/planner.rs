@@ -645,33 +645,16 @@ fn pair_history(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::{Attempt, AttemptId, AttemptStatus};
+    use crate::ledger::{Attempt, AttemptStatus};
     use crate::settings::{Source, Sourced};
     use crate::testkit::Shipped;
 
     fn attempt(id: i64, model: &str, status: AttemptStatus, config: Value) -> Attempt {
-        let at = chrono::DateTime::from_timestamp(1_700_000_000, 0).unwrap();
-        Attempt {
-            id: AttemptId(id),
-            model: model.into(),
-            benchmark: "terminal_bench_2".into(),
-            benchmark_family: "terminal_bench_2".into(),
-            cluster: "local".into(),
-            username: "u".into(),
-            run_tag: names::run_tag("terminal_bench_2", model),
-            slurm_job_id: Some("1".into()),
-            status,
-            reason: String::new(),
-            config,
-            metrics: (status == AttemptStatus::Finished).then(|| json!({"mean_reward": 0.5})),
-            attempt: 1,
-            submitted_at: at,
-            started_at: None,
-            ended_at: None,
-            updated_at: at,
-            agent: "terminus-2".into(),
-            source_id: None,
-        }
+        let mut a = crate::testkit::attempt(id, model, "terminal_bench_2", status);
+        a.slurm_job_id = Some("1".into());
+        a.config = config;
+        a.metrics = (status == AttemptStatus::Finished).then(|| json!({"mean_reward": 0.5}));
+        a
     }
 
     fn pair(latest: Attempt, failed: u32, resumable: bool) -> (crate::snapshot::PairKey, PairState) {
@@ -686,6 +669,65 @@ mod tests {
             latest_resumable: resumable,
         };
         (key, state)
+    }
+
+    /// The planner's inputs besides the configuration, the legs and the models: no overrides, no
+    /// environment, the test's attempt limit and concurrency.
+    struct Fixed {
+        executables: Executables,
+        policy: Policy,
+        overrides: SpecOverrides,
+        concurrency: Concurrency,
+        slurm: SlurmOverrides,
+    }
+
+    fn no_environment(_: &str) -> Option<String> {
+        None
+    }
+
+    impl Fixed {
+        fn new(max_failed_attempts: u32, concurrency: Concurrency) -> Fixed {
+            Fixed {
+                executables: Executables {
+                    payload_bin: "/bin/payload".into(),
+                    script: "/repo/sbatch/payload.sbatch".into(),
+                    prelude: None,
+                },
+                policy: Policy {
+                    max_failed_attempts,
+                    stale_pending_s: 3600,
+                    config_aware: false,
+                    force: false,
+                    max_continuations: 5,
+                },
+                overrides: SpecOverrides::default(),
+                concurrency,
+                slurm: SlurmOverrides::default(),
+            }
+        }
+
+        fn inputs<'a>(
+            &'a self,
+            context: &'a SpecBuilder<'a>,
+            legs: &'a [Leg],
+            models: &'a [String],
+            max_in_flight: u32,
+            allocation: Option<Allocation>,
+        ) -> PlanInputs<'a> {
+            PlanInputs {
+                context,
+                legs,
+                models,
+                overrides: &self.overrides,
+                concurrency: &self.concurrency,
+                slurm: &self.slurm,
+                executables: &self.executables,
+                environment: &no_environment,
+                policy: &self.policy,
+                max_in_flight,
+                allocation,
+            }
+        }
     }
 
     /// The planner over a hand-made snapshot: no ledger, no Slurm, no files but the configuration.
@@ -721,32 +763,8 @@ mod tests {
             in_flight: 0,
             ..Snapshot::default()
         };
-        let executables = Executables {
-            payload_bin: "/bin/payload".into(),
-            script: "/repo/sbatch/payload.sbatch".into(),
-            prelude: None,
-        };
-        let environment = |_: &str| None;
-        let policy = Policy {
-            max_failed_attempts: 2,
-            stale_pending_s: 3600,
-            config_aware: false,
-            force: false,
-            max_continuations: 5,
-        };
-        let inputs = PlanInputs {
-            context: &context,
-            legs: &legs,
-            models: &models,
-            overrides: &SpecOverrides::default(),
-            concurrency: &Concurrency::default(),
-            slurm: &SlurmOverrides::default(),
-            executables: &executables,
-            environment: &environment,
-            policy: &policy,
-            max_in_flight: 2,
-            allocation: None,
-        };
+        let fixed = Fixed::new(2, Concurrency::default());
+        let inputs = fixed.inputs(&context, &legs, &models, 2, None);
         let planned = plan(&inputs, &snapshot).jobs;
         let labels: Vec<&str> = planned.iter().map(PlannedJob::label).collect();
         assert_eq!(labels, ["skip", "continue", "refused", "submit", "throttled"]);
@@ -800,33 +818,10 @@ mod tests {
             .collect(),
             ..Snapshot::default()
         };
-        let executables = Executables {
-            payload_bin: "/bin/payload".into(),
-            script: "/repo/sbatch/payload.sbatch".into(),
-            prelude: None,
-        };
         let items: Vec<_> =
             ["swebench=200", "v2=100", "tb2=50"].iter().map(|t| Concurrency::parse_item(t).unwrap()).collect();
-        let policy = Policy {
-            max_failed_attempts: 3,
-            stale_pending_s: 3600,
-            config_aware: false,
-            force: false,
-            max_continuations: 5,
-        };
-        let inputs = PlanInputs {
-            context: &context,
-            legs: &legs,
-            models: &models,
-            overrides: &SpecOverrides::default(),
-            concurrency: &Concurrency::from_items(&items),
-            slurm: &SlurmOverrides::default(),
-            executables: &executables,
-            environment: &|_: &str| None,
-            policy: &policy,
-            max_in_flight: 20,
-            allocation: Some(Allocation::Shared),
-        };
+        let fixed = Fixed::new(3, Concurrency::from_items(&items));
+        let inputs = fixed.inputs(&context, &legs, &models, 20, Some(Allocation::Shared));
         let planned = plan(&inputs, &snapshot);
         assert_eq!(planned.shared.len(), 2, "{:#?}", planned.shared);
         let all = &planned.shared[0];

@@ -38,3 +38,35 @@ impl Shipped {
         SpecBuilder::new(cluster, &self.gpus, &self.registry, &self.harbor, &self.root.root)
     }
 }
+
+/// A ledger attempt of `model` on `benchmark` (its own family) on cluster `local`, status
+/// `status`, submitted at a fixed time; tests set the fields they are about.
+pub(crate) fn attempt(
+    id: i64,
+    model: &str,
+    benchmark: &str,
+    status: crate::ledger::AttemptStatus,
+) -> crate::ledger::Attempt {
+    let at = chrono::DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+    crate::ledger::Attempt {
+        id: crate::ledger::AttemptId(id),
+        model: model.into(),
+        benchmark: benchmark.into(),
+        benchmark_family: benchmark.into(),
+        cluster: "local".into(),
+        username: "u".into(),
+        run_tag: crate::registry::names::run_tag(benchmark, model),
+        slurm_job_id: None,
+        status,
+        reason: String::new(),
+        config: serde_json::Value::Null,
+        metrics: None,
+        attempt: 1,
+        submitted_at: at,
+        started_at: None,
+        ended_at: None,
+        updated_at: at,
+        agent: crate::ledger::DEFAULT_AGENT.into(),
+        source_id: None,
+    }
+}
