@@ -63,6 +63,23 @@ impl GpuProfile {
     }
 }
 
+#[cfg(any(test, feature = "testkit"))]
+impl GpuProfile {
+    /// A profile matching names containing `contains` within the `(min, max)` GiB range, for the
+    /// tests of both programs (no extra vLLM arguments, no note).
+    pub fn for_tests(name: &str, contains: &str, memory_gib: (Option<f64>, Option<f64>), util: f64) -> GpuProfile {
+        GpuProfile {
+            name: name.into(),
+            name_contains: contains.into(),
+            min_memory_gib: memory_gib.0,
+            max_memory_gib: memory_gib.1,
+            gpu_memory_utilization: util,
+            extra_vllm_args: vec![],
+            note: None,
+        }
+    }
+}
+
 impl GpuProfiles {
     /// First profile matching `gpu`, in file order.
     pub fn select(&self, gpu: &GpuInfo) -> Option<&GpuProfile> {
@@ -122,15 +139,7 @@ mod tests {
     }
 
     fn profile(name: &str, contains: &str, min: Option<f64>, max: Option<f64>, util: f64) -> GpuProfile {
-        GpuProfile {
-            name: name.into(),
-            name_contains: contains.into(),
-            min_memory_gib: min,
-            max_memory_gib: max,
-            gpu_memory_utilization: util,
-            extra_vllm_args: vec![],
-            note: None,
-        }
+        GpuProfile::for_tests(name, contains, (min, max), util)
     }
 
     #[test]
