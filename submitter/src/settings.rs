@@ -301,6 +301,18 @@ impl ResolvedSettings {
     }
 }
 
+/// The leg dataset: `--dataset` (one of the preset's datasets), else the preset's first. The error
+/// is the dataset asked for, and the preset's list.
+pub fn dataset(cli: Option<&str>, preset: &Preset) -> Result<Sourced<String>, (String, String)> {
+    match cli {
+        Some(d) if preset.datasets.iter().any(|known| known == d) => Ok(Sourced::new(d.to_string(), Source::Cli)),
+        Some(d) => Err((d.to_string(), preset.datasets.join(", "))),
+        None => {
+            Ok(Sourced::new(preset.datasets.first().cloned().unwrap_or_default(), Source::Preset(preset.name.clone())))
+        }
+    }
+}
+
 /// The explicit Harbor job config (`--harbor-config`, else the preset's `harbor_config`), whose own
 /// `timeout_multiplier` is used (docs/design.md §4.3); the first levels of `harbor_config`.
 pub fn explicit_harbor_config(cli: &SpecOverrides, preset: &Preset) -> Option<Sourced<String>> {
@@ -442,6 +454,15 @@ mod tests {
         ));
         assert_eq!(got.reservation, None);
         assert_eq!(got.slurm_choice().reservation, None);
+    }
+
+    /// `--dataset` picks one of the preset's datasets and nothing else; without it, the first.
+    #[test]
+    fn the_dataset_is_the_command_lines_if_the_preset_has_it_else_the_first() {
+        let preset = Preset::for_datasets(vec!["org/a".into(), "org/b".into()]);
+        assert_eq!(dataset(None, &preset).unwrap().describe(), "org/a (preset datasets)");
+        assert_eq!(dataset(Some("org/b"), &preset).unwrap().describe(), "org/b (command line)");
+        assert_eq!(dataset(Some("org/c"), &preset).unwrap_err(), ("org/c".into(), "org/a, org/b".into()));
     }
 
     /// The GPU profile the profile's hardware matches is the last level before payload's own.

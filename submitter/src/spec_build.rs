@@ -358,13 +358,9 @@ impl SpecBuilder<'_> {
         overrides: &SpecOverrides,
     ) -> Result<LaunchSpec, SpecBuildError> {
         launch_spec::validate::model_id(model).map_err(SpecBuildError::BadModel)?;
-        let dataset = match &overrides.dataset {
-            Some(d) if preset.datasets.contains(d) => d.clone(),
-            Some(d) => {
-                return Err(SpecBuildError::UnknownDataset { dataset: d.clone(), known: preset.datasets.join(", ") });
-            }
-            None => preset.datasets.first().cloned().unwrap_or_default(),
-        };
+        let dataset = crate::settings::dataset(overrides.dataset.as_deref(), preset)
+            .map_err(|(dataset, known)| SpecBuildError::UnknownDataset { dataset, known })?
+            .value;
         let (resolved, layout) = self.resolve(model, preset, overrides)?;
         let cluster = self.cluster;
         let benchmark = Preset::benchmark_of(&dataset);
