@@ -259,14 +259,8 @@ mod tests {
     }
 
     fn profiles() -> GpuProfiles {
-        let p = |name: &str, contains: &str, min: Option<f64>, max: Option<f64>, util: f64| GpuProfile {
-            name: name.into(),
-            name_contains: contains.into(),
-            min_memory_gib: min,
-            max_memory_gib: max,
-            gpu_memory_utilization: util,
-            extra_vllm_args: vec![],
-            note: None,
+        let p = |name: &str, contains: &str, min: Option<f64>, max: Option<f64>, util: f64| {
+            GpuProfile::for_tests(name, contains, (min, max), util)
         };
         GpuProfiles {
             profiles: vec![

@@ -63,6 +63,23 @@ impl GpuProfile {
     }
 }
 
+#[cfg(any(test, feature = "testkit"))]
+impl GpuProfile {
+    /// A profile matching names containing `contains` within the `(min, max)` GiB range, for the
+    /// tests of both programs (no extra vLLM arguments, no note).
+    pub fn for_tests(name: &str, contains: &str, memory_gib: (Option<f64>, Option<f64>), util: f64) -> GpuProfile {
+        GpuProfile {
+            name: name.into(),
+            name_contains: contains.into(),
+            min_memory_gib: memory_gib.0,
+            max_memory_gib: memory_gib.1,
+            gpu_memory_utilization: util,
+            extra_vllm_args: vec![],
+            note: None,
+        }
+    }
+}
+
 impl GpuProfiles {
     /// First profile matching `gpu`, in file order.
     pub fn select(&self, gpu: &GpuInfo) -> Option<&GpuProfile> {
@@ -89,16 +106,28 @@ impl GpuProfiles {
     }
 }
 
-/// Precedence for the value used: operator override in the spec > cluster override > GPU profile.
+/// The ceiling a job runs with, by the one precedence ([`crate::settings::Layers`]): the spec's
+/// override (the command line's or the preset's) > the cluster profile's > the GPU profile's.
+/// The second value is the source as payload records it (`gpu.json`, `plan`).
 pub fn effective_gpu_memory_utilization(
     spec_override: Option<f64>,
     cluster_override: Option<f64>,
     profile: Option<&GpuProfile>,
 ) -> Option<(f64, &'static str)> {
-    spec_override
-        .map(|value| (value, "launch spec override"))
-        .or(cluster_override.map(|value| (value, "cluster override")))
-        .or(profile.map(|p| (p.gpu_memory_utilization, "GPU profile")))
+    use crate::settings::{Layers, Source, at};
+    let chosen = Layers {
+        cli: at(spec_override, Source::Spec),
+        preset: None,
+        profile: at(cluster_override, Source::Profile(String::new())),
+        gpu_profile: at(profile.map(|p| p.gpu_memory_utilization), Source::GpuProfile(String::new())),
+    }
+    .resolve()?;
+    let label = match chosen.source {
+        Source::Spec => "launch spec override",
+        Source::Profile(_) => "cluster override",
+        _ => "GPU profile",
+    };
+    Some((chosen.value, label))
 }
 
 #[cfg(test)]
@@ -110,15 +139,7 @@ mod tests {
     }
 
     fn profile(name: &str, contains: &str, min: Option<f64>, max: Option<f64>, util: f64) -> GpuProfile {
-        GpuProfile {
-            name: name.into(),
-            name_contains: contains.into(),
-            min_memory_gib: min,
-            max_memory_gib: max,
-            gpu_memory_utilization: util,
-            extra_vllm_args: vec![],
-            note: None,
-        }
+        GpuProfile::for_tests(name, contains, (min, max), util)
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod model_id;
 pub mod placeholder;
 pub mod records;
 pub mod rundir;
+pub mod settings;
 pub mod shared;
 pub mod spec;
 mod strict_de;

@@ -115,13 +115,7 @@ fn main() {
     let gpus = config::load_gpu_profiles(&root.clusters_dir()).unwrap();
     let registry = Registry::load(&registry_dir).unwrap();
     let harbor = root.harbor_configs_dir();
-    let context = SpecBuilder {
-        cluster: &cluster,
-        gpu_profiles: &gpus,
-        registry: &registry,
-        harbor_configs_dir: &harbor,
-        root: &root.root,
-    };
+    let context = SpecBuilder::new(&cluster, &gpus, &registry, &harbor, &root.root);
     let presets: Vec<Leg> = ["swebench", "v2", "tb2"]
         .iter()
         .map(|name| Leg { name: name.to_string(), preset: config::load_preset(&root.presets_dir(), name).unwrap() })
@@ -207,13 +201,7 @@ fn main() {
     let mut local = cluster.clone();
     local.paths.jobs_dir = dir.path().join("jobs");
     local.limits.max_jobs_in_flight = 10_000;
-    let context = SpecBuilder {
-        cluster: &local,
-        gpu_profiles: &gpus,
-        registry: &registry,
-        harbor_configs_dir: &harbor,
-        root: &root.root,
-    };
+    let context = context.with_cluster(&local);
     let snapshot = Snapshot::read(ledger.as_ref(), &no_slurm, &local.name, now()).unwrap();
     let few: Vec<launch_spec::ModelId> = models.iter().take(200).cloned().collect();
     let tb2 = &presets[2..];

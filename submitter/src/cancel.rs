@@ -64,28 +64,11 @@ mod tests {
     use crate::ledger::AttemptStatus;
 
     fn attempt(id: i64, job: Option<&str>) -> Attempt {
-        let at = chrono::DateTime::from_timestamp(1_700_000_000, 0).unwrap();
-        Attempt {
-            id: AttemptId(id),
-            model: "org/M".into(),
-            benchmark: format!("b{id}"),
-            benchmark_family: format!("b{id}"),
-            cluster: "local".into(),
-            username: "u".into(),
-            run_tag: format!("b{id}__org__M"),
-            slurm_job_id: job.map(String::from),
-            status: AttemptStatus::Started,
-            reason: String::new(),
-            config: json!({"run_dir": format!("/jobs/b{id}__org__M")}),
-            metrics: None,
-            attempt: 1,
-            submitted_at: at,
-            started_at: None,
-            ended_at: None,
-            updated_at: at,
-            agent: "terminus-2".into(),
-            source_id: None,
-        }
+        let mut a = crate::testkit::attempt(id, "org/M", &format!("b{id}"), AttemptStatus::Started);
+        a.run_tag = format!("b{id}__org__M");
+        a.slurm_job_id = job.map(String::from);
+        a.config = json!({"run_dir": format!("/jobs/b{id}__org__M")});
+        a
     }
 
     #[test]

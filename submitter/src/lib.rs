@@ -19,6 +19,7 @@ pub mod readiness;
 pub mod registry;
 pub mod remediate;
 pub mod selection;
+pub mod settings;
 pub mod slurm;
 pub mod snapshot;
 pub mod spec_build;
@@ -26,3 +27,6 @@ pub mod stage;
 pub mod sync;
 pub mod team;
 pub mod verify;
+
+#[cfg(test)]
+mod testkit;

@@ -503,16 +503,10 @@ pub fn weights_do_not_fit(
     let params_b = crate::registry::size::total_size(id)?;
     let gib_per_gpu = cluster.hardware.gpu_memory_gib?;
     let bytes = crate::registry::size::bytes_per_parameter(id);
-    let gpu = launch_spec::GpuInfo {
-        index: 0,
-        uuid: String::new(),
-        name: cluster.hardware.gpu_name.clone().unwrap_or_default(),
-        memory_total_bytes: (gib_per_gpu * (1u64 << 30) as f64) as u64,
-    };
     let (ceiling, _) = launch_spec::gpu::effective_gpu_memory_utilization(
         spec_override,
         cluster.hardware.gpu_memory_utilization,
-        gpu_profiles.and_then(|p| p.select(&gpu)),
+        gpu_profiles.and_then(|p| crate::settings::gpu_profile_for(cluster, p)),
     )?;
     let weights_gib = params_b * 1e9 * bytes / (1u64 << 30) as f64;
     let needed = weights_gib * (1.0 + KV_MARGIN);

@@ -18,9 +18,10 @@ use crate::config::{Allocation, Preset};
 use crate::decide::{self, Action, Decision, LatestAttempt, PairHistory, Policy, Prerequisite};
 use crate::domain::{Continuation, SlurmView};
 use crate::ledger::PairState;
-use crate::queue::{JobInputs, SlurmChoice, SlurmOverrides, sbatch_request, spec_path};
+use crate::queue::{JobInputs, SlurmOverrides, sbatch_request, spec_path};
 use crate::registry::{Resolved, names};
-use crate::selection::{AllocationSource, Concurrency, Leg, allocation_for};
+use crate::selection::{Concurrency, Leg};
+use crate::settings::{Choices, ResolvedSettings};
 use crate::slurm::{SubmitRequest, build_sbatch_args};
 use crate::snapshot::Snapshot;
 use crate::spec_build::{SpecBuilder, SpecOverrides};
@@ -110,8 +111,9 @@ pub struct PlannedJob {
     pub overrides: SpecOverrides,
     /// What remediation changes in this pair's launch (its ledger adjustment), in words.
     pub remedy: Option<String>,
-    /// One job per leg, or one shared job per model, and which setting chose it.
-    pub allocation: (Allocation, AllocationSource),
+    /// Every setting of the pair's job with where it came from (`plan` prints them); one job per
+    /// leg or one shared job per model is its `allocation`.
+    pub settings: ResolvedSettings,
     /// The shared job it is a leg of (its group tag; [`Plan::shared`]). Its own `sbatch` and
     /// `request` are then `None`: the job's are the group's.
     pub shared_job: Option<String>,
@@ -263,12 +265,11 @@ fn plan_pairs(inputs: &PlanInputs, snapshot: &Snapshot) -> Vec<PlannedJob> {
     let mut planned = Vec::with_capacity(inputs.models.len() * inputs.legs.len());
     for model in inputs.models {
         for leg in inputs.legs {
-            let choice = SlurmChoice::for_leg(inputs.context.cluster, &leg.preset, inputs.slurm);
             let context = inputs.context;
             let tunnel = context
                 .agent(model, &leg.preset, inputs.overrides)
                 .and_then(|agent| {
-                    crate::spec_build::describe_tunnel(context.cluster, &agent, &|f, p| context.expand(f, p))
+                    crate::spec_build::describe_tunnel(context.cluster(), &agent, &|f, p| context.expand(f, p))
                 })
                 .unwrap_or_else(|e| format!("refused: {e}"));
             for dataset in &leg.preset.datasets {
@@ -277,7 +278,7 @@ fn plan_pairs(inputs: &PlanInputs, snapshot: &Snapshot) -> Vec<PlannedJob> {
                     dataset: Some(dataset.clone()),
                     ..inputs.overrides.clone()
                 };
-                let mut job = plan_pair(inputs, snapshot, model, leg, &choice, overrides);
+                let mut job = plan_pair(inputs, snapshot, model, leg, overrides);
                 job.tunnel = tunnel.clone();
                 if job.queues() {
                     let in_flight = snapshot.in_flight + queued;
@@ -302,7 +303,6 @@ fn plan_pair(
     snapshot: &Snapshot,
     model: &launch_spec::ModelId,
     leg: &Leg,
-    choice: &SlurmChoice,
     overrides: SpecOverrides,
 ) -> PlannedJob {
     let context = inputs.context;
@@ -311,6 +311,12 @@ fn plan_pair(
     let family = snapshot.family_of(&benchmark);
     // An agent that does not resolve is refused when the spec is built; until then the preset's.
     let agent = context.agent(model, &leg.preset, &overrides).unwrap_or_else(|_| leg.preset.agent().to_string());
+    // A pair whose serve settings do not resolve is still decided (a finished pair stays a skip,
+    // not a failure on every launch); only if it would be queued is it refused.
+    let resolved = context.resolve(model, &leg.preset, &overrides).map(|(resolved, _layout)| resolved);
+    let choices = Choices { spec: &overrides, slurm: inputs.slurm, allocation: inputs.allocation };
+    let settings = context.settings(model, &leg.preset, choices, resolved.as_ref().ok());
+    let choice = settings.slurm_choice();
     let mut job = PlannedJob {
         model: model.to_string(),
         preset: leg.name.clone(),
@@ -346,14 +352,11 @@ fn plan_pair(
         dataset,
         overrides,
         remedy: None,
-        allocation: allocation_for(inputs.allocation, &leg.preset, context.cluster.allocation),
+        settings,
         shared_job: None,
         allocation_note: None,
         latest_attempt: None,
     };
-    // A pair whose serve settings do not resolve is still decided (a finished pair stays a skip,
-    // not a failure on every launch); only if it would be queued is it refused.
-    let resolved = context.resolve(model, &leg.preset, &job.overrides).map(|(resolved, _layout)| resolved);
     if let Ok(resolved) = &resolved {
         job.resources.gpus = resolved.gpus();
         job.resources.tensor_parallel_size = resolved.tensor_parallel_size;
@@ -365,7 +368,7 @@ fn plan_pair(
     let pair = snapshot.pairs.get(&(model.to_string(), family, agent));
     job.latest_attempt = pair.map(|p| p.latest.id.0);
     let timeout_multiplier = resolved.as_ref().map_or(f64::NAN, |r| r.timeout_multiplier);
-    let history = pair_history(pair, timeout_multiplier, &job, &leg.preset, snapshot);
+    let history = pair_history(pair, timeout_multiplier, &job, snapshot);
     let slurm = match pair.map(|p| &p.latest) {
         Some(latest) if latest.status.is_active() && latest.cluster == snapshot.cluster => {
             latest.slurm_job_id.as_ref().map(|id| snapshot.jobs.get(id).copied().unwrap_or(SlurmView::Gone))
@@ -419,14 +422,14 @@ fn plan_pair(
     job.run_tag = spec.run_tag.clone();
     let path = spec_path(&spec);
     let request = sbatch_request(&JobInputs {
-        cluster: context.cluster,
+        cluster: context.cluster(),
         spec: &spec,
         spec_path: &path,
         script: &inputs.executables.script,
         payload_bin: &inputs.executables.payload_bin,
         prelude: inputs.executables.prelude.as_deref(),
-        choice,
-        benchmark_short: leg.short(),
+        choice: &choice,
+        job_name: &job.job_name,
         dependency: None,
         environment: inputs.environment,
     })
@@ -459,7 +462,9 @@ fn plan_pair(
 fn group_shared(inputs: &PlanInputs, jobs: &mut [PlannedJob]) -> Vec<SharedJob> {
     let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
     for (i, job) in jobs.iter().enumerate() {
-        let Some(spec) = job.spec.as_ref().filter(|_| job.queues() && job.allocation.0 == Allocation::Shared) else {
+        let Some(spec) =
+            job.spec.as_ref().filter(|_| job.queues() && job.settings.allocation.value == Allocation::Shared)
+        else {
             continue;
         };
         let r = &job.resources;
@@ -607,7 +612,6 @@ fn pair_history(
     pair: Option<&PairState>,
     timeout_multiplier: f64,
     job: &PlannedJob,
-    preset: &Preset,
     snapshot: &Snapshot,
 ) -> PairHistory {
     let overrides = &job.overrides;
@@ -622,7 +626,7 @@ fn pair_history(
     let config_matches = stored_timeout == Some(timeout_multiplier)
         && stored_overrides == overrides_json(&comparable)
         && recorded_as("agent", json!(job.agent))
-        && recorded_as("n_attempts", json!(crate::spec_build::preset_n_attempts(preset)));
+        && recorded_as("n_attempts", json!(job.settings.n_attempts.value));
     PairHistory {
         latest: Some(LatestAttempt {
             id: latest.id.0,
@@ -646,36 +650,17 @@ fn pair_history(
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-
     use super::*;
-    use crate::config::{self, ConfigRoot};
-    use crate::ledger::{Attempt, AttemptId, AttemptStatus};
-    use crate::registry::Registry;
+    use crate::ledger::{Attempt, AttemptStatus};
+    use crate::settings::{Source, Sourced};
+    use crate::testkit::Shipped;
 
     fn attempt(id: i64, model: &str, status: AttemptStatus, config: Value) -> Attempt {
-        let at = chrono::DateTime::from_timestamp(1_700_000_000, 0).unwrap();
-        Attempt {
-            id: AttemptId(id),
-            model: model.into(),
-            benchmark: "terminal_bench_2".into(),
-            benchmark_family: "terminal_bench_2".into(),
-            cluster: "local".into(),
-            username: "u".into(),
-            run_tag: names::run_tag("terminal_bench_2", model),
-            slurm_job_id: Some("1".into()),
-            status,
-            reason: String::new(),
-            config,
-            metrics: (status == AttemptStatus::Finished).then(|| json!({"mean_reward": 0.5})),
-            attempt: 1,
-            submitted_at: at,
-            started_at: None,
-            ended_at: None,
-            updated_at: at,
-            agent: "terminus-2".into(),
-            source_id: None,
-        }
+        let mut a = crate::testkit::attempt(id, model, "terminal_bench_2", status);
+        a.slurm_job_id = Some("1".into());
+        a.config = config;
+        a.metrics = (status == AttemptStatus::Finished).then(|| json!({"mean_reward": 0.5}));
+        a
     }
 
     fn pair(latest: Attempt, failed: u32, resumable: bool) -> (crate::snapshot::PairKey, PairState) {
@@ -692,28 +677,79 @@ mod tests {
         (key, state)
     }
 
+    /// The planner's inputs besides the configuration, the legs and the models: no overrides, no
+    /// environment, the test's attempt limit and concurrency.
+    struct Fixed {
+        executables: Executables,
+        policy: Policy,
+        overrides: SpecOverrides,
+        concurrency: Concurrency,
+        slurm: SlurmOverrides,
+    }
+
+    fn no_environment(_: &str) -> Option<String> {
+        None
+    }
+
+    impl Fixed {
+        fn new(max_failed_attempts: u32, concurrency: Concurrency) -> Fixed {
+            Fixed {
+                executables: Executables {
+                    payload_bin: "/bin/payload".into(),
+                    script: "/repo/sbatch/payload.sbatch".into(),
+                    prelude: None,
+                },
+                policy: Policy {
+                    max_failed_attempts,
+                    stale_pending_s: 3600,
+                    config_aware: false,
+                    force: false,
+                    max_continuations: 5,
+                },
+                overrides: SpecOverrides::default(),
+                concurrency,
+                slurm: SlurmOverrides::default(),
+            }
+        }
+
+        fn inputs<'a>(
+            &'a self,
+            context: &'a SpecBuilder<'a>,
+            legs: &'a [Leg],
+            models: &'a [launch_spec::ModelId],
+            max_in_flight: u32,
+            allocation: Option<Allocation>,
+        ) -> PlanInputs<'a> {
+            PlanInputs {
+                context,
+                legs,
+                models,
+                overrides: &self.overrides,
+                concurrency: &self.concurrency,
+                slurm: &self.slurm,
+                executables: &self.executables,
+                environment: &no_environment,
+                policy: &self.policy,
+                max_in_flight,
+                allocation,
+            }
+        }
+    }
+
     /// The planner over a hand-made snapshot: no ledger, no Slurm, no files but the configuration.
     #[test]
     fn plans_skip_continue_refuse_and_throttle_from_the_snapshot_alone() {
-        let root = ConfigRoot { root: Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf() };
-        let mut cluster = config::load_cluster(&root.clusters_dir(), "local").unwrap();
+        let mut shipped = Shipped::load();
+        let mut cluster = shipped.cluster("local");
         cluster.paths.jobs_dir = "/jobs".into();
-        let gpus = config::load_gpu_profiles(&root.clusters_dir()).unwrap();
-        let mut registry = Registry::load(&root.registry_dir()).unwrap();
+        let registry = &mut shipped.registry;
         let mut broken = registry.models["Qwen/Qwen3-8B"].clone();
         broken.id = "test/Broken-1B".parse().unwrap();
         broken.base.conda_env = Some("no-such-env".into());
         broken.variants.clear();
         registry.models.insert("test/Broken-1B".parse().unwrap(), broken);
-        let harbor = root.harbor_configs_dir();
-        let context = SpecBuilder {
-            cluster: &cluster,
-            gpu_profiles: &gpus,
-            registry: &registry,
-            harbor_configs_dir: &harbor,
-            root: &root.root,
-        };
-        let legs = [Leg { name: "tb2".into(), preset: config::load_preset(&root.presets_dir(), "tb2").unwrap() }];
+        let context = shipped.builder(&cluster);
+        let legs = [Leg { name: "tb2".into(), preset: shipped.preset("tb2") }];
         let models: Vec<launch_spec::ModelId> =
             ["org/Done-1B", "org/Wall-1B", "test/Broken-1B", "org/New-1B", "org/Late-1B"]
                 .map(|m| m.parse().unwrap())
@@ -738,32 +774,8 @@ mod tests {
             in_flight: 0,
             ..Snapshot::default()
         };
-        let executables = Executables {
-            payload_bin: "/bin/payload".into(),
-            script: "/repo/sbatch/payload.sbatch".into(),
-            prelude: None,
-        };
-        let environment = |_: &str| None;
-        let policy = Policy {
-            max_failed_attempts: 2,
-            stale_pending_s: 3600,
-            config_aware: false,
-            force: false,
-            max_continuations: 5,
-        };
-        let inputs = PlanInputs {
-            context: &context,
-            legs: &legs,
-            models: &models,
-            overrides: &SpecOverrides::default(),
-            concurrency: &Concurrency::default(),
-            slurm: &SlurmOverrides::default(),
-            executables: &executables,
-            environment: &environment,
-            policy: &policy,
-            max_in_flight: 2,
-            allocation: None,
-        };
+        let fixed = Fixed::new(2, Concurrency::default());
+        let inputs = fixed.inputs(&context, &legs, &models, 2, None);
         let planned = plan(&inputs, &snapshot).jobs;
         let labels: Vec<&str> = planned.iter().map(PlannedJob::label).collect();
         assert_eq!(labels, ["skip", "continue", "refused", "submit", "throttled"]);
@@ -790,21 +802,12 @@ mod tests {
     /// max_num_seqs is raised to the legs' Σ n_concurrent on every leg alike.
     #[test]
     fn shared_legs_of_one_model_are_one_job_with_capacity_and_walltime_reconciled() {
-        let root = ConfigRoot { root: Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf() };
-        let mut cluster = config::load_cluster(&root.clusters_dir(), "local").unwrap();
+        let shipped = Shipped::load();
+        let mut cluster = shipped.cluster("local");
         cluster.paths.jobs_dir = "/jobs".into();
         cluster.limits.n_concurrent_ceiling = None;
-        let gpus = config::load_gpu_profiles(&root.clusters_dir()).unwrap();
-        let registry = Registry::load(&root.registry_dir()).unwrap();
-        let harbor = root.harbor_configs_dir();
-        let context = SpecBuilder {
-            cluster: &cluster,
-            gpu_profiles: &gpus,
-            registry: &registry,
-            harbor_configs_dir: &harbor,
-            root: &root.root,
-        };
-        let legs = crate::selection::legs(&root.presets_dir(), &["ID".into()], &[]).unwrap();
+        let context = shipped.builder(&cluster);
+        let legs = crate::selection::legs(&shipped.root.presets_dir(), &["ID".into()], &[]).unwrap();
         let models: Vec<launch_spec::ModelId> =
             ["org/All-1B", "org/Two-1B", "org/One-1B"].map(|m| m.parse().unwrap()).to_vec();
         let done = |model: &str, benchmark: &str| {
@@ -827,33 +830,10 @@ mod tests {
             .collect(),
             ..Snapshot::default()
         };
-        let executables = Executables {
-            payload_bin: "/bin/payload".into(),
-            script: "/repo/sbatch/payload.sbatch".into(),
-            prelude: None,
-        };
         let items: Vec<_> =
             ["swebench=200", "v2=100", "tb2=50"].iter().map(|t| Concurrency::parse_item(t).unwrap()).collect();
-        let policy = Policy {
-            max_failed_attempts: 3,
-            stale_pending_s: 3600,
-            config_aware: false,
-            force: false,
-            max_continuations: 5,
-        };
-        let inputs = PlanInputs {
-            context: &context,
-            legs: &legs,
-            models: &models,
-            overrides: &SpecOverrides::default(),
-            concurrency: &Concurrency::from_items(&items),
-            slurm: &SlurmOverrides::default(),
-            executables: &executables,
-            environment: &|_: &str| None,
-            policy: &policy,
-            max_in_flight: 20,
-            allocation: Some(Allocation::Shared),
-        };
+        let fixed = Fixed::new(3, Concurrency::from_items(&items));
+        let inputs = fixed.inputs(&context, &legs, &models, 20, Some(Allocation::Shared));
         let planned = plan(&inputs, &snapshot);
         assert_eq!(planned.shared.len(), 2, "{:#?}", planned.shared);
         let all = &planned.shared[0];
@@ -877,7 +857,7 @@ mod tests {
             let job = &planned.jobs[i];
             assert_eq!(job.shared_job.as_deref(), Some(all.group_tag.as_str()));
             assert!(job.sbatch.is_none() && job.request.is_none(), "the job's argv is the group's, once");
-            assert_eq!(job.allocation, (Allocation::Shared, AllocationSource::CommandLine));
+            assert_eq!(job.settings.allocation, Sourced::new(Allocation::Shared, Source::Cli));
         }
         assert_eq!(planned.shared[1].legs.len(), 2, "org/Two-1B: swebench and v2 left");
         let one: Vec<&PlannedJob> = planned.jobs.iter().filter(|j| j.model == "org/One-1B" && j.queues()).collect();

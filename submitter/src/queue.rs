@@ -7,7 +7,6 @@ use std::time::Duration;
 use launch_spec::LaunchSpec;
 
 use crate::config::{ClusterProfile, parse_slurm_time};
-use crate::registry::names;
 use crate::slurm::{SbatchOptions, SignalSpec, SubmitRequest};
 
 /// The batch job's own output file, a plain file in the run dir (Harbor deletes subdirectories).
@@ -24,10 +23,10 @@ pub struct JobInputs<'a> {
     pub payload_bin: &'a Path,
     /// The prelude the script sources (absolute), when the profile has one.
     pub prelude: Option<&'a Path>,
-    /// Slurm `--time`, partition, account and reservation for this leg ([`SlurmChoice::for_leg`]).
+    /// Slurm `--time`, partition, account and reservation for this leg (`ResolvedSettings::slurm_choice`).
     pub choice: &'a SlurmChoice,
-    /// Short benchmark tag for the job name (`tb2`, `v2`, …).
-    pub benchmark_short: &'a str,
+    /// The job's name (`names::job_name`, settled by the planner).
+    pub job_name: &'a str,
     pub dependency: Option<String>,
     /// The submitter's environment, for the cluster's `export_env` names.
     pub environment: &'a dyn Fn(&str) -> Option<String>,
@@ -42,34 +41,14 @@ pub struct SlurmOverrides {
     pub time: Option<String>,
 }
 
-/// Where and for how long one leg's jobs run: the command line, else the preset, else the profile.
+/// Where and for how long one leg's jobs run (`ResolvedSettings::slurm_choice`: the command line,
+/// else the preset, else the profile).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct SlurmChoice {
     pub partition: String,
     pub account: Option<String>,
     pub reservation: Option<String>,
     pub time: String,
-}
-
-impl SlurmChoice {
-    pub fn for_leg(cluster: &ClusterProfile, preset: &crate::config::Preset, cli: &SlurmOverrides) -> SlurmChoice {
-        let slurm = &cluster.slurm;
-        SlurmChoice {
-            partition: cli
-                .partition
-                .clone()
-                .or_else(|| preset.slurm_partition.clone())
-                .unwrap_or(slurm.partition.clone()),
-            account: cli.account.clone().or_else(|| preset.slurm_account.clone()).or(slurm.account.clone()),
-            // `--reservation ''` / `--no-reservation` (an empty name) clears the profile's.
-            reservation: match &cli.reservation {
-                Some(name) if name.is_empty() => None,
-                Some(name) => Some(name.clone()),
-                None => slurm.reservation.clone(),
-            },
-            time: cli.time.clone().or_else(|| preset.slurm_time.clone()).unwrap_or(slurm.time.clone()),
-        }
-    }
 }
 
 /// Builds the request. Errors name the field to fix.
@@ -84,7 +63,7 @@ pub fn sbatch_request(inputs: &JobInputs) -> Result<SubmitRequest, String> {
     let time = parse_slurm_time(&choice.time)
         .ok_or_else(|| format!("slurm time `{}` is not a Slurm time (HH:MM:SS or D-HH:MM:SS)", choice.time))?;
     let mut options = SbatchOptions {
-        job_name: Some(names::job_name(inputs.benchmark_short, &inputs.spec.model.hf_id)),
+        job_name: Some(inputs.job_name.to_string()),
         partition: Some(choice.partition.clone()),
         account: choice.account.clone(),
         qos: cluster.slurm.qos.clone(),
@@ -200,14 +179,14 @@ pub fn run_dir_free_for(spec: &LaunchSpec) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{self, ConfigRoot};
-    use crate::registry::Registry;
+    use crate::config;
     use crate::slurm::build_sbatch_args;
     use crate::spec_build::{SpecBuilder, SpecOverrides};
+    use crate::testkit::Shipped;
 
     fn args_for(cluster_name: &str, model: &str) -> Vec<String> {
-        let root = ConfigRoot { root: Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf() };
-        let mut cluster = config::load_cluster(&root.clusters_dir(), cluster_name).unwrap();
+        let shipped = Shipped::load();
+        let mut cluster = shipped.cluster(cluster_name);
         // Site paths use ${WORK}/${SCRATCH}/${PROJECT}; pin them so the test needs no environment.
         for env in cluster.environments.values_mut() {
             env.path = PathBuf::from("/site/env");
@@ -219,34 +198,32 @@ mod tests {
             *value = value.replace("${SCRATCH}", "/site");
         }
         cluster.secrets.file = None;
-        let gpus = config::load_gpu_profiles(&root.clusters_dir()).unwrap();
-        let preset = config::load_preset(&root.presets_dir(), "tb2").unwrap();
-        let registry = Registry::load(&root.registry_dir()).unwrap();
-        let harbor = root.harbor_configs_dir();
-        let context = SpecBuilder {
-            cluster: &cluster,
-            gpu_profiles: &gpus,
-            registry: &registry,
-            harbor_configs_dir: &harbor,
-            root: &root.root,
-        };
+        let preset = shipped.preset("tb2");
+        let context = shipped.builder(&cluster);
         let spec = context.build(&model.parse().unwrap(), &preset, &SpecOverrides::default()).unwrap();
         let env = |name: &str| (name == "PAYLOAD_GPU_FIXTURE").then(|| "/tmp/gpus.json".to_string());
-        let choice = SlurmChoice::for_leg(&cluster, &preset, &SlurmOverrides::default());
+        let choice = slurm_choice(&context, &preset, &SlurmOverrides::default());
         let request = sbatch_request(&JobInputs {
             cluster: &cluster,
             spec: &spec,
             spec_path: &spec_path(&spec),
             script: Path::new("/repo/sbatch/payload.sbatch"),
             payload_bin: Path::new("/repo/bin/payload"),
-            prelude: cluster.slurm.prelude.as_ref().map(|p| root.root.join(p)).as_deref(),
+            prelude: cluster.slurm.prelude.as_ref().map(|p| shipped.root.root.join(p)).as_deref(),
             choice: &choice,
-            benchmark_short: "tb2",
+            job_name: &crate::registry::names::job_name("tb2", model),
             dependency: None,
             environment: &env,
         })
         .unwrap();
         build_sbatch_args(&request).unwrap().into_iter().map(|a| a.to_string_lossy().into_owned()).collect()
+    }
+
+    /// A leg's Slurm choice, as the planner resolves it.
+    fn slurm_choice(context: &SpecBuilder, preset: &config::Preset, cli: &SlurmOverrides) -> SlurmChoice {
+        let none = SpecOverrides::default();
+        let choices = crate::settings::Choices { spec: &none, slurm: cli, allocation: None };
+        context.settings("org/M-8B", preset, choices, None).slurm_choice()
     }
 
     #[test]
@@ -314,11 +291,12 @@ mod tests {
 
     #[test]
     fn the_command_line_beats_the_preset_beats_the_profile() {
-        let root = ConfigRoot { root: Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf() };
-        let cluster = config::load_cluster(&root.clusters_dir(), "jupiter").unwrap();
-        let mut preset = config::load_preset(&root.presets_dir(), "swebench_full").unwrap();
+        let shipped = Shipped::load();
+        let cluster = shipped.cluster("jupiter");
+        let context = shipped.builder(&cluster);
+        let mut preset = shipped.preset("swebench_full");
         let none = SlurmOverrides::default();
-        let choice = SlurmChoice::for_leg(&cluster, &preset, &none);
+        let choice = slurm_choice(&context, &preset, &none);
         assert_eq!(
             (choice.partition.as_str(), choice.account.as_deref(), choice.reservation.as_deref(), choice.time.as_str()),
             ("booster", Some("reformo"), Some("eval"), "48:00:00"),
@@ -326,7 +304,7 @@ mod tests {
         );
         preset.slurm_partition = Some("develbooster".into());
         preset.slurm_account = Some("other".into());
-        let choice = SlurmChoice::for_leg(&cluster, &preset, &none);
+        let choice = slurm_choice(&context, &preset, &none);
         assert_eq!((choice.partition.as_str(), choice.account.as_deref()), ("develbooster", Some("other")));
         let cli = SlurmOverrides {
             partition: Some("p".into()),
@@ -334,7 +312,7 @@ mod tests {
             reservation: Some("r".into()),
             time: Some("01:00:00".into()),
         };
-        let choice = SlurmChoice::for_leg(&cluster, &preset, &cli);
+        let choice = slurm_choice(&context, &preset, &cli);
         assert_eq!(
             (choice.partition.as_str(), choice.account.as_deref(), choice.reservation.as_deref(), choice.time.as_str()),
             ("p", Some("a"), Some("r"), "01:00:00")

@@ -5,13 +5,13 @@
 
 use std::path::Path;
 
-use crate::config::{self, Allocation, ConfigError, Preset};
+use crate::config::{self, ConfigError, Preset};
 
 /// `--preset ID`: the team's standard evaluation, three legs.
 pub const ID_PRESETS: [&str; 3] = ["swebench", "v2", "tb2"];
 
 /// The leg name `--datasets D…` gets (job-name tag, the recorded `preset`).
-pub const DATASETS_LEG: &str = "datasets";
+pub const DATASETS_LEG: &str = config::preset::DATASETS_NAME;
 
 /// One leg of a run: a preset (or the `--datasets` preset) under its name.
 #[derive(Debug, Clone, PartialEq)]
@@ -62,45 +62,6 @@ pub fn legs(presets_dir: &Path, presets: &[String], datasets: &[String]) -> Resu
         }
     }
     Ok(legs)
-}
-
-/// Where a leg's allocation came from (`plan` says it): the first of these that sets one wins.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AllocationSource {
-    /// `--allocation`.
-    CommandLine,
-    /// The leg's preset's `allocation`.
-    Preset,
-    /// The cluster profile's `allocation`.
-    Profile,
-    /// None set: `per-leg`.
-    Default,
-}
-
-impl AllocationSource {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AllocationSource::CommandLine => "--allocation",
-            AllocationSource::Preset => "preset",
-            AllocationSource::Profile => "profile",
-            AllocationSource::Default => "default",
-        }
-    }
-}
-
-/// A leg's allocation and where it came from: the command line > the preset > the profile >
-/// `per-leg`.
-pub fn allocation_for(
-    cli: Option<Allocation>,
-    preset: &Preset,
-    profile: Option<Allocation>,
-) -> (Allocation, AllocationSource) {
-    match (cli, preset.allocation, profile) {
-        (Some(a), _, _) => (a, AllocationSource::CommandLine),
-        (None, Some(a), _) => (a, AllocationSource::Preset),
-        (None, None, Some(a)) => (a, AllocationSource::Profile),
-        (None, None, None) => (Allocation::PerLeg, AllocationSource::Default),
-    }
 }
 
 /// `--n-concurrent N` (every leg) and `--n-concurrent LEG=N` (one leg), as given.
@@ -184,17 +145,6 @@ mod tests {
         let both = legs(&presets_dir(), &["tb2".into()], &["org/a".into()]).unwrap_err().to_string();
         assert!(both.contains("--preset and --datasets together"), "{both}");
         assert!(matches!(legs(&presets_dir(), &[], &[]), Err(SelectionError::Nothing)));
-    }
-
-    #[test]
-    fn allocation_the_command_line_beats_the_preset_beats_the_profile() {
-        let mut preset = Preset::for_datasets(vec!["org/a".into()]);
-        let (shared, per_leg) = (Some(Allocation::Shared), Some(Allocation::PerLeg));
-        assert_eq!(allocation_for(None, &preset, None), (Allocation::PerLeg, AllocationSource::Default));
-        assert_eq!(allocation_for(None, &preset, shared), (Allocation::Shared, AllocationSource::Profile));
-        preset.allocation = per_leg;
-        assert_eq!(allocation_for(None, &preset, shared), (Allocation::PerLeg, AllocationSource::Preset));
-        assert_eq!(allocation_for(shared, &preset, per_leg), (Allocation::Shared, AllocationSource::CommandLine));
     }
 
     #[test]

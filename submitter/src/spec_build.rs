@@ -14,6 +14,7 @@ use launch_spec::{GpuProfiles, LaunchSpec, SPEC_VERSION};
 use crate::config::preset::harbor_config_path;
 use crate::config::{ClusterProfile, Environment, Preset};
 use crate::registry::{Overrides, Registry, Resolved, names};
+use crate::settings::{Choices, Levels, ResolvedSettings};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SpecBuildError {
@@ -59,37 +60,73 @@ struct ConfigTimeout {
     timeout_multiplier: Option<f64>,
 }
 
-/// Operator choices on the command line; they win over registry, preset and cluster.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct SpecOverrides {
-    pub timeout_multiplier: Option<f64>,
-    pub agent_kwargs: Vec<String>,
-    pub gpu_memory_utilization: Option<f64>,
-    /// Harbor's concurrency for this leg (still clamped to the profile's ceiling).
-    pub n_concurrent: Option<u32>,
-    /// The Harbor job config (`--harbor-config`): a file in `presets/harbor/` or a path; explicit,
-    /// so it wins over the preset's and its own `timeout_multiplier` is used (docs/design.md §4.3).
-    pub harbor_config: Option<String>,
-    /// The base Harbor job config (`--config-yaml`), replacing the preset's `config_yaml`: not a
-    /// timeout source.
-    pub config_yaml: Option<String>,
-    /// Harbor's agent parser (`--agent-parser`); wins over the preset's `agent_parser`.
-    pub agent_parser: Option<String>,
-    /// The output-token budget (`--max-output-tokens`); wins over the registry's.
-    pub max_output_tokens: Option<u64>,
-    /// One of the preset's datasets; default the first.
-    pub dataset: Option<String>,
+pub use crate::settings::SpecOverrides;
+
+/// Everything needed to build specs, resolved once ([`SpecBuilder::new`]).
+#[derive(Clone, Copy)]
+pub struct SpecBuilder<'a> {
+    cluster: &'a ClusterProfile,
+    gpu_profiles: &'a GpuProfiles,
+    registry: &'a Registry,
+    /// Directory holding Harbor job configs named by presets (`presets/harbor`).
+    harbor_configs_dir: &'a Path,
+    /// The configuration root (repository), for relative paths and `${SUBMITTER_HOME}`.
+    root: &'a Path,
 }
 
-/// Everything needed to build specs, resolved once.
-pub struct SpecBuilder<'a> {
-    pub cluster: &'a ClusterProfile,
-    pub gpu_profiles: &'a GpuProfiles,
-    pub registry: &'a Registry,
-    /// Directory holding Harbor job configs named by presets (`presets/harbor`).
-    pub harbor_configs_dir: &'a Path,
-    /// The configuration root (repository), for relative paths and `${SUBMITTER_HOME}`.
-    pub root: &'a Path,
+impl<'a> SpecBuilder<'a> {
+    pub fn new(
+        cluster: &'a ClusterProfile,
+        gpu_profiles: &'a GpuProfiles,
+        registry: &'a Registry,
+        harbor_configs_dir: &'a Path,
+        root: &'a Path,
+    ) -> SpecBuilder<'a> {
+        SpecBuilder { cluster, gpu_profiles, registry, harbor_configs_dir, root }
+    }
+
+    /// The same, for another cluster profile (a test's edited copy).
+    pub fn with_cluster(self, cluster: &'a ClusterProfile) -> SpecBuilder<'a> {
+        SpecBuilder { cluster, ..self }
+    }
+
+    pub fn cluster(&self) -> &'a ClusterProfile {
+        self.cluster
+    }
+
+    pub fn registry(&self) -> &'a Registry {
+        self.registry
+    }
+
+    pub fn gpu_profiles(&self) -> &'a GpuProfiles {
+        self.gpu_profiles
+    }
+
+    pub fn root(&self) -> &'a Path {
+        self.root
+    }
+
+    /// Every setting of `model`'s job under `preset` and the operator's `choices`, each with its
+    /// source (crate::settings); `registry` is the model's registry resolution when it resolves.
+    pub fn settings(
+        &self,
+        model: &str,
+        preset: &Preset,
+        choices: Choices<'_>,
+        registry: Option<&Resolved>,
+    ) -> ResolvedSettings {
+        ResolvedSettings::resolve(&Levels {
+            cluster: self.cluster,
+            preset_name: &preset.name,
+            preset,
+            choices,
+            gpu_profile: crate::settings::gpu_profile_for(self.cluster, self.gpu_profiles),
+            harbor_configs_dir: self.harbor_configs_dir,
+            size_band_config: self.registry.timeouts.choose(model).harbor_config,
+            registry,
+            model,
+        })
+    }
 }
 
 impl SpecBuilder<'_> {
@@ -264,24 +301,18 @@ impl SpecBuilder<'_> {
         Ok((resolved, layout))
     }
 
-    /// The explicit Harbor config (`--harbor-config`, else the preset's `harbor_config`), if any.
+    /// The explicit Harbor config (`--harbor-config`, else the preset's `harbor_config`), if any:
+    /// the resolved config when an explicit level set it.
     pub fn explicit_harbor_config(&self, preset: &Preset, overrides: &SpecOverrides) -> Option<PathBuf> {
-        let name = overrides.harbor_config.as_deref().or(preset.harbor_config.as_deref())?;
-        Some(harbor_config_path(self.harbor_configs_dir, name))
+        let name = crate::settings::explicit_harbor_config(overrides, preset)?;
+        Some(harbor_config_path(self.harbor_configs_dir, &name.value))
     }
 
-    /// The Harbor config a job of `model` runs: the explicit one, else `--config-yaml`, else the
-    /// preset's `config_yaml`, else the canonical config of the model's size band (as the team's
-    /// listener selects it).
+    /// The Harbor config a job of `model` runs ([`ResolvedSettings::harbor_config`]): the explicit
+    /// one, else `--config-yaml`, else the preset's `config_yaml`, else the canonical config of the
+    /// model's size band (as the team's listener selects it).
     pub fn harbor_config(&self, model: &str, preset: &Preset, overrides: &SpecOverrides) -> PathBuf {
-        self.explicit_harbor_config(preset, overrides).unwrap_or_else(|| {
-            let name = overrides
-                .config_yaml
-                .clone()
-                .or_else(|| preset.config_yaml.clone())
-                .unwrap_or_else(|| self.registry.timeouts.choose(model).harbor_config);
-            harbor_config_path(self.harbor_configs_dir, &name)
-        })
+        self.settings(model, preset, Choices::spec_only(overrides), None).harbor_config.value
     }
 
     /// The dataset's task directory: an absolute path as given, else the first existing
@@ -330,41 +361,33 @@ impl SpecBuilder<'_> {
         preset: &Preset,
         overrides: &SpecOverrides,
     ) -> Result<LaunchSpec, SpecBuildError> {
-        let dataset = match &overrides.dataset {
-            Some(d) if preset.datasets.contains(d) => d.clone(),
-            Some(d) => {
-                return Err(SpecBuildError::UnknownDataset { dataset: d.clone(), known: preset.datasets.join(", ") });
-            }
-            None => preset.datasets.first().cloned().unwrap_or_default(),
-        };
+        let dataset = crate::settings::dataset(overrides.dataset.as_deref(), preset)
+            .map_err(|(dataset, known)| SpecBuildError::UnknownDataset { dataset, known })?
+            .value;
         let (resolved, layout) = self.resolve(model, preset, overrides)?;
         let cluster = self.cluster;
         let benchmark = Preset::benchmark_of(&dataset);
         let agent = self.agent(model, preset, overrides)?;
         let run_tag = names::eval_run_tag(&benchmark, model, &agent);
         let jobs_dir = self.expand("paths.jobs_dir", &cluster.paths.jobs_dir)?;
-        let serve_env_name = resolved.conda_env.clone().unwrap_or_else(|| cluster.engine.default_environment.clone());
-        let wanted_by = if resolved.conda_env.is_some() {
-            format!("model {model}")
-        } else {
-            "engine.default_environment".to_string()
+        let settings = self.settings(model, preset, Choices::spec_only(overrides), Some(&resolved));
+        let serve_env_name = settings.engine_environment.value.clone();
+        let wanted_by = match &settings.engine_environment.source {
+            crate::settings::Source::Registry(_) => format!("model {model}"),
+            _ => "engine.default_environment".to_string(),
         };
         let (serve_prefix, serve_env) = self.environment(&serve_env_name, &wanted_by)?;
         let (harbor_prefix, harbor_env) = self.environment(&cluster.harbor.environment, "harbor.environment")?;
         let dialect = harbor_env.harbor_dialect();
         let agent_kwargs = launch_spec::versions::translate_agent_kwargs(&resolved.agent_kwargs, dialect)
             .map_err(|e| SpecBuildError::AgentKwarg { model: model.to_string(), reason: e.to_string() })?;
-        let harbor_config = self.harbor_config(model, preset, overrides);
-        let mut n_concurrent = overrides.n_concurrent.or(preset.n_concurrent).unwrap_or(cluster.limits.n_concurrent);
-        if let Some(ceiling) = cluster.limits.n_concurrent_ceiling
-            && n_concurrent > ceiling
-        {
+        if let Some(asked) = settings.n_concurrent_capped_from {
             // Never a silent cap (issue 20): `plan`, `launch` and `spec` say so.
             tracing::warn!(
-                "{model}: Harbor concurrency {n_concurrent} capped to {ceiling} trials by limits.n_concurrent_ceiling of cluster {}",
+                "{model}: Harbor concurrency {asked} capped to {} trials by limits.n_concurrent_ceiling of cluster {}",
+                settings.n_concurrent.value,
                 cluster.name
             );
-            n_concurrent = ceiling;
         }
         let mut harbor_extra = Vec::new();
         if let Some(auto_snapshot) = preset.auto_snapshot {
@@ -417,7 +440,7 @@ impl SpecBuilder<'_> {
                 extra_args: resolved.extra_args.clone(),
                 env: engine_env,
                 port: PortPolicy::default(),
-                gpu_memory_utilization: overrides.gpu_memory_utilization.or(preset.gpu_memory_util),
+                gpu_memory_utilization: settings.spec_gpu_memory_utilization(),
                 cluster_gpu_memory_utilization: cluster.hardware.gpu_memory_utilization,
                 health_timeout_s: cluster.engine.health_timeout_s,
                 hang_after_s: cluster.engine.hang_after_s,
@@ -432,21 +455,17 @@ impl SpecBuilder<'_> {
             harbor: HarborSpec {
                 program: cluster.harbor.program.clone(),
                 env_prefix: Some(harbor_prefix),
-                config: harbor_config,
+                config: settings.harbor_config.value.clone(),
                 dataset: self.dataset_dir(&dataset)?,
                 agent,
-                n_concurrent,
-                n_attempts: preset_n_attempts(preset),
+                n_concurrent: settings.n_concurrent.value,
+                n_attempts: settings.n_attempts.value,
                 timeout_multiplier: resolved.timeout_multiplier,
                 timeout_source: Some(resolved.timeout_source.as_str().to_string()),
                 agent_kwargs,
-                agent_parser: overrides
-                    .agent_parser
-                    .clone()
-                    .or_else(|| preset.agent_parser.clone())
-                    .filter(|p| !p.is_empty()),
+                agent_parser: settings.agent_parser.map(|p| p.value),
                 agent_envs: preset.agent_envs(),
-                max_output_tokens: overrides.max_output_tokens.or(resolved.max_output_tokens),
+                max_output_tokens: settings.max_output_tokens.map(|m| m.value),
                 resume_filter_error_types: launch_spec::spec::INFRA_ERROR_TYPES
                     .iter()
                     .map(|s| (*s).to_string())
@@ -682,11 +701,6 @@ fn socks_spec(
     Ok(spec)
 }
 
-/// A preset's Harbor attempts per task (3 when it says nothing).
-pub(crate) fn preset_n_attempts(preset: &Preset) -> u32 {
-    preset.n_attempts.unwrap_or(3)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -787,46 +801,15 @@ mod tests {
         assert_eq!(tunnel_spec(&vista, "terminus-2", &expand).unwrap(), TunnelSpec::None);
     }
 
-    /// The checkout's GPU profiles, registry, Harbor configs and the tb2 preset, for tests that build
-    /// a spec as `submitter spec` would.
-    struct Shipped {
-        gpus: launch_spec::gpu::GpuProfiles,
-        preset: crate::config::Preset,
-        registry: Registry,
-        harbor: PathBuf,
-    }
-
-    impl Shipped {
-        fn load(root: &crate::config::ConfigRoot) -> Shipped {
-            Shipped {
-                gpus: crate::config::load_gpu_profiles(&root.clusters_dir()).unwrap(),
-                preset: crate::config::load_preset(&root.presets_dir(), "tb2").unwrap(),
-                registry: Registry::load(&root.registry_dir()).unwrap(),
-                harbor: root.harbor_configs_dir(),
-            }
-        }
-
-        fn context<'a>(&'a self, cluster: &'a ClusterProfile, root: &'a crate::config::ConfigRoot) -> SpecBuilder<'a> {
-            SpecBuilder {
-                cluster,
-                gpu_profiles: &self.gpus,
-                registry: &self.registry,
-                harbor_configs_dir: &self.harbor,
-                root: &root.root,
-            }
-        }
-    }
-
     #[test]
     fn post_run_reaches_the_spec_expanded_with_payloads_placeholders_kept() {
-        use crate::config::ConfigRoot;
-        let root = ConfigRoot { root: Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf() };
+        let shipped = crate::testkit::Shipped::load();
+        let root = &shipped.root;
         let mut local = cluster("local");
         let yaml = "argv: [\"${SUBMITTER_HOME}/bin/upload\", \"--dir={run_dir}\", \"DCAgent3/{run_tag}\"]\ntimeout_s: 120\nenvironment: otagent\nsecrets: [HF_TOKEN]\n";
         local.post_run = Some(launch_spec::yaml::from_yaml_str(yaml, Path::new("post_run.yaml")).unwrap());
-        let shipped = Shipped::load(&root);
-        let preset = &shipped.preset;
-        let context = shipped.context(&local, &root);
+        let preset = &shipped.preset("tb2");
+        let context = shipped.builder(&local);
         let home = std::env::var("SUBMITTER_HOME").unwrap_or_else(|_| root.root.display().to_string());
         let spec = context.build(&"Qwen/Qwen3-8B".parse().unwrap(), preset, &SpecOverrides::default()).unwrap();
         let step = spec.post_run.as_ref().unwrap();
@@ -837,7 +820,7 @@ mod tests {
         assert_eq!(LaunchSpec::from_json(&json, Path::new("launch.json")).unwrap(), spec, "payload reads it back");
         let mut unset = local.clone();
         unset.post_run.as_mut().unwrap().argv.push("${NO_SUCH_VAR_FOR_POST_RUN}".into());
-        let context = SpecBuilder { cluster: &unset, ..context };
+        let context = context.with_cluster(&unset);
         let err = context
             .build(&"Qwen/Qwen3-8B".parse().unwrap(), preset, &SpecOverrides::default())
             .unwrap_err()
@@ -847,8 +830,7 @@ mod tests {
 
     #[test]
     fn the_job_environment_is_resolved_at_submit_time() {
-        use crate::config::ConfigRoot;
-        let root = ConfigRoot { root: Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf() };
+        let shipped = crate::testkit::Shipped::load();
         let mut local = cluster("local");
         local.engine.env.insert("SITE_CACHE".into(), "${SUBMITTER_HOME}/cache".into());
         local.engine.env.insert("TMPDIR".into(), "{job_scratch}/tmp".into());
@@ -856,9 +838,8 @@ mod tests {
         local.engine.torchdynamo_disable_by_dp = true;
         local.paths.hf_cache = Some(PathBuf::from("${SUBMITTER_HOME}/hf"));
         local.network.internet = false;
-        let shipped = Shipped::load(&root);
-        let preset = &shipped.preset;
-        let context = shipped.context(&local, &root);
+        let preset = &shipped.preset("tb2");
+        let context = shipped.builder(&local);
         let home = context.variable("SUBMITTER_HOME").unwrap();
         let spec = context.build(&"Qwen/Qwen3-8B".parse().unwrap(), preset, &SpecOverrides::default()).unwrap();
         let env = &spec.serve.env;
@@ -876,7 +857,7 @@ mod tests {
         ] {
             let mut broken = local.clone();
             broken.engine.env.insert("BROKEN".into(), value.into());
-            let context = SpecBuilder { cluster: &broken, ..context };
+            let context = context.with_cluster(&broken);
             let err = context
                 .build(&"Qwen/Qwen3-8B".parse().unwrap(), preset, &SpecOverrides::default())
                 .unwrap_err()

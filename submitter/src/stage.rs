@@ -38,7 +38,7 @@ impl<'a> Stager<'a> {
     pub fn new(context: &'a SpecBuilder<'a>) -> Self {
         Stager {
             context,
-            settings: &context.cluster.pre_download,
+            settings: &context.cluster().pre_download,
             models: RefCell::new(HashMap::new()),
             dry_run: false,
         }

@@ -49,7 +49,9 @@ pub fn preflight(args: &PreflightArgs) -> Result<ExitCode> {
     let slurm = SlurmCli::new();
     let queries = SlurmQueries(&slurm);
     let site = Site::here(&loaded.root, &queries);
-    let dataset = args.spec.dataset.clone().or_else(|| loaded.preset.datasets.first().cloned()).unwrap_or_default();
+    // The spec was built: the dataset is the preset's.
+    let dataset = submitter::settings::dataset(args.spec.dataset.as_deref(), &loaded.preset)
+        .map_or_else(|(asked, _)| asked, |d| d.value);
     if args.stage {
         let stager = Stager::new(&context);
         stager.model(&spec.model.hf_id).map_err(|why| anyhow::anyhow!("staging failed: {why}"))?;

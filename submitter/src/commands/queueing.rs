@@ -18,7 +18,7 @@ use submitter::notify::{self, Event, Notifier, NotifyState, Tidings};
 use submitter::output::{self, ExitStatus, FormatArgs};
 use submitter::planner::{self, Executables, Plan, PlanInputs, PlannedJob, SharedJob};
 use submitter::preflight;
-use submitter::selection::AllocationSource;
+use submitter::settings::{ResolvedSettings, Source};
 use submitter::slurm::Slurm;
 use submitter::snapshot::Snapshot;
 use submitter::sync::{self, Change, SyncReport};
@@ -311,7 +311,7 @@ fn shared_lines(plan: &Plan) -> String {
     for group in &plan.shared {
         let legs: Vec<&PlannedJob> = group.legs.iter().map(|&i| &plan.jobs[i]).collect();
         let names: Vec<&str> = legs.iter().map(|j| j.benchmark.as_str()).collect();
-        let source = legs.first().map_or("default", |j| j.allocation.1.as_str());
+        let source = legs.first().map_or("default", |j| allocation_source(&j.settings.allocation.source));
         out += &format!(
             "shared    {} {}: {} legs in one job, one engine (allocation shared, from {source}): {}\n",
             group.group_tag,
@@ -353,6 +353,9 @@ fn plan_table(plan: &Plan, team: Option<&TeamView>) -> String {
             job.timeout_multiplier,
             why
         );
+    }
+    for job in planned {
+        out += &format!("settings  {} {}: {}\n", job.model, job.benchmark, job.settings.lines().join("; "));
     }
     for job in planned {
         if let Some(spec) = &job.spec {
@@ -919,9 +922,22 @@ struct PlannedJobOutput<'a> {
     /// job's is in `shared`).
     #[serde(skip_serializing_if = "Option::is_none")]
     sbatch: Option<&'a [String]>,
+    /// Every setting of the job with where it came from (`value`, `source`, a `note`).
+    settings: &'a ResolvedSettings,
     /// Left out for the default (per-leg, nothing set).
     #[serde(skip_serializing_if = "Option::is_none")]
     allocation: Option<AllocationOutput<'a>>,
+}
+
+/// `allocation.source` as the contract has it since issue 24 (`--allocation`, `preset`,
+/// `profile`); `settings.allocation` names the preset or profile too.
+fn allocation_source(source: &Source) -> &'static str {
+    match source {
+        Source::Cli => "--allocation",
+        Source::Preset(_) => "preset",
+        Source::Profile(_) => "profile",
+        _ => "default",
+    }
 }
 
 impl<'a> From<&'a PlannedJob> for PlannedJobOutput<'a> {
@@ -981,9 +997,10 @@ impl<'a> From<&'a PlannedJob> for PlannedJobOutput<'a> {
             readiness: job.spec.as_ref().map(|s| s.serve.readiness_line()),
             ready_budget: job.spec.as_ref().and_then(|s| s.serve.ready_budget.as_ref()),
             sbatch: job.sbatch.as_deref(),
-            allocation: (job.allocation.1 != AllocationSource::Default).then(|| AllocationOutput {
-                mode: job.allocation.0.as_str(),
-                source: job.allocation.1.as_str(),
+            settings: &job.settings,
+            allocation: (job.settings.allocation.source != Source::Default).then(|| AllocationOutput {
+                mode: job.settings.allocation.value.as_str(),
+                source: allocation_source(&job.settings.allocation.source),
                 shared_job: job.shared_job.as_deref(),
                 note: job.allocation_note.as_deref(),
             }),

@@ -224,13 +224,7 @@ impl Session {
             Registry::load(&dirs.registry).with_context(|| format!("loading registry {}", dirs.registry.display()))?;
         registry.report_broken();
         let harbor_dir = dirs.presets.join("harbor");
-        let context = SpecBuilder {
-            cluster: &cluster,
-            gpu_profiles: &gpu_profiles,
-            registry: &registry,
-            harbor_configs_dir: &harbor_dir,
-            root: &root,
-        };
+        let context = SpecBuilder::new(&cluster, &gpu_profiles, &registry, &harbor_dir, &root);
         let state_dir = match &args.store.state_dir {
             Some(dir) => dir.clone(),
             None => context.expand("paths.state_dir", &cluster.paths.state_dir)?,
@@ -257,13 +251,7 @@ impl Session {
     }
 
     pub fn context(&self) -> SpecBuilder<'_> {
-        SpecBuilder {
-            cluster: &self.cluster,
-            gpu_profiles: &self.gpu_profiles,
-            registry: &self.registry,
-            harbor_configs_dir: &self.harbor_dir,
-            root: &self.root,
-        }
+        SpecBuilder::new(&self.cluster, &self.gpu_profiles, &self.registry, &self.harbor_dir, &self.root)
     }
 
     /// One submitter per state dir at a time (advisory lock), besides the ledger's guarantee.

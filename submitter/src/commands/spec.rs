@@ -54,13 +54,7 @@ pub struct Loaded {
 
 impl Loaded {
     pub fn context(&self) -> SpecBuilder<'_> {
-        SpecBuilder {
-            cluster: &self.cluster,
-            gpu_profiles: &self.gpu_profiles,
-            registry: &self.registry,
-            harbor_configs_dir: &self.harbor_configs,
-            root: &self.root,
-        }
+        SpecBuilder::new(&self.cluster, &self.gpu_profiles, &self.registry, &self.harbor_configs, &self.root)
     }
 }
 

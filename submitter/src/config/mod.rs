@@ -162,7 +162,13 @@ pub fn load_gpu_profiles(clusters_dir: &Path) -> Result<GpuProfiles, ConfigError
 
 /// Every preset in `dir`, named by file stem.
 pub fn load_presets(dir: &Path) -> Result<Vec<(String, PathBuf, Preset)>, ConfigError> {
-    yaml_files(dir)?.into_iter().map(|path| Ok((stem(&path), path.clone(), from_yaml_file::<Preset>(&path)?))).collect()
+    yaml_files(dir)?
+        .into_iter()
+        .map(|path| {
+            let preset = Preset { name: stem(&path), ..from_yaml_file::<Preset>(&path)? };
+            Ok((stem(&path), path.clone(), preset))
+        })
+        .collect()
 }
 
 /// The preset `presets/<name>.yaml`; one with any problem `registry check` reports is refused.
@@ -170,7 +176,7 @@ pub fn load_preset(dir: &Path, name: &str) -> Result<Preset, ConfigError> {
     let path = dir.join(format!("{name}.yaml"));
     let is_name = !name.is_empty() && !name.starts_with('.') && !name.contains('/');
     if is_name && path.exists() {
-        let preset: Preset = from_yaml_file(&path)?;
+        let preset = Preset { name: name.to_string(), ..from_yaml_file::<Preset>(&path)? };
         let harbor_dir = dir.join("harbor");
         return refuse_problems(&path, preset.problems_with(&harbor_dir)).map(|()| preset);
     }

@@ -8,6 +8,10 @@ use serde::Deserialize;
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Preset {
+    /// Its name (the file stem; [`DATASETS_NAME`] for `--datasets`), set where it is loaded: the
+    /// source `plan` names for the values it sets (crate::settings).
+    #[serde(skip)]
+    pub name: String,
     /// Dataset repos (`org/name`) or absolute task directories.
     pub datasets: Vec<String>,
     /// Short tag used in job names and logs (`tb2`, `v2`, `swebench`, …).
@@ -85,10 +89,14 @@ mod retired {
     }
 }
 
+/// The name of the preset `--datasets D…` builds (its leg's name).
+pub const DATASETS_NAME: &str = "datasets";
+
 impl Preset {
     /// A preset with only `datasets` (what `--datasets D…` selects): every other setting default.
     pub fn for_datasets(datasets: Vec<String>) -> Preset {
         Preset {
+            name: DATASETS_NAME.to_string(),
             datasets,
             log_suffix: None,
             n_concurrent: None,

@@ -88,6 +88,64 @@ fn plan_on_an_empty_ledger() {
     }
 }
 
+/// `plan` names the source of every setting: the command line's, the preset's and the profile's
+/// each say so, in the text and in the JSON.
+#[test]
+fn plan_says_where_each_setting_came_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let plan = ["plan", "--preset", "swebench_full", "--model", "Qwen/Qwen3-8B", "--n-concurrent", "2"];
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&run_in(&state, &[&plan[..], &["--format", "json"]].concat()))).unwrap();
+    let settings = &json["jobs"][0]["settings"];
+    let got =
+        |name: &str| (settings[name]["value"].clone(), settings[name]["source"].as_str().unwrap_or("?").to_string());
+    assert_eq!(got("n_concurrent"), (serde_json::json!(2), "command line".into()), "{settings}");
+    assert_eq!(got("agent_parser"), (serde_json::json!("xml"), "preset swebench_full".into()), "{settings}");
+    assert_eq!(got("partition"), (serde_json::json!("debug"), "profile local".into()), "{settings}");
+    assert_eq!(got("time"), (serde_json::json!("48:00:00"), "preset swebench_full".into()), "{settings}");
+    let text = ok(&run_in(&state, &plan));
+    let line = text.lines().find(|l| l.starts_with("settings  Qwen/Qwen3-8B")).unwrap_or_default();
+    for want in
+        ["n_concurrent 2 (command line)", "agent_parser xml (preset swebench_full)", "partition debug (profile local)"]
+    {
+        assert!(line.contains(want), "{want} in {text}");
+    }
+}
+
+/// The precedence between the levels: the command line beats the preset, which beats the
+/// profile; the value the job runs with is the winner's (the sbatch argv), not only its label.
+#[test]
+fn plan_the_command_line_beats_the_preset_beats_the_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let job = |extra: &[&str]| {
+        let args = [&["plan", "--preset", "swebench_full", "--model", "Qwen/Qwen3-8B", "--format", "json"][..], extra]
+            .concat();
+        let json: serde_json::Value = serde_json::from_str(&ok(&run_in(&state, &args))).unwrap();
+        json["jobs"][0].clone()
+    };
+    let time = |job: &serde_json::Value| {
+        let argv: Vec<String> = serde_json::from_value(job["sbatch"].clone()).unwrap_or_default();
+        (
+            job["settings"]["time"]["source"].as_str().unwrap_or("?").to_string(),
+            argv.iter().find(|a| a.starts_with("--time=")).cloned(),
+        )
+    };
+    // The preset's 48:00:00 over the profile's 00:30:00.
+    assert_eq!(time(&job(&[])), ("preset swebench_full".into(), Some("--time=2-00:00:00".into())));
+    // The command line's over the preset's.
+    assert_eq!(time(&job(&["--time", "01:00:00"])), ("command line".into(), Some("--time=0-01:00:00".into())));
+    // The profile's where neither sets one: the partition.
+    let plain = job(&[]);
+    assert_eq!(plain["settings"]["partition"]["source"], "profile local");
+    let cli = job(&["--partition", "other"]);
+    assert_eq!(
+        (cli["settings"]["partition"]["source"].as_str(), cli["resources"]["partition"].as_str()),
+        (Some("command line"), Some("other"))
+    );
+}
+
 /// Each skip says where its evidence came from: an attempt of this ledger, or a row of the team's
 /// history (folded in as an imported attempt; its `sandbox_jobs.id` named).
 #[test]
