@@ -14,13 +14,13 @@
 //! directory outside the run dir (never in argv, logs, status or the spec); ssh's raw output goes
 //! to that directory and is copied, redacted, into `tunnel.log`.
 
-pub mod lease;
-pub mod machine;
-pub mod output;
-pub mod socks;
-pub mod sshconf;
-pub mod strategy;
-pub mod verify;
+pub(crate) mod lease;
+pub(crate) mod machine;
+pub(crate) mod output;
+pub(crate) mod socks;
+pub(crate) mod sshconf;
+pub(crate) mod strategy;
+pub(crate) mod verify;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{Read, Seek, SeekFrom, Write};

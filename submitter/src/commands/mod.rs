@@ -1,17 +1,17 @@
 //! Command implementations: turn parsed arguments into a resolved configuration once, call the
 //! library, print. Errors carry context (`anyhow`) and become one line on stderr.
 
-pub mod catalogue;
-pub mod listener;
-pub mod preflight;
-pub mod queueing;
-pub mod registry;
-pub mod remediation;
-pub mod session;
-pub mod spec;
-pub mod team;
-pub mod verify;
-pub mod verify_output;
+pub(crate) mod catalogue;
+pub(crate) mod listener;
+pub(crate) mod preflight;
+pub(crate) mod queueing;
+pub(crate) mod registry;
+pub(crate) mod remediation;
+pub(crate) mod session;
+pub(crate) mod spec;
+pub(crate) mod team;
+pub(crate) mod verify;
+pub(crate) mod verify_output;
 
 use std::io::Write;
 use std::path::PathBuf;

@@ -5,8 +5,8 @@
 pub mod args;
 pub mod cluster;
 pub mod lists;
-pub mod preset;
-pub mod remediation;
+pub(crate) mod preset;
+pub(crate) mod remediation;
 
 use std::path::{Path, PathBuf};
 

@@ -4,10 +4,10 @@
 //! replace wholesale) else first matching pattern else size default; the matched config is used as
 //! it is, never layered. The timeout multiplier follows the team's written policy (§4.3).
 
-pub mod files;
+pub(crate) mod files;
 pub mod names;
-pub mod size;
-pub mod timeouts;
+pub(crate) mod size;
+pub(crate) mod timeouts;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -16,7 +16,7 @@
 
 pub mod charts;
 pub mod check;
-pub mod findings;
+pub(crate) mod findings;
 pub mod report;
 pub mod results;
 pub mod rules;
