@@ -21,7 +21,7 @@ use submitter::config::ConfigRoot;
 
 use crate::ConfigDirs;
 
-pub fn init_logging() {
+pub(crate) fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SUBMITTER_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"))
         // The HTTP client's debug lines name the webhook URL, a secret (docs/submitter.md).
@@ -36,14 +36,14 @@ pub fn init_logging() {
 }
 
 /// One line: `error: <outermost context>: <cause>: …`.
-pub fn report_error(err: &anyhow::Error) {
+pub(crate) fn report_error(err: &anyhow::Error) {
     let chain: Vec<String> = err.chain().map(|c| c.to_string()).collect();
     let _ = writeln!(std::io::stderr(), "error: {}", chain.join(": "));
 }
 
 /// The exit status of the library's wrapper errors, whose `#[error(transparent)]` variants keep
 /// the wrapped ledger or Slurm error out of the cause chain (`submitter::output::ExitStatus`).
-pub fn wrapped_status(error: &(dyn std::error::Error + 'static)) -> Option<submitter::output::ExitStatus> {
+pub(crate) fn wrapped_status(error: &(dyn std::error::Error + 'static)) -> Option<submitter::output::ExitStatus> {
     use submitter::executor::SubmitError;
     use submitter::output::ExitStatus;
     use submitter::snapshot::SnapshotError;
@@ -87,7 +87,7 @@ impl ConfigDirs {
 }
 
 /// Writes to stdout, treating a closed pipe (`| head`) as success.
-pub fn print(text: &str) -> Result<()> {
+pub(crate) fn print(text: &str) -> Result<()> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),

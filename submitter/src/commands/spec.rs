@@ -42,7 +42,7 @@ pub struct SpecArgs {
 }
 
 /// The configuration a spec is built from, loaded once.
-pub struct Loaded {
+pub(crate) struct Loaded {
     pub cluster: submitter::config::ClusterProfile,
     pub gpu_profiles: launch_spec::GpuProfiles,
     pub registry: Registry,
@@ -53,7 +53,7 @@ pub struct Loaded {
 }
 
 impl Loaded {
-    pub fn context(&self) -> SpecBuilder<'_> {
+    pub(crate) fn context(&self) -> SpecBuilder<'_> {
         SpecBuilder {
             cluster: &self.cluster,
             gpu_profiles: &self.gpu_profiles,
@@ -65,7 +65,7 @@ impl Loaded {
 }
 
 /// Loads the configuration `args` names and builds the spec (nothing written).
-pub fn build(args: &SpecArgs) -> Result<(launch_spec::LaunchSpec, Loaded)> {
+pub(crate) fn build(args: &SpecArgs) -> Result<(launch_spec::LaunchSpec, Loaded)> {
     // Checked here rather than by clap, whose message would echo a newline in the id raw.
     config::args::model(&args.model).map_err(|e| anyhow::anyhow!("--model: {e}"))?;
     let dirs = args.dirs.resolve()?;
@@ -94,7 +94,7 @@ pub fn build(args: &SpecArgs) -> Result<(launch_spec::LaunchSpec, Loaded)> {
 }
 
 /// Writes the spec to `--out` (atomically) or stdout.
-pub fn write(args: &SpecArgs, spec: &launch_spec::LaunchSpec) -> Result<()> {
+pub(crate) fn write(args: &SpecArgs, spec: &launch_spec::LaunchSpec) -> Result<()> {
     let json = spec.to_json();
     match &args.out {
         None => super::print(&json),
@@ -102,7 +102,7 @@ pub fn write(args: &SpecArgs, spec: &launch_spec::LaunchSpec) -> Result<()> {
     }
 }
 
-pub fn spec(args: &SpecArgs) -> Result<ExitCode> {
+pub(crate) fn spec(args: &SpecArgs) -> Result<ExitCode> {
     let (spec, _) = build(args)?;
     write(args, &spec)?;
     // On stderr: stdout may be the spec itself.

@@ -213,6 +213,6 @@ impl Preset {
 
 /// A Harbor job config named in a preset or on the command line: a path as given when absolute,
 /// else a file in `presets/harbor/`.
-pub fn harbor_config_path(harbor_dir: &std::path::Path, name: &str) -> PathBuf {
+pub(crate) fn harbor_config_path(harbor_dir: &std::path::Path, name: &str) -> PathBuf {
     if std::path::Path::new(name).is_absolute() { PathBuf::from(name) } else { harbor_dir.join(name) }
 }

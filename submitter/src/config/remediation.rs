@@ -88,7 +88,7 @@ pub const TABLE: &[Diagnosis] = &[
     row("outcome.gpu", Policy::Retry, Some(Change::ExcludeNode), false),
 ];
 
-pub fn diagnosis(id: &str) -> Option<&'static Diagnosis> {
+pub(crate) fn diagnosis(id: &str) -> Option<&'static Diagnosis> {
     TABLE.iter().find(|d| d.id == id)
 }
 

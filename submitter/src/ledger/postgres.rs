@@ -39,7 +39,7 @@ use super::{
 };
 
 /// Used when the URL sets no `connect_timeout`: an unroutable host fails in seconds, not minutes.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// From this many imported rows on, the import ends with `VACUUM (ANALYZE)`.
 const VACUUM_AFTER_ROWS: usize = 10_000;

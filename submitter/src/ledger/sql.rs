@@ -82,7 +82,7 @@ impl From<LedgerError> for Failure {
     }
 }
 
-pub type Step<T> = std::result::Result<T, Failure>;
+pub(super) type Step<T> = std::result::Result<T, Failure>;
 
 /// A connection or a transaction, as the statements here see it.
 pub trait Db {

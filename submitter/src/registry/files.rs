@@ -85,7 +85,7 @@ with_serve_fields! {
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Subsystems {
+pub(crate) struct Subsystems {
     pub eval: Option<EvalBlock>,
     /// Ignored (datagen settings are not ours).
     pub datagen: Option<IgnoredAny>,
@@ -108,7 +108,7 @@ with_serve_fields! {
 /// `model_config/_patterns.yaml`.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PatternsFile {
+pub(crate) struct PatternsFile {
     pub patterns: Vec<PatternItem>,
 }
 

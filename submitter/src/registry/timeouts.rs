@@ -10,7 +10,7 @@ use std::path::Path;
 use launch_spec::yaml::{YamlError, from_yaml_file};
 use serde::Deserialize;
 
-pub const TIMEOUTS_FILE: &str = "_timeouts.yaml";
+pub(crate) const TIMEOUTS_FILE: &str = "_timeouts.yaml";
 
 /// `model_config/_timeouts.yaml`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]

@@ -67,7 +67,7 @@ findings! {
 
 /// The finding with this id (`engine.died`), for readers of `--json` output and the profile's
 /// per-finding settings.
-pub fn by_id(id: &str) -> Option<FindingId> {
+pub(crate) fn by_id(id: &str) -> Option<FindingId> {
     ALL.iter().copied().find(|f| f.id == id)
 }
 
