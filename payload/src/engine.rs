@@ -17,7 +17,7 @@ use crate::liveness::EngineSample;
 use crate::records::Completions;
 
 #[derive(Debug, thiserror::Error, PartialEq)]
-pub enum ArgvError {
+pub(crate) enum ArgvError {
     #[error(
         "serve.extra_args references ${{{0}}}, which is not set in payload's environment: export it in the job or remove it"
     )]

@@ -31,7 +31,7 @@ pub struct Step {
     pub child: ChildSpec,
     pub timeout: Duration,
     /// Secret names the spec hands to the step that the secrets file lacks (a warning, not an error).
-    pub missing_secrets: Vec<String>,
+    pub(crate) missing_secrets: Vec<String>,
 }
 
 /// The spec's step with its environment and resolved program; `None` when the spec has none. An

@@ -30,8 +30,8 @@ pub(crate) struct Recorder {
     run_dir: PathBuf,
     pub status: RunStatus,
     /// Failed writes of `status.json` / `events.jsonl` so far.
-    pub failed_status_writes: u64,
-    pub failed_event_writes: std::cell::Cell<u64>,
+    pub(crate) failed_status_writes: u64,
+    pub(crate) failed_event_writes: std::cell::Cell<u64>,
     /// Every secret value payload knows (the secrets file's, the per-job API key), scrubbed from
     /// every string of every record before it is written ([`scrub`]).
     secrets: Vec<String>,
@@ -39,7 +39,7 @@ pub(crate) struct Recorder {
     reserve: Option<PathBuf>,
     /// The job's GPU time (crate::gputime), snapshotted into every `status.json` written; none
     /// in a record that carries no `gpu_time` (a shared job's leg).
-    pub gpu_clock: Option<crate::gputime::GpuClock>,
+    pub(crate) gpu_clock: Option<crate::gputime::GpuClock>,
 }
 
 impl Recorder {

@@ -72,7 +72,7 @@ impl Secrets {
         Self::default()
     }
 
-    pub fn from_pairs(path: &Path, pairs: impl IntoIterator<Item = (String, String)>) -> Self {
+    pub(crate) fn from_pairs(path: &Path, pairs: impl IntoIterator<Item = (String, String)>) -> Self {
         Self { path: path.to_path_buf(), values: pairs.into_iter().collect() }
     }
 

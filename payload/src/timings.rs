@@ -27,17 +27,17 @@ pub(crate) const PROBE_MIN: Duration = Duration::from_millis(50);
 /// The spec's durations, checked.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Timings {
-    pub health_timeout: Duration,
+    pub(crate) health_timeout: Duration,
     /// `serve.ready_budget.seconds`, when the spec has a budget (the cap still applies: crate::phases).
     pub ready_budget: Option<Duration>,
     /// `serve.hang_after_s`: the liveness window (crate::liveness).
-    pub hang_after: Duration,
+    pub(crate) hang_after: Duration,
     /// `serve.load_stall_after_s`: loading with no new `vllm.log` bytes this long is stalled.
-    pub load_stall_after: Duration,
-    pub teardown_grace: Duration,
+    pub(crate) load_stall_after: Duration,
+    pub(crate) teardown_grace: Duration,
     pub heartbeat: Duration,
-    pub probe_interval: Duration,
-    pub walltime_lead: Duration,
+    pub(crate) probe_interval: Duration,
+    pub(crate) walltime_lead: Duration,
 }
 
 /// Why a number is refused, as a one-line message naming the file and the field.

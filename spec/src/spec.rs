@@ -89,7 +89,7 @@ pub struct ScratchSpec {
 }
 
 /// The placeholders payload replaces in each element of [`PostRunSpec::argv`].
-pub const POST_RUN_PLACEHOLDERS: &[&str] = &["{run_dir}", "{run_tag}"];
+pub(crate) const POST_RUN_PLACEHOLDERS: &[&str] = &["{run_dir}", "{run_tag}"];
 
 /// The post-run step: one program with its argv (never a shell string), run in the run dir after
 /// Harbor exited 0, its time bounded, its outcome recorded but never the run's.
@@ -309,7 +309,7 @@ impl ServeSpec {
 }
 
 /// Why a spec has no `serve.ready_budget`: what `plan` says.
-pub const NO_BUDGET: &str =
+pub(crate) const NO_BUDGET: &str =
     "no budget (checkpoint size unknown: no weights found and no parameter count in the model id)";
 
 fn one() -> u32 {

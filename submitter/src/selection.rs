@@ -8,10 +8,10 @@ use std::path::Path;
 use crate::config::{self, Allocation, ConfigError, Preset};
 
 /// `--preset ID`: the team's standard evaluation, three legs.
-pub const ID_PRESETS: [&str; 3] = ["swebench", "v2", "tb2"];
+pub(crate) const ID_PRESETS: [&str; 3] = ["swebench", "v2", "tb2"];
 
 /// The leg name `--datasets D…` gets (job-name tag, the recorded `preset`).
-pub const DATASETS_LEG: &str = "datasets";
+pub(crate) const DATASETS_LEG: &str = "datasets";
 
 /// One leg of a run: a preset (or the `--datasets` preset) under its name.
 #[derive(Debug, Clone, PartialEq)]
@@ -90,7 +90,7 @@ impl AllocationSource {
 
 /// A leg's allocation and where it came from: the command line > the preset > the profile >
 /// `per-leg`.
-pub fn allocation_for(
+pub(crate) fn allocation_for(
     cli: Option<Allocation>,
     preset: &Preset,
     profile: Option<Allocation>,

@@ -24,7 +24,7 @@ pub(crate) struct Owner {
     pub pid: u32,
     pub public_url: String,
     #[serde(default)]
-    pub acquired_at: String,
+    pub(crate) acquired_at: String,
 }
 
 impl Owner {

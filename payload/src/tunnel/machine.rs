@@ -119,10 +119,10 @@ pub(crate) enum Next {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Limits {
     pub max_restarts: u32,
-    pub backoff_s: f64,
+    pub(crate) backoff_s: f64,
     pub connect_timeout: Duration,
     pub verify_attempts: u32,
-    pub verify_interval: Duration,
+    pub(crate) verify_interval: Duration,
 }
 
 impl Limits {

@@ -71,7 +71,7 @@ pub(crate) fn secret_names(spec: &TunnelSpec) -> Vec<String> {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum TunnelError {
+pub(crate) enum TunnelError {
     #[error("the {kind} tunnel needs `{program}` ({why}), which is not on PATH")]
     MissingProgram { kind: &'static str, program: String, why: &'static str },
     #[error("none of the Pinggy token secrets ({names}) is set in the secrets file {file}")]
@@ -281,11 +281,11 @@ impl TunnelPlan {
 pub(crate) struct PlanInputs<'a> {
     pub secrets: &'a Secrets,
     pub job_id: &'a str,
-    pub engine_host: &'a str,
-    pub engine_port: u16,
+    pub(crate) engine_host: &'a str,
+    pub(crate) engine_port: u16,
     pub served_name: &'a str,
     pub node: String,
-    pub child_path: &'a str,
+    pub(crate) child_path: &'a str,
 }
 
 /// Steps a fresh machine until its first spawn, answering lease requests by looking at the lease
@@ -579,14 +579,14 @@ pub(crate) struct Start<'a> {
     pub job_id: &'a str,
     pub slurm_job_id: Option<String>,
     pub node: String,
-    pub engine_host: &'a str,
-    pub engine_port: u16,
+    pub(crate) engine_host: &'a str,
+    pub(crate) engine_port: u16,
     pub served_name: &'a str,
     pub api_key: Option<String>,
     /// Environment for ssh (the explicit child environment).
-    pub child_env: BTreeMap<String, String>,
+    pub(crate) child_env: BTreeMap<String, String>,
     /// Where the private directory goes ($TMPDIR, else /tmp).
-    pub tmp_root: PathBuf,
+    pub(crate) tmp_root: PathBuf,
 }
 
 /// One running instance: its machine and its I/O state.

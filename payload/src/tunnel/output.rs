@@ -41,14 +41,14 @@ pub(crate) struct Seen {
     pub locked: bool,
     pub auth_failed: bool,
     pub connect_failed: bool,
-    pub forward_failed: bool,
-    pub host_key: bool,
-    pub urls: Vec<String>,
-    pub allocated_port: Option<u16>,
+    pub(crate) forward_failed: bool,
+    pub(crate) host_key: bool,
+    pub(crate) urls: Vec<String>,
+    pub(crate) allocated_port: Option<u16>,
     /// A cause payload imposed (it killed the attempt), e.g. `connect_timeout`.
-    pub imposed: Option<&'static str>,
+    pub(crate) imposed: Option<&'static str>,
     /// The last line that explains a failure (redacted), for the outcome message.
-    pub last_problem: Option<String>,
+    pub(crate) last_problem: Option<String>,
 }
 
 impl Seen {

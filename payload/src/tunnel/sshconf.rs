@@ -19,7 +19,7 @@ pub(crate) enum KnownHosts<'a> {
 #[derive(Debug, Clone)]
 pub(crate) struct HostBlock<'a> {
     pub alias: &'a str,
-    pub host_name: &'a str,
+    pub(crate) host_name: &'a str,
     pub port: Option<u16>,
     /// For Pinggy: the token (plus keywords), a secret.
     pub user: Option<&'a str>,
@@ -27,18 +27,18 @@ pub(crate) struct HostBlock<'a> {
     pub known_hosts: KnownHosts<'a>,
     /// `BatchMode yes`: never prompt (SOCKS to a login node). Pinggy keeps the replaced system's
     /// proven client settings without it; in a batch job there is no terminal to prompt on anyway.
-    pub batch_mode: bool,
+    pub(crate) batch_mode: bool,
     pub server_alive_interval_s: u32,
     pub server_alive_count_max: u32,
     pub connect_timeout_s: u32,
     /// `ProxyJump <alias>`: reach this host through another block of the same file (Pinggy through
     /// the login node when compute nodes have no internet).
-    pub proxy_jump: Option<&'a str>,
+    pub(crate) proxy_jump: Option<&'a str>,
 }
 
 /// Why a value cannot go into the config.
 #[derive(Debug, thiserror::Error, PartialEq)]
-pub enum ConfigError {
+pub(crate) enum ConfigError {
     #[error(
         "the value of secret {0} contains whitespace, quotes, `#` or control characters: it cannot be an ssh user name"
     )]

@@ -156,8 +156,8 @@ pub(crate) struct Pinggy {
     /// Secret name → token (in `payload plan`: a placeholder naming the secret).
     pub tokens: BTreeMap<String, String>,
     pub order: Vec<usize>,
-    pub engine_host: String,
-    pub engine_port: u16,
+    pub(crate) engine_host: String,
+    pub(crate) engine_port: u16,
     pub served_name: String,
     /// The login node's block and the local SOCKS port, when compute nodes have no internet: ssh
     /// reaches Pinggy with `ProxyJump` through the login node; the check goes through the proxy.
@@ -176,8 +176,8 @@ pub(crate) struct PinggyTarget {
     pub paths: Paths,
     pub tokens: BTreeMap<String, String>,
     pub job_id: String,
-    pub engine_host: String,
-    pub engine_port: u16,
+    pub(crate) engine_host: String,
+    pub(crate) engine_port: u16,
     pub served_name: String,
     pub egress: Option<(SocksSpec, u16)>,
 }

@@ -138,7 +138,7 @@ pub struct SlurmSettings {
     pub time: String,
     /// `false` where GPUs are not gres-tracked (Vista): request `--nodes` instead of `--gres`.
     #[serde(default = "yes")]
-    pub gpu_gres: bool,
+    pub(crate) gpu_gres: bool,
     /// Further sbatch arguments, one argv element each.
     #[serde(default)]
     pub extra_args: Vec<String>,
@@ -253,12 +253,12 @@ impl Environment {
     }
 
     /// The declared Harbor (a release or a flavour), else the verified release.
-    pub fn harbor_declared(&self) -> String {
+    pub(crate) fn harbor_declared(&self) -> String {
         self.harbor.clone().unwrap_or_else(|| launch_spec::versions::VERIFIED_HARBOR.to_string())
     }
 
     /// What the declared Harbor speaks (the verified release when undeclared).
-    pub fn harbor_dialect(&self) -> HarborDialect {
+    pub(crate) fn harbor_dialect(&self) -> HarborDialect {
         self.harbor.as_deref().and_then(|h| HarborDialect::from_declared(h).ok()).map(|(d, _)| d).unwrap_or_default()
     }
 }
@@ -301,7 +301,7 @@ pub struct Hardware {
     #[serde(default)]
     pub gpu_memory_utilization: Option<f64>,
     #[serde(default)]
-    pub cuda_home: Option<PathBuf>,
+    pub(crate) cuda_home: Option<PathBuf>,
     /// The nodes' GPU as NVML names it (`NVIDIA A100-SXM-64GB`) and its memory in GiB: what
     /// `registry check` matches the GPU profiles with and weighs a model's weights against.
     #[serde(default)]
@@ -346,10 +346,10 @@ pub struct EngineSettings {
     /// The same for a mixture-of-experts model (`…-A22B`, Mixtral, …): its expert kernels are
     /// tuned and built on top.
     #[serde(default = "default_moe_compile_allowance")]
-    pub moe_compile_allowance_s: u64,
+    pub(crate) moe_compile_allowance_s: u64,
     /// CUDA-graph capture; none with `--enforce-eager`.
     #[serde(default = "default_graph_capture_allowance")]
-    pub graph_capture_allowance_s: u64,
+    pub(crate) graph_capture_allowance_s: u64,
     /// vLLM's `--distributed-timeout-seconds` for a multi-node engine; default `health_timeout_s`
     /// (weights may load slowly on some nodes, docs/multinode.md).
     #[serde(default)]
@@ -571,32 +571,32 @@ impl Default for Limits {
 pub struct VerifySettings {
     /// No status.json update for this long while Slurm says RUNNING → `dead` (payload writes
     /// one every 15 s).
-    pub heartbeat_timeout_s: u64,
+    pub(crate) heartbeat_timeout_s: u64,
     /// Slurm RUNNING this long without any status.json → `dead` (the batch script never reached payload).
     pub no_status_after_s: u64,
     /// No completion and no trial progress for this long → `stalled`.
-    pub stall_after_s: u64,
+    pub(crate) stall_after_s: u64,
     /// Harbor running this long with zero 200 completions → `misconfigured` (broken agent setup,
     /// e.g. missing `model_info`).
-    pub zero_ok_after_s: u64,
+    pub(crate) zero_ok_after_s: u64,
     /// Share of 400 answers above which the run is `misconfigured` (context overflow).
-    pub bad_request_share: f64,
+    pub(crate) bad_request_share: f64,
     /// Share of 5xx answers above which `check` warns.
-    pub server_error_share: f64,
+    pub(crate) server_error_share: f64,
     /// Fewest completions a share is computed from.
-    pub min_requests: u64,
+    pub(crate) min_requests: u64,
     /// All trials done but the job still running for this long → `stalled` (zombie).
-    pub zombie_after_s: u64,
+    pub(crate) zombie_after_s: u64,
     /// Trials active but no new `result.json` for this long → `check` fails (stalled).
-    pub no_result_after_s: u64,
+    pub(crate) no_result_after_s: u64,
     /// An installed agent's running trial with no `agent/command-0/` this long after its
     /// `config.json` → `check` fails (setup stalled).
-    pub setup_stalled_after_s: u64,
+    pub(crate) setup_stalled_after_s: u64,
     /// A trial that finished within this many seconds of its start with no output tokens is an
     /// instant failure.
     pub instant_fail_s: f64,
     /// Share of finished trials that may be instant failures before `check` fails.
-    pub instant_fail_share: f64,
+    pub(crate) instant_fail_share: f64,
     /// Completion audit: valid trials needed, as a share of n_tasks × n_attempts.
     pub min_valid_share: f64,
     /// Completion audit: largest acceptable share of errored trials.
@@ -613,7 +613,7 @@ pub struct AutoCancel {
     pub dead_after_s: Option<u64>,
     /// Cancel a job `stalled` for this long.
     #[serde(default)]
-    pub stalled_after_s: Option<u64>,
+    pub(crate) stalled_after_s: Option<u64>,
 }
 
 impl Default for VerifySettings {
@@ -697,7 +697,7 @@ pub struct PreDownload {
     #[serde(default = "default_dataset_command")]
     pub dataset_command: Vec<String>,
     #[serde(default = "default_dataset_timeout")]
-    pub dataset_timeout_s: u64,
+    pub(crate) dataset_timeout_s: u64,
 }
 
 impl Default for PreDownload {

@@ -36,7 +36,7 @@ impl Allocation {
     }
 }
 
-pub const GPU_PROFILES_FILE: &str = "gpus.yaml";
+pub(crate) const GPU_PROFILES_FILE: &str = "gpus.yaml";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

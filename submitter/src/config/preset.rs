@@ -87,7 +87,7 @@ mod retired {
 
 impl Preset {
     /// A preset with only `datasets` (what `--datasets D…` selects): every other setting default.
-    pub fn for_datasets(datasets: Vec<String>) -> Preset {
+    pub(crate) fn for_datasets(datasets: Vec<String>) -> Preset {
         Preset {
             datasets,
             log_suffix: None,
@@ -119,7 +119,7 @@ impl Preset {
     }
 
     /// The benchmark name of a dataset: its repo basename (`DCAgent2/terminal_bench_2` → `terminal_bench_2`).
-    pub fn benchmark_of(dataset: &str) -> String {
+    pub(crate) fn benchmark_of(dataset: &str) -> String {
         dataset.trim_end_matches('/').rsplit('/').next().unwrap_or(dataset).to_string()
     }
 
@@ -144,7 +144,7 @@ impl Preset {
 
     /// Problems within the preset, and a Harbor job config it names missing from `harbor_dir`
     /// (without one, the size band's canonical config runs: `registry check` checks those).
-    pub fn problems_with(&self, harbor_dir: &std::path::Path) -> Vec<String> {
+    pub(crate) fn problems_with(&self, harbor_dir: &std::path::Path) -> Vec<String> {
         let mut problems = self.problems();
         for (key, name) in [("config_yaml", &self.config_yaml), ("harbor_config", &self.harbor_config)] {
             let Some(name) = name else { continue };

@@ -92,7 +92,7 @@ impl Connection {
 
     /// What turns this connection's driver errors into one line without the password, held apart
     /// from the client so it can be used while a query borrows the client.
-    pub fn redactor(&self) -> Redactor {
+    pub(crate) fn redactor(&self) -> Redactor {
         Redactor { location: self.location.clone(), secrets: self.secrets.clone() }
     }
 }

@@ -40,7 +40,7 @@ macro_rules! with_serve_fields {
 
         impl $name {
             /// Just the serve fields.
-            pub fn serve_fields(&self) -> ServeFields {
+            pub(crate) fn serve_fields(&self) -> ServeFields {
                 ServeFields {
                     tensor_parallel_size: self.tensor_parallel_size,
                     data_parallel_size: self.data_parallel_size,
@@ -88,7 +88,7 @@ with_serve_fields! {
 pub(crate) struct Subsystems {
     pub eval: Option<EvalBlock>,
     /// Ignored (datagen settings are not ours).
-    pub datagen: Option<IgnoredAny>,
+    pub(crate) datagen: Option<IgnoredAny>,
 }
 
 with_serve_fields! {
@@ -124,7 +124,7 @@ with_serve_fields! {
 
 impl ServeFields {
     /// `self` overlaid key by key with `top` (top wins where it sets a key).
-    pub fn overlaid_with(&self, top: &ServeFields) -> ServeFields {
+    pub(crate) fn overlaid_with(&self, top: &ServeFields) -> ServeFields {
         ServeFields {
             tensor_parallel_size: top.tensor_parallel_size.or(self.tensor_parallel_size),
             data_parallel_size: top.data_parallel_size.or(self.data_parallel_size),

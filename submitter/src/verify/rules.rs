@@ -52,8 +52,8 @@ pub struct TrialScan {
     pub model_info_example: Option<String>,
     /// Running trials without [`launch_spec::rundir::harbor::AGENT_FIRST_COMMAND`], and the
     /// oldest one's `config.json` time and name (an installed harness still setting up).
-    pub setup_pending: u64,
-    pub oldest_setup: Option<(DateTime<Utc>, String)>,
+    pub(crate) setup_pending: u64,
+    pub(crate) oldest_setup: Option<(DateTime<Utc>, String)>,
 }
 
 /// Whether the job that writes this run dir still runs, as far as the evidence tells.
@@ -75,7 +75,7 @@ pub struct JobFacts {
     pub ledger_status: AttemptStatus,
     pub ledger_reason: String,
     /// When the job was first seen running (ledger `started_at`, or the first observation).
-    pub running_seen_at: Option<DateTime<Utc>>,
+    pub(crate) running_seen_at: Option<DateTime<Utc>>,
     /// `None` while the attempt has no job id.
     pub slurm: Option<SlurmView>,
     pub slurm_state: Option<String>,
@@ -117,11 +117,11 @@ pub struct EngineFacts {
     /// Completions per minute when measurable.
     pub per_min: Option<f64>,
     /// When the engine began serving: Harbor's start, the server's start line, the job's start.
-    pub serving_since: Option<DateTime<Utc>>,
+    pub(crate) serving_since: Option<DateTime<Utc>>,
     /// When the log was last written (its modification time).
-    pub written_at: Option<DateTime<Utc>>,
+    pub(crate) written_at: Option<DateTime<Utc>>,
     /// When the last completion was answered (at or after this instant).
-    pub last_completion_at: Option<DateTime<Utc>>,
+    pub(crate) last_completion_at: Option<DateTime<Utc>>,
     pub example_400: Option<String>,
     pub example_5xx: Option<String>,
     pub context_error: Option<String>,
@@ -134,7 +134,7 @@ pub struct EngineFacts {
 }
 
 /// The heartbeat's vLLM counters on one line, for evidence.
-pub fn counters_text(c: &launch_spec::records::EngineCounters) -> String {
+pub(crate) fn counters_text(c: &launch_spec::records::EngineCounters) -> String {
     let rate = c.tokens_per_s.map(|r| format!(", {r:.1} tokens/s")).unwrap_or_default();
     let kv = c.kv_cache_usage.map(|k| format!(", KV cache {}", percent(k))).unwrap_or_default();
     let quiet = c
@@ -195,28 +195,28 @@ pub struct Evidence {
     /// The completion audit (Harbor's result, or the ledger's metrics).
     pub audit: Option<Audit>,
     /// Whether the run dir has any trial dir (an engine without a log then warns).
-    pub has_trials: bool,
+    pub(crate) has_trials: bool,
     /// The agent runs in the remote sandbox (openhands, claude-code, …), not on the node.
-    pub installed_agent: bool,
+    pub(crate) installed_agent: bool,
 }
 
 /// What [`evaluate`] concluded.
 #[derive(Debug, Clone)]
-pub struct Assessment {
+pub(crate) struct Assessment {
     pub state: RunState,
     pub findings: Vec<Finding>,
     /// The summary `status` shows for a healthy run.
-    pub healthy_summary: String,
+    pub(crate) healthy_summary: String,
 }
 
 impl Assessment {
     /// The worst finding's level (`check`'s verdict).
-    pub fn level(&self) -> Level {
+    pub(crate) fn level(&self) -> Level {
         self.findings.iter().map(|f| f.level).max().unwrap_or(Level::Ok)
     }
 
     /// `status`'s verdict: the most severe verdict a finding stands for, and that finding.
-    pub fn verdict(&self) -> (VerdictKind, Option<&Finding>) {
+    pub(crate) fn verdict(&self) -> (VerdictKind, Option<&Finding>) {
         // The first of equally severe findings wins.
         let mut decisive: Option<&Finding> = None;
         for f in self.findings.iter().filter(|f| f.status.is_some()) {
@@ -250,7 +250,7 @@ fn finding(which: FindingId, level: Level, status: VerdictKind, summary: String)
 }
 
 /// Seconds since payload last wrote status.json (its `updated_at` or heartbeat, whichever is newer).
-pub fn status_age_s(status: &RunStatus, now: DateTime<Utc>) -> Option<i64> {
+pub(crate) fn status_age_s(status: &RunStatus, now: DateTime<Utc>) -> Option<i64> {
     let updated = parse_time(&status.updated_at);
     let beat = status.heartbeat.as_ref().and_then(|h| parse_time(&h.at));
     let last = updated.into_iter().chain(beat).max()?;
@@ -258,7 +258,7 @@ pub fn status_age_s(status: &RunStatus, now: DateTime<Utc>) -> Option<i64> {
 }
 
 /// The findings for one run. Pure.
-pub fn evaluate(ev: &Evidence, s: &VerifySettings) -> Assessment {
+pub(crate) fn evaluate(ev: &Evidence, s: &VerifySettings) -> Assessment {
     let now = ev.now.unwrap_or_else(Utc::now);
     let mut out = Vec::new();
     let job_text = ev.job.as_ref().and_then(|j| j.job_id.clone()).unwrap_or_else(|| "?".into());
