@@ -111,10 +111,6 @@ impl Recorder {
         }
     }
 
-    pub(crate) fn run_dir(&self) -> &Path {
-        &self.run_dir
-    }
-
     /// Replaces `status.json` atomically.
     pub(crate) fn write_status(&mut self) {
         self.status.updated_at = now();
@@ -519,6 +515,7 @@ impl TrialScan {
     }
 }
 
+#[cfg(test)] // used only by the tests
 /// All trials in one go (loops until a scan is complete).
 pub(crate) fn count_trials(run_dir: &Path) -> Trials {
     let mut scan = TrialScan::default();

@@ -88,9 +88,6 @@ pub struct ScratchSpec {
     pub root: PathBuf,
 }
 
-/// The placeholders payload replaces in each element of [`PostRunSpec::argv`].
-pub(crate) const POST_RUN_PLACEHOLDERS: &[&str] = &["{run_dir}", "{run_tag}"];
-
 /// The post-run step: one program with its argv (never a shell string), run in the run dir after
 /// Harbor exited 0, its time bounded, its outcome recorded but never the run's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -429,6 +429,7 @@ impl SlurmCli {
         SlurmCli { bin_dir: None, command_timeout: Duration::from_secs(60), base_env }
     }
 
+    #[cfg(test)] // used only by the tests
     /// Runs `<dir>/sbatch` etc. instead of looking them up on `PATH` (tests use fake commands).
     pub(crate) fn with_bin_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.bin_dir = Some(dir.into());

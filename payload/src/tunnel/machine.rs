@@ -245,6 +245,7 @@ impl Machine {
         self.strategy.kind()
     }
 
+    #[cfg(test)] // used only by the tests
     pub(crate) fn state(&self) -> &State {
         &self.state
     }
@@ -265,6 +266,7 @@ impl Machine {
         self.strategy.socks_port()
     }
 
+    #[cfg(test)] // used only by the tests
     pub(crate) fn holds_lease(&self) -> bool {
         self.strategy.holds_lease()
     }

@@ -40,8 +40,12 @@ use crate::records::Recorder;
 use crate::secrets::Secrets;
 use crate::supervisor::{ChildSpec, Role, Supervisor, describe_status};
 use machine::{Action, Input, LeaseAnswer, Machine, Phase};
-pub(crate) use machine::{MAX_BACKOFF, STABLE_AFTER, backoff};
-pub(crate) use strategy::{PINGGY_ALIAS, SOCKS_ALIAS, pair_order, pinggy_argv, socks_argv};
+pub(crate) use strategy::{SOCKS_ALIAS, pair_order};
+#[cfg(test)] // used only by the tests
+use {
+    machine::{MAX_BACKOFF, backoff},
+    strategy::{pinggy_argv, socks_argv},
+};
 
 /// vLLM reads its API key from this variable (never from argv).
 pub(crate) const VLLM_KEY_VAR: &str = "VLLM_API_KEY";
@@ -723,10 +727,6 @@ impl Tunnel {
         self.kind
     }
 
-    pub(crate) fn is_up(&self) -> bool {
-        self.instances.iter().all(|i| i.machine.phase() == Phase::Up)
-    }
-
     /// The public URL of the pair in use (Pinggy), without a trailing slash.
     pub(crate) fn public_url(&self) -> Option<String> {
         self.instances.iter().find_map(|i| i.machine.public_url())
@@ -745,11 +745,6 @@ impl Tunnel {
     /// The argv prefix Harbor runs under (SOCKS `proxychains` mode).
     pub(crate) fn harbor_prefix(&self) -> Option<Vec<String>> {
         self.instances.iter().find_map(|i| i.harbor_prefix.clone())
-    }
-
-    /// The current ssh pids by role name (`tunnel`, `egress`).
-    pub(crate) fn pids(&self) -> Vec<(&'static str, u32)> {
-        self.instances.iter().filter_map(|i| i.pid.map(|p| (i.role.as_str(), p))).collect()
     }
 
     /// Harbor has the public URL now: the pair is fixed for the rest of the run.

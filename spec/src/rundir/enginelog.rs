@@ -288,6 +288,7 @@ fn next_data(file: &std::fs::File, pos: u64, end: Option<u64>) -> u64 {
     end.map_or(next, |end| next.min(end)).max(pos)
 }
 
+#[cfg(test)] // used only by the tests
 /// Scans text already in memory (tests, small logs).
 pub(crate) fn scan_bytes(data: &[u8]) -> EngineLog {
     let mut scanner = Scanner::new();
@@ -346,6 +347,7 @@ const COMPLETIONS: &[u8] = b"POST /v1/chat/completions ";
 const ACCESS_PREFIX: &[u8] = b"INFO:     ";
 const TRACEBACK: &[u8] = b"Traceback (most recent call last)";
 
+#[cfg(test)] // used only by the tests
 /// The one access-line parser: the status code of a uvicorn access line for a chat completion,
 /// `INFO:     127.0.0.1:5000 - "POST /v1/chat/completions HTTP/1.1" 200 OK`, also behind vLLM's
 /// `(APIServer pid=N) ` prefix. `None` for any other line (a `GET /health`, a logger line).

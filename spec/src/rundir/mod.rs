@@ -413,6 +413,7 @@ pub(crate) const MAX_EVENTS_KEPT: usize = 4096;
 /// The events among the last [`EVENTS_TAIL`] bytes of `events.jsonl` (a line cut by the window,
 /// longer than [`MAX_EVENT_LINE`] or not parsing is skipped), oldest first, at most the latest
 /// [`MAX_EVENTS_KEPT`].
+#[cfg(test)] // used only by the tests
 pub(crate) fn read_events(dir: &Path) -> Vec<Event> {
     read_events_where(dir, |_| true)
 }

@@ -221,6 +221,7 @@ impl TestSpec {
         self.with(|s| s.serve.declared_gpus = Some(n))
     }
 
+    #[cfg(test)] // used only by the tests
     pub(crate) fn fixed_port(self, port: u16) -> Self {
         self.with(|s| s.serve.port.fixed = Some(port))
     }

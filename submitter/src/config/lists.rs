@@ -23,6 +23,7 @@ pub(crate) fn parse_model_list_lines(text: &str) -> Vec<(usize, String)> {
         .collect()
 }
 
+#[cfg(test)] // used only by the tests
 pub(crate) fn parse_model_list(text: &str) -> Vec<String> {
     parse_model_list_lines(text).into_iter().map(|(_, id)| id).collect()
 }

@@ -11,6 +11,7 @@ pub(crate) fn total_size(id: &str) -> Option<f64> {
     scan(id, false)
 }
 
+#[cfg(test)] // used only by the tests
 /// Largest active size (`Qwen3-30B-A3B` → 3), if any.
 pub(crate) fn active_size(id: &str) -> Option<f64> {
     scan(id, true)

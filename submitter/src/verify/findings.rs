@@ -15,6 +15,7 @@ macro_rules! findings {
     ($($name:ident = $check:literal . $rest:literal;)*) => {
         $(pub const $name: FindingId = FindingId { check: $check, id: concat!($check, ".", $rest) };)*
         /// Every finding, in the doc's order.
+        #[cfg(test)] // used only by the tests
         pub const ALL: &[FindingId] = &[$($name),*];
     };
 }
@@ -63,12 +64,6 @@ findings! {
     OUTCOME_SILENT = "outcome"."silent";
     OUTCOME_UNREADABLE = "outcome"."unreadable";
     AUDIT_COMPLETION = "audit"."completion";
-}
-
-/// The finding with this id (`engine.died`), for readers of `--json` output and the profile's
-/// per-finding settings.
-pub(crate) fn by_id(id: &str) -> Option<FindingId> {
-    ALL.iter().copied().find(|f| f.id == id)
 }
 
 #[cfg(test)]

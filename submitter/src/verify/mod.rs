@@ -44,17 +44,6 @@ pub(crate) fn read_record<T: serde::de::DeserializeOwned>(path: &Path) -> Option
     serde_json::from_slice(&bytes).ok()
 }
 
-/// How much of an append-only run-dir file (`events.jsonl`, a tunnel log) is read: its end.
-pub(crate) const TAIL_WINDOW: u64 = 8 << 20;
-
-/// The whole lines among the last [`TAIL_WINDOW`] bytes of a run-dir file (a line cut by the
-/// window is dropped). `None` when absent or not a regular file.
-pub(crate) fn tail_lines(path: &Path) -> Option<String> {
-    let (bytes, len) = fsread::read_tail(path, TAIL_WINDOW, Links::Refuse).ok()?;
-    let start = if len > bytes.len() as u64 { memchr::memchr(b'\n', &bytes).map_or(bytes.len(), |i| i + 1) } else { 0 };
-    Some(String::from_utf8_lossy(&bytes[start..]).into_owned())
-}
-
 /// Text from a run dir as it may be printed on a terminal: control characters (ANSI escapes,
 /// carriage returns, newlines inside a value) are shown escaped, never interpreted.
 pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {

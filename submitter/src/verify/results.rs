@@ -188,9 +188,6 @@ pub enum BenchKind {
     Other,
 }
 
-/// The three in-distribution benchmarks of the ID mean, in display order.
-pub(crate) const ID_BENCHMARKS: [&str; 3] = ["swebench-verified-random-100-folders", "terminal_bench_2", "dev_set_v2"];
-
 pub fn bench_kind(family: &str) -> BenchKind {
     let f = family.to_ascii_lowercase();
     if f.contains("swebench-verified-random-100") || f.contains("terminal_bench_2") || f.contains("terminal-bench-2") {

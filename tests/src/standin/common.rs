@@ -182,11 +182,6 @@ pub fn pending_signal() -> Option<i32> {
     }
 }
 
-/// How many caught signals have arrived so far.
-pub(crate) fn signal_count() -> i32 {
-    SIGNAL_COUNT.load(Ordering::SeqCst)
-}
-
 /// Send `sig` to this very process (used to die "by signal" like Python's
 /// uncaught KeyboardInterrupt, or like the OOM killer with SIGKILL).
 pub fn raise_signal(sig: libc::c_int) -> ! {
