@@ -102,7 +102,11 @@ pub(crate) fn dropped_names(extra: &BTreeMap<String, String>) -> Vec<&str> {
 
 /// Resolves `program` against `<prefix>/bin` first, then the child's PATH (the `which` crate).
 /// Absolute or relative paths with a `/` are taken as they are (they must exist).
-pub(crate) fn resolve_program(program: &str, prefix: Option<&Path>, child_path: &str) -> Result<std::path::PathBuf, String> {
+pub(crate) fn resolve_program(
+    program: &str,
+    prefix: Option<&Path>,
+    child_path: &str,
+) -> Result<std::path::PathBuf, String> {
     if program.contains('/') {
         let path = Path::new(program);
         return if path.is_file() {

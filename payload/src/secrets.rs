@@ -140,9 +140,9 @@ pub(crate) fn redact_whole(text: &str, secrets: &[&str]) -> String {
 }
 
 // The file's format and size cap live in launch-spec, so preflight reads it exactly as payload does.
-pub(crate) use launch_spec::envfile::{MAX_SECRETS_BYTES, parse};
 #[cfg(test)] // used only by the tests
 use launch_spec::envfile::EXPECTED_KV;
+pub(crate) use launch_spec::envfile::{MAX_SECRETS_BYTES, parse};
 
 /// Reads the file, refusing one that is not a regular file (opened non-blocking and checked on the
 /// open descriptor, so a FIFO fails at once), not owned by this user, or accessible by group or

@@ -71,7 +71,7 @@ pub struct Preset {
 mod retired {
     macro_rules! retired {
         ($($key:ident => $fix:literal,)*) => {$(
-            pub fn $key<'de, D: serde::Deserializer<'de>>(_: D) -> Result<(), D::Error> {
+            pub(super) fn $key<'de, D: serde::Deserializer<'de>>(_: D) -> Result<(), D::Error> {
                 Err(serde::de::Error::custom(concat!("preset key `", stringify!($key), "` is retired: ", $fix)))
             }
         )*};

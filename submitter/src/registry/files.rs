@@ -9,11 +9,11 @@ use serde::de::IgnoredAny;
 /// Declares a struct holding every serve field plus `$extra` fields, all strict.
 /// serde's `flatten` does not combine with `deny_unknown_fields`, hence one macro for the field list.
 macro_rules! with_serve_fields {
-    ($(#[$meta:meta])* pub struct $name:ident { $($(#[$fmeta:meta])* pub $field:ident : $ty:ty,)* }) => {
+    ($(#[$meta:meta])* $vis:vis struct $name:ident { $($(#[$fmeta:meta])* pub $field:ident : $ty:ty,)* }) => {
         $(#[$meta])*
         #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
         #[serde(deny_unknown_fields)]
-        pub struct $name {
+        $vis struct $name {
             $($(#[$fmeta])* pub $field: $ty,)*
             pub tensor_parallel_size: Option<u32>,
             pub data_parallel_size: Option<u32>,
@@ -40,6 +40,7 @@ macro_rules! with_serve_fields {
 
         impl $name {
             /// Just the serve fields.
+            #[allow(dead_code)] // the macro gives every struct this; not every one needs it
             pub(crate) fn serve_fields(&self) -> ServeFields {
                 ServeFields {
                     tensor_parallel_size: self.tensor_parallel_size,
@@ -72,7 +73,7 @@ with_serve_fields! {
 
 with_serve_fields! {
     /// `model_config/<org>/<slug>.yaml`: base fields at the top level, `subsystems.eval` on top.
-    pub struct ModelFile {
+    pub(crate) struct ModelFile {
         /// The HF id; a file without it is skipped (the id never comes from the path).
         pub model: Option<String>,
         pub subsystems: Option<Subsystems>,
@@ -93,14 +94,14 @@ pub(crate) struct Subsystems {
 
 with_serve_fields! {
     /// `subsystems.eval`: overlays the base key by key; `variants.<profile>` replace wholesale.
-    pub struct EvalBlock {
+    pub(crate) struct EvalBlock {
         pub variants: Option<BTreeMap<String, VariantBlock>>,
     }
 }
 
 with_serve_fields! {
     /// One `variants.<profile>` block; a nested `variants:` is ignored as in the replaced system.
-    pub struct VariantBlock {
+    pub(crate) struct VariantBlock {
         pub variants: Option<IgnoredAny>,
     }
 }
@@ -114,7 +115,7 @@ pub(crate) struct PatternsFile {
 
 with_serve_fields! {
     /// One pattern: a regex searched anywhere in the id, optional profile filter, serve fields.
-    pub struct PatternItem {
+    pub(crate) struct PatternItem {
         #[serde(rename = "match")]
         pub match_: String,
         pub profiles: Option<Vec<String>>,

@@ -13,10 +13,10 @@ pub struct FindingId {
 
 macro_rules! findings {
     ($($name:ident = $check:literal . $rest:literal;)*) => {
-        $(pub const $name: FindingId = FindingId { check: $check, id: concat!($check, ".", $rest) };)*
+        $(pub(crate) const $name: FindingId = FindingId { check: $check, id: concat!($check, ".", $rest) };)*
         /// Every finding, in the doc's order.
         #[cfg(test)] // used only by the tests
-        pub const ALL: &[FindingId] = &[$($name),*];
+        pub(crate) const ALL: &[FindingId] = &[$($name),*];
     };
 }
 

@@ -295,7 +295,12 @@ fn remote_job(a: &Attempt, now: DateTime<Utc>) -> TeamJob {
 
 /// One line per cluster: this one first, then the others by name; a cluster appears when it has
 /// an attempt in the view, a recent result or a submitter heartbeat.
-pub(crate) fn summarise(own: &str, jobs: &[TeamJob], results: &[RecentResult], beats: &[Heartbeat]) -> Vec<ClusterSummary> {
+pub(crate) fn summarise(
+    own: &str,
+    jobs: &[TeamJob],
+    results: &[RecentResult],
+    beats: &[Heartbeat],
+) -> Vec<ClusterSummary> {
     let mut names: Vec<String> = std::iter::once(own.to_string())
         .chain(jobs.iter().map(|j| j.cluster.clone()))
         .chain(results.iter().map(|r| r.cluster.clone()))
