@@ -16,11 +16,11 @@ use tokio::process::Command;
 use tokio::time::{Instant, sleep_until};
 
 /// How long the pipes may stay open after the command exited (a descendant still holding them).
-pub const DRAIN: Duration = Duration::from_secs(1);
+pub(crate) const DRAIN: Duration = Duration::from_secs(1);
 
 /// What a bounded command did.
 #[derive(Debug)]
-pub struct Answer {
+pub(crate) struct Answer {
     /// Its exit status; `None` when it was still running at the limit (then killed).
     pub status: Option<ExitStatus>,
     pub stdout: Vec<u8>,
@@ -31,7 +31,7 @@ pub struct Answer {
 
 /// Runs `cmd` (stdin null, stdout/stderr piped, its own process group) for at most `limit`,
 /// keeping at most `cap` bytes of each stream. Spawn errors are returned as they are.
-pub async fn run(mut cmd: Command, limit: Duration, cap: u64) -> std::io::Result<Answer> {
+pub(crate) async fn run(mut cmd: Command, limit: Duration, cap: u64) -> std::io::Result<Answer> {
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(true);
     let mut child = cmd.spawn()?;
     // Dropped on every way out, a cancelled check included: the group never outlives the call.
@@ -75,7 +75,7 @@ pub async fn run(mut cmd: Command, limit: Duration, cap: u64) -> std::io::Result
 /// [`run`] for synchronous callers (the preparation's `scontrol` calls), on a runtime of its own
 /// in a thread of its own: the caller may itself be inside payload's runtime, which cannot be
 /// blocked on from within.
-pub fn run_blocking(cmd: Command, limit: Duration, cap: u64) -> std::io::Result<Answer> {
+pub(crate) fn run_blocking(cmd: Command, limit: Duration, cap: u64) -> std::io::Result<Answer> {
     std::thread::spawn(move || {
         tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(run(cmd, limit, cap))
     })

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Variables copied from payload's environment when set.
-pub const ALLOWED: &[&str] = &[
+pub(crate) const ALLOWED: &[&str] = &[
     "PATH",
     "HOME",
     "USER",
@@ -44,13 +44,13 @@ pub const ALLOWED: &[&str] = &[
 ];
 
 /// Prefixes copied from payload's environment (Slurm's job description).
-pub const ALLOWED_PREFIXES: &[&str] = &["SLURM_"];
+pub(crate) const ALLOWED_PREFIXES: &[&str] = &["SLURM_"];
 
 /// Never handed to a child, whatever the spec says.
-pub const FORBIDDEN: &[&str] = &["VLLM_PORT"];
+pub(crate) const FORBIDDEN: &[&str] = &["VLLM_PORT"];
 
 /// Marker on every child so tests can find leaked processes in `/proc/*/environ`.
-pub const RUN_ID_VAR: &str = "PAYLOAD_RUN_ID";
+pub(crate) const RUN_ID_VAR: &str = "PAYLOAD_RUN_ID";
 
 fn allowed(name: &str) -> bool {
     ALLOWED.contains(&name) || ALLOWED_PREFIXES.iter().any(|p| name.starts_with(p))
@@ -60,7 +60,7 @@ fn allowed(name: &str) -> bool {
 ///
 /// `parent` is payload's environment; `prefix` the spec's environment prefix; `extra` the spec's
 /// env map (overrides the allow-list); `run_id` the marker value.
-pub fn build(
+pub(crate) fn build(
     parent: &[(String, String)],
     prefix: Option<&Path>,
     extra: &BTreeMap<String, String>,
@@ -96,13 +96,17 @@ fn prepend(env: &mut BTreeMap<String, String>, key: &str, dir: &str) {
 }
 
 /// Names in the spec's env maps that payload drops (for a warning).
-pub fn dropped_names(extra: &BTreeMap<String, String>) -> Vec<&str> {
+pub(crate) fn dropped_names(extra: &BTreeMap<String, String>) -> Vec<&str> {
     FORBIDDEN.iter().copied().filter(|n| extra.contains_key(*n)).collect()
 }
 
 /// Resolves `program` against `<prefix>/bin` first, then the child's PATH (the `which` crate).
 /// Absolute or relative paths with a `/` are taken as they are (they must exist).
-pub fn resolve_program(program: &str, prefix: Option<&Path>, child_path: &str) -> Result<std::path::PathBuf, String> {
+pub(crate) fn resolve_program(
+    program: &str,
+    prefix: Option<&Path>,
+    child_path: &str,
+) -> Result<std::path::PathBuf, String> {
     if program.contains('/') {
         let path = Path::new(program);
         return if path.is_file() {

@@ -3,6 +3,7 @@
 //! (`OutcomeClass::exit_code`), plus the codes that have no outcome class because nothing of the
 //! run dir is written.
 
+#[cfg(test)] // used only by the tests
 use launch_spec::OutcomeClass;
 
 /// A command's own failure that is no outcome of a run: `payload rank` could not exec its vLLM,
@@ -10,14 +11,16 @@ use launch_spec::OutcomeClass;
 pub const EXIT_COMMAND_FAILED: i32 = 1;
 
 /// Another payload holds the run dir (crate::runlock): nothing of the run dir is written.
-pub const EXIT_RUN_DIR_BUSY: i32 = 5;
+pub(crate) const EXIT_RUN_DIR_BUSY: i32 = 5;
 
+#[cfg(test)] // used only by the tests
 /// The codes with no outcome class, and what each means (the doc's class column reads `—`).
-pub const WITHOUT_CLASS: [(i32, &str); 2] =
+pub(crate) const WITHOUT_CLASS: [(i32, &str); 2] =
     [(EXIT_COMMAND_FAILED, "command_failed"), (EXIT_RUN_DIR_BUSY, "run_dir_busy")];
 
+#[cfg(test)] // used only by the tests
 /// Every fixed code payload exits with (`interrupted` is 128 + the signal instead of its 130).
-pub fn all_codes() -> Vec<i32> {
+pub(crate) fn all_codes() -> Vec<i32> {
     let mut codes: Vec<i32> = OutcomeClass::ALL
         .iter()
         .filter(|c| **c != OutcomeClass::Interrupted)

@@ -18,12 +18,12 @@ impl Failure {
         Self { class, cause: None, message: message.into(), engine_log_tail: Vec::new() }
     }
 
-    pub fn with_cause(mut self, cause: impl Into<String>) -> Self {
+    pub(crate) fn with_cause(mut self, cause: impl Into<String>) -> Self {
         self.cause = Some(cause.into());
         self
     }
 
-    pub fn with_log_tail(mut self, tail: Vec<String>) -> Self {
+    pub(crate) fn with_log_tail(mut self, tail: Vec<String>) -> Self {
         self.engine_log_tail = tail;
         self
     }

@@ -14,7 +14,7 @@ use launch_spec::{GpuInfo, GpuProfile, GpuProfiles, LaunchSpec, OutcomeClass};
 use crate::failure::Failure;
 
 /// Environment variable naming a GPU fixture file (tests and demos only).
-pub const FIXTURE_VAR: &str = "PAYLOAD_GPU_FIXTURE";
+pub(crate) const FIXTURE_VAR: &str = "PAYLOAD_GPU_FIXTURE";
 
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]
 pub enum GpuError {
@@ -58,7 +58,7 @@ pub trait GpuProbe {
 }
 
 /// NVML through `nvml-wrapper` (dlopen at run time).
-pub struct NvmlProbe;
+pub(crate) struct NvmlProbe;
 
 impl GpuProbe for NvmlProbe {
     fn probe(&self) -> Result<Vec<GpuInfo>, GpuError> {
@@ -89,7 +89,7 @@ impl GpuProbe for NvmlProbe {
 }
 
 /// A JSON fixture standing in for NVML (tests, demos).
-pub struct FixtureProbe {
+pub(crate) struct FixtureProbe {
     pub path: PathBuf,
 }
 
@@ -159,7 +159,7 @@ pub use launch_spec::rundir::events::Gpus as GpuSelection;
 
 /// The profile for the GPUs used: among the first `need` visible GPUs, the matched profile with
 /// the lowest ceiling (mixed nodes are rare; the safe value wins).
-pub fn select_profile<'a>(
+pub(crate) fn select_profile<'a>(
     profiles: &'a GpuProfiles,
     gpus: &[GpuInfo],
     need: usize,

@@ -24,7 +24,7 @@ enum Stage {
 
 /// Accumulates [`GpuTime`] from transitions; never reads the clock itself.
 #[derive(Debug, Clone)]
-pub struct GpuClock {
+pub(crate) struct GpuClock {
     start: Instant,
     gpus: u32,
     stage: Stage,
@@ -37,31 +37,31 @@ pub struct GpuClock {
 
 impl GpuClock {
     /// The clock of a job whose payload started at `start`.
-    pub fn new(start: Instant) -> Self {
+    pub(crate) fn new(start: Instant) -> Self {
         Self { start, gpus: 0, stage: Stage::Prepare, since: start, acc: GpuTime::default(), open: Vec::new() }
     }
 
     /// GPUs the job holds (every node's), once payload knows them.
-    pub fn set_gpus(&mut self, gpus: u32) {
+    pub(crate) fn set_gpus(&mut self, gpus: u32) {
         self.gpus = gpus;
     }
 
-    pub fn engine_spawned(&mut self, at: Instant) {
+    pub(crate) fn engine_spawned(&mut self, at: Instant) {
         self.advance(Stage::Prepare, Stage::Load, at);
     }
 
-    pub fn engine_ready(&mut self, at: Instant) {
+    pub(crate) fn engine_ready(&mut self, at: Instant) {
         self.advance(Stage::Load, Stage::Up, at);
     }
 
     /// A leg's Harbor started (serving from now while the engine is up).
-    pub fn leg_started(&mut self, run_tag: &str, at: Instant) {
+    pub(crate) fn leg_started(&mut self, run_tag: &str, at: Instant) {
         self.flush(at);
         self.open.push((run_tag.to_string(), at));
     }
 
     /// A leg's Harbor exited (a leg not running is ignored).
-    pub fn leg_ended(&mut self, run_tag: &str, at: Instant) {
+    pub(crate) fn leg_ended(&mut self, run_tag: &str, at: Instant) {
         if let Some(i) = self.open.iter().position(|(t, _)| t == run_tag) {
             self.flush(at);
             let (tag, start) = self.open.remove(i);
@@ -70,7 +70,7 @@ impl GpuClock {
     }
 
     /// Teardown began: every leg still running ends here (the engine is going away).
-    pub fn teardown_started(&mut self, at: Instant) {
+    pub(crate) fn teardown_started(&mut self, at: Instant) {
         if matches!(self.stage, Stage::Prepare | Stage::Load | Stage::Up) {
             self.flush(at);
             for (tag, start) in std::mem::take(&mut self.open) {
@@ -81,12 +81,12 @@ impl GpuClock {
     }
 
     /// Every child is gone.
-    pub fn teardown_done(&mut self, at: Instant) {
+    pub(crate) fn teardown_done(&mut self, at: Instant) {
         self.advance(Stage::Teardown, Stage::After, at);
     }
 
     /// The time so far, with the current phase counted up to `at` and running legs ending at `at`.
-    pub fn snapshot(&self, at: Instant) -> GpuTime {
+    pub(crate) fn snapshot(&self, at: Instant) -> GpuTime {
         let mut t = self.acc.clone();
         t.gpus = self.gpus;
         *self.bucket(&mut t) += secs(self.since, at);

@@ -7,31 +7,31 @@
 //! [`plan`] renders and [`run`] executes; the effects live in [`supervisor`] (process groups,
 //! signals, teardown), [`engine`]'s watchdog (probes), [`records`] (files) and [`run`].
 
-pub mod bounded;
-pub mod childenv;
-pub mod engine;
+mod bounded;
+mod childenv;
+mod engine;
 pub mod exit;
-pub mod failure;
+mod failure;
 pub mod gpu;
-pub mod gputime;
-pub mod harbor;
+mod gputime;
+mod harbor;
 pub mod liveness;
 pub mod logsink;
 pub mod multinode;
-pub mod phases;
+mod phases;
 pub mod plan;
-pub mod ports;
-pub mod postrun;
+mod ports;
+mod postrun;
 pub mod prepare;
-pub mod provenance;
-pub mod records;
+mod provenance;
+mod records;
 pub mod run;
-pub mod runlock;
-pub mod scratch;
-pub mod secrets;
+mod runlock;
+mod scratch;
+mod secrets;
 pub mod supervisor;
-pub mod timings;
-pub mod tls;
-pub mod tunnel;
+mod timings;
+mod tls;
+mod tunnel;
 
 pub use failure::Failure;

@@ -37,7 +37,7 @@ pub const WAITING: &str = "vllm:num_requests_waiting";
 pub const GENERATION_TOKENS: &str = "vllm:generation_tokens_total";
 pub const PROMPT_TOKENS: &str = "vllm:prompt_tokens_total";
 pub const KV_CACHE_USAGE: &str = "vllm:kv_cache_usage_perc";
-pub const KV_CACHE_USAGE_LEGACY: &str = "vllm:gpu_cache_usage_perc";
+pub(crate) const KV_CACHE_USAGE_LEGACY: &str = "vllm:gpu_cache_usage_perc";
 const WANTED: [&str; 6] = [RUNNING, WAITING, GENERATION_TOKENS, PROMPT_TOKENS, KV_CACHE_USAGE, KV_CACHE_USAGE_LEGACY];
 
 /// vLLM's counters from a `/metrics` body; `None` when it has neither the running gauge nor the
@@ -76,7 +76,7 @@ pub fn engine_sample(text: &str) -> Option<EngineSample> {
 }
 
 /// Readings kept as evidence of a stall (the first and the latest ones).
-pub const EVIDENCE_SAMPLES: usize = 16;
+pub(crate) const EVIDENCE_SAMPLES: usize = 16;
 
 /// The hang rule over successive readings.
 #[derive(Debug)]

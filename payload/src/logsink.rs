@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 static FAILED_WRITES: AtomicU64 = AtomicU64::new(0);
 
 /// How many log writes failed so far (reported in `events.jsonl` at the end, where that still works).
-pub fn failed_writes() -> u64 {
+pub(crate) fn failed_writes() -> u64 {
     FAILED_WRITES.load(Ordering::Relaxed)
 }
 

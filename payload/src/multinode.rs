@@ -27,15 +27,15 @@ use serde::{Deserialize, Serialize};
 use crate::failure::Failure;
 
 /// The ranks file in the run dir: written by the head before srun, read by every `payload rank`.
-pub const RANKS_FILE: &str = "ranks.json";
+pub(crate) const RANKS_FILE: &str = "ranks.json";
 /// Where each `payload rank` records itself (`rank-<R>.json`), on its own node.
-pub const RANK_RECORDS_DIR: &str = "ranks";
+pub(crate) const RANK_RECORDS_DIR: &str = "ranks";
 /// The srun step's own output (srun's messages); each rank writes `vllm-<node>.log` itself.
-pub const SRUN_LOG: &str = "srun-ranks.log";
+pub(crate) const SRUN_LOG: &str = "srun-ranks.log";
 /// The step name, so an operator sees it in `squeue -s`.
-pub const STEP_NAME: &str = "vllm-ranks";
+pub(crate) const STEP_NAME: &str = "vllm-ranks";
 /// Placeholders `payload plan` shows where the job's node list is unknown (on a login node).
-pub const PLAN_NODE: &str = "<node {}>";
+pub(crate) const PLAN_NODE: &str = "<node {}>";
 pub const PLAN_ADDR: &str = "<address of node 0>";
 
 /// One node of the job, as Slurm names and reaches it.
@@ -73,7 +73,7 @@ pub struct RanksFile {
 
 /// What one `payload rank` records about itself on its node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RankRecord {
+pub(crate) struct RankRecord {
     pub rank: u32,
     /// `SLURMD_NODENAME`: the node it really runs on.
     pub node: String,
@@ -109,7 +109,7 @@ impl From<MultiNodeError> for Failure {
 }
 
 /// The flags one rank adds to the single-node argv.
-pub fn rank_flags(spec: &LaunchSpec, layout: &Layout, rank: u32, rendezvous: &Rendezvous) -> Vec<String> {
+pub(crate) fn rank_flags(spec: &LaunchSpec, layout: &Layout, rank: u32, rendezvous: &Rendezvous) -> Vec<String> {
     let mut flags: Vec<String> = Vec::new();
     let mut push = |items: &[&str]| flags.extend(items.iter().map(|s| (*s).to_string()));
     let port = rendezvous.port.to_string();
@@ -162,7 +162,7 @@ pub fn ranks(
 /// The srun step for the secondaries (`ranks[1..]`): one task per node, on exactly those nodes,
 /// the environment srun itself has (payload gives it the engine's), each task `payload rank`.
 /// `--kill-on-bad-exit`: one rank failing ends the step, which the watchdog sees as the engine's death.
-pub fn srun_argv(srun: &str, payload_bin: &Path, ranks_file: &Path, secondaries: &[Rank]) -> Vec<String> {
+pub(crate) fn srun_argv(srun: &str, payload_bin: &Path, ranks_file: &Path, secondaries: &[Rank]) -> Vec<String> {
     let nodes: Vec<&str> = secondaries.iter().map(|r| r.node.as_str()).collect();
     let n = secondaries.len().to_string();
     vec![
@@ -182,17 +182,17 @@ pub fn srun_argv(srun: &str, payload_bin: &Path, ranks_file: &Path, secondaries:
 }
 
 /// Node names from `scontrol show hostnames`, in the job's order.
-pub fn parse_hostnames(text: &str) -> Vec<String> {
+pub(crate) fn parse_hostnames(text: &str) -> Vec<String> {
     text.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_string).collect()
 }
 
 /// `NodeAddr` from one `scontrol show node -o NAME` line.
-pub fn parse_node_addr(text: &str) -> Option<String> {
+pub(crate) fn parse_node_addr(text: &str) -> Option<String> {
     text.split_whitespace().find_map(|field| field.strip_prefix("NodeAddr=")).map(str::to_string)
 }
 
 /// The job's nodes with the batch node first (it runs the head), the others in Slurm's order.
-pub fn order_nodes(names: Vec<String>, batch_node: &str, want: u32) -> Result<Vec<String>, MultiNodeError> {
+pub(crate) fn order_nodes(names: Vec<String>, batch_node: &str, want: u32) -> Result<Vec<String>, MultiNodeError> {
     let list = names.join(",");
     if names.len() != want as usize {
         return Err(MultiNodeError::NodeCount { want, got: names.len(), list });
@@ -208,7 +208,7 @@ pub fn order_nodes(names: Vec<String>, batch_node: &str, want: u32) -> Result<Ve
 
 /// Rendezvous port candidates: the serve port policy's range, starting half a span away from the
 /// serve port's start, so that co-located jobs (different job ids) start apart on both ports.
-pub fn rendezvous_candidates(policy: &PortPolicy, job_id: &str, serve_port: u16) -> Vec<u16> {
+pub(crate) fn rendezvous_candidates(policy: &PortPolicy, job_id: &str, serve_port: u16) -> Vec<u16> {
     let moved = PortPolicy { fixed: None, ..policy.clone() };
     let mut list = crate::ports::candidates(&moved, job_id);
     let half = list.len() / 2;
@@ -218,7 +218,7 @@ pub fn rendezvous_candidates(policy: &PortPolicy, job_id: &str, serve_port: u16)
 }
 
 /// The rendezvous port: the first free candidate on this node (the head binds it).
-pub fn choose_rendezvous_port(
+pub(crate) fn choose_rendezvous_port(
     policy: &PortPolicy,
     job_id: &str,
     serve_port: u16,
@@ -277,7 +277,7 @@ fn scontrol_with(program: &std::ffi::OsStr, args: &[&str], limit: Duration) -> R
 }
 
 /// Placeholder nodes for `payload plan` outside a job: names `<node i>`, the head's address unknown.
-pub fn plan_nodes(n: u32) -> Vec<Node> {
+pub(crate) fn plan_nodes(n: u32) -> Vec<Node> {
     (0..n)
         .map(|i| Node {
             name: PLAN_NODE.replace("{}", &i.to_string()),
@@ -287,17 +287,17 @@ pub fn plan_nodes(n: u32) -> Vec<Node> {
 }
 
 /// The log of the rank on `node`: `vllm-<node>.log` in the run dir (the head's is `vllm.log`).
-pub fn rank_log_path(run_dir: &Path, node: &str) -> PathBuf {
+pub(crate) fn rank_log_path(run_dir: &Path, node: &str) -> PathBuf {
     run_dir.join(format!("vllm-{node}.log"))
 }
 
 /// The record file of `rank` in `run_dir`.
-pub fn rank_record_path(run_dir: &Path, rank: u32) -> PathBuf {
+pub(crate) fn rank_record_path(run_dir: &Path, rank: u32) -> PathBuf {
     run_dir.join(RANK_RECORDS_DIR).join(format!("rank-{rank}.json"))
 }
 
 /// The secondaries' records that exist so far.
-pub fn read_rank_records(run_dir: &Path, ranks: &[Rank]) -> Vec<RankRecord> {
+pub(crate) fn read_rank_records(run_dir: &Path, ranks: &[Rank]) -> Vec<RankRecord> {
     ranks
         .iter()
         .filter_map(|r| std::fs::read_to_string(rank_record_path(run_dir, r.rank)).ok())
@@ -307,7 +307,7 @@ pub fn read_rank_records(run_dir: &Path, ranks: &[Rank]) -> Vec<RankRecord> {
 
 /// Cancels the srun step of the secondaries (by the step id their records give), so nothing is
 /// left on any node even when srun itself was SIGKILLed. Quiet when the step is already gone.
-pub fn cancel_steps(records: &[RankRecord]) {
+pub(crate) fn cancel_steps(records: &[RankRecord]) {
     let mut steps: Vec<&str> = records.iter().map(|r| r.step.as_str()).filter(|s| !s.is_empty()).collect();
     steps.sort_unstable();
     steps.dedup();
@@ -320,7 +320,7 @@ pub fn cancel_steps(records: &[RankRecord]) {
 
 /// The last lines of srun's log and of every secondary's `vllm-<node>.log`, each line prefixed
 /// with where it comes from (at most `n` in all, the newest kept).
-pub fn ranks_log_tail(run_dir: &Path, secondaries: Option<&Secondaries>, n: usize) -> Vec<String> {
+pub(crate) fn ranks_log_tail(run_dir: &Path, secondaries: Option<&Secondaries>, n: usize) -> Vec<String> {
     let Some(s) = secondaries else { return Vec::new() };
     let mut lines: Vec<String> =
         crate::engine::log_tail(&run_dir.join(SRUN_LOG), n).into_iter().map(|l| format!("[srun] {l}")).collect();
@@ -333,7 +333,7 @@ pub fn ranks_log_tail(run_dir: &Path, secondaries: Option<&Secondaries>, n: usiz
 }
 
 /// Writes the ranks file (atomically: a rank never reads half of it).
-pub fn write_ranks_file(run_dir: &Path, file: &RanksFile) -> std::io::Result<PathBuf> {
+pub(crate) fn write_ranks_file(run_dir: &Path, file: &RanksFile) -> std::io::Result<PathBuf> {
     let path = run_dir.join(RANKS_FILE);
     let text = serde_json::to_string_pretty(file).map_err(std::io::Error::other)?;
     launch_spec::records::write_atomically(&path, text.as_bytes())?;
@@ -353,7 +353,7 @@ pub enum RankError {
 }
 
 /// Which rank the task `procid` of the srun step is: task i runs rank i + 1.
-pub fn rank_for_task(file: &RanksFile, procid: u32) -> Option<&Rank> {
+pub(crate) fn rank_for_task(file: &RanksFile, procid: u32) -> Option<&Rank> {
     let rank = procid.checked_add(1)?;
     file.ranks.iter().find(|r| r.rank == rank)
 }
@@ -416,7 +416,7 @@ pub fn exec_rank(ranks_file: &Path, env: &dyn Fn(&str) -> Option<String>) -> Ran
 #[derive(Debug, Clone)]
 pub struct Observed {
     pub nodes: Vec<Node>,
-    pub rendezvous_port: u16,
+    pub(crate) rendezvous_port: u16,
     /// `slurm` or `placeholders (no SLURM_JOB_NODELIST)`.
     pub source: String,
 }
@@ -495,7 +495,7 @@ pub struct NodePlan {
     pub node: String,
     pub addr: String,
     /// `head` (the engine child on the batch node) or `srun` (a task of the ranks' step).
-    pub started_by: &'static str,
+    pub(crate) started_by: &'static str,
     pub argv: Vec<String>,
     pub env: BTreeMap<String, String>,
 }

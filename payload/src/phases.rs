@@ -37,7 +37,7 @@ use crate::tunnel::TunnelPoll;
 
 /// Where the run is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunPhase {
+pub(crate) enum RunPhase {
     /// vLLM is loading; readiness is polled (the tunnel starts meanwhile).
     Loading,
     /// vLLM is ready; the tunnel must come up and pass its end-to-end check.
@@ -50,7 +50,7 @@ pub enum RunPhase {
 
 /// How the run ended, before teardown.
 #[derive(Debug)]
-pub enum End {
+pub(crate) enum End {
     HarborExited(ExitStatus),
     Failed(Failure),
     Signal(SignalEvent),
@@ -68,7 +68,7 @@ impl From<Failure> for End {
 
 /// What happened.
 #[derive(Debug)]
-pub enum Input {
+pub(crate) enum Input {
     EngineExited(ExitStatus),
     /// A multi-node engine's srun step of the other nodes' ranks ended (one rank failed, or all).
     RanksExited(ExitStatus),
@@ -98,7 +98,7 @@ pub enum Input {
 
 /// What the loop must do.
 #[derive(Debug)]
-pub enum Action {
+pub(crate) enum Action {
     /// Record an event.
     Event(EventBody),
     /// vLLM is ready (record it, phase `ready`).
@@ -112,7 +112,7 @@ pub enum Action {
 
 /// The run's decisions, phase by phase.
 #[derive(Debug)]
-pub struct Machine {
+pub(crate) struct Machine {
     phase: RunPhase,
     has_tunnel: bool,
     /// Harbor's `--print-config` check is still running.
@@ -135,7 +135,7 @@ pub struct Machine {
 }
 
 impl Machine {
-    pub fn new(has_tunnel: bool, config_pending: bool, health_failures: u32, health_timeout_s: u64) -> Self {
+    pub(crate) fn new(has_tunnel: bool, config_pending: bool, health_failures: u32, health_timeout_s: u64) -> Self {
         Self {
             phase: RunPhase::Loading,
             has_tunnel,
@@ -157,53 +157,53 @@ impl Machine {
 
     /// The ready budget (`serve.ready_budget`, taken only when below the cap
     /// `serve.health_timeout_s`: at or above it, the cap is the deadline).
-    pub fn with_ready_budget(mut self, budget: Option<Duration>) -> Self {
+    pub(crate) fn with_ready_budget(mut self, budget: Option<Duration>) -> Self {
         self.budget = budget.filter(|b| *b < Duration::from_secs(self.health_timeout_s));
         self
     }
 
     /// The budget to wait for, while it has not passed and the engine is not ready.
-    pub fn budget_pending(&self) -> Option<Duration> {
+    pub(crate) fn budget_pending(&self) -> Option<Duration> {
         self.budget.filter(|_| !self.budget_passed && self.awaiting_readiness())
     }
 
     /// The stall window while loading (`serve.load_stall_after_s`); the default is the spec's.
-    pub fn with_load_stall_after(mut self, window: Duration) -> Self {
+    pub(crate) fn with_load_stall_after(mut self, window: Duration) -> Self {
         self.load_stall_after = window;
         self
     }
 
     /// The liveness window (`serve.hang_after_s`); the default is the spec's.
-    pub fn with_hang_after(mut self, hang_after: Duration) -> Self {
+    pub(crate) fn with_hang_after(mut self, hang_after: Duration) -> Self {
         self.liveness = Liveness::new(hang_after);
         self
     }
 
     /// vLLM's counters from the latest reading, for the heartbeat.
-    pub fn engine_counters(&self) -> Option<&launch_spec::records::EngineCounters> {
+    pub(crate) fn engine_counters(&self) -> Option<&launch_spec::records::EngineCounters> {
         self.liveness.counters()
     }
 
-    pub fn phase(&self) -> RunPhase {
+    pub(crate) fn phase(&self) -> RunPhase {
         self.phase
     }
 
     /// Whether the readiness deadline still matters: loading and not ready yet. Once ready (the
     /// config check may still run) the deadline is spent; a loop that kept selecting on a passed
     /// deadline would wake at once, every time, and starve the check behind it.
-    pub fn awaiting_readiness(&self) -> bool {
+    pub(crate) fn awaiting_readiness(&self) -> bool {
         self.phase == RunPhase::Loading && !self.ready
     }
 
     /// Whether the engine is probed: for readiness until it is ready, for health once Harbor runs.
     /// In between (the config check, the tunnel's check) an answer changes nothing, and each costs
     /// a request and a server-identity check.
-    pub fn probing(&self) -> bool {
+    pub(crate) fn probing(&self) -> bool {
         self.awaiting_readiness() || self.phase == RunPhase::Running
     }
 
     /// For the heartbeat: not yet while loading; the last probe's answer once Harbor runs.
-    pub fn engine_healthy(&self) -> bool {
+    pub(crate) fn engine_healthy(&self) -> bool {
         match self.phase {
             RunPhase::Loading => false,
             RunPhase::TunnelCheck => true,
@@ -212,7 +212,7 @@ impl Machine {
     }
 
     /// Harbor was started: the watchdog takes over.
-    pub fn harbor_started(&mut self) {
+    pub(crate) fn harbor_started(&mut self) {
         if self.phase != RunPhase::Ended {
             self.phase = RunPhase::Running;
         }
@@ -376,7 +376,7 @@ impl Machine {
 
     /// Decides what `input` means now; `tail` gives the last lines of `vllm.log` (read only when
     /// an engine failure needs them).
-    pub fn on(&mut self, input: Input, tail: &dyn Fn() -> Vec<String>) -> Vec<Action> {
+    pub(crate) fn on(&mut self, input: Input, tail: &dyn Fn() -> Vec<String>) -> Vec<Action> {
         let mut out = Vec::new();
         if self.phase == RunPhase::Ended {
             return out;
@@ -470,7 +470,7 @@ impl Machine {
 
 /// How teardown goes for this end: a TERM/INT/HUP makes the next one mean "kill now"; USR1 gives
 /// Harbor until the walltime is close.
-pub fn shutdown_plan(end: &End, timings: &Timings) -> TeardownGrace {
+pub(crate) fn shutdown_plan(end: &End, timings: &Timings) -> TeardownGrace {
     let grace = timings.teardown_grace;
     match end {
         End::Signal(SignalEvent::Shutdown(_)) => TeardownGrace::normal(grace, true),
@@ -481,7 +481,7 @@ pub fn shutdown_plan(end: &End, timings: &Timings) -> TeardownGrace {
 
 /// The run's outcome (and so payload's exit code, docs/exit-codes.md) from how it ended, Harbor's
 /// exit code if it exited, and whether a second signal cut the teardown short.
-pub fn outcome(end: End, harbor_code: Option<i32>, forced: bool) -> Outcome {
+pub(crate) fn outcome(end: End, harbor_code: Option<i32>, forced: bool) -> Outcome {
     let base = |class: OutcomeClass, message: String| Outcome {
         class,
         cause: None,

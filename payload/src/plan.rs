@@ -83,7 +83,7 @@ pub struct SecretsSection {
     pub file: Option<PathBuf>,
     pub status: String,
     pub names: Vec<String>,
-    pub daytona_org: Option<secrets::DaytonaOrg>,
+    pub(crate) daytona_org: Option<secrets::DaytonaOrg>,
 }
 
 #[derive(Debug, Serialize)]
@@ -134,7 +134,7 @@ pub fn build(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, String)]) -
 }
 
 /// The plan's view of a preparation.
-pub fn render_prepared(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, String)], p: &Prepared) -> Plan {
+pub(crate) fn render_prepared(spec_path: &Path, spec: &LaunchSpec, parent: &[(String, String)], p: &Prepared) -> Plan {
     let t = &p.tunnel.plan;
     let api_base = p.api_base(t.public_url.as_deref());
     let prefix = (!t.harbor_prefix.is_empty()).then_some(t.harbor_prefix.as_slice());

@@ -30,7 +30,7 @@ impl From<PortError> for Failure {
 }
 
 /// The first port tried: `base + (job id mod span)`. Non-numeric ids are hashed.
-pub fn derived_start(policy: &PortPolicy, job_id: &str) -> u16 {
+pub(crate) fn derived_start(policy: &PortPolicy, job_id: &str) -> u16 {
     let span = u64::from(policy.span.max(1));
     let n: u64 = job_id.parse().unwrap_or_else(|_| {
         job_id.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100000001b3))
@@ -41,7 +41,7 @@ pub fn derived_start(policy: &PortPolicy, job_id: &str) -> u16 {
 }
 
 /// Candidates in order: the derived start, then upwards, wrapping to `base`.
-pub fn candidates(policy: &PortPolicy, job_id: &str) -> Vec<u16> {
+pub(crate) fn candidates(policy: &PortPolicy, job_id: &str) -> Vec<u16> {
     if let Some(port) = policy.fixed {
         return vec![port];
     }
@@ -52,7 +52,7 @@ pub fn candidates(policy: &PortPolicy, job_id: &str) -> Vec<u16> {
 }
 
 /// Free = bindable both on the wildcard address and on `host` (a listener on either conflicts).
-pub fn is_free(port: u16, host: &str) -> bool {
+pub(crate) fn is_free(port: u16, host: &str) -> bool {
     let wildcard = SocketAddr::from((Ipv4Addr::UNSPECIFIED, port));
     if TcpListener::bind(wildcard).is_err() {
         return false;
@@ -64,7 +64,7 @@ pub fn is_free(port: u16, host: &str) -> bool {
 }
 
 /// Chooses the port; `free` is the check (injectable for tests).
-pub fn choose_with(policy: &PortPolicy, job_id: &str, free: impl Fn(u16) -> bool) -> Result<u16, PortError> {
+pub(crate) fn choose_with(policy: &PortPolicy, job_id: &str, free: impl Fn(u16) -> bool) -> Result<u16, PortError> {
     let list = candidates(policy, job_id);
     if let Some(port) = policy.fixed {
         return if free(port) { Ok(port) } else { Err(PortError::FixedTaken { port }) };
@@ -74,13 +74,13 @@ pub fn choose_with(policy: &PortPolicy, job_id: &str, free: impl Fn(u16) -> bool
         .ok_or(PortError::Exhausted { base: policy.base, end: u32::from(policy.base) + u32::from(policy.span) })
 }
 
-pub fn choose(policy: &PortPolicy, job_id: &str, host: &str) -> Result<u16, PortError> {
+pub(crate) fn choose(policy: &PortPolicy, job_id: &str, host: &str) -> Result<u16, PortError> {
     choose_with(policy, job_id, |p| is_free(p, host))
 }
 
 /// Who holds the socket listening on the engine's port.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Listener {
+pub(crate) enum Listener {
     /// A process of the engine's tree (the head or one of its descendants).
     Engine,
     /// Someone else: the pids found holding it (empty when they are not ours to look at).
@@ -91,7 +91,7 @@ pub enum Listener {
 
 /// Inodes of the sockets in state LISTEN (`0A`) on local `port`, from the text of
 /// `/proc/net/tcp` or `/proc/net/tcp6` (`sl local_address rem_address st … uid timeout inode`).
-pub fn listening_inodes(table: &str, port: u16) -> Vec<u64> {
+pub(crate) fn listening_inodes(table: &str, port: u16) -> Vec<u64> {
     table
         .lines()
         .skip(1)
@@ -117,7 +117,7 @@ fn holds_socket(pid: i32, inodes: &[u64]) -> bool {
 
 /// Who listens on `port`: the engine's tree rooted at `engine_pid` (its own descriptors are
 /// looked at first: vLLM's API server is the head process), or someone else.
-pub fn listener_of(port: u16, engine_pid: u32) -> Listener {
+pub(crate) fn listener_of(port: u16, engine_pid: u32) -> Listener {
     // Reading a table costs the kernel a walk of its socket hash (~10 ms on a busy node), so the
     // IPv4 one is asked first: an engine listener found there cannot share the port with a foreign
     // one in the other (the bind would conflict), so the IPv6 table is read only when needed.
@@ -177,7 +177,7 @@ fn children_tree(root: i32) -> Option<Vec<i32>> {
 }
 
 /// The id that derives the port: the Slurm job id, else payload's pid (two local runs differ).
-pub fn job_id(env: &dyn Fn(&str) -> Option<String>) -> String {
+pub(crate) fn job_id(env: &dyn Fn(&str) -> Option<String>) -> String {
     env("SLURM_JOB_ID").unwrap_or_else(|| std::process::id().to_string())
 }
 

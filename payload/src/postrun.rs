@@ -31,12 +31,12 @@ pub struct Step {
     pub child: ChildSpec,
     pub timeout: Duration,
     /// Secret names the spec hands to the step that the secrets file lacks (a warning, not an error).
-    pub missing_secrets: Vec<String>,
+    pub(crate) missing_secrets: Vec<String>,
 }
 
 /// The spec's step with its environment and resolved program; `None` when the spec has none. An
 /// `Err` (a program that cannot be found) is recorded when the step would run, never fatal.
-pub fn prepare(
+pub(crate) fn prepare(
     spec: &LaunchSpec,
     parent: &[(String, String)],
     run_id: &str,
@@ -67,7 +67,7 @@ pub fn prepare(
 
 /// What ended the wait for the step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ended {
+pub(crate) enum Ended {
     /// It exited by itself.
     Exited,
     /// Its deadline passed: `post_run.timeout_s`, or the earlier one a walltime warning set.
@@ -78,7 +78,7 @@ pub enum Ended {
 
 /// The record for how the step ended (pure: what `run` decided, its exit status, the time taken,
 /// whether its group needed SIGKILL).
-pub fn record(ended: Ended, status: Option<ExitStatus>, elapsed: Duration, killed: bool) -> PostRunRecord {
+pub(crate) fn record(ended: Ended, status: Option<ExitStatus>, elapsed: Duration, killed: bool) -> PostRunRecord {
     let described = status.map(describe_status).unwrap_or_else(|| "unknown status".to_string());
     let (timed_out, stopped_by, status_text) = match ended {
         Ended::Exited => (false, None, described),
@@ -103,7 +103,7 @@ pub fn record(ended: Ended, status: Option<ExitStatus>, elapsed: Duration, kille
 
 /// Runs the step to its end (or its deadline, or a signal) and records it; the run's outcome is
 /// the caller's and stays as it was.
-pub async fn run(
+pub(crate) async fn run(
     step: Result<Step, String>,
     sup: &mut Supervisor,
     signals: &mut impl SignalSource,

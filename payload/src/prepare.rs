@@ -44,18 +44,18 @@ pub fn lookup(env: &[(String, String)]) -> impl Fn(&str) -> Option<String> + '_ 
 }
 
 /// The node name: `SLURMD_NODENAME`, else the kernel's hostname.
-pub fn node_name(env: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+pub(crate) fn node_name(env: &dyn Fn(&str) -> Option<String>) -> Option<String> {
     env("SLURMD_NODENAME")
         .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|s| s.trim().to_string()))
 }
 
 /// The id that drives the Daytona org choice: the Slurm job id, else the ledger id, else the run tag.
-pub fn org_job_id(spec: &LaunchSpec, env: &dyn Fn(&str) -> Option<String>) -> String {
+pub(crate) fn org_job_id(spec: &LaunchSpec, env: &dyn Fn(&str) -> Option<String>) -> String {
     env("SLURM_JOB_ID").or_else(|| spec.ledger_job_id.clone()).unwrap_or_else(|| spec.run_tag.clone())
 }
 
 /// Whether the spec needs anything from the secrets file.
-pub fn needs_secrets(spec: &LaunchSpec) -> bool {
+pub(crate) fn needs_secrets(spec: &LaunchSpec) -> bool {
     spec.secrets.daytona
         || !spec.secrets.pass_to_harbor.is_empty()
         || spec.harbor.agent_envs.iter().any(|e| e.value.is_none())
@@ -74,7 +74,7 @@ pub fn base_url(host: &str, port: u16) -> String {
 }
 
 /// Checks paths the run needs before anything starts.
-pub fn check_paths(spec: &LaunchSpec) -> Result<(), Failure> {
+pub(crate) fn check_paths(spec: &LaunchSpec) -> Result<(), Failure> {
     check_run_dir(spec)?;
     if !spec.harbor.config.is_file() {
         return Err(Failure::new(
@@ -98,7 +98,7 @@ pub fn check_paths(spec: &LaunchSpec) -> Result<(), Failure> {
 /// The paths a shared job's engine host needs (crate::run::shared): its run dir and the engine's
 /// prefix. Harbor's inputs are each leg's, checked by the leg (a missing dataset refuses that
 /// leg only).
-pub fn check_engine_paths(spec: &LaunchSpec) -> Result<(), Failure> {
+pub(crate) fn check_engine_paths(spec: &LaunchSpec) -> Result<(), Failure> {
     check_run_dir(spec)?;
     check_prefix("serve.env_prefix", spec.serve.env_prefix.as_deref())
 }
@@ -129,7 +129,7 @@ fn check_prefix(field: &str, prefix: Option<&Path>) -> Result<(), Failure> {
 }
 
 /// A per-job random API key (32 bytes from the kernel's CSPRNG, hex).
-pub fn random_key() -> Result<String, getrandom::Error> {
+pub(crate) fn random_key() -> Result<String, getrandom::Error> {
     let mut buf = [0u8; 32];
     getrandom::fill(&mut buf)?;
     Ok(format!("sk-{}", hex::encode(buf)))
@@ -143,7 +143,7 @@ pub struct Observed {
     /// What was read from it (nothing when not needed).
     pub secrets: Result<Secrets, SecretsError>,
     /// `nvml` or `fixture:<path>`.
-    pub gpu_probe: String,
+    pub(crate) gpu_probe: String,
     pub gpus: Result<Vec<GpuInfo>, GpuError>,
     pub port: Result<u16, PortError>,
     /// `<run_dir>/config.json` exists: Harbor resumes the job.
@@ -153,9 +153,9 @@ pub struct Observed {
     pub harbor_job: HarborJob,
     pub paths: Result<(), Failure>,
     /// A fresh per-job key (a run), or a placeholder (a plan); used only when the model is exposed.
-    pub new_api_key: Result<String, String>,
+    pub(crate) new_api_key: Result<String, String>,
     /// `<run_tag>-<payload pid>` (a plan shows `<pid>`).
-    pub run_id: String,
+    pub(crate) run_id: String,
     /// A multi-node engine's nodes and rendezvous port (crate::multinode); `None` on one node.
     pub multinode: Option<Result<crate::multinode::Observed, crate::multinode::MultiNodeError>>,
     /// A leg of a shared job: the engine host's engine it uses instead of starting one.
@@ -188,7 +188,7 @@ pub fn observe(spec: &LaunchSpec, env: &[(String, String)], mode: Mode) -> Obser
 }
 
 /// [`observe`] for a leg of a shared job: the engine's port and no GPU probe (the host did both).
-pub fn observe_attached(spec: &LaunchSpec, env: &[(String, String)], attached: Attached) -> Observed {
+pub(crate) fn observe_attached(spec: &LaunchSpec, env: &[(String, String)], attached: Attached) -> Observed {
     observe_with(spec, env, Mode::Run, Some(attached))
 }
 
@@ -284,17 +284,17 @@ pub struct HarborLaunch {
     pub program: PathBuf,
     pub env: BTreeMap<String, String>,
     /// `--ae` items (`NAME=${SOURCE}` or literals).
-    pub agent_env_args: Vec<String>,
+    pub(crate) agent_env_args: Vec<String>,
     /// Fresh: the merged job config payload writes to `config_path` before Harbor starts.
-    pub merged_config: Option<serde_json::Value>,
+    pub(crate) merged_config: Option<serde_json::Value>,
     pub config_path: PathBuf,
     /// Resume: the `config.json`/`lock.json` files whose `api_base` is rewritten.
     pub rewrites: Vec<PathBuf>,
-    pub daytona_org: Option<DaytonaOrg>,
+    pub(crate) daytona_org: Option<DaytonaOrg>,
     pub log: PathBuf,
     pub warnings: Vec<String>,
     /// The per-job key of an exposed model, for the agent's key variables (launch_spec::agents).
-    pub model_key: Option<String>,
+    pub(crate) model_key: Option<String>,
 }
 
 impl HarborLaunch {
@@ -365,7 +365,7 @@ pub struct SecretsPrep {
 #[derive(Debug)]
 pub struct Prepared {
     pub mode: Mode,
-    pub run_id: String,
+    pub(crate) run_id: String,
     pub timings: Option<Timings>,
     pub secrets: SecretsPrep,
     /// The loaded secrets (the tunnel's tokens come from here).
@@ -401,7 +401,7 @@ impl Prepared {
     }
 
     /// What the agent calls when there is no public URL: vLLM on this node.
-    pub fn local_api_base(&self) -> String {
+    pub(crate) fn local_api_base(&self) -> String {
         format!("{}/v1", self.base_url)
     }
 

@@ -16,18 +16,18 @@ use launch_spec::versions::{self, Program};
 use crate::supervisor::ChildSpec;
 
 /// One `--version` may take this long (a Python CLI importing its package on a loaded node).
-pub const VERSION_TIMEOUT: Duration = Duration::from_secs(20);
+pub(crate) const VERSION_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// How long Harbor's start waits for answers still outstanding at readiness (they were asked when
 /// the engine started, normally minutes earlier); what is missing then is recorded as such.
-pub const RECORD_WAIT: Duration = Duration::from_secs(5);
+pub(crate) const RECORD_WAIT: Duration = Duration::from_secs(5);
 
 /// At most this much of a dataset is hashed; a larger one is recorded as such.
-pub const DATASET_DIGEST_MAX_BYTES: u64 = 1 << 30;
+pub(crate) const DATASET_DIGEST_MAX_BYTES: u64 = 1 << 30;
 
 /// The answers, each a version (or digest) or why there is none.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Versions {
+pub(crate) struct Versions {
     pub vllm: Result<String, String>,
     pub harbor: Result<String, String>,
     pub dataset: Result<String, String>,
@@ -36,13 +36,13 @@ pub struct Versions {
 /// What the fast queries answered before the engine was spawned ([`ask_fast`]); `None` where the
 /// program has no Python beside it (then `--version` is asked with the rest).
 #[derive(Debug, Clone, Default)]
-pub struct Early {
+pub(crate) struct Early {
     pub vllm: Option<Result<String, String>>,
     pub harbor: Option<Result<String, String>>,
 }
 
 /// The fast queries for both programs at once (package metadata, under a second each).
-pub async fn ask_fast(engine: &ChildSpec, harbor: &ChildSpec) -> Early {
+pub(crate) async fn ask_fast(engine: &ChildSpec, harbor: &ChildSpec) -> Early {
     let (vllm, harbor) = tokio::join!(
         fast_version(&engine.program, &engine.env, Program::Vllm),
         fast_version(&harbor.program, &harbor.env, Program::Harbor)
@@ -52,7 +52,7 @@ pub async fn ask_fast(engine: &ChildSpec, harbor: &ChildSpec) -> Early {
 
 /// Asks what `early` did not answer (`--version`, with the environments the programs will run
 /// with) and hashes the dataset.
-pub async fn probe_versions(engine: &ChildSpec, harbor: &ChildSpec, dataset: PathBuf, early: Early) -> Versions {
+pub(crate) async fn probe_versions(engine: &ChildSpec, harbor: &ChildSpec, dataset: PathBuf, early: Early) -> Versions {
     let digest = tokio::task::spawn_blocking(move || dataset_digest(&dataset));
     let ask = |known: Option<Result<String, String>>, child: &ChildSpec| {
         let (program, env) = (child.program.clone(), child.env.clone());
@@ -70,7 +70,7 @@ pub async fn probe_versions(engine: &ChildSpec, harbor: &ChildSpec, dataset: Pat
 
 /// The first disagreement of the answers with what the spec was built for (`spec.declared`), as
 /// the one-line message the job ends with (`launch_spec::versions::check_found`).
-pub fn disagreement(spec: &LaunchSpec, vllm: Option<&str>, harbor: Option<&str>) -> Option<String> {
+pub(crate) fn disagreement(spec: &LaunchSpec, vllm: Option<&str>, harbor: Option<&str>) -> Option<String> {
     let declared = spec.declared.as_ref()?;
     [(Program::Vllm, vllm), (Program::Harbor, harbor)]
         .into_iter()
@@ -82,7 +82,7 @@ pub fn disagreement(spec: &LaunchSpec, vllm: Option<&str>, harbor: Option<&str>)
 /// A digest of the task dir's content (`sha1:<hex>`): every entry's relative path in path order,
 /// with a regular file's size and bytes and a link's target — the same tasks give the same
 /// digest, a changed task another. Bounded by [`DATASET_DIGEST_MAX_BYTES`].
-pub fn dataset_digest(dir: &Path) -> Result<String, String> {
+pub(crate) fn dataset_digest(dir: &Path) -> Result<String, String> {
     use sha1::{Digest, Sha1};
     use std::io::Read;
     let mut hasher = Sha1::new();
@@ -180,7 +180,7 @@ async fn answer(program: &Path, args: &[String], env: &BTreeMap<String, String>)
 }
 
 /// The Hugging Face hub cache the engine reads, from its environment as huggingface_hub resolves it.
-pub fn hub_cache(env: &BTreeMap<String, String>) -> PathBuf {
+pub(crate) fn hub_cache(env: &BTreeMap<String, String>) -> PathBuf {
     let set = |name: &str| env.get(name).filter(|v| !v.is_empty()).cloned();
     if let Some(dir) = set("HF_HUB_CACHE").or_else(|| set("HUGGINGFACE_HUB_CACHE")) {
         return PathBuf::from(dir);
@@ -195,7 +195,7 @@ pub fn hub_cache(env: &BTreeMap<String, String>) -> PathBuf {
 }
 
 /// The revision the engine serves: the local path, or the commit `refs/main` names in the cache.
-pub fn model_revision(spec: &LaunchSpec, engine_env: &BTreeMap<String, String>) -> Result<String, String> {
+pub(crate) fn model_revision(spec: &LaunchSpec, engine_env: &BTreeMap<String, String>) -> Result<String, String> {
     if let Some(path) = &spec.model.local_path {
         return Ok(path.display().to_string());
     }
@@ -212,7 +212,7 @@ pub fn model_revision(spec: &LaunchSpec, engine_env: &BTreeMap<String, String>) 
 }
 
 /// The record, and for the event the reasons of what is missing.
-pub fn record(revision: Result<String, String>, versions: Versions) -> (RunProvenance, Vec<String>) {
+pub(crate) fn record(revision: Result<String, String>, versions: Versions) -> (RunProvenance, Vec<String>) {
     let mut missing = Vec::new();
     let mut keep = |r: Result<String, String>| r.map_err(|why| missing.push(why)).ok();
     let provenance = RunProvenance {

@@ -38,12 +38,12 @@ use crate::timings::{self, Timings};
 use crate::tunnel::{self, Tunnel};
 
 /// Lines of `vllm.log` kept in an engine failure's outcome.
-pub const LOG_TAIL_LINES: usize = 30;
+pub(crate) const LOG_TAIL_LINES: usize = 30;
 /// How long a child's exit that a signal may explain waits for payload's own signal (scancel
 /// signals every process of the job at once; a secondary's death reaches the head before it).
-pub const SIGNAL_WITH_EXIT: Duration = Duration::from_millis(500);
+pub(crate) const SIGNAL_WITH_EXIT: Duration = Duration::from_millis(500);
 /// How often the tunnel's state machine is advanced.
-pub const TUNNEL_POLL: Duration = Duration::from_millis(200);
+pub(crate) const TUNNEL_POLL: Duration = Duration::from_millis(200);
 
 /// A task aborted when its handle is dropped: the loop ends at several points, and Harbor's
 /// `--print-config` child must not outlive it (the task owns it with `kill_on_drop`).

@@ -11,13 +11,13 @@ use std::path::{Path, PathBuf};
 use nix::fcntl::{Flock, FlockArg};
 
 /// The lock file's name in the run dir.
-pub const LOCK_FILE: &str = "payload.lock";
+pub(crate) const LOCK_FILE: &str = "payload.lock";
 
 /// payload's exit code when another payload holds the run dir (crate::exit).
-pub use crate::exit::EXIT_RUN_DIR_BUSY;
+pub(crate) use crate::exit::EXIT_RUN_DIR_BUSY;
 
 #[derive(Debug, thiserror::Error)]
-pub enum LockError {
+pub(crate) enum LockError {
     #[error(
         "run dir {dir} is in use by another payload ({holder}): wait for it to finish or cancel its job; this payload changed nothing"
     )]
@@ -28,12 +28,12 @@ pub enum LockError {
 
 /// Held for the whole run; dropping it unlocks.
 #[derive(Debug)]
-pub struct RunLock {
+pub(crate) struct RunLock {
     _lock: Flock<std::fs::File>,
 }
 
 /// Takes the run-dir lock without waiting, and writes payload's pid into the file.
-pub fn acquire(run_dir: &Path) -> Result<RunLock, LockError> {
+pub(crate) fn acquire(run_dir: &Path) -> Result<RunLock, LockError> {
     let path = run_dir.join(LOCK_FILE);
     let io = |reason: String| LockError::Io { dir: run_dir.to_path_buf(), file: path.clone(), reason };
     let file = std::fs::OpenOptions::new()

@@ -15,12 +15,12 @@ use sha1::{Digest, Sha1};
 use crate::failure::Failure;
 
 /// What a plan or a log shows in place of a secret value.
-pub const REDACTED: &str = "<redacted>";
+pub(crate) const REDACTED: &str = "<redacted>";
 
 /// Org 1's key (the name Harbor reads).
-pub const DAYTONA_ORG1: &str = "DAYTONA_API_KEY";
+pub(crate) const DAYTONA_ORG1: &str = "DAYTONA_API_KEY";
 /// Org 2's key, handed to Harbor as `DAYTONA_API_KEY` for 3 of 4 jobs.
-pub const DAYTONA_ORG2: &str = "DAYTONA_DATA_API_KEY";
+pub(crate) const DAYTONA_ORG2: &str = "DAYTONA_DATA_API_KEY";
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum SecretsError {
@@ -72,7 +72,7 @@ impl Secrets {
         Self::default()
     }
 
-    pub fn from_pairs(path: &Path, pairs: impl IntoIterator<Item = (String, String)>) -> Self {
+    pub(crate) fn from_pairs(path: &Path, pairs: impl IntoIterator<Item = (String, String)>) -> Self {
         Self { path: path.to_path_buf(), values: pairs.into_iter().collect() }
     }
 
@@ -114,7 +114,7 @@ impl Secrets {
 }
 
 /// The secrets file: `secrets.file`, else `$DC_AGENT_SECRET_ENV`, else `~/secrets.env`.
-pub fn secrets_path(spec: &SecretsSpec, env: &dyn Fn(&str) -> Option<String>) -> PathBuf {
+pub(crate) fn secrets_path(spec: &SecretsSpec, env: &dyn Fn(&str) -> Option<String>) -> PathBuf {
     if let Some(file) = &spec.file {
         return file.clone();
     }
@@ -126,7 +126,7 @@ pub fn secrets_path(spec: &SecretsSpec, env: &dyn Fn(&str) -> Option<String>) ->
 }
 
 /// `<redacted>` for a whole secret value or a `NAME=<secret>` item (see [`Secrets::redact`]).
-pub fn redact_whole(text: &str, secrets: &[&str]) -> String {
+pub(crate) fn redact_whole(text: &str, secrets: &[&str]) -> String {
     let is_secret = |v: &str| !v.is_empty() && secrets.contains(&v);
     if is_secret(text) {
         return REDACTED.to_string();
@@ -140,12 +140,14 @@ pub fn redact_whole(text: &str, secrets: &[&str]) -> String {
 }
 
 // The file's format and size cap live in launch-spec, so preflight reads it exactly as payload does.
-pub use launch_spec::envfile::{EXPECTED_KV, MAX_SECRETS_BYTES, parse};
+#[cfg(test)] // used only by the tests
+use launch_spec::envfile::EXPECTED_KV;
+pub(crate) use launch_spec::envfile::{MAX_SECRETS_BYTES, parse};
 
 /// Reads the file, refusing one that is not a regular file (opened non-blocking and checked on the
 /// open descriptor, so a FIFO fails at once), not owned by this user, or accessible by group or
 /// others (like ssh does).
-pub fn load(path: &Path) -> Result<Secrets, SecretsError> {
+pub(crate) fn load(path: &Path) -> Result<Secrets, SecretsError> {
     use std::io::Read;
     use std::os::unix::fs::MetadataExt;
     let read_err = |err: std::io::Error| SecretsError::Read { path: path.to_path_buf(), reason: err.to_string() };
@@ -204,7 +206,7 @@ impl DaytonaOrg {
 }
 
 /// Org 2 for 3 of 4 jobs, deterministically from the job id: sha1(job id) mod 4 ≠ 0 → org 2.
-pub fn choose_daytona_org(job_id: &str) -> DaytonaOrg {
+pub(crate) fn choose_daytona_org(job_id: &str) -> DaytonaOrg {
     let digest = Sha1::digest(job_id.as_bytes());
     let mut head = [0u8; 8];
     head.copy_from_slice(&digest[..8]);
@@ -213,7 +215,7 @@ pub fn choose_daytona_org(job_id: &str) -> DaytonaOrg {
 
 /// Both Daytona keys must be present; returns the chosen org and its key (for Harbor's
 /// `DAYTONA_API_KEY`).
-pub fn daytona_key<'a>(secrets: &'a Secrets, job_id: &str) -> Result<(DaytonaOrg, &'a str), SecretsError> {
+pub(crate) fn daytona_key<'a>(secrets: &'a Secrets, job_id: &str) -> Result<(DaytonaOrg, &'a str), SecretsError> {
     let org1 = secrets.require(DAYTONA_ORG1, " (Daytona org 1)")?;
     let org2 = secrets.require(DAYTONA_ORG2, " (Daytona org 2)")?;
     let org = choose_daytona_org(job_id);

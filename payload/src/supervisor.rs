@@ -44,7 +44,7 @@ pub fn emergency_teardown() {
 /// SIGKILL to each group in `groups` that still has a member among `root`'s descendants (a gone
 /// group's id may belong to someone else by now), and to every descendant of `root` (listed first,
 /// so a child whose parent dies meanwhile is not lost to re-parenting).
-pub fn kill_now(groups: &[i32], root: i32) {
+pub(crate) fn kill_now(groups: &[i32], root: i32) {
     let before = descendants(&proc_table(), root);
     let live: HashSet<i32> = before.iter().map(|p| p.pgrp).collect();
     for pgid in groups.iter().filter(|g| live.contains(g)) {
@@ -56,7 +56,7 @@ pub fn kill_now(groups: &[i32], root: i32) {
 }
 
 /// Makes payload the reaper of orphaned descendants (`PR_SET_CHILD_SUBREAPER`).
-pub fn become_subreaper() -> Result<(), nix::Error> {
+pub(crate) fn become_subreaper() -> Result<(), nix::Error> {
     nix::sys::prctl::set_child_subreaper(true)
 }
 
@@ -106,7 +106,7 @@ impl SignalSource for ChannelSignals {
 
 /// The signal streams, registered once at start-up (before any child exists). Once registered,
 /// tokio never restores the default disposition, so payload always exits by itself.
-pub struct Signals {
+pub(crate) struct Signals {
     term: tokio::signal::unix::Signal,
     int: tokio::signal::unix::Signal,
     hup: tokio::signal::unix::Signal,
@@ -115,7 +115,7 @@ pub struct Signals {
 }
 
 impl Signals {
-    pub fn register() -> std::io::Result<Self> {
+    pub(crate) fn register() -> std::io::Result<Self> {
         Ok(Self {
             term: signal(SignalKind::terminate())?,
             int: signal(SignalKind::interrupt())?,
@@ -126,7 +126,7 @@ impl Signals {
     }
 
     /// The next meaningful signal (SIGCONT is swallowed). Cancel-safe.
-    pub async fn recv(&mut self) -> SignalEvent {
+    pub(crate) async fn recv(&mut self) -> SignalEvent {
         loop {
             tokio::select! {
                 _ = self.term.recv() => return SignalEvent::Shutdown(Signal::SIGTERM),
@@ -141,7 +141,7 @@ impl Signals {
 
 /// The supervised children, in teardown order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Role {
+pub(crate) enum Role {
     Harbor,
     Engine,
     /// A multi-node engine's other nodes: the one `srun` step of their ranks (crate::multinode).
@@ -160,10 +160,10 @@ pub enum Role {
 }
 
 impl Role {
-    pub const TEARDOWN_ORDER: [Role; 6] =
+    pub(crate) const TEARDOWN_ORDER: [Role; 6] =
         [Role::Harbor, Role::Engine, Role::Ranks, Role::Tunnel, Role::Egress, Role::PostRun];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Role::Harbor => "harbor",
             Role::Engine => "engine",
@@ -178,7 +178,7 @@ impl Role {
     /// The signal that asks the role to stop. Harbor: SIGINT, the one signal both `jobs start`
     /// and `jobs resume` turn into KeyboardInterrupt (cancel the trials, record them, exit);
     /// Harbor 0.25's `resume` has no SIGTERM handler, so SIGTERM kills it with trials unrecorded.
-    pub fn stop_signal(self) -> Signal {
+    pub(crate) fn stop_signal(self) -> Signal {
         match self {
             Role::Harbor => Signal::SIGINT,
             Role::Engine | Role::Ranks | Role::Tunnel | Role::Egress | Role::PostRun | Role::Leg => Signal::SIGTERM,
@@ -198,7 +198,7 @@ pub struct ChildSpec {
 }
 
 /// One supervised child: the leader of its own process group (pgid = pid).
-pub struct Managed {
+pub(crate) struct Managed {
     pub role: Role,
     pub pid: u32,
     child: Child,
@@ -207,7 +207,7 @@ pub struct Managed {
 
 impl Managed {
     /// Waits for the group leader; cancel-safe, and returns the cached status once known.
-    pub async fn wait(&mut self) -> ExitStatus {
+    pub(crate) async fn wait(&mut self) -> ExitStatus {
         if let Some(status) = self.status {
             return status;
         }
@@ -222,7 +222,7 @@ impl Managed {
         status
     }
 
-    pub fn try_status(&mut self) -> Option<ExitStatus> {
+    pub(crate) fn try_status(&mut self) -> Option<ExitStatus> {
         if self.status.is_none()
             && let Ok(Some(status)) = self.child.try_wait()
         {
@@ -231,11 +231,11 @@ impl Managed {
         self.status
     }
 
-    pub fn pgid(&self) -> Pid {
+    pub(crate) fn pgid(&self) -> Pid {
         Pid::from_raw(self.pid as i32)
     }
 
-    pub fn signal_group(&self, sig: Signal) {
+    pub(crate) fn signal_group(&self, sig: Signal) {
         match killpg(self.pgid(), sig) {
             Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
             Err(err) => tracing::warn!(role = self.role.as_str(), signal = %sig, error = %err, "killpg failed"),
@@ -243,13 +243,13 @@ impl Managed {
     }
 
     /// Gone = leader reaped and no live process left in its group.
-    pub fn gone(&mut self, table: &[ProcInfo]) -> bool {
+    pub(crate) fn gone(&mut self, table: &[ProcInfo]) -> bool {
         self.try_status().is_some() && !group_alive(table, self.pid as i32)
     }
 }
 
 /// Waits on an optional child; pends forever when there is none (for `select!`).
-pub async fn wait_opt(managed: Option<&mut Managed>) -> ExitStatus {
+pub(crate) async fn wait_opt(managed: Option<&mut Managed>) -> ExitStatus {
     match managed {
         Some(m) => m.wait().await,
         None => std::future::pending().await,
@@ -257,12 +257,12 @@ pub async fn wait_opt(managed: Option<&mut Managed>) -> ExitStatus {
 }
 
 /// Exit code for a status: the code, or 128+n for a signal.
-pub fn status_code(status: ExitStatus) -> i32 {
+pub(crate) fn status_code(status: ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
     status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
 
-pub fn describe_status(status: ExitStatus) -> String {
+pub(crate) fn describe_status(status: ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
         (Some(code), _) => format!("exit code {code}"),
@@ -279,12 +279,12 @@ pub fn describe_status(status: ExitStatus) -> String {
 pub struct ProcInfo {
     pub pid: i32,
     pub ppid: i32,
-    pub pgrp: i32,
+    pub(crate) pgrp: i32,
     pub state: char,
 }
 
 /// Parses `/proc/<pid>/stat` text (the command may contain spaces and parentheses).
-pub fn parse_stat(text: &str) -> Option<ProcInfo> {
+pub(crate) fn parse_stat(text: &str) -> Option<ProcInfo> {
     let open = text.find('(')?;
     let close = text.rfind(')')?;
     let pid = text[..open].trim().parse().ok()?;
@@ -296,7 +296,7 @@ pub fn parse_stat(text: &str) -> Option<ProcInfo> {
 }
 
 /// Every process visible in `/proc`.
-pub fn proc_table() -> Vec<ProcInfo> {
+pub(crate) fn proc_table() -> Vec<ProcInfo> {
     let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
     entries
         .flatten()
@@ -307,7 +307,7 @@ pub fn proc_table() -> Vec<ProcInfo> {
 }
 
 /// Whether any live (non-zombie) process is in group `pgid`.
-pub fn group_alive(table: &[ProcInfo], pgid: i32) -> bool {
+pub(crate) fn group_alive(table: &[ProcInfo], pgid: i32) -> bool {
     table.iter().any(|p| p.pgrp == pgid && p.state != 'Z' && p.state != 'X')
 }
 
@@ -333,27 +333,27 @@ pub fn descendants(table: &[ProcInfo], root: i32) -> Vec<ProcInfo> {
 
 /// How teardown should go.
 #[derive(Debug, Clone, Copy)]
-pub struct TeardownGrace {
+pub(crate) struct TeardownGrace {
     /// Total grace between the first TERM and SIGKILL (`limits.teardown_grace_s`).
     pub grace: Duration,
     /// Harbor's share. Normally `grace` minus a reserve for vLLM; longer for a walltime wind-down.
-    pub harbor_grace: Duration,
+    pub(crate) harbor_grace: Duration,
     /// A TERM/INT/HUP started this teardown, so the next one means kill now.
     pub signalled: bool,
 }
 
 impl TeardownGrace {
     /// The reserve kept for vLLM and the tunnel after Harbor: a quarter of the grace, at most 5 s.
-    pub fn reserve(grace: Duration) -> Duration {
+    pub(crate) fn reserve(grace: Duration) -> Duration {
         (grace / 4).min(Duration::from_secs(5))
     }
 
-    pub fn normal(grace: Duration, signalled: bool) -> Self {
+    pub(crate) fn normal(grace: Duration, signalled: bool) -> Self {
         Self { grace, harbor_grace: grace - Self::reserve(grace), signalled }
     }
 
     /// USR1: Harbor gets until the walltime is close (half the lead, at least the normal share).
-    pub fn walltime(grace: Duration, walltime_lead: Duration) -> Self {
+    pub(crate) fn walltime(grace: Duration, walltime_lead: Duration) -> Self {
         let normal = grace - Self::reserve(grace);
         Self { grace, harbor_grace: normal.max(walltime_lead / 2), signalled: false }
     }
@@ -361,7 +361,7 @@ impl TeardownGrace {
 
 /// What teardown did.
 #[derive(Debug, Clone, Default)]
-pub struct ShutdownReport {
+pub(crate) struct ShutdownReport {
     /// A second TERM/INT cut the grace short.
     pub forced: bool,
     /// Signals received during teardown (besides the one that started it).
@@ -380,7 +380,7 @@ pub struct ShutdownReport {
 /// One teardown step: `term` (the role's stop signal sent to the group: SIGINT for Harbor, SIGTERM
 /// otherwise), `gone` (group empty), `kill` (SIGKILL).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TeardownStep {
+pub(crate) struct TeardownStep {
     pub ms: u64,
     pub action: &'static str,
     pub role: Role,
@@ -393,7 +393,7 @@ impl ShutdownReport {
 }
 
 /// Owns the children.
-pub struct Supervisor {
+pub(crate) struct Supervisor {
     pub harbor: Option<Managed>,
     pub engine: Option<Managed>,
     pub ranks: Option<Managed>,
@@ -414,7 +414,7 @@ impl Default for Supervisor {
 }
 
 impl Supervisor {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             harbor: None,
             engine: None,
@@ -443,7 +443,7 @@ impl Supervisor {
         }
     }
 
-    pub fn get_mut(&mut self, role: Role) -> Option<&mut Managed> {
+    pub(crate) fn get_mut(&mut self, role: Role) -> Option<&mut Managed> {
         self.slot(role).as_mut()
     }
 
@@ -456,7 +456,7 @@ impl Supervisor {
     }
 
     /// Starts `spec` as `role` in a new process group with exactly `spec.env`.
-    pub fn spawn(&mut self, role: Role, spec: &ChildSpec) -> std::io::Result<u32> {
+    pub(crate) fn spawn(&mut self, role: Role, spec: &ChildSpec) -> std::io::Result<u32> {
         let managed = Self::start(role, spec)?;
         let pid = managed.pid;
         *self.slot(role) = Some(managed);
@@ -464,7 +464,7 @@ impl Supervisor {
     }
 
     /// Starts a shared job's leg (its own group, like every child) into [`Supervisor::legs`].
-    pub fn spawn_leg(&mut self, spec: &ChildSpec) -> std::io::Result<u32> {
+    pub(crate) fn spawn_leg(&mut self, spec: &ChildSpec) -> std::io::Result<u32> {
         let managed = Self::start(Role::Leg, spec)?;
         let pid = managed.pid;
         self.legs.push(managed);
@@ -514,7 +514,7 @@ impl Supervisor {
     }
 
     /// Reaps zombies that re-parented to payload (never a managed child, never `waitpid(-1)`).
-    pub fn reap_orphans(&self) -> usize {
+    pub(crate) fn reap_orphans(&self) -> usize {
         let managed = self.managed_pids();
         let mut n = 0;
         for p in proc_table() {
@@ -598,7 +598,7 @@ impl Supervisor {
     }
 
     /// Tears everything down: Harbor → vLLM → tunnel, grace, SIGKILL, sweep.
-    pub async fn shutdown(&mut self, signals: &mut impl SignalSource, plan: TeardownGrace) -> ShutdownReport {
+    pub(crate) async fn shutdown(&mut self, signals: &mut impl SignalSource, plan: TeardownGrace) -> ShutdownReport {
         let start = Instant::now();
         let mut state = TeardownState { plan, signalled: plan.signalled, t0: start, report: ShutdownReport::default() };
         let mut go_on = true;

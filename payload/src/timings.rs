@@ -16,28 +16,28 @@ use crate::failure::Failure;
 
 /// The largest duration any field may hold: 30 days, longer than any Slurm time limit (the
 /// bound the spec reader and every config loader apply, `launch_spec::validate`).
-pub const MAX_SECONDS: u64 = launch_spec::validate::MAX_SECONDS;
+pub(crate) const MAX_SECONDS: u64 = launch_spec::validate::MAX_SECONDS;
 
 /// The heartbeat period is clamped into this range (a spec value outside it is not an error).
-pub const HEARTBEAT_MIN: Duration = Duration::from_millis(50);
-pub const HEARTBEAT_MAX: Duration = Duration::from_secs(30);
+pub(crate) const HEARTBEAT_MIN: Duration = Duration::from_millis(50);
+pub(crate) const HEARTBEAT_MAX: Duration = Duration::from_secs(30);
 /// The in-run health probe never runs more often than this.
-pub const PROBE_MIN: Duration = Duration::from_millis(50);
+pub(crate) const PROBE_MIN: Duration = Duration::from_millis(50);
 
 /// The spec's durations, checked.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Timings {
-    pub health_timeout: Duration,
+    pub(crate) health_timeout: Duration,
     /// `serve.ready_budget.seconds`, when the spec has a budget (the cap still applies: crate::phases).
     pub ready_budget: Option<Duration>,
     /// `serve.hang_after_s`: the liveness window (crate::liveness).
-    pub hang_after: Duration,
+    pub(crate) hang_after: Duration,
     /// `serve.load_stall_after_s`: loading with no new `vllm.log` bytes this long is stalled.
-    pub load_stall_after: Duration,
-    pub teardown_grace: Duration,
+    pub(crate) load_stall_after: Duration,
+    pub(crate) teardown_grace: Duration,
     pub heartbeat: Duration,
-    pub probe_interval: Duration,
-    pub walltime_lead: Duration,
+    pub(crate) probe_interval: Duration,
+    pub(crate) walltime_lead: Duration,
 }
 
 /// Why a number is refused, as a one-line message naming the file and the field.
@@ -50,22 +50,22 @@ fn refuse(spec_path: &Path, field: &str, problem: &str) -> Failure {
 
 /// Seconds as f64 → Duration by the spec crate's rule (finite, ≥ 0 or > 0, ≤ [`MAX_SECONDS`]),
 /// which keeps every value representable as an `Instant` offset from now.
-pub fn seconds_f64(spec_path: &Path, field: &str, value: f64, positive: bool) -> Result<Duration, Failure> {
+pub(crate) fn seconds_f64(spec_path: &Path, field: &str, value: f64, positive: bool) -> Result<Duration, Failure> {
     launch_spec::validate::seconds(value, positive).map_err(|problem| refuse(spec_path, field, &problem))
 }
 
 /// Whole seconds → Duration by the spec crate's rule (≤ [`MAX_SECONDS`], > 0 when `positive`).
-pub fn seconds_u64(spec_path: &Path, field: &str, value: u64, positive: bool) -> Result<Duration, Failure> {
+pub(crate) fn seconds_u64(spec_path: &Path, field: &str, value: u64, positive: bool) -> Result<Duration, Failure> {
     launch_spec::validate::whole_seconds(value, positive).map_err(|problem| refuse(spec_path, field, &problem))
 }
 
 /// `start + d`, saturating far in the future instead of panicking on overflow.
-pub fn deadline(start: Instant, d: Duration) -> Instant {
+pub(crate) fn deadline(start: Instant, d: Duration) -> Instant {
     start.checked_add(d).unwrap_or_else(|| start + Duration::from_secs(MAX_SECONDS))
 }
 
 /// Checks every duration of the spec (the tunnel's too) and returns the run's.
-pub fn check(spec_path: &Path, spec: &LaunchSpec) -> Result<Timings, Failure> {
+pub(crate) fn check(spec_path: &Path, spec: &LaunchSpec) -> Result<Timings, Failure> {
     let l = &spec.limits;
     let timings = Timings {
         health_timeout: seconds_u64(spec_path, "serve.health_timeout_s", spec.serve.health_timeout_s, true)?,

@@ -4,7 +4,7 @@
 //! client built before a provider is installed would refuse to build.
 
 /// Installs ring as the process's crypto provider (once; later calls do nothing).
-pub fn init() {
+pub(crate) fn init() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         // Err only when a provider is already installed, which is what we want.

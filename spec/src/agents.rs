@@ -52,7 +52,7 @@ pub const MODEL_VARS: &[ModelVars] = &[
 pub const HOSTED_VLLM_KEY: &str = "HOSTED_VLLM_API_KEY";
 
 /// The variables of `agent`; an agent not in the table gets only `api_base` and [`HOSTED_VLLM_KEY`].
-pub fn model_vars(agent: &str) -> Option<&'static ModelVars> {
+pub(crate) fn model_vars(agent: &str) -> Option<&'static ModelVars> {
     MODEL_VARS.iter().find(|v| v.agent == agent)
 }
 

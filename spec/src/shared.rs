@@ -55,7 +55,7 @@ pub struct SharedJobSpec {
 /// The top-level launch-spec fields that define the engine (and its tunnel and secrets): every leg
 /// of a shared job must agree on all of them. The others (`run_tag`, `run_dir`, `benchmark`,
 /// `ledger_job_id`, `harbor`, `post_run`, `jobs_dir`) are the leg's own.
-pub const ENGINE_FIELDS: [&str; 8] =
+pub(crate) const ENGINE_FIELDS: [&str; 8] =
     ["cluster", "model", "serve", "gpu_profiles", "tunnel", "secrets", "limits", "scratch"];
 
 /// Why these leg specs cannot share one engine: the first engine field on which a leg differs

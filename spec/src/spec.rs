@@ -319,7 +319,7 @@ impl ServeSpec {
 }
 
 /// Why a spec has no `serve.ready_budget`: what `plan` says.
-pub const NO_BUDGET: &str =
+pub(crate) const NO_BUDGET: &str =
     "no budget (checkpoint size unknown: no weights found and no parameter count in the model id)";
 
 fn one() -> u32 {

@@ -15,7 +15,7 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, Deserializer, EnumAccess, MapAccess, SeqAccess, VariantAccess, Visitor};
 
 /// The strict view of a deserializer.
-pub struct Strict<D>(pub D);
+pub(crate) struct Strict<D>(pub D);
 
 macro_rules! forward_wrapped {
     ($($method:ident)*) => {$(

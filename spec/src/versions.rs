@@ -16,22 +16,22 @@ pub const VERIFIED_HARBOR: Version = Version::new(0, 25, 0);
 pub const VLLM_SWAP_SPACE_REMOVED: Version = Version::new(0, 18, 0);
 /// The first vLLM known to take `--distributed-timeout-seconds` (0.16.0's parser refuses it; 0.33.0
 /// takes it; releases between are unchecked, so they go without it and keep vLLM's default).
-pub const VLLM_DISTRIBUTED_TIMEOUT_ADDED: Version = Version::new(0, 33, 0);
+pub(crate) const VLLM_DISTRIBUTED_TIMEOUT_ADDED: Version = Version::new(0, 33, 0);
 /// The oldest Harbor whose terminus-2 has the kwargs schema this crate writes (`parser_name`,
 /// `llm_call_kwargs`, unknown options refused).
-pub const HARBOR_MIN: Version = Version::new(0, 25, 0);
+pub(crate) const HARBOR_MIN: Version = Version::new(0, 25, 0);
 
 /// vLLM environment variables a declared vLLM no longer knows, with the first release known
 /// without it (verified against 0.33.0; the real removal may be earlier).
-pub const RETIRED_VLLM_ENV: &[(&str, Version)] =
+pub(crate) const RETIRED_VLLM_ENV: &[(&str, Version)] =
     &[("VLLM_USE_V1", Version::new(0, 33, 0)), ("VLLM_ALL2ALL_BACKEND", Version::new(0, 33, 0))];
 
 /// `major.minor.patch`; a suffix after the numbers (`.post1`, `rc2`, `+cu124`) is ignored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Version {
-    pub major: u32,
-    pub minor: u32,
-    pub patch: u32,
+    pub(crate) major: u32,
+    pub(crate) minor: u32,
+    pub(crate) patch: u32,
 }
 
 impl Version {
@@ -113,7 +113,7 @@ pub enum HarborDialect {
 }
 
 /// Named Harbor flavours a cluster profile may declare instead of a version.
-pub const HARBOR_FLAVOURS: &[(&str, HarborDialect)] = &[("extra-body-fork", HarborDialect::ExtraBodyFork)];
+pub(crate) const HARBOR_FLAVOURS: &[(&str, HarborDialect)] = &[("extra-body-fork", HarborDialect::ExtraBodyFork)];
 
 impl HarborDialect {
     /// From a declared Harbor: a release (`"0.25.0"`) or a flavour name (`extra-body-fork`).
@@ -335,13 +335,13 @@ pub struct Declared {
 /// capabilities get the same argv and environment, so a declaration is wrong only when the found
 /// release differs here (0.16.0 declared, 0.17.1 found: the same; 0.33.0 found: not).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VllmCapabilities {
+pub(crate) struct VllmCapabilities {
     pub swap_space: bool,
-    pub distributed_timeout: bool,
-    pub retired_env: Vec<&'static str>,
+    pub(crate) distributed_timeout: bool,
+    pub(crate) retired_env: Vec<&'static str>,
 }
 
-pub fn vllm_capabilities(vllm: Version) -> VllmCapabilities {
+pub(crate) fn vllm_capabilities(vllm: Version) -> VllmCapabilities {
     VllmCapabilities {
         swap_space: vllm_has_swap_space(vllm),
         distributed_timeout: vllm_has_distributed_timeout(vllm),
@@ -350,7 +350,7 @@ pub fn vllm_capabilities(vllm: Version) -> VllmCapabilities {
 }
 
 /// Where `found` differs from `declared` in what the launcher builds, one phrase each (empty: they agree).
-pub fn vllm_differences(declared: Version, found: Version) -> Vec<String> {
+pub(crate) fn vllm_differences(declared: Version, found: Version) -> Vec<String> {
     let (d, f) = (vllm_capabilities(declared), vllm_capabilities(found));
     let has = |yes: bool| if yes { "has" } else { "lacks" };
     let mut out = Vec::new();
@@ -375,7 +375,7 @@ pub fn vllm_differences(declared: Version, found: Version) -> Vec<String> {
 
 /// The dialect a Harbor release speaks by the rule of [`HarborDialect::from_declared`]; None for a
 /// release older than [`HARBOR_MIN`] (not 0.25's dialect: the fork, or an old upstream).
-pub fn harbor_release_dialect(found: Version) -> Option<HarborDialect> {
+pub(crate) fn harbor_release_dialect(found: Version) -> Option<HarborDialect> {
     (found >= HARBOR_MIN).then_some(HarborDialect::Harbor025)
 }
 

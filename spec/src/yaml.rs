@@ -199,7 +199,7 @@ fn key_on_line(text: &str, line: Option<u64>) -> Option<String> {
 }
 
 /// The closest candidate to `input`, if it is close enough to be a plausible typo.
-pub fn did_you_mean<'a>(input: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+pub(crate) fn did_you_mean<'a>(input: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     candidates
         .into_iter()
         .map(|candidate| (strsim::jaro_winkler(input, candidate), candidate))

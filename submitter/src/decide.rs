@@ -25,9 +25,9 @@ pub struct LatestAttempt {
     /// The completion audit found too few valid trials or too many errors: resume, don't accept.
     pub incomplete: bool,
     /// Whether the attempt ran under the config that would be used now (timeout, overrides).
-    pub config_matches: bool,
+    pub(crate) config_matches: bool,
     /// Whether payload recorded an outcome for it (status.json `outcome`).
-    pub has_recorded_outcome: bool,
+    pub(crate) has_recorded_outcome: bool,
     /// Set when the attempt belongs to another cluster: only that cluster's submitter can see its
     /// Slurm job, so this one never reconciles, cancels or resubmits it.
     pub elsewhere: Option<Elsewhere>,
@@ -48,7 +48,7 @@ pub struct Elsewhere {
 
 /// Seconds a pending row may lack a job id before it counts as an interrupted submission (another
 /// submitter may be between its insert and its sbatch right now).
-pub const MISSING_JOB_GRACE_S: u64 = 120;
+pub(crate) const MISSING_JOB_GRACE_S: u64 = 120;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Policy {
@@ -266,7 +266,7 @@ pub fn decide(history: &PairHistory, slurm: Option<SlurmView>, policy: &Policy) 
 /// the walltime — under the config that would be used now, and never when forced. A finished job
 /// (metrics cleared, incomplete, another config) is re-evaluated, not resumed: resuming it would
 /// run no trial and overwrite its result.
-pub fn continues_latest(history: &PairHistory, action: Action, policy: &Policy) -> bool {
+pub(crate) fn continues_latest(history: &PairHistory, action: Action, policy: &Policy) -> bool {
     let Some(latest) = &history.latest else { return false };
     let unfinished = latest.status != AttemptStatus::Finished;
     match action {

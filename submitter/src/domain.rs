@@ -49,7 +49,7 @@ impl AttemptStatus {
     /// Legal moves: forward only (pending → started → a terminal status, or pending straight to
     /// one), plus re-entering the current status (an idempotent sync updating reason or metrics).
     /// A terminal status is final: a new try is a new attempt row, never a revived one.
-    pub fn can_become(self, to: AttemptStatus) -> bool {
+    pub(crate) fn can_become(self, to: AttemptStatus) -> bool {
         self == to
             || match self {
                 AttemptStatus::Pending => true,
@@ -95,11 +95,11 @@ pub enum SlurmView {
 
 /// The key of an attempt's config holding its submission tag: the job's `--comment`, by which a job
 /// whose sbatch answer was lost is found again (docs/decisions.md, idempotent submission).
-pub const SUBMISSION_TAG_KEY: &str = "submission_tag";
+pub(crate) const SUBMISSION_TAG_KEY: &str = "submission_tag";
 
 /// The key of a shared job's leg's config (issue 24): `{group_tag, group_dir, legs}` (the legs'
 /// run tags). Its attempts share one Slurm job id and one submission tag.
-pub const SHARED_KEY: &str = "shared";
+pub(crate) const SHARED_KEY: &str = "shared";
 
 /// The cluster name under which the team's imported history lives in the ledger.
 pub const TEAM_CLUSTER: &str = "ot-agent";
@@ -119,7 +119,7 @@ pub struct Continuation {
 
 impl Continuation {
     /// Reads it from an attempt's recorded config; None for a fresh attempt.
-    pub fn of_config(config: &serde_json::Value) -> Option<Continuation> {
+    pub(crate) fn of_config(config: &serde_json::Value) -> Option<Continuation> {
         let attempt = config.get("continues")?.as_i64()?;
         let number = u32::try_from(config.get("continuation")?.as_u64()?).ok()?;
         Some(Continuation { attempt, number, first: config.get("chain_from").and_then(serde_json::Value::as_i64) })

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use crate::ledger::{AttemptId, GpuSecondsRow};
 
 /// The phases of a record, in order (`results --json`'s `gpu_seconds_by_phase` keys).
-pub const PHASES: [&str; 6] = ["prepare", "load", "serving", "idle", "teardown", "slurm_other"];
+pub(crate) const PHASES: [&str; 6] = ["prepare", "load", "serving", "idle", "teardown", "slurm_other"];
 
 /// GPU-seconds by phase (keys of [`PHASES`]).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -110,7 +110,7 @@ impl SharedRef {
 
 /// The share of leg `own` of a job whose payload recorded `gpu` and whose legs are `legs` (a
 /// per-leg job: `[own]`). `None` when `own` is not among the legs.
-pub fn attempt_gpu(
+pub(crate) fn attempt_gpu(
     gpu: &GpuTime,
     own: &str,
     slurm_elapsed_s: Option<f64>,
@@ -159,7 +159,7 @@ pub struct GpuTotals {
 
 /// The GPU use of the result of attempt `id` (run tag `run_tag`): the records of that tag with
 /// an id up to `id`; `None` when none of them has a record.
-pub fn result_gpu(rows: &[GpuSecondsRow], id: AttemptId, run_tag: &str) -> Option<ResultGpu> {
+pub(crate) fn result_gpu(rows: &[GpuSecondsRow], id: AttemptId, run_tag: &str) -> Option<ResultGpu> {
     let mut out = ResultGpu::default();
     for row in rows.iter().filter(|r| r.run_tag == run_tag && r.id.0 <= id.0) {
         let Some(rec) = AttemptGpu::from_json(&row.record) else { continue };

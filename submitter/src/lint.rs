@@ -486,14 +486,14 @@ fn check_fields_on_cluster(
 }
 
 /// Share of the weights' size added for the KV cache, activations and CUDA graphs when judging fit.
-pub const KV_MARGIN: f64 = 0.2;
+pub(crate) const KV_MARGIN: f64 = 0.2;
 
 /// Why the weights cannot fit `gpus` GPUs of `cluster`: parameters × bytes per parameter, plus
 /// [`KV_MARGIN`], against the GPUs' memory × the gpu-memory ceiling the job will run with — by the
 /// spec's one precedence (`launch_spec::gpu::effective_gpu_memory_utilization`: the spec's override,
 /// e.g. a preset's, > the cluster's > the GPU profile's). `None` when they fit or when the size or
 /// the GPUs' memory is unknown.
-pub fn weights_do_not_fit(
+pub(crate) fn weights_do_not_fit(
     id: &str,
     gpus: u32,
     cluster: &ClusterProfile,

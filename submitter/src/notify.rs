@@ -63,7 +63,7 @@ impl Event {
 #[derive(Debug, Default)]
 pub struct Tidings {
     pub events: Vec<Event>,
-    pub unheld: BTreeSet<String>,
+    pub(crate) unheld: BTreeSet<String>,
 }
 
 fn pair_key(model: &str, benchmark: &str) -> String {
@@ -252,7 +252,7 @@ pub struct NotifyState {
     pub sent: u64,
     pub failed: u64,
     #[serde(default)]
-    pub last_error: Option<String>,
+    pub(crate) last_error: Option<String>,
     #[serde(default)]
     pub held: BTreeSet<String>,
     /// The last iteration failed: trouble was told, and is not told again until one succeeds.

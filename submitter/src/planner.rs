@@ -120,7 +120,7 @@ pub struct PlannedJob {
     /// Why a leg whose allocation is `shared` still gets a job of its own.
     pub allocation_note: Option<String>,
     /// The pair's latest attempt in the snapshot (names a shared job's group apart from earlier ones).
-    pub latest_attempt: Option<i64>,
+    pub(crate) latest_attempt: Option<i64>,
 }
 
 /// Where a decision's evidence came from (`plan` shows it for every skip).
@@ -179,7 +179,7 @@ pub struct Resources {
 }
 
 /// The overrides recorded with an attempt and compared for config-aware dedup.
-pub fn overrides_json(overrides: &SpecOverrides) -> Value {
+pub(crate) fn overrides_json(overrides: &SpecOverrides) -> Value {
     json!({
         "timeout_multiplier": overrides.timeout_multiplier,
         "agent_kwargs": overrides.agent_kwargs,
@@ -193,7 +193,7 @@ pub fn overrides_json(overrides: &SpecOverrides) -> Value {
 
 /// The config recorded with an attempt (`ledger.config`): what ran, and for a continuation the
 /// chain it belongs to.
-pub fn attempt_config(job: &PlannedJob, spec: &LaunchSpec) -> Value {
+pub(crate) fn attempt_config(job: &PlannedJob, spec: &LaunchSpec) -> Value {
     let mut config = json!({
         "run_dir": spec.run_dir,
         "spec": spec_path(spec),
@@ -242,11 +242,11 @@ pub struct SharedJob {
 
 /// `max_num_seqs` vLLM uses when the spec sets none. vLLM 0.33.0 picks 256, or 1024 on GPUs with
 /// 70 GiB or more; the smaller is assumed, so the reconciliation never counts on memory it lacks.
-pub const VLLM_DEFAULT_MAX_NUM_SEQS: u32 = 256;
+pub(crate) const VLLM_DEFAULT_MAX_NUM_SEQS: u32 = 256;
 
 impl Plan {
     /// The shared job `job` is a leg of.
-    pub fn shared_of(&self, job: &PlannedJob) -> Option<&SharedJob> {
+    pub(crate) fn shared_of(&self, job: &PlannedJob) -> Option<&SharedJob> {
         let tag = job.shared_job.as_deref()?;
         self.shared.iter().find(|g| g.group_tag == tag)
     }

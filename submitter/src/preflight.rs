@@ -110,7 +110,7 @@ pub struct Site<'a> {
     /// The login node's PATH, for programs named without a `/`.
     pub path: String,
     /// Variables the prelude check hands to bash (the module system's, see [`module_env`]).
-    pub module_env: Vec<(String, String)>,
+    pub(crate) module_env: Vec<(String, String)>,
     /// The checks that depend on the cluster alone (Slurm names, the prelude), per cluster: asked
     /// once per `launch` iteration, not once per pair.
     per_cluster: std::cell::RefCell<Vec<(String, Check)>>,
@@ -158,7 +158,7 @@ struct Inputs<'a> {
 }
 
 /// The file in the run dir recording the last preflight of that pair (the why of a refusal).
-pub const RECORD_FILE: &str = "preflight.json";
+pub(crate) const RECORD_FILE: &str = "preflight.json";
 
 /// Stages what the job needs (model, dataset), then runs preflight and records it in the run dir.
 /// `dataset` is the preset's dataset (repo id or absolute dir) the spec's `harbor.dataset` holds.
@@ -727,7 +727,7 @@ fn bounded_answer(argv0: &Path, args: &[String], prefix: Option<&Path>, inputs: 
 
 /// Variables of the module system that the prelude check passes on from the submitter's shell
 /// (the login node's module path and Lmod's location).
-pub fn module_env(lookup: &dyn Fn(&str) -> Option<String>) -> Vec<(String, String)> {
+pub(crate) fn module_env(lookup: &dyn Fn(&str) -> Option<String>) -> Vec<(String, String)> {
     ["HOME", "USER", "MODULEPATH", "LMOD_PKG", "LMOD_CMD", "LMOD_DIR", "MODULESHOME", "PAYLOAD_MODULE_INIT"]
         .iter()
         .filter_map(|name| lookup(name).map(|v| ((*name).to_string(), v)))

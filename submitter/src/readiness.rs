@@ -42,8 +42,8 @@ impl Weights {
 /// The walk stops (no size) past this many entries or this depth: a snapshot is a few dozen
 /// files one or two levels deep, and a path given by mistake (a whole file system) must not
 /// hold up `plan`.
-pub const MAX_ENTRIES: usize = 20_000;
-pub const MAX_DEPTH: usize = 6;
+pub(crate) const MAX_ENTRIES: usize = 20_000;
+pub(crate) const MAX_DEPTH: usize = 6;
 
 /// Bytes of the regular files under `dir`, following symlinks (an HF snapshot's files link into
 /// its `blobs/`); `None` when `dir` is not a directory or the walk passes [`MAX_ENTRIES`] or
@@ -56,7 +56,7 @@ pub fn hf_snapshot(cache: &Path, model: &str) -> Option<PathBuf> {
     snapshot.join("config.json").is_file().then_some(snapshot)
 }
 
-pub fn size_on_disk(dir: &Path) -> Option<u64> {
+pub(crate) fn size_on_disk(dir: &Path) -> Option<u64> {
     fn walk(dir: &Path, depth: usize, entries: &mut usize) -> Option<u64> {
         if depth > MAX_DEPTH {
             return None;
@@ -93,7 +93,7 @@ static MOE: LazyLock<Regex> = LazyLock::new(|| {
 });
 
 /// The parameter count named in a model id, as written (`235B`) and as a number.
-pub fn parameters_in_name(model: &str) -> Option<(String, f64)> {
+pub(crate) fn parameters_in_name(model: &str) -> Option<(String, f64)> {
     let name = model.rsplit('/').next().unwrap_or(model);
     let caps = PARAMS.captures(name)?;
     let number: f64 = caps[1].parse().ok()?;
@@ -102,7 +102,7 @@ pub fn parameters_in_name(model: &str) -> Option<(String, f64)> {
 }
 
 /// Bytes per parameter the id implies: FP8 1, 4-bit quantizations ½, else bf16's 2.
-pub fn dtype_of(model: &str) -> (f64, &'static str) {
+pub(crate) fn dtype_of(model: &str) -> (f64, &'static str) {
     let id = model.to_ascii_lowercase();
     if id.contains("fp8") {
         (1.0, "fp8")
@@ -113,7 +113,7 @@ pub fn dtype_of(model: &str) -> (f64, &'static str) {
     }
 }
 
-pub fn is_moe(model: &str) -> bool {
+pub(crate) fn is_moe(model: &str) -> bool {
     MOE.is_match(model.rsplit('/').next().unwrap_or(model))
 }
 

@@ -20,7 +20,7 @@ use crate::verify::{Level, VerdictKind, VerifySettings, check, human_duration};
 
 /// One thing wrong with a job: a finding id (or `outcome.<class>[.<cause>]`) and its summary.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Diag {
+pub(crate) struct Diag {
     pub id: String,
     pub summary: String,
     /// Set when `status`'s verdict stands on it: dead and stalled verdicts must have held for the
@@ -35,9 +35,9 @@ pub struct LaunchFacts {
     pub gpu_memory_utilization: Option<f64>,
     pub health_timeout_s: Option<u64>,
     /// The spec's Pinggy pairs (public URLs), first pair first.
-    pub pinggy_pairs: Vec<String>,
+    pub(crate) pinggy_pairs: Vec<String>,
     /// The pair the job took (its last `tunnel_pair` event).
-    pub pinggy_taken: Option<String>,
+    pub(crate) pinggy_taken: Option<String>,
     /// The node it ran on (status.json `node`).
     pub node: Option<String>,
 }
@@ -52,8 +52,8 @@ pub struct Case {
     pub agent: String,
     pub cluster: String,
     /// The Slurm job to cancel when the attempt is still active.
-    pub active_job: Option<String>,
-    pub diagnoses: Vec<Diag>,
+    pub(crate) active_job: Option<String>,
+    pub(crate) diagnoses: Vec<Diag>,
     pub facts: LaunchFacts,
 }
 
@@ -78,7 +78,7 @@ pub struct Decision {
     pub reason: String,
     /// The Slurm job cancelled first (the attempt was still active).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub cancels_job: Option<String>,
+    pub(crate) cancels_job: Option<String>,
 }
 
 impl Decision {
@@ -156,7 +156,7 @@ pub fn decide(case: &Case, pair: &PairRemedy, s: &RemediationSettings) -> Option
 
 /// The change a retry makes, from what the failed launch ran with: its words and the pair's whole
 /// adjustment after it; or why it cannot be made.
-pub fn retry_change(
+pub(crate) fn retry_change(
     change: Change,
     facts: &LaunchFacts,
     before: &PairAdjustment,

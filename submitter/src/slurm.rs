@@ -240,10 +240,10 @@ pub fn parse_time(t: &str) -> Option<chrono::DateTime<chrono::Utc>> {
 pub struct SignalSpec {
     /// Name (`USR1`) or number, without the `SIG` prefix.
     pub signal: String,
-    pub seconds_before_limit: u32,
+    pub(crate) seconds_before_limit: u32,
     /// `B:` — signal only the batch shell. Needed when the batch script itself is the
     /// process that must see the signal (no srun steps).
-    pub batch_only: bool,
+    pub(crate) batch_only: bool,
 }
 
 impl fmt::Display for SignalSpec {
@@ -362,7 +362,7 @@ impl SlurmError {
     /// Whether a failed `sbatch` may nevertheless have queued the job: it was killed at the timeout,
     /// its answer did not parse, or it lost the controller's answer. A rejection the controller
     /// answered (bad partition, …) and a command that never ran queued nothing.
-    pub fn submission_unknown(&self) -> bool {
+    pub(crate) fn submission_unknown(&self) -> bool {
         match self {
             SlurmError::TimedOut { .. } | SlurmError::UnexpectedOutput { .. } => true,
             SlurmError::Failed { stderr, .. } => LOST_ANSWER_MESSAGES.iter().any(|m| stderr.contains(m)),
@@ -393,7 +393,7 @@ pub trait Slurm {
 
 /// `squeue -o` fields, `|`-separated. The name goes last because it is the only field that
 /// may itself contain `|`.
-pub const SQUEUE_FORMAT: &str = "%A|%T|%r|%V|%S|%e|%N|%P|%j";
+pub(crate) const SQUEUE_FORMAT: &str = "%A|%T|%r|%V|%S|%e|%N|%P|%j";
 const SQUEUE_FIELD_COUNT: usize = 9;
 
 /// `squeue -o` fields for [`Slurm::find_by_comment`]: id, then the comment (last: it may hold `|`).
@@ -429,8 +429,9 @@ impl SlurmCli {
         SlurmCli { bin_dir: None, command_timeout: Duration::from_secs(60), base_env }
     }
 
+    #[cfg(test)] // used only by the tests
     /// Runs `<dir>/sbatch` etc. instead of looking them up on `PATH` (tests use fake commands).
-    pub fn with_bin_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+    pub(crate) fn with_bin_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.bin_dir = Some(dir.into());
         self
     }
@@ -612,7 +613,7 @@ pub fn check_reservation_name(name: &str) -> Result<(), SlurmError> {
 }
 
 /// Builds sbatch's argument vector (everything after `sbatch`) for `request`.
-pub fn build_sbatch_args(request: &SubmitRequest) -> Result<Vec<OsString>, SlurmError> {
+pub(crate) fn build_sbatch_args(request: &SubmitRequest) -> Result<Vec<OsString>, SlurmError> {
     let options = &request.options;
     let mut args: Vec<OsString> = vec!["--parsable".into()];
     let mut push = |flag: &str, value: &dyn AsRef<OsStr>| {
@@ -714,14 +715,14 @@ fn reject_unprintable(what: &str, value: &str) -> Result<(), SlurmError> {
 
 /// Formats a time limit as Slurm's `D-HH:MM:SS`, rounding up to whole minutes because that
 /// is what Slurm does anyway and the request should say what it gets.
-pub fn format_time_limit(limit: Duration) -> String {
+pub(crate) fn format_time_limit(limit: Duration) -> String {
     let minutes = limit.as_secs().div_ceil(60).max(1);
     let (days, hours, minutes) = (minutes / 1440, (minutes / 60) % 24, minutes % 60);
     format!("{days}-{hours:02}:{minutes:02}:00")
 }
 
 /// Parses `sbatch --parsable` output: `123` or `123;cluster`.
-pub fn parse_parsable_submit(stdout: &str) -> Result<JobId, ParseError> {
+pub(crate) fn parse_parsable_submit(stdout: &str) -> Result<JobId, ParseError> {
     let line = stdout
         .lines()
         .map(str::trim)
@@ -732,12 +733,12 @@ pub fn parse_parsable_submit(stdout: &str) -> Result<JobId, ParseError> {
 }
 
 /// The job to adopt among those carrying an attempt's submission tag: an active one, else the newest.
-pub fn best_match(jobs: &[JobInfo]) -> Option<JobId> {
+pub(crate) fn best_match(jobs: &[JobInfo]) -> Option<JobId> {
     jobs.iter().find(|j| j.state.is_active()).or_else(|| jobs.iter().max_by_key(|j| j.id)).map(|j| j.id)
 }
 
 /// The ids in `squeue -h --format=`[`SQUEUE_COMMENT_FORMAT`] output whose comment is `comment`.
-pub fn parse_comment_lines(stdout: &str, comment: &str) -> Result<Vec<JobId>, ParseError> {
+pub(crate) fn parse_comment_lines(stdout: &str, comment: &str) -> Result<Vec<JobId>, ParseError> {
     let mut ids = Vec::new();
     for line in stdout.lines().filter(|line| !line.trim().is_empty()) {
         let (id, text) =
@@ -750,7 +751,7 @@ pub fn parse_comment_lines(stdout: &str, comment: &str) -> Result<Vec<JobId>, Pa
 }
 
 /// Parses `squeue -h --format=`[`SQUEUE_FORMAT`] output, one job per line.
-pub fn parse_squeue_output(stdout: &str) -> Result<Vec<JobInfo>, ParseError> {
+pub(crate) fn parse_squeue_output(stdout: &str) -> Result<Vec<JobInfo>, ParseError> {
     stdout.lines().filter(|line| !line.trim().is_empty()).map(parse_squeue_line).collect()
 }
 
@@ -779,7 +780,7 @@ fn parse_squeue_line(line: &str) -> Result<JobInfo, ParseError> {
 }
 
 /// Parses one line of `scontrol -o show job`.
-pub fn parse_scontrol_show_job(line: &str) -> Result<JobInfo, ParseError> {
+pub(crate) fn parse_scontrol_show_job(line: &str) -> Result<JobInfo, ParseError> {
     let details = split_scontrol_fields(line);
     let field = |key: &str| details.get(key).map(String::as_str);
     let id = field("JobId").ok_or_else(|| ParseError(format!("no JobId in scontrol output: {line:?}")))?;
@@ -808,7 +809,7 @@ pub fn parse_scontrol_show_job(line: &str) -> Result<JobInfo, ParseError> {
 /// (`JobName=my job`, `Command=/x.sh arg`), so a word only starts a new pair when it looks
 /// like `Key=` with a capitalised key not seen before; other words continue the previous
 /// value, so a script argument shaped like `JobState=X` stays part of `Command`.
-pub fn split_scontrol_fields(line: &str) -> BTreeMap<String, String> {
+pub(crate) fn split_scontrol_fields(line: &str) -> BTreeMap<String, String> {
     let mut fields: BTreeMap<String, String> = BTreeMap::new();
     let mut current_key: Option<String> = None;
     for word in line.split(' ').filter(|word| !word.is_empty()) {

@@ -23,7 +23,7 @@ pub enum SnapshotError {
 }
 
 /// A pair's key: (model, benchmark family, Harbor agent), an eval's identity.
-pub type PairKey = (String, String, String);
+pub(crate) type PairKey = (String, String, String);
 
 /// The state the planner decides over.
 #[derive(Debug, Clone, Default)]
@@ -42,7 +42,7 @@ pub struct Snapshot {
     /// job missing here is gone.
     pub jobs: HashMap<String, SlurmView>,
     /// Active attempts whose `status.json` records an outcome that sync has not folded in yet.
-    pub recorded_outcome: HashSet<AttemptId>,
+    pub(crate) recorded_outcome: HashSet<AttemptId>,
     /// Active attempts of this cluster (the throttle counts them).
     pub in_flight: u32,
     /// Each pair's remediation state (held, the adjustment of its next launch).

@@ -49,12 +49,12 @@ impl<'a> Stager<'a> {
         Stager { dry_run: true, ..Stager::new(context) }
     }
 
-    pub fn is_dry(&self) -> bool {
+    pub(crate) fn is_dry(&self) -> bool {
         self.dry_run
     }
 
     /// Whether staging would fetch `model` (enabled and not yet in the cache).
-    pub fn would_stage_model(&self, model: &str) -> bool {
+    pub(crate) fn would_stage_model(&self, model: &str) -> bool {
         self.settings.enabled
             && self
                 .context

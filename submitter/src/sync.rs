@@ -56,7 +56,7 @@ pub fn gpu_hours(status: &RunStatus) -> Option<f64> {
 /// configuration, failed; Harbor resumes the trials in a fresh job), or Slurm ended the job by its
 /// time limit or preempted it (payload then records `interrupted`, or nothing when it was killed
 /// outright).
-pub fn is_resumable(outcome: Option<OutcomeClass>, slurm_state: Option<&JobState>) -> bool {
+pub(crate) fn is_resumable(outcome: Option<OutcomeClass>, slurm_state: Option<&JobState>) -> bool {
     let slurm_ended_it = matches!(slurm_state, Some(JobState::Timeout | JobState::Preempted));
     match outcome {
         Some(OutcomeClass::Walltime | OutcomeClass::EngineHung) => true,
@@ -164,7 +164,7 @@ fn with_node_provenance(mut metrics: Value, status: Option<&RunStatus>) -> Value
 pub const DEFAULT_STALE_AFTER_S: u64 = 3600;
 
 /// Who is reconciling: `user@host` (one heartbeat row per submitter and cluster).
-pub fn submitter_identity() -> String {
+pub(crate) fn submitter_identity() -> String {
     let user = std::env::var("USER").unwrap_or_else(|_| "unknown".to_string());
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())

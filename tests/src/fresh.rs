@@ -51,7 +51,7 @@ fn newest(path: &Path, found: &mut Option<(SystemTime, PathBuf)>) {
 
 /// `target/<profile>/<bin>` of workspace package `package`, next to this test executable's parent
 /// dir. Panics, naming the fix, when it is missing or older than a source it is built from.
-pub fn bin(package: &str, bin: &str) -> PathBuf {
+pub(crate) fn bin(package: &str, bin: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>").to_path_buf();
     let path = profile_dir.join(bin);
@@ -66,7 +66,7 @@ pub fn bin(package: &str, bin: &str) -> PathBuf {
 }
 
 /// Whether `binary` exists and is at least as new as every file under `roots`.
-pub fn check(binary: &Path, roots: &[PathBuf]) -> Result<(), String> {
+pub(crate) fn check(binary: &Path, roots: &[PathBuf]) -> Result<(), String> {
     let built =
         std::fs::metadata(binary).and_then(|m| m.modified()).map_err(|_| format!("{} is missing", binary.display()))?;
     let mut source = None;

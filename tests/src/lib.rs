@@ -1,6 +1,6 @@
 //! test support
 
-pub mod fresh;
+mod fresh;
 pub mod harness;
 pub mod sshd;
 pub mod standin;

@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-pub const SSHD: &str = "/usr/sbin/sshd";
+pub(crate) const SSHD: &str = "/usr/sbin/sshd";
 
 /// Whether the machine can run these tests; in CI (`CI=true`) a missing sshd is a failure.
 pub fn available_or_skip() -> bool {
@@ -43,7 +43,7 @@ fn run(cmd: &mut Command) {
 }
 
 /// Generates an ed25519 key pair at `path` (+ `.pub`).
-pub fn keygen(path: &Path) -> String {
+pub(crate) fn keygen(path: &Path) -> String {
     run(Command::new("ssh-keygen").args(["-q", "-t", "ed25519", "-N", "", "-C", "e2e", "-f"]).arg(path));
     std::fs::read_to_string(path.with_extension("pub")).unwrap().trim().to_string()
 }

@@ -14,11 +14,11 @@ use serde_json::{Value, json};
 
 /// Where `scripts/install-vllm.sh` puts the verified version's venv unless `EVALCI_VLLM_VENV` says
 /// otherwise.
-pub const DEFAULT_VENV: &str = "/var/cache/evalci/vllm-venv";
+pub(crate) const DEFAULT_VENV: &str = "/var/cache/evalci/vllm-venv";
 
 /// The venv for `version`: the verified version's at `EVALCI_VLLM_VENV` (default [`DEFAULT_VENV`]),
 /// any other declared version's at `/var/cache/evalci/vllm-<version>-venv`.
-pub fn venv_dir(version: &str, verified: bool) -> PathBuf {
+pub(crate) fn venv_dir(version: &str, verified: bool) -> PathBuf {
     match std::env::var_os("EVALCI_VLLM_VENV").filter(|_| verified) {
         Some(dir) => PathBuf::from(dir),
         None if verified => PathBuf::from(DEFAULT_VENV),

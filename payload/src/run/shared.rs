@@ -35,10 +35,10 @@ use crate::run::{Run, Share};
 use crate::supervisor::{self, ChildSpec, SignalEvent, SignalSource, TeardownGrace, status_code};
 
 /// How often a leg looks for its cancel request and the host's word, and the host at its legs.
-pub const SHARE_POLL: Duration = Duration::from_millis(250);
+pub(crate) const SHARE_POLL: Duration = Duration::from_millis(250);
 
 /// Most severe first: the host's exit code is the first of these any leg ended with.
-pub const SEVERITY: [OutcomeClass; 11] = [
+pub(crate) const SEVERITY: [OutcomeClass; 11] = [
     OutcomeClass::EngineDied,
     OutcomeClass::EngineHung,
     OutcomeClass::EngineStart,
@@ -60,7 +60,7 @@ pub struct HostLeg {
     pub spec_path: PathBuf,
     pub state: LegState,
     /// Its Harbor is running (its `status.json` says `running`): serving, for the GPU clock.
-    pub harbor_running: bool,
+    pub(crate) harbor_running: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -245,7 +245,7 @@ fn host_spec(doc: &SharedJobSpec, template: LaunchSpec) -> Result<LaunchSpec, St
 }
 
 /// The host's observations: the engine's, with Harbor's inputs left to each leg.
-pub fn observe_host(spec: &LaunchSpec, env: &[(String, String)]) -> Observed {
+pub(crate) fn observe_host(spec: &LaunchSpec, env: &[(String, String)]) -> Observed {
     let mut observed = prepare::observe(spec, env, Mode::Run);
     observed.paths = prepare::check_engine_paths(spec);
     observed.resume = false;

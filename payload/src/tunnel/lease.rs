@@ -17,14 +17,14 @@ use sha1::{Digest, Sha1};
 
 /// Who holds a lease (written into the file as JSON; no secrets).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Owner {
+pub(crate) struct Owner {
     pub run_tag: String,
     pub slurm_job_id: Option<String>,
     pub node: String,
     pub pid: u32,
     pub public_url: String,
     #[serde(default)]
-    pub acquired_at: String,
+    pub(crate) acquired_at: String,
 }
 
 impl Owner {
@@ -32,7 +32,7 @@ impl Owner {
         format!("{}:{}:{}", self.node, self.pid, self.run_tag)
     }
 
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match &self.slurm_job_id {
             Some(job) => format!("job {job} ({}) on {} pid {}", self.run_tag, self.node, self.pid),
             None => format!("{} on {} pid {}", self.run_tag, self.node, self.pid),
@@ -41,21 +41,21 @@ impl Owner {
 }
 
 /// The lease file of a pair: named by its public URL (stable when the bank is reordered).
-pub fn lease_path(dir: &Path, public_url: &str) -> PathBuf {
+pub(crate) fn lease_path(dir: &Path, public_url: &str) -> PathBuf {
     let digest = Sha1::digest(public_url.trim_end_matches('/').as_bytes());
     dir.join(format!("pinggy-{}.lease", &hex::encode(digest)[..16]))
 }
 
 /// A held lease.
 #[derive(Debug)]
-pub struct Lease {
+pub(crate) struct Lease {
     pub path: PathBuf,
     owner: Owner,
 }
 
 /// The outcome of one attempt to lease a pair.
 #[derive(Debug)]
-pub enum Acquire {
+pub(crate) enum Acquire {
     Acquired(Lease),
     /// A live job holds it.
     Held(Owner),
@@ -93,7 +93,7 @@ fn create(path: &Path, owner: &Owner) -> std::io::Result<Lease> {
 }
 
 /// Tries to lease `public_url` for `owner`.
-pub fn try_acquire(dir: &Path, public_url: &str, owner: &Owner, ttl: Duration) -> std::io::Result<Acquire> {
+pub(crate) fn try_acquire(dir: &Path, public_url: &str, owner: &Owner, ttl: Duration) -> std::io::Result<Acquire> {
     std::fs::create_dir_all(dir)?;
     let path = lease_path(dir, public_url);
     for _ in 0..2 {
@@ -126,7 +126,7 @@ pub fn try_acquire(dir: &Path, public_url: &str, owner: &Owner, ttl: Duration) -
 
 impl Lease {
     /// Whether the file is still ours (another job may have judged us stale and taken it).
-    pub fn still_ours(&self) -> bool {
+    pub(crate) fn still_ours(&self) -> bool {
         std::fs::read_to_string(&self.path)
             .ok()
             .and_then(|t| serde_json::from_str::<Owner>(&t).ok())
@@ -134,7 +134,7 @@ impl Lease {
     }
 
     /// Refreshes the mtime; `false` when the lease is no longer ours.
-    pub fn refresh(&self) -> bool {
+    pub(crate) fn refresh(&self) -> bool {
         if !self.still_ours() {
             return false;
         }
@@ -142,7 +142,7 @@ impl Lease {
     }
 
     /// Removes the file if it is still ours.
-    pub fn release(self) {
+    pub(crate) fn release(self) {
         if self.still_ours() {
             let _ = std::fs::remove_file(&self.path);
         }

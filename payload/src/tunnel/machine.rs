@@ -28,14 +28,14 @@ use super::output::Seen;
 use crate::failure::Failure;
 
 /// A tunnel up for this long has its consecutive-restart count reset.
-pub const STABLE_AFTER: Duration = Duration::from_secs(120);
+pub(crate) const STABLE_AFTER: Duration = Duration::from_secs(120);
 /// Longest pause between restarts.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// Lease refresh period (well inside any sensible `lease_ttl_s`).
-pub const LEASE_REFRESH: Duration = Duration::from_secs(30);
+pub(crate) const LEASE_REFRESH: Duration = Duration::from_secs(30);
 
 /// Restart delay: `base · 2^(n-1)`, capped at [`MAX_BACKOFF`].
-pub fn backoff(base_s: f64, restart: u32) -> Duration {
+pub(crate) fn backoff(base_s: f64, restart: u32) -> Duration {
     let secs = base_s.max(0.0) * 2f64.powi(restart.saturating_sub(1).min(16) as i32);
     // `try_from`: NaN or a huge base is the cap, never a panic (payload::timings refuses them first).
     Duration::try_from_secs_f64(secs).unwrap_or(MAX_BACKOFF).min(MAX_BACKOFF)
@@ -43,7 +43,7 @@ pub fn backoff(base_s: f64, restart: u32) -> Duration {
 
 /// What happened.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Input {
+pub(crate) enum Input {
     /// Time passed. `ready`: what the check needs is there (for Pinggy: vLLM ready, and the egress
     /// proxy up when the check goes through it).
     Tick { ready: bool },
@@ -63,7 +63,7 @@ pub enum Input {
 
 /// The answer to a lease request.
 #[derive(Debug, Clone, PartialEq)]
-pub enum LeaseAnswer {
+pub(crate) enum LeaseAnswer {
     Acquired(PathBuf),
     /// A live job holds it: its description and the lease file's content.
     Held {
@@ -76,7 +76,7 @@ pub enum LeaseAnswer {
 
 /// The check to run once connected.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Check {
+pub(crate) enum Check {
     /// One request to `url` through the SOCKS proxy on `127.0.0.1:port`.
     Socks { port: u16, url: String },
     /// `GET <public_url>/v1/models` with the per-job key must list `served_name`; through the
@@ -86,7 +86,7 @@ pub enum Check {
 
 /// What to do.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Action {
+pub(crate) enum Action {
     /// Write `config` (the ssh config, 0600 in the private directory), then start ssh with `argv`.
     /// Answer with [`Input::Spawned`].
     Spawn { config: String, argv: Vec<String> },
@@ -110,7 +110,7 @@ pub enum Action {
 
 /// What the next attempt is, as a strategy decides it.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Next {
+pub(crate) enum Next {
     /// Start ssh with this config and argv.
     Attempt { config: String, argv: Vec<String> },
     /// A lease must be tried first.
@@ -121,16 +121,16 @@ pub enum Next {
 
 /// The numbers a tunnel runs by (from its spec).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Limits {
+pub(crate) struct Limits {
     pub max_restarts: u32,
-    pub backoff_s: f64,
+    pub(crate) backoff_s: f64,
     pub connect_timeout: Duration,
     pub verify_attempts: u32,
-    pub verify_interval: Duration,
+    pub(crate) verify_interval: Duration,
 }
 
 impl Limits {
-    pub fn new(
+    pub(crate) fn new(
         max_restarts: u32,
         backoff_s: f64,
         connect_s: f64,
@@ -148,7 +148,7 @@ impl Limits {
 }
 
 /// What differs between the kinds of tunnel.
-pub trait Strategy: Send {
+pub(crate) trait Strategy: Send {
     fn kind(&self) -> &'static str;
     fn limits(&self) -> Limits;
     /// The next attempt (`out` takes the events of choices made on the way).
@@ -190,7 +190,7 @@ pub trait Strategy: Send {
 
 /// Where the machine is.
 #[derive(Debug, Clone, PartialEq)]
-pub enum State {
+pub(crate) enum State {
     Backoff { until: Instant },
     Leasing,
     Spawning,
@@ -203,13 +203,13 @@ pub enum State {
 
 /// The machine's answer to "how is it going".
 #[derive(Debug, Clone, PartialEq)]
-pub enum Phase {
+pub(crate) enum Phase {
     Pending,
     Up,
     Failed(Failure),
 }
 
-pub struct Machine {
+pub(crate) struct Machine {
     strategy: Box<dyn Strategy>,
     limits: Limits,
     state: State,
@@ -227,7 +227,7 @@ pub struct Machine {
 
 impl Machine {
     /// A machine whose first tick starts the first attempt.
-    pub fn new(strategy: Box<dyn Strategy>, now: Instant) -> Self {
+    pub(crate) fn new(strategy: Box<dyn Strategy>, now: Instant) -> Self {
         Self {
             limits: strategy.limits(),
             strategy,
@@ -245,15 +245,16 @@ impl Machine {
         }
     }
 
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         self.strategy.kind()
     }
 
-    pub fn state(&self) -> &State {
+    #[cfg(test)] // used only by the tests
+    pub(crate) fn state(&self) -> &State {
         &self.state
     }
 
-    pub fn phase(&self) -> Phase {
+    pub(crate) fn phase(&self) -> Phase {
         match &self.state {
             State::Up => Phase::Up,
             State::Failed(f) => Phase::Failed(f.clone()),
@@ -261,15 +262,16 @@ impl Machine {
         }
     }
 
-    pub fn public_url(&self) -> Option<String> {
+    pub(crate) fn public_url(&self) -> Option<String> {
         self.strategy.public_url()
     }
 
-    pub fn socks_port(&self) -> Option<u16> {
+    pub(crate) fn socks_port(&self) -> Option<u16> {
         self.strategy.socks_port()
     }
 
-    pub fn holds_lease(&self) -> bool {
+    #[cfg(test)] // used only by the tests
+    pub(crate) fn holds_lease(&self) -> bool {
         self.strategy.holds_lease()
     }
 
@@ -279,7 +281,7 @@ impl Machine {
     }
 
     /// Advances the machine by one input at `now`.
-    pub fn step(&mut self, now: Instant, input: Input) -> Vec<Action> {
+    pub(crate) fn step(&mut self, now: Instant, input: Input) -> Vec<Action> {
         let mut out = Vec::new();
         if matches!(self.state, State::Failed(_)) {
             return out;

@@ -14,13 +14,13 @@
 //! directory outside the run dir (never in argv, logs, status or the spec); ssh's raw output goes
 //! to that directory and is copied, redacted, into `tunnel.log`.
 
-pub mod lease;
-pub mod machine;
-pub mod output;
-pub mod socks;
-pub mod sshconf;
-pub mod strategy;
-pub mod verify;
+pub(crate) mod lease;
+pub(crate) mod machine;
+pub(crate) mod output;
+pub(crate) mod socks;
+pub(crate) mod sshconf;
+pub(crate) mod strategy;
+pub(crate) mod verify;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -41,15 +41,19 @@ use crate::records::Recorder;
 use crate::secrets::Secrets;
 use crate::supervisor::{ChildSpec, Role, Supervisor, describe_status};
 use machine::{Action, Input, LeaseAnswer, Machine, Phase};
-pub use machine::{MAX_BACKOFF, STABLE_AFTER, backoff};
-pub use strategy::{PINGGY_ALIAS, SOCKS_ALIAS, pair_order, pinggy_argv, socks_argv};
+pub(crate) use strategy::{SOCKS_ALIAS, pair_order};
+#[cfg(test)] // used only by the tests
+use {
+    machine::{MAX_BACKOFF, backoff},
+    strategy::{pinggy_argv, socks_argv},
+};
 
 /// vLLM reads its API key from this variable (never from argv).
-pub const VLLM_KEY_VAR: &str = "VLLM_API_KEY";
+pub(crate) const VLLM_KEY_VAR: &str = "VLLM_API_KEY";
 /// Shown instead of the per-job key by `payload plan`.
-pub const GENERATED: &str = "<generated per job>";
+pub(crate) const GENERATED: &str = "<generated per job>";
 
-pub fn kind(spec: &TunnelSpec) -> &'static str {
+pub(crate) fn kind(spec: &TunnelSpec) -> &'static str {
     match spec {
         TunnelSpec::None => "none",
         TunnelSpec::Pinggy(p) if p.egress.is_some() => "pinggy+socks",
@@ -59,12 +63,12 @@ pub fn kind(spec: &TunnelSpec) -> &'static str {
 }
 
 /// Whether vLLM is reachable from outside (then it gets a per-job API key).
-pub fn exposes_model(spec: &TunnelSpec) -> bool {
+pub(crate) fn exposes_model(spec: &TunnelSpec) -> bool {
     matches!(spec, TunnelSpec::Pinggy(_))
 }
 
 /// Secret names the tunnel needs from the secrets file.
-pub fn secret_names(spec: &TunnelSpec) -> Vec<String> {
+pub(crate) fn secret_names(spec: &TunnelSpec) -> Vec<String> {
     match spec {
         TunnelSpec::Pinggy(p) => p.pairs().into_iter().map(|pair| pair.token_secret).collect(),
         _ => Vec::new(),
@@ -72,7 +76,7 @@ pub fn secret_names(spec: &TunnelSpec) -> Vec<String> {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum TunnelError {
+pub(crate) enum TunnelError {
     #[error("the {kind} tunnel needs `{program}` ({why}), which is not on PATH")]
     MissingProgram { kind: &'static str, program: String, why: &'static str },
     #[error("none of the Pinggy token secrets ({names}) is set in the secrets file {file}")]
@@ -106,7 +110,7 @@ pub struct Programs {
 }
 
 /// Resolves the tunnel's programs (`ssh`; the proxychains binary in that mode).
-pub fn programs(spec: &TunnelSpec, child_path: &str) -> Result<Option<Programs>, TunnelError> {
+pub(crate) fn programs(spec: &TunnelSpec, child_path: &str) -> Result<Option<Programs>, TunnelError> {
     let kind = self::kind(spec);
     let resolve = |program: &str, why: &'static str| {
         crate::childenv::resolve_program(program, None, child_path).map_err(|_| TunnelError::MissingProgram {
@@ -130,7 +134,7 @@ pub fn programs(spec: &TunnelSpec, child_path: &str) -> Result<Option<Programs>,
 }
 
 /// The SOCKS settings of a spec: a `socks` tunnel, or a Pinggy tunnel's egress.
-pub fn socks_spec(spec: &TunnelSpec) -> Option<&SocksSpec> {
+pub(crate) fn socks_spec(spec: &TunnelSpec) -> Option<&SocksSpec> {
     match spec {
         TunnelSpec::Socks(s) => Some(s),
         TunnelSpec::Pinggy(p) => p.egress.as_deref(),
@@ -139,7 +143,7 @@ pub fn socks_spec(spec: &TunnelSpec) -> Option<&SocksSpec> {
 }
 
 /// The SOCKS port: the spec's policy, never the engine's port.
-pub fn socks_port(spec: &SocksSpec, job_id: &str, engine_port: u16) -> Result<u16, crate::ports::PortError> {
+pub(crate) fn socks_port(spec: &SocksSpec, job_id: &str, engine_port: u16) -> Result<u16, crate::ports::PortError> {
     crate::ports::choose_with(&spec.port, job_id, |p| p != engine_port && crate::ports::is_free(p, "127.0.0.1"))
 }
 
@@ -279,14 +283,14 @@ impl TunnelPlan {
 }
 
 /// Inputs of the plan that `run` would know.
-pub struct PlanInputs<'a> {
+pub(crate) struct PlanInputs<'a> {
     pub secrets: &'a Secrets,
     pub job_id: &'a str,
-    pub engine_host: &'a str,
-    pub engine_port: u16,
+    pub(crate) engine_host: &'a str,
+    pub(crate) engine_port: u16,
     pub served_name: &'a str,
     pub node: String,
-    pub child_path: &'a str,
+    pub(crate) child_path: &'a str,
 }
 
 /// Steps a fresh machine until its first spawn, answering lease requests by looking at the lease
@@ -340,7 +344,7 @@ fn first_actions(m: &mut Machine, plan: &mut TunnelPlan) {
 }
 
 /// Describes the tunnel step without doing it; problems it would stop on go to `problems`.
-pub fn plan(spec: &TunnelSpec, inp: &PlanInputs<'_>, problems: &mut Vec<Failure>) -> TunnelPlan {
+pub(crate) fn plan(spec: &TunnelSpec, inp: &PlanInputs<'_>, problems: &mut Vec<Failure>) -> TunnelPlan {
     let progs = match programs(spec, inp.child_path) {
         Ok(p) => p,
         Err(e) => {
@@ -479,7 +483,7 @@ fn describe_socks(s: &SocksSpec, port: u16, progs: Option<&Programs>, plan: &mut
 }
 
 /// `payload plan`'s text for the tunnel (and its egress proxy).
-pub fn write_plan(out: &mut dyn std::io::Write, t: &TunnelPlan) -> std::io::Result<()> {
+pub(crate) fn write_plan(out: &mut dyn std::io::Write, t: &TunnelPlan) -> std::io::Result<()> {
     writeln!(out, "tunnel: {} — {}", t.kind, t.description)?;
     write_plan_body(out, t, "  ")?;
     if let Some(e) = &t.egress {
@@ -527,12 +531,12 @@ const RAW_READ_CAP: u64 = 1 << 20;
 /// A 0700 directory outside the run dir for the ssh config (holds the token), known hosts, ssh's
 /// raw output and the proxychains config. Removed at teardown (and on drop).
 #[derive(Debug)]
-pub struct PrivateDir {
+pub(crate) struct PrivateDir {
     pub path: PathBuf,
 }
 
 impl PrivateDir {
-    pub fn create(root: &Path, tag: &str) -> std::io::Result<Self> {
+    pub(crate) fn create(root: &Path, tag: &str) -> std::io::Result<Self> {
         let nanos =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
         let path = root.join(format!("payload-tunnel-{}-{}-{nanos:x}", tag, std::process::id()));
@@ -541,7 +545,7 @@ impl PrivateDir {
     }
 
     /// Writes `name` with mode 0600 (temp file + rename, so a reader never sees half a file).
-    pub fn write(&self, name: &str, text: &str) -> std::io::Result<PathBuf> {
+    pub(crate) fn write(&self, name: &str, text: &str) -> std::io::Result<PathBuf> {
         let path = self.path.join(name);
         let tmp = self.path.join(format!(".{name}.tmp"));
         let _ = std::fs::remove_file(&tmp);
@@ -552,7 +556,7 @@ impl PrivateDir {
         Ok(path)
     }
 
-    pub fn remove(&self) {
+    pub(crate) fn remove(&self) {
         let _ = std::fs::remove_dir_all(&self.path);
     }
 }
@@ -565,14 +569,14 @@ impl Drop for PrivateDir {
 
 /// What [`Tunnel::poll`] found.
 #[derive(Debug, Clone, PartialEq)]
-pub enum TunnelPoll {
+pub(crate) enum TunnelPoll {
     Pending,
     Up,
     Failed(Failure),
 }
 
 /// Inputs to start a tunnel.
-pub struct Start<'a> {
+pub(crate) struct Start<'a> {
     pub spec: &'a TunnelSpec,
     pub programs: Programs,
     pub secrets: &'a Secrets,
@@ -581,14 +585,14 @@ pub struct Start<'a> {
     pub job_id: &'a str,
     pub slurm_job_id: Option<String>,
     pub node: String,
-    pub engine_host: &'a str,
-    pub engine_port: u16,
+    pub(crate) engine_host: &'a str,
+    pub(crate) engine_port: u16,
     pub served_name: &'a str,
     pub api_key: Option<String>,
     /// Environment for ssh (the explicit child environment).
-    pub child_env: BTreeMap<String, String>,
+    pub(crate) child_env: BTreeMap<String, String>,
     /// Where the private directory goes ($TMPDIR, else /tmp).
-    pub tmp_root: PathBuf,
+    pub(crate) tmp_root: PathBuf,
 }
 
 /// One running instance: its machine and its I/O state.
@@ -625,7 +629,7 @@ struct Io {
 }
 
 /// The job's tunnels: one instance, or the egress proxy and Pinggy.
-pub struct Tunnel {
+pub(crate) struct Tunnel {
     kind: &'static str,
     instances: Vec<Instance>,
     io: Io,
@@ -634,7 +638,7 @@ pub struct Tunnel {
 impl Tunnel {
     /// Prepares the tunnel (private directories, proxychains config, port, pair order); the first
     /// [`poll`](Self::poll) starts ssh. `Ok(None)` for `none`.
-    pub fn new(s: Start<'_>) -> Result<Option<Self>, Failure> {
+    pub(crate) fn new(s: Start<'_>) -> Result<Option<Self>, Failure> {
         let parts = parts(s.spec);
         if parts.is_empty() {
             return Ok(None);
@@ -721,41 +725,32 @@ impl Tunnel {
         }))
     }
 
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         self.kind
     }
 
-    pub fn is_up(&self) -> bool {
-        self.instances.iter().all(|i| i.machine.phase() == Phase::Up)
-    }
-
     /// The public URL of the pair in use (Pinggy), without a trailing slash.
-    pub fn public_url(&self) -> Option<String> {
+    pub(crate) fn public_url(&self) -> Option<String> {
         self.instances.iter().find_map(|i| i.machine.public_url())
     }
 
     /// The local SOCKS port (SOCKS, or the egress proxy).
-    pub fn socks_port(&self) -> Option<u16> {
+    pub(crate) fn socks_port(&self) -> Option<u16> {
         self.instances.iter().find_map(|i| i.machine.socks_port())
     }
 
     /// What Harbor's environment gets from the tunnel (SOCKS `env` mode: the proxy variables).
-    pub fn harbor_env(&self) -> BTreeMap<String, String> {
+    pub(crate) fn harbor_env(&self) -> BTreeMap<String, String> {
         self.instances.iter().flat_map(|i| i.harbor_env.clone()).collect()
     }
 
     /// The argv prefix Harbor runs under (SOCKS `proxychains` mode).
-    pub fn harbor_prefix(&self) -> Option<Vec<String>> {
+    pub(crate) fn harbor_prefix(&self) -> Option<Vec<String>> {
         self.instances.iter().find_map(|i| i.harbor_prefix.clone())
     }
 
-    /// The current ssh pids by role name (`tunnel`, `egress`).
-    pub fn pids(&self) -> Vec<(&'static str, u32)> {
-        self.instances.iter().filter_map(|i| i.pid.map(|p| (i.role.as_str(), p))).collect()
-    }
-
     /// Harbor has the public URL now: the pair is fixed for the rest of the run.
-    pub fn commit(&mut self) {
+    pub(crate) fn commit(&mut self) {
         let now = Instant::now();
         for i in &mut self.instances {
             i.machine.step(now, Input::Commit);
@@ -765,7 +760,7 @@ impl Tunnel {
     /// Advances every instance: call every few hundred milliseconds. `engine_ready` gates the
     /// Pinggy check (it fetches vLLM's `/v1/models` through the tunnel), as does the egress proxy
     /// being up when the check goes through it.
-    pub async fn poll(&mut self, sup: &mut Supervisor, rec: &mut Recorder, engine_ready: bool) -> TunnelPoll {
+    pub(crate) async fn poll(&mut self, sup: &mut Supervisor, rec: &mut Recorder, engine_ready: bool) -> TunnelPoll {
         let egress_up =
             self.instances.iter().filter(|i| i.role == Role::Egress).all(|i| i.machine.phase() == Phase::Up);
         for inst in &mut self.instances {
@@ -784,7 +779,7 @@ impl Tunnel {
     }
 
     /// After teardown: last output, the leases released, the private directories removed.
-    pub fn cleanup(&mut self, rec: &Recorder) {
+    pub(crate) fn cleanup(&mut self, rec: &Recorder) {
         for inst in &mut self.instances {
             for line in self.io.drain(inst) {
                 inst.machine.step(Instant::now(), Input::Line(line));

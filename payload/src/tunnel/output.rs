@@ -10,10 +10,10 @@
 //! the failures of any SSH server.
 
 /// One line's meaning, by the one tunnel-log vocabulary both programs read.
-pub use launch_spec::rundir::vocab::{TunnelLine as Line, classify_tunnel_line as classify};
+pub(crate) use launch_spec::rundir::vocab::{TunnelLine as Line, classify_tunnel_line as classify};
 
 /// The `cause` recorded for a failed attempt, from what it printed (most specific first).
-pub fn cause(seen: &Seen) -> &'static str {
+pub(crate) fn cause(seen: &Seen) -> &'static str {
     if seen.locked {
         "token_locked"
     } else if seen.not_authenticated {
@@ -35,24 +35,24 @@ pub fn cause(seen: &Seen) -> &'static str {
 
 /// What one ssh attempt has printed so far.
 #[derive(Debug, Clone, Default)]
-pub struct Seen {
+pub(crate) struct Seen {
     pub authenticated: bool,
     pub not_authenticated: bool,
     pub locked: bool,
     pub auth_failed: bool,
     pub connect_failed: bool,
-    pub forward_failed: bool,
-    pub host_key: bool,
-    pub urls: Vec<String>,
-    pub allocated_port: Option<u16>,
+    pub(crate) forward_failed: bool,
+    pub(crate) host_key: bool,
+    pub(crate) urls: Vec<String>,
+    pub(crate) allocated_port: Option<u16>,
     /// A cause payload imposed (it killed the attempt), e.g. `connect_timeout`.
-    pub imposed: Option<&'static str>,
+    pub(crate) imposed: Option<&'static str>,
     /// The last line that explains a failure (redacted), for the outcome message.
-    pub last_problem: Option<String>,
+    pub(crate) last_problem: Option<String>,
 }
 
 impl Seen {
-    pub fn note(&mut self, line: &str) {
+    pub(crate) fn note(&mut self, line: &str) {
         let kind = classify(line);
         let problem = !matches!(kind, Line::Authenticated | Line::Url(_) | Line::AllocatedPort(_) | Line::Other);
         match kind {
@@ -73,7 +73,7 @@ impl Seen {
     }
 
     /// The server answered in a way that shows the session is open.
-    pub fn established(&self) -> bool {
+    pub(crate) fn established(&self) -> bool {
         self.authenticated || !self.urls.is_empty() || self.allocated_port.is_some()
     }
 }

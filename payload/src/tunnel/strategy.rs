@@ -15,16 +15,16 @@ use super::output::Seen;
 use super::sshconf;
 
 /// Host aliases in the generated ssh config.
-pub const PINGGY_ALIAS: &str = "payload-pinggy";
-pub const SOCKS_ALIAS: &str = "payload-socks";
+pub(crate) const PINGGY_ALIAS: &str = "payload-pinggy";
+pub(crate) const SOCKS_ALIAS: &str = "payload-socks";
 /// A reverse tunnel without a banner counts as connected once ssh has lived this long.
-pub const SETTLE: Duration = Duration::from_secs(2);
+pub(crate) const SETTLE: Duration = Duration::from_secs(2);
 /// A SOCKS proxy counts as connected once ssh has lived this long (the check decides).
-pub const SOCKS_SETTLE: Duration = Duration::from_millis(200);
+pub(crate) const SOCKS_SETTLE: Duration = Duration::from_millis(200);
 
 /// Where an instance's files are (the real private directory, or placeholders for the plan).
 #[derive(Debug, Clone)]
-pub struct Paths {
+pub(crate) struct Paths {
     /// The ssh config as argv names it.
     pub config: String,
     pub known_hosts: PathBuf,
@@ -43,13 +43,13 @@ fn reverse_arg(remote_port: u16, engine_host: &str, engine_port: u16) -> String 
 }
 
 /// ssh's argv (program first) for a Pinggy attempt.
-pub fn pinggy_argv(ssh: &str, config: &str, p: &PinggySpec, engine_host: &str, engine_port: u16) -> Vec<String> {
+pub(crate) fn pinggy_argv(ssh: &str, config: &str, p: &PinggySpec, engine_host: &str, engine_port: u16) -> Vec<String> {
     let r = reverse_arg(p.remote_port, engine_host, engine_port);
     [ssh, "-F", config, "-T", "-R", &r, PINGGY_ALIAS].iter().map(|s| s.to_string()).collect()
 }
 
 /// ssh's argv (program first) for the SOCKS proxy; it binds loopback only (never `-g`).
-pub fn socks_argv(ssh: &str, config: &str, port: u16) -> Vec<String> {
+pub(crate) fn socks_argv(ssh: &str, config: &str, port: u16) -> Vec<String> {
     [ssh, "-F", config, "-N", "-D", &format!("127.0.0.1:{port}"), SOCKS_ALIAS].iter().map(|s| s.to_string()).collect()
 }
 
@@ -60,7 +60,7 @@ fn known<'a>(pinned: &'a Option<PathBuf>, accept_new: &'a Path) -> sshconf::Know
     }
 }
 
-pub fn pinggy_block<'a>(
+pub(crate) fn pinggy_block<'a>(
     p: &'a PinggySpec,
     pair: &'a PinggyPair,
     user: &'a str,
@@ -82,7 +82,7 @@ pub fn pinggy_block<'a>(
     }
 }
 
-pub fn socks_block<'a>(s: &'a SocksSpec, known_hosts: &'a Path) -> sshconf::HostBlock<'a> {
+pub(crate) fn socks_block<'a>(s: &'a SocksSpec, known_hosts: &'a Path) -> sshconf::HostBlock<'a> {
     sshconf::HostBlock {
         alias: SOCKS_ALIAS,
         host_name: &s.login_node,
@@ -101,7 +101,7 @@ pub fn socks_block<'a>(s: &'a SocksSpec, known_hosts: &'a Path) -> sshconf::Host
 // ------------------------------------------------------------------------------------------ SOCKS
 
 /// SOCKS egress: `ssh -N -D 127.0.0.1:<port>` to the login node.
-pub struct Socks {
+pub(crate) struct Socks {
     pub spec: SocksSpec,
     pub port: u16,
     pub ssh: String,
@@ -149,15 +149,15 @@ struct Held {
 }
 
 /// Pinggy: `ssh -T -R 0:127.0.0.1:<vllm port>` with the token as the user, over a bank of pairs.
-pub struct Pinggy {
+pub(crate) struct Pinggy {
     pub spec: PinggySpec,
     pub ssh: String,
     pub paths: Paths,
     /// Secret name → token (in `payload plan`: a placeholder naming the secret).
     pub tokens: BTreeMap<String, String>,
     pub order: Vec<usize>,
-    pub engine_host: String,
-    pub engine_port: u16,
+    pub(crate) engine_host: String,
+    pub(crate) engine_port: u16,
     pub served_name: String,
     /// The login node's block and the local SOCKS port, when compute nodes have no internet: ssh
     /// reaches Pinggy with `ProxyJump` through the login node; the check goes through the proxy.
@@ -171,19 +171,19 @@ pub struct Pinggy {
 }
 
 /// Inputs of [`Pinggy::new`] beside the spec.
-pub struct PinggyTarget {
+pub(crate) struct PinggyTarget {
     pub ssh: String,
     pub paths: Paths,
     pub tokens: BTreeMap<String, String>,
     pub job_id: String,
-    pub engine_host: String,
-    pub engine_port: u16,
+    pub(crate) engine_host: String,
+    pub(crate) engine_port: u16,
     pub served_name: String,
     pub egress: Option<(SocksSpec, u16)>,
 }
 
 impl Pinggy {
-    pub fn new(spec: &PinggySpec, t: PinggyTarget) -> Self {
+    pub(crate) fn new(spec: &PinggySpec, t: PinggyTarget) -> Self {
         let pairs = spec.pairs();
         Self {
             order: pair_order(pairs.len(), &t.job_id),
@@ -371,7 +371,7 @@ fn skipped(public_url: &str, reason: &str) -> TunnelPairSkipped {
 
 /// The pair order for a job: a rotation of the bank starting at a place derived from the job id,
 /// so jobs submitted together start on different pairs.
-pub fn pair_order(n: usize, job_id: &str) -> Vec<usize> {
+pub(crate) fn pair_order(n: usize, job_id: &str) -> Vec<usize> {
     if n == 0 {
         return Vec::new();
     }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use super::machine::Check;
 
 /// One check's timeout.
-pub const VERIFY_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const VERIFY_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn client(via_socks: Option<u16>, timeout: Duration) -> Result<reqwest::Client, String> {
     crate::tls::init();
@@ -39,7 +39,7 @@ fn chain(err: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// Runs `check`; `Ok(summary)` when it passed. `api_key` authorises the Pinggy check.
-pub async fn run(check: &Check, api_key: Option<&str>, timeout: Duration) -> Result<String, String> {
+pub(crate) async fn run(check: &Check, api_key: Option<&str>, timeout: Duration) -> Result<String, String> {
     match check {
         Check::Socks { port, url } => {
             let client = client(Some(*port), timeout)?;
@@ -76,7 +76,7 @@ pub async fn run(check: &Check, api_key: Option<&str>, timeout: Duration) -> Res
 }
 
 /// `<public url>/v1/models`, keeping any path the public URL has.
-pub fn models_url(public_url: &str) -> Option<url::Url> {
+pub(crate) fn models_url(public_url: &str) -> Option<url::Url> {
     let mut url = url::Url::parse(public_url).ok().filter(|u| matches!(u.scheme(), "http" | "https"))?;
     let path = format!("{}/v1/models", url.path().trim_end_matches('/'));
     url.set_path(&path);

@@ -288,8 +288,9 @@ fn next_data(file: &std::fs::File, pos: u64, end: Option<u64>) -> u64 {
     end.map_or(next, |end| next.min(end)).max(pos)
 }
 
+#[cfg(test)] // used only by the tests
 /// Scans text already in memory (tests, small logs).
-pub fn scan_bytes(data: &[u8]) -> EngineLog {
+pub(crate) fn scan_bytes(data: &[u8]) -> EngineLog {
     let mut scanner = Scanner::new();
     scanner.add_bytes(data.len() as u64);
     let end = memchr::memrchr(b'\n', data).map_or(0, |i| i + 1);
@@ -346,11 +347,12 @@ const COMPLETIONS: &[u8] = b"POST /v1/chat/completions ";
 const ACCESS_PREFIX: &[u8] = b"INFO:     ";
 const TRACEBACK: &[u8] = b"Traceback (most recent call last)";
 
+#[cfg(test)] // used only by the tests
 /// The one access-line parser: the status code of a uvicorn access line for a chat completion,
 /// `INFO:     127.0.0.1:5000 - "POST /v1/chat/completions HTTP/1.1" 200 OK`, also behind vLLM's
 /// `(APIServer pid=N) ` prefix. `None` for any other line (a `GET /health`, a logger line).
 #[inline]
-pub fn completion_status(line: &[u8]) -> Option<u16> {
+pub(crate) fn completion_status(line: &[u8]) -> Option<u16> {
     access_status(strip_process_prefix(line).strip_prefix(ACCESS_PREFIX)?)
 }
 
@@ -458,7 +460,7 @@ impl Scanner {
     /// lines right after this scanner's): the state is then the one feeding those lines here
     /// would have left — same counts, anchors (year carry included), minute buckets, latest
     /// completions and first examples.
-    pub fn absorb(&mut self, next: Scanner) {
+    pub(crate) fn absorb(&mut self, next: Scanner) {
         debug_assert!(next.seam.continuing, "absorb takes a Scanner::continuing()");
         let Scanner { log: n, seam, bucket: next_bucket, .. } = &next;
         let log = &mut self.log;
@@ -551,7 +553,7 @@ impl Scanner {
     }
 
     /// Counts `n` bytes as read (the caller feeds the lines).
-    pub fn add_bytes(&mut self, n: u64) {
+    pub(crate) fn add_bytes(&mut self, n: u64) {
         self.log.bytes += n;
     }
 

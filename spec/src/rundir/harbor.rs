@@ -26,9 +26,9 @@ pub const JOB_LOG: &str = "job.log";
 /// A failed trial's Python traceback.
 pub const EXCEPTION_FILE: &str = "exception.txt";
 /// The subdirs Harbor makes in every trial dir when it constructs the trial.
-pub const AGENT_DIR: &str = "agent";
-pub const VERIFIER_DIR: &str = "verifier";
-pub const ARTIFACTS_DIR: &str = "artifacts";
+pub(crate) const AGENT_DIR: &str = "agent";
+pub(crate) const VERIFIER_DIR: &str = "verifier";
+pub(crate) const ARTIFACTS_DIR: &str = "artifacts";
 pub const TRIAL_SUBDIRS: [&str; 3] = [AGENT_DIR, VERIFIER_DIR, ARTIFACTS_DIR];
 /// The verifier's test output: it appears when the verifier starts (the trial is verifying).
 pub const VERIFIER_STDOUT: &str = "verifier/test-stdout.txt";

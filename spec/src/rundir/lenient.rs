@@ -39,7 +39,7 @@ fn expecting_any(f: &mut fmt::Formatter) -> fmt::Result {
 }
 
 /// A non-negative integer, else `None`.
-pub fn u64_or_none<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+pub(crate) fn u64_or_none<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     struct V;
     impl<'de> Visitor<'de> for V {
         type Value = Option<u64>;
@@ -58,7 +58,7 @@ pub fn u64_or_none<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Er
 }
 
 /// Any number, else `None`.
-pub fn f64_or_none<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+pub(crate) fn f64_or_none<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
     struct V;
     impl<'de> Visitor<'de> for V {
         type Value = Option<f64>;
@@ -80,7 +80,7 @@ pub fn f64_or_none<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Er
 }
 
 /// A string, else `None` (`null` included).
-pub fn string_or_none<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+pub(crate) fn string_or_none<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     struct V;
     impl<'de> Visitor<'de> for V {
         type Value = Option<String>;
@@ -96,7 +96,7 @@ pub fn string_or_none<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>,
 }
 
 /// A struct read from an object, else `None`.
-pub fn some_struct<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+pub(crate) fn some_struct<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
 where
     D: Deserializer<'de>,
     T: Deserialize<'de>,
@@ -142,7 +142,7 @@ impl<'de> Deserialize<'de> for Count {
 
 /// A struct read from an object; anything else reads as its default. Its own fields decide how
 /// forgiving they are.
-pub fn struct_or_default<'de, D, T>(d: D) -> Result<T, D::Error>
+pub(crate) fn struct_or_default<'de, D, T>(d: D) -> Result<T, D::Error>
 where
     D: Deserializer<'de>,
     T: Deserialize<'de> + Default,
@@ -172,7 +172,7 @@ impl<'de, T: Deserialize<'de> + Default> Deserialize<'de> for Forgiving<T> {
 }
 
 /// An object's entries (each value read by `V`'s own rules), or none for anything else.
-pub fn map_or_empty<'de, D, V>(d: D) -> Result<BTreeMap<String, V>, D::Error>
+pub(crate) fn map_or_empty<'de, D, V>(d: D) -> Result<BTreeMap<String, V>, D::Error>
 where
     D: Deserializer<'de>,
     V: Deserialize<'de>,
@@ -197,7 +197,7 @@ where
 }
 
 /// The first element of an array read as [`struct_or_default`] (the rest skipped), else the default.
-pub fn first_or_default<'de, D, T>(d: D) -> Result<T, D::Error>
+pub(crate) fn first_or_default<'de, D, T>(d: D) -> Result<T, D::Error>
 where
     D: Deserializer<'de>,
     T: Deserialize<'de> + Default,

@@ -22,7 +22,7 @@ use crate::records::{Phase, RunStatus};
 pub use events::{EventBody, EventFields, EventKind};
 
 /// The newest `status.json` version this build reads (payload writes [`crate::SPEC_VERSION`]).
-pub const STATUS_VERSION: u32 = crate::SPEC_VERSION;
+pub(crate) const STATUS_VERSION: u32 = crate::SPEC_VERSION;
 
 /// Parses an RFC 3339 instant (`…Z` or with an offset); a naive `YYYY-MM-DDTHH:MM:SS[.f]` is read
 /// as UTC (Harbor writes job timestamps in naive local time: use those for differences only).
@@ -114,7 +114,7 @@ pub fn read_status(dir: &Path) -> StatusRecord {
 /// its `started_at`: a resumed run dir keeps the earlier runs' events), as payload would have
 /// written it: phase `done`, the outcome, `updated_at` the event's time. Unchanged without one, or
 /// when the record has its outcome already.
-pub fn with_final_outcome(mut status: RunStatus, events: &[Event]) -> RunStatus {
+pub(crate) fn with_final_outcome(mut status: RunStatus, events: &[Event]) -> RunStatus {
     if status.outcome.is_some() {
         return status;
     }
@@ -134,7 +134,7 @@ pub fn with_final_outcome(mut status: RunStatus, events: &[Event]) -> RunStatus 
 
 /// Parses `status.json` bytes: a newer version is refused by name, anything else that does not
 /// deserialise gives serde's message (line and column).
-pub fn parse_status(bytes: &[u8]) -> StatusRecord {
+pub(crate) fn parse_status(bytes: &[u8]) -> StatusRecord {
     #[derive(Deserialize)]
     struct Head {
         version: u32,
@@ -231,7 +231,7 @@ pub fn expected_trials_with(result: Option<&harbor::JobResult>, dir: &Path) -> O
 }
 
 /// Task directories of a dataset: subdirectories holding `instruction.md` (or `task.toml`).
-pub fn count_tasks(dataset: &Path) -> Option<u64> {
+pub(crate) fn count_tasks(dataset: &Path) -> Option<u64> {
     let entries = std::fs::read_dir(dataset).ok()?;
     let n = entries
         .flatten()
@@ -279,19 +279,20 @@ impl Event {
 }
 
 /// How much of `events.jsonl`'s end is read: the events verification needs are recent.
-pub const EVENTS_TAIL: u64 = 8 << 20;
+pub(crate) const EVENTS_TAIL: u64 = 8 << 20;
 
 /// The longest `events.jsonl` line read: payload's events are a few hundred bytes; a longer line
 /// is not one of them and is skipped unparsed.
-pub const MAX_EVENT_LINE: usize = 64 << 10;
+pub(crate) const MAX_EVENT_LINE: usize = 64 << 10;
 
 /// The most events kept from one read, the latest: a run records a few dozen.
-pub const MAX_EVENTS_KEPT: usize = 4096;
+pub(crate) const MAX_EVENTS_KEPT: usize = 4096;
 
 /// The events among the last [`EVENTS_TAIL`] bytes of `events.jsonl` (a line cut by the window,
 /// longer than [`MAX_EVENT_LINE`] or not parsing is skipped), oldest first, at most the latest
 /// [`MAX_EVENTS_KEPT`].
-pub fn read_events(dir: &Path) -> Vec<Event> {
+#[cfg(test)] // used only by the tests
+pub(crate) fn read_events(dir: &Path) -> Vec<Event> {
     read_events_where(dir, |_| true)
 }
 

@@ -9,7 +9,7 @@
 /// vLLM start-up failure causes (`Outcome::cause` of `engine_start`), most specific first: each
 /// cause with the phrases that name it. A phrase list whose entry is a pair matches when the line
 /// holds both parts.
-pub const ENGINE_START_CAUSES: &[(&str, &[Phrase])] = &[
+pub(crate) const ENGINE_START_CAUSES: &[(&str, &[Phrase])] = &[
     (
         "kv_cache",
         &[
@@ -43,16 +43,16 @@ pub const ENGINE_START_CAUSES: &[(&str, &[Phrase])] = &[
 
 /// CUDA's and torch's out-of-memory wordings (`torch.OutOfMemoryError: CUDA out of memory.`, the
 /// older `RuntimeError: CUDA error: out of memory`).
-pub const OOM_PHRASES: &[Phrase] =
+pub(crate) const OOM_PHRASES: &[Phrase] =
     &[Phrase::One("outofmemoryerror"), Phrase::One("cuda out of memory"), Phrase::One("cuda error: out of memory")];
 
 /// Lines that say the engine is dead or could not come up (besides an out-of-memory line).
-pub const ENGINE_FATAL_PHRASES: &[Phrase] =
+pub(crate) const ENGINE_FATAL_PHRASES: &[Phrase] =
     &[Phrase::One("enginedeaderror"), Phrase::One("engine core initialization failed")];
 
 /// One phrase of a vocabulary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phrase {
+pub(crate) enum Phrase {
     One(&'static str),
     /// Both parts, anywhere in the line.
     Both(&'static str, &'static str),
@@ -60,7 +60,7 @@ pub enum Phrase {
 
 impl Phrase {
     /// Whether the already-lowercased line holds this phrase.
-    pub fn in_lower(self, lower: &str) -> bool {
+    pub(crate) fn in_lower(self, lower: &str) -> bool {
         match self {
             Phrase::One(p) => lower.contains(p),
             Phrase::Both(a, b) => lower.contains(a) && lower.contains(b),
@@ -73,7 +73,7 @@ fn any_in(phrases: &[Phrase], lower: &str) -> bool {
 }
 
 /// The cause of one vLLM log line, if it names a start-up failure.
-pub fn engine_start_cause(line: &str) -> Option<&'static str> {
+pub(crate) fn engine_start_cause(line: &str) -> Option<&'static str> {
     let lower = line.to_ascii_lowercase();
     ENGINE_START_CAUSES.iter().find(|(_, phrases)| any_in(phrases, &lower)).map(|(cause, _)| *cause)
 }
@@ -85,7 +85,7 @@ pub fn classify_start_failure(lines: &[String]) -> &'static str {
 }
 
 /// Whether a line says the engine died or failed to come up (out of memory included).
-pub fn is_engine_fatal(line: &str) -> bool {
+pub(crate) fn is_engine_fatal(line: &str) -> bool {
     let lower = line.to_ascii_lowercase();
     any_in(ENGINE_FATAL_PHRASES, &lower) || any_in(OOM_PHRASES, &lower)
 }

@@ -231,7 +231,7 @@ pub struct JobResult {
 
 impl JobResult {
     /// Harbor's stats of a job that has recorded no trial yet.
-    pub fn empty_stats() -> Value {
+    pub(crate) fn empty_stats() -> Value {
         json!({"n_completed_trials": 0, "n_errored_trials": 0, "evals": {}})
     }
 
@@ -280,7 +280,7 @@ impl HarborJob {
         }
     }
 
-    pub fn config_value(&self) -> Value {
+    pub(crate) fn config_value(&self) -> Value {
         let mut kwargs = json!({"api_base": self.api_base});
         if let Some(mi) = &self.model_info {
             kwargs["model_info"] = mi.clone();

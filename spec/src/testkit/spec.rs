@@ -13,7 +13,7 @@ use crate::spec::{
 };
 
 /// The shipped Harbor config the path-only unit spec names (a real file of the repository).
-pub const SHIPPED_HARBOR_CONFIG: &str =
+pub(crate) const SHIPPED_HARBOR_CONFIG: &str =
     concat!(env!("CARGO_MANIFEST_DIR"), "/../presets/harbor/dcagent_eval_config_no_override.yaml");
 
 /// The catch-all GPU profile every fixture ends its list with.
@@ -42,7 +42,7 @@ pub fn chip_profile(name: &str, contains: &str, gib: (f64, f64), gpu_memory_util
 
 /// Limits scaled for the stand-ins: a run that ends in seconds, heartbeats and probes several
 /// times a second.
-pub fn fast_limits() -> Limits {
+pub(crate) fn fast_limits() -> Limits {
     Limits {
         teardown_grace_s: 1.5,
         walltime_lead_s: 4,
@@ -225,7 +225,8 @@ impl TestSpec {
         self.with(|s| s.serve.declared_gpus = Some(n))
     }
 
-    pub fn fixed_port(self, port: u16) -> Self {
+    #[cfg(test)] // used only by the tests
+    pub(crate) fn fixed_port(self, port: u16) -> Self {
         self.with(|s| s.serve.port.fixed = Some(port))
     }
 

@@ -68,7 +68,7 @@ fn printable(text: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
-pub fn models(command: &ModelsCommand) -> Result<ExitCode> {
+pub(crate) fn models(command: &ModelsCommand) -> Result<ExitCode> {
     match command {
         ModelsCommand::Add { ledger, base, models } => {
             // The ids every other command accepts, checked before the ledger is opened: no escape
@@ -133,7 +133,7 @@ pub fn models(command: &ModelsCommand) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn unevaluated(args: &UnevaluatedArgs) -> Result<ExitCode> {
+pub(crate) fn unevaluated(args: &UnevaluatedArgs) -> Result<ExitCode> {
     let session = Session::open(&args.ledger)?;
     let family = session.ledger.family_of(&args.benchmark)?;
     let models = session.ledger.unevaluated(&family, args.size.as_deref())?;

@@ -19,7 +19,7 @@ use submitter::slurm::{JobState, SbatchOptions, Slurm, SlurmCli, SubmitRequest};
 use super::session::{LedgerArgs, Session};
 use submitter::output::{self, FormatArgs};
 
-pub const STATE_FILE: &str = "listener.json";
+pub(crate) const STATE_FILE: &str = "listener.json";
 
 #[derive(clap::Subcommand)]
 pub enum ListenerCommand {
@@ -136,7 +136,7 @@ fn live_jobs(slurm: &dyn Slurm, name: &str, except: Option<&str>) -> Result<Vec<
         .collect())
 }
 
-pub fn listener(command: ListenerCommand) -> Result<ExitCode> {
+pub(crate) fn listener(command: ListenerCommand) -> Result<ExitCode> {
     match command {
         ListenerCommand::Start { ledger, interval, time, launch_args } => {
             start(&ledger, interval, time.as_deref(), launch_args)

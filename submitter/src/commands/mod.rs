@@ -1,17 +1,17 @@
 //! Command implementations: turn parsed arguments into a resolved configuration once, call the
 //! library, print. Errors carry context (`anyhow`) and become one line on stderr.
 
-pub mod catalogue;
-pub mod listener;
-pub mod preflight;
-pub mod queueing;
-pub mod registry;
-pub mod remediation;
-pub mod session;
-pub mod spec;
-pub mod team;
-pub mod verify;
-pub mod verify_output;
+pub(crate) mod catalogue;
+pub(crate) mod listener;
+pub(crate) mod preflight;
+pub(crate) mod queueing;
+pub(crate) mod registry;
+pub(crate) mod remediation;
+pub(crate) mod session;
+pub(crate) mod spec;
+pub(crate) mod team;
+pub(crate) mod verify;
+pub(crate) mod verify_output;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -21,7 +21,7 @@ use submitter::config::ConfigRoot;
 
 use crate::ConfigDirs;
 
-pub fn init_logging() {
+pub(crate) fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SUBMITTER_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"))
         // The HTTP client's debug lines name the webhook URL, a secret (docs/submitter.md).
@@ -36,14 +36,14 @@ pub fn init_logging() {
 }
 
 /// One line: `error: <outermost context>: <cause>: …`.
-pub fn report_error(err: &anyhow::Error) {
+pub(crate) fn report_error(err: &anyhow::Error) {
     let chain: Vec<String> = err.chain().map(|c| c.to_string()).collect();
     let _ = writeln!(std::io::stderr(), "error: {}", chain.join(": "));
 }
 
 /// The exit status of the library's wrapper errors, whose `#[error(transparent)]` variants keep
 /// the wrapped ledger or Slurm error out of the cause chain (`submitter::output::ExitStatus`).
-pub fn wrapped_status(error: &(dyn std::error::Error + 'static)) -> Option<submitter::output::ExitStatus> {
+pub(crate) fn wrapped_status(error: &(dyn std::error::Error + 'static)) -> Option<submitter::output::ExitStatus> {
     use submitter::executor::SubmitError;
     use submitter::output::ExitStatus;
     use submitter::snapshot::SnapshotError;
@@ -87,7 +87,7 @@ impl ConfigDirs {
 }
 
 /// Writes to stdout, treating a closed pipe (`| head`) as success.
-pub fn print(text: &str) -> Result<()> {
+pub(crate) fn print(text: &str) -> Result<()> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),

@@ -43,7 +43,7 @@ struct PreflightCheckOutput<'a> {
 
 /// Exit 0 when every check passed (the spec is then written as `submitter spec` would), else 1
 /// (`ExitStatus::Problems`).
-pub fn preflight(args: &PreflightArgs) -> Result<ExitCode> {
+pub(crate) fn preflight(args: &PreflightArgs) -> Result<ExitCode> {
     let (spec, loaded) = super::spec::build(&args.spec)?;
     let context = loaded.context();
     let slurm = SlurmCli::new();

@@ -182,7 +182,7 @@ fn stale_after_s(flag: Option<Duration>, interval: Option<Duration>) -> u64 {
 
 /// Which active attempts a command acts on: `cancel` and `move` select alike.
 #[derive(clap::Args)]
-pub struct AttemptSelection {
+pub(crate) struct AttemptSelection {
     /// The attempts of these Slurm job ids (a job id is a positive number).
     #[arg(long = "job", value_name = "ID", value_parser = job_id)]
     jobs: Vec<String>,
@@ -381,7 +381,7 @@ fn plan_table(plan: &Plan, team: Option<&TeamView>) -> String {
     out + "\n"
 }
 
-pub fn plan_command(args: &PlanArgs) -> Result<ExitCode> {
+pub(crate) fn plan_command(args: &PlanArgs) -> Result<ExitCode> {
     args.selection.check()?;
     let session = Session::open(&args.ledger)?;
     let team = team_link(&session, args.offline_ledger)?;
@@ -533,12 +533,12 @@ fn render_iteration(
 
 /// The wait before retrying a failed `--watch` iteration: 5 s, doubling per consecutive failure,
 /// never longer than the interval (a listener that retries slower than it polls would fall behind).
-pub fn backoff(interval: Duration, consecutive_failures: u32) -> Duration {
+pub(crate) fn backoff(interval: Duration, consecutive_failures: u32) -> Duration {
     let first = Duration::from_secs(5);
     first.saturating_mul(1u32 << consecutive_failures.saturating_sub(1).min(16)).min(interval)
 }
 
-pub fn launch_command(args: &LaunchArgs) -> Result<ExitCode> {
+pub(crate) fn launch_command(args: &LaunchArgs) -> Result<ExitCode> {
     args.selection.check()?;
     if !args.once && !args.watch {
         bail!("say --once (one iteration) or --watch --interval D (the listener)");
@@ -590,7 +590,7 @@ pub fn launch_command(args: &LaunchArgs) -> Result<ExitCode> {
 
 /// The profile's notifier (none for a dry run, which sends nothing); a webhook secret the secrets
 /// file lacks is an error here, before anything is submitted.
-pub fn open_notifier(session: &Session, dry_run: bool) -> Result<Option<Notifier>> {
+pub(crate) fn open_notifier(session: &Session, dry_run: bool) -> Result<Option<Notifier>> {
     let Some(settings) = session.cluster.notify.as_ref().filter(|_| !dry_run) else { return Ok(None) };
     let secrets_file = session.context().secrets_file()?;
     let notifier = Notifier::new(settings, &secrets_file);
@@ -602,7 +602,7 @@ fn trouble(err: &anyhow::Error) -> Event {
 }
 
 /// What is told, which decides what is not told again.
-pub enum Told {
+pub(crate) enum Told {
     /// An iteration's events: held pairs once while they stay held.
     Iteration(Tidings),
     /// An iteration that failed: told once per run of failing iterations.
@@ -613,7 +613,7 @@ pub enum Told {
 
 /// Tells people (bounded by the notifier's timeout, never failing the caller). Every delivery is
 /// counted in `<state_dir>/notify.json`; problems go to the log.
-pub fn tell(session: &Session, notifier: Option<&Notifier>, told: Told) {
+pub(crate) fn tell(session: &Session, notifier: Option<&Notifier>, told: Told) {
     let Some(notifier) = notifier else { return };
     let mut state = NotifyState::load(&session.state_dir);
     let events = match told {
@@ -644,7 +644,7 @@ fn sync_text(report: &SyncReport) -> String {
         .collect()
 }
 
-pub fn sync_command(args: &SyncArgs) -> Result<ExitCode> {
+pub(crate) fn sync_command(args: &SyncArgs) -> Result<ExitCode> {
     let session = Session::open(&args.ledger)?;
     let team = team_link(&session, args.offline_ledger)?;
     let mirror = match open_mirror(args.mirror.as_deref(), &session, team.as_ref())? {
@@ -676,7 +676,7 @@ fn job_id(text: &str) -> std::result::Result<String, String> {
     }
 }
 
-pub fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
+pub(crate) fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
     if !args.selection.names_jobs_or_models() {
         bail!("say what to cancel: --job ID… or --model M… [--benchmark B…]");
     }
@@ -744,7 +744,7 @@ pub fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
 /// `move`: each selected attempt's job that Slurm still has PENDING goes onto `--reservation`; the
 /// others are named and left alone (a running job cannot change reservation). Exit 1 when Slurm
 /// refused one (an unknown reservation, a user it does not admit).
-pub fn move_command(args: &MoveArgs) -> Result<ExitCode> {
+pub(crate) fn move_command(args: &MoveArgs) -> Result<ExitCode> {
     submitter::slurm::check_reservation_name(&args.reservation).context("--reservation")?;
     let session = Session::open(&args.ledger)?;
     let selected: Vec<_> = session
@@ -1054,7 +1054,7 @@ struct PrerequisiteOutput<'a> {
 
 /// An attempt's place in a walltime chain (`plan`'s and `status`'s `continues`).
 #[derive(Serialize)]
-pub struct ContinuationOutput {
+pub(crate) struct ContinuationOutput {
     /// The attempt this one continues.
     attempt: i64,
     /// 1 for the first continuation, …

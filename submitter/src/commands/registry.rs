@@ -57,7 +57,7 @@ pub struct CheckArgs {
     format: FormatArgs,
 }
 
-pub fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
+pub(crate) fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
     let dirs = ConfigDirs {
         registry_dir: args.registry.clone(),
         clusters_dir: args.clusters.clone(),
@@ -215,7 +215,7 @@ fn parallel_cell(r: &Resolved, layout: &Layout) -> String {
     cell
 }
 
-pub fn check(args: &CheckArgs) -> Result<ExitCode> {
+pub(crate) fn check(args: &CheckArgs) -> Result<ExitCode> {
     let dirs = args.dirs.resolve()?;
     let findings =
         lint::check(&lint::LintInputs { registry: &dirs.registry, clusters: &dirs.clusters, presets: &dirs.presets });

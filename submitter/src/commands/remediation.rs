@@ -46,7 +46,7 @@ pub struct ReleaseArgs {
 /// The decisions for the cluster's jobs, carried out unless `dry_run`. `rows` are `status`'s when
 /// the caller has them (status --watch), else collected here. Returns the decisions made (for a
 /// dry run: the ones that would be).
-pub fn pass(session: &Session, rows: Option<&[StatusRow]>, dry_run: bool) -> Result<Vec<Decision>> {
+pub(crate) fn pass(session: &Session, rows: Option<&[StatusRow]>, dry_run: bool) -> Result<Vec<Decision>> {
     let settings = &session.cluster.remediation;
     if !settings.enabled {
         return Ok(Vec::new());
@@ -87,7 +87,7 @@ pub fn pass(session: &Session, rows: Option<&[StatusRow]>, dry_run: bool) -> Res
 }
 
 /// Lines for people, one per decision (`would` for a dry run).
-pub fn lines(decisions: &[Decision], dry_run: bool) -> String {
+pub(crate) fn lines(decisions: &[Decision], dry_run: bool) -> String {
     decisions
         .iter()
         .map(|d| if dry_run { format!("(dry run) {}\n", d.line()) } else { format!("{}\n", d.line()) })
@@ -95,7 +95,7 @@ pub fn lines(decisions: &[Decision], dry_run: bool) -> String {
 }
 
 /// Fills each row's `remedy` from the ledger: what remediation did about the attempt, and a held pair.
-pub fn annotate(session: &Session, rows: &mut [StatusRow]) -> Result<()> {
+pub(crate) fn annotate(session: &Session, rows: &mut [StatusRow]) -> Result<()> {
     let records = session.ledger.remediations().context("reading remediation records")?;
     if records.is_empty() {
         return Ok(());
@@ -144,7 +144,7 @@ struct RemediateOutput<'a> {
     decisions: &'a [Decision],
 }
 
-pub fn remediate_command(args: &RemediateArgs) -> Result<ExitCode> {
+pub(crate) fn remediate_command(args: &RemediateArgs) -> Result<ExitCode> {
     let session = if args.dry_run { Session::open_dry(&args.ledger)? } else { Session::open(&args.ledger)? };
     if !session.cluster.remediation.enabled {
         bail!(
@@ -168,7 +168,7 @@ pub fn remediate_command(args: &RemediateArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn release_command(args: &ReleaseArgs) -> Result<ExitCode> {
+pub(crate) fn release_command(args: &ReleaseArgs) -> Result<ExitCode> {
     let session = Session::open(&args.ledger)?;
     let family = session.ledger.family_of(&args.benchmark)?;
     let states = remediate::pair_states(session.ledger.as_ref())?;

@@ -14,7 +14,7 @@ use super::session::{LedgerArgs, Session};
 
 /// The profile's team database with its URL resolved (`team:`, docs/ledger.md "Team history by
 /// default").
-pub struct TeamLink {
+pub(crate) struct TeamLink {
     pub url: String,
     pub settings: TeamSettings,
 }
@@ -23,7 +23,7 @@ impl TeamLink {
     /// The profile's team database, None when the profile names none. The URL: `$SUBMITTER_TEAM_DB`
     /// of this shell when set (a per-user override), else the `team.database_secret` key of the
     /// 0600 secrets file (what a listener job on a node reads: it never gets the variable).
-    pub fn of(session: &Session) -> Result<Option<TeamLink>> {
+    pub(crate) fn of(session: &Session) -> Result<Option<TeamLink>> {
         let Some(settings) = session.cluster.team.clone() else { return Ok(None) };
         let from_env = std::env::var(TEAM_DB_ENV).ok().filter(|u| !u.trim().is_empty());
         let url = match from_env {
@@ -34,7 +34,7 @@ impl TeamLink {
     }
 
     /// The URL as the secrets file alone gives it (the listener job's view).
-    pub fn from_secrets_file(session: &Session, settings: &TeamSettings) -> Result<String> {
+    pub(crate) fn from_secrets_file(session: &Session, settings: &TeamSettings) -> Result<String> {
         let file = session.context().secrets_file()?;
         submitter::team::url_from_secrets(&file, &settings.database_secret)
             .with_context(|| format!("clusters/{}.yaml team", session.cluster.name))
@@ -42,21 +42,21 @@ impl TeamLink {
 
     /// Folds the team's rows that are new since the last fold-in into the ledger (`team::import`,
     /// incremental by its watermark), each statement bounded by `team.timeout_s`.
-    pub fn fold_in(&self, session: &Session) -> Result<ImportReport, submitter::team::TeamError> {
+    pub(crate) fn fold_in(&self, session: &Session) -> Result<ImportReport, submitter::team::TeamError> {
         let bound = std::time::Duration::from_secs(self.settings.timeout_s);
         import::import(session.ledger.as_ref(), &self.url, false, Some(bound))
     }
 }
 
 /// What a `plan`/`launch` iteration says about the team's history: folded in, or not consulted.
-pub enum TeamView {
+pub(crate) enum TeamView {
     Folded(ImportReport),
     Offline,
 }
 
 impl TeamView {
     /// One line for the human outputs.
-    pub fn line(&self) -> String {
+    pub(crate) fn line(&self) -> String {
         match self {
             TeamView::Folded(r) => format!(
                 "team      {}: {} new, {} updated, {} job(s) read ({:.2} s)\n",
@@ -68,7 +68,7 @@ impl TeamView {
         }
     }
 
-    pub fn output(&self) -> TeamViewOutput<'_> {
+    pub(crate) fn output(&self) -> TeamViewOutput<'_> {
         match self {
             TeamView::Folded(r) => TeamViewOutput {
                 offline: false,
@@ -93,7 +93,7 @@ impl TeamView {
 /// `plan`'s and `launch`'s `team`: the team's history this iteration folded in (absent when the
 /// profile names no team database).
 #[derive(Serialize)]
-pub struct TeamViewOutput<'a> {
+pub(crate) struct TeamViewOutput<'a> {
     /// True with `--offline-ledger`: the team database was not consulted.
     offline: bool,
     /// `postgres://user@host:port/db`, never a password; null when offline.
@@ -142,7 +142,7 @@ pub enum FamiliesCommand {
 
 /// The team database URL: `flag`, else `$SUBMITTER_TEAM_DB`. A password is accepted only through
 /// the variable; a flag naming the same server without it picks the variable's URL.
-pub fn team_url(flag: Option<&str>, what: &str) -> Result<String> {
+pub(crate) fn team_url(flag: Option<&str>, what: &str) -> Result<String> {
     let from_env = std::env::var(TEAM_DB_ENV).ok().filter(|u| !u.trim().is_empty());
     match (flag, from_env) {
         (Some(url), _) if redact_url(url) != url => bail!(
@@ -165,7 +165,7 @@ fn same_server(a: &str, b: &str) -> bool {
     bare(a) == bare(b)
 }
 
-pub fn import_command(args: &ImportArgs) -> Result<ExitCode> {
+pub(crate) fn import_command(args: &ImportArgs) -> Result<ExitCode> {
     let url = team_url(args.from.as_deref(), "--from")?;
     if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
         bail!("--from {}: the team database is PostgreSQL — give a postgres:// URL", redact_url(&url));
@@ -193,7 +193,7 @@ pub fn import_command(args: &ImportArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn families(command: &FamiliesCommand) -> Result<ExitCode> {
+pub(crate) fn families(command: &FamiliesCommand) -> Result<ExitCode> {
     match command {
         FamiliesCommand::Add { ledger, benchmark, family } => {
             if benchmark.trim().is_empty() || family.trim().is_empty() {

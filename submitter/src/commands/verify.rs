@@ -150,7 +150,7 @@ fn settings_for(cluster: Option<&str>, dirs: &ConfigDirs) -> Result<VerifySettin
 
 /// `submitter check RUN_DIR…`. Exit 0: no failure (warnings allowed); 1: a check failed (or,
 /// with --strict, warned); 2: a path is not a run dir.
-pub fn check(args: &CheckArgs) -> Result<ExitCode> {
+pub(crate) fn check(args: &CheckArgs) -> Result<ExitCode> {
     let settings = settings_for(args.cluster.as_deref(), &args.dirs)?;
     let now = args.now.unwrap_or_else(Utc::now);
     let mut checks = Vec::new();
@@ -206,7 +206,7 @@ fn status_all_clusters(session: &Session, args: &StatusArgs) -> Result<ExitCode>
 
 /// `submitter status [--json] [--watch]`. Exit 0; 1 when an active job is dead, stalled or
 /// misconfigured (without --watch); 2 on ledger/Slurm errors.
-pub fn status(args: &StatusArgs) -> Result<ExitCode> {
+pub(crate) fn status(args: &StatusArgs) -> Result<ExitCode> {
     let session = Session::open(&args.ledger)?;
     if args.all_clusters {
         return status_all_clusters(&session, args);
@@ -266,7 +266,7 @@ fn matrix(session: &Session, rank_by: Option<&str>) -> Result<Matrix> {
 }
 
 /// `submitter results [--json|--csv]`.
-pub fn results(args: &ResultsArgs) -> Result<ExitCode> {
+pub(crate) fn results(args: &ResultsArgs) -> Result<ExitCode> {
     let session = Session::open(&args.ledger)?;
     let m = matrix(&session, args.rank_by.as_deref())?;
     let text = if args.format.is_json() {
@@ -318,7 +318,7 @@ fn check_of(run_dir: Option<&str>, settings: &VerifySettings, skip: bool) -> Opt
 }
 
 /// `submitter report --html FILE`.
-pub fn report(args: &ReportArgs) -> Result<ExitCode> {
+pub(crate) fn report(args: &ReportArgs) -> Result<ExitCode> {
     // Checked before any work: a mistyped directory is an error, never created (issue 21).
     if let Some(parent) = args.html.parent().filter(|p| !p.as_os_str().is_empty())
         && !parent.is_dir()
@@ -507,7 +507,7 @@ fn file_in(dir: &Path, job: Option<&str>, args: &LogsArgs, leg: bool) -> Result<
 }
 
 /// `submitter logs RUN|JOB [--engine|--harbor|--tunnel] [-f]`.
-pub fn logs(args: &LogsArgs) -> Result<ExitCode> {
+pub(crate) fn logs(args: &LogsArgs) -> Result<ExitCode> {
     let (dir, job, group) = resolve_target(args)?;
     let path = file_for(&dir, group.as_deref(), job.as_deref(), args)?;
     // A regular file (a FIFO in the run dir would hang `logs`), never through a symlink.

@@ -19,14 +19,14 @@ use super::queueing::ContinuationOutput;
 
 /// `check`: the worst verdict over the run dirs, and each run dir's checks.
 #[derive(Serialize)]
-pub struct CheckOutput<'a> {
+pub(crate) struct CheckOutput<'a> {
     /// `ok`, `warn` or `fail`: the worst of the runs' verdicts.
     verdict: &'static str,
     runs: Vec<RunCheckOutput<'a>>,
 }
 
 impl<'a> CheckOutput<'a> {
-    pub fn new(checks: &'a [RunCheck]) -> Self {
+    pub(crate) fn new(checks: &'a [RunCheck]) -> Self {
         let worst = checks.iter().map(|c| c.verdict).max().unwrap_or(Level::Ok);
         CheckOutput { verdict: worst.as_str(), runs: checks.iter().map(RunCheckOutput::from).collect() }
     }
@@ -254,7 +254,7 @@ impl<'a> From<&'a Audit> for AuditOutput<'a> {
 /// cluster's with `status`'s verdict, the others' with the ledger's last known state), the last
 /// results and the GPU-hours per cluster and benchmark.
 #[derive(Serialize)]
-pub struct TeamOutput<'a> {
+pub(crate) struct TeamOutput<'a> {
     /// The cluster this submitter runs on.
     own_cluster: &'a str,
     clusters: Vec<ClusterOutput<'a>>,
@@ -264,7 +264,7 @@ pub struct TeamOutput<'a> {
 }
 
 impl<'a> TeamOutput<'a> {
-    pub fn new(view: &'a TeamView) -> Self {
+    pub(crate) fn new(view: &'a TeamView) -> Self {
         let bars = |bars: Vec<charts::Bar>| bars.into_iter().map(BarOutput::from).collect();
         TeamOutput {
             own_cluster: &view.own_cluster,
@@ -435,12 +435,12 @@ impl From<charts::Bar> for BarOutput {
 /// `status`: this cluster's active attempts (and those ended within `--hours`), each with its
 /// verdict.
 #[derive(Serialize)]
-pub struct StatusOutput<'a> {
+pub(crate) struct StatusOutput<'a> {
     jobs: Vec<StatusRowOutput<'a>>,
 }
 
 impl<'a> StatusOutput<'a> {
-    pub fn new(rows: &'a [StatusRow]) -> Self {
+    pub(crate) fn new(rows: &'a [StatusRow]) -> Self {
         StatusOutput { jobs: rows.iter().map(StatusRowOutput::from).collect() }
     }
 }
@@ -561,7 +561,7 @@ impl From<&Rate> for RateOutput {
 
 /// `results`: models × benchmarks, each cell the latest finished attempt's score.
 #[derive(Serialize)]
-pub struct ResultsOutput<'a> {
+pub(crate) struct ResultsOutput<'a> {
     /// In ranking order.
     models: &'a [String],
     benchmarks: &'a [String],

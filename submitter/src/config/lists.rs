@@ -14,7 +14,7 @@ pub enum ListError {
 }
 
 /// The ids of a list, each with its 1-based line number.
-pub fn parse_model_list_lines(text: &str) -> Vec<(usize, String)> {
+pub(crate) fn parse_model_list_lines(text: &str) -> Vec<(usize, String)> {
     let mut seen = std::collections::HashSet::new();
     text.lines()
         .enumerate()
@@ -25,7 +25,8 @@ pub fn parse_model_list_lines(text: &str) -> Vec<(usize, String)> {
         .collect()
 }
 
-pub fn parse_model_list(text: &str) -> Vec<String> {
+#[cfg(test)] // used only by the tests
+pub(crate) fn parse_model_list(text: &str) -> Vec<String> {
     parse_model_list_lines(text).into_iter().map(|(_, id)| id).collect()
 }
 

@@ -5,8 +5,8 @@
 pub mod args;
 pub mod cluster;
 pub mod lists;
-pub mod preset;
-pub mod remediation;
+pub(crate) mod preset;
+pub(crate) mod remediation;
 
 use std::path::{Path, PathBuf};
 
@@ -36,7 +36,7 @@ impl Allocation {
     }
 }
 
-pub const GPU_PROFILES_FILE: &str = "gpus.yaml";
+pub(crate) const GPU_PROFILES_FILE: &str = "gpus.yaml";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

@@ -75,7 +75,7 @@ pub struct Preset {
 mod retired {
     macro_rules! retired {
         ($($key:ident => $fix:literal,)*) => {$(
-            pub fn $key<'de, D: serde::Deserializer<'de>>(_: D) -> Result<(), D::Error> {
+            pub(super) fn $key<'de, D: serde::Deserializer<'de>>(_: D) -> Result<(), D::Error> {
                 Err(serde::de::Error::custom(concat!("preset key `", stringify!($key), "` is retired: ", $fix)))
             }
         )*};
@@ -94,7 +94,7 @@ pub const DATASETS_NAME: &str = "datasets";
 
 impl Preset {
     /// A preset with only `datasets` (what `--datasets D…` selects): every other setting default.
-    pub fn for_datasets(datasets: Vec<String>) -> Preset {
+    pub(crate) fn for_datasets(datasets: Vec<String>) -> Preset {
         Preset {
             name: DATASETS_NAME.to_string(),
             datasets,
@@ -127,7 +127,7 @@ impl Preset {
     }
 
     /// The benchmark name of a dataset: its repo basename (`DCAgent2/terminal_bench_2` → `terminal_bench_2`).
-    pub fn benchmark_of(dataset: &str) -> String {
+    pub(crate) fn benchmark_of(dataset: &str) -> String {
         dataset.trim_end_matches('/').rsplit('/').next().unwrap_or(dataset).to_string()
     }
 
@@ -152,7 +152,7 @@ impl Preset {
 
     /// Problems within the preset, and a Harbor job config it names missing from `harbor_dir`
     /// (without one, the size band's canonical config runs: `registry check` checks those).
-    pub fn problems_with(&self, harbor_dir: &std::path::Path) -> Vec<String> {
+    pub(crate) fn problems_with(&self, harbor_dir: &std::path::Path) -> Vec<String> {
         let mut problems = self.problems();
         for (key, name) in [("config_yaml", &self.config_yaml), ("harbor_config", &self.harbor_config)] {
             let Some(name) = name else { continue };
@@ -221,6 +221,6 @@ impl Preset {
 
 /// A Harbor job config named in a preset or on the command line: a path as given when absolute,
 /// else a file in `presets/harbor/`.
-pub fn harbor_config_path(harbor_dir: &std::path::Path, name: &str) -> PathBuf {
+pub(crate) fn harbor_config_path(harbor_dir: &std::path::Path, name: &str) -> PathBuf {
     if std::path::Path::new(name).is_absolute() { PathBuf::from(name) } else { harbor_dir.join(name) }
 }

@@ -92,7 +92,7 @@ pub const TABLE: &[Diagnosis] = &[
     row("outcome.gpu", Policy::Retry, Some(Change::ExcludeNode), false),
 ];
 
-pub fn diagnosis(id: &str) -> Option<&'static Diagnosis> {
+pub(crate) fn diagnosis(id: &str) -> Option<&'static Diagnosis> {
     TABLE.iter().find(|d| d.id == id)
 }
 
@@ -108,16 +108,16 @@ pub struct RemediationSettings {
     #[serde(default = "default_gpu_memory_step")]
     pub gpu_memory_step: f64,
     #[serde(default = "default_gpu_memory_floor")]
-    pub gpu_memory_floor: f64,
+    pub(crate) gpu_memory_floor: f64,
     /// `serve.health_timeout_s` is multiplied by this for a load that was still progressing.
     #[serde(default = "default_ready_budget_factor")]
-    pub ready_budget_factor: f64,
+    pub(crate) ready_budget_factor: f64,
     /// A `dead` job is cancelled once the verdict has held this long.
     #[serde(default = "default_dead_after")]
     pub dead_after_s: u64,
     /// A `stalled` job is cancelled once the verdict has held this long.
     #[serde(default = "default_stalled_after")]
-    pub stalled_after_s: u64,
+    pub(crate) stalled_after_s: u64,
     /// Per-diagnosis policy over the table's default.
     #[serde(default)]
     pub overrides: BTreeMap<String, Policy>,

@@ -34,10 +34,10 @@ pub use crate::domain::AttemptStatus;
 
 /// Every timestamp in the ledger: a UTC instant with microsecond resolution (PostgreSQL's), stored
 /// as `timestamptz` there and as fixed-width RFC 3339 text (`2026-01-02T03:04:05.000006Z`) in SQLite.
-pub type Timestamp = DateTime<Utc>;
+pub(crate) type Timestamp = DateTime<Utc>;
 
 /// The file name of the default ledger inside a cluster's state dir.
-pub const DEFAULT_FILE_NAME: &str = "ledger.sqlite";
+pub(crate) const DEFAULT_FILE_NAME: &str = "ledger.sqlite";
 
 /// Benchmarks that count as one benchmark for dedup, seeded by the first migration (the old
 /// `duplicate_of`, docs/design.md §7.2). A benchmark not listed is its own family.
@@ -215,7 +215,7 @@ pub struct PairRemedy {
     pub adjustment: crate::domain::PairAdjustment,
     pub retries: u32,
     /// The attempts already acted on.
-    pub acted_on: std::collections::BTreeSet<i64>,
+    pub(crate) acted_on: std::collections::BTreeSet<i64>,
 }
 
 /// Folds remediation records (oldest first) into each pair's state, keyed by (model, family, agent).
@@ -262,7 +262,7 @@ pub struct GpuSecondsRow {
 pub struct Heartbeat {
     pub cluster: String,
     pub submitter: String,
-    pub refreshed_at: Timestamp,
+    pub(crate) refreshed_at: Timestamp,
     pub stale_after_s: u64,
     /// Seconds since `refreshed_at`, by the ledger's clock.
     pub age_s: u64,
@@ -300,14 +300,14 @@ pub fn default_path(state_dir: &Path) -> PathBuf {
 
 /// A parsed ledger spec. `Debug` and `Display` show the redacted location only.
 #[derive(Clone, PartialEq, Eq)]
-pub enum LedgerSpec {
+pub(crate) enum LedgerSpec {
     Sqlite(PathBuf),
     /// The full URL as given; it may hold a password, so it is never printed.
     Postgres(String),
 }
 
 impl LedgerSpec {
-    pub fn parse(spec: &str) -> Result<Self> {
+    pub(crate) fn parse(spec: &str) -> Result<Self> {
         let spec = spec.trim();
         let bad = |detail: &str| LedgerError::BadSpec { spec: redact_url(spec), detail: detail.to_string() };
         if spec.is_empty() {
@@ -341,7 +341,7 @@ impl LedgerSpec {
     }
 
     /// Where the ledger is, safe to print: `sqlite:PATH` or `postgres://user@host:port/db`.
-    pub fn location(&self) -> String {
+    pub(crate) fn location(&self) -> String {
         match self {
             LedgerSpec::Sqlite(path) => format!("sqlite:{}", path.display()),
             LedgerSpec::Postgres(url) => postgres_location(url),
@@ -656,7 +656,7 @@ pub fn size_class(model: &str) -> Option<String> {
 /// 32B class (28–42B); MoE models count by their total size (`Qwen3-30B-A3B` → 32B class). Any other
 /// number matches that exact total size. The size is the id's total size token, else the base
 /// model's.
-pub fn size_matches(class: &str, model: &str, base_model: Option<&str>) -> bool {
+pub(crate) fn size_matches(class: &str, model: &str, base_model: Option<&str>) -> bool {
     use crate::registry::size::total_size;
     let Some(size) = total_size(model).or_else(|| base_model.and_then(total_size)) else { return false };
     match class.trim().trim_end_matches(['b', 'B']) {

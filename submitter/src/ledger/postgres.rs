@@ -39,7 +39,7 @@ use super::{
 };
 
 /// Used when the URL sets no `connect_timeout`: an unroutable host fails in seconds, not minutes.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// From this many imported rows on, the import ends with `VACUUM (ANALYZE)`.
 const VACUUM_AFTER_ROWS: usize = 10_000;
@@ -92,7 +92,7 @@ impl Connection {
 
     /// What turns this connection's driver errors into one line without the password, held apart
     /// from the client so it can be used while a query borrows the client.
-    pub fn redactor(&self) -> Redactor {
+    pub(crate) fn redactor(&self) -> Redactor {
         Redactor { location: self.location.clone(), secrets: self.secrets.clone() }
     }
 }

@@ -65,7 +65,7 @@ pub struct Row(pub Vec<Cell>);
 pub struct DbError {
     pub detail: String,
     /// The unique index `attempts_one_active` refused a row: the pair already has an active attempt.
-    pub active_clash: bool,
+    pub(crate) active_clash: bool,
 }
 
 /// What a step inside a call can fail with: a driver error (given its location and operation once,
@@ -82,7 +82,7 @@ impl From<LedgerError> for Failure {
     }
 }
 
-pub type Step<T> = std::result::Result<T, Failure>;
+pub(super) type Step<T> = std::result::Result<T, Failure>;
 
 /// A connection or a transaction, as the statements here see it.
 pub trait Db {

@@ -23,7 +23,7 @@ use super::sql::{self, Arg, Backend, Cell, DbError, Failure, Row, SqlLedger, Ste
 use super::{LedgerError, Result, Timestamp};
 
 /// How long a write waits for another process's transaction before giving up.
-pub const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+pub(super) const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Timestamps as fixed-width RFC 3339 UTC with microseconds: text order is time order, which the
 /// recency index and every `ORDER BY submitted_at` rely on.

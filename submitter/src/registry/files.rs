@@ -9,11 +9,11 @@ use serde::de::IgnoredAny;
 /// Declares a struct holding every serve field plus `$extra` fields, all strict.
 /// serde's `flatten` does not combine with `deny_unknown_fields`, hence one macro for the field list.
 macro_rules! with_serve_fields {
-    ($(#[$meta:meta])* pub struct $name:ident { $($(#[$fmeta:meta])* pub $field:ident : $ty:ty,)* }) => {
+    ($(#[$meta:meta])* $vis:vis struct $name:ident { $($(#[$fmeta:meta])* pub $field:ident : $ty:ty,)* }) => {
         $(#[$meta])*
         #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
         #[serde(deny_unknown_fields)]
-        pub struct $name {
+        $vis struct $name {
             $($(#[$fmeta])* pub $field: $ty,)*
             pub tensor_parallel_size: Option<u32>,
             pub data_parallel_size: Option<u32>,
@@ -40,7 +40,8 @@ macro_rules! with_serve_fields {
 
         impl $name {
             /// Just the serve fields.
-            pub fn serve_fields(&self) -> ServeFields {
+            #[allow(dead_code)] // the macro gives every struct this; not every one needs it
+            pub(crate) fn serve_fields(&self) -> ServeFields {
                 ServeFields {
                     tensor_parallel_size: self.tensor_parallel_size,
                     data_parallel_size: self.data_parallel_size,
@@ -72,7 +73,7 @@ with_serve_fields! {
 
 with_serve_fields! {
     /// `model_config/<org>/<slug>.yaml`: base fields at the top level, `subsystems.eval` on top.
-    pub struct ModelFile {
+    pub(crate) struct ModelFile {
         /// The HF id; a file without it is skipped (the id never comes from the path).
         pub model: Option<String>,
         pub subsystems: Option<Subsystems>,
@@ -85,22 +86,22 @@ with_serve_fields! {
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Subsystems {
+pub(crate) struct Subsystems {
     pub eval: Option<EvalBlock>,
     /// Ignored (datagen settings are not ours).
-    pub datagen: Option<IgnoredAny>,
+    pub(crate) datagen: Option<IgnoredAny>,
 }
 
 with_serve_fields! {
     /// `subsystems.eval`: overlays the base key by key; `variants.<profile>` replace wholesale.
-    pub struct EvalBlock {
+    pub(crate) struct EvalBlock {
         pub variants: Option<BTreeMap<String, VariantBlock>>,
     }
 }
 
 with_serve_fields! {
     /// One `variants.<profile>` block; a nested `variants:` is ignored as in the replaced system.
-    pub struct VariantBlock {
+    pub(crate) struct VariantBlock {
         pub variants: Option<IgnoredAny>,
     }
 }
@@ -108,13 +109,13 @@ with_serve_fields! {
 /// `model_config/_patterns.yaml`.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PatternsFile {
+pub(crate) struct PatternsFile {
     pub patterns: Vec<PatternItem>,
 }
 
 with_serve_fields! {
     /// One pattern: a regex searched anywhere in the id, optional profile filter, serve fields.
-    pub struct PatternItem {
+    pub(crate) struct PatternItem {
         #[serde(rename = "match")]
         pub match_: String,
         pub profiles: Option<Vec<String>>,
@@ -124,7 +125,7 @@ with_serve_fields! {
 
 impl ServeFields {
     /// `self` overlaid key by key with `top` (top wins where it sets a key).
-    pub fn overlaid_with(&self, top: &ServeFields) -> ServeFields {
+    pub(crate) fn overlaid_with(&self, top: &ServeFields) -> ServeFields {
         ServeFields {
             tensor_parallel_size: top.tensor_parallel_size.or(self.tensor_parallel_size),
             data_parallel_size: top.data_parallel_size.or(self.data_parallel_size),

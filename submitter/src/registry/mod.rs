@@ -4,10 +4,10 @@
 //! replace wholesale) else first matching pattern else size default; the matched config is used as
 //! it is, never layered. The timeout multiplier follows the team's written policy (§4.3).
 
-pub mod files;
+pub(crate) mod files;
 pub mod names;
-pub mod size;
-pub mod timeouts;
+pub(crate) mod size;
+pub(crate) mod timeouts;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -22,9 +22,9 @@ use files::{ModelFile, PatternsFile, ServeFields};
 use timeouts::TimeoutPolicy;
 
 pub const DEFAULT_PROFILE: &str = "default";
-pub const PATTERNS_FILE: &str = "_patterns.yaml";
+pub(crate) const PATTERNS_FILE: &str = "_patterns.yaml";
 /// `max_num_seqs` for the Qwen3.5/3.6 family when the entry sets none (docs/design.md §4.1 rule 5).
-pub const QWEN35_MAX_NUM_SEQS: u32 = 256;
+pub(crate) const QWEN35_MAX_NUM_SEQS: u32 = 256;
 pub const DEFAULT_MAX_OUTPUT_TOKENS: u64 = 16384;
 
 #[derive(Debug, thiserror::Error)]
@@ -52,7 +52,7 @@ pub struct ModelEntry {
 
 impl ModelEntry {
     /// The exact entry on `profile`, or `None` when the model has none there (docs/design.md §4.1 rule 2).
-    pub fn on_profile(&self, profile: &str) -> Option<&ServeFields> {
+    pub(crate) fn on_profile(&self, profile: &str) -> Option<&ServeFields> {
         let variant = self.variants.iter().find(|(name, _)| name == profile).map(|(_, f)| f);
         let entry = match variant {
             // A variant replaces the entry wholesale; `variants.default` does so on `default` too.
@@ -75,12 +75,12 @@ pub struct Pattern {
 }
 
 impl Pattern {
-    pub fn applies_to(&self, profile: &str) -> bool {
+    pub(crate) fn applies_to(&self, profile: &str) -> bool {
         self.profiles.as_ref().is_none_or(|list| list.iter().any(|p| p == profile))
     }
 
     /// The pattern's fields on `profile`: its own `variants.<profile>` shallow-merged on top.
-    pub fn fields_on(&self, profile: &str) -> ServeFields {
+    pub(crate) fn fields_on(&self, profile: &str) -> ServeFields {
         match self.variants.iter().find(|(name, _)| name == profile) {
             Some((_, variant)) => self.fields.overlaid_with(variant),
             None => self.fields.clone(),
@@ -95,7 +95,7 @@ pub struct Registry {
     /// Files in load order, for `registry check`.
     pub files: Vec<PathBuf>,
     pub patterns: Vec<Pattern>,
-    pub patterns_file: Option<PathBuf>,
+    pub(crate) patterns_file: Option<PathBuf>,
     /// The size bands of the timeout policy (`_timeouts.yaml`, else the team's).
     pub timeouts: TimeoutPolicy,
     /// `X@<profile>` standalones (docs/design.md §4.1 rule 2): by bare id, then profile, verbatim.
@@ -103,7 +103,7 @@ pub struct Registry {
     /// Files that did not load: skipped, so the rest resolves; a model they name is refused.
     pub broken: Vec<BrokenFile>,
     /// `_patterns.yaml` did not load: a model without an exact entry cannot be resolved.
-    pub patterns_broken: bool,
+    pub(crate) patterns_broken: bool,
 }
 
 /// A model file `model: X@P`: replaces X wholesale on profile P, ignored elsewhere.
@@ -396,7 +396,7 @@ fn load_model_file(file: &Path) -> Result<(ModelFile, Option<FileId>), RegistryE
 }
 
 /// `X@P` → (`X`, `P`), split at the last `@` as the team's loader does; `None` for a bare id.
-pub fn split_standalone(id: &str) -> Option<(&str, &str)> {
+pub(crate) fn split_standalone(id: &str) -> Option<(&str, &str)> {
     id.rsplit_once('@')
 }
 
@@ -553,7 +553,7 @@ impl TimeoutSource {
 }
 
 /// `(?i)qwen[\s\-_]?3[._][56]`, searched anywhere in the id; written by hand to keep it cheap.
-pub fn is_qwen35_family(id: &str) -> bool {
+pub(crate) fn is_qwen35_family(id: &str) -> bool {
     let lower: Vec<char> = id.to_lowercase().chars().collect();
     (0..lower.len()).any(|start| {
         let rest = &lower[start..];
@@ -569,7 +569,7 @@ pub fn is_qwen35_family(id: &str) -> bool {
 }
 
 /// Merges `key=value` lists in precedence order: the first occurrence of a key wins (docs/design.md §4.4).
-pub fn merge_agent_kwargs(lists: &[&Vec<String>]) -> Vec<String> {
+pub(crate) fn merge_agent_kwargs(lists: &[&Vec<String>]) -> Vec<String> {
     let mut seen = std::collections::HashSet::new();
     let mut merged = Vec::new();
     for item in lists.iter().flat_map(|list| list.iter()) {

@@ -3,8 +3,8 @@
 use sha1::{Digest, Sha1};
 
 /// Harbor's `hosted_vllm/<name>` accepts `^[A-Za-z0-9._-]{1,64}$`.
-pub const SERVED_NAME_MAX: usize = 64;
-pub const RUN_TAG_MAX: usize = 96;
+pub(crate) const SERVED_NAME_MAX: usize = 64;
+pub(crate) const RUN_TAG_MAX: usize = 96;
 
 fn sha1_hex8(text: &str) -> String {
     let digest = Sha1::digest(text.as_bytes());
@@ -64,7 +64,7 @@ pub fn run_tag(benchmark: &str, hf_id: &str) -> String {
 /// The run tag of an eval (model, benchmark, Harbor agent): [`run_tag`] for the default agent (so
 /// existing run dirs keep their tags), else that with the agent and 8 hex of a hash of all three
 /// appended, so two harnesses of one model and benchmark never share a run dir.
-pub fn eval_run_tag(benchmark: &str, hf_id: &str, agent: &str) -> String {
+pub(crate) fn eval_run_tag(benchmark: &str, hf_id: &str, agent: &str) -> String {
     let tag = run_tag(benchmark, hf_id);
     if agent == launch_spec::spec::DEFAULT_AGENT {
         return tag;
@@ -76,14 +76,14 @@ pub fn eval_run_tag(benchmark: &str, hf_id: &str, agent: &str) -> String {
 /// re-evaluation is a new run"): the pair's tag, `-r<attempt>`, and 8 hex of a hash of both, so
 /// it names a run dir of its own and equals no pair's first tag (a model whose name ends in `-r2`
 /// does not end in this hash).
-pub fn attempt_run_tag(pair_tag: &str, attempt: u32) -> String {
+pub(crate) fn attempt_run_tag(pair_tag: &str, attempt: u32) -> String {
     format!("{pair_tag}-r{attempt}-{}", sha1_hex8(&format!("{pair_tag}\nattempt {attempt}")))
 }
 
 /// The group tag of a shared job (issue 24; `launch_spec::shared`): `<model run-tag stem>-shared-<8 hex>`,
 /// the hash over `key` (the legs and their submissions), so each shared submission has a group
 /// dir of its own and the same plan names the same dir.
-pub fn shared_group_tag(hf_id: &str, key: &str) -> String {
+pub(crate) fn shared_group_tag(hf_id: &str, key: &str) -> String {
     let stem = sanitise(&hf_id.replace('/', "__"));
     let stem: String = stem.chars().take(RUN_TAG_MAX - 16).collect();
     format!("{stem}-shared-{}", sha1_hex8(&format!("{hf_id}\nshared {key}")))

@@ -7,18 +7,19 @@
 //! a failed match succeed, because the next character would then be a digit or `.`.
 
 /// Largest total size in billions of parameters (`Qwen3-30B-A3B` → 30), if any.
-pub fn total_size(id: &str) -> Option<f64> {
+pub(crate) fn total_size(id: &str) -> Option<f64> {
     scan(id, false)
 }
 
+#[cfg(test)] // used only by the tests
 /// Largest active size (`Qwen3-30B-A3B` → 3), if any.
-pub fn active_size(id: &str) -> Option<f64> {
+pub(crate) fn active_size(id: &str) -> Option<f64> {
     scan(id, true)
 }
 
 /// Bytes per weight the id's quantisation tag implies (`-FP8` → 1, `-AWQ`/`-GPTQ`/`-Int4` → 0.5),
 /// else 2 (bf16/fp16). Used only to judge whether weights fit (`registry check`).
-pub fn bytes_per_parameter(id: &str) -> f64 {
+pub(crate) fn bytes_per_parameter(id: &str) -> f64 {
     let lower = id.to_ascii_lowercase();
     let tokens: Vec<&str> = lower.split(|c: char| !c.is_ascii_alphanumeric()).collect();
     let has = |names: &[&str]| tokens.iter().any(|t| names.contains(t));

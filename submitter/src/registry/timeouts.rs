@@ -10,7 +10,7 @@ use std::path::Path;
 use launch_spec::yaml::{YamlError, from_yaml_file};
 use serde::Deserialize;
 
-pub const TIMEOUTS_FILE: &str = "_timeouts.yaml";
+pub(crate) const TIMEOUTS_FILE: &str = "_timeouts.yaml";
 
 /// `model_config/_timeouts.yaml`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -27,9 +27,9 @@ pub struct TimeoutPolicy {
 pub struct Band {
     /// Inclusive bounds in billions of parameters; an absent bound is open.
     #[serde(default)]
-    pub min_b: Option<f64>,
+    pub(crate) min_b: Option<f64>,
     #[serde(default)]
-    pub max_b: Option<f64>,
+    pub(crate) max_b: Option<f64>,
     pub timeout_multiplier: f64,
     /// The canonical Harbor config for this size, by file name in `presets/harbor/` (it runs when
     /// neither the command line nor the preset names one).

@@ -33,7 +33,7 @@ const STALE_PENDING_S: i64 = 48 * 3600;
 const STALE_STARTED_S: i64 = 24 * 3600;
 /// The bound the import records for cluster `ot-agent`: its active attempts are flagged when the
 /// history has not been re-imported for a day.
-pub const IMPORT_STALE_AFTER_S: u64 = 24 * 3600;
+pub(crate) const IMPORT_STALE_AFTER_S: u64 = 24 * 3600;
 
 /// A `models` row.
 #[derive(Debug, Clone, PartialEq)]
@@ -138,7 +138,7 @@ pub fn import(
 
 /// Everything in one `READ ONLY` transaction: a consistent snapshot, and the server itself
 /// refuses any write.
-pub fn read_history(
+pub(crate) fn read_history(
     connection: &mut PgConnection,
     since: Option<Timestamp>,
     also: &[String],
@@ -237,7 +237,7 @@ pub fn read_history(
 
 /// The catalogue the history implies: `(name, base model's name)` of every model that is not a
 /// duplicate and not `precomputed_hf` (the rows the old listener never evaluated).
-pub fn catalogue_of(history: &TeamHistory) -> Vec<(String, Option<String>)> {
+pub(crate) fn catalogue_of(history: &TeamHistory) -> Vec<(String, Option<String>)> {
     let names: HashMap<&str, &str> = history.models.iter().map(|m| (m.id.as_str(), m.name.as_str())).collect();
     history
         .models
@@ -248,7 +248,7 @@ pub fn catalogue_of(history: &TeamHistory) -> Vec<(String, Option<String>)> {
 }
 
 /// `(benchmark, family)` for every benchmark whose `duplicate_of` names another.
-pub fn families_of(history: &TeamHistory) -> Vec<(String, String)> {
+pub(crate) fn families_of(history: &TeamHistory) -> Vec<(String, String)> {
     let names: HashMap<&str, &str> = history.benchmarks.iter().map(|b| (b.id.as_str(), b.name.as_str())).collect();
     history
         .benchmarks
@@ -262,7 +262,7 @@ pub fn families_of(history: &TeamHistory) -> Vec<(String, String)> {
 
 /// What the history's jobs mean for the ledger, decided without touching it.
 #[derive(Debug, Default)]
-pub struct ImportPlan {
+pub(crate) struct ImportPlan {
     pub new: Vec<ImportedAttempt>,
     pub updates: Vec<(AttemptId, ImportedAttempt)>,
     pub unchanged: usize,
@@ -274,7 +274,7 @@ pub struct ImportPlan {
 /// the ledger's active pairs `(model, family)` → the `source_id` holding them (None = the ledger's
 /// own attempt); `family_of`: the ledger's families after `plan.families` are applied; `own`:
 /// this ledger's location (rows it mirrored into the source carry it and are skipped).
-pub fn plan_import(
+pub(crate) fn plan_import(
     history: &TeamHistory,
     source: &str,
     imported: &[ImportedState],
@@ -403,7 +403,7 @@ fn map_job(job: &TeamJob, model: &str, benchmark: &str, source_id: String, at: T
 /// The team's `metrics`/`stats` in the ledger's shape (`mean_reward`, trial and infra-error
 /// counts), keeping the originals. Empty or absent metrics are none: the old system's "metrics
 /// cleared", which makes dedup resubmit the pair.
-pub fn team_metrics(job: &TeamJob) -> Option<Value> {
+pub(crate) fn team_metrics(job: &TeamJob) -> Option<Value> {
     let metrics = job.metrics.as_ref().filter(|m| match m {
         Value::Null => false,
         Value::Object(map) => !map.is_empty(),

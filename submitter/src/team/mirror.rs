@@ -32,7 +32,7 @@ impl std::fmt::Debug for Mirror {
 }
 
 /// The infra-error breakdown and counts the team's `stats` carries, from the ledger's metrics.
-pub fn team_stats(metrics: &Value) -> Value {
+pub(crate) fn team_stats(metrics: &Value) -> Value {
     json!({
         "n_trials": metrics.get("n_trials").cloned().unwrap_or(Value::Null),
         "n_errors": metrics.get("n_errors").cloned().unwrap_or(Value::Null),
@@ -43,7 +43,7 @@ pub fn team_stats(metrics: &Value) -> Value {
 }
 
 /// The team's `metrics` (Harbor's `metrics` list: `[{"mean": …}]`) from the ledger's.
-pub fn team_metrics(metrics: &Value) -> Value {
+pub(crate) fn team_metrics(metrics: &Value) -> Value {
     json!([{ "mean": metrics.get("mean_reward").cloned().unwrap_or(Value::Null) }])
 }
 

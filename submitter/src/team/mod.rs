@@ -34,7 +34,7 @@ pub enum TeamError {
 impl TeamError {
     /// Whether the team database itself could not be used (unreachable, refused, a statement that
     /// failed or ran past its bound), as opposed to a configuration mistake.
-    pub fn is_unavailable(&self) -> bool {
+    pub(crate) fn is_unavailable(&self) -> bool {
         matches!(self, TeamError::Connect(_) | TeamError::Source { .. })
     }
 }

@@ -26,7 +26,7 @@ pub struct Reading {
 }
 
 /// A chart's points: time and value.
-pub type Series = Vec<(DateTime<Utc>, f64)>;
+pub(crate) type Series = Vec<(DateTime<Utc>, f64)>;
 
 /// The readings of a heartbeat history, oldest first; a heartbeat whose time does not parse, or is
 /// not later than the previous one, is left out.
@@ -157,13 +157,13 @@ pub fn gpu_hours_by(uses: &[GpuUse], key: impl Fn(&GpuUse) -> &str) -> Vec<Bar> 
 }
 
 /// Sparkline size (CSS pixels).
-pub const SPARK_W: f64 = 140.0;
-pub const SPARK_H: f64 = 28.0;
+pub(crate) const SPARK_W: f64 = 140.0;
+pub(crate) const SPARK_H: f64 = 28.0;
 
 /// A polyline through `series` in a `SPARK_W` × `SPARK_H` box: time on x (first to last point),
 /// value on y from 0 to `y_max` (default: the largest value). `title` is the tooltip. An empty
 /// series draws a dashed baseline ("no heartbeat yet").
-pub fn sparkline_svg(series: &[(DateTime<Utc>, f64)], y_max: Option<f64>, class: &str, title: &str) -> String {
+pub(crate) fn sparkline_svg(series: &[(DateTime<Utc>, f64)], y_max: Option<f64>, class: &str, title: &str) -> String {
     let mut svg = format!(
         "<svg class=\"spark {class}\" width=\"{SPARK_W}\" height=\"{SPARK_H}\" viewBox=\"0 0 {SPARK_W} {SPARK_H}\" role=\"img\"><title>{}</title>",
         escape(title)
@@ -197,7 +197,7 @@ pub fn sparkline_svg(series: &[(DateTime<Utc>, f64)], y_max: Option<f64>, class:
 
 /// Horizontal bars of GPU-hours, one per [`Bar`], scaled to the largest; each row says its value
 /// and, when some attempts were estimated or unknown, how many.
-pub fn bars_svg(bars: &[Bar], id: &str) -> String {
+pub(crate) fn bars_svg(bars: &[Bar], id: &str) -> String {
     let (row, label_w, bar_w, value_w) = (22.0, 150.0, 260.0, 260.0);
     let width = label_w + bar_w + value_w;
     let height = row * bars.len().max(1) as f64 + 4.0;

@@ -16,7 +16,7 @@
 
 pub mod charts;
 pub mod check;
-pub mod findings;
+pub(crate) mod findings;
 pub mod report;
 pub mod results;
 pub mod rules;
@@ -39,20 +39,9 @@ use launch_spec::fsread::{self, Links};
 /// A run-dir JSON record (`status.json`, `launch.json`, `config.json`, `result.json`): a regular
 /// file — never through a symlink, never a FIFO or device, so nothing here can hang or stream
 /// `/dev/zero` — of at most [`fsread::RECORD_CAP`] bytes. `None` when absent or unusable.
-pub fn read_record<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
+pub(crate) fn read_record<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
     let bytes = fsread::read_capped(path, fsread::RECORD_CAP, Links::Refuse).ok()?;
     serde_json::from_slice(&bytes).ok()
-}
-
-/// How much of an append-only run-dir file (`events.jsonl`, a tunnel log) is read: its end.
-pub const TAIL_WINDOW: u64 = 8 << 20;
-
-/// The whole lines among the last [`TAIL_WINDOW`] bytes of a run-dir file (a line cut by the
-/// window is dropped). `None` when absent or not a regular file.
-pub fn tail_lines(path: &Path) -> Option<String> {
-    let (bytes, len) = fsread::read_tail(path, TAIL_WINDOW, Links::Refuse).ok()?;
-    let start = if len > bytes.len() as u64 { memchr::memchr(b'\n', &bytes).map_or(bytes.len(), |i| i + 1) } else { 0 };
-    Some(String::from_utf8_lossy(&bytes[start..]).into_owned())
 }
 
 /// Text from a run dir as it may be printed on a terminal: control characters (ANSI escapes,
@@ -176,14 +165,14 @@ impl Finding {
         self
     }
 
-    pub fn stands_for(mut self, verdict: VerdictKind) -> Self {
+    pub(crate) fn stands_for(mut self, verdict: VerdictKind) -> Self {
         self.status = Some(verdict);
         self
     }
 }
 
 /// `42s`, `12m`, `3.5h`.
-pub fn human_duration(seconds: i64) -> String {
+pub(crate) fn human_duration(seconds: i64) -> String {
     let s = seconds.max(0);
     match s {
         s if s < 120 => format!("{s}s"),
@@ -211,7 +200,7 @@ pub fn is_installed_agent(agent: &str) -> bool {
 
 /// Whether a URL's host is private: loopback, RFC 1918, link-local, CGNAT, `localhost`, or a bare
 /// host name without a dot (cluster-internal). An installed agent cannot reach such an address.
-pub fn is_private_url(url: &str) -> bool {
+pub(crate) fn is_private_url(url: &str) -> bool {
     // A base URL without a scheme (`host:8000/v1`, which would parse as scheme `host`) is read as http.
     let host = [url.to_string(), format!("http://{url}")]
         .iter()

@@ -365,7 +365,7 @@ fn gpu_words(gpu: Option<(f64, GpuBasis)>) -> String {
 /// The team view: every cluster's summary and attempts (this cluster's with their verdicts, the
 /// others' with the ledger's last known state), each job's sparklines of completion rate and trial
 /// progress over time, GPU-hours per cluster and per benchmark, the last results. Inline SVG only.
-pub fn team_section(view: &TeamView, now: DateTime<Utc>) -> String {
+pub(crate) fn team_section(view: &TeamView, now: DateTime<Utc>) -> String {
     let mut h = String::from("<h2 id=\"team\">Team view: every cluster</h2>\n");
     h.push_str("<table id=\"clusters\">\n<thead><tr><th>cluster</th><th>active</th><th>verdicts</th><th>submitter</th></tr></thead>\n<tbody>\n");
     for c in &view.clusters {

@@ -26,7 +26,7 @@ pub struct ScoreSummary {
     /// Finished trials (Harbor's `stats.n_completed_trials`): the mean's denominator.
     pub n_trials: u64,
     /// Trials the verifier ran on (Harbor's per-eval `n_trials`).
-    pub n_verified: u64,
+    pub(crate) n_verified: u64,
     /// Trials with an exception (Harbor's per-eval `n_errors`).
     pub n_errors: u64,
     /// Trials with a numeric reward.
@@ -42,7 +42,7 @@ pub struct ScoreSummary {
     /// Reward value → number of trials.
     pub rewards: BTreeMap<String, u64>,
     /// Harbor wrote `finished_at`.
-    pub harbor_finished: bool,
+    pub(crate) harbor_finished: bool,
 }
 
 /// The completion audit: enough valid trials, not too many errors.
@@ -61,7 +61,7 @@ pub struct Audit {
 }
 
 /// Summarises a Harbor job `result.json`. `expected` = n_tasks × n_attempts when known.
-pub fn summary_from_result(result: &JobResult, expected: Option<u64>) -> ScoreSummary {
+pub(crate) fn summary_from_result(result: &JobResult, expected: Option<u64>) -> ScoreSummary {
     let mut s = ScoreSummary {
         n_total_trials: result.n_total_trials,
         harbor_finished: result.finished_at.is_some(),
@@ -155,7 +155,7 @@ pub fn audit_of(summary: &ScoreSummary, settings: &VerifySettings) -> Audit {
 
 /// The ledger's `metrics` for a finished run: the summary plus its audit. Keeps the original keys
 /// (`mean_reward`, `n_trials`, `n_errors`, `n_total_trials`, `errors_by_type`).
-pub fn metrics_json(summary: &ScoreSummary, audit: &Audit) -> Value {
+pub(crate) fn metrics_json(summary: &ScoreSummary, audit: &Audit) -> Value {
     json!({
         "mean_reward": summary.mean_reward,
         "n_trials": summary.n_trials,
@@ -188,9 +188,6 @@ pub enum BenchKind {
     Other,
 }
 
-/// The three in-distribution benchmarks of the ID mean, in display order.
-pub const ID_BENCHMARKS: [&str; 3] = ["swebench-verified-random-100-folders", "terminal_bench_2", "dev_set_v2"];
-
 pub fn bench_kind(family: &str) -> BenchKind {
     let f = family.to_ascii_lowercase();
     if f.contains("swebench-verified-random-100") || f.contains("terminal_bench_2") || f.contains("terminal-bench-2") {
@@ -217,7 +214,7 @@ fn id_slot(family: &str) -> Option<usize> {
 }
 
 /// A short column label.
-pub fn short_name(family: &str) -> String {
+pub(crate) fn short_name(family: &str) -> String {
     match id_slot(family) {
         Some(0) => "swebench-100".into(),
         Some(1) => "tb2".into(),
@@ -326,7 +323,7 @@ impl Provenance {
 
     /// Whether two results ran under the same settings: everything but where they ran (cluster,
     /// GPU). A setting one of them does not record is not told apart.
-    pub fn same_settings(&self, other: &Provenance) -> bool {
+    pub(crate) fn same_settings(&self, other: &Provenance) -> bool {
         fn same<T: PartialEq>(a: &Option<T>, b: &Option<T>) -> bool {
             a.is_none() || b.is_none() || a == b
         }
@@ -458,7 +455,7 @@ pub fn build_matrix(
 
 /// A result's column: its benchmark family, with the agent when it is not the default one
 /// (`terminal_bench_2@openhands`): another harness is another eval, never one cell.
-pub fn column_of(a: &Attempt) -> String {
+pub(crate) fn column_of(a: &Attempt) -> String {
     if a.agent == launch_spec::spec::DEFAULT_AGENT {
         a.benchmark_family.clone()
     } else {

@@ -24,7 +24,7 @@ use crate::observe::{SyncError, belongs_to, run_dir_of};
 use crate::slurm::Slurm;
 
 /// How many finished results the view lists.
-pub const RECENT_RESULTS: usize = 10;
+pub(crate) const RECENT_RESULTS: usize = 10;
 
 /// The most points a chart draws (and `--json` carries) per series.
 pub const CHART_POINTS: usize = 60;
@@ -104,7 +104,7 @@ pub struct TeamView {
 }
 
 /// The order verdict counts are listed in.
-pub const VERDICT_ORDER: [VerdictKind; 7] = [
+pub(crate) const VERDICT_ORDER: [VerdictKind; 7] = [
     VerdictKind::Healthy,
     VerdictKind::Starting,
     VerdictKind::Stalled,
@@ -120,7 +120,7 @@ pub const VERDICT_ORDER: [VerdictKind; 7] = [
 /// payload detected × the time the ledger says the job ran (started → ended, or `now` while it
 /// runs). `status` must be this attempt's record ([`status_of`]). `None` when none is known
 /// (another cluster's run dir before its sync recorded it, a job that never started).
-pub fn gpu_seconds_of(
+pub(crate) fn gpu_seconds_of(
     attempt: &Attempt,
     ledger: Option<&AttemptGpu>,
     status: Option<&RunStatus>,
@@ -142,13 +142,13 @@ pub fn gpu_seconds_of(
 
 /// This attempt's `status.json`, when its run dir is readable here and the record names its job
 /// (a resubmission reuses the run dir).
-pub fn status_of(attempt: &Attempt) -> Option<RunStatus> {
+pub(crate) fn status_of(attempt: &Attempt) -> Option<RunStatus> {
     let dir = run_dir_of(attempt)?;
     launch_spec::rundir::read_status(&dir).into_status().filter(|s| belongs_to(s, attempt))
 }
 
 /// Every attempt in the ledger: the latest of each pair and, for pairs with more, all of them.
-pub fn all_attempts(ledger: &dyn Ledger) -> Result<Vec<Attempt>, LedgerError> {
+pub(crate) fn all_attempts(ledger: &dyn Ledger) -> Result<Vec<Attempt>, LedgerError> {
     let mut seen = HashSet::new();
     let mut out = Vec::new();
     for pair in ledger.latest_per_pair()? {
@@ -295,7 +295,12 @@ fn remote_job(a: &Attempt, now: DateTime<Utc>) -> TeamJob {
 
 /// One line per cluster: this one first, then the others by name; a cluster appears when it has
 /// an attempt in the view, a recent result or a submitter heartbeat.
-pub fn summarise(own: &str, jobs: &[TeamJob], results: &[RecentResult], beats: &[Heartbeat]) -> Vec<ClusterSummary> {
+pub(crate) fn summarise(
+    own: &str,
+    jobs: &[TeamJob],
+    results: &[RecentResult],
+    beats: &[Heartbeat],
+) -> Vec<ClusterSummary> {
     let mut names: Vec<String> = std::iter::once(own.to_string())
         .chain(jobs.iter().map(|j| j.cluster.clone()))
         .chain(results.iter().map(|r| r.cluster.clone()))
@@ -322,17 +327,17 @@ pub fn summarise(own: &str, jobs: &[TeamJob], results: &[RecentResult], beats: &
 }
 
 /// The verdict in words: `status`'s for this cluster's jobs, `remote` for another's.
-pub fn verdict_word(job: &TeamJob) -> &'static str {
+pub(crate) fn verdict_word(job: &TeamJob) -> &'static str {
     job.local.as_ref().map_or("remote", |r| r.verdict.verdict.as_str())
 }
 
 /// Completions per minute over the history's last step, when there is one.
-pub fn latest_rate(job: &TeamJob) -> Option<f64> {
+pub(crate) fn latest_rate(job: &TeamJob) -> Option<f64> {
     charts::completion_rate(&job.history).last().map(|p| p.1)
 }
 
 /// A submitter heartbeat in words: `submitter seen 40s ago` or `unattended: …`.
-pub fn submitter_words(beat: Option<&Heartbeat>) -> String {
+pub(crate) fn submitter_words(beat: Option<&Heartbeat>) -> String {
     match beat {
         None => "unattended: no submitter heartbeat recorded".into(),
         Some(b) if b.is_stale() => format!(

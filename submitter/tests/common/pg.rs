@@ -6,7 +6,7 @@
 //! (`$EVALCI_SECRETS_FILE`, default `/etc/evalci/secrets.env`).
 
 /// The test PostgreSQL URL, or `None` when neither the variable nor the secrets file provides one.
-pub fn test_pg_url() -> Option<String> {
+pub(crate) fn test_pg_url() -> Option<String> {
     if let Ok(url) = std::env::var("EVAL_TEST_PG_URL") {
         return Some(url);
     }
@@ -19,7 +19,7 @@ pub fn test_pg_url() -> Option<String> {
 /// (from [`test_pg_url`], so the real secret is what the assertion guards), else one generated for
 /// this process. Never a literal in the source.
 #[allow(dead_code)] // not every crate that includes this file uses it
-pub fn test_password() -> String {
+pub(crate) fn test_password() -> String {
     let from_url = test_pg_url().and_then(|url| {
         let authority = url.split_once("://")?.1.split('/').next()?.to_string();
         let userinfo = authority.rsplit_once('@')?.0.to_string();

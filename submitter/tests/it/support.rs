@@ -5,16 +5,16 @@ use std::process::{Command, Output};
 
 use launch_spec::testkit::world;
 
-pub const SUBMITTER: &str = env!("CARGO_BIN_EXE_submitter");
+pub(crate) const SUBMITTER: &str = env!("CARGO_BIN_EXE_submitter");
 
-pub fn workspace_root() -> PathBuf {
+pub(crate) fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
 }
 
 /// `../shared/fixtures/otagent`: required in CI (the test fails there without it), skipped with a
 /// printed note elsewhere. Never copied into the repository.
 #[allow(clippy::print_stderr)]
-pub fn fixtures() -> Option<PathBuf> {
+pub(crate) fn fixtures() -> Option<PathBuf> {
     let dir = std::env::var_os("EVAL_FIXTURES")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace_root().join("../shared/fixtures/otagent"));
@@ -28,7 +28,7 @@ pub fn fixtures() -> Option<PathBuf> {
     None
 }
 
-pub fn submitter(args: &[&str]) -> Output {
+pub(crate) fn submitter(args: &[&str]) -> Output {
     Command::new(SUBMITTER)
         .args(args)
         .current_dir(workspace_root())
@@ -37,18 +37,18 @@ pub fn submitter(args: &[&str]) -> Output {
         .expect("run submitter")
 }
 
-pub fn stdout(output: &Output) -> String {
+pub(crate) fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-pub fn stderr(output: &Output) -> String {
+pub(crate) fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 /// Whether the local Slurm answers; in CI it must (`scripts/services.sh up` starts it), elsewhere a
 /// test without it prints `skipping: no local Slurm`.
 #[allow(clippy::print_stderr)]
-pub fn slurm_up() -> bool {
+pub(crate) fn slurm_up() -> bool {
     let up = Command::new("scontrol")
         .arg("ping")
         .output()
@@ -65,7 +65,7 @@ pub fn slurm_up() -> bool {
 
 /// The directory of the workspace's binaries (payload and the vLLM/Harbor stand-ins), each checked
 /// to be fresh, never built here (`tests/src/fresh.rs`).
-pub fn binaries() -> PathBuf {
+pub(crate) fn binaries() -> PathBuf {
     for (package, bin) in [("payload", "payload"), ("e2e", "vllm-standin"), ("e2e", "harbor-standin")] {
         crate::fresh::bin(package, bin);
     }
@@ -74,7 +74,7 @@ pub fn binaries() -> PathBuf {
 
 /// `<root>/env/bin/{vllm,harbor}` pointing at the stand-ins: the environment prefix of a test
 /// cluster profile (`environments: {otagent: <root>/env}`).
-pub fn standin_environment(root: &Path) {
+pub(crate) fn standin_environment(root: &Path) {
     let bins = binaries();
     let (vllm, harbor) = (bins.join("vllm-standin"), bins.join("harbor-standin"));
     world::link_programs(&root.join("env"), &[("vllm", &vllm), ("harbor", &harbor)]);
@@ -82,14 +82,14 @@ pub fn standin_environment(root: &Path) {
 
 /// `<root>/secrets.env`, mode 0600, with keys for both Daytona orgs made up per run (no
 /// credential-shaped literal in the source).
-pub fn test_secrets_file(root: &Path) {
+pub(crate) fn test_secrets_file(root: &Path) {
     let run = format!("{}-{}", std::process::id(), root.display().to_string().len());
     let keys = format!("DAYTONA_API_KEY=test-org1-{run}\nDAYTONA_DATA_API_KEY=test-org2-{run}\n");
     world::write_secrets(&root.join("secrets.env"), &keys, 0o600);
 }
 
 /// One Harbor task directory (with an `instruction.md`) per name under `dataset`.
-pub fn write_tasks<S: AsRef<str>>(dataset: &Path, tasks: impl IntoIterator<Item = S>) {
+pub(crate) fn write_tasks<S: AsRef<str>>(dataset: &Path, tasks: impl IntoIterator<Item = S>) {
     world::write_tasks(dataset, tasks, |_| "Say hello.\n".to_string(), None);
 }
 

@@ -100,7 +100,7 @@ fn normalise(arg: &str) -> String {
 pub struct OptionString {
     pub dest: String,
     pub kind: Kind,
-    pub negated: bool,
+    pub(crate) negated: bool,
 }
 
 /// Every option string `table` accepts, as vLLM registers them: each name as written, and for a

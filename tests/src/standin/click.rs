@@ -236,9 +236,10 @@ pub fn parse(args: &[String], opts: &[Opt]) -> Result<CParsed, ClickExit> {
     Ok(out)
 }
 
+#[cfg(test)] // used only by the tests
 /// typer's rich rendering of a usage error (to stderr), 80 columns wide, for a
 /// command (`Usage: <path> [OPTIONS]`).
-pub fn render_usage_error(command_path: &str, message: &str) -> String {
+pub(crate) fn render_usage_error(command_path: &str, message: &str) -> String {
     render_usage_error_with(&format!("{command_path} [OPTIONS]"), command_path, message)
 }
 

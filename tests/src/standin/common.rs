@@ -16,7 +16,7 @@ pub struct LocalTime {
     pub hour: u32,
     pub minute: u32,
     pub second: u32,
-    pub micros: u32,
+    pub(crate) micros: u32,
 }
 
 fn broken_down(t: SystemTime, utc: bool) -> LocalTime {
@@ -88,7 +88,7 @@ fn seed() -> u64 {
 }
 
 /// A 64-bit pseudo-random number (xorshift64*, seeded from /dev/urandom).
-pub fn rand_u64() -> u64 {
+pub(crate) fn rand_u64() -> u64 {
     let mut s = RNG.lock().unwrap_or_else(|e| e.into_inner());
     if *s == 0 {
         *s = seed();
@@ -119,7 +119,7 @@ pub fn uuid4() -> String {
 }
 
 /// shortuuid's default alphabet (no 0, 1, I, O, l).
-pub const SHORTUUID_ALPHABET: &str = "23456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz";
+pub(crate) const SHORTUUID_ALPHABET: &str = "23456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz";
 
 /// `ShortUUID().random(length=n)`.
 pub fn shortuuid(n: usize) -> String {
@@ -167,7 +167,7 @@ pub fn ignore_signal(sig: libc::c_int) {
 }
 
 /// Restore the default disposition of `sig`.
-pub fn default_signal(sig: libc::c_int) {
+pub(crate) fn default_signal(sig: libc::c_int) {
     // SAFETY: setting a disposition to SIG_DFL is always sound.
     unsafe {
         libc::signal(sig, libc::SIG_DFL);
@@ -180,11 +180,6 @@ pub fn pending_signal() -> Option<i32> {
         0 => None,
         s => Some(s),
     }
-}
-
-/// How many caught signals have arrived so far.
-pub fn signal_count() -> i32 {
-    SIGNAL_COUNT.load(Ordering::SeqCst)
 }
 
 /// Send `sig` to this very process (used to die "by signal" like Python's
@@ -266,7 +261,7 @@ pub fn json_pretty4(v: &serde_json::Value) -> String {
 }
 
 /// Write `content` to `path` through a temporary file and a rename.
-pub fn write_atomic(path: &std::path::Path, content: &str) -> std::io::Result<()> {
+pub(crate) fn write_atomic(path: &std::path::Path, content: &str) -> std::io::Result<()> {
     let tmp = path.with_extension(format!("tmp{}", rand_hex(6)));
     std::fs::write(&tmp, content)?;
     std::fs::rename(&tmp, path)
@@ -331,7 +326,7 @@ fn matching_chars(a: &[char], b: &[char], alo: usize, ahi: usize, blo: usize, bh
 
 /// difflib's `SequenceMatcher(None, a, b).ratio()` (without the junk heuristic,
 /// which only starts at 200 characters).
-pub fn similarity(a: &str, b: &str) -> f64 {
+pub(crate) fn similarity(a: &str, b: &str) -> f64 {
     let a: Vec<char> = a.chars().collect();
     let b: Vec<char> = b.chars().collect();
     let total = a.len() + b.len();
@@ -342,7 +337,7 @@ pub fn similarity(a: &str, b: &str) -> f64 {
 }
 
 /// difflib's `get_close_matches(word, possibilities, n=3, cutoff=0.6)`.
-pub fn close_matches(word: &str, possibilities: &[String]) -> Vec<String> {
+pub(crate) fn close_matches(word: &str, possibilities: &[String]) -> Vec<String> {
     let mut scored: Vec<(f64, &String)> =
         possibilities.iter().map(|p| (similarity(p, word), p)).filter(|(s, _)| *s >= 0.6).collect();
     scored.sort_by(|x, y| y.0.partial_cmp(&x.0).unwrap_or(std::cmp::Ordering::Equal).then(y.1.cmp(x.1)));

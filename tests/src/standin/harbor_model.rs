@@ -8,7 +8,7 @@
 use serde_json::{Map, Value, json};
 
 /// Retry exceptions excluded by default (`RetryConfig.exclude_exceptions`).
-pub const RETRY_EXCLUDE_DEFAULT: [&str; 10] = [
+pub(crate) const RETRY_EXCLUDE_DEFAULT: [&str; 10] = [
     "AgentAuthenticationError",
     "AgentSafetyRefusalError",
     "AgentTimeoutError",
@@ -28,14 +28,14 @@ fn obj(v: Value) -> Map<String, Value> {
     }
 }
 
-pub fn retry_defaults() -> Map<String, Value> {
+pub(crate) fn retry_defaults() -> Map<String, Value> {
     obj(json!({
         "max_retries": 0, "include_exceptions": null, "exclude_exceptions": RETRY_EXCLUDE_DEFAULT,
         "wait_multiplier": 1.0, "min_wait_sec": 1.0, "max_wait_sec": 60.0
     }))
 }
 
-pub fn environment_defaults() -> Map<String, Value> {
+pub(crate) fn environment_defaults() -> Map<String, Value> {
     obj(json!({
         "type": "docker", "import_path": null, "force_build": false, "delete": true, "stream": false,
         "cpu_enforcement_policy": "auto", "memory_enforcement_policy": "auto",
@@ -44,14 +44,14 @@ pub fn environment_defaults() -> Map<String, Value> {
     }))
 }
 
-pub fn verifier_defaults() -> Map<String, Value> {
+pub(crate) fn verifier_defaults() -> Map<String, Value> {
     obj(json!({
         "override_timeout_sec": null, "max_timeout_sec": null, "include_logs": [], "exclude_logs": [], "env": {},
         "import_path": null, "kwargs": {}, "disable": false, "extra_allowed_hosts": []
     }))
 }
 
-pub fn agent_defaults() -> Map<String, Value> {
+pub(crate) fn agent_defaults() -> Map<String, Value> {
     obj(json!({
         "name": null, "import_path": null, "model_name": null, "base_url": null, "model_api_key_name": null,
         "model_api_format": null, "skip_model_parsing": false, "n_concurrent": null, "concurrency_group": null,
@@ -61,14 +61,14 @@ pub fn agent_defaults() -> Map<String, Value> {
     }))
 }
 
-pub fn dataset_defaults() -> Map<String, Value> {
+pub(crate) fn dataset_defaults() -> Map<String, Value> {
     obj(json!({
         "path": null, "name": null, "version": null, "ref": null, "registry_url": null, "registry_path": null,
         "repo": null, "overwrite": false, "download_dir": null, "task_names": null, "exclude_task_names": null, "n_tasks": null
     }))
 }
 
-pub fn task_defaults() -> Map<String, Value> {
+pub(crate) fn task_defaults() -> Map<String, Value> {
     obj(json!({
         "path": null, "git_url": null, "git_commit_id": null, "name": null, "ref": null,
         "overwrite": false, "download_dir": null, "source": null
@@ -77,7 +77,7 @@ pub fn task_defaults() -> Map<String, Value> {
 
 /// Top-level `JobConfig` fields in declaration order (nested models filled in
 /// by [`normalize_job`]).
-pub fn job_defaults() -> Map<String, Value> {
+pub(crate) fn job_defaults() -> Map<String, Value> {
     obj(json!({
         "job_name": null, "jobs_dir": "jobs", "n_attempts": 1, "install_only": false, "skip_credential_checks": false,
         "timeout_multiplier": 1.0, "agent_timeout_multiplier": null, "verifier_timeout_multiplier": null,
@@ -89,7 +89,7 @@ pub fn job_defaults() -> Map<String, Value> {
 }
 
 /// `TrialConfig` fields in declaration order.
-pub fn trial_defaults() -> Map<String, Value> {
+pub(crate) fn trial_defaults() -> Map<String, Value> {
     obj(json!({
         "task": {}, "trial_name": "", "trials_dir": "trials", "install_only": false, "timeout_multiplier": 1.0,
         "agent_timeout_multiplier": null, "verifier_timeout_multiplier": null, "agent_setup_timeout_multiplier": null,

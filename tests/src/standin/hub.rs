@@ -38,19 +38,19 @@ pub struct NotFound {
 }
 
 /// vLLM 0.33's message for a model that is neither a directory nor resolvable on the Hub.
-pub fn invalid_model_message(model: &str) -> String {
+pub(crate) fn invalid_model_message(model: &str) -> String {
     format!(
         "ValueError: Invalid repository ID or local directory specified: '{model}'.\nPlease verify the following requirements:\n1. Provide a valid Hugging Face repository ID.\n2. Specify a local directory that contains a recognized configuration file.\n   - For Hugging Face models: ensure the presence of a 'config.json'.\n   - For Mistral models: ensure the presence of a 'params.json'.\n"
     )
 }
 
 /// huggingface_hub's truthy values for `HF_HUB_OFFLINE`.
-pub fn is_true(value: Option<&str>) -> bool {
+pub(crate) fn is_true(value: Option<&str>) -> bool {
     value.is_some_and(|v| ["1", "ON", "YES", "TRUE"].contains(&v.trim().to_ascii_uppercase().as_str()))
 }
 
 /// The hub cache directory huggingface_hub uses under `env`.
-pub fn cache_dir(env: &dyn Fn(&str) -> Option<String>) -> PathBuf {
+pub(crate) fn cache_dir(env: &dyn Fn(&str) -> Option<String>) -> PathBuf {
     let set = |name: &str| env(name).filter(|v| !v.is_empty());
     if let Some(dir) = set("HF_HUB_CACHE").or_else(|| set("HUGGINGFACE_HUB_CACHE")) {
         return PathBuf::from(dir);
@@ -70,7 +70,7 @@ pub fn repo_folder(model: &str) -> String {
 }
 
 /// The snapshot `refs/main` points at, when it holds a `config.json`.
-pub fn cached_snapshot(cache: &Path, model: &str) -> Option<PathBuf> {
+pub(crate) fn cached_snapshot(cache: &Path, model: &str) -> Option<PathBuf> {
     let repo = cache.join(repo_folder(model));
     let revision = std::fs::read_to_string(repo.join("refs").join("main")).ok()?;
     let snapshot = repo.join("snapshots").join(revision.trim());

@@ -19,7 +19,7 @@ use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 /// Default collective timeout when `--distributed-timeout-seconds` is absent.
-pub const DEFAULT_TIMEOUT_S: f64 = 600.0;
+pub(crate) const DEFAULT_TIMEOUT_S: f64 = 600.0;
 
 /// This process's place in a multi-node engine.
 #[derive(Debug, Clone, PartialEq)]
