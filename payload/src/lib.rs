@@ -24,7 +24,7 @@ mod ports;
 mod postrun;
 pub mod prepare;
 mod provenance;
-mod records;
+pub mod records;
 pub mod run;
 mod runlock;
 mod scratch;
