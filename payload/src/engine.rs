@@ -17,7 +17,7 @@ use crate::liveness::EngineSample;
 use crate::records::Completions;
 
 #[derive(Debug, thiserror::Error, PartialEq)]
-pub enum ArgvError {
+pub(crate) enum ArgvError {
     #[error(
         "serve.extra_args references ${{{0}}}, which is not set in payload's environment: export it in the job or remove it"
     )]
@@ -36,7 +36,7 @@ impl From<ArgvError> for Failure {
 
 /// Expands `${NAME}` in the registry's extra args from payload's environment (the one rule,
 /// `launch_spec::expand`; other `$` stay as written).
-pub fn expand_vars(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, ArgvError> {
+pub(crate) fn expand_vars(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, ArgvError> {
     use launch_spec::expand::ExpandError;
     launch_spec::expand::expand_vars(text, env).map_err(|err| match err {
         ExpandError::Unset(name) => ArgvError::UnsetVariable(name),
@@ -46,14 +46,14 @@ pub fn expand_vars(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<S
 }
 
 /// Formats the ceiling as vLLM expects it (`0.85`, not `0.8500000001`).
-pub fn format_utilization(value: f64) -> String {
+pub(crate) fn format_utilization(value: f64) -> String {
     let text = format!("{value:.4}");
     let text = text.trim_end_matches('0');
     text.strip_suffix('.').map(|t| format!("{t}.0")).unwrap_or_else(|| text.to_string())
 }
 
 /// The model argument: the pre-downloaded path when set, else the HF id.
-pub fn model_arg(spec: &LaunchSpec) -> String {
+pub(crate) fn model_arg(spec: &LaunchSpec) -> String {
     match &spec.model.local_path {
         Some(path) => path.display().to_string(),
         None => spec.model.hf_id.to_string(),
@@ -61,7 +61,7 @@ pub fn model_arg(spec: &LaunchSpec) -> String {
 }
 
 /// vLLM's argv, program first (docs/design.md §6.3).
-pub fn argv(
+pub(crate) fn argv(
     spec: &LaunchSpec,
     program: &str,
     port: u16,
@@ -125,10 +125,10 @@ pub fn argv(
 
 /// Why vLLM exited during start-up, from its log (docs/design.md §6.2 step 6): the one table both
 /// programs read (`launch_spec::rundir::vocab`).
-pub use launch_spec::rundir::vocab::classify_start_failure;
+pub(crate) use launch_spec::rundir::vocab::classify_start_failure;
 
 /// The last `n` lines of a log file (reads at most the last 64 KiB).
-pub fn log_tail(path: &Path, n: usize) -> Vec<String> {
+pub(crate) fn log_tail(path: &Path, n: usize) -> Vec<String> {
     // Bounded even while the engine keeps writing (a flood), regular files only.
     const WINDOW: u64 = 64 * 1024;
     let Ok((buf, len)) = launch_spec::fsread::read_tail(path, WINDOW, launch_spec::fsread::Links::Refuse) else {
@@ -146,7 +146,7 @@ pub fn log_tail(path: &Path, n: usize) -> Vec<String> {
 
 /// Readiness as observed by one probe round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Readiness {
+pub(crate) enum Readiness {
     /// Nothing answers, or `/health` is not 200.
     Down,
     /// `/health` is 200 but `/v1/models` does not list the served name yet.
@@ -159,7 +159,7 @@ pub enum Readiness {
 
 /// HTTP client for loopback probes: short timeouts, no proxy (a node's `http_proxy` must not
 /// capture 127.0.0.1).
-pub fn http_client(timeout: Duration) -> reqwest::Client {
+pub(crate) fn http_client(timeout: Duration) -> reqwest::Client {
     loopback_client(timeout).build().expect("HTTP client builds")
 }
 
@@ -171,7 +171,7 @@ fn loopback_client(timeout: Duration) -> reqwest::ClientBuilder {
 
 /// The loopback client with `Authorization: Bearer <key>` on every request, for a vLLM started
 /// with `VLLM_API_KEY` (its `/v1` routes then need the key; `/health` and `/metrics` stay open).
-pub fn http_client_with_key(timeout: Duration, api_key: Option<&str>) -> reqwest::Client {
+pub(crate) fn http_client_with_key(timeout: Duration, api_key: Option<&str>) -> reqwest::Client {
     let Some(key) = api_key else { return http_client(timeout) };
     let mut headers = reqwest::header::HeaderMap::new();
     if let Ok(mut value) = reqwest::header::HeaderValue::from_str(&format!("Bearer {key}")) {
@@ -182,12 +182,12 @@ pub fn http_client_with_key(timeout: Duration, api_key: Option<&str>) -> reqwest
 }
 
 /// `GET /health` → 200?
-pub async fn health_ok(client: &reqwest::Client, base_url: &str) -> bool {
+pub(crate) async fn health_ok(client: &reqwest::Client, base_url: &str) -> bool {
     matches!(client.get(format!("{base_url}/health")).send().await, Ok(resp) if resp.status().as_u16() == 200)
 }
 
 /// `/health` 200 AND `/v1/models` lists `served_name`.
-pub async fn probe_ready(client: &reqwest::Client, base_url: &str, served_name: &str) -> Readiness {
+pub(crate) async fn probe_ready(client: &reqwest::Client, base_url: &str, served_name: &str) -> Readiness {
     if !health_ok(client, base_url).await {
         return Readiness::Down;
     }
@@ -202,14 +202,14 @@ pub async fn probe_ready(client: &reqwest::Client, base_url: &str, served_name: 
 }
 
 /// Whether an OpenAI `/v1/models` body lists `served_name`.
-pub fn models_list(body: &serde_json::Value, served_name: &str) -> bool {
+pub(crate) fn models_list(body: &serde_json::Value, served_name: &str) -> bool {
     body.get("data")
         .and_then(|d| d.as_array())
         .is_some_and(|items| items.iter().any(|m| m.get("id").and_then(|i| i.as_str()) == Some(served_name)))
 }
 
 /// One real chat completion (`serve.ready_needs_completion`, vec-inf #142).
-pub async fn completion_ok(client: &reqwest::Client, base_url: &str, served_name: &str) -> bool {
+pub(crate) async fn completion_ok(client: &reqwest::Client, base_url: &str, served_name: &str) -> bool {
     let body = serde_json::json!({
         "model": served_name,
         "messages": [{"role": "user", "content": "ping"}],
@@ -224,16 +224,16 @@ pub async fn completion_ok(client: &reqwest::Client, base_url: &str, served_name
 /// What one `/metrics` fetch found: the completion counters and the engine's scheduler and token
 /// counters (crate::liveness), each `None` when absent.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct MetricsReading {
+pub(crate) struct MetricsReading {
     pub completions: Option<Completions>,
     pub engine: Option<EngineSample>,
 }
 
 /// Largest `/metrics` body read (vLLM's is a few hundred KiB with many engines and histograms).
-pub const MAX_METRICS_BYTES: usize = 8 << 20;
+pub(crate) const MAX_METRICS_BYTES: usize = 8 << 20;
 
 /// One `/metrics` fetch, parsed (`None` when it does not answer 200).
-pub async fn fetch_metrics(client: &reqwest::Client, base_url: &str) -> Option<MetricsReading> {
+pub(crate) async fn fetch_metrics(client: &reqwest::Client, base_url: &str) -> Option<MetricsReading> {
     let resp = client.get(format!("{base_url}/metrics")).send().await.ok()?;
     if !resp.status().is_success() || resp.content_length().is_some_and(|n| n > MAX_METRICS_BYTES as u64) {
         return None;
@@ -247,17 +247,17 @@ pub async fn fetch_metrics(client: &reqwest::Client, base_url: &str) -> Option<M
 }
 
 /// vLLM's completion counters from `/metrics` (`None` when it does not answer).
-pub async fn fetch_completions(client: &reqwest::Client, base_url: &str) -> Option<Completions> {
+pub(crate) async fn fetch_completions(client: &reqwest::Client, base_url: &str) -> Option<Completions> {
     fetch_metrics(client, base_url).await?.completions
 }
 
 /// Readiness poll period: a loopback probe costs well under a millisecond (a refused connect while
 /// vLLM loads even less), so polling often keeps "ready → Harbor spawned" short.
-pub const READY_POLL: Duration = Duration::from_millis(25);
+pub(crate) const READY_POLL: Duration = Duration::from_millis(25);
 
 /// What one of the watchdog's probes found.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum ProbeEvent {
+pub(crate) enum ProbeEvent {
     /// While loading: one readiness round.
     Readiness(Readiness),
     /// Once Harbor runs: one `/health` probe.
@@ -277,7 +277,7 @@ enum Probing {
 /// `limits.health_probe_interval_s`, and `/metrics` for heartbeats. Probes run as tasks, so a slow
 /// one never delays the run loop noticing an exit or a signal; [`next`](Self::next) is
 /// cancel-safe (the tasks are kept across calls).
-pub struct Watchdog {
+pub(crate) struct Watchdog {
     base_url: String,
     probing: Probing,
     tick: tokio::time::Interval,
@@ -294,7 +294,7 @@ fn ticker(period: Duration) -> tokio::time::Interval {
 
 impl Watchdog {
     /// Starts in readiness mode; `api_key` is sent on every request (vLLM's `/v1` routes need it).
-    pub fn readiness(base_url: &str, served: &str, needs_completion: bool, api_key: Option<&str>) -> Self {
+    pub(crate) fn readiness(base_url: &str, served: &str, needs_completion: bool, api_key: Option<&str>) -> Self {
         Self {
             base_url: base_url.to_string(),
             probing: Probing::Readiness {
@@ -310,7 +310,7 @@ impl Watchdog {
     }
 
     /// Switches to `/health` probes every `interval` (each bounded by the interval, 0.2–5 s).
-    pub fn watch_health(&mut self, interval: Duration) {
+    pub(crate) fn watch_health(&mut self, interval: Duration) {
         if let Some(h) = self.probe.take() {
             h.abort();
         }
@@ -321,7 +321,7 @@ impl Watchdog {
     }
 
     /// Starts a `/metrics` fetch unless one is in flight; [`next`](Self::next) reports it.
-    pub fn fetch_metrics(&mut self) {
+    pub(crate) fn fetch_metrics(&mut self) {
         if self.metrics.is_none() {
             let (client, base) = (self.metrics_client.clone(), self.base_url.clone());
             self.metrics = Some(tokio::spawn(async move { fetch_metrics(&client, &base).await }));
@@ -349,7 +349,7 @@ impl Watchdog {
     }
 
     /// The next probe answer. Cancel-safe.
-    pub async fn next(&mut self) -> ProbeEvent {
+    pub(crate) async fn next(&mut self) -> ProbeEvent {
         loop {
             tokio::select! {
                 _ = self.tick.tick(), if self.probe.is_none() => self.spawn_probe(),
@@ -369,7 +369,7 @@ impl Watchdog {
     }
 
     /// Stops outstanding probe tasks.
-    pub fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         if let Some(h) = self.probe.take() {
             h.abort();
         }

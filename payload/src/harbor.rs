@@ -11,9 +11,9 @@ use crate::failure::Failure;
 use crate::secrets::Secrets;
 
 /// Default `max_output_tokens` for `model_info` (the registry's value wins).
-pub const DEFAULT_MAX_OUTPUT_TOKENS: u64 = 16384;
+pub(crate) const DEFAULT_MAX_OUTPUT_TOKENS: u64 = 16384;
 /// `max_input_tokens` when the spec has no `max_model_len`.
-pub const DEFAULT_MAX_INPUT_TOKENS: u64 = 32768;
+pub(crate) const DEFAULT_MAX_INPUT_TOKENS: u64 = 32768;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HarborError {
@@ -54,7 +54,7 @@ impl From<HarborError> for Failure {
 /// `model_info` for hosted_vllm: O = max_output_tokens or 16384; if O ≥ L then O = L/2, where
 /// L = max_model_len or 32768. Without it Harbor 0.25's terminus-2 assumes LiteLLM's fallback context
 /// of 1,000,000 tokens (never summarises, so long trials end in 400s); older Harbor rejected the agent.
-pub fn model_info(max_model_len: Option<u64>, max_output_tokens: Option<u64>) -> serde_json::Value {
+pub(crate) fn model_info(max_model_len: Option<u64>, max_output_tokens: Option<u64>) -> serde_json::Value {
     let input = max_model_len.unwrap_or(DEFAULT_MAX_INPUT_TOKENS);
     let mut output = max_output_tokens.unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS);
     if output >= input {
@@ -69,12 +69,12 @@ pub fn model_info(max_model_len: Option<u64>, max_output_tokens: Option<u64>) ->
 }
 
 /// `2.0` rather than `2` (Harbor parses a float either way; the former reads as one).
-pub fn format_multiplier(value: f64) -> String {
+pub(crate) fn format_multiplier(value: f64) -> String {
     if value.fract() == 0.0 { format!("{value:.1}") } else { format!("{value}") }
 }
 
 /// Fresh run when the run dir has no `config.json`.
-pub fn is_resume(run_dir: &Path) -> bool {
+pub(crate) fn is_resume(run_dir: &Path) -> bool {
     run_dir.join("config.json").is_file()
 }
 
@@ -82,7 +82,7 @@ pub fn is_resume(run_dir: &Path) -> bool {
 /// re-evaluation is a new run"): only an unfinished job whose stored settings are the spec's, and
 /// only when the spec allows a resume. `jobs resume` takes none of these settings from its command
 /// line, so resuming under another value would run the old one while the records say the new one.
-pub fn check_resumable(spec: &LaunchSpec) -> Result<(), HarborError> {
+pub(crate) fn check_resumable(spec: &LaunchSpec) -> Result<(), HarborError> {
     use launch_spec::rundir::harbor::{self as files, JobConfig, JobResult};
     use launch_spec::spec::HarborStart;
     let run_dir = &spec.run_dir;
@@ -125,7 +125,7 @@ pub fn check_resumable(spec: &LaunchSpec) -> Result<(), HarborError> {
 
 /// The `--ae` arguments and what Harbor's environment must carry for them.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct AgentEnvPlan {
+pub(crate) struct AgentEnvPlan {
     /// `NAME=VALUE` items, one `--ae` each.
     pub args: Vec<String>,
     /// Sources, handed to Harbor's environment (never argv): `--ae NAME=${SOURCE}`.
@@ -140,7 +140,7 @@ pub struct AgentEnvPlan {
 /// and Harbor's environment the value (Harbor 0.25 resolves `${VAR}` agent-env templates from its
 /// own environment when it builds the agent, and stores the template, not the value, in the job's
 /// `config.json`). Only a literal is written into argv.
-pub fn agent_envs(list: &[AgentEnv], secrets: &Secrets, env: &dyn Fn(&str) -> Option<String>) -> AgentEnvPlan {
+pub(crate) fn agent_envs(list: &[AgentEnv], secrets: &Secrets, env: &dyn Fn(&str) -> Option<String>) -> AgentEnvPlan {
     let mut plan = AgentEnvPlan::default();
     for item in list {
         let source = match (&item.from, &item.value) {
@@ -171,7 +171,7 @@ fn kwarg_key(kv: &str) -> &str {
 }
 
 /// The merged job config payload hands Harbor (`--config`), beside payload's records in the run dir.
-pub const MERGED_CONFIG_FILE: &str = "harbor-job-config.json";
+pub(crate) const MERGED_CONFIG_FILE: &str = "harbor-job-config.json";
 
 /// The shipped job config with the model put into its agent: `--agent`/`--model` would replace
 /// the YAML's `agents[]` and drop its agent settings (`max_timeout_sec`, kwargs, …), so payload
@@ -179,7 +179,7 @@ pub const MERGED_CONFIG_FILE: &str = "harbor-job-config.json";
 /// `model_name = hosted_vllm/<served name>`, or one bare entry when the YAML has none for it
 /// (another agent's settings do not apply). Kwargs stay on the command line (`--agent-kwarg`),
 /// where Harbor merges them key by key into that agent's YAML kwargs.
-pub fn merged_job_config(spec: &LaunchSpec) -> Result<serde_json::Value, HarborError> {
+pub(crate) fn merged_job_config(spec: &LaunchSpec) -> Result<serde_json::Value, HarborError> {
     let path = &spec.harbor.config;
     let mut config: serde_json::Value = launch_spec::yaml::from_yaml_file(path)
         .map_err(|e| HarborError::Read { path: path.clone(), reason: e.to_string() })?;
@@ -208,12 +208,12 @@ pub fn merged_job_config(spec: &LaunchSpec) -> Result<serde_json::Value, HarborE
 }
 
 /// Writes a merged job config ([`merged_job_config`]) to `path`, atomically.
-pub fn write_job_config(path: &Path, config: &serde_json::Value) -> Result<(), HarborError> {
+pub(crate) fn write_job_config(path: &Path, config: &serde_json::Value) -> Result<(), HarborError> {
     write_json_atomic(path, config)
 }
 
 /// The agent kwargs in the form the spec's Harbor takes (crate `launch_spec::versions`).
-pub fn agent_kwargs(spec: &LaunchSpec) -> Result<Vec<String>, HarborError> {
+pub(crate) fn agent_kwargs(spec: &LaunchSpec) -> Result<Vec<String>, HarborError> {
     let h = &spec.harbor;
     let mut kwargs: Vec<String> =
         h.agent_kwargs.iter().filter(|kv| !matches!(kwarg_key(kv), "api_base" | "model_info")).cloned().collect();
@@ -225,7 +225,7 @@ pub fn agent_kwargs(spec: &LaunchSpec) -> Result<Vec<String>, HarborError> {
 
 /// `harbor jobs start …` for a fresh run (docs/payload.md), program first. `config` is the merged
 /// job config ([`write_job_config`]); no `--agent`/`--model`, which would drop its agent.
-pub fn fresh_argv(
+pub(crate) fn fresh_argv(
     spec: &LaunchSpec,
     program: &str,
     api_base: &str,
@@ -281,7 +281,7 @@ pub fn fresh_argv(
 }
 
 /// `harbor jobs resume -p <run dir> --filter-error-type T …`, program first.
-pub fn resume_argv(spec: &LaunchSpec, program: &str) -> Vec<String> {
+pub(crate) fn resume_argv(spec: &LaunchSpec, program: &str) -> Vec<String> {
     let mut a: Vec<String> =
         vec![program.to_string(), "jobs".into(), "resume".into(), "-p".into(), spec.run_dir.display().to_string()];
     for t in &spec.harbor.resume_filter_error_types {
@@ -293,7 +293,7 @@ pub fn resume_argv(spec: &LaunchSpec, program: &str) -> Vec<String> {
 
 /// What Harbor's own `--print-config` said about the fresh-run argv.
 #[derive(Debug, Clone, PartialEq)]
-pub enum ConfigCheck {
+pub(crate) enum ConfigCheck {
     /// Not asked: the dialect has no `--print-config`, or the check could not run (the reason).
     Skipped(String),
     /// Harbor resolved the job config; the agents' model and kwargs are what payload meant.
@@ -305,7 +305,7 @@ pub enum ConfigCheck {
 impl ConfigCheck {
     /// The `harbor_config_check` event's fields: `result` (`passed`, `skipped`, `rejected`) and its
     /// detail, typed rather than Rust's debug text.
-    pub fn event_fields(&self) -> launch_spec::rundir::events::HarborConfigCheck {
+    pub(crate) fn event_fields(&self) -> launch_spec::rundir::events::HarborConfigCheck {
         let (result, reason, agents) = match self {
             Self::Skipped(why) => ("skipped", Some(why.clone()), None),
             Self::Passed { agents } => ("passed", None, Some(*agents as u64)),
@@ -316,15 +316,15 @@ impl ConfigCheck {
 }
 
 /// How long Harbor may take to print its config (imports dominate: seconds).
-pub const CONFIG_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+pub(crate) const CONFIG_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 /// The most of each stream of `--print-config` kept (a resolved job config is a few kB).
-pub const CONFIG_CHECK_OUTPUT_CAP: u64 = 4 << 20;
+pub(crate) const CONFIG_CHECK_OUTPUT_CAP: u64 = 4 << 20;
 
 /// Judges Harbor's `jobs start … --print-config` (exit code, stdout, stderr) against the spec:
 /// Harbor itself must accept the argv (options, config layers, JobConfig), every agent must carry
 /// the model and `api_base`, and a terminus-2's kwargs must be options of the dialect's schema —
 /// what Harbor's preflight refuses later ("Invalid kwargs for agent 'terminus-2': Unknown option").
-pub fn judge_print_config(spec: &LaunchSpec, code: Option<i32>, stdout: &str, stderr: &str) -> ConfigCheck {
+pub(crate) fn judge_print_config(spec: &LaunchSpec, code: Option<i32>, stdout: &str, stderr: &str) -> ConfigCheck {
     let last_line = |text: &str| text.lines().map(str::trim).rfind(|l| !l.is_empty()).map(str::to_string);
     if code != Some(0) {
         let why = last_line(stderr).or_else(|| last_line(stdout)).unwrap_or_else(|| "no output".to_string());
@@ -368,7 +368,7 @@ pub fn judge_print_config(spec: &LaunchSpec, code: Option<i32>, stdout: &str, st
 /// written beforehand) with Harbor's environment, bounded by [`CONFIG_CHECK_TIMEOUT`] and
 /// [`CONFIG_CHECK_OUTPUT_CAP`] in its own process group (crate::bounded), and judges it. A check
 /// that cannot give an answer in bounds is skipped with the reason: Harbor's own start decides.
-pub async fn check_with_print_config(
+pub(crate) async fn check_with_print_config(
     spec: &LaunchSpec,
     argv: &[String],
     env: &BTreeMap<String, String>,
@@ -377,7 +377,7 @@ pub async fn check_with_print_config(
 }
 
 /// [`check_with_print_config`] with its time limit handed in.
-pub async fn check_with_print_config_within(
+pub(crate) async fn check_with_print_config_within(
     spec: &LaunchSpec,
     argv: &[String],
     env: &BTreeMap<String, String>,
@@ -410,7 +410,7 @@ pub async fn check_with_print_config_within(
 }
 
 /// Sets every `api_base` string field, at any depth, to `new`. Returns how many changed.
-pub fn rewrite_api_base_value(value: &mut serde_json::Value, new: &str) -> usize {
+pub(crate) fn rewrite_api_base_value(value: &mut serde_json::Value, new: &str) -> usize {
     match value {
         serde_json::Value::Object(map) => {
             let mut n = 0;
@@ -435,7 +435,7 @@ pub fn rewrite_api_base_value(value: &mut serde_json::Value, new: &str) -> usize
 /// `lock.json` and every trial's: Harbor 0.25 compares the job lock's trials (their full agent
 /// config, `kwargs.api_base` included) with the resumed config, and each trial's lock must equal
 /// its entry in the job lock.
-pub fn config_files(run_dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn config_files(run_dir: &Path) -> Vec<PathBuf> {
     let mut trials: Vec<PathBuf> = std::fs::read_dir(run_dir)
         .map(|rd| {
             rd.filter_map(Result::ok).filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()).collect()
@@ -452,7 +452,7 @@ pub fn config_files(run_dir: &Path) -> Vec<PathBuf> {
 }
 
 /// Harbor's resolved-input lock file (job and trial).
-pub const LOCK_FILE: &str = "lock.json";
+pub(crate) const LOCK_FILE: &str = "lock.json";
 
 /// `kwargs.api_base` of a lock's agent (`agent` in a trial lock, `trials[].agent` in the job lock),
 /// the only place Harbor's lock records it; every other lock field stays byte-for-byte.
@@ -482,7 +482,7 @@ fn rewrite_lock_api_base(lock: &mut serde_json::Value, new: &str) -> usize {
 /// Rewrites `api_base` structurally in the job's and every trial's `config.json` and `lock.json`
 /// (parsed as JSON, written back atomically with Harbor's 4-space indent, key order kept).
 /// Returns (file, fields changed) per file.
-pub fn rewrite_api_base(run_dir: &Path, new: &str) -> Result<Vec<(PathBuf, usize)>, HarborError> {
+pub(crate) fn rewrite_api_base(run_dir: &Path, new: &str) -> Result<Vec<(PathBuf, usize)>, HarborError> {
     let mut out = Vec::new();
     for path in config_files(run_dir) {
         let mut value = read_config(&path)?;
@@ -511,7 +511,7 @@ fn read_config(path: &Path) -> Result<serde_json::Value, HarborError> {
 /// Also, the job's stored agents must carry `kwargs.model_info` when they call a hosted_vllm
 /// model: without it the agent misjudges its context (see [`model_info`]), and a resume re-uses
 /// the stored config as it is.
-pub fn check_resume_configs(run_dir: &Path) -> Result<usize, HarborError> {
+pub(crate) fn check_resume_configs(run_dir: &Path) -> Result<usize, HarborError> {
     let files = config_files(run_dir);
     for path in &files {
         let value = read_config(path)?;

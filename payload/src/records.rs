@@ -27,12 +27,12 @@ pub fn now() -> String {
 
 /// Writes `status.json` and `events.jsonl`. Write errors are counted and logged, never fatal: the
 /// run goes on (a full disk must not stop the teardown).
-pub struct Recorder {
+pub(crate) struct Recorder {
     run_dir: PathBuf,
     pub status: RunStatus,
     /// Failed writes of `status.json` / `events.jsonl` so far.
-    pub failed_status_writes: u64,
-    pub failed_event_writes: std::cell::Cell<u64>,
+    pub(crate) failed_status_writes: u64,
+    pub(crate) failed_event_writes: std::cell::Cell<u64>,
     /// Every secret value payload knows (the secrets file's, the per-job API key), scrubbed from
     /// every string of every record before it is written ([`scrub`]).
     secrets: Vec<String>,
@@ -40,11 +40,11 @@ pub struct Recorder {
     reserve: Option<PathBuf>,
     /// The job's GPU time (crate::gputime), snapshotted into every `status.json` written; none
     /// in a record that carries no `gpu_time` (a shared job's leg).
-    pub gpu_clock: Option<crate::gputime::GpuClock>,
+    pub(crate) gpu_clock: Option<crate::gputime::GpuClock>,
 }
 
 impl Recorder {
-    pub fn new(run_dir: &Path, run_tag: &str) -> Self {
+    pub(crate) fn new(run_dir: &Path, run_tag: &str) -> Self {
         let at = now();
         Self {
             run_dir: run_dir.to_path_buf(),
@@ -77,7 +77,7 @@ impl Recorder {
 
     /// Holds [`RESERVE_BYTES`] in the run dir ([`RESERVE_FILE`]) until [`Recorder::release_reserve`].
     /// Best effort: a run dir already too full for it runs without.
-    pub fn reserve_space(&mut self) {
+    pub(crate) fn reserve_space(&mut self) {
         let path = self.run_dir.join(RESERVE_FILE);
         let _ = std::fs::remove_file(&path);
         let made = std::fs::OpenOptions::new()
@@ -96,14 +96,14 @@ impl Recorder {
     }
 
     /// Frees the reserved space (before the final records; idempotent).
-    pub fn release_reserve(&mut self) {
+    pub(crate) fn release_reserve(&mut self) {
         if let Some(path) = self.reserve.take() {
             let _ = std::fs::remove_file(path);
         }
     }
 
     /// Adds values no record may hold from now on (empty ones are ignored).
-    pub fn redact<S: AsRef<str>>(&mut self, values: impl IntoIterator<Item = S>) {
+    pub(crate) fn redact<S: AsRef<str>>(&mut self, values: impl IntoIterator<Item = S>) {
         for v in values {
             let v = v.as_ref();
             if !v.is_empty() && !self.secrets.iter().any(|s| s == v) {
@@ -112,12 +112,8 @@ impl Recorder {
         }
     }
 
-    pub fn run_dir(&self) -> &Path {
-        &self.run_dir
-    }
-
     /// Replaces `status.json` atomically.
-    pub fn write_status(&mut self) {
+    pub(crate) fn write_status(&mut self) {
         self.status.updated_at = now();
         if let Some(clock) = &self.gpu_clock {
             self.status.gpu_time = Some(clock.snapshot(std::time::Instant::now()));
@@ -133,19 +129,19 @@ impl Recorder {
     }
 
     /// One transition of the GPU clock, at `Instant::now()` (nothing without a clock).
-    pub fn gpu(&mut self, f: impl FnOnce(&mut crate::gputime::GpuClock, std::time::Instant)) {
+    pub(crate) fn gpu(&mut self, f: impl FnOnce(&mut crate::gputime::GpuClock, std::time::Instant)) {
         if let Some(clock) = self.gpu_clock.as_mut() {
             f(clock, std::time::Instant::now());
         }
     }
 
-    pub fn set_phase(&mut self, phase: Phase) {
+    pub(crate) fn set_phase(&mut self, phase: Phase) {
         self.status.phase = phase;
         self.write_status();
         self.event(PhaseEntered { phase });
     }
 
-    pub fn set_outcome(&mut self, outcome: Outcome) {
+    pub(crate) fn set_outcome(&mut self, outcome: Outcome) {
         self.release_reserve();
         self.status.outcome = Some(outcome);
         self.status.phase = Phase::Done;
@@ -154,7 +150,7 @@ impl Recorder {
 
     /// Appends one event line: a typed body of `launch_spec::rundir::events` (its kind and fields
     /// are the table's, so neither can be misspelt), every string scrubbed of secrets.
-    pub fn event(&self, body: impl Into<EventBody>) {
+    pub(crate) fn event(&self, body: impl Into<EventBody>) {
         let body = body.into();
         let mut event = match Event::new(now(), &body) {
             Ok(event) => event,
@@ -182,7 +178,7 @@ impl Recorder {
 /// Shortest secret scrubbed where it occurs inside a longer string (an engine log line printing
 /// `VLLM_API_KEY=…`); a shorter one only as a whole string (crate::secrets::redact_whole's rule:
 /// a 5-character secret `Qwen3` must not cut `Qwen/Qwen3-8B`).
-pub const SCRUB_INSIDE_MIN: usize = 8;
+pub(crate) const SCRUB_INSIDE_MIN: usize = 8;
 
 /// Replaces every secret in every string of `value` (object keys are payload's own names and
 /// stay) with `<redacted>`: a whole string always, an occurrence inside one when the secret is
@@ -210,7 +206,7 @@ pub fn scrub(value: &mut serde_json::Value, secrets: &[String]) {
 /// The first record in `run_dir` payload could not write as a plain file (a FIFO, a device, a
 /// socket or a directory planted as `events.jsonl` or `status.json`), as a one-line problem. A
 /// symlink is not one: it is never written through (replaced, or the append refused and counted).
-pub fn unwritable_record(run_dir: &Path) -> Option<String> {
+pub(crate) fn unwritable_record(run_dir: &Path) -> Option<String> {
     use std::os::unix::fs::FileTypeExt;
     [EVENTS_FILE, STATUS_FILE].iter().find_map(|name| {
         let path = run_dir.join(name);
@@ -241,7 +237,7 @@ pub struct Completions {
 
 /// Sums vLLM's `http_requests_total{handler="/v1/chat/completions",status="2xx|4xx|5xx"}`.
 /// `None` when the text has no such counter (older vLLM, or metrics disabled).
-pub fn completions_from_metrics(text: &str) -> Option<Completions> {
+pub(crate) fn completions_from_metrics(text: &str) -> Option<Completions> {
     let mut out = Completions::default();
     let mut seen = false;
     for line in text.lines() {
@@ -266,20 +262,20 @@ pub fn completions_from_metrics(text: &str) -> Option<Completions> {
 
 /// Bytes of `vllm.log` one update reads at most; the rest is read by the next heartbeats (a 1 GB
 /// burst is caught up over several beats instead of stalling supervision or filling memory).
-pub const MAX_LOG_BYTES_PER_UPDATE: u64 = 16 << 20;
+pub(crate) const MAX_LOG_BYTES_PER_UPDATE: u64 = 16 << 20;
 /// Longest line kept whole; a longer one (never an access line) is skipped to its end.
-pub const MAX_LINE: usize = 64 * 1024;
+pub(crate) const MAX_LINE: usize = 64 * 1024;
 const CHUNK: usize = 64 * 1024;
 /// Wall-clock budget of one heartbeat's scans (log and trials each), so the main task — readiness,
 /// signals, child exits — never waits long behind a heavy scan.
-pub const SCAN_BUDGET: std::time::Duration = std::time::Duration::from_millis(25);
+pub(crate) const SCAN_BUDGET: std::time::Duration = std::time::Duration::from_millis(25);
 
 /// Counts uvicorn access lines `"POST /v1/chat/completions HTTP/1.1" 200` in `vllm.log`,
 /// incrementally: it keeps the offset, streams new bytes through a fixed 64 KiB buffer (memory
 /// does not grow with the log), reads at most [`MAX_LOG_BYTES_PER_UPDATE`] or [`SCAN_BUDGET`] per
 /// update, and counts complete lines only.
 #[derive(Default)]
-pub struct AccessLogCounter {
+pub(crate) struct AccessLogCounter {
     offset: u64,
     scanner: Scanner,
     /// Inside a line longer than [`MAX_LINE`]: skip to its newline.
@@ -288,7 +284,7 @@ pub struct AccessLogCounter {
 }
 
 impl AccessLogCounter {
-    pub fn update(&mut self, path: &Path) -> Completions {
+    pub(crate) fn update(&mut self, path: &Path) -> Completions {
         let Ok(mut file) = launch_spec::records::open_regular(path) else { return self.counts };
         let len = file.metadata().map(|m| m.len()).unwrap_or(0);
         if len < self.offset {
@@ -377,7 +373,7 @@ struct TrialState {
 
 /// The run dir is listed again at most this often when only its mtime moved (a file such as
 /// `status.json` replaced) and not its count of subdirectories.
-pub const RELIST_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+pub(crate) const RELIST_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Incremental trial counting for the heartbeat. The run dir is listed again when its count of
 /// subdirectories (`st_nlink`) changes, or at most every [`RELIST_EVERY`] when only its mtime does;
@@ -521,7 +517,7 @@ impl std::fmt::Debug for AccessLogCounter {
 
 /// Keeps the heartbeat and its `last_progress_at`.
 #[derive(Debug, Default)]
-pub struct HeartbeatState {
+pub(crate) struct HeartbeatState {
     pub access: AccessLogCounter,
     pub trials: TrialScan,
     /// vLLM's counters from the latest `/metrics` reading (crate::liveness), set by the run loop;
@@ -536,7 +532,7 @@ pub struct HeartbeatState {
 impl HeartbeatState {
     /// Whether this heartbeat also goes into `events.jsonl` (the history the team view charts):
     /// the first, then at most every [`launch_spec::records::HEARTBEAT_EVENT_EVERY_S`].
-    pub fn event_due(&mut self, now: std::time::Instant) -> bool {
+    pub(crate) fn event_due(&mut self, now: std::time::Instant) -> bool {
         let every = std::time::Duration::from_secs(launch_spec::records::HEARTBEAT_EVENT_EVERY_S);
         let due = self.last_event.is_none_or(|last| now.saturating_duration_since(last) >= every);
         if due {
@@ -545,7 +541,7 @@ impl HeartbeatState {
         due
     }
 
-    pub fn next(
+    pub(crate) fn next(
         &mut self,
         metrics: Option<Completions>,
         engine_log: &Path,
@@ -581,7 +577,7 @@ impl HeartbeatState {
 
 /// Moves an existing log aside (`vllm.log` → `vllm.log.prev`, a plain file) so a resumed run's
 /// counters and failure tail read only this run's lines.
-pub fn rotate_log(path: &Path) {
+pub(crate) fn rotate_log(path: &Path) {
     if path.exists() {
         let mut prev = path.as_os_str().to_owned();
         prev.push(".prev");

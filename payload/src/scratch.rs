@@ -12,18 +12,18 @@ use launch_spec::placeholder::{self as ph, JOB_SCRATCH};
 
 /// The scratch directory of one job; removed on drop.
 #[derive(Debug)]
-pub struct JobScratch {
+pub(crate) struct JobScratch {
     dir: PathBuf,
 }
 
 /// Whether any env value of the spec names the scratch directory.
-pub fn wanted(spec: &LaunchSpec) -> bool {
+pub(crate) fn wanted(spec: &LaunchSpec) -> bool {
     spec.serve.env.values().chain(spec.harbor.env.values()).any(|v| ph::mentions(v, JOB_SCRATCH))
 }
 
 /// The job's scratch directory, when the spec wants one: `<root>/eval_<job>`, root from the spec
 /// (default `/tmp`), job = the Slurm job id (else payload's pid). Pure: nothing is created.
-pub fn dir(spec: &LaunchSpec, job: &str) -> Option<PathBuf> {
+pub(crate) fn dir(spec: &LaunchSpec, job: &str) -> Option<PathBuf> {
     if !wanted(spec) {
         return None;
     }
@@ -34,7 +34,7 @@ pub fn dir(spec: &LaunchSpec, job: &str) -> Option<PathBuf> {
 
 /// Replaces `{job_scratch}` in `env`'s values with `dir`; returns the directories those values
 /// name inside it (created by [`JobScratch::create`]). Pure.
-pub fn substitute(dir: &Path, env: &mut BTreeMap<String, String>) -> Vec<PathBuf> {
+pub(crate) fn substitute(dir: &Path, env: &mut BTreeMap<String, String>) -> Vec<PathBuf> {
     let text = dir.display().to_string();
     let mut inside = Vec::new();
     for value in env.values_mut().filter(|v| ph::mentions(v, JOB_SCRATCH)) {
@@ -50,7 +50,7 @@ pub fn substitute(dir: &Path, env: &mut BTreeMap<String, String>) -> Vec<PathBuf
 impl JobScratch {
     /// Creates `dir` (mode 0700; a leftover of an earlier attempt with the same id is emptied
     /// first) and the directories inside it.
-    pub fn create(dir: &Path, inside: &[PathBuf]) -> Result<JobScratch, String> {
+    pub(crate) fn create(dir: &Path, inside: &[PathBuf]) -> Result<JobScratch, String> {
         if dir.exists() {
             std::fs::remove_dir_all(dir).map_err(|e| format!("cannot clear {}: {e}", dir.display()))?;
         }
@@ -67,12 +67,12 @@ impl JobScratch {
         Ok(scratch)
     }
 
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.dir
     }
 
     /// Removes the directory now (also done on drop).
-    pub fn remove(self) {}
+    pub(crate) fn remove(self) {}
 }
 
 impl Drop for JobScratch {

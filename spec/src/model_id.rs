@@ -13,7 +13,7 @@ use std::borrow::Borrow;
 use std::fmt;
 
 /// Longest model id: Hugging Face allows 96 characters for a name and for an org.
-pub const MODEL_ID_MAX: usize = 200;
+pub(crate) const MODEL_ID_MAX: usize = 200;
 
 /// Provider prefixes the team's database puts before some ids (`hosted_vllm/Qwen/Qwen3-8B`).
 const PROVIDER_PREFIXES: [&str; 4] = ["hosted_vllm", "openai", "vllm", "huggingface"];

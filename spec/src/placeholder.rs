@@ -42,21 +42,21 @@ pub struct Placeholder {
     pub name: &'static str,
     /// The fields that take it.
     pub fields: &'static [Field],
-    pub replaced_by: ReplacedBy,
+    pub(crate) replaced_by: ReplacedBy,
     /// What it becomes.
     pub means: &'static str,
 }
 
 pub const JOB_SCRATCH: &str = "job_scratch";
 pub const RUN_DIR: &str = "run_dir";
-pub const RUN_TAG: &str = "run_tag";
+pub(crate) const RUN_TAG: &str = "run_tag";
 pub const MODEL: &str = "model";
 pub const CACHE: &str = "cache";
 pub const DATASET: &str = "dataset";
 pub const DIR: &str = "dir";
 
 /// Every placeholder (docs/site.md names them where each field is described).
-pub const PLACEHOLDERS: &[Placeholder] = &[
+pub(crate) const PLACEHOLDERS: &[Placeholder] = &[
     Placeholder {
         name: JOB_SCRATCH,
         fields: &[Field::ServeEnv, Field::HarborEnv],

@@ -10,11 +10,11 @@ use std::time::Duration;
 /// enough that `Instant::now() + d` and `Duration::from_secs_f64` can never overflow.
 pub const MAX_SECONDS: u64 = 30 * 24 * 3600;
 /// Largest timeout multiplier (the shipped values are 1, 2 and 16).
-pub const MAX_MULTIPLIER: f64 = 1000.0;
+pub(crate) const MAX_MULTIPLIER: f64 = 1000.0;
 /// Most GPUs one engine may ask for (TP × PP × DP, over all its nodes).
-pub const MAX_GPUS: u32 = 1024;
+pub(crate) const MAX_GPUS: u32 = 1024;
 /// Most nodes one engine may span (a registry's `nodes`, a cluster's `slurm.max_nodes`).
-pub const MAX_NODES: u32 = 256;
+pub(crate) const MAX_NODES: u32 = 256;
 
 /// A duration in (fractional) seconds: finite, ≥ 0 (or > 0 when `positive`), at most 30 days.
 pub fn seconds(value: f64, positive: bool) -> Result<Duration, String> {
@@ -28,7 +28,7 @@ pub fn seconds(value: f64, positive: bool) -> Result<Duration, String> {
 
 /// Shortest interval of a periodic action (heartbeat, health probe): 50 ms. A smaller value is a
 /// unit mistake (`1e-12`), and payload could only clamp it.
-pub const MIN_INTERVAL: f64 = 0.05;
+pub(crate) const MIN_INTERVAL: f64 = 0.05;
 
 /// The period of a repeated action: [`seconds`] and at least [`MIN_INTERVAL`].
 pub fn interval(value: f64) -> Result<Duration, String> {
@@ -109,7 +109,7 @@ pub fn port(value: u16) -> Result<u16, String> {
 }
 
 /// A port range `[base, base + span)` that stays inside 1..=65535.
-pub fn port_range(base: u16, span: u16) -> Result<(), String> {
+pub(crate) fn port_range(base: u16, span: u16) -> Result<(), String> {
     if base == 0 || span == 0 || u32::from(base) + u32::from(span) - 1 > 65535 {
         return Err(format!("base {base} + span {span} must describe ports within 1..=65535 (base ≥ 1, span ≥ 1)"));
     }
@@ -119,7 +119,7 @@ pub fn port_range(base: u16, span: u16) -> Result<(), String> {
 // A model id is a type of its own with its one rule: `crate::model_id::ModelId`.
 
 /// A listen address for vLLM's `--host`: a name or an IPv4/IPv6 address, never an option.
-pub fn listen_host(host: &str) -> Result<&str, String> {
+pub(crate) fn listen_host(host: &str) -> Result<&str, String> {
     let shown: String = host.chars().take(60).flat_map(char::escape_debug).collect();
     if host.is_empty() || host.len() > 253 {
         return Err("must be a host name or address (1–253 characters), e.g. 127.0.0.1".to_string());
@@ -155,7 +155,7 @@ pub fn environment<'a>(env: impl IntoIterator<Item = (&'a String, &'a String)>) 
 /// The argv of a configured command (the post-run step): at least the program, no empty program,
 /// no NUL byte (exec cannot pass one). Never a shell string: each element reaches the program as
 /// written (newlines included, e.g. a `python -c` body).
-pub fn post_run_argv(argv: &[String]) -> Result<(), String> {
+pub(crate) fn post_run_argv(argv: &[String]) -> Result<(), String> {
     match argv.first() {
         None => return Err("is empty: give [program, args…] (one element per argument, no shell)".to_string()),
         Some(program) if program.trim().is_empty() => {

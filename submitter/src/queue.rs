@@ -10,10 +10,10 @@ use crate::config::{ClusterProfile, parse_slurm_time};
 use crate::slurm::{SbatchOptions, SignalSpec, SubmitRequest};
 
 /// The batch job's own output file, a plain file in the run dir (Harbor deletes subdirectories).
-pub const SLURM_OUTPUT: &str = "slurm-%j.out";
+pub(crate) const SLURM_OUTPUT: &str = "slurm-%j.out";
 
 #[derive(Clone)]
-pub struct JobInputs<'a> {
+pub(crate) struct JobInputs<'a> {
     pub cluster: &'a ClusterProfile,
     pub spec: &'a LaunchSpec,
     /// Where the spec was written (`<run_dir>/launch.json`).
@@ -52,7 +52,7 @@ pub struct SlurmChoice {
 }
 
 /// Builds the request. Errors name the field to fix.
-pub fn sbatch_request(inputs: &JobInputs) -> Result<SubmitRequest, String> {
+pub(crate) fn sbatch_request(inputs: &JobInputs) -> Result<SubmitRequest, String> {
     let cluster = inputs.cluster;
     let hardware = &cluster.hardware;
     // Per node: a multi-node engine asks for the same GPUs on each of its nodes.
@@ -117,7 +117,7 @@ pub fn sbatch_request(inputs: &JobInputs) -> Result<SubmitRequest, String> {
 /// `--shared <group dir>/shared.json`, the output goes to the group dir, and the job asks for
 /// `time_s` under `job_name`. Everything else (GPUs, placement, signal, `--export`) is the legs'
 /// own: they agree on the engine and the placement, or they are not grouped.
-pub fn shared_request(
+pub(crate) fn shared_request(
     leg: &SubmitRequest,
     shared_spec: &Path,
     group_dir: &Path,
@@ -133,7 +133,7 @@ pub fn shared_request(
 }
 
 /// Seconds as a Slurm `--time` (`HH:MM:SS`, or `D-HH:MM:SS` from a day on), rounded up to a minute.
-pub fn format_slurm_time(seconds: u64) -> String {
+pub(crate) fn format_slurm_time(seconds: u64) -> String {
     let minutes = seconds.div_ceil(60);
     let (days, hours, minutes) = (minutes / 1440, minutes / 60 % 24, minutes % 60);
     if days > 0 { format!("{days}-{hours:02}:{minutes:02}:00") } else { format!("{hours:02}:{minutes:02}:00") }
@@ -146,7 +146,7 @@ pub fn spec_path(spec: &LaunchSpec) -> PathBuf {
 
 /// Whether `spec` may be written into its run dir: a run dir holding another (model, benchmark)'s
 /// spec is never reused (a resubmission of the same pair resumes it). Errors say whose it is.
-pub fn run_dir_free_for(spec: &LaunchSpec) -> Result<(), String> {
+pub(crate) fn run_dir_free_for(spec: &LaunchSpec) -> Result<(), String> {
     // A fresh run never lands on a Harbor job: its run dir and result stay as they are.
     let harbor_job = spec.run_dir.join(launch_spec::rundir::harbor::CONFIG_FILE);
     if spec.harbor.start == launch_spec::spec::HarborStart::Fresh && std::fs::symlink_metadata(&harbor_job).is_ok() {

@@ -8,10 +8,10 @@ use std::path::Path;
 use crate::config::{self, ConfigError, Preset};
 
 /// `--preset ID`: the team's standard evaluation, three legs.
-pub const ID_PRESETS: [&str; 3] = ["swebench", "v2", "tb2"];
+pub(crate) const ID_PRESETS: [&str; 3] = ["swebench", "v2", "tb2"];
 
 /// The leg name `--datasets D…` gets (job-name tag, the recorded `preset`).
-pub const DATASETS_LEG: &str = config::preset::DATASETS_NAME;
+pub(crate) const DATASETS_LEG: &str = config::preset::DATASETS_NAME;
 
 /// One leg of a run: a preset (or the `--datasets` preset) under its name.
 #[derive(Debug, Clone, PartialEq)]

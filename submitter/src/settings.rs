@@ -37,7 +37,7 @@ pub struct SpecOverrides {
 }
 
 /// Harbor's attempts per task when the preset sets none.
-pub const DEFAULT_N_ATTEMPTS: u32 = 3;
+pub(crate) const DEFAULT_N_ATTEMPTS: u32 = 3;
 
 /// The operator's command line for one leg.
 #[derive(Debug, Clone, Copy)]
@@ -54,7 +54,7 @@ static NO_SLURM: SlurmOverrides = SlurmOverrides { partition: None, account: Non
 
 impl<'a> Choices<'a> {
     /// Only the spec options (`submitter spec`, which submits nothing).
-    pub fn spec_only(spec: &'a SpecOverrides) -> Choices<'a> {
+    pub(crate) fn spec_only(spec: &'a SpecOverrides) -> Choices<'a> {
         Choices { spec, slurm: &NO_SLURM, allocation: None }
     }
 }
@@ -63,7 +63,7 @@ impl<'a> Choices<'a> {
 pub struct Levels<'a> {
     pub cluster: &'a ClusterProfile,
     /// The preset's name (its file stem, or `datasets`), for the source.
-    pub preset_name: &'a str,
+    pub(crate) preset_name: &'a str,
     pub preset: &'a Preset,
     pub choices: Choices<'a>,
     /// The GPU profile the profile's `hardware.gpu_name`/`gpu_memory_gib` match, when it names them
@@ -72,7 +72,7 @@ pub struct Levels<'a> {
     /// `presets/harbor`.
     pub harbor_configs_dir: &'a Path,
     /// The model's size band's canonical Harbor config (`_timeouts.yaml`), the last resort.
-    pub size_band_config: String,
+    pub(crate) size_band_config: String,
     /// The model's registry resolution, when it resolves (the timeout, the output-token budget).
     pub registry: Option<&'a Resolved>,
     pub model: &'a str,
@@ -85,14 +85,14 @@ pub struct ResolvedSettings {
     pub n_concurrent: Sourced<u32>,
     /// What the ceiling capped it from, when it did.
     #[serde(skip)]
-    pub n_concurrent_capped_from: Option<u32>,
+    pub(crate) n_concurrent_capped_from: Option<u32>,
     pub n_attempts: Sourced<u32>,
     /// vLLM's GPU-memory ceiling; `None` when nothing below payload sets it (payload's GPU profile).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_memory_utilization: Option<Sourced<f64>>,
     /// The Harbor job config as its level names it (a file in `presets/harbor/`, or a path).
     #[serde(rename = "harbor_config")]
-    pub harbor_config_name: Sourced<String>,
+    pub(crate) harbor_config_name: Sourced<String>,
     /// The same, as a path.
     #[serde(skip)]
     pub harbor_config: Sourced<PathBuf>,
@@ -251,7 +251,7 @@ impl ResolvedSettings {
     /// The spec's own `serve.gpu_memory_utilization`: the operator's (command line or preset)
     /// only; the profile's goes into `cluster_gpu_memory_utilization` and the GPU profile's is
     /// payload's to match, so payload's rule (`launch_spec::gpu`) ends where this one does.
-    pub fn spec_gpu_memory_utilization(&self) -> Option<f64> {
+    pub(crate) fn spec_gpu_memory_utilization(&self) -> Option<f64> {
         self.gpu_memory_utilization
             .as_ref()
             .filter(|g| matches!(g.source, Source::Cli | Source::Preset(_)))
@@ -259,7 +259,7 @@ impl ResolvedSettings {
     }
 
     /// Slurm's `--partition`, `--account`, `--reservation` and `--time` for the job.
-    pub fn slurm_choice(&self) -> SlurmChoice {
+    pub(crate) fn slurm_choice(&self) -> SlurmChoice {
         SlurmChoice {
             partition: self.partition.value.clone(),
             account: self.account.as_ref().map(|a| a.value.clone()),
@@ -315,7 +315,7 @@ pub fn dataset(cli: Option<&str>, preset: &Preset) -> Result<Sourced<String>, (S
 
 /// The explicit Harbor job config (`--harbor-config`, else the preset's `harbor_config`), whose own
 /// `timeout_multiplier` is used (docs/design.md §4.3); the first levels of `harbor_config`.
-pub fn explicit_harbor_config(cli: &SpecOverrides, preset: &Preset) -> Option<Sourced<String>> {
+pub(crate) fn explicit_harbor_config(cli: &SpecOverrides, preset: &Preset) -> Option<Sourced<String>> {
     Layers {
         cli: at(cli.harbor_config.clone(), Source::Cli),
         preset: at(preset.harbor_config.clone(), Source::Preset(preset.name.clone())),
@@ -339,7 +339,7 @@ fn cap(value: Sourced<u32>, ceiling: Option<u32>, ceiling_source: Source) -> Sou
 
 /// The GPU profile the cluster's GPUs match, from the profile's `hardware.gpu_name` and
 /// `gpu_memory_gib` (both optional: payload matches the GPUs it finds on the node).
-pub fn gpu_profile_for<'a>(
+pub(crate) fn gpu_profile_for<'a>(
     cluster: &ClusterProfile,
     profiles: &'a launch_spec::GpuProfiles,
 ) -> Option<&'a launch_spec::GpuProfile> {
@@ -347,7 +347,7 @@ pub fn gpu_profile_for<'a>(
 }
 
 /// The GPU the profile describes (`hardware.gpu_name`, `gpu_memory_gib`), as payload would probe it.
-pub fn predicted_gpu(cluster: &ClusterProfile) -> Option<launch_spec::GpuInfo> {
+pub(crate) fn predicted_gpu(cluster: &ClusterProfile) -> Option<launch_spec::GpuInfo> {
     let hardware = &cluster.hardware;
     let gib = hardware.gpu_memory_gib?;
     Some(launch_spec::GpuInfo {

@@ -137,7 +137,7 @@ impl SpecBuilder<'_> {
 
     /// [`Self::expand`] for any profile text (a leading `~/`, `${VAR}`), by the one rule
     /// (`launch_spec::expand`): an unset variable or an unterminated `${` is an error.
-    pub fn expand_text(&self, field: &str, text: &str) -> Result<String, SpecBuildError> {
+    pub(crate) fn expand_text(&self, field: &str, text: &str) -> Result<String, SpecBuildError> {
         use launch_spec::expand::ExpandError;
         launch_spec::expand::expand_path(text, &|var| self.variable(var)).map_err(|err| match err {
             ExpandError::Unset(var) => {
@@ -303,7 +303,7 @@ impl SpecBuilder<'_> {
 
     /// The explicit Harbor config (`--harbor-config`, else the preset's `harbor_config`), if any:
     /// the resolved config when an explicit level set it.
-    pub fn explicit_harbor_config(&self, preset: &Preset, overrides: &SpecOverrides) -> Option<PathBuf> {
+    pub(crate) fn explicit_harbor_config(&self, preset: &Preset, overrides: &SpecOverrides) -> Option<PathBuf> {
         let name = crate::settings::explicit_harbor_config(overrides, preset)?;
         Some(harbor_config_path(self.harbor_configs_dir, &name.value))
     }
@@ -559,7 +559,7 @@ pub fn harbor_config_multiplier(path: &Path) -> Result<f64, SpecBuildError> {
 /// whole bank goes into the spec with `<state_dir>/pinggy` as the lease directory — payload picks
 /// a free pair on the node), with the SOCKS egress proxy beside it when compute nodes have no
 /// internet; SOCKS egress alone for local agents there; otherwise none.
-pub fn tunnel_spec(
+pub(crate) fn tunnel_spec(
     cluster: &ClusterProfile,
     agent: &str,
     expand: &dyn Fn(&str, &Path) -> Result<PathBuf, SpecBuildError>,
@@ -605,7 +605,7 @@ pub fn tunnel_spec(
 /// and the locked Pinggy pairs left out of the bank (the next pair becomes the first). A bank
 /// every pair of which is left out stays as it is (remediation holds such a pair instead). The
 /// `--exclude` nodes go into the sbatch request (planner).
-pub fn apply_adjustment(spec: &mut LaunchSpec, adjustment: &crate::domain::PairAdjustment) {
+pub(crate) fn apply_adjustment(spec: &mut LaunchSpec, adjustment: &crate::domain::PairAdjustment) {
     if let Some(util) = adjustment.gpu_memory_utilization {
         spec.serve.gpu_memory_utilization = Some(util);
     }
@@ -656,7 +656,7 @@ pub fn describe_adjustment(adjustment: &crate::domain::PairAdjustment) -> String
 
 /// One line for `plan` and `lint`: what `agent`'s jobs on `cluster` tunnel, and the variables the
 /// agent gets (launch_spec::agents); the refusal's reason when they cannot launch there.
-pub fn describe_tunnel(
+pub(crate) fn describe_tunnel(
     cluster: &ClusterProfile,
     agent: &str,
     expand: &dyn Fn(&str, &Path) -> Result<PathBuf, SpecBuildError>,

@@ -62,7 +62,7 @@ macro_rules! event_table {
             }
 
             /// A known kind's body from its `fields`; `None` for [`EventKind::Other`].
-            pub fn from_fields(
+            pub(crate) fn from_fields(
                 kind: &EventKind,
                 fields: &serde_json::Map<String, Value>,
             ) -> Option<Result<Self, serde_json::Error>> {

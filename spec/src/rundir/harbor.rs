@@ -302,7 +302,7 @@ pub fn classify_trial(trial: &Path) -> TrialStage {
 
 /// The one cap on a trial's `result.json`: a bigger one counts as done and is not read (so it is
 /// neither errored nor rewarded), in payload's heartbeat and in `check` alike.
-pub const TRIAL_RESULT_CAP: u64 = fsread::RECORD_CAP;
+pub(crate) const TRIAL_RESULT_CAP: u64 = fsread::RECORD_CAP;
 
 /// Whether a run-dir entry may be a trial: a directory by its listed type (`d_type`, no `stat`),
 /// so a symlink to a directory never is; [`read_trial`] then classifies it.

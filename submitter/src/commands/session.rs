@@ -46,7 +46,7 @@ pub struct LedgerStore {
 /// What changes the launch spec: shared by `spec`, `plan` and `launch` (and what the listener
 /// passes to `launch`).
 #[derive(clap::Args, Clone, Debug, Default)]
-pub struct SpecOptions {
+pub(crate) struct SpecOptions {
     /// Operator override of the timeout multiplier.
     #[arg(long, value_name = "X", value_parser = submitter::config::args::multiplier)]
     pub timeout_multiplier: Option<f64>,
@@ -78,7 +78,7 @@ pub struct SpecOptions {
 
 impl SpecOptions {
     /// The library's overrides (per-leg concurrency is [`SpecOptions::concurrency`]).
-    pub fn overrides(&self) -> Result<SpecOverrides> {
+    pub(crate) fn overrides(&self) -> Result<SpecOverrides> {
         // A relative path the operator typed means "from here" (a bare name: presets/harbor/).
         let from_here = |name: &Option<String>| -> Result<Option<String>> {
             Ok(match name {
@@ -101,14 +101,14 @@ impl SpecOptions {
         })
     }
 
-    pub fn concurrency(&self) -> Concurrency {
+    pub(crate) fn concurrency(&self) -> Concurrency {
         Concurrency::from_items(&self.n_concurrent)
     }
 }
 
 /// Where and for how long the jobs run: shared by `plan` and `launch` (what queues jobs).
 #[derive(clap::Args, Clone, Debug, Default)]
-pub struct SlurmOptions {
+pub(crate) struct SlurmOptions {
     /// Slurm partition for every job (wins over the preset's `slurm_partition` and the profile's).
     #[arg(long, value_name = "P", value_parser = submitter::config::args::slurm_name)]
     pub partition: Option<String>,
@@ -128,7 +128,7 @@ pub struct SlurmOptions {
 }
 
 impl SlurmOptions {
-    pub fn overrides(&self) -> SlurmOverrides {
+    pub(crate) fn overrides(&self) -> SlurmOverrides {
         SlurmOverrides {
             partition: self.partition.clone(),
             account: self.account.clone(),
@@ -141,7 +141,7 @@ impl SlurmOptions {
 
 /// The model and benchmark selection shared by `plan` and `launch`.
 #[derive(clap::Args, Clone, Debug)]
-pub struct Selection {
+pub(crate) struct Selection {
     /// Presets (repeatable); `ID` means swebench, v2 and tb2 together.
     #[arg(long = "preset", value_name = "P")]
     pub presets: Vec<String>,
@@ -277,7 +277,7 @@ impl Session {
 
 impl Selection {
     /// The legs (presets with `ID` expanded, or the `--datasets` leg), re-read from disk.
-    pub fn legs(&self, presets_dir: &Path) -> Result<Vec<Leg>> {
+    pub(crate) fn legs(&self, presets_dir: &Path) -> Result<Vec<Leg>> {
         let legs = selection::legs(presets_dir, &self.presets, &self.datasets)?;
         self.spec.concurrency().check(&legs)?;
         Ok(legs)
@@ -285,7 +285,7 @@ impl Selection {
 
     /// The models to consider, in priority order. No list means no submissions, unless
     /// `--all-models` explicitly selects the ledger's catalogue.
-    pub fn models(&self, ledger: &dyn Ledger) -> Result<Vec<ModelId>> {
+    pub(crate) fn models(&self, ledger: &dyn Ledger) -> Result<Vec<ModelId>> {
         let mut models: Vec<ModelId> = self
             .models
             .iter()
@@ -312,7 +312,7 @@ impl Selection {
         Ok(lists::filter_models(&models, &blacklist))
     }
 
-    pub fn check(&self) -> Result<()> {
+    pub(crate) fn check(&self) -> Result<()> {
         if self.force && self.models.is_empty() && self.models_file.is_none() {
             bail!(
                 "--force needs an explicit model list (--model or --models-file): it bypasses dedup for those pairs only"

@@ -42,7 +42,7 @@ pub struct SpecArgs {
 }
 
 /// The configuration a spec is built from, loaded once.
-pub struct Loaded {
+pub(crate) struct Loaded {
     pub cluster: submitter::config::ClusterProfile,
     pub gpu_profiles: launch_spec::GpuProfiles,
     pub registry: Registry,
@@ -53,13 +53,13 @@ pub struct Loaded {
 }
 
 impl Loaded {
-    pub fn context(&self) -> SpecBuilder<'_> {
+    pub(crate) fn context(&self) -> SpecBuilder<'_> {
         SpecBuilder::new(&self.cluster, &self.gpu_profiles, &self.registry, &self.harbor_configs, &self.root)
     }
 }
 
 /// Loads the configuration `args` names and builds the spec (nothing written).
-pub fn build(args: &SpecArgs) -> Result<(launch_spec::LaunchSpec, Loaded)> {
+pub(crate) fn build(args: &SpecArgs) -> Result<(launch_spec::LaunchSpec, Loaded)> {
     // Checked here rather than by clap, whose message would echo a newline in the id raw.
     let model = config::args::model(&args.model).map_err(|e| anyhow::anyhow!("--model: {e}"))?;
     let dirs = args.dirs.resolve()?;
@@ -88,7 +88,7 @@ pub fn build(args: &SpecArgs) -> Result<(launch_spec::LaunchSpec, Loaded)> {
 }
 
 /// Writes the spec to `--out` (atomically) or stdout.
-pub fn write(args: &SpecArgs, spec: &launch_spec::LaunchSpec) -> Result<()> {
+pub(crate) fn write(args: &SpecArgs, spec: &launch_spec::LaunchSpec) -> Result<()> {
     let json = spec.to_json();
     match &args.out {
         None => super::print(&json),
@@ -96,7 +96,7 @@ pub fn write(args: &SpecArgs, spec: &launch_spec::LaunchSpec) -> Result<()> {
     }
 }
 
-pub fn spec(args: &SpecArgs) -> Result<ExitCode> {
+pub(crate) fn spec(args: &SpecArgs) -> Result<ExitCode> {
     let (spec, _) = build(args)?;
     write(args, &spec)?;
     // On stderr: stdout may be the spec itself.

@@ -138,7 +138,7 @@ pub struct SlurmSettings {
     pub time: String,
     /// `false` where GPUs are not gres-tracked (Vista): request `--nodes` instead of `--gres`.
     #[serde(default = "yes")]
-    pub gpu_gres: bool,
+    pub(crate) gpu_gres: bool,
     /// Further sbatch arguments, one argv element each.
     #[serde(default)]
     pub extra_args: Vec<String>,
@@ -253,12 +253,12 @@ impl Environment {
     }
 
     /// The declared Harbor (a release or a flavour), else the verified release.
-    pub fn harbor_declared(&self) -> String {
+    pub(crate) fn harbor_declared(&self) -> String {
         self.harbor.clone().unwrap_or_else(|| launch_spec::versions::VERIFIED_HARBOR.to_string())
     }
 
     /// What the declared Harbor speaks (the verified release when undeclared).
-    pub fn harbor_dialect(&self) -> HarborDialect {
+    pub(crate) fn harbor_dialect(&self) -> HarborDialect {
         self.harbor.as_deref().and_then(|h| HarborDialect::from_declared(h).ok()).map(|(d, _)| d).unwrap_or_default()
     }
 }
@@ -301,7 +301,7 @@ pub struct Hardware {
     #[serde(default)]
     pub gpu_memory_utilization: Option<f64>,
     #[serde(default)]
-    pub cuda_home: Option<PathBuf>,
+    pub(crate) cuda_home: Option<PathBuf>,
     /// The nodes' GPU as NVML names it (`NVIDIA A100-SXM-64GB`) and its memory in GiB: what
     /// `registry check` matches the GPU profiles with and weighs a model's weights against.
     #[serde(default)]
@@ -346,10 +346,10 @@ pub struct EngineSettings {
     /// The same for a mixture-of-experts model (`…-A22B`, Mixtral, …): its expert kernels are
     /// tuned and built on top.
     #[serde(default = "default_moe_compile_allowance")]
-    pub moe_compile_allowance_s: u64,
+    pub(crate) moe_compile_allowance_s: u64,
     /// CUDA-graph capture; none with `--enforce-eager`.
     #[serde(default = "default_graph_capture_allowance")]
-    pub graph_capture_allowance_s: u64,
+    pub(crate) graph_capture_allowance_s: u64,
     /// vLLM's `--distributed-timeout-seconds` for a multi-node engine; default `health_timeout_s`
     /// (weights may load slowly on some nodes, docs/multinode.md).
     #[serde(default)]
@@ -586,7 +586,7 @@ pub struct PreDownload {
     #[serde(default = "default_dataset_command")]
     pub dataset_command: Vec<String>,
     #[serde(default = "default_dataset_timeout")]
-    pub dataset_timeout_s: u64,
+    pub(crate) dataset_timeout_s: u64,
 }
 
 impl Default for PreDownload {

@@ -90,7 +90,7 @@ mod retired {
 }
 
 /// The name of the preset `--datasets D…` builds (its leg's name).
-pub const DATASETS_NAME: &str = "datasets";
+pub(crate) const DATASETS_NAME: &str = "datasets";
 
 impl Preset {
     /// A preset with only `datasets` (what `--datasets D…` selects): every other setting default.

@@ -91,14 +91,14 @@ pub enum Depth {
 }
 
 /// A run dir's evidence and what `check --json` shows beside the findings.
-pub struct DirEvidence {
+pub(crate) struct DirEvidence {
     pub evidence: Evidence,
     pub run_tag: Option<String>,
     pub engine_log: Option<EngineLog>,
 }
 
 /// Reads a run dir into [`Evidence`] for the reference time `now`.
-pub fn evidence_from_dir(
+pub(crate) fn evidence_from_dir(
     dir: &Path,
     settings: &VerifySettings,
     now: DateTime<Utc>,
@@ -460,7 +460,7 @@ fn json_string_after(rest: &[u8]) -> Option<String> {
 // Tunnel
 
 /// Parses a Pinggy (or plain `ssh -R`) log.
-pub fn parse_tunnel_log(path: &Path, text: &str) -> TunnelLog {
+pub(crate) fn parse_tunnel_log(path: &Path, text: &str) -> TunnelLog {
     let mut log = TunnelLog { path: path.to_path_buf(), ..TunnelLog::default() };
     let url = regex::Regex::new(r"https://[A-Za-z0-9.-]+(?::[0-9]+)?").expect("static regex");
     let counter = regex::Regex::new(r"\b(RB|SB|TC):\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)i?B?\b").expect("static regex");

@@ -15,9 +15,10 @@ pub struct FindingId {
 
 macro_rules! findings {
     ($($name:ident = $check:literal . $rest:literal;)*) => {
-        $(pub const $name: FindingId = FindingId { check: $check, id: concat!($check, ".", $rest) };)*
+        $(pub(crate) const $name: FindingId = FindingId { check: $check, id: concat!($check, ".", $rest) };)*
         /// Every finding, in the doc's order.
-        pub const ALL: &[FindingId] = &[$($name),*];
+        #[cfg(test)] // used only by the tests
+        pub(crate) const ALL: &[FindingId] = &[$($name),*];
     };
 }
 
@@ -67,12 +68,6 @@ findings! {
     AUDIT_COMPLETION = "audit"."completion";
 }
 
-/// The finding with this id (`engine.died`), for readers of `--json` output and the profile's
-/// per-finding settings.
-pub fn by_id(id: &str) -> Option<FindingId> {
-    ALL.iter().copied().find(|f| f.id == id)
-}
-
 // ---------------------------------------------------------------------------------------------
 // The thresholds the rules judge with: the profile's `verify:` section (a new rule's threshold is a
 // field here, with its default and range check).
@@ -84,32 +79,32 @@ pub fn by_id(id: &str) -> Option<FindingId> {
 pub struct VerifySettings {
     /// No status.json update for this long while Slurm says RUNNING → `dead` (payload writes
     /// one every 15 s).
-    pub heartbeat_timeout_s: u64,
+    pub(crate) heartbeat_timeout_s: u64,
     /// Slurm RUNNING this long without any status.json → `dead` (the batch script never reached payload).
     pub no_status_after_s: u64,
     /// No completion and no trial progress for this long → `stalled`.
-    pub stall_after_s: u64,
+    pub(crate) stall_after_s: u64,
     /// Harbor running this long with zero 200 completions → `misconfigured` (broken agent setup,
     /// e.g. missing `model_info`).
-    pub zero_ok_after_s: u64,
+    pub(crate) zero_ok_after_s: u64,
     /// Share of 400 answers above which the run is `misconfigured` (context overflow).
-    pub bad_request_share: f64,
+    pub(crate) bad_request_share: f64,
     /// Share of 5xx answers above which `check` warns.
-    pub server_error_share: f64,
+    pub(crate) server_error_share: f64,
     /// Fewest completions a share is computed from.
-    pub min_requests: u64,
+    pub(crate) min_requests: u64,
     /// All trials done but the job still running for this long → `stalled` (zombie).
-    pub zombie_after_s: u64,
+    pub(crate) zombie_after_s: u64,
     /// Trials active but no new `result.json` for this long → `check` fails (stalled).
-    pub no_result_after_s: u64,
+    pub(crate) no_result_after_s: u64,
     /// An installed agent's running trial with no `agent/command-0/` this long after its
     /// `config.json` → `check` fails (setup stalled).
-    pub setup_stalled_after_s: u64,
+    pub(crate) setup_stalled_after_s: u64,
     /// A trial that finished within this many seconds of its start with no output tokens is an
     /// instant failure.
     pub instant_fail_s: f64,
     /// Share of finished trials that may be instant failures before `check` fails.
-    pub instant_fail_share: f64,
+    pub(crate) instant_fail_share: f64,
     /// Completion audit: valid trials needed, as a share of n_tasks × n_attempts.
     pub min_valid_share: f64,
     /// Completion audit: largest acceptable share of errored trials.
@@ -126,7 +121,7 @@ pub struct AutoCancel {
     pub dead_after_s: Option<u64>,
     /// Cancel a job `stalled` for this long.
     #[serde(default)]
-    pub stalled_after_s: Option<u64>,
+    pub(crate) stalled_after_s: Option<u64>,
 }
 
 impl Default for VerifySettings {

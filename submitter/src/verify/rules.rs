@@ -68,7 +68,7 @@ pub struct Agent {
 
 impl Agent {
     /// The agent's name, terminus-2 (Harbor's default) when the files name none.
-    pub fn display_name(&self) -> String {
+    pub(crate) fn display_name(&self) -> String {
         self.name.clone().unwrap_or_else(|| "terminus-2".into())
     }
 }
@@ -82,7 +82,7 @@ pub struct TunnelLog {
     /// The lock message that is still in force at the end of the log.
     pub locked: Option<String>,
     /// A lock message followed by a working session (payload moved to the next pair, or forced).
-    pub recovered_lock: Option<String>,
+    pub(crate) recovered_lock: Option<String>,
     pub allocated: Option<String>,
     /// payload's end-to-end check passed (`[…] payload: verified: …`).
     pub verified: Option<String>,
@@ -111,7 +111,7 @@ pub struct JobFacts {
     pub ledger_status: AttemptStatus,
     pub ledger_reason: String,
     /// When the job was first seen running (ledger `started_at`, or the first observation).
-    pub running_seen_at: Option<DateTime<Utc>>,
+    pub(crate) running_seen_at: Option<DateTime<Utc>>,
     /// `None` while the attempt has no job id.
     pub slurm: Option<SlurmView>,
     pub slurm_state: Option<String>,
@@ -153,11 +153,11 @@ pub struct EngineFacts {
     /// Completions per minute when measurable.
     pub per_min: Option<f64>,
     /// When the engine began serving: Harbor's start, the server's start line, the job's start.
-    pub serving_since: Option<DateTime<Utc>>,
+    pub(crate) serving_since: Option<DateTime<Utc>>,
     /// When the log was last written (its modification time).
-    pub written_at: Option<DateTime<Utc>>,
+    pub(crate) written_at: Option<DateTime<Utc>>,
     /// When the last completion was answered (at or after this instant).
-    pub last_completion_at: Option<DateTime<Utc>>,
+    pub(crate) last_completion_at: Option<DateTime<Utc>>,
     pub example_400: Option<String>,
     pub example_5xx: Option<String>,
     pub context_error: Option<String>,
@@ -170,7 +170,7 @@ pub struct EngineFacts {
 }
 
 /// The heartbeat's vLLM counters on one line, for evidence.
-pub fn counters_text(c: &launch_spec::records::EngineCounters) -> String {
+pub(crate) fn counters_text(c: &launch_spec::records::EngineCounters) -> String {
     let rate = c.tokens_per_s.map(|r| format!(", {r:.1} tokens/s")).unwrap_or_default();
     let kv = c.kv_cache_usage.map(|k| format!(", KV cache {}", percent(k))).unwrap_or_default();
     let quiet = c
@@ -228,32 +228,32 @@ pub struct Evidence {
     pub expected_trials: Option<u64>,
     /// The agent's wiring as the files show it (tunnel log, `api_base`, `model_info`); `None`
     /// when no run dir was read.
-    pub wiring: Option<Wiring>,
+    pub(crate) wiring: Option<Wiring>,
     /// The completion audit (Harbor's result, or the ledger's metrics).
     pub audit: Option<Audit>,
     /// Whether the run dir has any trial dir (an engine without a log then warns).
-    pub has_trials: bool,
+    pub(crate) has_trials: bool,
     /// The agent runs in the remote sandbox (openhands, claude-code, …), not on the node.
-    pub installed_agent: bool,
+    pub(crate) installed_agent: bool,
 }
 
 /// What [`evaluate`] concluded.
 #[derive(Debug, Clone)]
-pub struct Assessment {
+pub(crate) struct Assessment {
     pub state: RunState,
     pub findings: Vec<Finding>,
     /// The summary `status` shows for a healthy run.
-    pub healthy_summary: String,
+    pub(crate) healthy_summary: String,
 }
 
 impl Assessment {
     /// The worst finding's level (`check`'s verdict).
-    pub fn level(&self) -> Level {
+    pub(crate) fn level(&self) -> Level {
         self.findings.iter().map(|f| f.level).max().unwrap_or(Level::Ok)
     }
 
     /// `status`'s verdict: the most severe verdict a finding stands for, and that finding.
-    pub fn verdict(&self) -> (VerdictKind, Option<&Finding>) {
+    pub(crate) fn verdict(&self) -> (VerdictKind, Option<&Finding>) {
         // The first of equally severe findings wins.
         let mut decisive: Option<&Finding> = None;
         for f in self.findings.iter().filter(|f| f.status.is_some()) {
@@ -287,7 +287,7 @@ fn finding(which: FindingId, level: Level, status: VerdictKind, summary: String)
 }
 
 /// Seconds since payload last wrote status.json (its `updated_at` or heartbeat, whichever is newer).
-pub fn status_age_s(status: &RunStatus, now: DateTime<Utc>) -> Option<i64> {
+pub(crate) fn status_age_s(status: &RunStatus, now: DateTime<Utc>) -> Option<i64> {
     let updated = parse_time(&status.updated_at);
     let beat = status.heartbeat.as_ref().and_then(|h| parse_time(&h.at));
     let last = updated.into_iter().chain(beat).max()?;
@@ -295,7 +295,7 @@ pub fn status_age_s(status: &RunStatus, now: DateTime<Utc>) -> Option<i64> {
 }
 
 /// The findings for one run. Pure.
-pub fn evaluate(ev: &Evidence, s: &VerifySettings) -> Assessment {
+pub(crate) fn evaluate(ev: &Evidence, s: &VerifySettings) -> Assessment {
     let now = ev.now.unwrap_or_else(Utc::now);
     let mut out = Vec::new();
     let job_text = ev.job.as_ref().and_then(|j| j.job_id.clone()).unwrap_or_else(|| "?".into());
@@ -963,7 +963,7 @@ fn audit_finding(audit: &Audit) -> Finding {
 /// What the files say of the agent's wiring (`check::evidence_from_dir` gathers it); the tunnel
 /// and `api_base` rules judge it in [`evaluate`].
 #[derive(Debug, Clone, Default)]
-pub struct Wiring {
+pub(crate) struct Wiring {
     pub agent: Agent,
     /// The agent runs in the remote sandbox and calls the model back over the tunnel.
     pub remote: bool,
@@ -972,15 +972,15 @@ pub struct Wiring {
     /// The tunnel log's reading; `None` when the run dir has none.
     pub tunnel: Option<TunnelLog>,
     /// The Pinggy pair payload took (last `tunnel_pair` event).
-    pub held_url: Option<String>,
+    pub(crate) held_url: Option<String>,
     /// `launch.json`'s `tunnel.public_url`.
-    pub launch_public_url: Option<String>,
+    pub(crate) launch_public_url: Option<String>,
     /// Whether the `api_base` rules apply (`check` always; `status` once Harbor wrote its config).
-    pub api_base_read: bool,
+    pub(crate) api_base_read: bool,
     /// The engine log could not be read: (error, path).
-    pub engine_log_unreadable: Option<(String, String)>,
+    pub(crate) engine_log_unreadable: Option<(String, String)>,
     /// `status` reads only the failures of these rules (every job, every refresh).
-    pub fails_only: bool,
+    pub(crate) fails_only: bool,
 }
 
 /// The wiring rules' findings, in `check`'s order.

@@ -39,7 +39,7 @@ pub struct Sample {
 }
 
 impl Sample {
-    pub fn from_heartbeat(hb: &Heartbeat) -> Option<Sample> {
+    pub(crate) fn from_heartbeat(hb: &Heartbeat) -> Option<Sample> {
         Some(Sample {
             at: parse_time(&hb.at)?,
             ok: hb.completions_ok,
@@ -65,19 +65,19 @@ pub struct Observation {
     pub samples: Vec<Sample>,
     /// When this attempt was first observed, and first observed RUNNING in Slurm.
     #[serde(default)]
-    pub first_seen: Option<DateTime<Utc>>,
+    pub(crate) first_seen: Option<DateTime<Utc>>,
     #[serde(default)]
-    pub running_seen_at: Option<DateTime<Utc>>,
+    pub(crate) running_seen_at: Option<DateTime<Utc>>,
     /// The last verdict and since when it has held without interruption.
     #[serde(default)]
     pub verdict: Option<VerdictKind>,
     #[serde(default)]
-    pub verdict_since: Option<DateTime<Utc>>,
+    pub(crate) verdict_since: Option<DateTime<Utc>>,
     #[serde(default)]
-    pub observed_at: Option<DateTime<Utc>>,
+    pub(crate) observed_at: Option<DateTime<Utc>>,
 }
 
-pub const MAX_SAMPLES: usize = 256;
+pub(crate) const MAX_SAMPLES: usize = 256;
 const SAMPLE_HORIZON_S: i64 = 3600;
 
 /// Everything [`judge`] looks at.
@@ -86,15 +86,15 @@ pub struct Inputs<'a> {
     /// payload's status.json, only when it belongs to this attempt (same Slurm job id).
     pub status: Option<&'a RunStatus>,
     /// Why the run dir's status.json could not be used (truncated, a newer version), when it could not.
-    pub status_error: Option<&'a RecordError>,
+    pub(crate) status_error: Option<&'a RecordError>,
     /// Slurm's view of the job; `None` while the attempt has no job id.
     pub slurm: Option<SlurmView>,
     /// Slurm's state name, for the evidence (`RUNNING`, `CANCELLED`, …).
     pub slurm_state: Option<String>,
     pub job_id: Option<String>,
     /// The ledger row.
-    pub attempt_status: AttemptStatus,
-    pub attempt_reason: &'a str,
+    pub(crate) attempt_status: AttemptStatus,
+    pub(crate) attempt_reason: &'a str,
     /// When sync saw the job start (ledger `started_at`).
     pub started_at: Option<DateTime<Utc>>,
     /// When Harbor started (events.jsonl).
@@ -103,7 +103,7 @@ pub struct Inputs<'a> {
     pub expected_trials: Option<u64>,
     /// The agent's wiring as the run dir's files show it ([`super::check::evidence_from_dir`]),
     /// judged by the tunnel and api_base rules.
-    pub wiring: Option<&'a super::rules::Wiring>,
+    pub(crate) wiring: Option<&'a super::rules::Wiring>,
     /// The completion audit of a finished attempt (from its ledger metrics).
     pub audit: Option<&'a Audit>,
     pub previous: Option<&'a Observation>,
@@ -161,7 +161,7 @@ pub struct StatusRow {
     /// Slurm's state (`PENDING`, `RUNNING`, …), `gone` when Slurm no longer lists the job, `-`
     /// without a job id.
     pub slurm: String,
-    pub slurm_view: Option<SlurmView>,
+    pub(crate) slurm_view: Option<SlurmView>,
     /// payload's phase from status.json, `-` without one.
     pub phase: String,
     pub verdict: JobVerdict,
@@ -395,7 +395,7 @@ fn window(obs: &Observation, current: &Sample, harbor_since: DateTime<Utc>, min_
 
 /// Whether the watch loop should cancel the job now, and why: the job is still RUNNING in Slurm
 /// and has been `dead` / `stalled` longer than the profile's bound.
-pub fn cancel_due(
+pub(crate) fn cancel_due(
     verdict: &JobVerdict,
     slurm: Option<SlurmView>,
     policy: Option<&AutoCancel>,
@@ -422,22 +422,22 @@ fn observation_path(state_dir: &Path, attempt: i64) -> PathBuf {
     state_dir.join("observations").join(format!("attempt-{attempt}.json"))
 }
 
-pub fn load_observation(state_dir: &Path, attempt: i64) -> Option<Observation> {
+pub(crate) fn load_observation(state_dir: &Path, attempt: i64) -> Option<Observation> {
     super::read_record(&observation_path(state_dir, attempt))
 }
 
 /// Replaces the observation file atomically (two `status` processes may run at once).
-pub fn save_observation(state_dir: &Path, attempt: i64, obs: &Observation) -> std::io::Result<()> {
+pub(crate) fn save_observation(state_dir: &Path, attempt: i64, obs: &Observation) -> std::io::Result<()> {
     let json = serde_json::to_vec(obs).expect("observation serialises");
     launch_spec::records::write_atomically(&observation_path(state_dir, attempt), &json)
 }
 
-pub fn remove_observation(state_dir: &Path, attempt: i64) {
+pub(crate) fn remove_observation(state_dir: &Path, attempt: i64) {
     let _ = std::fs::remove_file(observation_path(state_dir, attempt));
 }
 
 /// Removes the observation files of attempts not in `keep` (they ended since they were last seen).
-pub fn prune_observations(state_dir: &Path, keep: &std::collections::HashSet<i64>) {
+pub(crate) fn prune_observations(state_dir: &Path, keep: &std::collections::HashSet<i64>) {
     let Ok(entries) = std::fs::read_dir(state_dir.join("observations")) else { return };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
