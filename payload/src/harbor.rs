@@ -170,8 +170,7 @@ fn kwarg_key(kv: &str) -> &str {
     kv.split_once('=').map(|(k, _)| k).unwrap_or(kv).trim()
 }
 
-/// The merged job config payload hands Harbor (`--config`), beside payload's records in the run dir.
-pub(crate) const MERGED_CONFIG_FILE: &str = "harbor-job-config.json";
+pub(crate) use launch_spec::records::MERGED_HARBOR_CONFIG_FILE as MERGED_CONFIG_FILE;
 
 /// The shipped job config with the model put into its agent: `--agent`/`--model` would replace
 /// the YAML's `agents[]` and drop its agent settings (`max_timeout_sec`, kwargs, …), so payload
@@ -443,16 +442,13 @@ pub(crate) fn config_files(run_dir: &Path) -> Vec<PathBuf> {
         .unwrap_or_default();
     trials.sort();
     let mut files = Vec::new();
-    for name in ["config.json", LOCK_FILE] {
+    for name in [launch_spec::rundir::harbor::CONFIG_FILE, launch_spec::rundir::harbor::LOCK_FILE] {
         files.extend(
             std::iter::once(run_dir.join(name)).chain(trials.iter().map(|t| t.join(name))).filter(|p| p.is_file()),
         );
     }
     files
 }
-
-/// Harbor's resolved-input lock file (job and trial).
-pub(crate) const LOCK_FILE: &str = "lock.json";
 
 /// `kwargs.api_base` of a lock's agent (`agent` in a trial lock, `trials[].agent` in the job lock),
 /// the only place Harbor's lock records it; every other lock field stays byte-for-byte.
@@ -486,7 +482,7 @@ pub(crate) fn rewrite_api_base(run_dir: &Path, new: &str) -> Result<Vec<(PathBuf
     let mut out = Vec::new();
     for path in config_files(run_dir) {
         let mut value = read_config(&path)?;
-        let changed = if path.file_name().is_some_and(|n| n == LOCK_FILE) {
+        let changed = if path.file_name().is_some_and(|n| n == launch_spec::rundir::harbor::LOCK_FILE) {
             rewrite_lock_api_base(&mut value, new)
         } else {
             rewrite_api_base_value(&mut value, new)

@@ -10,8 +10,7 @@ use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
 
-/// The lock file's name in the run dir.
-pub(crate) const LOCK_FILE: &str = "payload.lock";
+use launch_spec::records::RUN_LOCK_FILE as LOCK_FILE;
 
 /// payload's exit code when another payload holds the run dir (crate::exit).
 pub(crate) use crate::exit::EXIT_RUN_DIR_BUSY;

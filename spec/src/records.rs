@@ -12,6 +12,10 @@ pub const EVENTS_FILE: &str = "events.jsonl";
 /// (status.json holds only the latest): a 48-hour job adds 2,880 lines of about 250 bytes.
 pub const HEARTBEAT_EVENT_EVERY_S: u64 = 60;
 pub const SPEC_FILE: &str = "launch.json";
+/// The merged job config payload hands Harbor (`--config`), beside payload's records.
+pub const MERGED_HARBOR_CONFIG_FILE: &str = "harbor-job-config.json";
+/// The lock one `payload run` holds on its run dir (a second run of the same dir is refused).
+pub const RUN_LOCK_FILE: &str = "payload.lock";
 pub const ENGINE_LOG: &str = "vllm.log";
 pub const HARBOR_LOG: &str = "harbor.log";
 pub const TUNNEL_LOG: &str = "tunnel.log";

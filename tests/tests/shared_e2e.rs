@@ -249,7 +249,10 @@ fn class(status: &Value) -> &str {
 
 #[test]
 fn three_legs_share_one_engine_started_once() {
-    let fx = Shared::new("three", &["0.05", "0.05", "0.05"]);
+    // Trials long enough that each leg's Harbor is `running` for several of the host's looks
+    // (SHARE_POLL, 250 ms): a leg's serving span starts when the host sees it running, and a Harbor
+    // that finished between two looks on a loaded machine would leave its leg without a span.
+    let fx = Shared::new("three", &["1", "1", "1"]);
     let mut host = fx.start_by_script();
     let code = host.wait(&fx);
     assert_eq!(code, 0, "host exit\n{}", fx.stderr());
