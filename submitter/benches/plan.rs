@@ -134,6 +134,7 @@ fn main() {
         prelude: None,
     };
     let environment = |_: &str| None;
+    let no_limit = |_: &str| None;
     let (concurrency, slurm_overrides) = (Concurrency::default(), SlurmOverrides::default());
     let inputs = |context, legs, models| PlanInputs {
         context,
@@ -147,6 +148,7 @@ fn main() {
         policy: &policy,
         max_in_flight: 10_000,
         allocation: None,
+        max_time: &no_limit,
     };
     let no_slurm = InstantSlurm(Cell::new(0));
     let sizes: Vec<usize> = std::env::var("PLAN_BENCH_SIZES")

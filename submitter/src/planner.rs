@@ -53,6 +53,9 @@ pub struct PlanInputs<'a> {
     pub max_in_flight: u32,
     /// `--allocation`, when given (docs/submitter.md, "Shared allocation").
     pub allocation: Option<Allocation>,
+    /// The walltime limit of a partition, in seconds, and where it was read ([`crate::settings::partition_limit`]):
+    /// every `--time` is capped at it.
+    pub max_time: &'a dyn Fn(&str) -> Option<(u64, String)>,
 }
 
 /// Why a pair the decision would queue is not queued.
@@ -315,7 +318,10 @@ fn plan_pair(
     // not a failure on every launch); only if it would be queued is it refused.
     let resolved = context.resolve(model, &leg.preset, &overrides).map(|(resolved, _layout)| resolved);
     let choices = Choices { spec: &overrides, slurm: inputs.slurm, allocation: inputs.allocation };
-    let settings = context.settings(model, &leg.preset, choices, resolved.as_ref().ok());
+    let mut settings = context.settings(model, &leg.preset, choices, resolved.as_ref().ok());
+    if let Some((max_s, source)) = (inputs.max_time)(&settings.partition.value) {
+        settings.cap_time(max_s, &source);
+    }
     let choice = settings.slurm_choice();
     let mut job = PlannedJob {
         model: model.to_string(),
@@ -555,9 +561,20 @@ fn shared_job(inputs: &PlanInputs, jobs: &mut [PlannedJob], legs: &[usize]) -> R
         Some(budget) => (budget.seconds, "the readiness budget"),
         None => (first.serve.health_timeout_s, "engine.health_timeout_s, the longest load payload waits for"),
     };
-    let time_s = longest.0 + load_s;
+    let mut time_s = longest.0 + load_s;
+    let mut time_basis = format!("longest leg ({}) + load allowance {load_s} s ({load_basis})", longest.1);
+    let partition = &jobs[legs[0]].resources.partition;
+    if let Some((max_s, source)) = (inputs.max_time)(partition).filter(|(max_s, _)| time_s > *max_s) {
+        // The legs share one engine: splitting them would load it twice. Each leg that does not
+        // finish in the partition's limit is continued by its own walltime continuation.
+        time_basis = format!(
+            "capped at {} = {source} (asked {} = {time_basis}); a leg unfinished at the limit is continued (walltime continuation), not split",
+            crate::queue::format_slurm_time(max_s),
+            crate::queue::format_slurm_time(time_s)
+        );
+        time_s = max_s;
+    }
     let time = crate::queue::format_slurm_time(time_s);
-    let time_basis = format!("longest leg ({}) + load allowance {load_s} s ({load_basis})", longest.1);
     let key: Vec<String> = legs
         .iter()
         .map(|&i| format!("{}:{}", jobs[i].run_tag, jobs[i].latest_attempt.map_or("new".into(), |a| a.to_string())))
@@ -691,6 +708,10 @@ mod tests {
         None
     }
 
+    fn no_limit(_: &str) -> Option<(u64, String)> {
+        None
+    }
+
     impl Fixed {
         fn new(max_failed_attempts: u32, concurrency: Concurrency) -> Fixed {
             Fixed {
@@ -732,6 +753,7 @@ mod tests {
                 policy: &self.policy,
                 max_in_flight,
                 allocation,
+                max_time: &no_limit,
             }
         }
     }
@@ -862,6 +884,17 @@ mod tests {
         assert_eq!(planned.shared[1].legs.len(), 2, "org/Two-1B: swebench and v2 left");
         let one: Vec<&PlannedJob> = planned.jobs.iter().filter(|j| j.model == "org/One-1B" && j.queues()).collect();
         assert_eq!(one.len(), 1);
+        // The partition's limit (issue 31) caps every leg's `--time` and the shared job's; the plan
+        // says that what does not finish is continued.
+        let limit = |_: &str| Some((1500, "partition debug's MaxTime (Slurm)".to_string()));
+        let inputs = fixed.inputs(&context, &legs, &models, 20, Some(Allocation::Shared));
+        let capped = plan(&PlanInputs { max_time: &limit, ..inputs }, &snapshot);
+        let all = &capped.shared[0];
+        assert_eq!(all.time, "00:25:00", "{}", all.time_basis);
+        assert!(all.sbatch.iter().any(|a| a == "--time=0-00:25:00"), "{:?}", all.sbatch);
+        assert!(all.time_basis.contains("continued") && all.time_basis.contains("MaxTime"), "{}", all.time_basis);
+        let leg = &capped.jobs[all.legs[0]];
+        assert!(leg.settings.time.describe().contains("capped from 00:30:00"), "{}", leg.settings.time.describe());
         assert!(one[0].shared_job.is_none() && one[0].sbatch.is_some(), "alone: a job of its own");
         assert!(one[0].allocation_note.as_deref().is_some_and(|n| n.contains("a job of its own")));
         // Per-leg (the default): no shared job at all, and the same snapshot plans the same way.

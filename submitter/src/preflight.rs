@@ -14,6 +14,7 @@ use launch_spec::spec::TunnelSpec;
 use serde::Serialize;
 
 use crate::config::ClusterProfile;
+use crate::queue::SlurmChoice;
 
 /// How one check came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -72,6 +73,7 @@ impl Report {
     }
 }
 
+#[derive(Debug)]
 enum Outcome {
     Skipped(String),
     Fail(String),
@@ -94,8 +96,8 @@ fn fail<T>(why: impl Into<String>) -> Result<T, Outcome> {
 pub trait SiteQueries {
     /// Partition names (`sinfo -h -o %R`).
     fn partitions(&self) -> Result<Vec<String>, String>;
-    /// Whether `scontrol show reservation NAME` knows it.
-    fn reservation_exists(&self, name: &str) -> Result<bool, String>;
+    /// The live reservations' names (`scontrol show reservation`).
+    fn reservations(&self) -> Result<Vec<String>, String>;
     /// The accounts `user` may charge, or None when the cluster keeps no accounting database.
     fn accounts(&self, user: &str) -> Result<Option<Vec<String>>, String>;
 }
@@ -166,6 +168,7 @@ pub fn stage_and_check(
     stager: &crate::stage::Stager,
     dataset: &str,
     spec: &LaunchSpec,
+    choice: &SlurmChoice,
     cluster: &ClusterProfile,
     site: &Site,
 ) -> Result<Report, crate::executor::NotSubmitted> {
@@ -174,7 +177,7 @@ pub fn stage_and_check(
     let dataset_staged = !Path::new(dataset).is_absolute() && !spec.harbor.dataset.is_dir();
     stager.model(&spec.model.hf_id).map_err(NotSubmitted::Staging)?;
     stager.dataset(dataset, &spec.harbor.dataset).map_err(NotSubmitted::Staging)?;
-    let mut report = preflight(spec, cluster, site);
+    let mut report = preflight(spec, choice, cluster, site);
     if stager.is_dry() {
         // Nothing was staged: what staging would bring is not a failure of the dry run, and the
         // run dir is not created for the record.
@@ -208,7 +211,7 @@ fn record(run_dir: &Path, report: &Report) {
 }
 
 /// Every check, in order; see [`Report::passed`].
-pub fn preflight(spec: &LaunchSpec, cluster: &ClusterProfile, site: &Site) -> Report {
+pub fn preflight(spec: &LaunchSpec, choice: &SlurmChoice, cluster: &ClusterProfile, site: &Site) -> Report {
     let inputs = Inputs {
         cluster,
         root: site.root,
@@ -232,7 +235,9 @@ pub fn preflight(spec: &LaunchSpec, cluster: &ClusterProfile, site: &Site) -> Re
     report.push("programs", programs(spec, inputs.path));
     report.push("secrets", secrets(spec));
     report.push("harbor_config", harbor_config(spec));
-    report.checks.push(site.once(&cluster.name, "slurm", || slurm(inputs)));
+    // Once per iteration for each distinct choice (legs of one launch may differ by preset).
+    let key = format!("{}/slurm/{choice:?}", cluster.name);
+    report.checks.push(site.once_keyed(key, "slurm", || slurm(inputs, choice)));
     report.push("memory", memory(spec, inputs.cluster));
     report.checks.push(site.once(&cluster.name, "prelude", || prelude(inputs)));
     // The environments' answers, once per (cluster, environments, programs) and iteration.
@@ -500,37 +505,35 @@ fn harbor_config(spec: &LaunchSpec) -> Result<String, Outcome> {
     }
 }
 
-fn slurm(inputs: &Inputs) -> Result<String, Outcome> {
-    let settings = &inputs.cluster.slurm;
+/// The Slurm settings sbatch will get (the resolved [`SlurmChoice`]: command line, preset,
+/// profile), against what Slurm knows: the partition, the reservation (a dead one is refused with
+/// the live ones and the flags to use), the account.
+fn slurm(inputs: &Inputs, choice: &SlurmChoice) -> Result<String, Outcome> {
     let queries = inputs.slurm;
     let partitions = queries.partitions().map_err(|e| Outcome::Fail(format!("sinfo: {e}")))?;
-    if !partitions.iter().any(|p| p == &settings.partition) {
+    if !partitions.iter().any(|p| p == &choice.partition) {
         return fail(format!(
-            "partition `{}` is not one Slurm knows ({}): fix slurm.partition",
-            settings.partition,
+            "partition `{}` is not one Slurm knows ({}): pass `--partition P` or fix slurm.partition",
+            choice.partition,
             partitions.join(", ")
         ));
     }
-    let mut said = vec![format!("partition {}", settings.partition)];
-    if let Some(reservation) = &settings.reservation {
-        match queries.reservation_exists(reservation) {
-            Ok(true) => said.push(format!("reservation {reservation}")),
-            Ok(false) => {
-                return fail(format!(
-                    "reservation `{reservation}` is unknown to Slurm (`scontrol show reservation`): it may have ended; fix or remove slurm.reservation"
-                ));
-            }
-            Err(e) => return fail(format!("scontrol show reservation: {e}")),
+    let mut said = vec![format!("partition {}", choice.partition)];
+    if let Some(reservation) = &choice.reservation {
+        let live = queries.reservations().map_err(|e| Outcome::Fail(format!("scontrol show reservation: {e}")))?;
+        if !live.contains(reservation) {
+            return fail(dead_reservation(reservation, &live));
         }
+        said.push(format!("reservation {reservation}"));
     }
-    if let Some(account) = &settings.account {
+    if let Some(account) = &choice.account {
         match queries.accounts(inputs.user) {
             Ok(Some(accounts)) if accounts.iter().any(|a| a.eq_ignore_ascii_case(account)) => {
                 said.push(format!("account {account}"))
             }
             Ok(Some(accounts)) => {
                 return fail(format!(
-                    "account `{account}` is not one {} may charge ({}): fix slurm.account",
+                    "account `{account}` is not one {} may charge ({}): pass `--account A` or fix slurm.account",
                     inputs.user,
                     accounts.join(", ")
                 ));
@@ -539,7 +542,23 @@ fn slurm(inputs: &Inputs) -> Result<String, Outcome> {
             Err(e) => return fail(format!("sacctmgr: {e}")),
         }
     }
+    if let Some(qos) = &choice.qos {
+        said.push(format!("qos {qos}"));
+    }
+    if let Some(exclude) = &choice.exclude {
+        said.push(format!("exclude {exclude}"));
+    }
+    said.push(format!("time {}", choice.time));
     Ok(said.join(", "))
+}
+
+/// The refusal of a reservation Slurm does not know: the live ones, and the flag to use.
+fn dead_reservation(reservation: &str, live: &[String]) -> String {
+    let live_text = if live.is_empty() { "none is live".to_string() } else { format!("live: {}", live.join(", ")) };
+    let switch = live.first().map_or(String::new(), |r| format!("`--reservation {r}` to use a live one, or "));
+    format!(
+        "reservation `{reservation}` is unknown to Slurm ({live_text}; `scontrol show reservation`): it may have ended; pass {switch}`--no-reservation` to submit without one, and fix slurm.reservation in the profile"
+    )
 }
 
 /// The weights against what one replica's GPUs (TP × PP) give vLLM — the rule `registry check`
@@ -748,16 +767,8 @@ impl SiteQueries for SlurmQueries<'_> {
         Ok(names)
     }
 
-    fn reservation_exists(&self, name: &str) -> Result<bool, String> {
-        let out = self.0.query("scontrol", &["show", "reservation", name]).map_err(|e| e.to_string())?;
-        let text = format!("{}{}", out.1, out.2);
-        if out.0 && text.contains(&format!("ReservationName={name} ")) {
-            return Ok(true);
-        }
-        if text.contains("not found") || text.contains("No reservations") {
-            return Ok(false);
-        }
-        Err(text.trim().to_string())
+    fn reservations(&self) -> Result<Vec<String>, String> {
+        self.0.reservations().map_err(|e| e.to_string())
     }
 
     fn accounts(&self, user: &str) -> Result<Option<Vec<String>>, String> {
@@ -809,5 +820,56 @@ mod tests {
         std::fs::write(&file, "A=1\n  sekrit line\n").unwrap();
         let err = secret_names(&file).unwrap_err().to_string();
         assert!(err.starts_with("line 2: ") && !err.contains("sekrit"), "{err}");
+    }
+
+    /// A site whose Slurm knows `debug`, the reservation `reformo` and no accounting database.
+    struct FakeSite;
+
+    impl SiteQueries for FakeSite {
+        fn partitions(&self) -> Result<Vec<String>, String> {
+            Ok(vec!["debug".into()])
+        }
+        fn reservations(&self) -> Result<Vec<String>, String> {
+            Ok(vec!["reformo".into()])
+        }
+        fn accounts(&self, _user: &str) -> Result<Option<Vec<String>>, String> {
+            Ok(None)
+        }
+    }
+
+    /// Issue 31: the Slurm check judges the resolved choice (what sbatch gets), not the profile's
+    /// settings; a dead reservation is refused with the live ones and the flags to use.
+    #[test]
+    fn the_slurm_check_judges_what_sbatch_gets() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
+        let mut cluster = crate::config::load_cluster(&root.join("clusters"), "jupiter").unwrap();
+        // A profile naming what this site lacks: the choice, not the profile, is what counts.
+        cluster.slurm.reservation = Some("eval".into());
+        let inputs = Inputs { cluster: &cluster, root: &root, slurm: &FakeSite, user: "u", path: "", module_env: &[] };
+        let choice = |reservation: Option<&str>| SlurmChoice {
+            partition: "debug".into(),
+            account: Some("reformo".into()),
+            qos: None,
+            reservation: reservation.map(String::from),
+            time: "12:00:00".into(),
+            exclude: Some("n[01-02]".into()),
+        };
+        let ok = slurm(&inputs, &choice(Some("reformo"))).unwrap();
+        assert!(ok.contains("reservation reformo") && ok.contains("exclude n[01-02]"), "{ok}");
+        assert!(slurm(&inputs, &choice(None)).is_ok(), "--no-reservation");
+        let Err(Outcome::Fail(why)) = slurm(&inputs, &choice(Some("eval"))) else {
+            panic!("a dead reservation passed")
+        };
+        assert!(
+            why.contains("`eval` is unknown")
+                && why.contains("live: reformo")
+                && why.contains("--reservation reformo")
+                && why.contains("--no-reservation"),
+            "{why}"
+        );
+        let mut elsewhere = choice(None);
+        elsewhere.partition = "booster".into();
+        let Err(Outcome::Fail(why)) = slurm(&inputs, &elsewhere) else { panic!("an unknown partition passed") };
+        assert!(why.contains("`booster`") && why.contains("--partition"), "{why}");
     }
 }

@@ -32,13 +32,16 @@ pub(crate) struct JobInputs<'a> {
     pub environment: &'a dyn Fn(&str) -> Option<String>,
 }
 
-/// The operator's Slurm overrides (`--partition`, `--account`, `--reservation`, `--time`).
+/// The operator's Slurm overrides (`--partition`, `--account`, `--qos`, `--reservation`, `--time`,
+/// `--exclude`). An empty `reservation`, `qos` or `exclude` clears the profile's.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SlurmOverrides {
     pub partition: Option<String>,
     pub account: Option<String>,
+    pub qos: Option<String>,
     pub reservation: Option<String>,
     pub time: Option<String>,
+    pub exclude: Option<String>,
 }
 
 /// Where and for how long one leg's jobs run (`ResolvedSettings::slurm_choice`: the command line,
@@ -47,8 +50,11 @@ pub struct SlurmOverrides {
 pub struct SlurmChoice {
     pub partition: String,
     pub account: Option<String>,
+    pub qos: Option<String>,
     pub reservation: Option<String>,
     pub time: String,
+    /// Nodes the job must not run on (`--exclude`).
+    pub exclude: Option<String>,
 }
 
 /// Builds the request. Errors name the field to fix.
@@ -66,8 +72,9 @@ pub(crate) fn sbatch_request(inputs: &JobInputs) -> Result<SubmitRequest, String
         job_name: Some(inputs.job_name.to_string()),
         partition: Some(choice.partition.clone()),
         account: choice.account.clone(),
-        qos: cluster.slurm.qos.clone(),
+        qos: choice.qos.clone(),
         reservation: choice.reservation.clone(),
+        exclude: choice.exclude.clone(),
         time_limit: Some(Duration::from_secs(time)),
         signal: Some(SignalSpec {
             signal: "USR1".to_string(),
@@ -299,8 +306,8 @@ mod tests {
         let choice = slurm_choice(&context, &preset, &none);
         assert_eq!(
             (choice.partition.as_str(), choice.account.as_deref(), choice.reservation.as_deref(), choice.time.as_str()),
-            ("booster", Some("reformo"), Some("eval"), "48:00:00"),
-            "profile, with the preset's slurm_time"
+            ("booster", Some("reformo"), None, "48:00:00"),
+            "profile (no reservation: the team names the live one per launch), with the preset's slurm_time"
         );
         preset.slurm_partition = Some("develbooster".into());
         preset.slurm_account = Some("other".into());
@@ -311,6 +318,7 @@ mod tests {
             account: Some("a".into()),
             reservation: Some("r".into()),
             time: Some("01:00:00".into()),
+            ..SlurmOverrides::default()
         };
         let choice = slurm_choice(&context, &preset, &cli);
         assert_eq!(

@@ -50,7 +50,8 @@ pub struct Choices<'a> {
 }
 
 /// No Slurm options, no `--allocation`: what `submitter spec` resolves with.
-static NO_SLURM: SlurmOverrides = SlurmOverrides { partition: None, account: None, reservation: None, time: None };
+static NO_SLURM: SlurmOverrides =
+    SlurmOverrides { partition: None, account: None, qos: None, reservation: None, time: None, exclude: None };
 
 impl<'a> Choices<'a> {
     /// Only the spec options (`submitter spec`, which submits nothing).
@@ -106,8 +107,13 @@ pub struct ResolvedSettings {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub account: Option<Sourced<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub qos: Option<Sourced<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub reservation: Option<Sourced<String>>,
+    /// `--time`, no longer than the partition's limit ([`ResolvedSettings::cap_time`]).
     pub time: Sourced<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exclude: Option<Sourced<String>>,
     /// The serving environment: the model's registry `conda_env`, else the profile's
     /// `engine.default_environment`.
     pub engine_environment: Sourced<String>,
@@ -201,14 +207,20 @@ impl ResolvedSettings {
             gpu_profile: None,
         }
         .resolve();
-        // `--reservation ''` / `--no-reservation` (an empty name) clears the profile's.
-        let reservation = Layers {
-            cli: at(choice.reservation.clone(), Source::Cli),
-            profile: at(slurm.reservation.clone(), profile()),
-            ..Layers::default()
-        }
-        .resolve()
-        .filter(|r| !r.value.is_empty());
+        // `--reservation ''` / `--no-reservation` (an empty name) clears the profile's; the same
+        // for `--qos ''` and `--exclude ''`.
+        let cli_or_profile = |cli: &Option<String>, profile_value: &Option<String>| {
+            Layers {
+                cli: at(cli.clone(), Source::Cli),
+                profile: at(profile_value.clone(), profile()),
+                ..Layers::default()
+            }
+            .resolve()
+            .filter(|r| !r.value.is_empty())
+        };
+        let reservation = cli_or_profile(&choice.reservation, &slurm.reservation);
+        let qos = cli_or_profile(&choice.qos, &slurm.qos);
+        let exclude = cli_or_profile(&choice.exclude, &slurm.exclude);
         let time = Layers {
             cli: at(choice.time.clone(), Source::Cli),
             preset: at(preset.slurm_time.clone(), preset_src()),
@@ -242,9 +254,22 @@ impl ResolvedSettings {
             max_output_tokens,
             partition,
             account,
+            qos,
             reservation,
             time,
+            exclude,
             allocation,
+        }
+    }
+
+    /// `--time` no longer than `max_s`, the partition's limit (`MaxTime`, from `source`): a capped
+    /// value says what it was capped from (never a silent cap), and Slurm would refuse it uncapped.
+    pub fn cap_time(&mut self, max_s: u64, source: &str) {
+        let asked = crate::config::parse_slurm_time(&self.time.value);
+        if asked.is_some_and(|asked| asked > max_s) {
+            let capped = crate::queue::format_slurm_time(max_s);
+            self.time.note = Some(format!("{source}; capped from {}", self.time.value));
+            self.time.value = capped;
         }
     }
 
@@ -258,13 +283,17 @@ impl ResolvedSettings {
             .map(|g| g.value)
     }
 
-    /// Slurm's `--partition`, `--account`, `--reservation` and `--time` for the job.
-    pub(crate) fn slurm_choice(&self) -> SlurmChoice {
+    /// Slurm's `--partition`, `--account`, `--qos`, `--reservation`, `--time` and `--exclude` for
+    /// the job: what preflight checks, `plan` prints and sbatch gets.
+    pub fn slurm_choice(&self) -> SlurmChoice {
+        let value = |s: &Option<Sourced<String>>| s.as_ref().map(|s| s.value.clone());
         SlurmChoice {
             partition: self.partition.value.clone(),
-            account: self.account.as_ref().map(|a| a.value.clone()),
-            reservation: self.reservation.as_ref().map(|r| r.value.clone()),
+            account: value(&self.account),
+            qos: value(&self.qos),
+            reservation: value(&self.reservation),
             time: self.time.value.clone(),
+            exclude: value(&self.exclude),
         }
     }
 
@@ -291,14 +320,30 @@ impl ResolvedSettings {
         if let Some(a) = &self.account {
             out.push(format!("account {}", a.describe()));
         }
+        if let Some(q) = &self.qos {
+            out.push(format!("qos {}", q.describe()));
+        }
         if let Some(r) = &self.reservation {
             out.push(format!("reservation {}", r.describe()));
         }
         out.push(format!("time {}", self.time.describe()));
+        if let Some(x) = &self.exclude {
+            out.push(format!("exclude {}", x.describe()));
+        }
         out.push(format!("engine_environment {}", self.engine_environment.describe()));
         out.push(format!("allocation {}", self.allocation.describe_with(|a| a.as_str().to_string())));
         out
     }
+}
+
+/// A partition's walltime limit: the smaller of Slurm's `MaxTime` (`slurm`, asked once per
+/// iteration by the caller) and the profile's `slurm.max_time` (the site's published limit, for when
+/// Slurm does not say), with where it came from.
+pub fn partition_limit(cluster: &ClusterProfile, partition: &str, slurm: Option<u64>) -> Option<(u64, String)> {
+    let profile = cluster.slurm.max_time.as_deref().and_then(crate::config::parse_slurm_time);
+    let from_slurm = slurm.map(|s| (s, format!("partition {partition}'s MaxTime (Slurm)")));
+    let from_profile = profile.map(|s| (s, format!("slurm.max_time (profile {})", cluster.name)));
+    [from_slurm, from_profile].into_iter().flatten().min_by_key(|(s, _)| *s)
 }
 
 /// The leg dataset: `--dataset` (one of the preset's datasets), else the preset's first. The error

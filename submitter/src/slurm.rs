@@ -458,6 +458,27 @@ impl SlurmCli {
         Ok((output.status.success(), output.stdout, output.stderr))
     }
 
+    /// The live reservations' names (`scontrol -o show reservation`); empty when there are none.
+    pub fn reservations(&self) -> Result<Vec<String>, SlurmError> {
+        let args: Vec<OsString> = ["-o", "show", "reservation"].iter().map(OsString::from).collect();
+        let output = self.run("scontrol", &args, &[])?;
+        if !output.status.success() && !output.stdout.contains("No reservations") {
+            return Err(output.failure());
+        }
+        Ok(parse_reservation_names(&output.stdout))
+    }
+
+    /// The partition's walltime limit in seconds (`scontrol -o show partition P`'s `MaxTime`);
+    /// `None` when it has none (`UNLIMITED`).
+    pub fn partition_max_time(&self, partition: &str) -> Result<Option<u64>, SlurmError> {
+        let args: Vec<OsString> = ["-o", "show", "partition", partition].iter().map(OsString::from).collect();
+        let output = self.run("scontrol", &args, &[])?;
+        if !output.status.success() {
+            return Err(output.failure());
+        }
+        Ok(parse_partition_max_time(&output.stdout))
+    }
+
     fn program(&self, name: &str) -> PathBuf {
         match &self.bin_dir {
             Some(dir) => dir.join(name),
@@ -599,6 +620,18 @@ impl Slurm for SlurmCli {
         }
         Ok(())
     }
+}
+
+/// The `ReservationName`s of `scontrol -o show reservation` (one reservation a line).
+pub(crate) fn parse_reservation_names(stdout: &str) -> Vec<String> {
+    stdout.lines().filter_map(|line| split_scontrol_fields(line).remove("ReservationName")).collect()
+}
+
+/// `MaxTime` of `scontrol -o show partition P`, in seconds; `None` for `UNLIMITED`/`INFINITE` or
+/// no answer.
+pub(crate) fn parse_partition_max_time(stdout: &str) -> Option<u64> {
+    let fields = split_scontrol_fields(stdout.lines().next()?);
+    crate::config::parse_slurm_time(fields.get("MaxTime")?)
 }
 
 /// A reservation name `scontrol update` can take as one `reservation=R` field: a name with a space
@@ -1490,5 +1523,17 @@ mod tests {
         assert!(cli.ping().unwrap());
         fake_command(dir.path(), "scontrol", "echo 'Slurmctld(primary) at vm is DOWN'\nexit 1");
         assert!(!cli.ping().unwrap());
+    }
+
+    /// Issue 31: the live reservations and a partition's MaxTime, as `scontrol -o` prints them.
+    #[test]
+    fn reservations_and_partition_limits_parse() {
+        let listed = "ReservationName=reformo StartTime=2026-12-07T00:00:00 EndTime=2027-12-07T00:00:00 Nodes=n1\nReservationName=other StartTime=x\n";
+        assert_eq!(parse_reservation_names(listed), ["reformo", "other"]);
+        assert!(parse_reservation_names("No reservations in the system\n").is_empty());
+        let partition = "PartitionName=boost_usr_prod AllowGroups=ALL MaxNodes=UNLIMITED MaxTime=1-00:00:00 MinNodes=0";
+        assert_eq!(parse_partition_max_time(partition), Some(86_400));
+        assert_eq!(parse_partition_max_time("PartitionName=debug MaxTime=UNLIMITED State=UP"), None);
+        assert_eq!(parse_partition_max_time(""), None);
     }
 }

@@ -19,6 +19,10 @@ pub struct PreflightArgs {
     /// dir), as `launch` does; without it a missing dataset is a failure.
     #[arg(long)]
     stage: bool,
+    /// The Slurm settings `launch` takes (`--partition`, `--reservation`, `--no-reservation`, …):
+    /// preflight judges what sbatch would get.
+    #[command(flatten)]
+    slurm: super::session::SlurmOptions,
     #[command(flatten)]
     format: FormatArgs,
 }
@@ -57,7 +61,18 @@ pub(crate) fn preflight(args: &PreflightArgs) -> Result<ExitCode> {
         stager.model(&spec.model.hf_id).map_err(|why| anyhow::anyhow!("staging failed: {why}"))?;
         stager.dataset(&dataset, &spec.harbor.dataset).map_err(|why| anyhow::anyhow!("staging failed: {why}"))?;
     }
-    let report = preflight::preflight(&spec, &loaded.cluster, &site);
+    // The Slurm settings as `launch` resolves them for this leg (command line > preset > profile),
+    // capped at the partition's walltime limit.
+    let none = submitter::spec_build::SpecOverrides::default();
+    let choices = submitter::settings::Choices { spec: &none, slurm: &args.slurm.overrides(), allocation: None };
+    let mut settings = context.settings(&spec.model.hf_id, &loaded.preset, choices, None);
+    let max_time = slurm.partition_max_time(&settings.partition.value).unwrap_or(None);
+    if let Some((max_s, source)) =
+        submitter::settings::partition_limit(&loaded.cluster, &settings.partition.value, max_time)
+    {
+        settings.cap_time(max_s, &source);
+    }
+    let report = preflight::preflight(&spec, &settings.slurm_choice(), &loaded.cluster, &site);
     let passed = report.passed();
     if passed && args.spec.out.is_some() {
         super::spec::write(&args.spec, &spec)?;

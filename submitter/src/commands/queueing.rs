@@ -273,6 +273,21 @@ fn snapshot_and_plan(session: &Session, selection: &Selection, executables: &Exe
     let snapshot = Snapshot::read(session.ledger.as_ref(), &session.slurm, &session.cluster.name, now())?;
     let overrides = selection.spec.overrides()?;
     let environment = |name: &str| std::env::var(name).ok();
+    // Slurm's MaxTime, asked once per partition and iteration; a partition Slurm cannot say
+    // (or no Slurm here) falls back to the profile's slurm.max_time.
+    let asked: std::cell::RefCell<Vec<(String, Option<u64>)>> = std::cell::RefCell::default();
+    let max_time = |partition: &str| {
+        let known = asked.borrow().iter().find(|(p, _)| p == partition).map(|(_, limit)| *limit);
+        let limit = known.unwrap_or_else(|| {
+            let limit = session.slurm.partition_max_time(partition).unwrap_or_else(|err| {
+                tracing::warn!("cannot read partition {partition}'s MaxTime: {err}");
+                None
+            });
+            asked.borrow_mut().push((partition.to_string(), limit));
+            limit
+        });
+        submitter::settings::partition_limit(&session.cluster, partition, limit)
+    };
     let inputs = PlanInputs {
         context: &session.context(),
         legs: &legs,
@@ -285,6 +300,7 @@ fn snapshot_and_plan(session: &Session, selection: &Selection, executables: &Exe
         policy: &policy(session, selection),
         max_in_flight: session.cluster.limits.max_jobs_in_flight,
         allocation: selection.allocation,
+        max_time: &max_time,
     };
     Ok(planner::plan(&inputs, &snapshot))
 }
@@ -440,7 +456,8 @@ fn iterate(
     let queries = preflight::SlurmQueries(&session.slurm);
     let site = preflight::Site::here(&session.root, &queries);
     let prepare = |job: &PlannedJob, spec: &launch_spec::LaunchSpec| {
-        preflight::stage_and_check(&stager, &job.dataset, spec, &session.cluster, &site).map(drop)
+        let choice = job.settings.slurm_choice();
+        preflight::stage_and_check(&stager, &job.dataset, spec, &choice, &session.cluster, &site).map(drop)
     };
     let executor = Executor {
         ledger: session.ledger.as_ref(),

@@ -122,9 +122,17 @@ pub(crate) struct SlurmOptions {
     /// Submit without the profile's `slurm.reservation`.
     #[arg(long, conflicts_with = "reservation")]
     pub no_reservation: bool,
-    /// Walltime for every job (wins over the preset's `slurm_time` and the profile's `slurm.time`).
+    /// Walltime for every job (wins over the preset's `slurm_time` and the profile's `slurm.time`;
+    /// capped at the partition's MaxTime).
     #[arg(long, value_name = "T", value_parser = submitter::config::args::slurm_time)]
     pub time: Option<String>,
+    /// Slurm QoS for every job (wins over the profile's `slurm.qos`); `''` submits without one.
+    #[arg(long, value_name = "Q", value_parser = submitter::config::args::reservation)]
+    pub qos: Option<String>,
+    /// Nodes no job may run on (sbatch `--exclude`, wins over the profile's `slurm.exclude`); `''`
+    /// clears the profile's.
+    #[arg(long, value_name = "NODES", value_parser = submitter::config::args::reservation)]
+    pub exclude: Option<String>,
 }
 
 impl SlurmOptions {
@@ -135,6 +143,8 @@ impl SlurmOptions {
             // An empty name clears the profile's reservation (SlurmChoice::for_leg).
             reservation: if self.no_reservation { Some(String::new()) } else { self.reservation.clone() },
             time: self.time.clone(),
+            qos: self.qos.clone(),
+            exclude: self.exclude.clone(),
         }
     }
 }

@@ -48,7 +48,8 @@ pub fn slurm_name(text: &str) -> Result<String, String> {
     Ok(text.to_string())
 }
 
-/// `--reservation`: a Slurm name, or empty for none (the profile's is then not used).
+/// `--reservation`, `--qos`, `--exclude`: a Slurm name (a node list for `--exclude`), or empty for
+/// none (the profile's is then not used).
 pub fn reservation(text: &str) -> Result<String, String> {
     if text.is_empty() { Ok(String::new()) } else { slurm_name(text) }
 }

@@ -163,6 +163,14 @@ pub struct SlurmSettings {
     /// a node is planned over up to this many nodes instead of refused.
     #[serde(default = "one_node")]
     pub max_nodes: u32,
+    /// Nodes the jobs must not run on (`--exclude`); `--exclude ''` on the command line clears it.
+    #[serde(default)]
+    pub exclude: Option<String>,
+    /// The partition's walltime limit as the site publishes it (`HH:MM:SS` or `D-HH:MM:SS`), for
+    /// when Slurm does not say (`scontrol show partition` answers `MaxTime=UNLIMITED`, or `plan`
+    /// runs away from the site): every `--time` is capped at the smaller of the two (issue 31).
+    #[serde(default)]
+    pub max_time: Option<String>,
 }
 
 /// Whether `name` may be in `export_env`: a shell identifier (what `sbatch --export` takes) that is
@@ -752,6 +760,9 @@ impl ClusterProfile {
         }
         if super::parse_slurm_time(&self.slurm.time).is_none() {
             problems.push(format!("slurm.time `{}` is not a Slurm time (HH:MM:SS or D-HH:MM:SS)", self.slurm.time));
+        }
+        if let Some(max) = self.slurm.max_time.as_deref().filter(|t| super::parse_slurm_time(t).is_none()) {
+            problems.push(format!("slurm.max_time `{max}` is not a Slurm time (HH:MM:SS or D-HH:MM:SS)"));
         }
         problems.extend(staging);
         problems.extend(self.verify.problems());

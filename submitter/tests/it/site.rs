@@ -522,59 +522,8 @@ fn the_batch_script_initialises_the_module_system_itself() {
 /// database and none of the sites' reservations): those checks are exercised above.
 #[test]
 fn every_shipped_profile_passes_preflight_on_the_simulated_site() {
-    if !slurm_up() || !lmod_installed() {
-        return;
-    }
-    let Some(hf) = real_hf() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let site = dir.path();
-    let vars = ["WORK", "SCRATCH", "PROJECT", "SUBMITTER_HOME"];
-    let var_dir = |var: &str| site.join(var.to_lowercase());
-    let bins = binaries();
-    let mut prefixes: Vec<PathBuf> = ["WORK", "SCRATCH", "PROJECT"]
-        .iter()
-        .flat_map(|var| ["otagent", "eval-qwen35", "otagent2-fix"].map(|env| var_dir(var).join("envs").join(env)))
-        .collect();
-    prefixes.push(var_dir("SUBMITTER_HOME").join(".local-env"));
-    // Each environment's Python holds the vLLM its profile declares (the real venvs' packages):
-    // preflight asks it (issue 20); the stand-ins serve.
-    let (Some(vllm_016), Some(vllm_033)) = (vllm_venv("0.16.0"), vllm_venv("0.33.0")) else { return };
-    for prefix in &prefixes {
-        let bin = prefix.join("bin");
-        std::fs::create_dir_all(&bin).unwrap();
-        std::os::unix::fs::symlink(bins.join("vllm-standin"), bin.join("vllm")).unwrap();
-        std::os::unix::fs::symlink(bins.join("harbor-standin"), bin.join("harbor")).unwrap();
-        std::os::unix::fs::symlink(&hf, bin.join("hf")).unwrap();
-        let venv = if prefix.ends_with("envs/otagent") { &vllm_016 } else { &vllm_033 };
-        launch_spec::testkit::world::python_of(prefix, venv);
-    }
-    let model = "Qwen/Qwen3-8B";
-    for cache in [var_dir("WORK").join("hf_cache"), var_dir("SCRATCH").join("hf_cache")] {
-        cache_model(&cache, model);
-    }
-    for datasets in [
-        var_dir("WORK").join("data/datasets"),
-        var_dir("SCRATCH").join("datasets"),
-        var_dir("SUBMITTER_HOME").join(".local-run/datasets"),
-    ] {
-        write_tasks(&datasets.join("DCAgent2_terminal_bench_2"), ["t1"]);
-    }
-    let secrets = [
-        site.join("login-shell-secrets.env"),
-        var_dir("SCRATCH").join("keys.env"),
-        var_dir("SUBMITTER_HOME").join(".local-run/secrets.env"),
-    ];
-    for file in &secrets {
-        std::fs::write(file, "DAYTONA_API_KEY=k1\nDAYTONA_DATA_API_KEY=k2\nHF_TOKEN=t\n").unwrap();
-        std::fs::set_permissions(file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
-    }
-    // `${SUBMITTER_HOME}` (the local profile's paths) is a configuration root of its own, as a
-    // user's checkout is: the repository's registry, presets and batch scripts, the mapped profiles.
-    let config_root = var_dir("SUBMITTER_HOME");
-    for dir in ["model_config", "presets", "sbatch"] {
-        std::os::unix::fs::symlink(workspace_root().join(dir), config_root.join(dir)).unwrap();
-    }
-    let clusters = config_root.join("clusters");
+    let Some(site) = ShippedSite::new() else { return };
+    let clusters = site.config_root().join("clusters");
     std::fs::create_dir_all(&clusters).unwrap();
     let shipped = workspace_root().join("clusters");
     let mut names = Vec::new();
@@ -597,25 +546,117 @@ fn every_shipped_profile_passes_preflight_on_the_simulated_site() {
     names.sort();
     assert!(names.len() >= 4, "{names:?}");
     for name in &names {
-        let mut cmd = Command::new(SUBMITTER);
-        cmd.args(["preflight", "--cluster", name, "--preset", "tb2", "--model", model, "--clusters"])
-            .arg(&clusters)
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap())
-            .env("HOME", site.join("home"))
-            .env("USER", "tester")
-            .env("DC_AGENT_SECRET_ENV", &secrets[0])
-            .env("MODULEPATH", workspace_root().join("tests/site/modulefiles"))
-            .env("PAYLOAD_GPU_FIXTURE", workspace_root().join("tests/fixtures/gpus-4x-a100-64gb.json"))
-            .current_dir(workspace_root());
-        for var in vars {
-            cmd.env(var, var_dir(var));
-        }
-        let out = cmd.output().unwrap();
+        let out = site
+            .submitter(&clusters, &["preflight", "--cluster", name, "--preset", "tb2", "--model", ShippedSite::MODEL])
+            .output()
+            .unwrap();
         assert!(out.status.success(), "clusters/{name}.yaml on the simulated site:\n{}", text(&out));
         let printed = text(&out);
         assert!(!printed.contains("FAIL"), "{printed}");
         eprintln!("{printed}");
+    }
+}
+
+/// A site where every shipped profile's paths exist (`${WORK}`, `${SCRATCH}`, `${PROJECT}`,
+/// `${SUBMITTER_HOME}`): its environments (stand-ins, and a Python holding the vLLM each declares),
+/// a model in each HF cache, tb2 and the ID datasets in each dataset dir, a 0600 secrets file.
+pub(crate) struct ShippedSite {
+    dir: TempDir,
+}
+
+impl ShippedSite {
+    pub(crate) const MODEL: &str = "Qwen/Qwen3-8B";
+    const VARS: [&str; 4] = ["WORK", "SCRATCH", "PROJECT", "SUBMITTER_HOME"];
+
+    pub(crate) fn new() -> Option<ShippedSite> {
+        if !slurm_up() || !lmod_installed() {
+            return None;
+        }
+        let hf = real_hf()?;
+        // Each environment's Python holds the vLLM its profile declares (the real venvs' packages):
+        // preflight asks it (issue 20); the stand-ins serve.
+        let (Some(vllm_016), Some(vllm_033)) = (vllm_venv("0.16.0"), vllm_venv("0.33.0")) else { return None };
+        let site = ShippedSite { dir: tempfile::tempdir().unwrap() };
+        let bins = binaries();
+        let mut prefixes: Vec<PathBuf> = ["WORK", "SCRATCH", "PROJECT"]
+            .iter()
+            .flat_map(|var| {
+                ["otagent", "eval-qwen35", "otagent2-fix"].map(|env| site.var_dir(var).join("envs").join(env))
+            })
+            .collect();
+        prefixes.push(site.var_dir("SUBMITTER_HOME").join(".local-env"));
+        for prefix in &prefixes {
+            let bin = prefix.join("bin");
+            std::fs::create_dir_all(&bin).unwrap();
+            std::os::unix::fs::symlink(bins.join("vllm-standin"), bin.join("vllm")).unwrap();
+            std::os::unix::fs::symlink(bins.join("harbor-standin"), bin.join("harbor")).unwrap();
+            std::os::unix::fs::symlink(&hf, bin.join("hf")).unwrap();
+            let venv = if prefix.ends_with("envs/otagent") { &vllm_016 } else { &vllm_033 };
+            launch_spec::testkit::world::python_of(prefix, venv);
+        }
+        for cache in [site.var_dir("WORK").join("hf_cache"), site.var_dir("SCRATCH").join("hf_cache")] {
+            cache_model(&cache, Self::MODEL);
+        }
+        for datasets in [
+            site.var_dir("WORK").join("data/datasets"),
+            site.var_dir("SCRATCH").join("datasets"),
+            site.var_dir("SUBMITTER_HOME").join(".local-run/datasets"),
+        ] {
+            for dataset in ID_DATASETS {
+                write_tasks(&datasets.join(dataset.replace('/', "_")), ["t1"]);
+            }
+        }
+        for file in site.secrets() {
+            std::fs::write(&file, "DAYTONA_API_KEY=k1\nDAYTONA_DATA_API_KEY=k2\nHF_TOKEN=t\n").unwrap();
+            std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        }
+        // `${SUBMITTER_HOME}` (the local profile's paths) is a configuration root of its own, as a
+        // user's checkout is: the repository's registry, presets and batch scripts.
+        for dir in ["model_config", "presets", "sbatch"] {
+            std::os::unix::fs::symlink(workspace_root().join(dir), site.config_root().join(dir)).unwrap();
+        }
+        std::fs::create_dir_all(site.dir.path().join("home")).unwrap();
+        Some(site)
+    }
+
+    fn var_dir(&self, var: &str) -> PathBuf {
+        self.dir.path().join(var.to_lowercase())
+    }
+
+    pub(crate) fn config_root(&self) -> PathBuf {
+        self.var_dir("SUBMITTER_HOME")
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn secrets(&self) -> [PathBuf; 3] {
+        [
+            self.dir.path().join("login-shell-secrets.env"),
+            self.var_dir("SCRATCH").join("keys.env"),
+            self.var_dir("SUBMITTER_HOME").join(".local-run/secrets.env"),
+        ]
+    }
+
+    /// `submitter ARGS --clusters CLUSTERS` from a login shell of this site.
+    pub(crate) fn submitter(&self, clusters: &Path, args: &[&str]) -> Command {
+        let mut cmd = Command::new(SUBMITTER);
+        cmd.args(args)
+            .arg("--clusters")
+            .arg(clusters)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap())
+            .env("HOME", self.dir.path().join("home"))
+            .env("USER", "tester")
+            .env("DC_AGENT_SECRET_ENV", &self.secrets()[0])
+            .env("MODULEPATH", workspace_root().join("tests/site/modulefiles"))
+            .env("PAYLOAD_GPU_FIXTURE", workspace_root().join("tests/fixtures/gpus-4x-a100-64gb.json"))
+            .current_dir(workspace_root());
+        for var in Self::VARS {
+            cmd.env(var, self.var_dir(var));
+        }
+        cmd
     }
 }
 

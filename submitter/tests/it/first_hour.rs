@@ -1,0 +1,173 @@
+//! Issue 31, the login-node half: the operator's first hour with the shipped profiles — the Slurm
+//! settings preflight judges are what sbatch gets, a walltime within the partition's limit, the
+//! seed's vocabulary and rules.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use crate::support::{SUBMITTER, stderr, stdout, workspace_root};
+
+/// `submitter ARGS` with the shipped profiles, `${WORK}`/`${SCRATCH}`/`${PROJECT}` under `site`.
+fn shipped(site: &Path, args: &[&str]) -> Output {
+    Command::new(SUBMITTER)
+        .args(args)
+        .env("SUBMITTER_HOME", workspace_root())
+        .env("WORK", site)
+        .env("SCRATCH", site)
+        .env("PROJECT", site)
+        .output()
+        .unwrap()
+}
+
+/// Leonardo's shared ID plan asked `--time=1-00:07:00` (the longest leg plus the load allowance),
+/// past boost_usr_prod's 24 h, and sbatch refused it: now capped at the partition's limit, and the
+/// plan says that what does not finish is continued.
+#[test]
+fn leonardos_shared_id_plan_stays_within_its_partitions_24_hours() {
+    let site = tempfile::tempdir().unwrap();
+    let state = site.path().join("state");
+    let out = shipped(
+        site.path(),
+        &[
+            "plan",
+            "--cluster",
+            "leonardo",
+            "--preset",
+            "ID",
+            "--model",
+            "Qwen/Qwen3-8B",
+            "--allocation",
+            "shared",
+            "--offline-ledger",
+            "--json",
+            "--state-dir",
+            state.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let plan: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let shared = &plan["shared"][0];
+    assert_eq!(shared["legs"].as_array().map(Vec::len), Some(3), "{plan}");
+    let time = shared["time"].as_str().unwrap();
+    let seconds = submitter::config::parse_slurm_time(time).unwrap();
+    assert!(seconds <= 24 * 3600, "{time}: {}", shared["time_basis"]);
+    let argv: Vec<&str> = shared["sbatch"].as_array().unwrap().iter().filter_map(|a| a.as_str()).collect();
+    assert!(argv.contains(&"--time=1-00:00:00"), "{argv:?}");
+    let basis = shared["time_basis"].as_str().unwrap();
+    assert!(basis.contains("capped") && basis.contains("continued"), "{basis}");
+    for job in plan["jobs"].as_array().unwrap() {
+        let leg = submitter::config::parse_slurm_time(job["resources"]["time"].as_str().unwrap_or("99-00:00:00"));
+        assert!(leg.is_some_and(|s| s <= 24 * 3600), "{job}");
+    }
+}
+
+/// A reservation on the local Slurm that starts a year from now: `scontrol show reservation` lists
+/// it and sbatch takes `--reservation` for it, but it holds no node today (the suite shares the
+/// node). Deleted at the end when this test created it.
+struct FutureReservation {
+    name: &'static str,
+    created: bool,
+}
+
+impl FutureReservation {
+    fn ensure(name: &'static str) -> FutureReservation {
+        let shown = Command::new("scontrol").args(["show", "reservation", name]).output().unwrap();
+        if String::from_utf8_lossy(&shown.stdout).contains(&format!("ReservationName={name} ")) {
+            return FutureReservation { name, created: false };
+        }
+        let user = String::from_utf8_lossy(&Command::new("id").arg("-un").output().unwrap().stdout).trim().to_string();
+        let out = Command::new("scontrol")
+            .args(["create", "reservation", &format!("reservationname={name}"), "starttime=now+365days"])
+            .args(["duration=60", "nodecnt=1", &format!("users={user}")])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "scontrol create reservation: {}", stderr(&out));
+        FutureReservation { name, created: true }
+    }
+}
+
+impl Drop for FutureReservation {
+    fn drop(&mut self) {
+        if self.created {
+            let _ = Command::new("scontrol").args(["delete", &format!("reservationname={}", self.name)]).output();
+        }
+    }
+}
+
+/// Jupiter launched nothing: every pair `preflight failed: slurm: reservation eval is unknown to
+/// Slurm`, with `--reservation reformo` and with `--no-reservation` alike, because preflight judged
+/// the profile's settings, not what sbatch would get. The shipped profile, on the local Slurm: only
+/// what this machine cannot be is mapped (the node's size and CPU architecture); the partition comes
+/// from the command line, which is what preflight now judges.
+#[test]
+fn jupiter_launches_with_the_teams_reservation_and_without_one() {
+    use submitter::ledger::open_ledger;
+    let Some(site) = crate::site::ShippedSite::new() else { return };
+    let _reformo = FutureReservation::ensure("reformo");
+    let clusters = site.path().join("clusters");
+    std::fs::create_dir_all(&clusters).unwrap();
+    std::fs::copy(workspace_root().join("clusters/gpus.yaml"), clusters.join("gpus.yaml")).unwrap();
+    let shipped = std::fs::read_to_string(workspace_root().join("clusters/jupiter.yaml")).unwrap();
+    assert!(!shipped.lines().any(|l| l.trim_start().starts_with("reservation:")), "the shipped profile names none");
+    let mut mapped = shipped;
+    for (from, to) in [
+        ("  cpus_per_node: 72", "  cpus_per_node: 2"),
+        ("  mem_per_node_mb: 480000", "  mem_per_node_mb: 4000"),
+        ("  arch: aarch64", "  arch: x86_64"),
+    ] {
+        assert!(mapped.contains(from), "{from}");
+        mapped = mapped.replacen(from, to, 1);
+    }
+    std::fs::write(clusters.join("jupiter.yaml"), mapped).unwrap();
+    let models = site.path().join("models.txt");
+    std::fs::write(&models, format!("{}\n", crate::site::ShippedSite::MODEL)).unwrap();
+    let models = models.to_str().unwrap();
+    for (case, flags, reservation) in [
+        ("--reservation reformo", &["--reservation", "reformo"][..], Some("reformo")),
+        ("--no-reservation", &["--no-reservation"][..], None),
+    ] {
+        let store = crate::ledger::Store::sqlite();
+        let launch = ["launch", "--cluster", "jupiter", "--preset", "ID", "--models-file", models, "--once"];
+        let rest = ["--partition", "debug", "--offline-ledger", "--ledger", &store.spec];
+        let out = site.submitter(&clusters, &[&launch[..], &rest, flags].concat()).output().unwrap();
+        let printed = crate::queueing::text(&out);
+        let ledger = open_ledger(&store.spec).unwrap();
+        let active = ledger.active().unwrap();
+        let ids: Vec<String> = active.iter().filter_map(|a| a.slurm_job_id.clone()).collect();
+        // Nothing of this test is left on the shared cluster.
+        let _ = Command::new("scancel").args(&ids).output();
+        assert!(out.status.success() && !printed.contains("not submitted"), "{case}: {printed}");
+        assert_eq!(ids.len(), 3, "{case}: the three ID legs are queued: {printed}");
+        for id in &ids {
+            let shown = Command::new("scontrol").args(["-o", "show", "job", id]).output().unwrap();
+            let shown = String::from_utf8_lossy(&shown.stdout).to_string();
+            assert!(shown.contains("Account=reformo"), "{case}: {shown}");
+            match reservation {
+                Some(r) => assert!(shown.contains(&format!("Reservation={r}")), "{case}: {shown}"),
+                None => assert!(!shown.contains("Reservation=reformo"), "{case}: {shown}"),
+            }
+        }
+    }
+    // A reservation Slurm does not know: refused with the live ones and the flag to use, by
+    // `submitter preflight`, which takes launch's Slurm flags.
+    let preflight =
+        ["preflight", "--cluster", "jupiter", "--preset", "tb2", "--model", crate::site::ShippedSite::MODEL];
+    let out = site
+        .submitter(&clusters, &[&preflight[..], &["--partition", "debug", "--reservation", "eval"]].concat())
+        .output()
+        .unwrap();
+    let printed = crate::queueing::text(&out);
+    assert_eq!(out.status.code(), Some(1), "{printed}");
+    assert!(
+        printed.contains("reservation `eval` is unknown")
+            && printed.contains("reformo")
+            && printed.contains("--no-reservation"),
+        "{printed}"
+    );
+    let out = site
+        .submitter(&clusters, &[&preflight[..], &["--partition", "debug", "--reservation", "reformo"]].concat())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", crate::queueing::text(&out));
+    assert!(stdout(&out).contains("reservation reformo"), "{}", stdout(&out));
+}
