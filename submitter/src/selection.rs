@@ -10,6 +10,16 @@ use crate::config::{self, ConfigError, Preset};
 /// `--preset ID`: the team's standard evaluation, three legs.
 pub(crate) const ID_PRESETS: [&str; 3] = ["swebench", "v2", "tb2"];
 
+/// Dataset names the team's cluster scripts rewrite before running (their benchmark-name map): the
+/// eval-set name is the random-100 folder set, so `--datasets` runs (and dedups) that one.
+pub(crate) const DATASET_ALIASES: [(&str, &str); 1] =
+    [("DCAgent/swebench_verified_eval_set", "DCAgent2/swebench-verified-random-100-folders")];
+
+/// `dataset`, or what the team's alias names it.
+pub fn dataset_alias(dataset: &str) -> &str {
+    DATASET_ALIASES.iter().find(|(alias, _)| *alias == dataset).map_or(dataset, |(_, to)| to)
+}
+
 /// The leg name `--datasets D…` gets (job-name tag, the recorded `preset`).
 pub(crate) const DATASETS_LEG: &str = config::preset::DATASETS_NAME;
 
@@ -47,7 +57,8 @@ pub fn legs(presets_dir: &Path, presets: &[String], datasets: &[String]) -> Resu
         (false, false) => return Err(SelectionError::Both),
         (true, true) => return Err(SelectionError::Nothing),
         (true, false) => {
-            return Ok(vec![Leg { name: DATASETS_LEG.to_string(), preset: Preset::for_datasets(datasets.to_vec()) }]);
+            let datasets = datasets.iter().map(|d| dataset_alias(d).to_string()).collect();
+            return Ok(vec![Leg { name: DATASETS_LEG.to_string(), preset: Preset::for_datasets(datasets) }]);
         }
         (false, true) => {}
     }
@@ -138,6 +149,20 @@ mod tests {
 
     fn legs_for_datasets() -> Vec<Leg> {
         legs(&presets_dir(), &[], &["org/a".into(), "org/b".into()]).unwrap()
+    }
+
+    /// Issue 31: the seed's vocabulary — `--preset dev` (dev_set_71_tasks), and the eval-set name
+    /// every cluster script maps to the random-100 folder set.
+    #[test]
+    fn the_teams_preset_and_dataset_names_are_known() {
+        let dev = legs(&presets_dir(), &["dev".into()], &[]).unwrap();
+        assert_eq!(
+            (dev[0].preset.datasets.as_slice(), dev[0].short()),
+            (&["DCAgent/dev_set_71_tasks".to_string()][..], "dev")
+        );
+        let aliased = legs(&presets_dir(), &[], &["DCAgent/swebench_verified_eval_set".into()]).unwrap();
+        assert_eq!(aliased[0].preset.datasets, ["DCAgent2/swebench-verified-random-100-folders"]);
+        assert_eq!(Preset::benchmark_of(&aliased[0].preset.datasets[0]), "swebench-verified-random-100-folders");
     }
 
     #[test]

@@ -44,7 +44,7 @@ impl TeamLink {
     /// incremental by its watermark), each statement bounded by `team.timeout_s`.
     pub(crate) fn fold_in(&self, session: &Session) -> Result<ImportReport, submitter::team::TeamError> {
         let bound = std::time::Duration::from_secs(self.settings.timeout_s);
-        import::import(session.ledger.as_ref(), &self.url, false, Some(bound))
+        import::import(session.ledger.as_ref(), &self.url, false, Some(bound), self.settings.staleness())
     }
 }
 
@@ -171,7 +171,8 @@ pub(crate) fn import_command(args: &ImportArgs) -> Result<ExitCode> {
         bail!("--from {}: the team database is PostgreSQL — give a postgres:// URL", redact_url(&url));
     }
     let session = Session::open(&args.ledger)?;
-    let report = import::import(session.ledger.as_ref(), &url, args.full, None).context("import")?;
+    let stale = submitter::team::import::Staleness::default();
+    let report = import::import(session.ledger.as_ref(), &url, args.full, None, stale).context("import")?;
     super::print(&if args.format.is_json() {
         output::document("import", &ImportOutput::from(&report))
     } else {

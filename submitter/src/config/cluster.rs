@@ -935,10 +935,22 @@ pub struct TeamSettings {
     /// `connect_timeout`, else 10 s).
     #[serde(default = "default_team_timeout_s")]
     pub timeout_s: u64,
+    /// A team row still Pending this long after submission is dead (default 6 h; issue 31).
+    #[serde(default = "default_team_stale_pending_hours")]
+    pub stale_pending_hours: f64,
+    /// A team row still Started this long after its start is dead (default 24 h).
+    #[serde(default = "default_team_stale_started_hours")]
+    pub stale_started_hours: f64,
 }
 
 fn default_team_timeout_s() -> u64 {
     30
+}
+fn default_team_stale_pending_hours() -> f64 {
+    crate::team::import::Staleness::DEFAULT_PENDING_HOURS
+}
+fn default_team_stale_started_hours() -> f64 {
+    crate::team::import::Staleness::DEFAULT_STARTED_HOURS
 }
 
 impl TeamSettings {
@@ -953,7 +965,20 @@ impl TeamSettings {
         if !(1..=600).contains(&self.timeout_s) {
             problems.push(format!("team.timeout_s {} must be 1..=600 seconds", self.timeout_s));
         }
+        for (field, hours) in [
+            ("team.stale_pending_hours", self.stale_pending_hours),
+            ("team.stale_started_hours", self.stale_started_hours),
+        ] {
+            if !(hours.is_finite() && hours > 0.0) {
+                problems.push(format!("{field} {hours} must be a positive number of hours"));
+            }
+        }
         problems
+    }
+
+    /// When the team's Pending and Started rows count as dead (`team::import::Staleness`).
+    pub fn staleness(&self) -> crate::team::import::Staleness {
+        crate::team::import::Staleness::from_hours(self.stale_pending_hours, self.stale_started_hours)
     }
 }
 

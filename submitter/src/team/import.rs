@@ -11,8 +11,8 @@
 //! `duplicate_of` target, else itself) by name; its benchmark is the benchmark's name, whose
 //! family comes from `benchmarks.duplicate_of`. Finished → finished (metrics kept, empty metrics =
 //! none, so the pair is resubmitted as "metrics cleared"); Failed → failed; Pending/Started stay
-//! active on cluster `ot-agent` unless stale by the old system's own bounds (Pending 48 h since
-//! submission, Started 24 h since start), superseded by a newer active row of the pair, or the
+//! active on cluster `ot-agent` unless stale by the team's bounds ([`Staleness`]: Pending 6 h since
+//! submission, Started 24 h since start, the profile's `team:` may change them), superseded by a newer active row of the pair, or the
 //! pair is already active here — those become `cancelled` (which never counts as a failure).
 
 use std::collections::{HashMap, HashSet};
@@ -28,9 +28,29 @@ use crate::ledger::{AttemptId, AttemptStatus, ImportedAttempt, ImportedState, Le
 
 /// Rows committed late with an older timestamp are caught by re-reading this far behind the mark.
 const WATERMARK_OVERLAP_S: i64 = 600;
-/// The replaced system's staleness bounds (its listener restarted such rows).
-const STALE_PENDING_S: i64 = 48 * 3600;
-const STALE_STARTED_S: i64 = 24 * 3600;
+/// When a team row still Pending or Started counts as dead: the team's rule (issue 31; the seed's
+/// `--stale-pending-hours 6`, `--stale-started-hours 24`), the one place these bounds live. A
+/// profile's `team.stale_pending_hours`/`stale_started_hours` change them for its fold-ins.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Staleness {
+    pub pending_s: i64,
+    pub started_s: i64,
+}
+
+impl Staleness {
+    pub const DEFAULT_PENDING_HOURS: f64 = 6.0;
+    pub const DEFAULT_STARTED_HOURS: f64 = 24.0;
+
+    pub fn from_hours(pending: f64, started: f64) -> Staleness {
+        Staleness { pending_s: (pending * 3600.0) as i64, started_s: (started * 3600.0) as i64 }
+    }
+}
+
+impl Default for Staleness {
+    fn default() -> Self {
+        Staleness::from_hours(Self::DEFAULT_PENDING_HOURS, Self::DEFAULT_STARTED_HOURS)
+    }
+}
 /// The bound the import records for cluster `ot-agent`: its active attempts are flagged when the
 /// history has not been re-imported for a day.
 pub(crate) const IMPORT_STALE_AFTER_S: u64 = 24 * 3600;
@@ -107,6 +127,7 @@ pub fn import(
     url: &str,
     full: bool,
     statement_timeout: Option<std::time::Duration>,
+    stale: Staleness,
 ) -> Result<ImportReport, TeamError> {
     let started = Instant::now();
     let mut connection = super::connect(url)?;
@@ -127,7 +148,7 @@ pub fn import(
         .collect();
     let history = read_history(&mut connection, since, &active, statement_timeout)?;
     tracing::info!("read {} job(s) from {source} in {:.2} s", history.jobs.len(), started.elapsed().as_secs_f64(),);
-    let mut report = apply(ledger, &source, &history)?;
+    let mut report = apply(ledger, &source, &history, stale)?;
     tracing::info!("written by {:.2} s", started.elapsed().as_secs_f64());
     // Only a completed import moves the mark (and keeps the old one when nothing was read).
     ledger.set_import_watermark(&source, history.watermark.or(ledger.import_watermark(&source)?))?;
@@ -282,6 +303,7 @@ pub(crate) fn plan_import(
     family_of: &dyn Fn(&str) -> String,
     own: &str,
     at: Timestamp,
+    stale: Staleness,
 ) -> ImportPlan {
     let models: HashMap<&str, &TeamModel> = history.models.iter().map(|m| (m.id.as_str(), m)).collect();
     let canonical = |id: &str| -> Option<&TeamModel> {
@@ -306,7 +328,7 @@ pub(crate) fn plan_import(
             continue;
         };
         let source_id = format!("{source}#{}", job.id);
-        let row = map_job(job, &model.name, &benchmark.name, source_id, at);
+        let row = map_job(job, &model.name, &benchmark.name, source_id, at, stale);
         let state = known.get(row.source_id.as_deref().unwrap_or_default()).copied();
         mapped.push((row, state));
     }
@@ -356,17 +378,24 @@ pub(crate) fn plan_import(
 }
 
 /// One `sandbox_jobs` row as a ledger attempt (before the active rows are settled).
-fn map_job(job: &TeamJob, model: &str, benchmark: &str, source_id: String, at: Timestamp) -> ImportedAttempt {
+fn map_job(
+    job: &TeamJob,
+    model: &str,
+    benchmark: &str,
+    source_id: String,
+    at: Timestamp,
+    stale: Staleness,
+) -> ImportedAttempt {
     let submitted_at = job.submitted_at.or(job.created_at).or(job.started_at).unwrap_or(at);
     let raw_status = job.job_status.clone().unwrap_or_default();
     let (status, reason) = match raw_status.as_str() {
         "Finished" => (AttemptStatus::Finished, "imported: Finished in the team history".to_string()),
         "Failed" => (AttemptStatus::Failed, "imported: Failed in the team history".to_string()),
-        "Pending" if (at - submitted_at).num_seconds() > STALE_PENDING_S => (
+        "Pending" if (at - submitted_at).num_seconds() > stale.pending_s => (
             AttemptStatus::Cancelled,
             format!("imported: stale Pending in the team history (submitted {submitted_at})"),
         ),
-        "Started" if job.started_at.is_none_or(|s| (at - s).num_seconds() > STALE_STARTED_S) => {
+        "Started" if job.started_at.is_none_or(|s| (at - s).num_seconds() > stale.started_s) => {
             (AttemptStatus::Cancelled, "imported: stale Started in the team history".to_string())
         }
         "Pending" => (AttemptStatus::Pending, "imported: Pending in the team history".to_string()),
@@ -433,7 +462,12 @@ pub(crate) fn team_metrics(job: &TeamJob) -> Option<Value> {
 
 /// Applies the plan: families first (an attempt's family is resolved at insert), then the
 /// catalogue, then the attempts.
-pub fn apply(ledger: &dyn Ledger, source: &str, history: &TeamHistory) -> Result<ImportReport, TeamError> {
+pub fn apply(
+    ledger: &dyn Ledger,
+    source: &str,
+    history: &TeamHistory,
+    stale: Staleness,
+) -> Result<ImportReport, TeamError> {
     let families: HashMap<String, String> = ledger.families()?.into_iter().collect();
     let mut report = ImportReport { source: source.to_string(), jobs_read: history.jobs.len(), ..Default::default() };
     // Families first, so the active-pair check below sees the final families.
@@ -453,7 +487,7 @@ pub fn apply(ledger: &dyn Ledger, source: &str, history: &TeamHistory) -> Result
         .into_iter()
         .map(|a| ((a.model, a.benchmark_family), by_id.get(&a.id).map(|s| s.to_string())))
         .collect();
-    let plan = plan_import(history, source, &imported, &active, &family_of, ledger.location(), now());
+    let plan = plan_import(history, source, &imported, &active, &family_of, ledger.location(), now(), stale);
     tracing::info!("planned: {} new, {} updated, {} unchanged", plan.new.len(), plan.updates.len(), plan.unchanged);
     // Updates first: a row leaving the active state frees its pair for a new one.
     let (leaving, entering): (Vec<_>, Vec<_>) = plan.updates.into_iter().partition(|(_, row)| !row.status.is_active());
@@ -527,7 +561,7 @@ mod tests {
     #[test]
     fn catalogue_families_and_canonical_models() {
         let h = history(vec![job("j1", "m3", "b2", "Finished", 5)]);
-        let plan = plan_import(&h, "src", &[], &HashMap::new(), &family, "own", now());
+        let plan = plan_import(&h, "src", &[], &HashMap::new(), &family, "own", now(), Staleness::default());
         assert_eq!(
             catalogue_of(&h),
             [("Qwen/Qwen3-32B".to_string(), None), ("org/sft-run".to_string(), Some("Qwen/Qwen3-32B".to_string()))]
@@ -556,7 +590,7 @@ mod tests {
         let mut h = h;
         h.jobs[4].metrics = Some(json!({}));
         let active = HashMap::from([(("org/sft-run".to_string(), "dev_set_v2".to_string()), None)]);
-        let plan = plan_import(&h, "src", &[], &active, &family, "own", now());
+        let plan = plan_import(&h, "src", &[], &active, &family, "own", now(), Staleness::default());
         let status: HashMap<&str, AttemptStatus> =
             plan.new.iter().map(|r| (r.run_tag.trim_start_matches("run-"), r.status)).collect();
         assert_eq!(status["old"], AttemptStatus::Cancelled);
@@ -589,9 +623,33 @@ mod tests {
                 slurm_job_id: Some("1007".into()),
             },
         ];
-        let plan = plan_import(&h, "src", &imported, &HashMap::new(), &family, "own", now());
+        let plan = plan_import(&h, "src", &imported, &HashMap::new(), &family, "own", now(), Staleness::default());
         assert_eq!((plan.new.len(), plan.unchanged, plan.skipped_own), (0, 1, 1));
         assert_eq!(plan.updates.len(), 1);
         assert_eq!((plan.updates[0].0, plan.updates[0].1.status), (AttemptId(2), AttemptStatus::Failed));
+    }
+
+    /// Issue 31: the team's rule — a Pending row is dead after 6 h (it blocked the pair 48 h), a
+    /// Started one after 24 h — and a profile may change both.
+    #[test]
+    fn team_pending_rows_go_stale_after_6_hours_and_started_after_24() {
+        // One row per pair (a newer active row of the pair would supersede the other).
+        let pending =
+            history(vec![job("queued7h", "m1", "b1", "Pending", 7), job("queued5h", "m2", "b1", "Pending", 5)]);
+        let started = history(vec![job("ran23h", "m1", "b1", "Started", 23), job("ran25h", "m2", "b1", "Started", 25)]);
+        let status = |stale: Staleness| -> HashMap<String, AttemptStatus> {
+            [&pending, &started]
+                .into_iter()
+                .flat_map(|h| plan_import(h, "src", &[], &HashMap::new(), &family, "own", now(), stale).new)
+                .map(|r| (r.run_tag.trim_start_matches("run-").to_string(), r.status))
+                .collect()
+        };
+        let got = status(Staleness::default());
+        assert_eq!(got["queued7h"], AttemptStatus::Cancelled);
+        assert_eq!(got["queued5h"], AttemptStatus::Pending);
+        assert_eq!(got["ran23h"], AttemptStatus::Started);
+        assert_eq!(got["ran25h"], AttemptStatus::Cancelled);
+        let got = status(Staleness::from_hours(8.0, 26.0));
+        assert_eq!((got["queued7h"], got["ran25h"]), (AttemptStatus::Pending, AttemptStatus::Started));
     }
 }
