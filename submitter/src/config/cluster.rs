@@ -180,16 +180,43 @@ fn exportable(name: &str) -> Result<(), String> {
     if !launch_spec::expand::is_var_name(name) {
         return Err(format!("`{name}` is not an environment variable name"));
     }
-    let upper = name.to_ascii_uppercase();
-    let secret = ["API_KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL"].iter().any(|m| upper.contains(m))
-        || upper.ends_with("_KEY");
-    if secret {
+    if secret_shaped_name(name) {
         return Err(format!(
             "`{name}` looks like a secret: it would be visible in Slurm's job record; put it in the secrets file \
              (secrets.file) instead, which payload reads on the node"
         ));
     }
     Ok(())
+}
+
+/// Whether a variable's name says it holds a secret (`HF_TOKEN`, `DAYTONA_API_KEY`, `DB_PASSWORD`…):
+/// by its `_`-separated words, so `TOKENIZERS_PARALLELISM` is not one.
+fn secret_shaped_name(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    let words: Vec<&str> = upper.split('_').collect();
+    words
+        .iter()
+        .any(|w| ["TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS", "APIKEY", "PAT"].contains(w))
+        || words.last() == Some(&"KEY")
+}
+
+/// Prefixes of the credentials the team's tools issue (Hugging Face, OpenAI/Anthropic, GitHub,
+/// Slack, AWS, Daytona, Pinggy): a value starting with one, then 16 or more token characters, is a
+/// credential whatever its variable is called.
+const CREDENTIAL_PREFIXES: [&str; 9] = ["hf_", "sk-", "ghp_", "github_pat_", "xoxb-", "xoxp-", "AKIA", "dtn_", "pk_"];
+
+/// Why `NAME: value` in a profile's `env` is a credential the profile must not hold, if it is one:
+/// a secret-shaped name with any value (even a `${VAR}`, expanded into the world-readable
+/// launch.json), or a value shaped like an issued token (issue 31).
+fn credential_in_env(name: &str, value: &str) -> Option<String> {
+    let token_chars =
+        |rest: &str| rest.len() >= 16 && rest.chars().all(|c| c.is_ascii_alphanumeric() || "-_".contains(c));
+    let issued = CREDENTIAL_PREFIXES.iter().any(|p| value.strip_prefix(p).is_some_and(token_chars));
+    (!value.is_empty() && (secret_shaped_name(name) || issued)).then(|| {
+        "looks like a credential: it would be written into the world-readable launch.json; put `NAME=value` in the \
+         secrets file (secrets.file) and list NAME in secrets.pass_to_harbor"
+            .to_string()
+    })
 }
 
 fn default_command_timeout() -> u64 {
@@ -743,6 +770,9 @@ impl ClusterProfile {
                     if let Err(problem) = ph::check(Field::ServeEnv, value) {
                         check(&format!("{field}.{var}"), Err(problem.to_string()));
                     }
+                    if let Some(problem) = credential_in_env(var, value) {
+                        check(&format!("{field}.{var}"), Err(problem));
+                    }
                 }
             }
             for (field, kind, argv) in [
@@ -1103,6 +1133,25 @@ mod tests {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../clusters");
         for name in ["jupiter", "leonardo", "vista", "local"] {
             crate::config::load_cluster(&dir, name).unwrap();
+        }
+    }
+
+    /// Issue 31: a credential in a profile's `env` is refused at load (so `registry check` reports
+    /// it and no spec holds it), by its name or by its value's shape; the message never echoes it.
+    #[test]
+    fn a_credential_in_a_profiles_env_is_refused() {
+        let token = "hf_AbCdEfGhIjKlMnOpQrStUv";
+        for (var, value) in [("HF_TOKEN", token), ("HARMLESS_NAME", token), ("DAYTONA_API_KEY", "${DAYTONA_API_KEY}")] {
+            let text = LOCAL.replacen("engine:\n", &format!("engine:\n  env:\n    {var}: \"{value}\"\n"), 1);
+            let problems = parse(&text).unwrap().problems();
+            let found = problems.iter().find(|p| p.starts_with(&format!("engine.env.{var}"))).cloned();
+            let found = found.unwrap_or_else(|| panic!("{var}: {problems:?}"));
+            assert!(found.contains("looks like a credential") && found.contains("secrets file"), "{found}");
+            assert!(!found.contains(token), "{found}");
+        }
+        for (var, value) in [("TOKENIZERS_PARALLELISM", "false"), ("HF_HUB_OFFLINE", "1"), ("NETRC", "/dev/null")] {
+            let text = LOCAL.replacen("engine:\n", &format!("engine:\n  env:\n    {var}: \"{value}\"\n"), 1);
+            assert!(parse(&text).unwrap().problems().is_empty(), "{var}");
         }
     }
 

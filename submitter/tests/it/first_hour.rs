@@ -171,3 +171,42 @@ fn jupiter_launches_with_the_teams_reservation_and_without_one() {
     assert!(out.status.success(), "{}", crate::queueing::text(&out));
     assert!(stdout(&out).contains("reservation reformo"), "{}", stdout(&out));
 }
+
+/// A credential-shaped literal in a profile's `env` passed `registry check` and was written into
+/// the world-readable launch.json: now `registry check` names it (never its value) and `spec`
+/// refuses the profile, writing nothing.
+#[test]
+fn a_credential_in_a_profile_is_refused_by_lint_and_never_written_into_a_spec() {
+    let dir = tempfile::tempdir().unwrap();
+    let clusters = dir.path().join("clusters");
+    std::fs::create_dir_all(&clusters).unwrap();
+    std::fs::copy(workspace_root().join("clusters/gpus.yaml"), clusters.join("gpus.yaml")).unwrap();
+    let token = "hf_QwErTyUiOpAsDfGhJkLzXc";
+    let local = std::fs::read_to_string(workspace_root().join("clusters/local.yaml")).unwrap();
+    assert!(local.contains("\nengine:\n") && !local.contains("HF_TOKEN:"));
+    let leaked = local.replacen("\nengine:\n", &format!("\nengine:\n  env:\n    HF_TOKEN: \"{token}\"\n"), 1);
+    std::fs::write(clusters.join("local.yaml"), leaked).unwrap();
+    let clusters_arg = clusters.to_str().unwrap();
+    let out = crate::support::submitter(&["registry", "check", "--clusters", clusters_arg]);
+    let printed = format!("{}{}", stdout(&out), stderr(&out));
+    assert_eq!(out.status.code(), Some(1), "{printed}");
+    assert!(printed.contains("engine.env.HF_TOKEN") && printed.contains("looks like a credential"), "{printed}");
+    assert!(!printed.contains(token), "the value was printed: {printed}");
+    let spec = dir.path().join("launch.json");
+    let out = crate::support::submitter(&[
+        "spec",
+        "--cluster",
+        "local",
+        "--clusters",
+        clusters_arg,
+        "--preset",
+        "tb2",
+        "--model",
+        "Qwen/Qwen3-8B",
+        "--out",
+        spec.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success(), "{}", stdout(&out));
+    assert!(!spec.exists(), "a spec was written");
+    assert!(!stderr(&out).contains(token) && !stdout(&out).contains(token), "{}", stderr(&out));
+}
