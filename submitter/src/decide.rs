@@ -149,6 +149,20 @@ fn refresh_hint(cluster: &str) -> String {
 /// Decides one pair. `slurm` is the job's state when the latest attempt has a job id.
 pub fn decide(history: &PairHistory, slurm: Option<SlurmView>, policy: &Policy) -> Decision {
     if policy.force {
+        // `--force` bypasses dedup, never an active attempt: the ledger holds one active attempt per
+        // pair, so a second job would be refused at its insert after preflight made its run dir
+        // (issue 31). Refused here, so `plan` and `launch` say the same.
+        if let Some(active) = history.latest.as_ref().filter(|l| l.status.is_active()) {
+            let job = active.slurm_job_id.as_ref().map_or("no job id yet".to_string(), |j| format!("job {j}"));
+            let place = active.elsewhere.as_ref().map_or(String::new(), |e| format!(" on {}", e.cluster));
+            let why = format!(
+                "--force refused: attempt {} is still {}{place} ({job}); cancel it first (`submitter cancel`), then --force",
+                active.id,
+                active.status.as_str()
+            );
+            // Flagged too: `launch` prints its flags (not its skips' reasons), as `plan` does.
+            return Decision::new(Action::Skip, why.clone()).flagged(why);
+        }
         return Decision::new(Action::Submit, "forced (--force)");
     }
     let Some(latest) = &history.latest else {
@@ -457,9 +471,19 @@ mod tests {
     }
 
     #[test]
-    fn force_bypasses_everything() {
-        let h = history(Some(latest(AttemptStatus::Started)), 9);
+    fn force_bypasses_everything_but_an_active_attempt() {
         let force = Policy { force: true, ..policy() };
-        assert_eq!(decide(&h, Some(SlurmView::Running), &force).action, Action::Submit);
+        for status in [AttemptStatus::Finished, AttemptStatus::Failed, AttemptStatus::Cancelled] {
+            let h = history(Some(latest(status)), 9);
+            assert_eq!(decide(&h, None, &force).action, Action::Submit, "{status:?}");
+        }
+        // Issue 31: a running pair is refused, by plan and launch alike (both decide here).
+        for status in [AttemptStatus::Started, AttemptStatus::Pending] {
+            let h = history(Some(latest(status)), 9);
+            let d = decide(&h, Some(SlurmView::Running), &force);
+            assert_eq!(d.action, Action::Skip, "{status:?}");
+            assert!(d.reason.contains("--force refused") && d.reason.contains("cancel it first"), "{}", d.reason);
+            assert_eq!(d.flag.as_deref(), Some(d.reason.as_str()), "launch prints flags, not skip reasons");
+        }
     }
 }

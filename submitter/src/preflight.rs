@@ -235,6 +235,9 @@ pub fn preflight(spec: &LaunchSpec, choice: &SlurmChoice, cluster: &ClusterProfi
     report.push("programs", programs(spec, inputs.path));
     report.push("secrets", secrets(spec));
     report.push("harbor_config", harbor_config(spec));
+    if cluster.network.proxy.as_ref().is_some_and(|p| p.certificate) {
+        report.push("ssh certificate", ssh_certificate(spec, chrono::Local::now().naive_local()));
+    }
     // Once per iteration for each distinct choice (legs of one launch may differ by preset).
     let key = format!("{}/slurm/{choice:?}", cluster.name);
     report.checks.push(site.once_keyed(key, "slurm", || slurm(inputs, choice)));
@@ -503,6 +506,52 @@ fn harbor_config(spec: &LaunchSpec) -> Result<String, Outcome> {
         Ok(_) => fail(format!("{}: must contain a mapping (Harbor's job config)", path.display())),
         Err(err) => fail(format!("{err}: fix the Harbor job config (payload refuses it)")),
     }
+}
+
+/// The OpenSSH certificate beside the tunnel's key (`<identity_file>-cert.pub`; step-ca on Leonardo)
+/// exists and is valid now (`ssh-keygen -L`'s `Valid:` line, in local time): an expired one would
+/// fail the job's tunnel after its queue wait and engine load.
+fn ssh_certificate(spec: &LaunchSpec, now: chrono::NaiveDateTime) -> Result<String, Outcome> {
+    let TunnelSpec::Socks(socks) = &spec.tunnel else {
+        return Err(Outcome::Skipped("no SSH tunnel in this job".into()));
+    };
+    let Some(identity) = &socks.identity_file else {
+        return fail("network.proxy.certificate needs network.proxy.identity_file (the key the certificate signs)");
+    };
+    let mut cert = identity.clone().into_os_string();
+    cert.push("-cert.pub");
+    let cert = PathBuf::from(cert);
+    if !cert.is_file() {
+        return fail(format!("{} is missing: get one (`step ssh login`) before launching", cert.display()));
+    }
+    let out = std::process::Command::new("ssh-keygen")
+        .arg("-L")
+        .arg("-f")
+        .arg(&cert)
+        .output()
+        .map_err(|e| Outcome::Skipped(format!("ssh-keygen: {e}")))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let Some(valid) = text.lines().find_map(|l| l.trim().strip_prefix("Valid:")).map(str::trim) else {
+        return fail(format!("{}: not an OpenSSH certificate (`ssh-keygen -L` shows no validity)", cert.display()));
+    };
+    let parse = |t: &str| chrono::NaiveDateTime::parse_from_str(t.trim(), "%Y-%m-%dT%H:%M:%S").ok();
+    let (from, to) = match valid {
+        "forever" => (None, None),
+        v if v.starts_with("from ") => {
+            let (from, to) = v["from ".len()..].split_once(" to ").unwrap_or((v, ""));
+            (parse(from), parse(to))
+        }
+        v if v.starts_with("after ") => (parse(&v["after ".len()..]), None),
+        v if v.starts_with("before ") => (None, parse(&v["before ".len()..])),
+        _ => (None, None),
+    };
+    if let Some(to) = to.filter(|to| *to <= now) {
+        return fail(format!("{} expired at {to}: renew it (`step ssh login`), then launch", cert.display()));
+    }
+    if let Some(from) = from.filter(|from| *from > now) {
+        return fail(format!("{} is not valid before {from}", cert.display()));
+    }
+    Ok(format!("{} valid {valid}", cert.display()))
 }
 
 /// The Slurm settings sbatch will get (the resolved [`SlurmChoice`]: command line, preset,
@@ -871,5 +920,49 @@ mod tests {
         elsewhere.partition = "booster".into();
         let Err(Outcome::Fail(why)) = slurm(&inputs, &elsewhere) else { panic!("an unknown partition passed") };
         assert!(why.contains("`booster`") && why.contains("--partition"), "{why}");
+    }
+
+    /// Issue 31: the step-ca certificate the Leonardo tunnel needs, checked by ssh-keygen's answer.
+    #[test]
+    fn the_tunnels_ssh_certificate_must_be_valid_now() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("step_ca_key");
+        let keygen = |args: &[&str]| {
+            let ok = std::process::Command::new("ssh-keygen").args(args).output().is_ok_and(|o| o.status.success());
+            assert!(ok, "ssh-keygen {args:?}");
+        };
+        let (ca, key_text) = (dir.path().join("ca"), key.to_str().unwrap().to_string());
+        keygen(&["-q", "-t", "ed25519", "-N", "", "-f", ca.to_str().unwrap()]);
+        keygen(&["-q", "-t", "ed25519", "-N", "", "-f", &key_text]);
+        let spec = launch_spec::testkit::TestSpec::new("/", "t")
+            .with(|s| {
+                s.tunnel = TunnelSpec::Socks(
+                    serde_json::from_value(serde_json::json!({"login_node": "login05", "identity_file": key_text}))
+                        .unwrap(),
+                )
+            })
+            .build();
+        let now = chrono::Local::now().naive_local();
+        let Err(Outcome::Fail(why)) = ssh_certificate(&spec, now) else { panic!("no certificate passed") };
+        assert!(why.contains("step_ca_key-cert.pub is missing"), "{why}");
+        let sign = |validity: &str| {
+            keygen(&[
+                "-q",
+                "-s",
+                ca.to_str().unwrap(),
+                "-I",
+                "t",
+                "-n",
+                "u",
+                "-V",
+                validity,
+                &format!("{key_text}.pub"),
+            ])
+        };
+        sign("-2h:-1h");
+        let Err(Outcome::Fail(why)) = ssh_certificate(&spec, now) else { panic!("an expired certificate passed") };
+        assert!(why.contains("expired at") && why.contains("step ssh login"), "{why}");
+        sign("-1h:+8h");
+        assert!(ssh_certificate(&spec, now).is_ok());
     }
 }

@@ -499,6 +499,10 @@ pub struct Proxy {
     /// A known_hosts file pinning the login node's host key (default: accept-new in a per-job file).
     #[serde(default)]
     pub known_hosts: Option<PathBuf>,
+    /// The login node takes `identity_file` only with its OpenSSH certificate
+    /// (`<identity_file>-cert.pub`, step-ca on Leonardo): preflight checks it is there and valid.
+    #[serde(default)]
+    pub certificate: bool,
 }
 
 fn default_proxy_mode() -> String {

@@ -295,6 +295,9 @@ pub(crate) struct ImportPlan {
 /// the ledger's active pairs `(model, family)` → the `source_id` holding them (None = the ledger's
 /// own attempt); `family_of`: the ledger's families after `plan.families` are applied; `own`:
 /// this ledger's location (rows it mirrored into the source carry it and are skipped).
+// The history, what the ledger holds of it, and the bounds it is judged by: each a separate input of
+// this pure step, kept apart so its tests give each alone.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn plan_import(
     history: &TeamHistory,
     source: &str,

@@ -210,3 +210,42 @@ fn a_credential_in_a_profile_is_refused_by_lint_and_never_written_into_a_spec() 
     assert!(!spec.exists(), "a spec was written");
     assert!(!stderr(&out).contains(token) && !stdout(&out).contains(token), "{}", stderr(&out));
 }
+
+/// `--force` on a pair whose job is queued: `plan` said submit, `launch` said "another submitter"
+/// (it was this one) and left a run dir behind. Both now refuse it the same way, and nothing is
+/// made on disk.
+#[test]
+fn force_on_a_running_pair_is_refused_alike_by_plan_and_launch() {
+    use submitter::ledger::open_ledger;
+    if !crate::support::slurm_up() {
+        return;
+    }
+    // Held jobs stay queued: the pair is active for as long as the test needs.
+    let cluster = crate::queueing::TestCluster::new("force31", |p| {
+        *p = p.replace("  time: \"00:10:00\"\n", "  time: \"00:10:00\"\n  extra_args: [\"--hold\"]\n");
+    });
+    let store = crate::ledger::Store::sqlite();
+    let ledger = open_ledger(&store.spec).unwrap();
+    let pair = ["--preset", "tb2", "--model", "test/Tiny-1B"];
+    let out = cluster.run(&["launch"], &store.spec, &[&["--once"][..], &pair].concat(), &[]);
+    let first = crate::queueing::text(&out);
+    let active = ledger.active().unwrap();
+    crate::queueing::cancel_all_on_drop(&*ledger, || {
+        assert!(out.status.success() && active.len() == 1, "{first}");
+        let jobs = cluster.root().join("jobs");
+        let entries = || std::fs::read_dir(&jobs).unwrap().filter_map(Result::ok).map(|e| e.file_name()).count();
+        let before = entries();
+        let plan = cluster.run(&["plan"], &store.spec, &[&pair[..], &["--force"]].concat(), &[]);
+        let launch =
+            cluster.run(&["launch"], &store.spec, &[&["--once", "--force", "--json"][..], &pair].concat(), &[]);
+        for (command, out) in [("plan", &plan), ("launch", &launch)] {
+            let printed = crate::queueing::text(out);
+            assert!(out.status.success(), "{command}: {printed}");
+            let refused = format!("--force refused: attempt {} is still", active[0].id.0);
+            assert!(printed.contains(&refused) && printed.contains("cancel it first"), "{command}: {printed}");
+            assert!(!printed.contains("another submitter"), "{command}: {printed}");
+        }
+        assert_eq!(entries(), before, "no run dir was made for the refused --force");
+        assert_eq!(ledger.active().unwrap().len(), 1);
+    });
+}

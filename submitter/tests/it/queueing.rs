@@ -166,6 +166,15 @@ pub(crate) fn cancel_all(ledger: &dyn Ledger) {
     }
 }
 
+/// Runs `test`, then [`cancel_all`] whether it passed or panicked.
+pub(crate) fn cancel_all_on_drop(ledger: &dyn Ledger, test: impl FnOnce()) {
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(test));
+    cancel_all(ledger);
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
 fn counts(ledger: &dyn Ledger) -> BTreeMap<(String, String), usize> {
     let mut map = BTreeMap::new();
     for pair in ledger.latest_per_pair().unwrap() {

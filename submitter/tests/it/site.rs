@@ -615,7 +615,17 @@ impl ShippedSite {
         for dir in ["model_config", "presets", "sbatch"] {
             std::os::unix::fs::symlink(workspace_root().join(dir), site.config_root().join(dir)).unwrap();
         }
-        std::fs::create_dir_all(site.dir.path().join("home")).unwrap();
+        // Leonardo's tunnel key with its step-ca certificate (preflight checks it is valid): a CA of
+        // this site signs it for the next 12 hours.
+        let ssh = site.dir.path().join("home/.ssh");
+        std::fs::create_dir_all(&ssh).unwrap();
+        let keygen =
+            |args: &[&str]| assert!(Command::new("ssh-keygen").args(args).status().unwrap().success(), "{args:?}");
+        let (ca, key) = (ssh.join("site_ca"), ssh.join("step_ca_key"));
+        keygen(&["-q", "-t", "ed25519", "-N", "", "-f", ca.to_str().unwrap()]);
+        keygen(&["-q", "-t", "ed25519", "-N", "", "-f", key.to_str().unwrap()]);
+        let public = format!("{}.pub", key.display());
+        keygen(&["-q", "-s", ca.to_str().unwrap(), "-I", "tester", "-n", "tester", "-V", "-1h:+12h", &public]);
         Some(site)
     }
 
