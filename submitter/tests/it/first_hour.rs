@@ -233,7 +233,7 @@ fn force_on_a_running_pair_is_refused_alike_by_plan_and_launch() {
     crate::queueing::cancel_all_on_drop(&*ledger, || {
         assert!(out.status.success() && active.len() == 1, "{first}");
         let jobs = cluster.root().join("jobs");
-        let entries = || std::fs::read_dir(&jobs).unwrap().filter_map(Result::ok).map(|e| e.file_name()).count();
+        let entries = || std::fs::read_dir(&jobs).unwrap().filter_map(Result::ok).count();
         let before = entries();
         let plan = cluster.run(&["plan"], &store.spec, &[&pair[..], &["--force"]].concat(), &[]);
         let launch =
