@@ -287,7 +287,7 @@ fn check_tunnels(presets: &[(PathBuf, Preset)], clusters: &[ClusterProfile], fin
             continue;
         }
         for cluster in clusters {
-            if let Err(e) = crate::spec_build::describe_tunnel(cluster, agent, &as_written) {
+            if let Err(e) = crate::spec_build::describe_tunnel(cluster, agent, &as_written, None) {
                 findings.warn(file.display(), format!("on cluster {}: {e}", cluster.name));
             }
         }

@@ -7,7 +7,7 @@
 //! A pair whose configuration is broken (an unknown environment, too many GPUs, a spec payload
 //! would refuse) is **refused**, with the reason, and the other pairs go on.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use launch_spec::LaunchSpec;
 use launch_spec::shared::{SHARED_SPEC_FILE, SHARED_SPEC_VERSION, SharedJobSpec};
@@ -272,7 +272,8 @@ fn plan_pairs(inputs: &PlanInputs, snapshot: &Snapshot) -> Vec<PlannedJob> {
             let tunnel = context
                 .agent(model, &leg.preset, inputs.overrides)
                 .and_then(|agent| {
-                    crate::spec_build::describe_tunnel(context.cluster(), &agent, &|f, p| context.expand(f, p))
+                    let expand = |f: &str, p: &Path| context.expand(f, p);
+                    crate::spec_build::describe_tunnel(context.cluster(), &agent, &expand, inputs.overrides.pinggy_pair)
                 })
                 .unwrap_or_else(|e| format!("refused: {e}"));
             for dataset in &leg.preset.datasets {

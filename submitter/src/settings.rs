@@ -34,6 +34,8 @@ pub struct SpecOverrides {
     pub max_output_tokens: Option<u64>,
     /// One of the preset's datasets; default the first.
     pub dataset: Option<String>,
+    /// `--pinggy-pair N`: this pair of the team's bank alone (a borrow-only pair too).
+    pub pinggy_pair: Option<u32>,
 }
 
 /// Harbor's attempts per task when the preset sets none.

@@ -42,6 +42,10 @@ pub enum SpecBuildError {
         "agent `{agent}` runs inside the remote sandbox and needs a Pinggy tunnel, but cluster {cluster} has no `network.pinggy` pairs (add them to clusters/{cluster}.yaml, see docs/tunnels.md)"
     )]
     NoPinggyBank { agent: String, cluster: String },
+    /// The team's bank (`network.pinggy_bank`) cannot give the pairs asked for: the reason names the
+    /// pair, the secrets file and the fix.
+    #[error("Pinggy bank of cluster {cluster}: {reason}")]
+    PinggyBank { cluster: String, reason: String },
     #[error(
         "agent `{agent}` needs a Pinggy tunnel, but cluster {cluster} has no internet on compute nodes and no `network.proxy` to reach Pinggy through (add the login node under network.proxy in clusters/{cluster}.yaml, see docs/tunnels.md)"
     )]
@@ -188,6 +192,21 @@ impl SpecBuilder<'_> {
             (None, None) => self.expand("secrets.file (default ~/secrets.env)", Path::new("~/secrets.env"))?,
         };
         Ok(std::path::absolute(&file).unwrap_or(file))
+    }
+
+    /// A Pinggy pair's public URL from the secrets file (`PINGGY_URL_<N>`; the team's bank lives
+    /// there, never in the profile). Only the URL is kept; the token is payload's to read.
+    fn pinggy_url(&self, name: &str) -> Result<String, SpecBuildError> {
+        let file = self.secrets_file()?;
+        let refuse = |reason: String| SpecBuildError::PinggyBank { cluster: self.cluster.name.clone(), reason };
+        let pairs = launch_spec::envfile::read_pairs(&file).map_err(|e| refuse(format!("{}: {e}", file.display())))?;
+        let url = pairs.into_iter().find(|(n, _)| n == name).map(|(_, value)| value);
+        url.filter(|u| u.starts_with("https://")).ok_or_else(|| {
+            refuse(format!(
+                "{} has no `{name}=https://….a.pinggy.link` line: add the pair's public URL",
+                file.display()
+            ))
+        })
     }
 
     /// vLLM's environment: the cluster's `engine.env`, then the serving environment's `env`, then
@@ -393,7 +412,8 @@ impl SpecBuilder<'_> {
         if let Some(auto_snapshot) = preset.auto_snapshot {
             harbor_extra.extend(["--environment-kwarg".to_string(), format!("auto_snapshot={auto_snapshot}")]);
         }
-        let tunnel = tunnel_spec(cluster, &agent, &|field, path| self.expand(field, path))?;
+        let pairs = || pinggy_pairs(cluster, overrides.pinggy_pair, &|name| self.pinggy_url(name));
+        let tunnel = tunnel_spec(cluster, &agent, &|field, path| self.expand(field, path), &pairs)?;
         let secrets_file = Some(self.secrets_file()?);
         let engine_env = self.engine_env(&serve_env_name, serve_env, resolved.data_parallel_size)?;
         let mut harbor_env_vars = self.expand_env("harbor.env", &cluster.harbor.env)?;
@@ -563,6 +583,7 @@ pub(crate) fn tunnel_spec(
     cluster: &ClusterProfile,
     agent: &str,
     expand: &dyn Fn(&str, &Path) -> Result<PathBuf, SpecBuildError>,
+    pairs: &dyn Fn() -> Result<Vec<crate::config::cluster::PinggyPair>, SpecBuildError>,
 ) -> Result<TunnelSpec, SpecBuildError> {
     let network = &cluster.network;
     let egress = match (&network.proxy, network.internet) {
@@ -573,7 +594,8 @@ pub(crate) fn tunnel_spec(
         if !network.internet && egress.is_none() {
             return Err(SpecBuildError::TunnelNeedsEgress { agent: agent.to_string(), cluster: cluster.name.clone() });
         }
-        let Some((first, rest)) = network.pinggy.split_first() else {
+        let pairs = pairs()?;
+        let Some((first, rest)) = pairs.split_first() else {
             return Err(SpecBuildError::NoPinggyBank { agent: agent.to_string(), cluster: cluster.name.clone() });
         };
         let mut spec: PinggySpec = serde_json::from_value(serde_json::json!({
@@ -654,24 +676,70 @@ pub fn describe_adjustment(adjustment: &crate::domain::PairAdjustment) -> String
     parts.join("; ")
 }
 
+/// The Pinggy pairs a job on `cluster` gets (docs/tunnels.md): the profile's `network.pinggy` as
+/// written, or from the team's bank (`network.pinggy_bank`) the pair `--pinggy-pair` names, else
+/// the defaults — each pair `N` being the secrets file's `PINGGY_URL_<N>` (read by `url_of`) and
+/// `PINGGY_TOKEN_<N>` (read by payload on the node, never here).
+pub(crate) fn pinggy_pairs(
+    cluster: &ClusterProfile,
+    asked: Option<u32>,
+    url_of: &dyn Fn(&str) -> Result<String, SpecBuildError>,
+) -> Result<Vec<crate::config::cluster::PinggyPair>, SpecBuildError> {
+    let refuse = |reason: String| SpecBuildError::PinggyBank { cluster: cluster.name.clone(), reason };
+    let Some(bank) = &cluster.network.pinggy_bank else {
+        if let Some(n) = asked {
+            return Err(refuse(format!("--pinggy-pair {n}, but the profile has no network.pinggy_bank")));
+        }
+        return Ok(cluster.network.pinggy.clone());
+    };
+    let numbers = bank.pairs_for(asked).map_err(refuse)?;
+    numbers
+        .into_iter()
+        .map(|n| {
+            let (url_name, token_secret) = crate::config::cluster::PinggyBank::secret_names(n);
+            Ok(crate::config::cluster::PinggyPair {
+                url: url_of(&url_name)?,
+                token_secret,
+                host: bank.host.clone(),
+                known_hosts: None,
+            })
+        })
+        .collect()
+}
+
 /// One line for `plan` and `lint`: what `agent`'s jobs on `cluster` tunnel, and the variables the
 /// agent gets (launch_spec::agents); the refusal's reason when they cannot launch there.
 pub(crate) fn describe_tunnel(
     cluster: &ClusterProfile,
     agent: &str,
     expand: &dyn Fn(&str, &Path) -> Result<PathBuf, SpecBuildError>,
+    asked_pair: Option<u32>,
 ) -> Result<String, SpecBuildError> {
     let socks = |s: &SocksSpec| {
         let mode =
             if s.mode == ProxyMode::Proxychains { "Harbor under proxychains" } else { "proxy variables for Harbor" };
         format!("SOCKS egress via {} ({mode})", s.login_node)
     };
-    Ok(match tunnel_spec(cluster, agent, expand)? {
+    // The URLs are the secrets file's: not read to describe the bank.
+    let url_of = |name: &str| Ok(format!("${name}"));
+    let pairs = || pinggy_pairs(cluster, asked_pair, &url_of);
+    let bank = |count: usize| match &cluster.network.pinggy_bank {
+        Some(bank) => match asked_pair {
+            Some(n) => format!("pair {n} of the team's bank (--pinggy-pair)"),
+            None => format!(
+                "pairs {} of the team's bank, the first free one (failover among them; borrow-only {} only with --pinggy-pair N)",
+                crate::config::cluster::numbers(&bank.defaults),
+                crate::config::cluster::numbers(&bank.borrow_only)
+            ),
+        },
+        None => format!("{count} pair(s)"),
+    };
+    Ok(match tunnel_spec(cluster, agent, expand, &pairs)? {
         TunnelSpec::None => format!("none ({agent} calls vLLM on the node)"),
         TunnelSpec::Socks(s) => socks(&s),
         TunnelSpec::Pinggy(p) => format!(
-            "Pinggy ({} pair(s), public URL as api_base{}){}; {}",
-            p.pairs().len(),
+            "Pinggy ({}, public URL as api_base{}){}; {}",
+            bank(p.pairs().len()),
             if p.egress.is_some() { ", reached through the login node" } else { "" },
             p.egress.as_ref().map(|s| format!(" + {}", socks(s))).unwrap_or_default(),
             launch_spec::agents::describe(agent, true)
@@ -724,7 +792,7 @@ mod tests {
         let bank = "- {url: https://a.a.pinggy.link, token_secret: PINGGY_TOKEN_1}\n- {url: https://b.a.pinggy.link, token_secret: PINGGY_TOKEN_2, host: ap.pro.pinggy.io}\n- {url: https://c.a.pinggy.link, token_secret: PINGGY_TOKEN_3}\n";
         vista.network.pinggy = launch_spec::yaml::from_yaml_str(bank, Path::new("bank.yaml")).unwrap();
         let mut spec = launch_spec::testkit::unit_spec();
-        spec.tunnel = tunnel_spec(&vista, "openhands", &expand).unwrap();
+        spec.tunnel = tunnel_spec(&vista, "openhands", &expand, &|| Ok(vista.network.pinggy.clone())).unwrap();
         let TunnelSpec::Pinggy(before) = spec.tunnel.clone() else { panic!() };
         let adjustment = crate::domain::PairAdjustment {
             gpu_memory_utilization: Some(0.85),
@@ -763,7 +831,9 @@ mod tests {
     #[test]
     fn tunnels_follow_the_profile_and_the_agent() {
         let leo = cluster("leonardo");
-        let TunnelSpec::Socks(socks) = tunnel_spec(&leo, "terminus-2", &expand).unwrap() else {
+        let TunnelSpec::Socks(socks) =
+            tunnel_spec(&leo, "terminus-2", &expand, &|| Ok(leo.network.pinggy.clone())).unwrap()
+        else {
             panic!("leonardo needs SOCKS")
         };
         assert_eq!(socks.login_node, leo.network.proxy.as_ref().unwrap().login_node);
@@ -771,24 +841,44 @@ mod tests {
         // An installed harness without internet: Pinggy with the SOCKS egress beside it, once the
         // profile has a bank; without a proxy it is refused.
         let mut leo = leo;
-        assert!(matches!(tunnel_spec(&leo, "openhands", &expand), Err(SpecBuildError::NoPinggyBank { .. })));
+        assert!(matches!(
+            tunnel_spec(&leo, "openhands", &expand, &|| Ok(leo.network.pinggy.clone())),
+            Err(SpecBuildError::NoPinggyBank { .. })
+        ));
         let one = "- {url: https://a.a.pinggy.link, token_secret: PINGGY_TOKEN_1}\n";
         leo.network.pinggy = launch_spec::yaml::from_yaml_str(one, Path::new("bank.yaml")).unwrap();
-        let TunnelSpec::Pinggy(p) = tunnel_spec(&leo, "openhands", &expand).unwrap() else { panic!() };
+        let TunnelSpec::Pinggy(p) =
+            tunnel_spec(&leo, "openhands", &expand, &|| Ok(leo.network.pinggy.clone())).unwrap()
+        else {
+            panic!()
+        };
         assert_eq!(p.egress.as_ref().map(|e| e.login_node.as_str()), Some(socks.login_node.as_str()));
         assert_eq!(p.egress.unwrap().mode, ProxyMode::Proxychains);
         // What `plan` prints for it: both tunnels and openhands' variables.
-        let text = describe_tunnel(&leo, "openhands", &expand).unwrap();
+        let text = describe_tunnel(&leo, "openhands", &expand, None).unwrap();
         assert!(text.contains("reached through the login node) + SOCKS egress via login05"), "{text}");
         assert!(text.ends_with("agent openhands reads LLM_BASE_URL, HOSTED_VLLM_API_KEY, LLM_API_KEY"), "{text}");
         leo.network.proxy = None;
-        assert!(matches!(tunnel_spec(&leo, "openhands", &expand), Err(SpecBuildError::TunnelNeedsEgress { .. })));
+        assert!(matches!(
+            tunnel_spec(&leo, "openhands", &expand, &|| Ok(leo.network.pinggy.clone())),
+            Err(SpecBuildError::TunnelNeedsEgress { .. })
+        ));
         let mut vista = cluster("vista");
-        assert_eq!(tunnel_spec(&vista, "terminus-2", &expand).unwrap(), TunnelSpec::None);
-        assert!(matches!(tunnel_spec(&vista, "openhands", &expand), Err(SpecBuildError::NoPinggyBank { .. })));
+        assert_eq!(
+            tunnel_spec(&vista, "terminus-2", &expand, &|| Ok(vista.network.pinggy.clone())).unwrap(),
+            TunnelSpec::None
+        );
+        assert!(matches!(
+            tunnel_spec(&vista, "openhands", &expand, &|| Ok(vista.network.pinggy.clone())),
+            Err(SpecBuildError::NoPinggyBank { .. })
+        ));
         let bank = "- {url: https://a.a.pinggy.link, token_secret: PINGGY_TOKEN_1}\n- {url: https://b.a.pinggy.link, token_secret: PINGGY_TOKEN_2, host: ap.pro.pinggy.io}\n";
         vista.network.pinggy = launch_spec::yaml::from_yaml_str(bank, Path::new("bank.yaml")).unwrap();
-        let TunnelSpec::Pinggy(p) = tunnel_spec(&vista, "openhands", &expand).unwrap() else { panic!() };
+        let TunnelSpec::Pinggy(p) =
+            tunnel_spec(&vista, "openhands", &expand, &|| Ok(vista.network.pinggy.clone())).unwrap()
+        else {
+            panic!()
+        };
         assert_eq!(
             (p.host.as_str(), p.public_url.as_str(), p.token_secret.as_str()),
             ("pro.pinggy.io", "https://a.a.pinggy.link", "PINGGY_TOKEN_1")
@@ -798,7 +888,10 @@ mod tests {
         assert_eq!(p.lock_dir.unwrap(), PathBuf::from("/s/eval_state/pinggy"));
         assert!(p.egress.is_none(), "vista has direct egress");
         // terminus-2 never tunnels, whatever the bank.
-        assert_eq!(tunnel_spec(&vista, "terminus-2", &expand).unwrap(), TunnelSpec::None);
+        assert_eq!(
+            tunnel_spec(&vista, "terminus-2", &expand, &|| Ok(vista.network.pinggy.clone())).unwrap(),
+            TunnelSpec::None
+        );
     }
 
     #[test]
@@ -864,5 +957,29 @@ mod tests {
                 .to_string();
             assert!(err.contains(want), "{err}");
         }
+    }
+
+    /// Issue 31: the team's bank — pairs by number, their URLs from the secrets file (never the
+    /// profile); the defaults unless `--pinggy-pair N` names one (a borrow-only pair only so).
+    #[test]
+    fn the_teams_pinggy_bank_gives_the_defaults_or_the_pair_asked_for() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../clusters");
+        let leo = crate::config::load_cluster(&dir, "leonardo").unwrap();
+        let url_of = |name: &str| Ok(format!("https://{}.a.pinggy.link", name.to_lowercase()));
+        let pairs = pinggy_pairs(&leo, None, &url_of).unwrap();
+        let names: Vec<&str> = pairs.iter().map(|p| p.token_secret.as_str()).collect();
+        assert_eq!(names, ["PINGGY_TOKEN_8", "PINGGY_TOKEN_9", "PINGGY_TOKEN_10"], "the defaults, nothing borrowed");
+        assert_eq!(pairs[0].url, "https://pinggy_url_8.a.pinggy.link");
+        let borrowed = pinggy_pairs(&leo, Some(3), &url_of).unwrap();
+        assert_eq!((borrowed.len(), borrowed[0].token_secret.as_str()), (1, "PINGGY_TOKEN_3"));
+        let err = pinggy_pairs(&leo, Some(11), &url_of).unwrap_err().to_string();
+        assert!(err.contains("--pinggy-pair 11") && err.contains("defaults 8, 9, 10"), "{err}");
+        let missing =
+            |name: &str| Err(SpecBuildError::PinggyBank { cluster: "leonardo".into(), reason: format!("no {name}") });
+        assert!(pinggy_pairs(&leo, None, &missing).unwrap_err().to_string().contains("PINGGY_URL_8"));
+        let expand = |_: &str, p: &Path| Ok(p.to_path_buf());
+        let text = describe_tunnel(&leo, "openhands", &expand, None).unwrap();
+        assert!(text.contains("pairs 8, 9, 10") && text.contains("borrow-only 1, 2, 3, 4, 5, 6, 7"), "{text}");
+        assert!(describe_tunnel(&leo, "openhands", &expand, Some(2)).unwrap().contains("pair 2 of the team's bank"));
     }
 }

@@ -68,6 +68,10 @@ pub(crate) struct SpecOptions {
     /// multiplier still comes from the registry and the size bands.
     #[arg(long = "config-yaml", value_name = "FILE")]
     pub config_yaml: Option<String>,
+    /// An installed-harness job's Pinggy pair: pair N of the team's bank alone (a borrow-only pair
+    /// is used only so; without it, the profile's default pairs).
+    #[arg(long, value_name = "N")]
+    pub pinggy_pair: Option<u32>,
     /// Harbor's agent parser (wins over the preset's `agent_parser`).
     #[arg(long, value_name = "P")]
     pub agent_parser: Option<String>,
@@ -98,6 +102,7 @@ impl SpecOptions {
             agent_parser: self.agent_parser.clone(),
             max_output_tokens: self.max_output_tokens,
             dataset: None,
+            pinggy_pair: self.pinggy_pair,
         })
     }
 

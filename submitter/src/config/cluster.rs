@@ -476,9 +476,63 @@ pub struct Network {
     /// SOCKS egress through a login node, for nodes without internet.
     #[serde(default)]
     pub proxy: Option<Proxy>,
-    /// Pinggy pairs for installed-harness agents.
+    /// Pinggy pairs for installed-harness agents, URLs written here (a bank of the operator's own).
     #[serde(default)]
     pub pinggy: Vec<PinggyPair>,
+    /// The team's Pinggy bank by pair number: the pairs themselves are in the secrets file, never
+    /// here (issue 31, docs/tunnels.md "The team's bank").
+    #[serde(default)]
+    pub pinggy_bank: Option<PinggyBank>,
+}
+
+/// Which of the team's numbered Pinggy pairs this cluster's jobs use. Pair `N` is the secrets
+/// file's `PINGGY_URL_<N>` (its persistent public URL) and `PINGGY_TOKEN_<N>` (its token).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PinggyBank {
+    /// The pairs a job takes (the first free, by lease; failover moves only among these).
+    pub defaults: Vec<u32>,
+    /// Pairs that belong to sibling experiments: used only when asked (`--pinggy-pair N`).
+    #[serde(default)]
+    pub borrow_only: Vec<u32>,
+    #[serde(default = "default_pinggy_host")]
+    pub host: String,
+}
+
+impl PinggyBank {
+    /// The secrets-file names of pair `n`: its public URL and its token.
+    pub fn secret_names(n: u32) -> (String, String) {
+        (format!("PINGGY_URL_{n}"), format!("PINGGY_TOKEN_{n}"))
+    }
+
+    /// The pairs a job gets: `asked` alone (a default or a borrow-only pair), else the defaults.
+    pub fn pairs_for(&self, asked: Option<u32>) -> Result<Vec<u32>, String> {
+        match asked {
+            Some(n) if self.defaults.contains(&n) || self.borrow_only.contains(&n) => Ok(vec![n]),
+            Some(n) => Err(format!(
+                "--pinggy-pair {n} is not in this cluster's bank (network.pinggy_bank: defaults {}; borrow-only {})",
+                numbers(&self.defaults),
+                numbers(&self.borrow_only)
+            )),
+            None => Ok(self.defaults.clone()),
+        }
+    }
+
+    fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.defaults.is_empty() {
+            problems.push("defaults is empty: name the pairs jobs take (e.g. [8, 9, 10])".into());
+        }
+        if let Some(n) = self.defaults.iter().find(|n| self.borrow_only.contains(n)) {
+            problems.push(format!("pair {n} is both a default and borrow-only"));
+        }
+        problems
+    }
+}
+
+/// `8, 9, 10` (or `none`).
+pub(crate) fn numbers(pairs: &[u32]) -> String {
+    if pairs.is_empty() { "none".into() } else { pairs.iter().map(u32::to_string).collect::<Vec<_>>().join(", ") }
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -789,6 +843,14 @@ impl ClusterProfile {
             }
         }
 
+        if let Some(bank) = &self.network.pinggy_bank {
+            for problem in bank.problems() {
+                check("network.pinggy_bank", Err(problem));
+            }
+            if !self.network.pinggy.is_empty() {
+                check("network.pinggy_bank", Err("and network.pinggy together: keep one bank".into()));
+            }
+        }
         if let Some(port) = self.network.proxy.as_ref().and_then(|p| p.ssh_port) {
             check("network.proxy.ssh_port", v::port(port).map(drop));
         }

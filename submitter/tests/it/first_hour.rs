@@ -249,3 +249,57 @@ fn force_on_a_running_pair_is_refused_alike_by_plan_and_launch() {
         assert_eq!(ledger.active().unwrap().len(), 1);
     });
 }
+
+/// Installed-harness evals (openhands) were refused on every cluster: no profile could hold the
+/// team's Pinggy bank. The shipped Leonardo profile names the defaults (8, 9, 10) and the
+/// borrow-only pairs (1–7); the pairs themselves are in the secrets file. `plan` names the pairs a
+/// job gets, and the launch submits (on the local Slurm: only the node's size is mapped, the
+/// partition comes from the command line).
+#[test]
+fn an_openhands_launch_on_leonardo_plans_and_submits_with_the_teams_bank() {
+    use submitter::ledger::open_ledger;
+    let Some(site) = crate::site::ShippedSite::new() else { return };
+    let clusters = site.path().join("clusters");
+    std::fs::create_dir_all(&clusters).unwrap();
+    std::fs::copy(workspace_root().join("clusters/gpus.yaml"), clusters.join("gpus.yaml")).unwrap();
+    let shipped = std::fs::read_to_string(workspace_root().join("clusters/leonardo.yaml")).unwrap();
+    assert!(!shipped.contains("pinggy.link"), "the profile holds no pair");
+    let mut mapped = shipped;
+    for (from, to) in
+        [("  cpus_per_node: 32", "  cpus_per_node: 2"), ("  mem_per_node_mb: 490000", "  mem_per_node_mb: 4000")]
+    {
+        assert!(mapped.contains(from), "{from}");
+        mapped = mapped.replacen(from, to, 1);
+    }
+    std::fs::write(clusters.join("leonardo.yaml"), mapped).unwrap();
+    let openhands = site.path().join("openhands_eval.yaml");
+    std::fs::write(
+        &openhands,
+        "orchestrator:\n  type: local\n  quiet: true\nenvironment:\n  type: daytona\n  delete: true\nagents:\n  - name: openhands\n",
+    )
+    .unwrap();
+    let model = crate::site::ShippedSite::MODEL;
+    let pair =
+        ["--cluster", "leonardo", "--preset", "tb2", "--model", model, "--harbor-config", openhands.to_str().unwrap()];
+    let store = crate::ledger::Store::sqlite();
+    let common = ["--partition", "debug", "--offline-ledger", "--ledger", &store.spec];
+    let plan = site.submitter(&clusters, &[&["plan"][..], &pair, &common].concat()).output().unwrap();
+    let printed = crate::queueing::text(&plan);
+    assert!(plan.status.success() && printed.contains("submit "), "{printed}");
+    assert!(printed.contains("Pinggy (pairs 8, 9, 10 of the team's bank"), "{printed}");
+    let mut borrowed = site.submitter(&clusters, &[&["plan"][..], &pair, &common, &["--pinggy-pair", "3"]].concat());
+    let borrowed = crate::queueing::text(&borrowed.output().unwrap());
+    assert!(borrowed.contains("pair 3 of the team's bank"), "{borrowed}");
+    let launch = site.submitter(&clusters, &[&["launch", "--once"][..], &pair, &common].concat()).output().unwrap();
+    let printed = crate::queueing::text(&launch);
+    let ledger = open_ledger(&store.spec).unwrap();
+    let active = ledger.active().unwrap();
+    let ids: Vec<String> = active.iter().filter_map(|a| a.slurm_job_id.clone()).collect();
+    let _ = Command::new("scancel").args(&ids).output();
+    assert!(launch.status.success() && ids.len() == 1, "{printed}");
+    let spec_path = std::path::PathBuf::from(active[0].config["spec"].as_str().unwrap());
+    let spec: serde_json::Value = serde_json::from_slice(&std::fs::read(&spec_path).unwrap()).unwrap();
+    let tunnel = spec["tunnel"].to_string();
+    assert!(tunnel.contains("https://team-8.a.pinggy.link") && tunnel.contains("PINGGY_TOKEN_10"), "{tunnel}");
+    assert!(!tunnel.contains("team-3.") && !tunnel.contains("tok8"), "no borrowed pair, no token: {tunnel}");
+}

@@ -607,7 +607,11 @@ impl ShippedSite {
             }
         }
         for file in site.secrets() {
-            std::fs::write(&file, "DAYTONA_API_KEY=k1\nDAYTONA_DATA_API_KEY=k2\nHF_TOKEN=t\n").unwrap();
+            // The team's Pinggy bank lives here, never in a profile: pair N's URL and token.
+            let bank: String = (1..=10)
+                .map(|n| format!("PINGGY_URL_{n}=https://team-{n}.a.pinggy.link\nPINGGY_TOKEN_{n}=tok{n}\n"))
+                .collect();
+            std::fs::write(&file, format!("DAYTONA_API_KEY=k1\nDAYTONA_DATA_API_KEY=k2\nHF_TOKEN=t\n{bank}")).unwrap();
             std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
         }
         // `${SUBMITTER_HOME}` (the local profile's paths) is a configuration root of its own, as a
