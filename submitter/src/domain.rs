@@ -158,3 +158,27 @@ impl PairAdjustment {
         *self == PairAdjustment::default()
     }
 }
+
+/// When a team row still Pending or Started counts as dead: the team's rule (issue 31; the seed's
+/// `--stale-pending-hours 6`, `--stale-started-hours 24`), the one place these bounds live. A
+/// profile's `team.stale_pending_hours`/`stale_started_hours` change them for its fold-ins.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Staleness {
+    pub pending_s: i64,
+    pub started_s: i64,
+}
+
+impl Staleness {
+    pub const DEFAULT_PENDING_HOURS: f64 = 6.0;
+    pub const DEFAULT_STARTED_HOURS: f64 = 24.0;
+
+    pub fn from_hours(pending: f64, started: f64) -> Staleness {
+        Staleness { pending_s: (pending * 3600.0) as i64, started_s: (started * 3600.0) as i64 }
+    }
+}
+
+impl Default for Staleness {
+    fn default() -> Self {
+        Staleness::from_hours(Self::DEFAULT_PENDING_HOURS, Self::DEFAULT_STARTED_HOURS)
+    }
+}

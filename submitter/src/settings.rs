@@ -338,10 +338,11 @@ impl ResolvedSettings {
     }
 }
 
-/// A partition's walltime limit: the smaller of Slurm's `MaxTime` (`slurm`, asked once per
-/// iteration by the caller) and the profile's `slurm.max_time` (the site's published limit, for when
+/// A partition's walltime limit: the smaller of Slurm's `MaxTime` (`slurm`, as `scontrol` writes
+/// it; asked once per iteration by the caller) and the profile's `slurm.max_time` (the site's published limit, for when
 /// Slurm does not say), with where it came from.
-pub fn partition_limit(cluster: &ClusterProfile, partition: &str, slurm: Option<u64>) -> Option<(u64, String)> {
+pub fn partition_limit(cluster: &ClusterProfile, partition: &str, slurm: Option<&str>) -> Option<(u64, String)> {
+    let slurm = slurm.and_then(crate::config::parse_slurm_time);
     let profile = cluster.slurm.max_time.as_deref().and_then(crate::config::parse_slurm_time);
     let from_slurm = slurm.map(|s| (s, format!("partition {partition}'s MaxTime (Slurm)")));
     let from_profile = profile.map(|s| (s, format!("slurm.max_time (profile {})", cluster.name)));

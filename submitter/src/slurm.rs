@@ -468,9 +468,9 @@ impl SlurmCli {
         Ok(parse_reservation_names(&output.stdout))
     }
 
-    /// The partition's walltime limit in seconds (`scontrol -o show partition P`'s `MaxTime`);
-    /// `None` when it has none (`UNLIMITED`).
-    pub fn partition_max_time(&self, partition: &str) -> Result<Option<u64>, SlurmError> {
+    /// The partition's walltime limit as Slurm writes it (`scontrol -o show partition P`'s
+    /// `MaxTime`: `1-00:00:00`, or `UNLIMITED`, which `config::parse_slurm_time` reads as none).
+    pub fn partition_max_time(&self, partition: &str) -> Result<Option<String>, SlurmError> {
         let args: Vec<OsString> = ["-o", "show", "partition", partition].iter().map(OsString::from).collect();
         let output = self.run("scontrol", &args, &[])?;
         if !output.status.success() {
@@ -627,11 +627,9 @@ pub(crate) fn parse_reservation_names(stdout: &str) -> Vec<String> {
     stdout.lines().filter_map(|line| split_scontrol_fields(line).remove("ReservationName")).collect()
 }
 
-/// `MaxTime` of `scontrol -o show partition P`, in seconds; `None` for `UNLIMITED`/`INFINITE` or
-/// no answer.
-pub(crate) fn parse_partition_max_time(stdout: &str) -> Option<u64> {
-    let fields = split_scontrol_fields(stdout.lines().next()?);
-    crate::config::parse_slurm_time(fields.get("MaxTime")?)
+/// `MaxTime` of `scontrol -o show partition P`, as written; `None` when it says none.
+pub(crate) fn parse_partition_max_time(stdout: &str) -> Option<String> {
+    split_scontrol_fields(stdout.lines().next()?).remove("MaxTime")
 }
 
 /// A reservation name `scontrol update` can take as one `reservation=R` field: a name with a space
@@ -1532,8 +1530,9 @@ mod tests {
         assert_eq!(parse_reservation_names(listed), ["reformo", "other"]);
         assert!(parse_reservation_names("No reservations in the system\n").is_empty());
         let partition = "PartitionName=boost_usr_prod AllowGroups=ALL MaxNodes=UNLIMITED MaxTime=1-00:00:00 MinNodes=0";
-        assert_eq!(parse_partition_max_time(partition), Some(86_400));
-        assert_eq!(parse_partition_max_time("PartitionName=debug MaxTime=UNLIMITED State=UP"), None);
+        assert_eq!(parse_partition_max_time(partition).as_deref(), Some("1-00:00:00"));
+        let unlimited = parse_partition_max_time("PartitionName=debug MaxTime=UNLIMITED State=UP");
+        assert_eq!(unlimited.as_deref().and_then(crate::config::parse_slurm_time), None, "no limit");
         assert_eq!(parse_partition_max_time(""), None);
     }
 }

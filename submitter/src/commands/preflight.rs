@@ -68,7 +68,7 @@ pub(crate) fn preflight(args: &PreflightArgs) -> Result<ExitCode> {
     let mut settings = context.settings(&spec.model.hf_id, &loaded.preset, choices, None);
     let max_time = slurm.partition_max_time(&settings.partition.value).unwrap_or(None);
     if let Some((max_s, source)) =
-        submitter::settings::partition_limit(&loaded.cluster, &settings.partition.value, max_time)
+        submitter::settings::partition_limit(&loaded.cluster, &settings.partition.value, max_time.as_deref())
     {
         settings.cap_time(max_s, &source);
     }

@@ -275,18 +275,18 @@ fn snapshot_and_plan(session: &Session, selection: &Selection, executables: &Exe
     let environment = |name: &str| std::env::var(name).ok();
     // Slurm's MaxTime, asked once per partition and iteration; a partition Slurm cannot say
     // (or no Slurm here) falls back to the profile's slurm.max_time.
-    let asked: std::cell::RefCell<Vec<(String, Option<u64>)>> = std::cell::RefCell::default();
+    let asked: std::cell::RefCell<Vec<(String, Option<String>)>> = std::cell::RefCell::default();
     let max_time = |partition: &str| {
-        let known = asked.borrow().iter().find(|(p, _)| p == partition).map(|(_, limit)| *limit);
+        let known = asked.borrow().iter().find(|(p, _)| p == partition).map(|(_, limit)| limit.clone());
         let limit = known.unwrap_or_else(|| {
             let limit = session.slurm.partition_max_time(partition).unwrap_or_else(|err| {
                 tracing::warn!("cannot read partition {partition}'s MaxTime: {err}");
                 None
             });
-            asked.borrow_mut().push((partition.to_string(), limit));
+            asked.borrow_mut().push((partition.to_string(), limit.clone()));
             limit
         });
-        submitter::settings::partition_limit(&session.cluster, partition, limit)
+        submitter::settings::partition_limit(&session.cluster, partition, limit.as_deref())
     };
     let inputs = PlanInputs {
         context: &session.context(),

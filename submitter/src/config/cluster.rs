@@ -1043,10 +1043,10 @@ fn default_team_timeout_s() -> u64 {
     30
 }
 fn default_team_stale_pending_hours() -> f64 {
-    crate::team::import::Staleness::DEFAULT_PENDING_HOURS
+    crate::domain::Staleness::DEFAULT_PENDING_HOURS
 }
 fn default_team_stale_started_hours() -> f64 {
-    crate::team::import::Staleness::DEFAULT_STARTED_HOURS
+    crate::domain::Staleness::DEFAULT_STARTED_HOURS
 }
 
 impl TeamSettings {
@@ -1073,8 +1073,8 @@ impl TeamSettings {
     }
 
     /// When the team's Pending and Started rows count as dead (`team::import::Staleness`).
-    pub fn staleness(&self) -> crate::team::import::Staleness {
-        crate::team::import::Staleness::from_hours(self.stale_pending_hours, self.stale_started_hours)
+    pub fn staleness(&self) -> crate::domain::Staleness {
+        crate::domain::Staleness::from_hours(self.stale_pending_hours, self.stale_started_hours)
     }
 }
 

@@ -28,29 +28,8 @@ use crate::ledger::{AttemptId, AttemptStatus, ImportedAttempt, ImportedState, Le
 
 /// Rows committed late with an older timestamp are caught by re-reading this far behind the mark.
 const WATERMARK_OVERLAP_S: i64 = 600;
-/// When a team row still Pending or Started counts as dead: the team's rule (issue 31; the seed's
-/// `--stale-pending-hours 6`, `--stale-started-hours 24`), the one place these bounds live. A
-/// profile's `team.stale_pending_hours`/`stale_started_hours` change them for its fold-ins.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Staleness {
-    pub pending_s: i64,
-    pub started_s: i64,
-}
+pub use crate::domain::Staleness;
 
-impl Staleness {
-    pub const DEFAULT_PENDING_HOURS: f64 = 6.0;
-    pub const DEFAULT_STARTED_HOURS: f64 = 24.0;
-
-    pub fn from_hours(pending: f64, started: f64) -> Staleness {
-        Staleness { pending_s: (pending * 3600.0) as i64, started_s: (started * 3600.0) as i64 }
-    }
-}
-
-impl Default for Staleness {
-    fn default() -> Self {
-        Staleness::from_hours(Self::DEFAULT_PENDING_HOURS, Self::DEFAULT_STARTED_HOURS)
-    }
-}
 /// The bound the import records for cluster `ot-agent`: its active attempts are flagged when the
 /// history has not been re-imported for a day.
 pub(crate) const IMPORT_STALE_AFTER_S: u64 = 24 * 3600;
