@@ -109,11 +109,16 @@ impl Fx {
     /// The real engine from the CPU build's venv (its `bin/vllm`, and its `bin/python` for the
     /// version check), the tiny model as a local path, declared vLLM 0.32.0; Harbor the stand-in.
     fn spec(&self) -> Value {
+        self.spec_for(&self.tag)
+    }
+
+    /// [`Fx::spec`] for another run tag (a leg of a shared job).
+    fn spec_for(&self, tag: &str) -> Value {
         let scratch = self.root.join("scratch");
         let cache = |name: &str| scratch.join(name).display().to_string();
         let venv = self.venv.clone();
         let model = self.venv.join("models/tiny-a");
-        TestSpec::standins(&self.root, &self.tag)
+        TestSpec::standins(&self.root, tag)
             .benchmark("engine-real")
             .model("local/tiny-a", SERVED)
             .tp_dp(1, 1)
@@ -161,9 +166,14 @@ impl Fx {
     fn start(&self, spec: &Value) -> Run {
         let path = self.root.join("launch-in.json");
         std::fs::write(&path, serde_json::to_string_pretty(spec).unwrap()).unwrap();
+        self.payload(&["run", "--spec", path.to_str().unwrap()])
+    }
+
+    /// payload with a minimal environment, its stderr in `payload.stderr`.
+    fn payload(&self, args: &[&str]) -> Run {
         let stderr = std::fs::File::create(self.root.join("payload.stderr")).unwrap();
         let child = Command::new(payload_bin())
-            .args(["run", "--spec", path.to_str().unwrap()])
+            .args(args)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()))
             .env("HOME", &self.root)
@@ -831,6 +841,78 @@ fn a_declaration_the_cpu_build_contradicts_is_refused_before_the_engine() {
     let message = o["message"].as_str().unwrap_or_default();
     assert!(message.contains("holds vLLM 0.32.0+cpu"), "{message}");
     assert!(fx.event("engine_spawned").is_none(), "{}", fx.context());
+}
+
+/// A shared job (issue 24) on one real engine: three legs, each its own Harbor and run dir. One
+/// leg's Harbor killed ends that leg alone (`harbor`) while the others go on calling the engine;
+/// then the EngineCore killed ends every leg still running, and the host, `engine_died`
+/// (`engine_core_died`), with nothing of the engine left.
+#[test]
+fn a_shared_job_on_one_real_engine_loses_a_harbor_then_the_engine() {
+    let Some(fx) = Fx::new("shared", Load::Full) else { return };
+    let id = unique();
+    let group_tag = format!("shared-{id}");
+    let group_dir = fx.root.join("jobs").join(&group_tag);
+    let legs: Vec<String> = (0..3).map(|i| format!("shared-leg{i}-{id}")).collect();
+    let leg_dir = |i: usize| fx.root.join("jobs").join(&legs[i]);
+    for (i, tag) in legs.iter().enumerate() {
+        let mut spec = fx.spec_for(tag);
+        spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("60");
+        spec["harbor"]["env"]["STANDIN_TURNS"] = json!("40");
+        spec["harbor"]["env"]["STANDIN_MAX_TOKENS"] = json!("16");
+        spec["harbor"]["n_concurrent"] = json!(1);
+        std::fs::create_dir_all(leg_dir(i)).unwrap();
+        std::fs::write(leg_dir(i).join("launch.json"), serde_json::to_string_pretty(&spec).unwrap()).unwrap();
+    }
+    std::fs::create_dir_all(&group_dir).unwrap();
+    let shared = group_dir.join("shared.json");
+    let doc = json!({
+        "version": 1, "group_tag": group_tag, "group_dir": group_dir,
+        "legs": (0..3).map(|i| leg_dir(i).join("launch.json")).collect::<Vec<_>>(),
+    });
+    std::fs::write(&shared, serde_json::to_string_pretty(&doc).unwrap()).unwrap();
+    let mut host = fx.payload(&["run", "--shared", shared.to_str().unwrap()]);
+    let leg = |i: usize| read_json(&leg_dir(i).join("status.json")).unwrap_or(Value::Null);
+    let host_status = || read_json(&group_dir.join("status.json")).unwrap_or(Value::Null);
+    let class = |s: &Value| s["outcome"]["class"].as_str().unwrap_or("none").to_string();
+
+    // Every leg's Harbor calls the one engine.
+    fx.wait_for(&mut host, "every leg running and tokens generated", READY_LIMIT, |_| {
+        let running = (0..3).all(|i| leg(i)["phase"] == "running");
+        (running && host_status()["heartbeat"]["engine"]["generation_tokens"].as_u64() > Some(0)).then_some(())
+    });
+    let engine_pid = host_status()["pids"]["engine"].as_i64().expect("the host's engine pid") as i32;
+    let tree = engine_tree(engine_pid);
+    let core = find_title(&tree, "VLLM::EngineCore");
+
+    // One leg's Harbor killed: that leg ends, the others keep calling the engine.
+    let harbor = leg(1)["pids"]["harbor"].as_i64().expect("leg 1's Harbor pid") as i32;
+    send_signal(harbor, "KILL");
+    fx.wait_for(&mut host, "leg 1 ended", Duration::from_secs(120), |_| (class(&leg(1)) != "none").then_some(()));
+    let lost = leg(1);
+    assert_eq!(class(&lost), "harbor", "{lost:#}");
+    let before = host_status()["heartbeat"]["engine"]["generation_tokens"].as_u64().unwrap_or(0);
+    fx.wait_for(&mut host, "the other legs' calls going on", Duration::from_secs(120), |_| {
+        let now = host_status()["heartbeat"]["engine"]["generation_tokens"].as_u64().unwrap_or(0);
+        (now > before).then_some(())
+    });
+    assert!([0, 2].iter().all(|i| leg(*i)["phase"] == "running"), "{:#} {:#}", leg(0), leg(2));
+
+    // The engine core killed: every leg still running, and the host, end engine_died.
+    send_signal(core.pid, "KILL");
+    let code = host.wait(&fx, Duration::from_secs(180));
+    assert_eq!(code, 12, "engine_died is the most severe leg's code\n{}", fx.context());
+    for i in [0, 2] {
+        let s = leg(i);
+        assert_eq!(class(&s), "engine_died", "leg {i}: {s:#}");
+    }
+    let hs = host_status();
+    assert_eq!(
+        (class(&hs).as_str(), hs["outcome"]["cause"].as_str()),
+        ("engine_died", Some("engine_core_died")),
+        "{hs:#}"
+    );
+    assert_tree_gone(&tree);
 }
 
 /// `check`'s finding that the engine died (`engine.died`), summary and evidence: `check` reads the
