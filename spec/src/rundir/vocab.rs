@@ -30,6 +30,24 @@ pub(crate) const ENGINE_START_CAUSES: &[(&str, &[Phrase])] = &[
     ),
     // Another process took the port between payload's bind check and vLLM's bind.
     ("port_in_use", &[Phrase::One("address already in use")]),
+    // `--max-model-len` past the model's own (pydantic's `Value error, User-specified max_model_len
+    // (8192) is greater than the derived max_model_len (max_position_embeddings=4096.0 …)`).
+    ("max_model_len", &[Phrase::One("is greater than the derived max_model_len")]),
+    // The memory the node has free is less than the utilization asks: another process on the GPU
+    // (`Free memory on device … is less than desired GPU memory utilization`), or on a CPU node
+    // (`Available memory on node 0 … is less than desired CPU memory utilization`).
+    (
+        "memory_utilization",
+        &[
+            Phrase::One("less than desired gpu memory utilization"),
+            Phrase::One("less than desired cpu memory utilization"),
+        ],
+    ),
+    // The model is neither a local directory nor a valid Hub id (offline: nothing to resolve).
+    (
+        "model_path",
+        &[Phrase::One("invalid repository id or local directory"), Phrase::One("repo id must be in the form")],
+    ),
     (
         "model_type",
         &[
@@ -40,6 +58,12 @@ pub(crate) const ENGINE_START_CAUSES: &[(&str, &[Phrase])] = &[
         ],
     ),
 ];
+
+/// The engine core died under a running API server (killed, or crashed without a line naming why):
+/// vLLM's own account of it. Named only when no line of [`ENGINE_START_CAUSES`] names a cause, which
+/// says why it died (`torch.OutOfMemoryError` before `EngineDeadError`).
+pub(crate) const ENGINE_CORE_DIED: (&str, &[Phrase]) =
+    ("engine_core_died", &[Phrase::One("engine core exited unexpectedly"), Phrase::One("enginedeaderror")]);
 
 /// CUDA's and torch's out-of-memory wordings (`torch.OutOfMemoryError: CUDA out of memory.`, the
 /// older `RuntimeError: CUDA error: out of memory`).
@@ -78,16 +102,32 @@ pub(crate) fn engine_start_cause(line: &str) -> Option<&'static str> {
     ENGINE_START_CAUSES.iter().find(|(_, phrases)| any_in(phrases, &lower)).map(|(cause, _)| *cause)
 }
 
-/// Why vLLM exited during start-up, from the end of its log: the cause named by the last line
-/// that names one, else `other`.
+/// Why vLLM exited, from the end of its log: the cause named by the last line that names one,
+/// else `engine_core_died` when vLLM says its engine core died, else `other`.
 pub fn classify_start_failure(lines: &[String]) -> &'static str {
-    lines.iter().rev().find_map(|l| engine_start_cause(l)).unwrap_or("other")
+    let lower = || lines.iter().map(|l| l.to_ascii_lowercase());
+    lines
+        .iter()
+        .rev()
+        .find_map(|l| engine_start_cause(l))
+        .or_else(|| lower().any(|l| any_in(ENGINE_CORE_DIED.1, &l)).then_some(ENGINE_CORE_DIED.0))
+        .unwrap_or("other")
 }
 
-/// Whether a line says the engine died or failed to come up (out of memory included).
+/// Whether a line says the engine died or failed to come up: a fatal phrase, or a line naming a
+/// start-up failure's cause (out of memory, `max_model_len`, the port taken, …).
 pub(crate) fn is_engine_fatal(line: &str) -> bool {
     let lower = line.to_ascii_lowercase();
-    any_in(ENGINE_FATAL_PHRASES, &lower) || any_in(OOM_PHRASES, &lower)
+    any_in(ENGINE_FATAL_PHRASES, &lower) || ENGINE_START_CAUSES.iter().any(|(_, phrases)| any_in(phrases, &lower))
+}
+
+/// The cause a fatal line names (`oom`, `max_model_len`, …, `engine_core_died`), if any: what
+/// `check` says the engine died of, in payload's words.
+pub fn fatal_cause(line: &str) -> Option<&'static str> {
+    engine_start_cause(line).or_else(|| {
+        let lower = line.to_ascii_lowercase();
+        any_in(ENGINE_CORE_DIED.1, &lower).then_some(ENGINE_CORE_DIED.0)
+    })
 }
 
 /// One line of the tunnel's ssh output, classified.
@@ -190,6 +230,7 @@ mod tests {
             .iter()
             .flat_map(|(_, p)| p.iter())
             .chain(ENGINE_FATAL_PHRASES)
+            .chain(ENGINE_CORE_DIED.1)
             .chain(TUNNEL_CONNECT_FAILED)
             .chain(TUNNEL_LOCKED)
             .chain(TUNNEL_HOST_KEY);
@@ -214,6 +255,64 @@ mod tests {
             assert_eq!(engine_start_cause(line), Some("oom"), "{line}");
         }
         assert!(!is_engine_fatal("INFO 07-17 10:00:01 memory profiling takes 3.2 seconds"));
+    }
+
+    /// The real vLLM's lines (the CPU build 0.32.0, tests/tests/engine_real.rs), each naming its
+    /// cause; before issue 33 every one of them was `other`.
+    #[test]
+    fn the_real_engines_start_failures_and_death_name_their_cause() {
+        let cases: &[(&[&str], &str)] = &[
+            (
+                &[
+                    "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig",
+                    "  Value error, User-specified max_model_len (8192) is greater than the derived max_model_len (max_position_embeddings=4096.0 or model_max_length=None in model's config.json). To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.",
+                ],
+                "max_model_len",
+            ),
+            (
+                &[
+                    "(APIServer pid=7) ERROR 12-07 04:53:10 [api_server.py:99] OSError: [Errno 98] Address already in use",
+                ],
+                "port_in_use",
+            ),
+            (
+                &[
+                    "ValueError: Free memory on device cuda:0 (3.1/79.1 GiB) on startup is less than desired GPU memory utilization (0.9, 71.2 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.",
+                ],
+                "memory_utilization",
+            ),
+            (
+                &[
+                    "huggingface_hub.errors.HFValidationError: Repo id must be in the form 'repo_name' or 'namespace/repo_name': '/no/such/dir'.",
+                ],
+                "model_path",
+            ),
+            (
+                &[
+                    "(APIServer pid=1231) WARNING 12-07 04:50:30 [core_client.py:817] [shutdown] MPClient: engine core exited unexpectedly; starting cleanup",
+                    "(APIServer pid=1231) ERROR 12-07 04:50:30 [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.",
+                    "INFO:     Finished server process [1231]",
+                ],
+                "engine_core_died",
+            ),
+            // What killed the core wins over vLLM's account of its death.
+            (
+                &[
+                    "RuntimeError: CUDA error: out of memory",
+                    "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
+                ],
+                "oom",
+            ),
+        ];
+        for (lines, cause) in cases {
+            let lines: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+            assert_eq!(classify_start_failure(&lines), *cause, "{lines:?}");
+            let fatal = lines.iter().find(|l| is_engine_fatal(l)).expect("a fatal line");
+            assert_eq!(fatal_cause(fatal), Some(*cause), "{fatal}");
+        }
+        // vLLM's start-up warning about the file limit names an OSError but no failure.
+        let ulimit = "(APIServer pid=1) WARNING 12-07 04:47:26 [system_utils.py:255] Found ulimit of 20000 and failed to automatically increase with error current limit exceeds maximum limit. This can cause fd limit errors like `OSError: [Errno 24] Too many open files`. Consider increasing with ulimit -n";
+        assert_eq!(classify_start_failure(&[ulimit.to_string()]), "other");
     }
 
     #[test]

@@ -559,6 +559,15 @@ fn outcome_finding(o: &launch_spec::records::Outcome) -> Finding {
     })
 }
 
+/// "the engine died", with the cause its fatal line names in payload's words
+/// (`launch_spec::rundir::vocab`: the table payload classifies with), when it names one.
+fn engine_died_summary(fatal: &str) -> String {
+    match launch_spec::rundir::vocab::fatal_cause(fatal) {
+        Some(cause) => format!("the engine died (cause: {cause})"),
+        None => "the engine died".to_string(),
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn engine_findings(
     ev: &Evidence,
@@ -594,7 +603,7 @@ fn engine_findings(
     let share = |n: u64| if total > 0 { n as f64 / total as f64 } else { 0.0 };
     if let Some(fatal) = &e.fatal {
         out.push(
-            finding(findings::ENGINE_DIED, Level::Fail, VerdictKind::Dead, "the engine died".into())
+            finding(findings::ENGINE_DIED, Level::Fail, VerdictKind::Dead, engine_died_summary(fatal))
                 .evidence(format!("{file}: {fatal}"))
                 .action("read the end of vllm.log (`submitter logs RUN --engine`); resubmit after fixing the cause"),
         );
