@@ -18,7 +18,7 @@ use crate::team::mirror::Mirror;
 use crate::team::publish;
 use crate::verify::{VerifySettings, results};
 
-pub use crate::observe::{SyncError, belongs_to, run_dir_of, view_of};
+pub use crate::observe::{SyncError, VANISHED_AFTER_QUIET_S, belongs_to, records_fresh, run_dir_of, view_of};
 
 /// What one sync changed, for the operator (`sync`'s document is its own output type, in the
 /// command layer).
@@ -226,6 +226,11 @@ pub fn sync(
                     ledger.record_gpu_seconds(attempt.id, &gpu.to_json())?;
                 }
                 publish(mirror, &format!("attempt {} → {to}", attempt.id), |m| {
+                    // The job id again with every move: one the team database missed while it was
+                    // down (the row kept `"pending"`) is filled in once it is back.
+                    if let Some(job) = &attempt.slurm_job_id {
+                        m.submitted(attempt.id, job)?;
+                    }
                     m.transition(attempt.id, to, metrics.as_ref())
                 });
                 report.changes.push(Change {
@@ -258,7 +263,15 @@ pub fn sync(
         let Some(job_id) = attempt.slurm_job_id.clone() else {
             // Crash between the ledger insert and sbatch, or sbatch still running elsewhere.
             if let Some(found) = find_job_for(slurm, attempt)? {
-                ledger.set_job_id(attempt.id, &found.to_string())?;
+                match ledger.set_job_id(attempt.id, &found.to_string()) {
+                    Ok(()) => {}
+                    // Another attempt of this cluster holds the job: this one is not bound to it.
+                    Err(taken @ crate::ledger::LedgerError::JobIdTaken { .. }) => {
+                        change(AttemptStatus::Failed, format!("sbatch failed: {taken}"), None, false)?;
+                        continue;
+                    }
+                    Err(err) => return Err(err.into()),
+                }
                 report.changes.push(Change {
                     attempt: attempt.id.0,
                     model: attempt.model.clone(),
@@ -296,6 +309,8 @@ pub fn sync(
                 change(AttemptStatus::Started, format!("running as job {job_id}"), None, false)?;
             }
             SlurmView::Queued | SlurmView::Running => {}
+            // Slurm does not list it, but payload's heartbeat is fresh: not vanished (yet).
+            SlurmView::Gone if status.as_ref().is_some_and(|s| records_fresh(s, now())) => {}
             SlurmView::Gone => {
                 let state = jobs.get(&job_id).map_or("no longer listed".to_string(), |j| j.state.to_string());
                 let resumable = is_resumable(None, slurm_state);
