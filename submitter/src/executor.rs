@@ -96,7 +96,8 @@ impl Executor<'_> {
                 && !self.dry_run
             {
                 let id = AttemptId(*attempt_id);
-                self.ledger.transition(id, AttemptStatus::Failed, "vanished (no Slurm job, no outcome)", None)?;
+                let reason = format!("{} (no Slurm job, no outcome)", crate::domain::VANISHED);
+                self.ledger.transition(id, AttemptStatus::Failed, &reason, None)?;
                 publish(self.mirror, &format!("attempt {id} (Failed)"), |m| {
                     m.transition(id, AttemptStatus::Failed, None)
                 });

@@ -10,7 +10,7 @@ use launch_spec::records::{OutcomeClass, RunStatus};
 use serde_json::Value;
 
 use crate::decide::MISSING_JOB_GRACE_S;
-use crate::domain::{SHARED_KEY, SUBMISSION_TAG_KEY, SlurmView};
+use crate::domain::{SHARED_KEY, SUBMISSION_TAG_KEY, SlurmView, VANISHED};
 use crate::gpuhours::{AttemptGpu, SharedRef, attempt_gpu, elapsed_s};
 use crate::ledger::{Attempt, AttemptStatus, Ledger, now};
 use crate::slurm::{JobId, JobInfo, JobState, Slurm, SlurmError, best_match};
@@ -317,14 +317,55 @@ pub fn sync(
                 let reason = if resumable {
                     format!("ended by Slurm (job {job_id}: {state}), no outcome recorded: resumable")
                 } else {
-                    format!("vanished (job {job_id}: {state}, no outcome recorded)")
+                    format!("{VANISHED} (job {job_id}: {state}, no outcome recorded)")
                 };
                 change(AttemptStatus::Failed, reason, None, resumable)?;
             }
         }
     }
+    fold_late_finishes(ledger, cluster, settings, mirror, &mut report)?;
     complete_shared_records(ledger, slurm)?;
     Ok(report)
+}
+
+/// How far back a vanished attempt's run dir is looked at for a late final record.
+const LATE_RECORD_WITHIN_DAYS: i64 = 7;
+
+/// A final record that came after its attempt was marked vanished (its records were quiet for the
+/// window, then payload wrote `finished`: a node that froze, a file system that caught up) is
+/// folded in: the attempt becomes `finished` with its Harbor metrics. A late failure changes
+/// nothing (the attempt is failed already).
+fn fold_late_finishes(
+    ledger: &dyn Ledger,
+    cluster: &str,
+    settings: &VerifySettings,
+    mirror: Option<&Mirror>,
+    report: &mut SyncReport,
+) -> Result<(), SyncError> {
+    for attempt in ledger.vanished(cluster, now() - chrono::Duration::days(LATE_RECORD_WITHIN_DAYS))? {
+        let Some(run_dir) = run_dir_of(&attempt) else { continue };
+        let Some(status) = read_status(&run_dir).filter(|s| belongs_to(s, &attempt)) else { continue };
+        if status.outcome.as_ref().is_none_or(|o| o.class != OutcomeClass::Finished) {
+            continue;
+        }
+        let metrics = harbor_metrics(&run_dir, settings).map(|m| with_node_provenance(m, Some(&status)));
+        let reason = "finished (its final record came after it was marked vanished)".to_string();
+        ledger.finish_vanished(attempt.id, &reason, metrics.as_ref())?;
+        publish(mirror, &format!("attempt {} → finished (late)", attempt.id), |m| {
+            m.transition(attempt.id, AttemptStatus::Finished, metrics.as_ref())
+        });
+        report.changes.push(Change {
+            attempt: attempt.id.0,
+            model: attempt.model.clone(),
+            benchmark: attempt.benchmark.clone(),
+            to: AttemptStatus::Finished,
+            reason,
+            resumable: false,
+            metrics,
+            gpu_hours: gpu_hours(&status),
+        });
+    }
+    Ok(())
 }
 
 fn submission_tag_of(attempt: &Attempt) -> Option<&str> {

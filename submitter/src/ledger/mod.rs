@@ -117,6 +117,15 @@ pub trait Ledger: Send + Sync {
     /// The pending and started attempts (what sync reconciles with Slurm), oldest first.
     fn active(&self) -> Result<Vec<Attempt>>;
 
+    /// `cluster`'s attempts failed as vanished (reason starting [`crate::domain::VANISHED`]) that
+    /// ended at or after `since`, oldest first: sync looks for their late final records.
+    fn vanished(&self, cluster: &str, since: Timestamp) -> Result<Vec<Attempt>>;
+
+    /// The one way out of a terminal status: a vanished attempt whose final record came late and
+    /// says it finished becomes `finished` with `reason` and `metrics`. Anything but a vanished
+    /// attempt is [`LedgerError::IllegalTransition`].
+    fn finish_vanished(&self, id: AttemptId, reason: &str, metrics: Option<&Value>) -> Result<()>;
+
     /// Attempts with this run tag, oldest first (crash repair: the row exists, the job id not).
     fn find_by_run_tag(&self, run_tag: &str) -> Result<Vec<Attempt>>;
 

@@ -29,7 +29,7 @@ use super::{
     LATEST_PER_PAIR_SQL, Ledger, LedgerError, Model, NewAttempt, NewRemediation, PairState, Remediation, Result,
     Timestamp, filter_by_size, number_imports, size_class, sql_status_list,
 };
-use crate::domain::SUBMISSION_TAG_KEY;
+use crate::domain::{SUBMISSION_TAG_KEY, VANISHED};
 
 /// One statement parameter.
 #[derive(Debug, Clone, Copy)]
@@ -778,6 +778,29 @@ impl<B: Backend> Ledger for SqlLedger<B> {
     fn active(&self) -> Result<Vec<Attempt>> {
         read(&self.backend, "read active attempts", |db| {
             self.attempts_where(db, "status IN ('pending', 'started')", &[])
+        })
+    }
+
+    fn vanished(&self, cluster: &str, since: Timestamp) -> Result<Vec<Attempt>> {
+        read(&self.backend, "read vanished attempts", |db| {
+            self.attempts_where(
+                db,
+                &format!("cluster = $1 AND status = 'failed' AND reason LIKE '{VANISHED}%' AND ended_at >= $2"),
+                &[Arg::Text(cluster), Arg::Ts(Some(since))],
+            )
+        })
+    }
+
+    fn finish_vanished(&self, id: AttemptId, reason: &str, metrics: Option<&Value>) -> Result<()> {
+        let sql = format!(
+            "UPDATE attempts SET status = 'finished', reason = $2, metrics = $3, updated_at = now()
+             WHERE id = $1 AND status = 'failed' AND reason LIKE '{VANISHED}%'"
+        );
+        write(&self.backend, "fold in a vanished attempt's late final record", |db| {
+            let args = [Arg::Int(id.0), Arg::Text(reason), metrics_arg(metrics)];
+            self.update_attempt(db, id, &sql, &args, "status", |row| {
+                self.illegal_transition(id, row, AttemptStatus::Finished)
+            })
         })
     }
 

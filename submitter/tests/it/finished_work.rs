@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use chrono::Utc;
+use launch_spec::OutcomeClass;
+use launch_spec::records::Outcome;
 use launch_spec::testkit::rundir::running_status;
 use launch_spec::testkit::{Counters, RunDir};
 use serde_json::{Value, json};
@@ -108,7 +110,7 @@ const MODEL: &str = "test/Tiny-1B";
 /// Item 2 on the real Slurm: a job Slurm does not list (a real empty `squeue` answer: the id is
 /// one Slurm never handed out) whose run dir's heartbeat is fresh is not vanished — `sync` leaves
 /// it running and `plan` submits nothing beside it; once the records have been quiet for the
-/// window as well, it is vanished.
+/// window as well, it is vanished; and a final record that still comes later is folded in.
 #[test]
 fn one_empty_squeue_answer_for_a_heartbeating_job_is_not_vanished() {
     if !slurm_up() {
@@ -138,6 +140,29 @@ fn one_empty_squeue_answer_for_a_heartbeating_job_is_not_vanished() {
     let after = ledger.attempt(id).unwrap().unwrap();
     assert_eq!(after.status, AttemptStatus::Failed);
     assert!(after.reason.starts_with("vanished"), "{}", after.reason);
+    // Its final record comes late after all (a node that froze, then caught up): folded in.
+    let at = Utc::now();
+    let mut done = running_status("tb2-vanish", job, at, at, Counters::default(), at);
+    done.outcome = Some(Outcome {
+        class: OutcomeClass::Finished,
+        cause: None,
+        exit_code: 0,
+        message: "harbor finished".into(),
+        harbor_exit_code: Some(0),
+        signal: None,
+        engine_log_tail: Vec::new(),
+    });
+    RunDir::at(&run_dir).status(&done, Some(at));
+    let result = json!({"id": "late", "started_at": "2026-12-01T10:00:00", "finished_at": "2026-12-01T11:00:00",
+        "n_total_trials": 2, "stats": {"n_completed_trials": 2, "n_errored_trials": 0, "evals": {"e": {
+            "n_trials": 2, "n_errors": 0, "metrics": [{"mean": 0.5}],
+            "reward_stats": {"reward": {"1.0": ["t1"], "0.0": ["t2"]}}, "exception_stats": {}}}}});
+    std::fs::write(run_dir.join("result.json"), result.to_string()).unwrap();
+    let out = cluster.run(&["sync"], &store.spec, &[], &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let after = ledger.attempt(id).unwrap().unwrap();
+    assert_eq!(after.status, AttemptStatus::Finished, "the late final record was lost: {}", after.reason);
+    assert_eq!(after.metrics.unwrap()["mean_reward"].as_f64(), Some(0.5));
 }
 
 /// Item 7, the team's door: a team score of 1e308 or −7 is refused — the attempt is recorded with

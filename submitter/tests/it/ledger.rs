@@ -141,7 +141,7 @@ on_both_backends! {
             heartbeats_per_submitter_and_cluster, imported_rows_are_tracked_by_source,
             remediation_records_once_per_attempt_and_fold_into_holds,
             gpu_seconds_are_recorded_per_attempt, a_job_id_handed_out_twice_is_refused,
-            a_release_starts_the_failure_count_afresh;
+            a_release_starts_the_failure_count_afresh, a_vanished_attempt_takes_its_late_finish;
     store: migrations_are_idempotent, racing_threads_one_wins, racing_processes_one_wins, tls_require_and_verify,
            wrong_password_is_a_clear_error, a_ledger_before_the_agent_column_keeps_reading;
 }
@@ -276,6 +276,28 @@ fn a_release_starts_the_failure_count_afresh(ledger: &dyn Ledger) {
     std::thread::sleep(std::time::Duration::from_millis(5));
     fail_one();
     assert_eq!(failed(), (1, 4), "a failure after the release counts");
+}
+
+/// Issue 32 item 2: the one way out of a terminal status — a vanished attempt whose final record
+/// came late becomes `finished` with its metrics; any other failure stays final.
+fn a_vanished_attempt_takes_its_late_finish(ledger: &dyn Ledger) {
+    let vanished = ledger.insert_pending(&new_attempt("org/V-8B", "terminal_bench_2")).unwrap();
+    ledger
+        .transition(vanished, AttemptStatus::Failed, "vanished (job 7: no longer listed, no outcome recorded)", None)
+        .unwrap();
+    let failed = ledger.insert_pending(&new_attempt("org/F-8B", "terminal_bench_2")).unwrap();
+    ledger.transition(failed, AttemptStatus::Failed, "engine_start/oom: out of memory", None).unwrap();
+    let since = now() - chrono::Duration::hours(1);
+    let listed: Vec<AttemptId> = ledger.vanished("jupiter", since).unwrap().iter().map(|a| a.id).collect();
+    assert_eq!(listed, [vanished]);
+    assert!(ledger.vanished("leonardo", since).unwrap().is_empty());
+    assert!(ledger.vanished("jupiter", now() + chrono::Duration::hours(1)).unwrap().is_empty());
+    let refused = ledger.finish_vanished(failed, "finished", None).unwrap_err();
+    assert!(matches!(refused, LedgerError::IllegalTransition { .. }), "{refused}");
+    ledger.finish_vanished(vanished, "finished (late)", Some(&json!({"mean_reward": 0.5}))).unwrap();
+    let after = ledger.attempt(vanished).unwrap().unwrap();
+    assert_eq!((after.status, after.metrics.unwrap()["mean_reward"].as_f64()), (AttemptStatus::Finished, Some(0.5)));
+    assert!(ledger.vanished("jupiter", since).unwrap().is_empty());
 }
 
 // ------------------------------------------------------------------------------------ helpers
