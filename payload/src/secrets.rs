@@ -105,7 +105,7 @@ impl Secrets {
     }
 
     fn require(&self, name: &str, why: &str) -> Result<&str, SecretsError> {
-        self.get(name).filter(|v| !v.is_empty()).ok_or_else(|| SecretsError::MissingKey {
+        self.get(name).filter(|v| launch_spec::envfile::is_given(v)).ok_or_else(|| SecretsError::MissingKey {
             path: self.path.clone(),
             name: name.to_string(),
             why: why.to_string(),

@@ -25,6 +25,22 @@ pub fn read_pairs(path: &Path) -> Result<Vec<(String, String)>, EnvFileError> {
     parse(&text).map_err(|(line, problem)| EnvFileError::Syntax { line, problem })
 }
 
+/// Whether a secret's value counts as given. A required secret with an empty value (`KEY=`, `KEY=""`)
+/// is missing to payload (exit 3 on the node), so the submitter's preflight asks the same question.
+pub fn is_given(value: &str) -> bool {
+    !value.is_empty()
+}
+
+/// The names of `pairs` whose value counts as given ([`is_given`]; a later line of a name wins).
+pub fn given_names(pairs: Vec<(String, String)>) -> Vec<String> {
+    let mut last: Vec<(String, String)> = Vec::new();
+    for (name, value) in pairs {
+        last.retain(|(n, _)| *n != name);
+        last.push((name, value));
+    }
+    last.into_iter().filter(|(_, value)| is_given(value)).map(|(name, _)| name).collect()
+}
+
 pub const EXPECTED_KV: &str = "expected KEY=VALUE (optionally `export KEY=VALUE`)";
 
 /// Parses `KEY=VALUE` lines the way the old scripts' `source secrets.env` (bash) read them: blank

@@ -28,6 +28,9 @@ pub struct LatestAttempt {
     pub(crate) config_matches: bool,
     /// Whether payload recorded an outcome for it (status.json `outcome`).
     pub(crate) has_recorded_outcome: bool,
+    /// Its `status.json` (no outcome) was written within the vanishing window: the job is alive
+    /// even if Slurm does not list it this once.
+    pub(crate) records_fresh: bool,
     /// Set when the attempt belongs to another cluster: only that cluster's submitter can see its
     /// Slurm job, so this one never reconciles, cancels or resubmits it.
     pub elsewhere: Option<Elsewhere>,
@@ -226,6 +229,16 @@ pub fn decide(history: &PairHistory, slurm: Option<SlurmView>, policy: &Policy) 
                 Some(SlurmView::Queued | SlurmView::Running) => {
                     Decision::new(Action::Skip, format!("in progress (job {job}, {})", age(latest.age_s)))
                 }
+                // Slurm does not list it, but payload's heartbeat is fresh: one empty answer is not
+                // the job ending (vanished needs both to agree over the window).
+                Some(SlurmView::Gone) | None if latest.records_fresh && !latest.has_recorded_outcome => Decision::new(
+                    Action::Skip,
+                    format!(
+                        "in progress (job {job} not listed by Slurm, but its run dir's heartbeat is fresh: \
+                             not vanished until both agree for {})",
+                        age(crate::observe::VANISHED_AFTER_QUIET_S as u64)
+                    ),
+                ),
                 // Gone without a recorded outcome (or never got a job id and Slurm has no job
                 // with its run tag): the job is dead — no waiting 24–48 h for a stale row.
                 Some(SlurmView::Gone) | None if !latest.has_recorded_outcome => {
@@ -313,6 +326,7 @@ mod tests {
             incomplete: false,
             config_matches: true,
             has_recorded_outcome: false,
+            records_fresh: false,
             elsewhere: None,
             resumable: false,
             continuation: 0,
@@ -394,6 +408,19 @@ mod tests {
         let d = decide(&h, Some(SlurmView::Gone), &policy());
         assert_eq!(d.action, Action::Resubmit);
         assert_eq!(d.prerequisite, Some(Prerequisite::MarkVanished { attempt_id: 7 }));
+    }
+
+    /// Issue 32 item 2: Slurm's one empty answer and a fresh heartbeat disagree: nothing is marked
+    /// vanished and nothing is submitted beside the running job.
+    #[test]
+    fn gone_from_slurm_with_fresh_records_is_not_vanished() {
+        let mut alive = latest(AttemptStatus::Started);
+        alive.records_fresh = true;
+        for view in [Some(SlurmView::Gone), None] {
+            let d = decide(&history(Some(alive.clone()), 0), view, &policy());
+            assert_eq!((d.action, d.prerequisite.clone()), (Action::Skip, None), "{view:?}: {}", d.reason);
+            assert!(d.reason.contains("heartbeat is fresh"), "{}", d.reason);
+        }
     }
 
     #[test]

@@ -97,6 +97,10 @@ pub enum SlurmView {
 /// whose sbatch answer was lost is found again (docs/decisions.md, idempotent submission).
 pub(crate) const SUBMISSION_TAG_KEY: &str = "submission_tag";
 
+/// How the reason of an attempt failed as vanished starts (sync, the executor's prerequisite):
+/// the ledger finds them by it to fold in a late final record.
+pub(crate) const VANISHED: &str = "vanished";
+
 /// The key of a shared job's leg's config (issue 24): `{group_tag, group_dir, legs}` (the legs'
 /// run tags). Its attempts share one Slurm job id and one submission tag.
 pub(crate) const SHARED_KEY: &str = "shared";

@@ -96,7 +96,8 @@ impl Executor<'_> {
                 && !self.dry_run
             {
                 let id = AttemptId(*attempt_id);
-                self.ledger.transition(id, AttemptStatus::Failed, "vanished (no Slurm job, no outcome)", None)?;
+                let reason = format!("{} (no Slurm job, no outcome)", crate::domain::VANISHED);
+                self.ledger.transition(id, AttemptStatus::Failed, &reason, None)?;
                 publish(self.mirror, &format!("attempt {id} (Failed)"), |m| {
                     m.transition(id, AttemptStatus::Failed, None)
                 });
@@ -164,7 +165,10 @@ impl Executor<'_> {
             }
             match self.submit_once(&request, &tag, &job.reason) {
                 Landed::Queued(job_id, outcome) => {
-                    self.ledger.set_job_id(attempt, &job_id.to_string())?;
+                    if let Some(refusal) = self.bind_job(attempt, job_id)? {
+                        results.push(record(refusal, Some(attempt), Some(job_id.to_string())));
+                        continue;
+                    }
                     publish(self.mirror, &format!("attempt {attempt} job id"), |m| {
                         m.submitted(attempt, &job_id.to_string())
                     });
@@ -193,6 +197,27 @@ impl Executor<'_> {
             }
         }
         Ok(results)
+    }
+}
+
+impl Executor<'_> {
+    /// Binds a queued job to its attempt. `Some(why)` when the ledger refuses because another
+    /// attempt of this cluster holds that job id (Slurm handed it out twice): the new attempt is
+    /// failed with the reason and the job left alone — cancelling it would cancel the other
+    /// attempt's job, which has the same id.
+    fn bind_job(&self, attempt: AttemptId, job_id: JobId) -> Result<Option<String>, SubmitError> {
+        match self.ledger.set_job_id(attempt, &job_id.to_string()) {
+            Ok(()) => Ok(None),
+            Err(taken @ LedgerError::JobIdTaken { .. }) => {
+                let why = format!("sbatch failed: {taken}");
+                self.ledger.transition(attempt, AttemptStatus::Failed, &why, None)?;
+                publish(self.mirror, &format!("attempt {attempt} (Failed)"), |m| {
+                    m.transition(attempt, AttemptStatus::Failed, None)
+                });
+                Ok(Some(why))
+            }
+            Err(err) => Err(err.into()),
+        }
     }
 }
 
@@ -322,7 +347,10 @@ impl Executor<'_> {
         match self.submit_once(&request, &tag, &reason(rows[0].0)) {
             Landed::Queued(job_id, _) => {
                 for (job, _, attempt) in &rows {
-                    self.ledger.set_job_id(*attempt, &job_id.to_string())?;
+                    if let Some(refusal) = self.bind_job(*attempt, job_id)? {
+                        results.push(Submitted::new(job, refusal, Some(*attempt), Some(job_id.to_string())));
+                        continue;
+                    }
                     publish(self.mirror, &format!("attempt {attempt} job id"), |m| {
                         m.submitted(*attempt, &job_id.to_string())
                     });

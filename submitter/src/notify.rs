@@ -206,9 +206,42 @@ impl Notifier {
     }
 }
 
+/// How many redirects a webhook POST follows.
+const WEBHOOK_MAX_REDIRECTS: usize = 5;
+
+/// POSTs `body` to `url`; only a 2xx answer is a message sent. A redirect (301/302/303/307/308:
+/// an http → https move is the usual one) is followed by POSTing the same body to its `Location`,
+/// as 307/308 require — an HTTP client's default turns 301/302 into a GET without the body, which
+/// loses the message while the receiver answers 200.
 fn post(url: &str, body: &str, timeout: Duration) -> Result<(), String> {
-    let agent: ureq::Agent = ureq::Agent::config_builder().timeout_global(Some(timeout)).build().into();
-    agent.post(url).header("Content-Type", "application/json").send(body).map(drop).map_err(|e| e.to_string())
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .max_redirects(0)
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut target = url::Url::parse(url).map_err(|e| format!("not a URL: {e}"))?;
+    for _ in 0..=WEBHOOK_MAX_REDIRECTS {
+        let response = agent
+            .post(target.as_str())
+            .header("Content-Type", "application/json")
+            .send(body)
+            .map_err(|e| e.to_string())?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(());
+        }
+        if !status.is_redirection() {
+            return Err(format!("answered {status}: the message was not taken"));
+        }
+        let location = response
+            .headers()
+            .get("location")
+            .and_then(|l| l.to_str().ok())
+            .ok_or_else(|| format!("answered {status} without a Location: the message was not taken"))?;
+        target = target.join(location).map_err(|e| format!("answered {status} with a bad Location: {e}"))?;
+    }
+    Err(format!("more than {WEBHOOK_MAX_REDIRECTS} redirects: the message was not taken"))
 }
 
 /// The URL (and its path, where a Slack webhook keeps its key) removed from a message.

@@ -41,6 +41,20 @@ pub fn belongs_to(status: &RunStatus, attempt: &Attempt) -> bool {
     launch_spec::rundir::is_attempts_status(status, attempt.slurm_job_id.as_deref())
 }
 
+/// How long payload's records (`status.json`, rewritten every heartbeat: 15 s by default) must
+/// have been quiet before a job Slurm no longer lists counts as vanished. One empty `squeue` answer
+/// (a controller restarting, a query cut short) for a job whose heartbeat is fresh is not the job
+/// ending: "vanished" needs Slurm's answer and the run dir's records to agree over this window.
+pub const VANISHED_AFTER_QUIET_S: i64 = 300;
+
+/// Whether `status` (the attempt's own, without an outcome) was written within
+/// [`VANISHED_AFTER_QUIET_S`] of `now`: the job is alive, whatever one Slurm answer says.
+pub fn records_fresh(status: &RunStatus, now: chrono::DateTime<chrono::Utc>) -> bool {
+    status.outcome.is_none()
+        && chrono::DateTime::parse_from_rfc3339(&status.updated_at)
+            .is_ok_and(|at| (now - at.with_timezone(&chrono::Utc)).num_seconds() < VANISHED_AFTER_QUIET_S)
+}
+
 pub fn view_of(job: Option<&JobInfo>) -> SlurmView {
     match job {
         Some(info) if info.state == JobState::Pending => SlurmView::Queued,

@@ -161,6 +161,7 @@ fn ledger_status(error: &LedgerError) -> ExitStatus {
         | LedgerError::NotFound { .. }
         | LedgerError::IllegalTransition { .. }
         | LedgerError::JobIdConflict { .. }
+        | LedgerError::JobIdTaken { .. }
         | LedgerError::InvalidImport { .. } => ExitStatus::BadInput,
     }
 }

@@ -658,6 +658,7 @@ fn pair_history(
                 .is_some_and(|m| m.pointer("/audit/status").and_then(Value::as_str) == Some("incomplete")),
             config_matches,
             has_recorded_outcome: snapshot.recorded_outcome.contains(&latest.id),
+            records_fresh: snapshot.records_fresh.contains(&latest.id),
             elsewhere: snapshot.elsewhere(&latest.cluster),
             resumable: pair.latest_resumable,
             continuation: Continuation::of_config(&latest.config).map_or(0, |c| c.number),

@@ -478,7 +478,10 @@ fn secrets(spec: &LaunchSpec) -> Result<String, Outcome> {
     let missing: Vec<&String> = required.iter().filter(|n| !names.contains(n)).collect();
     if !missing.is_empty() {
         let missing = missing.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", ");
-        return fail(format!("{} lacks {missing}: add `NAME=...` lines for them", path.display()));
+        return fail(format!(
+            "{} lacks {missing} (absent or empty): give each a value (`NAME=value`; payload refuses an empty one)",
+            path.display()
+        ));
     }
     Ok(format!(
         "{} (0600, has {})",
@@ -487,11 +490,12 @@ fn secrets(spec: &LaunchSpec) -> Result<String, Outcome> {
     ))
 }
 
-/// The variable names of the secrets file, read by payload's own reader (`launch_spec::envfile`):
-/// what payload refuses (a malformed line, an unterminated quote, a NUL byte, more than 1 MiB) fails
-/// here. Each value is dropped as soon as it is read.
+/// The variable names of the secrets file that have a value, read by payload's own reader
+/// (`launch_spec::envfile`): what payload refuses (a malformed line, an unterminated quote, a NUL
+/// byte, more than 1 MiB) fails here, and a name with an empty value counts as missing, as payload
+/// counts it (`envfile::is_given`). Each value is dropped as soon as it is read.
 pub fn secret_names(path: &Path) -> Result<Vec<String>, launch_spec::envfile::EnvFileError> {
-    Ok(launch_spec::envfile::read_pairs(path)?.into_iter().map(|(name, _value)| name).collect())
+    Ok(launch_spec::envfile::given_names(launch_spec::envfile::read_pairs(path)?))
 }
 
 /// The Harbor job config, read by payload's own reader (`launch_spec::yaml`, 4 MiB cap): what payload
@@ -865,6 +869,9 @@ mod tests {
         let file = dir.path().join("s.env");
         std::fs::write(&file, "# c\nexport DAYTONA_API_KEY=abc\nHF_TOKEN = x=y\n").unwrap();
         assert_eq!(secret_names(&file).unwrap(), ["DAYTONA_API_KEY", "HF_TOKEN"]);
+        // Issue 32 item 8: an empty value is missing, as payload counts it (a later line wins).
+        std::fs::write(&file, "DAYTONA_API_KEY=\nDAYTONA_DATA_API_KEY=\"\"\nHF_TOKEN=x\nHF_TOKEN=\nB=\nB=y\n").unwrap();
+        assert_eq!(secret_names(&file).unwrap(), ["B"]);
         // What payload refuses is refused, by line, without the content.
         std::fs::write(&file, "A=1\n  sekrit line\n").unwrap();
         let err = secret_names(&file).unwrap_err().to_string();

@@ -345,22 +345,18 @@ pub enum RemediateError {
     Slurm(#[from] SlurmError),
 }
 
-/// Carries out one decision: cancels the job (and marks the attempt failed with the reason) when it
-/// is still active, then records the act. `Ok(false)` when another loop recorded this attempt first.
+/// Carries out one decision: records the act first, then cancels the job (and marks the attempt
+/// failed with the reason) when it is still active. `Ok(false)` when another loop recorded this
+/// attempt first (nothing is cancelled then). The record goes first so that a failure after it —
+/// `scancel` refused, the ledger gone between `scancel` and the attempt's status — leaves a hold or
+/// retry that [`reconcile`] completes on the next pass, never a cancelled job with no hold.
 pub fn carry_out(
     decision: &Decision,
     ledger: &dyn Ledger,
     slurm: &dyn Slurm,
     username: &str,
 ) -> Result<bool, RemediateError> {
-    let reason = format!("remediation {} ({})", decision.action.as_str(), decision.reason);
-    if let Some(job) = decision.cancels_job.as_deref() {
-        if let Ok(id) = job.parse::<JobId>() {
-            slurm.cancel(id, None, false)?;
-        }
-        ledger.transition(AttemptId(decision.attempt), AttemptStatus::Failed, &reason, None)?;
-    }
-    Ok(ledger.record_remediation(&NewRemediation {
+    let recorded = ledger.record_remediation(&NewRemediation {
         model: decision.model.clone(),
         family: decision.family.clone(),
         agent: decision.agent.clone(),
@@ -372,7 +368,51 @@ pub fn carry_out(
         adjustment: decision.adjustment.clone(),
         reason: decision.reason.clone(),
         username: username.to_string(),
-    })?)
+    })?;
+    if recorded && let Some(job) = decision.cancels_job.as_deref() {
+        let reason = act_reason(decision.action.as_str(), &decision.reason);
+        end_attempt(ledger, slurm, AttemptId(decision.attempt), Some(job), &reason)?;
+    }
+    Ok(recorded)
+}
+
+/// The reason an attempt remediation ended carries.
+fn act_reason(action: &str, reason: &str) -> String {
+    format!("remediation {action} ({reason})")
+}
+
+/// Cancels the attempt's job and fails the attempt (the side effect first: a failed attempt whose
+/// job still runs would let the pair be submitted beside it).
+fn end_attempt(
+    ledger: &dyn Ledger,
+    slurm: &dyn Slurm,
+    attempt: AttemptId,
+    job: Option<&str>,
+    reason: &str,
+) -> Result<(), RemediateError> {
+    if let Some(id) = job.and_then(|j| j.parse::<JobId>().ok()) {
+        slurm.cancel(id, None, false)?;
+    }
+    ledger.transition(attempt, AttemptStatus::Failed, reason, None)?;
+    Ok(())
+}
+
+/// Completes the acts an earlier pass recorded but could not finish: an attempt remediation
+/// recorded an act on that is still active in the ledger has its job cancelled (again: `scancel` of
+/// an ended job is harmless) and is failed with the act's reason. Only `cluster`'s attempts: another
+/// cluster's job ids mean nothing to this Slurm. Returns the attempts completed.
+pub fn reconcile(ledger: &dyn Ledger, slurm: &dyn Slurm, cluster: &str) -> Result<Vec<AttemptId>, RemediateError> {
+    let records = ledger.remediations()?;
+    let mut completed = Vec::new();
+    for attempt in ledger.active()?.into_iter().filter(|a| a.cluster == cluster) {
+        let Some(record) = records.iter().find(|r| r.attempt == Some(attempt.id) && r.action != "release") else {
+            continue;
+        };
+        let reason = act_reason(&record.action, &record.reason);
+        end_attempt(ledger, slurm, attempt.id, attempt.slurm_job_id.as_deref(), &reason)?;
+        completed.push(attempt.id);
+    }
+    Ok(completed)
 }
 
 /// A person's release of a held pair (`submitter release`): the pair starts afresh.

@@ -43,6 +43,9 @@ pub struct Snapshot {
     pub jobs: HashMap<String, SlurmView>,
     /// Active attempts whose `status.json` records an outcome that sync has not folded in yet.
     pub(crate) recorded_outcome: HashSet<AttemptId>,
+    /// Active attempts whose `status.json` was written within
+    /// [`crate::observe::VANISHED_AFTER_QUIET_S`]: alive, whatever Slurm's one answer says.
+    pub(crate) records_fresh: HashSet<AttemptId>,
     /// Active attempts of this cluster (the throttle counts them).
     pub in_flight: u32,
     /// Each pair's remediation state (held, the adjustment of its next launch).
@@ -80,15 +83,19 @@ impl Snapshot {
         let ids: Vec<_> = active.iter().filter_map(|a| a.slurm_job_id.as_deref()?.parse().ok()).collect();
         let listed = if ids.is_empty() { Vec::new() } else { slurm.jobs(&ids)? };
         let jobs = listed.iter().map(|j| (j.id.to_string(), view_of(Some(j)))).collect();
-        let recorded_outcome = active
-            .iter()
-            .filter(|a| {
-                run_dir_of(a)
-                    .and_then(|dir| read_status(&dir))
-                    .is_some_and(|s| belongs_to(&s, a) && s.outcome.is_some())
-            })
-            .map(|a| a.id)
-            .collect();
+        let mut recorded_outcome = HashSet::new();
+        let mut records_fresh = HashSet::new();
+        for attempt in &active {
+            let Some(status) = run_dir_of(attempt).and_then(|dir| read_status(&dir)).filter(|s| belongs_to(s, attempt))
+            else {
+                continue;
+            };
+            if status.outcome.is_some() {
+                recorded_outcome.insert(attempt.id);
+            } else if crate::observe::records_fresh(&status, now) {
+                records_fresh.insert(attempt.id);
+            }
+        }
         Ok(Snapshot {
             cluster: cluster.to_string(),
             now,
@@ -97,6 +104,7 @@ impl Snapshot {
             heartbeats,
             jobs,
             recorded_outcome,
+            records_fresh,
             in_flight,
             remedies,
         })

@@ -10,7 +10,7 @@ use launch_spec::records::{OutcomeClass, RunStatus};
 use serde_json::Value;
 
 use crate::decide::MISSING_JOB_GRACE_S;
-use crate::domain::{SHARED_KEY, SUBMISSION_TAG_KEY, SlurmView};
+use crate::domain::{SHARED_KEY, SUBMISSION_TAG_KEY, SlurmView, VANISHED};
 use crate::gpuhours::{AttemptGpu, SharedRef, attempt_gpu, elapsed_s};
 use crate::ledger::{Attempt, AttemptStatus, Ledger, now};
 use crate::slurm::{JobId, JobInfo, JobState, Slurm, SlurmError, best_match};
@@ -18,7 +18,7 @@ use crate::team::mirror::Mirror;
 use crate::team::publish;
 use crate::verify::{VerifySettings, results};
 
-pub use crate::observe::{SyncError, belongs_to, run_dir_of, view_of};
+pub use crate::observe::{SyncError, VANISHED_AFTER_QUIET_S, belongs_to, records_fresh, run_dir_of, view_of};
 
 /// What one sync changed, for the operator (`sync`'s document is its own output type, in the
 /// command layer).
@@ -226,6 +226,11 @@ pub fn sync(
                     ledger.record_gpu_seconds(attempt.id, &gpu.to_json())?;
                 }
                 publish(mirror, &format!("attempt {} → {to}", attempt.id), |m| {
+                    // The job id again with every move: one the team database missed while it was
+                    // down (the row kept `"pending"`) is filled in once it is back.
+                    if let Some(job) = &attempt.slurm_job_id {
+                        m.submitted(attempt.id, job)?;
+                    }
                     m.transition(attempt.id, to, metrics.as_ref())
                 });
                 report.changes.push(Change {
@@ -258,7 +263,15 @@ pub fn sync(
         let Some(job_id) = attempt.slurm_job_id.clone() else {
             // Crash between the ledger insert and sbatch, or sbatch still running elsewhere.
             if let Some(found) = find_job_for(slurm, attempt)? {
-                ledger.set_job_id(attempt.id, &found.to_string())?;
+                match ledger.set_job_id(attempt.id, &found.to_string()) {
+                    Ok(()) => {}
+                    // Another attempt of this cluster holds the job: this one is not bound to it.
+                    Err(taken @ crate::ledger::LedgerError::JobIdTaken { .. }) => {
+                        change(AttemptStatus::Failed, format!("sbatch failed: {taken}"), None, false)?;
+                        continue;
+                    }
+                    Err(err) => return Err(err.into()),
+                }
                 report.changes.push(Change {
                     attempt: attempt.id.0,
                     model: attempt.model.clone(),
@@ -296,20 +309,63 @@ pub fn sync(
                 change(AttemptStatus::Started, format!("running as job {job_id}"), None, false)?;
             }
             SlurmView::Queued | SlurmView::Running => {}
+            // Slurm does not list it, but payload's heartbeat is fresh: not vanished (yet).
+            SlurmView::Gone if status.as_ref().is_some_and(|s| records_fresh(s, now())) => {}
             SlurmView::Gone => {
                 let state = jobs.get(&job_id).map_or("no longer listed".to_string(), |j| j.state.to_string());
                 let resumable = is_resumable(None, slurm_state);
                 let reason = if resumable {
                     format!("ended by Slurm (job {job_id}: {state}), no outcome recorded: resumable")
                 } else {
-                    format!("vanished (job {job_id}: {state}, no outcome recorded)")
+                    format!("{VANISHED} (job {job_id}: {state}, no outcome recorded)")
                 };
                 change(AttemptStatus::Failed, reason, None, resumable)?;
             }
         }
     }
+    fold_late_finishes(ledger, cluster, settings, mirror, &mut report)?;
     complete_shared_records(ledger, slurm)?;
     Ok(report)
+}
+
+/// How far back a vanished attempt's run dir is looked at for a late final record.
+const LATE_RECORD_WITHIN_DAYS: i64 = 7;
+
+/// A final record that came after its attempt was marked vanished (its records were quiet for the
+/// window, then payload wrote `finished`: a node that froze, a file system that caught up) is
+/// folded in: the attempt becomes `finished` with its Harbor metrics. A late failure changes
+/// nothing (the attempt is failed already).
+fn fold_late_finishes(
+    ledger: &dyn Ledger,
+    cluster: &str,
+    settings: &VerifySettings,
+    mirror: Option<&Mirror>,
+    report: &mut SyncReport,
+) -> Result<(), SyncError> {
+    for attempt in ledger.vanished(cluster, now() - chrono::Duration::days(LATE_RECORD_WITHIN_DAYS))? {
+        let Some(run_dir) = run_dir_of(&attempt) else { continue };
+        let Some(status) = read_status(&run_dir).filter(|s| belongs_to(s, &attempt)) else { continue };
+        if status.outcome.as_ref().is_none_or(|o| o.class != OutcomeClass::Finished) {
+            continue;
+        }
+        let metrics = harbor_metrics(&run_dir, settings).map(|m| with_node_provenance(m, Some(&status)));
+        let reason = "finished (its final record came after it was marked vanished)".to_string();
+        ledger.finish_vanished(attempt.id, &reason, metrics.as_ref())?;
+        publish(mirror, &format!("attempt {} → finished (late)", attempt.id), |m| {
+            m.transition(attempt.id, AttemptStatus::Finished, metrics.as_ref())
+        });
+        report.changes.push(Change {
+            attempt: attempt.id.0,
+            model: attempt.model.clone(),
+            benchmark: attempt.benchmark.clone(),
+            to: AttemptStatus::Finished,
+            reason,
+            resumable: false,
+            metrics,
+            gpu_hours: gpu_hours(&status),
+        });
+    }
+    Ok(())
 }
 
 fn submission_tag_of(attempt: &Attempt) -> Option<&str> {

@@ -126,10 +126,24 @@ impl Shared {
         self.spawn(cmd)
     }
 
-    fn spawn(&self, mut cmd: Command) -> Host {
+    /// As Slurm's job `job` would run it (`SLURM_JOB_ID` set).
+    fn start_as_job(&self, job: &str) -> Host {
+        let mut cmd = Command::new(payload_bin());
+        cmd.args(["run", "--shared", self.shared_file().to_str().unwrap()]);
+        self.spawn_with(cmd, &[("SLURM_JOB_ID", job)])
+    }
+
+    fn spawn(&self, cmd: Command) -> Host {
+        self.spawn_with(cmd, &[])
+    }
+
+    fn spawn_with(&self, mut cmd: Command, extra: &[(&str, &str)]) -> Host {
         let stderr = std::fs::File::create(self.root.join("host.stderr")).unwrap();
+        cmd.env_clear();
+        for (name, value) in extra {
+            cmd.env(name, value);
+        }
         let child = cmd
-            .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()))
             .env("HOME", &self.root)
             .env("PAYLOAD_GPU_FIXTURE", self.root.join("gpus.json"))
@@ -321,6 +335,36 @@ fn a_cancel_request_stops_that_leg_only() {
     );
     assert_eq!((class(&fx.leg(0)), class(&fx.leg(2))), ("finished", "finished"));
     assert_eq!(code, 130, "the host exits with the cancelled leg's code\n{}", fx.stderr());
+    fx.assert_no_orphans(&host);
+}
+
+/// Issue 32 item 8: a leg's payload killed with SIGKILL (the OOM killer) is recorded by the host
+/// as `interrupted` (`cause: leg_killed`, the signal) with the shared job's Slurm job id — the
+/// submitter folds in only a record naming the attempt's job — not as `spec`/`refused` without one.
+#[test]
+fn a_leg_killed_with_sigkill_is_recorded_with_its_job_id() {
+    let fx = Shared::new("sigkill", &["0.3", "3", "0.3"]);
+    let mut host = fx.start_as_job("4242");
+    fx.wait_for("leg 1 running", || fx.leg(1)["phase"] == "running");
+    let spawned = fx.events(&fx.group_dir());
+    let pid = spawned
+        .iter()
+        .find(|e| e["event"] == "leg_spawned" && e["fields"]["run_tag"] == fx.legs[1].as_str())
+        .and_then(|e| e["fields"]["pid"].as_i64())
+        .expect("leg 1's pid") as i32;
+    send_signal(pid, "KILL");
+    let code = host.wait(&fx);
+    let killed = fx.leg(1);
+    assert_eq!(
+        (class(&killed), killed["outcome"]["cause"].as_str(), killed["outcome"]["signal"].as_str()),
+        ("interrupted", Some("leg_killed"), Some("SIGKILL")),
+        "{killed:#}\n{}",
+        fx.stderr()
+    );
+    assert_eq!(killed["slurm_job_id"], "4242", "{killed:#}");
+    assert_eq!((class(&fx.leg(0)), class(&fx.leg(2))), ("finished", "finished"));
+    assert_eq!(fx.leg(0)["slurm_job_id"], "4242");
+    assert_ne!(code, 0, "{}", fx.stderr());
     fx.assert_no_orphans(&host);
 }
 

@@ -105,7 +105,9 @@ pub async fn run_shared(shared_path: &Path) -> i32 {
             return OutcomeClass::Spec.exit_code();
         }
     };
-    let (host, template) = read_legs(&doc);
+    // The shared job is every leg's job: a leg's record written by the host carries its id.
+    let job_id = std::env::var("SLURM_JOB_ID").ok().filter(|j| !j.is_empty());
+    let (host, template) = read_legs(&doc, job_id.as_deref());
     let Some(template) = template else {
         tracing::error!(class = "spec", "no leg of the shared job has a readable spec: nothing to run");
         return OutcomeClass::Spec.exit_code();
@@ -159,7 +161,7 @@ pub async fn run_leg(spec_path: &Path, engine_path: &Path) -> i32 {
 
 /// Reads every leg's spec: refused legs are recorded in their run dirs, finished ones skipped.
 /// Returns the host's legs and the first readable spec (the engine's template).
-fn read_legs(doc: &SharedJobSpec) -> (Host, Option<LaunchSpec>) {
+fn read_legs(doc: &SharedJobSpec, job_id: Option<&str>) -> (Host, Option<LaunchSpec>) {
     let mut legs = Vec::new();
     let mut template: Option<LaunchSpec> = None;
     for (i, path) in doc.legs.iter().enumerate() {
@@ -167,7 +169,7 @@ fn read_legs(doc: &SharedJobSpec) -> (Host, Option<LaunchSpec>) {
         let dir_tag = run_dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
         let refuse = |legs: &mut Vec<HostLeg>, run_tag: String, message: String| {
             tracing::error!(leg = i, run_tag = %run_tag, error = %message, "leg refused");
-            record_leg(&run_dir, &run_tag, refused(message));
+            record_leg(&run_dir, &run_tag, job_id, refused(message));
             legs.push(HostLeg {
                 run_tag,
                 run_dir: run_dir.clone(),
@@ -209,6 +211,28 @@ fn harbor_job_finished(run_dir: &Path) -> bool {
     use launch_spec::rundir::harbor::{JobResult, RESULT_FILE, read_rewritten};
     let result: Option<JobResult> = read_rewritten(&run_dir.join(RESULT_FILE)).ok().flatten();
     result.is_some_and(|r| r.finished_at.is_some())
+}
+
+/// The outcome of a leg whose payload exited without recording one while the host lives: a signal
+/// (SIGKILL from the OOM killer or a person) is `interrupted` with `cause: leg_killed` and the
+/// signal; any other exit is `spec`/`refused` (it could not run).
+fn leg_died(status: std::process::ExitStatus, log: &Path) -> Outcome {
+    use std::os::unix::process::ExitStatusExt;
+    let how = supervisor::describe_status(status);
+    match status.signal() {
+        Some(signal) => Outcome {
+            class: OutcomeClass::Interrupted,
+            cause: Some("leg_killed".into()),
+            exit_code: status_code(status),
+            message: format!("the leg's payload was {how} before it recorded an outcome; see {}", log.display()),
+            harbor_exit_code: None,
+            signal: Some(Signal::try_from(signal).map_or_else(|_| signal.to_string(), |s| s.as_str().to_string())),
+            engine_log_tail: Vec::new(),
+        },
+        None => {
+            refused(format!("the leg's payload exited ({how}) without recording an outcome; see {}", log.display()))
+        }
+    }
 }
 
 fn refused(message: String) -> Outcome {
@@ -255,7 +279,9 @@ pub(crate) fn observe_host(spec: &LaunchSpec, env: &[(String, String)]) -> Obser
 
 /// Writes a leg's record (its outcome) when the leg's own payload did not: refused, never
 /// started, or ended without one. Skipped when another payload holds the leg's run dir.
-fn record_leg(run_dir: &Path, run_tag: &str, outcome: Outcome) {
+/// Writes a leg's outcome into its run dir, as the host: with the shared job's Slurm job id, which
+/// is the leg's (the submitter folds in only a record that names the attempt's job).
+fn record_leg(run_dir: &Path, run_tag: &str, job_id: Option<&str>, outcome: Outcome) {
     if std::fs::create_dir_all(run_dir).is_err() {
         return;
     }
@@ -264,6 +290,7 @@ fn record_leg(run_dir: &Path, run_tag: &str, outcome: Outcome) {
         return;
     }
     let mut rec = Recorder::new(run_dir, run_tag);
+    rec.status.slurm_job_id = job_id.map(str::to_string);
     rec.event(outcome.clone());
     rec.set_outcome(outcome);
 }
@@ -341,6 +368,7 @@ impl<S: SignalSource> Run<S> {
     /// Records every running leg whose payload has exited; `host_end` is the outcome to give one
     /// that recorded none (the host's, when it ended first).
     fn collect_legs(&mut self, host_end: Option<&Outcome>) {
+        let job_id = self.rec.status.slurm_job_id.clone();
         let Share::Host(host) = &mut self.share else { return };
         for leg in &mut host.legs {
             let LegState::Running { index } = leg.state else { continue };
@@ -352,16 +380,9 @@ impl<S: SignalSource> Run<S> {
                 None => {
                     let o = match host_end {
                         Some(h) => Outcome { message: format!("the shared job's host: {}", h.message), ..h.clone() },
-                        None => Outcome {
-                            message: format!(
-                                "the leg's payload exited ({}) without recording an outcome; see {}",
-                                supervisor::describe_status(status),
-                                leg.run_dir.join(files::LEG_LOG_FILE).display()
-                            ),
-                            ..refused(String::new())
-                        },
+                        None => leg_died(status, &leg.run_dir.join(files::LEG_LOG_FILE)),
                     };
-                    record_leg(&leg.run_dir, &leg.run_tag, o.clone());
+                    record_leg(&leg.run_dir, &leg.run_tag, job_id.as_deref(), o.clone());
                     o
                 }
             };
@@ -408,6 +429,7 @@ impl<S: SignalSource> Run<S> {
         if let Some(key) = &p.api_key {
             env.insert(files::ENGINE_KEY_VAR.to_string(), key.clone());
         }
+        let job_id = self.rec.status.slurm_job_id.clone();
         let Share::Host(host) = &mut self.share else { return Ok(()) };
         for leg in host.legs.iter_mut().filter(|l| l.state == LegState::Pending) {
             let child = ChildSpec {
@@ -434,7 +456,7 @@ impl<S: SignalSource> Run<S> {
                 Err(e) => {
                     let message = format!("cannot start the leg's payload {}: {e}", exe.display());
                     self.rec.event(ev::LegRefused { run_tag: leg.run_tag.clone(), error: message.clone() });
-                    record_leg(&leg.run_dir, &leg.run_tag, refused(message));
+                    record_leg(&leg.run_dir, &leg.run_tag, job_id.as_deref(), refused(message));
                     leg.state = LegState::Refused;
                 }
             }
@@ -561,13 +583,14 @@ impl<S: SignalSource> Run<S> {
     /// get the host's outcome in their records.
     pub(crate) fn host_outcome(&mut self, own: Outcome) -> Outcome {
         self.collect_legs(Some(&own));
+        let job_id = self.rec.status.slurm_job_id.clone();
         let Share::Host(host) = &mut self.share else { return own };
         for leg in host.legs.iter_mut().filter(|l| l.state == LegState::Pending) {
             let o = Outcome {
                 message: format!("the shared job ended before this leg started: {}", own.message),
                 ..own.clone()
             };
-            record_leg(&leg.run_dir, &leg.run_tag, o);
+            record_leg(&leg.run_dir, &leg.run_tag, job_id.as_deref(), o);
             leg.state = LegState::Ended { class: own.class, exit_code: own.exit_code };
         }
         let summary: Vec<String> = host

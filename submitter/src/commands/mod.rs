@@ -46,8 +46,14 @@ pub(crate) fn report_error(err: &anyhow::Error) {
 pub(crate) fn wrapped_status(error: &(dyn std::error::Error + 'static)) -> Option<submitter::output::ExitStatus> {
     use submitter::executor::SubmitError;
     use submitter::output::ExitStatus;
+    use submitter::remediate::RemediateError;
     use submitter::snapshot::SnapshotError;
     use submitter::sync::SyncError;
+    match error.downcast_ref::<RemediateError>() {
+        Some(RemediateError::Ledger(e)) => return Some(ExitStatus::of_ledger(e)),
+        Some(RemediateError::Slurm(e)) => return Some(ExitStatus::of_slurm(e)),
+        None => {}
+    }
     let (submit, sync, snapshot) =
         (error.downcast_ref::<SubmitError>(), error.downcast_ref::<SyncError>(), error.downcast_ref::<SnapshotError>());
     match (submit, sync, snapshot) {

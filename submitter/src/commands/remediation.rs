@@ -69,6 +69,14 @@ pub(crate) fn pass(session: &Session, rows: Option<&[StatusRow]>, dry_run: bool)
             &collected
         }
     };
+    if !dry_run {
+        // An act an earlier pass recorded but could not finish (its scancel or the ledger failed).
+        for attempt in remediate::reconcile(session.ledger.as_ref(), &session.slurm, &session.cluster.name)
+            .context("remediation")?
+        {
+            tracing::info!("remediation: completed the recorded act on attempt {attempt}");
+        }
+    }
     let states = remediate::pair_states(session.ledger.as_ref()).context("remediation")?;
     let decisions = remediate::plan(rows, &states, settings, &session.cluster.verify, now);
     if dry_run {

@@ -79,7 +79,8 @@ pub trait Ledger: Send + Sync {
     fn insert_pending(&self, new: &NewAttempt) -> Result<AttemptId>;
 
     /// Sets the Slurm job id once `sbatch` answered. Setting the same id again is a no-op; a
-    /// different one is [`LedgerError::JobIdConflict`].
+    /// different one is [`LedgerError::JobIdConflict`]; an id another attempt of the same cluster
+    /// already holds is [`LedgerError::JobIdTaken`] (job ids are unique per cluster).
     fn set_job_id(&self, id: AttemptId, slurm_job_id: &str) -> Result<()>;
 
     /// Moves an attempt to `to` with `reason`. `started` stamps `started_at`, a terminal status
@@ -109,12 +110,21 @@ pub trait Ledger: Send + Sync {
     fn attempts_for(&self, model: &str, family: &str) -> Result<Vec<Attempt>>;
 
     /// For every (model, family, agent) with attempts — a pair, per agent — the latest (by
-    /// `submitted_at`, then id) with the pair's failed and total counts, ordered by model, family,
+    /// `submitted_at`, then id) with the pair's failed (since its last release) and total counts, ordered by model, family,
     /// agent (byte order). One query, the planner's input.
     fn latest_per_pair(&self) -> Result<Vec<PairState>>;
 
     /// The pending and started attempts (what sync reconciles with Slurm), oldest first.
     fn active(&self) -> Result<Vec<Attempt>>;
+
+    /// `cluster`'s attempts failed as vanished (reason starting [`crate::domain::VANISHED`]) that
+    /// ended at or after `since`, oldest first: sync looks for their late final records.
+    fn vanished(&self, cluster: &str, since: Timestamp) -> Result<Vec<Attempt>>;
+
+    /// The one way out of a terminal status: a vanished attempt whose final record came late and
+    /// says it finished becomes `finished` with `reason` and `metrics`. Anything but a vanished
+    /// attempt is [`LedgerError::IllegalTransition`].
+    fn finish_vanished(&self, id: AttemptId, reason: &str, metrics: Option<&Value>) -> Result<()>;
 
     /// Attempts with this run tag, oldest first (crash repair: the row exists, the job id not).
     fn find_by_run_tag(&self, run_tag: &str) -> Result<Vec<Attempt>>;
@@ -713,6 +723,11 @@ pub enum LedgerError {
     JobIdConflict { location: String, id: AttemptId, existing: String, requested: String },
 
     #[error(
+        "ledger {location}: Slurm job {job} is already attempt {holder}'s on this cluster, not attempt {id}'s — Slurm handed out a job id twice; attempt {id} is not bound to it"
+    )]
+    JobIdTaken { location: String, id: AttemptId, job: String, holder: AttemptId },
+
+    #[error(
         "ledger {location} has schema version {found}, newer than this submitter's {supported} — upgrade submitter"
     )]
     SchemaTooNew { location: String, found: i64, supported: i64 },
@@ -742,7 +757,8 @@ pub(crate) const ATTEMPT_COLUMNS: &str = "id, model, benchmark, benchmark_family
      source_id";
 
 /// The planner's query, the same on both backends: per-pair counts from one covering scan of
-/// `attempts_pair_status`, then each pair's newest row by one probe of `attempts_pair_recency`.
+/// `attempts_pair_status` (a failure counts only when no `submitter release` of its pair came after
+/// its submission: a release starts the pair's failure bound afresh), then each pair's newest row by one probe of `attempts_pair_recency`.
 /// (A window over all rows was 10–20× slower on SQLite: it drags every full row through the
 /// window.) Each backend appends its ORDER BY, byte order on both.
 pub(crate) const LATEST_PER_PAIR_SQL: &str = "\
@@ -750,7 +766,14 @@ pub(crate) const LATEST_PER_PAIR_SQL: &str = "\
            a.status, a.reason, a.config, a.metrics, a.attempt, a.submitted_at, a.started_at, a.ended_at, \
            a.updated_at, a.agent, a.source_id, pair.failed_attempts, pair.total_attempts, a.resumable \
     FROM (SELECT model, benchmark_family, agent, COUNT(*) AS total_attempts, \
-                 SUM(CASE WHEN status = 'failed' AND resumable = 0 THEN 1 ELSE 0 END) AS failed_attempts \
+                 SUM(CASE WHEN status = 'failed' AND resumable = 0 \
+                               AND NOT EXISTS (SELECT 1 FROM remediations released \
+                                               WHERE released.action = 'release' \
+                                                     AND released.model = attempts.model \
+                                                     AND released.benchmark_family = attempts.benchmark_family \
+                                                     AND released.agent = attempts.agent \
+                                                     AND released.created_at >= attempts.submitted_at) \
+                          THEN 1 ELSE 0 END) AS failed_attempts \
           FROM attempts GROUP BY model, benchmark_family, agent) pair \
     JOIN attempts a ON a.id = (SELECT latest.id FROM attempts latest \
                                WHERE latest.model = pair.model AND latest.benchmark_family = pair.benchmark_family \

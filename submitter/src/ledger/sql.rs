@@ -29,6 +29,7 @@ use super::{
     LATEST_PER_PAIR_SQL, Ledger, LedgerError, Model, NewAttempt, NewRemediation, PairState, Remediation, Result,
     Timestamp, filter_by_size, number_imports, size_class, sql_status_list,
 };
+use crate::domain::{SUBMISSION_TAG_KEY, VANISHED};
 
 /// One statement parameter.
 #[derive(Debug, Clone, Copy)]
@@ -636,6 +637,31 @@ impl<B: Backend> Ledger for SqlLedger<B> {
 
     fn set_job_id(&self, id: AttemptId, slurm_job_id: &str) -> Result<()> {
         write(&self.backend, "set a Slurm job id", |db| {
+            // One job per attempt and one submission per job of a cluster: a job id Slurm hands
+            // out twice (a controller whose state was reset) must not bind two submissions to one
+            // job. The legs of one shared job carry one submission tag and share its id.
+            self.backend.lock_attempts(db)?;
+            let rows = db.query(
+                "SELECT other.id, other.config, this.config FROM attempts other JOIN attempts this ON this.id = $1
+                 WHERE other.cluster = this.cluster AND other.slurm_job_id = $2 AND other.id != $1
+                 ORDER BY other.id",
+                &[Arg::Int(id.0), Arg::Text(slurm_job_id)],
+            )?;
+            let tag = |config: Value| config.get(SUBMISSION_TAG_KEY).and_then(Value::as_str).map(str::to_string);
+            for row in &rows {
+                let (holder, other, this) =
+                    (|| Ok::<_, String>((row.int(0)?, row.json(1)?, row.json(2)?)))().map_err(|e| self.corrupt(e))?;
+                let this = tag(this);
+                if this.is_none() || tag(other) != this {
+                    return Err(LedgerError::JobIdTaken {
+                        location: self.location_string(),
+                        id,
+                        job: slurm_job_id.to_string(),
+                        holder: AttemptId(holder),
+                    }
+                    .into());
+                }
+            }
             let sql = "UPDATE attempts SET slurm_job_id = $2, updated_at = now()
                  WHERE id = $1 AND (slurm_job_id IS NULL OR slurm_job_id = $2)";
             self.update_attempt(db, id, sql, &[Arg::Int(id.0), Arg::Text(slurm_job_id)], "slurm_job_id", |row| {
@@ -752,6 +778,29 @@ impl<B: Backend> Ledger for SqlLedger<B> {
     fn active(&self) -> Result<Vec<Attempt>> {
         read(&self.backend, "read active attempts", |db| {
             self.attempts_where(db, "status IN ('pending', 'started')", &[])
+        })
+    }
+
+    fn vanished(&self, cluster: &str, since: Timestamp) -> Result<Vec<Attempt>> {
+        read(&self.backend, "read vanished attempts", |db| {
+            self.attempts_where(
+                db,
+                &format!("cluster = $1 AND status = 'failed' AND reason LIKE '{VANISHED}%' AND ended_at >= $2"),
+                &[Arg::Text(cluster), Arg::Ts(Some(since))],
+            )
+        })
+    }
+
+    fn finish_vanished(&self, id: AttemptId, reason: &str, metrics: Option<&Value>) -> Result<()> {
+        let sql = format!(
+            "UPDATE attempts SET status = 'finished', reason = $2, metrics = $3, updated_at = now()
+             WHERE id = $1 AND status = 'failed' AND reason LIKE '{VANISHED}%'"
+        );
+        write(&self.backend, "fold in a vanished attempt's late final record", |db| {
+            let args = [Arg::Int(id.0), Arg::Text(reason), metrics_arg(metrics)];
+            self.update_attempt(db, id, &sql, &args, "status", |row| {
+                self.illegal_transition(id, row, AttemptStatus::Finished)
+            })
         })
     }
 

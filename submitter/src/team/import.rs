@@ -3,7 +3,8 @@
 //!
 //! Read-only on the source: everything is read in one `READ ONLY` transaction. Idempotent and
 //! incremental: each imported attempt carries `<source>#<sandbox_jobs.id>`, and the ledger keeps
-//! a watermark per source (the newest lifecycle time seen); a re-run reads only rows whose
+//! a watermark per source (the newest lifecycle time seen, capped at the source's clock at the read:
+//! a future-dated row cannot hide the rows added after it); a re-run reads only rows whose
 //! created/submitted/started/ended time moved past it (minus an overlap for late commits) and
 //! writes only rows that are new or whose status, metrics or job id changed. `--full` re-reads all.
 //!
@@ -78,7 +79,7 @@ pub struct TeamHistory {
     pub models: Vec<TeamModel>,
     pub benchmarks: Vec<TeamBenchmark>,
     pub jobs: Vec<TeamJob>,
-    /// The newest lifecycle time among `jobs`.
+    /// The newest lifecycle time among `jobs`, never later than the source's clock at the read.
     pub watermark: Option<Timestamp>,
 }
 
@@ -91,7 +92,8 @@ pub struct ImportReport {
     pub attempts_new: usize,
     pub attempts_updated: usize,
     pub unchanged: usize,
-    /// Jobs whose model or benchmark the source does not know (nothing to attribute them to).
+    /// Jobs whose model or benchmark the source does not know or has no name for (nothing to
+    /// attribute them to).
     pub skipped_unknown: usize,
     /// Rows this ledger itself published there (`--mirror`): already here.
     pub skipped_own: usize,
@@ -205,6 +207,13 @@ pub(crate) fn read_history(
             &[(&since, Type::TIMESTAMPTZ), (&also, Type::TEXT_ARRAY)],
         )
         .map_err(source_error(&redactor, "read sandbox_jobs"))?;
+    // The source's own clock when this snapshot was taken: the mark never moves past it, whatever a
+    // row claims (a row dated 2099, or stamped by a cluster whose clock runs an hour fast, would
+    // otherwise hide every row the team adds later behind the mark).
+    let source_now: Timestamp = tx
+        .query_one("SELECT transaction_timestamp()", &[])
+        .and_then(|row| row.try_get(0))
+        .map_err(source_error(&redactor, "read the source's clock"))?;
     let mut watermark: Option<Timestamp> = None;
     let mut jobs = Vec::with_capacity(rows.len());
     for row in &rows {
@@ -229,7 +238,7 @@ pub(crate) fn read_history(
         };
         jobs.push(parse().map_err(source_error(&redactor, "read sandbox_jobs"))?);
         let newest: Option<Timestamp> = row.try_get(15).map_err(source_error(&redactor, "read sandbox_jobs"))?;
-        watermark = watermark.max(newest);
+        watermark = watermark.max(newest.map(|t| t.min(source_now)));
     }
     tx.rollback().map_err(source_error(&redactor, "close the read-only transaction"))?;
     Ok(TeamHistory { models, benchmarks, jobs, watermark })
@@ -305,7 +314,11 @@ pub(crate) fn plan_import(
         }
         let model = job.model_id.as_deref().and_then(canonical);
         let benchmark = job.benchmark_id.as_deref().and_then(|b| benchmarks.get(b));
-        let (Some(model), Some(benchmark)) = (model, benchmark) else {
+        // A model or benchmark with no name is nothing to attribute the job to (an attempt for
+        // model "" would be planned, resubmitted and ranked as a model of its own).
+        let (Some(model), Some(benchmark)) =
+            (model.filter(|m| !m.name.trim().is_empty()), benchmark.filter(|b| !b.name.trim().is_empty()))
+        else {
             plan.skipped_unknown += 1;
             continue;
         };
@@ -427,6 +440,8 @@ pub(crate) fn team_metrics(job: &TeamJob) -> Option<Value> {
         .or_else(|| metrics.get("mean_reward"))
         .or_else(|| metrics.get("accuracy"))
         .and_then(Value::as_f64);
+    // The team's score through the same range check as Harbor's: 1e308 or −7 is no score.
+    let (mean, invalid_score) = crate::verify::results::split_score(mean);
     let stats = job.stats.clone().unwrap_or(Value::Null);
     let n_trials = job.n_trials.or_else(|| stats.get("n_trials").and_then(Value::as_i64)).unwrap_or(0);
     let mut out = json!({
@@ -436,6 +451,9 @@ pub(crate) fn team_metrics(job: &TeamJob) -> Option<Value> {
         "n_infra_errors": stats.get("n_infra_errors").and_then(Value::as_i64).unwrap_or(0),
         "team_metrics": metrics,
     });
+    if let Some(why) = invalid_score {
+        out["invalid_score"] = why.into();
+    }
     if let Some(breakdown) = stats.get("infra_errors").or_else(|| stats.get("infra_error_breakdown")) {
         out["infra_errors"] = breakdown.clone();
     }

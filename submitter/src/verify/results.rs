@@ -43,6 +43,36 @@ pub struct ScoreSummary {
     pub rewards: BTreeMap<String, u64>,
     /// Harbor wrote `finished_at`.
     pub(crate) harbor_finished: bool,
+    /// Why the mean was refused ([`checked_score`]): it is then `None`, in no mean or ranking.
+    pub invalid_score: Option<String>,
+}
+
+/// The range every benchmark's score lies in: Harbor's rewards, the mean of the trials' rewards,
+/// and the team's recorded means are shares of tasks solved.
+pub const SCORE_RANGE: std::ops::RangeInclusive<f64> = 0.0..=1.0;
+
+/// A score as it may be recorded, or why not: outside [`SCORE_RANGE`] (a Harbor mean of 7.5, a team
+/// row's 1e308 or −7) or not a number is refused. Every door a score comes in by (Harbor's
+/// `result.json`, the team's `metrics`, the ledger's stored metrics) goes through this one check.
+pub fn checked_score(mean: f64) -> Result<f64, String> {
+    if SCORE_RANGE.contains(&mean) {
+        Ok(mean)
+    } else {
+        Err(format!(
+            "score {mean} is outside the benchmark's range [{}, {}]: recorded as invalid, in no mean or ranking",
+            SCORE_RANGE.start(),
+            SCORE_RANGE.end()
+        ))
+    }
+}
+
+/// [`checked_score`] for an optional mean: (the mean kept, why it was refused).
+pub(crate) fn split_score(mean: Option<f64>) -> (Option<f64>, Option<String>) {
+    match mean.map(checked_score) {
+        None => (None, None),
+        Some(Ok(mean)) => (Some(mean), None),
+        Some(Err(why)) => (None, Some(why)),
+    }
 }
 
 /// The completion audit: enough valid trials, not too many errors.
@@ -93,7 +123,8 @@ pub(crate) fn summary_from_result(result: &JobResult, expected: Option<u64>) -> 
     s.n_trials = stat(|st| st.n_completed_trials).unwrap_or_else(|| {
         stat(|st| st.n_trials).unwrap_or(s.n_verified).max(s.n_valid + s.n_errors).max(s.n_verified)
     });
-    s.mean_reward = (!means.is_empty()).then(|| means.iter().sum::<f64>() / means.len() as f64);
+    (s.mean_reward, s.invalid_score) =
+        split_score((!means.is_empty()).then(|| means.iter().sum::<f64>() / means.len() as f64));
     for (kind, n) in &s.errors_by_type {
         if launch_spec::spec::INFRA_ERROR_TYPES.contains(&kind.as_str()) {
             s.infra_errors.insert(kind.clone(), *n);
@@ -170,6 +201,7 @@ pub(crate) fn metrics_json(summary: &ScoreSummary, audit: &Audit) -> Value {
         "rewards": summary.rewards,
         "harbor_finished": summary.harbor_finished,
         "audit": audit,
+        "invalid_score": summary.invalid_score,
     })
 }
 
@@ -578,8 +610,10 @@ pub fn summary_from_metrics(m: &Value) -> ScoreSummary {
             .map(|(k, v)| (k.clone(), *v))
             .collect()
     };
+    let (mean_reward, refused) = split_score(m.get("mean_reward").and_then(Value::as_f64));
     ScoreSummary {
-        mean_reward: m.get("mean_reward").and_then(Value::as_f64),
+        mean_reward,
+        invalid_score: refused.or_else(|| m.get("invalid_score").and_then(Value::as_str).map(str::to_string)),
         n_trials,
         n_verified: m.get("n_verified").and_then(Value::as_u64).unwrap_or(n_trials),
         n_errors,
@@ -812,6 +846,32 @@ mod tests {
         );
         assert!(!csv.contains("dev_set_v2_stderr"));
         assert!(render_text(&m).contains("±"));
+    }
+
+    /// Issue 32 item 7: a Harbor mean of 7.5 (or −7, or NaN from a broken verifier) is no score —
+    /// recorded as invalid with the reason, in no ID mean and no ranking, however good it looks;
+    /// a stored out-of-range mean read back from the ledger is refused the same way.
+    #[test]
+    fn scores_outside_the_benchmarks_range_are_refused_at_every_door() {
+        for bad in [7.5, -7.0, 1e308] {
+            let s = summary_from_result(&result(bad, &[("1.0", 10)], &[], 10), None);
+            assert_eq!(s.mean_reward, None, "{bad}");
+            let why = s.invalid_score.as_deref().unwrap();
+            assert!(why.contains(&format!("score {bad} is outside the benchmark's range [0, 1]")), "{why}");
+            let metrics = metrics_json(&s, &audit_of(&s, &VerifySettings::default()));
+            assert!(metrics["mean_reward"].is_null() && metrics["invalid_score"].is_string(), "{metrics}");
+        }
+        assert_eq!(summary_from_result(&result(1.0, &[("1.0", 10)], &[], 10), None).mean_reward, Some(1.0));
+        // Stored before the check (or by an older submitter): the ledger door refuses it too.
+        let attempts = vec![
+            attempt(1, "inflated", "terminal_bench_2", 7.5, 100),
+            attempt(2, "honest", "terminal_bench_2", 0.4, 100),
+        ];
+        let m = build_matrix(&attempts, None, &VerifySettings::default()).unwrap();
+        assert_eq!(m.cell("inflated", "terminal_bench_2").unwrap().mean, None);
+        assert!(!m.id_mean.contains_key("inflated"), "{:?}", m.id_mean);
+        assert!(!m.ranks.contains_key("inflated"), "ranked: {:?}", m.ranks);
+        assert_eq!(m.ranks["honest"], 1);
     }
 
     /// A family named like a formula reaches a spreadsheet as text (issue 21).

@@ -101,6 +101,11 @@ impl Store {
         open_ledger(&self.spec).unwrap_or_else(|e| panic!("open {}: {e}", redact(&self.spec)))
     }
 
+    /// The PostgreSQL schema this store lives in (tests that plant a fault in it).
+    pub(crate) fn pg_schema(&self) -> Option<&str> {
+        self.pg_schema.as_ref().map(|s| s.name.as_str())
+    }
+
     fn is_postgres(&self) -> bool {
         self.pg_schema.is_some()
     }
@@ -135,7 +140,8 @@ on_both_backends! {
             catalogue_and_unevaluated, lookups_by_run_tag_and_active, import_keeps_the_active_rule,
             heartbeats_per_submitter_and_cluster, imported_rows_are_tracked_by_source,
             remediation_records_once_per_attempt_and_fold_into_holds,
-            gpu_seconds_are_recorded_per_attempt;
+            gpu_seconds_are_recorded_per_attempt, a_job_id_handed_out_twice_is_refused,
+            a_release_starts_the_failure_count_afresh, a_vanished_attempt_takes_its_late_finish;
     store: migrations_are_idempotent, racing_threads_one_wins, racing_processes_one_wins, tls_require_and_verify,
            wrong_password_is_a_clear_error, a_ledger_before_the_agent_column_keeps_reading;
 }
@@ -185,6 +191,113 @@ fn remediation_records_once_per_attempt_and_fold_into_holds(ledger: &dyn Ledger)
     assert!(ledger.record_remediation(&record(None, "release")).unwrap());
     let state = submitter::ledger::fold_remediations(&ledger.remediations().unwrap()).remove(&key).unwrap();
     assert!(state.held.is_none() && state.adjustment.is_empty() && state.retries == 0, "{state:?}");
+}
+
+/// Issue 32 item 6: a job id Slurm hands out twice binds one submission only. A second attempt of
+/// the same cluster given the same id is refused (the id stays the first attempt's); the legs of
+/// one shared job (one submission tag) share their job's id; another cluster's job 1 is another job.
+fn a_job_id_handed_out_twice_is_refused(ledger: &dyn Ledger) {
+    let tagged = |model: &str, tag: &str| {
+        let mut new = new_attempt(model, "terminal_bench_2");
+        new.config["submission_tag"] = tag.into();
+        new
+    };
+    let first = ledger.insert_pending(&tagged("org/A-8B", "tag-a")).unwrap();
+    ledger.set_job_id(first, "4711").unwrap();
+    let second = ledger.insert_pending(&tagged("org/B-8B", "tag-b")).unwrap();
+    let refused = ledger.set_job_id(second, "4711").unwrap_err();
+    assert!(
+        matches!(&refused, LedgerError::JobIdTaken { holder, job, .. } if *holder == first && job == "4711"),
+        "{refused}"
+    );
+    assert!(refused.to_string().contains("handed out a job id twice"), "{refused}");
+    assert_eq!(ledger.attempt(second).unwrap().unwrap().slurm_job_id, None);
+    // The legs of one shared job: one tag, one job id.
+    let leg_one = ledger.insert_pending(&tagged("org/C-8B", "tag-shared")).unwrap();
+    let leg_two = ledger.insert_pending(&tagged("org/D-8B", "tag-shared")).unwrap();
+    ledger.set_job_id(leg_one, "4712").unwrap();
+    ledger.set_job_id(leg_two, "4712").unwrap();
+    // Another cluster's job 4711 is another job.
+    let mut elsewhere = tagged("org/E-8B", "tag-e");
+    elsewhere.cluster = "leonardo".into();
+    let elsewhere = ledger.insert_pending(&elsewhere).unwrap();
+    ledger.set_job_id(elsewhere, "4711").unwrap();
+}
+
+/// Issue 32 item 4: after a retry chain used the pair's attempts (3 failures, the planner's bound),
+/// `submitter release` means it — the failures before the release no longer count, so the next
+/// launch submits the pair again; a failure after the release counts again.
+fn a_release_starts_the_failure_count_afresh(ledger: &dyn Ledger) {
+    let (model, bench) = ("org/R-8B", "terminal_bench_2");
+    let fail_one = || {
+        let id = ledger.insert_pending(&new_attempt(model, bench)).unwrap();
+        ledger.transition(id, AttemptStatus::Failed, "remediation retry (oom)", None).unwrap();
+        id
+    };
+    let failed = || {
+        let pairs = ledger.latest_per_pair().unwrap();
+        pairs.iter().find(|p| p.model == model).map(|p| (p.failed_attempts, p.total_attempts)).unwrap()
+    };
+    fail_one();
+    fail_one();
+    let last = fail_one();
+    assert_eq!(failed(), (3, 3));
+    let release = submitter::ledger::NewRemediation {
+        model: model.into(),
+        family: bench.into(),
+        agent: "terminus-2".into(),
+        cluster: "jupiter".into(),
+        attempt: None,
+        finding: "release".into(),
+        action: "release".into(),
+        change: String::new(),
+        adjustment: None,
+        reason: "released by alice".into(),
+        username: "alice".into(),
+    };
+    let hold = submitter::ledger::NewRemediation {
+        attempt: Some(last),
+        finding: "outcome.engine_start.oom".into(),
+        action: "hold".into(),
+        reason: "retried 2 time(s)".into(),
+        ..release.clone()
+    };
+    assert!(ledger.record_remediation(&hold).unwrap());
+    // Another pair's release changes nothing here.
+    assert!(
+        ledger
+            .record_remediation(&submitter::ledger::NewRemediation { model: "org/Other-8B".into(), ..release.clone() })
+            .unwrap()
+    );
+    assert_eq!(failed(), (3, 3));
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    assert!(ledger.record_remediation(&release).unwrap());
+    assert_eq!(failed(), (0, 3), "a release starts the pair afresh");
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    fail_one();
+    assert_eq!(failed(), (1, 4), "a failure after the release counts");
+}
+
+/// Issue 32 item 2: the one way out of a terminal status — a vanished attempt whose final record
+/// came late becomes `finished` with its metrics; any other failure stays final.
+fn a_vanished_attempt_takes_its_late_finish(ledger: &dyn Ledger) {
+    let vanished = ledger.insert_pending(&new_attempt("org/V-8B", "terminal_bench_2")).unwrap();
+    ledger
+        .transition(vanished, AttemptStatus::Failed, "vanished (job 7: no longer listed, no outcome recorded)", None)
+        .unwrap();
+    let failed = ledger.insert_pending(&new_attempt("org/F-8B", "terminal_bench_2")).unwrap();
+    ledger.transition(failed, AttemptStatus::Failed, "engine_start/oom: out of memory", None).unwrap();
+    let since = now() - chrono::Duration::hours(1);
+    let listed: Vec<AttemptId> = ledger.vanished("jupiter", since).unwrap().iter().map(|a| a.id).collect();
+    assert_eq!(listed, [vanished]);
+    assert!(ledger.vanished("leonardo", since).unwrap().is_empty());
+    assert!(ledger.vanished("jupiter", now() + chrono::Duration::hours(1)).unwrap().is_empty());
+    let refused = ledger.finish_vanished(failed, "finished", None).unwrap_err();
+    assert!(matches!(refused, LedgerError::IllegalTransition { .. }), "{refused}");
+    ledger.finish_vanished(vanished, "finished (late)", Some(&json!({"mean_reward": 0.5}))).unwrap();
+    let after = ledger.attempt(vanished).unwrap().unwrap();
+    assert_eq!((after.status, after.metrics.unwrap()["mean_reward"].as_f64()), (AttemptStatus::Finished, Some(0.5)));
+    assert!(ledger.vanished("jupiter", since).unwrap().is_empty());
 }
 
 // ------------------------------------------------------------------------------------ helpers

@@ -5,6 +5,7 @@ mod broken;
 mod catalogue;
 mod edge;
 mod exit_codes;
+mod finished_work;
 mod first_hour;
 #[path = "../../../tests/src/fresh.rs"]
 mod fresh;

@@ -232,3 +232,57 @@ fn registry_check_names_an_unknown_webhook_secret() {
     assert_eq!(lines.len(), 1, "{all}");
     assert!(lines[0].starts_with("error: ") && lines[0].contains("notify-lint.yaml"), "{all}");
 }
+
+/// Issue 32 item 5: a webhook behind a redirect (http → https moves answer 301/302) gets its
+/// message: the POST is repeated with its body at the `Location`, never turned into a bodiless GET
+/// that the receiver answers 200 while the message is lost. A redirect without a `Location` is a
+/// problem, so `notify.json` counts it failed, not sent.
+#[test]
+fn a_redirected_webhook_gets_the_post_with_its_body() {
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = Receiver::start(Answer::Ok);
+    let target = receiver.url.clone();
+    for (status, location) in
+        [(301, Some(target.clone())), (302, Some(target.clone())), (308, Some(target)), (301, None)]
+    {
+        let front = tiny_http::Server::http("127.0.0.1:0").unwrap();
+        let port = front.server_addr().to_ip().unwrap().port();
+        let methods = Arc::new(Mutex::new(Vec::new()));
+        let seen = methods.clone();
+        let location_header = location.clone();
+        std::thread::spawn(move || {
+            for request in front.incoming_requests() {
+                seen.lock().unwrap().push(request.method().to_string());
+                let mut response = tiny_http::Response::from_string("moved").with_status_code(status);
+                if let Some(location) = &location_header {
+                    response.add_header(tiny_http::Header::from_bytes("Location", location.as_bytes()).unwrap());
+                }
+                request.respond(response).unwrap();
+            }
+        });
+        let before = receiver.texts().len();
+        let notifier = Notifier::new(
+            &settings("webhook_secret: TEAM_WEBHOOK\ntimeout_s: 5\n"),
+            &secrets(dir.path(), &format!("http://127.0.0.1:{port}/hooks/s3cr3t")),
+        )
+        .unwrap();
+        let problems = notifier.send("local", &[finished()]);
+        let mut state = submitter::notify::NotifyState::default();
+        state.record(&problems);
+        assert_eq!(methods.lock().unwrap().as_slice(), ["POST"], "{status}");
+        match location {
+            Some(_) => {
+                assert!(problems.is_empty(), "{status}: {problems:?}");
+                assert_eq!(receiver.texts().len(), before + 1, "{status}: the message reached the receiver");
+                assert!(receiver.texts().last().unwrap().contains("finished: test/Tiny-1B"), "{status}");
+                assert_eq!((state.sent, state.failed), (1, 0));
+            }
+            None => {
+                assert_eq!(receiver.texts().len(), before, "{status}");
+                assert!(problems.len() == 1 && problems[0].contains("without a Location"), "{problems:?}");
+                assert!(!problems[0].contains("s3cr3t"), "{problems:?}");
+                assert_eq!((state.sent, state.failed), (0, 1), "a lost message is not counted as sent");
+            }
+        }
+    }
+}

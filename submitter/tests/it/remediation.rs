@@ -138,6 +138,23 @@ fn an_engine_oom_at_start_is_retried_once_with_a_lower_ceiling_and_finishes() {
     cancel_all(&*ledger);
 }
 
+/// A cluster whose engine generates no token (every trial fails at once), with remediation on and
+/// enough trials that the job still runs when the failures have piled up.
+pub(crate) fn instant_failure_cluster(name: &str) -> TestCluster {
+    let cluster = TestCluster::new(name, |p| {
+        *p = p
+            .replace(
+                "STANDIN_LOAD_SECONDS: \"0.3\"",
+                "STANDIN_LOAD_SECONDS: \"0.3\"\n    STANDIN_COMPLETION_TOKENS: \"0\"",
+            )
+            .replace("STANDIN_TRIAL_SECONDS: \"0.05\"", "STANDIN_TRIAL_SECONDS: \"2\"");
+        p.push_str("remediation: {enabled: true}\n");
+    });
+    let names: Vec<String> = (0..60).map(|i| format!("t{i}")).collect();
+    write_tasks(&cluster.root().join("datasets/DCAgent2_terminal_bench_2"), &names);
+    cluster
+}
+
 /// Trials that fail instantly (the engine generates no token: every trial ends at once without
 /// output) → the running job is cancelled, its attempt failed with the diagnosis, its pair held:
 /// `plan` says so and how to clear it, `launch` does not resubmit it, `status` shows the record;
@@ -148,23 +165,12 @@ fn instant_trial_failures_cancel_the_job_and_hold_the_pair_until_released() {
         return;
     }
     let store = Store::sqlite();
-    let cluster = TestCluster::new("rm-instant", |p| {
-        *p = p
-            .replace(
-                "STANDIN_LOAD_SECONDS: \"0.3\"",
-                "STANDIN_LOAD_SECONDS: \"0.3\"\n    STANDIN_COMPLETION_TOKENS: \"0\"",
-            )
-            .replace("STANDIN_TRIAL_SECONDS: \"0.05\"", "STANDIN_TRIAL_SECONDS: \"2\"");
-        p.push_str("remediation: {enabled: true}\n");
-    });
+    let cluster = instant_failure_cluster("rm-instant");
     // People are told of the hold (the notifier's command gets each message's JSON body on stdin).
     let told = cluster.root().join("told.txt");
     let profile = cluster.root().join("clusters/rm-instant.yaml");
     let notify = format!("notify: {{command: [\"/usr/bin/tee\", \"-a\", \"{}\"], digest_after: 20}}\n", told.display());
     std::fs::write(&profile, std::fs::read_to_string(&profile).unwrap() + &notify).unwrap();
-    // Enough trials that the job still runs when the failures have piled up.
-    let names: Vec<String> = (0..60).map(|i| format!("t{i}")).collect();
-    write_tasks(&cluster.root().join("datasets/DCAgent2_terminal_bench_2"), &names);
     let ledger_spec = &store.spec;
     let ledger = open_ledger(ledger_spec).unwrap();
     assert!(launch_once(&cluster, ledger_spec, &[]).contains("1 submitted"));
