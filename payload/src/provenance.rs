@@ -171,7 +171,9 @@ async fn answer(program: &Path, args: &[String], env: &BTreeMap<String, String>)
     let stdout = String::from_utf8_lossy(&out.stdout);
     match versions::version_line(&stdout) {
         Some(version) if status.success() && !out.truncated => Ok(version),
-        _ if out.truncated => Err(format!("{shown}: printed more than {VERSION_OUTPUT_CAP} bytes; not a version answer")),
+        _ if out.truncated => {
+            Err(format!("{shown}: printed more than {VERSION_OUTPUT_CAP} bytes; not a version answer"))
+        }
         _ => Err(format!("{shown}: {status} without a version on stdout")),
     }
 }

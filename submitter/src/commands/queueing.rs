@@ -130,7 +130,8 @@ fn open_mirror(flag: Option<&str>, session: &Session, team: Option<&TeamLink>) -
 
 fn connect_mirror(url: &str, session: &Session) -> Result<Mirror, submitter::team::TeamError> {
     let username = std::env::var("USER").unwrap_or_else(|_| "unknown".to_string());
-    Mirror::connect(url, &username, session.ledger.location())
+    let bounds = session.cluster.team.as_ref().map(|team| team.write_bounds()).unwrap_or_default();
+    Mirror::connect(url, &username, session.ledger.location(), bounds)
 }
 
 /// The mirror a profile's `team: {mirror: true}` turns on when no `--mirror` was given: a

@@ -696,7 +696,7 @@ impl ClusterProfile {
         check("limits.walltime_lead_s", v::whole_seconds(limits.walltime_lead_s, false).map(drop));
         check("limits.submission_delay_s", v::seconds(limits.submission_delay_s, false).map(drop));
         check("limits.stale_pending_hours", v::seconds(limits.stale_pending_hours * 3600.0, true).map(drop));
-        check("limits.n_concurrent", v::at_least_one(limits.n_concurrent.into()).map(drop));
+        check("limits.n_concurrent", v::count_up_to(limits.n_concurrent.into(), v::MAX_CONCURRENT).map(drop));
         check("limits.max_jobs_in_flight", v::at_least_one(limits.max_jobs_in_flight.into()).map(drop));
         check("limits.max_attempts", v::at_least_one(limits.max_attempts.into()).map(drop));
         if let Some(listener) = &self.listener {
@@ -706,7 +706,7 @@ impl ClusterProfile {
             }
         }
         if let Some(ceiling) = limits.n_concurrent_ceiling {
-            check("limits.n_concurrent_ceiling", v::at_least_one(ceiling.into()).map(drop));
+            check("limits.n_concurrent_ceiling", v::count_up_to(ceiling.into(), v::MAX_CONCURRENT).map(drop));
         }
         if self.pre_download.enabled {
             check("pre_download.timeout_s", v::whole_seconds(self.pre_download.timeout_s, true).map(drop));
@@ -924,13 +924,29 @@ pub struct TeamSettings {
     /// `connect_timeout`, else 10 s).
     #[serde(default = "default_team_timeout_s")]
     pub timeout_s: u64,
+    /// How long one mirror write waits for a lock on the team's `sandbox_jobs` (`lock_timeout`);
+    /// `timeout_s` when that is shorter.
+    #[serde(default = "default_team_lock_timeout_s")]
+    pub lock_timeout_s: u64,
+}
+
+fn default_team_lock_timeout_s() -> u64 {
+    crate::team::DEFAULT_LOCK_TIMEOUT_S
 }
 
 fn default_team_timeout_s() -> u64 {
-    30
+    crate::team::DEFAULT_TIMEOUT_S
 }
 
 impl TeamSettings {
+    /// The bounds of one mirror write.
+    pub fn write_bounds(&self) -> crate::team::mirror::WriteBounds {
+        crate::team::mirror::WriteBounds {
+            statement: std::time::Duration::from_secs(self.timeout_s),
+            lock: std::time::Duration::from_secs(self.lock_timeout_s.min(self.timeout_s)),
+        }
+    }
+
     pub fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
         if !launch_spec::expand::is_var_name(&self.database_secret) {
@@ -941,6 +957,9 @@ impl TeamSettings {
         }
         if !(1..=600).contains(&self.timeout_s) {
             problems.push(format!("team.timeout_s {} must be 1..=600 seconds", self.timeout_s));
+        }
+        if !(1..=600).contains(&self.lock_timeout_s) {
+            problems.push(format!("team.lock_timeout_s {} must be 1..=600 seconds", self.lock_timeout_s));
         }
         problems
     }

@@ -109,7 +109,7 @@ pub fn import(
     statement_timeout: Option<std::time::Duration>,
 ) -> Result<ImportReport, TeamError> {
     let started = Instant::now();
-    let mut connection = super::connect(url)?;
+    let mut connection = super::connect(url, statement_timeout.unwrap_or(crate::ledger::LEDGER_CALL_BOUND))?;
     let source = connection.location.clone();
     let since = if full {
         None
@@ -144,9 +144,20 @@ pub(crate) fn read_history(
     also: &[String],
     statement_timeout: Option<std::time::Duration>,
 ) -> Result<TeamHistory, TeamError> {
-    let redactor = connection.redactor();
-    let mut tx = connection
-        .client
+    super::bounded(connection, "read the team's history", |client, redactor| {
+        read_history_on(client, redactor, since, also, statement_timeout)
+    })
+}
+
+fn read_history_on(
+    client: &mut postgres::Client,
+    redactor: &crate::ledger::Redactor,
+    since: Option<Timestamp>,
+    also: &[String],
+    statement_timeout: Option<std::time::Duration>,
+) -> Result<TeamHistory, TeamError> {
+    let redactor = redactor.clone();
+    let mut tx = client
         .build_transaction()
         .read_only(true)
         .start()

@@ -7,6 +7,7 @@ mod edge;
 mod exit_codes;
 #[path = "../../../tests/src/fresh.rs"]
 mod fresh;
+mod hostile32;
 mod launch_path;
 mod ledger;
 mod model_ids;
@@ -16,6 +17,8 @@ mod multinode_slurm;
 mod notify;
 #[path = "../common/pg.rs"]
 mod pg;
+#[path = "../common/pgproxy.rs"]
+mod pgproxy;
 mod queueing;
 mod readiness;
 mod real_harbor_launch;
