@@ -171,6 +171,12 @@ fn classify(error: &(dyn Error + 'static)) -> Option<ExitStatus> {
     if let Some(error) = error.downcast_ref::<SlurmError>() {
         return Some(slurm_status(error));
     }
+    // Remediation's scancel failing is Slurm failing, as for `cancel` (issue 32 item 11).
+    match error.downcast_ref::<crate::remediate::RemediateError>() {
+        Some(crate::remediate::RemediateError::Slurm(error)) => return Some(slurm_status(error)),
+        Some(crate::remediate::RemediateError::Ledger(error)) => return Some(ledger_status(error)),
+        None => {}
+    }
     if error.downcast_ref::<LockHeld>().is_some() {
         return Some(ExitStatus::LockHeld);
     }
@@ -272,6 +278,13 @@ mod tests {
         assert_eq!(ExitStatus::of_error([&*ledger_down], none), ExitStatus::LedgerUnavailable);
         let slurm_down = SlurmError::TimedOut { command: "squeue".into(), timeout: std::time::Duration::from_secs(1) };
         assert_eq!(ExitStatus::of_error([&slurm_down as &dyn Error], none), ExitStatus::SlurmUnavailable);
+        // Issue 32 item 11: remediation's scancel failing exits 4, as `cancel` does.
+        let remediation = crate::remediate::RemediateError::Slurm(SlurmError::Failed {
+            command: "scancel 42".into(),
+            status: "exit status: 1".into(),
+            stderr: "Access/permission denied".into(),
+        });
+        assert_eq!(ExitStatus::of_error([&remediation as &dyn Error], none), ExitStatus::SlurmUnavailable);
         let lock = LockHeld { path: "/state/submitter.lock".into() };
         assert_eq!(ExitStatus::of_error([&lock as &dyn Error], none), ExitStatus::LockHeld);
         let other = std::io::Error::other("a typo");

@@ -431,7 +431,7 @@ fn iterate(
     };
     // Remediation between sync and plan: what it cancels, retries or holds is what this plan sees
     // (a dry run decides and prints, and changes nothing).
-    let remedies = super::remediation::pass(session, None, args.dry_run)?;
+    let remedies = super::remediation::pass(session, None, args.dry_run, false)?;
     let plan = snapshot_and_plan(session, &args.selection, executables)?;
     let planned = &plan.jobs;
     // Staging and preflight (docs/site.md): each model once per iteration, before any ledger row.

@@ -224,7 +224,7 @@ pub(crate) fn status(args: &StatusArgs) -> Result<ExitCode> {
                 Utc::now(),
             )?;
             // The same pass as launch's; its lines go with the cancels.
-            let remedies = super::remediation::pass(&session, Some(&rows), false)?;
+            let remedies = super::remediation::pass(&session, Some(&rows), false, false)?;
             cancelled.extend(remedies.iter().map(|d| d.line()));
         }
         super::remediation::annotate(&session, &mut rows)?;

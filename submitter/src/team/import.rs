@@ -218,6 +218,7 @@ fn read_history_on(
         .map_err(source_error(&redactor, "read sandbox_jobs"))?;
     let mut watermark: Option<Timestamp> = None;
     let mut jobs = Vec::with_capacity(rows.len());
+    let mut seen: HashSet<String> = HashSet::new();
     for row in &rows {
         let parse = || -> Result<TeamJob, postgres::Error> {
             Ok(TeamJob {
@@ -238,7 +239,29 @@ fn read_history_on(
                 n_trials: row.try_get(14)?,
             })
         };
-        jobs.push(parse().map_err(source_error(&redactor, "read sandbox_jobs"))?);
+        // One row the import cannot take (a value past the JSON reader's nesting limit, an id seen
+        // twice) is skipped, named, and never blocks the rest (issue 32 item 13).
+        let id = row.try_get::<_, Option<String>>(0).ok().flatten().unwrap_or_else(|| "(no id)".to_string());
+        let job = match parse() {
+            Ok(job) if seen.insert(job.id.clone()) => job,
+            Ok(_) => {
+                tracing::warn!(
+                    "team database {}: sandbox_jobs row {id} appears twice; the first read is kept, the copy \
+                     skipped (give each row its own id)",
+                    redactor.location
+                );
+                continue;
+            }
+            Err(error) => {
+                tracing::warn!(
+                    "team database {}: sandbox_jobs row {id} skipped, it cannot be read: {} (fix or delete the row)",
+                    redactor.location,
+                    redactor.describe(&error)
+                );
+                continue;
+            }
+        };
+        jobs.push(job);
         let newest: Option<Timestamp> = row.try_get(15).map_err(source_error(&redactor, "read sandbox_jobs"))?;
         watermark = watermark.max(newest);
     }

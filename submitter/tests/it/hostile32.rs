@@ -297,3 +297,31 @@ fn soak_listener_ticks_against_a_stalling_locking_dropping_team_database() {
     }
     crate::queueing::cancel_all(&*ledger);
 }
+
+/// Item 13: one sandbox_jobs row nested past the JSON reader's limit and one id present twice
+/// (the table without its primary key, as a hand-made copy leaves it) no longer block every plan:
+/// `plan` folds the rest in, and the warning names each row.
+#[test]
+fn one_malformed_team_row_is_skipped_by_name_and_blocks_no_plan() {
+    let Some(mut team) = TeamDb::new("malformed") else { return };
+    team.exec(HISTORY);
+    let deep = format!("{}1{}", "[".repeat(300), "]".repeat(300));
+    team.exec(&format!(
+        "ALTER TABLE sandbox_jobs DROP CONSTRAINT sandbox_jobs_pkey;
+         INSERT INTO sandbox_jobs SELECT * FROM sandbox_jobs WHERE id = '20000000-0000-0000-0000-000000000001';
+         INSERT INTO sandbox_jobs (id, job_name, username, job_status, submitted_at, slurm_job_id, config,
+                                   model_id, benchmark_id, n_trials, n_rep_eval, package_version)
+         VALUES ('30000000-0000-0000-0000-00000000dee9', 'deep', 'mallory', 'Finished', now(), '9', '{{\"a\": {deep}}}',
+                 '00000000-0000-0000-0000-000000000002', '10000000-0000-0000-0000-000000000002', 1, 1, 'x');"
+    ));
+    let cluster = team_cluster("malformed32", &team.url, ", mirror: false");
+    let store = crate::ledger::Store::sqlite();
+    let out = cluster.run(&["plan"], &store.spec, &["--preset", "tb2", "--model", "org/Alpha-8B"], &[]);
+    let said = text(&out);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("sandbox_jobs row 30000000-0000-0000-0000-00000000dee9 skipped"), "{said}");
+    assert!(said.contains("sandbox_jobs row 20000000-0000-0000-0000-000000000001 appears twice"), "{said}");
+    // The rest was folded in: the pair the team finished is skipped.
+    let line = said.lines().find(|l| l.contains("org/Alpha-8B")).unwrap_or_default();
+    assert!(line.starts_with("skip"), "{said}");
+}
