@@ -25,41 +25,6 @@ use crate::slurm::SlurmError;
 /// The document convention and its version are shared with payload (`launch_spec::document`).
 pub use launch_spec::document::{FORMAT_VERSION, document, document_line};
 
-/// Whether `c` would act on a terminal or on the lines of the output rather than print: a control
-/// character (C0, DEL, C1: escape sequences, newlines, carriage returns) or a bidirectional
-/// override that reorders what follows.
-fn is_unprintable(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
-}
-
-/// `text` (a name from outside: the team's database, a run dir) as one inert field of a text
-/// output: every control character and bidirectional override escaped (`\n`, `\u{1b}`), so a
-/// name can neither forge an output line nor drive the terminal (issue 32 item 14).
-pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(is_unprintable) {
-        return std::borrow::Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        if is_unprintable(c) { out.extend(c.escape_debug()) } else { out.push(c) }
-    }
-    std::borrow::Cow::Owned(out)
-}
-
-/// A whole text output as printed: lines stay lines, and every other control character or
-/// bidirectional override in it is escaped — the net under [`printable`] for every text output.
-pub fn printable_lines(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(|c| is_unprintable(c) && c != '\n' && c != '\t') {
-        return std::borrow::Cow::Borrowed(text);
-    }
-    std::borrow::Cow::Owned(
-        text.split('\n')
-            .map(|line| line.split('\t').map(printable).collect::<Vec<_>>().join("\t"))
-            .collect::<Vec<_>>()
-            .join("\n"),
-    )
-}
-
 /// How a command prints its result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum Format {
@@ -171,12 +136,6 @@ fn classify(error: &(dyn Error + 'static)) -> Option<ExitStatus> {
     if let Some(error) = error.downcast_ref::<SlurmError>() {
         return Some(slurm_status(error));
     }
-    // Remediation's scancel failing is Slurm failing, as for `cancel` (issue 32 item 11).
-    match error.downcast_ref::<crate::remediate::RemediateError>() {
-        Some(crate::remediate::RemediateError::Slurm(error)) => return Some(slurm_status(error)),
-        Some(crate::remediate::RemediateError::Ledger(error)) => return Some(ledger_status(error)),
-        None => {}
-    }
     if error.downcast_ref::<LockHeld>().is_some() {
         return Some(ExitStatus::LockHeld);
     }
@@ -284,7 +243,9 @@ mod tests {
             status: "exit status: 1".into(),
             stderr: "Access/permission denied".into(),
         });
-        assert_eq!(ExitStatus::of_error([&remediation as &dyn Error], none), ExitStatus::SlurmUnavailable);
+        let cause = remediation.source().expect("the Slurm error stays in the chain");
+        let chain: [&(dyn Error + 'static); 2] = [&remediation, cause];
+        assert_eq!(ExitStatus::of_error(chain, none), ExitStatus::SlurmUnavailable);
         let lock = LockHeld { path: "/state/submitter.lock".into() };
         assert_eq!(ExitStatus::of_error([&lock as &dyn Error], none), ExitStatus::LockHeld);
         let other = std::io::Error::other("a typo");

@@ -339,9 +339,11 @@ pub fn plan(
 
 #[derive(Debug, thiserror::Error)]
 pub enum RemediateError {
-    #[error(transparent)]
+    #[error("the ledger")]
     Ledger(#[from] LedgerError),
-    #[error(transparent)]
+    /// Its cause stays in the error's chain, so the exit status is Slurm's (4), as for `cancel`
+    /// (issue 32 item 11).
+    #[error("Slurm")]
     Slurm(#[from] SlurmError),
 }
 

@@ -88,9 +88,14 @@ impl ConfigDirs {
 
 /// Writes to stdout, treating a closed pipe (`| head`) as success.
 pub(crate) fn print(text: &str) -> Result<()> {
-    let mut out = std::io::stdout().lock();
     // No output carries a terminal escape or a stray control character, whatever a name held.
-    let text = submitter::output::printable_lines(text);
+    print_control(&submitter::text::printable_lines(text))
+}
+
+/// Writes `text` as it is: [`print`] after its escaping, or a control sequence of this program's
+/// own (`status --watch` clearing the screen).
+pub(crate) fn print_control(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => Ok(other?),

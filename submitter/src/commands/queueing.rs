@@ -22,7 +22,7 @@ use submitter::settings::{ResolvedSettings, Source};
 use submitter::slurm::Slurm;
 use submitter::snapshot::Snapshot;
 use submitter::sync::{self, Change, SyncReport};
-use submitter::team::mirror::Mirror;
+use submitter::team::mirror::{Mirror, WriteBounds};
 
 use super::session::{LedgerArgs, Selection, Session};
 use super::team::{TeamLink, TeamView, TeamViewOutput};
@@ -130,7 +130,7 @@ fn open_mirror(flag: Option<&str>, session: &Session, team: Option<&TeamLink>) -
 
 fn connect_mirror(url: &str, session: &Session) -> Result<Mirror, submitter::team::TeamError> {
     let username = std::env::var("USER").unwrap_or_else(|_| "unknown".to_string());
-    let bounds = session.cluster.team.as_ref().map(|team| team.write_bounds()).unwrap_or_default();
+    let bounds = session.cluster.team.as_ref().map(WriteBounds::of).unwrap_or_default();
     Mirror::connect(url, &username, session.ledger.location(), bounds)
 }
 

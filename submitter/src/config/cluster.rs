@@ -910,7 +910,7 @@ impl NotifySettings {
     }
 }
 
-/// `team:` — the team's database, consulted by every `plan`/`launch` iteration (`crate::team`).
+/// `team:` — the team's database, consulted by every `plan`/`launch` iteration (module `team`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TeamSettings {
@@ -930,23 +930,22 @@ pub struct TeamSettings {
     pub lock_timeout_s: u64,
 }
 
+/// `team.lock_timeout_s` by default: how long a mirror write waits for a lock on `sandbox_jobs`.
+pub const DEFAULT_TEAM_LOCK_TIMEOUT_S: u64 = 5;
+
 fn default_team_lock_timeout_s() -> u64 {
-    crate::team::DEFAULT_LOCK_TIMEOUT_S
+    DEFAULT_TEAM_LOCK_TIMEOUT_S
 }
 
+/// `team.timeout_s` by default: the bound of each call on the team database (docs/ledger.md
+/// "Bounds").
+pub const DEFAULT_TEAM_TIMEOUT_S: u64 = 30;
+
 fn default_team_timeout_s() -> u64 {
-    crate::team::DEFAULT_TIMEOUT_S
+    DEFAULT_TEAM_TIMEOUT_S
 }
 
 impl TeamSettings {
-    /// The bounds of one mirror write.
-    pub fn write_bounds(&self) -> crate::team::mirror::WriteBounds {
-        crate::team::mirror::WriteBounds {
-            statement: std::time::Duration::from_secs(self.timeout_s),
-            lock: std::time::Duration::from_secs(self.lock_timeout_s.min(self.timeout_s)),
-        }
-    }
-
     pub fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
         if !launch_spec::expand::is_var_name(&self.database_secret) {

@@ -32,9 +32,20 @@ pub struct WriteBounds {
 impl Default for WriteBounds {
     /// `team:`'s defaults, for a `--mirror` URL given without a profile's `team:`.
     fn default() -> Self {
+        use crate::config::cluster::{DEFAULT_TEAM_LOCK_TIMEOUT_S, DEFAULT_TEAM_TIMEOUT_S};
         WriteBounds {
-            statement: Duration::from_secs(super::DEFAULT_TIMEOUT_S),
-            lock: Duration::from_secs(super::DEFAULT_LOCK_TIMEOUT_S),
+            statement: Duration::from_secs(DEFAULT_TEAM_TIMEOUT_S),
+            lock: Duration::from_secs(DEFAULT_TEAM_LOCK_TIMEOUT_S),
+        }
+    }
+}
+
+impl WriteBounds {
+    /// The bounds `team:` sets (`lock_timeout_s` no longer than `timeout_s`).
+    pub fn of(settings: &crate::config::cluster::TeamSettings) -> WriteBounds {
+        WriteBounds {
+            statement: Duration::from_secs(settings.timeout_s),
+            lock: Duration::from_secs(settings.lock_timeout_s.min(settings.timeout_s)),
         }
     }
 }

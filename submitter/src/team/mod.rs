@@ -18,11 +18,11 @@ pub use crate::domain::TEAM_CLUSTER;
 /// is visible to every user of a login node).
 pub const TEAM_DB_ENV: &str = "SUBMITTER_TEAM_DB";
 
-/// `team.timeout_s` by default: the client-side bound of each call on the team database (the
-/// fold-in's read as a whole, each mirror write) and its statements' `statement_timeout`.
-pub const DEFAULT_TIMEOUT_S: u64 = 30;
-/// `team.lock_timeout_s` by default: how long a mirror write waits for a lock on `sandbox_jobs`.
-pub const DEFAULT_LOCK_TIMEOUT_S: u64 = 5;
+/// The client-side bound of a call on the team database is its server-side bound
+/// (`team.timeout_s`, `statement_timeout`) and this much more: where the server answers, its own
+/// clearer error ("statement timeout", "lock timeout") comes first; the client's bound catches a
+/// connection that stopped answering.
+pub const CLIENT_GRACE: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum TeamError {
@@ -85,10 +85,10 @@ pub fn url_from_secrets(file: &Path, name: &str) -> Result<String, TeamError> {
 }
 
 /// Opens the team database with the ledger's URL, TLS and password handling; its errors name the
-/// team database rather than a ledger. `bound` limits the connect's startup and every
-/// [`bounded`] call on the client's side (docs/ledger.md "Bounds").
+/// team database rather than a ledger. `bound` and [`CLIENT_GRACE`] limit the connect's startup
+/// and every [`bounded`] call on the client's side (docs/ledger.md "Bounds").
 pub(crate) fn connect(url: &str, bound: Duration) -> Result<crate::ledger::PgConnection, TeamError> {
-    crate::ledger::PgConnection::open(url, bound)
+    crate::ledger::PgConnection::open(url, bound + CLIENT_GRACE)
         .map_err(|error| TeamError::Connect(error.to_string().replacen("ledger ", "team database ", 1)))
 }
 
@@ -107,8 +107,9 @@ pub(crate) fn bounded<T>(
             location,
             operation,
             detail: format!(
-                "no answer within {} s (team.timeout_s, the client's bound): the connection was dropped",
-                bound.as_secs()
+                "no answer within {} s (team.timeout_s and {} s of grace, the client's bound): the connection was dropped",
+                bound.as_secs(),
+                CLIENT_GRACE.as_secs()
             ),
         },
         error => error,

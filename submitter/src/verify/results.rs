@@ -604,7 +604,7 @@ fn fmt_mean(v: Option<f64>) -> String {
 /// The matrix as a text table.
 pub fn render_text(m: &Matrix) -> String {
     // Names come from the team's database too: each printed as one inert field.
-    use crate::output::printable;
+    use crate::text::printable;
     let width = m.models.iter().map(|s| printable(s).chars().count()).max().unwrap_or(5).max(5);
     let mut out = format!("{:<width$}", "model");
     for b in &m.benchmarks {
@@ -797,7 +797,7 @@ mod tests {
         assert!(!text.contains('\u{202e}'), "{text:?}");
         assert!(!text.lines().any(|l| l.starts_with("Qwen/Forged-8B")), "a forged line: {text}");
         assert!(text.contains("org/evil\\nQwen/Forged-8B"), "the name is shown, escaped: {text}");
-        assert_eq!(crate::output::printable_lines("a\u{1b}[31m\tb\nc"), "a\\u{1b}[31m\tb\nc");
+        assert_eq!(crate::text::printable_lines("a\u{1b}[31m\tb\nc"), "a\\u{1b}[31m\tb\nc");
     }
 
     #[test]

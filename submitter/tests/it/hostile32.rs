@@ -60,7 +60,8 @@ fn a_team_database_that_stalls_after_connecting_cannot_hang_plan_or_launch() {
         let (out, took) = run_within(cluster.command(command, &ledger, &args, &[]));
         let said = text(&out);
         assert_eq!(out.status.code(), Some(3), "{command:?} after {took:?}: {said}");
-        assert!(said.contains("no answer within 3 s"), "{command:?}: {said}");
+        // The server never got the query: the client's bound (3 s and 5 s of grace) ended it.
+        assert!(said.contains("no answer within 8 s"), "{command:?}: {said}");
         assert!(took < Duration::from_secs(60), "{command:?} took {took:?}");
     }
     assert!(proxy.stalls.load(std::sync::atomic::Ordering::SeqCst) >= 2, "the proxy stalled the queries");
