@@ -186,7 +186,6 @@ fn soak_listener_ticks_against_a_stalling_locking_dropping_team_database() {
     let locker = {
         let (url, stop, locks, chaos) = (team.url.clone(), stop.clone(), locks.clone(), chaos.clone());
         std::thread::spawn(move || {
-            let mut client = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
             while !stop.load(Ordering::SeqCst) {
                 let (pause, hold, exclusive) = {
                     let mut c = chaos.lock().unwrap();
@@ -194,11 +193,15 @@ fn soak_listener_ticks_against_a_stalling_locking_dropping_team_database() {
                 };
                 std::thread::sleep(Duration::from_secs(pause));
                 let mode = if exclusive { "ACCESS EXCLUSIVE" } else { "SHARE" };
-                let mut tx = client.transaction().unwrap();
-                tx.batch_execute(&format!("LOCK TABLE sandbox_jobs IN {mode} MODE")).unwrap();
-                locks.fetch_add(1, Ordering::SeqCst);
-                std::thread::sleep(Duration::from_secs(hold));
-                tx.commit().unwrap();
+                // A connection of its own each time: the shared server may end sessions (another
+                // test's cleanup), which must not end the soak.
+                let Ok(mut client) = ::postgres::Client::connect(&url, ::postgres::NoTls) else { continue };
+                let Ok(mut tx) = client.transaction() else { continue };
+                if tx.batch_execute(&format!("LOCK TABLE sandbox_jobs IN {mode} MODE")).is_ok() {
+                    locks.fetch_add(1, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_secs(hold));
+                }
+                let _ = tx.commit();
             }
         })
     };
@@ -206,9 +209,14 @@ fn soak_listener_ticks_against_a_stalling_locking_dropping_team_database() {
     let mut models: Vec<String> = Vec::new();
     let add_model = |team: &mut TeamDb, models: &mut Vec<String>| {
         let name = format!("test/Soak{}-1B", models.len());
-        team.exec(&format!(
+        let insert = format!(
             "INSERT INTO models (id, name, created_by) VALUES (gen_random_uuid(), '{name}', 'soak') ON CONFLICT DO NOTHING"
-        ));
+        );
+        if team.client.batch_execute(&insert).is_err() {
+            // The admin session was ended by the server: once more on a fresh one.
+            let mut fresh = ::postgres::Client::connect(&team.url, ::postgres::NoTls).unwrap();
+            fresh.batch_execute(&insert).unwrap();
+        }
         models.push(name);
     };
     let tick = |models: &[String]| -> (Output, Duration) {
@@ -263,8 +271,8 @@ fn soak_listener_ticks_against_a_stalling_locking_dropping_team_database() {
         assert_eq!(attempt.status, submitter::ledger::AttemptStatus::Finished, "{model}: {}", attempt.reason);
         assert!(attempt.metrics.as_ref().is_some_and(|m| m["n_trials"].as_u64() > Some(0)), "{model}: result lost");
     }
-    let duplicated: Vec<(String, i64)> = team
-        .client
+    let mut check = ::postgres::Client::connect(&team.url, ::postgres::NoTls).unwrap();
+    let duplicated: Vec<(String, i64)> = check
         .query(
             "SELECT job_name, count(*) FROM sandbox_jobs WHERE config ? 'submitter' GROUP BY job_name HAVING count(*) > 1",
             &[],
