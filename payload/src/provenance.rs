@@ -18,6 +18,9 @@ use crate::supervisor::ChildSpec;
 /// One `--version` may take this long (a Python CLI importing its package on a loaded node).
 pub(crate) const VERSION_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// At most this much of a version answer's stdout is kept (a real one is a line or two).
+pub(crate) const VERSION_OUTPUT_CAP: u64 = 64 * 1024;
+
 /// How long Harbor's start waits for answers still outstanding at readiness (they were asked when
 /// the engine started, normally minutes earlier); what is missing then is recorded as such.
 pub(crate) const RECORD_WAIT: Duration = Duration::from_secs(5);
@@ -154,28 +157,24 @@ async fn version_of(program: &Path, env: &BTreeMap<String, String>) -> Result<St
     answer(program, &["--version".to_string()], env).await
 }
 
-/// One bounded question: `program args…` in `env` only, its last version line on stdout.
+/// One bounded question: `program args…` in `env` only, its last version line on stdout. Time and
+/// output are both bounded (`crate::bounded`): a program that floods stdout is read up to
+/// [`VERSION_OUTPUT_CAP`] and killed with its process group, never buffered whole.
 async fn answer(program: &Path, args: &[String], env: &BTreeMap<String, String>) -> Result<String, String> {
-    use std::process::Stdio;
     let shown = format!("{} {}", program.display(), args.first().map_or("", String::as_str));
-    let child = tokio::process::Command::new(program)
-        .args(args)
-        .env_clear()
-        .envs(env)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| format!("cannot run {shown}: {e}"))?;
-    let out = tokio::time::timeout(VERSION_TIMEOUT, child.wait_with_output())
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args).env_clear().envs(env);
+    let out = crate::bounded::run(cmd, VERSION_TIMEOUT, VERSION_OUTPUT_CAP)
         .await
-        .map_err(|_| format!("{shown} did not answer within {VERSION_TIMEOUT:?}"))?
-        .map_err(|e| format!("cannot wait for {shown}: {e}"))?;
+        .map_err(|e| format!("cannot run {shown}: {e}"))?;
+    let Some(status) = out.status else { return Err(format!("{shown} did not answer within {VERSION_TIMEOUT:?}")) };
     let stdout = String::from_utf8_lossy(&out.stdout);
     match versions::version_line(&stdout) {
-        Some(version) if out.status.success() => Ok(version),
-        _ => Err(format!("{shown}: {} without a version on stdout", out.status)),
+        Some(version) if status.success() && !out.truncated => Ok(version),
+        _ if out.truncated => {
+            Err(format!("{shown}: printed more than {VERSION_OUTPUT_CAP} bytes; not a version answer"))
+        }
+        _ => Err(format!("{shown}: {status} without a version on stdout")),
     }
 }
 
@@ -227,6 +226,29 @@ pub(crate) fn record(revision: Result<String, String>, versions: Versions) -> (R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The process's peak resident memory (VmHWM), in bytes.
+    fn peak_rss() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+    }
+
+    #[tokio::test]
+    async fn a_version_probe_that_floods_stdout_is_read_to_a_cap_and_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let program = dir.path().join("flood");
+        // 600 MiB on stdout, then a version line: buffered whole, the probe would hold all of it.
+        std::fs::write(&program, "#!/bin/sh\nhead -c 629145600 /dev/zero\necho 1.2.3\n").unwrap();
+        std::fs::set_permissions(&program, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let before = peak_rss();
+        let env = BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]);
+        let answer = version_of(&program, &env).await;
+        let grown = peak_rss().saturating_sub(before);
+        assert!(grown < 128 << 20, "the probe grew the process by {} MiB", grown >> 20);
+        let error = answer.unwrap_err();
+        assert!(error.contains("printed more than"), "{error}");
+    }
 
     #[test]
     fn the_dataset_digest_follows_the_tasks_content() {

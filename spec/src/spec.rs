@@ -927,8 +927,20 @@ impl LaunchSpec {
         if let Some(timeout) = self.serve.distributed_timeout_s {
             v::whole_seconds(timeout, true).map_err(fail("serve.distributed_timeout_s"))?;
         }
-        v::at_least_one(self.harbor.n_concurrent.into()).map_err(fail("harbor.n_concurrent"))?;
-        v::at_least_one(self.harbor.n_attempts.into()).map_err(fail("harbor.n_attempts"))?;
+        v::count_up_to(self.harbor.n_concurrent.into(), v::MAX_CONCURRENT).map_err(fail("harbor.n_concurrent"))?;
+        v::count_up_to(self.harbor.n_attempts.into(), v::MAX_CONCURRENT).map_err(fail("harbor.n_attempts"))?;
+        v::argument(&self.harbor.agent).map_err(fail("harbor.agent"))?;
+        for kwarg in &self.harbor.agent_kwargs {
+            v::argument(kwarg).map_err(fail("harbor.agent_kwargs"))?;
+        }
+        if let Some(parser) = &self.harbor.agent_parser {
+            v::argument(parser).map_err(fail("harbor.agent_parser"))?;
+        }
+        for env in &self.harbor.agent_envs {
+            for text in [Some(&env.name), env.from.as_ref(), env.value.as_ref()].into_iter().flatten() {
+                v::argument(text).map_err(fail("harbor.agent_envs"))?;
+            }
+        }
         v::multiplier(self.harbor.timeout_multiplier).map_err(fail("harbor.timeout_multiplier"))?;
         let name_ok = !self.model.served_name.is_empty()
             && !self.model.served_name.starts_with('-')
@@ -972,11 +984,11 @@ impl LaunchSpec {
             ("harbor.max_output_tokens", self.harbor.max_output_tokens),
         ] {
             if let Some(value) = value {
-                v::at_least_one(value).map_err(fail(field))?;
+                v::count_up_to(value, v::MAX_TOKENS).map_err(fail(field))?;
             }
         }
         if let Some(seqs) = self.serve.max_num_seqs {
-            v::at_least_one(seqs.into()).map_err(fail("serve.max_num_seqs"))?;
+            v::count_up_to(seqs.into(), v::MAX_SEQS).map_err(fail("serve.max_num_seqs"))?;
         }
         if self.gpu_profiles.profiles.is_empty() {
             return Err(("gpu_profiles", "is empty: the spec must carry the GPU profiles".to_string()));
@@ -1154,6 +1166,14 @@ mod tests {
             // Issue 21 item 12: an interval no periodic action can keep.
             ("/limits/heartbeat_interval_s", 1e-12.into(), "limits.heartbeat_interval_s"),
             ("/limits/health_probe_interval_s", 0.001.into(), "limits.health_probe_interval_s"),
+            // Issue 32 item 16: absurd sizes and an argument no exec can pass.
+            ("/serve/max_model_len", 1_000_000_000_000u64.into(), "serve.max_model_len"),
+            ("/harbor/max_output_tokens", 1_000_000_000_000u64.into(), "harbor.max_output_tokens"),
+            ("/serve/max_num_seqs", 1_000_000_000u64.into(), "serve.max_num_seqs"),
+            ("/harbor/n_concurrent", 1_000_000_000u64.into(), "harbor.n_concurrent"),
+            ("/harbor/n_attempts", 1_000_000_000u64.into(), "harbor.n_attempts"),
+            ("/harbor/agent_kwargs", serde_json::json!(["temperature=0", "x=a\u{0}b"]), "harbor.agent_kwargs"),
+            ("/harbor/agent_parser", "a\u{0}b".into(), "harbor.agent_parser"),
         ];
         for (pointer, value, field) in cases {
             let mut spec = minimal();

@@ -75,6 +75,30 @@ pub fn multiplier(value: f64) -> Result<f64, String> {
     }
 }
 
+/// Most trials Harbor may run at once (`n_concurrent`) and most attempts per task: far above any
+/// sandbox quota, small enough that Harbor never tries to start a billion sandboxes.
+pub const MAX_CONCURRENT: u64 = 10_000;
+/// Longest context (`max_model_len`) or output (`max_output_tokens`) a spec may ask for, in tokens:
+/// several times the longest context any served model has (10M), far below what overflows.
+pub const MAX_TOKENS: u64 = 1 << 26;
+/// Most sequences the engine may batch (`max_num_seqs`).
+pub const MAX_SEQS: u64 = 1 << 20;
+
+/// A count within `1..=max` (concurrency, attempts, tokens, sequences).
+pub fn count_up_to(value: u64, max: u64) -> Result<u64, String> {
+    if (1..=max).contains(&value) { Ok(value) } else { Err(format!("{value} must be between 1 and {max}")) }
+}
+
+/// A string that becomes one argv word of a child (`agent_kwargs`, `agent`, …): the kernel's argv
+/// strings end at NUL, so one with a NUL cannot be passed (a spawn failure on the node otherwise).
+pub fn argument(value: &str) -> Result<&str, String> {
+    if value.contains('\0') {
+        let shown: String = value.chars().take(60).flat_map(char::escape_debug).collect();
+        return Err(format!("\"{shown}\" contains a NUL byte, which no program argument can carry"));
+    }
+    Ok(value)
+}
+
 /// A count that must be at least one (concurrency, attempts, parallel sizes).
 pub fn at_least_one(value: u64) -> Result<u64, String> {
     if value >= 1 { Ok(value) } else { Err(format!("{value} must be ≥ 1")) }

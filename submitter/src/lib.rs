@@ -26,6 +26,7 @@ pub mod spec_build;
 pub mod stage;
 pub mod sync;
 pub mod team;
+pub mod text;
 pub mod verify;
 
 #[cfg(test)]

@@ -238,6 +238,15 @@ mod tests {
         assert_eq!(ExitStatus::of_error([&*ledger_down], none), ExitStatus::LedgerUnavailable);
         let slurm_down = SlurmError::TimedOut { command: "squeue".into(), timeout: std::time::Duration::from_secs(1) };
         assert_eq!(ExitStatus::of_error([&slurm_down as &dyn Error], none), ExitStatus::SlurmUnavailable);
+        // Issue 32 item 11: remediation's scancel failing exits 4, as `cancel` does.
+        let remediation = crate::remediate::RemediateError::Slurm(SlurmError::Failed {
+            command: "scancel 42".into(),
+            status: "exit status: 1".into(),
+            stderr: "Access/permission denied".into(),
+        });
+        let cause = remediation.source().expect("the Slurm error stays in the chain");
+        let chain: [&(dyn Error + 'static); 2] = [&remediation, cause];
+        assert_eq!(ExitStatus::of_error(chain, none), ExitStatus::SlurmUnavailable);
         let lock = LockHeld { path: "/state/submitter.lock".into() };
         assert_eq!(ExitStatus::of_error([&lock as &dyn Error], none), ExitStatus::LockHeld);
         let other = std::io::Error::other("a typo");

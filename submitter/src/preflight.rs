@@ -210,6 +210,14 @@ fn record(run_dir: &Path, report: &Report) {
     }
 }
 
+/// payload's own check of every value (`LaunchSpec::problem`), run here first so a spec payload
+/// would refuse on the node never reaches `sbatch`.
+fn spec_values(spec: &LaunchSpec) -> Result<String, Outcome> {
+    spec.problem()
+        .map(|()| "valid (payload's reader accepts it)".to_string())
+        .or_else(|(field, problem)| fail(format!("field `{field}` {problem}")))
+}
+
 /// Every check, in order; see [`Report::passed`].
 pub fn preflight(spec: &LaunchSpec, choice: &SlurmChoice, cluster: &ClusterProfile, site: &Site) -> Report {
     let inputs = Inputs {
@@ -222,12 +230,7 @@ pub fn preflight(spec: &LaunchSpec, choice: &SlurmChoice, cluster: &ClusterProfi
     };
     let inputs = &inputs;
     let mut report = Report::default();
-    report.push(
-        "spec",
-        spec.problem()
-            .map(|()| "valid (payload's reader accepts it)".to_string())
-            .or_else(|(field, problem)| fail(format!("field `{field}` {problem}"))),
-    );
+    report.push("spec", spec_values(spec));
     report.push("weights", weights(spec));
     report.push("serve files", serve_files(spec));
     report.push("dataset", dataset(&spec.harbor.dataset));
@@ -861,6 +864,23 @@ mod tests {
         assert!(memory(&spec, &cluster).is_ok());
         cluster.hardware.gpu_memory_gib = None;
         assert!(matches!(memory(&spec, &cluster), Err(Outcome::Skipped(_))));
+    }
+
+    /// Issue 32 item 16: what payload refuses before the engine loads, preflight refuses first.
+    #[test]
+    fn absurd_spec_values_fail_preflight_by_field() {
+        let base = || launch_spec::testkit::TestSpec::new("/", "t").model("Qwen/Qwen3-8B", "m");
+        assert!(spec_values(&base().build()).is_ok());
+        type Change = fn(&mut LaunchSpec);
+        let cases: [(&str, Change); 3] = [
+            ("serve.max_model_len", |s| s.serve.max_model_len = Some(1_000_000_000_000)),
+            ("harbor.n_concurrent", |s| s.harbor.n_concurrent = 1_000_000_000),
+            ("harbor.agent_kwargs", |s| s.harbor.agent_kwargs = vec!["a=b\0c".into()]),
+        ];
+        for (field, change) in cases {
+            let Err(Outcome::Fail(why)) = spec_values(&base().with(change).build()) else { panic!("{field} passed") };
+            assert!(why.starts_with(&format!("field `{field}`")), "{why}");
+        }
     }
 
     #[test]

@@ -339,9 +339,11 @@ pub fn plan(
 
 #[derive(Debug, thiserror::Error)]
 pub enum RemediateError {
-    #[error(transparent)]
+    #[error("the ledger")]
     Ledger(#[from] LedgerError),
-    #[error(transparent)]
+    /// Its cause stays in the error's chain, so the exit status is Slurm's (4), as for `cancel`
+    /// (issue 32 item 11).
+    #[error("Slurm")]
     Slurm(#[from] SlurmError),
 }
 
@@ -415,6 +417,50 @@ pub fn reconcile(ledger: &dyn Ledger, slurm: &dyn Slurm, cluster: &str) -> Resul
     Ok(completed)
 }
 
+/// When remediation asks Slurm again to cancel a job it could not cancel (issue 32 item 11): a
+/// failed `scancel` is not retried on every `--watch` iteration but after a back-off that doubles
+/// from [`ScancelBackoff::FIRST`] up to [`ScancelBackoff::LONGEST`], per attempt; one that
+/// succeeds is forgotten. Pure: the caller passes the time.
+#[derive(Debug)]
+pub struct ScancelBackoff {
+    /// attempt → (failures so far, not before).
+    failed: std::collections::BTreeMap<i64, (u32, DateTime<Utc>)>,
+}
+
+impl Default for ScancelBackoff {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ScancelBackoff {
+    pub const fn new() -> Self {
+        ScancelBackoff { failed: std::collections::BTreeMap::new() }
+    }
+
+    pub const FIRST: chrono::Duration = chrono::Duration::seconds(60);
+    pub const LONGEST: chrono::Duration = chrono::Duration::seconds(3600);
+
+    /// Whether the decision for `attempt` may be carried out at `now`.
+    pub fn due(&self, attempt: i64, now: DateTime<Utc>) -> bool {
+        self.failed.get(&attempt).is_none_or(|(_, not_before)| now >= *not_before)
+    }
+
+    /// `scancel` failed for `attempt` at `now`; returns when it is tried next.
+    pub fn failed(&mut self, attempt: i64, now: DateTime<Utc>) -> DateTime<Utc> {
+        let entry = self.failed.entry(attempt).or_insert((0, now));
+        entry.0 += 1;
+        let wait = (1..entry.0).fold(Self::FIRST, |wait, _| (wait * 2).min(Self::LONGEST));
+        entry.1 = now + wait;
+        entry.1
+    }
+
+    /// The decision for `attempt` was carried out.
+    pub fn succeeded(&mut self, attempt: i64) {
+        self.failed.remove(&attempt);
+    }
+}
+
 /// A person's release of a held pair (`submitter release`): the pair starts afresh.
 pub fn release(
     ledger: &dyn Ledger,
@@ -457,6 +503,27 @@ pub fn record_text(r: &Remediation, now: DateTime<Utc>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 32 item 11: a job scancel cannot cancel is asked again after 60 s, 120 s, … ≤ 1 h,
+    /// not on every iteration.
+    #[test]
+    fn a_failed_scancel_backs_off_per_attempt() {
+        let t0 = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        let mut backoff = ScancelBackoff::default();
+        assert!(backoff.due(7, t0));
+        assert_eq!(backoff.failed(7, t0), t0 + chrono::Duration::seconds(60));
+        assert!(!backoff.due(7, t0 + chrono::Duration::seconds(25)), "not retried within the back-off");
+        assert!(backoff.due(8, t0), "another attempt is not held back");
+        let t1 = t0 + chrono::Duration::seconds(60);
+        assert!(backoff.due(7, t1));
+        assert_eq!(backoff.failed(7, t1), t1 + chrono::Duration::seconds(120));
+        for _ in 0..20 {
+            backoff.failed(7, t1);
+        }
+        assert_eq!(backoff.failed(7, t1), t1 + ScancelBackoff::LONGEST);
+        backoff.succeeded(7);
+        assert!(backoff.due(7, t1));
+    }
 
     fn case(ids: &[&str]) -> Case {
         Case {

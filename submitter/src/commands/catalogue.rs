@@ -139,7 +139,7 @@ pub(crate) fn unevaluated(args: &UnevaluatedArgs) -> Result<ExitCode> {
     let models = session.ledger.unevaluated(&family, args.size.as_deref())?;
     let mut text = format!("# {} model(s) with no finished attempt in benchmark family {family}\n", models.len());
     for model in &models {
-        text += model;
+        text += &submitter::text::printable(model);
         text.push('\n');
     }
     if let Some(path) = &args.output {

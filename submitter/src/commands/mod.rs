@@ -94,6 +94,13 @@ impl ConfigDirs {
 
 /// Writes to stdout, treating a closed pipe (`| head`) as success.
 pub(crate) fn print(text: &str) -> Result<()> {
+    // No output carries a terminal escape or a stray control character, whatever a name held.
+    print_control(&submitter::text::printable_lines(text))
+}
+
+/// Writes `text` as it is: [`print`] after its escaping, or a control sequence of this program's
+/// own (`status --watch` clearing the screen).
+pub(crate) fn print_control(text: &str) -> Result<()> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),

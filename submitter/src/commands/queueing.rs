@@ -22,7 +22,7 @@ use submitter::settings::{ResolvedSettings, Source};
 use submitter::slurm::Slurm;
 use submitter::snapshot::Snapshot;
 use submitter::sync::{self, Change, SyncReport};
-use submitter::team::mirror::Mirror;
+use submitter::team::mirror::{Mirror, WriteBounds};
 
 use super::session::{LedgerArgs, Selection, Session};
 use super::team::{TeamLink, TeamView, TeamViewOutput};
@@ -130,7 +130,8 @@ fn open_mirror(flag: Option<&str>, session: &Session, team: Option<&TeamLink>) -
 
 fn connect_mirror(url: &str, session: &Session) -> Result<Mirror, submitter::team::TeamError> {
     let username = std::env::var("USER").unwrap_or_else(|_| "unknown".to_string());
-    Mirror::connect(url, &username, session.ledger.location())
+    let bounds = session.cluster.team.as_ref().map(WriteBounds::of).unwrap_or_default();
+    Mirror::connect(url, &username, session.ledger.location(), bounds)
 }
 
 /// The mirror a profile's `team: {mirror: true}` turns on when no `--mirror` was given: a
@@ -446,7 +447,7 @@ fn iterate(
     };
     // Remediation between sync and plan: what it cancels, retries or holds is what this plan sees
     // (a dry run decides and prints, and changes nothing).
-    let remedies = super::remediation::pass(session, None, args.dry_run)?;
+    let remedies = super::remediation::pass(session, None, args.dry_run, false)?;
     let plan = snapshot_and_plan(session, &args.selection, executables)?;
     let planned = &plan.jobs;
     // Staging and preflight (docs/site.md): each model once per iteration, before any ledger row.

@@ -46,7 +46,14 @@ pub struct ReleaseArgs {
 /// The decisions for the cluster's jobs, carried out unless `dry_run`. `rows` are `status`'s when
 /// the caller has them (status --watch), else collected here. Returns the decisions made (for a
 /// dry run: the ones that would be).
-pub(crate) fn pass(session: &Session, rows: Option<&[StatusRow]>, dry_run: bool) -> Result<Vec<Decision>> {
+/// A `scancel` that fails is warned about and tried again after a back-off; with
+/// `fail_on_scancel` (the `remediate` command) the pass then ends with that Slurm error (exit 4).
+pub(crate) fn pass(
+    session: &Session,
+    rows: Option<&[StatusRow]>,
+    dry_run: bool,
+    fail_on_scancel: bool,
+) -> Result<Vec<Decision>> {
     let settings = &session.cluster.remediation;
     if !settings.enabled {
         return Ok(Vec::new());
@@ -84,15 +91,43 @@ pub(crate) fn pass(session: &Session, rows: Option<&[StatusRow]>, dry_run: bool)
     }
     let username = std::env::var("USER").unwrap_or_else(|_| "unknown".to_string());
     let mut done = Vec::with_capacity(decisions.len());
+    let mut backoff = SCANCEL_BACKOFF.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut cancel_failed = None;
     for decision in decisions {
-        if remediate::carry_out(&decision, session.ledger.as_ref(), &session.slurm, &username)
-            .with_context(|| format!("remediation of attempt {}", decision.attempt))?
-        {
-            done.push(decision);
+        if !backoff.due(decision.attempt, now) {
+            continue;
         }
+        match remediate::carry_out(&decision, session.ledger.as_ref(), &session.slurm, &username) {
+            Ok(recorded) => {
+                backoff.succeeded(decision.attempt);
+                if recorded {
+                    done.push(decision);
+                }
+            }
+            // One job Slurm will not cancel blocks no other decision and no submission (issue 32
+            // item 11): warned, asked again after a back-off, the command's status says so.
+            Err(remediate::RemediateError::Slurm(error)) => {
+                let next = backoff.failed(decision.attempt, now);
+                tracing::warn!(
+                    "remediation of attempt {}: {error}; the other decisions go on, this one is tried again after {}",
+                    decision.attempt,
+                    next.format("%H:%M:%S UTC")
+                );
+                cancel_failed = Some(remediate::RemediateError::Slurm(error));
+            }
+            Err(error) => return Err(error).with_context(|| format!("remediation of attempt {}", decision.attempt)),
+        }
+    }
+    drop(backoff);
+    if let (Some(error), true) = (cancel_failed, fail_on_scancel) {
+        return Err(error).context("remediation: a job could not be cancelled");
     }
     Ok(done)
 }
+
+/// Failed `scancel`s of this process (a `--watch` loop runs many passes), by attempt.
+static SCANCEL_BACKOFF: std::sync::Mutex<remediate::ScancelBackoff> =
+    std::sync::Mutex::new(remediate::ScancelBackoff::new());
 
 /// Lines for people, one per decision (`would` for a dry run).
 pub(crate) fn lines(decisions: &[Decision], dry_run: bool) -> String {
@@ -162,7 +197,7 @@ pub(crate) fn remediate_command(args: &RemediateArgs) -> Result<ExitCode> {
     }
     // The same exclusion as `launch`: a pass acts on the jobs a listener also acts on.
     let _lock = if args.dry_run { None } else { Some(session.lock()?) };
-    let decisions = pass(&session, None, args.dry_run)?;
+    let decisions = pass(&session, None, args.dry_run, true)?;
     super::print(&if args.format.is_json() {
         output::document("remediate", &RemediateOutput { dry_run: args.dry_run, decisions: &decisions })
     } else {

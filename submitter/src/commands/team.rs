@@ -166,12 +166,22 @@ fn same_server(a: &str, b: &str) -> bool {
 }
 
 pub(crate) fn import_command(args: &ImportArgs) -> Result<ExitCode> {
-    let url = team_url(args.from.as_deref(), "--from")?;
+    let session = Session::open(&args.ledger)?;
+    // The source as `plan` and `launch` find it (issue 32 item 15): `--from`, else the profile's
+    // `team:` (`$SUBMITTER_TEAM_DB`, else its `database_secret` in the secrets file), else the variable.
+    let link = match args.from {
+        Some(_) => None,
+        None => TeamLink::of(&session)?,
+    };
+    let url = match &link {
+        Some(link) => link.url.clone(),
+        None => team_url(args.from.as_deref(), "--from")?,
+    };
     if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
         bail!("--from {}: the team database is PostgreSQL — give a postgres:// URL", redact_url(&url));
     }
-    let session = Session::open(&args.ledger)?;
-    let stale = submitter::team::import::Staleness::default();
+    // The profile's staleness where `--cluster` named one, the team's rule (6 h / 24 h) otherwise.
+    let stale = link.as_ref().map_or_else(submitter::team::import::Staleness::default, |link| link.settings.staleness());
     let report = import::import(session.ledger.as_ref(), &url, args.full, None, stale).context("import")?;
     super::print(&if args.format.is_json() {
         output::document("import", &ImportOutput::from(&report))

@@ -224,7 +224,7 @@ pub(crate) fn status(args: &StatusArgs) -> Result<ExitCode> {
                 Utc::now(),
             )?;
             // The same pass as launch's; its lines go with the cancels.
-            let remedies = super::remediation::pass(&session, Some(&rows), false)?;
+            let remedies = super::remediation::pass(&session, Some(&rows), false, false)?;
             cancelled.extend(remedies.iter().map(|d| d.line()));
         }
         super::remediation::annotate(&session, &mut rows)?;
@@ -235,7 +235,8 @@ pub(crate) fn status(args: &StatusArgs) -> Result<ExitCode> {
             let mut t = String::new();
             if args.watch {
                 if tty {
-                    t.push_str("\x1b[H\x1b[2J");
+                    // The screen is cleared by this program's own sequence, never by text it prints.
+                    super::print_control(CLEAR_SCREEN)?;
                 }
                 t += &format!(
                     "{}  every {}s, Ctrl-C to stop\n",
@@ -257,6 +258,9 @@ pub(crate) fn status(args: &StatusArgs) -> Result<ExitCode> {
         std::thread::sleep(args.interval);
     }
 }
+
+/// Home and clear, before each `status --watch` table on a terminal.
+const CLEAR_SCREEN: &str = "\x1b[H\x1b[2J";
 
 fn matrix(session: &Session, rank_by: Option<&str>) -> Result<Matrix> {
     let attempts = results::finished_attempts(session.ledger.as_ref())?;

@@ -789,7 +789,7 @@ impl ClusterProfile {
         check("limits.walltime_lead_s", v::whole_seconds(limits.walltime_lead_s, false).map(drop));
         check("limits.submission_delay_s", v::seconds(limits.submission_delay_s, false).map(drop));
         check("limits.stale_pending_hours", v::seconds(limits.stale_pending_hours * 3600.0, true).map(drop));
-        check("limits.n_concurrent", v::at_least_one(limits.n_concurrent.into()).map(drop));
+        check("limits.n_concurrent", v::count_up_to(limits.n_concurrent.into(), v::MAX_CONCURRENT).map(drop));
         check("limits.max_jobs_in_flight", v::at_least_one(limits.max_jobs_in_flight.into()).map(drop));
         check("limits.max_attempts", v::at_least_one(limits.max_attempts.into()).map(drop));
         if let Some(listener) = &self.listener {
@@ -799,7 +799,7 @@ impl ClusterProfile {
             }
         }
         if let Some(ceiling) = limits.n_concurrent_ceiling {
-            check("limits.n_concurrent_ceiling", v::at_least_one(ceiling.into()).map(drop));
+            check("limits.n_concurrent_ceiling", v::count_up_to(ceiling.into(), v::MAX_CONCURRENT).map(drop));
         }
         if self.pre_download.enabled {
             check("pre_download.timeout_s", v::whole_seconds(self.pre_download.timeout_s, true).map(drop));
@@ -1017,7 +1017,7 @@ impl NotifySettings {
     }
 }
 
-/// `team:` — the team's database, consulted by every `plan`/`launch` iteration (`crate::team`).
+/// `team:` — the team's database, consulted by every `plan`/`launch` iteration (module `team`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TeamSettings {
@@ -1037,10 +1037,25 @@ pub struct TeamSettings {
     /// A team row still Started this long after its start is dead (default 24 h).
     #[serde(default = "default_team_stale_started_hours")]
     pub stale_started_hours: f64,
+    /// How long one mirror write waits for a lock on the team's `sandbox_jobs` (`lock_timeout`);
+    /// `timeout_s` when that is shorter.
+    #[serde(default = "default_team_lock_timeout_s")]
+    pub lock_timeout_s: u64,
 }
 
+/// `team.lock_timeout_s` by default: how long a mirror write waits for a lock on `sandbox_jobs`.
+pub const DEFAULT_TEAM_LOCK_TIMEOUT_S: u64 = 5;
+
+fn default_team_lock_timeout_s() -> u64 {
+    DEFAULT_TEAM_LOCK_TIMEOUT_S
+}
+
+/// `team.timeout_s` by default: the bound of each call on the team database (docs/ledger.md
+/// "Bounds").
+pub const DEFAULT_TEAM_TIMEOUT_S: u64 = 30;
+
 fn default_team_timeout_s() -> u64 {
-    30
+    DEFAULT_TEAM_TIMEOUT_S
 }
 fn default_team_stale_pending_hours() -> f64 {
     crate::domain::Staleness::DEFAULT_PENDING_HOURS
@@ -1068,6 +1083,9 @@ impl TeamSettings {
             if !(hours.is_finite() && hours > 0.0) {
                 problems.push(format!("{field} {hours} must be a positive number of hours"));
             }
+        }
+        if !(1..=600).contains(&self.lock_timeout_s) {
+            problems.push(format!("team.lock_timeout_s {} must be 1..=600 seconds", self.lock_timeout_s));
         }
         problems
     }

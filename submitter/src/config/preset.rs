@@ -169,7 +169,7 @@ impl Preset {
         let mut problems = Vec::new();
         for (field, value) in [("n_concurrent", self.n_concurrent), ("n_attempts", self.n_attempts)] {
             if let Some(value) = value
-                && let Err(problem) = v::at_least_one(value.into())
+                && let Err(problem) = v::count_up_to(value.into(), v::MAX_CONCURRENT)
             {
                 problems.push(format!("{field} {problem}"));
             }

@@ -126,6 +126,9 @@ pub struct RemediationSettings {
 fn default_max_retries() -> u32 {
     2
 }
+/// The smallest `gpu_memory_step`: the retry rounds the lowered utilization to hundredths.
+pub(crate) const GPU_MEMORY_STEP_MIN: f64 = 0.01;
+
 fn default_gpu_memory_step() -> f64 {
     0.05
 }
@@ -168,9 +171,14 @@ impl RemediationSettings {
 
     pub fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
-        if !(self.gpu_memory_step > 0.0 && self.gpu_memory_step <= 0.5) {
-            problems
-                .push(format!("remediation.gpu_memory_step {} must be in (0, 0.5], e.g. 0.05", self.gpu_memory_step));
+        // The lowered value is rounded to hundredths (`remediate`): a smaller step changes nothing,
+        // and the retry would resubmit the identical job (issue 32 item 12).
+        if !(GPU_MEMORY_STEP_MIN..=0.5).contains(&self.gpu_memory_step) {
+            problems.push(format!(
+                "remediation.gpu_memory_step {} must be in [{GPU_MEMORY_STEP_MIN}, 0.5] (the lowered value is rounded to \
+                 hundredths, so a smaller step changes nothing), e.g. 0.05",
+                self.gpu_memory_step
+            ));
         }
         if !(self.gpu_memory_floor > 0.0 && self.gpu_memory_floor < 1.0) {
             problems
@@ -238,6 +246,10 @@ mod tests {
         assert!(p.iter().any(|l| l.contains("unknown diagnosis `api_base.privat`")), "{p:#?}");
         assert!(p.iter().any(|l| l.contains("overrides.api_base.private: `retry` has no change")), "{p:#?}");
         assert!(RemediationSettings::default().problems().is_empty());
+        // Issue 32 item 12: a step that rounds to no change is refused at load.
+        let tiny = RemediationSettings { gpu_memory_step: 0.001, ..Default::default() }.problems();
+        assert!(tiny.len() == 1 && tiny[0].contains("gpu_memory_step 0.001 must be in [0.01, 0.5]"), "{tiny:#?}");
+        assert!(RemediationSettings { gpu_memory_step: 0.01, ..Default::default() }.problems().is_empty());
     }
 
     /// The shipped real profiles turn on the safe ones only: every cancel and hold of the table, no retry.

@@ -13,6 +13,7 @@
 //! `postgresql://` URL. Migrations run on open. Messages and `Debug` output never contain the
 //! password of a URL ([`redact_url`]).
 
+mod deadline;
 mod migrations;
 mod postgres;
 mod sql;
@@ -27,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use self::migrations::latest_version as latest_schema_version;
-pub use self::postgres::{Connection as PgConnection, PgLedger, Redactor};
+pub use self::postgres::{Connection as PgConnection, LEDGER_CALL_BOUND, PgLedger, Redactor};
 pub use self::sqlite::SqliteLedger;
 /// The attempt lifecycle is a domain type (`crate::domain`); the ledger stores it.
 pub use crate::domain::AttemptStatus;

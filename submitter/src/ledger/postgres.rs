@@ -15,6 +15,7 @@
 //! default, which also upgrades `require` to `verify-ca`), else Mozilla's roots built in.
 
 use std::collections::{HashMap, HashSet};
+use std::os::fd::RawFd;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -32,6 +33,7 @@ use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStor
 use serde_json::Value;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use super::deadline;
 use super::migrations::Migration;
 use super::sql::{self, Arg, Backend, Cell, DbError, Failure, Row, SqlLedger, Step};
 use super::{
@@ -40,6 +42,12 @@ use super::{
 
 /// Used when the URL sets no `connect_timeout`: an unroutable host fails in seconds, not minutes.
 pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The client-side bound of one call on the ledger's PostgreSQL (a statement, or a transaction's
+/// statements together, the bulk import's `COPY` included) and of its connect's startup
+/// (`deadline`): generous, since the ledger's bulk import runs under it; what it bounds is a
+/// connection that stopped answering. The team database's calls have `team.timeout_s`.
+pub const LEDGER_CALL_BOUND: Duration = Duration::from_secs(300);
 
 /// From this many imported rows on, the import ends with `VACUUM (ANALYZE)`.
 const VACUUM_AFTER_ROWS: usize = 10_000;
@@ -53,7 +61,8 @@ type Param<'a> = (&'a (dyn ToSql + Sync), Type);
 pub type PgLedger = SqlLedger<Postgres>;
 
 pub struct Postgres {
-    client: Mutex<Client>,
+    /// The client and its socket (`deadline`), replaced together on a reconnect.
+    client: Mutex<(Client, Option<RawFd>)>,
     config: Config,
     tls: MakeRustlsConnect,
     location: String,
@@ -64,7 +73,11 @@ pub struct Postgres {
 /// A plain connection with the ledger's URL, TLS and password handling: the ledger's own, and the
 /// team's OT-Agent database (import, mirror).
 pub struct Connection {
-    pub client: Client,
+    client: Client,
+    /// The client's socket, which the bound shuts down (`deadline`).
+    socket: Option<RawFd>,
+    /// The client-side bound of each [`Connection::within`] call.
+    bound: Duration,
     config: Config,
     tls: MakeRustlsConnect,
     /// `postgres://user@host:port/db`, safe to print.
@@ -73,7 +86,9 @@ pub struct Connection {
 }
 
 impl Connection {
-    pub fn open(url: &str) -> Result<Self> {
+    /// Opens a connection whose startup and whose every [`Connection::within`] call are bounded by
+    /// `bound` on the client's side (`deadline`).
+    pub fn open(url: &str, bound: Duration) -> Result<Self> {
         let location = postgres_location(url);
         let tls_settings = TlsSettings::from_url(url);
         let secrets = password_forms(url);
@@ -86,8 +101,20 @@ impl Connection {
             config.application_name("submitter");
         }
         let tls = MakeRustlsConnect::new(tls_settings.client_config().map_err(bad)?);
-        let client = open_client(&config, &tls, &location, &secrets)?;
-        Ok(Connection { client, config, tls, location, secrets })
+        let (client, socket) = open_client(&config, &tls, &location, &secrets, bound)?;
+        Ok(Connection { client, socket, bound, config, tls, location, secrets })
+    }
+
+    /// Runs `body` on the client within the connection's bound: at the bound its socket is shut
+    /// down, the driver's wait ends with an error, and the second value says the bound fired.
+    pub fn within<T>(&mut self, body: impl FnOnce(&mut Client) -> T) -> (T, bool) {
+        let client = &mut self.client;
+        deadline::within(self.socket, self.bound, || body(client))
+    }
+
+    /// The client-side bound of each call.
+    pub fn bound(&self) -> Duration {
+        self.bound
     }
 
     /// What turns this connection's driver errors into one line without the password, held apart
@@ -124,26 +151,41 @@ impl From<::postgres::Error> for Failure {
 impl SqlLedger<Postgres> {
     /// Connects (TLS per `sslmode`) and applies pending migrations.
     pub fn connect(url: &str) -> Result<Self> {
-        let Connection { client, config, tls, location, secrets } = Connection::open(url)?;
-        let ledger = SqlLedger { backend: Postgres { client: Mutex::new(client), config, tls, location, secrets } };
+        let Connection { client, socket, config, tls, location, secrets, .. } =
+            Connection::open(url, LEDGER_CALL_BOUND)?;
+        let ledger =
+            SqlLedger { backend: Postgres { client: Mutex::new((client, socket)), config, tls, location, secrets } };
         sql::migrate(&ledger.backend)?;
         Ok(ledger)
     }
 }
 
 impl Postgres {
-    fn lock(&self) -> MutexGuard<'_, Client> {
+    fn lock(&self) -> MutexGuard<'_, (Client, Option<RawFd>)> {
         self.client.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Runs `body` on the connection, reconnecting first when the server closed it (an idle
     /// timeout, a restart): a long-running listener recovers on its next call.
+    /// Each call is bounded by [`LEDGER_CALL_BOUND`] on the client's side (`deadline`).
     fn with_client<T>(&self, body: impl FnOnce(&mut Client) -> Step<T>) -> Step<T> {
-        let mut client = self.lock();
-        if client.is_closed() {
-            *client = open_client(&self.config, &self.tls, &self.location, &self.secrets)?;
+        let mut guard = self.lock();
+        if guard.0.is_closed() {
+            *guard = open_client(&self.config, &self.tls, &self.location, &self.secrets, LEDGER_CALL_BOUND)?;
         }
-        body(&mut client).map_err(|failure| self.scrubbed(failure))
+        let (client, socket) = &mut *guard;
+        let (result, fired) = deadline::within(*socket, LEDGER_CALL_BOUND, || body(client));
+        result.map_err(|failure| match failure {
+            Failure::Db(DbError { detail, active_clash }) if fired => Failure::Db(DbError {
+                detail: format!(
+                    "no answer within {} s (the client's bound; connection dropped, the next call reconnects): {}",
+                    LEDGER_CALL_BOUND.as_secs(),
+                    scrub(detail, &self.secrets)
+                ),
+                active_clash,
+            }),
+            failure => self.scrubbed(failure),
+        })
     }
 
     fn in_transaction<T>(&self, body: impl FnOnce(&mut Transaction<'_>) -> Step<T>) -> Step<T> {
@@ -361,9 +403,22 @@ fn json_param(value: Option<&Value>) -> Option<&Value> {
     value.filter(|v| !v.is_null())
 }
 
-fn open_client(config: &Config, tls: &MakeRustlsConnect, location: &str, secrets: &[String]) -> Result<Client> {
-    config.connect(tls.clone()).map_err(|error| {
-        let detail = scrub(db_message(&error), secrets);
+/// Connects, the startup and authentication bounded by `bound` (`deadline`; the driver's
+/// `connect_timeout` covers the TCP connect only); also returns the connection's socket.
+fn open_client(
+    config: &Config,
+    tls: &MakeRustlsConnect,
+    location: &str,
+    secrets: &[String],
+    bound: Duration,
+) -> Result<(Client, Option<RawFd>)> {
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let (connected, socket, fired) = deadline::connect(port, bound, || config.connect(tls.clone()));
+    let client = connected.map_err(|error| {
+        let mut detail = scrub(db_message(&error), secrets);
+        if fired {
+            detail = format!("no answer within {} s while connecting (the client's bound): {detail}", bound.as_secs());
+        }
         let location = location.to_string();
         match error.code() {
             Some(code)
@@ -385,7 +440,8 @@ fn open_client(config: &Config, tls: &MakeRustlsConnect, location: &str, secrets
             }
             None => LedgerError::Unreachable { location, detail, hint: UNREACHABLE_HINT },
         }
-    })
+    })?;
+    Ok((client, socket))
 }
 
 /// The driver's message with its cause chain (tokio-postgres keeps the I/O or TLS reason in the

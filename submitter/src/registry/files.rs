@@ -188,13 +188,13 @@ impl ServeFields {
         {
             problems.push(format!("timeout_multiplier {problem}"));
         }
-        for (name, value) in [
-            ("max_model_len", self.max_model_len),
-            ("max_output_tokens", self.max_output_tokens),
-            ("max_num_seqs", self.max_num_seqs.map(u64::from)),
+        for (name, value, max) in [
+            ("max_model_len", self.max_model_len, v::MAX_TOKENS),
+            ("max_output_tokens", self.max_output_tokens, v::MAX_TOKENS),
+            ("max_num_seqs", self.max_num_seqs.map(u64::from), v::MAX_SEQS),
         ] {
             if let Some(value) = value
-                && let Err(problem) = v::at_least_one(value)
+                && let Err(problem) = v::count_up_to(value, max)
             {
                 problems.push(format!("{name} {problem}"));
             }

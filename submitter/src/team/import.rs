@@ -111,7 +111,7 @@ pub fn import(
     stale: Staleness,
 ) -> Result<ImportReport, TeamError> {
     let started = Instant::now();
-    let mut connection = super::connect(url)?;
+    let mut connection = super::connect(url, statement_timeout.unwrap_or(crate::ledger::LEDGER_CALL_BOUND))?;
     let source = connection.location.clone();
     let since = if full {
         None
@@ -146,9 +146,20 @@ pub(crate) fn read_history(
     also: &[String],
     statement_timeout: Option<std::time::Duration>,
 ) -> Result<TeamHistory, TeamError> {
-    let redactor = connection.redactor();
-    let mut tx = connection
-        .client
+    super::bounded(connection, "read the team's history", |client, redactor| {
+        read_history_on(client, redactor, since, also, statement_timeout)
+    })
+}
+
+fn read_history_on(
+    client: &mut postgres::Client,
+    redactor: &crate::ledger::Redactor,
+    since: Option<Timestamp>,
+    also: &[String],
+    statement_timeout: Option<std::time::Duration>,
+) -> Result<TeamHistory, TeamError> {
+    let redactor = redactor.clone();
+    let mut tx = client
         .build_transaction()
         .read_only(true)
         .start()
@@ -216,6 +227,7 @@ pub(crate) fn read_history(
         .map_err(source_error(&redactor, "read the source's clock"))?;
     let mut watermark: Option<Timestamp> = None;
     let mut jobs = Vec::with_capacity(rows.len());
+    let mut seen: HashSet<String> = HashSet::new();
     for row in &rows {
         let parse = || -> Result<TeamJob, postgres::Error> {
             Ok(TeamJob {
@@ -236,7 +248,29 @@ pub(crate) fn read_history(
                 n_trials: row.try_get(14)?,
             })
         };
-        jobs.push(parse().map_err(source_error(&redactor, "read sandbox_jobs"))?);
+        // One row the import cannot take (a value past the JSON reader's nesting limit, an id seen
+        // twice) is skipped, named, and never blocks the rest (issue 32 item 13).
+        let id = row.try_get::<_, Option<String>>(0).ok().flatten().unwrap_or_else(|| "(no id)".to_string());
+        let job = match parse() {
+            Ok(job) if seen.insert(job.id.clone()) => job,
+            Ok(_) => {
+                tracing::warn!(
+                    "team database {}: sandbox_jobs row {id} appears twice; the first read is kept, the copy \
+                     skipped (give each row its own id)",
+                    redactor.location
+                );
+                continue;
+            }
+            Err(error) => {
+                tracing::warn!(
+                    "team database {}: sandbox_jobs row {id} skipped, it cannot be read: {} (fix or delete the row)",
+                    redactor.location,
+                    redactor.describe(&error)
+                );
+                continue;
+            }
+        };
+        jobs.push(job);
         let newest: Option<Timestamp> = row.try_get(15).map_err(source_error(&redactor, "read sandbox_jobs"))?;
         watermark = watermark.max(newest.map(|t| t.min(source_now)));
     }

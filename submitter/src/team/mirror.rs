@@ -12,14 +12,47 @@
 
 use std::sync::Mutex;
 
-use postgres::types::Type;
+use std::time::Duration;
+
+use postgres::types::{ToSql, Type};
 use serde_json::{Value, json};
 
 use super::{TeamError, source_error};
 use crate::ledger::{AttemptId, AttemptStatus, NewAttempt, PgConnection};
 
+/// How long one mirror write may take: the whole write (client side, and `statement_timeout`), and
+/// the wait for a lock on the team's table (`lock_timeout`). From `team.timeout_s` and
+/// `team.lock_timeout_s` (docs/ledger.md "Bounds").
+#[derive(Debug, Clone, Copy)]
+pub struct WriteBounds {
+    pub statement: Duration,
+    pub lock: Duration,
+}
+
+impl Default for WriteBounds {
+    /// `team:`'s defaults, for a `--mirror` URL given without a profile's `team:`.
+    fn default() -> Self {
+        use crate::config::cluster::{DEFAULT_TEAM_LOCK_TIMEOUT_S, DEFAULT_TEAM_TIMEOUT_S};
+        WriteBounds {
+            statement: Duration::from_secs(DEFAULT_TEAM_TIMEOUT_S),
+            lock: Duration::from_secs(DEFAULT_TEAM_LOCK_TIMEOUT_S),
+        }
+    }
+}
+
+impl WriteBounds {
+    /// The bounds `team:` sets (`lock_timeout_s` no longer than `timeout_s`).
+    pub fn of(settings: &crate::config::cluster::TeamSettings) -> WriteBounds {
+        WriteBounds {
+            statement: Duration::from_secs(settings.timeout_s),
+            lock: Duration::from_secs(settings.lock_timeout_s.min(settings.timeout_s)),
+        }
+    }
+}
+
 pub struct Mirror {
     connection: Mutex<PgConnection>,
+    bounds: WriteBounds,
     username: String,
     /// This ledger's location: with the attempt id, the marker of our rows.
     ledger: String,
@@ -48,9 +81,42 @@ pub(crate) fn team_metrics(metrics: &Value) -> Value {
 }
 
 impl Mirror {
-    pub fn connect(url: &str, username: &str, ledger: &str) -> Result<Mirror, TeamError> {
-        let connection = super::connect(url)?;
-        Ok(Mirror { connection: Mutex::new(connection), username: username.to_string(), ledger: ledger.to_string() })
+    pub fn connect(url: &str, username: &str, ledger: &str, bounds: WriteBounds) -> Result<Mirror, TeamError> {
+        let connection = super::connect(url, bounds.statement)?;
+        Ok(Mirror {
+            connection: Mutex::new(connection),
+            bounds,
+            username: username.to_string(),
+            ledger: ledger.to_string(),
+        })
+    }
+
+    /// One write (`sql` with `params`) in a transaction of its own whose `lock_timeout` and
+    /// `statement_timeout` are the mirror's bounds (`SET LOCAL`: a transaction-mode pooler hands
+    /// the server connection on afterwards), the whole of it within the client-side bound: a lock
+    /// held on `sandbox_jobs` costs a launch `lock_timeout`, not the lock's duration (issue 32
+    /// item 10). Returns the rows changed.
+    fn write(
+        &self,
+        operation: &'static str,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<u64, TeamError> {
+        let mut connection = self.lock();
+        let WriteBounds { statement, lock } = self.bounds;
+        super::bounded(&mut connection, operation, |client, redactor| {
+            let fail = source_error(redactor, operation);
+            let mut tx = client.transaction().map_err(&fail)?;
+            tx.batch_execute(&format!(
+                "SET LOCAL lock_timeout = {}; SET LOCAL statement_timeout = {}",
+                lock.as_millis().max(1),
+                statement.as_millis().max(1)
+            ))
+            .map_err(&fail)?;
+            let changed = tx.execute_typed(sql, params).map_err(&fail)?;
+            tx.commit().map_err(&fail)?;
+            Ok(changed)
+        })
     }
 
     pub fn location(&self) -> String {
@@ -64,8 +130,6 @@ impl Mirror {
     /// The `Pending` row, written before `sbatch`. `Ok(false)` when the team database does not
     /// know the model or the benchmark (the row would be attributed to nothing): nothing written.
     pub fn pending(&self, attempt: AttemptId, new: &NewAttempt) -> Result<bool, TeamError> {
-        let mut connection = self.lock();
-        let redactor = connection.redactor();
         let config = json!({
             "agent": new.config.get("agent").cloned().unwrap_or(Value::Null),
             "env": "daytona",
@@ -73,23 +137,21 @@ impl Mirror {
             "run_tag": new.run_tag,
             "submitter": {"ledger": self.ledger, "attempt": attempt.0, "cluster": new.cluster},
         });
-        let inserted = connection
-            .client
-            .execute_typed(
-                "INSERT INTO sandbox_jobs (job_name, username, job_status, submitted_at, slurm_job_id, config,
+        let inserted = self.write(
+            "publish a Pending row",
+            "INSERT INTO sandbox_jobs (job_name, username, job_status, submitted_at, slurm_job_id, config,
                                            model_id, benchmark_id, n_trials, n_rep_eval, package_version)
                  SELECT $1, $2, 'Pending', now(), 'pending', $3, m.id, b.id, 0, 0, 'unknown'
                  FROM (SELECT id FROM models WHERE name = $4 ORDER BY duplicate_of NULLS FIRST LIMIT 1) m,
                       (SELECT id FROM benchmarks WHERE name = $5 ORDER BY duplicate_of NULLS FIRST LIMIT 1) b",
-                &[
-                    (&new.run_tag, Type::TEXT),
-                    (&self.username, Type::TEXT),
-                    (&config, Type::JSONB),
-                    (&new.model, Type::TEXT),
-                    (&new.benchmark, Type::TEXT),
-                ],
-            )
-            .map_err(source_error(&redactor, "publish a Pending row"))?;
+            &[
+                (&new.run_tag, Type::TEXT),
+                (&self.username, Type::TEXT),
+                (&config, Type::JSONB),
+                (&new.model, Type::TEXT),
+                (&new.benchmark, Type::TEXT),
+            ],
+        )?;
         Ok(inserted == 1)
     }
 
@@ -135,16 +197,13 @@ impl Mirror {
         attempt: AttemptId,
         operation: &'static str,
         set: &str,
-        extra: &[(&(dyn postgres::types::ToSql + Sync), Type)],
+        extra: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<u64, TeamError> {
-        let mut connection = self.lock();
-        let redactor = connection.redactor();
         let marker = json!({"submitter": {"ledger": self.ledger, "attempt": attempt.0}});
         let username = self.username.as_str();
-        let mut params: Vec<(&(dyn postgres::types::ToSql + Sync), Type)> =
-            vec![(&username, Type::TEXT), (&marker, Type::JSONB)];
+        let mut params: Vec<(&(dyn ToSql + Sync), Type)> = vec![(&username, Type::TEXT), (&marker, Type::JSONB)];
         params.extend_from_slice(extra);
         let sql = format!("UPDATE sandbox_jobs SET {set} WHERE username = $1 AND config @> $2");
-        connection.client.execute_typed(&sql, &params).map_err(source_error(&redactor, operation))
+        self.write(operation, &sql, &params)
     }
 }

@@ -7,6 +7,7 @@ pub mod import;
 pub mod mirror;
 
 use std::path::Path;
+use std::time::Duration;
 
 use crate::ledger::LedgerError;
 
@@ -16,6 +17,12 @@ pub use crate::domain::TEAM_CLUSTER;
 /// Where the team database URL is read from when no flag gives it (it holds a password, and argv
 /// is visible to every user of a login node).
 pub const TEAM_DB_ENV: &str = "SUBMITTER_TEAM_DB";
+
+/// The client-side bound of a call on the team database is its server-side bound
+/// (`team.timeout_s`, `statement_timeout`) and this much more: where the server answers, its own
+/// clearer error ("statement timeout", "lock timeout") comes first; the client's bound catches a
+/// connection that stopped answering.
+pub const CLIENT_GRACE: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum TeamError {
@@ -78,10 +85,35 @@ pub fn url_from_secrets(file: &Path, name: &str) -> Result<String, TeamError> {
 }
 
 /// Opens the team database with the ledger's URL, TLS and password handling; its errors name the
-/// team database rather than a ledger.
-pub(crate) fn connect(url: &str) -> Result<crate::ledger::PgConnection, TeamError> {
-    crate::ledger::PgConnection::open(url)
+/// team database rather than a ledger. `bound` and [`CLIENT_GRACE`] limit the connect's startup
+/// and every [`bounded`] call on the client's side (docs/ledger.md "Bounds").
+pub(crate) fn connect(url: &str, bound: Duration) -> Result<crate::ledger::PgConnection, TeamError> {
+    crate::ledger::PgConnection::open(url, bound + CLIENT_GRACE)
         .map_err(|error| TeamError::Connect(error.to_string().replacen("ledger ", "team database ", 1)))
+}
+
+/// Runs `body` on the team database's client within the connection's bound: a connection that
+/// stops answering is dropped at the bound and the error says so (issue 32 item 9).
+pub(crate) fn bounded<T>(
+    connection: &mut crate::ledger::PgConnection,
+    operation: &'static str,
+    body: impl FnOnce(&mut ::postgres::Client, &crate::ledger::Redactor) -> Result<T, TeamError>,
+) -> Result<T, TeamError> {
+    let redactor = connection.redactor();
+    let bound = connection.bound();
+    let (result, fired) = connection.within(|client| body(client, &redactor));
+    result.map_err(|error| match error {
+        TeamError::Source { location, .. } if fired => TeamError::Source {
+            location,
+            operation,
+            detail: format!(
+                "no answer within {} s (team.timeout_s and {} s of grace, the client's bound): the connection was dropped",
+                bound.as_secs(),
+                CLIENT_GRACE.as_secs()
+            ),
+        },
+        error => error,
+    })
 }
 
 /// Runs a mirror step and reports its failure as a warning: publishing never stops the ledger's

@@ -637,14 +637,16 @@ fn fmt_mean(v: Option<f64>) -> String {
 
 /// The matrix as a text table.
 pub fn render_text(m: &Matrix) -> String {
-    let width = m.models.iter().map(|s| s.len()).max().unwrap_or(5).max(5);
+    // Names come from the team's database too: each printed as one inert field.
+    use crate::text::printable;
+    let width = m.models.iter().map(|s| printable(s).chars().count()).max().unwrap_or(5).max(5);
     let mut out = format!("{:<width$}", "model");
     for b in &m.benchmarks {
-        out += &format!("  {:>16}", short_name(b));
+        out += &format!("  {:>16}", printable(&short_name(b)));
     }
     out += &format!("  {:>8}  {:>4}\n", "ID mean", "rank");
     for model in &m.models {
-        out += &format!("{model:<width$}");
+        out += &format!("{:<width$}", printable(model));
         for b in &m.benchmarks {
             let text = match m.cell(model, b) {
                 None => "-".to_string(),
@@ -812,6 +814,24 @@ mod tests {
             agent: "terminus-2".into(),
             source_id: None,
         }
+    }
+
+    /// Issue 32 item 14: a team model named with a newline or terminal escapes prints as one inert
+    /// field: no forged line, no escape sequence reaches the terminal.
+    #[test]
+    fn hostile_names_cannot_forge_lines_or_drive_the_terminal() {
+        let forged = "org/evil\nQwen/Forged-8B                0.990   1";
+        let attempts = vec![
+            attempt(1, forged, "terminal_bench_2", 0.5, 100),
+            attempt(2, "org/\u{1b}[2J\u{1b}[31mred\u{202e}", "terminal_bench_2", 0.4, 100),
+            attempt(3, "org/plain", "bench\r\u{7}", 0.4, 100),
+        ];
+        let text = render_text(&build_matrix(&attempts, None, &VerifySettings::default()).unwrap());
+        assert!(!text.contains('\u{1b}') && !text.contains('\r') && !text.contains('\u{7}'), "{text:?}");
+        assert!(!text.contains('\u{202e}'), "{text:?}");
+        assert!(!text.lines().any(|l| l.starts_with("Qwen/Forged-8B")), "a forged line: {text}");
+        assert!(text.contains("org/evil\\nQwen/Forged-8B"), "the name is shown, escaped: {text}");
+        assert_eq!(crate::text::printable_lines("a\u{1b}[31m\tb\nc"), "a\\u{1b}[31m\tb\nc");
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod finished_work;
 mod first_hour;
 #[path = "../../../tests/src/fresh.rs"]
 mod fresh;
+mod hostile32;
 mod launch_path;
 mod ledger;
 mod model_ids;
@@ -18,6 +19,8 @@ mod multinode_slurm;
 mod notify;
 #[path = "../common/pg.rs"]
 mod pg;
+#[path = "../common/pgproxy.rs"]
+mod pgproxy;
 mod queueing;
 mod readiness;
 mod real_harbor_launch;
