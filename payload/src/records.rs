@@ -527,6 +527,8 @@ pub(crate) struct HeartbeatState {
     last_progress_at: Option<String>,
     /// When the last `heartbeat` event was appended ([`HeartbeatState::event_due`]).
     last_event: Option<std::time::Instant>,
+    /// The health probe's state in the last heartbeat (for the final one, written after the loop).
+    probes: crate::phases::ProbeState,
 }
 
 impl HeartbeatState {
@@ -541,18 +543,24 @@ impl HeartbeatState {
         due
     }
 
+    /// The health probe's state the last heartbeat recorded.
+    pub(crate) fn probes(&self) -> crate::phases::ProbeState {
+        self.probes
+    }
+
     pub(crate) fn next(
         &mut self,
         metrics: Option<Completions>,
         engine_log: &Path,
         run_dir: &Path,
-        engine_healthy: bool,
+        probes: crate::phases::ProbeState,
     ) -> Heartbeat {
         let from_log = self.access.update(engine_log);
         let completions = metrics.unwrap_or(from_log);
         let trials = self.trials.scan(run_dir);
         let tokens = self.engine.as_ref().map_or(0, |e| e.generation_tokens);
         let at = now();
+        self.probes = probes;
         if self.last != Some((completions, trials, tokens)) {
             if self.last.is_some() || completions != Completions::default() || trials != Trials::default() || tokens > 0
             {
@@ -569,7 +577,9 @@ impl HeartbeatState {
             trials_finished: trials.finished,
             trials_errored: trials.errored,
             last_progress_at: self.last_progress_at.clone(),
-            engine_healthy,
+            engine_healthy: probes.healthy,
+            failed_probes: probes.failed,
+            probe_limit: probes.limit,
             engine: self.engine.clone(),
         }
     }

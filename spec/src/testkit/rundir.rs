@@ -180,6 +180,8 @@ pub fn running_status(
             trials_errored: counters.trials.2,
             last_progress_at: Some(iso(progress)),
             engine_healthy: true,
+            failed_probes: 0,
+            probe_limit: 3,
             engine: None,
         }),
         outcome: None,

@@ -232,7 +232,8 @@ fn engine_facts(
     }
     if let Some(b) = beat {
         let last_ok = (b.engine_healthy).then(|| parse_time(&b.at)).flatten();
-        e.probe = Some((b.engine_healthy, b.at.clone(), last_ok));
+        e.probe =
+            Some(super::rules::Probe { failed: b.failed_probes, limit: b.probe_limit, at: b.at.clone(), last_ok });
         e.counters = b.engine.clone().map(|c| (c, b.at.clone()));
     }
     let anchor_at = |anchor: Option<i64>| -> Option<DateTime<Utc>> { log?.anchor_instant(anchor?, written_at?) };

@@ -162,11 +162,31 @@ pub struct EngineFacts {
     pub example_5xx: Option<String>,
     pub context_error: Option<String>,
     pub fatal: Option<String>,
-    /// payload's health probe: (healthy, heartbeat time, last healthy reading).
-    pub probe: Option<(bool, String, Option<DateTime<Utc>>)>,
+    /// payload's health probe, from its heartbeat.
+    pub probe: Option<Probe>,
     /// vLLM's own counters in payload's heartbeat (running/waiting requests, tokens, KV usage, how
     /// long requests have run with no token), with the heartbeat's time.
     pub counters: Option<(launch_spec::records::EngineCounters, String)>,
+}
+
+/// payload's health probe as its heartbeat records it: dead only by payload's own rule
+/// (`launch_spec::records::probes_say_dead`), never by one unhealthy reading.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Probe {
+    /// Failed `/health` probes in a row.
+    pub failed: u32,
+    /// payload's limit (`limits.health_failures`); 0 when its records carry none.
+    pub limit: u32,
+    /// The heartbeat's time.
+    pub at: String,
+    /// The last healthy reading.
+    pub last_ok: Option<DateTime<Utc>>,
+}
+
+impl Probe {
+    fn dead(&self) -> bool {
+        self.limit > 0 && launch_spec::records::probes_say_dead(self.failed, self.limit)
+    }
 }
 
 /// The heartbeat's vLLM counters on one line, for evidence.
@@ -599,18 +619,21 @@ fn engine_findings(
                 .action("read the end of vllm.log (`submitter logs RUN --engine`); resubmit after fixing the cause"),
         );
     }
-    if let Some((false, at, last_ok)) = &e.probe
+    if let Some(probe) = e.probe.as_ref().filter(|p| p.dead())
         && state == RunState::Running
     {
         let mut f = finding(
             findings::ENGINE_UNHEALTHY,
             Level::Fail,
             VerdictKind::Dead,
-            "the engine fails its /health probe".into(),
+            format!("the engine failed {} /health probes in a row", probe.failed),
         )
-        .evidence(format!("status.json heartbeat at {at}: engine_healthy false"))
-        .action("payload ends the run after its consecutive-failure limit; if the job stays RUNNING, cancel it");
-        if let Some(t) = last_ok {
+        .evidence(format!(
+            "status.json heartbeat at {}: {} consecutive failed probes (payload's limit, limits.health_failures = {})",
+            probe.at, probe.failed, probe.limit
+        ))
+        .action("payload ends the run at this limit; if the job stays RUNNING, cancel it");
+        if let Some(t) = &probe.last_ok {
             f = f.evidence(format!("last healthy heartbeat at {}", t.to_rfc3339()));
         }
         out.push(f);
