@@ -412,6 +412,14 @@ fn done_trial(read: &hf::TrialRead, name: &str, instant_fail_s: f64, scan: &mut 
     if result.has_reward() {
         scan.valid += 1;
     }
+    if let Some(kind) = result.exception_type().filter(|k| hf::is_sandbox_provider_error(k)) {
+        scan.sandbox_failures += 1;
+        if scan.sandbox_example.is_none() {
+            let message = result.exception_message().map(|m| format!(": {m}")).unwrap_or_default();
+            scan.sandbox_example = Some((name.to_string(), format!("{kind}{message}")));
+        }
+        return;
+    }
     let no_output = result.output_tokens().is_none_or(|n| n <= 0.0);
     let took = result.agent_seconds(launch_spec::rundir::parse_time_ms);
     if no_output && took.is_some_and(|(t, _)| t <= instant_fail_s) {

@@ -103,9 +103,9 @@ impl Run {
                 agent_s: r.duration_s,
                 input_tokens: r.output_tokens.map(|n| n * 3),
                 output_tokens: r.output_tokens,
-                usage_only: false,
                 exception: r.exception.map(str::to_string),
                 reward: r.reward,
+                ..Finished::ok(ago(t.finished_ago_s))
             }),
         };
         let trial = launch_spec::testkit::rundir::Trial::new(t.name, stage);
