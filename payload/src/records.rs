@@ -765,9 +765,14 @@ http_requests_total{handler="/health",method="GET",status="2xx"} 900.0
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("vllm.log");
         let mut hb = HeartbeatState::default();
-        let first = hb.next(None, &log, dir.path(), true);
+        let first = hb.next(None, &log, dir.path(), crate::phases::ProbeState::default());
         assert!(first.last_progress_at.is_none());
-        let second = hb.next(Some(Completions { ok: 1, c4xx: 0, c5xx: 0 }), &log, dir.path(), true);
+        let second = hb.next(
+            Some(Completions { ok: 1, c4xx: 0, c5xx: 0 }),
+            &log,
+            dir.path(),
+            crate::phases::ProbeState::default(),
+        );
         assert!(second.last_progress_at.is_some());
         assert_eq!(second.completions_ok, 1);
     }
