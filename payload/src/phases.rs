@@ -110,15 +110,7 @@ pub(crate) enum Action {
     End(End),
 }
 
-/// The health probe's state as the heartbeat records it ([`Machine::probes`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct ProbeState {
-    pub(crate) healthy: bool,
-    /// Failed probes in a row.
-    pub(crate) failed: u32,
-    /// `limits.health_failures`.
-    pub(crate) limit: u32,
-}
+use crate::records::ProbeState;
 
 /// The run's decisions, phase by phase.
 #[derive(Debug)]

@@ -515,6 +515,16 @@ impl std::fmt::Debug for AccessLogCounter {
     }
 }
 
+/// The health probe's state as the heartbeat records it (`phases::Machine::probes`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ProbeState {
+    pub(crate) healthy: bool,
+    /// Failed probes in a row.
+    pub(crate) failed: u32,
+    /// `limits.health_failures`.
+    pub(crate) limit: u32,
+}
+
 /// Keeps the heartbeat and its `last_progress_at`.
 #[derive(Debug, Default)]
 pub(crate) struct HeartbeatState {
@@ -528,7 +538,7 @@ pub(crate) struct HeartbeatState {
     /// When the last `heartbeat` event was appended ([`HeartbeatState::event_due`]).
     last_event: Option<std::time::Instant>,
     /// The health probe's state in the last heartbeat (for the final one, written after the loop).
-    probes: crate::phases::ProbeState,
+    probes: ProbeState,
 }
 
 impl HeartbeatState {
@@ -544,7 +554,7 @@ impl HeartbeatState {
     }
 
     /// The health probe's state the last heartbeat recorded.
-    pub(crate) fn probes(&self) -> crate::phases::ProbeState {
+    pub(crate) fn probes(&self) -> ProbeState {
         self.probes
     }
 
@@ -553,7 +563,7 @@ impl HeartbeatState {
         metrics: Option<Completions>,
         engine_log: &Path,
         run_dir: &Path,
-        probes: crate::phases::ProbeState,
+        probes: ProbeState,
     ) -> Heartbeat {
         let from_log = self.access.update(engine_log);
         let completions = metrics.unwrap_or(from_log);
@@ -765,14 +775,10 @@ http_requests_total{handler="/health",method="GET",status="2xx"} 900.0
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("vllm.log");
         let mut hb = HeartbeatState::default();
-        let first = hb.next(None, &log, dir.path(), crate::phases::ProbeState::default());
+        let first = hb.next(None, &log, dir.path(), super::ProbeState::default());
         assert!(first.last_progress_at.is_none());
-        let second = hb.next(
-            Some(Completions { ok: 1, c4xx: 0, c5xx: 0 }),
-            &log,
-            dir.path(),
-            crate::phases::ProbeState::default(),
-        );
+        let second =
+            hb.next(Some(Completions { ok: 1, c4xx: 0, c5xx: 0 }), &log, dir.path(), super::ProbeState::default());
         assert!(second.last_progress_at.is_some());
         assert_eq!(second.completions_ok, 1);
     }

@@ -725,7 +725,11 @@ impl<S: SignalSource> Run<S> {
     }
 
     /// One heartbeat into `status.json`.
-    fn write_heartbeat(&mut self, completions: Option<crate::records::Completions>, probes: phases::ProbeState) {
+    fn write_heartbeat(
+        &mut self,
+        completions: Option<crate::records::Completions>,
+        probes: crate::records::ProbeState,
+    ) {
         let hb = self.heartbeat.next(completions, &self.engine_log(), &self.spec.run_dir, probes);
         if self.heartbeat.event_due(std::time::Instant::now()) {
             self.rec.event(ev::heartbeat(&hb));
@@ -884,7 +888,7 @@ impl<S: SignalSource> Run<S> {
             let client = engine::http_client(Duration::from_millis(500));
             let metrics = engine::fetch_completions(&client, &prepare::base_url(&self.spec.serve.host, port)).await;
             let healthy = !matches!(end, End::Failed(ref f) if f.class == OutcomeClass::EngineDied);
-            let probes = phases::ProbeState { healthy, ..self.heartbeat.probes() };
+            let probes = crate::records::ProbeState { healthy, ..self.heartbeat.probes() };
             self.rec.status.heartbeat = Some(self.heartbeat.next(metrics, &engine_log, &self.spec.run_dir, probes));
         }
         let plan = phases::shutdown_plan(&end, &self.timings);
