@@ -383,7 +383,7 @@ pub(crate) async fn check_with_print_config_within(
     limit: std::time::Duration,
 ) -> ConfigCheck {
     if !spec.harbor.dialect.has_print_config() {
-        return ConfigCheck::Skipped(format!("Harbor dialect {} has no --print-config", spec.harbor.dialect.as_str()));
+        return check_against_schema(spec, argv);
     }
     let Some((program, args)) = argv.split_first() else { return ConfigCheck::Skipped("empty argv".to_string()) };
     let mut cmd = tokio::process::Command::new(program);
@@ -406,6 +406,31 @@ pub(crate) async fn check_with_print_config_within(
         &String::from_utf8_lossy(&answer.stdout),
         &String::from_utf8_lossy(&answer.stderr),
     )
+}
+
+/// A Harbor without `--print-config` (the fork): the merged job config the argv's `--config` names,
+/// judged by the schema kept in the repo (`launch_spec::versions::job_config_problems`).
+fn check_against_schema(spec: &LaunchSpec, argv: &[String]) -> ConfigCheck {
+    let dialect = spec.harbor.dialect.as_str();
+    let Some(file) = argv.iter().position(|a| a == "--config").and_then(|i| argv.get(i + 1)) else {
+        return ConfigCheck::Skipped(format!(
+            "Harbor dialect {dialect} has no --print-config and the argv no --config"
+        ));
+    };
+    let config = match std::fs::read(file)
+        .map_err(|e| e.to_string())
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).map_err(|e| e.to_string()))
+    {
+        Ok(config) => config,
+        Err(e) => return ConfigCheck::Skipped(format!("cannot read the merged job config {file}: {e}")),
+    };
+    match launch_spec::versions::job_config_problems(spec.harbor.dialect, &config).first() {
+        Some(problem) => ConfigCheck::Rejected(format!(
+            "{problem} (the {dialect} Harbor's job config schema; fix the job config {})",
+            spec.harbor.config.display()
+        )),
+        None => ConfigCheck::Passed { agents: config.get("agents").and_then(|a| a.as_array()).map_or(0, Vec::len) },
+    }
 }
 
 /// Sets every `api_base` string field, at any depth, to `new`. Returns how many changed.
@@ -739,6 +764,30 @@ mod tests {
         assert!(matches!(judge_print_config(&spec, Some(0), "not json", ""), ConfigCheck::Rejected(_)));
         let chatty = format!("Loading config…\n{ok}\nDone.\n");
         assert_eq!(judge_print_config(&spec, Some(0), &chatty, ""), ConfigCheck::Passed { agents: 1 });
+    }
+
+    /// The fork has no `--print-config`: its merged job config is judged by the repo's schema of
+    /// it, so a stale metric ends the run while vLLM loads instead of after (issue 31).
+    #[tokio::test]
+    async fn the_forks_config_is_checked_by_its_schema_without_print_config() {
+        let mut spec = spec();
+        spec.harbor.dialect = launch_spec::versions::HarborDialect::ExtraBodyFork;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("harbor-job-config.json");
+        let argv =
+            |f: &Path| vec!["harbor".into(), "jobs".into(), "start".into(), "--config".into(), f.display().to_string()];
+        std::fs::write(&file, r#"{"agents": [{"name": "terminus-2"}], "metrics": [{"type": "mean-drop-ei"}]}"#)
+            .unwrap();
+        let check = check_with_print_config(&spec, &argv(&file), &BTreeMap::new()).await;
+        assert!(
+            matches!(&check, ConfigCheck::Rejected(w) if w.contains("metrics[0].type `mean-drop-ei`") && w.contains("extra-body-fork")),
+            "{check:?}"
+        );
+        std::fs::write(&file, r#"{"agents": [{"name": "terminus-2"}], "metrics": [{"type": "mean"}]}"#).unwrap();
+        assert_eq!(
+            check_with_print_config(&spec, &argv(&file), &BTreeMap::new()).await,
+            ConfigCheck::Passed { agents: 1 }
+        );
     }
 
     /// A Harbor whose `--print-config` never ends, and one that floods: the check answers within its

@@ -110,6 +110,8 @@ pub(crate) enum Action {
     End(End),
 }
 
+use crate::records::ProbeState;
+
 /// The run's decisions, phase by phase.
 #[derive(Debug)]
 pub(crate) struct Machine {
@@ -203,12 +205,18 @@ impl Machine {
     }
 
     /// For the heartbeat: not yet while loading; the last probe's answer once Harbor runs.
-    pub(crate) fn engine_healthy(&self) -> bool {
+    fn engine_healthy(&self) -> bool {
         match self.phase {
             RunPhase::Loading => false,
             RunPhase::TunnelCheck => true,
             RunPhase::Running | RunPhase::Ended => self.last_healthy,
         }
+    }
+
+    /// The probe's state for the heartbeat: the last answer, the failures in a row and the limit, so
+    /// the login node judges death by this machine's rule (`launch_spec::records::probes_say_dead`).
+    pub(crate) fn probes(&self) -> ProbeState {
+        ProbeState { healthy: self.engine_healthy(), failed: self.failures, limit: self.health_failures }
     }
 
     /// Harbor was started: the watchdog takes over.
@@ -344,7 +352,7 @@ impl Machine {
         } else {
             self.failures += 1;
             tracing::warn!(failures = self.failures, "engine health probe failed");
-            if self.failures >= self.health_failures {
+            if launch_spec::records::probes_say_dead(self.failures, self.health_failures) {
                 out.push(Action::Event(EngineUnhealthy { consecutive_failures: self.failures }.into()));
                 let f = Failure::new(
                     OutcomeClass::EngineDied,
@@ -680,11 +688,15 @@ mod tests {
         for _ in 0..3 {
             assert!(m.on(Input::Health(false), &tail).is_empty(), "no health watch before Harbor runs");
         }
+        assert_eq!(m.probes(), ProbeState { healthy: false, failed: 0, limit: 3 }, "loading: not probed for health");
         m.on(Input::Readiness(Readiness::Ready), &tail);
         m.harbor_started();
+        // The heartbeat written as Harbor starts: healthy (it just answered readiness), no failure.
+        assert_eq!(m.probes(), ProbeState { healthy: true, failed: 0, limit: 3 });
         assert!(m.on(Input::Health(false), &tail).is_empty());
         assert!(!m.engine_healthy());
         assert!(m.on(Input::Health(false), &tail).is_empty());
+        assert_eq!(m.probes(), ProbeState { healthy: false, failed: 2, limit: 3 }, "two of three: alive");
         assert!(m.on(Input::Health(true), &tail).is_empty(), "reset");
         assert!(m.engine_healthy());
         m.on(Input::Health(false), &tail);

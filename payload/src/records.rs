@@ -515,6 +515,16 @@ impl std::fmt::Debug for AccessLogCounter {
     }
 }
 
+/// The health probe's state as the heartbeat records it (`phases::Machine::probes`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ProbeState {
+    pub(crate) healthy: bool,
+    /// Failed probes in a row.
+    pub(crate) failed: u32,
+    /// `limits.health_failures`.
+    pub(crate) limit: u32,
+}
+
 /// Keeps the heartbeat and its `last_progress_at`.
 #[derive(Debug, Default)]
 pub(crate) struct HeartbeatState {
@@ -527,6 +537,8 @@ pub(crate) struct HeartbeatState {
     last_progress_at: Option<String>,
     /// When the last `heartbeat` event was appended ([`HeartbeatState::event_due`]).
     last_event: Option<std::time::Instant>,
+    /// The health probe's state in the last heartbeat (for the final one, written after the loop).
+    probes: ProbeState,
 }
 
 impl HeartbeatState {
@@ -541,18 +553,24 @@ impl HeartbeatState {
         due
     }
 
+    /// The health probe's state the last heartbeat recorded.
+    pub(crate) fn probes(&self) -> ProbeState {
+        self.probes
+    }
+
     pub(crate) fn next(
         &mut self,
         metrics: Option<Completions>,
         engine_log: &Path,
         run_dir: &Path,
-        engine_healthy: bool,
+        probes: ProbeState,
     ) -> Heartbeat {
         let from_log = self.access.update(engine_log);
         let completions = metrics.unwrap_or(from_log);
         let trials = self.trials.scan(run_dir);
         let tokens = self.engine.as_ref().map_or(0, |e| e.generation_tokens);
         let at = now();
+        self.probes = probes;
         if self.last != Some((completions, trials, tokens)) {
             if self.last.is_some() || completions != Completions::default() || trials != Trials::default() || tokens > 0
             {
@@ -569,7 +587,9 @@ impl HeartbeatState {
             trials_finished: trials.finished,
             trials_errored: trials.errored,
             last_progress_at: self.last_progress_at.clone(),
-            engine_healthy,
+            engine_healthy: probes.healthy,
+            failed_probes: probes.failed,
+            probe_limit: probes.limit,
             engine: self.engine.clone(),
         }
     }
@@ -755,9 +775,10 @@ http_requests_total{handler="/health",method="GET",status="2xx"} 900.0
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("vllm.log");
         let mut hb = HeartbeatState::default();
-        let first = hb.next(None, &log, dir.path(), true);
+        let first = hb.next(None, &log, dir.path(), super::ProbeState::default());
         assert!(first.last_progress_at.is_none());
-        let second = hb.next(Some(Completions { ok: 1, c4xx: 0, c5xx: 0 }), &log, dir.path(), true);
+        let second =
+            hb.next(Some(Completions { ok: 1, c4xx: 0, c5xx: 0 }), &log, dir.path(), super::ProbeState::default());
         assert!(second.last_progress_at.is_some());
         assert_eq!(second.completions_ok, 1);
     }

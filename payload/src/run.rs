@@ -507,7 +507,7 @@ impl<S: SignalSource> Run<S> {
                             Some(sample) => Input::Metrics(Instant::now(), sample),
                             None => {
                                 self.heartbeat.engine = None;
-                                self.write_heartbeat(reading.completions, machine.engine_healthy());
+                                self.write_heartbeat(reading.completions, machine.probes());
                                 continue;
                             }
                         }
@@ -517,7 +517,7 @@ impl<S: SignalSource> Run<S> {
                     if machine.phase() == RunPhase::Running {
                         watchdog.fetch_metrics();
                     } else {
-                        self.write_heartbeat(None, machine.engine_healthy());
+                        self.write_heartbeat(None, machine.probes());
                     }
                     if !machine.awaiting_readiness() {
                         continue;
@@ -551,7 +551,7 @@ impl<S: SignalSource> Run<S> {
             let actions = machine.on(input, tail_of);
             if let Some(completions) = beat {
                 self.heartbeat.engine = machine.engine_counters().cloned();
-                self.write_heartbeat(completions, machine.engine_healthy());
+                self.write_heartbeat(completions, machine.probes());
             }
             for action in actions {
                 if let Some(end) = self.act(action, p, started, &mut machine, &mut watchdog, &mut versions).await? {
@@ -632,6 +632,7 @@ impl<S: SignalSource> Run<S> {
             Action::StartHarbor if self.is_host() => {
                 self.start_legs(p)?;
                 machine.harbor_started();
+                self.write_heartbeat(None, machine.probes());
                 watchdog.watch_health(self.timings.probe_interval);
             }
             Action::StartHarbor => {
@@ -645,9 +646,23 @@ impl<S: SignalSource> Run<S> {
                 }
                 self.start_harbor(p).await?;
                 machine.harbor_started();
+                // Phase and heartbeat in one write: status.json never shows Harbor running beside
+                // the loading-time heartbeat (not yet probed for health).
+                self.rec.status.heartbeat =
+                    Some(self.heartbeat.next(None, &self.engine_log(), &self.spec.run_dir, machine.probes()));
+                self.rec.set_phase(Phase::Running);
+                tracing::info!(
+                    pid = self.rec.status.pids.get("harbor").copied().unwrap_or_default(),
+                    resume = p.harbor.mode == HarborMode::Resume,
+                    "Harbor started"
+                );
                 watchdog.watch_health(self.timings.probe_interval);
             }
             Action::End(end) => {
+                // Harbor's end is a phase change too: its heartbeat carries the probe's last state.
+                if machine.phase() != RunPhase::Loading {
+                    self.write_heartbeat(None, machine.probes());
+                }
                 if let End::HarborExited(status) = &end {
                     let tag = self.spec.run_tag.clone();
                     self.rec.gpu(|c, now| c.leg_ended(&tag, now));
@@ -710,8 +725,12 @@ impl<S: SignalSource> Run<S> {
     }
 
     /// One heartbeat into `status.json`.
-    fn write_heartbeat(&mut self, completions: Option<crate::records::Completions>, engine_healthy: bool) {
-        let hb = self.heartbeat.next(completions, &self.engine_log(), &self.spec.run_dir, engine_healthy);
+    fn write_heartbeat(
+        &mut self,
+        completions: Option<crate::records::Completions>,
+        probes: crate::records::ProbeState,
+    ) {
+        let hb = self.heartbeat.next(completions, &self.engine_log(), &self.spec.run_dir, probes);
         if self.heartbeat.event_due(std::time::Instant::now()) {
             self.rec.event(ev::heartbeat(&hb));
         }
@@ -802,8 +821,6 @@ impl<S: SignalSource> Run<S> {
         if let Some(t) = self.tunnel.as_mut() {
             t.commit();
         }
-        self.rec.set_phase(Phase::Running);
-        tracing::info!(pid, resume = p.harbor.mode == HarborMode::Resume, "Harbor started");
         Ok(())
     }
 
@@ -871,7 +888,8 @@ impl<S: SignalSource> Run<S> {
             let client = engine::http_client(Duration::from_millis(500));
             let metrics = engine::fetch_completions(&client, &prepare::base_url(&self.spec.serve.host, port)).await;
             let healthy = !matches!(end, End::Failed(ref f) if f.class == OutcomeClass::EngineDied);
-            self.rec.status.heartbeat = Some(self.heartbeat.next(metrics, &engine_log, &self.spec.run_dir, healthy));
+            let probes = crate::records::ProbeState { healthy, ..self.heartbeat.probes() };
+            self.rec.status.heartbeat = Some(self.heartbeat.next(metrics, &engine_log, &self.spec.run_dir, probes));
         }
         let plan = phases::shutdown_plan(&end, &self.timings);
         match &end {

@@ -206,9 +206,16 @@ pub struct Heartbeat {
     /// Last time a counter above moved (RFC 3339 UTC).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_progress_at: Option<String>,
-    /// Whether the last health probe succeeded.
+    /// Whether the last health probe succeeded (false while loading: not probed for health yet).
+    /// Not a death verdict on its own: [`Heartbeat::engine_dead`] is.
     #[serde(default)]
     pub engine_healthy: bool,
+    /// Consecutive failed `/health` probes while Harbor runs (0 before, and after a good one).
+    #[serde(default)]
+    pub failed_probes: u32,
+    /// How many in a row end the run (`limits.health_failures`); 0 in an older payload's records.
+    #[serde(default)]
+    pub probe_limit: u32,
     /// vLLM's own counters from `/metrics` (absent until Harbor runs, or when `/metrics` does not
     /// answer with them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -239,6 +246,22 @@ pub struct EngineCounters {
     pub no_tokens_for_s: Option<f64>,
     /// The window after which that is `engine_hung` (`serve.hang_after_s`).
     pub hang_after_s: u64,
+}
+
+/// payload's death rule for the engine's `/health` probe, the one place both programs take it from:
+/// `limit` (`limits.health_failures`, at least 1) failed probes in a row while Harbor runs. payload
+/// ends the run by it on the node; `status` and `check` call a job dead by it on the login node, from
+/// the heartbeat's counts (docs/payload.md "Health"), never from one unhealthy reading.
+pub fn probes_say_dead(consecutive_failures: u32, limit: u32) -> bool {
+    consecutive_failures > 0 && consecutive_failures >= limit.max(1)
+}
+
+impl Heartbeat {
+    /// The engine is dead by payload's probe rule ([`probes_say_dead`]). A heartbeat of a payload
+    /// that recorded no limit (older records) never says so: its outcome or the engine's exit does.
+    pub fn engine_dead(&self) -> bool {
+        self.probe_limit > 0 && probes_say_dead(self.failed_probes, self.probe_limit)
+    }
 }
 
 impl EngineCounters {

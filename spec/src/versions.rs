@@ -156,6 +156,15 @@ impl HarborDialect {
         matches!(self, HarborDialect::Harbor025)
     }
 
+    /// The `metrics[].type` values the dialect's job config takes. The fork has no `--print-config`
+    /// to ask, so its job config's schema is kept here: its metrics code is the release's
+    /// (docs/real-programs.md, "The fork's job config").
+    pub fn metric_types(self) -> &'static [&'static str] {
+        match self {
+            HarborDialect::Harbor025 | HarborDialect::ExtraBodyFork => METRIC_TYPES_025,
+        }
+    }
+
     /// Options terminus-2 accepts, when the dialect's schema is known (Harbor 0.25.0's
     /// `Terminus2Options` plus the shared `AgentOptions`, aliases included).
     pub fn terminus2_options(self) -> Option<&'static [&'static str]> {
@@ -164,6 +173,52 @@ impl HarborDialect {
             HarborDialect::ExtraBodyFork => None,
         }
     }
+}
+
+/// Harbor 0.25.0's metric types (`harbor/models/metric/type.py`, `MetricType`; a job config's
+/// `metrics[].type`, default `mean`). Checked against the installed Harbor by
+/// `tests/tests/real_harbor.rs`.
+pub const METRIC_TYPES_025: &[&str] = &["sum", "min", "max", "mean", "uv-script"];
+
+/// What the dialect's Harbor would refuse in a job config (YAML or JSON, as a value), found from the
+/// schema kept here without running Harbor: one line per problem, each naming the field and the fix.
+/// Today: `metrics` entries whose type the dialect does not know (a stale metric: a config written
+/// for another Harbor, like the old `*-drop-ei` configs), which Harbor refuses only after the model
+/// has loaded.
+pub fn job_config_problems(dialect: HarborDialect, config: &serde_json::Value) -> Vec<String> {
+    let known = dialect.metric_types();
+    let fix = format!(
+        "remove the entry (Harbor then reports the mean reward) or name one of {} ({} Harbor)",
+        known.join(", "),
+        dialect.as_str()
+    );
+    let metrics = match config.get("metrics") {
+        None | Some(serde_json::Value::Null) => return Vec::new(),
+        Some(serde_json::Value::Array(items)) => items,
+        Some(_) => return vec![format!("`metrics` must be a list of {{type, kwargs}} entries: {fix}")],
+    };
+    let mut problems = Vec::new();
+    for (i, entry) in metrics.iter().enumerate() {
+        let kind = match entry {
+            serde_json::Value::Object(map) => map.get("type"),
+            _ => {
+                problems.push(format!("metrics[{i}] must be a mapping with `type`: {fix}"));
+                continue;
+            }
+        };
+        match kind {
+            None => {}
+            Some(serde_json::Value::String(t)) if known.contains(&t.as_str()) => {}
+            Some(other) => {
+                let shown = other.as_str().map_or_else(|| other.to_string(), str::to_string);
+                problems.push(format!(
+                    "metrics[{i}].type `{shown}` is not a metric the {} Harbor knows (a stale metric): {fix}",
+                    dialect.as_str()
+                ));
+            }
+        }
+    }
+    problems
 }
 
 /// Harbor 0.25.0's terminus-2 options (`harbor/agents/terminus_2/terminus_2.py`, `Terminus2Options`
@@ -475,6 +530,28 @@ pub fn version_line(stdout: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stale_metrics_are_refused_for_every_dialect_with_the_fix() {
+        let config =
+            serde_json::json!({"metrics": [{"type": "mean"}, {"type": "mean-drop-ei", "kwargs": {}}, {"kwargs": {}}]});
+        for dialect in [HarborDialect::Harbor025, HarborDialect::ExtraBodyFork] {
+            let problems = job_config_problems(dialect, &config);
+            assert_eq!(problems.len(), 1, "{problems:#?}");
+            assert!(problems[0].starts_with("metrics[1].type `mean-drop-ei` is not a metric"), "{}", problems[0]);
+            assert!(
+                problems[0].contains("remove the entry") && problems[0].contains(dialect.as_str()),
+                "{}",
+                problems[0]
+            );
+        }
+        let fine =
+            serde_json::json!({"n_attempts": 3, "metrics": [{"type": "uv-script", "kwargs": {"script": "s.py"}}]});
+        assert!(job_config_problems(HarborDialect::ExtraBodyFork, &fine).is_empty());
+        assert!(job_config_problems(HarborDialect::ExtraBodyFork, &serde_json::json!({})).is_empty());
+        let wrong = job_config_problems(HarborDialect::ExtraBodyFork, &serde_json::json!({"metrics": "mean"}));
+        assert!(wrong[0].starts_with("`metrics` must be a list"), "{wrong:?}");
+    }
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()

@@ -155,6 +155,9 @@ pub struct PairAdjustment {
     /// Nodes for `sbatch --exclude` (a node-level fault).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exclude_nodes: Vec<String>,
+    /// Not queued before this instant (the sandbox provider failed the last attempt's trials).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl PairAdjustment {

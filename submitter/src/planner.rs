@@ -411,6 +411,13 @@ fn plan_pair(
         job.blocked = Some(Blocked::Held(crate::remediate::held_text(hold, &job.benchmark)));
         return job;
     }
+    if let Some(at) = remedy.and_then(|r| r.adjustment.not_before).filter(|at| *at > snapshot.now) {
+        job.blocked = Some(Blocked::Throttled(format!(
+            "waiting for the sandbox provider until {} (remediation.provider_wait_s after its failure)",
+            at.to_rfc3339()
+        )));
+        return job;
+    }
     if let Err(err) = resolved {
         job.blocked = Some(Blocked::Refused(err.to_string()));
         return job;
@@ -819,6 +826,42 @@ mod tests {
         assert!(matches!(&planned[4].blocked, Some(Blocked::Throttled(why)) if why.contains("max 2")));
         // The same snapshot plans the same way: nothing else is read.
         assert_eq!(plan(&inputs, &snapshot).jobs, planned);
+    }
+
+    /// Issue 31: a pair whose trials the sandbox provider failed is resubmitted only after the
+    /// wait remediation recorded (`PairAdjustment::not_before`), and `plan` says until when.
+    #[test]
+    fn a_pair_waiting_for_the_sandbox_provider_is_not_queued_before_its_time() {
+        let shipped = Shipped::load();
+        let mut cluster = shipped.cluster("local");
+        cluster.paths.jobs_dir = "/jobs".into();
+        let context = shipped.builder(&cluster);
+        let legs = [Leg { name: "tb2".into(), preset: shipped.preset("tb2") }];
+        let models: Vec<launch_spec::ModelId> = vec!["org/Dayt-1B".parse().unwrap()];
+        let (key, state) = pair(attempt(5, "org/Dayt-1B", AttemptStatus::Failed, json!({})), 1, false);
+        let now = chrono::DateTime::from_timestamp(1_700_000_600, 0).unwrap();
+        let waiting = |not_before| crate::ledger::PairRemedy {
+            adjustment: crate::domain::PairAdjustment { not_before: Some(not_before), ..Default::default() },
+            retries: 1,
+            ..Default::default()
+        };
+        let fixed = Fixed::new(3, Concurrency::default());
+        let inputs = fixed.inputs(&context, &legs, &models, 4, None);
+        let snapshot = |remedy| Snapshot {
+            cluster: "local".into(),
+            now,
+            pairs: [(key.clone(), state.clone())].into_iter().collect(),
+            remedies: [(key.clone(), remedy)].into_iter().collect(),
+            ..Snapshot::default()
+        };
+        let planned = plan(&inputs, &snapshot(waiting(now + chrono::Duration::seconds(900)))).jobs;
+        assert!(
+            matches!(&planned[0].blocked, Some(Blocked::Throttled(why)) if why.contains("waiting for the sandbox provider until 2023-11-14T22:38:20")),
+            "{:?}",
+            planned[0].blocked
+        );
+        let planned = plan(&inputs, &snapshot(waiting(now - chrono::Duration::seconds(1)))).jobs;
+        assert!(planned[0].queues(), "the wait is over: {:?}", planned[0].blocked);
     }
 
     /// `--allocation shared` over ID: a model with three queued legs gets one job of three legs, one

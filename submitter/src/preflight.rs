@@ -506,9 +506,19 @@ pub fn secret_names(path: &Path) -> Result<Vec<String>, launch_spec::envfile::En
 fn harbor_config(spec: &LaunchSpec) -> Result<String, Outcome> {
     let path = &spec.harbor.config;
     match launch_spec::yaml::from_yaml_file::<serde_json::Value>(path) {
-        // The file name only: the path is the checkout's, already in the spec.
-        Ok(serde_json::Value::Object(_)) => {
-            Ok(format!("{} parses", path.file_name().map_or(path.as_os_str(), |n| n).to_string_lossy()))
+        // The declared Harbor's schema (the fork has no `--print-config` to ask): what it would refuse
+        // after the model load is refused here.
+        Ok(config @ serde_json::Value::Object(_)) => {
+            let problems = launch_spec::versions::job_config_problems(spec.harbor.dialect, &config);
+            if let Some(problem) = problems.first() {
+                return fail(format!("{}: {problem}", path.display()));
+            }
+            // The file name only: the path is the checkout's, already in the spec.
+            Ok(format!(
+                "{} parses and fits the {} Harbor's job config",
+                path.file_name().map_or(path.as_os_str(), |n| n).to_string_lossy(),
+                spec.harbor.dialect.as_str()
+            ))
         }
         Ok(_) => fail(format!("{}: must contain a mapping (Harbor's job config)", path.display())),
         Err(err) => fail(format!("{err}: fix the Harbor job config (payload refuses it)")),
@@ -881,6 +891,36 @@ mod tests {
             let Err(Outcome::Fail(why)) = spec_values(&base().with(change).build()) else { panic!("{field} passed") };
             assert!(why.starts_with(&format!("field `{field}`")), "{why}");
         }
+    }
+
+    /// Issue 31: a job config with a metric the declared Harbor does not know (the old `*-drop-ei`
+    /// kind) is refused at submit for the fork too, which has no `--print-config`, with the fix.
+    #[test]
+    fn a_stale_metric_in_the_job_config_is_refused_for_the_fork_before_submit() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
+        let shipped =
+            std::fs::read_to_string(root.join("presets/harbor/dcagent_eval_config_no_override.yaml")).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let stale = dir.path().join("dcagent_eval_config_drop-ei.yaml");
+        std::fs::write(&stale, format!("{shipped}metrics:\n  - type: mean-drop-ei\n")).unwrap();
+        let fork = launch_spec::versions::HarborDialect::ExtraBodyFork;
+        let spec = |config: &Path| {
+            launch_spec::testkit::TestSpec::new("/", "t")
+                .with(|s| (s.harbor.config, s.harbor.dialect) = (config.to_path_buf(), fork))
+                .build()
+        };
+        let Err(Outcome::Fail(why)) = harbor_config(&spec(&stale)) else { panic!("a stale metric passes") };
+        assert!(
+            why.contains(
+                "drop-ei.yaml: metrics[0].type `mean-drop-ei` is not a metric the extra-body-fork Harbor knows"
+            ),
+            "{why}"
+        );
+        assert!(why.contains("remove the entry"), "{why}");
+        let Ok(fine) = harbor_config(&spec(&root.join("presets/harbor/dcagent_eval_config_no_override.yaml"))) else {
+            panic!("the shipped job config is refused")
+        };
+        assert!(fine.contains("fits the extra-body-fork Harbor's job config"), "{fine}");
     }
 
     #[test]

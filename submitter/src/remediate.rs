@@ -55,6 +55,8 @@ pub struct Case {
     pub(crate) active_job: Option<String>,
     pub(crate) diagnoses: Vec<Diag>,
     pub facts: LaunchFacts,
+    /// When the diagnoses were made (a wait runs from here).
+    pub(crate) judged_at: DateTime<Utc>,
 }
 
 /// What to do about one attempt.
@@ -144,7 +146,7 @@ pub fn decide(case: &Case, pair: &PairRemedy, s: &RemediationSettings) -> Option
                     return Some(decision(Policy::Hold, String::new(), None, reason));
                 }
                 let Some(change) = row.change else { continue };
-                return Some(match retry_change(change, &case.facts, &pair.adjustment, s) {
+                return Some(match retry_change(change, &case.facts, &pair.adjustment, s, case.judged_at) {
                     Ok((text, adjustment)) => decision(Policy::Retry, text, Some(adjustment), why),
                     Err(cannot) => decision(Policy::Hold, String::new(), None, format!("{why} ({cannot})")),
                 });
@@ -161,9 +163,15 @@ pub(crate) fn retry_change(
     facts: &LaunchFacts,
     before: &PairAdjustment,
     s: &RemediationSettings,
+    now: DateTime<Utc>,
 ) -> Result<(String, PairAdjustment), String> {
     let mut after = before.clone();
     let text = match change {
+        Change::WaitForProvider => {
+            let at = now + chrono::Duration::seconds(s.provider_wait_s as i64);
+            after.not_before = Some(at);
+            format!("wait for the sandbox provider: not before {} (remediation.provider_wait_s)", at.to_rfc3339())
+        }
         Change::LowerGpuMemory => {
             let current = facts.gpu_memory_utilization.or(before.gpu_memory_utilization).unwrap_or(0.9);
             // Two decimals: the ceiling is a setting people read and type.
@@ -304,6 +312,7 @@ pub fn cases(rows: &[StatusRow], settings: &VerifySettings, now: DateTime<Utc>) 
             active_job: row.slurm_job_id.clone().filter(|_| active),
             diagnoses,
             facts: dir.map(|d| launch_facts(d, status.as_ref())).unwrap_or_default(),
+            judged_at: now,
         });
     }
     out
@@ -536,6 +545,7 @@ mod tests {
             active_job: None,
             diagnoses: ids.iter().map(|id| Diag { id: id.to_string(), summary: "s".into(), verdict: None }).collect(),
             facts: LaunchFacts { gpu_memory_utilization: Some(0.9), ..LaunchFacts::default() },
+            judged_at: DateTime::from_timestamp(1_700_000_000, 0).unwrap(),
         }
     }
 
@@ -556,6 +566,25 @@ mod tests {
         let d = decide(&at_floor, &PairRemedy::default(), &on()).unwrap();
         assert_eq!(d.action, Policy::Hold, "{d:?}");
         assert!(d.reason.contains("cannot go below remediation.gpu_memory_floor 0.60"), "{}", d.reason);
+    }
+
+    /// A sandbox-provider outage (issue 31): the pair waits and runs again, bounded, instead of
+    /// being held — even beside the zero-200 and instant-failure findings the same outage raises.
+    #[test]
+    fn a_sandbox_provider_failure_waits_and_retries_then_holds_past_the_bound() {
+        let ids = ["engine.zero_ok", "trials.instant_fail", "trials.sandbox_provider"];
+        let mut running = case(&ids);
+        running.active_job = Some("42".into());
+        let d = decide(&running, &PairRemedy::default(), &on()).unwrap();
+        assert_eq!(
+            (d.action, d.finding.as_str(), d.cancels_job.as_deref()),
+            (Policy::Retry, "trials.sandbox_provider", Some("42"))
+        );
+        let at = running.judged_at + chrono::Duration::seconds(1800);
+        assert_eq!(d.adjustment.as_ref().unwrap().not_before, Some(at), "{d:?}");
+        assert!(d.change.contains("not before") && d.change.contains("provider_wait_s"), "{}", d.change);
+        let spent = PairRemedy { retries: 2, ..PairRemedy::default() };
+        assert_eq!(decide(&running, &spent, &on()).unwrap().action, Policy::Hold, "bounded by max_retries");
     }
 
     #[test]
@@ -623,15 +652,16 @@ mod tests {
     #[test]
     fn readiness_and_node_changes() {
         let mut facts = LaunchFacts { health_timeout_s: Some(1200), node: Some("n1".into()), ..LaunchFacts::default() };
-        let (text, a) = retry_change(Change::LongerReadiness, &facts, &PairAdjustment::default(), &on()).unwrap();
+        let (text, a) =
+            retry_change(Change::LongerReadiness, &facts, &PairAdjustment::default(), &on(), Utc::now()).unwrap();
         assert_eq!((text.as_str(), a.health_timeout_s), ("serve.health_timeout_s 1200 → 1800", Some(1800)));
-        let (text, a) = retry_change(Change::ExcludeNode, &facts, &a, &on()).unwrap();
+        let (text, a) = retry_change(Change::ExcludeNode, &facts, &a, &on(), Utc::now()).unwrap();
         assert_eq!((text.as_str(), a.exclude_nodes.len()), ("sbatch --exclude=n1", 1));
         facts.node = Some("n2".into());
-        let (text, _) = retry_change(Change::ExcludeNode, &facts, &a, &on()).unwrap();
+        let (text, _) = retry_change(Change::ExcludeNode, &facts, &a, &on(), Utc::now()).unwrap();
         assert_eq!(text, "sbatch --exclude=n1,n2");
         facts.node = None;
-        assert!(retry_change(Change::ExcludeNode, &facts, &a, &on()).is_err());
+        assert!(retry_change(Change::ExcludeNode, &facts, &a, &on(), Utc::now()).is_err());
     }
 
     #[test]

@@ -673,6 +673,9 @@ pub fn describe_adjustment(adjustment: &crate::domain::PairAdjustment) -> String
     if !adjustment.exclude_nodes.is_empty() {
         parts.push(format!("sbatch --exclude={}", adjustment.exclude_nodes.join(",")));
     }
+    if let Some(at) = adjustment.not_before {
+        parts.push(format!("not before {} (the sandbox provider failed)", at.to_rfc3339()));
+    }
     parts.join("; ")
 }
 
@@ -799,6 +802,7 @@ mod tests {
             health_timeout_s: Some(spec.serve.health_timeout_s + 600),
             skip_pinggy: vec!["https://a.a.pinggy.link".into()],
             exclude_nodes: vec!["n1".into()],
+            not_before: None,
         };
         let timeout = spec.serve.health_timeout_s + 600;
         apply_adjustment(&mut spec, &adjustment);

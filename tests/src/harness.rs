@@ -129,6 +129,35 @@ pub fn real_harbor() -> Option<PathBuf> {
     .clone()
 }
 
+/// Runs `script` with the real Harbor's Python inside its installed root (the root and venv the
+/// wrapper `scripts/install-harbor.sh` wrote name), the way the wrapper runs Harbor (no network cost
+/// map, no telemetry) and returns its stdout as JSON. `None` (skip) when the real Harbor is not
+/// installed ([`real_harbor`]); a failing script fails the test with its stderr.
+pub fn harbor_python_json(script: &str) -> Option<serde_json::Value> {
+    let wrapper = std::fs::read_to_string(real_harbor()?).expect("read the Harbor wrapper");
+    let var = |name: &str| {
+        wrapper
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}='"))?.strip_suffix('\'').map(str::to_string))
+            .unwrap_or_else(|| panic!("the Harbor wrapper sets no {name}"))
+    };
+    let out = Command::new("chroot")
+        .arg(var("ROOT"))
+        .arg(format!("{}/bin/python", var("VENV")))
+        .args(["-c", script])
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        .env("HARBOR_TELEMETRY", "0")
+        .current_dir("/")
+        .output()
+        .expect("chroot into the Harbor root");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    Some(
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout))),
+    )
+}
+
 /// What `payload plan` shows for a process (`plan["engine"]` or `plan["harbor"]`) is what `run`
 /// spawned: the same argv (in the spawn event and in `/proc/<pid>/cmdline`) and the same
 /// environment, except what only a run has (payload's pid in `PAYLOAD_RUN_ID`) and the secret

@@ -6,11 +6,9 @@
 //! real Harbor is not installed; under `CI=true` it fails instead.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
-use std::collections::BTreeMap;
-use std::process::Command;
-
-use e2e::harness::real_harbor;
+use e2e::harness::harbor_python_json;
 use launch_spec::agents::MODEL_VARS;
+use std::collections::BTreeMap;
 
 const DUMP: &str = r#"
 import importlib, json
@@ -32,31 +30,10 @@ for name, path in AgentFactory._AGENT_MAP.items():
 print(json.dumps(out))
 "#;
 
-/// `NAME='value'` from the wrapper script `scripts/install-harbor.sh` writes.
-fn wrapper_var(script: &str, name: &str) -> Option<String> {
-    script.lines().find_map(|l| l.strip_prefix(&format!("{name}='"))?.strip_suffix('\'').map(str::to_string))
-}
-
 #[test]
 fn every_agent_in_the_table_reads_the_names_it_lists() {
-    let Some(harbor) = real_harbor() else { return };
-    let script = std::fs::read_to_string(&harbor).unwrap();
-    let (root, venv) = (wrapper_var(&script, "ROOT").unwrap(), wrapper_var(&script, "VENV").unwrap());
-    let out = Command::new("chroot")
-        .arg(&root)
-        .arg(format!("{venv}/bin/python"))
-        .args(["-c", DUMP])
-        .env_clear()
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-        // Harbor would otherwise fetch LiteLLM's cost map (no internet here), as the wrapper does.
-        .env("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-        .env("HARBOR_TELEMETRY", "0")
-        .current_dir("/")
-        .output()
-        .expect("chroot into the Harbor root");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let agents: BTreeMap<String, serde_json::Value> =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    let Some(dump) = harbor_python_json(DUMP) else { return };
+    let agents: BTreeMap<String, serde_json::Value> = serde_json::from_value(dump).unwrap();
     let names = |v: &serde_json::Value, k: &str| -> Vec<String> {
         v[k].as_array().into_iter().flatten().filter_map(|s| s.as_str().map(str::to_string)).collect()
     };

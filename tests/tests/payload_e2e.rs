@@ -471,6 +471,41 @@ fn status_carries_gpu_time_by_phase() {
     assert!(sum <= wall + 0.01, "phases {sum} s > payload's wall time {wall} s: {t}");
 }
 
+/// The false-dead race (issue 31): as Harbor starts, status.json must not show `phase: running`
+/// beside the loading-time heartbeat (`engine_healthy: false`, not probed yet), which `status` read
+/// as a dead engine until the next beat. A slow beat (5 s) makes that window wide; every reading of
+/// status.json through the run is judged by the login node's rule (`Heartbeat::engine_dead`), and
+/// each one with Harbor running must carry a beat written at or after Harbor's start.
+#[test]
+fn status_json_never_shows_harbor_running_beside_the_loading_heartbeat() {
+    let fx = Fx::new("phasebeat");
+    let mut spec = fx.spec();
+    spec["limits"]["heartbeat_interval_s"] = json!(5.0);
+    spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("1.5");
+    let mut run = fx.start(&spec, &[]);
+    let until = Instant::now() + Duration::from_secs(60);
+    let mut running_reads = 0;
+    while run.child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < until, "payload did not end; stderr:\n{}", fx.stderr());
+        let Ok(st) = serde_json::from_value::<launch_spec::records::RunStatus>(fx.status()) else {
+            std::thread::sleep(Duration::from_millis(5));
+            continue;
+        };
+        if st.phase == launch_spec::records::Phase::Running {
+            running_reads += 1;
+            let beat = st.heartbeat.as_ref().expect("a heartbeat while Harbor runs");
+            assert!(beat.engine_healthy && !beat.engine_dead(), "Harbor running beside {beat:?}");
+            assert_eq!((beat.failed_probes, beat.probe_limit), (0, 3), "{beat:?}");
+            let ran = fx.event("harbor_spawned").expect("harbor_spawned before phase running");
+            assert!(beat.at.as_str() >= ran["at"].as_str().unwrap(), "a beat older than Harbor: {beat:?} / {ran}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(run.wait(Duration::from_secs(5)), 0, "stderr:\n{}", fx.stderr());
+    assert!(running_reads > 10, "status.json was read only {running_reads} times with Harbor running");
+    assert_no_survivors(&run);
+}
+
 #[test]
 fn engine_crash_at_start_is_classified_within_a_second() {
     let causes = ["oom", "kv_cache", "world_size", "model_type", "other"];

@@ -707,7 +707,7 @@ mod tests {
         r#"{"at":"t","event":"post_run_finished","fields":{"ok":true,"exit_code":0,"status":"exit code 0","duration_ms":20,"timed_out":false,"killed":false,"swept":[],"clean":true}}"#,
         r#"{"at":"t","event":"write_failures","fields":{"log":0,"status":2,"events":0}}"#,
         r#"{"at":"t","event":"outcome","fields":{"class":"finished","exit_code":0,"message":"Harbor finished","harbor_exit_code":0}}"#,
-        r#"{"at":"t","event":"heartbeat","fields":{"at":"2026-12-01T10:01:00.000Z","completions_ok":3,"completions_4xx":0,"completions_5xx":0,"trials_started":1,"trials_finished":0,"trials_errored":0,"engine_healthy":true}}"#,
+        r#"{"at":"t","event":"heartbeat","fields":{"at":"2026-12-01T10:01:00.000Z","completions_ok":3,"completions_4xx":0,"completions_5xx":0,"trials_started":1,"trials_finished":0,"trials_errored":0,"engine_healthy":true,"failed_probes":0,"probe_limit":3}}"#,
         r#"{"at":"t","event":"cancel_requested","fields":{"file":"cancel.request"}}"#,
         r#"{"at":"t","event":"engine_lost","fields":{"class":"engine_died","cause":"oom","message":"the shared engine exited"}}"#,
         r#"{"at":"t","event":"shared_engine","fields":{"group_tag":"g","base_url":"http://n1:8123/v1","engine_pid":42,"public_url":null}}"#,

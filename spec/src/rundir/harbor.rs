@@ -200,6 +200,31 @@ pub struct TrialResult {
 pub struct ExceptionInfo {
     #[serde(default)]
     pub exception_type: Option<String>,
+    /// `str(exception)` (Harbor 0.25's `ExceptionInfo.from_exception`): for a provider's error, the
+    /// provider's own words (`Failed to create sandbox: Bearer token is invalid`).
+    #[serde(default)]
+    pub exception_message: Option<String>,
+}
+
+/// The exception classes Harbor 0.25 records when the sandbox provider, not the agent or the model,
+/// failed a trial: the Daytona SDK's errors (`daytona.common.errors`, imported by Harbor's
+/// `environments/daytona`; `DaytonaAuthorizationError` is recorded as `DaytonaForbiddenError`), a
+/// sandbox that did not start in time (`trial/errors.py`) or failed to build (`environments/base.py`).
+/// Every one is also an infra type Harbor reruns on resume (`launch_spec::spec::INFRA_ERROR_TYPES`).
+pub const SANDBOX_PROVIDER_ERROR_TYPES: &[&str] = &[
+    "DaytonaError",
+    "DaytonaAuthenticationError",
+    "DaytonaForbiddenError",
+    "DaytonaNotFoundError",
+    "DaytonaRateLimitError",
+    "EnvironmentStartTimeoutError",
+    "SandboxBuildFailedError",
+];
+
+/// Whether a trial's exception class is the sandbox provider's fault ([`SANDBOX_PROVIDER_ERROR_TYPES`],
+/// or any other class of the Daytona SDK: they all start with `Daytona`).
+pub fn is_sandbox_provider_error(exception_type: &str) -> bool {
+    SANDBOX_PROVIDER_ERROR_TYPES.contains(&exception_type) || exception_type.starts_with("Daytona")
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -226,6 +251,14 @@ pub struct ModelUsage {
 impl TrialResult {
     pub fn exception_type(&self) -> Option<&str> {
         self.exception_info.as_ref().map(|e| e.exception_type.as_deref().unwrap_or("Unknown"))
+    }
+
+    /// The exception's message, its first line only (the rest is the provider's detail or a
+    /// traceback), at most 300 characters.
+    pub fn exception_message(&self) -> Option<String> {
+        let text = self.exception_info.as_ref()?.exception_message.as_deref()?;
+        let line = text.lines().map(str::trim).find(|l| !l.is_empty())?;
+        Some(line.chars().take(300).collect())
     }
 
     /// A numeric reward from the verifier.
@@ -400,6 +433,20 @@ fn read_rewritten_with<T: serde::de::DeserializeOwned>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every provider class is one Harbor reruns on resume; the agent's and the model's are not
+    /// the provider's.
+    #[test]
+    fn sandbox_provider_errors_are_infra_types_and_only_the_providers() {
+        for kind in SANDBOX_PROVIDER_ERROR_TYPES {
+            assert!(crate::spec::INFRA_ERROR_TYPES.contains(kind), "{kind}");
+            assert!(is_sandbox_provider_error(kind));
+        }
+        assert!(is_sandbox_provider_error("DaytonaTimeoutError"));
+        for kind in ["AgentTimeoutError", "AgentSetupTimeoutError", "BadRequestError", "CancelledError"] {
+            assert!(!is_sandbox_provider_error(kind), "{kind}");
+        }
+    }
 
     #[test]
     fn a_result_caught_mid_rewrite_is_read_again() {

@@ -389,6 +389,8 @@ mod tests {
             trials_errored: 0,
             last_progress_at: None,
             engine_healthy: true,
+            failed_probes: 0,
+            probe_limit: 3,
             engine: None,
         };
         let line = |hb: &Heartbeat| {

@@ -180,6 +180,8 @@ pub fn running_status(
             trials_errored: counters.trials.2,
             last_progress_at: Some(iso(progress)),
             engine_healthy: true,
+            failed_probes: 0,
+            probe_limit: 3,
             engine: None,
         }),
         outcome: None,
@@ -333,6 +335,12 @@ pub struct Finished {
     /// Harbor 0.25 keeps the per-model counts in `model_usage` too; `true` writes them only there.
     pub usage_only: bool,
     pub exception: Option<String>,
+    /// The exception's `str()`, Harbor's `exception_message` (empty when `None`).
+    pub exception_message: Option<String>,
+    /// `false`: the sandbox never came up (a provider error at its creation), so Harbor 0.25 records
+    /// `environment_setup` only — no `agent_execution`, `agent_result` or verifier — and the
+    /// traceback in `exception.txt`.
+    pub agent_ran: bool,
     pub reward: Option<f64>,
 }
 
@@ -347,7 +355,25 @@ impl Finished {
             output_tokens: Some(1874),
             usage_only: false,
             exception: None,
+            exception_message: None,
+            agent_ran: true,
             reward: Some(1.0),
+        }
+    }
+
+    /// A trial the sandbox provider failed: `kind` (`DaytonaError`) with `message` raised while its
+    /// sandbox was created, `setup_s` after the trial's start; the agent never ran.
+    pub fn sandbox_failed(at: DateTime<Utc>, setup_s: f64, kind: &str, message: &str) -> Self {
+        Self {
+            setup_s: Some(setup_s),
+            agent_s: 0.0,
+            input_tokens: None,
+            output_tokens: None,
+            exception: Some(kind.into()),
+            exception_message: Some(message.into()),
+            agent_ran: false,
+            reward: None,
+            ..Self::ok(at)
         }
     }
 }
@@ -403,6 +429,9 @@ impl Trial {
     }
 
     fn done(&self, t: &Path, d: &Finished) {
+        if !d.agent_ran {
+            return self.sandbox_never_up(t, d);
+        }
         let agent_end = if d.setup_s.is_some() { d.at - Duration::seconds(2) } else { d.at };
         let agent_start = agent_end - secs(d.agent_s);
         let setup_start = agent_start - secs(d.setup_s.unwrap_or(0.0));
@@ -418,7 +447,7 @@ impl Trial {
                 "agent_info": {"name": "terminus-2", "version": "2.0.0"},
                 "agent_result": agent_result,
                 "verifier_result": d.reward.map(|r| json!({"rewards": {"reward": r}})),
-                "exception_info": d.exception.as_ref().map(|e| json!({"exception_type": e, "exception_message": "", "occurred_at": iso(agent_end)}))});
+                "exception_info": d.exception.as_ref().map(|e| exception_info(e, d, agent_end))});
         if d.setup_s.is_some() {
             write_file(&t.join("verifier/test-stdout.txt"), "ok\n", Some(agent_end));
             write_json(
@@ -438,6 +467,36 @@ impl Trial {
         }
         write_json(&t.join(crate::rundir::harbor::RESULT_FILE), &result, Some(d.at));
     }
+
+    /// The sandbox's creation raised (Harbor 0.25 `Trial.run`: `_record_exception`, then `_finalize`):
+    /// `config.json`, a `result.json` with `environment_setup` and `exception_info` only, `exception.txt`.
+    fn sandbox_never_up(&self, t: &Path, d: &Finished) {
+        let start = d.at - secs(d.setup_s.unwrap_or(0.0)) - Duration::milliseconds(60);
+        self.running(t, start);
+        let _ = std::fs::remove_file(t.join("agent/terminus_2.pane"));
+        let kind = d.exception.as_deref().unwrap_or("DaytonaError");
+        let traceback = format!(
+            "Traceback (most recent call last):\n  File \"harbor/trial/trial.py\", line 1847, in _setup_agent_environment\n{kind}: {}\n",
+            d.exception_message.as_deref().unwrap_or("")
+        );
+        write_file(&t.join(crate::rundir::harbor::EXCEPTION_FILE), &traceback, Some(d.at));
+        let result = json!({"trial_name": self.name, "task_name": self.task(),
+            "config": {"agent": {"kwargs": {"api_base": self.api_base}}},
+            "agent_info": {"name": "terminus-2", "version": "2.0.0"},
+            "agent_result": null, "verifier_result": null,
+            "exception_info": exception_info(kind, d, d.at),
+            "started_at": iso(start), "finished_at": iso(d.at),
+            "environment_setup": {"started_at": iso(start + Duration::milliseconds(60)), "finished_at": iso(d.at)},
+            "agent_setup": null, "agent_execution": null, "verifier": null});
+        write_json(&t.join(crate::rundir::harbor::RESULT_FILE), &result, Some(d.at));
+    }
+}
+
+/// Harbor 0.25's `ExceptionInfo.from_exception`: the class name, `str(e)`, the traceback, when.
+fn exception_info(kind: &str, d: &Finished, at: DateTime<Utc>) -> Value {
+    let message = d.exception_message.as_deref().unwrap_or("");
+    json!({"exception_type": kind, "exception_message": message,
+           "exception_traceback": format!("Traceback (most recent call last):\n{kind}: {message}\n"), "occurred_at": iso(at)})
 }
 
 /// vLLM's log text, line by line, in the formats vLLM 0.33 writes (its API process prefixes its

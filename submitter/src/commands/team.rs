@@ -181,7 +181,8 @@ pub(crate) fn import_command(args: &ImportArgs) -> Result<ExitCode> {
         bail!("--from {}: the team database is PostgreSQL — give a postgres:// URL", redact_url(&url));
     }
     // The profile's staleness where `--cluster` named one, the team's rule (6 h / 24 h) otherwise.
-    let stale = link.as_ref().map_or_else(submitter::team::import::Staleness::default, |link| link.settings.staleness());
+    let stale =
+        link.as_ref().map_or_else(submitter::team::import::Staleness::default, |link| link.settings.staleness());
     let report = import::import(session.ledger.as_ref(), &url, args.full, None, stale).context("import")?;
     super::print(&if args.format.is_json() {
         output::document("import", &ImportOutput::from(&report))

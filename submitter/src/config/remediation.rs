@@ -42,6 +42,9 @@ pub enum Change {
     LongerReadiness,
     /// The node the job ran on added to `sbatch --exclude`.
     ExcludeNode,
+    /// Nothing in the launch changes: the pair waits `provider_wait_s` (the sandbox provider failed:
+    /// an outage or a key being fixed), then runs again.
+    WaitForProvider,
 }
 
 /// One row of the policy table.
@@ -67,6 +70,10 @@ const fn row(id: &'static str, default: Policy, change: Option<Change>, safe: bo
 // Finding ids by their constant (the one table, verify::findings); `outcome.<class>[.<cause>]` rows
 // are payload's recorded ends, which are no findings.
 pub const TABLE: &[Diagnosis] = &[
+    // The sandbox provider failed the trials, not the agent's setup: wait and run again (bounded by
+    // `max_retries`), before a dead/stalled cancel or a hold that a zero-200 engine would also raise.
+    // Safe: the retry changes nothing but the time.
+    row(f::TRIALS_SANDBOX_PROVIDER.id, Policy::Retry, Some(Change::WaitForProvider), true),
     // Dead and stalled jobs hold GPUs for nothing.
     row(f::ENGINE_HUNG.id, Policy::Cancel, None, true),
     row(f::ENGINE_UNHEALTHY.id, Policy::Cancel, None, true),
@@ -118,6 +125,9 @@ pub struct RemediationSettings {
     /// A `stalled` job is cancelled once the verdict has held this long.
     #[serde(default = "default_stalled_after")]
     pub(crate) stalled_after_s: u64,
+    /// A pair whose trials the sandbox provider failed waits this long before it runs again.
+    #[serde(default = "default_provider_wait")]
+    pub(crate) provider_wait_s: u64,
     /// Per-diagnosis policy over the table's default.
     #[serde(default)]
     pub overrides: BTreeMap<String, Policy>,
@@ -144,6 +154,9 @@ fn default_dead_after() -> u64 {
 fn default_stalled_after() -> u64 {
     3600
 }
+fn default_provider_wait() -> u64 {
+    1800
+}
 
 impl Default for RemediationSettings {
     fn default() -> Self {
@@ -155,6 +168,7 @@ impl Default for RemediationSettings {
             ready_budget_factor: default_ready_budget_factor(),
             dead_after_s: default_dead_after(),
             stalled_after_s: default_stalled_after(),
+            provider_wait_s: default_provider_wait(),
             overrides: BTreeMap::new(),
         }
     }
@@ -193,7 +207,11 @@ impl RemediationSettings {
         if self.max_retries > 20 {
             problems.push(format!("remediation.max_retries {} must be at most 20", self.max_retries));
         }
-        for (key, value) in [("dead_after_s", self.dead_after_s), ("stalled_after_s", self.stalled_after_s)] {
+        for (key, value) in [
+            ("dead_after_s", self.dead_after_s),
+            ("stalled_after_s", self.stalled_after_s),
+            ("provider_wait_s", self.provider_wait_s),
+        ] {
             if value > 30 * 86_400 {
                 problems.push(format!("remediation.{key} {value} must be at most 30 days (2592000)"));
             }
@@ -288,7 +306,9 @@ mod tests {
         for d in TABLE {
             assert!(seen.insert(d.id), "{} twice", d.id);
             assert_eq!(d.default == Policy::Retry, d.change.is_some(), "{}", d.id);
-            assert!(!d.safe || d.default != Policy::Retry, "{}: a retry is not among the safe ones", d.id);
+            // A retry that changes the launch is not among the safe ones; one that only waits is.
+            let waits_only = d.change == Some(Change::WaitForProvider);
+            assert!(!d.safe || d.default != Policy::Retry || waits_only, "{}: a retry is not safe", d.id);
         }
     }
 }

@@ -232,7 +232,8 @@ fn engine_facts(
     }
     if let Some(b) = beat {
         let last_ok = (b.engine_healthy).then(|| parse_time(&b.at)).flatten();
-        e.probe = Some((b.engine_healthy, b.at.clone(), last_ok));
+        e.probe =
+            Some(super::rules::Probe { failed: b.failed_probes, limit: b.probe_limit, at: b.at.clone(), last_ok });
         e.counters = b.engine.clone().map(|c| (c, b.at.clone()));
     }
     let anchor_at = |anchor: Option<i64>| -> Option<DateTime<Utc>> { log?.anchor_instant(anchor?, written_at?) };
@@ -410,6 +411,14 @@ fn done_trial(read: &hf::TrialRead, name: &str, instant_fail_s: f64, scan: &mut 
     }
     if result.has_reward() {
         scan.valid += 1;
+    }
+    if let Some(kind) = result.exception_type().filter(|k| hf::is_sandbox_provider_error(k)) {
+        scan.sandbox_failures += 1;
+        if scan.sandbox_example.is_none() {
+            let message = result.exception_message().map(|m| format!(": {m}")).unwrap_or_default();
+            scan.sandbox_example = Some((name.to_string(), format!("{kind}{message}")));
+        }
+        return;
     }
     let no_output = result.output_tokens().is_none_or(|n| n <= 0.0);
     let took = result.agent_seconds(launch_spec::rundir::parse_time_ms);

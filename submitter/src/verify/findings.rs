@@ -53,6 +53,7 @@ findings! {
     ENGINE_HUNG = "engine"."hung";
     ENGINE_LOG_UNREADABLE = "engine"."log_unreadable";
     TRIALS_PROGRESS = "trials"."progress";
+    TRIALS_SANDBOX_PROVIDER = "trials"."sandbox_provider";
     TRIALS_INSTANT_FAIL = "trials"."instant_fail";
     TRIALS_NEVER_STARTED = "trials"."never_started";
     TRIALS_SETUP_STALLED = "trials"."setup_stalled";

@@ -43,6 +43,11 @@ pub struct TrialScan {
     pub instant_example: Option<String>,
     /// Exception types of the instant failures.
     pub instant_types: BTreeMap<String, u64>,
+    /// Trials the sandbox provider failed (`launch_spec::rundir::harbor::is_sandbox_provider_error`;
+    /// never counted as instant failures: the agent never ran), with one example and its message.
+    pub sandbox_failures: u64,
+    /// (trial, `Type: the provider's message`) of the first.
+    pub sandbox_example: Option<(String, String)>,
     /// The newest `result.json` (modification time) and its trial.
     pub last_result_at: Option<DateTime<Utc>>,
     pub last_result_trial: Option<String>,
@@ -162,11 +167,37 @@ pub struct EngineFacts {
     pub example_5xx: Option<String>,
     pub context_error: Option<String>,
     pub fatal: Option<String>,
-    /// payload's health probe: (healthy, heartbeat time, last healthy reading).
-    pub probe: Option<(bool, String, Option<DateTime<Utc>>)>,
+    /// payload's health probe, from its heartbeat.
+    pub probe: Option<Probe>,
     /// vLLM's own counters in payload's heartbeat (running/waiting requests, tokens, KV usage, how
     /// long requests have run with no token), with the heartbeat's time.
     pub counters: Option<(launch_spec::records::EngineCounters, String)>,
+}
+
+/// The sandbox provider failed at least half of the finished trials: an outage or a bad key of the
+/// provider, which also leaves the engine without requests.
+fn sandbox_outage(scan: &TrialScan) -> bool {
+    scan.sandbox_failures > 0 && scan.sandbox_failures * 2 >= scan.done.max(1)
+}
+
+/// payload's health probe as its heartbeat records it: dead only by payload's own rule
+/// (`launch_spec::records::probes_say_dead`), never by one unhealthy reading.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Probe {
+    /// Failed `/health` probes in a row.
+    pub failed: u32,
+    /// payload's limit (`limits.health_failures`); 0 when its records carry none.
+    pub limit: u32,
+    /// The heartbeat's time.
+    pub at: String,
+    /// The last healthy reading.
+    pub last_ok: Option<DateTime<Utc>>,
+}
+
+impl Probe {
+    fn dead(&self) -> bool {
+        self.limit > 0 && launch_spec::records::probes_say_dead(self.failed, self.limit)
+    }
 }
 
 /// The heartbeat's vLLM counters on one line, for evidence.
@@ -608,18 +639,21 @@ fn engine_findings(
                 .action("read the end of vllm.log (`submitter logs RUN --engine`); resubmit after fixing the cause"),
         );
     }
-    if let Some((false, at, last_ok)) = &e.probe
+    if let Some(probe) = e.probe.as_ref().filter(|p| p.dead())
         && state == RunState::Running
     {
         let mut f = finding(
             findings::ENGINE_UNHEALTHY,
             Level::Fail,
             VerdictKind::Dead,
-            "the engine fails its /health probe".into(),
+            format!("the engine failed {} /health probes in a row", probe.failed),
         )
-        .evidence(format!("status.json heartbeat at {at}: engine_healthy false"))
-        .action("payload ends the run after its consecutive-failure limit; if the job stays RUNNING, cancel it");
-        if let Some(t) = last_ok {
+        .evidence(format!(
+            "status.json heartbeat at {}: {} consecutive failed probes (payload's limit, limits.health_failures = {})",
+            probe.at, probe.failed, probe.limit
+        ))
+        .action("payload ends the run at this limit; if the job stays RUNNING, cancel it");
+        if let Some(t) = &probe.last_ok {
             f = f.evidence(format!("last healthy heartbeat at {}", t.to_rfc3339()));
         }
         out.push(f);
@@ -679,7 +713,10 @@ fn engine_findings(
         out.push(f.action("max_model_len or the output budget (max_output_tokens in model_info) is too large for the prompts: lower it in the registry and resubmit"));
     }
     let zero_for = served_s.unwrap_or(0);
-    if e.ok == 0 && zero_for >= s.zero_ok_after_s as i64 {
+    // Zero 200s while the sandbox provider fails the trials are the provider's (their own finding,
+    // `trials.sandbox_provider`), not a broken agent setup.
+    let provider_outage = ev.trials.scan.as_ref().is_some_and(sandbox_outage);
+    if e.ok == 0 && zero_for >= s.zero_ok_after_s as i64 && !provider_outage {
         let mut f = Finding::new(
             findings::ENGINE_ZERO_OK,
             Level::Fail,
@@ -810,6 +847,21 @@ fn trial_findings(
                 .evidence(format!("last result.json {} ago ({trial})", human_duration((now - at).num_seconds())));
         }
         out.push(progress);
+        if let Some((trial, error)) = scan.sandbox_example.as_ref().filter(|_| scan.sandbox_failures > 0) {
+            let level = if sandbox_outage(scan) { Level::Fail } else { Level::Warn };
+            out.push(
+                Finding::new(
+                    findings::TRIALS_SANDBOX_PROVIDER,
+                    level,
+                    format!(
+                        "the sandbox provider failed {} of {} finished trials (not the agent's setup): {error}",
+                        scan.sandbox_failures, scan.done
+                    ),
+                )
+                .evidence(format!("{trial}/result.json: {error}"))
+                .action("the provider refused or timed out: check its key in the secrets file (`Bearer token is invalid`: a wrong or expired DAYTONA_API_KEY) and its status; remediation retries the pair after remediation.provider_wait_s, at most remediation.max_retries times"),
+            );
+        }
         if scan.instant_failures > 0 {
             let fail = scan.instant_failures >= 3
                 && scan.instant_failures as f64 > s.instant_fail_share * scan.done.max(1) as f64;

@@ -18,7 +18,7 @@ use launch_spec::rundir::{RecordError, StatusRecord};
 
 use super::findings::AutoCancel;
 use super::results::Audit;
-use super::rules::{EngineFacts, Evidence, JobFacts, TrialFacts, Window};
+use super::rules::{EngineFacts, Evidence, JobFacts, Probe, TrialFacts, Window};
 use super::{VerifySettings, human_duration, parse_time};
 use crate::domain::SlurmView;
 use crate::ledger::AttemptStatus;
@@ -36,6 +36,11 @@ pub struct Sample {
     pub trials_finished: u64,
     pub trials_errored: u64,
     pub healthy: bool,
+    /// payload's failed `/health` probes in a row, and its limit (`launch_spec::records::Heartbeat`).
+    #[serde(default)]
+    pub(crate) failed_probes: u32,
+    #[serde(default)]
+    pub(crate) probe_limit: u32,
 }
 
 impl Sample {
@@ -49,6 +54,8 @@ impl Sample {
             trials_finished: hb.trials_finished,
             trials_errored: hb.trials_errored,
             healthy: hb.engine_healthy,
+            failed_probes: hb.failed_probes,
+            probe_limit: hb.probe_limit,
         })
     }
 
@@ -259,7 +266,12 @@ fn draft_verdict(inputs: &Inputs, obs: &Observation, current: Option<&Sample>) -
             }),
             per_min: r.filter(|r| r.window_s > 0).map(|r| r.per_min),
             serving_since: Some(harbor_since),
-            probe: Some((c.healthy, c.at.to_rfc3339(), obs.samples.iter().rev().find(|p| p.healthy).map(|p| p.at))),
+            probe: Some(Probe {
+                failed: c.failed_probes,
+                limit: c.probe_limit,
+                at: c.at.to_rfc3339(),
+                last_ok: obs.samples.iter().rev().find(|p| p.healthy).map(|p| p.at),
+            }),
             counters: status
                 .and_then(|st| st.heartbeat.as_ref())
                 .and_then(|h| h.engine.clone().map(|e| (e, h.at.clone()))),
@@ -491,6 +503,8 @@ mod tests {
             trials_errored: 0,
             last_progress_at: Some(t(progress).to_rfc3339()),
             engine_healthy: true,
+            failed_probes: 0,
+            probe_limit: 3,
             engine: None,
         }
     }
@@ -568,13 +582,35 @@ mod tests {
         assert_eq!(v.verdict, VerdictKind::Starting);
     }
 
+    /// Dead by payload's rule only: its limit of failed probes in a row, as its heartbeat counts them.
     #[test]
-    fn unhealthy_engine_is_dead() {
+    fn unhealthy_engine_is_dead_at_payloads_limit_not_before() {
         let mut beat = hb(100, 5, 0, 1, 100);
         beat.engine_healthy = false;
-        let (v, _) = Case::new(Some(status(Phase::Running, 100, Some(beat))), 101).judge();
+        beat.failed_probes = 3;
+        let (v, _) = Case::new(Some(status(Phase::Running, 100, Some(beat.clone()))), 101).judge();
         assert_eq!(v.verdict, VerdictKind::Dead);
-        assert!(v.summary.contains("/health"));
+        assert!(v.summary.contains("3 /health probes in a row"), "{}", v.summary);
+        assert!(v.evidence.iter().any(|e| e.contains("limits.health_failures = 3")), "{:?}", v.evidence);
+        // One or two failures: payload goes on, so does `status`.
+        for failed in [1, 2] {
+            beat.failed_probes = failed;
+            let (v, _) = Case::new(Some(status(Phase::Running, 100, Some(beat.clone()))), 101).judge();
+            assert_eq!(v.verdict, VerdictKind::Healthy, "{failed} failed probe(s): {v:?}");
+        }
+    }
+
+    /// The false-dead race (issue 31): right after Harbor starts, status.json said `phase: running`
+    /// beside the loading-time heartbeat (`engine_healthy: false`: not probed for health yet), and
+    /// `status` called the job dead until the next beat, up to 15 s later.
+    #[test]
+    fn the_loading_time_heartbeat_beside_harbor_running_is_not_dead() {
+        let mut loading = hb(95, 0, 0, 0, 95);
+        (loading.engine_healthy, loading.trials_started) = (false, 0);
+        for beat in [loading.clone(), Heartbeat { probe_limit: 0, ..loading }] {
+            let (v, _) = Case::new(Some(status(Phase::Running, 96, Some(beat))), 97).judge();
+            assert_ne!(v.verdict, VerdictKind::Dead, "{v:?}");
+        }
     }
 
     /// payload's heartbeat says requests have been in flight with no token for the whole window:

@@ -306,7 +306,13 @@ fn a_mirrored_row_gets_the_job_id_the_team_database_missed() {
     let (id, _) = queued_attempt(&*ledger, "pendingid", cluster.root(), "tb2-pendingid", &job, false);
     // The team's row was written before sbatch and missed the job id (the database was down when
     // sbatch answered).
-    let mirror = submitter::team::mirror::Mirror::connect(&team.url, "tester", ledger.location(), submitter::team::mirror::WriteBounds::default()).unwrap();
+    let mirror = submitter::team::mirror::Mirror::connect(
+        &team.url,
+        "tester",
+        ledger.location(),
+        submitter::team::mirror::WriteBounds::default(),
+    )
+    .unwrap();
     let attempt = ledger.attempt(id).unwrap().unwrap();
     let new = NewAttempt {
         model: attempt.model.clone(),

@@ -636,3 +636,49 @@ fn an_installed_harness_that_never_ran_its_first_command_is_setup_stalled() {
     let (run, _) = check(&d.path);
     assert!(finding(&run, "trials.setup_stalled").is_none(), "{run:#}");
 }
+
+/// Issue 31: a sandbox-provider outage. Every trial ended in Harbor 0.25's record of a Daytona
+/// error at sandbox creation (`DaytonaError`, `Bearer token is invalid`; no agent run) and the
+/// engine saw no request in 15 minutes: the provider's finding with its message, not the agent's
+/// setup (`engine.zero_ok`: "broken agent setup"), nor instant failures of the agent.
+#[test]
+fn a_daytona_outage_is_the_sandbox_providers_finding_not_the_agent_setup() {
+    let d = job(15.0, 12, Some(1.0));
+    let message = "Failed to create sandbox: Bearer token is invalid";
+    for i in 0..12 {
+        let failed = Finished::sandbox_failed(t0(), 2.5, "DaytonaError", message);
+        done_trial(&d.path, &format!("task-{i:02}__dayt{i:03}"), 14.0 - f64::from(i), &failed);
+    }
+    engine_log(&d.path, 15.0, None, &[]);
+    let (run, code) = check(&d.path);
+    assert_eq!(code, Some(1), "{run:#}");
+    let f = finding(&run, "trials.sandbox_provider").expect("trials.sandbox_provider");
+    assert_eq!(f["level"], "fail", "{f:#}");
+    assert!(text(f).contains("the sandbox provider failed 12 of 12 finished trials"), "{f:#}");
+    assert!(text(f).contains("DaytonaError: Failed to create sandbox: Bearer token is invalid"), "{f:#}");
+    assert!(f["action"].as_str().unwrap_or("").contains("DAYTONA_API_KEY"), "{f:#}");
+    assert!(finding(&run, "engine.zero_ok").is_none(), "the agent's setup is not to blame: {run:#}");
+    assert!(finding(&run, "trials.instant_fail").is_none(), "the agent never ran: {run:#}");
+    assert!(!run.to_string().contains("broken agent setup"), "{run:#}");
+    // One provider failure among good trials: a warning, and nothing hides the rest.
+    let d = job(60.0, 10, None);
+    for i in 0..9 {
+        done_trial(&d.path, &format!("task-{i}__good{i:03}"), 5.0, &ok_trial());
+    }
+    done_trial(
+        &d.path,
+        "task-9__dayt009",
+        4.0,
+        &Finished::sandbox_failed(
+            t0(),
+            300.0,
+            "EnvironmentStartTimeoutError",
+            "Environment start timed out after 300.0 seconds",
+        ),
+    );
+    engine_log(&d.path, 58.0, Some((55.0, 1.0)), &[200, 200]);
+    let (run, _) = check(&d.path);
+    let f = finding(&run, "trials.sandbox_provider").expect("trials.sandbox_provider");
+    assert_eq!(f["level"], "warn", "{f:#}");
+    assert!(text(f).contains("1 of 10") && text(f).contains("Environment start timed out"), "{f:#}");
+}
