@@ -14,6 +14,7 @@ mod module_graph;
 mod multinode;
 mod multinode_slurm;
 mod notify;
+mod payload_binary;
 #[path = "../common/pg.rs"]
 mod pg;
 mod queueing;
