@@ -585,9 +585,16 @@ fn every_shipped_profile_passes_preflight_on_the_simulated_site() {
             text
         } else {
             names.push(name.trim_end_matches(".yaml").to_string());
+            // The simulated site's nodes are this machine: its partition and architecture, and the
+            // payload beside the submitter (no release installed under the site's paths).
+            let arch = if cfg!(target_arch = "aarch64") { "  arch: aarch64" } else { "  arch: x86_64" };
             text.lines()
-                .filter(|l| !l.starts_with("  account:") && !l.starts_with("  reservation:"))
-                .map(|l| if l.starts_with("  partition:") { "  partition: debug" } else { l })
+                .filter(|l| !["  account:", "  reservation:", "  payload_bin:"].iter().any(|k| l.starts_with(k)))
+                .map(|l| match l {
+                    _ if l.starts_with("  partition:") => "  partition: debug",
+                    _ if l.starts_with("  arch:") => arch,
+                    _ => l,
+                })
                 .collect::<Vec<_>>()
                 .join("\n")
                 + "\n"
@@ -631,6 +638,9 @@ fn preflight_outputs() {
             site.submitter("preflight", &["--preset", "tb2", "--model", MODEL, "--stage", "--format", format], None);
         assert!(out.status.success(), "{}", text(&out));
         let stdout = String::from_utf8_lossy(&out.stdout).replace(&root, "<site>").replace(&repo, "<repo>");
+        // This machine's architecture and glibc versions are placeholders too.
+        let machine = regex::Regex::new(r"is (x86_64|aarch64), needs glibc [0-9.]+, the nodes have [0-9.]+").unwrap();
+        let stdout = machine.replace_all(&stdout, "is <arch>, needs glibc <built>, the nodes have <node>").to_string();
         insta::assert_snapshot!(format!("preflight_{format}"), stdout);
     }
     // A failed check: exit 1 (the command ran and found a problem), the same document.
