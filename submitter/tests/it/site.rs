@@ -633,13 +633,13 @@ fn preflight_outputs() {
     let Some(site) = Site::new(|_| {}) else { return };
     let root = site.root().display().to_string();
     let repo = workspace_root().display().to_string();
+    // This machine's architecture and glibc versions are placeholders too.
+    let machine = regex::Regex::new(r"is (x86_64|aarch64), needs glibc [0-9.]+, the nodes have [0-9.]+").unwrap();
     for format in ["human", "json"] {
         let out =
             site.submitter("preflight", &["--preset", "tb2", "--model", MODEL, "--stage", "--format", format], None);
         assert!(out.status.success(), "{}", text(&out));
         let stdout = String::from_utf8_lossy(&out.stdout).replace(&root, "<site>").replace(&repo, "<repo>");
-        // This machine's architecture and glibc versions are placeholders too.
-        let machine = regex::Regex::new(r"is (x86_64|aarch64), needs glibc [0-9.]+, the nodes have [0-9.]+").unwrap();
         let stdout = machine.replace_all(&stdout, "is <arch>, needs glibc <built>, the nodes have <node>").to_string();
         insta::assert_snapshot!(format!("preflight_{format}"), stdout);
     }
