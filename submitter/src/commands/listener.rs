@@ -249,11 +249,12 @@ fn start(ledger: &LedgerArgs, interval: Duration, time: Option<&str>, launch_arg
     export.extend([
         ("SUBMITTER_BIN".to_string(), exe.display().to_string()),
         ("SUBMITTER_HOME".to_string(), session.root.display().to_string()),
-        (
-            "PAYLOAD_BIN".to_string(),
-            std::env::var("PAYLOAD_BIN").unwrap_or_else(|_| exe.with_file_name("payload").display().to_string()),
-        ),
     ]);
+    // The ticks find the payload binary as this command does (the profile's `slurm.payload_bin`, else
+    // beside SUBMITTER_BIN); an override in this shell goes with them.
+    if let Some(bin) = std::env::var_os("PAYLOAD_BIN").filter(|b| !b.is_empty()) {
+        export.push(("PAYLOAD_BIN".to_string(), bin.to_string_lossy().into_owned()));
+    }
     let state = ListenerState {
         cluster: session.cluster.name.clone(),
         job_name: name.clone(),

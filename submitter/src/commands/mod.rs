@@ -107,3 +107,25 @@ pub(crate) fn print_control(text: &str) -> Result<()> {
         other => Ok(other?),
     }
 }
+
+/// The payload binary this cluster's jobs exec (`submitter::node_binary::PayloadBinary::locate`):
+/// `$PAYLOAD_BIN`, else the profile's `slurm.payload_bin` (expanded; relative to the configuration
+/// root), else beside this submitter. Its real path: a `current` link is resolved now, so an update
+/// that moves the link never changes what a queued job execs (docs/install.md).
+pub(crate) fn payload_binary(
+    context: &submitter::spec_build::SpecBuilder,
+    cluster: &submitter::config::ClusterProfile,
+    root: &std::path::Path,
+) -> Result<submitter::node_binary::PayloadBinary> {
+    let from_profile = match &cluster.slurm.payload_bin {
+        Some(path) => Some(root.join(context.expand(submitter::node_binary::FIELD, path)?)),
+        None => None,
+    };
+    let from_environment = std::env::var_os("PAYLOAD_BIN").map(PathBuf::from);
+    let mut binary =
+        submitter::node_binary::PayloadBinary::locate(from_environment, from_profile, &std::env::current_exe()?);
+    if let Ok(real) = std::fs::canonicalize(&binary.path) {
+        binary.path = real;
+    }
+    Ok(binary)
+}

@@ -52,7 +52,8 @@ pub(crate) fn preflight(args: &PreflightArgs) -> Result<ExitCode> {
     let context = loaded.context();
     let slurm = SlurmCli::new();
     let queries = SlurmQueries(&slurm);
-    let site = Site::here(&loaded.root, &queries);
+    let payload = super::payload_binary(&context, &loaded.cluster, &loaded.root)?;
+    let site = Site::here(&loaded.root, &queries).with_payload(payload);
     // The spec was built: the dataset is the preset's.
     let dataset = submitter::settings::dataset(args.spec.dataset.as_deref(), &loaded.preset)
         .map_or_else(|(asked, _)| asked, |d| d.value);

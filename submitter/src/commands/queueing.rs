@@ -244,18 +244,15 @@ fn policy(session: &Session, selection: &Selection) -> Policy {
     }
 }
 
-/// Where payload and the batch script are; `launch` insists they exist (`plan` shows the paths).
+/// Where payload and the batch script are; `launch` insists they fit the nodes (`plan` shows the
+/// paths).
 fn executables(session: &Session, must_exist: bool) -> Result<Executables> {
-    let payload_bin = match std::env::var_os("PAYLOAD_BIN") {
-        Some(bin) => bin.into(),
-        None => std::env::current_exe()?.with_file_name("payload"),
-    };
+    let binary = super::payload_binary(&session.context(), &session.cluster, &session.root)?;
+    let payload_bin = binary.path.clone();
     let script = session.root.join(&session.cluster.slurm.script);
     let prelude = session.cluster.slurm.prelude.as_ref().map(|p| session.root.join(p));
     if must_exist {
-        if !payload_bin.is_file() {
-            bail!("payload binary not found at {} (build it, or set PAYLOAD_BIN)", payload_bin.display());
-        }
+        submitter::node_binary::check_file(&binary, &session.cluster).map_err(anyhow::Error::msg)?;
         if !script.is_file() {
             bail!("batch script {} not found (clusters/{}.yaml slurm.script)", script.display(), session.cluster.name);
         }
@@ -455,7 +452,8 @@ fn iterate(
     let stager =
         if args.dry_run { submitter::stage::Stager::dry(&context) } else { submitter::stage::Stager::new(&context) };
     let queries = preflight::SlurmQueries(&session.slurm);
-    let site = preflight::Site::here(&session.root, &queries);
+    let payload = super::payload_binary(&context, &session.cluster, &session.root)?;
+    let site = preflight::Site::here(&session.root, &queries).with_payload(payload);
     let prepare = |job: &PlannedJob, spec: &launch_spec::LaunchSpec| {
         let choice = job.settings.slurm_choice();
         preflight::stage_and_check(&stager, &job.dataset, spec, &choice, &session.cluster, &site).map(drop)

@@ -155,6 +155,10 @@ pub struct SlurmSettings {
     /// Optional prelude sourced by the script, for `module load` lines only.
     #[serde(default)]
     pub prelude: Option<PathBuf>,
+    /// The payload binary the job execs, built for `hardware.arch` (docs/install.md); `~` and
+    /// `${VAR}` expanded. Absent: `payload` beside the submitter. `$PAYLOAD_BIN` overrides it.
+    #[serde(default)]
+    pub payload_bin: Option<PathBuf>,
     /// Names of the submitter's environment variables passed to the job (`sbatch --export`), besides
     /// payload's own. Never secrets: payload reads those from the secrets file on the node.
     #[serde(default)]
@@ -914,7 +918,8 @@ impl ClusterProfile {
         for p in [&paths.jobs_dir, &paths.logs_dir, &paths.state_dir].into_iter().chain(&paths.datasets_dirs) {
             path(p);
         }
-        for p in paths.hf_cache.iter().chain(&self.secrets.file).chain(&self.hardware.cuda_home) {
+        let binaries = self.slurm.payload_bin.iter();
+        for p in paths.hf_cache.iter().chain(&self.secrets.file).chain(&self.hardware.cuda_home).chain(binaries) {
             path(p);
         }
         for env in self.environments.values() {

@@ -17,6 +17,7 @@ mod module_graph;
 mod multinode;
 mod multinode_slurm;
 mod notify;
+mod payload_binary;
 #[path = "../common/pg.rs"]
 mod pg;
 #[path = "../common/pgproxy.rs"]

@@ -23,7 +23,7 @@ use crate::ledger::Store;
 use crate::queueing::{text, wait_until};
 use crate::support::{SUBMITTER, binaries, slurm_up, workspace_root, write_tasks};
 
-const MODEL: &str = "test/Tiny-1B";
+pub(crate) const MODEL: &str = "test/Tiny-1B";
 const DATASET: &str = "DCAgent2/terminal_bench_2";
 /// The datasets of the `ID` preset group (three legs).
 const ID_DATASETS: [&str; 3] = [DATASET, "DCAgent/dev_set_v2", "DCAgent2/swebench-verified-random-100-folders"];
@@ -85,13 +85,13 @@ fn cache_model(cache: &Path, model: &str) {
 }
 
 /// One simulated site: `${WORK}` and `${SCRATCH}` exist only in the submitter's shell.
-struct Site {
+pub(crate) struct Site {
     dir: TempDir,
     hf: PathBuf,
 }
 
 impl Site {
-    fn new(tweak: impl Fn(&mut String)) -> Option<Site> {
+    pub(crate) fn new(tweak: impl Fn(&mut String)) -> Option<Site> {
         if !slurm_up() || !lmod_installed() {
             return None;
         }
@@ -186,7 +186,7 @@ pre_download:
         Some(site)
     }
 
-    fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         self.dir.path()
     }
 
@@ -198,13 +198,13 @@ pre_download:
         self.work().join("data/datasets/DCAgent2_terminal_bench_2")
     }
 
-    fn run_dir(&self) -> PathBuf {
+    pub(crate) fn run_dir(&self) -> PathBuf {
         self.work().join("eval_jobs/terminal_bench_2__test__Tiny-1B")
     }
 
     /// `submitter <command> --cluster simsite …` from a shell that holds the site's variables —
     /// which the job never sees.
-    fn submitter(&self, command: &str, args: &[&str], ledger: Option<&str>) -> Output {
+    pub(crate) fn submitter(&self, command: &str, args: &[&str], ledger: Option<&str>) -> Output {
         let root = self.root();
         let mut cmd = Command::new(SUBMITTER);
         cmd.arg(command).args(["--cluster", "simsite", "--clusters"]).arg(root.join("clusters"));
@@ -228,7 +228,7 @@ pre_download:
         cmd.output().unwrap()
     }
 
-    fn launch(&self, ledger: &str) -> Output {
+    pub(crate) fn launch(&self, ledger: &str) -> Output {
         self.submitter("launch", &["--once", "--preset", "tb2", "--model", MODEL], Some(ledger))
     }
 }
@@ -393,7 +393,7 @@ fn preflight_refusals_queue_nothing_and_burn_no_attempt() {
     }
 }
 
-fn edit_profile(site: &Site, from: &str, to: &str) {
+pub(crate) fn edit_profile(site: &Site, from: &str, to: &str) {
     let path = site.root().join("clusters/simsite.yaml");
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(text.contains(from), "{from} not in the profile");
@@ -534,9 +534,16 @@ fn every_shipped_profile_passes_preflight_on_the_simulated_site() {
             text
         } else {
             names.push(name.trim_end_matches(".yaml").to_string());
+            // The simulated site's nodes are this machine: its partition and architecture, and the
+            // payload beside the submitter (no release installed under the site's paths).
+            let arch = if cfg!(target_arch = "aarch64") { "  arch: aarch64" } else { "  arch: x86_64" };
             text.lines()
-                .filter(|l| !l.starts_with("  account:") && !l.starts_with("  reservation:"))
-                .map(|l| if l.starts_with("  partition:") { "  partition: debug" } else { l })
+                .filter(|l| !["  account:", "  reservation:", "  payload_bin:"].iter().any(|k| l.starts_with(k)))
+                .map(|l| match l {
+                    _ if l.starts_with("  partition:") => "  partition: debug",
+                    _ if l.starts_with("  arch:") => arch,
+                    _ => l,
+                })
                 .collect::<Vec<_>>()
                 .join("\n")
                 + "\n"
@@ -681,11 +688,14 @@ fn preflight_outputs() {
     let Some(site) = Site::new(|_| {}) else { return };
     let root = site.root().display().to_string();
     let repo = workspace_root().display().to_string();
+    // This machine's architecture and glibc versions are placeholders too.
+    let machine = regex::Regex::new(r"is (x86_64|aarch64), needs glibc [0-9.]+, the nodes have [0-9.]+").unwrap();
     for format in ["human", "json"] {
         let out =
             site.submitter("preflight", &["--preset", "tb2", "--model", MODEL, "--stage", "--format", format], None);
         assert!(out.status.success(), "{}", text(&out));
         let stdout = String::from_utf8_lossy(&out.stdout).replace(&root, "<site>").replace(&repo, "<repo>");
+        let stdout = machine.replace_all(&stdout, "is <arch>, needs glibc <built>, the nodes have <node>").to_string();
         insta::assert_snapshot!(format!("preflight_{format}"), stdout);
     }
     // A failed check: exit 1 (the command ran and found a problem), the same document.
