@@ -333,9 +333,13 @@ pub fn paired(a: &[Trial], b: &[Trial], policy: InvalidTrials, bootstrap: Bootst
     })
 }
 
+/// A difference of means in percentage points, signed (`+3.4`).
+pub fn points(x: f64) -> String {
+    format!("{:+.1}", 100.0 * x)
+}
+
 /// The one-line verdict: a difference only when the interval excludes 0.
 pub fn verdict(comparison: &PairedComparison, a: &str, b: &str) -> String {
-    let points = |x: f64| format!("{:+.1}", 100.0 * x);
     match comparison.interval {
         None => {
             format!("no detectable difference: {} common task(s) are too few for an interval", comparison.tasks.len())
