@@ -282,6 +282,7 @@ fn matrix(session: &Session, rank_by: Option<&str>) -> Result<Matrix> {
     let attempts = results::finished_attempts(session.ledger.as_ref())?;
     let mut m = results::build_matrix(&attempts, rank_by, &session.cluster.verify)?;
     results::attach_gpu(&mut m, &session.ledger.gpu_seconds()?);
+    results::attach_trials(&mut m, session.ledger.as_ref())?;
     Ok(m)
 }
 
@@ -294,7 +295,7 @@ pub(crate) fn results(args: &ResultsArgs) -> Result<ExitCode> {
     } else if args.csv {
         results::render_csv(&m)
     } else {
-        results::render_text(&m) + &results::render_gpu_text(&m)
+        results::render_text(&m) + &results::render_trials_text(&m) + &results::render_gpu_text(&m)
     };
     super::print(&text)?;
     Ok(ExitCode::SUCCESS)

@@ -9,6 +9,15 @@ use crate::support::{on_local as run, stderr, stdout};
 
 /// A finished terminal_bench_2 attempt of `model` with one trial per task (`t00`, `t01`, …).
 fn finished(state: &std::path::Path, model: &str, rewards: &[f64]) {
+    let trials = rewards
+        .iter()
+        .enumerate()
+        .map(|(i, r)| Trial { task: format!("t{i:02}"), attempt: 1, reward: *r, valid: true })
+        .collect();
+    finished_with(state, model, trials);
+}
+
+fn finished_with(state: &std::path::Path, model: &str, trials: Vec<Trial>) {
     let ledger = open_ledger(&format!("sqlite:{}", state.join("ledger.sqlite").display())).unwrap();
     let id = ledger
         .insert_pending(&NewAttempt {
@@ -23,11 +32,6 @@ fn finished(state: &std::path::Path, model: &str, rewards: &[f64]) {
         })
         .unwrap();
     ledger.transition(id, AttemptStatus::Finished, "finished", Some(&json!({"mean_reward": 0.5}))).unwrap();
-    let trials = rewards
-        .iter()
-        .enumerate()
-        .map(|(i, r)| Trial { task: format!("t{i:02}"), attempt: 1, reward: *r, valid: true })
-        .collect();
     ledger.record_trials(id, &TrialSet { harbor_version: Some("0.25.0".into()), trials }).unwrap();
 }
 
@@ -71,4 +75,43 @@ fn compare_names_the_flipped_tasks_and_says_when_there_is_no_difference() {
     let out = run(&state, &["compare", "org/A-8B", "org/Nope-8B"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("no benchmark where both have a finished attempt"), "{}", stderr(&out));
+}
+
+/// `results` on a run with invalid trials and several attempts per task: both means, labelled,
+/// each with the task-clustered SE (checked against a hand computation) and a bootstrap interval,
+/// pass@k, and the Harbor version that produced it — in the text and in `--json`.
+#[test]
+fn results_show_both_means_the_clustered_se_and_the_harbor_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    // 20 tasks × 2 attempts: tasks 0–9 solved twice, 10–19 failed twice, except that task 19's
+    // second attempt is invalid (no reward).
+    let mut trials = Vec::new();
+    for task in 0..20 {
+        for attempt in 1..=2 {
+            let valid = !(task == 19 && attempt == 2);
+            let reward = if task < 10 { 1.0 } else { 0.0 };
+            trials.push(Trial { task: format!("t{task:02}"), attempt, reward, valid });
+        }
+    }
+    finished_with(&state, "org/D-8B", trials);
+    let out = run(&state, &["results", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = &doc["cells"][0]["trials"];
+    assert_eq!(t["harbor_version"], "0.25.0", "{t}");
+    let (zero, dropped) = (&t["estimates"][0], &t["estimates"][1]);
+    assert_eq!((zero["label"].as_str(), dropped["label"].as_str()), (Some("invalid as 0"), Some("invalid dropped")));
+    assert!((zero["mean"].as_f64().unwrap() - 20.0 / 40.0).abs() < 1e-12, "{zero}");
+    assert!((dropped["mean"].as_f64().unwrap() - 20.0 / 39.0).abs() < 1e-12, "{dropped}");
+    // Reference CR1 SE for "invalid as 0": μ = ½, task sums 2 (×10) and 0 (×10) over 2 trials each:
+    // residuals ±1, SE = sqrt(20/19 · 20) / 40.
+    let reference = (20.0_f64 / 19.0 * 20.0).sqrt() / 40.0;
+    assert!((zero["clustered_se"].as_f64().unwrap() - reference).abs() < 1e-12, "{zero}");
+    assert!(zero["interval"]["lower"].as_f64().unwrap() < 0.5 && zero["interval"]["upper"].as_f64().unwrap() > 0.5);
+    assert_eq!(t["pass_at_k"], json!([2, 0.5]), "{t}");
+    let out = run(&state, &["results"]);
+    let text = stdout(&out);
+    assert!(text.contains("org/D-8B tb2: invalid as 0 50.0 ± 11.5"), "{text}");
+    assert!(text.contains("invalid dropped 51.3") && text.contains("Harbor 0.25.0"), "{text}");
 }
