@@ -25,6 +25,7 @@ pub mod slurm;
 pub mod snapshot;
 pub mod spec_build;
 pub mod stage;
+pub mod stats;
 pub mod sync;
 pub mod team;
 pub mod text;

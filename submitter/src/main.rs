@@ -46,6 +46,10 @@ pub enum Command {
     Check(commands::verify::CheckArgs),
     /// The models × benchmarks score matrix from the ledger.
     Results(commands::verify::ResultsArgs),
+    /// Two models paired on the tasks both ran, per benchmark: per-task differences, the mean
+    /// difference with its paired-bootstrap interval, the flipped tasks, exact McNemar where it
+    /// applies, and a one-line verdict (docs/results.md).
+    Compare(commands::verify::CompareArgs),
     /// A self-contained HTML report: score matrix, in-flight jobs and their evidence.
     Report(commands::verify::ReportArgs),
     /// Show a job's log: the Slurm output (default), --engine, --harbor or --tunnel.
@@ -103,6 +107,7 @@ fn main() -> ExitCode {
         Command::Move(args) => commands::queueing::move_command(&args),
         Command::Check(args) => commands::verify::check(&args),
         Command::Results(args) => commands::verify::results(&args),
+        Command::Compare(args) => commands::verify::compare(&args),
         Command::Report(args) => commands::verify::report(&args),
         Command::Logs(args) => commands::verify::logs(&args),
         Command::Models(command) => commands::catalogue::models(&command),

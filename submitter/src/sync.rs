@@ -12,8 +12,9 @@ use serde_json::Value;
 use crate::decide::MISSING_JOB_GRACE_S;
 use crate::domain::{SHARED_KEY, SUBMISSION_TAG_KEY, SlurmView, VANISHED};
 use crate::gpuhours::{AttemptGpu, SharedRef, attempt_gpu, elapsed_s};
-use crate::ledger::{Attempt, AttemptStatus, Ledger, now};
+use crate::ledger::{Attempt, AttemptStatus, Ledger, TrialSet, now};
 use crate::slurm::{JobId, JobInfo, JobState, Slurm, SlurmError, best_match};
+use crate::stats::Trial;
 use crate::team::mirror::Mirror;
 use crate::team::publish;
 use crate::verify::{VerifySettings, results};
@@ -130,6 +131,23 @@ pub fn harbor_metrics(run_dir: &Path, settings: &VerifySettings) -> Option<Value
     let summary = results::score_summary(run_dir)?;
     let audit = results::audit_of(&summary, settings);
     Some(results::metrics_json(&summary, &audit))
+}
+
+/// A finished run dir's per-trial facts and the Harbor that wrote them (its job lock), for the
+/// ledger's `trials` (docs/ledger.md, migration 7); `None` when the dir has no finished trial.
+pub fn trial_set(run_dir: &Path) -> Option<TrialSet> {
+    use launch_spec::rundir::harbor;
+    let trials: Vec<Trial> = harbor::trial_facts(run_dir)
+        .ok()?
+        .into_iter()
+        .map(|f| Trial { task: f.task, attempt: f.attempt, reward: f.reward, valid: f.valid })
+        .collect();
+    if trials.is_empty() {
+        return None;
+    }
+    let lock: Option<harbor::JobLock> = harbor::read(&run_dir.join(harbor::LOCK_FILE)).ok().flatten();
+    let harbor_version = lock.as_ref().and_then(|l| l.harbor_version()).map(str::to_string);
+    Some(TrialSet { harbor_version, trials })
 }
 
 /// The metrics with what payload found on the node (`provenance`: GPU, and the model revision and
@@ -252,6 +270,9 @@ pub fn sync(
                     .and_then(|d| harbor_metrics(d, settings))
                     .map(|m| with_node_provenance(m, status.as_ref()));
                 change(AttemptStatus::Finished, "finished".to_string(), metrics, false)?;
+                if let Some(set) = run_dir.as_deref().and_then(trial_set) {
+                    ledger.record_trials(attempt.id, &set)?;
+                }
             } else {
                 let cause = outcome.cause.map(|c| format!("/{c}")).unwrap_or_default();
                 let resumable = is_resumable(Some(outcome.class), slurm_state);
@@ -405,5 +426,27 @@ mod tests {
         assert!(!is_resumable(Some(OutcomeClass::EngineDied), None));
         assert!(!is_resumable(Some(OutcomeClass::EngineStart), Some(&JobState::Timeout)));
         assert!(is_resumable(None, Some(&JobState::Timeout)));
+    }
+
+    /// What sync stores for a finished attempt: each finished trial's facts and the Harbor
+    /// version from the job lock; nothing for a dir without a finished trial.
+    #[test]
+    fn a_finished_run_dir_gives_its_trials_and_harbor_version() {
+        use launch_spec::testkit::rundir::{Finished, HarborJob, RunDir, Stage, Trial as TrialDir};
+        let t0 = chrono::Utc::now();
+        let d = RunDir::temp("job");
+        d.job(&HarborJob::started("job", t0 - chrono::Duration::minutes(60), 3, None));
+        assert_eq!(trial_set(d.path()), None);
+        let done = |reward: Option<f64>, minutes: i64| {
+            Stage::Done(Finished { reward, ..Finished::ok(t0 - chrono::Duration::minutes(minutes)) })
+        };
+        d.trial(&TrialDir::new("fix-git__a", done(Some(1.0), 9)))
+            .trial(&TrialDir::new("fix-git__b", done(Some(0.0), 5)))
+            .trial(&TrialDir::new("build-c__c", done(None, 7)));
+        let set = trial_set(d.path()).unwrap();
+        assert_eq!(set.harbor_version.as_deref(), Some("0.25.0"));
+        let got: Vec<(&str, u32, f64, bool)> =
+            set.trials.iter().map(|t| (t.task.as_str(), t.attempt, t.reward, t.valid)).collect();
+        assert_eq!(got, [("build-c", 1, 0.0, false), ("fix-git", 1, 1.0, true), ("fix-git", 2, 0.0, true)]);
     }
 }

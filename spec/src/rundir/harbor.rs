@@ -180,6 +180,9 @@ pub struct Timing {
 /// A trial `result.json`.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct TrialResult {
+    /// The task this trial ran (Harbor ≥ 0.2x); older results name it only by the trial dir.
+    #[serde(default)]
+    pub task_name: Option<String>,
     #[serde(default)]
     pub exception_info: Option<ExceptionInfo>,
     #[serde(default)]
@@ -264,6 +267,12 @@ impl TrialResult {
     /// A numeric reward from the verifier.
     pub fn has_reward(&self) -> bool {
         self.verifier_result.as_ref().and_then(|v| v.rewards.as_ref()).is_some_and(|r| r.values().any(Value::is_number))
+    }
+
+    /// The verifier's reward: the `reward` entry when numeric, else the first numeric one.
+    pub fn reward(&self) -> Option<f64> {
+        let rewards = self.verifier_result.as_ref()?.rewards.as_ref()?;
+        rewards.get("reward").and_then(Value::as_f64).or_else(|| rewards.values().find_map(Value::as_f64))
     }
 
     /// Output tokens the agent got: `n_output_tokens`, else the sum over `model_usage`.
@@ -395,6 +404,53 @@ pub fn read_trial(trial: &Path, buf: &mut Vec<u8>) -> TrialRead {
         read.result = serde_json::from_slice(buf).ok();
     }
     read
+}
+
+/// One finished trial as statistics see it (submitter's `stats::Trial`, the ledger's `trials`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrialFact {
+    pub task: String,
+    /// 1, 2, … within the task, by the trial's start time (then its directory name).
+    pub attempt: u32,
+    /// The verifier's reward; 0 when it gave none.
+    pub reward: f64,
+    /// The verifier gave a numeric reward — the trials Harbor's `reward_stats` counts (an error
+    /// before the verifier leaves none). Harbor 0.25's mean counts the others as 0, 0.26 drops them.
+    pub valid: bool,
+}
+
+/// The finished trials of a Harbor job dir ([`read_trial`] for each, the reader `check` and
+/// payload's heartbeat use), in task order then attempt. A trial whose `result.json` is torn or
+/// oversized is left out: it has no facts to give. The task is `task_name`, else the trial
+/// directory's name before Harbor's `__` suffix.
+pub fn trial_facts(job_dir: &Path) -> std::io::Result<Vec<TrialFact>> {
+    let mut buf = Vec::with_capacity(16 << 10);
+    let mut found: BTreeMap<String, Vec<(Option<String>, String, TrialFact)>> = BTreeMap::new();
+    for entry in std::fs::read_dir(job_dir)? {
+        let Ok(entry) = entry else { continue };
+        if !is_trial_entry(&entry) {
+            continue;
+        }
+        let read = read_trial(&entry.path(), &mut buf);
+        let Some(result) = read.result.filter(|_| read.stage == TrialStage::Done) else { continue };
+        let dir_name = entry.file_name().to_string_lossy().into_owned();
+        let task = result.task_name.clone().unwrap_or_else(|| match dir_name.rsplit_once("__") {
+            Some((task, _)) => task.to_string(),
+            None => dir_name.clone(),
+        });
+        let reward = result.reward();
+        let fact = TrialFact { task: task.clone(), attempt: 0, reward: reward.unwrap_or(0.0), valid: reward.is_some() };
+        found.entry(task).or_default().push((result.started_at.clone(), dir_name, fact));
+    }
+    let mut facts = Vec::new();
+    for (_, mut trials) in found {
+        trials.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+        for (number, (_, _, mut fact)) in (1u32..).zip(trials) {
+            fact.attempt = number;
+            facts.push(fact);
+        }
+    }
+    Ok(facts)
 }
 
 /// Reads a Harbor JSON file into its model: `Ok(None)` when absent, `Err` with serde's message when

@@ -585,6 +585,31 @@ mod tests {
         std::fs::metadata(path).unwrap().modified().unwrap().into()
     }
 
+    /// `trial_facts`: finished trials only, numbered per task by start time, the task from
+    /// `task_name`; a trial without a verifier reward is invalid with reward 0.
+    #[test]
+    fn trial_facts_number_attempts_per_task_and_mark_rewardless_trials_invalid() {
+        let t0 = DateTime::parse_from_rfc3339("2026-11-30T06:00:00Z").unwrap().with_timezone(&Utc);
+        let before = |minutes: i64| t0 - Duration::minutes(minutes);
+        let d = RunDir::temp("job");
+        d.job(&HarborJob::started("job", before(60), 5, None));
+        let done = |reward: Option<f64>, minutes: i64| {
+            Stage::Done(Finished {
+                reward,
+                exception: reward.is_none().then(|| "DaytonaError".into()),
+                ..Finished::ok(before(minutes))
+            })
+        };
+        d.trial(&Trial::new("t1__late", done(Some(0.0), 5)))
+            .trial(&Trial::new("t1__early", done(Some(1.0), 20)))
+            .trial(&Trial::new("t2__x", done(None, 8)))
+            .trial(&Trial::new("t3__r", Stage::Running(before(3))));
+        let facts = harbor::trial_facts(d.path()).unwrap();
+        let got: Vec<(&str, u32, f64, bool)> =
+            facts.iter().map(|f| (f.task.as_str(), f.attempt, f.reward, f.valid)).collect();
+        assert_eq!(got, [("t1", 1, 1.0, true), ("t1", 2, 0.0, true), ("t2", 1, 0.0, false)]);
+    }
+
     /// What the builder writes reads back through the product's own readers as meant.
     #[test]
     fn written_run_dirs_read_back_through_the_run_dir_readers() {

@@ -11,8 +11,10 @@ use submitter::config;
 use submitter::ledger::Ledger;
 use submitter::observe::shared_group_dir;
 use submitter::slurm::{JobId, Slurm, SlurmCli};
+use submitter::stats::Bootstrap;
 use submitter::sync::run_dir_of;
 use submitter::verify::check::{self, RunCheck};
+use submitter::verify::compare;
 use submitter::verify::report::{self, ReportInput, RunEvidence};
 use submitter::verify::results::{self, Matrix};
 use submitter::verify::status::{self, Collect};
@@ -92,6 +94,24 @@ pub struct ResultsArgs {
     /// The binary benchmark models are ranked on (default terminal_bench_2, else swebench-100).
     #[arg(long, value_name = "BENCHMARK")]
     pub rank_by: Option<String>,
+}
+
+#[derive(clap::Args)]
+pub struct CompareArgs {
+    #[command(flatten)]
+    pub ledger: LedgerArgs,
+    #[command(flatten)]
+    pub format: FormatArgs,
+    /// The first model (A); differences are A − B.
+    pub a: String,
+    /// The second model (B).
+    pub b: String,
+    /// Only this benchmark (a column such as `terminal_bench_2@openhands`, a family or a member).
+    #[arg(long, value_name = "BENCHMARK")]
+    pub benchmark: Option<String>,
+    /// The bootstrap's seed (the same seed gives the same intervals).
+    #[arg(long, default_value_t = Bootstrap::default().seed)]
+    pub seed: u64,
 }
 
 #[derive(clap::Args)]
@@ -266,6 +286,7 @@ fn matrix(session: &Session, rank_by: Option<&str>) -> Result<Matrix> {
     let attempts = results::finished_attempts(session.ledger.as_ref())?;
     let mut m = results::build_matrix(&attempts, rank_by, &session.cluster.verify)?;
     results::attach_gpu(&mut m, &session.ledger.gpu_seconds()?);
+    results::attach_trials(&mut m, session.ledger.as_ref())?;
     Ok(m)
 }
 
@@ -278,8 +299,29 @@ pub(crate) fn results(args: &ResultsArgs) -> Result<ExitCode> {
     } else if args.csv {
         results::render_csv(&m)
     } else {
-        results::render_text(&m) + &results::render_gpu_text(&m)
+        results::render_text(&m) + &results::render_trials_text(&m) + &results::render_gpu_text(&m)
     };
+    super::print(&text)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `submitter compare A B`.
+pub(crate) fn compare(args: &CompareArgs) -> Result<ExitCode> {
+    if args.a == args.b {
+        bail!("compare {0} {0}: name two different models", args.a);
+    }
+    let session = Session::open(&args.ledger)?;
+    let bootstrap = Bootstrap { seed: args.seed, ..Bootstrap::default() };
+    let c = compare::compare(&*session.ledger, &args.a, &args.b, args.benchmark.as_deref(), bootstrap)?;
+    if c.benchmarks.is_empty() && c.skipped.is_empty() {
+        bail!(
+            "compare {} {}: no benchmark{} where both have a finished attempt; `submitter results` lists what each has",
+            args.a,
+            args.b,
+            args.benchmark.as_deref().map(|b| format!(" matching `{b}`")).unwrap_or_default()
+        );
+    }
+    let text = if args.format.is_json() { output::document("compare", &c) } else { compare::render_text(&c) };
     super::print(&text)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -635,6 +635,10 @@ struct CellOutput<'a> {
     gpu_hours: Option<f64>,
     gpu_seconds_by_phase: Option<&'a submitter::gpuhours::PhaseSeconds>,
     gpu_attempts: Option<&'a [i64]>,
+    /// From the result's per-trial facts (docs/results.md): `harbor_version`, `estimates` (both
+    /// means, labelled, with `clustered_se` and `interval`), `attempts_per_task`, `pass_at_k`;
+    /// `null` without them.
+    trials: Option<&'a submitter::verify::results::TrialStatistics>,
 }
 
 /// What a result ran under; `null` where the attempt does not record it (older rows, imports).
@@ -703,6 +707,7 @@ impl<'a> From<&'a Cell> for CellOutput<'a> {
             gpu_hours: c.gpu.as_ref().map(|g| g.gpu_hours),
             gpu_seconds_by_phase: c.gpu.as_ref().map(|g| &g.gpu_seconds_by_phase),
             gpu_attempts: c.gpu.as_ref().map(|g| g.attempts.as_slice()),
+            trials: c.trials.as_ref(),
         }
     }
 }

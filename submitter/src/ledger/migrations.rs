@@ -35,6 +35,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     migration!(4, "0004", "agent"),
     migration!(5, "0005", "gpu_seconds"),
     migration!(6, "0006", "remediation"),
+    migration!(7, "0007", "trials"),
 ];
 
 /// The schema version this build writes.

@@ -103,6 +103,13 @@ pub trait Ledger: Send + Sync {
     /// Every attempt with a GPU-seconds record, by id.
     fn gpu_seconds(&self) -> Result<Vec<GpuSecondsRow>>;
 
+    /// Records an attempt's per-trial facts and the Harbor that produced them (migration 7),
+    /// replacing an earlier record whole. Unknown id: [`LedgerError::NotFound`].
+    fn record_trials(&self, id: AttemptId, set: &TrialSet) -> Result<()>;
+
+    /// An attempt's per-trial facts, tasks in byte order then attempt; `None` when none recorded.
+    fn trials(&self, id: AttemptId) -> Result<Option<TrialSet>>;
+
     /// One attempt by id.
     fn attempt(&self, id: AttemptId) -> Result<Option<Attempt>>;
 
@@ -266,6 +273,14 @@ pub struct GpuSecondsRow {
     pub run_tag: String,
     pub status: AttemptStatus,
     pub record: Value,
+}
+
+/// An attempt's trials as sync read them from its run dir (`crate::stats` computes from these).
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct TrialSet {
+    /// From Harbor's job lock; `None` when the run dir did not say.
+    pub harbor_version: Option<String>,
+    pub trials: Vec<crate::stats::Trial>,
 }
 
 /// One submitter's heartbeat on one cluster.

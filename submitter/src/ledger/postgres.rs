@@ -367,6 +367,7 @@ fn param<'a>(arg: &'a Arg<'_>) -> Param<'a> {
         Arg::OptText(text) => (text, Type::TEXT),
         Arg::Int(n) => (n, Type::INT8),
         Arg::OptInt(n) => (n, Type::INT8),
+        Arg::Float(x) => (x, Type::FLOAT8),
         Arg::Bool(b) => (b, Type::BOOL),
         Arg::Json(value) => (value, Type::JSONB),
         Arg::Ts(ts) => (ts, Type::TIMESTAMPTZ),
@@ -383,6 +384,8 @@ fn row(row: &::postgres::Row) -> Step<Row> {
             row.try_get::<_, Option<i32>>(i)?.map(|n| Cell::Int(n.into()))
         } else if *ty == Type::INT2 {
             row.try_get::<_, Option<i16>>(i)?.map(|n| Cell::Int(n.into()))
+        } else if *ty == Type::FLOAT8 {
+            row.try_get::<_, Option<f64>>(i)?.map(Cell::Float)
         } else if *ty == Type::BOOL {
             row.try_get::<_, Option<bool>>(i)?.map(Cell::Bool)
         } else if *ty == Type::JSONB || *ty == Type::JSON {

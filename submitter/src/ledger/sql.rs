@@ -24,10 +24,12 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use super::migrations::{self, Migration};
+use crate::stats::Trial;
+
 use super::{
     ATTEMPT_COLUMNS, Attempt, AttemptId, AttemptStatus, GpuSecondsRow, Heartbeat, ImportedAttempt, ImportedState,
     LATEST_PER_PAIR_SQL, Ledger, LedgerError, Model, NewAttempt, NewRemediation, PairState, Remediation, Result,
-    Timestamp, filter_by_size, number_imports, size_class, sql_status_list,
+    Timestamp, TrialSet, filter_by_size, number_imports, size_class, sql_status_list,
 };
 use crate::domain::{SUBMISSION_TAG_KEY, VANISHED};
 
@@ -39,6 +41,7 @@ pub enum Arg<'a> {
     Int(i64),
     /// An integer or SQL NULL.
     OptInt(Option<i64>),
+    Float(f64),
     Bool(bool),
     /// A JSON document; None is SQL NULL.
     Json(Option<&'a Value>),
@@ -51,6 +54,7 @@ pub enum Arg<'a> {
 pub enum Cell {
     Null,
     Int(i64),
+    Float(f64),
     Bool(bool),
     Text(String),
     Json(Value),
@@ -243,6 +247,19 @@ impl Row {
     pub(crate) fn int(&self, i: usize) -> std::result::Result<i64, String> {
         self.opt(i, |c| if let Cell::Int(n) = c { Some(*n) } else { None }, "an integer")?
             .ok_or_else(|| format!("column {i}: unexpected NULL"))
+    }
+
+    pub(crate) fn float(&self, i: usize) -> std::result::Result<f64, String> {
+        self.opt(
+            i,
+            |c| match c {
+                Cell::Float(x) => Some(*x),
+                Cell::Int(n) => Some(*n as f64),
+                _ => None,
+            },
+            "a number",
+        )?
+        .ok_or_else(|| format!("column {i}: unexpected NULL"))
     }
 
     pub(crate) fn boolean(&self, i: usize) -> std::result::Result<bool, String> {
@@ -737,6 +754,61 @@ impl<B: Backend> Ledger for SqlLedger<B> {
                 })
                 .collect::<std::result::Result<_, String>>()
                 .map_err(|e| self.corrupt(e))
+        })
+    }
+
+    fn record_trials(&self, id: AttemptId, set: &TrialSet) -> Result<()> {
+        write(&self.backend, "record an attempt's trials", |db| {
+            // Replaces an earlier record whole: a re-sync never leaves trials of two readings.
+            db.execute("DELETE FROM trials WHERE attempt_id = $1", &[Arg::Int(id.0)])?;
+            db.execute("DELETE FROM trial_sets WHERE attempt_id = $1", &[Arg::Int(id.0)])?;
+            let written = db.execute(
+                "INSERT INTO trial_sets (attempt_id, harbor_version, recorded_at)
+                 SELECT id, $2, now() FROM attempts WHERE id = $1",
+                &[Arg::Int(id.0), Arg::OptText(set.harbor_version.as_deref())],
+            )?;
+            if written == 0 {
+                return Err(Failure::Ledger(LedgerError::NotFound { location: self.location_string(), id }));
+            }
+            for trial in &set.trials {
+                db.execute(
+                    "INSERT INTO trials (attempt_id, task, attempt, reward, valid) VALUES ($1, $2, $3, $4, $5)",
+                    &[
+                        Arg::Int(id.0),
+                        Arg::Text(&trial.task),
+                        Arg::Int(i64::from(trial.attempt)),
+                        Arg::Float(trial.reward),
+                        Arg::Bool(trial.valid),
+                    ],
+                )?;
+            }
+            Ok(())
+        })
+    }
+
+    fn trials(&self, id: AttemptId) -> Result<Option<TrialSet>> {
+        read(&self.backend, "read an attempt's trials", |db| {
+            let sets = db.query("SELECT harbor_version FROM trial_sets WHERE attempt_id = $1", &[Arg::Int(id.0)])?;
+            let Some(set) = sets.first() else { return Ok(None) };
+            let harbor_version = set.opt_text(0).map_err(|e| self.corrupt(e))?;
+            let order = B::BYTE_ORDER;
+            let sql = format!(
+                "SELECT task, attempt, reward, valid FROM trials WHERE attempt_id = $1 ORDER BY task{order}, attempt"
+            );
+            let trials = db
+                .query(&sql, &[Arg::Int(id.0)])?
+                .iter()
+                .map(|row| {
+                    Ok(Trial {
+                        task: row.text(0)?,
+                        attempt: u32::try_from(row.int(1)?).map_err(|e| e.to_string())?,
+                        reward: row.float(2)?,
+                        valid: row.boolean(3)?,
+                    })
+                })
+                .collect::<std::result::Result<_, String>>()
+                .map_err(|e| self.corrupt(e))?;
+            Ok(Some(TrialSet { harbor_version, trials }))
         })
     }
 

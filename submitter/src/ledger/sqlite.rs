@@ -158,6 +158,7 @@ impl rusqlite::ToSql for SqliteArg<'_> {
         Ok(match self.0 {
             Arg::Text(text) | Arg::OptText(Some(text)) => ToSqlOutput::Borrowed(ValueRef::Text(text.as_bytes())),
             Arg::Int(n) | Arg::OptInt(Some(n)) => ToSqlOutput::Owned(V::Integer(n)),
+            Arg::Float(x) => ToSqlOutput::Owned(V::Real(x)),
             Arg::Bool(b) => ToSqlOutput::Owned(V::Integer(i64::from(b))),
             Arg::Json(Some(value)) => ToSqlOutput::Owned(V::Text(value.to_string())),
             Arg::Ts(Some(ts)) => ToSqlOutput::Owned(V::Text(format_ts(ts))),
@@ -170,8 +171,8 @@ fn cell(value: ValueRef<'_>) -> Cell {
     match value {
         ValueRef::Null => Cell::Null,
         ValueRef::Integer(n) => Cell::Int(n),
-        // No column of the schema holds a real; kept readable rather than an error.
-        ValueRef::Real(x) => Cell::Text(x.to_string()),
+        // `trials.reward` (migration 7).
+        ValueRef::Real(x) => Cell::Float(x),
         ValueRef::Text(bytes) | ValueRef::Blob(bytes) => Cell::Text(String::from_utf8_lossy(bytes).into_owned()),
     }
 }

@@ -16,6 +16,7 @@
 
 pub mod charts;
 pub mod check;
+pub mod compare;
 pub(crate) mod findings;
 pub mod report;
 pub mod results;

@@ -281,6 +281,76 @@ pub struct Cell {
     pub other_settings: Vec<AttemptId>,
     /// What the result cost on GPUs ([`attach_gpu`]); `None` where no attempt of it has a record.
     pub gpu: Option<crate::gpuhours::ResultGpu>,
+    /// Statistics from its per-trial facts ([`attach_trials`]); `None` without them.
+    pub trials: Option<TrialStatistics>,
+}
+
+/// A result's statistics from its trials (docs/results.md): both means, labelled, each with its
+/// task-clustered SE and bootstrap interval; pass@k where every task has k > 1 attempts.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TrialStatistics {
+    pub harbor_version: Option<String>,
+    pub estimates: Vec<crate::stats::Estimate>,
+    pub attempts_per_task: Option<usize>,
+    /// `(k, pass@k)`.
+    pub pass_at_k: Option<(usize, f64)>,
+}
+
+impl TrialStatistics {
+    pub fn of(set: &crate::ledger::TrialSet, bootstrap: crate::stats::Bootstrap) -> Self {
+        use crate::stats;
+        let attempts_per_task = stats::attempts_per_task(&set.trials);
+        Self {
+            harbor_version: set.harbor_version.clone(),
+            estimates: stats::InvalidTrials::BOTH
+                .iter()
+                .filter_map(|policy| stats::estimate(&set.trials, *policy, bootstrap))
+                .collect(),
+            attempts_per_task,
+            pass_at_k: attempts_per_task
+                .filter(|k| *k > 1)
+                .and_then(|k| stats::pass_at_k(&set.trials, k).ok().map(|p| (k, p))),
+        }
+    }
+}
+
+/// Each result's [`TrialStatistics`], from the ledger's per-trial facts.
+pub fn attach_trials(m: &mut Matrix, ledger: &dyn crate::ledger::Ledger) -> Result<(), crate::ledger::LedgerError> {
+    for cell in m.cells.iter_mut().chain(m.earlier.iter_mut()) {
+        cell.trials = ledger.trials(cell.attempt_id)?.map(|set| TrialStatistics::of(&set, Default::default()));
+    }
+    Ok(())
+}
+
+/// One line per result with per-trial facts: both means, labelled, with the task-clustered SE and
+/// the bootstrap interval, pass@k and the Harbor that produced it; empty when none has them.
+pub fn render_trials_text(m: &Matrix) -> String {
+    let mut out = String::new();
+    for cell in &m.cells {
+        let Some(t) = &cell.trials else { continue };
+        let means: Vec<String> = t
+            .estimates
+            .iter()
+            .map(|e| {
+                let se = e.clustered_se.map_or(String::new(), |se| format!(" ± {:.1}", 100.0 * se));
+                let ci =
+                    e.interval.map_or(String::new(), |i| format!(" [{:.1}, {:.1}]", 100.0 * i.lower, 100.0 * i.upper));
+                format!("{} {:.1}{se}{ci} ({} tasks, {} trials)", e.label, 100.0 * e.mean, e.tasks, e.trials)
+            })
+            .collect();
+        let pass = t.pass_at_k.map_or(String::new(), |(k, p)| format!("; pass@{k} {:.1}", 100.0 * p));
+        out += &format!(
+            "{} {}: {}{pass}; Harbor {}\n",
+            cell.model,
+            short_name(&cell.benchmark),
+            means.join("; "),
+            t.harbor_version.as_deref().unwrap_or("?")
+        );
+    }
+    if out.is_empty() {
+        return out;
+    }
+    format!("\nFrom per-trial facts (mean ± task-clustered SE [95% bootstrap interval over tasks], in points)\n{out}")
 }
 
 /// What a result ran under (docs/verification.md, "Provenance"): the settings recorded with the
@@ -526,6 +596,7 @@ fn cell_of(a: &Attempt, settings: &VerifySettings) -> Cell {
         provenance: Provenance::of(a),
         other_settings: Vec::new(),
         gpu: None,
+        trials: None,
     }
 }
 

@@ -15,9 +15,10 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use submitter::ledger::{
-    AttemptId, AttemptStatus, DEFAULT_FAMILIES, ImportedAttempt, Ledger, LedgerError, NewAttempt,
+    AttemptId, AttemptStatus, DEFAULT_FAMILIES, ImportedAttempt, Ledger, LedgerError, NewAttempt, TrialSet,
     latest_schema_version, now, open_ledger,
 };
+use submitter::stats::Trial;
 use tempfile::TempDir;
 
 // ------------------------------------------------------------------------------------ stores
@@ -141,7 +142,8 @@ on_both_backends! {
             heartbeats_per_submitter_and_cluster, imported_rows_are_tracked_by_source,
             remediation_records_once_per_attempt_and_fold_into_holds,
             gpu_seconds_are_recorded_per_attempt, a_job_id_handed_out_twice_is_refused,
-            a_release_starts_the_failure_count_afresh, a_vanished_attempt_takes_its_late_finish;
+            a_release_starts_the_failure_count_afresh, a_vanished_attempt_takes_its_late_finish,
+            trials_are_recorded_per_attempt;
     store: migrations_are_idempotent, racing_threads_one_wins, racing_processes_one_wins, tls_require_and_verify,
            wrong_password_is_a_clear_error, a_ledger_before_the_agent_column_keeps_reading;
 }
@@ -770,6 +772,28 @@ fn gpu_seconds_are_recorded_per_attempt(ledger: &dyn Ledger) {
     assert_eq!(rows[1].run_tag, new.run_tag);
     assert_eq!(rows[1].record, record(3.25));
     let missing = ledger.record_gpu_seconds(AttemptId(987_654), &record(1.0));
+    assert!(matches!(missing, Err(LedgerError::NotFound { .. })), "{missing:?}");
+}
+
+/// Migration 7 (issue 35): an attempt's trials and Harbor version are written, replaced whole,
+/// read back in task order with fractional rewards and validity intact; an unknown id is NotFound.
+fn trials_are_recorded_per_attempt(ledger: &dyn Ledger) {
+    let id = ledger.insert_pending(&new_attempt("org/M-8B", "terminal_bench_2")).unwrap();
+    assert_eq!(ledger.trials(id).unwrap(), None);
+    let trial =
+        |task: &str, attempt: u32, reward: f64, valid: bool| Trial { task: task.into(), attempt, reward, valid };
+    let first = TrialSet {
+        harbor_version: Some("0.25.0".into()),
+        trials: vec![trial("b-task", 1, 0.25, true), trial("a-task", 2, 0.0, false), trial("a-task", 1, 1.0, true)],
+    };
+    ledger.record_trials(id, &first).unwrap();
+    let read = ledger.trials(id).unwrap().unwrap();
+    assert_eq!(read.harbor_version.as_deref(), Some("0.25.0"));
+    assert_eq!(read.trials, [first.trials[2].clone(), first.trials[1].clone(), first.trials[0].clone()]);
+    let second = TrialSet { harbor_version: None, trials: vec![trial("c-task", 1, 1.0, true)] };
+    ledger.record_trials(id, &second).unwrap();
+    assert_eq!(ledger.trials(id).unwrap().unwrap(), second);
+    let missing = ledger.record_trials(AttemptId(987_654), &second);
     assert!(matches!(missing, Err(LedgerError::NotFound { .. })), "{missing:?}");
 }
 

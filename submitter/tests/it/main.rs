@@ -3,6 +3,7 @@
 mod architecture;
 mod broken;
 mod catalogue;
+mod compare;
 mod edge;
 mod exit_codes;
 mod finished_work;

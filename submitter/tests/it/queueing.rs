@@ -462,6 +462,10 @@ fn a_re_evaluation_runs_every_trial_again_in_a_run_dir_of_its_own() {
         let first_result = std::fs::read(run_dir(&first).join("result.json")).unwrap();
         let trials = first.metrics.as_ref().unwrap()["n_trials"].as_u64().unwrap();
         assert!(trials > 0, "{:?}", first.metrics);
+        // Sync stored each finished trial's facts and the Harbor that produced them (issue 35).
+        let facts = ledger.trials(first.id).unwrap().expect("sync stored the finished attempt's trials");
+        assert_eq!(facts.trials.len() as u64, trials, "{facts:?}");
+        assert!(facts.harbor_version.is_some(), "{facts:?}");
         let forced = launch_and_finish(&["--force"]);
         let aware = launch_and_finish(&["--config-aware", "--timeout-multiplier", "4"]);
         for (again, multiplier) in [(&forced, first.config["timeout_multiplier"].as_f64().unwrap()), (&aware, 4.0)] {
