@@ -55,6 +55,8 @@ pub enum Command {
     Remediate(commands::remediation::RemediateArgs),
     /// Clear the hold remediation put on a pair, so the next launch submits it again.
     Release(commands::remediation::ReleaseArgs),
+    /// Hold a pair by hand (the counterpart of `release`): no launch submits it until released.
+    Hold(commands::remediation::HoldArgs),
     /// Cancel by job id or model/benchmark, updating the ledger.
     Cancel(commands::queueing::CancelArgs),
     /// Move the ledger's pending attempts onto a Slurm reservation (`scontrol update
@@ -100,6 +102,7 @@ fn main() -> ExitCode {
         Command::Cancel(args) => commands::queueing::cancel_command(&args),
         Command::Remediate(args) => commands::remediation::remediate_command(&args),
         Command::Release(args) => commands::remediation::release_command(&args),
+        Command::Hold(args) => commands::remediation::hold_command(&args),
         Command::Move(args) => commands::queueing::move_command(&args),
         Command::Check(args) => commands::verify::check(&args),
         Command::Results(args) => commands::verify::results(&args),

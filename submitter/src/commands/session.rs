@@ -191,6 +191,17 @@ pub(crate) struct Selection {
     pub slurm: SlurmOptions,
 }
 
+/// How [`Session::open_with`] treats a state dir and ledger that do not exist yet.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Opening {
+    /// Create them (commands that write).
+    Create,
+    /// `--dry-run`: the state dir only when the default ledger goes into it.
+    Dry,
+    /// Never create anything.
+    ReadOnly,
+}
+
 pub struct Session {
     pub root: PathBuf,
     pub cluster: ClusterProfile,
@@ -220,16 +231,33 @@ fn refuse_password_on_argv(ledger: Option<&str>) -> Result<()> {
 
 impl Session {
     pub fn open(args: &LedgerArgs) -> Result<Session> {
-        Session::open_with(args, true)
+        Session::open_with(args, Opening::Create)
     }
 
     /// [`Session::open`] for `launch --dry-run`: the state dir is created only when the default
     /// ledger goes into it (a ledger named elsewhere leaves the file tree untouched).
     pub fn open_dry(args: &LedgerArgs) -> Result<Session> {
-        Session::open_with(args, false)
+        Session::open_with(args, Opening::Dry)
     }
 
-    fn open_with(args: &LedgerArgs, create_state_dir: bool) -> Result<Session> {
+    /// [`Session::open`] for the commands that only read (`status`, `results`, `report`, `plan`,
+    /// `unevaluated`, `models list`): they never create state. A `--state-dir` or `--ledger` file
+    /// that does not exist is an error (a typo must not read as an empty ledger); a state dir with
+    /// no ledger in it yet reads as an empty one, in memory.
+    pub fn open_read_only(args: &LedgerArgs) -> Result<Session> {
+        if let Some(dir) = &args.store.state_dir
+            && !dir.is_dir()
+        {
+            bail!(
+                "--state-dir {}: no such directory — read-only commands create nothing; check the path, or leave \
+                 the flag out for the profile's paths.state_dir",
+                dir.display()
+            );
+        }
+        Session::open_with(args, Opening::ReadOnly)
+    }
+
+    fn open_with(args: &LedgerArgs, opening: Opening) -> Result<Session> {
         refuse_password_on_argv(args.store.ledger.as_deref())?;
         let dirs = args.dirs.resolve()?;
         let root = ConfigRoot::discover().map(|r| r.root).unwrap_or_else(|_| dirs.clusters.join(".."));
@@ -245,11 +273,22 @@ impl Session {
             None => context.expand("paths.state_dir", &cluster.paths.state_dir)?,
         };
         let named = args.store.ledger.clone().or_else(|| cluster.ledger.clone());
-        if create_state_dir || named.is_none() {
+        if opening == Opening::Create || (opening == Opening::Dry && named.is_none()) {
             std::fs::create_dir_all(&state_dir)
                 .with_context(|| format!("creating state dir {}", state_dir.display()))?;
         }
-        let ledger_spec = named.unwrap_or_else(|| ledger::default_path(&state_dir).display().to_string());
+        // A state dir that exists but holds no ledger yet reads as empty; a named file must exist.
+        let explicit = args.store.ledger.is_some();
+        let mut ledger_spec = named.unwrap_or_else(|| ledger::default_path(&state_dir).display().to_string());
+        if opening == Opening::ReadOnly
+            && let Some(file) = ledger::sqlite_file(&ledger_spec).filter(|file| !file.exists())
+        {
+            if explicit {
+                bail!("--ledger {}: no such file — read-only commands create nothing; check the path", file.display());
+            }
+            // Nothing launched from this profile yet: an empty ledger, and no file left behind.
+            ledger_spec = ":memory:".to_string();
+        }
         let ledger = ledger::open_ledger(&ledger_spec)?;
         let slurm = SlurmCli::new().with_command_timeout(Duration::from_secs(cluster.slurm.command_timeout_s));
         Ok(Session {
@@ -263,6 +302,14 @@ impl Session {
             ledger,
             slurm,
         })
+    }
+
+    /// The benchmark family `--benchmark NAME` names: NAME as the ledger, a preset or `status`
+    /// names it (`tb2`, `v2`, `swebench`); an unknown name is an error naming the known ones.
+    pub fn benchmark_family(&self, given: &str) -> Result<String> {
+        let known = submitter::names::KnownBenchmarks::load(self.ledger.as_ref(), &self.presets_dir)?;
+        let benchmark = known.resolve(given).context("--benchmark")?;
+        Ok(self.ledger.family_of(&benchmark)?)
     }
 
     pub fn context(&self) -> SpecBuilder<'_> {

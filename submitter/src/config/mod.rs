@@ -5,7 +5,7 @@
 pub mod args;
 pub mod cluster;
 pub mod lists;
-pub(crate) mod preset;
+pub mod preset;
 pub(crate) mod remediation;
 
 use std::path::{Path, PathBuf};
@@ -42,10 +42,10 @@ pub(crate) const GPU_PROFILES_FILE: &str = "gpus.yaml";
 pub enum ConfigError {
     #[error(transparent)]
     Yaml(#[from] YamlError),
-    #[error("unknown cluster `{name}`: valid clusters are {valid} (profiles live in {dir})")]
-    UnknownCluster { name: String, valid: String, dir: PathBuf },
-    #[error("unknown preset `{name}`: valid presets are {valid} (presets live in {dir})")]
-    UnknownPreset { name: String, valid: String, dir: PathBuf },
+    #[error("unknown cluster `{name}`{hint}: valid clusters are {valid} (profiles live in {dir})")]
+    UnknownCluster { name: String, hint: String, valid: String, dir: PathBuf },
+    #[error("unknown preset `{name}`{hint}: valid presets are {valid} (presets live in {dir})")]
+    UnknownPreset { name: String, hint: String, valid: String, dir: PathBuf },
     #[error("{path}: cannot read directory: {source}")]
     Dir { path: PathBuf, source: std::io::Error },
     #[error("{path}: {problem}")]
@@ -148,7 +148,9 @@ pub fn load_cluster(dir: &Path, name: &str) -> Result<ClusterProfile, ConfigErro
             })
             .collect::<Vec<_>>()
             .join(", ");
-    Err(ConfigError::UnknownCluster { name: name.to_string(), valid, dir: dir.to_path_buf() })
+    let names = clusters.iter().flat_map(|(_, c)| std::iter::once(&c.name).chain(&c.aliases));
+    let hint = crate::names::did_you_mean(name, names);
+    Err(ConfigError::UnknownCluster { name: name.to_string(), hint, valid, dir: dir.to_path_buf() })
 }
 
 pub fn load_gpu_profiles(clusters_dir: &Path) -> Result<GpuProfiles, ConfigError> {
@@ -180,8 +182,9 @@ pub fn load_preset(dir: &Path, name: &str) -> Result<Preset, ConfigError> {
         let harbor_dir = dir.join("harbor");
         return refuse_problems(&path, preset.problems_with(&harbor_dir)).map(|()| preset);
     }
-    let valid = yaml_files(dir)?.iter().map(|p| stem(p)).collect::<Vec<_>>().join(", ");
-    Err(ConfigError::UnknownPreset { name: name.to_string(), valid, dir: dir.to_path_buf() })
+    let names: Vec<String> = yaml_files(dir)?.iter().map(|p| stem(p)).collect();
+    let hint = crate::names::did_you_mean(name, &names);
+    Err(ConfigError::UnknownPreset { name: name.to_string(), hint, valid: names.join(", "), dir: dir.to_path_buf() })
 }
 
 /// The first problem as the error (with how many more), none → Ok.

@@ -6,6 +6,7 @@ mod catalogue;
 mod edge;
 mod exit_codes;
 mod first_hour;
+mod footguns;
 #[path = "../../../tests/src/fresh.rs"]
 mod fresh;
 mod launch_path;
