@@ -77,6 +77,12 @@ pub enum Command {
     /// re-queues itself (survives login nodes that kill long-running processes).
     #[command(subcommand)]
     Listener(commands::listener::ListenerCommand),
+    /// Print a shell completion script (bash, zsh, fish, …) on stdout, e.g.
+    /// `submitter completions bash > ~/.local/share/bash-completion/completions/submitter`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Subcommand)]
@@ -113,6 +119,11 @@ fn main() -> ExitCode {
         Command::Import(args) => commands::team::import_command(&args),
         Command::Families(command) => commands::team::families(&command),
         Command::Listener(command) => commands::listener::listener(command),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "submitter", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
     };
     match result {
         Ok(code) => code,

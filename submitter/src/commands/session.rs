@@ -287,9 +287,11 @@ impl Session {
                 bail!("--ledger {}: no such file — read-only commands create nothing; check the path", file.display());
             }
             // Nothing launched from this profile yet: an empty ledger, and no file left behind.
+            tracing::debug!("no ledger at {} yet: reading an empty one", file.display());
             ledger_spec = ":memory:".to_string();
         }
         let ledger = ledger::open_ledger(&ledger_spec)?;
+        tracing::debug!("ledger {}", ledger.location());
         let slurm = SlurmCli::new().with_command_timeout(Duration::from_secs(cluster.slurm.command_timeout_s));
         Ok(Session {
             root,

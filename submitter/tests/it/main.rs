@@ -3,6 +3,7 @@
 mod architecture;
 mod broken;
 mod catalogue;
+mod completions;
 mod edge;
 mod exit_codes;
 mod first_hour;
