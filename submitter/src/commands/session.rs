@@ -20,8 +20,8 @@ use crate::ConfigDirs;
 /// `--cluster`, `--ledger`, `--state-dir` and the config directories.
 #[derive(clap::Args, Clone, Debug)]
 pub struct LedgerArgs {
-    /// Cluster profile name or alias.
-    #[arg(long)]
+    /// Cluster profile name or alias (default: $SUBMITTER_CLUSTER).
+    #[arg(long, env = "SUBMITTER_CLUSTER")]
     pub cluster: String,
     #[command(flatten)]
     pub store: LedgerStore,

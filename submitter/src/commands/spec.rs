@@ -17,8 +17,8 @@ use crate::ConfigDirs;
 
 #[derive(clap::Args)]
 pub struct SpecArgs {
-    /// Cluster profile name or alias.
-    #[arg(long)]
+    /// Cluster profile name or alias (default: $SUBMITTER_CLUSTER).
+    #[arg(long, env = "SUBMITTER_CLUSTER")]
     pub cluster: String,
     /// Preset name (presets/<name>.yaml).
     #[arg(long)]

@@ -147,3 +147,27 @@ fn cancel_and_move_dry_runs_change_nothing() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(ledger.attempt(id).unwrap().unwrap().status, AttemptStatus::Cancelled);
 }
+
+/// `$SUBMITTER_CLUSTER` stands for `--cluster` (the flag wins); without either the error names both.
+#[test]
+fn the_cluster_comes_from_submitter_cluster_when_not_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |env: Option<&str>| {
+        let mut command = Command::new(crate::support::SUBMITTER);
+        command
+            .args(["results", "--state-dir"])
+            .arg(dir.path())
+            .env("SUBMITTER_HOME", crate::support::workspace_root());
+        command.env_remove("SUBMITTER_CLUSTER");
+        if let Some(cluster) = env {
+            command.env("SUBMITTER_CLUSTER", cluster);
+        }
+        command.output().unwrap()
+    };
+    let out = run(Some("local"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = run(None);
+    assert!(!out.status.success() && stderr(&out).contains("--cluster"), "{}", stderr(&out));
+    let out = run(Some("locl"));
+    assert!(stderr(&out).contains("unknown cluster `locl` (did you mean `local`?)"), "{}", stderr(&out));
+}
