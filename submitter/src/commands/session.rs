@@ -20,13 +20,32 @@ use crate::ConfigDirs;
 /// `--cluster`, `--ledger`, `--state-dir` and the config directories.
 #[derive(clap::Args, Clone, Debug)]
 pub struct LedgerArgs {
-    /// Cluster profile name or alias (default: $SUBMITTER_CLUSTER).
+    /// Cluster profile name or alias (default: $SUBMITTER_CLUSTER, else the profile whose `hosts:`
+    /// matches this host).
     #[arg(long, env = "SUBMITTER_CLUSTER")]
-    pub cluster: String,
+    pub cluster: Option<String>,
     #[command(flatten)]
     pub store: LedgerStore,
     #[command(flatten)]
     pub dirs: ConfigDirs,
+}
+
+/// `--cluster` (or `$SUBMITTER_CLUSTER`, which clap folds into it), else the profile whose `hosts:`
+/// matches this machine's hostname, said in one line on stderr.
+pub(crate) fn cluster_name(given: Option<&str>, clusters_dir: &Path) -> Result<String> {
+    if let Some(name) = given {
+        return Ok(name.to_string());
+    }
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string();
+    match config::cluster_for_host(clusters_dir, &hostname)? {
+        Some((name, pattern)) => {
+            eprintln!("cluster: {name} (host {hostname} matches its hosts: `{pattern}`)");
+            Ok(name)
+        }
+        None => bail!(
+            "no cluster: give --cluster C or set $SUBMITTER_CLUSTER (no profile's hosts: matches this host `{hostname}`)"
+        ),
+    }
 }
 
 /// The variable `--ledger` is also read from: a URL with a password belongs there, never in argv.
@@ -261,7 +280,7 @@ impl Session {
         refuse_password_on_argv(args.store.ledger.as_deref())?;
         let dirs = args.dirs.resolve()?;
         let root = ConfigRoot::discover().map(|r| r.root).unwrap_or_else(|_| dirs.clusters.join(".."));
-        let cluster = config::load_cluster(&dirs.clusters, &args.cluster)?;
+        let cluster = config::load_cluster(&dirs.clusters, &cluster_name(args.cluster.as_deref(), &dirs.clusters)?)?;
         let gpu_profiles = config::load_gpu_profiles(&dirs.clusters)?;
         let registry =
             Registry::load(&dirs.registry).with_context(|| format!("loading registry {}", dirs.registry.display()))?;

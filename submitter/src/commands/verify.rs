@@ -407,7 +407,7 @@ fn resolve_target(args: &LogsArgs) -> Result<(PathBuf, Option<String>, Option<Pa
     }
     let session = match &args.cluster {
         Some(cluster) => Some(Session::open(&LedgerArgs {
-            cluster: cluster.clone(),
+            cluster: Some(cluster.clone()),
             store: args.store.clone(),
             dirs: args.dirs.clone(),
         })?),

@@ -129,6 +129,33 @@ pub fn load_clusters(dir: &Path) -> Result<Vec<(PathBuf, ClusterProfile)>, Confi
         .collect()
 }
 
+/// The profile whose `hosts:` pattern matches `hostname` (its name and the pattern), `None` when
+/// none does; two profiles matching is an error (which one is meant cannot be guessed).
+pub fn cluster_for_host(dir: &Path, hostname: &str) -> Result<Option<(String, String)>, ConfigError> {
+    let matching: Vec<(String, String)> = load_clusters(dir)?
+        .into_iter()
+        .filter_map(|(_, c)| c.hosts.iter().find(|p| host_matches(p, hostname)).map(|p| (c.name.clone(), p.clone())))
+        .collect();
+    match matching.as_slice() {
+        [] => Ok(None),
+        [one] => Ok(Some(one.clone())),
+        several => Err(ConfigError::Invalid {
+            path: dir.to_path_buf(),
+            problem: format!(
+                "host `{hostname}` matches the hosts: of several profiles ({}): give --cluster",
+                several.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
+            ),
+        }),
+    }
+}
+
+/// A `hosts:` pattern: `*` matches any run of characters, everything else itself (case-insensitive,
+/// as hostnames are).
+fn host_matches(pattern: &str, hostname: &str) -> bool {
+    let body = pattern.split('*').map(regex::escape).collect::<Vec<_>>().join(".*");
+    regex::RegexBuilder::new(&format!("^{body}$")).case_insensitive(true).build().is_ok_and(|re| re.is_match(hostname))
+}
+
 /// The cluster called `name` or aliased so (`tacc` → `vista`); a profile with any problem
 /// `registry check` reports is refused here, so no command runs with it.
 pub fn load_cluster(dir: &Path, name: &str) -> Result<ClusterProfile, ConfigError> {
@@ -219,6 +246,17 @@ pub fn parse_slurm_time(text: &str) -> Option<u64> {
     // Past Slurm's own bound on a job's time, and the 30 days every duration here is held to.
     let total = days.checked_mul(86400)?.checked_add(seconds)?;
     (total <= launch_spec::validate::MAX_SECONDS).then_some(total)
+}
+
+#[cfg(test)]
+mod host_tests {
+    #[test]
+    fn host_patterns_match_whole_names_with_stars() {
+        assert!(super::host_matches("login*.leonardo.cineca.it", "login05.leonardo.cineca.it"));
+        assert!(super::host_matches("jrlogin*", "JRLOGIN03"));
+        assert!(!super::host_matches("login*.leonardo.cineca.it", "login05.leonardo.cineca.it.evil"));
+        assert!(!super::host_matches("vista", "vista2"));
+    }
 }
 
 #[cfg(test)]

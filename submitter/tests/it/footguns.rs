@@ -167,7 +167,38 @@ fn the_cluster_comes_from_submitter_cluster_when_not_given() {
     let out = run(Some("local"));
     assert!(out.status.success(), "{}", stderr(&out));
     let out = run(None);
-    assert!(!out.status.success() && stderr(&out).contains("--cluster"), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(!out.status.success() && err.contains("--cluster") && err.contains("$SUBMITTER_CLUSTER"), "{err}");
     let out = run(Some("locl"));
     assert!(stderr(&out).contains("unknown cluster `locl` (did you mean `local`?)"), "{}", stderr(&out));
+}
+
+/// Without `--cluster` or `$SUBMITTER_CLUSTER`, the profile whose `hosts:` matches this machine's
+/// hostname is used, and said in one line on stderr.
+#[test]
+fn the_cluster_comes_from_the_profile_whose_hosts_match_this_machine() {
+    let dir = tempfile::tempdir().unwrap();
+    let clusters = dir.path().join("clusters");
+    let copied =
+        Command::new("cp").arg("-r").arg(crate::support::workspace_root().join("clusters")).arg(&clusters).status();
+    assert!(copied.unwrap().success());
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap().trim().to_string();
+    let local = clusters.join("local.yaml");
+    let text = std::fs::read_to_string(&local).unwrap();
+    let pattern = format!("{}*", &hostname[..hostname.len().min(3)]);
+    std::fs::write(&local, format!("{}\nhosts: [\"{pattern}\"]\n", text.trim_end())).unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    let out = Command::new(crate::support::SUBMITTER)
+        .args(["results", "--clusters"])
+        .arg(&clusters)
+        .arg("--state-dir")
+        .arg(&state)
+        .env("SUBMITTER_HOME", crate::support::workspace_root())
+        .env_remove("SUBMITTER_CLUSTER")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = format!("cluster: local (host {hostname} matches its hosts: `{pattern}`)");
+    assert_eq!(stderr(&out).trim(), said);
 }
