@@ -39,7 +39,8 @@ pub(crate) fn cluster_name(given: Option<&str>, clusters_dir: &Path) -> Result<S
     let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string();
     match config::cluster_for_host(clusters_dir, &hostname)? {
         Some((name, pattern)) => {
-            eprintln!("cluster: {name} (host {hostname} matches its hosts: `{pattern}`)");
+            let said = format!("cluster: {name} (host {hostname} matches its hosts: `{pattern}`)");
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("{said}\n").as_bytes());
             Ok(name)
         }
         None => bail!(
