@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use crate::config::{self, Preset};
+use crate::config::{self, Preset, did_you_mean};
 use crate::ledger::{self, Ledger};
 use crate::selection::dataset_alias;
 use crate::verify::results::short_name;
@@ -106,17 +106,6 @@ impl KnownBenchmarks {
             if labels.is_empty() { "none yet".to_string() } else { labels.into_iter().collect::<Vec<_>>().join(", ") };
         NameError::Unknown { given: given.to_string(), hint, known }
     }
-}
-
-/// ` (did you mean `NAME`?)` for the candidate closest to `given` when one is close enough, else
-/// empty: shared by every "unknown name" error (benchmarks, presets, clusters).
-pub fn did_you_mean<S: AsRef<str>>(given: &str, candidates: impl IntoIterator<Item = S>) -> String {
-    let closest = candidates
-        .into_iter()
-        .map(|c| (strsim::normalized_damerau_levenshtein(given, c.as_ref()), c.as_ref().to_string()))
-        .filter(|(score, _)| *score >= 0.6)
-        .max_by(|a, b| a.0.total_cmp(&b.0));
-    closest.map(|(_, name)| format!(" (did you mean `{name}`?)")).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -261,9 +261,9 @@ impl Session {
     }
 
     /// [`Session::open`] for the commands that only read (`status`, `results`, `report`, `plan`,
-    /// `unevaluated`, `models list`): they never create state. A `--state-dir` or `--ledger` file
-    /// that does not exist is an error (a typo must not read as an empty ledger); a state dir with
-    /// no ledger in it yet reads as an empty one, in memory.
+    /// `unevaluated`, `models list`): they never create state. A `--state-dir` (or the directory
+    /// of a `--ledger` file) that does not exist is an error (a typo must not read as an empty
+    /// ledger); an existing directory with no ledger in it yet reads as an empty one, in memory.
     pub fn open_read_only(args: &LedgerArgs) -> Result<Session> {
         if let Some(dir) = &args.store.state_dir
             && !dir.is_dir()
@@ -297,14 +297,19 @@ impl Session {
             std::fs::create_dir_all(&state_dir)
                 .with_context(|| format!("creating state dir {}", state_dir.display()))?;
         }
-        // A state dir that exists but holds no ledger yet reads as empty; a named file must exist.
+        // A directory that exists but holds no ledger yet reads as empty (a first `plan`); one that
+        // does not exist is a typo.
         let explicit = args.store.ledger.is_some();
         let mut ledger_spec = named.unwrap_or_else(|| ledger::default_path(&state_dir).display().to_string());
         if opening == Opening::ReadOnly
             && let Some(file) = ledger::sqlite_file(&ledger_spec).filter(|file| !file.exists())
         {
-            if explicit {
-                bail!("--ledger {}: no such file — read-only commands create nothing; check the path", file.display());
+            let parent = file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            if explicit && !parent.is_dir() {
+                bail!(
+                    "--ledger {}: no such directory — read-only commands create nothing; check the path",
+                    file.display()
+                );
             }
             // Nothing launched from this profile yet: an empty ledger, and no file left behind.
             tracing::debug!("no ledger at {} yet: reading an empty one", file.display());

@@ -129,6 +129,17 @@ pub fn load_clusters(dir: &Path) -> Result<Vec<(PathBuf, ClusterProfile)>, Confi
         .collect()
 }
 
+/// ` (did you mean `NAME`?)` for the candidate closest to `given` when one is close enough, else
+/// empty: shared by every "unknown name" error (benchmarks, presets, clusters).
+pub fn did_you_mean<S: AsRef<str>>(given: &str, candidates: impl IntoIterator<Item = S>) -> String {
+    let closest = candidates
+        .into_iter()
+        .map(|c| (strsim::normalized_damerau_levenshtein(given, c.as_ref()), c.as_ref().to_string()))
+        .filter(|(score, _)| *score >= 0.6)
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    closest.map(|(_, name)| format!(" (did you mean `{name}`?)")).unwrap_or_default()
+}
+
 /// The profile whose `hosts:` pattern matches `hostname` (its name and the pattern), `None` when
 /// none does; two profiles matching is an error (which one is meant cannot be guessed).
 pub fn cluster_for_host(dir: &Path, hostname: &str) -> Result<Option<(String, String)>, ConfigError> {
@@ -176,7 +187,7 @@ pub fn load_cluster(dir: &Path, name: &str) -> Result<ClusterProfile, ConfigErro
             .collect::<Vec<_>>()
             .join(", ");
     let names = clusters.iter().flat_map(|(_, c)| std::iter::once(&c.name).chain(&c.aliases));
-    let hint = crate::names::did_you_mean(name, names);
+    let hint = did_you_mean(name, names);
     Err(ConfigError::UnknownCluster { name: name.to_string(), hint, valid, dir: dir.to_path_buf() })
 }
 
@@ -210,7 +221,7 @@ pub fn load_preset(dir: &Path, name: &str) -> Result<Preset, ConfigError> {
         return refuse_problems(&path, preset.problems_with(&harbor_dir)).map(|()| preset);
     }
     let names: Vec<String> = yaml_files(dir)?.iter().map(|p| stem(p)).collect();
-    let hint = crate::names::did_you_mean(name, &names);
+    let hint = did_you_mean(name, &names);
     Err(ConfigError::UnknownPreset { name: name.to_string(), hint, valid: names.join(", "), dir: dir.to_path_buf() })
 }
 

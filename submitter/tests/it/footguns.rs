@@ -102,10 +102,13 @@ fn read_only_commands_create_no_state() {
     let out = run(&empty, &["results"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0, "results wrote into the state dir");
-    let named = dir.path().join("nope.sqlite");
+    let named = dir.path().join("nope").join("ledger.sqlite");
     let out = run(&empty, &["results", "--ledger", named.to_str().unwrap()]);
-    assert!(!out.status.success() && stderr(&out).contains("no such file"), "{}", stderr(&out));
+    assert!(!out.status.success() && stderr(&out).contains("no such directory"), "{}", stderr(&out));
     assert!(!named.exists());
+    let unmade = empty.join("ledger.sqlite");
+    let out = run(&empty, &["results", "--ledger", unmade.to_str().unwrap()]);
+    assert!(out.status.success() && !unmade.exists(), "{}", stderr(&out));
 }
 
 /// A held Slurm job (it stays PENDING) behind a pending attempt: `cancel --dry-run` and `move
