@@ -409,7 +409,7 @@ fn plan_table(plan: &Plan, team: Option<&TeamView>) -> String {
 
 pub(crate) fn plan_command(args: &PlanArgs) -> Result<ExitCode> {
     args.selection.check()?;
-    let session = Session::open_read_only(&args.ledger)?;
+    let session = Session::open_existing(&args.ledger)?;
     let team = team_link(&session, args.offline_ledger)?;
     let team = consult_team(&session, team.as_ref(), args.offline_ledger, "nothing planned")?;
     let plan = snapshot_and_plan(&session, &args.selection, &executables(&session, false)?)?;

@@ -265,6 +265,18 @@ impl Session {
     /// of a `--ledger` file) that does not exist is an error (a typo must not read as an empty
     /// ledger); an existing directory with no ledger in it yet reads as an empty one, in memory.
     pub fn open_read_only(args: &LedgerArgs) -> Result<Session> {
+        Session::refuse_missing_state_dir(args)?;
+        Session::open_with(args, Opening::ReadOnly)
+    }
+
+    /// For `plan`: a missing `--state-dir` is a typo as for the read-only commands, but the ledger
+    /// is opened for real, so the team's history it folds in is kept (incremental next time).
+    pub fn open_existing(args: &LedgerArgs) -> Result<Session> {
+        Session::refuse_missing_state_dir(args)?;
+        Session::open_with(args, Opening::Create)
+    }
+
+    fn refuse_missing_state_dir(args: &LedgerArgs) -> Result<()> {
         if let Some(dir) = &args.store.state_dir
             && !dir.is_dir()
         {
@@ -274,7 +286,7 @@ impl Session {
                 dir.display()
             );
         }
-        Session::open_with(args, Opening::ReadOnly)
+        Ok(())
     }
 
     fn open_with(args: &LedgerArgs, opening: Opening) -> Result<Session> {
