@@ -18,6 +18,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Print a shell completion script (bash, zsh, fish, …) on stdout.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Run the job described by a launch spec, or a shared job's legs against one engine (the
     /// sbatch script execs this).
     Run {
@@ -63,7 +68,8 @@ enum Command {
 }
 
 fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("PAYLOAD_LOG")
+    let directives = launch_spec::logging::filter_directives("PAYLOAD_LOG", "info");
+    let filter = tracing_subscriber::EnvFilter::try_new(directives)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()
         .json()
@@ -193,6 +199,11 @@ async fn main() -> ExitCode {
         Command::Run { spec: None, shared: None, .. } => Err(anyhow::anyhow!("payload run needs --spec or --shared")),
         Command::Plan { spec, json, check_harbor } => plan(&spec, json, check_harbor).await,
         Command::Gpus { json, profiles } => gpus(json, profiles),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "payload", &mut std::io::stdout());
+            Ok(0)
+        }
         Command::Rank { ranks } => {
             let parent = payload::prepare::parent_env();
             let err = payload::multinode::exec_rank(&ranks, &payload::prepare::lookup(&parent));

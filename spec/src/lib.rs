@@ -8,6 +8,7 @@ pub mod expand;
 pub mod fsread;
 pub mod gpu;
 pub mod layout;
+pub mod logging;
 pub mod model_id;
 pub mod placeholder;
 pub mod records;

@@ -9,6 +9,7 @@ pub mod executor;
 pub mod gpuhours;
 pub mod ledger;
 pub mod lint;
+pub mod names;
 pub mod node_binary;
 pub mod notify;
 pub mod observe;

@@ -59,6 +59,8 @@ pub enum Command {
     Remediate(commands::remediation::RemediateArgs),
     /// Clear the hold remediation put on a pair, so the next launch submits it again.
     Release(commands::remediation::ReleaseArgs),
+    /// Hold a pair by hand (the counterpart of `release`): no launch submits it until released.
+    Hold(commands::remediation::HoldArgs),
     /// Cancel by job id or model/benchmark, updating the ledger.
     Cancel(commands::queueing::CancelArgs),
     /// Move the ledger's pending attempts onto a Slurm reservation (`scontrol update
@@ -79,6 +81,12 @@ pub enum Command {
     /// re-queues itself (survives login nodes that kill long-running processes).
     #[command(subcommand)]
     Listener(commands::listener::ListenerCommand),
+    /// Print a shell completion script (bash, zsh, fish, …) on stdout, e.g.
+    /// `submitter completions bash > ~/.local/share/bash-completion/completions/submitter`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Subcommand)]
@@ -104,6 +112,7 @@ fn main() -> ExitCode {
         Command::Cancel(args) => commands::queueing::cancel_command(&args),
         Command::Remediate(args) => commands::remediation::remediate_command(&args),
         Command::Release(args) => commands::remediation::release_command(&args),
+        Command::Hold(args) => commands::remediation::hold_command(&args),
         Command::Move(args) => commands::queueing::move_command(&args),
         Command::Check(args) => commands::verify::check(&args),
         Command::Results(args) => commands::verify::results(&args),
@@ -115,6 +124,11 @@ fn main() -> ExitCode {
         Command::Import(args) => commands::team::import_command(&args),
         Command::Families(command) => commands::team::families(&command),
         Command::Listener(command) => commands::listener::listener(command),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "submitter", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
     };
     match result {
         Ok(code) => code,

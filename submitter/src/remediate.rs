@@ -477,17 +477,43 @@ pub fn release(
     cluster: &str,
     username: &str,
 ) -> Result<(), LedgerError> {
+    operator_record(ledger, key, cluster, username, "release", format!("released by {username}"))
+}
+
+/// `submitter hold`: a person holds the pair as remediation would (`finding` `operator`), so no
+/// launch submits it until `release`.
+pub fn hold(
+    ledger: &dyn Ledger,
+    key: &(String, String, String),
+    cluster: &str,
+    username: &str,
+    why: &str,
+) -> Result<(), LedgerError> {
+    let reason = if why.is_empty() { format!("held by {username}") } else { format!("held by {username}: {why}") };
+    operator_record(ledger, key, cluster, username, "hold", reason)
+}
+
+/// A person's `release` or `hold` of a pair: a remediation record with no attempt.
+fn operator_record(
+    ledger: &dyn Ledger,
+    key: &(String, String, String),
+    cluster: &str,
+    username: &str,
+    action: &str,
+    reason: String,
+) -> Result<(), LedgerError> {
+    let finding = if action == "release" { "release" } else { "operator" };
     ledger.record_remediation(&NewRemediation {
         model: key.0.clone(),
         family: key.1.clone(),
         agent: key.2.clone(),
         cluster: cluster.to_string(),
         attempt: None,
-        finding: "release".into(),
-        action: "release".into(),
+        finding: finding.into(),
+        action: action.into(),
         change: String::new(),
         adjustment: None,
-        reason: format!("released by {username}"),
+        reason,
         username: username.to_string(),
     })?;
     Ok(())

@@ -99,7 +99,7 @@ pub(crate) fn models(command: &ModelsCommand) -> Result<ExitCode> {
             ))?;
         }
         ModelsCommand::List { ledger, format } => {
-            let session = Session::open(ledger)?;
+            let session = Session::open_read_only(ledger)?;
             let models = session.ledger.list_models()?;
             if format.is_json() {
                 let models = models
@@ -134,8 +134,8 @@ pub(crate) fn models(command: &ModelsCommand) -> Result<ExitCode> {
 }
 
 pub(crate) fn unevaluated(args: &UnevaluatedArgs) -> Result<ExitCode> {
-    let session = Session::open(&args.ledger)?;
-    let family = session.ledger.family_of(&args.benchmark)?;
+    let session = Session::open_read_only(&args.ledger)?;
+    let family = session.benchmark_family(&args.benchmark)?;
     let models = session.ledger.unevaluated(&family, args.size.as_deref())?;
     let mut text = format!("# {} model(s) with no finished attempt in benchmark family {family}\n", models.len());
     for model in &models {

@@ -445,6 +445,9 @@ fn tick(state_file: &Path) -> Result<ExitCode> {
     // The profile is re-read every tick: one edited since `start` to stage without internet here is
     // refused with the reason rather than staging on a node that cannot.
     let dirs = args.ledger().dirs.resolve()?;
-    listener_settings(&submitter::config::load_cluster(&dirs.clusters, &args.ledger().cluster)?)?;
+    listener_settings(&submitter::config::load_cluster(
+        &dirs.clusters,
+        &super::session::cluster_name(args.ledger().cluster.as_deref(), &dirs.clusters)?,
+    )?)?;
     super::queueing::launch_command(&args)
 }

@@ -22,7 +22,8 @@ use submitter::config::ConfigRoot;
 use crate::ConfigDirs;
 
 pub(crate) fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SUBMITTER_LOG")
+    let directives = launch_spec::logging::filter_directives("SUBMITTER_LOG", "warn");
+    let filter = tracing_subscriber::EnvFilter::try_new(directives)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"))
         // The HTTP client's debug lines name the webhook URL, a secret (docs/submitter.md).
         .add_directive("ureq=off".parse().expect("a valid directive"))

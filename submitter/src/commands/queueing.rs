@@ -190,8 +190,13 @@ pub(crate) struct AttemptSelection {
     /// The active attempts of these models (all benchmarks unless --benchmark).
     #[arg(long = "model", value_name = "M")]
     models: Vec<String>,
+    /// Narrows to these benchmarks (as `status` names them: `tb2`, `v2`, `swebench`, or the
+    /// ledger's name; a family member selects the family).
     #[arg(long = "benchmark", value_name = "B")]
     benchmarks: Vec<String>,
+    /// Say what would be done and change nothing (neither Slurm nor the ledger).
+    #[arg(long)]
+    dry_run: bool,
 }
 
 impl AttemptSelection {
@@ -200,12 +205,17 @@ impl AttemptSelection {
         !self.jobs.is_empty() || !self.models.is_empty()
     }
 
+    /// The families `--benchmark` names, each resolved once (an unknown name is an error).
+    fn families(&self, session: &Session) -> Result<Vec<String>> {
+        self.benchmarks.iter().map(|b| session.benchmark_family(b)).collect()
+    }
+
     /// Selected: by its job id, or by its model — every model when neither jobs nor models are
-    /// named — narrowed by `--benchmark`.
-    fn selects(&self, attempt: &submitter::ledger::Attempt) -> bool {
+    /// named — narrowed by `--benchmark` (`families`, from [`AttemptSelection::families`]).
+    fn selects(&self, families: &[String], attempt: &submitter::ledger::Attempt) -> bool {
         let by_job = attempt.slurm_job_id.as_ref().is_some_and(|j| self.jobs.contains(j));
         let model = if self.models.is_empty() { self.jobs.is_empty() } else { self.models.contains(&attempt.model) };
-        let benchmark = self.benchmarks.is_empty() || self.benchmarks.contains(&attempt.benchmark);
+        let benchmark = families.is_empty() || families.contains(&attempt.benchmark_family);
         by_job || (model && benchmark)
     }
 }
@@ -397,7 +407,7 @@ fn plan_table(plan: &Plan, team: Option<&TeamView>) -> String {
 
 pub(crate) fn plan_command(args: &PlanArgs) -> Result<ExitCode> {
     args.selection.check()?;
-    let session = Session::open(&args.ledger)?;
+    let session = Session::open_existing(&args.ledger)?;
     let team = team_link(&session, args.offline_ledger)?;
     let team = consult_team(&session, team.as_ref(), args.offline_ledger, "nothing planned")?;
     let plan = snapshot_and_plan(&session, &args.selection, &executables(&session, false)?)?;
@@ -697,8 +707,10 @@ pub(crate) fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
         bail!("say what to cancel: --job ID… or --model M… [--benchmark B…]");
     }
     let session = Session::open(&args.ledger)?;
+    let families = args.selection.families(&session)?;
+    let dry_run = args.selection.dry_run;
     let active: Vec<_> = session.ledger.active()?.into_iter().filter(|a| a.cluster == session.cluster.name).collect();
-    let selected: Vec<_> = active.iter().filter(|a| args.selection.selects(a)).cloned().collect();
+    let selected: Vec<_> = active.iter().filter(|a| args.selection.selects(&families, a)).cloned().collect();
     // A leg whose run dir holds its outcome has ended: it no longer keeps a shared job running.
     let running = |a: &submitter::ledger::Attempt| {
         let status = sync::run_dir_of(a).as_deref().and_then(sync::read_status).filter(|s| sync::belongs_to(s, a));
@@ -711,11 +723,14 @@ pub(crate) fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
         let Some(attempt) = selected.iter().find(|a| a.id == id) else { continue };
         let (reason, leg_only) = match &stop {
             Stop::Job(job) => {
-                if !scancelled.contains(job) {
+                if !dry_run && !scancelled.contains(job) {
                     session.slurm.cancel(job.parse().context("job id")?, None, false)?;
                     scancelled.push(job.clone());
                 }
                 ("cancelled by operator".to_string(), false)
+            }
+            Stop::Leg { job, others, .. } if dry_run => {
+                (format!("this leg only (shared job {job} goes on with {others} other leg(s))"), true)
             }
             Stop::Leg { job, run_dir, others } => {
                 let path = submitter::cancel::request_leg_stop(run_dir, id, &user)
@@ -728,7 +743,9 @@ pub(crate) fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
             }
             Stop::NoJob => ("cancelled by operator".to_string(), false),
         };
-        session.ledger.transition(id, AttemptStatus::Cancelled, &reason, None)?;
+        if !dry_run {
+            session.ledger.transition(id, AttemptStatus::Cancelled, &reason, None)?;
+        }
         let done = CancelledOutput {
             attempt: id.0,
             model: attempt.model.clone(),
@@ -739,7 +756,8 @@ pub(crate) fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
         if !args.format.is_json() {
             // Each line as it happens: a Slurm error later leaves these on the screen.
             super::print(&format!(
-                "cancelled attempt {} ({} on {}), job {}{}\n",
+                "{} attempt {} ({} on {}), job {}{}\n",
+                if dry_run { "would cancel" } else { "cancelled" },
                 done.attempt,
                 done.model,
                 done.benchmark,
@@ -752,7 +770,10 @@ pub(crate) fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
     super::print(&if args.format.is_json() {
         output::document("cancel", &CancelOutput { cancelled })
     } else {
-        format!("{} attempt(s) cancelled\n", cancelled.len())
+        match dry_run {
+            true => format!("{} attempt(s) would be cancelled, nothing changed (dry run)\n", cancelled.len()),
+            false => format!("{} attempt(s) cancelled\n", cancelled.len()),
+        }
     })?;
     Ok(ExitCode::SUCCESS)
 }
@@ -763,12 +784,14 @@ pub(crate) fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
 pub(crate) fn move_command(args: &MoveArgs) -> Result<ExitCode> {
     submitter::slurm::check_reservation_name(&args.reservation).context("--reservation")?;
     let session = Session::open(&args.ledger)?;
+    let families = args.selection.families(&session)?;
+    let dry_run = args.selection.dry_run;
     let selected: Vec<_> = session
         .ledger
         .active()?
         .into_iter()
         .filter(|a| a.cluster == session.cluster.name)
-        .filter(|a| args.selection.selects(a))
+        .filter(|a| args.selection.selects(&families, a))
         .filter_map(|a| {
             let id: submitter::slurm::JobId = a.slurm_job_id.as_deref()?.parse().ok()?;
             Some((a, id))
@@ -780,6 +803,10 @@ pub(crate) fn move_command(args: &MoveArgs) -> Result<ExitCode> {
     for (attempt, id) in &selected {
         let what = format!("job {id} (attempt {}, {} on {})", attempt.id.0, attempt.model, attempt.benchmark);
         let line = match states.iter().find(|job| job.id == *id).map(|job| &job.state) {
+            Some(submitter::slurm::JobState::Pending) if dry_run => {
+                moved += 1;
+                format!("would move {what} onto reservation {}\n", args.reservation)
+            }
             Some(submitter::slurm::JobState::Pending) => {
                 match session.slurm.move_to_reservation(*id, &args.reservation) {
                     Ok(()) => {
@@ -798,7 +825,12 @@ pub(crate) fn move_command(args: &MoveArgs) -> Result<ExitCode> {
         // Each line as it happens, as `cancel` does.
         super::print(&line)?;
     }
-    super::print(&format!("{moved} job(s) moved onto reservation {}\n", args.reservation))?;
+    super::print(&match dry_run {
+        true => {
+            format!("{moved} job(s) would be moved onto reservation {}, nothing changed (dry run)\n", args.reservation)
+        }
+        false => format!("{moved} job(s) moved onto reservation {}\n", args.reservation),
+    })?;
     Ok(if refused > 0 { ExitStatus::Problems.into() } else { ExitCode::SUCCESS })
 }
 

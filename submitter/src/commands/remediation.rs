@@ -43,6 +43,23 @@ pub struct ReleaseArgs {
     agent: Option<String>,
 }
 
+#[derive(clap::Args)]
+pub struct HoldArgs {
+    #[command(flatten)]
+    ledger: LedgerArgs,
+    #[arg(long, value_name = "M")]
+    model: String,
+    /// The benchmark (or its family) as `plan` and `status` show it (`tb2`, `v2`, `swebench`…).
+    #[arg(long, value_name = "B")]
+    benchmark: String,
+    /// The Harbor agent of the pair (default: the one its attempts ran, else terminus-2).
+    #[arg(long, value_name = "A")]
+    agent: Option<String>,
+    /// Why, in words: shown by `plan` and `status` until `release`.
+    #[arg(long, value_name = "TEXT", default_value = "")]
+    reason: String,
+}
+
 /// The decisions for the cluster's jobs, carried out unless `dry_run`. `rows` are `status`'s when
 /// the caller has them (status --watch), else collected here. Returns the decisions made (for a
 /// dry run: the ones that would be).
@@ -211,9 +228,45 @@ pub(crate) fn remediate_command(args: &RemediateArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `submitter hold`: the counterpart of `release` — the pair is not submitted again until released.
+pub(crate) fn hold_command(args: &HoldArgs) -> Result<ExitCode> {
+    let model = submitter::config::args::model(&args.model).map_err(|e| anyhow::anyhow!("--model: {e}"))?;
+    let session = Session::open(&args.ledger)?;
+    let family = session.benchmark_family(&args.benchmark)?;
+    let agent = match &args.agent {
+        Some(agent) => agent.clone(),
+        None => {
+            let pairs = session.ledger.latest_per_pair()?;
+            let mut agents: Vec<String> =
+                pairs.into_iter().filter(|p| p.model == *model && p.family == family).map(|p| p.agent).collect();
+            agents.dedup();
+            match agents.len() {
+                0 => submitter::config::preset::DEFAULT_AGENT.to_string(),
+                1 => agents.remove(0),
+                _ => bail!(
+                    "{model} on {} ran under several agents ({}): say --agent A",
+                    args.benchmark,
+                    agents.join(", ")
+                ),
+            }
+        }
+    };
+    let key = (model.to_string(), family, agent);
+    if remediate::pair_states(session.ledger.as_ref())?.get(&key).is_some_and(|s| s.held.is_some()) {
+        bail!("{model} on {} ({}) is already held (`submitter release` clears it)", args.benchmark, key.2);
+    }
+    let username = std::env::var("USER").unwrap_or_else(|_| "unknown".to_string());
+    remediate::hold(session.ledger.as_ref(), &key, &session.cluster.name, &username, &args.reason)?;
+    super::print(&format!(
+        "held {model} on {} ({}): no launch submits it until `submitter release --model {model} --benchmark {}`\n",
+        args.benchmark, key.2, args.benchmark
+    ))?;
+    Ok(ExitCode::SUCCESS)
+}
+
 pub(crate) fn release_command(args: &ReleaseArgs) -> Result<ExitCode> {
     let session = Session::open(&args.ledger)?;
-    let family = session.ledger.family_of(&args.benchmark)?;
+    let family = session.benchmark_family(&args.benchmark)?;
     let states = remediate::pair_states(session.ledger.as_ref())?;
     let held: Vec<_> = states
         .iter()

@@ -20,13 +20,33 @@ use crate::ConfigDirs;
 /// `--cluster`, `--ledger`, `--state-dir` and the config directories.
 #[derive(clap::Args, Clone, Debug)]
 pub struct LedgerArgs {
-    /// Cluster profile name or alias.
-    #[arg(long)]
-    pub cluster: String,
+    /// Cluster profile name or alias (default: $SUBMITTER_CLUSTER, else the profile whose `hosts:`
+    /// matches this host).
+    #[arg(long, env = "SUBMITTER_CLUSTER")]
+    pub cluster: Option<String>,
     #[command(flatten)]
     pub store: LedgerStore,
     #[command(flatten)]
     pub dirs: ConfigDirs,
+}
+
+/// `--cluster` (or `$SUBMITTER_CLUSTER`, which clap folds into it), else the profile whose `hosts:`
+/// matches this machine's hostname, said in one line on stderr.
+pub(crate) fn cluster_name(given: Option<&str>, clusters_dir: &Path) -> Result<String> {
+    if let Some(name) = given {
+        return Ok(name.to_string());
+    }
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string();
+    match config::cluster_for_host(clusters_dir, &hostname)? {
+        Some((name, pattern)) => {
+            let said = format!("cluster: {name} (host {hostname} matches its hosts: `{pattern}`)");
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("{said}\n").as_bytes());
+            Ok(name)
+        }
+        None => bail!(
+            "no cluster: give --cluster C or set $SUBMITTER_CLUSTER (no profile's hosts: matches this host `{hostname}`)"
+        ),
+    }
 }
 
 /// The variable `--ledger` is also read from: a URL with a password belongs there, never in argv.
@@ -191,6 +211,17 @@ pub(crate) struct Selection {
     pub slurm: SlurmOptions,
 }
 
+/// How [`Session::open_with`] treats a state dir and ledger that do not exist yet.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Opening {
+    /// Create them (commands that write).
+    Create,
+    /// `--dry-run`: the state dir only when the default ledger goes into it.
+    Dry,
+    /// Never create anything.
+    ReadOnly,
+}
+
 pub struct Session {
     pub root: PathBuf,
     pub cluster: ClusterProfile,
@@ -220,20 +251,49 @@ fn refuse_password_on_argv(ledger: Option<&str>) -> Result<()> {
 
 impl Session {
     pub fn open(args: &LedgerArgs) -> Result<Session> {
-        Session::open_with(args, true)
+        Session::open_with(args, Opening::Create)
     }
 
     /// [`Session::open`] for `launch --dry-run`: the state dir is created only when the default
     /// ledger goes into it (a ledger named elsewhere leaves the file tree untouched).
     pub fn open_dry(args: &LedgerArgs) -> Result<Session> {
-        Session::open_with(args, false)
+        Session::open_with(args, Opening::Dry)
     }
 
-    fn open_with(args: &LedgerArgs, create_state_dir: bool) -> Result<Session> {
+    /// [`Session::open`] for the commands that only read (`status`, `results`, `report`, `plan`,
+    /// `unevaluated`, `models list`): they never create state. A `--state-dir` (or the directory
+    /// of a `--ledger` file) that does not exist is an error (a typo must not read as an empty
+    /// ledger); an existing directory with no ledger in it yet reads as an empty one, in memory.
+    pub fn open_read_only(args: &LedgerArgs) -> Result<Session> {
+        Session::refuse_missing_state_dir(args)?;
+        Session::open_with(args, Opening::ReadOnly)
+    }
+
+    /// For `plan`: a missing `--state-dir` is a typo as for the read-only commands, but the ledger
+    /// is opened for real, so the team's history it folds in is kept (incremental next time).
+    pub fn open_existing(args: &LedgerArgs) -> Result<Session> {
+        Session::refuse_missing_state_dir(args)?;
+        Session::open_with(args, Opening::Create)
+    }
+
+    fn refuse_missing_state_dir(args: &LedgerArgs) -> Result<()> {
+        if let Some(dir) = &args.store.state_dir
+            && !dir.is_dir()
+        {
+            bail!(
+                "--state-dir {}: no such directory — read-only commands create nothing; check the path, or leave \
+                 the flag out for the profile's paths.state_dir",
+                dir.display()
+            );
+        }
+        Ok(())
+    }
+
+    fn open_with(args: &LedgerArgs, opening: Opening) -> Result<Session> {
         refuse_password_on_argv(args.store.ledger.as_deref())?;
         let dirs = args.dirs.resolve()?;
         let root = ConfigRoot::discover().map(|r| r.root).unwrap_or_else(|_| dirs.clusters.join(".."));
-        let cluster = config::load_cluster(&dirs.clusters, &args.cluster)?;
+        let cluster = config::load_cluster(&dirs.clusters, &cluster_name(args.cluster.as_deref(), &dirs.clusters)?)?;
         let gpu_profiles = config::load_gpu_profiles(&dirs.clusters)?;
         let registry =
             Registry::load(&dirs.registry).with_context(|| format!("loading registry {}", dirs.registry.display()))?;
@@ -245,12 +305,30 @@ impl Session {
             None => context.expand("paths.state_dir", &cluster.paths.state_dir)?,
         };
         let named = args.store.ledger.clone().or_else(|| cluster.ledger.clone());
-        if create_state_dir || named.is_none() {
+        if opening == Opening::Create || (opening == Opening::Dry && named.is_none()) {
             std::fs::create_dir_all(&state_dir)
                 .with_context(|| format!("creating state dir {}", state_dir.display()))?;
         }
-        let ledger_spec = named.unwrap_or_else(|| ledger::default_path(&state_dir).display().to_string());
+        // A directory that exists but holds no ledger yet reads as empty (a first `plan`); one that
+        // does not exist is a typo.
+        let explicit = args.store.ledger.is_some();
+        let mut ledger_spec = named.unwrap_or_else(|| ledger::default_path(&state_dir).display().to_string());
+        if opening == Opening::ReadOnly
+            && let Some(file) = ledger::sqlite_file(&ledger_spec).filter(|file| !file.exists())
+        {
+            let parent = file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            if explicit && !parent.is_dir() {
+                bail!(
+                    "--ledger {}: no such directory — read-only commands create nothing; check the path",
+                    file.display()
+                );
+            }
+            // Nothing launched from this profile yet: an empty ledger, and no file left behind.
+            tracing::debug!("no ledger at {} yet: reading an empty one", file.display());
+            ledger_spec = ":memory:".to_string();
+        }
         let ledger = ledger::open_ledger(&ledger_spec)?;
+        tracing::debug!("ledger {}", ledger.location());
         let slurm = SlurmCli::new().with_command_timeout(Duration::from_secs(cluster.slurm.command_timeout_s));
         Ok(Session {
             root,
@@ -263,6 +341,14 @@ impl Session {
             ledger,
             slurm,
         })
+    }
+
+    /// The benchmark family `--benchmark NAME` names: NAME as the ledger, a preset or `status`
+    /// names it (`tb2`, `v2`, `swebench`); an unknown name is an error naming the known ones.
+    pub fn benchmark_family(&self, given: &str) -> Result<String> {
+        let known = submitter::names::KnownBenchmarks::load(self.ledger.as_ref(), &self.presets_dir)?;
+        let benchmark = known.resolve(given).context("--benchmark")?;
+        Ok(self.ledger.family_of(&benchmark)?)
     }
 
     pub fn context(&self) -> SpecBuilder<'_> {

@@ -17,9 +17,10 @@ use crate::ConfigDirs;
 
 #[derive(clap::Args)]
 pub struct SpecArgs {
-    /// Cluster profile name or alias.
-    #[arg(long)]
-    pub cluster: String,
+    /// Cluster profile name or alias (default: $SUBMITTER_CLUSTER, else the profile whose `hosts:`
+    /// matches this host).
+    #[arg(long, env = "SUBMITTER_CLUSTER")]
+    pub cluster: Option<String>,
     /// Preset name (presets/<name>.yaml).
     #[arg(long)]
     pub preset: Option<String>,
@@ -73,7 +74,10 @@ pub(crate) fn build(args: &SpecArgs) -> Result<(launch_spec::LaunchSpec, Loaded)
     concurrency.check(&legs)?;
     let n_concurrent = concurrency.for_leg(&legs[0]);
     let loaded = Loaded {
-        cluster: config::load_cluster(&dirs.clusters, &args.cluster)?,
+        cluster: config::load_cluster(
+            &dirs.clusters,
+            &super::session::cluster_name(args.cluster.as_deref(), &dirs.clusters)?,
+        )?,
         gpu_profiles: config::load_gpu_profiles(&dirs.clusters)?,
         preset: legs.remove(0).preset,
         registry: Registry::load(&dirs.registry)

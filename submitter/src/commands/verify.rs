@@ -227,7 +227,7 @@ fn status_all_clusters(session: &Session, args: &StatusArgs) -> Result<ExitCode>
 /// `submitter status [--json] [--watch]`. Exit 0; 1 when an active job is dead, stalled or
 /// misconfigured (without --watch); 2 on ledger/Slurm errors.
 pub(crate) fn status(args: &StatusArgs) -> Result<ExitCode> {
-    let session = Session::open(&args.ledger)?;
+    let session = Session::open_read_only(&args.ledger)?;
     if args.all_clusters {
         return status_all_clusters(&session, args);
     }
@@ -292,7 +292,7 @@ fn matrix(session: &Session, rank_by: Option<&str>) -> Result<Matrix> {
 
 /// `submitter results [--json|--csv]`.
 pub(crate) fn results(args: &ResultsArgs) -> Result<ExitCode> {
-    let session = Session::open(&args.ledger)?;
+    let session = Session::open_read_only(&args.ledger)?;
     let m = matrix(&session, args.rank_by.as_deref())?;
     let text = if args.format.is_json() {
         output::document("results", &ResultsOutput::from(&m))
@@ -375,7 +375,7 @@ pub(crate) fn report(args: &ReportArgs) -> Result<ExitCode> {
             parent.display()
         );
     }
-    let session = Session::open(&args.ledger)?;
+    let session = Session::open_read_only(&args.ledger)?;
     let settings = &session.cluster.verify;
     let m = matrix(&session, args.rank_by.as_deref())?;
     // One collection for both: this cluster's rows are the team view's local ones.
@@ -453,7 +453,7 @@ fn resolve_target(args: &LogsArgs) -> Result<(PathBuf, Option<String>, Option<Pa
     }
     let session = match &args.cluster {
         Some(cluster) => Some(Session::open(&LedgerArgs {
-            cluster: cluster.clone(),
+            cluster: Some(cluster.clone()),
             store: args.store.clone(),
             dirs: args.dirs.clone(),
         })?),

@@ -12,6 +12,10 @@ pub struct ClusterProfile {
     pub name: String,
     #[serde(default)]
     pub aliases: Vec<String>,
+    /// Login-node hostname patterns (`*` any run of characters, e.g. `login*.leonardo.cineca.it`):
+    /// a command without `--cluster` or `$SUBMITTER_CLUSTER` on a matching host uses this profile.
+    #[serde(default)]
+    pub hosts: Vec<String>,
     #[serde(default)]
     pub description: Option<String>,
     pub slurm: SlurmSettings,

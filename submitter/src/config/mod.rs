@@ -5,7 +5,7 @@
 pub mod args;
 pub mod cluster;
 pub mod lists;
-pub(crate) mod preset;
+pub mod preset;
 pub(crate) mod remediation;
 
 use std::path::{Path, PathBuf};
@@ -42,10 +42,10 @@ pub(crate) const GPU_PROFILES_FILE: &str = "gpus.yaml";
 pub enum ConfigError {
     #[error(transparent)]
     Yaml(#[from] YamlError),
-    #[error("unknown cluster `{name}`: valid clusters are {valid} (profiles live in {dir})")]
-    UnknownCluster { name: String, valid: String, dir: PathBuf },
-    #[error("unknown preset `{name}`: valid presets are {valid} (presets live in {dir})")]
-    UnknownPreset { name: String, valid: String, dir: PathBuf },
+    #[error("unknown cluster `{name}`{hint}: valid clusters are {valid} (profiles live in {dir})")]
+    UnknownCluster { name: String, hint: String, valid: String, dir: PathBuf },
+    #[error("unknown preset `{name}`{hint}: valid presets are {valid} (presets live in {dir})")]
+    UnknownPreset { name: String, hint: String, valid: String, dir: PathBuf },
     #[error("{path}: cannot read directory: {source}")]
     Dir { path: PathBuf, source: std::io::Error },
     #[error("{path}: {problem}")]
@@ -129,6 +129,44 @@ pub fn load_clusters(dir: &Path) -> Result<Vec<(PathBuf, ClusterProfile)>, Confi
         .collect()
 }
 
+/// ` (did you mean `NAME`?)` for the candidate closest to `given` when one is close enough, else
+/// empty: shared by every "unknown name" error (benchmarks, presets, clusters).
+pub fn did_you_mean<S: AsRef<str>>(given: &str, candidates: impl IntoIterator<Item = S>) -> String {
+    let closest = candidates
+        .into_iter()
+        .map(|c| (strsim::normalized_damerau_levenshtein(given, c.as_ref()), c.as_ref().to_string()))
+        .filter(|(score, _)| *score >= 0.6)
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    closest.map(|(_, name)| format!(" (did you mean `{name}`?)")).unwrap_or_default()
+}
+
+/// The profile whose `hosts:` pattern matches `hostname` (its name and the pattern), `None` when
+/// none does; two profiles matching is an error (which one is meant cannot be guessed).
+pub fn cluster_for_host(dir: &Path, hostname: &str) -> Result<Option<(String, String)>, ConfigError> {
+    let matching: Vec<(String, String)> = load_clusters(dir)?
+        .into_iter()
+        .filter_map(|(_, c)| c.hosts.iter().find(|p| host_matches(p, hostname)).map(|p| (c.name.clone(), p.clone())))
+        .collect();
+    match matching.as_slice() {
+        [] => Ok(None),
+        [one] => Ok(Some(one.clone())),
+        several => Err(ConfigError::Invalid {
+            path: dir.to_path_buf(),
+            problem: format!(
+                "host `{hostname}` matches the hosts: of several profiles ({}): give --cluster",
+                several.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
+            ),
+        }),
+    }
+}
+
+/// A `hosts:` pattern: `*` matches any run of characters, everything else itself (case-insensitive,
+/// as hostnames are).
+fn host_matches(pattern: &str, hostname: &str) -> bool {
+    let body = pattern.split('*').map(regex::escape).collect::<Vec<_>>().join(".*");
+    regex::RegexBuilder::new(&format!("^{body}$")).case_insensitive(true).build().is_ok_and(|re| re.is_match(hostname))
+}
+
 /// The cluster called `name` or aliased so (`tacc` → `vista`); a profile with any problem
 /// `registry check` reports is refused here, so no command runs with it.
 pub fn load_cluster(dir: &Path, name: &str) -> Result<ClusterProfile, ConfigError> {
@@ -148,7 +186,9 @@ pub fn load_cluster(dir: &Path, name: &str) -> Result<ClusterProfile, ConfigErro
             })
             .collect::<Vec<_>>()
             .join(", ");
-    Err(ConfigError::UnknownCluster { name: name.to_string(), valid, dir: dir.to_path_buf() })
+    let names = clusters.iter().flat_map(|(_, c)| std::iter::once(&c.name).chain(&c.aliases));
+    let hint = did_you_mean(name, names);
+    Err(ConfigError::UnknownCluster { name: name.to_string(), hint, valid, dir: dir.to_path_buf() })
 }
 
 pub fn load_gpu_profiles(clusters_dir: &Path) -> Result<GpuProfiles, ConfigError> {
@@ -180,8 +220,9 @@ pub fn load_preset(dir: &Path, name: &str) -> Result<Preset, ConfigError> {
         let harbor_dir = dir.join("harbor");
         return refuse_problems(&path, preset.problems_with(&harbor_dir)).map(|()| preset);
     }
-    let valid = yaml_files(dir)?.iter().map(|p| stem(p)).collect::<Vec<_>>().join(", ");
-    Err(ConfigError::UnknownPreset { name: name.to_string(), valid, dir: dir.to_path_buf() })
+    let names: Vec<String> = yaml_files(dir)?.iter().map(|p| stem(p)).collect();
+    let hint = did_you_mean(name, &names);
+    Err(ConfigError::UnknownPreset { name: name.to_string(), hint, valid: names.join(", "), dir: dir.to_path_buf() })
 }
 
 /// The first problem as the error (with how many more), none → Ok.
@@ -216,6 +257,17 @@ pub fn parse_slurm_time(text: &str) -> Option<u64> {
     // Past Slurm's own bound on a job's time, and the 30 days every duration here is held to.
     let total = days.checked_mul(86400)?.checked_add(seconds)?;
     (total <= launch_spec::validate::MAX_SECONDS).then_some(total)
+}
+
+#[cfg(test)]
+mod host_tests {
+    #[test]
+    fn host_patterns_match_whole_names_with_stars() {
+        assert!(super::host_matches("login*.leonardo.cineca.it", "login05.leonardo.cineca.it"));
+        assert!(super::host_matches("jrlogin*", "JRLOGIN03"));
+        assert!(!super::host_matches("login*.leonardo.cineca.it", "login05.leonardo.cineca.it.evil"));
+        assert!(!super::host_matches("vista", "vista2"));
+    }
 }
 
 #[cfg(test)]

@@ -5,6 +5,9 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+/// The Harbor agent a preset without `agent_name` runs.
+pub const DEFAULT_AGENT: &str = "terminus-2";
+
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Preset {
@@ -123,7 +126,7 @@ impl Preset {
 
     /// The Harbor agent its jobs run (`agent_name`, default terminus-2).
     pub fn agent(&self) -> &str {
-        self.agent_name.as_deref().unwrap_or("terminus-2")
+        self.agent_name.as_deref().unwrap_or(DEFAULT_AGENT)
     }
 
     /// The benchmark name of a dataset: its repo basename (`DCAgent2/terminal_bench_2` → `terminal_bench_2`).

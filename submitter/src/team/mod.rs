@@ -34,7 +34,7 @@ pub enum TeamError {
     #[error("team database {location}: {operation} failed: {detail}")]
     Source { location: String, operation: &'static str, detail: String },
     /// The secrets file cannot give the team database URL (never holds a value).
-    #[error("{file}: {problem}")]
+    #[error("{file}: {problem} (or run with --offline-ledger to use your own ledger only)")]
     Secrets { file: String, problem: String },
 }
 
@@ -74,8 +74,7 @@ pub fn url_from_secrets(file: &Path, name: &str) -> Result<String, TeamError> {
     let url = pairs.into_iter().rev().find(|(k, _)| k == name).map(|(_, v)| v).filter(|v| !v.trim().is_empty());
     let url = url.ok_or_else(|| {
         problem(format!(
-            "no `{name}` (team.database_secret): add `{name}=postgresql://USER:PASSWORD@HOST:PORT/DB?sslmode=require`, \
-             or run with --offline-ledger to use your own ledger only"
+            "no `{name}` (team.database_secret): add `{name}=postgresql://USER:PASSWORD@HOST:PORT/DB?sslmode=require`"
         ))
     })?;
     if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
@@ -153,6 +152,7 @@ mod tests {
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
         let open = url_from_secrets(&file, "TEAM_DB_URL").unwrap_err().to_string();
         assert!(open.contains("mode 0644") && open.contains("chmod 600") && !open.contains(&secret), "{open}");
+        assert!(open.contains("--offline-ledger"), "every team-database error names the escape: {open}");
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
         assert_eq!(url_from_secrets(&file, "TEAM_DB_URL").unwrap(), url);
         let missing = url_from_secrets(&file, "NOPE").unwrap_err().to_string();
@@ -160,6 +160,9 @@ mod tests {
         std::fs::write(&file, "TEAM_DB_URL=https://example.invalid/x\n").unwrap();
         assert!(url_from_secrets(&file, "TEAM_DB_URL").unwrap_err().to_string().contains("not a postgres:// URL"));
         let absent = url_from_secrets(&dir.path().join("none.env"), "TEAM_DB_URL").unwrap_err().to_string();
-        assert!(absent.contains("mode 0600") && absent.contains(TEAM_DB_ENV), "{absent}");
+        assert!(
+            absent.contains("mode 0600") && absent.contains(TEAM_DB_ENV) && absent.contains("--offline-ledger"),
+            "{absent}"
+        );
     }
 }

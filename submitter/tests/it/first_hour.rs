@@ -26,6 +26,7 @@ fn shipped(site: &Path, args: &[&str]) -> Output {
 fn leonardos_shared_id_plan_stays_within_its_partitions_24_hours() {
     let site = tempfile::tempdir().unwrap();
     let state = site.path().join("state");
+    std::fs::create_dir(&state).unwrap();
     let out = shipped(
         site.path(),
         &[

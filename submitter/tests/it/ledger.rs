@@ -80,6 +80,8 @@ fn redact(url: &str) -> String {
 impl Store {
     pub(crate) fn sqlite() -> Store {
         let dir = tempfile::tempdir().expect("temp dir");
+        // An existing state dir: a read-only command (`plan`) refuses one that does not exist.
+        std::fs::create_dir(dir.path().join("state")).expect("state dir");
         let spec = format!("sqlite:{}", dir.path().join("state/ledger.sqlite").display());
         Store { spec, _dir: Some(dir), pg_schema: None }
     }

@@ -4,10 +4,12 @@ mod architecture;
 mod broken;
 mod catalogue;
 mod compare;
+mod completions;
 mod edge;
 mod exit_codes;
 mod finished_work;
 mod first_hour;
+mod footguns;
 #[path = "../../../tests/src/fresh.rs"]
 mod fresh;
 mod hostile32;

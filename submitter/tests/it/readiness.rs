@@ -25,6 +25,7 @@ fn leonardo(work: &Path, args: &[&str]) -> Output {
 }
 
 fn plan(work: &Path) -> String {
+    std::fs::create_dir_all(work.join("state")).unwrap();
     let state = work.join("state").display().to_string();
     // The budget, not the team's history: Leonardo's profile names a team database.
     let mut args = vec!["plan", "--preset", "tb2", "--offline-ledger", "--state-dir", &state];
@@ -86,6 +87,7 @@ fn plan_shows_the_budget_of_an_8b_and_a_235b_on_leonardo() {
 #[test]
 fn a_model_without_a_size_gets_no_budget_and_plan_says_the_cap_applies() {
     let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("state")).unwrap();
     let state = dir.path().join("state").display().to_string();
     let out = leonardo(dir.path(), &["spec", "--preset", "tb2", "--model", "org/my-sft"]);
     assert!(out.status.success(), "{}", stderr(&out));

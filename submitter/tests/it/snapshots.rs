@@ -16,6 +16,13 @@ pub(crate) fn stable(text: &str) -> String {
     human.replace_all(&rfc3339.replace_all(text, "<time>"), "<time>").into_owned()
 }
 
+/// An existing, empty state dir: `plan` reads only, and a typo'd one is an error (issue 36).
+fn state_dir(dir: &tempfile::TempDir) -> std::path::PathBuf {
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    state
+}
+
 fn ok(out: &Output) -> String {
     assert!(out.status.success(), "{}{}", stdout(out), String::from_utf8_lossy(&out.stderr));
     stdout(out)
@@ -56,7 +63,7 @@ fn registry_check_on_a_broken_registry() {
 #[test]
 fn catalogue_families_and_unevaluated() {
     let dir = tempfile::tempdir().unwrap();
-    let state = dir.path().join("state");
+    let state = state_dir(&dir);
     ok(&run_in(&state, &["models", "add", "org/Alpha-8B", "org/Beta-32B"]));
     ok(&run_in(&state, &["models", "add", "--base", "Qwen/Qwen3-8B", "org/my-sft"]));
     ok(&run_in(&state, &["families", "add", "dev_set_v2_3.0x", "dev_set_v2"]));
@@ -78,7 +85,7 @@ fn catalogue_families_and_unevaluated() {
 #[test]
 fn plan_on_an_empty_ledger() {
     let dir = tempfile::tempdir().unwrap();
-    let state = dir.path().join("state");
+    let state = state_dir(&dir);
     let plan = ["plan", "--preset", "tb2", "--model", "Qwen/Qwen3-8B", "--model", "probe/Foo-7B"];
     for format in ["human", "json"] {
         let out = ok(&run_in(&state, &[&plan[..], &["--format", format]].concat()));
@@ -93,7 +100,7 @@ fn plan_on_an_empty_ledger() {
 #[test]
 fn plan_says_where_each_setting_came_from() {
     let dir = tempfile::tempdir().unwrap();
-    let state = dir.path().join("state");
+    let state = state_dir(&dir);
     let plan = ["plan", "--preset", "swebench_full", "--model", "Qwen/Qwen3-8B", "--n-concurrent", "2"];
     let json: serde_json::Value =
         serde_json::from_str(&ok(&run_in(&state, &[&plan[..], &["--format", "json"]].concat()))).unwrap();
@@ -118,7 +125,7 @@ fn plan_says_where_each_setting_came_from() {
 #[test]
 fn plan_the_command_line_beats_the_preset_beats_the_profile() {
     let dir = tempfile::tempdir().unwrap();
-    let state = dir.path().join("state");
+    let state = state_dir(&dir);
     let job = |extra: &[&str]| {
         let args = [&["plan", "--preset", "swebench_full", "--model", "Qwen/Qwen3-8B", "--format", "json"][..], extra]
             .concat();
@@ -152,7 +159,7 @@ fn plan_the_command_line_beats_the_preset_beats_the_profile() {
 fn plan_names_each_skips_evidence() {
     use submitter::ledger::{AttemptStatus, ImportedAttempt, NewAttempt, now};
     let dir = tempfile::tempdir().unwrap();
-    let state = dir.path().join("state");
+    let state = state_dir(&dir);
     std::fs::create_dir_all(&state).unwrap();
     let ledger =
         submitter::ledger::open_ledger(&submitter::ledger::default_path(&state).display().to_string()).unwrap();
@@ -200,7 +207,7 @@ fn plan_names_each_skips_evidence() {
 #[test]
 fn plan_with_shared_allocation() {
     let dir = tempfile::tempdir().unwrap();
-    let state = dir.path().join("state");
+    let state = state_dir(&dir);
     let plan = ["plan", "--preset", "ID", "--allocation", "shared", "--model", "Qwen/Qwen3-8B"];
     for format in ["human", "json"] {
         let out = ok(&run_in(&state, &[&plan[..], &["--format", format]].concat()));
