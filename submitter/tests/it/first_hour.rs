@@ -98,7 +98,7 @@ impl Drop for FutureReservation {
 /// Jupiter launched nothing: every pair `preflight failed: slurm: reservation eval is unknown to
 /// Slurm`, with `--reservation reformo` and with `--no-reservation` alike, because preflight judged
 /// the profile's settings, not what sbatch would get. The shipped profile, on the local Slurm: only
-/// what this machine cannot be is mapped (the node's size and CPU architecture); the partition comes
+/// what this machine cannot be is mapped (the node's size and CPU architecture, and the payload binary: see `without_payload_bin`); the partition comes
 /// from the command line, which is what preflight now judges.
 #[test]
 fn jupiter_launches_with_the_teams_reservation_and_without_one() {
@@ -110,7 +110,7 @@ fn jupiter_launches_with_the_teams_reservation_and_without_one() {
     std::fs::copy(workspace_root().join("clusters/gpus.yaml"), clusters.join("gpus.yaml")).unwrap();
     let shipped = std::fs::read_to_string(workspace_root().join("clusters/jupiter.yaml")).unwrap();
     assert!(!shipped.lines().any(|l| l.trim_start().starts_with("reservation:")), "the shipped profile names none");
-    let mut mapped = shipped;
+    let mut mapped = crate::site::without_payload_bin(&shipped);
     for (from, to) in [
         ("  cpus_per_node: 72", "  cpus_per_node: 2"),
         ("  mem_per_node_mb: 480000", "  mem_per_node_mb: 4000"),
@@ -254,7 +254,7 @@ fn force_on_a_running_pair_is_refused_alike_by_plan_and_launch() {
 /// Installed-harness evals (openhands) were refused on every cluster: no profile could hold the
 /// team's Pinggy bank. The shipped Leonardo profile names the defaults (8, 9, 10) and the
 /// borrow-only pairs (1–7); the pairs themselves are in the secrets file. `plan` names the pairs a
-/// job gets, and the launch submits (on the local Slurm: only the node's size is mapped, the
+/// job gets, and the launch submits (on the local Slurm: only the node's size and the payload binary are mapped, the
 /// partition comes from the command line).
 #[test]
 fn an_openhands_launch_on_leonardo_plans_and_submits_with_the_teams_bank() {
@@ -265,7 +265,7 @@ fn an_openhands_launch_on_leonardo_plans_and_submits_with_the_teams_bank() {
     std::fs::copy(workspace_root().join("clusters/gpus.yaml"), clusters.join("gpus.yaml")).unwrap();
     let shipped = std::fs::read_to_string(workspace_root().join("clusters/leonardo.yaml")).unwrap();
     assert!(!shipped.contains("pinggy.link"), "the profile holds no pair");
-    let mut mapped = shipped;
+    let mut mapped = crate::site::without_payload_bin(&shipped);
     for (from, to) in
         [("  cpus_per_node: 32", "  cpus_per_node: 2"), ("  mem_per_node_mb: 490000", "  mem_per_node_mb: 4000")]
     {

@@ -564,6 +564,12 @@ fn every_shipped_profile_passes_preflight_on_the_simulated_site() {
     }
 }
 
+/// A shipped profile's lines without its `slurm.payload_bin`: the simulated site installs no release
+/// under the site's paths, so its jobs run the payload beside the submitter.
+pub(crate) fn without_payload_bin(profile: &str) -> String {
+    profile.lines().filter(|l| !l.starts_with("  payload_bin:")).map(|l| format!("{l}\n")).collect()
+}
+
 /// A site where every shipped profile's paths exist (`${WORK}`, `${SCRATCH}`, `${PROJECT}`,
 /// `${SUBMITTER_HOME}`): its environments (stand-ins, and a Python holding the vLLM each declares),
 /// a model in each HF cache, tb2 and the ID datasets in each dataset dir, a 0600 secrets file.
