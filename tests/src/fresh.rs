@@ -21,7 +21,7 @@ fn sources(package: &str) -> Vec<&'static str> {
         "e2e" => "tests/src",
         other => panic!("fresh::bin: no source list for package {other}"),
     };
-    vec![own, "spec/src"]
+    vec![own, "launch-spec/src"]
 }
 
 fn workspace_root() -> PathBuf {
@@ -31,7 +31,7 @@ fn workspace_root() -> PathBuf {
 
 /// Sources no binary is built from: launch-spec's test fixtures (feature `testkit`, enabled only
 /// for tests, so `cargo build -p payload` neither compiles them nor relinks when they change).
-const NOT_IN_BINARIES: &[&str] = &["spec/src/testkit"];
+const NOT_IN_BINARIES: &[&str] = &["launch-spec/src/testkit"];
 
 fn newest(path: &Path, found: &mut Option<(SystemTime, PathBuf)>) {
     if NOT_IN_BINARIES.iter().any(|skip| path.ends_with(skip)) {
@@ -102,12 +102,12 @@ mod tests {
         assert!(stale.contains("is older than") && stale.contains("main.rs"), "{stale}");
         assert!(check(&dir.join("missing"), &[]).unwrap_err().contains("is missing"));
         // The test fixtures are no binary's source.
-        let kit = dir.join("spec/src/testkit");
+        let kit = dir.join("launch-spec/src/testkit");
         std::fs::create_dir_all(&kit).unwrap();
         std::fs::write(kit.join("mod.rs"), "").unwrap();
         set(&source, 1_000).unwrap();
         set(&kit.join("mod.rs"), 3_000).unwrap();
-        assert_eq!(check(&binary, &[dir.join("src"), dir.join("spec/src")]), Ok(()));
+        assert_eq!(check(&binary, &[dir.join("src"), dir.join("launch-spec/src")]), Ok(()));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

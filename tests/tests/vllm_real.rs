@@ -47,7 +47,7 @@ fn say(text: &str) {
     let _ = writeln!(err, "{text}");
 }
 
-/// The vLLM version payload is verified against (`spec/src/versions.rs`).
+/// The vLLM version payload is verified against (`launch-spec/src/versions.rs`).
 fn verified() -> String {
     launch_spec::versions::VERIFIED_VLLM.to_string()
 }

@@ -229,7 +229,7 @@ fn all_tangles() -> BTreeSet<(String, BTreeSet<String>)> {
             m.is_empty() || m == "commands" || m.starts_with("commands::")
         }),
         load("payload", &root.join("payload/src"), "lib.rs", |_| true),
-        load("launch_spec", &root.join("spec/src"), "lib.rs", |_| true),
+        load("launch_spec", &root.join("launch-spec/src"), "lib.rs", |_| true),
         load("e2e (test support)", &root.join("tests/src"), "lib.rs", |m| !m.starts_with("bin")),
     ];
     let mut found = BTreeSet::new();
