@@ -30,6 +30,7 @@ pub mod stats;
 pub mod sync;
 pub mod team;
 pub mod text;
+pub mod transition;
 pub mod verify;
 
 #[cfg(test)]

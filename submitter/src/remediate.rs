@@ -14,7 +14,9 @@ use serde::Serialize;
 pub use crate::config::remediation::{Change, Policy, RemediationSettings, TABLE};
 use crate::domain::PairAdjustment;
 use crate::ledger::{AttemptId, AttemptStatus, Ledger, LedgerError, NewRemediation, PairRemedy, Remediation};
+use crate::observe::Observation;
 use crate::slurm::{JobId, Slurm, SlurmError};
+use crate::transition::{Origin, Recorder};
 use crate::verify::verdict::StatusRow;
 use crate::verify::{Level, VerdictKind, VerifySettings, check, human_duration};
 
@@ -84,6 +86,11 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// Whether carrying it out ended an active attempt (its job cancelled, the attempt failed).
+    pub fn ended_an_attempt(&self) -> bool {
+        self.cancels_job.is_some()
+    }
+
     /// One line for people: what, why, the change.
     pub fn line(&self) -> String {
         let job = self.cancels_job.as_ref().map(|j| format!(", cancels job {j}")).unwrap_or_default();
@@ -264,7 +271,8 @@ fn launch_facts(dir: &Path, status: Option<&launch_spec::records::RunStatus>) ->
 /// job's verdict when it is bad, `check`'s failing findings of its run dir (a full read: instant
 /// trial failures are `check`'s alone), and payload's recorded end; an ended attempt's recorded end
 /// when the ledger says it failed. Reads the run dirs; decides nothing.
-pub fn cases(rows: &[StatusRow], settings: &VerifySettings, now: DateTime<Utc>) -> Vec<Case> {
+pub fn cases(rows: &[StatusRow], world: &Observation, settings: &VerifySettings) -> Vec<Case> {
+    let now = world.now;
     let mut out = Vec::new();
     for row in rows {
         let active = row.ledger_status.is_active();
@@ -273,7 +281,8 @@ pub fn cases(rows: &[StatusRow], settings: &VerifySettings, now: DateTime<Utc>) 
         }
         let dir = row.run_dir.as_deref().map(Path::new);
         // A resubmission reuses the run dir: its records are this attempt's only when they name its job.
-        let status = dir.and_then(|d| launch_spec::rundir::read_status(d).of_job(row.slurm_job_id.as_deref()));
+        let record = dir.map(|d| world.record(d));
+        let status = record.clone().and_then(|r| r.of_job(row.slurm_job_id.as_deref()));
         let mut diagnoses = Vec::new();
         if active
             && row.verdict.verdict.is_bad()
@@ -288,7 +297,7 @@ pub fn cases(rows: &[StatusRow], settings: &VerifySettings, now: DateTime<Utc>) 
         if active
             && row.slurm == "RUNNING"
             && let Some(d) = dir
-            && let Ok(run) = check::check_run_dir(d, settings, now)
+            && let Ok(run) = check::check_run_dir_with(d, record.clone(), settings, now)
         {
             for f in run.findings.iter().filter(|f| f.level == Level::Fail) {
                 if !diagnoses.iter().any(|d| d.id == f.id) {
@@ -328,16 +337,16 @@ pub fn pair_states(
 /// The decisions for `status`'s rows (pure but for reading the run dirs).
 pub fn plan(
     rows: &[StatusRow],
+    world: &Observation,
     states: &std::collections::HashMap<(String, String, String), PairRemedy>,
     remediation: &RemediationSettings,
     verify: &VerifySettings,
-    now: DateTime<Utc>,
 ) -> Vec<Decision> {
     if !remediation.enabled {
         return Vec::new();
     }
     let empty = PairRemedy::default();
-    cases(rows, verify, now)
+    cases(rows, world, verify)
         .iter()
         .filter_map(|case| {
             let key = (case.model.clone(), case.family.clone(), case.agent.clone());
@@ -363,11 +372,11 @@ pub enum RemediateError {
 /// retry that [`reconcile`] completes on the next pass, never a cancelled job with no hold.
 pub fn carry_out(
     decision: &Decision,
-    ledger: &dyn Ledger,
+    recorder: &Recorder,
     slurm: &dyn Slurm,
     username: &str,
 ) -> Result<bool, RemediateError> {
-    let recorded = ledger.record_remediation(&NewRemediation {
+    let recorded = recorder.ledger().record_remediation(&NewRemediation {
         model: decision.model.clone(),
         family: decision.family.clone(),
         agent: decision.agent.clone(),
@@ -382,7 +391,7 @@ pub fn carry_out(
     })?;
     if recorded && let Some(job) = decision.cancels_job.as_deref() {
         let reason = act_reason(decision.action.as_str(), &decision.reason);
-        end_attempt(ledger, slurm, AttemptId(decision.attempt), Some(job), &reason)?;
+        end_attempt(recorder, slurm, AttemptId(decision.attempt), Some(job), &reason, decision.action)?;
     }
     Ok(recorded)
 }
@@ -395,16 +404,17 @@ fn act_reason(action: &str, reason: &str) -> String {
 /// Cancels the attempt's job and fails the attempt (the side effect first: a failed attempt whose
 /// job still runs would let the pair be submitted beside it).
 fn end_attempt(
-    ledger: &dyn Ledger,
+    recorder: &Recorder,
     slurm: &dyn Slurm,
     attempt: AttemptId,
     job: Option<&str>,
     reason: &str,
+    action: Policy,
 ) -> Result<(), RemediateError> {
     if let Some(id) = job.and_then(|j| j.parse::<JobId>().ok()) {
         slurm.cancel(id, None, false)?;
     }
-    ledger.transition(attempt, AttemptStatus::Failed, reason, None)?;
+    recorder.apply_to(attempt, AttemptStatus::Failed, reason, Origin::Remediation(action))?;
     Ok(())
 }
 
@@ -412,7 +422,8 @@ fn end_attempt(
 /// recorded an act on that is still active in the ledger has its job cancelled (again: `scancel` of
 /// an ended job is harmless) and is failed with the act's reason. Only `cluster`'s attempts: another
 /// cluster's job ids mean nothing to this Slurm. Returns the attempts completed.
-pub fn reconcile(ledger: &dyn Ledger, slurm: &dyn Slurm, cluster: &str) -> Result<Vec<AttemptId>, RemediateError> {
+pub fn reconcile(recorder: &Recorder, slurm: &dyn Slurm, cluster: &str) -> Result<Vec<AttemptId>, RemediateError> {
+    let ledger = recorder.ledger();
     let records = ledger.remediations()?;
     let mut completed = Vec::new();
     for attempt in ledger.active()?.into_iter().filter(|a| a.cluster == cluster) {
@@ -420,7 +431,8 @@ pub fn reconcile(ledger: &dyn Ledger, slurm: &dyn Slurm, cluster: &str) -> Resul
             continue;
         };
         let reason = act_reason(&record.action, &record.reason);
-        end_attempt(ledger, slurm, attempt.id, attempt.slurm_job_id.as_deref(), &reason)?;
+        let action = serde_json::from_value(record.action.clone().into()).unwrap_or(Policy::Cancel);
+        end_attempt(recorder, slurm, attempt.id, attempt.slurm_job_id.as_deref(), &reason, action)?;
         completed.push(attempt.id);
     }
     Ok(completed)

@@ -1,5 +1,5 @@
 //! `submitter remediate [--dry-run]` and `submitter release`, and the one remediation pass that
-//! `launch` (each iteration, so the listener too) and `status --watch` run
+//! `launch` runs each iteration (so the listener too)
 //! (docs/verification.md "Remediation"; the deciding code is `submitter::remediate`).
 
 use std::process::ExitCode;
@@ -8,7 +8,10 @@ use anyhow::{Context, Result, bail};
 use chrono::Utc;
 use serde::Serialize;
 use submitter::output::{self, FormatArgs};
+use submitter::notify;
+use submitter::observe::Observation;
 use submitter::remediate::{self, Decision};
+use submitter::transition::Recorder;
 use submitter::verify::status::{self as vstatus, Collect};
 use submitter::verify::verdict::StatusRow;
 
@@ -60,49 +63,44 @@ pub struct HoldArgs {
     reason: String,
 }
 
-/// The decisions for the cluster's jobs, carried out unless `dry_run`. `rows` are `status`'s when
-/// the caller has them (status --watch), else collected here. Returns the decisions made (for a
-/// dry run: the ones that would be).
+/// The verdicts of the cluster's jobs as `world` observed them (kept in the state dir unless
+/// `dry_run`: the reconcile is what writes observations, `status` only reads them), then the
+/// remediation decisions for them, carried out through `recorder` unless `dry_run`. Returns the
+/// decisions made (for a dry run: the ones that would be).
 /// A `scancel` that fails is warned about and tried again after a back-off; with
 /// `fail_on_scancel` (the `remediate` command) the pass then ends with that Slurm error (exit 4).
 pub(crate) fn pass(
     session: &Session,
-    rows: Option<&[StatusRow]>,
+    recorder: &Recorder,
+    world: &Observation,
     dry_run: bool,
     fail_on_scancel: bool,
 ) -> Result<Vec<Decision>> {
+    let opts = Collect {
+        cluster: &session.cluster.name,
+        state_dir: &session.state_dir,
+        settings: &session.cluster.verify,
+        ended_within_h: Some(ENDED_WITHIN_H),
+        now: world.now,
+        persist: !dry_run,
+        world,
+    };
+    let rows = vstatus::collect(session.ledger.as_ref(), &session.slurm, &opts).context("verdicts")?;
     let settings = &session.cluster.remediation;
     if !settings.enabled {
         return Ok(Vec::new());
     }
-    let now = Utc::now();
-    let collected;
-    let rows = match rows {
-        Some(rows) => rows,
-        None => {
-            let opts = Collect {
-                cluster: &session.cluster.name,
-                state_dir: &session.state_dir,
-                settings: &session.cluster.verify,
-                ended_within_h: Some(ENDED_WITHIN_H),
-                now,
-                // The observations are status's; a pass only reads them.
-                persist: false,
-            };
-            collected = vstatus::collect(session.ledger.as_ref(), &session.slurm, &opts).context("remediation")?;
-            &collected
-        }
-    };
+    let now = world.now;
     if !dry_run {
         // An act an earlier pass recorded but could not finish (its scancel or the ledger failed).
-        for attempt in remediate::reconcile(session.ledger.as_ref(), &session.slurm, &session.cluster.name)
-            .context("remediation")?
+        for attempt in
+            remediate::reconcile(recorder, &session.slurm, &session.cluster.name).context("remediation")?
         {
             tracing::info!("remediation: completed the recorded act on attempt {attempt}");
         }
     }
     let states = remediate::pair_states(session.ledger.as_ref()).context("remediation")?;
-    let decisions = remediate::plan(rows, &states, settings, &session.cluster.verify, now);
+    let decisions = remediate::plan(&rows, world, &states, settings, &session.cluster.verify);
     if dry_run {
         return Ok(decisions);
     }
@@ -114,7 +112,7 @@ pub(crate) fn pass(
         if !backoff.due(decision.attempt, now) {
             continue;
         }
-        match remediate::carry_out(&decision, session.ledger.as_ref(), &session.slurm, &username) {
+        match remediate::carry_out(&decision, recorder, &session.slurm, &username) {
             Ok(recorded) => {
                 backoff.succeeded(decision.attempt);
                 if recorded {
@@ -214,7 +212,15 @@ pub(crate) fn remediate_command(args: &RemediateArgs) -> Result<ExitCode> {
     }
     // The same exclusion as `launch`: a pass acts on the jobs a listener also acts on.
     let _lock = if args.dry_run { None } else { Some(session.lock()?) };
-    let decisions = pass(&session, None, args.dry_run, true)?;
+    let world = Observation::take(session.ledger.as_ref(), &session.slurm, &session.cluster.name, Utc::now())?;
+    let team = super::queueing::team_link(&session, false)?;
+    let mirror = if args.dry_run { None } else { super::queueing::default_mirror(&session, team.as_ref()) };
+    let recorder = Recorder::new(session.ledger.as_ref(), mirror.as_ref());
+    let decisions = pass(&session, &recorder, &world, args.dry_run, true)?;
+    let notifier = super::queueing::open_notifier(&session, args.dry_run)?;
+    let mut events = notify::transition_events(&recorder.take());
+    events.extend(notify::remediation_events(&decisions));
+    super::queueing::tell(&session, notifier.as_ref(), super::queueing::Told::Events(events));
     super::print(&if args.format.is_json() {
         output::document("remediate", &RemediateOutput { dry_run: args.dry_run, decisions: &decisions })
     } else {

@@ -110,19 +110,8 @@ pub struct VerifySettings {
     pub min_valid_share: f64,
     /// Completion audit: largest acceptable share of errored trials.
     pub max_error_share: f64,
-    /// `status --watch` cancels jobs that stay `dead` or `stalled` past these bounds (off when absent).
-    pub auto_cancel: Option<AutoCancel>,
-}
-
-#[derive(Debug, Clone, PartialEq, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AutoCancel {
-    /// Cancel a job `dead` for this long.
-    #[serde(default)]
-    pub dead_after_s: Option<u64>,
-    /// Cancel a job `stalled` for this long.
-    #[serde(default)]
-    pub(crate) stalled_after_s: Option<u64>,
+    /// Moved to remediation (issue 34): accepted only to say where (`problems`), never acted on.
+    pub(crate) auto_cancel: Option<serde_json::Value>,
 }
 
 impl Default for VerifySettings {
@@ -165,7 +154,14 @@ impl VerifySettings {
         if let Err(problem) = v::seconds(self.instant_fail_s, false) {
             problems.push(format!("verify.instant_fail_s {problem}"));
         }
-        let auto = self.auto_cancel.clone().unwrap_or_default();
+        if self.auto_cancel.is_some() {
+            problems.push(
+                "verify.auto_cancel is gone: cancelling is remediation's (one table, one bound per verdict) — write \
+                 `remediation: {enabled: true, dead_after_s: N, stalled_after_s: M}` instead (docs/verification.md \
+                 \"Remediation\")"
+                    .to_string(),
+            );
+        }
         for (key, value, positive) in [
             ("heartbeat_timeout_s", Some(self.heartbeat_timeout_s), true),
             ("no_status_after_s", Some(self.no_status_after_s), false),
@@ -174,8 +170,6 @@ impl VerifySettings {
             ("zombie_after_s", Some(self.zombie_after_s), false),
             ("no_result_after_s", Some(self.no_result_after_s), false),
             ("setup_stalled_after_s", Some(self.setup_stalled_after_s), false),
-            ("auto_cancel.dead_after_s", auto.dead_after_s, false),
-            ("auto_cancel.stalled_after_s", auto.stalled_after_s, false),
         ] {
             if let Some(value) = value
                 && let Err(problem) = v::whole_seconds(value, positive)
