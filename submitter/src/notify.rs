@@ -26,15 +26,43 @@ pub enum NotifyError {
 /// Something people are told about.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
-    Failed { attempt: i64, model: String, benchmark: String, reason: String },
-    Held { model: String, benchmark: String, why: String },
-    Finished { attempt: i64, model: String, benchmark: String, score: Option<f64>, gpu_hours: Option<f64> },
+    Failed {
+        attempt: i64,
+        model: String,
+        benchmark: String,
+        reason: String,
+    },
+    Held {
+        model: String,
+        benchmark: String,
+        why: String,
+    },
+    Finished {
+        attempt: i64,
+        model: String,
+        benchmark: String,
+        score: Option<f64>,
+        gpu_hours: Option<f64>,
+    },
     /// An attempt cancelled: by `submitter cancel`, for its resubmission (stale pending), or
     /// withdrawn by sync (never queued).
-    Cancelled { attempt: i64, model: String, benchmark: String, reason: String },
+    Cancelled {
+        attempt: i64,
+        model: String,
+        benchmark: String,
+        reason: String,
+    },
     /// Remediation acted on an attempt (`cancel`, `retry`, `hold`).
-    Remediated { attempt: i64, model: String, benchmark: String, action: String, reason: String },
-    ListenerTrouble { message: String },
+    Remediated {
+        attempt: i64,
+        model: String,
+        benchmark: String,
+        action: String,
+        reason: String,
+    },
+    ListenerTrouble {
+        message: String,
+    },
 }
 
 impl Event {
@@ -93,7 +121,8 @@ pub fn transition_events(changes: &[crate::transition::Transition]) -> Vec<Event
         .iter()
         .filter(|c| c.changes_status())
         .filter_map(|c| {
-            let (attempt, model, benchmark, reason) = (c.attempt, c.model.clone(), c.benchmark.clone(), c.reason.clone());
+            let (attempt, model, benchmark, reason) =
+                (c.attempt, c.model.clone(), c.benchmark.clone(), c.reason.clone());
             match (c.to, c.origin) {
                 (AttemptStatus::Finished, _) => Some(Event::Finished {
                     attempt,

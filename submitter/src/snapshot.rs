@@ -12,8 +12,8 @@ use std::collections::{HashMap, HashSet};
 use crate::decide::Elsewhere;
 use crate::domain::SlurmView;
 use crate::ledger::{AttemptId, Heartbeat, Ledger, LedgerError, PairState, Timestamp};
-use crate::slurm::{Slurm, SlurmError};
 use crate::observe::{Observation, view_of};
+use crate::slurm::{Slurm, SlurmError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {

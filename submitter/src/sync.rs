@@ -17,7 +17,9 @@ use crate::stats::Trial;
 use crate::transition::{Origin, Recorder};
 use crate::verify::{VerifySettings, results};
 
-pub use crate::observe::{Observation, SyncError, VANISHED_AFTER_QUIET_S, belongs_to, records_fresh, run_dir_of, view_of};
+pub use crate::observe::{
+    Observation, SyncError, VANISHED_AFTER_QUIET_S, belongs_to, records_fresh, run_dir_of, view_of,
+};
 
 /// What one sync changed, for the operator: the transitions it applied (`sync`'s document is its
 /// own output type, in the command layer).

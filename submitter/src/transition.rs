@@ -161,7 +161,8 @@ impl<'a> Recorder<'a> {
     /// Moves attempt `id` to `to` for `reason`: its pair, current status and job are the
     /// ledger's (one read), for callers that hold only the id.
     pub fn apply_to(&self, id: AttemptId, to: AttemptStatus, reason: &str, origin: Origin) -> Result<(), LedgerError> {
-        let attempt = self.ledger.attempt(id)?.ok_or_else(|| LedgerError::NotFound { location: "the ledger".into(), id })?;
+        let attempt =
+            self.ledger.attempt(id)?.ok_or_else(|| LedgerError::NotFound { location: "the ledger".into(), id })?;
         self.apply(Transition::of((&attempt).into(), to, reason, origin), attempt.slurm_job_id.as_deref())
     }
 

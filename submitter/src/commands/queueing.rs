@@ -15,16 +15,16 @@ use submitter::domain::Continuation;
 use submitter::executor::{Executor, Submitted};
 use submitter::ledger::{AttemptStatus, now};
 use submitter::notify::{self, Event, Notifier, NotifyState, Tidings};
+use submitter::observe::Observation;
 use submitter::output::{self, ExitStatus, FormatArgs};
 use submitter::planner::{self, Executables, Plan, PlanInputs, PlannedJob, SharedJob};
 use submitter::preflight;
 use submitter::settings::{ResolvedSettings, Source};
 use submitter::slurm::Slurm;
-use submitter::observe::Observation;
 use submitter::snapshot::Snapshot;
-use submitter::transition::{Origin, Recorder};
 use submitter::sync::{self, Change, SyncReport};
 use submitter::team::mirror::{Mirror, WriteBounds};
+use submitter::transition::{Origin, Recorder};
 
 use super::session::{LedgerArgs, Selection, Session};
 use super::team::{TeamLink, TeamView, TeamViewOutput};
@@ -693,7 +693,8 @@ pub(crate) fn sync_command(args: &SyncArgs) -> Result<ExitCode> {
     let recorder = Recorder::new(session.ledger.as_ref(), mirror.as_ref());
     let stale_after = stale_after_s(args.stale_after, None);
     let cluster = &session.cluster;
-    let report = sync::sync_and_heartbeat(&recorder, &world, &session.slurm, &cluster.name, stale_after, &cluster.verify)?;
+    let report =
+        sync::sync_and_heartbeat(&recorder, &world, &session.slurm, &cluster.name, stale_after, &cluster.verify)?;
     // Told here, once: a later launch does not see these changes again.
     tell(&session, notifier.as_ref(), Told::Events(notify::transition_events(&recorder.take())));
     super::print(&if args.format.is_json() {

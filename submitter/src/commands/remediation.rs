@@ -7,9 +7,9 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use chrono::Utc;
 use serde::Serialize;
-use submitter::output::{self, FormatArgs};
 use submitter::notify;
 use submitter::observe::Observation;
+use submitter::output::{self, FormatArgs};
 use submitter::remediate::{self, Decision};
 use submitter::transition::Recorder;
 use submitter::verify::status::{self as vstatus, Collect};
@@ -93,9 +93,7 @@ pub(crate) fn pass(
     let now = world.now;
     if !dry_run {
         // An act an earlier pass recorded but could not finish (its scancel or the ledger failed).
-        for attempt in
-            remediate::reconcile(recorder, &session.slurm, &session.cluster.name).context("remediation")?
-        {
+        for attempt in remediate::reconcile(recorder, &session.slurm, &session.cluster.name).context("remediation")? {
             tracing::info!("remediation: completed the recorded act on attempt {attempt}");
         }
     }

@@ -28,6 +28,7 @@ mod pgproxy;
 mod queueing;
 mod readiness;
 mod real_harbor_launch;
+mod reconcile;
 mod registry;
 mod remediation;
 mod shared_alloc;
