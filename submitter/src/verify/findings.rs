@@ -73,8 +73,7 @@ findings! {
 // The thresholds the rules judge with: the profile's `verify:` section (a new rule's threshold is a
 // field here, with its default and range check).
 
-/// Thresholds of the launch checks and verdicts (docs/design.md §8), and what `status --watch` may do about a
-/// job that stays dead or stalled. Defaults follow the replaced system's 15-minute infra check.
+/// Thresholds of the launch checks and verdicts (docs/design.md §8). Defaults follow the replaced system's 15-minute infra check.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct VerifySettings {
@@ -183,6 +182,18 @@ impl VerifySettings {
 
 #[cfg(test)]
 mod tests {
+    /// One cancel rule (issue 34): the former `verify.auto_cancel` is refused with remediation's fix.
+    #[test]
+    fn auto_cancel_is_refused_naming_remediation() {
+        let settings: VerifySettings =
+            launch_spec::yaml::from_yaml_str("auto_cancel: {dead_after_s: 600}\n", std::path::Path::new("verify"))
+                .unwrap();
+        let problems = settings.problems();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("remediation: {enabled: true, dead_after_s: N"), "{problems:?}");
+        assert!(VerifySettings::default().problems().is_empty());
+    }
+
     use std::collections::BTreeSet;
 
     use super::*;

@@ -977,10 +977,12 @@ fn live_hung_engine_ends_as_engine_died_and_a_failed_row() {
     );
 }
 
-/// `status --watch` with `verify.auto_cancel`: a job that stays dead is cancelled and its attempt
-/// recorded as failed with the reason (so dedup resubmits it).
+/// One cancel rule (issue 34): `status --watch` only looks — a job that stays dead is left running
+/// and its attempt untouched. Remediation cancels it (`remediate`, as each launch iteration does)
+/// once the dead verdict has held past `remediation.dead_after_s`, and records why, so dedup
+/// resubmits it.
 #[test]
-fn live_watch_cancels_a_job_that_stays_dead() {
+fn a_job_that_stays_dead_is_cancelled_by_remediation_never_by_status_watch() {
     if !slurm_up() {
         return;
     }
@@ -993,7 +995,7 @@ fn live_watch_cancels_a_job_that_stays_dead() {
     let text = std::fs::read_to_string(&profile)
         .unwrap()
         .replace("  time: \"00:10:00\"\n", &format!("  time: \"00:10:00\"\n  script: {}\n", script.display()))
-        + "verify:\n  no_status_after_s: 0\n  auto_cancel:\n    dead_after_s: 2\n";
+        + "verify:\n  no_status_after_s: 0\nremediation:\n  enabled: true\n  dead_after_s: 2\n";
     std::fs::write(&profile, text).unwrap();
     let job = cluster.launch();
     cluster.wait_status("the job to run and look dead", Duration::from_secs(60), |r| r["verdict"]["verdict"] == "dead");
@@ -1005,16 +1007,20 @@ fn live_watch_cancels_a_job_that_stays_dead() {
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let ledger = open_ledger(&cluster.ledger).unwrap();
-    let start = Instant::now();
-    while !ledger.active().unwrap().is_empty() && start.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    std::thread::sleep(Duration::from_secs(5));
     let _ = watch.kill();
     let _ = watch.wait();
+    let ledger = open_ledger(&cluster.ledger).unwrap();
+    assert_eq!(ledger.active().unwrap().len(), 1, "status --watch changed the attempt");
+    let start = Instant::now();
+    while !ledger.active().unwrap().is_empty() && start.elapsed() < Duration::from_secs(60) {
+        let out = cluster.run("remediate", &[]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        std::thread::sleep(Duration::from_secs(1));
+    }
     let attempt = &ledger.attempts_for("test/Tiny-1B", "terminal_bench_2").unwrap()[0];
     assert_eq!(attempt.status, AttemptStatus::Failed, "{}", attempt.reason);
-    assert!(attempt.reason.starts_with("cancelled by status --watch: dead for"), "{}", attempt.reason);
+    assert!(attempt.reason.starts_with("remediation cancel ("), "{}", attempt.reason);
     // A cancelled job passes through COMPLETING while Slurm ends its step (under proctrack/cgroup,
     // the whole cgroup): wait for it to leave that state.
     let squeue_state = || {
