@@ -2,6 +2,7 @@
 //! library, print. Errors carry context (`anyhow`) and become one line on stderr.
 
 pub(crate) mod catalogue;
+pub(crate) mod consumers;
 pub(crate) mod listener;
 pub(crate) mod preflight;
 pub(crate) mod queueing;

@@ -211,14 +211,14 @@ pub(crate) fn remediate_command(args: &RemediateArgs) -> Result<ExitCode> {
     // The same exclusion as `launch`: a pass acts on the jobs a listener also acts on.
     let _lock = if args.dry_run { None } else { Some(session.lock()?) };
     let world = Observation::take(session.ledger.as_ref(), &session.slurm, &session.cluster.name, Utc::now())?;
-    let team = super::queueing::team_link(&session, false)?;
-    let mirror = if args.dry_run { None } else { super::queueing::default_mirror(&session, team.as_ref()) };
+    let team = super::consumers::team_link(&session, false)?;
+    let mirror = if args.dry_run { None } else { super::consumers::default_mirror(&session, team.as_ref()) };
     let recorder = Recorder::new(session.ledger.as_ref(), mirror.as_ref());
     let decisions = pass(&session, &recorder, &world, args.dry_run, true)?;
-    let notifier = super::queueing::open_notifier(&session, args.dry_run)?;
+    let notifier = super::consumers::open_notifier(&session, args.dry_run)?;
     let mut events = notify::transition_events(&recorder.take());
     events.extend(notify::remediation_events(&decisions));
-    super::queueing::tell(&session, notifier.as_ref(), super::queueing::Told::Events(events));
+    super::consumers::tell(&session, notifier.as_ref(), super::consumers::Told::Events(events));
     super::print(&if args.format.is_json() {
         output::document("remediate", &RemediateOutput { dry_run: args.dry_run, decisions: &decisions })
     } else {
