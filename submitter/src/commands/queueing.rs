@@ -131,7 +131,6 @@ fn open_mirror(flag: Option<&str>, session: &Session, team: Option<&TeamLink>) -
     Ok(Some(connect_mirror(&url, session).context("--mirror")?))
 }
 
-
 /// Folds the team's new rows in before anything is decided; `offline` says it was not consulted.
 /// Failing is the caller's failure (fail closed): dedup without the team's history could
 /// duplicate what the team ran.
@@ -598,11 +597,9 @@ pub(crate) fn launch_command(args: &LaunchArgs) -> Result<ExitCode> {
     }
 }
 
-
 fn trouble(err: &anyhow::Error) -> Event {
     Event::ListenerTrouble { message: format!("iteration failed: {err:#}") }
 }
-
 
 fn sync_text(report: &SyncReport) -> String {
     report
