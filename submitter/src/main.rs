@@ -1,6 +1,7 @@
 //! `submitter`: the login-node program. This file only parses arguments and wires commands; the
 //! logic lives in the library (`submitter::…`) and in `commands/`.
 
+#[path = "cli/mod.rs"]
 mod commands;
 
 use std::path::PathBuf;
