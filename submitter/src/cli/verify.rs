@@ -5,28 +5,28 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::config;
+use crate::ledger::Ledger;
+use crate::observe::shared_group_dir;
+use crate::slurm::{JobId, Slurm, SlurmCli};
+use crate::stats::Bootstrap;
+use crate::sync::run_dir_of;
+use crate::verify::check::{self, RunCheck};
+use crate::verify::compare;
+use crate::verify::report::{self, ReportInput, RunEvidence};
+use crate::verify::results::{self, Matrix};
+use crate::verify::status::{self, Collect};
+use crate::verify::team::{self, TeamView};
+use crate::verify::verdict::StatusRow;
+use crate::verify::{Level, VerifySettings};
 use anyhow::{Context, Result, bail};
 use chrono::Utc;
-use submitter::config;
-use submitter::ledger::Ledger;
-use submitter::observe::shared_group_dir;
-use submitter::slurm::{JobId, Slurm, SlurmCli};
-use submitter::stats::Bootstrap;
-use submitter::sync::run_dir_of;
-use submitter::verify::check::{self, RunCheck};
-use submitter::verify::compare;
-use submitter::verify::report::{self, ReportInput, RunEvidence};
-use submitter::verify::results::{self, Matrix};
-use submitter::verify::status::{self, Collect};
-use submitter::verify::team::{self, TeamView};
-use submitter::verify::verdict::StatusRow;
-use submitter::verify::{Level, VerifySettings};
 
 use super::session::{LedgerArgs, LedgerStore, Session};
 use super::verify_output::{CheckOutput, ResultsOutput, StatusOutput, TeamOutput};
-use submitter::output::{self, FormatArgs};
+use crate::output::{self, FormatArgs};
 
-use crate::{ConfigDirs, EXIT_PROBLEMS};
+use super::{ConfigDirs, EXIT_PROBLEMS};
 
 #[derive(clap::Args)]
 pub struct CheckArgs {
@@ -71,7 +71,7 @@ pub struct StatusArgs {
     #[arg(long)]
     pub watch: bool,
     /// Time between refreshes with --watch (`10s`, `1m`).
-    #[arg(long, value_parser = submitter::config::args::interval, default_value = "15s")]
+    #[arg(long, value_parser = crate::config::args::interval, default_value = "15s")]
     pub interval: Duration,
     /// Show every job's evidence, not only the unhealthy ones'.
     #[arg(long, short)]
@@ -384,7 +384,7 @@ pub(crate) fn report(args: &ReportArgs) -> Result<ExitCode> {
     let mut runs = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for job in &jobs {
-        let attempt = session.ledger.attempt(submitter::ledger::AttemptId(job.attempt))?;
+        let attempt = session.ledger.attempt(crate::ledger::AttemptId(job.attempt))?;
         seen.insert(job.attempt);
         runs.push(RunEvidence {
             attempt: job.attempt,
