@@ -13,7 +13,7 @@ use serde::Serialize;
 use super::session::{LedgerArgs, Session};
 
 #[derive(clap::Subcommand)]
-pub enum ModelsCommand {
+pub(crate) enum ModelsCommand {
     /// Register model ids in the catalogue (idempotent).
     Add {
         #[command(flatten)]
@@ -41,7 +41,7 @@ pub enum ModelsCommand {
 }
 
 #[derive(clap::Args)]
-pub struct UnevaluatedArgs {
+pub(crate) struct UnevaluatedArgs {
     #[command(flatten)]
     ledger: LedgerArgs,
     /// Benchmark (or family name): its whole family counts, as in dedup.

@@ -22,7 +22,7 @@ use crate::output::{self, FormatArgs};
 pub(crate) const STATE_FILE: &str = "listener.json";
 
 #[derive(clap::Subcommand)]
-pub enum ListenerCommand {
+pub(crate) enum ListenerCommand {
     /// Submit the listener job: every --interval it runs `launch --once` with the given arguments.
     Start {
         #[command(flatten)]

@@ -223,7 +223,7 @@ pub(crate) struct Dirs {
 
 impl ConfigDirs {
     /// Explicit flags win; otherwise the discovered configuration root's directories.
-    pub fn resolve(&self) -> Result<Dirs> {
+    pub(crate) fn resolve(&self) -> Result<Dirs> {
         let root = if self.registry_dir.is_some() && self.clusters_dir.is_some() && self.presets_dir.is_some() {
             None
         } else {

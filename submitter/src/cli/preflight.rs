@@ -12,7 +12,7 @@ use anyhow::Result;
 use super::spec::SpecArgs;
 
 #[derive(clap::Args)]
-pub struct PreflightArgs {
+pub(crate) struct PreflightArgs {
     #[command(flatten)]
     spec: SpecArgs,
     /// Also stage what the job needs (the model into the profile's cache, the dataset into its

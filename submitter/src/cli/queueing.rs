@@ -28,7 +28,7 @@ use super::session::{LedgerArgs, Selection, Session};
 use super::team::{TeamLink, TeamView, TeamViewOutput};
 
 #[derive(clap::Args)]
-pub struct PlanArgs {
+pub(crate) struct PlanArgs {
     #[command(flatten)]
     ledger: LedgerArgs,
     #[command(flatten)]
@@ -43,7 +43,7 @@ pub struct PlanArgs {
 }
 
 #[derive(clap::Args)]
-pub struct LaunchArgs {
+pub(crate) struct LaunchArgs {
     #[command(flatten)]
     ledger: LedgerArgs,
     #[command(flatten)]
@@ -86,19 +86,19 @@ pub struct LaunchArgs {
 }
 
 impl LaunchArgs {
-    pub fn ledger(&self) -> &LedgerArgs {
+    pub(crate) fn ledger(&self) -> &LedgerArgs {
         &self.ledger
     }
 
     /// Whether the iterations need the profile's team database URL: its history is folded in
     /// unless `--offline-ledger`, and a bare `--mirror` takes the URL from there.
-    pub fn uses_team_database(&self, session: &Session) -> bool {
+    pub(crate) fn uses_team_database(&self, session: &Session) -> bool {
         !self.offline_ledger && (session.cluster.team.is_some() || self.mirror.as_deref() == Some(""))
     }
 }
 
 #[derive(clap::Args)]
-pub struct SyncArgs {
+pub(crate) struct SyncArgs {
     #[command(flatten)]
     ledger: LedgerArgs,
     /// The staleness bound recorded with this submitter's heartbeat (default 1h).
@@ -221,7 +221,7 @@ impl AttemptSelection {
 }
 
 #[derive(clap::Args)]
-pub struct CancelArgs {
+pub(crate) struct CancelArgs {
     #[command(flatten)]
     ledger: LedgerArgs,
     #[command(flatten)]
@@ -232,7 +232,7 @@ pub struct CancelArgs {
 }
 
 #[derive(clap::Args)]
-pub struct MoveArgs {
+pub(crate) struct MoveArgs {
     #[command(flatten)]
     ledger: LedgerArgs,
     /// The reservation to put the pending jobs on.

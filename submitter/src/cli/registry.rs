@@ -15,7 +15,7 @@ use serde::Serialize;
 use super::{ConfigDirs, EXIT_PROBLEMS};
 
 #[derive(clap::Args)]
-pub struct ResolveArgs {
+pub(crate) struct ResolveArgs {
     /// Model registry directory (default: model_config/ of the configuration root).
     #[arg(long, value_name = "DIR")]
     registry: Option<PathBuf>,
@@ -46,7 +46,7 @@ pub struct ResolveArgs {
 }
 
 #[derive(clap::Args)]
-pub struct CheckArgs {
+pub(crate) struct CheckArgs {
     #[command(flatten)]
     dirs: ConfigDirs,
     /// Also print warnings' count only (errors are always listed).

@@ -18,7 +18,7 @@ use super::session::{LedgerArgs, Session};
 const ENDED_WITHIN_H: u64 = 24;
 
 #[derive(clap::Args)]
-pub struct RemediateArgs {
+pub(crate) struct RemediateArgs {
     #[command(flatten)]
     ledger: LedgerArgs,
     /// Print the decisions and change nothing: no scancel, no ledger write.
@@ -30,7 +30,7 @@ pub struct RemediateArgs {
 }
 
 #[derive(clap::Args)]
-pub struct ReleaseArgs {
+pub(crate) struct ReleaseArgs {
     #[command(flatten)]
     ledger: LedgerArgs,
     #[arg(long, value_name = "M")]
@@ -44,7 +44,7 @@ pub struct ReleaseArgs {
 }
 
 #[derive(clap::Args)]
-pub struct HoldArgs {
+pub(crate) struct HoldArgs {
     #[command(flatten)]
     ledger: LedgerArgs,
     #[arg(long, value_name = "M")]

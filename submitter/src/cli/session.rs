@@ -19,7 +19,7 @@ use super::ConfigDirs;
 
 /// `--cluster`, `--ledger`, `--state-dir` and the config directories.
 #[derive(clap::Args, Clone, Debug)]
-pub struct LedgerArgs {
+pub(crate) struct LedgerArgs {
     /// Cluster profile name or alias (default: $SUBMITTER_CLUSTER, else the profile whose `hosts:`
     /// matches this host).
     #[arg(long, env = "SUBMITTER_CLUSTER")]
@@ -54,7 +54,7 @@ pub(crate) const LEDGER_ENV: &str = "SUBMITTER_LEDGER";
 
 /// `--ledger` and `--state-dir`: where the ledger and the lock are, for every command that opens one.
 #[derive(clap::Args, Clone, Debug)]
-pub struct LedgerStore {
+pub(crate) struct LedgerStore {
     /// Ledger: `postgres://…` URL or SQLite path (default: the profile's, else <state dir>/ledger.sqlite).
     #[arg(long, env = LEDGER_ENV, hide_env_values = true)]
     pub ledger: Option<String>,
@@ -222,7 +222,7 @@ enum Opening {
     ReadOnly,
 }
 
-pub struct Session {
+pub(crate) struct Session {
     pub root: PathBuf,
     pub cluster: ClusterProfile,
     pub gpu_profiles: GpuProfiles,
@@ -250,13 +250,13 @@ fn refuse_password_on_argv(ledger: Option<&str>) -> Result<()> {
 }
 
 impl Session {
-    pub fn open(args: &LedgerArgs) -> Result<Session> {
+    pub(crate) fn open(args: &LedgerArgs) -> Result<Session> {
         Session::open_with(args, Opening::Create)
     }
 
     /// [`Session::open`] for `launch --dry-run`: the state dir is created only when the default
     /// ledger goes into it (a ledger named elsewhere leaves the file tree untouched).
-    pub fn open_dry(args: &LedgerArgs) -> Result<Session> {
+    pub(crate) fn open_dry(args: &LedgerArgs) -> Result<Session> {
         Session::open_with(args, Opening::Dry)
     }
 
@@ -264,14 +264,14 @@ impl Session {
     /// `unevaluated`, `models list`): they never create state. A `--state-dir` (or the directory
     /// of a `--ledger` file) that does not exist is an error (a typo must not read as an empty
     /// ledger); an existing directory with no ledger in it yet reads as an empty one, in memory.
-    pub fn open_read_only(args: &LedgerArgs) -> Result<Session> {
+    pub(crate) fn open_read_only(args: &LedgerArgs) -> Result<Session> {
         Session::refuse_missing_state_dir(args)?;
         Session::open_with(args, Opening::ReadOnly)
     }
 
     /// For `plan`: a missing `--state-dir` is a typo as for the read-only commands, but the ledger
     /// is opened for real, so the team's history it folds in is kept (incremental next time).
-    pub fn open_existing(args: &LedgerArgs) -> Result<Session> {
+    pub(crate) fn open_existing(args: &LedgerArgs) -> Result<Session> {
         Session::refuse_missing_state_dir(args)?;
         Session::open_with(args, Opening::Create)
     }
@@ -345,18 +345,18 @@ impl Session {
 
     /// The benchmark family `--benchmark NAME` names: NAME as the ledger, a preset or `status`
     /// names it (`tb2`, `v2`, `swebench`); an unknown name is an error naming the known ones.
-    pub fn benchmark_family(&self, given: &str) -> Result<String> {
+    pub(crate) fn benchmark_family(&self, given: &str) -> Result<String> {
         let known = crate::names::KnownBenchmarks::load(self.ledger.as_ref(), &self.presets_dir)?;
         let benchmark = known.resolve(given).context("--benchmark")?;
         Ok(self.ledger.family_of(&benchmark)?)
     }
 
-    pub fn context(&self) -> SpecBuilder<'_> {
+    pub(crate) fn context(&self) -> SpecBuilder<'_> {
         SpecBuilder::new(&self.cluster, &self.gpu_profiles, &self.registry, &self.harbor_dir, &self.root)
     }
 
     /// One submitter per state dir at a time (advisory lock), besides the ledger's guarantee.
-    pub fn lock(&self) -> Result<File> {
+    pub(crate) fn lock(&self) -> Result<File> {
         std::fs::create_dir_all(&self.state_dir)
             .with_context(|| format!("creating state dir {}", self.state_dir.display()))?;
         let path = self.state_dir.join("submitter.lock");

@@ -16,7 +16,7 @@ use super::ConfigDirs;
 use super::session::SpecOptions;
 
 #[derive(clap::Args)]
-pub struct SpecArgs {
+pub(crate) struct SpecArgs {
     /// Cluster profile name or alias (default: $SUBMITTER_CLUSTER, else the profile whose `hosts:`
     /// matches this host).
     #[arg(long, env = "SUBMITTER_CLUSTER")]

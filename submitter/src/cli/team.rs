@@ -105,7 +105,7 @@ pub(crate) struct TeamViewOutput<'a> {
 }
 
 #[derive(clap::Args)]
-pub struct ImportArgs {
+pub(crate) struct ImportArgs {
     #[command(flatten)]
     ledger: LedgerArgs,
     /// The team's PostgreSQL (OT-Agent schema), `postgres://user@host:port/db?sslmode=require`.
@@ -122,7 +122,7 @@ pub struct ImportArgs {
 }
 
 #[derive(clap::Subcommand)]
-pub enum FamiliesCommand {
+pub(crate) enum FamiliesCommand {
     /// Count BENCHMARK toward FAMILY for dedup (its existing attempts move along).
     Add {
         #[command(flatten)]

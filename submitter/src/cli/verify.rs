@@ -29,7 +29,7 @@ use crate::output::{self, FormatArgs};
 use super::{ConfigDirs, EXIT_PROBLEMS};
 
 #[derive(clap::Args)]
-pub struct CheckArgs {
+pub(crate) struct CheckArgs {
     /// Run directories (Harbor job dirs; payload's or the old scripts').
     #[arg(value_name = "RUN_DIR", required = true)]
     pub run_dirs: Vec<PathBuf>,
@@ -58,7 +58,7 @@ fn parse_instant(text: &str) -> Result<chrono::DateTime<Utc>, String> {
 }
 
 #[derive(clap::Args)]
-pub struct StatusArgs {
+pub(crate) struct StatusArgs {
     #[command(flatten)]
     pub ledger: LedgerArgs,
     /// Also list attempts that ended within the last N hours (0: active only).
@@ -83,7 +83,7 @@ pub struct StatusArgs {
 }
 
 #[derive(clap::Args)]
-pub struct ResultsArgs {
+pub(crate) struct ResultsArgs {
     #[command(flatten)]
     pub ledger: LedgerArgs,
     /// `--format json`: a versioned `results` document (docs/design.md §11); not with `--csv`.
@@ -97,7 +97,7 @@ pub struct ResultsArgs {
 }
 
 #[derive(clap::Args)]
-pub struct CompareArgs {
+pub(crate) struct CompareArgs {
     #[command(flatten)]
     pub ledger: LedgerArgs,
     #[command(flatten)]
@@ -115,7 +115,7 @@ pub struct CompareArgs {
 }
 
 #[derive(clap::Args)]
-pub struct ReportArgs {
+pub(crate) struct ReportArgs {
     #[command(flatten)]
     pub ledger: LedgerArgs,
     /// Where to write the page.
@@ -134,7 +134,7 @@ pub struct ReportArgs {
 }
 
 #[derive(clap::Args)]
-pub struct LogsArgs {
+pub(crate) struct LogsArgs {
     /// A run dir, a run tag, or a Slurm job id (looked up in the ledger, else in Slurm).
     #[arg(value_name = "RUN|JOB")]
     pub target: String,
