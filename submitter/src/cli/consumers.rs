@@ -2,14 +2,14 @@
 //! state changes are mirrored to, and the notifier that tells people. `launch`, `sync`, `cancel`
 //! and `remediate` open them here and hand the transitions' events to [`tell`].
 
+use crate::notify::{Event, Notifier, NotifyState, Tidings};
+use crate::team::mirror::{Mirror, WriteBounds};
 use anyhow::{Context, Result};
-use submitter::notify::{Event, Notifier, NotifyState, Tidings};
-use submitter::team::mirror::{Mirror, WriteBounds};
 
 use super::session::Session;
 use super::team::TeamLink;
 
-pub(crate) fn connect_mirror(url: &str, session: &Session) -> Result<Mirror, submitter::team::TeamError> {
+pub(crate) fn connect_mirror(url: &str, session: &Session) -> Result<Mirror, crate::team::TeamError> {
     let username = std::env::var("USER").unwrap_or_else(|_| "unknown".to_string());
     let bounds = session.cluster.team.as_ref().map(WriteBounds::of).unwrap_or_default();
     Mirror::connect(url, &username, session.ledger.location(), bounds)
