@@ -142,8 +142,6 @@ fn one_iteration_observes_once_and_status_changes_nothing() {
             said.lines().filter(|l| l.contains("read status.json") && l.contains(&*dir.to_string_lossy())).count();
         assert_eq!(reads, 1, "{}: one read of its status.json per iteration: {said}", dir.display());
     }
-    // Figures for docs/decisions.md (issue 34).
-    println!("launch --once, 3 active jobs: {squeues} squeue, 1 status.json read per attempt");
 
     // `status` changes nothing.
     let rows = |ledger: &dyn Ledger| format!("{:?}", ledger.active().unwrap());
@@ -309,7 +307,10 @@ fn every_transition_reaches_the_ledger_the_mirror_and_the_notifier() {
         assert_eq!(told.matches(line.as_str()).count(), 1, "told once: {line}\n{told}");
     }
     assert!(attempt(remediated).reason.starts_with("remediation cancel ("), "{}", attempt(remediated).reason);
-    assert!(!squeue_states(&[remediated_job.clone()]).contains("PENDING"), "the remediated job was cancelled");
+    assert!(
+        !squeue_states(std::slice::from_ref(&remediated_job)).contains("PENDING"),
+        "the remediated job was cancelled"
+    );
     // The retry moved no attempt (it had ended): the ledger has the act, the notifier the line.
     let acts = ledger.remediations().unwrap();
     assert!(acts.iter().any(|r| r.attempt == Some(retried) && r.action == "retry"), "{acts:?}");
