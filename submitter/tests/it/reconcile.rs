@@ -173,7 +173,8 @@ fn one_iteration_observes_once_and_status_changes_nothing() {
 
 /// Every transition kind × the command that causes it reaches the ledger, the team's database (the
 /// mirror on the real PostgreSQL) and the notifier (a real webhook receiver): a result recorded by
-/// `sync` and by `launch`, a vanished job failed by `sync`, `submitter cancel`, remediation's
+/// `sync` and by `launch`, a vanished job failed by `sync`, a stale pending job cancelled by
+/// `launch` for its resubmission, `submitter cancel` (of the job it queued), remediation's
 /// cancel (an act recorded earlier, completed by `remediate`) and its retry of an ended attempt
 /// (told; the ledger gets the act, the attempt had ended). `sync` then `launch` tells each result
 /// exactly once.
@@ -196,6 +197,8 @@ fn every_transition_reaches_the_ledger_the_mirror_and_the_notifier() {
         p.push_str("notify: {webhook_secret: TEAM_WEBHOOK, timeout_s: 5, digest_after: 20}\n");
         p.push_str("team: {database_secret: TEAM_DB_URL}\n");
         p.push_str("remediation: {enabled: true}\n");
+        // A pending job is stale after about a second: the launch cancels it for its resubmission.
+        *p = p.replace("limits:\n", "limits:\n  stale_pending_hours: 0.0003\n");
     });
     let secrets = cluster.root().join("secrets.env");
     let keys = std::fs::read_to_string(&secrets).unwrap()
@@ -230,6 +233,8 @@ fn every_transition_reaches_the_ledger_the_mirror_and_the_notifier() {
     let gone = |n: u32| Some(format!("{}", 90_000_000 + n));
     let sync_result = add("test/Tiny-1B", "terminal_bench_2", gone(1), Some((OutcomeClass::Finished, None)));
     let vanished = add("test/Mini-7B", "terminal_bench_2", gone(3), None);
+    let stale_job = held_job("transitions");
+    let stale = add("test/Tiny-1B", "dev_set_v2", Some(stale_job.clone()), None);
     let out = cluster.run(&["sync"], &ledger_spec, &[], &[]);
     assert!(out.status.success(), "{}", text(&out));
     // `launch` folds a result of its own (its sync) and tells nothing `sync` told.
@@ -237,7 +242,11 @@ fn every_transition_reaches_the_ledger_the_mirror_and_the_notifier() {
     let out = cluster.run(&["launch"], &ledger_spec, &["--once", "--preset", "tb2", "--model", "test/Small-3B"], &[]);
     assert!(out.status.success(), "{}", text(&out));
 
-    let operator = add("test/Tiny-1B", "dev_set_v2", Some(held_job("transitions")), None);
+    // The stale pending row: cancelled by the launch for its resubmission, which queues a real job;
+    // the operator then cancels that one.
+    let out = cluster.run(&["launch"], &ledger_spec, &["--once", "--preset", "v2", "--model", "test/Tiny-1B"], &[]);
+    assert!(out.status.success() && text(&out).contains("1 submitted"), "{}", text(&out));
+    let operator = ledger.active().unwrap().into_iter().find(|a| a.model == "test/Tiny-1B").expect("resubmitted").id;
     let out = cluster.run(&["cancel"], &ledger_spec, &["--model", "test/Tiny-1B", "--benchmark", "v2"], &[]);
     assert!(out.status.success(), "{}", text(&out));
 
@@ -291,7 +300,13 @@ fn every_transition_reaches_the_ledger_the_mirror_and_the_notifier() {
             operator,
             AttemptStatus::Cancelled,
             "Failed",
-            format!("cancelled: test/Tiny-1B on dev_set_v2 (attempt {operator})"),
+            format!("cancelled: test/Tiny-1B on dev_set_v2 (attempt {operator}): cancelled by operator"),
+        ),
+        (
+            stale,
+            AttemptStatus::Cancelled,
+            "Failed",
+            format!("cancelled: test/Tiny-1B on dev_set_v2 (attempt {stale}): stale pending"),
         ),
         (
             remediated,
@@ -316,5 +331,8 @@ fn every_transition_reaches_the_ledger_the_mirror_and_the_notifier() {
     assert!(acts.iter().any(|r| r.attempt == Some(retried) && r.action == "retry"), "{acts:?}");
     let retry_line = format!("remediation retry: test/Mini-7B on dev_set_v2 (attempt {retried})");
     assert_eq!(told.matches(retry_line.as_str()).count(), 1, "{told}");
-    scancel(&remediated_job);
+    assert!(!squeue_states(std::slice::from_ref(&stale_job)).contains("PENDING"), "the stale job was cancelled");
+    for job in [remediated_job, stale_job] {
+        scancel(&job);
+    }
 }
