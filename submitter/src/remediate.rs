@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 pub use crate::config::remediation::{Change, Policy, RemediationSettings, TABLE};
-use crate::domain::PairAdjustment;
+use crate::domain::{PairAdjustment, RemediationAct};
 use crate::ledger::{AttemptId, AttemptStatus, Ledger, LedgerError, NewRemediation, PairRemedy, Remediation};
 use crate::observe::Observation;
 use crate::slurm::{JobId, Slurm, SlurmError};
@@ -376,6 +376,8 @@ pub fn carry_out(
     slurm: &dyn Slurm,
     username: &str,
 ) -> Result<bool, RemediateError> {
+    // A decision is never `off` (`decide` skips those): nothing to record.
+    let Some(action) = decision.action.act() else { return Ok(false) };
     let recorded = recorder.ledger().record_remediation(&NewRemediation {
         model: decision.model.clone(),
         family: decision.family.clone(),
@@ -383,21 +385,21 @@ pub fn carry_out(
         cluster: decision.cluster.clone(),
         attempt: Some(AttemptId(decision.attempt)),
         finding: decision.finding.clone(),
-        action: decision.action.as_str().to_string(),
+        action,
         change: decision.change.clone(),
         adjustment: decision.adjustment.clone(),
         reason: decision.reason.clone(),
         username: username.to_string(),
     })?;
     if recorded && let Some(job) = decision.cancels_job.as_deref() {
-        let reason = act_reason(decision.action.as_str(), &decision.reason);
-        end_attempt(recorder, slurm, AttemptId(decision.attempt), Some(job), &reason, decision.action)?;
+        let reason = act_reason(action, &decision.reason);
+        end_attempt(recorder, slurm, AttemptId(decision.attempt), Some(job), &reason, action)?;
     }
     Ok(recorded)
 }
 
 /// The reason an attempt remediation ended carries.
-fn act_reason(action: &str, reason: &str) -> String {
+fn act_reason(action: RemediationAct, reason: &str) -> String {
     format!("remediation {action} ({reason})")
 }
 
@@ -409,7 +411,7 @@ fn end_attempt(
     attempt: AttemptId,
     job: Option<&str>,
     reason: &str,
-    action: Policy,
+    action: RemediationAct,
 ) -> Result<(), RemediateError> {
     if let Some(id) = job.and_then(|j| j.parse::<JobId>().ok()) {
         slurm.cancel(id, None, false)?;
@@ -427,12 +429,13 @@ pub fn reconcile(recorder: &Recorder, slurm: &dyn Slurm, cluster: &str) -> Resul
     let records = ledger.remediations()?;
     let mut completed = Vec::new();
     for attempt in ledger.active()?.into_iter().filter(|a| a.cluster == cluster) {
-        let Some(record) = records.iter().find(|r| r.attempt == Some(attempt.id) && r.action != "release") else {
+        let Some(record) =
+            records.iter().find(|r| r.attempt == Some(attempt.id) && r.action != RemediationAct::Release)
+        else {
             continue;
         };
-        let reason = act_reason(&record.action, &record.reason);
-        let action = serde_json::from_value(record.action.clone().into()).unwrap_or(Policy::Cancel);
-        end_attempt(recorder, slurm, attempt.id, attempt.slurm_job_id.as_deref(), &reason, action)?;
+        let reason = act_reason(record.action, &record.reason);
+        end_attempt(recorder, slurm, attempt.id, attempt.slurm_job_id.as_deref(), &reason, record.action)?;
         completed.push(attempt.id);
     }
     Ok(completed)
@@ -489,7 +492,7 @@ pub fn release(
     cluster: &str,
     username: &str,
 ) -> Result<(), LedgerError> {
-    operator_record(ledger, key, cluster, username, "release", format!("released by {username}"))
+    operator_record(ledger, key, cluster, username, RemediationAct::Release, format!("released by {username}"))
 }
 
 /// `submitter hold`: a person holds the pair as remediation would (`finding` `operator`), so no
@@ -502,7 +505,7 @@ pub fn hold(
     why: &str,
 ) -> Result<(), LedgerError> {
     let reason = if why.is_empty() { format!("held by {username}") } else { format!("held by {username}: {why}") };
-    operator_record(ledger, key, cluster, username, "hold", reason)
+    operator_record(ledger, key, cluster, username, RemediationAct::Hold, reason)
 }
 
 /// A person's `release` or `hold` of a pair: a remediation record with no attempt.
@@ -511,10 +514,10 @@ fn operator_record(
     key: &(String, String, String),
     cluster: &str,
     username: &str,
-    action: &str,
+    action: RemediationAct,
     reason: String,
 ) -> Result<(), LedgerError> {
-    let finding = if action == "release" { "release" } else { "operator" };
+    let finding = if action == RemediationAct::Release { "release" } else { "operator" };
     ledger.record_remediation(&NewRemediation {
         model: key.0.clone(),
         family: key.1.clone(),
@@ -522,7 +525,7 @@ fn operator_record(
         cluster: cluster.to_string(),
         attempt: None,
         finding: finding.into(),
-        action: action.into(),
+        action,
         change: String::new(),
         adjustment: None,
         reason,
@@ -712,7 +715,7 @@ mod tests {
             cluster: "c".into(),
             attempt: attempt.map(AttemptId),
             finding: "x".into(),
-            action: action.into(),
+            action: action.parse().expect("an act"),
             change: String::new(),
             adjustment,
             reason: "r".into(),

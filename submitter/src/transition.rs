@@ -11,7 +11,7 @@ use std::cell::RefCell;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::config::remediation::Policy;
+use crate::domain::RemediationAct;
 use crate::ledger::{AttemptId, AttemptStatus, Ledger, LedgerError};
 use crate::team::mirror::Mirror;
 use crate::team::publish;
@@ -27,7 +27,7 @@ pub enum Origin {
     /// pending job cancelled for its resubmission.
     Submission,
     /// Remediation's act (`cancel`, `retry`, `hold`; the profile's `remediation:` policy).
-    Remediation(Policy),
+    Remediation(RemediationAct),
     /// `submitter cancel`.
     Operator,
 }

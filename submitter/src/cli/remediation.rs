@@ -170,7 +170,7 @@ pub(crate) fn annotate(session: &Session, rows: &mut [StatusRow]) -> Result<()> 
         if row.ledger_status.is_active()
             && let Some(retry) = state.filter(|s| !s.adjustment.is_empty()).and_then(|_| {
                 records.iter().rev().find(|r| {
-                    r.action == "retry"
+                    r.action == crate::domain::RemediationAct::Retry
                         && (&r.model, &r.family, &r.agent) == (&key.0, &key.1, &key.2)
                         && r.attempt.is_some_and(|a| a.0 != row.attempt)
                 })

@@ -262,7 +262,7 @@ fn every_transition_reaches_the_ledger_the_mirror_and_the_notifier() {
             cluster: name.into(),
             attempt: Some(remediated),
             finding: "engine.hung".into(),
-            action: "cancel".into(),
+            action: submitter::domain::RemediationAct::Cancel,
             change: String::new(),
             adjustment: None,
             reason: "engine.hung: no completion for 30m".into(),
@@ -328,7 +328,10 @@ fn every_transition_reaches_the_ledger_the_mirror_and_the_notifier() {
     );
     // The retry moved no attempt (it had ended): the ledger has the act, the notifier the line.
     let acts = ledger.remediations().unwrap();
-    assert!(acts.iter().any(|r| r.attempt == Some(retried) && r.action == "retry"), "{acts:?}");
+    assert!(
+        acts.iter().any(|r| r.attempt == Some(retried) && r.action == submitter::domain::RemediationAct::Retry),
+        "{acts:?}"
+    );
     let retry_line = format!("remediation retry: test/Mini-7B on dev_set_v2 (attempt {retried})");
     assert_eq!(told.matches(retry_line.as_str()).count(), 1, "{told}");
     assert!(!squeue_states(std::slice::from_ref(&stale_job)).contains("PENDING"), "the stale job was cancelled");
