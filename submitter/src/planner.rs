@@ -91,7 +91,7 @@ pub struct PlannedJob {
     pub rule: String,
     /// The resolved serve settings (`plan`'s `serve`), when they resolve.
     pub resolved: Option<Resolved>,
-    pub prerequisite: Option<Prerequisite>,
+    pub(crate) prerequisite: Option<Prerequisite>,
     /// For the operator: an unattended attempt on another cluster (never acted on here).
     pub flag: Option<String>,
     /// For a walltime continuation: the attempt it continues and its place in the chain.
@@ -119,9 +119,9 @@ pub struct PlannedJob {
     pub settings: ResolvedSettings,
     /// The shared job it is a leg of (its group tag; [`Plan::shared`]). Its own `sbatch` and
     /// `request` are then `None`: the job's are the group's.
-    pub shared_job: Option<String>,
+    pub(crate) shared_job: Option<String>,
     /// Why a leg whose allocation is `shared` still gets a job of its own.
-    pub allocation_note: Option<String>,
+    pub(crate) allocation_note: Option<String>,
     /// The pair's latest attempt in the snapshot (names a shared job's group apart from earlier ones).
     pub(crate) latest_attempt: Option<i64>,
 }

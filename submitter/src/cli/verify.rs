@@ -130,7 +130,7 @@ pub(crate) struct ReportArgs {
     pub rank_by: Option<String>,
     /// Skip `check` on each run dir (faster with hundreds of runs).
     #[arg(long)]
-    pub no_check: bool,
+    pub(crate) no_check: bool,
 }
 
 #[derive(clap::Args)]

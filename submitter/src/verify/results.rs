@@ -49,12 +49,12 @@ pub struct ScoreSummary {
 
 /// The range every benchmark's score lies in: Harbor's rewards, the mean of the trials' rewards,
 /// and the team's recorded means are shares of tasks solved.
-pub const SCORE_RANGE: std::ops::RangeInclusive<f64> = 0.0..=1.0;
+pub(crate) const SCORE_RANGE: std::ops::RangeInclusive<f64> = 0.0..=1.0;
 
 /// A score as it may be recorded, or why not: outside [`SCORE_RANGE`] (a Harbor mean of 7.5, a team
 /// row's 1e308 or −7) or not a number is refused. Every door a score comes in by (Harbor's
 /// `result.json`, the team's `metrics`, the ledger's stored metrics) goes through this one check.
-pub fn checked_score(mean: f64) -> Result<f64, String> {
+pub(crate) fn checked_score(mean: f64) -> Result<f64, String> {
     if SCORE_RANGE.contains(&mean) {
         Ok(mean)
     } else {
@@ -86,7 +86,7 @@ pub struct Audit {
     /// Valid trials needed (⌈min_valid_share × expected⌉).
     pub needed: Option<u64>,
     pub errored: u64,
-    pub error_share: f64,
+    pub(crate) error_share: f64,
     pub reasons: Vec<String>,
 }
 
@@ -145,7 +145,7 @@ pub fn score_summary(run_dir: &Path) -> Option<ScoreSummary> {
 }
 
 /// Valid trials ≥ `min_valid_share` × expected and errors ≤ `max_error_share` of the trials.
-pub fn audit_of(summary: &ScoreSummary, settings: &VerifySettings) -> Audit {
+pub(crate) fn audit_of(summary: &ScoreSummary, settings: &VerifySettings) -> Audit {
     let expected = summary.n_expected;
     let needed = expected.map(|e| (e as f64 * settings.min_valid_share - 1e-9).ceil().max(0.0) as u64);
     let denominator = summary.n_trials.max(expected.unwrap_or(0)).max(1);
@@ -211,7 +211,7 @@ pub(crate) fn metrics_json(summary: &ScoreSummary, audit: &Audit) -> Value {
 /// How a benchmark is scored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum BenchKind {
+pub(crate) enum BenchKind {
     /// Reward 0/1 per trial: mean ± standard error; may rank models.
     Binary,
     /// Partial credit: mean only; counts toward the ID mean, never ranks.
@@ -220,7 +220,7 @@ pub enum BenchKind {
     Other,
 }
 
-pub fn bench_kind(family: &str) -> BenchKind {
+pub(crate) fn bench_kind(family: &str) -> BenchKind {
     let f = family.to_ascii_lowercase();
     if f.contains("swebench-verified-random-100") || f.contains("terminal_bench_2") || f.contains("terminal-bench-2") {
         BenchKind::Binary
@@ -273,7 +273,7 @@ pub struct Cell {
     pub n_errors: u64,
     pub infra_errors: BTreeMap<String, u64>,
     pub incomplete: bool,
-    pub audit_reasons: Vec<String>,
+    pub(crate) audit_reasons: Vec<String>,
     pub ended_at: Option<Timestamp>,
     pub provenance: Provenance,
     /// The pair's earlier results (in [`Matrix::earlier`]) that ran under other settings
@@ -291,7 +291,7 @@ pub struct Cell {
 pub struct TrialStatistics {
     pub harbor_version: Option<String>,
     pub estimates: Vec<crate::stats::Estimate>,
-    pub attempts_per_task: Option<usize>,
+    pub(crate) attempts_per_task: Option<usize>,
     /// `(k, pass@k)`.
     pub pass_at_k: Option<(usize, f64)>,
 }
@@ -315,7 +315,10 @@ impl TrialStatistics {
 }
 
 /// Each result's [`TrialStatistics`], from the ledger's per-trial facts.
-pub fn attach_trials(m: &mut Matrix, ledger: &dyn crate::ledger::Ledger) -> Result<(), crate::ledger::LedgerError> {
+pub(crate) fn attach_trials(
+    m: &mut Matrix,
+    ledger: &dyn crate::ledger::Ledger,
+) -> Result<(), crate::ledger::LedgerError> {
     for cell in m.cells.iter_mut().chain(m.earlier.iter_mut()) {
         cell.trials = ledger.trials(cell.attempt_id)?.map(|set| TrialStatistics::of(&set, Default::default()));
     }
@@ -324,7 +327,7 @@ pub fn attach_trials(m: &mut Matrix, ledger: &dyn crate::ledger::Ledger) -> Resu
 
 /// One line per result with per-trial facts: both means, labelled, with the task-clustered SE and
 /// the bootstrap interval, pass@k and the Harbor that produced it; empty when none has them.
-pub fn render_trials_text(m: &Matrix) -> String {
+pub(crate) fn render_trials_text(m: &Matrix) -> String {
     let mut out = String::new();
     for cell in &m.cells {
         let Some(t) = &cell.trials else { continue };
@@ -444,7 +447,7 @@ impl Provenance {
 
 /// Models × benchmarks.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Matrix {
+pub(crate) struct Matrix {
     pub models: Vec<String>,
     pub benchmarks: Vec<String>,
     pub kinds: BTreeMap<String, BenchKind>,
@@ -458,17 +461,17 @@ pub struct Matrix {
     pub rank_by: Option<String>,
     pub ranks: BTreeMap<String, usize>,
     /// What every recorded attempt spent on GPUs ([`attach_gpu`]).
-    pub gpu_totals: crate::gpuhours::GpuTotals,
+    pub(crate) gpu_totals: crate::gpuhours::GpuTotals,
 }
 
 impl Matrix {
-    pub fn cell(&self, model: &str, benchmark: &str) -> Option<&Cell> {
+    pub(crate) fn cell(&self, model: &str, benchmark: &str) -> Option<&Cell> {
         self.cells.iter().find(|c| c.model == model && c.benchmark == benchmark)
     }
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum MatrixError {
+pub(crate) enum MatrixError {
     #[error(
         "cannot rank on {0}: it is partial-credit (dev_set_v2 never ranks models) — rank on a binary benchmark (terminal_bench_2, swebench-verified-random-100-folders)"
     )]
@@ -480,7 +483,7 @@ pub enum MatrixError {
 /// Builds the matrix from attempts: per (model, benchmark family), the latest finished attempt
 /// with metrics. `rank_by`: a binary benchmark family (default terminal_bench_2 when present, else
 /// swebench-100). Audits are recomputed with `settings`.
-pub fn build_matrix(
+pub(crate) fn build_matrix(
     attempts: &[Attempt],
     rank_by: Option<&str>,
     settings: &VerifySettings,
@@ -602,7 +605,7 @@ fn cell_of(a: &Attempt, settings: &VerifySettings) -> Cell {
 
 /// Each result's GPU use and the totals, from the ledger's GPU-seconds records
 /// (`Ledger::gpu_seconds`; crate::gpuhours sums them).
-pub fn attach_gpu(m: &mut Matrix, rows: &[crate::ledger::GpuSecondsRow]) {
+pub(crate) fn attach_gpu(m: &mut Matrix, rows: &[crate::ledger::GpuSecondsRow]) {
     for cell in m.cells.iter_mut().chain(m.earlier.iter_mut()) {
         cell.gpu = crate::gpuhours::result_gpu(rows, cell.attempt_id, &cell.run_tag);
     }
@@ -611,7 +614,7 @@ pub fn attach_gpu(m: &mut Matrix, rows: &[crate::ledger::GpuSecondsRow]) {
 
 /// GPU-hours per result (models × benchmarks), per benchmark and in total, when any attempt has
 /// a record; empty otherwise.
-pub fn render_gpu_text(m: &Matrix) -> String {
+pub(crate) fn render_gpu_text(m: &Matrix) -> String {
     let t = &m.gpu_totals;
     if t.attempts == 0 {
         return String::new();
@@ -644,7 +647,9 @@ pub fn render_gpu_text(m: &Matrix) -> String {
 
 /// The attempts the matrix is built from: per (model, family), every finished attempt (the latest
 /// is the cell, the ones before it its earlier results; a resubmission may be running on top).
-pub fn finished_attempts(ledger: &dyn crate::ledger::Ledger) -> Result<Vec<Attempt>, crate::ledger::LedgerError> {
+pub(crate) fn finished_attempts(
+    ledger: &dyn crate::ledger::Ledger,
+) -> Result<Vec<Attempt>, crate::ledger::LedgerError> {
     let mut out = Vec::new();
     for pair in ledger.latest_per_pair()? {
         if pair.total_attempts <= 1 {
@@ -662,7 +667,7 @@ pub fn finished_attempts(ledger: &dyn crate::ledger::Ledger) -> Result<Vec<Attem
 }
 
 /// A [`ScoreSummary`] back from ledger metrics (older rows lack the newer keys).
-pub fn summary_from_metrics(m: &Value) -> ScoreSummary {
+pub(crate) fn summary_from_metrics(m: &Value) -> ScoreSummary {
     let map = |key: &str| -> BTreeMap<String, u64> {
         m.get(key)
             .and_then(Value::as_object)
@@ -707,7 +712,7 @@ fn fmt_mean(v: Option<f64>) -> String {
 }
 
 /// The matrix as a text table.
-pub fn render_text(m: &Matrix) -> String {
+pub(crate) fn render_text(m: &Matrix) -> String {
     // Names come from the team's database too: each printed as one inert field.
     use crate::text::printable;
     let width = m.models.iter().map(|s| printable(s).chars().count()).max().unwrap_or(5).max(5);
@@ -772,7 +777,7 @@ fn csv_field(text: &str) -> String {
 }
 
 /// The matrix as CSV: one row per model; per benchmark its mean and (binary) standard error.
-pub fn render_csv(m: &Matrix) -> String {
+pub(crate) fn render_csv(m: &Matrix) -> String {
     let quote = |s: &str| csv_field(s);
     let mut header = vec!["model".to_string()];
     for b in &m.benchmarks {
