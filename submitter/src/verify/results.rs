@@ -432,16 +432,31 @@ impl Provenance {
         fn same<T: PartialEq>(a: &Option<T>, b: &Option<T>) -> bool {
             a.is_none() || b.is_none() || a == b
         }
-        same(&self.agent, &other.agent)
-            && self.agent_kwargs == other.agent_kwargs
-            && same(&self.timeout_multiplier, &other.timeout_multiplier)
-            && same(&self.n_attempts, &other.n_attempts)
-            && same(&self.harbor_config, &other.harbor_config)
-            && same(&self.dataset, &other.dataset)
-            && same(&self.model_revision, &other.model_revision)
-            && same(&self.vllm_version, &other.vllm_version)
-            && same(&self.harbor_version, &other.harbor_version)
-            && same(&self.dataset_digest, &other.dataset_digest)
+        // Destructured whole: a new field is either compared here or named as where it ran.
+        let Provenance {
+            agent,
+            agent_kwargs,
+            timeout_multiplier,
+            n_attempts,
+            harbor_config,
+            dataset,
+            cluster: _,
+            gpu: _,
+            model_revision,
+            vllm_version,
+            harbor_version,
+            dataset_digest,
+        } = self;
+        same(agent, &other.agent)
+            && *agent_kwargs == other.agent_kwargs
+            && same(timeout_multiplier, &other.timeout_multiplier)
+            && same(n_attempts, &other.n_attempts)
+            && same(harbor_config, &other.harbor_config)
+            && same(dataset, &other.dataset)
+            && same(model_revision, &other.model_revision)
+            && same(vllm_version, &other.vllm_version)
+            && same(harbor_version, &other.harbor_version)
+            && same(dataset_digest, &other.dataset_digest)
     }
 }
 
