@@ -286,7 +286,7 @@ fn matrix(session: &Session, rank_by: Option<&str>) -> Result<Matrix> {
     let attempts = results::finished_attempts(session.ledger.as_ref())?;
     let mut m = results::build_matrix(&attempts, rank_by, &session.cluster.verify)?;
     results::attach_gpu(&mut m, &session.ledger.gpu_seconds()?);
-    results::attach_trials(&mut m, session.ledger.as_ref())?;
+    results::attach_trials(&mut m, session.ledger.as_ref(), Bootstrap::default())?;
     Ok(m)
 }
 
