@@ -23,7 +23,7 @@ use submitter::verify::verdict::StatusRow;
 use submitter::verify::{Level, VerifySettings};
 
 use super::session::{LedgerArgs, LedgerStore, Session};
-use super::verify_output::{CheckOutput, ResultsOutput, StatusOutput, TeamOutput};
+use super::verify_output::{CheckOutput, RankingDocument, ResultsOutput, StatusOutput, TeamOutput};
 use submitter::output::{self, FormatArgs};
 
 use crate::{ConfigDirs, EXIT_PROBLEMS};
@@ -102,10 +102,13 @@ pub struct CompareArgs {
     pub ledger: LedgerArgs,
     #[command(flatten)]
     pub format: FormatArgs,
-    /// The first model (A); differences are A − B.
-    pub a: String,
-    /// The second model (B).
-    pub b: String,
+    /// CSV (docs/submitter.md "compare"): per common task for two models, per standing for more.
+    #[arg(long, conflicts_with_all = ["json", "format"])]
+    pub csv: bool,
+    /// The models: two are paired task by task (differences are the first − the second); three or
+    /// more are ranked on each ranked benchmark, ties where their intervals overlap.
+    #[arg(value_name = "MODEL", num_args = 2.., required = true)]
+    pub models: Vec<String>,
     /// Only this benchmark (a column such as `terminal_bench_2@openhands`, a family or a member).
     #[arg(long, value_name = "BENCHMARK")]
     pub benchmark: Option<String>,
@@ -305,23 +308,62 @@ pub(crate) fn results(args: &ResultsArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `submitter compare A B`.
+/// `submitter compare A B [C …]`.
 pub(crate) fn compare(args: &CompareArgs) -> Result<ExitCode> {
-    if args.a == args.b {
-        bail!("compare {0} {0}: name two different models", args.a);
+    if let Some(twice) = args.models.iter().enumerate().find_map(|(i, m)| args.models[..i].contains(m).then_some(m)) {
+        bail!("compare: {twice} is named twice: name each model once");
     }
     let session = Session::open(&args.ledger)?;
     let bootstrap = Bootstrap { seed: args.seed, ..Bootstrap::default() };
-    let c = compare::compare(&*session.ledger, &args.a, &args.b, args.benchmark.as_deref(), bootstrap)?;
-    if c.benchmarks.is_empty() && c.skipped.is_empty() {
+    if let [a, b] = args.models.as_slice() {
+        return compare_two(args, &session, a, b, bootstrap);
+    }
+    if let Some(benchmark) = args.benchmark.as_deref().filter(|b| !results::ranked(b)) {
         bail!(
-            "compare {} {}: no benchmark{} where both have a finished attempt; `submitter results` lists what each has",
-            args.a,
-            args.b,
+            "compare --benchmark {benchmark}: not a ranked benchmark, so {} models cannot be ranked on it — name a ranked one (terminal_bench_2, swebench-verified-random-100-folders) or two models to pair",
+            args.models.len()
+        );
+    }
+    let ranking = compare::rank_models(
+        &*session.ledger,
+        &args.models,
+        args.benchmark.as_deref(),
+        &session.cluster.verify,
+        bootstrap,
+    )?;
+    if ranking.rankings.is_empty() {
+        bail!(
+            "compare: none of the {} models has a finished attempt on a ranked benchmark{}; `submitter results` lists what each has",
+            args.models.len(),
             args.benchmark.as_deref().map(|b| format!(" matching `{b}`")).unwrap_or_default()
         );
     }
-    let text = if args.format.is_json() { output::document("compare", &c) } else { compare::render_text(&c) };
+    let text = if args.format.is_json() {
+        output::document("compare.ranking", &RankingDocument::from(&ranking))
+    } else if args.csv {
+        compare::render_ranking_csv(&ranking)
+    } else {
+        compare::render_ranking_text(&ranking)
+    };
+    super::print(&text)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn compare_two(args: &CompareArgs, session: &Session, a: &str, b: &str, bootstrap: Bootstrap) -> Result<ExitCode> {
+    let c = compare::compare(&*session.ledger, a, b, args.benchmark.as_deref(), bootstrap)?;
+    if c.benchmarks.is_empty() && c.skipped.is_empty() {
+        bail!(
+            "compare {a} {b}: no benchmark{} where both have a finished attempt; `submitter results` lists what each has",
+            args.benchmark.as_deref().map(|b| format!(" matching `{b}`")).unwrap_or_default()
+        );
+    }
+    let text = if args.format.is_json() {
+        output::document("compare", &c)
+    } else if args.csv {
+        compare::render_csv(&c)
+    } else {
+        compare::render_text(&c)
+    };
     super::print(&text)?;
     Ok(ExitCode::SUCCESS)
 }
