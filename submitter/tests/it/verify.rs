@@ -669,7 +669,12 @@ fn results_matrix_in_text_json_and_csv() {
     let m: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(m["benchmarks"], json!(["swebench-verified-random-100-folders", "terminal_bench_2", "dev_set_v2"]));
     assert_eq!(m["rank_by"], "terminal_bench_2");
-    assert_eq!(m["ranks"], json!({"org/Alpha-8B": 2, "org/Beta-32B": 1, "org/Gamma-7B": 3}));
+    // Alpha 0.42 and Beta 0.61 over 89 trials: their 95% intervals overlap, a tie; Gamma's lies below.
+    assert_eq!(m["ranks"], json!({"org/Alpha-8B": 1, "org/Beta-32B": 1, "org/Gamma-7B": 3}));
+    let tb2 = m["rankings"].as_array().unwrap().iter().find(|r| r["benchmark"] == "terminal_bench_2").unwrap();
+    assert_eq!(tb2["standings"][0]["model"], "org/Beta-32B");
+    assert_eq!(tb2["standings"][0]["rank_label"], "1=");
+    assert_eq!(tb2["standings"][0]["interval_basis"], "normal_over_trials");
     let cell = m["cells"]
         .as_array()
         .unwrap()
