@@ -134,6 +134,10 @@ pub struct ReportArgs {
     /// Skip `check` on each run dir (faster with hundreds of runs).
     #[arg(long)]
     pub no_check: bool,
+    /// The two models whose per-task heat map the plots show (default: the first two of the
+    /// ranking on the `--rank-by` benchmark).
+    #[arg(long, num_args = 2, value_names = ["A", "B"])]
+    pub pair: Option<Vec<String>>,
 }
 
 #[derive(clap::Args)]
@@ -405,6 +409,34 @@ fn check_of(run_dir: Option<&str>, settings: &VerifySettings, skip: bool) -> Opt
     check::check_run_dir(dir, settings, Utc::now()).ok()
 }
 
+/// The pair the report's heat map compares: `--pair A B`, which must have a benchmark both ran with
+/// per-trial facts, else the first two models of the ranking on `rank_by` (none when they cannot be
+/// compared).
+fn report_pair(session: &Session, m: &Matrix, named: Option<&[String]>) -> Result<Option<compare::Comparison>> {
+    let (a, b) = match named {
+        Some([a, b]) if a == b => bail!("report --pair {a} {a}: name two different models"),
+        Some([a, b]) => (a.clone(), b.clone()),
+        _ => {
+            let order = m.models_by_rank();
+            let ranked = m.rank_by.as_deref().and_then(|r| m.ranking(r)).map_or(0, |r| r.standings.len());
+            match order.as_slice() {
+                [a, b, ..] if ranked >= 2 => (a.to_string(), b.to_string()),
+                _ => return Ok(None),
+            }
+        }
+    };
+    let c = compare::compare(&*session.ledger, &a, &b, None, Bootstrap::default())?;
+    if c.benchmarks.is_empty() {
+        if named.is_some() {
+            bail!(
+                "report --pair {a} {b}: no benchmark where both have a finished attempt with per-trial facts; `submitter compare {a} {b}` says why"
+            );
+        }
+        return Ok(None);
+    }
+    Ok(Some(c))
+}
+
 /// `submitter report --html FILE`.
 pub(crate) fn report(args: &ReportArgs) -> Result<ExitCode> {
     // Checked before any work: a mistyped directory is an error, never created (issue 21).
@@ -466,6 +498,7 @@ pub(crate) fn report(args: &ReportArgs) -> Result<ExitCode> {
                 .collect(),
         });
     }
+    let pair = report_pair(&session, &m, args.pair.as_deref())?;
     let html = report::render_html(&ReportInput {
         title: &args.title,
         generated_at: Utc::now(),
@@ -473,6 +506,7 @@ pub(crate) fn report(args: &ReportArgs) -> Result<ExitCode> {
         jobs: &jobs,
         runs: &runs,
         team: Some(&view),
+        pair: pair.as_ref(),
     });
     std::fs::write(&args.html, html).with_context(|| format!("writing {}", args.html.display()))?;
     super::print(&format!(
