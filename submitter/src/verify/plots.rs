@@ -27,6 +27,11 @@ fn label(name: &str) -> String {
     format!("{kept}…")
 }
 
+/// Up to this many models, each point of a scatter is labelled with its model's name (after the
+/// last `/`, at most [`SCATTER_LABEL_CHARS`] characters); more would overlap.
+const MAX_SCATTER_LABELS: usize = 12;
+const SCATTER_LABEL_CHARS: usize = 18;
+
 /// Red (0) → amber → green (1), as the matrix's cells.
 pub(crate) fn score_colour(score: f64) -> String {
     let hue = (score.clamp(0.0, 1.0) * 120.0).round();
@@ -104,7 +109,7 @@ pub fn scatter_svg(m: &Matrix, x: &str, y: &str) -> Option<String> {
         return None;
     }
     let (left, size, top) = (56.0, 300.0, 10.0);
-    let (width, height) = (left + size + 20.0, top + size + 44.0);
+    let (width, height) = (left + size + 120.0, top + size + 44.0);
     let bottom = top + size;
     let mut svg = format!(
         "<svg class=\"plot scatter\" data-x=\"{}\" data-y=\"{}\" width=\"{width}\" height=\"{height}\" viewBox=\"0 0 {width} {height}\" role=\"img\"><title>{} against {} across models</title>",
@@ -165,7 +170,19 @@ pub fn scatter_svg(m: &Matrix, x: &str, y: &str) -> Option<String> {
                 x = px(cx.mean)
             );
         }
-        let _ = write!(g, "<circle class=\"mean\" cx=\"{:.1}\" cy=\"{:.1}\" r=\"4\"/></g>", px(cx.mean), py(cy.mean));
+        let _ = write!(g, "<circle class=\"mean\" cx=\"{:.1}\" cy=\"{:.1}\" r=\"4\"/>", px(cx.mean), py(cy.mean));
+        if points.len() <= MAX_SCATTER_LABELS {
+            let name: String =
+                cx.model.rsplit('/').next().unwrap_or(&cx.model).chars().take(SCATTER_LABEL_CHARS).collect();
+            let _ = write!(
+                g,
+                "<text class=\"point\" x=\"{:.1}\" y=\"{:.1}\">{}</text>",
+                px(cx.mean) + 6.0,
+                py(cy.mean) - 6.0,
+                escape(&name)
+            );
+        }
+        g.push_str("</g>");
         svg.push_str(&g);
     }
     svg.push_str("</svg>");
@@ -276,6 +293,52 @@ mod tests {
             svg.split("data-task=\"").skip(1).take(3).map(|s| s.split('"').next().unwrap()).collect();
         assert_eq!(order, ["&lt;t3&gt;", "t1", "t2"]);
         assert!(svg.contains("1 task(s) better under org/B · 1 the same"), "{svg}");
+    }
+
+    #[test]
+    fn scatter_draws_the_models_with_both_benchmarks() {
+        use crate::verify::VerifySettings;
+        use crate::verify::results::build_matrix;
+        let attempt = |id: i64, model: &str, family: &str, mean: f64| {
+            let t = chrono::DateTime::from_timestamp(1_700_000_000 + id, 0).unwrap();
+            crate::ledger::Attempt {
+                id: crate::ledger::AttemptId(id),
+                model: model.into(),
+                benchmark: family.into(),
+                benchmark_family: family.into(),
+                cluster: "c".into(),
+                username: "u".into(),
+                run_tag: format!("{id}"),
+                slurm_job_id: None,
+                status: crate::ledger::AttemptStatus::Finished,
+                reason: "finished".into(),
+                config: serde_json::json!({}),
+                metrics: Some(serde_json::json!({"mean_reward": mean, "n_trials": 100, "n_errors": 0, "n_valid": 100})),
+                attempt: 1,
+                submitted_at: t,
+                started_at: Some(t),
+                ended_at: Some(t),
+                updated_at: t,
+                agent: "terminus-2".into(),
+                source_id: None,
+            }
+        };
+        let attempts = [
+            attempt(1, HOSTILE, "terminal_bench_2", 0.5),
+            attempt(2, HOSTILE, "dev_set_v2", 0.25),
+            attempt(3, "org/B", "terminal_bench_2", 0.3),
+            attempt(4, "org/B", "dev_set_v2", 0.75),
+            attempt(5, "org/C", "terminal_bench_2", 0.1),
+        ];
+        let m = build_matrix(&attempts, None, &VerifySettings::default()).unwrap();
+        let svg = scatter_svg(&m, "terminal_bench_2", "dev_set_v2").unwrap();
+        assert_eq!(svg.matches("<g class=\"model\"").count(), 2, "org/C has no dev_set_v2: {svg}");
+        assert!(!svg.contains("<script>"), "{svg}");
+        // tb2 0.5 → x = 56 + 0.5 × 300; dev_set_v2 0.25 → y = 310 − 0.25 × 300.
+        assert!(svg.contains("cx=\"206.0\" cy=\"235.0\""), "{svg}");
+        // tb2 has an interval (binary: normal over trials), dev_set_v2 none (partial credit).
+        assert_eq!(svg.matches("<line class=\"ci\"").count(), 2, "{svg}");
+        assert!(scatter_svg(&m, "terminal_bench_2", "swebench").is_none());
     }
 
     #[test]
