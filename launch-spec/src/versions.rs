@@ -51,6 +51,14 @@ impl Version {
     pub const fn new(major: u32, minor: u32, patch: u32) -> Self {
         Self { major, minor, patch }
     }
+
+    pub const fn major(self) -> u32 {
+        self.major
+    }
+
+    pub const fn minor(self) -> u32 {
+        self.minor
+    }
 }
 
 impl fmt::Display for Version {
