@@ -275,7 +275,7 @@ fn error_policy_problems(dialect: HarborDialect, config: &serde_json::Value) -> 
                         problems.push(format!(
                             "override_error_policy.{exception}.{field} is not a field Harbor {HARBOR_026} knows: use {fields}"
                         ));
-                    } else if !(value.is_boolean() || value.is_null()) {
+                    } else if !lax_bool(value) {
                         problems.push(format!("override_error_policy.{exception}.{field} must be true or false"));
                     }
                 }
@@ -286,6 +286,18 @@ fn error_policy_problems(dialect: HarborDialect, config: &serde_json::Value) -> 
         )),
     }
     problems
+}
+
+/// What Harbor's pydantic takes for a `bool | None` field in its lax mode: a boolean, null, 0 or 1,
+/// or one of the strings it reads as one (`"yes"`, `"off"`, …).
+fn lax_bool(value: &serde_json::Value) -> bool {
+    const WORDS: &[&str] = &["0", "off", "f", "false", "n", "no", "1", "on", "t", "true", "y", "yes"];
+    match value {
+        serde_json::Value::Null | serde_json::Value::Bool(_) => true,
+        serde_json::Value::Number(n) => n.as_f64().is_some_and(|x| x == 0.0 || x == 1.0),
+        serde_json::Value::String(text) => WORDS.contains(&text.to_lowercase().as_str()),
+        _ => false,
+    }
 }
 
 fn metric_problems(dialect: HarborDialect, config: &serde_json::Value) -> Vec<String> {
@@ -694,7 +706,7 @@ mod tests {
             );
         }
         let bad = serde_json::json!({"schema_version": 2, "override_error_policy": {
-            "BadRequestError": {"retry": true, "should_grade": "yes"}, "X": true}});
+            "BadRequestError": {"retry": true, "should_grade": "maybe", "should_retry": "yes"}, "X": true}});
         let problems = job_config_problems(HarborDialect::Harbor026, &bad);
         assert_eq!(
             problems,
