@@ -109,6 +109,7 @@ pub(crate) fn check_resumable(spec: &LaunchSpec) -> Result<(), HarborError> {
     let Some(config) = files::read::<JobConfig>(&config_path).map_err(|e| read_error(config_path.clone(), e))? else {
         return Ok(());
     };
+    check_harbor_release(spec, &config)?;
     let changed = |field: &'static str, stored: String, wanted: String| {
         Err(HarborError::SettingsChanged { run_dir: run_dir.clone(), field, stored, wanted })
     };
@@ -129,7 +130,7 @@ pub(crate) fn check_resumable(spec: &LaunchSpec) -> Result<(), HarborError> {
     if !agents.is_empty() && !agents.contains(&spec.harbor.agent.as_str()) {
         return changed("agent", agents.join(","), spec.harbor.agent.clone());
     }
-    check_harbor_release(spec, &config)
+    Ok(())
 }
 
 /// A resume across Harbor releases (docs/real-programs.md, "Resuming across Harbor releases"), as
