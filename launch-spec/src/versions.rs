@@ -21,6 +21,10 @@ pub const VERIFIED_HARBORS: &[Version] = &[Version::new(0, 25, 0), Version::new(
 /// (`BadRequestError`, `ContextLengthExceededError`, `NonZeroAgentExitCodeError` no longer
 /// retried; `ApiUsageLimitError` now is).
 pub const HARBOR_026: Version = Version::new(0, 26, 0);
+/// Newer vLLM releases whose own parser checks every argv though no shipped environment declares
+/// them yet (issue 35: 0.34.0 beside 0.16.0 and 0.33.0): the argv built for the verified release,
+/// which is the argv such a release gets when its capabilities that shape the argv are the same.
+pub const VLLM_CHECKED_BESIDE: &[Version] = &[Version::new(0, 34, 0)];
 /// The first vLLM without `--swap-space` (0.17.1 still had it; 0.18.0 dropped it from EngineArgs).
 pub const VLLM_SWAP_SPACE_REMOVED: Version = Version::new(0, 18, 0);
 /// The first vLLM known to take `--distributed-timeout-seconds` (0.16.0's parser refuses it; 0.33.0
@@ -110,6 +114,11 @@ pub fn vllm_has_swap_space(vllm: Version) -> bool {
 /// Whether a declared vLLM takes `--distributed-timeout-seconds` (multi-node engines).
 pub fn vllm_has_distributed_timeout(vllm: Version) -> bool {
     vllm >= VLLM_DISTRIBUTED_TIMEOUT_ADDED
+}
+
+/// Every retired vLLM environment variable with the first release known without it.
+pub fn retired_vllm_env() -> &'static [(&'static str, Version)] {
+    RETIRED_VLLM_ENV
 }
 
 /// The entries of `RETIRED_VLLM_ENV` that `vllm` no longer knows.
