@@ -15,6 +15,7 @@ pub mod notify;
 pub mod observe;
 pub mod output;
 pub mod planner;
+pub mod pool;
 pub mod preflight;
 pub mod queue;
 pub mod readiness;
