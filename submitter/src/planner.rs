@@ -745,7 +745,12 @@ fn group_pools(inputs: &PlanInputs, jobs: &mut [PlannedJob]) -> Vec<SharedJob> {
         let key_of = |i: usize| jobs[i].spec.as_ref().map(|s| pool_key(&jobs[i], s)).unwrap_or(Value::Null);
         let key = key_of(legs[0]);
         if let Some(&odd) = legs.iter().find(|&&i| key_of(i) != key) {
-            let why = format!("its legs {} and {} differ: {}", jobs[legs[0]].benchmark, jobs[odd].benchmark, key_difference(&key, &key_of(odd)));
+            let why = format!(
+                "its legs {} and {} differ: {}",
+                jobs[legs[0]].benchmark,
+                jobs[odd].benchmark,
+                key_difference(&key, &key_of(odd))
+            );
             note(jobs, &legs, &why);
             continue;
         }
@@ -861,11 +866,18 @@ fn pack_pool(
             end - start
         );
         let time_s = if used > cap_s {
-            basis = format!("capped at {} = {cap_basis} (asked {}); its legs unfinished at the limit are continued", crate::queue::format_slurm_time(cap_s), crate::queue::format_slurm_time(used));
+            basis = format!(
+                "capped at {} = {cap_basis} (asked {}); its legs unfinished at the limit are continued",
+                crate::queue::format_slurm_time(cap_s),
+                crate::queue::format_slurm_time(used)
+            );
             cap_s
         } else {
             if end < members.len() {
-                basis += &format!("; the next model would pass {} = {cap_basis}: the rest in the next pool", crate::queue::format_slurm_time(cap_s));
+                basis += &format!(
+                    "; the next model would pass {} = {cap_basis}: the rest in the next pool",
+                    crate::queue::format_slurm_time(cap_s)
+                );
             }
             used
         };
@@ -906,10 +918,8 @@ fn pool_job(
     // has, and since the engine starts with members[0] but may restart cold with any member, the
     // largest readiness budget.
     let set = legs.iter().filter_map(|&i| jobs[i].spec.as_ref()?.serve.max_num_seqs).max();
-    let budget = legs
-        .iter()
-        .filter_map(|&i| jobs[i].spec.as_ref()?.serve.ready_budget.clone())
-        .max_by_key(|b| b.seconds);
+    let budget =
+        legs.iter().filter_map(|&i| jobs[i].spec.as_ref()?.serve.ready_budget.clone()).max_by_key(|b| b.seconds);
     for &i in &legs {
         if let Some(spec) = jobs[i].spec.as_mut() {
             spec.serve.ready_budget = budget.clone();
@@ -1088,6 +1098,10 @@ mod tests {
         None
     }
 
+    fn no_checkpoint(spec: &LaunchSpec) -> Result<crate::pool::Checkpoint, String> {
+        Err(format!("{} not on disk (test)", spec.model.hf_id))
+    }
+
     impl Fixed {
         fn new(max_failed_attempts: u32, concurrency: Concurrency) -> Fixed {
             Fixed {
@@ -1130,6 +1144,7 @@ mod tests {
                 max_in_flight,
                 allocation,
                 max_time: &no_limit,
+                checkpoints: &no_checkpoint,
             }
         }
     }
@@ -1313,5 +1328,110 @@ mod tests {
         let per_leg = PlanInputs { allocation: None, ..inputs };
         assert!(plan(&per_leg, &snapshot).shared.is_empty());
         assert_eq!(plan(&PlanInputs { allocation: Some(Allocation::Shared), ..per_leg }, &snapshot), planned);
+    }
+
+    /// A checkpoint of the test's: its dir under /ckpt and a config of this width.
+    fn checkpoint(model: &str, hidden_size: u64) -> crate::pool::Checkpoint {
+        crate::pool::Checkpoint {
+            path: PathBuf::from("/ckpt").join(model),
+            revision: Some("rev1".into()),
+            config: [("hidden_size".to_string(), json!(hidden_size))].into_iter().collect(),
+            tokenizer: "sha1:tok".into(),
+            chat_template: Some("sha1:tmpl".into()),
+            generation: None,
+        }
+    }
+
+    /// The test's checkpoints by model: `Other` is another width, `NoDisk` is not on disk.
+    fn test_checkpoints(spec: &LaunchSpec) -> Result<crate::pool::Checkpoint, String> {
+        match spec.model.hf_id.as_str() {
+            "org/NoDisk-1B" => Err("org/NoDisk-1B's weights are not on disk".into()),
+            "org/Other-1B" => Ok(checkpoint("org/Other-1B", 128)),
+            model => Ok(checkpoint(model, 64)),
+        }
+    }
+
+    /// `--allocation pool` over ID: three fine-tunes of one architecture are one pool (their legs
+    /// in priority order, one engine setting, `--pool`); a model of another width and one whose
+    /// weights cannot be read are planned apart with the reason, each a shared job of its legs;
+    /// a partition limit splits the pool, the rest in the next one.
+    #[test]
+    fn fine_tunes_of_one_architecture_are_pooled_and_the_others_planned_apart() {
+        let shipped = Shipped::load();
+        let mut cluster = shipped.cluster("local");
+        cluster.paths.jobs_dir = "/jobs".into();
+        let context = shipped.builder(&cluster);
+        let legs = crate::selection::legs(&shipped.root.presets_dir(), &["ID".into()], &[]).unwrap();
+        let models: Vec<launch_spec::ModelId> =
+            ["org/FtA-1B", "org/Other-1B", "org/FtB-1B", "org/NoDisk-1B", "org/FtC-1B"]
+                .map(|m| m.parse().unwrap())
+                .to_vec();
+        let snapshot = Snapshot {
+            cluster: "local".into(),
+            now: chrono::DateTime::from_timestamp(1_700_000_600, 0).unwrap(),
+            ..Snapshot::default()
+        };
+        let fixed = Fixed::new(3, Concurrency::default());
+        let inputs = PlanInputs {
+            checkpoints: &test_checkpoints,
+            ..fixed.inputs(&context, &legs, &models, 100, Some(Allocation::Pool))
+        };
+        let planned = plan(&inputs, &snapshot);
+        let pools: Vec<&SharedJob> = planned.shared.iter().filter(|g| g.pool.is_some()).collect();
+        assert_eq!(pools.len(), 1, "{:#?}", planned.shared);
+        let pool = pools[0];
+        let members: Vec<&str> = pool.pool.as_ref().unwrap().members.iter().map(|(m, _)| m.as_str()).collect();
+        assert_eq!(members, ["org/FtA-1B", "org/FtB-1B", "org/FtC-1B"], "priority order");
+        assert_eq!(pool.legs.len(), 9);
+        assert!(pool.group_tag.starts_with("org__FtA-1B-pool-"), "{}", pool.group_tag);
+        let doc_path = pool.group_dir.join("pool.json").display().to_string();
+        assert_eq!(pool.sbatch[pool.sbatch.len() - 2..], ["--pool".to_string(), doc_path]);
+        let doc = &pool.pool.as_ref().unwrap().doc;
+        assert_eq!(doc.members[1].weights.path, PathBuf::from("/ckpt/org/FtB-1B"));
+        assert_eq!(doc.members[1].weights.revision.as_deref(), Some("rev1"));
+        assert_eq!(doc.members[2].legs.len(), 3);
+        // Every leg agrees on the engine but the model, as payload checks it.
+        let specs: Vec<(usize, usize, LaunchSpec)> = pool
+            .pool
+            .as_ref()
+            .unwrap()
+            .members
+            .iter()
+            .enumerate()
+            .flat_map(|(m, (_, legs))| legs.iter().enumerate().map(move |(l, &i)| (m, l, i)))
+            .map(|(m, l, i)| (m, l, planned.jobs[i].spec.clone().unwrap()))
+            .collect();
+        assert_eq!(launch_spec::pool::pool_mismatch(&specs), None);
+        // The walltime: one load + three models' longest legs + two swaps.
+        let leg_s = 30 * 60; // the profile's slurm.time for each leg
+        let load_s = specs[0].2.serve.ready_budget.as_ref().map_or(specs[0].2.serve.health_timeout_s, |b| b.seconds);
+        let want = load_s + 3 * leg_s + 2 * POOL_SWAP_ALLOWANCE_S;
+        assert_eq!(pool.time, crate::queue::format_slurm_time(want), "{}", pool.time_basis);
+        assert!(pool.time_basis.contains("3 model(s)") && pool.time_basis.contains("2 swap(s)"), "{}", pool.time_basis);
+        // Planned apart, with the reason, each a shared job of its own legs.
+        let note_of = |model: &str| {
+            planned.jobs.iter().find(|j| j.model == model).and_then(|j| j.allocation_note.clone()).unwrap_or_default()
+        };
+        assert!(
+            note_of("org/Other-1B")
+                .contains("not pooled with org/FtA-1B: config.json `hidden_size` differs (64 vs 128)"),
+            "{}",
+            note_of("org/Other-1B")
+        );
+        assert!(note_of("org/NoDisk-1B").contains("cannot be compared"), "{}", note_of("org/NoDisk-1B"));
+        let shared_models: Vec<&str> =
+            planned.shared.iter().filter(|g| g.pool.is_none()).map(|g| g.model.as_str()).collect();
+        assert_eq!(shared_models, ["org/Other-1B", "org/NoDisk-1B"]);
+        // A partition limit that holds two models: the third in a pool of its own, after it.
+        let two = load_s + 2 * leg_s + POOL_SWAP_ALLOWANCE_S;
+        let limit = move |_: &str| Some((two + 10, "partition debug's MaxTime (Slurm)".to_string()));
+        let split = plan(&PlanInputs { max_time: &limit, ..inputs }, &snapshot);
+        let pools: Vec<&Pool> = split.shared.iter().filter_map(|g| g.pool.as_ref()).collect();
+        assert_eq!(pools.iter().map(|p| (p.members.len(), p.order)).collect::<Vec<_>>(), [(2, (1, 2)), (1, (2, 2))]);
+        let first = split.shared.iter().find(|g| g.pool.as_ref().is_some_and(|p| p.order.0 == 1)).unwrap();
+        assert_eq!(first.time, crate::queue::format_slurm_time(two), "{}", first.time_basis);
+        assert!(first.time_basis.contains("the rest in the next pool"), "{}", first.time_basis);
+        // The same inputs plan the same way.
+        assert_eq!(plan(&inputs, &snapshot), planned);
     }
 }

@@ -130,10 +130,8 @@ pub fn read_checkpoint(dir: &Path, revision: Option<String>) -> Result<Checkpoin
         None => template_in_config.map(|t| canonical(&t)),
     }
     .map(|t| digest(t.as_bytes()));
-    let generation = read("generation_config.json")?
-        .map(|text| json("generation_config.json", &text))
-        .transpose()?
-        .map(|mut g| {
+    let generation =
+        read("generation_config.json")?.map(|text| json("generation_config.json", &text)).transpose()?.map(|mut g| {
             if let Some(map) = g.as_object_mut() {
                 map.remove("transformers_version");
             }
@@ -210,7 +208,8 @@ mod tests {
         std::fs::create_dir_all(dir).unwrap();
         std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
         std::fs::write(dir.join("tokenizer.json"), r#"{"model":{"type":"BPE"}}"#).unwrap();
-        let tok = serde_json::json!({"tokenizer_class": "Qwen2Tokenizer", "chat_template": template, "name_or_path": dir});
+        let tok =
+            serde_json::json!({"tokenizer_class": "Qwen2Tokenizer", "chat_template": template, "name_or_path": dir});
         std::fs::write(dir.join("tokenizer_config.json"), tok.to_string()).unwrap();
         std::fs::write(dir.join("generation_config.json"), generation.to_string()).unwrap();
     }
@@ -238,7 +237,13 @@ mod tests {
         let cases: Vec<(&str, Value, &str, Value, Option<&str>)> = vec![
             // Another name, another transformers version: the same engine.
             ("tune", base_config("org/tune"), "{{ messages }}", generation.clone(), None),
-            ("wide", wider, "{{ messages }}", generation.clone(), Some("config.json `hidden_size` differs (64 vs 128)")),
+            (
+                "wide",
+                wider,
+                "{{ messages }}",
+                generation.clone(),
+                Some("config.json `hidden_size` differs (64 vs 128)"),
+            ),
             ("deep", deeper, "{{ messages }}", generation.clone(), Some("`num_hidden_layers` differs (2 vs 3)")),
             ("tmpl", base_config("org/t"), "{{ other }}", generation.clone(), Some("chat template differs")),
             ("gen", base_config("org/g"), "{{ messages }}", other_gen, Some("generation_config.json differs")),

@@ -296,6 +296,9 @@ fn snapshot_and_plan(session: &Session, selection: &Selection, executables: &Exe
         });
         submitter::settings::partition_limit(&session.cluster, partition, limit.as_deref())
     };
+    // Read only for `allocation: pool` legs (issue 37): the checkpoints' files decide the pools.
+    let hf_cache = session.context().hf_cache().ok().flatten();
+    let checkpoints = |spec: &launch_spec::LaunchSpec| submitter::pool::checkpoint_of(spec, hf_cache.as_deref());
     let inputs = PlanInputs {
         context: &session.context(),
         legs: &legs,
@@ -309,6 +312,7 @@ fn snapshot_and_plan(session: &Session, selection: &Selection, executables: &Exe
         max_in_flight: session.cluster.limits.max_jobs_in_flight,
         allocation: selection.allocation,
         max_time: &max_time,
+        checkpoints: &checkpoints,
     };
     Ok(planner::plan(&inputs, &snapshot))
 }
