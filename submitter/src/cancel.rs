@@ -13,7 +13,7 @@ use crate::observe::run_dir_of;
 
 /// How one selected attempt is stopped.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Stop {
+pub(crate) enum Stop {
     /// `scancel` its job (once per job, however many of its attempts are selected).
     Job(String),
     /// Only this leg: `<run dir>/cancel.request`; `others` legs of job `job` go on.
@@ -25,7 +25,11 @@ pub enum Stop {
 /// `selected` (active attempts of this cluster the operator named) against every `active` one of
 /// this cluster: a shared job's attempts carry its one job id. `running(a)`: whether attempt `a`'s
 /// leg is still running (no outcome in its run dir yet); a leg that ended does not keep the job.
-pub fn decide(selected: &[Attempt], active: &[Attempt], running: &dyn Fn(&Attempt) -> bool) -> Vec<(AttemptId, Stop)> {
+pub(crate) fn decide(
+    selected: &[Attempt],
+    active: &[Attempt],
+    running: &dyn Fn(&Attempt) -> bool,
+) -> Vec<(AttemptId, Stop)> {
     let chosen = |a: &Attempt| selected.iter().any(|s| s.id == a.id);
     selected
         .iter()
@@ -45,7 +49,7 @@ pub fn decide(selected: &[Attempt], active: &[Attempt], running: &dyn Fn(&Attemp
 }
 
 /// Writes `<run_dir>/cancel.request` atomically: who asked, when, for which attempt (no secret).
-pub fn request_leg_stop(run_dir: &Path, attempt: AttemptId, by: &str) -> std::io::Result<PathBuf> {
+pub(crate) fn request_leg_stop(run_dir: &Path, attempt: AttemptId, by: &str) -> std::io::Result<PathBuf> {
     let path = run_dir.join(CANCEL_REQUEST_FILE);
     let body = serde_json::json!({
         "attempt": attempt.0,

@@ -177,15 +177,15 @@ impl PairAdjustment {
 /// profile's `team.stale_pending_hours`/`stale_started_hours` change them for its fold-ins.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Staleness {
-    pub pending_s: i64,
-    pub started_s: i64,
+    pub(crate) pending_s: i64,
+    pub(crate) started_s: i64,
 }
 
 impl Staleness {
-    pub const DEFAULT_PENDING_HOURS: f64 = 6.0;
-    pub const DEFAULT_STARTED_HOURS: f64 = 24.0;
+    pub(crate) const DEFAULT_PENDING_HOURS: f64 = 6.0;
+    pub(crate) const DEFAULT_STARTED_HOURS: f64 = 24.0;
 
-    pub fn from_hours(pending: f64, started: f64) -> Staleness {
+    pub(crate) fn from_hours(pending: f64, started: f64) -> Staleness {
         Staleness { pending_s: (pending * 3600.0) as i64, started_s: (started * 3600.0) as i64 }
     }
 }

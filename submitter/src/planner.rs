@@ -95,7 +95,7 @@ pub struct PlannedJob {
     pub rule: String,
     /// The resolved serve settings (`plan`'s `serve`), when they resolve.
     pub resolved: Option<Resolved>,
-    pub prerequisite: Option<Prerequisite>,
+    pub(crate) prerequisite: Option<Prerequisite>,
     /// For the operator: an unattended attempt on another cluster (never acted on here).
     pub flag: Option<String>,
     /// For a walltime continuation: the attempt it continues and its place in the chain.
@@ -123,9 +123,9 @@ pub struct PlannedJob {
     pub settings: ResolvedSettings,
     /// The shared job it is a leg of (its group tag; [`Plan::shared`]). Its own `sbatch` and
     /// `request` are then `None`: the job's are the group's.
-    pub shared_job: Option<String>,
+    pub(crate) shared_job: Option<String>,
     /// Why a leg whose allocation is `shared` still gets a job of its own.
-    pub allocation_note: Option<String>,
+    pub(crate) allocation_note: Option<String>,
     /// The pair's latest attempt in the snapshot (names a shared job's group apart from earlier ones).
     pub(crate) latest_attempt: Option<i64>,
 }
@@ -185,17 +185,38 @@ pub struct Resources {
     pub reservation: Option<String>,
 }
 
-/// The overrides recorded with an attempt and compared for config-aware dedup.
+/// The overrides recorded with an attempt and compared for config-aware dedup. Destructured whole,
+/// so a new operator choice is either recorded here or named as not changing what runs.
 pub(crate) fn overrides_json(overrides: &SpecOverrides) -> Value {
-    json!({
-        "timeout_multiplier": overrides.timeout_multiplier,
-        "agent_kwargs": overrides.agent_kwargs,
-        "gpu_memory_utilization": overrides.gpu_memory_utilization,
-        "n_concurrent": overrides.n_concurrent,
-        "harbor_config": overrides.harbor_config,
-        "agent_parser": overrides.agent_parser,
-        "max_output_tokens": overrides.max_output_tokens,
-    })
+    let SpecOverrides {
+        timeout_multiplier,
+        agent_kwargs,
+        gpu_memory_utilization,
+        n_concurrent,
+        harbor_config,
+        config_yaml,
+        agent_parser,
+        max_output_tokens,
+        // The leg's dataset is the pair's benchmark, already its identity.
+        dataset: _,
+        // Which tunnel pair carries the traffic changes no result.
+        pinggy_pair: _,
+    } = overrides;
+    let mut recorded = json!({
+        "timeout_multiplier": timeout_multiplier,
+        "agent_kwargs": agent_kwargs,
+        "gpu_memory_utilization": gpu_memory_utilization,
+        "n_concurrent": n_concurrent,
+        "harbor_config": harbor_config,
+        "agent_parser": agent_parser,
+        "max_output_tokens": max_output_tokens,
+    });
+    // Recorded only when set: rows written before it was recorded (no key) then still match a
+    // launch without `--config-yaml`.
+    if let Some(config_yaml) = config_yaml {
+        recorded["config_yaml"] = json!(config_yaml);
+    }
+    recorded
 }
 
 /// The config recorded with an attempt (`ledger.config`): what ran, and for a continuation the
@@ -1021,12 +1042,10 @@ fn pair_history(
     let latest = &pair.latest;
     let stored_timeout = latest.config.get("timeout_multiplier").and_then(Value::as_f64);
     let stored_overrides = latest.config.get("overrides").cloned().unwrap_or(Value::Null);
-    // The per-pair dataset is not part of the recorded overrides.
-    let comparable = SpecOverrides { dataset: None, ..overrides.clone() };
     // Older rows lack `n_attempts` (and imported ones the agent): compared only where recorded.
     let recorded_as = |key: &str, now: Value| latest.config.get(key).is_none_or(|stored| *stored == now);
     let config_matches = stored_timeout == Some(timeout_multiplier)
-        && stored_overrides == overrides_json(&comparable)
+        && stored_overrides == overrides_json(overrides)
         && recorded_as("agent", json!(job.agent))
         && recorded_as("n_attempts", json!(job.settings.n_attempts.value));
     PairHistory {
@@ -1208,6 +1227,47 @@ mod tests {
         assert!(matches!(&planned[4].blocked, Some(Blocked::Throttled(why)) if why.contains("max 2")));
         // The same snapshot plans the same way: nothing else is read.
         assert_eq!(plan(&inputs, &snapshot).jobs, planned);
+    }
+
+    /// Issue 34: `--config-aware` sees every recorded operator choice — a changed `--config-yaml`
+    /// (not a timeout source, so the multiplier stays) resubmits a finished pair; the same choices
+    /// as recorded, or a row recorded before `config_yaml` was, skip it.
+    #[test]
+    fn config_aware_resubmits_a_finished_pair_whose_config_yaml_changed() {
+        let shipped = Shipped::load();
+        let mut cluster = shipped.cluster("local");
+        cluster.paths.jobs_dir = "/jobs".into();
+        let context = shipped.builder(&cluster);
+        let legs = [Leg { name: "tb2".into(), preset: shipped.preset("tb2") }];
+        let models: Vec<launch_spec::ModelId> = vec!["org/Done-1B".parse().unwrap()];
+        let decide = |recorded: &SpecOverrides, now: SpecOverrides| {
+            let multiplier = context.resolve(&models[0], &legs[0].preset, &now).unwrap().0.timeout_multiplier;
+            let config = json!({"timeout_multiplier": multiplier, "overrides": overrides_json(recorded)});
+            let snapshot = Snapshot {
+                cluster: "local".into(),
+                now: chrono::DateTime::from_timestamp(1_700_000_600, 0).unwrap(),
+                pairs: [pair(attempt(1, "org/Done-1B", AttemptStatus::Finished, config), 0, false)]
+                    .into_iter()
+                    .collect(),
+                ..Snapshot::default()
+            };
+            let mut fixed = Fixed::new(2, Concurrency::default());
+            fixed.policy.config_aware = true;
+            fixed.overrides = now;
+            plan(&fixed.inputs(&context, &legs, &models, 2, None), &snapshot).jobs[0].label()
+        };
+        let other_base = SpecOverrides { config_yaml: Some("dcagent_eval_defaults.yaml".into()), ..Default::default() };
+        assert_eq!(decide(&SpecOverrides::default(), other_base.clone()), "resubmit");
+        assert_eq!(decide(&other_base, SpecOverrides::default()), "resubmit");
+        assert_eq!(decide(&other_base, other_base.clone()), "skip");
+        assert_eq!(decide(&SpecOverrides::default(), SpecOverrides::default()), "skip");
+        // A dataset or a tunnel pair chosen is no other config.
+        let elsewhere = SpecOverrides {
+            pinggy_pair: Some(2),
+            dataset: Some("DCAgent2/terminal_bench_2".into()),
+            ..Default::default()
+        };
+        assert_eq!(decide(&SpecOverrides::default(), elsewhere), "skip");
     }
 
     /// Issue 31: a pair whose trials the sandbox provider failed is resubmitted only after the

@@ -47,7 +47,7 @@ pub struct SlurmOverrides {
 /// Where and for how long one leg's jobs run (`ResolvedSettings::slurm_choice`: the command line,
 /// else the preset, else the profile).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct SlurmChoice {
+pub(crate) struct SlurmChoice {
     pub partition: String,
     pub account: Option<String>,
     pub qos: Option<String>,

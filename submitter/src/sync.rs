@@ -135,7 +135,7 @@ pub fn harbor_metrics(run_dir: &Path, settings: &VerifySettings) -> Option<Value
 
 /// A finished run dir's per-trial facts and the Harbor that wrote them (its job lock), for the
 /// ledger's `trials` (docs/ledger.md, migration 7); `None` when the dir has no finished trial.
-pub fn trial_set(run_dir: &Path) -> Option<TrialSet> {
+pub(crate) fn trial_set(run_dir: &Path) -> Option<TrialSet> {
     use launch_spec::rundir::harbor;
     let trials: Vec<Trial> = harbor::trial_facts(run_dir)
         .ok()?
@@ -179,7 +179,7 @@ fn with_node_provenance(mut metrics: Value, status: Option<&RunStatus>) -> Value
 
 /// The staleness bound a submitter records with its heartbeat unless told otherwise: an attempt of
 /// a cluster whose submitters have all been quiet for longer is flagged on the other clusters.
-pub const DEFAULT_STALE_AFTER_S: u64 = 3600;
+pub(crate) const DEFAULT_STALE_AFTER_S: u64 = 3600;
 
 /// Who is reconciling: `user@host` (one heartbeat row per submitter and cluster).
 pub(crate) fn submitter_identity() -> String {
@@ -195,7 +195,7 @@ pub(crate) fn submitter_identity() -> String {
 
 /// [`sync`], then the heartbeat that tells the other clusters this cluster's attempts are
 /// attended (only after a sync that succeeded: a submitter that cannot reach its Slurm must go stale).
-pub fn sync_and_heartbeat(
+pub(crate) fn sync_and_heartbeat(
     ledger: &dyn Ledger,
     slurm: &dyn Slurm,
     cluster: &str,

@@ -146,7 +146,7 @@ pub fn did_you_mean<S: AsRef<str>>(given: &str, candidates: impl IntoIterator<It
 
 /// The profile whose `hosts:` pattern matches `hostname` (its name and the pattern), `None` when
 /// none does; two profiles matching is an error (which one is meant cannot be guessed).
-pub fn cluster_for_host(dir: &Path, hostname: &str) -> Result<Option<(String, String)>, ConfigError> {
+pub(crate) fn cluster_for_host(dir: &Path, hostname: &str) -> Result<Option<(String, String)>, ConfigError> {
     let matching: Vec<(String, String)> = load_clusters(dir)?
         .into_iter()
         .filter_map(|(_, c)| c.hosts.iter().find(|p| host_matches(p, hostname)).map(|p| (c.name.clone(), p.clone())))
