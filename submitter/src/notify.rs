@@ -102,7 +102,7 @@ impl Event {
 /// What one launch iteration tells: its events, and the pairs it planned without refusing (a held
 /// pair among them is no longer held, and is told again if it is refused later).
 #[derive(Debug, Default)]
-pub struct Tidings {
+pub(crate) struct Tidings {
     pub events: Vec<Event>,
     pub(crate) unheld: BTreeSet<String>,
 }
@@ -114,7 +114,7 @@ fn pair_key(model: &str, benchmark: &str) -> String {
 /// What people are told of transitions (pure; the consumer of the reconcile's events): a result
 /// finished with its score, an attempt failed for good (a walltime end that is continued is not a
 /// failure), cancelled, or ended by remediation. A start, a repair or a pending row is not told.
-pub fn transition_events(changes: &[crate::transition::Transition]) -> Vec<Event> {
+pub(crate) fn transition_events(changes: &[crate::transition::Transition]) -> Vec<Event> {
     use crate::ledger::AttemptStatus;
     use crate::transition::Origin;
     changes
@@ -144,7 +144,7 @@ pub fn transition_events(changes: &[crate::transition::Transition]) -> Vec<Event
 
 /// Remediation's acts that moved no attempt (a retry or hold of an attempt that had ended): told
 /// as such. An act that ended an attempt is told by its transition ([`transition_events`]).
-pub fn remediation_events(decisions: &[crate::remediate::Decision]) -> Vec<Event> {
+pub(crate) fn remediation_events(decisions: &[crate::remediate::Decision]) -> Vec<Event> {
     decisions
         .iter()
         .filter(|d| !d.ended_an_attempt())
@@ -160,7 +160,7 @@ pub fn remediation_events(decisions: &[crate::remediate::Decision]) -> Vec<Event
 
 /// The events of one launch iteration (pure): its transitions, remediation's acts, and the pairs
 /// held (refused).
-pub fn iteration_events(
+pub(crate) fn iteration_events(
     changes: &[crate::transition::Transition],
     decisions: &[crate::remediate::Decision],
     planned: &[crate::planner::PlannedJob],
@@ -394,7 +394,7 @@ impl NotifyState {
     /// Drops the held events told before, and forgets the pairs no longer held (so one held
     /// again later is told again). Pairs another selection plans are left as they are: several
     /// `launch` commands may share the state dir.
-    pub fn new_events(&mut self, tidings: Tidings) -> Vec<Event> {
+    pub(crate) fn new_events(&mut self, tidings: Tidings) -> Vec<Event> {
         self.held.retain(|k| !tidings.unheld.contains(k));
         let mut fresh = Vec::new();
         for event in tidings.events {

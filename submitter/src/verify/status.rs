@@ -22,7 +22,7 @@ pub struct Collect<'a> {
     pub state_dir: &'a Path,
     pub settings: &'a VerifySettings,
     /// Also list attempts of this cluster that ended within this many hours.
-    pub ended_within_h: Option<u64>,
+    pub(crate) ended_within_h: Option<u64>,
     pub now: DateTime<Utc>,
     /// Write the observations back: only the reconcile (a launch iteration, `remediate`) does;
     /// `status` and the report only read them.
@@ -201,7 +201,7 @@ fn truncate(text: &str, width: usize) -> String {
 }
 
 /// The table of `status`.
-pub fn render_table(rows: &[StatusRow], cluster: &str, now: DateTime<Utc>, verbose: bool) -> String {
+pub(crate) fn render_table(rows: &[StatusRow], cluster: &str, now: DateTime<Utc>, verbose: bool) -> String {
     let mut out = format!(
         "{:<8} {:<34} {:<22} {:<10} {:<9} {:>9} {:>8}  {:<13} {}\n",
         "job", "model", "benchmark", "slurm", "phase", "trials", "rate", "verdict", "why"
