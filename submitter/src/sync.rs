@@ -57,10 +57,15 @@ pub(crate) fn is_resumable(outcome: Option<OutcomeClass>, slurm_state: Option<&J
 /// job's from the run dir's `status.json`; a shared job's from its group dir's, divided among the
 /// legs its config names) and Slurm's start and end (`job`). `None` when payload recorded no GPU
 /// time (an older payload, a job that never ran).
-pub fn gpu_record(attempt: &Attempt, status: Option<&RunStatus>, job: Option<&JobInfo>) -> Option<AttemptGpu> {
+pub fn gpu_record(
+    attempt: &Attempt,
+    world: &Observation,
+    status: Option<&RunStatus>,
+    job: Option<&JobInfo>,
+) -> Option<AttemptGpu> {
     let shared = attempt.config.get(SHARED_KEY).and_then(SharedRef::from_json);
     let host = match &shared {
-        Some(s) => read_status(&s.group_dir).filter(|st| st.run_tag == s.group_tag),
+        Some(s) => world.record(&s.group_dir).into_status().filter(|st| st.run_tag == s.group_tag),
         None => status.cloned(),
     }?;
     // Slurm's end once it has ended the job, else payload's last record: payload writes its
@@ -93,7 +98,7 @@ fn complete_shared_records(ledger: &dyn Ledger, world: &Observation, slurm: &dyn
     let jobs = world.jobs(slurm, &ids)?;
     for attempt in &attempts {
         let job = attempt.slurm_job_id.as_ref().and_then(|id| jobs.get(id));
-        if let Some(rec) = gpu_record(attempt, None, job).filter(|r| r.complete) {
+        if let Some(rec) = gpu_record(attempt, world, None, job).filter(|r| r.complete) {
             ledger.record_gpu_seconds(attempt.id, &rec.to_json())?;
         }
     }
@@ -215,7 +220,7 @@ pub fn sync(
         let slurm_state = job.map(|j| &j.state);
         let change =
             |to: AttemptStatus, reason: String, metrics: Option<Value>, resumable: bool| -> Result<(), SyncError> {
-                let gpu = to.is_terminal().then(|| gpu_record(attempt, status.as_ref(), job)).flatten();
+                let gpu = to.is_terminal().then(|| gpu_record(attempt, world, status.as_ref(), job)).flatten();
                 let event = Change {
                     resumable,
                     metrics,
@@ -294,7 +299,7 @@ pub fn sync(
             SlurmView::Gone if status.is_none() && attempt.config.get(POOL_KEY).is_some() => {
                 let reason = format!(
                     "not started: pool job {job_id} ended ({}) before this model's turn: continued in another pool",
-                    pool_host_ending(attempt)
+                    pool_host_ending(attempt, world)
                 );
                 change(AttemptStatus::Failed, reason, None, true)?;
             }
@@ -316,12 +321,12 @@ pub fn sync(
 }
 
 /// How a pool leg's host (the pool job's own record in its group dir) ended, in words.
-fn pool_host_ending(attempt: &Attempt) -> String {
+fn pool_host_ending(attempt: &Attempt, world: &Observation) -> String {
     let host = attempt
         .config
         .get(SHARED_KEY)
         .and_then(SharedRef::from_json)
-        .and_then(|s| read_status(&s.group_dir).filter(|st| st.run_tag == s.group_tag));
+        .and_then(|s| world.record(&s.group_dir).into_status().filter(|st| st.run_tag == s.group_tag));
     match host.and_then(|h| h.outcome) {
         Some(o) => format!("{}: {}", o.class.as_str(), o.message),
         None => "no outcome recorded by the pool's engine host".to_string(),

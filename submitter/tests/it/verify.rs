@@ -1233,13 +1233,20 @@ fn gpu_hours_per_result_with_known_timings() {
     ledger.import_attempts(&rows).unwrap();
     let attempt = |tag: &str| ledger.find_by_run_tag(tag).unwrap().pop().unwrap();
     let status = submitter::sync::read_status(per_leg.path());
-    let early = submitter::sync::gpu_record(&attempt(v2), None, Some(&ended_job(4230))).unwrap();
+    // Each call is its own sync: its own observation of the group dir's record.
+    let world = || submitter::sync::Observation::empty(chrono::Utc::now());
+    let early = submitter::sync::gpu_record(&attempt(v2), &world(), None, Some(&ended_job(4230))).unwrap();
     assert!(!early.complete, "the host's record is not final yet: a later sync recomputes it");
     RunDir::at(&group).status(&status_with_gpu("Alpha-shared-0123abcd", shared_gpu, true), None);
     for (tag, elapsed) in [(tb2, 3330), (swe, 4230), (v2, 4230)] {
         let a = attempt(tag);
-        let rec = submitter::sync::gpu_record(&a, status.as_ref().filter(|_| tag == tb2), Some(&ended_job(elapsed)))
-            .unwrap_or_else(|| panic!("no record for {tag}"));
+        let rec = submitter::sync::gpu_record(
+            &a,
+            &world(),
+            status.as_ref().filter(|_| tag == tb2),
+            Some(&ended_job(elapsed)),
+        )
+        .unwrap_or_else(|| panic!("no record for {tag}"));
         assert!(rec.complete, "{tag}: {rec:?}");
         ledger.record_gpu_seconds(a.id, &rec.to_json()).unwrap();
     }
