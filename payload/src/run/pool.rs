@@ -147,8 +147,10 @@ const FIXED_FILES: [&str; 8] = [
     "merges.txt",
     "added_tokens.json",
 ];
-/// `config.json` fields that do not describe the model (who saved it, with which transformers).
-const CONFIG_IGNORED: [&str; 2] = ["_name_or_path", "transformers_version"];
+/// Top-level JSON fields that do not describe the model, only who saved it and how it was loaded
+/// (transformers adds `is_local` and `local_files_only` to a tokenizer it loaded from a directory).
+const CONFIG_IGNORED: [&str; 6] =
+    ["_name_or_path", "name_or_path", "transformers_version", "is_local", "local_files_only", "_commit_hash"];
 
 /// Why the checkpoint in `candidate` cannot be swapped into an engine started with `engine` (the
 /// first difference), from their files: `None` when they agree.
@@ -178,10 +180,21 @@ pub fn compatibility(engine: &Path, candidate: &Path) -> Option<String> {
         }
     }
     FIXED_FILES.iter().find_map(|name| {
-        let read = |dir: &Path| std::fs::read(dir.join(name)).ok();
+        let read = |dir: &Path| std::fs::read(dir.join(name)).ok().map(|bytes| meaningful(name, bytes));
         (read(engine) != read(candidate))
             .then(|| format!("{name} differs from the engine's model's (a swap does not reload it)"))
     })
+}
+
+/// A fixed file's content as compared: a JSON object without [`CONFIG_IGNORED`], else the bytes.
+fn meaningful(name: &str, bytes: Vec<u8>) -> Result<serde_json::Value, Vec<u8>> {
+    match serde_json::from_slice::<serde_json::Value>(&bytes) {
+        Ok(serde_json::Value::Object(mut map)) if name.ends_with(".json") => {
+            map.retain(|k, _| !CONFIG_IGNORED.contains(&k.as_str()));
+            Ok(serde_json::Value::Object(map))
+        }
+        _ => Err(bytes),
+    }
 }
 
 /// The greedy canaries: a short prompt and one longer than a KV block (vLLM's CPU block is 128
@@ -737,6 +750,17 @@ async fn post(
     Ok(serde_json::from_str(&text).unwrap_or(serde_json::Value::Null))
 }
 
+/// A fixed file's content as compared: a JSON object without [`CONFIG_IGNORED`], else the bytes.
+fn meaningful(name: &str, bytes: Vec<u8>) -> Result<serde_json::Value, Vec<u8>> {
+    match serde_json::from_slice::<serde_json::Value>(&bytes) {
+        Ok(serde_json::Value::Object(mut map)) if name.ends_with(".json") => {
+            map.retain(|k, _| !CONFIG_IGNORED.contains(&k.as_str()));
+            Ok(serde_json::Value::Object(map))
+        }
+        _ => Err(bytes),
+    }
+}
+
 /// The greedy canaries: each prompt without and with a fresh `cache_salt`. Returns a line per
 /// canary and whether every pair agreed.
 async fn run_canaries(client: &reqwest::Client, base: &str, served: &str) -> Result<(Vec<String>, bool), String> {
@@ -830,6 +854,11 @@ mod tests {
         model_dir(&t.path().join("c"), wide, "tok");
         let why = compatibility(&t.path().join("a"), &t.path().join("c")).unwrap();
         assert!(why.contains("`hidden_size` is 128") && why.contains("256"), "{why}");
+        std::fs::write(t.path().join("a/tokenizer_config.json"), r#"{"eos_token": "x"}"#).unwrap();
+        std::fs::write(t.path().join("b/tokenizer_config.json"), r#"{"eos_token": "x", "is_local": true}"#).unwrap();
+        assert_eq!(compatibility(&t.path().join("a"), &t.path().join("b")), None, "loader hints are not the model");
+        std::fs::write(t.path().join("b/tokenizer_config.json"), r#"{"eos_token": "y"}"#).unwrap();
+        assert!(compatibility(&t.path().join("a"), &t.path().join("b")).unwrap().starts_with("tokenizer_config.json"));
         model_dir(&t.path().join("d"), cfg.clone(), "other tokenizer");
         assert!(compatibility(&t.path().join("a"), &t.path().join("d")).unwrap().starts_with("tokenizer.json"));
         let missing = compatibility(&t.path().join("a"), &t.path().join("nope")).unwrap();
