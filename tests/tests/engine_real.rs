@@ -1187,7 +1187,12 @@ fn the_real_harbor_drives_terminus_2_against_the_real_engine() {
 /// A pool's files for the members `models` (each a tiny model's directory name, one leg each):
 /// the legs' specs (their own model, served name and weights) and `pool.json`. Returns the group
 /// dir, the pool file and each leg's run dir.
-fn write_pool(fx: &Fx, name: &str, models: &[&str], leg_env: &[(&str, &str, &str)]) -> (PathBuf, PathBuf, Vec<PathBuf>) {
+fn write_pool(
+    fx: &Fx,
+    name: &str,
+    models: &[&str],
+    leg_env: &[(&str, &str, &str)],
+) -> (PathBuf, PathBuf, Vec<PathBuf>) {
     let id = unique();
     let group_tag = format!("{name}-pool-{id}");
     let group_dir = fx.root.join("jobs").join(&group_tag);
@@ -1335,7 +1340,12 @@ fn a_pool_evaluates_three_fine_tunes_on_one_engine_start() {
     for s in &sw {
         println!(
             "  swap member {} ({}): pause {} ms, reload {} ms, verify {} ms, {}",
-            s["member"], s["model"], s["pause_ms"], s["reload_ms"], s["verify_ms"], outcome(s)
+            s["member"],
+            s["model"],
+            s["pause_ms"],
+            s["reload_ms"],
+            s["verify_ms"],
+            outcome(s)
         );
     }
 }
