@@ -900,7 +900,7 @@ impl<S: SignalSource> Run<S> {
         let (mut record, missing) = provenance::record(revision, versions);
         // A leg of a pool: the weights the host's engine serves it, and how they got there.
         if let Share::Leg(a) = &self.share {
-            record.pool = a.engine.pool.clone();
+            record.pool = a.engine.pool.clone().map(Box::new);
         }
         self.rec.event(ev::Provenance { record: record.clone(), missing });
         self.rec.status.provenance = Some(record);

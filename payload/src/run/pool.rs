@@ -626,11 +626,11 @@ impl<S: SignalSource> Run<S> {
         evidence: &mut SwapEvidence,
     ) -> Result<(), SwapFailure> {
         let failed = |what: &str, e: String| SwapFailure::Failed(format!("{what}: {e}"));
-        if member.weights.kind == WeightsKind::Full {
-            if let Some(why) = compatibility(engine_weights, &member.weights.path) {
-                evidence.compatibility = Some(why.clone());
-                return Err(SwapFailure::Incompatible(why));
-            }
+        if member.weights.kind == WeightsKind::Full
+            && let Some(why) = compatibility(engine_weights, &member.weights.path)
+        {
+            evidence.compatibility = Some(why.clone());
+            return Err(SwapFailure::Incompatible(why));
         }
         let dev = crate::engine::http_client(SWAP_CALL_TIMEOUT);
         let api = crate::engine::http_client_with_key(SWAP_CALL_TIMEOUT, p.api_key.as_deref());
@@ -748,17 +748,6 @@ async fn post(
         return Err(format!("{url}: HTTP {status}: {short}"));
     }
     Ok(serde_json::from_str(&text).unwrap_or(serde_json::Value::Null))
-}
-
-/// A fixed file's content as compared: a JSON object without [`CONFIG_IGNORED`], else the bytes.
-fn meaningful(name: &str, bytes: Vec<u8>) -> Result<serde_json::Value, Vec<u8>> {
-    match serde_json::from_slice::<serde_json::Value>(&bytes) {
-        Ok(serde_json::Value::Object(mut map)) if name.ends_with(".json") => {
-            map.retain(|k, _| !CONFIG_IGNORED.contains(&k.as_str()));
-            Ok(serde_json::Value::Object(map))
-        }
-        _ => Err(bytes),
-    }
 }
 
 /// The greedy canaries: each prompt without and with a fresh `cache_salt`. Returns a line per
