@@ -5,31 +5,31 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::config;
+use crate::ledger::Ledger;
+use crate::observe::shared_group_dir;
+use crate::slurm::{JobId, Slurm, SlurmCli};
+use crate::stats::Bootstrap;
+use crate::sync::run_dir_of;
+use crate::verify::check::{self, RunCheck};
+use crate::verify::compare;
+use crate::verify::report::{self, ReportInput, RunEvidence};
+use crate::verify::results::{self, Matrix};
+use crate::verify::status::{self, Collect};
+use crate::verify::team::{self, TeamView};
+use crate::verify::verdict::StatusRow;
+use crate::verify::{Level, VerifySettings};
 use anyhow::{Context, Result, bail};
 use chrono::Utc;
-use submitter::config;
-use submitter::ledger::Ledger;
-use submitter::observe::shared_group_dir;
-use submitter::slurm::{JobId, Slurm, SlurmCli};
-use submitter::stats::Bootstrap;
-use submitter::sync::run_dir_of;
-use submitter::verify::check::{self, RunCheck};
-use submitter::verify::compare;
-use submitter::verify::report::{self, ReportInput, RunEvidence};
-use submitter::verify::results::{self, Matrix};
-use submitter::verify::status::{self, Collect};
-use submitter::verify::team::{self, TeamView};
-use submitter::verify::verdict::StatusRow;
-use submitter::verify::{Level, VerifySettings};
 
 use super::session::{LedgerArgs, LedgerStore, Session};
-use super::verify_output::{CheckOutput, ResultsOutput, StatusOutput, TeamOutput};
-use submitter::output::{self, FormatArgs};
+use super::verify_output::{CheckOutput, RankingDocument, ResultsOutput, StatusOutput, TeamOutput};
+use crate::output::{self, FormatArgs};
 
-use crate::{ConfigDirs, EXIT_PROBLEMS};
+use super::{ConfigDirs, EXIT_PROBLEMS};
 
 #[derive(clap::Args)]
-pub struct CheckArgs {
+pub(crate) struct CheckArgs {
     /// Run directories (Harbor job dirs; payload's or the old scripts').
     #[arg(value_name = "RUN_DIR", required = true)]
     pub run_dirs: Vec<PathBuf>,
@@ -58,7 +58,7 @@ fn parse_instant(text: &str) -> Result<chrono::DateTime<Utc>, String> {
 }
 
 #[derive(clap::Args)]
-pub struct StatusArgs {
+pub(crate) struct StatusArgs {
     #[command(flatten)]
     pub ledger: LedgerArgs,
     /// Also list attempts that ended within the last N hours (0: active only).
@@ -71,7 +71,7 @@ pub struct StatusArgs {
     #[arg(long)]
     pub watch: bool,
     /// Time between refreshes with --watch (`10s`, `1m`).
-    #[arg(long, value_parser = submitter::config::args::interval, default_value = "15s")]
+    #[arg(long, value_parser = crate::config::args::interval, default_value = "15s")]
     pub interval: Duration,
     /// Show every job's evidence, not only the unhealthy ones'.
     #[arg(long, short)]
@@ -83,7 +83,7 @@ pub struct StatusArgs {
 }
 
 #[derive(clap::Args)]
-pub struct ResultsArgs {
+pub(crate) struct ResultsArgs {
     #[command(flatten)]
     pub ledger: LedgerArgs,
     /// `--format json`: a versioned `results` document (docs/design.md §11); not with `--csv`.
@@ -97,15 +97,18 @@ pub struct ResultsArgs {
 }
 
 #[derive(clap::Args)]
-pub struct CompareArgs {
+pub(crate) struct CompareArgs {
     #[command(flatten)]
     pub ledger: LedgerArgs,
     #[command(flatten)]
     pub format: FormatArgs,
-    /// The first model (A); differences are A − B.
-    pub a: String,
-    /// The second model (B).
-    pub b: String,
+    /// CSV (docs/submitter.md "compare"): per common task for two models, per standing for more.
+    #[arg(long, conflicts_with_all = ["json", "format"])]
+    pub csv: bool,
+    /// The models: two are paired task by task (differences are the first − the second); three or
+    /// more are ranked on each ranked benchmark, ties where their intervals overlap.
+    #[arg(value_name = "MODEL", num_args = 2.., required = true)]
+    pub models: Vec<String>,
     /// Only this benchmark (a column such as `terminal_bench_2@openhands`, a family or a member).
     #[arg(long, value_name = "BENCHMARK")]
     pub benchmark: Option<String>,
@@ -115,7 +118,7 @@ pub struct CompareArgs {
 }
 
 #[derive(clap::Args)]
-pub struct ReportArgs {
+pub(crate) struct ReportArgs {
     #[command(flatten)]
     pub ledger: LedgerArgs,
     /// Where to write the page.
@@ -130,11 +133,15 @@ pub struct ReportArgs {
     pub rank_by: Option<String>,
     /// Skip `check` on each run dir (faster with hundreds of runs).
     #[arg(long)]
-    pub no_check: bool,
+    pub(crate) no_check: bool,
+    /// The two models whose per-task heat map the plots show (default: the first two of the
+    /// ranking on the `--rank-by` benchmark).
+    #[arg(long, num_args = 2, value_names = ["A", "B"])]
+    pub(crate) pair: Option<Vec<String>>,
 }
 
 #[derive(clap::Args)]
-pub struct LogsArgs {
+pub(crate) struct LogsArgs {
     /// A run dir, a run tag, or a Slurm job id (looked up in the ledger, else in Slurm).
     #[arg(value_name = "RUN|JOB")]
     pub target: String,
@@ -286,7 +293,7 @@ fn matrix(session: &Session, rank_by: Option<&str>) -> Result<Matrix> {
     let attempts = results::finished_attempts(session.ledger.as_ref())?;
     let mut m = results::build_matrix(&attempts, rank_by, &session.cluster.verify)?;
     results::attach_gpu(&mut m, &session.ledger.gpu_seconds()?);
-    results::attach_trials(&mut m, session.ledger.as_ref())?;
+    results::attach_trials(&mut m, session.ledger.as_ref(), Bootstrap::default())?;
     Ok(m)
 }
 
@@ -305,23 +312,62 @@ pub(crate) fn results(args: &ResultsArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `submitter compare A B`.
+/// `submitter compare A B [C …]`.
 pub(crate) fn compare(args: &CompareArgs) -> Result<ExitCode> {
-    if args.a == args.b {
-        bail!("compare {0} {0}: name two different models", args.a);
+    if let Some(twice) = args.models.iter().enumerate().find_map(|(i, m)| args.models[..i].contains(m).then_some(m)) {
+        bail!("compare: {twice} is named twice: name each model once");
     }
     let session = Session::open(&args.ledger)?;
     let bootstrap = Bootstrap { seed: args.seed, ..Bootstrap::default() };
-    let c = compare::compare(&*session.ledger, &args.a, &args.b, args.benchmark.as_deref(), bootstrap)?;
-    if c.benchmarks.is_empty() && c.skipped.is_empty() {
+    if let [a, b] = args.models.as_slice() {
+        return compare_two(args, &session, a, b, bootstrap);
+    }
+    if let Some(benchmark) = args.benchmark.as_deref().filter(|b| !results::ranked(b)) {
         bail!(
-            "compare {} {}: no benchmark{} where both have a finished attempt; `submitter results` lists what each has",
-            args.a,
-            args.b,
+            "compare --benchmark {benchmark}: not a ranked benchmark, so {} models cannot be ranked on it — name a ranked one (terminal_bench_2, swebench-verified-random-100-folders) or two models to pair",
+            args.models.len()
+        );
+    }
+    let ranking = compare::rank_models(
+        &*session.ledger,
+        &args.models,
+        args.benchmark.as_deref(),
+        &session.cluster.verify,
+        bootstrap,
+    )?;
+    if ranking.rankings.is_empty() {
+        bail!(
+            "compare: none of the {} models has a finished attempt on a ranked benchmark{}; `submitter results` lists what each has",
+            args.models.len(),
             args.benchmark.as_deref().map(|b| format!(" matching `{b}`")).unwrap_or_default()
         );
     }
-    let text = if args.format.is_json() { output::document("compare", &c) } else { compare::render_text(&c) };
+    let text = if args.format.is_json() {
+        output::document("compare.ranking", &RankingDocument::from(&ranking))
+    } else if args.csv {
+        compare::render_ranking_csv(&ranking)
+    } else {
+        compare::render_ranking_text(&ranking)
+    };
+    super::print(&text)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn compare_two(args: &CompareArgs, session: &Session, a: &str, b: &str, bootstrap: Bootstrap) -> Result<ExitCode> {
+    let c = compare::compare(&*session.ledger, a, b, args.benchmark.as_deref(), bootstrap)?;
+    if c.benchmarks.is_empty() && c.skipped.is_empty() {
+        bail!(
+            "compare {a} {b}: no benchmark{} where both have a finished attempt; `submitter results` lists what each has",
+            args.benchmark.as_deref().map(|b| format!(" matching `{b}`")).unwrap_or_default()
+        );
+    }
+    let text = if args.format.is_json() {
+        output::document("compare", &c)
+    } else if args.csv {
+        compare::render_csv(&c)
+    } else {
+        compare::render_text(&c)
+    };
     super::print(&text)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -363,6 +409,34 @@ fn check_of(run_dir: Option<&str>, settings: &VerifySettings, skip: bool) -> Opt
     check::check_run_dir(dir, settings, Utc::now()).ok()
 }
 
+/// The pair the report's heat map compares: `--pair A B`, which must have a benchmark both ran with
+/// per-trial facts, else the first two models of the ranking on `rank_by` (none when they cannot be
+/// compared).
+fn report_pair(session: &Session, m: &Matrix, named: Option<&[String]>) -> Result<Option<compare::Comparison>> {
+    let (a, b) = match named {
+        Some([a, b]) if a == b => bail!("report --pair {a} {a}: name two different models"),
+        Some([a, b]) => (a.clone(), b.clone()),
+        _ => {
+            let order = m.models_by_rank();
+            let ranked = m.rank_by.as_deref().and_then(|r| m.ranking(r)).map_or(0, |r| r.standings.len());
+            match order.as_slice() {
+                [a, b, ..] if ranked >= 2 => (a.to_string(), b.to_string()),
+                _ => return Ok(None),
+            }
+        }
+    };
+    let c = compare::compare(&*session.ledger, &a, &b, None, Bootstrap::default())?;
+    if c.benchmarks.is_empty() {
+        if named.is_some() {
+            bail!(
+                "report --pair {a} {b}: no benchmark where both have a finished attempt with per-trial facts; `submitter compare {a} {b}` says why"
+            );
+        }
+        return Ok(None);
+    }
+    Ok(Some(c))
+}
+
 /// `submitter report --html FILE`.
 pub(crate) fn report(args: &ReportArgs) -> Result<ExitCode> {
     // Checked before any work: a mistyped directory is an error, never created (issue 21).
@@ -384,7 +458,7 @@ pub(crate) fn report(args: &ReportArgs) -> Result<ExitCode> {
     let mut runs = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for job in &jobs {
-        let attempt = session.ledger.attempt(submitter::ledger::AttemptId(job.attempt))?;
+        let attempt = session.ledger.attempt(crate::ledger::AttemptId(job.attempt))?;
         seen.insert(job.attempt);
         runs.push(RunEvidence {
             attempt: job.attempt,
@@ -424,6 +498,7 @@ pub(crate) fn report(args: &ReportArgs) -> Result<ExitCode> {
                 .collect(),
         });
     }
+    let pair = report_pair(&session, &m, args.pair.as_deref())?;
     let html = report::render_html(&ReportInput {
         title: &args.title,
         generated_at: Utc::now(),
@@ -431,6 +506,7 @@ pub(crate) fn report(args: &ReportArgs) -> Result<ExitCode> {
         jobs: &jobs,
         runs: &runs,
         team: Some(&view),
+        pair: pair.as_ref(),
     });
     std::fs::write(&args.html, html).with_context(|| format!("writing {}", args.html.display()))?;
     super::print(&format!(

@@ -6,29 +6,29 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::cancel::Stop;
+use crate::config::args::duration;
+use crate::decide::{Action, Policy, Prerequisite};
+use crate::domain::Continuation;
+use crate::executor::{Executor, Submitted};
+use crate::ledger::{AttemptStatus, now};
+use crate::notify::{self, Event, Notifier, NotifyState, Tidings};
+use crate::output::{self, ExitStatus, FormatArgs};
+use crate::planner::{self, Executables, Plan, PlanInputs, PlannedJob, SharedJob};
+use crate::preflight;
+use crate::settings::{ResolvedSettings, Source};
+use crate::slurm::Slurm;
+use crate::snapshot::Snapshot;
+use crate::sync::{self, Change, SyncReport};
+use crate::team::mirror::{Mirror, WriteBounds};
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
-use submitter::cancel::Stop;
-use submitter::config::args::duration;
-use submitter::decide::{Action, Policy, Prerequisite};
-use submitter::domain::Continuation;
-use submitter::executor::{Executor, Submitted};
-use submitter::ledger::{AttemptStatus, now};
-use submitter::notify::{self, Event, Notifier, NotifyState, Tidings};
-use submitter::output::{self, ExitStatus, FormatArgs};
-use submitter::planner::{self, Executables, Plan, PlanInputs, PlannedJob, SharedJob};
-use submitter::preflight;
-use submitter::settings::{ResolvedSettings, Source};
-use submitter::slurm::Slurm;
-use submitter::snapshot::Snapshot;
-use submitter::sync::{self, Change, SyncReport};
-use submitter::team::mirror::{Mirror, WriteBounds};
 
 use super::session::{LedgerArgs, Selection, Session};
 use super::team::{TeamLink, TeamView, TeamViewOutput};
 
 #[derive(clap::Args)]
-pub struct PlanArgs {
+pub(crate) struct PlanArgs {
     #[command(flatten)]
     ledger: LedgerArgs,
     #[command(flatten)]
@@ -43,7 +43,7 @@ pub struct PlanArgs {
 }
 
 #[derive(clap::Args)]
-pub struct LaunchArgs {
+pub(crate) struct LaunchArgs {
     #[command(flatten)]
     ledger: LedgerArgs,
     #[command(flatten)]
@@ -57,7 +57,7 @@ pub struct LaunchArgs {
     #[arg(long, requires = "interval")]
     watch: bool,
     /// Time between iterations (`30s`, `10m`, `1h`; at least 1s).
-    #[arg(long, value_parser = submitter::config::args::interval)]
+    #[arg(long, value_parser = crate::config::args::interval)]
     interval: Option<Duration>,
     /// Everything but the writes: sync is not run, no ledger row, no spec file, no sbatch; the
     /// plan, the specs, the sbatch argv and the preparation (staging, preflight) are all done.
@@ -86,19 +86,19 @@ pub struct LaunchArgs {
 }
 
 impl LaunchArgs {
-    pub fn ledger(&self) -> &LedgerArgs {
+    pub(crate) fn ledger(&self) -> &LedgerArgs {
         &self.ledger
     }
 
     /// Whether the iterations need the profile's team database URL: its history is folded in
     /// unless `--offline-ledger`, and a bare `--mirror` takes the URL from there.
-    pub fn uses_team_database(&self, session: &Session) -> bool {
+    pub(crate) fn uses_team_database(&self, session: &Session) -> bool {
         !self.offline_ledger && (session.cluster.team.is_some() || self.mirror.as_deref() == Some(""))
     }
 }
 
 #[derive(clap::Args)]
-pub struct SyncArgs {
+pub(crate) struct SyncArgs {
     #[command(flatten)]
     ledger: LedgerArgs,
     /// The staleness bound recorded with this submitter's heartbeat (default 1h).
@@ -128,7 +128,7 @@ fn open_mirror(flag: Option<&str>, session: &Session, team: Option<&TeamLink>) -
     Ok(Some(connect_mirror(&url, session).context("--mirror")?))
 }
 
-fn connect_mirror(url: &str, session: &Session) -> Result<Mirror, submitter::team::TeamError> {
+fn connect_mirror(url: &str, session: &Session) -> Result<Mirror, crate::team::TeamError> {
     let username = std::env::var("USER").unwrap_or_else(|_| "unknown".to_string());
     let bounds = session.cluster.team.as_ref().map(WriteBounds::of).unwrap_or_default();
     Mirror::connect(url, &username, session.ledger.location(), bounds)
@@ -212,7 +212,7 @@ impl AttemptSelection {
 
     /// Selected: by its job id, or by its model — every model when neither jobs nor models are
     /// named — narrowed by `--benchmark` (`families`, from [`AttemptSelection::families`]).
-    fn selects(&self, families: &[String], attempt: &submitter::ledger::Attempt) -> bool {
+    fn selects(&self, families: &[String], attempt: &crate::ledger::Attempt) -> bool {
         let by_job = attempt.slurm_job_id.as_ref().is_some_and(|j| self.jobs.contains(j));
         let model = if self.models.is_empty() { self.jobs.is_empty() } else { self.models.contains(&attempt.model) };
         let benchmark = families.is_empty() || families.contains(&attempt.benchmark_family);
@@ -221,7 +221,7 @@ impl AttemptSelection {
 }
 
 #[derive(clap::Args)]
-pub struct CancelArgs {
+pub(crate) struct CancelArgs {
     #[command(flatten)]
     ledger: LedgerArgs,
     #[command(flatten)]
@@ -232,7 +232,7 @@ pub struct CancelArgs {
 }
 
 #[derive(clap::Args)]
-pub struct MoveArgs {
+pub(crate) struct MoveArgs {
     #[command(flatten)]
     ledger: LedgerArgs,
     /// The reservation to put the pending jobs on.
@@ -262,7 +262,7 @@ fn executables(session: &Session, must_exist: bool) -> Result<Executables> {
     let script = session.root.join(&session.cluster.slurm.script);
     let prelude = session.cluster.slurm.prelude.as_ref().map(|p| session.root.join(p));
     if must_exist {
-        submitter::node_binary::check_file(&binary, &session.cluster).map_err(anyhow::Error::msg)?;
+        crate::node_binary::check_file(&binary, &session.cluster).map_err(anyhow::Error::msg)?;
         if !script.is_file() {
             bail!("batch script {} not found (clusters/{}.yaml slurm.script)", script.display(), session.cluster.name);
         }
@@ -294,8 +294,11 @@ fn snapshot_and_plan(session: &Session, selection: &Selection, executables: &Exe
             asked.borrow_mut().push((partition.to_string(), limit.clone()));
             limit
         });
-        submitter::settings::partition_limit(&session.cluster, partition, limit.as_deref())
+        crate::settings::partition_limit(&session.cluster, partition, limit.as_deref())
     };
+    // Read only for `allocation: pool` legs (issue 37): the checkpoints' files decide the pools.
+    let hf_cache = session.context().hf_cache().ok().flatten();
+    let checkpoints = |spec: &launch_spec::LaunchSpec| crate::pool::checkpoint_of(spec, hf_cache.as_deref());
     let inputs = PlanInputs {
         context: &session.context(),
         legs: &legs,
@@ -309,6 +312,7 @@ fn snapshot_and_plan(session: &Session, selection: &Selection, executables: &Exe
         max_in_flight: session.cluster.limits.max_jobs_in_flight,
         allocation: selection.allocation,
         max_time: &max_time,
+        checkpoints: &checkpoints,
     };
     Ok(planner::plan(&inputs, &snapshot))
 }
@@ -328,29 +332,59 @@ fn remedy_lines(planned: &[PlannedJob]) -> String {
         .collect()
 }
 
-/// The shared jobs of a plan (which pairs share a job, its time, its capacity, its argv once) and
-/// the `shared` legs that still get a job of their own, and why.
+/// The shared jobs and pools of a plan (which pairs share a job, its time, its capacity, its argv
+/// once) and the `shared`/`pool` legs that are planned otherwise, and why (once per model).
 fn shared_lines(plan: &Plan) -> String {
     let mut out = String::new();
     for group in &plan.shared {
         let legs: Vec<&PlannedJob> = group.legs.iter().map(|&i| &plan.jobs[i]).collect();
-        let names: Vec<&str> = legs.iter().map(|j| j.benchmark.as_str()).collect();
         let source = legs.first().map_or("default", |j| allocation_source(&j.settings.allocation.source));
-        out += &format!(
-            "shared    {} {}: {} legs in one job, one engine (allocation shared, from {source}): {}\n",
-            group.group_tag,
-            group.model,
-            legs.len(),
-            names.join(", ")
-        );
+        match &group.pool {
+            Some(pool) => {
+                let members: Vec<String> =
+                    pool.members.iter().map(|(model, legs)| format!("{model} ({})", legs.len())).collect();
+                out += &format!(
+                    "pool      {} (pool {} of {}, allocation pool, from {source}): {} models, {} legs, one engine, in order: {}\n",
+                    group.group_tag,
+                    pool.order.0,
+                    pool.order.1,
+                    pool.members.len(),
+                    legs.len(),
+                    members.join(" → ")
+                );
+            }
+            None => {
+                let names: Vec<&str> = legs.iter().map(|j| j.benchmark.as_str()).collect();
+                out += &format!(
+                    "shared    {} {}: {} legs in one job, one engine (allocation shared, from {source}): {}\n",
+                    group.group_tag,
+                    group.model,
+                    legs.len(),
+                    names.join(", ")
+                );
+            }
+        }
         out += &format!("          time {} = {}\n", group.time, group.time_basis);
         out += &format!("          capacity: {}\n", group.capacity);
         out += &format!("          {}\n", shell_words::join(&group.sbatch));
     }
+    let mut told: Vec<(&str, &str)> = Vec::new();
     for job in &plan.jobs {
-        if let Some(note) = &job.allocation_note {
-            out += &format!("own job   {} {}: allocation shared, but {note}\n", job.model, job.benchmark);
+        let Some(note) = &job.allocation_note else { continue };
+        let (label, mode) = match (job.shared_job.is_some(), job.settings.allocation.value) {
+            (true, mode) => ("apart    ", mode.as_str()),
+            (false, mode) => ("own job  ", mode.as_str()),
+        };
+        // A pool's reason is the model's: said once.
+        if mode == "pool" && job.shared_job.is_some() {
+            if told.contains(&(job.model.as_str(), note.as_str())) {
+                continue;
+            }
+            told.push((&job.model, note));
+            out += &format!("{label} {}: allocation {mode}, but {note}\n", job.model);
+            continue;
         }
+        out += &format!("{label} {} {}: allocation {mode}, but {note}\n", job.model, job.benchmark);
     }
     out
 }
@@ -459,8 +493,7 @@ fn iterate(
     let planned = &plan.jobs;
     // Staging and preflight (docs/site.md): each model once per iteration, before any ledger row.
     let context = session.context();
-    let stager =
-        if args.dry_run { submitter::stage::Stager::dry(&context) } else { submitter::stage::Stager::new(&context) };
+    let stager = if args.dry_run { crate::stage::Stager::dry(&context) } else { crate::stage::Stager::new(&context) };
     let queries = preflight::SlurmQueries(&session.slurm);
     let payload = super::payload_binary(&context, &session.cluster, &session.root)?;
     let site = preflight::Site::here(&session.root, &queries).with_payload(payload);
@@ -508,7 +541,7 @@ fn render_iteration(
     planned: &[PlannedJob],
     submitted: &[Submitted],
     failed: usize,
-    remediation: &[submitter::remediate::Decision],
+    remediation: &[crate::remediate::Decision],
     format: IterationFormat,
     team: Option<&TeamView>,
 ) -> String {
@@ -696,7 +729,7 @@ pub(crate) fn sync_command(args: &SyncArgs) -> Result<ExitCode> {
 
 /// `--job`: a Slurm job id, kept as the text the ledger stores (`-1`, `0`, `12a` are refused).
 fn job_id(text: &str) -> std::result::Result<String, String> {
-    match text.trim().parse::<submitter::slurm::JobId>() {
+    match text.trim().parse::<crate::slurm::JobId>() {
         Ok(id) if id.0 > 0 => Ok(id.to_string()),
         _ => Err(format!("`{text}` is not a Slurm job id (a positive number)")),
     }
@@ -712,14 +745,14 @@ pub(crate) fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
     let active: Vec<_> = session.ledger.active()?.into_iter().filter(|a| a.cluster == session.cluster.name).collect();
     let selected: Vec<_> = active.iter().filter(|a| args.selection.selects(&families, a)).cloned().collect();
     // A leg whose run dir holds its outcome has ended: it no longer keeps a shared job running.
-    let running = |a: &submitter::ledger::Attempt| {
+    let running = |a: &crate::ledger::Attempt| {
         let status = sync::run_dir_of(a).as_deref().and_then(sync::read_status).filter(|s| sync::belongs_to(s, a));
         status.is_none_or(|s| s.outcome.is_none())
     };
     let user = std::env::var("USER").unwrap_or_else(|_| "unknown".to_string());
     let mut scancelled: Vec<String> = Vec::new();
     let mut cancelled = Vec::new();
-    for (id, stop) in submitter::cancel::decide(&selected, &active, &running) {
+    for (id, stop) in crate::cancel::decide(&selected, &active, &running) {
         let Some(attempt) = selected.iter().find(|a| a.id == id) else { continue };
         let (reason, leg_only) = match &stop {
             Stop::Job(job) => {
@@ -733,7 +766,7 @@ pub(crate) fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
                 (format!("this leg only (shared job {job} goes on with {others} other leg(s))"), true)
             }
             Stop::Leg { job, run_dir, others } => {
-                let path = submitter::cancel::request_leg_stop(run_dir, id, &user)
+                let path = crate::cancel::request_leg_stop(run_dir, id, &user)
                     .with_context(|| format!("writing the cancel request into {}", run_dir.display()))?;
                 let reason = format!(
                     "cancelled by operator: this leg only ({} written; shared job {job} goes on with {others} other leg(s))",
@@ -782,7 +815,7 @@ pub(crate) fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
 /// others are named and left alone (a running job cannot change reservation). Exit 1 when Slurm
 /// refused one (an unknown reservation, a user it does not admit).
 pub(crate) fn move_command(args: &MoveArgs) -> Result<ExitCode> {
-    submitter::slurm::check_reservation_name(&args.reservation).context("--reservation")?;
+    crate::slurm::check_reservation_name(&args.reservation).context("--reservation")?;
     let session = Session::open(&args.ledger)?;
     let families = args.selection.families(&session)?;
     let dry_run = args.selection.dry_run;
@@ -793,7 +826,7 @@ pub(crate) fn move_command(args: &MoveArgs) -> Result<ExitCode> {
         .filter(|a| a.cluster == session.cluster.name)
         .filter(|a| args.selection.selects(&families, a))
         .filter_map(|a| {
-            let id: submitter::slurm::JobId = a.slurm_job_id.as_deref()?.parse().ok()?;
+            let id: crate::slurm::JobId = a.slurm_job_id.as_deref()?.parse().ok()?;
             Some((a, id))
         })
         .collect();
@@ -803,22 +836,20 @@ pub(crate) fn move_command(args: &MoveArgs) -> Result<ExitCode> {
     for (attempt, id) in &selected {
         let what = format!("job {id} (attempt {}, {} on {})", attempt.id.0, attempt.model, attempt.benchmark);
         let line = match states.iter().find(|job| job.id == *id).map(|job| &job.state) {
-            Some(submitter::slurm::JobState::Pending) if dry_run => {
+            Some(crate::slurm::JobState::Pending) if dry_run => {
                 moved += 1;
                 format!("would move {what} onto reservation {}\n", args.reservation)
             }
-            Some(submitter::slurm::JobState::Pending) => {
-                match session.slurm.move_to_reservation(*id, &args.reservation) {
-                    Ok(()) => {
-                        moved += 1;
-                        format!("moved {what} onto reservation {}\n", args.reservation)
-                    }
-                    Err(err) => {
-                        refused += 1;
-                        format!("not moved: {what}: {err}\n")
-                    }
+            Some(crate::slurm::JobState::Pending) => match session.slurm.move_to_reservation(*id, &args.reservation) {
+                Ok(()) => {
+                    moved += 1;
+                    format!("moved {what} onto reservation {}\n", args.reservation)
                 }
-            }
+                Err(err) => {
+                    refused += 1;
+                    format!("not moved: {what}: {err}\n")
+                }
+            },
             Some(state) => format!("left alone: {what} is {state}, not pending\n"),
             None => format!("left alone: {what} is no longer known to Slurm\n"),
         };
@@ -885,6 +916,28 @@ struct SharedJobOutput<'a> {
     capacity: &'a str,
     /// The exact `sbatch` argv (program first), once for the job.
     sbatch: &'a [String],
+    /// For a pool (issue 37): its models in run order and its place among its engine's pools.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pool: Option<PoolOutput<'a>>,
+}
+
+/// What a pool adds to a shared job in `plan --json`.
+#[derive(Serialize)]
+struct PoolOutput<'a> {
+    /// `<group dir>/pool.json`.
+    pool_spec: std::path::PathBuf,
+    /// 1-based place among the pools of one engine configuration, and their number.
+    order: usize,
+    of: usize,
+    /// In run order: each model, its checkpoint dir and its legs' run tags.
+    members: Vec<PoolMemberOutput<'a>>,
+}
+
+#[derive(Serialize)]
+struct PoolMemberOutput<'a> {
+    model: &'a str,
+    weights: &'a std::path::Path,
+    legs: Vec<&'a str>,
 }
 
 impl<'a> SharedJobOutput<'a> {
@@ -898,6 +951,21 @@ impl<'a> SharedJobOutput<'a> {
             time_basis: &group.time_basis,
             capacity: &group.capacity,
             sbatch: &group.sbatch,
+            pool: group.pool.as_ref().map(|pool| PoolOutput {
+                pool_spec: group.group_dir.join(launch_spec::pool::POOL_SPEC_FILE),
+                order: pool.order.0,
+                of: pool.order.1,
+                members: pool
+                    .members
+                    .iter()
+                    .zip(&pool.doc.members)
+                    .map(|((model, legs), doc)| PoolMemberOutput {
+                        model,
+                        weights: &doc.weights.path,
+                        legs: legs.iter().map(|&i| plan.jobs[i].run_tag.as_str()).collect(),
+                    })
+                    .collect(),
+            }),
         }
     }
 }
@@ -905,14 +973,14 @@ impl<'a> SharedJobOutput<'a> {
 /// A pair's allocation, when it is not the default per-leg.
 #[derive(Serialize)]
 struct AllocationOutput<'a> {
-    /// `shared` or `per-leg`.
+    /// `shared`, `pool` or `per-leg`.
     mode: &'static str,
     /// What chose it: `--allocation`, `preset`, `profile`.
     source: &'static str,
-    /// The group tag of the shared job it is a leg of.
+    /// The group tag of the shared job or pool it is a leg of.
     #[serde(skip_serializing_if = "Option::is_none")]
     shared_job: Option<&'a str>,
-    /// Why a `shared` leg still has a job of its own.
+    /// Why a `shared` leg still has a job of its own, or a `pool` leg is planned apart.
     #[serde(skip_serializing_if = "Option::is_none")]
     note: Option<&'a str>,
 }
@@ -1137,7 +1205,7 @@ struct LaunchOutput<'a> {
     flagged: Vec<PlannedJobOutput<'a>>,
     /// What the remediation pass decided before the plan (docs/verification.md "Remediation").
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
-    remediation: &'a [submitter::remediate::Decision],
+    remediation: &'a [crate::remediate::Decision],
 }
 
 #[derive(Serialize)]
