@@ -259,6 +259,7 @@ pub async fn run_pool(pool_path: &Path) -> i32 {
     let pool_start = Instant::now();
     let mut engine_start = 0u32;
     let mut from = first_pending(&host, 0);
+    let mut last_class: Option<OutcomeClass> = None;
     while let Some(start_member) = from {
         engine_start += 1;
         if engine_start as usize > doc.members.len() + 1 {
@@ -298,6 +299,7 @@ pub async fn run_pool(pool_path: &Path) -> i32 {
         let status = read_group_status(&doc.group_dir);
         merge_gpu(&mut merged, status.as_ref().and_then(|s| s.gpu_time.clone()), segment_start);
         let class = status.as_ref().and_then(|s| s.outcome.as_ref()).map(|o| o.class);
+        last_class = class;
         let seg = std::mem::take(&mut *end.lock().unwrap_or_else(|e| e.into_inner()));
         tracing::info!(engine_start, code, ?class, restart_from = ?seg.restart_from, "pool: engine start ended");
         from = match (seg.restart_from, class) {
@@ -320,8 +322,10 @@ pub async fn run_pool(pool_path: &Path) -> i32 {
     let unrun = host.legs.iter().filter(|l| l.state == LegState::Pending).count();
     if unrun > 0 {
         tracing::warn!(legs = unrun, "pool: legs left unstarted (no record): the submitter continues them");
+        // Every leg that ran finished: the code says why the rest did not run (walltime, an
+        // engine that would not start).
         if ends.iter().all(|(c, _)| *c == OutcomeClass::Finished) {
-            return OutcomeClass::Walltime.exit_code();
+            return last_class.filter(|c| *c != OutcomeClass::Finished).unwrap_or(OutcomeClass::Spec).exit_code();
         }
     }
     super::shared::exit_code(&ends)
