@@ -135,6 +135,8 @@ fn main() {
     };
     let environment = |_: &str| None;
     let no_limit = |_: &str| None;
+    // Per-leg allocation: no checkpoint is read.
+    let no_checkpoint = |_: &launch_spec::LaunchSpec| Err("not read in this benchmark".to_string());
     let (concurrency, slurm_overrides) = (Concurrency::default(), SlurmOverrides::default());
     let inputs = |context, legs, models| PlanInputs {
         context,
@@ -149,6 +151,7 @@ fn main() {
         max_in_flight: 10_000,
         allocation: None,
         max_time: &no_limit,
+        checkpoints: &no_checkpoint,
     };
     let no_slurm = InstantSlurm(Cell::new(0));
     let sizes: Vec<usize> = std::env::var("PLAN_BENCH_SIZES")
