@@ -135,8 +135,8 @@ fn main() {
     };
     let environment = |_: &str| None;
     let no_limit = |_: &str| None;
-    // Per-leg allocation: no checkpoint is read.
-    let no_checkpoint = |_: &launch_spec::LaunchSpec| Err("not read in this benchmark".to_string());
+    // Pools are not planned here (allocation: None), so no checkpoint is ever read.
+    let no_checkpoint = |spec: &launch_spec::spec::LaunchSpec| Err(format!("{} not read (bench)", spec.model.hf_id));
     let (concurrency, slurm_overrides) = (Concurrency::default(), SlurmOverrides::default());
     let inputs = |context, legs, models| PlanInputs {
         context,
