@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// The Harbor agent a preset without `agent_name` runs.
 pub const DEFAULT_AGENT: &str = "terminus-2";
@@ -70,6 +70,58 @@ pub struct Preset {
     /// `per-leg`: its own job. `--allocation` wins; without either, the profile's `allocation`.
     #[serde(default)]
     pub allocation: Option<super::Allocation>,
+    /// How its benchmark is scored ([`Scoring`]); undeclared: [`Scoring::UNDECLARED`] ([`Preset::scoring`]).
+    #[serde(default)]
+    pub scoring: Option<Scoring>,
+}
+
+/// How a preset's benchmark is scored, as the preset declares it (`scoring:`; docs/results.md):
+/// what `results`, `report` and `compare` show for it and whether it ranks models.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scoring {
+    pub kind: ScoringKind,
+    /// Counts toward the ID mean: a model's mean over every benchmark declaring it, when it has them all.
+    #[serde(default)]
+    pub in_id_mean: bool,
+    /// The team ranks models on it (only a binary benchmark can be: a partial-credit mean is no ranking).
+    #[serde(default)]
+    pub ranked: bool,
+}
+
+/// `binary, in the ID mean, ranked`: as `registry check` names it.
+impl std::fmt::Display for Scoring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self.kind {
+            ScoringKind::Binary => "binary",
+            ScoringKind::PartialCredit => "partial credit",
+        };
+        let id_mean = if self.in_id_mean { "in the ID mean" } else { "outside the ID mean" };
+        write!(f, "{kind}, {id_mean}, {}", if self.ranked { "ranked" } else { "not ranked" })
+    }
+}
+
+/// What one trial's reward is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScoringKind {
+    /// 0 or 1 per trial: the mean with its standard error.
+    Binary,
+    /// A share per trial: the mean only.
+    PartialCredit,
+}
+
+impl Scoring {
+    /// A preset that declares no scoring: the mean only (no claim that rewards are 0/1), outside the
+    /// ID mean, never ranked — nothing is claimed that the preset did not say.
+    pub const UNDECLARED: Scoring = Scoring { kind: ScoringKind::PartialCredit, in_id_mean: false, ranked: false };
+
+    /// What is wrong with the declaration, if anything.
+    fn problem(&self) -> Option<&'static str> {
+        (self.ranked && self.kind != ScoringKind::Binary).then_some(
+            "scoring: `ranked: true` needs `kind: binary` (a partial-credit mean ranks nobody): set one or the other",
+        )
+    }
 }
 
 /// Keys the replaced system's presets had that nothing here would read. Each is refused when the
@@ -121,7 +173,13 @@ impl Preset {
             harbor_config: None,
             agent_envs: None,
             allocation: None,
+            scoring: None,
         }
+    }
+
+    /// How its benchmark is scored: the declared `scoring`, else [`Scoring::UNDECLARED`].
+    pub fn scoring(&self) -> Scoring {
+        self.scoring.unwrap_or(Scoring::UNDECLARED)
     }
 
     /// The Harbor agent its jobs run (`agent_name`, default terminus-2).
@@ -193,6 +251,7 @@ impl Preset {
         if self.datasets.is_empty() {
             problems.push("datasets is empty: name at least one dataset".to_string());
         }
+        problems.extend(self.scoring.as_ref().and_then(Scoring::problem).map(str::to_string));
         for kwarg in &self.agent_kwargs {
             if !kwarg.contains('=') {
                 problems.push(format!("agent_kwargs item `{kwarg}` is not key=value"));
@@ -226,4 +285,46 @@ impl Preset {
 /// else a file in `presets/harbor/`.
 pub(crate) fn harbor_config_path(harbor_dir: &std::path::Path, name: &str) -> PathBuf {
     if std::path::Path::new(name).is_absolute() { PathBuf::from(name) } else { harbor_dir.join(name) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn preset(yaml: &str) -> Result<Preset, launch_spec::yaml::YamlError> {
+        launch_spec::yaml::from_yaml_str::<Preset>(yaml, std::path::Path::new("presets/p.yaml"))
+    }
+
+    /// Issue 34: a preset declares its scoring; one that does not (the replaced system's presets)
+    /// loads and is scored as [`Scoring::UNDECLARED`]; a ranked partial-credit one and an unknown key
+    /// are refused with the fix.
+    #[test]
+    fn scoring_is_declared_by_the_preset_or_undeclared() {
+        let declared = preset("datasets: [org/b]\nscoring:\n  kind: binary\n  ranked: true\n").unwrap();
+        assert_eq!(declared.scoring(), Scoring { kind: ScoringKind::Binary, in_id_mean: false, ranked: true });
+        assert!(declared.problems().is_empty(), "{:?}", declared.problems());
+        let undeclared = preset("datasets: [org/b]\n").unwrap();
+        assert_eq!((undeclared.scoring, undeclared.scoring()), (None, Scoring::UNDECLARED));
+        let ranked_partial = preset("datasets: [org/b]\nscoring: {kind: partial_credit, ranked: true}\n").unwrap();
+        assert!(
+            ranked_partial.problems().iter().any(|p| p.contains("needs `kind: binary`")),
+            "{:?}",
+            ranked_partial.problems()
+        );
+        for bad in ["scoring: {kind: binary, rank: true}", "scoring: {in_id_mean: true}", "scoring: {kind: graded}"] {
+            let err = preset(&format!("datasets: [org/b]\n{bad}\n")).unwrap_err().to_string();
+            assert!(err.contains("p.yaml") && err.lines().count() == 1, "{bad}: {err}");
+        }
+    }
+
+    /// Every shipped preset says how its benchmark is scored.
+    #[test]
+    fn every_shipped_preset_declares_its_scoring() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../presets");
+        let presets = crate::config::load_presets(&dir).unwrap();
+        assert!(presets.len() > 5);
+        for (name, _, preset) in presets {
+            assert!(preset.scoring.is_some(), "presets/{name}.yaml declares no `scoring:`");
+        }
+    }
 }
