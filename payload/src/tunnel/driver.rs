@@ -1,3 +1,30 @@
+//! The runtime driver: spawns and signals each tunnel's ssh, reads its output into `tunnel.log`,
+//! feeds the machine ([`super::machine`]) what happened and carries out the actions it decides.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use launch_spec::records::TUNNEL_LOG;
+use launch_spec::rundir::EventBody;
+use launch_spec::rundir::events::{TunnelLeaseLost, TunnelLeaseReleased};
+use launch_spec::spec::{ProxyMode, TunnelSpec};
+use nix::sys::signal::Signal;
+use tokio::task::JoinHandle;
+
+use crate::failure::Failure;
+use crate::records::Recorder;
+use crate::secrets::Secrets;
+use crate::supervisor::{ChildSpec, Role, Supervisor, describe_status};
+
+use super::machine::{Action, Input, LeaseAnswer, Machine, Phase};
+use super::{
+    Ctx, Part, Programs, TunnelError, kind, lease, parts, socks, socks_port, socks_spec, strategy, strategy_for,
+    tokens, verify,
+};
+
 /// The ssh config's name in the private directory.
 const SSH_CONFIG: &str = "ssh_config";
 /// Most bytes of ssh's output read in one poll.

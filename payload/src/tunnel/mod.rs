@@ -6,7 +6,7 @@
 //! Each tunnel is an `ssh` child in its own process group (role [`Role::Tunnel`]; the egress proxy
 //! of a combined job [`Role::Egress`]), torn down last. What it does next is decided by a machine
 //! without I/O ([`machine`]) with Pinggy and SOCKS as two strategies ([`strategy`]); [`Tunnel`] is
-//! the thin driver that reads ssh's output, writes `tunnel.log`, spawns and signals ssh, runs the
+//! the thin driver ([`driver`]) that reads ssh's output, writes `tunnel.log`, spawns and signals ssh, runs the
 //! checks ([`verify`]), holds the leases ([`lease`]) and records the events. `payload plan` steps
 //! the same machines once and shows their first actions ([`plan`]).
 //!
@@ -14,37 +14,33 @@
 //! directory outside the run dir (never in argv, logs, status or the spec); ssh's raw output goes
 //! to that directory and is copied, redacted, into `tunnel.log`.
 
+mod driver;
 pub(crate) mod lease;
 pub(crate) mod machine;
 pub(crate) mod output;
+mod plan;
 pub(crate) mod socks;
 pub(crate) mod sshconf;
 pub(crate) mod strategy;
 pub(crate) mod verify;
 
-use std::collections::{BTreeMap, VecDeque};
-use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use launch_spec::OutcomeClass;
-use launch_spec::records::TUNNEL_LOG;
-use launch_spec::rundir::EventBody;
-use launch_spec::rundir::events::{TunnelLeaseLost, TunnelLeaseReleased};
 use launch_spec::spec::{PinggySpec, ProxyMode, SocksSpec, TunnelSpec};
-use nix::sys::signal::Signal;
-use tokio::task::JoinHandle;
 
 use crate::failure::Failure;
-use crate::records::Recorder;
 use crate::secrets::Secrets;
-use crate::supervisor::{ChildSpec, Role, Supervisor, describe_status};
-use machine::{Action, Input, LeaseAnswer, Machine, Phase};
+use crate::supervisor::Role;
+pub(crate) use driver::{Start, Tunnel, TunnelPoll};
+pub(crate) use plan::{PlanInputs, TunnelPlan, plan, write_plan};
 pub(crate) use strategy::{SOCKS_ALIAS, pair_order};
 #[cfg(test)] // used only by the tests
 use {
+    driver::PrivateDir,
     machine::{MAX_BACKOFF, backoff},
+    std::path::Path,
     strategy::{pinggy_argv, socks_argv},
 };
 

@@ -1,3 +1,21 @@
+//! The tunnel step's plan: the machines stepped once without I/O, their first actions described
+//! for `payload plan` and the events (never a token).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use launch_spec::spec::{PinggySpec, ProxyMode, SocksSpec, TunnelSpec};
+
+use crate::failure::Failure;
+use crate::secrets::Secrets;
+
+use super::machine::{Action, Input, LeaseAnswer, Machine, Phase};
+use super::{
+    Ctx, Part, Programs, SOCKS_ALIAS, TunnelError, VLLM_KEY_VAR, kind, lease, pair_order, parts, programs, socks,
+    socks_port, socks_spec, strategy, strategy_for, tokens,
+};
+
 /// What the tunnel step will do, for `payload plan` and events. Never holds a token.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct TunnelPlan {
