@@ -21,6 +21,7 @@ pub(crate) mod findings;
 pub mod report;
 pub mod results;
 pub mod rules;
+pub mod scoring;
 pub mod status;
 pub mod team;
 pub mod verdict;

@@ -2,7 +2,7 @@
 //! audit, and the models × benchmarks matrix of `submitter results` and the report.
 //!
 //! Scoring rules (docs/results.md): each preset declares its benchmark's scoring
-//! (`crate::config::preset::Scoring`), gathered per benchmark family in [`Scorings`]. A binary
+//! (`verify::scoring::Scoring`), gathered per benchmark family in [`Scorings`]. A binary
 //! benchmark (reward 0 or 1 per trial) shows its mean with the standard error √(p(1−p)/n); a
 //! partial-credit one, or one no preset declares, its mean only. The "ID mean" is over the
 //! benchmarks declared `in_id_mean`; models are ranked on a benchmark declared `ranked`.
@@ -17,7 +17,7 @@ use launch_spec::rundir::harbor::{self, JobResult, JobStats};
 use launch_spec::rundir::lenient::{Count, Forgiving};
 
 use super::VerifySettings;
-use crate::config::preset::{Scoring, ScoringKind};
+use super::scoring::{Scoring, ScoringKind};
 use crate::ledger::{Attempt, AttemptId, AttemptStatus, Timestamp};
 
 /// Harbor's result.json, summarised.
