@@ -1,6 +1,7 @@
 //! Statistics over per-trial facts (docs/results.md "Statistics"): the two labelled means, a
 //! task-clustered standard error, a seeded bootstrap interval over tasks, the unbiased pass@k, a
-//! paired comparison of two runs on their common tasks and the exact McNemar test. Pure: no I/O, no
+//! paired comparison of two runs on their common tasks, the exact McNemar test, and the ranking of
+//! several models with ties where their intervals overlap ([`ranking`]). Pure: no I/O, no
 //! clock; the same trials and seed give the same numbers.
 //!
 //! Why clustered: the attempts of one task are correlated (an easy task is solved on every attempt),
@@ -10,6 +11,9 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
+
+pub mod ranking;
+pub use ranking::{Contender, IntervalBasis, Standing, rank};
 
 /// One trial as the ledger keeps it (docs/ledger.md "trials").
 #[derive(Clone, Debug, PartialEq, Serialize)]

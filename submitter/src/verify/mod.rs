@@ -18,6 +18,7 @@ pub mod charts;
 pub mod check;
 pub mod compare;
 pub(crate) mod findings;
+pub mod plots;
 pub mod report;
 pub mod results;
 pub mod rules;
