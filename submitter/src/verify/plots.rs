@@ -330,7 +330,8 @@ mod tests {
             attempt(4, "org/B", "dev_set_v2", 0.75),
             attempt(5, "org/C", "terminal_bench_2", 0.1),
         ];
-        let m = build_matrix(&attempts, None, &VerifySettings::default()).unwrap();
+        let m = build_matrix(&attempts, None, &VerifySettings::default(), &crate::testkit::Shipped::load().scorings())
+            .unwrap();
         let svg = scatter_svg(&m, "terminal_bench_2", "dev_set_v2").unwrap();
         assert_eq!(svg.matches("<g class=\"model\"").count(), 2, "org/C has no dev_set_v2: {svg}");
         assert!(!svg.contains("<script>"), "{svg}");
