@@ -945,7 +945,7 @@ fn trial_fields(trials: Option<&TrialStatistics>) -> Vec<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use chrono::DateTime;
 
@@ -1004,7 +1004,9 @@ mod tests {
         assert!((audit.error_share - 46.0 / 60.0).abs() < 1e-12);
     }
 
-    fn attempt(id: i64, model: &str, family: &str, mean: f64, n: u64) -> Attempt {
+    /// A finished attempt of `model` on `family` with `mean` over `n` trials (the matrix's tests and
+    /// the plots').
+    pub(crate) fn attempt(id: i64, model: &str, family: &str, mean: f64, n: u64) -> Attempt {
         let t = DateTime::from_timestamp(1_700_000_000 + id, 0).unwrap();
         Attempt {
             id: AttemptId(id),
