@@ -1,7 +1,7 @@
 //! The statistics behind `results`, `compare A B C …` and the report at the team's scale: 200 models
 //! on two ranked benchmarks, 89 tasks × 5 attempts each (terminal_bench_2's leaderboard shape).
 //! Per result: both means with the clustered SE and a 2,000-resample bootstrap over tasks, pass@5;
-//! then each benchmark's ranking and the report's plots of it. Prints the median of a few runs of
+//! then each benchmark's ranking and the report's plot of it. Prints the median of a few runs of
 //! each step (docs/results.md records them); no target is asserted.
 //!
 //! `cargo bench -p submitter --bench ranking` (env `RANKING_BENCH_MODELS` to resize).
@@ -98,11 +98,6 @@ fn main() {
             .sum::<usize>()
     });
     let (per_plots, bytes) = time(5, || rankings.iter().map(|r| plots::intervals_svg(r).len()).sum::<usize>());
-    let (per_pair, _) = time(5, || {
-        let cmp = stats::paired(&sets[0].trials, &sets[1].trials, InvalidTrials::CountedAsZero, Bootstrap::default())
-            .expect("common tasks");
-        plots::heatmap_svg(&cmp, "org/Model-000-8B", "org/Model-001-8B").len()
-    });
     let tied: usize = rankings[0].standings.iter().filter(|s| s.tied()).count();
     let distinct: std::collections::BTreeSet<usize> = rankings[0].standings.iter().map(|s| s.rank).collect();
     println!(
@@ -112,11 +107,10 @@ fn main() {
         per_results.as_secs_f64() * 1e3
     );
     println!(
-        "rankings of both benchmarks: {:.1} ms; their plots: {:.1} ms ({} kB of SVG); one pair's paired comparison and heat map: {:.1} ms",
+        "rankings of both benchmarks: {:.1} ms; their plots: {:.1} ms ({} kB of SVG)",
         per_ranking.as_secs_f64() * 1e3,
         per_plots.as_secs_f64() * 1e3,
-        bytes / 1024,
-        per_pair.as_secs_f64() * 1e3
+        bytes / 1024
     );
     println!("terminal_bench_2: {tied} of {models} models tied with another; {} distinct ranks", distinct.len());
 }

@@ -361,7 +361,7 @@ pub enum RemediateError {
 /// attempt first (nothing is cancelled then). The record goes first so that a failure after it —
 /// `scancel` refused, the ledger gone between `scancel` and the attempt's status — leaves a hold or
 /// retry that [`reconcile`] completes on the next pass, never a cancelled job with no hold.
-pub fn carry_out(
+pub(crate) fn carry_out(
     decision: &Decision,
     ledger: &dyn Ledger,
     slurm: &dyn Slurm,
@@ -431,7 +431,7 @@ pub fn reconcile(ledger: &dyn Ledger, slurm: &dyn Slurm, cluster: &str) -> Resul
 /// from [`ScancelBackoff::FIRST`] up to [`ScancelBackoff::LONGEST`], per attempt; one that
 /// succeeds is forgotten. Pure: the caller passes the time.
 #[derive(Debug)]
-pub struct ScancelBackoff {
+pub(crate) struct ScancelBackoff {
     /// attempt → (failures so far, not before).
     failed: std::collections::BTreeMap<i64, (u32, DateTime<Utc>)>,
 }
@@ -443,20 +443,20 @@ impl Default for ScancelBackoff {
 }
 
 impl ScancelBackoff {
-    pub const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         ScancelBackoff { failed: std::collections::BTreeMap::new() }
     }
 
-    pub const FIRST: chrono::Duration = chrono::Duration::seconds(60);
-    pub const LONGEST: chrono::Duration = chrono::Duration::seconds(3600);
+    pub(crate) const FIRST: chrono::Duration = chrono::Duration::seconds(60);
+    pub(crate) const LONGEST: chrono::Duration = chrono::Duration::seconds(3600);
 
     /// Whether the decision for `attempt` may be carried out at `now`.
-    pub fn due(&self, attempt: i64, now: DateTime<Utc>) -> bool {
+    pub(crate) fn due(&self, attempt: i64, now: DateTime<Utc>) -> bool {
         self.failed.get(&attempt).is_none_or(|(_, not_before)| now >= *not_before)
     }
 
     /// `scancel` failed for `attempt` at `now`; returns when it is tried next.
-    pub fn failed(&mut self, attempt: i64, now: DateTime<Utc>) -> DateTime<Utc> {
+    pub(crate) fn failed(&mut self, attempt: i64, now: DateTime<Utc>) -> DateTime<Utc> {
         let entry = self.failed.entry(attempt).or_insert((0, now));
         entry.0 += 1;
         let wait = (1..entry.0).fold(Self::FIRST, |wait, _| (wait * 2).min(Self::LONGEST));
@@ -465,7 +465,7 @@ impl ScancelBackoff {
     }
 
     /// The decision for `attempt` was carried out.
-    pub fn succeeded(&mut self, attempt: i64) {
+    pub(crate) fn succeeded(&mut self, attempt: i64) {
         self.failed.remove(&attempt);
     }
 }
@@ -520,7 +520,7 @@ fn operator_record(
 }
 
 /// What `plan` says of a held pair.
-pub fn held_text(hold: &Remediation, benchmark: &str) -> String {
+pub(crate) fn held_text(hold: &Remediation, benchmark: &str) -> String {
     format!(
         "held: {} (attempt {}), clear with `submitter release --model {} --benchmark {benchmark}`",
         hold.reason,
@@ -530,7 +530,7 @@ pub fn held_text(hold: &Remediation, benchmark: &str) -> String {
 }
 
 /// What `status` says of an attempt remediation acted on.
-pub fn record_text(r: &Remediation, now: DateTime<Utc>) -> String {
+pub(crate) fn record_text(r: &Remediation, now: DateTime<Utc>) -> String {
     let change = if r.change.is_empty() { String::new() } else { format!(" [{}]", r.change) };
     format!("{}{change} {} ago: {}", r.action, human_duration((now - r.created_at).num_seconds()), r.reason)
 }

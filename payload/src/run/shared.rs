@@ -414,6 +414,7 @@ impl<S: SignalSource> Run<S> {
             public_url: self.tunnel.as_ref().and_then(crate::tunnel::Tunnel::public_url),
             harbor_env: self.tunnel.as_ref().map(|t| t.harbor_env()).unwrap_or_default(),
             harbor_prefix: self.tunnel.as_ref().and_then(|t| t.harbor_prefix()),
+            pool: None,
         };
         let engine_file = self.spec.run_dir.join(ENGINE_FILE);
         let text = serde_json::to_string_pretty(&record).unwrap_or_default();

@@ -133,11 +133,11 @@ pub(crate) struct ReportArgs {
     pub rank_by: Option<String>,
     /// Skip `check` on each run dir (faster with hundreds of runs).
     #[arg(long)]
-    pub no_check: bool,
+    pub(crate) no_check: bool,
     /// The two models whose per-task heat map the plots show (default: the first two of the
     /// ranking on the `--rank-by` benchmark).
     #[arg(long, num_args = 2, value_names = ["A", "B"])]
-    pub pair: Option<Vec<String>>,
+    pub(crate) pair: Option<Vec<String>>,
 }
 
 #[derive(clap::Args)]

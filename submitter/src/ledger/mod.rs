@@ -321,7 +321,7 @@ pub fn open_ledger(spec: &str) -> Result<Box<dyn Ledger>> {
 
 /// The file a SQLite ledger spec names (`None` for PostgreSQL or an unparsable spec), so a
 /// read-only command can see that it does not exist before opening would create it.
-pub fn sqlite_file(spec: &str) -> Option<PathBuf> {
+pub(crate) fn sqlite_file(spec: &str) -> Option<PathBuf> {
     match LedgerSpec::parse(spec) {
         Ok(LedgerSpec::Sqlite(path)) if path.as_os_str() != ":memory:" => Some(path),
         _ => None,

@@ -86,9 +86,9 @@ pub struct TeamHistory {
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct ImportReport {
     pub source: String,
-    pub models_added: usize,
-    pub families_set: usize,
-    pub jobs_read: usize,
+    pub(crate) models_added: usize,
+    pub(crate) families_set: usize,
+    pub(crate) jobs_read: usize,
     pub attempts_new: usize,
     pub attempts_updated: usize,
     pub unchanged: usize,

@@ -16,13 +16,13 @@ pub use crate::domain::TEAM_CLUSTER;
 
 /// Where the team database URL is read from when no flag gives it (it holds a password, and argv
 /// is visible to every user of a login node).
-pub const TEAM_DB_ENV: &str = "SUBMITTER_TEAM_DB";
+pub(crate) const TEAM_DB_ENV: &str = "SUBMITTER_TEAM_DB";
 
 /// The client-side bound of a call on the team database is its server-side bound
 /// (`team.timeout_s`, `statement_timeout`) and this much more: where the server answers, its own
 /// clearer error ("statement timeout", "lock timeout") comes first; the client's bound catches a
 /// connection that stopped answering.
-pub const CLIENT_GRACE: Duration = Duration::from_secs(5);
+pub(crate) const CLIENT_GRACE: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum TeamError {
@@ -49,7 +49,7 @@ impl TeamError {
 /// The team database URL from the 0600 secrets file `file`, under the key `name`
 /// (`team.database_secret`): the file must be a regular file that only its owner can read, as
 /// payload requires of it (docs/site.md).
-pub fn url_from_secrets(file: &Path, name: &str) -> Result<String, TeamError> {
+pub(crate) fn url_from_secrets(file: &Path, name: &str) -> Result<String, TeamError> {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let problem = |problem: String| TeamError::Secrets { file: file.display().to_string(), problem };
     let meta = std::fs::metadata(file).map_err(|e| {

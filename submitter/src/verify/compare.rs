@@ -17,10 +17,10 @@ use super::results::{
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BenchmarkComparison {
     pub benchmark: String,
-    pub a_attempt: i64,
-    pub b_attempt: i64,
+    pub(crate) a_attempt: i64,
+    pub(crate) b_attempt: i64,
     pub a_harbor_version: Option<String>,
-    pub b_harbor_version: Option<String>,
+    pub(crate) b_harbor_version: Option<String>,
     /// Under "invalid as 0" (the verdict's) and "invalid dropped".
     pub comparisons: Vec<PairedComparison>,
     pub verdict: String,
@@ -38,7 +38,7 @@ pub struct Comparison {
     pub a: String,
     pub b: String,
     pub bootstrap: Bootstrap,
-    pub confidence: f64,
+    pub(crate) confidence: f64,
     pub benchmarks: Vec<BenchmarkComparison>,
     pub skipped: Vec<Skipped>,
 }
@@ -261,7 +261,7 @@ fn task_list(tasks: &[String]) -> String {
 }
 
 /// The comparison for people: per benchmark, the verdict first, then the evidence.
-pub fn render_text(c: &Comparison) -> String {
+pub(crate) fn render_text(c: &Comparison) -> String {
     let mut out = String::new();
     for bench in &c.benchmarks {
         out.push_str(&format!("{}: {}\n", bench.benchmark, bench.verdict));

@@ -89,7 +89,7 @@ impl VerdictKind {
     }
 
     /// The verdicts an operator must act on.
-    pub fn is_bad(self) -> bool {
+    pub(crate) fn is_bad(self) -> bool {
         matches!(self, VerdictKind::Stalled | VerdictKind::Dead | VerdictKind::Misconfigured)
     }
 }

@@ -11,9 +11,14 @@
 
 use std::fmt::Write as _;
 
-use super::report::escape;
 use super::results::{BenchmarkRanking, Matrix, contender, short_name};
 use crate::stats::{Contender, PairedComparison};
+
+/// The report's escaping (`report::escape`), not imported from there: the report draws these plots
+/// (as `charts` does, so the two modules do not import each other).
+fn escape(text: &str) -> String {
+    html_escape::encode_quoted_attribute(text).into_owned()
+}
 
 /// The longest model name drawn in full beside a plot; longer ones end in `…` (the full name is in
 /// the element's tooltip).
@@ -99,7 +104,7 @@ pub fn intervals_svg(ranking: &BenchmarkRanking) -> String {
 /// `y` against `x` across the models that have a score on both: a point per model at its two means,
 /// with each interval as a line through it (per-trial bootstrap where the result has facts, else
 /// the normal one; none for a mean only). `None` when fewer than two models have both.
-pub fn scatter_svg(m: &Matrix, x: &str, y: &str) -> Option<String> {
+pub(crate) fn scatter_svg(m: &Matrix, x: &str, y: &str) -> Option<String> {
     let points: Vec<(Contender, Contender)> = m
         .models
         .iter()

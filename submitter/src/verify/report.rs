@@ -19,7 +19,7 @@ use super::verdict::{StatusRow, VerdictKind};
 
 /// The evidence section of one run (a matrix cell or an in-flight job).
 #[derive(Debug, Clone)]
-pub struct RunEvidence {
+pub(crate) struct RunEvidence {
     pub attempt: i64,
     pub model: String,
     pub benchmark: String,
@@ -27,7 +27,7 @@ pub struct RunEvidence {
     pub run_tag: String,
     pub run_dir: Option<String>,
     pub slurm_job_id: Option<String>,
-    pub ledger_status: String,
+    pub(crate) ledger_status: String,
     pub reason: String,
     /// `status`'s verdict, for in-flight jobs.
     pub verdict: Option<StatusRow>,
@@ -37,10 +37,10 @@ pub struct RunEvidence {
     pub score: Vec<String>,
 }
 
-pub struct ReportInput<'a> {
+pub(crate) struct ReportInput<'a> {
     pub title: &'a str,
-    pub generated_at: DateTime<Utc>,
-    pub matrix: &'a Matrix,
+    pub(crate) generated_at: DateTime<Utc>,
+    pub(crate) matrix: &'a Matrix,
     pub jobs: &'a [StatusRow],
     pub runs: &'a [RunEvidence],
     /// Every cluster on the shared ledger ([`team_section`]); `None` leaves the section out.
@@ -224,7 +224,7 @@ fn plots_section(h: &mut String, m: &Matrix, pair: Option<&Comparison>) {
 const MAX_SCATTERS: usize = 3;
 
 /// The page. Deterministic for a given input.
-pub fn render_html(input: &ReportInput) -> String {
+pub(crate) fn render_html(input: &ReportInput) -> String {
     let m = input.matrix;
     let mut h = String::new();
     let _ = write!(

@@ -50,12 +50,12 @@ pub struct ScoreSummary {
 
 /// The range every benchmark's score lies in: Harbor's rewards, the mean of the trials' rewards,
 /// and the team's recorded means are shares of tasks solved.
-pub const SCORE_RANGE: std::ops::RangeInclusive<f64> = 0.0..=1.0;
+pub(crate) const SCORE_RANGE: std::ops::RangeInclusive<f64> = 0.0..=1.0;
 
 /// A score as it may be recorded, or why not: outside [`SCORE_RANGE`] (a Harbor mean of 7.5, a team
 /// row's 1e308 or −7) or not a number is refused. Every door a score comes in by (Harbor's
 /// `result.json`, the team's `metrics`, the ledger's stored metrics) goes through this one check.
-pub fn checked_score(mean: f64) -> Result<f64, String> {
+pub(crate) fn checked_score(mean: f64) -> Result<f64, String> {
     if SCORE_RANGE.contains(&mean) {
         Ok(mean)
     } else {
@@ -87,7 +87,7 @@ pub struct Audit {
     /// Valid trials needed (⌈min_valid_share × expected⌉).
     pub needed: Option<u64>,
     pub errored: u64,
-    pub error_share: f64,
+    pub(crate) error_share: f64,
     pub reasons: Vec<String>,
 }
 
@@ -146,7 +146,7 @@ pub fn score_summary(run_dir: &Path) -> Option<ScoreSummary> {
 }
 
 /// Valid trials ≥ `min_valid_share` × expected and errors ≤ `max_error_share` of the trials.
-pub fn audit_of(summary: &ScoreSummary, settings: &VerifySettings) -> Audit {
+pub(crate) fn audit_of(summary: &ScoreSummary, settings: &VerifySettings) -> Audit {
     let expected = summary.n_expected;
     let needed = expected.map(|e| (e as f64 * settings.min_valid_share - 1e-9).ceil().max(0.0) as u64);
     let denominator = summary.n_trials.max(expected.unwrap_or(0)).max(1);
@@ -212,7 +212,7 @@ pub(crate) fn metrics_json(summary: &ScoreSummary, audit: &Audit) -> Value {
 /// How a benchmark is scored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum BenchKind {
+pub(crate) enum BenchKind {
     /// Reward 0/1 per trial: mean ± standard error; may rank models.
     Binary,
     /// Partial credit: mean only; counts toward the ID mean, never ranks.
@@ -223,11 +223,11 @@ pub enum BenchKind {
 
 /// Whether models are ranked on this benchmark: the one place the rule is read (today: the binary
 /// benchmarks; issue 34 item 4 makes it the preset's declared scoring).
-pub fn ranked(benchmark: &str) -> bool {
+pub(crate) fn ranked(benchmark: &str) -> bool {
     bench_kind(benchmark) == BenchKind::Binary
 }
 
-pub fn bench_kind(family: &str) -> BenchKind {
+pub(crate) fn bench_kind(family: &str) -> BenchKind {
     let f = family.to_ascii_lowercase();
     if f.contains("swebench-verified-random-100") || f.contains("terminal_bench_2") || f.contains("terminal-bench-2") {
         BenchKind::Binary
@@ -280,7 +280,7 @@ pub struct Cell {
     pub n_errors: u64,
     pub infra_errors: BTreeMap<String, u64>,
     pub incomplete: bool,
-    pub audit_reasons: Vec<String>,
+    pub(crate) audit_reasons: Vec<String>,
     pub ended_at: Option<Timestamp>,
     pub provenance: Provenance,
     /// The pair's earlier results (in [`Matrix::earlier`]) that ran under other settings
@@ -298,7 +298,7 @@ pub struct Cell {
 pub struct TrialStatistics {
     pub harbor_version: Option<String>,
     pub estimates: Vec<crate::stats::Estimate>,
-    pub attempts_per_task: Option<usize>,
+    pub(crate) attempts_per_task: Option<usize>,
     /// `(k, pass@k)`.
     pub pass_at_k: Option<(usize, f64)>,
 }
@@ -323,7 +323,7 @@ impl TrialStatistics {
 
 /// Each result's [`TrialStatistics`], from the ledger's per-trial facts.
 /// The rankings are recomputed from them (a result with facts ranks on its bootstrap interval).
-pub fn attach_trials(
+pub(crate) fn attach_trials(
     m: &mut Matrix,
     ledger: &dyn crate::ledger::Ledger,
     bootstrap: crate::stats::Bootstrap,
@@ -337,7 +337,7 @@ pub fn attach_trials(
 
 /// A result's per-trial statistics in one line: both means, labelled, each with the task-clustered
 /// SE and the bootstrap interval (in points), pass@k and the Harbor that produced it.
-pub fn trials_line(t: &TrialStatistics) -> String {
+pub(crate) fn trials_line(t: &TrialStatistics) -> String {
     let means: Vec<String> = t
         .estimates
         .iter()
@@ -352,7 +352,7 @@ pub fn trials_line(t: &TrialStatistics) -> String {
 }
 
 /// One line per result with per-trial facts ([`trials_line`]); empty when none has them.
-pub fn render_trials_text(m: &Matrix) -> String {
+pub(crate) fn render_trials_text(m: &Matrix) -> String {
     let mut out = String::new();
     for cell in &m.cells {
         let Some(t) = &cell.trials else { continue };
@@ -440,22 +440,37 @@ impl Provenance {
         fn same<T: PartialEq>(a: &Option<T>, b: &Option<T>) -> bool {
             a.is_none() || b.is_none() || a == b
         }
-        same(&self.agent, &other.agent)
-            && self.agent_kwargs == other.agent_kwargs
-            && same(&self.timeout_multiplier, &other.timeout_multiplier)
-            && same(&self.n_attempts, &other.n_attempts)
-            && same(&self.harbor_config, &other.harbor_config)
-            && same(&self.dataset, &other.dataset)
-            && same(&self.model_revision, &other.model_revision)
-            && same(&self.vllm_version, &other.vllm_version)
-            && same(&self.harbor_version, &other.harbor_version)
-            && same(&self.dataset_digest, &other.dataset_digest)
+        // Destructured whole: a new field is either compared here or named as where it ran.
+        let Provenance {
+            agent,
+            agent_kwargs,
+            timeout_multiplier,
+            n_attempts,
+            harbor_config,
+            dataset,
+            cluster: _,
+            gpu: _,
+            model_revision,
+            vllm_version,
+            harbor_version,
+            dataset_digest,
+        } = self;
+        same(agent, &other.agent)
+            && *agent_kwargs == other.agent_kwargs
+            && same(timeout_multiplier, &other.timeout_multiplier)
+            && same(n_attempts, &other.n_attempts)
+            && same(harbor_config, &other.harbor_config)
+            && same(dataset, &other.dataset)
+            && same(model_revision, &other.model_revision)
+            && same(vllm_version, &other.vllm_version)
+            && same(harbor_version, &other.harbor_version)
+            && same(dataset_digest, &other.dataset_digest)
     }
 }
 
 /// Models × benchmarks.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Matrix {
+pub(crate) struct Matrix {
     pub models: Vec<String>,
     pub benchmarks: Vec<String>,
     pub kinds: BTreeMap<String, BenchKind>,
@@ -472,27 +487,27 @@ pub struct Matrix {
     /// Every ranked benchmark's ranking ([`ranked`]), in column order ([`rankings`]).
     pub rankings: Vec<BenchmarkRanking>,
     /// What every recorded attempt spent on GPUs ([`attach_gpu`]).
-    pub gpu_totals: crate::gpuhours::GpuTotals,
+    pub(crate) gpu_totals: crate::gpuhours::GpuTotals,
 }
 
 impl Matrix {
-    pub fn cell(&self, model: &str, benchmark: &str) -> Option<&Cell> {
+    pub(crate) fn cell(&self, model: &str, benchmark: &str) -> Option<&Cell> {
         self.cells.iter().find(|c| c.model == model && c.benchmark == benchmark)
     }
 
     /// The model's rank on `rank_by` as printed: `2`, or `2=` when tied with another model.
-    pub fn rank_label(&self, model: &str) -> Option<String> {
+    pub(crate) fn rank_label(&self, model: &str) -> Option<String> {
         let ranking = self.ranking(self.rank_by.as_deref()?)?;
         ranking.standings.iter().find(|s| s.model == model).map(Standing::rank_label)
     }
 
-    pub fn ranking(&self, benchmark: &str) -> Option<&BenchmarkRanking> {
+    pub(crate) fn ranking(&self, benchmark: &str) -> Option<&BenchmarkRanking> {
         self.rankings.iter().find(|r| r.benchmark == benchmark)
     }
 
     /// The models in ranking order on `rank_by` (rank, then mean, then name), then the models it
     /// does not rank, by name: the order a ranked table lists them in.
-    pub fn models_by_rank(&self) -> Vec<&str> {
+    pub(crate) fn models_by_rank(&self) -> Vec<&str> {
         let ranked: Vec<&str> = self
             .rank_by
             .as_deref()
@@ -558,7 +573,7 @@ pub fn rankings(cells: &[Cell], benchmarks: &[String]) -> Vec<BenchmarkRanking> 
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum MatrixError {
+pub(crate) enum MatrixError {
     #[error(
         "cannot rank on {0}: it is partial-credit (dev_set_v2 never ranks models) — rank on a binary benchmark (terminal_bench_2, swebench-verified-random-100-folders)"
     )]
@@ -570,7 +585,7 @@ pub enum MatrixError {
 /// Builds the matrix from attempts: per (model, benchmark family), the latest finished attempt
 /// with metrics. `rank_by`: a binary benchmark family (default terminal_bench_2 when present, else
 /// swebench-100). Audits are recomputed with `settings`.
-pub fn build_matrix(
+pub(crate) fn build_matrix(
     attempts: &[Attempt],
     rank_by: Option<&str>,
     settings: &VerifySettings,
@@ -690,7 +705,7 @@ fn cell_of(a: &Attempt, settings: &VerifySettings) -> Cell {
 
 /// Each result's GPU use and the totals, from the ledger's GPU-seconds records
 /// (`Ledger::gpu_seconds`; crate::gpuhours sums them).
-pub fn attach_gpu(m: &mut Matrix, rows: &[crate::ledger::GpuSecondsRow]) {
+pub(crate) fn attach_gpu(m: &mut Matrix, rows: &[crate::ledger::GpuSecondsRow]) {
     for cell in m.cells.iter_mut().chain(m.earlier.iter_mut()) {
         cell.gpu = crate::gpuhours::result_gpu(rows, cell.attempt_id, &cell.run_tag);
     }
@@ -699,7 +714,7 @@ pub fn attach_gpu(m: &mut Matrix, rows: &[crate::ledger::GpuSecondsRow]) {
 
 /// GPU-hours per result (models × benchmarks), per benchmark and in total, when any attempt has
 /// a record; empty otherwise.
-pub fn render_gpu_text(m: &Matrix) -> String {
+pub(crate) fn render_gpu_text(m: &Matrix) -> String {
     let t = &m.gpu_totals;
     if t.attempts == 0 {
         return String::new();
@@ -750,7 +765,7 @@ pub fn finished_attempts(ledger: &dyn crate::ledger::Ledger) -> Result<Vec<Attem
 }
 
 /// A [`ScoreSummary`] back from ledger metrics (older rows lack the newer keys).
-pub fn summary_from_metrics(m: &Value) -> ScoreSummary {
+pub(crate) fn summary_from_metrics(m: &Value) -> ScoreSummary {
     let map = |key: &str| -> BTreeMap<String, u64> {
         m.get(key)
             .and_then(Value::as_object)
@@ -795,7 +810,7 @@ fn fmt_mean(v: Option<f64>) -> String {
 }
 
 /// The matrix as a text table.
-pub fn render_text(m: &Matrix) -> String {
+pub(crate) fn render_text(m: &Matrix) -> String {
     // Names come from the team's database too: each printed as one inert field.
     use crate::text::printable;
     let width = m.models.iter().map(|s| printable(s).chars().count()).max().unwrap_or(5).max(5);
@@ -877,7 +892,7 @@ pub(crate) fn csv_document(rows: impl IntoIterator<Item = Vec<String>>) -> Strin
 /// benchmark the per-trial statistics (`_invalid_as_0`, `_invalid_dropped`, `_clustered_se`,
 /// `_ci_lower`, `_ci_upper` of "invalid as 0", `_pass_at_k` with its `_k`, `_harbor_version`) and,
 /// for a ranked benchmark, `_rank` and `_tied_with` (names joined by `; `).
-pub fn render_csv(m: &Matrix) -> String {
+pub(crate) fn render_csv(m: &Matrix) -> String {
     let mut header = vec!["model".to_string()];
     for b in &m.benchmarks {
         header.push(csv_text(b));

@@ -25,6 +25,7 @@ mod payload_binary;
 mod pg;
 #[path = "../common/pgproxy.rs"]
 mod pgproxy;
+mod pool_alloc;
 mod queueing;
 mod readiness;
 mod real_harbor_launch;
