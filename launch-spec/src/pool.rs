@@ -219,15 +219,15 @@ pub struct SwapEvidence {
     /// template, generation defaults): `None` when they agree, else the first difference.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compatibility: Option<String>,
-    /// `sha1:<hex>` over the engine's loaded parameters after the swap (the worker extension), and
-    /// the same digest computed from the checkpoint's files on the node; equal when the engine
-    /// holds exactly the checkpoint.
+    /// The worker extension's check of what the engine computes with against the checkpoint's
+    /// files (every linear layer and the output head by function on seeded probes, every
+    /// parameter that holds its tensor exactly): a summary, `ok: …` or the first mismatch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub loaded_digest: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expected_digest: Option<String>,
-    /// Each canary prompt's greedy token ids compared with the reference (`canary <i>: equal` or
-    /// `canary <i>: differs at token <k>`), and where the reference came from.
+    pub parameter_check: Option<String>,
+    /// Each greedy canary (one prompt longer than a KV block): its token ids, and whether a request
+    /// with a fresh `cache_salt` (no prefix cache) gave the same ids (`canary <i> (<n> prompt
+    /// tokens): [ids] same with a fresh cache_salt` or `… differs …`). The ids are the reference a
+    /// calibration compares with a fresh start of the same model (docs/pools.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub canaries: Vec<String>,
 }
