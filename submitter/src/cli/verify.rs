@@ -500,6 +500,12 @@ pub(crate) fn report(args: &ReportArgs) -> Result<ExitCode> {
             check: check_of(cell.run_dir.as_deref(), settings, args.no_check),
             score: score_lines(attempt.as_ref().and_then(|a| a.metrics.as_ref()), settings)
                 .into_iter()
+                .chain(cell.trials.as_ref().map(|t| {
+                    format!(
+                        "from per-trial facts (mean ± task-clustered SE [95% bootstrap interval], points): {}",
+                        results::trials_line(t)
+                    )
+                }))
                 .chain([cell.provenance.describe()])
                 .collect(),
         });
