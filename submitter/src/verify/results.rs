@@ -749,9 +749,7 @@ pub(crate) fn render_gpu_text(m: &Matrix) -> String {
 
 /// The attempts the matrix is built from: per (model, family), every finished attempt (the latest
 /// is the cell, the ones before it its earlier results; a resubmission may be running on top).
-pub fn finished_attempts(
-    ledger: &dyn crate::ledger::Ledger,
-) -> Result<Vec<Attempt>, crate::ledger::LedgerError> {
+pub fn finished_attempts(ledger: &dyn crate::ledger::Ledger) -> Result<Vec<Attempt>, crate::ledger::LedgerError> {
     let mut out = Vec::new();
     for pair in ledger.latest_per_pair()? {
         if pair.total_attempts <= 1 {
