@@ -92,6 +92,26 @@ mod tests {
         assert_eq!(decide(&[attempt(5, None)], &active, &all), [(AttemptId(5), Stop::NoJob)]);
     }
 
+    /// A pool (issue 37): one model's legs stopped by file while the other models' legs, running
+    /// or not yet started (no outcome either way), keep the job; never a scancel for one model.
+    #[test]
+    fn one_model_of_a_pool_is_stopped_by_file_and_the_pool_goes_on() {
+        let leg = |id: i64, model: &str| {
+            let mut a = attempt(id, Some("9"));
+            a.model = model.into();
+            a
+        };
+        let active = vec![leg(1, "org/A"), leg(2, "org/A"), leg(3, "org/B"), leg(4, "org/B"), leg(5, "org/C")];
+        // org/A finished its turn; org/B is the one cancelled; org/C has not started.
+        let running = |a: &Attempt| a.model != "org/A";
+        let b: Vec<Attempt> = active.iter().filter(|a| a.model == "org/B").cloned().collect();
+        let stops = decide(&b, &active, &running);
+        assert_eq!(stops.len(), 2);
+        for (id, stop) in &stops {
+            assert!(matches!(stop, Stop::Leg { job, others: 1, .. } if job == "9"), "{id}: {stop:?}");
+        }
+    }
+
     #[test]
     fn the_request_file_is_written_whole_and_names_no_secret() {
         let dir = tempfile::tempdir().unwrap();

@@ -105,6 +105,12 @@ pub(crate) const VANISHED: &str = "vanished";
 /// run tags). Its attempts share one Slurm job id and one submission tag.
 pub(crate) const SHARED_KEY: &str = "shared";
 
+/// The key of a pool's leg's config (issue 37), beside [`SHARED_KEY`] (whose `legs` are every leg
+/// of the pool, so its GPU time is divided among them all): `{group_tag, member, model}`. A leg
+/// with no record when the pool's job ended was never started (its member's turn did not come) and
+/// is continued, not failed (docs/allocation.md "Pools").
+pub(crate) const POOL_KEY: &str = "pool";
+
 /// The cluster name under which the team's imported history lives in the ledger.
 pub const TEAM_CLUSTER: &str = "ot-agent";
 

@@ -16,6 +16,7 @@ pub mod notify;
 mod observe;
 pub mod output;
 pub mod planner;
+pub mod pool;
 mod preflight;
 pub mod queue;
 pub mod readiness;

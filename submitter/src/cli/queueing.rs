@@ -296,6 +296,9 @@ fn snapshot_and_plan(session: &Session, selection: &Selection, executables: &Exe
         });
         crate::settings::partition_limit(&session.cluster, partition, limit.as_deref())
     };
+    // Read only for `allocation: pool` legs (issue 37): the checkpoints' files decide the pools.
+    let hf_cache = session.context().hf_cache().ok().flatten();
+    let checkpoints = |spec: &launch_spec::LaunchSpec| crate::pool::checkpoint_of(spec, hf_cache.as_deref());
     let inputs = PlanInputs {
         context: &session.context(),
         legs: &legs,
@@ -309,6 +312,7 @@ fn snapshot_and_plan(session: &Session, selection: &Selection, executables: &Exe
         max_in_flight: session.cluster.limits.max_jobs_in_flight,
         allocation: selection.allocation,
         max_time: &max_time,
+        checkpoints: &checkpoints,
     };
     Ok(planner::plan(&inputs, &snapshot))
 }
@@ -328,29 +332,59 @@ fn remedy_lines(planned: &[PlannedJob]) -> String {
         .collect()
 }
 
-/// The shared jobs of a plan (which pairs share a job, its time, its capacity, its argv once) and
-/// the `shared` legs that still get a job of their own, and why.
+/// The shared jobs and pools of a plan (which pairs share a job, its time, its capacity, its argv
+/// once) and the `shared`/`pool` legs that are planned otherwise, and why (once per model).
 fn shared_lines(plan: &Plan) -> String {
     let mut out = String::new();
     for group in &plan.shared {
         let legs: Vec<&PlannedJob> = group.legs.iter().map(|&i| &plan.jobs[i]).collect();
-        let names: Vec<&str> = legs.iter().map(|j| j.benchmark.as_str()).collect();
         let source = legs.first().map_or("default", |j| allocation_source(&j.settings.allocation.source));
-        out += &format!(
-            "shared    {} {}: {} legs in one job, one engine (allocation shared, from {source}): {}\n",
-            group.group_tag,
-            group.model,
-            legs.len(),
-            names.join(", ")
-        );
+        match &group.pool {
+            Some(pool) => {
+                let members: Vec<String> =
+                    pool.members.iter().map(|(model, legs)| format!("{model} ({})", legs.len())).collect();
+                out += &format!(
+                    "pool      {} (pool {} of {}, allocation pool, from {source}): {} models, {} legs, one engine, in order: {}\n",
+                    group.group_tag,
+                    pool.order.0,
+                    pool.order.1,
+                    pool.members.len(),
+                    legs.len(),
+                    members.join(" → ")
+                );
+            }
+            None => {
+                let names: Vec<&str> = legs.iter().map(|j| j.benchmark.as_str()).collect();
+                out += &format!(
+                    "shared    {} {}: {} legs in one job, one engine (allocation shared, from {source}): {}\n",
+                    group.group_tag,
+                    group.model,
+                    legs.len(),
+                    names.join(", ")
+                );
+            }
+        }
         out += &format!("          time {} = {}\n", group.time, group.time_basis);
         out += &format!("          capacity: {}\n", group.capacity);
         out += &format!("          {}\n", shell_words::join(&group.sbatch));
     }
+    let mut told: Vec<(&str, &str)> = Vec::new();
     for job in &plan.jobs {
-        if let Some(note) = &job.allocation_note {
-            out += &format!("own job   {} {}: allocation shared, but {note}\n", job.model, job.benchmark);
+        let Some(note) = &job.allocation_note else { continue };
+        let (label, mode) = match (job.shared_job.is_some(), job.settings.allocation.value) {
+            (true, mode) => ("apart    ", mode.as_str()),
+            (false, mode) => ("own job  ", mode.as_str()),
+        };
+        // A pool's reason is the model's: said once.
+        if mode == "pool" && job.shared_job.is_some() {
+            if told.contains(&(job.model.as_str(), note.as_str())) {
+                continue;
+            }
+            told.push((&job.model, note));
+            out += &format!("{label} {}: allocation {mode}, but {note}\n", job.model);
+            continue;
         }
+        out += &format!("{label} {} {}: allocation {mode}, but {note}\n", job.model, job.benchmark);
     }
     out
 }
@@ -465,7 +499,11 @@ fn iterate(
     let site = preflight::Site::here(&session.root, &queries).with_payload(payload);
     let prepare = |job: &PlannedJob, spec: &launch_spec::LaunchSpec| {
         let choice = job.settings.slurm_choice();
-        preflight::stage_and_check(&stager, &job.dataset, spec, &choice, &session.cluster, &site).map(drop)
+        let prepared = preflight::stage_and_check(&stager, &job.dataset, spec, &choice, &session.cluster, &site);
+        if let (Err(refused), false) = (&prepared, args.dry_run) {
+            super::remediation::hold_a_refused_retry(session, job, refused);
+        }
+        prepared.map(drop)
     };
     let executor = Executor {
         ledger: session.ledger.as_ref(),
@@ -882,6 +920,28 @@ struct SharedJobOutput<'a> {
     capacity: &'a str,
     /// The exact `sbatch` argv (program first), once for the job.
     sbatch: &'a [String],
+    /// For a pool (issue 37): its models in run order and its place among its engine's pools.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pool: Option<PoolOutput<'a>>,
+}
+
+/// What a pool adds to a shared job in `plan --json`.
+#[derive(Serialize)]
+struct PoolOutput<'a> {
+    /// `<group dir>/pool.json`.
+    pool_spec: std::path::PathBuf,
+    /// 1-based place among the pools of one engine configuration, and their number.
+    order: usize,
+    of: usize,
+    /// In run order: each model, its checkpoint dir and its legs' run tags.
+    members: Vec<PoolMemberOutput<'a>>,
+}
+
+#[derive(Serialize)]
+struct PoolMemberOutput<'a> {
+    model: &'a str,
+    weights: &'a std::path::Path,
+    legs: Vec<&'a str>,
 }
 
 impl<'a> SharedJobOutput<'a> {
@@ -895,6 +955,21 @@ impl<'a> SharedJobOutput<'a> {
             time_basis: &group.time_basis,
             capacity: &group.capacity,
             sbatch: &group.sbatch,
+            pool: group.pool.as_ref().map(|pool| PoolOutput {
+                pool_spec: group.group_dir.join(launch_spec::pool::POOL_SPEC_FILE),
+                order: pool.order.0,
+                of: pool.order.1,
+                members: pool
+                    .members
+                    .iter()
+                    .zip(&pool.doc.members)
+                    .map(|((model, legs), doc)| PoolMemberOutput {
+                        model,
+                        weights: &doc.weights.path,
+                        legs: legs.iter().map(|&i| plan.jobs[i].run_tag.as_str()).collect(),
+                    })
+                    .collect(),
+            }),
         }
     }
 }
@@ -902,14 +977,14 @@ impl<'a> SharedJobOutput<'a> {
 /// A pair's allocation, when it is not the default per-leg.
 #[derive(Serialize)]
 struct AllocationOutput<'a> {
-    /// `shared` or `per-leg`.
+    /// `shared`, `pool` or `per-leg`.
     mode: &'static str,
     /// What chose it: `--allocation`, `preset`, `profile`.
     source: &'static str,
-    /// The group tag of the shared job it is a leg of.
+    /// The group tag of the shared job or pool it is a leg of.
     #[serde(skip_serializing_if = "Option::is_none")]
     shared_job: Option<&'a str>,
-    /// Why a `shared` leg still has a job of its own.
+    /// Why a `shared` leg still has a job of its own, or a `pool` leg is planned apart.
     #[serde(skip_serializing_if = "Option::is_none")]
     note: Option<&'a str>,
 }

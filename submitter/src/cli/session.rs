@@ -201,8 +201,9 @@ pub(crate) struct Selection {
     /// Resubmit finished pairs whose config (timeout multiplier, overrides) differs from now.
     #[arg(long)]
     pub config_aware: bool,
-    /// `shared`: each model's legs in one Slurm job, one engine serving them all; `per-leg`: a job
-    /// per leg. Wins over the presets' and the profile's `allocation` (default per-leg).
+    /// `shared`: each model's legs in one Slurm job, one engine serving them all; `pool`: fine-tunes
+    /// of one architecture in one job, the engine swapping each model's weights in (issue 37);
+    /// `per-leg`: a job per leg. Wins over the presets' and the profile's `allocation` (default per-leg).
     #[arg(long, value_enum, value_name = "MODE")]
     pub allocation: Option<crate::config::Allocation>,
     #[command(flatten)]
