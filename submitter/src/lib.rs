@@ -29,6 +29,7 @@ pub mod stage;
 pub mod stats;
 pub mod sync;
 pub mod team;
+pub mod term;
 pub mod text;
 pub mod verify;
 
