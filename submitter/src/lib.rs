@@ -14,6 +14,7 @@ pub mod node_binary;
 pub mod notify;
 pub mod observe;
 pub mod output;
+pub mod plan_text;
 pub mod planner;
 pub mod preflight;
 pub mod queue;

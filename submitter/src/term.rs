@@ -76,6 +76,34 @@ impl Terminal {
         Rows { table, right: Vec::new(), fitted: self.width.is_some() }
     }
 
+    /// `text` (lines outside a table: notes, problems) fitted to a terminal's width: a longer line
+    /// is broken at spaces, its continuations indented; in a pipe it is left as it is. Written here
+    /// rather than with a wrapping crate: greedy breaking at spaces is all these lines need.
+    pub fn fit(&self, text: &str) -> String {
+        let Some(width) = self.width.map(usize::from) else { return text.to_string() };
+        const INDENT: &str = "          ";
+        let mut out = String::with_capacity(text.len());
+        for line in text.split_inclusive('\n') {
+            let (body, end) = line.strip_suffix('\n').map_or((line, ""), |b| (b, "\n"));
+            let mut used = 0;
+            for (index, word) in body.split(' ').enumerate() {
+                let length = word.chars().count();
+                if index > 0 && used + 1 + length > width && used > INDENT.len() {
+                    out.push('\n');
+                    out.push_str(INDENT);
+                    used = INDENT.len();
+                } else if index > 0 {
+                    out.push(' ');
+                    used += 1;
+                }
+                out.push_str(word);
+                used += length;
+            }
+            out.push_str(end);
+        }
+        out
+    }
+
     /// `text` in `style` on a colour terminal, else as it is.
     pub fn paint(&self, text: &str, style: Style) -> String {
         if !self.color {
@@ -240,6 +268,16 @@ mod tests {
         assert!(text.lines().nth(1).is_some_and(|l| l.contains('─')), "header underlined: {text}");
         assert!(text.contains("submit") && text.contains("skip"), "{text}");
         assert!(text.lines().count() > 4, "long cells wrap: {text}");
+    }
+
+    #[test]
+    fn lines_outside_tables_fit_the_terminal() {
+        let note = "ranked on tb2; dev_set_v2 is partial-credit: mean only, never ranked\nshort\n";
+        assert_eq!(Terminal::pipe().fit(note), note);
+        let fitted = Terminal::fixed(30).fit(note);
+        assert!(fitted.lines().all(|l| l.chars().count() <= 30), "{fitted}");
+        assert_eq!(fitted.split_whitespace().collect::<Vec<_>>(), note.split_whitespace().collect::<Vec<_>>());
+        assert!(fitted.ends_with("\nshort\n") && fitted.lines().nth(1).unwrap().starts_with("          "), "{fitted}");
     }
 
     #[test]

@@ -16,6 +16,7 @@ use submitter::executor::{Executor, Submitted};
 use submitter::ledger::{AttemptStatus, now};
 use submitter::notify::{self, Event, Notifier, NotifyState, Tidings};
 use submitter::output::{self, ExitStatus, FormatArgs};
+use submitter::plan_text;
 use submitter::planner::{self, Executables, Plan, PlanInputs, PlannedJob, SharedJob};
 use submitter::preflight;
 use submitter::settings::{ResolvedSettings, Source};
@@ -23,6 +24,7 @@ use submitter::slurm::Slurm;
 use submitter::snapshot::Snapshot;
 use submitter::sync::{self, Change, SyncReport};
 use submitter::team::mirror::{Mirror, WriteBounds};
+use submitter::term::{Style, Terminal, group_problems, problem_lines};
 
 use super::session::{LedgerArgs, Selection, Session};
 use super::team::{TeamLink, TeamView, TeamViewOutput};
@@ -37,6 +39,9 @@ pub struct PlanArgs {
     /// for when it is down and you accept duplicates of what the team ran meanwhile.
     #[arg(long)]
     offline_ledger: bool,
+    /// Each pair's settings (with where each came from) and readiness budget, under the table.
+    #[arg(short, long)]
+    verbose: bool,
     /// `--format json`: a versioned document (docs/design.md §11).
     #[command(flatten)]
     format: FormatArgs,
@@ -313,98 +318,6 @@ fn snapshot_and_plan(session: &Session, selection: &Selection, executables: &Exe
     Ok(planner::plan(&inputs, &snapshot))
 }
 
-fn flag_lines(planned: &[PlannedJob]) -> String {
-    planned
-        .iter()
-        .filter_map(|job| job.flag.as_ref().map(|flag| format!("flagged   {} {}: {flag}\n", job.model, job.benchmark)))
-        .collect()
-}
-
-/// The changes remediation makes to pairs' launches (their ledger adjustments).
-fn remedy_lines(planned: &[PlannedJob]) -> String {
-    planned
-        .iter()
-        .filter_map(|job| job.remedy.as_ref().map(|r| format!("remedied  {} {}: {r}\n", job.model, job.benchmark)))
-        .collect()
-}
-
-/// The shared jobs of a plan (which pairs share a job, its time, its capacity, its argv once) and
-/// the `shared` legs that still get a job of their own, and why.
-fn shared_lines(plan: &Plan) -> String {
-    let mut out = String::new();
-    for group in &plan.shared {
-        let legs: Vec<&PlannedJob> = group.legs.iter().map(|&i| &plan.jobs[i]).collect();
-        let names: Vec<&str> = legs.iter().map(|j| j.benchmark.as_str()).collect();
-        let source = legs.first().map_or("default", |j| allocation_source(&j.settings.allocation.source));
-        out += &format!(
-            "shared    {} {}: {} legs in one job, one engine (allocation shared, from {source}): {}\n",
-            group.group_tag,
-            group.model,
-            legs.len(),
-            names.join(", ")
-        );
-        out += &format!("          time {} = {}\n", group.time, group.time_basis);
-        out += &format!("          capacity: {}\n", group.capacity);
-        out += &format!("          {}\n", shell_words::join(&group.sbatch));
-    }
-    for job in &plan.jobs {
-        if let Some(note) = &job.allocation_note {
-            out += &format!("own job   {} {}: allocation shared, but {note}\n", job.model, job.benchmark);
-        }
-    }
-    out
-}
-
-fn plan_table(plan: &Plan, team: Option<&TeamView>) -> String {
-    let planned = &plan.jobs;
-    let mut out = String::new();
-    for job in planned {
-        let why = match (&job.blocked, &job.evidence) {
-            (
-                Some(planner::Blocked::Refused(why) | planner::Blocked::Throttled(why) | planner::Blocked::Held(why)),
-                _,
-            ) => why.clone(),
-            (None, Some(evidence)) => format!("{}; evidence: {}", job.reason, evidence.describe()),
-            (None, None) => job.reason.clone(),
-        };
-        out += &format!(
-            "{:<9} {:<48} {:<34} {}x{} {:>5.1}x  {}\n",
-            job.label(),
-            job.model,
-            job.benchmark,
-            job.resources.tensor_parallel_size,
-            job.resources.data_parallel_size,
-            job.timeout_multiplier,
-            why
-        );
-    }
-    for job in planned {
-        out += &format!("settings  {} {}: {}\n", job.model, job.benchmark, job.settings.lines().join("; "));
-    }
-    for job in planned {
-        if let Some(spec) = &job.spec {
-            out += &format!("ready     {} {}: {}\n", job.model, job.benchmark, spec.serve.readiness_line());
-        }
-    }
-    out += &flag_lines(planned);
-    out += &remedy_lines(planned);
-    out += &shared_lines(plan);
-    let tunnels: std::collections::BTreeSet<(&str, &str)> =
-        planned.iter().map(|j| (j.preset.as_str(), j.tunnel.as_str())).collect();
-    for (preset, tunnel) in tunnels {
-        out += &format!("tunnel    {preset}: {tunnel}\n");
-    }
-    out += &team.map(TeamView::line).unwrap_or_default();
-    let count = |label: &str| planned.iter().filter(|j| j.label() == label).count();
-    out += &format!("{} submit, {} resubmit, {} skip", count("submit"), count("resubmit"), count("skip"));
-    for label in ["continue", "refused", "throttled", "held"] {
-        if count(label) > 0 {
-            out += &format!(", {} {label}", count(label));
-        }
-    }
-    out + "\n"
-}
-
 pub(crate) fn plan_command(args: &PlanArgs) -> Result<ExitCode> {
     args.selection.check()?;
     let session = Session::open_existing(&args.ledger)?;
@@ -421,7 +334,8 @@ pub(crate) fn plan_command(args: &PlanArgs) -> Result<ExitCode> {
             },
         )
     } else {
-        plan_table(&plan, team.as_ref())
+        let team = team.as_ref().map(TeamView::line).unwrap_or_default();
+        plan_text::plan_text(&plan, &Terminal::stdout(), args.verbose, &team)
     })?;
     Ok(ExitCode::SUCCESS)
 }
@@ -530,24 +444,29 @@ fn render_iteration(
             _ => output::document("launch", &doc),
         };
     }
+    let terminal = Terminal::stdout();
     let mut out = team.map(TeamView::line).unwrap_or_default();
     out += &sync_text(report);
-    for s in submitted {
-        out += &format!(
-            "{:<48} {:<34} {}{}\n",
-            s.model,
-            s.benchmark,
-            s.outcome,
-            s.job_id.as_ref().map(|j| format!(" job {j}")).unwrap_or_default()
-        );
+    let (failures, done): (Vec<&Submitted>, Vec<&Submitted>) = submitted.iter().partition(|s| s.failed());
+    if !done.is_empty() || !elsewhere.is_empty() {
+        let mut table = terminal.table(["model", "benchmark", "outcome"]);
+        for s in &done {
+            let job = s.job_id.as_ref().map(|j| format!(" job {j}")).unwrap_or_default();
+            table.row([s.model.clone(), s.benchmark.clone(), format!("{}{job}", s.outcome)]);
+        }
+        for job in &elsewhere {
+            table.row([job.model.to_string(), job.benchmark.clone(), format!("skipped: {}", job.reason)]);
+        }
+        out += &table.render();
+    }
+    for s in &done {
         if let Some(argv) = &s.sbatch {
-            out += &format!("    {}\n", shell_words::join(argv));
+            out += &format!("sbatch    {} {}: {}\n", s.model, s.benchmark, shell_words::join(argv));
         }
     }
-    for job in &elsewhere {
-        out += &format!("{:<48} {:<34} skipped: {}\n", job.model, job.benchmark, job.reason);
-    }
-    out += &flag_lines(planned);
+    let failures = group_problems(failures.iter().map(|s| (format!("{} {}", s.model, s.benchmark), s.outcome.clone())));
+    out += &problem_lines(&terminal, "failed", &failures, Style::Problem);
+    out += &plan_text::flag_lines(&terminal, planned);
     out += &format!(
         "{} submitted, {} skipped by dedup{}\n",
         submitted.iter().filter(|s| s.job_id.is_some()).count(),
@@ -977,17 +896,6 @@ struct PlannedJobOutput<'a> {
     allocation: Option<AllocationOutput<'a>>,
 }
 
-/// `allocation.source` as the contract has it since issue 24 (`--allocation`, `preset`,
-/// `profile`); `settings.allocation` names the preset or profile too.
-fn allocation_source(source: &Source) -> &'static str {
-    match source {
-        Source::Cli => "--allocation",
-        Source::Preset(_) => "preset",
-        Source::Profile(_) => "profile",
-        _ => "default",
-    }
-}
-
 impl<'a> From<&'a PlannedJob> for PlannedJobOutput<'a> {
     fn from(job: &'a PlannedJob) -> Self {
         PlannedJobOutput {
@@ -1048,7 +956,7 @@ impl<'a> From<&'a PlannedJob> for PlannedJobOutput<'a> {
             settings: &job.settings,
             allocation: (job.settings.allocation.source != Source::Default).then(|| AllocationOutput {
                 mode: job.settings.allocation.value.as_str(),
-                source: allocation_source(&job.settings.allocation.source),
+                source: plan_text::allocation_source(&job.settings.allocation.source),
                 shared_job: job.shared_job.as_deref(),
                 note: job.allocation_note.as_deref(),
             }),

@@ -30,6 +30,7 @@ mod readiness;
 mod real_harbor_launch;
 mod registry;
 mod remediation;
+mod scale;
 mod shared_alloc;
 mod site;
 mod site_facts;
