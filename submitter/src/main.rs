@@ -87,6 +87,12 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+    /// Write the man pages (`submitter.1`, `submitter-plan.1`, …) into DIR (scripts/release).
+    #[command(hide = true)]
+    Man {
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -128,6 +134,13 @@ fn main() -> ExitCode {
             use clap::CommandFactory;
             clap_complete::generate(shell, &mut Cli::command(), "submitter", &mut std::io::stdout());
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Man { out } => {
+            use anyhow::Context;
+            use clap::CommandFactory;
+            clap_mangen::generate_to(Cli::command(), &out)
+                .with_context(|| format!("writing the man pages into {}", out.display()))
+                .map(|()| ExitCode::SUCCESS)
         }
     };
     match result {

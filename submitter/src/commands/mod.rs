@@ -31,6 +31,7 @@ pub(crate) fn init_logging() {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(launch_spec::logging::stderr_colour())
         .with_target(false)
         .without_time()
         .init();

@@ -173,7 +173,12 @@ fn consult_team(session: &Session, team: Option<&TeamLink>, offline: bool, faile
             })?;
             Ok(Some(TeamView::Folded(report)))
         }
-        None if offline && session.cluster.team.is_some() => Ok(Some(TeamView::Offline)),
+        None if offline && session.cluster.team.is_some() => {
+            // A first plan offline on a team profile would plan everything the team ran: say so.
+            let pairs = session.ledger.latest_per_pair().context("reading the ledger")?;
+            let never_imported = !pairs.iter().any(|p| p.latest.source_id.is_some());
+            Ok(Some(TeamView::Offline { never_imported }))
+        }
         None => Ok(None),
     }
 }
