@@ -2,6 +2,7 @@
 //! `main.rs` only wires commands; everything reusable lives here.
 
 pub mod cancel;
+pub mod cli;
 pub mod config;
 pub mod decide;
 pub mod domain;

@@ -5,15 +5,15 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use crate::verify::charts;
+use crate::verify::check::{Facts, RunCheck, TrialScan};
+use crate::verify::results::{Audit, BenchKind, Cell, Matrix, Provenance};
+use crate::verify::rules::RunState;
+use crate::verify::team::{self, ClusterSummary, RecentResult, TeamJob, TeamView};
+use crate::verify::verdict::{JobVerdict, Rate, StatusRow};
+use crate::verify::{Finding, Level};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use submitter::verify::charts;
-use submitter::verify::check::{Facts, RunCheck, TrialScan};
-use submitter::verify::results::{Audit, BenchKind, Cell, Matrix, Provenance};
-use submitter::verify::rules::RunState;
-use submitter::verify::team::{self, ClusterSummary, RecentResult, TeamJob, TeamView};
-use submitter::verify::verdict::{JobVerdict, Rate, StatusRow};
-use submitter::verify::{Finding, Level};
 
 use super::queueing::ContinuationOutput;
 
@@ -578,7 +578,7 @@ pub(crate) struct ResultsOutput<'a> {
     ranks: &'a BTreeMap<String, usize>,
     /// What every attempt with a GPU-seconds record spent (finished or not): total, per
     /// benchmark, per model, by phase (docs/submitter.md "GPU-hours").
-    gpu_hours: &'a submitter::gpuhours::GpuTotals,
+    gpu_hours: &'a crate::gpuhours::GpuTotals,
 }
 
 impl<'a> From<&'a Matrix> for ResultsOutput<'a> {
@@ -633,12 +633,12 @@ struct CellOutput<'a> {
     /// GPU-hours of this result: its attempt and the walltime continuations before it (`null`
     /// when none recorded GPU time), by phase in GPU-seconds, and the attempts counted.
     gpu_hours: Option<f64>,
-    gpu_seconds_by_phase: Option<&'a submitter::gpuhours::PhaseSeconds>,
+    gpu_seconds_by_phase: Option<&'a crate::gpuhours::PhaseSeconds>,
     gpu_attempts: Option<&'a [i64]>,
     /// From the result's per-trial facts (docs/results.md): `harbor_version`, `estimates` (both
     /// means, labelled, with `clustered_se` and `interval`), `attempts_per_task`, `pass_at_k`;
     /// `null` without them.
-    trials: Option<&'a submitter::verify::results::TrialStatistics>,
+    trials: Option<&'a crate::verify::results::TrialStatistics>,
 }
 
 /// What a result ran under; `null` where the attempt does not record it (older rows, imports).

@@ -4,16 +4,16 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::config::lists;
+use crate::output::{self, FormatArgs};
 use anyhow::{Context, Result};
 use chrono::SecondsFormat;
 use serde::Serialize;
-use submitter::config::lists;
-use submitter::output::{self, FormatArgs};
 
 use super::session::{LedgerArgs, Session};
 
 #[derive(clap::Subcommand)]
-pub enum ModelsCommand {
+pub(crate) enum ModelsCommand {
     /// Register model ids in the catalogue (idempotent).
     Add {
         #[command(flatten)]
@@ -41,7 +41,7 @@ pub enum ModelsCommand {
 }
 
 #[derive(clap::Args)]
-pub struct UnevaluatedArgs {
+pub(crate) struct UnevaluatedArgs {
     #[command(flatten)]
     ledger: LedgerArgs,
     /// Benchmark (or family name): its whole family counts, as in dedup.
@@ -65,7 +65,7 @@ pub(crate) fn models(command: &ModelsCommand) -> Result<ExitCode> {
             // The ids every other command accepts, checked before the ledger is opened: no escape
             // sequence, newline or control character is ever stored (issue 21).
             let check = |id: &String| {
-                submitter::config::args::model(id).map_err(|problem| anyhow::anyhow!("models add: {problem}"))
+                crate::config::args::model(id).map_err(|problem| anyhow::anyhow!("models add: {problem}"))
             };
             let ids = models.iter().map(check).collect::<Result<Vec<_>>>()?;
             let base = base.as_ref().map(check).transpose()?;
@@ -106,7 +106,7 @@ pub(crate) fn models(command: &ModelsCommand) -> Result<ExitCode> {
             } else {
                 // Cells are escaped by the table: a ledger written by an older submitter (or by
                 // hand) may hold control characters, which must not reach the terminal raw.
-                let mut table = submitter::term::Terminal::stdout().table(["model", "size", "registered", "base"]);
+                let mut table = crate::term::Terminal::stdout().table(["model", "size", "registered", "base"]);
                 for m in &models {
                     table.row([
                         m.id.as_str(),
@@ -130,7 +130,7 @@ pub(crate) fn unevaluated(args: &UnevaluatedArgs) -> Result<ExitCode> {
     let models = session.ledger.unevaluated(&family, args.size.as_deref())?;
     let mut text = format!("# {} model(s) with no finished attempt in benchmark family {family}\n", models.len());
     for model in &models {
-        text += &submitter::text::printable(model);
+        text += &crate::text::printable(model);
         text.push('\n');
     }
     if let Some(path) = &args.output {

@@ -1,16 +1,16 @@
 //! `submitter remediate [--dry-run]` and `submitter release`, and the one remediation pass that
 //! `launch` (each iteration, so the listener too) and `status --watch` run
-//! (docs/verification.md "Remediation"; the deciding code is `submitter::remediate`).
+//! (docs/verification.md "Remediation"; the deciding code is `crate::remediate`).
 
 use std::process::ExitCode;
 
+use crate::output::{self, FormatArgs};
+use crate::remediate::{self, Decision};
+use crate::verify::status::{self as vstatus, Collect};
+use crate::verify::verdict::StatusRow;
 use anyhow::{Context, Result, bail};
 use chrono::Utc;
 use serde::Serialize;
-use submitter::output::{self, FormatArgs};
-use submitter::remediate::{self, Decision};
-use submitter::verify::status::{self as vstatus, Collect};
-use submitter::verify::verdict::StatusRow;
 
 use super::session::{LedgerArgs, Session};
 
@@ -18,7 +18,7 @@ use super::session::{LedgerArgs, Session};
 const ENDED_WITHIN_H: u64 = 24;
 
 #[derive(clap::Args)]
-pub struct RemediateArgs {
+pub(crate) struct RemediateArgs {
     #[command(flatten)]
     ledger: LedgerArgs,
     /// Print the decisions and change nothing: no scancel, no ledger write.
@@ -30,7 +30,7 @@ pub struct RemediateArgs {
 }
 
 #[derive(clap::Args)]
-pub struct ReleaseArgs {
+pub(crate) struct ReleaseArgs {
     #[command(flatten)]
     ledger: LedgerArgs,
     #[arg(long, value_name = "M")]
@@ -44,7 +44,7 @@ pub struct ReleaseArgs {
 }
 
 #[derive(clap::Args)]
-pub struct HoldArgs {
+pub(crate) struct HoldArgs {
     #[command(flatten)]
     ledger: LedgerArgs,
     #[arg(long, value_name = "M")]
@@ -160,7 +160,7 @@ pub(crate) fn annotate(session: &Session, rows: &mut [StatusRow]) -> Result<()> 
     if records.is_empty() {
         return Ok(());
     }
-    let states = submitter::ledger::fold_remediations(&records);
+    let states = crate::ledger::fold_remediations(&records);
     let now = Utc::now();
     for row in rows.iter_mut() {
         let mut parts: Vec<String> = records
@@ -184,7 +184,7 @@ pub(crate) fn annotate(session: &Session, rows: &mut [StatusRow]) -> Result<()> 
                 "launched after the retry of attempt {} ({}): {}",
                 retry.attempt.map_or(0, |a| a.0),
                 retry.finding,
-                submitter::spec_build::describe_adjustment(&state.expect("checked").adjustment)
+                crate::spec_build::describe_adjustment(&state.expect("checked").adjustment)
             ));
         }
         if let Some(hold) = state.and_then(|s| s.held.as_ref()).filter(|h| h.attempt.map(|a| a.0) != Some(row.attempt))
@@ -230,7 +230,7 @@ pub(crate) fn remediate_command(args: &RemediateArgs) -> Result<ExitCode> {
 
 /// `submitter hold`: the counterpart of `release` — the pair is not submitted again until released.
 pub(crate) fn hold_command(args: &HoldArgs) -> Result<ExitCode> {
-    let model = submitter::config::args::model(&args.model).map_err(|e| anyhow::anyhow!("--model: {e}"))?;
+    let model = crate::config::args::model(&args.model).map_err(|e| anyhow::anyhow!("--model: {e}"))?;
     let session = Session::open(&args.ledger)?;
     let family = session.benchmark_family(&args.benchmark)?;
     let agent = match &args.agent {
@@ -241,7 +241,7 @@ pub(crate) fn hold_command(args: &HoldArgs) -> Result<ExitCode> {
                 pairs.into_iter().filter(|p| p.model == *model && p.family == family).map(|p| p.agent).collect();
             agents.dedup();
             match agents.len() {
-                0 => submitter::config::preset::DEFAULT_AGENT.to_string(),
+                0 => crate::config::preset::DEFAULT_AGENT.to_string(),
                 1 => agents.remove(0),
                 _ => bail!(
                     "{model} on {} ran under several agents ({}): say --agent A",

@@ -3,16 +3,16 @@
 
 use std::process::ExitCode;
 
+use crate::output::{self, ExitStatus, FormatArgs};
+use crate::preflight::{self, Site, SlurmQueries};
+use crate::slurm::SlurmCli;
+use crate::stage::Stager;
 use anyhow::Result;
-use submitter::output::{self, ExitStatus, FormatArgs};
-use submitter::preflight::{self, Site, SlurmQueries};
-use submitter::slurm::SlurmCli;
-use submitter::stage::Stager;
 
 use super::spec::SpecArgs;
 
 #[derive(clap::Args)]
-pub struct PreflightArgs {
+pub(crate) struct PreflightArgs {
     #[command(flatten)]
     spec: SpecArgs,
     /// Also stage what the job needs (the model into the profile's cache, the dataset into its
@@ -55,7 +55,7 @@ pub(crate) fn preflight(args: &PreflightArgs) -> Result<ExitCode> {
     let payload = super::payload_binary(&context, &loaded.cluster, &loaded.root)?;
     let site = Site::here(&loaded.root, &queries).with_payload(payload);
     // The spec was built: the dataset is the preset's.
-    let dataset = submitter::settings::dataset(args.spec.dataset.as_deref(), &loaded.preset)
+    let dataset = crate::settings::dataset(args.spec.dataset.as_deref(), &loaded.preset)
         .map_or_else(|(asked, _)| asked, |d| d.value);
     if args.stage {
         let stager = Stager::new(&context);
@@ -64,12 +64,12 @@ pub(crate) fn preflight(args: &PreflightArgs) -> Result<ExitCode> {
     }
     // The Slurm settings as `launch` resolves them for this leg (command line > preset > profile),
     // capped at the partition's walltime limit.
-    let none = submitter::spec_build::SpecOverrides::default();
-    let choices = submitter::settings::Choices { spec: &none, slurm: &args.slurm.overrides(), allocation: None };
+    let none = crate::spec_build::SpecOverrides::default();
+    let choices = crate::settings::Choices { spec: &none, slurm: &args.slurm.overrides(), allocation: None };
     let mut settings = context.settings(&spec.model.hf_id, &loaded.preset, choices, None);
     let max_time = slurm.partition_max_time(&settings.partition.value).unwrap_or(None);
     if let Some((max_s, source)) =
-        submitter::settings::partition_limit(&loaded.cluster, &settings.partition.value, max_time.as_deref())
+        crate::settings::partition_limit(&loaded.cluster, &settings.partition.value, max_time.as_deref())
     {
         settings.cap_time(max_s, &source);
     }

@@ -6,31 +6,31 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::cancel::Stop;
+use crate::config::args::duration;
+use crate::decide::{Action, Policy, Prerequisite};
+use crate::domain::Continuation;
+use crate::executor::{Executor, Submitted};
+use crate::ledger::{AttemptStatus, now};
+use crate::notify::{self, Event, Notifier, NotifyState, Tidings};
+use crate::output::{self, ExitStatus, FormatArgs};
+use crate::plan_text;
+use crate::planner::{self, Executables, Plan, PlanInputs, PlannedJob, SharedJob};
+use crate::preflight;
+use crate::settings::{ResolvedSettings, Source};
+use crate::slurm::Slurm;
+use crate::snapshot::Snapshot;
+use crate::sync::{self, Change, SyncReport};
+use crate::team::mirror::{Mirror, WriteBounds};
+use crate::term::{Style, Terminal, group_problems, problem_lines};
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
-use submitter::cancel::Stop;
-use submitter::config::args::duration;
-use submitter::decide::{Action, Policy, Prerequisite};
-use submitter::domain::Continuation;
-use submitter::executor::{Executor, Submitted};
-use submitter::ledger::{AttemptStatus, now};
-use submitter::notify::{self, Event, Notifier, NotifyState, Tidings};
-use submitter::output::{self, ExitStatus, FormatArgs};
-use submitter::plan_text;
-use submitter::planner::{self, Executables, Plan, PlanInputs, PlannedJob, SharedJob};
-use submitter::preflight;
-use submitter::settings::{ResolvedSettings, Source};
-use submitter::slurm::Slurm;
-use submitter::snapshot::Snapshot;
-use submitter::sync::{self, Change, SyncReport};
-use submitter::team::mirror::{Mirror, WriteBounds};
-use submitter::term::{Style, Terminal, group_problems, problem_lines};
 
 use super::session::{LedgerArgs, Selection, Session};
 use super::team::{TeamLink, TeamView, TeamViewOutput};
 
 #[derive(clap::Args)]
-pub struct PlanArgs {
+pub(crate) struct PlanArgs {
     #[command(flatten)]
     ledger: LedgerArgs,
     #[command(flatten)]
@@ -48,7 +48,7 @@ pub struct PlanArgs {
 }
 
 #[derive(clap::Args)]
-pub struct LaunchArgs {
+pub(crate) struct LaunchArgs {
     #[command(flatten)]
     ledger: LedgerArgs,
     #[command(flatten)]
@@ -62,7 +62,7 @@ pub struct LaunchArgs {
     #[arg(long, requires = "interval")]
     watch: bool,
     /// Time between iterations (`30s`, `10m`, `1h`; at least 1s).
-    #[arg(long, value_parser = submitter::config::args::interval)]
+    #[arg(long, value_parser = crate::config::args::interval)]
     interval: Option<Duration>,
     /// Everything but the writes: sync is not run, no ledger row, no spec file, no sbatch; the
     /// plan, the specs, the sbatch argv and the preparation (staging, preflight) are all done.
@@ -91,19 +91,19 @@ pub struct LaunchArgs {
 }
 
 impl LaunchArgs {
-    pub fn ledger(&self) -> &LedgerArgs {
+    pub(crate) fn ledger(&self) -> &LedgerArgs {
         &self.ledger
     }
 
     /// Whether the iterations need the profile's team database URL: its history is folded in
     /// unless `--offline-ledger`, and a bare `--mirror` takes the URL from there.
-    pub fn uses_team_database(&self, session: &Session) -> bool {
+    pub(crate) fn uses_team_database(&self, session: &Session) -> bool {
         !self.offline_ledger && (session.cluster.team.is_some() || self.mirror.as_deref() == Some(""))
     }
 }
 
 #[derive(clap::Args)]
-pub struct SyncArgs {
+pub(crate) struct SyncArgs {
     #[command(flatten)]
     ledger: LedgerArgs,
     /// The staleness bound recorded with this submitter's heartbeat (default 1h).
@@ -133,7 +133,7 @@ fn open_mirror(flag: Option<&str>, session: &Session, team: Option<&TeamLink>) -
     Ok(Some(connect_mirror(&url, session).context("--mirror")?))
 }
 
-fn connect_mirror(url: &str, session: &Session) -> Result<Mirror, submitter::team::TeamError> {
+fn connect_mirror(url: &str, session: &Session) -> Result<Mirror, crate::team::TeamError> {
     let username = std::env::var("USER").unwrap_or_else(|_| "unknown".to_string());
     let bounds = session.cluster.team.as_ref().map(WriteBounds::of).unwrap_or_default();
     Mirror::connect(url, &username, session.ledger.location(), bounds)
@@ -222,7 +222,7 @@ impl AttemptSelection {
 
     /// Selected: by its job id, or by its model — every model when neither jobs nor models are
     /// named — narrowed by `--benchmark` (`families`, from [`AttemptSelection::families`]).
-    fn selects(&self, families: &[String], attempt: &submitter::ledger::Attempt) -> bool {
+    fn selects(&self, families: &[String], attempt: &crate::ledger::Attempt) -> bool {
         let by_job = attempt.slurm_job_id.as_ref().is_some_and(|j| self.jobs.contains(j));
         let model = if self.models.is_empty() { self.jobs.is_empty() } else { self.models.contains(&attempt.model) };
         let benchmark = families.is_empty() || families.contains(&attempt.benchmark_family);
@@ -231,7 +231,7 @@ impl AttemptSelection {
 }
 
 #[derive(clap::Args)]
-pub struct CancelArgs {
+pub(crate) struct CancelArgs {
     #[command(flatten)]
     ledger: LedgerArgs,
     #[command(flatten)]
@@ -242,7 +242,7 @@ pub struct CancelArgs {
 }
 
 #[derive(clap::Args)]
-pub struct MoveArgs {
+pub(crate) struct MoveArgs {
     #[command(flatten)]
     ledger: LedgerArgs,
     /// The reservation to put the pending jobs on.
@@ -272,7 +272,7 @@ fn executables(session: &Session, must_exist: bool) -> Result<Executables> {
     let script = session.root.join(&session.cluster.slurm.script);
     let prelude = session.cluster.slurm.prelude.as_ref().map(|p| session.root.join(p));
     if must_exist {
-        submitter::node_binary::check_file(&binary, &session.cluster).map_err(anyhow::Error::msg)?;
+        crate::node_binary::check_file(&binary, &session.cluster).map_err(anyhow::Error::msg)?;
         if !script.is_file() {
             bail!("batch script {} not found (clusters/{}.yaml slurm.script)", script.display(), session.cluster.name);
         }
@@ -304,7 +304,7 @@ fn snapshot_and_plan(session: &Session, selection: &Selection, executables: &Exe
             asked.borrow_mut().push((partition.to_string(), limit.clone()));
             limit
         });
-        submitter::settings::partition_limit(&session.cluster, partition, limit.as_deref())
+        crate::settings::partition_limit(&session.cluster, partition, limit.as_deref())
     };
     let inputs = PlanInputs {
         context: &session.context(),
@@ -378,8 +378,7 @@ fn iterate(
     let planned = &plan.jobs;
     // Staging and preflight (docs/site.md): each model once per iteration, before any ledger row.
     let context = session.context();
-    let stager =
-        if args.dry_run { submitter::stage::Stager::dry(&context) } else { submitter::stage::Stager::new(&context) };
+    let stager = if args.dry_run { crate::stage::Stager::dry(&context) } else { crate::stage::Stager::new(&context) };
     let queries = preflight::SlurmQueries(&session.slurm);
     let payload = super::payload_binary(&context, &session.cluster, &session.root)?;
     let site = preflight::Site::here(&session.root, &queries).with_payload(payload);
@@ -427,7 +426,7 @@ fn render_iteration(
     planned: &[PlannedJob],
     submitted: &[Submitted],
     failed: usize,
-    remediation: &[submitter::remediate::Decision],
+    remediation: &[crate::remediate::Decision],
     format: IterationFormat,
     team: Option<&TeamView>,
 ) -> String {
@@ -620,7 +619,7 @@ pub(crate) fn sync_command(args: &SyncArgs) -> Result<ExitCode> {
 
 /// `--job`: a Slurm job id, kept as the text the ledger stores (`-1`, `0`, `12a` are refused).
 fn job_id(text: &str) -> std::result::Result<String, String> {
-    match text.trim().parse::<submitter::slurm::JobId>() {
+    match text.trim().parse::<crate::slurm::JobId>() {
         Ok(id) if id.0 > 0 => Ok(id.to_string()),
         _ => Err(format!("`{text}` is not a Slurm job id (a positive number)")),
     }
@@ -636,14 +635,14 @@ pub(crate) fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
     let active: Vec<_> = session.ledger.active()?.into_iter().filter(|a| a.cluster == session.cluster.name).collect();
     let selected: Vec<_> = active.iter().filter(|a| args.selection.selects(&families, a)).cloned().collect();
     // A leg whose run dir holds its outcome has ended: it no longer keeps a shared job running.
-    let running = |a: &submitter::ledger::Attempt| {
+    let running = |a: &crate::ledger::Attempt| {
         let status = sync::run_dir_of(a).as_deref().and_then(sync::read_status).filter(|s| sync::belongs_to(s, a));
         status.is_none_or(|s| s.outcome.is_none())
     };
     let user = std::env::var("USER").unwrap_or_else(|_| "unknown".to_string());
     let mut scancelled: Vec<String> = Vec::new();
     let mut cancelled = Vec::new();
-    for (id, stop) in submitter::cancel::decide(&selected, &active, &running) {
+    for (id, stop) in crate::cancel::decide(&selected, &active, &running) {
         let Some(attempt) = selected.iter().find(|a| a.id == id) else { continue };
         let (reason, leg_only) = match &stop {
             Stop::Job(job) => {
@@ -657,7 +656,7 @@ pub(crate) fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
                 (format!("this leg only (shared job {job} goes on with {others} other leg(s))"), true)
             }
             Stop::Leg { job, run_dir, others } => {
-                let path = submitter::cancel::request_leg_stop(run_dir, id, &user)
+                let path = crate::cancel::request_leg_stop(run_dir, id, &user)
                     .with_context(|| format!("writing the cancel request into {}", run_dir.display()))?;
                 let reason = format!(
                     "cancelled by operator: this leg only ({} written; shared job {job} goes on with {others} other leg(s))",
@@ -706,7 +705,7 @@ pub(crate) fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
 /// others are named and left alone (a running job cannot change reservation). Exit 1 when Slurm
 /// refused one (an unknown reservation, a user it does not admit).
 pub(crate) fn move_command(args: &MoveArgs) -> Result<ExitCode> {
-    submitter::slurm::check_reservation_name(&args.reservation).context("--reservation")?;
+    crate::slurm::check_reservation_name(&args.reservation).context("--reservation")?;
     let session = Session::open(&args.ledger)?;
     let families = args.selection.families(&session)?;
     let dry_run = args.selection.dry_run;
@@ -717,7 +716,7 @@ pub(crate) fn move_command(args: &MoveArgs) -> Result<ExitCode> {
         .filter(|a| a.cluster == session.cluster.name)
         .filter(|a| args.selection.selects(&families, a))
         .filter_map(|a| {
-            let id: submitter::slurm::JobId = a.slurm_job_id.as_deref()?.parse().ok()?;
+            let id: crate::slurm::JobId = a.slurm_job_id.as_deref()?.parse().ok()?;
             Some((a, id))
         })
         .collect();
@@ -727,22 +726,20 @@ pub(crate) fn move_command(args: &MoveArgs) -> Result<ExitCode> {
     for (attempt, id) in &selected {
         let what = format!("job {id} (attempt {}, {} on {})", attempt.id.0, attempt.model, attempt.benchmark);
         let line = match states.iter().find(|job| job.id == *id).map(|job| &job.state) {
-            Some(submitter::slurm::JobState::Pending) if dry_run => {
+            Some(crate::slurm::JobState::Pending) if dry_run => {
                 moved += 1;
                 format!("would move {what} onto reservation {}\n", args.reservation)
             }
-            Some(submitter::slurm::JobState::Pending) => {
-                match session.slurm.move_to_reservation(*id, &args.reservation) {
-                    Ok(()) => {
-                        moved += 1;
-                        format!("moved {what} onto reservation {}\n", args.reservation)
-                    }
-                    Err(err) => {
-                        refused += 1;
-                        format!("not moved: {what}: {err}\n")
-                    }
+            Some(crate::slurm::JobState::Pending) => match session.slurm.move_to_reservation(*id, &args.reservation) {
+                Ok(()) => {
+                    moved += 1;
+                    format!("moved {what} onto reservation {}\n", args.reservation)
                 }
-            }
+                Err(err) => {
+                    refused += 1;
+                    format!("not moved: {what}: {err}\n")
+                }
+            },
             Some(state) => format!("left alone: {what} is {state}, not pending\n"),
             None => format!("left alone: {what} is no longer known to Slurm\n"),
         };
@@ -1050,7 +1047,7 @@ struct LaunchOutput<'a> {
     flagged: Vec<PlannedJobOutput<'a>>,
     /// What the remediation pass decided before the plan (docs/verification.md "Remediation").
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
-    remediation: &'a [submitter::remediate::Decision],
+    remediation: &'a [crate::remediate::Decision],
 }
 
 #[derive(Serialize)]

@@ -9,28 +9,28 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::config::ClusterProfile;
+use crate::config::cluster::ListenerSettings;
+use crate::slurm::{JobState, SbatchOptions, Slurm, SlurmCli, SubmitRequest};
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use serde::{Deserialize, Serialize};
-use submitter::config::ClusterProfile;
-use submitter::config::cluster::ListenerSettings;
-use submitter::slurm::{JobState, SbatchOptions, Slurm, SlurmCli, SubmitRequest};
 
 use super::session::{LedgerArgs, Session};
-use submitter::output::{self, FormatArgs};
+use crate::output::{self, FormatArgs};
 
 pub(crate) const STATE_FILE: &str = "listener.json";
 
 #[derive(clap::Subcommand)]
-pub enum ListenerCommand {
+pub(crate) enum ListenerCommand {
     /// Submit the listener job: every --interval it runs `launch --once` with the given arguments.
     Start {
         #[command(flatten)]
         ledger: LedgerArgs,
-        #[arg(long, value_parser = submitter::config::args::interval)]
+        #[arg(long, value_parser = crate::config::args::interval)]
         interval: Duration,
         /// Time limit of each listener job (default: the profile's `listener.time`).
-        #[arg(long, value_parser = submitter::config::args::slurm_time)]
+        #[arg(long, value_parser = crate::config::args::slurm_time)]
         time: Option<String>,
         /// `launch` selection arguments after `--`, e.g. `-- --preset tb2 --models-file list.txt`.
         #[arg(last = true, required = true)]
@@ -113,7 +113,7 @@ fn submit(slurm: &dyn Slurm, state: &ListenerState, state_file: &Path, begin: Op
             account: state.account.clone(),
             qos: state.qos.clone(),
             reservation: state.reservation.clone(),
-            time_limit: submitter::config::parse_slurm_time(&state.time).map(Duration::from_secs),
+            time_limit: crate::config::parse_slurm_time(&state.time).map(Duration::from_secs),
             cpus_per_task: Some(1),
             mem_mb: Some(state.mem_mb),
             output: Some(state.output.clone()),
@@ -201,7 +201,7 @@ fn listener_environment(cluster: &ClusterProfile, listener: &ListenerSettings) -
 }
 
 fn start(ledger: &LedgerArgs, interval: Duration, time: Option<&str>, launch_args: Vec<String>) -> Result<ExitCode> {
-    if ledger.store.ledger.as_deref().is_some_and(|l| submitter::ledger::redact_url(l) != l) {
+    if ledger.store.ledger.as_deref().is_some_and(|l| crate::ledger::redact_url(l) != l) {
         bail!("the listener job cannot carry a ledger password: put it in ~/.pgpass and pass the URL without it");
     }
     let session = Session::open(ledger)?;
@@ -292,14 +292,14 @@ fn team_database_reaches_the_job(session: &Session) -> Result<()> {
         bail!(
             "--mirror in a listener: the job never gets ${} — name the team database in clusters/{}.yaml \
              (`team: {{database_secret: NAME}}`) and put `NAME=postgresql://…` in your 0600 secrets file",
-            submitter::team::TEAM_DB_ENV,
+            crate::team::TEAM_DB_ENV,
             session.cluster.name
         );
     };
     super::team::TeamLink::from_secrets_file(session, settings).context(format!(
         "the listener job reads the team database URL from the secrets file (never ${}), or run it with \
          `-- … --offline-ledger`",
-        submitter::team::TEAM_DB_ENV
+        crate::team::TEAM_DB_ENV
     ))?;
     Ok(())
 }
@@ -308,11 +308,11 @@ fn parse_launch(args: &[String]) -> Result<super::queueing::LaunchArgs> {
     let mut argv = vec!["submitter".to_string(), "launch".to_string()];
     argv.extend(args.iter().cloned());
     argv.push("--once".to_string());
-    let cli = crate::Cli::try_parse_from(&argv).map_err(|e| {
+    let cli = super::Cli::try_parse_from(&argv).map_err(|e| {
         anyhow::anyhow!("the launch arguments do not parse: {}", e.to_string().lines().next().unwrap_or_default())
     })?;
     match cli.command {
-        crate::Command::Launch(args) => Ok(args),
+        super::Command::Launch(args) => Ok(args),
         _ => bail!("stored arguments are not a launch"),
     }
 }
@@ -389,7 +389,7 @@ fn stop(ledger: &LedgerArgs) -> Result<ExitCode> {
     match super::queueing::open_notifier(&session, false) {
         Ok(notifier) => {
             let user = std::env::var("USER").unwrap_or_else(|_| "unknown".to_string());
-            let event = submitter::notify::Event::ListenerTrouble { message: format!("{name} stopped by {user}") };
+            let event = crate::notify::Event::ListenerTrouble { message: format!("{name} stopped by {user}") };
             super::queueing::tell(&session, notifier.as_ref(), super::queueing::Told::Once(event));
         }
         Err(err) => tracing::warn!("notify: {err:#}"),
@@ -445,7 +445,7 @@ fn tick(state_file: &Path) -> Result<ExitCode> {
     // The profile is re-read every tick: one edited since `start` to stage without internet here is
     // refused with the reason rather than staging on a node that cannot.
     let dirs = args.ledger().dirs.resolve()?;
-    listener_settings(&submitter::config::load_cluster(
+    listener_settings(&crate::config::load_cluster(
         &dirs.clusters,
         &super::session::cluster_name(args.ledger().cluster.as_deref(), &dirs.clusters)?,
     )?)?;

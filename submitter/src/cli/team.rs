@@ -2,13 +2,13 @@
 
 use std::process::ExitCode;
 
+use crate::config::cluster::TeamSettings;
+use crate::ledger::redact_url;
+use crate::output::{self, FormatArgs};
+use crate::team::import::ImportReport;
+use crate::team::{TEAM_DB_ENV, import};
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
-use submitter::config::cluster::TeamSettings;
-use submitter::ledger::redact_url;
-use submitter::output::{self, FormatArgs};
-use submitter::team::import::ImportReport;
-use submitter::team::{TEAM_DB_ENV, import};
 
 use super::session::{LedgerArgs, Session};
 
@@ -36,13 +36,13 @@ impl TeamLink {
     /// The URL as the secrets file alone gives it (the listener job's view).
     pub(crate) fn from_secrets_file(session: &Session, settings: &TeamSettings) -> Result<String> {
         let file = session.context().secrets_file()?;
-        submitter::team::url_from_secrets(&file, &settings.database_secret)
+        crate::team::url_from_secrets(&file, &settings.database_secret)
             .with_context(|| format!("clusters/{}.yaml team", session.cluster.name))
     }
 
     /// Folds the team's rows that are new since the last fold-in into the ledger (`team::import`,
     /// incremental by its watermark), each statement bounded by `team.timeout_s`.
-    pub(crate) fn fold_in(&self, session: &Session) -> Result<ImportReport, submitter::team::TeamError> {
+    pub(crate) fn fold_in(&self, session: &Session) -> Result<ImportReport, crate::team::TeamError> {
         let bound = std::time::Duration::from_secs(self.settings.timeout_s);
         import::import(session.ledger.as_ref(), &self.url, false, Some(bound), self.settings.staleness())
     }
@@ -118,7 +118,7 @@ pub(crate) struct TeamViewOutput<'a> {
 }
 
 #[derive(clap::Args)]
-pub struct ImportArgs {
+pub(crate) struct ImportArgs {
     #[command(flatten)]
     ledger: LedgerArgs,
     /// The team's PostgreSQL (OT-Agent schema), `postgres://user@host:port/db?sslmode=require`.
@@ -135,7 +135,7 @@ pub struct ImportArgs {
 }
 
 #[derive(clap::Subcommand)]
-pub enum FamiliesCommand {
+pub(crate) enum FamiliesCommand {
     /// Count BENCHMARK toward FAMILY for dedup (its existing attempts move along).
     Add {
         #[command(flatten)]
@@ -194,8 +194,7 @@ pub(crate) fn import_command(args: &ImportArgs) -> Result<ExitCode> {
         bail!("--from {}: the team database is PostgreSQL — give a postgres:// URL", redact_url(&url));
     }
     // The profile's staleness where `--cluster` named one, the team's rule (6 h / 24 h) otherwise.
-    let stale =
-        link.as_ref().map_or_else(submitter::team::import::Staleness::default, |link| link.settings.staleness());
+    let stale = link.as_ref().map_or_else(crate::team::import::Staleness::default, |link| link.settings.staleness());
     let report = import::import(session.ledger.as_ref(), &url, args.full, None, stale).context("import")?;
     super::print(&if args.format.is_json() {
         output::document("import", &ImportOutput::from(&report))

@@ -3,19 +3,19 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::config::{self, lists};
+use crate::lint::{self, Severity};
+use crate::output::{self, FormatArgs};
+use crate::registry::{Overrides, Registry, Resolved, TimeoutSource};
 use anyhow::{Context, Result, bail};
 use launch_spec::ModelId;
 use launch_spec::layout::Layout;
 use serde::Serialize;
-use submitter::config::{self, lists};
-use submitter::lint::{self, Severity};
-use submitter::output::{self, FormatArgs};
-use submitter::registry::{Overrides, Registry, Resolved, TimeoutSource};
 
-use crate::{ConfigDirs, EXIT_PROBLEMS};
+use super::{ConfigDirs, EXIT_PROBLEMS};
 
 #[derive(clap::Args)]
-pub struct ResolveArgs {
+pub(crate) struct ResolveArgs {
     /// Model registry directory (default: model_config/ of the configuration root).
     #[arg(long, value_name = "DIR")]
     registry: Option<PathBuf>,
@@ -46,7 +46,7 @@ pub struct ResolveArgs {
 }
 
 #[derive(clap::Args)]
-pub struct CheckArgs {
+pub(crate) struct CheckArgs {
     #[command(flatten)]
     dirs: ConfigDirs,
     /// Also print warnings' count only (errors are always listed).
@@ -80,7 +80,7 @@ pub(crate) fn resolve(args: &ResolveArgs) -> Result<ExitCode> {
             let Some(gpus) = args.gpus_per_node else {
                 bail!("give --gpus-per-node N (GPUs on one node, for the data-parallel default) or --cluster NAME");
             };
-            (args.profile.clone().unwrap_or_else(|| submitter::registry::DEFAULT_PROFILE.to_string()), gpus, 1)
+            (args.profile.clone().unwrap_or_else(|| crate::registry::DEFAULT_PROFILE.to_string()), gpus, 1)
         }
     };
     if gpus_per_node == 0 {

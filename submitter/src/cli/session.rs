@@ -5,21 +5,21 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::config::{self, ClusterProfile, ConfigRoot, lists};
+use crate::ledger::{self, Ledger};
+use crate::queue::SlurmOverrides;
+use crate::registry::Registry;
+use crate::selection::{self, Concurrency, Leg};
+use crate::slurm::SlurmCli;
+use crate::spec_build::{SpecBuilder, SpecOverrides};
 use anyhow::{Context, Result, bail};
 use launch_spec::{GpuProfiles, ModelId};
-use submitter::config::{self, ClusterProfile, ConfigRoot, lists};
-use submitter::ledger::{self, Ledger};
-use submitter::queue::SlurmOverrides;
-use submitter::registry::Registry;
-use submitter::selection::{self, Concurrency, Leg};
-use submitter::slurm::SlurmCli;
-use submitter::spec_build::{SpecBuilder, SpecOverrides};
 
-use crate::ConfigDirs;
+use super::ConfigDirs;
 
 /// `--cluster`, `--ledger`, `--state-dir` and the config directories.
 #[derive(clap::Args, Clone, Debug)]
-pub struct LedgerArgs {
+pub(crate) struct LedgerArgs {
     /// Cluster profile name or alias (default: $SUBMITTER_CLUSTER, else the profile whose `hosts:`
     /// matches this host).
     #[arg(long, env = "SUBMITTER_CLUSTER")]
@@ -54,7 +54,7 @@ pub(crate) const LEDGER_ENV: &str = "SUBMITTER_LEDGER";
 
 /// `--ledger` and `--state-dir`: where the ledger and the lock are, for every command that opens one.
 #[derive(clap::Args, Clone, Debug)]
-pub struct LedgerStore {
+pub(crate) struct LedgerStore {
     /// Ledger: `postgres://…` URL or SQLite path (default: the profile's, else <state dir>/ledger.sqlite).
     #[arg(long, env = LEDGER_ENV, hide_env_values = true)]
     pub ledger: Option<String>,
@@ -68,13 +68,13 @@ pub struct LedgerStore {
 #[derive(clap::Args, Clone, Debug, Default)]
 pub(crate) struct SpecOptions {
     /// Operator override of the timeout multiplier.
-    #[arg(long, value_name = "X", value_parser = submitter::config::args::multiplier)]
+    #[arg(long, value_name = "X", value_parser = crate::config::args::multiplier)]
     pub timeout_multiplier: Option<f64>,
     /// Agent kwarg `key=value` (repeatable); wins over registry and preset.
     #[arg(long = "agent-kwarg", value_name = "K=V")]
     pub agent_kwargs: Vec<String>,
     /// Operator override of the GPU-memory ceiling (wins over cluster and GPU profile).
-    #[arg(long, value_name = "F", value_parser = submitter::config::args::fraction)]
+    #[arg(long, value_name = "F", value_parser = crate::config::args::fraction)]
     pub gpu_memory_utilization: Option<f64>,
     /// Harbor concurrency: `N` for every leg, `LEG=N` for one (repeatable; clamped to the
     /// profile's `limits.n_concurrent_ceiling`). Default: the preset's, else the profile's.
@@ -96,7 +96,7 @@ pub(crate) struct SpecOptions {
     #[arg(long, value_name = "P")]
     pub agent_parser: Option<String>,
     /// Output-token budget (wins over the registry's `max_output_tokens`).
-    #[arg(long, value_name = "N", value_parser = submitter::config::args::count_u64)]
+    #[arg(long, value_name = "N", value_parser = crate::config::args::count_u64)]
     pub max_output_tokens: Option<u64>,
 }
 
@@ -135,28 +135,28 @@ impl SpecOptions {
 #[derive(clap::Args, Clone, Debug, Default)]
 pub(crate) struct SlurmOptions {
     /// Slurm partition for every job (wins over the preset's `slurm_partition` and the profile's).
-    #[arg(long, value_name = "P", value_parser = submitter::config::args::slurm_name)]
+    #[arg(long, value_name = "P", value_parser = crate::config::args::slurm_name)]
     pub partition: Option<String>,
     /// Slurm account for every job (wins over the preset's `slurm_account` and the profile's).
-    #[arg(long, value_name = "A", value_parser = submitter::config::args::slurm_name)]
+    #[arg(long, value_name = "A", value_parser = crate::config::args::slurm_name)]
     pub account: Option<String>,
     /// Slurm reservation for every job (wins over the profile's `slurm.reservation`); `''` submits
     /// without one (as `--no-reservation`: for a reservation that has ended).
-    #[arg(long, value_name = "R", value_parser = submitter::config::args::reservation)]
+    #[arg(long, value_name = "R", value_parser = crate::config::args::reservation)]
     pub reservation: Option<String>,
     /// Submit without the profile's `slurm.reservation`.
     #[arg(long, conflicts_with = "reservation")]
     pub no_reservation: bool,
     /// Walltime for every job (wins over the preset's `slurm_time` and the profile's `slurm.time`;
     /// capped at the partition's MaxTime).
-    #[arg(long, value_name = "T", value_parser = submitter::config::args::slurm_time)]
+    #[arg(long, value_name = "T", value_parser = crate::config::args::slurm_time)]
     pub time: Option<String>,
     /// Slurm QoS for every job (wins over the profile's `slurm.qos`); `''` submits without one.
-    #[arg(long, value_name = "Q", value_parser = submitter::config::args::reservation)]
+    #[arg(long, value_name = "Q", value_parser = crate::config::args::reservation)]
     pub qos: Option<String>,
     /// Nodes no job may run on (sbatch `--exclude`, wins over the profile's `slurm.exclude`); `''`
     /// clears the profile's.
-    #[arg(long, value_name = "NODES", value_parser = submitter::config::args::reservation)]
+    #[arg(long, value_name = "NODES", value_parser = crate::config::args::reservation)]
     pub exclude: Option<String>,
 }
 
@@ -204,7 +204,7 @@ pub(crate) struct Selection {
     /// `shared`: each model's legs in one Slurm job, one engine serving them all; `per-leg`: a job
     /// per leg. Wins over the presets' and the profile's `allocation` (default per-leg).
     #[arg(long, value_enum, value_name = "MODE")]
-    pub allocation: Option<submitter::config::Allocation>,
+    pub allocation: Option<crate::config::Allocation>,
     #[command(flatten)]
     pub spec: SpecOptions,
     #[command(flatten)]
@@ -222,7 +222,7 @@ enum Opening {
     ReadOnly,
 }
 
-pub struct Session {
+pub(crate) struct Session {
     pub root: PathBuf,
     pub cluster: ClusterProfile,
     pub gpu_profiles: GpuProfiles,
@@ -250,13 +250,13 @@ fn refuse_password_on_argv(ledger: Option<&str>) -> Result<()> {
 }
 
 impl Session {
-    pub fn open(args: &LedgerArgs) -> Result<Session> {
+    pub(crate) fn open(args: &LedgerArgs) -> Result<Session> {
         Session::open_with(args, Opening::Create)
     }
 
     /// [`Session::open`] for `launch --dry-run`: the state dir is created only when the default
     /// ledger goes into it (a ledger named elsewhere leaves the file tree untouched).
-    pub fn open_dry(args: &LedgerArgs) -> Result<Session> {
+    pub(crate) fn open_dry(args: &LedgerArgs) -> Result<Session> {
         Session::open_with(args, Opening::Dry)
     }
 
@@ -264,14 +264,14 @@ impl Session {
     /// `unevaluated`, `models list`): they never create state. A `--state-dir` (or the directory
     /// of a `--ledger` file) that does not exist is an error (a typo must not read as an empty
     /// ledger); an existing directory with no ledger in it yet reads as an empty one, in memory.
-    pub fn open_read_only(args: &LedgerArgs) -> Result<Session> {
+    pub(crate) fn open_read_only(args: &LedgerArgs) -> Result<Session> {
         Session::refuse_missing_state_dir(args)?;
         Session::open_with(args, Opening::ReadOnly)
     }
 
     /// For `plan`: a missing `--state-dir` is a typo as for the read-only commands, but the ledger
     /// is opened for real, so the team's history it folds in is kept (incremental next time).
-    pub fn open_existing(args: &LedgerArgs) -> Result<Session> {
+    pub(crate) fn open_existing(args: &LedgerArgs) -> Result<Session> {
         Session::refuse_missing_state_dir(args)?;
         Session::open_with(args, Opening::Create)
     }
@@ -345,18 +345,18 @@ impl Session {
 
     /// The benchmark family `--benchmark NAME` names: NAME as the ledger, a preset or `status`
     /// names it (`tb2`, `v2`, `swebench`); an unknown name is an error naming the known ones.
-    pub fn benchmark_family(&self, given: &str) -> Result<String> {
-        let known = submitter::names::KnownBenchmarks::load(self.ledger.as_ref(), &self.presets_dir)?;
+    pub(crate) fn benchmark_family(&self, given: &str) -> Result<String> {
+        let known = crate::names::KnownBenchmarks::load(self.ledger.as_ref(), &self.presets_dir)?;
         let benchmark = known.resolve(given).context("--benchmark")?;
         Ok(self.ledger.family_of(&benchmark)?)
     }
 
-    pub fn context(&self) -> SpecBuilder<'_> {
+    pub(crate) fn context(&self) -> SpecBuilder<'_> {
         SpecBuilder::new(&self.cluster, &self.gpu_profiles, &self.registry, &self.harbor_dir, &self.root)
     }
 
     /// One submitter per state dir at a time (advisory lock), besides the ledger's guarantee.
-    pub fn lock(&self) -> Result<File> {
+    pub(crate) fn lock(&self) -> Result<File> {
         std::fs::create_dir_all(&self.state_dir)
             .with_context(|| format!("creating state dir {}", self.state_dir.display()))?;
         let path = self.state_dir.join("submitter.lock");
@@ -369,7 +369,7 @@ impl Session {
         match file.try_lock() {
             Ok(()) => Ok(file),
             Err(std::fs::TryLockError::WouldBlock) => {
-                Err(submitter::output::LockHeld { path: path.display().to_string() }.into())
+                Err(crate::output::LockHeld { path: path.display().to_string() }.into())
             }
             Err(std::fs::TryLockError::Error(err)) => Err(err).with_context(|| format!("locking {}", path.display())),
         }
@@ -390,7 +390,7 @@ impl Selection {
         let mut models: Vec<ModelId> = self
             .models
             .iter()
-            .map(|m| submitter::config::args::model(m).map_err(|e| anyhow::anyhow!("--model: {e}")))
+            .map(|m| crate::config::args::model(m).map_err(|e| anyhow::anyhow!("--model: {e}")))
             .collect::<Result<_>>()?;
         if let Some(file) = &self.models_file {
             models.extend(lists::read_model_list(file)?);

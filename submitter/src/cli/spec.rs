@@ -5,18 +5,18 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::config::{self, ConfigRoot};
+use crate::registry::Registry;
+use crate::selection;
+use crate::spec_build::{SpecBuilder, SpecOverrides};
 use anyhow::{Context, Result, bail};
 use launch_spec::records::write_atomically;
-use submitter::config::{self, ConfigRoot};
-use submitter::registry::Registry;
-use submitter::selection;
-use submitter::spec_build::{SpecBuilder, SpecOverrides};
 
+use super::ConfigDirs;
 use super::session::SpecOptions;
-use crate::ConfigDirs;
 
 #[derive(clap::Args)]
-pub struct SpecArgs {
+pub(crate) struct SpecArgs {
     /// Cluster profile name or alias (default: $SUBMITTER_CLUSTER, else the profile whose `hosts:`
     /// matches this host).
     #[arg(long, env = "SUBMITTER_CLUSTER")]
@@ -44,13 +44,13 @@ pub struct SpecArgs {
 
 /// The configuration a spec is built from, loaded once.
 pub(crate) struct Loaded {
-    pub cluster: submitter::config::ClusterProfile,
+    pub cluster: crate::config::ClusterProfile,
     pub gpu_profiles: launch_spec::GpuProfiles,
     pub registry: Registry,
     pub harbor_configs: PathBuf,
     pub root: PathBuf,
     /// The one leg's preset (a preset, or the `--datasets` one).
-    pub preset: submitter::config::Preset,
+    pub preset: crate::config::Preset,
 }
 
 impl Loaded {

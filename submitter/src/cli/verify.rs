@@ -5,31 +5,31 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::config;
+use crate::ledger::Ledger;
+use crate::observe::shared_group_dir;
+use crate::slurm::{JobId, Slurm, SlurmCli};
+use crate::stats::Bootstrap;
+use crate::sync::run_dir_of;
+use crate::verify::check::{self, RunCheck};
+use crate::verify::compare;
+use crate::verify::report::{self, ReportInput, RunEvidence};
+use crate::verify::results::{self, Matrix};
+use crate::verify::status::{self, Collect};
+use crate::verify::team::{self, TeamView};
+use crate::verify::verdict::StatusRow;
+use crate::verify::{Level, VerifySettings};
 use anyhow::{Context, Result, bail};
 use chrono::Utc;
-use submitter::config;
-use submitter::ledger::Ledger;
-use submitter::observe::shared_group_dir;
-use submitter::slurm::{JobId, Slurm, SlurmCli};
-use submitter::stats::Bootstrap;
-use submitter::sync::run_dir_of;
-use submitter::verify::check::{self, RunCheck};
-use submitter::verify::compare;
-use submitter::verify::report::{self, ReportInput, RunEvidence};
-use submitter::verify::results::{self, Matrix};
-use submitter::verify::status::{self, Collect};
-use submitter::verify::team::{self, TeamView};
-use submitter::verify::verdict::StatusRow;
-use submitter::verify::{Level, VerifySettings};
 
 use super::session::{LedgerArgs, LedgerStore, Session};
 use super::verify_output::{CheckOutput, ResultsOutput, StatusOutput, TeamOutput};
-use submitter::output::{self, FormatArgs};
+use crate::output::{self, FormatArgs};
 
-use crate::{ConfigDirs, EXIT_PROBLEMS};
+use super::{ConfigDirs, EXIT_PROBLEMS};
 
 #[derive(clap::Args)]
-pub struct CheckArgs {
+pub(crate) struct CheckArgs {
     /// Run directories (Harbor job dirs; payload's or the old scripts').
     #[arg(value_name = "RUN_DIR", required = true)]
     pub run_dirs: Vec<PathBuf>,
@@ -58,7 +58,7 @@ fn parse_instant(text: &str) -> Result<chrono::DateTime<Utc>, String> {
 }
 
 #[derive(clap::Args)]
-pub struct StatusArgs {
+pub(crate) struct StatusArgs {
     #[command(flatten)]
     pub ledger: LedgerArgs,
     /// Also list attempts that ended within the last N hours (0: active only).
@@ -71,7 +71,7 @@ pub struct StatusArgs {
     #[arg(long)]
     pub watch: bool,
     /// Time between refreshes with --watch (`10s`, `1m`).
-    #[arg(long, value_parser = submitter::config::args::interval, default_value = "15s")]
+    #[arg(long, value_parser = crate::config::args::interval, default_value = "15s")]
     pub interval: Duration,
     /// Show every job's evidence, not only the unhealthy ones'.
     #[arg(long, short)]
@@ -83,7 +83,7 @@ pub struct StatusArgs {
 }
 
 #[derive(clap::Args)]
-pub struct ResultsArgs {
+pub(crate) struct ResultsArgs {
     #[command(flatten)]
     pub ledger: LedgerArgs,
     /// `--format json`: a versioned `results` document (docs/design.md §11); not with `--csv`.
@@ -97,7 +97,7 @@ pub struct ResultsArgs {
 }
 
 #[derive(clap::Args)]
-pub struct CompareArgs {
+pub(crate) struct CompareArgs {
     #[command(flatten)]
     pub ledger: LedgerArgs,
     #[command(flatten)]
@@ -115,7 +115,7 @@ pub struct CompareArgs {
 }
 
 #[derive(clap::Args)]
-pub struct ReportArgs {
+pub(crate) struct ReportArgs {
     #[command(flatten)]
     pub ledger: LedgerArgs,
     /// Where to write the page.
@@ -134,7 +134,7 @@ pub struct ReportArgs {
 }
 
 #[derive(clap::Args)]
-pub struct LogsArgs {
+pub(crate) struct LogsArgs {
     /// A run dir, a run tag, or a Slurm job id (looked up in the ledger, else in Slurm).
     #[arg(value_name = "RUN|JOB")]
     pub target: String,
@@ -300,7 +300,7 @@ pub(crate) fn results(args: &ResultsArgs) -> Result<ExitCode> {
         results::render_csv(&m)
     } else {
         {
-            let terminal = submitter::term::Terminal::stdout();
+            let terminal = crate::term::Terminal::stdout();
             results::render_text(&m, &terminal)
                 + &results::render_trials_text(&m)
                 + &results::render_gpu_text(&m, &terminal)
@@ -389,7 +389,7 @@ pub(crate) fn report(args: &ReportArgs) -> Result<ExitCode> {
     let mut runs = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for job in &jobs {
-        let attempt = session.ledger.attempt(submitter::ledger::AttemptId(job.attempt))?;
+        let attempt = session.ledger.attempt(crate::ledger::AttemptId(job.attempt))?;
         seen.insert(job.attempt);
         runs.push(RunEvidence {
             attempt: job.attempt,
