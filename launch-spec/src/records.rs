@@ -407,6 +407,10 @@ pub struct RunProvenance {
     /// `sha1:<hex>` of the task dir's content (payload's `provenance::dataset_digest`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dataset_digest: Option<String>,
+    /// In a pool (issue 37): the weights that served this leg and how they got into the engine
+    /// (boxed: the event that carries this record stays small).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<Box<crate::pool::PoolProvenance>>,
 }
 
 /// One job's time on its GPUs by phase, in wall-clock seconds (GPU-seconds = seconds × `gpus`).

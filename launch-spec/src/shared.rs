@@ -138,6 +138,9 @@ pub struct EngineRecord {
     pub harbor_env: std::collections::BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub harbor_prefix: Option<Vec<String>>,
+    /// In a pool (crate::pool): the weights the engine serves now, for the legs' provenance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<crate::pool::PoolProvenance>,
 }
 
 /// `engine_ended.json`: why the shared engine is gone (the host's failure, as a leg records it).
@@ -166,14 +169,24 @@ fn read_versioned<T: serde::de::DeserializeOwned>(
     origin: &str,
     version: impl Fn(&T) -> u32,
 ) -> Result<T, String> {
+    read_versioned_doc(path, origin, SHARED_SPEC_VERSION, version)
+}
+
+/// [`read_versioned`] at another document's version (crate::pool).
+pub(crate) fn read_versioned_doc<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    origin: &str,
+    expected: u32,
+    version: impl Fn(&T) -> u32,
+) -> Result<T, String> {
     let text = crate::records::read_regular(path, crate::records::MAX_INPUT_BYTES)
         .map_err(|e| format!("{}: cannot be read: {e}", path.display()))?;
     let doc: T = serde_json::from_str(&text)
         .map_err(|e| format!("{}: line {}, column {}: {e}; {origin}", path.display(), e.line(), e.column()))?;
     let found = version(&doc);
-    if found != SHARED_SPEC_VERSION {
+    if found != expected {
         return Err(format!(
-            "{}: field `version`: {found} is not {SHARED_SPEC_VERSION}, the version this payload reads; use the matching payload",
+            "{}: field `version`: {found} is not {expected}, the version this payload reads; use the matching payload",
             path.display()
         ));
     }
@@ -197,6 +210,7 @@ mod engine_record_tests {
             public_url: None,
             harbor_env: Default::default(),
             harbor_prefix: None,
+            pool: None,
         };
         std::fs::write(&path, serde_json::to_string(&rec).unwrap()).unwrap();
         assert_eq!(EngineRecord::from_file(&path).unwrap(), rec);

@@ -10,8 +10,21 @@ use serde::{Deserialize, Serialize};
 
 /// The vLLM release the argv is verified against (its own parser accepts every argv we build).
 pub const VERIFIED_VLLM: Version = Version::new(0, 33, 0);
-/// The Harbor release the harness is verified against (run end to end).
+/// The Harbor release the harness is verified against (run end to end); the default of an
+/// environment that declares none.
 pub const VERIFIED_HARBOR: Version = Version::new(0, 25, 0);
+/// Every Harbor release the real-Harbor scenarios run against (docs/real-programs.md, "Harbor 0.26.0
+/// beside 0.25.0"), oldest first.
+pub const VERIFIED_HARBORS: &[Version] = &[Version::new(0, 25, 0), Version::new(0, 26, 0)];
+/// The first Harbor whose job config has `schema_version` and `override_error_policy`, whose mean
+/// drops trials with an invalid reward (0.25 counted them as 0), and whose retry defaults changed
+/// (`BadRequestError`, `ContextLengthExceededError`, `NonZeroAgentExitCodeError` no longer
+/// retried; `ApiUsageLimitError` now is).
+pub const HARBOR_026: Version = Version::new(0, 26, 0);
+/// Newer vLLM releases whose own parser checks every argv though no shipped environment declares
+/// them yet (issue 35: 0.34.0 beside 0.16.0 and 0.33.0): the argv built for the verified release,
+/// which is the argv such a release gets when its capabilities that shape the argv are the same.
+pub const VLLM_CHECKED_BESIDE: &[Version] = &[Version::new(0, 34, 0)];
 /// The first vLLM without `--swap-space` (0.17.1 still had it; 0.18.0 dropped it from EngineArgs).
 pub const VLLM_SWAP_SPACE_REMOVED: Version = Version::new(0, 18, 0);
 /// The first vLLM known to take `--distributed-timeout-seconds` (0.16.0's parser refuses it; 0.33.0
@@ -22,9 +35,13 @@ pub(crate) const VLLM_DISTRIBUTED_TIMEOUT_ADDED: Version = Version::new(0, 33, 0
 pub(crate) const HARBOR_MIN: Version = Version::new(0, 25, 0);
 
 /// vLLM environment variables a declared vLLM no longer knows, with the first release known
-/// without it (verified against 0.33.0; the real removal may be earlier).
-pub(crate) const RETIRED_VLLM_ENV: &[(&str, Version)] =
-    &[("VLLM_USE_V1", Version::new(0, 33, 0)), ("VLLM_ALL2ALL_BACKEND", Version::new(0, 33, 0))];
+/// without it (verified against 0.33.0 and 0.34.0's `vllm.envs`; the real removal may be earlier).
+pub(crate) const RETIRED_VLLM_ENV: &[(&str, Version)] = &[
+    ("VLLM_USE_V1", Version::new(0, 33, 0)),
+    ("VLLM_ALL2ALL_BACKEND", Version::new(0, 33, 0)),
+    ("VLLM_USE_V2_MODEL_RUNNER", Version::new(0, 34, 0)),
+    ("VLLM_MARLIN_INPUT_DTYPE", Version::new(0, 34, 0)),
+];
 
 /// A program's version by PEP 440 (what pip reports; parsed by `pep440_rs`): the release
 /// `major.minor.patch` and its pre-release (`rc2`), post-release (`.post1`) and dev-release
@@ -50,6 +67,14 @@ impl Version {
     /// The release alone (`0.11.0` for `0.11.0rc2`): what the capability thresholds compare.
     pub const fn release(self) -> Self {
         Self::new(self.major, self.minor, self.patch)
+    }
+
+    pub const fn major(self) -> u32 {
+        self.major
+    }
+
+    pub const fn minor(self) -> u32 {
+        self.minor
     }
 
     fn pep440(&self) -> pep440_rs::Version {
@@ -124,6 +149,11 @@ pub fn vllm_has_distributed_timeout(vllm: Version) -> bool {
     vllm.release() >= VLLM_DISTRIBUTED_TIMEOUT_ADDED
 }
 
+/// Every retired vLLM environment variable with the first release known without it.
+pub fn retired_vllm_env() -> &'static [(&'static str, Version)] {
+    RETIRED_VLLM_ENV
+}
+
 /// The entries of `RETIRED_VLLM_ENV` that `vllm` no longer knows.
 pub fn vllm_retired_env(vllm: Version) -> impl Iterator<Item = &'static str> {
     RETIRED_VLLM_ENV.iter().filter(move |(_, since)| vllm.release() >= *since).map(|(name, _)| *name)
@@ -138,6 +168,13 @@ pub enum HarborDialect {
     #[default]
     #[serde(rename = "harbor-0.25")]
     Harbor025,
+    /// Upstream Harbor ≥ 0.26: 0.25's command line and terminus-2 kwargs; its job config adds
+    /// `schema_version` (1) and `override_error_policy`, its mean drops trials with an invalid
+    /// reward, its retry defaults changed ([`HARBOR_026`]), and its trial `result.json` records
+    /// `reward_valid`. 0.25 ignores the two new config keys and resumes a dir 0.26 touched under its
+    /// own rules, so the two are told apart (docs/real-programs.md, "Harbor 0.26.0 beside 0.25.0").
+    #[serde(rename = "harbor-0.26")]
+    Harbor026,
     /// The team's Harbor fork the old scripts ran: terminus-2 takes `extra_body=…` and `parser=…`;
     /// no `--yes` (the old argv never passed it). Unverified against a real install: it is what the
     /// replaced scripts passed.
@@ -161,12 +198,13 @@ impl HarborDialect {
                 "Harbor {version} is older than {HARBOR_MIN}, the oldest release this launcher speaks; upgrade it, or declare the flavour it is ({flavours})"
             ));
         }
-        Ok((HarborDialect::Harbor025, Some(version)))
+        Ok((harbor_release_dialect(version).unwrap_or_default(), Some(version)))
     }
 
     pub fn as_str(self) -> &'static str {
         match self {
             HarborDialect::Harbor025 => "harbor-0.25",
+            HarborDialect::Harbor026 => "harbor-0.26",
             HarborDialect::ExtraBodyFork => "extra-body-fork",
         }
     }
@@ -174,19 +212,29 @@ impl HarborDialect {
     /// terminus-2's parser option.
     pub fn parser_kwarg(self) -> &'static str {
         match self {
-            HarborDialect::Harbor025 => "parser_name",
+            HarborDialect::Harbor025 | HarborDialect::Harbor026 => "parser_name",
             HarborDialect::ExtraBodyFork => "parser",
         }
     }
 
     /// Whether `jobs start` takes `--yes` (and needs it: host-variable prompts abort on /dev/null).
     pub fn has_yes(self) -> bool {
-        matches!(self, HarborDialect::Harbor025)
+        self.is_upstream()
+    }
+
+    /// An upstream release's dialect (0.25's command line and kwargs), not the fork's.
+    pub fn is_upstream(self) -> bool {
+        matches!(self, HarborDialect::Harbor025 | HarborDialect::Harbor026)
     }
 
     /// Whether `jobs start --print-config` prints the resolved job config and exits.
     pub fn has_print_config(self) -> bool {
-        matches!(self, HarborDialect::Harbor025)
+        self.is_upstream()
+    }
+
+    /// Whether the job config takes `schema_version` and `override_error_policy` (Harbor ≥ 0.26).
+    pub fn has_error_policy(self) -> bool {
+        matches!(self, HarborDialect::Harbor026)
     }
 
     /// The `metrics[].type` values the dialect's job config takes. The fork has no `--print-config`
@@ -194,31 +242,107 @@ impl HarborDialect {
     /// (docs/real-programs.md, "The fork's job config").
     pub fn metric_types(self) -> &'static [&'static str] {
         match self {
-            HarborDialect::Harbor025 | HarborDialect::ExtraBodyFork => METRIC_TYPES_025,
+            HarborDialect::Harbor025 | HarborDialect::Harbor026 | HarborDialect::ExtraBodyFork => METRIC_TYPES_025,
         }
     }
 
     /// Options terminus-2 accepts, when the dialect's schema is known (Harbor 0.25.0's
-    /// `Terminus2Options` plus the shared `AgentOptions`, aliases included).
+    /// `Terminus2Options` plus the shared `AgentOptions`, aliases included; 0.26.0's are the same).
     pub fn terminus2_options(self) -> Option<&'static [&'static str]> {
         match self {
-            HarborDialect::Harbor025 => Some(TERMINUS2_025_OPTIONS),
+            HarborDialect::Harbor025 | HarborDialect::Harbor026 => Some(TERMINUS2_025_OPTIONS),
             HarborDialect::ExtraBodyFork => None,
         }
     }
 }
 
 /// Harbor 0.25.0's metric types (`harbor/models/metric/type.py`, `MetricType`; a job config's
-/// `metrics[].type`, default `mean`). Checked against the installed Harbor by
-/// `tests/tests/real_harbor.rs`.
+/// `metrics[].type`, default `mean`; 0.26.0's are the same). Checked against the installed Harbors
+/// by `tests/tests/harbor_job_schema.rs`.
 pub const METRIC_TYPES_025: &[&str] = &["sum", "min", "max", "mean", "uv-script"];
+
+/// The job config keys Harbor 0.26 added: 0.25 (and the fork) parse a config holding them and
+/// ignore them, so a config written for 0.26 would run under 0.25 without its error policy.
+pub const JOB_CONFIG_KEYS_026: &[&str] = &["schema_version", "override_error_policy"];
+/// The fields of one `override_error_policy` entry (Harbor 0.26.0's `ErrorPolicyOverride`,
+/// `extra="forbid"`, each a boolean or null).
+pub const ERROR_POLICY_FIELDS_026: &[&str] = &["should_retry", "should_grade", "has_valid_reward"];
 
 /// What the dialect's Harbor would refuse in a job config (YAML or JSON, as a value), found from the
 /// schema kept here without running Harbor: one line per problem, each naming the field and the fix.
 /// Today: `metrics` entries whose type the dialect does not know (a stale metric: a config written
 /// for another Harbor, like the old `*-drop-ei` configs), which Harbor refuses only after the model
-/// has loaded.
+/// has loaded; Harbor 0.26's keys ([`JOB_CONFIG_KEYS_026`]) for a Harbor before 0.26, which would
+/// ignore them; for 0.26, a `schema_version` other than 1 and `override_error_policy` entries that
+/// are not `{should_retry, should_grade, has_valid_reward}` booleans, which it refuses.
 pub fn job_config_problems(dialect: HarborDialect, config: &serde_json::Value) -> Vec<String> {
+    let mut problems = error_policy_problems(dialect, config);
+    problems.extend(metric_problems(dialect, config));
+    problems
+}
+
+fn error_policy_problems(dialect: HarborDialect, config: &serde_json::Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    if !dialect.has_error_policy() {
+        for key in JOB_CONFIG_KEYS_026 {
+            if config.get(key).is_some() {
+                problems.push(format!(
+                    "`{key}` is a Harbor {HARBOR_026} job config key that the {} Harbor ignores (its trials would run without it): remove it, or declare harbor \"{HARBOR_026}\" for the environment",
+                    dialect.as_str()
+                ));
+            }
+        }
+        return problems;
+    }
+    match config.get("schema_version") {
+        None | Some(serde_json::Value::Null) => {}
+        Some(v) if v.as_u64() == Some(1) => {}
+        Some(other) => problems.push(format!(
+            "`schema_version` {other} is not a job config version Harbor {HARBOR_026} reads: write 1, or remove the key"
+        )),
+    }
+    let fields = ERROR_POLICY_FIELDS_026.join(", ");
+    match config.get("override_error_policy") {
+        None | Some(serde_json::Value::Null) => {}
+        Some(serde_json::Value::Object(entries)) => {
+            for (exception, entry) in entries {
+                let Some(entry) = entry.as_object() else {
+                    problems.push(format!(
+                        "override_error_policy.{exception} must be a mapping of {fields} to true/false"
+                    ));
+                    continue;
+                };
+                for (field, value) in entry {
+                    if !ERROR_POLICY_FIELDS_026.contains(&field.as_str()) {
+                        problems.push(format!(
+                            "override_error_policy.{exception}.{field} is not a field Harbor {HARBOR_026} knows: use {fields}"
+                        ));
+                    } else if !lax_bool(value) {
+                        problems.push(format!("override_error_policy.{exception}.{field} must be true or false"));
+                    }
+                }
+            }
+        }
+        Some(_) => problems.push(format!(
+            "`override_error_policy` must be a mapping of exception type to {{{fields}}}: write it as `BadRequestError: {{should_retry: true}}`"
+        )),
+    }
+    problems
+}
+
+/// What Harbor's pydantic takes for a `bool | None` field in its lax mode: a boolean, null, 0 or 1,
+/// or one of the strings it reads as one (`"yes"`, `"off"`, …).
+fn lax_bool(value: &serde_json::Value) -> bool {
+    const WORDS: &[&str] = &["0", "off", "f", "false", "n", "no", "1", "on", "t", "true", "y", "yes"];
+    match value {
+        serde_json::Value::Null | serde_json::Value::Bool(_) => true,
+        serde_json::Value::Number(n) => n.as_f64().is_some_and(|x| x == 0.0 || x == 1.0),
+        serde_json::Value::String(text) => WORDS.contains(&text.to_lowercase().as_str()),
+        _ => false,
+    }
+}
+
+fn metric_problems(dialect: HarborDialect, config: &serde_json::Value) -> Vec<String> {
     let known = dialect.metric_types();
     let fix = format!(
         "remove the entry (Harbor then reports the mean reward) or name one of {} ({} Harbor)",
@@ -453,18 +577,25 @@ pub(crate) fn vllm_differences(declared: Version, found: Version) -> Vec<String>
         ));
     }
     if d.retired_env != f.retired_env {
-        out.push(format!(
-            "the environment variables it knows ({})",
-            RETIRED_VLLM_ENV.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
-        ));
+        let differing: Vec<&str> = RETIRED_VLLM_ENV
+            .iter()
+            .map(|(n, _)| *n)
+            .filter(|n| d.retired_env.contains(n) != f.retired_env.contains(n))
+            .collect();
+        out.push(format!("the environment variables it knows ({})", differing.join(", ")));
     }
     out
 }
 
 /// The dialect a Harbor release speaks by the rule of [`HarborDialect::from_declared`]; None for a
-/// release older than [`HARBOR_MIN`] (not 0.25's dialect: the fork, or an old upstream).
+/// release older than [`HARBOR_MIN`] (not 0.25's dialect: the fork, or an old upstream). A release
+/// newer than 0.26 is assumed to speak 0.26's.
 pub(crate) fn harbor_release_dialect(found: Version) -> Option<HarborDialect> {
-    (found.release() >= HARBOR_MIN).then_some(HarborDialect::Harbor025)
+    if found.release() >= HARBOR_026 {
+        Some(HarborDialect::Harbor026)
+    } else {
+        (found.release() >= HARBOR_MIN).then_some(HarborDialect::Harbor025)
+    }
 }
 
 /// An environment that holds another program than the spec was built for, with the fix.
@@ -516,8 +647,21 @@ pub fn check_found(declared: &Declared, cluster: &str, program: Program, found: 
         }
         Program::Harbor => {
             let Ok((dialect, Some(_))) = HarborDialect::from_declared(&declared.harbor) else { return Ok(()) };
-            if harbor_release_dialect(version) == Some(dialect) {
+            let found_dialect = harbor_release_dialect(version);
+            if found_dialect == Some(dialect) {
                 return Ok(());
+            }
+            if let Some(found_dialect) = found_dialect {
+                return Err(disagreement(
+                    &declared.harbor_environment,
+                    declared.harbor.clone(),
+                    format!(
+                        "it speaks {}, not {}: Harbor {HARBOR_026} drops trials with an invalid reward from its mean, changed its retry defaults and its job config",
+                        found_dialect.as_str(),
+                        dialect.as_str()
+                    ),
+                    format!("to \"{version}\", or install Harbor {} there", declared.harbor),
+                ));
             }
             let flavours = HARBOR_FLAVOURS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ");
             Err(disagreement(
@@ -586,6 +730,39 @@ mod tests {
         assert!(wrong[0].starts_with("`metrics` must be a list"), "{wrong:?}");
     }
 
+    /// Issue 35: 0.26's job config keys are refused for a Harbor that would ignore them, and
+    /// checked for 0.26 as it checks them (tests/tests/harbor_job_schema.rs holds both real Harbors
+    /// to these verdicts).
+    #[test]
+    fn the_job_config_of_each_harbor_release_is_the_one_it_accepts() {
+        let for_026 = serde_json::json!({"schema_version": 1, "override_error_policy": {
+            "BadRequestError": {"should_retry": true}, "ApiUsageLimitError": {"should_retry": false, "has_valid_reward": null}}});
+        assert!(job_config_problems(HarborDialect::Harbor026, &for_026).is_empty());
+        for dialect in [HarborDialect::Harbor025, HarborDialect::ExtraBodyFork] {
+            let problems = job_config_problems(dialect, &for_026);
+            assert_eq!(problems.len(), 2, "{problems:#?}");
+            assert!(
+                problems[1].starts_with("`override_error_policy` is a Harbor 0.26.0 job config key that the")
+                    && problems[1].contains("remove it, or declare harbor \"0.26.0\""),
+                "{problems:#?}"
+            );
+        }
+        let bad = serde_json::json!({"schema_version": 2, "override_error_policy": {
+            "BadRequestError": {"retry": true, "should_grade": "maybe", "should_retry": "yes"}, "X": true}});
+        let problems = job_config_problems(HarborDialect::Harbor026, &bad);
+        assert_eq!(
+            problems,
+            [
+                "`schema_version` 2 is not a job config version Harbor 0.26.0 reads: write 1, or remove the key",
+                "override_error_policy.BadRequestError.retry is not a field Harbor 0.26.0 knows: use should_retry, should_grade, has_valid_reward",
+                "override_error_policy.BadRequestError.should_grade must be true or false",
+                "override_error_policy.X must be a mapping of should_retry, should_grade, has_valid_reward to true/false",
+            ]
+        );
+        let list = job_config_problems(HarborDialect::Harbor026, &serde_json::json!({"override_error_policy": []}));
+        assert!(list[0].starts_with("`override_error_policy` must be a mapping"), "{list:?}");
+    }
+
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()
     }
@@ -601,6 +778,16 @@ mod tests {
         assert!(!vllm_has_swap_space("0.18.0".parse().unwrap()));
         assert!(!vllm_has_swap_space(VERIFIED_VLLM));
         assert_eq!(vllm_retired_env(VERIFIED_VLLM).collect::<Vec<_>>(), ["VLLM_USE_V1", "VLLM_ALL2ALL_BACKEND"]);
+        assert_eq!(
+            vllm_retired_env(Version::new(0, 34, 0)).skip(2).collect::<Vec<_>>(),
+            ["VLLM_USE_V2_MODEL_RUNNER", "VLLM_MARLIN_INPUT_DTYPE"]
+        );
+        let differs = vllm_differences(VERIFIED_VLLM, Version::new(0, 34, 0));
+        assert_eq!(differs.len(), 1, "{differs:?}");
+        assert_eq!(
+            differs[0],
+            "the environment variables it knows (VLLM_USE_V2_MODEL_RUNNER, VLLM_MARLIN_INPUT_DTYPE)"
+        );
         assert_eq!(vllm_retired_env(Version::new(0, 10, 1)).count(), 0);
     }
 
@@ -637,6 +824,16 @@ mod tests {
     #[test]
     fn declared_harbor() {
         assert_eq!(HarborDialect::from_declared("0.25.0").unwrap(), (HarborDialect::Harbor025, Some(VERIFIED_HARBOR)));
+        assert_eq!(HarborDialect::from_declared("0.26.0").unwrap(), (HarborDialect::Harbor026, Some(HARBOR_026)));
+        assert_eq!(HarborDialect::from_declared("0.27.2").unwrap().0, HarborDialect::Harbor026);
+        for dialect in [HarborDialect::Harbor025, HarborDialect::Harbor026] {
+            assert!(dialect.has_yes() && dialect.has_print_config() && dialect.parser_kwarg() == "parser_name");
+        }
+        assert!(HarborDialect::Harbor026.has_error_policy() && !HarborDialect::Harbor025.has_error_policy());
+        assert_eq!(
+            VERIFIED_HARBORS.iter().map(|v| harbor_release_dialect(*v)).collect::<Vec<_>>(),
+            [Some(HarborDialect::Harbor025), Some(HarborDialect::Harbor026)]
+        );
         assert_eq!(HarborDialect::from_declared("extra-body-fork").unwrap(), (HarborDialect::ExtraBodyFork, None));
         let old = HarborDialect::from_declared("0.1.9").unwrap_err();
         assert!(old.contains("older than 0.25.0") && old.contains("extra-body-fork"), "{old}");
@@ -724,7 +921,17 @@ mod tests {
     #[test]
     fn a_found_harbor_is_compared_by_its_dialect() {
         let d = declared("0.33.0", "0.25.0");
-        assert_eq!(check_found(&d, "c", Program::Harbor, "0.26.1"), Ok(()));
+        assert_eq!(check_found(&d, "c", Program::Harbor, "0.25.3"), Ok(()));
+        // Issue 35: 0.26 scores and retries by other rules, so it is another class.
+        let newer = check_found(&d, "c", Program::Harbor, "0.26.1").unwrap_err().to_string();
+        assert!(
+            newer.contains("declares Harbor 0.25.0 but holds Harbor 0.26.1 (it speaks harbor-0.26, not harbor-0.25")
+                && newer.ends_with("(to \"0.26.1\", or install Harbor 0.25.0 there)"),
+            "{newer}"
+        );
+        assert_eq!(check_found(&declared("0.33.0", "0.26.0"), "c", Program::Harbor, "0.27.0"), Ok(()));
+        let older = check_found(&declared("0.33.0", "0.26.0"), "c", Program::Harbor, "0.25.0").unwrap_err();
+        assert!(older.to_string().contains("it speaks harbor-0.25, not harbor-0.26"), "{older}");
         let err = check_found(&d, "c", Program::Harbor, "0.1.9").unwrap_err().to_string();
         assert!(
             err.contains("declares Harbor 0.25.0 but holds Harbor 0.1.9")

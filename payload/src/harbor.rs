@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use launch_spec::spec::AgentEnv;
+use launch_spec::versions::Version;
 use launch_spec::{LaunchSpec, OutcomeClass};
 
 use crate::failure::Failure;
@@ -43,6 +44,14 @@ pub enum HarborError {
         "the Harbor job in {run_dir} ran with {field} {stored}, the spec says {wanted}: a changed setting is never applied by resuming (Harbor's resume keeps the stored config); a changed config runs fresh in a run dir of its own (`submitter launch --config-aware`), or set harbor.{field} back to {stored}"
     )]
     SettingsChanged { run_dir: PathBuf, field: &'static str, stored: String, wanted: String },
+    #[error(
+        "the Harbor job in {run_dir} was written by Harbor {writer}, newer than the Harbor {resuming} this job runs: the older Harbor would resume it under its own rules (0.25 scores a trial with an invalid reward as 0, 0.26 drops it) while lock.json still names {writer}; run it with Harbor {writer} (`environments.{environment}.harbor` in the cluster profile), or re-evaluate fresh in a run dir of its own (`submitter launch --force`)"
+    )]
+    NewerHarbor { run_dir: PathBuf, writer: Version, resuming: Version, environment: String },
+    #[error(
+        "the Harbor job in {run_dir} was written by Harbor {writer} with its retry defaults, which Harbor {resuming} changed: Harbor {resuming} refuses its lock.json (`does not match the resolved job lock`), after the model has loaded; re-evaluate fresh in a run dir of its own (`submitter launch --force`), or run it with Harbor {writer} (`environments.{environment}.harbor` in the cluster profile)"
+    )]
+    RetryDefaultsChanged { run_dir: PathBuf, writer: Version, resuming: Version, environment: String },
 }
 
 impl From<HarborError> for Failure {
@@ -100,6 +109,7 @@ pub(crate) fn check_resumable(spec: &LaunchSpec) -> Result<(), HarborError> {
     let Some(config) = files::read::<JobConfig>(&config_path).map_err(|e| read_error(config_path.clone(), e))? else {
         return Ok(());
     };
+    check_harbor_release(spec, &config)?;
     let changed = |field: &'static str, stored: String, wanted: String| {
         Err(HarborError::SettingsChanged { run_dir: run_dir.clone(), field, stored, wanted })
     };
@@ -119,6 +129,30 @@ pub(crate) fn check_resumable(spec: &LaunchSpec) -> Result<(), HarborError> {
     let agents: Vec<&str> = config.agents.iter().filter_map(|a| a.name.as_deref()).collect();
     if !agents.is_empty() && !agents.contains(&spec.harbor.agent.as_str()) {
         return changed("agent", agents.join(","), spec.harbor.agent.clone());
+    }
+    Ok(())
+}
+
+/// A resume across Harbor releases (docs/real-programs.md, "Resuming across Harbor releases"), as
+/// measured with the real 0.25.0 and 0.26.0: an older Harbor resumes a dir a newer one wrote, silently
+/// under its own scoring rules, so it is refused; a newer Harbor resumes an older one's dir when the
+/// job pinned `retry.exclude_exceptions`, and refuses it (after the engine loaded) when the job
+/// ran with the older release's retry defaults and the newer one changed them, so that is refused
+/// here first. Compared by release (`major.minor`); only when the profile declared a release (a
+/// flavour names none).
+fn check_harbor_release(spec: &LaunchSpec, config: &launch_spec::rundir::harbor::JobConfig) -> Result<(), HarborError> {
+    use launch_spec::versions::HARBOR_026;
+    let Some(declared) = &spec.declared else { return Ok(()) };
+    let Ok(resuming) = declared.harbor.parse::<Version>() else { return Ok(()) };
+    let Some(writer) = launch_spec::rundir::harbor::newest_writer(&spec.run_dir) else { return Ok(()) };
+    let release = |v: Version| (v.major(), v.minor());
+    let (run_dir, environment) = (spec.run_dir.clone(), declared.harbor_environment.clone());
+    if release(writer) > release(resuming) {
+        return Err(HarborError::NewerHarbor { run_dir, writer, resuming, environment });
+    }
+    let pinned = config.retry.as_ref().is_some_and(|r| r.exclude_exceptions.is_some());
+    if writer < HARBOR_026 && resuming >= HARBOR_026 && !pinned {
+        return Err(HarborError::RetryDefaultsChanged { run_dir, writer, resuming, environment });
     }
     Ok(())
 }
@@ -733,6 +767,58 @@ mod tests {
         assert!(err.contains("finished (2026-01-01T00:00:00)") && err.contains("run no trial"), "{err}");
         spec.harbor.start = launch_spec::spec::HarborStart::Fresh;
         assert!(check_resumable(&spec).unwrap_err().to_string().contains("never overwritten"));
+    }
+
+    /// Issue 35, the real Harbors' behaviour (tests/tests/real_harbor.rs holds it): an older Harbor
+    /// never resumes a dir a newer one touched; a newer one resumes an older one's dir only when the
+    /// job pinned its retry exclusions.
+    #[test]
+    fn a_resume_across_harbor_releases_is_refused_where_the_real_harbors_differ() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spec = spec();
+        spec.run_dir = dir.path().to_path_buf();
+        let declare = |spec: &mut LaunchSpec, harbor: &str| {
+            spec.declared = Some(launch_spec::versions::Declared {
+                engine_environment: "otagent".into(),
+                vllm: launch_spec::versions::VERIFIED_VLLM,
+                harbor_environment: "otagent".into(),
+                harbor: harbor.into(),
+            });
+        };
+        let write = |name: &str, v: serde_json::Value| std::fs::write(dir.path().join(name), v.to_string()).unwrap();
+        let unpinned = serde_json::json!({"agents": [{"name": "terminus-2"}], "n_attempts": spec.harbor.n_attempts, "timeout_multiplier": spec.harbor.timeout_multiplier});
+        write("config.json", unpinned.clone());
+        write("result.json", serde_json::json!({"finished_at": null}));
+        write("lock.json", serde_json::json!({"schema_version": 3, "harbor": {"version": "0.26.0"}}));
+        declare(&mut spec, "0.25.0");
+        let err = check_resumable(&spec).unwrap_err().to_string();
+        assert!(
+            err.contains("written by Harbor 0.26.0, newer than the Harbor 0.25.0 this job runs")
+                && err.contains("`environments.otagent.harbor`")
+                && err.ends_with("(`submitter launch --force`)"),
+            "{err}"
+        );
+        declare(&mut spec, "0.26.0");
+        check_resumable(&spec).unwrap();
+        declare(&mut spec, "extra-body-fork");
+        check_resumable(&spec).unwrap();
+
+        write("lock.json", serde_json::json!({"schema_version": 3, "harbor": {"version": "0.25.0"}}));
+        declare(&mut spec, "0.26.0");
+        let err = check_resumable(&spec).unwrap_err().to_string();
+        assert!(err.contains("written by Harbor 0.25.0 with its retry defaults, which Harbor 0.26.0 changed"), "{err}");
+        let mut pinned = unpinned;
+        pinned["retry"] = serde_json::json!({"max_retries": 2, "exclude_exceptions": ["AgentTimeoutError"]});
+        write("config.json", pinned);
+        check_resumable(&spec).unwrap();
+        declare(&mut spec, "0.25.0");
+        check_resumable(&spec).unwrap();
+        // A trial 0.26 wrote (its `reward_valid`) marks the dir, whatever the job lock names.
+        std::fs::create_dir_all(dir.path().join("t__1")).unwrap();
+        write("t__1/config.json", serde_json::json!({}));
+        write("t__1/result.json", serde_json::json!({"task_name": "t", "finished_at": "x", "reward_valid": true}));
+        let err = check_resumable(&spec).unwrap_err().to_string();
+        assert!(err.contains("written by Harbor 0.26.0, newer than the Harbor 0.25.0"), "{err}");
     }
 
     #[test]

@@ -33,12 +33,16 @@ enum Command {
     /// sbatch script execs this).
     Run {
         /// The launch spec (launch.json).
-        #[arg(long, required_unless_present = "shared", conflicts_with = "shared")]
+        #[arg(long, required_unless_present_any = ["shared", "pool"], conflicts_with_all = ["shared", "pool"])]
         spec: Option<PathBuf>,
         /// A shared job (`<group_dir>/shared.json`): one engine, every leg against it
         /// (docs/payload.md "Shared jobs").
-        #[arg(long)]
+        #[arg(long, conflicts_with = "pool")]
         shared: Option<PathBuf>,
+        /// A pool (`<group_dir>/pool.json`): several fine-tunes on one engine start, their weights
+        /// swapped in place (docs/pools.md).
+        #[arg(long)]
+        pool: Option<PathBuf>,
         /// A leg of a shared job: the engine host's `engine.json` (started by `--shared` only).
         #[arg(long, hide = true, requires = "spec")]
         engine: Option<PathBuf>,
@@ -202,12 +206,15 @@ async fn main() -> ExitCode {
         report(info);
     }));
     let result = match cli.command {
+        Command::Run { pool: Some(pool), .. } => Ok(payload::run::pool::run_pool(&pool).await),
         Command::Run { shared: Some(shared), .. } => Ok(payload::run::shared::run_shared(&shared).await),
         Command::Run { spec: Some(spec), engine: Some(engine), .. } => {
             Ok(payload::run::shared::run_leg(&spec, &engine).await)
         }
         Command::Run { spec: Some(spec), .. } => Ok(payload::run::run(&spec).await),
-        Command::Run { spec: None, shared: None, .. } => Err(anyhow::anyhow!("payload run needs --spec or --shared")),
+        Command::Run { spec: None, shared: None, .. } => {
+            Err(anyhow::anyhow!("payload run needs --spec, --shared or --pool"))
+        }
         Command::Plan { spec, json, check_harbor } => plan(&spec, json, check_harbor).await,
         Command::Gpus { json, profiles } => gpus(json, profiles),
         Command::Completions { shell } => {

@@ -219,6 +219,7 @@ pub(crate) fn record(revision: Result<String, String>, versions: Versions) -> (R
         vllm_version: keep(versions.vllm),
         harbor_version: keep(versions.harbor),
         dataset_digest: keep(versions.dataset),
+        pool: None,
     };
     (provenance, missing)
 }

@@ -13,6 +13,7 @@
 //! 6. teardown (`stopping`); after Harbor exited 0, the optional post-run step (crate::postrun),
 //!    which never changes the outcome; the outcome (`done`, crate::phases::outcome); exit code.
 
+pub mod pool;
 pub mod shared;
 
 use std::collections::BTreeMap;
@@ -133,34 +134,63 @@ pub(crate) async fn run_spec<S: SignalSource>(
     share: Share,
     payload_start: Instant,
 ) -> i32 {
+    run_spec_share(spec_path, spec, signals, parent, share, payload_start).await.0
+}
+
+/// One engine start of a pool (crate::run::pool): the host's run, its legs' states handed back.
+pub(crate) async fn run_spec_host<S: SignalSource>(
+    spec_path: &Path,
+    spec: LaunchSpec,
+    signals: S,
+    parent: Vec<(String, String)>,
+    host: crate::run::shared::Host,
+    payload_start: Instant,
+) -> (i32, crate::run::shared::Host) {
+    let group_dir = host.group_dir.clone();
+    match run_spec_share(spec_path, spec, signals, parent, Share::Host(host), payload_start).await {
+        (code, Some(Share::Host(host))) => (code, host),
+        // Not reached: the share given is the share handed back.
+        (code, _) => (code, crate::run::shared::Host { legs: Vec::new(), group_dir, pool: None }),
+    }
+}
+
+/// [`run_spec`], its share handed back (`None` when the run ended before it was made).
+async fn run_spec_share<S: SignalSource>(
+    spec_path: &Path,
+    spec: LaunchSpec,
+    signals: S,
+    parent: Vec<(String, String)>,
+    share: Share,
+    payload_start: Instant,
+) -> (i32, Option<Share>) {
     // Every duration checked before anything is spawned (or written).
     let timings = match timings::check(spec_path, &spec) {
         Ok(t) => t,
         Err(f) => {
             tracing::error!(class = "spec", error = %f.message, "bad launch spec");
-            return OutcomeClass::Spec.exit_code();
+            return (OutcomeClass::Spec.exit_code(), Some(share));
         }
     };
     if let Err(err) = std::fs::create_dir_all(&spec.run_dir) {
         tracing::error!(class = "spec", run_dir = %spec.run_dir.display(), error = %err, "cannot create run dir");
-        return OutcomeClass::Spec.exit_code();
+        return (OutcomeClass::Spec.exit_code(), Some(share));
     }
     // Held until payload exits: a second payload on this run dir stops here, changing nothing.
     let _lock = match runlock::acquire(&spec.run_dir) {
         Ok(lock) => lock,
         Err(err @ runlock::LockError::Busy { .. }) => {
             tracing::error!(class = "run_dir_busy", error = %err, "run dir in use");
-            return runlock::EXIT_RUN_DIR_BUSY;
+            return (runlock::EXIT_RUN_DIR_BUSY, Some(share));
         }
         Err(err) => {
             tracing::error!(class = "spec", error = %err, "cannot lock the run dir");
-            return OutcomeClass::Spec.exit_code();
+            return (OutcomeClass::Spec.exit_code(), Some(share));
         }
     };
     // Before the first record: appending to a FIFO planted as events.jsonl would block.
     if let Some(problem) = crate::records::unwritable_record(&spec.run_dir) {
         tracing::error!(class = "spec", error = %problem, "unusable run dir");
-        return OutcomeClass::Spec.exit_code();
+        return (OutcomeClass::Spec.exit_code(), Some(share));
     }
     let mut rec = Recorder::new(&spec.run_dir, &spec.run_tag);
     rec.reserve_space();
@@ -186,7 +216,8 @@ pub(crate) async fn run_spec<S: SignalSource>(
         share,
     };
     let end = run.sequence().await;
-    run.finish(end).await
+    let code = run.finish(end).await;
+    (code, Some(run.share))
 }
 
 impl<S: SignalSource> Run<S> {
@@ -305,6 +336,7 @@ impl<S: SignalSource> Run<S> {
             return Err(Failure::new(OutcomeClass::EngineStart, p.port.how.clone()).with_cause("port").into());
         };
         self.set_up_tunnel(&p, port)?;
+        self.pool_amend_engine(&mut p);
         let started = self.start_engine(&p, port).await?;
         let resume = p.harbor.mode == HarborMode::Resume;
         self.rec.status.resume = Some(resume);
@@ -526,6 +558,14 @@ impl<S: SignalSource> Run<S> {
                     Input::LoadProgress(Instant::now(), log_bytes())
                 }
                 _ = share_tick.tick(), if shared => match self.share_input(machine.phase()) {
+                    // A pool: the member's legs have all ended; the next one is swapped in.
+                    Some(Input::LegsEnded) if let Some(next) = self.pool_next() => {
+                        if self.pool_swap(p, next).await {
+                            self.start_legs(p)?;
+                            continue;
+                        }
+                        Input::LegsEnded
+                    }
                     Some(input) => input,
                     None => continue,
                 },
@@ -630,6 +670,9 @@ impl<S: SignalSource> Run<S> {
                 tracing::warn!("ready budget passed with the load progressing; waiting on to the cap");
             }
             Action::StartHarbor if self.is_host() => {
+                if !self.pool_begin(p).await? {
+                    return Ok(Some(End::LegsEnded));
+                }
                 self.start_legs(p)?;
                 machine.harbor_started();
                 self.write_heartbeat(None, machine.probes());
@@ -854,7 +897,11 @@ impl<S: SignalSource> Run<S> {
             dataset: Err("not asked".into()),
         });
         let revision = provenance::model_revision(&self.spec, &p.head().child.env);
-        let (record, missing) = provenance::record(revision, versions);
+        let (mut record, missing) = provenance::record(revision, versions);
+        // A leg of a pool: the weights the host's engine serves it, and how they got there.
+        if let Share::Leg(a) = &self.share {
+            record.pool = a.engine.pool.clone().map(Box::new);
+        }
         self.rec.event(ev::Provenance { record: record.clone(), missing });
         self.rec.status.provenance = Some(record);
     }

@@ -81,6 +81,13 @@ impl SignalSource for Signals {
     }
 }
 
+/// A source borrowed: a pool's engine starts, one after another, read the one set of handlers.
+impl<S: SignalSource> SignalSource for &mut S {
+    async fn recv(&mut self) -> SignalEvent {
+        (**self).recv().await
+    }
+}
+
 /// A source that never fires (tests that do not exercise signals).
 #[derive(Debug, Default)]
 pub struct NoSignals;

@@ -135,6 +135,8 @@ fn main() {
     };
     let environment = |_: &str| None;
     let no_limit = |_: &str| None;
+    // Pools are not planned here (allocation: None), so no checkpoint is ever read.
+    let no_checkpoint = |spec: &launch_spec::spec::LaunchSpec| Err(format!("{} not read (bench)", spec.model.hf_id));
     let (concurrency, slurm_overrides) = (Concurrency::default(), SlurmOverrides::default());
     let inputs = |context, legs, models| PlanInputs {
         context,
@@ -149,6 +151,7 @@ fn main() {
         max_in_flight: 10_000,
         allocation: None,
         max_time: &no_limit,
+        checkpoints: &no_checkpoint,
     };
     let no_slurm = InstantSlurm(Cell::new(0));
     let sizes: Vec<usize> = std::env::var("PLAN_BENCH_SIZES")

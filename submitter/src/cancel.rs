@@ -13,7 +13,7 @@ use crate::observe::run_dir_of;
 
 /// How one selected attempt is stopped.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Stop {
+pub(crate) enum Stop {
     /// `scancel` its job (once per job, however many of its attempts are selected).
     Job(String),
     /// Only this leg: `<run dir>/cancel.request`; `others` legs of job `job` go on.
@@ -25,7 +25,11 @@ pub enum Stop {
 /// `selected` (active attempts of this cluster the operator named) against every `active` one of
 /// this cluster: a shared job's attempts carry its one job id. `running(a)`: whether attempt `a`'s
 /// leg is still running (no outcome in its run dir yet); a leg that ended does not keep the job.
-pub fn decide(selected: &[Attempt], active: &[Attempt], running: &dyn Fn(&Attempt) -> bool) -> Vec<(AttemptId, Stop)> {
+pub(crate) fn decide(
+    selected: &[Attempt],
+    active: &[Attempt],
+    running: &dyn Fn(&Attempt) -> bool,
+) -> Vec<(AttemptId, Stop)> {
     let chosen = |a: &Attempt| selected.iter().any(|s| s.id == a.id);
     selected
         .iter()
@@ -45,7 +49,7 @@ pub fn decide(selected: &[Attempt], active: &[Attempt], running: &dyn Fn(&Attemp
 }
 
 /// Writes `<run_dir>/cancel.request` atomically: who asked, when, for which attempt (no secret).
-pub fn request_leg_stop(run_dir: &Path, attempt: AttemptId, by: &str) -> std::io::Result<PathBuf> {
+pub(crate) fn request_leg_stop(run_dir: &Path, attempt: AttemptId, by: &str) -> std::io::Result<PathBuf> {
     let path = run_dir.join(CANCEL_REQUEST_FILE);
     let body = serde_json::json!({
         "attempt": attempt.0,
@@ -86,6 +90,26 @@ mod tests {
         // A per-leg job, and an attempt without a job yet.
         assert_eq!(decide(&active[3..], &active, &all), [(AttemptId(4), Stop::Job("8".into()))]);
         assert_eq!(decide(&[attempt(5, None)], &active, &all), [(AttemptId(5), Stop::NoJob)]);
+    }
+
+    /// A pool (issue 37): one model's legs stopped by file while the other models' legs, running
+    /// or not yet started (no outcome either way), keep the job; never a scancel for one model.
+    #[test]
+    fn one_model_of_a_pool_is_stopped_by_file_and_the_pool_goes_on() {
+        let leg = |id: i64, model: &str| {
+            let mut a = attempt(id, Some("9"));
+            a.model = model.into();
+            a
+        };
+        let active = vec![leg(1, "org/A"), leg(2, "org/A"), leg(3, "org/B"), leg(4, "org/B"), leg(5, "org/C")];
+        // org/A finished its turn; org/B is the one cancelled; org/C has not started.
+        let running = |a: &Attempt| a.model != "org/A";
+        let b: Vec<Attempt> = active.iter().filter(|a| a.model == "org/B").cloned().collect();
+        let stops = decide(&b, &active, &running);
+        assert_eq!(stops.len(), 2);
+        for (id, stop) in &stops {
+            assert!(matches!(stop, Stop::Leg { job, others: 1, .. } if job == "9"), "{id}: {stop:?}");
+        }
     }
 
     #[test]

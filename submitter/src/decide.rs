@@ -97,7 +97,7 @@ impl Action {
 /// Side effects the caller performs before submitting (recorded in the ledger first).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "action")]
-pub enum Prerequisite {
+pub(crate) enum Prerequisite {
     /// The latest attempt vanished from Slurm without an outcome: mark it failed (`vanished`).
     MarkVanished { attempt_id: i64 },
     /// The latest attempt has been pending too long: cancel its job, mark it cancelled.
@@ -109,7 +109,7 @@ pub struct Decision {
     pub action: Action,
     pub reason: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub prerequisite: Option<Prerequisite>,
+    pub(crate) prerequisite: Option<Prerequisite>,
     /// Something an operator should look at (an unattended attempt on another cluster).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub flag: Option<String>,

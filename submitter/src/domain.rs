@@ -105,6 +105,12 @@ pub(crate) const VANISHED: &str = "vanished";
 /// run tags). Its attempts share one Slurm job id and one submission tag.
 pub(crate) const SHARED_KEY: &str = "shared";
 
+/// The key of a pool's leg's config (issue 37), beside [`SHARED_KEY`] (whose `legs` are every leg
+/// of the pool, so its GPU time is divided among them all): `{group_tag, member, model}`. A leg
+/// with no record when the pool's job ended was never started (its member's turn did not come) and
+/// is continued, not failed (docs/allocation.md "Pools").
+pub(crate) const POOL_KEY: &str = "pool";
+
 /// The cluster name under which the team's imported history lives in the ledger.
 pub const TEAM_CLUSTER: &str = "ot-agent";
 
@@ -171,15 +177,15 @@ impl PairAdjustment {
 /// profile's `team.stale_pending_hours`/`stale_started_hours` change them for its fold-ins.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Staleness {
-    pub pending_s: i64,
-    pub started_s: i64,
+    pub(crate) pending_s: i64,
+    pub(crate) started_s: i64,
 }
 
 impl Staleness {
-    pub const DEFAULT_PENDING_HOURS: f64 = 6.0;
-    pub const DEFAULT_STARTED_HOURS: f64 = 24.0;
+    pub(crate) const DEFAULT_PENDING_HOURS: f64 = 6.0;
+    pub(crate) const DEFAULT_STARTED_HOURS: f64 = 24.0;
 
-    pub fn from_hours(pending: f64, started: f64) -> Staleness {
+    pub(crate) fn from_hours(pending: f64, started: f64) -> Staleness {
         Staleness { pending_s: (pending * 3600.0) as i64, started_s: (started * 3600.0) as i64 }
     }
 }

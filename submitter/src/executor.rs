@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::decide::{MISSING_JOB_GRACE_S, Prerequisite};
-use crate::domain::{SHARED_KEY, SUBMISSION_TAG_KEY};
+use crate::domain::{POOL_KEY, SHARED_KEY, SUBMISSION_TAG_KEY};
 use crate::ledger::{AttemptId, AttemptStatus, Ledger, LedgerError, NewAttempt};
 use crate::planner::{Blocked, Plan, PlannedJob, SharedJob, attempt_config};
 use crate::queue::run_dir_free_for;
@@ -120,7 +120,7 @@ impl Executor<'_> {
             }
             if let Some(group) = plan.shared_of(job) {
                 // Every leg's previous attempt is settled (above) before the group's rows go in.
-                if group.legs.last() == Some(&index) {
+                if group.legs.iter().max() == Some(&index) {
                     self.execute_shared(plan, group, &mut chain, &mut results)?;
                 }
                 continue;
@@ -257,7 +257,7 @@ impl Executor<'_> {
         Ok((self.prepare)(job, spec).err().map(|refusal| refusal.to_string()))
     }
 
-    /// One shared job (issue 24): each leg made way for and given its own ledger row (pending, one
+    /// One shared job (issue 24) or pool (issue 37; `pool.json` instead of `shared.json`): each leg made way for and given its own ledger row (pending, one
     /// submission tag for them all) and its own spec, then `shared.json` naming the legs that got a
     /// row, then one `sbatch`, whose job id goes onto every leg's row. A leg held back (its
     /// preparation, its run dir, another submitter's attempt) leaves the others to run.
@@ -268,7 +268,12 @@ impl Executor<'_> {
         chain: &mut Vec<JobId>,
         results: &mut Vec<Submitted>,
     ) -> Result<(), SubmitError> {
-        let in_group = format!("shared job {} of {} legs", group.group_tag, group.legs.len());
+        let in_group = match &group.pool {
+            Some(pool) => {
+                format!("pool {} of {} models, {} legs", group.group_tag, pool.members.len(), group.legs.len())
+            }
+            None => format!("shared job {} of {} legs", group.group_tag, group.legs.len()),
+        };
         let mut ready = Vec::new();
         for job in group.legs.iter().map(|&i| &plan.jobs[i]) {
             let Some(spec) = &job.spec else { continue };
@@ -298,6 +303,14 @@ impl Executor<'_> {
                 "group_dir": group.group_dir,
                 "legs": legs,
             });
+            if let Some(pool) = &group.pool {
+                let member = pool.members.iter().position(|(model, _)| *model == job.model);
+                config[POOL_KEY] = serde_json::json!({
+                    "group_tag": group.group_tag,
+                    "member": member,
+                    "model": job.model,
+                });
+            }
             let new = self.new_attempt(job, spec, config);
             let attempt = match self.ledger.insert_pending(&new) {
                 Ok(id) => id,
@@ -332,8 +345,22 @@ impl Executor<'_> {
             }
             doc.legs.push(path);
         }
-        let doc_path = group.group_dir.join(launch_spec::shared::SHARED_SPEC_FILE);
-        let text = serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n";
+        let (doc_path, text) = match &group.pool {
+            // A pool's document: each member with the legs that got a row; a member with none left out.
+            Some(pool) => {
+                let mut pool_doc = pool.doc.clone();
+                for member in &mut pool_doc.members {
+                    member.legs.retain(|leg| doc.legs.contains(leg));
+                }
+                pool_doc.members.retain(|m| !m.legs.is_empty());
+                let path = group.group_dir.join(launch_spec::pool::POOL_SPEC_FILE);
+                (path, serde_json::to_string_pretty(&pool_doc).unwrap_or_default() + "\n")
+            }
+            None => (
+                group.group_dir.join(launch_spec::shared::SHARED_SPEC_FILE),
+                serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n",
+            ),
+        };
         if let Err(err) = write_spec(&doc_path, &text) {
             fail_all(&format!("not submitted: {err}"))?;
             return Err(err);

@@ -11,14 +11,14 @@ use crate::registry::files::{ModelFile, PatternsFile, ServeFields};
 use crate::registry::{PATTERNS_FILE, Registry};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Severity {
+pub(crate) enum Severity {
     Warning,
     Error,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Finding {
-    pub severity: Severity,
+pub(crate) struct Finding {
+    pub(crate) severity: Severity,
     /// `file` or `file:line:col` or a logical place (`cluster leonardo`).
     pub place: String,
     pub message: String,
@@ -34,7 +34,7 @@ impl std::fmt::Display for Finding {
     }
 }
 
-pub struct LintInputs<'a> {
+pub(crate) struct LintInputs<'a> {
     pub registry: &'a Path,
     pub clusters: &'a Path,
     pub presets: &'a Path,
@@ -53,7 +53,7 @@ impl Findings {
 }
 
 /// Runs every check; never stops at the first problem.
-pub fn check(inputs: &LintInputs) -> Vec<Finding> {
+pub(crate) fn check(inputs: &LintInputs) -> Vec<Finding> {
     let mut findings = Findings::default();
     check_registry_files(inputs.registry, &mut findings);
     let clusters = check_clusters(inputs.clusters, &mut findings);

@@ -13,7 +13,7 @@ use crate::verify::results::short_name;
 
 /// The names a `--benchmark` may be: the ledger's, and what each preset runs.
 #[derive(Debug, Clone, Default)]
-pub struct KnownBenchmarks {
+pub(crate) struct KnownBenchmarks {
     /// Benchmark and family names the ledger holds, and the presets' benchmarks.
     names: BTreeSet<String>,
     /// Each preset's name and the benchmarks its datasets are (as the team's alias names them).
@@ -21,7 +21,7 @@ pub struct KnownBenchmarks {
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
-pub enum NameError {
+pub(crate) enum NameError {
     #[error("unknown benchmark `{given}`{hint}: known benchmarks are {known}")]
     Unknown { given: String, hint: String, known: String },
     #[error("benchmark `{given}` is ambiguous: it names {candidates} — give one of them")]
@@ -29,7 +29,7 @@ pub enum NameError {
 }
 
 impl KnownBenchmarks {
-    pub fn new(names: impl IntoIterator<Item = String>, presets: Vec<(String, Vec<String>)>) -> Self {
+    pub(crate) fn new(names: impl IntoIterator<Item = String>, presets: Vec<(String, Vec<String>)>) -> Self {
         let mut names: BTreeSet<String> = names.into_iter().collect();
         names.extend(presets.iter().flat_map(|(_, datasets)| datasets.iter().cloned()));
         KnownBenchmarks { names, presets }
@@ -37,7 +37,7 @@ impl KnownBenchmarks {
 
     /// The ledger's benchmarks and families, and the presets in `presets_dir` (a preset that does
     /// not load is left out: `registry check` reports it).
-    pub fn load(ledger: &dyn Ledger, presets_dir: &Path) -> ledger::Result<Self> {
+    pub(crate) fn load(ledger: &dyn Ledger, presets_dir: &Path) -> ledger::Result<Self> {
         let mut names = Vec::new();
         for (benchmark, family) in ledger.families()? {
             names.extend([benchmark, family]);
@@ -60,7 +60,7 @@ impl KnownBenchmarks {
 
     /// The benchmark `given` names: itself when known, a preset's one dataset, the benchmark
     /// whose short label or last path part it is; else an error with the closest known name.
-    pub fn resolve(&self, given: &str) -> Result<String, NameError> {
+    pub(crate) fn resolve(&self, given: &str) -> Result<String, NameError> {
         if self.names.contains(given) {
             return Ok(given.to_string());
         }

@@ -14,17 +14,17 @@ use crate::config::ClusterProfile;
 use crate::config::cluster::Arch;
 
 /// The profile field that names the binary.
-pub const FIELD: &str = "slurm.payload_bin";
+pub(crate) const FIELD: &str = "slurm.payload_bin";
 
 /// The payload binary the job will exec, and what chose it (named in every refusal).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PayloadBinary {
+pub(crate) struct PayloadBinary {
     pub path: PathBuf,
     pub origin: Origin,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Origin {
+pub(crate) enum Origin {
     /// `$PAYLOAD_BIN` in the submitter's shell (wins over the profile).
     Environment,
     /// The profile's `slurm.payload_bin`.
@@ -36,7 +36,11 @@ pub enum Origin {
 impl PayloadBinary {
     /// `$PAYLOAD_BIN` (given as `from_environment`), else the profile's field (`from_profile`,
     /// expanded), else beside `submitter_exe`.
-    pub fn locate(from_environment: Option<PathBuf>, from_profile: Option<PathBuf>, submitter_exe: &Path) -> Self {
+    pub(crate) fn locate(
+        from_environment: Option<PathBuf>,
+        from_profile: Option<PathBuf>,
+        submitter_exe: &Path,
+    ) -> Self {
         match (from_environment.filter(|p| !p.as_os_str().is_empty()), from_profile) {
             (Some(path), _) => PayloadBinary { path, origin: Origin::Environment },
             (None, Some(path)) => PayloadBinary { path, origin: Origin::Profile },
@@ -64,14 +68,14 @@ impl PayloadBinary {
 
 /// A glibc release, `major.minor` (symbol versions are `GLIBC_2.28`; `getconf` says `glibc 2.28`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Glibc {
+pub(crate) struct Glibc {
     pub major: u32,
     pub minor: u32,
 }
 
 impl Glibc {
     /// `2.28`, `2.28.1` (a patch level is ignored: symbol versions never carry it).
-    pub fn parse(text: &str) -> Option<Glibc> {
+    pub(crate) fn parse(text: &str) -> Option<Glibc> {
         let mut parts = text.trim().split('.');
         let major = parts.next()?.parse().ok()?;
         let minor = parts.next()?.parse().ok()?;
@@ -79,7 +83,7 @@ impl Glibc {
     }
 
     /// The version in `getconf GNU_LIBC_VERSION`'s answer (`glibc 2.28`), else None (musl, no getconf).
-    pub fn from_getconf(stdout: &str) -> Option<Glibc> {
+    pub(crate) fn from_getconf(stdout: &str) -> Option<Glibc> {
         stdout.lines().find_map(|line| line.trim().strip_prefix("glibc ").and_then(Glibc::parse))
     }
 }
@@ -92,7 +96,7 @@ impl fmt::Display for Glibc {
 
 /// What the binary's ELF header and version-needs say.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ElfFacts {
+pub(crate) struct ElfFacts {
     /// `e_machine` (`EM_X86_64` = 62, `EM_AARCH64` = 183).
     pub machine: u16,
     /// The newest `GLIBC_x.y` among its needed symbol versions; None for a static or non-glibc binary.
@@ -100,7 +104,7 @@ pub struct ElfFacts {
 }
 
 impl ElfFacts {
-    pub fn arch(&self) -> Option<Arch> {
+    pub(crate) fn arch(&self) -> Option<Arch> {
         match self.machine {
             object::elf::EM_X86_64 => Some(Arch::X86_64),
             object::elf::EM_AARCH64 => Some(Arch::Aarch64),
@@ -113,7 +117,7 @@ impl ElfFacts {
     }
 }
 
-pub fn arch_name(arch: Arch) -> &'static str {
+pub(crate) fn arch_name(arch: Arch) -> &'static str {
     match arch {
         Arch::X86_64 => "x86_64",
         Arch::Aarch64 => "aarch64",
@@ -121,7 +125,7 @@ pub fn arch_name(arch: Arch) -> &'static str {
 }
 
 /// The architecture a Slurm node feature names (`aarch64`, `arm64`, `x86_64`, `amd64`, …), if any.
-pub fn feature_arch(feature: &str) -> Option<Arch> {
+pub(crate) fn feature_arch(feature: &str) -> Option<Arch> {
     match feature.trim().to_ascii_lowercase().as_str() {
         "x86_64" | "x86-64" | "amd64" => Some(Arch::X86_64),
         "aarch64" | "arm64" => Some(Arch::Aarch64),
@@ -131,7 +135,7 @@ pub fn feature_arch(feature: &str) -> Option<Arch> {
 
 /// The features in `sinfo -h -o %f`'s answer: one line per node group, comma-separated,
 /// `(null)` for none.
-pub fn features(stdout: &str) -> Vec<String> {
+pub(crate) fn features(stdout: &str) -> Vec<String> {
     let mut all: Vec<String> = stdout
         .lines()
         .flat_map(|line| line.split(','))
@@ -145,7 +149,7 @@ pub fn features(stdout: &str) -> Vec<String> {
 }
 
 /// The ELF machine and needed glibc of the 64-bit ELF file at `path`.
-pub fn read_elf(path: &Path) -> Result<ElfFacts, String> {
+pub(crate) fn read_elf(path: &Path) -> Result<ElfFacts, String> {
     let data = std::fs::read(path).map_err(|e| format!("cannot read it: {e}"))?;
     let file = ElfFile64::<object::Endianness>::parse(&*data).map_err(|e| format!("not a 64-bit ELF file ({e})"))?;
     let endian = file.endian();
@@ -170,7 +174,7 @@ pub fn read_elf(path: &Path) -> Result<ElfFacts, String> {
 
 /// The file checks, on the login node: exists, executable, a 64-bit ELF for the profile's
 /// `hardware.arch`. The one-line refusal names the field and the fix.
-pub fn check_file(binary: &PayloadBinary, cluster: &ClusterProfile) -> Result<ElfFacts, String> {
+pub(crate) fn check_file(binary: &PayloadBinary, cluster: &ClusterProfile) -> Result<ElfFacts, String> {
     let arch = cluster.hardware.arch;
     let said = |problem: String| {
         format!(
@@ -213,16 +217,16 @@ pub fn check_file(binary: &PayloadBinary, cluster: &ClusterProfile) -> Result<El
 
 /// What preflight learnt about the nodes from Slurm and the site's shell.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NodeFacts {
+pub(crate) struct NodeFacts {
     /// The partition's node features (`sinfo -o %f`), when Slurm gives any.
-    pub features: Vec<String>,
+    pub(crate) features: Vec<String>,
     /// The glibc the job's shell has (asked through the prelude), when it answered.
     pub glibc: Option<Glibc>,
 }
 
 /// The binary against the nodes: features naming another architecture than the binary's (or
 /// the profile's), a glibc older than the binary needs. Ok: what was checked, one line.
-pub fn judge(
+pub(crate) fn judge(
     binary: &PayloadBinary,
     facts: &ElfFacts,
     nodes: &NodeFacts,

@@ -61,7 +61,7 @@ impl Event {
 /// What one launch iteration tells: its events, and the pairs it planned without refusing (a held
 /// pair among them is no longer held, and is told again if it is refused later).
 #[derive(Debug, Default)]
-pub struct Tidings {
+pub(crate) struct Tidings {
     pub events: Vec<Event>,
     pub(crate) unheld: BTreeSet<String>,
 }
@@ -72,7 +72,7 @@ fn pair_key(model: &str, benchmark: &str) -> String {
 
 /// The events of one launch iteration (pure): what sync changed (finished with its score, failed
 /// for good — a walltime end that is continued is not a failure) and the pairs held (refused).
-pub fn iteration_events(changes: &[crate::sync::Change], planned: &[crate::planner::PlannedJob]) -> Tidings {
+pub(crate) fn iteration_events(changes: &[crate::sync::Change], planned: &[crate::planner::PlannedJob]) -> Tidings {
     use crate::ledger::AttemptStatus;
     let mut events: Vec<Event> = changes
         .iter()
@@ -320,7 +320,7 @@ impl NotifyState {
     /// Drops the held events told before, and forgets the pairs no longer held (so one held
     /// again later is told again). Pairs another selection plans are left as they are: several
     /// `launch` commands may share the state dir.
-    pub fn new_events(&mut self, tidings: Tidings) -> Vec<Event> {
+    pub(crate) fn new_events(&mut self, tidings: Tidings) -> Vec<Event> {
         self.held.retain(|k| !tidings.unheld.contains(k));
         let mut fresh = Vec::new();
         for event in tidings.events {

@@ -27,7 +27,7 @@ pub fn run_dir_of(attempt: &Attempt) -> Option<PathBuf> {
 
 /// The group dir of the shared job an attempt is a leg of (issue 24): the engine's log and the
 /// job's Slurm output are there, not in the leg's run dir.
-pub fn shared_group_dir(attempt: &Attempt) -> Option<PathBuf> {
+pub(crate) fn shared_group_dir(attempt: &Attempt) -> Option<PathBuf> {
     attempt
         .config
         .pointer(&format!("/{}/group_dir", crate::domain::SHARED_KEY))

@@ -37,7 +37,7 @@ pub enum Format {
 
 /// The `--format` / `--json` flags, for commands to flatten.
 #[derive(clap::Args, Debug, Clone, Copy, Default)]
-pub struct FormatArgs {
+pub(crate) struct FormatArgs {
     /// Output format: `human` (default) or `json`, a document with `format_version` and `kind`.
     #[arg(long, value_enum, default_value_t, value_name = "FORMAT")]
     pub format: Format,
@@ -47,11 +47,11 @@ pub struct FormatArgs {
 }
 
 impl FormatArgs {
-    pub fn get(&self) -> Format {
+    pub(crate) fn get(&self) -> Format {
         if self.json { Format::Json } else { self.format }
     }
 
-    pub fn is_json(&self) -> bool {
+    pub(crate) fn is_json(&self) -> bool {
         self.get() == Format::Json
     }
 }
@@ -105,7 +105,7 @@ impl ExitStatus {
     /// what kind of failure it is ([`ExitStatus::of_cause`], else `wrapped`: the command layer's
     /// view into wrapper errors whose `#[error(transparent)]` variants hide their cause from the
     /// chain); anything else is bad input.
-    pub fn of_error<'a>(
+    pub(crate) fn of_error<'a>(
         chain: impl IntoIterator<Item = &'a (dyn Error + 'static)>,
         wrapped: impl Fn(&(dyn Error + 'static)) -> Option<ExitStatus>,
     ) -> ExitStatus {
@@ -113,12 +113,12 @@ impl ExitStatus {
     }
 
     /// The status a ledger error calls for.
-    pub fn of_ledger(error: &LedgerError) -> ExitStatus {
+    pub(crate) fn of_ledger(error: &LedgerError) -> ExitStatus {
         ledger_status(error)
     }
 
     /// The status a Slurm error calls for.
-    pub fn of_slurm(error: &SlurmError) -> ExitStatus {
+    pub(crate) fn of_slurm(error: &SlurmError) -> ExitStatus {
         slurm_status(error)
     }
 }
@@ -187,7 +187,7 @@ pub struct LockHeld {
 /// [`Resolved`]'s own fields (its serialisation, field order included, is the interface), then the
 /// layout.
 #[derive(Serialize)]
-pub struct ServeSettings<'a> {
+pub(crate) struct ServeSettings<'a> {
     #[serde(flatten)]
     pub resolved: &'a Resolved,
     /// Where the engine's GPUs are (docs/multinode.md); shown only for a multi-node layout.
@@ -197,7 +197,7 @@ pub struct ServeSettings<'a> {
 
 /// A multi-node engine's layout (docs/multinode.md).
 #[derive(Serialize)]
-pub struct LayoutOutput {
+pub(crate) struct LayoutOutput {
     pub nodes: u32,
     pub gpus_per_node: u32,
     /// Which parallelism spans the nodes: `data`, `pipeline` or `tensor` (`none` on one node).
@@ -212,7 +212,7 @@ impl From<&Layout> for LayoutOutput {
 
 impl<'a> ServeSettings<'a> {
     /// `layout`: where the engine's GPUs are, when the caller resolved it (shown when multi-node).
-    pub fn new(r: &'a Resolved, layout: Option<&Layout>) -> Self {
+    pub(crate) fn new(r: &'a Resolved, layout: Option<&Layout>) -> Self {
         ServeSettings { resolved: r, layout: layout.filter(|layout| layout.is_multi_node()).map(LayoutOutput::from) }
     }
 }

@@ -48,29 +48,59 @@ fn blocked_why(job: &PlannedJob) -> Option<&str> {
     }
 }
 
-/// The shared jobs of a plan (which pairs share a job, its time, its capacity, its argv once) and
-/// the `shared` legs that still get a job of their own, and why.
+/// The shared jobs and pools of a plan (which pairs share a job, its time, its capacity, its argv
+/// once) and the `shared`/`pool` legs that are planned otherwise, and why (once per model).
 fn shared_lines(plan: &Plan) -> String {
     let mut out = String::new();
     for group in &plan.shared {
         let legs: Vec<&PlannedJob> = group.legs.iter().map(|&i| &plan.jobs[i]).collect();
-        let names: Vec<&str> = legs.iter().map(|j| j.benchmark.as_str()).collect();
         let source = legs.first().map_or("default", |j| allocation_source(&j.settings.allocation.source));
-        out += &format!(
-            "shared    {} {}: {} legs in one job, one engine (allocation shared, from {source}): {}\n",
-            group.group_tag,
-            group.model,
-            legs.len(),
-            names.join(", ")
-        );
+        match &group.pool {
+            Some(pool) => {
+                let members: Vec<String> =
+                    pool.members.iter().map(|(model, legs)| format!("{model} ({})", legs.len())).collect();
+                out += &format!(
+                    "pool      {} (pool {} of {}, allocation pool, from {source}): {} models, {} legs, one engine, in order: {}\n",
+                    group.group_tag,
+                    pool.order.0,
+                    pool.order.1,
+                    pool.members.len(),
+                    legs.len(),
+                    members.join(" → ")
+                );
+            }
+            None => {
+                let names: Vec<&str> = legs.iter().map(|j| j.benchmark.as_str()).collect();
+                out += &format!(
+                    "shared    {} {}: {} legs in one job, one engine (allocation shared, from {source}): {}\n",
+                    group.group_tag,
+                    group.model,
+                    legs.len(),
+                    names.join(", ")
+                );
+            }
+        }
         out += &format!("          time {} = {}\n", group.time, group.time_basis);
         out += &format!("          capacity: {}\n", group.capacity);
         out += &format!("          {}\n", shell_words::join(&group.sbatch));
     }
+    let mut told: Vec<(&str, &str)> = Vec::new();
     for job in &plan.jobs {
-        if let Some(note) = &job.allocation_note {
-            out += &format!("own job   {} {}: allocation shared, but {note}\n", job.model, job.benchmark);
+        let Some(note) = &job.allocation_note else { continue };
+        let (label, mode) = match (job.shared_job.is_some(), job.settings.allocation.value) {
+            (true, mode) => ("apart    ", mode.as_str()),
+            (false, mode) => ("own job  ", mode.as_str()),
+        };
+        // A pool's reason is the model's: said once.
+        if mode == "pool" && job.shared_job.is_some() {
+            if told.contains(&(job.model.as_str(), note.as_str())) {
+                continue;
+            }
+            told.push((&job.model, note));
+            out += &format!("{label} {}: allocation {mode}, but {note}\n", job.model);
+            continue;
         }
+        out += &format!("{label} {} {}: allocation {mode}, but {note}\n", job.model, job.benchmark);
     }
     out
 }

@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use launch_spec::LaunchSpec;
+use launch_spec::pool::{POOL_SPEC_FILE, POOL_SPEC_VERSION, PoolJobSpec, PoolMember, PoolWeights, WeightsKind};
 use launch_spec::shared::{SHARED_SPEC_FILE, SHARED_SPEC_VERSION, SharedJobSpec};
 use launch_spec::spec::HarborStart;
 use serde_json::{Value, json};
@@ -56,6 +57,9 @@ pub struct PlanInputs<'a> {
     /// The walltime limit of a partition, in seconds, and where it was read ([`crate::settings::partition_limit`]):
     /// every `--time` is capped at it.
     pub max_time: &'a dyn Fn(&str) -> Option<(u64, String)>,
+    /// A queued leg's checkpoint, read for pooling (`allocation: pool`; [`crate::pool`]): its dir
+    /// and the files that decide whether another model's weights fit its engine.
+    pub checkpoints: &'a dyn Fn(&LaunchSpec) -> Result<crate::pool::Checkpoint, String>,
 }
 
 /// Why a pair the decision would queue is not queued.
@@ -91,7 +95,7 @@ pub struct PlannedJob {
     pub rule: String,
     /// The resolved serve settings (`plan`'s `serve`), when they resolve.
     pub resolved: Option<Resolved>,
-    pub prerequisite: Option<Prerequisite>,
+    pub(crate) prerequisite: Option<Prerequisite>,
     /// For the operator: an unattended attempt on another cluster (never acted on here).
     pub flag: Option<String>,
     /// For a walltime continuation: the attempt it continues and its place in the chain.
@@ -119,9 +123,9 @@ pub struct PlannedJob {
     pub settings: ResolvedSettings,
     /// The shared job it is a leg of (its group tag; [`Plan::shared`]). Its own `sbatch` and
     /// `request` are then `None`: the job's are the group's.
-    pub shared_job: Option<String>,
+    pub(crate) shared_job: Option<String>,
     /// Why a leg whose allocation is `shared` still gets a job of its own.
-    pub allocation_note: Option<String>,
+    pub(crate) allocation_note: Option<String>,
     /// The pair's latest attempt in the snapshot (names a shared job's group apart from earlier ones).
     pub(crate) latest_attempt: Option<i64>,
 }
@@ -181,17 +185,38 @@ pub struct Resources {
     pub reservation: Option<String>,
 }
 
-/// The overrides recorded with an attempt and compared for config-aware dedup.
+/// The overrides recorded with an attempt and compared for config-aware dedup. Destructured whole,
+/// so a new operator choice is either recorded here or named as not changing what runs.
 pub(crate) fn overrides_json(overrides: &SpecOverrides) -> Value {
-    json!({
-        "timeout_multiplier": overrides.timeout_multiplier,
-        "agent_kwargs": overrides.agent_kwargs,
-        "gpu_memory_utilization": overrides.gpu_memory_utilization,
-        "n_concurrent": overrides.n_concurrent,
-        "harbor_config": overrides.harbor_config,
-        "agent_parser": overrides.agent_parser,
-        "max_output_tokens": overrides.max_output_tokens,
-    })
+    let SpecOverrides {
+        timeout_multiplier,
+        agent_kwargs,
+        gpu_memory_utilization,
+        n_concurrent,
+        harbor_config,
+        config_yaml,
+        agent_parser,
+        max_output_tokens,
+        // The leg's dataset is the pair's benchmark, already its identity.
+        dataset: _,
+        // Which tunnel pair carries the traffic changes no result.
+        pinggy_pair: _,
+    } = overrides;
+    let mut recorded = json!({
+        "timeout_multiplier": timeout_multiplier,
+        "agent_kwargs": agent_kwargs,
+        "gpu_memory_utilization": gpu_memory_utilization,
+        "n_concurrent": n_concurrent,
+        "harbor_config": harbor_config,
+        "agent_parser": agent_parser,
+        "max_output_tokens": max_output_tokens,
+    });
+    // Recorded only when set: rows written before it was recorded (no key) then still match a
+    // launch without `--config-yaml`.
+    if let Some(config_yaml) = config_yaml {
+        recorded["config_yaml"] = json!(config_yaml);
+    }
+    recorded
 }
 
 /// The config recorded with an attempt (`ledger.config`): what ran, and for a continuation the
@@ -241,6 +266,21 @@ pub struct SharedJob {
     pub request: SubmitRequest,
     /// The exact `sbatch` argv, program first (`--chain-batch` adds a dependency when submitting).
     pub sbatch: Vec<String>,
+    /// Set when the job is a pool (issue 37): several models on its one engine, one after another.
+    /// `doc` then lists every leg of every member in run order (the GPU time is divided among them).
+    pub pool: Option<Pool>,
+}
+
+/// What a pool adds to a shared job: its members in run order and its place among the pools of
+/// one engine configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pool {
+    /// `(model, its legs as indexes into [`Plan::jobs`])`, in run order; the first starts the engine.
+    pub members: Vec<(String, Vec<usize>)>,
+    /// `<group dir>/pool.json` as planned (the executor writes it with the legs that got a row).
+    pub doc: PoolJobSpec,
+    /// 1-based place among the pools planned for one engine configuration, and their number.
+    pub order: (usize, usize),
 }
 
 /// `max_num_seqs` vLLM uses when the spec sets none. vLLM 0.33.0 picks 256, or 1024 on GPUs with
@@ -259,7 +299,8 @@ impl Plan {
 /// queued legs of one model whose allocation is `shared` into shared jobs.
 pub fn plan(inputs: &PlanInputs, snapshot: &Snapshot) -> Plan {
     let mut jobs = plan_pairs(inputs, snapshot);
-    let shared = group_shared(inputs, &mut jobs);
+    let mut shared = group_pools(inputs, &mut jobs);
+    shared.extend(group_shared(inputs, &mut jobs));
     Plan { jobs, shared }
 }
 
@@ -476,9 +517,13 @@ fn plan_pair(
 fn group_shared(inputs: &PlanInputs, jobs: &mut [PlannedJob]) -> Vec<SharedJob> {
     let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
     for (i, job) in jobs.iter().enumerate() {
-        let Some(spec) =
-            job.spec.as_ref().filter(|_| job.queues() && job.settings.allocation.value == Allocation::Shared)
-        else {
+        // A `pool` leg no pool took (planned apart, with its note) shares its model's engine.
+        let shares = match job.settings.allocation.value {
+            Allocation::Shared => true,
+            Allocation::Pool => job.shared_job.is_none(),
+            Allocation::PerLeg => false,
+        };
+        let Some(spec) = job.spec.as_ref().filter(|_| job.queues() && shares) else {
             continue;
         };
         let r = &job.resources;
@@ -499,9 +544,9 @@ fn group_shared(inputs: &PlanInputs, jobs: &mut [PlannedJob]) -> Vec<SharedJob> 
     let mut shared = Vec::new();
     for (_, legs) in groups {
         if legs.len() < 2 {
-            jobs[legs[0]].allocation_note = Some(
-                "no other queued leg of this model with the same engine and Slurm placement: a job of its own".into(),
-            );
+            let own = "no other queued leg of this model with the same engine and Slurm placement: a job of its own";
+            let note = &mut jobs[legs[0]].allocation_note;
+            *note = Some(note.take().map_or(own.to_string(), |pool| format!("{pool}; {own}")));
             continue;
         }
         match shared_job(inputs, jobs, &legs) {
@@ -531,28 +576,9 @@ fn shared_job(inputs: &PlanInputs, jobs: &mut [PlannedJob], legs: &[usize]) -> R
     // vLLM's batch is shared: every leg's trials at once must fit in max_num_seqs. Raised (on every
     // leg alike, so they still agree on the engine) rather than the legs scaled down: each leg keeps
     // the n_concurrent it is recorded and deduplicated under (docs/decisions.md, issue 24).
-    let counts: Vec<(String, u32)> = legs
-        .iter()
-        .map(|&i| (jobs[i].preset.clone(), jobs[i].spec.as_ref().map_or(0, |s| s.harbor.n_concurrent)))
-        .collect();
-    let total: u32 = counts.iter().map(|(_, n)| n).sum();
-    let terms = counts.iter().map(|(leg, n)| format!("{leg} {n}")).collect::<Vec<_>>().join(" + ");
+    let (total, terms) = concurrency_sum(jobs, legs);
     let first = jobs[legs[0]].spec.clone().ok_or("a leg without a spec")?;
-    let capacity = match first.serve.max_num_seqs {
-        Some(set) if set >= total => format!("max_num_seqs {set} ≥ Σ n_concurrent {total} ({terms}): unchanged"),
-        None if VLLM_DEFAULT_MAX_NUM_SEQS >= total => format!(
-            "max_num_seqs unset (vLLM's default, at least {VLLM_DEFAULT_MAX_NUM_SEQS}) ≥ Σ n_concurrent {total} ({terms}): unchanged"
-        ),
-        before => {
-            for &i in legs {
-                if let Some(spec) = jobs[i].spec.as_mut() {
-                    spec.serve.max_num_seqs = Some(total);
-                }
-            }
-            let was = before.map_or(format!("unset ({VLLM_DEFAULT_MAX_NUM_SEQS})"), |n| n.to_string());
-            format!("max_num_seqs raised {was} → {total} = Σ n_concurrent ({terms}); the legs keep their n_concurrent")
-        }
-    };
+    let capacity = reconcile_capacity(jobs, legs, first.serve.max_num_seqs, total, &terms);
     // The walltime: the longest leg's own `--time` (which, for a job of its own, covered one load
     // and its run) plus one load allowance, the slack for legs whose runs overlap and share the
     // engine's throughput; what does not finish is continued (docs/submitter.md, "Shared allocation").
@@ -606,6 +632,7 @@ fn shared_job(inputs: &PlanInputs, jobs: &mut [PlannedJob], legs: &[usize]) -> R
     let leg_request = jobs[legs[0]].request.as_ref().ok_or("a leg without an sbatch request")?;
     let request = crate::queue::shared_request(
         leg_request,
+        "--shared",
         &group_dir.join(SHARED_SPEC_FILE),
         &group_dir,
         time_s,
@@ -614,7 +641,378 @@ fn shared_job(inputs: &PlanInputs, jobs: &mut [PlannedJob], legs: &[usize]) -> R
     let argv = build_sbatch_args(&request).map_err(|e| format!("sbatch request: {e}"))?;
     let mut sbatch = vec!["sbatch".to_string()];
     sbatch.extend(argv.iter().map(|a| a.to_string_lossy().into_owned()));
-    Ok(SharedJob { model, group_tag, group_dir, legs: legs.to_vec(), time, time_basis, capacity, doc, request, sbatch })
+    Ok(SharedJob {
+        model,
+        group_tag,
+        group_dir,
+        legs: legs.to_vec(),
+        time,
+        time_basis,
+        capacity,
+        doc,
+        request,
+        sbatch,
+        pool: None,
+    })
+}
+
+/// Σ n_concurrent of `legs` and the sum written out (`swebench 32 + tb2 64`).
+fn concurrency_sum(jobs: &[PlannedJob], legs: &[usize]) -> (u32, String) {
+    let counts: Vec<(String, u32)> = legs
+        .iter()
+        .map(|&i| (jobs[i].preset.clone(), jobs[i].spec.as_ref().map_or(0, |s| s.harbor.n_concurrent)))
+        .collect();
+    let total: u32 = counts.iter().map(|(_, n)| n).sum();
+    (total, counts.iter().map(|(leg, n)| format!("{leg} {n}")).collect::<Vec<_>>().join(" + "))
+}
+
+/// Raises `max_num_seqs` on every leg of `legs` alike to `total` when `set` (the legs' value)
+/// does not cover it; says what it did.
+fn reconcile_capacity(jobs: &mut [PlannedJob], legs: &[usize], set: Option<u32>, total: u32, terms: &str) -> String {
+    match set {
+        Some(set) if set >= total => format!("max_num_seqs {set} ≥ Σ n_concurrent {total} ({terms}): unchanged"),
+        None if VLLM_DEFAULT_MAX_NUM_SEQS >= total => format!(
+            "max_num_seqs unset (vLLM's default, at least {VLLM_DEFAULT_MAX_NUM_SEQS}) ≥ Σ n_concurrent {total} ({terms}): unchanged"
+        ),
+        before => {
+            for &i in legs {
+                if let Some(spec) = jobs[i].spec.as_mut() {
+                    spec.serve.max_num_seqs = Some(total);
+                }
+            }
+            let was = before.map_or(format!("unset ({VLLM_DEFAULT_MAX_NUM_SEQS})"), |n| n.to_string());
+            format!("max_num_seqs raised {was} → {total} = Σ n_concurrent ({terms}); the legs keep their n_concurrent")
+        }
+    }
+}
+
+/// Seconds a pool's walltime allows per swap (pause, reload, canaries, resume). An 8B reloads in
+/// 1–3 s on a GPU and a swap measured 40 ms on the CPU build (issue 37); the canaries are a few
+/// greedy completions. Errs long: what does not finish is continued in another pool.
+pub const POOL_SWAP_ALLOWANCE_S: u64 = 300;
+/// A pool's walltime limit when neither Slurm nor the profile names the partition's (24 h, the
+/// common MaxTime of the team's clusters).
+pub const POOL_DEFAULT_MAX_S: u64 = 24 * 3600;
+
+/// One model's queued `pool` legs and its checkpoint, on their way into a pool.
+struct Candidate {
+    model: String,
+    legs: Vec<usize>,
+    checkpoint: crate::pool::Checkpoint,
+}
+
+/// Models whose legs share one engine configuration and whose checkpoints agree.
+struct Class {
+    key: Value,
+    members: Vec<Candidate>,
+    /// Why the first member was not pooled with an earlier class, if one was tried.
+    apart: Option<String>,
+}
+
+/// The engine part that must agree among a pool's models, with the Slurm placement and jobs dir:
+/// everything but the model, its readiness budget and `max_num_seqs` (both reconciled per pool).
+fn pool_key(job: &PlannedJob, spec: &LaunchSpec) -> Value {
+    let mut part = launch_spec::shared::engine_part(spec);
+    if let Some(map) = part.as_object_mut() {
+        map.remove("model");
+        if let Some(serve) = map.get_mut("serve").and_then(Value::as_object_mut) {
+            serve.remove("ready_budget");
+            serve.remove("max_num_seqs");
+        }
+    }
+    let r = &job.resources;
+    json!({"engine": part, "placement": [r.partition, r.account, r.reservation], "jobs_dir": spec.jobs_dir})
+}
+
+/// The first place two pool keys differ, in words (`serve.max_model_len`, `Slurm placement`).
+fn key_difference(a: &Value, b: &Value) -> String {
+    let differs = |x: &Value, y: &Value| -> Option<String> {
+        let (Some(x), Some(y)) = (x.as_object(), y.as_object()) else { return None };
+        x.keys().chain(y.keys()).find(|k| x.get(*k) != y.get(*k)).cloned()
+    };
+    match differs(&a["engine"], &b["engine"]) {
+        Some(field) => match differs(&a["engine"][&field], &b["engine"][&field]) {
+            Some(sub) => format!("`{field}.{sub}` differs"),
+            None => format!("`{field}` differs"),
+        },
+        None if a["placement"] != b["placement"] => "Slurm placement (partition, account, reservation) differs".into(),
+        None => "jobs dir differs".into(),
+    }
+}
+
+/// Puts the queued `pool` legs into pools (issue 37; docs/allocation.md "Pools"): models whose
+/// legs agree on the engine (all but the model) and placement, and whose checkpoints agree
+/// ([`crate::pool::incompatibility`]), in priority order, packed into jobs under the partition's
+/// walltime. A model that fits no pool gets the reason in its legs' `allocation_note` and is left
+/// to [`group_shared`] (its own legs share one engine).
+fn group_pools(inputs: &PlanInputs, jobs: &mut [PlannedJob]) -> Vec<SharedJob> {
+    let mut models: Vec<(String, Vec<usize>)> = Vec::new();
+    for (i, job) in jobs.iter().enumerate() {
+        if !(job.queues() && job.spec.is_some() && job.settings.allocation.value == Allocation::Pool) {
+            continue;
+        }
+        match models.iter_mut().find(|(m, _)| *m == job.model) {
+            Some((_, legs)) => legs.push(i),
+            None => models.push((job.model.clone(), vec![i])),
+        }
+    }
+    let note = |jobs: &mut [PlannedJob], legs: &[usize], why: &str| {
+        for &i in legs {
+            jobs[i].allocation_note = Some(format!("pool: {why}; planned apart"));
+        }
+    };
+    let mut classes: Vec<Class> = Vec::new();
+    for (model, legs) in models {
+        let key_of = |i: usize| jobs[i].spec.as_ref().map(|s| pool_key(&jobs[i], s)).unwrap_or(Value::Null);
+        let key = key_of(legs[0]);
+        if let Some(&odd) = legs.iter().find(|&&i| key_of(i) != key) {
+            let why = format!(
+                "its legs {} and {} differ: {}",
+                jobs[legs[0]].benchmark,
+                jobs[odd].benchmark,
+                key_difference(&key, &key_of(odd))
+            );
+            note(jobs, &legs, &why);
+            continue;
+        }
+        let checkpoint = match jobs[legs[0]].spec.as_ref().map(|s| (inputs.checkpoints)(s)) {
+            Some(Ok(checkpoint)) => checkpoint,
+            Some(Err(why)) => {
+                note(jobs, &legs, &format!("its checkpoint cannot be compared ({why})"));
+                continue;
+            }
+            None => continue,
+        };
+        let mut apart = None;
+        let candidate = Candidate { model, legs, checkpoint };
+        let home = classes.iter().position(|class| {
+            let first = &class.members[0];
+            let why = if class.key != key {
+                Some(key_difference(&class.key, &key))
+            } else {
+                crate::pool::incompatibility(&first.checkpoint, &candidate.checkpoint)
+            };
+            if let Some(why) = &why {
+                apart.get_or_insert_with(|| format!("not pooled with {}: {why}", first.model));
+            }
+            why.is_none()
+        });
+        match home {
+            Some(c) => classes[c].members.push(candidate),
+            None => classes.push(Class { key, members: vec![candidate], apart }),
+        }
+    }
+    let mut pools = Vec::new();
+    for class in classes {
+        if class.members.len() < 2 {
+            let why = class.apart.unwrap_or_else(|| "no other queued model shares its engine and checkpoint".into());
+            note(jobs, &class.members[0].legs, &why);
+            continue;
+        }
+        let packs = match pack_pool(inputs, jobs, &class.members) {
+            Ok(packs) => packs,
+            Err(problem) => {
+                for member in &class.members {
+                    for &i in &member.legs {
+                        jobs[i].blocked = Some(Blocked::Refused(format!("pool: {problem}")));
+                    }
+                }
+                continue;
+            }
+        };
+        let count = packs.len();
+        for (n, (range, time_s, basis)) in packs.into_iter().enumerate() {
+            let members = &class.members[range];
+            match pool_job(jobs, members, (n + 1, count), time_s, basis) {
+                Ok(group) => {
+                    for &i in &group.legs {
+                        let job = &mut jobs[i];
+                        job.shared_job = Some(group.group_tag.clone());
+                        job.sbatch = None;
+                        job.request = None;
+                        job.resources.time = group.time.clone();
+                    }
+                    pools.push(group);
+                }
+                Err(problem) => {
+                    for &i in members.iter().flat_map(|m| &m.legs) {
+                        jobs[i].blocked = Some(Blocked::Refused(format!("pool: {problem}")));
+                    }
+                }
+            }
+        }
+    }
+    pools
+}
+
+/// Splits a class's members (in priority order) into pools that fit the partition's walltime:
+/// one load + each member's longest leg + one swap allowance per member after the first. A member
+/// that alone exceeds the limit gets a pool capped at it (its legs continued by the walltime
+/// continuation). Each pool: its members' range, its `--time` in seconds, how that was worked out.
+fn pack_pool(
+    inputs: &PlanInputs,
+    jobs: &[PlannedJob],
+    members: &[Candidate],
+) -> Result<Vec<(std::ops::Range<usize>, u64, String)>, String> {
+    let leg_s = |i: usize| {
+        let time = &jobs[i].resources.time;
+        crate::config::parse_slurm_time(time)
+            .ok_or_else(|| format!("slurm time `{time}` is not a Slurm time (HH:MM:SS or D-HH:MM:SS)"))
+    };
+    let mut member_s = Vec::with_capacity(members.len());
+    for member in members {
+        let mut longest = 0;
+        for &i in &member.legs {
+            longest = longest.max(leg_s(i)?);
+        }
+        member_s.push(longest);
+    }
+    let (load_s, load_basis) = pool_load_allowance(jobs, members);
+    let partition = &jobs[members[0].legs[0]].resources.partition;
+    let (cap_s, cap_basis) = (inputs.max_time)(partition)
+        .unwrap_or((POOL_DEFAULT_MAX_S, "no partition limit known: the 24 h default".to_string()));
+    let mut packs = Vec::new();
+    let mut start = 0;
+    while start < members.len() {
+        let mut end = start + 1;
+        let mut used = load_s + member_s[start];
+        while end < members.len() && used + POOL_SWAP_ALLOWANCE_S + member_s[end] <= cap_s {
+            used += POOL_SWAP_ALLOWANCE_S + member_s[end];
+            end += 1;
+        }
+        let swaps = end - start - 1;
+        let legs_s: u64 = member_s[start..end].iter().sum();
+        let mut basis = format!(
+            "load {load_s} s ({load_basis}) + {} model(s)' longest legs {legs_s} s + {swaps} swap(s) × {POOL_SWAP_ALLOWANCE_S} s",
+            end - start
+        );
+        let time_s = if used > cap_s {
+            basis = format!(
+                "capped at {} = {cap_basis} (asked {}); its legs unfinished at the limit are continued",
+                crate::queue::format_slurm_time(cap_s),
+                crate::queue::format_slurm_time(used)
+            );
+            cap_s
+        } else {
+            if end < members.len() {
+                basis += &format!(
+                    "; the next model would pass {} = {cap_basis}: the rest in the next pool",
+                    crate::queue::format_slurm_time(cap_s)
+                );
+            }
+            used
+        };
+        packs.push((start..end, time_s, basis));
+        start = end;
+    }
+    Ok(packs)
+}
+
+/// One load allowance for a pool: the largest readiness budget among its legs (a cold restart of
+/// any member must fit too), else the engine's `health_timeout_s`.
+fn pool_load_allowance(jobs: &[PlannedJob], members: &[Candidate]) -> (u64, &'static str) {
+    let specs = members.iter().flat_map(|m| &m.legs).filter_map(|&i| jobs[i].spec.as_ref());
+    match specs.clone().filter_map(|s| s.serve.ready_budget.as_ref()).map(|b| b.seconds).max() {
+        Some(budget) => (budget, "the largest readiness budget"),
+        None => (specs.map(|s| s.serve.health_timeout_s).max().unwrap_or(0), "engine.health_timeout_s"),
+    }
+}
+
+/// One pool of `members` (in run order): capacity and readiness reconciled on every leg alike (the
+/// engine must agree for all: `launch_spec::pool::pool_mismatch`), `pool.json`, and the request.
+fn pool_job(
+    jobs: &mut [PlannedJob],
+    members: &[Candidate],
+    order: (usize, usize),
+    time_s: u64,
+    time_basis: String,
+) -> Result<SharedJob, String> {
+    let legs: Vec<usize> = members.iter().flat_map(|m| m.legs.iter().copied()).collect();
+    // One member's legs run side by side, one member at a time: the batch must hold the largest
+    // member's Σ n_concurrent.
+    let (total, terms) = members
+        .iter()
+        .map(|m| concurrency_sum(jobs, &m.legs))
+        .max_by_key(|(total, _)| *total)
+        .ok_or("a pool without members")?;
+    // Set alike on every leg (the engine must agree for all): the largest `max_num_seqs` a leg
+    // has, and since the engine starts with members[0] but may restart cold with any member, the
+    // largest readiness budget.
+    let set = legs.iter().filter_map(|&i| jobs[i].spec.as_ref()?.serve.max_num_seqs).max();
+    let budget =
+        legs.iter().filter_map(|&i| jobs[i].spec.as_ref()?.serve.ready_budget.clone()).max_by_key(|b| b.seconds);
+    for &i in &legs {
+        if let Some(spec) = jobs[i].spec.as_mut() {
+            spec.serve.ready_budget = budget.clone();
+            spec.serve.max_num_seqs = set;
+        }
+    }
+    let capacity = reconcile_capacity(jobs, &legs, set, total, &terms);
+    let mut specs = Vec::new();
+    for (m, member) in members.iter().enumerate() {
+        for (l, &i) in member.legs.iter().enumerate() {
+            specs.push((m, l, jobs[i].spec.clone().ok_or("a leg without a spec")?));
+        }
+    }
+    if let Some(mismatch) = launch_spec::pool::pool_mismatch(&specs) {
+        return Err(mismatch);
+    }
+    let key: Vec<String> = legs
+        .iter()
+        .map(|&i| format!("{}:{}", jobs[i].run_tag, jobs[i].latest_attempt.map_or("new".into(), |a| a.to_string())))
+        .collect();
+    let model = members[0].model.clone();
+    let group_tag = names::pool_group_tag(&model, &key.join(","));
+    let first = &specs[0].2;
+    let group_dir = first.jobs_dir.join(&group_tag);
+    let doc = PoolJobSpec {
+        version: POOL_SPEC_VERSION,
+        group_tag: group_tag.clone(),
+        group_dir: group_dir.clone(),
+        members: members
+            .iter()
+            .map(|m| PoolMember {
+                model: m.model.clone(),
+                weights: PoolWeights {
+                    path: m.checkpoint.path.clone(),
+                    revision: m.checkpoint.revision.clone(),
+                    kind: WeightsKind::Full,
+                },
+                legs: m.legs.iter().filter_map(|&i| jobs[i].spec.as_ref().map(spec_path)).collect(),
+            })
+            .collect(),
+    };
+    let shared_doc = SharedJobSpec {
+        version: SHARED_SPEC_VERSION,
+        group_tag: group_tag.clone(),
+        group_dir: group_dir.clone(),
+        legs: doc.legs().map(|(_, l)| l.clone()).collect(),
+    };
+    let leg_request = jobs[legs[0]].request.as_ref().ok_or("a leg without an sbatch request")?;
+    let request = crate::queue::shared_request(
+        leg_request,
+        "--pool",
+        &group_dir.join(POOL_SPEC_FILE),
+        &group_dir,
+        time_s,
+        names::job_name(&format!("pool{}", members.len()), &model),
+    );
+    let argv = build_sbatch_args(&request).map_err(|e| format!("sbatch request: {e}"))?;
+    let mut sbatch = vec!["sbatch".to_string()];
+    sbatch.extend(argv.iter().map(|a| a.to_string_lossy().into_owned()));
+    Ok(SharedJob {
+        model,
+        group_tag,
+        group_dir,
+        legs,
+        time: crate::queue::format_slurm_time(time_s),
+        time_basis,
+        capacity,
+        doc: shared_doc,
+        request,
+        sbatch,
+        pool: Some(Pool { members: members.iter().map(|m| (m.model.clone(), m.legs.clone())).collect(), doc, order }),
+    })
 }
 
 /// Where the attempt runs (docs/decisions.md, "A re-evaluation is a new run"): in the latest
@@ -644,12 +1042,10 @@ fn pair_history(
     let latest = &pair.latest;
     let stored_timeout = latest.config.get("timeout_multiplier").and_then(Value::as_f64);
     let stored_overrides = latest.config.get("overrides").cloned().unwrap_or(Value::Null);
-    // The per-pair dataset is not part of the recorded overrides.
-    let comparable = SpecOverrides { dataset: None, ..overrides.clone() };
     // Older rows lack `n_attempts` (and imported ones the agent): compared only where recorded.
     let recorded_as = |key: &str, now: Value| latest.config.get(key).is_none_or(|stored| *stored == now);
     let config_matches = stored_timeout == Some(timeout_multiplier)
-        && stored_overrides == overrides_json(&comparable)
+        && stored_overrides == overrides_json(overrides)
         && recorded_as("agent", json!(job.agent))
         && recorded_as("n_attempts", json!(job.settings.n_attempts.value));
     PairHistory {
@@ -721,6 +1117,10 @@ mod tests {
         None
     }
 
+    fn no_checkpoint(spec: &LaunchSpec) -> Result<crate::pool::Checkpoint, String> {
+        Err(format!("{} not on disk (test)", spec.model.hf_id))
+    }
+
     impl Fixed {
         fn new(max_failed_attempts: u32, concurrency: Concurrency) -> Fixed {
             Fixed {
@@ -763,6 +1163,7 @@ mod tests {
                 max_in_flight,
                 allocation,
                 max_time: &no_limit,
+                checkpoints: &no_checkpoint,
             }
         }
     }
@@ -826,6 +1227,47 @@ mod tests {
         assert!(matches!(&planned[4].blocked, Some(Blocked::Throttled(why)) if why.contains("max 2")));
         // The same snapshot plans the same way: nothing else is read.
         assert_eq!(plan(&inputs, &snapshot).jobs, planned);
+    }
+
+    /// Issue 34: `--config-aware` sees every recorded operator choice — a changed `--config-yaml`
+    /// (not a timeout source, so the multiplier stays) resubmits a finished pair; the same choices
+    /// as recorded, or a row recorded before `config_yaml` was, skip it.
+    #[test]
+    fn config_aware_resubmits_a_finished_pair_whose_config_yaml_changed() {
+        let shipped = Shipped::load();
+        let mut cluster = shipped.cluster("local");
+        cluster.paths.jobs_dir = "/jobs".into();
+        let context = shipped.builder(&cluster);
+        let legs = [Leg { name: "tb2".into(), preset: shipped.preset("tb2") }];
+        let models: Vec<launch_spec::ModelId> = vec!["org/Done-1B".parse().unwrap()];
+        let decide = |recorded: &SpecOverrides, now: SpecOverrides| {
+            let multiplier = context.resolve(&models[0], &legs[0].preset, &now).unwrap().0.timeout_multiplier;
+            let config = json!({"timeout_multiplier": multiplier, "overrides": overrides_json(recorded)});
+            let snapshot = Snapshot {
+                cluster: "local".into(),
+                now: chrono::DateTime::from_timestamp(1_700_000_600, 0).unwrap(),
+                pairs: [pair(attempt(1, "org/Done-1B", AttemptStatus::Finished, config), 0, false)]
+                    .into_iter()
+                    .collect(),
+                ..Snapshot::default()
+            };
+            let mut fixed = Fixed::new(2, Concurrency::default());
+            fixed.policy.config_aware = true;
+            fixed.overrides = now;
+            plan(&fixed.inputs(&context, &legs, &models, 2, None), &snapshot).jobs[0].label()
+        };
+        let other_base = SpecOverrides { config_yaml: Some("dcagent_eval_defaults.yaml".into()), ..Default::default() };
+        assert_eq!(decide(&SpecOverrides::default(), other_base.clone()), "resubmit");
+        assert_eq!(decide(&other_base, SpecOverrides::default()), "resubmit");
+        assert_eq!(decide(&other_base, other_base.clone()), "skip");
+        assert_eq!(decide(&SpecOverrides::default(), SpecOverrides::default()), "skip");
+        // A dataset or a tunnel pair chosen is no other config.
+        let elsewhere = SpecOverrides {
+            pinggy_pair: Some(2),
+            dataset: Some("DCAgent2/terminal_bench_2".into()),
+            ..Default::default()
+        };
+        assert_eq!(decide(&SpecOverrides::default(), elsewhere), "skip");
     }
 
     /// Issue 31: a pair whose trials the sandbox provider failed is resubmitted only after the
@@ -946,5 +1388,119 @@ mod tests {
         let per_leg = PlanInputs { allocation: None, ..inputs };
         assert!(plan(&per_leg, &snapshot).shared.is_empty());
         assert_eq!(plan(&PlanInputs { allocation: Some(Allocation::Shared), ..per_leg }, &snapshot), planned);
+    }
+
+    /// A checkpoint of the test's: its dir under /ckpt and a config of this width.
+    fn checkpoint(model: &str, hidden_size: u64) -> crate::pool::Checkpoint {
+        crate::pool::Checkpoint {
+            path: PathBuf::from("/ckpt").join(model),
+            revision: Some("rev1".into()),
+            config: [("hidden_size".to_string(), json!(hidden_size))].into_iter().collect(),
+            tokenizer: "sha1:tok".into(),
+            chat_template: Some("sha1:tmpl".into()),
+            generation: None,
+        }
+    }
+
+    /// The test's checkpoints by model: `Other` is another width, `NoDisk` is not on disk.
+    fn test_checkpoints(spec: &LaunchSpec) -> Result<crate::pool::Checkpoint, String> {
+        match spec.model.hf_id.as_str() {
+            "org/NoDisk-1B" => Err("org/NoDisk-1B's weights are not on disk".into()),
+            "org/Other-1B" => Ok(checkpoint("org/Other-1B", 128)),
+            model => Ok(checkpoint(model, 64)),
+        }
+    }
+
+    /// `--allocation pool` over ID: three fine-tunes of one architecture are one pool (their legs
+    /// in priority order, one engine setting, `--pool`); a model of another width and one whose
+    /// weights cannot be read are planned apart with the reason, each a shared job of its legs;
+    /// a partition limit splits the pool, the rest in the next one.
+    #[test]
+    fn fine_tunes_of_one_architecture_are_pooled_and_the_others_planned_apart() {
+        let shipped = Shipped::load();
+        let mut cluster = shipped.cluster("local");
+        cluster.paths.jobs_dir = "/jobs".into();
+        let context = shipped.builder(&cluster);
+        let legs = crate::selection::legs(&shipped.root.presets_dir(), &["ID".into()], &[]).unwrap();
+        let models: Vec<launch_spec::ModelId> =
+            ["org/FtA-1B", "org/Other-1B", "org/FtB-1B", "org/NoDisk-1B", "org/FtC-1B"]
+                .map(|m| m.parse().unwrap())
+                .to_vec();
+        let snapshot = Snapshot {
+            cluster: "local".into(),
+            now: chrono::DateTime::from_timestamp(1_700_000_600, 0).unwrap(),
+            ..Snapshot::default()
+        };
+        let fixed = Fixed::new(3, Concurrency::default());
+        let inputs = PlanInputs {
+            checkpoints: &test_checkpoints,
+            ..fixed.inputs(&context, &legs, &models, 100, Some(Allocation::Pool))
+        };
+        let planned = plan(&inputs, &snapshot);
+        let pools: Vec<&SharedJob> = planned.shared.iter().filter(|g| g.pool.is_some()).collect();
+        assert_eq!(pools.len(), 1, "{:#?}", planned.shared);
+        let pool = pools[0];
+        let members: Vec<&str> = pool.pool.as_ref().unwrap().members.iter().map(|(m, _)| m.as_str()).collect();
+        assert_eq!(members, ["org/FtA-1B", "org/FtB-1B", "org/FtC-1B"], "priority order");
+        assert_eq!(pool.legs.len(), 9);
+        assert!(pool.group_tag.starts_with("org__FtA-1B-pool-"), "{}", pool.group_tag);
+        let doc_path = pool.group_dir.join("pool.json").display().to_string();
+        assert_eq!(pool.sbatch[pool.sbatch.len() - 2..], ["--pool".to_string(), doc_path]);
+        let doc = &pool.pool.as_ref().unwrap().doc;
+        assert_eq!(doc.members[1].weights.path, PathBuf::from("/ckpt/org/FtB-1B"));
+        assert_eq!(doc.members[1].weights.revision.as_deref(), Some("rev1"));
+        assert_eq!(doc.members[2].legs.len(), 3);
+        // Every leg agrees on the engine but the model, as payload checks it.
+        let specs: Vec<(usize, usize, LaunchSpec)> = pool
+            .pool
+            .as_ref()
+            .unwrap()
+            .members
+            .iter()
+            .enumerate()
+            .flat_map(|(m, (_, legs))| legs.iter().enumerate().map(move |(l, &i)| (m, l, i)))
+            .map(|(m, l, i)| (m, l, planned.jobs[i].spec.clone().unwrap()))
+            .collect();
+        assert_eq!(launch_spec::pool::pool_mismatch(&specs), None);
+        // The walltime: one load + three models' longest legs + two swaps.
+        let leg_s = 30 * 60; // the profile's slurm.time for each leg
+        let load_s = specs[0].2.serve.ready_budget.as_ref().map_or(specs[0].2.serve.health_timeout_s, |b| b.seconds);
+        let want = load_s + 3 * leg_s + 2 * POOL_SWAP_ALLOWANCE_S;
+        assert_eq!(pool.time, crate::queue::format_slurm_time(want), "{}", pool.time_basis);
+        assert!(pool.time_basis.contains("3 model(s)") && pool.time_basis.contains("2 swap(s)"), "{}", pool.time_basis);
+        // Planned apart, with the reason, each a shared job of its own legs.
+        let note_of = |model: &str| {
+            planned.jobs.iter().find(|j| j.model == model).and_then(|j| j.allocation_note.clone()).unwrap_or_default()
+        };
+        assert!(
+            note_of("org/Other-1B")
+                .contains("not pooled with org/FtA-1B: config.json `hidden_size` differs (64 vs 128)"),
+            "{}",
+            note_of("org/Other-1B")
+        );
+        assert!(note_of("org/NoDisk-1B").contains("cannot be compared"), "{}", note_of("org/NoDisk-1B"));
+        let shared_models: Vec<&str> =
+            planned.shared.iter().filter(|g| g.pool.is_none()).map(|g| g.model.as_str()).collect();
+        assert_eq!(shared_models, ["org/Other-1B", "org/NoDisk-1B"]);
+        // A partition limit that holds two models: the third in a pool of its own, after it.
+        let two = load_s + 2 * leg_s + POOL_SWAP_ALLOWANCE_S;
+        let limit = move |_: &str| Some((two + 10, "partition debug's MaxTime (Slurm)".to_string()));
+        let split = plan(&PlanInputs { max_time: &limit, ..inputs }, &snapshot);
+        let pools: Vec<&Pool> = split.shared.iter().filter_map(|g| g.pool.as_ref()).collect();
+        assert_eq!(pools.iter().map(|p| (p.members.len(), p.order)).collect::<Vec<_>>(), [(2, (1, 2)), (1, (2, 2))]);
+        let first = split.shared.iter().find(|g| g.pool.as_ref().is_some_and(|p| p.order.0 == 1)).unwrap();
+        assert_eq!(first.time, crate::queue::format_slurm_time(two), "{}", first.time_basis);
+        assert!(first.time_basis.contains("the rest in the next pool"), "{}", first.time_basis);
+        // A limit below one model's legs: a pool per model, capped at it (continued by the walltime).
+        let short = |_: &str| Some((1200, "slurm.max_time (profile local)".to_string()));
+        let capped = plan(&PlanInputs { max_time: &short, ..inputs }, &snapshot);
+        let pools: Vec<&SharedJob> = capped.shared.iter().filter(|g| g.pool.is_some()).collect();
+        assert_eq!(pools.len(), 3, "{:#?}", capped.shared);
+        for pool in pools {
+            assert_eq!(pool.time, "00:20:00", "{}", pool.time_basis);
+            assert!(pool.time_basis.starts_with("capped at 00:20:00 = slurm.max_time"), "{}", pool.time_basis);
+        }
+        // The same inputs plan the same way.
+        assert_eq!(plan(&inputs, &snapshot), planned);
     }
 }

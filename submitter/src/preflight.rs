@@ -19,7 +19,7 @@ use crate::queue::SlurmChoice;
 /// How one check came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Level {
+pub(crate) enum Level {
     Ok,
     /// Could not be checked from here (said why); never blocks a submission.
     Skipped,
@@ -27,24 +27,24 @@ pub enum Level {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Check {
+pub(crate) struct Check {
     pub name: &'static str,
     pub level: Level,
     pub detail: String,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct Report {
+pub(crate) struct Report {
     pub checks: Vec<Check>,
 }
 
 impl Report {
-    pub fn passed(&self) -> bool {
+    pub(crate) fn passed(&self) -> bool {
         self.checks.iter().all(|c| c.level != Level::Fail)
     }
 
     /// The failures, one line (for the launch output and the ledger's reason).
-    pub fn failures(&self) -> String {
+    pub(crate) fn failures(&self) -> String {
         self.checks
             .iter()
             .filter(|c| c.level == Level::Fail)
@@ -58,7 +58,7 @@ impl Report {
     }
 
     /// One line per check, for `submitter preflight`.
-    pub fn table(&self) -> String {
+    pub(crate) fn table(&self) -> String {
         self.checks
             .iter()
             .map(|c| {
@@ -93,7 +93,7 @@ fn fail<T>(why: impl Into<String>) -> Result<T, Outcome> {
 }
 
 /// What preflight asks Slurm; the real implementation runs `sinfo`, `scontrol` and `sacctmgr`.
-pub trait SiteQueries {
+pub(crate) trait SiteQueries {
     /// Partition names (`sinfo -h -o %R`).
     fn partitions(&self) -> Result<Vec<String>, String>;
     /// The live reservations' names (`scontrol show reservation`).
@@ -108,7 +108,7 @@ pub trait SiteQueries {
 }
 
 /// The login node as preflight sees it.
-pub struct Site<'a> {
+pub(crate) struct Site<'a> {
     /// The configuration root (for the prelude and the batch script's site helper).
     pub root: &'a Path,
     pub slurm: &'a dyn SiteQueries,
@@ -144,7 +144,7 @@ impl Site<'_> {
 
 impl<'a> Site<'a> {
     /// This login node: the submitter's own user, PATH and module variables.
-    pub fn here(root: &'a Path, slurm: &'a dyn SiteQueries) -> Self {
+    pub(crate) fn here(root: &'a Path, slurm: &'a dyn SiteQueries) -> Self {
         let lookup = |name: &str| std::env::var(name).ok();
         Site {
             root,
@@ -158,7 +158,7 @@ impl<'a> Site<'a> {
     }
 
     /// Also checks that `binary` fits the nodes.
-    pub fn with_payload(self, binary: crate::node_binary::PayloadBinary) -> Self {
+    pub(crate) fn with_payload(self, binary: crate::node_binary::PayloadBinary) -> Self {
         Site { payload: Some(binary), ..self }
     }
 }
@@ -177,7 +177,7 @@ pub(crate) const RECORD_FILE: &str = "preflight.json";
 
 /// Stages what the job needs (model, dataset), then runs preflight and records it in the run dir.
 /// `dataset` is the preset's dataset (repo id or absolute dir) the spec's `harbor.dataset` holds.
-pub fn stage_and_check(
+pub(crate) fn stage_and_check(
     stager: &crate::stage::Stager,
     dataset: &str,
     spec: &LaunchSpec,
@@ -232,7 +232,7 @@ fn spec_values(spec: &LaunchSpec) -> Result<String, Outcome> {
 }
 
 /// Every check, in order; see [`Report::passed`].
-pub fn preflight(spec: &LaunchSpec, choice: &SlurmChoice, cluster: &ClusterProfile, site: &Site) -> Report {
+pub(crate) fn preflight(spec: &LaunchSpec, choice: &SlurmChoice, cluster: &ClusterProfile, site: &Site) -> Report {
     let inputs = Inputs {
         cluster,
         root: site.root,
@@ -515,7 +515,7 @@ fn secrets(spec: &LaunchSpec) -> Result<String, Outcome> {
 /// (`launch_spec::envfile`): what payload refuses (a malformed line, an unterminated quote, a NUL
 /// byte, more than 1 MiB) fails here, and a name with an empty value counts as missing, as payload
 /// counts it (`envfile::is_given`). Each value is dropped as soon as it is read.
-pub fn secret_names(path: &Path) -> Result<Vec<String>, launch_spec::envfile::EnvFileError> {
+pub(crate) fn secret_names(path: &Path) -> Result<Vec<String>, launch_spec::envfile::EnvFileError> {
     Ok(launch_spec::envfile::given_names(launch_spec::envfile::read_pairs(path)?))
 }
 
@@ -716,7 +716,7 @@ fn payload_binary(
 }
 
 /// One version question may take this long (a Python CLI importing its package on a loaded login node).
-pub const VERSION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+pub(crate) const VERSION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Asks each environment which vLLM and Harbor it holds — its Python's package metadata
 /// (`launch_spec::versions::metadata_query`), else `<program> --version` — through the profile's
@@ -870,7 +870,7 @@ pub(crate) fn module_env(lookup: &dyn Fn(&str) -> Option<String>) -> Vec<(String
 }
 
 /// [`SiteQueries`] by the real Slurm commands.
-pub struct SlurmQueries<'a>(pub &'a crate::slurm::SlurmCli);
+pub(crate) struct SlurmQueries<'a>(pub &'a crate::slurm::SlurmCli);
 
 impl SiteQueries for SlurmQueries<'_> {
     fn partitions(&self) -> Result<Vec<String>, String> {

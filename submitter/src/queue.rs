@@ -47,7 +47,7 @@ pub struct SlurmOverrides {
 /// Where and for how long one leg's jobs run (`ResolvedSettings::slurm_choice`: the command line,
 /// else the preset, else the profile).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct SlurmChoice {
+pub(crate) struct SlurmChoice {
     pub partition: String,
     pub account: Option<String>,
     pub qos: Option<String>,
@@ -121,18 +121,20 @@ pub(crate) fn sbatch_request(inputs: &JobInputs) -> Result<SubmitRequest, String
 }
 
 /// A shared job's request (issue 24) from its first leg's per-leg request: the batch script gets
-/// `--shared <group dir>/shared.json`, the output goes to the group dir, and the job asks for
+/// `<flag> <group dir>/<doc>` (`--shared …/shared.json`, or `--pool …/pool.json` for a pool, issue
+/// 37), the output goes to the group dir, and the job asks for
 /// `time_s` under `job_name`. Everything else (GPUs, placement, signal, `--export`) is the legs'
 /// own: they agree on the engine and the placement, or they are not grouped.
 pub(crate) fn shared_request(
     leg: &SubmitRequest,
+    flag: &str,
     shared_spec: &Path,
     group_dir: &Path,
     time_s: u64,
     job_name: String,
 ) -> SubmitRequest {
     let mut request = leg.clone();
-    request.script_args = vec!["--shared".to_string(), shared_spec.display().to_string()];
+    request.script_args = vec![flag.to_string(), shared_spec.display().to_string()];
     request.options.output = Some(group_dir.join(SLURM_OUTPUT));
     request.options.time_limit = Some(Duration::from_secs(time_s));
     request.options.job_name = Some(job_name);

@@ -16,7 +16,7 @@ pub(crate) const DATASET_ALIASES: [(&str, &str); 1] =
     [("DCAgent/swebench_verified_eval_set", "DCAgent2/swebench-verified-random-100-folders")];
 
 /// `dataset`, or what the team's alias names it.
-pub fn dataset_alias(dataset: &str) -> &str {
+pub(crate) fn dataset_alias(dataset: &str) -> &str {
     DATASET_ALIASES.iter().find(|(alias, _)| *alias == dataset).map_or(dataset, |(_, to)| to)
 }
 
@@ -84,7 +84,7 @@ pub struct Concurrency {
 
 impl Concurrency {
     /// Parses one `--n-concurrent` value: `N` or `LEG=N`, N ≥ 1.
-    pub fn parse_item(text: &str) -> Result<(Option<String>, u32), String> {
+    pub(crate) fn parse_item(text: &str) -> Result<(Option<String>, u32), String> {
         let (leg, count) = match text.split_once('=') {
             Some((leg, count)) => (Some(leg.trim().to_string()), count),
             None => (None, text),
@@ -95,7 +95,7 @@ impl Concurrency {
         Ok((leg, config::args::count(count)?))
     }
 
-    pub fn from_items(items: &[(Option<String>, u32)]) -> Concurrency {
+    pub(crate) fn from_items(items: &[(Option<String>, u32)]) -> Concurrency {
         let mut out = Concurrency::default();
         for (leg, n) in items {
             match leg {
@@ -108,7 +108,7 @@ impl Concurrency {
 
     /// The override for `leg` (named by its preset name or its short tag): its own, else the one
     /// for every leg.
-    pub fn for_leg(&self, leg: &Leg) -> Option<u32> {
+    pub(crate) fn for_leg(&self, leg: &Leg) -> Option<u32> {
         let own = |(l, _): &&(String, u32)| *l == leg.name || l == leg.short();
         self.per_leg.iter().rev().find(own).map(|(_, n)| *n).or(self.all)
     }

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-pub use launch_spec::settings::{Layers, Source, Sourced, at, first_set};
+pub(crate) use launch_spec::settings::{Layers, Source, Sourced, at, first_set};
 
 use crate::config::preset::harbor_config_path;
 use crate::config::{Allocation, ClusterProfile, Preset};
@@ -27,7 +27,7 @@ pub struct SpecOverrides {
     pub harbor_config: Option<String>,
     /// The base Harbor job config (`--config-yaml`), replacing the preset's `config_yaml`: not a
     /// timeout source.
-    pub config_yaml: Option<String>,
+    pub(crate) config_yaml: Option<String>,
     /// Harbor's agent parser (`--agent-parser`); wins over the preset's `agent_parser`.
     pub agent_parser: Option<String>,
     /// The output-token budget (`--max-output-tokens`); wins over the registry's.
@@ -35,7 +35,7 @@ pub struct SpecOverrides {
     /// One of the preset's datasets; default the first.
     pub dataset: Option<String>,
     /// `--pinggy-pair N`: this pair of the team's bank alone (a borrow-only pair too).
-    pub pinggy_pair: Option<u32>,
+    pub(crate) pinggy_pair: Option<u32>,
 }
 
 /// Harbor's attempts per task when the preset sets none.
@@ -266,7 +266,7 @@ impl ResolvedSettings {
 
     /// `--time` no longer than `max_s`, the partition's limit (`MaxTime`, from `source`): a capped
     /// value says what it was capped from (never a silent cap), and Slurm would refuse it uncapped.
-    pub fn cap_time(&mut self, max_s: u64, source: &str) {
+    pub(crate) fn cap_time(&mut self, max_s: u64, source: &str) {
         let asked = crate::config::parse_slurm_time(&self.time.value);
         if asked.is_some_and(|asked| asked > max_s) {
             let capped = crate::queue::format_slurm_time(max_s);
@@ -287,7 +287,7 @@ impl ResolvedSettings {
 
     /// Slurm's `--partition`, `--account`, `--qos`, `--reservation`, `--time` and `--exclude` for
     /// the job: what preflight checks, `plan` prints and sbatch gets.
-    pub fn slurm_choice(&self) -> SlurmChoice {
+    pub(crate) fn slurm_choice(&self) -> SlurmChoice {
         let value = |s: &Option<Sourced<String>>| s.as_ref().map(|s| s.value.clone());
         SlurmChoice {
             partition: self.partition.value.clone(),
@@ -341,7 +341,7 @@ impl ResolvedSettings {
 /// A partition's walltime limit: the smaller of Slurm's `MaxTime` (`slurm`, as `scontrol` writes
 /// it; asked once per iteration by the caller) and the profile's `slurm.max_time` (the site's published limit, for when
 /// Slurm does not say), with where it came from.
-pub fn partition_limit(cluster: &ClusterProfile, partition: &str, slurm: Option<&str>) -> Option<(u64, String)> {
+pub(crate) fn partition_limit(cluster: &ClusterProfile, partition: &str, slurm: Option<&str>) -> Option<(u64, String)> {
     let slurm = slurm.and_then(crate::config::parse_slurm_time);
     let profile = cluster.slurm.max_time.as_deref().and_then(crate::config::parse_slurm_time);
     let from_slurm = slurm.map(|s| (s, format!("partition {partition}'s MaxTime (Slurm)")));
@@ -351,7 +351,7 @@ pub fn partition_limit(cluster: &ClusterProfile, partition: &str, slurm: Option<
 
 /// The leg dataset: `--dataset` (one of the preset's datasets), else the preset's first. The error
 /// is the dataset asked for, and the preset's list.
-pub fn dataset(cli: Option<&str>, preset: &Preset) -> Result<Sourced<String>, (String, String)> {
+pub(crate) fn dataset(cli: Option<&str>, preset: &Preset) -> Result<Sourced<String>, (String, String)> {
     match cli {
         Some(d) if preset.datasets.iter().any(|known| known == d) => Ok(Sourced::new(d.to_string(), Source::Cli)),
         Some(d) => Err((d.to_string(), preset.datasets.join(", "))),

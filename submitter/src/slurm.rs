@@ -470,7 +470,7 @@ impl SlurmCli {
 
     /// The partition's walltime limit as Slurm writes it (`scontrol -o show partition P`'s
     /// `MaxTime`: `1-00:00:00`, or `UNLIMITED`, which `config::parse_slurm_time` reads as none).
-    pub fn partition_max_time(&self, partition: &str) -> Result<Option<String>, SlurmError> {
+    pub(crate) fn partition_max_time(&self, partition: &str) -> Result<Option<String>, SlurmError> {
         let args: Vec<OsString> = ["-o", "show", "partition", partition].iter().map(OsString::from).collect();
         let output = self.run("scontrol", &args, &[])?;
         if !output.status.success() {
@@ -634,7 +634,7 @@ pub(crate) fn parse_partition_max_time(stdout: &str) -> Option<String> {
 
 /// A reservation name `scontrol update` can take as one `reservation=R` field: a name with a space
 /// or `=` would smuggle a second field in.
-pub fn check_reservation_name(name: &str) -> Result<(), SlurmError> {
+pub(crate) fn check_reservation_name(name: &str) -> Result<(), SlurmError> {
     if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
         return Err(SlurmError::InvalidRequest(format!(
             "bad reservation name {name:?}: use letters, digits, `-`, `_`, `.`"

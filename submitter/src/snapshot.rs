@@ -49,7 +49,7 @@ pub struct Snapshot {
     /// Active attempts of this cluster (the throttle counts them).
     pub in_flight: u32,
     /// Each pair's remediation state (held, the adjustment of its next launch).
-    pub remedies: HashMap<PairKey, crate::ledger::PairRemedy>,
+    pub(crate) remedies: HashMap<PairKey, crate::ledger::PairRemedy>,
 }
 
 impl Snapshot {

@@ -565,7 +565,7 @@ impl SpecBuilder<'_> {
 /// 1.0 when the file sets none. A file that cannot be read is refused here, on the login node.
 const CONFIG_FIX: &str = "(name an existing Harbor job config with --harbor-config or the preset's harbor_config)";
 
-pub fn harbor_config_multiplier(path: &Path) -> Result<f64, SpecBuildError> {
+pub(crate) fn harbor_config_multiplier(path: &Path) -> Result<f64, SpecBuildError> {
     let config: ConfigTimeout =
         launch_spec::yaml::from_yaml_file(path).map_err(|error| SpecBuildError::HarborConfigUnreadable { error })?;
     let value = config.timeout_multiplier.unwrap_or(1.0);
@@ -659,7 +659,7 @@ pub(crate) fn apply_adjustment(spec: &mut LaunchSpec, adjustment: &crate::domain
 }
 
 /// The adjustment in words, for `plan` and `status`.
-pub fn describe_adjustment(adjustment: &crate::domain::PairAdjustment) -> String {
+pub(crate) fn describe_adjustment(adjustment: &crate::domain::PairAdjustment) -> String {
     let mut parts = Vec::new();
     if let Some(util) = adjustment.gpu_memory_utilization {
         parts.push(format!("serve.gpu_memory_utilization {util:.2}"));

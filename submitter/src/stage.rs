@@ -25,7 +25,7 @@ use crate::config::cluster::PreDownload;
 use crate::spec_build::SpecBuilder;
 
 /// Stages what one `launch` iteration needs; remembers each model's outcome for the iteration.
-pub struct Stager<'a> {
+pub(crate) struct Stager<'a> {
     context: &'a SpecBuilder<'a>,
     settings: &'a PreDownload,
     models: RefCell<HashMap<String, Result<(), String>>>,
@@ -35,7 +35,7 @@ pub struct Stager<'a> {
 }
 
 impl<'a> Stager<'a> {
-    pub fn new(context: &'a SpecBuilder<'a>) -> Self {
+    pub(crate) fn new(context: &'a SpecBuilder<'a>) -> Self {
         Stager {
             context,
             settings: &context.cluster().pre_download,
@@ -45,7 +45,7 @@ impl<'a> Stager<'a> {
     }
 
     /// A stager for `launch --dry-run` (see [`Stager::dry_run`]).
-    pub fn dry(context: &'a SpecBuilder<'a>) -> Self {
+    pub(crate) fn dry(context: &'a SpecBuilder<'a>) -> Self {
         Stager { dry_run: true, ..Stager::new(context) }
     }
 
@@ -66,7 +66,7 @@ impl<'a> Stager<'a> {
 
     /// Stages `model` into the profile's cache (once per iteration; later calls return the first
     /// outcome). Nothing to do when the profile does not stage models.
-    pub fn model(&self, model: &str) -> Result<(), String> {
+    pub(crate) fn model(&self, model: &str) -> Result<(), String> {
         if !self.settings.enabled {
             return Ok(());
         }
@@ -112,7 +112,7 @@ impl<'a> Stager<'a> {
 
     /// Makes sure `dir` holds `dataset` (a repo id), staging it under the lock when it does not.
     /// An absolute `dataset` is a local directory: never staged (preflight checks it exists).
-    pub fn dataset(&self, dataset: &str, dir: &Path) -> Result<(), String> {
+    pub(crate) fn dataset(&self, dataset: &str, dir: &Path) -> Result<(), String> {
         if Path::new(dataset).is_absolute() || dir.is_dir() {
             return Ok(());
         }

@@ -1,6 +1,7 @@
 //! Statistics over per-trial facts (docs/results.md "Statistics"): the two labelled means, a
 //! task-clustered standard error, a seeded bootstrap interval over tasks, the unbiased pass@k, a
-//! paired comparison of two runs on their common tasks and the exact McNemar test. Pure: no I/O, no
+//! paired comparison of two runs on their common tasks, the exact McNemar test, and the ranking of
+//! several models with ties where their intervals overlap ([`ranking`]). Pure: no I/O, no
 //! clock; the same trials and seed give the same numbers.
 //!
 //! Why clustered: the attempts of one task are correlated (an easy task is solved on every attempt),
@@ -10,6 +11,9 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
+
+pub mod ranking;
+pub use ranking::{Contender, IntervalBasis, Standing, rank};
 
 /// One trial as the ledger keeps it (docs/ledger.md "trials").
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -55,7 +59,7 @@ impl InvalidTrials {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Bootstrap {
     pub seed: u64,
-    pub resamples: usize,
+    pub(crate) resamples: usize,
 }
 
 impl Default for Bootstrap {
@@ -65,7 +69,7 @@ impl Default for Bootstrap {
 }
 
 /// Two-sided 95% percentile interval.
-pub const CONFIDENCE: f64 = 0.95;
+pub(crate) const CONFIDENCE: f64 = 0.95;
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Interval {
@@ -74,7 +78,7 @@ pub struct Interval {
 }
 
 impl Interval {
-    pub fn spans_zero(self) -> bool {
+    pub(crate) fn spans_zero(self) -> bool {
         self.lower <= 0.0 && self.upper >= 0.0
     }
 }
@@ -153,7 +157,7 @@ fn bootstrap_interval<T>(units: &[T], bootstrap: Bootstrap, statistic: impl Fn(&
 
 /// The run's mean under `policy` with its clustered SE and bootstrap interval over tasks; `None`
 /// when no trial counts.
-pub fn estimate(trials: &[Trial], policy: InvalidTrials, bootstrap: Bootstrap) -> Option<Estimate> {
+pub(crate) fn estimate(trials: &[Trial], policy: InvalidTrials, bootstrap: Bootstrap) -> Option<Estimate> {
     let clusters: Vec<(f64, usize)> = clusters(trials, policy).into_values().collect();
     if clusters.is_empty() {
         return None;
@@ -179,7 +183,7 @@ pub fn binary(trials: &[Trial]) -> bool {
 }
 
 /// The number of attempts every task has, when all have the same number.
-pub fn attempts_per_task(trials: &[Trial]) -> Option<usize> {
+pub(crate) fn attempts_per_task(trials: &[Trial]) -> Option<usize> {
     let counts = clusters(trials, InvalidTrials::CountedAsZero);
     let mut sizes = counts.values().map(|(_, n)| *n);
     let first = sizes.next()?;
@@ -199,7 +203,7 @@ pub enum StatsError {
 /// The unbiased estimator for one task with `n` attempts of which `correct` passed:
 /// `1 − C(n−c, k)/C(n, k)`, computed as the product `Π_{i=n−c+1}^{n} (1 − k/i)` so no binomial
 /// coefficient overflows.
-pub fn pass_at_k_task(n: usize, correct: usize, k: usize) -> f64 {
+pub(crate) fn pass_at_k_task(n: usize, correct: usize, k: usize) -> f64 {
     if n - correct < k {
         return 1.0;
     }
@@ -233,7 +237,7 @@ pub fn pass_at_k(trials: &[Trial], k: usize) -> Result<f64, StatsError> {
 /// Exact two-sided McNemar p-value from the discordant pairs: `b` tasks only the first run solved,
 /// `c` only the second. Under no difference each discordant task is a fair coin, so
 /// `p = min(1, 2·P(X ≤ min(b, c)))` with `X ~ Binomial(b + c, ½)`.
-pub fn mcnemar_exact(b: u64, c: u64) -> f64 {
+pub(crate) fn mcnemar_exact(b: u64, c: u64) -> f64 {
     let n = b + c;
     if n == 0 {
         return 1.0;
@@ -272,16 +276,16 @@ pub struct PairedComparison {
     pub invalid_trials: InvalidTrials,
     pub tasks: Vec<TaskDifference>,
     /// Mean of the per-task differences (A − B).
-    pub mean_difference: f64,
+    pub(crate) mean_difference: f64,
     /// Paired bootstrap over the common tasks.
     pub interval: Option<Interval>,
     /// Tasks where A scored higher (for one binary attempt: A solved, B did not).
     pub a_better: Vec<String>,
-    pub b_better: Vec<String>,
+    pub(crate) b_better: Vec<String>,
     /// Only with binary rewards and one attempt per task in both runs.
     pub mcnemar: Option<McNemar>,
-    pub only_in_a: usize,
-    pub only_in_b: usize,
+    pub(crate) only_in_a: usize,
+    pub(crate) only_in_b: usize,
 }
 
 fn task_means(trials: &[Trial], policy: InvalidTrials) -> BTreeMap<&str, f64> {
@@ -289,7 +293,12 @@ fn task_means(trials: &[Trial], policy: InvalidTrials) -> BTreeMap<&str, f64> {
 }
 
 /// Compares A with B on the tasks both ran; `None` when they share no task.
-pub fn paired(a: &[Trial], b: &[Trial], policy: InvalidTrials, bootstrap: Bootstrap) -> Option<PairedComparison> {
+pub(crate) fn paired(
+    a: &[Trial],
+    b: &[Trial],
+    policy: InvalidTrials,
+    bootstrap: Bootstrap,
+) -> Option<PairedComparison> {
     let a_means = task_means(a, policy);
     let b_means = task_means(b, policy);
     let tasks: Vec<TaskDifference> = a_means

@@ -10,7 +10,7 @@ use launch_spec::records::{OutcomeClass, RunStatus};
 use serde_json::Value;
 
 use crate::decide::MISSING_JOB_GRACE_S;
-use crate::domain::{SHARED_KEY, SUBMISSION_TAG_KEY, SlurmView, VANISHED};
+use crate::domain::{POOL_KEY, SHARED_KEY, SUBMISSION_TAG_KEY, SlurmView, VANISHED};
 use crate::gpuhours::{AttemptGpu, SharedRef, attempt_gpu, elapsed_s};
 use crate::ledger::{Attempt, AttemptStatus, Ledger, TrialSet, now};
 use crate::slurm::{JobId, JobInfo, JobState, Slurm, SlurmError, best_match};
@@ -135,7 +135,7 @@ pub fn harbor_metrics(run_dir: &Path, settings: &VerifySettings) -> Option<Value
 
 /// A finished run dir's per-trial facts and the Harbor that wrote them (its job lock), for the
 /// ledger's `trials` (docs/ledger.md, migration 7); `None` when the dir has no finished trial.
-pub fn trial_set(run_dir: &Path) -> Option<TrialSet> {
+pub(crate) fn trial_set(run_dir: &Path) -> Option<TrialSet> {
     use launch_spec::rundir::harbor;
     let trials: Vec<Trial> = harbor::trial_facts(run_dir)
         .ok()?
@@ -179,7 +179,7 @@ fn with_node_provenance(mut metrics: Value, status: Option<&RunStatus>) -> Value
 
 /// The staleness bound a submitter records with its heartbeat unless told otherwise: an attempt of
 /// a cluster whose submitters have all been quiet for longer is flagged on the other clusters.
-pub const DEFAULT_STALE_AFTER_S: u64 = 3600;
+pub(crate) const DEFAULT_STALE_AFTER_S: u64 = 3600;
 
 /// Who is reconciling: `user@host` (one heartbeat row per submitter and cluster).
 pub(crate) fn submitter_identity() -> String {
@@ -195,7 +195,7 @@ pub(crate) fn submitter_identity() -> String {
 
 /// [`sync`], then the heartbeat that tells the other clusters this cluster's attempts are
 /// attended (only after a sync that succeeded: a submitter that cannot reach its Slurm must go stale).
-pub fn sync_and_heartbeat(
+pub(crate) fn sync_and_heartbeat(
     ledger: &dyn Ledger,
     slurm: &dyn Slurm,
     cluster: &str,
@@ -332,6 +332,15 @@ pub fn sync(
             SlurmView::Queued | SlurmView::Running => {}
             // Slurm does not list it, but payload's heartbeat is fresh: not vanished (yet).
             SlurmView::Gone if status.as_ref().is_some_and(|s| records_fresh(s, now())) => {}
+            // A pool's leg that never wrote a record: its model's turn did not come (walltime, an
+            // engine lost under an earlier model). Continued in another pool, not failed.
+            SlurmView::Gone if status.is_none() && attempt.config.get(POOL_KEY).is_some() => {
+                let reason = format!(
+                    "not started: pool job {job_id} ended ({}) before this model's turn: continued in another pool",
+                    pool_host_ending(attempt)
+                );
+                change(AttemptStatus::Failed, reason, None, true)?;
+            }
             SlurmView::Gone => {
                 let state = jobs.get(&job_id).map_or("no longer listed".to_string(), |j| j.state.to_string());
                 let resumable = is_resumable(None, slurm_state);
@@ -347,6 +356,19 @@ pub fn sync(
     fold_late_finishes(ledger, cluster, settings, mirror, &mut report)?;
     complete_shared_records(ledger, slurm)?;
     Ok(report)
+}
+
+/// How a pool leg's host (the pool job's own record in its group dir) ended, in words.
+fn pool_host_ending(attempt: &Attempt) -> String {
+    let host = attempt
+        .config
+        .get(SHARED_KEY)
+        .and_then(SharedRef::from_json)
+        .and_then(|s| read_status(&s.group_dir).filter(|st| st.run_tag == s.group_tag));
+    match host.and_then(|h| h.outcome) {
+        Some(o) => format!("{}: {}", o.class.as_str(), o.message),
+        None => "no outcome recorded by the pool's engine host".to_string(),
+    }
 }
 
 /// How far back a vanished attempt's run dir is looked at for a late final record.

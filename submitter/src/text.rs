@@ -13,7 +13,7 @@ fn is_unprintable(c: char) -> bool {
 /// `text` (a name from outside: the team's database, a run dir) as one inert field of a text
 /// output: every control character and bidirectional override escaped (`\n`, `\u{1b}`), so a
 /// name can neither forge an output line nor drive the terminal (issue 32 item 14).
-pub fn printable(text: &str) -> Cow<'_, str> {
+pub(crate) fn printable(text: &str) -> Cow<'_, str> {
     if !text.chars().any(is_unprintable) {
         return Cow::Borrowed(text);
     }
@@ -26,7 +26,7 @@ pub fn printable(text: &str) -> Cow<'_, str> {
 
 /// A whole text output as printed: lines stay lines, and every other control character or
 /// bidirectional override in it is escaped — the net under [`printable`] for every text output.
-pub fn printable_lines(text: &str) -> Cow<'_, str> {
+pub(crate) fn printable_lines(text: &str) -> Cow<'_, str> {
     if !text.chars().any(|c| is_unprintable(c) && c != '\n' && c != '\t') {
         return Cow::Borrowed(text);
     }

@@ -129,12 +129,58 @@ pub fn real_harbor() -> Option<PathBuf> {
     .clone()
 }
 
+/// The wrapper of the real Harbor `release` (one of `launch_spec::versions::VERIFIED_HARBORS`):
+/// [`real_harbor`] for the verified default, else the root of its own that
+/// `EVALCI_HARBOR_VERSION=<release> scripts/install-harbor.sh` builds (`/var/cache/evalci/bin/harbor-<release>`).
+/// Skips with a note when absent, fails under `CI=true` (CI installs every verified release).
+pub fn real_harbor_release(release: launch_spec::versions::Version) -> Option<PathBuf> {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+    if release == launch_spec::versions::VERIFIED_HARBOR {
+        return real_harbor();
+    }
+    static FOUND: Mutex<BTreeMap<String, Option<PathBuf>>> = Mutex::new(BTreeMap::new());
+    let release = release.to_string();
+    let mut found = FOUND.lock().unwrap_or_else(|e| e.into_inner());
+    found
+        .entry(release.clone())
+        .or_insert_with(|| {
+            let cache = std::env::var("EVALCI_CACHE_DIR").unwrap_or_else(|_| "/var/cache/evalci".to_string());
+            let bin = PathBuf::from(format!("{cache}/bin/harbor-{release}"));
+            let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/install-harbor.sh");
+            let installed = Command::new("bash")
+                .args([script, "--check"])
+                .env("EVALCI_HARBOR_VERSION", &release)
+                .status()
+                .is_ok_and(|s| s.success());
+            if installed {
+                return Some(bin);
+            }
+            if std::env::var("CI").as_deref() == Ok("true") {
+                panic!("CI=true but the real Harbor {release} is not installed at {} (scripts/services.sh install)", bin.display());
+            }
+            #[allow(clippy::print_stderr)]
+            {
+                eprintln!(
+                    "skipping: the real Harbor {release} is not installed (run EVALCI_HARBOR_VERSION={release} scripts/install-harbor.sh as root)"
+                );
+            }
+            None
+        })
+        .clone()
+}
+
 /// Runs `script` with the real Harbor's Python inside its installed root (the root and venv the
 /// wrapper `scripts/install-harbor.sh` wrote name), the way the wrapper runs Harbor (no network cost
 /// map, no telemetry) and returns its stdout as JSON. `None` (skip) when the real Harbor is not
 /// installed ([`real_harbor`]); a failing script fails the test with its stderr.
 pub fn harbor_python_json(script: &str) -> Option<serde_json::Value> {
-    let wrapper = std::fs::read_to_string(real_harbor()?).expect("read the Harbor wrapper");
+    harbor_release_python_json(launch_spec::versions::VERIFIED_HARBOR, script)
+}
+
+/// [`harbor_python_json`] in the root of the real Harbor `release` ([`real_harbor_release`]).
+pub fn harbor_release_python_json(release: launch_spec::versions::Version, script: &str) -> Option<serde_json::Value> {
+    let wrapper = std::fs::read_to_string(real_harbor_release(release)?).expect("read the Harbor wrapper");
     let var = |name: &str| {
         wrapper
             .lines()

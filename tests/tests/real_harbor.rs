@@ -1,6 +1,9 @@
 //! End-to-end tests of `payload run` against the **real Harbor 0.25.0** (installed by
 //! `scripts/install-harbor.sh`; these tests skip with a note when it is absent, and fail under
-//! `CI=true`). The model server is the vLLM stand-in answering as a terminus-2 agent would
+//! `CI=true`), and the scenarios whose behaviour differs in **Harbor 0.26.0** (a fresh run, a resume,
+//! a signal during a resume) against that release too, in a root of its own (issue 35,
+//! docs/real-programs.md "Harbor 0.26.0 beside 0.25.0"); a resume across the two releases is held to
+//! what the real Harbors do. The model server is the vLLM stand-in answering as a terminus-2 agent would
 //! (`STANDIN_CHAT_AGENT=terminus`), the trials run on the host through
 //! `tests/harbor_env/host_env.py` (`--env host_env:HostEnvironment`), and every task is a real
 //! Harbor task dir written here: `task.toml`, `instruction.md`, `tests/test.sh`. A trial is scored
@@ -16,9 +19,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use e2e::harness::{marker_processes, payload_bin, real_harbor, send_signal, unique};
+use e2e::harness::{marker_processes, payload_bin, real_harbor, real_harbor_release, send_signal, unique};
 use launch_spec::spec::Limits;
 use launch_spec::testkit::{TestSpec, world};
+use launch_spec::versions::{HarborDialect, VERIFIED_HARBOR, VERIFIED_VLLM, Version};
 
 const VLLM: &str = env!("CARGO_BIN_EXE_vllm-standin");
 const HOST_ENV_PY: &str = include_str!("../harbor_env/host_env.py");
@@ -63,12 +67,22 @@ struct Fx {
     _tmp: tempfile::TempDir,
     root: PathBuf,
     tag: String,
+    /// The Harbor release `bin/harbor` runs, declared in the spec as the profile would.
+    release: Version,
 }
+
+/// Harbor 0.26.0, the second release the CI installs.
+const HARBOR_026: Version = Version::new(0, 26, 0);
 
 impl Fx {
     /// `None` (after a note) when the real Harbor is not installed.
     fn new(name: &str, tasks: &[Task]) -> Option<Self> {
-        let harbor = real_harbor()?;
+        Self::on(VERIFIED_HARBOR, name, tasks)
+    }
+
+    /// [`Fx::new`] with the real Harbor `release`.
+    fn on(release: Version, name: &str, tasks: &[Task]) -> Option<Self> {
+        let harbor = real_harbor_release(release)?;
         let tmp = tempfile::Builder::new().prefix("real-harbor-").tempdir().unwrap();
         let root = tmp.path().to_path_buf();
         let tag = format!("{name}-{}", unique());
@@ -83,7 +97,7 @@ impl Fx {
         std::fs::write(root.join("gpus.json"), GPU_FIXTURE).unwrap();
         let secrets = format!("DAYTONA_API_KEY=unused-{tag}\nDAYTONA_DATA_API_KEY=unused2-{tag}\n");
         world::write_secrets(&root.join("secrets.env"), &secrets, 0o600);
-        Some(Self { _tmp: tmp, root, tag })
+        Some(Self { _tmp: tmp, root, tag, release })
     }
 
     fn run_dir(&self) -> PathBuf {
@@ -92,7 +106,7 @@ impl Fx {
 
     /// The stand-in vLLM and the real Harbor (launch_spec::testkit); tests edit the JSON.
     fn spec(&self) -> Value {
-        TestSpec::standins(&self.root, &self.tag)
+        let mut spec = TestSpec::standins(&self.root, &self.tag)
             .benchmark("real-harbor")
             .tp_dp(1, 2)
             // Large enough that terminus-2's proactive summarization (8000 free tokens) stays off.
@@ -117,7 +131,14 @@ impl Fx {
                 health_probe_interval_s: 1.0,
                 health_failures: 10,
             })
-            .to_value()
+            .to_value();
+        // What `submitter spec` writes for an environment that declares this Harbor: its dialect,
+        // and the declaration payload checks the environment against (and a resume, issue 35).
+        let (dialect, _) = HarborDialect::from_declared(&self.release.to_string()).unwrap();
+        spec["harbor"]["dialect"] = json!(dialect);
+        spec["declared"] = json!({"engine_environment": "env", "vllm": VERIFIED_VLLM,
+                                  "harbor_environment": "env", "harbor": self.release.to_string()});
+        spec
     }
 
     fn start(&self, spec: &Value, slurm_job_id: &str) -> Run {
@@ -309,11 +330,34 @@ fn assert_finished(fx: &Fx, run: &mut Run) {
 
 #[test]
 fn fresh_run_scores_every_trial_with_the_real_harbor() {
-    let Some(fx) = Fx::new("rh-fresh", &[Task::solvable("alpha"), Task::unsolvable("beta")]) else { return };
+    fresh_run(VERIFIED_HARBOR, "rh-fresh", "5101");
+}
+
+/// Harbor 0.26's happy path: the same scores; the run dir names the Harbor that produced them
+/// (job lock, payload's provenance), and every trial carries 0.26's own validity verdict.
+#[test]
+fn fresh_run_scores_every_trial_with_harbor_026() {
+    fresh_run(HARBOR_026, "rh26-fresh", "6101");
+}
+
+fn fresh_run(release: Version, name: &str, job_id: &str) {
+    let Some(fx) = Fx::on(release, name, &[Task::solvable("alpha"), Task::unsolvable("beta")]) else { return };
     let t = Instant::now();
-    let mut run = fx.start(&fx.spec(), "5101");
+    let mut run = fx.start(&fx.spec(), job_id);
     assert_finished(&fx, &mut run);
-    println!("real Harbor fresh run: {:.1}s", t.elapsed().as_secs_f64());
+    println!("real Harbor {release} fresh run: {:.1}s", t.elapsed().as_secs_f64());
+    assert_eq!(fx.status()["provenance"]["harbor_version"], release.to_string(), "{:#}", fx.status());
+    assert_eq!(
+        launch_spec::rundir::harbor::newest_writer(&fx.run_dir()),
+        Some(release),
+        "the job lock names the Harbor that wrote the dir"
+    );
+    let verdicts: Vec<Option<bool>> =
+        fx.trials().iter().map(|t| t.result.as_ref().and_then(|r| r["reward_valid"].as_bool())).collect();
+    let written = if release >= HARBOR_026 { Some(true) } else { None };
+    assert_eq!(verdicts, [written, written], "Harbor {release}'s reward_valid in each trial result.json");
+    let facts = launch_spec::rundir::harbor::trial_facts(&fx.run_dir()).unwrap();
+    assert!(facts.iter().all(|f| f.valid), "{facts:?}");
     // The verifier really checks: the agent wrote the wrong word for beta.
     all_scored(&fx, &[("alpha", 1.0), ("beta", 0.0)]);
     let job = read_json(&fx.run_dir().join("result.json")).expect("Harbor's job result.json");
@@ -385,12 +429,23 @@ fn a_re_evaluation_scores_every_trial_again_in_a_run_dir_of_its_own() {
 
 #[test]
 fn resume_after_the_port_changed_scores_every_trial() {
+    resume_after_the_port_changed(VERIFIED_HARBOR, "rh-resume", ["5201", "5202"]);
+}
+
+/// Harbor 0.26 writes its resolved retry exclusions and the trials' error policy into the job's
+/// files: its own resume of them, after payload's `api_base` rewrite, still matches its lock.
+#[test]
+fn resume_after_the_port_changed_scores_every_trial_on_harbor_026() {
+    resume_after_the_port_changed(HARBOR_026, "rh26-resume", ["6201", "6202"]);
+}
+
+fn resume_after_the_port_changed(release: Version, name: &str, job_ids: [&str; 2]) {
     let tasks = [Task::solvable("one"), Task::solvable("two"), Task::solvable("three")];
-    let Some(fx) = Fx::new("rh-resume", &tasks) else { return };
+    let Some(fx) = Fx::on(release, name, &tasks) else { return };
     let mut spec = fx.spec();
     spec["harbor"]["n_concurrent"] = json!(1);
     spec["serve"]["env"]["STANDIN_RESPONSE_SECONDS"] = json!("1");
-    let mut run = fx.start(&spec, "5201");
+    let mut run = fx.start(&spec, job_ids[0]);
     // Interrupted after one trial finished.
     let until = Instant::now() + RUN_TIMEOUT;
     while !fx.trials().iter().any(|t| t.result.is_some()) {
@@ -404,7 +459,7 @@ fn resume_after_the_port_changed_scores_every_trial() {
 
     // Another job, another port: payload must make Harbor's resume accept the new server.
     spec["serve"]["env"]["STANDIN_RESPONSE_SECONDS"] = json!("0");
-    let mut run = fx.start(&spec, "5202");
+    let mut run = fx.start(&spec, job_ids[1]);
     assert_finished(&fx, &mut run);
     let st = fx.status();
     assert_eq!(st["resume"], true);
@@ -426,8 +481,12 @@ fn resume_after_the_port_changed_scores_every_trial() {
 /// derives from it, and tests run in parallel (two payloads on one port would answer each other's
 /// readiness probes).
 fn signal_case(name: &str, sig: &str, resume: bool, job_id: u32) {
+    signal_case_on(VERIFIED_HARBOR, name, sig, resume, job_id);
+}
+
+fn signal_case_on(release: Version, name: &str, sig: &str, resume: bool, job_id: u32) {
     let tasks = [Task::solvable("p"), Task::solvable("q"), Task::solvable("r")];
-    let Some(fx) = Fx::new(name, &tasks) else { return };
+    let Some(fx) = Fx::on(release, name, &tasks) else { return };
     let mut spec = fx.spec();
     // Each completion takes 2 s: a trial (three completions) is in flight for several seconds.
     spec["serve"]["env"]["STANDIN_RESPONSE_SECONDS"] = json!("2");
@@ -489,6 +548,13 @@ fn sigterm_during_resume_records_every_trial_in_flight() {
 #[test]
 fn usr1_during_resume_records_every_trial_in_flight() {
     signal_case("rh-usr1-resume", "USR1", true, 5330);
+}
+
+/// Harbor 0.26 records every exception of a trial and filters `CancelledError` trials on resume
+/// as 0.25 does: the wind-down during its resume leaves every trial recorded.
+#[test]
+fn sigterm_during_resume_records_every_trial_in_flight_on_harbor_026() {
+    signal_case_on(HARBOR_026, "rh26-term-resume", "TERM", true, 6320);
 }
 
 #[test]
@@ -799,4 +865,111 @@ fn two_legs_of_a_shared_job_run_the_real_harbor_against_one_engine() {
     // Both legs' agents talked to the one engine (three turns per trial, two trials per leg).
     assert!(fx.requests().len() >= 12, "{} requests", fx.requests().len());
     assert!(marker_processes(&format!("PAYLOAD_RUN_ID={group_tag}-{pid}")).is_empty(), "nothing outlives the host");
+}
+
+// ------------------------------------------------------------ a resume across Harbor releases
+
+/// Starts a Harbor job in `fx`'s jobs dir with `harbor` itself (the `nop` agent: no model), then
+/// makes it look interrupted as Harbor leaves a job it was stopped in: one trial gone, the job's
+/// `finished_at` null. Returns the job dir.
+fn harbor_job_interrupted(fx: &Fx, harbor: &Path, job: &str, config: &Path) -> PathBuf {
+    let out = harbor_cmd(fx, harbor, &["jobs", "start", "-p"])
+        .arg(fx.root.join("data"))
+        .args(["--job-name", job, "--jobs-dir"])
+        .arg(fx.root.join("jobs"))
+        .arg("--config")
+        .arg(config)
+        .args(["--env", "host_env:HostEnvironment", "--agent", "nop", "--yes"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{harbor:?} jobs start: {}", String::from_utf8_lossy(&out.stderr));
+    let dir = fx.root.join("jobs").join(job);
+    let trial = fx.trials_of(&dir).into_iter().next().expect("a trial dir");
+    std::fs::remove_dir_all(trial).unwrap();
+    let mut result = read_json(&dir.join("result.json")).expect("the job's result.json");
+    result["finished_at"] = Value::Null;
+    std::fs::write(dir.join("result.json"), result.to_string()).unwrap();
+    dir
+}
+
+fn harbor_cmd(fx: &Fx, harbor: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(harbor);
+    cmd.args(args).env("PYTHONPATH", fx.root.join("py")).current_dir(&fx.root).stdin(Stdio::null());
+    cmd
+}
+
+fn harbor_resume(fx: &Fx, harbor: &Path, dir: &Path) -> std::process::Output {
+    harbor_cmd(fx, harbor, &["jobs", "resume", "-p"]).arg(dir).output().unwrap()
+}
+
+impl Fx {
+    fn trials_of(&self, dir: &Path) -> Vec<PathBuf> {
+        let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.join("config.json").is_file())
+            .collect();
+        out.sort();
+        out
+    }
+}
+
+/// Issue 35, measured with the real 0.25.0 and 0.26.0 (the issue had it the other way round):
+/// Harbor 0.26 refuses to resume a job 0.25 ran under its retry defaults (their lock's
+/// `retry.exclude_exceptions` differ) and resumes one whose config pinned them; Harbor 0.25 resumes a
+/// job 0.26 started, under its own scoring, while the job lock still names 0.26.0. payload refuses
+/// both cases before the engine loads, in one line with the fix.
+#[test]
+fn a_resume_across_harbor_releases_is_refused_before_the_engine_where_the_real_harbors_differ() {
+    let tasks = [Task::solvable("a"), Task::solvable("b")];
+    let Some(fx25) = Fx::on(VERIFIED_HARBOR, "rh-cross25", &tasks) else { return };
+    let Some(fx26) = Fx::on(HARBOR_026, "rh-cross26", &tasks) else { return };
+    let (h25, h26) = (real_harbor().unwrap(), real_harbor_release(HARBOR_026).unwrap());
+    let unpinned = fx25.root.join("harbor.yaml");
+    let pinned = fx25.root.join("pinned.yaml");
+    std::fs::write(
+        &pinned,
+        format!("{HARBOR_YAML}retry:\n  max_retries: 2\n  exclude_exceptions: [AgentTimeoutError]\n"),
+    )
+    .unwrap();
+
+    // The real Harbors.
+    let dir = harbor_job_interrupted(&fx25, &h25, "by25-unpinned", &unpinned);
+    let out = harbor_resume(&fx25, &h26, &dir);
+    let said = String::from_utf8_lossy(&out.stderr).replace('\n', " ") + &String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success() && said.contains("does not match the resolved job lock"), "0.26 resumed: {said}");
+    let dir = harbor_job_interrupted(&fx25, &h25, "by25-pinned", &pinned);
+    let out = harbor_resume(&fx25, &h26, &dir);
+    assert!(out.status.success(), "0.26 refused a pinned 0.25 job: {}", String::from_utf8_lossy(&out.stderr));
+    let dir = harbor_job_interrupted(&fx25, &h26, "by26", &unpinned);
+    let out = harbor_resume(&fx25, &h25, &dir);
+    assert!(out.status.success(), "0.25 refused a 0.26 job: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(fx25.trials_of(&dir).len(), 2, "0.25 ran the missing trial");
+    let lock = read_json(&dir.join("lock.json")).unwrap();
+    assert_eq!(lock["harbor"]["version"], "0.26.0", "0.25's resume keeps the lock's Harbor: {lock:#}");
+
+    // payload, declared 0.25.0, on a dir 0.26 started.
+    harbor_job_interrupted(&fx25, &h26, &fx25.tag, &unpinned);
+    let mut run = fx25.start(&fx25.spec(), "6401");
+    assert_ne!(run.wait(&fx25), 0, "{}", fx25.context(&run));
+    run.assert_no_survivors();
+    assert!(fx25.last_event("engine_spawned").is_none(), "the engine was started: {}", fx25.context(&run));
+    let message = fx25.status()["outcome"]["message"].as_str().unwrap_or_default().to_string();
+    assert!(
+        message.contains("written by Harbor 0.26.0, newer than the Harbor 0.25.0 this job runs")
+            && message.contains("submitter launch --force"),
+        "{message}"
+    );
+    // payload, declared 0.26.0, on a dir 0.25 started under its retry defaults.
+    harbor_job_interrupted(&fx26, &h25, &fx26.tag, &fx26.root.join("harbor.yaml"));
+    let mut run = fx26.start(&fx26.spec(), "6411");
+    assert_ne!(run.wait(&fx26), 0, "{}", fx26.context(&run));
+    run.assert_no_survivors();
+    assert!(fx26.last_event("engine_spawned").is_none(), "the engine was started: {}", fx26.context(&run));
+    let message = fx26.status()["outcome"]["message"].as_str().unwrap_or_default().to_string();
+    assert!(
+        message.contains("written by Harbor 0.25.0 with its retry defaults, which Harbor 0.26.0 changed"),
+        "{message}"
+    );
 }

@@ -466,3 +466,47 @@ fn term_to_the_host_is_forwarded_to_every_leg() {
     }
     fx.assert_no_orphans(&host);
 }
+
+/// A pool (issue 37, docs/pools.md) at walltime: the member running winds down `walltime`, the
+/// members not started keep no `status.json` (the submitter's sync continues them in another
+/// pool), payload exits 15 and nothing is left. Also by the batch script's `--pool`. The stand-in
+/// engine has no dev routes: the walltime comes before any swap.
+#[test]
+fn a_pool_at_walltime_leaves_the_members_not_started_without_a_record() {
+    let fx = Shared::new("poolwt", &["30", "0.05", "0.05"]);
+    let members: Vec<Value> = fx
+        .legs
+        .iter()
+        .enumerate()
+        .map(|(i, tag)| {
+            let weights = fx.root.join("weights").join(format!("m{i}"));
+            std::fs::create_dir_all(&weights).unwrap();
+            std::fs::write(weights.join("config.json"), "{}").unwrap();
+            let launch = fx.run_dir(tag).join("launch.json");
+            let spec: Value = serde_json::from_str(&std::fs::read_to_string(&launch).unwrap()).unwrap();
+            json!({"model": spec["model"]["hf_id"], "weights": {"path": weights, "kind": "full"}, "legs": [launch]})
+        })
+        .collect();
+    let pool = fx.group_dir().join("pool.json");
+    let doc = json!({"version": 1, "group_tag": fx.group_tag, "group_dir": fx.group_dir(), "members": members});
+    std::fs::write(&pool, serde_json::to_string_pretty(&doc).unwrap()).unwrap();
+    let mut cmd = Command::new("bash");
+    cmd.args([SCRIPT, "--pool", pool.to_str().unwrap()]);
+    let mut host = fx.spawn(cmd);
+    fx.wait_for("member 0's leg running", || fx.leg(0)["phase"] == "running");
+    let engine = fx.host_status()["pids"]["engine"].as_u64().unwrap_or(0);
+    let argv = std::fs::read(format!("/proc/{engine}/cmdline")).unwrap_or_default();
+    let argv = String::from_utf8_lossy(&argv).replace('\0', " ");
+    assert!(argv.contains("--worker-extension-cls evalci_pool_ext.PoolWorkerExtension"), "{argv}");
+    assert!(argv.contains("--host 127.0.0.1"), "a pool's engine binds loopback: {argv}");
+    send_signal(host.pid, "USR1");
+    let code = host.wait(&fx);
+    assert_eq!(code, 15, "walltime\n{}", fx.stderr());
+    assert_eq!(class(&fx.leg(0)), "walltime", "{:#}", fx.leg(0));
+    for i in 1..3 {
+        let status = fx.run_dir(&fx.legs[i]).join("status.json");
+        assert!(!status.exists(), "member {i} was never started: no record, so it is continued elsewhere");
+    }
+    assert_eq!(fx.engine_starts(), 1);
+    fx.assert_no_orphans(&host);
+}

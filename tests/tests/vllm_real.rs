@@ -1,4 +1,6 @@
-//! The real vLLM (0.33.0) as the oracle (docs/real-programs.md).
+//! The real vLLM (0.33.0, and every other release an environment declares or
+//! `launch_spec::versions::VLLM_CHECKED_BESIDE` names: 0.16.0, 0.34.0) as the oracle
+//! (docs/real-programs.md).
 //!
 //! - Conformance: every vLLM argv payload builds — every registry model (ours and the team's
 //!   `../shared/fixtures/otagent/model_config`) on every shipped cluster profile, with that
@@ -378,6 +380,7 @@ fn every_registry_argv_is_accepted_by_real_vllm() {
     for case in &corpus.cases {
         versions.entry(case.vllm.as_str()).or_default().push(case);
     }
+    let declared: BTreeSet<String> = versions.keys().map(|v| v.to_string()).collect();
     let mut failed = Vec::new();
     for (version, cases) in versions {
         let mut own = None;
@@ -397,7 +400,44 @@ fn every_registry_argv_is_accepted_by_real_vllm() {
         };
         // payload's own refusals belong to the verified run (they do not depend on vLLM).
         let unbuildable: &[(String, String)] = if version == verified { &corpus.unbuildable } else { &[] };
-        if let Err(failure) = conform(checker, version, &cases, unbuildable, corpus) {
+        if let Err(failure) = conform(checker, version, version, &cases, unbuildable, corpus) {
+            failed.push(failure);
+        }
+    }
+    // A newer release beside them (issue 35): the verified release's argv, which is that release's
+    // argv as long as the capabilities that shape the argv agree (versions::vllm_capabilities; they
+    // differ in the retired environment variables only, which `registry check` reports).
+    drop(shared);
+    for beside in launch_spec::versions::VLLM_CHECKED_BESIDE {
+        let version = beside.to_string();
+        if declared.contains(&version) {
+            continue;
+        }
+        let built_for = launch_spec::versions::VERIFIED_VLLM;
+        assert_eq!(
+            (
+                launch_spec::versions::vllm_has_swap_space(*beside),
+                launch_spec::versions::vllm_has_distributed_timeout(*beside)
+            ),
+            (
+                launch_spec::versions::vllm_has_swap_space(built_for),
+                launch_spec::versions::vllm_has_distributed_timeout(built_for)
+            ),
+            "vLLM {version} gets another argv than {built_for}: declare it in a profile instead"
+        );
+        let cases: Vec<&Case> = corpus.cases.iter().filter(|c| c.vllm == verified).collect();
+        let venv = match vllm_oracle::venv(&version, false) {
+            Ok(venv) => venv,
+            Err(why) if std::env::var("CI").as_deref() == Ok("true") => panic!("CI=true but {why}"),
+            Err(why) => {
+                say(&format!("NOTE: vLLM {version} beside {verified} not checked: {why}"));
+                continue;
+            }
+        };
+        let started = std::time::Instant::now();
+        let mut checker = start_checker(&venv, &version);
+        say(&format!("vLLM {version} checker ready in {:.1}s", started.elapsed().as_secs_f64()));
+        if let Err(failure) = conform(&mut checker, &verified, &version, &cases, &[], corpus) {
             failed.push(failure);
         }
     }
@@ -407,6 +447,7 @@ fn every_registry_argv_is_accepted_by_real_vllm() {
 /// Feeds `cases` to one vLLM version's checker; prints the counts; Err lists the rejections.
 fn conform(
     checker: &mut Checker,
+    declaring: &str,
     version: &str,
     cases: &[&Case],
     unbuildable: &[(String, String)],
@@ -443,7 +484,7 @@ fn conform(
         ));
     }
     say(&format!(
-        "vLLM conformance: {total} argv ({} registry models × {} cluster profiles, environments declaring vLLM {version}), checked by vLLM {version}",
+        "vLLM conformance: {total} argv ({} registry models × {} cluster profiles, environments declaring vLLM {declaring}), checked by vLLM {version}",
         corpus.models, corpus.clusters
     ));
     say(&format!("vLLM conformance: {}/{total} argv accepted", total - rejected.len()));
@@ -662,4 +703,43 @@ fn standin_accepts_and_rejects_like_real_vllm() {
         cases.len() - skipped,
     ));
     assert!(differ.is_empty(), "the vLLM stand-in and vLLM {verified} disagree:\n  {}", differ.join("\n  "));
+}
+
+/// The retired environment variables of `launch_spec::versions::RETIRED_VLLM_ENV` (issue 35: 0.34.0
+/// drops `VLLM_USE_V2_MODEL_RUNNER` and `VLLM_MARLIN_INPUT_DTYPE`) against each installed vLLM's own
+/// `vllm.envs`: unknown to every installed release from the one named on, known to the newest
+/// installed release before it (so the line is drawn where the releases CI has differ).
+#[test]
+fn retired_environment_variables_are_the_real_vllms() {
+    let mut releases = vec![launch_spec::versions::VERIFIED_VLLM, launch_spec::versions::Version::new(0, 16, 0)];
+    releases.extend(launch_spec::versions::VLLM_CHECKED_BESIDE);
+    releases.sort();
+    let mut known: BTreeMap<launch_spec::versions::Version, BTreeSet<String>> = BTreeMap::new();
+    for release in releases {
+        let verified = release == launch_spec::versions::VERIFIED_VLLM;
+        let Ok(venv) = vllm_oracle::venv(&release.to_string(), verified) else {
+            say(&format!("NOTE: vLLM {release} not installed: its environment variables not compared"));
+            continue;
+        };
+        let out = Command::new(venv.join("bin/python"))
+            .args(["-c", "import json, vllm.envs as e; print(json.dumps(sorted(e.environment_variables)))"])
+            .env("VLLM_TARGET_DEVICE", "cpu")
+            .env("HF_HUB_OFFLINE", "1")
+            .output()
+            .expect("run the venv's python");
+        assert!(out.status.success(), "vLLM {release}: {}", String::from_utf8_lossy(&out.stderr));
+        let line = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().to_string();
+        known.insert(release, serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}")));
+    }
+    for (name, since) in launch_spec::versions::retired_vllm_env() {
+        for (release, names) in &known {
+            if release >= since {
+                assert!(!names.contains(*name), "vLLM {release} still knows {name} (retired from {since})");
+            }
+        }
+        if let Some((release, names)) = known.range(..*since).next_back() {
+            assert!(names.contains(*name), "vLLM {release} does not know {name}: it is retired earlier than {since}");
+        }
+    }
+    say(&format!("retired vLLM variables checked against {} installed releases", known.len()));
 }

@@ -51,6 +51,17 @@ pub struct JobConfig {
     pub agents: Vec<AgentConfig>,
     #[serde(default)]
     pub datasets: Vec<DatasetConfig>,
+    /// Absent when the job ran with its Harbor's retry defaults (0.25 writes only what was set;
+    /// 0.26 writes its resolved `exclude_exceptions`).
+    #[serde(default)]
+    pub retry: Option<RetrySettings>,
+}
+
+/// The job config's `retry` block, as far as a resume across Harbor releases needs it.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct RetrySettings {
+    #[serde(default)]
+    pub exclude_exceptions: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -197,6 +208,10 @@ pub struct TrialResult {
     pub environment_setup: Option<Timing>,
     #[serde(default)]
     pub agent_execution: Option<Timing>,
+    /// Harbor's own verdict on whether the reward counts (Harbor ≥ 0.26 writes it; 0.25 computed
+    /// it without writing it).
+    #[serde(default)]
+    pub reward_valid: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -415,7 +430,9 @@ pub struct TrialFact {
     /// The verifier's reward; 0 when it gave none.
     pub reward: f64,
     /// The verifier gave a numeric reward — the trials Harbor's `reward_stats` counts (an error
-    /// before the verifier leaves none). Harbor 0.25's mean counts the others as 0, 0.26 drops them.
+    /// before the verifier leaves none) — and, where Harbor ≥ 0.26 wrote its verdict
+    /// (`reward_valid`), Harbor says it counts (an `ApiError` after the verifier ran gives a reward
+    /// that does not). Harbor 0.25's mean counts the others as 0, 0.26 drops them.
     pub valid: bool,
 }
 
@@ -439,7 +456,8 @@ pub fn trial_facts(job_dir: &Path) -> std::io::Result<Vec<TrialFact>> {
             None => dir_name.clone(),
         });
         let reward = result.reward();
-        let fact = TrialFact { task: task.clone(), attempt: 0, reward: reward.unwrap_or(0.0), valid: reward.is_some() };
+        let valid = reward.is_some() && result.reward_valid != Some(false);
+        let fact = TrialFact { task: task.clone(), attempt: 0, reward: reward.unwrap_or(0.0), valid };
         found.entry(task).or_default().push((result.started_at.clone(), dir_name, fact));
     }
     let mut facts = Vec::new();
@@ -451,6 +469,24 @@ pub fn trial_facts(job_dir: &Path) -> std::io::Result<Vec<TrialFact>> {
         }
     }
     Ok(facts)
+}
+
+/// The newest Harbor release known to have written into a job dir: the job `lock.json` names the
+/// release that started the job (a resume keeps it), and a trial `result.json` holding
+/// `reward_valid` was written by Harbor ≥ 0.26 (`crate::versions::HARBOR_026`), whichever is newer.
+/// `None` when neither says.
+pub fn newest_writer(job_dir: &Path) -> Option<crate::versions::Version> {
+    let lock: Option<JobLock> = read(&job_dir.join(LOCK_FILE)).ok().flatten();
+    let started: Option<crate::versions::Version> = lock.as_ref().and_then(|l| l.harbor_version()?.parse().ok());
+    let mut buf = Vec::with_capacity(16 << 10);
+    let touched_by_026 = std::fs::read_dir(job_dir).ok().is_some_and(|entries| {
+        entries
+            .flatten()
+            .filter(is_trial_entry)
+            .any(|e| read_trial(&e.path(), &mut buf).result.is_some_and(|r| r.reward_valid.is_some()))
+    });
+    let floor = touched_by_026.then_some(crate::versions::HARBOR_026);
+    started.max(floor)
 }
 
 /// Reads a Harbor JSON file into its model: `Ok(None)` when absent, `Err` with serde's message when

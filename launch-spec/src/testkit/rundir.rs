@@ -608,6 +608,18 @@ mod tests {
         let got: Vec<(&str, u32, f64, bool)> =
             facts.iter().map(|f| (f.task.as_str(), f.attempt, f.reward, f.valid)).collect();
         assert_eq!(got, [("t1", 1, 1.0, true), ("t1", 2, 0.0, true), ("t2", 1, 0.0, false)]);
+        assert_eq!(harbor::newest_writer(d.path()), Some(crate::versions::VERIFIED_HARBOR), "the job lock's 0.25.0");
+
+        // Issue 35: Harbor 0.26 writes its verdict; a reward it says does not count (an ApiError
+        // after the verifier ran) is invalid, and the dir was touched by 0.26 whatever the lock says.
+        let path = d.path().join("t1__late").join(harbor::RESULT_FILE);
+        let mut result: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        result["schema_version"] = serde_json::json!(1);
+        result["reward_valid"] = serde_json::json!(false);
+        std::fs::write(&path, result.to_string()).unwrap();
+        let valid: Vec<bool> = harbor::trial_facts(d.path()).unwrap().iter().map(|f| f.valid).collect();
+        assert_eq!(valid, [true, false, false]);
+        assert_eq!(harbor::newest_writer(d.path()), Some(crate::versions::HARBOR_026));
     }
 
     /// What the builder writes reads back through the product's own readers as meant.

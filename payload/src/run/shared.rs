@@ -61,6 +61,8 @@ pub struct HostLeg {
     pub state: LegState,
     /// Its Harbor is running (its `status.json` says `running`): serving, for the GPU clock.
     pub(crate) harbor_running: bool,
+    /// In a pool (crate::run::pool): its member's index; 0 in a shared job.
+    pub(crate) member: usize,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -82,6 +84,8 @@ pub enum LegState {
 pub struct Host {
     pub legs: Vec<HostLeg>,
     pub group_dir: PathBuf,
+    /// A pool's members and swaps (crate::run::pool); `None` for a shared job.
+    pub(crate) pool: Option<crate::run::pool::PoolHost>,
 }
 
 /// The host's exit code from its legs' ends: 0 when every leg finished (now or before), else
@@ -176,6 +180,7 @@ fn read_legs(doc: &SharedJobSpec, job_id: Option<&str>) -> (Host, Option<LaunchS
                 spec_path: path.clone(),
                 state: LegState::Refused,
                 harbor_running: false,
+                member: 0,
             });
         };
         let spec = match LaunchSpec::from_file(path) {
@@ -199,15 +204,16 @@ fn read_legs(doc: &SharedJobSpec, job_id: Option<&str>) -> (Host, Option<LaunchS
             spec_path: path.clone(),
             state,
             harbor_running: false,
+            member: 0,
         });
         template.get_or_insert(spec);
     }
-    (Host { legs, group_dir: doc.group_dir.clone() }, template)
+    (Host { legs, group_dir: doc.group_dir.clone(), pool: None }, template)
 }
 
 /// Whether the leg's Harbor job finished in an earlier run (its `result.json` has `finished_at`,
 /// the rule `check_resumable` refuses a resume by), whatever the spec's `harbor.start`.
-fn harbor_job_finished(run_dir: &Path) -> bool {
+pub(crate) fn harbor_job_finished(run_dir: &Path) -> bool {
     use launch_spec::rundir::harbor::{JobResult, RESULT_FILE, read_rewritten};
     let result: Option<JobResult> = read_rewritten(&run_dir.join(RESULT_FILE)).ok().flatten();
     result.is_some_and(|r| r.finished_at.is_some())
@@ -235,7 +241,7 @@ fn leg_died(status: std::process::ExitStatus, log: &Path) -> Outcome {
     }
 }
 
-fn refused(message: String) -> Outcome {
+pub(crate) fn refused(message: String) -> Outcome {
     Outcome {
         class: OutcomeClass::Spec,
         cause: Some("refused".into()),
@@ -281,7 +287,7 @@ pub(crate) fn observe_host(spec: &LaunchSpec, env: &[(String, String)]) -> Obser
 /// started, or ended without one. Skipped when another payload holds the leg's run dir.
 /// Writes a leg's outcome into its run dir, as the host: with the shared job's Slurm job id, which
 /// is the leg's (the submitter folds in only a record that names the attempt's job).
-fn record_leg(run_dir: &Path, run_tag: &str, job_id: Option<&str>, outcome: Outcome) {
+pub(crate) fn record_leg(run_dir: &Path, run_tag: &str, job_id: Option<&str>, outcome: Outcome) {
     if std::fs::create_dir_all(run_dir).is_err() {
         return;
     }
@@ -295,7 +301,7 @@ fn record_leg(run_dir: &Path, run_tag: &str, job_id: Option<&str>, outcome: Outc
     rec.set_outcome(outcome);
 }
 
-fn read_status(run_dir: &Path) -> Option<RunStatus> {
+pub(crate) fn read_status(run_dir: &Path) -> Option<RunStatus> {
     let text =
         launch_spec::records::read_regular(&run_dir.join(STATUS_FILE), launch_spec::records::MAX_INPUT_BYTES).ok()?;
     serde_json::from_str(&text).ok()
@@ -414,6 +420,7 @@ impl<S: SignalSource> Run<S> {
             public_url: self.tunnel.as_ref().and_then(crate::tunnel::Tunnel::public_url),
             harbor_env: self.tunnel.as_ref().map(|t| t.harbor_env()).unwrap_or_default(),
             harbor_prefix: self.tunnel.as_ref().and_then(|t| t.harbor_prefix()),
+            pool: self.host().and_then(|h| h.pool.as_ref()).map(crate::run::pool::PoolHost::provenance),
         };
         let engine_file = self.spec.run_dir.join(ENGINE_FILE);
         let text = serde_json::to_string_pretty(&record).unwrap_or_default();
@@ -431,7 +438,13 @@ impl<S: SignalSource> Run<S> {
         }
         let job_id = self.rec.status.slurm_job_id.clone();
         let Share::Host(host) = &mut self.share else { return Ok(()) };
-        for leg in host.legs.iter_mut().filter(|l| l.state == LegState::Pending) {
+        // A pool starts its current member's legs only (the next ones after the swap).
+        let member = host.pool.as_ref().map(|p| p.current);
+        if let Some(pool) = &host.pool {
+            pool.end.lock().unwrap_or_else(|e| e.into_inner()).started_any = true;
+        }
+        for leg in host.legs.iter_mut().filter(|l| l.state == LegState::Pending && member.is_none_or(|m| l.member == m))
+        {
             let child = ChildSpec {
                 program: exe.clone(),
                 argv: vec![
@@ -585,7 +598,9 @@ impl<S: SignalSource> Run<S> {
         self.collect_legs(Some(&own));
         let job_id = self.rec.status.slurm_job_id.clone();
         let Share::Host(host) = &mut self.share else { return own };
-        for leg in host.legs.iter_mut().filter(|l| l.state == LegState::Pending) {
+        // A pool's legs not started keep no record: the submitter continues them (launch_spec::pool).
+        let pool = host.pool.is_some();
+        for leg in host.legs.iter_mut().filter(|l| l.state == LegState::Pending && !pool) {
             let o = Outcome {
                 message: format!("the shared job ended before this leg started: {}", own.message),
                 ..own.clone()

@@ -306,6 +306,9 @@ fn snapshot_and_plan(session: &Session, selection: &Selection, executables: &Exe
         });
         crate::settings::partition_limit(&session.cluster, partition, limit.as_deref())
     };
+    // Read only for `allocation: pool` legs (issue 37): the checkpoints' files decide the pools.
+    let hf_cache = session.context().hf_cache().ok().flatten();
+    let checkpoints = |spec: &launch_spec::LaunchSpec| crate::pool::checkpoint_of(spec, hf_cache.as_deref());
     let inputs = PlanInputs {
         context: &session.context(),
         legs: &legs,
@@ -319,6 +322,7 @@ fn snapshot_and_plan(session: &Session, selection: &Selection, executables: &Exe
         max_in_flight: session.cluster.limits.max_jobs_in_flight,
         allocation: selection.allocation,
         max_time: &max_time,
+        checkpoints: &checkpoints,
     };
     Ok(planner::plan(&inputs, &snapshot))
 }
@@ -384,7 +388,11 @@ fn iterate(
     let site = preflight::Site::here(&session.root, &queries).with_payload(payload);
     let prepare = |job: &PlannedJob, spec: &launch_spec::LaunchSpec| {
         let choice = job.settings.slurm_choice();
-        preflight::stage_and_check(&stager, &job.dataset, spec, &choice, &session.cluster, &site).map(drop)
+        let prepared = preflight::stage_and_check(&stager, &job.dataset, spec, &choice, &session.cluster, &site);
+        if let (Err(refused), false) = (&prepared, args.dry_run) {
+            super::remediation::hold_a_refused_retry(session, job, refused);
+        }
+        prepared.map(drop)
     };
     let executor = Executor {
         ledger: session.ledger.as_ref(),
@@ -806,6 +814,28 @@ struct SharedJobOutput<'a> {
     capacity: &'a str,
     /// The exact `sbatch` argv (program first), once for the job.
     sbatch: &'a [String],
+    /// For a pool (issue 37): its models in run order and its place among its engine's pools.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pool: Option<PoolOutput<'a>>,
+}
+
+/// What a pool adds to a shared job in `plan --json`.
+#[derive(Serialize)]
+struct PoolOutput<'a> {
+    /// `<group dir>/pool.json`.
+    pool_spec: std::path::PathBuf,
+    /// 1-based place among the pools of one engine configuration, and their number.
+    order: usize,
+    of: usize,
+    /// In run order: each model, its checkpoint dir and its legs' run tags.
+    members: Vec<PoolMemberOutput<'a>>,
+}
+
+#[derive(Serialize)]
+struct PoolMemberOutput<'a> {
+    model: &'a str,
+    weights: &'a std::path::Path,
+    legs: Vec<&'a str>,
 }
 
 impl<'a> SharedJobOutput<'a> {
@@ -819,6 +849,21 @@ impl<'a> SharedJobOutput<'a> {
             time_basis: &group.time_basis,
             capacity: &group.capacity,
             sbatch: &group.sbatch,
+            pool: group.pool.as_ref().map(|pool| PoolOutput {
+                pool_spec: group.group_dir.join(launch_spec::pool::POOL_SPEC_FILE),
+                order: pool.order.0,
+                of: pool.order.1,
+                members: pool
+                    .members
+                    .iter()
+                    .zip(&pool.doc.members)
+                    .map(|((model, legs), doc)| PoolMemberOutput {
+                        model,
+                        weights: &doc.weights.path,
+                        legs: legs.iter().map(|&i| plan.jobs[i].run_tag.as_str()).collect(),
+                    })
+                    .collect(),
+            }),
         }
     }
 }
@@ -826,14 +871,14 @@ impl<'a> SharedJobOutput<'a> {
 /// A pair's allocation, when it is not the default per-leg.
 #[derive(Serialize)]
 struct AllocationOutput<'a> {
-    /// `shared` or `per-leg`.
+    /// `shared`, `pool` or `per-leg`.
     mode: &'static str,
     /// What chose it: `--allocation`, `preset`, `profile`.
     source: &'static str,
-    /// The group tag of the shared job it is a leg of.
+    /// The group tag of the shared job or pool it is a leg of.
     #[serde(skip_serializing_if = "Option::is_none")]
     shared_job: Option<&'a str>,
-    /// Why a `shared` leg still has a job of its own.
+    /// Why a `shared` leg still has a job of its own, or a `pool` leg is planned apart.
     #[serde(skip_serializing_if = "Option::is_none")]
     note: Option<&'a str>,
 }

@@ -87,11 +87,11 @@ pub(crate) struct SpecOptions {
     /// Base Harbor job config (as a preset's `config_yaml`, which it replaces): the timeout
     /// multiplier still comes from the registry and the size bands.
     #[arg(long = "config-yaml", value_name = "FILE")]
-    pub config_yaml: Option<String>,
+    pub(crate) config_yaml: Option<String>,
     /// An installed-harness job's Pinggy pair: pair N of the team's bank alone (a borrow-only pair
     /// is used only so; without it, the profile's default pairs).
     #[arg(long, value_name = "N")]
-    pub pinggy_pair: Option<u32>,
+    pub(crate) pinggy_pair: Option<u32>,
     /// Harbor's agent parser (wins over the preset's `agent_parser`).
     #[arg(long, value_name = "P")]
     pub agent_parser: Option<String>,
@@ -146,7 +146,7 @@ pub(crate) struct SlurmOptions {
     pub reservation: Option<String>,
     /// Submit without the profile's `slurm.reservation`.
     #[arg(long, conflicts_with = "reservation")]
-    pub no_reservation: bool,
+    pub(crate) no_reservation: bool,
     /// Walltime for every job (wins over the preset's `slurm_time` and the profile's `slurm.time`;
     /// capped at the partition's MaxTime).
     #[arg(long, value_name = "T", value_parser = crate::config::args::slurm_time)]
@@ -191,7 +191,7 @@ pub(crate) struct Selection {
     pub models: Vec<String>,
     /// Instead of a list: every model in the ledger's catalogue.
     #[arg(long, conflicts_with_all = ["models_file", "models"])]
-    pub all_models: bool,
+    pub(crate) all_models: bool,
     /// Models never to submit (beats the list). Re-read on every iteration.
     #[arg(long, value_name = "FILE")]
     pub blacklist: Option<PathBuf>,
@@ -201,8 +201,9 @@ pub(crate) struct Selection {
     /// Resubmit finished pairs whose config (timeout multiplier, overrides) differs from now.
     #[arg(long)]
     pub config_aware: bool,
-    /// `shared`: each model's legs in one Slurm job, one engine serving them all; `per-leg`: a job
-    /// per leg. Wins over the presets' and the profile's `allocation` (default per-leg).
+    /// `shared`: each model's legs in one Slurm job, one engine serving them all; `pool`: fine-tunes
+    /// of one architecture in one job, the engine swapping each model's weights in (issue 37);
+    /// `per-leg`: a job per leg. Wins over the presets' and the profile's `allocation` (default per-leg).
     #[arg(long, value_enum, value_name = "MODE")]
     pub allocation: Option<crate::config::Allocation>,
     #[command(flatten)]
@@ -228,7 +229,7 @@ pub(crate) struct Session {
     pub gpu_profiles: GpuProfiles,
     pub registry: Registry,
     pub presets_dir: PathBuf,
-    pub harbor_dir: PathBuf,
+    pub(crate) harbor_dir: PathBuf,
     pub state_dir: PathBuf,
     pub ledger: Box<dyn Ledger>,
     pub slurm: SlurmCli,

@@ -47,7 +47,7 @@ pub(crate) struct Loaded {
     pub cluster: crate::config::ClusterProfile,
     pub gpu_profiles: launch_spec::GpuProfiles,
     pub registry: Registry,
-    pub harbor_configs: PathBuf,
+    pub(crate) harbor_configs: PathBuf,
     pub root: PathBuf,
     /// The one leg's preset (a preset, or the `--datasets` one).
     pub preset: crate::config::Preset,

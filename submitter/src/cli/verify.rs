@@ -23,7 +23,7 @@ use anyhow::{Context, Result, bail};
 use chrono::Utc;
 
 use super::session::{LedgerArgs, LedgerStore, Session};
-use super::verify_output::{CheckOutput, ResultsOutput, StatusOutput, TeamOutput};
+use super::verify_output::{CheckOutput, RankingDocument, ResultsOutput, StatusOutput, TeamOutput};
 use crate::output::{self, FormatArgs};
 
 use super::{ConfigDirs, EXIT_PROBLEMS};
@@ -102,10 +102,13 @@ pub(crate) struct CompareArgs {
     pub ledger: LedgerArgs,
     #[command(flatten)]
     pub format: FormatArgs,
-    /// The first model (A); differences are A − B.
-    pub a: String,
-    /// The second model (B).
-    pub b: String,
+    /// CSV (docs/submitter.md "compare"): per common task for two models, per standing for more.
+    #[arg(long, conflicts_with_all = ["json", "format"])]
+    pub csv: bool,
+    /// The models: two are paired task by task (differences are the first − the second); three or
+    /// more are ranked on each ranked benchmark, ties where their intervals overlap.
+    #[arg(value_name = "MODEL", num_args = 2.., required = true)]
+    pub models: Vec<String>,
     /// Only this benchmark (a column such as `terminal_bench_2@openhands`, a family or a member).
     #[arg(long, value_name = "BENCHMARK")]
     pub benchmark: Option<String>,
@@ -130,7 +133,11 @@ pub(crate) struct ReportArgs {
     pub rank_by: Option<String>,
     /// Skip `check` on each run dir (faster with hundreds of runs).
     #[arg(long)]
-    pub no_check: bool,
+    pub(crate) no_check: bool,
+    /// The two models whose per-task heat map the plots show (default: the first two of the
+    /// ranking on the `--rank-by` benchmark).
+    #[arg(long, num_args = 2, value_names = ["A", "B"])]
+    pub(crate) pair: Option<Vec<String>>,
 }
 
 #[derive(clap::Args)]
@@ -286,7 +293,7 @@ fn matrix(session: &Session, rank_by: Option<&str>) -> Result<Matrix> {
     let attempts = results::finished_attempts(session.ledger.as_ref())?;
     let mut m = results::build_matrix(&attempts, rank_by, &session.cluster.verify)?;
     results::attach_gpu(&mut m, &session.ledger.gpu_seconds()?);
-    results::attach_trials(&mut m, session.ledger.as_ref())?;
+    results::attach_trials(&mut m, session.ledger.as_ref(), Bootstrap::default())?;
     Ok(m)
 }
 
@@ -310,23 +317,62 @@ pub(crate) fn results(args: &ResultsArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `submitter compare A B`.
+/// `submitter compare A B [C …]`.
 pub(crate) fn compare(args: &CompareArgs) -> Result<ExitCode> {
-    if args.a == args.b {
-        bail!("compare {0} {0}: name two different models", args.a);
+    if let Some(twice) = args.models.iter().enumerate().find_map(|(i, m)| args.models[..i].contains(m).then_some(m)) {
+        bail!("compare: {twice} is named twice: name each model once");
     }
     let session = Session::open(&args.ledger)?;
     let bootstrap = Bootstrap { seed: args.seed, ..Bootstrap::default() };
-    let c = compare::compare(&*session.ledger, &args.a, &args.b, args.benchmark.as_deref(), bootstrap)?;
-    if c.benchmarks.is_empty() && c.skipped.is_empty() {
+    if let [a, b] = args.models.as_slice() {
+        return compare_two(args, &session, a, b, bootstrap);
+    }
+    if let Some(benchmark) = args.benchmark.as_deref().filter(|b| !results::ranked(b)) {
         bail!(
-            "compare {} {}: no benchmark{} where both have a finished attempt; `submitter results` lists what each has",
-            args.a,
-            args.b,
+            "compare --benchmark {benchmark}: not a ranked benchmark, so {} models cannot be ranked on it — name a ranked one (terminal_bench_2, swebench-verified-random-100-folders) or two models to pair",
+            args.models.len()
+        );
+    }
+    let ranking = compare::rank_models(
+        &*session.ledger,
+        &args.models,
+        args.benchmark.as_deref(),
+        &session.cluster.verify,
+        bootstrap,
+    )?;
+    if ranking.rankings.is_empty() {
+        bail!(
+            "compare: none of the {} models has a finished attempt on a ranked benchmark{}; `submitter results` lists what each has",
+            args.models.len(),
             args.benchmark.as_deref().map(|b| format!(" matching `{b}`")).unwrap_or_default()
         );
     }
-    let text = if args.format.is_json() { output::document("compare", &c) } else { compare::render_text(&c) };
+    let text = if args.format.is_json() {
+        output::document("compare.ranking", &RankingDocument::from(&ranking))
+    } else if args.csv {
+        compare::render_ranking_csv(&ranking)
+    } else {
+        compare::render_ranking_text(&ranking)
+    };
+    super::print(&text)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn compare_two(args: &CompareArgs, session: &Session, a: &str, b: &str, bootstrap: Bootstrap) -> Result<ExitCode> {
+    let c = compare::compare(&*session.ledger, a, b, args.benchmark.as_deref(), bootstrap)?;
+    if c.benchmarks.is_empty() && c.skipped.is_empty() {
+        bail!(
+            "compare {a} {b}: no benchmark{} where both have a finished attempt; `submitter results` lists what each has",
+            args.benchmark.as_deref().map(|b| format!(" matching `{b}`")).unwrap_or_default()
+        );
+    }
+    let text = if args.format.is_json() {
+        output::document("compare", &c)
+    } else if args.csv {
+        compare::render_csv(&c)
+    } else {
+        compare::render_text(&c)
+    };
     super::print(&text)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -366,6 +412,34 @@ fn check_of(run_dir: Option<&str>, settings: &VerifySettings, skip: bool) -> Opt
     }
     let dir = Path::new(run_dir?);
     check::check_run_dir(dir, settings, Utc::now()).ok()
+}
+
+/// The pair the report's heat map compares: `--pair A B`, which must have a benchmark both ran with
+/// per-trial facts, else the first two models of the ranking on `rank_by` (none when they cannot be
+/// compared).
+fn report_pair(session: &Session, m: &Matrix, named: Option<&[String]>) -> Result<Option<compare::Comparison>> {
+    let (a, b) = match named {
+        Some([a, b]) if a == b => bail!("report --pair {a} {a}: name two different models"),
+        Some([a, b]) => (a.clone(), b.clone()),
+        _ => {
+            let order = m.models_by_rank();
+            let ranked = m.rank_by.as_deref().and_then(|r| m.ranking(r)).map_or(0, |r| r.standings.len());
+            match order.as_slice() {
+                [a, b, ..] if ranked >= 2 => (a.to_string(), b.to_string()),
+                _ => return Ok(None),
+            }
+        }
+    };
+    let c = compare::compare(&*session.ledger, &a, &b, None, Bootstrap::default())?;
+    if c.benchmarks.is_empty() {
+        if named.is_some() {
+            bail!(
+                "report --pair {a} {b}: no benchmark where both have a finished attempt with per-trial facts; `submitter compare {a} {b}` says why"
+            );
+        }
+        return Ok(None);
+    }
+    Ok(Some(c))
 }
 
 /// `submitter report --html FILE`.
@@ -429,6 +503,7 @@ pub(crate) fn report(args: &ReportArgs) -> Result<ExitCode> {
                 .collect(),
         });
     }
+    let pair = report_pair(&session, &m, args.pair.as_deref())?;
     let html = report::render_html(&ReportInput {
         title: &args.title,
         generated_at: Utc::now(),
@@ -436,6 +511,7 @@ pub(crate) fn report(args: &ReportArgs) -> Result<ExitCode> {
         jobs: &jobs,
         runs: &runs,
         team: Some(&view),
+        pair: pair.as_ref(),
     });
     std::fs::write(&args.html, html).with_context(|| format!("writing {}", args.html.display()))?;
     super::print(&format!(

@@ -5,9 +5,11 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use crate::stats::{Bootstrap, IntervalBasis, Standing};
 use crate::verify::charts;
 use crate::verify::check::{Facts, RunCheck, TrialScan};
-use crate::verify::results::{Audit, BenchKind, Cell, Matrix, Provenance};
+use crate::verify::compare;
+use crate::verify::results::{Audit, BenchKind, BenchmarkRanking, Cell, Matrix, Provenance};
 use crate::verify::rules::RunState;
 use crate::verify::team::{self, ClusterSummary, RecentResult, TeamJob, TeamView};
 use crate::verify::verdict::{JobVerdict, Rate, StatusRow};
@@ -573,9 +575,12 @@ pub(crate) struct ResultsOutput<'a> {
     earlier: Vec<CellOutput<'a>>,
     /// Mean over swebench-100, tb2 and dev_set_v2, for models that have all three.
     id_mean: &'a BTreeMap<String, f64>,
-    /// The binary benchmark models are ranked on, and each ranked model's rank (ties share one).
+    /// The ranked benchmark of the `rank` column, and each ranked model's rank on it (its
+    /// standing's `rank` in `rankings`: models whose intervals overlap share one).
     rank_by: Option<&'a str>,
     ranks: &'a BTreeMap<String, usize>,
+    /// Every ranked benchmark's ranking (docs/results.md "Ranking several models").
+    rankings: Vec<RankingOutput<'a>>,
     /// What every attempt with a GPU-seconds record spent (finished or not): total, per
     /// benchmark, per model, by phase (docs/submitter.md "GPU-hours").
     gpu_hours: &'a crate::gpuhours::GpuTotals,
@@ -592,7 +597,98 @@ impl<'a> From<&'a Matrix> for ResultsOutput<'a> {
             id_mean: &m.id_mean,
             rank_by: m.rank_by.as_deref(),
             ranks: &m.ranks,
+            rankings: m.rankings.iter().map(RankingOutput::from).collect(),
             gpu_hours: &m.gpu_totals,
+        }
+    }
+}
+
+/// `compare` with three or more models (`kind: "compare.ranking"`): each ranked benchmark's ranking
+/// over them.
+#[derive(Serialize)]
+pub(crate) struct RankingDocument<'a> {
+    /// The models as named, in that order.
+    models: &'a [String],
+    /// `{seed, resamples}` of the bootstrap intervals.
+    bootstrap: Bootstrap,
+    confidence: f64,
+    rankings: Vec<RankingOutput<'a>>,
+    /// Per ranking, the named models with no score on its benchmark.
+    unranked: Vec<UnrankedOutput<'a>>,
+}
+
+#[derive(Serialize)]
+struct UnrankedOutput<'a> {
+    benchmark: &'a str,
+    models: &'a [String],
+}
+
+impl<'a> From<&'a compare::Ranking> for RankingDocument<'a> {
+    fn from(r: &'a compare::Ranking) -> Self {
+        RankingDocument {
+            models: &r.models,
+            bootstrap: r.bootstrap,
+            confidence: crate::stats::CONFIDENCE,
+            rankings: r.rankings.iter().map(RankingOutput::from).collect(),
+            unranked: r.unranked.iter().map(|(benchmark, models)| UnrankedOutput { benchmark, models }).collect(),
+        }
+    }
+}
+
+/// One ranked benchmark's ranking: `standings` in ranking order.
+#[derive(Serialize)]
+pub(crate) struct RankingOutput<'a> {
+    benchmark: &'a str,
+    standings: Vec<StandingOutput<'a>>,
+}
+
+impl<'a> From<&'a BenchmarkRanking> for RankingOutput<'a> {
+    fn from(r: &'a BenchmarkRanking) -> Self {
+        RankingOutput { benchmark: &r.benchmark, standings: r.standings.iter().map(StandingOutput::from).collect() }
+    }
+}
+
+/// A model's place in a ranking.
+#[derive(Serialize)]
+struct StandingOutput<'a> {
+    model: &'a str,
+    /// The "invalid as 0" mean of its per-trial facts, else the recorded mean.
+    mean: f64,
+    /// The 95% interval `{lower, upper}` it was ranked on; `null` for a mean only.
+    interval: Option<IntervalOutput>,
+    /// `bootstrap_over_tasks`, `normal_over_trials` or `mean_only`.
+    interval_basis: &'static str,
+    /// 1 + the number of models whose interval lies wholly above this one's.
+    rank: usize,
+    /// `rank`, with `=` appended when tied.
+    rank_label: String,
+    /// 1, 2, … in the ranking's order.
+    position: usize,
+    /// The models whose interval overlaps this one's.
+    tied_with: &'a [String],
+}
+
+#[derive(Serialize)]
+struct IntervalOutput {
+    lower: f64,
+    upper: f64,
+}
+
+impl<'a> From<&'a Standing> for StandingOutput<'a> {
+    fn from(s: &'a Standing) -> Self {
+        StandingOutput {
+            model: &s.model,
+            mean: s.mean,
+            interval: s.interval.map(|i| IntervalOutput { lower: i.lower, upper: i.upper }),
+            interval_basis: match s.basis {
+                IntervalBasis::BootstrapOverTasks => "bootstrap_over_tasks",
+                IntervalBasis::NormalOverTrials => "normal_over_trials",
+                IntervalBasis::MeanOnly => "mean_only",
+            },
+            rank: s.rank,
+            rank_label: s.rank_label(),
+            position: s.position,
+            tied_with: &s.tied_with,
         }
     }
 }

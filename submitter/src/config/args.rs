@@ -28,20 +28,20 @@ pub fn count(text: &str) -> Result<u32, String> {
 }
 
 /// `--max-output-tokens` and other large counts: a whole number ≥ 1.
-pub fn count_u64(text: &str) -> Result<u64, String> {
+pub(crate) fn count_u64(text: &str) -> Result<u64, String> {
     let value: u64 = text.trim().parse().map_err(|_| format!("`{text}` is not a whole number ≥ 1"))?;
     v::at_least_one(value).map(|_| value)
 }
 
 /// `--time`: a Slurm time (`HH:MM:SS`, `D-HH:MM:SS`, …), checked as the profile's `slurm.time` is.
-pub fn slurm_time(text: &str) -> Result<String, String> {
+pub(crate) fn slurm_time(text: &str) -> Result<String, String> {
     super::parse_slurm_time(text)
         .map(|_| text.to_string())
         .ok_or_else(|| format!("`{text}` is not a Slurm time (HH:MM:SS or D-HH:MM:SS)"))
 }
 
 /// `--partition`, `--account`, `--reservation`: a Slurm name (no spaces or control characters).
-pub fn slurm_name(text: &str) -> Result<String, String> {
+pub(crate) fn slurm_name(text: &str) -> Result<String, String> {
     if text.is_empty() || text.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err("a Slurm name has no spaces or control characters".to_string());
     }

@@ -490,31 +490,31 @@ pub struct Network {
     /// The team's Pinggy bank by pair number: the pairs themselves are in the secrets file, never
     /// here (issue 31, docs/tunnels.md "The team's bank").
     #[serde(default)]
-    pub pinggy_bank: Option<PinggyBank>,
+    pub(crate) pinggy_bank: Option<PinggyBank>,
 }
 
 /// Which of the team's numbered Pinggy pairs this cluster's jobs use. Pair `N` is the secrets
 /// file's `PINGGY_URL_<N>` (its persistent public URL) and `PINGGY_TOKEN_<N>` (its token).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PinggyBank {
+pub(crate) struct PinggyBank {
     /// The pairs a job takes (the first free, by lease; failover moves only among these).
     pub defaults: Vec<u32>,
     /// Pairs that belong to sibling experiments: used only when asked (`--pinggy-pair N`).
     #[serde(default)]
-    pub borrow_only: Vec<u32>,
+    pub(crate) borrow_only: Vec<u32>,
     #[serde(default = "default_pinggy_host")]
     pub host: String,
 }
 
 impl PinggyBank {
     /// The secrets-file names of pair `n`: its public URL and its token.
-    pub fn secret_names(n: u32) -> (String, String) {
+    pub(crate) fn secret_names(n: u32) -> (String, String) {
         (format!("PINGGY_URL_{n}"), format!("PINGGY_TOKEN_{n}"))
     }
 
     /// The pairs a job gets: `asked` alone (a default or a borrow-only pair), else the defaults.
-    pub fn pairs_for(&self, asked: Option<u32>) -> Result<Vec<u32>, String> {
+    pub(crate) fn pairs_for(&self, asked: Option<u32>) -> Result<Vec<u32>, String> {
         match asked {
             Some(n) if self.defaults.contains(&n) || self.borrow_only.contains(&n) => Ok(vec![n]),
             Some(n) => Err(format!(
@@ -915,7 +915,7 @@ impl ClusterProfile {
     /// secrets file, the post-run step, the proxy's files), sorted: what any process that expands
     /// this profile — the listener job included — needs set. `SUBMITTER_HOME` is left out (it
     /// defaults to the configuration root).
-    pub fn referenced_variables(&self) -> Vec<String> {
+    pub(crate) fn referenced_variables(&self) -> Vec<String> {
         let mut texts: Vec<String> = Vec::new();
         let mut path = |p: &std::path::Path| texts.push(p.to_string_lossy().into_owned());
         let paths = &self.paths;
@@ -1045,7 +1045,7 @@ pub struct TeamSettings {
     pub stale_pending_hours: f64,
     /// A team row still Started this long after its start is dead (default 24 h).
     #[serde(default = "default_team_stale_started_hours")]
-    pub stale_started_hours: f64,
+    pub(crate) stale_started_hours: f64,
     /// How long one mirror write waits for a lock on the team's `sandbox_jobs` (`lock_timeout`);
     /// `timeout_s` when that is shorter.
     #[serde(default = "default_team_lock_timeout_s")]
@@ -1053,7 +1053,7 @@ pub struct TeamSettings {
 }
 
 /// `team.lock_timeout_s` by default: how long a mirror write waits for a lock on `sandbox_jobs`.
-pub const DEFAULT_TEAM_LOCK_TIMEOUT_S: u64 = 5;
+pub(crate) const DEFAULT_TEAM_LOCK_TIMEOUT_S: u64 = 5;
 
 fn default_team_lock_timeout_s() -> u64 {
     DEFAULT_TEAM_LOCK_TIMEOUT_S
@@ -1061,7 +1061,7 @@ fn default_team_lock_timeout_s() -> u64 {
 
 /// `team.timeout_s` by default: the bound of each call on the team database (docs/ledger.md
 /// "Bounds").
-pub const DEFAULT_TEAM_TIMEOUT_S: u64 = 30;
+pub(crate) const DEFAULT_TEAM_TIMEOUT_S: u64 = 30;
 
 fn default_team_timeout_s() -> u64 {
     DEFAULT_TEAM_TIMEOUT_S
@@ -1100,7 +1100,7 @@ impl TeamSettings {
     }
 
     /// When the team's Pending and Started rows count as dead (`team::import::Staleness`).
-    pub fn staleness(&self) -> crate::domain::Staleness {
+    pub(crate) fn staleness(&self) -> crate::domain::Staleness {
         crate::domain::Staleness::from_hours(self.stale_pending_hours, self.stale_started_hours)
     }
 }

@@ -51,7 +51,7 @@ pub fn read_model_list(path: &Path) -> Result<Vec<ModelId>, ListError> {
 /// The ledger's catalogue as model ids, in its order, and the rows that are none (1-based, as
 /// `models list` shows them, with the problem): the catalogue keeps what an older submitter or the
 /// team database stored unchecked.
-pub fn catalogue_ids(ids: impl IntoIterator<Item = String>) -> (Vec<ModelId>, Vec<(usize, ModelIdError)>) {
+pub(crate) fn catalogue_ids(ids: impl IntoIterator<Item = String>) -> (Vec<ModelId>, Vec<(usize, ModelIdError)>) {
     let (mut good, mut bad) = (Vec::new(), Vec::new());
     for (index, id) in ids.into_iter().enumerate() {
         match ModelId::new(id) {
@@ -63,7 +63,7 @@ pub fn catalogue_ids(ids: impl IntoIterator<Item = String>) -> (Vec<ModelId>, Ve
 }
 
 /// The models to consider, in priority order: the list minus the blacklist (the blacklist wins).
-pub fn filter_models(priority: &[ModelId], blacklist: &[ModelId]) -> Vec<ModelId> {
+pub(crate) fn filter_models(priority: &[ModelId], blacklist: &[ModelId]) -> Vec<ModelId> {
     let blocked: std::collections::HashSet<&ModelId> = blacklist.iter().collect();
     priority.iter().filter(|id| !blocked.contains(id)).cloned().collect()
 }

@@ -17,14 +17,17 @@ pub use cluster::{ClusterProfile, Environment};
 pub use preset::Preset;
 
 /// How a multi-leg launch puts one model's legs into Slurm jobs (issue 24; docs/submitter.md,
-/// "Shared allocation"): one job per leg, or one job per model whose one engine serves every leg.
-/// Written `per-leg` / `shared` in presets, profiles and on the command line.
+/// "Shared allocation"): one job per leg, one job per model whose one engine serves every leg, or
+/// one job for several fine-tunes of one architecture whose engine swaps each model's weights in
+/// (issue 37, docs/allocation.md "Pools"). Written `per-leg` / `shared` / `pool` in presets,
+/// profiles and on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Allocation {
     #[default]
     PerLeg,
     Shared,
+    Pool,
 }
 
 impl Allocation {
@@ -32,6 +35,7 @@ impl Allocation {
         match self {
             Allocation::PerLeg => "per-leg",
             Allocation::Shared => "shared",
+            Allocation::Pool => "pool",
         }
     }
 }
@@ -142,7 +146,7 @@ pub fn did_you_mean<S: AsRef<str>>(given: &str, candidates: impl IntoIterator<It
 
 /// The profile whose `hosts:` pattern matches `hostname` (its name and the pattern), `None` when
 /// none does; two profiles matching is an error (which one is meant cannot be guessed).
-pub fn cluster_for_host(dir: &Path, hostname: &str) -> Result<Option<(String, String)>, ConfigError> {
+pub(crate) fn cluster_for_host(dir: &Path, hostname: &str) -> Result<Option<(String, String)>, ConfigError> {
     let matching: Vec<(String, String)> = load_clusters(dir)?
         .into_iter()
         .filter_map(|(_, c)| c.hosts.iter().find(|p| host_matches(p, hostname)).map(|p| (c.name.clone(), p.clone())))

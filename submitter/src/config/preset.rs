@@ -41,16 +41,16 @@ pub struct Preset {
     pub auto_snapshot: Option<bool>,
     /// Harbor job config YAML, by file name (looked up in `presets/harbor/`) or path.
     #[serde(default)]
-    pub config_yaml: Option<String>,
+    pub(crate) config_yaml: Option<String>,
     /// Slurm `--time` for this leg (wins over the profile's `slurm.time`; `--time` wins over it).
     #[serde(default)]
-    pub slurm_time: Option<String>,
+    pub(crate) slurm_time: Option<String>,
     /// Slurm partition for this leg (wins over the profile's; `--partition` wins over it).
     #[serde(default)]
-    pub slurm_partition: Option<String>,
+    pub(crate) slurm_partition: Option<String>,
     /// Slurm account for this leg (wins over the profile's; `--account` wins over it).
     #[serde(default)]
-    pub slurm_account: Option<String>,
+    pub(crate) slurm_account: Option<String>,
     #[serde(default, deserialize_with = "retired::tp_size")]
     pub tp_size: (),
     #[serde(default)]

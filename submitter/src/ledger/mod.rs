@@ -13,7 +13,7 @@
 //! `postgresql://` URL. Migrations run on open. Messages and `Debug` output never contain the
 //! password of a URL ([`redact_url`]).
 
-mod deadline;
+mod bounded;
 mod migrations;
 mod postgres;
 mod sql;
@@ -27,6 +27,7 @@ use chrono::{DateTime, SubsecRound, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use self::bounded::{Client as PgClient, Param as PgParam, Statements as PgStatements};
 pub use self::migrations::latest_version as latest_schema_version;
 pub use self::postgres::{Connection as PgConnection, LEDGER_CALL_BOUND, PgLedger, Redactor};
 pub use self::sqlite::SqliteLedger;
@@ -321,7 +322,7 @@ pub fn open_ledger(spec: &str) -> Result<Box<dyn Ledger>> {
 
 /// The file a SQLite ledger spec names (`None` for PostgreSQL or an unparsable spec), so a
 /// read-only command can see that it does not exist before opening would create it.
-pub fn sqlite_file(spec: &str) -> Option<PathBuf> {
+pub(crate) fn sqlite_file(spec: &str) -> Option<PathBuf> {
     match LedgerSpec::parse(spec) {
         Ok(LedgerSpec::Sqlite(path)) if path.as_os_str() != ":memory:" => Some(path),
         _ => None,

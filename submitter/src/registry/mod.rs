@@ -21,7 +21,7 @@ use serde::Serialize;
 use files::{ModelFile, PatternsFile, ServeFields};
 use timeouts::TimeoutPolicy;
 
-pub const DEFAULT_PROFILE: &str = "default";
+pub(crate) const DEFAULT_PROFILE: &str = "default";
 pub(crate) const PATTERNS_FILE: &str = "_patterns.yaml";
 /// `max_num_seqs` for the Qwen3.5/3.6 family when the entry sets none (docs/design.md §4.1 rule 5).
 pub(crate) const QWEN35_MAX_NUM_SEQS: u32 = 256;
@@ -185,7 +185,7 @@ impl Registry {
 
     /// One warning per file that did not load (the commands that load the registry say so; only the
     /// models those files name are refused).
-    pub fn report_broken(&self) {
+    pub(crate) fn report_broken(&self) {
         for file in &self.broken {
             tracing::warn!("registry file skipped: {} (`submitter registry check` lists every problem)", file.error);
         }
@@ -193,7 +193,7 @@ impl Registry {
 
     /// Why `id` cannot be resolved on `profile` with this registry, if it cannot: a broken file
     /// names it, or it would fall to the patterns and `_patterns.yaml` is broken.
-    pub fn problem_for(&self, id: &str, profile: &str) -> Option<String> {
+    pub(crate) fn problem_for(&self, id: &str, profile: &str) -> Option<String> {
         let named = |file: &&BrokenFile| {
             file.id.as_deref().is_some_and(|named| named == id || split_standalone(named).is_some_and(|(b, _)| b == id))
         };
@@ -461,9 +461,9 @@ pub struct Overrides {
     pub timeout_multiplier: Option<f64>,
     /// The `timeout_multiplier` of an explicit Harbor config (`--harbor-config`, preset
     /// `harbor_config`), or Harbor's default 1.0 when that file sets none.
-    pub harbor_config_multiplier: Option<f64>,
-    pub cli_agent_kwargs: Vec<String>,
-    pub preset_agent_kwargs: Vec<String>,
+    pub(crate) harbor_config_multiplier: Option<f64>,
+    pub(crate) cli_agent_kwargs: Vec<String>,
+    pub(crate) preset_agent_kwargs: Vec<String>,
 }
 
 /// Resolved serve settings. Its serialisation is what `registry resolve --format json` and `plan`

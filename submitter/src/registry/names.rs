@@ -89,6 +89,13 @@ pub(crate) fn shared_group_tag(hf_id: &str, key: &str) -> String {
     format!("{stem}-shared-{}", sha1_hex8(&format!("{hf_id}\nshared {key}")))
 }
 
+/// A pool's group tag (issue 37): `<first model>-pool-<8 hex of its legs>`, like a shared job's.
+pub(crate) fn pool_group_tag(hf_id: &str, key: &str) -> String {
+    let stem = sanitise(&hf_id.replace('/', "__"));
+    let stem: String = stem.chars().take(RUN_TAG_MAX - 16).collect();
+    format!("{stem}-pool-{}", sha1_hex8(&format!("{hf_id}\npool {key}")))
+}
+
 /// Short, human-readable Slurm job name: `<benchmark short tag>_<model basename[:28]>`.
 pub fn job_name(benchmark_short: &str, hf_id: &str) -> String {
     let base: String = served_name(hf_id).chars().take(28).collect();

@@ -76,7 +76,7 @@ pub fn trial_progress(readings: &[Reading], expected: Option<u64>) -> Series {
 
 /// At most `max` points: consecutive points are grouped into `max` runs of (nearly) equal length,
 /// each drawn as the mean of its values at its last point's time. Fewer points are kept as they are.
-pub fn downsample(series: &[(DateTime<Utc>, f64)], max: usize) -> Series {
+pub(crate) fn downsample(series: &[(DateTime<Utc>, f64)], max: usize) -> Series {
     if series.len() <= max || max == 0 {
         return series.to_vec();
     }
@@ -123,7 +123,7 @@ pub struct GpuUse {
 
 /// One bar: a label, GPU-hours summed over the attempts known, and how many attempts had none.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Bar {
+pub(crate) struct Bar {
     pub label: String,
     pub value: f64,
     /// Attempts counted whose GPU time is estimated rather than recorded.
@@ -133,7 +133,7 @@ pub struct Bar {
 }
 
 /// GPU-hours summed per key (cluster or benchmark), largest first (ties by label).
-pub fn gpu_hours_by(uses: &[GpuUse], key: impl Fn(&GpuUse) -> &str) -> Vec<Bar> {
+pub(crate) fn gpu_hours_by(uses: &[GpuUse], key: impl Fn(&GpuUse) -> &str) -> Vec<Bar> {
     let mut sums: BTreeMap<String, Bar> = BTreeMap::new();
     for u in uses {
         let label = key(u);

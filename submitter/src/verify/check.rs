@@ -310,7 +310,7 @@ fn find_engine_log(dir: &Path) -> Option<PathBuf> {
 }
 
 /// `tunnel.log`, else the newest `pinggy*.log` (the old scripts' `pinggy_<jobid>.log`).
-pub fn find_tunnel_log(dir: &Path) -> Option<PathBuf> {
+pub(crate) fn find_tunnel_log(dir: &Path) -> Option<PathBuf> {
     let main = dir.join(TUNNEL_LOG);
     if main.is_file() {
         return Some(main);
@@ -586,7 +586,7 @@ fn tail_bytes(path: &Path, max: u64) -> Vec<u8> {
 use super::printable;
 
 /// The human form of a set of checks; run-dir text is printed escaped ([`printable`]).
-pub fn render_text(checks: &[RunCheck]) -> String {
+pub(crate) fn render_text(checks: &[RunCheck]) -> String {
     let mut out = String::new();
     for c in checks {
         out += &format!(

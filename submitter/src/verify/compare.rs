@@ -8,16 +8,19 @@ use serde::Serialize;
 use crate::ledger::{Attempt, Ledger, LedgerError};
 use crate::stats::{self, Bootstrap, InvalidTrials, PairedComparison, points};
 
-use super::results::{column_of, finished_attempts};
+use super::VerifySettings;
+use super::results::{
+    BenchmarkRanking, attach_trials, build_matrix, column_of, csv_document, csv_number, csv_text, finished_attempts,
+};
 
 /// One benchmark column compared.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BenchmarkComparison {
     pub benchmark: String,
-    pub a_attempt: i64,
-    pub b_attempt: i64,
+    pub(crate) a_attempt: i64,
+    pub(crate) b_attempt: i64,
     pub a_harbor_version: Option<String>,
-    pub b_harbor_version: Option<String>,
+    pub(crate) b_harbor_version: Option<String>,
     /// Under "invalid as 0" (the verdict's) and "invalid dropped".
     pub comparisons: Vec<PairedComparison>,
     pub verdict: String,
@@ -35,7 +38,7 @@ pub struct Comparison {
     pub a: String,
     pub b: String,
     pub bootstrap: Bootstrap,
-    pub confidence: f64,
+    pub(crate) confidence: f64,
     pub benchmarks: Vec<BenchmarkComparison>,
     pub skipped: Vec<Skipped>,
 }
@@ -111,12 +114,154 @@ pub fn compare(
     Ok(out)
 }
 
+/// `compare` with three or more models: each ranked benchmark's ranking over them
+/// (docs/results.md "Ranking several models").
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ranking {
+    pub models: Vec<String>,
+    pub bootstrap: Bootstrap,
+    pub rankings: Vec<BenchmarkRanking>,
+    /// Per ranking, the named models with no score on its benchmark.
+    pub unranked: Vec<(String, Vec<String>)>,
+}
+
+/// Ranks `models` on every ranked benchmark column they have results in (their newest finished
+/// attempt each, as `results` shows), `benchmark` narrowing the columns as in [`compare`].
+pub fn rank_models(
+    ledger: &dyn Ledger,
+    models: &[String],
+    benchmark: Option<&str>,
+    settings: &VerifySettings,
+    bootstrap: Bootstrap,
+) -> Result<Ranking, LedgerError> {
+    let attempts: Vec<Attempt> = finished_attempts(ledger)?
+        .into_iter()
+        .filter(|a| models.contains(&a.model))
+        .filter(|a| benchmark.is_none_or(|b| b == column_of(a) || b == a.benchmark || b == a.benchmark_family))
+        .collect();
+    let mut matrix = build_matrix(&attempts, None, settings).expect("no rank_by given: nothing to refuse");
+    attach_trials(&mut matrix, ledger, bootstrap)?;
+    let unranked = matrix
+        .rankings
+        .iter()
+        .map(|r| {
+            let missing = models.iter().filter(|m| !r.standings.iter().any(|s| &&s.model == m)).cloned().collect();
+            (r.benchmark.clone(), missing)
+        })
+        .collect();
+    Ok(Ranking { models: models.to_vec(), bootstrap, rankings: matrix.rankings, unranked })
+}
+
+/// The rankings for people: per benchmark, the models in ranking order with the interval each was
+/// ranked on and whom it is tied with. Names are printed inert ([`crate::text::printable`]).
+pub fn render_ranking_text(r: &Ranking) -> String {
+    use crate::text::printable;
+    let mut out = String::new();
+    for (ranking, (_, missing)) in r.rankings.iter().zip(&r.unranked) {
+        out += &format!(
+            "{}: {} model(s) ranked; rank = 1 + models whose 95% interval lies wholly above, = tied (intervals overlap)\n",
+            printable(&ranking.benchmark),
+            ranking.standings.len()
+        );
+        let width = ranking.standings.iter().map(|s| printable(&s.model).chars().count()).max().unwrap_or(5).max(5);
+        out += &format!("  {:<5} {:<width$}  {:>6}  {:<16}  interval from\n", "rank", "model", "mean", "95% interval");
+        for s in &ranking.standings {
+            let interval =
+                s.interval.map_or("-".to_string(), |i| format!("[{:.1}, {:.1}]", 100.0 * i.lower, 100.0 * i.upper));
+            let tied = if s.tied() {
+                format!("; tied with {}", s.tied_with.iter().map(|m| printable(m)).collect::<Vec<_>>().join(", "))
+            } else {
+                String::new()
+            };
+            out += &format!(
+                "  {:<5} {:<width$}  {:>6.1}  {interval:<16}  {}{tied}\n",
+                s.rank_label(),
+                printable(&s.model),
+                100.0 * s.mean,
+                s.basis.describe()
+            );
+        }
+        if !missing.is_empty() {
+            out += &format!("  no result: {}\n", missing.iter().map(|m| printable(m)).collect::<Vec<_>>().join(", "));
+        }
+    }
+    out
+}
+
+/// The rankings as CSV (docs/submitter.md "compare"): one row per (benchmark, model) in ranking
+/// order: `benchmark,model,rank,rank_label,position,mean,ci_lower,ci_upper,interval_basis,tied_with`.
+pub fn render_ranking_csv(r: &Ranking) -> String {
+    let header = [
+        "benchmark",
+        "model",
+        "rank",
+        "rank_label",
+        "position",
+        "mean",
+        "ci_lower",
+        "ci_upper",
+        "interval_basis",
+        "tied_with",
+    ];
+    let mut rows = vec![header.iter().map(|h| h.to_string()).collect::<Vec<_>>()];
+    for ranking in &r.rankings {
+        for s in &ranking.standings {
+            rows.push(vec![
+                csv_text(&ranking.benchmark),
+                csv_text(&s.model),
+                s.rank.to_string(),
+                s.rank_label(),
+                s.position.to_string(),
+                csv_number(Some(s.mean)),
+                csv_number(s.interval.map(|i| i.lower)),
+                csv_number(s.interval.map(|i| i.upper)),
+                s.basis.describe().to_string(),
+                csv_text(&s.tied_with.join("; ")),
+            ]);
+        }
+    }
+    csv_document(rows)
+}
+
+/// The paired comparison as CSV (docs/submitter.md "compare"): one row per (benchmark, common
+/// task): `benchmark,a,b,task`, then per treatment of invalid trials the two per-task means and
+/// their difference (`a_invalid_as_0,b_invalid_as_0,difference_invalid_as_0`, the same for
+/// `invalid_dropped`, empty where the task has no valid trial).
+pub fn render_csv(c: &Comparison) -> String {
+    let mut header: Vec<String> = ["benchmark", "a", "b", "task"].iter().map(|h| h.to_string()).collect();
+    for policy in InvalidTrials::BOTH {
+        let suffix = policy.label().replace(' ', "_");
+        header.extend([format!("a_{suffix}"), format!("b_{suffix}"), format!("difference_{suffix}")]);
+    }
+    let mut rows = vec![header];
+    for bench in &c.benchmarks {
+        let Some(primary) = bench.comparisons.first() else { continue };
+        for task in &primary.tasks {
+            let mut row = vec![csv_text(&bench.benchmark), csv_text(&c.a), csv_text(&c.b), csv_text(&task.task)];
+            for policy in InvalidTrials::BOTH {
+                let same = bench
+                    .comparisons
+                    .iter()
+                    .find(|cmp| cmp.invalid_trials == policy)
+                    .and_then(|cmp| cmp.tasks.iter().find(|t| t.task == task.task));
+                row.extend([
+                    csv_number(same.map(|t| t.a)),
+                    csv_number(same.map(|t| t.b)),
+                    csv_number(same.map(|t| t.difference)),
+                ]);
+            }
+            rows.push(row);
+        }
+    }
+    csv_document(rows)
+}
+
 fn task_list(tasks: &[String]) -> String {
     if tasks.is_empty() { "none".to_string() } else { tasks.join(", ") }
 }
 
 /// The comparison for people: per benchmark, the verdict first, then the evidence.
-pub fn render_text(c: &Comparison) -> String {
+pub(crate) fn render_text(c: &Comparison) -> String {
     let mut out = String::new();
     for bench in &c.benchmarks {
         out.push_str(&format!("{}: {}\n", bench.benchmark, bench.verdict));

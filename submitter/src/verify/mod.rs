@@ -18,6 +18,7 @@ pub mod charts;
 pub mod check;
 pub mod compare;
 pub(crate) mod findings;
+pub mod plots;
 pub mod report;
 pub mod results;
 pub mod rules;
@@ -88,7 +89,7 @@ impl VerdictKind {
     }
 
     /// The verdicts an operator must act on.
-    pub fn is_bad(self) -> bool {
+    pub(crate) fn is_bad(self) -> bool {
         matches!(self, VerdictKind::Stalled | VerdictKind::Dead | VerdictKind::Misconfigured)
     }
 }

@@ -11,13 +11,15 @@ use chrono::{DateTime, Utc};
 use super::Level;
 use super::charts::{self, GpuBasis};
 use super::check::RunCheck;
+use super::compare::Comparison;
+use super::plots;
 use super::results::{BenchKind, Matrix, short_name};
 use super::team::{self, TeamView};
 use super::verdict::{StatusRow, VerdictKind};
 
 /// The evidence section of one run (a matrix cell or an in-flight job).
 #[derive(Debug, Clone)]
-pub struct RunEvidence {
+pub(crate) struct RunEvidence {
     pub attempt: i64,
     pub model: String,
     pub benchmark: String,
@@ -25,7 +27,7 @@ pub struct RunEvidence {
     pub run_tag: String,
     pub run_dir: Option<String>,
     pub slurm_job_id: Option<String>,
-    pub ledger_status: String,
+    pub(crate) ledger_status: String,
     pub reason: String,
     /// `status`'s verdict, for in-flight jobs.
     pub verdict: Option<StatusRow>,
@@ -35,14 +37,17 @@ pub struct RunEvidence {
     pub score: Vec<String>,
 }
 
-pub struct ReportInput<'a> {
+pub(crate) struct ReportInput<'a> {
     pub title: &'a str,
-    pub generated_at: DateTime<Utc>,
-    pub matrix: &'a Matrix,
+    pub(crate) generated_at: DateTime<Utc>,
+    pub(crate) matrix: &'a Matrix,
     pub jobs: &'a [StatusRow],
     pub runs: &'a [RunEvidence],
     /// Every cluster on the shared ledger ([`team_section`]); `None` leaves the section out.
     pub team: Option<&'a TeamView>,
+    /// The compared pair whose per-task heat map the plots show (`report --pair`, else the first
+    /// two of the ranking); `None` leaves it out.
+    pub pair: Option<&'a Comparison>,
 }
 
 pub fn anchor(attempt: i64) -> String {
@@ -123,6 +128,13 @@ svg.spark line { stroke: #8c959f; }
 svg.bars text { font: 12px system-ui, sans-serif; fill: #1b1f24; } svg.bars rect { fill: #8250df; }
 td.spark { white-space: nowrap; font-size: 12px; color: #57606a; }
 tr.remote td { color: #57606a; }
+.plots { display: flex; flex-wrap: wrap; gap: 16px 40px; align-items: flex-start; } .plots figure { margin: 0 0 8px; }
+.plots figcaption { font-weight: 600; margin-bottom: 4px; }
+svg.plot { background: #fff; border: 1px solid #d0d7de; border-radius: 4px; }
+svg.plot text { font: 12px system-ui, sans-serif; fill: #1b1f24; } svg.plot text.tick { fill: #57606a; font-size: 11px; }
+svg.plot line.grid { stroke: #eaeef2; } svg.plot line.ci { stroke: #0969da; stroke-width: 2; }
+svg.plot circle.mean { fill: #0969da; } svg.plot text.rank { font-weight: 600; }
+svg.plot rect.task { stroke: none; }
 "#;
 
 /// GPU-hours per benchmark and in total (every recorded attempt; docs/submitter.md "GPU-hours").
@@ -151,8 +163,68 @@ fn gpu_section(h: &mut String, m: &Matrix) {
     );
 }
 
+/// The ranking of every ranked benchmark, as a plot of each model's mean and 95% interval in
+/// ranking order (docs/results.md "Ranking several models").
+fn ranking_section(h: &mut String, m: &Matrix) {
+    h.push_str("<h2 id=\"ranking\">Ranking</h2>\n");
+    if m.rankings.is_empty() {
+        h.push_str("<p>No ranked benchmark has a result yet.</p>\n");
+        return;
+    }
+    h.push_str("<div class=\"plots\">\n");
+    for ranking in &m.rankings {
+        let _ = writeln!(
+            h,
+            "<figure><figcaption>{} · {} model(s)</figcaption>{}</figure>",
+            escape(&short_name(&ranking.benchmark)),
+            ranking.standings.len(),
+            plots::intervals_svg(ranking)
+        );
+    }
+    h.push_str("</div>\n<p class=\"legend\">mean (points) and its 95% interval: a bootstrap over tasks where the result has per-trial facts, else mean ± 1.96 · √(p(1−p)/n) · rank = 1 + the models whose interval lies wholly above · = tied: intervals overlap</p>\n");
+}
+
+/// One benchmark against another across models, and the compared pair's per-task heat map.
+fn plots_section(h: &mut String, m: &Matrix, pair: Option<&Comparison>) {
+    h.push_str("<h2 id=\"plots\">Plots</h2>\n<div class=\"plots\">\n");
+    let mut drawn = 0;
+    if let Some(x) = m.rank_by.as_deref() {
+        for y in m.benchmarks.iter().filter(|b| b.as_str() != x).take(MAX_SCATTERS) {
+            if let Some(svg) = plots::scatter_svg(m, x, y) {
+                drawn += 1;
+                let _ = writeln!(
+                    h,
+                    "<figure><figcaption>{} against {}</figcaption>{svg}</figure>",
+                    escape(&short_name(y)),
+                    escape(&short_name(x))
+                );
+            }
+        }
+    }
+    for bench in pair.into_iter().flat_map(|c| c.benchmarks.iter().map(move |b| (c, b))) {
+        let (c, b) = bench;
+        drawn += 1;
+        let _ = writeln!(
+            h,
+            "<figure><figcaption>{}: {} vs {}, per task</figcaption>{}<div class=\"legend\">{}</div></figure>",
+            escape(&short_name(&b.benchmark)),
+            escape(&c.a),
+            escape(&c.b),
+            plots::heatmap_svg(&b.comparisons[0], &c.a, &c.b),
+            escape(&b.verdict)
+        );
+    }
+    h.push_str("</div>\n");
+    if drawn == 0 {
+        h.push_str("<p>Nothing to plot yet: a scatter needs two models with results on two benchmarks, a heat map two models with per-trial facts on one.</p>\n");
+    }
+}
+
+/// Scatter plots drawn: the ranked benchmark against this many others.
+const MAX_SCATTERS: usize = 3;
+
 /// The page. Deterministic for a given input.
-pub fn render_html(input: &ReportInput) -> String {
+pub(crate) fn render_html(input: &ReportInput) -> String {
     let m = input.matrix;
     let mut h = String::new();
     let _ = write!(
@@ -170,9 +242,7 @@ pub fn render_html(input: &ReportInput) -> String {
         input.jobs.len()
     );
 
-    if let Some(view) = input.team {
-        h.push_str(&team_section(view, input.generated_at));
-    }
+    ranking_section(&mut h, m);
 
     // The matrix.
     h.push_str("<h2 id=\"scores\">Scores</h2>\n");
@@ -201,7 +271,7 @@ pub fn render_html(input: &ReportInput) -> String {
                 .map(|r| format!("on {}", escape(&short_name(r))))
                 .unwrap_or_else(|| "no binary benchmark".into())
         );
-        for model in &m.models {
+        for model in m.models_by_rank() {
             let _ = write!(h, "<tr><th>{}</th>", escape(model));
             for b in &m.benchmarks {
                 match m.cell(model, b) {
@@ -246,13 +316,19 @@ pub fn render_html(input: &ReportInput) -> String {
                 .get(model)
                 .map(|v| format!("<td class=\"score\" style=\"background:{}\">{v:.3}</td>", colour(*v)));
             h.push_str(&id.unwrap_or_else(|| "<td class=\"empty\">–</td>".into()));
-            let _ = writeln!(h, "<td>{}</td></tr>", m.ranks.get(model).map_or("–".into(), |r| r.to_string()));
+            let _ = writeln!(h, "<td class=\"rank\">{}</td></tr>", m.rank_label(model).unwrap_or_else(|| "–".into()));
         }
         h.push_str("</tbody>\n</table>\n");
         h.push_str(
             "<p class=\"legend\">0 <span style=\"background:hsl(0,65%,78%)\"></span><span style=\"background:hsl(30,65%,78%)\"></span><span style=\"background:hsl(60,65%,78%)\"></span><span style=\"background:hsl(90,65%,78%)\"></span><span style=\"background:hsl(120,65%,78%)\"></span> 1 \
-             · ± standard error √(p(1−p)/n), binary benchmarks only · dev_set_v2 is partial-credit: mean only, counts toward the ID mean, never ranks · ⚠ incomplete: resume rather than accept</p>\n",
+             · ± standard error √(p(1−p)/n), binary benchmarks only · dev_set_v2 is partial-credit: mean only, counts toward the ID mean, never ranks · ⚠ incomplete: resume rather than accept · rank: 1 + models whose 95% interval lies wholly above, = tied</p>\n",
         );
+    }
+
+    plots_section(&mut h, m, input.pair);
+
+    if let Some(view) = input.team {
+        h.push_str(&team_section(view, input.generated_at));
     }
 
     gpu_section(&mut h, m);

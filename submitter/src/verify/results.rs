@@ -17,6 +17,7 @@ use launch_spec::rundir::lenient::{Count, Forgiving};
 
 use super::VerifySettings;
 use crate::ledger::{Attempt, AttemptId, AttemptStatus, Timestamp};
+use crate::stats::{Contender, IntervalBasis, Standing};
 
 /// Harbor's result.json, summarised.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -49,12 +50,12 @@ pub struct ScoreSummary {
 
 /// The range every benchmark's score lies in: Harbor's rewards, the mean of the trials' rewards,
 /// and the team's recorded means are shares of tasks solved.
-pub const SCORE_RANGE: std::ops::RangeInclusive<f64> = 0.0..=1.0;
+pub(crate) const SCORE_RANGE: std::ops::RangeInclusive<f64> = 0.0..=1.0;
 
 /// A score as it may be recorded, or why not: outside [`SCORE_RANGE`] (a Harbor mean of 7.5, a team
 /// row's 1e308 or −7) or not a number is refused. Every door a score comes in by (Harbor's
 /// `result.json`, the team's `metrics`, the ledger's stored metrics) goes through this one check.
-pub fn checked_score(mean: f64) -> Result<f64, String> {
+pub(crate) fn checked_score(mean: f64) -> Result<f64, String> {
     if SCORE_RANGE.contains(&mean) {
         Ok(mean)
     } else {
@@ -86,7 +87,7 @@ pub struct Audit {
     /// Valid trials needed (⌈min_valid_share × expected⌉).
     pub needed: Option<u64>,
     pub errored: u64,
-    pub error_share: f64,
+    pub(crate) error_share: f64,
     pub reasons: Vec<String>,
 }
 
@@ -145,7 +146,7 @@ pub fn score_summary(run_dir: &Path) -> Option<ScoreSummary> {
 }
 
 /// Valid trials ≥ `min_valid_share` × expected and errors ≤ `max_error_share` of the trials.
-pub fn audit_of(summary: &ScoreSummary, settings: &VerifySettings) -> Audit {
+pub(crate) fn audit_of(summary: &ScoreSummary, settings: &VerifySettings) -> Audit {
     let expected = summary.n_expected;
     let needed = expected.map(|e| (e as f64 * settings.min_valid_share - 1e-9).ceil().max(0.0) as u64);
     let denominator = summary.n_trials.max(expected.unwrap_or(0)).max(1);
@@ -211,7 +212,7 @@ pub(crate) fn metrics_json(summary: &ScoreSummary, audit: &Audit) -> Value {
 /// How a benchmark is scored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum BenchKind {
+pub(crate) enum BenchKind {
     /// Reward 0/1 per trial: mean ± standard error; may rank models.
     Binary,
     /// Partial credit: mean only; counts toward the ID mean, never ranks.
@@ -220,7 +221,13 @@ pub enum BenchKind {
     Other,
 }
 
-pub fn bench_kind(family: &str) -> BenchKind {
+/// Whether models are ranked on this benchmark: the one place the rule is read (today: the binary
+/// benchmarks; issue 34 item 4 makes it the preset's declared scoring).
+pub(crate) fn ranked(benchmark: &str) -> bool {
+    bench_kind(benchmark) == BenchKind::Binary
+}
+
+pub(crate) fn bench_kind(family: &str) -> BenchKind {
     let f = family.to_ascii_lowercase();
     if f.contains("swebench-verified-random-100") || f.contains("terminal_bench_2") || f.contains("terminal-bench-2") {
         BenchKind::Binary
@@ -273,7 +280,7 @@ pub struct Cell {
     pub n_errors: u64,
     pub infra_errors: BTreeMap<String, u64>,
     pub incomplete: bool,
-    pub audit_reasons: Vec<String>,
+    pub(crate) audit_reasons: Vec<String>,
     pub ended_at: Option<Timestamp>,
     pub provenance: Provenance,
     /// The pair's earlier results (in [`Matrix::earlier`]) that ran under other settings
@@ -291,7 +298,7 @@ pub struct Cell {
 pub struct TrialStatistics {
     pub harbor_version: Option<String>,
     pub estimates: Vec<crate::stats::Estimate>,
-    pub attempts_per_task: Option<usize>,
+    pub(crate) attempts_per_task: Option<usize>,
     /// `(k, pass@k)`.
     pub pass_at_k: Option<(usize, f64)>,
 }
@@ -315,16 +322,22 @@ impl TrialStatistics {
 }
 
 /// Each result's [`TrialStatistics`], from the ledger's per-trial facts.
-pub fn attach_trials(m: &mut Matrix, ledger: &dyn crate::ledger::Ledger) -> Result<(), crate::ledger::LedgerError> {
+/// The rankings are recomputed from them (a result with facts ranks on its bootstrap interval).
+pub(crate) fn attach_trials(
+    m: &mut Matrix,
+    ledger: &dyn crate::ledger::Ledger,
+    bootstrap: crate::stats::Bootstrap,
+) -> Result<(), crate::ledger::LedgerError> {
     for cell in m.cells.iter_mut().chain(m.earlier.iter_mut()) {
-        cell.trials = ledger.trials(cell.attempt_id)?.map(|set| TrialStatistics::of(&set, Default::default()));
+        cell.trials = ledger.trials(cell.attempt_id)?.map(|set| TrialStatistics::of(&set, bootstrap));
     }
+    m.refresh_rankings();
     Ok(())
 }
 
 /// One line per result with per-trial facts: both means, labelled, with the task-clustered SE and
 /// the bootstrap interval, pass@k and the Harbor that produced it; empty when none has them.
-pub fn render_trials_text(m: &Matrix) -> String {
+pub(crate) fn render_trials_text(m: &Matrix) -> String {
     let mut out = String::new();
     for cell in &m.cells {
         let Some(t) = &cell.trials else { continue };
@@ -429,22 +442,37 @@ impl Provenance {
         fn same<T: PartialEq>(a: &Option<T>, b: &Option<T>) -> bool {
             a.is_none() || b.is_none() || a == b
         }
-        same(&self.agent, &other.agent)
-            && self.agent_kwargs == other.agent_kwargs
-            && same(&self.timeout_multiplier, &other.timeout_multiplier)
-            && same(&self.n_attempts, &other.n_attempts)
-            && same(&self.harbor_config, &other.harbor_config)
-            && same(&self.dataset, &other.dataset)
-            && same(&self.model_revision, &other.model_revision)
-            && same(&self.vllm_version, &other.vllm_version)
-            && same(&self.harbor_version, &other.harbor_version)
-            && same(&self.dataset_digest, &other.dataset_digest)
+        // Destructured whole: a new field is either compared here or named as where it ran.
+        let Provenance {
+            agent,
+            agent_kwargs,
+            timeout_multiplier,
+            n_attempts,
+            harbor_config,
+            dataset,
+            cluster: _,
+            gpu: _,
+            model_revision,
+            vllm_version,
+            harbor_version,
+            dataset_digest,
+        } = self;
+        same(agent, &other.agent)
+            && *agent_kwargs == other.agent_kwargs
+            && same(timeout_multiplier, &other.timeout_multiplier)
+            && same(n_attempts, &other.n_attempts)
+            && same(harbor_config, &other.harbor_config)
+            && same(dataset, &other.dataset)
+            && same(model_revision, &other.model_revision)
+            && same(vllm_version, &other.vllm_version)
+            && same(harbor_version, &other.harbor_version)
+            && same(dataset_digest, &other.dataset_digest)
     }
 }
 
 /// Models × benchmarks.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Matrix {
+pub(crate) struct Matrix {
     pub models: Vec<String>,
     pub benchmarks: Vec<String>,
     pub kinds: BTreeMap<String, BenchKind>,
@@ -454,21 +482,100 @@ pub struct Matrix {
     pub earlier: Vec<Cell>,
     /// Mean over swebench-100, tb2 and dev_set_v2, when the model has all three.
     pub id_mean: BTreeMap<String, f64>,
-    /// The binary benchmark models are ranked on, and each ranked model's rank (ties share one).
+    /// The ranked benchmark the matrix's `rank` column shows, and each ranked model's rank on it
+    /// (its [`Standing::rank`]: models whose intervals overlap share one).
     pub rank_by: Option<String>,
     pub ranks: BTreeMap<String, usize>,
+    /// Every ranked benchmark's ranking ([`ranked`]), in column order ([`rankings`]).
+    pub rankings: Vec<BenchmarkRanking>,
     /// What every recorded attempt spent on GPUs ([`attach_gpu`]).
-    pub gpu_totals: crate::gpuhours::GpuTotals,
+    pub(crate) gpu_totals: crate::gpuhours::GpuTotals,
 }
 
 impl Matrix {
-    pub fn cell(&self, model: &str, benchmark: &str) -> Option<&Cell> {
+    pub(crate) fn cell(&self, model: &str, benchmark: &str) -> Option<&Cell> {
         self.cells.iter().find(|c| c.model == model && c.benchmark == benchmark)
+    }
+
+    /// The model's rank on `rank_by` as printed: `2`, or `2=` when tied with another model.
+    pub(crate) fn rank_label(&self, model: &str) -> Option<String> {
+        let ranking = self.ranking(self.rank_by.as_deref()?)?;
+        ranking.standings.iter().find(|s| s.model == model).map(Standing::rank_label)
+    }
+
+    pub(crate) fn ranking(&self, benchmark: &str) -> Option<&BenchmarkRanking> {
+        self.rankings.iter().find(|r| r.benchmark == benchmark)
+    }
+
+    /// The models in ranking order on `rank_by` (rank, then mean, then name), then the models it
+    /// does not rank, by name: the order a ranked table lists them in.
+    pub(crate) fn models_by_rank(&self) -> Vec<&str> {
+        let ranked: Vec<&str> = self
+            .rank_by
+            .as_deref()
+            .and_then(|b| self.ranking(b))
+            .map(|r| r.standings.iter().map(|s| s.model.as_str()).collect())
+            .unwrap_or_default();
+        let rest = self.models.iter().map(String::as_str).filter(|m| !ranked.contains(m));
+        ranked.iter().copied().chain(rest).collect()
+    }
+
+    /// Recomputes the rankings and the `rank` column from the cells (after their per-trial
+    /// statistics changed).
+    fn refresh_rankings(&mut self) {
+        self.rankings = rankings(&self.cells, &self.benchmarks);
+        self.ranks = self
+            .rank_by
+            .as_deref()
+            .and_then(|b| self.ranking(b))
+            .map(|r| r.standings.iter().map(|s| (s.model.clone(), s.rank)).collect())
+            .unwrap_or_default();
     }
 }
 
+/// One ranked benchmark's ranking (docs/results.md "Ranking several models").
+#[derive(Debug, Clone, PartialEq)]
+pub struct BenchmarkRanking {
+    pub benchmark: String,
+    pub standings: Vec<Standing>,
+}
+
+/// A result as a contender in its benchmark's ranking: with per-trial facts, the "invalid as 0"
+/// mean and its bootstrap interval over tasks; else the recorded mean with the normal interval of
+/// its trial-level standard error (or none). A refused score is no contender.
+pub fn contender(cell: &Cell) -> Option<Contender> {
+    let mean = cell.mean?;
+    let from_trials = cell
+        .trials
+        .as_ref()
+        .and_then(|t| t.estimates.iter().find(|e| e.invalid_trials == crate::stats::InvalidTrials::CountedAsZero))
+        .and_then(|e| e.interval.map(|interval| (e.mean, interval)));
+    Some(match from_trials {
+        Some((mean, interval)) => Contender {
+            model: cell.model.clone(),
+            mean,
+            interval: Some(interval),
+            basis: IntervalBasis::BootstrapOverTasks,
+        },
+        None => Contender::from_standard_error(&cell.model, mean, cell.stderr),
+    })
+}
+
+/// The ranking of every ranked benchmark among `benchmarks` over the models that have a score on it.
+pub fn rankings(cells: &[Cell], benchmarks: &[String]) -> Vec<BenchmarkRanking> {
+    benchmarks
+        .iter()
+        .filter(|b| ranked(b))
+        .map(|b| {
+            let contenders: Vec<Contender> = cells.iter().filter(|c| &c.benchmark == b).filter_map(contender).collect();
+            BenchmarkRanking { benchmark: b.clone(), standings: crate::stats::rank(&contenders) }
+        })
+        .filter(|r| !r.standings.is_empty())
+        .collect()
+}
+
 #[derive(Debug, thiserror::Error)]
-pub enum MatrixError {
+pub(crate) enum MatrixError {
     #[error(
         "cannot rank on {0}: it is partial-credit (dev_set_v2 never ranks models) — rank on a binary benchmark (terminal_bench_2, swebench-verified-random-100-folders)"
     )]
@@ -480,7 +587,7 @@ pub enum MatrixError {
 /// Builds the matrix from attempts: per (model, benchmark family), the latest finished attempt
 /// with metrics. `rank_by`: a binary benchmark family (default terminal_bench_2 when present, else
 /// swebench-100). Audits are recomputed with `settings`.
-pub fn build_matrix(
+pub(crate) fn build_matrix(
     attempts: &[Attempt],
     rank_by: Option<&str>,
     settings: &VerifySettings,
@@ -534,25 +641,23 @@ pub fn build_matrix(
         }
     }
     let rank_by = rank_by.map(str::to_string).or_else(|| {
-        let binary: Vec<&String> = benchmarks.iter().filter(|b| bench_kind(b) == BenchKind::Binary).collect();
-        binary.iter().find(|b| id_slot(b) == Some(1)).or(binary.first()).map(|b| (*b).clone())
+        let ranked: Vec<&String> = benchmarks.iter().filter(|b| ranked(b)).collect();
+        ranked.iter().find(|b| id_slot(b) == Some(1)).or(ranked.first()).map(|b| (*b).clone())
     });
-    let mut ranks = BTreeMap::new();
-    if let Some(bench) = &rank_by {
-        let mut scored: Vec<(&str, f64)> =
-            cells.iter().filter(|c| &c.benchmark == bench).filter_map(|c| Some((c.model.as_str(), c.mean?))).collect();
-        scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
-        let mut rank = 0;
-        let mut last: Option<f64> = None;
-        for (i, (model, mean)) in scored.iter().enumerate() {
-            if last != Some(*mean) {
-                rank = i + 1;
-                last = Some(*mean);
-            }
-            ranks.insert((*model).to_string(), rank);
-        }
-    }
-    Ok(Matrix { models, benchmarks, kinds, cells, earlier, id_mean, rank_by, ranks, gpu_totals: Default::default() })
+    let mut m = Matrix {
+        models,
+        benchmarks,
+        kinds,
+        cells,
+        earlier,
+        id_mean,
+        rank_by,
+        ranks: BTreeMap::new(),
+        rankings: Vec::new(),
+        gpu_totals: Default::default(),
+    };
+    m.refresh_rankings();
+    Ok(m)
 }
 
 /// A result's column: its benchmark family, with the agent when it is not the default one
@@ -602,7 +707,7 @@ fn cell_of(a: &Attempt, settings: &VerifySettings) -> Cell {
 
 /// Each result's GPU use and the totals, from the ledger's GPU-seconds records
 /// (`Ledger::gpu_seconds`; crate::gpuhours sums them).
-pub fn attach_gpu(m: &mut Matrix, rows: &[crate::ledger::GpuSecondsRow]) {
+pub(crate) fn attach_gpu(m: &mut Matrix, rows: &[crate::ledger::GpuSecondsRow]) {
     for cell in m.cells.iter_mut().chain(m.earlier.iter_mut()) {
         cell.gpu = crate::gpuhours::result_gpu(rows, cell.attempt_id, &cell.run_tag);
     }
@@ -611,7 +716,7 @@ pub fn attach_gpu(m: &mut Matrix, rows: &[crate::ledger::GpuSecondsRow]) {
 
 /// GPU-hours per result (models × benchmarks), per benchmark and in total, when any attempt has
 /// a record; empty otherwise.
-pub fn render_gpu_text(m: &Matrix, terminal: &crate::term::Terminal) -> String {
+pub(crate) fn render_gpu_text(m: &Matrix, terminal: &crate::term::Terminal) -> String {
     let t = &m.gpu_totals;
     if t.attempts == 0 {
         return String::new();
@@ -620,8 +725,8 @@ pub fn render_gpu_text(m: &Matrix, terminal: &crate::term::Terminal) -> String {
     let mut header = vec!["model".to_string()];
     header.extend(m.benchmarks.iter().map(|b| short_name(b)));
     let mut table = terminal.table(header);
-    for model in display_order(m) {
-        let mut row = vec![model.clone()];
+    for model in m.models_by_rank() {
+        let mut row = vec![model.to_string()];
         for b in &m.benchmarks {
             row.push(
                 m.cell(model, b).and_then(|c| c.gpu.as_ref()).map_or("-".into(), |g| format!("{:.2}", g.gpu_hours)),
@@ -663,7 +768,7 @@ pub fn finished_attempts(ledger: &dyn crate::ledger::Ledger) -> Result<Vec<Attem
 }
 
 /// A [`ScoreSummary`] back from ledger metrics (older rows lack the newer keys).
-pub fn summary_from_metrics(m: &Value) -> ScoreSummary {
+pub(crate) fn summary_from_metrics(m: &Value) -> ScoreSummary {
     let map = |key: &str| -> BTreeMap<String, u64> {
         m.get(key)
             .and_then(Value::as_object)
@@ -707,22 +812,15 @@ fn fmt_mean(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{v:.3}"))
 }
 
-/// The order `results` shows models in: ranked models by rank, the rest after them by name. The
-/// one seam for the ranking (issue 36; `submitter::stats` owns how ranks are computed).
-pub fn display_order(m: &Matrix) -> Vec<&String> {
-    let mut order: Vec<&String> = m.models.iter().collect();
-    order.sort_by_key(|model| (m.ranks.get(*model).copied().unwrap_or(usize::MAX), (*model).clone()));
-    order
-}
-
-/// The matrix as a text table (fitted to `terminal`), ranked models first.
-pub fn render_text(m: &Matrix, terminal: &crate::term::Terminal) -> String {
+/// The matrix as a text table (fitted to `terminal`), in ranking order
+/// ([`Matrix::models_by_rank`]).
+pub(crate) fn render_text(m: &Matrix, terminal: &crate::term::Terminal) -> String {
     let mut header = vec!["model".to_string()];
     header.extend(m.benchmarks.iter().map(|b| short_name(b)));
     header.extend(["ID mean".to_string(), "rank".to_string()]);
     let mut table = terminal.table(header);
-    for model in display_order(m) {
-        let mut row = vec![model.clone()];
+    for model in m.models_by_rank() {
+        let mut row = vec![model.to_string()];
         for b in &m.benchmarks {
             row.push(match m.cell(model, b) {
                 None => "-".to_string(),
@@ -742,7 +840,7 @@ pub fn render_text(m: &Matrix, terminal: &crate::term::Terminal) -> String {
             });
         }
         row.push(fmt_mean(m.id_mean.get(model).copied()));
-        row.push(m.ranks.get(model).map_or("-".into(), |r| r.to_string()));
+        row.push(m.rank_label(model).unwrap_or_else(|| "-".into()));
         table.row(row);
     }
     for column in 1..m.benchmarks.len() + 3 {
@@ -751,7 +849,13 @@ pub fn render_text(m: &Matrix, terminal: &crate::term::Terminal) -> String {
     let out = table.render();
     let mut notes = format!(
         "± standard error (binary benchmarks only); dev_set_v2 is partial-credit: mean only, never ranked; ! = incomplete (resume, don't accept){}\n",
-        m.rank_by.as_ref().map(|r| format!("; ranked on {}", short_name(r))).unwrap_or_default()
+        m.rank_by
+            .as_ref()
+            .map(|r| format!(
+                "; ranked on {}: rank = 1 + models whose 95% interval lies wholly above, = tied (intervals overlap)",
+                short_name(r)
+            ))
+            .unwrap_or_default()
     );
     if !m.earlier.is_empty() {
         let other = m.cells.iter().filter(|c| !c.other_settings.is_empty()).count();
@@ -763,49 +867,95 @@ pub fn render_text(m: &Matrix, terminal: &crate::term::Terminal) -> String {
     out + &terminal.fit(&notes)
 }
 
-/// One CSV field: a text a spreadsheet would read as a formula (`=`, `+`, `-`, `@`, a tab or CR
-/// first: OWASP's CSV-injection rule) gets a leading `'` and is quoted; one holding `,`, `"` or a
-/// line break is quoted with its `"` doubled.
-fn csv_field(text: &str) -> String {
-    let formula = text.starts_with(['=', '+', '-', '@', '\t', '\r']);
-    if formula {
-        format!("\"'{}\"", text.replace('"', "\"\""))
-    } else if text.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", text.replace('"', "\"\""))
-    } else {
-        text.to_string()
-    }
+/// A text a spreadsheet would read as a formula (`=`, `+`, `-`, `@`, a tab or CR first: OWASP's
+/// CSV-injection rule) gets a leading `'`, so it reads as text; quoting is the CSV writer's.
+pub(crate) fn csv_text(text: &str) -> String {
+    if text.starts_with(['=', '+', '-', '@', '\t', '\r']) { format!("'{text}") } else { text.to_string() }
 }
 
-/// The matrix as CSV: one row per model; per benchmark its mean and (binary) standard error.
-pub fn render_csv(m: &Matrix) -> String {
-    let quote = |s: &str| csv_field(s);
+/// A number for a CSV field: six decimals, empty when there is none.
+pub(crate) fn csv_number(v: Option<f64>) -> String {
+    v.map_or(String::new(), |v| format!("{v:.6}"))
+}
+
+/// Rows written by the `csv` crate into a string (every field already text).
+pub(crate) fn csv_document(rows: impl IntoIterator<Item = Vec<String>>) -> String {
+    let mut writer = csv::Writer::from_writer(Vec::new());
+    for row in rows {
+        // Writing into a Vec cannot fail; a record of another length is the caller's bug.
+        writer.write_record(&row).expect("a CSV record into memory");
+    }
+    String::from_utf8(writer.into_inner().expect("flushing into memory")).expect("CSV of UTF-8 fields")
+}
+
+/// The matrix as CSV (docs/verification.md "Results"): one row per model, in name order. Per
+/// benchmark its mean, `_stderr` (binary only) and `_incomplete`, then `id_mean` and `rank`; then per
+/// benchmark the per-trial statistics (`_invalid_as_0`, `_invalid_dropped`, `_clustered_se`,
+/// `_ci_lower`, `_ci_upper` of "invalid as 0", `_pass_at_k` with its `_k`, `_harbor_version`) and,
+/// for a ranked benchmark, `_rank` and `_tied_with` (names joined by `; `).
+pub(crate) fn render_csv(m: &Matrix) -> String {
     let mut header = vec!["model".to_string()];
     for b in &m.benchmarks {
-        header.push(quote(b));
+        header.push(csv_text(b));
         if m.kinds.get(b) == Some(&BenchKind::Binary) {
-            header.push(quote(&format!("{b}_stderr")));
+            header.push(csv_text(&format!("{b}_stderr")));
         }
-        header.push(quote(&format!("{b}_incomplete")));
+        header.push(csv_text(&format!("{b}_incomplete")));
     }
     header.extend(["id_mean".to_string(), "rank".to_string()]);
-    let mut out = header.join(",") + "\n";
-    let num = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.6}"));
+    for b in &m.benchmarks {
+        for suffix in TRIAL_COLUMNS {
+            header.push(csv_text(&format!("{b}_{suffix}")));
+        }
+        if m.ranking(b).is_some() {
+            header.push(csv_text(&format!("{b}_rank")));
+            header.push(csv_text(&format!("{b}_tied_with")));
+        }
+    }
+    let mut rows = vec![header];
     for model in &m.models {
-        let mut row = vec![quote(model)];
+        let mut row = vec![csv_text(model)];
         for b in &m.benchmarks {
             let cell = m.cell(model, b);
-            row.push(num(cell.and_then(|c| c.mean)));
+            row.push(csv_number(cell.and_then(|c| c.mean)));
             if m.kinds.get(b) == Some(&BenchKind::Binary) {
-                row.push(num(cell.and_then(|c| c.stderr)));
+                row.push(csv_number(cell.and_then(|c| c.stderr)));
             }
             row.push(cell.map_or(String::new(), |c| c.incomplete.to_string()));
         }
-        row.push(num(m.id_mean.get(model).copied()));
+        row.push(csv_number(m.id_mean.get(model).copied()));
         row.push(m.ranks.get(model).map_or(String::new(), |r| r.to_string()));
-        out += &(row.join(",") + "\n");
+        for b in &m.benchmarks {
+            row.extend(trial_fields(m.cell(model, b).and_then(|c| c.trials.as_ref())));
+            if let Some(ranking) = m.ranking(b) {
+                let standing = ranking.standings.iter().find(|s| &s.model == model);
+                row.push(standing.map_or(String::new(), |s| s.rank.to_string()));
+                row.push(standing.map_or(String::new(), |s| csv_text(&s.tied_with.join("; "))));
+            }
+        }
+        rows.push(row);
     }
-    out
+    csv_document(rows)
+}
+
+/// The per-trial columns of a benchmark in `results --csv`, after its name and `_`.
+const TRIAL_COLUMNS: [&str; 8] =
+    ["invalid_as_0", "invalid_dropped", "clustered_se", "ci_lower", "ci_upper", "pass_at_k", "k", "harbor_version"];
+
+fn trial_fields(trials: Option<&TrialStatistics>) -> Vec<String> {
+    let Some(t) = trials else { return vec![String::new(); TRIAL_COLUMNS.len()] };
+    let estimate = |policy| t.estimates.iter().find(|e| e.invalid_trials == policy);
+    let zero = estimate(crate::stats::InvalidTrials::CountedAsZero);
+    vec![
+        csv_number(zero.map(|e| e.mean)),
+        csv_number(estimate(crate::stats::InvalidTrials::Dropped).map(|e| e.mean)),
+        csv_number(zero.and_then(|e| e.clustered_se)),
+        csv_number(zero.and_then(|e| e.interval).map(|i| i.lower)),
+        csv_number(zero.and_then(|e| e.interval).map(|i| i.upper)),
+        csv_number(t.pass_at_k.map(|(_, p)| p)),
+        t.pass_at_k.map_or(String::new(), |(k, _)| k.to_string()),
+        t.harbor_version.as_deref().map_or(String::new(), csv_text),
+    ]
 }
 
 #[cfg(test)]
@@ -933,8 +1083,18 @@ mod tests {
         assert!((m.id_mean["a"] - (0.2 + 0.6 + 0.8) / 3.0).abs() < 1e-12);
         assert!(!m.id_mean.contains_key("b"), "b lacks swebench");
         assert_eq!(m.rank_by.as_deref(), Some("terminal_bench_2"));
-        assert_eq!(m.ranks["b"], 1);
-        assert_eq!(m.ranks["a"], 2);
+        // 0.7 and 0.6 over 100 trials: the normal intervals overlap, a statistical tie.
+        assert_eq!((m.ranks["b"], m.ranks["a"]), (1, 1));
+        assert_eq!(m.rank_label("a").as_deref(), Some("1="));
+        assert_eq!(m.models_by_rank(), ["b", "a"]);
+        let tb2 = &m.ranking("terminal_bench_2").unwrap().standings;
+        assert_eq!(tb2[0].basis, crate::stats::IntervalBasis::NormalOverTrials);
+        assert_eq!(tb2[0].tied_with, ["a"]);
+        // Over 2,000 trials each the intervals separate: distinct ranks.
+        let many = vec![attempt(1, "a", "terminal_bench_2", 0.6, 2000), attempt(2, "b", "terminal_bench_2", 0.7, 2000)];
+        let m2 = build_matrix(&many, None, &VerifySettings::default()).unwrap();
+        assert_eq!((m2.ranks["b"], m2.ranks["a"]), (1, 2));
+        assert_eq!(m2.rank_label("b").as_deref(), Some("1"));
         assert!(matches!(
             build_matrix(&attempts, Some("dev_set_v2"), &VerifySettings::default()),
             Err(MatrixError::PartialCreditRank(_))
@@ -974,14 +1134,18 @@ mod tests {
         assert_eq!(m.ranks["honest"], 1);
     }
 
-    /// A family named like a formula reaches a spreadsheet as text (issue 21).
+    /// A family named like a formula reaches a spreadsheet as text (issue 21); the writer quotes
+    /// what needs quoting.
     #[test]
     fn csv_fields_never_read_as_formulas() {
-        assert_eq!(csv_field("=HYPERLINK(\"x\")"), "\"'=HYPERLINK(\"\"x\"\")\"");
+        assert_eq!(csv_text("=HYPERLINK(\"x\")"), "'=HYPERLINK(\"x\")");
         for formula in ["+1", "-1", "@SUM(A1)", "\tx"] {
-            assert!(csv_field(formula).starts_with("\"'"), "{formula}");
+            assert!(csv_text(formula).starts_with('\''), "{formula}");
         }
-        assert_eq!(csv_field("a,b"), "\"a,b\"");
-        assert_eq!(csv_field("dev_set_v2"), "dev_set_v2");
+        assert_eq!(csv_text("dev_set_v2"), "dev_set_v2");
+        let text = csv_document([vec![csv_text("=HYPERLINK(\"x\")"), "a,b".into(), "line\nbreak".into()]]);
+        assert_eq!(text, "\"'=HYPERLINK(\"\"x\"\")\",\"a,b\",\"line\nbreak\"\n");
+        let row = csv::Reader::from_reader(format!("h1,h2,h3\n{text}").as_bytes()).records().next().unwrap().unwrap();
+        assert_eq!(row.iter().collect::<Vec<_>>(), ["'=HYPERLINK(\"x\")", "a,b", "line\nbreak"]);
     }
 }

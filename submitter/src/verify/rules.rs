@@ -40,22 +40,22 @@ pub struct TrialScan {
     /// No output tokens and the agent's execution (`agent_execution`; older Harbor: the whole
     /// trial) took at most `instant_fail_s`.
     pub instant_failures: u64,
-    pub instant_example: Option<String>,
+    pub(crate) instant_example: Option<String>,
     /// Exception types of the instant failures.
     pub instant_types: BTreeMap<String, u64>,
     /// Trials the sandbox provider failed (`launch_spec::rundir::harbor::is_sandbox_provider_error`;
     /// never counted as instant failures: the agent never ran), with one example and its message.
-    pub sandbox_failures: u64,
+    pub(crate) sandbox_failures: u64,
     /// (trial, `Type: the provider's message`) of the first.
-    pub sandbox_example: Option<(String, String)>,
+    pub(crate) sandbox_example: Option<(String, String)>,
     /// The newest `result.json` (modification time) and its trial.
     pub last_result_at: Option<DateTime<Utc>>,
-    pub last_result_trial: Option<String>,
+    pub(crate) last_result_trial: Option<String>,
     /// `api_base` of the trial configs: value → (count, example trial).
     pub api_bases: BTreeMap<String, (u64, String)>,
     /// trial.log lines saying `model_info` is missing (terminus-2's warning), with one example.
     pub model_info_warnings: u64,
-    pub model_info_example: Option<String>,
+    pub(crate) model_info_example: Option<String>,
     /// Every active trial's facts by name (`launch_spec::rundir::harbor::read_trial`): a rule on a
     /// new per-trial fact folds over these, and the scan does not change.
     pub running: Vec<(String, launch_spec::rundir::harbor::TrialRead)>,
@@ -112,9 +112,9 @@ pub enum RunState {
 
 /// What the ledger and Slurm say of the job (`status`; `check` has none).
 #[derive(Debug, Clone)]
-pub struct JobFacts {
-    pub ledger_status: AttemptStatus,
-    pub ledger_reason: String,
+pub(crate) struct JobFacts {
+    pub(crate) ledger_status: AttemptStatus,
+    pub(crate) ledger_reason: String,
     /// When the job was first seen running (ledger `started_at`, or the first observation).
     pub(crate) running_seen_at: Option<DateTime<Utc>>,
     /// `None` while the attempt has no job id.
@@ -125,7 +125,7 @@ pub struct JobFacts {
 
 /// Harbor's job `result.json`.
 #[derive(Debug, Clone, Default)]
-pub struct HarborFacts {
+pub(crate) struct HarborFacts {
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<String>,
     /// The job `result.json` exists (Harbor started the job).
@@ -135,7 +135,7 @@ pub struct HarborFacts {
 /// The latest completions: the access log's last [`super::logscan::RECENT`], or the heartbeat
 /// window since an earlier reading.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Window {
+pub(crate) struct Window {
     pub n: u64,
     pub ok: u64,
     pub c4xx: u64,
@@ -146,7 +146,7 @@ pub struct Window {
 
 /// What the engine did.
 #[derive(Debug, Clone, Default)]
-pub struct EngineFacts {
+pub(crate) struct EngineFacts {
     /// The log file's name, for evidence lines.
     pub file: String,
     /// Where the counts come from (`vllm.log access lines`, `status.json heartbeat`).
@@ -191,7 +191,7 @@ pub struct Probe {
     /// The heartbeat's time.
     pub at: String,
     /// The last healthy reading.
-    pub last_ok: Option<DateTime<Utc>>,
+    pub(crate) last_ok: Option<DateTime<Utc>>,
 }
 
 impl Probe {
@@ -215,14 +215,14 @@ pub(crate) fn counters_text(c: &launch_spec::records::EngineCounters) -> String 
 }
 
 impl EngineFacts {
-    pub fn total(&self) -> u64 {
+    pub(crate) fn total(&self) -> u64 {
         self.ok + self.c4xx + self.c5xx
     }
 }
 
 /// What the trials did: the trial dirs (`check`) and/or payload's heartbeat counters.
 #[derive(Debug, Clone, Default)]
-pub struct TrialFacts {
+pub(crate) struct TrialFacts {
     pub scan: Option<TrialScan>,
     /// (started, finished, errored) from the heartbeat.
     pub beat: Option<(u64, u64, u64)>,
@@ -231,11 +231,11 @@ pub struct TrialFacts {
 }
 
 impl TrialFacts {
-    pub fn done(&self) -> u64 {
+    pub(crate) fn done(&self) -> u64 {
         self.scan.as_ref().map(|s| s.done).or(self.beat.map(|b| b.1)).unwrap_or(0)
     }
 
-    pub fn active(&self) -> u64 {
+    pub(crate) fn active(&self) -> u64 {
         self.scan.as_ref().map(|s| s.active).or(self.beat.map(|b| b.0.saturating_sub(b.1))).unwrap_or(0)
     }
 
@@ -246,7 +246,7 @@ impl TrialFacts {
 
 /// Everything [`evaluate`] looks at.
 #[derive(Debug, Clone, Default)]
-pub struct Evidence {
+pub(crate) struct Evidence {
     /// The reference time the run is judged at (`check --now`, the clock by default).
     pub now: Option<DateTime<Utc>>,
     pub payload: StatusRecord,

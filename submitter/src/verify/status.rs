@@ -22,7 +22,7 @@ pub struct Collect<'a> {
     pub state_dir: &'a Path,
     pub settings: &'a VerifySettings,
     /// Also list attempts of this cluster that ended within this many hours.
-    pub ended_within_h: Option<u64>,
+    pub(crate) ended_within_h: Option<u64>,
     pub now: DateTime<Utc>,
     /// Write the observations back (`status` does; the report only reads them).
     pub persist: bool,
@@ -183,7 +183,7 @@ fn row_for(attempt: &Attempt, job: Option<&JobInfo>, opts: &Collect) -> StatusRo
 /// The watch loop's policy: cancels jobs that stayed `dead` / `stalled` past the profile's bounds
 /// and marks their attempts `failed` with the reason, so the next launch resubmits them through
 /// the normal dedup (bounded by `limits.max_attempts`). Returns one line per cancelled job.
-pub fn apply_auto_cancel(
+pub(crate) fn apply_auto_cancel(
     rows: &mut [StatusRow],
     ledger: &dyn Ledger,
     slurm: &dyn Slurm,
@@ -214,7 +214,7 @@ fn truncate(text: &str, width: usize) -> String {
 }
 
 /// The table of `status`.
-pub fn render_table(rows: &[StatusRow], cluster: &str, now: DateTime<Utc>, verbose: bool) -> String {
+pub(crate) fn render_table(rows: &[StatusRow], cluster: &str, now: DateTime<Utc>, verbose: bool) -> String {
     let mut out = format!(
         "{:<8} {:<34} {:<22} {:<10} {:<9} {:>9} {:>8}  {:<13} {}\n",
         "job", "model", "benchmark", "slurm", "phase", "trials", "rate", "verdict", "why"

@@ -27,7 +27,7 @@ use crate::slurm::Slurm;
 pub(crate) const RECENT_RESULTS: usize = 10;
 
 /// The most points a chart draws (and `--json` carries) per series.
-pub const CHART_POINTS: usize = 60;
+pub(crate) const CHART_POINTS: usize = 60;
 
 /// One attempt of any cluster.
 #[derive(Debug, Clone)]
@@ -38,8 +38,8 @@ pub struct TeamJob {
     pub benchmark: String,
     pub run_tag: String,
     pub slurm_job_id: Option<String>,
-    pub ledger_status: AttemptStatus,
-    pub ledger_reason: String,
+    pub(crate) ledger_status: AttemptStatus,
+    pub(crate) ledger_reason: String,
     pub updated_at: DateTime<Utc>,
     /// This cluster's job: `status`'s row with its verdict.
     pub local: Option<StatusRow>,
@@ -95,7 +95,7 @@ pub struct RecentResult {
 /// Everything the view shows.
 #[derive(Debug, Clone)]
 pub struct TeamView {
-    pub own_cluster: String,
+    pub(crate) own_cluster: String,
     pub clusters: Vec<ClusterSummary>,
     pub jobs: Vec<TeamJob>,
     pub results: Vec<RecentResult>,
@@ -358,7 +358,7 @@ fn truncate(text: &str, width: usize) -> String {
 }
 
 /// `status --all-clusters`: the clusters, every job, the last results.
-pub fn render_text(view: &TeamView, now: DateTime<Utc>) -> String {
+pub(crate) fn render_text(view: &TeamView, now: DateTime<Utc>) -> String {
     let mut out = String::from("clusters\n");
     for c in &view.clusters {
         let verdicts = if c.own {

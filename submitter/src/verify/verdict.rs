@@ -121,7 +121,7 @@ pub struct Inputs<'a> {
 /// Completions and trials over a window.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rate {
-    pub window_s: i64,
+    pub(crate) window_s: i64,
     pub completions: u64,
     pub ok: u64,
     pub c4xx: u64,
@@ -129,7 +129,7 @@ pub struct Rate {
     pub per_min: f64,
     pub trials_finished: u64,
     /// Whether the window starts at an earlier heartbeat (else: cumulative since Harbor started).
-    pub from_previous: bool,
+    pub(crate) from_previous: bool,
 }
 
 /// A job's verdict with the evidence.
@@ -162,8 +162,8 @@ pub struct StatusRow {
     pub cluster: String,
     pub run_tag: String,
     pub run_dir: Option<String>,
-    pub ledger_status: AttemptStatus,
-    pub ledger_reason: String,
+    pub(crate) ledger_status: AttemptStatus,
+    pub(crate) ledger_reason: String,
     pub slurm_job_id: Option<String>,
     /// Slurm's state (`PENDING`, `RUNNING`, …), `gone` when Slurm no longer lists the job, `-`
     /// without a job id.

@@ -13,6 +13,7 @@ mod footguns;
 #[path = "../../../tests/src/fresh.rs"]
 mod fresh;
 mod hostile32;
+mod hostile32_slurm;
 mod launch_path;
 mod ledger;
 mod model_ids;
@@ -25,6 +26,7 @@ mod payload_binary;
 mod pg;
 #[path = "../common/pgproxy.rs"]
 mod pgproxy;
+mod pool_alloc;
 mod queueing;
 mod readiness;
 mod real_harbor_launch;

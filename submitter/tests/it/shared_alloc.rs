@@ -25,13 +25,13 @@ use crate::ledger::Store;
 use crate::queueing::{TestCluster, cancel_all, scancel, text, wait_until};
 use crate::support::{slurm_up, write_tasks};
 
-fn held_cluster(name: &str) -> TestCluster {
+pub(crate) fn held_cluster(name: &str) -> TestCluster {
     TestCluster::new(name, |p| {
         *p = p.replace("  time: \"00:10:00\"\n", "  time: \"00:10:00\"\n  extra_args: [\"--hold\"]\n");
     })
 }
 
-fn run_ok(cluster: &TestCluster, ledger: &str, command: &[&str], args: &[&str]) -> String {
+pub(crate) fn run_ok(cluster: &TestCluster, ledger: &str, command: &[&str], args: &[&str]) -> String {
     let out = cluster.run(command, ledger, args, &[]);
     assert!(out.status.success(), "{command:?} {args:?}: {}", text(&out));
     String::from_utf8_lossy(&out.stdout).into_owned()
@@ -47,13 +47,13 @@ fn shared_launch(cluster: &TestCluster, ledger: &str, models: &Path) -> String {
     )
 }
 
-fn in_squeue(job: &str) -> bool {
+pub(crate) fn in_squeue(job: &str) -> bool {
     let out = Command::new("squeue").args(["-h", "-j", job, "-o", "%T"]).output().unwrap();
     let state = String::from_utf8_lossy(&out.stdout);
     state.contains("PENDING") || state.contains("RUNNING")
 }
 
-fn run_dir(attempt: &Attempt) -> PathBuf {
+pub(crate) fn run_dir(attempt: &Attempt) -> PathBuf {
     PathBuf::from(attempt.config["run_dir"].as_str().unwrap())
 }
 
@@ -189,7 +189,7 @@ fn one_job_per_model(cluster: &TestCluster, ledger_spec: &str) {
 }
 
 /// A leg's record as payload writes it in its run dir: the shared job's id, its outcome.
-fn write_outcome(attempt: &Attempt, class: OutcomeClass, message: &str) {
+pub(crate) fn write_outcome(attempt: &Attempt, class: OutcomeClass, message: &str) {
     let now = Utc::now();
     let mut status =
         running_status(&attempt.run_tag, attempt.slurm_job_id.as_deref().unwrap(), now, now, Counters::default(), now);
@@ -271,7 +271,7 @@ fn each_leg_is_synced_to_its_own_attempt_and_continued_on_its_own() {
 }
 
 /// Cancels every job the ledger still holds when the test ends, pass or fail.
-struct Cleanup(String);
+pub(crate) struct Cleanup(pub(crate) String);
 
 impl Drop for Cleanup {
     fn drop(&mut self) {

@@ -16,7 +16,7 @@ use submitter::ledger::{AttemptStatus, ImportedAttempt, NewAttempt, open_ledger}
 
 use crate::snapshots::stable;
 use crate::support::{SUBMITTER, workspace_root};
-use crate::verify::{chromium, profile_dir, rendered_dom, screenshot};
+use crate::verify::{chromium, profile_dir, rendered_dom, screenshot_sized};
 
 /// A fixed instant the run dirs' records are written for (the charts' data is then the same each
 /// run); the ledger's own clock stamps `updated_at` and the submitter heartbeats.
@@ -289,5 +289,7 @@ fn team_report_is_one_static_file_and_renders_in_a_real_browser() {
     }
     assert_eq!(dump.matches("<svg class=\"spark").count(), 2 * 3, "two sparklines per attempt");
 
-    screenshot(&browser, profile.path(), &page, &team.tmp.path().join("report-team.png"), "report-team.png");
+    // The team view follows the ranking, the matrix and the plots: a window tall enough to show it.
+    let png = team.tmp.path().join("report-team.png");
+    screenshot_sized(&browser, profile.path(), &page, &png, "report-team.png", (1280, 1700));
 }

@@ -669,7 +669,12 @@ fn results_matrix_in_text_json_and_csv() {
     let m: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(m["benchmarks"], json!(["swebench-verified-random-100-folders", "terminal_bench_2", "dev_set_v2"]));
     assert_eq!(m["rank_by"], "terminal_bench_2");
-    assert_eq!(m["ranks"], json!({"org/Alpha-8B": 2, "org/Beta-32B": 1, "org/Gamma-7B": 3}));
+    // Alpha 0.42 and Beta 0.61 over 89 trials: their 95% intervals overlap, a tie; Gamma's lies below.
+    assert_eq!(m["ranks"], json!({"org/Alpha-8B": 1, "org/Beta-32B": 1, "org/Gamma-7B": 3}));
+    let tb2 = m["rankings"].as_array().unwrap().iter().find(|r| r["benchmark"] == "terminal_bench_2").unwrap();
+    assert_eq!(tb2["standings"][0]["model"], "org/Beta-32B");
+    assert_eq!(tb2["standings"][0]["rank_label"], "1=");
+    assert_eq!(tb2["standings"][0]["interval_basis"], "normal_over_trials");
     let cell = m["cells"]
         .as_array()
         .unwrap()
@@ -739,11 +744,23 @@ pub(crate) fn rendered_dom(browser: &Path, profile: &Path, page: &Path) -> Strin
 /// A 1280×900 screenshot of the page into `png`, checked not to be blank; with
 /// `UPDATE_REPORT_SCREENSHOT` set it becomes `docs/<docs_name>`.
 pub(crate) fn screenshot(browser: &Path, profile: &Path, page: &Path, png: &Path, docs_name: &str) {
-    let shot =
-        headless(browser, profile, &[&format!("--screenshot={}", png.display()), "--window-size=1280,900"], page);
+    screenshot_sized(browser, profile, page, png, docs_name, (1280, 900));
+}
+
+/// [`screenshot`] of a window `size` (width, height) large.
+pub(crate) fn screenshot_sized(
+    browser: &Path,
+    profile: &Path,
+    page: &Path,
+    png: &Path,
+    docs_name: &str,
+    (width, height): (u32, u32),
+) {
+    let window = format!("--window-size={width},{height}");
+    let shot = headless(browser, profile, &[&format!("--screenshot={}", png.display()), &window], page);
     assert!(shot.status.success(), "{}", String::from_utf8_lossy(&shot.stderr));
     let bytes = std::fs::read(png).expect("screenshot written");
-    assert_eq!(png_size(&bytes), Some((1280, 900)));
+    assert_eq!(png_size(&bytes), Some((width, height)));
     assert!(bytes.len() > 20_000, "a blank page compresses to almost nothing: {} bytes", bytes.len());
     if std::env::var_os("UPDATE_REPORT_SCREENSHOT").is_some() {
         std::fs::copy(png, workspace_root().join("docs").join(docs_name)).unwrap();
@@ -758,9 +775,37 @@ pub(crate) fn png_size(bytes: &[u8]) -> Option<(u32, u32)> {
     Some((u32::from_be_bytes(bytes[16..20].try_into().ok()?), u32::from_be_bytes(bytes[20..24].try_into().ok()?)))
 }
 
+/// A model name that would inject an element into the page were it not escaped.
+const HOSTILE_MODEL: &str = "org/<img src=x onerror=alert(1)>";
+
+/// Per-trial facts for the fixture's tb2 results (one attempt per task over 89 tasks; `solved` of
+/// them solved) and a fourth, hostile-named model: the report then has bootstrap intervals to rank
+/// on and a pair to draw per task.
+fn with_trial_facts(fx: &LedgerFixture) {
+    use submitter::ledger::TrialSet;
+    use submitter::stats::Trial;
+    let ledger = open_ledger(&fx.spec).unwrap();
+    ledger.import_attempts(&[finished(HOSTILE_MODEL, "terminal_bench_2", 0.34, 89, 0, None)]).unwrap();
+    let attempts = submitter::verify::results::finished_attempts(&*ledger).unwrap();
+    for (model, solved) in [("org/Alpha-8B", 37), ("org/Beta-32B", 54), ("org/Gamma-7B", 11), (HOSTILE_MODEL, 30)] {
+        let attempt = attempts.iter().find(|a| a.model == model && a.benchmark == "terminal_bench_2").unwrap();
+        // Spread the solved tasks so the two models differ on some tasks each way.
+        let trials = (0..89)
+            .map(|t| Trial {
+                task: format!("task-{t:02}"),
+                attempt: 1,
+                reward: f64::from(u8::from((t * 7 + solved) % 89 < solved)),
+                valid: true,
+            })
+            .collect();
+        ledger.record_trials(attempt.id, &TrialSet { harbor_version: Some("0.25.0".into()), trials }).unwrap();
+    }
+}
+
 #[test]
 fn report_renders_in_a_real_browser() {
     let fx = ledger_fixture();
+    with_trial_facts(&fx);
     let page = fx.tmp.path().join("out/report.html");
     // `report --html` writes into an existing directory only (issue 21).
     std::fs::create_dir_all(page.parent().unwrap()).unwrap();
@@ -789,7 +834,36 @@ fn report_renders_in_a_real_browser() {
         &section[..section.len().min(2000)]
     );
 
+    // It opens with the ranking, then the matrix (rows in rank order), then the plots.
+    let at = |id: &str| dump.find(&format!("id=\"{id}\"")).unwrap_or_else(|| panic!("no #{id}"));
+    assert!(at("ranking") < at("matrix") && at("matrix") < at("plots") && at("plots") < at("team"));
+    let matrix = &dump[at("matrix")..at("plots")];
+    assert!(matrix.find("org/Beta-32B").unwrap() < matrix.find("org/Alpha-8B").unwrap(), "rank order");
+    // The plots, as the browser built them: tb2's ranking of four models on bootstrap intervals, one
+    // scatter (tb2 against dev_set_v2: Alpha and Beta have both), Beta against Alpha per task.
+    let tb2 = dump.split("class=\"plot intervals\" data-benchmark=\"terminal_bench_2\"").nth(1).expect("tb2 ranking");
+    let tb2 = &tb2[..tb2.find("</svg>").unwrap()];
+    assert_eq!(tb2.matches("<g class=\"standing\"").count(), 4, "{tb2}");
+    assert_eq!(tb2.matches("<line class=\"ci\"").count(), 4, "{tb2}");
+    assert!(tb2.contains("bootstrap over tasks"), "{tb2}");
+    assert_eq!(dump.matches("class=\"plot scatter\"").count(), 1);
+    assert_eq!(dump.matches("class=\"plot heatmap\" data-a=\"org/Beta-32B\" data-b=\"org/Alpha-8B\"").count(), 1);
+    assert_eq!(dump.matches("<rect class=\"task\"").count(), 2 * 89);
+    // The hostile name is text, never an element.
+    assert!(!dump.contains("<img"), "an injected element");
+    assert!(dump.contains("org/&lt;img src=x onerror=alert(1)&gt;"));
+
     screenshot(&browser, profile.path(), &page, &fx.tmp.path().join("report.png"), "report.png");
+    // The page down to its plots: a taller window (a headless screenshot at the `#plots` anchor
+    // paints only the top of the page).
+    screenshot_sized(
+        &browser,
+        profile.path(),
+        &page,
+        &fx.tmp.path().join("plots.png"),
+        "report-plots.png",
+        (1280, 1500),
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
