@@ -121,7 +121,8 @@ fn results_for_200_models_ranked_on_a_terminal_and_in_a_pipe() {
     drop(ledger);
     let piped = run(&state, &["results"], None);
     let body: Vec<&str> = piped.lines().skip(1).take(201).collect();
-    let rank = |line: &str| line.split_whitespace().last().and_then(|r| r.parse::<usize>().ok());
+    // A rank label: `3`, or `3=` when tied (issue 35's ranking).
+    let rank = |line: &str| line.split_whitespace().last().and_then(|r| r.trim_end_matches('=').parse::<usize>().ok());
     let ranks: Vec<usize> = body.iter().filter_map(|l| rank(l)).collect();
     assert_eq!(ranks.len(), 200, "{piped}");
     assert!(ranks.windows(2).all(|w| w[0] <= w[1]), "ranked, best first: {piped}");
