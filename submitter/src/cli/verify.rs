@@ -309,7 +309,12 @@ pub(crate) fn results(args: &ResultsArgs) -> Result<ExitCode> {
     } else if args.csv {
         results::render_csv(&m)
     } else {
-        results::render_text(&m) + &results::render_trials_text(&m) + &results::render_gpu_text(&m)
+        {
+            let terminal = crate::term::Terminal::stdout();
+            results::render_text(&m, &terminal)
+                + &results::render_trials_text(&m)
+                + &results::render_gpu_text(&m, &terminal)
+        }
     };
     super::print(&text)?;
     Ok(ExitCode::SUCCESS)

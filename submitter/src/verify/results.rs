@@ -769,27 +769,28 @@ pub(crate) fn attach_gpu(m: &mut Matrix, rows: &[crate::ledger::GpuSecondsRow]) 
 
 /// GPU-hours per result (models × benchmarks), per benchmark and in total, when any attempt has
 /// a record; empty otherwise.
-pub(crate) fn render_gpu_text(m: &Matrix) -> String {
+pub(crate) fn render_gpu_text(m: &Matrix, terminal: &crate::term::Terminal) -> String {
     let t = &m.gpu_totals;
     if t.attempts == 0 {
         return String::new();
     }
-    let width = m.models.iter().map(|s| s.len()).max().unwrap_or(5).max(5);
-    let mut out =
-        format!("\nGPU-hours per result (its attempts, walltime continuations included)\n{:<width$}", "model");
-    for b in &m.benchmarks {
-        out += &format!("  {:>16}", short_name(b));
-    }
-    out += "\n";
-    for model in &m.models {
-        out += &format!("{model:<width$}");
+    let mut out = "\nGPU-hours per result (its attempts, walltime continuations included)\n".to_string();
+    let mut header = vec!["model".to_string()];
+    header.extend(m.benchmarks.iter().map(|b| short_name(b)));
+    let mut table = terminal.table(header);
+    for model in m.models_by_rank() {
+        let mut row = vec![model.to_string()];
         for b in &m.benchmarks {
-            let text =
-                m.cell(model, b).and_then(|c| c.gpu.as_ref()).map_or("-".into(), |g| format!("{:.2}", g.gpu_hours));
-            out += &format!("  {text:>16}");
+            row.push(
+                m.cell(model, b).and_then(|c| c.gpu.as_ref()).map_or("-".into(), |g| format!("{:.2}", g.gpu_hours)),
+            );
         }
-        out += "\n";
+        table.row(row);
     }
+    for column in 1..=m.benchmarks.len() {
+        table.right(column).keep(column);
+    }
+    out += &table.render();
     let by_bench: Vec<String> = t.by_benchmark.iter().map(|(b, h)| format!("{} {h:.2}", short_name(b))).collect();
     out += &format!("by benchmark (every recorded attempt): {}\n", by_bench.join(", "));
     let phases: Vec<String> = crate::gpuhours::PHASES
@@ -864,20 +865,17 @@ fn fmt_mean(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{v:.3}"))
 }
 
-/// The matrix as a text table.
-pub(crate) fn render_text(m: &Matrix) -> String {
-    // Names come from the team's database too: each printed as one inert field.
-    use crate::text::printable;
-    let width = m.models.iter().map(|s| printable(s).chars().count()).max().unwrap_or(5).max(5);
-    let mut out = format!("{:<width$}", "model");
-    for b in &m.benchmarks {
-        out += &format!("  {:>16}", printable(&short_name(b)));
-    }
-    out += &format!("  {:>8}  {:>4}\n", "ID mean", "rank");
-    for model in &m.models {
-        out += &format!("{:<width$}", printable(model));
+/// The matrix as a text table (fitted to `terminal`), in ranking order
+/// ([`Matrix::models_by_rank`]).
+pub(crate) fn render_text(m: &Matrix, terminal: &crate::term::Terminal) -> String {
+    let mut header = vec!["model".to_string()];
+    header.extend(m.benchmarks.iter().map(|b| short_name(b)));
+    header.extend(["ID mean".to_string(), "rank".to_string()]);
+    let mut table = terminal.table(header);
+    for model in m.models_by_rank() {
+        let mut row = vec![model.to_string()];
         for b in &m.benchmarks {
-            let text = match m.cell(model, b) {
+            row.push(match m.cell(model, b) {
                 None => "-".to_string(),
                 Some(c) => {
                     let mut t = match c.stderr {
@@ -892,16 +890,17 @@ pub(crate) fn render_text(m: &Matrix) -> String {
                     }
                     t
                 }
-            };
-            out += &format!("  {text:>16}");
+            });
         }
-        out += &format!(
-            "  {:>8}  {:>4}\n",
-            fmt_mean(m.id_mean.get(model).copied()),
-            m.rank_label(model).unwrap_or_else(|| "-".into())
-        );
+        row.push(fmt_mean(m.id_mean.get(model).copied()));
+        row.push(m.rank_label(model).unwrap_or_else(|| "-".into()));
+        table.row(row);
     }
-    out += &format!(
+    for column in 1..m.benchmarks.len() + 3 {
+        table.right(column).keep(column);
+    }
+    let out = table.render();
+    let mut notes = format!(
         "± standard error (binary benchmarks only); dev_set_v2 is partial-credit: mean only, never ranked; ! = incomplete (resume, don't accept){}\n",
         m.rank_by
             .as_ref()
@@ -913,12 +912,12 @@ pub(crate) fn render_text(m: &Matrix) -> String {
     );
     if !m.earlier.is_empty() {
         let other = m.cells.iter().filter(|c| !c.other_settings.is_empty()).count();
-        out += &format!(
+        notes += &format!(
             "{} earlier result(s) kept beside the cells (--json: `earlier`), never pooled; ~ = {other} cell(s) with earlier results under other settings\n",
             m.earlier.len()
         );
     }
-    out
+    out + &terminal.fit(&notes)
 }
 
 /// A text a spreadsheet would read as a formula (`=`, `+`, `-`, `@`, a tab or CR first: OWASP's
@@ -1113,7 +1112,10 @@ pub(crate) mod tests {
             attempt(2, "org/\u{1b}[2J\u{1b}[31mred\u{202e}", "terminal_bench_2", 0.4, 100),
             attempt(3, "org/plain", "bench\r\u{7}", 0.4, 100),
         ];
-        let text = render_text(&build_matrix(&attempts, None, &VerifySettings::default(), &shipped()).unwrap());
+        let text = render_text(
+            &build_matrix(&attempts, None, &VerifySettings::default(), &shipped()).unwrap(),
+            &crate::term::Terminal::pipe(),
+        );
         assert!(!text.contains('\u{1b}') && !text.contains('\r') && !text.contains('\u{7}'), "{text:?}");
         assert!(!text.contains('\u{202e}'), "{text:?}");
         assert!(!text.lines().any(|l| l.starts_with("Qwen/Forged-8B")), "a forged line: {text}");
@@ -1162,7 +1164,7 @@ pub(crate) mod tests {
             "{csv}"
         );
         assert!(!csv.contains("dev_set_v2_stderr"));
-        assert!(render_text(&m).contains("±"));
+        assert!(render_text(&m, &crate::term::Terminal::pipe()).contains("±"));
     }
 
     /// Issue 32 item 7: a Harbor mean of 7.5 (or −7, or NaN from a broken verifier) is no score —
