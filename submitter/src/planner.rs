@@ -1491,6 +1491,15 @@ mod tests {
         let first = split.shared.iter().find(|g| g.pool.as_ref().is_some_and(|p| p.order.0 == 1)).unwrap();
         assert_eq!(first.time, crate::queue::format_slurm_time(two), "{}", first.time_basis);
         assert!(first.time_basis.contains("the rest in the next pool"), "{}", first.time_basis);
+        // A limit below one model's legs: a pool per model, capped at it (continued by the walltime).
+        let short = |_: &str| Some((1200, "slurm.max_time (profile local)".to_string()));
+        let capped = plan(&PlanInputs { max_time: &short, ..inputs }, &snapshot);
+        let pools: Vec<&SharedJob> = capped.shared.iter().filter(|g| g.pool.is_some()).collect();
+        assert_eq!(pools.len(), 3, "{:#?}", capped.shared);
+        for pool in pools {
+            assert_eq!(pool.time, "00:20:00", "{}", pool.time_basis);
+            assert!(pool.time_basis.starts_with("capped at 00:20:00 = slurm.max_time"), "{}", pool.time_basis);
+        }
         // The same inputs plan the same way.
         assert_eq!(plan(&inputs, &snapshot), planned);
     }

@@ -411,19 +411,48 @@ fn end_attempt(
 /// Completes the acts an earlier pass recorded but could not finish: an attempt remediation
 /// recorded an act on that is still active in the ledger has its job cancelled (again: `scancel` of
 /// an ended job is harmless) and is failed with the act's reason. Only `cluster`'s attempts: another
-/// cluster's job ids mean nothing to this Slurm. Returns the attempts completed.
-pub fn reconcile(ledger: &dyn Ledger, slurm: &dyn Slurm, cluster: &str) -> Result<Vec<AttemptId>, RemediateError> {
+/// cluster's job ids mean nothing to this Slurm. A `scancel` that fails is `backoff`'s as in a
+/// pass (issue 32 item 11): not asked again before its time, and no reason to stop the others.
+pub(crate) fn reconcile(
+    ledger: &dyn Ledger,
+    slurm: &dyn Slurm,
+    cluster: &str,
+    backoff: &mut ScancelBackoff,
+    now: DateTime<Utc>,
+) -> Result<Reconciled, RemediateError> {
     let records = ledger.remediations()?;
-    let mut completed = Vec::new();
-    for attempt in ledger.active()?.into_iter().filter(|a| a.cluster == cluster) {
+    let mut done = Reconciled::default();
+    let active = ledger.active()?;
+    for attempt in active.into_iter().filter(|a| a.cluster == cluster) {
+        if !backoff.due(attempt.id.0, now) {
+            continue;
+        }
         let Some(record) = records.iter().find(|r| r.attempt == Some(attempt.id) && r.action != "release") else {
             continue;
         };
         let reason = act_reason(&record.action, &record.reason);
-        end_attempt(ledger, slurm, attempt.id, attempt.slurm_job_id.as_deref(), &reason)?;
-        completed.push(attempt.id);
+        match end_attempt(ledger, slurm, attempt.id, attempt.slurm_job_id.as_deref(), &reason) {
+            Ok(()) => {
+                backoff.succeeded(attempt.id.0);
+                done.completed.push(attempt.id);
+            }
+            Err(RemediateError::Slurm(error)) => {
+                let next = backoff.failed(attempt.id.0, now);
+                done.cancel_failed.push((attempt.id, error, next));
+            }
+            Err(error) => return Err(error),
+        }
     }
-    Ok(completed)
+    Ok(done)
+}
+
+/// What [`reconcile`] did.
+#[derive(Debug, Default)]
+pub(crate) struct Reconciled {
+    /// The attempts whose recorded act was completed.
+    pub completed: Vec<AttemptId>,
+    /// The attempts whose job Slurm would not cancel, why, and when it is asked next.
+    pub cancel_failed: Vec<(AttemptId, SlurmError, DateTime<Utc>)>,
 }
 
 /// When remediation asks Slurm again to cancel a job it could not cancel (issue 32 item 11): a
@@ -493,6 +522,23 @@ pub fn hold(
     operator_record(ledger, key, cluster, username, "hold", reason)
 }
 
+/// The finding of the hold a retried pair gets when its next launch is refused by preflight.
+pub(crate) const RETRY_REFUSED: &str = "retry.refused";
+
+/// Holds a pair remediation retried whose next launch preflight refuses (the lowered ceiling no
+/// longer fits the weights, …): held with preflight's reason, rather than refused again on every
+/// iteration (issue 32 item 12). `submitter release` clears it as any hold.
+pub(crate) fn hold_refused_retry(
+    ledger: &dyn Ledger,
+    key: &(String, String, String),
+    cluster: &str,
+    username: &str,
+    refusal: &str,
+) -> Result<(), LedgerError> {
+    let reason = format!("{RETRY_REFUSED}: the retried launch fails preflight: {refusal}");
+    pair_record(ledger, key, cluster, username, (RETRY_REFUSED, "hold"), reason)
+}
+
 /// A person's `release` or `hold` of a pair: a remediation record with no attempt.
 fn operator_record(
     ledger: &dyn Ledger,
@@ -503,6 +549,18 @@ fn operator_record(
     reason: String,
 ) -> Result<(), LedgerError> {
     let finding = if action == "release" { "release" } else { "operator" };
+    pair_record(ledger, key, cluster, username, (finding, action), reason)
+}
+
+/// A remediation record of a pair with no attempt: `(finding, action)` and the reason.
+fn pair_record(
+    ledger: &dyn Ledger,
+    key: &(String, String, String),
+    cluster: &str,
+    username: &str,
+    (finding, action): (&str, &str),
+    reason: String,
+) -> Result<(), LedgerError> {
     ledger.record_remediation(&NewRemediation {
         model: key.0.clone(),
         family: key.1.clone(),

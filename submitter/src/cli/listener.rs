@@ -2,7 +2,8 @@
 //!
 //! `start` records the launch arguments in `<state_dir>/listener.json` and submits the first job;
 //! each job (`tick`) first queues its successor (`--begin=now+interval`, `--dependency=singleton`,
-//! same name) unless one is already pending, then runs one `launch --once` iteration. `stop` marks
+//! same name) unless one is already pending, then runs one `launch --once` iteration (also when the
+//! successor could not be queued: the tick then exits with Slurm's status). `stop` marks
 //! the state stopped and cancels every job of that name.
 
 use std::path::{Path, PathBuf};
@@ -432,12 +433,21 @@ fn tick(state_file: &Path) -> Result<ExitCode> {
             Vec::new()
         }
     };
+    // A successor that cannot be queued does not cost this iteration its launch (issue 32 item
+    // 12): the error is reported now, the launch runs, and the tick's status says Slurm failed.
+    let mut not_queued = None;
     if pending.is_empty() {
-        let begin = format!("now+{}", state.interval_s.max(1));
-        let next = retrying("queuing the next listener iteration", || {
-            submit(&slurm, &state, state_file, Some(begin.clone()))
-        })?;
-        super::print(&format!("next listener iteration queued as job {next}\n"))?;
+        match queue_successor(&slurm, &state, state_file, me.as_deref()) {
+            Ok(Queued::Submitted(next)) => super::print(&format!("next listener iteration queued as job {next}\n"))?,
+            Ok(Queued::Found(next)) => super::print(&format!(
+                "next listener iteration queued as job {next} (sbatch's answer was lost, job found by its name)\n"
+            ))?,
+            Err(err) => {
+                let err = err.context("the next listener iteration is not queued (this one runs)");
+                super::report_error(&err);
+                not_queued = Some(err);
+            }
+        }
     }
     state.iterations += 1;
     write_state(state_file, &state)?;
@@ -449,5 +459,34 @@ fn tick(state_file: &Path) -> Result<ExitCode> {
         &dirs.clusters,
         &super::session::cluster_name(args.ledger().cluster.as_deref(), &dirs.clusters)?,
     )?)?;
-    super::queueing::launch_command(&args)
+    let launched = super::queueing::launch_command(&args)?;
+    match not_queued {
+        Some(err) if launched == ExitCode::SUCCESS => {
+            Ok(crate::output::ExitStatus::of_error(err.chain(), super::wrapped_status).into())
+        }
+        _ => Ok(launched),
+    }
+}
+
+/// How the next iteration got queued.
+enum Queued {
+    Submitted(String),
+    /// `sbatch` failed or its answer was lost, and a job of the listener's name was found queued.
+    Found(String),
+}
+
+/// Queues the next iteration, retried as [`retrying`] does; before each retry the listener's jobs
+/// are listed again, since an `sbatch` whose answer was lost (a socket timeout, a killed client)
+/// may have queued it: retrying blindly queued a copy per try (issue 32 item 12).
+fn queue_successor(slurm: &dyn Slurm, state: &ListenerState, state_file: &Path, me: Option<&str>) -> Result<Queued> {
+    let begin = format!("now+{}", state.interval_s.max(1));
+    let mut first_try = true;
+    retrying("queuing the next listener iteration", || {
+        if !std::mem::take(&mut first_try)
+            && let Some((found, _)) = live_jobs(slurm, &state.job_name, me)?.into_iter().next()
+        {
+            return Ok(Queued::Found(found));
+        }
+        submit(slurm, state, state_file, Some(begin.clone())).map(Queued::Submitted)
+    })
 }

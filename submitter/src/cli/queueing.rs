@@ -499,7 +499,11 @@ fn iterate(
     let site = preflight::Site::here(&session.root, &queries).with_payload(payload);
     let prepare = |job: &PlannedJob, spec: &launch_spec::LaunchSpec| {
         let choice = job.settings.slurm_choice();
-        preflight::stage_and_check(&stager, &job.dataset, spec, &choice, &session.cluster, &site).map(drop)
+        let prepared = preflight::stage_and_check(&stager, &job.dataset, spec, &choice, &session.cluster, &site);
+        if let (Err(refused), false) = (&prepared, args.dry_run) {
+            super::remediation::hold_a_refused_retry(session, job, refused);
+        }
+        prepared.map(drop)
     };
     let executor = Executor {
         ledger: session.ledger.as_ref(),

@@ -4,7 +4,9 @@
 
 use std::process::ExitCode;
 
+use crate::executor::NotSubmitted;
 use crate::output::{self, FormatArgs};
+use crate::planner::PlannedJob;
 use crate::remediate::{self, Decision};
 use crate::verify::status::{self as vstatus, Collect};
 use crate::verify::verdict::StatusRow;
@@ -93,12 +95,18 @@ pub(crate) fn pass(
             &collected
         }
     };
+    let mut backoff = SCANCEL_BACKOFF.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut cancel_failed = None;
     if !dry_run {
         // An act an earlier pass recorded but could not finish (its scancel or the ledger failed).
-        for attempt in remediate::reconcile(session.ledger.as_ref(), &session.slurm, &session.cluster.name)
-            .context("remediation")?
-        {
+        let reconciled =
+            remediate::reconcile(session.ledger.as_ref(), &session.slurm, &session.cluster.name, &mut backoff, now)
+                .context("remediation")?;
+        for attempt in reconciled.completed {
             tracing::info!("remediation: completed the recorded act on attempt {attempt}");
+        }
+        for (attempt, error, next) in reconciled.cancel_failed {
+            cancel_failed = Some(cancel_refused(attempt.0, error, next));
         }
     }
     let states = remediate::pair_states(session.ledger.as_ref()).context("remediation")?;
@@ -108,8 +116,6 @@ pub(crate) fn pass(
     }
     let username = std::env::var("USER").unwrap_or_else(|_| "unknown".to_string());
     let mut done = Vec::with_capacity(decisions.len());
-    let mut backoff = SCANCEL_BACKOFF.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let mut cancel_failed = None;
     for decision in decisions {
         if !backoff.due(decision.attempt, now) {
             continue;
@@ -125,12 +131,7 @@ pub(crate) fn pass(
             // item 11): warned, asked again after a back-off, the command's status says so.
             Err(remediate::RemediateError::Slurm(error)) => {
                 let next = backoff.failed(decision.attempt, now);
-                tracing::warn!(
-                    "remediation of attempt {}: {error}; the other decisions go on, this one is tried again after {}",
-                    decision.attempt,
-                    next.format("%H:%M:%S UTC")
-                );
-                cancel_failed = Some(remediate::RemediateError::Slurm(error));
+                cancel_failed = Some(cancel_refused(decision.attempt, error, next));
             }
             Err(error) => return Err(error).with_context(|| format!("remediation of attempt {}", decision.attempt)),
         }
@@ -140,6 +141,40 @@ pub(crate) fn pass(
         return Err(error).context("remediation: a job could not be cancelled");
     }
     Ok(done)
+}
+
+/// Holds `job`'s pair when preflight refused the launch of a pair remediation adjusted (its retry's
+/// new spec, issue 32 item 12): the next iteration sees a hold with the reason instead of running
+/// preflight into the same refusal. Any preflight refusal of an adjusted pair holds it (the
+/// adjustment stays with the pair's later launches); a person releases it once it is fixed.
+pub(crate) fn hold_a_refused_retry(session: &Session, job: &PlannedJob, refused: &NotSubmitted) {
+    let NotSubmitted::Preflight(why) = refused else { return };
+    if job.remedy.is_none() {
+        return;
+    }
+    let key = (job.model.clone(), job.family.clone(), job.agent.clone());
+    let username = std::env::var("USER").unwrap_or_else(|_| "unknown".to_string());
+    match remediate::hold_refused_retry(session.ledger.as_ref(), &key, &session.cluster.name, &username, why) {
+        Ok(()) => tracing::warn!(
+            "remediation: {} on {} held: its retried launch fails preflight (`submitter release` once fixed)",
+            job.model,
+            job.benchmark
+        ),
+        Err(error) => tracing::warn!("remediation: {} on {} not held: {error}", job.model, job.benchmark),
+    }
+}
+
+/// A job Slurm would not cancel: warned about, asked again at `next`; the error the pass may end with.
+fn cancel_refused(
+    attempt: i64,
+    error: crate::slurm::SlurmError,
+    next: chrono::DateTime<Utc>,
+) -> remediate::RemediateError {
+    tracing::warn!(
+        "remediation of attempt {attempt}: {error}; the other decisions go on, this one is tried again after {}",
+        next.format("%H:%M:%S UTC")
+    );
+    remediate::RemediateError::Slurm(error)
 }
 
 /// Failed `scancel`s of this process (a `--watch` loop runs many passes), by attempt.

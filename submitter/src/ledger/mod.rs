@@ -13,7 +13,7 @@
 //! `postgresql://` URL. Migrations run on open. Messages and `Debug` output never contain the
 //! password of a URL ([`redact_url`]).
 
-mod deadline;
+mod bounded;
 mod migrations;
 mod postgres;
 mod sql;
@@ -27,6 +27,7 @@ use chrono::{DateTime, SubsecRound, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use self::bounded::{Client as PgClient, Param as PgParam, Statements as PgStatements};
 pub use self::migrations::latest_version as latest_schema_version;
 pub use self::postgres::{Connection as PgConnection, LEDGER_CALL_BOUND, PgLedger, Redactor};
 pub use self::sqlite::SqliteLedger;

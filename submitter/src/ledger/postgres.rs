@@ -1,6 +1,7 @@
 //! The shared backend: PostgreSQL by URL, for submitters on several clusters (Supabase included).
 //!
-//! Built on the sync `postgres` client (it drives its own small runtime; nothing async leaks out).
+//! Built on `tokio-postgres` through `bounded` (a runtime of the client's own, every call within a
+//! client-side bound; nothing async leaks out).
 //! Every statement goes through `query_typed` — the unnamed-statement protocol, one round trip and
 //! no server-side prepared statements — so transaction-mode poolers (Supabase's port 6543,
 //! PgBouncer) work as well as direct connections. Timestamps come from the server's clock, one
@@ -15,14 +16,10 @@
 //! default, which also upgrades `require` to `verify-ca`), else Mozilla's roots built in.
 
 use std::collections::{HashMap, HashSet};
-use std::os::fd::RawFd;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use ::postgres::error::SqlState;
-use ::postgres::types::{ToSql, Type};
-use ::postgres::{Client, Config, GenericClient, Transaction};
 use chrono::{DateTime, Utc};
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -31,9 +28,12 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use serde_json::Value;
+use tokio_postgres::Config;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::Type;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::deadline;
+use super::bounded::{self, Client, Param, Statements, Transaction};
 use super::migrations::Migration;
 use super::sql::{self, Arg, Backend, Cell, DbError, Failure, Row, SqlLedger, Step};
 use super::{
@@ -45,7 +45,7 @@ pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The client-side bound of one call on the ledger's PostgreSQL (a statement, or a transaction's
 /// statements together, the bulk import's `COPY` included) and of its connect's startup
-/// (`deadline`): generous, since the ledger's bulk import runs under it; what it bounds is a
+/// (`bounded`): generous, since the ledger's bulk import runs under it; what it bounds is a
 /// connection that stopped answering. The team database's calls have `team.timeout_s`.
 pub const LEDGER_CALL_BOUND: Duration = Duration::from_secs(300);
 
@@ -54,15 +54,12 @@ const VACUUM_AFTER_ROWS: usize = 10_000;
 
 const UNREACHABLE_HINT: &str = "is PostgreSQL running, and are the host and port in the URL right?";
 
-/// One statement parameter with its PostgreSQL type (what `query_typed` needs).
-type Param<'a> = (&'a (dyn ToSql + Sync), Type);
-
 /// The PostgreSQL ledger.
 pub type PgLedger = SqlLedger<Postgres>;
 
 pub struct Postgres {
-    /// The client and its socket (`deadline`), replaced together on a reconnect.
-    client: Mutex<(Client, Option<RawFd>)>,
+    /// Replaced on a reconnect.
+    client: Mutex<Client>,
     config: Config,
     tls: MakeRustlsConnect,
     location: String,
@@ -74,8 +71,6 @@ pub struct Postgres {
 /// team's OT-Agent database (import, mirror).
 pub struct Connection {
     client: Client,
-    /// The client's socket, which the bound shuts down (`deadline`).
-    socket: Option<RawFd>,
     /// The client-side bound of each [`Connection::within`] call.
     bound: Duration,
     config: Config,
@@ -87,7 +82,7 @@ pub struct Connection {
 
 impl Connection {
     /// Opens a connection whose startup and whose every [`Connection::within`] call are bounded by
-    /// `bound` on the client's side (`deadline`).
+    /// `bound` on the client's side (`bounded`).
     pub fn open(url: &str, bound: Duration) -> Result<Self> {
         let location = postgres_location(url);
         let tls_settings = TlsSettings::from_url(url);
@@ -101,15 +96,18 @@ impl Connection {
             config.application_name("submitter");
         }
         let tls = MakeRustlsConnect::new(tls_settings.client_config().map_err(bad)?);
-        let (client, socket) = open_client(&config, &tls, &location, &secrets, bound)?;
-        Ok(Connection { client, socket, bound, config, tls, location, secrets })
+        let client = open_client(&config, &tls, &location, &secrets, bound)?;
+        Ok(Connection { client, bound, config, tls, location, secrets })
     }
 
-    /// Runs `body` on the client within the connection's bound: at the bound its socket is shut
-    /// down, the driver's wait ends with an error, and the second value says the bound fired.
-    pub fn within<T>(&mut self, body: impl FnOnce(&mut Client) -> T) -> (T, bool) {
-        let client = &mut self.client;
-        deadline::within(self.socket, self.bound, || body(client))
+    /// Runs `body` on the client within the connection's bound: at the bound the connection is
+    /// dropped, the pending call ends with an error, and the second value says the bound fired.
+    /// A connection the server (or a fired bound) closed is opened again first.
+    pub fn within<T>(&mut self, body: impl FnOnce(&mut Client) -> T) -> std::result::Result<(T, bool), LedgerError> {
+        if self.client.is_closed() {
+            self.client = open_client(&self.config, &self.tls, &self.location, &self.secrets, self.bound)?;
+        }
+        Ok(self.client.within(self.bound, body))
     }
 
     /// The client-side bound of each call.
@@ -132,14 +130,14 @@ pub struct Redactor {
 
 impl Redactor {
     /// A driver error as one line, without the password.
-    pub fn describe(&self, error: &::postgres::Error) -> String {
+    pub fn describe(&self, error: &tokio_postgres::Error) -> String {
         scrub(db_message(error), &self.secrets)
     }
 }
 
-impl From<::postgres::Error> for Failure {
+impl From<tokio_postgres::Error> for Failure {
     /// Unscrubbed here; [`Postgres::scrubbed`] removes the password at the call's boundary.
-    fn from(error: ::postgres::Error) -> Self {
+    fn from(error: tokio_postgres::Error) -> Self {
         let mut detail = db_message(&error);
         if error.is_closed() {
             detail.push_str(" (connection lost; the next call reconnects)");
@@ -151,30 +149,27 @@ impl From<::postgres::Error> for Failure {
 impl SqlLedger<Postgres> {
     /// Connects (TLS per `sslmode`) and applies pending migrations.
     pub fn connect(url: &str) -> Result<Self> {
-        let Connection { client, socket, config, tls, location, secrets, .. } =
-            Connection::open(url, LEDGER_CALL_BOUND)?;
-        let ledger =
-            SqlLedger { backend: Postgres { client: Mutex::new((client, socket)), config, tls, location, secrets } };
+        let Connection { client, config, tls, location, secrets, .. } = Connection::open(url, LEDGER_CALL_BOUND)?;
+        let ledger = SqlLedger { backend: Postgres { client: Mutex::new(client), config, tls, location, secrets } };
         sql::migrate(&ledger.backend)?;
         Ok(ledger)
     }
 }
 
 impl Postgres {
-    fn lock(&self) -> MutexGuard<'_, (Client, Option<RawFd>)> {
+    fn lock(&self) -> MutexGuard<'_, Client> {
         self.client.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Runs `body` on the connection, reconnecting first when the server closed it (an idle
     /// timeout, a restart): a long-running listener recovers on its next call.
-    /// Each call is bounded by [`LEDGER_CALL_BOUND`] on the client's side (`deadline`).
+    /// Each call is bounded by [`LEDGER_CALL_BOUND`] on the client's side (`bounded`).
     fn with_client<T>(&self, body: impl FnOnce(&mut Client) -> Step<T>) -> Step<T> {
-        let mut guard = self.lock();
-        if guard.0.is_closed() {
-            *guard = open_client(&self.config, &self.tls, &self.location, &self.secrets, LEDGER_CALL_BOUND)?;
+        let mut client = self.lock();
+        if client.is_closed() {
+            *client = open_client(&self.config, &self.tls, &self.location, &self.secrets, LEDGER_CALL_BOUND)?;
         }
-        let (client, socket) = &mut *guard;
-        let (result, fired) = deadline::within(*socket, LEDGER_CALL_BOUND, || body(client));
+        let (result, fired) = client.within(LEDGER_CALL_BOUND, body);
         result.map_err(|failure| match failure {
             Failure::Db(DbError { detail, active_clash }) if fired => Failure::Db(DbError {
                 detail: format!(
@@ -343,9 +338,9 @@ impl Backend for Postgres {
 }
 
 /// A client or a transaction, as the shared statements see it: typed parameters, rows as cells.
-struct PgDb<'a, C: GenericClient>(&'a mut C);
+struct PgDb<'a, C: Statements>(&'a mut C);
 
-impl<C: GenericClient> sql::Db for PgDb<'_, C> {
+impl<C: Statements> sql::Db for PgDb<'_, C> {
     fn query(&mut self, sql: &str, args: &[Arg<'_>]) -> Step<Vec<Row>> {
         let params: Vec<Param<'_>> = args.iter().map(param).collect();
         self.0.query_typed(sql, &params)?.iter().map(row).collect()
@@ -374,7 +369,7 @@ fn param<'a>(arg: &'a Arg<'_>) -> Param<'a> {
     }
 }
 
-fn row(row: &::postgres::Row) -> Step<Row> {
+fn row(row: &tokio_postgres::Row) -> Step<Row> {
     let mut cells = Vec::with_capacity(row.len());
     for (i, column) in row.columns().iter().enumerate() {
         let ty = column.type_();
@@ -406,50 +401,50 @@ fn json_param(value: Option<&Value>) -> Option<&Value> {
     value.filter(|v| !v.is_null())
 }
 
-/// Connects, the startup and authentication bounded by `bound` (`deadline`; the driver's
-/// `connect_timeout` covers the TCP connect only); also returns the connection's socket.
+/// Connects, the startup and authentication bounded by `bound` (`bounded`; the driver's
+/// `connect_timeout` covers the TCP connect only).
 fn open_client(
     config: &Config,
     tls: &MakeRustlsConnect,
     location: &str,
     secrets: &[String],
     bound: Duration,
-) -> Result<(Client, Option<RawFd>)> {
-    let port = config.get_ports().first().copied().unwrap_or(5432);
-    let (connected, socket, fired) = deadline::connect(port, bound, || config.connect(tls.clone()));
-    let client = connected.map_err(|error| {
-        let mut detail = scrub(db_message(&error), secrets);
-        if fired {
-            detail = format!("no answer within {} s while connecting (the client's bound): {detail}", bound.as_secs());
+) -> Result<Client> {
+    let location = location.to_string();
+    let error = match Client::connect(config, tls.clone(), bound) {
+        Ok(client) => return Ok(client),
+        Err(bounded::ConnectError::Driver(error)) => error,
+        Err(bounded::ConnectError::NoAnswer) => {
+            let detail = format!("no answer within {} s while connecting (the client's bound)", bound.as_secs());
+            return Err(LedgerError::Unreachable { location, detail, hint: UNREACHABLE_HINT });
         }
-        let location = location.to_string();
-        match error.code() {
-            Some(code)
-                if *code == SqlState::INVALID_PASSWORD || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION =>
-            {
-                LedgerError::Rejected { location, detail, hint: "check the user and password in the URL" }
-            }
-            Some(code) if *code == SqlState::INVALID_CATALOG_NAME => {
-                LedgerError::Rejected { location, detail, hint: "create the database, or fix its name in the URL" }
-            }
-            Some(code) if *code == SqlState::TOO_MANY_CONNECTIONS => LedgerError::Rejected {
-                location,
-                detail,
-                hint: "the server is at its connection limit; try again later",
-            },
-            Some(_) => LedgerError::Rejected { location, detail, hint: "check the URL and the server's pg_hba.conf" },
-            None if is_tls_failure(&detail) => {
-                LedgerError::Unreachable { location, detail, hint: "check sslmode and sslrootcert in the URL" }
-            }
-            None => LedgerError::Unreachable { location, detail, hint: UNREACHABLE_HINT },
+        Err(bounded::ConnectError::Runtime(error)) => {
+            let detail = format!("cannot start the client's runtime: {error}");
+            return Err(LedgerError::Unreachable { location, detail, hint: "free file descriptors or memory" });
         }
-    })?;
-    Ok((client, socket))
+    };
+    let detail = scrub(db_message(&error), secrets);
+    Err(match error.code() {
+        Some(code) if *code == SqlState::INVALID_PASSWORD || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION => {
+            LedgerError::Rejected { location, detail, hint: "check the user and password in the URL" }
+        }
+        Some(code) if *code == SqlState::INVALID_CATALOG_NAME => {
+            LedgerError::Rejected { location, detail, hint: "create the database, or fix its name in the URL" }
+        }
+        Some(code) if *code == SqlState::TOO_MANY_CONNECTIONS => {
+            LedgerError::Rejected { location, detail, hint: "the server is at its connection limit; try again later" }
+        }
+        Some(_) => LedgerError::Rejected { location, detail, hint: "check the URL and the server's pg_hba.conf" },
+        None if is_tls_failure(&detail) => {
+            LedgerError::Unreachable { location, detail, hint: "check sslmode and sslrootcert in the URL" }
+        }
+        None => LedgerError::Unreachable { location, detail, hint: UNREACHABLE_HINT },
+    })
 }
 
 /// The driver's message with its cause chain (tokio-postgres keeps the I/O or TLS reason in the
 /// source), and the server's detail for database errors.
-fn db_message(error: &::postgres::Error) -> String {
+fn db_message(error: &tokio_postgres::Error) -> String {
     if let Some(db) = error.as_db_error() {
         return match db.detail() {
             Some(detail) => format!("{}: {} ({detail})", db.severity(), db.message()),
@@ -473,7 +468,7 @@ fn is_tls_failure(message: &str) -> bool {
     ["tls", "certificate", "handshake"].iter().any(|word| message.contains(word))
 }
 
-fn is_active_index_violation(error: &::postgres::Error) -> bool {
+fn is_active_index_violation(error: &tokio_postgres::Error) -> bool {
     error
         .as_db_error()
         .is_some_and(|db| *db.code() == SqlState::UNIQUE_VIOLATION && db.constraint() == Some("attempts_one_active"))
@@ -652,11 +647,9 @@ impl ServerCertVerifier for LibpqVerifier {
 /// `updated_at` is the transaction's `now()`, the server's clock as for every other write.
 fn insert_rows(tx: &mut Transaction<'_>, rows: &[ImportedAttempt], numbers: &[(String, u32)]) -> Step<()> {
     let now: DateTime<Utc> = tx.query_typed("SELECT now()", &[])?[0].try_get(0)?;
-    let writer = tx.copy_in(
-        "COPY attempts (model, benchmark, benchmark_family, cluster, username, run_tag, slurm_job_id, status,
+    let sql = "COPY attempts (model, benchmark, benchmark_family, cluster, username, run_tag, slurm_job_id, status,
                         reason, config, metrics, attempt, submitted_at, started_at, ended_at, updated_at, source_id)
-         FROM STDIN (FORMAT binary)",
-    )?;
+         FROM STDIN (FORMAT binary)";
     let types = [
         Type::TEXT,
         Type::TEXT,
@@ -676,7 +669,7 @@ fn insert_rows(tx: &mut Transaction<'_>, rows: &[ImportedAttempt], numbers: &[(S
         Type::TIMESTAMPTZ,
         Type::TEXT,
     ];
-    let mut writer = ::postgres::binary_copy::BinaryCopyInWriter::new(writer, &types);
+    let mut writer = tx.copy_in_binary(sql, &types)?;
     for (row, (family, attempt)) in rows.iter().zip(numbers) {
         let attempt = i32::try_from(*attempt).unwrap_or(i32::MAX);
         let metrics = json_param(row.metrics.as_ref());
@@ -741,7 +734,7 @@ mod tests {
         assert_eq!(config.get_password(), Some(password.as_bytes()));
         assert_eq!(config.get_ports(), [6543]);
         assert_eq!(config.get_dbname(), Some("postgres"));
-        assert_eq!(config.get_ssl_mode(), ::postgres::config::SslMode::Require);
+        assert_eq!(config.get_ssl_mode(), tokio_postgres::config::SslMode::Require);
         assert_eq!(postgres_location(&url), format!("postgresql://postgres.testproject@{host}:6543/postgres"));
         assert!(password_forms(&url).contains(&password));
         s.client_config().unwrap();

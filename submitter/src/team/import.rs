@@ -20,12 +20,14 @@ use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use chrono::Duration;
-use postgres::types::Type;
 use serde::Serialize;
 use serde_json::{Value, json};
+use tokio_postgres::types::Type;
 
 use super::{TEAM_CLUSTER, TeamError, source_error};
-use crate::ledger::{AttemptId, AttemptStatus, ImportedAttempt, ImportedState, Ledger, PgConnection, Timestamp, now};
+use crate::ledger::{
+    AttemptId, AttemptStatus, ImportedAttempt, ImportedState, Ledger, PgConnection, PgStatements, Timestamp, now,
+};
 
 /// Rows committed late with an older timestamp are caught by re-reading this far behind the mark.
 const WATERMARK_OVERLAP_S: i64 = 600;
@@ -152,25 +154,21 @@ pub(crate) fn read_history(
 }
 
 fn read_history_on(
-    client: &mut postgres::Client,
+    client: &mut crate::ledger::PgClient,
     redactor: &crate::ledger::Redactor,
     since: Option<Timestamp>,
     also: &[String],
     statement_timeout: Option<std::time::Duration>,
 ) -> Result<TeamHistory, TeamError> {
     let redactor = redactor.clone();
-    let mut tx = client
-        .build_transaction()
-        .read_only(true)
-        .start()
-        .map_err(source_error(&redactor, "open a read-only transaction"))?;
+    let mut tx = client.read_only_transaction().map_err(source_error(&redactor, "open a read-only transaction"))?;
     if let Some(bound) = statement_timeout {
         // `SET LOCAL`, inside the transaction: a transaction-mode pooler (Supabase's 6543) hands
         // the server connection on afterwards, and a startup `options=-c …` is refused there.
         tx.batch_execute(&format!("SET LOCAL statement_timeout = {}", bound.as_millis().max(1)))
             .map_err(source_error(&redactor, "set the statement timeout"))?;
     }
-    let text = |row: &postgres::Row, i: usize| row.try_get::<_, Option<String>>(i);
+    let text = |row: &tokio_postgres::Row, i: usize| row.try_get::<_, Option<String>>(i);
     let models = tx
         .query_typed(
             "SELECT id::text, name, base_model_id::text, duplicate_of::text, created_by::text FROM models",
@@ -187,7 +185,7 @@ fn read_history_on(
                 created_by: text(row, 4)?,
             })
         })
-        .collect::<Result<Vec<_>, postgres::Error>>()
+        .collect::<Result<Vec<_>, tokio_postgres::Error>>()
         .map_err(source_error(&redactor, "read models"))?;
     let benchmarks = tx
         .query_typed("SELECT id::text, name, duplicate_of::text FROM benchmarks", &[])
@@ -200,7 +198,7 @@ fn read_history_on(
                 duplicate_of: text(row, 2)?,
             })
         })
-        .collect::<Result<Vec<_>, postgres::Error>>()
+        .collect::<Result<Vec<_>, tokio_postgres::Error>>()
         .map_err(source_error(&redactor, "read benchmarks"))?;
     let rows = tx
         .query_typed(
@@ -222,14 +220,14 @@ fn read_history_on(
     // row claims (a row dated 2099, or stamped by a cluster whose clock runs an hour fast, would
     // otherwise hide every row the team adds later behind the mark).
     let source_now: Timestamp = tx
-        .query_one("SELECT transaction_timestamp()", &[])
+        .query_typed_one("SELECT transaction_timestamp()", &[])
         .and_then(|row| row.try_get(0))
         .map_err(source_error(&redactor, "read the source's clock"))?;
     let mut watermark: Option<Timestamp> = None;
     let mut jobs = Vec::with_capacity(rows.len());
     let mut seen: HashSet<String> = HashSet::new();
     for row in &rows {
-        let parse = || -> Result<TeamJob, postgres::Error> {
+        let parse = || -> Result<TeamJob, tokio_postgres::Error> {
             Ok(TeamJob {
                 id: row.try_get(0)?,
                 job_name: row.try_get(1)?,

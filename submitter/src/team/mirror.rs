@@ -14,11 +14,11 @@ use std::sync::Mutex;
 
 use std::time::Duration;
 
-use postgres::types::{ToSql, Type};
 use serde_json::{Value, json};
+use tokio_postgres::types::{ToSql, Type};
 
 use super::{TeamError, source_error};
-use crate::ledger::{AttemptId, AttemptStatus, NewAttempt, PgConnection};
+use crate::ledger::{AttemptId, AttemptStatus, NewAttempt, PgConnection, PgParam, PgStatements};
 
 /// How long one mirror write may take: the whole write (client side, and `statement_timeout`), and
 /// the wait for a lock on the team's table (`lock_timeout`). From `team.timeout_s` and
@@ -96,12 +96,7 @@ impl Mirror {
     /// the server connection on afterwards), the whole of it within the client-side bound: a lock
     /// held on `sandbox_jobs` costs a launch `lock_timeout`, not the lock's duration (issue 32
     /// item 10). Returns the rows changed.
-    fn write(
-        &self,
-        operation: &'static str,
-        sql: &str,
-        params: &[(&(dyn ToSql + Sync), Type)],
-    ) -> Result<u64, TeamError> {
+    fn write(&self, operation: &'static str, sql: &str, params: &[PgParam<'_>]) -> Result<u64, TeamError> {
         let mut connection = self.lock();
         let WriteBounds { statement, lock } = self.bounds;
         super::bounded(&mut connection, operation, |client, redactor| {

@@ -87,8 +87,12 @@ pub(crate) fn url_from_secrets(file: &Path, name: &str) -> Result<String, TeamEr
 /// team database rather than a ledger. `bound` and [`CLIENT_GRACE`] limit the connect's startup
 /// and every [`bounded`] call on the client's side (docs/ledger.md "Bounds").
 pub(crate) fn connect(url: &str, bound: Duration) -> Result<crate::ledger::PgConnection, TeamError> {
-    crate::ledger::PgConnection::open(url, bound + CLIENT_GRACE)
-        .map_err(|error| TeamError::Connect(error.to_string().replacen("ledger ", "team database ", 1)))
+    crate::ledger::PgConnection::open(url, bound + CLIENT_GRACE).map_err(connect_error)
+}
+
+/// A connect's failure, naming the team database rather than a ledger.
+fn connect_error(error: crate::ledger::LedgerError) -> TeamError {
+    TeamError::Connect(error.to_string().replacen("ledger ", "team database ", 1))
 }
 
 /// Runs `body` on the team database's client within the connection's bound: a connection that
@@ -96,11 +100,11 @@ pub(crate) fn connect(url: &str, bound: Duration) -> Result<crate::ledger::PgCon
 pub(crate) fn bounded<T>(
     connection: &mut crate::ledger::PgConnection,
     operation: &'static str,
-    body: impl FnOnce(&mut ::postgres::Client, &crate::ledger::Redactor) -> Result<T, TeamError>,
+    body: impl FnOnce(&mut crate::ledger::PgClient, &crate::ledger::Redactor) -> Result<T, TeamError>,
 ) -> Result<T, TeamError> {
     let redactor = connection.redactor();
     let bound = connection.bound();
-    let (result, fired) = connection.within(|client| body(client, &redactor));
+    let (result, fired) = connection.within(|client| body(client, &redactor)).map_err(connect_error)?;
     result.map_err(|error| match error {
         TeamError::Source { location, .. } if fired => TeamError::Source {
             location,
@@ -133,7 +137,7 @@ pub fn publish<T>(
 pub(crate) fn source_error<'a>(
     redactor: &'a crate::ledger::Redactor,
     operation: &'static str,
-) -> impl Fn(::postgres::Error) -> TeamError + 'a {
+) -> impl Fn(tokio_postgres::Error) -> TeamError + 'a {
     move |error| TeamError::Source { location: redactor.location.clone(), operation, detail: redactor.describe(&error) }
 }
 

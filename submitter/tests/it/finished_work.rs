@@ -20,7 +20,7 @@ use submitter::ledger::{AttemptId, AttemptStatus, Ledger, NewAttempt, open_ledge
 
 use crate::ledger::{Store, pg_admin};
 use crate::queueing::{TestCluster, cancel_all, text, wait_until};
-use crate::remediation::instant_failure_cluster;
+use crate::remediation::{instant_failure_cluster, launch_until_a_hold_is_due};
 use crate::support::slurm_up;
 use crate::team::{TeamDb, four_gpus};
 
@@ -224,16 +224,7 @@ fn a_remediation_hold_survives_a_ledger_failure_after_scancel() {
     let schema = store.pg_schema().unwrap().to_string();
     let cluster = instant_failure_cluster("rm-fault");
     let ledger = open_ledger(&store.spec).unwrap();
-    let out = cluster.run(&["launch"], &store.spec, &["--once", "--preset", "tb2", "--model", MODEL], &[]);
-    assert!(text(&out).contains("1 submitted"), "{}", text(&out));
-    let attempt = ledger.attempts_for(MODEL, "terminal_bench_2").unwrap().pop().unwrap();
-    let job = attempt.slurm_job_id.clone().unwrap();
-    wait_until("instant failures to be diagnosed", Duration::from_secs(240), || {
-        cluster.run(&["sync"], &store.spec, &[], &[]);
-        let dry = cluster.run(&["remediate"], &store.spec, &["--dry-run"], &[]);
-        assert!(ledger.attempt(attempt.id).unwrap().unwrap().status.is_active(), "ended before the diagnosis");
-        text(&dry).contains("remediation: hold ")
-    });
+    let (attempt, job) = launch_until_a_hold_is_due(&cluster, &store.spec, &*ledger);
     let mut admin = pg_admin().unwrap();
     admin
         .batch_execute(&format!(

@@ -44,7 +44,6 @@ fn team_cluster(name: &str, url: &str, extra: &str) -> TestCluster {
 /// Item 9: the connection is made, then every query stalls. `plan` and `launch --once` end within
 /// `team.timeout_s` (plus start-up), exit 3 (the team database unavailable) and say why.
 #[test]
-#[ignore = "run alone by scripts/test: inside the full parallel suite `plan` hung past 120 s twice, never alone (docs/decisions.md, Issue 32: open)"]
 fn a_team_database_that_stalls_after_connecting_cannot_hang_plan_or_launch() {
     let Some(mut team) = TeamDb::new("stall") else { return };
     team.exec(HISTORY);

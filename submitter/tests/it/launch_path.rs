@@ -42,7 +42,7 @@ fn slow_cluster(name: &str, load_s: u32, tweak: impl Fn(&mut String)) -> TestClu
 
 /// `<cluster>/wrap/<name>`, an executable shell script: put the dir first on PATH to stand in front
 /// of the real Slurm command it `exec`s.
-fn wrapper(cluster: &TestCluster, name: &str, body: &str) -> String {
+pub(crate) fn wrapper(cluster: &TestCluster, name: &str, body: &str) -> String {
     let bin = cluster.root().join("wrap");
     std::fs::create_dir_all(&bin).unwrap();
     std::fs::write(bin.join(name), format!("#!/bin/sh\n{body}")).unwrap();
@@ -361,7 +361,7 @@ fn walltime_end_is_continued_not_failed() {
 
 /// The ids of the jobs Slurm holds (queued or running) that were submitted from `dir`: every job of
 /// one test cluster, whichever attempt, tag or name it has.
-fn active_jobs_from(dir: &Path) -> Vec<String> {
+pub(crate) fn active_jobs_from(dir: &Path) -> Vec<String> {
     let out = Command::new("squeue").args(["-h", "--states=all", "-o", "%A|%T|%Z"]).output().unwrap();
     assert!(out.status.success(), "squeue: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout)
@@ -376,7 +376,7 @@ fn active_jobs_from(dir: &Path) -> Vec<String> {
 }
 
 /// Cancels every job submitted from a test cluster's dir, duplicates included (test hygiene).
-struct CancelFrom<'a>(&'a Path);
+pub(crate) struct CancelFrom<'a>(pub(crate) &'a Path);
 
 impl Drop for CancelFrom<'_> {
     fn drop(&mut self) {

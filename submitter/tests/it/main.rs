@@ -13,6 +13,7 @@ mod footguns;
 #[path = "../../../tests/src/fresh.rs"]
 mod fresh;
 mod hostile32;
+mod hostile32_slurm;
 mod launch_path;
 mod ledger;
 mod model_ids;

@@ -92,6 +92,15 @@ fn fine_tunes_share_one_pool_cancel_per_model_and_the_rest_continued_in_another(
         plan.contains("test/Other-1B: allocation pool, but pool: not pooled with test/FtA-1B: config.json `hidden_size` differs (64 vs 128); planned apart"),
         "{plan}"
     );
+    let json: Value =
+        serde_json::from_str(&run_ok(&cluster, ledger_spec, &["plan"], &[&pool_args(list)[..], &["--json"]].concat()))
+            .unwrap();
+    let pool = json["shared"].as_array().unwrap().iter().find(|g| g.get("pool").is_some()).unwrap();
+    let members: Vec<&str> =
+        pool["pool"]["members"].as_array().unwrap().iter().filter_map(|m| m["model"].as_str()).collect();
+    assert_eq!(members, POOLED, "{pool:#}");
+    let argv: Vec<&str> = pool["sbatch"].as_array().unwrap().iter().filter_map(|a| a.as_str()).collect();
+    assert_eq!(argv[argv.len() - 2], "--pool", "{argv:?}");
     let out = run_ok(&cluster, ledger_spec, &["launch"], &[&["--once"][..], &pool_args(list)].concat());
     let ledger = open_ledger(ledger_spec).unwrap();
     let _cleanup = Cleanup(ledger_spec.clone());

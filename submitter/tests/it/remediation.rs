@@ -155,6 +155,26 @@ pub(crate) fn instant_failure_cluster(name: &str) -> TestCluster {
     cluster
 }
 
+/// Launches `MODEL` on an [`instant_failure_cluster`] and waits until remediation's dry run decides
+/// to hold it (its job still running); returns the attempt and its job id.
+pub(crate) fn launch_until_a_hold_is_due(
+    cluster: &TestCluster,
+    spec: &str,
+    ledger: &dyn Ledger,
+) -> (submitter::ledger::Attempt, String) {
+    let out = cluster.run(&["launch"], spec, &["--once", "--preset", "tb2", "--model", MODEL], &[]);
+    assert!(text(&out).contains("1 submitted"), "{}", text(&out));
+    let attempt = ledger.attempts_for(MODEL, "terminal_bench_2").unwrap().pop().unwrap();
+    let job = attempt.slurm_job_id.clone().unwrap();
+    wait_until("instant failures to be diagnosed", Duration::from_secs(240), || {
+        cluster.run(&["sync"], spec, &[], &[]);
+        let dry = cluster.run(&["remediate"], spec, &["--dry-run"], &[]);
+        assert!(ledger.attempt(attempt.id).unwrap().unwrap().status.is_active(), "ended before the diagnosis");
+        text(&dry).contains("remediation: hold ")
+    });
+    (attempt, job)
+}
+
 /// Trials that fail instantly (the engine generates no token: every trial ends at once without
 /// output) → the running job is cancelled, its attempt failed with the diagnosis, its pair held:
 /// `plan` says so and how to clear it, `launch` does not resubmit it, `status` shows the record;
