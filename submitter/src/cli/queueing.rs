@@ -15,6 +15,7 @@ use crate::ledger::{AttemptStatus, now};
 use crate::notify::{self, Event, Tidings};
 use crate::observe::Observation;
 use crate::output::{self, ExitStatus, FormatArgs};
+use crate::plan_text;
 use crate::planner::{self, Executables, Plan, PlanInputs, PlannedJob, SharedJob};
 use crate::preflight;
 use crate::settings::{ResolvedSettings, Source};
@@ -22,6 +23,7 @@ use crate::slurm::Slurm;
 use crate::snapshot::Snapshot;
 use crate::sync::{self, Change, SyncReport};
 use crate::team::mirror::Mirror;
+use crate::term::{Style, Terminal, group_problems, problem_lines};
 use crate::transition::{Origin, Recorder};
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
@@ -40,6 +42,9 @@ pub(crate) struct PlanArgs {
     /// for when it is down and you accept duplicates of what the team ran meanwhile.
     #[arg(long)]
     offline_ledger: bool,
+    /// Each pair's settings (with where each came from) and readiness budget, under the table.
+    #[arg(short, long)]
+    verbose: bool,
     /// `--format json`: a versioned document (docs/design.md §11).
     #[command(flatten)]
     format: FormatArgs,
@@ -146,7 +151,12 @@ fn consult_team(session: &Session, team: Option<&TeamLink>, offline: bool, faile
             })?;
             Ok(Some(TeamView::Folded(report)))
         }
-        None if offline && session.cluster.team.is_some() => Ok(Some(TeamView::Offline)),
+        None if offline && session.cluster.team.is_some() => {
+            // A first plan offline on a team profile would plan everything the team ran: say so.
+            let pairs = session.ledger.latest_per_pair().context("reading the ledger")?;
+            let never_imported = !pairs.iter().any(|p| p.latest.source_id.is_some());
+            Ok(Some(TeamView::Offline { never_imported }))
+        }
         None => Ok(None),
     }
 }
@@ -301,128 +311,6 @@ fn snapshot_and_plan(
     Ok(planner::plan(&inputs, &snapshot))
 }
 
-fn flag_lines(planned: &[PlannedJob]) -> String {
-    planned
-        .iter()
-        .filter_map(|job| job.flag.as_ref().map(|flag| format!("flagged   {} {}: {flag}\n", job.model, job.benchmark)))
-        .collect()
-}
-
-/// The changes remediation makes to pairs' launches (their ledger adjustments).
-fn remedy_lines(planned: &[PlannedJob]) -> String {
-    planned
-        .iter()
-        .filter_map(|job| job.remedy.as_ref().map(|r| format!("remedied  {} {}: {r}\n", job.model, job.benchmark)))
-        .collect()
-}
-
-/// The shared jobs and pools of a plan (which pairs share a job, its time, its capacity, its argv
-/// once) and the `shared`/`pool` legs that are planned otherwise, and why (once per model).
-fn shared_lines(plan: &Plan) -> String {
-    let mut out = String::new();
-    for group in &plan.shared {
-        let legs: Vec<&PlannedJob> = group.legs.iter().map(|&i| &plan.jobs[i]).collect();
-        let source = legs.first().map_or("default", |j| allocation_source(&j.settings.allocation.source));
-        match &group.pool {
-            Some(pool) => {
-                let members: Vec<String> =
-                    pool.members.iter().map(|(model, legs)| format!("{model} ({})", legs.len())).collect();
-                out += &format!(
-                    "pool      {} (pool {} of {}, allocation pool, from {source}): {} models, {} legs, one engine, in order: {}\n",
-                    group.group_tag,
-                    pool.order.0,
-                    pool.order.1,
-                    pool.members.len(),
-                    legs.len(),
-                    members.join(" → ")
-                );
-            }
-            None => {
-                let names: Vec<&str> = legs.iter().map(|j| j.benchmark.as_str()).collect();
-                out += &format!(
-                    "shared    {} {}: {} legs in one job, one engine (allocation shared, from {source}): {}\n",
-                    group.group_tag,
-                    group.model,
-                    legs.len(),
-                    names.join(", ")
-                );
-            }
-        }
-        out += &format!("          time {} = {}\n", group.time, group.time_basis);
-        out += &format!("          capacity: {}\n", group.capacity);
-        out += &format!("          {}\n", shell_words::join(&group.sbatch));
-    }
-    let mut told: Vec<(&str, &str)> = Vec::new();
-    for job in &plan.jobs {
-        let Some(note) = &job.allocation_note else { continue };
-        let (label, mode) = match (job.shared_job.is_some(), job.settings.allocation.value) {
-            (true, mode) => ("apart    ", mode.as_str()),
-            (false, mode) => ("own job  ", mode.as_str()),
-        };
-        // A pool's reason is the model's: said once.
-        if mode == "pool" && job.shared_job.is_some() {
-            if told.contains(&(job.model.as_str(), note.as_str())) {
-                continue;
-            }
-            told.push((&job.model, note));
-            out += &format!("{label} {}: allocation {mode}, but {note}\n", job.model);
-            continue;
-        }
-        out += &format!("{label} {} {}: allocation {mode}, but {note}\n", job.model, job.benchmark);
-    }
-    out
-}
-
-fn plan_table(plan: &Plan, team: Option<&TeamView>) -> String {
-    let planned = &plan.jobs;
-    let mut out = String::new();
-    for job in planned {
-        let why = match (&job.blocked, &job.evidence) {
-            (
-                Some(planner::Blocked::Refused(why) | planner::Blocked::Throttled(why) | planner::Blocked::Held(why)),
-                _,
-            ) => why.clone(),
-            (None, Some(evidence)) => format!("{}; evidence: {}", job.reason, evidence.describe()),
-            (None, None) => job.reason.clone(),
-        };
-        out += &format!(
-            "{:<9} {:<48} {:<34} {}x{} {:>5.1}x  {}\n",
-            job.label(),
-            job.model,
-            job.benchmark,
-            job.resources.tensor_parallel_size,
-            job.resources.data_parallel_size,
-            job.timeout_multiplier,
-            why
-        );
-    }
-    for job in planned {
-        out += &format!("settings  {} {}: {}\n", job.model, job.benchmark, job.settings.lines().join("; "));
-    }
-    for job in planned {
-        if let Some(spec) = &job.spec {
-            out += &format!("ready     {} {}: {}\n", job.model, job.benchmark, spec.serve.readiness_line());
-        }
-    }
-    out += &flag_lines(planned);
-    out += &remedy_lines(planned);
-    out += &shared_lines(plan);
-    let tunnels: std::collections::BTreeSet<(&str, &str)> =
-        planned.iter().map(|j| (j.preset.as_str(), j.tunnel.as_str())).collect();
-    for (preset, tunnel) in tunnels {
-        out += &format!("tunnel    {preset}: {tunnel}\n");
-    }
-    out += &team.map(TeamView::line).unwrap_or_default();
-    let count = |label: &str| planned.iter().filter(|j| j.label() == label).count();
-    out += &format!("{} submit, {} resubmit, {} skip", count("submit"), count("resubmit"), count("skip"));
-    for label in ["continue", "refused", "throttled", "held"] {
-        if count(label) > 0 {
-            out += &format!(", {} {label}", count(label));
-        }
-    }
-    out + "\n"
-}
-
 pub(crate) fn plan_command(args: &PlanArgs) -> Result<ExitCode> {
     args.selection.check()?;
     let session = Session::open_existing(&args.ledger)?;
@@ -440,7 +328,8 @@ pub(crate) fn plan_command(args: &PlanArgs) -> Result<ExitCode> {
             },
         )
     } else {
-        plan_table(&plan, team.as_ref())
+        let team = team.as_ref().map(TeamView::line).unwrap_or_default();
+        plan_text::plan_text(&plan, &Terminal::stdout(), args.verbose, &team)
     })?;
     Ok(ExitCode::SUCCESS)
 }
@@ -550,24 +439,29 @@ fn render_iteration(
             _ => output::document("launch", &doc),
         };
     }
+    let terminal = Terminal::stdout();
     let mut out = team.map(TeamView::line).unwrap_or_default();
     out += &sync_text(report);
-    for s in submitted {
-        out += &format!(
-            "{:<48} {:<34} {}{}\n",
-            s.model,
-            s.benchmark,
-            s.outcome,
-            s.job_id.as_ref().map(|j| format!(" job {j}")).unwrap_or_default()
-        );
+    let (failures, done): (Vec<&Submitted>, Vec<&Submitted>) = submitted.iter().partition(|s| s.failed());
+    if !done.is_empty() || !elsewhere.is_empty() {
+        let mut table = terminal.table(["model", "benchmark", "outcome"]);
+        for s in &done {
+            let job = s.job_id.as_ref().map(|j| format!(" job {j}")).unwrap_or_default();
+            table.row([s.model.clone(), s.benchmark.clone(), format!("{}{job}", s.outcome)]);
+        }
+        for job in &elsewhere {
+            table.row([job.model.to_string(), job.benchmark.clone(), format!("skipped: {}", job.reason)]);
+        }
+        out += &table.render();
+    }
+    for s in &done {
         if let Some(argv) = &s.sbatch {
-            out += &format!("    {}\n", shell_words::join(argv));
+            out += &format!("sbatch    {} {}: {}\n", s.model, s.benchmark, shell_words::join(argv));
         }
     }
-    for job in &elsewhere {
-        out += &format!("{:<48} {:<34} skipped: {}\n", job.model, job.benchmark, job.reason);
-    }
-    out += &flag_lines(planned);
+    let failures = group_problems(failures.iter().map(|s| (format!("{} {}", s.model, s.benchmark), s.outcome.clone())));
+    out += &problem_lines(&terminal, "failed", &failures, Style::Problem);
+    out += &plan_text::flag_lines(&terminal, planned);
     out += &format!(
         "{} submitted, {} skipped by dedup{}\n",
         submitted.iter().filter(|s| s.job_id.is_some()).count(),
@@ -992,17 +886,6 @@ struct PlannedJobOutput<'a> {
     allocation: Option<AllocationOutput<'a>>,
 }
 
-/// `allocation.source` as the contract has it since issue 24 (`--allocation`, `preset`,
-/// `profile`); `settings.allocation` names the preset or profile too.
-fn allocation_source(source: &Source) -> &'static str {
-    match source {
-        Source::Cli => "--allocation",
-        Source::Preset(_) => "preset",
-        Source::Profile(_) => "profile",
-        _ => "default",
-    }
-}
-
 impl<'a> From<&'a PlannedJob> for PlannedJobOutput<'a> {
     fn from(job: &'a PlannedJob) -> Self {
         PlannedJobOutput {
@@ -1063,7 +946,7 @@ impl<'a> From<&'a PlannedJob> for PlannedJobOutput<'a> {
             settings: &job.settings,
             allocation: (job.settings.allocation.source != Source::Default).then(|| AllocationOutput {
                 mode: job.settings.allocation.value.as_str(),
-                source: allocation_source(&job.settings.allocation.source),
+                source: plan_text::allocation_source(&job.settings.allocation.source),
                 shared_job: job.shared_job.as_deref(),
                 note: job.allocation_note.as_deref(),
             }),

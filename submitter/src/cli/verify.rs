@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::config;
+use crate::config::{self, Preset};
 use crate::ledger::Ledger;
 use crate::observe::{Observation, shared_group_dir};
 use crate::slurm::{JobId, Slurm, SlurmCli};
@@ -280,10 +280,24 @@ const CLEAR_SCREEN: &str = "\x1b[H\x1b[2J";
 
 fn matrix(session: &Session, rank_by: Option<&str>) -> Result<Matrix> {
     let attempts = results::finished_attempts(session.ledger.as_ref())?;
-    let mut m = results::build_matrix(&attempts, rank_by, &session.cluster.verify)?;
+    let scorings = scorings(session)?;
+    let mut m = results::build_matrix(&attempts, rank_by, &session.cluster.verify, &scorings)?;
     results::attach_gpu(&mut m, &session.ledger.gpu_seconds()?);
     results::attach_trials(&mut m, session.ledger.as_ref(), Bootstrap::default())?;
     Ok(m)
+}
+
+/// The presets' scoring per benchmark family: each preset's datasets, named as the ledger's
+/// families name them (`dev_set_v2_2.0x` counts as `dev_set_v2` where a family row says so).
+fn scorings(session: &Session) -> Result<results::Scorings> {
+    let mut declarations = Vec::new();
+    for (_, _, preset) in config::load_presets(&session.presets_dir)? {
+        for dataset in &preset.datasets {
+            let family = session.ledger.family_of(&Preset::benchmark_of(dataset))?;
+            declarations.push((family, preset.scoring));
+        }
+    }
+    Ok(results::Scorings::from_declarations(declarations))
 }
 
 /// `submitter results [--json|--csv]`.
@@ -295,7 +309,12 @@ pub(crate) fn results(args: &ResultsArgs) -> Result<ExitCode> {
     } else if args.csv {
         results::render_csv(&m)
     } else {
-        results::render_text(&m) + &results::render_trials_text(&m) + &results::render_gpu_text(&m)
+        {
+            let terminal = crate::term::Terminal::stdout();
+            results::render_text(&m, &terminal)
+                + &results::render_trials_text(&m)
+                + &results::render_gpu_text(&m, &terminal)
+        }
     };
     super::print(&text)?;
     Ok(ExitCode::SUCCESS)
@@ -311,10 +330,12 @@ pub(crate) fn compare(args: &CompareArgs) -> Result<ExitCode> {
     if let [a, b] = args.models.as_slice() {
         return compare_two(args, &session, a, b, bootstrap);
     }
-    if let Some(benchmark) = args.benchmark.as_deref().filter(|b| !results::ranked(b)) {
+    let scorings = scorings(&session)?;
+    if let Some(benchmark) = args.benchmark.as_deref().filter(|b| !scorings.ranked(b)) {
         bail!(
-            "compare --benchmark {benchmark}: not a ranked benchmark, so {} models cannot be ranked on it — name a ranked one (terminal_bench_2, swebench-verified-random-100-folders) or two models to pair",
-            args.models.len()
+            "compare --benchmark {benchmark}: not a ranked benchmark, so {} models cannot be ranked on it — name a ranked one ({}) or two models to pair",
+            args.models.len(),
+            scorings.ranked_families()
         );
     }
     let ranking = compare::rank_models(
@@ -322,6 +343,7 @@ pub(crate) fn compare(args: &CompareArgs) -> Result<ExitCode> {
         &args.models,
         args.benchmark.as_deref(),
         &session.cluster.verify,
+        &scorings,
         bootstrap,
     )?;
     if ranking.rankings.is_empty() {
@@ -483,6 +505,12 @@ pub(crate) fn report(args: &ReportArgs) -> Result<ExitCode> {
             check: check_of(cell.run_dir.as_deref(), settings, args.no_check),
             score: score_lines(attempt.as_ref().and_then(|a| a.metrics.as_ref()), settings)
                 .into_iter()
+                .chain(cell.trials.as_ref().map(|t| {
+                    format!(
+                        "from per-trial facts (mean ± task-clustered SE [95% bootstrap interval], points): {}",
+                        results::trials_line(t)
+                    )
+                }))
                 .chain([cell.provenance.describe()])
                 .collect(),
         });

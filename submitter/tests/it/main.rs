@@ -33,6 +33,7 @@ mod real_harbor_launch;
 mod reconcile;
 mod registry;
 mod remediation;
+mod scale;
 mod shared_alloc;
 mod site;
 mod site_facts;

@@ -795,7 +795,8 @@ fn with_trial_facts(fx: &LedgerFixture) {
                 task: format!("task-{t:02}"),
                 attempt: 1,
                 reward: f64::from(u8::from((t * 7 + solved) % 89 < solved)),
-                valid: true,
+                // Gamma's first task errored before its verifier ran (unsolved either way).
+                valid: !(model == "org/Gamma-7B" && t == 0),
             })
             .collect();
         ledger.record_trials(attempt.id, &TrialSet { harbor_version: Some("0.25.0".into()), trials }).unwrap();
@@ -832,6 +833,20 @@ fn report_renders_in_a_real_browser() {
         section.contains("Checks:") && section.contains("completions"),
         "evidence section: {}",
         &section[..section.len().min(2000)]
+    );
+
+    // Gamma's evidence shows both means, labelled, and the Harbor that produced them (11 solved
+    // of 89 trials, one of them invalid: 12.4 with it counted as 0, 12.5 without it).
+    let gamma =
+        dump.split("data-model=\"org/Gamma-7B\" data-benchmark=\"terminal_bench_2\"").nth(1).expect("Gamma tb2 cell");
+    let target = gamma.split("href=\"#").nth(1).unwrap().split('"').next().unwrap();
+    let section = dump.split(&format!("id=\"{target}\"")).nth(1).expect("the cell's section");
+    let section = &section[..section.find("</section>").unwrap()];
+    assert!(
+        section.contains("invalid as 0 12.4")
+            && section.contains("invalid dropped 12.5")
+            && section.contains("Harbor 0.25.0"),
+        "{section}"
     );
 
     // It opens with the ranking, then the matrix (rows in rank order), then the plots.
