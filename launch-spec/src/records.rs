@@ -6,8 +6,6 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::pool::{SwapOutcome, WeightsKind};
-
 pub const STATUS_FILE: &str = "status.json";
 pub const EVENTS_FILE: &str = "events.jsonl";
 /// payload appends its heartbeat to `events.jsonl` as a `heartbeat` event at most this often
