@@ -34,6 +34,7 @@ pub mod sync;
 pub mod team;
 pub mod term;
 mod text;
+pub mod transition;
 pub mod verify;
 
 #[cfg(test)]
