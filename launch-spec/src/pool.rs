@@ -32,6 +32,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::records::{PoolProvenance, SwapEvidence};
 use crate::spec::LaunchSpec;
 
 /// The pool's document, in its group dir.
@@ -161,75 +162,6 @@ pub fn pool_mismatch_field(first: &LaunchSpec, leg: &LaunchSpec) -> Option<&'sta
         .copied()
         .filter(|f| *f != "model")
         .find(|field| reference.get(*field) != part.get(*field))
-}
-
-/// In a leg's `status.json` (`provenance.pool`) and in the pool's `engine.json`: which weights
-/// served the leg and how they got into the engine.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PoolProvenance {
-    /// The pool's group tag.
-    pub group_tag: String,
-    /// The member's index in `pool.json`.
-    pub member: usize,
-    /// The model id (`model.hf_id`).
-    pub model: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub revision: Option<String>,
-    /// The checkpoint's dir as listed in `pool.json`.
-    pub weights_path: PathBuf,
-    /// `sha1:<hex>` over the checkpoint dir's files (relative name, size, content; docs/pools.md).
-    pub weights_digest: String,
-    /// Which engine start served it, counting from 1 within this job (a cold restart adds one).
-    pub engine_start: u32,
-    /// The swap that brought the weights in, `None` when the engine started with them.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub swap: Option<SwapEvidence>,
-    /// The canaries' check on a fresh start (the reference itself, no comparison), when run.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub verification: Option<String>,
-}
-
-/// One line of `swaps.jsonl`: one member brought into the running engine (or not).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SwapRecord {
-    pub member: usize,
-    pub model: String,
-    pub kind: WeightsKind,
-    pub weights_digest: String,
-    /// The engine start the swap was made on.
-    pub engine_start: u32,
-    /// RFC 3339.
-    pub started_at: String,
-    pub ended_at: String,
-    /// Waiting for the predecessor's legs to end and `/pause` (ms).
-    pub pause_ms: u64,
-    /// `reload_weights` or `/v1/load_lora_adapter` (ms).
-    pub reload_ms: u64,
-    /// The canaries and the parameter digest (ms).
-    pub verify_ms: u64,
-    pub evidence: SwapEvidence,
-    pub outcome: SwapOutcome,
-}
-
-/// What the swap was checked with (docs/pools.md "Proof per swap").
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct SwapEvidence {
-    /// The checkpoints' files compared before the swap (architecture, shapes, tokenizer, chat
-    /// template, generation defaults): `None` when they agree, else the first difference.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub compatibility: Option<String>,
-    /// The worker extension's check of what the engine computes with against the checkpoint's
-    /// files (every linear layer and the output head by function on seeded probes, every
-    /// parameter that holds its tensor exactly): a summary, `ok: …` or the first mismatch.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parameter_check: Option<String>,
-    /// Each greedy canary (one prompt longer than a KV block): its token ids, and whether a request
-    /// with a fresh `cache_salt` (no prefix cache) gave the same ids (`canary <i> (<n> prompt
-    /// tokens): [ids] same with a fresh cache_salt` or `… differs …`). The ids are the reference a
-    /// calibration compares with a fresh start of the same model (docs/pools.md).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub canaries: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -140,7 +140,7 @@ pub struct EngineRecord {
     pub harbor_prefix: Option<Vec<String>>,
     /// In a pool (crate::pool): the weights the engine serves now, for the legs' provenance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pool: Option<crate::pool::PoolProvenance>,
+    pub pool: Option<crate::records::PoolProvenance>,
 }
 
 /// `engine_ended.json`: why the shared engine is gone (the host's failure, as a leg records it).

@@ -260,9 +260,10 @@ pub async fn run_pool(pool_path: &Path) -> i32 {
     let mut engine_start = 0u32;
     let mut from = first_pending(&host, 0);
     let mut last_class: Option<OutcomeClass> = None;
+    let mut port_retried = false;
     while let Some(start_member) = from {
         engine_start += 1;
-        if engine_start as usize > doc.members.len() + 1 {
+        if engine_start as usize > doc.members.len() + 2 {
             tracing::error!("more cold starts than members: the pool stops; the members left are continued elsewhere");
             break;
         }
@@ -302,9 +303,16 @@ pub async fn run_pool(pool_path: &Path) -> i32 {
         last_class = class;
         let seg = std::mem::take(&mut *end.lock().unwrap_or_else(|e| e.into_inner()));
         tracing::info!(engine_start, code, ?class, restart_from = ?seg.restart_from, "pool: engine start ended");
+        let cause = status.as_ref().and_then(|s| s.outcome.as_ref()).and_then(|o| o.cause.clone());
         from = match (seg.restart_from, class) {
             (_, Some(OutcomeClass::Walltime | OutcomeClass::Interrupted)) => None,
             (Some(m), _) => Some(m),
+            // The port was free when payload chose it and taken when vLLM bound it (another job's
+            // engine on a shared node, or the last engine's socket not yet released): once more.
+            (None, Some(OutcomeClass::EngineStart)) if cause.as_deref() == Some("port_in_use") && !port_retried => {
+                port_retried = true;
+                Some(start_member)
+            }
             (None, Some(OutcomeClass::EngineDied | OutcomeClass::EngineHung)) if seg.started_any => {
                 first_pending(&host, 0)
             }
