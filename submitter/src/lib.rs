@@ -32,6 +32,7 @@ pub mod stats;
 pub mod sync;
 pub mod team;
 mod text;
+pub mod transition;
 pub mod verify;
 
 #[cfg(test)]

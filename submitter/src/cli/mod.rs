@@ -3,6 +3,7 @@
 //! (`anyhow`) and become one line on stderr. The binary (`main.rs`) only calls [`main`].
 
 mod catalogue;
+mod consumers;
 mod listener;
 mod preflight;
 mod queueing;

@@ -12,7 +12,8 @@ use crate::decide::{Action, Policy, Prerequisite};
 use crate::domain::Continuation;
 use crate::executor::{Executor, Submitted};
 use crate::ledger::{AttemptStatus, now};
-use crate::notify::{self, Event, Notifier, NotifyState, Tidings};
+use crate::notify::{self, Event, Tidings};
+use crate::observe::Observation;
 use crate::output::{self, ExitStatus, FormatArgs};
 use crate::planner::{self, Executables, Plan, PlanInputs, PlannedJob, SharedJob};
 use crate::preflight;
@@ -20,10 +21,12 @@ use crate::settings::{ResolvedSettings, Source};
 use crate::slurm::Slurm;
 use crate::snapshot::Snapshot;
 use crate::sync::{self, Change, SyncReport};
-use crate::team::mirror::{Mirror, WriteBounds};
+use crate::team::mirror::Mirror;
+use crate::transition::{Origin, Recorder};
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
+use super::consumers::{Told, connect_mirror, default_mirror, open_notifier, team_link, tell};
 use super::session::{LedgerArgs, Selection, Session};
 use super::team::{TeamLink, TeamView, TeamViewOutput};
 
@@ -126,31 +129,6 @@ fn open_mirror(flag: Option<&str>, session: &Session, team: Option<&TeamLink>) -
         _ => super::team::team_url(Some(flag).filter(|f| !f.is_empty()), "--mirror")?,
     };
     Ok(Some(connect_mirror(&url, session).context("--mirror")?))
-}
-
-fn connect_mirror(url: &str, session: &Session) -> Result<Mirror, crate::team::TeamError> {
-    let username = std::env::var("USER").unwrap_or_else(|_| "unknown".to_string());
-    let bounds = session.cluster.team.as_ref().map(WriteBounds::of).unwrap_or_default();
-    Mirror::connect(url, &username, session.ledger.location(), bounds)
-}
-
-/// The mirror a profile's `team: {mirror: true}` turns on when no `--mirror` was given: a
-/// connection failure is a warning (the fold-in, not the mirror, is what fails closed), retried
-/// on the next iteration.
-fn default_mirror(session: &Session, team: Option<&TeamLink>) -> Option<Mirror> {
-    let team = team.filter(|t| t.settings.mirror)?;
-    match connect_mirror(&team.url, session) {
-        Ok(mirror) => Some(mirror),
-        Err(err) => {
-            tracing::warn!("mirror: not publishing this iteration: {err}");
-            None
-        }
-    }
-}
-
-/// The profile's team database unless `offline` (`--offline-ledger`).
-fn team_link(session: &Session, offline: bool) -> Result<Option<TeamLink>> {
-    if offline { Ok(None) } else { TeamLink::of(session) }
 }
 
 /// Folds the team's new rows in before anything is decided; `offline` says it was not consulted.
@@ -274,11 +252,17 @@ fn executables(session: &Session, must_exist: bool) -> Result<Executables> {
 }
 
 /// Snapshot, then plan: what `plan` prints and what `launch` executes. Lists and presets are
-/// re-read here, every iteration.
-fn snapshot_and_plan(session: &Session, selection: &Selection, executables: &Executables) -> Result<Plan> {
+/// re-read here, every iteration. `world`: the iteration's observation (a launch's); `plan` takes
+/// its own.
+fn snapshot_and_plan(
+    session: &Session,
+    selection: &Selection,
+    executables: &Executables,
+    world: &Observation,
+) -> Result<Plan> {
     let legs = selection.legs(&session.presets_dir)?;
     let models = selection.models(session.ledger.as_ref())?;
-    let snapshot = Snapshot::read(session.ledger.as_ref(), &session.slurm, &session.cluster.name, now())?;
+    let snapshot = Snapshot::observed(session.ledger.as_ref(), &session.slurm, &session.cluster.name, world)?;
     let overrides = selection.spec.overrides()?;
     let environment = |name: &str| std::env::var(name).ok();
     // Slurm's MaxTime, asked once per partition and iteration; a partition Slurm cannot say
@@ -444,7 +428,8 @@ pub(crate) fn plan_command(args: &PlanArgs) -> Result<ExitCode> {
     let session = Session::open_existing(&args.ledger)?;
     let team = team_link(&session, args.offline_ledger)?;
     let team = consult_team(&session, team.as_ref(), args.offline_ledger, "nothing planned")?;
-    let plan = snapshot_and_plan(&session, &args.selection, &executables(&session, false)?)?;
+    let plan =
+        snapshot_and_plan(&session, &args.selection, &executables(&session, false)?, &Observation::empty(now()))?;
     super::print(&if args.format.is_json() {
         output::document(
             "plan",
@@ -460,8 +445,11 @@ pub(crate) fn plan_command(args: &PlanArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// One iteration: sync, snapshot, plan, execute. Any ledger/Slurm error ends it (fail closed).
-/// Returns the text to print, how many submissions failed and what to tell people.
+/// One iteration, the reconcile (docs/design.md §0): observe once (one `squeue`, each run dir's
+/// `status.json` once), then sync, verdicts and remediation, the plan, the executor — every state
+/// change through one recorder, whose events the output and the notifier consume. Any
+/// ledger/Slurm error ends it (fail closed). Returns the text to print, how many submissions
+/// failed and what to tell people.
 fn iterate(
     session: &Session,
     args: &LaunchArgs,
@@ -471,25 +459,21 @@ fn iterate(
 ) -> Result<(String, usize, Tidings)> {
     // First, before Slurm or the ledger are touched: the team's history (fail closed).
     let team = consult_team(session, team, args.offline_ledger, "nothing submitted")?;
+    let world = Observation::take(session.ledger.as_ref(), &session.slurm, &session.cluster.name, now())
+        .context("observing Slurm")?;
+    let recorder = Recorder::new(session.ledger.as_ref(), mirror);
     let report = if args.dry_run {
         SyncReport::default()
     } else {
         let stale_after = stale_after_s(args.stale_after, args.interval.filter(|_| args.watch));
         let cluster = &session.cluster;
-        sync::sync_and_heartbeat(
-            session.ledger.as_ref(),
-            &session.slurm,
-            &cluster.name,
-            stale_after,
-            &cluster.verify,
-            mirror,
-        )
-        .context("sync")?
+        sync::sync_and_heartbeat(&recorder, &world, &session.slurm, &cluster.name, stale_after, &cluster.verify)
+            .context("sync")?
     };
-    // Remediation between sync and plan: what it cancels, retries or holds is what this plan sees
-    // (a dry run decides and prints, and changes nothing).
-    let remedies = super::remediation::pass(session, None, args.dry_run, false)?;
-    let plan = snapshot_and_plan(session, &args.selection, executables)?;
+    // Verdicts and remediation between sync and plan: what it cancels, retries or holds is what
+    // this plan sees (a dry run decides and prints, and changes nothing).
+    let remedies = super::remediation::pass(session, &recorder, &world, args.dry_run, false)?;
+    let plan = snapshot_and_plan(session, &args.selection, executables, &world)?;
     let planned = &plan.jobs;
     // Staging and preflight (docs/site.md): each model once per iteration, before any ledger row.
     let context = session.context();
@@ -506,13 +490,12 @@ fn iterate(
         prepared.map(drop)
     };
     let executor = Executor {
-        ledger: session.ledger.as_ref(),
+        recorder: &recorder,
         slurm: &session.slurm,
         cluster: &session.cluster.name,
         username: std::env::var("USER").unwrap_or_else(|_| "unknown".to_string()),
         delay: Duration::from_secs_f64(session.cluster.limits.submission_delay_s.max(0.0)),
         chain_batch: args.chain_batch,
-        mirror,
         prepare: &prepare,
         dry_run: args.dry_run,
     };
@@ -523,7 +506,7 @@ fn iterate(
         (true, false) => IterationFormat::Document,
         (true, true) => IterationFormat::Line,
     };
-    let tidings = notify::iteration_events(&report.changes, planned);
+    let tidings = notify::iteration_events(&recorder.take(), &remedies, planned);
     let mut text = render_iteration(&report, planned, &submitted, failed, &remedies, format, team.as_ref());
     if matches!(format, IterationFormat::Human) {
         text = super::remediation::lines(&remedies, args.dry_run) + &text;
@@ -651,52 +634,8 @@ pub(crate) fn launch_command(args: &LaunchArgs) -> Result<ExitCode> {
     }
 }
 
-/// The profile's notifier (none for a dry run, which sends nothing); a webhook secret the secrets
-/// file lacks is an error here, before anything is submitted.
-pub(crate) fn open_notifier(session: &Session, dry_run: bool) -> Result<Option<Notifier>> {
-    let Some(settings) = session.cluster.notify.as_ref().filter(|_| !dry_run) else { return Ok(None) };
-    let secrets_file = session.context().secrets_file()?;
-    let notifier = Notifier::new(settings, &secrets_file);
-    Ok(Some(notifier.with_context(|| format!("clusters/{}.yaml notify", session.cluster.name))?))
-}
-
 fn trouble(err: &anyhow::Error) -> Event {
     Event::ListenerTrouble { message: format!("iteration failed: {err:#}") }
-}
-
-/// What is told, which decides what is not told again.
-pub(crate) enum Told {
-    /// An iteration's events: held pairs once while they stay held.
-    Iteration(Tidings),
-    /// An iteration that failed: told once per run of failing iterations.
-    Failure(Event),
-    /// A one-off (the listener stopped).
-    Once(Event),
-}
-
-/// Tells people (bounded by the notifier's timeout, never failing the caller). Every delivery is
-/// counted in `<state_dir>/notify.json`; problems go to the log.
-pub(crate) fn tell(session: &Session, notifier: Option<&Notifier>, told: Told) {
-    let Some(notifier) = notifier else { return };
-    let mut state = NotifyState::load(&session.state_dir);
-    let events = match told {
-        Told::Iteration(tidings) => {
-            state.failing = false;
-            state.new_events(tidings)
-        }
-        Told::Failure(_) if std::mem::replace(&mut state.failing, true) => Vec::new(),
-        Told::Failure(event) | Told::Once(event) => vec![event],
-    };
-    if !events.is_empty() {
-        let problems = notifier.send(&session.cluster.name, &events);
-        for problem in &problems {
-            tracing::warn!("notify: {problem}");
-        }
-        state.record(&problems);
-    }
-    if let Err(err) = state.save(&session.state_dir) {
-        tracing::warn!("notify: {}: {err}", NotifyState::path(&session.state_dir).display());
-    }
 }
 
 fn sync_text(report: &SyncReport) -> String {
@@ -715,14 +654,15 @@ pub(crate) fn sync_command(args: &SyncArgs) -> Result<ExitCode> {
         None if args.mirror.is_none() => default_mirror(&session, team.as_ref()),
         None => None,
     };
-    let report = sync::sync_and_heartbeat(
-        session.ledger.as_ref(),
-        &session.slurm,
-        &session.cluster.name,
-        stale_after_s(args.stale_after, None),
-        &session.cluster.verify,
-        mirror.as_ref(),
-    )?;
+    let notifier = open_notifier(&session, false)?;
+    let world = Observation::take(session.ledger.as_ref(), &session.slurm, &session.cluster.name, now())?;
+    let recorder = Recorder::new(session.ledger.as_ref(), mirror.as_ref());
+    let stale_after = stale_after_s(args.stale_after, None);
+    let cluster = &session.cluster;
+    let report =
+        sync::sync_and_heartbeat(&recorder, &world, &session.slurm, &cluster.name, stale_after, &cluster.verify)?;
+    // Told here, once: a later launch does not see these changes again.
+    tell(&session, notifier.as_ref(), Told::Events(notify::transition_events(&recorder.take())));
     super::print(&if args.format.is_json() {
         output::document("sync", &SyncOutput::from(&report))
     } else {
@@ -749,10 +689,11 @@ pub(crate) fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
     let active: Vec<_> = session.ledger.active()?.into_iter().filter(|a| a.cluster == session.cluster.name).collect();
     let selected: Vec<_> = active.iter().filter(|a| args.selection.selects(&families, a)).cloned().collect();
     // A leg whose run dir holds its outcome has ended: it no longer keeps a shared job running.
-    let running = |a: &crate::ledger::Attempt| {
-        let status = sync::run_dir_of(a).as_deref().and_then(sync::read_status).filter(|s| sync::belongs_to(s, a));
-        status.is_none_or(|s| s.outcome.is_none())
-    };
+    let world = Observation::empty(now());
+    let running = |a: &crate::ledger::Attempt| world.status_of(a).is_none_or(|s| s.outcome.is_none());
+    let team = if dry_run { None } else { team_link(&session, false)? };
+    let mirror = team.as_ref().and_then(|_| default_mirror(&session, team.as_ref()));
+    let recorder = Recorder::new(session.ledger.as_ref(), mirror.as_ref());
     let user = std::env::var("USER").unwrap_or_else(|_| "unknown".to_string());
     let mut scancelled: Vec<String> = Vec::new();
     let mut cancelled = Vec::new();
@@ -781,7 +722,7 @@ pub(crate) fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
             Stop::NoJob => ("cancelled by operator".to_string(), false),
         };
         if !dry_run {
-            session.ledger.transition(id, AttemptStatus::Cancelled, &reason, None)?;
+            recorder.apply_to(id, AttemptStatus::Cancelled, &reason, Origin::Operator)?;
         }
         let done = CancelledOutput {
             attempt: id.0,
@@ -804,6 +745,8 @@ pub(crate) fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
         }
         cancelled.push(done);
     }
+    let notifier = open_notifier(&session, dry_run)?;
+    tell(&session, notifier.as_ref(), Told::Events(notify::transition_events(&recorder.take())));
     super::print(&if args.format.is_json() {
         output::document("cancel", &CancelOutput { cancelled })
     } else {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::config::{self, Preset};
 use crate::ledger::Ledger;
-use crate::observe::shared_group_dir;
+use crate::observe::{Observation, shared_group_dir};
 use crate::slurm::{JobId, Slurm, SlurmCli};
 use crate::stats::Bootstrap;
 use crate::sync::run_dir_of;
@@ -67,7 +67,7 @@ pub(crate) struct StatusArgs {
     /// `--format json`: a versioned document (docs/design.md §11).
     #[command(flatten)]
     pub format: FormatArgs,
-    /// Refresh in place every --interval; applies the profile's `verify.auto_cancel` policy.
+    /// Refresh in place every --interval (it reads only: cancelling is remediation's, in `launch`).
     #[arg(long)]
     pub watch: bool,
     /// Time between refreshes with --watch (`10s`, `1m`).
@@ -194,29 +194,34 @@ pub(crate) fn check(args: &CheckArgs) -> Result<ExitCode> {
     Ok(if bad { ExitCode::from(EXIT_PROBLEMS) } else { ExitCode::SUCCESS })
 }
 
-fn collect_opts(session: &Session, hours: u64, persist: bool) -> Collect<'_> {
+/// What `status` reads: it observes and judges, and never writes (observations are the
+/// reconcile's to keep; cancelling is remediation's).
+fn collect_opts<'a>(session: &'a Session, hours: u64, world: &'a Observation) -> Collect<'a> {
     Collect {
         cluster: &session.cluster.name,
         state_dir: &session.state_dir,
         settings: &session.cluster.verify,
         ended_within_h: (hours > 0).then_some(hours),
-        now: Utc::now(),
-        persist,
+        now: world.now,
+        persist: false,
+        world,
     }
 }
 
-fn collect(session: &Session, hours: u64, persist: bool) -> Result<Vec<StatusRow>> {
-    Ok(status::collect(session.ledger.as_ref(), &session.slurm, &collect_opts(session, hours, persist))?)
+fn collect(session: &Session, hours: u64) -> Result<Vec<StatusRow>> {
+    let world = Observation::empty(Utc::now());
+    Ok(status::collect(session.ledger.as_ref(), &session.slurm, &collect_opts(session, hours, &world))?)
 }
 
-fn collect_team(session: &Session, hours: u64, persist: bool) -> Result<TeamView> {
-    Ok(team::collect(session.ledger.as_ref(), &session.slurm, &collect_opts(session, hours, persist))?)
+fn collect_team(session: &Session, hours: u64) -> Result<TeamView> {
+    let world = Observation::empty(Utc::now());
+    Ok(team::collect(session.ledger.as_ref(), &session.slurm, &collect_opts(session, hours, &world))?)
 }
 
 /// `status --all-clusters`: the team view once. Exit as `status`: 1 when one of this cluster's
 /// active jobs is dead, stalled or misconfigured (another cluster's are not judged here).
 fn status_all_clusters(session: &Session, args: &StatusArgs) -> Result<ExitCode> {
-    let view = collect_team(session, args.hours, true)?;
+    let view = collect_team(session, args.hours)?;
     let text = if args.format.is_json() {
         output::document("status.all_clusters", &TeamOutput::new(&view))
     } else {
@@ -240,20 +245,7 @@ pub(crate) fn status(args: &StatusArgs) -> Result<ExitCode> {
     }
     let tty = std::io::stdout().is_terminal();
     loop {
-        let mut rows = collect(&session, args.hours, true)?;
-        let mut cancelled = Vec::new();
-        if args.watch {
-            cancelled = status::apply_auto_cancel(
-                &mut rows,
-                session.ledger.as_ref(),
-                &session.slurm,
-                session.cluster.verify.auto_cancel.as_ref(),
-                Utc::now(),
-            )?;
-            // The same pass as launch's; its lines go with the cancels.
-            let remedies = super::remediation::pass(&session, Some(&rows), false, false)?;
-            cancelled.extend(remedies.iter().map(|d| d.line()));
-        }
+        let mut rows = collect(&session, args.hours)?;
         super::remediation::annotate(&session, &mut rows)?;
         let text = if args.format.is_json() {
             let doc = StatusOutput::new(&rows);
@@ -272,9 +264,6 @@ pub(crate) fn status(args: &StatusArgs) -> Result<ExitCode> {
                 );
             }
             t += &status::render_table(&rows, &session.cluster.name, Utc::now(), args.verbose);
-            for line in &cancelled {
-                t += &format!("{line}\n");
-            }
             t
         };
         super::print(&text)?;
@@ -470,7 +459,7 @@ pub(crate) fn report(args: &ReportArgs) -> Result<ExitCode> {
     let settings = &session.cluster.verify;
     let m = matrix(&session, args.rank_by.as_deref())?;
     // One collection for both: this cluster's rows are the team view's local ones.
-    let view = collect_team(&session, args.hours, false)?;
+    let view = collect_team(&session, args.hours)?;
     let jobs: Vec<StatusRow> = view.jobs.iter().filter_map(|j| j.local.clone()).collect();
     let mut runs = Vec::new();
     let mut seen = std::collections::HashSet::new();
@@ -511,6 +500,12 @@ pub(crate) fn report(args: &ReportArgs) -> Result<ExitCode> {
             check: check_of(cell.run_dir.as_deref(), settings, args.no_check),
             score: score_lines(attempt.as_ref().and_then(|a| a.metrics.as_ref()), settings)
                 .into_iter()
+                .chain(cell.trials.as_ref().map(|t| {
+                    format!(
+                        "from per-trial facts (mean ± task-clustered SE [95% bootstrap interval], points): {}",
+                        results::trials_line(t)
+                    )
+                }))
                 .chain([cell.provenance.describe()])
                 .collect(),
         });

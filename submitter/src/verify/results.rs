@@ -382,30 +382,28 @@ pub(crate) fn attach_trials(
     Ok(())
 }
 
-/// One line per result with per-trial facts: both means, labelled, with the task-clustered SE and
-/// the bootstrap interval, pass@k and the Harbor that produced it; empty when none has them.
+/// A result's per-trial statistics in one line: both means, labelled, each with the task-clustered
+/// SE and the bootstrap interval (in points), pass@k and the Harbor that produced it.
+pub(crate) fn trials_line(t: &TrialStatistics) -> String {
+    let means: Vec<String> = t
+        .estimates
+        .iter()
+        .map(|e| {
+            let se = e.clustered_se.map_or(String::new(), |se| format!(" ± {:.1}", 100.0 * se));
+            let ci = e.interval.map_or(String::new(), |i| format!(" [{:.1}, {:.1}]", 100.0 * i.lower, 100.0 * i.upper));
+            format!("{} {:.1}{se}{ci} ({} tasks, {} trials)", e.label, 100.0 * e.mean, e.tasks, e.trials)
+        })
+        .collect();
+    let pass = t.pass_at_k.map_or(String::new(), |(k, p)| format!("; pass@{k} {:.1}", 100.0 * p));
+    format!("{}{pass}; Harbor {}", means.join("; "), t.harbor_version.as_deref().unwrap_or("?"))
+}
+
+/// One line per result with per-trial facts ([`trials_line`]); empty when none has them.
 pub(crate) fn render_trials_text(m: &Matrix) -> String {
     let mut out = String::new();
     for cell in &m.cells {
         let Some(t) = &cell.trials else { continue };
-        let means: Vec<String> = t
-            .estimates
-            .iter()
-            .map(|e| {
-                let se = e.clustered_se.map_or(String::new(), |se| format!(" ± {:.1}", 100.0 * se));
-                let ci =
-                    e.interval.map_or(String::new(), |i| format!(" [{:.1}, {:.1}]", 100.0 * i.lower, 100.0 * i.upper));
-                format!("{} {:.1}{se}{ci} ({} tasks, {} trials)", e.label, 100.0 * e.mean, e.tasks, e.trials)
-            })
-            .collect();
-        let pass = t.pass_at_k.map_or(String::new(), |(k, p)| format!("; pass@{k} {:.1}", 100.0 * p));
-        out += &format!(
-            "{} {}: {}{pass}; Harbor {}\n",
-            cell.model,
-            short_name(&cell.benchmark),
-            means.join("; "),
-            t.harbor_version.as_deref().unwrap_or("?")
-        );
+        out += &format!("{} {}: {}\n", cell.model, short_name(&cell.benchmark), trials_line(t));
     }
     if out.is_empty() {
         return out;
@@ -1015,7 +1013,7 @@ fn trial_fields(trials: Option<&TrialStatistics>) -> Vec<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use chrono::DateTime;
 
@@ -1078,7 +1076,9 @@ mod tests {
         crate::testkit::Shipped::load().scorings()
     }
 
-    fn attempt(id: i64, model: &str, family: &str, mean: f64, n: u64) -> Attempt {
+    /// A finished attempt of `model` on `family` with `mean` over `n` trials (the matrix's tests and
+    /// the plots').
+    pub(crate) fn attempt(id: i64, model: &str, family: &str, mean: f64, n: u64) -> Attempt {
         let t = DateTime::from_timestamp(1_700_000_000 + id, 0).unwrap();
         Attempt {
             id: AttemptId(id),

@@ -30,6 +30,7 @@ mod pool_alloc;
 mod queueing;
 mod readiness;
 mod real_harbor_launch;
+mod reconcile;
 mod registry;
 mod remediation;
 mod shared_alloc;
