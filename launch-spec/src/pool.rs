@@ -164,6 +164,28 @@ pub fn pool_mismatch_field(first: &LaunchSpec, leg: &LaunchSpec) -> Option<&'sta
         .find(|field| reference.get(*field) != part.get(*field))
 }
 
+/// One line of `swaps.jsonl`: one member brought into the running engine (or not).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SwapRecord {
+    pub member: usize,
+    pub model: String,
+    pub kind: WeightsKind,
+    pub weights_digest: String,
+    /// The engine start the swap was made on.
+    pub engine_start: u32,
+    /// RFC 3339.
+    pub started_at: String,
+    pub ended_at: String,
+    /// Waiting for the predecessor's legs to end and `/pause` (ms).
+    pub pause_ms: u64,
+    /// `reload_weights` or `/v1/load_lora_adapter` (ms).
+    pub reload_ms: u64,
+    /// The canaries and the parameter digest (ms).
+    pub verify_ms: u64,
+    pub evidence: SwapEvidence,
+    pub outcome: SwapOutcome,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "result", content = "reason")]
 pub enum SwapOutcome {

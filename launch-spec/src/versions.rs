@@ -54,9 +54,11 @@ pub struct Version {
     pub(crate) major: u32,
     pub(crate) minor: u32,
     pub(crate) patch: u32,
-    pre: Option<pep440_rs::Prerelease>,
-    post: Option<u64>,
-    dev: Option<u64>,
+    // u32 parts (not pep440_rs's u64 and `Prerelease`): a Version sits twice in error variants,
+    // and this keeps it at 36 bytes.
+    pre: Option<(pep440_rs::PrereleaseKind, u32)>,
+    post: Option<u32>,
+    dev: Option<u32>,
 }
 
 impl Version {
@@ -79,9 +81,9 @@ impl Version {
 
     fn pep440(&self) -> pep440_rs::Version {
         pep440_rs::Version::new([self.major, self.minor, self.patch].map(u64::from))
-            .with_pre(self.pre)
-            .with_post(self.post)
-            .with_dev(self.dev)
+            .with_pre(self.pre.map(|(kind, number)| pep440_rs::Prerelease { kind, number: u64::from(number) }))
+            .with_post(self.post.map(u64::from))
+            .with_dev(self.dev.map(u64::from))
     }
 }
 
@@ -119,9 +121,9 @@ impl FromStr for Version {
             major: number(major)?,
             minor: number(minor)?,
             patch: number(patch)?,
-            pre: parsed.pre(),
-            post: parsed.post(),
-            dev: parsed.dev(),
+            pre: parsed.pre().map(|p| Ok::<_, String>((p.kind, number(&p.number)?))).transpose()?,
+            post: parsed.post().as_ref().map(number).transpose()?,
+            dev: parsed.dev().as_ref().map(number).transpose()?,
         })
     }
 }

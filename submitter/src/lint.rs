@@ -578,6 +578,35 @@ mod tunnel_tests {
         check_tunnels(&presets, &[leo], &mut findings);
         assert!(findings.0.is_empty(), "{:?}", findings.0);
     }
+
+    /// Issue 34: presets running one benchmark declare one scoring for it (`results` would take
+    /// the first); agreeing or undeclared ones are fine.
+    #[test]
+    fn presets_disagreeing_on_a_benchmarks_scoring_are_an_error() {
+        let preset = |name: &str, scoring: &str| {
+            let yaml = format!("datasets: [DCAgent/dev_set_71_tasks]\n{scoring}");
+            (
+                PathBuf::from(format!("presets/{name}.yaml")),
+                launch_spec::yaml::from_yaml_str::<Preset>(&yaml, Path::new(name)).unwrap(),
+            )
+        };
+        let partial = "scoring: {kind: partial_credit}\n";
+        let findings_of = |presets: &[(PathBuf, Preset)]| {
+            let mut findings = Findings::default();
+            check_scorings(presets, &mut findings);
+            findings.0
+        };
+        assert!(findings_of(&[preset("dev", partial), preset("v1", partial), preset("old", "")]).is_empty());
+        let found = findings_of(&[preset("dev", partial), preset("v1", "scoring: {kind: binary}\n")]);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].place, "presets/v1.yaml");
+        assert!(
+            found[0].message.contains(
+                "scoring (binary, outside the ID mean, not ranked) for dev_set_71_tasks differs from presets/dev.yaml's (partial credit, outside the ID mean, not ranked)"
+            ),
+            "{found:?}"
+        );
+    }
 }
 
 #[cfg(test)]
