@@ -243,7 +243,8 @@ fn every_transition_reaches_the_ledger_the_mirror_and_the_notifier() {
     assert!(out.status.success(), "{}", text(&out));
 
     // The stale pending row: cancelled by the launch for its resubmission, which queues a real job;
-    // the operator then cancels that one.
+    // the operator then cancels that one. (Its age is counted in whole seconds: past the bound.)
+    std::thread::sleep(Duration::from_secs(3));
     let out = cluster.run(&["launch"], &ledger_spec, &["--once", "--preset", "v2", "--model", "test/Tiny-1B"], &[]);
     assert!(out.status.success() && text(&out).contains("1 submitted"), "{}", text(&out));
     let operator = ledger.active().unwrap().into_iter().find(|a| a.model == "test/Tiny-1B").expect("resubmitted").id;
