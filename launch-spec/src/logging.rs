@@ -16,6 +16,14 @@ fn filter_from(own: &str, default: &str, var: impl Fn(&str) -> Option<String>) -
         .unwrap_or_else(|| default.to_string())
 }
 
+/// Whether the log on stderr may be coloured: only on a terminal, never into a file (a job's Slurm
+/// output, a redirect), and never with `NO_COLOR` set (<https://no-color.org>; empty counts as
+/// unset).
+pub fn stderr_colour() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

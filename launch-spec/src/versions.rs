@@ -43,17 +43,30 @@ pub(crate) const RETIRED_VLLM_ENV: &[(&str, Version)] = &[
     ("VLLM_MARLIN_INPUT_DTYPE", Version::new(0, 34, 0)),
 ];
 
-/// `major.minor.patch`; a suffix after the numbers (`.post1`, `rc2`, `+cu124`) is ignored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// A program's version by PEP 440 (what pip reports; parsed by `pep440_rs`): the release
+/// `major.minor.patch` and its pre-release (`rc2`), post-release (`.post1`) and dev-release
+/// (`.dev3`) parts, kept, printed in PEP 440's normal form and ordered by its rules
+/// (`0.11.0.dev1 < 0.11.0rc2 < 0.11.0 < 0.11.0.post1`). A local label (`+cu124`, `+cpu`) names a
+/// build of the same release and is dropped. What a version can do follows its release
+/// ([`Version::release`]): a pre-release carries the change it precedes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Version {
     pub(crate) major: u32,
     pub(crate) minor: u32,
     pub(crate) patch: u32,
+    pre: Option<pep440_rs::Prerelease>,
+    post: Option<u64>,
+    dev: Option<u64>,
 }
 
 impl Version {
     pub const fn new(major: u32, minor: u32, patch: u32) -> Self {
-        Self { major, minor, patch }
+        Self { major, minor, patch, pre: None, post: None, dev: None }
+    }
+
+    /// The release alone (`0.11.0` for `0.11.0rc2`): what the capability thresholds compare.
+    pub const fn release(self) -> Self {
+        Self::new(self.major, self.minor, self.patch)
     }
 
     pub const fn major(self) -> u32 {
@@ -63,11 +76,30 @@ impl Version {
     pub const fn minor(self) -> u32 {
         self.minor
     }
+
+    fn pep440(&self) -> pep440_rs::Version {
+        pep440_rs::Version::new([self.major, self.minor, self.patch].map(u64::from))
+            .with_pre(self.pre)
+            .with_post(self.post)
+            .with_dev(self.dev)
+    }
+}
+
+impl PartialOrd for Version {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Version {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.pep440().cmp(&other.pep440())
+    }
 }
 
 impl fmt::Display for Version {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+        self.pep440().fmt(f)
     }
 }
 
@@ -75,21 +107,22 @@ impl FromStr for Version {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, String> {
-        let bad = || format!("`{text}` is not a version (write it as MAJOR.MINOR.PATCH, e.g. \"0.33.0\")");
-        let mut parts = text.trim().trim_start_matches('v').splitn(3, '.');
-        let number = |part: Option<&str>, whole: bool| -> Result<u32, String> {
-            let part = part.ok_or_else(bad)?;
-            let digits: String = part.chars().take_while(|c| c.is_ascii_digit()).collect();
-            if digits.is_empty() || (whole && digits.len() != part.len()) {
-                return Err(bad());
-            }
-            digits.parse().map_err(|_| bad())
-        };
-        let major = number(parts.next(), true)?;
-        let minor = number(parts.next(), true)?;
-        // The patch may carry a suffix: `0.10.1.post1`, `0.11.0rc2`.
-        let patch = number(parts.next(), false)?;
-        Ok(Version::new(major, minor, patch))
+        let bad =
+            || format!("`{text}` is not a version (write it as MAJOR.MINOR.PATCH, e.g. \"0.33.0\" or \"0.11.0rc2\")");
+        let parsed: pep440_rs::Version = text.trim().parse().map_err(|_| bad())?;
+        let number = |n: &u64| u32::try_from(*n).map_err(|_| bad());
+        let [major, minor, patch] = parsed.release() else { return Err(bad()) };
+        if parsed.epoch() != 0 {
+            return Err(bad());
+        }
+        Ok(Version {
+            major: number(major)?,
+            minor: number(minor)?,
+            patch: number(patch)?,
+            pre: parsed.pre(),
+            post: parsed.post(),
+            dev: parsed.dev(),
+        })
     }
 }
 
@@ -108,12 +141,12 @@ impl<'de> Deserialize<'de> for Version {
 
 /// What a declared vLLM can do.
 pub fn vllm_has_swap_space(vllm: Version) -> bool {
-    vllm < VLLM_SWAP_SPACE_REMOVED
+    vllm.release() < VLLM_SWAP_SPACE_REMOVED
 }
 
 /// Whether a declared vLLM takes `--distributed-timeout-seconds` (multi-node engines).
 pub fn vllm_has_distributed_timeout(vllm: Version) -> bool {
-    vllm >= VLLM_DISTRIBUTED_TIMEOUT_ADDED
+    vllm.release() >= VLLM_DISTRIBUTED_TIMEOUT_ADDED
 }
 
 /// Every retired vLLM environment variable with the first release known without it.
@@ -123,7 +156,7 @@ pub fn retired_vllm_env() -> &'static [(&'static str, Version)] {
 
 /// The entries of `RETIRED_VLLM_ENV` that `vllm` no longer knows.
 pub fn vllm_retired_env(vllm: Version) -> impl Iterator<Item = &'static str> {
-    RETIRED_VLLM_ENV.iter().filter(move |(_, since)| vllm >= *since).map(|(name, _)| *name)
+    RETIRED_VLLM_ENV.iter().filter(move |(_, since)| vllm.release() >= *since).map(|(name, _)| *name)
 }
 
 /// The Harbor command-line and terminus-2 kwargs a Harbor speaks.
@@ -160,7 +193,7 @@ impl HarborDialect {
         }
         let flavours = HARBOR_FLAVOURS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ");
         let version: Version = text.parse().map_err(|e| format!("{e}, or name a Harbor flavour ({flavours})"))?;
-        if version < HARBOR_MIN {
+        if version.release() < HARBOR_MIN {
             return Err(format!(
                 "Harbor {version} is older than {HARBOR_MIN}, the oldest release this launcher speaks; upgrade it, or declare the flavour it is ({flavours})"
             ));
@@ -558,10 +591,10 @@ pub(crate) fn vllm_differences(declared: Version, found: Version) -> Vec<String>
 /// release older than [`HARBOR_MIN`] (not 0.25's dialect: the fork, or an old upstream). A release
 /// newer than 0.26 is assumed to speak 0.26's.
 pub(crate) fn harbor_release_dialect(found: Version) -> Option<HarborDialect> {
-    if found >= HARBOR_026 {
+    if found.release() >= HARBOR_026 {
         Some(HarborDialect::Harbor026)
     } else {
-        (found >= HARBOR_MIN).then_some(HarborDialect::Harbor025)
+        (found.release() >= HARBOR_MIN).then_some(HarborDialect::Harbor025)
     }
 }
 
@@ -737,10 +770,8 @@ mod tests {
     #[test]
     fn versions_parse_and_order() {
         assert_eq!("0.33.0".parse::<Version>().unwrap(), Version::new(0, 33, 0));
-        assert_eq!("0.10.1.post1".parse::<Version>().unwrap(), Version::new(0, 10, 1));
-        assert_eq!("0.11.0rc2".parse::<Version>().unwrap(), Version::new(0, 11, 0));
         assert_eq!("v0.25.0".parse::<Version>().unwrap(), Version::new(0, 25, 0));
-        for bad in ["", "0.33", "latest", "0.x.1", "1..2"] {
+        for bad in ["", "0.33", "latest", "0.x.1", "1..2", "1!0.1.0", "0.1.2.3"] {
             assert!(bad.parse::<Version>().is_err(), "{bad}");
         }
         assert!(vllm_has_swap_space("0.17.1".parse().unwrap()));
@@ -758,6 +789,36 @@ mod tests {
             "the environment variables it knows (VLLM_USE_V2_MODEL_RUNNER, VLLM_MARLIN_INPUT_DTYPE)"
         );
         assert_eq!(vllm_retired_env(Version::new(0, 10, 1)).count(), 0);
+    }
+
+    /// Issue 36: PEP 440's suffixes are kept (printed in its normal form) and ordered by its rules;
+    /// what a version can do follows its release.
+    #[test]
+    fn versions_keep_their_pep440_suffixes_and_order_by_pep440() {
+        let v = |text: &str| text.parse::<Version>().unwrap();
+        for (given, shown) in [
+            ("0.11.0rc2", "0.11.0rc2"),
+            ("0.11.0-RC.2", "0.11.0rc2"),
+            ("0.10.1.post1", "0.10.1.post1"),
+            ("0.25.0.dev3+g1a2b", "0.25.0.dev3"),
+            ("0.32.0+cpu", "0.32.0"),
+            ("1.2.3a1", "1.2.3a1"),
+        ] {
+            assert_eq!(v(given).to_string(), shown, "{given}");
+        }
+        let order =
+            ["0.11.0.dev1", "0.11.0a1", "0.11.0b2", "0.11.0rc1", "0.11.0rc2", "0.11.0", "0.11.0.post1", "0.11.1"];
+        for pair in order.windows(2) {
+            assert!(v(pair[0]) < v(pair[1]), "{} < {}", pair[0], pair[1]);
+        }
+        assert_eq!(v("0.11.0rc2").release(), Version::new(0, 11, 0));
+        assert_ne!(v("0.11.0rc2"), Version::new(0, 11, 0));
+        // A pre-release of 0.18.0 already lacks --swap-space; a post-release of 0.17.1 still has it.
+        assert!(!vllm_has_swap_space(v("0.18.0rc1")) && vllm_has_swap_space(v("0.17.1.post1")));
+        // Declared versions keep their suffix through the spec (serde).
+        let json = serde_json::to_string(&v("0.11.0rc2")).unwrap();
+        assert_eq!(json, "\"0.11.0rc2\"");
+        assert_eq!(serde_json::from_str::<Version>(&json).unwrap(), v("0.11.0rc2"));
     }
 
     #[test]

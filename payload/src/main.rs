@@ -23,6 +23,12 @@ enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+    /// Write the man pages (`payload.1`, `payload-run.1`, …) into DIR (scripts/release).
+    #[command(hide = true)]
+    Man {
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
     /// Run the job described by a launch spec, or a shared job's legs against one engine (the
     /// sbatch script execs this).
     Run {
@@ -71,18 +77,23 @@ enum Command {
     },
 }
 
+/// The log on stderr: JSON lines where it goes to a file (the job's Slurm output, which tools read),
+/// human-readable lines on a terminal (`payload plan`, `payload run` inside `salloc`), coloured
+/// unless `NO_COLOR` is set (issue 36).
 fn init_logging() {
+    use std::io::IsTerminal;
     let directives = launch_spec::logging::filter_directives("PAYLOAD_LOG", "info");
     let filter = tracing_subscriber::EnvFilter::try_new(directives)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .json()
-        .with_current_span(false)
-        .with_span_list(false)
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(|| payload::logsink::Stderr)
-        .log_internal_errors(false)
-        .init();
+        .log_internal_errors(false);
+    if std::io::stderr().is_terminal() {
+        builder.with_ansi(launch_spec::logging::stderr_colour()).with_target(false).init();
+    } else {
+        builder.json().with_current_span(false).with_span_list(false).init();
+    }
 }
 
 fn exit(code: i32) -> ExitCode {
@@ -210,6 +221,12 @@ async fn main() -> ExitCode {
             use clap::CommandFactory;
             clap_complete::generate(shell, &mut Cli::command(), "payload", &mut std::io::stdout());
             Ok(0)
+        }
+        Command::Man { out } => {
+            use clap::CommandFactory;
+            clap_mangen::generate_to(Cli::command(), &out)
+                .with_context(|| format!("writing the man pages into {}", out.display()))
+                .map(|()| 0)
         }
         Command::Rank { ranks } => {
             let parent = payload::prepare::parent_env();

@@ -213,14 +213,14 @@ fn main() {
     let planned = planner::plan(&inputs(&context, tb2, &few), &snapshot);
     let slurm = InstantSlurm(Cell::new(0));
     let prepare = |_: &planner::PlannedJob, _: &launch_spec::LaunchSpec| Ok(());
+    let recorder = submitter::transition::Recorder::new(ledger.as_ref(), None);
     let executor = Executor {
-        ledger: ledger.as_ref(),
+        recorder: &recorder,
         slurm: &slurm,
         cluster: &local.name,
         username: "bench".into(),
         delay: Duration::ZERO,
         chain_batch: 0,
-        mirror: None,
         prepare: &prepare,
         dry_run: false,
     };

@@ -81,6 +81,49 @@ impl FromStr for AttemptStatus {
     }
 }
 
+/// What remediation (or a person) did about a pair, as the ledger records it (`remediations.action`):
+/// typed from the decision to the ledger and back (issue 34).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RemediationAct {
+    Cancel,
+    Retry,
+    Hold,
+    /// A person's `release`: the pair starts afresh.
+    Release,
+}
+
+impl RemediationAct {
+    pub const ALL: [RemediationAct; 4] =
+        [RemediationAct::Cancel, RemediationAct::Retry, RemediationAct::Hold, RemediationAct::Release];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RemediationAct::Cancel => "cancel",
+            RemediationAct::Retry => "retry",
+            RemediationAct::Hold => "hold",
+            RemediationAct::Release => "release",
+        }
+    }
+}
+
+impl fmt::Display for RemediationAct {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for RemediationAct {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        RemediationAct::ALL
+            .into_iter()
+            .find(|act| act.as_str() == s)
+            .ok_or_else(|| format!("unknown remediation action {s:?}"))
+    }
+}
+
 /// What Slurm says about an attempt's job right now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

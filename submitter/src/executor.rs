@@ -13,12 +13,12 @@ use std::time::Duration;
 
 use crate::decide::{MISSING_JOB_GRACE_S, Prerequisite};
 use crate::domain::{POOL_KEY, SHARED_KEY, SUBMISSION_TAG_KEY};
-use crate::ledger::{AttemptId, AttemptStatus, Ledger, LedgerError, NewAttempt};
+use crate::ledger::{AttemptId, AttemptStatus, LedgerError, NewAttempt};
 use crate::planner::{Blocked, Plan, PlannedJob, SharedJob, attempt_config};
 use crate::queue::run_dir_free_for;
 use crate::slurm::{JobId, Slurm, best_match};
-use crate::team::mirror::Mirror;
 use crate::team::publish;
+use crate::transition::{Origin, Recorder};
 
 /// Runs before a pair's ledger row, with the spec that would be written: staging and preflight
 /// (docs/site.md). An error means "do not submit this pair now" and does not count as an attempt.
@@ -34,7 +34,8 @@ pub enum NotSubmitted {
 }
 
 pub struct Executor<'a> {
-    pub ledger: &'a dyn Ledger,
+    /// Writes every state change (ledger, team mirror, event); its ledger takes the new rows.
+    pub recorder: &'a Recorder<'a>,
     pub slurm: &'a dyn Slurm,
     pub cluster: &'a str,
     pub username: String,
@@ -42,8 +43,6 @@ pub struct Executor<'a> {
     pub delay: Duration,
     /// Chain submissions in batches with `--dependency=afterany:` (0 = off).
     pub chain_batch: usize,
-    /// Publish each attempt to the team's database too (`--mirror`).
-    pub mirror: Option<&'a Mirror>,
     pub prepare: Prepare<'a>,
     /// Check everything, write nothing (`launch --dry-run`).
     pub dry_run: bool,
@@ -97,10 +96,7 @@ impl Executor<'_> {
             {
                 let id = AttemptId(*attempt_id);
                 let reason = format!("{} (no Slurm job, no outcome)", crate::domain::VANISHED);
-                self.ledger.transition(id, AttemptStatus::Failed, &reason, None)?;
-                publish(self.mirror, &format!("attempt {id} (Failed)"), |m| {
-                    m.transition(id, AttemptStatus::Failed, None)
-                });
+                self.recorder.apply_to(id, AttemptStatus::Failed, &reason, Origin::Submission)?;
             }
             match &job.blocked {
                 Some(Blocked::Refused(why)) => {
@@ -141,7 +137,7 @@ impl Executor<'_> {
             let tag = submission_tag(&job.model, &job.benchmark, self.cluster);
             config[SUBMISSION_TAG_KEY] = tag.clone().into();
             let new = self.new_attempt(job, spec, config);
-            let attempt = match self.ledger.insert_pending(&new) {
+            let attempt = match self.recorder.ledger().insert_pending(&new) {
                 Ok(id) => id,
                 Err(LedgerError::AlreadyActive { existing_id, .. }) => {
                     let why = format!("skipped: attempt {existing_id} is already active (another submitter)");
@@ -155,7 +151,7 @@ impl Executor<'_> {
             self.publish_pending(attempt, &new);
             let spec_file = crate::queue::spec_path(&spec);
             if let Err(err) = write_spec(&spec_file, &spec.to_json()) {
-                self.ledger.transition(attempt, AttemptStatus::Failed, &format!("not submitted: {err}"), None)?;
+                self.end(attempt, AttemptStatus::Failed, &format!("not submitted: {err}"))?;
                 return Err(err);
             }
             let mut request = request.clone();
@@ -169,7 +165,7 @@ impl Executor<'_> {
                         results.push(record(refusal, Some(attempt), Some(job_id.to_string())));
                         continue;
                     }
-                    publish(self.mirror, &format!("attempt {attempt} job id"), |m| {
+                    publish(self.recorder.mirror(), &format!("attempt {attempt} job id"), |m| {
                         m.submitted(attempt, &job_id.to_string())
                     });
                     chain.push(job_id);
@@ -178,20 +174,12 @@ impl Executor<'_> {
                 }
                 Landed::Unconfirmed(why) => {
                     // Active, no job id, no failure: the next sync adopts the job or withdraws it.
-                    self.ledger.transition(attempt, AttemptStatus::Pending, &why, None)?;
+                    self.end(attempt, AttemptStatus::Pending, &why)?;
                     results.push(record(why, Some(attempt), None));
                 }
                 Landed::Refused(problem) => {
                     // The row must not block the pair: it failed, with sbatch's reason.
-                    self.ledger.transition(
-                        attempt,
-                        AttemptStatus::Failed,
-                        &format!("sbatch failed: {problem}"),
-                        None,
-                    )?;
-                    publish(self.mirror, &format!("attempt {attempt} (Failed)"), |m| {
-                        m.transition(attempt, AttemptStatus::Failed, None)
-                    });
+                    self.end(attempt, AttemptStatus::Failed, &format!("sbatch failed: {problem}"))?;
                     results.push(record(format!("sbatch failed: {problem}"), Some(attempt), None));
                 }
             }
@@ -201,19 +189,21 @@ impl Executor<'_> {
 }
 
 impl Executor<'_> {
+    /// A row this run inserted moves on (failed, or pending again with why), through the one path.
+    fn end(&self, attempt: AttemptId, to: AttemptStatus, why: &str) -> Result<(), LedgerError> {
+        self.recorder.apply_to(attempt, to, why, Origin::Submission)
+    }
+
     /// Binds a queued job to its attempt. `Some(why)` when the ledger refuses because another
     /// attempt of this cluster holds that job id (Slurm handed it out twice): the new attempt is
     /// failed with the reason and the job left alone — cancelling it would cancel the other
     /// attempt's job, which has the same id.
     fn bind_job(&self, attempt: AttemptId, job_id: JobId) -> Result<Option<String>, SubmitError> {
-        match self.ledger.set_job_id(attempt, &job_id.to_string()) {
+        match self.recorder.ledger().set_job_id(attempt, &job_id.to_string()) {
             Ok(()) => Ok(None),
             Err(taken @ LedgerError::JobIdTaken { .. }) => {
                 let why = format!("sbatch failed: {taken}");
-                self.ledger.transition(attempt, AttemptStatus::Failed, &why, None)?;
-                publish(self.mirror, &format!("attempt {attempt} (Failed)"), |m| {
-                    m.transition(attempt, AttemptStatus::Failed, None)
-                });
+                self.end(attempt, AttemptStatus::Failed, &why)?;
                 Ok(Some(why))
             }
             Err(err) => Err(err.into()),
@@ -246,10 +236,8 @@ impl Executor<'_> {
                 self.slurm.cancel(id, None, false)?;
             }
             let id = AttemptId(*attempt_id);
-            self.ledger.transition(id, AttemptStatus::Cancelled, "stale pending: cancelled for resubmission", None)?;
-            publish(self.mirror, &format!("attempt {id} (Cancelled)"), |m| {
-                m.transition(id, AttemptStatus::Cancelled, None)
-            });
+            let why = "stale pending: cancelled for resubmission";
+            self.recorder.apply_to(id, AttemptStatus::Cancelled, why, Origin::Submission)?;
         }
         if let Err(why) = run_dir_free_for(spec) {
             return Ok(Some(format!("not submitted: {why}")));
@@ -312,7 +300,7 @@ impl Executor<'_> {
                 });
             }
             let new = self.new_attempt(job, spec, config);
-            let attempt = match self.ledger.insert_pending(&new) {
+            let attempt = match self.recorder.ledger().insert_pending(&new) {
                 Ok(id) => id,
                 Err(LedgerError::AlreadyActive { existing_id, .. }) => {
                     let why = format!("skipped: attempt {existing_id} is already active (another submitter)");
@@ -330,7 +318,7 @@ impl Executor<'_> {
         let attempts: Vec<AttemptId> = rows.iter().map(|(_, _, a)| *a).collect();
         let fail_all = |why: &str| -> Result<(), SubmitError> {
             for attempt in &attempts {
-                self.ledger.transition(*attempt, AttemptStatus::Failed, why, None)?;
+                self.end(*attempt, AttemptStatus::Failed, why)?;
             }
             Ok(())
         };
@@ -378,7 +366,7 @@ impl Executor<'_> {
                         results.push(Submitted::new(job, refusal, Some(*attempt), Some(job_id.to_string())));
                         continue;
                     }
-                    publish(self.mirror, &format!("attempt {attempt} job id"), |m| {
+                    publish(self.recorder.mirror(), &format!("attempt {attempt} job id"), |m| {
                         m.submitted(*attempt, &job_id.to_string())
                     });
                     let outcome = format!("submitted ({})", reason(job));
@@ -389,17 +377,14 @@ impl Executor<'_> {
             }
             Landed::Unconfirmed(why) => {
                 for (job, _, attempt) in &rows {
-                    self.ledger.transition(*attempt, AttemptStatus::Pending, &why, None)?;
+                    self.end(*attempt, AttemptStatus::Pending, &why)?;
                     results.push(Submitted::new(job, why.clone(), Some(*attempt), None));
                 }
             }
             Landed::Refused(problem) => {
                 let why = format!("sbatch failed: {problem}");
                 for (job, _, attempt) in &rows {
-                    self.ledger.transition(*attempt, AttemptStatus::Failed, &why, None)?;
-                    publish(self.mirror, &format!("attempt {attempt} (Failed)"), |m| {
-                        m.transition(*attempt, AttemptStatus::Failed, None)
-                    });
+                    self.end(*attempt, AttemptStatus::Failed, &why)?;
                     results.push(Submitted::new(job, why.clone(), Some(*attempt), None));
                 }
             }
@@ -422,7 +407,7 @@ impl Executor<'_> {
 
     /// The team's row, like the ledger's, exists before sbatch.
     fn publish_pending(&self, attempt: AttemptId, new: &NewAttempt) {
-        publish(self.mirror, &format!("attempt {attempt} (Pending)"), |m| {
+        publish(self.recorder.mirror(), &format!("attempt {attempt} (Pending)"), |m| {
             if !m.pending(attempt, new)? {
                 tracing::warn!(
                     "mirror: {} or {} is not in the team's models/benchmarks: not published",

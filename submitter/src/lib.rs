@@ -15,6 +15,7 @@ mod node_binary;
 pub mod notify;
 mod observe;
 pub mod output;
+pub mod plan_text;
 pub mod planner;
 pub mod pool;
 mod preflight;
@@ -31,7 +32,9 @@ mod stage;
 pub mod stats;
 pub mod sync;
 pub mod team;
+pub mod term;
 mod text;
+pub mod transition;
 pub mod verify;
 
 #[cfg(test)]

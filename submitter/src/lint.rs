@@ -1,6 +1,7 @@
 //! `submitter registry check`: lints registry, patterns, presets, GPU and cluster profiles together
 //! and lists every problem (errors fail the check; warnings explain surprising but kept semantics).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use launch_spec::yaml::from_yaml_file;
@@ -58,6 +59,7 @@ pub(crate) fn check(inputs: &LintInputs) -> Vec<Finding> {
     check_registry_files(inputs.registry, &mut findings);
     let clusters = check_clusters(inputs.clusters, &mut findings);
     let presets = check_presets(inputs.presets, &mut findings);
+    check_scorings(&presets, &mut findings);
     check_tunnels(&presets, &clusters, &mut findings);
     // Cross-file checks need a registry that loads.
     match Registry::load(inputs.registry) {
@@ -273,6 +275,31 @@ fn check_presets(dir: &Path, findings: &mut Findings) -> Vec<(PathBuf, Preset)> 
         }
     }
     presets
+}
+
+/// Presets running one benchmark declare one scoring for it: `results` takes the first declaration
+/// (by file name), so a disagreeing one would be silently ignored.
+fn check_scorings(presets: &[(PathBuf, Preset)], findings: &mut Findings) {
+    let mut first: BTreeMap<String, (&Path, crate::config::preset::Scoring)> = BTreeMap::new();
+    for (file, preset) in presets {
+        let Some(scoring) = preset.scoring else { continue };
+        for dataset in &preset.datasets {
+            let benchmark = Preset::benchmark_of(dataset);
+            match first.get(&benchmark) {
+                Some((other, theirs)) if *theirs != scoring => findings.error(
+                    file.display(),
+                    format!(
+                        "scoring ({scoring}) for {benchmark} differs from {}'s ({theirs}): declare one scoring in both",
+                        other.display()
+                    ),
+                ),
+                Some(_) => {}
+                None => {
+                    first.insert(benchmark, (file, scoring));
+                }
+            }
+        }
+    }
 }
 
 /// Each installed-harness preset on each cluster: the tunnels its jobs get there, or why `launch`

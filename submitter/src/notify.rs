@@ -26,10 +26,43 @@ pub enum NotifyError {
 /// Something people are told about.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
-    Failed { attempt: i64, model: String, benchmark: String, reason: String },
-    Held { model: String, benchmark: String, why: String },
-    Finished { attempt: i64, model: String, benchmark: String, score: Option<f64>, gpu_hours: Option<f64> },
-    ListenerTrouble { message: String },
+    Failed {
+        attempt: i64,
+        model: String,
+        benchmark: String,
+        reason: String,
+    },
+    Held {
+        model: String,
+        benchmark: String,
+        why: String,
+    },
+    Finished {
+        attempt: i64,
+        model: String,
+        benchmark: String,
+        score: Option<f64>,
+        gpu_hours: Option<f64>,
+    },
+    /// An attempt cancelled: by `submitter cancel`, for its resubmission (stale pending), or
+    /// withdrawn by sync (never queued).
+    Cancelled {
+        attempt: i64,
+        model: String,
+        benchmark: String,
+        reason: String,
+    },
+    /// Remediation acted on an attempt (`cancel`, `retry`, `hold`).
+    Remediated {
+        attempt: i64,
+        model: String,
+        benchmark: String,
+        action: String,
+        reason: String,
+    },
+    ListenerTrouble {
+        message: String,
+    },
 }
 
 impl Event {
@@ -38,6 +71,8 @@ impl Event {
             Event::Failed { .. } => "failed",
             Event::Held { .. } => "held",
             Event::Finished { .. } => "finished",
+            Event::Cancelled { .. } => "cancelled",
+            Event::Remediated { .. } => "remediation",
             Event::ListenerTrouble { .. } => "listener",
         }
     }
@@ -52,6 +87,12 @@ impl Event {
                 let score = score.map_or("score unknown".to_string(), |s| format!("score {s:.3}"));
                 let hours = gpu_hours.map(|h| format!(", {h:.1} GPU-hours")).unwrap_or_default();
                 format!("finished: {model} on {benchmark} (attempt {attempt}): {score}{hours}")
+            }
+            Event::Cancelled { attempt, model, benchmark, reason } => {
+                format!("cancelled: {model} on {benchmark} (attempt {attempt}): {reason}")
+            }
+            Event::Remediated { attempt, model, benchmark, action, reason } => {
+                format!("remediation {action}: {model} on {benchmark} (attempt {attempt}): {reason}")
             }
             Event::ListenerTrouble { message } => format!("listener: {message}"),
         }
@@ -70,29 +111,62 @@ fn pair_key(model: &str, benchmark: &str) -> String {
     format!("{model} {benchmark}")
 }
 
-/// The events of one launch iteration (pure): what sync changed (finished with its score, failed
-/// for good — a walltime end that is continued is not a failure) and the pairs held (refused).
-pub(crate) fn iteration_events(changes: &[crate::sync::Change], planned: &[crate::planner::PlannedJob]) -> Tidings {
+/// What people are told of transitions (pure; the consumer of the reconcile's events): a result
+/// finished with its score, an attempt failed for good (a walltime end that is continued is not a
+/// failure), cancelled, or ended by remediation. A start, a repair or a pending row is not told.
+pub(crate) fn transition_events(changes: &[crate::transition::Transition]) -> Vec<Event> {
     use crate::ledger::AttemptStatus;
-    let mut events: Vec<Event> = changes
+    use crate::transition::Origin;
+    changes
         .iter()
-        .filter_map(|c| match c.to {
-            AttemptStatus::Finished => Some(Event::Finished {
-                attempt: c.attempt,
-                model: c.model.clone(),
-                benchmark: c.benchmark.clone(),
-                score: c.metrics.as_ref().and_then(|m| m.get("mean_reward")?.as_f64()),
-                gpu_hours: c.gpu_hours,
-            }),
-            AttemptStatus::Failed if !c.resumable => Some(Event::Failed {
-                attempt: c.attempt,
-                model: c.model.clone(),
-                benchmark: c.benchmark.clone(),
-                reason: c.reason.clone(),
-            }),
-            _ => None,
+        .filter(|c| c.changes_status())
+        .filter_map(|c| {
+            let (attempt, model, benchmark, reason) =
+                (c.attempt, c.model.clone(), c.benchmark.clone(), c.reason.clone());
+            match (c.to, c.origin) {
+                (AttemptStatus::Finished, _) => Some(Event::Finished {
+                    attempt,
+                    model,
+                    benchmark,
+                    score: c.metrics.as_ref().and_then(|m| m.get("mean_reward")?.as_f64()),
+                    gpu_hours: c.gpu_hours,
+                }),
+                (_, Origin::Remediation(action)) => {
+                    Some(Event::Remediated { attempt, model, benchmark, action: action.as_str().to_string(), reason })
+                }
+                (AttemptStatus::Failed, _) if !c.resumable => Some(Event::Failed { attempt, model, benchmark, reason }),
+                (AttemptStatus::Cancelled, _) => Some(Event::Cancelled { attempt, model, benchmark, reason }),
+                _ => None,
+            }
         })
-        .collect();
+        .collect()
+}
+
+/// Remediation's acts that moved no attempt (a retry or hold of an attempt that had ended): told
+/// as such. An act that ended an attempt is told by its transition ([`transition_events`]).
+pub(crate) fn remediation_events(decisions: &[crate::remediate::Decision]) -> Vec<Event> {
+    decisions
+        .iter()
+        .filter(|d| !d.ended_an_attempt())
+        .map(|d| Event::Remediated {
+            attempt: d.attempt,
+            model: d.model.clone(),
+            benchmark: d.benchmark.clone(),
+            action: d.action.as_str().to_string(),
+            reason: d.reason.clone(),
+        })
+        .collect()
+}
+
+/// The events of one launch iteration (pure): its transitions, remediation's acts, and the pairs
+/// held (refused).
+pub(crate) fn iteration_events(
+    changes: &[crate::transition::Transition],
+    decisions: &[crate::remediate::Decision],
+    planned: &[crate::planner::PlannedJob],
+) -> Tidings {
+    let mut events = transition_events(changes);
+    events.extend(remediation_events(decisions));
     let mut unheld = BTreeSet::new();
     for job in planned {
         match &job.blocked {

@@ -62,3 +62,90 @@ pub fn view_of(job: Option<&JobInfo>) -> SlurmView {
         _ => SlurmView::Gone,
     }
 }
+
+/// One look at the world per iteration (docs/design.md §0, "The reconcile"): Slurm's answer about
+/// every active job of the cluster — one `squeue` — and each run dir's `status.json`, read at most
+/// once. Sync, remediation, the verdicts and the plan's snapshot all read it, so one iteration asks
+/// Slurm once and reads each attempt's record once. The ledger is not part of it: each stage reads
+/// the ledger as the stages before it left it.
+pub struct Observation {
+    pub now: chrono::DateTime<chrono::Utc>,
+    /// Slurm's answer by job id, for the ids asked.
+    jobs: std::sync::Mutex<std::collections::HashMap<String, Option<JobInfo>>>,
+    /// Run dir → its `status.json` as read.
+    records: std::sync::Mutex<std::collections::HashMap<PathBuf, launch_spec::rundir::StatusRecord>>,
+}
+
+impl Observation {
+    /// Asks Slurm once about every job of `cluster`'s active attempts (ledger order: the ledger
+    /// first, so every job id asked about was submitted before Slurm is asked).
+    pub fn take(
+        ledger: &dyn crate::ledger::Ledger,
+        slurm: &dyn crate::slurm::Slurm,
+        cluster: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Observation, SyncError> {
+        let ids: Vec<crate::slurm::JobId> = ledger
+            .active()?
+            .iter()
+            .filter(|a| a.cluster == cluster)
+            .filter_map(|a| a.slurm_job_id.as_deref()?.parse().ok())
+            .collect();
+        let world = Observation::empty(now);
+        world.jobs(slurm, &ids)?;
+        Ok(world)
+    }
+
+    /// An observation that has asked nothing yet (each question is asked once, when first needed).
+    pub fn empty(now: chrono::DateTime<chrono::Utc>) -> Observation {
+        Observation { now, jobs: Default::default(), records: Default::default() }
+    }
+
+    /// Slurm's view of `ids`, by job id (a job Slurm does not list is absent). Ids asked before
+    /// are answered from the observation; only the others (a job id a repair bound during this
+    /// iteration) go to Slurm, in one `squeue`.
+    pub fn jobs(
+        &self,
+        slurm: &dyn crate::slurm::Slurm,
+        ids: &[crate::slurm::JobId],
+    ) -> Result<std::collections::HashMap<String, JobInfo>, SlurmError> {
+        let mut known = self.jobs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let new: Vec<crate::slurm::JobId> = ids
+            .iter()
+            .filter(|id| !known.contains_key(&id.to_string()))
+            .copied()
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        if !new.is_empty() {
+            let listed = slurm.jobs(&new)?;
+            for id in &new {
+                known.insert(id.to_string(), listed.iter().find(|j| j.id == *id).cloned());
+            }
+        }
+        Ok(ids
+            .iter()
+            .filter_map(|id| known.get(&id.to_string()).cloned().flatten())
+            .map(|j| (j.id.to_string(), j))
+            .collect())
+    }
+
+    /// A run dir's `status.json`, read once per observation.
+    pub fn record(&self, run_dir: &std::path::Path) -> launch_spec::rundir::StatusRecord {
+        let mut records = self.records.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        records
+            .entry(run_dir.to_path_buf())
+            .or_insert_with(|| {
+                // Counted by the tests (`SUBMITTER_LOG=submitter::observe=debug`): one per run dir.
+                tracing::debug!(run_dir = %run_dir.display(), "read status.json");
+                launch_spec::rundir::read_status(run_dir)
+            })
+            .clone()
+    }
+
+    /// The attempt's own `status.json` (its run dir's, when it names the attempt's job).
+    pub fn status_of(&self, attempt: &Attempt) -> Option<RunStatus> {
+        let dir = run_dir_of(attempt)?;
+        self.record(&dir).into_status().filter(|s| belongs_to(s, attempt))
+    }
+}

@@ -12,9 +12,11 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 pub use crate::config::remediation::{Change, Policy, RemediationSettings, TABLE};
-use crate::domain::PairAdjustment;
+use crate::domain::{PairAdjustment, RemediationAct};
 use crate::ledger::{AttemptId, AttemptStatus, Ledger, LedgerError, NewRemediation, PairRemedy, Remediation};
+use crate::observe::Observation;
 use crate::slurm::{JobId, Slurm, SlurmError};
+use crate::transition::{Origin, Recorder};
 use crate::verify::verdict::StatusRow;
 use crate::verify::{Level, VerdictKind, VerifySettings, check, human_duration};
 
@@ -84,6 +86,11 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// Whether carrying it out ended an active attempt (its job cancelled, the attempt failed).
+    pub fn ended_an_attempt(&self) -> bool {
+        self.cancels_job.is_some()
+    }
+
     /// One line for people: what, why, the change.
     pub fn line(&self) -> String {
         let job = self.cancels_job.as_ref().map(|j| format!(", cancels job {j}")).unwrap_or_default();
@@ -264,7 +271,8 @@ fn launch_facts(dir: &Path, status: Option<&launch_spec::records::RunStatus>) ->
 /// job's verdict when it is bad, `check`'s failing findings of its run dir (a full read: instant
 /// trial failures are `check`'s alone), and payload's recorded end; an ended attempt's recorded end
 /// when the ledger says it failed. Reads the run dirs; decides nothing.
-pub fn cases(rows: &[StatusRow], settings: &VerifySettings, now: DateTime<Utc>) -> Vec<Case> {
+pub fn cases(rows: &[StatusRow], world: &Observation, settings: &VerifySettings) -> Vec<Case> {
+    let now = world.now;
     let mut out = Vec::new();
     for row in rows {
         let active = row.ledger_status.is_active();
@@ -273,7 +281,8 @@ pub fn cases(rows: &[StatusRow], settings: &VerifySettings, now: DateTime<Utc>) 
         }
         let dir = row.run_dir.as_deref().map(Path::new);
         // A resubmission reuses the run dir: its records are this attempt's only when they name its job.
-        let status = dir.and_then(|d| launch_spec::rundir::read_status(d).of_job(row.slurm_job_id.as_deref()));
+        let record = dir.map(|d| world.record(d));
+        let status = record.clone().and_then(|r| r.of_job(row.slurm_job_id.as_deref()));
         let mut diagnoses = Vec::new();
         if active
             && row.verdict.verdict.is_bad()
@@ -288,7 +297,7 @@ pub fn cases(rows: &[StatusRow], settings: &VerifySettings, now: DateTime<Utc>) 
         if active
             && row.slurm == "RUNNING"
             && let Some(d) = dir
-            && let Ok(run) = check::check_run_dir(d, settings, now)
+            && let Ok(run) = check::check_run_dir_with(d, record.clone(), settings, now)
         {
             for f in run.findings.iter().filter(|f| f.level == Level::Fail) {
                 if !diagnoses.iter().any(|d| d.id == f.id) {
@@ -328,16 +337,16 @@ pub fn pair_states(
 /// The decisions for `status`'s rows (pure but for reading the run dirs).
 pub fn plan(
     rows: &[StatusRow],
+    world: &Observation,
     states: &std::collections::HashMap<(String, String, String), PairRemedy>,
     remediation: &RemediationSettings,
     verify: &VerifySettings,
-    now: DateTime<Utc>,
 ) -> Vec<Decision> {
     if !remediation.enabled {
         return Vec::new();
     }
     let empty = PairRemedy::default();
-    cases(rows, verify, now)
+    cases(rows, world, verify)
         .iter()
         .filter_map(|case| {
             let key = (case.model.clone(), case.family.clone(), case.agent.clone());
@@ -363,48 +372,51 @@ pub enum RemediateError {
 /// retry that [`reconcile`] completes on the next pass, never a cancelled job with no hold.
 pub(crate) fn carry_out(
     decision: &Decision,
-    ledger: &dyn Ledger,
+    recorder: &Recorder,
     slurm: &dyn Slurm,
     username: &str,
 ) -> Result<bool, RemediateError> {
-    let recorded = ledger.record_remediation(&NewRemediation {
+    // A decision is never `off` (`decide` skips those): nothing to record.
+    let Some(action) = decision.action.act() else { return Ok(false) };
+    let recorded = recorder.ledger().record_remediation(&NewRemediation {
         model: decision.model.clone(),
         family: decision.family.clone(),
         agent: decision.agent.clone(),
         cluster: decision.cluster.clone(),
         attempt: Some(AttemptId(decision.attempt)),
         finding: decision.finding.clone(),
-        action: decision.action.as_str().to_string(),
+        action,
         change: decision.change.clone(),
         adjustment: decision.adjustment.clone(),
         reason: decision.reason.clone(),
         username: username.to_string(),
     })?;
     if recorded && let Some(job) = decision.cancels_job.as_deref() {
-        let reason = act_reason(decision.action.as_str(), &decision.reason);
-        end_attempt(ledger, slurm, AttemptId(decision.attempt), Some(job), &reason)?;
+        let reason = act_reason(action, &decision.reason);
+        end_attempt(recorder, slurm, AttemptId(decision.attempt), Some(job), &reason, action)?;
     }
     Ok(recorded)
 }
 
 /// The reason an attempt remediation ended carries.
-fn act_reason(action: &str, reason: &str) -> String {
+fn act_reason(action: RemediationAct, reason: &str) -> String {
     format!("remediation {action} ({reason})")
 }
 
 /// Cancels the attempt's job and fails the attempt (the side effect first: a failed attempt whose
 /// job still runs would let the pair be submitted beside it).
 fn end_attempt(
-    ledger: &dyn Ledger,
+    recorder: &Recorder,
     slurm: &dyn Slurm,
     attempt: AttemptId,
     job: Option<&str>,
     reason: &str,
+    action: RemediationAct,
 ) -> Result<(), RemediateError> {
     if let Some(id) = job.and_then(|j| j.parse::<JobId>().ok()) {
         slurm.cancel(id, None, false)?;
     }
-    ledger.transition(attempt, AttemptStatus::Failed, reason, None)?;
+    recorder.apply_to(attempt, AttemptStatus::Failed, reason, Origin::Remediation(action))?;
     Ok(())
 }
 
@@ -414,12 +426,13 @@ fn end_attempt(
 /// cluster's job ids mean nothing to this Slurm. A `scancel` that fails is `backoff`'s as in a
 /// pass (issue 32 item 11): not asked again before its time, and no reason to stop the others.
 pub(crate) fn reconcile(
-    ledger: &dyn Ledger,
+    recorder: &Recorder,
     slurm: &dyn Slurm,
     cluster: &str,
     backoff: &mut ScancelBackoff,
     now: DateTime<Utc>,
 ) -> Result<Reconciled, RemediateError> {
+    let ledger = recorder.ledger();
     let records = ledger.remediations()?;
     let mut done = Reconciled::default();
     let active = ledger.active()?;
@@ -427,11 +440,13 @@ pub(crate) fn reconcile(
         if !backoff.due(attempt.id.0, now) {
             continue;
         }
-        let Some(record) = records.iter().find(|r| r.attempt == Some(attempt.id) && r.action != "release") else {
+        let Some(record) =
+            records.iter().find(|r| r.attempt == Some(attempt.id) && r.action != RemediationAct::Release)
+        else {
             continue;
         };
-        let reason = act_reason(&record.action, &record.reason);
-        match end_attempt(ledger, slurm, attempt.id, attempt.slurm_job_id.as_deref(), &reason) {
+        let reason = act_reason(record.action, &record.reason);
+        match end_attempt(recorder, slurm, attempt.id, attempt.slurm_job_id.as_deref(), &reason, record.action) {
             Ok(()) => {
                 backoff.succeeded(attempt.id.0);
                 done.completed.push(attempt.id);
@@ -506,7 +521,7 @@ pub fn release(
     cluster: &str,
     username: &str,
 ) -> Result<(), LedgerError> {
-    operator_record(ledger, key, cluster, username, "release", format!("released by {username}"))
+    operator_record(ledger, key, cluster, username, RemediationAct::Release, format!("released by {username}"))
 }
 
 /// `submitter hold`: a person holds the pair as remediation would (`finding` `operator`), so no
@@ -519,7 +534,7 @@ pub fn hold(
     why: &str,
 ) -> Result<(), LedgerError> {
     let reason = if why.is_empty() { format!("held by {username}") } else { format!("held by {username}: {why}") };
-    operator_record(ledger, key, cluster, username, "hold", reason)
+    operator_record(ledger, key, cluster, username, RemediationAct::Hold, reason)
 }
 
 /// The finding of the hold a retried pair gets when its next launch is refused by preflight.
@@ -536,7 +551,7 @@ pub(crate) fn hold_refused_retry(
     refusal: &str,
 ) -> Result<(), LedgerError> {
     let reason = format!("{RETRY_REFUSED}: the retried launch fails preflight: {refusal}");
-    pair_record(ledger, key, cluster, username, (RETRY_REFUSED, "hold"), reason)
+    pair_record(ledger, key, cluster, username, (RETRY_REFUSED, RemediationAct::Hold), reason)
 }
 
 /// A person's `release` or `hold` of a pair: a remediation record with no attempt.
@@ -545,10 +560,10 @@ fn operator_record(
     key: &(String, String, String),
     cluster: &str,
     username: &str,
-    action: &str,
+    action: RemediationAct,
     reason: String,
 ) -> Result<(), LedgerError> {
-    let finding = if action == "release" { "release" } else { "operator" };
+    let finding = if action == RemediationAct::Release { "release" } else { "operator" };
     pair_record(ledger, key, cluster, username, (finding, action), reason)
 }
 
@@ -558,7 +573,7 @@ fn pair_record(
     key: &(String, String, String),
     cluster: &str,
     username: &str,
-    (finding, action): (&str, &str),
+    (finding, action): (&str, RemediationAct),
     reason: String,
 ) -> Result<(), LedgerError> {
     ledger.record_remediation(&NewRemediation {
@@ -568,7 +583,7 @@ fn pair_record(
         cluster: cluster.to_string(),
         attempt: None,
         finding: finding.into(),
-        action: action.into(),
+        action,
         change: String::new(),
         adjustment: None,
         reason,
@@ -758,7 +773,7 @@ mod tests {
             cluster: "c".into(),
             attempt: attempt.map(AttemptId),
             finding: "x".into(),
-            action: action.into(),
+            action: action.parse().expect("an act"),
             change: String::new(),
             adjustment,
             reason: "r".into(),

@@ -1,6 +1,7 @@
 //! One snapshot of everything planning reads — the ledger, Slurm, payload's records and the clock —
 //! taken once per iteration (docs/submitter.md, "Snapshot, decide, act"). The planner is a pure
-//! function of it; nothing here writes.
+//! function of it; nothing here writes. Within a launch iteration, Slurm's answer and the run
+//! records are the iteration's one observation (`observe::Observation`).
 //!
 //! Order matters: the ledger first, then Slurm about the active attempts in it, so every job id
 //! asked about was submitted before Slurm is asked (a job another submitter just queued is never
@@ -11,8 +12,8 @@ use std::collections::{HashMap, HashSet};
 use crate::decide::Elsewhere;
 use crate::domain::SlurmView;
 use crate::ledger::{AttemptId, Heartbeat, Ledger, LedgerError, PairState, Timestamp};
+use crate::observe::{Observation, view_of};
 use crate::slurm::{Slurm, SlurmError};
-use crate::sync::{belongs_to, read_status, run_dir_of, view_of};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
@@ -61,6 +62,18 @@ impl Snapshot {
         cluster: &str,
         now: Timestamp,
     ) -> Result<Snapshot, SnapshotError> {
+        Snapshot::observed(ledger, slurm, cluster, &Observation::empty(now))
+    }
+
+    /// [`Snapshot::read`] within a reconcile: Slurm and the run records as `world` observed them
+    /// (a launch iteration asks Slurm once for sync, remediation and the plan).
+    pub fn observed(
+        ledger: &dyn Ledger,
+        slurm: &dyn Slurm,
+        cluster: &str,
+        world: &Observation,
+    ) -> Result<Snapshot, SnapshotError> {
+        let now = world.now;
         let families = ledger.families()?.into_iter().collect();
         let pairs: HashMap<_, _> = ledger
             .latest_per_pair()?
@@ -81,15 +94,11 @@ impl Snapshot {
         let active: Vec<_> =
             pairs.values().map(|p| &p.latest).filter(|a| a.status.is_active() && a.cluster == cluster).collect();
         let ids: Vec<_> = active.iter().filter_map(|a| a.slurm_job_id.as_deref()?.parse().ok()).collect();
-        let listed = if ids.is_empty() { Vec::new() } else { slurm.jobs(&ids)? };
-        let jobs = listed.iter().map(|j| (j.id.to_string(), view_of(Some(j)))).collect();
+        let jobs = world.jobs(slurm, &ids)?.values().map(|j| (j.id.to_string(), view_of(Some(j)))).collect();
         let mut recorded_outcome = HashSet::new();
         let mut records_fresh = HashSet::new();
         for attempt in &active {
-            let Some(status) = run_dir_of(attempt).and_then(|dir| read_status(&dir)).filter(|s| belongs_to(s, attempt))
-            else {
-                continue;
-            };
+            let Some(status) = world.status_of(attempt) else { continue };
             if status.outcome.is_some() {
                 recorded_outcome.insert(attempt.id);
             } else if crate::observe::records_fresh(&status, now) {

@@ -3,7 +3,6 @@
 //! (`vanished`) at once; a pending row without a job id is repaired by finding its job in Slurm by its
 //! submission tag, or withdrawn when none carries the tag after the grace.
 
-use std::collections::HashMap;
 use std::path::Path;
 
 use launch_spec::records::{OutcomeClass, RunStatus};
@@ -15,34 +14,22 @@ use crate::gpuhours::{AttemptGpu, SharedRef, attempt_gpu, elapsed_s};
 use crate::ledger::{Attempt, AttemptStatus, Ledger, TrialSet, now};
 use crate::slurm::{JobId, JobInfo, JobState, Slurm, SlurmError, best_match};
 use crate::stats::Trial;
-use crate::team::mirror::Mirror;
-use crate::team::publish;
+use crate::transition::{Origin, Recorder};
 use crate::verify::{VerifySettings, results};
 
-pub use crate::observe::{SyncError, VANISHED_AFTER_QUIET_S, belongs_to, records_fresh, run_dir_of, view_of};
+pub use crate::observe::{
+    Observation, SyncError, VANISHED_AFTER_QUIET_S, belongs_to, records_fresh, run_dir_of, view_of,
+};
 
-/// What one sync changed, for the operator (`sync`'s document is its own output type, in the
-/// command layer).
+/// What one sync changed, for the operator: the transitions it applied (`sync`'s document is its
+/// own output type, in the command layer).
 #[derive(Debug, Default, Clone)]
 pub struct SyncReport {
     pub changes: Vec<Change>,
 }
 
-#[derive(Debug, Clone)]
-pub struct Change {
-    pub attempt: i64,
-    pub model: String,
-    pub benchmark: String,
-    pub to: AttemptStatus,
-    pub reason: String,
-    /// It ended by the walltime: the next plan continues it, and it is not counted as a failure.
-    pub resumable: bool,
-    /// What was stored with it (a finished attempt's Harbor metrics).
-    pub metrics: Option<Value>,
-    /// The attempt's GPU-hours: its share of its job's recorded GPU time ([`gpu_record`]), else
-    /// GPUs × the time payload ran, where payload recorded both.
-    pub gpu_hours: Option<f64>,
-}
+/// One change sync made: the reconcile's one event type.
+pub use crate::transition::Transition as Change;
 
 /// GPU-hours of a run as payload recorded it: its GPU count × (last update − start).
 pub fn gpu_hours(status: &RunStatus) -> Option<f64> {
@@ -70,10 +57,15 @@ pub(crate) fn is_resumable(outcome: Option<OutcomeClass>, slurm_state: Option<&J
 /// job's from the run dir's `status.json`; a shared job's from its group dir's, divided among the
 /// legs its config names) and Slurm's start and end (`job`). `None` when payload recorded no GPU
 /// time (an older payload, a job that never ran).
-pub fn gpu_record(attempt: &Attempt, status: Option<&RunStatus>, job: Option<&JobInfo>) -> Option<AttemptGpu> {
+pub fn gpu_record(
+    attempt: &Attempt,
+    world: &Observation,
+    status: Option<&RunStatus>,
+    job: Option<&JobInfo>,
+) -> Option<AttemptGpu> {
     let shared = attempt.config.get(SHARED_KEY).and_then(SharedRef::from_json);
     let host = match &shared {
-        Some(s) => read_status(&s.group_dir).filter(|st| st.run_tag == s.group_tag),
+        Some(s) => world.record(&s.group_dir).into_status().filter(|st| st.run_tag == s.group_tag),
         None => status.cloned(),
     }?;
     // Slurm's end once it has ended the job, else payload's last record: payload writes its
@@ -91,7 +83,7 @@ pub fn gpu_record(attempt: &Attempt, status: Option<&RunStatus>, job: Option<&Jo
 
 /// Recomputes the records of shared jobs' legs that ended before their engine host did, once
 /// the host's record is final (one read of the records, one Slurm query for their jobs).
-fn complete_shared_records(ledger: &dyn Ledger, slurm: &dyn Slurm) -> Result<(), SyncError> {
+fn complete_shared_records(ledger: &dyn Ledger, world: &Observation, slurm: &dyn Slurm) -> Result<(), SyncError> {
     let open: Vec<_> = ledger
         .gpu_seconds()?
         .into_iter()
@@ -103,14 +95,10 @@ fn complete_shared_records(ledger: &dyn Ledger, slurm: &dyn Slurm) -> Result<(),
     let attempts: Vec<Attempt> =
         open.iter().filter_map(|r| ledger.attempt(r.id).transpose()).collect::<Result<_, _>>()?;
     let ids: Vec<JobId> = attempts.iter().filter_map(|a| a.slurm_job_id.as_deref()?.parse().ok()).collect();
-    let jobs: HashMap<String, JobInfo> = if ids.is_empty() {
-        HashMap::new()
-    } else {
-        slurm.jobs(&ids)?.into_iter().map(|j| (j.id.to_string(), j)).collect()
-    };
+    let jobs = world.jobs(slurm, &ids)?;
     for attempt in &attempts {
         let job = attempt.slurm_job_id.as_ref().and_then(|id| jobs.get(id));
-        if let Some(rec) = gpu_record(attempt, None, job).filter(|r| r.complete) {
+        if let Some(rec) = gpu_record(attempt, world, None, job).filter(|r| r.complete) {
             ledger.record_gpu_seconds(attempt.id, &rec.to_json())?;
         }
     }
@@ -196,71 +184,53 @@ pub(crate) fn submitter_identity() -> String {
 /// [`sync`], then the heartbeat that tells the other clusters this cluster's attempts are
 /// attended (only after a sync that succeeded: a submitter that cannot reach its Slurm must go stale).
 pub(crate) fn sync_and_heartbeat(
-    ledger: &dyn Ledger,
+    recorder: &Recorder,
+    world: &Observation,
     slurm: &dyn Slurm,
     cluster: &str,
     stale_after_s: u64,
     settings: &VerifySettings,
-    mirror: Option<&Mirror>,
 ) -> Result<SyncReport, SyncError> {
-    let report = sync(ledger, slurm, cluster, settings, mirror)?;
-    ledger.record_heartbeat(cluster, &submitter_identity(), stale_after_s)?;
+    let report = sync(recorder, world, slurm, cluster, settings)?;
+    recorder.ledger().record_heartbeat(cluster, &submitter_identity(), stale_after_s)?;
     Ok(report)
 }
 
-/// Syncs every active attempt of `cluster`. Any ledger or Slurm error stops the sync (fail closed).
-/// With `mirror`, every change is also published to the team's database (failures only warn).
-/// `settings` are the cluster profile's `verify:` thresholds (the completion audit stored with a
-/// finished attempt uses them).
+/// Syncs every active attempt of `cluster`: Slurm's state and payload's records as `world`
+/// observed them, every change applied through `recorder` (ledger, team mirror, event). Any ledger
+/// or Slurm error stops the sync (fail closed). `settings` are the cluster profile's `verify:`
+/// thresholds (the completion audit stored with a finished attempt uses them).
 pub fn sync(
-    ledger: &dyn Ledger,
+    recorder: &Recorder,
+    world: &Observation,
     slurm: &dyn Slurm,
     cluster: &str,
     settings: &VerifySettings,
-    mirror: Option<&Mirror>,
 ) -> Result<SyncReport, SyncError> {
+    let ledger = recorder.ledger();
+    let before = recorder.events().len();
     let active: Vec<Attempt> = ledger.active()?.into_iter().filter(|a| a.cluster == cluster).collect();
     let ids: Vec<JobId> = active.iter().filter_map(|a| a.slurm_job_id.as_deref()?.parse().ok()).collect();
-    let jobs: HashMap<String, JobInfo> = if ids.is_empty() {
-        HashMap::new()
-    } else {
-        slurm.jobs(&ids)?.into_iter().map(|j| (j.id.to_string(), j)).collect()
-    };
-    let mut report = SyncReport::default();
+    let jobs = world.jobs(slurm, &ids)?;
     for attempt in &active {
         let run_dir = run_dir_of(attempt);
-        let status = run_dir.as_deref().and_then(read_status).filter(|s| belongs_to(s, attempt));
+        let status = world.status_of(attempt);
         let outcome = status.as_ref().and_then(|s| s.outcome.clone());
-        let slurm_state = attempt.slurm_job_id.as_ref().and_then(|id| jobs.get(id)).map(|j| &j.state);
         let job = attempt.slurm_job_id.as_ref().and_then(|id| jobs.get(id));
-        let mut change =
+        let slurm_state = job.map(|j| &j.state);
+        let change =
             |to: AttemptStatus, reason: String, metrics: Option<Value>, resumable: bool| -> Result<(), SyncError> {
-                ledger.transition(attempt.id, to, &reason, metrics.as_ref())?;
-                if resumable {
-                    ledger.mark_resumable(attempt.id)?;
-                }
-                let gpu = to.is_terminal().then(|| gpu_record(attempt, status.as_ref(), job)).flatten();
+                let gpu = to.is_terminal().then(|| gpu_record(attempt, world, status.as_ref(), job)).flatten();
+                let event = Change {
+                    resumable,
+                    metrics,
+                    gpu_hours: gpu.as_ref().map(|g| g.hours()).or_else(|| status.as_ref().and_then(gpu_hours)),
+                    ..Change::of(attempt.into(), to, reason, Origin::Sync)
+                };
+                recorder.apply(event, attempt.slurm_job_id.as_deref())?;
                 if let Some(gpu) = &gpu {
                     ledger.record_gpu_seconds(attempt.id, &gpu.to_json())?;
                 }
-                publish(mirror, &format!("attempt {} → {to}", attempt.id), |m| {
-                    // The job id again with every move: one the team database missed while it was
-                    // down (the row kept `"pending"`) is filled in once it is back.
-                    if let Some(job) = &attempt.slurm_job_id {
-                        m.submitted(attempt.id, job)?;
-                    }
-                    m.transition(attempt.id, to, metrics.as_ref())
-                });
-                report.changes.push(Change {
-                    attempt: attempt.id.0,
-                    model: attempt.model.clone(),
-                    benchmark: attempt.benchmark.clone(),
-                    to,
-                    reason,
-                    resumable,
-                    metrics,
-                    gpu_hours: gpu.map(|g| g.hours()).or_else(|| status.as_ref().and_then(gpu_hours)),
-                });
                 Ok(())
             };
         if let Some(outcome) = outcome {
@@ -293,16 +263,8 @@ pub fn sync(
                     }
                     Err(err) => return Err(err.into()),
                 }
-                report.changes.push(Change {
-                    attempt: attempt.id.0,
-                    model: attempt.model.clone(),
-                    benchmark: attempt.benchmark.clone(),
-                    to: attempt.status,
-                    reason: format!("repaired: job {found} found in Slurm"),
-                    resumable: false,
-                    metrics: None,
-                    gpu_hours: None,
-                });
+                let repaired = format!("repaired: job {found} found in Slurm");
+                recorder.note(Change::of(attempt.into(), attempt.status, repaired, Origin::Sync));
             } else if (now() - attempt.submitted_at).num_seconds() > MISSING_JOB_GRACE_S as i64 {
                 match submission_tag_of(attempt) {
                     // No job carries its tag: the submission never reached Slurm (a lost sbatch
@@ -331,13 +293,13 @@ pub fn sync(
             }
             SlurmView::Queued | SlurmView::Running => {}
             // Slurm does not list it, but payload's heartbeat is fresh: not vanished (yet).
-            SlurmView::Gone if status.as_ref().is_some_and(|s| records_fresh(s, now())) => {}
+            SlurmView::Gone if status.as_ref().is_some_and(|s| records_fresh(s, world.now)) => {}
             // A pool's leg that never wrote a record: its model's turn did not come (walltime, an
             // engine lost under an earlier model). Continued in another pool, not failed.
             SlurmView::Gone if status.is_none() && attempt.config.get(POOL_KEY).is_some() => {
                 let reason = format!(
                     "not started: pool job {job_id} ended ({}) before this model's turn: continued in another pool",
-                    pool_host_ending(attempt)
+                    pool_host_ending(attempt, world)
                 );
                 change(AttemptStatus::Failed, reason, None, true)?;
             }
@@ -353,18 +315,18 @@ pub fn sync(
             }
         }
     }
-    fold_late_finishes(ledger, cluster, settings, mirror, &mut report)?;
-    complete_shared_records(ledger, slurm)?;
-    Ok(report)
+    fold_late_finishes(recorder, world, cluster, settings)?;
+    complete_shared_records(ledger, world, slurm)?;
+    Ok(SyncReport { changes: recorder.events().split_off(before) })
 }
 
 /// How a pool leg's host (the pool job's own record in its group dir) ended, in words.
-fn pool_host_ending(attempt: &Attempt) -> String {
+fn pool_host_ending(attempt: &Attempt, world: &Observation) -> String {
     let host = attempt
         .config
         .get(SHARED_KEY)
         .and_then(SharedRef::from_json)
-        .and_then(|s| read_status(&s.group_dir).filter(|st| st.run_tag == s.group_tag));
+        .and_then(|s| world.record(&s.group_dir).into_status().filter(|st| st.run_tag == s.group_tag));
     match host.and_then(|h| h.outcome) {
         Some(o) => format!("{}: {}", o.class.as_str(), o.message),
         None => "no outcome recorded by the pool's engine host".to_string(),
@@ -379,34 +341,25 @@ const LATE_RECORD_WITHIN_DAYS: i64 = 7;
 /// folded in: the attempt becomes `finished` with its Harbor metrics. A late failure changes
 /// nothing (the attempt is failed already).
 fn fold_late_finishes(
-    ledger: &dyn Ledger,
+    recorder: &Recorder,
+    world: &Observation,
     cluster: &str,
     settings: &VerifySettings,
-    mirror: Option<&Mirror>,
-    report: &mut SyncReport,
 ) -> Result<(), SyncError> {
-    for attempt in ledger.vanished(cluster, now() - chrono::Duration::days(LATE_RECORD_WITHIN_DAYS))? {
+    for attempt in recorder.ledger().vanished(cluster, now() - chrono::Duration::days(LATE_RECORD_WITHIN_DAYS))? {
         let Some(run_dir) = run_dir_of(&attempt) else { continue };
-        let Some(status) = read_status(&run_dir).filter(|s| belongs_to(s, &attempt)) else { continue };
+        let Some(status) = world.status_of(&attempt) else { continue };
         if status.outcome.as_ref().is_none_or(|o| o.class != OutcomeClass::Finished) {
             continue;
         }
         let metrics = harbor_metrics(&run_dir, settings).map(|m| with_node_provenance(m, Some(&status)));
-        let reason = "finished (its final record came after it was marked vanished)".to_string();
-        ledger.finish_vanished(attempt.id, &reason, metrics.as_ref())?;
-        publish(mirror, &format!("attempt {} → finished (late)", attempt.id), |m| {
-            m.transition(attempt.id, AttemptStatus::Finished, metrics.as_ref())
-        });
-        report.changes.push(Change {
-            attempt: attempt.id.0,
-            model: attempt.model.clone(),
-            benchmark: attempt.benchmark.clone(),
-            to: AttemptStatus::Finished,
-            reason,
-            resumable: false,
+        let reason = "finished (its final record came after it was marked vanished)";
+        let event = Change {
             metrics,
             gpu_hours: gpu_hours(&status),
-        });
+            ..Change::of((&attempt).into(), AttemptStatus::Finished, reason, Origin::Sync)
+        };
+        recorder.apply(event, None)?;
     }
     Ok(())
 }

@@ -34,6 +34,15 @@ impl Shipped {
         config::load_preset(&self.root.presets_dir(), name).unwrap()
     }
 
+    /// The shipped presets' scoring, each dataset's benchmark its own family.
+    pub(crate) fn scorings(&self) -> crate::verify::results::Scorings {
+        let presets = config::load_presets(&self.root.presets_dir()).unwrap();
+        crate::verify::results::Scorings::from_declarations(presets.into_iter().flat_map(|(_, _, preset)| {
+            let scoring = preset.scoring;
+            preset.datasets.into_iter().map(move |dataset| (Preset::benchmark_of(&dataset), scoring))
+        }))
+    }
+
     pub(crate) fn builder<'a>(&'a self, cluster: &'a ClusterProfile) -> SpecBuilder<'a> {
         SpecBuilder::new(cluster, &self.gpus, &self.registry, &self.harbor, &self.root.root)
     }

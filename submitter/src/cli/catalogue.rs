@@ -59,15 +59,6 @@ pub(crate) struct UnevaluatedArgs {
     format: FormatArgs,
 }
 
-/// `text` with every control character escaped (`\u{1b}`, `\n`), as it is safe to print.
-fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    if text.chars().any(char::is_control) {
-        text.chars().flat_map(char::escape_default).collect::<String>().into()
-    } else {
-        text.into()
-    }
-}
-
 pub(crate) fn models(command: &ModelsCommand) -> Result<ExitCode> {
     match command {
         ModelsCommand::Add { ledger, base, models } => {
@@ -113,18 +104,18 @@ pub(crate) fn models(command: &ModelsCommand) -> Result<ExitCode> {
                     .collect();
                 super::print(&output::document("models.list", &ModelsOutput { models }))?;
             } else {
-                let mut out = String::new();
+                // Cells are escaped by the table: a ledger written by an older submitter (or by
+                // hand) may hold control characters, which must not reach the terminal raw.
+                let mut table = crate::term::Terminal::stdout().table(["model", "size", "registered", "base"]);
                 for m in &models {
-                    // Escaped: a ledger written by an older submitter (or by hand) may hold
-                    // control characters, which must not reach the terminal raw.
-                    out += &format!(
-                        "{:<60} {:>6}  {}  {}\n",
-                        printable(&m.id),
-                        printable(m.size_class.as_deref().unwrap_or("-")),
-                        m.registered_at.format("%Y-%m-%d %H:%M"),
-                        printable(m.base_model.as_deref().unwrap_or("-"))
-                    );
+                    table.row([
+                        m.id.as_str(),
+                        m.size_class.as_deref().unwrap_or("-"),
+                        &m.registered_at.format("%Y-%m-%d %H:%M").to_string(),
+                        m.base_model.as_deref().unwrap_or("-"),
+                    ]);
                 }
+                let mut out = table.right(1).keep(1).keep(2).render();
                 out += &format!("{} model(s)\n", models.len());
                 super::print(&out)?;
             }

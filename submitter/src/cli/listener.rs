@@ -387,11 +387,11 @@ fn stop(ledger: &LedgerArgs) -> Result<ExitCode> {
     }
     super::print(&format!("listener {name} stopped; {} job(s) cancelled\n", live.len()))?;
     // Stopping is done; a notifier that cannot be opened only warns.
-    match super::queueing::open_notifier(&session, false) {
+    match super::consumers::open_notifier(&session, false) {
         Ok(notifier) => {
             let user = std::env::var("USER").unwrap_or_else(|_| "unknown".to_string());
             let event = crate::notify::Event::ListenerTrouble { message: format!("{name} stopped by {user}") };
-            super::queueing::tell(&session, notifier.as_ref(), super::queueing::Told::Once(event));
+            super::consumers::tell(&session, notifier.as_ref(), super::consumers::Told::Once(event));
         }
         Err(err) => tracing::warn!("notify: {err:#}"),
     }

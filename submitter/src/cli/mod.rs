@@ -3,6 +3,7 @@
 //! (`anyhow`) and become one line on stderr. The binary (`main.rs`) only calls [`main`].
 
 mod catalogue;
+mod consumers;
 mod listener;
 mod preflight;
 mod queueing;
@@ -101,6 +102,12 @@ pub(crate) enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+    /// Write the man pages (`submitter.1`, `submitter-plan.1`, …) into DIR (scripts/release).
+    #[command(hide = true)]
+    Man {
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -144,6 +151,13 @@ pub fn main() -> ExitCode {
             clap_complete::generate(shell, &mut Cli::command(), "submitter", &mut std::io::stdout());
             Ok(ExitCode::SUCCESS)
         }
+        Command::Man { out } => {
+            use anyhow::Context;
+            use clap::CommandFactory;
+            clap_mangen::generate_to(Cli::command(), &out)
+                .with_context(|| format!("writing the man pages into {}", out.display()))
+                .map(|()| ExitCode::SUCCESS)
+        }
     };
     match result {
         Ok(code) => code,
@@ -178,6 +192,7 @@ pub(crate) fn init_logging() {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(launch_spec::logging::stderr_colour())
         .with_target(false)
         .without_time()
         .init();

@@ -12,18 +12,23 @@ use crate::decide::{Action, Policy, Prerequisite};
 use crate::domain::Continuation;
 use crate::executor::{Executor, Submitted};
 use crate::ledger::{AttemptStatus, now};
-use crate::notify::{self, Event, Notifier, NotifyState, Tidings};
+use crate::notify::{self, Event, Tidings};
+use crate::observe::Observation;
 use crate::output::{self, ExitStatus, FormatArgs};
+use crate::plan_text;
 use crate::planner::{self, Executables, Plan, PlanInputs, PlannedJob, SharedJob};
 use crate::preflight;
 use crate::settings::{ResolvedSettings, Source};
 use crate::slurm::Slurm;
 use crate::snapshot::Snapshot;
 use crate::sync::{self, Change, SyncReport};
-use crate::team::mirror::{Mirror, WriteBounds};
+use crate::team::mirror::Mirror;
+use crate::term::{Style, Terminal, group_problems, problem_lines};
+use crate::transition::{Origin, Recorder};
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
+use super::consumers::{Told, connect_mirror, default_mirror, open_notifier, team_link, tell};
 use super::session::{LedgerArgs, Selection, Session};
 use super::team::{TeamLink, TeamView, TeamViewOutput};
 
@@ -37,6 +42,9 @@ pub(crate) struct PlanArgs {
     /// for when it is down and you accept duplicates of what the team ran meanwhile.
     #[arg(long)]
     offline_ledger: bool,
+    /// Each pair's settings (with where each came from) and readiness budget, under the table.
+    #[arg(short, long)]
+    verbose: bool,
     /// `--format json`: a versioned document (docs/design.md §11).
     #[command(flatten)]
     format: FormatArgs,
@@ -128,31 +136,6 @@ fn open_mirror(flag: Option<&str>, session: &Session, team: Option<&TeamLink>) -
     Ok(Some(connect_mirror(&url, session).context("--mirror")?))
 }
 
-fn connect_mirror(url: &str, session: &Session) -> Result<Mirror, crate::team::TeamError> {
-    let username = std::env::var("USER").unwrap_or_else(|_| "unknown".to_string());
-    let bounds = session.cluster.team.as_ref().map(WriteBounds::of).unwrap_or_default();
-    Mirror::connect(url, &username, session.ledger.location(), bounds)
-}
-
-/// The mirror a profile's `team: {mirror: true}` turns on when no `--mirror` was given: a
-/// connection failure is a warning (the fold-in, not the mirror, is what fails closed), retried
-/// on the next iteration.
-fn default_mirror(session: &Session, team: Option<&TeamLink>) -> Option<Mirror> {
-    let team = team.filter(|t| t.settings.mirror)?;
-    match connect_mirror(&team.url, session) {
-        Ok(mirror) => Some(mirror),
-        Err(err) => {
-            tracing::warn!("mirror: not publishing this iteration: {err}");
-            None
-        }
-    }
-}
-
-/// The profile's team database unless `offline` (`--offline-ledger`).
-fn team_link(session: &Session, offline: bool) -> Result<Option<TeamLink>> {
-    if offline { Ok(None) } else { TeamLink::of(session) }
-}
-
 /// Folds the team's new rows in before anything is decided; `offline` says it was not consulted.
 /// Failing is the caller's failure (fail closed): dedup without the team's history could
 /// duplicate what the team ran.
@@ -168,7 +151,12 @@ fn consult_team(session: &Session, team: Option<&TeamLink>, offline: bool, faile
             })?;
             Ok(Some(TeamView::Folded(report)))
         }
-        None if offline && session.cluster.team.is_some() => Ok(Some(TeamView::Offline)),
+        None if offline && session.cluster.team.is_some() => {
+            // A first plan offline on a team profile would plan everything the team ran: say so.
+            let pairs = session.ledger.latest_per_pair().context("reading the ledger")?;
+            let never_imported = !pairs.iter().any(|p| p.latest.source_id.is_some());
+            Ok(Some(TeamView::Offline { never_imported }))
+        }
         None => Ok(None),
     }
 }
@@ -274,11 +262,17 @@ fn executables(session: &Session, must_exist: bool) -> Result<Executables> {
 }
 
 /// Snapshot, then plan: what `plan` prints and what `launch` executes. Lists and presets are
-/// re-read here, every iteration.
-fn snapshot_and_plan(session: &Session, selection: &Selection, executables: &Executables) -> Result<Plan> {
+/// re-read here, every iteration. `world`: the iteration's observation (a launch's); `plan` takes
+/// its own.
+fn snapshot_and_plan(
+    session: &Session,
+    selection: &Selection,
+    executables: &Executables,
+    world: &Observation,
+) -> Result<Plan> {
     let legs = selection.legs(&session.presets_dir)?;
     let models = selection.models(session.ledger.as_ref())?;
-    let snapshot = Snapshot::read(session.ledger.as_ref(), &session.slurm, &session.cluster.name, now())?;
+    let snapshot = Snapshot::observed(session.ledger.as_ref(), &session.slurm, &session.cluster.name, world)?;
     let overrides = selection.spec.overrides()?;
     let environment = |name: &str| std::env::var(name).ok();
     // Slurm's MaxTime, asked once per partition and iteration; a partition Slurm cannot say
@@ -317,134 +311,13 @@ fn snapshot_and_plan(session: &Session, selection: &Selection, executables: &Exe
     Ok(planner::plan(&inputs, &snapshot))
 }
 
-fn flag_lines(planned: &[PlannedJob]) -> String {
-    planned
-        .iter()
-        .filter_map(|job| job.flag.as_ref().map(|flag| format!("flagged   {} {}: {flag}\n", job.model, job.benchmark)))
-        .collect()
-}
-
-/// The changes remediation makes to pairs' launches (their ledger adjustments).
-fn remedy_lines(planned: &[PlannedJob]) -> String {
-    planned
-        .iter()
-        .filter_map(|job| job.remedy.as_ref().map(|r| format!("remedied  {} {}: {r}\n", job.model, job.benchmark)))
-        .collect()
-}
-
-/// The shared jobs and pools of a plan (which pairs share a job, its time, its capacity, its argv
-/// once) and the `shared`/`pool` legs that are planned otherwise, and why (once per model).
-fn shared_lines(plan: &Plan) -> String {
-    let mut out = String::new();
-    for group in &plan.shared {
-        let legs: Vec<&PlannedJob> = group.legs.iter().map(|&i| &plan.jobs[i]).collect();
-        let source = legs.first().map_or("default", |j| allocation_source(&j.settings.allocation.source));
-        match &group.pool {
-            Some(pool) => {
-                let members: Vec<String> =
-                    pool.members.iter().map(|(model, legs)| format!("{model} ({})", legs.len())).collect();
-                out += &format!(
-                    "pool      {} (pool {} of {}, allocation pool, from {source}): {} models, {} legs, one engine, in order: {}\n",
-                    group.group_tag,
-                    pool.order.0,
-                    pool.order.1,
-                    pool.members.len(),
-                    legs.len(),
-                    members.join(" → ")
-                );
-            }
-            None => {
-                let names: Vec<&str> = legs.iter().map(|j| j.benchmark.as_str()).collect();
-                out += &format!(
-                    "shared    {} {}: {} legs in one job, one engine (allocation shared, from {source}): {}\n",
-                    group.group_tag,
-                    group.model,
-                    legs.len(),
-                    names.join(", ")
-                );
-            }
-        }
-        out += &format!("          time {} = {}\n", group.time, group.time_basis);
-        out += &format!("          capacity: {}\n", group.capacity);
-        out += &format!("          {}\n", shell_words::join(&group.sbatch));
-    }
-    let mut told: Vec<(&str, &str)> = Vec::new();
-    for job in &plan.jobs {
-        let Some(note) = &job.allocation_note else { continue };
-        let (label, mode) = match (job.shared_job.is_some(), job.settings.allocation.value) {
-            (true, mode) => ("apart    ", mode.as_str()),
-            (false, mode) => ("own job  ", mode.as_str()),
-        };
-        // A pool's reason is the model's: said once.
-        if mode == "pool" && job.shared_job.is_some() {
-            if told.contains(&(job.model.as_str(), note.as_str())) {
-                continue;
-            }
-            told.push((&job.model, note));
-            out += &format!("{label} {}: allocation {mode}, but {note}\n", job.model);
-            continue;
-        }
-        out += &format!("{label} {} {}: allocation {mode}, but {note}\n", job.model, job.benchmark);
-    }
-    out
-}
-
-fn plan_table(plan: &Plan, team: Option<&TeamView>) -> String {
-    let planned = &plan.jobs;
-    let mut out = String::new();
-    for job in planned {
-        let why = match (&job.blocked, &job.evidence) {
-            (
-                Some(planner::Blocked::Refused(why) | planner::Blocked::Throttled(why) | planner::Blocked::Held(why)),
-                _,
-            ) => why.clone(),
-            (None, Some(evidence)) => format!("{}; evidence: {}", job.reason, evidence.describe()),
-            (None, None) => job.reason.clone(),
-        };
-        out += &format!(
-            "{:<9} {:<48} {:<34} {}x{} {:>5.1}x  {}\n",
-            job.label(),
-            job.model,
-            job.benchmark,
-            job.resources.tensor_parallel_size,
-            job.resources.data_parallel_size,
-            job.timeout_multiplier,
-            why
-        );
-    }
-    for job in planned {
-        out += &format!("settings  {} {}: {}\n", job.model, job.benchmark, job.settings.lines().join("; "));
-    }
-    for job in planned {
-        if let Some(spec) = &job.spec {
-            out += &format!("ready     {} {}: {}\n", job.model, job.benchmark, spec.serve.readiness_line());
-        }
-    }
-    out += &flag_lines(planned);
-    out += &remedy_lines(planned);
-    out += &shared_lines(plan);
-    let tunnels: std::collections::BTreeSet<(&str, &str)> =
-        planned.iter().map(|j| (j.preset.as_str(), j.tunnel.as_str())).collect();
-    for (preset, tunnel) in tunnels {
-        out += &format!("tunnel    {preset}: {tunnel}\n");
-    }
-    out += &team.map(TeamView::line).unwrap_or_default();
-    let count = |label: &str| planned.iter().filter(|j| j.label() == label).count();
-    out += &format!("{} submit, {} resubmit, {} skip", count("submit"), count("resubmit"), count("skip"));
-    for label in ["continue", "refused", "throttled", "held"] {
-        if count(label) > 0 {
-            out += &format!(", {} {label}", count(label));
-        }
-    }
-    out + "\n"
-}
-
 pub(crate) fn plan_command(args: &PlanArgs) -> Result<ExitCode> {
     args.selection.check()?;
     let session = Session::open_existing(&args.ledger)?;
     let team = team_link(&session, args.offline_ledger)?;
     let team = consult_team(&session, team.as_ref(), args.offline_ledger, "nothing planned")?;
-    let plan = snapshot_and_plan(&session, &args.selection, &executables(&session, false)?)?;
+    let plan =
+        snapshot_and_plan(&session, &args.selection, &executables(&session, false)?, &Observation::empty(now()))?;
     super::print(&if args.format.is_json() {
         output::document(
             "plan",
@@ -455,13 +328,17 @@ pub(crate) fn plan_command(args: &PlanArgs) -> Result<ExitCode> {
             },
         )
     } else {
-        plan_table(&plan, team.as_ref())
+        let team = team.as_ref().map(TeamView::line).unwrap_or_default();
+        plan_text::plan_text(&plan, &Terminal::stdout(), args.verbose, &team)
     })?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// One iteration: sync, snapshot, plan, execute. Any ledger/Slurm error ends it (fail closed).
-/// Returns the text to print, how many submissions failed and what to tell people.
+/// One iteration, the reconcile (docs/design.md §0): observe once (one `squeue`, each run dir's
+/// `status.json` once), then sync, verdicts and remediation, the plan, the executor — every state
+/// change through one recorder, whose events the output and the notifier consume. Any
+/// ledger/Slurm error ends it (fail closed). Returns the text to print, how many submissions
+/// failed and what to tell people.
 fn iterate(
     session: &Session,
     args: &LaunchArgs,
@@ -471,25 +348,21 @@ fn iterate(
 ) -> Result<(String, usize, Tidings)> {
     // First, before Slurm or the ledger are touched: the team's history (fail closed).
     let team = consult_team(session, team, args.offline_ledger, "nothing submitted")?;
+    let world = Observation::take(session.ledger.as_ref(), &session.slurm, &session.cluster.name, now())
+        .context("observing Slurm")?;
+    let recorder = Recorder::new(session.ledger.as_ref(), mirror);
     let report = if args.dry_run {
         SyncReport::default()
     } else {
         let stale_after = stale_after_s(args.stale_after, args.interval.filter(|_| args.watch));
         let cluster = &session.cluster;
-        sync::sync_and_heartbeat(
-            session.ledger.as_ref(),
-            &session.slurm,
-            &cluster.name,
-            stale_after,
-            &cluster.verify,
-            mirror,
-        )
-        .context("sync")?
+        sync::sync_and_heartbeat(&recorder, &world, &session.slurm, &cluster.name, stale_after, &cluster.verify)
+            .context("sync")?
     };
-    // Remediation between sync and plan: what it cancels, retries or holds is what this plan sees
-    // (a dry run decides and prints, and changes nothing).
-    let remedies = super::remediation::pass(session, None, args.dry_run, false)?;
-    let plan = snapshot_and_plan(session, &args.selection, executables)?;
+    // Verdicts and remediation between sync and plan: what it cancels, retries or holds is what
+    // this plan sees (a dry run decides and prints, and changes nothing).
+    let remedies = super::remediation::pass(session, &recorder, &world, args.dry_run, false)?;
+    let plan = snapshot_and_plan(session, &args.selection, executables, &world)?;
     let planned = &plan.jobs;
     // Staging and preflight (docs/site.md): each model once per iteration, before any ledger row.
     let context = session.context();
@@ -506,13 +379,12 @@ fn iterate(
         prepared.map(drop)
     };
     let executor = Executor {
-        ledger: session.ledger.as_ref(),
+        recorder: &recorder,
         slurm: &session.slurm,
         cluster: &session.cluster.name,
         username: std::env::var("USER").unwrap_or_else(|_| "unknown".to_string()),
         delay: Duration::from_secs_f64(session.cluster.limits.submission_delay_s.max(0.0)),
         chain_batch: args.chain_batch,
-        mirror,
         prepare: &prepare,
         dry_run: args.dry_run,
     };
@@ -523,7 +395,7 @@ fn iterate(
         (true, false) => IterationFormat::Document,
         (true, true) => IterationFormat::Line,
     };
-    let tidings = notify::iteration_events(&report.changes, planned);
+    let tidings = notify::iteration_events(&recorder.take(), &remedies, planned);
     let mut text = render_iteration(&report, planned, &submitted, failed, &remedies, format, team.as_ref());
     if matches!(format, IterationFormat::Human) {
         text = super::remediation::lines(&remedies, args.dry_run) + &text;
@@ -567,24 +439,29 @@ fn render_iteration(
             _ => output::document("launch", &doc),
         };
     }
+    let terminal = Terminal::stdout();
     let mut out = team.map(TeamView::line).unwrap_or_default();
     out += &sync_text(report);
-    for s in submitted {
-        out += &format!(
-            "{:<48} {:<34} {}{}\n",
-            s.model,
-            s.benchmark,
-            s.outcome,
-            s.job_id.as_ref().map(|j| format!(" job {j}")).unwrap_or_default()
-        );
+    let (failures, done): (Vec<&Submitted>, Vec<&Submitted>) = submitted.iter().partition(|s| s.failed());
+    if !done.is_empty() || !elsewhere.is_empty() {
+        let mut table = terminal.table(["model", "benchmark", "outcome"]);
+        for s in &done {
+            let job = s.job_id.as_ref().map(|j| format!(" job {j}")).unwrap_or_default();
+            table.row([s.model.clone(), s.benchmark.clone(), format!("{}{job}", s.outcome)]);
+        }
+        for job in &elsewhere {
+            table.row([job.model.to_string(), job.benchmark.clone(), format!("skipped: {}", job.reason)]);
+        }
+        out += &table.render();
+    }
+    for s in &done {
         if let Some(argv) = &s.sbatch {
-            out += &format!("    {}\n", shell_words::join(argv));
+            out += &format!("sbatch    {} {}: {}\n", s.model, s.benchmark, shell_words::join(argv));
         }
     }
-    for job in &elsewhere {
-        out += &format!("{:<48} {:<34} skipped: {}\n", job.model, job.benchmark, job.reason);
-    }
-    out += &flag_lines(planned);
+    let failures = group_problems(failures.iter().map(|s| (format!("{} {}", s.model, s.benchmark), s.outcome.clone())));
+    out += &problem_lines(&terminal, "failed", &failures, Style::Problem);
+    out += &plan_text::flag_lines(&terminal, planned);
     out += &format!(
         "{} submitted, {} skipped by dedup{}\n",
         submitted.iter().filter(|s| s.job_id.is_some()).count(),
@@ -651,52 +528,8 @@ pub(crate) fn launch_command(args: &LaunchArgs) -> Result<ExitCode> {
     }
 }
 
-/// The profile's notifier (none for a dry run, which sends nothing); a webhook secret the secrets
-/// file lacks is an error here, before anything is submitted.
-pub(crate) fn open_notifier(session: &Session, dry_run: bool) -> Result<Option<Notifier>> {
-    let Some(settings) = session.cluster.notify.as_ref().filter(|_| !dry_run) else { return Ok(None) };
-    let secrets_file = session.context().secrets_file()?;
-    let notifier = Notifier::new(settings, &secrets_file);
-    Ok(Some(notifier.with_context(|| format!("clusters/{}.yaml notify", session.cluster.name))?))
-}
-
 fn trouble(err: &anyhow::Error) -> Event {
     Event::ListenerTrouble { message: format!("iteration failed: {err:#}") }
-}
-
-/// What is told, which decides what is not told again.
-pub(crate) enum Told {
-    /// An iteration's events: held pairs once while they stay held.
-    Iteration(Tidings),
-    /// An iteration that failed: told once per run of failing iterations.
-    Failure(Event),
-    /// A one-off (the listener stopped).
-    Once(Event),
-}
-
-/// Tells people (bounded by the notifier's timeout, never failing the caller). Every delivery is
-/// counted in `<state_dir>/notify.json`; problems go to the log.
-pub(crate) fn tell(session: &Session, notifier: Option<&Notifier>, told: Told) {
-    let Some(notifier) = notifier else { return };
-    let mut state = NotifyState::load(&session.state_dir);
-    let events = match told {
-        Told::Iteration(tidings) => {
-            state.failing = false;
-            state.new_events(tidings)
-        }
-        Told::Failure(_) if std::mem::replace(&mut state.failing, true) => Vec::new(),
-        Told::Failure(event) | Told::Once(event) => vec![event],
-    };
-    if !events.is_empty() {
-        let problems = notifier.send(&session.cluster.name, &events);
-        for problem in &problems {
-            tracing::warn!("notify: {problem}");
-        }
-        state.record(&problems);
-    }
-    if let Err(err) = state.save(&session.state_dir) {
-        tracing::warn!("notify: {}: {err}", NotifyState::path(&session.state_dir).display());
-    }
 }
 
 fn sync_text(report: &SyncReport) -> String {
@@ -715,14 +548,15 @@ pub(crate) fn sync_command(args: &SyncArgs) -> Result<ExitCode> {
         None if args.mirror.is_none() => default_mirror(&session, team.as_ref()),
         None => None,
     };
-    let report = sync::sync_and_heartbeat(
-        session.ledger.as_ref(),
-        &session.slurm,
-        &session.cluster.name,
-        stale_after_s(args.stale_after, None),
-        &session.cluster.verify,
-        mirror.as_ref(),
-    )?;
+    let notifier = open_notifier(&session, false)?;
+    let world = Observation::take(session.ledger.as_ref(), &session.slurm, &session.cluster.name, now())?;
+    let recorder = Recorder::new(session.ledger.as_ref(), mirror.as_ref());
+    let stale_after = stale_after_s(args.stale_after, None);
+    let cluster = &session.cluster;
+    let report =
+        sync::sync_and_heartbeat(&recorder, &world, &session.slurm, &cluster.name, stale_after, &cluster.verify)?;
+    // Told here, once: a later launch does not see these changes again.
+    tell(&session, notifier.as_ref(), Told::Events(notify::transition_events(&recorder.take())));
     super::print(&if args.format.is_json() {
         output::document("sync", &SyncOutput::from(&report))
     } else {
@@ -749,10 +583,11 @@ pub(crate) fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
     let active: Vec<_> = session.ledger.active()?.into_iter().filter(|a| a.cluster == session.cluster.name).collect();
     let selected: Vec<_> = active.iter().filter(|a| args.selection.selects(&families, a)).cloned().collect();
     // A leg whose run dir holds its outcome has ended: it no longer keeps a shared job running.
-    let running = |a: &crate::ledger::Attempt| {
-        let status = sync::run_dir_of(a).as_deref().and_then(sync::read_status).filter(|s| sync::belongs_to(s, a));
-        status.is_none_or(|s| s.outcome.is_none())
-    };
+    let world = Observation::empty(now());
+    let running = |a: &crate::ledger::Attempt| world.status_of(a).is_none_or(|s| s.outcome.is_none());
+    let team = if dry_run { None } else { team_link(&session, false)? };
+    let mirror = team.as_ref().and_then(|_| default_mirror(&session, team.as_ref()));
+    let recorder = Recorder::new(session.ledger.as_ref(), mirror.as_ref());
     let user = std::env::var("USER").unwrap_or_else(|_| "unknown".to_string());
     let mut scancelled: Vec<String> = Vec::new();
     let mut cancelled = Vec::new();
@@ -781,7 +616,7 @@ pub(crate) fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
             Stop::NoJob => ("cancelled by operator".to_string(), false),
         };
         if !dry_run {
-            session.ledger.transition(id, AttemptStatus::Cancelled, &reason, None)?;
+            recorder.apply_to(id, AttemptStatus::Cancelled, &reason, Origin::Operator)?;
         }
         let done = CancelledOutput {
             attempt: id.0,
@@ -804,6 +639,8 @@ pub(crate) fn cancel_command(args: &CancelArgs) -> Result<ExitCode> {
         }
         cancelled.push(done);
     }
+    let notifier = open_notifier(&session, dry_run)?;
+    tell(&session, notifier.as_ref(), Told::Events(notify::transition_events(&recorder.take())));
     super::print(&if args.format.is_json() {
         output::document("cancel", &CancelOutput { cancelled })
     } else {
@@ -1049,17 +886,6 @@ struct PlannedJobOutput<'a> {
     allocation: Option<AllocationOutput<'a>>,
 }
 
-/// `allocation.source` as the contract has it since issue 24 (`--allocation`, `preset`,
-/// `profile`); `settings.allocation` names the preset or profile too.
-fn allocation_source(source: &Source) -> &'static str {
-    match source {
-        Source::Cli => "--allocation",
-        Source::Preset(_) => "preset",
-        Source::Profile(_) => "profile",
-        _ => "default",
-    }
-}
-
 impl<'a> From<&'a PlannedJob> for PlannedJobOutput<'a> {
     fn from(job: &'a PlannedJob) -> Self {
         PlannedJobOutput {
@@ -1120,7 +946,7 @@ impl<'a> From<&'a PlannedJob> for PlannedJobOutput<'a> {
             settings: &job.settings,
             allocation: (job.settings.allocation.source != Source::Default).then(|| AllocationOutput {
                 mode: job.settings.allocation.value.as_str(),
-                source: allocation_source(&job.settings.allocation.source),
+                source: plan_text::allocation_source(&job.settings.allocation.source),
                 shared_job: job.shared_job.as_deref(),
                 note: job.allocation_note.as_deref(),
             }),

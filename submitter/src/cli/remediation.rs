@@ -1,13 +1,16 @@
 //! `submitter remediate [--dry-run]` and `submitter release`, and the one remediation pass that
-//! `launch` (each iteration, so the listener too) and `status --watch` run
+//! `launch` runs each iteration (so the listener too)
 //! (docs/verification.md "Remediation"; the deciding code is `crate::remediate`).
 
 use std::process::ExitCode;
 
 use crate::executor::NotSubmitted;
+use crate::notify;
+use crate::observe::Observation;
 use crate::output::{self, FormatArgs};
 use crate::planner::PlannedJob;
 use crate::remediate::{self, Decision};
+use crate::transition::Recorder;
 use crate::verify::status::{self as vstatus, Collect};
 use crate::verify::verdict::StatusRow;
 use anyhow::{Context, Result, bail};
@@ -62,46 +65,40 @@ pub(crate) struct HoldArgs {
     reason: String,
 }
 
-/// The decisions for the cluster's jobs, carried out unless `dry_run`. `rows` are `status`'s when
-/// the caller has them (status --watch), else collected here. Returns the decisions made (for a
-/// dry run: the ones that would be).
+/// The verdicts of the cluster's jobs as `world` observed them (kept in the state dir unless
+/// `dry_run`: the reconcile is what writes observations, `status` only reads them), then the
+/// remediation decisions for them, carried out through `recorder` unless `dry_run`. Returns the
+/// decisions made (for a dry run: the ones that would be).
 /// A `scancel` that fails is warned about and tried again after a back-off; with
 /// `fail_on_scancel` (the `remediate` command) the pass then ends with that Slurm error (exit 4).
 pub(crate) fn pass(
     session: &Session,
-    rows: Option<&[StatusRow]>,
+    recorder: &Recorder,
+    world: &Observation,
     dry_run: bool,
     fail_on_scancel: bool,
 ) -> Result<Vec<Decision>> {
+    let opts = Collect {
+        cluster: &session.cluster.name,
+        state_dir: &session.state_dir,
+        settings: &session.cluster.verify,
+        ended_within_h: Some(ENDED_WITHIN_H),
+        now: world.now,
+        persist: !dry_run,
+        world,
+    };
+    let rows = vstatus::collect(session.ledger.as_ref(), &session.slurm, &opts).context("verdicts")?;
     let settings = &session.cluster.remediation;
     if !settings.enabled {
         return Ok(Vec::new());
     }
-    let now = Utc::now();
-    let collected;
-    let rows = match rows {
-        Some(rows) => rows,
-        None => {
-            let opts = Collect {
-                cluster: &session.cluster.name,
-                state_dir: &session.state_dir,
-                settings: &session.cluster.verify,
-                ended_within_h: Some(ENDED_WITHIN_H),
-                now,
-                // The observations are status's; a pass only reads them.
-                persist: false,
-            };
-            collected = vstatus::collect(session.ledger.as_ref(), &session.slurm, &opts).context("remediation")?;
-            &collected
-        }
-    };
+    let now = world.now;
     let mut backoff = SCANCEL_BACKOFF.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut cancel_failed = None;
     if !dry_run {
         // An act an earlier pass recorded but could not finish (its scancel or the ledger failed).
-        let reconciled =
-            remediate::reconcile(session.ledger.as_ref(), &session.slurm, &session.cluster.name, &mut backoff, now)
-                .context("remediation")?;
+        let reconciled = remediate::reconcile(recorder, &session.slurm, &session.cluster.name, &mut backoff, now)
+            .context("remediation")?;
         for attempt in reconciled.completed {
             tracing::info!("remediation: completed the recorded act on attempt {attempt}");
         }
@@ -110,7 +107,7 @@ pub(crate) fn pass(
         }
     }
     let states = remediate::pair_states(session.ledger.as_ref()).context("remediation")?;
-    let decisions = remediate::plan(rows, &states, settings, &session.cluster.verify, now);
+    let decisions = remediate::plan(&rows, world, &states, settings, &session.cluster.verify);
     if dry_run {
         return Ok(decisions);
     }
@@ -120,7 +117,7 @@ pub(crate) fn pass(
         if !backoff.due(decision.attempt, now) {
             continue;
         }
-        match remediate::carry_out(&decision, session.ledger.as_ref(), &session.slurm, &username) {
+        match remediate::carry_out(&decision, recorder, &session.slurm, &username) {
             Ok(recorded) => {
                 backoff.succeeded(decision.attempt);
                 if recorded {
@@ -209,7 +206,7 @@ pub(crate) fn annotate(session: &Session, rows: &mut [StatusRow]) -> Result<()> 
         if row.ledger_status.is_active()
             && let Some(retry) = state.filter(|s| !s.adjustment.is_empty()).and_then(|_| {
                 records.iter().rev().find(|r| {
-                    r.action == "retry"
+                    r.action == crate::domain::RemediationAct::Retry
                         && (&r.model, &r.family, &r.agent) == (&key.0, &key.1, &key.2)
                         && r.attempt.is_some_and(|a| a.0 != row.attempt)
                 })
@@ -249,7 +246,15 @@ pub(crate) fn remediate_command(args: &RemediateArgs) -> Result<ExitCode> {
     }
     // The same exclusion as `launch`: a pass acts on the jobs a listener also acts on.
     let _lock = if args.dry_run { None } else { Some(session.lock()?) };
-    let decisions = pass(&session, None, args.dry_run, true)?;
+    let world = Observation::take(session.ledger.as_ref(), &session.slurm, &session.cluster.name, Utc::now())?;
+    let team = super::consumers::team_link(&session, false)?;
+    let mirror = if args.dry_run { None } else { super::consumers::default_mirror(&session, team.as_ref()) };
+    let recorder = Recorder::new(session.ledger.as_ref(), mirror.as_ref());
+    let decisions = pass(&session, &recorder, &world, args.dry_run, true)?;
+    let notifier = super::consumers::open_notifier(&session, args.dry_run)?;
+    let mut events = notify::transition_events(&recorder.take());
+    events.extend(notify::remediation_events(&decisions));
+    super::consumers::tell(&session, notifier.as_ref(), super::consumers::Told::Events(events));
     super::print(&if args.format.is_json() {
         output::document("remediate", &RemediateOutput { dry_run: args.dry_run, decisions: &decisions })
     } else {

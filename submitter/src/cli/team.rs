@@ -51,7 +51,11 @@ impl TeamLink {
 /// What a `plan`/`launch` iteration says about the team's history: folded in, or not consulted.
 pub(crate) enum TeamView {
     Folded(ImportReport),
-    Offline,
+    /// `--offline-ledger` on a profile that names a team database; `never_imported`: this ledger
+    /// holds no row of the team's history, so every pair the team already ran plans as `submit`.
+    Offline {
+        never_imported: bool,
+    },
 }
 
 impl TeamView {
@@ -62,8 +66,13 @@ impl TeamView {
                 "team      {}: {} new, {} updated, {} job(s) read ({:.2} s)\n",
                 r.source, r.attempts_new, r.attempts_updated, r.jobs_read, r.seconds
             ),
-            TeamView::Offline => "team      offline (--offline-ledger): the team's history was not consulted; \
-                                  dedup sees this ledger only\n"
+            TeamView::Offline { never_imported: false } => {
+                "team      offline (--offline-ledger): the team's history was not consulted; dedup sees this ledger only\n"
+                    .to_string()
+            }
+            TeamView::Offline { never_imported: true } => "warning   offline (--offline-ledger) and this ledger never imported \
+                the team's history: every pair the team already ran plans as submit; run `submitter import` (or plan \
+                without --offline-ledger) first\n"
                 .to_string(),
         }
     }
@@ -72,14 +81,16 @@ impl TeamView {
         match self {
             TeamView::Folded(r) => TeamViewOutput {
                 offline: false,
+                never_imported: false,
                 source: Some(&r.source),
                 attempts_new: r.attempts_new,
                 attempts_updated: r.attempts_updated,
                 jobs_read: r.jobs_read,
                 seconds: r.seconds,
             },
-            TeamView::Offline => TeamViewOutput {
+            TeamView::Offline { never_imported } => TeamViewOutput {
                 offline: true,
+                never_imported: *never_imported,
                 source: None,
                 attempts_new: 0,
                 attempts_updated: 0,
@@ -96,6 +107,8 @@ impl TeamView {
 pub(crate) struct TeamViewOutput<'a> {
     /// True with `--offline-ledger`: the team database was not consulted.
     offline: bool,
+    /// Offline, and this ledger holds no row of the team's history (issue 36).
+    never_imported: bool,
     /// `postgres://user@host:port/db`, never a password; null when offline.
     source: Option<&'a str>,
     attempts_new: usize,

@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::config;
+use crate::config::{self, Preset};
 use crate::ledger::Ledger;
-use crate::observe::shared_group_dir;
+use crate::observe::{Observation, shared_group_dir};
 use crate::slurm::{JobId, Slurm, SlurmCli};
 use crate::stats::Bootstrap;
 use crate::sync::run_dir_of;
@@ -67,7 +67,7 @@ pub(crate) struct StatusArgs {
     /// `--format json`: a versioned document (docs/design.md §11).
     #[command(flatten)]
     pub format: FormatArgs,
-    /// Refresh in place every --interval; applies the profile's `verify.auto_cancel` policy.
+    /// Refresh in place every --interval (it reads only: cancelling is remediation's, in `launch`).
     #[arg(long)]
     pub watch: bool,
     /// Time between refreshes with --watch (`10s`, `1m`).
@@ -194,29 +194,34 @@ pub(crate) fn check(args: &CheckArgs) -> Result<ExitCode> {
     Ok(if bad { ExitCode::from(EXIT_PROBLEMS) } else { ExitCode::SUCCESS })
 }
 
-fn collect_opts(session: &Session, hours: u64, persist: bool) -> Collect<'_> {
+/// What `status` reads: it observes and judges, and never writes (observations are the
+/// reconcile's to keep; cancelling is remediation's).
+fn collect_opts<'a>(session: &'a Session, hours: u64, world: &'a Observation) -> Collect<'a> {
     Collect {
         cluster: &session.cluster.name,
         state_dir: &session.state_dir,
         settings: &session.cluster.verify,
         ended_within_h: (hours > 0).then_some(hours),
-        now: Utc::now(),
-        persist,
+        now: world.now,
+        persist: false,
+        world,
     }
 }
 
-fn collect(session: &Session, hours: u64, persist: bool) -> Result<Vec<StatusRow>> {
-    Ok(status::collect(session.ledger.as_ref(), &session.slurm, &collect_opts(session, hours, persist))?)
+fn collect(session: &Session, hours: u64) -> Result<Vec<StatusRow>> {
+    let world = Observation::empty(Utc::now());
+    Ok(status::collect(session.ledger.as_ref(), &session.slurm, &collect_opts(session, hours, &world))?)
 }
 
-fn collect_team(session: &Session, hours: u64, persist: bool) -> Result<TeamView> {
-    Ok(team::collect(session.ledger.as_ref(), &session.slurm, &collect_opts(session, hours, persist))?)
+fn collect_team(session: &Session, hours: u64) -> Result<TeamView> {
+    let world = Observation::empty(Utc::now());
+    Ok(team::collect(session.ledger.as_ref(), &session.slurm, &collect_opts(session, hours, &world))?)
 }
 
 /// `status --all-clusters`: the team view once. Exit as `status`: 1 when one of this cluster's
 /// active jobs is dead, stalled or misconfigured (another cluster's are not judged here).
 fn status_all_clusters(session: &Session, args: &StatusArgs) -> Result<ExitCode> {
-    let view = collect_team(session, args.hours, true)?;
+    let view = collect_team(session, args.hours)?;
     let text = if args.format.is_json() {
         output::document("status.all_clusters", &TeamOutput::new(&view))
     } else {
@@ -240,20 +245,7 @@ pub(crate) fn status(args: &StatusArgs) -> Result<ExitCode> {
     }
     let tty = std::io::stdout().is_terminal();
     loop {
-        let mut rows = collect(&session, args.hours, true)?;
-        let mut cancelled = Vec::new();
-        if args.watch {
-            cancelled = status::apply_auto_cancel(
-                &mut rows,
-                session.ledger.as_ref(),
-                &session.slurm,
-                session.cluster.verify.auto_cancel.as_ref(),
-                Utc::now(),
-            )?;
-            // The same pass as launch's; its lines go with the cancels.
-            let remedies = super::remediation::pass(&session, Some(&rows), false, false)?;
-            cancelled.extend(remedies.iter().map(|d| d.line()));
-        }
+        let mut rows = collect(&session, args.hours)?;
         super::remediation::annotate(&session, &mut rows)?;
         let text = if args.format.is_json() {
             let doc = StatusOutput::new(&rows);
@@ -272,9 +264,6 @@ pub(crate) fn status(args: &StatusArgs) -> Result<ExitCode> {
                 );
             }
             t += &status::render_table(&rows, &session.cluster.name, Utc::now(), args.verbose);
-            for line in &cancelled {
-                t += &format!("{line}\n");
-            }
             t
         };
         super::print(&text)?;
@@ -291,10 +280,24 @@ const CLEAR_SCREEN: &str = "\x1b[H\x1b[2J";
 
 fn matrix(session: &Session, rank_by: Option<&str>) -> Result<Matrix> {
     let attempts = results::finished_attempts(session.ledger.as_ref())?;
-    let mut m = results::build_matrix(&attempts, rank_by, &session.cluster.verify)?;
+    let scorings = scorings(session)?;
+    let mut m = results::build_matrix(&attempts, rank_by, &session.cluster.verify, &scorings)?;
     results::attach_gpu(&mut m, &session.ledger.gpu_seconds()?);
     results::attach_trials(&mut m, session.ledger.as_ref(), Bootstrap::default())?;
     Ok(m)
+}
+
+/// The presets' scoring per benchmark family: each preset's datasets, named as the ledger's
+/// families name them (`dev_set_v2_2.0x` counts as `dev_set_v2` where a family row says so).
+fn scorings(session: &Session) -> Result<results::Scorings> {
+    let mut declarations = Vec::new();
+    for (_, _, preset) in config::load_presets(&session.presets_dir)? {
+        for dataset in &preset.datasets {
+            let family = session.ledger.family_of(&Preset::benchmark_of(dataset))?;
+            declarations.push((family, preset.scoring));
+        }
+    }
+    Ok(results::Scorings::from_declarations(declarations))
 }
 
 /// `submitter results [--json|--csv]`.
@@ -306,7 +309,12 @@ pub(crate) fn results(args: &ResultsArgs) -> Result<ExitCode> {
     } else if args.csv {
         results::render_csv(&m)
     } else {
-        results::render_text(&m) + &results::render_trials_text(&m) + &results::render_gpu_text(&m)
+        {
+            let terminal = crate::term::Terminal::stdout();
+            results::render_text(&m, &terminal)
+                + &results::render_trials_text(&m)
+                + &results::render_gpu_text(&m, &terminal)
+        }
     };
     super::print(&text)?;
     Ok(ExitCode::SUCCESS)
@@ -322,10 +330,12 @@ pub(crate) fn compare(args: &CompareArgs) -> Result<ExitCode> {
     if let [a, b] = args.models.as_slice() {
         return compare_two(args, &session, a, b, bootstrap);
     }
-    if let Some(benchmark) = args.benchmark.as_deref().filter(|b| !results::ranked(b)) {
+    let scorings = scorings(&session)?;
+    if let Some(benchmark) = args.benchmark.as_deref().filter(|b| !scorings.ranked(b)) {
         bail!(
-            "compare --benchmark {benchmark}: not a ranked benchmark, so {} models cannot be ranked on it — name a ranked one (terminal_bench_2, swebench-verified-random-100-folders) or two models to pair",
-            args.models.len()
+            "compare --benchmark {benchmark}: not a ranked benchmark, so {} models cannot be ranked on it — name a ranked one ({}) or two models to pair",
+            args.models.len(),
+            scorings.ranked_families()
         );
     }
     let ranking = compare::rank_models(
@@ -333,6 +343,7 @@ pub(crate) fn compare(args: &CompareArgs) -> Result<ExitCode> {
         &args.models,
         args.benchmark.as_deref(),
         &session.cluster.verify,
+        &scorings,
         bootstrap,
     )?;
     if ranking.rankings.is_empty() {
@@ -453,7 +464,7 @@ pub(crate) fn report(args: &ReportArgs) -> Result<ExitCode> {
     let settings = &session.cluster.verify;
     let m = matrix(&session, args.rank_by.as_deref())?;
     // One collection for both: this cluster's rows are the team view's local ones.
-    let view = collect_team(&session, args.hours, false)?;
+    let view = collect_team(&session, args.hours)?;
     let jobs: Vec<StatusRow> = view.jobs.iter().filter_map(|j| j.local.clone()).collect();
     let mut runs = Vec::new();
     let mut seen = std::collections::HashSet::new();
@@ -494,6 +505,12 @@ pub(crate) fn report(args: &ReportArgs) -> Result<ExitCode> {
             check: check_of(cell.run_dir.as_deref(), settings, args.no_check),
             score: score_lines(attempt.as_ref().and_then(|a| a.metrics.as_ref()), settings)
                 .into_iter()
+                .chain(cell.trials.as_ref().map(|t| {
+                    format!(
+                        "from per-trial facts (mean ± task-clustered SE [95% bootstrap interval], points): {}",
+                        results::trials_line(t)
+                    )
+                }))
                 .chain([cell.provenance.describe()])
                 .collect(),
         });

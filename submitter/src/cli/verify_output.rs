@@ -465,9 +465,6 @@ struct StatusRowOutput<'a> {
     /// payload's phase from `status.json`, `-` without one.
     phase: &'a str,
     verdict: JobVerdictOutput<'a>,
-    /// Set when `status --watch` cancelled the job under the profile's `verify.auto_cancel`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cancelled: Option<&'a str>,
     /// What remediation did about the attempt (ledger records), and a hold on its pair.
     #[serde(skip_serializing_if = "Option::is_none")]
     remedy: Option<&'a str>,
@@ -491,7 +488,6 @@ impl<'a> From<&'a StatusRow> for StatusRowOutput<'a> {
             slurm: &r.slurm,
             phase: &r.phase,
             verdict: JobVerdictOutput::from(&r.verdict),
-            cancelled: r.cancelled.as_deref(),
             remedy: r.remedy.as_deref(),
             continues: r.continues.map(ContinuationOutput::from),
         }

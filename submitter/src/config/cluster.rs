@@ -666,7 +666,7 @@ impl Default for Limits {
 }
 
 // The rules' thresholds live beside the findings they judge (docs/design.md §8.3).
-pub use crate::verify::findings::{AutoCancel, VerifySettings};
+pub use crate::verify::findings::VerifySettings;
 
 /// Staging on the login node (docs/site.md): models into `paths.hf_cache`, datasets into their
 /// dataset dir. Every command is an argv (never a shell string), `${VAR}`-expanded, run with a

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+pub use crate::verify::scoring::{Scoring, ScoringKind};
+
 /// The Harbor agent a preset without `agent_name` runs.
 pub const DEFAULT_AGENT: &str = "terminus-2";
 
@@ -70,6 +72,9 @@ pub struct Preset {
     /// `per-leg`: its own job. `--allocation` wins; without either, the profile's `allocation`.
     #[serde(default)]
     pub allocation: Option<super::Allocation>,
+    /// How its benchmark is scored ([`Scoring`]); undeclared: [`Scoring::UNDECLARED`] ([`Preset::scoring`]).
+    #[serde(default)]
+    pub scoring: Option<Scoring>,
 }
 
 /// Keys the replaced system's presets had that nothing here would read. Each is refused when the
@@ -121,7 +126,13 @@ impl Preset {
             harbor_config: None,
             agent_envs: None,
             allocation: None,
+            scoring: None,
         }
+    }
+
+    /// How its benchmark is scored: the declared `scoring`, else [`Scoring::UNDECLARED`].
+    pub fn scoring(&self) -> Scoring {
+        self.scoring.unwrap_or(Scoring::UNDECLARED)
     }
 
     /// The Harbor agent its jobs run (`agent_name`, default terminus-2).
@@ -193,6 +204,7 @@ impl Preset {
         if self.datasets.is_empty() {
             problems.push("datasets is empty: name at least one dataset".to_string());
         }
+        problems.extend(self.scoring.as_ref().and_then(Scoring::problem).map(str::to_string));
         for kwarg in &self.agent_kwargs {
             if !kwarg.contains('=') {
                 problems.push(format!("agent_kwargs item `{kwarg}` is not key=value"));
@@ -226,4 +238,46 @@ impl Preset {
 /// else a file in `presets/harbor/`.
 pub(crate) fn harbor_config_path(harbor_dir: &std::path::Path, name: &str) -> PathBuf {
     if std::path::Path::new(name).is_absolute() { PathBuf::from(name) } else { harbor_dir.join(name) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn preset(yaml: &str) -> Result<Preset, launch_spec::yaml::YamlError> {
+        launch_spec::yaml::from_yaml_str::<Preset>(yaml, std::path::Path::new("presets/p.yaml"))
+    }
+
+    /// Issue 34: a preset declares its scoring; one that does not (the replaced system's presets)
+    /// loads and is scored as [`Scoring::UNDECLARED`]; a ranked partial-credit one and an unknown key
+    /// are refused with the fix.
+    #[test]
+    fn scoring_is_declared_by_the_preset_or_undeclared() {
+        let declared = preset("datasets: [org/b]\nscoring:\n  kind: binary\n  ranked: true\n").unwrap();
+        assert_eq!(declared.scoring(), Scoring { kind: ScoringKind::Binary, in_id_mean: false, ranked: true });
+        assert!(declared.problems().is_empty(), "{:?}", declared.problems());
+        let undeclared = preset("datasets: [org/b]\n").unwrap();
+        assert_eq!((undeclared.scoring, undeclared.scoring()), (None, Scoring::UNDECLARED));
+        let ranked_partial = preset("datasets: [org/b]\nscoring: {kind: partial_credit, ranked: true}\n").unwrap();
+        assert!(
+            ranked_partial.problems().iter().any(|p| p.contains("needs `kind: binary`")),
+            "{:?}",
+            ranked_partial.problems()
+        );
+        for bad in ["scoring: {kind: binary, rank: true}", "scoring: {in_id_mean: true}", "scoring: {kind: graded}"] {
+            let err = preset(&format!("datasets: [org/b]\n{bad}\n")).unwrap_err().to_string();
+            assert!(err.contains("p.yaml") && err.lines().count() == 1, "{bad}: {err}");
+        }
+    }
+
+    /// Every shipped preset says how its benchmark is scored.
+    #[test]
+    fn every_shipped_preset_declares_its_scoring() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../presets");
+        let presets = crate::config::load_presets(&dir).unwrap();
+        assert!(presets.len() > 5);
+        for (name, _, preset) in presets {
+            assert!(preset.scoring.is_some(), "presets/{name}.yaml declares no `scoring:`");
+        }
+    }
 }

@@ -21,6 +21,17 @@ pub enum Policy {
 }
 
 impl Policy {
+    /// The act the ledger records for carrying this policy out (`off` is never carried out).
+    pub fn act(self) -> Option<crate::domain::RemediationAct> {
+        use crate::domain::RemediationAct;
+        match self {
+            Policy::Cancel => Some(RemediationAct::Cancel),
+            Policy::Retry => Some(RemediationAct::Retry),
+            Policy::Hold => Some(RemediationAct::Hold),
+            Policy::Off => None,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Policy::Cancel => "cancel",

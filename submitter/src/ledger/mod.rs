@@ -32,7 +32,7 @@ pub use self::migrations::latest_version as latest_schema_version;
 pub use self::postgres::{Connection as PgConnection, LEDGER_CALL_BOUND, PgLedger, Redactor};
 pub use self::sqlite::SqliteLedger;
 /// The attempt lifecycle is a domain type (`crate::domain`); the ledger stores it.
-pub use crate::domain::AttemptStatus;
+pub use crate::domain::{AttemptStatus, RemediationAct};
 
 /// Every timestamp in the ledger: a UTC instant with microsecond resolution (PostgreSQL's), stored
 /// as `timestamptz` there and as fixed-width RFC 3339 text (`2026-01-02T03:04:05.000006Z`) in SQLite.
@@ -198,7 +198,7 @@ pub struct NewRemediation {
     /// The diagnosis that caused it (`release` for a release).
     pub finding: String,
     /// `cancel`, `retry`, `hold` or `release`.
-    pub action: String,
+    pub action: crate::domain::RemediationAct,
     /// The change in words (`serve.gpu_memory_utilization 0.90 → 0.85`), empty for none.
     pub change: String,
     /// For a retry: the pair's whole adjustment after it.
@@ -217,7 +217,7 @@ pub struct Remediation {
     pub cluster: String,
     pub attempt: Option<AttemptId>,
     pub finding: String,
-    pub action: String,
+    pub action: crate::domain::RemediationAct,
     pub change: String,
     pub adjustment: Option<crate::domain::PairAdjustment>,
     pub reason: String,
@@ -246,19 +246,19 @@ pub fn fold_remediations(records: &[Remediation]) -> HashMap<(String, String, St
         if let Some(a) = r.attempt {
             state.acted_on.insert(a.0);
         }
-        match r.action.as_str() {
-            "release" => {
+        match r.action {
+            RemediationAct::Release => {
                 let acted_on = std::mem::take(&mut state.acted_on);
                 *state = PairRemedy { acted_on, ..PairRemedy::default() };
             }
-            "hold" => state.held = Some(r.clone()),
-            "retry" => {
+            RemediationAct::Hold => state.held = Some(r.clone()),
+            RemediationAct::Retry => {
                 state.retries += 1;
                 if let Some(adjustment) = &r.adjustment {
                     state.adjustment = adjustment.clone();
                 }
             }
-            _ => {}
+            RemediationAct::Cancel => {}
         }
     }
     pairs

@@ -97,9 +97,11 @@ pub(crate) struct DirEvidence {
     pub engine_log: Option<EngineLog>,
 }
 
-/// Reads a run dir into [`Evidence`] for the reference time `now`.
+/// Reads a run dir into [`Evidence`] for the reference time `now`. `payload` is its `status.json`
+/// when the caller read it already (the reconcile reads each once, `observe::Observation`).
 pub(crate) fn evidence_from_dir(
     dir: &Path,
+    payload: Option<StatusRecord>,
     settings: &VerifySettings,
     now: DateTime<Utc>,
     depth: Depth,
@@ -127,7 +129,7 @@ pub(crate) fn evidence_from_dir(
         Some(Err(source)) => (None, Some(source)),
         None => (None, None),
     };
-    let payload = rundir::read_status(dir);
+    let payload = payload.unwrap_or_else(|| rundir::read_status(dir));
     // Only the kinds verification reads (the engine's start, the tunnel's pair, the outcome).
     let events = rundir::read_events_where(dir, |kind| {
         matches!(kind, rundir::EventKind::Phase | rundir::EventKind::TunnelPair | rundir::EventKind::Outcome)
@@ -265,7 +267,17 @@ fn engine_facts(
 
 /// Checks one run dir at the reference time `now`.
 pub fn check_run_dir(dir: &Path, settings: &VerifySettings, now: DateTime<Utc>) -> Result<RunCheck, CheckError> {
-    let d = evidence_from_dir(dir, settings, now, Depth::Full)?;
+    check_run_dir_with(dir, None, settings, now)
+}
+
+/// [`check_run_dir`] with the dir's `status.json` already read (`payload`), else read here.
+pub fn check_run_dir_with(
+    dir: &Path,
+    payload: Option<StatusRecord>,
+    settings: &VerifySettings,
+    now: DateTime<Utc>,
+) -> Result<RunCheck, CheckError> {
+    let d = evidence_from_dir(dir, payload, settings, now, Depth::Full)?;
     let assessment = super::rules::evaluate(&d.evidence, settings);
     let (status_verdict, _) = assessment.verdict();
     let e = &d.evidence;

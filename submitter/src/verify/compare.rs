@@ -10,7 +10,8 @@ use crate::stats::{self, Bootstrap, InvalidTrials, PairedComparison, points};
 
 use super::VerifySettings;
 use super::results::{
-    BenchmarkRanking, attach_trials, build_matrix, column_of, csv_document, csv_number, csv_text, finished_attempts,
+    BenchmarkRanking, Scorings, attach_trials, build_matrix, column_of, csv_document, csv_number, csv_text,
+    finished_attempts,
 };
 
 /// One benchmark column compared.
@@ -132,6 +133,7 @@ pub fn rank_models(
     models: &[String],
     benchmark: Option<&str>,
     settings: &VerifySettings,
+    scorings: &Scorings,
     bootstrap: Bootstrap,
 ) -> Result<Ranking, LedgerError> {
     let attempts: Vec<Attempt> = finished_attempts(ledger)?
@@ -139,7 +141,7 @@ pub fn rank_models(
         .filter(|a| models.contains(&a.model))
         .filter(|a| benchmark.is_none_or(|b| b == column_of(a) || b == a.benchmark || b == a.benchmark_family))
         .collect();
-    let mut matrix = build_matrix(&attempts, None, settings).expect("no rank_by given: nothing to refuse");
+    let mut matrix = build_matrix(&attempts, None, settings, scorings).expect("no rank_by given: nothing to refuse");
     attach_trials(&mut matrix, ledger, bootstrap)?;
     let unranked = matrix
         .rankings

@@ -73,8 +73,7 @@ findings! {
 // The thresholds the rules judge with: the profile's `verify:` section (a new rule's threshold is a
 // field here, with its default and range check).
 
-/// Thresholds of the launch checks and verdicts (docs/design.md §8), and what `status --watch` may do about a
-/// job that stays dead or stalled. Defaults follow the replaced system's 15-minute infra check.
+/// Thresholds of the launch checks and verdicts (docs/design.md §8). Defaults follow the replaced system's 15-minute infra check.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct VerifySettings {
@@ -110,19 +109,8 @@ pub struct VerifySettings {
     pub min_valid_share: f64,
     /// Completion audit: largest acceptable share of errored trials.
     pub max_error_share: f64,
-    /// `status --watch` cancels jobs that stay `dead` or `stalled` past these bounds (off when absent).
-    pub auto_cancel: Option<AutoCancel>,
-}
-
-#[derive(Debug, Clone, PartialEq, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AutoCancel {
-    /// Cancel a job `dead` for this long.
-    #[serde(default)]
-    pub dead_after_s: Option<u64>,
-    /// Cancel a job `stalled` for this long.
-    #[serde(default)]
-    pub(crate) stalled_after_s: Option<u64>,
+    /// Moved to remediation (issue 34): accepted only to say where (`problems`), never acted on.
+    pub(crate) auto_cancel: Option<serde_json::Value>,
 }
 
 impl Default for VerifySettings {
@@ -165,7 +153,14 @@ impl VerifySettings {
         if let Err(problem) = v::seconds(self.instant_fail_s, false) {
             problems.push(format!("verify.instant_fail_s {problem}"));
         }
-        let auto = self.auto_cancel.clone().unwrap_or_default();
+        if self.auto_cancel.is_some() {
+            problems.push(
+                "verify.auto_cancel is gone: cancelling is remediation's (one table, one bound per verdict) — write \
+                 `remediation: {enabled: true, dead_after_s: N, stalled_after_s: M}` instead (docs/verification.md \
+                 \"Remediation\")"
+                    .to_string(),
+            );
+        }
         for (key, value, positive) in [
             ("heartbeat_timeout_s", Some(self.heartbeat_timeout_s), true),
             ("no_status_after_s", Some(self.no_status_after_s), false),
@@ -174,8 +169,6 @@ impl VerifySettings {
             ("zombie_after_s", Some(self.zombie_after_s), false),
             ("no_result_after_s", Some(self.no_result_after_s), false),
             ("setup_stalled_after_s", Some(self.setup_stalled_after_s), false),
-            ("auto_cancel.dead_after_s", auto.dead_after_s, false),
-            ("auto_cancel.stalled_after_s", auto.stalled_after_s, false),
         ] {
             if let Some(value) = value
                 && let Err(problem) = v::whole_seconds(value, positive)
@@ -189,6 +182,18 @@ impl VerifySettings {
 
 #[cfg(test)]
 mod tests {
+    /// One cancel rule (issue 34): the former `verify.auto_cancel` is refused with remediation's fix.
+    #[test]
+    fn auto_cancel_is_refused_naming_remediation() {
+        let settings: VerifySettings =
+            launch_spec::yaml::from_yaml_str("auto_cancel: {dead_after_s: 600}\n", std::path::Path::new("verify"))
+                .unwrap();
+        let problems = settings.problems();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("remediation: {enabled: true, dead_after_s: N"), "{problems:?}");
+        assert!(VerifySettings::default().problems().is_empty());
+    }
+
     use std::collections::BTreeSet;
 
     use super::*;

@@ -22,6 +22,7 @@ pub mod plots;
 pub mod report;
 pub mod results;
 pub mod rules;
+pub mod scoring;
 pub mod status;
 pub mod team;
 pub mod verdict;

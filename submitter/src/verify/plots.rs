@@ -11,9 +11,14 @@
 
 use std::fmt::Write as _;
 
-use super::report::escape;
 use super::results::{BenchmarkRanking, Matrix, contender, short_name};
 use crate::stats::{Contender, PairedComparison};
+
+/// The report's escaping (`report::escape`), not imported from there: the report draws these plots
+/// (as `charts` does, so the two modules do not import each other).
+fn escape(text: &str) -> String {
+    html_escape::encode_quoted_attribute(text).into_owned()
+}
 
 /// The longest model name drawn in full beside a plot; longer ones end in `…` (the full name is in
 /// the element's tooltip).
@@ -299,30 +304,7 @@ mod tests {
     fn scatter_draws_the_models_with_both_benchmarks() {
         use crate::verify::VerifySettings;
         use crate::verify::results::build_matrix;
-        let attempt = |id: i64, model: &str, family: &str, mean: f64| {
-            let t = chrono::DateTime::from_timestamp(1_700_000_000 + id, 0).unwrap();
-            crate::ledger::Attempt {
-                id: crate::ledger::AttemptId(id),
-                model: model.into(),
-                benchmark: family.into(),
-                benchmark_family: family.into(),
-                cluster: "c".into(),
-                username: "u".into(),
-                run_tag: format!("{id}"),
-                slurm_job_id: None,
-                status: crate::ledger::AttemptStatus::Finished,
-                reason: "finished".into(),
-                config: serde_json::json!({}),
-                metrics: Some(serde_json::json!({"mean_reward": mean, "n_trials": 100, "n_errors": 0, "n_valid": 100})),
-                attempt: 1,
-                submitted_at: t,
-                started_at: Some(t),
-                ended_at: Some(t),
-                updated_at: t,
-                agent: "terminus-2".into(),
-                source_id: None,
-            }
-        };
+        let attempt = |id, model, family, mean| crate::verify::results::tests::attempt(id, model, family, mean, 100);
         let attempts = [
             attempt(1, HOSTILE, "terminal_bench_2", 0.5),
             attempt(2, HOSTILE, "dev_set_v2", 0.25),
@@ -330,7 +312,8 @@ mod tests {
             attempt(4, "org/B", "dev_set_v2", 0.75),
             attempt(5, "org/C", "terminal_bench_2", 0.1),
         ];
-        let m = build_matrix(&attempts, None, &VerifySettings::default()).unwrap();
+        let m = build_matrix(&attempts, None, &VerifySettings::default(), &crate::testkit::Shipped::load().scorings())
+            .unwrap();
         let svg = scatter_svg(&m, "terminal_bench_2", "dev_set_v2").unwrap();
         assert_eq!(svg.matches("<g class=\"model\"").count(), 2, "org/C has no dev_set_v2: {svg}");
         assert!(!svg.contains("<script>"), "{svg}");

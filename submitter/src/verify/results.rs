@@ -1,10 +1,11 @@
 //! Scores: the summary of Harbor's `result.json` that sync folds into the ledger, the completion
 //! audit, and the models × benchmarks matrix of `submitter results` and the report.
 //!
-//! Scoring rules (docs/design.md §8): swebench-verified-random-100 and terminal_bench_2 are binary (reward 0
-//! or 1 per trial): mean with its standard error √(p(1−p)/n). dev_set_v2 is partial-credit: mean
-//! only; it counts toward the "ID mean" over {swebench-100, tb2, dev_set_v2} and is never used to
-//! rank models (ranking is on a binary benchmark).
+//! Scoring rules (docs/results.md): each preset declares its benchmark's scoring
+//! (`verify::scoring::Scoring`), gathered per benchmark family in [`Scorings`]. A binary
+//! benchmark (reward 0 or 1 per trial) shows its mean with the standard error √(p(1−p)/n); a
+//! partial-credit one, or one no preset declares, its mean only. The "ID mean" is over the
+//! benchmarks declared `in_id_mean`; models are ranked on a benchmark declared `ranked`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -16,6 +17,7 @@ use launch_spec::rundir::harbor::{self, JobResult, JobStats};
 use launch_spec::rundir::lenient::{Count, Forgiving};
 
 use super::VerifySettings;
+use super::scoring::{Scoring, ScoringKind};
 use crate::ledger::{Attempt, AttemptId, AttemptStatus, Timestamp};
 use crate::stats::{Contender, IntervalBasis, Standing};
 
@@ -209,56 +211,101 @@ pub(crate) fn metrics_json(summary: &ScoreSummary, audit: &Audit) -> Value {
 // ---------------------------------------------------------------------------------------------
 // The matrix
 
-/// How a benchmark is scored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// How a benchmark is scored, as the matrix shows it (in column order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum BenchKind {
-    /// Reward 0/1 per trial: mean ± standard error; may rank models.
+    /// Reward 0/1 per trial: mean ± standard error.
     Binary,
-    /// Partial credit: mean only; counts toward the ID mean, never ranks.
+    /// Partial credit: mean only.
     PartialCredit,
-    /// Anything else: mean only.
+    /// No preset declares its scoring: mean only.
     Other,
 }
 
-/// Whether models are ranked on this benchmark: the one place the rule is read (today: the binary
-/// benchmarks; issue 34 item 4 makes it the preset's declared scoring).
-pub(crate) fn ranked(benchmark: &str) -> bool {
-    bench_kind(benchmark) == BenchKind::Binary
+/// Each benchmark family's scoring, as the presets running it declare it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Scorings {
+    declared: BTreeMap<String, Scoring>,
 }
 
-pub(crate) fn bench_kind(family: &str) -> BenchKind {
-    let f = family.to_ascii_lowercase();
-    if f.contains("swebench-verified-random-100") || f.contains("terminal_bench_2") || f.contains("terminal-bench-2") {
-        BenchKind::Binary
-    } else if f.contains("dev_set_v2") {
-        BenchKind::PartialCredit
-    } else {
-        BenchKind::Other
+impl Scorings {
+    /// From (benchmark family, the scoring its preset declares, if any) pairs, in preset order: the
+    /// first declaration of a family wins (`registry check` reports presets that disagree).
+    pub(crate) fn from_declarations(declarations: impl IntoIterator<Item = (String, Option<Scoring>)>) -> Scorings {
+        let mut declared = BTreeMap::new();
+        for (family, scoring) in declarations {
+            if let Some(scoring) = scoring {
+                declared.entry(family).or_insert(scoring);
+            }
+        }
+        Scorings { declared }
+    }
+
+    /// A column's declared scoring (`terminal_bench_2@openhands` is scored as `terminal_bench_2`).
+    pub fn declared(&self, column: &str) -> Option<Scoring> {
+        let family = column.split_once('@').map_or(column, |(family, _agent)| family);
+        self.declared.get(family).copied()
+    }
+
+    /// A column's scoring: declared, else [`Scoring::UNDECLARED`].
+    pub fn of(&self, column: &str) -> Scoring {
+        self.declared(column).unwrap_or(Scoring::UNDECLARED)
+    }
+
+    pub(crate) fn kind(&self, column: &str) -> BenchKind {
+        match self.declared(column).map(|s| s.kind) {
+            Some(ScoringKind::Binary) => BenchKind::Binary,
+            Some(ScoringKind::PartialCredit) => BenchKind::PartialCredit,
+            None => BenchKind::Other,
+        }
+    }
+
+    /// The families the ID mean is over.
+    fn id_mean_families(&self) -> impl Iterator<Item = &String> {
+        self.declared.iter().filter(|(_, s)| s.in_id_mean).map(|(family, _)| family)
+    }
+
+    /// The binary families, for the message refusing another ranking.
+    fn binary_families(&self) -> String {
+        let binary: Vec<&str> = self
+            .declared
+            .iter()
+            .filter(|(_, s)| s.kind == ScoringKind::Binary)
+            .map(|(family, _)| family.as_str())
+            .collect();
+        if binary.is_empty() { "none is declared `kind: binary`".to_string() } else { binary.join(", ") }
+    }
+
+    /// Whether models are ranked on this column: its scoring is declared `ranked`.
+    pub fn ranked(&self, column: &str) -> bool {
+        self.of(column).ranked
+    }
+
+    /// The ranked families, for the messages refusing a benchmark that is not.
+    pub(crate) fn ranked_families(&self) -> String {
+        let ranked: Vec<&str> =
+            self.declared.iter().filter(|(_, s)| s.ranked).map(|(family, _)| family.as_str()).collect();
+        if ranked.is_empty() { "none is declared `ranked: true`".to_string() } else { ranked.join(", ") }
+    }
+
+    /// The matrix's column order: the ID mean's first, then binary, partial-credit, undeclared.
+    fn column_order(&self, column: &str) -> (bool, BenchKind) {
+        (!self.of(column).in_id_mean, self.kind(column))
     }
 }
 
-/// Which ID slot a family fills (0 swebench-100, 1 tb2, 2 dev_set_v2).
-fn id_slot(family: &str) -> Option<usize> {
+/// A short column label (the team's names for its usual benchmarks; any other stays as it is).
+pub(crate) fn short_name(family: &str) -> String {
     let f = family.to_ascii_lowercase();
     if f.contains("swebench-verified-random-100") {
-        Some(0)
+        "swebench-100".into()
     } else if f.contains("terminal_bench_2") || f.contains("terminal-bench-2") {
-        Some(1)
+        "tb2".into()
     } else if f.contains("dev_set_v2") {
-        Some(2)
+        "dev_set_v2".into()
     } else {
-        None
-    }
-}
-
-/// A short column label.
-pub(crate) fn short_name(family: &str) -> String {
-    match id_slot(family) {
-        Some(0) => "swebench-100".into(),
-        Some(1) => "tb2".into(),
-        Some(2) => "dev_set_v2".into(),
-        _ => family.to_string(),
+        family.to_string()
     }
 }
 
@@ -335,30 +382,28 @@ pub(crate) fn attach_trials(
     Ok(())
 }
 
-/// One line per result with per-trial facts: both means, labelled, with the task-clustered SE and
-/// the bootstrap interval, pass@k and the Harbor that produced it; empty when none has them.
+/// A result's per-trial statistics in one line: both means, labelled, each with the task-clustered
+/// SE and the bootstrap interval (in points), pass@k and the Harbor that produced it.
+pub(crate) fn trials_line(t: &TrialStatistics) -> String {
+    let means: Vec<String> = t
+        .estimates
+        .iter()
+        .map(|e| {
+            let se = e.clustered_se.map_or(String::new(), |se| format!(" ± {:.1}", 100.0 * se));
+            let ci = e.interval.map_or(String::new(), |i| format!(" [{:.1}, {:.1}]", 100.0 * i.lower, 100.0 * i.upper));
+            format!("{} {:.1}{se}{ci} ({} tasks, {} trials)", e.label, 100.0 * e.mean, e.tasks, e.trials)
+        })
+        .collect();
+    let pass = t.pass_at_k.map_or(String::new(), |(k, p)| format!("; pass@{k} {:.1}", 100.0 * p));
+    format!("{}{pass}; Harbor {}", means.join("; "), t.harbor_version.as_deref().unwrap_or("?"))
+}
+
+/// One line per result with per-trial facts ([`trials_line`]); empty when none has them.
 pub(crate) fn render_trials_text(m: &Matrix) -> String {
     let mut out = String::new();
     for cell in &m.cells {
         let Some(t) = &cell.trials else { continue };
-        let means: Vec<String> = t
-            .estimates
-            .iter()
-            .map(|e| {
-                let se = e.clustered_se.map_or(String::new(), |se| format!(" ± {:.1}", 100.0 * se));
-                let ci =
-                    e.interval.map_or(String::new(), |i| format!(" [{:.1}, {:.1}]", 100.0 * i.lower, 100.0 * i.upper));
-                format!("{} {:.1}{se}{ci} ({} tasks, {} trials)", e.label, 100.0 * e.mean, e.tasks, e.trials)
-            })
-            .collect();
-        let pass = t.pass_at_k.map_or(String::new(), |(k, p)| format!("; pass@{k} {:.1}", 100.0 * p));
-        out += &format!(
-            "{} {}: {}{pass}; Harbor {}\n",
-            cell.model,
-            short_name(&cell.benchmark),
-            means.join("; "),
-            t.harbor_version.as_deref().unwrap_or("?")
-        );
+        out += &format!("{} {}: {}\n", cell.model, short_name(&cell.benchmark), trials_line(t));
     }
     if out.is_empty() {
         return out;
@@ -480,14 +525,16 @@ pub(crate) struct Matrix {
     /// Every earlier finished result of a pair shown in `cells` (a re-evaluation keeps the one
     /// before it), oldest first: never pooled into the cell.
     pub earlier: Vec<Cell>,
-    /// Mean over swebench-100, tb2 and dev_set_v2, when the model has all three.
+    /// Mean over the benchmarks declared `in_id_mean`, when the model has them all.
     pub id_mean: BTreeMap<String, f64>,
     /// The ranked benchmark the matrix's `rank` column shows, and each ranked model's rank on it
     /// (its [`Standing::rank`]: models whose intervals overlap share one).
     pub rank_by: Option<String>,
     pub ranks: BTreeMap<String, usize>,
-    /// Every ranked benchmark's ranking ([`ranked`]), in column order ([`rankings`]).
+    /// Every ranked benchmark's ranking ([`Scorings::ranked`]), in column order ([`rankings`]).
     pub rankings: Vec<BenchmarkRanking>,
+    /// The presets' scoring the matrix was built with.
+    pub(crate) scorings: Scorings,
     /// What every recorded attempt spent on GPUs ([`attach_gpu`]).
     pub(crate) gpu_totals: crate::gpuhours::GpuTotals,
 }
@@ -523,7 +570,7 @@ impl Matrix {
     /// Recomputes the rankings and the `rank` column from the cells (after their per-trial
     /// statistics changed).
     fn refresh_rankings(&mut self) {
-        self.rankings = rankings(&self.cells, &self.benchmarks);
+        self.rankings = rankings(&self.cells, &self.benchmarks, &self.scorings);
         self.ranks = self
             .rank_by
             .as_deref()
@@ -562,10 +609,10 @@ pub fn contender(cell: &Cell) -> Option<Contender> {
 }
 
 /// The ranking of every ranked benchmark among `benchmarks` over the models that have a score on it.
-pub fn rankings(cells: &[Cell], benchmarks: &[String]) -> Vec<BenchmarkRanking> {
+pub fn rankings(cells: &[Cell], benchmarks: &[String], scorings: &Scorings) -> Vec<BenchmarkRanking> {
     benchmarks
         .iter()
-        .filter(|b| ranked(b))
+        .filter(|b| scorings.ranked(b))
         .map(|b| {
             let contenders: Vec<Contender> = cells.iter().filter(|c| &c.benchmark == b).filter_map(contender).collect();
             BenchmarkRanking { benchmark: b.clone(), standings: crate::stats::rank(&contenders) }
@@ -577,26 +624,32 @@ pub fn rankings(cells: &[Cell], benchmarks: &[String]) -> Vec<BenchmarkRanking> 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum MatrixError {
     #[error(
-        "cannot rank on {0}: it is partial-credit (dev_set_v2 never ranks models) — rank on a binary benchmark (terminal_bench_2, swebench-verified-random-100-folders)"
+        "cannot rank on {0}: its preset declares it partial-credit, which ranks nobody — rank on a binary benchmark ({1})"
     )]
-    PartialCreditRank(String),
-    #[error("cannot rank on {0}: not a binary benchmark (terminal_bench_2, swebench-verified-random-100-folders)")]
-    NotBinary(String),
+    PartialCreditRank(String, String),
+    #[error(
+        "cannot rank on {0}: no preset declares its scoring (`scoring: {{kind: binary}}` in presets/) — rank on a binary benchmark ({1})"
+    )]
+    NotBinary(String, String),
 }
 
 /// Builds the matrix from attempts: per (model, benchmark family), the latest finished attempt
-/// with metrics. `rank_by`: a binary benchmark family (default terminal_bench_2 when present, else
-/// swebench-100). Audits are recomputed with `settings`.
+/// with metrics, scored as `scorings` says. `rank_by`: a binary benchmark family (default: the
+/// `ranked` one the most models have a score on, the first in column order on a tie). Audits are
+/// recomputed with `settings`.
 pub(crate) fn build_matrix(
     attempts: &[Attempt],
     rank_by: Option<&str>,
     settings: &VerifySettings,
+    scorings: &Scorings,
 ) -> Result<Matrix, MatrixError> {
     if let Some(r) = rank_by {
-        match bench_kind(r) {
+        match scorings.kind(r) {
             BenchKind::Binary => {}
-            BenchKind::PartialCredit => return Err(MatrixError::PartialCreditRank(r.to_string())),
-            BenchKind::Other => return Err(MatrixError::NotBinary(r.to_string())),
+            BenchKind::PartialCredit => {
+                return Err(MatrixError::PartialCreditRank(r.to_string(), scorings.binary_families()));
+            }
+            BenchKind::Other => return Err(MatrixError::NotBinary(r.to_string(), scorings.binary_families())),
         }
     }
     let mut by_pair: BTreeMap<(String, String), Vec<&Attempt>> = BTreeMap::new();
@@ -614,8 +667,9 @@ pub(crate) fn build_matrix(
         // The latest is the cell; the ones before stay beside it, oldest first.
         results.sort_by_key(|a| (a.ended_at, a.submitted_at, a.id));
         let latest = results.pop().expect("non-empty");
-        let before: Vec<Cell> = results.iter().map(|a| cell_of(a, settings)).collect();
-        let mut cell = cell_of(latest, settings);
+        let binary = scorings.kind(&bench) == BenchKind::Binary;
+        let before: Vec<Cell> = results.iter().map(|a| cell_of(a, settings, binary)).collect();
+        let mut cell = cell_of(latest, settings, binary);
         cell.other_settings =
             before.iter().filter(|b| !b.provenance.same_settings(&cell.provenance)).map(|b| b.attempt_id).collect();
         models.insert(model);
@@ -624,25 +678,25 @@ pub(crate) fn build_matrix(
         earlier.extend(before);
     }
     let mut benchmarks: Vec<String> = benches.into_iter().collect();
-    benchmarks.sort_by_key(|b| (id_slot(b).unwrap_or(usize::MAX), b.clone()));
+    benchmarks.sort_by_key(|b| (scorings.column_order(b), b.clone()));
     let models: Vec<String> = models.into_iter().collect();
-    let kinds = benchmarks.iter().map(|b| (b.clone(), bench_kind(b))).collect();
+    let kinds = benchmarks.iter().map(|b| (b.clone(), scorings.kind(b))).collect();
+    let mean_of =
+        |model: &str, bench: &str| cells.iter().find(|c| c.model == model && c.benchmark == bench).and_then(|c| c.mean);
     let mut id_mean = BTreeMap::new();
+    let id_families: Vec<&String> = scorings.id_mean_families().collect();
     for model in &models {
-        let mut slots: [Option<f64>; 3] = [None; 3];
         // The ID mean is the default harness's (another agent's column is an eval of its own).
-        for c in cells.iter().filter(|c| &c.model == model && !c.benchmark.contains('@')) {
-            if let (Some(slot), Some(mean)) = (id_slot(&c.benchmark), c.mean) {
-                slots[slot] = Some(mean);
-            }
-        }
-        if let [Some(a), Some(b), Some(c)] = slots {
-            id_mean.insert(model.clone(), (a + b + c) / 3.0);
+        let means: Option<Vec<f64>> = id_families.iter().map(|family| mean_of(model, family)).collect();
+        if let Some(means) = means.filter(|m| !m.is_empty()) {
+            id_mean.insert(model.clone(), means.iter().sum::<f64>() / means.len() as f64);
         }
     }
     let rank_by = rank_by.map(str::to_string).or_else(|| {
-        let ranked: Vec<&String> = benchmarks.iter().filter(|b| ranked(b)).collect();
-        ranked.iter().find(|b| id_slot(b) == Some(1)).or(ranked.first()).map(|b| (*b).clone())
+        let scored = |bench: &str| models.iter().filter(|model| mean_of(model, bench).is_some()).count();
+        let ranked = benchmarks.iter().filter(|b| scorings.of(b).ranked);
+        // The widest ranking; `max_by_key` keeps the last of equals, so walk the columns backwards.
+        ranked.rev().max_by_key(|b| scored(b)).cloned()
     });
     let mut m = Matrix {
         models,
@@ -654,6 +708,7 @@ pub(crate) fn build_matrix(
         rank_by,
         ranks: BTreeMap::new(),
         rankings: Vec::new(),
+        scorings: scorings.clone(),
         gpu_totals: Default::default(),
     };
     m.refresh_rankings();
@@ -670,15 +725,13 @@ pub(crate) fn column_of(a: &Attempt) -> String {
     }
 }
 
-/// One finished attempt's result.
-fn cell_of(a: &Attempt, settings: &VerifySettings) -> Cell {
+/// One finished attempt's result; `binary`: its rewards are 0 or 1, so its mean has a standard error.
+fn cell_of(a: &Attempt, settings: &VerifySettings, binary: bool) -> Cell {
     let m = a.metrics.as_ref().expect("a finished attempt with metrics");
     let summary = summary_from_metrics(m);
     let audit = audit_of(&summary, settings);
-    let stderr = match (bench_kind(&a.benchmark_family), summary.mean_reward) {
-        (BenchKind::Binary, Some(p)) if summary.n_trials > 0 => {
-            Some((p * (1.0 - p) / summary.n_trials as f64).max(0.0).sqrt())
-        }
+    let stderr = match summary.mean_reward {
+        Some(p) if binary && summary.n_trials > 0 => Some((p * (1.0 - p) / summary.n_trials as f64).max(0.0).sqrt()),
         _ => None,
     };
     Cell {
@@ -716,27 +769,28 @@ pub(crate) fn attach_gpu(m: &mut Matrix, rows: &[crate::ledger::GpuSecondsRow]) 
 
 /// GPU-hours per result (models × benchmarks), per benchmark and in total, when any attempt has
 /// a record; empty otherwise.
-pub(crate) fn render_gpu_text(m: &Matrix) -> String {
+pub(crate) fn render_gpu_text(m: &Matrix, terminal: &crate::term::Terminal) -> String {
     let t = &m.gpu_totals;
     if t.attempts == 0 {
         return String::new();
     }
-    let width = m.models.iter().map(|s| s.len()).max().unwrap_or(5).max(5);
-    let mut out =
-        format!("\nGPU-hours per result (its attempts, walltime continuations included)\n{:<width$}", "model");
-    for b in &m.benchmarks {
-        out += &format!("  {:>16}", short_name(b));
-    }
-    out += "\n";
-    for model in &m.models {
-        out += &format!("{model:<width$}");
+    let mut out = "\nGPU-hours per result (its attempts, walltime continuations included)\n".to_string();
+    let mut header = vec!["model".to_string()];
+    header.extend(m.benchmarks.iter().map(|b| short_name(b)));
+    let mut table = terminal.table(header);
+    for model in m.models_by_rank() {
+        let mut row = vec![model.to_string()];
         for b in &m.benchmarks {
-            let text =
-                m.cell(model, b).and_then(|c| c.gpu.as_ref()).map_or("-".into(), |g| format!("{:.2}", g.gpu_hours));
-            out += &format!("  {text:>16}");
+            row.push(
+                m.cell(model, b).and_then(|c| c.gpu.as_ref()).map_or("-".into(), |g| format!("{:.2}", g.gpu_hours)),
+            );
         }
-        out += "\n";
+        table.row(row);
     }
+    for column in 1..=m.benchmarks.len() {
+        table.right(column).keep(column);
+    }
+    out += &table.render();
     let by_bench: Vec<String> = t.by_benchmark.iter().map(|(b, h)| format!("{} {h:.2}", short_name(b))).collect();
     out += &format!("by benchmark (every recorded attempt): {}\n", by_bench.join(", "));
     let phases: Vec<String> = crate::gpuhours::PHASES
@@ -811,20 +865,17 @@ fn fmt_mean(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{v:.3}"))
 }
 
-/// The matrix as a text table.
-pub(crate) fn render_text(m: &Matrix) -> String {
-    // Names come from the team's database too: each printed as one inert field.
-    use crate::text::printable;
-    let width = m.models.iter().map(|s| printable(s).chars().count()).max().unwrap_or(5).max(5);
-    let mut out = format!("{:<width$}", "model");
-    for b in &m.benchmarks {
-        out += &format!("  {:>16}", printable(&short_name(b)));
-    }
-    out += &format!("  {:>8}  {:>4}\n", "ID mean", "rank");
-    for model in &m.models {
-        out += &format!("{:<width$}", printable(model));
+/// The matrix as a text table (fitted to `terminal`), in ranking order
+/// ([`Matrix::models_by_rank`]).
+pub(crate) fn render_text(m: &Matrix, terminal: &crate::term::Terminal) -> String {
+    let mut header = vec!["model".to_string()];
+    header.extend(m.benchmarks.iter().map(|b| short_name(b)));
+    header.extend(["ID mean".to_string(), "rank".to_string()]);
+    let mut table = terminal.table(header);
+    for model in m.models_by_rank() {
+        let mut row = vec![model.to_string()];
         for b in &m.benchmarks {
-            let text = match m.cell(model, b) {
+            row.push(match m.cell(model, b) {
                 None => "-".to_string(),
                 Some(c) => {
                     let mut t = match c.stderr {
@@ -839,16 +890,17 @@ pub(crate) fn render_text(m: &Matrix) -> String {
                     }
                     t
                 }
-            };
-            out += &format!("  {text:>16}");
+            });
         }
-        out += &format!(
-            "  {:>8}  {:>4}\n",
-            fmt_mean(m.id_mean.get(model).copied()),
-            m.rank_label(model).unwrap_or_else(|| "-".into())
-        );
+        row.push(fmt_mean(m.id_mean.get(model).copied()));
+        row.push(m.rank_label(model).unwrap_or_else(|| "-".into()));
+        table.row(row);
     }
-    out += &format!(
+    for column in 1..m.benchmarks.len() + 3 {
+        table.right(column).keep(column);
+    }
+    let out = table.render();
+    let mut notes = format!(
         "± standard error (binary benchmarks only); dev_set_v2 is partial-credit: mean only, never ranked; ! = incomplete (resume, don't accept){}\n",
         m.rank_by
             .as_ref()
@@ -860,12 +912,12 @@ pub(crate) fn render_text(m: &Matrix) -> String {
     );
     if !m.earlier.is_empty() {
         let other = m.cells.iter().filter(|c| !c.other_settings.is_empty()).count();
-        out += &format!(
+        notes += &format!(
             "{} earlier result(s) kept beside the cells (--json: `earlier`), never pooled; ~ = {other} cell(s) with earlier results under other settings\n",
             m.earlier.len()
         );
     }
-    out
+    out + &terminal.fit(&notes)
 }
 
 /// A text a spreadsheet would read as a formula (`=`, `+`, `-`, `@`, a tab or CR first: OWASP's
@@ -960,7 +1012,7 @@ fn trial_fields(trials: Option<&TrialStatistics>) -> Vec<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use chrono::DateTime;
 
@@ -1019,7 +1071,13 @@ mod tests {
         assert!((audit.error_share - 46.0 / 60.0).abs() < 1e-12);
     }
 
-    fn attempt(id: i64, model: &str, family: &str, mean: f64, n: u64) -> Attempt {
+    fn shipped() -> Scorings {
+        crate::testkit::Shipped::load().scorings()
+    }
+
+    /// A finished attempt of `model` on `family` with `mean` over `n` trials (the matrix's tests and
+    /// the plots').
+    pub(crate) fn attempt(id: i64, model: &str, family: &str, mean: f64, n: u64) -> Attempt {
         let t = DateTime::from_timestamp(1_700_000_000 + id, 0).unwrap();
         Attempt {
             id: AttemptId(id),
@@ -1054,7 +1112,10 @@ mod tests {
             attempt(2, "org/\u{1b}[2J\u{1b}[31mred\u{202e}", "terminal_bench_2", 0.4, 100),
             attempt(3, "org/plain", "bench\r\u{7}", 0.4, 100),
         ];
-        let text = render_text(&build_matrix(&attempts, None, &VerifySettings::default()).unwrap());
+        let text = render_text(
+            &build_matrix(&attempts, None, &VerifySettings::default(), &shipped()).unwrap(),
+            &crate::term::Terminal::pipe(),
+        );
         assert!(!text.contains('\u{1b}') && !text.contains('\r') && !text.contains('\u{7}'), "{text:?}");
         assert!(!text.contains('\u{202e}'), "{text:?}");
         assert!(!text.lines().any(|l| l.starts_with("Qwen/Forged-8B")), "a forged line: {text}");
@@ -1072,7 +1133,7 @@ mod tests {
             attempt(5, "b", "dev_set_v2", 0.9, 300),
             attempt(6, "a", "terminal_bench_2", 0.6, 100), // newer attempt wins
         ];
-        let m = build_matrix(&attempts, None, &VerifySettings::default()).unwrap();
+        let m = build_matrix(&attempts, None, &VerifySettings::default(), &shipped()).unwrap();
         assert_eq!(m.benchmarks, vec!["swebench-verified-random-100-folders", "terminal_bench_2", "dev_set_v2"]);
         let tb2 = m.cell("a", "terminal_bench_2").unwrap();
         assert_eq!(tb2.mean, Some(0.6));
@@ -1090,12 +1151,12 @@ mod tests {
         assert_eq!(tb2[0].tied_with, ["a"]);
         // Over 2,000 trials each the intervals separate: distinct ranks.
         let many = vec![attempt(1, "a", "terminal_bench_2", 0.6, 2000), attempt(2, "b", "terminal_bench_2", 0.7, 2000)];
-        let m2 = build_matrix(&many, None, &VerifySettings::default()).unwrap();
+        let m2 = build_matrix(&many, None, &VerifySettings::default(), &shipped()).unwrap();
         assert_eq!((m2.ranks["b"], m2.ranks["a"]), (1, 2));
         assert_eq!(m2.rank_label("b").as_deref(), Some("1"));
         assert!(matches!(
-            build_matrix(&attempts, Some("dev_set_v2"), &VerifySettings::default()),
-            Err(MatrixError::PartialCreditRank(_))
+            build_matrix(&attempts, Some("dev_set_v2"), &VerifySettings::default(), &shipped()),
+            Err(MatrixError::PartialCreditRank(..))
         ));
         let csv = render_csv(&m);
         assert!(
@@ -1103,7 +1164,7 @@ mod tests {
             "{csv}"
         );
         assert!(!csv.contains("dev_set_v2_stderr"));
-        assert!(render_text(&m).contains("±"));
+        assert!(render_text(&m, &crate::term::Terminal::pipe()).contains("±"));
     }
 
     /// Issue 32 item 7: a Harbor mean of 7.5 (or −7, or NaN from a broken verifier) is no score —
@@ -1125,15 +1186,65 @@ mod tests {
             attempt(1, "inflated", "terminal_bench_2", 7.5, 100),
             attempt(2, "honest", "terminal_bench_2", 0.4, 100),
         ];
-        let m = build_matrix(&attempts, None, &VerifySettings::default()).unwrap();
+        let m = build_matrix(&attempts, None, &VerifySettings::default(), &shipped()).unwrap();
         assert_eq!(m.cell("inflated", "terminal_bench_2").unwrap().mean, None);
         assert!(!m.id_mean.contains_key("inflated"), "{:?}", m.id_mean);
         assert!(!m.ranks.contains_key("inflated"), "ranked: {:?}", m.ranks);
         assert_eq!(m.ranks["honest"], 1);
     }
 
-    /// A family named like a formula reaches a spreadsheet as text (issue 21); the writer quotes
-    /// what needs quoting.
+    /// Issue 34: the matrix scores a benchmark as its preset declares, whatever it is named — the
+    /// standard error, the ID mean, the default ranking and `--rank-by` each follow the declaration.
+    #[test]
+    fn the_matrix_scores_as_the_preset_declares() {
+        use ScoringKind::{Binary, PartialCredit};
+        let declared = |kind, in_id_mean, ranked| Some(Scoring { kind, in_id_mean, ranked });
+        // (declaration, kind shown, standard error, in the ID mean, ranked by default, `--rank-by` taken)
+        let table = [
+            (declared(Binary, true, true), BenchKind::Binary, true, true, true, true),
+            (declared(Binary, false, false), BenchKind::Binary, true, false, false, true),
+            (declared(PartialCredit, true, false), BenchKind::PartialCredit, false, true, false, false),
+            (declared(PartialCredit, false, false), BenchKind::PartialCredit, false, false, false, false),
+            (None, BenchKind::Other, false, false, false, false),
+        ];
+        let attempts = vec![attempt(1, "a", "my_bench", 0.5, 100), attempt(2, "b", "my_bench", 0.7, 100)];
+        let settings = VerifySettings::default();
+        for (scoring, kind, stderr, in_id_mean, ranked, rank_by_taken) in table {
+            let scorings = Scorings::from_declarations([("my_bench".to_string(), scoring)]);
+            let m = build_matrix(&attempts, None, &settings, &scorings).unwrap();
+            let case = format!("{scoring:?}");
+            assert_eq!(m.kinds["my_bench"], kind, "{case}");
+            assert_eq!(m.cell("a", "my_bench").unwrap().stderr.is_some(), stderr, "{case}");
+            assert_eq!(m.id_mean.get("a"), in_id_mean.then_some(&0.5), "{case}");
+            assert_eq!(m.rank_by.as_deref(), ranked.then_some("my_bench"), "{case}");
+            assert_eq!((m.ranks.get("b"), m.ranks.get("a")), (ranked.then_some(&1), ranked.then_some(&2)), "{case}");
+            let by_hand = build_matrix(&attempts, Some("my_bench"), &settings, &scorings);
+            assert_eq!(by_hand.is_ok(), rank_by_taken, "{case}: {by_hand:?}");
+        }
+        assert_eq!(Scorings::default().of("anything"), Scoring::UNDECLARED);
+    }
+
+    /// A column under another agent is scored as its family; the first declaration of a family
+    /// wins; the default ranking is the ranked benchmark the most models have, the first column on
+    /// a tie.
+    #[test]
+    fn the_default_ranking_is_the_widest_ranked_benchmark() {
+        let ranked = Scoring { kind: ScoringKind::Binary, in_id_mean: false, ranked: true };
+        let scorings = Scorings::from_declarations([
+            ("x".to_string(), Some(ranked)),
+            ("y".to_string(), None),
+            ("y".to_string(), Some(ranked)),
+            ("x".to_string(), Some(Scoring::UNDECLARED)),
+        ]);
+        assert_eq!((scorings.of("x"), scorings.of("x@openhands"), scorings.of("y")), (ranked, ranked, ranked));
+        let settings = VerifySettings::default();
+        let tie = [attempt(1, "a", "x", 0.5, 10), attempt(2, "a", "y", 0.5, 10)];
+        assert_eq!(build_matrix(&tie, None, &settings, &scorings).unwrap().rank_by.as_deref(), Some("x"));
+        let wider = [tie[0].clone(), tie[1].clone(), attempt(3, "b", "y", 0.2, 10)];
+        assert_eq!(build_matrix(&wider, None, &settings, &scorings).unwrap().rank_by.as_deref(), Some("y"));
+    }
+
+    /// A family named like a formula reaches a spreadsheet as text (issue 21).
     #[test]
     fn csv_fields_never_read_as_formulas() {
         assert_eq!(csv_text("=HYPERLINK(\"x\")"), "'=HYPERLINK(\"x\")");

@@ -1,17 +1,17 @@
 //! `submitter status`: the ledger's attempts joined with Slurm's state and payload's records, one
-//! verdict per job ([`super::verdict::judge`]), and the watch loop's cancel policy.
+//! verdict per job ([`super::verdict::judge`]). It reads and never writes: cancelling is
+//! remediation's (`crate::remediate`).
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use chrono::{DateTime, Utc};
 
-use super::findings::AutoCancel;
 use super::verdict::{self, Inputs, JobVerdict, StatusRow, VerdictKind};
 use super::{VerifySettings, check, human_duration, results};
 use crate::domain::SlurmView;
 use crate::ledger::{Attempt, AttemptId, AttemptStatus, Ledger};
-use crate::observe::{SyncError, run_dir_of, view_of};
+use crate::observe::{Observation, SyncError, run_dir_of, view_of};
 use crate::slurm::{JobId, JobInfo, Slurm};
 use serde_json::Value;
 
@@ -24,12 +24,15 @@ pub struct Collect<'a> {
     /// Also list attempts of this cluster that ended within this many hours.
     pub(crate) ended_within_h: Option<u64>,
     pub now: DateTime<Utc>,
-    /// Write the observations back (`status` does; the report only reads them).
+    /// Write the observations back: only the reconcile (a launch iteration, `remediate`) does;
+    /// `status` and the report only read them.
     pub persist: bool,
+    /// Slurm's answers and the run dirs' records, each asked once per iteration.
+    pub world: &'a Observation,
 }
 
-/// Every active attempt of the cluster (plus recently ended ones), with its verdict. One `squeue`
-/// call for all jobs. Ledger and Slurm errors stop it.
+/// Every active attempt of the cluster (plus recently ended ones), with its verdict. Slurm is asked
+/// through the observation (one `squeue` for all jobs per iteration). Ledger and Slurm errors stop it.
 pub fn collect(ledger: &dyn Ledger, slurm: &dyn Slurm, opts: &Collect) -> Result<Vec<StatusRow>, SyncError> {
     let mut attempts: Vec<Attempt> = ledger.active()?.into_iter().filter(|a| a.cluster == opts.cluster).collect();
     if let Some(hours) = opts.ended_within_h {
@@ -51,11 +54,7 @@ pub fn collect(ledger: &dyn Ledger, slurm: &dyn Slurm, opts: &Collect) -> Result
         .filter(|a| a.status.is_active())
         .filter_map(|a| a.slurm_job_id.as_deref()?.parse().ok())
         .collect();
-    let jobs: HashMap<String, JobInfo> = if ids.is_empty() {
-        HashMap::new()
-    } else {
-        slurm.jobs(&ids)?.into_iter().map(|j| (j.id.to_string(), j)).collect()
-    };
+    let jobs: HashMap<String, JobInfo> = opts.world.jobs(slurm, &ids)?;
     let mut rows = Vec::with_capacity(attempts.len());
     for attempt in &attempts {
         rows.push(row_for(attempt, jobs.get(attempt.slurm_job_id.as_deref().unwrap_or("")), opts));
@@ -92,15 +91,29 @@ pub fn judge_job(
     now: DateTime<Utc>,
 ) -> (JobVerdict, verdict::Observation, String) {
     let record = run_dir.map(launch_spec::rundir::read_status).unwrap_or_default();
+    judge_observed(run_dir, record, job, previous, settings, now)
+}
+
+/// [`judge_job`] with the run dir's `status.json` already read (`record`).
+pub(crate) fn judge_observed(
+    run_dir: Option<&Path>,
+    record: launch_spec::rundir::StatusRecord,
+    job: &JobSide,
+    previous: Option<&verdict::Observation>,
+    settings: &VerifySettings,
+    now: DateTime<Utc>,
+) -> (JobVerdict, verdict::Observation, String) {
     let status_error = match &record {
         launch_spec::rundir::StatusRecord::Unusable(e) => Some(e.clone()),
         _ => None,
     };
     // A resubmission reuses the run dir: a status.json is this job's only when it names its job.
-    let status = record.of_job(job.job_id);
+    let status = record.clone().of_job(job.job_id);
     // The run dir's records and configs, read by the same code as `check` (no log or trial scan).
     let files = match run_dir {
-        Some(dir) if job.status.is_active() => check::evidence_from_dir(dir, settings, now, check::Depth::Records).ok(),
+        Some(dir) if job.status.is_active() => {
+            check::evidence_from_dir(dir, Some(record.clone()), settings, now, check::Depth::Records).ok()
+        }
         _ => None,
     };
     let running_since = files.as_ref().and_then(|f| f.evidence.running_since);
@@ -143,7 +156,8 @@ fn row_for(attempt: &Attempt, job: Option<&JobInfo>, opts: &Collect) -> StatusRo
         started_at: attempt.started_at,
         metrics: attempt.metrics.as_ref(),
     };
-    let (v, obs, phase) = judge_job(run_dir.as_deref(), &side, previous.as_ref(), opts.settings, opts.now);
+    let record = run_dir.as_deref().map(|d| opts.world.record(d)).unwrap_or_default();
+    let (v, obs, phase) = judge_observed(run_dir.as_deref(), record, &side, previous.as_ref(), opts.settings, opts.now);
     if opts.persist {
         if attempt.status.is_active() {
             if let Err(err) = verdict::save_observation(opts.state_dir, attempt.id.0, &obs) {
@@ -171,38 +185,11 @@ fn row_for(attempt: &Attempt, job: Option<&JobInfo>, opts: &Collect) -> StatusRo
             (Some(_), None) if attempt.status.is_active() => "gone".into(),
             (Some(_), None) => "-".into(),
         },
-        slurm_view,
         phase,
         verdict: v,
-        cancelled: None,
         remedy: None,
         continues: crate::domain::Continuation::of_config(&attempt.config),
     }
-}
-
-/// The watch loop's policy: cancels jobs that stayed `dead` / `stalled` past the profile's bounds
-/// and marks their attempts `failed` with the reason, so the next launch resubmits them through
-/// the normal dedup (bounded by `limits.max_attempts`). Returns one line per cancelled job.
-pub(crate) fn apply_auto_cancel(
-    rows: &mut [StatusRow],
-    ledger: &dyn Ledger,
-    slurm: &dyn Slurm,
-    policy: Option<&AutoCancel>,
-    now: DateTime<Utc>,
-) -> Result<Vec<String>, SyncError> {
-    let mut done = Vec::new();
-    for row in rows.iter_mut().filter(|r| r.ledger_status.is_active()) {
-        let Some(reason) = verdict::cancel_due(&row.verdict, row.slurm_view, policy, now) else { continue };
-        let Some(job) = row.slurm_job_id.as_deref().and_then(|j| j.parse::<JobId>().ok()) else { continue };
-        slurm.cancel(job, None, false)?;
-        let why = format!("cancelled by status --watch: {reason}");
-        ledger.transition(AttemptId(row.attempt), AttemptStatus::Failed, &why, None)?;
-        done.push(format!("cancelled job {job} ({} on {}): {reason}", row.model, row.benchmark));
-        row.ledger_status = AttemptStatus::Failed;
-        row.ledger_reason = why;
-        row.cancelled = Some(reason);
-    }
-    Ok(done)
 }
 
 fn truncate(text: &str, width: usize) -> String {
@@ -251,9 +238,6 @@ pub(crate) fn render_table(rows: &[StatusRow], cluster: &str, now: DateTime<Utc>
             if let Some(a) = &v.action {
                 out += &format!("{:>10}→ {}\n", "", super::printable(a));
             }
-        }
-        if let Some(c) = &r.cancelled {
-            out += &format!("{:>10}✗ cancelled: {c}\n", "");
         }
         if let Some(remedy) = &r.remedy {
             out += &format!("{:>10}⚕ remediation: {}\n", "", super::printable(remedy));

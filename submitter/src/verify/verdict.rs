@@ -16,7 +16,6 @@ use serde::{Deserialize, Serialize};
 
 use launch_spec::rundir::{RecordError, StatusRecord};
 
-use super::findings::AutoCancel;
 use super::results::Audit;
 use super::rules::{EngineFacts, Evidence, JobFacts, Probe, TrialFacts, Window};
 use super::{VerifySettings, human_duration, parse_time};
@@ -168,12 +167,9 @@ pub struct StatusRow {
     /// Slurm's state (`PENDING`, `RUNNING`, …), `gone` when Slurm no longer lists the job, `-`
     /// without a job id.
     pub slurm: String,
-    pub(crate) slurm_view: Option<SlurmView>,
     /// payload's phase from status.json, `-` without one.
     pub phase: String,
     pub verdict: JobVerdict,
-    /// Set when `status --watch` cancelled the job under the profile's `verify.auto_cancel`.
-    pub cancelled: Option<String>,
     /// What remediation did about this attempt (its ledger record, in words), and whether its pair is held.
     pub remedy: Option<String>,
     /// For a walltime continuation: the attempt it continues and its place in the chain.
@@ -403,28 +399,6 @@ fn window(obs: &Observation, current: &Sample, harbor_since: DateTime<Utc>, min_
         trials_finished: trials,
         from_previous: previous,
     }
-}
-
-/// Whether the watch loop should cancel the job now, and why: the job is still RUNNING in Slurm
-/// and has been `dead` / `stalled` longer than the profile's bound.
-pub(crate) fn cancel_due(
-    verdict: &JobVerdict,
-    slurm: Option<SlurmView>,
-    policy: Option<&AutoCancel>,
-    now: DateTime<Utc>,
-) -> Option<String> {
-    let policy = policy?;
-    if slurm != Some(SlurmView::Running) {
-        return None;
-    }
-    let bound = match verdict.verdict {
-        VerdictKind::Dead => policy.dead_after_s?,
-        VerdictKind::Stalled => policy.stalled_after_s?,
-        _ => return None,
-    };
-    let held = (now - verdict.since).num_seconds();
-    (held >= bound as i64)
-        .then(|| format!("{} for {} (bound {}s): {}", verdict.verdict, human_duration(held), bound, verdict.summary))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -726,7 +700,7 @@ mod tests {
     }
 
     #[test]
-    fn since_carries_over_and_cancel_policy_applies() {
+    fn since_carries_over() {
         let case = Case::new(Some(status(Phase::Running, 100, Some(hb(100, 5, 0, 1, 100)))), 300);
         let (v1, obs) = case.judge();
         assert_eq!(v1.verdict, VerdictKind::Dead);
@@ -734,14 +708,6 @@ mod tests {
         later.previous = Some(obs);
         let (v2, _) = later.judge();
         assert_eq!(v2.since, t(300), "the dead verdict holds since its first observation");
-        let policy = AutoCancel { dead_after_s: Some(600), stalled_after_s: None };
-        assert!(
-            cancel_due(&v2, Some(SlurmView::Running), Some(&policy), t(1000))
-                .is_some_and(|r| r.starts_with("dead for"))
-        );
-        assert!(cancel_due(&v2, Some(SlurmView::Running), Some(&policy), t(800)).is_none());
-        assert!(cancel_due(&v2, Some(SlurmView::Gone), Some(&policy), t(1000)).is_none());
-        assert!(cancel_due(&v2, Some(SlurmView::Running), None, t(1000)).is_none());
     }
 
     #[test]

@@ -111,6 +111,57 @@ fn read_only_commands_create_no_state() {
     assert!(out.status.success() && !unmade.exists(), "{}", stderr(&out));
 }
 
+/// A first `plan --offline-ledger` on a profile that names a team database, with a ledger that never
+/// imported the team's history, warns that everything the team ran plans as submit (on main it said
+/// only "offline").
+#[test]
+fn a_first_offline_plan_on_a_team_profile_warns_that_the_history_was_never_imported() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    let plan = |state: &Path, format: &[&str]| {
+        let out = Command::new(crate::support::SUBMITTER)
+            .args(["plan", "--cluster", "leonardo", "--preset", "tb2", "--model", "org/Alpha-8B", "--offline-ledger"])
+            .args(format)
+            .arg("--state-dir")
+            .arg(state)
+            .env("SUBMITTER_HOME", crate::support::workspace_root())
+            .env("WORK", dir.path())
+            .env("SCRATCH", dir.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+    };
+    let text = plan(&state, &[]);
+    assert!(text.contains("never imported the team's history") && text.contains("submitter import"), "{text}");
+    let json: serde_json::Value = serde_json::from_str(&plan(&state, &["--json"])).unwrap();
+    assert_eq!(json["team"]["never_imported"], true, "{json}");
+    // Once a row of the team's history is in the ledger, the plain offline line.
+    let ledger = ledger_at(&state);
+    let mut row = submitter::ledger::ImportedAttempt {
+        model: "org/Other-1B".into(),
+        benchmark: "terminal_bench_2".into(),
+        cluster: "jupiter".into(),
+        username: "team".into(),
+        run_tag: "t".into(),
+        slurm_job_id: None,
+        status: AttemptStatus::Finished,
+        reason: "imported".into(),
+        config: json!({}),
+        metrics: None,
+        submitted_at: chrono::Utc::now(),
+        started_at: None,
+        ended_at: None,
+        source_id: Some("postgres://team@db/ot#1".into()),
+    };
+    row.ended_at = Some(row.submitted_at);
+    ledger.import_attempts(&[row]).unwrap();
+    drop(ledger);
+    let text = plan(&state, &[]);
+    assert!(text.contains("team      offline (--offline-ledger)") && !text.contains("never imported"), "{text}");
+}
+
 /// A held Slurm job (it stays PENDING) behind a pending attempt: `cancel --dry-run` and `move
 /// --dry-run` say what they would do, and the job, its reservation and the ledger row are unchanged.
 #[test]

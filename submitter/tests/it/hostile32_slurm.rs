@@ -189,7 +189,7 @@ fn a_retry_whose_new_spec_fails_preflight_becomes_a_hold() {
             cluster: "retry-refused".into(),
             attempt: Some(failed),
             finding: "outcome.engine.oom".into(),
-            action: "retry".into(),
+            action: submitter::domain::RemediationAct::Retry,
             change: format!("serve.gpu_memory_utilization 0.90 → {lowered:.2}"),
             adjustment: Some(submitter::domain::PairAdjustment {
                 gpu_memory_utilization: Some(lowered),

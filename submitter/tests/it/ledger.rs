@@ -162,7 +162,7 @@ fn remediation_records_once_per_attempt_and_fold_into_holds(ledger: &dyn Ledger)
         cluster: "jupiter".into(),
         attempt,
         finding: "outcome.engine_start.oom".into(),
-        action: action.into(),
+        action: action.parse().unwrap(),
         change: "serve.gpu_memory_utilization 0.90 → 0.85".into(),
         adjustment: (action == "retry").then(|| submitter::domain::PairAdjustment {
             gpu_memory_utilization: Some(0.85),
@@ -253,7 +253,7 @@ fn a_release_starts_the_failure_count_afresh(ledger: &dyn Ledger) {
         cluster: "jupiter".into(),
         attempt: None,
         finding: "release".into(),
-        action: "release".into(),
+        action: submitter::domain::RemediationAct::Release,
         change: String::new(),
         adjustment: None,
         reason: "released by alice".into(),
@@ -262,7 +262,7 @@ fn a_release_starts_the_failure_count_afresh(ledger: &dyn Ledger) {
     let hold = submitter::ledger::NewRemediation {
         attempt: Some(last),
         finding: "outcome.engine_start.oom".into(),
-        action: "hold".into(),
+        action: submitter::domain::RemediationAct::Hold,
         reason: "retried 2 time(s)".into(),
         ..release.clone()
     };

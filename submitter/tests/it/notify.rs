@@ -14,21 +14,21 @@ use crate::support::slurm_up;
 
 /// How the receiver answers.
 #[derive(Clone, Copy)]
-enum Answer {
+pub(crate) enum Answer {
     Ok,
     Fail500,
     /// Reads the request, never answers (until the test ends).
     Hang,
 }
 
-struct Receiver {
-    url: String,
+pub(crate) struct Receiver {
+    pub(crate) url: String,
     bodies: Arc<Mutex<Vec<Value>>>,
 }
 
 impl Receiver {
     /// A webhook receiver on 127.0.0.1; its URL has a secret-looking path, as Slack's do.
-    fn start(answer: Answer) -> Receiver {
+    pub(crate) fn start(answer: Answer) -> Receiver {
         let server = tiny_http::Server::http("127.0.0.1:0").unwrap();
         let port = server.server_addr().to_ip().unwrap().port();
         let bodies = Arc::new(Mutex::new(Vec::new()));
@@ -53,7 +53,7 @@ impl Receiver {
         Receiver { url: format!("http://127.0.0.1:{port}/{secret}"), bodies }
     }
 
-    fn texts(&self) -> Vec<String> {
+    pub(crate) fn texts(&self) -> Vec<String> {
         self.bodies.lock().unwrap().iter().map(|b| b["text"].as_str().unwrap_or("").to_string()).collect()
     }
 }

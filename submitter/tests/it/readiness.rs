@@ -28,7 +28,7 @@ fn plan(work: &Path) -> String {
     std::fs::create_dir_all(work.join("state")).unwrap();
     let state = work.join("state").display().to_string();
     // The budget, not the team's history: Leonardo's profile names a team database.
-    let mut args = vec!["plan", "--preset", "tb2", "--offline-ledger", "--state-dir", &state];
+    let mut args = vec!["plan", "-v", "--preset", "tb2", "--offline-ledger", "--state-dir", &state];
     for m in MODELS {
         args.extend(["--model", m]);
     }
@@ -95,7 +95,7 @@ fn a_model_without_a_size_gets_no_budget_and_plan_says_the_cap_applies() {
     assert_eq!(spec.serve.ready_budget, None);
     let out = leonardo(
         dir.path(),
-        &["plan", "--preset", "tb2", "--offline-ledger", "--model", "org/my-sft", "--state-dir", &state],
+        &["plan", "-v", "--preset", "tb2", "--offline-ledger", "--model", "org/my-sft", "--state-dir", &state],
     );
     assert!(
         stdout(&out).contains(

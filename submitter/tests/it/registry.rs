@@ -277,6 +277,8 @@ fn registry_check_passes_on_shipped_and_fixture_configuration() {
             .collect();
         let parsed = launch_spec::yaml::from_yaml_str::<submitter::config::Preset>(&cleaned, &path);
         assert!(parsed.is_ok(), "{} without the retired keys: {:?}", path.display(), parsed.err());
+        // They declare no scoring: scored as undeclared (mean only, outside the ID mean, not ranked).
+        assert_eq!(parsed.unwrap().scoring(), submitter::config::preset::Scoring::UNDECLARED, "{}", path.display());
         if cleaned != text {
             let err = launch_spec::yaml::from_yaml_file::<submitter::config::Preset>(&path).unwrap_err().to_string();
             assert!(err.contains("is retired: ") && err.lines().count() == 1 && err.contains(".yaml:"), "{err}");

@@ -111,7 +111,7 @@ fn plan_says_where_each_setting_came_from() {
     assert_eq!(got("agent_parser"), (serde_json::json!("xml"), "preset swebench_full".into()), "{settings}");
     assert_eq!(got("partition"), (serde_json::json!("debug"), "profile local".into()), "{settings}");
     assert_eq!(got("time"), (serde_json::json!("48:00:00"), "preset swebench_full".into()), "{settings}");
-    let text = ok(&run_in(&state, &plan));
+    let text = ok(&run_in(&state, &[&plan[..], &["-v"]].concat()));
     let line = text.lines().find(|l| l.starts_with("settings  Qwen/Qwen3-8B")).unwrap_or_default();
     for want in
         ["n_concurrent 2 (command line)", "agent_parser xml (preset swebench_full)", "partition debug (profile local)"]

@@ -795,7 +795,8 @@ fn with_trial_facts(fx: &LedgerFixture) {
                 task: format!("task-{t:02}"),
                 attempt: 1,
                 reward: f64::from(u8::from((t * 7 + solved) % 89 < solved)),
-                valid: true,
+                // Gamma's first task errored before its verifier ran (unsolved either way).
+                valid: !(model == "org/Gamma-7B" && t == 0),
             })
             .collect();
         ledger.record_trials(attempt.id, &TrialSet { harbor_version: Some("0.25.0".into()), trials }).unwrap();
@@ -832,6 +833,20 @@ fn report_renders_in_a_real_browser() {
         section.contains("Checks:") && section.contains("completions"),
         "evidence section: {}",
         &section[..section.len().min(2000)]
+    );
+
+    // Gamma's evidence shows both means, labelled, and the Harbor that produced them (11 solved
+    // of 89 trials, one of them invalid: 12.4 with it counted as 0, 12.5 without it).
+    let gamma =
+        dump.split("data-model=\"org/Gamma-7B\" data-benchmark=\"terminal_bench_2\"").nth(1).expect("Gamma tb2 cell");
+    let target = gamma.split("href=\"#").nth(1).unwrap().split('"').next().unwrap();
+    let section = dump.split(&format!("id=\"{target}\"")).nth(1).expect("the cell's section");
+    let section = &section[..section.find("</section>").unwrap()];
+    assert!(
+        section.contains("invalid as 0 12.4")
+            && section.contains("invalid dropped 12.5")
+            && section.contains("Harbor 0.25.0"),
+        "{section}"
     );
 
     // It opens with the ranking, then the matrix (rows in rank order), then the plots.
@@ -1051,10 +1066,12 @@ fn live_hung_engine_ends_as_engine_died_and_a_failed_row() {
     );
 }
 
-/// `status --watch` with `verify.auto_cancel`: a job that stays dead is cancelled and its attempt
-/// recorded as failed with the reason (so dedup resubmits it).
+/// One cancel rule (issue 34): `status --watch` only looks — a job that stays dead is left running
+/// and its attempt untouched. Remediation cancels it (`remediate`, as each launch iteration does)
+/// once the dead verdict has held past `remediation.dead_after_s`, and records why, so dedup
+/// resubmits it.
 #[test]
-fn live_watch_cancels_a_job_that_stays_dead() {
+fn a_job_that_stays_dead_is_cancelled_by_remediation_never_by_status_watch() {
     if !slurm_up() {
         return;
     }
@@ -1067,7 +1084,7 @@ fn live_watch_cancels_a_job_that_stays_dead() {
     let text = std::fs::read_to_string(&profile)
         .unwrap()
         .replace("  time: \"00:10:00\"\n", &format!("  time: \"00:10:00\"\n  script: {}\n", script.display()))
-        + "verify:\n  no_status_after_s: 0\n  auto_cancel:\n    dead_after_s: 2\n";
+        + "verify:\n  no_status_after_s: 0\nremediation:\n  enabled: true\n  dead_after_s: 2\n";
     std::fs::write(&profile, text).unwrap();
     let job = cluster.launch();
     cluster.wait_status("the job to run and look dead", Duration::from_secs(60), |r| r["verdict"]["verdict"] == "dead");
@@ -1079,16 +1096,20 @@ fn live_watch_cancels_a_job_that_stays_dead() {
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let ledger = open_ledger(&cluster.ledger).unwrap();
-    let start = Instant::now();
-    while !ledger.active().unwrap().is_empty() && start.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    std::thread::sleep(Duration::from_secs(5));
     let _ = watch.kill();
     let _ = watch.wait();
+    let ledger = open_ledger(&cluster.ledger).unwrap();
+    assert_eq!(ledger.active().unwrap().len(), 1, "status --watch changed the attempt");
+    let start = Instant::now();
+    while !ledger.active().unwrap().is_empty() && start.elapsed() < Duration::from_secs(60) {
+        let out = cluster.run("remediate", &[]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        std::thread::sleep(Duration::from_secs(1));
+    }
     let attempt = &ledger.attempts_for("test/Tiny-1B", "terminal_bench_2").unwrap()[0];
     assert_eq!(attempt.status, AttemptStatus::Failed, "{}", attempt.reason);
-    assert!(attempt.reason.starts_with("cancelled by status --watch: dead for"), "{}", attempt.reason);
+    assert!(attempt.reason.starts_with("remediation cancel ("), "{}", attempt.reason);
     // A cancelled job passes through COMPLETING while Slurm ends its step (under proctrack/cgroup,
     // the whole cgroup): wait for it to leave that state.
     let squeue_state = || {
@@ -1227,13 +1248,20 @@ fn gpu_hours_per_result_with_known_timings() {
     ledger.import_attempts(&rows).unwrap();
     let attempt = |tag: &str| ledger.find_by_run_tag(tag).unwrap().pop().unwrap();
     let status = submitter::sync::read_status(per_leg.path());
-    let early = submitter::sync::gpu_record(&attempt(v2), None, Some(&ended_job(4230))).unwrap();
+    // Each call is its own sync: its own observation of the group dir's record.
+    let world = || submitter::sync::Observation::empty(chrono::Utc::now());
+    let early = submitter::sync::gpu_record(&attempt(v2), &world(), None, Some(&ended_job(4230))).unwrap();
     assert!(!early.complete, "the host's record is not final yet: a later sync recomputes it");
     RunDir::at(&group).status(&status_with_gpu("Alpha-shared-0123abcd", shared_gpu, true), None);
     for (tag, elapsed) in [(tb2, 3330), (swe, 4230), (v2, 4230)] {
         let a = attempt(tag);
-        let rec = submitter::sync::gpu_record(&a, status.as_ref().filter(|_| tag == tb2), Some(&ended_job(elapsed)))
-            .unwrap_or_else(|| panic!("no record for {tag}"));
+        let rec = submitter::sync::gpu_record(
+            &a,
+            &world(),
+            status.as_ref().filter(|_| tag == tb2),
+            Some(&ended_job(elapsed)),
+        )
+        .unwrap_or_else(|| panic!("no record for {tag}"));
         assert!(rec.complete, "{tag}: {rec:?}");
         ledger.record_gpu_seconds(a.id, &rec.to_json()).unwrap();
     }
