@@ -14,6 +14,7 @@
 //!    which never changes the outcome; the outcome (`done`, crate::phases::outcome); exit code.
 
 pub mod pool;
+pub(crate) mod pool_host;
 pub mod shared;
 
 use std::collections::BTreeMap;

@@ -21,15 +21,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use launch_spec::pool::{
-    self as files, PoolJobSpec, PoolProvenance, SWAPS_FILE, SwapEvidence, SwapOutcome, SwapRecord, WeightsKind,
-};
+use launch_spec::pool::{self as files, PoolJobSpec, SWAPS_FILE, SwapEvidence, SwapOutcome, SwapRecord, WeightsKind};
 use launch_spec::records::{GpuTime, STATUS_FILE};
 use launch_spec::spec::TunnelSpec;
 use launch_spec::{LaunchSpec, OutcomeClass};
 use serde_json::json;
 
 use crate::prepare::{self, Prepared};
+use crate::run::pool_host::{PoolHost, SegmentEnd};
 use crate::run::shared::{Host, HostLeg, LegState};
 use crate::run::{Run, Share};
 use crate::supervisor::SignalSource;
@@ -45,53 +44,6 @@ pub const RELOAD_VAR: &str = "PAYLOAD_POOL_RELOAD";
 const SWAP_CALL_TIMEOUT: Duration = Duration::from_secs(1800);
 /// Greedy tokens per canary.
 const CANARY_TOKENS: u32 = 8;
-
-/// What one engine start of the pool left for [`run_pool`] to decide on.
-#[derive(Debug, Default)]
-pub(crate) struct SegmentEnd {
-    /// A swap or its proof failed for this member: start the engine cold with it.
-    pub restart_from: Option<usize>,
-    /// Some leg of this segment was started (a segment that started none makes no progress).
-    pub started_any: bool,
-}
-
-/// The pool's part of the engine host.
-#[derive(Debug)]
-pub(crate) struct PoolHost {
-    doc: PoolJobSpec,
-    digests: Vec<String>,
-    /// The member whose weights (or adapter) the engine serves now.
-    pub(crate) current: usize,
-    /// The full checkpoint the engine was started with (its tokenizer, template and config are the
-    /// ones served, whatever is reloaded).
-    engine_weights: PathBuf,
-    engine_start: u32,
-    /// The stable path the engine serves (a symlink in node-local scratch).
-    link: PathBuf,
-    ext_dir: PathBuf,
-    builtin_reload: bool,
-    swap: Option<SwapEvidence>,
-    verification: Option<String>,
-    pub(crate) end: Arc<Mutex<SegmentEnd>>,
-}
-
-impl PoolHost {
-    /// The member's provenance for `engine.json` and so for each of its legs' `status.json`.
-    pub(crate) fn provenance(&self) -> PoolProvenance {
-        let m = &self.doc.members[self.current];
-        PoolProvenance {
-            group_tag: self.doc.group_tag.clone(),
-            member: self.current,
-            model: m.model.clone(),
-            revision: m.weights.revision.clone(),
-            weights_path: m.weights.path.clone(),
-            weights_digest: self.digests[self.current].clone(),
-            engine_start: self.engine_start,
-            swap: self.swap.clone(),
-            verification: self.verification.clone(),
-        }
-    }
-}
 
 /// `sha1:<hex>` over a checkpoint dir's regular files, recursively, in name order: each file's
 /// relative path, size and content (docs/pools.md "Provenance"). Reading the files also warms the

@@ -85,7 +85,7 @@ pub struct Host {
     pub legs: Vec<HostLeg>,
     pub group_dir: PathBuf,
     /// A pool's members and swaps (crate::run::pool); `None` for a shared job.
-    pub(crate) pool: Option<crate::run::pool::PoolHost>,
+    pub(crate) pool: Option<crate::run::pool_host::PoolHost>,
 }
 
 /// The host's exit code from its legs' ends: 0 when every leg finished (now or before), else
@@ -420,7 +420,7 @@ impl<S: SignalSource> Run<S> {
             public_url: self.tunnel.as_ref().and_then(crate::tunnel::Tunnel::public_url),
             harbor_env: self.tunnel.as_ref().map(|t| t.harbor_env()).unwrap_or_default(),
             harbor_prefix: self.tunnel.as_ref().and_then(|t| t.harbor_prefix()),
-            pool: self.host().and_then(|h| h.pool.as_ref()).map(crate::run::pool::PoolHost::provenance),
+            pool: self.host().and_then(|h| h.pool.as_ref()).map(crate::run::pool_host::PoolHost::provenance),
         };
         let engine_file = self.spec.run_dir.join(ENGINE_FILE);
         let text = serde_json::to_string_pretty(&record).unwrap_or_default();
