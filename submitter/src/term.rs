@@ -62,7 +62,8 @@ impl Terminal {
     pub fn table<I: IntoIterator<Item = S>, S: Into<String>>(&self, header: I) -> Rows {
         let mut table = Table::new();
         table.load_preset(comfy_table::presets::NOTHING);
-        table.set_header(header.into_iter().map(Into::into).collect::<Vec<String>>());
+        // Headers are made inert like cells: a column may be named after an outside benchmark name.
+        table.set_header(header.into_iter().map(|h| printable(&h.into()).into_owned()).collect::<Vec<String>>());
         match self.width {
             Some(width) => {
                 table.set_style(comfy_table::TableComponent::HeaderLines, '─');
