@@ -753,7 +753,8 @@ fn missing_model_info(release: Version, name: &str, job_id: &str) {
 /// `submitter check`'s report and `submitter status`'s verdict (what each runs per run dir:
 /// `verify::check::check_run_dir`, `verify::status::judge_job` for a RUNNING job) on a run dir the
 /// real Harbor is writing, and on the same dir after payload was stopped by a signal: one rule
-/// engine, the same verdict. The real dir has Harbor 0.25's layouts: queued trials holding only
+/// engine, the same verdict. The real dir has Harbor 0.25's layouts (and 0.26's, which adds
+/// `reward_valid`, in the twin): queued trials holding only
 /// `lock.json`, `trial.log` and empty subdirs, `agent/*.pane`, `verifier/test-stdout.txt`,
 /// `artifacts/manifest.json`, `agent_result.model_usage`.
 fn judge(dir: &Path, job: &str) -> (submitter::verify::check::RunCheck, submitter::verify::verdict::JobVerdict) {
