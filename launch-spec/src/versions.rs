@@ -437,8 +437,9 @@ fn json_value(key: &str, value: &str) -> Result<serde_json::Value, KwargError> {
 }
 
 /// Rewrites `KEY=VALUE` agent kwargs written in either form into the form `dialect` takes.
-/// Harbor 0.25: `extra_body=X` → `llm_call_kwargs={"extra_body":X}` (merged with any other
-/// `llm_call_kwargs`, later keys winning), `parser=P` → `parser_name=P`. The fork: the reverse.
+/// Upstream Harbor (0.25, and 0.26 with 0.25's terminus-2 options): `extra_body=X` →
+/// `llm_call_kwargs={"extra_body":X}` (merged with any other `llm_call_kwargs`, later keys
+/// winning), `parser=P` → `parser_name=P`. The fork: the reverse.
 /// Idempotent; other kwargs pass unchanged, in order (the merged one at the first one's place).
 pub fn translate_agent_kwargs(kwargs: &[String], dialect: HarborDialect) -> Result<Vec<String>, KwargError> {
     let mut out: Vec<String> = Vec::new();
@@ -446,7 +447,7 @@ pub fn translate_agent_kwargs(kwargs: &[String], dialect: HarborDialect) -> Resu
     for kv in kwargs {
         let (key, value) = key_value(kv)?;
         match (dialect, key) {
-            (HarborDialect::Harbor025, "extra_body") | (HarborDialect::Harbor025, "llm_call_kwargs") => {
+            (HarborDialect::Harbor025 | HarborDialect::Harbor026, "extra_body" | "llm_call_kwargs") => {
                 let parsed = json_value(key, value)?;
                 let slot = call.get_or_insert_with(|| {
                     out.push(String::new());
@@ -460,7 +461,7 @@ pub fn translate_agent_kwargs(kwargs: &[String], dialect: HarborDialect) -> Resu
                     return Err(KwargError::NotJson { key: key.to_string(), reason: "not an object".to_string() });
                 }
             }
-            (HarborDialect::Harbor025, "parser") => out.push(format!("parser_name={value}")),
+            (HarborDialect::Harbor025 | HarborDialect::Harbor026, "parser") => out.push(format!("parser_name={value}")),
             (HarborDialect::ExtraBodyFork, "llm_call_kwargs") => {
                 let parsed = json_value(key, value)?;
                 let map = match parsed {
@@ -844,9 +845,20 @@ mod tests {
 
     #[test]
     fn thinking_kwarg_takes_the_form_of_harbor_025() {
+        thinking_kwarg_takes_the_upstream_form(HarborDialect::Harbor025);
+    }
+
+    /// 0.26 speaks 0.25's terminus-2 options: given the fork's `extra_body`, its terminus-2 refuses
+    /// the run ("Unknown option 'extra_body'", seen with the real 0.26.0 in
+    /// `thinking_model_from_the_registry_reaches_the_model_server_on_harbor_026`).
+    #[test]
+    fn thinking_kwarg_takes_the_form_of_harbor_025_on_harbor_026() {
+        thinking_kwarg_takes_the_upstream_form(HarborDialect::Harbor026);
+    }
+
+    fn thinking_kwarg_takes_the_upstream_form(dialect: HarborDialect) {
         let think = r#"extra_body={"chat_template_kwargs":{"enable_thinking":true}}"#;
-        let out =
-            translate_agent_kwargs(&s(&["temperature=0.7", think, "parser=xml"]), HarborDialect::Harbor025).unwrap();
+        let out = translate_agent_kwargs(&s(&["temperature=0.7", think, "parser=xml"]), dialect).unwrap();
         assert_eq!(
             out,
             s(&[
@@ -856,15 +868,12 @@ mod tests {
             ])
         );
         // Idempotent, and merges with an explicit llm_call_kwargs.
-        assert_eq!(translate_agent_kwargs(&out, HarborDialect::Harbor025).unwrap(), out);
-        let merged = translate_agent_kwargs(
-            &s(&[r#"llm_call_kwargs={"top_k":20}"#, r#"extra_body={"a":1}"#]),
-            HarborDialect::Harbor025,
-        )
-        .unwrap();
+        assert_eq!(translate_agent_kwargs(&out, dialect).unwrap(), out);
+        let merged =
+            translate_agent_kwargs(&s(&[r#"llm_call_kwargs={"top_k":20}"#, r#"extra_body={"a":1}"#]), dialect).unwrap();
         assert_eq!(merged, s(&[r#"llm_call_kwargs={"top_k":20,"extra_body":{"a":1}}"#]));
-        assert!(unknown_terminus2_options(&out, HarborDialect::Harbor025).is_empty());
-        assert_eq!(unknown_terminus2_options(&s(&[think]), HarborDialect::Harbor025), ["extra_body"]);
+        assert!(unknown_terminus2_options(&out, dialect).is_empty());
+        assert_eq!(unknown_terminus2_options(&s(&[think]), dialect), ["extra_body"]);
     }
 
     #[test]

@@ -1,9 +1,9 @@
 //! End-to-end tests of `payload run` against the **real Harbor 0.25.0** (installed by
 //! `scripts/install-harbor.sh`; these tests skip with a note when it is absent, and fail under
-//! `CI=true`), and the scenarios whose behaviour differs in **Harbor 0.26.0** (a fresh run, a resume,
-//! a signal during a resume) against that release too, in a root of its own (issue 35,
-//! docs/real-programs.md "Harbor 0.26.0 beside 0.25.0"); a resume across the two releases is held to
-//! what the real Harbors do. The model server is the vLLM stand-in answering as a terminus-2 agent would
+//! `CI=true`), every scenario also against **Harbor 0.26.0** in a root of its own (a twin named
+//! `*_on_harbor_026`/`*_with_harbor_026`: the same scenario function, the release a parameter; issue
+//! 35, docs/real-programs.md "Harbor 0.26.0 beside 0.25.0"); a resume across the two releases is held
+//! to what the real Harbors do. The model server is the vLLM stand-in answering as a terminus-2 agent would
 //! (`STANDIN_CHAT_AGENT=terminus`), the trials run on the host through
 //! `tests/harbor_env/host_env.py` (`--env host_env:HostEnvironment`), and every task is a real
 //! Harbor task dir written here: `task.toml`, `instruction.md`, `tests/test.sh`. A trial is scored
@@ -75,12 +75,7 @@ struct Fx {
 const HARBOR_026: Version = Version::new(0, 26, 0);
 
 impl Fx {
-    /// `None` (after a note) when the real Harbor is not installed.
-    fn new(name: &str, tasks: &[Task]) -> Option<Self> {
-        Self::on(VERIFIED_HARBOR, name, tasks)
-    }
-
-    /// [`Fx::new`] with the real Harbor `release`.
+    /// The world on the real Harbor `release`; `None` (after a note) when it is not installed.
     fn on(release: Version, name: &str, tasks: &[Task]) -> Option<Self> {
         let harbor = real_harbor_release(release)?;
         let tmp = tempfile::Builder::new().prefix("real-harbor-").tempdir().unwrap();
@@ -386,16 +381,25 @@ fn fresh_run(release: Version, name: &str, job_id: &str) {
 /// environment reported.
 #[test]
 fn a_re_evaluation_scores_every_trial_again_in_a_run_dir_of_its_own() {
-    let Some(fx) = Fx::new("rh-reeval", &[Task::solvable("alpha"), Task::unsolvable("beta")]) else { return };
+    re_evaluation(VERIFIED_HARBOR, "rh-reeval", ["5901", "5902", "5903"]);
+}
+
+#[test]
+fn a_re_evaluation_scores_every_trial_again_in_a_run_dir_of_its_own_on_harbor_026() {
+    re_evaluation(HARBOR_026, "rh26-reeval", ["6901", "6902", "6903"]);
+}
+
+fn re_evaluation(release: Version, name: &str, job_ids: [&str; 3]) {
+    let Some(fx) = Fx::on(release, name, &[Task::solvable("alpha"), Task::unsolvable("beta")]) else { return };
     let spec = fx.spec();
-    let mut run = fx.start(&spec, "5901");
+    let mut run = fx.start(&spec, job_ids[0]);
     assert_finished(&fx, &mut run);
-    assert_eq!(fx.status()["provenance"]["harbor_version"], "0.25.0", "{:#}", fx.status());
+    assert_eq!(fx.status()["provenance"]["harbor_version"], release.to_string(), "{:#}", fx.status());
     let first_result = std::fs::read(fx.run_dir().join("result.json")).unwrap();
     let trials = fx.trials().len();
     assert_eq!(trials, 2);
 
-    let mut again = fx.start(&spec, "5902");
+    let mut again = fx.start(&spec, job_ids[1]);
     assert_eq!(again.wait(&fx), 14, "{}", fx.context(&again));
     let message = fx.status()["outcome"]["message"].as_str().unwrap_or_default().to_string();
     assert!(message.contains("finished") && message.contains("run no trial"), "{message}");
@@ -407,13 +411,13 @@ fn a_re_evaluation_scores_every_trial_again_in_a_run_dir_of_its_own() {
     fresh["run_tag"] = json!(tag);
     fresh["run_dir"] = json!(dir);
     fresh["harbor"]["start"] = json!("fresh");
-    let mut run = fx.start(&fresh, "5903");
+    let mut run = fx.start(&fresh, job_ids[2]);
     assert_eq!(run.wait(&fx), 0, "{}", fx.context(&run));
     run.assert_no_survivors();
     let status = read_json(&dir.join("status.json")).unwrap();
     assert_eq!(status["outcome"]["class"], "finished", "{status:#}");
     assert_eq!(status["resume"], false, "{status:#}");
-    assert_eq!(status["provenance"]["harbor_version"], "0.25.0", "{status:#}");
+    assert_eq!(status["provenance"]["harbor_version"], release.to_string(), "{status:#}");
     let mut rewards: Vec<(String, Option<f64>)> = std::fs::read_dir(&dir)
         .unwrap()
         .flatten()
@@ -560,15 +564,40 @@ fn sigterm_during_resume_records_every_trial_in_flight_on_harbor_026() {
 }
 
 #[test]
+fn sigterm_during_start_records_every_trial_in_flight_on_harbor_026() {
+    signal_case_on(HARBOR_026, "rh26-term-start", "TERM", false, 6300);
+}
+
+#[test]
+fn usr1_during_start_records_every_trial_in_flight_on_harbor_026() {
+    signal_case_on(HARBOR_026, "rh26-usr1-start", "USR1", false, 6310);
+}
+
+#[test]
+fn usr1_during_resume_records_every_trial_in_flight_on_harbor_026() {
+    signal_case_on(HARBOR_026, "rh26-usr1-resume", "USR1", true, 6330);
+}
+
+#[test]
 fn thinking_model_from_the_registry_reaches_the_model_server() {
-    let Some(fx) = Fx::new("rh-think", &[Task::solvable("think")]) else { return };
+    thinking_model(VERIFIED_HARBOR, "rh-think", "5401");
+}
+
+// Not 6401: the cross-release test's run uses it.
+#[test]
+fn thinking_model_from_the_registry_reaches_the_model_server_on_harbor_026() {
+    thinking_model(HARBOR_026, "rh26-think", "6421");
+}
+
+fn thinking_model(release: Version, name: &str, job_id: &str) {
+    let Some(fx) = Fx::on(release, name, &[Task::solvable("think")]) else { return };
     // The agent kwargs exactly as the registry writes them for a thinking model.
     let registry = yaml_file("model_config/Qwen/Qwen3-8B.yaml");
     let kwargs = registry.pointer("/subsystems/eval/agent_kwargs").cloned().expect("Qwen3-8B eval agent_kwargs");
     assert!(kwargs.to_string().contains("enable_thinking"), "{kwargs}");
     let mut spec = fx.spec();
     spec["harbor"]["agent_kwargs"] = kwargs;
-    let mut run = fx.start(&spec, "5401");
+    let mut run = fx.start(&spec, job_id);
     assert_finished(&fx, &mut run);
     all_scored(&fx, &[("think", 1.0)]);
     let requests = fx.requests();
@@ -584,12 +613,21 @@ fn thinking_model_from_the_registry_reaches_the_model_server() {
 
 #[test]
 fn swebench_parser_preset_drives_the_xml_parser() {
-    let Some(fx) = Fx::new("rh-xml", &[Task::solvable("xml")]) else { return };
+    swebench_parser_preset(VERIFIED_HARBOR, "rh-xml", "5501");
+}
+
+#[test]
+fn swebench_parser_preset_drives_the_xml_parser_on_harbor_026() {
+    swebench_parser_preset(HARBOR_026, "rh26-xml", "6501");
+}
+
+fn swebench_parser_preset(release: Version, name: &str, job_id: &str) {
+    let Some(fx) = Fx::on(release, name, &[Task::solvable("xml")]) else { return };
     let preset = yaml_file("presets/swebench.yaml");
     let parser = preset["agent_parser"].as_str().expect("swebench agent_parser").to_string();
     let mut spec = fx.spec();
     spec["harbor"]["agent_parser"] = json!(parser);
-    let mut run = fx.start(&spec, "5501");
+    let mut run = fx.start(&spec, job_id);
     assert_finished(&fx, &mut run);
     all_scored(&fx, &[("xml", 1.0)]);
     let first = &fx.requests()[0];
@@ -602,18 +640,33 @@ fn swebench_parser_preset_drives_the_xml_parser() {
 
 #[test]
 fn shipped_yaml_agent_settings_reach_harbors_job_config() {
-    shipped_yaml_reaches_harbor("rh-yaml", "presets/harbor/dcagent_eval_config_no_override.yaml", "5601");
+    shipped_yaml_reaches_harbor(VERIFIED_HARBOR, "rh-yaml", NO_OVERRIDE_YAML, "5601");
 }
+
+#[test]
+fn shipped_yaml_agent_settings_reach_harbors_job_config_on_harbor_026() {
+    shipped_yaml_reaches_harbor(HARBOR_026, "rh26-yaml", NO_OVERRIDE_YAML, "6601");
+}
+
+const NO_OVERRIDE_YAML: &str = "presets/harbor/dcagent_eval_config_no_override.yaml";
+const DEFAULTS_YAML: &str = "presets/harbor/dcagent_eval_defaults.yaml";
+const DEFAULTS_32B_YAML: &str = "presets/harbor/dcagent_eval_defaults_32b.yaml";
 
 /// The two canonical configs the size bands choose (model_config/_timeouts.yaml).
 #[test]
 fn canonical_configs_reach_harbors_job_config() {
-    shipped_yaml_reaches_harbor("rh-yaml2", "presets/harbor/dcagent_eval_defaults.yaml", "5611");
-    shipped_yaml_reaches_harbor("rh-yaml16", "presets/harbor/dcagent_eval_defaults_32b.yaml", "5621");
+    shipped_yaml_reaches_harbor(VERIFIED_HARBOR, "rh-yaml2", DEFAULTS_YAML, "5611");
+    shipped_yaml_reaches_harbor(VERIFIED_HARBOR, "rh-yaml16", DEFAULTS_32B_YAML, "5621");
 }
 
-fn shipped_yaml_reaches_harbor(name: &str, shipped: &str, job_id: &str) {
-    let Some(fx) = Fx::new(name, &[Task::solvable("yaml")]) else { return };
+#[test]
+fn canonical_configs_reach_harbors_job_config_on_harbor_026() {
+    shipped_yaml_reaches_harbor(HARBOR_026, "rh26-yaml2", DEFAULTS_YAML, "6611");
+    shipped_yaml_reaches_harbor(HARBOR_026, "rh26-yaml16", DEFAULTS_32B_YAML, "6621");
+}
+
+fn shipped_yaml_reaches_harbor(release: Version, name: &str, shipped: &str, job_id: &str) {
+    let Some(fx) = Fx::on(release, name, &[Task::solvable("yaml")]) else { return };
     let yaml = yaml_file(shipped);
     let mut spec = fx.spec();
     spec["harbor"]["config"] = json!(repo().join(shipped));
@@ -643,8 +696,17 @@ fn shipped_yaml_reaches_harbor(name: &str, shipped: &str, job_id: &str) {
 
 #[test]
 fn missing_model_info_is_refused_before_the_engine_loads() {
-    let Some(fx) = Fx::new("rh-nomodelinfo", &[Task::solvable("mi")]) else { return };
-    let harbor = real_harbor().unwrap();
+    missing_model_info(VERIFIED_HARBOR, "rh-nomodelinfo", "5701");
+}
+
+#[test]
+fn missing_model_info_is_refused_before_the_engine_loads_on_harbor_026() {
+    missing_model_info(HARBOR_026, "rh26-nomodelinfo", "6701");
+}
+
+fn missing_model_info(release: Version, name: &str, job_id: &str) {
+    let Some(fx) = Fx::on(release, name, &[Task::solvable("mi")]) else { return };
+    let harbor = real_harbor_release(release).unwrap();
     // A job dir the real Harbor wrote without model_info (as the old scripts did): a resume of it
     // would lose every trial before its first request.
     let mut harbor_run = Command::new(&harbor)
@@ -676,7 +738,7 @@ fn missing_model_info_is_refused_before_the_engine_loads() {
     assert!(read_json(&job_config).unwrap().pointer("/agents/0/kwargs/model_info").is_none());
     let before = std::fs::read(&job_config).unwrap();
 
-    let mut run = fx.start(&fx.spec(), "5701");
+    let mut run = fx.start(&fx.spec(), job_id);
     let code = run.wait(&fx);
     assert_ne!(code, 0, "{}", fx.context(&run));
     run.assert_no_survivors();
@@ -691,7 +753,8 @@ fn missing_model_info_is_refused_before_the_engine_loads() {
 /// `submitter check`'s report and `submitter status`'s verdict (what each runs per run dir:
 /// `verify::check::check_run_dir`, `verify::status::judge_job` for a RUNNING job) on a run dir the
 /// real Harbor is writing, and on the same dir after payload was stopped by a signal: one rule
-/// engine, the same verdict. The real dir has Harbor 0.25's layouts: queued trials holding only
+/// engine, the same verdict. The real dir has Harbor 0.25's layouts (and 0.26's, which adds
+/// `reward_valid`, in the twin): queued trials holding only
 /// `lock.json`, `trial.log` and empty subdirs, `agent/*.pane`, `verifier/test-stdout.txt`,
 /// `artifacts/manifest.json`, `agent_result.model_usage`.
 fn judge(dir: &Path, job: &str) -> (submitter::verify::check::RunCheck, submitter::verify::verdict::JobVerdict) {
@@ -714,12 +777,21 @@ fn judge(dir: &Path, job: &str) -> (submitter::verify::check::RunCheck, submitte
 
 #[test]
 fn check_and_status_agree_on_real_harbor_run_dirs() {
+    check_and_status_agree(VERIFIED_HARBOR, "rh-check", ["5801", "5802"]);
+}
+
+#[test]
+fn check_and_status_agree_on_real_harbor_run_dirs_on_harbor_026() {
+    check_and_status_agree(HARBOR_026, "rh26-check", ["6801", "6802"]);
+}
+
+fn check_and_status_agree(release: Version, name: &str, job_ids: [&str; 2]) {
     let tasks = [Task::solvable("m"), Task::solvable("n"), Task::unsolvable("o"), Task::solvable("p")];
-    let Some(fx) = Fx::new("rh-check", &tasks) else { return };
+    let Some(fx) = Fx::on(release, name, &tasks) else { return };
     let mut spec = fx.spec();
     spec["harbor"]["n_concurrent"] = json!(1);
     spec["serve"]["env"]["STANDIN_RESPONSE_SECONDS"] = json!("1");
-    let mut run = fx.start(&spec, "5801");
+    let mut run = fx.start(&spec, job_ids[0]);
     // Healthy: one trial scored, the next in flight, the rest queued by Harbor.
     let until = Instant::now() + RUN_TIMEOUT;
     while !fx.trials().iter().any(|t| t.result.is_some()) {
@@ -727,7 +799,7 @@ fn check_and_status_agree_on_real_harbor_run_dirs() {
         std::thread::sleep(Duration::from_millis(100));
     }
     fx.wait_in_flight(&mut run, fx.requests().len());
-    let (check, verdict) = judge(&fx.run_dir(), "5801");
+    let (check, verdict) = judge(&fx.run_dir(), job_ids[0]);
     let findings = format!("{:#?}", check.findings);
     assert_eq!(check.status_verdict, verdict.verdict, "check vs status\n{findings}\n{verdict:#?}");
     assert_eq!(verdict.verdict.as_str(), "healthy", "{findings}\n{verdict:#?}");
@@ -740,7 +812,7 @@ fn check_and_status_agree_on_real_harbor_run_dirs() {
     send_signal(run.pid, "TERM");
     assert_eq!(run.wait(&fx), 143, "{}", fx.context(&run));
     run.assert_no_survivors();
-    let (check, verdict) = judge(&fx.run_dir(), "5801");
+    let (check, verdict) = judge(&fx.run_dir(), job_ids[0]);
     let findings = format!("{:#?}", check.findings);
     assert_eq!(check.status_verdict, verdict.verdict, "check vs status\n{findings}\n{verdict:#?}");
     assert_eq!(verdict.verdict.as_str(), "failed", "{findings}\n{verdict:#?}");
@@ -748,9 +820,9 @@ fn check_and_status_agree_on_real_harbor_run_dirs() {
     assert!(check.findings.iter().any(|f| f.id == "outcome.failed"), "{findings}");
     assert_eq!(check.state, submitter::verify::check::RunState::Ended);
     // Resumed to the end: finished for both, and the completion audit holds.
-    let mut run = fx.start(&spec, "5802");
+    let mut run = fx.start(&spec, job_ids[1]);
     assert_finished(&fx, &mut run);
-    let (check, verdict) = judge(&fx.run_dir(), "5802");
+    let (check, verdict) = judge(&fx.run_dir(), job_ids[1]);
     let findings = format!("{:#?}", check.findings);
     assert_eq!(check.status_verdict, verdict.verdict, "check vs status\n{findings}\n{verdict:#?}");
     assert_eq!(verdict.verdict.as_str(), "finished", "{findings}\n{verdict:#?}");
@@ -767,13 +839,22 @@ fn check_and_status_agree_on_real_harbor_run_dirs() {
 /// legs is scored by Harbor's verifier and reached the host's engine.
 #[test]
 fn two_legs_of_a_shared_job_run_the_real_harbor_against_one_engine() {
-    let Some(fx) = Fx::new("rh-shared", &[Task::solvable("alpha"), Task::unsolvable("beta")]) else { return };
+    two_legs_of_a_shared_job(VERIFIED_HARBOR, "rh-shared", "5301");
+}
+
+#[test]
+fn two_legs_of_a_shared_job_run_the_real_harbor_against_one_engine_on_harbor_026() {
+    two_legs_of_a_shared_job(HARBOR_026, "rh26-shared", "6341");
+}
+
+fn two_legs_of_a_shared_job(release: Version, name: &str, job_id: &str) {
+    let Some(fx) = Fx::on(release, name, &[Task::solvable("alpha"), Task::unsolvable("beta")]) else { return };
     let id = unique();
-    let group_tag = format!("rh-shared-group-{id}");
+    let group_tag = format!("{name}-group-{id}");
     let group_dir = fx.root.join("jobs").join(&group_tag);
     let mut legs = Vec::new();
     for i in 0..2 {
-        let tag = format!("rh-shared-leg{i}-{id}");
+        let tag = format!("{name}-leg{i}-{id}");
         let dir = fx.root.join("jobs").join(&tag);
         let mut spec = fx.spec();
         spec["run_tag"] = json!(tag);
@@ -794,7 +875,7 @@ fn two_legs_of_a_shared_job_run_the_real_harbor_against_one_engine() {
         .env("PATH", std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()))
         .env("HOME", &fx.root)
         .env("PAYLOAD_GPU_FIXTURE", fx.root.join("gpus.json"))
-        .env("SLURM_JOB_ID", "5301")
+        .env("SLURM_JOB_ID", job_id)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&stderr_path).unwrap())
