@@ -140,7 +140,7 @@ fn launch_status_sync_cancel_on_held_jobs() {
     if !slurm_up() {
         return;
     }
-    let name = format!("snapops-{}", std::process::id());
+    let name = format!("snapops-{:07}", std::process::id());
     let cluster = TestCluster::new(&name, |p| {
         *p = p.replace("  time: \"00:10:00\"\n", "  time: \"00:10:00\"\n  extra_args: [\"--hold\"]\n")
     });
@@ -149,7 +149,7 @@ fn launch_status_sync_cancel_on_held_jobs() {
     let ledger = open_ledger(&store.spec).unwrap();
     let stable_names: Vec<String> = ["A", "B", "C", "D"].iter().map(|m| format!("snapops/Held{m}-1B")).collect();
     let models: Vec<String> =
-        stable_names.iter().map(|m| m.replace("-1B", &format!("{}-1B", std::process::id()))).collect();
+        stable_names.iter().map(|m| m.replace("-1B", &format!("{:07}-1B", std::process::id()))).collect();
     // A model's short name is in its job name (`tb2_HeldA<pid>-1B`).
     let short = |m: &String| m.trim_start_matches("snapops/").to_string();
     let renames: Vec<(String, String)> =
@@ -212,7 +212,7 @@ fn launch_status_sync_cancel_on_held_jobs() {
 fn import_and_results() {
     let Some(mut team) = TeamDb::new("snapops") else { return };
     team.exec(HISTORY);
-    let name = format!("snapimp-{}", std::process::id());
+    let name = format!("snapimp-{:07}", std::process::id());
     let cluster = TestCluster::new(&name, |_| {});
     let scrub = Scrub::new(&cluster, &name, &[]);
     // The source as `import` names it: the test server's URL without password or parameters.
@@ -239,7 +239,7 @@ fn listener_status_never_started() {
     if !slurm_up() {
         return;
     }
-    let name = format!("snaplsn-{}", std::process::id());
+    let name = format!("snaplsn-{:07}", std::process::id());
     let cluster = TestCluster::new(&name, |_| {});
     let scrub = Scrub::new(&cluster, &name, &[]);
     let store = Store::sqlite();
