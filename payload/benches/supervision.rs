@@ -130,7 +130,7 @@ impl Fx {
             r#"[{"index":0,"uuid":"GPU-b","name":"NVIDIA H200","memory_total_bytes":151397597184}]"#,
         )
         .unwrap();
-        std::fs::write(root.join("secrets.env"), "DAYTONA_API_KEY=a1\nDAYTONA_DATA_API_KEY=a2\n").unwrap();
+        std::fs::write(root.join("secrets.env"), concat!("DAYTONA_API_KEY=a1\n", "DAYTONA_DATA_API_KEY=a2\n")).unwrap();
         std::fs::set_permissions(root.join("secrets.env"), std::fs::Permissions::from_mode(0o600)).unwrap();
         Self { _tmp: tmp, tag: format!("bench-{}-{i}", std::process::id()), root }
     }

@@ -503,7 +503,11 @@ mod tests {
         spec.run_dir = dir.path().join(&spec.run_tag);
         spec.serve.declared_gpus = Some(4);
         let secrets_file = dir.path().join("s.env");
-        std::fs::write(&secrets_file, "DAYTONA_API_KEY=plan-secret-1\nDAYTONA_DATA_API_KEY=plan-secret-2\n").unwrap();
+        std::fs::write(
+            &secrets_file,
+            concat!("DAYTONA_API_KEY=plan-secret-1\n", "DAYTONA_DATA_API_KEY=plan-secret-2\n"),
+        )
+        .unwrap();
         std::fs::set_permissions(&secrets_file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
         spec.secrets.file = Some(secrets_file);
         let parent = vec![

@@ -310,12 +310,12 @@ mod tests {
     #[test]
     fn refuses_group_or_world_readable_file_naming_file_and_mode() {
         let dir = tempfile::tempdir().unwrap();
-        let path = write(dir.path(), 0o644, "DAYTONA_API_KEY=topsecretvalue\n");
+        let path = write(dir.path(), 0o644, "DAYTONA_API_KEY=topsecret7\n");
         let err = load(&path).unwrap_err();
         let text = err.to_string();
         assert!(text.contains(&path.display().to_string()), "{text}");
         assert!(text.contains("0644"), "{text}");
-        assert!(!text.contains("topsecretvalue"));
+        assert!(!text.contains("topsecret7"));
         let path = write(dir.path(), 0o640, "A=b\n");
         assert!(matches!(load(&path), Err(SecretsError::Permissions { mode: 0o640, .. })));
         let path = write(dir.path(), 0o600, "A=b\n");

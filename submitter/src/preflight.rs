@@ -988,7 +988,18 @@ mod tests {
         std::fs::write(&file, "# c\nexport DAYTONA_API_KEY=abc\nHF_TOKEN = x=y\n").unwrap();
         assert_eq!(secret_names(&file).unwrap(), ["DAYTONA_API_KEY", "HF_TOKEN"]);
         // Issue 32 item 8: an empty value is missing, as payload counts it (a later line wins).
-        std::fs::write(&file, "DAYTONA_API_KEY=\nDAYTONA_DATA_API_KEY=\"\"\nHF_TOKEN=x\nHF_TOKEN=\nB=\nB=y\n").unwrap();
+        std::fs::write(
+            &file,
+            concat!(
+                "DAYTONA_API_KEY=\n",
+                "DAYTONA_DATA_API_KEY=\"\"\n",
+                "HF_TOKEN=x\n",
+                "HF_TOKEN=\n",
+                "B=\n",
+                "B=y\n"
+            ),
+        )
+        .unwrap();
         assert_eq!(secret_names(&file).unwrap(), ["B"]);
         // What payload refuses is refused, by line, without the content.
         std::fs::write(&file, "A=1\n  sekrit line\n").unwrap();

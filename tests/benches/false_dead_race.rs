@@ -52,7 +52,7 @@ fn one_run(payload: &Path, rep: usize, tally: &mut Tally) {
     std::fs::write(root.join("gpus.json"), GPU_FIXTURE).unwrap();
     world::write_secrets(
         &root.join("secrets.env"),
-        "DAYTONA_API_KEY=race-org1\nDAYTONA_DATA_API_KEY=race-org2\n",
+        concat!("DAYTONA_API_KEY=race-org1\n", "DAYTONA_DATA_API_KEY=race-org2\n"),
         0o600,
     );
     let mut spec = TestSpec::standins(root, &tag)

@@ -1787,7 +1787,10 @@ fn agent_env_values_from_variables_never_reach_argv_or_records() {
 #[test]
 fn plan_redacts_by_whole_value_only() {
     let fx = Fx::new("redact");
-    fx.write_secrets(&format!("DAYTONA_API_KEY=Qwen3\nDAYTONA_DATA_API_KEY=ab\nHF_TOKEN={}\n", fx.hf), 0o600);
+    fx.write_secrets(
+        &format!(concat!("DAYTONA_API_KEY=Qwen3\n", "DAYTONA_DATA_API_KEY=ab\n", "HF_TOKEN={}\n"), fx.hf),
+        0o600,
+    );
     let path = fx.write_spec(&fx.spec());
     let out = fx.command(&["plan", "--spec", path.to_str().unwrap(), "--json"], &[]).output().unwrap();
     let plan: Value = serde_json::from_slice(&out.stdout).unwrap();

