@@ -551,13 +551,7 @@ fn group_shared(inputs: &PlanInputs, jobs: &mut [PlannedJob]) -> Vec<SharedJob> 
         }
         match shared_job(inputs, jobs, &legs) {
             Ok(group) => {
-                for &i in &legs {
-                    let job = &mut jobs[i];
-                    job.shared_job = Some(group.group_tag.clone());
-                    job.sbatch = None;
-                    job.request = None;
-                    job.resources.time = group.time.clone();
-                }
+                join_group(jobs, &legs, &group.group_tag, &group.time);
                 shared.push(group);
             }
             Err(problem) => {
@@ -568,6 +562,18 @@ fn group_shared(inputs: &PlanInputs, jobs: &mut [PlannedJob]) -> Vec<SharedJob> 
         }
     }
     shared
+}
+
+/// `legs` (indexes into `jobs`) run in the one job `group_tag` (a shared job or a pool): none is
+/// submitted on its own, and each takes the group's walltime.
+fn join_group(jobs: &mut [PlannedJob], legs: &[usize], group_tag: &str, time: &str) {
+    for &i in legs {
+        let job = &mut jobs[i];
+        job.shared_job = Some(group_tag.to_string());
+        job.sbatch = None;
+        job.request = None;
+        job.resources.time = time.to_string();
+    }
 }
 
 /// The shared job of `legs` (indexes into `jobs`, each with a spec and a request): the capacity
@@ -825,13 +831,7 @@ fn group_pools(inputs: &PlanInputs, jobs: &mut [PlannedJob]) -> Vec<SharedJob> {
             let members = &class.members[range];
             match pool_job(jobs, members, (n + 1, count), time_s, basis) {
                 Ok(group) => {
-                    for &i in &group.legs {
-                        let job = &mut jobs[i];
-                        job.shared_job = Some(group.group_tag.clone());
-                        job.sbatch = None;
-                        job.request = None;
-                        job.resources.time = group.time.clone();
-                    }
+                    join_group(jobs, &group.legs, &group.group_tag, &group.time);
                     pools.push(group);
                 }
                 Err(problem) => {
